@@ -1,0 +1,33 @@
+"""warploom: a compiler of warp-specialized, pipelined, persistent GEMM kernels (Triton Gluon).
+
+Importing warploom never touches a GPU.
+"""
+
+from __future__ import annotations
+
+from warploom.api import matmul, plan, scaled_mm
+from warploom.device import H100_SXM, DeviceInfo
+from warploom.dtypes import DType
+from warploom.errors import (
+    AlignmentError,
+    DeviceError,
+    DTypeError,
+    InputError,
+    InternalError,
+    ScaleError,
+    ShapeError,
+    UnsupportedError,
+    VerificationError,
+    WarploomError,
+)
+from warploom.kernel import Kernel
+from warploom.planner import Plan
+from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "H100_SXM", "Accumulation", "AlignmentError", "BLayout", "DType", "DTypeError", "DeviceError", "DeviceInfo",
+    "GemmSpec", "InputError", "InternalError", "Kernel", "Plan", "ScaleError", "ScaleRecipe", "ShapeError",
+    "UnsupportedError", "VerificationError", "WarploomError", "matmul", "plan", "scaled_mm",
+]

@@ -1,0 +1,118 @@
+"""Public entry points: `matmul`, `scaled_mm` (torch.library custom ops) and `plan`.
+
+Validation (`warploom.checks`) runs first in every path, including the fake (meta) implementations,
+so a bad argument fails while tracing too, and always before a kernel is planned or launched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from warploom import checks
+from warploom.device import H100_SXM, DeviceInfo
+from warploom.errors import DeviceError
+from warploom.kernel import Kernel, build
+from warploom.spec import GemmSpec
+
+
+def _device_for(t: torch.Tensor) -> DeviceInfo:
+    if t.device.type == "cuda":
+        with torch.cuda.device(t.device):
+            return DeviceInfo.current()
+    return H100_SXM
+
+
+def _empty_result(spec: GemmSpec, a: torch.Tensor, scale: Any = None, bias: Any = None) -> torch.Tensor | None:
+    """Results that need no kernel: an empty output, or K = 0 (a sum over nothing is zero), as torch does."""
+    out_dtype = spec.out_dtype.torch
+    if spec.m == 0 or spec.n == 0:
+        return torch.empty((spec.m, spec.n), dtype=out_dtype, device=a.device)
+    if spec.k == 0:
+        out = torch.zeros((spec.m, spec.n), dtype=torch.float32, device=a.device)
+        if bias is not None:
+            out = out + bias.float()
+        return out.to(out_dtype)
+    return None
+
+
+def _require_cuda(a: torch.Tensor) -> None:
+    if a.device.type != "cuda":
+        raise DeviceError("a", "CUDA tensors (an sm_90a GPU runs warploom's kernels)", f"a tensor on {a.device}",
+                          "move the tensors to the GPU with .cuda(), or use warploom.plan(...) to plan, "
+                          "inspect and cross-compile without one")
+
+
+def _run(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any = None, scale_b: Any = None,
+         bias: Any = None) -> torch.Tensor:
+    done = _empty_result(spec, a, scale_a, bias)
+    if done is not None:
+        return done
+    _require_cuda(a)
+    kernel = build(spec, _device_for(a))
+    out = torch.empty((spec.m, spec.n), dtype=spec.out_dtype.torch, device=a.device)
+    return kernel.run(a, b, out, scale_a, scale_b, bias)
+
+
+@torch.library.custom_op("warploom::matmul", mutates_args=())
+def _matmul_op(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    spec = checks.matmul_spec(a, b, out_dtype)
+    return _run(spec, a, b)
+
+
+@_matmul_op.register_fake
+def _matmul_fake(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    spec = checks.matmul_spec(a, b, out_dtype)
+    return a.new_empty((spec.m, spec.n), dtype=spec.out_dtype.torch)
+
+
+@torch.library.custom_op("warploom::scaled_mm", mutates_args=())
+def _scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                  bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
+                  use_fast_accum: bool = False) -> torch.Tensor:
+    spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+    return _run(spec, a, b, scale_a, scale_b, bias)
+
+
+@_scaled_mm_op.register_fake
+def _scaled_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                    bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
+                    use_fast_accum: bool = False) -> torch.Tensor:
+    spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+    return a.new_empty((spec.m, spec.n), dtype=spec.out_dtype.torch)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``a @ b`` for bf16/fp16 (fp32 accumulation). `out_dtype` defaults to a's dtype."""
+    return torch.ops.warploom.matmul(a, b, out_dtype)
+
+
+def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
+              bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
+              use_fast_accum: bool = False) -> torch.Tensor:
+    """`torch._scaled_mm` semantics for fp8: ``(a @ b) * scale_a * scale_b + bias``, tensorwise or rowwise.
+
+    With ``use_fast_accum=False`` each k-block's fp8 product is promoted into a full fp32 accumulator.
+    """
+    return torch.ops.warploom.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+
+
+def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
+         *, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, use_fast_accum: bool = False,
+         device: DeviceInfo | None = None) -> Kernel:
+    """Plan the kernel `matmul` (no scales) or `scaled_mm` would run, without running it.
+
+    Tensors may be on the ``meta`` device. `device` defaults to the tensors' GPU, or an H100 SXM.
+    """
+    if scale_a is None and scale_b is None:
+        spec = checks.matmul_spec(a, b, out_dtype)
+    else:
+        if scale_a is None or scale_b is None:
+            from warploom.errors import ScaleError
+
+            missing = "scale_a" if scale_a is None else "scale_b"
+            raise ScaleError(missing, "both scale_a and scale_b, or neither", f"{missing}=None",
+                             f"pass {missing} (torch.ones(1) for no scaling)")
+        spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype or torch.bfloat16, use_fast_accum)
+    return build(spec, device or _device_for(a))

@@ -1,0 +1,332 @@
+"""Lower a schedule IR module to Triton Gluon source for Hopper (sm_90a).
+
+One ``@gluon.jit`` function per partition, a kernel that allocates the rings, buffers and mbarriers and
+forks the partitions with ``gl.warp_specialize``, and a raster helper. Every line that implements an IR
+op carries the op's text form as a comment, so the generated kernel can be read beside the schedule.
+Tile sizes and stages are module-level ``gl.constexpr`` values; M, N and K are run-time arguments, so
+one compiled kernel serves every problem size with the same spec kind and plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from warploom.backends.codebuf import CodeBuffer
+from warploom.ir import nodes as ir
+from warploom.ir import printer
+from warploom.spec import BLayout
+
+_HEADER = """\
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+"""
+
+# Grouped raster (ir.Tiling.group_m): consecutive tile ids walk GROUP_M rows of tiles column by column.
+# warploom.ir.raster.tile_coords is the same function in Python, used by the simulator.
+_RASTER = """\
+@gluon.jit
+def tile_coords(tile_id, num_pid_m, num_pid_n):
+    # grouped raster: GROUP_M rows of tiles at a time, column by column, so CTAs share tiles in L2
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (tile_id // num_pid_in_group) * GROUP_M
+    group_size_m = gl.minimum(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m * BM, pid_n * BN
+"""
+
+
+@dataclass(frozen=True)
+class GluonSource:
+    """Generated Gluon for one module.
+
+    Attributes:
+        text: the Python source of the kernel module.
+        kernel: name of the ``@gluon.jit`` kernel function in `text`.
+        params: the kernel's run-time parameters, in order.
+        num_warps: warps of the default partition.
+        maxnreg: the kernel-wide register cap that lets setmaxnreg redistribute registers.
+    """
+
+    text: str
+    kernel: str
+    params: tuple[str, ...]
+    num_warps: int
+    maxnreg: int
+
+
+def _instr_n(bm: int, bn: int, warps: int) -> int:
+    """wgmma's N: the largest multiple of 8 (<= 256) dividing BN that the warps' share of BN allows."""
+    m_reps = -(-bm // 16)
+    n_reps = -(-warps // m_reps)
+    max_n = max(bn // n_reps, 8)
+    n = 256
+    while n > max_n or bn % n:
+        n -= 8
+    return n
+
+
+def _slot(s: ir.Slot, depth: int) -> str:
+    if s.offset % depth == 0:
+        return f"{s.cursor} % STAGES"
+    return f"({s.cursor} + {s.offset % depth}) % STAGES"
+
+
+def _parity(p: ir.Parity, depth: int) -> str:
+    # + 2*depth keeps the dividend non-negative for negative offsets without changing the parity.
+    count = p.cursor if p.offset == 0 else f"({p.cursor} + {p.offset + 2 * depth})"
+    base = f"({count} // STAGES) & 1"
+    return f"({base}) ^ 1" if p.flip else base
+
+
+def _guard(g: ir.Guard) -> str | None:
+    return {ir.Guard.ALWAYS: None, ir.Guard.NOT_FIRST_K: "kk > 0", ir.Guard.FIRST_K: "kk == 0"}[g]
+
+
+def _maxnreg(m: ir.Module) -> int:
+    # setmaxnreg moves registers between warpgroups of a CTA that starts under a common cap: the cap is
+    # the SM's 64K registers over all warps (workers padded to a warpgroup), in steps of 8, at most 248.
+    warps = sum(-(-p.warps // 4) * 4 for p in m.partitions)
+    return min(248, (65536 // (32 * warps)) // 8 * 8)
+
+
+class _PartitionEmitter:
+    """Emits one partition's function."""
+
+    def __init__(self, m: ir.Module, p: ir.Partition, buf: CodeBuffer) -> None:
+        self.m, self.p, self.buf = m, p, buf
+        self.depth = {c.name: c.depth for c in p.cursors}
+        self.async_accs = tuple(dict.fromkeys(o.acc for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma)
+                                              and o.is_async))
+
+    def params(self) -> list[str]:
+        return partition_params(self.m, self.p)
+
+    def emit(self) -> None:
+        b = self.buf
+        b.line("@gluon.jit")
+        with b.block(f"def {self.p.name}({', '.join(self.params())})",
+                     comment=f"{self.p.role.value}: {self.p.warps} warps, {self.p.regs} registers"):
+            b.line("pid = gl.program_id(0)")
+            b.line("num_pid_m = gl.cdiv(M, BM)")
+            b.line("num_pid_n = gl.cdiv(N, BN)")
+            b.line("num_tiles = num_pid_m * num_pid_n")
+            b.line("k_tiles = gl.cdiv(K, BK)")
+            if self.p.accumulators:
+                n = _instr_n(self.m.tiling.bm, self.m.tiling.bn, self.p.warps)
+                bits = self.m.spec.a_dtype.bytes * 8
+                b.line(f"acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
+                       f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {n}, {256 // bits}])",
+                       comment="wgmma accumulator: each warpgroup owns 64 rows")
+                for a in self.p.accumulators:
+                    b.line(f"{a.name} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)")
+            for c in self.p.cursors:
+                b.line(f"{c.name} = 0", comment=f"cursor {c.name}: stage uses so far, across tiles")
+            self.body(self.p.body)
+
+    def body(self, stmts: tuple[ir.Stmt, ...]) -> None:
+        for s in stmts:
+            if isinstance(s, ir.Loop):
+                self.loop(s)
+            else:
+                self.op(s)
+
+    def loop(self, lp: ir.Loop) -> None:
+        b = self.buf
+        if lp.kind is ir.LoopKind.TILES:
+            with b.block("for tile_id in range(pid, num_tiles, gl.num_programs(0))", comment="for tiles"):
+                b.line("off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)")
+                self.body(lp.body)
+        elif lp.kind is ir.LoopKind.K:
+            with b.block("for kk in range(k_tiles)", comment="for k"):
+                self.body(lp.body)
+        else:
+            b.line("my_tiles = gl.cdiv(num_tiles - pid, gl.num_programs(0))")
+            with b.block("for t in range(my_tiles * k_tiles)", comment="for tiles*k (flattened)"):
+                b.line("tile_id = pid + (t // k_tiles) * gl.num_programs(0)")
+                b.line("kk = t % k_tiles")
+                b.line("off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)")
+                self.body(lp.body)
+
+    def _coord(self, axis: ir.Axis) -> str:
+        return {ir.Axis.M: "off_m", ir.Axis.N: "off_n", ir.Axis.K: "kk * BK"}[axis]
+
+    def _b_view(self, ring: str, slot: str) -> str:
+        if self.m.spec.b_layout is BLayout.K_MAJOR:
+            return f"{ring}.index({slot}).permute((1, 0))"  # (BN, BK) K-major tile read as (BK, BN)
+        return f"{ring}.index({slot})"
+
+    def op(self, o: ir.Op) -> None:
+        b, c = self.buf, printer.op(o)
+        match o:
+            case ir.Wait():
+                d = self.depth[o.slot.cursor]
+                b.line(f"mbarrier.wait({o.barrier}_bars.index({_slot(o.slot, d)}), {_parity(o.parity, d)})", c)
+            case ir.Arrive():
+                d = self.depth[o.slot.cursor]
+                args = [f"{o.barrier}_bars.index({_slot(o.slot, d)})"]
+                if o.count != 1:
+                    args.append(f"count={o.count}")
+                g = _guard(o.guard)
+                if g:
+                    args.append(f"pred={g}")
+                b.line(f"mbarrier.arrive({', '.join(args)})", c)
+            case ir.ArriveExpectTx():
+                d = self.depth[o.slot.cursor]
+                b.line(f"mbarrier.expect({o.barrier}_bars.index({_slot(o.slot, d)}), {o.nbytes})", c)
+            case ir.TmaLoad():
+                d = self.depth[o.slot.cursor]
+                desc = f"{o.tensor.value.lower()}_desc"
+                coord = ", ".join(self._coord(a) for a in o.coord)
+                b.line(f"tma.async_copy_global_to_shared({desc}, [{coord}], {o.barrier}_bars.index("
+                       f"{_slot(o.slot, d)}), {o.ring}.index({_slot(o.slot, d)}))", c)
+            case ir.Mma():
+                s = _slot(o.slot, self.depth[o.slot.cursor])
+                use = {ir.Guard.FIRST_K: "kk > 0", ir.Guard.ALWAYS: "False", ir.Guard.NOT_FIRST_K: "kk == 0"}[
+                    o.overwrite]
+                b.line(f"{o.acc} = warpgroup_mma({o.a_ring}.index({s}), {self._b_view(o.b_ring, s)}, {o.acc}, "
+                       f"use_acc={use}, is_async={o.is_async})", c)
+            case ir.MmaWait():
+                deps = ", ".join(self.async_accs)
+                lhs = deps if len(self.async_accs) > 1 else self.async_accs[0]
+                b.line(f"{lhs} = warpgroup_mma_wait({o.pending}, deps=({deps},))", c)
+            case ir.Promote():
+                b.line(f"{o.dst} = {o.dst} + {o.src}", c)
+            case ir.ZeroAcc():
+                a = next(x for x in self.p.accumulators if x.name == o.acc)
+                b.line(f"{o.acc} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)", c)
+            case ir.Epilogue():
+                self.epilogue(o)
+            case ir.StoreWait():
+                b.line(f"tma.store_wait({o.pending})", c)
+            case ir.StoreSmem():
+                buf = self.m.buffer(o.buffer)
+                b.line(f"{o.buffer}.store({o.acc}.to({buf.dtype.gluon}))", c)
+            case ir.FenceAsync():
+                b.line("fence_async_shared()", c)
+            case ir.TmaStore():
+                b.line(f"tma.async_copy_shared_to_global(c_desc, [off_m, off_n], {o.buffer})", c)
+            case ir.Advance():
+                b.line(f"{o.cursor} += 1", c)
+            case _:
+                raise NotImplementedError(f"sm_90a lowering of {c}")
+
+    def epilogue(self, o: ir.Epilogue) -> None:
+        b, acc = self.buf, o.acc
+        steps = o.steps
+        if ir.EpilogueStep.SCALE_ROWWISE in steps:
+            b.line("offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))")
+        if ir.EpilogueStep.SCALE_ROWWISE in steps or ir.EpilogueStep.ADD_BIAS in steps:
+            b.line("offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))")
+        for s in steps:
+            match s:
+                case ir.EpilogueStep.SCALE_TENSORWISE:
+                    b.line(f"{acc} = {acc} * (gl.load(scale_a_ptr) * gl.load(scale_b_ptr))", s.value)
+                case ir.EpilogueStep.SCALE_ROWWISE:
+                    b.line("scale_a = gl.load(scale_a_ptr + offs_m, mask=offs_m < M, other=0.0)")
+                    b.line("scale_b = gl.load(scale_b_ptr + offs_n, mask=offs_n < N, other=0.0)")
+                    b.line(f"{acc} = {acc} * gl.expand_dims(scale_a, 1) * gl.expand_dims(scale_b, 0)", s.value)
+                case ir.EpilogueStep.ADD_BIAS:
+                    b.line("bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)")
+                    b.line(f"{acc} = {acc} + gl.expand_dims(bias, 0)", s.value)
+
+
+def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
+    """A partition function's parameters: the descriptors, smem and pointers its ops use, then M, N, K."""
+    used: dict[str, None] = {}
+    for o, _ in ir.walk(p.body):
+        match o:
+            case ir.TmaLoad():
+                used[f"{o.tensor.value.lower()}_desc"] = None
+                used[o.ring] = None
+                if o.barrier:
+                    used[f"{o.barrier}_bars"] = None
+            case ir.Mma():
+                used[o.a_ring] = None
+                used[o.b_ring] = None
+            case ir.Wait() | ir.Arrive() | ir.ArriveExpectTx():
+                used[f"{o.barrier}_bars"] = None
+            case ir.StoreSmem():
+                used[o.buffer] = None
+            case ir.TmaStore():
+                used["c_desc"] = None
+                used[o.buffer] = None
+            case ir.Epilogue():
+                for s in o.steps:
+                    if s in (ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE):
+                        used["scale_a_ptr"] = None
+                        used["scale_b_ptr"] = None
+                    if s is ir.EpilogueStep.ADD_BIAS:
+                        used["bias_ptr"] = None
+    order = {n: i for i, n in enumerate(_all_resources(m))}
+    return sorted(used, key=lambda n: order[n]) + ["M", "N", "K"]
+
+
+def _all_resources(m: ir.Module) -> list[str]:
+    return ([r.name for r in m.rings] + [f"{b.name}_bars" for b in m.barriers] + [b.name for b in m.buffers]
+            + [p for p in kernel_params(m) if p not in ("M", "N", "K")])
+
+
+def kernel_params(m: ir.Module) -> tuple[str, ...]:
+    """The kernel's run-time parameters: TMA descriptors, then scale and bias pointers, then sizes."""
+    steps = {s for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
+    ps = ["a_desc", "b_desc", "c_desc"]
+    if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE}:
+        ps += ["scale_a_ptr", "scale_b_ptr"]
+    if ir.EpilogueStep.ADD_BIAS in steps:
+        ps.append("bias_ptr")
+    return tuple(ps + ["M", "N", "K"])
+
+
+def lower(m: ir.Module) -> GluonSource:
+    """Generate Gluon source for a complete (verified) module."""
+    t = m.tiling
+    b = CodeBuffer()
+    b.line(comment=f"Generated by warploom from schedule IR module {m.name}.")
+    b.line(comment=f"spec: {m.spec.short()}")
+    b.lines(_HEADER)
+    b.line()
+    for name, val in (("BM", t.bm), ("BN", t.bn), ("BK", t.bk), ("STAGES", m.rings[0].depth),
+                      ("GROUP_M", t.group_m)):
+        b.line(f"{name} = gl.constexpr({val})")
+    b.line()
+    b.line()
+    b.lines(_RASTER)
+    for p in m.partitions:
+        b.line()
+        b.line()
+        _PartitionEmitter(m, p, b).emit()
+    b.line()
+    b.line()
+    params = kernel_params(m)
+    b.line("@gluon.jit")
+    with b.block(f"def {m.name}({', '.join(params)})"):
+        for r in m.rings:
+            desc = f"{r.tensor.value.lower()}_desc"
+            b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {r.rows}, {r.cols}], "
+                   f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({r.rows}, {r.cols}) {r.dtype.value}")
+        for bf in m.buffers:
+            desc = f"{bf.tensor.value.lower()}_desc"
+            b.line(f"{bf.name} = gl.allocate_shared_memory({desc}.dtype, [{bf.rows}, {bf.cols}], {desc}.layout)")
+        for br in m.barriers:
+            b.line(f"{br.name}_bars = gl.allocate_shared_memory(gl.int64, [{br.depth}, 1], "
+                   f"mbarrier.MBarrierLayout())")
+        with b.block(f"for i in gl.static_range({m.barriers[0].depth})"):
+            for br in m.barriers:
+                b.line(f"mbarrier.init({br.name}_bars.index(i), count={br.count})")
+        b.line("fence_async_shared()", comment="make the mbarrier inits visible to the async proxy")
+        b.line(comment="argument tuples stay inline: binding one to a variable turns constexprs into tensors")
+        b.line("gl.warp_specialize([")
+        with b.indented():
+            for p in (m.default_partition, *m.workers):
+                b.line(f"({p.name}, ({', '.join(partition_params(m, p))})),")
+        workers = m.workers
+        b.line(f"], [{', '.join(str(p.warps) for p in workers)}], [{', '.join(str(p.regs) for p in workers)}])")
+    return GluonSource(b.text(), m.name, params, m.default_partition.warps, _maxnreg(m))

@@ -1,0 +1,162 @@
+"""Input validation: turn user tensors into a GemmSpec, or raise a warploom error naming the argument.
+
+Everything here runs before any kernel is planned or launched. Tensors may be on the ``meta`` device
+(for `warploom.plan`), on the CPU (simulator path) or on CUDA.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from warploom.dtypes import DType
+from warploom.errors import AlignmentError, DeviceError, DTypeError, ScaleError, ShapeError
+from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
+
+_TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
+_16BIT = (DType.BF16, DType.FP16)
+
+
+def _dtype(arg: str, t: Any, allowed: tuple[DType, ...], fix: str) -> DType:
+    d = DType.from_torch(t.dtype)
+    if d not in allowed:
+        names = ", ".join(x.value for x in allowed)
+        raise DTypeError(arg, f"dtype in ({names})", str(t.dtype), fix)
+    return d
+
+
+def _two_d(arg: str, t: Any) -> None:
+    if t.dim() != 2:
+        raise ShapeError(arg, "a 2-D tensor", f"{t.dim()}-D shape {tuple(t.shape)}",
+                         f"reshape {arg} to 2-D (e.g. {arg}.flatten(0, -2)) and reshape the result back")
+
+
+def _tma_ok(arg: str, t: Any, inner: int, what: str) -> None:
+    """`t`'s stride along `inner` must be 1 and its other stride and base 16-byte aligned."""
+    if t.numel() == 0:
+        return
+    esize = t.element_size()
+    outer = 1 - inner
+    if t.stride(inner) != 1 and t.size(inner) > 1:
+        raise AlignmentError(arg, f"{what} (stride 1 along dim {inner})", f"strides {tuple(t.stride())}",
+                             f"pass {arg}.contiguous()" if inner == 1 else f"pass {arg}.t().contiguous().t()")
+    if t.size(outer) > 1 and (t.stride(outer) * esize) % _TMA_ALIGN:
+        raise AlignmentError(
+            arg, f"a dim-{outer} stride that is a multiple of {_TMA_ALIGN} bytes (TMA rule)",
+            f"stride {t.stride(outer)} elements = {t.stride(outer) * esize} bytes",
+            f"pad dim {inner} of {arg} to a multiple of {_TMA_ALIGN // esize} elements",
+        )
+    if t.device.type != "meta" and t.data_ptr() % _TMA_ALIGN:
+        raise AlignmentError(arg, f"a base address aligned to {_TMA_ALIGN} bytes (TMA rule)",
+                             f"address {t.data_ptr():#x}", f"pass {arg}.clone()")
+
+
+def _same_device(named: dict[str, Any]) -> None:
+    present = {k: v for k, v in named.items() if v is not None}
+    devs = {k: v.device for k, v in present.items()}
+    first = next(iter(devs))
+    for k, d in devs.items():
+        if d != devs[first]:
+            raise DeviceError(k, f"a tensor on {devs[first]} like {first}", f"a tensor on {d}",
+                              f"move {k} with {k}.to({first}.device)")
+
+
+def _b_layout(b: Any, fp8: bool) -> BLayout:
+    # A size-1 dimension has an arbitrary stride; decide by the other one.
+    if b.stride(0) == 1 or b.size(0) == 1:
+        return BLayout.K_MAJOR
+    if b.stride(1) == 1 or b.size(1) == 1:
+        if fp8:
+            raise AlignmentError("b", "column-major b (b.t() contiguous), as fp8 wgmma reads B K-major",
+                                 f"a row-major b with strides {tuple(b.stride())}", "pass b.t().contiguous().t()")
+        return BLayout.N_MAJOR
+    raise AlignmentError("b", "row-major or column-major b (one unit stride)", f"strides {tuple(b.stride())}",
+                         "pass b.contiguous()")
+
+
+def _check_ab(a: Any, b: Any) -> None:
+    _two_d("a", a)
+    _two_d("b", b)
+    if a.shape[1] != b.shape[0]:
+        raise ShapeError("b", f"shape ({a.shape[1]}, N) to match a's K = {a.shape[1]}", f"shape {tuple(b.shape)}",
+                         "pass b with as many rows as a has columns (b is (K, N), not (N, K))")
+
+
+def _out_aligned(n: int, out: DType) -> None:
+    if n % (_TMA_ALIGN // out.bytes):
+        raise AlignmentError("b", f"N a multiple of {_TMA_ALIGN // out.bytes} for {out.value} output rows of "
+                             f"{_TMA_ALIGN}-byte multiples (TMA store)", f"N = {n}",
+                             "pad b's N dimension and slice the result")
+
+
+def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
+    """Validate `warploom.matmul`'s arguments and return their spec."""
+    _check_ab(a, b)
+    da = _dtype("a", a, _16BIT, "convert a to torch.bfloat16 or torch.float16; for fp8 use warploom.scaled_mm")
+    db = _dtype("b", b, _16BIT, "convert b to torch.bfloat16 or torch.float16")
+    if da != db:
+        raise DTypeError("b", f"the same dtype as a ({a.dtype})", str(b.dtype), f"convert b with b.to({a.dtype})")
+    out = da if out_dtype is None else DType.from_torch(out_dtype)
+    if out not in (DType.BF16, DType.FP16, DType.FP32):
+        raise DTypeError("out_dtype", "torch.bfloat16, torch.float16 or torch.float32", str(out_dtype),
+                         "pass one of those or None (a's dtype)")
+    _same_device({"a": a, "b": b})
+    _tma_ok("a", a, 1, "row-major a")
+    layout = _b_layout(b, fp8=False)
+    _tma_ok("b", b, 0 if layout is BLayout.K_MAJOR else 1, "b")
+    _out_aligned(b.shape[1], out)
+    return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, db, out, layout)
+
+
+def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int) -> ScaleRecipe:
+    for arg, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if DType.from_torch(s.dtype) is not DType.FP32:
+            raise ScaleError(arg, "a torch.float32 tensor", f"dtype {s.dtype}", f"pass {arg}.float()")
+    # One element each is tensorwise even when M = N = 1, where rowwise would mean the same product.
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        return ScaleRecipe.TENSORWISE
+    if tuple(scale_a.shape) == (m, 1) and tuple(scale_b.shape) == (1, n):
+        return ScaleRecipe.ROWWISE
+    raise ScaleError(
+        "scale_a" if tuple(scale_a.shape) != (m, 1) else "scale_b",
+        f"tensorwise scales (one element each) or rowwise scale_a ({m}, 1) and scale_b (1, {n})",
+        f"scale_a {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)}",
+        "reshape the scales to those shapes (blockwise recipes are not supported yet)",
+    )
+
+
+def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None, out_dtype: Any = None,
+                   use_fast_accum: bool = False) -> GemmSpec:
+    """Validate `warploom.scaled_mm`'s arguments (torch._scaled_mm semantics) and return their spec."""
+    _check_ab(a, b)
+    fp8 = (DType.E4M3, DType.E5M2)
+    fix = "quantize with x.to(torch.float8_e4m3fn) and pass its scale"
+    da = _dtype("a", a, fp8, fix)
+    db = _dtype("b", b, fp8, fix)
+    if da is DType.E5M2 and db is DType.E5M2:
+        raise DTypeError("b", "e4m3 when a is e5m2 (e5m2 x e5m2 has no fp8 wgmma)", "float8_e5m2",
+                         "quantize one operand to torch.float8_e4m3fn")
+    import torch
+
+    out = DType.from_torch(out_dtype if out_dtype is not None else torch.bfloat16)
+    if out not in (DType.BF16, DType.FP16, DType.FP32):
+        raise DTypeError("out_dtype", "torch.bfloat16, torch.float16 or torch.float32", str(out_dtype),
+                         "pass one of those")
+    m, k = a.shape
+    n = b.shape[1]
+    for arg, size in (("a", k), ("b", n)):
+        if size % 16:
+            raise ShapeError(arg, "K and N multiples of 16 for fp8 (as torch._scaled_mm requires)",
+                             f"{'K' if arg == 'a' else 'N'} = {size}", "pad with zeros to a multiple of 16")
+    _same_device({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+    recipe = _scale_recipe(scale_a, scale_b, m, n)
+    bias_dt = None
+    if bias is not None:
+        bias_dt = _dtype("bias", bias, (DType.BF16, DType.FP16, DType.FP32), "convert bias to out_dtype")
+        if tuple(bias.shape) != (n,):
+            raise ShapeError("bias", f"shape ({n},)", f"shape {tuple(bias.shape)}", "pass a 1-D bias of length N")
+    _tma_ok("a", a, 1, "row-major a")
+    _b_layout(b, fp8=True)
+    _tma_ok("b", b, 0, "column-major b")
+    _out_aligned(n, out)
+    acc = Accumulation.NATIVE if use_fast_accum else Accumulation.PROMOTED
+    return GemmSpec(m, n, k, da, db, out, BLayout.K_MAJOR, recipe, acc, bias_dt)

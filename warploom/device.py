@@ -1,0 +1,39 @@
+"""What the planner needs to know about a GPU. Importing this never touches a GPU; `DeviceInfo.current()` does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A GPU as the planner sees it.
+
+    Attributes:
+        name: marketing name, for reports.
+        arch: the compilation target, e.g. ``sm_90a``.
+        sm_count: streaming multiprocessors; the persistent grid has at most this many CTAs.
+        smem_per_block: the most dynamic shared memory one CTA may use (bytes).
+        regs_per_sm: 32-bit registers per SM; warp-specialized register budgets must fit in it.
+    """
+
+    name: str
+    arch: str
+    sm_count: int
+    smem_per_block: int
+    regs_per_sm: int = 65536
+
+    @staticmethod
+    def current() -> DeviceInfo:
+        """The CUDA device in use. Raises if there is none (callers without a GPU plan for `H100_SXM`)."""
+        import torch
+
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        major, minor = props.major, props.minor
+        arch = f"sm_{major}{minor}a" if major in (9, 10) else f"sm_{major}{minor}"
+        smem = int(getattr(props, "shared_memory_per_block_optin", H100_SXM.smem_per_block))
+        return DeviceInfo(props.name, arch, props.multi_processor_count, smem)
+
+
+# The H100 SXM that warploom is measured on: 132 SMs, 227 KiB of opt-in shared memory per block.
+H100_SXM = DeviceInfo("NVIDIA H100 80GB HBM3", "sm_90a", 132, 232448)

@@ -1,0 +1,74 @@
+"""Every mistake a user can make has a class here; each message says what was expected, what arrived, and the fix.
+
+User mistakes subclass ValueError or TypeError so ordinary `except ValueError` code keeps working.
+Internal failures (a pass produced IR its verifier rejects, the backend failed to compile) are kept apart
+in `InternalError`, so a bug report never reads like a user error.
+"""
+
+from __future__ import annotations
+
+
+class WarploomError(Exception):
+    """Base of all warploom errors."""
+
+
+def _msg(arg: str, expected: str, got: str, fix: str) -> str:
+    return f"{arg}: expected {expected}, got {got}. Fix: {fix}"
+
+
+class InputError(WarploomError, ValueError):
+    """A tensor argument is unusable: shape, stride, alignment, device, layout or size.
+
+    Attributes:
+        arg: the argument's name, as the user wrote it (``a``, ``scale_b``, ...).
+    """
+
+    def __init__(self, arg: str, expected: str, got: str, fix: str) -> None:
+        self.arg = arg
+        super().__init__(_msg(arg, expected, got, fix))
+
+
+class DTypeError(WarploomError, TypeError):
+    """A dtype, or a combination of dtypes, that warploom does not compute."""
+
+    def __init__(self, arg: str, expected: str, got: str, fix: str) -> None:
+        self.arg = arg
+        super().__init__(_msg(arg, expected, got, fix))
+
+
+class ShapeError(InputError):
+    """Shapes that do not agree (K of a and b, scale shapes) or are not 2-D."""
+
+
+class AlignmentError(InputError):
+    """A stride or base address that breaks TMA's 16-byte rule, or a non-unit inner stride."""
+
+
+class DeviceError(InputError):
+    """Tensors on different devices, or on a device this path does not run on."""
+
+
+class ScaleError(InputError):
+    """Scale tensors of the wrong shape, dtype, device or recipe."""
+
+
+class UnsupportedError(WarploomError, ValueError):
+    """A valid request that warploom does not implement yet; the message names the nearest thing that works."""
+
+
+class TargetError(WarploomError, ValueError):
+    """An unknown compilation target name."""
+
+
+class InternalError(WarploomError, RuntimeError):
+    """A warploom bug: a pass broke an IR invariant, or generated code failed to compile. Please report it."""
+
+
+class VerificationError(InternalError):
+    """The schedule IR verifier rejected a module; the message lists every violation found."""
+
+    def __init__(self, stage: str, problems: list[str]) -> None:
+        self.stage = stage
+        self.problems = problems
+        lines = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"schedule IR invalid after {stage}:\n{lines}")

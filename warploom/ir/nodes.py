@@ -1,0 +1,461 @@
+"""The schedule IR: typed, frozen nodes describing a warp-specialized GEMM kernel.
+
+A `Module` is one kernel: its shared-memory rings and buffers, its mbarrier arrays, and one `Partition`
+per group of warps (the TMA producer, the MMA consumers). Each partition's body is a tree of loops and
+ops. Every op has exactly one meaning, given in its docstring; the Gluon backend (`warploom.backends`)
+and the CPU simulator (`warploom.sim`) both implement that meaning and nothing else.
+
+Stage and phase arithmetic is explicit: a `Cursor` counts how often a partition has used a ring, across
+tiles; `Slot(cursor, offset)` names stage ``(count + offset) % depth`` and `Parity(cursor, offset, flip)`
+names the mbarrier phase parity ``((count + offset) // depth) & 1 ^ flip``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Union
+
+from warploom.dtypes import DType
+from warploom.spec import GemmSpec
+
+
+class Role(enum.Enum):
+    """What a partition's warps do."""
+
+    SEQUENTIAL = "sequential"  # the whole GEMM in one partition, before the partitioning pass
+    PRODUCER = "producer"  # issues TMA loads into the rings
+    CONSUMER = "consumer"  # issues wgmma from the rings, then runs the epilogue
+
+
+class Tensor(enum.Enum):
+    """A global-memory tensor of the kernel."""
+
+    A = "A"
+    B = "B"
+    C = "C"
+
+
+class Axis(enum.Enum):
+    """A problem dimension; a tile coordinate along it is ``index * block`` (BM, BN or BK)."""
+
+    M = "m"
+    N = "n"
+    K = "k"
+
+
+class Guard(enum.Enum):
+    """A condition on the innermost k-loop's iteration under which an op runs."""
+
+    ALWAYS = "always"
+    NOT_FIRST_K = "k > 0"
+    FIRST_K = "k == 0"
+
+
+class LoopKind(enum.Enum):
+    """TILES: the persistent loop over this CTA's output tiles. K: the loop over k-blocks of one tile.
+    FLAT: one flattened (tile, k) loop, used by the producer (seed 002: a single loop is enough for
+    a partition that has no per-tile epilogue, and keeps its register budget low)."""
+
+    TILES = "tiles"
+    K = "k"
+    FLAT = "tiles*k"
+
+
+class EpilogueStep(enum.Enum):
+    """Register-level epilogue math on the fp32 accumulator, applied in order before the output cast."""
+
+    SCALE_TENSORWISE = "acc *= scale_a[0] * scale_b[0]"
+    SCALE_ROWWISE = "acc *= scale_a[m, None] * scale_b[None, n]"
+    ADD_BIAS = "acc += bias[None, n]"
+
+
+# ---------------------------------------------------------------------------------------------
+# Declarations
+
+
+@dataclass(frozen=True)
+class Ring:
+    """A shared-memory ring buffer of `depth` slots, each one (rows, cols) tile of `dtype`.
+
+    Attributes:
+        name: unique within the module.
+        tensor: the global tensor whose tiles it holds.
+        dtype: element type.
+        depth: number of slots (pipeline stages).
+        rows, cols: one slot's tile shape, e.g. (BM, BK) for A.
+    """
+
+    name: str
+    tensor: Tensor
+    dtype: DType
+    depth: int
+    rows: int
+    cols: int
+
+    @property
+    def slot_bytes(self) -> int:
+        return self.rows * self.cols * self.dtype.bytes
+
+    @property
+    def bytes(self) -> int:
+        return self.depth * self.slot_bytes
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A single shared-memory tile, e.g. the epilogue's staging tile for the TMA store."""
+
+    name: str
+    tensor: Tensor
+    dtype: DType
+    rows: int
+    cols: int
+
+    @property
+    def bytes(self) -> int:
+        return self.rows * self.cols * self.dtype.bytes
+
+
+@dataclass(frozen=True)
+class Barriers:
+    """An array of `depth` mbarriers, each initialised with `count` expected arrivals per phase.
+
+    Attributes:
+        rings: the rings whose slots these barriers guard (barrier i guards slot i of each).
+        purpose: READY (slots filled, completed by TMA transaction bytes) or EMPTY (slots released).
+    """
+
+    name: str
+    depth: int
+    count: int
+    rings: tuple[str, ...]
+    purpose: Purpose
+
+
+class Purpose(enum.Enum):
+    """What completing a barrier's phase tells its waiters."""
+
+    READY = "ready"
+    EMPTY = "empty"
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A running count of one partition's uses of the stages of rings of `depth` slots, carried across
+    tiles. Starts at 0."""
+
+    name: str
+    depth: int
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Stage index ``(cursor + offset) % depth``."""
+
+    cursor: str
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class Parity:
+    """Phase parity ``((cursor + offset) // depth) & 1``, xor 1 when `flip`.
+
+    A wait on parity P returns once the barrier's phase with parity P has completed. A fresh barrier is
+    in phase 0, so a wait with `flip` (parity 1) passes at once: that is how a producer's first pass
+    over empty slots proceeds without a consumer arrival.
+    """
+
+    cursor: str
+    offset: int = 0
+    flip: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Ops
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Block the partition until `barrier[slot]` has completed the phase of parity `parity`."""
+
+    barrier: str
+    slot: Slot
+    parity: Parity
+
+
+@dataclass(frozen=True)
+class Arrive:
+    """One arrival (of `count`) on `barrier[slot]` by the partition, when `guard` holds."""
+
+    barrier: str
+    slot: Slot
+    count: int = 1
+    guard: Guard = Guard.ALWAYS
+
+
+@dataclass(frozen=True)
+class ArriveExpectTx:
+    """One arrival on `barrier[slot]` that also raises its pending transaction count by `nbytes`.
+
+    The phase then completes only after the arrivals and the `nbytes` of TMA traffic that name this
+    barrier have both landed.
+    """
+
+    barrier: str
+    slot: Slot
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class TmaLoad:
+    """Asynchronously copy one tile of `tensor` into `ring[slot]`.
+
+    The tile's origin is (coord[0] index * block, coord[1] index * block) in the tensor's own index
+    order; elements out of bounds read as zero. With a `barrier`, the copy's bytes complete a
+    transaction on `barrier[slot]`; with none (only before ring planning) the copy is synchronous.
+    """
+
+    tensor: Tensor
+    ring: str
+    slot: Slot
+    coord: tuple[Axis, Axis]
+    barrier: str | None = None
+
+
+@dataclass(frozen=True)
+class Mma:
+    """``acc (+)= ring_a[slot] @ ring_b[slot]`` on the tensor cores (wgmma).
+
+    B's slot is read as (K, N) whatever its storage order. The accumulator is overwritten instead of
+    added to when `overwrite` holds: FIRST_K for a tile's accumulator, ALWAYS for a per-k-block partial
+    (promoted fp8). An `is_async` MMA joins the partition's group of in-flight wgmma and completes,
+    writing `acc`, only at a later `MmaWait`; until then `acc` must not be read.
+    """
+
+    a_ring: str
+    b_ring: str
+    slot: Slot
+    acc: str
+    overwrite: Guard = Guard.FIRST_K
+    is_async: bool = False
+
+
+@dataclass(frozen=True)
+class MmaWait:
+    """Wait until at most `pending` async wgmma of this partition are in flight (oldest finish first)."""
+
+    pending: int
+
+
+@dataclass(frozen=True)
+class Promote:
+    """``dst += src`` in fp32 registers (promotion of an fp8 partial accumulator), after its MmaWait."""
+
+    src: str
+    dst: str
+
+
+@dataclass(frozen=True)
+class ZeroAcc:
+    """Set accumulator `acc` to zeros (a tile's start, for promoted accumulation)."""
+
+    acc: str
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """Apply `steps` to `acc` in registers (fp32)."""
+
+    acc: str
+    steps: tuple[EpilogueStep, ...]
+
+
+@dataclass(frozen=True)
+class StoreTile:
+    """Abstract: write `acc`, cast to the output dtype, to C's tile at (tile m, tile n); out-of-bounds
+    elements are dropped. Lowered by the epilogue pass to StoreSmem / FenceAsync / TmaStore."""
+
+    acc: str
+
+
+@dataclass(frozen=True)
+class StoreWait:
+    """Wait until at most `pending` of this partition's TMA stores are still reading shared memory."""
+
+    pending: int = 0
+
+
+@dataclass(frozen=True)
+class StoreSmem:
+    """Generic-proxy store of `acc`, cast to `buffer`'s dtype, into `buffer` (all the partition's threads)."""
+
+    acc: str
+    buffer: str
+
+
+@dataclass(frozen=True)
+class FenceAsync:
+    """fence.proxy.async: order this partition's earlier generic smem writes before later async-proxy
+    (TMA, wgmma) reads of them."""
+
+
+@dataclass(frozen=True)
+class TmaStore:
+    """Asynchronously copy `buffer` to C's tile at (tile m, tile n); out-of-bounds elements are dropped."""
+
+    buffer: str
+    tensor: Tensor = Tensor.C
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A loop of `kind` over `body`. TILES visits this CTA's tiles (persistent, strided by the grid);
+    K visits the k-blocks of the current tile; FLAT visits every (tile, k) pair of this CTA in order."""
+
+    kind: LoopKind
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class Advance:
+    """``cursor += 1``: the partition is done with the current slot of its ring."""
+
+    cursor: str
+
+
+Op = Union[
+    Wait, Arrive, ArriveExpectTx, TmaLoad, Mma, MmaWait, Promote, ZeroAcc, Epilogue, StoreTile, StoreWait,
+    StoreSmem, FenceAsync, TmaStore, Advance,
+]
+Stmt = Union[Op, Loop]
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    """A register accumulator tile of (rows, cols) fp32 owned by one partition."""
+
+    name: str
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A group of warps running one program.
+
+    Attributes:
+        name: unique; also the generated Gluon function's suffix.
+        role: what the warps do.
+        warps: number of warps (a consumer has 4 per warpgroup).
+        regs: per-thread register budget set with setmaxnreg (0: not yet assigned).
+        default: whether this is Gluon's default partition (the kernel's own warps).
+        accumulators: register tiles it owns.
+        cursors: ring cursors it owns.
+        body: its program.
+    """
+
+    name: str
+    role: Role
+    warps: int
+    body: tuple[Stmt, ...]
+    regs: int = 0
+    default: bool = False
+    accumulators: tuple[Accumulator, ...] = ()
+    cursors: tuple[Cursor, ...] = ()
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """The output tiling and its persistent order.
+
+    Attributes:
+        bm, bn, bk: block sizes along M, N, K.
+        group_m: grouped raster: tiles run GROUP_M rows of tiles at a time, column by column, so that
+            concurrently running CTAs share A and B tiles in L2.
+        grid: the most CTAs launched (the SM count); each CTA loops over tiles pid, pid + grid, ...
+    """
+
+    bm: int
+    bn: int
+    bk: int
+    group_m: int
+    grid: int
+
+    def block(self, axis: Axis) -> int:
+        return {Axis.M: self.bm, Axis.N: self.bn, Axis.K: self.bk}[axis]
+
+
+@dataclass(frozen=True)
+class Module:
+    """One kernel in schedule IR.
+
+    Attributes:
+        name: kernel name (a valid Python identifier).
+        spec: the problem it was planned for (its sizes are run-time arguments of the kernel).
+        tiling: tile shape and persistent order.
+        rings, buffers, barriers: shared-memory and mbarrier declarations.
+        partitions: the warp groups; exactly one is `default`.
+        num_warps: warps of the default partition (Gluon's ``num_warps``).
+    """
+
+    name: str
+    spec: GemmSpec
+    tiling: Tiling
+    partitions: tuple[Partition, ...]
+    rings: tuple[Ring, ...] = ()
+    buffers: tuple[Buffer, ...] = ()
+    barriers: tuple[Barriers, ...] = field(default=())
+
+    def ring(self, name: str) -> Ring:
+        return _find(self.rings, name, "ring")
+
+    def buffer(self, name: str) -> Buffer:
+        return _find(self.buffers, name, "buffer")
+
+    def barrier(self, name: str) -> Barriers:
+        return _find(self.barriers, name, "barrier")
+
+    def partition(self, name: str) -> Partition:
+        return _find(self.partitions, name, "partition")
+
+    @property
+    def default_partition(self) -> Partition:
+        return next(p for p in self.partitions if p.default)
+
+    @property
+    def workers(self) -> tuple[Partition, ...]:
+        return tuple(p for p in self.partitions if not p.default)
+
+    @property
+    def smem_bytes(self) -> int:
+        """Shared memory of rings and buffers, plus 8 bytes per mbarrier."""
+        return (
+            sum(r.bytes for r in self.rings)
+            + sum(b.bytes for b in self.buffers)
+            + 8 * sum(b.depth for b in self.barriers)
+        )
+
+    def with_partition(self, part: Partition) -> Module:
+        """This module with the partition of the same name replaced."""
+        return replace(self, partitions=tuple(part if p.name == part.name else p for p in self.partitions))
+
+
+def _find(items: tuple, name: str, what: str):  # type: ignore[no-untyped-def]
+    for it in items:
+        if it.name == name:
+            return it
+    raise KeyError(f"no {what} named {name!r}")
+
+
+def walk(body: tuple[Stmt, ...]):  # type: ignore[no-untyped-def]
+    """Yield (op, enclosing loop kinds) for every op in `body`, in program order."""
+    yield from _walk(body, ())
+
+
+def _walk(body: tuple[Stmt, ...], loops: tuple[LoopKind, ...]):  # type: ignore[no-untyped-def]
+    for s in body:
+        if isinstance(s, Loop):
+            yield from _walk(s.body, loops + (s.kind,))
+        else:
+            yield s, loops

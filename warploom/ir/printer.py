@@ -1,0 +1,97 @@
+"""Deterministic text form of the schedule IR: what `Kernel.schedule` prints and golden tests compare."""
+
+from __future__ import annotations
+
+from warploom.ir import nodes as ir
+
+
+def slot(s: ir.Slot) -> str:
+    if s.offset == 0:
+        return s.cursor
+    return f"{s.cursor}{s.offset:+d}"
+
+
+def parity(p: ir.Parity) -> str:
+    base = f"phase({slot(ir.Slot(p.cursor, p.offset))})"
+    return base + "^1" if p.flip else base
+
+
+def _guard(g: ir.Guard) -> str:
+    return "" if g is ir.Guard.ALWAYS else f"  if {g.value}"
+
+
+def op(o: ir.Op) -> str:
+    """One op as one line."""
+    match o:
+        case ir.Wait():
+            return f"wait {o.barrier}[{slot(o.slot)}] {parity(o.parity)}"
+        case ir.Arrive():
+            cnt = "" if o.count == 1 else f" count={o.count}"
+            return f"arrive {o.barrier}[{slot(o.slot)}]{cnt}{_guard(o.guard)}"
+        case ir.ArriveExpectTx():
+            return f"arrive_expect_tx {o.barrier}[{slot(o.slot)}] bytes={o.nbytes}"
+        case ir.TmaLoad():
+            coord = ", ".join(a.value for a in o.coord)
+            on = f" on {o.barrier}[{slot(o.slot)}]" if o.barrier else " sync"
+            return f"tma_load {o.tensor.value}[{coord}] -> {o.ring}[{slot(o.slot)}]{on}"
+        case ir.Mma():
+            kind = "wgmma.async" if o.is_async else "wgmma"
+            ow = "" if o.overwrite is ir.Guard.FIRST_K else f" overwrite={o.overwrite.value}"
+            return f"{kind} {o.acc} += {o.a_ring}[{slot(o.slot)}] @ {o.b_ring}[{slot(o.slot)}]{ow}"
+        case ir.MmaWait():
+            return f"wgmma_wait pending={o.pending}"
+        case ir.Promote():
+            return f"promote {o.dst} += {o.src}"
+        case ir.ZeroAcc():
+            return f"zero {o.acc}"
+        case ir.Epilogue():
+            return f"epilogue {o.acc}: " + "; ".join(s.value for s in o.steps)
+        case ir.StoreTile():
+            return f"store_tile C[m, n] <- {o.acc}"
+        case ir.StoreWait():
+            return f"tma_store_wait pending={o.pending}"
+        case ir.StoreSmem():
+            return f"store_smem {o.buffer} <- {o.acc}"
+        case ir.FenceAsync():
+            return "fence_async_shared"
+        case ir.TmaStore():
+            return f"tma_store {o.buffer} -> {o.tensor.value}[m, n]"
+        case ir.Advance():
+            return f"advance {o.cursor}"
+    raise TypeError(f"unknown op {o!r}")
+
+
+def _body(body: tuple[ir.Stmt, ...], indent: int, out: list[str]) -> None:
+    pad = "  " * indent
+    for s in body:
+        if isinstance(s, ir.Loop):
+            out.append(f"{pad}for {s.kind.value}:")
+            _body(s.body, indent + 1, out)
+        else:
+            out.append(pad + op(s))
+
+
+def module(m: ir.Module) -> str:
+    """The whole module, one declaration or op per line."""
+    t = m.tiling
+    out = [
+        f"module {m.name}  # {m.spec.short()}",
+        f"  tiling bm={t.bm} bn={t.bn} bk={t.bk} group_m={t.group_m} grid={t.grid}",
+    ]
+    for r in m.rings:
+        out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]")
+    for b in m.buffers:
+        out.append(f"  buffer {b.name}: {b.tensor.value} {b.dtype.value}[{b.rows}x{b.cols}]")
+    for br in m.barriers:
+        out.append(f"  mbarrier {br.name}[{br.depth}] count={br.count} {br.purpose.value} of {', '.join(br.rings)}")
+    out.append(f"  smem {m.smem_bytes} bytes")
+    for p in m.partitions:
+        flags = " default" if p.default else ""
+        regs = f" regs={p.regs}" if p.regs else ""
+        out.append(f"  partition {p.name} ({p.role.value}, warps={p.warps}{regs}{flags}):")
+        for c in p.cursors:
+            out.append(f"    cursor {c.name} (depth {c.depth})")
+        for a in p.accumulators:
+            out.append(f"    acc {a.name}: fp32[{a.rows}x{a.cols}]")
+        _body(p.body, 2, out)
+    return "\n".join(out) + "\n"

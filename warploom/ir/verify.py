@@ -1,0 +1,219 @@
+"""The schedule IR verifier, run after every pass.
+
+`structural` holds at every stage: names resolve, cursors belong to the partition using them, depths
+agree, exactly one default partition, loads fill rings of their own tensor. `complete` holds for a
+finished kernel: every ring has a producer and a consumer partition, every wait a matching arrival on
+another partition, expect-tx bytes equal the bytes loaded on that barrier, arrival counts match the
+arriving partitions, no accumulator is read with wgmma in flight, no partition exits with a TMA store
+in flight, and registers and shared memory fit the device.
+
+Allowed (complete):   wait ready[c] phase(c) / wgmma.async acc += a[c] @ b[c] / wgmma_wait 1 / ...
+Forbidden (complete): epilogue acc after wgmma.async without wgmma_wait pending=0 in between.
+"""
+
+from __future__ import annotations
+
+from warploom.device import DeviceInfo
+from warploom.errors import VerificationError
+from warploom.ir import nodes as ir
+
+_MAX_REGS = 256
+_MIN_REGS = 24
+
+
+def structural(m: ir.Module) -> list[str]:
+    errs: list[str] = []
+    for kind, items in (("ring", m.rings), ("buffer", m.buffers), ("barrier", m.barriers),
+                        ("partition", m.partitions)):
+        names = [i.name for i in items]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            errs.append(f"duplicate {kind} names {sorted(dup)}")
+    defaults = [p.name for p in m.partitions if p.default]
+    if len(defaults) != 1:
+        errs.append(f"exactly one default partition expected, got {defaults}")
+    ring_names = {r.name: r for r in m.rings}
+    bar_names = {b.name: b for b in m.barriers}
+    for b in m.barriers:
+        for r in b.rings:
+            if r not in ring_names:
+                errs.append(f"barrier {b.name} guards unknown ring {r}")
+            elif ring_names[r].depth != b.depth:
+                errs.append(f"barrier {b.name} has depth {b.depth} but ring {r} has {ring_names[r].depth}")
+    for p in m.partitions:
+        curs = {c.name: c for c in p.cursors}
+        accs = {a.name for a in p.accumulators}
+        where = f"partition {p.name}"
+
+        def slot(s: ir.Slot, depth: int, what: str) -> None:
+            c = curs.get(s.cursor)
+            if c is None:
+                errs.append(f"{where}: {what} uses cursor {s.cursor!r} it does not own")
+            elif c.depth != depth:
+                errs.append(f"{where}: {what} indexes depth {depth} with cursor {c.name} of depth {c.depth}")
+
+        for o, loops in ir.walk(p.body):
+            line = f"{type(o).__name__}"
+            match o:
+                case ir.Wait() | ir.Arrive() | ir.ArriveExpectTx():
+                    if o.barrier not in bar_names:
+                        errs.append(f"{where}: {line} on unknown barrier {o.barrier}")
+                    else:
+                        slot(o.slot, bar_names[o.barrier].depth, f"{line} {o.barrier}")
+                    if isinstance(o, ir.Wait) and o.parity.cursor != o.slot.cursor:
+                        errs.append(f"{where}: wait {o.barrier} slot and parity use different cursors")
+                case ir.TmaLoad():
+                    r = ring_names.get(o.ring)
+                    if r is None:
+                        errs.append(f"{where}: load into unknown ring {o.ring}")
+                        continue
+                    if r.tensor is not o.tensor:
+                        errs.append(f"{where}: load of {o.tensor.value} into ring {r.name} of {r.tensor.value}")
+                    slot(o.slot, r.depth, f"load into {r.name}")
+                    if o.barrier is not None and o.barrier not in bar_names:
+                        errs.append(f"{where}: load completes unknown barrier {o.barrier}")
+                case ir.Mma():
+                    for rn, t in ((o.a_ring, ir.Tensor.A), (o.b_ring, ir.Tensor.B)):
+                        r = ring_names.get(rn)
+                        if r is None or r.tensor is not t:
+                            errs.append(f"{where}: wgmma operand {rn} is not a ring of {t.value}")
+                        else:
+                            slot(o.slot, r.depth, f"wgmma read of {rn}")
+                    if o.acc not in accs:
+                        errs.append(f"{where}: wgmma into unknown accumulator {o.acc}")
+                case ir.Promote():
+                    for a in (o.src, o.dst):
+                        if a not in accs:
+                            errs.append(f"{where}: promote uses unknown accumulator {a}")
+                case ir.Epilogue() | ir.StoreTile() | ir.ZeroAcc():
+                    if o.acc not in accs:
+                        errs.append(f"{where}: {line} of unknown accumulator {o.acc}")
+                case ir.StoreSmem() | ir.TmaStore():
+                    if o.buffer not in {b.name for b in m.buffers}:
+                        errs.append(f"{where}: {line} uses unknown buffer {o.buffer}")
+                case ir.Advance():
+                    if o.cursor not in curs:
+                        errs.append(f"{where}: advances cursor {o.cursor!r} it does not own")
+            if isinstance(o, (ir.Arrive,)) and o.guard is not ir.Guard.ALWAYS and ir.LoopKind.K not in loops \
+                    and ir.LoopKind.FLAT not in loops:
+                errs.append(f"{where}: guard {o.guard.value} outside a k-loop")
+    return errs
+
+
+def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
+    errs = structural(m)
+    if errs:
+        return errs
+    writers: dict[str, set[str]] = {}
+    readers: dict[str, set[str]] = {}
+    waits: dict[str, set[str]] = {}
+    arrivals: dict[str, set[str]] = {}
+    for p in m.partitions:
+        where = f"partition {p.name}"
+        if p.role is ir.Role.SEQUENTIAL:
+            errs.append(f"{where} is still sequential: the partitioning pass did not run")
+        if not _MIN_REGS <= p.regs <= _MAX_REGS or p.regs % 8:
+            errs.append(f"{where}: regs={p.regs}, expected a multiple of 8 in [{_MIN_REGS}, {_MAX_REGS}]")
+        for body in _loop_bodies(p.body):
+            _check_expect_tx(m, body, where, errs)
+        for o, _ in ir.walk(p.body):
+            match o:
+                case ir.TmaLoad():
+                    writers.setdefault(o.ring, set()).add(p.name)
+                    if o.barrier is None:
+                        errs.append(f"{where}: synchronous load into {o.ring}: rings were not planned")
+                case ir.Mma():
+                    readers.setdefault(o.a_ring, set()).add(p.name)
+                    readers.setdefault(o.b_ring, set()).add(p.name)
+                case ir.Wait():
+                    waits.setdefault(o.barrier, set()).add(p.name)
+                case ir.Arrive() | ir.ArriveExpectTx():
+                    arrivals.setdefault(o.barrier, set()).add(p.name)
+                case ir.StoreTile():
+                    errs.append(f"{where}: abstract store_tile left: the epilogue pass did not run")
+        _check_async(p, errs)
+    for r in m.rings:
+        w, rd = writers.get(r.name, set()), readers.get(r.name, set())
+        if not w or not rd:
+            errs.append(f"ring {r.name} needs a producer and a consumer partition, has writers {sorted(w)} "
+                        f"and readers {sorted(rd)}")
+        elif w & rd:
+            errs.append(f"ring {r.name} is written and read by the same partition {sorted(w & rd)}")
+    for b in m.barriers:
+        wt, ar = waits.get(b.name, set()), arrivals.get(b.name, set())
+        if not wt:
+            errs.append(f"barrier {b.name} is never waited on")
+        if not ar:
+            errs.append(f"barrier {b.name} is waited on but never arrived at")
+        elif ar & wt:
+            errs.append(f"barrier {b.name} is arrived at and waited on by the same partition {sorted(ar & wt)}")
+        elif len(ar) != b.count:
+            errs.append(f"barrier {b.name} expects {b.count} arrivals per phase but {len(ar)} partitions "
+                        f"arrive ({sorted(ar)})")
+    smem = m.smem_bytes
+    if smem > device.smem_per_block:
+        errs.append(f"shared memory {smem} bytes exceeds the {device.smem_per_block} of {device.name}")
+    # setmaxnreg works per warpgroup, so a worker of fewer than 4 warps still holds a warpgroup's registers.
+    regs = sum(-(-p.warps // 4) * 4 * 32 * p.regs for p in m.partitions)
+    if regs > device.regs_per_sm:
+        errs.append(f"register budgets need {regs} registers, the SM has {device.regs_per_sm}")
+    return errs
+
+
+def _loop_bodies(body: tuple[ir.Stmt, ...]):  # type: ignore[no-untyped-def]
+    yield body
+    for s in body:
+        if isinstance(s, ir.Loop):
+            yield from _loop_bodies(s.body)
+
+
+def _check_expect_tx(m: ir.Module, body: tuple[ir.Stmt, ...], where: str, errs: list[str]) -> None:
+    expected: dict[str, int] = {}
+    loaded: dict[str, int] = {}
+    for s in body:
+        if isinstance(s, ir.ArriveExpectTx):
+            expected[s.barrier] = expected.get(s.barrier, 0) + s.nbytes
+        elif isinstance(s, ir.TmaLoad) and s.barrier is not None:
+            loaded[s.barrier] = loaded.get(s.barrier, 0) + m.ring(s.ring).slot_bytes
+    for b in sorted(set(expected) | set(loaded)):
+        if expected.get(b, 0) != loaded.get(b, 0):
+            errs.append(f"{where}: expect-tx on {b} announces {expected.get(b, 0)} bytes but the loads "
+                        f"completing on it bring {loaded.get(b, 0)}")
+
+
+def _check_async(p: ir.Partition, errs: list[str]) -> None:
+    """Abstractly run the body (each loop twice, to reach its steady state) counting wgmma in flight
+    and TMA stores outstanding."""
+    state = {"mma": 0, "store": 0}
+    reads_acc = (ir.Promote, ir.Epilogue, ir.StoreSmem, ir.StoreTile, ir.ZeroAcc)
+
+    def run(body: tuple[ir.Stmt, ...]) -> None:
+        for s in body:
+            if isinstance(s, ir.Loop):
+                run(s.body)
+                run(s.body)
+            elif isinstance(s, ir.Mma) and s.is_async:
+                state["mma"] += 1
+            elif isinstance(s, ir.MmaWait):
+                state["mma"] = min(state["mma"], s.pending)
+            elif isinstance(s, reads_acc) and state["mma"]:
+                errs.append(f"partition {p.name}: {type(s).__name__} reads an accumulator with "
+                            f"{state['mma']} wgmma in flight (missing wgmma_wait pending=0)")
+            elif isinstance(s, ir.TmaStore):
+                state["store"] += 1
+            elif isinstance(s, ir.StoreWait):
+                state["store"] = min(state["store"], s.pending)
+
+    run(p.body)
+    if state["mma"]:
+        errs.append(f"partition {p.name} exits with {state['mma']} wgmma in flight")
+    if state["store"]:
+        errs.append(f"partition {p.name} exits with {state['store']} TMA stores in flight")
+
+
+def check(m: ir.Module, stage: str, device: DeviceInfo | None = None) -> ir.Module:
+    """Raise VerificationError listing every problem; `device` given means the module must be complete."""
+    errs = structural(m) if device is None else complete(m, device)
+    if errs:
+        raise VerificationError(stage, errs)
+    return m

@@ -1,0 +1,61 @@
+"""The pass pipeline: from the sequential program to a warp-specialized persistent kernel.
+
+Each pass is a frozen dataclass (its fields are its options) called as ``Module -> Module``. The list
+below is the only place the order is written; each line says why the pass stands where it does.
+The structural verifier runs after every pass; the complete verifier after the last one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from warploom.device import DeviceInfo
+from warploom.ir import nodes as ir
+from warploom.ir import verify
+from warploom.passes.build import build_sequential
+from warploom.passes.epilogue import LowerEpilogue
+from warploom.passes.partition import SplitProducer
+from warploom.passes.persistent import FlattenProducer
+from warploom.passes.pipeline_mma import PipelineMma
+from warploom.passes.registers import AssignRegisters
+from warploom.passes.rings import PlanRings
+from warploom.planner import Plan
+from warploom.spec import GemmSpec
+
+Pass = Callable[[ir.Module], ir.Module]
+
+
+def pipeline(plan: Plan) -> list[Pass]:
+    return [
+        # First: every later pass speaks of producer and consumer, and sync needs two parties.
+        SplitProducer(producer_warps=plan.producer_warps),
+        # Needs the partitions to know who waits on what; deepens rings before MMA pipelining, which
+        # relies on slots c-1 still being unreleased (depth >= 2 for overlap).
+        PlanRings(stages=plan.stages),
+        # Needs the empty-barrier arrivals placed by PlanRings, which it defers by one k-block.
+        PipelineMma(),
+        # After all producer ops exist: flattening must see the final loop body.
+        FlattenProducer(),
+        # Independent of the mainloop; last of the body rewrites so the staging buffer is declared once.
+        LowerEpilogue(),
+        # Last: budgets depend on the final set of partitions.
+        AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs),
+    ]
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The module after each stage, for `warploom plan --trace` and the pass tests."""
+
+    stages: tuple[tuple[str, ir.Module], ...]
+
+
+def compile_schedule(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> tuple[ir.Module, Trace]:
+    m = verify.check(build_sequential(spec, plan), "build_sequential")
+    stages = [("build_sequential", m)]
+    for p in pipeline(plan):
+        m = verify.check(p(m), type(p).__name__)
+        stages.append((type(p).__name__, m))
+    verify.check(m, "pipeline end", device)
+    return m, Trace(tuple(stages))

@@ -1,0 +1,80 @@
+"""The front end's output: the GEMM as one sequential partition, before any scheduling.
+
+    for tiles:                      # this CTA's output tiles
+      [zero acc]                    # promoted fp8 only
+      for k:
+        tma_load A[m, k] -> a[c] sync
+        tma_load B[n, k] -> b[c] sync
+        wgmma acc += a[c] @ b[c]    # or: partial = a @ b; promote acc += partial
+        advance c
+      epilogue acc: scales, bias
+      store_tile C[m, n] <- acc
+
+Every later pass is a rewrite of this program, so the schedule's meaning is the meaning of this loop.
+"""
+
+from __future__ import annotations
+
+from warploom.ir import nodes as ir
+from warploom.planner import Plan
+from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
+
+
+def kernel_name(spec: GemmSpec, plan: Plan) -> str:
+    acc = "_promoted" if spec.accumulation is Accumulation.PROMOTED else ""
+    scale = "" if spec.scale is ScaleRecipe.NONE else f"_{spec.scale.value}"
+    bias = "_bias" if spec.bias_dtype else ""
+    return (
+        f"warploom_{spec.a_dtype.value}{spec.b_dtype.value}_{spec.out_dtype.value}{scale}{bias}{acc}"
+        f"_b{spec.b_layout.value}_{plan.short()}"
+    )
+
+
+def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
+    """The one-partition program for `spec` with `plan`'s tiling (rings of depth 1, synchronous ops)."""
+    b_rows, b_cols = (plan.bn, plan.bk) if spec.b_layout is BLayout.K_MAJOR else (plan.bk, plan.bn)
+    b_coord = (ir.Axis.N, ir.Axis.K) if spec.b_layout is BLayout.K_MAJOR else (ir.Axis.K, ir.Axis.N)
+    rings = (
+        ir.Ring("a_ring", ir.Tensor.A, spec.a_dtype, 1, plan.bm, plan.bk),
+        ir.Ring("b_ring", ir.Tensor.B, spec.b_dtype, 1, b_rows, b_cols),
+    )
+    cur = ir.Cursor("c", 1)
+    c = ir.Slot("c")
+    promoted = spec.accumulation is Accumulation.PROMOTED
+    accs = [ir.Accumulator("acc", plan.bm, plan.bn)]
+    k_body: list[ir.Stmt] = [
+        ir.TmaLoad(ir.Tensor.A, "a_ring", c, (ir.Axis.M, ir.Axis.K)),
+        ir.TmaLoad(ir.Tensor.B, "b_ring", c, b_coord),
+    ]
+    if promoted:
+        # Each k-block's fp8 product lands in a fresh partial that is added in full fp32 precision.
+        accs.append(ir.Accumulator("partial", plan.bm, plan.bn))
+        k_body += [ir.Mma("a_ring", "b_ring", c, "partial", overwrite=ir.Guard.ALWAYS), ir.Promote("partial", "acc")]
+    else:
+        k_body.append(ir.Mma("a_ring", "b_ring", c, "acc"))
+    k_body.append(ir.Advance("c"))
+
+    steps: list[ir.EpilogueStep] = []
+    if spec.scale is ScaleRecipe.TENSORWISE:
+        steps.append(ir.EpilogueStep.SCALE_TENSORWISE)
+    elif spec.scale is ScaleRecipe.ROWWISE:
+        steps.append(ir.EpilogueStep.SCALE_ROWWISE)
+    if spec.bias_dtype is not None:
+        steps.append(ir.EpilogueStep.ADD_BIAS)
+
+    tile_body: list[ir.Stmt] = [ir.ZeroAcc("acc")] if promoted else []
+    tile_body.append(ir.Loop(ir.LoopKind.K, tuple(k_body)))
+    if steps:
+        tile_body.append(ir.Epilogue("acc", tuple(steps)))
+    tile_body.append(ir.StoreTile("acc"))
+
+    part = ir.Partition(
+        name="main", role=ir.Role.SEQUENTIAL, warps=plan.consumer_warps, default=True,
+        body=(ir.Loop(ir.LoopKind.TILES, tuple(tile_body)),),
+        accumulators=tuple(accs), cursors=(cur,),
+    )
+    return ir.Module(
+        name=kernel_name(spec, plan), spec=spec,
+        tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid),
+        partitions=(part,), rings=rings,
+    )

@@ -1,0 +1,58 @@
+"""MMA pipelining: make wgmma asynchronous and release each slot as late as correctness needs.
+
+Native accumulation keeps one wgmma in flight: after issuing k-block k's wgmma, `wgmma_wait 1`
+guarantees k-block k-1's wgmma finished, so slot c-1 (not c) is released. After the k-loop,
+`wgmma_wait 0` drains the last one and releases its slot before the accumulator is read.
+
+Promoted fp8 accumulation reads the partial right after each wgmma, so it waits for 0 in flight and
+releases the slot it just used; the tensor cores stay busy because the consumer's two warpgroups
+drift apart and the other one's wgmma runs while one promotes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from warploom.ir import nodes as ir
+
+
+@dataclass(frozen=True)
+class PipelineMma:
+    def __call__(self, m: ir.Module) -> ir.Module:
+        parts = tuple(
+            replace(p, body=_tiles(p.body)) if p.role is ir.Role.CONSUMER else p for p in m.partitions
+        )
+        return replace(m, partitions=parts)
+
+
+def _tiles(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    out: list[ir.Stmt] = []
+    for s in body:
+        if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.K:
+            out.extend(_k_loop(s))
+        elif isinstance(s, ir.Loop):
+            out.append(ir.Loop(s.kind, _tiles(s.body)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def _k_loop(loop: ir.Loop) -> tuple[ir.Stmt, ...]:
+    mma = next(s for s in loop.body if isinstance(s, ir.Mma))
+    cur = mma.slot.cursor
+    promoted = mma.overwrite is ir.Guard.ALWAYS
+    body: list[ir.Stmt] = []
+    for s in loop.body:
+        if isinstance(s, ir.Mma):
+            body.append(replace(s, is_async=True))
+            body.append(ir.MmaWait(0 if promoted else 1))
+            if not promoted:
+                body.append(ir.Arrive("empty", ir.Slot(cur, -1), guard=ir.Guard.NOT_FIRST_K))
+        elif isinstance(s, ir.Arrive) and s.barrier == "empty" and not promoted:
+            continue  # replaced by the deferred release above and after the loop
+        else:
+            body.append(s)
+    if promoted:
+        return (ir.Loop(ir.LoopKind.K, tuple(body)),)
+    # Cursor c has advanced past the last k-block, so its slot is c-1.
+    return (ir.Loop(ir.LoopKind.K, tuple(body)), ir.MmaWait(0), ir.Arrive("empty", ir.Slot(cur, -1)))

@@ -1,0 +1,20 @@
+"""Register budgets: few for the producer (it only issues TMA), many for the consumers' accumulators."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from warploom.ir import nodes as ir
+
+
+@dataclass(frozen=True)
+class AssignRegisters:
+    """Attributes:
+    producer, consumer: per-thread registers (setmaxnreg takes multiples of 8 in [24, 256])."""
+
+    producer: int
+    consumer: int
+
+    def __call__(self, m: ir.Module) -> ir.Module:
+        regs = {ir.Role.PRODUCER: self.producer, ir.Role.CONSUMER: self.consumer}
+        return replace(m, partitions=tuple(replace(p, regs=regs[p.role]) for p in m.partitions))

@@ -1,0 +1,112 @@
+"""The planner: choose a schedule's parameters (tile shape, stages, warps, registers, raster, grid) for a spec.
+
+The heuristic, in order:
+1. Candidate tiles by input width. 16-bit: BK=64 (128 bytes of K per row, one 128-byte swizzle atom);
+   fp8: BK=128 (the same 128 bytes). BM is 128 (two consumer warpgroups of 64 rows, cooperative) or
+   64 (one warpgroup) when M <= 64, where a 128-row tile would be half padding.
+2. For each candidate, stages = as many as fit in shared memory beside the epilogue's staging tile
+   (at least 2, at most 6): more stages hide more TMA latency, and the staging tile lets the TMA
+   store of one tile overlap the next tile's mainloop.
+3. Score = estimated time in "tile-waves": ceil(tiles / SMs) * BM * BN / efficiency, where the
+   efficiency of a tile shape (measured on the H100 by the feasibility probe: 128x256 reaches cuBLAS,
+   128x128 is about 10% slower per FLOP) rewards large tiles and the wave count punishes shapes that
+   leave SMs idle. The lowest score wins; ties go to the larger tile.
+4. Registers: the producer warp runs with 24 (it only issues TMA), consumers with 240 (a 64x256 fp32
+   accumulator is 128 registers per thread); both must fit the SM's 64K registers at one CTA per SM.
+5. GROUP_M = 8 (the probe lost ~7% with GROUP_M = 1); grid = min(SMs, tiles).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from warploom.device import DeviceInfo
+from warploom.spec import Accumulation, GemmSpec
+
+# (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
+_TILES: tuple[tuple[int, int, float], ...] = (
+    (128, 256, 1.00),
+    (128, 128, 0.90),
+    (64, 256, 0.85),
+    (64, 128, 0.75),
+)
+_MAX_STAGES = 6
+_PRODUCER_REGS = 24
+_CONSUMER_REGS = 240
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A schedule's parameters, chosen by `plan_schedule` or given by hand for measurement.
+
+    Attributes:
+        bm, bn, bk: tile sizes.
+        stages: depth of the A/B shared-memory rings.
+        consumer_warps: warps of the MMA consumer partition (4 per warpgroup; BM/64 warpgroups).
+        producer_warps: warps of the TMA producer partition.
+        producer_regs, consumer_regs: per-thread register budgets (setmaxnreg).
+        group_m: grouped raster size.
+        grid: persistent CTAs (at most one per SM).
+    """
+
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    consumer_warps: int
+    group_m: int
+    grid: int
+    producer_warps: int = 1
+    producer_regs: int = _PRODUCER_REGS
+    consumer_regs: int = _CONSUMER_REGS
+
+    def short(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
+
+
+def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
+    """Shared memory of one pipeline stage: an A tile and a B tile."""
+    return (bm * bk) * spec.a_dtype.bytes + (bn * bk) * spec.b_dtype.bytes
+
+
+def epilogue_bytes(spec: GemmSpec, bm: int, bn: int) -> int:
+    """The epilogue's staging tile for the TMA store."""
+    return bm * bn * spec.out_dtype.bytes
+
+
+def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int) -> int:
+    # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
+    free = device.smem_per_block - epilogue_bytes(spec, bm, bn) - 1024
+    return min(_MAX_STAGES, free // stage_bytes(spec, bm, bn, bk))
+
+
+def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
+                  stages: int | None = None, group_m: int = 8) -> Plan:
+    """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations)."""
+    bk = 128 if spec.is_fp8 else 64
+    best: tuple[float, int, Plan] | None = None
+    for cbm, cbn, eff in _TILES:
+        if (bm is not None and cbm != bm) or (bn is not None and cbn != bn):
+            continue
+        if bm is None and cbm == 64 and spec.m > 64:
+            continue  # a 64-row tile only pays when M itself is small
+        if spec.accumulation is Accumulation.PROMOTED and cbn == 256:
+            continue  # acc + partial of 64x256 per warpgroup would need 256 registers per thread
+        s = max_stages(spec, device, cbm, cbn, bk) if stages is None else stages
+        if s < 2:
+            continue
+        tiles = max(1, math.ceil(spec.m / cbm) * math.ceil(spec.n / cbn))
+        score = math.ceil(tiles / device.sm_count) * cbm * cbn / eff
+        plan = Plan(
+            bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=4 * (cbm // 64),
+            group_m=group_m, grid=min(device.sm_count, tiles),
+        )
+        key = (score, -cbm * cbn, plan)
+        if best is None or key[:2] < best[:2]:
+            best = key
+    if best is None:
+        from warploom.errors import UnsupportedError
+
+        raise UnsupportedError(f"no tile shape fits {spec.short()} with {bm=} {bn=} {stages=} on {device.name}")
+    return best[2]

@@ -1,0 +1,138 @@
+"""Cross-compile a kernel for sm_90a without a GPU, and read its resources from ptxas and the SASS.
+
+Registers and spills are only reported by the driver after a GPU load, so we re-run the ptxas that
+Triton ships with ``-v`` on the PTX, and disassemble the cubin with its cuobjdump.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from warploom.backends.gluon_sm90 import GluonSource
+from warploom.dtypes import DType
+from warploom.ir import nodes as ir
+from warploom.runtime.loader import load
+from warploom.spec import BLayout
+
+_SIG = {DType.BF16: "bf16", DType.FP16: "fp16", DType.FP32: "fp32", DType.E4M3: "fp8e4nv", DType.E5M2: "fp8e5"}
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A cross-compiled kernel.
+
+    Attributes:
+        target: e.g. ``sm_90a``.
+        ptx, cubin, sass: the compiler's outputs (SASS as cuobjdump prints it).
+        registers: registers per thread at the kernel's entry (ptxas -v).
+        spills: spill stores + spill loads, bytes.
+        smem_bytes: shared memory the kernel allocates.
+        ptxas_log: ptxas's own report, including performance advisories such as C7514 (wgmma serialized).
+    """
+
+    target: str
+    ptx: str
+    cubin: bytes
+    sass: str
+    registers: int
+    spills: int
+    smem_bytes: int
+    ptxas_log: str
+
+    def count(self, mnemonic: str) -> int:
+        """How many SASS instructions start with `mnemonic` (e.g. HGMMA, QGMMA, SETMAXNREG)."""
+        return len(re.findall(rf"\b{mnemonic}\b", self.sass))
+
+    @property
+    def wgmma_serialized(self) -> bool:
+        """ptxas advisory C7514/C7515...: wgmma pipelines serialized (a silent performance cliff)."""
+        return bool(re.search(r"C75(0[89]|1\d)", self.ptxas_log)) and "wgmma" in self.ptxas_log.lower()
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "target": self.target, "registers": self.registers, "spills": self.spills,
+            "smem_bytes": self.smem_bytes, "HGMMA": self.count("HGMMA"), "QGMMA": self.count("QGMMA"),
+            "wgmma_serialized": self.wgmma_serialized,
+        }
+
+
+def _gl_dtype(d: DType) -> Any:
+    from triton.experimental.gluon import language as gl
+
+    return {DType.BF16: gl.bfloat16, DType.FP16: gl.float16, DType.FP32: gl.float32,
+            DType.E4M3: gl.float8e4nv, DType.E5M2: gl.float8e5}[d]
+
+
+def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
+    """Each TMA descriptor's element type and box (block) shape."""
+    t, s = m.tiling, m.spec
+    b_block = [t.bn, t.bk] if s.b_layout is BLayout.K_MAJOR else [t.bk, t.bn]
+    return {"a_desc": (s.a_dtype, [t.bm, t.bk]), "b_desc": (s.b_dtype, b_block), "c_desc": (s.out_dtype, [t.bm, t.bn])}
+
+
+def shared_layout(dtype: DType, block: list[int]) -> Any:
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(dtype))
+
+
+def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
+    sig: dict[str, str] = {}
+    blocks = descriptor_blocks(m)
+    for p in src.params:
+        if p in blocks:
+            d, blk = blocks[p]
+            # Exactly how Triton's JIT mangles a Gluon TensorDescriptor argument.
+            sig[p] = f"tensordesc<{_SIG[d]}[{', '.join(map(str, blk))}],{shared_layout(d, blk)!r}>"
+        elif p in ("scale_a_ptr", "scale_b_ptr"):
+            sig[p] = "*fp32"
+        elif p == "bias_ptr":
+            assert m.spec.bias_dtype is not None
+            sig[p] = f"*{_SIG[m.spec.bias_dtype]}"
+        else:
+            sig[p] = "i32"
+    return sig
+
+
+def _bin(tool: str) -> str:
+    import triton
+
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
+
+
+def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Compiled:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    fn = load(src.text, src.kernel)
+    # Pointers are 16-byte aligned (checked on the host), which lets Triton vectorize scale loads.
+    attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(src.params) if p.endswith("_ptr")}
+    ast = GluonASTSource(fn, signature(m, src), {}, attrs)
+    options = {"num_warps": src.num_warps, "num_stages": 1, "num_ctas": 1, "maxnreg": src.maxnreg}
+    ck = triton.compile(ast, target=GPUTarget("cuda", 90, 32), options=options)
+    ptx, cubin = ck.asm["ptx"], ck.asm["cubin"]
+    with tempfile.TemporaryDirectory() as d:
+        ptx_path, cubin_path = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
+        with open(ptx_path, "w") as f:
+            f.write(ptx)
+        with open(cubin_path, "wb") as f:
+            f.write(cubin)
+        r = subprocess.run([_bin("ptxas"), "-v", "--gpu-name=sm_90a", ptx_path, "-o", os.path.join(d, "re.cubin")],
+                           capture_output=True, text=True, check=False)
+        log = r.stdout + r.stderr
+        sass = subprocess.run([_bin("cuobjdump"), "-sass", cubin_path], capture_output=True, text=True,
+                              check=True).stdout
+    regs = re.search(r"Used (\d+) registers", log)
+    spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    return Compiled(
+        target=target, ptx=ptx, cubin=cubin, sass=sass,
+        registers=int(regs.group(1)) if regs else -1,
+        spills=int(spill.group(1)) + int(spill.group(2)) if spill else -1,
+        smem_bytes=int(ck.metadata.shared), ptxas_log=log,
+    )

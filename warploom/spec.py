@@ -1,0 +1,109 @@
+"""GemmSpec: everything about a GEMM problem that the planner and the code generator may depend on.
+
+A spec is built from tensors (`warploom.checks.spec_from_tensors`) or by hand for planning and tests.
+It is frozen and hashable, so it keys caches.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from warploom.dtypes import DType
+
+
+class BLayout(enum.Enum):
+    """How B, logically (K, N), lies in memory.
+
+    K_MAJOR: K is contiguous (B is the transpose of a row-major (N, K) matrix, e.g. an nn.Linear weight,
+             or what torch._scaled_mm requires). Its tiles are (BN, BK) and feed wgmma through a permuted view.
+    N_MAJOR: N is contiguous (an ordinary row-major (K, N) matrix). Its tiles are (BK, BN); wgmma reads
+             them MN-major, which Hopper allows for 16-bit types only.
+    """
+
+    K_MAJOR = "k_major"
+    N_MAJOR = "n_major"
+
+
+class ScaleRecipe(enum.Enum):
+    """How fp8 inputs are dequantized.
+
+    NONE: plain matmul. TENSORWISE: one fp32 scale per operand. ROWWISE: scale_a (M, 1), scale_b (1, N).
+    """
+
+    NONE = "none"
+    TENSORWISE = "tensorwise"
+    ROWWISE = "rowwise"
+
+
+class Accumulation(enum.Enum):
+    """How fp32 accumulation is kept exact enough.
+
+    NATIVE: the tensor core's accumulator throughout (exact for 16-bit inputs; for fp8 this is
+            torch's use_fast_accum=True, whose accumulator keeps fewer mantissa bits).
+    PROMOTED: for fp8, each k-block's product goes to a fresh partial accumulator that is added into
+            a full-precision fp32 accumulator in registers (torch's use_fast_accum=False accuracy).
+    """
+
+    NATIVE = "native"
+    PROMOTED = "promoted"
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """One GEMM problem: C (M, N) = epilogue(A (M, K) @ B (K, N)).
+
+    Attributes:
+        m, n, k: problem sizes.
+        a_dtype, b_dtype: input element types (both 16-bit and equal, or both fp8).
+        out_dtype: the output element type.
+        b_layout: which dimension of B is contiguous (A is always K-contiguous, C row-major).
+        scale: the fp8 scale recipe (NONE for 16-bit inputs).
+        accumulation: NATIVE or PROMOTED (fp8 only).
+        bias_dtype: dtype of a (N,) bias added in the epilogue, or None.
+    """
+
+    m: int
+    n: int
+    k: int
+    a_dtype: DType = DType.BF16
+    b_dtype: DType = DType.BF16
+    out_dtype: DType = DType.BF16
+    b_layout: BLayout = BLayout.K_MAJOR
+    scale: ScaleRecipe = ScaleRecipe.NONE
+    accumulation: Accumulation = Accumulation.NATIVE
+    bias_dtype: DType | None = None
+
+    def __post_init__(self) -> None:
+        # Internal consistency only; user-facing checks with fixes live in warploom.checks.
+        if min(self.m, self.n, self.k) < 0:
+            raise ValueError(f"GemmSpec sizes must be >= 0, got {self.m=} {self.n=} {self.k=}")
+        if self.a_dtype.is_fp8 != self.b_dtype.is_fp8:
+            raise ValueError(f"GemmSpec mixes fp8 and 16-bit inputs: {self.a_dtype=} {self.b_dtype=}")
+        if not self.a_dtype.is_fp8 and self.a_dtype != self.b_dtype:
+            raise ValueError(f"GemmSpec 16-bit inputs must match: {self.a_dtype=} {self.b_dtype=}")
+        if self.a_dtype == DType.FP32:
+            raise ValueError("GemmSpec inputs cannot be fp32")
+        if self.is_fp8 and self.b_layout is not BLayout.K_MAJOR:
+            raise ValueError("fp8 wgmma reads both operands K-major: b_layout must be K_MAJOR")
+        if self.is_fp8 == (self.scale is ScaleRecipe.NONE):
+            raise ValueError(f"fp8 inputs need a scale recipe and 16-bit inputs none: {self.scale=}")
+        if self.accumulation is Accumulation.PROMOTED and not self.is_fp8:
+            raise ValueError("PROMOTED accumulation only applies to fp8 inputs")
+
+    @property
+    def is_fp8(self) -> bool:
+        return self.a_dtype.is_fp8
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+    def short(self) -> str:
+        """A compact name, e.g. ``e4m3xe4m3->bf16 rowwise 4096x4096x4096``."""
+        recipe = "" if self.scale is ScaleRecipe.NONE else f" {self.scale.value}"
+        acc = " promoted" if self.accumulation is Accumulation.PROMOTED else ""
+        return (
+            f"{self.a_dtype.value}x{self.b_dtype.value}->{self.out_dtype.value}{recipe}{acc} "
+            f"{self.m}x{self.n}x{self.k} b={self.b_layout.value}"
+        )
