@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The GPU tier in one call (run on the device machine from the repo root): environment, GPU tests,
+# benchmarks. Writes JSON and logs under $OUT (default ./out). Uses the package from the tree.
+set -u
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export WARPLOOM_CACHE_DIR=${WARPLOOM_CACHE_DIR:-/tmp/warploom-cache}
+python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" \
+  | tee "$OUT/env.txt"
+what=${1:-all}
+rc=0
+if [ "$what" = all ] || [ "$what" = test ]; then
+  python3 -m pytest -q -x -p no:cacheprovider tests/gpu --junitxml="$OUT/gpu-tests.xml" -o addopts="" \
+    2>&1 | tail -n 40 | tee "$OUT/gpu-tests.log"
+  rc=${PIPESTATUS[0]}
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  python3 -m warploom.bench --out "$OUT/bench.json" ${BENCH_SIZES:+--sizes $BENCH_SIZES} 2>&1 | tee "$OUT/bench.log"
+fi
+exit $rc

@@ -1,0 +1,143 @@
+"""GPU tier: warploom's kernels on a real Hopper GPU against an fp32 torch reference.
+
+Run by scripts/gpu.sh on the device machine. Every test has a watchdog: a hung kernel kills the process
+(faulthandler) instead of freezing the run, so a hang fails loudly.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+
+import pytest
+import torch
+
+import warploom
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU")
+
+WATCHDOG_S = 120
+
+
+@pytest.fixture(autouse=True)
+def watchdog():
+    faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def scale_free_error(x: torch.Tensor, y: torch.Tensor) -> float:
+    """1 - 2Σxy / Σ(x² + y²): 0 for equal tensors, insensitive to a common scale."""
+    x, y = x.double(), y.double()
+    return float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
+
+
+def poisoned(m: int, n: int, dtype: torch.dtype) -> None:
+    # Fill the allocator's next block with NaN so an unwritten output element cannot pass.
+    torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+
+
+SHAPES = [(296, 520, 1024), (1, 4096, 4096), (4097, 264, 8192), (128, 256, 64), (1000, 1000, 72)]
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("b_major", ["k", "n"])
+def test_matmul(m: int, n: int, k: int, dtype: torch.dtype, b_major: str) -> None:
+    torch.manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(n, k, device="cuda", dtype=dtype).t() if b_major == "k" else torch.randn(k, n, device="cuda",
+                                                                                              dtype=dtype)
+    poisoned(m, n, dtype)
+    out = warploom.matmul(a, b)
+    ref = a.float() @ b.float()
+    assert out.dtype == dtype and out.shape == (m, n)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), ref, atol=2e-2 * k**0.5 / 8, rtol=2e-2)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16])
+def test_matmul_out_dtype(out_dtype: torch.dtype) -> None:
+    a = torch.randn(333, 512, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)
+    out = warploom.matmul(a, b, out_dtype=out_dtype)
+    assert out.dtype == out_dtype
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=3e-2, rtol=2e-2)
+
+
+def _fp8(m: int, n: int, k: int, a_dt=torch.float8_e4m3fn, b_dt=torch.float8_e4m3fn):
+    a = (torch.randn(m, k, device="cuda") * 2).to(a_dt)
+    b = (torch.randn(n, k, device="cuda") * 2).to(b_dt).t()  # column-major, as torch._scaled_mm wants
+    return a, b
+
+
+FP8_SHAPES = [(296, 528, 1024), (1, 4096, 4096), (4097, 272, 8192), (64, 128, 128)]
+
+
+@pytest.mark.parametrize("m,n,k", FP8_SHAPES)
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("fast_accum", [True, False])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_scaled_mm(m: int, n: int, k: int, recipe: str, fast_accum: bool, with_bias: bool) -> None:
+    torch.manual_seed(m * 7 + n + k)
+    a, b = _fp8(m, n, k)
+    if recipe == "tensorwise":
+        sa, sb = torch.rand((), device="cuda") + 0.5, torch.rand((), device="cuda") + 0.5
+    else:
+        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if with_bias else None
+    poisoned(m, n, torch.bfloat16)
+    out = warploom.scaled_mm(a, b, sa, sb, bias=bias, use_fast_accum=fast_accum)
+    ref = (a.float() @ b.float()) * sa * sb + (bias.float() if bias is not None else 0)
+    assert out.shape == (m, n) and out.dtype == torch.bfloat16
+    assert not out.isnan().any()
+    assert scale_free_error(out, ref) < 1e-3
+    # Same accuracy class as torch's own kernel for the same flag.
+    theirs = torch._scaled_mm(a, b, sa.reshape(sa.shape if recipe == "rowwise" else ()),
+                              sb.reshape(sb.shape if recipe == "rowwise" else ()), bias=bias,
+                              out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
+    assert scale_free_error(out, ref) <= 2 * scale_free_error(theirs, ref) + 1e-6
+
+
+def test_scaled_mm_e5m2_b() -> None:
+    a, b = _fp8(300, 256, 512, b_dt=torch.float8_e5m2)
+    one = torch.ones((), device="cuda")
+    out = warploom.scaled_mm(a, b, one, one, use_fast_accum=True)
+    assert scale_free_error(out, a.float() @ b.float()) < 1e-3
+
+
+def test_persistent_many_tiles_per_cta() -> None:
+    # 4096x4096 with 128x256 tiles: 512 tiles on 132 SMs, so CTAs run 3-4 tiles and the rings wrap.
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):  # a race would show as a moving error
+        out = warploom.matmul(a, b)
+        torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.25, rtol=2e-2)
+
+
+def test_custom_op_opcheck() -> None:
+    a = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    torch.library.opcheck(torch.ops.warploom.matmul.default, (a, b, None))
+    a8, b8 = _fp8(128, 256, 128)
+    sa, sb = torch.rand(128, 1, device="cuda"), torch.rand(1, 256, device="cuda")
+    torch.library.opcheck(torch.ops.warploom.scaled_mm.default, (a8, b8, sa, sb, None, torch.bfloat16, True))
+
+
+def test_zero_sized() -> None:
+    a = torch.randn(0, 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+    assert warploom.matmul(a, b).shape == (0, 128)
+    a = torch.randn(16, 0, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(0, 128, device="cuda", dtype=torch.bfloat16)
+    out = warploom.matmul(a, b)
+    assert out.shape == (16, 128) and bool((out == 0).all())
+
+
+def test_bad_input_before_launch() -> None:
+    a = torch.randn(64, 511, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(511, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(warploom.AlignmentError, match="a: .*16 bytes"):
+        warploom.matmul(a, b)
+    with pytest.raises(warploom.DeviceError, match="b"):
+        warploom.matmul(torch.randn(64, 64, device="cuda", dtype=torch.bfloat16),
+                        torch.randn(64, 64, dtype=torch.bfloat16))
