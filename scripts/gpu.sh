@@ -4,7 +4,12 @@
 set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# The device machine has no package index: pure-Python wheels it lacks travel in .whl (see README).
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export WARPLOOM_CACHE_DIR=${WARPLOOM_CACHE_DIR:-/tmp/warploom-cache}
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" \
   | tee "$OUT/env.txt"
@@ -14,6 +19,9 @@ if [ "$what" = all ] || [ "$what" = test ]; then
   python3 -m pytest -q -x -p no:cacheprovider tests/gpu --junitxml="$OUT/gpu-tests.xml" -o addopts="" \
     2>&1 | tail -n 40 | tee "$OUT/gpu-tests.log"
   rc=${PIPESTATUS[0]}
+fi
+if [ "$what" = all ] || [ "$what" = profile ]; then
+  python3 scripts/profile_host.py 2>&1 | head -n 60 | tee "$OUT/profile.log"
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   python3 -m warploom.bench --out "$OUT/bench.json" ${BENCH_SIZES:+--sizes $BENCH_SIZES} 2>&1 | tee "$OUT/bench.log"

@@ -6,6 +6,7 @@ so a bad argument fails while tracing too, and always before a kernel is planned
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -19,9 +20,14 @@ from warploom.spec import GemmSpec
 
 def _device_for(t: torch.Tensor) -> DeviceInfo:
     if t.device.type == "cuda":
-        with torch.cuda.device(t.device):
-            return DeviceInfo.current()
+        return _cuda_device(t.device.index if t.device.index is not None else torch.cuda.current_device())
     return H100_SXM
+
+
+@functools.cache
+def _cuda_device(index: int) -> DeviceInfo:
+    with torch.cuda.device(index):
+        return DeviceInfo.current()
 
 
 def _empty_result(spec: GemmSpec, a: torch.Tensor, scale: Any = None, bias: Any = None) -> torch.Tensor | None:
@@ -61,10 +67,12 @@ def _matmul_op(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None =
     return _run(spec, a, b)
 
 
+# The fake implementations check dtypes and shapes only: under tracing, sizes may be symbolic and
+# tensors have no storage, so stride and address checks wait for the real call.
 @_matmul_op.register_fake
 def _matmul_fake(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    spec = checks.matmul_spec(a, b, out_dtype)
-    return a.new_empty((spec.m, spec.n), dtype=spec.out_dtype.torch)
+    out = checks.matmul_dtypes(a, b, out_dtype)
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out.torch)
 
 
 @torch.library.custom_op("warploom::scaled_mm", mutates_args=())
@@ -79,8 +87,8 @@ def _scaled_mm_op(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
 def _scaled_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                     bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
                     use_fast_accum: bool = False) -> torch.Tensor:
-    spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
-    return a.new_empty((spec.m, spec.n), dtype=spec.out_dtype.torch)
+    out = checks.scaled_mm_dtypes(a, b, out_dtype)
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=out.torch)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = None) -> torch.Tensor:

@@ -88,8 +88,8 @@ def _out_aligned(n: int, out: DType) -> None:
                              "pad b's N dimension and slice the result")
 
 
-def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
-    """Validate `warploom.matmul`'s arguments and return their spec."""
+def matmul_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
+    """The dtype and rank checks of `matmul_spec` (safe on symbolic shapes); returns the output dtype."""
     _check_ab(a, b)
     da = _dtype("a", a, _16BIT, "convert a to torch.bfloat16 or torch.float16; for fp8 use warploom.scaled_mm")
     db = _dtype("b", b, _16BIT, "convert b to torch.bfloat16 or torch.float16")
@@ -99,12 +99,20 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
     if out not in (DType.BF16, DType.FP16, DType.FP32):
         raise DTypeError("out_dtype", "torch.bfloat16, torch.float16 or torch.float32", str(out_dtype),
                          "pass one of those or None (a's dtype)")
+    return out
+
+
+def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
+    """Validate `warploom.matmul`'s arguments and return their spec."""
+    out = matmul_dtypes(a, b, out_dtype)
+    da = DType.from_torch(a.dtype)
+    assert da is not None
     _same_device({"a": a, "b": b})
     _tma_ok("a", a, 1, "row-major a")
     layout = _b_layout(b, fp8=False)
     _tma_ok("b", b, 0 if layout is BLayout.K_MAJOR else 1, "b")
     _out_aligned(b.shape[1], out)
-    return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, db, out, layout)
+    return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout)
 
 
 def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int) -> ScaleRecipe:
@@ -124,9 +132,8 @@ def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int) -> ScaleRecipe:
     )
 
 
-def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None, out_dtype: Any = None,
-                   use_fast_accum: bool = False) -> GemmSpec:
-    """Validate `warploom.scaled_mm`'s arguments (torch._scaled_mm semantics) and return their spec."""
+def scaled_mm_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
+    """The dtype and rank checks of `scaled_mm_spec` (safe on symbolic shapes); returns the output dtype."""
     _check_ab(a, b)
     fp8 = (DType.E4M3, DType.E5M2)
     fix = "quantize with x.to(torch.float8_e4m3fn) and pass its scale"
@@ -141,6 +148,15 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     if out not in (DType.BF16, DType.FP16, DType.FP32):
         raise DTypeError("out_dtype", "torch.bfloat16, torch.float16 or torch.float32", str(out_dtype),
                          "pass one of those")
+    return out
+
+
+def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None, out_dtype: Any = None,
+                   use_fast_accum: bool = False) -> GemmSpec:
+    """Validate `warploom.scaled_mm`'s arguments (torch._scaled_mm semantics) and return their spec."""
+    out = scaled_mm_dtypes(a, b, out_dtype)
+    da, db = DType.from_torch(a.dtype), DType.from_torch(b.dtype)
+    assert da is not None and db is not None
     m, k = a.shape
     n = b.shape[1]
     for arg, size in (("a", k), ("b", n)):

@@ -7,6 +7,7 @@ is reached only through `DType.torch` when tensors exist.
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any
 
 
@@ -53,7 +54,10 @@ class DType(enum.Enum):
     @staticmethod
     def from_torch(dt: Any) -> DType | None:
         """The DType for a torch dtype, or None when warploom has no such type."""
-        for d in DType:
-            if d.torch == dt:
-                return d
-        return None
+        return _from_torch().get(dt)
+
+
+@functools.cache
+def _from_torch() -> dict[Any, DType]:
+    # Built on first use (not at import) so that importing warploom does not import torch.
+    return {d.torch: d for d in DType}

@@ -55,9 +55,13 @@ class Kernel:
 
     def run(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> Any:
         """Launch on the GPU holding the tensors (already validated against `spec`)."""
-        from warploom.runtime.launch import launch
+        return self.launcher(a, b, out, scale_a, scale_b, bias)
 
-        return launch(self.module, self.gluon, a, b, out, scale_a, scale_b, bias)
+    @functools.cached_property
+    def launcher(self) -> Any:
+        from warploom.runtime.launch import Launcher
+
+        return Launcher(self.module, self.gluon)
 
 
 @functools.lru_cache(maxsize=64)
