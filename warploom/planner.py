@@ -14,6 +14,9 @@ The heuristic, in order:
 4. Registers: the producer warp runs with 24 (it only issues TMA), consumers with 240 (a 64x256 fp32
    accumulator is 128 registers per thread); both must fit the SM's 64K registers at one CTA per SM.
 5. GROUP_M = 8 (the probe lost ~7% with GROUP_M = 1); grid = min(SMs, tiles).
+6. Tiles 256 wide store their epilogue in two 128-column halves: the staging buffer halves (32 KiB
+   for bf16 output) and the mainloop gets a 4th stage, while the 64 accumulator columns per half stay
+   in registers (a register-local split, no shuffles).
 """
 
 from __future__ import annotations
@@ -60,9 +63,11 @@ class Plan:
     producer_warps: int = 1
     producer_regs: int = _PRODUCER_REGS
     consumer_regs: int = _CONSUMER_REGS
+    epilogue_subtiles: int = 1
 
     def short(self) -> str:
-        return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
+        sub = f"_e{self.epilogue_subtiles}" if self.epilogue_subtiles > 1 else ""
+        return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}{sub}"
 
 
 def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
@@ -70,9 +75,13 @@ def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
     return (bm * bk) * spec.a_dtype.bytes + (bn * bk) * spec.b_dtype.bytes
 
 
+def epilogue_subtiles(bn: int) -> int:
+    return 2 if bn == 256 else 1
+
+
 def epilogue_bytes(spec: GemmSpec, bm: int, bn: int) -> int:
-    """The epilogue's staging tile for the TMA store."""
-    return bm * bn * spec.out_dtype.bytes
+    """The epilogue's staging buffer for the TMA store (one column block of the tile)."""
+    return bm * bn // epilogue_subtiles(bn) * spec.out_dtype.bytes
 
 
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int) -> int:
@@ -100,7 +109,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         score = math.ceil(tiles / device.sm_count) * cbm * cbn / eff
         plan = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=4 * (cbm // 64),
-            group_m=group_m, grid=min(device.sm_count, tiles),
+            group_m=group_m, grid=min(device.sm_count, tiles), epilogue_subtiles=epilogue_subtiles(cbn),
         )
         key = (score, -cbm * cbn, plan)
         if best is None or key[:2] < best[:2]:

@@ -120,7 +120,10 @@ def test_custom_op_opcheck() -> None:
     torch.library.opcheck(torch.ops.warploom.matmul.default, (a, b, None))
     a8, b8 = _fp8(128, 256, 128)
     sa, sb = torch.rand(128, 1, device="cuda"), torch.rand(1, 256, device="cuda")
-    torch.library.opcheck(torch.ops.warploom.scaled_mm.default, (a8, b8, sa, sb, None, torch.bfloat16, True))
+    # opcheck's schema test compares inputs with arithmetic that torch has no fp8 CUDA kernel for
+    # ("mul_cuda not implemented for Float8_e4m3fn"), so fp8 runs the fake-tensor and AOT tests only.
+    torch.library.opcheck(torch.ops.warploom.scaled_mm.default, (a8, b8, sa, sb, None, torch.bfloat16, True),
+                          test_utils=("test_faketensor", "test_aot_dispatch_static", "test_aot_dispatch_dynamic"))
 
 
 def test_zero_sized() -> None:

@@ -208,11 +208,20 @@ class _PartitionEmitter:
                 b.line(f"tma.store_wait({o.pending})", c)
             case ir.StoreSmem():
                 buf = self.m.buffer(o.buffer)
-                b.line(f"{o.buffer}.store({o.acc}.to({buf.dtype.gluon}))", c)
+                src = o.acc
+                if o.parts == 2:
+                    if o.part == 0:
+                        # (BM, BN) -> (BM, 2, BN/2) -> split: register-local for the wgmma layout
+                        b.line(f"{o.acc}_lo, {o.acc}_hi = {o.acc}.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()")
+                    src = f"{o.acc}_{('lo', 'hi')[o.part]}"
+                elif o.parts != 1:
+                    raise NotImplementedError("sm_90a epilogue: 1 or 2 column blocks")
+                b.line(f"{o.buffer}.store({src}.to({buf.dtype.gluon}))", c)
             case ir.FenceAsync():
                 b.line("fence_async_shared()", c)
             case ir.TmaStore():
-                b.line(f"tma.async_copy_shared_to_global(c_desc, [off_m, off_n], {o.buffer})", c)
+                col = "off_n" if o.part == 0 else f"off_n + {o.part} * (BN // {o.parts})"
+                b.line(f"tma.async_copy_shared_to_global(c_desc, [off_m, {col}], {o.buffer})", c)
             case ir.Advance():
                 b.line(f"{o.cursor} += 1", c)
             case _:
@@ -314,7 +323,8 @@ def lower(m: ir.Module) -> GluonSource:
                    f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({r.rows}, {r.cols}) {r.dtype.value}")
         for bf in m.buffers:
             desc = f"{bf.tensor.value.lower()}_desc"
-            b.line(f"{bf.name} = gl.allocate_shared_memory({desc}.dtype, [{bf.rows}, {bf.cols}], {desc}.layout)")
+            b.line(f"{bf.name} = gl.allocate_shared_memory({desc}.dtype, [{bf.rows}, {bf.cols}], {desc}.layout)",
+                   comment=f"buffer {bf.name}: ({bf.rows}, {bf.cols}) {bf.dtype.value}")
         for br in m.barriers:
             b.line(f"{br.name}_bars = gl.allocate_shared_memory(gl.int64, [{br.depth}, 1], "
                    f"mbarrier.MBarrierLayout())")

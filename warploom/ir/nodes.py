@@ -288,10 +288,13 @@ class StoreWait:
 
 @dataclass(frozen=True)
 class StoreSmem:
-    """Generic-proxy store of `acc`, cast to `buffer`'s dtype, into `buffer` (all the partition's threads)."""
+    """Generic-proxy store of column block `part` of `parts` of `acc` (columns [part * BN / parts,
+    (part + 1) * BN / parts)), cast to `buffer`'s dtype, into `buffer` (all the partition's threads)."""
 
     acc: str
     buffer: str
+    part: int = 0
+    parts: int = 1
 
 
 @dataclass(frozen=True)
@@ -302,10 +305,13 @@ class FenceAsync:
 
 @dataclass(frozen=True)
 class TmaStore:
-    """Asynchronously copy `buffer` to C's tile at (tile m, tile n); out-of-bounds elements are dropped."""
+    """Asynchronously copy `buffer` to column block `part` of `parts` of C's tile at (tile m, tile n),
+    i.e. to origin (m * BM, n * BN + part * BN / parts); out-of-bounds elements are dropped."""
 
     buffer: str
     tensor: Tensor = Tensor.C
+    part: int = 0
+    parts: int = 1
 
 
 @dataclass(frozen=True)

@@ -51,11 +51,13 @@ def op(o: ir.Op) -> str:
         case ir.StoreWait():
             return f"tma_store_wait pending={o.pending}"
         case ir.StoreSmem():
-            return f"store_smem {o.buffer} <- {o.acc}"
+            part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
+            return f"store_smem {o.buffer} <- {o.acc}{part}"
         case ir.FenceAsync():
             return "fence_async_shared"
         case ir.TmaStore():
-            return f"tma_store {o.buffer} -> {o.tensor.value}[m, n]"
+            part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
+            return f"tma_store {o.buffer} -> {o.tensor.value}[m, n]{part}"
         case ir.Advance():
             return f"advance {o.cursor}"
     raise TypeError(f"unknown op {o!r}")

@@ -38,7 +38,7 @@ def pipeline(plan: Plan) -> list[Pass]:
         # After all producer ops exist: flattening must see the final loop body.
         FlattenProducer(),
         # Independent of the mainloop; last of the body rewrites so the staging buffer is declared once.
-        LowerEpilogue(),
+        LowerEpilogue(subtiles=plan.epilogue_subtiles),
         # Last: budgets depend on the final set of partitions.
         AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs),
     ]

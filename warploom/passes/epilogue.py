@@ -1,5 +1,8 @@
 """Epilogue lowering: write each tile through a shared-memory staging buffer and an async TMA store.
 
+With `subtiles` = 2 the tile goes out in two column halves through a half-width buffer: the 32 KiB
+saved buys the mainloop one more pipeline stage (planner.py), at the cost of one more store wait.
+
     tma_store_wait pending=0     # the previous tile's store has finished reading the buffer
     store_smem c_smem <- acc     # registers -> smem, cast to the output dtype (generic proxy)
     fence_async_shared           # make those writes visible to the TMA engine (async proxy)
@@ -17,14 +20,23 @@ from warploom.passes.util import rewrite
 
 @dataclass(frozen=True)
 class LowerEpilogue:
+    """Attributes:
+    subtiles: column blocks the tile is stored in (1 or 2)."""
+
+    subtiles: int = 1
+
     def __call__(self, m: ir.Module) -> ir.Module:
-        t = m.tiling
-        buf = ir.Buffer("c_smem", ir.Tensor.C, m.spec.out_dtype, t.bm, t.bn)
+        t, n = m.tiling, self.subtiles
+        buf = ir.Buffer("c_smem", ir.Tensor.C, m.spec.out_dtype, t.bm, t.bn // n)
 
         def lower(o: ir.Op) -> tuple[ir.Stmt, ...]:
             if not isinstance(o, ir.StoreTile):
                 return (o,)
-            return (ir.StoreWait(0), ir.StoreSmem(o.acc, buf.name), ir.FenceAsync(), ir.TmaStore(buf.name))
+            out: list[ir.Stmt] = []
+            for i in range(n):
+                out += [ir.StoreWait(0), ir.StoreSmem(o.acc, buf.name, i, n), ir.FenceAsync(),
+                        ir.TmaStore(buf.name, part=i, parts=n)]
+            return tuple(out)
 
         parts = []
         for p in m.partitions:

@@ -1,0 +1,124 @@
+"""What the simulator reports: one `SimFinding` per protocol violation, and `ProtocolError` to raise them.
+
+Every finding names where it happened the way a person reads the schedule: the CTA, the partition, the
+op as `warploom.ir.printer.op` prints it, the loop iteration (tile, k), and the barrier and phase
+involved. Each kind carries a hint saying what usually causes it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, replace
+
+from warploom.errors import InternalError
+
+
+class FindingKind(enum.Enum):
+    """A class of schedule bug. The value is the hint printed with it."""
+
+    DEADLOCK = "no partition can move and nothing is in flight: some wait's phase is never completed"
+    READ_BEFORE_LANDED = "wgmma reads a ring slot whose TMA load has not landed: the ready wait is missing or early"
+    READ_UNACQUIRED = ("wgmma reads TMA data it never acquired through a wait on the barrier phase those bytes "
+                       "completed: a wait on the wrong barrier, index or parity")
+    WRONG_TILE = "wgmma reads a slot holding another (tile, k) block: producer and consumer slot indices disagree"
+    OVERWRITE_WHILE_READ = ("a TMA load overwrites a slot that an un-waited wgmma still reads: release the slot "
+                            "only after wgmma_wait retires the wgmma")
+    OVERWRITE_UNRELEASED = ("a TMA load overwrites data its reader has not released through the empty barrier: "
+                            "the producer's empty wait is missing, early, or on the wrong phase")
+    RELEASE_WHILE_READING = "an arrive releases a slot that this partition's un-waited wgmma still reads"
+    ARRIVAL_OVERFLOW = "more arrivals in one phase than the barrier's count: a double arrive or a wrong count"
+    TX_MISMATCH = "expect-tx bytes differ from the bytes the TMA loads on this barrier bring"
+    PHASE_ALIAS = "a wait's parity names a phase two away from the barrier's: the cursor arithmetic is off"
+    MISSING_FENCE = "a generic-proxy smem write reaches a TMA store without fence_async_shared in between"
+    STORE_BUFFER_RACE = "store_smem overwrites a buffer that an earlier TMA store may still read: tma_store_wait"
+    ACC_RACE = "an accumulator is read or reset while an async wgmma writing it is in flight: wgmma_wait first"
+    ASYNC_AT_EXIT = "a partition exits with async work (wgmma or TMA store) still in flight"
+    LOST_FILL = "a TMA load's data was never read: producer and consumer loop trip counts disagree"
+    OUTPUT_COVERAGE = "an output tile was stored twice or never: the tile loops or raster disagree"
+    MALFORMED = "the module cannot be executed as written"
+
+    @property
+    def hint(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class SimFinding:
+    """One violation, with enough context to find the op in `Kernel.schedule`.
+
+    Attributes:
+        kind: the class of bug.
+        message: the full, specific description (what happened, to which slot/barrier, and when).
+        cta: the program id of the CTA.
+        partition: the partition whose op saw it ('' for the whole CTA, e.g. a deadlock).
+        op: that op's text (``warploom.ir.printer.op``), or ''.
+        tile: the tile (``tile #1 (m=0, n=2)``) of the iteration, or None outside tile loops.
+        k: the k-block of the iteration, or None.
+        barrier: the barrier involved, e.g. ``ready[1]``, or None.
+        phase: the barrier phase involved, or None.
+        step: the scheduler step at which it was seen.
+        occurrences: how often the same (kind, partition, op) was seen in the run.
+    """
+
+    kind: FindingKind
+    message: str
+    cta: int
+    partition: str = ""
+    op: str = ""
+    tile: str | None = None
+    k: int | None = None
+    barrier: str | None = None
+    phase: int | None = None
+    step: int = 0
+    occurrences: int = 1
+
+    @property
+    def key(self) -> tuple[FindingKind, str, str]:
+        """Findings with the same key are one bug seen several times."""
+        return (self.kind, self.partition, self.op)
+
+    def __str__(self) -> str:
+        more = f" (seen {self.occurrences}x)" if self.occurrences > 1 else ""
+        return f"[{self.kind.name}] CTA {self.cta}, step {self.step}: {self.message}{more}\n    hint: {self.kind.hint}"
+
+
+class ProtocolError(InternalError):
+    """The simulator found protocol violations in a schedule; `findings` lists them (first ones in the message)."""
+
+    def __init__(self, module: str, findings: tuple[SimFinding, ...]) -> None:
+        self.module = module
+        self.findings = findings
+        shown = "\n".join(f"  - {f}" for f in findings[:8])
+        more = f"\n  ... and {len(findings) - 8} more" if len(findings) > 8 else ""
+        super().__init__(f"schedule {module} violates the barrier protocol ({len(findings)} finding(s)):\n"
+                         f"{shown}{more}")
+
+
+class FindingSink:
+    """Collects findings, merging repeats of the same (kind, partition, op) into one with a count."""
+
+    def __init__(self, limit: int = 64) -> None:
+        self._first: dict[tuple[FindingKind, str, str], SimFinding] = {}
+        self._count: dict[tuple[FindingKind, str, str], int] = {}
+        self.limit = limit
+
+    def add(self, f: SimFinding) -> None:
+        k = f.key
+        if k in self._first:
+            self._count[k] += 1
+        elif len(self._first) < self.limit:
+            self._first[k] = f
+            self._count[k] = 1
+
+    def __len__(self) -> int:
+        return len(self._first)
+
+    def kinds(self) -> set[FindingKind]:
+        return {k[0] for k in self._first}
+
+    def findings(self) -> tuple[SimFinding, ...]:
+        out = []
+        for k, f in self._first.items():
+            n = self._count[k]
+            out.append(f if n == 1 else replace(f, occurrences=n))
+        return tuple(out)

@@ -1,0 +1,345 @@
+"""Each partition's program, resolved for one CTA: the interpreter that walks a partition's body.
+
+A partition's control flow does not depend on other partitions: its loop trip counts come from the
+problem size and its CTA's tiles, and its cursor values from its own `advance` ops. So the interpreter
+(`unroll`) walks the body once with the partition's own cursors and loop indices and yields a flat
+sequence of resolved instructions: every slot index, parity, guard, tile origin and use_acc flag is a
+number. The scheduler then only has to move one program counter per partition, which also makes a
+partition's whole local state one integer for the exhaustive explorer.
+
+Resolution is the same arithmetic the Gluon backend emits: stage ``(count + offset) % depth``, parity
+``((count + offset) // depth) & 1 ^ flip``, guards on the innermost k index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Union
+
+from warploom.ir import nodes as ir
+from warploom.ir import printer
+from warploom.sim.raster import TileRef, cdiv, cta_tiles
+from warploom.spec import BLayout
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """One CTA's share of a problem.
+
+    Attributes:
+        m, n, k: the problem sizes (run-time arguments of the kernel).
+        pid: the CTA's program id.
+        grid: CTAs launched.
+        tiles: this CTA's tiles in persistent order.
+        k_tiles: k-blocks per tile, ``cdiv(K, BK)``.
+    """
+
+    m: int
+    n: int
+    k: int
+    pid: int
+    grid: int
+    tiles: tuple[TileRef, ...]
+    k_tiles: int
+
+    @staticmethod
+    def of(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int) -> Geometry:
+        t = module.tiling
+        return Geometry(m, n, k, pid, grid, cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid), cdiv(k, t.bk))
+
+
+@dataclass(frozen=True, slots=True)
+class Tag:
+    """Which block of a global tensor a ring slot holds: `tensor` at `origin` along `axes`."""
+
+    tensor: str
+    axes: tuple[str, str]
+    origin: tuple[int, int]
+
+    def __str__(self) -> str:
+        return f"{self.tensor}[{self.axes[0]}={self.origin[0]}, {self.axes[1]}={self.origin[1]}]"
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """Where an instruction comes from: its partition, the op's text, and the loop iteration."""
+
+    partition: str
+    text: str
+    tile: TileRef | None
+    k: int | None
+
+    def where(self) -> str:
+        parts = [str(self.tile)] if self.tile is not None else []
+        if self.k is not None:
+            parts.append(f"k={self.k}")
+        it = f" ({', '.join(parts)})" if parts else ""
+        return f"{self.partition}: `{self.text}`{it}"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitI:
+    site: Site
+    barrier: str
+    index: int
+    parity: int
+    phase: int  # the phase the IR means: ((count + offset) // depth) - flip; it completes at phase + 1
+
+
+@dataclass(frozen=True, slots=True)
+class ArriveI:
+    site: Site
+    barrier: str
+    index: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectI:
+    site: Site
+    barrier: str
+    index: int
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadI:
+    site: Site
+    ring: str
+    slot: int
+    tag: Tag
+    barrier: str | None
+    index: int
+    nbytes: int  # the full box: TMA counts out-of-bounds (zero-filled) elements as transferred bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MmaI:
+    site: Site
+    a_ring: str
+    b_ring: str
+    a_slot: int
+    b_slot: int
+    acc: str
+    use_acc: bool
+    is_async: bool
+    a_tag: Tag  # the blocks this (tile, k) iteration must read
+    b_tag: Tag
+
+
+@dataclass(frozen=True, slots=True)
+class MmaWaitI:
+    site: Site
+    pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class PromoteI:
+    site: Site
+    src: str
+    dst: str
+
+
+@dataclass(frozen=True, slots=True)
+class ZeroI:
+    site: Site
+    acc: str
+
+
+@dataclass(frozen=True, slots=True)
+class EpilogueI:
+    site: Site
+    acc: str
+    steps: tuple[ir.EpilogueStep, ...]
+    off_m: int
+    off_n: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSmemI:
+    site: Site
+    acc: str
+    buffer: str
+
+
+@dataclass(frozen=True, slots=True)
+class FenceI:
+    site: Site
+
+
+@dataclass(frozen=True, slots=True)
+class TmaStoreI:
+    site: Site
+    buffer: str
+    off_m: int
+    off_n: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreWaitI:
+    site: Site
+    pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTileI:
+    """The abstract epilogue store (before LowerEpilogue): synchronous, straight from registers."""
+
+    site: Site
+    acc: str
+    off_m: int
+    off_n: int
+
+
+Instr = Union[WaitI, ArriveI, ExpectI, LoadI, MmaI, MmaWaitI, PromoteI, ZeroI, EpilogueI, StoreSmemI, FenceI,
+              TmaStoreI, StoreWaitI, StoreTileI]
+
+
+class MalformedError(ValueError):
+    """The module cannot be executed: a cursor, barrier index or loop context is missing or out of range."""
+
+
+def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
+    """The A and B blocks wgmma must read at (tile, k), in the storage order of their rings."""
+    bk = module.tiling.bk
+    a = Tag("A", ("m", "k"), (tile.off_m, k * bk))
+    if module.spec.b_layout is BLayout.K_MAJOR:
+        return a, Tag("B", ("n", "k"), (tile.off_n, k * bk))
+    return a, Tag("B", ("k", "n"), (k * bk, tile.off_n))
+
+
+class _Interp:
+    """Walks one partition's body for one CTA with the partition's own cursors and loop indices."""
+
+    def __init__(self, module: ir.Module, part: ir.Partition, geo: Geometry) -> None:
+        self.m, self.p, self.geo = module, part, geo
+        self.depth = {c.name: c.depth for c in part.cursors}
+        self.count = {c.name: 0 for c in part.cursors}
+        self.tile: TileRef | None = None
+        self.k: int | None = None
+
+    def run(self, body: tuple[ir.Stmt, ...]) -> Iterator[Instr]:
+        for s in body:
+            if isinstance(s, ir.Loop):
+                yield from self.loop(s)
+            else:
+                yield from self.op(s)
+
+    def loop(self, lp: ir.Loop) -> Iterator[Instr]:
+        outer = (self.tile, self.k)
+        if lp.kind is ir.LoopKind.TILES:
+            for t in self.geo.tiles:
+                self.tile, self.k = t, None
+                yield from self.run(lp.body)
+        elif lp.kind is ir.LoopKind.K:
+            if self.tile is None:
+                raise MalformedError(f"partition {self.p.name}: a k-loop outside a tile loop")
+            for kk in range(self.geo.k_tiles):
+                self.k = kk
+                yield from self.run(lp.body)
+        else:
+            # FLAT: every (tile, k) pair of this CTA in order (tile_id = pid + (t // k_tiles) * grid).
+            for t in self.geo.tiles:
+                for kk in range(self.geo.k_tiles):
+                    self.tile, self.k = t, kk
+                    yield from self.run(lp.body)
+        self.tile, self.k = outer
+
+    def _use(self, cursor: str, offset: int) -> tuple[int, int]:
+        if cursor not in self.depth:
+            raise MalformedError(f"partition {self.p.name} uses cursor {cursor!r} it does not own")
+        return self.count[cursor] + offset, self.depth[cursor]
+
+    def _index(self, s: ir.Slot, depth_of: int, what: str) -> int:
+        u, d = self._use(s.cursor, s.offset)
+        i = u % d
+        if i >= depth_of:
+            raise MalformedError(f"partition {self.p.name}: {what} index {i} is out of range [0, {depth_of})")
+        return i
+
+    def _tile(self, what: str) -> TileRef:
+        if self.tile is None:
+            raise MalformedError(f"partition {self.p.name}: `{what}` needs a tile but is outside the tile loop")
+        return self.tile
+
+    def _guard(self, g: ir.Guard, what: str) -> bool:
+        if g is ir.Guard.ALWAYS:
+            return True
+        if self.k is None:
+            raise MalformedError(f"partition {self.p.name}: guard `{g.value}` of `{what}` outside a k-loop")
+        return (self.k > 0) if g is ir.Guard.NOT_FIRST_K else (self.k == 0)
+
+    def op(self, o: ir.Op) -> Iterator[Instr]:
+        text = printer.op(o)
+        site = Site(self.p.name, text, self.tile, self.k)
+        m = self.m
+        try:
+            match o:
+                case ir.Advance():
+                    self._use(o.cursor, 0)
+                    self.count[o.cursor] += 1
+                case ir.Wait():
+                    u, d = self._use(o.parity.cursor, o.parity.offset)
+                    n = u // d
+                    flip = int(o.parity.flip)
+                    yield WaitI(site, o.barrier, self._index(o.slot, m.barrier(o.barrier).depth, text),
+                                (n & 1) ^ flip, n - flip)
+                case ir.Arrive():
+                    if self._guard(o.guard, text):
+                        yield ArriveI(site, o.barrier, self._index(o.slot, m.barrier(o.barrier).depth, text),
+                                      o.count)
+                case ir.ArriveExpectTx():
+                    yield ExpectI(site, o.barrier, self._index(o.slot, m.barrier(o.barrier).depth, text), o.nbytes)
+                case ir.TmaLoad():
+                    ring = m.ring(o.ring)
+                    t = self._tile(text)
+                    if self.k is None:
+                        raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
+                    origin = {ir.Axis.M: t.off_m, ir.Axis.N: t.off_n, ir.Axis.K: self.k * m.tiling.bk}
+                    tag = Tag(o.tensor.value, (o.coord[0].value, o.coord[1].value),
+                              (origin[o.coord[0]], origin[o.coord[1]]))
+                    slot = self._index(o.slot, ring.depth, text)
+                    bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
+                    yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ring.slot_bytes)
+                case ir.Mma():
+                    t = self._tile(text)
+                    if self.k is None:
+                        raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
+                    overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)
+                    a_tag, b_tag = expected_tags(m, t, self.k)
+                    yield MmaI(site, o.a_ring, o.b_ring, self._index(o.slot, m.ring(o.a_ring).depth, text),
+                               self._index(o.slot, m.ring(o.b_ring).depth, text), o.acc, not overwrite,
+                               o.is_async, a_tag, b_tag)
+                case ir.MmaWait():
+                    yield MmaWaitI(site, o.pending)
+                case ir.Promote():
+                    yield PromoteI(site, o.src, o.dst)
+                case ir.ZeroAcc():
+                    yield ZeroI(site, o.acc)
+                case ir.Epilogue():
+                    t = self._tile(text)
+                    yield EpilogueI(site, o.acc, o.steps, t.off_m, t.off_n)
+                case ir.StoreSmem():
+                    m.buffer(o.buffer)
+                    yield StoreSmemI(site, o.acc, o.buffer)
+                case ir.FenceAsync():
+                    yield FenceI(site)
+                case ir.TmaStore():
+                    t = self._tile(text)
+                    m.buffer(o.buffer)
+                    yield TmaStoreI(site, o.buffer, t.off_m, t.off_n)
+                case ir.StoreWait():
+                    yield StoreWaitI(site, o.pending)
+                case ir.StoreTile():
+                    t = self._tile(text)
+                    yield StoreTileI(site, o.acc, t.off_m, t.off_n)
+                case _:
+                    raise MalformedError(f"partition {self.p.name}: the simulator has no meaning for `{text}`")
+        except KeyError as e:  # an unknown ring, buffer or barrier name
+            raise MalformedError(f"partition {self.p.name}: `{text}` names {e.args[0]}") from None
+
+
+def unroll(module: ir.Module, part: ir.Partition, geo: Geometry) -> tuple[Instr, ...]:
+    """The instructions `part` executes in CTA `geo.pid`, in program order."""
+    return tuple(_Interp(module, part, geo).run(part.body))
