@@ -13,8 +13,9 @@ names the mbarrier phase parity ``((count + offset) // depth) & 1 ^ flip``.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import Union
+from typing import Any
 
 from warploom.dtypes import DType
 from warploom.spec import GemmSpec
@@ -330,11 +331,11 @@ class Advance:
     cursor: str
 
 
-Op = Union[
-    Wait, Arrive, ArriveExpectTx, TmaLoad, Mma, MmaWait, Promote, ZeroAcc, Epilogue, StoreTile, StoreWait,
-    StoreSmem, FenceAsync, TmaStore, Advance,
-]
-Stmt = Union[Op, Loop]
+Op = (
+    Wait | Arrive | ArriveExpectTx | TmaLoad | Mma | MmaWait | Promote | ZeroAcc | Epilogue | StoreTile | StoreWait
+    | StoreSmem | FenceAsync | TmaStore | Advance
+)
+Stmt = Op | Loop
 
 
 @dataclass(frozen=True)
@@ -447,19 +448,19 @@ class Module:
         return replace(self, partitions=tuple(part if p.name == part.name else p for p in self.partitions))
 
 
-def _find(items: tuple, name: str, what: str):  # type: ignore[no-untyped-def]
+def _find(items: tuple[Any, ...], name: str, what: str) -> Any:
     for it in items:
         if it.name == name:
             return it
     raise KeyError(f"no {what} named {name!r}")
 
 
-def walk(body: tuple[Stmt, ...]):  # type: ignore[no-untyped-def]
+def walk(body: tuple[Stmt, ...]) -> Iterator[tuple[Op, tuple[LoopKind, ...]]]:
     """Yield (op, enclosing loop kinds) for every op in `body`, in program order."""
     yield from _walk(body, ())
 
 
-def _walk(body: tuple[Stmt, ...], loops: tuple[LoopKind, ...]):  # type: ignore[no-untyped-def]
+def _walk(body: tuple[Stmt, ...], loops: tuple[LoopKind, ...]) -> Iterator[tuple[Op, tuple[LoopKind, ...]]]:
     for s in body:
         if isinstance(s, Loop):
             yield from _walk(s.body, loops + (s.kind,))

@@ -13,6 +13,8 @@ Forbidden (complete): epilogue acc after wgmma.async without wgmma_wait pending=
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from warploom.device import DeviceInfo
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
@@ -35,17 +37,17 @@ def structural(m: ir.Module) -> list[str]:
     ring_names = {r.name: r for r in m.rings}
     bar_names = {b.name: b for b in m.barriers}
     for b in m.barriers:
-        for r in b.rings:
-            if r not in ring_names:
-                errs.append(f"barrier {b.name} guards unknown ring {r}")
-            elif ring_names[r].depth != b.depth:
-                errs.append(f"barrier {b.name} has depth {b.depth} but ring {r} has {ring_names[r].depth}")
+        for rn in b.rings:
+            if rn not in ring_names:
+                errs.append(f"barrier {b.name} guards unknown ring {rn}")
+            elif ring_names[rn].depth != b.depth:
+                errs.append(f"barrier {b.name} has depth {b.depth} but ring {rn} has {ring_names[rn].depth}")
     for p in m.partitions:
         curs = {c.name: c for c in p.cursors}
         accs = {a.name for a in p.accumulators}
         where = f"partition {p.name}"
 
-        def slot(s: ir.Slot, depth: int, what: str) -> None:
+        def slot(s: ir.Slot, depth: int, what: str, where: str = where, curs: dict = curs) -> None:
             c = curs.get(s.cursor)
             if c is None:
                 errs.append(f"{where}: {what} uses cursor {s.cursor!r} it does not own")
@@ -160,7 +162,7 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
     return errs
 
 
-def _loop_bodies(body: tuple[ir.Stmt, ...]):  # type: ignore[no-untyped-def]
+def _loop_bodies(body: tuple[ir.Stmt, ...]) -> Iterator[tuple[ir.Stmt, ...]]:
     yield body
     for s in body:
         if isinstance(s, ir.Loop):

@@ -73,7 +73,8 @@ def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
     t, s = m.tiling, m.spec
     b_block = [t.bn, t.bk] if s.b_layout is BLayout.K_MAJOR else [t.bk, t.bn]
     c = next(b for b in m.buffers if b.tensor is ir.Tensor.C)
-    return {"a_desc": (s.a_dtype, [t.bm, t.bk]), "b_desc": (s.b_dtype, b_block), "c_desc": (s.out_dtype, [c.rows, c.cols])}
+    return {"a_desc": (s.a_dtype, [t.bm, t.bk]), "b_desc": (s.b_dtype, b_block),
+            "c_desc": (s.out_dtype, [c.rows, c.cols])}
 
 
 def shared_layout(dtype: DType, block: list[int]) -> Any:
