@@ -16,6 +16,7 @@ from warploom.errors import (
     InternalError,
     ScaleError,
     ShapeError,
+    TargetError,
     UnsupportedError,
     VerificationError,
     WarploomError,
@@ -29,5 +30,5 @@ __version__ = "0.1.0"
 __all__ = [
     "H100_SXM", "Accumulation", "AlignmentError", "BLayout", "DType", "DTypeError", "DeviceError", "DeviceInfo",
     "GemmSpec", "InputError", "InternalError", "Kernel", "Plan", "ScaleError", "ScaleRecipe", "ShapeError",
-    "UnsupportedError", "VerificationError", "WarploomError", "matmul", "plan", "scaled_mm",
+    "TargetError", "UnsupportedError", "VerificationError", "WarploomError", "matmul", "plan", "scaled_mm",
 ]

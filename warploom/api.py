@@ -69,11 +69,19 @@ def _matmul_impl(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None
 _matmul_op = torch.library.custom_op("warploom::matmul", mutates_args=())(_matmul_impl)
 
 
-# The fake implementations check dtypes and shapes only: under tracing, sizes may be symbolic and
+def _static(*tensors: Any) -> bool:
+    """Whether every size and stride is a plain int (then the full checks can run on fake tensors)."""
+    return all(isinstance(d, int) for t in tensors if t is not None for d in (*t.shape, *t.stride()))
+
+
+# With symbolic sizes the fake implementations check dtypes and shapes only: under tracing, sizes may be symbolic and
 # tensors have no storage, so stride and address checks wait for the real call.
 @_matmul_op.register_fake
 def _matmul_fake(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    out = checks.matmul_dtypes(a, b, out_dtype)
+    if _static(a, b):
+        out = checks.matmul_spec(a, b, out_dtype).out_dtype
+    else:
+        out = checks.matmul_dtypes(a, b, out_dtype)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out.torch)
 
 
@@ -91,14 +99,20 @@ _scaled_mm_op = torch.library.custom_op("warploom::scaled_mm", mutates_args=())(
 def _scaled_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                     bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
                     use_fast_accum: bool = False) -> torch.Tensor:
-    out = checks.scaled_mm_dtypes(a, b, out_dtype)
+    if _static(a, b, scale_a, scale_b, bias):
+        out = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum).out_dtype
+    else:
+        out = checks.scaled_mm_dtypes(a, b, out_dtype)
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out.torch)
 
 
 def _eager(*tensors: Any) -> bool:
     """Whether to skip the custom-op dispatcher: not while torch.compile traces, and not when autograd
     must see the op. The dispatcher costs ~80 us a call on the H100 host, as much as a 4096^3 fp8 GEMM."""
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
+        return False
+    a = tensors[0]
+    if a.device.type != "cuda" or isinstance(a, torch._subclasses.fake_tensor.FakeTensor):
         return False
     return not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors))
 

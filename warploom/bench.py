@@ -130,8 +130,8 @@ def table(rows: list[Row]) -> str:
              f"{'torch err':>9s}  plan"]
     for r in rows:
         shape = "x".join(map(str, r.shape))
-        lines.append(f"{r.op:42s} {shape:>18s} {r.ours_tflops:9.0f} {r.torch_tflops:10.0f} {r.ratio:6.3f} {r.graph_ratio:6.3f} "
-                     f"{r.ours_err:9.2e} {r.torch_err:9.2e}  {r.plan}")
+        lines.append(f"{r.op:42s} {shape:>18s} {r.ours_tflops:9.0f} {r.torch_tflops:10.0f} {r.ratio:6.3f} "
+                     f"{r.graph_ratio:6.3f} {r.ours_err:9.2e} {r.torch_err:9.2e}  {r.plan}")
     return "\n".join(lines)
 
 

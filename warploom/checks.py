@@ -39,15 +39,22 @@ def _tma_ok(arg: str, t: Any, inner: int, what: str) -> None:
     if t.stride(inner) != 1 and t.size(inner) > 1:
         raise AlignmentError(arg, f"{what} (stride 1 along dim {inner})", f"strides {tuple(t.stride())}",
                              f"pass {arg}.contiguous()" if inner == 1 else f"pass {arg}.t().contiguous().t()")
-    if t.size(outer) > 1 and (t.stride(outer) * esize) % _TMA_ALIGN:
+    # TMA descriptors need every outer stride 16-byte aligned, even along a size-1 dimension.
+    if (t.stride(outer) * esize) % _TMA_ALIGN:
         raise AlignmentError(
             arg, f"a dim-{outer} stride that is a multiple of {_TMA_ALIGN} bytes (TMA rule)",
             f"stride {t.stride(outer)} elements = {t.stride(outer) * esize} bytes",
             f"pad dim {inner} of {arg} to a multiple of {_TMA_ALIGN // esize} elements",
         )
-    if t.device.type != "meta" and t.data_ptr() % _TMA_ALIGN:
+    if t.device.type != "meta" and not _is_fake(t) and t.data_ptr() % _TMA_ALIGN:
         raise AlignmentError(arg, f"a base address aligned to {_TMA_ALIGN} bytes (TMA rule)",
                              f"address {t.data_ptr():#x}", f"pass {arg}.clone()")
+
+
+def _is_fake(t: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, FakeTensor)
 
 
 def _same_device(named: dict[str, Any]) -> None:

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
-from warploom.spec import Accumulation, GemmSpec
+from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
 _TILES: tuple[tuple[int, int, float], ...] = (
@@ -102,9 +102,12 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue  # a 64-row tile only pays when M itself is small
         if spec.accumulation is Accumulation.PROMOTED and cbn == 256:
             continue  # acc + partial of 64x256 per warpgroup would need 256 registers per thread
-        s = max_stages(spec, device, cbm, cbn, bk) if stages is None else stages
-        if s < 2:
-            continue
+        if bn is None and cbn == 256 and spec.scale is ScaleRecipe.ROWWISE and spec.bias_dtype is not None:
+            continue  # 256-wide scale_b and bias vectors beside the accumulator spill 272 bytes (ptxas)
+        fit = max_stages(spec, device, cbm, cbn, bk)
+        s = fit if stages is None else stages
+        if s < 1 or s > fit or (stages is None and s < 2):
+            continue  # a forced depth must still fit; chosen depths are at least double buffered
         tiles = max(1, math.ceil(spec.m / cbm) * math.ceil(spec.n / cbn))
         score = math.ceil(tiles / device.sm_count) * cbm * cbn / eff
         plan = Plan(

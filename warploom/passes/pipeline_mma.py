@@ -23,28 +23,31 @@ from warploom.ir import nodes as ir
 @dataclass(frozen=True)
 class PipelineMma:
     def __call__(self, m: ir.Module) -> ir.Module:
+        # With one slot, slot c-1 is slot c: deferring its release would make the consumer wait for a
+        # refill that only that release allows (a deadlock), so a 1-stage ring waits and releases at once.
+        serial = min(r.depth for r in m.rings) == 1
         parts = tuple(
-            replace(p, body=_tiles(p.body)) if p.role is ir.Role.CONSUMER else p for p in m.partitions
+            replace(p, body=_tiles(p.body, serial)) if p.role is ir.Role.CONSUMER else p for p in m.partitions
         )
         return replace(m, partitions=parts)
 
 
-def _tiles(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+def _tiles(body: tuple[ir.Stmt, ...], serial: bool) -> tuple[ir.Stmt, ...]:
     out: list[ir.Stmt] = []
     for s in body:
         if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.K:
-            out.extend(_k_loop(s))
+            out.extend(_k_loop(s, serial))
         elif isinstance(s, ir.Loop):
-            out.append(ir.Loop(s.kind, _tiles(s.body)))
+            out.append(ir.Loop(s.kind, _tiles(s.body, serial)))
         else:
             out.append(s)
     return tuple(out)
 
 
-def _k_loop(loop: ir.Loop) -> tuple[ir.Stmt, ...]:
+def _k_loop(loop: ir.Loop, serial: bool) -> tuple[ir.Stmt, ...]:
     mma = next(s for s in loop.body if isinstance(s, ir.Mma))
     cur = mma.slot.cursor
-    promoted = mma.overwrite is ir.Guard.ALWAYS
+    promoted = mma.overwrite is ir.Guard.ALWAYS or serial
     body: list[ir.Stmt] = []
     for s in loop.body:
         if isinstance(s, ir.Mma):
@@ -56,7 +59,7 @@ def _k_loop(loop: ir.Loop) -> tuple[ir.Stmt, ...]:
             continue  # replaced by the deferred release above and after the loop
         else:
             body.append(s)
-    if promoted:
+    if promoted:  # PlanRings' release of slot c stays where it is, right after the wait for 0
         return (ir.Loop(ir.LoopKind.K, tuple(body)),)
     # Cursor c has advanced past the last k-block, so its slot is c-1.
     return (ir.Loop(ir.LoopKind.K, tuple(body)), ir.MmaWait(0), ir.Arrive("empty", ir.Slot(cur, -1)))

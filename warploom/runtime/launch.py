@@ -42,11 +42,11 @@ class Launcher:
                 get = getters[p]
                 self._args.append(functools.partial(_desc, TensorDescriptor, get, blk, layout))
             elif p == "scale_a_ptr":
-                self._args.append(lambda a, b, o, sa, sb, bias: sa.reshape(-1).contiguous())
+                self._args.append(lambda a, b, o, sa, sb, bias: _aligned(sa.reshape(-1)))
             elif p == "scale_b_ptr":
-                self._args.append(lambda a, b, o, sa, sb, bias: sb.reshape(-1).contiguous())
+                self._args.append(lambda a, b, o, sa, sb, bias: _aligned(sb.reshape(-1)))
             elif p == "bias_ptr":
-                self._args.append(lambda a, b, o, sa, sb, bias: bias.contiguous())
+                self._args.append(lambda a, b, o, sa, sb, bias: _aligned(bias))
             else:
                 self._args.append({"M": lambda a, b, *_: a.shape[0], "N": lambda a, b, *_: b.shape[1],
                                    "K": lambda a, b, *_: a.shape[1]}[p])
@@ -56,6 +56,12 @@ class Launcher:
         tiles = -(-a.shape[0] // self._bm) * -(-b.shape[1] // self._bn)
         self._fn[(min(self._grid_max, tiles),)](*args, **self._opts)
         return out
+
+
+def _aligned(t: Any) -> Any:
+    """`t` contiguous at a 16-byte aligned address (kernels assume it for vector loads): a copy if needed."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
 def _desc(cls: Any, get: Callable[..., Any], blk: list[int], layout: Any, *tensors: Any) -> Any:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Union
 
 from warploom.ir import nodes as ir
 from warploom.ir import printer
@@ -161,6 +160,7 @@ class StoreSmemI:
     site: Site
     acc: str
     buffer: str
+    cols: tuple[int, int]  # the accumulator's column block [start, stop) this store writes
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +173,7 @@ class TmaStoreI:
     site: Site
     buffer: str
     off_m: int
-    off_n: int
+    off_n: int  # the column block's origin: tile origin + part * BN / parts
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,8 +192,8 @@ class StoreTileI:
     off_n: int
 
 
-Instr = Union[WaitI, ArriveI, ExpectI, LoadI, MmaI, MmaWaitI, PromoteI, ZeroI, EpilogueI, StoreSmemI, FenceI,
-              TmaStoreI, StoreWaitI, StoreTileI]
+Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI | FenceI
+         | TmaStoreI | StoreWaitI | StoreTileI)
 
 
 class MalformedError(ValueError):
@@ -218,6 +218,7 @@ class _Interp:
         self.count = {c.name: 0 for c in part.cursors}
         self.tile: TileRef | None = None
         self.k: int | None = None
+        self.text: dict[ir.Op, str] = {}  # printer.op per op, printed once rather than per iteration
 
     def run(self, body: tuple[ir.Stmt, ...]) -> Iterator[Instr]:
         for s in body:
@@ -271,7 +272,9 @@ class _Interp:
         return (self.k > 0) if g is ir.Guard.NOT_FIRST_K else (self.k == 0)
 
     def op(self, o: ir.Op) -> Iterator[Instr]:
-        text = printer.op(o)
+        text = self.text.get(o)
+        if text is None:
+            text = self.text[o] = printer.op(o)
         site = Site(self.p.name, text, self.tile, self.k)
         m = self.m
         try:
@@ -321,14 +324,18 @@ class _Interp:
                     t = self._tile(text)
                     yield EpilogueI(site, o.acc, o.steps, t.off_m, t.off_n)
                 case ir.StoreSmem():
-                    m.buffer(o.buffer)
-                    yield StoreSmemI(site, o.acc, o.buffer)
+                    buf = m.buffer(o.buffer)
+                    acc = next((a for a in self.p.accumulators if a.name == o.acc), None)
+                    if acc is None or (buf.rows, buf.cols * o.parts) != (acc.rows, acc.cols):
+                        raise MalformedError(f"partition {self.p.name}: `{text}` stores 1/{o.parts} of accumulator "
+                                             f"{o.acc} into {o.buffer} of shape ({buf.rows}, {buf.cols})")
+                    yield StoreSmemI(site, o.acc, o.buffer, (o.part * buf.cols, (o.part + 1) * buf.cols))
                 case ir.FenceAsync():
                     yield FenceI(site)
                 case ir.TmaStore():
                     t = self._tile(text)
                     m.buffer(o.buffer)
-                    yield TmaStoreI(site, o.buffer, t.off_m, t.off_n)
+                    yield TmaStoreI(site, o.buffer, t.off_m, t.off_n + o.part * (m.tiling.bn // o.parts))
                 case ir.StoreWait():
                     yield StoreWaitI(site, o.pending)
                 case ir.StoreTile():

@@ -1,0 +1,221 @@
+"""Golden text of the schedule IR (inline) and the generated Gluon (files) for four representative specs.
+
+Refresh after an intended change with ``EXPECTTEST_ACCEPT=1 pytest tests/golden`` and read the diff:
+it is the change to the kernels warploom emits. The specs use the planner's own choice, so a planner
+change shows up here too.
+"""
+# ruff: noqa: E501 - golden schedule lines are as long as the IR prints them
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import expecttest
+
+from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
+from warploom.kernel import Kernel, build
+
+EXPECTED = Path(__file__).parent / "expected"
+E4 = DType.E4M3
+
+SPECS = {
+    # The headline 16-bit case: an nn.Linear-style (K-major) weight.
+    "bf16_4096_kmajor": GemmSpec(4096, 4096, 4096),
+    # Odd shape, row-major B (wgmma reads it MN-major), no dimension a tile multiple.
+    "bf16_296x520x1000_nmajor": GemmSpec(296, 520, 1000, b_layout=BLayout.N_MAJOR),
+    # fp8 rowwise scales + bias, tensor-core accumulation (torch's use_fast_accum=True).
+    "fp8_rowwise_bias_native": GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.ROWWISE,
+                                        Accumulation.NATIVE, DType.BF16),
+    # fp8 tensorwise with per-k-block promotion into an fp32 accumulator.
+    "fp8_tensorwise_promoted": GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, BLayout.K_MAJOR,
+                                        ScaleRecipe.TENSORWISE, Accumulation.PROMOTED),
+}
+
+
+def kernel(name: str) -> Kernel:
+    return build(SPECS[name], H100_SXM)
+
+
+def assert_golden_file(name: str, actual: str) -> None:
+    path = EXPECTED / name
+    if expecttest.ACCEPT:
+        path.write_text(actual)
+        return
+    assert path.exists(), f"{path} is missing: run with EXPECTTEST_ACCEPT=1 to create it"
+    expected = path.read_text()
+    if actual != expected:
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True),
+                                            f"expected/{name}", "generated"))
+        raise AssertionError(f"generated text differs from {path} (EXPECTTEST_ACCEPT=1 to accept):\n{diff}")
+
+
+class TestGluonGolden(expecttest.TestCase):
+    def test_bf16_4096_kmajor(self) -> None:
+        assert_golden_file("bf16_4096_kmajor.gluon.txt", kernel("bf16_4096_kmajor").source)
+
+    def test_bf16_296x520x1000_nmajor(self) -> None:
+        assert_golden_file("bf16_296x520x1000_nmajor.gluon.txt", kernel("bf16_296x520x1000_nmajor").source)
+
+    def test_fp8_rowwise_bias_native(self) -> None:
+        assert_golden_file("fp8_rowwise_bias_native.gluon.txt", kernel("fp8_rowwise_bias_native").source)
+
+    def test_fp8_tensorwise_promoted(self) -> None:
+        assert_golden_file("fp8_tensorwise_promoted.gluon.txt", kernel("fp8_tensorwise_promoted").source)
+
+
+class TestScheduleGolden(expecttest.TestCase):
+    def test_bf16_4096_kmajor(self) -> None:
+        self.assertExpectedInline(kernel("bf16_4096_kmajor").schedule, """\
+module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w8_g8_e2  # bf16xbf16->bf16 4096x4096x4096 b=k_major
+  tiling bm=128 bn=256 bk=64 group_m=8 grid=132
+  ring a_ring: A bf16[4 x 128x64]
+  ring b_ring: B bf16[4 x 256x64]
+  buffer c_smem: C bf16[128x128]
+  mbarrier ready[4] count=1 ready of a_ring, b_ring
+  mbarrier empty[4] count=1 empty of a_ring, b_ring
+  smem 229440 bytes
+  partition consumer (consumer, warps=8 regs=240 default):
+    cursor c (depth 4)
+    acc acc: fp32[128x256]
+    for tiles:
+      for k:
+        wait ready[c] phase(c)
+        wgmma.async acc += a_ring[c] @ b_ring[c]
+        wgmma_wait pending=1
+        arrive empty[c-1]  if k > 0
+        advance c
+      wgmma_wait pending=0
+      arrive empty[c-1]
+      tma_store_wait pending=0
+      store_smem c_smem <- acc[cols 0/2]
+      fence_async_shared
+      tma_store c_smem -> C[m, n][cols 0/2]
+      tma_store_wait pending=0
+      store_smem c_smem <- acc[cols 1/2]
+      fence_async_shared
+      tma_store c_smem -> C[m, n][cols 1/2]
+    tma_store_wait pending=0
+  partition producer (producer, warps=1 regs=24):
+    cursor p (depth 4)
+    for tiles*k:
+      wait empty[p] phase(p)^1
+      arrive_expect_tx ready[p] bytes=49152
+      tma_load A[m, k] -> a_ring[p] on ready[p]
+      tma_load B[n, k] -> b_ring[p] on ready[p]
+      advance p
+""")
+
+    def test_bf16_296x520x1000_nmajor(self) -> None:
+        self.assertExpectedInline(kernel("bf16_296x520x1000_nmajor").schedule, """\
+module warploom_bf16bf16_bf16_bn_major_128x128x64_s6_w8_g8  # bf16xbf16->bf16 296x520x1000 b=n_major
+  tiling bm=128 bn=128 bk=64 group_m=8 grid=15
+  ring a_ring: A bf16[6 x 128x64]
+  ring b_ring: B bf16[6 x 64x128]
+  buffer c_smem: C bf16[128x128]
+  mbarrier ready[6] count=1 ready of a_ring, b_ring
+  mbarrier empty[6] count=1 empty of a_ring, b_ring
+  smem 229472 bytes
+  partition consumer (consumer, warps=8 regs=240 default):
+    cursor c (depth 6)
+    acc acc: fp32[128x128]
+    for tiles:
+      for k:
+        wait ready[c] phase(c)
+        wgmma.async acc += a_ring[c] @ b_ring[c]
+        wgmma_wait pending=1
+        arrive empty[c-1]  if k > 0
+        advance c
+      wgmma_wait pending=0
+      arrive empty[c-1]
+      tma_store_wait pending=0
+      store_smem c_smem <- acc
+      fence_async_shared
+      tma_store c_smem -> C[m, n]
+    tma_store_wait pending=0
+  partition producer (producer, warps=1 regs=24):
+    cursor p (depth 6)
+    for tiles*k:
+      wait empty[p] phase(p)^1
+      arrive_expect_tx ready[p] bytes=32768
+      tma_load A[m, k] -> a_ring[p] on ready[p]
+      tma_load B[k, n] -> b_ring[p] on ready[p]
+      advance p
+""")
+
+    def test_fp8_rowwise_bias_native(self) -> None:
+        self.assertExpectedInline(kernel("fp8_rowwise_bias_native").schedule, """\
+module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s6_w8_g8  # e4m3xe4m3->bf16 rowwise 4096x4096x4096 b=k_major
+  tiling bm=128 bn=128 bk=128 group_m=8 grid=132
+  ring a_ring: A e4m3[6 x 128x128]
+  ring b_ring: B e4m3[6 x 128x128]
+  buffer c_smem: C bf16[128x128]
+  mbarrier ready[6] count=1 ready of a_ring, b_ring
+  mbarrier empty[6] count=1 empty of a_ring, b_ring
+  smem 229472 bytes
+  partition consumer (consumer, warps=8 regs=240 default):
+    cursor c (depth 6)
+    acc acc: fp32[128x128]
+    for tiles:
+      for k:
+        wait ready[c] phase(c)
+        wgmma.async acc += a_ring[c] @ b_ring[c]
+        wgmma_wait pending=1
+        arrive empty[c-1]  if k > 0
+        advance c
+      wgmma_wait pending=0
+      arrive empty[c-1]
+      epilogue acc: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
+      tma_store_wait pending=0
+      store_smem c_smem <- acc
+      fence_async_shared
+      tma_store c_smem -> C[m, n]
+    tma_store_wait pending=0
+  partition producer (producer, warps=1 regs=24):
+    cursor p (depth 6)
+    for tiles*k:
+      wait empty[p] phase(p)^1
+      arrive_expect_tx ready[p] bytes=32768
+      tma_load A[m, k] -> a_ring[p] on ready[p]
+      tma_load B[n, k] -> b_ring[p] on ready[p]
+      advance p
+""")
+
+    def test_fp8_tensorwise_promoted(self) -> None:
+        self.assertExpectedInline(kernel("fp8_tensorwise_promoted").schedule, """\
+module warploom_e4m3e4m3_bf16_tensorwise_promoted_bk_major_128x128x128_s6_w8_g8  # e4m3xe4m3->bf16 tensorwise promoted 4096x4096x4096 b=k_major
+  tiling bm=128 bn=128 bk=128 group_m=8 grid=132
+  ring a_ring: A e4m3[6 x 128x128]
+  ring b_ring: B e4m3[6 x 128x128]
+  buffer c_smem: C bf16[128x128]
+  mbarrier ready[6] count=1 ready of a_ring, b_ring
+  mbarrier empty[6] count=1 empty of a_ring, b_ring
+  smem 229472 bytes
+  partition consumer (consumer, warps=8 regs=240 default):
+    cursor c (depth 6)
+    acc acc: fp32[128x128]
+    acc partial: fp32[128x128]
+    for tiles:
+      zero acc
+      for k:
+        wait ready[c] phase(c)
+        wgmma.async partial += a_ring[c] @ b_ring[c] overwrite=always
+        wgmma_wait pending=0
+        arrive empty[c]
+        promote acc += partial
+        advance c
+      epilogue acc: acc *= scale_a[0] * scale_b[0]
+      tma_store_wait pending=0
+      store_smem c_smem <- acc
+      fence_async_shared
+      tma_store c_smem -> C[m, n]
+    tma_store_wait pending=0
+  partition producer (producer, warps=1 regs=24):
+    cursor p (depth 6)
+    for tiles*k:
+      wait empty[p] phase(p)^1
+      arrive_expect_tx ready[p] bytes=32768
+      tma_load A[m, k] -> a_ring[p] on ready[p]
+      tma_load B[n, k] -> b_ring[p] on ready[p]
+      advance p
+""")

@@ -1,0 +1,133 @@
+"""The torch.library custom ops without a GPU: opcheck, fake tensors, and tracing.
+
+What torch.library.opcheck can cover here: every utility (test_schema, test_autograd_registration,
+test_faketensor, test_aot_dispatch_dynamic) on meta tensors, where the fake implementation answers; and on
+CPU tensors for zero-sized problems, the only ones whose real implementation runs without a GPU (a real
+CPU call with work to do raises DeviceError). test_schema cannot run scaled_mm on CPU: its SchemaCheckMode
+compares fp8 tensors with a multiply torch's CPU backend lacks, so that pairing is left out.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+import warploom
+
+BF16, FP32, E4 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
+UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+MATMUL = torch.ops.warploom.matmul.default
+SCALED_MM = torch.ops.warploom.scaled_mm.default
+
+
+def mm_args(m: int, n: int, k: int, device: str, b_major: str = "n", out_dtype: torch.dtype | None = None) -> tuple:
+    a = torch.randn(m, k, device=device).to(BF16)
+    b = torch.randn(k, n, device=device).to(BF16) if b_major == "n" else torch.randn(n, k, device=device).to(BF16).t()
+    return (a, b, out_dtype)
+
+
+def fp8_args(m: int, n: int, k: int, device: str, recipe: str = "rowwise", bias: bool = True,
+             fast: bool = False) -> tuple:
+    a = torch.randn(m, k, device=device).to(E4)
+    b = torch.randn(n, k, device=device).to(E4).t()
+    if recipe == "rowwise":
+        sa, sb = torch.rand(m, 1, device=device) + 0.5, torch.rand(1, n, device=device) + 0.5
+    else:
+        sa, sb = torch.tensor(2.0, device=device), torch.tensor(0.5, device=device)
+    bias_t = torch.randn(n, device=device).to(BF16) if bias else None
+    return (a, b, sa, sb, bias_t, BF16, fast)
+
+
+META_CASES: list[tuple[Any, tuple]] = [
+    (MATMUL, mm_args(256, 256, 128, "meta")),
+    (MATMUL, mm_args(296, 520, 1000, "meta", b_major="k", out_dtype=FP32)),
+    (SCALED_MM, fp8_args(256, 256, 128, "meta")),
+    (SCALED_MM, fp8_args(64, 512, 256, "meta", recipe="tensorwise", bias=False, fast=True)),
+]
+
+
+@pytest.mark.parametrize("util", UTILS)
+@pytest.mark.parametrize("case", range(len(META_CASES)))
+def test_opcheck_on_meta(case: int, util: str) -> None:
+    op, args = META_CASES[case]
+    assert torch.library.opcheck(op, args, test_utils=util) == {util: "SUCCESS"}
+
+
+ZERO = [(0, 256, 128), (32, 0, 128), (32, 256, 0)]
+
+
+@pytest.mark.parametrize("util", UTILS)
+@pytest.mark.parametrize("m,n,k", ZERO)
+def test_opcheck_matmul_on_cpu_zero_sized(m: int, n: int, k: int, util: str) -> None:
+    assert torch.library.opcheck(MATMUL, mm_args(m, n, k, "cpu"), test_utils=util) == {util: "SUCCESS"}
+
+
+@pytest.mark.parametrize("util", [u for u in UTILS if u != "test_schema"])
+@pytest.mark.parametrize("m,n,k", ZERO)
+def test_opcheck_scaled_mm_on_cpu_zero_sized(m: int, n: int, k: int, util: str) -> None:
+    args = fp8_args(m, n, k, "cpu", recipe="tensorwise")
+    assert torch.library.opcheck(SCALED_MM, args, test_utils=util) == {util: "SUCCESS"}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_fake_tensors_get_fake_results_and_never_touch_storage(device: str) -> None:
+    # FakeTensorMode is how torch.compile, export and shape-propagation tools run ops. Fake CUDA tensors can
+    # be made without a GPU; warploom must answer with a fake result and must not read a data pointer
+    # (torch warns that doing so "will error") nor plan or launch a kernel.
+    torch.set_warn_always(True)  # data_ptr's warning is TORCH_WARN_ONCE otherwise
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with FakeTensorMode():
+                a = torch.empty(256, 128, dtype=BF16, device=device)
+                b = torch.empty(128, 512, dtype=BF16, device=device)
+                out = warploom.matmul(a, b)
+                a8 = torch.empty(256, 128, dtype=E4, device=device)
+                b8 = torch.empty(512, 128, dtype=E4, device=device).t()
+                sa, sb = torch.empty(256, 1, device=device), torch.empty(1, 512, device=device)
+                out8 = warploom.scaled_mm(a8, b8, sa, sb, out_dtype=FP32)
+    finally:
+        torch.set_warn_always(False)
+    for o, dt in ((out, BF16), (out8, FP32)):
+        assert isinstance(o, FakeTensor)
+        assert o.shape == (256, 512) and o.dtype == dt and o.device.type == device
+
+
+def test_fake_path_still_refuses_bad_dtypes_and_shapes() -> None:
+    with FakeTensorMode():
+        a = torch.empty(64, 64, dtype=BF16)
+        with pytest.raises(warploom.DTypeError, match="^b: "):
+            torch.ops.warploom.matmul(a, torch.empty(64, 64, dtype=torch.float16), None)
+        with pytest.raises(warploom.ShapeError, match="^b: "):
+            torch.ops.warploom.matmul(a, torch.empty(32, 64, dtype=BF16), None)
+
+
+def test_export_with_dynamic_m_keeps_the_custom_op() -> None:
+    class Lin(torch.nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return warploom.matmul(a, b, out_dtype=FP32)
+
+    a, b = torch.randn(256, 128).to(BF16), torch.randn(128, 256).to(BF16)
+    ep = torch.export.export(Lin(), (a, b), dynamic_shapes=({0: torch.export.Dim("m")}, None))
+    targets = [n.target for n in ep.graph.nodes if n.op == "call_function"]
+    assert targets == [MATMUL]
+    (out,) = [n for n in ep.graph.nodes if n.op == "output"][0].args[0]
+    assert out.meta["val"].dtype == FP32 and out.meta["val"].shape[1] == 256
+
+
+def test_compile_dynamic_traces_through_the_fake_impl() -> None:
+    # torch.compile traces with fake tensors (symbolic M) before the real CPU call raises DeviceError: the
+    # error must be the real one, not a tracing failure inside warploom's fake implementation.
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b: warploom.matmul(a, b), dynamic=True, backend="aot_eager", fullgraph=True)
+    a, b = torch.randn(256, 128).to(BF16), torch.randn(128, 256).to(BF16)
+    with pytest.raises(warploom.DeviceError, match="^a: "):
+        f(a, b)
+    # Zero-sized inputs run for real on CPU, through the compiled graph.
+    out = f(torch.randn(0, 128).to(BF16), b)
+    assert out.shape == (0, 256)
+    torch._dynamo.reset()

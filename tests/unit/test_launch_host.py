@@ -1,0 +1,149 @@
+"""The host half of a launch, on CPU: whatever the input checks accept, the launcher must be able to describe.
+
+The kernel launch itself needs a GPU, but building the TMA descriptors and the argument list does not:
+Triton's TensorDescriptor validates TMA's rules (16-byte base, 16-byte strides, unit inner stride) on any
+tensor. With the JIT function replaced by a recorder, `Kernel.run` does everything but launch, so a gap
+between `warploom.checks` and what TMA or the compiled kernel assumes shows up here instead of as an
+AssertionError (or a misaligned-address fault) on the GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from warploom import H100_SXM, AlignmentError, checks
+from warploom.kernel import Kernel, build
+
+BF16, FP32, E4 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
+
+
+class RecordingJit:
+    """Stands in for the @gluon.jit function: ``fn[grid](*args, **options)`` records instead of launching."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[tuple[int, ...], tuple[Any, ...], dict[str, Any]]] = []
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Any:
+        def launch(*args: Any, **options: Any) -> None:
+            self.calls.append((grid, args, options))
+
+        return launch
+
+
+@pytest.fixture
+def jit(monkeypatch: pytest.MonkeyPatch) -> RecordingJit:
+    rec = RecordingJit()
+    monkeypatch.setattr("warploom.runtime.launch.load", lambda text, name: rec)
+    return rec
+
+
+def offset_view(shape: tuple[int, ...], dtype: torch.dtype = FP32) -> torch.Tensor:
+    """A contiguous CPU tensor of `shape` whose address is one element past a 16-byte boundary."""
+    n = math.prod(shape)
+    flat = torch.rand(n + 16).to(dtype) + 0.5
+    off = next(i for i in range(1, 16) if (flat.data_ptr() + i * flat.element_size()) % 16)
+    v = flat[off:off + n].view(shape)
+    assert v.data_ptr() % 16
+    return v
+
+
+def host_launch(jit: RecordingJit, a: torch.Tensor, b: torch.Tensor, scale_a: Any = None, scale_b: Any = None,
+                bias: Any = None) -> tuple[Kernel, dict[str, Any], tuple[int, ...]]:
+    """Validate like the API, then run the kernel's host side. Returns the kernel, its named args and grid."""
+    if scale_a is None:
+        spec = checks.matmul_spec(a, b)
+    else:
+        spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, BF16, True)
+    k = dataclasses.replace(build(spec, H100_SXM))  # a fresh Kernel: its cached launcher is ours alone
+    out = torch.empty(spec.m, spec.n, dtype=spec.out_dtype.torch)
+    assert k.run(a, b, out, scale_a, scale_b, bias) is out
+    (grid, args, options) = jit.calls[-1]
+    params = k.gluon.params
+    assert len(args) == len(params)
+    assert options["num_warps"] == k.gluon.num_warps and options["maxnreg"] == k.gluon.maxnreg
+    return k, dict(zip(params, args, strict=True)), grid
+
+
+def check_args(k: Kernel, args: dict[str, Any], grid: tuple[int, ...], a: torch.Tensor, b: torch.Tensor) -> None:
+    m, kk = a.shape
+    n = b.shape[1]
+    assert (args["M"], args["N"], args["K"]) == (m, n, kk)
+    tiles = math.ceil(m / k.plan.bm) * math.ceil(n / k.plan.bn)
+    assert grid == (min(k.plan.grid, tiles),)
+    assert list(args["a_desc"].shape) == [m, kk]
+    b_rows = [n, kk] if k.spec.b_layout.value == "k_major" else [kk, n]
+    assert list(args["b_desc"].shape) == b_rows
+    assert list(args["c_desc"].shape) == [m, n]
+    # cross.py compiles every *_ptr argument with tt.divisibility=16: the launcher must honour that promise.
+    for name, v in args.items():
+        if name.endswith("_ptr"):
+            ptr = v.data_ptr()
+            assert ptr % 16 == 0, f"{name} at {ptr:#x} is not 16-byte aligned"
+
+
+# -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("m,n,k,b_major", [(4096, 4096, 4096, "k"), (296, 520, 1000, "n"), (1, 64, 512, "n"),
+                                           (1000, 1000, 72, "k")])
+def test_matmul_host_side(jit: RecordingJit, m: int, n: int, k: int, b_major: str) -> None:
+    a = torch.randn(m, k).to(BF16)
+    b = torch.randn(k, n).to(BF16) if b_major == "n" else torch.randn(n, k).to(BF16).t()
+    kern, args, grid = host_launch(jit, a, b)
+    check_args(kern, args, grid, a, b)
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_scaled_mm_host_side(jit: RecordingJit, recipe: str, with_bias: bool) -> None:
+    m, n, k = 296, 528, 1024
+    a, b = torch.randn(m, k).to(E4), torch.randn(n, k).to(E4).t()
+    sa, sb = (torch.rand(()), torch.rand(())) if recipe == "tensorwise" else (torch.rand(m, 1), torch.rand(1, n))
+    bias = torch.randn(n).to(BF16) if with_bias else None
+    kern, args, grid = host_launch(jit, a, b, sa, sb, bias)
+    check_args(kern, args, grid, a, b)
+    assert ("bias_ptr" in args) == with_bias
+    assert args["scale_a_ptr"].numel() == (1 if recipe == "tensorwise" else m)
+
+
+@pytest.mark.parametrize("m,k", [(1, 511), (1, 100), (1, 9)])
+def test_one_row_a_with_an_odd_k(jit: RecordingJit, m: int, k: int) -> None:
+    # A (1, K) tensor's row stride is K elements; the checks skip it (a size-1 dimension's stride is never
+    # used), but TensorDescriptor (like cuTensorMapEncodeTiled) requires every outer stride to be a multiple of
+    # 16 bytes. Either the checks refuse it or the launcher must describe it (e.g. with a padded stride).
+    a, b = torch.randn(m, k).to(BF16), torch.randn(k, 64).to(BF16)
+    try:
+        checks.matmul_spec(a, b)
+    except AlignmentError:
+        return
+    kern, args, grid = host_launch(jit, a, b)
+    check_args(kern, args, grid, a, b)
+
+
+@pytest.mark.parametrize("which", ["scale_a", "scale_b", "bias", "tensorwise_scale"])
+def test_misaligned_scale_or_bias_pointer(jit: RecordingJit, which: str) -> None:
+    # Scale and bias pointers are not TMA operands, so nothing checks their addresses; yet the kernel is
+    # compiled assuming 16-byte alignment for them. A view at an odd offset must be refused by the checks
+    # or copied to an aligned buffer by the launcher.
+    m, n, k = 128, 256, 128
+    a, b = torch.randn(m, k).to(E4), torch.randn(n, k).to(E4).t()
+    sa, sb, bias = torch.rand(m, 1), torch.rand(1, n), torch.randn(n).to(BF16)
+    if which == "scale_a":
+        sa = offset_view((m, 1))
+    elif which == "scale_b":
+        sb = offset_view((1, n))
+    elif which == "bias":
+        bias = offset_view((n,), BF16)
+    else:
+        sa, sb = offset_view(()), torch.rand(())
+    try:
+        checks.scaled_mm_spec(a, b, sa, sb, bias, BF16, True)
+    except AlignmentError:
+        return
+    kern, args, grid = host_launch(jit, a, b, sa, sb, bias)
+    check_args(kern, args, grid, a, b)

@@ -1,0 +1,72 @@
+"""GemmSpec validates its own consistency in __post_init__: each broken combination fails at construction."""
+
+from __future__ import annotations
+
+import pytest
+
+from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
+
+E4, E5, BF16, FP16, FP32 = DType.E4M3, DType.E5M2, DType.BF16, DType.FP16, DType.FP32
+
+# Every valid combination warploom plans, one of each kind: these must construct.
+VALID = [
+    dict(m=1, n=8, k=1),
+    dict(m=0, n=0, k=0),
+    dict(m=296, n=520, k=1000, b_layout=BLayout.N_MAJOR),
+    dict(m=64, n=64, k=64, a_dtype=FP16, b_dtype=FP16, out_dtype=FP32),
+    dict(m=64, n=64, k=64, a_dtype=E4, b_dtype=E4, scale=ScaleRecipe.TENSORWISE),
+    dict(m=64, n=64, k=64, a_dtype=E5, b_dtype=E4, scale=ScaleRecipe.ROWWISE, bias_dtype=BF16),
+    dict(m=64, n=64, k=64, a_dtype=E4, b_dtype=E5, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED),
+]
+
+# (fields, what the message must mention)
+INVALID = [
+    (dict(m=-1, n=8, k=8), "sizes must be >= 0"),
+    (dict(m=8, n=-8, k=8), "sizes must be >= 0"),
+    (dict(m=8, n=8, k=-1), "sizes must be >= 0"),
+    (dict(m=8, n=8, k=8, a_dtype=E4, b_dtype=BF16, scale=ScaleRecipe.TENSORWISE), "mixes fp8 and 16-bit"),
+    (dict(m=8, n=8, k=8, a_dtype=BF16, b_dtype=E4), "mixes fp8 and 16-bit"),
+    (dict(m=8, n=8, k=8, a_dtype=BF16, b_dtype=FP16), "16-bit inputs must match"),
+    (dict(m=8, n=8, k=8, a_dtype=FP32, b_dtype=FP32), "cannot be fp32"),
+    (dict(m=8, n=8, k=8, a_dtype=E4, b_dtype=E4, scale=ScaleRecipe.ROWWISE, b_layout=BLayout.N_MAJOR),
+     "K_MAJOR"),
+    (dict(m=8, n=8, k=8, a_dtype=E4, b_dtype=E4), "need a scale recipe"),
+    (dict(m=8, n=8, k=8, scale=ScaleRecipe.TENSORWISE), "need a scale recipe"),
+    (dict(m=8, n=8, k=8, accumulation=Accumulation.PROMOTED), "PROMOTED"),
+]
+
+
+@pytest.mark.parametrize("fields", VALID, ids=lambda f: GemmSpec(**f).short())
+def test_valid_specs_construct(fields: dict) -> None:
+    spec = GemmSpec(**fields)
+    assert spec.is_fp8 == fields.get("a_dtype", BF16).is_fp8
+    assert spec.flops == 2 * fields["m"] * fields["n"] * fields["k"]
+
+
+@pytest.mark.parametrize("fields,needle", INVALID, ids=[n + f"-{i}" for i, (_, n) in enumerate(INVALID)])
+def test_invalid_specs_rejected(fields: dict, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        GemmSpec(**fields)
+
+
+def test_spec_is_frozen_and_hashable() -> None:
+    a = GemmSpec(128, 256, 64)
+    assert hash(a) == hash(GemmSpec(128, 256, 64))
+    assert a != GemmSpec(128, 256, 64, b_layout=BLayout.N_MAJOR)
+    with pytest.raises(AttributeError):
+        a.m = 4  # type: ignore[misc]
+
+
+def test_short_names_distinguish_recipe_dtype_and_size() -> None:
+    base = GemmSpec(64, 64, 64, E4, E4, BF16, scale=ScaleRecipe.ROWWISE)
+    variants = [
+        base,
+        GemmSpec(64, 64, 64, E4, E4, BF16, scale=ScaleRecipe.TENSORWISE),
+        GemmSpec(64, 64, 64, E4, E4, BF16, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED),
+        GemmSpec(64, 64, 64, E5, E4, BF16, scale=ScaleRecipe.ROWWISE),
+        GemmSpec(64, 64, 64, E4, E4, FP32, scale=ScaleRecipe.ROWWISE),
+        GemmSpec(64, 64, 128, E4, E4, BF16, scale=ScaleRecipe.ROWWISE),
+    ]
+    names = [v.short() for v in variants]
+    assert len(set(names)) == len(names), names
+    assert base.short() == "e4m3xe4m3->bf16 rowwise 64x64x64 b=k_major"

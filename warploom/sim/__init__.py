@@ -1,0 +1,38 @@
+"""warploom.sim: a CPU simulator and protocol checker for schedule IR modules.
+
+Each partition of a module runs as an independent agent over its own resolved program
+(`program.py`); a scheduler interleaves the agents and the completions of asynchronous operations (TMA
+loads and stores, wgmma) under exact mbarrier semantics (`barrier.py`), tracking the state of every
+ring slot and buffer (`memory.py`) and, optionally, the data with torch on the CPU (`numerics.py`).
+
+    simulate(module, a, b, ...)         numerics + checks under one seeded random schedule
+    check_protocol(module, m, n, k)     checks only, several seeds; raises ProtocolError on findings
+    explore(module, m, n, k)            every schedule of a small configuration (DFS + state hashing)
+    draw_timeline(result, path)         the per-partition timeline of a simulation (matplotlib)
+
+Findings (`SimFinding`, kinds in `FindingKind`) name the CTA, partition, op, (tile, k), barrier and phase.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from warploom.sim.events import EventKind, TimelineEvent
+from warploom.sim.explore import ExploreReport, explore
+from warploom.sim.findings import FindingKind, ProtocolError, SimFinding
+from warploom.sim.raster import TileRef, cta_tiles, launch_grid, tile_coords
+from warploom.sim.simulate import CheckReport, SimReport, SimResult, check_protocol, representative_ctas, simulate
+
+
+def draw_timeline(result: SimResult | SimReport, path: Any, **kwargs: Any) -> Any:
+    """See `warploom.sim.timeline.draw_timeline` (imported lazily: matplotlib is slow to import)."""
+    from warploom.sim.timeline import draw_timeline as draw
+
+    return draw(result, path, **kwargs)
+
+
+__all__ = [
+    "CheckReport", "EventKind", "ExploreReport", "FindingKind", "ProtocolError", "SimFinding", "SimReport",
+    "SimResult", "TileRef", "TimelineEvent", "check_protocol", "cta_tiles", "draw_timeline", "explore",
+    "launch_grid", "representative_ctas", "simulate", "tile_coords",
+]

@@ -1,0 +1,170 @@
+"""Exhaustive exploration: every schedule of a small configuration, up to a bound on distinct states.
+
+Depth-first search over scheduler choices (which partition steps, which async operation completes) with
+a visited set of canonical state hashes (`Machine.key`, protocol state only: no data). The state graph
+is acyclic (every action retires an instruction or an async operation), so a visited set is all the
+search needs. One reduction keeps it small: an instruction that touches only its partition's own
+registers or private buffers (`Machine.local`) commutes with every other action, so it is taken at once
+instead of branched on; findings and deadlocks reachable in the full graph stay reachable.
+
+The counterexample of the first finding is replayed from the initial state and described step by step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from warploom.ir import nodes as ir
+from warploom.sim.findings import FindingKind, FindingSink, SimFinding
+from warploom.sim.machine import Action, CtaProgram, Machine
+from warploom.sim.program import Geometry, MalformedError
+from warploom.sim.raster import launch_grid
+from warploom.sim.simulate import representative_ctas
+
+Path = tuple[Action, "Path"] | None  # a linked list of actions, newest first
+
+
+@dataclass(frozen=True)
+class ExploreReport:
+    """Attributes:
+    module: the module's name.
+    size: the problem (m, n, k).
+    ctas: program ids explored (one per distinct tile count unless chosen).
+    states: distinct states visited, over all CTAs.
+    transitions: actions applied.
+    terminals: end states reached (finished or deadlocked).
+    bound_hit: whether `max_states` stopped a CTA's search before it was complete.
+    findings: violations found on any schedule.
+    counterexample: the schedule (one line per action) reaching the first finding, or ().
+    wall_s: wall time.
+    """
+
+    module: str
+    size: tuple[int, int, int]
+    ctas: tuple[int, ...]
+    states: int
+    transitions: int
+    terminals: int
+    bound_hit: bool
+    findings: tuple[SimFinding, ...]
+    counterexample: tuple[str, ...]
+    wall_s: float
+
+    @property
+    def ok(self) -> bool:
+        """No finding on any explored schedule (and, if not `bound_hit`, on any schedule at all)."""
+        return not self.findings
+
+    def kinds(self) -> set[FindingKind]:
+        return {f.kind for f in self.findings}
+
+    def summary(self) -> str:
+        bound = " (bound hit: incomplete)" if self.bound_hit else " (complete)"
+        head = (f"{self.module} at {self.size}: {self.states} states, {self.transitions} transitions, "
+                f"{self.terminals} end states{bound}, {self.wall_s:.2f} s")
+        if not self.findings:
+            return head + ": no findings"
+        lines = [head + f": {len(self.findings)} finding(s)"] + [f"  - {f}" for f in self.findings]
+        if self.counterexample:
+            lines.append("  schedule to the first finding:")
+            lines += [f"    {i:4d}. {s}" for i, s in enumerate(self.counterexample)]
+        return "\n".join(lines)
+
+
+def _eager(mach: Machine, path: Path, por: bool) -> Path:
+    """Take every enabled local instruction at once (see the module docstring)."""
+    moved = por
+    while moved:
+        moved = False
+        for i in range(len(mach.pc)):
+            while mach.local(i) and mach.runnable(i):
+                act = (0, i)
+                mach.apply(act)
+                path = (act, path)
+                moved = True
+    return path
+
+
+def _replay(prog: CtaProgram, path: Path) -> tuple[str, ...]:
+    acts: list[Action] = []
+    while path is not None:
+        acts.append(path[0])
+        path = path[1]
+    mach = Machine(prog, FindingSink())
+    lines = []
+    for act in reversed(acts):
+        lines.append(mach.describe(act))
+        mach.apply(act)
+    return tuple(lines)
+
+
+def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_000,
+            ctas: Iterable[int] | None = None, stop_at_first: bool = False, por: bool = True) -> ExploreReport:
+    """Explore every schedule of `module` at problem size (m, n, k), protocol only.
+
+    `max_states` bounds the distinct states per CTA; `bound_hit` in the report says whether it cut the
+    search short. With `stop_at_first`, the search ends at the first finding. `por=False` turns the
+    local-instruction reduction off (to cross-check it).
+    """
+    t0 = time.perf_counter()
+    t = module.tiling
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid)
+    pids = representative_ctas(module, m, n) if ctas is None else tuple(ctas)
+    sink = FindingSink()
+    states = transitions = terminals = 0
+    bound_hit = False
+    counter: tuple[str, ...] = ()
+    for pid in pids:
+        try:
+            prog = CtaProgram.build(module, Geometry.of(module, m, n, k, pid, grid))
+        except MalformedError as e:
+            sink.add(SimFinding(FindingKind.MALFORMED, str(e), pid))
+            continue
+        root = Machine(prog, sink)
+        first_path: list[Path] = []
+
+        def note(before: int, path: Path, first_path: list[Path] = first_path) -> None:
+            if len(sink) > before and not first_path:
+                first_path.append(path)
+
+        before = len(sink)
+        stack: list[tuple[Machine, Path]] = [(root, _eager(root, None, por))]
+        note(before, stack[0][1])
+        visited: set[int] = set()
+        while stack:
+            mach, path = stack.pop()
+            h = hash(mach.key())
+            if h in visited:
+                continue
+            if len(visited) >= max_states:
+                bound_hit = True
+                break
+            visited.add(h)
+            acts = mach.enabled()
+            if not acts:
+                terminals += 1
+                before = len(sink)
+                mach.finish()
+                note(before, path)
+                if stop_at_first and first_path:
+                    break
+                continue
+            for act in reversed(acts):
+                c = mach.clone()
+                before = len(sink)
+                c.apply(act)
+                p = _eager(c, (act, path), por)
+                transitions += 1
+                note(before, p)
+                stack.append((c, p))
+            if stop_at_first and first_path:
+                break
+        states += len(visited)
+        if first_path and not counter:
+            counter = _replay(prog, first_path[0])
+        if stop_at_first and first_path:
+            break
+    return ExploreReport(module.name, (m, n, k), pids, states, transitions, terminals, bound_hit, sink.findings(),
+                         counter, time.perf_counter() - t0)

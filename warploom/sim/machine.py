@@ -1,0 +1,583 @@
+"""One CTA as a state machine: partitions as agents, asynchronous copies and wgmma as pending events.
+
+An *action* is either one partition executing its next instruction (when it is not blocked) or the
+completion of one asynchronous operation: any in-flight TMA load (the copy engine may finish them in any
+order), the oldest unfinished wgmma of a partition (wgmma groups complete in issue order), or the oldest
+unfinished TMA store of a partition (bulk groups retire in order). A scheduler (`scheduler.py`, random;
+`explore.py`, exhaustive) picks actions until none is enabled; then either every partition finished, or
+the CTA is deadlocked.
+
+Every check runs where the event happens and judges it by what the *program* has established, not by
+the completion order the scheduler happened to pick: an async wgmma counts as reading its slots and
+writing its accumulator until a ``wgmma_wait`` retires it, a TMA store as reading its buffer until a
+``tma_store_wait`` retires it, and TMA data as unsynchronized until a wait acquires the barrier phase it
+completed (see `barrier.py`). So a missing wait is found on every schedule, not only on unlucky ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from warploom.ir import nodes as ir
+from warploom.sim.barrier import MBarrier, Token
+from warploom.sim.events import EventKind, TimelineEvent
+from warploom.sim.findings import FindingKind, FindingSink, SimFinding
+from warploom.sim.memory import BufferState, SlotState
+from warploom.sim.numerics import CtaData
+from warploom.sim.program import (
+    ArriveI,
+    EpilogueI,
+    ExpectI,
+    FenceI,
+    Geometry,
+    Instr,
+    LoadI,
+    MmaI,
+    MmaWaitI,
+    PromoteI,
+    Site,
+    StoreSmemI,
+    StoreTileI,
+    StoreWaitI,
+    TmaStoreI,
+    WaitI,
+    ZeroI,
+    unroll,
+)
+
+AGENT, LOAD, MMA, STORE = 0, 1, 2, 3
+Action = tuple[int, int]  # (AGENT, partition) / (LOAD, index in flight) / (MMA, partition) / (STORE, partition)
+
+
+@dataclass(frozen=True)
+class CtaProgram:
+    """Every partition's resolved instructions for one CTA.
+
+    Attributes:
+        module: the schedule.
+        geo: the CTA's problem share.
+        names: partition names, in module order (the agent index is the position here).
+        traces: each partition's instructions in program order.
+        private: per partition, the buffers no other partition touches (their ops commute with
+            every other agent's, which the explorer exploits).
+    """
+
+    module: ir.Module
+    geo: Geometry
+    names: tuple[str, ...]
+    traces: tuple[tuple[Instr, ...], ...]
+    private: tuple[frozenset[str], ...]
+
+    @staticmethod
+    def build(module: ir.Module, geo: Geometry) -> CtaProgram:
+        traces = tuple(unroll(module, p, geo) for p in module.partitions)
+        users: dict[str, set[int]] = {}
+        for i, p in enumerate(module.partitions):
+            for o, _ in ir.walk(p.body):
+                if isinstance(o, (ir.StoreSmem, ir.TmaStore)):
+                    users.setdefault(o.buffer, set()).add(i)
+        private = tuple(frozenset(b for b, u in users.items() if u == {i}) for i in range(len(traces)))
+        return CtaProgram(module, geo, tuple(p.name for p in module.partitions), traces, private)
+
+
+@dataclass(frozen=True, slots=True)
+class Inflight:
+    """An asynchronous operation issued by instruction `pc` of `agent` at step `issued`.
+
+    For loads, `fill` is the slot fill it writes and `phase` the barrier's phase when it was issued.
+    """
+
+    agent: int
+    pc: int
+    issued: int
+    fill: int = -1
+    phase: int = -1
+
+    def key(self) -> tuple[int, int, int, int]:
+        return (self.agent, self.pc, self.fill, self.phase)
+
+
+class Machine:
+    """The state of one CTA. `enabled`/`apply` drive it; `finish` runs the end-of-CTA checks."""
+
+    def __init__(self, prog: CtaProgram, sink: FindingSink, data: CtaData | None = None, record: bool = False):
+        m = prog.module
+        n = len(prog.traces)
+        self.prog, self.sink, self.data = prog, sink, data
+        self.pc = [0] * n
+        self.bars = {b.name: [MBarrier(b.count) for _ in range(b.depth)] for b in m.barriers}
+        self.bar_rings = {b.name: b.rings for b in m.barriers}
+        self.slots = {r.name: [SlotState() for _ in range(r.depth)] for r in m.rings}
+        self.bufs = {b.name: BufferState() for b in m.buffers}
+        self.loads: list[Inflight] = []
+        self.mmas: list[tuple[Inflight, ...]] = [()] * n  # un-retired wgmma, oldest first
+        self.mma_done = [0] * n  # how many of them (a prefix) the hardware finished
+        self.stores: list[tuple[Inflight, ...]] = [()] * n
+        self.store_done = [0] * n
+        self.tokens: list[frozenset[Token]] = [frozenset()] * n  # what each agent has acquired
+        self.step = 0
+        self.k_steps = 0
+        self.blocked_at = [-1] * n
+        self.events: list[TimelineEvent] | None = [] if record else None
+
+    # ------------------------------------------------------------------------------------------
+    # scheduling interface
+
+    def done(self) -> bool:
+        return all(pc == len(t) for pc, t in zip(self.pc, self.prog.traces, strict=True))
+
+    def runnable(self, i: int) -> bool:
+        """Whether partition `i` can execute its next instruction now."""
+        tr = self.prog.traces[i]
+        pc = self.pc[i]
+        if pc == len(tr):
+            return False
+        ins = tr[pc]
+        if isinstance(ins, WaitI):
+            return self.bars[ins.barrier][ins.index].passes(ins.parity)
+        if isinstance(ins, MmaWaitI):
+            return len(self.mmas[i]) - self.mma_done[i] <= ins.pending
+        if isinstance(ins, StoreWaitI):
+            return len(self.stores[i]) - self.store_done[i] <= ins.pending
+        return True
+
+    def enabled(self) -> list[Action]:
+        acts: list[Action] = []
+        n = len(self.pc)
+        for i in range(n):
+            if self.runnable(i):
+                acts.append((AGENT, i))
+            elif self.blocked_at[i] < 0 and self.pc[i] < len(self.prog.traces[i]):
+                self.blocked_at[i] = self.step
+        acts.extend((LOAD, j) for j in range(len(self.loads)))
+        acts.extend((MMA, i) for i in range(n) if len(self.mmas[i]) > self.mma_done[i])
+        acts.extend((STORE, i) for i in range(n) if len(self.stores[i]) > self.store_done[i])
+        return acts
+
+    def local(self, i: int) -> bool:
+        """Whether partition `i`'s next instruction touches only its own state (registers, private
+        buffers): it commutes with every other action, so the explorer need not branch on it."""
+        tr = self.prog.traces[i]
+        pc = self.pc[i]
+        if pc == len(tr):
+            return False
+        ins = tr[pc]
+        if isinstance(ins, (PromoteI, ZeroI, EpilogueI, FenceI)):
+            return True
+        if isinstance(ins, (StoreSmemI, TmaStoreI)):
+            return ins.buffer in self.prog.private[i]
+        if isinstance(ins, StoreWaitI):
+            return self.runnable(i) and all(self._store_of(e).buffer in self.prog.private[i] for e in self.stores[i])
+        return False
+
+    def apply(self, act: Action) -> None:
+        kind, x = act
+        if kind == AGENT:
+            self._step_agent(x)
+        elif kind == LOAD:
+            self._land(x)
+        elif kind == MMA:
+            self._complete_mma(x)
+        else:
+            self._complete_store(x)
+        self.step += 1
+
+    def describe(self, act: Action) -> str:
+        """An action in words, for counterexample traces."""
+        kind, x = act
+        if kind == AGENT:
+            return f"{self.prog.traces[x][self.pc[x]].site.where()}"
+        if kind == LOAD:
+            ins = self._load_of(self.loads[x])
+            return f"TMA lands {ins.tag} in {ins.ring}[{ins.slot}] ({ins.site.where()})"
+        if kind == MMA:
+            e = self.mmas[x][self.mma_done[x]]
+            return f"wgmma finishes ({self.prog.traces[x][e.pc].site.where()})"
+        e = self.stores[x][self.store_done[x]]
+        return f"TMA store finishes ({self.prog.traces[x][e.pc].site.where()})"
+
+    def key(self) -> tuple[Any, ...]:
+        """A canonical, hashable state (protocol state only: no data, no step counters)."""
+        return (
+            tuple(self.pc),
+            tuple(b.key() for bs in self.bars.values() for b in bs),
+            tuple(s.key() for ss in self.slots.values() for s in ss),
+            tuple(b.key() for b in self.bufs.values()),
+            tuple(sorted(e.key() for e in self.loads)),
+            tuple(tuple(e.pc for e in q) for q in self.mmas), tuple(self.mma_done),
+            tuple(tuple(e.pc for e in q) for q in self.stores), tuple(self.store_done),
+            tuple(self.tokens),
+        )
+
+    def clone(self) -> Machine:
+        """A copy for the explorer (protocol state only; no data, no timeline)."""
+        c = Machine.__new__(Machine)
+        c.prog, c.sink, c.data, c.events = self.prog, self.sink, None, None
+        c.pc = list(self.pc)
+        c.bars = {k: [b.clone() for b in v] for k, v in self.bars.items()}
+        c.bar_rings = self.bar_rings
+        c.slots = {k: [s.clone() for s in v] for k, v in self.slots.items()}
+        c.bufs = {k: b.clone() for k, b in self.bufs.items()}
+        c.loads = list(self.loads)
+        c.mmas, c.mma_done = list(self.mmas), list(self.mma_done)
+        c.stores, c.store_done = list(self.stores), list(self.store_done)
+        c.tokens = list(self.tokens)
+        c.step, c.k_steps = self.step, self.k_steps
+        c.blocked_at = list(self.blocked_at)
+        return c
+
+    # ------------------------------------------------------------------------------------------
+    # findings and timeline
+
+    def _flag(self, kind: FindingKind, site: Site | None, msg: str, barrier: str | None = None,
+              phase: int | None = None) -> None:
+        self.sink.add(SimFinding(
+            kind, msg, self.prog.geo.pid,
+            partition=site.partition if site else "", op=site.text if site else "",
+            tile=str(site.tile) if site and site.tile is not None else None, k=site.k if site else None,
+            barrier=barrier, phase=phase, step=self.step,
+        ))
+
+    def _event(self, site: Site, start: int, end: int, kind: EventKind) -> None:
+        if self.events is not None:
+            self.events.append(TimelineEvent(site.partition, site.text, start, end, kind, self.prog.geo.pid,
+                                             site.tile.index if site.tile is not None else None, site.k))
+
+    def _site(self, e: Inflight) -> Site:
+        return self.prog.traces[e.agent][e.pc].site
+
+    def _load_of(self, e: Inflight) -> LoadI:
+        ins = self.prog.traces[e.agent][e.pc]
+        assert isinstance(ins, LoadI)
+        return ins
+
+    def _store_of(self, e: Inflight) -> TmaStoreI:
+        ins = self.prog.traces[e.agent][e.pc]
+        assert isinstance(ins, TmaStoreI)
+        return ins
+
+    # ------------------------------------------------------------------------------------------
+    # partitions
+
+    def _step_agent(self, i: int) -> None:
+        tr = self.prog.traces[i]
+        pc = self.pc[i]
+        ins = tr[pc]
+        _EXEC[type(ins)](self, i, pc, ins)
+        if self.events is not None:
+            blocked = self.blocked_at[i]
+            if blocked >= 0:
+                self._event(ins.site, blocked, self.step + 1, EventKind.WAIT)
+            else:
+                self._event(ins.site, self.step, self.step + 1, EventKind.OP)
+        self.blocked_at[i] = -1
+        self.pc[i] = pc + 1
+        if pc + 1 == len(tr):
+            self._exit(i, ins.site)
+
+    def _wait(self, i: int, pc: int, ins: WaitI) -> None:
+        bar = self.bars[ins.barrier][ins.index]
+        name = f"{ins.barrier}[{ins.index}]"
+        if bar.phase != ins.phase + 1:
+            why = ("before that phase completed" if bar.phase <= ins.phase else
+                   f"although that phase completed {bar.phase - ins.phase - 1} phases ago")
+            self._flag(FindingKind.PHASE_ALIAS, ins.site,
+                       f"{ins.site.where()} waits on {name} for phase {ins.phase} (parity {ins.parity}) and passes "
+                       f"{why}: the barrier has completed {bar.phase} phases, and only the parity is compared",
+                       name, ins.phase)
+        self.tokens[i] = self.tokens[i] | bar.last_tokens
+
+    def _arrive(self, i: int, pc: int, ins: ArriveI | ExpectI) -> None:
+        bar = self.bars[ins.barrier][ins.index]
+        name = f"{ins.barrier}[{ins.index}]"
+        for ring in self.bar_rings.get(ins.barrier, ()):
+            slots = self.slots.get(ring)
+            if slots is None or ins.index >= len(slots):
+                continue
+            s = slots[ins.index]
+            for r in s.readers:
+                if r[0] == i:
+                    rs = self.prog.traces[i][r[1]].site
+                    self._flag(FindingKind.RELEASE_WHILE_READING, ins.site,
+                               f"{ins.site.where()} releases {ring}[{ins.index}] on {name} while {rs.where()} "
+                               f"may still read it: no wgmma_wait has retired that wgmma",
+                               name, bar.phase)
+            if s.fill >= 0 and i in s.read_by:
+                bar.publish(("R", ring, ins.index, s.fill))
+        count = 1
+        if isinstance(ins, ExpectI):
+            bar.expect(ins.nbytes)
+        else:
+            count = ins.count
+        if count > bar.pending:
+            self._flag(FindingKind.ARRIVAL_OVERFLOW, ins.site,
+                       f"{ins.site.where()} arrives with count {count} on {name}, which is {bar.describe()}: more "
+                       f"arrivals than its count {bar.count} allows in phase {bar.phase}", name, bar.phase)
+        phase = bar.phase
+        if bar.arrive(count, self.prog.names[i]):
+            self._completed(ins.barrier, ins.index, phase)
+
+    def _completed(self, barrier: str, index: int, phase: int) -> None:
+        """Phase `phase` of barrier[index] just completed: no load issued on it may still be in flight."""
+        for e in self.loads:
+            ld = self._load_of(e)
+            if ld.barrier == barrier and ld.index == index and e.phase <= phase:
+                self._flag(FindingKind.TX_MISMATCH, ld.site,
+                           f"{barrier}[{index}] completed phase {phase} while {ld.site.where()}, issued at step "
+                           f"{e.issued} in that phase, was still in flight: expect-tx announced fewer "
+                           f"bytes than the phase's loads bring, so waiters may read {ld.ring}[{ld.slot}] before "
+                           f"{ld.tag} lands", f"{barrier}[{index}]", phase)
+
+    def _load(self, i: int, pc: int, ins: LoadI) -> None:
+        s = self.slots[ins.ring][ins.slot]
+        name = f"{ins.ring}[{ins.slot}]"
+        for r in s.readers:
+            rs = self.prog.traces[r[0]][r[1]].site
+            self._flag(FindingKind.OVERWRITE_WHILE_READ, ins.site,
+                       f"{ins.site.where()} loads {ins.tag} into {name} while {rs.where()} may still read "
+                       f"{name}: no wgmma_wait has retired that wgmma")
+        if s.fill >= 0:
+            if not s.landed:
+                self._flag(FindingKind.OVERWRITE_UNRELEASED, ins.site,
+                           f"{ins.site.where()} loads {ins.tag} into {name} while its previous load ({s.describe()}) "
+                           f"is still in flight")
+            elif not s.read_by:
+                self._flag(FindingKind.OVERWRITE_UNRELEASED, ins.site,
+                           f"{ins.site.where()} overwrites {name} ({s.describe()}) before any wgmma read it")
+            elif (s.read_by - {i}) and ("R", ins.ring, ins.slot, s.fill) not in self.tokens[i]:
+                who = ", ".join(self.prog.names[a] for a in sorted(s.read_by - {i}))
+                self._flag(FindingKind.OVERWRITE_UNRELEASED, ins.site,
+                           f"{ins.site.where()} overwrites {name} ({s.describe()}) that {who} read but has not "
+                           f"released to {self.prog.names[i]}: no wait of {self.prog.names[i]} observed a barrier "
+                           f"phase in which {who} arrived after that read")
+        fill = s.nfills
+        s.fill, s.nfills, s.tag, s.landed, s.loader = fill, fill + 1, ins.tag, False, i
+        s.read_by, s.issued, s.landed_at = frozenset(), self.step, -1
+        # Tokens of older fills of this slot can never be checked again; dropping them keeps states small.
+        self.tokens = [t if not any(x[1] == ins.ring and x[2] == ins.slot for x in t)
+                       else frozenset(x for x in t if x[1] != ins.ring or x[2] != ins.slot) for t in self.tokens]
+        if ins.barrier is None:  # a synchronous load (before ring planning): lands now, seen by its issuer
+            s.landed, s.landed_at = True, self.step
+            self.tokens[i] = self.tokens[i] | {("F", ins.ring, ins.slot, fill)}
+            if self.data is not None:
+                self.data.land(ins.ring, ins.slot, ins.tag)
+        else:
+            self.loads.append(Inflight(i, pc, self.step, fill, self.bars[ins.barrier][ins.index].phase))
+
+    def _mma(self, i: int, pc: int, ins: MmaI) -> None:
+        self.k_steps += 1
+        if not ins.is_async:  # a synchronous wgmma waits for the partition's earlier groups first
+            while len(self.mmas[i]) > self.mma_done[i]:
+                self._complete_mma(i)
+            self._retire_mmas(i, len(self.mmas[i]))
+        for ring, si, tag in ((ins.a_ring, ins.a_slot, ins.a_tag), (ins.b_ring, ins.b_slot, ins.b_tag)):
+            s = self.slots[ring][si]
+            name = f"{ring}[{si}]"
+            if s.fill < 0:
+                self._flag(FindingKind.READ_BEFORE_LANDED, ins.site,
+                           f"{ins.site.where()} reads {name}, which no TMA load has filled yet (it needs {tag})")
+            elif not s.landed:
+                self._flag(FindingKind.READ_BEFORE_LANDED, ins.site,
+                           f"{ins.site.where()} reads {name} before its TMA data landed ({s.describe()})")
+            elif ("F", ring, si, s.fill) not in self.tokens[i]:  # (a synchronous load hands its issuer the token)
+                self._flag(FindingKind.READ_UNACQUIRED, ins.site,
+                           f"{ins.site.where()} reads {name} ({s.describe()}, completing phase {s.land_phase} of "
+                           f"{s.land_barrier}) but {self.prog.names[i]} never passed a wait that observed that phase",
+                           s.land_barrier, s.land_phase)
+            if s.fill >= 0 and s.tag != tag:
+                self._flag(FindingKind.WRONG_TILE, ins.site,
+                           f"{ins.site.where()} reads {name} holding {s.tag} (fill #{s.fill}) but this iteration "
+                           f"needs {tag}")
+            s.read_by = s.read_by | {i}
+            if ins.is_async:
+                s.readers = s.readers + ((i, pc),)
+        if ins.is_async:
+            self.mmas[i] = self.mmas[i] + (Inflight(i, pc, self.step),)
+        elif self.data is not None:
+            self.data.mma(i, ins)
+
+    def _retire_mmas(self, i: int, n: int) -> None:
+        """The `n` oldest wgmma of partition `i` are known complete (a wgmma_wait returned)."""
+        q = self.mmas[i]
+        for e in q[:n]:
+            ins = self.prog.traces[i][e.pc]
+            assert isinstance(ins, MmaI)
+            for ring, si in ((ins.a_ring, ins.a_slot), (ins.b_ring, ins.b_slot)):
+                s = self.slots[ring][si]
+                s.readers = tuple(r for r in s.readers if r != (i, e.pc))
+        self.mmas[i] = q[n:]
+        self.mma_done[i] -= n
+
+    def _mma_wait(self, i: int, pc: int, ins: MmaWaitI) -> None:
+        self._retire_mmas(i, max(0, len(self.mmas[i]) - ins.pending))
+
+    def _acc_check(self, i: int, site: Site, accs: tuple[str, ...], verb: str) -> None:
+        for e in self.mmas[i]:
+            mi = self.prog.traces[i][e.pc]
+            assert isinstance(mi, MmaI)
+            if mi.acc in accs:
+                self._flag(FindingKind.ACC_RACE, site,
+                           f"{site.where()} {verb} {mi.acc} while {mi.site.where()}, issued at step {e.issued}, "
+                           f"may still write it: no wgmma_wait pending=0 retired it")
+                return
+
+    def _promote(self, i: int, pc: int, ins: PromoteI) -> None:
+        self._acc_check(i, ins.site, (ins.src, ins.dst), "reads")
+        if self.data is not None:
+            self.data.promote(i, ins.src, ins.dst)
+
+    def _zero(self, i: int, pc: int, ins: ZeroI) -> None:
+        self._acc_check(i, ins.site, (ins.acc,), "resets")
+        if self.data is not None:
+            self.data.zero(i, ins.acc)
+
+    def _epilogue(self, i: int, pc: int, ins: EpilogueI) -> None:
+        self._acc_check(i, ins.site, (ins.acc,), "reads")
+        if self.data is not None:
+            self.data.epilogue(i, ins.acc, ins.steps, ins.off_m, ins.off_n)
+
+    def _store_smem(self, i: int, pc: int, ins: StoreSmemI) -> None:
+        self._acc_check(i, ins.site, (ins.acc,), "reads")
+        buf = self.bufs[ins.buffer]
+        for r in buf.stores:
+            rs = self.prog.traces[r[0]][r[1]].site
+            self._flag(FindingKind.STORE_BUFFER_RACE, ins.site,
+                       f"{ins.site.where()} overwrites {ins.buffer} while {rs.where()} may still read it"
+                       f": no tma_store_wait has retired that store")
+        buf.unfenced_by, buf.written_at = i, (ins.site, self.step)
+        if self.data is not None:
+            self.data.store_smem(i, ins.acc, ins.buffer, ins.cols)
+
+    def _fence(self, i: int, pc: int, ins: FenceI) -> None:
+        for buf in self.bufs.values():
+            if buf.unfenced_by == i:
+                buf.unfenced_by = -1
+
+    def _tma_store(self, i: int, pc: int, ins: TmaStoreI) -> None:
+        buf = self.bufs[ins.buffer]
+        if buf.unfenced_by >= 0 and buf.written_at is not None:
+            ws, wstep = buf.written_at
+            self._flag(FindingKind.MISSING_FENCE, ins.site,
+                       f"{ins.site.where()} lets the TMA engine (async proxy) read {ins.buffer}, which {ws.where()} "
+                       f"wrote through the generic proxy at step {wstep} with no fence_async_shared "
+                       f"in between: the store may read stale data")
+        buf.stores = buf.stores + ((i, pc),)
+        self.stores[i] = self.stores[i] + (Inflight(i, pc, self.step),)
+
+    def _store_wait(self, i: int, pc: int, ins: StoreWaitI) -> None:
+        n = max(0, len(self.stores[i]) - ins.pending)
+        for e in self.stores[i][:n]:
+            buf = self.bufs[self._store_of(e).buffer]
+            buf.stores = tuple(r for r in buf.stores if r != (i, e.pc))
+        self.stores[i] = self.stores[i][n:]
+        self.store_done[i] -= n
+
+    def _store_tile(self, i: int, pc: int, ins: StoreTileI) -> None:
+        self._acc_check(i, ins.site, (ins.acc,), "reads")
+        if self.data is not None:
+            self.data.store_tile(i, ins.acc, ins.off_m, ins.off_n)
+
+    def _exit(self, i: int, site: Site) -> None:
+        for what, q in (("wgmma", self.mmas[i]), ("TMA store", self.stores[i])):
+            if q:
+                first = self._site(q[0])
+                wait = "wgmma_wait pending=0" if what == "wgmma" else "tma_store_wait pending=0"
+                self._flag(FindingKind.ASYNC_AT_EXIT, site,
+                           f"{self.prog.names[i]} exits (its last op: {site.where()}) with {len(q)} {what}(s) not "
+                           f"retired (oldest: {first.where()}): a {wait} before exit is missing")
+
+    # ------------------------------------------------------------------------------------------
+    # asynchronous completions
+
+    def _land(self, j: int) -> None:
+        e = self.loads.pop(j)
+        ins = self._load_of(e)
+        assert ins.barrier is not None
+        s = self.slots[ins.ring][ins.slot]
+        bar = self.bars[ins.barrier][ins.index]
+        name = f"{ins.barrier}[{ins.index}]"
+        if s.fill == e.fill:  # (an overwritten fill's late bytes were reported when it was overwritten)
+            s.landed, s.landed_at, s.land_barrier, s.land_phase = True, self.step, name, bar.phase
+            if self.data is not None:
+                self.data.land(ins.ring, ins.slot, ins.tag)
+        if bar.tx < ins.nbytes:
+            self._flag(FindingKind.TX_MISMATCH, ins.site,
+                       f"{ins.site.where()} lands {ins.nbytes} bytes on {name} in phase "
+                       f"{bar.phase}, but only {bar.tx} announced bytes are pending: expect-tx announced fewer bytes "
+                       f"than the loads bring, or the load names the wrong barrier", name, bar.phase)
+        bar.publish(("F", ins.ring, ins.slot, e.fill))
+        phase = bar.phase
+        if bar.complete_tx(ins.nbytes):
+            self._completed(ins.barrier, ins.index, phase)
+        self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
+
+    def _complete_mma(self, i: int) -> None:
+        e = self.mmas[i][self.mma_done[i]]
+        ins = self.prog.traces[i][e.pc]
+        assert isinstance(ins, MmaI)
+        if self.data is not None:  # operands are read now: between issue and retirement
+            self.data.mma(i, ins)
+        self.mma_done[i] += 1
+        self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
+
+    def _complete_store(self, i: int) -> None:
+        e = self.stores[i][self.store_done[i]]
+        ins = self._store_of(e)
+        if self.data is not None:
+            self.data.tma_store(ins.buffer, ins.off_m, ins.off_n)
+        self.store_done[i] += 1
+        self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
+
+    # ------------------------------------------------------------------------------------------
+    # end of the CTA
+
+    def finish(self) -> None:
+        """Run when no action is enabled: report a deadlock, or data that was loaded and never read."""
+        blocked = [i for i, tr in enumerate(self.prog.traces) if self.pc[i] < len(tr)]
+        if not blocked:
+            for ring, slots in self.slots.items():
+                for si, s in enumerate(slots):
+                    if s.fill >= 0 and not s.read_by:
+                        self._flag(FindingKind.LOST_FILL, None,
+                                   f"{ring}[{si}] holds {s.describe()} that no wgmma read before CTA "
+                                   f"{self.prog.geo.pid} finished: the producer loads more blocks than the consumer "
+                                   f"uses")
+            return
+        parts = []
+        first: WaitI | None = None
+        for i, tr in enumerate(self.prog.traces):
+            if i not in blocked:
+                parts.append(f"{self.prog.names[i]} has finished")
+                continue
+            ins = tr[self.pc[i]]
+            if isinstance(ins, WaitI):
+                first = first or ins
+                bar = self.bars[ins.barrier][ins.index]
+                name = f"{ins.barrier}[{ins.index}]"
+                alias = (f"; phase {ins.phase} completed long ago and the parity now names a later phase"
+                         if bar.phase >= ins.phase + 2 else "")
+                parts.append(f"{ins.site.where()} is blocked on {name}, waiting for phase {ins.phase} to complete "
+                             f"(parity {ins.parity}); {name} is {bar.describe()}{alias}")
+                if bar.pending == 0 and bar.tx > 0 and not any(
+                        (ld.barrier, ld.index) == (ins.barrier, ins.index) for ld in map(self._load_of, self.loads)):
+                    self._flag(FindingKind.TX_MISMATCH, ins.site,
+                               f"{name} has all {bar.count} arrivals of phase {bar.phase} but still waits for "
+                               f"{bar.tx} tx bytes that no TMA load will bring: expect-tx announced more bytes than "
+                               f"the loads on it", name, bar.phase)
+            else:
+                parts.append(f"{ins.site.where()} cannot proceed")
+        site = first.site if first else self.prog.traces[blocked[0]][self.pc[blocked[0]]].site
+        self._flag(FindingKind.DEADLOCK, site,
+                   f"deadlock in CTA {self.prog.geo.pid} at step {self.step}: " + "; ".join(parts),
+                   f"{first.barrier}[{first.index}]" if first else None, first.phase if first else None)
+
+
+# Instruction type -> Machine method executing it.
+_EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
+    WaitI: Machine._wait, ArriveI: Machine._arrive, ExpectI: Machine._arrive, LoadI: Machine._load,
+    MmaI: Machine._mma, MmaWaitI: Machine._mma_wait, PromoteI: Machine._promote, ZeroI: Machine._zero,
+    EpilogueI: Machine._epilogue, StoreSmemI: Machine._store_smem, FenceI: Machine._fence,
+    TmaStoreI: Machine._tma_store, StoreWaitI: Machine._store_wait, StoreTileI: Machine._store_tile,
+}

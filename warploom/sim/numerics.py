@@ -1,0 +1,143 @@
+"""The data the simulator moves, with torch on the CPU, when it runs with numerics.
+
+Inputs are converted to fp32 once: every bf16, fp16 and fp8 value is exactly representable in fp32, so
+this changes no value, and each wgmma is then ``acc (+)= a @ b`` in fp32 as the schedule says. The
+simulator models the schedule, not the tensor core: fp8 NATIVE accumulation (reduced-precision on the
+H100, like torch's use_fast_accum=True) is accumulated here in full fp32, so the simulator is not a
+model of that kernel's rounding error. The epilogue runs in fp32 in the order the Gluon backend emits,
+and `store_smem` casts to the output dtype (round to nearest even, like the GPU's cvt.rn).
+
+Ring slots and buffers start as NaN, so data read before it lands poisons the output visibly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from warploom.ir import nodes as ir
+from warploom.sim.program import MmaI, Tag
+from warploom.spec import BLayout
+
+
+@dataclass
+class Operands:
+    """The kernel's arguments for one simulated launch.
+
+    Attributes:
+        a: (M, K) fp32 copy of A.
+        b_rows: B in its storage order as fp32: (N, K) for K-major B, (K, N) for N-major (the TMA
+            descriptor's rows, as `warploom.runtime.launch` builds it).
+        scale_a, scale_b: flattened fp32 scales, or None.
+        bias: (N,) fp32 bias, or None.
+        out: (M, N) output in the output dtype, written by TMA stores.
+        writes: (M, N) count of the stores that wrote each output element.
+    """
+
+    a: torch.Tensor
+    b_rows: torch.Tensor
+    scale_a: torch.Tensor | None
+    scale_b: torch.Tensor | None
+    bias: torch.Tensor | None
+    out: torch.Tensor
+    writes: torch.Tensor
+
+    @staticmethod
+    def of(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None,
+           scale_b: torch.Tensor | None, bias: torch.Tensor | None, out: torch.Tensor) -> Operands:
+        b_rows = b.t() if module.spec.b_layout is BLayout.K_MAJOR else b
+        return Operands(
+            a.float().contiguous(), b_rows.float().contiguous(),
+            None if scale_a is None else scale_a.reshape(-1).float(),
+            None if scale_b is None else scale_b.reshape(-1).float(),
+            None if bias is None else bias.float(), out, torch.zeros(out.shape, dtype=torch.int16),
+        )
+
+
+def _block(src: torch.Tensor, r0: int, c0: int, rows: int, cols: int) -> torch.Tensor:
+    """A TMA box: (rows, cols) from (r0, c0), zero where it leaves the tensor."""
+    out = torch.zeros(rows, cols, dtype=src.dtype)
+    h, w = min(rows, src.shape[0] - r0), min(cols, src.shape[1] - c0)
+    if h > 0 and w > 0:
+        out[:h, :w] = src[r0:r0 + h, c0:c0 + w]
+    return out
+
+
+class CtaData:
+    """One CTA's shared memory and registers, as tensors."""
+
+    def __init__(self, module: ir.Module, ops: Operands, agents: int) -> None:
+        self.m, self.ops = module, ops
+        nan = float("nan")
+        self.slots = {r.name: [torch.full((r.rows, r.cols), nan) for _ in range(r.depth)] for r in module.rings}
+        self.bufs = {b.name: torch.full((b.rows, b.cols), nan).to(b.dtype.torch) for b in module.buffers}
+        self.buf_dtype = {b.name: b.dtype.torch for b in module.buffers}
+        # gl.zeros at the start of each partition function.
+        self.accs = [{a.name: torch.zeros(a.rows, a.cols) for a in p.accumulators} for p in module.partitions]
+        self.k_major = module.spec.b_layout is BLayout.K_MAJOR
+
+    def land(self, ring: str, slot: int, tag: Tag) -> None:
+        src = self.ops.a if tag.tensor == "A" else self.ops.b_rows
+        t = self.slots[ring][slot]
+        self.slots[ring][slot] = _block(src, tag.origin[0], tag.origin[1], t.shape[0], t.shape[1])
+
+    def mma(self, agent: int, ins: MmaI) -> None:
+        a = self.slots[ins.a_ring][ins.a_slot]  # (BM, BK)
+        b = self.slots[ins.b_ring][ins.b_slot]  # (BN, BK) K-major, read as (BK, BN); or (BK, BN)
+        prod = a @ (b.t() if self.k_major else b)  # (BM, BN), fp32 products and sums
+        accs = self.accs[agent]
+        accs[ins.acc] = accs[ins.acc] + prod if ins.use_acc else prod
+
+    def promote(self, agent: int, src: str, dst: str) -> None:
+        accs = self.accs[agent]
+        accs[dst] = accs[dst] + accs[src]
+
+    def zero(self, agent: int, acc: str) -> None:
+        self.accs[agent][acc] = torch.zeros_like(self.accs[agent][acc])
+
+    def epilogue(self, agent: int, acc: str, steps: tuple[ir.EpilogueStep, ...], off_m: int, off_n: int) -> None:
+        x = self.accs[agent][acc]
+        rows, cols = x.shape
+        ops = self.ops
+        m, n = ops.out.shape
+        # Masked loads with other=0.0, as the Gluon epilogue does for rows/columns past M/N.
+        in_m = torch.arange(off_m, off_m + rows) < m
+        in_n = torch.arange(off_n, off_n + cols) < n
+        for s in steps:
+            if s is ir.EpilogueStep.SCALE_TENSORWISE:
+                assert ops.scale_a is not None and ops.scale_b is not None
+                x = x * (ops.scale_a[0] * ops.scale_b[0])
+            elif s is ir.EpilogueStep.SCALE_ROWWISE:
+                assert ops.scale_a is not None and ops.scale_b is not None
+                sa = _masked(ops.scale_a, off_m, rows, in_m)
+                sb = _masked(ops.scale_b, off_n, cols, in_n)
+                x = x * sa[:, None] * sb[None, :]
+            else:
+                assert ops.bias is not None
+                x = x + _masked(ops.bias, off_n, cols, in_n)[None, :]
+        self.accs[agent][acc] = x
+
+    def store_smem(self, agent: int, acc: str, buffer: str, cols: tuple[int, int]) -> None:
+        self.bufs[buffer] = self.accs[agent][acc][:, cols[0]:cols[1]].to(self.buf_dtype[buffer])
+
+    def tma_store(self, buffer: str, off_m: int, off_n: int) -> None:
+        self._write(self.bufs[buffer], off_m, off_n)
+
+    def store_tile(self, agent: int, acc: str, off_m: int, off_n: int) -> None:
+        self._write(self.accs[agent][acc].to(self.ops.out.dtype), off_m, off_n)
+
+    def _write(self, tile: torch.Tensor, off_m: int, off_n: int) -> None:
+        out = self.ops.out
+        h, w = min(tile.shape[0], out.shape[0] - off_m), min(tile.shape[1], out.shape[1] - off_n)
+        if h > 0 and w > 0:  # TMA drops the out-of-bounds part of the box
+            out[off_m:off_m + h, off_n:off_n + w] = tile[:h, :w].to(out.dtype)
+            self.ops.writes[off_m:off_m + h, off_n:off_n + w] += 1
+
+
+def _masked(v: torch.Tensor, off: int, size: int, mask: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros(size)
+    valid = int(mask.sum())
+    if valid > 0:
+        out[:valid] = v[off:off + valid]
+    return out
