@@ -29,7 +29,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 """
 
 # Grouped raster (ir.Tiling.group_m): consecutive tile ids walk GROUP_M rows of tiles column by column.
-# warploom.ir.raster.tile_coords is the same function in Python, used by the simulator.
+# warploom.sim.raster.tile_coords is the same function in Python, used by the simulator.
 _RASTER = """\
 @gluon.jit
 def tile_coords(tile_id, num_pid_m, num_pid_n):

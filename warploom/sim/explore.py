@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from warploom.ir import nodes as ir
 from warploom.sim.findings import FindingKind, FindingSink, SimFinding
-from warploom.sim.machine import Action, CtaProgram, Machine
-from warploom.sim.program import Geometry, MalformedError
+from warploom.sim.machine import Action, Machine
+from warploom.sim.program import CtaProgram, Geometry, MalformedError
 from warploom.sim.raster import launch_grid
 from warploom.sim.simulate import representative_ctas
 
@@ -100,6 +100,57 @@ def _replay(prog: CtaProgram, path: Path) -> tuple[str, ...]:
     return tuple(lines)
 
 
+@dataclass
+class _CtaSearch:
+    """The depth-first search of one CTA's state graph."""
+
+    prog: CtaProgram
+    sink: FindingSink
+    por: bool
+    states: int = 0
+    transitions: int = 0
+    terminals: int = 0
+    bound_hit: bool = False
+    first: Path = None  # the path to the first new finding
+    found: bool = False
+
+    def _note(self, before: int, path: Path) -> None:
+        if len(self.sink) > before and not self.found:
+            self.first, self.found = path, True
+
+    def run(self, max_states: int, stop_at_first: bool) -> None:
+        root = Machine(self.prog, self.sink)
+        before = len(self.sink)
+        stack: list[tuple[Machine, Path]] = [(root, _eager(root, None, self.por))]
+        self._note(before, stack[0][1])
+        visited: set[int] = set()
+        while stack and not (stop_at_first and self.found):
+            mach, path = stack.pop()
+            h = hash(mach.key())
+            if h in visited:
+                continue
+            if len(visited) >= max_states:
+                self.bound_hit = True
+                break
+            visited.add(h)
+            acts = mach.enabled()
+            if not acts:
+                self.terminals += 1
+                before = len(self.sink)
+                mach.finish()
+                self._note(before, path)
+                continue
+            for act in reversed(acts):  # reversed: the first enabled action is explored first
+                c = mach.clone()
+                before = len(self.sink)
+                c.apply(act)
+                p = _eager(c, (act, path), self.por)
+                self.transitions += 1
+                self._note(before, p)
+                stack.append((c, p))
+        self.states = len(visited)
+
+
 def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_000,
             ctas: Iterable[int] | None = None, stop_at_first: bool = False, por: bool = True) -> ExploreReport:
     """Explore every schedule of `module` at problem size (m, n, k), protocol only.
@@ -113,8 +164,7 @@ def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_
     grid = launch_grid(m, n, t.bm, t.bn, t.grid)
     pids = representative_ctas(module, m, n) if ctas is None else tuple(ctas)
     sink = FindingSink()
-    states = transitions = terminals = 0
-    bound_hit = False
+    searches: list[_CtaSearch] = []
     counter: tuple[str, ...] = ()
     for pid in pids:
         try:
@@ -122,49 +172,15 @@ def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_
         except MalformedError as e:
             sink.add(SimFinding(FindingKind.MALFORMED, str(e), pid))
             continue
-        root = Machine(prog, sink)
-        first_path: list[Path] = []
-
-        def note(before: int, path: Path, first_path: list[Path] = first_path) -> None:
-            if len(sink) > before and not first_path:
-                first_path.append(path)
-
-        before = len(sink)
-        stack: list[tuple[Machine, Path]] = [(root, _eager(root, None, por))]
-        note(before, stack[0][1])
-        visited: set[int] = set()
-        while stack:
-            mach, path = stack.pop()
-            h = hash(mach.key())
-            if h in visited:
-                continue
-            if len(visited) >= max_states:
-                bound_hit = True
-                break
-            visited.add(h)
-            acts = mach.enabled()
-            if not acts:
-                terminals += 1
-                before = len(sink)
-                mach.finish()
-                note(before, path)
-                if stop_at_first and first_path:
-                    break
-                continue
-            for act in reversed(acts):
-                c = mach.clone()
-                before = len(sink)
-                c.apply(act)
-                p = _eager(c, (act, path), por)
-                transitions += 1
-                note(before, p)
-                stack.append((c, p))
-            if stop_at_first and first_path:
-                break
-        states += len(visited)
-        if first_path and not counter:
-            counter = _replay(prog, first_path[0])
-        if stop_at_first and first_path:
+        search = _CtaSearch(prog, sink, por)
+        search.run(max_states, stop_at_first)
+        searches.append(search)
+        if search.found and not counter:
+            counter = _replay(prog, search.first)
+        if stop_at_first and search.found:
             break
-    return ExploreReport(module.name, (m, n, k), pids, states, transitions, terminals, bound_hit, sink.findings(),
-                         counter, time.perf_counter() - t0)
+    return ExploreReport(
+        module.name, (m, n, k), pids, sum(s.states for s in searches), sum(s.transitions for s in searches),
+        sum(s.terminals for s in searches), any(s.bound_hit for s in searches), sink.findings(), counter,
+        time.perf_counter() - t0,
+    )

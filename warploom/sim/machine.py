@@ -12,6 +12,11 @@ the completion order the scheduler happened to pick: an async wgmma counts as re
 writing its accumulator until a ``wgmma_wait`` retires it, a TMA store as reading its buffer until a
 ``tma_store_wait`` retires it, and TMA data as unsynchronized until a wait acquires the barrier phase it
 completed (see `barrier.py`). So a missing wait is found on every schedule, not only on unlucky ones.
+
+``wgmma_wait N`` and ``tma_store_wait N`` block until the hardware has finished all but the newest N
+of the partition's operations (the scheduler decides when each finishes), then retire them: the same
+as "complete the oldest until N remain", with the completions free to interleave with other partitions.
+A wgmma reads its operands when it finishes; the data move only when the machine carries `CtaData`.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from warploom.ir import nodes as ir
 from warploom.sim.barrier import MBarrier, Token
 from warploom.sim.events import EventKind, TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, SimFinding
@@ -28,11 +32,10 @@ from warploom.sim.memory import BufferState, SlotState
 from warploom.sim.numerics import CtaData
 from warploom.sim.program import (
     ArriveI,
+    CtaProgram,
     EpilogueI,
     ExpectI,
     FenceI,
-    Geometry,
-    Instr,
     LoadI,
     MmaI,
     MmaWaitI,
@@ -44,42 +47,10 @@ from warploom.sim.program import (
     TmaStoreI,
     WaitI,
     ZeroI,
-    unroll,
 )
 
 AGENT, LOAD, MMA, STORE = 0, 1, 2, 3
 Action = tuple[int, int]  # (AGENT, partition) / (LOAD, index in flight) / (MMA, partition) / (STORE, partition)
-
-
-@dataclass(frozen=True)
-class CtaProgram:
-    """Every partition's resolved instructions for one CTA.
-
-    Attributes:
-        module: the schedule.
-        geo: the CTA's problem share.
-        names: partition names, in module order (the agent index is the position here).
-        traces: each partition's instructions in program order.
-        private: per partition, the buffers no other partition touches (their ops commute with
-            every other agent's, which the explorer exploits).
-    """
-
-    module: ir.Module
-    geo: Geometry
-    names: tuple[str, ...]
-    traces: tuple[tuple[Instr, ...], ...]
-    private: tuple[frozenset[str], ...]
-
-    @staticmethod
-    def build(module: ir.Module, geo: Geometry) -> CtaProgram:
-        traces = tuple(unroll(module, p, geo) for p in module.partitions)
-        users: dict[str, set[int]] = {}
-        for i, p in enumerate(module.partitions):
-            for o, _ in ir.walk(p.body):
-                if isinstance(o, (ir.StoreSmem, ir.TmaStore)):
-                    users.setdefault(o.buffer, set()).add(i)
-        private = tuple(frozenset(b for b, u in users.items() if u == {i}) for i in range(len(traces)))
-        return CtaProgram(module, geo, tuple(p.name for p in module.partitions), traces, private)
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,6 +523,8 @@ class Machine:
                 parts.append(f"{self.prog.names[i]} has finished")
                 continue
             ins = tr[self.pc[i]]
+            # The timeline shows the stall that never ends, up to the last step.
+            self._event(ins.site, max(self.blocked_at[i], 0), self.step + 1, EventKind.WAIT)
             if isinstance(ins, WaitI):
                 first = first or ins
                 bar = self.bars[ins.barrier][ins.index]

@@ -350,3 +350,34 @@ class _Interp:
 def unroll(module: ir.Module, part: ir.Partition, geo: Geometry) -> tuple[Instr, ...]:
     """The instructions `part` executes in CTA `geo.pid`, in program order."""
     return tuple(_Interp(module, part, geo).run(part.body))
+
+
+@dataclass(frozen=True)
+class CtaProgram:
+    """Every partition's resolved instructions for one CTA.
+
+    Attributes:
+        module: the schedule.
+        geo: the CTA's problem share.
+        names: partition names, in module order (the agent index is the position here).
+        traces: each partition's instructions in program order.
+        private: per partition, the buffers no other partition touches (their ops commute with
+            every other agent's, which the explorer exploits).
+    """
+
+    module: ir.Module
+    geo: Geometry
+    names: tuple[str, ...]
+    traces: tuple[tuple[Instr, ...], ...]
+    private: tuple[frozenset[str], ...]
+
+    @staticmethod
+    def build(module: ir.Module, geo: Geometry) -> CtaProgram:
+        traces = tuple(unroll(module, p, geo) for p in module.partitions)
+        users: dict[str, set[int]] = {}
+        for i, p in enumerate(module.partitions):
+            for o, _ in ir.walk(p.body):
+                if isinstance(o, (ir.StoreSmem, ir.TmaStore)):
+                    users.setdefault(o.buffer, set()).add(i)
+        private = tuple(frozenset(b for b, u in users.items() if u == {i}) for i in range(len(traces)))
+        return CtaProgram(module, geo, tuple(p.name for p in module.partitions), traces, private)

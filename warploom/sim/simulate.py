@@ -19,9 +19,9 @@ from warploom.errors import DTypeError, ScaleError, ShapeError
 from warploom.ir import nodes as ir
 from warploom.sim.events import TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, ProtocolError, SimFinding
-from warploom.sim.machine import CtaProgram, Machine
+from warploom.sim.machine import Machine
 from warploom.sim.numerics import CtaData, Operands
-from warploom.sim.program import Geometry, MalformedError
+from warploom.sim.program import CtaProgram, Geometry, MalformedError
 from warploom.sim.raster import cta_tiles, launch_grid
 from warploom.sim.scheduler import run_random
 

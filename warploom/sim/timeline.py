@@ -2,7 +2,8 @@
 
 Each partition gets a row of what it executed (waits in red hatching, so stalls stand out) and, below
 it, a lane of its asynchronous operations in flight (TMA loads, wgmma, TMA stores), packed into
-sub-lanes so overlapping operations stay visible. One panel per CTA.
+sub-lanes so overlapping operations stay visible. Findings are dashed red lines at the step they were
+seen. One panel per CTA.
 """
 
 from __future__ import annotations
@@ -76,6 +77,14 @@ def draw_timeline(result: SimResult | SimReport, path: str | os.PathLike[str], *
     for ax, cta in zip(axes[:, 0], chosen, strict=True):
         _panel(ax, [e for e in report.timeline if e.cta == cta], rows)
         ax.set_title(f"CTA {cta}", loc="left", fontsize=10)
+        # Where the first findings of this CTA were seen.
+        found = sorted((f for f in report.findings if f.cta == cta), key=lambda f: f.step)[:5]
+        for level, f in enumerate(found):  # one text line per finding, so close steps do not collide
+            top = len(rows) - 0.45 + 0.28 * level
+            ax.plot([f.step, f.step], [-0.6, top], color="#C44E52", linewidth=1.2, linestyle="--")
+            ax.text(f.step, top, f" {f.kind.name}", color="#C44E52", fontsize=8, va="center")
+        if found:
+            ax.set_ylim(-0.6, len(rows) - 0.3 + 0.28 * len(found))
     ax_last: Any = axes[-1, 0]
     ax_last.set_xlabel("scheduler step")
     used = {e.category for e in report.timeline if e.cta in chosen}
