@@ -30,7 +30,7 @@ def _cuda_device(index: int) -> DeviceInfo:
         return DeviceInfo.current()
 
 
-def _empty_result(spec: GemmSpec, a: torch.Tensor, scale: Any = None, bias: Any = None) -> torch.Tensor | None:
+def _empty_result(spec: GemmSpec, a: torch.Tensor, bias: Any = None) -> torch.Tensor | None:
     """Results that need no kernel: an empty output, or K = 0 (a sum over nothing is zero), as torch does."""
     out_dtype = spec.out_dtype.torch
     if spec.m == 0 or spec.n == 0:
@@ -52,7 +52,7 @@ def _require_cuda(a: torch.Tensor) -> None:
 
 def _run(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any = None, scale_b: Any = None,
          bias: Any = None) -> torch.Tensor:
-    done = _empty_result(spec, a, scale_a, bias)
+    done = _empty_result(spec, a, bias)
     if done is not None:
         return done
     _require_cuda(a)
