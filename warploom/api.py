@@ -2,18 +2,23 @@
 
 Validation (`warploom.checks`) runs first in every path, including the fake (meta) implementations,
 so a bad argument fails while tracing too, and always before a kernel is planned or launched.
+
+CUDA tensors run the planned kernel on the GPU. CPU tensors run the same planned kernel (planned for an
+H100) on the CPU simulator, `warploom.sim`, up to `sim_max_flops()` (``WARPLOOM_SIM_MAX_FLOPS``): the
+result is what the schedule computes, with the true dtypes' rounding, and a protocol finding raises.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import torch
 
 from warploom import checks
 from warploom.device import H100_SXM, DeviceInfo
-from warploom.errors import DeviceError
+from warploom.errors import DeviceError, InputError
 from warploom.kernel import Kernel, build
 from warploom.spec import GemmSpec
 
@@ -50,11 +55,45 @@ def _require_cuda(a: torch.Tensor) -> None:
                           "inspect and cross-compile without one")
 
 
+SIM_MAX_FLOPS_ENV = "WARPLOOM_SIM_MAX_FLOPS"
+# Measured on a 2-core CPU machine: 512^3 takes ~0.07 s on the simulator, all of 4096^3 ~13 s (every
+# tile-sized wgmma is a torch matmul, ~10 GFLOP/s), too long for a call that looks like a matmul.
+SIM_MAX_FLOPS = 2 * 512**3
+
+
+def sim_max_flops() -> int:
+    """The largest problem (2*M*N*K) CPU tensors run on the simulator: ``WARPLOOM_SIM_MAX_FLOPS``, or 2*512^3."""
+    raw = os.environ.get(SIM_MAX_FLOPS_ENV, "").strip()
+    if not raw:
+        return SIM_MAX_FLOPS
+    try:
+        return int(raw)
+    except ValueError:
+        raise InputError(SIM_MAX_FLOPS_ENV, "an integer number of FLOPs (2*M*N*K), e.g. 2147483648",
+                         repr(raw), f"set {SIM_MAX_FLOPS_ENV} to an integer, or unset it for the default "
+                         f"{SIM_MAX_FLOPS}") from None
+
+
+def _simulate(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any, scale_b: Any,
+              bias: Any) -> torch.Tensor:
+    """Run the planned kernel on the CPU simulator: every CTA, one seeded schedule, no timeline."""
+    limit = sim_max_flops()
+    if spec.flops > limit:
+        raise DeviceError("a", f"CUDA tensors, or CPU tensors of at most {limit:,} FLOPs (2*M*N*K) for the CPU "
+                               "simulator", f"CPU tensors of {spec.m}x{spec.n}x{spec.k} ({spec.flops:,} FLOPs)",
+                          "move the tensors to an sm_90a GPU with .cuda() (large sizes need a GPU), or raise the "
+                          f"simulator's limit with {SIM_MAX_FLOPS_ENV}={spec.flops} (it runs ~10 GFLOP/s)")
+    kernel = build(spec, _device_for(a))
+    return kernel.simulate(a, b, scale_a, scale_b, bias, record=False).raise_for_findings().output
+
+
 def _run(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any = None, scale_b: Any = None,
          bias: Any = None) -> torch.Tensor:
     done = _empty_result(spec, a, bias)
     if done is not None:
         return done
+    if a.device.type == "cpu":
+        return _simulate(spec, a, b, scale_a, scale_b, bias)
     _require_cuda(a)
     kernel = build(spec, _device_for(a))
     out = torch.empty((spec.m, spec.n), dtype=spec.out_dtype.torch, device=a.device)
@@ -118,7 +157,10 @@ def _eager(*tensors: Any) -> bool:
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``a @ b`` for bf16/fp16 (fp32 accumulation). `out_dtype` defaults to a's dtype."""
+    """``a @ b`` for bf16/fp16 (fp32 accumulation). `out_dtype` defaults to a's dtype.
+
+    On CUDA tensors the kernel runs on the GPU; small CPU problems run on the simulator (module docstring).
+    """
     if _eager(a, b):
         return _matmul_impl(a, b, out_dtype)
     return torch.ops.warploom.matmul(a, b, out_dtype)
@@ -130,6 +172,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     """`torch._scaled_mm` semantics for fp8: ``(a @ b) * scale_a * scale_b + bias``, tensorwise or rowwise.
 
     With ``use_fast_accum=False`` each k-block's fp8 product is promoted into a full fp32 accumulator.
+    Small CPU problems run on the simulator (module docstring), which accumulates fp8 in fp32 either way.
     """
     if _eager(a, b, scale_a, scale_b, bias):
         return _scaled_mm_impl(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)

@@ -2,16 +2,24 @@
 
 `warploom demo`: plan a GEMM, print its schedule IR, write the generated Gluon, cross-compile it for
 sm_90a and summarize the SASS; with a GPU, also run it, check it against torch and time both; without
-one, run the schedule on the CPU simulator (when warploom.sim is present) and compare with torch.
+one, run the planned kernel on the CPU simulator and compare with torch.
+
+`warploom sim`: plan a GEMM and run it on the CPU simulator on random data (the whole problem when
+small, else a sample of CTAs), print findings and the error against torch, optionally draw the timeline
+and explore every schedule of a small configuration of the same plan.
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from warploom.kernel import Kernel
 
 
 def _tensors(m: int, n: int, k: int, dtype: str, device: str) -> tuple[Any, Any, Any, Any]:
@@ -34,26 +42,64 @@ def main() -> None:
     """warploom: warp-specialized, pipelined, persistent GEMM kernels for GPUs."""
 
 
+def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int | None = None) -> Kernel:
+    """The kernel warploom plans for an H100 (or this machine's GPU) for the problem; `stages` forces the depth.
+
+    A size warploom refuses (e.g. fp8 with N not a multiple of 16) is a usage error, printed without a traceback.
+    """
+    import warploom
+    from warploom.errors import InternalError, UnsupportedError, WarploomError
+    from warploom.kernel import build
+    from warploom.planner import plan_schedule
+
+    a, b, sa, sb = _tensors(m, n, k, dtype, "meta")
+    try:
+        kern = warploom.plan(a, b, sa, sb, use_fast_accum=fast_accum)
+    except WarploomError as e:
+        if isinstance(e, InternalError):
+            raise
+        raise click.UsageError(str(e)) from None
+    if stages is None:
+        return kern
+    try:
+        return build(kern.spec, kern.device, plan_schedule(kern.spec, kern.device, stages=stages))
+    except UnsupportedError as e:
+        raise click.BadParameter(str(e), param_hint="--stages") from None
+
+
+def _problem(m: int, n: int, k: int) -> Any:
+    """The options that describe the GEMM: --m, --n, --k (with these defaults), --dtype, --fast-accum."""
+    opts = [click.option(f"--{d}", default=v, show_default=True) for d, v in (("m", m), ("n", n), ("k", k))] + [
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True,
+                     help="fp8: e4m3 with rowwise scales, as torch._scaled_mm"),
+        click.option("--fast-accum/--no-fast-accum", default=True, show_default=True, help="fp8 accumulation"),
+    ]
+
+    def apply(f: Any) -> Any:
+        for opt in reversed(opts):
+            f = opt(f)
+        return f
+
+    return apply
+
+
+_TIMELINE = click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                         help="write the simulation's timeline picture (PNG) here")
+
+
 @main.command()
-@click.option("--m", default=4096, show_default=True)
-@click.option("--n", default=4096, show_default=True)
-@click.option("--k", default=4096, show_default=True)
-@click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True,
-              help="fp8: e4m3 with rowwise scales, as torch._scaled_mm")
-@click.option("--fast-accum/--no-fast-accum", default=True, show_default=True, help="fp8 accumulation")
+@_problem(4096, 4096, 4096)
 @click.option("--out-dir", type=click.Path(path_type=Path), default=Path("out"), show_default=True)
-def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, out_dir: Path) -> None:
-    """Plan, show, cross-compile (and on a GPU: run and time) one GEMM."""
+@_TIMELINE
+def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, out_dir: Path, timeline: Path | None) -> None:
+    """Plan, show, cross-compile and run one GEMM: on the GPU (timed) or, without one, on the CPU simulator."""
     import torch
     from rich.console import Console
     from rich.table import Table
 
-    import warploom
-
     con = Console()
     gpu = torch.cuda.is_available()
-    a, b, sa, sb = _tensors(m, n, k, dtype, "meta")
-    kern = warploom.plan(a, b, sa, sb, use_fast_accum=fast_accum)
+    kern = _planned(m, n, k, dtype, fast_accum)
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(kern.plan)
     con.rule("[bold]schedule IR")
@@ -70,8 +116,86 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, out_dir: Path) ->
     con.print(t)
     if gpu:
         _run_gpu(con, m, n, k, dtype, fast_accum)
-    else:
-        con.print("no GPU here: planned and cross-compiled only.")
+    if not gpu or timeline is not None:
+        _run_sim(con, kern, 0, timeline, "simulate on the CPU" + ("" if gpu else " (no GPU here)"))
+
+
+@main.command()
+@_problem(256, 256, 512)
+@click.option("--stages", type=click.IntRange(min=1), default=None, help="force the ring depth [default: planned]")
+@click.option("--seed", default=0, show_default=True, help="the data's and the schedule's random seed")
+@_TIMELINE
+@click.option("--explore", is_flag=True, help="also explore every schedule of a small configuration of the plan")
+@click.option("--max-states", default=200_000, show_default=True, help="--explore's bound on distinct states")
+def sim(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int | None, seed: int,
+        timeline: Path | None, explore: bool, max_states: int) -> None:
+    """Run the planned kernel on the CPU simulator on random data and compare with torch; no GPU needed."""
+    from rich.console import Console
+
+    con = Console()
+    kern = _planned(m, n, k, dtype, fast_accum, stages)
+    con.rule(f"[bold]plan[/] {kern.spec.short()}")
+    con.print(f"{kern.plan.short()}  ({kern.module.name})", highlight=False)
+    ok = _run_sim(con, kern, seed, timeline, "simulate", exit_on_failure=False)
+    if explore:
+        ok = _explore(con, kern, stages, max_states) and ok
+    if not ok:
+        sys.exit("the simulation found a problem")
+
+
+def _run_sim(con: Any, kern: Kernel, seed: int, timeline: Path | None, title: str, *,
+             exit_on_failure: bool = True) -> bool:
+    """Simulate `kern` at its size on random data: every CTA when small, else `sample_ctas`; compare with torch."""
+    from warploom.api import SIM_MAX_FLOPS_ENV, sim_max_flops
+    from warploom.sim import compare, draw_timeline, sample_ctas
+    from warploom.sim.reference import make_inputs
+
+    s = kern.spec
+    whole = s.flops <= sim_max_flops()
+    ctas = None if whole else sample_ctas(kern.module, s.m, s.n)
+    con.rule(f"[bold]{title}")
+    if not whole:
+        con.print(f"{s.m}x{s.n}x{s.k} is above the simulator's whole-problem limit ({SIM_MAX_FLOPS_ENV}): "
+                  "simulating a sample of CTAs, one per distinct tile count and the last tile's")
+    cmp = compare(kern.module, make_inputs(s, s.m, s.n, s.k, seed=seed), ctas=ctas, seed=seed,
+                  record=timeline is not None)
+    rep = cmp.result.report
+    pids = ", ".join(map(str, rep.ctas)) if len(rep.ctas) <= 8 else f"{rep.ctas[0]}..{rep.ctas[-1]}"
+    n_tiles = -(-s.m // kern.plan.bm) * -(-s.n // kern.plan.bn)
+    con.print(f"CTAs simulated: {len(rep.ctas)} of {cmp.grid} ({pids}); output tiles: {len(cmp.tiles)} of "
+              f"{n_tiles}; k-steps (wgmma issued): {rep.k_steps}; scheduler steps: {rep.steps}")
+    con.print("findings: " + ("none" if rep.ok else f"{len(rep.findings)}"), highlight=False)
+    for f in rep.findings:
+        con.print(f"  - {f}", highlight=False, markup=False)
+    con.print(f"error vs fp32 reference on those tiles (1 - 2Σxy/Σ(x²+y²)): {cmp.error:.2e}")
+    con.print(f"sim wall time: {rep.wall_s:.2f} s (with the comparison: {cmp.wall_s:.2f} s)")
+    if timeline is not None:
+        con.print(f"timeline written to [bold]{draw_timeline(cmp.result, timeline)}[/]")
+    if not cmp.ok and exit_on_failure:
+        sys.exit("the simulated kernel does not match the reference")
+    return cmp.ok
+
+
+def _explore(con: Any, kern: Kernel, stages: int | None, max_states: int) -> bool:
+    """Every schedule of one CTA of the same plan on 2 tiles whose k-blocks wrap the ring (protocol only).
+
+    Unless forced, the ring is cut to 3 stages, which already wrap across the tile boundary: 3 explore
+    completely in about a second, 6 pass 200,000 states. Tile shape, partitions and epilogue stay the plan's.
+    """
+    from warploom.kernel import build
+    from warploom.sim import explore
+
+    depth = stages if stages is not None else min(kern.plan.stages, 3)
+    small = build(kern.spec, kern.device, replace(kern.plan, grid=1, stages=depth))
+    t = small.module.tiling
+    ks = max(2, -(-(depth + 1) // 2))  # 2 tiles of ks k-blocks: more k-blocks in all than ring slots
+    con.rule("[bold]explore every schedule")
+    con.print(f"one CTA, 2 tiles of {t.bm}x{t.bn}, {ks} k-blocks each, {depth} stages (problem {t.bm}x{2 * t.bn}x"
+              f"{ks * t.bk})")
+    r = explore(small.module, t.bm, 2 * t.bn, ks * t.bk, max_states=max_states)
+    con.print(r.summary(), highlight=False, markup=False)
+    con.print(f"states: {r.states}")
+    return r.ok
 
 
 def _run_gpu(con: Any, m: int, n: int, k: int, dtype: str, fast_accum: bool) -> None:

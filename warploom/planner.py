@@ -17,6 +17,13 @@ The heuristic, in order:
 6. Tiles 256 wide store their epilogue in two 128-column halves: the staging buffer halves (32 KiB
    for bf16 output) and the mainloop gets a 4th stage, while the 64 accumulator columns per half stay
    in registers (a register-local split, no shuffles).
+7. A 128-row tile runs its two consumer warpgroups as two partitions (passes/split_consumers.py), so
+   each releases its ring slots on its own: measured 1-2% faster for bf16 and fast-accum fp8, and
+   10-20% for promoted fp8, than one 8-warp partition (docs/benchmarks.md).
+8. Promoted fp8 (use_fast_accum=False) promotes in column blocks of 128 (two for a 256-wide tile), so
+   128x256 fits the register budget (a 64x256 accumulator and a 64x128 partial per warpgroup), with 3
+   stages (measured 1-3% faster than 4). With fp32 output and a bias that tile spills (8-40 bytes), so
+   the planner takes 128x128 there.
 """
 
 from __future__ import annotations
@@ -51,6 +58,11 @@ class Plan:
         producer_regs, consumer_regs: per-thread register budgets (setmaxnreg).
         group_m: grouped raster size.
         grid: persistent CTAs (at most one per SM).
+        epilogue_subtiles: column blocks the epilogue stores a tile in.
+        consumer_partitions: 1: one partition holds all consumer warpgroups (they release slots
+            together); 2: one partition per warpgroup, each owning a row block (passes/split_consumers.py).
+        partial_blocks: promoted fp8 only: column blocks of the accumulator, promoted one at a time
+            through a block-wide partial (2 lets a 256-wide tile promote within the register budget).
     """
 
     bm: int
@@ -64,10 +76,15 @@ class Plan:
     producer_regs: int = _PRODUCER_REGS
     consumer_regs: int = _CONSUMER_REGS
     epilogue_subtiles: int = 1
+    consumer_partitions: int = 1
+    partial_blocks: int = 1
 
     def short(self) -> str:
         sub = f"_e{self.epilogue_subtiles}" if self.epilogue_subtiles > 1 else ""
-        return f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}{sub}"
+        split = f"_p{self.consumer_partitions}" if self.consumer_partitions > 1 else ""
+        blocks = f"_h{self.partial_blocks}" if self.partial_blocks > 1 else ""
+        return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
+                f"{sub}{split}{blocks}")
 
 
 def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
@@ -91,8 +108,21 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int) ->
 
 
 def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
-                  stages: int | None = None, group_m: int = 8) -> Plan:
+                  stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
+                  partial_blocks: int | None = None) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations)."""
+    from warploom.errors import UnsupportedError
+
+    if consumer_partitions not in (None, 1, 2):
+        raise UnsupportedError(f"consumer_partitions={consumer_partitions!r}: expected 1 (one partition for all "
+                               "consumer warpgroups) or 2 (one per warpgroup); pass 1 or 2, or None to let the "
+                               "planner choose")
+    if consumer_partitions == 2 and bm == 64:
+        raise UnsupportedError("consumer_partitions=2 needs two consumer warpgroups, but bm=64 has one; "
+                               "use bm=128 or consumer_partitions=1")
+    if partial_blocks not in (None, 1, 2):
+        raise UnsupportedError(f"partial_blocks={partial_blocks!r}: expected 1 (promote the whole tile width) or "
+                               "2 (two column halves); pass 1 or 2, or None to let the planner choose")
     bk = 128 if spec.is_fp8 else 64
     best: tuple[float, int, Plan] | None = None
     for cbm, cbn, eff in _TILES:
@@ -100,12 +130,23 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue
         if bm is None and cbm == 64 and spec.m > 64:
             continue  # a 64-row tile only pays when M itself is small
-        if spec.accumulation is Accumulation.PROMOTED and cbn == 256:
-            continue  # acc + partial of 64x256 per warpgroup would need 256 registers per thread
-        if bn is None and cbn == 256 and spec.scale is ScaleRecipe.ROWWISE and spec.bias_dtype is not None:
+        if cbm == 64 and consumer_partitions == 2:
+            continue  # one warpgroup cannot be split in two partitions
+        promoted = spec.accumulation is Accumulation.PROMOTED
+        # Promoted fp8 at 256 wide promotes in two column blocks: a 64x256 accumulator and a 64x256 partial
+        # per warpgroup would need 256 registers per thread, a 64x128 partial leaves room (192).
+        blocks = (partial_blocks or (2 if cbn == 256 else 1)) if promoted else 1
+        if promoted and cbn == 256 and blocks == 1:
+            continue  # acc + whole-width partial: 256 registers per thread
+        if (bn is None and promoted and cbn == 256 and spec.bias_dtype
+                and spec.out_dtype.bytes == 4 and not (spec.scale is ScaleRecipe.TENSORWISE
+                                                       and spec.bias_dtype.bytes == 4)):
+            continue  # fp32 output + bias on the promoted 256-wide tile spills 8-40 bytes (ptxas, 2026-11-22)
+        if bn is None and cbn == 256 and blocks == 1 and spec.scale is ScaleRecipe.ROWWISE and spec.bias_dtype:
             continue  # 256-wide scale_b and bias vectors beside the accumulator spill 272 bytes (ptxas)
         fit = max_stages(spec, device, cbm, cbn, bk)
-        s = fit if stages is None else stages
+        # Promoted fp8 measured 1-3% faster at 3 stages than at 4 (docs/benchmarks.md, sweeps of 2026-11-22).
+        s = (min(fit, 3) if promoted and cbn == 256 else fit) if stages is None else stages
         if s < 1 or s > fit or (stages is None and s < 2):
             continue  # a forced depth must still fit; chosen depths are at least double buffered
         tiles = max(1, math.ceil(spec.m / cbm) * math.ceil(spec.n / cbn))
@@ -113,12 +154,16 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         plan = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=4 * (cbm // 64),
             group_m=group_m, grid=min(device.sm_count, tiles), epilogue_subtiles=epilogue_subtiles(cbn),
+            consumer_partitions=1 if cbm == 64 else (consumer_partitions or 2),
+            partial_blocks=blocks,
         )
         key = (score, -cbm * cbn, plan)
         if best is None or key[:2] < best[:2]:
             best = key
     if best is None:
-        from warploom.errors import UnsupportedError
-
-        raise UnsupportedError(f"no tile shape fits {spec.short()} with {bm=} {bn=} {stages=} on {device.name}")
+        hint = ""
+        if spec.accumulation is Accumulation.PROMOTED and bn == 256 and partial_blocks == 1:
+            hint = ": promoted fp8 at bn=256 needs partial_blocks=2 (a whole-width partial exceeds the registers)"
+        raise UnsupportedError(f"no tile shape fits {spec.short()} with {bm=} {bn=} {stages=} {partial_blocks=} "
+                               f"on {device.name}{hint}")
     return best[2]

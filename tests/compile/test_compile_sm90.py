@@ -2,7 +2,7 @@
 
 Each kernel must compile, run its MMAs on the tensor cores' async path (HGMMA for 16-bit inputs, QGMMA for
 fp8), not spill, fit the H100's 227 KiB of shared memory, and not have its wgmma serialized by ptxas
-(advisory C7514 and kin: a silent performance cliff). About 25 kernels at 0.5-2 s each.
+(advisory C7514 and kin: a silent performance cliff). About 30 kernels at 0.5-2 s each.
 """
 
 from __future__ import annotations
@@ -66,8 +66,28 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("e4m3_tensorwise_promoted", f8(4096, 4096, 4096, TW, PROMOTED), {}),
     ("e4m3_rowwise_bias_promoted", f8(4096, 4096, 4096, RW, PROMOTED, BF16), {}),
     ("e5m2xe4m3_rowwise_bias_promoted_fp32", f8(300, 256, 512, RW, PROMOTED, FP32, a=E5, out=FP32), {}),
+    # fp32 output + bias spilled 40 bytes on the promoted 128x256 tile: the planner takes 128x128 here.
+    ("e4m3_tensorwise_bias_promoted_out_fp32_planned", f8(4096, 4096, 4096, TW, PROMOTED, BF16, out=FP32), {}),
     ("e4m3_rowwise_promoted_64x128", f8(64, 4096, 4096, RW, PROMOTED), dict(bm=64, bn=128)),
+    # The planner's defaults for 128-row tiles, spelt out: one consumer partition per warpgroup (p2), and
+    # promoted fp8 at 128x256 in two column blocks (h2) with 3 stages (test_defaults_are_the_planner_choice).
+    ("bf16_128x256_p2", mm(4096, 4096, 4096), dict(bm=128, bn=256, stages=4, consumer_partitions=2)),
+    ("e4m3_fast_128x256_p2", f8(4096, 4096, 4096, TW), dict(bm=128, bn=256, stages=4, consumer_partitions=2)),
+    ("e4m3_promoted_128x256_p2_h2", f8(4096, 4096, 4096, TW, PROMOTED),
+     dict(bm=128, bn=256, stages=3, consumer_partitions=2, partial_blocks=2)),
+    ("e4m3_rowwise_bias_promoted_128x256_p2_h2", f8(4096, 4096, 4096, RW, PROMOTED, BF16),
+     dict(bm=128, bn=256, stages=3, consumer_partitions=2, partial_blocks=2)),
+    # 128 tiles of 128x128 fill 132 SMs better than 64 of 128x256.
+    ("e4m3_promoted_128x128_p2", f8(1024, 2048, 4096, TW, PROMOTED),
+     dict(bm=128, bn=128, stages=6, consumer_partitions=2, partial_blocks=1)),
+    # ... and the single 8-warp consumer partition they replaced, still available when forced.
+    ("bf16_128x256_p1_nmajor", mm(4096, 4096, 4096, layout=N_MAJOR), dict(bm=128, bn=256, consumer_partitions=1)),
+    ("e4m3_promoted_128x256_p1_h2", f8(4096, 4096, 4096, RW, PROMOTED),
+     dict(bm=128, bn=256, consumer_partitions=1, partial_blocks=2)),
 ]
+# The ids above whose forced parameters are exactly what the planner picks by itself.
+DEFAULTS = ["bf16_128x256_p2", "e4m3_fast_128x256_p2", "e4m3_promoted_128x256_p2_h2",
+            "e4m3_rowwise_bias_promoted_128x256_p2_h2", "e4m3_promoted_128x128_p2"]
 
 _TIMES: list[float] = []
 
@@ -93,6 +113,12 @@ def kernel(spec: GemmSpec, forced: dict[str, int]) -> Kernel:
     for key, v in forced.items():
         assert getattr(k.plan, key) == v
     return k
+
+
+@pytest.mark.parametrize("name", DEFAULTS)
+def test_defaults_are_the_planner_choice(name: str) -> None:
+    (spec, forced) = [(s, f) for i, s, f in MATRIX if i == name][0]
+    assert plan_schedule(spec, H100_SXM) == plan_schedule(spec, H100_SXM, **forced)
 
 
 @pytest.mark.parametrize("spec,forced", [(s, f) for _, s, f in MATRIX], ids=[i for i, _, _ in MATRIX])

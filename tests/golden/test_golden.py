@@ -67,17 +67,18 @@ class TestGluonGolden(expecttest.TestCase):
 class TestScheduleGolden(expecttest.TestCase):
     def test_bf16_4096_kmajor(self) -> None:
         self.assertExpectedInline(kernel("bf16_4096_kmajor").schedule, """\
-module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w8_g8_e2  # bf16xbf16->bf16 4096x4096x4096 b=k_major
+module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w8_g8_e2_p2  # bf16xbf16->bf16 4096x4096x4096 b=k_major
   tiling bm=128 bn=256 bk=64 group_m=8 grid=132
   ring a_ring: A bf16[4 x 128x64]
   ring b_ring: B bf16[4 x 256x64]
-  buffer c_smem: C bf16[128x128]
+  buffer c_smem0: C bf16[64x128]
+  buffer c_smem1: C bf16[64x128]
   mbarrier ready[4] count=1 ready of a_ring, b_ring
-  mbarrier empty[4] count=1 empty of a_ring, b_ring
+  mbarrier empty[4] count=2 empty of a_ring, b_ring
   smem 229440 bytes
-  partition consumer (consumer, warps=8 regs=240 default):
+  partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):
     cursor c (depth 4)
-    acc acc: fp32[128x256]
+    acc acc: fp32[64x256]
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -88,13 +89,34 @@ module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w8_g8_e2  # bf16xbf16->bf16
       wgmma_wait pending=0
       arrive empty[c-1]
       tma_store_wait pending=0
-      store_smem c_smem <- acc[cols 0/2]
+      store_smem c_smem0 <- acc[cols 0/2]
       fence_async_shared
-      tma_store c_smem -> C[m, n][cols 0/2]
+      tma_store c_smem0 -> C[m, n][cols 0/2]
       tma_store_wait pending=0
-      store_smem c_smem <- acc[cols 1/2]
+      store_smem c_smem0 <- acc[cols 1/2]
       fence_async_shared
-      tma_store c_smem -> C[m, n][cols 1/2]
+      tma_store c_smem0 -> C[m, n][cols 1/2]
+    tma_store_wait pending=0
+  partition consumer1 (consumer, warps=4 regs=240 rows=64:128):
+    cursor c (depth 4)
+    acc acc: fp32[64x256]
+    for tiles:
+      for k:
+        wait ready[c] phase(c)
+        wgmma.async acc += a_ring[c] @ b_ring[c]
+        wgmma_wait pending=1
+        arrive empty[c-1]  if k > 0
+        advance c
+      wgmma_wait pending=0
+      arrive empty[c-1]
+      tma_store_wait pending=0
+      store_smem c_smem1 <- acc[cols 0/2]
+      fence_async_shared
+      tma_store c_smem1 -> C[m, n][cols 0/2]
+      tma_store_wait pending=0
+      store_smem c_smem1 <- acc[cols 1/2]
+      fence_async_shared
+      tma_store c_smem1 -> C[m, n][cols 1/2]
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 4)
@@ -108,17 +130,18 @@ module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w8_g8_e2  # bf16xbf16->bf16
 
     def test_bf16_296x520x1000_nmajor(self) -> None:
         self.assertExpectedInline(kernel("bf16_296x520x1000_nmajor").schedule, """\
-module warploom_bf16bf16_bf16_bn_major_128x128x64_s6_w8_g8  # bf16xbf16->bf16 296x520x1000 b=n_major
+module warploom_bf16bf16_bf16_bn_major_128x128x64_s6_w8_g8_p2  # bf16xbf16->bf16 296x520x1000 b=n_major
   tiling bm=128 bn=128 bk=64 group_m=8 grid=15
   ring a_ring: A bf16[6 x 128x64]
   ring b_ring: B bf16[6 x 64x128]
-  buffer c_smem: C bf16[128x128]
+  buffer c_smem0: C bf16[64x128]
+  buffer c_smem1: C bf16[64x128]
   mbarrier ready[6] count=1 ready of a_ring, b_ring
-  mbarrier empty[6] count=1 empty of a_ring, b_ring
+  mbarrier empty[6] count=2 empty of a_ring, b_ring
   smem 229472 bytes
-  partition consumer (consumer, warps=8 regs=240 default):
+  partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):
     cursor c (depth 6)
-    acc acc: fp32[128x128]
+    acc acc: fp32[64x128]
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -129,9 +152,26 @@ module warploom_bf16bf16_bf16_bn_major_128x128x64_s6_w8_g8  # bf16xbf16->bf16 29
       wgmma_wait pending=0
       arrive empty[c-1]
       tma_store_wait pending=0
-      store_smem c_smem <- acc
+      store_smem c_smem0 <- acc
       fence_async_shared
-      tma_store c_smem -> C[m, n]
+      tma_store c_smem0 -> C[m, n]
+    tma_store_wait pending=0
+  partition consumer1 (consumer, warps=4 regs=240 rows=64:128):
+    cursor c (depth 6)
+    acc acc: fp32[64x128]
+    for tiles:
+      for k:
+        wait ready[c] phase(c)
+        wgmma.async acc += a_ring[c] @ b_ring[c]
+        wgmma_wait pending=1
+        arrive empty[c-1]  if k > 0
+        advance c
+      wgmma_wait pending=0
+      arrive empty[c-1]
+      tma_store_wait pending=0
+      store_smem c_smem1 <- acc
+      fence_async_shared
+      tma_store c_smem1 -> C[m, n]
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 6)
@@ -145,17 +185,18 @@ module warploom_bf16bf16_bf16_bn_major_128x128x64_s6_w8_g8  # bf16xbf16->bf16 29
 
     def test_fp8_rowwise_bias_native(self) -> None:
         self.assertExpectedInline(kernel("fp8_rowwise_bias_native").schedule, """\
-module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s6_w8_g8  # e4m3xe4m3->bf16 rowwise 4096x4096x4096 b=k_major
+module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s6_w8_g8_p2  # e4m3xe4m3->bf16 rowwise 4096x4096x4096 b=k_major
   tiling bm=128 bn=128 bk=128 group_m=8 grid=132
   ring a_ring: A e4m3[6 x 128x128]
   ring b_ring: B e4m3[6 x 128x128]
-  buffer c_smem: C bf16[128x128]
+  buffer c_smem0: C bf16[64x128]
+  buffer c_smem1: C bf16[64x128]
   mbarrier ready[6] count=1 ready of a_ring, b_ring
-  mbarrier empty[6] count=1 empty of a_ring, b_ring
+  mbarrier empty[6] count=2 empty of a_ring, b_ring
   smem 229472 bytes
-  partition consumer (consumer, warps=8 regs=240 default):
+  partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):
     cursor c (depth 6)
-    acc acc: fp32[128x128]
+    acc acc: fp32[64x128]
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -167,9 +208,27 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s6_w8_g8  # e4m3
       arrive empty[c-1]
       epilogue acc: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
       tma_store_wait pending=0
-      store_smem c_smem <- acc
+      store_smem c_smem0 <- acc
       fence_async_shared
-      tma_store c_smem -> C[m, n]
+      tma_store c_smem0 -> C[m, n]
+    tma_store_wait pending=0
+  partition consumer1 (consumer, warps=4 regs=240 rows=64:128):
+    cursor c (depth 6)
+    acc acc: fp32[64x128]
+    for tiles:
+      for k:
+        wait ready[c] phase(c)
+        wgmma.async acc += a_ring[c] @ b_ring[c]
+        wgmma_wait pending=1
+        arrive empty[c-1]  if k > 0
+        advance c
+      wgmma_wait pending=0
+      arrive empty[c-1]
+      epilogue acc: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
+      tma_store_wait pending=0
+      store_smem c_smem1 <- acc
+      fence_async_shared
+      tma_store c_smem1 -> C[m, n]
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 6)
@@ -183,38 +242,78 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s6_w8_g8  # e4m3
 
     def test_fp8_tensorwise_promoted(self) -> None:
         self.assertExpectedInline(kernel("fp8_tensorwise_promoted").schedule, """\
-module warploom_e4m3e4m3_bf16_tensorwise_promoted_bk_major_128x128x128_s6_w8_g8  # e4m3xe4m3->bf16 tensorwise promoted 4096x4096x4096 b=k_major
-  tiling bm=128 bn=128 bk=128 group_m=8 grid=132
-  ring a_ring: A e4m3[6 x 128x128]
-  ring b_ring: B e4m3[6 x 128x128]
-  buffer c_smem: C bf16[128x128]
-  mbarrier ready[6] count=1 ready of a_ring, b_ring
-  mbarrier empty[6] count=1 empty of a_ring, b_ring
-  smem 229472 bytes
-  partition consumer (consumer, warps=8 regs=240 default):
-    cursor c (depth 6)
-    acc acc: fp32[128x128]
-    acc partial: fp32[128x128]
+module warploom_e4m3e4m3_bf16_tensorwise_promoted_bk_major_128x256x128_s3_w8_g8_e2_p2_h2  # e4m3xe4m3->bf16 tensorwise promoted 4096x4096x4096 b=k_major
+  tiling bm=128 bn=256 bk=128 group_m=8 grid=132
+  ring a_ring: A e4m3[3 x 128x128]
+  ring b_ring: B e4m3[3 x 256x128]
+  buffer c_smem0: C bf16[64x128]
+  buffer c_smem1: C bf16[64x128]
+  mbarrier ready[3] count=1 ready of a_ring, b_ring
+  mbarrier empty[3] count=2 empty of a_ring, b_ring
+  smem 180272 bytes
+  partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):
+    cursor c (depth 3)
+    acc acc0: fp32[64x128]
+    acc acc1: fp32[64x128] at col 128
+    acc partial: fp32[64x128]
     for tiles:
-      zero acc
+      zero acc0
+      zero acc1
       for k:
         wait ready[c] phase(c)
-        wgmma.async partial += a_ring[c] @ b_ring[c] overwrite=always
+        wgmma.async partial += a_ring[c] @ b_ring[c][:, 0:128] overwrite=always
+        wgmma_wait pending=0
+        promote acc0 += partial
+        wgmma.async partial += a_ring[c] @ b_ring[c][:, 128:256] overwrite=always
         wgmma_wait pending=0
         arrive empty[c]
-        promote acc += partial
+        promote acc1 += partial
         advance c
-      epilogue acc: acc *= scale_a[0] * scale_b[0]
+      epilogue acc0: acc *= scale_a[0] * scale_b[0]
       tma_store_wait pending=0
-      store_smem c_smem <- acc
+      store_smem c_smem0 <- acc0
       fence_async_shared
-      tma_store c_smem -> C[m, n]
+      tma_store c_smem0 -> C[m, n][cols 0/2]
+      epilogue acc1: acc *= scale_a[0] * scale_b[0]
+      tma_store_wait pending=0
+      store_smem c_smem0 <- acc1
+      fence_async_shared
+      tma_store c_smem0 -> C[m, n][cols 1/2]
+    tma_store_wait pending=0
+  partition consumer1 (consumer, warps=4 regs=240 rows=64:128):
+    cursor c (depth 3)
+    acc acc0: fp32[64x128]
+    acc acc1: fp32[64x128] at col 128
+    acc partial: fp32[64x128]
+    for tiles:
+      zero acc0
+      zero acc1
+      for k:
+        wait ready[c] phase(c)
+        wgmma.async partial += a_ring[c] @ b_ring[c][:, 0:128] overwrite=always
+        wgmma_wait pending=0
+        promote acc0 += partial
+        wgmma.async partial += a_ring[c] @ b_ring[c][:, 128:256] overwrite=always
+        wgmma_wait pending=0
+        arrive empty[c]
+        promote acc1 += partial
+        advance c
+      epilogue acc0: acc *= scale_a[0] * scale_b[0]
+      tma_store_wait pending=0
+      store_smem c_smem1 <- acc0
+      fence_async_shared
+      tma_store c_smem1 -> C[m, n][cols 0/2]
+      epilogue acc1: acc *= scale_a[0] * scale_b[0]
+      tma_store_wait pending=0
+      store_smem c_smem1 <- acc1
+      fence_async_shared
+      tma_store c_smem1 -> C[m, n][cols 1/2]
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
-    cursor p (depth 6)
+    cursor p (depth 3)
     for tiles*k:
       wait empty[p] phase(p)^1
-      arrive_expect_tx ready[p] bytes=32768
+      arrive_expect_tx ready[p] bytes=49152
       tma_load A[m, k] -> a_ring[p] on ready[p]
       tma_load B[n, k] -> b_ring[p] on ready[p]
       advance p

@@ -144,3 +144,40 @@ def test_bad_input_before_launch() -> None:
     with pytest.raises(warploom.DeviceError, match="b"):
         warploom.matmul(torch.randn(64, 64, device="cuda", dtype=torch.bfloat16),
                         torch.randn(64, 64, dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("case", ["bf16_260x304x192", "bf16_260x300x192_out_fp32", "fp8_rowwise_bias_fast",
+                                  "fp8_rowwise_bias_promoted"])
+def test_simulator_matches_gpu(case: str) -> None:
+    """The CPU simulator (Kernel.simulate on CPU copies) and the GPU compute the same GEMM: both match the
+    fp32 reference, and each other as closely as their accumulators allow. (N = 300 needs an fp32 output:
+    bf16 output rows must be 16-byte multiples.)"""
+    torch.manual_seed(7)
+    if case.startswith("bf16"):
+        n = int(case.split("x")[1])
+        out_dtype = torch.float32 if case.endswith("fp32") else torch.bfloat16
+        a = torch.randn(260, 192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, 192, device="cuda", dtype=torch.bfloat16).t()
+        args: tuple = (a, b)
+        out = warploom.matmul(a, b, out_dtype=out_dtype)
+        kernel = warploom.plan(a, b, out_dtype=out_dtype)
+        ref = a.float() @ b.float()
+    else:
+        fast = case.endswith("fast")
+        a, b = _fp8(130, 272, 256)
+        sa, sb = torch.rand(130, 1, device="cuda") + 0.5, torch.rand(1, 272, device="cuda") + 0.5
+        bias = torch.randn(272, device="cuda", dtype=torch.bfloat16)
+        args = (a, b, sa, sb, bias)
+        out = warploom.scaled_mm(a, b, sa, sb, bias=bias, use_fast_accum=fast)
+        kernel = warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=fast)
+        ref = (a.float() @ b.float()) * sa * sb + bias.float()
+    sim = kernel.simulate(*(t.cpu() for t in args), record=False).raise_for_findings().output
+    out, ref = out.cpu(), ref.cpu()
+    assert sim.dtype == out.dtype and sim.shape == out.shape and not sim.isnan().any()
+    assert scale_free_error(out, ref) < 1e-3 and scale_free_error(sim, ref) < 1e-3
+    # bf16 and promoted fp8 accumulate in fp32 on both (only the summation order differs, then one rounding
+    # to the output dtype); fast-accum fp8's tensor-core accumulator keeps fewer bits than the simulator's fp32.
+    assert scale_free_error(out, sim) < (1e-3 if case.endswith("fast") else 1e-5)
+    if case.startswith("bf16"):
+        tol = dict(rtol=1e-5, atol=1e-4) if out.dtype == torch.float32 else dict(rtol=1.6e-2, atol=1e-2)
+        torch.testing.assert_close(out.float(), sim.float(), **tol)

@@ -1,8 +1,10 @@
 """Real planner output must simulate clean and match a torch fp32 reference.
 
 Sweeps stages 1-6 against k-step counts at the edges of the ring (1, S-1, S, S+1, 2S+1), with several
-tiles per persistent CTA (a grid of 2 over 6 tiles), shapes that are not tile multiples, outputs
-poisoned with NaN, and every dtype and recipe; plus real planner plans on small problems.
+tiles per persistent CTA (a grid of 2 over 3-6 tiles), shapes that are not tile multiples, outputs
+poisoned with NaN, and every dtype and recipe; each on both consumer structures (one partition, p1, and
+one 64-row partition per warpgroup of a 128-row tile, p2) and, for promoted fp8, with the accumulator
+whole (h1) and in two column blocks (h2); plus real planner plans on small problems.
 """
 
 from __future__ import annotations
@@ -24,14 +26,39 @@ from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 # 130 x 120 is 3 x 2 tiles of 64 x 64: a grid of 2 gives each CTA 3 tiles, the last row and column ragged.
 M, N = 130, 120
+# With 128-row tiles, 300 rows are 3 tile rows; in the last (rows 256-299) the second warpgroup's block
+# (320-383) lies wholly outside the matrix and the first's partly.
+M_128 = 300
 STAGES = range(1, 7)
+
 
 def k_steps(stages: int) -> list[int]:
     return sorted({1, stages - 1, stages, stages + 1, 2 * stages + 1} - {0})
 
 
-def small_plan(stages: int, bk: int, bm: int = 64, bn: int = 64) -> Plan:
-    return Plan(bm=bm, bn=bn, bk=bk, stages=stages, consumer_warps=4 * (bm // 64), group_m=2, grid=2)
+def small_plan(stages: int, bk: int, bm: int = 64, bn: int = 64, split: int = 1, blocks: int = 1) -> Plan:
+    return Plan(bm=bm, bn=bn, bk=bk, stages=stages, consumer_warps=4 * (bm // 64), group_m=2, grid=2,
+                consumer_partitions=split, partial_blocks=blocks)
+
+
+# Consumer structures: (bm, bn, consumer partitions, partial blocks). h2 only means something for promoted
+# fp8; its 128-wide tile splits into two 64-wide blocks, the second ragged at N = 120.
+STRUCTURES = {
+    "p1": (64, 64, 1, 1),
+    "p2": (128, 64, 2, 1),
+    "p1h2": (64, 128, 1, 2),
+    "p2h2": (128, 128, 2, 2),
+}
+
+
+def structured(name: str, stages: int, bk: int) -> tuple[Plan, int]:
+    """The plan of structure `name`, and the M that gives it 3 tile rows."""
+    bm, bn, split, blocks = STRUCTURES[name]
+    return small_plan(stages, bk, bm, bn, split, blocks), (M if bm == 64 else M_128)
+
+
+def consumers(m: ir.Module) -> list[ir.Partition]:
+    return [p for p in m.partitions if p.role is ir.Role.CONSUMER]
 
 
 def spec_of(dtype: DType, k: int, *, out: DType = DType.BF16, scale: ScaleRecipe = ScaleRecipe.NONE,
@@ -64,17 +91,32 @@ def assert_matches(spec: GemmSpec, res: SimResult, x: Inputs) -> None:
 CASES = [pytest.param(s, ks, id=f"s{s}-k{ks}") for s in STAGES for ks in k_steps(s)]
 
 
+def check_structure(module: ir.Module, plan: Plan) -> None:
+    """The module really has the plan's structure (so a sweep cannot silently test the other one)."""
+    cons = consumers(module)
+    assert len(cons) == plan.consumer_partitions and module.barrier("empty").count == len(cons)
+    mmas = [o for o, _ in ir.walk(cons[0].body) if isinstance(o, ir.Mma)]
+    promoted = module.spec.accumulation is Accumulation.PROMOTED
+    assert len(mmas) == (plan.partial_blocks if promoted else 1)
+
+
 @pytest.mark.parametrize("stages,ks", CASES)
-def test_bf16_native_stages_by_k_steps(stages: int, ks: int) -> None:
-    spec = spec_of(DType.BF16, ks * 32 - 5)  # K not a multiple of BK = 32
-    res, x = run(spec, small_plan(stages, bk=32))
+@pytest.mark.parametrize("structure", ["p1", "p2"])
+def test_bf16_native_stages_by_k_steps(structure: str, stages: int, ks: int) -> None:
+    plan, m = structured(structure, stages, bk=32)
+    spec = spec_of(DType.BF16, ks * 32 - 5, m=m)  # K not a multiple of BK = 32
+    res, x = run(spec, plan)
+    check_structure(build(spec, H100_SXM, plan).module, plan)
     assert_matches(spec, res, x)
 
 
 @pytest.mark.parametrize("stages,ks", CASES)
-def test_fp8_rowwise_promoted_stages_by_k_steps(stages: int, ks: int) -> None:
-    spec = spec_of(DType.E4M3, ks * 64 - 16, scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED)
-    res, x = run(spec, small_plan(stages, bk=64))
+@pytest.mark.parametrize("structure", ["p1", "p2", "p1h2", "p2h2"])
+def test_fp8_rowwise_promoted_stages_by_k_steps(structure: str, stages: int, ks: int) -> None:
+    plan, m = structured(structure, stages, bk=64)
+    spec = spec_of(DType.E4M3, ks * 64 - 16, scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED, m=m)
+    res, x = run(spec, plan)
+    check_structure(build(spec, H100_SXM, plan).module, plan)
     assert_matches(spec, res, x)
 
 
@@ -91,38 +133,64 @@ def test_fp8_rowwise_promoted_stages_by_k_steps(stages: int, ks: int) -> None:
     dict(dtype=DType.E4M3, scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED, bias=DType.FP32, out=DType.FP16),
     dict(dtype=DType.E4M3, b_dtype=DType.E5M2, scale=ScaleRecipe.TENSORWISE, bias=DType.BF16, out=DType.FP32),
 ], ids=lambda kw: "-".join(f"{v.value if hasattr(v, 'value') else v}" for v in kw.values()))
-def test_dtypes_and_recipes(spec_kw: dict, stages: int, ks: int) -> None:
+@pytest.mark.parametrize("structure", ["p1", "p2"])
+def test_dtypes_and_recipes(spec_kw: dict, stages: int, ks: int, structure: str) -> None:
     fp8 = spec_kw["dtype"].is_fp8
     bk = 64 if fp8 else 32
-    spec = spec_of(k=ks * bk - (16 if fp8 else 3), **spec_kw)
-    res, x = run(spec, small_plan(stages, bk=bk))
+    if structure == "p2" and spec_kw.get("acc") is Accumulation.PROMOTED:
+        structure = "p2h2"  # the planner's promoted structure: split consumers and column blocks
+    plan, m = structured(structure, stages, bk)
+    spec = spec_of(k=ks * bk - (16 if fp8 else 3), m=m, **spec_kw)
+    res, x = run(spec, plan)
     assert_matches(spec, res, x)
 
 
 @pytest.mark.parametrize("grid,group_m", [(1, 1), (3, 1), (3, 3), (4, 8)])
-def test_persistent_grids_and_rasters(grid: int, group_m: int) -> None:
-    spec = spec_of(DType.BF16, 4 * 32 - 1, m=200, n=330)  # 4 x 6 tiles
-    res, x = run(spec, replace(small_plan(3, bk=32), grid=grid, group_m=group_m))
+@pytest.mark.parametrize("structure", ["p1", "p2"])
+def test_persistent_grids_and_rasters(grid: int, group_m: int, structure: str) -> None:
+    plan, _ = structured(structure, 3, bk=32)
+    spec = spec_of(DType.BF16, 4 * 32 - 1, m=200 * plan.bm // 64, n=330)  # 4 x 6 tiles
+    res, x = run(spec, replace(plan, grid=grid, group_m=group_m))
     assert_matches(spec, res, x)
 
 
-def test_numerics_catch_protocol_clean_bugs() -> None:
+@pytest.mark.parametrize("structure", ["p1", "p2"])
+def test_numerics_catch_protocol_clean_bugs(structure: str) -> None:
     """Bugs the protocol cannot see (an accumulator overwritten at every k-block, a dropped bias) are
-    clean to the checks but must fail the comparison with the reference."""
-    spec = spec_of(DType.E4M3, 5 * 64, scale=ScaleRecipe.ROWWISE, bias=DType.BF16)
-    module = build(spec, H100_SXM, small_plan(3, bk=64)).module
-    cons = module.partition("consumer")
+    clean to the checks but must fail the comparison with the reference, in any one consumer partition."""
+    plan, m = structured(structure, 3, bk=64)
+    overwrite = (5, lambda o: (replace(o, overwrite=ir.Guard.ALWAYS),) if isinstance(o, ir.Mma) else (o,))
+    # One k-block: a dropped bias must stand out of the products even in one warpgroup's rows.
+    no_bias = (1, lambda o: (replace(o, steps=o.steps[:1]),) if isinstance(o, ir.Epilogue) else (o,))
+    for k_blocks, fn in (overwrite, no_bias):
+        spec = spec_of(DType.E4M3, k_blocks * 64, scale=ScaleRecipe.ROWWISE, bias=DType.BF16, m=m)
+        module = build(spec, H100_SXM, plan).module
+        x = make_inputs(spec, spec.m, spec.n, spec.k)
+        assert len(consumers(module)) == plan.consumer_partitions
+        for cons in consumers(module):
+            bad = module.with_partition(replace(cons, body=rewrite(cons.body, fn)))  # type: ignore[arg-type]
+            res = simulate(bad, x.a, x.b, x.scale_a, x.scale_b, x.bias)
+            assert res.ok and not res.output.isnan().any()
+            with pytest.raises(AssertionError, match="relative error"):
+                assert_matches(spec, res, x)
+
+
+def test_numerics_catch_a_swapped_column_block() -> None:
+    """Column blocks: acc1 computed from B's first block of columns instead of its own is clean to the
+    protocol checks but wrong."""
+    plan, m = structured("p2h2", 3, bk=64)
+    spec = spec_of(DType.E4M3, 3 * 64, scale=ScaleRecipe.TENSORWISE, acc=Accumulation.PROMOTED, m=m, n=256)
+    module = build(spec, H100_SXM, plan).module
     x = make_inputs(spec, spec.m, spec.n, spec.k)
-
-    def mutated(fn: object) -> ir.Module:
-        return module.with_partition(replace(cons, body=rewrite(cons.body, fn)))  # type: ignore[arg-type]
-
-    for bad in (mutated(lambda o: (replace(o, overwrite=ir.Guard.ALWAYS),) if isinstance(o, ir.Mma) else (o,)),
-                mutated(lambda o: (replace(o, steps=o.steps[:1]),) if isinstance(o, ir.Epilogue) else (o,))):
-        res = simulate(bad, x.a, x.b, x.scale_a, x.scale_b, x.bias)
-        assert res.ok and not res.output.isnan().any()
-        with pytest.raises(AssertionError, match="relative error"):
-            assert_matches(spec, res, x)
+    bad = module
+    for cons in consumers(module):
+        body = rewrite(cons.body, lambda o: (replace(o, n_cols=ir.ColBlock(0, 64)),) if isinstance(o, ir.Mma)
+                       else (o,))
+        bad = bad.with_partition(replace(cons, body=body))
+    res = simulate(bad, x.a, x.b, x.scale_a, x.scale_b, x.bias)
+    assert res.ok and not res.output.isnan().any()
+    with pytest.raises(AssertionError, match="relative error"):
+        assert_matches(spec, res, x)
 
 
 def test_every_seed_gives_the_same_output() -> None:
@@ -132,21 +200,40 @@ def test_every_seed_gives_the_same_output() -> None:
     assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
-def test_real_planner_plan_128x256x64() -> None:
+@pytest.mark.parametrize("split", [1, 2], ids=["p1", "p2"])
+def test_real_planner_plan_128x256x64(split: int) -> None:
     spec = GemmSpec(300, 520, 200)  # 3 x 3 tiles of 128 x 256, one per CTA
-    plan = plan_schedule(spec, H100_SXM, bm=128, bn=256)
-    assert (plan.bm, plan.bn, plan.bk) == (128, 256, 64)
+    plan = plan_schedule(spec, H100_SXM, bm=128, bn=256, consumer_partitions=split)
+    assert (plan.bm, plan.bn, plan.bk, plan.consumer_partitions) == (128, 256, 64, split)
     res, x = run(spec, plan)
-    assert res.report.k_steps == 9 * 4
+    assert res.report.k_steps == 9 * 4 * split  # each consumer partition issues its own wgmma per k-block
     assert_matches(spec, res, x)
 
 
-def test_real_planner_default_plans() -> None:
-    for spec in (GemmSpec(300, 260, 200),
-                 spec_of(DType.E4M3, 384, scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED, bias=DType.BF16,
-                         m=200, n=272)):
-        res, x = run(spec, plan_schedule(spec, H100_SXM))
-        assert_matches(spec, res, x)
+# An H100 cut down to 2 SMs: small problems then have more tiles than SMs, so the planner takes the wide
+# tiles it picks for large problems, and each CTA runs several of them.
+TWO_SMS = replace(H100_SXM, sm_count=2)
+
+
+@pytest.mark.parametrize("spec,short", [
+    (GemmSpec(300, 260, 200), "128x128x64_s6_w8_g8_p2"),
+    (GemmSpec(300, 500, 200), "128x256x64_s4_w8_g8_e2_p2"),
+    (GemmSpec(60, 260, 200, b_layout=BLayout.N_MAJOR), "64x256x64_s5_w4_g8_e2"),
+    (spec_of(DType.E4M3, 384, scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED, bias=DType.BF16, m=200, n=272),
+     "128x128x128_s6_w8_g8_p2"),
+    (spec_of(DType.E4M3, 384, scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED, bias=DType.BF16, m=300, n=500),
+     "128x256x128_s3_w8_g8_e2_p2_h2"),
+    (spec_of(DType.E4M3, 384, scale=ScaleRecipe.TENSORWISE, acc=Accumulation.PROMOTED, out=DType.FP32, m=300,
+             n=1000), "128x256x128_s3_w8_g8_e2_p2_h2"),
+    (spec_of(DType.E4M3, 640, scale=ScaleRecipe.ROWWISE, m=300, n=500), "128x256x128_s4_w8_g8_e2_p2"),
+    (spec_of(DType.E4M3, 256, scale=ScaleRecipe.TENSORWISE, acc=Accumulation.PROMOTED, m=50, n=300),
+     "64x256x128_s3_w4_g8_e2_h2"),
+], ids=lambda v: v if isinstance(v, str) else v.short().replace(" ", "_"))
+def test_real_planner_default_plans(spec: GemmSpec, short: str) -> None:
+    plan = plan_schedule(spec, TWO_SMS)
+    assert plan.short() == short  # the structure this case is here for
+    res, x = run(spec, plan)
+    assert_matches(spec, res, x)
 
 
 @pytest.mark.parametrize("spec", [
@@ -162,14 +249,20 @@ def test_planner_plans_at_real_sizes_under_many_schedules(spec: GemmSpec) -> Non
     assert report.ok and report.steps > 1000
 
 
-def test_every_pass_stage_keeps_the_meaning() -> None:
+@pytest.mark.parametrize("structure,dtype", [("p1", DType.BF16), ("p2", DType.BF16), ("p2h2", DType.E4M3)])
+def test_every_pass_stage_keeps_the_meaning(structure: str, dtype: DType) -> None:
     """The sequential program and every stage from ring planning on compute the same GEMM cleanly; right
     after partitioning, producer and consumer share rings with no synchronization, which must be flagged."""
-    spec = spec_of(DType.BF16, 5 * 32 - 5)
-    kernel = build(spec, H100_SXM, small_plan(3, bk=32))
+    bk = 64 if dtype.is_fp8 else 32
+    plan, m = structured(structure, 3, bk)
+    fp8 = dict(scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED) if dtype.is_fp8 else {}
+    spec = spec_of(dtype, 5 * bk - 5, m=m, **fp8)  # type: ignore[arg-type]
+    kernel = build(spec, H100_SXM, plan)
     x = make_inputs(spec, spec.m, spec.n, spec.k)
+    stages = dict(kernel.trace.stages)
+    assert len(consumers(stages["SplitConsumers"])) == plan.consumer_partitions
     for stage, module in kernel.trace.stages:
-        res = simulate(module, x.a, x.b)
+        res = simulate(module, x.a, x.b, x.scale_a, x.scale_b, x.bias)
         if stage == "SplitProducer":
             assert res.report.kinds() & {FindingKind.READ_UNACQUIRED, FindingKind.READ_BEFORE_LANDED}, stage
         else:

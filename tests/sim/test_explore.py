@@ -25,17 +25,29 @@ def plan(stages: int, bk: int, subtiles: int = 1) -> Plan:
                 epilogue_subtiles=subtiles)
 
 
-def config(kind: str, tiles: int, ks: int) -> tuple[GemmSpec, int]:
+def split_plan(stages: int, bk: int) -> Plan:
+    """The planner's structure for 128-row tiles: two 4-warp consumer partitions; for promoted fp8 (bk 64
+    here) a 128-wide tile in two column blocks. Grid 1 again: N = bn * tiles."""
+    fp8 = bk == 64
+    return Plan(bm=128, bn=128 if fp8 else 64, bk=bk, stages=stages, consumer_warps=8, group_m=2, grid=1,
+                consumer_partitions=2, partial_blocks=2 if fp8 else 1)
+
+
+def config(kind: str, tiles: int, ks: int, split: bool = False) -> tuple[GemmSpec, int]:
+    bm = 128 if split else 64
     if kind == "bf16":
-        return GemmSpec(64, 64 * tiles, ks * 32), 32
-    return GemmSpec(64, 64 * tiles, ks * 64, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.TENSORWISE,
+        return GemmSpec(bm, 64 * tiles, ks * 32), 32
+    bn = 128 if split else 64
+    return GemmSpec(bm, bn * tiles, ks * 64, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.TENSORWISE,
                     accumulation=Accumulation.PROMOTED), 64
 
 
 @functools.cache
-def _explore(kind: str, stages: int, tiles: int, ks: int, subtiles: int = 1) -> ExploreReport:
-    spec, bk = config(kind, tiles, ks)
-    module = build(spec, H100_SXM, plan(stages, bk, subtiles)).module
+def _explore(kind: str, stages: int, tiles: int, ks: int, subtiles: int = 1, split: bool = False) -> ExploreReport:
+    spec, bk = config(kind, tiles, ks, split)
+    module = build(spec, H100_SXM, split_plan(stages, bk) if split else plan(stages, bk, subtiles)).module
+    if split:
+        assert [p.name for p in module.partitions] == ["consumer0", "consumer1", "producer"]
     return explore(module, spec.m, spec.n, spec.k, max_states=MAX_STATES)
 
 
@@ -48,6 +60,33 @@ def test_small_configs_have_no_violation_on_any_schedule(kind: str, stages: int,
     assert r.ok, r.summary()
     assert not r.bound_hit, r.summary()
     assert r.states > tiles * ks and r.terminals >= 1
+
+
+# Split consumers: three partitions interleave, so the state space grows faster; configurations up to 8
+# ring uses per CTA, every stage count from 1 to 3 and a k-loop longer than the ring included.
+SPLIT_CONFIGS = [c for c in CONFIGS if c[1] * c[2] * c[3] <= 8]
+
+
+@pytest.mark.parametrize("kind,stages,tiles,ks", SPLIT_CONFIGS,
+                         ids=[f"{c[0]}-p2-s{c[1]}-t{c[2]}-k{c[3]}" for c in SPLIT_CONFIGS])
+def test_split_consumer_configs_have_no_violation_on_any_schedule(kind: str, stages: int, tiles: int,
+                                                                 ks: int) -> None:
+    r = _explore(kind, stages, tiles, ks, split=True)
+    assert r.ok, r.summary()
+    assert not r.bound_hit, r.summary()
+    # More states than one consumer: the two warpgroups really run independently of each other.
+    assert r.states > _explore(kind, stages, tiles, ks).states
+
+
+def test_split_consumer_one_missing_release_deadlocks_on_every_schedule() -> None:
+    """Only consumer1 stops releasing slots: the producer blocks at its first refill whatever the order."""
+    spec, bk = config("bf16", 2, 3, split=True)
+    m = build(spec, H100_SXM, split_plan(2, bk)).module
+    m = m.with_partition(_dropped_arrive_of(m.partition("consumer1")))
+    r = explore(m, spec.m, spec.n, spec.k, max_states=MAX_STATES)
+    assert FindingKind.DEADLOCK in r.kinds(), r.summary()
+    assert not r.bound_hit
+    assert r.counterexample and any("wait empty[p]" in line for line in r.counterexample)
 
 
 @pytest.mark.parametrize("stages,tiles,ks", [(4, 3, 4), (2, 4, 3), (3, 3, 4)])
@@ -71,14 +110,20 @@ def test_states_explored(capsys: pytest.CaptureFixture[str]) -> None:
     assert sum(_explore(*c).states for c in CONFIGS) > 1000
 
 
-def _dropped_arrive(m: ir.Module) -> ir.Module:
-    """The consumer's in-loop release of slot c-1 removed."""
+def _dropped_arrive_of(p: ir.Partition) -> ir.Partition:
+    """`p` without its in-loop release of slot c-1."""
     def body(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
         return tuple(ir.Loop(s.kind, body(s.body)) if isinstance(s, ir.Loop) else s for s in stmts
                      if not (isinstance(s, ir.Arrive) and s.guard is ir.Guard.NOT_FIRST_K))
 
-    (cons,) = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
-    return m.with_partition(replace(cons, body=body(cons.body)))
+    return replace(p, body=body(p.body))
+
+
+def _dropped_arrive(m: ir.Module) -> ir.Module:
+    """Every consumer's in-loop release of slot c-1 removed."""
+    for p in [p for p in m.partitions if p.role is ir.Role.CONSUMER]:
+        m = m.with_partition(_dropped_arrive_of(p))
+    return m
 
 
 def test_planted_dropped_arrive_deadlock_is_found_exhaustively() -> None:

@@ -10,14 +10,26 @@ import torch
 
 from warploom.backends import gluon_sm90
 from warploom.device import H100_SXM
+from warploom.dtypes import DType
 from warploom.errors import DTypeError
 from warploom.kernel import build
 from warploom.planner import Plan
 from warploom.sim import FindingKind, ProtocolError, check_protocol, cta_tiles, launch_grid, simulate, tile_coords
 from warploom.sim.barrier import MBarrier
-from warploom.sim.program import ArriveI, Geometry, LoadI, MalformedError, MmaI, WaitI, unroll
+from warploom.sim.program import (
+    ArriveI,
+    EpilogueI,
+    Geometry,
+    LoadI,
+    MalformedError,
+    MmaI,
+    StoreTileI,
+    TmaStoreI,
+    WaitI,
+    unroll,
+)
 from warploom.sim.reference import make_inputs, relative_error
-from warploom.spec import GemmSpec
+from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 PLAN = Plan(bm=64, bn=64, bk=32, stages=3, consumer_warps=4, group_m=2, grid=2)
 
@@ -104,6 +116,33 @@ def test_parities_and_deferred_release_indices() -> None:
     cons = unroll(m, m.partition("consumer"), geo)
     rel = [(i.index, i.site.k) for i in cons if isinstance(i, ArriveI)]
     assert rel == [(0, 1), (1, 2), (2, 3), (0, None)]  # slot c-1 from k = 1 on, then the last slot after the loop
+
+
+def test_split_consumers_resolve_their_row_and_column_blocks() -> None:
+    """Each of two consumer partitions reads its 64 rows of every A slot, all of B's columns in two blocks,
+    and scales and stores its rows of the tile at each block's columns."""
+    spec = GemmSpec(130, 120, 128, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                    accumulation=Accumulation.PROMOTED)
+    plan = Plan(bm=128, bn=128, bk=64, stages=2, consumer_warps=8, group_m=2, grid=1, consumer_partitions=2,
+                partial_blocks=2)
+    kernel = build(spec, H100_SXM, plan)
+    m = kernel.module
+    geo = Geometry.of(m, spec.m, spec.n, spec.k, 0, 1)  # 2 x 1 tiles, 2 k-blocks each
+    for name, row0 in (("consumer0", 0), ("consumer1", 64)):
+        instrs = unroll(m, m.partition(name), geo)
+        mmas = [i for i in instrs if isinstance(i, MmaI)]
+        assert [(i.a_rows, i.b_cols) for i in mmas] == [((row0, row0 + 64), (0, 64)),
+                                                        ((row0, row0 + 64), (64, 128))] * 4
+        epis = [(i.acc, i.off_m, i.off_n) for i in instrs if isinstance(i, EpilogueI)]
+        assert epis == [("acc0", row0, 0), ("acc1", row0, 64), ("acc0", 128 + row0, 0), ("acc1", 128 + row0, 64)]
+        stores = [(i.buffer, i.off_m, i.off_n) for i in instrs if isinstance(i, TmaStoreI)]
+        buf = f"c_smem{row0 // 64}"
+        assert stores == [(buf, row0, 0), (buf, row0, 64), (buf, 128 + row0, 0), (buf, 128 + row0, 64)]
+    # Before LowerEpilogue the abstract store is placed the same way.
+    before = dict(kernel.trace.stages)["FlattenProducer"]
+    tiles = [(i.acc, i.off_m, i.off_n) for i in unroll(before, before.partition("consumer1"), geo)
+             if isinstance(i, StoreTileI)]
+    assert tiles == [("acc0", 64, 0), ("acc1", 64, 64), ("acc0", 192, 0), ("acc1", 192, 64)]
 
 
 def test_malformed_module_is_reported() -> None:

@@ -156,12 +156,29 @@ def test_tensors_on_different_devices(fn: str) -> None:
     raises(DeviceError, "b", lambda: f(b, a))
 
 
-def test_cpu_tensors_need_the_gpu_until_the_simulator_lands() -> None:
-    a, b = t(64, 64), t(64, 64)
-    raises(DeviceError, "a", lambda: warploom.matmul(a, b), match="warploom.plan")
+def test_cpu_tensors_above_the_simulator_limit_need_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Small CPU problems run on the simulator (tests/sim/test_cpu_tensors.py); larger ones say how to go on.
+    a, b = t(1024, 1024), t(1024, 1024)
+    e = raises(DeviceError, "a", lambda: warploom.matmul(a, b), match="WARPLOOM_SIM_MAX_FLOPS=2147483648")
+    assert "268,435,456 FLOPs" in str(e) and "1024x1024x1024" in str(e) and "need a GPU" in str(e)
+    monkeypatch.setenv("WARPLOOM_SIM_MAX_FLOPS", str(2 * 64**3 - 1))  # the limit is read at each call
     a8, b8 = t(64, 64, dtype=E4), col_major(64, 64)
     one = torch.ones(())
-    raises(DeviceError, "a", lambda: warploom.scaled_mm(a8, b8, one, one))
+    raises(DeviceError, "a", lambda: warploom.scaled_mm(a8, b8, one, one), match="at most 524,287 FLOPs")
+    raises(DeviceError, "a", lambda: torch.ops.warploom.matmul(t(64, 64), t(64, 64), None))
+    monkeypatch.setenv("WARPLOOM_SIM_MAX_FLOPS", str(2 * 64**3))
+    assert warploom.scaled_mm(a8, b8, one, one).shape == (64, 64)
+
+
+def test_bad_simulator_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WARPLOOM_SIM_MAX_FLOPS", "1e9")
+    raises(InputError, "WARPLOOM_SIM_MAX_FLOPS", lambda: warploom.matmul(t(64, 64), t(64, 64)), match="'1e9'")
+
+
+def test_validation_comes_before_the_simulator_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WARPLOOM_SIM_MAX_FLOPS", "0")
+    raises(AlignmentError, "a", lambda: warploom.matmul(t(64, 511), t(511, 64)))
+    raises(DTypeError, "b", lambda: warploom.matmul(t(64, 64), t(64, 64, dtype=FP16)))
 
 
 def test_meta_tensors_plan_and_trace_without_a_gpu() -> None:

@@ -82,3 +82,12 @@ b = torch.empty(128, 256, dtype=torch.bfloat16, device="meta")
 c = warploom.plan(a, b).compile()
 assert c.count("HGMMA") > 0
 """)
+
+
+def test_cpu_tensors_on_the_simulator_do_not_touch_a_gpu() -> None:
+    run("""
+import warploom
+a = torch.randn(130, 96).to(torch.bfloat16)
+b = torch.randn(96, 200).to(torch.bfloat16)
+assert torch.allclose(warploom.matmul(a, b).float(), a.float() @ b.float(), rtol=2e-2, atol=2e-2)
+""")

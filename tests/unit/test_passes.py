@@ -58,6 +58,19 @@ def k_loop(p: ir.Partition) -> ir.Loop:
     return lp
 
 
+def consumers(m: ir.Module) -> list[ir.Partition]:
+    """Every CONSUMER partition (one before SplitConsumers, one per warpgroup after it on 128-row tiles)."""
+    out = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
+    assert out, "no consumer partition"
+    return out
+
+
+def the_consumer(m: ir.Module) -> ir.Partition:
+    """The single consumer partition of a module before SplitConsumers (or of a 1-partition plan)."""
+    (p,) = consumers(m)
+    return p
+
+
 # ---------------------------------------------------------------------------------------------------------
 # build_sequential
 
@@ -135,11 +148,15 @@ def test_plan_rings_adds_waits_and_expect_tx_of_the_stage_bytes(spec: GemmSpec, 
     assert all(ld.barrier == "ready" for ld in loads)
     assert prod.index(waits[0]) < prod.index(txs[0]) < min(prod.index(ld) for ld in loads)
 
-    cons = ops(after.partition("consumer").body)
-    (mma,) = [o for o in cons if isinstance(o, ir.Mma)]
-    i = cons.index(mma)
-    assert cons[i - 1] == ir.Wait("ready", ir.Slot("c"), ir.Parity("c"))
-    assert cons[i + 1] == ir.Arrive("empty", ir.Slot("c"))
+    # One wgmma per k-block, or one per column block of a promoted accumulator (partial_blocks): the slot is
+    # acquired once before the first and released once after the last.
+    plan = plan_schedule(spec, H100_SXM)
+    cons = ops(the_consumer(after).body)
+    mmas = [i for i, o in enumerate(cons) if isinstance(o, ir.Mma)]
+    assert len(mmas) == (plan.partial_blocks if spec.accumulation is Accumulation.PROMOTED else 1)
+    assert cons[mmas[0] - 1] == ir.Wait("ready", ir.Slot("c"), ir.Parity("c"))
+    assert cons[mmas[-1] + 1] == ir.Arrive("empty", ir.Slot("c"))
+    assert [o for o in cons if isinstance(o, (ir.Wait, ir.Arrive))] == [cons[mmas[0] - 1], cons[mmas[-1] + 1]]
 
 
 def test_plan_rings_expect_tx_counts_both_tiles() -> None:
@@ -156,7 +173,7 @@ def test_plan_rings_expect_tx_counts_both_tiles() -> None:
 @pytest.mark.parametrize("spec", [NATIVE_BF16, N_MAJOR, ROWWISE_BIAS], ids=lambda s: s.short())
 def test_pipeline_mma_defers_release_by_one_k_block(spec: GemmSpec) -> None:
     after = PipelineMma()(stage(spec, "PipelineMma"))
-    cons = after.partition("consumer")
+    cons = the_consumer(after)
     (tiles,) = cons.body
     assert isinstance(tiles, ir.Loop) and tiles.kind is ir.LoopKind.TILES
     kl = k_loop(cons)
@@ -175,18 +192,44 @@ def test_pipeline_mma_defers_release_by_one_k_block(spec: GemmSpec) -> None:
 
 
 def test_pipeline_mma_promoted_waits_each_k_block_and_releases_it() -> None:
-    after = PipelineMma()(stage(PROMOTED, "PipelineMma"))
-    cons = after.partition("consumer")
+    # One partial as wide as the tile (partial_blocks=1, the 128-wide tile).
+    plan = plan_schedule(PROMOTED, H100_SXM, bn=128)
+    assert plan.partial_blocks == 1
+    after = PipelineMma()(stage(PROMOTED, "PipelineMma", plan))
+    cons = the_consumer(after)
     kl = k_loop(cons)
-    body = list(kl.body)
-    mma = next(o for o in body if isinstance(o, ir.Mma))
-    assert mma.is_async and mma.acc == "partial" and mma.overwrite is ir.Guard.ALWAYS
-    i = body.index(mma)
-    assert body[i + 1] == ir.MmaWait(0)
-    # The partial is read (promoted) only after the wait, and the slot just used (c, not c-1) is released.
-    assert body.index(ir.Promote("partial", "acc")) > i + 1
-    assert ir.Arrive("empty", ir.Slot("c")) in body
+    assert list(kl.body) == [
+        ir.Wait("ready", ir.Slot("c"), ir.Parity("c")),
+        ir.Mma("a_ring", "b_ring", ir.Slot("c"), "partial", ir.Guard.ALWAYS, is_async=True),
+        # The partial is read (promoted) only after the wait, and the slot just used (c, not c-1) is released.
+        ir.MmaWait(0),
+        ir.Arrive("empty", ir.Slot("c")),
+        ir.Promote("partial", "acc"),
+        ir.Advance("c"),
+    ]
     assert not any(isinstance(o, ir.Arrive) and o.slot.offset for o in ops(cons.body))
+    (tiles,) = cons.body
+    assert not any(isinstance(s, (ir.MmaWait, ir.Arrive)) for s in tiles.body)
+
+
+def test_pipeline_mma_promoted_column_blocks_wait_for_each_partial() -> None:
+    # The planner's 128x256 promoted tile: two column blocks through one 128-wide partial.
+    plan = plan_schedule(PROMOTED, H100_SXM)
+    assert (plan.bn, plan.partial_blocks) == (256, 2)
+    after = PipelineMma()(stage(PROMOTED, "PipelineMma", plan))
+    cons = the_consumer(after)
+    lo, hi = ir.ColBlock(0, 128), ir.ColBlock(128, 128)
+    assert list(k_loop(cons).body) == [
+        ir.Wait("ready", ir.Slot("c"), ir.Parity("c")),
+        ir.Mma("a_ring", "b_ring", ir.Slot("c"), "partial", ir.Guard.ALWAYS, is_async=True, n_cols=lo),
+        ir.MmaWait(0),  # the partial is reused by the next block: it must be retired and promoted first
+        ir.Promote("partial", "acc0"),
+        ir.Mma("a_ring", "b_ring", ir.Slot("c"), "partial", ir.Guard.ALWAYS, is_async=True, n_cols=hi),
+        ir.MmaWait(0),
+        ir.Arrive("empty", ir.Slot("c")),  # released after the k-block's last wgmma, once
+        ir.Promote("partial", "acc1"),
+        ir.Advance("c"),
+    ]
     (tiles,) = cons.body
     assert not any(isinstance(s, (ir.MmaWait, ir.Arrive)) for s in tiles.body)
 
@@ -203,7 +246,7 @@ def test_flatten_producer_makes_one_flat_loop(spec: GemmSpec) -> None:
     (flat,) = prod.body
     assert isinstance(flat, ir.Loop) and flat.kind is ir.LoopKind.FLAT
     assert flat.body == k_loop(before.partition("producer")).body
-    assert after.partition("consumer") == before.partition("consumer")
+    assert consumers(after) == consumers(before)
 
 
 def test_flatten_producer_leaves_unexpected_shapes_alone() -> None:
@@ -217,25 +260,85 @@ def test_flatten_producer_leaves_unexpected_shapes_alone() -> None:
 # LowerEpilogue
 
 
+def stores(acc: str, buf: str, parts: list[tuple[int, int]], of: int, total: int) -> list[ir.Stmt]:
+    """The lowering of one store_tile: per column block (i of `of` of the accumulator, tile part p of `total`)
+    wait for the buffer, write it, fence, TMA-store it."""
+    out: list[ir.Stmt] = []
+    for i, p in parts:
+        out += [ir.StoreWait(0), ir.StoreSmem(acc, buf, i, of), ir.FenceAsync(), ir.TmaStore(buf, part=p, parts=total)]
+    return out
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.short())
 @pytest.mark.parametrize("subtiles", [1, 2])
-def test_lower_epilogue_stores_through_smem_and_drains_at_exit(spec: GemmSpec, subtiles: int) -> None:
-    before = stage(spec, "LowerEpilogue")
+@pytest.mark.parametrize("split", [1, 2], ids=["p1", "p2"])
+def test_lower_epilogue_stores_through_smem_and_drains_at_exit(spec: GemmSpec, subtiles: int, split: int) -> None:
+    plan = plan_schedule(spec, H100_SXM, consumer_partitions=split)
+    assert plan.consumer_partitions == split and plan.bm == 128
+    before = stage(spec, "LowerEpilogue", plan)
     after = LowerEpilogue(subtiles=subtiles)(before)
     t = after.tiling
-    assert after.buffers == (ir.Buffer("c_smem", ir.Tensor.C, spec.out_dtype, t.bm, t.bn // subtiles),)
-    cons = after.partition("consumer")
-    assert not any(isinstance(o, ir.StoreTile) for o in ops(cons.body))
-    (tiles,) = cons.body[:1]
-    stores: list[ir.Stmt] = []
-    for i in range(subtiles):
-        stores += [ir.StoreWait(0), ir.StoreSmem("acc", "c_smem", i, subtiles), ir.FenceAsync(),
-                   ir.TmaStore("c_smem", part=i, parts=subtiles)]
-    assert isinstance(tiles, ir.Loop) and list(tiles.body[-len(stores):]) == stores
-    # No partition leaves with a TMA store reading shared memory.
-    assert cons.body[-1] == ir.StoreWait(0) and len(cons.body) == 2
+    cons = consumers(after)
+    assert len(cons) == split
+    blocks = plan.partial_blocks  # 1, or 2 column-block accumulators for the promoted 128x256 tile
+    width = min(t.bn // subtiles, t.bn // blocks)
+    names = ["c_smem"] if split == 1 else [f"c_smem{i}" for i in range(split)]
+    # One staging buffer per storing partition, as tall as its row block.
+    assert after.buffers == tuple(ir.Buffer(n, ir.Tensor.C, spec.out_dtype, t.bm // split, width) for n in names)
+    for p, buf in zip(cons, names, strict=True):
+        assert not any(isinstance(o, ir.StoreTile) for o in ops(p.body))
+        (tiles,) = p.body[:1]
+        epilogues = {o.acc: o for o in ops(p.body) if isinstance(o, ir.Epilogue)}
+        want: list[ir.Stmt] = []
+        per_acc = t.bn // blocks // width  # column blocks of each accumulator
+        for b in range(blocks):
+            acc = "acc" if blocks == 1 else f"acc{b}"
+            if b > 0 and acc in epilogues:  # each block's epilogue math runs right before its stores
+                want.append(epilogues[acc])
+            want += stores(acc, buf, [(i, b * per_acc + i) for i in range(per_acc)], per_acc, t.bn // width)
+        assert isinstance(tiles, ir.Loop) and list(tiles.body[-len(want):]) == want
+        # No partition leaves with a TMA store reading shared memory.
+        assert p.body[-1] == ir.StoreWait(0) and len(p.body) == 2
     # The producer stores nothing and gets no trailing wait.
     assert after.partition("producer") == before.partition("producer")
+
+
+def test_lower_epilogue_one_partition_whole_tile_halves() -> None:
+    # bf16 128x256 with one 8-warp consumer: one 128x128 buffer, the accumulator stored in two halves.
+    plan = plan_schedule(NATIVE_BF16, H100_SXM, consumer_partitions=1)
+    after = LowerEpilogue(subtiles=2)(stage(NATIVE_BF16, "LowerEpilogue", plan))
+    assert after.buffers == (ir.Buffer("c_smem", ir.Tensor.C, DType.BF16, 128, 128),)
+    (tiles,) = the_consumer(after).body[:1]
+    assert isinstance(tiles, ir.Loop)
+    assert list(tiles.body[-8:]) == stores("acc", "c_smem", [(0, 0), (1, 1)], 2, 2)
+
+
+def test_lower_epilogue_column_block_accumulators_store_whole() -> None:
+    # Promoted 128x256 h2 p2: each 64x128 accumulator fills its partition's 64x128 buffer once, at its own
+    # column block of the tile; the epilogue math of acc1 sits between the two stores.
+    plan = plan_schedule(PROMOTED, H100_SXM)
+    assert (plan.consumer_partitions, plan.partial_blocks, plan.epilogue_subtiles) == (2, 2, 2)
+    after = LowerEpilogue(subtiles=2)(stage(PROMOTED, "LowerEpilogue", plan))
+    assert after.buffers == (ir.Buffer("c_smem0", ir.Tensor.C, DType.BF16, 64, 128),
+                             ir.Buffer("c_smem1", ir.Tensor.C, DType.BF16, 64, 128))
+    tw = (ir.EpilogueStep.SCALE_TENSORWISE,)
+    for p, buf in zip(consumers(after), ("c_smem0", "c_smem1"), strict=True):
+        (tiles,) = p.body[:1]
+        assert isinstance(tiles, ir.Loop)
+        assert list(tiles.body[-10:]) == [
+            ir.Epilogue("acc0", tw), *stores("acc0", buf, [(0, 0)], 1, 2),
+            ir.Epilogue("acc1", tw), *stores("acc1", buf, [(0, 1)], 1, 2),
+        ]
+
+
+def test_lower_epilogue_narrow_column_blocks_split_the_buffer() -> None:
+    # Forced 128x128 with two 64-wide blocks and one epilogue store: the buffer is as wide as a block
+    # (64), and the tile goes out in 2 parts of 64 columns, one per accumulator.
+    plan = plan_schedule(PROMOTED, H100_SXM, bn=128, partial_blocks=2, consumer_partitions=1)
+    after = LowerEpilogue(subtiles=1)(stage(PROMOTED, "LowerEpilogue", plan))
+    assert after.buffers == (ir.Buffer("c_smem", ir.Tensor.C, DType.BF16, 128, 64),)
+    stored = [o for o in ops(the_consumer(after).body) if isinstance(o, ir.TmaStore)]
+    assert stored == [ir.TmaStore("c_smem", part=0, parts=2), ir.TmaStore("c_smem", part=1, parts=2)]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -246,7 +349,9 @@ def test_lower_epilogue_stores_through_smem_and_drains_at_exit(spec: GemmSpec, s
 def test_assign_registers_by_role(producer: int, consumer: int) -> None:
     after = AssignRegisters(producer=producer, consumer=consumer)(stage(NATIVE_BF16, "AssignRegisters"))
     assert after.partition("producer").regs == producer
-    assert after.partition("consumer").regs == consumer
+    assert len(consumers(after)) == 2
+    for p in consumers(after):
+        assert p.regs == consumer
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -255,11 +360,15 @@ def test_assign_registers_by_role(producer: int, consumer: int) -> None:
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.short())
 def test_pipeline_stage_order_and_op_census(spec: GemmSpec) -> None:
-    m, trace = compile_schedule(spec, plan_schedule(spec, H100_SXM), H100_SXM)
+    plan = plan_schedule(spec, H100_SXM)
+    m, trace = compile_schedule(spec, plan, H100_SXM)
     assert [n for n, _ in trace.stages] == [
-        "build_sequential", "SplitProducer", "PlanRings", "PipelineMma", "FlattenProducer", "LowerEpilogue",
-        "AssignRegisters"]
+        "build_sequential", "SplitProducer", "PlanRings", "PipelineMma", "SplitConsumers", "FlattenProducer",
+        "LowerEpilogue", "AssignRegisters"]
     assert trace.stages[-1][1] == m
+    n = plan.consumer_partitions
+    assert n == 2 and len(consumers(m)) == n  # every spec here has 128-row tiles
     census = Counter(type(o).__name__ for p in m.partitions for o in ops(p.body))
-    assert census["TmaLoad"] == 2 and census["Mma"] == 1 and census["ArriveExpectTx"] == 1
-    assert census["Wait"] == 2  # ready (consumer) and empty (producer)
+    # Each consumer partition has one wgmma per column block of its accumulator.
+    assert census["TmaLoad"] == 2 and census["Mma"] == n * plan.partial_blocks and census["ArriveExpectTx"] == 1
+    assert census["Wait"] == n + 1  # ready (each consumer) and empty (producer)

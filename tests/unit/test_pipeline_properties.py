@@ -52,8 +52,17 @@ def test_planned_pipeline_verifies_clean_and_fits(spec: GemmSpec, sms: int) -> N
     tiles = math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.bn)
     assert 1 <= plan.grid <= min(sms, max(1, tiles))
     assert plan.bk == (128 if spec.is_fp8 else 64)
-    if spec.accumulation is Accumulation.PROMOTED:
-        assert plan.bn != 256
+    # 128-row tiles run one consumer partition per warpgroup, each owning a 64-row block; 64-row tiles one.
+    cons = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
+    assert plan.consumer_partitions == len(cons) == plan.bm // 64
+    assert [p.rows for p in cons] == ([None] if plan.bm == 64 else [ir.RowBlock(0, 64), ir.RowBlock(64, 64)])
+    assert m.barrier("empty").count == len(cons) and m.barrier("ready").count == 1
+    # Only promoted fp8 splits its accumulator into column blocks, and a 256-wide tile must (registers).
+    promoted = spec.accumulation is Accumulation.PROMOTED
+    assert plan.partial_blocks == (2 if promoted and plan.bn == 256 else 1)
+    accs = [a for a in cons[0].accumulators if a.name != "partial"]
+    assert [(a.col0, a.cols) for a in accs] == [(i * plan.bn // plan.partial_blocks, plan.bn // plan.partial_blocks)
+                                               for i in range(plan.partial_blocks)]
     # The expect-tx of a stage is exactly the bytes of one slot of every ring.
     txs = [o for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.ArriveExpectTx)]
     assert [t.nbytes for t in txs] == [sum(r.slot_bytes for r in m.rings)]

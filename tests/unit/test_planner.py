@@ -8,7 +8,7 @@ import pytest
 
 from warploom import H100_SXM, Accumulation, BLayout, DeviceInfo, DType, GemmSpec, ScaleRecipe, UnsupportedError
 from warploom.passes import compile_schedule
-from warploom.planner import epilogue_bytes, plan_schedule, stage_bytes
+from warploom.planner import epilogue_bytes, max_stages, plan_schedule, stage_bytes
 
 E4, E5, BF16, FP16, FP32 = DType.E4M3, DType.E5M2, DType.BF16, DType.FP16, DType.FP32
 TILES = [(128, 256), (128, 128), (64, 256), (64, 128)]
@@ -37,8 +37,11 @@ def test_bf16_4096_cubed_picks_the_probe_schedule() -> None:
     # The probe's 128x256x64; 4 stages since the epilogue stores 256-wide tiles in two 32 KiB halves.
     assert (p.bm, p.bn, p.bk, p.stages, p.epilogue_subtiles) == (128, 256, 64, 4, 2)
     assert p.consumer_warps == 8  # two consumer warpgroups of 64 rows
+    assert p.consumer_partitions == 2  # ... each its own partition
+    assert p.partial_blocks == 1  # nothing to promote
     assert p.grid == 132
     assert (p.producer_regs, p.consumer_regs) == (24, 240)
+    assert p.short() == "128x256x64_s4_w8_g8_e2_p2"
 
 
 @pytest.mark.parametrize("spec", [fp8(4096, 4096, 4096), fp8(100, 96, 48, scale=ScaleRecipe.TENSORWISE),
@@ -60,29 +63,30 @@ def test_small_m_uses_64_row_tiles(m: int, make) -> None:  # type: ignore[no-unt
     p = plan_schedule(make(m), H100_SXM)
     assert p.bm == 64
     assert p.consumer_warps == 4  # one warpgroup
+    assert p.consumer_partitions == 1  # nothing to split
 
 
 @pytest.mark.parametrize("m", [65, 128, 4096])
 def test_large_m_uses_128_row_tiles(m: int) -> None:
     p = plan_schedule(GemmSpec(m, 8192, 8192), H100_SXM)
-    assert p.bm == 128 and p.consumer_warps == 8
+    assert p.bm == 128 and p.consumer_warps == 8 and p.consumer_partitions == 2
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.short())
 @pytest.mark.parametrize("bm,bn", TILES)
 def test_stages_fit_smem_for_every_candidate(spec: GemmSpec, bm: int, bn: int) -> None:
-    if spec.accumulation is Accumulation.PROMOTED and bn == 256:
-        with pytest.raises(UnsupportedError):
-            plan_schedule(spec, H100_SXM, bm=bm, bn=bn)
-        return
     p = plan_schedule(spec, H100_SXM, bm=bm, bn=bn)
     assert (p.bm, p.bn) == (bm, bn)
     assert 2 <= p.stages <= 6
     module, _ = compile_schedule(spec, p, H100_SXM)
     assert module.smem_bytes <= H100_SXM.smem_per_block
-    # "as many as fit": one more stage (with the 1 KiB barrier reserve) would not fit, unless capped at 6.
     staging = sum(b.bytes for b in module.buffers)
     one_more = (p.stages + 1) * stage_bytes(spec, bm, bn, p.bk) + staging + 1024
+    if spec.accumulation is Accumulation.PROMOTED and bn == 256:
+        # Promoted 256-wide tiles promote in two column blocks and stop at 3 stages where more fit.
+        assert p.partial_blocks == 2 and p.stages == min(3, max_stages(spec, H100_SXM, bm, bn, p.bk))
+        return
+    # "as many as fit": one more stage (with the 1 KiB barrier reserve) would not fit, unless capped at 6.
     assert p.stages == 6 or one_more > H100_SXM.smem_per_block
 
 
@@ -102,6 +106,14 @@ def test_forced_tile_and_stages_are_honored(bm: int, bn: int, stages: int) -> No
     p = plan_schedule(spec, H100_SXM, bm=bm, bn=bn, stages=stages, group_m=4)
     assert (p.bm, p.bn, p.stages, p.group_m) == (bm, bn, stages, 4)
     assert p.consumer_warps == 4 * bm // 64
+    assert p.consumer_partitions == bm // 64
+
+
+@pytest.mark.parametrize("split", [1, 2])
+def test_forced_consumer_partitions_are_honored(split: int) -> None:
+    p = plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, consumer_partitions=split)
+    assert (p.bm, p.consumer_warps, p.consumer_partitions) == (128, 8, split)
+    assert p.short().endswith("_e2_p2" if split == 2 else "_e2")
 
 
 def test_forced_bm_alone_is_honored_for_large_m() -> None:
@@ -139,11 +151,43 @@ def test_impossible_forced_parameters_raise_unsupported(kwargs: dict) -> None:
 
 @pytest.mark.parametrize("spec", [fp8(4096, 4096, 4096, promoted=True),
                                   fp8(8192, 8192, 8192, scale=ScaleRecipe.TENSORWISE, promoted=True),
-                                  fp8(32, 8192, 8192, promoted=True, bias=BF16)], ids=lambda s: s.short())
-def test_promoted_avoids_bn_256(spec: GemmSpec) -> None:
-    assert plan_schedule(spec, H100_SXM).bn != 256
+                                  fp8(4096, 4096, 4096, promoted=True, bias=BF16)], ids=lambda s: s.short())
+def test_promoted_256_wide_tiles_promote_in_two_column_blocks(spec: GemmSpec) -> None:
+    # 128x256 fits the register budget only with a 128-wide partial; 3 stages measured faster than 4.
+    p = plan_schedule(spec, H100_SXM)
+    assert (p.bm, p.bn, p.bk, p.stages, p.consumer_partitions, p.partial_blocks) == (128, 256, 128, 3, 2, 2)
+    assert p.short() == "128x256x128_s3_w8_g8_e2_p2_h2"
+    # A whole-width partial at 256 wide would need 256 registers per thread: refused even when forced.
     with pytest.raises(UnsupportedError):
-        plan_schedule(spec, H100_SXM, bn=256)
+        plan_schedule(spec, H100_SXM, bn=256, partial_blocks=1)
+
+
+def test_promoted_small_m_uses_one_64_row_partition() -> None:
+    p = plan_schedule(fp8(32, 8192, 8192, promoted=True, bias=BF16), H100_SXM)
+    assert (p.bm, p.consumer_warps, p.consumer_partitions) == (64, 4, 1)
+    assert p.short() == "64x128x128_s6_w4_g8"
+
+
+@pytest.mark.parametrize("bm", [64, 128])
+def test_promoted_forced_bn_256_takes_two_blocks(bm: int) -> None:
+    p = plan_schedule(fp8(4096, 4096, 4096, promoted=True), H100_SXM, bm=bm, bn=256)
+    assert (p.bm, p.bn, p.partial_blocks, p.consumer_partitions) == (bm, 256, 2, bm // 64)
+
+
+def test_promoted_128_wide_tiles_keep_one_partial() -> None:
+    p = plan_schedule(fp8(4096, 4096, 4096, promoted=True), H100_SXM, bn=128)
+    assert (p.bn, p.partial_blocks, p.stages) == (128, 1, 6)
+    assert p.short() == "128x128x128_s6_w8_g8_p2"
+
+
+@pytest.mark.parametrize("spec", [fp8(4096, 4096, 4096), fp8(4096, 4096, 4096, scale=ScaleRecipe.TENSORWISE),
+                                  GemmSpec(4096, 4096, 4096)], ids=lambda s: s.short())
+def test_native_accumulation_keeps_one_block(spec: GemmSpec) -> None:
+    # Column blocks are a promoted-fp8 device: fast accumulation and 16-bit inputs never get them,
+    # even when asked.
+    assert plan_schedule(spec, H100_SXM).partial_blocks == 1
+    assert plan_schedule(spec, H100_SXM, partial_blocks=2).partial_blocks == 1
+    assert "_h" not in plan_schedule(spec, H100_SXM).short()
 
 
 def test_native_fp8_still_takes_bn_256_when_it_wins() -> None:
@@ -171,3 +215,50 @@ def test_rowwise_bias_avoids_the_spilling_256_wide_tile() -> None:
                     bias_dtype=DType.BF16)
     assert plan_schedule(spec, H100_SXM).bn == 128
     assert plan_schedule(spec, H100_SXM, bn=256).bn == 256  # still available when forced, for measurement
+
+
+def test_rowwise_bias_avoidance_does_not_apply_to_column_blocks() -> None:
+    # The spill is of 256-wide scale_b and bias vectors beside a whole-tile accumulator; promoted fp8 at
+    # 256 wide runs its epilogue on 128-wide blocks, so it keeps the wide tile.
+    spec = fp8(4096, 4096, 4096, promoted=True, bias=BF16)
+    assert (plan_schedule(spec, H100_SXM).bn, plan_schedule(spec, H100_SXM).partial_blocks) == (256, 2)
+
+
+@pytest.mark.parametrize("split", [0, 3, "2"])
+def test_bad_consumer_partitions_are_refused(split: object) -> None:
+    with pytest.raises(UnsupportedError, match="consumer_partitions=.*expected 1 .* or 2"):
+        plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, consumer_partitions=split)  # type: ignore[arg-type]
+
+
+def test_two_consumer_partitions_need_two_warpgroups() -> None:
+    with pytest.raises(UnsupportedError, match="bm=64 has one"):
+        plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, bm=64, consumer_partitions=2)
+    # Left to choose, a small M under a forced split takes the 128-row tile rather than dropping the split.
+    p = plan_schedule(GemmSpec(32, 4096, 4096), H100_SXM, consumer_partitions=2)
+    assert (p.bm, p.consumer_partitions) == (128, 2)
+
+
+@pytest.mark.parametrize("blocks", [0, 3, 4])
+def test_bad_partial_blocks_are_refused(blocks: int) -> None:
+    # 3 blocks of a 256-wide tile would leave column 255 outside every accumulator.
+    with pytest.raises(UnsupportedError, match="partial_blocks=.*expected 1 .* or 2"):
+        plan_schedule(fp8(4096, 4096, 4096, promoted=True), H100_SXM, partial_blocks=blocks)
+
+
+def test_forced_whole_width_partial_names_the_fix() -> None:
+    with pytest.raises(UnsupportedError, match="needs partial_blocks=2"):
+        plan_schedule(fp8(4096, 4096, 4096, promoted=True), H100_SXM, bn=256, partial_blocks=1)
+
+
+@pytest.mark.parametrize("scale,bias", [(ScaleRecipe.TENSORWISE, DType.BF16), (ScaleRecipe.ROWWISE, DType.BF16),
+                                        (ScaleRecipe.ROWWISE, DType.FP32)], ids=str)
+def test_promoted_fp32_output_with_bias_avoids_the_spilling_wide_tile(scale: ScaleRecipe, bias: DType) -> None:
+    # ptxas spills 8-40 bytes on 128x256 p2 h2 with an fp32 output and these biases (compile tests below
+    # check the chosen plan compiles without spills).
+    spec = GemmSpec(4096, 4096, 4096, DType.E4M3, DType.E4M3, DType.FP32, scale=scale, bias_dtype=bias,
+                    accumulation=Accumulation.PROMOTED)
+    assert plan_schedule(spec, H100_SXM).bn == 128
+    assert plan_schedule(spec, H100_SXM, bn=256).bn == 256  # still available when forced
+    spec16 = GemmSpec(4096, 4096, 4096, DType.E4M3, DType.E4M3, DType.BF16, scale=scale, bias_dtype=bias,
+                      accumulation=Accumulation.PROMOTED)
+    assert plan_schedule(spec16, H100_SXM).bn == 256

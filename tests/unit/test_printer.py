@@ -38,6 +38,10 @@ OPS: list[tuple[ir.Op, str]] = [
     (ir.Mma("a_ring", "b_ring", ir.Slot("c"), "acc", is_async=True), "wgmma.async acc += a_ring[c] @ b_ring[c]"),
     (ir.Mma("a_ring", "b_ring", ir.Slot("c"), "partial", ir.Guard.ALWAYS),
      "wgmma partial += a_ring[c] @ b_ring[c] overwrite=always"),
+    (ir.Mma("a_ring", "b_ring", ir.Slot("c"), "partial", ir.Guard.ALWAYS, is_async=True, n_cols=ir.ColBlock(128, 128)),
+     "wgmma.async partial += a_ring[c] @ b_ring[c][:, 128:256] overwrite=always"),
+    (ir.Mma("a_ring", "b_ring", ir.Slot("c", 1), "acc", n_cols=ir.ColBlock(0, 64)),
+     "wgmma acc += a_ring[c+1] @ b_ring[c+1][:, 0:64]"),
     (ir.MmaWait(1), "wgmma_wait pending=1"),
     (ir.Promote("partial", "acc"), "promote acc += partial"),
     (ir.ZeroAcc("acc"), "zero acc"),
@@ -94,6 +98,48 @@ def test_module_text_states_declarations(spec: GemmSpec) -> None:
         for o, _ in ir.walk(p.body):
             want = printer.op(o)
             pos = next(i for i in range(pos, len(lines)) if lines[i].strip() == want) + 1
+
+
+def _declarations(m: ir.Module) -> list[str]:
+    """The partition header and accumulator lines of the module text."""
+    return [ln.strip() for ln in printer.module(m).splitlines()
+            if ln.startswith("  partition ") or ln.startswith("    acc ")]
+
+
+def test_split_consumers_print_their_row_blocks() -> None:
+    spec = SPECS[0]  # bf16 128x256: two consumer partitions of 64 rows
+    m, _ = compile_schedule(spec, plan_schedule(spec, H100_SXM), H100_SXM)
+    assert _declarations(m) == [
+        "partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):",
+        "acc acc: fp32[64x256]",
+        "partition consumer1 (consumer, warps=4 regs=240 rows=64:128):",
+        "acc acc: fp32[64x256]",
+        "partition producer (producer, warps=1 regs=24):",
+    ]
+
+
+def test_one_consumer_partition_prints_no_row_block() -> None:
+    spec = SPECS[0]
+    m, _ = compile_schedule(spec, plan_schedule(spec, H100_SXM, consumer_partitions=1), H100_SXM)
+    assert _declarations(m) == [
+        "partition consumer (consumer, warps=8 regs=240 default):",
+        "acc acc: fp32[128x256]",
+        "partition producer (producer, warps=1 regs=24):",
+    ]
+
+
+def test_column_block_accumulators_print_their_offset() -> None:
+    spec = SPECS[3]  # promoted fp8 128x256: accumulator in two 128-wide blocks, one 128-wide partial
+    m, _ = compile_schedule(spec, plan_schedule(spec, H100_SXM), H100_SXM)
+    text = printer.module(m)
+    assert _declarations(m)[:4] == [
+        "partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):",
+        "acc acc0: fp32[64x128]",
+        "acc acc1: fp32[64x128] at col 128",  # the offset printed only where it is not 0
+        "acc partial: fp32[64x128]",
+    ]
+    assert text.count("wgmma.async partial += a_ring[c] @ b_ring[c][:, 0:128] overwrite=always") == 2
+    assert text.count("wgmma.async partial += a_ring[c] @ b_ring[c][:, 128:256] overwrite=always") == 2
 
 
 _SCRIPT = """

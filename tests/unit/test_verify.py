@@ -25,11 +25,21 @@ ROWWISE = GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWI
 PROMOTED = GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE,
                     accumulation=Accumulation.PROMOTED)
 SPECS = [NATIVE, N_MAJOR, ROWWISE, PROMOTED]
+# (spec, forced plan parameters): the planner's choices (two consumer partitions on 128-row tiles, column
+# blocks for promoted 128x256), and the single 8-warp consumer partition, native and promoted.
+MODULES = [(s, {}) for s in SPECS] + [(NATIVE, dict(consumer_partitions=1)),
+                                      (PROMOTED, dict(consumer_partitions=1, bn=128))]
 
 
-def finished(spec: GemmSpec) -> ir.Module:
-    m, _ = compile_schedule(spec, plan_schedule(spec, H100_SXM), H100_SXM)
+def finished(spec: GemmSpec, **forced: int) -> ir.Module:
+    m, _ = compile_schedule(spec, plan_schedule(spec, H100_SXM, **forced), H100_SXM)
     return m
+
+
+def consumers(m: ir.Module) -> list[ir.Partition]:
+    out = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
+    assert out, "no consumer partition"
+    return out
 
 
 def edit(body: tuple[ir.Stmt, ...], fn: Callable[[ir.Op], tuple[ir.Stmt, ...]]) -> tuple[ir.Stmt, ...]:
@@ -47,15 +57,28 @@ def edit_partition(m: ir.Module, name: str, fn: Callable[[ir.Op], tuple[ir.Stmt,
     return m.with_partition(new)
 
 
+def edit_consumers(m: ir.Module, fn: Callable[[ir.Op], tuple[ir.Stmt, ...]]) -> ir.Module:
+    """The same corruption in every consumer partition."""
+    for p in consumers(m):
+        m = edit_partition(m, p.name, fn)
+    return m
+
+
 def reported(m: ir.Module, needle: str, device: DeviceInfo = H100_SXM) -> list[str]:
     errs = verify.complete(m, device)
     assert any(needle in e for e in errs), f"{needle!r} not among {errs}"
     return errs
 
 
-@pytest.fixture(params=SPECS, ids=lambda s: s.short())
+def _module_id(case: tuple[GemmSpec, dict[str, int]]) -> str:
+    spec, forced = case
+    return spec.short() + "".join(f" {k}={v}" for k, v in forced.items())
+
+
+@pytest.fixture(params=MODULES, ids=_module_id)
 def module(request: pytest.FixtureRequest) -> ir.Module:
-    return finished(request.param)
+    spec, forced = request.param
+    return finished(spec, **forced)
 
 
 def test_pipeline_output_verifies_clean(module: ir.Module) -> None:
@@ -99,22 +122,46 @@ def test_ring_without_consumer(module: ir.Module) -> None:
 
 
 def test_wait_with_no_arrival(module: ir.Module) -> None:
-    m = edit_partition(module, "consumer", lambda o: () if isinstance(o, ir.Arrive) and o.barrier == "empty"
-                       else (o,))
+    m = edit_consumers(module, lambda o: () if isinstance(o, ir.Arrive) and o.barrier == "empty" else (o,))
     errs = reported(m, "barrier empty is waited on but never arrived at")
     assert len(errs) == 1
 
 
+def test_one_of_two_consumers_never_releases() -> None:
+    # Two consumer partitions share each slot: the empty barrier counts 2, so a partition that never
+    # arrives leaves every phase one arrival short.
+    module = finished(NATIVE)
+    first, second = consumers(module)
+    assert module.barrier("empty").count == 2
+    m = edit_partition(module, second.name, lambda o: () if isinstance(o, ir.Arrive) and o.barrier == "empty"
+                       else (o,))
+    errs = reported(m, f"barrier empty expects 2 arrivals per phase but 1 partitions arrive (['{first.name}'])")
+    assert len(errs) == 1
+
+
+def test_empty_count_left_at_one_with_two_consumers() -> None:
+    # The bug SplitConsumers must not have: two partitions arrive, the barrier completes on the first.
+    module = finished(NATIVE)
+    bars = tuple(replace(b, count=1) if b.name == "empty" else b for b in module.barriers)
+    names = sorted(p.name for p in consumers(module))
+    errs = reported(replace(module, barriers=bars),
+                    f"barrier empty expects 1 arrivals per phase but 2 partitions arrive ({names})")
+    assert len(errs) == 1
+
+
 def test_barrier_never_waited_on(module: ir.Module) -> None:
-    m = edit_partition(module, "consumer", lambda o: () if isinstance(o, ir.Wait) else (o,))
+    m = edit_consumers(module, lambda o: () if isinstance(o, ir.Wait) else (o,))
     reported(m, "barrier ready is never waited on")
 
 
-@pytest.mark.parametrize("count", [2, 3])
-def test_arrival_count_mismatch(module: ir.Module, count: int) -> None:
+@pytest.mark.parametrize("extra", [1, 2])
+def test_arrival_count_mismatch(module: ir.Module, extra: int) -> None:
+    arriving = len(consumers(module))  # every consumer partition releases each slot once
+    assert module.barrier("empty").count == arriving
+    count = arriving + extra
     bars = tuple(replace(b, count=count) if b.name == "empty" else b for b in module.barriers)
     m = replace(module, barriers=bars)
-    errs = reported(m, f"barrier empty expects {count} arrivals per phase but 1 partitions")
+    errs = reported(m, f"barrier empty expects {count} arrivals per phase but {arriving} partitions")
     assert len(errs) == 1
 
 
@@ -125,35 +172,63 @@ def test_same_partition_arrives_and_waits(module: ir.Module) -> None:
     reported(m, "barrier empty is arrived at and waited on by the same partition ['producer']")
 
 
-def test_accumulator_read_with_wgmma_in_flight() -> None:
-    m = finished(NATIVE)
-    cons = m.partition("consumer")
-    (tiles,) = [s for s in cons.body if isinstance(s, ir.Loop)]
-    body = list(tiles.body)
-    body.remove(ir.MmaWait(0))  # the drain after the k-loop
-    m = m.with_partition(replace(cons, body=(replace(tiles, body=tuple(body)),) + cons.body[1:]))
-    reported(m, "StoreSmem reads an accumulator with 1 wgmma in flight")
+@pytest.mark.parametrize("split", [1, 2], ids=["p1", "p2"])
+def test_accumulator_read_with_wgmma_in_flight(split: int) -> None:
+    module = finished(NATIVE, consumer_partitions=split)
+    for cons in consumers(module):  # each partition's drain is checked on its own
+        (tiles,) = [s for s in cons.body if isinstance(s, ir.Loop)]
+        body = list(tiles.body)
+        body.remove(ir.MmaWait(0))  # the drain after the k-loop
+        m = module.with_partition(replace(cons, body=(replace(tiles, body=tuple(body)),) + cons.body[1:]))
+        errs = reported(m, f"partition {cons.name}: StoreSmem reads an accumulator with 1 wgmma in flight")
+        assert all(cons.name in e for e in errs)
 
 
-def test_promoted_partial_read_with_wgmma_in_flight() -> None:
-    m = edit_partition(finished(PROMOTED), "consumer", lambda o: () if isinstance(o, ir.MmaWait) else (o,))
-    reported(m, "Promote reads an accumulator with")
+@pytest.mark.parametrize("forced", [{}, dict(bn=128, consumer_partitions=1)], ids=["p2_h2", "p1_h1"])
+def test_promoted_partial_read_with_wgmma_in_flight(forced: dict[str, int]) -> None:
+    module = finished(PROMOTED, **forced)
+    for cons in consumers(module):
+        m = edit_partition(module, cons.name, lambda o: () if isinstance(o, ir.MmaWait) else (o,))
+        reported(m, f"partition {cons.name}: Promote reads an accumulator with")
 
 
-def test_exit_with_wgmma_in_flight() -> None:
-    m = finished(NATIVE)
-    # Drop every wgmma_wait pending=0 and every read of the accumulator: the last wgmma is never retired.
-    m = edit_partition(m, "consumer", lambda o: () if isinstance(o, (ir.StoreSmem, ir.FenceAsync, ir.TmaStore))
-                       or o == ir.MmaWait(0) else (o,))
-    reported(m, "partition consumer exits with 1 wgmma in flight")
+def test_promoted_second_column_block_read_with_wgmma_in_flight() -> None:
+    # Column blocks: only the wait after the second block's wgmma dropped; acc1's promote races it.
+    module = finished(PROMOTED)
+    for cons in consumers(module):
+        (kl,) = [s for t in cons.body if isinstance(t, ir.Loop) for s in t.body if isinstance(s, ir.Loop)]
+        waits = [i for i, s in enumerate(kl.body) if isinstance(s, ir.MmaWait)]
+        assert len(waits) == 2
+        k_body = kl.body[:waits[1]] + kl.body[waits[1] + 1:]
+        m = module.with_partition(replace(cons, body=edit_loop(cons.body, kl, replace(kl, body=k_body))))
+        errs = reported(m, f"partition {cons.name}: Promote reads an accumulator with 1 wgmma in flight")
+        assert all(e.startswith(f"partition {cons.name}") for e in errs)  # the other warpgroup is intact
+
+
+def edit_loop(body: tuple[ir.Stmt, ...], old: ir.Loop, new: ir.Loop) -> tuple[ir.Stmt, ...]:
+    """`body` with the loop `old` (found by identity) replaced by `new`."""
+    return tuple(new if s is old else ir.Loop(s.kind, edit_loop(s.body, old, new)) if isinstance(s, ir.Loop)
+                 else s for s in body)
+
+
+@pytest.mark.parametrize("split", [1, 2], ids=["p1", "p2"])
+def test_exit_with_wgmma_in_flight(split: int) -> None:
+    module = finished(NATIVE, consumer_partitions=split)
+    for cons in consumers(module):
+        # Drop every wgmma_wait pending=0 and every read of the accumulator: the last wgmma is never retired.
+        m = edit_partition(module, cons.name, lambda o: () if isinstance(o, (ir.StoreSmem, ir.FenceAsync,
+                                                                              ir.TmaStore))
+                           or o == ir.MmaWait(0) else (o,))
+        errs = reported(m, f"partition {cons.name} exits with 1 wgmma in flight")
+        assert all(cons.name in e for e in errs)
 
 
 def test_exit_with_tma_store_in_flight(module: ir.Module) -> None:
-    cons = module.partition("consumer")
-    assert cons.body[-1] == ir.StoreWait(0)
-    m = module.with_partition(replace(cons, body=cons.body[:-1]))
-    errs = reported(m, "partition consumer exits with 1 TMA stores in flight")
-    assert len(errs) == 1
+    for cons in consumers(module):
+        assert cons.body[-1] == ir.StoreWait(0)
+        m = module.with_partition(replace(cons, body=cons.body[:-1]))
+        errs = reported(m, f"partition {cons.name} exits with 1 TMA stores in flight")
+        assert len(errs) == 1
 
 
 def test_smem_overflow_from_a_deeper_ring(module: ir.Module) -> None:
@@ -176,11 +251,23 @@ def test_smem_overflow_on_a_smaller_device(module: ir.Module) -> None:
 
 @pytest.mark.parametrize("regs", [248, 256])
 def test_register_overflow(module: ir.Module, regs: int) -> None:
-    cons = module.partition("consumer")
-    m = module.with_partition(replace(cons, regs=regs))
-    assert cons.warps == 8  # two warpgroups of `regs` + the producer's warpgroup of 24 > 64K
+    m = module
+    for cons in consumers(module):
+        m = m.with_partition(replace(cons, regs=regs))
+    assert sum(p.warps for p in consumers(module)) == 8  # two warpgroups of `regs` + the producer's 24 > 64K
     need = 2 * 128 * regs + 128 * module.partition("producer").regs
     errs = reported(m, f"register budgets need {need} registers, the SM has 65536")
+    assert len(errs) == 1
+
+
+def test_register_overflow_of_one_consumer_partition() -> None:
+    # Two 4-warp consumers: the check sums each partition's warpgroups, so 248 for one and 240 for the
+    # other fits exactly (128 * (248 + 240 + 24) = 65536); 256 and 248 do not.
+    module = finished(NATIVE)
+    first, second = consumers(module)
+    assert verify.complete(module.with_partition(replace(first, regs=248)), H100_SXM) == []
+    m = module.with_partition(replace(first, regs=256)).with_partition(replace(second, regs=248))
+    errs = reported(m, f"register budgets need {128 * (256 + 248 + 24)} registers, the SM has 65536")
     assert len(errs) == 1
 
 
@@ -191,15 +278,17 @@ def test_register_budget_out_of_setmaxnreg_range(module: ir.Module, regs: int) -
 
 
 def test_unknown_cursor(module: ir.Module) -> None:
-    m = edit_partition(module, "consumer", lambda o: (replace(o, slot=ir.Slot("q"), parity=ir.Parity("q")),)
-                       if isinstance(o, ir.Wait) else (o,))
-    errs = reported(m, "partition consumer: Wait ready uses cursor 'q' it does not own")
-    assert verify.structural(m) == errs
+    for cons in consumers(module):
+        m = edit_partition(module, cons.name, lambda o: (replace(o, slot=ir.Slot("q"), parity=ir.Parity("q")),)
+                           if isinstance(o, ir.Wait) else (o,))
+        errs = reported(m, f"partition {cons.name}: Wait ready uses cursor 'q' it does not own")
+        assert verify.structural(m) == errs
 
 
 def test_cursor_of_another_partition(module: ir.Module) -> None:
-    m = edit_partition(module, "consumer", lambda o: (ir.Advance("p"),) if isinstance(o, ir.Advance) else (o,))
-    reported(m, "partition consumer: advances cursor 'p' it does not own")
+    for cons in consumers(module):
+        m = edit_partition(module, cons.name, lambda o: (ir.Advance("p"),) if isinstance(o, ir.Advance) else (o,))
+        reported(m, f"partition {cons.name}: advances cursor 'p' it does not own")
 
 
 def test_unknown_barrier(module: ir.Module) -> None:
@@ -226,7 +315,7 @@ def test_two_default_partitions(module: ir.Module) -> None:
 
 
 def test_check_raises_verification_error_listing_every_problem(module: ir.Module) -> None:
-    cons = module.partition("consumer")
+    cons = consumers(module)[-1]
     m = module.with_partition(replace(cons, regs=7, body=cons.body[:-1]))
     with pytest.raises(VerificationError) as ei:
         verify.check(m, "corrupted", H100_SXM)
@@ -245,14 +334,17 @@ def test_unfinished_module_is_not_complete() -> None:
         assert verify.structural(m) == [], name
 
 
-def test_one_stage_ring_releases_without_deferral() -> None:
+@pytest.mark.parametrize("split", [1, 2], ids=["p1", "p2"])
+def test_one_stage_ring_releases_without_deferral(split: int) -> None:
     # FIELD_NOTES: hangs at 1 stage. Deferring the release of slot c-1 past the wgmma on slot c deadlocks
     # when c-1 == c, so with one slot PipelineMma must wait for 0 in flight and release slot c itself.
     p = plan_schedule(NATIVE, H100_SXM)
-    one = Plan(**{**p.__dict__, "stages": 1})
+    one = Plan(**{**p.__dict__, "stages": 1, "consumer_partitions": split})
     m, _ = compile_schedule(NATIVE, one, H100_SXM)
-    ops = [o for o, loops in ir.walk(m.partition("consumer").body) if ir.LoopKind.K in loops]
-    releases = [o for o in ops if isinstance(o, ir.Arrive) and o.barrier == "empty"]
-    assert releases == [ir.Arrive("empty", ir.Slot("c"))]
-    waits = [o for o in ops if isinstance(o, ir.MmaWait)]
-    assert waits == [ir.MmaWait(0)] and ops.index(waits[0]) < ops.index(releases[0])
+    assert len(consumers(m)) == split
+    for cons in consumers(m):
+        ops = [o for o, loops in ir.walk(cons.body) if ir.LoopKind.K in loops]
+        releases = [o for o in ops if isinstance(o, ir.Arrive) and o.barrier == "empty"]
+        assert releases == [ir.Arrive("empty", ir.Slot("c"))]
+        waits = [o for o in ops if isinstance(o, ir.MmaWait)]
+        assert waits == [ir.MmaWait(0)] and ops.index(waits[0]) < ops.index(releases[0])

@@ -105,6 +105,8 @@ class _PartitionEmitter:
         self.depth = {c.name: c.depth for c in p.cursors}
         self.async_accs = tuple(dict.fromkeys(o.acc for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma)
                                               and o.is_async))
+        # A partition with a row block computes rows [row0, row0 + rows) of each tile.
+        self.row0, self.rows = (p.rows.start, p.rows.rows) if p.rows else (0, m.tiling.bm)
 
     def params(self) -> list[str]:
         return partition_params(self.m, self.p)
@@ -120,7 +122,7 @@ class _PartitionEmitter:
             b.line("num_tiles = num_pid_m * num_pid_n")
             b.line("k_tiles = gl.cdiv(K, BK)")
             if self.p.accumulators:
-                n = _instr_n(self.m.tiling.bm, self.m.tiling.bn, self.p.warps)
+                n = _instr_n(self.rows, min(a.cols for a in self.p.accumulators), self.p.warps)
                 bits = self.m.spec.a_dtype.bytes * 8
                 b.line(f"acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
                        f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {n}, {256 // bits}])",
@@ -158,10 +160,12 @@ class _PartitionEmitter:
     def _coord(self, axis: ir.Axis) -> str:
         return {ir.Axis.M: "off_m", ir.Axis.N: "off_n", ir.Axis.K: "kk * BK"}[axis]
 
-    def _b_view(self, ring: str, slot: str) -> str:
-        if self.m.spec.b_layout is BLayout.K_MAJOR:
-            return f"{ring}.index({slot}).permute((1, 0))"  # (BN, BK) K-major tile read as (BK, BN)
-        return f"{ring}.index({slot})"
+    def _b_view(self, ring: str, slot: str, cols: ir.ColBlock | None) -> str:
+        k_major = self.m.spec.b_layout is BLayout.K_MAJOR
+        view = f"{ring}.index({slot})"
+        if cols is not None:  # a column block of N: dim 0 of a K-major (BN, BK) slot, dim 1 of (BK, BN)
+            view += f".slice({cols.start}, {cols.cols}{'' if k_major else ', dim=1'})"
+        return f"{view}.permute((1, 0))" if k_major else view  # K-major (BN, BK) is read as (BK, BN)
 
     def op(self, o: ir.Op) -> None:
         b, c = self.buf, printer.op(o)
@@ -191,7 +195,10 @@ class _PartitionEmitter:
                 s = _slot(o.slot, self.depth[o.slot.cursor])
                 use = {ir.Guard.FIRST_K: "kk > 0", ir.Guard.ALWAYS: "False", ir.Guard.NOT_FIRST_K: "kk == 0"}[
                     o.overwrite]
-                b.line(f"{o.acc} = warpgroup_mma({o.a_ring}.index({s}), {self._b_view(o.b_ring, s)}, {o.acc}, "
+                a_view = f"{o.a_ring}.index({s})"
+                if self.p.rows:
+                    a_view += f".slice({self.row0}, {self.rows})"  # this warpgroup's rows of the A tile
+                b.line(f"{o.acc} = warpgroup_mma({a_view}, {self._b_view(o.b_ring, s, o.n_cols)}, {o.acc}, "
                        f"use_acc={use}, is_async={o.is_async})", c)
             case ir.MmaWait():
                 deps = ", ".join(self.async_accs)
@@ -200,7 +207,7 @@ class _PartitionEmitter:
             case ir.Promote():
                 b.line(f"{o.dst} = {o.dst} + {o.src}", c)
             case ir.ZeroAcc():
-                a = next(x for x in self.p.accumulators if x.name == o.acc)
+                a = self._acc(o.acc)
                 b.line(f"{o.acc} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)", c)
             case ir.Epilogue():
                 self.epilogue(o)
@@ -212,7 +219,9 @@ class _PartitionEmitter:
                 if o.parts == 2:
                     if o.part == 0:
                         # (BM, BN) -> (BM, 2, BN/2) -> split: register-local for the wgmma layout
-                        b.line(f"{o.acc}_lo, {o.acc}_hi = {o.acc}.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()")
+                        acc_cols = self._acc(o.acc).cols
+                        b.line(f"{o.acc}_lo, {o.acc}_hi = {o.acc}.reshape([{self.rows}, 2, {acc_cols // 2}])"
+                               ".permute(0, 2, 1).split()")
                     src = f"{o.acc}_{('lo', 'hi')[o.part]}"
                 elif o.parts != 1:
                     raise NotImplementedError("sm_90a epilogue: 1 or 2 column blocks")
@@ -221,19 +230,28 @@ class _PartitionEmitter:
                 b.line("fence_async_shared()", c)
             case ir.TmaStore():
                 col = "off_n" if o.part == 0 else f"off_n + {o.part} * (BN // {o.parts})"
-                b.line(f"tma.async_copy_shared_to_global(c_desc, [off_m, {col}], {o.buffer})", c)
+                row = f"off_m + {self.row0}" if self.row0 else "off_m"
+                b.line(f"tma.async_copy_shared_to_global(c_desc, [{row}, {col}], {o.buffer})", c)
             case ir.Advance():
                 b.line(f"{o.cursor} += 1", c)
             case _:
                 raise NotImplementedError(f"sm_90a lowering of {c}")
 
+    def _acc(self, name: str) -> ir.Accumulator:
+        return next(x for x in self.p.accumulators if x.name == name)
+
     def epilogue(self, o: ir.Epilogue) -> None:
         b, acc = self.buf, o.acc
         steps = o.steps
+        a = self._acc(acc)
         if ir.EpilogueStep.SCALE_ROWWISE in steps:
-            b.line("offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))")
+            row = f"off_m + {self.row0}" if self.row0 else "off_m"
+            b.line(f"offs_m = {row} + gl.arange(0, {'BM' if self.p.rows is None else self.rows}, "
+                   "layout=gl.SliceLayout(1, acc_layout))")
         if ir.EpilogueStep.SCALE_ROWWISE in steps or ir.EpilogueStep.ADD_BIAS in steps:
-            b.line("offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))")
+            col = f"off_n + {a.col0}" if a.col0 else "off_n"
+            width = "BN" if a.cols == self.m.tiling.bn else str(a.cols)
+            b.line(f"offs_n = {col} + gl.arange(0, {width}, layout=gl.SliceLayout(0, acc_layout))")
         for s in steps:
             match s:
                 case ir.EpilogueStep.SCALE_TENSORWISE:

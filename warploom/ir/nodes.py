@@ -228,7 +228,8 @@ class TmaLoad:
 class Mma:
     """``acc (+)= ring_a[slot] @ ring_b[slot]`` on the tensor cores (wgmma).
 
-    B's slot is read as (K, N) whatever its storage order. The accumulator is overwritten instead of
+    B's slot is read as (K, N) whatever its storage order; with `n_cols`, only those of its N columns
+    (the accumulator is then that wide). The accumulator is overwritten instead of
     added to when `overwrite` holds: FIRST_K for a tile's accumulator, ALWAYS for a per-k-block partial
     (promoted fp8). An `is_async` MMA joins the partition's group of in-flight wgmma and completes,
     writing `acc`, only at a later `MmaWait`; until then `acc` must not be read.
@@ -240,6 +241,15 @@ class Mma:
     acc: str
     overwrite: Guard = Guard.FIRST_K
     is_async: bool = False
+    n_cols: ColBlock | None = None
+
+
+@dataclass(frozen=True)
+class ColBlock:
+    """Columns [start, start + cols) of the tile's N extent (of B's slot, for an Mma)."""
+
+    start: int
+    cols: int
 
 
 @dataclass(frozen=True)
@@ -340,11 +350,28 @@ Stmt = Op | Loop
 
 @dataclass(frozen=True)
 class Accumulator:
-    """A register accumulator tile of (rows, cols) fp32 owned by one partition."""
+    """A register accumulator tile of (rows, cols) fp32 owned by one partition.
+
+    `col0` places it in the output tile: it holds tile columns [col0, col0 + cols) (an accumulator split
+    into column blocks, so a promoted fp8 partial only needs one block's registers).
+    """
 
     name: str
     rows: int
     cols: int
+    col0: int = 0
+
+
+@dataclass(frozen=True)
+class RowBlock:
+    """Rows [start, start + rows) of every output tile: one consumer warpgroup's share of a cooperative tile.
+
+    A partition with a row block reads only those rows of each A slot, and its accumulators, epilogue
+    and stores cover only those rows of the tile; B slots are read whole.
+    """
+
+    start: int
+    rows: int
 
 
 @dataclass(frozen=True)
@@ -360,6 +387,7 @@ class Partition:
         accumulators: register tiles it owns.
         cursors: ring cursors it owns.
         body: its program.
+        rows: the rows of each tile it computes and stores (None: the whole tile).
     """
 
     name: str
@@ -370,6 +398,7 @@ class Partition:
     default: bool = False
     accumulators: tuple[Accumulator, ...] = ()
     cursors: tuple[Cursor, ...] = ()
+    rows: RowBlock | None = None
 
 
 @dataclass(frozen=True)

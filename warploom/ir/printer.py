@@ -37,7 +37,8 @@ def op(o: ir.Op) -> str:
         case ir.Mma():
             kind = "wgmma.async" if o.is_async else "wgmma"
             ow = "" if o.overwrite is ir.Guard.FIRST_K else f" overwrite={o.overwrite.value}"
-            return f"{kind} {o.acc} += {o.a_ring}[{slot(o.slot)}] @ {o.b_ring}[{slot(o.slot)}]{ow}"
+            cols = f"[:, {o.n_cols.start}:{o.n_cols.start + o.n_cols.cols}]" if o.n_cols else ""
+            return f"{kind} {o.acc} += {o.a_ring}[{slot(o.slot)}] @ {o.b_ring}[{slot(o.slot)}]{cols}{ow}"
         case ir.MmaWait():
             return f"wgmma_wait pending={o.pending}"
         case ir.Promote():
@@ -90,10 +91,12 @@ def module(m: ir.Module) -> str:
     for p in m.partitions:
         flags = " default" if p.default else ""
         regs = f" regs={p.regs}" if p.regs else ""
-        out.append(f"  partition {p.name} ({p.role.value}, warps={p.warps}{regs}{flags}):")
+        rows = f" rows={p.rows.start}:{p.rows.start + p.rows.rows}" if p.rows else ""
+        out.append(f"  partition {p.name} ({p.role.value}, warps={p.warps}{regs}{rows}{flags}):")
         for c in p.cursors:
             out.append(f"    cursor {c.name} (depth {c.depth})")
         for a in p.accumulators:
-            out.append(f"    acc {a.name}: fp32[{a.rows}x{a.cols}]")
+            at = f" at col {a.col0}" if a.col0 else ""
+            out.append(f"    acc {a.name}: fp32[{a.rows}x{a.cols}]{at}")
         _body(p.body, 2, out)
     return "\n".join(out) + "\n"

@@ -20,6 +20,7 @@ from warploom.passes.persistent import FlattenProducer
 from warploom.passes.pipeline_mma import PipelineMma
 from warploom.passes.registers import AssignRegisters
 from warploom.passes.rings import PlanRings
+from warploom.passes.split_consumers import SplitConsumers
 from warploom.planner import Plan
 from warploom.spec import GemmSpec
 
@@ -35,6 +36,9 @@ def pipeline(plan: Plan) -> list[Pass]:
         PlanRings(stages=plan.stages),
         # Needs the empty-barrier arrivals placed by PlanRings, which it defers by one k-block.
         PipelineMma(),
+        # After the consumer's final k-loop exists, so every warpgroup gets the same pipelined program;
+        # before epilogue lowering, which gives each storing partition its own staging buffer.
+        SplitConsumers(partitions=plan.consumer_partitions),
         # After all producer ops exist: flattening must see the final loop body.
         FlattenProducer(),
         # Independent of the mainloop; last of the body rewrites so the staging buffer is declared once.

@@ -41,15 +41,22 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     cur = ir.Cursor("c", 1)
     c = ir.Slot("c")
     promoted = spec.accumulation is Accumulation.PROMOTED
-    accs = [ir.Accumulator("acc", plan.bm, plan.bn)]
+    blocks = plan.partial_blocks if promoted else 1
+    width = plan.bn // blocks
+    # With column blocks the accumulator is several register tiles, one per block of the output tile.
+    accs = [ir.Accumulator("acc" if blocks == 1 else f"acc{i}", plan.bm, width, i * width) for i in range(blocks)]
     k_body: list[ir.Stmt] = [
         ir.TmaLoad(ir.Tensor.A, "a_ring", c, (ir.Axis.M, ir.Axis.K)),
         ir.TmaLoad(ir.Tensor.B, "b_ring", c, b_coord),
     ]
     if promoted:
-        # Each k-block's fp8 product lands in a fresh partial that is added in full fp32 precision.
-        accs.append(ir.Accumulator("partial", plan.bm, plan.bn))
-        k_body += [ir.Mma("a_ring", "b_ring", c, "partial", overwrite=ir.Guard.ALWAYS), ir.Promote("partial", "acc")]
+        # Each k-block's fp8 product lands in a fresh partial that is added in full fp32 precision; with
+        # column blocks one block-wide partial serves each block in turn (fewer registers, more waits).
+        accs.append(ir.Accumulator("partial", plan.bm, width))
+        for acc in accs[:blocks]:
+            cols = None if blocks == 1 else ir.ColBlock(acc.col0, width)
+            k_body += [ir.Mma("a_ring", "b_ring", c, "partial", overwrite=ir.Guard.ALWAYS, n_cols=cols),
+                       ir.Promote("partial", acc.name)]
     else:
         k_body.append(ir.Mma("a_ring", "b_ring", c, "acc"))
     k_body.append(ir.Advance("c"))
@@ -62,11 +69,12 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     if spec.bias_dtype is not None:
         steps.append(ir.EpilogueStep.ADD_BIAS)
 
-    tile_body: list[ir.Stmt] = [ir.ZeroAcc("acc")] if promoted else []
+    tile_body: list[ir.Stmt] = [ir.ZeroAcc(a.name) for a in accs[:blocks]] if promoted else []
     tile_body.append(ir.Loop(ir.LoopKind.K, tuple(k_body)))
-    if steps:
-        tile_body.append(ir.Epilogue("acc", tuple(steps)))
-    tile_body.append(ir.StoreTile("acc"))
+    for a in accs[:blocks]:
+        if steps:
+            tile_body.append(ir.Epilogue(a.name, tuple(steps)))
+        tile_body.append(ir.StoreTile(a.name))
 
     part = ir.Partition(
         name="main", role=ir.Role.SEQUENTIAL, warps=plan.consumer_warps, default=True,

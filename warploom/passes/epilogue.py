@@ -27,21 +27,32 @@ class LowerEpilogue:
 
     def __call__(self, m: ir.Module) -> ir.Module:
         t, n = m.tiling, self.subtiles
-        buf = ir.Buffer("c_smem", ir.Tensor.C, m.spec.out_dtype, t.bm, t.bn // n)
-
-        def lower(o: ir.Op) -> tuple[ir.Stmt, ...]:
-            if not isinstance(o, ir.StoreTile):
-                return (o,)
-            out: list[ir.Stmt] = []
-            for i in range(n):
-                out += [ir.StoreWait(0), ir.StoreSmem(o.acc, buf.name, i, n), ir.FenceAsync(),
-                        ir.TmaStore(buf.name, part=i, parts=n)]
-            return tuple(out)
-
+        storing = [p for p in m.partitions if any(isinstance(o, ir.StoreTile) for o, _ in ir.walk(p.body))]
+        buffers: list[ir.Buffer] = []
         parts = []
         for p in m.partitions:
-            body = rewrite(p.body, lower)
-            if body != p.body:
-                body = body + (ir.StoreWait(0),)
-            parts.append(replace(p, body=body))
-        return replace(m, buffers=m.buffers + (buf,), partitions=tuple(parts))
+            if p not in storing:
+                parts.append(p)
+                continue
+            # Each storing partition (one per consumer warpgroup after SplitConsumers) stages its own rows.
+            name = "c_smem" if len(storing) == 1 else f"c_smem{len(buffers)}"
+            rows = p.rows.rows if p.rows else t.bm
+            accs = {a.name: a for a in p.accumulators}
+            # One column block per store; an accumulator narrower than that (column-block accumulators)
+            # is stored whole.
+            width = min([t.bn // n] + [accs[o.acc].cols for o, _ in ir.walk(p.body) if isinstance(o, ir.StoreTile)])
+            buf = ir.Buffer(name, ir.Tensor.C, m.spec.out_dtype, rows, width)
+            buffers.append(buf)
+
+            def lower(o: ir.Op, buf: ir.Buffer = buf, accs: dict[str, ir.Accumulator] = accs) -> tuple[ir.Stmt, ...]:
+                if not isinstance(o, ir.StoreTile):
+                    return (o,)
+                acc, w = accs[o.acc], buf.cols
+                out: list[ir.Stmt] = []
+                for i in range(acc.cols // w):
+                    out += [ir.StoreWait(0), ir.StoreSmem(o.acc, buf.name, i, acc.cols // w), ir.FenceAsync(),
+                            ir.TmaStore(buf.name, part=acc.col0 // w + i, parts=t.bn // w)]
+                return tuple(out)
+
+            parts.append(replace(p, body=rewrite(p.body, lower) + (ir.StoreWait(0),)))
+        return replace(m, buffers=m.buffers + tuple(buffers), partitions=tuple(parts))

@@ -5,12 +5,13 @@ guarantees k-block k-1's wgmma finished, so slot c-1 (not c) is released. After 
 `wgmma_wait 0` drains the last one and releases its slot before the accumulator is read.
 
 Promoted fp8 accumulation reads the partial right after each wgmma, so it waits for 0 in flight and
-releases the slot it just used. Measured on the H100 this runs at ~0.76-0.81x torch's
-use_fast_accum=False (docs/benchmarks.md): the wait leaves the tensor cores idle between k-blocks.
-Known better schedule, not implemented yet: unroll k by two with two partials p0, p1 issued back to
-back, then `wgmma_wait 1; acc += p0; wgmma_wait 0; acc += p1` inside one iteration. A probe compiled it
-at 128x128 without ptxas's C7514 serialization; keeping a partial in flight across the loop's back edge
-(wait 1 at the top of the next iteration) does trip C7514.
+releases the slot after the k-block's last wgmma (with column-block accumulators there is one wgmma
+and one wait per block). Alone, that wait leaves the tensor cores idle between k-blocks (0.76-0.81x
+torch's use_fast_accum=False); with one consumer partition per warpgroup (SplitConsumers) the other
+warpgroup's wgmma fills the gap (0.92-1.05x, docs/benchmarks.md). Not implemented: unrolling k by two
+with two partials issued back to back (`wgmma_wait 1; acc += p0; wgmma_wait 0; acc += p1`), which a
+probe compiled at 128x128 without ptxas's C7514 serialization; keeping a partial in flight across the
+loop's back edge does trip C7514.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ class PlanRings:
             if p.role is ir.Role.PRODUCER:
                 body = rewrite(p.body, lambda o: _producer(o, stage_bytes))
             else:
-                body = rewrite(p.body, _consumer)
+                body = _consumer(p.body)
             parts.append(replace(p, body=body, cursors=cursors))
         return replace(m, rings=rings, barriers=barriers, partitions=tuple(parts))
 
@@ -62,8 +62,19 @@ def _producer(o: ir.Op, stage_bytes: int) -> tuple[ir.Stmt, ...]:
     )
 
 
-def _consumer(o: ir.Op) -> tuple[ir.Stmt, ...]:
-    if not isinstance(o, ir.Mma):
-        return (o,)
-    cur = o.slot.cursor
-    return (ir.Wait("ready", ir.Slot(cur), ir.Parity(cur)), o, ir.Arrive("empty", ir.Slot(cur)))
+def _consumer(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    """Wait for the slot before the k-block's first wgmma; release it after its last (there are several
+    when the accumulator is split into column blocks)."""
+    mmas = [i for i, s in enumerate(body) if isinstance(s, ir.Mma)]
+    out: list[ir.Stmt] = []
+    for i, s in enumerate(body):
+        if isinstance(s, ir.Loop):
+            out.append(ir.Loop(s.kind, _consumer(s.body)))
+            continue
+        if mmas and i == mmas[0]:
+            cur = s.slot.cursor  # type: ignore[union-attr]
+            out.append(ir.Wait("ready", ir.Slot(cur), ir.Parity(cur)))
+        out.append(s)
+        if mmas and i == mmas[-1]:
+            out.append(ir.Arrive("empty", ir.Slot(s.slot.cursor)))  # type: ignore[union-attr]
+    return tuple(out)

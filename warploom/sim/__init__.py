@@ -9,6 +9,10 @@ ring slot and buffer (`memory.py`) and, optionally, the data with torch on the C
     check_protocol(module, m, n, k)     checks only, several seeds; raises ProtocolError on findings
     explore(module, m, n, k)            every schedule of a small configuration (DFS + state hashing)
     draw_timeline(result, path)         the per-partition timeline of a simulation (matplotlib)
+    compare(module, inputs, ctas=...)   simulate on inputs and judge the tiles written against torch fp32
+
+Entry points elsewhere: `Kernel.simulate` / `Kernel.check_protocol`; `warploom.matmul` and
+`warploom.scaled_mm` on small CPU problems; `warploom sim` and `warploom demo` without a GPU.
 
 Findings (`SimFinding`, kinds in `FindingKind`) name the CTA, partition, op, (tile, k), barrier and phase.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from warploom.sim.compare import Comparison, compare, sample_ctas
 from warploom.sim.events import EventKind, TimelineEvent
 from warploom.sim.explore import ExploreReport, explore
 from warploom.sim.findings import FindingKind, ProtocolError, SimFinding
@@ -32,7 +37,7 @@ def draw_timeline(result: SimResult | SimReport, path: Any, **kwargs: Any) -> An
 
 
 __all__ = [
-    "CheckReport", "EventKind", "ExploreReport", "FindingKind", "ProtocolError", "SimFinding", "SimReport",
-    "SimResult", "TileRef", "TimelineEvent", "check_protocol", "cta_tiles", "draw_timeline", "explore",
-    "launch_grid", "representative_ctas", "simulate", "tile_coords",
+    "CheckReport", "Comparison", "EventKind", "ExploreReport", "FindingKind", "ProtocolError", "SimFinding",
+    "SimReport", "SimResult", "TileRef", "TimelineEvent", "check_protocol", "compare", "cta_tiles", "draw_timeline",
+    "explore", "launch_grid", "representative_ctas", "sample_ctas", "simulate", "tile_coords",
 ]

@@ -84,7 +84,11 @@ class CtaData:
 
     def mma(self, agent: int, ins: MmaI) -> None:
         a = self.slots[ins.a_ring][ins.a_slot]  # (BM, BK)
+        if ins.a_rows is not None:
+            a = a[ins.a_rows[0]:ins.a_rows[1]]  # a warpgroup's row block
         b = self.slots[ins.b_ring][ins.b_slot]  # (BN, BK) K-major, read as (BK, BN); or (BK, BN)
+        if ins.b_cols is not None:  # a column block of N
+            b = b[ins.b_cols[0]:ins.b_cols[1]] if self.k_major else b[:, ins.b_cols[0]:ins.b_cols[1]]
         prod = a @ (b.t() if self.k_major else b)  # (BM, BN), fp32 products and sums
         accs = self.accs[agent]
         accs[ins.acc] = accs[ins.acc] + prod if ins.use_acc else prod

@@ -125,6 +125,8 @@ class MmaI:
     is_async: bool
     a_tag: Tag  # the blocks this (tile, k) iteration must read
     b_tag: Tag
+    a_rows: tuple[int, int] | None = None  # the partition's row block of the A slot (None: all rows)
+    b_cols: tuple[int, int] | None = None  # the column block of N read from the B slot (None: all)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,11 +216,16 @@ class _Interp:
 
     def __init__(self, module: ir.Module, part: ir.Partition, geo: Geometry) -> None:
         self.m, self.p, self.geo = module, part, geo
+        self.row0 = part.rows.start if part.rows else 0  # a warpgroup's row block starts this far into a tile
         self.depth = {c.name: c.depth for c in part.cursors}
         self.count = {c.name: 0 for c in part.cursors}
         self.tile: TileRef | None = None
         self.k: int | None = None
         self.text: dict[ir.Op, str] = {}  # printer.op per op, printed once rather than per iteration
+
+    def _col0(self, acc: str) -> int:
+        """Where a column-block accumulator sits in the tile (0 for a whole-tile one)."""
+        return next((a.col0 for a in self.p.accumulators if a.name == acc), 0)
 
     def run(self, body: tuple[ir.Stmt, ...]) -> Iterator[Instr]:
         for s in body:
@@ -311,9 +318,11 @@ class _Interp:
                         raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
                     overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)
                     a_tag, b_tag = expected_tags(m, t, self.k)
+                    rb = self.p.rows
                     yield MmaI(site, o.a_ring, o.b_ring, self._index(o.slot, m.ring(o.a_ring).depth, text),
                                self._index(o.slot, m.ring(o.b_ring).depth, text), o.acc, not overwrite,
-                               o.is_async, a_tag, b_tag)
+                               o.is_async, a_tag, b_tag, None if rb is None else (rb.start, rb.start + rb.rows),
+                               None if o.n_cols is None else (o.n_cols.start, o.n_cols.start + o.n_cols.cols))
                 case ir.MmaWait():
                     yield MmaWaitI(site, o.pending)
                 case ir.Promote():
@@ -322,7 +331,7 @@ class _Interp:
                     yield ZeroI(site, o.acc)
                 case ir.Epilogue():
                     t = self._tile(text)
-                    yield EpilogueI(site, o.acc, o.steps, t.off_m, t.off_n)
+                    yield EpilogueI(site, o.acc, o.steps, t.off_m + self.row0, t.off_n + self._col0(o.acc))
                 case ir.StoreSmem():
                     buf = m.buffer(o.buffer)
                     acc = next((a for a in self.p.accumulators if a.name == o.acc), None)
@@ -335,12 +344,12 @@ class _Interp:
                 case ir.TmaStore():
                     t = self._tile(text)
                     m.buffer(o.buffer)
-                    yield TmaStoreI(site, o.buffer, t.off_m, t.off_n + o.part * (m.tiling.bn // o.parts))
+                    yield TmaStoreI(site, o.buffer, t.off_m + self.row0, t.off_n + o.part * (m.tiling.bn // o.parts))
                 case ir.StoreWait():
                     yield StoreWaitI(site, o.pending)
                 case ir.StoreTile():
                     t = self._tile(text)
-                    yield StoreTileI(site, o.acc, t.off_m, t.off_n)
+                    yield StoreTileI(site, o.acc, t.off_m + self.row0, t.off_n + self._col0(o.acc))
                 case _:
                     raise MalformedError(f"partition {self.p.name}: the simulator has no meaning for `{text}`")
         except KeyError as e:  # an unknown ring, buffer or barrier name

@@ -1,0 +1,109 @@
+"""Time hand-picked plan variants against the planner's choice and torch, in one process (GPU only).
+
+    python3 scripts/sweep_plans.py --out sweep.json [--sizes 4096,8192] [--cases bf16,fp8,fp8-exact]
+
+Each variant's output is checked against an fp32 reference before it is timed; times are CUDA-graph
+replays of 10 launches (kernel time without host overhead), ratios against torch in the same run,
+interleaved over several rounds (median ratio reported, with its range). This is
+how the planner's defaults are chosen (docs/benchmarks.md records the runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+from typing import Any
+
+import torch
+
+from warploom import checks
+from warploom.bench import _time_graph as graph_ms  # CUDA-graph replay of 10 calls
+from warploom.bench import environment
+from warploom.device import DeviceInfo
+from warploom.kernel import build
+from warploom.planner import plan_schedule
+
+# (label, plan_schedule keyword overrides)
+VARIANTS: dict[str, list[dict[str, Any]]] = {
+    "bf16": [{"consumer_partitions": 1}, {"consumer_partitions": 2}, {"consumer_partitions": 2, "stages": 3},
+             {"consumer_partitions": 2, "group_m": 16}],
+    "fp8": [{"consumer_partitions": 1}, {"consumer_partitions": 2}, {"consumer_partitions": 2, "group_m": 16},
+            {"consumer_partitions": 1, "group_m": 16}],
+    "fp8-exact": [{"consumer_partitions": 1, "bn": 128, "partial_blocks": 1}, {},
+                  {"consumer_partitions": 2, "bn": 256, "partial_blocks": 2, "stages": 3},
+                  {"consumer_partitions": 2, "bn": 256, "partial_blocks": 2, "group_m": 16}],
+}
+
+
+def err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.double(), ref.double()
+    return float(1 - 2 * (x * ref).sum() / (x * x + ref * ref).sum())
+
+
+def case(name: str, s: int) -> tuple[Any, tuple[Any, ...], Any, Any]:
+    if name == "bf16":
+        a = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(s, s, device="cuda", dtype=torch.bfloat16).t()
+        return checks.matmul_spec(a, b, None), (a, b, None, None, None), a.float() @ b.float(), \
+            lambda: torch.matmul(a, b)
+    fast = name == "fp8"
+    a = torch.randn(s, s, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(s, s, device="cuda").to(torch.float8_e4m3fn).t()
+    sa = torch.rand(s, 1, device="cuda") + 0.5
+    sb = torch.rand(1, s, device="cuda") + 0.5
+    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, fast)
+    return spec, (a, b, sa, sb, None), (a.float() @ b.float()) * sa * sb, \
+        lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default="sweep.json")
+    ap.add_argument("--sizes", default="4096,8192")
+    ap.add_argument("--cases", default=",".join(VARIANTS))
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (clocks drift within a run)")
+    args = ap.parse_args()
+    dev = DeviceInfo.current()
+    rows = []
+    for name in args.cases.split(","):
+        for s in (int(x) for x in args.sizes.split(",")):
+            spec, ins, ref, theirs = case(name, s)
+            a, b, sa, sb, bias = ins
+            torch_err = err(theirs(), ref)
+            runs: list[tuple[dict[str, Any], Any, Any]] = []
+            for kw in VARIANTS[name]:
+                try:
+                    kern = build(spec, dev, plan_schedule(spec, dev, **kw))
+                    out = torch.full((s, s), float("nan"), device="cuda", dtype=spec.out_dtype.torch)
+                    kern.run(a, b, out, sa, sb, bias)
+                    e = err(out, ref)
+                    if not e < 1e-3:
+                        raise AssertionError(f"error {e:.3e} against the fp32 reference")
+                    runs.append((kw, kern, out))
+                    rows.append({"case": name, "size": s, "variant": kw, "plan": kern.plan.short(), "err": e,
+                                 "torch_err": torch_err, "ratios": []})
+                except Exception as ex:  # a variant that fails to compile, run or verify is reported, not fatal
+                    rows.append({"case": name, "size": s, "variant": kw, "error": f"{type(ex).__name__}: {ex}"[:400]})
+            mine = [r for r in rows if r["case"] == name and r["size"] == s and "ratios" in r]
+            # Interleave: each round times torch, then every variant, so drift hits all alike.
+            for _ in range(args.rounds):
+                t_torch = graph_ms(theirs)
+                for (_, kern, out), row in zip(runs, mine, strict=True):
+                    t = graph_ms(functools.partial(kern.run, a, b, out, sa, sb, bias))
+                    row["ratios"].append(t_torch / t)
+                    row.setdefault("ms", []).append(t)
+                    row.setdefault("torch_ms", []).append(t_torch)
+            for row in mine:
+                row["ratio"] = statistics.median(row["ratios"])
+                row["tflops"] = 2 * s**3 / statistics.median(row["ms"]) / 1e9
+                print(f"{name:10s} {s:6d} {row['plan']:34s} ratio {row['ratio']:.3f} "
+                      f"[{min(row['ratios']):.3f}-{max(row['ratios']):.3f}] {row['tflops']:.0f} TFLOP/s "
+                      f"err {row['err']:.2e} (torch {torch_err:.2e})", flush=True)
+    with open(args.out, "w") as f:
+        json.dump({"env": environment(), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

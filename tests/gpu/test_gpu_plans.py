@@ -1,0 +1,65 @@
+"""GPU tier: every schedule shape the planner can choose, forced, on shapes that are not tile multiples.
+
+The planner's defaults are exercised by test_gpu.py; here each structural option (one or two consumer
+partitions, promoted accumulation in one or two column blocks, 1 to 6 stages) runs on the H100 and is
+checked against an fp32 reference, so an option that is not the default today still works.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from warploom import checks
+from warploom.device import DeviceInfo
+from warploom.kernel import build
+from warploom.planner import plan_schedule
+
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU"),
+              pytest.mark.timeout(120, method="thread")]  # a hung kernel fails the test instead of the run
+
+
+def _err(x: torch.Tensor, y: torch.Tensor) -> float:
+    x, y = x.double(), y.double()
+    return float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+@pytest.mark.parametrize("stages", [1, 2, 4])
+@pytest.mark.parametrize("bn", [128, 256])
+def test_bf16_plans(partitions: int, stages: int, bn: int) -> None:
+    torch.manual_seed(stages * bn + partitions)
+    m, n, k = 777, 648, 9 * 64 + 8
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    spec = checks.matmul_spec(a, b, None)
+    dev = DeviceInfo.current()
+    kern = build(spec, dev, plan_schedule(spec, dev, bn=bn, stages=stages, consumer_partitions=partitions))
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.1, rtol=2e-2)
+
+
+@pytest.mark.parametrize(("partitions", "blocks", "bn"), [(1, 1, 128), (2, 1, 128), (1, 2, 256), (2, 2, 256),
+                                                          (2, 2, 128)])
+@pytest.mark.parametrize("stages", [1, 3])
+@pytest.mark.parametrize("bias", [False, True])
+def test_fp8_promoted_plans(partitions: int, blocks: int, bn: int, stages: int, bias: bool) -> None:
+    torch.manual_seed(partitions * 10 + blocks + stages)
+    m, n, k = 300, 528, 5 * 128 + 32
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa = torch.rand(m, 1, device="cuda") + 0.5
+    sb = torch.rand(1, n, device="cuda") + 0.5
+    bb = torch.randn(n, device="cuda", dtype=torch.bfloat16) if bias else None
+    spec = checks.scaled_mm_spec(a, b, sa, sb, bb, torch.bfloat16, False)
+    dev = DeviceInfo.current()
+    kern = build(spec, dev, plan_schedule(spec, dev, bn=bn, stages=stages, consumer_partitions=partitions,
+                                          partial_blocks=blocks))
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out, sa, sb, bb)
+    ref = (a.float() @ b.float()) * sa * sb + (bb.float() if bias else 0)
+    assert not out.isnan().any()
+    assert _err(out, ref) < 1e-5  # promoted accumulation: bf16 output rounding only
+    theirs = torch._scaled_mm(a, b, sa, sb, bias=bb, out_dtype=torch.bfloat16, use_fast_accum=False)
+    assert _err(out, ref) <= 1.5 * _err(theirs, ref) + 1e-7

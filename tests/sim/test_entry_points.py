@@ -1,0 +1,122 @@
+"""The simulator's entry points outside warploom.sim: Kernel.simulate / Kernel.check_protocol, sampled
+comparisons (`compare`, `sample_ctas`), WARPLOOM_SIM_CHECK, and the `warploom sim` / `warploom demo` commands."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from warploom.cli import main
+from warploom.device import H100_SXM
+from warploom.kernel import Kernel, build
+from warploom.planner import plan_schedule
+from warploom.sim import ProtocolError, compare, representative_ctas, sample_ctas, simulate
+from warploom.sim.reference import make_inputs
+from warploom.spec import GemmSpec
+
+
+def test_kernel_simulate_is_simulate_of_its_module() -> None:
+    spec = GemmSpec(130, 200, 96)
+    kernel = build(spec, H100_SXM)
+    x = make_inputs(spec, spec.m, spec.n, spec.k)
+    res = kernel.simulate(x.a, x.b, seed=3, ctas=[1], record=False)
+    direct = simulate(kernel.module, x.a, x.b, seed=3, ctas=[1], record=False)
+    assert res.ok and res.report.ctas == (1,) and not res.report.timeline
+    assert torch.equal(res.output.isnan(), direct.output.isnan())
+    assert torch.equal(res.output.nan_to_num(), direct.output.nan_to_num())
+
+
+def test_kernel_check_protocol_runs_at_the_spec_size() -> None:
+    spec = GemmSpec(1000, 1000, 256)
+    kernel = build(spec, H100_SXM, replace(plan_schedule(spec, H100_SXM), grid=5))  # CTAs of 12, 13 tiles
+    report = kernel.check_protocol(seeds=range(2))
+    assert report.ok and report.seeds == (0, 1)
+    assert report.ctas == representative_ctas(kernel.module, 1000, 1000) and len(report.ctas) == 2
+    broken = replace(kernel, module=replace(kernel.module, barriers=tuple(
+        replace(b, count=b.count + 1) for b in kernel.module.barriers)))
+    with pytest.raises(ProtocolError, match="DEADLOCK"):
+        broken.check_protocol(seeds=[0])
+    assert not broken.check_protocol(seeds=[0], raise_on_finding=False).ok
+
+
+def test_sampled_comparison_judges_only_the_sampled_tiles() -> None:
+    spec = GemmSpec(1000, 1000, 256)
+    kernel = build(spec, H100_SXM, replace(plan_schedule(spec, H100_SXM), grid=5))
+    ctas = sample_ctas(kernel.module, spec.m, spec.n)
+    tiles = -(-spec.m // kernel.plan.bm) * -(-spec.n // kernel.plan.bn)
+    assert 0 in ctas and (tiles - 1) % 5 in ctas
+    assert set(representative_ctas(kernel.module, spec.m, spec.n)) <= set(ctas)
+    cmp = compare(kernel.module, make_inputs(spec, spec.m, spec.n, spec.k), ctas=ctas)
+    assert cmp.ok and cmp.grid == 5 and cmp.error < 1e-5
+    assert len(cmp.tiles) == sum(len(range(p, tiles, 5)) for p in ctas) < tiles
+    assert cmp.result.output.isnan().any()  # the other CTAs' tiles stay poisoned
+    whole = compare(kernel.module, make_inputs(spec, spec.m, spec.n, spec.k))
+    assert whole.ok and len(whole.tiles) == tiles and not whole.result.output.isnan().any()
+
+
+def test_comparison_of_nothing_is_not_ok() -> None:
+    spec = GemmSpec(130, 200, 96)
+    cmp = compare(build(spec, H100_SXM).module, make_inputs(spec, spec.m, spec.n, spec.k), ctas=())
+    assert not cmp.tiles and not cmp.ok
+
+
+def test_sim_check_env_checks_every_kernel_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[GemmSpec, tuple[int, ...]]] = []
+    original = Kernel.check_protocol
+
+    def spy(self: Kernel, **kw: object) -> object:
+        calls.append((self.spec, tuple(kw["seeds"])))  # type: ignore[arg-type]
+        return original(self, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Kernel, "check_protocol", spy)
+    spec = GemmSpec(392, 328, 264)  # a size no other test builds: not in build's cache
+    monkeypatch.setenv("WARPLOOM_SIM_CHECK", "1")
+    build(spec, H100_SXM)
+    assert calls == [(spec, (0, 1))]
+    monkeypatch.setenv("WARPLOOM_SIM_CHECK", "0")
+    build(GemmSpec(392, 328, 272), H100_SXM)
+    assert len(calls) == 1
+
+
+def invoke(*args: str) -> str:
+    r = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    return r.output
+
+
+def test_sim_command(tmp_path: Path) -> None:
+    png = tmp_path / "t.png"
+    out = invoke("sim", "--m", "130", "--n", "200", "--k", "96", "--stages", "2", "--timeline", str(png),
+                 "--explore")
+    assert "_s2_" in out and "CTAs simulated: 4 of 4" in out and "findings: none" in out
+    assert float(re.search(r"\(x²\+y²\)\): (\S+)", out).group(1)) < 1e-5  # type: ignore[union-attr]
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert "(complete)" in out and re.search(r"states: \d+", out)
+
+
+def test_sim_command_samples_ctas_above_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WARPLOOM_SIM_MAX_FLOPS", "1000")
+    out = invoke("sim", "--m", "1000", "--n", "1008", "--k", "128", "--dtype", "fp8", "--no-fast-accum")
+    assert "sample of CTAs" in out and "findings: none" in out and "promoted" in out
+    assert re.search(r"CTAs simulated: [1-3] of \d+", out)
+
+
+def test_sim_command_refuses_bad_sizes_and_stages_without_a_traceback() -> None:
+    r = CliRunner().invoke(main, ["sim", "--stages", "9"])
+    assert r.exit_code == 2 and "--stages" in r.output
+    r = CliRunner().invoke(main, ["sim", "--dtype", "fp8", "--n", "1000"])
+    assert r.exit_code == 2 and "b: expected K and N multiples of 16" in r.output
+
+
+def test_demo_without_a_gpu_simulates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("WARPLOOM_SIM_MAX_FLOPS", "1000")  # the sampled path, at a size that compiles fast
+    png = tmp_path / "demo.png"
+    out = invoke("demo", "--m", "520", "--n", "520", "--k", "128", "--out-dir", str(tmp_path), "--timeline", str(png))
+    assert "no GPU here" in out and "sample of CTAs" in out and "findings: none" in out
+    assert png.exists() and list(tmp_path.glob("*.py"))

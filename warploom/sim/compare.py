@@ -1,0 +1,94 @@
+"""Simulate a planned kernel on random inputs and judge the output tiles it wrote against torch's fp32 reference.
+
+A whole problem when it is small; at real sizes (all of 4096^3 bf16 takes ~15 s on one core) a sample
+of CTAs (`sample_ctas`) whose tiles alone are compared: every other element of the output stays NaN.
+Used by `warploom demo` without a GPU and `warploom sim`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from warploom.ir import nodes as ir
+from warploom.sim.raster import TileRef, cdiv, cta_tiles, launch_grid
+from warploom.sim.reference import Inputs, reference, relative_error
+from warploom.sim.simulate import SimResult, representative_ctas, simulate
+
+# The scale-free error (`relative_error`) a correct schedule stays below: bf16 output rounding alone gives
+# ~1e-6, fp8 inputs ~1e-5; a dropped or repeated k-block gives ~1e-2 and more.
+TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A simulation judged against the reference.
+
+    Attributes:
+        result: the simulation; its output is NaN outside `tiles`.
+        grid: CTAs of the persistent launch.
+        tiles: the output tiles of the simulated CTAs, the only ones compared.
+        error: ``relative_error`` of those tiles against the fp32 reference (NaN if an element was not written).
+        wall_s: wall time of the simulation and the comparison.
+    """
+
+    result: SimResult
+    grid: int
+    tiles: tuple[TileRef, ...]
+    error: float
+    wall_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.result.ok and self.error < TOLERANCE  # False for a NaN error
+
+
+def sample_ctas(module: ir.Module, m: int, n: int) -> tuple[int, ...]:
+    """Program ids that run every protocol of a launch: one CTA per distinct tile count
+    (`representative_ctas`, CTA 0 among them) and the CTA of the last tile, ragged when M or N is."""
+    t = module.tiling
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid)
+    last = (cdiv(m, t.bm) * cdiv(n, t.bn) - 1) % grid
+    return tuple(sorted({*representative_ctas(module, m, n), last}))
+
+
+def _tile_inputs(x: Inputs, rows: slice, cols: slice) -> Inputs:
+    """The inputs of one output tile: A's rows, B's columns, their row/column scales and bias."""
+
+    def part(v: torch.Tensor | None, sl: slice) -> torch.Tensor | None:
+        return v if v is None or v.numel() == 1 else v.reshape(-1)[sl]  # a tensorwise scale serves every tile
+
+    return Inputs(x.a[rows], x.b[:, cols], part(x.scale_a, rows), part(x.scale_b, cols), part(x.bias, cols))
+
+
+def _judged(output: torch.Tensor, x: Inputs, tiles: tuple[TileRef, ...], bm: int,
+            bn: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`tiles` of the output and of the fp32 reference, flattened (or whole, when they are every tile)."""
+    m, n = output.shape
+    if len(tiles) == cdiv(m, bm) * cdiv(n, bn):  # one large matmul: ~10x faster than one per tile
+        return output.float(), reference(x)
+    x = Inputs(x.a.float(), x.b.float(), x.scale_a, x.scale_b, x.bias)  # converted once, not once per tile
+    parts = [(slice(tile.off_m, tile.off_m + bm), slice(tile.off_n, tile.off_n + bn)) for tile in tiles]
+    out = torch.cat([output[r, c].float().reshape(-1) for r, c in parts])
+    return out, torch.cat([reference(_tile_inputs(x, r, c)).reshape(-1) for r, c in parts])
+
+
+def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, seed: int = 0,
+            record: bool = False) -> Comparison:
+    """Simulate `module` on `x` (all CTAs, or `ctas`) under schedule `seed` and compare the tiles written."""
+    t0 = time.perf_counter()
+    m, n = x.a.shape[0], x.b.shape[1]
+    res = simulate(module, x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed, ctas=ctas, record=record)
+    t = module.tiling
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid)
+    tiles = tuple(tile for pid in res.report.ctas for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid))
+    error = math.nan  # also when no tile was simulated: nothing was shown correct
+    if tiles:
+        out, ref = _judged(res.output, x, tiles, t.bm, t.bn)
+        if not out.isnan().any():
+            error = relative_error(out, ref)
+    return Comparison(res, grid, tiles, error, time.perf_counter() - t0)
