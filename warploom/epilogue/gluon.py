@@ -1,0 +1,219 @@
+"""Gluon statements for an epilogue graph: the register math between the accumulator and the store.
+
+`emit` is a pure function from a graph and the names of already-loaded register values to lines of Gluon:
+
+    ep_0 = acc + bias  # %0 = add acc, bias
+    ep_1 = 0.5 * ep_0 * (1.0 + gl.extra.libdevice.tanh(...))  # %1 = gelu_tanh %0
+    out0 = ep_1.to(gl.bfloat16)  # output 0: %1 as bf16 (out_dtype)
+
+Register shapes follow the values' kinds: the accumulator and DENSE operands are [BM, BN] in the accumulator's
+layout, a COLUMN operand [BM, 1], a ROW operand [1, BN] (each an ``expand_dims`` of a slice of that layout, see
+`load_operand`), a SCALAR a scalar; Gluon broadcasts them like torch does. Outputs come out [BM, BN] in their
+stored dtype.
+
+Triton 3.6's Gluon has ``gl.exp, exp2, log, log2, sqrt, sqrt_rn, rsqrt, erf, abs, maximum, minimum, where,
+div_rn, fdiv, fma`` but no tanh, sigmoid or pow. Those come from libdevice (``gl.extra.libdevice.tanh`` and
+``.pow``, accurate to a few ulp) or are formulas over ``gl.exp`` (sigmoid, silu, the two GELUs, written as
+torch's CPU kernels write them). Each op is matched to torch's meaning (`warploom.epilogue.reference`):
+
+- maximum, minimum, relu and clamp propagate NaN (``propagate_nan=tl.PropagateNan.ALL``, max.NaN.f32): the
+  default max.f32 would return the other operand and hide a NaN that torch shows.
+- div and sqrt are IEEE round-to-nearest (``gl.div_rn``, ``gl.sqrt_rn``), as torch's are; plain ``/`` and
+  ``gl.sqrt`` are approximate on NVIDIA GPUs. Inside sigmoid and silu the approximate ``/`` is used.
+- pow uses torch's own special cases (x*x for 2, x*x*x for 3, sqrt for 0.5, 1/x for -1, ...) and powf else.
+- casts to e4m3 clamp to +-448 before converting. sm_90's cvt.rn.satfinite saturates anyway; the clamp makes
+  the meaning independent of the conversion instruction Triton picks. (Eager CUDA torch's own
+  ``.to(torch.float8_e4m3fn)`` turns 500.0 into NaN; a fused epilogue saturates, as the kernel does.)
+
+What is not bit-exact against torch: ``gl.exp`` (ex2.approx), ``gl.rsqrt`` (rsqrt.approx.ftz: a denormal input
+flushes to zero), libdevice tanh, erf and pow are a few ulp off; and Triton contracts ``a * b + c`` into an
+FMA (its default ``enable_fp_fusion``), which rounds once where eager torch rounds twice. The GPU tier
+(tests/gpu/test_epilogue_ops_gpu.py) measures every op against `reference.evaluate`.
+
+The generated module must import ``triton.language as tl`` (`IMPORTS`) for ``tl.PropagateNan``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from warploom.dtypes import DType
+from warploom.epilogue import graph as eg
+from warploom.epilogue import printer
+from warploom.epilogue.operands import OperandKind, OperandSpec
+
+IMPORTS = ("import triton.language as tl",)
+
+_NAN = "propagate_nan=tl.PropagateNan.ALL"
+_SQRT_1_2 = repr(1 / math.sqrt(2))  # erf GELU: x/2 (1 + erf(x / sqrt 2))
+_SQRT_2_PI = repr(math.sqrt(2 / math.pi))  # tanh GELU's beta
+_KAPPA = "0.044715"
+
+
+def literal(v: float | bool) -> str:
+    """A constant in Gluon source (a Python float; JIT code spells infinities and NaN with float())."""
+    if isinstance(v, bool):
+        return repr(v)
+    return repr(v) if math.isfinite(v) else f'float("{v}")'
+
+
+def _unary(op: eg.UnaryOp, x: str) -> str:
+    match op:
+        case eg.UnaryOp.NEG:
+            return f"-{x}"
+        case eg.UnaryOp.ABS:
+            return f"gl.abs({x})"
+        case eg.UnaryOp.RELU:
+            return f"gl.maximum({x}, 0.0, {_NAN})"
+        case eg.UnaryOp.GELU_ERF:
+            return f"{x} * 0.5 * (1.0 + gl.erf({x} * {_SQRT_1_2}))"
+        case eg.UnaryOp.GELU_TANH:
+            inner = f"{_SQRT_2_PI} * ({x} + {_KAPPA} * {x} * {x} * {x})"
+            return f"0.5 * {x} * (1.0 + gl.extra.libdevice.tanh({inner}))"
+        case eg.UnaryOp.SILU:
+            return f"{x} / (1.0 + gl.exp(-{x}))"
+        case eg.UnaryOp.SIGMOID:
+            return f"1.0 / (1.0 + gl.exp(-{x}))"
+        case eg.UnaryOp.TANH:
+            return f"gl.extra.libdevice.tanh({x})"
+        case eg.UnaryOp.EXP:
+            return f"gl.exp({x})"
+        case eg.UnaryOp.LOG:
+            return f"gl.log({x})"
+        case eg.UnaryOp.SQRT:
+            return f"gl.sqrt_rn({x})"
+        case eg.UnaryOp.RSQRT:
+            return f"gl.rsqrt({x})"
+
+
+def _binary(op: eg.BinaryOp, x: str, y: str) -> str:
+    match op:
+        case eg.BinaryOp.ADD:
+            return f"{x} + {y}"
+        case eg.BinaryOp.SUB:
+            return f"{x} - {y}"
+        case eg.BinaryOp.MUL:
+            return f"{x} * {y}"
+        case eg.BinaryOp.DIV:
+            return f"gl.div_rn({x}, {y})"
+        case eg.BinaryOp.MAXIMUM:
+            return f"gl.maximum({x}, {y}, {_NAN})"
+        case eg.BinaryOp.MINIMUM:
+            return f"gl.minimum({x}, {y}, {_NAN})"
+
+
+_CMP = {eg.CompareOp.LT: "<", eg.CompareOp.LE: "<=", eg.CompareOp.GT: ">", eg.CompareOp.GE: ">=",
+        eg.CompareOp.EQ: "==", eg.CompareOp.NE: "!="}
+
+
+def _clamp(x: str, lo: float | None, hi: float | None) -> str:
+    if lo is not None:
+        x = f"gl.maximum({x}, {literal(lo)}, {_NAN})"
+    if hi is not None:
+        x = f"gl.minimum({x}, {literal(hi)}, {_NAN})"
+    return x
+
+
+def _pow(x: str, e: float) -> str:
+    # torch.pow's own special cases (its CPU and CUDA kernels), so results match it bit for bit there.
+    special = {0.0: f"gl.where({x} == {x}, 1.0, 1.0)", 1.0: x, 2.0: f"{x} * {x}", 3.0: f"{x} * {x} * {x}",
+               0.5: f"gl.sqrt_rn({x})", -0.5: f"gl.rsqrt({x})", -1.0: f"gl.div_rn(1.0, {x})",
+               -2.0: f"gl.div_rn(1.0, {x} * {x})"}
+    return special.get(e, f"gl.extra.libdevice.pow({x}, {literal(e)})")
+
+
+def _cast(x: str, dtype: DType) -> str:
+    """`x` (fp32) converted to `dtype`: round to nearest even; e4m3 saturating to +-448."""
+    if dtype is DType.FP32:
+        return x
+    if dtype is DType.E4M3:
+        x = _clamp(x, -eg.E4M3_MAX, eg.E4M3_MAX)
+    return f"{x}.to({dtype.gluon})"
+
+
+def expr(nd: eg.Node, a: Sequence[str]) -> str:
+    """Gluon for computed node `nd`, its inputs spelled `a`."""
+    match nd:
+        case eg.Unary():
+            return _unary(nd.op, a[0])
+        case eg.Binary():
+            return _binary(nd.op, a[0], a[1])
+        case eg.Compare():
+            return f"{a[0]} {_CMP[nd.op]} {a[1]}"
+        case eg.Where():
+            return f"gl.where({a[0]}, {a[1]}, {a[2]})"
+        case eg.Cast():
+            return f"{_cast(a[0], nd.dtype)}.to(gl.float32)"
+        case eg.Clamp():
+            return _clamp(a[0], nd.lo, nd.hi)
+        case eg.Pow():
+            return _pow(a[0], nd.exponent)
+        case _:
+            raise TypeError(f"{nd} is a leaf, not an op")
+
+
+def emit(g: eg.EpilogueGraph, acc: str, operands: Mapping[str, str], outputs: Sequence[str], *,
+         out_dtype: DType, prefix: str = "ep_") -> list[str]:
+    """Lines computing each output of `g` into the variables `outputs`, [BM, BN] in its stored dtype.
+
+    `acc` names the fp32 accumulator ([BM, BN]); `operands` maps each operand's name to the variable holding
+    its fp32 registers (as `load_operand` writes them); `out_dtype` is the call's output dtype, for outputs
+    without their own. Temporaries are `prefix` + the printer's value number, so ``ep_3`` is ``%3``.
+    """
+    if len(outputs) != len(g.outputs):
+        raise ValueError(f"emit: {len(g.outputs)} outputs in the graph, {len(outputs)} names given")
+    missing = [s.name for s in g.operands if s.name not in operands]
+    if missing:
+        raise ValueError(f"emit: no register variable for operand(s) {missing}")
+    ns = printer.names(g)
+    spell: list[str] = []
+    lines: list[str] = []
+    for i, nd in enumerate(g.nodes):
+        match nd:
+            case eg.Acc():
+                spell.append(acc)
+            case eg.Operand():
+                spell.append(operands[nd.name])
+            case eg.Const():
+                spell.append(literal(nd.value))
+            case _:
+                var = prefix + ns[i].lstrip("%")
+                lines.append(f"{var} = {expr(nd, [spell[r] for r in eg.inputs(nd)])}  # {printer.line(g, i, ns)}")
+                spell.append(var)
+    kinds = g.kinds()
+    for j, (o, name) in enumerate(zip(g.outputs, outputs, strict=True)):
+        v = spell[o.value]
+        if isinstance(g.nodes[o.value], eg.Const):
+            v = f"gl.full_like({acc}, {v})"
+        elif kinds[o.value] is not OperandKind.DENSE:
+            v = f"gl.broadcast({v}, {acc})[0]"  # a row/column/scalar result stored over the whole tile
+        dt = o.resolve(out_dtype)
+        how = "" if o.dtype is not None else f" as {dt.value} (out_dtype)"
+        lines.append(f"{name} = {_cast(v, dt)}  # output {j}: {printer.output(o, ns)}{how}")
+    return lines
+
+
+def load_operand(spec: OperandSpec, var: str, ptr: str, *, offs_m: str, offs_n: str, mask_m: str, mask_n: str,
+                 rs: str, cs: str) -> str:
+    """One line loading operand `spec` for a tile into `var` as fp32 registers of its kind's shape.
+
+    `offs_m` ([BM]) and `offs_n` ([BN]) are the tile's output row and column indices in the accumulator
+    layout's slices (``gl.SliceLayout(1, layout)`` and ``gl.SliceLayout(0, layout)``), `mask_m`/`mask_n` their
+    in-bounds masks, and `rs`/`cs` expressions for `spec.mn_strides()` (arguments or literals). Out-of-bounds
+    rows and columns read 0.0, as `reference.evaluate_tile` says.
+    """
+    f32 = ".to(gl.float32)"
+    match spec.kind:
+        case OperandKind.SCALAR:
+            return f"{var} = gl.load({ptr}){f32}  # {spec.name}: scalar"
+        case OperandKind.ROW:
+            return (f"{var} = gl.expand_dims(gl.load({ptr} + {offs_n} * {cs}, mask={mask_n}, other=0.0){f32}, 0)"
+                    f"  # {spec.name}: row, [1, BN]")
+        case OperandKind.COLUMN:
+            return (f"{var} = gl.expand_dims(gl.load({ptr} + {offs_m} * {rs}, mask={mask_m}, other=0.0){f32}, 1)"
+                    f"  # {spec.name}: column, [BM, 1]")
+        case OperandKind.DENSE:
+            return (f"{var} = gl.load({ptr} + gl.expand_dims({offs_m} * {rs}, 1) + gl.expand_dims({offs_n}, 0), "
+                    f"mask=gl.expand_dims({mask_m}, 1) & gl.expand_dims({mask_n}, 0), other=0.0){f32}"
+                    f"  # {spec.name}: dense, [BM, BN]")

@@ -1,0 +1,302 @@
+"""The epilogue IR: an elementwise function of the fp32 accumulator tile and the operands, in SSA form.
+
+An `EpilogueGraph` is a tuple of nodes in definition order; a node names its inputs by their index in that
+tuple (a `Ref`), always an earlier one. Every value is an fp32 number (held in fp32 registers on the GPU) or a
+bool (the result of a comparison). A `Cast` rounds an fp32 value to a narrower type's grid and keeps it in
+fp32, which is what a ``.to(torch.bfloat16)`` in the middle of an epilogue means for the values that follow.
+The meaning of every op is `warploom.epilogue.reference`'s: that interpreter is the single definition that the
+simulator and the tests use, and the Gluon emitter implements.
+
+The graph checks itself on construction (`EpilogueGraph.__post_init__`): SSA order, operand names and kinds,
+value types (bool only where a condition is expected), cast targets. A graph that exists is well formed.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from warploom.dtypes import DType
+from warploom.epilogue.operands import OperandKind, OperandSpec
+
+# A node's input: the index of an earlier node of the same graph.
+Ref = int
+
+
+class UnaryOp(enum.Enum):
+    """fp32 -> fp32 functions. The value is the name in the graph's text form."""
+
+    NEG = "neg"
+    ABS = "abs"
+    RELU = "relu"  # max(x, 0); NaN stays NaN, as in torch.relu
+    GELU_ERF = "gelu"  # x/2 (1 + erf(x / sqrt 2)): F.gelu(x) (approximate="none")
+    GELU_TANH = "gelu_tanh"  # x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): F.gelu(x, approximate="tanh")
+    SILU = "silu"  # x * sigmoid(x)
+    SIGMOID = "sigmoid"  # 1 / (1 + exp(-x))
+    TANH = "tanh"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+
+
+class BinaryOp(enum.Enum):
+    """(fp32, fp32) -> fp32 with broadcasting."""
+
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"  # true division, rounded to nearest (IEEE), as torch's
+    MAXIMUM = "maximum"  # NaN if either is NaN, as torch.maximum
+    MINIMUM = "minimum"
+
+
+class CompareOp(enum.Enum):
+    """(fp32, fp32) -> bool. Every comparison with NaN is false except NE."""
+
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    EQ = "eq"
+    NE = "ne"
+
+
+# Types a Cast may round to, and an output may be stored as. fp32 is no cast at all; E4M3 rounds with
+# saturation to +-448 (its largest finite value) as the H100's cvt.rn.satfinite does; NaN stays NaN.
+CAST_DTYPES = (DType.BF16, DType.FP16, DType.E4M3)
+OUTPUT_DTYPES = (DType.FP32, DType.BF16, DType.FP16, DType.E4M3)
+E4M3_MAX = 448.0
+
+
+@dataclass(frozen=True)
+class Acc:
+    """The fp32 accumulator tile: (M, N), already scaled by scale_a * scale_b for scaled_mm."""
+
+
+@dataclass(frozen=True)
+class Operand:
+    """The operand passed as ``name=``, converted to fp32; `kind` says how it varies over (M, N)."""
+
+    name: str
+    kind: OperandKind
+
+
+@dataclass(frozen=True)
+class Const:
+    """A constant: a float, or a bool (a folded comparison)."""
+
+    value: float | bool
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.value, (float, bool)):
+            raise TypeError(f"Const value must be a float or a bool, got {type(self.value).__name__}")
+
+    def __eq__(self, other: object) -> bool:
+        # Bit-exact identity, so that CSE keeps 0.0 and -0.0 apart and merges equal NaNs.
+        return isinstance(other, Const) and _const_key(self.value) == _const_key(other.value)
+
+    def __hash__(self) -> int:
+        return hash(_const_key(self.value))
+
+
+def _const_key(v: float | bool) -> tuple[str, str]:
+    if isinstance(v, bool):
+        return ("bool", str(v))
+    return ("float", "nan" if math.isnan(v) else v.hex())
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: UnaryOp
+    x: Ref
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: BinaryOp
+    x: Ref
+    y: Ref
+
+
+@dataclass(frozen=True)
+class Compare:
+    op: CompareOp
+    x: Ref
+    y: Ref
+
+
+@dataclass(frozen=True)
+class Where:
+    """``x`` where `cond` (a bool value) holds, else ``y``."""
+
+    cond: Ref
+    x: Ref
+    y: Ref
+
+
+@dataclass(frozen=True)
+class Cast:
+    """`x` rounded (to nearest even) to `dtype`'s values, kept in fp32. E4M3 saturates to +-448."""
+
+    x: Ref
+    dtype: DType
+
+    def __post_init__(self) -> None:
+        if self.dtype not in CAST_DTYPES:
+            raise ValueError(f"Cast to {self.dtype}: expected one of {[d.value for d in CAST_DTYPES]}")
+
+
+@dataclass(frozen=True)
+class Clamp:
+    """``min(max(x, lo), hi)``, a missing bound being no bound; NaN stays NaN, as in torch.clamp."""
+
+    x: Ref
+    lo: float | None
+    hi: float | None
+
+    def __post_init__(self) -> None:
+        if self.lo is None and self.hi is None:
+            raise ValueError("Clamp needs at least one bound")
+
+
+@dataclass(frozen=True)
+class Pow:
+    """``x ** exponent`` for a constant exponent, with torch.pow's meaning (powf: NaN for a negative base and
+    a non-integer exponent)."""
+
+    x: Ref
+    exponent: float
+
+
+Node = Acc | Operand | Const | Unary | Binary | Compare | Where | Cast | Clamp | Pow
+
+
+def inputs(node: Node) -> tuple[Ref, ...]:
+    """The refs a node reads, in order."""
+    match node:
+        case Unary() | Cast() | Clamp() | Pow():
+            return (node.x,)
+        case Binary() | Compare():
+            return (node.x, node.y)
+        case Where():
+            return (node.cond, node.x, node.y)
+        case _:
+            return ()
+
+
+class ValueType(enum.Enum):
+    FLOAT = "f32"
+    BOOL = "bool"
+
+
+@dataclass(frozen=True)
+class Output:
+    """One result of the epilogue.
+
+    Attributes:
+        value: the node it is.
+        dtype: the stored type, from a final ``.to(dtype)`` in the function; None for the call's out_dtype.
+    """
+
+    value: Ref
+    dtype: DType | None = None
+
+    def __post_init__(self) -> None:
+        if self.dtype is not None and self.dtype not in OUTPUT_DTYPES:
+            raise ValueError(f"Output dtype {self.dtype}: expected one of {[d.value for d in OUTPUT_DTYPES]}")
+
+    def resolve(self, out_dtype: DType) -> DType:
+        """The stored dtype, given the call's out_dtype."""
+        return out_dtype if self.dtype is None else self.dtype
+
+
+@dataclass(frozen=True)
+class EpilogueGraph:
+    """An epilogue: `nodes` in SSA order, the `outputs`, and the `operands` its outputs read.
+
+    Attributes:
+        nodes: every value, each reading only earlier ones.
+        outputs: one or more results; each is a float value.
+        operands: the specs of the operands that `Operand` nodes name, in the order the user passed them.
+    """
+
+    nodes: tuple[Node, ...]
+    outputs: tuple[Output, ...]
+    operands: tuple[OperandSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        problems = _verify(self)
+        if problems:
+            raise ValueError("invalid epilogue graph:\n" + "\n".join(f"  - {p}" for p in problems))
+
+    def operand(self, name: str) -> OperandSpec:
+        for s in self.operands:
+            if s.name == name:
+                return s
+        raise KeyError(f"no operand named {name!r}")
+
+    def types(self) -> tuple[ValueType, ...]:
+        """Each node's value type."""
+        return tuple(_types(self.nodes))
+
+    def kinds(self) -> tuple[OperandKind, ...]:
+        """How each node's value varies over (M, N): its register shape in a tile ([BM, BN], [BM, 1], ...)."""
+        out: list[OperandKind] = []
+        for nd in self.nodes:
+            match nd:
+                case Acc():
+                    out.append(OperandKind.DENSE)
+                case Operand():
+                    out.append(nd.kind)
+                case Const():
+                    out.append(OperandKind.SCALAR)
+                case _:
+                    k = OperandKind.SCALAR
+                    for r in inputs(nd):
+                        k = k.join(out[r])
+                    out.append(k)
+        return tuple(out)
+
+    def uses_acc(self) -> bool:
+        return any(isinstance(nd, Acc) for nd in self.nodes)
+
+
+def _types(nodes: tuple[Node, ...]) -> list[ValueType]:
+    out: list[ValueType] = []
+    for nd in nodes:
+        bool_result = isinstance(nd, Compare) or (isinstance(nd, Const) and isinstance(nd.value, bool))
+        out.append(ValueType.BOOL if bool_result else ValueType.FLOAT)
+    return out
+
+
+def _verify(g: EpilogueGraph) -> list[str]:
+    problems: list[str] = []
+    specs = {s.name: s for s in g.operands}
+    if len(specs) != len(g.operands):
+        problems.append(f"duplicate operand names in {[s.name for s in g.operands]}")
+    types = _types(g.nodes)
+    for i, nd in enumerate(g.nodes):
+        refs = inputs(nd)
+        if any(not isinstance(r, int) or r < 0 or r >= i for r in refs):
+            problems.append(f"%{i} {nd}: inputs must be earlier nodes")
+            continue
+        if isinstance(nd, Operand):
+            spec = specs.get(nd.name)
+            if spec is None:
+                problems.append(f"%{i}: operand {nd.name!r} has no spec in operands")
+            elif spec.kind is not nd.kind:
+                problems.append(f"%{i}: operand {nd.name!r} is {nd.kind.value} but its spec says {spec.kind.value}")
+        want_bool = (True, False, False) if isinstance(nd, Where) else (False,) * len(refs)
+        for r, wb in zip(refs, want_bool, strict=True):
+            if (types[r] is ValueType.BOOL) != wb:
+                problems.append(f"%{i} {type(nd).__name__}: input %{r} must be {'bool' if wb else 'a float'}")
+    if not g.outputs:
+        problems.append("no outputs")
+    for j, o in enumerate(g.outputs):
+        if not 0 <= o.value < len(g.nodes):
+            problems.append(f"output {j}: %{o.value} is not a node")
+        elif types[o.value] is not ValueType.FLOAT:
+            problems.append(f"output {j}: %{o.value} is a bool, not a float")
+    return problems

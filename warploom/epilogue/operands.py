@@ -1,0 +1,104 @@
+"""What an epilogue operand is, once classified: how it varies over the (M, N) output and how to address it.
+
+Plain data, no torch: the epilogue graph, the printer and the Gluon emitter read it; `classify.py` makes it
+from a user tensor. The kind decides what one output tile needs loaded: a DENSE operand a (BM, BN) tile, a
+COLUMN one BM values (one per output row), a ROW one BN values (one per output column), a SCALAR one value.
+"""
+
+from __future__ import annotations
+
+import enum
+import keyword
+from dataclasses import dataclass
+
+from warploom.dtypes import DType
+from warploom.errors import InputError
+
+# Element types an operand may have. The epilogue computes in fp32, and these three convert to it exactly;
+# fp8 operands would need a scale to mean anything, so they are refused rather than guessed at.
+OPERAND_DTYPES = (DType.FP32, DType.BF16, DType.FP16)
+
+# The accumulator's parameter name in generated code and in the printed graph; an operand may not shadow it.
+ACC = "acc"
+
+
+class OperandKind(enum.Enum):
+    """How a value varies over the (M, N) output, i.e. which of m and n index it.
+
+    The same four kinds describe operands (what to load per tile) and intermediate values of the graph (what
+    shape a value has in registers: DENSE [BM, BN], COLUMN [BM, 1], ROW [1, BN], SCALAR a scalar).
+    """
+
+    DENSE = "dense"  # varies along m and n: a (M, N) tensor
+    COLUMN = "column"  # varies along m only: a per-row vector, a column (M, 1)
+    ROW = "row"  # varies along n only: a per-column vector, a row (1, N) or (N,)
+    SCALAR = "scalar"  # one value
+
+    @property
+    def varies_m(self) -> bool:
+        return self in (OperandKind.DENSE, OperandKind.COLUMN)
+
+    @property
+    def varies_n(self) -> bool:
+        return self in (OperandKind.DENSE, OperandKind.ROW)
+
+    @staticmethod
+    def of(varies_m: bool, varies_n: bool) -> OperandKind:
+        return {
+            (True, True): OperandKind.DENSE, (True, False): OperandKind.COLUMN,
+            (False, True): OperandKind.ROW, (False, False): OperandKind.SCALAR,
+        }[(varies_m, varies_n)]
+
+    def join(self, other: OperandKind) -> OperandKind:
+        """The kind of an elementwise result of values of kinds `self` and `other` (broadcasting)."""
+        return OperandKind.of(self.varies_m or other.varies_m, self.varies_n or other.varies_n)
+
+
+def check_name(name: str) -> None:
+    """An operand name becomes a Python keyword argument and a variable in generated code."""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or name == ACC:
+        raise InputError(
+            repr(name), f"an epilogue operand name that is a Python identifier other than {ACC!r}",
+            repr(name), f"rename the operand (the accumulator is always the epilogue's first argument, {ACC})")
+
+
+@dataclass(frozen=True)
+class OperandSpec:
+    """One classified epilogue operand.
+
+    Attributes:
+        name: the keyword the user passed it under; also the epilogue function's parameter name.
+        kind: how it varies over the (M, N) output.
+        dtype: its element type (fp32, bf16 or fp16); the epilogue converts it to fp32 exactly.
+        shape, strides: the tensor's own shape and strides, in elements (0-, 1- or 2-D).
+    """
+
+    name: str
+    kind: OperandKind
+    dtype: DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        check_name(self.name)
+        if len(self.shape) != len(self.strides) or len(self.shape) > 2:
+            raise ValueError(f"OperandSpec {self.name}: shape {self.shape} and strides {self.strides} must "
+                             "have the same length, at most 2")
+        if self.dtype not in OPERAND_DTYPES:
+            raise ValueError(f"OperandSpec {self.name}: dtype {self.dtype} not in {OPERAND_DTYPES}")
+        if self.kind is OperandKind.DENSE and self.mn_strides()[1] != 1:
+            raise ValueError(f"OperandSpec {self.name}: a dense operand needs a unit inner stride, got "
+                             f"{self.strides}")
+
+    def mn_strides(self) -> tuple[int, int]:
+        """(row stride, column stride) in elements: output element (m, n) reads ``ptr[m * rs + n * cs]``.
+
+        A stride is 0 along a dimension the operand does not vary along, whatever the tensor's own stride
+        there (a size-1 dimension's stride is arbitrary in torch, and an expanded view's is already 0).
+        """
+        if not self.shape:
+            return (0, 0)
+        # A 1-D operand is a row (N,): torch broadcasting aligns it with the output's last dimension.
+        rs = self.strides[0] if len(self.shape) == 2 else 0
+        cs = self.strides[-1]
+        return (rs if self.kind.varies_m else 0, cs if self.kind.varies_n else 0)

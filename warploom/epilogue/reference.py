@@ -1,0 +1,182 @@
+"""The meaning of an epilogue graph: a pure torch interpreter in fp32.
+
+This is the single definition of every op (`apply`): the CPU simulator runs it on tiles, the tests compare
+the user's function, the captured graph and the Gluon emitter's code against it, and constant folding in
+`capture` calls it. Casts round exactly as the H100 does: round to nearest even, and for E4M3 saturation to
++-448 (cvt.rn.satfinite), written out as a clamp so that the meaning does not rest on how a given torch build
+converts overflowing values (torch 2.13 on the CPU saturates too, eager CUDA torch gives NaN; NaN stays NaN).
+
+Ops are torch's CPU kernels, corrected where those differ from the GPU and from torch's CUDA kernels: sqrt is
+correctly rounded (torch's vectorized CPU sqrt is sometimes an ulp off), and gelu(+inf) is +inf (NaN on the CPU).
+
+Operands are read the way the GPU reads them, through their `OperandSpec.mn_strides` (element (m, n) at
+``m * rs + n * cs``), so a wrong classification shows up here as a wrong answer, not only on the GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from warploom.dtypes import DType
+from warploom.epilogue import graph as eg
+from warploom.epilogue.operands import OperandSpec
+from warploom.errors import InputError, ShapeError
+
+
+def _sqrt_rn(x: torch.Tensor) -> torch.Tensor:
+    """IEEE sqrt, correctly rounded like the GPU's sqrt.rn.f32. torch's vectorized CPU sqrt is off by an ulp for
+    some inputs (measured: sqrt(2.1905410) gives 1.4800476 instead of 1.4800477); in float64 and rounded once it is
+    exact, since 53 >= 2 * 24 + 2 bits make the double rounding innocuous."""
+    return torch.sqrt(x.double()).float() if x.dtype == torch.float32 else torch.sqrt(x)
+
+
+def _pow(x: torch.Tensor, e: float) -> torch.Tensor:
+    # torch's pow(x, 0.5) is its sqrt kernel, so it inherits that ulp; the GPU's is sqrt.rn.
+    return _sqrt_rn(x) if e == 0.5 else torch.pow(x, e)
+
+
+_UNARY: dict[eg.UnaryOp, Callable[[torch.Tensor], torch.Tensor]] = {
+    eg.UnaryOp.NEG: torch.neg,
+    eg.UnaryOp.ABS: torch.abs,
+    eg.UnaryOp.RELU: torch.relu,
+    # torch's CPU gelu gives NaN at +inf (its erf kernel); its CUDA kernel, and the GPU formula, give +inf.
+    eg.UnaryOp.GELU_ERF: lambda x: torch.where(x == torch.inf, x, F.gelu(x)),
+    eg.UnaryOp.GELU_TANH: lambda x: F.gelu(x, approximate="tanh"),
+    eg.UnaryOp.SILU: F.silu,
+    eg.UnaryOp.SIGMOID: torch.sigmoid,
+    eg.UnaryOp.TANH: torch.tanh,
+    eg.UnaryOp.EXP: torch.exp,
+    eg.UnaryOp.LOG: torch.log,
+    eg.UnaryOp.SQRT: _sqrt_rn,
+    eg.UnaryOp.RSQRT: torch.rsqrt,
+}
+
+_BINARY: dict[eg.BinaryOp, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    eg.BinaryOp.ADD: torch.add,
+    eg.BinaryOp.SUB: torch.sub,
+    eg.BinaryOp.MUL: torch.mul,
+    eg.BinaryOp.DIV: torch.div,
+    eg.BinaryOp.MAXIMUM: torch.maximum,
+    eg.BinaryOp.MINIMUM: torch.minimum,
+}
+
+_COMPARE: dict[eg.CompareOp, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    eg.CompareOp.LT: torch.lt, eg.CompareOp.LE: torch.le, eg.CompareOp.GT: torch.gt,
+    eg.CompareOp.GE: torch.ge, eg.CompareOp.EQ: torch.eq, eg.CompareOp.NE: torch.ne,
+}
+
+
+def round_to(x: torch.Tensor, dtype: DType) -> torch.Tensor:
+    """`x` (fp32) converted to `dtype` as the GPU converts it: RNE, E4M3 saturating to +-448 (NaN stays NaN)."""
+    if dtype is DType.FP32:
+        return x
+    if dtype is DType.E4M3:
+        x = x.clamp(-eg.E4M3_MAX, eg.E4M3_MAX)
+    return x.to(dtype.torch)
+
+
+def const(v: float | bool) -> torch.Tensor:
+    return torch.tensor(v, dtype=torch.bool if isinstance(v, bool) else torch.float32)
+
+
+def apply(nd: eg.Node, xs: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The value of computed node `nd` (not a leaf) given its inputs' values `xs` (fp32 or bool tensors)."""
+    match nd:
+        case eg.Unary():
+            return _UNARY[nd.op](xs[0])
+        case eg.Binary():
+            return _BINARY[nd.op](xs[0], xs[1])
+        case eg.Compare():
+            return _COMPARE[nd.op](xs[0], xs[1])
+        case eg.Where():
+            return torch.where(xs[0], xs[1], xs[2])
+        case eg.Cast():
+            return round_to(xs[0], nd.dtype).float()
+        case eg.Clamp():
+            return torch.clamp(xs[0], min=nd.lo, max=nd.hi)
+        case eg.Pow():
+            return _pow(xs[0], nd.exponent)
+        case _:
+            raise TypeError(f"{nd} is a leaf, not an op")
+
+
+def evaluate(g: eg.EpilogueGraph, acc: torch.Tensor, operands: Mapping[str, torch.Tensor],
+             out_dtype: DType | None = None) -> tuple[torch.Tensor, ...]:
+    """Every output of `g` for the (M, N) accumulator `acc` and the operand tensors (by name), each as an
+    (M, N) tensor of its stored dtype (an output without one gets `out_dtype`, or stays fp32 when that is None).
+    """
+    m, n = acc.shape
+    return evaluate_tile(g, acc, operands, range(m), range(n), out_shape=(m, n), out_dtype=out_dtype)
+
+
+def evaluate_tile(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, torch.Tensor],
+                  rows: range | slice, cols: range | slice, *, out_shape: tuple[int, int],
+                  out_dtype: DType | None = None) -> tuple[torch.Tensor, ...]:
+    """`evaluate` on one tile: output rows `rows` and columns `cols` (step 1) of an `out_shape` (M, N) output.
+
+    `acc_tile` is (len(rows), len(cols)). Each operand is read by its kind: a DENSE one as the matching tile,
+    a COLUMN one as one value per row, a ROW one as one value per column, a SCALAR one as its single value.
+    Rows or columns past the output's edge (a tile overhanging M or N) read as 0.0, as the GPU's masked loads
+    do; the store drops those elements, so they never reach the result.
+    """
+    m, n = out_shape
+    r0, r1 = _bounds(rows, m)
+    c0, c1 = _bounds(cols, n)
+    if tuple(acc_tile.shape) != (r1 - r0, c1 - c0):
+        raise ShapeError("acc_tile", f"shape ({r1 - r0}, {c1 - c0}) for rows [{r0}, {r1}) and cols [{c0}, {c1})",
+                         f"shape {tuple(acc_tile.shape)}", "pass the accumulator tile those ranges cover")
+    missing = [s.name for s in g.operands if s.name not in operands]
+    if missing:
+        raise InputError(missing[0], "a tensor for every operand of the epilogue graph",
+                         f"operands {sorted(operands)}", f"pass {missing[0]}=...")
+    vals: list[torch.Tensor] = []
+    for nd in g.nodes:
+        match nd:
+            case eg.Acc():
+                vals.append(acc_tile.float())
+            case eg.Operand():
+                spec = g.operand(nd.name)
+                vals.append(_operand_tile(spec, operands[nd.name], (m, n), (r0, r1), (c0, c1)))
+            case eg.Const():
+                vals.append(const(nd.value))
+            case _:
+                vals.append(apply(nd, [vals[r] for r in eg.inputs(nd)]))
+    shape = (r1 - r0, c1 - c0)
+    return tuple(round_to(vals[o.value].expand(shape), o.resolve(out_dtype or DType.FP32)).contiguous()
+                 for o in g.outputs)
+
+
+def _bounds(r: range | slice, size: int) -> tuple[int, int]:
+    step = r.step if r.step is not None else 1
+    start = r.start if r.start is not None else 0
+    stop = r.stop if r.stop is not None else size
+    if step != 1 or start < 0 or stop < start:
+        raise ValueError(f"tile range {r}: expected step 1 and 0 <= start <= stop")
+    return start, stop
+
+
+def _operand_tile(spec: OperandSpec, t: torch.Tensor, out_shape: tuple[int, int], rows: tuple[int, int],
+                  cols: tuple[int, int]) -> torch.Tensor:
+    """The operand's values for one tile, in fp32: DENSE (R, C), COLUMN (R, 1), ROW (1, C), SCALAR (1, 1)."""
+    if tuple(t.shape) != spec.shape or tuple(t.stride()) != spec.strides:
+        raise InputError(spec.name, f"the tensor classified as {spec.name} (shape {spec.shape}, strides "
+                         f"{spec.strides})", f"shape {tuple(t.shape)}, strides {tuple(t.stride())}",
+                         "pass the same tensors to evaluation as to classification")
+    m, n = out_shape
+    (r0, r1), (c0, c1) = rows, cols
+    # Along a dimension the operand does not vary, every row (column) reads its one value: index 0.
+    if not spec.kind.varies_m:
+        r0, r1, m = 0, 1, 1
+    if not spec.kind.varies_n:
+        c0, c1, n = 0, 1, 1
+    # The view the GPU addresses: element (i, j) at offset i * rs + j * cs.
+    view = torch.as_strided(t, (m, n), spec.mn_strides(), t.storage_offset())
+    out = torch.zeros(r1 - r0, c1 - c0, device=t.device)
+    h, w = min(r1, m) - r0, min(c1, n) - c0
+    if h > 0 and w > 0:
+        out[:h, :w] = view[r0:r0 + h, c0:c0 + w]
+    return out
+
