@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,8 +20,17 @@ import torch
 from warploom import checks
 from warploom.device import H100_SXM, DeviceInfo
 from warploom.errors import DeviceError, InputError
+from warploom.fused import fused_spec, run_fused
 from warploom.kernel import Kernel, build
 from warploom.spec import GemmSpec
+
+
+def _fused(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any] | None, operands: dict[str, Any],
+           **scaled: Any) -> tuple[GemmSpec, dict[str, Any]]:
+    if epilogue is None:
+        raise InputError(next(iter(operands)), "epilogue operands together with epilogue=fn",
+                         "operands but no epilogue", "pass epilogue=lambda acc, ...: ..., or drop the operands")
+    return fused_spec(spec, a, epilogue, operands, **scaled)
 
 
 def _device_for(t: torch.Tensor) -> DeviceInfo:
@@ -77,14 +87,26 @@ def sim_max_flops() -> int:
 def _simulate(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any, scale_b: Any,
               bias: Any) -> torch.Tensor:
     """Run the planned kernel on the CPU simulator: every CTA, one seeded schedule, no timeline."""
+    _check_sim_size(spec)
+    kernel = build(spec, _device_for(a))
+    return kernel.simulate(a, b, scale_a, scale_b, bias, record=False).raise_for_findings().output
+
+
+def _simulate_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor,
+                    operands: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    """`_simulate` for a spec with a fused epilogue: every output."""
+    _check_sim_size(spec)
+    kernel = build(spec, _device_for(a))
+    return kernel.simulate(a, b, operands=operands, record=False).raise_for_findings().outputs
+
+
+def _check_sim_size(spec: GemmSpec) -> None:
     limit = sim_max_flops()
     if spec.flops > limit:
         raise DeviceError("a", f"CUDA tensors, or CPU tensors of at most {limit:,} FLOPs (2*M*N*K) for the CPU "
                                "simulator", f"CPU tensors of {spec.m}x{spec.n}x{spec.k} ({spec.flops:,} FLOPs)",
                           "move the tensors to an sm_90a GPU with .cuda() (large sizes need a GPU), or raise the "
                           f"simulator's limit with {SIM_MAX_FLOPS_ENV}={spec.flops} (it runs ~10 GFLOP/s)")
-    kernel = build(spec, _device_for(a))
-    return kernel.simulate(a, b, scale_a, scale_b, bias, record=False).raise_for_findings().output
 
 
 def _run(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any = None, scale_b: Any = None,
@@ -156,11 +178,17 @@ def _eager(*tensors: Any) -> bool:
     return not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors))
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = None,
+           epilogue: Callable[..., Any] | None = None, **operands: Any) -> Any:
     """``a @ b`` for bf16/fp16 (fp32 accumulation). `out_dtype` defaults to a's dtype.
 
+    With ``epilogue=fn``, the result is ``fn(acc, **operands)`` computed inside the kernel on the fp32
+    accumulator (a tuple if fn returns several tensors); `out_dtype` is the type of outputs fn does not cast.
     On CUDA tensors the kernel runs on the GPU; small CPU problems run on the simulator (module docstring).
     """
+    if epilogue is not None or operands:
+        spec, tensors = _fused(checks.matmul_spec(a, b, out_dtype), a, epilogue, operands)
+        return run_fused(spec, a, b, tensors)
     if _eager(a, b):
         return _matmul_impl(a, b, out_dtype)
     return torch.ops.warploom.matmul(a, b, out_dtype)
@@ -168,12 +196,18 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
               bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
-              use_fast_accum: bool = False) -> torch.Tensor:
+              use_fast_accum: bool = False, epilogue: Callable[..., Any] | None = None, **operands: Any) -> Any:
     """`torch._scaled_mm` semantics for fp8: ``(a @ b) * scale_a * scale_b + bias``, tensorwise or rowwise.
 
     With ``use_fast_accum=False`` each k-block's fp8 product is promoted into a full fp32 accumulator.
+    With ``epilogue=fn``, fn(acc, **operands) gets that fp32 ``acc * scale_a * scale_b + bias`` and its
+    results are stored (see `matmul`).
     Small CPU problems run on the simulator (module docstring), which accumulates fp8 in fp32 either way.
     """
+    if epilogue is not None or operands:
+        spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+        spec, tensors = _fused(spec, a, epilogue, operands, scale_a=scale_a, scale_b=scale_b, bias=bias)
+        return run_fused(spec, a, b, tensors)
     if _eager(a, b, scale_a, scale_b, bias):
         return _scaled_mm_impl(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
     return torch.ops.warploom.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
@@ -181,13 +215,17 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
 
 def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
          *, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, use_fast_accum: bool = False,
-         device: DeviceInfo | None = None) -> Kernel:
+         device: DeviceInfo | None = None, epilogue: Callable[..., Any] | None = None, **operands: Any) -> Kernel:
     """Plan the kernel `matmul` (no scales) or `scaled_mm` would run, without running it.
 
-    Tensors may be on the ``meta`` device. `device` defaults to the tensors' GPU, or an H100 SXM.
+    Tensors may be on the ``meta`` device. `device` defaults to the tensors' GPU, or an H100 SXM. A fused
+    epilogue is given as to `matmul`; `Kernel.run` then takes its operands by name (``operands=``; for
+    scaled_mm scale_a, scale_b and bias among them).
     """
     if scale_a is None and scale_b is None:
         spec = checks.matmul_spec(a, b, out_dtype)
+        if bias is not None and epilogue is not None:  # matmul has no bias of its own: an epilogue operand
+            operands = {"bias": bias, **operands}
     else:
         if scale_a is None or scale_b is None:
             from warploom.errors import ScaleError
@@ -196,4 +234,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, 
             raise ScaleError(missing, "both scale_a and scale_b, or neither", f"{missing}=None",
                              f"pass {missing} (torch.ones(1) for no scaling)")
         spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype or torch.bfloat16, use_fast_accum)
+    if epilogue is not None or operands:
+        scaled = {} if scale_a is None else {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}
+        spec, _ = _fused(spec, a, epilogue, operands, **scaled)
     return build(spec, device or _device_for(a))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,9 +63,13 @@ class Kernel:
         """Cross-compile without a GPU; the result has .sass, .registers, .spills, .smem_bytes."""
         return _compiled(self, check_target(target))
 
-    def run(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> Any:
-        """Launch on the GPU holding the tensors (already validated against `spec`)."""
-        return self.launcher(a, b, out, scale_a, scale_b, bias)
+    def run(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
+            operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
+        """Launch on the GPU holding the tensors (already validated against `spec`).
+
+        With a fused epilogue, `operands` maps each of the graph's operand names to its tensor (for scaled_mm
+        including scale_a, scale_b and bias), and `extra_outs` are the outputs after `out`."""
+        return self.launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
 
     @functools.cached_property
     def launcher(self) -> Any:
@@ -76,7 +80,7 @@ class Kernel:
     def simulate(self, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None,
                  scale_b: torch.Tensor | None = None, bias: torch.Tensor | None = None, *, seed: int = 0,
                  ctas: Iterable[int] | None = None, out: torch.Tensor | None = None,
-                 record: bool = True) -> SimResult:
+                 record: bool = True, operands: Mapping[str, torch.Tensor] | None = None) -> SimResult:
         """Run this kernel's schedule on the CPU simulator for CPU tensors ``a (M, K) @ b (K, N)``.
 
         Any M, N, K (they are run-time arguments of the kernel, as on the GPU). `ctas` picks program ids
@@ -84,6 +88,8 @@ class Kernel:
         """
         from warploom.sim import simulate
 
+        if operands is not None:  # a fused epilogue: its operands, for scaled_mm its scales and bias too
+            return simulate(self.module, a, b, seed=seed, ctas=ctas, record=record, operands=operands)
         return simulate(self.module, a, b, scale_a, scale_b, bias, seed=seed, ctas=ctas, out=out, record=record)
 
     def check_protocol(self, *, seeds: Iterable[int] = range(4), ctas: Iterable[int] | None = None,

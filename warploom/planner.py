@@ -24,6 +24,8 @@ The heuristic, in order:
    128x256 fits the register budget (a 64x256 accumulator and a 64x128 partial per warpgroup), with 3
    stages (measured 1-3% faster than 4). With fp32 output and a bias that tile spills (8-40 bytes), so
    the planner takes 128x128 there.
+9. A fused epilogue (spec.epilogue) gets a 128-wide tile: computed beside a 64x256 accumulator, its
+   temporaries spill under the consumers' 168-register compile-time cap (a tanh GELU: 2.4 KB).
 """
 
 from __future__ import annotations
@@ -63,6 +65,11 @@ class Plan:
             together); 2: one partition per warpgroup, each owning a row block (passes/split_consumers.py).
         partial_blocks: promoted fp8 only: column blocks of the accumulator, promoted one at a time
             through a block-wide partial (2 lets a 256-wide tile promote within the register budget).
+        hoist_rows: fused epilogues only: load row-vector and scalar operands before the accumulator's
+            final wgmma wait, so their latency hides under the last MMAs (seed 003); False loads them
+            in the epilogue, for measurement.
+        scalar_columns: fused epilogues only: read a column-vector operand as one value per row; False
+            reads it as a full tile gather (the naive way), for measurement.
     """
 
     bm: int
@@ -78,13 +85,16 @@ class Plan:
     epilogue_subtiles: int = 1
     consumer_partitions: int = 1
     partial_blocks: int = 1
+    hoist_rows: bool = True
+    scalar_columns: bool = True
 
     def short(self) -> str:
         sub = f"_e{self.epilogue_subtiles}" if self.epilogue_subtiles > 1 else ""
         split = f"_p{self.consumer_partitions}" if self.consumer_partitions > 1 else ""
         blocks = f"_h{self.partial_blocks}" if self.partial_blocks > 1 else ""
+        ablate = ("" if self.hoist_rows else "_nohoist") + ("" if self.scalar_columns else "_nocolscalar")
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
-                f"{sub}{split}{blocks}")
+                f"{sub}{split}{blocks}{ablate}")
 
 
 def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
@@ -97,8 +107,10 @@ def epilogue_subtiles(bn: int) -> int:
 
 
 def epilogue_bytes(spec: GemmSpec, bm: int, bn: int) -> int:
-    """The epilogue's staging buffer for the TMA store (one column block of the tile)."""
-    return bm * bn // epilogue_subtiles(bn) * spec.out_dtype.bytes
+    """The epilogue's staging buffers: for the TMA store (one column block of the tile per output), and for
+    each dense operand of a fused epilogue (warploom.passes.epilogue)."""
+    dense = [s.dtype for s in spec.epilogue.operands if s.kind.value == "dense"] if spec.epilogue else []
+    return sum(bm * bn // epilogue_subtiles(bn) * d.bytes for d in (*spec.output_dtypes(), *dense))
 
 
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int) -> int:
@@ -109,7 +121,7 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int) ->
 
 def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
                   stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
-                  partial_blocks: int | None = None) -> Plan:
+                  partial_blocks: int | None = None, hoist_rows: bool = True, scalar_columns: bool = True) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations)."""
     from warploom.errors import UnsupportedError
 
@@ -138,12 +150,16 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         blocks = (partial_blocks or (2 if cbn == 256 else 1)) if promoted else 1
         if promoted and cbn == 256 and blocks == 1:
             continue  # acc + whole-width partial: 256 registers per thread
+        if bn is None and cbn == 256 and spec.epilogue is not None:
+            continue  # a fused epilogue beside a 64x256 accumulator spills (gelu: 2.4 KB, ptxas, 2026-11-22)
         if (bn is None and promoted and cbn == 256 and spec.bias_dtype
                 and spec.out_dtype.bytes == 4 and not (spec.scale is ScaleRecipe.TENSORWISE
                                                        and spec.bias_dtype.bytes == 4)):
             continue  # fp32 output + bias on the promoted 256-wide tile spills 8-40 bytes (ptxas, 2026-11-22)
-        if bn is None and cbn == 256 and blocks == 1 and spec.scale is ScaleRecipe.ROWWISE and spec.bias_dtype:
-            continue  # 256-wide scale_b and bias vectors beside the accumulator spill 272 bytes (ptxas)
+        if (bn is None and cbn == 256 and blocks == 1 and spec.scale is ScaleRecipe.ROWWISE and spec.bias_dtype
+                and spec.epilogue is None):
+            continue  # 256-wide scale_b and bias vectors beside the accumulator spill 272 bytes (ptxas); a
+            # fused epilogue works on 128-wide column blocks instead
         fit = max_stages(spec, device, cbm, cbn, bk)
         # Promoted fp8 measured 1-3% faster at 3 stages than at 4 (docs/benchmarks.md, sweeps of 2026-11-22).
         s = (min(fit, 3) if promoted and cbn == 256 else fit) if stages is None else stages
@@ -155,7 +171,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=4 * (cbm // 64),
             group_m=group_m, grid=min(device.sm_count, tiles), epilogue_subtiles=epilogue_subtiles(cbn),
             consumer_partitions=1 if cbm == 64 else (consumer_partitions or 2),
-            partial_blocks=blocks,
+            partial_blocks=blocks, hoist_rows=hoist_rows, scalar_columns=scalar_columns,
         )
         key = (score, -cbm * cbn, plan)
         if best is None or key[:2] < best[:2]:

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from warploom.dtypes import DType
+
+if TYPE_CHECKING:
+    from warploom.epilogue.graph import EpilogueGraph
 
 
 class BLayout(enum.Enum):
@@ -61,6 +65,10 @@ class GemmSpec:
         scale: the fp8 scale recipe (NONE for 16-bit inputs).
         accumulation: NATIVE or PROMOTED (fp8 only).
         bias_dtype: dtype of a (N,) bias added in the epilogue, or None.
+        epilogue: a fused epilogue (warploom.epilogue): the function of the fp32 accumulator and the operands
+            that the kernel stores instead of the cast accumulator; for scaled_mm its accumulator already
+            holds ``acc * scale_a * scale_b + bias``, folded into the graph as operands scale_a, scale_b
+            and bias. None: store the accumulator (after the scale and bias steps) as out_dtype.
     """
 
     m: int
@@ -73,6 +81,7 @@ class GemmSpec:
     scale: ScaleRecipe = ScaleRecipe.NONE
     accumulation: Accumulation = Accumulation.NATIVE
     bias_dtype: DType | None = None
+    epilogue: EpilogueGraph | None = None
 
     def __post_init__(self) -> None:
         # Internal consistency only; user-facing checks with fixes live in warploom.checks.
@@ -105,5 +114,11 @@ class GemmSpec:
         acc = " promoted" if self.accumulation is Accumulation.PROMOTED else ""
         return (
             f"{self.a_dtype.value}x{self.b_dtype.value}->{self.out_dtype.value}{recipe}{acc} "
-            f"{self.m}x{self.n}x{self.k} b={self.b_layout.value}"
+            f"{self.m}x{self.n}x{self.k} b={self.b_layout.value}{' +epilogue' if self.epilogue else ''}"
         )
+
+    def output_dtypes(self) -> tuple[DType, ...]:
+        """The stored type of each output: out_dtype, or each fused-epilogue output's."""
+        if self.epilogue is None:
+            return (self.out_dtype,)
+        return tuple(o.resolve(self.out_dtype) for o in self.epilogue.outputs)

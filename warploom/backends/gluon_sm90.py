@@ -129,8 +129,16 @@ class _PartitionEmitter:
                        comment="wgmma accumulator: each warpgroup owns 64 rows")
                 for a in self.p.accumulators:
                     b.line(f"{a.name} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)")
+                width = self._epilogue_width()
+                if width:
+                    en = _instr_n(self.rows, width, self.p.warps)
+                    b.line(f"ep_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
+                           f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {en}, {256 // bits}])",
+                           comment="one column block of the accumulator, as the fused epilogue computes it")
             for c in self.p.cursors:
                 b.line(f"{c.name} = 0", comment=f"cursor {c.name}: stage uses so far, across tiles")
+            for buf in self._operand_buffers():
+                b.line(f"{buf}_phase = 0", comment=f"phase of {buf}_bar")
             self.body(self.p.body)
 
     def body(self, stmts: tuple[ir.Stmt, ...]) -> None:
@@ -211,8 +219,15 @@ class _PartitionEmitter:
                 b.line(f"{o.acc} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)", c)
             case ir.Epilogue():
                 self.epilogue(o)
+            case ir.LoadOperand():
+                self.load_operand(o)
+            case ir.ApplyEpilogue():
+                self.apply_epilogue(o)
             case ir.StoreWait():
                 b.line(f"tma.store_wait({o.pending})", c)
+            case ir.StoreSmem() if o.output is not None:
+                buf = self.m.buffer(o.buffer)
+                b.line(f"{o.buffer}.store(ep_out{o.output})", c)
             case ir.StoreSmem():
                 buf = self.m.buffer(o.buffer)
                 src = o.acc
@@ -231,11 +246,98 @@ class _PartitionEmitter:
             case ir.TmaStore():
                 col = "off_n" if o.part == 0 else f"off_n + {o.part} * (BN // {o.parts})"
                 row = f"off_m + {self.row0}" if self.row0 else "off_m"
-                b.line(f"tma.async_copy_shared_to_global(c_desc, [{row}, {col}], {o.buffer})", c)
+                b.line(f"tma.async_copy_shared_to_global({output_desc(o.output)}, [{row}, {col}], {o.buffer})", c)
             case ir.Advance():
                 b.line(f"{o.cursor} += 1", c)
             case _:
                 raise NotImplementedError(f"sm_90a lowering of {c}")
+
+    def _epilogue_width(self) -> int:
+        """The column-block width of this partition's fused epilogue (0: none)."""
+        for o, _ in ir.walk(self.p.body):
+            if isinstance(o, ir.ApplyEpilogue):
+                return self._acc(o.acc).cols // o.parts
+        return 0
+
+    def _operand_buffers(self) -> list[str]:
+        return list(dict.fromkeys(o.buffer for o, _ in ir.walk(self.p.body)
+                                  if isinstance(o, ir.LoadOperand) and o.buffer is not None))
+
+    def _block_offsets(self, acc: str, part: int, parts: int) -> tuple[str, str]:
+        """Lines' variables for the rows and columns of block `part` of `acc` (in ep_layout's slices)."""
+        a = self._acc(acc)
+        w = a.cols // parts
+        col0 = a.col0 + part * w
+        row = f"off_m + {self.row0}" if self.row0 else "off_m"
+        col = f"off_n + {col0}" if col0 else "off_n"
+        rows_v, cols_v = "ep_rows", f"ep_cols_{acc}_{part}"
+        self.buf.line(f"{rows_v} = {row} + gl.arange(0, {self.rows}, layout=gl.SliceLayout(1, ep_layout))")
+        self.buf.line(f"{cols_v} = {col} + gl.arange(0, {w}, layout=gl.SliceLayout(0, ep_layout))")
+        return rows_v, cols_v
+
+    def load_operand(self, o: ir.LoadOperand) -> None:
+        from warploom.epilogue.gluon import load_operand
+        from warploom.epilogue.operands import OperandKind
+
+        g = self.m.spec.epilogue
+        assert g is not None
+        spec = g.operand(o.operand)
+        rows_v, cols_v = self._block_offsets(o.acc, o.part, o.parts)
+        rs, cs = spec.mn_strides()
+        kind = {ir.OperandRead.SCALAR: OperandKind.SCALAR, ir.OperandRead.PER_COL: OperandKind.ROW,
+                ir.OperandRead.PER_ROW: OperandKind.COLUMN, ir.OperandRead.TILE: OperandKind.DENSE}[o.read]
+        var, ptr = f"{o.operand}_{o.acc}_{o.part}", f"{o.operand}_ptr"
+        if kind is OperandKind.DENSE and spec.kind is not OperandKind.DENSE:
+            # A vector read as a full tile (the naive way, kept for measurement): one address per element.
+            line = (f"{var} = gl.load({ptr} + gl.expand_dims({rows_v} * {rs}, 1) + gl.expand_dims({cols_v} * {cs}, 0), "
+                    f"mask=gl.expand_dims({rows_v} < M, 1) & gl.expand_dims({cols_v} < N, 0), other=0.0)"
+                    f".to(gl.float32)  # {spec.name}: {spec.kind.value} read as a tile, [rows, cols]")
+        elif o.buffer is not None:
+            # TMA into the operand's buffer, then one shared-memory read in the epilogue's layout. The buffer's
+            # mbarrier is private to this op: its phase flips once per use.
+            buf = o.buffer
+            a = self._acc(o.acc)
+            w = a.cols // o.parts
+            row = f"off_m + {self.row0}" if self.row0 else "off_m"
+            col0 = a.col0 + o.part * w
+            col = f"off_n + {col0}" if col0 else "off_n"
+            nbytes = self.rows * w * spec.dtype.bytes
+            b = self.buf
+            b.line("gl.thread_barrier()", "every thread has read the buffer's previous block")
+            b.line("fence_async_shared()", "... before the async proxy overwrites it")
+            b.line(f"mbarrier.expect({buf}_bar, {nbytes})")
+            b.line(f"tma.async_copy_global_to_shared({o.operand}_desc, [{row}, {col}], {buf}_bar, {buf})")
+            b.line(f"mbarrier.wait({buf}_bar, {buf}_phase)")
+            b.line(f"{buf}_phase ^= 1")
+            b.line(f"{var} = {buf}.load(ep_layout).to(gl.float32)", printer.op(o))
+            return
+        else:
+            line = load_operand(spec, var, ptr, offs_m=rows_v, offs_n=cols_v, mask_m=f"{rows_v} < M",
+                                mask_n=f"{cols_v} < N", rs=str(rs), cs=str(cs))
+        code, _, note = line.partition("  # ")
+        self.buf.line(code, f"{printer.op(o)}: {note}" if note else printer.op(o))
+
+    def apply_epilogue(self, o: ir.ApplyEpilogue) -> None:
+        from warploom.epilogue.gluon import emit
+
+        b, g = self.buf, self.m.spec.epilogue
+        assert g is not None
+        a = self._acc(o.acc)
+        if o.parts == 1:
+            src = o.acc
+        elif o.parts == 2:
+            if o.part == 0:
+                b.line(f"{o.acc}_lo, {o.acc}_hi = {o.acc}.reshape([{self.rows}, 2, {a.cols // 2}])"
+                       ".permute(0, 2, 1).split()", "the accumulator's column halves (register-local)")
+            src = f"{o.acc}_{('lo', 'hi')[o.part]}"
+        else:
+            raise NotImplementedError("sm_90a fused epilogue: 1 or 2 column blocks")
+        b.line(f"ep_acc = gl.convert_layout({src}, ep_layout)", printer.op(o))
+        operands = {s.name: f"{s.name}_{o.acc}_{o.part}" for s in g.operands}
+        outs = [f"ep_out{j}" for j in range(len(g.outputs))]
+        for line in emit(g, "ep_acc", operands, outs, out_dtype=self.m.spec.out_dtype):
+            code, _, note = line.partition("  # ")
+            b.line(code, note or None)
 
     def _acc(self, name: str) -> ir.Accumulator:
         return next(x for x in self.p.accumulators if x.name == name)
@@ -265,6 +367,11 @@ class _PartitionEmitter:
                     b.line(f"{acc} = {acc} + gl.expand_dims(bias, 0)", s.value)
 
 
+def output_desc(output: int) -> str:
+    """The TMA descriptor parameter of kernel output `output` (c_desc, c1_desc, ...)."""
+    return "c_desc" if output == 0 else f"c{output}_desc"
+
+
 def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
     """A partition function's parameters: the descriptors, smem and pointers its ops use, then M, N, K."""
     used: dict[str, None] = {}
@@ -283,8 +390,14 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
             case ir.StoreSmem():
                 used[o.buffer] = None
             case ir.TmaStore():
-                used["c_desc"] = None
+                used[output_desc(o.output)] = None
                 used[o.buffer] = None
+            case ir.LoadOperand() if o.buffer is not None:
+                used[f"{o.operand}_desc"] = None
+                used[o.buffer] = None
+                used[f"{o.buffer}_bar"] = None
+            case ir.LoadOperand():
+                used[f"{o.operand}_ptr"] = None
             case ir.Epilogue():
                 for s in o.steps:
                     if s in (ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE):
@@ -298,17 +411,20 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
 
 def _all_resources(m: ir.Module) -> list[str]:
     return ([r.name for r in m.rings] + [f"{b.name}_bars" for b in m.barriers] + [b.name for b in m.buffers]
+            + [f"{b.name}_bar" for b in m.buffers if b.tensor is ir.Tensor.OPERAND]
             + [p for p in kernel_params(m) if p not in ("M", "N", "K")])
 
 
 def kernel_params(m: ir.Module) -> tuple[str, ...]:
     """The kernel's run-time parameters: TMA descriptors, then scale and bias pointers, then sizes."""
     steps = {s for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
-    ps = ["a_desc", "b_desc", "c_desc"]
+    ps = ["a_desc", "b_desc"] + [output_desc(j) for j in range(len(m.spec.output_dtypes()))]
     if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE}:
         ps += ["scale_a_ptr", "scale_b_ptr"]
     if ir.EpilogueStep.ADD_BIAS in steps:
         ps.append("bias_ptr")
+    if m.spec.epilogue is not None:
+        ps += [f"{s.name}_desc" if s.kind.value == "dense" else f"{s.name}_ptr" for s in m.spec.epilogue.operands]
     return tuple(ps + ["M", "N", "K"])
 
 
@@ -319,6 +435,11 @@ def lower(m: ir.Module) -> GluonSource:
     b.line(comment=f"Generated by warploom from schedule IR module {m.name}.")
     b.line(comment=f"spec: {m.spec.short()}")
     b.lines(_HEADER)
+    if m.spec.epilogue is not None:
+        from warploom.epilogue.gluon import IMPORTS
+
+        for line in IMPORTS:
+            b.line(line, comment="fused epilogue: tl.PropagateNan")
     b.line()
     for name, val in (("BM", t.bm), ("BN", t.bn), ("BK", t.bk), ("STAGES", m.rings[0].depth),
                       ("GROUP_M", t.group_m)):
@@ -340,7 +461,8 @@ def lower(m: ir.Module) -> GluonSource:
             b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {r.rows}, {r.cols}], "
                    f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({r.rows}, {r.cols}) {r.dtype.value}")
         for bf in m.buffers:
-            desc = f"{bf.tensor.value.lower()}_desc"
+            desc = {ir.Tensor.C: output_desc(bf.output), ir.Tensor.OPERAND: f"{bf.operand}_desc"}.get(
+                bf.tensor, f"{bf.tensor.value.lower()}_desc")
             b.line(f"{bf.name} = gl.allocate_shared_memory({desc}.dtype, [{bf.rows}, {bf.cols}], {desc}.layout)",
                    comment=f"buffer {bf.name}: ({bf.rows}, {bf.cols}) {bf.dtype.value}")
         for br in m.barriers:
@@ -349,6 +471,11 @@ def lower(m: ir.Module) -> GluonSource:
         with b.block(f"for i in gl.static_range({m.barriers[0].depth})"):
             for br in m.barriers:
                 b.line(f"mbarrier.init({br.name}_bars.index(i), count={br.count})")
+        for bf in m.buffers:
+            if bf.tensor is ir.Tensor.OPERAND:
+                b.line(f"{bf.name}_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())",
+                       comment=f"TMA completion of {bf.name}, private to its load_operand ops")
+                b.line(f"mbarrier.init({bf.name}_bar, count=1)")
         b.line("fence_async_shared()", comment="make the mbarrier inits visible to the async proxy")
         b.line(comment="argument tuples stay inline: binding one to a variable turns constexprs into tensors")
         b.line("gl.warp_specialize([")

@@ -35,6 +35,7 @@ class Tensor(enum.Enum):
     A = "A"
     B = "B"
     C = "C"
+    OPERAND = "operand"  # a fused epilogue's dense operand (Buffer.operand names it)
 
 
 class Axis(enum.Enum):
@@ -61,6 +62,22 @@ class LoopKind(enum.Enum):
     TILES = "tiles"
     K = "k"
     FLAT = "tiles*k"
+
+
+class OperandRead(enum.Enum):
+    """How a fused epilogue's operand is read for one column block of a tile (seed 003).
+
+    PER_ROW: one value per row, [rows, 1], broadcast over the block (a column operand: "scalar column read").
+    PER_COL: one value per column, [1, cols] (a row operand).
+    TILE: a [rows, cols] gather, one address per element (dense operands; a column operand with the
+        scalar column read switched off reads this way, every column of a row repeating one address).
+    SCALAR: one value for the whole tile.
+    """
+
+    PER_ROW = "per_row"
+    PER_COL = "per_col"
+    TILE = "tile"
+    SCALAR = "scalar"
 
 
 class EpilogueStep(enum.Enum):
@@ -105,13 +122,19 @@ class Ring:
 
 @dataclass(frozen=True)
 class Buffer:
-    """A single shared-memory tile, e.g. the epilogue's staging tile for the TMA store."""
+    """A single shared-memory tile, e.g. the epilogue's staging tile for the TMA store.
+
+    `output` numbers the kernel output it stages (a fused epilogue may have several; 0 is C); a buffer of
+    tensor OPERAND stages the dense epilogue operand `operand` on its way from global memory (TMA) to
+    registers."""
 
     name: str
     tensor: Tensor
     dtype: DType
     rows: int
     cols: int
+    output: int = 0
+    operand: str | None = None
 
     @property
     def bytes(self) -> int:
@@ -283,6 +306,35 @@ class Epilogue:
 
 
 @dataclass(frozen=True)
+class LoadOperand:
+    """Load fused-epilogue operand `operand` (of the spec's epilogue graph) for column block `part` of `parts`
+    of accumulator `acc`'s columns (and the partition's rows) of the current tile into registers, read as
+    `read`. Elements outside the problem read as 0. The registers stay valid until the next LoadOperand of
+    the same (operand, acc, part); where this op stands (before the accumulator's MmaWait: hoisted, or just
+    before its ApplyEpilogue) is the schedule's choice. With a `buffer` (dense operands), the block travels
+    global -> `buffer` by TMA -> registers, and the op completes when the registers hold it (the buffer's
+    mbarrier is private to the op)."""
+
+    operand: str
+    acc: str
+    part: int
+    parts: int
+    read: OperandRead
+    buffer: str | None = None
+
+
+@dataclass(frozen=True)
+class ApplyEpilogue:
+    """Evaluate the spec's epilogue graph on column block `part` of `parts` of `acc` (fp32) with the operand
+    registers the preceding LoadOperand ops loaded for that block. Its outputs, each cast to its stored
+    dtype, are held in registers for the StoreSmem ops that follow (until the next ApplyEpilogue)."""
+
+    acc: str
+    part: int
+    parts: int
+
+
+@dataclass(frozen=True)
 class StoreTile:
     """Abstract: write `acc`, cast to the output dtype, to C's tile at (tile m, tile n); out-of-bounds
     elements are dropped. Lowered by the epilogue pass to StoreSmem / FenceAsync / TmaStore."""
@@ -300,12 +352,15 @@ class StoreWait:
 @dataclass(frozen=True)
 class StoreSmem:
     """Generic-proxy store of column block `part` of `parts` of `acc` (columns [part * BN / parts,
-    (part + 1) * BN / parts)), cast to `buffer`'s dtype, into `buffer` (all the partition's threads)."""
+    (part + 1) * BN / parts)), cast to `buffer`'s dtype, into `buffer` (all the partition's threads).
+    With `output` set, the stored value is instead that epilogue output of the last ApplyEpilogue (which
+    computed the same block)."""
 
     acc: str
     buffer: str
     part: int = 0
     parts: int = 1
+    output: int | None = None
 
 
 @dataclass(frozen=True)
@@ -316,13 +371,15 @@ class FenceAsync:
 
 @dataclass(frozen=True)
 class TmaStore:
-    """Asynchronously copy `buffer` to column block `part` of `parts` of C's tile at (tile m, tile n),
-    i.e. to origin (m * BM, n * BN + part * BN / parts); out-of-bounds elements are dropped."""
+    """Asynchronously copy `buffer` to column block `part` of `parts` of output `output`'s tile at (tile m,
+    tile n), i.e. to origin (m * BM, n * BN + part * BN / parts); out-of-bounds elements are dropped.
+    Output 0 is C; a fused epilogue with several outputs stores output j to the j-th output tensor."""
 
     buffer: str
     tensor: Tensor = Tensor.C
     part: int = 0
     parts: int = 1
+    output: int = 0
 
 
 @dataclass(frozen=True)
@@ -343,7 +400,7 @@ class Advance:
 
 Op = (
     Wait | Arrive | ArriveExpectTx | TmaLoad | Mma | MmaWait | Promote | ZeroAcc | Epilogue | StoreTile | StoreWait
-    | StoreSmem | FenceAsync | TmaStore | Advance
+    | StoreSmem | FenceAsync | TmaStore | Advance | LoadOperand | ApplyEpilogue
 )
 Stmt = Op | Loop
 

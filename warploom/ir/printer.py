@@ -20,6 +20,11 @@ def _guard(g: ir.Guard) -> str:
     return "" if g is ir.Guard.ALWAYS else f"  if {g.value}"
 
 
+def output_name(tensor: ir.Tensor, output: int) -> str:
+    """C for the kernel's first output; C1, C2, ... for a fused epilogue's further outputs."""
+    return tensor.value if output == 0 else f"{tensor.value}{output}"
+
+
 def op(o: ir.Op) -> str:
     """One op as one line."""
     match o:
@@ -53,12 +58,20 @@ def op(o: ir.Op) -> str:
             return f"tma_store_wait pending={o.pending}"
         case ir.StoreSmem():
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
-            return f"store_smem {o.buffer} <- {o.acc}{part}"
+            src = f"{o.acc}{part}" if o.output is None else f"out{o.output} of {o.acc}{part}"
+            return f"store_smem {o.buffer} <- {src}"
+        case ir.LoadOperand():
+            part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
+            via = f" via {o.buffer}" if o.buffer else ""
+            return f"load_operand {o.operand} for {o.acc}{part} as {o.read.value}{via}"
+        case ir.ApplyEpilogue():
+            part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
+            return f"apply_epilogue {o.acc}{part}"
         case ir.FenceAsync():
             return "fence_async_shared"
         case ir.TmaStore():
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
-            return f"tma_store {o.buffer} -> {o.tensor.value}[m, n]{part}"
+            return f"tma_store {o.buffer} -> {output_name(o.tensor, o.output)}[m, n]{part}"
         case ir.Advance():
             return f"advance {o.cursor}"
     raise TypeError(f"unknown op {o!r}")
@@ -84,10 +97,16 @@ def module(m: ir.Module) -> str:
     for r in m.rings:
         out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]")
     for b in m.buffers:
-        out.append(f"  buffer {b.name}: {b.tensor.value} {b.dtype.value}[{b.rows}x{b.cols}]")
+        what = b.operand if b.tensor is ir.Tensor.OPERAND else output_name(b.tensor, b.output)
+        out.append(f"  buffer {b.name}: {what} {b.dtype.value}[{b.rows}x{b.cols}]")
     for br in m.barriers:
         out.append(f"  mbarrier {br.name}[{br.depth}] count={br.count} {br.purpose.value} of {', '.join(br.rings)}")
     out.append(f"  smem {m.smem_bytes} bytes")
+    if m.spec.epilogue is not None:
+        from warploom.epilogue import printer as ep
+
+        out.append("  epilogue:")
+        out += ["    " + line for line in ep.text(m.spec.epilogue).splitlines()]
     for p in m.partitions:
         flags = " default" if p.default else ""
         regs = f" regs={p.regs}" if p.regs else ""

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from warploom.device import DeviceInfo
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
+from warploom.ir import printer
 
 _MAX_REGS = 256
 _MIN_REGS = 24
@@ -87,9 +88,10 @@ def structural(m: ir.Module) -> list[str]:
                     for a in (o.src, o.dst):
                         if a not in accs:
                             errs.append(f"{where}: promote uses unknown accumulator {a}")
-                case ir.Epilogue() | ir.StoreTile() | ir.ZeroAcc():
+                case ir.Epilogue() | ir.StoreTile() | ir.ZeroAcc() | ir.LoadOperand() | ir.ApplyEpilogue():
                     if o.acc not in accs:
                         errs.append(f"{where}: {line} of unknown accumulator {o.acc}")
+                    _check_fused(m, o, where, line, errs)
                 case ir.StoreSmem() | ir.TmaStore():
                     if o.buffer not in {b.name for b in m.buffers}:
                         errs.append(f"{where}: {line} uses unknown buffer {o.buffer}")
@@ -100,6 +102,39 @@ def structural(m: ir.Module) -> list[str]:
                     and ir.LoopKind.FLAT not in loops:
                 errs.append(f"{where}: guard {o.guard.value} outside a k-loop")
     return errs
+
+
+def _check_fused(m: ir.Module, o: ir.Op, where: str, line: str, errs: list[str]) -> None:
+    """Fused-epilogue ops need the spec's graph, and a load must name one of its operands."""
+    if not isinstance(o, (ir.LoadOperand, ir.ApplyEpilogue)):
+        return
+    g = m.spec.epilogue
+    if g is None:
+        errs.append(f"{where}: {line} but the spec has no fused epilogue")
+    elif isinstance(o, ir.LoadOperand) and o.operand not in {s.name for s in g.operands}:
+        errs.append(f"{where}: {line}: the epilogue has no operand {o.operand!r}")
+
+
+def _check_loaded(p: ir.Partition, m: ir.Module, errs: list[str]) -> None:
+    """Every ApplyEpilogue finds each operand of the graph loaded for its block earlier in the same tile."""
+    g = m.spec.epilogue
+    if g is None:
+        return
+
+    def tile(body: tuple[ir.Stmt, ...]) -> None:
+        loaded: set[tuple[str, str, int]] = set()
+        for s in body:
+            if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES:
+                tile(s.body)
+            elif isinstance(s, ir.LoadOperand):
+                loaded.add((s.operand, s.acc, s.part))
+            elif isinstance(s, ir.ApplyEpilogue):
+                for spec in g.operands:
+                    if (spec.name, s.acc, s.part) not in loaded:
+                        errs.append(f"partition {p.name}: {printer.op(s)} before operand {spec.name} is loaded "
+                                    "for that block")
+
+    tile(p.body)
 
 
 def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
@@ -134,6 +169,7 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
                 case ir.StoreTile():
                     errs.append(f"{where}: abstract store_tile left: the epilogue pass did not run")
         _check_async(p, errs)
+        _check_loaded(p, m, errs)
     for r in m.rings:
         w, rd = writers.get(r.name, set()), readers.get(r.name, set())
         if not w or not rd:
@@ -187,7 +223,7 @@ def _check_async(p: ir.Partition, errs: list[str]) -> None:
     """Abstractly run the body (each loop twice, to reach its steady state) counting wgmma in flight
     and TMA stores outstanding."""
     state = {"mma": 0, "store": 0}
-    reads_acc = (ir.Promote, ir.Epilogue, ir.StoreSmem, ir.StoreTile, ir.ZeroAcc)
+    reads_acc = (ir.Promote, ir.Epilogue, ir.StoreSmem, ir.StoreTile, ir.ZeroAcc, ir.ApplyEpilogue)
 
     def run(body: tuple[ir.Stmt, ...]) -> None:
         for s in body:

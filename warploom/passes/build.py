@@ -26,8 +26,21 @@ def kernel_name(spec: GemmSpec, plan: Plan) -> str:
     bias = "_bias" if spec.bias_dtype else ""
     return (
         f"warploom_{spec.a_dtype.value}{spec.b_dtype.value}_{spec.out_dtype.value}{scale}{bias}{acc}"
-        f"_b{spec.b_layout.value}_{plan.short()}"
+        f"_b{spec.b_layout.value}_{plan.short()}{_epilogue_tag(spec)}"
     )
+
+
+def _epilogue_tag(spec: GemmSpec) -> str:
+    """A fused epilogue's fingerprint: the kernel name keys the on-disk source cache, and two epilogues (or
+    two operand stride patterns, which are compiled in) must not share a file."""
+    if spec.epilogue is None:
+        return ""
+    import hashlib
+
+    from warploom.epilogue import printer
+
+    key = printer.text(spec.epilogue) + repr([(s.name, s.mn_strides()) for s in spec.epilogue.operands])
+    return "_ep" + hashlib.sha1(key.encode()).hexdigest()[:10]
 
 
 def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
@@ -62,11 +75,13 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     k_body.append(ir.Advance("c"))
 
     steps: list[ir.EpilogueStep] = []
-    if spec.scale is ScaleRecipe.TENSORWISE:
+    if spec.epilogue is not None:
+        pass  # a fused epilogue's graph holds the scales and the bias as operands (GemmSpec.epilogue)
+    elif spec.scale is ScaleRecipe.TENSORWISE:
         steps.append(ir.EpilogueStep.SCALE_TENSORWISE)
     elif spec.scale is ScaleRecipe.ROWWISE:
         steps.append(ir.EpilogueStep.SCALE_ROWWISE)
-    if spec.bias_dtype is not None:
+    if spec.bias_dtype is not None and spec.epilogue is None:
         steps.append(ir.EpilogueStep.ADD_BIAS)
 
     tile_body: list[ir.Stmt] = [ir.ZeroAcc(a.name) for a in accs[:blocks]] if promoted else []

@@ -8,25 +8,56 @@ saved buys the mainloop one more pipeline stage (planner.py), at the cost of one
     fence_async_shared           # make those writes visible to the TMA engine (async proxy)
     tma_store c_smem -> C[m, n]  # overlaps the next tile's mainloop
   ... and after the tile loop: tma_store_wait pending=0, so the CTA never exits with a store in flight.
+
+A fused epilogue (spec.epilogue) runs per column block, so only one block's operands and outputs are live
+beside the accumulator (a whole 64x256 block with a dense residual would spill):
+
+    load_operand residual for acc[cols 0/2] as tile     # each operand the block reads
+    apply_epilogue acc[cols 0/2]                        # the graph, on this block of the accumulator
+    tma_store_wait pending=0
+    store_smem c_smem <- out0 of acc[cols 0/2]          # one staging buffer per output
+    fence_async_shared
+    tma_store c_smem -> C[m, n][cols 0/2]
+
+How an operand is read follows its kind (Plan.scalar_columns switches the column read off for measurement):
+a column vector one value per row (seed 003's scalar column read), a row vector one value per column, a
+dense operand a tile gather. `HoistOperands` then moves the row and scalar loads ahead of the accumulator's
+final wgmma wait.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from warploom.epilogue.graph import EpilogueGraph
+from warploom.epilogue.operands import OperandKind
 from warploom.ir import nodes as ir
 from warploom.passes.util import rewrite
+
+
+def operand_read(kind: OperandKind, scalar_columns: bool) -> ir.OperandRead:
+    """How an operand of `kind` is read for one column block."""
+    return {
+        OperandKind.SCALAR: ir.OperandRead.SCALAR,
+        OperandKind.ROW: ir.OperandRead.PER_COL,
+        OperandKind.COLUMN: ir.OperandRead.PER_ROW if scalar_columns else ir.OperandRead.TILE,
+        OperandKind.DENSE: ir.OperandRead.TILE,
+    }[kind]
 
 
 @dataclass(frozen=True)
 class LowerEpilogue:
     """Attributes:
-    subtiles: column blocks the tile is stored in (1 or 2)."""
+    subtiles: column blocks the tile is stored in (1 or 2).
+    scalar_columns: read column-vector operands of a fused epilogue one value per row (else as a tile)."""
 
     subtiles: int = 1
+    scalar_columns: bool = True
 
     def __call__(self, m: ir.Module) -> ir.Module:
         t, n = m.tiling, self.subtiles
+        graph = m.spec.epilogue
+        out_dtypes = m.spec.output_dtypes()
         storing = [p for p in m.partitions if any(isinstance(o, ir.StoreTile) for o, _ in ir.walk(p.body))]
         buffers: list[ir.Buffer] = []
         parts = []
@@ -34,25 +65,97 @@ class LowerEpilogue:
             if p not in storing:
                 parts.append(p)
                 continue
-            # Each storing partition (one per consumer warpgroup after SplitConsumers) stages its own rows.
-            name = "c_smem" if len(storing) == 1 else f"c_smem{len(buffers)}"
+            # Each storing partition (one per consumer warpgroup after SplitConsumers) stages its own rows,
+            # in one buffer per output.
+            base = "c_smem" if len(storing) == 1 else f"c_smem{storing.index(p)}"
             rows = p.rows.rows if p.rows else t.bm
             accs = {a.name: a for a in p.accumulators}
             # One column block per store; an accumulator narrower than that (column-block accumulators)
             # is stored whole.
             width = min([t.bn // n] + [accs[o.acc].cols for o, _ in ir.walk(p.body) if isinstance(o, ir.StoreTile)])
-            buf = ir.Buffer(name, ir.Tensor.C, m.spec.out_dtype, rows, width)
-            buffers.append(buf)
-
-            def lower(o: ir.Op, buf: ir.Buffer = buf, accs: dict[str, ir.Accumulator] = accs) -> tuple[ir.Stmt, ...]:
-                if not isinstance(o, ir.StoreTile):
-                    return (o,)
-                acc, w = accs[o.acc], buf.cols
-                out: list[ir.Stmt] = []
-                for i in range(acc.cols // w):
-                    out += [ir.StoreWait(0), ir.StoreSmem(o.acc, buf.name, i, acc.cols // w), ir.FenceAsync(),
-                            ir.TmaStore(buf.name, part=acc.col0 // w + i, parts=t.bn // w)]
-                return tuple(out)
-
+            bufs = tuple(ir.Buffer(base if j == 0 else f"{base}_{j}", ir.Tensor.C, d, rows, width, output=j)
+                         for j, d in enumerate(out_dtypes))
+            # Dense operands come by TMA through a buffer of their own: loaded straight into the wgmma
+            # layout each thread would hold a 64-bit address per 4 bytes, and spill.
+            dense = {s.name: ir.Buffer(f"{s.name}_smem{base.removeprefix('c_smem')}", ir.Tensor.OPERAND, s.dtype,
+                                       rows, width, operand=s.name)
+                     for s in (graph.operands if graph else ()) if s.kind is OperandKind.DENSE}
+            buffers.extend(bufs + tuple(dense.values()))
+            lower = _Lower(graph, bufs, accs, t.bn, self.scalar_columns, {k: v.name for k, v in dense.items()})
             parts.append(replace(p, body=rewrite(p.body, lower) + (ir.StoreWait(0),)))
         return replace(m, buffers=m.buffers + tuple(buffers), partitions=tuple(parts))
+
+
+@dataclass(frozen=True)
+class _Lower:
+    graph: EpilogueGraph | None
+    bufs: tuple[ir.Buffer, ...]
+    accs: dict[str, ir.Accumulator]
+    bn: int
+    scalar_columns: bool
+    dense: dict[str, str]
+
+    def __call__(self, o: ir.Op) -> tuple[ir.Stmt, ...]:
+        if not isinstance(o, ir.StoreTile):
+            return (o,)
+        acc, w = self.accs[o.acc], self.bufs[0].cols
+        n = acc.cols // w
+        out: list[ir.Stmt] = []
+        for i in range(n):
+            if self.graph is None:
+                out += [ir.StoreWait(0), ir.StoreSmem(o.acc, self.bufs[0].name, i, n), ir.FenceAsync(),
+                        ir.TmaStore(self.bufs[0].name, part=acc.col0 // w + i, parts=self.bn // w)]
+                continue
+            out += [ir.LoadOperand(s.name, o.acc, i, n, operand_read(s.kind, self.scalar_columns),
+                                   self.dense.get(s.name)) for s in self.graph.operands]
+            out += [ir.ApplyEpilogue(o.acc, i, n), ir.StoreWait(0)]
+            out += [ir.StoreSmem(o.acc, b.name, i, n, output=b.output) for b in self.bufs]
+            out.append(ir.FenceAsync())
+            out += [ir.TmaStore(b.name, part=acc.col0 // w + i, parts=self.bn // w, output=b.output)
+                    for b in self.bufs]
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class HoistOperands:
+    """Move a fused epilogue's row-vector and scalar operand loads ahead of the accumulator's final wgmma
+    wait (seed 003: their global-memory latency then hides under the last MMAs instead of stalling the
+    epilogue). They stay after the k-loop, so they hold registers only while the accumulator drains.
+    Column and dense operands stay where they are: they are read per block, beside the block's math.
+
+    A consumer whose k-loop is followed by no wgmma wait (promoted fp8 waits inside the loop) gets its
+    loads just after the k-loop: the earliest point that does not keep them live across the mainloop.
+
+    Attributes:
+        enabled: False leaves every load before its ApplyEpilogue (for measurement).
+    """
+
+    enabled: bool = True
+
+    def __call__(self, m: ir.Module) -> ir.Module:
+        if not self.enabled or m.spec.epilogue is None:
+            return m
+        return replace(m, partitions=tuple(replace(p, body=_hoist(p.body)) for p in m.partitions))
+
+
+_HOISTED = (ir.OperandRead.PER_COL, ir.OperandRead.SCALAR)
+
+
+def _hoist(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    out: list[ir.Stmt] = []
+    for s in body:
+        if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES:
+            out.append(ir.Loop(s.kind, _hoist_tile(s.body)))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
+def _hoist_tile(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    loads = [s for s in body if isinstance(s, ir.LoadOperand) and s.read in _HOISTED]
+    if not loads:
+        return body
+    rest = [s for s in body if s not in loads]
+    # Right after the k-loop: before the final wgmma wait where there is one.
+    at = max(i for i, s in enumerate(rest) if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.K) + 1
+    return tuple(rest[:at]) + tuple(loads) + tuple(rest[at:])

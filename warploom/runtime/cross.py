@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from warploom.backends.gluon_sm90 import GluonSource
+from warploom.backends.gluon_sm90 import GluonSource, output_desc
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.runtime.loader import load
@@ -72,9 +72,14 @@ def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
     """Each TMA descriptor's element type and box (block) shape."""
     t, s = m.tiling, m.spec
     b_block = [t.bn, t.bk] if s.b_layout is BLayout.K_MAJOR else [t.bk, t.bn]
-    c = next(b for b in m.buffers if b.tensor is ir.Tensor.C)
-    return {"a_desc": (s.a_dtype, [t.bm, t.bk]), "b_desc": (s.b_dtype, b_block),
-            "c_desc": (s.out_dtype, [c.rows, c.cols])}
+    blocks = {"a_desc": (s.a_dtype, [t.bm, t.bk]), "b_desc": (s.b_dtype, b_block)}
+    for j, dt in enumerate(s.output_dtypes()):
+        c = next(b for b in m.buffers if b.tensor is ir.Tensor.C and b.output == j)
+        blocks[output_desc(j)] = (dt, [c.rows, c.cols])
+    for bf in m.buffers:
+        if bf.tensor is ir.Tensor.OPERAND:
+            blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows, bf.cols])
+    return blocks
 
 
 def shared_layout(dtype: DType, block: list[int]) -> Any:
@@ -93,9 +98,12 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
             sig[p] = f"tensordesc<{_SIG[d]}[{', '.join(map(str, blk))}],{shared_layout(d, blk)!r}>"
         elif p in ("scale_a_ptr", "scale_b_ptr"):
             sig[p] = "*fp32"
-        elif p == "bias_ptr":
+        elif p == "bias_ptr" and m.spec.epilogue is None:
             assert m.spec.bias_dtype is not None
             sig[p] = f"*{_SIG[m.spec.bias_dtype]}"
+        elif p.endswith("_ptr"):
+            assert m.spec.epilogue is not None
+            sig[p] = f"*{_SIG[m.spec.epilogue.operand(p.removesuffix('_ptr')).dtype]}"
         else:
             sig[p] = "i32"
     return sig

@@ -7,14 +7,30 @@ which) is prepared once per kernel in a `Launcher`, so an eager call only builds
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from warploom.backends.gluon_sm90 import GluonSource
+from warploom.backends.gluon_sm90 import GluonSource, output_desc
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
 from warploom.runtime.loader import load
 from warploom.spec import BLayout
+
+
+@dataclass(frozen=True)
+class Call:
+    """One launch's tensors. A fused epilogue's operands (for scaled_mm, scale_a, scale_b and bias among
+    them) are in `operands`; its outputs after the first in `extra_outs`."""
+
+    a: Any
+    b: Any
+    out: Any
+    scale_a: Any = None
+    scale_b: Any = None
+    bias: Any = None
+    operands: Mapping[str, Any] = field(default_factory=dict)
+    extra_outs: Sequence[Any] = ()
 
 
 class Launcher:
@@ -28,31 +44,40 @@ class Launcher:
         self._opts = {"num_warps": src.num_warps, "maxnreg": src.maxnreg}
         k_major = m.spec.b_layout is BLayout.K_MAJOR
         blocks = descriptor_blocks(m)
-        getters: dict[str, Callable[..., Any]] = {
+        getters: dict[str, Callable[[Call], Any]] = {
             # B's descriptor is over its storage order: (N, K) rows for K-major B, (K, N) rows otherwise.
-            "a_desc": lambda a, b, o, sa, sb, bias: a,
-            "b_desc": (lambda a, b, o, sa, sb, bias: b.t()) if k_major else (lambda a, b, o, sa, sb, bias: b),
-            "c_desc": lambda a, b, o, sa, sb, bias: o,
+            "a_desc": lambda c: c.a,
+            "b_desc": (lambda c: c.b.t()) if k_major else (lambda c: c.b),
+            "c_desc": lambda c: c.out,
         }
-        self._args: list[Callable[..., Any]] = []
+        for j in range(1, len(m.spec.output_dtypes())):
+            getters[output_desc(j)] = functools.partial(lambda j, c: c.extra_outs[j - 1], j)
+        for bf in m.buffers:
+            if bf.tensor is ir.Tensor.OPERAND:
+                getters[f"{bf.operand}_desc"] = functools.partial(lambda name, c: c.operands[name], bf.operand)
+        fused = m.spec.epilogue is not None
+        self._args: list[Callable[[Call], Any]] = []
         for p in src.params:
             if p in blocks:
                 d, blk = blocks[p]
-                layout = shared_layout(d, blk)
-                get = getters[p]
-                self._args.append(functools.partial(_desc, TensorDescriptor, get, blk, layout))
+                self._args.append(functools.partial(_desc, TensorDescriptor, getters[p], blk, shared_layout(d, blk)))
+            elif fused and p.endswith("_ptr"):
+                # Operands keep their own strides (compiled into the kernel): the storage goes as it is.
+                self._args.append(functools.partial(lambda name, c: c.operands[name], p.removesuffix("_ptr")))
             elif p == "scale_a_ptr":
-                self._args.append(lambda a, b, o, sa, sb, bias: _aligned(sa.reshape(-1)))
+                self._args.append(lambda c: _aligned(c.scale_a.reshape(-1)))
             elif p == "scale_b_ptr":
-                self._args.append(lambda a, b, o, sa, sb, bias: _aligned(sb.reshape(-1)))
+                self._args.append(lambda c: _aligned(c.scale_b.reshape(-1)))
             elif p == "bias_ptr":
-                self._args.append(lambda a, b, o, sa, sb, bias: _aligned(bias))
+                self._args.append(lambda c: _aligned(c.bias))
             else:
-                self._args.append({"M": lambda a, b, *_: a.shape[0], "N": lambda a, b, *_: b.shape[1],
-                                   "K": lambda a, b, *_: a.shape[1]}[p])
+                self._args.append({"M": lambda c: c.a.shape[0], "N": lambda c: c.b.shape[1],
+                                   "K": lambda c: c.a.shape[1]}[p])
 
-    def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> Any:
-        args = [g(a, b, out, scale_a, scale_b, bias) for g in self._args]
+    def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
+                 operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
+        call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs)
+        args = [g(call) for g in self._args]
         tiles = -(-a.shape[0] // self._bm) * -(-b.shape[1] // self._bn)
         self._fn[(min(self._grid_max, tiles),)](*args, **self._opts)
         return out
@@ -64,5 +89,5 @@ def _aligned(t: Any) -> Any:
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
 
-def _desc(cls: Any, get: Callable[..., Any], blk: list[int], layout: Any, *tensors: Any) -> Any:
-    return cls.from_tensor(get(*tensors), blk, layout)
+def _desc(cls: Any, get: Callable[[Call], Any], blk: list[int], layout: Any, call: Call) -> Any:
+    return cls.from_tensor(get(call), blk, layout)

@@ -14,6 +14,10 @@ ring slot and buffer (`memory.py`) and, optionally, the data with torch on the C
 Entry points elsewhere: `Kernel.simulate` / `Kernel.check_protocol`; `warploom.matmul` and
 `warploom.scaled_mm` on small CPU problems; `warploom sim` and `warploom demo` without a GPU.
 
+A module with a fused epilogue (`GemmSpec.epilogue`) runs the same way: `simulate(..., operands={name: tensor})`
+takes the graph's operands (for scaled_mm with an epilogue the scales and bias too), `apply_epilogue` is
+`warploom.epilogue.reference.evaluate_tile` on each block, and `SimResult.outputs` holds one tensor per output.
+
 Findings (`SimFinding`, kinds in `FindingKind`) name the CTA, partition, op, (tile, k), barrier and phase.
 """
 

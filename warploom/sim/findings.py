@@ -32,6 +32,10 @@ class FindingKind(enum.Enum):
     MISSING_FENCE = "a generic-proxy smem write reaches a TMA store without fence_async_shared in between"
     STORE_BUFFER_RACE = "store_smem overwrites a buffer that an earlier TMA store may still read: tma_store_wait"
     ACC_RACE = "an accumulator is read or reset while an async wgmma writing it is in flight: wgmma_wait first"
+    OPERAND_NOT_LOADED = ("apply_epilogue runs without this tile's load_operand of one of the graph's operands for "
+                          "its block: the registers hold nothing, or another tile's values")
+    EPILOGUE_NOT_APPLIED = ("store_smem of an epilogue output whose block no apply_epilogue of this tile computed: "
+                            "the buffer gets no value, or another block's")
     ASYNC_AT_EXIT = "a partition exits with async work (wgmma or TMA store) still in flight"
     LOST_FILL = "a TMA load's data was never read: producer and consumer loop trip counts disagree"
     OUTPUT_COVERAGE = "an output tile was stored twice or never: the tile loops or raster disagree"

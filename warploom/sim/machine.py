@@ -17,6 +17,11 @@ completed (see `barrier.py`). So a missing wait is found on every schedule, not 
 of the partition's operations (the scheduler decides when each finishes), then retire them: the same
 as "complete the oldest until N remain", with the completions free to interleave with other partitions.
 A wgmma reads its operands when it finishes; the data move only when the machine carries `CtaData`.
+
+A fused epilogue's ``load_operand`` is a synchronous register load of read-only global memory, so it only
+records which tile's block each operand's registers hold; ``apply_epilogue`` must find every graph operand
+loaded for its block in the current tile, and a ``store_smem`` of an epilogue output the same tile's
+``apply_epilogue`` of its block.
 """
 
 from __future__ import annotations
@@ -31,12 +36,14 @@ from warploom.sim.findings import FindingKind, FindingSink, SimFinding
 from warploom.sim.memory import BufferState, SlotState
 from warploom.sim.numerics import CtaData
 from warploom.sim.program import (
+    ApplyI,
     ArriveI,
     CtaProgram,
     EpilogueI,
     ExpectI,
     FenceI,
     LoadI,
+    LoadOperandI,
     MmaI,
     MmaWaitI,
     PromoteI,
@@ -92,6 +99,13 @@ class Machine:
         self.k_steps = 0
         self.blocked_at = [-1] * n
         self.events: list[TimelineEvent] | None = [] if record else None
+        # Fused epilogue registers, per partition: the tile (index) each operand was last loaded in for a block
+        # (operand, acc, cols), and the block (acc, cols, tile index) the last apply_epilogue computed. Both are
+        # functions of the partition's pc (its own program prefix), so `key` need not hold them.
+        g = m.spec.epilogue
+        self.graph_operands = tuple(s.name for s in g.operands) if g is not None else ()
+        self.loaded: list[dict[tuple[str, str, tuple[int, int]], int]] = [{} for _ in range(n)]
+        self.applied: list[tuple[str, tuple[int, int], int] | None] = [None] * n
 
     # ------------------------------------------------------------------------------------------
     # scheduling interface
@@ -135,7 +149,7 @@ class Machine:
         if pc == len(tr):
             return False
         ins = tr[pc]
-        if isinstance(ins, (PromoteI, ZeroI, EpilogueI, FenceI)):
+        if isinstance(ins, (PromoteI, ZeroI, EpilogueI, FenceI, LoadOperandI, ApplyI)):
             return True
         if isinstance(ins, (StoreSmemI, TmaStoreI)):
             return ins.buffer in self.prog.private[i]
@@ -197,6 +211,9 @@ class Machine:
         c.tokens = list(self.tokens)
         c.step, c.k_steps = self.step, self.k_steps
         c.blocked_at = list(self.blocked_at)
+        c.graph_operands = self.graph_operands
+        c.loaded = [dict(d) for d in self.loaded]
+        c.applied = list(self.applied)
         return c
 
     # ------------------------------------------------------------------------------------------
@@ -409,8 +426,33 @@ class Machine:
         if self.data is not None:
             self.data.epilogue(i, ins.acc, ins.steps, ins.off_m, ins.off_n)
 
+    def _load_operand(self, i: int, pc: int, ins: LoadOperandI) -> None:
+        # A synchronous register load of read-only global memory: nothing to order against other partitions.
+        assert ins.site.tile is not None
+        self.loaded[i][(ins.operand, ins.acc, ins.cols)] = ins.site.tile.index
+
+    def _apply(self, i: int, pc: int, ins: ApplyI) -> None:
+        self._acc_check(i, ins.site, (ins.acc,), "reads")
+        tile = ins.site.tile
+        assert tile is not None
+        block = f"{ins.acc}[:, {ins.cols[0]}:{ins.cols[1]}]"
+        for name in self.graph_operands:
+            at = self.loaded[i].get((name, ins.acc, ins.cols))
+            if at == tile.index:
+                continue
+            why = ("no load_operand of it for that block ran before in this partition" if at is None else
+                   f"its last load_operand for that block ran in tile #{at}, so the registers hold that tile's values")
+            self._flag(FindingKind.OPERAND_NOT_LOADED, ins.site,
+                       f"{ins.site.where()} evaluates the epilogue on {block} reading operand {name}, but {why}: "
+                       f"put a `load_operand {name}` for this block in the tile loop before the apply_epilogue")
+        self.applied[i] = (ins.acc, ins.cols, tile.index)
+        if self.data is not None:
+            self.data.apply(i, ins.acc, ins.cols, ins.off_m, ins.off_n)
+
     def _store_smem(self, i: int, pc: int, ins: StoreSmemI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
+        if ins.output is not None:
+            self._applied_check(i, ins)
         buf = self.bufs[ins.buffer]
         for r in buf.stores:
             rs = self.prog.traces[r[0]][r[1]].site
@@ -419,7 +461,21 @@ class Machine:
                        f": no tma_store_wait has retired that store")
         buf.unfenced_by, buf.written_at = i, (ins.site, self.step)
         if self.data is not None:
-            self.data.store_smem(i, ins.acc, ins.buffer, ins.cols)
+            self.data.store_smem(i, ins.acc, ins.buffer, ins.cols, ins.output)
+
+    def _applied_check(self, i: int, ins: StoreSmemI) -> None:
+        """A store of an epilogue output needs this tile's apply_epilogue of the same block just before."""
+        assert ins.site.tile is not None
+        want = (ins.acc, ins.cols, ins.site.tile.index)
+        got = self.applied[i]
+        if got == want:
+            return
+        block = f"{ins.acc}[:, {ins.cols[0]}:{ins.cols[1]}]"
+        why = ("no apply_epilogue ran before in this partition" if got is None else
+               f"the last apply_epilogue computed {got[0]}[:, {got[1][0]}:{got[1][1]}] in tile #{got[2]}")
+        self._flag(FindingKind.EPILOGUE_NOT_APPLIED, ins.site,
+                   f"{ins.site.where()} stores epilogue output {ins.output} of {block}, but {why}: put an "
+                   f"`apply_epilogue` of this block between its operand loads and its stores")
 
     def _fence(self, i: int, pc: int, ins: FenceI) -> None:
         for buf in self.bufs.values():
@@ -497,7 +553,7 @@ class Machine:
         e = self.stores[i][self.store_done[i]]
         ins = self._store_of(e)
         if self.data is not None:
-            self.data.tma_store(ins.buffer, ins.off_m, ins.off_n)
+            self.data.tma_store(ins.buffer, ins.off_m, ins.off_n, ins.output)
         self.store_done[i] += 1
         self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
 
@@ -553,4 +609,5 @@ _EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
     MmaI: Machine._mma, MmaWaitI: Machine._mma_wait, PromoteI: Machine._promote, ZeroI: Machine._zero,
     EpilogueI: Machine._epilogue, StoreSmemI: Machine._store_smem, FenceI: Machine._fence,
     TmaStoreI: Machine._tma_store, StoreWaitI: Machine._store_wait, StoreTileI: Machine._store_tile,
+    LoadOperandI: Machine._load_operand, ApplyI: Machine._apply,
 }

@@ -5,17 +5,21 @@ this changes no value, and each wgmma is then ``acc (+)= a @ b`` in fp32 as the 
 simulator models the schedule, not the tensor core: fp8 NATIVE accumulation (reduced-precision on the
 H100, like torch's use_fast_accum=True) is accumulated here in full fp32, so the simulator is not a
 model of that kernel's rounding error. The epilogue runs in fp32 in the order the Gluon backend emits,
-and `store_smem` casts to the output dtype (round to nearest even, like the GPU's cvt.rn).
+and `store_smem` casts to the output dtype (round to nearest even, like the GPU's cvt.rn). A fused epilogue
+(`apply_epilogue`) is `warploom.epilogue.reference.evaluate_tile` on the block: that interpreter is the graph's
+one meaning, so the simulator does not implement the ops a second time.
 
 Ring slots and buffers start as NaN, so data read before it lands poisons the output visibly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 
+from warploom.epilogue.reference import evaluate_tile
 from warploom.ir import nodes as ir
 from warploom.sim.program import MmaI, Tag
 from warploom.spec import BLayout
@@ -31,8 +35,10 @@ class Operands:
             descriptor's rows, as `warploom.runtime.launch` builds it).
         scale_a, scale_b: flattened fp32 scales, or None.
         bias: (N,) fp32 bias, or None.
-        out: (M, N) output in the output dtype, written by TMA stores.
-        writes: (M, N) count of the stores that wrote each output element.
+        outs: the (M, N) outputs, each in its dtype (`GemmSpec.output_dtypes`), written by TMA stores; 0 is C.
+        writes: per output, the (M, N) count of the stores that wrote each element.
+        epilogue: a fused epilogue's operand tensors by graph name, as passed (their own dtypes and strides:
+            `evaluate_tile` reads them through their `OperandSpec`).
     """
 
     a: torch.Tensor
@@ -40,18 +46,25 @@ class Operands:
     scale_a: torch.Tensor | None
     scale_b: torch.Tensor | None
     bias: torch.Tensor | None
-    out: torch.Tensor
-    writes: torch.Tensor
+    outs: tuple[torch.Tensor, ...]
+    writes: tuple[torch.Tensor, ...]
+    epilogue: Mapping[str, torch.Tensor]
+
+    @property
+    def out(self) -> torch.Tensor:
+        return self.outs[0]
 
     @staticmethod
     def of(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None,
-           scale_b: torch.Tensor | None, bias: torch.Tensor | None, out: torch.Tensor) -> Operands:
+           scale_b: torch.Tensor | None, bias: torch.Tensor | None, outs: tuple[torch.Tensor, ...],
+           epilogue: Mapping[str, torch.Tensor]) -> Operands:
         b_rows = b.t() if module.spec.b_layout is BLayout.K_MAJOR else b
         return Operands(
             a.float().contiguous(), b_rows.float().contiguous(),
             None if scale_a is None else scale_a.reshape(-1).float(),
             None if scale_b is None else scale_b.reshape(-1).float(),
-            None if bias is None else bias.float(), out, torch.zeros(out.shape, dtype=torch.int16),
+            None if bias is None else bias.float(), outs,
+            tuple(torch.zeros(o.shape, dtype=torch.int16) for o in outs), epilogue,
         )
 
 
@@ -76,6 +89,8 @@ class CtaData:
         # gl.zeros at the start of each partition function.
         self.accs = [{a.name: torch.zeros(a.rows, a.cols) for a in p.accumulators} for p in module.partitions]
         self.k_major = module.spec.b_layout is BLayout.K_MAJOR
+        # Per partition: the outputs of its last apply_epilogue, each (rows, block cols) in its stored dtype.
+        self.ep_outs: list[tuple[torch.Tensor, ...]] = [() for _ in module.partitions]
 
     def land(self, ring: str, slot: int, tag: Tag) -> None:
         src = self.ops.a if tag.tensor == "A" else self.ops.b_rows
@@ -122,21 +137,43 @@ class CtaData:
                 x = x + _masked(ops.bias, off_n, cols, in_n)[None, :]
         self.accs[agent][acc] = x
 
-    def store_smem(self, agent: int, acc: str, buffer: str, cols: tuple[int, int]) -> None:
-        self.bufs[buffer] = self.accs[agent][acc][:, cols[0]:cols[1]].to(self.buf_dtype[buffer])
+    def apply(self, agent: int, acc: str, cols: tuple[int, int], off_m: int, off_n: int) -> None:
+        """The epilogue graph on columns `cols` of `acc`, which are output rows and columns from (off_m, off_n).
 
-    def tma_store(self, buffer: str, off_m: int, off_n: int) -> None:
-        self._write(self.bufs[buffer], off_m, off_n)
+        Operands are read from their tensors at this block's offsets: global memory is read-only, so a
+        load_operand's registers hold exactly that unless the schedule loaded another block, which the machine
+        reports (OPERAND_NOT_LOADED) rather than models."""
+        g = self.m.spec.epilogue
+        assert g is not None  # (program.py refuses apply_epilogue without a graph)
+        x = self.accs[agent][acc][:, cols[0]:cols[1]]  # (rows, block cols) fp32
+        rows, width = x.shape
+        m, n = self.ops.out.shape
+        self.ep_outs[agent] = evaluate_tile(g, x, self.ops.epilogue, range(off_m, off_m + rows),
+                                            range(off_n, off_n + width), out_shape=(m, n),
+                                            out_dtype=self.m.spec.out_dtype)
+
+    def store_smem(self, agent: int, acc: str, buffer: str, cols: tuple[int, int], output: int | None = None) -> None:
+        if output is None:
+            self.bufs[buffer] = self.accs[agent][acc][:, cols[0]:cols[1]].to(self.buf_dtype[buffer])
+            return
+        outs, buf = self.ep_outs[agent], self.bufs[buffer]
+        if output < len(outs) and outs[output].shape == buf.shape:
+            self.bufs[buffer] = outs[output].to(self.buf_dtype[buffer])
+        else:  # no apply_epilogue of this block (a finding): the registers hold nothing meaningful
+            self.bufs[buffer] = torch.full(buf.shape, float("nan")).to(self.buf_dtype[buffer])
+
+    def tma_store(self, buffer: str, off_m: int, off_n: int, output: int = 0) -> None:
+        self._write(self.bufs[buffer], off_m, off_n, output)
 
     def store_tile(self, agent: int, acc: str, off_m: int, off_n: int) -> None:
         self._write(self.accs[agent][acc].to(self.ops.out.dtype), off_m, off_n)
 
-    def _write(self, tile: torch.Tensor, off_m: int, off_n: int) -> None:
-        out = self.ops.out
+    def _write(self, tile: torch.Tensor, off_m: int, off_n: int, output: int = 0) -> None:
+        out = self.ops.outs[output]
         h, w = min(tile.shape[0], out.shape[0] - off_m), min(tile.shape[1], out.shape[1] - off_n)
         if h > 0 and w > 0:  # TMA drops the out-of-bounds part of the box
             out[off_m:off_m + h, off_n:off_n + w] = tile[:h, :w].to(out.dtype)
-            self.ops.writes[off_m:off_m + h, off_n:off_n + w] += 1
+            self.ops.writes[output][off_m:off_m + h, off_n:off_n + w] += 1
 
 
 def _masked(v: torch.Tensor, off: int, size: int, mask: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from warploom.epilogue.graph import EpilogueGraph
+from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.sim.raster import TileRef, cdiv, cta_tiles
@@ -158,11 +160,33 @@ class EpilogueI:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadOperandI:
+    """A fused epilogue's operand loaded into registers for one block of an accumulator (synchronous)."""
+
+    site: Site
+    operand: str
+    acc: str
+    cols: tuple[int, int]  # the accumulator's column block [start, stop) it is loaded for
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyI:
+    """The epilogue graph on one block of an accumulator: tile rows and columns from (off_m, off_n)."""
+
+    site: Site
+    acc: str
+    cols: tuple[int, int]  # the accumulator's column block [start, stop)
+    off_m: int
+    off_n: int
+
+
+@dataclass(frozen=True, slots=True)
 class StoreSmemI:
     site: Site
     acc: str
     buffer: str
     cols: tuple[int, int]  # the accumulator's column block [start, stop) this store writes
+    output: int | None = None  # epilogue output j of the last apply_epilogue instead of the accumulator
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +200,7 @@ class TmaStoreI:
     buffer: str
     off_m: int
     off_n: int  # the column block's origin: tile origin + part * BN / parts
+    output: int = 0  # the output tensor written (0 is C)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +220,7 @@ class StoreTileI:
 
 
 Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI | FenceI
-         | TmaStoreI | StoreWaitI | StoreTileI)
+         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | ApplyI)
 
 
 class MalformedError(ValueError):
@@ -222,10 +247,48 @@ class _Interp:
         self.tile: TileRef | None = None
         self.k: int | None = None
         self.text: dict[ir.Op, str] = {}  # printer.op per op, printed once rather than per iteration
+        self.out_dtypes = module.spec.output_dtypes()
 
     def _col0(self, acc: str) -> int:
         """Where a column-block accumulator sits in the tile (0 for a whole-tile one)."""
         return next((a.col0 for a in self.p.accumulators if a.name == acc), 0)
+
+    def _acc(self, name: str, what: str) -> ir.Accumulator:
+        acc = next((a for a in self.p.accumulators if a.name == name), None)
+        if acc is None:
+            raise MalformedError(f"partition {self.p.name}: `{what}` names accumulator {name!r}, which it does not own")
+        return acc
+
+    def _block(self, acc: ir.Accumulator, part: int, parts: int, what: str) -> tuple[int, int]:
+        """Columns [start, stop) of `acc` that block `part` of `parts` covers."""
+        if parts < 1 or not 0 <= part < parts or acc.cols % parts:
+            raise MalformedError(f"partition {self.p.name}: `{what}` names column block {part} of {parts} of "
+                                 f"accumulator {acc.name}, which has {acc.cols} columns")
+        w = acc.cols // parts
+        return part * w, (part + 1) * w
+
+    def _graph(self, what: str) -> EpilogueGraph:
+        g = self.m.spec.epilogue
+        if g is None:
+            raise MalformedError(f"partition {self.p.name}: `{what}` needs a fused epilogue, but module "
+                                 f"{self.m.name}'s spec has none")
+        return g
+
+    def _operand(self, o: ir.LoadOperand, what: str) -> OperandSpec:
+        g = self._graph(what)
+        spec = next((s for s in g.operands if s.name == o.operand), None)
+        if spec is None:
+            names = ", ".join(s.name for s in g.operands) or "none"
+            raise MalformedError(f"partition {self.p.name}: `{what}` loads {o.operand!r}, which is not an operand of "
+                                 f"the epilogue graph (its operands: {names})")
+        # A read that does not vary where the operand does reads one row's (column's) values for all of them.
+        m_ok = not spec.kind.varies_m or o.read in (ir.OperandRead.PER_ROW, ir.OperandRead.TILE)
+        n_ok = not spec.kind.varies_n or o.read in (ir.OperandRead.PER_COL, ir.OperandRead.TILE)
+        if not (m_ok and n_ok):
+            raise MalformedError(f"partition {self.p.name}: `{what}` reads {o.operand}, a {spec.kind.value} operand, "
+                                 f"as {o.read.value}, which drops its variation along "
+                                 f"{'m' if not m_ok else 'n'}: read it as tile (or as the pass reads its kind)")
+        return spec
 
     def run(self, body: tuple[ir.Stmt, ...]) -> Iterator[Instr]:
         for s in body:
@@ -338,13 +401,44 @@ class _Interp:
                     if acc is None or (buf.rows, buf.cols * o.parts) != (acc.rows, acc.cols):
                         raise MalformedError(f"partition {self.p.name}: `{text}` stores 1/{o.parts} of accumulator "
                                              f"{o.acc} into {o.buffer} of shape ({buf.rows}, {buf.cols})")
-                    yield StoreSmemI(site, o.acc, o.buffer, (o.part * buf.cols, (o.part + 1) * buf.cols))
+                    if o.output is not None and not 0 <= o.output < len(self._graph(text).outputs):
+                        raise MalformedError(f"partition {self.p.name}: `{text}` stores epilogue output {o.output}, "
+                                             f"but the graph has {len(self._graph(text).outputs)} output(s)")
+                    yield StoreSmemI(site, o.acc, o.buffer, (o.part * buf.cols, (o.part + 1) * buf.cols), o.output)
                 case ir.FenceAsync():
                     yield FenceI(site)
                 case ir.TmaStore():
                     t = self._tile(text)
-                    m.buffer(o.buffer)
-                    yield TmaStoreI(site, o.buffer, t.off_m + self.row0, t.off_n + o.part * (m.tiling.bn // o.parts))
+                    buf = m.buffer(o.buffer)
+                    if not 0 <= o.output < len(self.out_dtypes):
+                        raise MalformedError(f"partition {self.p.name}: `{text}` writes output {o.output}, but the "
+                                             f"kernel has {len(self.out_dtypes)} output(s)")
+                    if buf.dtype is not self.out_dtypes[o.output]:  # TMA copies bytes: no conversion on the way
+                        raise MalformedError(f"partition {self.p.name}: `{text}` copies {o.buffer} "
+                                             f"({buf.dtype.value}) to output {o.output}, which is "
+                                             f"{self.out_dtypes[o.output].value}")
+                    yield TmaStoreI(site, o.buffer, t.off_m + self.row0, t.off_n + o.part * (m.tiling.bn // o.parts),
+                                    o.output)
+                case ir.LoadOperand():
+                    self._tile(text)
+                    self._operand(o, text)
+                    acc = self._acc(o.acc, text)
+                    cols = self._block(acc, o.part, o.parts, text)
+                    if o.buffer is not None:  # its TMA staging is private to the op and synchronous: no state
+                        buf = m.buffer(o.buffer)
+                        if (buf.tensor, buf.operand, buf.rows, buf.cols) != (ir.Tensor.OPERAND, o.operand, acc.rows,
+                                                                             cols[1] - cols[0]):
+                            raise MalformedError(f"partition {self.p.name}: `{text}` stages a ({acc.rows}, "
+                                                 f"{cols[1] - cols[0]}) block of {o.operand} through {o.buffer}, "
+                                                 f"a ({buf.rows}, {buf.cols}) buffer of "
+                                                 f"{buf.operand or buf.tensor.value}")
+                    yield LoadOperandI(site, o.operand, o.acc, cols)
+                case ir.ApplyEpilogue():
+                    t = self._tile(text)
+                    self._graph(text)
+                    acc = self._acc(o.acc, text)
+                    cols = self._block(acc, o.part, o.parts, text)
+                    yield ApplyI(site, o.acc, cols, t.off_m + self.row0, t.off_n + acc.col0 + cols[0])
                 case ir.StoreWait():
                     yield StoreWaitI(site, o.pending)
                 case ir.StoreTile():
@@ -384,9 +478,19 @@ class CtaProgram:
     def build(module: ir.Module, geo: Geometry) -> CtaProgram:
         traces = tuple(unroll(module, p, geo) for p in module.partitions)
         users: dict[str, set[int]] = {}
+        staging: dict[str, set[str]] = {}
         for i, p in enumerate(module.partitions):
             for o, _ in ir.walk(p.body):
                 if isinstance(o, (ir.StoreSmem, ir.TmaStore)):
                     users.setdefault(o.buffer, set()).add(i)
+                elif isinstance(o, ir.LoadOperand) and o.buffer is not None:
+                    staging.setdefault(o.buffer, set()).add(p.name)
+        for buf, parts in staging.items():
+            # A load_operand is one step here because its buffer and mbarrier are its own: shared by two
+            # partitions, one's TMA write would race the other's register read.
+            if len(parts) > 1:
+                raise MalformedError(f"operand buffer {buf} is staged through by partitions {', '.join(sorted(parts))}"
+                                     ": each partition needs its own (one load_operand's TMA would overwrite it while "
+                                     "another partition reads it)")
         private = tuple(frozenset(b for b, u in users.items() if u == {i}) for i in range(len(traces)))
         return CtaProgram(module, geo, tuple(p.name for p in module.partitions), traces, private)

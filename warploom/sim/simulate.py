@@ -3,19 +3,24 @@ several schedules).
 
 The persistent grid is simulated CTA by CTA: CTAs share no shared memory and no barriers, and write
 disjoint output tiles, so running them one after another loses no interleaving that matters.
+
+A module with a fused epilogue (`GemmSpec.epilogue`) takes its operands by graph name (`operands=`; for
+scaled_mm with an epilogue the scales and bias are among them) and writes one output per
+`GemmSpec.output_dtypes()`.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from warploom.errors import DTypeError, ScaleError, ShapeError
+from warploom.epilogue.operands import OperandSpec
+from warploom.errors import DeviceError, DTypeError, InputError, ScaleError, ShapeError
 from warploom.ir import nodes as ir
 from warploom.sim.events import TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, ProtocolError, SimFinding
@@ -68,11 +73,17 @@ class SimReport:
 @dataclass(frozen=True)
 class SimResult:
     """Attributes:
-    output: the (M, N) result in the output dtype; tiles of CTAs not simulated stay NaN.
+    outputs: the (M, N) results, one per `GemmSpec.output_dtypes()` in its dtype (one unless a fused epilogue
+        has several); tiles of CTAs not simulated stay NaN.
     report: steps, findings and timeline."""
 
-    output: torch.Tensor
+    outputs: tuple[torch.Tensor, ...]
     report: SimReport
+
+    @property
+    def output(self) -> torch.Tensor:
+        """Output 0: C."""
+        return self.outputs[0]
 
     @property
     def findings(self) -> tuple[SimFinding, ...]:
@@ -89,7 +100,7 @@ class SimResult:
 
 
 def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any, scale_b: Any,
-                bias: Any) -> None:
+                bias: Any) -> frozenset[ir.EpilogueStep]:
     spec = module.spec
     for arg, t, want in (("a", a, spec.a_dtype), ("b", b, spec.b_dtype)):
         if t.dim() != 2:
@@ -106,6 +117,93 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
                          "pass both scales")
     if ir.EpilogueStep.ADD_BIAS in steps and bias is None:
         raise ShapeError("bias", f"a ({b.shape[1]},) bias, as the module's epilogue adds one", "None", "pass bias")
+    return frozenset(steps)
+
+
+def _check_operands(module: ir.Module, operands: Mapping[str, torch.Tensor] | None,
+                    positional: dict[str, Any], steps: frozenset[ir.EpilogueStep]) -> dict[str, torch.Tensor]:
+    """The fused epilogue's operand tensors by graph name, each checked against its `OperandSpec`."""
+    g = module.spec.epilogue
+    given = dict(operands or {})
+    specs = {s.name: s for s in g.operands} if g is not None else {}
+    if g is not None and not steps:  # the scales and bias, if any, are graph operands: a positional one is unread
+        for name, v in positional.items():
+            if v is not None:
+                raise InputError(name, f"None: module {module.name} has a fused epilogue, whose scales and bias "
+                                 "are operands of its graph", "a tensor",
+                                 f"pass it as operands={{'{name}': ...}} (it is one of {sorted(specs)})"
+                                 if name in specs else f"drop {name}: the epilogue graph does not read it")
+    for name in given:
+        if name not in specs:
+            if g is None:
+                raise InputError(name, f"no epilogue operands: module {module.name} has no fused epilogue",
+                                 f"operand {name!r}", "drop it from operands, or plan the kernel with the epilogue "
+                                 "that reads it")
+            raise InputError(name, f"only the epilogue graph's operands ({', '.join(specs) or 'none'})",
+                             f"operand {name!r}", f"drop {name}, or pass it under the name of the epilogue "
+                             "function's parameter that reads it")
+    for name, spec in specs.items():
+        if name not in given:
+            raise InputError(name, f"a tensor for the epilogue graph's operand {name} ({spec.kind.value}, "
+                             f"{spec.dtype.value}, shape {spec.shape})", "none",
+                             f"pass operands={{..., '{name}': tensor}}")
+        given[name] = _operand_tensor(spec, given[name])
+    return given
+
+
+def _operand_tensor(spec: OperandSpec, t: Any) -> torch.Tensor:
+    """`t` as the kernel reads it: with the planned strides, which it must have where they matter."""
+    name = spec.name
+    if not isinstance(t, torch.Tensor):
+        raise InputError(name, "a torch.Tensor", type(t).__name__, f"pass {name} as a tensor")
+    if t.device.type != "cpu":
+        raise DeviceError(name, "a CPU tensor (the simulator runs on the CPU)", f"a tensor on {t.device}",
+                          f"move it with {name}.cpu()")
+    if t.dtype != spec.dtype.torch:
+        raise DTypeError(name, f"{spec.dtype.torch}, as the epilogue graph was captured with", str(t.dtype),
+                         f"convert it with {name}.to({spec.dtype.torch})")
+    if tuple(t.shape) != spec.shape:
+        raise ShapeError(name, f"shape {spec.shape}, as the epilogue graph was captured with",
+                         f"shape {tuple(t.shape)}", "pass the tensor the kernel was planned with, or plan a kernel "
+                         "for this one")
+    # The kernel compiles the operand's strides in. A size-1 dimension's stride is never stepped, so it may differ.
+    if any(n != 1 and st != want for n, st, want in zip(spec.shape, t.stride(), spec.strides, strict=True)):
+        raise InputError(name, f"strides {spec.strides} (shape {spec.shape}), as the epilogue graph was captured "
+                         "with", f"strides {tuple(t.stride())}", "pass a tensor laid out like the one the kernel "
+                         "was planned with (e.g. .contiguous(), or the same expanded view), or plan a kernel for "
+                         "this one")
+    return t if tuple(t.stride()) == spec.strides else torch.as_strided(t, spec.shape, spec.strides,
+                                                                         t.storage_offset())
+
+
+def _outputs(module: ir.Module, m: int, n: int, out: torch.Tensor | None,
+             outs: Sequence[torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
+    """One (M, N) tensor per output: those given (checked), NaN-filled ones for the rest."""
+    dtypes = module.spec.output_dtypes()
+    if out is not None and outs is not None:
+        raise InputError("out", "either out (output 0) or outs (every output), not both", "both",
+                         "pass every output in outs")
+    if outs is not None and len(outs) != len(dtypes):
+        raise InputError("outs", f"{len(dtypes)} tensor(s), one per output of module {module.name} "
+                         f"({', '.join(d.value for d in dtypes)})", f"{len(outs)}",
+                         "pass one (M, N) tensor per output, or none to get NaN-filled ones")
+    given = tuple(outs) if outs is not None else (out,) if out is not None else ()
+    result = []
+    for j, dt in enumerate(dtypes):
+        if j >= len(given):
+            result.append(torch.full((m, n), float("nan"), dtype=dt.torch))
+            continue
+        t, arg = given[j], "out" if out is not None else f"outs[{j}]"
+        if tuple(t.shape) != (m, n):
+            raise ShapeError(arg, f"shape ({m}, {n})", f"shape {tuple(t.shape)}", "pass an (M, N) output")
+        if t.dtype != dt.torch:
+            raise DTypeError(arg, f"{dt.torch}, the dtype of output {j}", str(t.dtype),
+                             f"allocate it as torch.empty(({m}, {n}), dtype={dt.torch})")
+        if t.device.type != "cpu":
+            raise DeviceError(arg, "a CPU tensor (the simulator runs on the CPU)", f"a tensor on {t.device}",
+                              "allocate it on the CPU")
+        result.append(t)
+    return tuple(result)
 
 
 def _malformed(pid: int, e: MalformedError) -> SimFinding:
@@ -113,21 +211,27 @@ def _malformed(pid: int, e: MalformedError) -> SimFinding:
 
 
 def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None,
-             scale_b: torch.Tensor | None = None, bias: torch.Tensor | None = None, *, seed: int = 0,
-             ctas: Iterable[int] | None = None, out: torch.Tensor | None = None, record: bool = True) -> SimResult:
+             scale_b: torch.Tensor | None = None, bias: torch.Tensor | None = None, *,
+             operands: Mapping[str, torch.Tensor] | None = None, outs: Sequence[torch.Tensor] | None = None,
+             seed: int = 0, ctas: Iterable[int] | None = None, out: torch.Tensor | None = None,
+             record: bool = True) -> SimResult:
     """Run `module` on the CPU for ``a (M, K) @ b (K, N)`` under one random schedule, checking the protocol.
 
-    `ctas` picks program ids of the persistent grid (default: all). `out`, if given, is written in place
-    (poison it with NaN first to see unwritten tiles); otherwise a NaN-filled output is made. The
-    module need not pass the static verifier: mutated modules are simulated as written.
+    `operands` maps each operand name of a fused epilogue's graph to its CPU tensor (for scaled_mm with an
+    epilogue, scale_a, scale_b and bias are among them, not positional), laid out as when the graph was
+    captured: the kernel reads element (m, n) at the `OperandSpec.mn_strides` offset. `ctas` picks program
+    ids of the persistent grid (default: all). `outs` (one (M, N) tensor per `module.spec.output_dtypes()`)
+    or `out` (output 0 alone), if given, are written in place (poison them with NaN first to see unwritten
+    tiles); the outputs not given are made NaN-filled. The module need not pass the static verifier: mutated
+    modules are simulated as written.
     """
     t0 = time.perf_counter()
-    _check_args(module, a, b, scale_a, scale_b, bias)
+    ep_steps = _check_args(module, a, b, scale_a, scale_b, bias)
+    tensors = _check_operands(module, operands, {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}, ep_steps)
     m, k = a.shape
     n = b.shape[1]
-    if out is None:
-        out = torch.full((m, n), float("nan"), dtype=module.spec.out_dtype.torch)
-    ops = Operands.of(module, a, b, scale_a, scale_b, bias, out)
+    results = _outputs(module, m, n, out, outs)
+    ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors)
     t = module.tiling
     grid = launch_grid(m, n, t.bm, t.bn, t.grid)
     pids = tuple(range(grid)) if ctas is None else tuple(ctas)
@@ -164,21 +268,24 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     _coverage(module, m, n, grid, tuple(p for p in pids if p not in stuck), ops, sink)
     report = SimReport(module.name, seed, pids, steps, k_steps, sink.findings(), tuple(events),
                        time.perf_counter() - t0)
-    return SimResult(out, report)
+    return SimResult(results, report)
 
 
 def _coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...], ops: Operands,
               sink: FindingSink) -> None:
-    """Every output element of the simulated CTAs' tiles must have been stored exactly once."""
+    """Every element of every output in the simulated CTAs' tiles must have been stored exactly once."""
     t = module.tiling
     for pid in pids:
         for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid):
-            got = ops.writes[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
-            lo, hi = int(got.min()), int(got.max())
-            if lo != 1 or hi != 1:
-                sink.add(SimFinding(FindingKind.OUTPUT_COVERAGE,
-                                    f"output {tile} at C[{tile.off_m}, {tile.off_n}] of CTA {pid}: its elements were "
-                                    f"stored between {lo} and {hi} times, expected once", pid, tile=str(tile)))
+            for j, writes in enumerate(ops.writes):
+                got = writes[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
+                lo, hi = int(got.min()), int(got.max())
+                if lo != 1 or hi != 1:
+                    name = "C" if j == 0 else f"output {j}"
+                    sink.add(SimFinding(FindingKind.OUTPUT_COVERAGE,
+                                        f"output {tile} at {name}[{tile.off_m}, {tile.off_n}] of CTA {pid}: its "
+                                        f"elements were stored between {lo} and {hi} times, expected once", pid,
+                                        tile=str(tile)))
 
 
 def representative_ctas(module: ir.Module, m: int, n: int) -> tuple[int, ...]:

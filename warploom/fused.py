@@ -1,0 +1,88 @@
+"""Calls with a fused epilogue: ``matmul(a, b, epilogue=fn, **operands)`` and the same for scaled_mm and plan.
+
+The user's function is captured into an epilogue graph (warploom.epilogue), scaled_mm's scales and bias are put
+in front of it (epilogue/compose.py), and the graph joins the spec, so the planner, the passes, the Gluon
+backend and the simulator all see it. Checks here run before any kernel is planned or launched: operand
+device, dense operands' TMA rules, and each output's row alignment.
+
+These calls go straight to the kernel, not through the torch.library custom ops: a Python function cannot be an
+argument of a registered op.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from warploom.checks import _TMA_ALIGN, _tma_ok
+from warploom.epilogue.capture import capture
+from warploom.epilogue.classify import classify, classify_all
+from warploom.epilogue.compose import with_prologue
+from warploom.epilogue.operands import OperandKind
+from warploom.errors import AlignmentError, DeviceError, InputError
+from warploom.spec import GemmSpec
+
+# scaled_mm's own operands, in front of the user's (epilogue/compose.py).
+RESERVED = ("scale_a", "scale_b", "bias")
+
+
+def fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], operands: Mapping[str, Any], *,
+               scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> tuple[GemmSpec, dict[str, Any]]:
+    """`spec` with the captured epilogue, and every graph operand's tensor by name."""
+    out_shape = (spec.m, spec.n)
+    for name, t in operands.items():
+        if name in RESERVED and scale_a is not None:
+            raise InputError(name, "an epilogue operand name other than scaled_mm's own scale_a, scale_b, bias",
+                             repr(name), f"rename the operand (fn's parameter and the keyword), e.g. {name}_")
+        if isinstance(t, torch.Tensor) and t.device != a.device:
+            raise DeviceError(name, f"an epilogue operand on {a.device}, where a is", f"a tensor on {t.device}",
+                              f"move it with {name}.to(a.device)")
+    user = classify_all(operands, out_shape, a.device)
+    g = capture(epilogue, user, out_shape=out_shape, device=a.device)
+    tensors: dict[str, Any] = dict(operands)
+    if scale_a is not None:
+        sa, sb = classify("scale_a", scale_a, out_shape, a.device), classify("scale_b", scale_b, out_shape, a.device)
+        bs = classify("bias", bias, out_shape, a.device) if bias is not None else None
+        g = with_prologue(g, sa, sb, bs)
+        tensors.update(scale_a=scale_a, scale_b=scale_b, **({"bias": bias} if bias is not None else {}))
+    spec = dataclasses.replace(spec, epilogue=g)
+    for s in g.operands:
+        if s.kind is OperandKind.DENSE:
+            _tma_ok(s.name, tensors[s.name], 1, "a dense epilogue operand read by TMA")
+    for j, dt in enumerate(spec.output_dtypes()):
+        if spec.n % (_TMA_ALIGN // dt.bytes):
+            raise AlignmentError("b", f"N a multiple of {_TMA_ALIGN // dt.bytes} for the epilogue's output {j} "
+                                 f"({dt.value}, rows of {_TMA_ALIGN}-byte multiples for the TMA store)",
+                                 f"N = {spec.n}", "pad b's N dimension and slice the results")
+    return spec, {s.name: tensors[s.name] for s in g.operands}
+
+
+def run_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: dict[str, Any]) -> Any:
+    """Run (GPU) or simulate (CPU) a spec with a fused epilogue; one tensor per output (a tuple if several)."""
+    from warploom import api
+
+    dtypes = spec.output_dtypes()
+    if spec.m == 0 or spec.n == 0 or spec.k == 0:
+        outs = _empty(spec, a, operands)
+    elif a.device.type == "cpu":
+        outs = api._simulate_fused(spec, a, b, operands)
+    else:
+        api._require_cuda(a)
+        kernel = api.build(spec, api._device_for(a))
+        outs = tuple(torch.empty((spec.m, spec.n), dtype=d.torch, device=a.device) for d in dtypes)
+        kernel.run(a, b, outs[0], operands=operands, extra_outs=outs[1:])
+    return outs[0] if len(outs) == 1 else outs
+
+
+def _empty(spec: GemmSpec, a: torch.Tensor, operands: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    """No kernel: an empty output, or K = 0 (the accumulator is zero) evaluated by the reference."""
+    if spec.m == 0 or spec.n == 0:
+        return tuple(torch.empty((spec.m, spec.n), dtype=d.torch, device=a.device) for d in spec.output_dtypes())
+    from warploom.epilogue.reference import evaluate
+
+    assert spec.epilogue is not None
+    acc = torch.zeros((spec.m, spec.n), dtype=torch.float32, device=a.device)
+    return tuple(evaluate(spec.epilogue, acc, operands, out_dtype=spec.out_dtype))
