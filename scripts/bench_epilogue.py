@@ -24,6 +24,14 @@ from warploom.kernel import build
 from warploom.planner import plan_schedule
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 4096)]
+SCHEDULES: dict[str, dict[str, Any]] = {
+    "cooperative_prefetch": {"prefetch_operands": True}, "cooperative_noprefetch": {},
+    "pingpong_128x128": {"pingpong": True, "bm": 128, "bn": 128},
+    "pingpong_128x128_prefetch": {"pingpong": True, "bm": 128, "bn": 128, "prefetch_operands": True},
+    "pingpong_128x128_hoist": {"pingpong": True, "bm": 128, "bn": 128, "hoist_rows": True},
+    "pingpong_64x256": {"pingpong": True, "bm": 64, "bn": 256},
+    "pingpong_64x128": {"pingpong": True, "bm": 64, "bn": 128},
+}
 
 
 def err(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -87,6 +95,16 @@ def bench_shape(m: int, n: int, k: int, dev: DeviceInfo, compiled: Any) -> dict[
             out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             record(f"ablation_hoist{int(hoist)}_colscalar{int(scalar)}",
                    lambda kern=kern, out=out: kern.run(a, b, out, operands=ops))
+    # Schedule variants: the dense operand's prefetch, and ping-pong consumers at three tile shapes.
+    for name, kw in SCHEDULES.items():
+        try:
+            kern = build(spec, dev, plan_schedule(spec, dev, **kw))
+        except Exception as ex:  # a variant the planner refuses is reported, not fatal
+            row[f"schedule_{name}"] = {"error": f"{type(ex).__name__}: {ex}"[:300]}
+            continue
+        out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        record(f"schedule_{name}", lambda kern=kern, out=out: kern.run(a, b, out, operands=ops))
+        row[f"schedule_{name}"]["plan"] = kern.plan.short()
     row["plan"] = build(spec, dev).plan.short()
     # The unfused warploom kernel plus torch's ops: what fusing the epilogue saves.
     record("warploom_unfused_then_torch",

@@ -26,6 +26,11 @@ fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   python3 -m warploom.bench --out "$OUT/bench.json" ${BENCH_SIZES:+--sizes $BENCH_SIZES} 2>&1 | tee "$OUT/bench.log"
 fi
+if [ "$what" = all ] || [ "$what" = suite ]; then
+  # warploom bench: the quick suite against torch, as JSON, a plot and a markdown section.
+  python3 -m warploom bench --suite quick --out "$OUT/suite.json" --plot "$OUT/suite.png" \
+    --markdown "$OUT/suite.md" 2>&1 | tee "$OUT/suite.log"
+fi
 if [ "$what" = all ] || [ "$what" = epilogue ]; then
   # Fused scaled_mm + bias + gelu + residual vs torch eager and torch.compile (minutes of autotuning).
   python3 scripts/bench_epilogue.py --out "$OUT/epilogue.json" 2>&1 | grep -v "^  triton_mm\|^AUTOTUNE\|^strides\|^dtypes" \

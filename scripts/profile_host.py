@@ -1,34 +1,77 @@
-"""Where does an eager warploom call spend host time? cProfile over repeated calls (run on the GPU machine)."""
+"""Where does an eager warploom call spend host time? (run on the GPU machine)
+
+    PYTHONPATH=. python3 scripts/profile_host.py [--size 256] [--profile matmul|scaled_mm|fused]
+
+A small size keeps the GPU from being the bottleneck, so the per-call time is the host's: each entry point,
+the kernel's own launch (`Kernel.run`) and torch's, then cProfile of one entry point.
+"""
 
 from __future__ import annotations
 
+import argparse
 import cProfile
 import pstats
 import time
+from collections.abc import Callable
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 import warploom
 
-a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16).t()
-out = torch.empty(4096, 4096, device="cuda", dtype=torch.bfloat16)
-warploom.matmul(a, b)
-torch.cuda.synchronize()
-k = warploom.plan(a, b)
-for name, fn in [("warploom.matmul", lambda: warploom.matmul(a, b)), ("kernel.run", lambda: k.run(a, b, out)),
-                 ("torch.matmul", lambda: torch.matmul(a, b))]:
+
+def host_us(fn: Callable[[], Any], n: int = 300) -> float:
+    fn()
     torch.cuda.synchronize()
     t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    host = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def gelu_residual(acc: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    return F.gelu(acc) + residual
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=256)
+    ap.add_argument("--profile", default="scaled_mm", choices=["matmul", "scaled_mm", "fused"])
+    args = ap.parse_args()
+    s = args.size
+    a = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(s, s, device="cuda", dtype=torch.bfloat16).t()
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(s, 1, device="cuda") + 0.5, torch.rand(1, s, device="cuda") + 0.5
+    bias, res = torch.randn(s, device="cuda", dtype=torch.bfloat16), torch.randn(s, s, device="cuda",
+                                                                                dtype=torch.bfloat16)
+    out = torch.empty(s, s, device="cuda", dtype=torch.bfloat16)
+    k = warploom.plan(a, b)
+    calls: dict[str, Callable[[], Any]] = {
+        "warploom.matmul": lambda: warploom.matmul(a, b),
+        "Kernel.run (matmul)": lambda: k.run(a, b, out),
+        "torch.matmul": lambda: torch.matmul(a, b),
+        "warploom.scaled_mm": lambda: warploom.scaled_mm(a8, b8, sa, sb, bias=bias, use_fast_accum=True),
+        "torch._scaled_mm": lambda: torch._scaled_mm(a8, b8, sa, sb, bias=bias, out_dtype=torch.bfloat16,
+                                                     use_fast_accum=True),
+        "warploom fused": lambda: warploom.scaled_mm(a8, b8, sa, sb, bias=bias, use_fast_accum=True,
+                                                     epilogue=gelu_residual, residual=res),
+    }
+    for name, fn in calls.items():
+        print(f"{name:22s} host {host_us(fn):8.1f} us/call", flush=True)
+    fn = {"matmul": calls["warploom.matmul"], "scaled_mm": calls["warploom.scaled_mm"],
+          "fused": calls["warploom fused"]}[args.profile]
+    pr = cProfile.Profile()
+    pr.enable()
     for _ in range(200):
         fn()
-    host = (time.perf_counter() - t) / 200 * 1e6
+    pr.disable()
     torch.cuda.synchronize()
-    print(f"{name:20s} host {host:8.1f} us/call")
-pr = cProfile.Profile()
-pr.enable()
-for _ in range(200):
-    warploom.matmul(a, b)
-pr.disable()
-torch.cuda.synchronize()
-pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+    pstats.Stats(pr).sort_stats("tottime").print_stats(22)
+
+
+if __name__ == "__main__":
+    main()

@@ -26,14 +26,14 @@ from warploom.kernel import build
 from warploom.planner import plan_schedule
 
 # (label, plan_schedule keyword overrides)
+_PP = {"pingpong": True}
 VARIANTS: dict[str, list[dict[str, Any]]] = {
-    "bf16": [{"consumer_partitions": 1}, {"consumer_partitions": 2}, {"consumer_partitions": 2, "stages": 3},
-             {"consumer_partitions": 2, "group_m": 16}],
-    "fp8": [{"consumer_partitions": 1}, {"consumer_partitions": 2}, {"consumer_partitions": 2, "group_m": 16},
-            {"consumer_partitions": 1, "group_m": 16}],
-    "fp8-exact": [{"consumer_partitions": 1, "bn": 128, "partial_blocks": 1}, {},
-                  {"consumer_partitions": 2, "bn": 256, "partial_blocks": 2, "stages": 3},
-                  {"consumer_partitions": 2, "bn": 256, "partial_blocks": 2, "group_m": 16}],
+    "bf16": [{"consumer_partitions": 2}, {**_PP, "bm": 128, "bn": 128}, {**_PP, "bm": 64, "bn": 256},
+             {**_PP, "bm": 128, "bn": 128, "group_m": 16}],
+    "fp8": [{"consumer_partitions": 2}, {**_PP, "bm": 128, "bn": 128}, {**_PP, "bm": 64, "bn": 256},
+            {**_PP, "bm": 128, "bn": 128, "group_m": 16}],
+    "fp8-exact": [{}, {**_PP, "bm": 128, "bn": 128}, {**_PP, "bm": 64, "bn": 256},
+                  {**_PP, "bm": 128, "bn": 128, "stages": 4}],
 }
 
 

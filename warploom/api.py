@@ -123,7 +123,7 @@ def _run(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any = None, 
 
 
 def _matmul_impl(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    spec = checks.matmul_spec(a, b, out_dtype)
+    spec = checks.matmul_spec_cached(a, b, out_dtype)  # real tensors here: fake ones take _matmul_fake
     return _run(spec, a, b)
 
 
@@ -149,7 +149,7 @@ def _matmul_fake(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None
 def _scaled_mm_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                     bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
                     use_fast_accum: bool = False) -> torch.Tensor:
-    spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+    spec = checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
     return _run(spec, a, b, scale_a, scale_b, bias)
 
 

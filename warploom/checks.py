@@ -183,3 +183,40 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     _out_aligned(n, out)
     acc = Accumulation.NATIVE if use_fast_accum else Accumulation.PROMOTED
     return GemmSpec(m, n, k, da, db, out, BLayout.K_MAJOR, recipe, acc, bias_dt)
+
+
+# ---------------------------------------------------------------------------------------------
+# Eager calls repeat the same checks on tensors of the same shapes: remember each passing spec by everything the
+# checks read. Checking costs ~30 us of Python a call; the key ~3 us (docs/benchmarks.md, host overhead).
+
+_SPECS: dict[tuple[Any, ...], GemmSpec] = {}
+_MAX_SPECS = 4096
+
+
+def _meta(t: Any) -> tuple[Any, ...] | None:
+    """What the checks read of a real tensor: shape, strides, dtype, device and base-address alignment."""
+    if t is None:
+        return None
+    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % _TMA_ALIGN)
+
+
+def _remembered(key: tuple[Any, ...], make: Any) -> GemmSpec:
+    spec = _SPECS.get(key)
+    if spec is None:
+        spec = make()  # raises on bad input: only passing checks are remembered
+        if len(_SPECS) >= _MAX_SPECS:
+            _SPECS.clear()
+        _SPECS[key] = spec
+    return spec
+
+
+def matmul_spec_cached(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
+    """`matmul_spec` for real (not meta or fake) tensors, remembered per tensor metadata."""
+    return _remembered(("matmul", _meta(a), _meta(b), out_dtype), lambda: matmul_spec(a, b, out_dtype))
+
+
+def scaled_mm_spec_cached(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None, out_dtype: Any = None,
+                          use_fast_accum: bool = False) -> GemmSpec:
+    """`scaled_mm_spec` for real (not meta or fake) tensors, remembered per tensor metadata."""
+    key = ("scaled_mm", _meta(a), _meta(b), _meta(scale_a), _meta(scale_b), _meta(bias), out_dtype, use_fast_accum)
+    return _remembered(key, lambda: scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum))

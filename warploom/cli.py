@@ -7,6 +7,9 @@ one, run the planned kernel on the CPU simulator and compare with torch.
 `warploom sim`: plan a GEMM and run it on the CPU simulator on random data (the whole problem when
 small, else a sample of CTAs), print findings and the error against torch, optionally draw the timeline
 and explore every schedule of a small configuration of the same plan.
+
+`warploom bench`: the benchmark suite (warploom.benchsuite) on the GPU against torch and torch.compile,
+written as JSON, a plot and a markdown section; `--report` renders an earlier run's JSON on the CPU.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from warploom.benchsuite.shapes import Group, Op, Suite
 
 if TYPE_CHECKING:
     from warploom.kernel import Kernel
@@ -224,6 +229,131 @@ def _run_gpu(con: Any, m: int, n: int, k: int, dtype: str, fast_accum: bool) -> 
     con.print(f"warploom {tf / t_ours:.0f} TFLOP/s, torch {tf / t_theirs:.0f} TFLOP/s, ratio {t_theirs / t_ours:.3f}")
     if err > 1e-3:
         sys.exit("warploom's result does not match the reference")
+
+
+def _enum_list(kind: Any) -> Any:
+    """A click callback parsing a comma-separated list of `kind`'s values into a tuple of members (None: all)."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[Any, ...] | None:
+        if value is None:
+            return None
+        names = [v.strip() for v in value.split(",") if v.strip()]
+        valid = [e.value for e in kind]
+        bad = [v for v in names if v not in valid]
+        if bad or not names:
+            raise click.BadParameter(f"expected a comma-separated list of {', '.join(valid)}; got {value!r}")
+        return tuple(kind(v) for v in names)
+
+    return parse
+
+
+_PATH = click.Path(dir_okay=False, path_type=Path)
+
+
+@main.command()
+@click.option("--suite", type=click.Choice([s.value for s in Suite]), default="quick", show_default=True,
+              help="quick: a handful of cases (under a minute on an H100); full: every op at every shape")
+@click.option("--ops", default=None, callback=_enum_list(Op),
+              help="only these ops, comma-separated: " + ", ".join(o.value for o in Op))
+@click.option("--groups", default=None, callback=_enum_list(Group),
+              help="only these shape groups, comma-separated: " + ", ".join(g.value for g in Group))
+@click.option("--compile", "use_compile", is_flag=True,
+              help="also time torch.compile(mode='max-autotune-no-cudagraphs') (~40 s per case)")
+@click.option("--graph", is_flag=True, help="CUDA-graph timing for every shape (decode shapes always)")
+@click.option("--seed", default=0, show_default=True, help="the inputs' random seed")
+@click.option("--out", type=_PATH, default=None, help="write the results JSON here (needed to run)")
+@click.option("--report", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="render this earlier run's JSON instead of running (no GPU needed)")
+@click.option("--plot", type=_PATH, default=None, help="write the plot (PNG) here")
+@click.option("--markdown", "markdown_out", type=_PATH, default=None,
+              help="write the markdown section for docs/benchmarks.md here")
+@click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="memory roof in TB/s [default: the run's measured copy bandwidth, else 3.0]")
+def bench(suite: str, ops: tuple[Op, ...] | None, groups: tuple[Group, ...] | None, use_compile: bool, graph: bool,
+          seed: int, out: Path | None, report: Path | None, plot: Path | None, markdown_out: Path | None,
+          bandwidth: float | None) -> None:
+    """Time warploom against torch (cuBLAS) and torch.compile over a suite; write JSON, a plot and markdown.
+
+    With --report, only render an earlier run's JSON (--plot, --markdown; the markdown goes to stdout when
+    neither is given).
+    """
+    from rich.console import Console
+
+    from warploom.benchsuite.results import Results, ResultsFormatError
+
+    con = Console()
+    if report is not None:
+        if out is not None:
+            raise click.UsageError("--report renders an earlier run and --out writes a new one: pass one of them")
+        try:
+            results = Results.load(report)
+        except ResultsFormatError as e:
+            raise click.BadParameter(str(e), param_hint="--report") from None
+        _render(con, results, plot, markdown_out, bandwidth, stdout=plot is None and markdown_out is None)
+        return
+    if out is None:
+        raise click.UsageError("pass --out results.json to run the suite, or --report results.json to render one")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise click.ClickException(
+            "warploom bench times kernels on a CUDA GPU (an H100), and torch sees none here. Run it on the GPU "
+            "machine; to render an earlier run here: warploom bench --report results.json --plot bench.png "
+            "--markdown bench.md")
+    from warploom.benchsuite.run import Options, run_suite
+    from warploom.benchsuite.shapes import cases
+
+    selected = cases(Suite(suite), ops, groups)
+    if not selected:
+        raise click.UsageError(f"no case of the {suite} suite has those --ops and --groups")
+    opts = Options(compile=use_compile, graph=graph, seed=seed, ops=tuple(o.value for o in ops or ()),
+                   groups=tuple(g.value for g in groups or ()))
+    con.rule(f"[bold]warploom bench[/] {suite}: {len(selected)} cases on {torch.cuda.get_device_name()}")
+    results = run_suite(selected, opts, out, suite, con)
+    con.print(f"results written to [bold]{out}[/]")
+    _render(con, results, plot, markdown_out, bandwidth, stdout=False)
+    bad = [r for r in results.rows if not r.ok]
+    if bad:
+        sys.exit(f"{len(bad)} of {len(results.rows)} cases failed or did not match the reference: "
+                 + "; ".join(f"{r.case.short()}: {r.failure}" for r in bad[:5]))
+
+
+def _render(con: Any, results: Any, plot: Path | None, markdown_out: Path | None, bandwidth: float | None, *,
+            stdout: bool) -> None:
+    """The per-op summary table on the console, then the plot and the markdown where asked."""
+    import os
+
+    from rich.table import Table
+
+    from warploom.benchsuite import report
+
+    peaks = report.peaks_for(results.env, bandwidth)
+    t = Table("op", "large shapes", "geomean ratio", "geomean graph", "geomean compile", "worst (headline)",
+              title="torch ms / warploom ms (above 1: warploom is faster)")
+    for s in report.summarize(results):
+        worst = "-" if s.worst is None else f"{s.worst.headline_ratio:.3f} ({s.worst.case.shape.name})"
+        t.add_row(s.op.label, str(s.large), *(f"{v:.3f}" if v is not None else "-" for v in
+                                               (s.geomean_ratio, s.geomean_graph_ratio, s.geomean_compile_ratio)),
+                  worst)
+    con.print(t)
+    if plot is not None:
+        try:
+            con.print(f"plot written to [bold]{report.plot(results, peaks, plot)}[/]")
+        except ImportError as e:  # a GPU machine without matplotlib: the JSON is saved, draw it elsewhere
+            con.print(f"[red]no plot[/] ({e}): draw it where matplotlib is, with warploom bench --report")
+            plot = None
+    if markdown_out is not None or stdout:
+        link = None
+        if plot is not None:
+            base = markdown_out.parent if markdown_out is not None else Path.cwd()
+            link = os.path.relpath(plot.resolve(), base.resolve())
+        text = report.markdown(results, peaks, link)
+        if markdown_out is None:
+            click.echo(text)
+        else:
+            markdown_out.parent.mkdir(parents=True, exist_ok=True)
+            markdown_out.write_text(text)
+            con.print(f"markdown written to [bold]{markdown_out}[/]")
 
 
 if __name__ == "__main__":

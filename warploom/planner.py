@@ -70,6 +70,11 @@ class Plan:
             in the epilogue, for measurement.
         scalar_columns: fused epilogues only: read a column-vector operand as one value per row; False
             reads it as a full tile gather (the naive way), for measurement.
+        prefetch_operands: fused epilogues only: start each dense operand's TMA copy at the tile's start
+            (passes/epilogue.py PrefetchOperands); False (the default: measured 1-4% faster on the H100,
+            docs/benchmarks.md 2026-11-23) starts it in the epilogue, just before its load.
+        pingpong: two consumer warpgroups take whole BM x BN tiles in turn (seed 002), so one's epilogue
+            overlaps the other's mainloop; False: cooperative, both split each tile by rows.
     """
 
     bm: int
@@ -87,12 +92,16 @@ class Plan:
     partial_blocks: int = 1
     hoist_rows: bool = True
     scalar_columns: bool = True
+    prefetch_operands: bool = False
+    pingpong: bool = False
 
     def short(self) -> str:
         sub = f"_e{self.epilogue_subtiles}" if self.epilogue_subtiles > 1 else ""
         split = f"_p{self.consumer_partitions}" if self.consumer_partitions > 1 else ""
+        split += "_pp" if self.pingpong else ""
         blocks = f"_h{self.partial_blocks}" if self.partial_blocks > 1 else ""
-        ablate = ("" if self.hoist_rows else "_nohoist") + ("" if self.scalar_columns else "_nocolscalar")
+        ablate = (("" if self.hoist_rows else "_nohoist") + ("" if self.scalar_columns else "_nocolscalar")
+                  + ("_prefetch" if self.prefetch_operands else ""))
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
                 f"{sub}{split}{blocks}{ablate}")
 
@@ -102,26 +111,35 @@ def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
     return (bm * bk) * spec.a_dtype.bytes + (bn * bk) * spec.b_dtype.bytes
 
 
-def epilogue_subtiles(bn: int) -> int:
-    return 2 if bn == 256 else 1
+def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: int = 128) -> int:
+    # Ping-pong stores 128-wide tiles in halves too: its epilogue hides under the other warpgroup's mainloop,
+    # so the extra store wait costs little, and the smem saved buys a stage. A fused epilogue beside a whole
+    # 128x128 (64x256) accumulator works in quarters: in halves its temporaries spill (1544 bytes, ptxas).
+    if pingpong and fused and bm * bn >= 128 * 128:
+        return 4
+    return 2 if bn == 256 or (pingpong and bn == 128) else 1
 
 
-def epilogue_bytes(spec: GemmSpec, bm: int, bn: int) -> int:
+def epilogue_bytes(spec: GemmSpec, bm: int, bn: int, pingpong: bool = False) -> int:
     """The epilogue's staging buffers: for the TMA store (one column block of the tile per output), and for
-    each dense operand of a fused epilogue (warploom.passes.epilogue)."""
+    each dense operand of a fused epilogue (warploom.passes.epilogue). Ping-pong consumers each stage whole
+    tiles of their own: twice the buffers of cooperative ones, which share each tile's rows."""
     dense = [s.dtype for s in spec.epilogue.operands if s.kind.value == "dense"] if spec.epilogue else []
-    return sum(bm * bn // epilogue_subtiles(bn) * d.bytes for d in (*spec.output_dtypes(), *dense))
+    copies = 2 if pingpong else 1
+    sub = epilogue_subtiles(bn, pingpong, spec.epilogue is not None, bm)
+    return copies * sum(bm * bn // sub * d.bytes for d in (*spec.output_dtypes(), *dense))
 
 
-def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int) -> int:
+def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False) -> int:
     # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
-    free = device.smem_per_block - epilogue_bytes(spec, bm, bn) - 1024
+    free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong) - 1024
     return min(_MAX_STAGES, free // stage_bytes(spec, bm, bn, bk))
 
 
 def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
                   stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
-                  partial_blocks: int | None = None, hoist_rows: bool = True, scalar_columns: bool = True) -> Plan:
+                  partial_blocks: int | None = None, hoist_rows: bool | None = None, scalar_columns: bool = True,
+                  prefetch_operands: bool = False, pingpong: bool = False) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations)."""
     from warploom.errors import UnsupportedError
 
@@ -135,19 +153,30 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     if partial_blocks not in (None, 1, 2):
         raise UnsupportedError(f"partial_blocks={partial_blocks!r}: expected 1 (promote the whole tile width) or "
                                "2 (two column halves); pass 1 or 2, or None to let the planner choose")
+    if hoist_rows is None:
+        # Hoisted row vectors of every column block stay live beside a ping-pong warpgroup's whole accumulator
+        # and spill (200 bytes at 128x128 in quarters); its epilogue overlaps the other's mainloop anyway.
+        hoist_rows = not pingpong
+    if pingpong and consumer_partitions == 1:
+        raise UnsupportedError("pingpong=True needs two consumer partitions (one warpgroup each), but "
+                               "consumer_partitions=1; pass consumer_partitions=2 or None")
     bk = 128 if spec.is_fp8 else 64
     best: tuple[float, int, Plan] | None = None
     for cbm, cbn, eff in _TILES:
         if (bm is not None and cbm != bm) or (bn is not None and cbn != bn):
             continue
+        if pingpong and not _pingpong_fits(spec, cbm, cbn, partial_blocks):
+            continue
         if bm is None and cbm == 64 and spec.m > 64:
             continue  # a 64-row tile only pays when M itself is small
-        if cbm == 64 and consumer_partitions == 2:
-            continue  # one warpgroup cannot be split in two partitions
+        if cbm == 64 and consumer_partitions == 2 and not pingpong:
+            continue  # one warpgroup cannot be split in two row blocks
         promoted = spec.accumulation is Accumulation.PROMOTED
         # Promoted fp8 at 256 wide promotes in two column blocks: a 64x256 accumulator and a 64x256 partial
         # per warpgroup would need 256 registers per thread, a 64x128 partial leaves room (192).
-        blocks = (partial_blocks or (2 if cbn == 256 else 1)) if promoted else 1
+        # Likewise a ping-pong warpgroup's whole 128x128 (64x256) accumulator.
+        wide = cbn == 256 or (pingpong and cbm * cbn >= 128 * 128)
+        blocks = (partial_blocks or (2 if wide else 1)) if promoted else 1
         if promoted and cbn == 256 and blocks == 1:
             continue  # acc + whole-width partial: 256 registers per thread
         if bn is None and cbn == 256 and spec.epilogue is not None:
@@ -160,7 +189,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                 and spec.epilogue is None):
             continue  # 256-wide scale_b and bias vectors beside the accumulator spill 272 bytes (ptxas); a
             # fused epilogue works on 128-wide column blocks instead
-        fit = max_stages(spec, device, cbm, cbn, bk)
+        fit = max_stages(spec, device, cbm, cbn, bk, pingpong)
         # Promoted fp8 measured 1-3% faster at 3 stages than at 4 (docs/benchmarks.md, sweeps of 2026-11-22).
         s = (min(fit, 3) if promoted and cbn == 256 else fit) if stages is None else stages
         if s < 1 or s > fit or (stages is None and s < 2):
@@ -168,18 +197,32 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         tiles = max(1, math.ceil(spec.m / cbm) * math.ceil(spec.n / cbn))
         score = math.ceil(tiles / device.sm_count) * cbm * cbn / eff
         plan = Plan(
-            bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=4 * (cbm // 64),
-            group_m=group_m, grid=min(device.sm_count, tiles), epilogue_subtiles=epilogue_subtiles(cbn),
-            consumer_partitions=1 if cbm == 64 else (consumer_partitions or 2),
+            bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
+            group_m=group_m, grid=min(device.sm_count, tiles),
+            epilogue_subtiles=epilogue_subtiles(cbn, pingpong, spec.epilogue is not None, cbm),
+            consumer_partitions=2 if pingpong else 1 if cbm == 64 else (consumer_partitions or 2),
             partial_blocks=blocks, hoist_rows=hoist_rows, scalar_columns=scalar_columns,
+            prefetch_operands=prefetch_operands, pingpong=pingpong,
         )
         key = (score, -cbm * cbn, plan)
         if best is None or key[:2] < best[:2]:
             best = key
     if best is None:
         hint = ""
+        if pingpong:
+            hint = (": a ping-pong warpgroup holds a whole BM x BN fp32 accumulator, at most 128x128 (64x256), "
+                    "plus a promoted fp8 partial of at most half that")
         if spec.accumulation is Accumulation.PROMOTED and bn == 256 and partial_blocks == 1:
             hint = ": promoted fp8 at bn=256 needs partial_blocks=2 (a whole-width partial exceeds the registers)"
         raise UnsupportedError(f"no tile shape fits {spec.short()} with {bm=} {bn=} {stages=} {partial_blocks=} "
                                f"on {device.name}{hint}")
     return best[2]
+
+
+def _pingpong_fits(spec: GemmSpec, bm: int, bn: int, partial_blocks: int | None) -> bool:
+    """Whether one warpgroup (128 threads) can hold a whole tile's accumulator: at most 128 fp32 registers a
+    thread (128x128 or 64x256), plus, for promoted fp8, a partial of one column block."""
+    regs = bm * bn // 128
+    if spec.accumulation is Accumulation.PROMOTED:
+        regs += regs // (partial_blocks or (2 if bn >= 128 else 1))
+    return bm * bn <= 128 * 128 and regs <= 192

@@ -84,6 +84,10 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("bf16_128x256_p1_nmajor", mm(4096, 4096, 4096, layout=N_MAJOR), dict(bm=128, bn=256, consumer_partitions=1)),
     ("e4m3_promoted_128x256_p1_h2", f8(4096, 4096, 4096, RW, PROMOTED),
      dict(bm=128, bn=256, consumer_partitions=1, partial_blocks=2)),
+    # Ping-pong warpgroups (not the default): a whole 128x128 or 64x256 accumulator per warpgroup.
+    ("bf16_128x128_pingpong", mm(4096, 4096, 4096), dict(bm=128, bn=128, pingpong=True)),
+    ("e4m3_fast_64x256_pingpong", f8(4096, 4096, 4096, TW), dict(bm=64, bn=256, pingpong=True)),
+    ("e4m3_promoted_128x128_pingpong_h2", f8(4096, 4096, 4096, RW, PROMOTED), dict(bm=128, bn=128, pingpong=True)),
 ]
 # The ids above whose forced parameters are exactly what the planner picks by itself.
 DEFAULTS = ["bf16_128x256_p2", "e4m3_fast_128x256_p2", "e4m3_promoted_128x256_p2_h2",

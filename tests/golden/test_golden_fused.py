@@ -97,8 +97,11 @@ class TestFusedPlacement(expecttest.TestCase):
             assert wait < i < apply
             assert "scale_a_acc_0 = gl.expand_dims(gl.load(scale_a_ptr + ep_rows * 1, mask=ep_rows < M" in lines[i]
             assert lines[i].split("  #")[0].endswith(", 1)")  # expanded along columns: [rows, 1]
-            assert f"ep_rows = off_m{row0} + gl.arange(0, 64, layout=gl.SliceLayout(1, ep_layout))" in lines[i - 2]
-            # The residual: a TMA copy into the partition's buffer, waited on its private mbarrier, read once.
+            # The tile's row indices, computed once, at the tile's first operand load.
+            rows = where(lines, f"ep_rows = off_m{row0} + gl.arange(0, 64, layout=gl.SliceLayout(1, ep_layout))")
+            assert k_end < rows < i and sum("ep_rows = " in line for line in lines) == 1
+            # The residual: a TMA copy into the partition's buffer (started in the epilogue: the planner's default
+            # leaves prefetching off), waited on its private mbarrier, read once.
             buf = f"residual_smem{name[-1]}"
             copy = where(lines, f"tma.async_copy_global_to_shared(residual_desc, [off_m{row0}, off_n], {buf}_bar, {buf})")
             read = where(lines, f"residual_acc_0 = {buf}.load(ep_layout).to(gl.float32)")
@@ -169,6 +172,7 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s5_w8_g8_p2_epbe
       wgmma_wait pending=0
       arrive empty[c-1]
       load_operand scale_a for acc as per_row
+      prefetch_operand residual for acc into residual_smem0
       load_operand residual for acc as tile via residual_smem0
       apply_epilogue acc
       tma_store_wait pending=0
@@ -191,6 +195,7 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s5_w8_g8_p2_epbe
       wgmma_wait pending=0
       arrive empty[c-1]
       load_operand scale_a for acc as per_row
+      prefetch_operand residual for acc into residual_smem1
       load_operand residual for acc as tile via residual_smem1
       apply_epilogue acc
       tma_store_wait pending=0

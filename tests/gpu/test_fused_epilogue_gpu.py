@@ -7,6 +7,7 @@ tile multiples, and both ablation switches (row hoist, scalar column read) are r
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 from collections.abc import Callable
 from typing import Any
@@ -128,17 +129,23 @@ def test_fp8_output_saturates() -> None:
     assert got.float().abs().max() <= 448
 
 
-@pytest.mark.parametrize("hoist,scalar", [(True, True), (False, True), (True, False), (False, False)])
-def test_ablations_compute_the_same(hoist: bool, scalar: bool) -> None:
+@pytest.mark.parametrize("hoist,scalar,prefetch,pingpong,grid", [
+    (True, True, True, False, 132), (False, True, True, False, 132), (True, False, True, False, 132),
+    (False, False, True, False, 132), (True, True, False, False, 132), (True, True, True, False, 3),
+    (True, True, True, True, 3), (True, True, True, True, 132), (True, True, False, True, 5)])
+def test_ablations_compute_the_same(hoist: bool, scalar: bool, prefetch: bool, pingpong: bool, grid: int) -> None:
     torch.manual_seed(2)
-    m, n, k = 520, 400, 384
+    m, n, k = 1040, 400, 384
     a, b, sa, sb = fp8_inputs(m, n, k, True)
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     residual = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     fn = lambda acc, residual: F.gelu(acc) + residual  # noqa: E731
     k_ = warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True, epilogue=fn, residual=residual)
     dev = DeviceInfo.current()
-    kern = build(k_.spec, dev, plan_schedule(k_.spec, dev, hoist_rows=hoist, scalar_columns=scalar))
+    plan = plan_schedule(k_.spec, dev, hoist_rows=hoist, scalar_columns=scalar, prefetch_operands=prefetch,
+                         pingpong=pingpong, **({"bm": 64, "bn": 128} if pingpong else {}))
+    # A small grid gives each CTA several tiles: prefetches across tiles, ping-pong's alternation.
+    kern = build(k_.spec, dev, dataclasses.replace(plan, grid=min(grid, plan.grid)))
     assert kern.plan.hoist_rows is hoist and kern.plan.scalar_columns is scalar
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     kern.run(a, b, out, operands={"scale_a": sa, "scale_b": sb, "bias": bias, "residual": residual})
@@ -160,3 +167,24 @@ def test_forced_256_wide_tile() -> None:
     kern.run(a, b, out, operands={"bias": bias})
     torch.testing.assert_close(out.float(), fn(a.float() @ b.float(), bias).to(torch.bfloat16).float(),
                                atol=6e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("bm,bn", [(128, 128), (64, 256)])
+@pytest.mark.parametrize("grid", [3, 132])
+def test_pingpong_epilogue_in_quarters(bm: int, bn: int, grid: int) -> None:
+    # Ping-pong beside a whole 128x128 (64x256) accumulator: the epilogue runs in 4 column blocks (planner).
+    torch.manual_seed(3)
+    m, n, k = 1040, 1040, 512
+    a, b, sa, sb = fp8_inputs(m, n, k, True)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    residual = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    fn = lambda acc, residual: F.gelu(acc) + residual  # noqa: E731
+    spec = warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True, epilogue=fn, residual=residual).spec
+    dev = DeviceInfo.current()
+    plan = plan_schedule(spec, dev, pingpong=True, bm=bm, bn=bn)
+    assert plan.epilogue_subtiles == 4 and not plan.hoist_rows
+    kern = build(spec, dev, dataclasses.replace(plan, grid=min(grid, plan.grid)))
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out, operands={"scale_a": sa, "scale_b": sb, "bias": bias, "residual": residual})
+    ref = fn((a.float() @ b.float()) * sa * sb + bias.float(), residual)
+    assert err(out, ref) < 1e-3

@@ -7,6 +7,8 @@ checked against an fp32 reference, so an option that is not the default today st
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -62,4 +64,44 @@ def test_fp8_promoted_plans(partitions: int, blocks: int, bn: int, stages: int, 
     assert not out.isnan().any()
     assert _err(out, ref) < 1e-5  # promoted accumulation: bf16 output rounding only
     theirs = torch._scaled_mm(a, b, sa, sb, bias=bb, out_dtype=torch.bfloat16, use_fast_accum=False)
+    assert _err(out, ref) <= 1.5 * _err(theirs, ref) + 1e-7
+
+
+@pytest.mark.parametrize(("bm", "bn"), [(128, 128), (64, 256), (64, 128)])
+@pytest.mark.parametrize("stages", [2, 4])
+@pytest.mark.parametrize("grid", [1, 5, 132])  # 1 CTA: every tile alternates; 5: odd and even tile counts
+def test_bf16_pingpong_plans(bm: int, bn: int, stages: int, grid: int) -> None:
+    torch.manual_seed(bm + bn + stages + grid)
+    m, n, k = 777, 648, 9 * 64 + 8
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    spec = checks.matmul_spec(a, b, None)
+    dev = DeviceInfo.current()
+    plan = plan_schedule(spec, dev, bm=bm, bn=bn, stages=stages, pingpong=True)
+    kern = build(spec, dev, dataclasses.replace(plan, grid=min(grid, plan.grid)))
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.1, rtol=2e-2)
+
+
+@pytest.mark.parametrize(("bm", "bn"), [(128, 128), (64, 256)])
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("grid", [3, 132])
+def test_fp8_pingpong_plans(bm: int, bn: int, fast: bool, grid: int) -> None:
+    torch.manual_seed(bm + grid + fast)
+    m, n, k = 1000, 1040, 5 * 128 + 32
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa = torch.rand(m, 1, device="cuda") + 0.5
+    sb = torch.rand(1, n, device="cuda") + 0.5
+    bb = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    spec = checks.scaled_mm_spec(a, b, sa, sb, bb, torch.bfloat16, fast)
+    dev = DeviceInfo.current()
+    plan = plan_schedule(spec, dev, bm=bm, bn=bn, pingpong=True)
+    kern = build(spec, dev, dataclasses.replace(plan, grid=min(grid, plan.grid)))
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out, sa, sb, bb)
+    ref = (a.float() @ b.float()) * sa * sb + bb.float()
+    theirs = torch._scaled_mm(a, b, sa, sb, bias=bb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+    assert not out.isnan().any()
     assert _err(out, ref) <= 1.5 * _err(theirs, ref) + 1e-7

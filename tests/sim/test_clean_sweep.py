@@ -2,9 +2,10 @@
 
 Sweeps stages 1-6 against k-step counts at the edges of the ring (1, S-1, S, S+1, 2S+1), with several
 tiles per persistent CTA (a grid of 2 over 3-6 tiles), shapes that are not tile multiples, outputs
-poisoned with NaN, and every dtype and recipe; each on both consumer structures (one partition, p1, and
-one 64-row partition per warpgroup of a 128-row tile, p2) and, for promoted fp8, with the accumulator
-whole (h1) and in two column blocks (h2); plus real planner plans on small problems.
+poisoned with NaN, and every dtype and recipe; each on the consumer structures (one partition, p1; one
+64-row partition per warpgroup of a 128-row tile, p2; ping-pong warpgroups taking whole tiles in turn, pp)
+and, for promoted fp8, with the accumulator whole (h1) and in two column blocks (h2); plus real planner plans
+on small problems.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ def k_steps(stages: int) -> list[int]:
     return sorted({1, stages - 1, stages, stages + 1, 2 * stages + 1} - {0})
 
 
-def small_plan(stages: int, bk: int, bm: int = 64, bn: int = 64, split: int = 1, blocks: int = 1) -> Plan:
-    return Plan(bm=bm, bn=bn, bk=bk, stages=stages, consumer_warps=4 * (bm // 64), group_m=2, grid=2,
-                consumer_partitions=split, partial_blocks=blocks)
+def small_plan(stages: int, bk: int, bm: int = 64, bn: int = 64, split: int = 1, blocks: int = 1,
+               pingpong: bool = False) -> Plan:
+    return Plan(bm=bm, bn=bn, bk=bk, stages=stages, consumer_warps=8 if pingpong else 4 * (bm // 64), group_m=2,
+                grid=2, consumer_partitions=split, partial_blocks=blocks, pingpong=pingpong)
 
 
 # Consumer structures: (bm, bn, consumer partitions, partial blocks). h2 only means something for promoted
@@ -48,13 +50,17 @@ STRUCTURES = {
     "p2": (128, 64, 2, 1),
     "p1h2": (64, 128, 1, 2),
     "p2h2": (128, 128, 2, 2),
+    # Ping-pong: two warpgroups taking whole 64x64 (64x128) tiles in turn; 3 tiles per CTA, so one consumer
+    # runs 2 and the other 1.
+    "pp": (64, 64, 2, 1),
+    "pph2": (64, 128, 2, 2),
 }
 
 
 def structured(name: str, stages: int, bk: int) -> tuple[Plan, int]:
     """The plan of structure `name`, and the M that gives it 3 tile rows."""
     bm, bn, split, blocks = STRUCTURES[name]
-    return small_plan(stages, bk, bm, bn, split, blocks), (M if bm == 64 else M_128)
+    return small_plan(stages, bk, bm, bn, split, blocks, name.startswith("pp")), (M if bm == 64 else M_128)
 
 
 def consumers(m: ir.Module) -> list[ir.Partition]:
@@ -94,14 +100,18 @@ CASES = [pytest.param(s, ks, id=f"s{s}-k{ks}") for s in STAGES for ks in k_steps
 def check_structure(module: ir.Module, plan: Plan) -> None:
     """The module really has the plan's structure (so a sweep cannot silently test the other one)."""
     cons = consumers(module)
-    assert len(cons) == plan.consumer_partitions and module.barrier("empty").count == len(cons)
+    # Cooperative consumers each release every slot; ping-pong ones every other tile's.
+    assert len(cons) == plan.consumer_partitions
+    assert module.barrier("empty").count == (1 if plan.pingpong else len(cons))
+    assert all(isinstance(s, ir.Loop) and s.step == (2 if plan.pingpong else 1)
+               for c in cons for s in c.body if isinstance(s, ir.Loop))
     mmas = [o for o, _ in ir.walk(cons[0].body) if isinstance(o, ir.Mma)]
     promoted = module.spec.accumulation is Accumulation.PROMOTED
     assert len(mmas) == (plan.partial_blocks if promoted else 1)
 
 
 @pytest.mark.parametrize("stages,ks", CASES)
-@pytest.mark.parametrize("structure", ["p1", "p2"])
+@pytest.mark.parametrize("structure", ["p1", "p2", "pp"])
 def test_bf16_native_stages_by_k_steps(structure: str, stages: int, ks: int) -> None:
     plan, m = structured(structure, stages, bk=32)
     spec = spec_of(DType.BF16, ks * 32 - 5, m=m)  # K not a multiple of BK = 32
@@ -111,7 +121,7 @@ def test_bf16_native_stages_by_k_steps(structure: str, stages: int, ks: int) -> 
 
 
 @pytest.mark.parametrize("stages,ks", CASES)
-@pytest.mark.parametrize("structure", ["p1", "p2", "p1h2", "p2h2"])
+@pytest.mark.parametrize("structure", ["p1", "p2", "p1h2", "p2h2", "pph2"])
 def test_fp8_rowwise_promoted_stages_by_k_steps(structure: str, stages: int, ks: int) -> None:
     plan, m = structured(structure, stages, bk=64)
     spec = spec_of(DType.E4M3, ks * 64 - 16, scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED, m=m)
@@ -133,7 +143,7 @@ def test_fp8_rowwise_promoted_stages_by_k_steps(structure: str, stages: int, ks:
     dict(dtype=DType.E4M3, scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED, bias=DType.FP32, out=DType.FP16),
     dict(dtype=DType.E4M3, b_dtype=DType.E5M2, scale=ScaleRecipe.TENSORWISE, bias=DType.BF16, out=DType.FP32),
 ], ids=lambda kw: "-".join(f"{v.value if hasattr(v, 'value') else v}" for v in kw.values()))
-@pytest.mark.parametrize("structure", ["p1", "p2"])
+@pytest.mark.parametrize("structure", ["p1", "p2", "pp"])
 def test_dtypes_and_recipes(spec_kw: dict, stages: int, ks: int, structure: str) -> None:
     fp8 = spec_kw["dtype"].is_fp8
     bk = 64 if fp8 else 32
@@ -146,7 +156,7 @@ def test_dtypes_and_recipes(spec_kw: dict, stages: int, ks: int, structure: str)
 
 
 @pytest.mark.parametrize("grid,group_m", [(1, 1), (3, 1), (3, 3), (4, 8)])
-@pytest.mark.parametrize("structure", ["p1", "p2"])
+@pytest.mark.parametrize("structure", ["p1", "p2", "pp"])
 def test_persistent_grids_and_rasters(grid: int, group_m: int, structure: str) -> None:
     plan, _ = structured(structure, 3, bk=32)
     spec = spec_of(DType.BF16, 4 * 32 - 1, m=200 * plan.bm // 64, n=330)  # 4 x 6 tiles

@@ -39,6 +39,11 @@ FP8_P2H2_PLAN = Plan(bm=128, bn=128, bk=64, stages=3, consumer_warps=8, group_m=
                      partial_blocks=2)
 WIDE_PLAN = Plan(bm=128, bn=256, bk=64, stages=3, consumer_warps=8, group_m=2, grid=2, epilogue_subtiles=2,
                  consumer_partitions=2)
+# Ping-pong (passes/split_consumers.py): two warpgroups taking alternate whole tiles, handing over the mainloop
+# through the turn barriers; 3x3 tiles over the grid of 2 give each consumer 2 or 3 tiles (and 2 or 1).
+PP_PLAN = Plan(bm=64, bn=64, bk=32, stages=3, consumer_warps=8, group_m=2, grid=2, consumer_partitions=2,
+               pingpong=True)
+FP8_PP_PLAN = replace(PP_PLAN, bk=64)
 BF16 = GemmSpec(*SIZE)
 FP8_PROMOTED = GemmSpec(SIZE[0], SIZE[1], 320, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
                         accumulation=Accumulation.PROMOTED)
@@ -46,6 +51,7 @@ FP8_PROMOTED = GemmSpec(SIZE[0], SIZE[1], 320, DType.E4M3, DType.E4M3, DType.BF1
 STRUCTURES = {
     "p1": (PLAN, FP8_PLAN, replace(WIDE_PLAN, consumer_partitions=1)),
     "p2": (P2_PLAN, FP8_P2H2_PLAN, WIDE_PLAN),
+    "pp": (PP_PLAN, FP8_PP_PLAN, replace(PP_PLAN, bn=256, epilogue_subtiles=2)),
 }
 
 Rewrite = Callable[[ir.Op], tuple[ir.Stmt, ...]]
@@ -60,7 +66,7 @@ def edit(m: ir.Module, role: ir.Role, fn: Rewrite, where: ir.LoopKind | None | s
         out: list[ir.Stmt] = []
         for s in stmts:
             if isinstance(s, ir.Loop):
-                out.append(ir.Loop(s.kind, body(s.body, s.kind)))
+                out.append(replace(s, body=body(s.body, s.kind)))
             elif where == "any" or where == kind:
                 out.extend(fn(s))
             else:
@@ -117,7 +123,7 @@ def _move_release(m: ir.Module, where: Callable[[list[int]], int]) -> ir.Module:
     loop body without it."""
     def move(stmts: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
         if not any(isinstance(s, ir.Mma) for s in stmts):
-            return tuple(ir.Loop(s.kind, move(s.body)) if isinstance(s, ir.Loop) else s for s in stmts)
+            return tuple(replace(s, body=move(s.body)) if isinstance(s, ir.Loop) else s for s in stmts)
         (arrive,) = [s for s in stmts if isinstance(s, ir.Arrive)]
         rest = [s for s in stmts if s is not arrive]
         i = where([j for j, s in enumerate(rest) if isinstance(s, ir.MmaWait)])
@@ -230,7 +236,31 @@ SPLIT_ONLY = [
            frozenset({K.READ_UNACQUIRED, K.OVERWRITE_UNRELEASED, K.OVERWRITE_WHILE_READ, K.WRONG_TILE})),
 ]
 
-MUTANTS = mutants("p1") + mutants("p2") + SPLIT_ONLY
+def _is_turn(o: ir.Op) -> bool:
+    return getattr(o, "barrier", "").startswith("turn")
+
+
+def _tiles_loop(m: ir.Module, name: str, fn: Callable[[ir.Loop], ir.Loop]) -> ir.Module:
+    p = m.partition(name)
+    return m.with_partition(replace(p, body=tuple(fn(s) if isinstance(s, ir.Loop) else s for s in p.body)))
+
+
+# Bugs only ping-pong can have.
+PINGPONG_ONLY = [
+    Mutant("no_turns@pp", BF16, PP_PLAN,  # consumer1 waits on ready phases two ahead of the barriers
+           lambda m: edit(m, C, drop(ir.Wait, _is_turn)),
+           frozenset({K.PHASE_ALIAS, K.WRONG_TILE, K.READ_UNACQUIRED, K.READ_BEFORE_LANDED})),
+    Mutant("turn_never_handed_back@pp", BF16, PP_PLAN,  # consumer1 keeps the turn: consumer0 waits forever
+           lambda m: edit(m, C, drop(ir.Arrive, _is_turn), only="consumer1"), frozenset({K.DEADLOCK})),
+    Mutant("skip_missing@pp", BF16, PP_PLAN,  # the consumers' cursors ignore each other's tiles
+           lambda m: edit(m, C, drop(ir.SkipTiles)),
+           frozenset({K.WRONG_TILE, K.PHASE_ALIAS, K.DEADLOCK, K.READ_UNACQUIRED})),
+    Mutant("both_take_the_same_tiles@pp", BF16, PP_PLAN,  # consumer1's loop starts at tile 0 too
+           lambda m: _tiles_loop(m, "consumer1", lambda lp: replace(lp, start=0)),
+           frozenset({K.OUTPUT_COVERAGE, K.WRONG_TILE, K.DEADLOCK, K.PHASE_ALIAS}), exhaustive=False),
+]
+
+MUTANTS = mutants("p1") + mutants("p2") + mutants("pp") + SPLIT_ONLY + PINGPONG_ONLY
 
 
 @functools.cache

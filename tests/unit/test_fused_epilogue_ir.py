@@ -149,7 +149,8 @@ def block(acc: str, i: int, n: int, bufs: list[str], col: READ = READ.PER_ROW, r
     assert parts is not None
     return [
         ir.LoadOperand("bias", acc, i, n, READ.PER_COL), ir.LoadOperand("col", acc, i, n, col),
-        ir.LoadOperand("s", acc, i, n, READ.SCALAR), ir.LoadOperand("res", acc, i, n, READ.TILE, res),
+        ir.LoadOperand("s", acc, i, n, READ.SCALAR),
+        *([ir.PrefetchOperand("res", acc, i, n, res)] if res else []), ir.LoadOperand("res", acc, i, n, READ.TILE, res),
         ir.ApplyEpilogue(acc, i, n), ir.StoreWait(0),
         *[ir.StoreSmem(acc, b, i, n, output=j) for j, b in enumerate(bufs)], ir.FenceAsync(),
         *[ir.TmaStore(b, part=part, parts=parts, output=j) for j, b in enumerate(bufs)],
@@ -246,11 +247,11 @@ def test_hoist_at_bn_256_moves_both_blocks_row_loads() -> None:
 
 
 def test_hoist_disabled_leaves_every_load_before_its_apply() -> None:
-    k = planned(bf16_two_outputs().spec, hoist_rows=False)
+    k = planned(bf16_two_outputs().spec, hoist_rows=False, prefetch_operands=False)
     body = tile_body(consumers(k.module)[0])
     at = k_index(body)
     assert body[at + 1:at + 3] == (ir.MmaWait(0), ir.Arrive("empty", ir.Slot("c", -1)))
-    assert body[at + 3:at + 8] == tuple(block("acc", 0, 1, [])[:5])
+    assert body[at + 3:at + 9] == tuple(block("acc", 0, 1, [])[:6])
 
 
 def test_hoist_leaves_a_column_read_as_a_tile_beside_its_block() -> None:
@@ -551,3 +552,51 @@ def test_output_rows_must_be_16_byte_multiples(out_dtype: torch.dtype, fn: Calla
     assert e.value.arg == "b"
     assert f"got N = {n}" in str(e.value)
     warploom.plan(a, b, out_dtype=out_dtype, epilogue=lambda acc: acc)  # the call's own output is fine
+
+
+# --- PrefetchOperands -------------------------------------------------------------------------------------
+
+def test_prefetch_moves_the_first_block_to_the_tile_start() -> None:
+    k = planned(bf16_two_outputs().spec, prefetch_operands=True)
+    for i, p in enumerate(consumers(k.module)):
+        body = tile_body(p)
+        assert body[0] == ir.PrefetchOperand("res", "acc", 0, 1, f"res_smem{i}")  # before the k-loop
+        assert k_index(body) == 1
+        assert sum(isinstance(s, ir.PrefetchOperand) for s in body) == 1
+        pos = _positions(body)
+        assert pos[f"load_operand res for acc as tile via res_smem{i}"] < pos["apply_epilogue acc"]
+
+
+def test_prefetch_of_a_later_block_follows_the_previous_blocks_load() -> None:
+    # Two column blocks share one staging buffer: block 1's copy may start once block 0 is in registers.
+    k = planned(bf16_two_outputs().spec, bn=256, prefetch_operands=True)
+    body = [printer.op(s) for s in tile_body(consumers(k.module)[0]) if not isinstance(s, ir.Loop)]
+    assert body[0] == "prefetch_operand res for acc[cols 0/2] into res_smem0"
+    load0 = body.index("load_operand res for acc[cols 0/2] as tile via res_smem0")
+    assert body[load0 + 1] == "prefetch_operand res for acc[cols 1/2] into res_smem0"
+    assert load0 + 1 < body.index("apply_epilogue acc[cols 0/2]") < body.index(
+        "load_operand res for acc[cols 1/2] as tile via res_smem0")
+
+
+def test_prefetch_disabled_leaves_each_copy_before_its_load() -> None:
+    k = planned(bf16_two_outputs().spec, bn=256, prefetch_operands=False)
+    body = [printer.op(s) for s in tile_body(consumers(k.module)[0]) if not isinstance(s, ir.Loop)]
+    for part in (0, 1):
+        at = body.index(f"prefetch_operand res for acc[cols {part}/2] into res_smem0")
+        assert body[at + 1] == f"load_operand res for acc[cols {part}/2] as tile via res_smem0"
+    assert not k.plan.prefetch_operands and "prefetch" not in k.plan.short()
+    assert planned(bf16_two_outputs().spec, prefetch_operands=True).plan.short().endswith("_prefetch")
+
+
+def test_verifier_rejects_a_load_through_a_buffer_without_its_prefetch() -> None:
+    m = planned(bf16_two_outputs().spec, prefetch_operands=True).module
+    p = consumers(m)[0]
+    (tiles,) = p.body[:1]
+    assert isinstance(tiles, ir.Loop)
+    dropped = replace(tiles, body=tuple(s for s in tiles.body if not isinstance(s, ir.PrefetchOperand)))
+    broken = m.with_partition(replace(p, body=(dropped, *p.body[1:])))
+    with pytest.raises(VerificationError, match="without a prefetch_operand of that block"):
+        verify.check(broken, "test", H100_SXM)
+    doubled = replace(tiles, body=(tiles.body[0], *tiles.body))
+    with pytest.raises(VerificationError, match="is not loaded yet"):
+        verify.check(m.with_partition(replace(p, body=(doubled, *p.body[1:]))), "test", H100_SXM)

@@ -73,16 +73,19 @@ def _instr_n(bm: int, bn: int, warps: int) -> int:
     return n
 
 
-def _slot(s: ir.Slot, depth: int) -> str:
+def _slot(s: ir.Slot, depth: int, stages: int) -> str:
+    if depth == 1:  # a single barrier (ping-pong turns)
+        return "0"
+    d = "STAGES" if depth == stages else str(depth)
     if s.offset % depth == 0:
-        return f"{s.cursor} % STAGES"
-    return f"({s.cursor} + {s.offset % depth}) % STAGES"
+        return f"{s.cursor} % {d}"
+    return f"({s.cursor} + {s.offset % depth}) % {d}"
 
 
-def _parity(p: ir.Parity, depth: int) -> str:
+def _parity(p: ir.Parity, depth: int, stages: int) -> str:
     # + 2*depth keeps the dividend non-negative for negative offsets without changing the parity.
     count = p.cursor if p.offset == 0 else f"({p.cursor} + {p.offset + 2 * depth})"
-    base = f"({count} // STAGES) & 1"
+    base = f"{count} & 1" if depth == 1 else f"({count} // {'STAGES' if depth == stages else depth}) & 1"
     return f"({base}) ^ 1" if p.flip else base
 
 
@@ -103,10 +106,12 @@ class _PartitionEmitter:
     def __init__(self, m: ir.Module, p: ir.Partition, buf: CodeBuffer) -> None:
         self.m, self.p, self.buf = m, p, buf
         self.depth = {c.name: c.depth for c in p.cursors}
+        self.stages = m.rings[0].depth  # the STAGES constant
         self.async_accs = tuple(dict.fromkeys(o.acc for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma)
                                               and o.is_async))
         # A partition with a row block computes rows [row0, row0 + rows) of each tile.
         self.row0, self.rows = (p.rows.start, p.rows.rows) if p.rows else (0, m.tiling.bm)
+        self._offsets: set[str] = set()  # epilogue index vectors already computed in the current tile
 
     def params(self) -> list[str]:
         return partition_params(self.m, self.p)
@@ -151,7 +156,14 @@ class _PartitionEmitter:
     def loop(self, lp: ir.Loop) -> None:
         b = self.buf
         if lp.kind is ir.LoopKind.TILES:
-            with b.block("for tile_id in range(pid, num_tiles, gl.num_programs(0))", comment="for tiles"):
+            self._offsets = set()
+            if lp.step == 1:
+                head, note = "range(pid, num_tiles, gl.num_programs(0))", "for tiles"
+            else:  # this CTA's tiles number start, start + step, ...: ping-pong consumers alternate
+                first = "pid" if lp.start == 0 else f"pid + {lp.start} * gl.num_programs(0)"
+                head, note = f"range({first}, num_tiles, {lp.step} * gl.num_programs(0))", \
+                    f"for tiles[{lp.start}::{lp.step}]"
+            with b.block(f"for tile_id in {head}", comment=note):
                 b.line("off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)")
                 self.body(lp.body)
         elif lp.kind is ir.LoopKind.K:
@@ -180,10 +192,11 @@ class _PartitionEmitter:
         match o:
             case ir.Wait():
                 d = self.depth[o.slot.cursor]
-                b.line(f"mbarrier.wait({o.barrier}_bars.index({_slot(o.slot, d)}), {_parity(o.parity, d)})", c)
+                slot, parity = _slot(o.slot, d, self.stages), _parity(o.parity, d, self.stages)
+                b.line(f"mbarrier.wait({o.barrier}_bars.index({slot}), {parity})", c)
             case ir.Arrive():
                 d = self.depth[o.slot.cursor]
-                args = [f"{o.barrier}_bars.index({_slot(o.slot, d)})"]
+                args = [f"{o.barrier}_bars.index({_slot(o.slot, d, self.stages)})"]
                 if o.count != 1:
                     args.append(f"count={o.count}")
                 g = _guard(o.guard)
@@ -192,15 +205,15 @@ class _PartitionEmitter:
                 b.line(f"mbarrier.arrive({', '.join(args)})", c)
             case ir.ArriveExpectTx():
                 d = self.depth[o.slot.cursor]
-                b.line(f"mbarrier.expect({o.barrier}_bars.index({_slot(o.slot, d)}), {o.nbytes})", c)
+                b.line(f"mbarrier.expect({o.barrier}_bars.index({_slot(o.slot, d, self.stages)}), {o.nbytes})", c)
             case ir.TmaLoad():
                 d = self.depth[o.slot.cursor]
                 desc = f"{o.tensor.value.lower()}_desc"
                 coord = ", ".join(self._coord(a) for a in o.coord)
                 b.line(f"tma.async_copy_global_to_shared({desc}, [{coord}], {o.barrier}_bars.index("
-                       f"{_slot(o.slot, d)}), {o.ring}.index({_slot(o.slot, d)}))", c)
+                       f"{_slot(o.slot, d, self.stages)}), {o.ring}.index({_slot(o.slot, d, self.stages)}))", c)
             case ir.Mma():
-                s = _slot(o.slot, self.depth[o.slot.cursor])
+                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
                 use = {ir.Guard.FIRST_K: "kk > 0", ir.Guard.ALWAYS: "False", ir.Guard.NOT_FIRST_K: "kk == 0"}[
                     o.overwrite]
                 a_view = f"{o.a_ring}.index({s})"
@@ -221,6 +234,11 @@ class _PartitionEmitter:
                 self.epilogue(o)
             case ir.LoadOperand():
                 self.load_operand(o)
+            case ir.PrefetchOperand():
+                self.prefetch_operand(o)
+            case ir.SkipTiles():
+                n = "k_tiles" if o.tiles == 1 else f"{o.tiles} * k_tiles"
+                b.line(f"{o.cursor} += {n}", c)
             case ir.ApplyEpilogue():
                 self.apply_epilogue(o)
             case ir.StoreWait():
@@ -230,16 +248,7 @@ class _PartitionEmitter:
                 b.line(f"{o.buffer}.store(ep_out{o.output})", c)
             case ir.StoreSmem():
                 buf = self.m.buffer(o.buffer)
-                src = o.acc
-                if o.parts == 2:
-                    if o.part == 0:
-                        # (BM, BN) -> (BM, 2, BN/2) -> split: register-local for the wgmma layout
-                        acc_cols = self._acc(o.acc).cols
-                        b.line(f"{o.acc}_lo, {o.acc}_hi = {o.acc}.reshape([{self.rows}, 2, {acc_cols // 2}])"
-                               ".permute(0, 2, 1).split()")
-                    src = f"{o.acc}_{('lo', 'hi')[o.part]}"
-                elif o.parts != 1:
-                    raise NotImplementedError("sm_90a epilogue: 1 or 2 column blocks")
+                src = self._column_block(o.acc, o.part, o.parts)
                 b.line(f"{o.buffer}.store({src}.to({buf.dtype.gluon}))", c)
             case ir.FenceAsync():
                 b.line("fence_async_shared()", c)
@@ -271,8 +280,12 @@ class _PartitionEmitter:
         row = f"off_m + {self.row0}" if self.row0 else "off_m"
         col = f"off_n + {col0}" if col0 else "off_n"
         rows_v, cols_v = "ep_rows", f"ep_cols_{acc}_{part}"
-        self.buf.line(f"{rows_v} = {row} + gl.arange(0, {self.rows}, layout=gl.SliceLayout(1, ep_layout))")
-        self.buf.line(f"{cols_v} = {col} + gl.arange(0, {w}, layout=gl.SliceLayout(0, ep_layout))")
+        # Once per tile each: every load of the tile stands at its top level, after the first.
+        if rows_v not in self._offsets:
+            self.buf.line(f"{rows_v} = {row} + gl.arange(0, {self.rows}, layout=gl.SliceLayout(1, ep_layout))")
+        if cols_v not in self._offsets:
+            self.buf.line(f"{cols_v} = {col} + gl.arange(0, {w}, layout=gl.SliceLayout(0, ep_layout))")
+        self._offsets |= {rows_v, cols_v}
         return rows_v, cols_v
 
     def load_operand(self, o: ir.LoadOperand) -> None:
@@ -282,62 +295,77 @@ class _PartitionEmitter:
         g = self.m.spec.epilogue
         assert g is not None
         spec = g.operand(o.operand)
+        var, ptr = f"{o.operand}_{o.acc}_{o.part}", f"{o.operand}_ptr"
+        if o.buffer is not None:
+            # The block's TMA copy was started by its prefetch_operand; the buffer's private mbarrier flips its
+            # phase once per copy.
+            buf, b = o.buffer, self.buf
+            b.line(f"mbarrier.wait({buf}_bar, {buf}_phase)", f"{printer.op(o)}: its prefetch has landed")
+            b.line(f"{buf}_phase ^= 1")
+            b.line(f"{var} = {buf}.load(ep_layout).to(gl.float32)", f"{spec.name}: dense, [rows, cols]")
+            return
         rows_v, cols_v = self._block_offsets(o.acc, o.part, o.parts)
         rs, cs = spec.mn_strides()
         kind = {ir.OperandRead.SCALAR: OperandKind.SCALAR, ir.OperandRead.PER_COL: OperandKind.ROW,
                 ir.OperandRead.PER_ROW: OperandKind.COLUMN, ir.OperandRead.TILE: OperandKind.DENSE}[o.read]
-        var, ptr = f"{o.operand}_{o.acc}_{o.part}", f"{o.operand}_ptr"
         if kind is OperandKind.DENSE and spec.kind is not OperandKind.DENSE:
             # A vector read as a full tile (the naive way, kept for measurement): one address per element.
             line = (f"{var} = gl.load({ptr} + gl.expand_dims({rows_v} * {rs}, 1) + gl.expand_dims({cols_v} * {cs}, 0), "
                     f"mask=gl.expand_dims({rows_v} < M, 1) & gl.expand_dims({cols_v} < N, 0), other=0.0)"
                     f".to(gl.float32)  # {spec.name}: {spec.kind.value} read as a tile, [rows, cols]")
-        elif o.buffer is not None:
-            # TMA into the operand's buffer, then one shared-memory read in the epilogue's layout. The buffer's
-            # mbarrier is private to this op: its phase flips once per use.
-            buf = o.buffer
-            a = self._acc(o.acc)
-            w = a.cols // o.parts
-            row = f"off_m + {self.row0}" if self.row0 else "off_m"
-            col0 = a.col0 + o.part * w
-            col = f"off_n + {col0}" if col0 else "off_n"
-            nbytes = self.rows * w * spec.dtype.bytes
-            b = self.buf
-            b.line("gl.thread_barrier()", "every thread has read the buffer's previous block")
-            b.line("fence_async_shared()", "... before the async proxy overwrites it")
-            b.line(f"mbarrier.expect({buf}_bar, {nbytes})")
-            b.line(f"tma.async_copy_global_to_shared({o.operand}_desc, [{row}, {col}], {buf}_bar, {buf})")
-            b.line(f"mbarrier.wait({buf}_bar, {buf}_phase)")
-            b.line(f"{buf}_phase ^= 1")
-            b.line(f"{var} = {buf}.load(ep_layout).to(gl.float32)", printer.op(o))
-            return
         else:
             line = load_operand(spec, var, ptr, offs_m=rows_v, offs_n=cols_v, mask_m=f"{rows_v} < M",
                                 mask_n=f"{cols_v} < N", rs=str(rs), cs=str(cs))
         code, _, note = line.partition("  # ")
         self.buf.line(code, f"{printer.op(o)}: {note}" if note else printer.op(o))
 
+    def prefetch_operand(self, o: ir.PrefetchOperand) -> None:
+        a = self._acc(o.acc)
+        w = a.cols // o.parts
+        row = f"off_m + {self.row0}" if self.row0 else "off_m"
+        col0 = a.col0 + o.part * w
+        col = f"off_n + {col0}" if col0 else "off_n"
+        g = self.m.spec.epilogue
+        assert g is not None
+        nbytes = self.rows * w * g.operand(o.operand).dtype.bytes
+        b, buf = self.buf, o.buffer
+        b.line("gl.thread_barrier()", "every thread has read the buffer's previous block ...")
+        b.line("fence_async_shared()", "... before the async proxy overwrites it")
+        b.line(f"mbarrier.expect({buf}_bar, {nbytes})")
+        b.line(f"tma.async_copy_global_to_shared({o.operand}_desc, [{row}, {col}], {buf}_bar, {buf})", printer.op(o))
+
     def apply_epilogue(self, o: ir.ApplyEpilogue) -> None:
         from warploom.epilogue.gluon import emit
 
         b, g = self.buf, self.m.spec.epilogue
         assert g is not None
-        a = self._acc(o.acc)
-        if o.parts == 1:
-            src = o.acc
-        elif o.parts == 2:
-            if o.part == 0:
-                b.line(f"{o.acc}_lo, {o.acc}_hi = {o.acc}.reshape([{self.rows}, 2, {a.cols // 2}])"
-                       ".permute(0, 2, 1).split()", "the accumulator's column halves (register-local)")
-            src = f"{o.acc}_{('lo', 'hi')[o.part]}"
-        else:
-            raise NotImplementedError("sm_90a fused epilogue: 1 or 2 column blocks")
+        src = self._column_block(o.acc, o.part, o.parts)
         b.line(f"ep_acc = gl.convert_layout({src}, ep_layout)", printer.op(o))
         operands = {s.name: f"{s.name}_{o.acc}_{o.part}" for s in g.operands}
         outs = [f"ep_out{j}" for j in range(len(g.outputs))]
         for line in emit(g, "ep_acc", operands, outs, out_dtype=self.m.spec.out_dtype):
             code, _, note = line.partition("  # ")
             b.line(code, note or None)
+
+    def _column_block(self, acc: str, part: int, parts: int) -> str:
+        """The variable holding column block `part` of `parts` of `acc`; at block 0, the lines that split it.
+
+        (rows, cols) -> (rows, 2, cols/2) -> permute -> split halves the columns without moving data: in the
+        wgmma layout a thread's registers already hold both halves. Four blocks split each half again."""
+        if parts == 1:
+            return acc
+        if parts not in (2, 4):
+            raise NotImplementedError(f"sm_90a epilogue: 1, 2 or 4 column blocks, not {parts}")
+        names = {2: ["lo", "hi"], 4: ["lo_lo", "lo_hi", "hi_lo", "hi_hi"]}[parts]
+        if part == 0:
+            cols = self._acc(acc).cols
+            self.buf.line(f"{acc}_lo, {acc}_hi = {acc}.reshape([{self.rows}, 2, {cols // 2}]).permute(0, 2, 1)"
+                          ".split()", "the accumulator's column halves (register-local)")
+            if parts == 4:
+                for h in ("lo", "hi"):
+                    self.buf.line(f"{acc}_{h}_lo, {acc}_{h}_hi = {acc}_{h}.reshape([{self.rows}, 2, {cols // 4}])"
+                                  ".permute(0, 2, 1).split()")
+        return f"{acc}_{names[part]}"
 
     def _acc(self, name: str) -> ir.Accumulator:
         return next(x for x in self.p.accumulators if x.name == name)
@@ -392,8 +420,11 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
             case ir.TmaStore():
                 used[output_desc(o.output)] = None
                 used[o.buffer] = None
-            case ir.LoadOperand() if o.buffer is not None:
+            case ir.PrefetchOperand():
                 used[f"{o.operand}_desc"] = None
+                used[o.buffer] = None
+                used[f"{o.buffer}_bar"] = None
+            case ir.LoadOperand() if o.buffer is not None:
                 used[o.buffer] = None
                 used[f"{o.buffer}_bar"] = None
             case ir.LoadOperand():
@@ -468,9 +499,11 @@ def lower(m: ir.Module) -> GluonSource:
         for br in m.barriers:
             b.line(f"{br.name}_bars = gl.allocate_shared_memory(gl.int64, [{br.depth}, 1], "
                    f"mbarrier.MBarrierLayout())")
-        with b.block(f"for i in gl.static_range({m.barriers[0].depth})"):
-            for br in m.barriers:
-                b.line(f"mbarrier.init({br.name}_bars.index(i), count={br.count})")
+        for depth in dict.fromkeys(br.depth for br in m.barriers):
+            with b.block(f"for i in gl.static_range({depth})"):
+                for br in m.barriers:
+                    if br.depth == depth:
+                        b.line(f"mbarrier.init({br.name}_bars.index(i), count={br.count})")
         for bf in m.buffers:
             if bf.tensor is ir.Tensor.OPERAND:
                 b.line(f"{bf.name}_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())",

@@ -83,10 +83,18 @@ def capture(fn: Callable[..., Any], operands: Sequence[OperandSpec] | Mapping[st
         specs = tuple(operands)
         if not all(isinstance(s, OperandSpec) for s in specs):
             raise TypeError("capture: operands must be OperandSpecs or a mapping of example tensors")
+    from warploom.epilogue import memo
+
+    k = memo.key(fn, tuple(specs))
+    graph = memo.get(k)
+    if graph is not None:
+        return graph
     names = [s.name for s in specs]
     _check_signature(fn, names)
     gm, root = _trace(fn, names)
-    return _Lowering(specs, root).run(gm)
+    graph = _Lowering(specs, root).run(gm)
+    memo.put(k, graph)
+    return graph
 
 
 # ---------------------------------------------------------------------------------------------

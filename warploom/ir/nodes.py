@@ -146,8 +146,9 @@ class Barriers:
     """An array of `depth` mbarriers, each initialised with `count` expected arrivals per phase.
 
     Attributes:
-        rings: the rings whose slots these barriers guard (barrier i guards slot i of each).
-        purpose: READY (slots filled, completed by TMA transaction bytes) or EMPTY (slots released).
+        rings: the rings whose slots these barriers guard (barrier i guards slot i of each); none for ORDER.
+        purpose: READY (slots filled, completed by TMA transaction bytes), EMPTY (slots released) or ORDER
+            (one partition hands the next its turn: passes/split_consumers.py).
     """
 
     name: str
@@ -162,6 +163,7 @@ class Purpose(enum.Enum):
 
     READY = "ready"
     EMPTY = "empty"
+    ORDER = "order"  # a turn passed between ping-pong consumers: the next may start its mainloop
 
 
 @dataclass(frozen=True)
@@ -312,8 +314,8 @@ class LoadOperand:
     `read`. Elements outside the problem read as 0. The registers stay valid until the next LoadOperand of
     the same (operand, acc, part); where this op stands (before the accumulator's MmaWait: hoisted, or just
     before its ApplyEpilogue) is the schedule's choice. With a `buffer` (dense operands), the block travels
-    global -> `buffer` by TMA -> registers, and the op completes when the registers hold it (the buffer's
-    mbarrier is private to the op)."""
+    global -> `buffer` by TMA (started by the preceding PrefetchOperand of the same block) -> registers: the
+    op waits on the buffer's private mbarrier for that copy, then reads the buffer."""
 
     operand: str
     acc: str
@@ -385,10 +387,21 @@ class TmaStore:
 @dataclass(frozen=True)
 class Loop:
     """A loop of `kind` over `body`. TILES visits this CTA's tiles (persistent, strided by the grid);
-    K visits the k-blocks of the current tile; FLAT visits every (tile, k) pair of this CTA in order."""
+    K visits the k-blocks of the current tile; FLAT visits every (tile, k) pair of this CTA in order.
+
+    A TILES loop with `step` > 1 visits only this CTA's tiles number start, start + step, ... (counting the
+    CTA's own tiles from 0): ping-pong consumers (passes/split_consumers.py) take alternate tiles."""
 
     kind: LoopKind
     body: tuple[Stmt, ...]
+    start: int = 0
+    step: int = 1
+
+    def __post_init__(self) -> None:
+        if self.step < 1 or not 0 <= self.start < self.step:
+            raise ValueError(f"Loop start={self.start} step={self.step}: expected step >= 1 and 0 <= start < step")
+        if self.kind is not LoopKind.TILES and self.step != 1:
+            raise ValueError(f"a {self.kind.value} loop has step {self.step}: only a tiles loop may skip iterations")
 
 
 @dataclass(frozen=True)
@@ -398,9 +411,33 @@ class Advance:
     cursor: str
 
 
+@dataclass(frozen=True)
+class SkipTiles:
+    """``cursor += tiles * k_tiles``: step over the ring uses of `tiles` whole tiles that another partition
+    consumes (a ping-pong consumer skips the other consumer's tiles; the producer fills every tile's stages
+    in order, so each consumer's slot and phase arithmetic must count them too)."""
+
+    cursor: str
+    tiles: int
+
+
+@dataclass(frozen=True)
+class PrefetchOperand:
+    """Start the TMA copy of column block `part` of `parts` of dense fused-epilogue operand `operand` (the
+    block `LoadOperand` with the same fields reads) for the current tile into `buffer`; it completes on the
+    buffer's private mbarrier. The buffer must hold no block still to be loaded: each prefetch is followed
+    by exactly one LoadOperand through the buffer, which waits for it, before the next prefetch."""
+
+    operand: str
+    acc: str
+    part: int
+    parts: int
+    buffer: str
+
+
 Op = (
     Wait | Arrive | ArriveExpectTx | TmaLoad | Mma | MmaWait | Promote | ZeroAcc | Epilogue | StoreTile | StoreWait
-    | StoreSmem | FenceAsync | TmaStore | Advance | LoadOperand | ApplyEpilogue
+    | StoreSmem | FenceAsync | TmaStore | Advance | SkipTiles | LoadOperand | PrefetchOperand | ApplyEpilogue
 )
 Stmt = Op | Loop
 

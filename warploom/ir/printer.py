@@ -64,6 +64,9 @@ def op(o: ir.Op) -> str:
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
             via = f" via {o.buffer}" if o.buffer else ""
             return f"load_operand {o.operand} for {o.acc}{part} as {o.read.value}{via}"
+        case ir.PrefetchOperand():
+            part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
+            return f"prefetch_operand {o.operand} for {o.acc}{part} into {o.buffer}"
         case ir.ApplyEpilogue():
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
             return f"apply_epilogue {o.acc}{part}"
@@ -74,6 +77,8 @@ def op(o: ir.Op) -> str:
             return f"tma_store {o.buffer} -> {output_name(o.tensor, o.output)}[m, n]{part}"
         case ir.Advance():
             return f"advance {o.cursor}"
+        case ir.SkipTiles():
+            return f"skip {o.cursor} by {o.tiles} tile{'s' if o.tiles != 1 else ''}"
     raise TypeError(f"unknown op {o!r}")
 
 
@@ -81,7 +86,8 @@ def _body(body: tuple[ir.Stmt, ...], indent: int, out: list[str]) -> None:
     pad = "  " * indent
     for s in body:
         if isinstance(s, ir.Loop):
-            out.append(f"{pad}for {s.kind.value}:")
+            every = f"[{s.start}::{s.step}]" if s.step != 1 else ""  # a ping-pong consumer's alternate tiles
+            out.append(f"{pad}for {s.kind.value}{every}:")
             _body(s.body, indent + 1, out)
         else:
             out.append(pad + op(s))
@@ -100,7 +106,8 @@ def module(m: ir.Module) -> str:
         what = b.operand if b.tensor is ir.Tensor.OPERAND else output_name(b.tensor, b.output)
         out.append(f"  buffer {b.name}: {what} {b.dtype.value}[{b.rows}x{b.cols}]")
     for br in m.barriers:
-        out.append(f"  mbarrier {br.name}[{br.depth}] count={br.count} {br.purpose.value} of {', '.join(br.rings)}")
+        of = f" of {', '.join(br.rings)}" if br.rings else ""
+        out.append(f"  mbarrier {br.name}[{br.depth}] count={br.count} {br.purpose.value}{of}")
     out.append(f"  smem {m.smem_bytes} bytes")
     if m.spec.epilogue is not None:
         from warploom.epilogue import printer as ep

@@ -14,6 +14,7 @@ Forbidden (complete): epilogue acc after wgmma.async without wgmma_wait pending=
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
 
 from warploom.device import DeviceInfo
 from warploom.errors import VerificationError
@@ -88,14 +89,15 @@ def structural(m: ir.Module) -> list[str]:
                     for a in (o.src, o.dst):
                         if a not in accs:
                             errs.append(f"{where}: promote uses unknown accumulator {a}")
-                case ir.Epilogue() | ir.StoreTile() | ir.ZeroAcc() | ir.LoadOperand() | ir.ApplyEpilogue():
+                case (ir.Epilogue() | ir.StoreTile() | ir.ZeroAcc() | ir.LoadOperand() | ir.ApplyEpilogue()
+                      | ir.PrefetchOperand()):
                     if o.acc not in accs:
                         errs.append(f"{where}: {line} of unknown accumulator {o.acc}")
                     _check_fused(m, o, where, line, errs)
                 case ir.StoreSmem() | ir.TmaStore():
                     if o.buffer not in {b.name for b in m.buffers}:
                         errs.append(f"{where}: {line} uses unknown buffer {o.buffer}")
-                case ir.Advance():
+                case ir.Advance() | ir.SkipTiles():
                     if o.cursor not in curs:
                         errs.append(f"{where}: advances cursor {o.cursor!r} it does not own")
             if isinstance(o, (ir.Arrive,)) and o.guard is not ir.Guard.ALWAYS and ir.LoopKind.K not in loops \
@@ -106,13 +108,17 @@ def structural(m: ir.Module) -> list[str]:
 
 def _check_fused(m: ir.Module, o: ir.Op, where: str, line: str, errs: list[str]) -> None:
     """Fused-epilogue ops need the spec's graph, and a load must name one of its operands."""
-    if not isinstance(o, (ir.LoadOperand, ir.ApplyEpilogue)):
+    if not isinstance(o, (ir.LoadOperand, ir.ApplyEpilogue, ir.PrefetchOperand)):
         return
     g = m.spec.epilogue
     if g is None:
         errs.append(f"{where}: {line} but the spec has no fused epilogue")
-    elif isinstance(o, ir.LoadOperand) and o.operand not in {s.name for s in g.operands}:
+    elif isinstance(o, (ir.LoadOperand, ir.PrefetchOperand)) and o.operand not in {s.name for s in g.operands}:
         errs.append(f"{where}: {line}: the epilogue has no operand {o.operand!r}")
+    if isinstance(o, (ir.LoadOperand, ir.PrefetchOperand)) and o.buffer is not None:
+        buf = next((b for b in m.buffers if b.name == o.buffer), None)
+        if buf is None or buf.tensor is not ir.Tensor.OPERAND or buf.operand != o.operand:
+            errs.append(f"{where}: {line}: {o.buffer} is not a staging buffer of operand {o.operand}")
 
 
 def _check_loaded(p: ir.Partition, m: ir.Module, errs: list[str]) -> None:
@@ -123,9 +129,21 @@ def _check_loaded(p: ir.Partition, m: ir.Module, errs: list[str]) -> None:
 
     def tile(body: tuple[ir.Stmt, ...]) -> None:
         loaded: set[tuple[str, str, int]] = set()
+        staged: dict[str, ir.PrefetchOperand] = {}  # a staging buffer's copy in flight
         for s in body:
             if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES:
                 tile(s.body)
+            elif isinstance(s, ir.PrefetchOperand):
+                if s.buffer in staged:
+                    errs.append(f"partition {p.name}: {printer.op(s)} while {printer.op(staged[s.buffer])} is not "
+                                "loaded yet")
+                staged[s.buffer] = s
+            elif isinstance(s, ir.LoadOperand) and s.buffer is not None:
+                pre = staged.pop(s.buffer, None)
+                if pre is None or (pre.operand, pre.acc, pre.part, pre.parts) != (s.operand, s.acc, s.part, s.parts):
+                    errs.append(f"partition {p.name}: {printer.op(s)} without a prefetch_operand of that block "
+                                "before it in the tile")
+                loaded.add((s.operand, s.acc, s.part))
             elif isinstance(s, ir.LoadOperand):
                 loaded.add((s.operand, s.acc, s.part))
             elif isinstance(s, ir.ApplyEpilogue):
@@ -177,6 +195,9 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
                         f"and readers {sorted(rd)}")
         elif w & rd:
             errs.append(f"ring {r.name} is written and read by the same partition {sorted(w & rd)}")
+    # How many partitions share the tiles each partition's tile loop visits (its step; 1: every tile).
+    share = {p.name: max([lp.step for lp in _loops(p.body) if lp.kind is ir.LoopKind.TILES] or [1])
+             for p in m.partitions}
     for b in m.barriers:
         wt, ar = waits.get(b.name, set()), arrivals.get(b.name, set())
         if not wt:
@@ -185,9 +206,12 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
             errs.append(f"barrier {b.name} is waited on but never arrived at")
         elif ar & wt:
             errs.append(f"barrier {b.name} is arrived at and waited on by the same partition {sorted(ar & wt)}")
-        elif len(ar) != b.count:
-            errs.append(f"barrier {b.name} expects {b.count} arrivals per phase but {len(ar)} partitions "
-                        f"arrive ({sorted(ar)})")
+        elif (per_phase := len(ar) if b.purpose is ir.Purpose.ORDER
+              else sum(Fraction(1, share[n]) for n in ar)) != b.count:
+            # A ping-pong consumer takes every other tile, so it arrives in every other use of a slot.
+            alternate = " (ping-pong: each in alternate tiles)" if any(share[n] > 1 for n in ar) else ""
+            errs.append(f"barrier {b.name} expects {b.count} arrivals per phase but {per_phase} partitions "
+                        f"arrive ({sorted(ar)}){alternate}")
     smem = m.smem_bytes
     if smem > device.smem_per_block:
         errs.append(f"shared memory {smem} bytes exceeds the {device.smem_per_block} of {device.name}")
@@ -196,6 +220,13 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
     if regs > device.regs_per_sm:
         errs.append(f"register budgets need {regs} registers, the SM has {device.regs_per_sm}")
     return errs
+
+
+def _loops(body: tuple[ir.Stmt, ...]) -> Iterator[ir.Loop]:
+    for s in body:
+        if isinstance(s, ir.Loop):
+            yield s
+            yield from _loops(s.body)
 
 
 def _loop_bodies(body: tuple[ir.Stmt, ...]) -> Iterator[tuple[ir.Stmt, ...]]:

@@ -14,7 +14,7 @@ from warploom.device import DeviceInfo
 from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.passes.build import build_sequential
-from warploom.passes.epilogue import HoistOperands, LowerEpilogue
+from warploom.passes.epilogue import HoistOperands, LowerEpilogue, PrefetchOperands
 from warploom.passes.partition import SplitProducer
 from warploom.passes.persistent import FlattenProducer
 from warploom.passes.pipeline_mma import PipelineMma
@@ -38,13 +38,16 @@ def pipeline(plan: Plan) -> list[Pass]:
         PipelineMma(),
         # After the consumer's final k-loop exists, so every warpgroup gets the same pipelined program;
         # before epilogue lowering, which gives each storing partition its own staging buffer.
-        SplitConsumers(partitions=plan.consumer_partitions),
+        SplitConsumers(partitions=plan.consumer_partitions, pingpong=plan.pingpong),
         # After all producer ops exist: flattening must see the final loop body.
         FlattenProducer(),
         # Independent of the mainloop; last of the body rewrites so the staging buffer is declared once.
         LowerEpilogue(subtiles=plan.epilogue_subtiles, scalar_columns=plan.scalar_columns),
         # After epilogue lowering made the operand loads, which it moves ahead of the final wgmma wait.
         HoistOperands(enabled=plan.hoist_rows),
+        # After epilogue lowering made the dense operands' prefetches; moves them to the tile's start (and
+        # each later block's behind the previous block's load), which only needs the final tile body.
+        PrefetchOperands(enabled=plan.prefetch_operands),
         # Last: budgets depend on the final set of partitions.
         AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs),
     ]

@@ -106,8 +106,11 @@ class _Lower:
                 out += [ir.StoreWait(0), ir.StoreSmem(o.acc, self.bufs[0].name, i, n), ir.FenceAsync(),
                         ir.TmaStore(self.bufs[0].name, part=acc.col0 // w + i, parts=self.bn // w)]
                 continue
-            out += [ir.LoadOperand(s.name, o.acc, i, n, operand_read(s.kind, self.scalar_columns),
-                                   self.dense.get(s.name)) for s in self.graph.operands]
+            for s in self.graph.operands:
+                buf = self.dense.get(s.name)
+                if buf is not None:  # TMA into the staging buffer, waited for by the load; PrefetchOperands moves it
+                    out.append(ir.PrefetchOperand(s.name, o.acc, i, n, buf))
+                out.append(ir.LoadOperand(s.name, o.acc, i, n, operand_read(s.kind, self.scalar_columns), buf))
             out += [ir.ApplyEpilogue(o.acc, i, n), ir.StoreWait(0)]
             out += [ir.StoreSmem(o.acc, b.name, i, n, output=b.output) for b in self.bufs]
             out.append(ir.FenceAsync())
@@ -145,7 +148,7 @@ def _hoist(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
     out: list[ir.Stmt] = []
     for s in body:
         if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES:
-            out.append(ir.Loop(s.kind, _hoist_tile(s.body)))
+            out.append(replace(s, body=_hoist_tile(s.body)))
         else:
             out.append(s)
     return tuple(out)
@@ -159,3 +162,64 @@ def _hoist_tile(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
     # Right after the k-loop: before the final wgmma wait where there is one.
     at = max(i for i, s in enumerate(rest) if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.K) + 1
     return tuple(rest[:at]) + tuple(loads) + tuple(rest[at:])
+
+
+@dataclass(frozen=True)
+class PrefetchOperands:
+    """Issue each dense operand's TMA copy early, so its latency hides instead of stalling the epilogue.
+
+    A block's `prefetch_operand` moves from just before its `load_operand` to the earliest point where its
+    staging buffer is free: the first block's to the start of the tile (it lands under the whole mainloop),
+    each later block's to right after the previous block's `load_operand` through the same buffer (it lands
+    while the previous block is computed and stored). One buffer per operand is enough for that.
+
+        for tiles:                                       for tiles:
+          for k: ...                                       prefetch_operand r[cols 0/2] into r_smem
+          ...                                              for k: ...
+          prefetch_operand r[cols 0/2] into r_smem   ->    load_operand r[cols 0/2] via r_smem
+          load_operand r[cols 0/2] via r_smem              prefetch_operand r[cols 1/2] into r_smem
+          apply / store block 0                            apply / store block 0
+          prefetch_operand r[cols 1/2] into r_smem         load_operand r[cols 1/2] via r_smem
+          load_operand r[cols 1/2] via r_smem              apply / store block 1
+          apply / store block 1
+
+    Attributes:
+        enabled: False leaves every prefetch right before its load (for measurement).
+    """
+
+    enabled: bool = True
+
+    def __call__(self, m: ir.Module) -> ir.Module:
+        if not self.enabled or m.spec.epilogue is None:
+            return m
+        return replace(m, partitions=tuple(replace(p, body=_prefetch(p.body)) for p in m.partitions))
+
+
+def _prefetch(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    return tuple(replace(s, body=_prefetch_tile(s.body)) if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES
+                 else s for s in body)
+
+
+def _prefetch_tile(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    prefetches = [s for s in body if isinstance(s, ir.PrefetchOperand)]
+    if not prefetches:
+        return body
+    rest = [s for s in body if not isinstance(s, ir.PrefetchOperand)]
+    first: list[ir.Stmt] = []
+    after: dict[ir.LoadOperand, ir.PrefetchOperand] = {}  # a buffer's next prefetch, behind its previous load
+    last_load: dict[str, ir.LoadOperand] = {}
+    for s in body:
+        if isinstance(s, ir.PrefetchOperand):
+            prev = last_load.get(s.buffer)
+            if prev is None:
+                first.append(s)
+            else:
+                after[prev] = s
+        elif isinstance(s, ir.LoadOperand) and s.buffer is not None:
+            last_load[s.buffer] = s
+    out: list[ir.Stmt] = list(first)
+    for s in rest:
+        out.append(s)
+        if isinstance(s, ir.LoadOperand) and s in after:
+            out.append(after[s])
+    return tuple(out)

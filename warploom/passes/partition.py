@@ -59,7 +59,7 @@ def _prune(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
         if isinstance(s, ir.Loop):
             inner = _prune(s.body)
             if inner:
-                out.append(ir.Loop(s.kind, inner))
+                out.append(replace(s, body=inner))
         else:
             out.append(s)
     return tuple(out)

@@ -39,7 +39,7 @@ def _tiles(body: tuple[ir.Stmt, ...], serial: bool) -> tuple[ir.Stmt, ...]:
         if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.K:
             out.extend(_k_loop(s, serial))
         elif isinstance(s, ir.Loop):
-            out.append(ir.Loop(s.kind, _tiles(s.body, serial)))
+            out.append(replace(s, body=_tiles(s.body, serial)))
         else:
             out.append(s)
     return tuple(out)

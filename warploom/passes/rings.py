@@ -69,7 +69,7 @@ def _consumer(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
     out: list[ir.Stmt] = []
     for i, s in enumerate(body):
         if isinstance(s, ir.Loop):
-            out.append(ir.Loop(s.kind, _consumer(s.body)))
+            out.append(replace(s, body=_consumer(s.body)))
             continue
         if mmas and i == mmas[0]:
             cur = s.slot.cursor  # type: ignore[union-attr]

@@ -1,4 +1,5 @@
-"""Consumer splitting: one MMA partition per warpgroup, each owning a row block of every tile.
+"""Consumer splitting: one MMA partition per warpgroup, cooperative (each owning a row block of every tile) or
+ping-pong (each owning every other tile).
 
 A single 8-warp consumer partition runs its two warpgroups in lockstep: Gluon lowers each mbarrier
 arrive of a multi-warp partition to a bar.sync over all its warps followed by one thread's arrive, so
@@ -12,6 +13,20 @@ the tensor cores while the other promotes.
       wait ready[c]                               wait ready[c]
       wgmma acc += a[c][0:64] @ b[c]              wgmma acc += a[c][64:128] @ b[c]
       arrive empty[c]   -- count 2 --             arrive empty[c]
+
+Ping-pong (seed 002): each warpgroup takes whole tiles instead, alternately, so one warpgroup's epilogue runs
+while the other's wgmma keep the tensor cores busy. The producer still fills every tile's stages in order, so
+each consumer steps its cursor over the other's tiles, and a slot is released by the one consumer that read it:
+
+    partition consumer0 (tiles 0, 2, 4, ...)     partition consumer1 (tiles 1, 3, 5, ...)
+                                                   skip c by 1 tile
+      for tiles[0::2]:                             for tiles[1::2]:
+        wait turn0[t] phase(t)^1                     wait turn1[t] phase(t)
+        for k: wait ready[c] / wgmma / ...           for k: wait ready[c] / wgmma / ...
+        arrive turn1[t]                              arrive turn0[t]
+        epilogue, store                              epilogue, store
+        skip c by 1 tile  -- empty count 1 --        skip c by 1 tile
+        advance t                                    advance t
 """
 
 from __future__ import annotations
@@ -24,15 +39,19 @@ from warploom.ir import nodes as ir
 @dataclass(frozen=True)
 class SplitConsumers:
     """Attributes:
-    partitions: consumer partitions to split the consumer into (1: leave it whole)."""
+    partitions: consumer partitions to split the consumer into (1: leave it whole).
+    pingpong: each partition takes whole tiles, in turn, instead of a row block of every tile."""
 
     partitions: int = 1
+    pingpong: bool = False
 
     def __call__(self, m: ir.Module) -> ir.Module:
         n = self.partitions
         if n == 1:
             return m
         (cons,) = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
+        if self.pingpong:
+            return self._pingpong(m, cons)
         rows = m.tiling.bm // n
         if rows % 64 or cons.warps % n or cons.warps // n != 4:
             raise ValueError(f"cannot split a {cons.warps}-warp consumer of {m.tiling.bm}-row tiles into {n} "
@@ -50,3 +69,42 @@ class SplitConsumers:
         for p in m.partitions:
             parts.extend(split if p is cons else (p,))
         return replace(m, partitions=tuple(parts), barriers=barriers)
+
+    def _pingpong(self, m: ir.Module, cons: ir.Partition) -> ir.Module:
+        n = self.partitions
+        if cons.warps % n or cons.warps // n != 4:
+            raise ValueError(f"cannot split a {cons.warps}-warp consumer into {n} ping-pong warpgroups of 4 warps")
+        match cons.body:
+            case (ir.Loop(kind=ir.LoopKind.TILES) as tiles,):
+                pass
+            case _:
+                raise ValueError("ping-pong needs the consumer's body to be one tiles loop")
+        (cursor,) = cons.cursors
+        # The mainloops take turns. An mbarrier wait compares only a phase's parity, so a waiter must never be
+        # two phases ahead of the barrier; consumer 1's first ready wait (use k_tiles of the ring) would be
+        # whenever k_tiles >= 2 * stages while consumer 0 still consumes tile 0. Waiting for consumer 0 to
+        # have issued its whole mainloop keeps every ready wait within one phase (the simulator finds the
+        # PHASE_ALIAS without it), and is the ping-pong order itself: one mainloop on the tensor cores while
+        # the other warpgroup runs its epilogue.
+        turns = tuple(ir.Barriers(f"turn{i}", 1, 1, (), ir.Purpose.ORDER) for i in range(n))
+        turn = ir.Cursor("t", 1)  # this partition's tiles so far: the turn barrier's phase
+        split = []
+        for i in range(n):
+            k = next(j for j, s in enumerate(tiles.body) if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.K)
+            # Partition 0's first wait passes on the fresh barrier (flipped parity); partition i > 0 waits for
+            # partition i - 1 to hand over the turn of the same round.
+            wait = ir.Wait(f"turn{i}", ir.Slot("t"), ir.Parity("t", flip=i == 0))
+            handover = ir.Arrive(f"turn{(i + 1) % n}", ir.Slot("t"))
+            body_i = (*tiles.body[:k], wait, tiles.body[k], handover, *tiles.body[k + 1:],
+                      # Step over the n - 1 tiles between this partition's own, whose ring uses the producer
+                      # counts too; then count the tile for the turn barrier's phase.
+                      ir.SkipTiles(cursor.name, n - 1), ir.Advance("t"))
+            loop = replace(tiles, body=body_i, start=i, step=n)
+            body = ((ir.SkipTiles(cursor.name, i),) if i else ()) + (loop,)
+            split.append(replace(cons, name=f"{cons.name}{i}", warps=4, default=cons.default and i == 0, body=body,
+                                 cursors=(cursor, turn)))
+        parts: list[ir.Partition] = []
+        for p in m.partitions:
+            parts.extend(split if p is cons else (p,))
+        # Each slot use is read, and released, by one partition: the empty barriers keep their count.
+        return replace(m, partitions=tuple(parts), barriers=m.barriers + turns)

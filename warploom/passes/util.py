@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from warploom.ir import nodes as ir
 
@@ -12,7 +13,7 @@ def rewrite(body: tuple[ir.Stmt, ...], fn: Callable[[ir.Op], tuple[ir.Stmt, ...]
     out: list[ir.Stmt] = []
     for s in body:
         if isinstance(s, ir.Loop):
-            out.append(ir.Loop(s.kind, rewrite(s.body, fn)))
+            out.append(replace(s, body=rewrite(s.body, fn)))
         else:
             out.extend(fn(s))
     return tuple(out)
@@ -29,7 +30,7 @@ def map_loops(body: tuple[ir.Stmt, ...], kind: ir.LoopKind,
     out: list[ir.Stmt] = []
     for s in body:
         if isinstance(s, ir.Loop):
-            inner = ir.Loop(s.kind, map_loops(s.body, kind, fn))
+            inner = replace(s, body=map_loops(s.body, kind, fn))
             out.extend(fn(inner) if s.kind is kind else (inner,))
         else:
             out.append(s)

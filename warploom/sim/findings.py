@@ -34,6 +34,9 @@ class FindingKind(enum.Enum):
     ACC_RACE = "an accumulator is read or reset while an async wgmma writing it is in flight: wgmma_wait first"
     OPERAND_NOT_LOADED = ("apply_epilogue runs without this tile's load_operand of one of the graph's operands for "
                           "its block: the registers hold nothing, or another tile's values")
+    OPERAND_STAGING = ("a dense operand's staging buffer is out of step: a load_operand through it without its "
+                       "prefetch_operand (on the GPU it waits forever), a prefetch over a block no load has read "
+                       "yet, or a load of another block than the one prefetched")
     EPILOGUE_NOT_APPLIED = ("store_smem of an epilogue output whose block no apply_epilogue of this tile computed: "
                             "the buffer gets no value, or another block's")
     ASYNC_AT_EXIT = "a partition exits with async work (wgmma or TMA store) still in flight"

@@ -46,6 +46,7 @@ from warploom.sim.program import (
     LoadOperandI,
     MmaI,
     MmaWaitI,
+    PrefetchI,
     PromoteI,
     Site,
     StoreSmemI,
@@ -106,6 +107,8 @@ class Machine:
         self.graph_operands = tuple(s.name for s in g.operands) if g is not None else ()
         self.loaded: list[dict[tuple[str, str, tuple[int, int]], int]] = [{} for _ in range(n)]
         self.applied: list[tuple[str, tuple[int, int], int] | None] = [None] * n
+        # Per partition: each staging buffer's prefetched block not yet loaded, as (operand, cols, tile index).
+        self.staged: list[dict[str, tuple[str, tuple[int, int], int]]] = [{} for _ in range(n)]
 
     # ------------------------------------------------------------------------------------------
     # scheduling interface
@@ -149,7 +152,7 @@ class Machine:
         if pc == len(tr):
             return False
         ins = tr[pc]
-        if isinstance(ins, (PromoteI, ZeroI, EpilogueI, FenceI, LoadOperandI, ApplyI)):
+        if isinstance(ins, (PromoteI, ZeroI, EpilogueI, FenceI, LoadOperandI, PrefetchI, ApplyI)):
             return True
         if isinstance(ins, (StoreSmemI, TmaStoreI)):
             return ins.buffer in self.prog.private[i]
@@ -214,6 +217,7 @@ class Machine:
         c.graph_operands = self.graph_operands
         c.loaded = [dict(d) for d in self.loaded]
         c.applied = list(self.applied)
+        c.staged = [dict(d) for d in self.staged]
         return c
 
     # ------------------------------------------------------------------------------------------
@@ -428,8 +432,32 @@ class Machine:
 
     def _load_operand(self, i: int, pc: int, ins: LoadOperandI) -> None:
         # A synchronous register load of read-only global memory: nothing to order against other partitions.
-        assert ins.site.tile is not None
-        self.loaded[i][(ins.operand, ins.acc, ins.cols)] = ins.site.tile.index
+        # Through a staging buffer (private to the partition) it first waits for the buffer's prefetch.
+        tile = ins.site.tile
+        assert tile is not None
+        if ins.buffer is not None:
+            want = (ins.operand, ins.cols, tile.index)
+            got = self.staged[i].pop(ins.buffer, None)
+            block = f"{ins.operand}[:, {ins.cols[0]}:{ins.cols[1]}] of tile #{tile.index}"
+            if got is None:
+                self._flag(FindingKind.OPERAND_STAGING, ins.site,
+                           f"{ins.site.where()} waits for {ins.buffer}'s copy of {block}, but no prefetch_operand "
+                           f"into {ins.buffer} is pending: put one before it in the tile")
+            elif got != want:
+                self._flag(FindingKind.OPERAND_STAGING, ins.site,
+                           f"{ins.site.where()} reads {block} from {ins.buffer}, which holds "
+                           f"{got[0]}[:, {got[1][0]}:{got[1][1]}] of tile #{got[2]}")
+        self.loaded[i][(ins.operand, ins.acc, ins.cols)] = tile.index
+
+    def _prefetch(self, i: int, pc: int, ins: PrefetchI) -> None:
+        tile = ins.site.tile
+        assert tile is not None
+        old = self.staged[i].get(ins.buffer)
+        if old is not None:
+            self._flag(FindingKind.OPERAND_STAGING, ins.site,
+                       f"{ins.site.where()} overwrites {ins.buffer}, whose copy of "
+                       f"{old[0]}[:, {old[1][0]}:{old[1][1]}] of tile #{old[2]} no load_operand has read yet")
+        self.staged[i][ins.buffer] = (ins.operand, ins.cols, tile.index)
 
     def _apply(self, i: int, pc: int, ins: ApplyI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
@@ -564,6 +592,11 @@ class Machine:
         """Run when no action is enabled: report a deadlock, or data that was loaded and never read."""
         blocked = [i for i, tr in enumerate(self.prog.traces) if self.pc[i] < len(tr)]
         if not blocked:
+            for i, staged in enumerate(self.staged):
+                for buf, (operand, cols, tile) in staged.items():
+                    self._flag(FindingKind.ASYNC_AT_EXIT, None,
+                               f"{self.prog.names[i]} exits with the copy of {operand}[:, {cols[0]}:{cols[1]}] of tile "
+                               f"#{tile} into {buf} never loaded: a prefetch_operand without its load_operand")
             for ring, slots in self.slots.items():
                 for si, s in enumerate(slots):
                     if s.fill >= 0 and not s.read_by:
@@ -609,5 +642,5 @@ _EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
     MmaI: Machine._mma, MmaWaitI: Machine._mma_wait, PromoteI: Machine._promote, ZeroI: Machine._zero,
     EpilogueI: Machine._epilogue, StoreSmemI: Machine._store_smem, FenceI: Machine._fence,
     TmaStoreI: Machine._tma_store, StoreWaitI: Machine._store_wait, StoreTileI: Machine._store_tile,
-    LoadOperandI: Machine._load_operand, ApplyI: Machine._apply,
+    LoadOperandI: Machine._load_operand, PrefetchI: Machine._prefetch, ApplyI: Machine._apply,
 }

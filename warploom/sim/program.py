@@ -161,12 +161,25 @@ class EpilogueI:
 
 @dataclass(frozen=True, slots=True)
 class LoadOperandI:
-    """A fused epilogue's operand loaded into registers for one block of an accumulator (synchronous)."""
+    """A fused epilogue's operand loaded into registers for one block of an accumulator (synchronous); through
+    `buffer`, it first waits for that buffer's prefetch."""
 
     site: Site
     operand: str
     acc: str
     cols: tuple[int, int]  # the accumulator's column block [start, stop) it is loaded for
+    buffer: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PrefetchI:
+    """A dense operand's block copied by TMA into its partition-private staging buffer."""
+
+    site: Site
+    operand: str
+    acc: str
+    cols: tuple[int, int]
+    buffer: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +233,7 @@ class StoreTileI:
 
 
 Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI | FenceI
-         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | ApplyI)
+         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI)
 
 
 class MalformedError(ValueError):
@@ -290,6 +303,13 @@ class _Interp:
                                  f"{'m' if not m_ok else 'n'}: read it as tile (or as the pass reads its kind)")
         return spec
 
+    def _staging(self, name: str, operand: str, acc: ir.Accumulator, cols: tuple[int, int], what: str) -> None:
+        buf = self.m.buffer(name)
+        if (buf.tensor, buf.operand, buf.rows, buf.cols) != (ir.Tensor.OPERAND, operand, acc.rows, cols[1] - cols[0]):
+            raise MalformedError(f"partition {self.p.name}: `{what}` stages a ({acc.rows}, {cols[1] - cols[0]}) "
+                                 f"block of {operand} through {name}, a ({buf.rows}, {buf.cols}) buffer of "
+                                 f"{buf.operand or buf.tensor.value}")
+
     def run(self, body: tuple[ir.Stmt, ...]) -> Iterator[Instr]:
         for s in body:
             if isinstance(s, ir.Loop):
@@ -300,7 +320,7 @@ class _Interp:
     def loop(self, lp: ir.Loop) -> Iterator[Instr]:
         outer = (self.tile, self.k)
         if lp.kind is ir.LoopKind.TILES:
-            for t in self.geo.tiles:
+            for t in self.geo.tiles[lp.start::lp.step]:  # step > 1: a ping-pong consumer's alternate tiles
                 self.tile, self.k = t, None
                 yield from self.run(lp.body)
         elif lp.kind is ir.LoopKind.K:
@@ -352,6 +372,9 @@ class _Interp:
                 case ir.Advance():
                     self._use(o.cursor, 0)
                     self.count[o.cursor] += 1
+                case ir.SkipTiles():
+                    self._use(o.cursor, 0)
+                    self.count[o.cursor] += o.tiles * self.geo.k_tiles
                 case ir.Wait():
                     u, d = self._use(o.parity.cursor, o.parity.offset)
                     n = u // d
@@ -424,15 +447,15 @@ class _Interp:
                     self._operand(o, text)
                     acc = self._acc(o.acc, text)
                     cols = self._block(acc, o.part, o.parts, text)
-                    if o.buffer is not None:  # its TMA staging is private to the op and synchronous: no state
-                        buf = m.buffer(o.buffer)
-                        if (buf.tensor, buf.operand, buf.rows, buf.cols) != (ir.Tensor.OPERAND, o.operand, acc.rows,
-                                                                             cols[1] - cols[0]):
-                            raise MalformedError(f"partition {self.p.name}: `{text}` stages a ({acc.rows}, "
-                                                 f"{cols[1] - cols[0]}) block of {o.operand} through {o.buffer}, "
-                                                 f"a ({buf.rows}, {buf.cols}) buffer of "
-                                                 f"{buf.operand or buf.tensor.value}")
-                    yield LoadOperandI(site, o.operand, o.acc, cols)
+                    if o.buffer is not None:
+                        self._staging(o.buffer, o.operand, acc, cols, text)
+                    yield LoadOperandI(site, o.operand, o.acc, cols, o.buffer)
+                case ir.PrefetchOperand():
+                    self._tile(text)
+                    acc = self._acc(o.acc, text)
+                    cols = self._block(acc, o.part, o.parts, text)
+                    self._staging(o.buffer, o.operand, acc, cols, text)
+                    yield PrefetchI(site, o.operand, o.acc, cols, o.buffer)
                 case ir.ApplyEpilogue():
                     t = self._tile(text)
                     self._graph(text)
@@ -483,11 +506,11 @@ class CtaProgram:
             for o, _ in ir.walk(p.body):
                 if isinstance(o, (ir.StoreSmem, ir.TmaStore)):
                     users.setdefault(o.buffer, set()).add(i)
-                elif isinstance(o, ir.LoadOperand) and o.buffer is not None:
+                elif isinstance(o, (ir.LoadOperand, ir.PrefetchOperand)) and o.buffer is not None:
                     staging.setdefault(o.buffer, set()).add(p.name)
         for buf, parts in staging.items():
-            # A load_operand is one step here because its buffer and mbarrier are its own: shared by two
-            # partitions, one's TMA write would race the other's register read.
+            # A staging buffer and its mbarrier belong to one partition, whose program order alone orders its
+            # prefetches and loads: shared by two partitions, one's TMA write would race the other's read.
             if len(parts) > 1:
                 raise MalformedError(f"operand buffer {buf} is staged through by partitions {', '.join(sorted(parts))}"
                                      ": each partition needs its own (one load_operand's TMA would overwrite it while "

@@ -1,0 +1,64 @@
+"""Time, and launch once for Nsight Compute, warploom kernels of one fp8 rowwise problem (GPU only).
+
+    PYTHONPATH=. python3 scripts/ncu_kernels.py [--size 4096]
+    ncu --kernel-name regex:warploom --section SpeedOfLight --section WarpStateStats \
+        python3 scripts/ncu_kernels.py --launch-only
+
+Variants: the plain kernel at the planner's 128x256 tile and forced to 128x128, and the fused
+bias + gelu + residual epilogue (the planner keeps it at 128x128). Comparing them separates what the tile
+shape costs from what the epilogue costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+import warploom
+from warploom.bench import _time_graph
+from warploom.device import DeviceInfo
+from warploom.kernel import build
+from warploom.planner import plan_schedule
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=4096)
+    ap.add_argument("--launch-only", action="store_true", help="one launch each, no timing (under ncu)")
+    args = ap.parse_args()
+    s, profiling = args.size, args.launch_only
+    torch.manual_seed(0)
+    a = torch.randn(s, s, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(s, s, device="cuda").to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(s, 1, device="cuda") + 0.5, torch.rand(1, s, device="cuda") + 0.5
+    bias = torch.randn(s, device="cuda", dtype=torch.bfloat16)
+    residual = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+    dev = DeviceInfo.current()
+    plain = warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True).spec
+    fused = warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True,
+                          epilogue=lambda acc, residual: F.gelu(acc) + residual, residual=residual).spec
+    ops = {"scale_a": sa, "scale_b": sb, "bias": bias, "residual": residual}
+    out = torch.empty(s, s, device="cuda", dtype=torch.bfloat16)
+    def run_plain(k: Any) -> None:
+        k.run(a, b, out, sa, sb, bias)
+
+    variants = {
+        "plain_default": (build(plain, dev), run_plain),
+        "plain_128x128": (build(plain, dev, plan_schedule(plain, dev, bn=128)), run_plain),
+        "fused_default": (build(fused, dev), lambda k: k.run(a, b, out, operands=ops)),
+    }
+    flops = 2 * s**3
+    for name, (k, run) in variants.items():
+        run(k)
+        torch.cuda.synchronize()
+        if profiling:
+            continue
+        ms = _time_graph(lambda k=k, run=run: run(k))
+        print(f"{name:16s} {k.plan.short():36s} {ms * 1e3:8.1f} us {flops / ms / 1e9:7.1f} TFLOP/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The captured-graph memo (warploom/epilogue/memo.py): a hit only where the traced function cannot mean
+anything else, a retrace wherever it might."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from warploom.epilogue import memo
+from warploom.epilogue import printer as ep
+
+cap = importlib.import_module("warploom.epilogue.capture")  # the module (the package exports its function)
+M, N = 8, 16
+ALPHA = 0.5
+
+
+def _helper(x: torch.Tensor) -> torch.Tensor:
+    return x * ALPHA
+
+
+@pytest.fixture
+def traces(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    memo.clear()
+    calls: list[Any] = []
+    real = cap._trace
+
+    def counting(fn: Callable[..., Any], names: list[str]) -> Any:
+        calls.append(fn)
+        return real(fn, names)
+
+    monkeypatch.setattr(cap, "_trace", counting)
+    yield calls
+    memo.clear()
+
+
+def ops(dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
+    return {"residual": torch.randn(M, N).to(dtype)}
+
+
+def graph(fn: Callable[..., Any], operands: dict[str, torch.Tensor] | None = None) -> str:
+    return ep.text(cap.capture(fn, operands if operands is not None else ops(), out_shape=(M, N)))
+
+
+def test_the_same_function_is_traced_once(traces: list[Any]) -> None:
+    def fn(acc: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return F.gelu(acc) + residual
+
+    assert graph(fn) == graph(fn)
+    assert len(traces) == 1
+
+
+def test_a_lambda_written_inline_in_a_loop_hits(traces: list[Any]) -> None:
+    texts = {graph(lambda acc, residual: torch.sigmoid(acc) * residual) for _ in range(3)}
+    assert len(texts) == 1 and len(traces) == 1
+
+
+def test_closure_values_are_part_of_the_key(traces: list[Any]) -> None:
+    def make(scale: float) -> Callable[..., torch.Tensor]:
+        return lambda acc, residual: acc * scale + residual
+
+    a, b = graph(make(2.0)), graph(make(3.0))
+    assert a != b and "2.0" in a and "3.0" in b  # the constant is baked into each graph
+    assert graph(make(2.0)) == a and len(traces) == 2
+
+
+def test_a_rebound_global_retraces(traces: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    fn = lambda acc, residual: acc * ALPHA + residual  # noqa: E731
+    first = graph(fn)
+    monkeypatch.setitem(fn.__globals__, "ALPHA", 0.25)
+    second = graph(fn)
+    assert first != second and "0.25" in second and len(traces) == 2
+
+
+def test_mutable_or_user_values_are_never_cached(traces: list[Any]) -> None:
+    box = [2.0]
+    boxed = lambda acc, residual: acc * box[0] + residual  # noqa: E731
+    graph(boxed)
+    box[0] = 5.0
+    assert "5.0" in graph(boxed)  # traced again: the list could have changed, and did
+    via_helper = lambda acc, residual: _helper(acc) + residual  # noqa: E731
+    graph(via_helper)
+    graph(via_helper)
+    assert len(traces) == 4
+
+
+def test_operand_classification_is_part_of_the_key(traces: list[Any]) -> None:
+    fn = lambda acc, residual: acc + residual  # noqa: E731
+    bf, fp = graph(fn, ops(torch.bfloat16)), graph(fn, ops(torch.float16))
+    assert bf != fp and len(traces) == 2
+    row = graph(fn, {"residual": torch.randn(N)})  # a row vector instead of a dense tensor
+    assert row not in (bf, fp) and len(traces) == 3

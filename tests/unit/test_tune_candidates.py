@@ -1,0 +1,207 @@
+"""The autotuner's candidates and cost model: what is tried, what is cut and why (no GPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, Plan, ScaleRecipe, UnsupportedError
+from warploom.epilogue import graph as eg
+from warploom.planner import max_stages, plan_schedule
+from warploom.tune.candidates import SearchSpace, candidates, distance, feasible, replan, same_order
+from warploom.tune.cost import consumer_registers, estimate
+
+E4, BF16, FP32 = DType.E4M3, DType.BF16, DType.FP32
+
+
+def fp8(m: int, n: int, k: int, *, scale: ScaleRecipe = ScaleRecipe.ROWWISE, promoted: bool = False,
+        out: DType = BF16, bias: DType | None = None) -> GemmSpec:
+    acc = Accumulation.PROMOTED if promoted else Accumulation.NATIVE
+    return GemmSpec(m, n, k, E4, E4, out, BLayout.K_MAJOR, scale, acc, bias)
+
+
+GELU = eg.EpilogueGraph((eg.Acc(), eg.Unary(eg.UnaryOp.GELU_TANH, 0)), (eg.Output(1),))
+
+SPECS = [
+    GemmSpec(4096, 4096, 4096),
+    GemmSpec(1024, 1024, 1024),
+    GemmSpec(296, 520, 1000, b_layout=BLayout.N_MAJOR),
+    GemmSpec(1, 4096, 4096, DType.FP16, DType.FP16, FP32),
+    fp8(4096, 4096, 4096),
+    fp8(4096, 4096, 4096, promoted=True, bias=BF16),
+    fp8(4096, 4096, 4096, scale=ScaleRecipe.TENSORWISE, promoted=True, out=FP32, bias=FP32),
+    fp8(64, 7168, 16384),
+    fp8(4097, 272, 8192, bias=BF16),
+    GemmSpec(2048, 2048, 2048, epilogue=GELU),
+]
+ids = [s.short() for s in SPECS]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=ids)
+def test_the_planners_default_comes_first(spec: GemmSpec) -> None:
+    for limit in (1, 3, 8):
+        cands = candidates(spec, H100_SXM, limit=limit)
+        assert cands[0].plan == plan_schedule(spec, H100_SXM)
+        assert cands[0].distance == 0
+        assert 1 <= len(cands) <= limit
+    assert len(candidates(spec, H100_SXM, limit=1)) == 1
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=ids)
+def test_every_candidate_is_distinct_buildable_and_fits(spec: GemmSpec) -> None:
+    cands = candidates(spec, H100_SXM, limit=8)
+    plans = [c.plan for c in cands]
+    assert len(set(plans)) == len(plans)
+    assert len({same_order(spec, p) for p in plans}) == len(plans)  # no two walk the same tiles in the same order
+    best = min(c.estimate.time for c in cands)
+    for c in cands:
+        assert replan(spec, H100_SXM, c.plan) == c.plan  # exactly what the planner builds when forced
+        assert c.estimate == estimate(spec, H100_SXM, c.plan)
+        assert c.distance == distance(c.plan, cands[0].plan)
+        assert c.estimate.smem_bytes <= H100_SXM.smem_per_block
+        assert 2 <= c.plan.stages <= max_stages(spec, H100_SXM, c.plan.bm, c.plan.bn, c.plan.bk)
+        if c.distance:
+            assert c.estimate.fits, c.estimate.why_not()
+            assert c.estimate.time <= 1.3 * best
+    # Ordered by distance from the default, then estimated time.
+    keys = [(c.distance, c.estimate.time) for c in cands[1:]]
+    assert keys == sorted(keys)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=ids)
+def test_the_planners_defaults_fit_the_cost_model(spec: GemmSpec) -> None:
+    # The register constants were set so that no plan the planner picks by itself counts as spilling.
+    est = estimate(spec, H100_SXM, plan_schedule(spec, H100_SXM))
+    assert est.fits, est.why_not()
+
+
+def _forced(spec: GemmSpec, **kw: Any) -> Plan:
+    """A plan built by hand, bypassing the planner's refusals, to ask the cost model about it."""
+    base = plan_schedule(spec, H100_SXM, bn=128)
+    return dataclasses.replace(base, **kw)
+
+
+@pytest.mark.parametrize(("spec", "plan_kw", "why"), [
+    # A 64x256 partial beside a 64x256 accumulator: 256 registers (planner step 8).
+    (fp8(4096, 4096, 4096, promoted=True), {"bn": 256, "partial_blocks": 1, "epilogue_subtiles": 2,
+                                                 "stages": 3}, "registers"),
+    # 256-wide rowwise scale_b and bias vectors beside the accumulator: ptxas spilled 272 bytes.
+    (fp8(4096, 4096, 4096, bias=BF16), {"bn": 256, "epilogue_subtiles": 2, "stages": 3}, "registers"),
+    # A fused epilogue beside a 64x256 accumulator: ptxas spilled 2.4 KB (planner step 9).
+    (GemmSpec(2048, 2048, 2048, epilogue=GELU), {"bn": 256, "epilogue_subtiles": 2, "stages": 3}, "registers"),
+    # Seven 48 KiB stages.
+    (GemmSpec(4096, 4096, 4096), {"bn": 256, "stages": 7, "epilogue_subtiles": 2}, "shared memory"),
+])
+def test_the_cost_model_rejects_what_the_planner_measured_to_fail(spec: GemmSpec, plan_kw: dict[str, Any],
+                                                                  why: str) -> None:
+    est = estimate(spec, H100_SXM, _forced(spec, **plan_kw))
+    assert not est.fits
+    assert why in (est.why_not() or "")
+
+
+def test_register_estimates_by_hand() -> None:
+    bf16 = GemmSpec(4096, 4096, 4096)
+    # 64x256 fp32 accumulator over 128 threads = 128, plus 40 fixed.
+    assert consumer_registers(bf16, plan_schedule(bf16, H100_SXM, bn=256)) == 168
+    assert consumer_registers(bf16, plan_schedule(bf16, H100_SXM, bn=128)) == 104
+    # Promoted in two column blocks: + a 64x128 partial (64); rowwise scale_b + bias on 128 columns: 64, not both.
+    spec = fp8(4096, 4096, 4096, promoted=True, bias=BF16)
+    assert consumer_registers(spec, plan_schedule(spec, H100_SXM, bn=256, partial_blocks=2)) == 128 + 64 + 40
+
+
+def test_waves_and_wave_efficiency() -> None:
+    spec = GemmSpec(4096, 4096, 4096)
+    est = estimate(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=128, bn=256))
+    assert (est.tiles, est.waves) == (32 * 16, 4)  # 512 tiles over 132 SMs
+    assert est.wave_efficiency == pytest.approx(512 / 528)
+    one = estimate(GemmSpec(128, 128, 64), H100_SXM, plan_schedule(GemmSpec(128, 128, 64), H100_SXM, bn=128))
+    assert (one.tiles, one.waves, one.wave_efficiency) == (1, 1, pytest.approx(1 / 132))
+
+
+def test_a_half_empty_wave_brings_in_smaller_tiles() -> None:
+    # 1024^3: the planner's 128x128 tiles are 64, half the SMs idle; 64-row tiles fill 128 of them.
+    spec = GemmSpec(1024, 1024, 1024)
+    cands = candidates(spec, H100_SXM)
+    assert (cands[0].plan.bm, cands[0].plan.bn) == (128, 128)
+    assert any(c.plan.bm == 64 for c in cands[1:])
+    assert all(c.estimate.time < cands[0].estimate.time for c in cands if c.plan.bm == 64)
+
+
+def test_the_wave_slack_cuts_poor_shapes() -> None:
+    spec = GemmSpec(1024, 1024, 1024)
+    tight = candidates(spec, H100_SXM, limit=50, slack=1.0)
+    best = min(c.estimate.time for c in tight)
+    assert all(c.estimate.time == best for c in tight[1:])
+    assert len(candidates(spec, H100_SXM, limit=50, slack=3.0)) > len(tight)
+
+
+def test_the_planners_refusals_are_never_candidates() -> None:
+    for spec in SPECS:
+        for p in feasible(spec, H100_SXM):
+            assert not (p.bm == 64 and p.consumer_partitions == 2)  # one warpgroup cannot be two partitions
+            if spec.accumulation is Accumulation.PROMOTED and p.bn == 256:
+                assert p.partial_blocks == 2  # a whole-width partial does not fit the registers
+            if spec.accumulation is not Accumulation.PROMOTED:
+                assert p.partial_blocks == 1
+            assert p.stages >= 2
+
+
+def test_raster_groups_past_the_tile_rows_are_one_candidate() -> None:
+    # M = 1: one row of tiles, so GROUP_M 4, 8 and 16 walk the same order; only one of them is tried.
+    spec = GemmSpec(1, 4096, 4096)
+    cands = candidates(spec, H100_SXM, limit=50)
+    keys = [(c.plan.bm, c.plan.bn, c.plan.stages, c.plan.consumer_partitions) for c in cands]
+    assert len(keys) == len(set(keys))
+
+
+def test_candidates_are_deterministic_and_independent_of_space_order() -> None:
+    spec = fp8(4096, 4096, 4096, promoted=True)
+    space = SearchSpace()
+    flipped = SearchSpace(bm=space.bm[::-1], bn=space.bn[::-1], group_m=space.group_m[::-1],
+                          consumer_partitions=space.consumer_partitions[::-1],
+                          partial_blocks=space.partial_blocks[::-1])
+    assert candidates(spec, H100_SXM) == candidates(spec, H100_SXM)
+    assert candidates(spec, H100_SXM, space=flipped) == candidates(spec, H100_SXM)
+
+
+def test_replan_raises_on_a_plan_that_no_longer_fits() -> None:
+    spec = GemmSpec(4096, 4096, 4096)
+    p = plan_schedule(spec, H100_SXM)
+    with pytest.raises(UnsupportedError):
+        replan(spec, H100_SXM, dataclasses.replace(p, stages=7))
+
+
+@pytest.mark.parametrize("bad", [{"stage_depths": 0}, {"bm": ()}, {"group_m": (0,)}])
+def test_search_space_checks_itself(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="SearchSpace"):
+        SearchSpace(**bad)
+
+
+def test_limit_and_slack_are_checked() -> None:
+    with pytest.raises(ValueError, match="limit"):
+        candidates(GemmSpec(64, 64, 64), H100_SXM, limit=0)
+    with pytest.raises(ValueError, match="slack"):
+        candidates(GemmSpec(64, 64, 64), H100_SXM, slack=0.5)
+
+
+def test_replan_forces_every_knob_of_the_plan() -> None:
+    spec = GemmSpec(4096, 4096, 4096)
+    p = plan_schedule(spec, H100_SXM, bn=128, stages=3, group_m=4, consumer_partitions=1, hoist_rows=False,
+                      scalar_columns=False)
+    assert replan(spec, H100_SXM, p) == p
+
+
+def test_ping_pong_is_tried_only_when_asked() -> None:
+    spec = GemmSpec(4096, 4096, 4096)
+    assert not any(p.pingpong for p in feasible(spec, H100_SXM))
+    both = feasible(spec, H100_SXM, SearchSpace(pingpong=(False, True)))
+    pp = [p for p in both if p.pingpong]
+    assert pp and all(p.bm * p.bn <= 128 * 128 for p in pp)  # one warpgroup holds a whole tile's accumulator
+    for p in pp:
+        assert replan(spec, H100_SXM, p) == p
+        est = estimate(spec, H100_SXM, p)
+        assert est.regs == p.bm * p.bn // 128 + 40 and est.fits, est.why_not()
+    cands = candidates(spec, H100_SXM, limit=20, space=SearchSpace(pingpong=(False, True)))
+    assert any(c.plan.pingpong for c in cands)

@@ -1,0 +1,211 @@
+"""Render a results JSON: a two-panel plot (TFLOP/s and % of roofline against problem size) and a markdown
+section for docs/benchmarks.md (every row, then per op the geometric-mean ratio over large shapes and the
+worst ratio). CPU only: `warploom bench --report results.json --plot p.png --markdown m.md`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from warploom.benchsuite import roofline
+from warploom.benchsuite.results import Environment, Results, Row
+from warploom.benchsuite.roofline import H100_SXM, Peaks
+from warploom.benchsuite.shapes import Case, Op
+
+# "Large": at least 2 * 2048^3 FLOPs, where launch and host costs vanish next to the kernel: squares from 2048,
+# every LLM prefill shape; not the decode shapes (2 * 64 * 8192^2 is 8.6 GFLOP) nor 1024^3.
+LARGE_FLOPS = 2 * 2048**3
+
+
+def is_large(case: Case) -> bool:
+    return case.flops >= LARGE_FLOPS
+
+
+def peaks_for(env: Environment, bandwidth_tbps: float | None = None) -> Peaks:
+    """H100 SXM compute peaks, with the bandwidth given, else the run's measured copy, else the default."""
+    bw = bandwidth_tbps or env.copy_tbps or roofline.DEFAULT_BANDWIDTH_TBPS
+    return dataclasses.replace(H100_SXM, bandwidth_tbps=bw)
+
+
+def geomean(xs: Iterable[float]) -> float:
+    vals = list(xs)
+    if not vals or min(vals) <= 0:
+        raise ValueError(f"Expected a non-empty list of positive numbers but got {vals}")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def _finished(rows: Iterable[Row]) -> list[Row]:
+    """Rows that ran and matched: the ones whose speed means something."""
+    return [r for r in rows if r.ok and r.ours is not None and r.torch is not None]
+
+
+@dataclass(frozen=True)
+class OpSummary:
+    """One op's headline over a run.
+
+    Attributes:
+        op; large: how many large shapes ran and matched; geomean_ratio / geomean_graph_ratio /
+        geomean_compile_ratio: geometric means over those large shapes of the eager, CUDA-graph and
+        torch.compile ratios (each over the large shapes where it was measured; None where none was);
+        worst: the op's row (any size) with the lowest headline ratio (graph where measured, else eager).
+    """
+
+    op: Op
+    large: int
+    geomean_ratio: float | None
+    geomean_graph_ratio: float | None
+    geomean_compile_ratio: float | None
+    worst: Row | None
+
+
+def _gm(xs: Iterable[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return geomean(vals) if vals else None
+
+
+def summarize(results: Results) -> tuple[OpSummary, ...]:
+    out = []
+    for op in _ops(results.rows):
+        done = _finished(r for r in results.rows if r.case.op is op)
+        large = [r for r in done if is_large(r.case)]
+        worst = min(done, key=lambda r: r.headline_ratio or math.inf, default=None)
+        out.append(OpSummary(op, len(large), _gm(r.ratio for r in large), _gm(r.graph_ratio for r in large),
+                             _gm(r.compile_ratio for r in large), worst))
+    return tuple(out)
+
+
+def _ops(rows: Sequence[Row]) -> list[Op]:
+    """The ops present, in Op order."""
+    present = {r.case.op for r in rows}
+    return [op for op in Op if op in present]
+
+
+def _x(v: float | None, fmt: str = ".3f", suffix: str = "×") -> str:
+    return "–" if v is None else f"{v:{fmt}}{suffix}"
+
+
+def _tf(v: float | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def _shape(case: Case) -> str:
+    return f"{case.m}×{case.n}×{case.k}"
+
+
+def markdown(results: Results, peaks: Peaks, plot: str | None = None) -> str:
+    """A docs/benchmarks.md section: how it was measured, every row, the per-op summary; `plot` is the
+    image's path as the page should link it."""
+    env = results.env
+    if not env.copy_tbps:
+        measured = "assumed: the run measured no copy"
+    elif math.isclose(env.copy_tbps, peaks.bandwidth_tbps):
+        measured = "measured copy"
+    else:
+        measured = f"given; the run's copy measured {env.copy_tbps:.2f} TB/s"
+    lines = [
+        f"## {env.date[:10]} — `warploom bench --suite {env.suite}`",
+        "",
+        f"- Device: {env.device}, torch {env.torch}, triton {env.triton} (run of {env.date}"
+        + (f" on {env.host}" if env.host else "") + ").",
+        f"- Command: `{env.command}`." if env.command else "- Command: not recorded.",
+        "- Ratio: torch ms / warploom ms in the same process (above 1: warploom is faster). *ratio*: eager "
+        "Python calls (`do_bench` median, host overhead included); *graph*: CUDA graph of 10 calls (kernel "
+        "time; decode shapes, or every shape with `--graph`); *compile*: "
+        "`torch.compile(mode=\"max-autotune-no-cudagraphs\")` of the same torch function, graph times where measured.",
+        "- TFLOP/s and % of roofline use the graph time where measured, else the eager time. Roofline: "
+        f"min(peak, bandwidth × FLOP/byte) with {peaks.name} dense peaks bf16 {peaks.bf16_tflops:.0f} / fp8 "
+        f"{peaks.fp8_tflops:.0f} TFLOP/s and {peaks.bandwidth_tbps:.2f} TB/s ({measured}); bytes = A + B + "
+        "output (+ scales, bias, residual); C: compute-bound, M: memory-bound.",
+        "- Error: scale-free 1 − 2Σxy/Σ(x²+y²) against the fp32 reference, warploom / torch.",
+        "",
+    ]
+    if plot:
+        lines += [f"![warploom bench {env.suite}]({plot})", ""]
+    lines += [
+        "| op | M×N×K | shape | warploom TFLOP/s | torch TFLOP/s | ratio | graph ratio | compile ratio "
+        "| % roofline warploom / torch | error warploom / torch | plan |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [_table_row(r, peaks) for r in results.rows]
+    lines += ["", "Per op: geometric means over the large shapes (at least 2·2048³ FLOP) that ran and matched; "
+              "worst: the lowest ratio over every size (graph where measured, else eager).", "",
+              "| op | large shapes | geomean ratio | geomean graph ratio | geomean compile ratio | worst |",
+              "|---|---|---|---|---|---|"]
+    for s in summarize(results):
+        worst = "–"
+        if s.worst is not None:
+            kind = "graph" if s.worst.graph_ratio is not None else "eager"
+            worst = f"{_x(s.worst.headline_ratio)} ({_shape(s.worst.case)}, {s.worst.case.shape.name}, {kind})"
+        lines.append(f"| {s.op.label} | {s.large} | {_x(s.geomean_ratio)} | {_x(s.geomean_graph_ratio)} | "
+                     f"{_x(s.geomean_compile_ratio)} | {worst} |")
+    failed = [r for r in results.rows if not r.ok]
+    if failed:
+        lines += ["", f"Failed or mismatched: {len(failed)} of {len(results.rows)} rows (left out of the summary)."]
+    return "\n".join(lines) + "\n"
+
+
+def _table_row(r: Row, peaks: Peaks) -> str:
+    c = r.case
+    head = f"| {c.op.label} | {_shape(c)} | {c.shape.name} |"
+    if r.ours is None or r.torch is None:
+        return f"{head} – | – | – | – | – | – | – | {r.plan or '–'} (**failed**: {_cell(r.failure)}) |"
+    ours_tf, torch_tf = r.tflops(r.ours), r.tflops(r.torch)
+    assert ours_tf is not None and torch_tf is not None
+    bound = "C" if roofline.bound(c, peaks) is roofline.Bound.COMPUTE else "M"
+    roof = (f"{100 * roofline.fraction(c, ours_tf, peaks):.0f}% / {100 * roofline.fraction(c, torch_tf, peaks):.0f}%"
+            f" ({bound})")
+    errors = f"{r.ours.err:.1e} / {r.torch.err:.1e}"
+    plan = r.plan + ("" if r.ok else f" (**mismatch**: {_cell(r.failure)})")
+    return (f"{head} {_tf(ours_tf)} | {_tf(torch_tf)} | {_x(r.ratio)} | {_x(r.graph_ratio)} | "
+            f"{_x(r.compile_ratio)} | {roof} | {errors} | {plan} |")
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a markdown table cell: one line, no column bars."""
+    return " ".join(text.split()).replace("|", "\\|")[:200]
+
+
+def plot(results: Results, peaks: Peaks, path: Path) -> Path:
+    """Save a PNG: TFLOP/s (left) and % of roofline (right) against GFLOP per call, per op; warploom filled
+    circles, torch crosses of the same color. Returns the path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (speed, roof) = plt.subplots(1, 2, figsize=(14, 5.5))
+    top = 110.0
+    for i, op in enumerate(_ops(results.rows)):
+        rows = sorted(_finished(r for r in results.rows if r.case.op is op), key=lambda r: r.case.flops)
+        if not rows:
+            continue
+        gflop = [r.case.flops / 1e9 for r in rows]
+        for who, marker, fill in (("warploom", "o", f"C{i}"), ("torch", "x", f"C{i}")):
+            tf = [r.tflops(r.ours if who == "warploom" else r.torch) or math.nan for r in rows]
+            pct = [100 * roofline.fraction(r.case, t, peaks) for r, t in zip(rows, tf, strict=True)]
+            speed.plot(gflop, tf, marker, color=fill, label=f"{op.label}: {who}", alpha=0.85)
+            roof.plot(gflop, pct, marker, color=fill, alpha=0.85)
+            top = max(top, *(p + 10 for p in pct if math.isfinite(p)))
+    for ax in (speed, roof):
+        ax.set_xscale("log")
+        ax.set_xlabel("GFLOP per call (2MNK)")
+        ax.grid(True, which="both", alpha=0.3)
+    speed.set_yscale("log")
+    speed.set_ylabel("TFLOP/s")
+    speed.set_title("throughput (graph time where measured)")
+    roof.axhline(100, color="k", lw=0.8)
+    roof.set_ylim(0, top)  # above 100%: a roof set too low (pass the measured --bandwidth)
+    roof.set_ylabel("% of roofline")
+    roof.set_title(f"% of min({peaks.name} peak, {peaks.bandwidth_tbps:.2f} TB/s × FLOP/byte)")
+    speed.legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"warploom bench ({results.env.suite}) on {results.env.device}, {results.env.date}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path

@@ -1,0 +1,101 @@
+"""Remember captured epilogue graphs, so an eager call with a fused epilogue traces its function once.
+
+Tracing `fn` with torch.fx costs milliseconds (measured 3.5 ms a call on the H100 host, docs/benchmarks.md); an
+eager call must cost microseconds. The graph is a function of `fn`'s code and of every value the code reads
+from outside (closure cells, globals, defaults) and of the operands' classification, so those form the key.
+
+Only values whose meaning cannot change behind the key's back take part: numbers, strings, None, torch dtypes
+(by value), modules and torch's or math's own functions (by identity). A function that reads anything else (a
+list, a dict, a tensor, a user function that could read globals of its own) is traced on every call: a
+stale graph would be a silently wrong result.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import types
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import torch
+
+_SIZE = 256
+_graphs: OrderedDict[Hashable, Any] = OrderedDict()
+
+
+def key(fn: Callable[..., Any], extra: Hashable) -> Hashable | None:
+    """The memo key of `fn` with `extra` (the classified operands and output shape), or None: not cacheable."""
+    if not isinstance(fn, types.FunctionType):
+        return None
+    code = fn.__code__
+    parts: list[Hashable] = [code, extra]
+    for cell in fn.__closure__ or ():
+        try:
+            v = _value(cell.cell_contents)
+        except ValueError:  # an empty cell: the function would fail when called anyway
+            return None
+        if v is None:
+            return None
+        parts.append(v)
+    for name in _global_names(code):
+        if name in fn.__globals__:
+            v = _value(fn.__globals__[name])
+            if v is None:
+                return None
+            parts.append((name, v))
+        elif not hasattr(builtins, name):
+            continue  # an attribute name (e.g. `gelu` of `F.gelu`), resolved on a module already in the key
+    for d in (fn.__defaults__ or ()) + tuple((fn.__kwdefaults__ or {}).values()):
+        v = _value(d)
+        if v is None:
+            return None
+        parts.append(v)
+    return tuple(parts)
+
+
+def _global_names(code: types.CodeType) -> set[str]:
+    """Names the code (and the code of functions and lambdas nested in it) may look up as globals."""
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            names |= _global_names(c)
+    return names
+
+
+def _value(v: Any) -> Hashable | None:
+    """A stable stand-in for a value the traced code reads, or None when it has none."""
+    if v is None or isinstance(v, (bool, int, float, complex, str, torch.dtype)):
+        return ("v", type(v).__name__, v)
+    if isinstance(v, types.ModuleType):
+        return ("m", v.__name__, id(v))
+    if isinstance(v, (types.BuiltinFunctionType, types.FunctionType)) and _library(v):
+        return ("f", id(v))
+    return None
+
+
+def _library(f: Any) -> bool:
+    mod = getattr(f, "__module__", None) or ""
+    return mod.split(".")[0] in ("torch", "math", "builtins", "_operator", "operator") or f in vars(math).values()
+
+
+def get(k: Hashable | None) -> Any:
+    if k is None:
+        return None
+    g = _graphs.get(k)
+    if g is not None:
+        _graphs.move_to_end(k)
+    return g
+
+
+def put(k: Hashable | None, graph: Any) -> None:
+    if k is None:
+        return
+    _graphs[k] = graph
+    if len(_graphs) > _SIZE:
+        _graphs.popitem(last=False)
+
+
+def clear() -> None:
+    _graphs.clear()

@@ -1,0 +1,167 @@
+"""Candidate schedules for the autotuner: every knob combination the planner accepts, cut by the cost model.
+
+The search space is the planner's forced parameters (`plan_schedule(bm=, bn=, stages=, ...)`): tile shape,
+ring depth, raster group, consumer partitions and, for promoted fp8, the promotion's column blocks. Each
+combination goes through the planner, so a candidate is exactly what `plan_schedule` would build when forced,
+and combinations it rejects (a depth that does not fit, two partitions of one warpgroup, a whole-width promoted
+partial at BN = 256) never reach the device.
+
+The survivors are cut in four steps:
+1. resources (cost.py): over shared memory, the register budget or the SM's registers: dropped;
+2. waves: estimated time more than `slack` x the best candidate's: dropped (a tile shape that leaves a
+   third of the SMs idle in its last wave does not win by a better pipeline);
+3. duplicates: a raster group of at least the tile rows (ceil(M / BM)) walks the same order as a group of
+   exactly that many (the backend's grouped raster clamps the group to the rows left), so of plans that
+   differ only there the first in order is kept;
+4. a neighbourhood of the planner's default: ordered by how many knobs differ from it, then by estimated
+   time, then by name (deterministic), and cut to `limit`. The default itself is always first, whatever the
+   model says of it, so tuning can only improve on what an untuned call runs.
+
+Everything here is a pure function of (spec, device, space): no GPU, no clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from warploom.device import DeviceInfo
+from warploom.errors import UnsupportedError
+from warploom.planner import Plan, max_stages, plan_schedule
+from warploom.spec import Accumulation, GemmSpec
+from warploom.tune.cost import Estimate, estimate
+
+# The knobs a candidate varies, compared to count its distance from the planner's default.
+KNOBS = ("bm", "bn", "stages", "group_m", "consumer_partitions", "partial_blocks", "pingpong")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The values each knob may take.
+
+    Attributes:
+        bm, bn: tile rows and columns tried.
+        stage_depths: how many ring depths are tried per tile: the deepest that fit, down to 2 (shallower
+            rings only lose latency hiding; promoted fp8 measured best one below its deepest).
+        group_m: raster group sizes (GROUP_M = 1 measured 7% slower: not tried).
+        consumer_partitions: 1 or 2 consumer partitions (2 needs BM = 128).
+        partial_blocks: promoted fp8's promotion column blocks (ignored for other specs).
+        pingpong: whether the two consumer warpgroups take whole tiles in turn. Only (False,) by default:
+            ping-pong schedules are new and not yet measured on the H100; pass (False, True) to try them.
+    """
+
+    bm: tuple[int, ...] = (128, 64)
+    bn: tuple[int, ...] = (256, 128)
+    stage_depths: int = 3
+    group_m: tuple[int, ...] = (8, 4, 16)
+    consumer_partitions: tuple[int, ...] = (2, 1)
+    partial_blocks: tuple[int, ...] = (2, 1)
+    pingpong: tuple[bool, ...] = (False,)
+
+    def __post_init__(self) -> None:
+        if self.stage_depths < 1:
+            raise ValueError(f"SearchSpace: expected stage_depths >= 1, got {self.stage_depths=}")
+        for name in ("bm", "bn", "group_m", "consumer_partitions", "partial_blocks"):
+            values = getattr(self, name)
+            if not values or any(not isinstance(v, int) or v < 1 for v in values):
+                raise ValueError(f"SearchSpace: expected {name} a non-empty tuple of positive ints, got {values!r}")
+        if not self.pingpong or any(not isinstance(v, bool) for v in self.pingpong):
+            raise ValueError(f"SearchSpace: expected pingpong a non-empty tuple of bools, got {self.pingpong!r}")
+
+
+DEFAULT_SPACE = SearchSpace()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A schedule to try.
+
+    Attributes:
+        plan: the schedule, as the planner builds it when forced.
+        estimate: the cost model's view of it.
+        distance: how many of `KNOBS` differ from the planner's default (0: the default).
+    """
+
+    plan: Plan
+    estimate: Estimate
+    distance: int
+
+
+def _forcible() -> tuple[str, ...]:
+    """The planner's keyword parameters that are also Plan fields: every knob a plan can be forced to."""
+    fields = {f.name for f in dataclasses.fields(Plan)}
+    params = inspect.signature(plan_schedule).parameters.values()
+    return tuple(p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name in fields)
+
+
+def replan(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Plan:
+    """The plan the planner builds today with every knob of `plan` forced (every keyword of `plan_schedule`
+    that names a Plan field, so a knob added to the planner is forced too).
+
+    Equal to `plan` exactly when this warploom still builds `plan` for `spec` on `device`; raises
+    `UnsupportedError` when the planner rejects it (e.g. a cached plan whose depth no longer fits).
+    """
+    forced: dict[str, Any] = {name: getattr(plan, name) for name in _forcible()}
+    return plan_schedule(spec, device, **forced)
+
+
+def distance(a: Plan, b: Plan) -> int:
+    """How many of `KNOBS` differ between two plans."""
+    return sum(getattr(a, k) != getattr(b, k) for k in KNOBS)
+
+
+def same_order(spec: GemmSpec, plan: Plan) -> Plan:
+    """`plan` with its raster group clamped to the tile rows: plans equal under this run the same tile order."""
+    return dataclasses.replace(plan, group_m=min(plan.group_m, max(1, math.ceil(spec.m / plan.bm))))
+
+
+def feasible(spec: GemmSpec, device: DeviceInfo, space: SearchSpace = DEFAULT_SPACE) -> list[Plan]:
+    """Every distinct plan of `space` that the planner accepts, in enumeration order."""
+    bk = 128 if spec.is_fp8 else 64  # as the planner picks it: 128 bytes of K per row
+    blocks = space.partial_blocks if spec.accumulation is Accumulation.PROMOTED else (None,)
+    seen: dict[Plan, None] = {}
+    for bm, bn, pp in itertools.product(space.bm, space.bn, space.pingpong):
+        deepest = max_stages(spec, device, bm, bn, bk, pp)
+        depths = range(deepest, max(1, deepest - space.stage_depths), -1)
+        for s, g, p, h in itertools.product(depths, space.group_m, space.consumer_partitions, blocks):
+            if s < 2:
+                continue  # single-buffered rings serialize TMA and MMA: never a candidate
+            try:
+                plan = plan_schedule(spec, device, bm=bm, bn=bn, stages=s, group_m=g, consumer_partitions=p,
+                                     partial_blocks=h, pingpong=pp)
+            except UnsupportedError:
+                continue  # the planner's own rules (it says why when forced by hand)
+            seen.setdefault(plan)
+    return list(seen)
+
+
+def candidates(spec: GemmSpec, device: DeviceInfo, *, limit: int = 8, slack: float = 1.3,
+               space: SearchSpace = DEFAULT_SPACE) -> tuple[Candidate, ...]:
+    """At most `limit` candidates for `spec`, the planner's default first (module docstring)."""
+    if limit < 1:
+        raise ValueError(f"candidates: expected limit >= 1, got {limit=}")
+    if slack < 1.0:
+        raise ValueError(f"candidates: expected slack >= 1.0 (1.0 keeps only the best estimate), got {slack=}")
+    default = plan_schedule(spec, device)
+    first = Candidate(default, estimate(spec, device, default), 0)
+    scored = [Candidate(p, estimate(spec, device, p), distance(p, default))
+              for p in feasible(spec, device, space) if p != default]
+    fitting = [c for c in scored if c.estimate.fits]
+    if not fitting:
+        return (first,)
+    best = min(c.estimate.time for c in (first, *fitting))
+    near = [c for c in fitting if c.estimate.time <= slack * best]
+    near.sort(key=lambda c: (c.distance, c.estimate.time, c.plan.short()))
+    taken = {same_order(spec, default)}
+    chosen = [first]
+    for c in near:
+        if len(chosen) == limit:
+            break
+        if same_order(spec, c.plan) not in taken:
+            taken.add(same_order(spec, c.plan))
+            chosen.append(c)
+    return tuple(chosen)

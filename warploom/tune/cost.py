@@ -1,0 +1,120 @@
+"""The tuner's cost model: what a schedule costs in shared memory, registers and waves, before anything runs.
+
+The autotuner times candidates on the device, which costs a JIT compile and a timing loop each, so most of the
+search space is cut here first, by three estimates:
+
+1. Shared memory: the A/B ring (stages x one A and one B tile) + the epilogue's staging buffers + a 1 KiB
+   reserve for mbarriers and alignment: the planner's own accounting (`warploom.planner.max_stages`). Over the
+   device's per-block limit the kernel cannot launch.
+2. Registers per consumer thread: each consumer warpgroup owns 64 rows of the tile, so its fp32 accumulator
+   is 64 x BN / 128 threads = BN / 2 registers (a ping-pong warpgroup owns whole tiles: BM x BN / 128).
+   Beside it live either the mainloop's temporaries (promoted fp8: a (rows, BN / partial_blocks) partial)
+   or the epilogue's (a per-column vector such as rowwise scale_b or bias
+   costs BN_e / 4 registers in the wgmma layout, where each thread covers 2 of every 8 columns; a fused
+   epilogue keeps about two tile-block-sized temporaries, BN_e each), never both: the partial is dead once
+   the epilogue starts. Plus `_FIXED_REGS` for addresses, counters and barrier phases. Over the consumer's
+   setmaxnreg budget the kernel spills. The constants reproduce the spills the planner measured with ptxas
+   (planner.py steps 8 and 9): a whole-width promoted partial at BN = 256, 256-wide rowwise scale_b + bias,
+   and a fused epilogue beside a 64 x 256 accumulator are over; the planner's choices are under.
+3. Waves: a persistent grid of one CTA per SM walks `tiles` tiles in ceil(tiles / SMs) waves; the last one
+   leaves SMs idle (wave efficiency = tiles / (waves x SMs)). The relative time is the planner's score,
+   waves x BM x BN / tile efficiency (planner.py step 3): only ratios between candidates mean anything.
+
+Not modelled (measured instead): the pipeline depth's effect on latency hiding, the raster group's on L2
+hits, and the one-vs-two consumer partitions choice; they change neither resources nor waves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from warploom.device import DeviceInfo
+from warploom.planner import _TILES, Plan, epilogue_bytes, stage_bytes
+from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
+
+# Addresses, loop counters, barrier phases and the row-scale fragment of a consumer thread (an estimate: the
+# smallest value that keeps every planner default under budget and every measured spill over it).
+_FIXED_REGS = 40
+# Rows of the tile each consumer warpgroup owns, and the threads sharing its accumulator.
+_WG_ROWS, _WG_THREADS = 64, 128
+# A fused epilogue works on column blocks of this width (warploom.passes.epilogue).
+_FUSED_BLOCK = 128
+# Shared memory the planner keeps back for mbarriers and alignment padding (planner.max_stages).
+_SMEM_RESERVE = 1024
+# The planner's measured per-FLOP efficiency of each tile shape, shared so that the two never disagree.
+_TILE_EFFICIENCY = {(bm, bn): eff for bm, bn, eff in _TILES}
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A schedule's estimated cost.
+
+    Attributes:
+        smem_bytes: rings + epilogue staging + reserve; smem_limit: the device's per-block limit.
+        regs: estimated registers per consumer thread; reg_budget: its setmaxnreg budget (plan.consumer_regs).
+        sm_regs: registers the CTA's budgets claim on the SM (warpgroup-padded); sm_regs_limit: the SM's.
+        tiles: output tiles; waves: ceil(tiles / SMs); wave_efficiency: tiles / (waves x SMs), 1.0 when the
+            last wave keeps every SM busy.
+        time: relative time, waves x BM x BN / tile efficiency; comparable between plans of one spec only.
+    """
+
+    smem_bytes: int
+    smem_limit: int
+    regs: int
+    reg_budget: int
+    sm_regs: int
+    sm_regs_limit: int
+    tiles: int
+    waves: int
+    wave_efficiency: float
+    time: float
+
+    @property
+    def fits(self) -> bool:
+        return self.why_not() is None
+
+    def why_not(self) -> str | None:
+        """Why the schedule would not run well (over a resource), or None when it fits."""
+        if self.smem_bytes > self.smem_limit:
+            return f"shared memory {self.smem_bytes} B > {self.smem_limit} B"
+        if self.regs > self.reg_budget:
+            return f"~{self.regs} registers per consumer thread > budget {self.reg_budget} (would spill)"
+        if self.sm_regs > self.sm_regs_limit:
+            return f"register budgets claim {self.sm_regs} > {self.sm_regs_limit} per SM"
+        return None
+
+
+def consumer_registers(spec: GemmSpec, plan: Plan) -> int:
+    """Estimated registers per consumer thread (module docstring, item 2)."""
+    rows = plan.bm if plan.pingpong else _WG_ROWS  # the rows of each tile one warpgroup accumulates
+    acc = rows * plan.bn // _WG_THREADS  # (rows, BN) fp32 over 128 threads
+    promoted = spec.accumulation is Accumulation.PROMOTED
+    mainloop = rows * (plan.bn // plan.partial_blocks) // _WG_THREADS if promoted else 0
+    if spec.epilogue is not None:
+        block = min(plan.bn, _FUSED_BLOCK)
+        epilogue = 2 * rows * block // _WG_THREADS  # two live (rows, block) temporaries
+    else:
+        block = plan.bn // plan.partial_blocks if promoted else plan.bn
+        vectors = int(spec.scale is ScaleRecipe.ROWWISE) + int(spec.bias_dtype is not None)
+        epilogue = vectors * block // 4  # a (block,) vector in the wgmma layout: 2 of every 8 columns per thread
+    return acc + max(mainloop, epilogue) + _FIXED_REGS
+
+
+def estimate(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Estimate:
+    """The cost model's view of `plan` for `spec` on `device`."""
+    ring = plan.stages * stage_bytes(spec, plan.bm, plan.bn, plan.bk)
+    smem = ring + epilogue_bytes(spec, plan.bm, plan.bn, plan.pingpong)
+    # setmaxnreg works per warpgroup: a 1-warp producer still holds a warpgroup's registers (ir/verify.py).
+    padded = -(-plan.producer_warps // 4) * 4
+    sm_regs = 32 * (padded * plan.producer_regs + plan.consumer_warps * plan.consumer_regs)
+    tiles = max(1, math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.bn))
+    waves = math.ceil(tiles / device.sm_count)
+    eff = _TILE_EFFICIENCY.get((plan.bm, plan.bn), min(_TILE_EFFICIENCY.values()))
+    return Estimate(
+        smem_bytes=smem + _SMEM_RESERVE, smem_limit=device.smem_per_block,
+        regs=consumer_registers(spec, plan), reg_budget=plan.consumer_regs,
+        sm_regs=sm_regs, sm_regs_limit=device.regs_per_sm,
+        tiles=tiles, waves=waves, wave_efficiency=tiles / (waves * device.sm_count),
+        time=waves * plan.bm * plan.bn / eff,
+    )

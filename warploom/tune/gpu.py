@@ -1,0 +1,124 @@
+"""Tuning on a CUDA GPU: `tune_matmul` and `tune_scaled_mm` build the spec as warploom.matmul / scaled_mm do,
+tune it on fresh random tensors of the caller's shapes, dtypes and strides, and return the winning `Kernel`.
+
+Random inputs, not the caller's: the check must be able to fail (an all-zero input passes any schedule that
+writes zeros), and tuning must not depend on what the first batch happened to hold. The reference is
+computed in float64. A cache hit runs the cached plan once to check it, and times nothing.
+
+Importing this module touches no GPU; torch is imported (warploom imports it anyway), triton when timing.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from warploom import checks
+from warploom.device import DeviceInfo
+from warploom.errors import DeviceError
+from warploom.kernel import Kernel, build
+from warploom.planner import Plan
+from warploom.spec import GemmSpec
+from warploom.tune import settings
+from warploom.tune.autotune import Harness, autotune
+from warploom.tune.cache import Cache
+
+Timer = Callable[[Callable[[], object]], float]
+
+# Kernel calls per CUDA graph: enough that the graph launch's own cost (a few us) is spread thin.
+GRAPH_CALLS = 10
+
+
+def time_graph(call: Callable[[], object], *, calls: int = GRAPH_CALLS, warmup_ms: int = 25,
+               rep_ms: int = 100) -> float:
+    """Median milliseconds of one `call`, measured as CUDA-graph replays of `calls` calls (no host overhead,
+    as in warploom.bench); plain `triton.testing.do_bench` when the call cannot be captured."""
+    import triton
+
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        call()  # the first launch compiles; capture needs a warm call on a side stream
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                call()
+    except RuntimeError:
+        torch.cuda.synchronize()
+        return float(triton.testing.do_bench(call, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
+    ms = triton.testing.do_bench(graph.replay, warmup=warmup_ms, rep=rep_ms, return_mode="median")
+    return float(ms) / calls
+
+
+def _device(t: torch.Tensor) -> DeviceInfo:
+    if t.device.type != "cuda":
+        raise DeviceError("a", "CUDA tensors (tuning runs and times kernels on an sm_90a GPU)",
+                          f"a tensor on {t.device}", "move the tensors with .cuda(), or use warploom.plan(...) "
+                          "for the planner's untuned choice without a GPU")
+    with torch.cuda.device(t.device):
+        return DeviceInfo.current()
+
+
+def _random_like(t: torch.Tensor) -> torch.Tensor:
+    """Standard-normal values (converted to t's dtype) in a new tensor with t's shape and strides."""
+    x = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device)
+    x.copy_(torch.randn(tuple(t.shape), device=t.device).to(t.dtype))
+    return x
+
+
+def tune_matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = None, limit: int = 8,
+                timer: Timer = time_graph, cache: Cache | None = None, progress: bool = True,
+                verbose: bool | None = None) -> Kernel:
+    """The fastest correct kernel for ``warploom.matmul(a, b, out_dtype=out_dtype)`` on a's GPU.
+
+    Run it with ``kernel.run(a, b, out)``, `out` an empty (M, N) tensor of the output dtype.
+    """
+    spec = checks.matmul_spec(a, b, out_dtype)
+    device = _device(a)
+    if spec.flops == 0 or not settings.enabled():
+        return build(spec, device)  # untuned: no inputs to make (an empty problem needs no kernel at all)
+    ra, rb = _random_like(a), _random_like(b)
+    ref = ra.double() @ rb.double()
+    harness = _harness_ab(spec, device, ra, rb, (), ref, timer)
+    result = autotune(spec, device, harness, strides=(tuple(a.stride()), tuple(b.stride())), limit=limit,
+                      cache=cache, progress=progress, verbose=verbose)
+    return build(spec, device, result.plan)
+
+
+def tune_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
+                   bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
+                   use_fast_accum: bool = False, limit: int = 8, timer: Timer = time_graph,
+                   cache: Cache | None = None, progress: bool = True, verbose: bool | None = None) -> Kernel:
+    """The fastest correct kernel for ``warploom.scaled_mm(a, b, scale_a, scale_b, ...)`` on a's GPU.
+
+    Run it with ``kernel.run(a, b, out, scale_a, scale_b, bias)``.
+    """
+    spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+    device = _device(a)
+    if spec.flops == 0 or not settings.enabled():
+        return build(spec, device)
+    ra, rb = _random_like(a), _random_like(b)
+    sa, sb = torch.rand_like(scale_a) + 0.5, torch.rand_like(scale_b) + 0.5
+    rbias = torch.randn_like(bias) if bias is not None else None
+    ref = (ra.float().double() @ rb.float().double()) * sa.double() * sb.double()
+    if rbias is not None:
+        ref = ref + rbias.double()
+    harness = _harness_ab(spec, device, ra, rb, (sa, sb, rbias), ref, timer)
+    result = autotune(spec, device, harness, strides=(tuple(a.stride()), tuple(b.stride())), limit=limit,
+                      cache=cache, progress=progress, verbose=verbose)
+    return build(spec, device, result.plan)
+
+
+def _harness_ab(spec: GemmSpec, device: DeviceInfo, a: torch.Tensor, b: torch.Tensor, rest: tuple[Any, ...],
+                ref: torch.Tensor, timer: Timer) -> Harness:
+    """Kernel.run takes (a, b, out, scale_a, scale_b, bias): the output goes between b and the scales."""
+    out = torch.empty((spec.m, spec.n), dtype=spec.out_dtype.torch, device=a.device)
+
+    def launch(plan: Plan) -> Callable[[], object]:
+        return functools.partial(build(spec, device, plan).run, a, b, out, *rest)
+
+    return Harness(launch, (out,), (ref,), timer, torch.cuda.synchronize)
