@@ -28,6 +28,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--launch-only", action="store_true", help="one launch each, no timing (under ncu)")
+    ap.add_argument("--only", default="", help="comma-separated variant names")
     args = ap.parse_args()
     s, profiling = args.size, args.launch_only
     torch.manual_seed(0)
@@ -45,11 +46,18 @@ def main() -> None:
     def run_plain(k: Any) -> None:
         k.run(a, b, out, sa, sb, bias)
 
+    def run_fused(k: Any) -> None:
+        k.run(a, b, out, operands=ops)
+
     variants = {
         "plain_default": (build(plain, dev), run_plain),
         "plain_128x128": (build(plain, dev, plan_schedule(plain, dev, bn=128)), run_plain),
-        "fused_default": (build(fused, dev), lambda k: k.run(a, b, out, operands=ops)),
+        "fused_default": (build(fused, dev), run_fused),
+        "plain_pingpong": (build(plain, dev, plan_schedule(plain, dev, pingpong=True)), run_plain),
+        "fused_pingpong": (build(fused, dev, plan_schedule(fused, dev, pingpong=True)), run_fused),
     }
+    if args.only:
+        variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
     flops = 2 * s**3
     for name, (k, run) in variants.items():
         run(k)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from warploom.checks import _TMA_ALIGN, _tma_ok
+from warploom.epilogue import memo
 from warploom.epilogue.capture import capture
 from warploom.epilogue.classify import classify, classify_all
 from warploom.epilogue.compose import with_prologue
@@ -31,7 +32,45 @@ RESERVED = ("scale_a", "scale_b", "bias")
 
 def fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], operands: Mapping[str, Any], *,
                scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> tuple[GemmSpec, dict[str, Any]]:
-    """`spec` with the captured epilogue, and every graph operand's tensor by name."""
+    """`spec` with the captured epilogue, and every graph operand's tensor by name.
+
+    Remembered (epilogue/memo.py) per function and everything the checks read of the operands, so an eager call
+    that repeats one pays a dictionary lookup instead of classification, capture and composition."""
+    extra = (spec, a.device, tuple((k, _meta(v)) for k, v in operands.items()),
+             _meta(scale_a), _meta(scale_b), _meta(bias))
+    key = memo.key(epilogue, extra) if all(m is not _UNCACHEABLE for m in _flat(extra)) else None
+    hit = memo.get(key)
+    if hit is not None:
+        fused, names = hit
+        tensors = {**operands, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}
+        return fused, {n: tensors[n] for n in names}
+    fused, picked = _fused_spec(spec, a, epilogue, operands, scale_a=scale_a, scale_b=scale_b, bias=bias)
+    memo.put(key, (fused, tuple(picked)))
+    return fused, picked
+
+
+_UNCACHEABLE = object()
+
+
+def _meta(t: Any) -> Any:
+    """What classification and the checks read of an operand (as checks._meta), or a stand-in for a Python
+    value; _UNCACHEABLE for anything else."""
+    if t is None or isinstance(t, (bool, int, float)):
+        return ("v", type(t).__name__, t)
+    if isinstance(t, torch.Tensor):
+        if t.device.type == "meta" or isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
+            return _UNCACHEABLE  # no address to check
+        return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % _TMA_ALIGN)
+    return _UNCACHEABLE
+
+
+def _flat(extra: tuple[Any, ...]) -> list[Any]:
+    _, _, ops, *scales = extra
+    return [m for _, m in ops] + scales
+
+
+def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], operands: Mapping[str, Any], *,
+                scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> tuple[GemmSpec, dict[str, Any]]:
     out_shape = (spec.m, spec.n)
     for name, t in operands.items():
         if name in RESERVED and scale_a is not None:

@@ -94,3 +94,24 @@ def test_operand_classification_is_part_of_the_key(traces: list[Any]) -> None:
     assert bf != fp and len(traces) == 2
     row = graph(fn, {"residual": torch.randn(N)})  # a row vector instead of a dense tensor
     assert row not in (bf, fp) and len(traces) == 3
+
+
+def test_fused_spec_is_remembered_per_operand_metadata(traces: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from warploom import checks, fused
+    from warploom.errors import AlignmentError
+
+    a, b = torch.randn(M, 32, dtype=torch.bfloat16), torch.randn(32, N, dtype=torch.bfloat16)
+    spec = checks.matmul_spec(a, b)
+    fn = lambda acc, residual: F.gelu(acc) + residual  # noqa: E731
+    res = torch.randn(M, N, dtype=torch.bfloat16)
+    first, ops1 = fused.fused_spec(spec, a, fn, {"residual": res})
+    monkeypatch.setattr(fused, "_fused_spec", lambda *_, **__: pytest.fail("classified and captured again"))
+    other = torch.randn(M, N, dtype=torch.bfloat16)
+    again, ops2 = fused.fused_spec(spec, a, fn, {"residual": other})
+    assert again is first and ops1["residual"] is res and ops2["residual"] is other  # this call's tensors
+    monkeypatch.undo()
+    # A dense operand whose base address breaks the TMA rule has other metadata: checked, and rejected.
+    storage = torch.randn(M * N + 1, dtype=torch.bfloat16)
+    with pytest.raises(AlignmentError, match="residual"):
+        fused.fused_spec(spec, a, fn, {"residual": storage[1:].view(M, N)})
+    assert len(traces) == 1

@@ -1,0 +1,86 @@
+"""GPU tier: warploom inside CUDA graphs and torch.compile(fullgraph=True), as a model would use it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import warploom
+
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU"),
+              pytest.mark.timeout(300, method="thread")]
+
+
+def _err(x: torch.Tensor, y: torch.Tensor) -> float:
+    x, y = x.double(), y.double()
+    return float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
+
+
+def _fp8(m: int, n: int, k: int) -> tuple[torch.Tensor, ...]:
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    return a, b, torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+
+
+def test_cuda_graph_capture_replays_with_new_inputs() -> None:
+    torch.manual_seed(0)
+    a = torch.randn(300, 512, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(512, 264, device="cuda", dtype=torch.bfloat16)
+    fa, fb, sa, sb = _fp8(300, 272, 256)
+    res = torch.randn(300, 272, device="cuda", dtype=torch.bfloat16)
+
+    def step() -> tuple[torch.Tensor, ...]:
+        return (warploom.matmul(a, b),
+                warploom.scaled_mm(fa, fb, sa, sb, use_fast_accum=True),
+                warploom.scaled_mm(fa, fb, sa, sb, use_fast_accum=True,
+                                   epilogue=lambda acc, residual: F.gelu(acc) + residual, residual=res))
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        step()  # compile and warm up outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outs = step()
+    # New data in the same buffers: the replay must compute with it.
+    a.copy_(torch.randn_like(a))
+    fa.copy_(torch.randn(300, 256, device="cuda").to(torch.float8_e4m3fn))
+    res.copy_(torch.randn_like(res))
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(outs[0].float(), a.float() @ b.float(), atol=0.1, rtol=2e-2)
+    scaled = (fa.float() @ fb.float()) * sa * sb
+    assert _err(outs[1], scaled) < 1e-3
+    assert _err(outs[2], F.gelu(scaled) + res.float()) < 1e-3
+
+
+class _Mlp(torch.nn.Module):
+    """A bf16 projection and an fp8 rowwise projection, both through warploom's custom ops."""
+
+    def __init__(self, d: int, h: int) -> None:
+        super().__init__()
+        self.w1 = torch.nn.Parameter(torch.randn(h, d, device="cuda", dtype=torch.bfloat16) / d**0.5,
+                                     requires_grad=False)
+        self.w2 = torch.randn(d, h, device="cuda").to(torch.float8_e4m3fn)
+        self.s2 = torch.rand(1, d, device="cuda") + 0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(warploom.matmul(x, self.w1.t()))
+        hq = h.to(torch.float8_e4m3fn)
+        sx = torch.ones(x.shape[0], 1, device="cuda")
+        return warploom.scaled_mm(hq, self.w2.t(), sx, self.s2, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+
+def test_torch_compile_fullgraph_over_the_custom_ops() -> None:
+    torch.manual_seed(1)
+    model = _Mlp(256, 512)
+    x = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    eager = model(x)
+    compiled = torch.compile(model, fullgraph=True)
+    got = compiled(x)
+    assert got.shape == eager.shape and got.dtype == eager.dtype
+    assert _err(got, eager) < 1e-3  # the same kernels, torch's own ops around them may fuse
+    x2 = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
+    assert _err(compiled(x2), model(x2)) < 1e-3
