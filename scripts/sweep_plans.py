@@ -34,6 +34,9 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
             {**_PP, "bm": 128, "bn": 128, "group_m": 16}],
     "fp8-exact": [{}, {**_PP, "bm": 128, "bn": 128}, {**_PP, "bm": 64, "bn": 256},
                   {**_PP, "bm": 128, "bn": 128, "stages": 4}],
+    # rowwise + bf16 bias, fast accumulation: the per-block 256-wide epilogue (rule 10, the default since
+    # 2026-11-23) against the 128x128 tile the planner took before, and ping-pong 128x128.
+    "fp8-bias": [{}, {"bn": 128}, {**_PP, "bm": 128, "bn": 128}],
 }
 
 
@@ -48,14 +51,16 @@ def case(name: str, s: int) -> tuple[Any, tuple[Any, ...], Any, Any]:
         b = torch.randn(s, s, device="cuda", dtype=torch.bfloat16).t()
         return checks.matmul_spec(a, b, None), (a, b, None, None, None), a.float() @ b.float(), \
             lambda: torch.matmul(a, b)
-    fast = name == "fp8"
+    fast = name in ("fp8", "fp8-bias")
     a = torch.randn(s, s, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(s, s, device="cuda").to(torch.float8_e4m3fn).t()
     sa = torch.rand(s, 1, device="cuda") + 0.5
     sb = torch.rand(1, s, device="cuda") + 0.5
-    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, fast)
-    return spec, (a, b, sa, sb, None), (a.float() @ b.float()) * sa * sb, \
-        lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+    bias = torch.randn(s, device="cuda", dtype=torch.bfloat16) if name == "fp8-bias" else None
+    spec = checks.scaled_mm_spec(a, b, sa, sb, bias, torch.bfloat16, fast)
+    ref = (a.float() @ b.float()) * sa * sb + (bias.float() if bias is not None else 0)
+    return spec, (a, b, sa, sb, bias), ref, \
+        lambda: torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=fast)
 
 
 def main() -> None:

@@ -26,6 +26,8 @@ The heuristic, in order:
    the planner takes 128x128 there.
 9. A fused epilogue (spec.epilogue) gets a 128-wide tile: computed beside a 64x256 accumulator, its
    temporaries spill under the consumers' 168-register compile-time cap (a tanh GELU: 2.4 KB).
+10. Rowwise scales with a bias on a 256-wide tile apply per stored 64-column block (`block_epilogue`, four
+   epilogue subtiles): only one block's scale and bias values are live beside the accumulator.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class Plan:
             docs/benchmarks.md 2026-11-23) starts it in the epilogue, just before its load.
         pingpong: two consumer warpgroups take whole BM x BN tiles in turn (seed 002), so one's epilogue
             overlaps the other's mainloop; False: cooperative, both split each tile by rows.
+        block_epilogue: apply scales and bias per stored column block (passes/epilogue.py, block_steps)
+            rather than to the whole accumulator: rule 10 of the heuristic.
     """
 
     bm: int
@@ -94,6 +98,7 @@ class Plan:
     scalar_columns: bool = True
     prefetch_operands: bool = False
     pingpong: bool = False
+    block_epilogue: bool = False
 
     def short(self) -> str:
         sub = f"_e{self.epilogue_subtiles}" if self.epilogue_subtiles > 1 else ""
@@ -111,12 +116,12 @@ def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
     return (bm * bk) * spec.a_dtype.bytes + (bn * bk) * spec.b_dtype.bytes
 
 
-def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: int = 128) -> int:
+def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: int = 128, block: bool = False) -> int:
     # Ping-pong stores 128-wide tiles in halves too: its epilogue hides under the other warpgroup's mainloop,
     # so the extra store wait costs little, and the smem saved buys a stage. A fused epilogue beside a whole
     # 128x128 (64x256) accumulator works in quarters: in halves its temporaries spill (1544 bytes, ptxas).
-    if pingpong and fused and bm * bn >= 128 * 128:
-        return 4
+    if (pingpong and fused and bm * bn >= 128 * 128) or block:
+        return 4  # (block: per-block rowwise scales and bias, 64 columns at a time; 128 still spill)
     return 2 if bn == 256 or (pingpong and bn == 128) else 1
 
 
@@ -126,7 +131,7 @@ def epilogue_bytes(spec: GemmSpec, bm: int, bn: int, pingpong: bool = False) -> 
     tiles of their own: twice the buffers of cooperative ones, which share each tile's rows."""
     dense = [s.dtype for s in spec.epilogue.operands if s.kind.value == "dense"] if spec.epilogue else []
     copies = 2 if pingpong else 1
-    sub = epilogue_subtiles(bn, pingpong, spec.epilogue is not None, bm)
+    sub = epilogue_subtiles(bn, pingpong, spec.epilogue is not None, bm, block_epilogue(spec, bn, pingpong))
     return copies * sum(bm * bn // sub * d.bytes for d in (*spec.output_dtypes(), *dense))
 
 
@@ -185,10 +190,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                 and spec.out_dtype.bytes == 4 and not (spec.scale is ScaleRecipe.TENSORWISE
                                                        and spec.bias_dtype.bytes == 4)):
             continue  # fp32 output + bias on the promoted 256-wide tile spills 8-40 bytes (ptxas, 2026-11-22)
-        if (bn is None and cbn == 256 and blocks == 1 and spec.scale is ScaleRecipe.ROWWISE and spec.bias_dtype
-                and spec.epilogue is None):
-            continue  # 256-wide scale_b and bias vectors beside the accumulator spill 272 bytes (ptxas); a
-            # fused epilogue works on 128-wide column blocks instead
+        block = block_epilogue(spec, cbn, pingpong) and blocks == 1
         fit = max_stages(spec, device, cbm, cbn, bk, pingpong)
         # Promoted fp8 measured 1-3% faster at 3 stages than at 4 (docs/benchmarks.md, sweeps of 2026-11-22).
         s = (min(fit, 3) if promoted and cbn == 256 else fit) if stages is None else stages
@@ -199,7 +201,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         plan = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
             group_m=group_m, grid=min(device.sm_count, tiles),
-            epilogue_subtiles=epilogue_subtiles(cbn, pingpong, spec.epilogue is not None, cbm),
+            epilogue_subtiles=epilogue_subtiles(cbn, pingpong, spec.epilogue is not None, cbm, block),
+            block_epilogue=block,
             consumer_partitions=2 if pingpong else 1 if cbm == 64 else (consumer_partitions or 2),
             partial_blocks=blocks, hoist_rows=hoist_rows, scalar_columns=scalar_columns,
             prefetch_operands=prefetch_operands, pingpong=pingpong,
@@ -226,3 +229,11 @@ def _pingpong_fits(spec: GemmSpec, bm: int, bn: int, partial_blocks: int | None)
     if spec.accumulation is Accumulation.PROMOTED:
         regs += regs // (partial_blocks or (2 if bn >= 128 else 1))
     return bm * bn <= 128 * 128 and regs <= 192
+
+
+def block_epilogue(spec: GemmSpec, bn: int, pingpong: bool = False) -> bool:
+    """Rule 10: rowwise scales and a bias on a 256-wide cooperative tile (no fused epilogue) go per 64-column
+    block. Whole, the 256-wide scale_b and bias vectors beside the accumulator spill 272 bytes (ptxas), which
+    kept this common case on 128x128 tiles until 2026-11-23; per block, 0 bytes."""
+    return (bn == 256 and not pingpong and spec.scale is ScaleRecipe.ROWWISE and spec.bias_dtype is not None
+            and spec.epilogue is None and spec.accumulation is Accumulation.NATIVE)

@@ -84,6 +84,9 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("bf16_128x256_p1_nmajor", mm(4096, 4096, 4096, layout=N_MAJOR), dict(bm=128, bn=256, consumer_partitions=1)),
     ("e4m3_promoted_128x256_p1_h2", f8(4096, 4096, 4096, RW, PROMOTED),
      dict(bm=128, bn=256, consumer_partitions=1, partial_blocks=2)),
+    # Rule 10: rowwise scales + bias on the 256-wide tile, applied per 64-column block (whole, they spill).
+    ("e4m3_rowwise_bias_128x256_block_epilogue", f8(4096, 4096, 4096, RW, bias=BF16),
+     dict(bm=128, bn=256, stages=4)),
     # Ping-pong warpgroups (not the default): a whole 128x128 or 64x256 accumulator per warpgroup.
     ("bf16_128x128_pingpong", mm(4096, 4096, 4096), dict(bm=128, bn=128, pingpong=True)),
     ("e4m3_fast_64x256_pingpong", f8(4096, 4096, 4096, TW), dict(bm=64, bn=256, pingpong=True)),
@@ -91,7 +94,8 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
 ]
 # The ids above whose forced parameters are exactly what the planner picks by itself.
 DEFAULTS = ["bf16_128x256_p2", "e4m3_fast_128x256_p2", "e4m3_promoted_128x256_p2_h2",
-            "e4m3_rowwise_bias_promoted_128x256_p2_h2", "e4m3_promoted_128x128_p2"]
+            "e4m3_rowwise_bias_promoted_128x256_p2_h2", "e4m3_promoted_128x128_p2",
+            "e4m3_rowwise_bias_128x256_block_epilogue"]
 
 _TIMES: list[float] = []
 

@@ -185,18 +185,18 @@ module warploom_bf16bf16_bf16_bn_major_128x128x64_s6_w8_g8_p2  # bf16xbf16->bf16
 
     def test_fp8_rowwise_bias_native(self) -> None:
         self.assertExpectedInline(kernel("fp8_rowwise_bias_native").schedule, """\
-module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s6_w8_g8_p2  # e4m3xe4m3->bf16 rowwise 4096x4096x4096 b=k_major
-  tiling bm=128 bn=128 bk=128 group_m=8 grid=132
-  ring a_ring: A e4m3[6 x 128x128]
-  ring b_ring: B e4m3[6 x 128x128]
-  buffer c_smem0: C bf16[64x128]
-  buffer c_smem1: C bf16[64x128]
-  mbarrier ready[6] count=1 ready of a_ring, b_ring
-  mbarrier empty[6] count=2 empty of a_ring, b_ring
-  smem 229472 bytes
+module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x256x128_s4_w8_g8_e4_p2  # e4m3xe4m3->bf16 rowwise 4096x4096x4096 b=k_major
+  tiling bm=128 bn=256 bk=128 group_m=8 grid=132
+  ring a_ring: A e4m3[4 x 128x128]
+  ring b_ring: B e4m3[4 x 256x128]
+  buffer c_smem0: C bf16[64x64]
+  buffer c_smem1: C bf16[64x64]
+  mbarrier ready[4] count=1 ready of a_ring, b_ring
+  mbarrier empty[4] count=2 empty of a_ring, b_ring
+  smem 213056 bytes
   partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):
-    cursor c (depth 6)
-    acc acc: fp32[64x128]
+    cursor c (depth 4)
+    acc acc: fp32[64x256]
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -206,15 +206,30 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s6_w8_g8_p2  # e
         advance c
       wgmma_wait pending=0
       arrive empty[c-1]
-      epilogue acc: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
+      epilogue acc[cols 0/4]: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
       tma_store_wait pending=0
-      store_smem c_smem0 <- acc
+      store_smem c_smem0 <- acc[cols 0/4]
       fence_async_shared
-      tma_store c_smem0 -> C[m, n]
+      tma_store c_smem0 -> C[m, n][cols 0/4]
+      epilogue acc[cols 1/4]: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
+      tma_store_wait pending=0
+      store_smem c_smem0 <- acc[cols 1/4]
+      fence_async_shared
+      tma_store c_smem0 -> C[m, n][cols 1/4]
+      epilogue acc[cols 2/4]: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
+      tma_store_wait pending=0
+      store_smem c_smem0 <- acc[cols 2/4]
+      fence_async_shared
+      tma_store c_smem0 -> C[m, n][cols 2/4]
+      epilogue acc[cols 3/4]: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
+      tma_store_wait pending=0
+      store_smem c_smem0 <- acc[cols 3/4]
+      fence_async_shared
+      tma_store c_smem0 -> C[m, n][cols 3/4]
     tma_store_wait pending=0
   partition consumer1 (consumer, warps=4 regs=240 rows=64:128):
-    cursor c (depth 6)
-    acc acc: fp32[64x128]
+    cursor c (depth 4)
+    acc acc: fp32[64x256]
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -224,17 +239,32 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s6_w8_g8_p2  # e
         advance c
       wgmma_wait pending=0
       arrive empty[c-1]
-      epilogue acc: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
+      epilogue acc[cols 0/4]: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
       tma_store_wait pending=0
-      store_smem c_smem1 <- acc
+      store_smem c_smem1 <- acc[cols 0/4]
       fence_async_shared
-      tma_store c_smem1 -> C[m, n]
+      tma_store c_smem1 -> C[m, n][cols 0/4]
+      epilogue acc[cols 1/4]: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
+      tma_store_wait pending=0
+      store_smem c_smem1 <- acc[cols 1/4]
+      fence_async_shared
+      tma_store c_smem1 -> C[m, n][cols 1/4]
+      epilogue acc[cols 2/4]: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
+      tma_store_wait pending=0
+      store_smem c_smem1 <- acc[cols 2/4]
+      fence_async_shared
+      tma_store c_smem1 -> C[m, n][cols 2/4]
+      epilogue acc[cols 3/4]: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]
+      tma_store_wait pending=0
+      store_smem c_smem1 <- acc[cols 3/4]
+      fence_async_shared
+      tma_store c_smem1 -> C[m, n][cols 3/4]
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
-    cursor p (depth 6)
+    cursor p (depth 4)
     for tiles*k:
       wait empty[p] phase(p)^1
-      arrive_expect_tx ready[p] bytes=32768
+      arrive_expect_tx ready[p] bytes=49152
       tma_load A[m, k] -> a_ring[p] on ready[p]
       tma_load B[n, k] -> b_ring[p] on ready[p]
       advance p

@@ -105,3 +105,27 @@ def test_fp8_pingpong_plans(bm: int, bn: int, fast: bool, grid: int) -> None:
     theirs = torch._scaled_mm(a, b, sa, sb, bias=bb, out_dtype=torch.bfloat16, use_fast_accum=fast)
     assert not out.isnan().any()
     assert _err(out, ref) <= 1.5 * _err(theirs, ref) + 1e-7
+
+
+@pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("grid", [3, 132])
+def test_fp8_rowwise_bias_per_block_epilogue(bias_dtype: torch.dtype, grid: int) -> None:
+    # Rule 10: the planner's 256-wide rowwise + bias plan applies scales and bias per 64-column block.
+    torch.manual_seed(grid)
+    m, n, k = 1000, 1040, 5 * 128 + 32
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa = torch.rand(m, 1, device="cuda") + 0.5
+    sb = torch.rand(1, n, device="cuda") + 0.5
+    bb = torch.randn(n, device="cuda", dtype=bias_dtype)
+    spec = checks.scaled_mm_spec(a, b, sa, sb, bb, torch.bfloat16, True)
+    dev = DeviceInfo.current()
+    plan = plan_schedule(spec, dev, bn=256)
+    assert plan.block_epilogue and plan.epilogue_subtiles == 4
+    kern = build(spec, dev, dataclasses.replace(plan, grid=min(grid, plan.grid)))
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out, sa, sb, bb)
+    ref = (a.float() @ b.float()) * sa * sb + bb.float()
+    theirs = torch._scaled_mm(a, b, sa, sb, bias=bb.to(torch.bfloat16), out_dtype=torch.bfloat16, use_fast_accum=True)
+    assert not out.isnan().any()
+    assert _err(out, ref) <= 1.5 * _err(theirs, ref) + 1e-7

@@ -278,3 +278,26 @@ def test_every_pass_stage_keeps_the_meaning(structure: str, dtype: DType) -> Non
         else:
             assert_matches(spec, res, x)
             assert stage != "build_sequential" or module.partitions[0].role is ir.Role.SEQUENTIAL
+
+
+@pytest.mark.parametrize("stages,ks", [(2, 1), (2, 5), (4, 4), (4, 9)], ids=lambda v: str(v))
+@pytest.mark.parametrize("bias", [DType.BF16, DType.FP32])
+def test_rowwise_bias_per_block_epilogue(stages: int, ks: int, bias: DType) -> None:
+    """The planner's 256-wide rowwise + bias plan (rule 10): scales and bias applied per 64-column block, on a
+    ragged last tile column (N = 300), clean and right; and dropping one block's epilogue is caught."""
+    spec = spec_of(DType.E4M3, ks * 64 - 16, scale=ScaleRecipe.ROWWISE, bias=bias, m=M_128, n=300)
+    plan = replace(plan_schedule(spec, H100_SXM, bn=256, stages=stages), bk=64, grid=2, group_m=2)
+    assert plan.block_epilogue and plan.epilogue_subtiles == 4
+    res, x = run(spec, plan)
+    assert_matches(spec, res, x)
+    module = build(spec, H100_SXM, plan).module
+    blocks = [o for o, _ in ir.walk(consumers(module)[0].body) if isinstance(o, ir.Epilogue)]
+    assert [(o.part, o.parts) for o in blocks] == [(i, 4) for i in range(4)]
+    bad = module
+    for cons in consumers(module):
+        bad = bad.with_partition(replace(cons, body=rewrite(cons.body, lambda o: () if isinstance(o, ir.Epilogue)
+                                                            and o.part == 2 else (o,))))
+    res = simulate(bad, x.a, x.b, x.scale_a, x.scale_b, x.bias)
+    assert res.ok and not res.output.isnan().any()
+    with pytest.raises(AssertionError, match="relative error"):
+        assert_matches(spec, res, x)

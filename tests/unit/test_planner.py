@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -210,11 +211,15 @@ def test_smaller_smem_gives_fewer_stages() -> None:
     assert compile_schedule(spec, less, small)[0].smem_bytes <= small.smem_per_block
 
 
-def test_rowwise_bias_avoids_the_spilling_256_wide_tile() -> None:
+def test_rowwise_bias_keeps_the_256_wide_tile_with_a_per_block_epilogue() -> None:
+    # Whole, the 256-wide scale_b and bias vectors spill beside the accumulator; per 64-column block they fit.
     spec = GemmSpec(4096, 4096, 4096, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
                     bias_dtype=DType.BF16)
-    assert plan_schedule(spec, H100_SXM).bn == 128
-    assert plan_schedule(spec, H100_SXM, bn=256).bn == 256  # still available when forced, for measurement
+    p = plan_schedule(spec, H100_SXM)
+    assert (p.bn, p.block_epilogue, p.epilogue_subtiles, p.stages) == (256, True, 4, 4)
+    assert not plan_schedule(spec, H100_SXM, bn=128).block_epilogue  # 128 wide: the whole tile's vectors fit
+    no_bias = replace(spec, bias_dtype=None)
+    assert not plan_schedule(no_bias, H100_SXM).block_epilogue  # scale vectors alone fit whole
 
 
 def test_rowwise_bias_avoidance_does_not_apply_to_column_blocks() -> None:

@@ -112,6 +112,7 @@ class _PartitionEmitter:
         # A partition with a row block computes rows [row0, row0 + rows) of each tile.
         self.row0, self.rows = (p.rows.start, p.rows.rows) if p.rows else (0, m.tiling.bm)
         self._offsets: set[str] = set()  # epilogue index vectors already computed in the current tile
+        self._split: set[str] = set()  # accumulators already split into column blocks in the current tile
 
     def params(self) -> list[str]:
         return partition_params(self.m, self.p)
@@ -156,7 +157,7 @@ class _PartitionEmitter:
     def loop(self, lp: ir.Loop) -> None:
         b = self.buf
         if lp.kind is ir.LoopKind.TILES:
-            self._offsets = set()
+            self._offsets, self._split = set(), set()
             if lp.step == 1:
                 head, note = "range(pid, num_tiles, gl.num_programs(0))", "for tiles"
             else:  # this CTA's tiles number start, start + step, ...: ping-pong consumers alternate
@@ -262,9 +263,9 @@ class _PartitionEmitter:
                 raise NotImplementedError(f"sm_90a lowering of {c}")
 
     def _epilogue_width(self) -> int:
-        """The column-block width of this partition's fused epilogue (0: none)."""
+        """The column-block width of this partition's fused or per-block epilogue (0: none)."""
         for o, _ in ir.walk(self.p.body):
-            if isinstance(o, ir.ApplyEpilogue):
+            if isinstance(o, ir.ApplyEpilogue) or (isinstance(o, ir.Epilogue) and o.parts > 1):
                 return self._acc(o.acc).cols // o.parts
         return 0
 
@@ -357,7 +358,8 @@ class _PartitionEmitter:
         if parts not in (2, 4):
             raise NotImplementedError(f"sm_90a epilogue: 1, 2 or 4 column blocks, not {parts}")
         names = {2: ["lo", "hi"], 4: ["lo_lo", "lo_hi", "hi_lo", "hi_hi"]}[parts]
-        if part == 0:
+        if acc not in self._split:  # once per tile: a block's epilogue and its store both name it
+            self._split.add(acc)
             cols = self._acc(acc).cols
             self.buf.line(f"{acc}_lo, {acc}_hi = {acc}.reshape([{self.rows}, 2, {cols // 2}]).permute(0, 2, 1)"
                           ".split()", "the accumulator's column halves (register-local)")
@@ -371,6 +373,9 @@ class _PartitionEmitter:
         return next(x for x in self.p.accumulators if x.name == name)
 
     def epilogue(self, o: ir.Epilogue) -> None:
+        if o.parts > 1:
+            self._block_epilogue(o)
+            return
         b, acc = self.buf, o.acc
         steps = o.steps
         a = self._acc(acc)
@@ -393,6 +398,26 @@ class _PartitionEmitter:
                 case ir.EpilogueStep.ADD_BIAS:
                     b.line("bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)")
                     b.line(f"{acc} = {acc} + gl.expand_dims(bias, 0)", s.value)
+
+
+    def _block_epilogue(self, o: ir.Epilogue) -> None:
+        """The steps on one column block, in the block's own wgmma layout (ep_layout): its scale and bias values
+        are the only ones live (passes/epilogue.py block_steps)."""
+        b = self.buf
+        blk = self._column_block(o.acc, o.part, o.parts)
+        b.line(f"{blk} = gl.convert_layout({blk}, ep_layout)", printer.op(o))
+        rows_v, cols_v = self._block_offsets(o.acc, o.part, o.parts)
+        for s in o.steps:
+            match s:
+                case ir.EpilogueStep.SCALE_TENSORWISE:
+                    b.line(f"{blk} = {blk} * (gl.load(scale_a_ptr) * gl.load(scale_b_ptr))", s.value)
+                case ir.EpilogueStep.SCALE_ROWWISE:
+                    b.line(f"{blk} = {blk} * gl.expand_dims(gl.load(scale_a_ptr + {rows_v}, mask={rows_v} < M, "
+                           f"other=0.0), 1) * gl.expand_dims(gl.load(scale_b_ptr + {cols_v}, mask={cols_v} < N, "
+                           "other=0.0), 0)", s.value)
+                case ir.EpilogueStep.ADD_BIAS:
+                    b.line(f"{blk} = {blk} + gl.expand_dims(gl.load(bias_ptr + {cols_v}, mask={cols_v} < N, "
+                           "other=0.0).to(gl.float32), 0)", s.value)
 
 
 def output_desc(output: int) -> str:

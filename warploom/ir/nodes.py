@@ -301,10 +301,15 @@ class ZeroAcc:
 
 @dataclass(frozen=True)
 class Epilogue:
-    """Apply `steps` to `acc` in registers (fp32)."""
+    """Apply `steps` to column block `part` of `parts` of `acc` in registers (fp32); parts = 1: all of it.
+
+    Per block (LowerEpilogue with `block_steps`), the block's scale and bias vectors are the only ones live:
+    a whole 256-wide tile's would spill beside the accumulator."""
 
     acc: str
     steps: tuple[EpilogueStep, ...]
+    part: int = 0
+    parts: int = 1
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,8 @@ def op(o: ir.Op) -> str:
         case ir.ZeroAcc():
             return f"zero {o.acc}"
         case ir.Epilogue():
-            return f"epilogue {o.acc}: " + "; ".join(s.value for s in o.steps)
+            part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
+            return f"epilogue {o.acc}{part}: " + "; ".join(s.value for s in o.steps)
         case ir.StoreTile():
             return f"store_tile C[m, n] <- {o.acc}"
         case ir.StoreWait():

@@ -42,7 +42,8 @@ def pipeline(plan: Plan) -> list[Pass]:
         # After all producer ops exist: flattening must see the final loop body.
         FlattenProducer(),
         # Independent of the mainloop; last of the body rewrites so the staging buffer is declared once.
-        LowerEpilogue(subtiles=plan.epilogue_subtiles, scalar_columns=plan.scalar_columns),
+        LowerEpilogue(subtiles=plan.epilogue_subtiles, scalar_columns=plan.scalar_columns,
+                      block_steps=plan.block_epilogue),
         # After epilogue lowering made the operand loads, which it moves ahead of the final wgmma wait.
         HoistOperands(enabled=plan.hoist_rows),
         # After epilogue lowering made the dense operands' prefetches; moves them to the tile's start (and

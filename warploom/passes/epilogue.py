@@ -48,11 +48,14 @@ def operand_read(kind: OperandKind, scalar_columns: bool) -> ir.OperandRead:
 @dataclass(frozen=True)
 class LowerEpilogue:
     """Attributes:
-    subtiles: column blocks the tile is stored in (1 or 2).
-    scalar_columns: read column-vector operands of a fused epilogue one value per row (else as a tile)."""
+    subtiles: column blocks the tile is stored in (1, 2 or 4).
+    scalar_columns: read column-vector operands of a fused epilogue one value per row (else as a tile).
+    block_steps: apply the `epilogue` op's scales and bias per stored block, right before its store_smem,
+        instead of to the whole accumulator (rowwise scales + bias on a 256-wide tile otherwise spill)."""
 
     subtiles: int = 1
     scalar_columns: bool = True
+    block_steps: bool = False
 
     def __call__(self, m: ir.Module) -> ir.Module:
         t, n = m.tiling, self.subtiles
@@ -81,7 +84,9 @@ class LowerEpilogue:
                                        rows, width, operand=s.name)
                      for s in (graph.operands if graph else ()) if s.kind is OperandKind.DENSE}
             buffers.extend(bufs + tuple(dense.values()))
-            lower = _Lower(graph, bufs, accs, t.bn, self.scalar_columns, {k: v.name for k, v in dense.items()})
+            steps = {o.acc: o.steps for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue)} if self.block_steps \
+                else {}
+            lower = _Lower(graph, bufs, accs, t.bn, self.scalar_columns, {k: v.name for k, v in dense.items()}, steps)
             parts.append(replace(p, body=rewrite(p.body, lower) + (ir.StoreWait(0),)))
         return replace(m, buffers=m.buffers + tuple(buffers), partitions=tuple(parts))
 
@@ -94,8 +99,11 @@ class _Lower:
     bn: int
     scalar_columns: bool
     dense: dict[str, str]
+    steps: dict[str, tuple[ir.EpilogueStep, ...]]  # per accumulator: its epilogue, applied per block
 
     def __call__(self, o: ir.Op) -> tuple[ir.Stmt, ...]:
+        if isinstance(o, ir.Epilogue) and o.acc in self.steps:
+            return ()  # moves into the stores below, one block at a time
         if not isinstance(o, ir.StoreTile):
             return (o,)
         acc, w = self.accs[o.acc], self.bufs[0].cols
@@ -103,6 +111,8 @@ class _Lower:
         out: list[ir.Stmt] = []
         for i in range(n):
             if self.graph is None:
+                if o.acc in self.steps:
+                    out.append(ir.Epilogue(o.acc, self.steps[o.acc], i, n))
                 out += [ir.StoreWait(0), ir.StoreSmem(o.acc, self.bufs[0].name, i, n), ir.FenceAsync(),
                         ir.TmaStore(self.bufs[0].name, part=acc.col0 // w + i, parts=self.bn // w)]
                 continue

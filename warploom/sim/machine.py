@@ -428,7 +428,7 @@ class Machine:
     def _epilogue(self, i: int, pc: int, ins: EpilogueI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
         if self.data is not None:
-            self.data.epilogue(i, ins.acc, ins.steps, ins.off_m, ins.off_n)
+            self.data.epilogue(i, ins.acc, ins.steps, ins.off_m, ins.off_n, ins.cols)
 
     def _load_operand(self, i: int, pc: int, ins: LoadOperandI) -> None:
         # A synchronous register load of read-only global memory: nothing to order against other partitions.

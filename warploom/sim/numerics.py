@@ -115,8 +115,13 @@ class CtaData:
     def zero(self, agent: int, acc: str) -> None:
         self.accs[agent][acc] = torch.zeros_like(self.accs[agent][acc])
 
-    def epilogue(self, agent: int, acc: str, steps: tuple[ir.EpilogueStep, ...], off_m: int, off_n: int) -> None:
-        x = self.accs[agent][acc]
+    def epilogue(self, agent: int, acc: str, steps: tuple[ir.EpilogueStep, ...], off_m: int, off_n: int,
+                 block: tuple[int, int] | None = None) -> None:
+        """`steps` on columns `block` of `acc` (all of them when None), whose column 0 is output column off_n."""
+        whole = self.accs[agent][acc]
+        c0, c1 = block if block is not None else (0, whole.shape[1])
+        x = whole[:, c0:c1]
+        off_n += c0
         rows, cols = x.shape
         ops = self.ops
         m, n = ops.out.shape
@@ -135,7 +140,9 @@ class CtaData:
             else:
                 assert ops.bias is not None
                 x = x + _masked(ops.bias, off_n, cols, in_n)[None, :]
-        self.accs[agent][acc] = x
+        out = whole.clone()
+        out[:, c0:c1] = x
+        self.accs[agent][acc] = out
 
     def apply(self, agent: int, acc: str, cols: tuple[int, int], off_m: int, off_n: int) -> None:
         """The epilogue graph on columns `cols` of `acc`, which are output rows and columns from (off_m, off_n).

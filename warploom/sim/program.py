@@ -156,7 +156,8 @@ class EpilogueI:
     acc: str
     steps: tuple[ir.EpilogueStep, ...]
     off_m: int
-    off_n: int
+    off_n: int  # the accumulator's first column in the output
+    cols: tuple[int, int]  # the accumulator's column block [start, stop) the steps apply to
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,7 +418,8 @@ class _Interp:
                     yield ZeroI(site, o.acc)
                 case ir.Epilogue():
                     t = self._tile(text)
-                    yield EpilogueI(site, o.acc, o.steps, t.off_m + self.row0, t.off_n + self._col0(o.acc))
+                    cols = self._block(self._acc(o.acc, text), o.part, o.parts, text)
+                    yield EpilogueI(site, o.acc, o.steps, t.off_m + self.row0, t.off_n + self._col0(o.acc), cols)
                 case ir.StoreSmem():
                     buf = m.buffer(o.buffer)
                     acc = next((a for a in self.p.accumulators if a.name == o.acc), None)
