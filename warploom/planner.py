@@ -44,6 +44,10 @@ _TILES: tuple[tuple[int, int, float], ...] = (
     (128, 128, 0.90),
     (64, 256, 0.85),
     (64, 128, 0.75),
+    # Decode (M <= 64) streams B, and 64-wide tiles give twice as many CTAs as 128-wide ones. Measured slower
+    # all the same (scripts/sweep_decode.py, docs/benchmarks.md 2026-11-23: bf16 M=1 0.68x torch against 0.86x
+    # at 64x128): available when forced, never chosen.
+    (64, 64, 0.60),
 )
 _MAX_STAGES = 6
 _PRODUCER_REGS = 24
@@ -172,6 +176,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue
         if pingpong and not _pingpong_fits(spec, cbm, cbn, partial_blocks):
             continue
+        if cbn == 64 and bn is None:
+            continue  # forced only: see _TILES
         if bm is None and cbm == 64 and spec.m > 64:
             continue  # a 64-row tile only pays when M itself is small
         if cbm == 64 and consumer_partitions == 2 and not pingpong:

@@ -267,3 +267,11 @@ def test_promoted_fp32_output_with_bias_avoids_the_spilling_wide_tile(scale: Sca
     spec16 = GemmSpec(4096, 4096, 4096, DType.E4M3, DType.E4M3, DType.BF16, scale=scale, bias_dtype=bias,
                       accumulation=Accumulation.PROMOTED)
     assert plan_schedule(spec16, H100_SXM).bn == 256
+
+
+def test_64_wide_tile_is_forced_only() -> None:
+    # Measured slower for decode (docs/benchmarks.md, 2026-11-23): available for measurement, never chosen.
+    decode = GemmSpec(16, 8192, 8192)
+    assert plan_schedule(decode, H100_SXM).bn == 128
+    p = plan_schedule(decode, H100_SXM, bn=64)
+    assert (p.bm, p.bn, p.stages) == (64, 64, 6)
