@@ -123,7 +123,7 @@ def _run(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any = None, 
 
 
 def _matmul_impl(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    spec = checks.matmul_spec_cached(a, b, out_dtype)  # real tensors here: fake ones take _matmul_fake
+    spec = checks.matmul_spec_cached(a, b, out_dtype)
     return _run(spec, a, b)
 
 
@@ -187,7 +187,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
     On CUDA tensors the kernel runs on the GPU; small CPU problems run on the simulator (module docstring).
     """
     if epilogue is not None or operands:
-        spec, tensors = _fused(checks.matmul_spec(a, b, out_dtype), a, epilogue, operands)
+        spec, tensors = _fused(checks.matmul_spec_cached(a, b, out_dtype), a, epilogue, operands)
         return run_fused(spec, a, b, tensors)
     if _eager(a, b):
         return _matmul_impl(a, b, out_dtype)
@@ -205,7 +205,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     Small CPU problems run on the simulator (module docstring), which accumulates fp8 in fp32 either way.
     """
     if epilogue is not None or operands:
-        spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+        spec = checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
         spec, tensors = _fused(spec, a, epilogue, operands, scale_a=scale_a, scale_b=scale_b, bias=bias)
         return run_fused(spec, a, b, tensors)
     if _eager(a, b, scale_a, scale_b, bias):

@@ -193,11 +193,16 @@ _SPECS: dict[tuple[Any, ...], GemmSpec] = {}
 _MAX_SPECS = 4096
 
 
-def _meta(t: Any) -> tuple[Any, ...] | None:
+def tensor_meta(t: Any) -> tuple[Any, ...] | None:
     """What the checks read of a real tensor: shape, strides, dtype, device and base-address alignment."""
     if t is None:
         return None
     return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % _TMA_ALIGN)
+
+
+def is_real(t: Any) -> bool:
+    """Whether `t` has storage (not a meta or fake tensor), so `tensor_meta` can read its address."""
+    return t.device.type != "meta" and not _is_fake(t)
 
 
 def _remembered(key: tuple[Any, ...], make: Any) -> GemmSpec:
@@ -211,12 +216,19 @@ def _remembered(key: tuple[Any, ...], make: Any) -> GemmSpec:
 
 
 def matmul_spec_cached(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
-    """`matmul_spec` for real (not meta or fake) tensors, remembered per tensor metadata."""
-    return _remembered(("matmul", _meta(a), _meta(b), out_dtype), lambda: matmul_spec(a, b, out_dtype))
+    """`matmul_spec`, remembered per tensor metadata (meta and fake tensors are checked every time)."""
+    if not (is_real(a) and is_real(b)):
+        return matmul_spec(a, b, out_dtype)
+    return _remembered(("matmul", tensor_meta(a), tensor_meta(b), out_dtype), lambda: matmul_spec(a, b, out_dtype))
 
 
 def scaled_mm_spec_cached(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None, out_dtype: Any = None,
                           use_fast_accum: bool = False) -> GemmSpec:
-    """`scaled_mm_spec` for real (not meta or fake) tensors, remembered per tensor metadata."""
-    key = ("scaled_mm", _meta(a), _meta(b), _meta(scale_a), _meta(scale_b), _meta(bias), out_dtype, use_fast_accum)
-    return _remembered(key, lambda: scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum))
+    """`scaled_mm_spec`, remembered per tensor metadata (meta and fake tensors are checked every time)."""
+    def make() -> GemmSpec:
+        return scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+
+    ts = (a, b, scale_a, scale_b, bias)
+    if not all(is_real(t) for t in ts if t is not None):
+        return make()
+    return _remembered(("scaled_mm", *map(tensor_meta, ts), out_dtype, use_fast_accum), make)

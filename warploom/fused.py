@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from warploom.checks import _TMA_ALIGN, _tma_ok
+from warploom.checks import _TMA_ALIGN, _tma_ok, is_real, tensor_meta
 from warploom.epilogue import memo
 from warploom.epilogue.capture import capture
 from warploom.epilogue.classify import classify, classify_all
@@ -53,14 +53,12 @@ _UNCACHEABLE = object()
 
 
 def _meta(t: Any) -> Any:
-    """What classification and the checks read of an operand (as checks._meta), or a stand-in for a Python
+    """What classification and the checks read of an operand (`checks.tensor_meta`), or a stand-in for a Python
     value; _UNCACHEABLE for anything else."""
     if t is None or isinstance(t, (bool, int, float)):
         return ("v", type(t).__name__, t)
     if isinstance(t, torch.Tensor):
-        if t.device.type == "meta" or isinstance(t, torch._subclasses.fake_tensor.FakeTensor):
-            return _UNCACHEABLE  # no address to check
-        return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % _TMA_ALIGN)
+        return tensor_meta(t) if is_real(t) else _UNCACHEABLE  # a meta or fake tensor has no address to check
     return _UNCACHEABLE
 
 

@@ -196,7 +196,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                 and spec.out_dtype.bytes == 4 and not (spec.scale is ScaleRecipe.TENSORWISE
                                                        and spec.bias_dtype.bytes == 4)):
             continue  # fp32 output + bias on the promoted 256-wide tile spills 8-40 bytes (ptxas, 2026-11-22)
-        block = block_epilogue(spec, cbn, pingpong) and blocks == 1
+        block = block_epilogue(spec, cbn, pingpong)
         fit = max_stages(spec, device, cbm, cbn, bk, pingpong)
         # Promoted fp8 measured 1-3% faster at 3 stages than at 4 (docs/benchmarks.md, sweeps of 2026-11-22).
         s = (min(fit, 3) if promoted and cbn == 256 else fit) if stages is None else stages

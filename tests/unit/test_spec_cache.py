@@ -46,3 +46,11 @@ def test_scaled_mm_key_covers_scales_and_bias() -> None:
     biased = checks.scaled_mm_spec_cached(a, b, sa, sb, torch.randn(32, dtype=torch.bfloat16))
     assert biased.bias_dtype is not None and rowwise.bias_dtype is None
     assert checks.scaled_mm_spec_cached(a, b, sa, sb, use_fast_accum=True).accumulation.value == "native"
+
+
+def test_meta_tensors_are_checked_every_time_and_never_remembered() -> None:
+    a = torch.empty(64, 128, dtype=torch.bfloat16, device="meta")
+    b = torch.empty(128, 32, dtype=torch.bfloat16, device="meta")
+    before = dict(checks._SPECS)
+    assert checks.matmul_spec_cached(a, b) == checks.matmul_spec(a, b)
+    assert checks._SPECS == before

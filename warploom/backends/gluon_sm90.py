@@ -275,11 +275,7 @@ class _PartitionEmitter:
 
     def _block_offsets(self, acc: str, part: int, parts: int) -> tuple[str, str]:
         """Lines' variables for the rows and columns of block `part` of `acc` (in ep_layout's slices)."""
-        a = self._acc(acc)
-        w = a.cols // parts
-        col0 = a.col0 + part * w
-        row = f"off_m + {self.row0}" if self.row0 else "off_m"
-        col = f"off_n + {col0}" if col0 else "off_n"
+        row, col, w = self._block_origin(acc, part, parts)
         rows_v, cols_v = "ep_rows", f"ep_cols_{acc}_{part}"
         # Once per tile each: every load of the tile stands at its top level, after the first.
         if rows_v not in self._offsets:
@@ -320,12 +316,15 @@ class _PartitionEmitter:
         code, _, note = line.partition("  # ")
         self.buf.line(code, f"{printer.op(o)}: {note}" if note else printer.op(o))
 
+    def _block_origin(self, acc: str, part: int, parts: int) -> tuple[str, str, int]:
+        """The output row and column where block `part` of `parts` of `acc` starts (expressions), and its width."""
+        a = self._acc(acc)
+        w = a.cols // parts
+        col0 = a.col0 + part * w
+        return (f"off_m + {self.row0}" if self.row0 else "off_m"), (f"off_n + {col0}" if col0 else "off_n"), w
+
     def prefetch_operand(self, o: ir.PrefetchOperand) -> None:
-        a = self._acc(o.acc)
-        w = a.cols // o.parts
-        row = f"off_m + {self.row0}" if self.row0 else "off_m"
-        col0 = a.col0 + o.part * w
-        col = f"off_n + {col0}" if col0 else "off_n"
+        row, col, w = self._block_origin(o.acc, o.part, o.parts)
         g = self.m.spec.epilogue
         assert g is not None
         nbytes = self.rows * w * g.operand(o.operand).dtype.bytes

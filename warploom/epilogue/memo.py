@@ -12,7 +12,6 @@ stale graph would be a silently wrong result.
 
 from __future__ import annotations
 
-import builtins
 import math
 import types
 from collections import OrderedDict
@@ -39,14 +38,12 @@ def key(fn: Callable[..., Any], extra: Hashable) -> Hashable | None:
         if v is None:
             return None
         parts.append(v)
-    for name in _global_names(code):
-        if name in fn.__globals__:
-            v = _value(fn.__globals__[name])
-            if v is None:
-                return None
-            parts.append((name, v))
-        elif not hasattr(builtins, name):
-            continue  # an attribute name (e.g. `gelu` of `F.gelu`), resolved on a module already in the key
+    # A name the globals lack is a builtin or an attribute (e.g. `gelu` of `F.gelu`, on a module in the key).
+    for name in _global_names(code) & fn.__globals__.keys():
+        v = _value(fn.__globals__[name])
+        if v is None:
+            return None
+        parts.append((name, v))
     for d in (fn.__defaults__ or ()) + tuple((fn.__kwdefaults__ or {}).values()):
         v = _value(d)
         if v is None:
