@@ -36,4 +36,11 @@ if [ "$what" = all ] || [ "$what" = epilogue ]; then
   python3 scripts/bench_epilogue.py --out "$OUT/epilogue.json" 2>&1 | grep -v "^  triton_mm\|^AUTOTUNE\|^strides\|^dtypes" \
     | tee "$OUT/epilogue.log"
 fi
+if [ "$what" = blockwise ]; then
+  # Blockwise fp8 (issue 5): its GPU tests, then the benchmark against torch's blockwise kernel.
+  python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_blockwise_gpu.py -o addopts="" 2>&1 | tail -n 30 \
+    | tee "$OUT/blockwise-tests.log"
+  rc=${PIPESTATUS[0]}
+  python3 scripts/bench_blockwise.py --out "$OUT/blockwise.json" ${BLOCKWISE_ARGS:-} 2>&1 | tee "$OUT/blockwise.log"
+fi
 exit $rc

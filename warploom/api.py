@@ -92,12 +92,12 @@ def _simulate(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any, sc
     return kernel.simulate(a, b, scale_a, scale_b, bias, record=False).raise_for_findings().output
 
 
-def _simulate_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor,
-                    operands: dict[str, Any]) -> tuple[torch.Tensor, ...]:
-    """`_simulate` for a spec with a fused epilogue: every output."""
+def _simulate_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: dict[str, Any],
+                    scale_a: Any = None, scale_b: Any = None) -> tuple[torch.Tensor, ...]:
+    """`_simulate` for a spec with a fused epilogue: every output (blockwise scales, if any, positional)."""
     _check_sim_size(spec)
     kernel = build(spec, _device_for(a))
-    return kernel.simulate(a, b, operands=operands, record=False).raise_for_findings().outputs
+    return kernel.simulate(a, b, scale_a, scale_b, operands=operands, record=False).raise_for_findings().outputs
 
 
 def _check_sim_size(spec: GemmSpec) -> None:
@@ -197,9 +197,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
               bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
               use_fast_accum: bool = False, epilogue: Callable[..., Any] | None = None, **operands: Any) -> Any:
-    """`torch._scaled_mm` semantics for fp8: ``(a @ b) * scale_a * scale_b + bias``, tensorwise or rowwise.
+    """`torch._scaled_mm` semantics for fp8: ``(a @ b) * scale_a * scale_b + bias``, tensorwise or rowwise; or
+    blockwise (``ScalingType.BlockWise1x128`` scale_a (M, ceil(K/128)) with scale_b (ceil(K/128), ceil(N/128)),
+    ``BlockWise128x128``, or (ceil(K/128), N), ``BlockWise1x128``): the dequantized product, any scale strides.
 
-    With ``use_fast_accum=False`` each k-block's fp8 product is promoted into a full fp32 accumulator.
+    With ``use_fast_accum=False`` each k-block's fp8 product is promoted into a full fp32 accumulator; blockwise
+    recipes always promote, each k-block with its scales.
     With ``epilogue=fn``, fn(acc, **operands) gets that fp32 ``acc * scale_a * scale_b + bias`` and its
     results are stored (see `matmul`).
     Small CPU problems run on the simulator (module docstring), which accumulates fp8 in fp32 either way.

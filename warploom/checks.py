@@ -10,7 +10,7 @@ from typing import Any
 
 from warploom.dtypes import DType
 from warploom.errors import AlignmentError, DeviceError, DTypeError, ScaleError, ShapeError
-from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import SCALE_BLOCK, Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 _TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
 _16BIT = (DType.BF16, DType.FP16)
@@ -122,21 +122,45 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
     return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout)
 
 
-def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int) -> ScaleRecipe:
+def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRecipe:
     for arg, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         if DType.from_torch(s.dtype) is not DType.FP32:
             raise ScaleError(arg, "a torch.float32 tensor", f"dtype {s.dtype}", f"pass {arg}.float()")
     # One element each is tensorwise even when M = N = 1, where rowwise would mean the same product.
     if scale_a.numel() == 1 and scale_b.numel() == 1:
         return ScaleRecipe.TENSORWISE
-    if tuple(scale_a.shape) == (m, 1) and tuple(scale_b.shape) == (1, n):
+    sa, sb = tuple(scale_a.shape), tuple(scale_b.shape)
+    # With K <= 128 the 1x128 x 1x128 shapes are the rowwise ones, and so is their meaning.
+    if sa == (m, 1) and sb == (1, n):
         return ScaleRecipe.ROWWISE
+    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    # torch.nn.functional.scaled_mm pads the K-blocks of a 128x128 scale_b to a multiple of 4 (its L4): accepted,
+    # the padding rows are never read.
+    padded = -(-kb // 4) * 4
+    if sa == (m, kb):
+        if sb in ((kb, nb), (padded, nb)):
+            return ScaleRecipe.BLOCKWISE_1X128_128X128
+        if sb == (kb, n):
+            return ScaleRecipe.BLOCKWISE_1X128_1X128
     raise ScaleError(
-        "scale_a" if tuple(scale_a.shape) != (m, 1) else "scale_b",
-        f"tensorwise scales (one element each) or rowwise scale_a ({m}, 1) and scale_b (1, {n})",
-        f"scale_a {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)}",
-        "reshape the scales to those shapes (blockwise recipes are not supported yet)",
+        "scale_a" if sa not in ((m, 1), (m, kb)) else "scale_b",
+        f"tensorwise scales (one element each); rowwise scale_a ({m}, 1) and scale_b (1, {n}); or blockwise "
+        f"(ScalingType.BlockWise1x128) scale_a ({m}, {kb}) with scale_b ({kb}, {nb}) (BlockWise128x128) or "
+        f"({kb}, {n}) (BlockWise1x128), one scale per 128 elements of K",
+        f"scale_a {sa} and scale_b {sb}",
+        "reshape the scales to one of those shapes; any strides are accepted (a (N, K/128) scale_b is passed as "
+        "scale_b.t(), a view)",
     )
+
+
+def _check_block_scales(scale_a: Any, scale_b: Any) -> None:
+    """Blockwise scales are read element by element (cp.async of 4 bytes), so any strides work; the copies address
+    them with 32-bit offsets."""
+    for arg, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        span = sum((d - 1) * abs(st) for d, st in zip(t.shape, t.stride(), strict=True)) if t.numel() else 0
+        if span >= 2**31:
+            raise ScaleError(arg, "a scale tensor spanning fewer than 2**31 elements", f"a span of {span}",
+                             f"pass {arg}.contiguous()")
 
 
 def scaled_mm_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
@@ -171,7 +195,9 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
             raise ShapeError(arg, "K and N multiples of 16 for fp8 (as torch._scaled_mm requires)",
                              f"{'K' if arg == 'a' else 'N'} = {size}", "pad with zeros to a multiple of 16")
     _same_device({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
-    recipe = _scale_recipe(scale_a, scale_b, m, n)
+    recipe = _scale_recipe(scale_a, scale_b, m, n, k)
+    if recipe.is_blockwise:
+        _check_block_scales(scale_a, scale_b)
     bias_dt = None
     if bias is not None:
         bias_dt = _dtype("bias", bias, (DType.BF16, DType.FP16, DType.FP32), "convert bias to out_dtype")
@@ -181,7 +207,9 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     _b_layout(b, fp8=True)
     _tma_ok("b", b, 0, "column-major b")
     _out_aligned(n, out)
-    acc = Accumulation.NATIVE if use_fast_accum else Accumulation.PROMOTED
+    # Blockwise scales change with each k-block, so every k-block's partial is promoted with them, whatever
+    # use_fast_accum says (within one 128-deep k-block the tensor core accumulates as torch's kernels do).
+    acc = Accumulation.NATIVE if use_fast_accum and not recipe.is_blockwise else Accumulation.PROMOTED
     return GemmSpec(m, n, k, da, db, out, BLayout.K_MAJOR, recipe, acc, bias_dt)
 
 

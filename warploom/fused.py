@@ -80,7 +80,15 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
     user = classify_all(operands, out_shape, a.device)
     g = capture(epilogue, user, out_shape=out_shape, device=a.device)
     tensors: dict[str, Any] = dict(operands)
-    if scale_a is not None:
+    mainloop_scales: dict[str, Any] = {}
+    if scale_a is not None and spec.scale.is_blockwise:
+        # Blockwise scales are applied in the mainloop (each k-block's promotion): the user's function gets the
+        # scaled accumulator, and only the bias is a graph operand. The scales travel beside the operands.
+        bs = classify("bias", bias, out_shape, a.device) if bias is not None else None
+        g = with_prologue(g, None, None, bs)
+        tensors.update(**({"bias": bias} if bias is not None else {}))
+        mainloop_scales = {"scale_a": scale_a, "scale_b": scale_b}
+    elif scale_a is not None:
         sa, sb = classify("scale_a", scale_a, out_shape, a.device), classify("scale_b", scale_b, out_shape, a.device)
         bs = classify("bias", bias, out_shape, a.device) if bias is not None else None
         g = with_prologue(g, sa, sb, bs)
@@ -94,7 +102,7 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
             raise AlignmentError("b", f"N a multiple of {_TMA_ALIGN // dt.bytes} for the epilogue's output {j} "
                                  f"({dt.value}, rows of {_TMA_ALIGN}-byte multiples for the TMA store)",
                                  f"N = {spec.n}", "pad b's N dimension and slice the results")
-    return spec, {s.name: tensors[s.name] for s in g.operands}
+    return spec, {**{s.name: tensors[s.name] for s in g.operands}, **mainloop_scales}
 
 
 def run_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: dict[str, Any]) -> Any:
@@ -102,15 +110,18 @@ def run_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: dict[s
     from warploom import api
 
     dtypes = spec.output_dtypes()
+    # Blockwise scales ride beside the graph's operands (fused_spec) but are the mainloop's arguments.
+    operands = dict(operands)
+    sa, sb = (operands.pop("scale_a"), operands.pop("scale_b")) if spec.scale.is_blockwise else (None, None)
     if spec.m == 0 or spec.n == 0 or spec.k == 0:
         outs = _empty(spec, a, operands)
     elif a.device.type == "cpu":
-        outs = api._simulate_fused(spec, a, b, operands)
+        outs = api._simulate_fused(spec, a, b, operands, sa, sb)
     else:
         api._require_cuda(a)
         kernel = api.build(spec, api._device_for(a))
         outs = tuple(torch.empty((spec.m, spec.n), dtype=d.torch, device=a.device) for d in dtypes)
-        kernel.run(a, b, outs[0], operands=operands, extra_outs=outs[1:])
+        kernel.run(a, b, outs[0], sa, sb, operands=operands, extra_outs=outs[1:])
     return outs[0] if len(outs) == 1 else outs
 
 

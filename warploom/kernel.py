@@ -89,7 +89,9 @@ class Kernel:
         from warploom.sim import simulate
 
         if operands is not None:  # a fused epilogue: its operands, for scaled_mm its scales and bias too
-            return simulate(self.module, a, b, seed=seed, ctas=ctas, record=record, operands=operands)
+            # (blockwise scales are the mainloop's, never graph operands: they stay positional)
+            return simulate(self.module, a, b, scale_a, scale_b, seed=seed, ctas=ctas, record=record,
+                            operands=operands)
         return simulate(self.module, a, b, scale_a, scale_b, bias, seed=seed, ctas=ctas, out=out, record=record)
 
     def check_protocol(self, *, seeds: Iterable[int] = range(4), ctas: Iterable[int] | None = None,

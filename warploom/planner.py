@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
-from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
+from warploom.spec import SCALE_BLOCK, Accumulation, GemmSpec, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
 _TILES: tuple[tuple[int, int, float], ...] = (
@@ -116,8 +116,12 @@ class Plan:
 
 
 def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
-    """Shared memory of one pipeline stage: an A tile and a B tile."""
-    return (bm * bk) * spec.a_dtype.bytes + (bn * bk) * spec.b_dtype.bytes
+    """Shared memory of one pipeline stage: an A tile and a B tile, and blockwise recipes' fp32 scales of both."""
+    scales = 0
+    if spec.scale.is_blockwise:
+        per_col = spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128
+        scales = 4 * (bm + (bn if per_col else -(-bn // SCALE_BLOCK)))
+    return (bm * bk) * spec.a_dtype.bytes + (bn * bk) * spec.b_dtype.bytes + scales
 
 
 def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: int = 128, block: bool = False) -> int:

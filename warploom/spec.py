@@ -33,11 +33,27 @@ class ScaleRecipe(enum.Enum):
     """How fp8 inputs are dequantized.
 
     NONE: plain matmul. TENSORWISE: one fp32 scale per operand. ROWWISE: scale_a (M, 1), scale_b (1, N).
+    Blockwise (DeepSeek-V3's recipe): one fp32 scale of A per row and 128-deep block of K, scale_a
+    (M, ceil(K/128)); of B, BLOCKWISE_1X128_128X128: one per 128x128 block, scale_b (ceil(K/128), ceil(N/128));
+    BLOCKWISE_1X128_1X128: one per column and 128-deep block of K, scale_b (ceil(K/128), N). A blockwise
+    product is ``sum over k-blocks kb of (A[:, kb] @ B[kb, :]) * scale_a[:, kb] * scale_b[kb, :]``: the scales
+    change with kb, so they are applied in the mainloop, each k-block's partial promoted with its scales.
     """
 
     NONE = "none"
     TENSORWISE = "tensorwise"
     ROWWISE = "rowwise"
+    BLOCKWISE_1X128_128X128 = "blockwise_1x128_128x128"
+    BLOCKWISE_1X128_1X128 = "blockwise_1x128_1x128"
+
+    @property
+    def is_blockwise(self) -> bool:
+        """Whether the scales vary along K (applied per k-block in the mainloop, not in the epilogue)."""
+        return self in (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
+
+
+# A blockwise scale covers this many elements of K (and, for 128x128 blocks of B, of N).
+SCALE_BLOCK = 128
 
 
 class Accumulation(enum.Enum):
@@ -99,6 +115,8 @@ class GemmSpec:
             raise ValueError(f"fp8 inputs need a scale recipe and 16-bit inputs none: {self.scale=}")
         if self.accumulation is Accumulation.PROMOTED and not self.is_fp8:
             raise ValueError("PROMOTED accumulation only applies to fp8 inputs")
+        if self.scale.is_blockwise and self.accumulation is not Accumulation.PROMOTED:
+            raise ValueError("blockwise scales are applied at each k-block's promotion: accumulation must be PROMOTED")
 
     @property
     def is_fp8(self) -> bool:

@@ -58,12 +58,14 @@ class Recipe:
     fp8: bool
     rowwise: bool = False
     fast: bool = True
+    blockwise: bool = False  # 1x128 x 128x128 scales (applied in the mainloop; the epilogue sees them applied)
 
     def plan(self, m: int, n: int, k: int, fn: Callable[..., Any], ops: dict[str, torch.Tensor],
              bias: torch.Tensor | None = None) -> Kernel:
         if not self.fp8:
             return warploom.plan(t(m, k, dtype=BF16), t(n, k, dtype=BF16).t(), epilogue=fn, **ops)
-        scales = (t(m, 1), t(1, n)) if self.rowwise else (t(), t())
+        kb, nb = -(-k // 128), -(-n // 128)
+        scales = (t(m, 1), t(1, n)) if self.rowwise else (t(kb, m).t(), t(kb, nb)) if self.blockwise else (t(), t())
         return warploom.plan(t(m, k).to(E4), t(n, k).to(E4).t(), *scales, bias=bias, use_fast_accum=self.fast,
                              epilogue=fn, **ops)
 
@@ -74,7 +76,8 @@ RECIPES = {
     "fp8_rowwise": Recipe(fp8=True, rowwise=True),
     "fp8_rowwise_promoted": Recipe(fp8=True, rowwise=True, fast=False),
 }
-MORE_RECIPES = {"fp8_tensorwise_promoted": Recipe(fp8=True, fast=False)}  # outside the matrix
+MORE_RECIPES = {"fp8_tensorwise_promoted": Recipe(fp8=True, fast=False),  # outside the matrix
+                "fp8_blockwise": Recipe(fp8=True, fast=False, blockwise=True)}
 
 
 def case(recipe: str, epilogue: str, shape: tuple[int, int, int], bias: torch.dtype | None = None,
@@ -112,6 +115,10 @@ EXTRA: list[tuple[str, Callable[[], Kernel]]] = [
     ("fp8_rowwise-scaled_bias-shift_gelu_residual", case(*HEADLINE)),
     ("fp8_tensorwise_promoted-scaled_bias_fp32-silu_col",
      case("fp8_tensorwise_promoted", "silu_col", (515, 400, 1152), FP32)),
+    # Blockwise scales in the mainloop, then the user's epilogue: scales never enter the graph.
+    ("fp8_blockwise-bias-shift_gelu_residual", case("fp8_blockwise", "shift_gelu_residual", (4096, 4096, 4096),
+                                                   BF16)),
+    ("fp8_blockwise-two_outputs_fp32", case("fp8_blockwise", "two_outputs_fp32", (300, 528, 1008))),
 ]
 # Rowwise fp8 has both a row (scale_b) and a column (scale_a) operand: what the two switches move.
 ABLATIONS: list[tuple[str, Callable[[], Kernel]]] = [

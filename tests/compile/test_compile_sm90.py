@@ -20,6 +20,7 @@ from warploom.planner import plan_schedule
 BF16, FP16, FP32, E4, E5 = DType.BF16, DType.FP16, DType.FP32, DType.E4M3, DType.E5M2
 K_MAJOR, N_MAJOR = BLayout.K_MAJOR, BLayout.N_MAJOR
 TW, RW = ScaleRecipe.TENSORWISE, ScaleRecipe.ROWWISE
+BW, BW1 = ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128
 NATIVE, PROMOTED = Accumulation.NATIVE, Accumulation.PROMOTED
 SMEM_LIMIT = 232448  # H100 opt-in shared memory per block
 
@@ -91,11 +92,22 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("bf16_128x128_pingpong", mm(4096, 4096, 4096), dict(bm=128, bn=128, pingpong=True)),
     ("e4m3_fast_64x256_pingpong", f8(4096, 4096, 4096, TW), dict(bm=64, bn=256, pingpong=True)),
     ("e4m3_promoted_128x128_pingpong_h2", f8(4096, 4096, 4096, RW, PROMOTED), dict(bm=128, bn=128, pingpong=True)),
+    # Blockwise scales (issue 5): copied by cp.async through the A/B stages, each k-block's partial promoted with
+    # them. Without its pinning wait, the scaled promotion of the first column block sank below the second
+    # block's wgmma and 128x256 spilled 1360 bytes.
+    ("e4m3_blockwise_128x128_planned", f8(4096, 4096, 4096, BW, PROMOTED), {}),
+    ("e4m3_blockwise_1x128_planned", f8(4096, 4096, 4096, BW1, PROMOTED), {}),
+    ("e4m3_blockwise_128x128_deepseek_128x256_p2_h2", f8(4096, 7168, 16384, BW, PROMOTED),
+     dict(bm=128, bn=256, stages=3, consumer_partitions=2, partial_blocks=2)),
+    ("e4m3_blockwise_1x128_128x128", f8(4096, 2112, 7168, BW1, PROMOTED), dict(bm=128, bn=128)),
+    ("e4m3_blockwise_decode_64x128", f8(64, 7168, 2048, BW, PROMOTED), dict(bm=64, bn=128)),
+    ("e5m2xe4m3_blockwise_bias_out_fp32_64x256", f8(300, 528, 1008, BW, PROMOTED, BF16, a=E5, out=FP32),
+     dict(bm=64, bn=256)),
 ]
 # The ids above whose forced parameters are exactly what the planner picks by itself.
 DEFAULTS = ["bf16_128x256_p2", "e4m3_fast_128x256_p2", "e4m3_promoted_128x256_p2_h2",
             "e4m3_rowwise_bias_promoted_128x256_p2_h2", "e4m3_promoted_128x128_p2",
-            "e4m3_rowwise_bias_128x256_block_epilogue"]
+            "e4m3_rowwise_bias_128x256_block_epilogue", "e4m3_blockwise_128x128_deepseek_128x256_p2_h2"]
 
 _TIMES: list[float] = []
 

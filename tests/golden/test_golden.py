@@ -1,4 +1,4 @@
-"""Golden text of the schedule IR (inline) and the generated Gluon (files) for four representative specs.
+"""Golden text of the schedule IR (inline) and the generated Gluon (files) for five representative specs.
 
 Refresh after an intended change with ``EXPECTTEST_ACCEPT=1 pytest tests/golden`` and read the diff:
 it is the change to the kernels warploom emits. The specs use the planner's own choice, so a planner
@@ -30,6 +30,9 @@ SPECS = {
     # fp8 tensorwise with per-k-block promotion into an fp32 accumulator.
     "fp8_tensorwise_promoted": GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, BLayout.K_MAJOR,
                                         ScaleRecipe.TENSORWISE, Accumulation.PROMOTED),
+    # DeepSeek-V3's blockwise recipe: scales copied through the A/B stages, promoted per k-block with them.
+    "fp8_blockwise_1x128_128x128": GemmSpec(4096, 7168, 16384, E4, E4, DType.BF16, BLayout.K_MAJOR,
+                                            ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED),
 }
 
 
@@ -62,6 +65,9 @@ class TestGluonGolden(expecttest.TestCase):
 
     def test_fp8_tensorwise_promoted(self) -> None:
         assert_golden_file("fp8_tensorwise_promoted.gluon.txt", kernel("fp8_tensorwise_promoted").source)
+
+    def test_fp8_blockwise_1x128_128x128(self) -> None:
+        assert_golden_file("fp8_blockwise_1x128_128x128.gluon.txt", kernel("fp8_blockwise_1x128_128x128").source)
 
 
 class TestScheduleGolden(expecttest.TestCase):

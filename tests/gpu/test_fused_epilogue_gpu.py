@@ -8,7 +8,6 @@ tile multiples, and both ablation switches (row hoist, scalar column read) are r
 from __future__ import annotations
 
 import dataclasses
-import faulthandler
 from collections.abc import Callable
 from typing import Any
 
@@ -22,13 +21,6 @@ from warploom.kernel import build
 from warploom.planner import plan_schedule
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU")
-
-
-@pytest.fixture(autouse=True)
-def watchdog():
-    faulthandler.dump_traceback_later(120, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
 
 
 def err(x: torch.Tensor, y: torch.Tensor) -> float:

@@ -6,24 +6,12 @@ Run by scripts/gpu.sh on the device machine. Every test has a watchdog: a hung k
 
 from __future__ import annotations
 
-import faulthandler
-
 import pytest
 import torch
 
 import warploom
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU")
-
-WATCHDOG_S = 120
-
-
-@pytest.fixture(autouse=True)
-def watchdog():
-    faulthandler.dump_traceback_later(WATCHDOG_S, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
 
 def scale_free_error(x: torch.Tensor, y: torch.Tensor) -> float:
     """1 - 2Σxy / Σ(x² + y²): 0 for equal tensors, insensitive to a common scale."""

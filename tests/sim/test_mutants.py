@@ -233,7 +233,8 @@ SPLIT_ONLY = [
            frozenset({K.STORE_BUFFER_RACE})),
     Mutant("column_block_release_after_first_block@p2", FP8_PROMOTED, FP8_P2H2_PLAN,  # the second block still reads
            lambda m: _move_release(m, lambda waits: waits[0] + 1),
-           frozenset({K.READ_UNACQUIRED, K.OVERWRITE_UNRELEASED, K.OVERWRITE_WHILE_READ, K.WRONG_TILE})),
+           frozenset({K.READ_AFTER_RELEASE, K.READ_UNACQUIRED, K.OVERWRITE_UNRELEASED, K.OVERWRITE_WHILE_READ,
+                      K.WRONG_TILE})),
 ]
 
 def _is_turn(o: ir.Op) -> bool:

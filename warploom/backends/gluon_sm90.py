@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from warploom.backends.codebuf import CodeBuffer
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.spec import BLayout
+from warploom.spec import SCALE_BLOCK, BLayout, ScaleRecipe
 
 _HEADER = """\
 from triton.experimental import gluon
@@ -27,6 +27,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 """
+
+# Blockwise scales are copied by cp.async, whose completion an mbarrier can track (seed 001).
+_ASYNC_COPY_IMPORT = "from triton.experimental.gluon.language.nvidia.ampere import async_copy"
+
+# The blockwise scale kernel parameters: the scale tensors go as they are, with their strides (any layout).
+SCALE_PARAMS = ("sa_ptr", "sb_ptr", "sa_stride_m", "sa_stride_k", "sb_stride_k", "sb_stride_n")
 
 # Grouped raster (ir.Tiling.group_m): consecutive tile ids walk GROUP_M rows of tiles column by column.
 # warploom.sim.raster.tile_coords is the same function in Python, used by the simulator.
@@ -141,6 +147,12 @@ class _PartitionEmitter:
                     b.line(f"ep_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
                            f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {en}, {256 // bits}])",
                            comment="one column block of the accumulator, as the fused epilogue computes it")
+            for o, _ in ir.walk(self.p.body):
+                if isinstance(o, ir.CopyScales):
+                    n = self.m.ring(o.ring).cols
+                    per = max(1, n // (32 * self.p.warps))
+                    b.line(f"{o.ring}_copy: gl.constexpr = gl.BlockedLayout([{per}], [32], [{self.p.warps}], [0])",
+                           comment=f"{n} scales of a stage over the warps' threads")
             for c in self.p.cursors:
                 b.line(f"{c.name} = 0", comment=f"cursor {c.name}: stage uses so far, across tiles")
             for buf in self._operand_buffers():
@@ -226,8 +238,12 @@ class _PartitionEmitter:
                 deps = ", ".join(self.async_accs)
                 lhs = deps if len(self.async_accs) > 1 else self.async_accs[0]
                 b.line(f"{lhs} = warpgroup_mma_wait({o.pending}, deps=({deps},))", c)
+            case ir.Promote() if o.scales is not None:
+                self.promote_scaled(o)
             case ir.Promote():
                 b.line(f"{o.dst} = {o.dst} + {o.src}", c)
+            case ir.CopyScales():
+                self.copy_scales(o)
             case ir.ZeroAcc():
                 a = self._acc(o.acc)
                 b.line(f"{o.acc} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)", c)
@@ -261,6 +277,47 @@ class _PartitionEmitter:
                 b.line(f"{o.cursor} += 1", c)
             case _:
                 raise NotImplementedError(f"sm_90a lowering of {c}")
+
+    def copy_scales(self, o: ir.CopyScales) -> None:
+        """cp.async of the stage's scales (masked: zeros outside the problem), then cp.async.mbarrier.arrive:
+        the ready phase now waits for this thread's copies, without counting them as an arrival."""
+        b, ring = self.buf, self.m.ring(o.ring)
+        slot = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+        idx = f"{o.ring}_idx"
+        if o.tensor is ir.Tensor.SCALE_A:
+            b.line(f"{idx} = off_m + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
+            ptr, mask = f"sa_ptr + {idx} * sa_stride_m + kk * sa_stride_k", f"{idx} < M"
+        elif self.m.spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128:
+            b.line(f"{idx} = off_n + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's columns")
+            ptr, mask = f"sb_ptr + kk * sb_stride_k + {idx} * sb_stride_n", f"{idx} < N"
+        else:
+            b.line(f"{idx} = off_n // {SCALE_BLOCK} + gl.arange(0, {ring.cols}, layout={o.ring}_copy)",
+                   f"the tile's {SCALE_BLOCK}-column blocks of B")
+            ptr, mask = f"sb_ptr + kk * sb_stride_k + {idx} * sb_stride_n", f"{idx} < gl.cdiv(N, {SCALE_BLOCK})"
+        b.line(f"async_copy.async_copy_global_to_shared({o.ring}.index({slot}), {ptr}, mask={mask})",
+               printer.op(o))
+        if o.barrier is not None:
+            b.line(f"async_copy.mbarrier_arrive({o.barrier}_bars.index({slot}))",
+                   f"{o.barrier}[{slot}] completes only once these copies land")
+
+    def promote_scaled(self, o: ir.Promote) -> None:
+        """``dst += src * (sa[rows] x sb[cols])``: the per-row scales and one per 128-column block (a [rows, 1]
+        factor, one FMA per element) or per column (a [rows, cols] factor)."""
+        assert o.scales is not None
+        b, sc, acc = self.buf, o.scales, self._acc(o.dst)
+        slot = _slot(sc.slot, self.depth[sc.slot.cursor], self.stages)
+        rows = f".slice({self.row0}, {self.rows})" if self.p.rows else ""
+        b.line(f"sa = {sc.a_ring}.index({slot}){rows}.load(gl.SliceLayout(1, acc_layout))", "this k-block's row scales")
+        if self.m.spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128:
+            b.line(f"sb = {sc.b_ring}.index({slot}).slice({acc.col0}, {acc.cols}).load(gl.SliceLayout(0, acc_layout))",
+                   "its column scales")
+        else:
+            b.line(f"sb = {sc.b_ring}.index({slot}).slice({acc.col0 // SCALE_BLOCK}, 1)"
+                   ".load(gl.SliceLayout(0, acc_layout))", f"its {SCALE_BLOCK}-column block's scale")
+        b.line(f"{o.dst} = {o.dst} + {o.src} * (gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0))", printer.op(o))
+        # A wait with nothing in flight that names dst: LLVM would otherwise sink the FMAs below the next block's
+        # wgmma, so two partials live at once and spill (1360 bytes at 128x256, ptxas); pinned, 0.
+        b.line(f"{o.dst} = warpgroup_mma_wait(0, deps=({o.dst},))", "keep the promotion before the next wgmma")
 
     def _epilogue_width(self) -> int:
         """The column-block width of this partition's fused or per-block epilogue (0: none)."""
@@ -437,6 +494,15 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
             case ir.Mma():
                 used[o.a_ring] = None
                 used[o.b_ring] = None
+            case ir.CopyScales():
+                used[o.ring] = None
+                if o.barrier:
+                    used[f"{o.barrier}_bars"] = None
+                prefix = "sa_" if o.tensor is ir.Tensor.SCALE_A else "sb_"
+                used.update(dict.fromkeys(n for n in SCALE_PARAMS if n.startswith(prefix)))
+            case ir.Promote() if o.scales is not None:
+                used[o.scales.a_ring] = None
+                used[o.scales.b_ring] = None
             case ir.Wait() | ir.Arrive() | ir.ArriveExpectTx():
                 used[f"{o.barrier}_bars"] = None
             case ir.StoreSmem():
@@ -474,6 +540,8 @@ def kernel_params(m: ir.Module) -> tuple[str, ...]:
     """The kernel's run-time parameters: TMA descriptors, then scale and bias pointers, then sizes."""
     steps = {s for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
     ps = ["a_desc", "b_desc"] + [output_desc(j) for j in range(len(m.spec.output_dtypes()))]
+    if m.spec.scale.is_blockwise:
+        ps += SCALE_PARAMS
     if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE}:
         ps += ["scale_a_ptr", "scale_b_ptr"]
     if ir.EpilogueStep.ADD_BIAS in steps:
@@ -490,6 +558,8 @@ def lower(m: ir.Module) -> GluonSource:
     b.line(comment=f"Generated by warploom from schedule IR module {m.name}.")
     b.line(comment=f"spec: {m.spec.short()}")
     b.lines(_HEADER)
+    if m.spec.scale.is_blockwise:
+        b.line(_ASYNC_COPY_IMPORT)
     if m.spec.epilogue is not None:
         from warploom.epilogue.gluon import IMPORTS
 
@@ -512,6 +582,11 @@ def lower(m: ir.Module) -> GluonSource:
     b.line("@gluon.jit")
     with b.block(f"def {m.name}({', '.join(params)})"):
         for r in m.rings:
+            if r.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
+                b.line(f"{r.name} = gl.allocate_shared_memory(gl.float32, [{r.depth}, {r.cols}], "
+                       "gl.SwizzledSharedLayout(1, 1, 1, [0]))",
+                       comment=f"ring {r.name}: {r.depth} x {r.cols} fp32 scales, filled by cp.async")
+                continue
             desc = f"{r.tensor.value.lower()}_desc"
             b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {r.rows}, {r.cols}], "
                    f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({r.rows}, {r.cols}) {r.dtype.value}")

@@ -16,16 +16,19 @@ from warploom.epilogue.builder import Builder, _remap
 from warploom.epilogue.operands import OperandSpec
 
 
-def with_prologue(g: eg.EpilogueGraph, scale_a: OperandSpec, scale_b: OperandSpec,
+def with_prologue(g: eg.EpilogueGraph, scale_a: OperandSpec | None, scale_b: OperandSpec | None,
                   bias: OperandSpec | None) -> eg.EpilogueGraph:
-    """`g` applied to ``acc * scale_a * scale_b (+ bias)``; the three are operands of the result."""
-    taken = {s.name for s in g.operands} & {scale_a.name, scale_b.name, *([bias.name] if bias else [])}
+    """`g` applied to ``acc * scale_a * scale_b (+ bias)``; those given are operands of the result. Blockwise
+    scales are applied in the mainloop, so their accumulator arrives scaled: scale_a = scale_b = None."""
+    extra: Sequence[OperandSpec] = tuple(s for s in (scale_a, scale_b, bias) if s is not None)
+    taken = {s.name for s in g.operands} & {s.name for s in extra}
     if taken:
         raise ValueError(f"operand names {sorted(taken)} are reserved for scaled_mm's own scales and bias")
-    extra: Sequence[OperandSpec] = (scale_a, scale_b, *([bias] if bias else []))
     b = Builder((*extra, *g.operands))
-    x = b.add(eg.Binary(eg.BinaryOp.MUL, b.add(eg.Binary(eg.BinaryOp.MUL, b.acc(), b.operand(scale_a.name))),
-                        b.operand(scale_b.name)))
+    x = b.acc()
+    if scale_a is not None and scale_b is not None:
+        x = b.add(eg.Binary(eg.BinaryOp.MUL, b.add(eg.Binary(eg.BinaryOp.MUL, x, b.operand(scale_a.name))),
+                            b.operand(scale_b.name)))
     if bias is not None:
         x = b.add(eg.Binary(eg.BinaryOp.ADD, x, b.operand(bias.name)))
     new: dict[int, int] = {}

@@ -36,6 +36,8 @@ class Tensor(enum.Enum):
     B = "B"
     C = "C"
     OPERAND = "operand"  # a fused epilogue's dense operand (Buffer.operand names it)
+    SCALE_A = "scale_a"  # blockwise scales of A: one fp32 per row and k-block
+    SCALE_B = "scale_b"  # blockwise scales of B: per 128 columns (or per column) and k-block
 
 
 class Axis(enum.Enum):
@@ -285,11 +287,41 @@ class MmaWait:
 
 
 @dataclass(frozen=True)
+class StageScales:
+    """The blockwise scales of one pipeline stage: slot `slot` of scale rings `a_ring` (the tile's rows) and
+    `b_ring` (its 128-column blocks, or its columns), filled by `CopyScales` with the A and B tiles of that slot."""
+
+    a_ring: str
+    b_ring: str
+    slot: Slot
+
+
+@dataclass(frozen=True)
 class Promote:
-    """``dst += src`` in fp32 registers (promotion of an fp8 partial accumulator), after its MmaWait."""
+    """``dst += src`` in fp32 registers (promotion of an fp8 partial accumulator), after its MmaWait.
+
+    With `scales` (blockwise recipes): ``dst += src * sa[rows, None] * sb[None, cols]``, where sa is the stage's
+    scale_a slot over the partition's rows and sb its scale_b slot over dst's columns (one value per 128-column
+    block, or per column). It reads those slots, so they must have landed and stay unreleased until it has run."""
 
     src: str
     dst: str
+    scales: StageScales | None = None
+
+
+@dataclass(frozen=True)
+class CopyScales:
+    """Asynchronously copy the current (tile, k-block)'s blockwise scales of `tensor` into `ring[slot]` with
+    ordinary per-element copies (cp.async: any strides, no TMA alignment rule); elements outside the problem
+    read as 0. With a `barrier`, the copies are tracked by `barrier[slot]`'s current phase: it cannot complete
+    before they land, and they do not count as an arrival. So they must be issued before the arrival that can
+    complete that phase (the stage's arrive_expect_tx). With none (only before ring planning) the copy is
+    synchronous."""
+
+    tensor: Tensor
+    ring: str
+    slot: Slot
+    barrier: str | None = None
 
 
 @dataclass(frozen=True)
@@ -441,8 +473,9 @@ class PrefetchOperand:
 
 
 Op = (
-    Wait | Arrive | ArriveExpectTx | TmaLoad | Mma | MmaWait | Promote | ZeroAcc | Epilogue | StoreTile | StoreWait
-    | StoreSmem | FenceAsync | TmaStore | Advance | SkipTiles | LoadOperand | PrefetchOperand | ApplyEpilogue
+    Wait | Arrive | ArriveExpectTx | TmaLoad | CopyScales | Mma | MmaWait | Promote | ZeroAcc | Epilogue | StoreTile
+    | StoreWait | StoreSmem | FenceAsync | TmaStore | Advance | SkipTiles | LoadOperand | PrefetchOperand
+    | ApplyEpilogue
 )
 Stmt = Op | Loop
 

@@ -46,8 +46,14 @@ def op(o: ir.Op) -> str:
             return f"{kind} {o.acc} += {o.a_ring}[{slot(o.slot)}] @ {o.b_ring}[{slot(o.slot)}]{cols}{ow}"
         case ir.MmaWait():
             return f"wgmma_wait pending={o.pending}"
+        case ir.Promote() if o.scales is not None:
+            sc, sl = o.scales, slot(o.scales.slot)
+            return f"promote {o.dst} += {o.src} * {sc.a_ring}[{sl}][rows] * {sc.b_ring}[{sl}][cols]"
         case ir.Promote():
             return f"promote {o.dst} += {o.src}"
+        case ir.CopyScales():
+            on = f" on {o.barrier}[{slot(o.slot)}]" if o.barrier else " sync"
+            return f"copy_scales {o.tensor.value}[tile, k] -> {o.ring}[{slot(o.slot)}]{on}"
         case ir.ZeroAcc():
             return f"zero {o.acc}"
         case ir.Epilogue():

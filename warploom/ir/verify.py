@@ -5,7 +5,8 @@ agree, exactly one default partition, loads fill rings of their own tensor. `com
 finished kernel: every ring has a producer and a consumer partition, every wait a matching arrival on
 another partition, expect-tx bytes equal the bytes loaded on that barrier, arrival counts match the
 arriving partitions, no accumulator is read with wgmma in flight, no partition exits with a TMA store
-in flight, and registers and shared memory fit the device.
+in flight, blockwise scale copies precede the arrival that can complete their stage, and registers and
+shared memory fit the device.
 
 Allowed (complete):   wait ready[c] phase(c) / wgmma.async acc += a[c] @ b[c] / wgmma_wait 1 / ...
 Forbidden (complete): epilogue acc after wgmma.async without wgmma_wait pending=0 in between.
@@ -20,6 +21,7 @@ from warploom.device import DeviceInfo
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
+from warploom.spec import SCALE_BLOCK, ScaleRecipe
 
 _MAX_REGS = 256
 _MIN_REGS = 24
@@ -38,6 +40,8 @@ def structural(m: ir.Module) -> list[str]:
         errs.append(f"exactly one default partition expected, got {defaults}")
     ring_names = {r.name: r for r in m.rings}
     bar_names = {b.name: b for b in m.barriers}
+    if m.spec.scale.is_blockwise and m.tiling.bk != 128:
+        errs.append(f"blockwise scales cover 128 elements of K, so a k-block must too: bk={m.tiling.bk}, expected 128")
     for b in m.barriers:
         for rn in b.rings:
             if rn not in ring_names:
@@ -85,10 +89,31 @@ def structural(m: ir.Module) -> list[str]:
                             slot(o.slot, r.depth, f"wgmma read of {rn}")
                     if o.acc not in accs:
                         errs.append(f"{where}: wgmma into unknown accumulator {o.acc}")
+                case ir.CopyScales():
+                    r = ring_names.get(o.ring)
+                    if r is None or r.tensor is not o.tensor or o.tensor not in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
+                        errs.append(f"{where}: copy_scales of {o.tensor.value} into {o.ring}, not a scale ring of it")
+                    else:
+                        slot(o.slot, r.depth, f"copy_scales into {r.name}")
+                    if o.barrier is not None and o.barrier not in bar_names:
+                        errs.append(f"{where}: copy_scales tracked by unknown barrier {o.barrier}")
+                    if not m.spec.scale.is_blockwise:
+                        errs.append(f"{where}: copy_scales but the spec's recipe {m.spec.scale.value} is not blockwise")
                 case ir.Promote():
                     for a in (o.src, o.dst):
                         if a not in accs:
                             errs.append(f"{where}: promote uses unknown accumulator {a}")
+                    if o.scales is not None:
+                        for rn, t in ((o.scales.a_ring, ir.Tensor.SCALE_A), (o.scales.b_ring, ir.Tensor.SCALE_B)):
+                            r = ring_names.get(rn)
+                            if r is None or r.tensor is not t:
+                                errs.append(f"{where}: promote scale operand {rn} is not a ring of {t.value}")
+                            else:
+                                slot(o.scales.slot, r.depth, f"promote read of {rn}")
+                        _check_scale_block(m, p, o, where, errs)
+                    elif m.spec.scale.is_blockwise and o.dst in accs:
+                        errs.append(f"{where}: promote {o.dst} without scales, but the recipe "
+                                    f"{m.spec.scale.value} scales every k-block")
                 case (ir.Epilogue() | ir.StoreTile() | ir.ZeroAcc() | ir.LoadOperand() | ir.ApplyEpilogue()
                       | ir.PrefetchOperand()):
                     if o.acc not in accs:
@@ -104,6 +129,17 @@ def structural(m: ir.Module) -> list[str]:
                     and ir.LoopKind.FLAT not in loops:
                 errs.append(f"{where}: guard {o.guard.value} outside a k-loop")
     return errs
+
+
+def _check_scale_block(m: ir.Module, p: ir.Partition, o: ir.Promote, where: str, errs: list[str]) -> None:
+    """With one scale per 128 columns, a promoted accumulator block must lie within one 128-column block of B."""
+    acc = next((a for a in p.accumulators if a.name == o.dst), None)
+    if acc is None or m.spec.scale is not ScaleRecipe.BLOCKWISE_1X128_128X128:
+        return
+    first, last = acc.col0 // SCALE_BLOCK, (acc.col0 + acc.cols - 1) // SCALE_BLOCK
+    if first != last:
+        errs.append(f"{where}: promote {o.dst} (tile columns {acc.col0}..{acc.col0 + acc.cols - 1}) spans two "
+                    f"{SCALE_BLOCK}-column scale blocks of B: split the accumulator at {SCALE_BLOCK} columns")
 
 
 def _check_fused(m: ir.Module, o: ir.Op, where: str, line: str, errs: list[str]) -> None:
@@ -173,13 +209,16 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
             _check_expect_tx(m, body, where, errs)
         for o, _ in ir.walk(p.body):
             match o:
-                case ir.TmaLoad():
+                case ir.TmaLoad() | ir.CopyScales():
                     writers.setdefault(o.ring, set()).add(p.name)
                     if o.barrier is None:
                         errs.append(f"{where}: synchronous load into {o.ring}: rings were not planned")
                 case ir.Mma():
                     readers.setdefault(o.a_ring, set()).add(p.name)
                     readers.setdefault(o.b_ring, set()).add(p.name)
+                case ir.Promote() if o.scales is not None:
+                    readers.setdefault(o.scales.a_ring, set()).add(p.name)
+                    readers.setdefault(o.scales.b_ring, set()).add(p.name)
                 case ir.Wait():
                     waits.setdefault(o.barrier, set()).add(p.name)
                 case ir.Arrive() | ir.ArriveExpectTx():
@@ -240,6 +279,10 @@ def _check_expect_tx(m: ir.Module, body: tuple[ir.Stmt, ...], where: str, errs: 
     expected: dict[str, int] = {}
     loaded: dict[str, int] = {}
     for s in body:
+        if isinstance(s, ir.CopyScales) and s.barrier in expected:
+            # The arrival before it may complete the phase while the copy is still in flight.
+            errs.append(f"{where}: {printer.op(s)} after the arrive_expect_tx on {s.barrier}: scale copies must "
+                        "be issued before the arrival that can complete the stage's phase")
         if isinstance(s, ir.ArriveExpectTx):
             expected[s.barrier] = expected.get(s.barrier, 0) + s.nbytes
         elif isinstance(s, ir.TmaLoad) and s.barrier is not None:

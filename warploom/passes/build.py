@@ -5,7 +5,8 @@
       for k:
         tma_load A[m, k] -> a[c] sync
         tma_load B[n, k] -> b[c] sync
-        wgmma acc += a[c] @ b[c]    # or: partial = a @ b; promote acc += partial
+        [copy_scales scale_a, scale_b]  # blockwise fp8 only: this k-block's scales
+        wgmma acc += a[c] @ b[c]    # or: partial = a @ b; promote acc += partial [* scales]
         advance c
       epilogue acc: scales, bias
       store_tile C[m, n] <- acc
@@ -15,9 +16,10 @@ Every later pass is a rewrite of this program, so the schedule's meaning is the 
 
 from __future__ import annotations
 
+from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.planner import Plan
-from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import SCALE_BLOCK, Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 
 def kernel_name(spec: GemmSpec, plan: Plan) -> str:
@@ -47,10 +49,18 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     """The one-partition program for `spec` with `plan`'s tiling (rings of depth 1, synchronous ops)."""
     b_rows, b_cols = (plan.bn, plan.bk) if spec.b_layout is BLayout.K_MAJOR else (plan.bk, plan.bn)
     b_coord = (ir.Axis.N, ir.Axis.K) if spec.b_layout is BLayout.K_MAJOR else (ir.Axis.K, ir.Axis.N)
-    rings = (
+    rings: tuple[ir.Ring, ...] = (
         ir.Ring("a_ring", ir.Tensor.A, spec.a_dtype, 1, plan.bm, plan.bk),
         ir.Ring("b_ring", ir.Tensor.B, spec.b_dtype, 1, b_rows, b_cols),
     )
+    blockwise = spec.scale.is_blockwise
+    if blockwise:
+        # The k-block's scales travel through the same stages as its A and B tiles (seed 001): one slot of
+        # scale_a holds the tile's BM row scales; one of scale_b the tile's 128-column blocks' (or columns').
+        per_col = spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128
+        rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, DType.FP32, 1, 1, plan.bm),
+                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, DType.FP32, 1, 1,
+                          plan.bn if per_col else -(-plan.bn // SCALE_BLOCK)))
     cur = ir.Cursor("c", 1)
     c = ir.Slot("c")
     promoted = spec.accumulation is Accumulation.PROMOTED
@@ -62,6 +72,9 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         ir.TmaLoad(ir.Tensor.A, "a_ring", c, (ir.Axis.M, ir.Axis.K)),
         ir.TmaLoad(ir.Tensor.B, "b_ring", c, b_coord),
     ]
+    scales = ir.StageScales("sa_ring", "sb_ring", c) if blockwise else None
+    if blockwise:
+        k_body += [ir.CopyScales(ir.Tensor.SCALE_A, "sa_ring", c), ir.CopyScales(ir.Tensor.SCALE_B, "sb_ring", c)]
     if promoted:
         # Each k-block's fp8 product lands in a fresh partial that is added in full fp32 precision; with
         # column blocks one block-wide partial serves each block in turn (fewer registers, more waits).
@@ -69,7 +82,7 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         for acc in accs[:blocks]:
             cols = None if blocks == 1 else ir.ColBlock(acc.col0, width)
             k_body += [ir.Mma("a_ring", "b_ring", c, "partial", overwrite=ir.Guard.ALWAYS, n_cols=cols),
-                       ir.Promote("partial", acc.name)]
+                       ir.Promote("partial", acc.name, scales)]
     else:
         k_body.append(ir.Mma("a_ring", "b_ring", c, "acc"))
     k_body.append(ir.Advance("c"))

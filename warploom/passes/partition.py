@@ -14,11 +14,11 @@ from warploom.passes.util import filter_ops, rewrite
 
 
 def _is_load(o: ir.Op) -> bool:
-    return isinstance(o, ir.TmaLoad)
+    return isinstance(o, (ir.TmaLoad, ir.CopyScales))
 
 
 def _rename_cursor(o: ir.Op, new: str) -> tuple[ir.Stmt, ...]:
-    if isinstance(o, ir.TmaLoad):
+    if isinstance(o, (ir.TmaLoad, ir.CopyScales)):
         return (replace(o, slot=replace(o.slot, cursor=new)),)
     if isinstance(o, ir.Advance):
         return (ir.Advance(new),)

@@ -96,7 +96,7 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
             d, blk = blocks[p]
             # Exactly how Triton's JIT mangles a Gluon TensorDescriptor argument.
             sig[p] = f"tensordesc<{_SIG[d]}[{', '.join(map(str, blk))}],{shared_layout(d, blk)!r}>"
-        elif p in ("scale_a_ptr", "scale_b_ptr"):
+        elif p in ("scale_a_ptr", "scale_b_ptr", "sa_ptr", "sb_ptr"):
             sig[p] = "*fp32"
         elif p == "bias_ptr" and m.spec.epilogue is None:
             assert m.spec.bias_dtype is not None

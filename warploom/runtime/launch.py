@@ -58,7 +58,9 @@ class Launcher:
         fused = m.spec.epilogue is not None
         self._args: list[Callable[[Call], Any]] = []
         for p in src.params:
-            if p in blocks:
+            if p in _SCALE_ARGS:
+                self._args.append(_SCALE_ARGS[p])
+            elif p in blocks:
                 d, blk = blocks[p]
                 self._args.append(functools.partial(_desc, TensorDescriptor, getters[p], blk, shared_layout(d, blk)))
             elif fused and p.endswith("_ptr"):
@@ -81,6 +83,14 @@ class Launcher:
         tiles = -(-a.shape[0] // self._bm) * -(-b.shape[1] // self._bn)
         self._fn[(min(self._grid_max, tiles),)](*args, **self._opts)
         return out
+
+
+# Blockwise scales go as they are: the kernel reads them element by element with their own strides.
+_SCALE_ARGS: dict[str, Callable[[Call], Any]] = {
+    "sa_ptr": lambda c: c.scale_a, "sb_ptr": lambda c: c.scale_b,
+    "sa_stride_m": lambda c: c.scale_a.stride(0), "sa_stride_k": lambda c: c.scale_a.stride(1),
+    "sb_stride_k": lambda c: c.scale_b.stride(0), "sb_stride_n": lambda c: c.scale_b.stride(1),
+}
 
 
 def _aligned(t: Any) -> Any:

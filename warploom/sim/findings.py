@@ -26,6 +26,8 @@ class FindingKind(enum.Enum):
     OVERWRITE_UNRELEASED = ("a TMA load overwrites data its reader has not released through the empty barrier: "
                             "the producer's empty wait is missing, early, or on the wrong phase")
     RELEASE_WHILE_READING = "an arrive releases a slot that this partition's un-waited wgmma still reads"
+    READ_AFTER_RELEASE = ("a partition reads a ring slot it already released on the empty barrier: the release "
+                          "stands before the last op reading the stage (e.g. a blockwise promotion reading scales)")
     ARRIVAL_OVERFLOW = "more arrivals in one phase than the barrier's count: a double arrive or a wrong count"
     TX_MISMATCH = "expect-tx bytes differ from the bytes the TMA loads on this barrier bring"
     PHASE_ALIAS = "a wait's parity names a phase two away from the barrier's: the cursor arithmetic is off"

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from warploom.ir import nodes as ir
 from warploom.sim.barrier import MBarrier, Token
 from warploom.sim.events import EventKind, TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, SimFinding
@@ -52,6 +53,7 @@ from warploom.sim.program import (
     StoreSmemI,
     StoreTileI,
     StoreWaitI,
+    Tag,
     TmaStoreI,
     WaitI,
     ZeroI,
@@ -88,6 +90,7 @@ class Machine:
         self.pc = [0] * n
         self.bars = {b.name: [MBarrier(b.count) for _ in range(b.depth)] for b in m.barriers}
         self.bar_rings = {b.name: b.rings for b in m.barriers}
+        self.empty_bars = frozenset(b.name for b in m.barriers if b.purpose is ir.Purpose.EMPTY)
         self.slots = {r.name: [SlotState() for _ in range(r.depth)] for r in m.rings}
         self.bufs = {b.name: BufferState() for b in m.buffers}
         self.loads: list[Inflight] = []
@@ -152,7 +155,9 @@ class Machine:
         if pc == len(tr):
             return False
         ins = tr[pc]
-        if isinstance(ins, (PromoteI, ZeroI, EpilogueI, FenceI, LoadOperandI, PrefetchI, ApplyI)):
+        if isinstance(ins, PromoteI):
+            return ins.scales is None  # a blockwise promotion reads shared scale slots
+        if isinstance(ins, (ZeroI, EpilogueI, FenceI, LoadOperandI, PrefetchI, ApplyI)):
             return True
         if isinstance(ins, (StoreSmemI, TmaStoreI)):
             return ins.buffer in self.prog.private[i]
@@ -205,7 +210,7 @@ class Machine:
         c.prog, c.sink, c.data, c.events = self.prog, self.sink, None, None
         c.pc = list(self.pc)
         c.bars = {k: [b.clone() for b in v] for k, v in self.bars.items()}
-        c.bar_rings = self.bar_rings
+        c.bar_rings, c.empty_bars = self.bar_rings, self.empty_bars
         c.slots = {k: [s.clone() for s in v] for k, v in self.slots.items()}
         c.bufs = {k: b.clone() for k, b in self.bufs.items()}
         c.loads = list(self.loads)
@@ -298,6 +303,8 @@ class Machine:
                                name, bar.phase)
             if s.fill >= 0 and i in s.read_by:
                 bar.publish(("R", ring, ins.index, s.fill))
+            if s.fill >= 0 and ins.barrier in self.empty_bars:
+                s.released_by = s.released_by | {i}
         count = 1
         if isinstance(ins, ExpectI):
             bar.expect(ins.nbytes)
@@ -346,7 +353,7 @@ class Machine:
                            f"phase in which {who} arrived after that read")
         fill = s.nfills
         s.fill, s.nfills, s.tag, s.landed, s.loader = fill, fill + 1, ins.tag, False, i
-        s.read_by, s.issued, s.landed_at = frozenset(), self.step, -1
+        s.read_by, s.released_by, s.issued, s.landed_at = frozenset(), frozenset(), self.step, -1
         # Tokens of older fills of this slot can never be checked again; dropping them keeps states small.
         self.tokens = [t if not any(x[1] == ins.ring and x[2] == ins.slot for x in t)
                        else frozenset(x for x in t if x[1] != ins.ring or x[2] != ins.slot) for t in self.tokens]
@@ -356,7 +363,10 @@ class Machine:
             if self.data is not None:
                 self.data.land(ins.ring, ins.slot, ins.tag)
         else:
-            self.loads.append(Inflight(i, pc, self.step, fill, self.bars[ins.barrier][ins.index].phase))
+            bar = self.bars[ins.barrier][ins.index]
+            if ins.tracked:  # cp.async.mbarrier.arrive: the phase now also waits for this copy
+                bar.pending += 1
+            self.loads.append(Inflight(i, pc, self.step, fill, bar.phase))
 
     def _mma(self, i: int, pc: int, ins: MmaI) -> None:
         self.k_steps += 1
@@ -365,30 +375,38 @@ class Machine:
                 self._complete_mma(i)
             self._retire_mmas(i, len(self.mmas[i]))
         for ring, si, tag in ((ins.a_ring, ins.a_slot, ins.a_tag), (ins.b_ring, ins.b_slot, ins.b_tag)):
-            s = self.slots[ring][si]
-            name = f"{ring}[{si}]"
-            if s.fill < 0:
-                self._flag(FindingKind.READ_BEFORE_LANDED, ins.site,
-                           f"{ins.site.where()} reads {name}, which no TMA load has filled yet (it needs {tag})")
-            elif not s.landed:
-                self._flag(FindingKind.READ_BEFORE_LANDED, ins.site,
-                           f"{ins.site.where()} reads {name} before its TMA data landed ({s.describe()})")
-            elif ("F", ring, si, s.fill) not in self.tokens[i]:  # (a synchronous load hands its issuer the token)
-                self._flag(FindingKind.READ_UNACQUIRED, ins.site,
-                           f"{ins.site.where()} reads {name} ({s.describe()}, completing phase {s.land_phase} of "
-                           f"{s.land_barrier}) but {self.prog.names[i]} never passed a wait that observed that phase",
-                           s.land_barrier, s.land_phase)
-            if s.fill >= 0 and s.tag != tag:
-                self._flag(FindingKind.WRONG_TILE, ins.site,
-                           f"{ins.site.where()} reads {name} holding {s.tag} (fill #{s.fill}) but this iteration "
-                           f"needs {tag}")
-            s.read_by = s.read_by | {i}
+            s = self._read_slot(i, ins.site, ring, si, tag)
             if ins.is_async:
                 s.readers = s.readers + ((i, pc),)
         if ins.is_async:
             self.mmas[i] = self.mmas[i] + (Inflight(i, pc, self.step),)
         elif self.data is not None:
             self.data.mma(i, ins)
+
+    def _read_slot(self, i: int, site: Site, ring: str, si: int, tag: Tag) -> SlotState:
+        """Partition `i` reads ring[si], which must hold `tag`, landed, acquired by one of its waits."""
+        s = self.slots[ring][si]
+        name = f"{ring}[{si}]"
+        if i in s.released_by:
+            self._flag(FindingKind.READ_AFTER_RELEASE, site,
+                       f"{site.where()} reads {name} ({s.describe()}) after {self.prog.names[i]} released it on the "
+                       "empty barrier: the producer may already be refilling it")
+        if s.fill < 0:
+            self._flag(FindingKind.READ_BEFORE_LANDED, site,
+                       f"{site.where()} reads {name}, which no load has filled yet (it needs {tag})")
+        elif not s.landed:
+            self._flag(FindingKind.READ_BEFORE_LANDED, site,
+                       f"{site.where()} reads {name} before its data landed ({s.describe()})")
+        elif ("F", ring, si, s.fill) not in self.tokens[i]:  # (a synchronous load hands its issuer the token)
+            self._flag(FindingKind.READ_UNACQUIRED, site,
+                       f"{site.where()} reads {name} ({s.describe()}, completing phase {s.land_phase} of "
+                       f"{s.land_barrier}) but {self.prog.names[i]} never passed a wait that observed that phase",
+                       s.land_barrier, s.land_phase)
+        if s.fill >= 0 and s.tag != tag:
+            self._flag(FindingKind.WRONG_TILE, site,
+                       f"{site.where()} reads {name} holding {s.tag} (fill #{s.fill}) but this iteration needs {tag}")
+        s.read_by = s.read_by | {i}
+        return s
 
     def _retire_mmas(self, i: int, n: int) -> None:
         """The `n` oldest wgmma of partition `i` are known complete (a wgmma_wait returned)."""
@@ -417,8 +435,11 @@ class Machine:
 
     def _promote(self, i: int, pc: int, ins: PromoteI) -> None:
         self._acc_check(i, ins.site, (ins.src, ins.dst), "reads")
+        if ins.scales is not None:
+            for ring, si, tag in (ins.scales.a, ins.scales.b):
+                self._read_slot(i, ins.site, ring, si, tag)
         if self.data is not None:
-            self.data.promote(i, ins.src, ins.dst)
+            self.data.promote(i, ins)
 
     def _zero(self, i: int, pc: int, ins: ZeroI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "resets")
@@ -557,13 +578,18 @@ class Machine:
             s.landed, s.landed_at, s.land_barrier, s.land_phase = True, self.step, name, bar.phase
             if self.data is not None:
                 self.data.land(ins.ring, ins.slot, ins.tag)
+        bar.publish(("F", ins.ring, ins.slot, e.fill))
+        phase = bar.phase
+        if ins.tracked:  # a cp.async copy: its landing is the tracked arrival
+            if bar.arrive(1, self.prog.names[e.agent]):
+                self._completed(ins.barrier, ins.index, phase)
+            self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
+            return
         if bar.tx < ins.nbytes:
             self._flag(FindingKind.TX_MISMATCH, ins.site,
                        f"{ins.site.where()} lands {ins.nbytes} bytes on {name} in phase "
                        f"{bar.phase}, but only {bar.tx} announced bytes are pending: expect-tx announced fewer bytes "
                        f"than the loads bring, or the load names the wrong barrier", name, bar.phase)
-        bar.publish(("F", ins.ring, ins.slot, e.fill))
-        phase = bar.phase
         if bar.complete_tx(ins.nbytes):
             self._completed(ins.barrier, ins.index, phase)
         self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)

@@ -21,8 +21,8 @@ import torch
 
 from warploom.epilogue.reference import evaluate_tile
 from warploom.ir import nodes as ir
-from warploom.sim.program import MmaI, Tag
-from warploom.spec import BLayout
+from warploom.sim.program import MmaI, PromoteI, Tag
+from warploom.spec import SCALE_BLOCK, BLayout, ScaleRecipe
 
 
 @dataclass
@@ -33,7 +33,8 @@ class Operands:
         a: (M, K) fp32 copy of A.
         b_rows: B in its storage order as fp32: (N, K) for K-major B, (K, N) for N-major (the TMA
             descriptor's rows, as `warploom.runtime.launch` builds it).
-        scale_a, scale_b: flattened fp32 scales, or None.
+        scale_a, scale_b: flattened fp32 scales, or None; blockwise scales stay 2-D (M, k-blocks) and
+            (k-blocks, N-blocks or N).
         bias: (N,) fp32 bias, or None.
         outs: the (M, N) outputs, each in its dtype (`GemmSpec.output_dtypes`), written by TMA stores; 0 is C.
         writes: per output, the (M, N) count of the stores that wrote each element.
@@ -59,10 +60,12 @@ class Operands:
            scale_b: torch.Tensor | None, bias: torch.Tensor | None, outs: tuple[torch.Tensor, ...],
            epilogue: Mapping[str, torch.Tensor]) -> Operands:
         b_rows = b.t() if module.spec.b_layout is BLayout.K_MAJOR else b
+        # Blockwise scales stay 2-D: (M, k-blocks) and (k-blocks, N-blocks or N), read per (tile, k-block).
+        keep = module.spec.scale.is_blockwise
         return Operands(
             a.float().contiguous(), b_rows.float().contiguous(),
-            None if scale_a is None else scale_a.reshape(-1).float(),
-            None if scale_b is None else scale_b.reshape(-1).float(),
+            None if scale_a is None else (scale_a.float() if keep else scale_a.reshape(-1).float()),
+            None if scale_b is None else (scale_b.float() if keep else scale_b.reshape(-1).float()),
             None if bias is None else bias.float(), outs,
             tuple(torch.zeros(o.shape, dtype=torch.int16) for o in outs), epilogue,
         )
@@ -93,9 +96,26 @@ class CtaData:
         self.ep_outs: list[tuple[torch.Tensor, ...]] = [() for _ in module.partitions]
 
     def land(self, ring: str, slot: int, tag: Tag) -> None:
-        src = self.ops.a if tag.tensor == "A" else self.ops.b_rows
         t = self.slots[ring][slot]
+        if tag.tensor in ("scale_a", "scale_b"):
+            self.slots[ring][slot] = self._scales(tag, t.shape[1])
+            return
+        src = self.ops.a if tag.tensor == "A" else self.ops.b_rows
         self.slots[ring][slot] = _block(src, tag.origin[0], tag.origin[1], t.shape[0], t.shape[1])
+
+    def _scales(self, tag: Tag, n: int) -> torch.Tensor:
+        """A scale slot (1, n) as CopyScales fills it: scale_a's rows, or scale_b's 128-column blocks (or columns),
+        of k-block tag.origin[1] from tile origin tag.origin[0]; 0 outside the scale tensor."""
+        ops = self.ops
+        start, kb = tag.origin
+        if tag.tensor == "scale_a":
+            assert ops.scale_a is not None
+            src, first = ops.scale_a.t(), start  # (k-blocks, M)
+        else:
+            assert ops.scale_b is not None
+            src = ops.scale_b  # (k-blocks, N) per column, or (k-blocks, N-blocks)
+            first = start if self.m.spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128 else start // SCALE_BLOCK
+        return _block(src, kb, first, 1, n)
 
     def mma(self, agent: int, ins: MmaI) -> None:
         a = self.slots[ins.a_ring][ins.a_slot]  # (BM, BK)
@@ -108,9 +128,23 @@ class CtaData:
         accs = self.accs[agent]
         accs[ins.acc] = accs[ins.acc] + prod if ins.use_acc else prod
 
-    def promote(self, agent: int, src: str, dst: str) -> None:
+    def promote(self, agent: int, ins: PromoteI) -> None:
         accs = self.accs[agent]
-        accs[dst] = accs[dst] + accs[src]
+        if ins.scales is None:
+            accs[ins.dst] = accs[ins.dst] + accs[ins.src]
+            return
+        (ar, ai, _), (br, bi, _) = ins.scales.a, ins.scales.b
+        sa = self.slots[ar][ai][0]  # the tile's BM row scales
+        if ins.rows is not None:
+            sa = sa[ins.rows[0]:ins.rows[1]]
+        sb = self.slots[br][bi][0]
+        c0, c1 = ins.cols or (0, accs[ins.dst].shape[1])
+        if self.m.spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128:
+            factor = sa[:, None] * sb[None, c0:c1]
+        else:  # one scale per 128 columns: dst lies within one block (the verifier checks it)
+            factor = sa[:, None] * sb[c0 // SCALE_BLOCK]
+        # The kernel multiplies the scales first, then adds with one FMA; here the product and sum round apart.
+        accs[ins.dst] = accs[ins.dst] + accs[ins.src] * factor
 
     def zero(self, agent: int, acc: str) -> None:
         self.accs[agent][acc] = torch.zeros_like(self.accs[agent][acc])

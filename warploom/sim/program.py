@@ -113,6 +113,9 @@ class LoadI:
     barrier: str | None
     index: int
     nbytes: int  # the full box: TMA counts out-of-bounds (zero-filled) elements as transferred bytes
+    # cp.async (CopyScales) tracked by the barrier: on issue its pending count rises by one, and the copy's
+    # landing arrives once (no transaction bytes)
+    tracked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +141,21 @@ class MmaWaitI:
 
 
 @dataclass(frozen=True, slots=True)
+class ScaleRead:
+    """The blockwise scale slots a promotion reads: (ring, slot, the scales this (tile, k) needs) for A and B."""
+
+    a: tuple[str, int, Tag]
+    b: tuple[str, int, Tag]
+
+
+@dataclass(frozen=True, slots=True)
 class PromoteI:
     site: Site
     src: str
     dst: str
+    scales: ScaleRead | None = None
+    rows: tuple[int, int] | None = None  # the partition's row block of the scale_a slot (None: all rows)
+    cols: tuple[int, int] | None = None  # dst's columns in the tile
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +253,13 @@ Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI 
 
 class MalformedError(ValueError):
     """The module cannot be executed: a cursor, barrier index or loop context is missing or out of range."""
+
+
+def scale_tag(tensor: ir.Tensor, tile: TileRef, k: int) -> Tag:
+    """The scales a (tile, k-block) needs: scale_a over the tile's rows, scale_b over its columns, at k-block k."""
+    if tensor is ir.Tensor.SCALE_A:
+        return Tag("scale_a", ("m", "kb"), (tile.off_m, k))
+    return Tag("scale_b", ("n", "kb"), (tile.off_n, k))
 
 
 def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
@@ -399,6 +420,14 @@ class _Interp:
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
                     yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ring.slot_bytes)
+                case ir.CopyScales():
+                    ring = m.ring(o.ring)
+                    t = self._tile(text)
+                    if self.k is None:
+                        raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
+                    slot = self._index(o.slot, ring.depth, text)
+                    bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
+                    yield LoadI(site, o.ring, slot, scale_tag(o.tensor, t, self.k), o.barrier, bi, 0, tracked=True)
                 case ir.Mma():
                     t = self._tile(text)
                     if self.k is None:
@@ -412,6 +441,20 @@ class _Interp:
                                None if o.n_cols is None else (o.n_cols.start, o.n_cols.start + o.n_cols.cols))
                 case ir.MmaWait():
                     yield MmaWaitI(site, o.pending)
+                case ir.Promote() if o.scales is not None:
+                    t = self._tile(text)
+                    if self.k is None:
+                        raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
+                    sc = o.scales
+                    reads = ScaleRead(
+                        (sc.a_ring, self._index(sc.slot, m.ring(sc.a_ring).depth, text),
+                         scale_tag(ir.Tensor.SCALE_A, t, self.k)),
+                        (sc.b_ring, self._index(sc.slot, m.ring(sc.b_ring).depth, text),
+                         scale_tag(ir.Tensor.SCALE_B, t, self.k)))
+                    dst = self._acc(o.dst, text)
+                    rb = self.p.rows
+                    yield PromoteI(site, o.src, o.dst, reads, None if rb is None else (rb.start, rb.start + rb.rows),
+                                   (dst.col0, dst.col0 + dst.cols))
                 case ir.Promote():
                     yield PromoteI(site, o.src, o.dst)
                 case ir.ZeroAcc():

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from warploom.spec import BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import SCALE_BLOCK, BLayout, GemmSpec, ScaleRecipe
 
 
 @dataclass(frozen=True)
@@ -42,14 +42,52 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
     elif spec.scale is ScaleRecipe.ROWWISE:
         scale_a = torch.rand(m, 1, generator=g) + 0.5
         scale_b = torch.rand(1, n, generator=g) + 0.5
+    elif spec.scale.is_blockwise:
+        kb = -(-k // SCALE_BLOCK)
+        cols = n if spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128 else -(-n // SCALE_BLOCK)
+        # Spread over 2**-4..2**4, so a scale applied to the wrong k-block or rows changes the result visibly.
+        def spread(rows: int, cols: int) -> torch.Tensor:
+            e = torch.randint(-4, 5, (rows, cols), generator=g).float()
+            return torch.exp2(e) * (torch.rand(rows, cols, generator=g) + 0.5)
+
+        scale_a, scale_b = spread(m, kb), spread(kb, cols)
     bias = None
     if spec.bias_dtype is not None:
         bias = (torch.randn(n, generator=g) * 4).to(spec.bias_dtype.torch)
     return Inputs(a, b, scale_a, scale_b, bias)
 
 
+def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
+                scale_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 A and B with blockwise scales applied element by element: scale_a (M, k-blocks) per row and 128 of K;
+    scale_b (k-blocks, N) per column, or (k-blocks, N-blocks) per 128x128 block (padded k-blocks ignored)."""
+    m, k = a.shape
+    n = b.shape[1]
+    kb = -(-k // SCALE_BLOCK)
+    sa = scale_a.float().repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+    sb = scale_b.float()[:kb].repeat_interleave(SCALE_BLOCK, dim=0)[:k]
+    if sb.shape[1] != n:
+        sb = sb.repeat_interleave(SCALE_BLOCK, dim=1)[:, :n]
+    return a.float() * sa, b.float() * sb
+
+
+def is_blockwise(x: Inputs) -> bool:
+    """Whether the scales vary along K (not tensorwise (one each) or rowwise ((M, 1) and (1, N)))."""
+    if x.scale_a is None or x.scale_b is None or (x.scale_a.numel() == 1 and x.scale_b.numel() == 1):
+        return False
+    if x.scale_a.dim() != 2 or x.scale_b.dim() != 2:
+        return False  # flattened rowwise scales
+    return not (x.scale_a.shape[1] == 1 and tuple(x.scale_b.shape) == (1, x.b.shape[1]))
+
+
 def reference(x: Inputs) -> torch.Tensor:
-    """``(a @ b) * scale_a * scale_b + bias`` in fp32 (torch._scaled_mm's meaning), before the output cast."""
+    """``(a @ b) * scale_a * scale_b + bias`` in fp32 (torch._scaled_mm's meaning), before the output cast; with
+    blockwise scales, the product of the dequantized fp32 A and B."""
+    if is_blockwise(x):
+        assert x.scale_a is not None and x.scale_b is not None
+        a, b = dequantized(x.a, x.b, x.scale_a, x.scale_b)
+        out = a @ b
+        return out + x.bias.float() if x.bias is not None else out
     out = x.a.float() @ x.b.float()
     if x.scale_a is not None and x.scale_b is not None:
         sa = x.scale_a.float().reshape(-1, 1) if x.scale_a.numel() > 1 else x.scale_a.float().reshape(())

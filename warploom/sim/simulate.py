@@ -115,6 +115,10 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
     if scaled and (scale_a is None or scale_b is None):
         raise ScaleError("scale_a", "scale_a and scale_b, as the module's epilogue scales", "None",
                          "pass both scales")
+    if spec.scale.is_blockwise and (scale_a is None or scale_b is None):
+        raise ScaleError("scale_a" if scale_a is None else "scale_b",
+                         f"both blockwise scales: module {module.name} applies them in its mainloop", "None",
+                         "pass scale_a and scale_b positionally (also with a fused epilogue)")
     if ir.EpilogueStep.ADD_BIAS in steps and bias is None:
         raise ShapeError("bias", f"a ({b.shape[1]},) bias, as the module's epilogue adds one", "None", "pass bias")
     return frozenset(steps)
@@ -227,7 +231,10 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     """
     t0 = time.perf_counter()
     ep_steps = _check_args(module, a, b, scale_a, scale_b, bias)
-    tensors = _check_operands(module, operands, {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}, ep_steps)
+    # Blockwise scales are the mainloop's, never graph operands: only the bias may be one.
+    positional = {"bias": bias} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b,
+                                                                        "bias": bias}
+    tensors = _check_operands(module, operands, positional, ep_steps)
     m, k = a.shape
     n = b.shape[1]
     results = _outputs(module, m, n, out, outs)

@@ -1,0 +1,119 @@
+"""Blockwise fp8 (1x128 x 128x128, DeepSeek-V3's recipe) on the GPU: warploom against torch's blockwise kernel.
+
+Shapes: 4096^3, 8192^3 and DeepSeek-V3's (M in {64, 128, 4096}; N x K in {7168x16384, 4096x7168, 2112x7168,
+7168x2048}). Both run on the same tensors (scale_a outer-dim-major, as torch requires); each output is checked
+against the dequantized fp32 product before it is timed. Times are CUDA-graph replays (kernel time) and eager
+calls, as medians of triton.testing.do_bench. Writes JSON with --out.
+
+    PYTHONPATH=. python3 scripts/bench_blockwise.py --out blockwise.json [--quick] [--plans]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from typing import Any
+
+import torch
+
+import warploom
+from warploom import checks
+from warploom.bench import _err, _time, _time_graph
+from warploom.device import DeviceInfo
+from warploom.kernel import build
+from warploom.planner import plan_schedule
+from warploom.sim.reference import dequantized
+
+SQUARE = [(4096, 4096, 4096), (8192, 8192, 8192)]
+DEEPSEEK = [(m, n, k) for m in (64, 128, 4096) for n, k in ((7168, 16384), (4096, 7168), (2112, 7168), (7168, 2048))]
+
+
+def _inputs(m: int, n: int, k: int, per_col: bool = False) -> tuple[torch.Tensor, ...]:
+    a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn).t()
+    kb, nb = -(-k // 128), -(-n // 128)
+    sa = (torch.rand(kb, m, device="cuda") + 0.5).t()  # (M, kb), outer-dim-major
+    sb = torch.rand(kb, n if per_col else nb, device="cuda") + 0.5
+    return a, b, sa, sb
+
+
+def _torch_fn(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> tuple[Any, str]:
+    """torch's blockwise call for these tensors: the first layout of scale_b this torch accepts."""
+    for name, s in (("row-major scale_b", sb), ("column-major scale_b", sb.t().contiguous().t())):
+        try:
+            torch._scaled_mm(a, b, sa, s, out_dtype=torch.bfloat16)
+            return (lambda s=s: torch._scaled_mm(a, b, sa, s, out_dtype=torch.bfloat16)), name
+        except (RuntimeError, NotImplementedError) as e:
+            last = e
+    raise RuntimeError(f"torch has no blockwise _scaled_mm here: {last}")
+
+
+def bench(m: int, n: int, k: int, plan_kw: dict[str, Any] | None = None) -> dict[str, Any]:
+    a, b, sa, sb = _inputs(m, n, k)
+    ref_a, ref_b = dequantized(a, b, sa, sb)
+    ref = ref_a @ ref_b
+    if plan_kw:
+        spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, False)
+        dev = DeviceInfo.current()
+        kern = build(spec, dev, plan_schedule(spec, dev, **plan_kw))
+        out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+
+        def ours() -> Any:
+            return kern.run(a, b, out, sa, sb)
+        plan = kern.plan.short()
+    else:
+        def ours() -> Any:
+            return warploom.scaled_mm(a, b, sa, sb)
+        plan = warploom.plan(a, b, sa, sb).plan.short()
+    theirs, how = _torch_fn(a, b, sa, sb)
+    e_ours, e_torch = _err(ours(), ref), _err(theirs(), ref)
+    g_ours, g_torch = _time_graph(ours), _time_graph(theirs)
+    t_ours, t_torch = _time(ours), _time(theirs)
+    flops = 2 * m * n * k
+    return {"shape": [m, n, k], "plan": plan, "torch_call": how, "ours_graph_ms": g_ours, "torch_graph_ms": g_torch,
+            "graph_ratio": g_torch / g_ours, "ours_ms": t_ours, "torch_ms": t_torch, "ratio": t_torch / t_ours,
+            "ours_tflops": flops / g_ours / 1e9, "torch_tflops": flops / g_torch / 1e9, "ours_err": e_ours,
+            "torch_err": e_torch}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="blockwise.json")
+    ap.add_argument("--quick", action="store_true", help="4096^3 and two DeepSeek shapes only")
+    ap.add_argument("--plans", action="store_true", help="also force each tile shape at 4096^3 and 8192^3")
+    args = ap.parse_args()
+    shapes = [SQUARE[0], (4096, 7168, 16384), (128, 7168, 2048)] if args.quick else SQUARE + DEEPSEEK
+    rows = []
+    for s in shapes:
+        r = bench(*s)
+        rows.append(r)
+        print(f"{str(tuple(s)):22s} {r['plan']:34s} ours {r['ours_tflops']:7.1f} TFLOP/s  torch "
+              f"{r['torch_tflops']:7.1f}  graph ratio {r['graph_ratio']:.3f}  eager {r['ratio']:.3f}  "
+              f"err {r['ours_err']:.2e} / {r['torch_err']:.2e}",
+              flush=True)
+    gm = math.exp(sum(math.log(r["graph_ratio"]) for r in rows) / len(rows))
+    low = min(r["graph_ratio"] for r in rows)
+    print(f"geometric mean graph ratio over {len(rows)} shapes: {gm:.3f}; min {low:.3f}")
+    forced = []
+    if args.plans:
+        for s in SQUARE:
+            for kw in (dict(bm=128, bn=256), dict(bm=128, bn=128), dict(bm=128, bn=256, stages=4),
+                       dict(bm=128, bn=128, stages=4)):
+                try:
+                    r = bench(*s, plan_kw=kw)
+                except Exception as e:  # a forced plan that does not fit is reported, not fatal
+                    print(f"{s} {kw}: {type(e).__name__}: {e}")
+                    continue
+                forced.append(r)
+                print(f"forced {str(tuple(s)):18s} {r['plan']:34s} ours {r['ours_tflops']:7.1f}  torch "
+                      f"{r['torch_tflops']:7.1f}  graph ratio {r['graph_ratio']:.3f}", flush=True)
+    with open(args.out, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows, "geomean_graph_ratio": gm,
+                   "forced": forced}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
