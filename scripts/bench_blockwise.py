@@ -5,7 +5,13 @@ Shapes: 4096^3, 8192^3 and DeepSeek-V3's (M in {64, 128, 4096}; N x K in {7168x1
 against the dequantized fp32 product before it is timed. Times are CUDA-graph replays (kernel time) and eager
 calls, as medians of triton.testing.do_bench. Writes JSON with --out.
 
-    PYTHONPATH=. python3 scripts/bench_blockwise.py --out blockwise.json [--quick] [--plans]
+    PYTHONPATH=. python3 scripts/bench_blockwise.py --out blockwise.json [--quick] [--plans] [--ablation]
+
+--ablation times, at 4096^3 and 4096x7168x16384, the three ways scales can reach the promotion: in the A/B
+stages (the default), through the dedicated scale partition's 2-slot ring (seed 000), and through a 1-slot ring
+(unpipelined: each k-block's scale copy starts only once the previous k-block's were consumed); the 1x128 x 1x128
+recipe (a per-column scale_b, a [rows, cols] factor per promotion) and MX (four 32-deep promotions per k-block)
+beside 1x128 x 128x128.
 """
 
 from __future__ import annotations
@@ -50,8 +56,8 @@ def _torch_fn(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tens
     raise RuntimeError(f"torch has no blockwise _scaled_mm here: {last}")
 
 
-def bench(m: int, n: int, k: int, plan_kw: dict[str, Any] | None = None) -> dict[str, Any]:
-    a, b, sa, sb = _inputs(m, n, k)
+def bench(m: int, n: int, k: int, plan_kw: dict[str, Any] | None = None, per_col: bool = False) -> dict[str, Any]:
+    a, b, sa, sb = _inputs(m, n, k, per_col)
     ref_a, ref_b = dequantized(a, b, sa, sb)
     ref = ref_a @ ref_b
     if plan_kw:
@@ -83,6 +89,7 @@ def main() -> None:
     ap.add_argument("--out", default="blockwise.json")
     ap.add_argument("--quick", action="store_true", help="4096^3 and two DeepSeek shapes only")
     ap.add_argument("--plans", action="store_true", help="also force each tile shape at 4096^3 and 8192^3")
+    ap.add_argument("--ablation", action="store_true", help="scale placement and recipe ablation (docstring)")
     args = ap.parse_args()
     shapes = [SQUARE[0], (4096, 7168, 16384), (128, 7168, 2048)] if args.quick else SQUARE + DEEPSEEK
     rows = []
@@ -109,10 +116,56 @@ def main() -> None:
                 forced.append(r)
                 print(f"forced {str(tuple(s)):18s} {r['plan']:34s} ours {r['ours_tflops']:7.1f}  torch "
                       f"{r['torch_tflops']:7.1f}  graph ratio {r['graph_ratio']:.3f}", flush=True)
+    ablation = []
+    if args.ablation:
+        for s in ((4096, 4096, 4096), (4096, 7168, 16384)):
+            for name, kw, per_col in (("in-stage", {}, False), ("scale partition", {"scale_partition": True}, False),
+                                      ("unpipelined (1-slot scale ring)", {"scale_partition": True,
+                                                                           "scale_stages": 1}, False),
+                                      ("1x128 x 1x128, in-stage", {}, True),
+                                      ("MX (e8m0 per 32 of K, scale partition)", {"mx": True}, False)):
+                r = _ablate(s, kw, per_col)
+                r["variant"] = name
+                ablation.append(r)
+                print(f"ablation {str(tuple(s)):18s} {name:34s} {r['plan']:36s} ours {r['ours_tflops']:7.1f} "
+                      f"TFLOP/s  (torch 1x128x128x128 {r['torch_tflops']:7.1f})", flush=True)
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows, "geomean_graph_ratio": gm,
-                   "forced": forced}, f, indent=1)
+                   "forced": forced, "ablation": ablation}, f, indent=1)
+
+
+def _ablate(shape: tuple[int, int, int], kw: dict[str, Any], per_col: bool) -> dict[str, Any]:
+    """One ablation variant: the planner's tile with `kw` forced (scale_stages is a Plan field set afterwards)."""
+    import dataclasses
+
+    m, n, k = shape
+    kw = dict(kw)
+    stages = kw.pop("scale_stages", None)
+    mx = kw.pop("mx", False)
+    if stages is None and not kw and not per_col and not mx:
+        return bench(m, n, k)
+    a, b, sa, sb = _inputs(m, n, k, per_col)
+    if mx:  # e8m0 scales, (M, K/32) and (N, K/32)
+        sa = torch.randint(120, 135, (m, k // 32), device="cuda", dtype=torch.uint8).view(torch.float8_e8m0fnu)
+        sb = torch.randint(120, 135, (n, k // 32), device="cuda", dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, False)
+    dev = DeviceInfo.current()
+    plan = plan_schedule(spec, dev, **kw)
+    if stages is not None:
+        plan = dataclasses.replace(plan, scale_stages=stages)
+    kern = build(spec, dev, plan)
+    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    ref_a, ref_b = dequantized(a, b, sa, sb)
+    err = _err(kern.run(a, b, out, sa, sb), ref_a @ ref_b)
+    t = _time_graph(lambda: kern.run(a, b, out, sa, sb))
+    # torch's blockwise kernel on the 128x128 recipe's tensors, for scale
+    a2, b2, sa2, sb2 = _inputs(m, n, k)
+    theirs, _ = _torch_fn(a2, b2, sa2, sb2)
+    t_torch = _time_graph(theirs)
+    flops = 2 * m * n * k
+    return {"shape": list(shape), "plan": kern.plan.short(), "ours_err": err,
+            "ours_graph_ms": t, "ours_tflops": flops / t / 1e9, "torch_tflops": flops / t_torch / 1e9}
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ if [ "$what" = blockwise ]; then
   python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_blockwise_gpu.py -o addopts="" 2>&1 | tail -n 30 \
     | tee "$OUT/blockwise-tests.log"
   rc=${PIPESTATUS[0]}
-  python3 scripts/bench_blockwise.py --out "$OUT/blockwise.json" ${BLOCKWISE_ARGS:-} 2>&1 | tee "$OUT/blockwise.log"
+  python3 scripts/bench_blockwise.py --out "$OUT/blockwise.json" ${BLOCKWISE_ARGS:---plans --ablation} 2>&1 \
+    | tee "$OUT/blockwise.log"
 fi
 exit $rc

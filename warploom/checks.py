@@ -10,7 +10,7 @@ from typing import Any
 
 from warploom.dtypes import DType
 from warploom.errors import AlignmentError, DeviceError, DTypeError, ScaleError, ShapeError
-from warploom.spec import SCALE_BLOCK, Accumulation, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 _TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
 _16BIT = (DType.BF16, DType.FP16)
@@ -122,10 +122,32 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
     return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout)
 
 
+def _mx_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRecipe:
+    """MX fp8: e8m0 scales, scale_a (M, K/32) and scale_b (N, K/32), K a multiple of 32."""
+    for arg, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if DType.from_torch(t.dtype) is not DType.E8M0:
+            raise ScaleError(arg, "torch.float8_e8m0fnu like the other scale (MX)", f"dtype {t.dtype}",
+                             "pass both scales as torch.float8_e8m0fnu, or both as float32 for the other recipes")
+    if k % MX_BLOCK:
+        raise ShapeError("a", f"K a multiple of {MX_BLOCK} for MX scales (one per {MX_BLOCK} elements of K)",
+                         f"K = {k}", f"pad K with zeros to a multiple of {MX_BLOCK}")
+    kb = k // MX_BLOCK
+    for arg, t, rows in (("scale_a", scale_a, m), ("scale_b", scale_b, n)):
+        if tuple(t.shape) != (rows, kb):
+            raise ScaleError(arg, f"MX scales of shape ({rows}, {kb}): one per row and {MX_BLOCK} elements of K"
+                             + (" (a row of the (N, K) weight b.t())" if arg == "scale_b" else ""),
+                             f"shape {tuple(t.shape)}", "pass unswizzled scales of that shape (any strides); "
+                             "swizzled (SWIZZLE_32_4_4) MX scales are not read")
+    return ScaleRecipe.MX
+
+
 def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRecipe:
+    if DType.E8M0 in (DType.from_torch(scale_a.dtype), DType.from_torch(scale_b.dtype)):
+        return _mx_recipe(scale_a, scale_b, m, n, k)
     for arg, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         if DType.from_torch(s.dtype) is not DType.FP32:
-            raise ScaleError(arg, "a torch.float32 tensor", f"dtype {s.dtype}", f"pass {arg}.float()")
+            raise ScaleError(arg, "a torch.float32 tensor (or, for MX, torch.float8_e8m0fnu)", f"dtype {s.dtype}",
+                             f"pass {arg}.float()")
     # One element each is tensorwise even when M = N = 1, where rowwise would mean the same product.
     if scale_a.numel() == 1 and scale_b.numel() == 1:
         return ScaleRecipe.TENSORWISE

@@ -19,10 +19,11 @@ class DType(enum.Enum):
     FP32 = "fp32"
     E4M3 = "e4m3"
     E5M2 = "e5m2"
+    E8M0 = "e8m0"  # an MX block scale: 2**(e - 127), 255 is NaN (a scale type, not an operand type)
 
     @property
     def bytes(self) -> int:
-        return {DType.BF16: 2, DType.FP16: 2, DType.FP32: 4, DType.E4M3: 1, DType.E5M2: 1}[self]
+        return {DType.BF16: 2, DType.FP16: 2, DType.FP32: 4, DType.E4M3: 1, DType.E5M2: 1, DType.E8M0: 1}[self]
 
     @property
     def is_fp8(self) -> bool:
@@ -37,6 +38,7 @@ class DType(enum.Enum):
             DType.FP32: "gl.float32",
             DType.E4M3: "gl.float8e4nv",
             DType.E5M2: "gl.float8e5",
+            DType.E8M0: "gl.uint8",  # its bits, decoded by the kernel
         }[self]
 
     @property
@@ -49,6 +51,7 @@ class DType(enum.Enum):
             DType.FP32: torch.float32,
             DType.E4M3: torch.float8_e4m3fn,
             DType.E5M2: torch.float8_e5m2,
+            DType.E8M0: torch.float8_e8m0fnu,
         }[self]
 
     @staticmethod

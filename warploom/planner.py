@@ -28,6 +28,14 @@ The heuristic, in order:
    temporaries spill under the consumers' 168-register compile-time cap (a tanh GELU: 2.4 KB).
 10. Rowwise scales with a bias on a 256-wide tile apply per stored 64-column block (`block_epilogue`, four
    epilogue subtiles): only one block's scale and bias values are live beside the accumulator.
+11. Blockwise scales (always promoted, BK = 128) ride the A/B stages: the producer copies them with cp.async,
+   which takes any strides, so no layout needs the dedicated scale partition (seed 000); it is built, verified
+   and forcible (`scale_partition=True`) for measurement. Its one warp packs into the producer's warpgroup
+   (Triton launches the workers back to back), so the consumers keep 240 registers.
+12. MX fp8 (e8m0 scales per 32 of K) always takes the scale partition: its scales are single bytes, which cp.async
+   cannot copy, so that partition loads them with ordinary loads, decodes them to fp32 and stores them in its
+   ring; each 128-deep k-block is four 32-deep wgmma, each promoted with its own scales. Decoding needs
+   registers: the producer's warpgroup (shared with the scale partition) gets 48 and the consumers 232.
 """
 
 from __future__ import annotations
@@ -83,6 +91,9 @@ class Plan:
             overlaps the other's mainloop; False: cooperative, both split each tile by rows.
         block_epilogue: apply scales and bias per stored column block (passes/epilogue.py, block_steps)
             rather than to the whole accumulator: rule 10 of the heuristic.
+        scale_partition: blockwise recipes only: copy the scales in a partition of their own into a ring of
+            `scale_stages` slots (passes/scales.py, seed 000) rather than through the A/B stages (rule 11).
+        scale_warps: warps of that partition.
     """
 
     bm: int
@@ -103,24 +114,38 @@ class Plan:
     prefetch_operands: bool = False
     pingpong: bool = False
     block_epilogue: bool = False
+    scale_partition: bool = False
+    scale_warps: int = 1
+    scale_stages: int = 2
 
     def short(self) -> str:
         sub = f"_e{self.epilogue_subtiles}" if self.epilogue_subtiles > 1 else ""
         split = f"_p{self.consumer_partitions}" if self.consumer_partitions > 1 else ""
         split += "_pp" if self.pingpong else ""
         blocks = f"_h{self.partial_blocks}" if self.partial_blocks > 1 else ""
-        ablate = (("" if self.hoist_rows else "_nohoist") + ("" if self.scalar_columns else "_nocolscalar")
+        # (the kernel name keys the on-disk source cache, so the scale ring's depth and warps must appear)
+        sp = "" if not self.scale_partition else "_sp" if (self.scale_stages, self.scale_warps) == (2, 1) else \
+            f"_sp{self.scale_stages}w{self.scale_warps}"
+        ablate = (sp + ("" if self.hoist_rows else "_nohoist") + ("" if self.scalar_columns else "_nocolscalar")
                   + ("_prefetch" if self.prefetch_operands else ""))
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
                 f"{sub}{split}{blocks}{ablate}")
 
 
-def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
-    """Shared memory of one pipeline stage: an A tile and a B tile, and blockwise recipes' fp32 scales of both."""
-    scales = 0
-    if spec.scale.is_blockwise:
-        per_col = spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128
-        scales = 4 * (bm + (bn if per_col else -(-bn // SCALE_BLOCK)))
+def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
+    """One k-block's fp32 scales of a blockwise recipe: BM of A and BN/128 (or BN) of B per 128 of K; MX 4 of each
+    (one per 32 of K) per row and column."""
+    if not spec.scale.is_blockwise:
+        return 0
+    subs = bk // spec.scale.scale_k
+    per_col = spec.scale in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX)
+    return 4 * subs * (bm + (bn if per_col else -(-bn // SCALE_BLOCK)))
+
+
+def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int, scale_partition: bool = False) -> int:
+    """Shared memory of one pipeline stage: an A tile and a B tile, and the k-block's scales unless a scale
+    partition holds them in a ring of its own."""
+    scales = 0 if scale_partition else scale_slot_bytes(spec, bm, bn, bk)
     return (bm * bk) * spec.a_dtype.bytes + (bn * bk) * spec.b_dtype.bytes + scales
 
 
@@ -143,16 +168,20 @@ def epilogue_bytes(spec: GemmSpec, bm: int, bn: int, pingpong: bool = False) -> 
     return copies * sum(bm * bn // sub * d.bytes for d in (*spec.output_dtypes(), *dense))
 
 
-def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False) -> int:
+def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,
+               scale_partition: bool = False, scale_stages: int = 2) -> int:
     # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
     free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong) - 1024
-    return min(_MAX_STAGES, free // stage_bytes(spec, bm, bn, bk))
+    if scale_partition:
+        free -= scale_stages * scale_slot_bytes(spec, bm, bn, bk)
+    return min(_MAX_STAGES, free // stage_bytes(spec, bm, bn, bk, scale_partition))
 
 
 def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
                   stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
                   partial_blocks: int | None = None, hoist_rows: bool | None = None, scalar_columns: bool = True,
-                  prefetch_operands: bool = False, pingpong: bool = False) -> Plan:
+                  prefetch_operands: bool = False, pingpong: bool = False,
+                  scale_partition: bool | None = None) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations)."""
     from warploom.errors import UnsupportedError
 
@@ -173,6 +202,20 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     if pingpong and consumer_partitions == 1:
         raise UnsupportedError("pingpong=True needs two consumer partitions (one warpgroup each), but "
                                "consumer_partitions=1; pass consumer_partitions=2 or None")
+    if scale_partition is None:
+        # Rule 12: MX scales are single bytes, which cp.async (4, 8 or 16 bytes a copy) cannot move one by one:
+        # the scale partition loads them with ordinary loads and decodes them on the way.
+        scale_partition = spec.scale is ScaleRecipe.MX
+    if spec.scale is ScaleRecipe.MX and not scale_partition:
+        raise UnsupportedError("MX scales need the scale partition (cp.async cannot copy single bytes); drop "
+                               "scale_partition=False")
+    if scale_partition and not spec.scale.is_blockwise:
+        raise UnsupportedError(f"scale_partition=True needs blockwise scales, but {spec.short()} has "
+                               f"{spec.scale.value} ones; drop scale_partition")
+    if scale_partition and pingpong:
+        raise UnsupportedError("the scale partition (scale_partition=True, and always for MX scales) with "
+                               "pingpong=True is not built yet: a ping-pong consumer would have to skip the other's "
+                               "scale stages too; use one of the two")
     bk = 128 if spec.is_fp8 else 64
     best: tuple[float, int, Plan] | None = None
     for cbm, cbn, eff in _TILES:
@@ -201,7 +244,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                                        and spec.bias_dtype.bytes == 4)):
             continue  # fp32 output + bias on the promoted 256-wide tile spills 8-40 bytes (ptxas, 2026-11-22)
         block = block_epilogue(spec, cbn, pingpong)
-        fit = max_stages(spec, device, cbm, cbn, bk, pingpong)
+        fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition)
         # Promoted fp8 measured 1-3% faster at 3 stages than at 4 (docs/benchmarks.md, sweeps of 2026-11-22).
         s = (min(fit, 3) if promoted and cbn == 256 else fit) if stages is None else stages
         if s < 1 or s > fit or (stages is None and s < 2):
@@ -215,7 +258,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             block_epilogue=block,
             consumer_partitions=2 if pingpong else 1 if cbm == 64 else (consumer_partitions or 2),
             partial_blocks=blocks, hoist_rows=hoist_rows, scalar_columns=scalar_columns,
-            prefetch_operands=prefetch_operands, pingpong=pingpong,
+            prefetch_operands=prefetch_operands, pingpong=pingpong, scale_partition=scale_partition,
+            **_mx_registers(spec, cbm, pingpong),
         )
         key = (score, -cbm * cbn, plan)
         if best is None or key[:2] < best[:2]:
@@ -230,6 +274,15 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         raise UnsupportedError(f"no tile shape fits {spec.short()} with {bm=} {bn=} {stages=} {partial_blocks=} "
                                f"on {device.name}{hint}")
     return best[2]
+
+
+def _mx_registers(spec: GemmSpec, bm: int, pingpong: bool) -> dict[str, int]:
+    """Rule 12's budgets: the scale partition decodes MX scales in registers and spills at 24 or 32 (344 bytes at
+    128x256, ptxas), not at 48. It shares its warpgroup (and so its budget) with the producer, and beside two
+    consumer warpgroups 48 leaves them 232 of the SM's 64K (0 spills at 128x256; 224 spilled 8 bytes)."""
+    if spec.scale is not ScaleRecipe.MX:
+        return {}
+    return {"producer_regs": 48, "consumer_regs": 232 if bm == 128 or pingpong else _CONSUMER_REGS}
 
 
 def _pingpong_fits(spec: GemmSpec, bm: int, bn: int, partial_blocks: int | None) -> bool:

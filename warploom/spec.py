@@ -35,7 +35,9 @@ class ScaleRecipe(enum.Enum):
     NONE: plain matmul. TENSORWISE: one fp32 scale per operand. ROWWISE: scale_a (M, 1), scale_b (1, N).
     Blockwise (DeepSeek-V3's recipe): one fp32 scale of A per row and 128-deep block of K, scale_a
     (M, ceil(K/128)); of B, BLOCKWISE_1X128_128X128: one per 128x128 block, scale_b (ceil(K/128), ceil(N/128));
-    BLOCKWISE_1X128_1X128: one per column and 128-deep block of K, scale_b (ceil(K/128), N). A blockwise
+    BLOCKWISE_1X128_1X128: one per column and 128-deep block of K, scale_b (ceil(K/128), N). MX (OCP microscaling
+    fp8): one e8m0 scale (a power of two) per 32 elements of K, scale_a (M, K/32) and scale_b (N, K/32) (a row of
+    the (N, K) weight's); on Hopper each 32-deep slice is its own wgmma, promoted with its scales. A blockwise
     product is ``sum over k-blocks kb of (A[:, kb] @ B[kb, :]) * scale_a[:, kb] * scale_b[kb, :]``: the scales
     change with kb, so they are applied in the mainloop, each k-block's partial promoted with its scales.
     """
@@ -45,15 +47,22 @@ class ScaleRecipe(enum.Enum):
     ROWWISE = "rowwise"
     BLOCKWISE_1X128_128X128 = "blockwise_1x128_128x128"
     BLOCKWISE_1X128_1X128 = "blockwise_1x128_1x128"
+    MX = "mx"
 
     @property
     def is_blockwise(self) -> bool:
         """Whether the scales vary along K (applied per k-block in the mainloop, not in the epilogue)."""
-        return self in (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
+        return self in (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX)
+
+    @property
+    def scale_k(self) -> int:
+        """Elements of K one scale covers (blockwise recipes): 32 for MX, else 128."""
+        return MX_BLOCK if self is ScaleRecipe.MX else SCALE_BLOCK
 
 
-# A blockwise scale covers this many elements of K (and, for 128x128 blocks of B, of N).
+# A blockwise scale covers this many elements of K (and, for 128x128 blocks of B, of N); an MX scale 32 of K.
 SCALE_BLOCK = 128
+MX_BLOCK = 32
 
 
 class Accumulation(enum.Enum):

@@ -20,7 +20,7 @@ from warploom.planner import plan_schedule
 BF16, FP16, FP32, E4, E5 = DType.BF16, DType.FP16, DType.FP32, DType.E4M3, DType.E5M2
 K_MAJOR, N_MAJOR = BLayout.K_MAJOR, BLayout.N_MAJOR
 TW, RW = ScaleRecipe.TENSORWISE, ScaleRecipe.ROWWISE
-BW, BW1 = ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128
+BW, BW1, MX = ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX
 NATIVE, PROMOTED = Accumulation.NATIVE, Accumulation.PROMOTED
 SMEM_LIMIT = 232448  # H100 opt-in shared memory per block
 
@@ -101,6 +101,14 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
      dict(bm=128, bn=256, stages=3, consumer_partitions=2, partial_blocks=2)),
     ("e4m3_blockwise_1x128_128x128", f8(4096, 2112, 7168, BW1, PROMOTED), dict(bm=128, bn=128)),
     ("e4m3_blockwise_decode_64x128", f8(64, 7168, 2048, BW, PROMOTED), dict(bm=64, bn=128)),
+    # The dedicated scale partition (seed 000), forced: its warp shares the producer's warpgroup.
+    ("e4m3_blockwise_scale_partition_128x256", f8(4096, 4096, 4096, BW, PROMOTED), dict(bn=256, scale_partition=True)),
+    ("e4m3_blockwise_1x128_scale_partition_64x128", f8(64, 7168, 2048, BW1, PROMOTED),
+     dict(bm=64, bn=128, scale_partition=True)),
+    # MX fp8 (rule 12): the scale partition decodes e8m0 scales at 48 registers (24 and 32 spilled 128-344 bytes).
+    ("e4m3_mx_planned", f8(4096, 4096, 4096, MX, PROMOTED), {}),
+    ("e5m2xe4m3_mx_128x128", f8(4096, 2112, 7168, MX, PROMOTED, a=E5), dict(bm=128, bn=128)),
+    ("e4m3_mx_bias_out_fp32_64x128", f8(64, 7168, 2048, MX, PROMOTED, BF16, out=FP32), dict(bm=64, bn=128)),
     ("e5m2xe4m3_blockwise_bias_out_fp32_64x256", f8(300, 528, 1008, BW, PROMOTED, BF16, a=E5, out=FP32),
      dict(bm=64, bn=256)),
 ]

@@ -66,23 +66,33 @@ def test_blockwise(m: int, n: int, k: int, recipe: str, layout: str) -> None:
 
 
 @pytest.mark.parametrize("plan_kw", [dict(bm=128, bn=256), dict(bm=128, bn=128), dict(bm=64, bn=128),
-                                     dict(bm=64, bn=256)])
+                                     dict(bm=64, bn=256), dict(bm=128, bn=256, scale_partition=True),
+                                     dict(bm=64, bn=128, scale_partition=True), dict(bm=128, bn=128, stages=1),
+                                     dict(bm=128, bn=128, pingpong=True)])
 @pytest.mark.parametrize("recipe", ["128x128", "1x128"])
 def test_blockwise_plans(plan_kw: dict, recipe: str) -> None:
-    """Every tile shape the planner may pick, forced, on a shape with partial tiles in M, N and K."""
+    """Every tile shape the planner may pick, forced, and the dedicated scale partition, on a shape with partial
+    tiles in M, N and K."""
     m, n, k = 300, 600, 1008
     kb, nb = -(-k // 128), -(-n // 128)
     a, b = _operands(m, n, k, 7)
     sa = _scales(m, kb, 3, "col")
     sb = _scales(kb, nb if recipe == "128x128" else n, 4, "row")
+    assert _forced_error(a, b, sa, sb, plan_kw) < 1e-3
+
+
+def _forced_error(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, plan_kw: dict) -> float:
+    """Run the plan with `plan_kw` forced into a poisoned output; its error against the dequantized product."""
+    m, n = a.shape[0], b.shape[1]
     spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, False)
     dev = DeviceInfo.current()
     kernel = build(spec, dev, plan_schedule(spec, dev, **plan_kw))
     _poison(m, n, torch.bfloat16)
     out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
     kernel.run(a, b, out, sa, sb)
+    assert not out.isnan().any()
     da, db = dequantized(a, b, sa, sb)
-    assert scale_free_error(out.float(), da @ db) < 1e-3
+    return scale_free_error(out.float(), da @ db)
 
 
 def test_blockwise_torch_layouts() -> None:
@@ -151,3 +161,34 @@ def test_blockwise_special_scales() -> None:
     assert (out[3] == 0).all()
     assert out[5].isnan().all()
     assert not out[[0, 1, 2, 4, 6]].isnan().any()
+
+
+def _e8m0(rows: int, cols: int, seed: int) -> torch.Tensor:
+    """MX scales 2**-9..2**9 as e8m0 bits."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randint(118, 137, (rows, cols), device="cuda", generator=g, dtype=torch.uint8).view(
+        torch.float8_e8m0fnu)
+
+
+@pytest.mark.parametrize("m,n,k", [(296, 528, 1024), (1, 4096, 4096), (4097, 264, 2048), (64, 7168, 2048)])
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_mx(m: int, n: int, k: int, layout: str) -> None:
+    """MX fp8 computed by promotion on Hopper: 32-deep wgmma, each promoted with its e8m0 scales."""
+    a, b = _operands(m, n, k, m + k)
+    sa, sb = _e8m0(m, k // 32, 15), _e8m0(n, k // 32, 16)
+    if layout == "col":
+        sa, sb = sa.t().contiguous().t(), sb.t().contiguous().t()
+    _poison(m, n, torch.bfloat16)
+    out = warploom.scaled_mm(a, b, sa, sb)
+    assert warploom.plan(a, b, sa, sb).spec.scale is ScaleRecipe.MX
+    da, db = dequantized(a, b, sa, sb)
+    assert not out.isnan().any()
+    assert scale_free_error(out.float(), da @ db) < 1e-3
+
+
+@pytest.mark.parametrize("plan_kw", [dict(bm=128, bn=256), dict(bm=128, bn=128), dict(bm=64, bn=128)])
+def test_mx_plans(plan_kw: dict) -> None:
+    m, n, k = 300, 600, 1024
+    a, b = _operands(m, n, k, 17)
+    sa, sb = _e8m0(m, k // 32, 18), _e8m0(n, k // 32, 19)
+    assert _forced_error(a, b, sa, sb, plan_kw) < 1e-3

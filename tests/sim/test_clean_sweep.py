@@ -262,7 +262,8 @@ def test_planner_plans_at_real_sizes_under_many_schedules(spec: GemmSpec) -> Non
 @pytest.mark.parametrize("structure,dtype", [("p1", DType.BF16), ("p2", DType.BF16), ("p2h2", DType.E4M3)])
 def test_every_pass_stage_keeps_the_meaning(structure: str, dtype: DType) -> None:
     """The sequential program and every stage from ring planning on compute the same GEMM cleanly; right
-    after partitioning, producer and consumer share rings with no synchronization, which must be flagged."""
+    after partitioning (and the scale partitioning, a no-op here), producer and consumer share rings with no
+    synchronization, which must be flagged."""
     bk = 64 if dtype.is_fp8 else 32
     plan, m = structured(structure, 3, bk)
     fp8 = dict(scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED) if dtype.is_fp8 else {}
@@ -273,7 +274,7 @@ def test_every_pass_stage_keeps_the_meaning(structure: str, dtype: DType) -> Non
     assert len(consumers(stages["SplitConsumers"])) == plan.consumer_partitions
     for stage, module in kernel.trace.stages:
         res = simulate(module, x.a, x.b, x.scale_a, x.scale_b, x.bias)
-        if stage == "SplitProducer":
+        if stage in ("SplitProducer", "SplitScales"):  # partitioned, not yet synchronized by PlanRings
             assert res.report.kinds() & {FindingKind.READ_UNACQUIRED, FindingKind.READ_BEFORE_LANDED}, stage
         else:
             assert_matches(spec, res, x)

@@ -161,3 +161,102 @@ def test_cpu_fused_epilogue_with_blockwise_scales() -> None:
     plan = warploom.plan(a, b, sa, sb, bias=bias, epilogue=lambda acc, residual: acc + residual, residual=res)
     assert plan.spec.scale is BW
     assert sorted(s.name for s in plan.spec.epilogue.operands) == ["bias", "residual"]
+
+
+def test_scale_partition_is_forced_only_and_checked() -> None:
+    from warploom.errors import UnsupportedError
+
+    s = GemmSpec(4096, 4096, 4096, warploom.DType.E4M3, warploom.DType.E4M3, scale=BW,
+                 accumulation=Accumulation.PROMOTED)
+    assert not plan_schedule(s, H100_SXM).scale_partition  # rule 11: in-stage by default
+    p = plan_schedule(s, H100_SXM, scale_partition=True)
+    assert p.scale_partition and p.short().endswith("_sp") and p.consumer_regs == 240
+    with pytest.raises(UnsupportedError, match="not built yet"):
+        plan_schedule(s, H100_SXM, scale_partition=True, pingpong=True)
+    rowwise = GemmSpec(4096, 4096, 4096, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.ROWWISE)
+    with pytest.raises(UnsupportedError, match="needs blockwise scales"):
+        plan_schedule(rowwise, H100_SXM, scale_partition=True)
+
+
+def test_small_workers_sharing_a_warpgroup_need_one_budget() -> None:
+    """Triton packs the 1-warp producer and scale partition into one warpgroup; setmaxnreg is per warpgroup."""
+    from dataclasses import replace
+
+    from warploom.ir import verify
+
+    s = GemmSpec(4096, 4096, 4096, warploom.DType.E4M3, warploom.DType.E4M3, scale=BW,
+                 accumulation=Accumulation.PROMOTED)
+    m = warploom.kernel.build(s, H100_SXM, plan_schedule(s, H100_SXM, scale_partition=True)).module
+    assert m.launched_warps == 12
+    assert m.register_need == 32 * (8 * 240 + 4 * 24)
+    bad = m.with_partition(replace(m.partition("scales"), regs=40))
+    assert any("needs one budget" in e for e in verify.complete(bad, H100_SXM))
+
+
+# MX fp8: e8m0 scales per 32 of K, scale_a (M, K/32) and scale_b (N, K/32).
+
+def e8m0(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(118, 137, (rows, cols), generator=g, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+
+
+def test_mx_recipe_and_plan() -> None:
+    a, b = fp8(4096, 4096, 4096, "meta")
+    k = warploom.plan(a, b, e8m0(4096, 128).to("meta"), e8m0(4096, 128).to("meta"))
+    assert k.spec.scale is ScaleRecipe.MX and k.spec.accumulation is Accumulation.PROMOTED
+    # Rule 12: the scale partition (single-byte scales), its warpgroup at 48 registers, the consumers at 232.
+    assert k.plan.scale_partition and k.plan.producer_regs == 48 and k.plan.consumer_regs == 232
+    assert k.schedule.count("k[96:128]") == 4  # 2 warpgroups x 2 column blocks, each with its last 32-deep slice
+    assert "gl.exp2(sa_bits - 127.0)" in k.source
+    from warploom.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="MX scales need the scale partition"):
+        plan_schedule(k.spec, H100_SXM, scale_partition=False)
+
+
+@pytest.mark.parametrize("sa_shape,sb_shape,arg,match", [
+    ((128, 17), (256, 16), "scale_a", r"\(128, 16\)"),
+    ((128, 16), (16, 256), "scale_b", r"\(256, 16\)"),  # (K/32, N): the weight's scales are (N, K/32)
+])
+def test_mx_bad_shapes(sa_shape: tuple[int, int], sb_shape: tuple[int, int], arg: str, match: str) -> None:
+    a, b = fp8(128, 256, 512, "meta")
+    with pytest.raises(ScaleError, match=match) as e:
+        checks.scaled_mm_spec(a, b, e8m0(*sa_shape).to("meta"), e8m0(*sb_shape).to("meta"))
+    assert e.value.arg == arg
+
+
+def test_mx_mixed_scale_dtypes_and_k() -> None:
+    a, b = fp8(128, 256, 512, "meta")
+    with pytest.raises(ScaleError, match="float8_e8m0fnu like the other scale"):
+        checks.scaled_mm_spec(a, b, e8m0(128, 16).to("meta"), torch.ones(256, 16, device="meta"))
+    a, b = fp8(128, 256, 528, "meta")  # K = 528: a multiple of 16, not of 32
+    from warploom.errors import ShapeError
+
+    with pytest.raises(ShapeError, match="multiple of 32"):
+        checks.scaled_mm_spec(a, b, e8m0(128, 16).to("meta"), e8m0(256, 16).to("meta"))
+
+
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_cpu_mx_matches_dequantized_product(layout: str) -> None:
+    m, n, k = 96, 272, 640
+    a, b = fp8(m, n, k)
+    sa, sb = e8m0(m, k // 32, 1), e8m0(n, k // 32, 2)
+    if layout == "col":
+        sa, sb = sa.t().contiguous().t(), sb.t().contiguous().t()
+    out = warploom.scaled_mm(a, b, sa, sb)
+    da, db = dequantized(a, b, sa, sb)
+    assert relative_error(out.float(), da @ db) < 1e-5
+    # A fused epilogue sees the MX-scaled accumulator.
+    res = torch.randn(m, n).bfloat16()
+    fused = warploom.scaled_mm(a, b, sa, sb, epilogue=lambda acc, r: torch.relu(acc) + r, r=res)
+    assert relative_error(fused.float(), torch.relu(da @ db) + res.float()) < 1e-5
+
+
+def test_mx_nan_scale_poisons_its_row() -> None:
+    """e8m0 255 is NaN: that row's every output is NaN, as the dequantized product says; others stay finite."""
+    m, n, k = 64, 128, 256
+    a, b = fp8(m, n, k)
+    sa, sb = e8m0(m, 8, 3), e8m0(n, 8, 4)
+    sa.view(torch.uint8)[5, 2] = 255
+    out = warploom.scaled_mm(a, b, sa, sb)
+    assert out[5].isnan().all() and not out[torch.arange(m) != 5].isnan().any()

@@ -100,10 +100,11 @@ def _guard(g: ir.Guard) -> str | None:
 
 
 def _maxnreg(m: ir.Module) -> int:
-    # setmaxnreg moves registers between warpgroups of a CTA that starts under a common cap: the cap is
-    # the SM's 64K registers over all warps (workers padded to a warpgroup), in steps of 8, at most 248.
-    warps = sum(-(-p.warps // 4) * 4 for p in m.partitions)
-    return min(248, (65536 // (32 * warps)) // 8 * 8)
+    # setmaxnreg moves registers between warpgroups of a CTA that starts under a common cap: the cap is the SM's
+    # 64K registers over all launched warps (workers packed, the total rounded to a warpgroup: Module.launched_warps),
+    # in steps of 8, at most 248. Padding each worker separately gave a producer and a scale partition 2
+    # warpgroups, a cap of 128, and 1764 bytes of spills at 128x256.
+    return min(248, (65536 // (32 * m.launched_warps)) // 8 * 8)
 
 
 class _PartitionEmitter:
@@ -149,10 +150,12 @@ class _PartitionEmitter:
                            comment="one column block of the accumulator, as the fused epilogue computes it")
             for o, _ in ir.walk(self.p.body):
                 if isinstance(o, ir.CopyScales):
-                    n = self.m.ring(o.ring).cols
-                    per = max(1, n // (32 * self.p.warps))
-                    b.line(f"{o.ring}_copy: gl.constexpr = gl.BlockedLayout([{per}], [32], [{self.p.warps}], [0])",
-                           comment=f"{n} scales of a stage over the warps' threads")
+                    r = self.m.ring(o.ring)
+                    per = max(1, r.cols // (32 * self.p.warps))
+                    lay = f"gl.BlockedLayout([{per}], [32], [{self.p.warps}], [0])"
+                    what = f"{r.cols}" if r.rows == 1 else f"{r.rows} slices x {r.cols}"
+                    b.line(f"{o.ring}_copy: gl.constexpr = {lay}",
+                           comment=f"{what} scales of a stage over the warps' threads")
             for c in self.p.cursors:
                 b.line(f"{c.name} = 0", comment=f"cursor {c.name}: stage uses so far, across tiles")
             for buf in self._operand_buffers():
@@ -193,11 +196,13 @@ class _PartitionEmitter:
     def _coord(self, axis: ir.Axis) -> str:
         return {ir.Axis.M: "off_m", ir.Axis.N: "off_n", ir.Axis.K: "kk * BK"}[axis]
 
-    def _b_view(self, ring: str, slot: str, cols: ir.ColBlock | None) -> str:
+    def _b_view(self, ring: str, slot: str, cols: ir.ColBlock | None, k_cols: ir.ColBlock | None = None) -> str:
         k_major = self.m.spec.b_layout is BLayout.K_MAJOR
         view = f"{ring}.index({slot})"
         if cols is not None:  # a column block of N: dim 0 of a K-major (BN, BK) slot, dim 1 of (BK, BN)
             view += f".slice({cols.start}, {cols.cols}{'' if k_major else ', dim=1'})"
+        if k_cols is not None:  # a slice of K: dim 1 of a K-major slot, dim 0 of (BK, BN)
+            view += f".slice({k_cols.start}, {k_cols.cols}{', dim=1' if k_major else ''})"
         return f"{view}.permute((1, 0))" if k_major else view  # K-major (BN, BK) is read as (BK, BN)
 
     def op(self, o: ir.Op) -> None:
@@ -232,7 +237,9 @@ class _PartitionEmitter:
                 a_view = f"{o.a_ring}.index({s})"
                 if self.p.rows:
                     a_view += f".slice({self.row0}, {self.rows})"  # this warpgroup's rows of the A tile
-                b.line(f"{o.acc} = warpgroup_mma({a_view}, {self._b_view(o.b_ring, s, o.n_cols)}, {o.acc}, "
+                if o.k_cols is not None:  # MX: one 32-deep slice of the k-block
+                    a_view += f".slice({o.k_cols.start}, {o.k_cols.cols}, dim=1)"
+                b.line(f"{o.acc} = warpgroup_mma({a_view}, {self._b_view(o.b_ring, s, o.n_cols, o.k_cols)}, {o.acc}, "
                        f"use_acc={use}, is_async={o.is_async})", c)
             case ir.MmaWait():
                 deps = ", ".join(self.async_accs)
@@ -281,6 +288,9 @@ class _PartitionEmitter:
     def copy_scales(self, o: ir.CopyScales) -> None:
         """cp.async of the stage's scales (masked: zeros outside the problem), then cp.async.mbarrier.arrive:
         the ready phase now waits for this thread's copies, without counting them as an arrival."""
+        if o.sync:
+            self.copy_scales_sync(o)
+            return
         b, ring = self.buf, self.m.ring(o.ring)
         slot = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
         idx = f"{o.ring}_idx"
@@ -300,16 +310,38 @@ class _PartitionEmitter:
             b.line(f"async_copy.mbarrier_arrive({o.barrier}_bars.index({slot}))",
                    f"{o.barrier}[{slot}] completes only once these copies land")
 
+    def copy_scales_sync(self, o: ir.CopyScales) -> None:
+        """MX: load the stage's e8m0 scales (per 32-deep slice of the k-block, the tile's rows or columns) with
+        ordinary loads, decode them to fp32 (2**(e - 127); 255 is NaN) and store slice j at [j * n, (j + 1) * n) of
+        the slot; a partition barrier then orders every thread's stores before the one thread's arrive that
+        publishes them."""
+        b, ring = self.buf, self.m.ring(o.ring)
+        slot = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+        a_side = o.tensor is ir.Tensor.SCALE_A
+        pre, off, size, dim = ("sa", "off_m", "M", "m") if a_side else ("sb", "off_n", "N", "n")
+        idx, n, sk = f"{o.ring}_idx", ring.cols, self.m.spec.scale.scale_k
+        b.line(f"{idx} = {off} + gl.arange(0, {n}, layout={o.ring}_copy)",
+               "the tile's rows" if a_side else "the tile's columns")
+        with b.block(f"for j in gl.static_range({ring.rows})", comment=f"{printer.op(o)}: {sk}-deep slice j"):
+            b.line(f"{pre}_bits = gl.load({pre}_ptr + {idx} * {pre}_stride_{dim} + (kk * {ring.rows} + j) * "
+                   f"{pre}_stride_k, mask={idx} < {size}, other=127).to(gl.float32)", "e8m0 bits (127: 1.0)")
+            b.line(f"{o.ring}.index({slot}).slice(j * {n}, {n}).store(gl.where({pre}_bits == 255.0, float('nan'), "
+                   f"gl.exp2({pre}_bits - 127.0)))", "2**(e - 127), exact in fp32; 255 is NaN")
+        b.line("gl.thread_barrier()", "every thread's stores before the arrive that publishes them")
+
     def promote_scaled(self, o: ir.Promote) -> None:
         """``dst += src * (sa[rows] x sb[cols])``: the per-row scales and one per 128-column block (a [rows, 1]
         factor, one FMA per element) or per column (a [rows, cols] factor)."""
         assert o.scales is not None
         b, sc, acc = self.buf, o.scales, self._acc(o.dst)
         slot = _slot(sc.slot, self.depth[sc.slot.cursor], self.stages)
-        rows = f".slice({self.row0}, {self.rows})" if self.p.rows else ""
+        # MX: slice j's scales start j rows (of BM, or BN) into the flat slot
+        a0 = (sc.sub or 0) * self.m.ring(sc.a_ring).cols + self.row0
+        b0 = (sc.sub or 0) * self.m.ring(sc.b_ring).cols + acc.col0
+        rows = f".slice({a0}, {self.rows})" if self.p.rows or sc.sub is not None else ""
         b.line(f"sa = {sc.a_ring}.index({slot}){rows}.load(gl.SliceLayout(1, acc_layout))", "this k-block's row scales")
-        if self.m.spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128:
-            b.line(f"sb = {sc.b_ring}.index({slot}).slice({acc.col0}, {acc.cols}).load(gl.SliceLayout(0, acc_layout))",
+        if self.m.spec.scale in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX):
+            b.line(f"sb = {sc.b_ring}.index({slot}).slice({b0}, {acc.cols}).load(gl.SliceLayout(0, acc_layout))",
                    "its column scales")
         else:
             b.line(f"sb = {sc.b_ring}.index({slot}).slice({acc.col0 // SCALE_BLOCK}, 1)"
@@ -583,9 +615,11 @@ def lower(m: ir.Module) -> GluonSource:
     with b.block(f"def {m.name}({', '.join(params)})"):
         for r in m.rings:
             if r.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
-                b.line(f"{r.name} = gl.allocate_shared_memory(gl.float32, [{r.depth}, {r.cols}], "
+                # One flat fp32 row a slot (MX: its slices one after another).
+                b.line(f"{r.name} = gl.allocate_shared_memory(gl.float32, [{r.depth}, {r.rows * r.cols}], "
                        "gl.SwizzledSharedLayout(1, 1, 1, [0]))",
-                       comment=f"ring {r.name}: {r.depth} x {r.cols} fp32 scales, filled by cp.async")
+                       comment=f"ring {r.name}: {r.depth} x {'' if r.rows == 1 else f'{r.rows} slices x '}"
+                               f"{r.cols} fp32 scales")
                 continue
             desc = f"{r.tensor.value.lower()}_desc"
             b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {r.rows}, {r.cols}], "

@@ -27,6 +27,7 @@ class Role(enum.Enum):
     SEQUENTIAL = "sequential"  # the whole GEMM in one partition, before the partitioning pass
     PRODUCER = "producer"  # issues TMA loads into the rings
     CONSUMER = "consumer"  # issues wgmma from the rings, then runs the epilogue
+    SCALES = "scales"  # copies blockwise scales into a ring of their own (passes/scales.py, seed 000)
 
 
 class Tensor(enum.Enum):
@@ -256,7 +257,8 @@ class Mma:
     """``acc (+)= ring_a[slot] @ ring_b[slot]`` on the tensor cores (wgmma).
 
     B's slot is read as (K, N) whatever its storage order; with `n_cols`, only those of its N columns
-    (the accumulator is then that wide). The accumulator is overwritten instead of
+    (the accumulator is then that wide); with `k_cols`, only that slice of K of both slots (MX: one 32-deep
+    slice per scale). The accumulator is overwritten instead of
     added to when `overwrite` holds: FIRST_K for a tile's accumulator, ALWAYS for a per-k-block partial
     (promoted fp8). An `is_async` MMA joins the partition's group of in-flight wgmma and completes,
     writing `acc`, only at a later `MmaWait`; until then `acc` must not be read.
@@ -269,6 +271,7 @@ class Mma:
     overwrite: Guard = Guard.FIRST_K
     is_async: bool = False
     n_cols: ColBlock | None = None
+    k_cols: ColBlock | None = None
 
 
 @dataclass(frozen=True)
@@ -289,11 +292,13 @@ class MmaWait:
 @dataclass(frozen=True)
 class StageScales:
     """The blockwise scales of one pipeline stage: slot `slot` of scale rings `a_ring` (the tile's rows) and
-    `b_ring` (its 128-column blocks, or its columns), filled by `CopyScales` with the A and B tiles of that slot."""
+    `b_ring` (its 128-column blocks, or its columns), filled by `CopyScales` with the A and B tiles of that slot
+    (or by a scale partition); MX slots hold 4 rows of scales, one per 32-deep slice of the k-block, `sub` names one."""
 
     a_ring: str
     b_ring: str
     slot: Slot
+    sub: int | None = None  # MX: which 32-deep slice of the k-block (its slots hold a row of scales per slice)
 
 
 @dataclass(frozen=True)
@@ -316,12 +321,15 @@ class CopyScales:
     read as 0. With a `barrier`, the copies are tracked by `barrier[slot]`'s current phase: it cannot complete
     before they land, and they do not count as an arrival. So they must be issued before the arrival that can
     complete that phase (the stage's arrive_expect_tx). With none (only before ring planning) the copy is
-    synchronous."""
+    synchronous. With `sync` (MX's single-byte e8m0 scales, which cp.async cannot copy): ordinary loads, decoded
+    to fp32 and stored by the partition's threads, complete when the op returns; the partition's next arrival on
+    `barrier[slot]` publishes them (mbarrier.arrive releases the partition's earlier smem writes)."""
 
     tensor: Tensor
     ring: str
     slot: Slot
     barrier: str | None = None
+    sync: bool = False
 
 
 @dataclass(frozen=True)
@@ -603,6 +611,21 @@ class Module:
             + sum(b.bytes for b in self.buffers)
             + 8 * sum(b.depth for b in self.barriers)
         )
+
+    @property
+    def launched_warps(self) -> int:
+        """Warps the kernel launches: every partition's, in order, rounded up to whole warpgroups. Triton packs
+        the workers back to back (two 1-warp workers share one warpgroup, measured in the PTX's .reqntid), and
+        setmaxnreg then applies per warpgroup, so warps sharing one must have one budget."""
+        return -(-sum(p.warps for p in self.partitions) // 4) * 4
+
+    @property
+    def register_need(self) -> int:
+        """Registers of the whole CTA under its budgets: each partition's warps at its budget, plus the padding
+        warps of the last warpgroup at the last worker's."""
+        used = sum(p.warps for p in self.partitions)
+        pad = self.launched_warps - used
+        return 32 * (sum(p.warps * p.regs for p in self.partitions) + pad * self.partitions[-1].regs)
 
     def with_partition(self, part: Partition) -> Module:
         """This module with the partition of the same name replaced."""

@@ -43,16 +43,21 @@ def op(o: ir.Op) -> str:
             kind = "wgmma.async" if o.is_async else "wgmma"
             ow = "" if o.overwrite is ir.Guard.FIRST_K else f" overwrite={o.overwrite.value}"
             cols = f"[:, {o.n_cols.start}:{o.n_cols.start + o.n_cols.cols}]" if o.n_cols else ""
+            if o.k_cols:
+                cols += f" k[{o.k_cols.start}:{o.k_cols.start + o.k_cols.cols}]"
             return f"{kind} {o.acc} += {o.a_ring}[{slot(o.slot)}] @ {o.b_ring}[{slot(o.slot)}]{cols}{ow}"
         case ir.MmaWait():
             return f"wgmma_wait pending={o.pending}"
         case ir.Promote() if o.scales is not None:
             sc, sl = o.scales, slot(o.scales.slot)
-            return f"promote {o.dst} += {o.src} * {sc.a_ring}[{sl}][rows] * {sc.b_ring}[{sl}][cols]"
+            sub = "" if sc.sub is None else f"[{sc.sub}]"
+            return f"promote {o.dst} += {o.src} * {sc.a_ring}[{sl}]{sub}[rows] * {sc.b_ring}[{sl}]{sub}[cols]"
         case ir.Promote():
             return f"promote {o.dst} += {o.src}"
         case ir.CopyScales():
             on = f" on {o.barrier}[{slot(o.slot)}]" if o.barrier else " sync"
+            if o.sync and o.barrier:
+                on = f" sync, published by the next arrive on {o.barrier}[{slot(o.slot)}]"
             return f"copy_scales {o.tensor.value}[tile, k] -> {o.ring}[{slot(o.slot)}]{on}"
         case ir.ZeroAcc():
             return f"zero {o.acc}"

@@ -110,6 +110,10 @@ def structural(m: ir.Module) -> list[str]:
                                 errs.append(f"{where}: promote scale operand {rn} is not a ring of {t.value}")
                             else:
                                 slot(o.scales.slot, r.depth, f"promote read of {rn}")
+                                sub = o.scales.sub
+                                if (sub is None) != (r.rows == 1) or (sub is not None and not 0 <= sub < r.rows):
+                                    errs.append(f"{where}: promote reads slice {sub} of {rn}, whose slots hold "
+                                                f"{r.rows} slice(s) of scales")
                         _check_scale_block(m, p, o, where, errs)
                     elif m.spec.scale.is_blockwise and o.dst in accs:
                         errs.append(f"{where}: promote {o.dst} without scales, but the recipe "
@@ -254,8 +258,13 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
     smem = m.smem_bytes
     if smem > device.smem_per_block:
         errs.append(f"shared memory {smem} bytes exceeds the {device.smem_per_block} of {device.name}")
-    # setmaxnreg works per warpgroup, so a worker of fewer than 4 warps still holds a warpgroup's registers.
-    regs = sum(-(-p.warps // 4) * 4 * 32 * p.regs for p in m.partitions)
+    # setmaxnreg works per warpgroup: the last warpgroup's padding warps hold registers too, and small workers
+    # packed into one warpgroup must share a budget.
+    regs = m.register_need
+    small = {p.regs for p in m.workers if p.warps % 4}
+    if len(small) > 1:
+        errs.append(f"workers of fewer than 4 warps share a warpgroup, so setmaxnreg needs one budget for them, got "
+                    f"{sorted(small)}")
     if regs > device.regs_per_sm:
         errs.append(f"register budgets need {regs} registers, the SM has {device.regs_per_sm}")
     return errs
@@ -278,11 +287,14 @@ def _loop_bodies(body: tuple[ir.Stmt, ...]) -> Iterator[tuple[ir.Stmt, ...]]:
 def _check_expect_tx(m: ir.Module, body: tuple[ir.Stmt, ...], where: str, errs: list[str]) -> None:
     expected: dict[str, int] = {}
     loaded: dict[str, int] = {}
+    arrived: set[str] = set()
     for s in body:
-        if isinstance(s, ir.CopyScales) and s.barrier in expected:
+        if isinstance(s, ir.CopyScales) and s.barrier in arrived:
             # The arrival before it may complete the phase while the copy is still in flight.
-            errs.append(f"{where}: {printer.op(s)} after the arrive_expect_tx on {s.barrier}: scale copies must "
-                        "be issued before the arrival that can complete the stage's phase")
+            errs.append(f"{where}: {printer.op(s)} after this partition's arrival on {s.barrier}: scale copies "
+                        "must be issued before the arrival that can complete the stage's phase")
+        if isinstance(s, (ir.Arrive, ir.ArriveExpectTx)):
+            arrived.add(s.barrier)
         if isinstance(s, ir.ArriveExpectTx):
             expected[s.barrier] = expected.get(s.barrier, 0) + s.nbytes
         elif isinstance(s, ir.TmaLoad) and s.barrier is not None:

@@ -20,6 +20,7 @@ from warploom.passes.persistent import FlattenProducer
 from warploom.passes.pipeline_mma import PipelineMma
 from warploom.passes.registers import AssignRegisters
 from warploom.passes.rings import PlanRings
+from warploom.passes.scales import SplitScales
 from warploom.passes.split_consumers import SplitConsumers
 from warploom.planner import Plan
 from warploom.spec import GemmSpec
@@ -31,9 +32,12 @@ def pipeline(plan: Plan) -> list[Pass]:
     return [
         # First: every later pass speaks of producer and consumer, and sync needs two parties.
         SplitProducer(producer_warps=plan.producer_warps),
+        # Blockwise scales with a partition of their own (seed 000): it takes the producer's scale copies, so
+        # after SplitProducer; before PlanRings, which gives its ring barriers of its own.
+        SplitScales(enabled=plan.scale_partition, warps=plan.scale_warps),
         # Needs the partitions to know who waits on what; deepens rings before MMA pipelining, which
         # relies on slots c-1 still being unreleased (depth >= 2 for overlap).
-        PlanRings(stages=plan.stages),
+        PlanRings(stages=plan.stages, scale_stages=plan.scale_stages),
         # Needs the empty-barrier arrivals placed by PlanRings, which it defers by one k-block.
         PipelineMma(),
         # After the consumer's final k-loop exists, so every warpgroup gets the same pipelined program;

@@ -54,12 +54,15 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         ir.Ring("b_ring", ir.Tensor.B, spec.b_dtype, 1, b_rows, b_cols),
     )
     blockwise = spec.scale.is_blockwise
+    mx = spec.scale is ScaleRecipe.MX
+    subs = plan.bk // spec.scale.scale_k if blockwise else 1  # MX: four 32-deep slices per k-block
     if blockwise:
         # The k-block's scales travel through the same stages as its A and B tiles (seed 001): one slot of
-        # scale_a holds the tile's BM row scales; one of scale_b the tile's 128-column blocks' (or columns').
-        per_col = spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128
-        rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, DType.FP32, 1, 1, plan.bm),
-                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, DType.FP32, 1, 1,
+        # scale_a holds the tile's BM row scales; one of scale_b the tile's 128-column blocks' (or columns'); MX
+        # slots a row of each per 32-deep slice.
+        per_col = spec.scale in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX)
+        rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, DType.FP32, 1, subs, plan.bm),
+                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, DType.FP32, 1, subs,
                           plan.bn if per_col else -(-plan.bn // SCALE_BLOCK)))
     cur = ir.Cursor("c", 1)
     c = ir.Slot("c")
@@ -72,17 +75,23 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         ir.TmaLoad(ir.Tensor.A, "a_ring", c, (ir.Axis.M, ir.Axis.K)),
         ir.TmaLoad(ir.Tensor.B, "b_ring", c, b_coord),
     ]
-    scales = ir.StageScales("sa_ring", "sb_ring", c) if blockwise else None
     if blockwise:
-        k_body += [ir.CopyScales(ir.Tensor.SCALE_A, "sa_ring", c), ir.CopyScales(ir.Tensor.SCALE_B, "sb_ring", c)]
+        # MX scales are single bytes: copied by ordinary loads (sync), not cp.async.
+        k_body += [ir.CopyScales(ir.Tensor.SCALE_A, "sa_ring", c, sync=mx),
+                   ir.CopyScales(ir.Tensor.SCALE_B, "sb_ring", c, sync=mx)]
     if promoted:
         # Each k-block's fp8 product lands in a fresh partial that is added in full fp32 precision; with
-        # column blocks one block-wide partial serves each block in turn (fewer registers, more waits).
+        # column blocks one block-wide partial serves each block in turn (fewer registers, more waits). MX
+        # promotes each 32-deep slice of the k-block with its own scales.
         accs.append(ir.Accumulator("partial", plan.bm, width))
         for acc in accs[:blocks]:
             cols = None if blocks == 1 else ir.ColBlock(acc.col0, width)
-            k_body += [ir.Mma("a_ring", "b_ring", c, "partial", overwrite=ir.Guard.ALWAYS, n_cols=cols),
-                       ir.Promote("partial", acc.name, scales)]
+            for j in range(subs if mx else 1):
+                k_cols = ir.ColBlock(j * spec.scale.scale_k, spec.scale.scale_k) if mx else None
+                scales = ir.StageScales("sa_ring", "sb_ring", c, j if mx else None) if blockwise else None
+                k_body += [ir.Mma("a_ring", "b_ring", c, "partial", overwrite=ir.Guard.ALWAYS, n_cols=cols,
+                                  k_cols=k_cols),
+                           ir.Promote("partial", acc.name, scales)]
     else:
         k_body.append(ir.Mma("a_ring", "b_ring", c, "acc"))
     k_body.append(ir.Advance("c"))

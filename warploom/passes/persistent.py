@@ -15,7 +15,9 @@ from warploom.ir import nodes as ir
 @dataclass(frozen=True)
 class FlattenProducer:
     def __call__(self, m: ir.Module) -> ir.Module:
-        parts = tuple(replace(p, body=_flatten(p.body)) if p.role is ir.Role.PRODUCER else p for p in m.partitions)
+        # The scale partition (seed 000) has no per-tile work either.
+        parts = tuple(replace(p, body=_flatten(p.body)) if p.role in (ir.Role.PRODUCER, ir.Role.SCALES) else p
+                      for p in m.partitions)
         return replace(m, partitions=parts)
 
 

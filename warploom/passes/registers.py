@@ -16,5 +16,6 @@ class AssignRegisters:
     consumer: int
 
     def __call__(self, m: ir.Module) -> ir.Module:
-        regs = {ir.Role.PRODUCER: self.producer, ir.Role.CONSUMER: self.consumer}
+        # A scale partition only issues copies: the producer's budget.
+        regs = {ir.Role.PRODUCER: self.producer, ir.Role.SCALES: self.producer, ir.Role.CONSUMER: self.consumer}
         return replace(m, partitions=tuple(replace(p, regs=regs[p.role]) for p in m.partitions))

@@ -15,7 +15,7 @@ from warploom.backends.gluon_sm90 import GluonSource, output_desc
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
 from warploom.runtime.loader import load
-from warploom.spec import BLayout
+from warploom.spec import BLayout, ScaleRecipe
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,9 @@ class Launcher:
         self._args: list[Callable[[Call], Any]] = []
         for p in src.params:
             if p in _SCALE_ARGS:
-                self._args.append(_SCALE_ARGS[p])
+                # MX scale_b is (N, K/32), a row per column of B: its strides swap places.
+                mx = m.spec.scale is ScaleRecipe.MX and p in _MX_SWAP
+                self._args.append(_SCALE_ARGS[_MX_SWAP[p]] if mx else _SCALE_ARGS[p])
             elif p in blocks:
                 d, blk = blocks[p]
                 self._args.append(functools.partial(_desc, TensorDescriptor, getters[p], blk, shared_layout(d, blk)))
@@ -91,6 +93,9 @@ _SCALE_ARGS: dict[str, Callable[[Call], Any]] = {
     "sa_stride_m": lambda c: c.scale_a.stride(0), "sa_stride_k": lambda c: c.scale_a.stride(1),
     "sb_stride_k": lambda c: c.scale_b.stride(0), "sb_stride_n": lambda c: c.scale_b.stride(1),
 }
+
+
+_MX_SWAP = {"sb_stride_k": "sb_stride_n", "sb_stride_n": "sb_stride_k"}
 
 
 def _aligned(t: Any) -> Any:

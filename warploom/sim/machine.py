@@ -303,6 +303,9 @@ class Machine:
                                name, bar.phase)
             if s.fill >= 0 and i in s.read_by:
                 bar.publish(("R", ring, ins.index, s.fill))
+            if s.fill >= 0 and s.loader == i and ("F", ring, ins.index, s.fill) in self.tokens[i]:
+                # data this partition stored itself (a sync copy): its arrive releases it to the waiters
+                bar.publish(("F", ring, ins.index, s.fill))
             if s.fill >= 0 and ins.barrier in self.empty_bars:
                 s.released_by = s.released_by | {i}
         count = 1
@@ -357,7 +360,7 @@ class Machine:
         # Tokens of older fills of this slot can never be checked again; dropping them keeps states small.
         self.tokens = [t if not any(x[1] == ins.ring and x[2] == ins.slot for x in t)
                        else frozenset(x for x in t if x[1] != ins.ring or x[2] != ins.slot) for t in self.tokens]
-        if ins.barrier is None:  # a synchronous load (before ring planning): lands now, seen by its issuer
+        if ins.barrier is None or ins.sync:  # a synchronous load: lands now, seen by its issuer
             s.landed, s.landed_at = True, self.step
             self.tokens[i] = self.tokens[i] | {("F", ins.ring, ins.slot, fill)}
             if self.data is not None:

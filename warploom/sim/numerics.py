@@ -108,14 +108,17 @@ class CtaData:
         of k-block tag.origin[1] from tile origin tag.origin[0]; 0 outside the scale tensor."""
         ops = self.ops
         start, kb = tag.origin
+        recipe = self.m.spec.scale
+        subs = self.m.tiling.bk // recipe.scale_k  # rows of a slot: MX's 32-deep slices, else 1
         if tag.tensor == "scale_a":
             assert ops.scale_a is not None
-            src, first = ops.scale_a.t(), start  # (k-blocks, M)
+            src, first = ops.scale_a.t(), start  # (k-blocks or MX slices, M)
         else:
             assert ops.scale_b is not None
-            src = ops.scale_b  # (k-blocks, N) per column, or (k-blocks, N-blocks)
-            first = start if self.m.spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128 else start // SCALE_BLOCK
-        return _block(src, kb, first, 1, n)
+            # (k-blocks, N) per column, (k-blocks, N-blocks) per 128x128 block; MX (N, slices), transposed
+            src = ops.scale_b.t() if recipe is ScaleRecipe.MX else ops.scale_b
+            first = start if recipe in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX) else start // SCALE_BLOCK
+        return _block(src, kb * subs, first, subs, n)
 
     def mma(self, agent: int, ins: MmaI) -> None:
         a = self.slots[ins.a_ring][ins.a_slot]  # (BM, BK)
@@ -124,6 +127,10 @@ class CtaData:
         b = self.slots[ins.b_ring][ins.b_slot]  # (BN, BK) K-major, read as (BK, BN); or (BK, BN)
         if ins.b_cols is not None:  # a column block of N
             b = b[ins.b_cols[0]:ins.b_cols[1]] if self.k_major else b[:, ins.b_cols[0]:ins.b_cols[1]]
+        if ins.k_cols is not None:  # a slice of K (MX)
+            k0, k1 = ins.k_cols
+            a = a[:, k0:k1]
+            b = b[:, k0:k1] if self.k_major else b[k0:k1]
         prod = a @ (b.t() if self.k_major else b)  # (BM, BN), fp32 products and sums
         accs = self.accs[agent]
         accs[ins.acc] = accs[ins.acc] + prod if ins.use_acc else prod
@@ -134,12 +141,13 @@ class CtaData:
             accs[ins.dst] = accs[ins.dst] + accs[ins.src]
             return
         (ar, ai, _), (br, bi, _) = ins.scales.a, ins.scales.b
-        sa = self.slots[ar][ai][0]  # the tile's BM row scales
+        sub = ins.scales.sub
+        sa = self.slots[ar][ai][sub]  # the tile's BM row scales (of the MX slice)
         if ins.rows is not None:
             sa = sa[ins.rows[0]:ins.rows[1]]
-        sb = self.slots[br][bi][0]
+        sb = self.slots[br][bi][sub]
         c0, c1 = ins.cols or (0, accs[ins.dst].shape[1])
-        if self.m.spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128:
+        if self.m.spec.scale in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX):
             factor = sa[:, None] * sb[None, c0:c1]
         else:  # one scale per 128 columns: dst lies within one block (the verifier checks it)
             factor = sa[:, None] * sb[c0 // SCALE_BLOCK]

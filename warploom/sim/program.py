@@ -116,6 +116,9 @@ class LoadI:
     # cp.async (CopyScales) tracked by the barrier: on issue its pending count rises by one, and the copy's
     # landing arrives once (no transaction bytes)
     tracked: bool = False
+    # ordinary loads and stores (MX CopyScales): landed when issued, published by the issuer's next arrive on
+    # `barrier`
+    sync: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +135,7 @@ class MmaI:
     b_tag: Tag
     a_rows: tuple[int, int] | None = None  # the partition's row block of the A slot (None: all rows)
     b_cols: tuple[int, int] | None = None  # the column block of N read from the B slot (None: all)
+    k_cols: tuple[int, int] | None = None  # the slice of K read from both slots (None: all; MX: 32 deep)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +150,7 @@ class ScaleRead:
 
     a: tuple[str, int, Tag]
     b: tuple[str, int, Tag]
+    sub: int = 0  # MX: the row of the slots (32-deep slice of the k-block) whose scales apply
 
 
 @dataclass(frozen=True, slots=True)
@@ -427,7 +432,8 @@ class _Interp:
                         raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
-                    yield LoadI(site, o.ring, slot, scale_tag(o.tensor, t, self.k), o.barrier, bi, 0, tracked=True)
+                    yield LoadI(site, o.ring, slot, scale_tag(o.tensor, t, self.k), o.barrier, bi, 0,
+                                tracked=not o.sync, sync=o.sync)
                 case ir.Mma():
                     t = self._tile(text)
                     if self.k is None:
@@ -438,7 +444,8 @@ class _Interp:
                     yield MmaI(site, o.a_ring, o.b_ring, self._index(o.slot, m.ring(o.a_ring).depth, text),
                                self._index(o.slot, m.ring(o.b_ring).depth, text), o.acc, not overwrite,
                                o.is_async, a_tag, b_tag, None if rb is None else (rb.start, rb.start + rb.rows),
-                               None if o.n_cols is None else (o.n_cols.start, o.n_cols.start + o.n_cols.cols))
+                               None if o.n_cols is None else (o.n_cols.start, o.n_cols.start + o.n_cols.cols),
+                               None if o.k_cols is None else (o.k_cols.start, o.k_cols.start + o.k_cols.cols))
                 case ir.MmaWait():
                     yield MmaWaitI(site, o.pending)
                 case ir.Promote() if o.scales is not None:
@@ -450,7 +457,7 @@ class _Interp:
                         (sc.a_ring, self._index(sc.slot, m.ring(sc.a_ring).depth, text),
                          scale_tag(ir.Tensor.SCALE_A, t, self.k)),
                         (sc.b_ring, self._index(sc.slot, m.ring(sc.b_ring).depth, text),
-                         scale_tag(ir.Tensor.SCALE_B, t, self.k)))
+                         scale_tag(ir.Tensor.SCALE_B, t, self.k)), sc.sub or 0)
                     dst = self._acc(o.dst, text)
                     rb = self.p.rows
                     yield PromoteI(site, o.src, o.dst, reads, None if rb is None else (rb.start, rb.start + rb.rows),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from warploom.spec import SCALE_BLOCK, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import MX_BLOCK, SCALE_BLOCK, BLayout, GemmSpec, ScaleRecipe
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,12 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
     elif spec.scale is ScaleRecipe.ROWWISE:
         scale_a = torch.rand(m, 1, generator=g) + 0.5
         scale_b = torch.rand(1, n, generator=g) + 0.5
+    elif spec.scale is ScaleRecipe.MX:
+        # e8m0 scales 2**-8..2**8 as their bits (127 is 1.0); scale_b is a row per column of B, like the weight's.
+        def e8m0(rows: int, cols: int) -> torch.Tensor:
+            return torch.randint(119, 136, (rows, cols), generator=g, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+
+        scale_a, scale_b = e8m0(m, k // MX_BLOCK), e8m0(n, k // MX_BLOCK)
     elif spec.scale.is_blockwise:
         kb = -(-k // SCALE_BLOCK)
         cols = n if spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128 else -(-n // SCALE_BLOCK)
@@ -63,6 +69,10 @@ def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
     scale_b (k-blocks, N) per column, or (k-blocks, N-blocks) per 128x128 block (padded k-blocks ignored)."""
     m, k = a.shape
     n = b.shape[1]
+    if scale_a.dtype == torch.float8_e8m0fnu:  # MX: scale_a (M, K/32), scale_b (N, K/32)
+        sa = scale_a.float().repeat_interleave(MX_BLOCK, dim=1)[:, :k]
+        sb = scale_b.float().t().repeat_interleave(MX_BLOCK, dim=0)[:k]
+        return a.float() * sa, b.float() * sb
     kb = -(-k // SCALE_BLOCK)
     sa = scale_a.float().repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
     sb = scale_b.float()[:kb].repeat_interleave(SCALE_BLOCK, dim=0)[:k]
@@ -73,7 +83,11 @@ def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
 
 def is_blockwise(x: Inputs) -> bool:
     """Whether the scales vary along K (not tensorwise (one each) or rowwise ((M, 1) and (1, N)))."""
-    if x.scale_a is None or x.scale_b is None or (x.scale_a.numel() == 1 and x.scale_b.numel() == 1):
+    if x.scale_a is None or x.scale_b is None:
+        return False
+    if x.scale_a.dtype == torch.float8_e8m0fnu:
+        return True  # MX
+    if x.scale_a.numel() == 1 and x.scale_b.numel() == 1:
         return False
     if x.scale_a.dim() != 2 or x.scale_b.dim() != 2:
         return False  # flattened rowwise scales
