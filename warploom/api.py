@@ -88,7 +88,7 @@ def _simulate(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any, sc
               bias: Any) -> torch.Tensor:
     """Run the planned kernel on the CPU simulator: every CTA, one seeded schedule, no timeline."""
     _check_sim_size(spec)
-    kernel = build(spec, _device_for(a))
+    kernel = _kernel(spec, _device_for(a), a, b)
     return kernel.simulate(a, b, scale_a, scale_b, bias, record=False).raise_for_findings().output
 
 
@@ -117,9 +117,17 @@ def _run(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any = None, 
     if a.device.type == "cpu":
         return _simulate(spec, a, b, scale_a, scale_b, bias)
     _require_cuda(a)
-    kernel = build(spec, _device_for(a))
+    kernel = _kernel(spec, _device_for(a), a, b)
     out = torch.empty((spec.m, spec.n), dtype=spec.out_dtype.torch, device=a.device)
     return kernel.run(a, b, out, scale_a, scale_b, bias)
+
+
+def _kernel(spec: GemmSpec, device: DeviceInfo, a: torch.Tensor, b: torch.Tensor) -> Kernel:
+    """The kernel a call runs: the plan `warploom.tune` cached for this problem if there is one (tune/lookup.py),
+    else the planner's."""
+    from warploom.tune.lookup import tuned_plan
+
+    return build(spec, device, tuned_plan(spec, device, (tuple(a.stride()), tuple(b.stride()))))
 
 
 def _matmul_impl(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -220,7 +228,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
 def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
          *, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, use_fast_accum: bool = False,
          device: DeviceInfo | None = None, epilogue: Callable[..., Any] | None = None, **operands: Any) -> Kernel:
-    """Plan the kernel `matmul` (no scales) or `scaled_mm` would run, without running it.
+    """Plan the kernel `matmul` (no scales) or `scaled_mm` would run, without running it: the plan
+    `warploom.tune` cached for this problem if it was tuned on this machine, else the planner's.
 
     Tensors may be on the ``meta`` device. `device` defaults to the tensors' GPU, or an H100 SXM. A fused
     epilogue is given as to `matmul`; `Kernel.run` then takes its operands by name (``operands=``; for
@@ -241,4 +250,4 @@ def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, 
     if epilogue is not None or operands:
         scaled = {} if scale_a is None else {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}
         spec, _ = _fused(spec, a, epilogue, operands, **scaled)
-    return build(spec, device or _device_for(a))
+    return _kernel(spec, device or _device_for(a), a, b)

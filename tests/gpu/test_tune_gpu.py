@@ -89,3 +89,26 @@ def test_tune_fp8_rowwise_then_hit_the_cache(cache_dir: Path) -> None:
                          progress=False)
     assert again.calls == 0 and hit.plan == kernel.plan
     assert len(_entries(cache_dir)) == 1
+
+
+@pytest.mark.parametrize("mx", [False, True])
+def test_tune_blockwise(cache_dir: Path, mx: bool) -> None:
+    """Blockwise and MX candidates are checked against the dequantized product (not a rowwise one)."""
+    from warploom.sim.reference import dequantized
+
+    torch.manual_seed(2)
+    m, n, k = 1024, 2048, 1024
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    if mx:
+        sa = torch.randint(120, 135, (m, k // 32), device="cuda", dtype=torch.uint8).view(torch.float8_e8m0fnu)
+        sb = torch.randint(120, 135, (n, k // 32), device="cuda", dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    else:
+        sa = (torch.rand(k // 128, m, device="cuda") + 0.5).t()
+        sb = torch.rand(k // 128, n // 128, device="cuda") + 0.5
+    kernel = tune_scaled_mm(a, b, sa, sb, limit=LIMIT, timer=CountingTimer(), progress=False)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kernel.run(a, b, out, sa, sb)
+    da, db = dequantized(a, b, sa, sb)
+    assert not out.isnan().any()
+    assert _scale_free_error(out, da @ db) < 1e-4

@@ -374,3 +374,41 @@ def test_pingpong_blockwise(recipe: ScaleRecipe) -> None:
     res, x = run(m)
     assert res.ok, res.report.summary()
     assert relative_error(res.output.float(), reference(x)) < 1e-5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Clean sweep: stages 1-6 x k-block counts at the ring's edges (1, S-1, S, S+1, 2S+1) x consumer structures x
+# recipes x scale placement, several tiles per CTA, ragged M and N. Each must simulate clean and be exact.
+
+# (128x128 for the split structure: six 128x256 stages would not fit the shared memory.)
+SWEEP_STRUCTURES = {"p1": P1, "p2h2": replace(P2H2, bn=128, epilogue_subtiles=1)}
+
+
+def _sweep_cases() -> list[tuple[str, int, int, str, bool]]:
+    cases = []
+    for stages in range(1, 7):
+        for ks in sorted({1, stages - 1, stages, stages + 1, 2 * stages + 1} - {0}):
+            for structure in SWEEP_STRUCTURES:
+                # Each recipe and placement once per (stages, ks), rotating through the structures.
+                i = len(cases)
+                recipe = ("128x128", "1x128", "mx")[i % 3]
+                sp = recipe == "mx" or i % 2 == 1
+                cases.append((structure, stages, ks, recipe, sp))
+    return cases
+
+
+SWEEP = _sweep_cases()
+
+
+@pytest.mark.parametrize("structure,stages,ks,recipe,sp", SWEEP,
+                         ids=[f"{c[0]}-s{c[1]}-k{c[2]}-{c[3]}{'-sp' if c[4] else ''}" for c in SWEEP])
+def test_clean_sweep(structure: str, stages: int, ks: int, recipe: str, sp: bool) -> None:
+    rec = {"128x128": BW, "1x128": BW1, "mx": MX}[recipe]
+    plan = replace(SWEEP_STRUCTURES[structure], stages=stages, scale_partition=sp,
+                   scale_stages=1 + (stages + ks) % 3)
+    k = ks * 128 - (32 if ks > 1 else 0)  # the last k-block partial (a multiple of 32 for MX)
+    m = build(spec(130 if structure == "p1" else 300, 200, k, rec), H100_SXM, plan).module
+    res, x = run(m, seed=stages + ks)
+    assert res.ok, res.report.summary()
+    assert not res.output.isnan().any()
+    assert relative_error(res.output.float(), reference(x)) < 1e-5

@@ -190,6 +190,9 @@ def _lookup_or_tune(spec: GemmSpec, device: DeviceInfo, harness: Harness, stride
     result = TuneResult(spec, best.plan, Source.TUNED, tuple(trials), key.digest())
     if use_cache:
         cache.store(key, Entry(key.text(), best.plan, result.trials))
+        from warploom.tune.lookup import forget
+
+        forget()  # ordinary calls of this problem now run the winner (tune/lookup.py)
     return result
 
 

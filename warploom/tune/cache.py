@@ -227,6 +227,9 @@ class Cache:
                 if p.suffix in (".json", ".tmp") and p.is_file():
                     p.unlink(missing_ok=True)
                     removed += 1
+        from warploom.tune.lookup import forget
+
+        forget()  # ordinary calls must not keep running a plan whose entry is gone
         return removed
 
 

@@ -102,15 +102,32 @@ def tune_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scal
     if spec.flops == 0 or not settings.enabled():
         return build(spec, device)
     ra, rb = _random_like(a), _random_like(b)
-    sa, sb = torch.rand_like(scale_a) + 0.5, torch.rand_like(scale_b) + 0.5
+    sa, sb = _random_scale(scale_a), _random_scale(scale_b)
     rbias = torch.randn_like(bias) if bias is not None else None
-    ref = (ra.float().double() @ rb.float().double()) * sa.double() * sb.double()
+    if spec.scale.is_blockwise:  # scales per k-block (or MX slice): the dequantized product
+        from warploom.sim.reference import dequantized
+
+        da, db = dequantized(ra, rb, sa, sb)
+        ref = da.double() @ db.double()
+    else:
+        ref = (ra.float().double() @ rb.float().double()) * sa.double() * sb.double()
     if rbias is not None:
         ref = ref + rbias.double()
     harness = _harness_ab(spec, device, ra, rb, (sa, sb, rbias), ref, timer)
     result = autotune(spec, device, harness, strides=(tuple(a.stride()), tuple(b.stride())), limit=limit,
                       cache=cache, progress=progress, verbose=verbose)
     return build(spec, device, result.plan)
+
+
+def _random_scale(t: torch.Tensor) -> torch.Tensor:
+    """Random scales with t's shape, strides and dtype: fp32 in [0.5, 1.5); MX e8m0 bits for 2**-7..2**7."""
+    x = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device)
+    if t.dtype == torch.float8_e8m0fnu:
+        bits = torch.randint(120, 135, tuple(t.shape), device=t.device, dtype=torch.uint8)
+        x.view(torch.uint8).copy_(bits)
+    else:
+        x.copy_(torch.rand(tuple(t.shape), device=t.device) + 0.5)
+    return x
 
 
 def _harness_ab(spec: GemmSpec, device: DeviceInfo, a: torch.Tensor, b: torch.Tensor, rest: tuple[Any, ...],
