@@ -27,7 +27,17 @@ if TYPE_CHECKING:
     from warploom.kernel import Kernel
 
 
-def _tensors(m: int, n: int, k: int, dtype: str, device: str) -> tuple[Any, Any, Any, Any]:
+# fp8 scale recipes by --scales: (scale_a shape, scale_b shape) as functions of (m, n, k); e8m0 for MX.
+SCALES = {
+    "rowwise": lambda m, n, k: ((m, 1), (1, n)),
+    "tensorwise": lambda m, n, k: ((1,), (1,)),
+    "blockwise": lambda m, n, k: ((m, -(-k // 128)), (-(-k // 128), -(-n // 128))),  # 1x128 x 128x128
+    "blockwise-1x128": lambda m, n, k: ((m, -(-k // 128)), (-(-k // 128), n)),
+    "mx": lambda m, n, k: ((m, k // 32), (n, k // 32)),
+}
+
+
+def _tensors(m: int, n: int, k: int, dtype: str, device: str, scales: str = "rowwise") -> tuple[Any, Any, Any, Any]:
     import torch
 
     if dtype in ("bf16", "fp16"):
@@ -37,8 +47,13 @@ def _tensors(m: int, n: int, k: int, dtype: str, device: str) -> tuple[Any, Any,
         return a, b, None, None
     a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
-    sa = torch.rand(m, 1, device=device) + 0.5
-    sb = torch.rand(1, n, device=device) + 0.5
+    sa_shape, sb_shape = SCALES[scales](m, n, k)
+    if scales == "mx":  # e8m0 bits for 2**-7..2**7
+        def e8m0(shape: tuple[int, ...]) -> Any:
+            return torch.randint(120, 135, shape, device=device, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+        return a, b, e8m0(sa_shape), e8m0(sb_shape)
+    sa = torch.rand(*sa_shape, device=device) + 0.5
+    sb = torch.rand(*sb_shape, device=device) + 0.5
     return a, b, sa, sb
 
 
@@ -47,7 +62,8 @@ def main() -> None:
     """warploom: warp-specialized, pipelined, persistent GEMM kernels for GPUs."""
 
 
-def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int | None = None) -> Kernel:
+def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int | None = None,
+             scales: str = "rowwise") -> Kernel:
     """The kernel warploom plans for an H100 (or this machine's GPU) for the problem; `stages` forces the depth.
 
     A size warploom refuses (e.g. fp8 with N not a multiple of 16) is a usage error, printed without a traceback.
@@ -57,7 +73,7 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
     from warploom.kernel import build
     from warploom.planner import plan_schedule
 
-    a, b, sa, sb = _tensors(m, n, k, dtype, "meta")
+    a, b, sa, sb = _tensors(m, n, k, dtype, "meta", scales)
     try:
         kern = warploom.plan(a, b, sa, sb, use_fast_accum=fast_accum)
     except WarploomError as e:
@@ -78,6 +94,8 @@ def _problem(m: int, n: int, k: int) -> Any:
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True,
                      help="fp8: e4m3 with rowwise scales, as torch._scaled_mm"),
         click.option("--fast-accum/--no-fast-accum", default=True, show_default=True, help="fp8 accumulation"),
+        click.option("--scales", type=click.Choice(list(SCALES)), default="rowwise", show_default=True,
+                     help="fp8 scale recipe: blockwise is 1x128 x 128x128 (DeepSeek-V3), mx e8m0 per 32 of K"),
     ]
 
     def apply(f: Any) -> Any:
@@ -96,7 +114,8 @@ _TIMELINE = click.option("--timeline", type=click.Path(dir_okay=False, path_type
 @_problem(4096, 4096, 4096)
 @click.option("--out-dir", type=click.Path(path_type=Path), default=Path("out"), show_default=True)
 @_TIMELINE
-def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, out_dir: Path, timeline: Path | None) -> None:
+def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_dir: Path,
+         timeline: Path | None) -> None:
     """Plan, show, cross-compile and run one GEMM: on the GPU (timed) or, without one, on the CPU simulator."""
     import torch
     from rich.console import Console
@@ -104,7 +123,7 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, out_dir: Path, ti
 
     con = Console()
     gpu = torch.cuda.is_available()
-    kern = _planned(m, n, k, dtype, fast_accum)
+    kern = _planned(m, n, k, dtype, fast_accum, scales=scales)
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(kern.plan)
     con.rule("[bold]schedule IR")
@@ -120,7 +139,7 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, out_dir: Path, ti
     t.add_row(*(str(s[c]) for c in ("HGMMA", "QGMMA", "registers", "spills", "smem_bytes", "wgmma_serialized")))
     con.print(t)
     if gpu:
-        _run_gpu(con, m, n, k, dtype, fast_accum)
+        _run_gpu(con, m, n, k, dtype, fast_accum, scales)
     if not gpu or timeline is not None:
         _run_sim(con, kern, 0, timeline, "simulate on the CPU" + ("" if gpu else " (no GPU here)"))
 
@@ -132,13 +151,13 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, out_dir: Path, ti
 @_TIMELINE
 @click.option("--explore", is_flag=True, help="also explore every schedule of a small configuration of the plan")
 @click.option("--max-states", default=200_000, show_default=True, help="--explore's bound on distinct states")
-def sim(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int | None, seed: int,
+def sim(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, stages: int | None, seed: int,
         timeline: Path | None, explore: bool, max_states: int) -> None:
     """Run the planned kernel on the CPU simulator on random data and compare with torch; no GPU needed."""
     from rich.console import Console
 
     con = Console()
-    kern = _planned(m, n, k, dtype, fast_accum, stages)
+    kern = _planned(m, n, k, dtype, fast_accum, stages, scales)
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(f"{kern.plan.short()}  ({kern.module.name})", highlight=False)
     ok = _run_sim(con, kern, seed, timeline, "simulate", exit_on_failure=False)
@@ -203,30 +222,42 @@ def _explore(con: Any, kern: Kernel, stages: int | None, max_states: int) -> boo
     return r.ok
 
 
-def _run_gpu(con: Any, m: int, n: int, k: int, dtype: str, fast_accum: bool) -> None:
+def _run_gpu(con: Any, m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str = "rowwise") -> None:
     import torch
     import triton
 
     import warploom
+    from warploom.sim.reference import Inputs, reference
 
-    a, b, sa, sb = _tensors(m, n, k, dtype, "cuda")
+    a, b, sa, sb = _tensors(m, n, k, dtype, "cuda", scales)
+    theirs: Any = None
     if sa is None:
         ours = lambda: warploom.matmul(a, b)  # noqa: E731
         theirs = lambda: torch.matmul(a, b)  # noqa: E731
-        ref = a.float() @ b.float()
     else:
         ours = lambda: warploom.scaled_mm(a, b, sa, sb, use_fast_accum=fast_accum)  # noqa: E731
-        theirs = lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,  # noqa: E731
-                                          use_fast_accum=fast_accum)
-        ref = (a.float() @ b.float()) * sa * sb
+        # torch's kernel for the recipe, when this torch has one (blockwise wants outer-dim-major 1x128 scales;
+        # MX has none on Hopper)
+        ta = sa.t().contiguous().t() if scales.startswith("blockwise") else sa
+        try:
+            torch._scaled_mm(a, b, ta, sb, out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
+            theirs = lambda: torch._scaled_mm(a, b, ta, sb, out_dtype=torch.bfloat16,  # noqa: E731
+                                              use_fast_accum=fast_accum)
+        except (RuntimeError, NotImplementedError):
+            theirs = None
+    ref = reference(Inputs(a, b, sa, sb))
     out = ours().double()
     err = float(1 - 2 * (out * ref).sum() / (out * out + ref.double() ** 2).sum())
     t_ours = triton.testing.do_bench(ours, return_mode="median")
-    t_theirs = triton.testing.do_bench(theirs, return_mode="median")
     tf = 2 * m * n * k / 1e9
     con.rule("[bold]run on " + torch.cuda.get_device_name())
     con.print(f"error vs fp32 reference (1 - 2Σxy/Σ(x²+y²)): {err:.2e}")
-    con.print(f"warploom {tf / t_ours:.0f} TFLOP/s, torch {tf / t_theirs:.0f} TFLOP/s, ratio {t_theirs / t_ours:.3f}")
+    if theirs is None:
+        con.print(f"warploom {tf / t_ours:.0f} TFLOP/s (torch has no kernel for {scales} scales here)")
+    else:
+        t_theirs = triton.testing.do_bench(theirs, return_mode="median")
+        con.print(f"warploom {tf / t_ours:.0f} TFLOP/s, torch {tf / t_theirs:.0f} TFLOP/s, "
+                  f"ratio {t_theirs / t_ours:.3f}")
     if err > 1e-3:
         sys.exit("warploom's result does not match the reference")
 

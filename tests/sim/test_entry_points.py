@@ -106,6 +106,16 @@ def test_sim_command_samples_ctas_above_the_limit(monkeypatch: pytest.MonkeyPatc
     assert re.search(r"CTAs simulated: [1-3] of \d+", out)
 
 
+@pytest.mark.parametrize("scales,recipe", [("blockwise", "blockwise_1x128_128x128"),
+                                           ("blockwise-1x128", "blockwise_1x128_1x128"), ("mx", "mx"),
+                                           ("tensorwise", "tensorwise")])
+def test_sim_command_scale_recipes(scales: str, recipe: str) -> None:
+    out = invoke("sim", "--dtype", "fp8", "--scales", scales, "--m", "200", "--n", "256", "--k", "640", "--explore",
+                 "--max-states", "20000")
+    assert recipe in out and "findings: none" in out
+    assert float(re.search(r"\(x²\+y²\)\): (\S+)", out).group(1)) < 1e-5  # type: ignore[union-attr]
+
+
 def test_sim_command_refuses_bad_sizes_and_stages_without_a_traceback() -> None:
     r = CliRunner().invoke(main, ["sim", "--stages", "9"])
     assert r.exit_code == 2 and "--stages" in r.output
