@@ -277,9 +277,10 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
 
 
 def _mx_registers(spec: GemmSpec, bm: int, pingpong: bool) -> dict[str, int]:
-    """Rule 12's budgets: the scale partition decodes MX scales in registers and spills at 24 or 32 (344 bytes at
-    128x256, ptxas), not at 48. It shares its warpgroup (and so its budget) with the producer, and beside two
-    consumer warpgroups 48 leaves them 232 of the SM's 64K (0 spills at 128x256; 224 spilled 8 bytes)."""
+    """Rule 12's budgets: the scale partition decodes MX scales in registers; at 128x256 the kernel spilled 136 and
+    280 bytes with 24 and 32 for its warpgroup, none with 40 or 48 (ptxas, 2026-11-23). It shares that warpgroup
+    (and so its budget) with the producer, and beside two consumer warpgroups 48 leaves them 232 of the SM's 64K
+    (0 spills; 224 spilled 8 bytes)."""
     if spec.scale is not ScaleRecipe.MX:
         return {}
     return {"producer_regs": 48, "consumer_regs": 232 if bm == 128 or pingpong else _CONSUMER_REGS}

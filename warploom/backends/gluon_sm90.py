@@ -311,10 +311,11 @@ class _PartitionEmitter:
                    f"{o.barrier}[{slot}] completes only once these copies land")
 
     def copy_scales_sync(self, o: ir.CopyScales) -> None:
-        """MX: load the stage's e8m0 scales (per 32-deep slice of the k-block, the tile's rows or columns) with
-        ordinary loads, decode them to fp32 (2**(e - 127); 255 is NaN) and store slice j at [j * n, (j + 1) * n) of
-        the slot; a partition barrier then orders every thread's stores before the one thread's arrive that
-        publishes them."""
+        """MX: load the stage's e8m0 scales (per 32-deep slice j of the k-block, the tile's rows or columns) with
+        ordinary byte loads, decode them to fp32 (2**(e - 127); 255 is NaN) and store slice j in row
+        slot * slices + j of the ring; a partition barrier then orders every thread's stores before the one
+        thread's arrive that publishes them. A loop, not unrolled: unrolled, the four slices' addresses and bytes
+        are live at once and the 48-register warp spilled 408 bytes."""
         b, ring = self.buf, self.m.ring(o.ring)
         slot = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
         a_side = o.tensor is ir.Tensor.SCALE_A
@@ -322,10 +323,10 @@ class _PartitionEmitter:
         idx, n, sk = f"{o.ring}_idx", ring.cols, self.m.spec.scale.scale_k
         b.line(f"{idx} = {off} + gl.arange(0, {n}, layout={o.ring}_copy)",
                "the tile's rows" if a_side else "the tile's columns")
-        with b.block(f"for j in gl.static_range({ring.rows})", comment=f"{printer.op(o)}: {sk}-deep slice j"):
+        with b.block(f"for j in range({ring.rows})", comment=f"{printer.op(o)}: {sk}-deep slice j"):
             b.line(f"{pre}_bits = gl.load({pre}_ptr + {idx} * {pre}_stride_{dim} + (kk * {ring.rows} + j) * "
                    f"{pre}_stride_k, mask={idx} < {size}, other=127).to(gl.float32)", "e8m0 bits (127: 1.0)")
-            b.line(f"{o.ring}.index({slot}).slice(j * {n}, {n}).store(gl.where({pre}_bits == 255.0, float('nan'), "
+            b.line(f"{o.ring}.index(({slot}) * {ring.rows} + j).store(gl.where({pre}_bits == 255.0, float('nan'), "
                    f"gl.exp2({pre}_bits - 127.0)))", "2**(e - 127), exact in fp32; 255 is NaN")
         b.line("gl.thread_barrier()", "every thread's stores before the arrive that publishes them")
 
@@ -335,13 +336,12 @@ class _PartitionEmitter:
         assert o.scales is not None
         b, sc, acc = self.buf, o.scales, self._acc(o.dst)
         slot = _slot(sc.slot, self.depth[sc.slot.cursor], self.stages)
-        # MX: slice j's scales start j rows (of BM, or BN) into the flat slot
-        a0 = (sc.sub or 0) * self.m.ring(sc.a_ring).cols + self.row0
-        b0 = (sc.sub or 0) * self.m.ring(sc.b_ring).cols + acc.col0
-        rows = f".slice({a0}, {self.rows})" if self.p.rows or sc.sub is not None else ""
-        b.line(f"sa = {sc.a_ring}.index({slot}){rows}.load(gl.SliceLayout(1, acc_layout))", "this k-block's row scales")
+        # MX: slice j of slot s is ring row s * slices + j
+        row = slot if sc.sub is None else f"({slot}) * {self.m.ring(sc.a_ring).rows} + {sc.sub}"
+        rows = f".slice({self.row0}, {self.rows})" if self.p.rows else ""
+        b.line(f"sa = {sc.a_ring}.index({row}){rows}.load(gl.SliceLayout(1, acc_layout))", "this k-block's row scales")
         if self.m.spec.scale in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX):
-            b.line(f"sb = {sc.b_ring}.index({slot}).slice({b0}, {acc.cols}).load(gl.SliceLayout(0, acc_layout))",
+            b.line(f"sb = {sc.b_ring}.index({row}).slice({acc.col0}, {acc.cols}).load(gl.SliceLayout(0, acc_layout))",
                    "its column scales")
         else:
             b.line(f"sb = {sc.b_ring}.index({slot}).slice({acc.col0 // SCALE_BLOCK}, 1)"
@@ -615,8 +615,8 @@ def lower(m: ir.Module) -> GluonSource:
     with b.block(f"def {m.name}({', '.join(params)})"):
         for r in m.rings:
             if r.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
-                # One flat fp32 row a slot (MX: its slices one after another).
-                b.line(f"{r.name} = gl.allocate_shared_memory(gl.float32, [{r.depth}, {r.rows * r.cols}], "
+                # One fp32 row a slot (MX: a row per slice, slot s's at rows s * slices ...).
+                b.line(f"{r.name} = gl.allocate_shared_memory(gl.float32, [{r.depth * r.rows}, {r.cols}], "
                        "gl.SwizzledSharedLayout(1, 1, 1, [0]))",
                        comment=f"ring {r.name}: {r.depth} x {'' if r.rows == 1 else f'{r.rows} slices x '}"
                                f"{r.cols} fp32 scales")

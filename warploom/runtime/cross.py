@@ -17,7 +17,7 @@ from warploom.backends.gluon_sm90 import GluonSource, output_desc
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.runtime.loader import load
-from warploom.spec import BLayout
+from warploom.spec import BLayout, ScaleRecipe
 
 _SIG = {DType.BF16: "bf16", DType.FP16: "fp16", DType.FP32: "fp32", DType.E4M3: "fp8e4nv", DType.E5M2: "fp8e5"}
 
@@ -96,6 +96,8 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
             d, blk = blocks[p]
             # Exactly how Triton's JIT mangles a Gluon TensorDescriptor argument.
             sig[p] = f"tensordesc<{_SIG[d]}[{', '.join(map(str, blk))}],{shared_layout(d, blk)!r}>"
+        elif p in ("sa_ptr", "sb_ptr") and m.spec.scale is ScaleRecipe.MX:
+            sig[p] = "*u8"  # e8m0 scales go as their bytes (runtime/launch.py)
         elif p in ("scale_a_ptr", "scale_b_ptr", "sa_ptr", "sb_ptr"):
             sig[p] = "*fp32"
         elif p == "bias_ptr" and m.spec.epilogue is None:

@@ -59,9 +59,10 @@ class Launcher:
         self._args: list[Callable[[Call], Any]] = []
         for p in src.params:
             if p in _SCALE_ARGS:
-                # MX scale_b is (N, K/32), a row per column of B: its strides swap places.
-                mx = m.spec.scale is ScaleRecipe.MX and p in _MX_SWAP
-                self._args.append(_SCALE_ARGS[_MX_SWAP[p]] if mx else _SCALE_ARGS[p])
+                # MX scale_b is (N, K/32), a row per column of B: its strides swap places; MX scales go as their
+                # bytes (uint8), which the kernel decodes (Triton has no e8m0 pointer type).
+                mx = m.spec.scale is ScaleRecipe.MX
+                self._args.append(_MX_ARGS.get(p, _SCALE_ARGS[_MX_SWAP.get(p, p)]) if mx else _SCALE_ARGS[p])
             elif p in blocks:
                 d, blk = blocks[p]
                 self._args.append(functools.partial(_desc, TensorDescriptor, getters[p], blk, shared_layout(d, blk)))
@@ -96,6 +97,15 @@ _SCALE_ARGS: dict[str, Callable[[Call], Any]] = {
 
 
 _MX_SWAP = {"sb_stride_k": "sb_stride_n", "sb_stride_n": "sb_stride_k"}
+_MX_ARGS: dict[str, Callable[[Call], Any]] = {
+    "sa_ptr": lambda c: c.scale_a.view(_uint8()), "sb_ptr": lambda c: c.scale_b.view(_uint8()),
+}
+
+
+def _uint8() -> Any:
+    import torch
+
+    return torch.uint8
 
 
 def _aligned(t: Any) -> Any:
