@@ -35,7 +35,8 @@ The heuristic, in order:
 12. MX fp8 (e8m0 scales per 32 of K) always takes the scale partition: its scales are single bytes, which cp.async
    cannot copy, so that partition loads them with ordinary loads, decodes them to fp32 and stores them in its
    ring; each 128-deep k-block is four 32-deep wgmma, each promoted with its own scales. Decoding needs
-   registers: the producer's warpgroup (shared with the scale partition) gets 48 and the consumers 232.
+   registers: the producer's warpgroup (shared with the scale partition) gets 40 and the consumers 232. At 256
+   wide MX spills (248-440 bytes for budgets 40-56 / 232-224), so the planner takes 128x128 (0 bytes).
 """
 
 from __future__ import annotations
@@ -237,6 +238,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         blocks = (partial_blocks or (2 if wide else 1)) if promoted else 1
         if promoted and cbn == 256 and blocks == 1:
             continue  # acc + whole-width partial: 256 registers per thread
+        if bn is None and cbn == 256 and spec.scale is ScaleRecipe.MX:
+            continue  # rule 12: MX at 256 wide spills 248-440 bytes whatever the budgets (ptxas, 2026-11-23)
         if bn is None and cbn == 256 and spec.epilogue is not None:
             continue  # a fused epilogue beside a 64x256 accumulator spills (gelu: 2.4 KB, ptxas, 2026-11-22)
         if (bn is None and promoted and cbn == 256 and spec.bias_dtype
@@ -279,11 +282,12 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
 def _mx_registers(spec: GemmSpec, bm: int, pingpong: bool) -> dict[str, int]:
     """Rule 12's budgets: the scale partition decodes MX scales in registers; at 128x256 the kernel spilled 136 and
     280 bytes with 24 and 32 for its warpgroup, none with 40 or 48 (ptxas, 2026-11-23). It shares that warpgroup
-    (and so its budget) with the producer, and beside two consumer warpgroups 48 leaves them 232 of the SM's 64K
-    (0 spills; 224 spilled 8 bytes)."""
+    (and so its budget) with the producer. Beside two consumer warpgroups at 232, 40 is what keeps the default
+    partition (consumer0) at 232 too: Gluon gives it what is left of maxnreg (168) x 384 threads after the
+    workers' budgets, 224 with 48."""
     if spec.scale is not ScaleRecipe.MX:
         return {}
-    return {"producer_regs": 48, "consumer_regs": 232 if bm == 128 or pingpong else _CONSUMER_REGS}
+    return {"producer_regs": 40, "consumer_regs": 232 if bm == 128 or pingpong else _CONSUMER_REGS}
 
 
 def _pingpong_fits(spec: GemmSpec, bm: int, bn: int, partial_blocks: int | None) -> bool:

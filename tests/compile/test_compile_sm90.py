@@ -105,7 +105,7 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("e4m3_blockwise_scale_partition_128x256", f8(4096, 4096, 4096, BW, PROMOTED), dict(bn=256, scale_partition=True)),
     ("e4m3_blockwise_1x128_scale_partition_64x128", f8(64, 7168, 2048, BW1, PROMOTED),
      dict(bm=64, bn=128, scale_partition=True)),
-    # MX fp8 (rule 12): the scale partition decodes e8m0 scales at 48 registers (24 and 32 spilled 136-280 bytes).
+    # MX fp8 (rule 12): the scale partition decodes e8m0 scales at 40 registers (24 and 32 spilled 136-280 bytes).
     ("e4m3_mx_planned", f8(4096, 4096, 4096, MX, PROMOTED), {}),
     ("e5m2xe4m3_mx_128x128", f8(4096, 2112, 7168, MX, PROMOTED, a=E5), dict(bm=128, bn=128)),
     ("e4m3_mx_bias_out_fp32_64x128", f8(64, 7168, 2048, MX, PROMOTED, BF16, out=FP32), dict(bm=64, bn=128)),

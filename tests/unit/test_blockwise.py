@@ -204,10 +204,13 @@ def test_mx_recipe_and_plan() -> None:
     a, b = fp8(4096, 4096, 4096, "meta")
     k = warploom.plan(a, b, e8m0(4096, 128).to("meta"), e8m0(4096, 128).to("meta"))
     assert k.spec.scale is ScaleRecipe.MX and k.spec.accumulation is Accumulation.PROMOTED
-    # Rule 12: the scale partition (single-byte scales), its warpgroup at 48 registers, the consumers at 232.
-    assert k.plan.scale_partition and k.plan.producer_regs == 48 and k.plan.consumer_regs == 232
-    assert k.schedule.count("k[96:128]") == 4  # 2 warpgroups x 2 column blocks, each with its last 32-deep slice
+    # Rule 12: the scale partition (single-byte scales), its warpgroup at 40 registers, the consumers at 232.
+    assert k.plan.scale_partition and k.plan.producer_regs == 40 and k.plan.consumer_regs == 232
+    assert k.plan.bn == 128  # 256 wide spills beside the decoding warp (rule 12)
+    assert k.schedule.count("k[96:128]") == 2  # each warpgroup's last 32-deep slice of the k-block
     assert "gl.exp2(sa_bits - 127.0)" in k.source
+    # A last k-block of fewer than 4 slices (K a multiple of 32, not 128) must not read past the scales.
+    assert "(kk * 4 + j < K // 32)" in k.source
     from warploom.errors import UnsupportedError
 
     with pytest.raises(UnsupportedError, match="MX scales need the scale partition"):
@@ -260,3 +263,16 @@ def test_mx_nan_scale_poisons_its_row() -> None:
     sa.view(torch.uint8)[5, 2] = 255
     out = warploom.scaled_mm(a, b, sa, sb)
     assert out[5].isnan().all() and not out[torch.arange(m) != 5].isnan().any()
+
+
+def test_multi_warp_copiers_sync_before_the_stage_arrival() -> None:
+    """cp.async copies spread over several warps: every warp must have registered its copies with the barrier
+    before the one thread's arrival that can complete the phase."""
+    from dataclasses import replace
+
+    s = GemmSpec(4096, 4096, 4096, warploom.DType.E4M3, warploom.DType.E4M3, scale=BW,
+                 accumulation=Accumulation.PROMOTED)
+    one = warploom.kernel.build(s, H100_SXM, plan_schedule(s, H100_SXM)).source
+    four = warploom.kernel.build(s, H100_SXM, replace(plan_schedule(s, H100_SXM), producer_warps=4)).source
+    assert "every warp's copies tracked" not in one
+    assert four.count("every warp's copies tracked") == 2  # after each of the two scale copies

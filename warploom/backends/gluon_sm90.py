@@ -309,6 +309,9 @@ class _PartitionEmitter:
         if o.barrier is not None:
             b.line(f"async_copy.mbarrier_arrive({o.barrier}_bars.index({slot}))",
                    f"{o.barrier}[{slot}] completes only once these copies land")
+            if self.p.warps > 1:
+                # The stage's arrival is one thread's: every warp must have registered its copies first.
+                b.line("gl.thread_barrier()", "every warp's copies tracked before the arrival that can complete it")
 
     def copy_scales_sync(self, o: ir.CopyScales) -> None:
         """MX: load the stage's e8m0 scales (per 32-deep slice j of the k-block, the tile's rows or columns) with
@@ -324,8 +327,11 @@ class _PartitionEmitter:
         b.line(f"{idx} = {off} + gl.arange(0, {n}, layout={o.ring}_copy)",
                "the tile's rows" if a_side else "the tile's columns")
         with b.block(f"for j in range({ring.rows})", comment=f"{printer.op(o)}: {sk}-deep slice j"):
+            # The last k-block's slices past K hold no scales (K is a multiple of 32, not of 128): masked to 1.0,
+            # times a partial of zeros (TMA zero-fills A and B there).
             b.line(f"{pre}_bits = gl.load({pre}_ptr + {idx} * {pre}_stride_{dim} + (kk * {ring.rows} + j) * "
-                   f"{pre}_stride_k, mask={idx} < {size}, other=127).to(gl.float32)", "e8m0 bits (127: 1.0)")
+                   f"{pre}_stride_k, mask=({idx} < {size}) & (kk * {ring.rows} + j < K // {sk}), other=127)"
+                   ".to(gl.float32)", "e8m0 bits (127: 1.0)")
             b.line(f"{o.ring}.index(({slot}) * {ring.rows} + j).store(gl.where({pre}_bits == 255.0, float('nan'), "
                    f"gl.exp2({pre}_bits - 127.0)))", "2**(e - 127), exact in fp32; 255 is NaN")
         b.line("gl.thread_barrier()", "every thread's stores before the arrive that publishes them")

@@ -71,9 +71,9 @@ class Operands:
         )
 
 
-def _block(src: torch.Tensor, r0: int, c0: int, rows: int, cols: int) -> torch.Tensor:
-    """A TMA box: (rows, cols) from (r0, c0), zero where it leaves the tensor."""
-    out = torch.zeros(rows, cols, dtype=src.dtype)
+def _block(src: torch.Tensor, r0: int, c0: int, rows: int, cols: int, fill: float = 0.0) -> torch.Tensor:
+    """A TMA box: (rows, cols) from (r0, c0), `fill` (zero) where it leaves the tensor."""
+    out = torch.full((rows, cols), fill, dtype=src.dtype)
     h, w = min(rows, src.shape[0] - r0), min(cols, src.shape[1] - c0)
     if h > 0 and w > 0:
         out[:h, :w] = src[r0:r0 + h, c0:c0 + w]
@@ -118,7 +118,9 @@ class CtaData:
             # (k-blocks, N) per column, (k-blocks, N-blocks) per 128x128 block; MX (N, slices), transposed
             src = ops.scale_b.t() if recipe is ScaleRecipe.MX else ops.scale_b
             first = start if recipe in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX) else start // SCALE_BLOCK
-        return _block(src, kb * subs, first, subs, n)
+        # Outside the scale tensor the kernel reads 0 (cp.async zero-fill), or 1.0 for MX (its masked byte loads)
+        fill = 1.0 if recipe is ScaleRecipe.MX else 0.0
+        return _block(src, kb * subs, first, subs, n, fill)
 
     def mma(self, agent: int, ins: MmaI) -> None:
         a = self.slots[ins.a_ring][ins.a_slot]  # (BM, BK)

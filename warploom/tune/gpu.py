@@ -120,13 +120,22 @@ def tune_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scal
 
 
 def _random_scale(t: torch.Tensor) -> torch.Tensor:
-    """Random scales with t's shape, strides and dtype: fp32 in [0.5, 1.5); MX e8m0 bits for 2**-7..2**7."""
-    x = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device)
+    """Random scales with t's shape, strides and dtype: fp32 in [0.5, 1.5); MX e8m0 bits for 2**-7..2**7. An
+    expanded (stride-0) layout cannot be written element by element: its random base is expanded the same way."""
+    shape = tuple(t.shape)
+    overlap = any(st == 0 and sz > 1 for sz, st in zip(shape, t.stride(), strict=True))
+    base = tuple(1 if st == 0 else sz for sz, st in zip(shape, t.stride(), strict=True)) if overlap else shape
     if t.dtype == torch.float8_e8m0fnu:
-        bits = torch.randint(120, 135, tuple(t.shape), device=t.device, dtype=torch.uint8)
-        x.view(torch.uint8).copy_(bits)
+        vals = torch.randint(120, 135, base, device=t.device, dtype=torch.uint8).view(torch.float8_e8m0fnu)
     else:
-        x.copy_(torch.rand(tuple(t.shape), device=t.device) + 0.5)
+        vals = torch.rand(base, device=t.device) + 0.5
+    if overlap:
+        return vals.expand(shape)
+    x = torch.empty_strided(shape, tuple(t.stride()), dtype=t.dtype, device=t.device)
+    if t.dtype == torch.float8_e8m0fnu:
+        x.view(torch.uint8).copy_(vals.view(torch.uint8))
+    else:
+        x.copy_(vals)
     return x
 
 
