@@ -36,13 +36,40 @@ SQUARE = [(4096, 4096, 4096), (8192, 8192, 8192)]
 DEEPSEEK = [(m, n, k) for m in (64, 128, 4096) for n, k in ((7168, 16384), (4096, 7168), (2112, 7168), (7168, 2048))]
 
 
-def _inputs(m: int, n: int, k: int, per_col: bool = False) -> tuple[torch.Tensor, ...]:
+def _inputs(m: int, n: int, k: int, per_col: bool = False, mx: bool = False) -> tuple[torch.Tensor, ...]:
+    """fp8 A and B and scales: 1x128 x 128x128 (scale_a outer-dim-major, as torch wants), 1x128 x 1x128 with
+    `per_col`, or MX e8m0 scales (M, K/32) and (N, K/32) with `mx`."""
     a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
     b = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn).t()
+    if mx:
+        def e8m0(rows: int) -> torch.Tensor:
+            return torch.randint(120, 135, (rows, k // 32), device="cuda", dtype=torch.uint8).view(
+                torch.float8_e8m0fnu)
+        return a, b, e8m0(m), e8m0(n)
     kb, nb = -(-k // 128), -(-n // 128)
     sa = (torch.rand(kb, m, device="cuda") + 0.5).t()  # (M, kb), outer-dim-major
     sb = torch.rand(kb, n if per_col else nb, device="cuda") + 0.5
     return a, b, sa, sb
+
+
+def _ours(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor,
+          plan_kw: dict[str, Any] | None) -> tuple[Any, str]:
+    """warploom's call and its plan's name: `scaled_mm` itself, or the planner's tile with `plan_kw` forced
+    (`scale_stages`, a Plan field the planner does not take, is set on its plan)."""
+    import dataclasses
+
+    if not plan_kw:
+        return (lambda: warploom.scaled_mm(a, b, sa, sb)), warploom.plan(a, b, sa, sb).plan.short()
+    kw = dict(plan_kw)
+    stages = kw.pop("scale_stages", None)
+    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, False)
+    dev = DeviceInfo.current()
+    plan = plan_schedule(spec, dev, **kw)
+    if stages is not None:
+        plan = dataclasses.replace(plan, scale_stages=stages)
+    kern = build(spec, dev, plan)
+    out = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device="cuda")
+    return (lambda: kern.run(a, b, out, sa, sb)), kern.plan.short()
 
 
 def _torch_fn(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> tuple[Any, str]:
@@ -60,19 +87,7 @@ def bench(m: int, n: int, k: int, plan_kw: dict[str, Any] | None = None, per_col
     a, b, sa, sb = _inputs(m, n, k, per_col)
     ref_a, ref_b = dequantized(a, b, sa, sb)
     ref = ref_a @ ref_b
-    if plan_kw:
-        spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, False)
-        dev = DeviceInfo.current()
-        kern = build(spec, dev, plan_schedule(spec, dev, **plan_kw))
-        out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-
-        def ours() -> Any:
-            return kern.run(a, b, out, sa, sb)
-        plan = kern.plan.short()
-    else:
-        def ours() -> Any:
-            return warploom.scaled_mm(a, b, sa, sb)
-        plan = warploom.plan(a, b, sa, sb).plan.short()
+    ours, plan = _ours(a, b, sa, sb, plan_kw)
     theirs, how = _torch_fn(a, b, sa, sb)
     e_ours, e_torch = _err(ours(), ref), _err(theirs(), ref)
     g_ours, g_torch = _time_graph(ours), _time_graph(theirs)
@@ -136,36 +151,21 @@ def main() -> None:
 
 
 def _ablate(shape: tuple[int, int, int], kw: dict[str, Any], per_col: bool) -> dict[str, Any]:
-    """One ablation variant: the planner's tile with `kw` forced (scale_stages is a Plan field set afterwards)."""
-    import dataclasses
-
+    """One ablation variant: `kw` forced on the planner's tile (`mx`: MX scales instead), timed beside torch's
+    blockwise kernel on 1x128 x 128x128 tensors of the same shape, for scale."""
     m, n, k = shape
     kw = dict(kw)
-    stages = kw.pop("scale_stages", None)
     mx = kw.pop("mx", False)
-    if stages is None and not kw and not per_col and not mx:
-        return bench(m, n, k)
-    a, b, sa, sb = _inputs(m, n, k, per_col)
-    if mx:  # e8m0 scales, (M, K/32) and (N, K/32)
-        sa = torch.randint(120, 135, (m, k // 32), device="cuda", dtype=torch.uint8).view(torch.float8_e8m0fnu)
-        sb = torch.randint(120, 135, (n, k // 32), device="cuda", dtype=torch.uint8).view(torch.float8_e8m0fnu)
-    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, False)
-    dev = DeviceInfo.current()
-    plan = plan_schedule(spec, dev, **kw)
-    if stages is not None:
-        plan = dataclasses.replace(plan, scale_stages=stages)
-    kern = build(spec, dev, plan)
-    out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+    a, b, sa, sb = _inputs(m, n, k, per_col, mx)
+    ours, plan = _ours(a, b, sa, sb, kw)
     ref_a, ref_b = dequantized(a, b, sa, sb)
-    err = _err(kern.run(a, b, out, sa, sb), ref_a @ ref_b)
-    t = _time_graph(lambda: kern.run(a, b, out, sa, sb))
-    # torch's blockwise kernel on the 128x128 recipe's tensors, for scale
-    a2, b2, sa2, sb2 = _inputs(m, n, k)
-    theirs, _ = _torch_fn(a2, b2, sa2, sb2)
+    err = _err(ours(), ref_a @ ref_b)
+    t = _time_graph(ours)
+    theirs, _ = _torch_fn(*_inputs(m, n, k))
     t_torch = _time_graph(theirs)
     flops = 2 * m * n * k
-    return {"shape": list(shape), "plan": kern.plan.short(), "ours_err": err,
-            "ours_graph_ms": t, "ours_tflops": flops / t / 1e9, "torch_tflops": flops / t_torch / 1e9}
+    return {"shape": list(shape), "plan": plan, "ours_err": err, "ours_graph_ms": t, "ours_tflops": flops / t / 1e9,
+            "torch_tflops": flops / t_torch / 1e9}
 
 
 if __name__ == "__main__":

@@ -81,18 +81,20 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
     g = capture(epilogue, user, out_shape=out_shape, device=a.device)
     tensors: dict[str, Any] = dict(operands)
     mainloop_scales: dict[str, Any] = {}
-    if scale_a is not None and spec.scale.is_blockwise:
-        # Blockwise scales are applied in the mainloop (each k-block's promotion): the user's function gets the
-        # scaled accumulator, and only the bias is a graph operand. The scales travel beside the operands.
-        bs = classify("bias", bias, out_shape, a.device) if bias is not None else None
-        g = with_prologue(g, None, None, bs)
-        tensors.update(**({"bias": bias} if bias is not None else {}))
-        mainloop_scales = {"scale_a": scale_a, "scale_b": scale_b}
-    elif scale_a is not None:
-        sa, sb = classify("scale_a", scale_a, out_shape, a.device), classify("scale_b", scale_b, out_shape, a.device)
+    if scale_a is not None:
+        sa = sb = None
+        if spec.scale.is_blockwise:
+            # Blockwise scales are applied in the mainloop (each k-block's promotion): the user's function gets the
+            # scaled accumulator, and only the bias is a graph operand. The scales travel beside the operands.
+            mainloop_scales = {"scale_a": scale_a, "scale_b": scale_b}
+        else:
+            sa, sb = (classify("scale_a", scale_a, out_shape, a.device),
+                      classify("scale_b", scale_b, out_shape, a.device))
+            tensors.update(scale_a=scale_a, scale_b=scale_b)
         bs = classify("bias", bias, out_shape, a.device) if bias is not None else None
         g = with_prologue(g, sa, sb, bs)
-        tensors.update(scale_a=scale_a, scale_b=scale_b, **({"bias": bias} if bias is not None else {}))
+        if bias is not None:
+            tensors["bias"] = bias
     spec = dataclasses.replace(spec, epilogue=g)
     for s in g.operands:
         if s.kind is OperandKind.DENSE:

@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
-from warploom.spec import SCALE_BLOCK, Accumulation, GemmSpec, ScaleRecipe
+from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
 _TILES: tuple[tuple[int, int, float], ...] = (
@@ -139,8 +139,7 @@ def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
     if not spec.scale.is_blockwise:
         return 0
     subs = bk // spec.scale.scale_k
-    per_col = spec.scale in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX)
-    return 4 * subs * (bm + (bn if per_col else -(-bn // SCALE_BLOCK)))
+    return 4 * subs * (bm + spec.scale.b_scales(bn))
 
 
 def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int, scale_partition: bool = False) -> int:

@@ -59,6 +59,15 @@ class ScaleRecipe(enum.Enum):
         """Elements of K one scale covers (blockwise recipes): 32 for MX, else 128."""
         return MX_BLOCK if self is ScaleRecipe.MX else SCALE_BLOCK
 
+    @property
+    def per_column_b(self) -> bool:
+        """Whether scale_b holds one value per column of B (1x128 x 1x128, MX) rather than per 128 columns."""
+        return self in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX)
+
+    def b_scales(self, cols: int) -> int:
+        """scale_b values per k-block (or MX slice) that cover `cols` columns of B."""
+        return cols if self.per_column_b else -(-cols // SCALE_BLOCK)
+
 
 # A blockwise scale covers this many elements of K (and, for 128x128 blocks of B, of N); an MX scale 32 of K.
 SCALE_BLOCK = 128

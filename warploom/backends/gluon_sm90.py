@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from warploom.backends.codebuf import CodeBuffer
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.spec import SCALE_BLOCK, BLayout, ScaleRecipe
+from warploom.spec import SCALE_BLOCK, BLayout
 
 _HEADER = """\
 from triton.experimental import gluon
@@ -297,7 +297,7 @@ class _PartitionEmitter:
         if o.tensor is ir.Tensor.SCALE_A:
             b.line(f"{idx} = off_m + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
             ptr, mask = f"sa_ptr + {idx} * sa_stride_m + kk * sa_stride_k", f"{idx} < M"
-        elif self.m.spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128:
+        elif self.m.spec.scale.per_column_b:
             b.line(f"{idx} = off_n + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's columns")
             ptr, mask = f"sb_ptr + kk * sb_stride_k + {idx} * sb_stride_n", f"{idx} < N"
         else:
@@ -346,7 +346,7 @@ class _PartitionEmitter:
         row = slot if sc.sub is None else f"({slot}) * {self.m.ring(sc.a_ring).rows} + {sc.sub}"
         rows = f".slice({self.row0}, {self.rows})" if self.p.rows else ""
         b.line(f"sa = {sc.a_ring}.index({row}){rows}.load(gl.SliceLayout(1, acc_layout))", "this k-block's row scales")
-        if self.m.spec.scale in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX):
+        if self.m.spec.scale.per_column_b:
             b.line(f"sb = {sc.b_ring}.index({row}).slice({acc.col0}, {acc.cols}).load(gl.SliceLayout(0, acc_layout))",
                    "its column scales")
         else:

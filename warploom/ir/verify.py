@@ -40,8 +40,9 @@ def structural(m: ir.Module) -> list[str]:
         errs.append(f"exactly one default partition expected, got {defaults}")
     ring_names = {r.name: r for r in m.rings}
     bar_names = {b.name: b for b in m.barriers}
-    if m.spec.scale.is_blockwise and m.tiling.bk != 128:
-        errs.append(f"blockwise scales cover 128 elements of K, so a k-block must too: bk={m.tiling.bk}, expected 128")
+    if m.spec.scale.is_blockwise and m.tiling.bk != SCALE_BLOCK:
+        errs.append(f"blockwise scales cover {SCALE_BLOCK} elements of K, so a k-block must too: bk={m.tiling.bk}, "
+                    f"expected {SCALE_BLOCK}")
     for b in m.barriers:
         for rn in b.rings:
             if rn not in ring_names:

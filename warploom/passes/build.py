@@ -19,7 +19,7 @@ from __future__ import annotations
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.planner import Plan
-from warploom.spec import SCALE_BLOCK, Accumulation, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 
 def kernel_name(spec: GemmSpec, plan: Plan) -> str:
@@ -60,10 +60,8 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         # The k-block's scales travel through the same stages as its A and B tiles (seed 001): one slot of
         # scale_a holds the tile's BM row scales; one of scale_b the tile's 128-column blocks' (or columns'); MX
         # slots a row of each per 32-deep slice.
-        per_col = spec.scale in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX)
         rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, DType.FP32, 1, subs, plan.bm),
-                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, DType.FP32, 1, subs,
-                          plan.bn if per_col else -(-plan.bn // SCALE_BLOCK)))
+                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, DType.FP32, 1, subs, spec.scale.b_scales(plan.bn)))
     cur = ir.Cursor("c", 1)
     c = ir.Slot("c")
     promoted = spec.accumulation is Accumulation.PROMOTED

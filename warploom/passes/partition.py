@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from warploom.ir import nodes as ir
-from warploom.passes.util import filter_ops, rewrite
+from warploom.passes.util import filter_ops, prune, rewrite
 
 
 def _is_load(o: ir.Op) -> bool:
@@ -44,22 +44,9 @@ class SplitProducer:
             lambda o: _rename_cursor(o, "p"),
         )
         producer = ir.Partition(
-            name="producer", role=ir.Role.PRODUCER, warps=self.producer_warps, body=_prune(prod_body),
+            name="producer", role=ir.Role.PRODUCER, warps=self.producer_warps, body=prune(prod_body),
             cursors=tuple(ir.Cursor("p", c.depth) for c in seq.cursors),
         )
         consumer = replace(seq, name="consumer", role=ir.Role.CONSUMER,
                            body=filter_ops(seq.body, lambda o: not _is_load(o)))
         return replace(m, partitions=(consumer, producer))
-
-
-def _prune(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
-    """Drop loops left empty."""
-    out: list[ir.Stmt] = []
-    for s in body:
-        if isinstance(s, ir.Loop):
-            inner = _prune(s.body)
-            if inner:
-                out.append(replace(s, body=inner))
-        else:
-            out.append(s)
-    return tuple(out)

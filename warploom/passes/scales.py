@@ -21,8 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from warploom.ir import nodes as ir
-from warploom.passes.partition import _prune
-from warploom.passes.util import filter_ops, rewrite
+from warploom.passes.util import filter_ops, prune, rewrite
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class SplitScales:
 
         scales = ir.Partition(
             name="scales", role=ir.Role.SCALES, warps=self.warps,
-            body=_prune(rewrite(filter_ops(prod.body, lambda o: isinstance(o, (ir.CopyScales, ir.Advance))), own)),
+            body=prune(rewrite(filter_ops(prod.body, lambda o: isinstance(o, (ir.CopyScales, ir.Advance))), own)),
             cursors=(ir.Cursor("q", 1),),
         )
         producer = replace(prod, body=filter_ops(prod.body, lambda o: not isinstance(o, ir.CopyScales)))

@@ -24,6 +24,19 @@ def filter_ops(body: tuple[ir.Stmt, ...], keep: Callable[[ir.Op], bool]) -> tupl
     return rewrite(body, lambda o: (o,) if keep(o) else ())
 
 
+def prune(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    """`body` without the loops left empty (recursively)."""
+    out: list[ir.Stmt] = []
+    for s in body:
+        if isinstance(s, ir.Loop):
+            inner = prune(s.body)
+            if inner:
+                out.append(replace(s, body=inner))
+        else:
+            out.append(s)
+    return tuple(out)
+
+
 def map_loops(body: tuple[ir.Stmt, ...], kind: ir.LoopKind,
               fn: Callable[[ir.Loop], tuple[ir.Stmt, ...]]) -> tuple[ir.Stmt, ...]:
     """Replace every loop of `kind` (after rewriting inside it) by what `fn` returns."""

@@ -56,13 +56,11 @@ class Launcher:
             if bf.tensor is ir.Tensor.OPERAND:
                 getters[f"{bf.operand}_desc"] = functools.partial(lambda name, c: c.operands[name], bf.operand)
         fused = m.spec.epilogue is not None
+        scale_args = _scale_args(m.spec.scale) if m.spec.scale.is_blockwise else {}
         self._args: list[Callable[[Call], Any]] = []
         for p in src.params:
-            if p in _SCALE_ARGS:
-                # MX scale_b is (N, K/32), a row per column of B: its strides swap places; MX scales go as their
-                # bytes (uint8), which the kernel decodes (Triton has no e8m0 pointer type).
-                mx = m.spec.scale is ScaleRecipe.MX
-                self._args.append(_MX_ARGS.get(p, _SCALE_ARGS[_MX_SWAP.get(p, p)]) if mx else _SCALE_ARGS[p])
+            if p in scale_args:
+                self._args.append(scale_args[p])
             elif p in blocks:
                 d, blk = blocks[p]
                 self._args.append(functools.partial(_desc, TensorDescriptor, getters[p], blk, shared_layout(d, blk)))
@@ -88,24 +86,23 @@ class Launcher:
         return out
 
 
-# Blockwise scales go as they are: the kernel reads them element by element with their own strides.
-_SCALE_ARGS: dict[str, Callable[[Call], Any]] = {
-    "sa_ptr": lambda c: c.scale_a, "sb_ptr": lambda c: c.scale_b,
-    "sa_stride_m": lambda c: c.scale_a.stride(0), "sa_stride_k": lambda c: c.scale_a.stride(1),
-    "sb_stride_k": lambda c: c.scale_b.stride(0), "sb_stride_n": lambda c: c.scale_b.stride(1),
-}
-
-
-_MX_SWAP = {"sb_stride_k": "sb_stride_n", "sb_stride_n": "sb_stride_k"}
-_MX_ARGS: dict[str, Callable[[Call], Any]] = {
-    "sa_ptr": lambda c: c.scale_a.view(_uint8()), "sb_ptr": lambda c: c.scale_b.view(_uint8()),
-}
-
-
-def _uint8() -> Any:
+def _scale_args(recipe: ScaleRecipe) -> dict[str, Callable[[Call], Any]]:
+    """Blockwise scales go as they are: the kernel reads them element by element with their own strides. scale_b
+    is (k-blocks, N or N-blocks), except MX's (N, K/32), a row per column of B; MX scales go as their bytes, which
+    the kernel decodes (Triton has no e8m0 pointer type)."""
     import torch
 
-    return torch.uint8
+    mx = recipe is ScaleRecipe.MX
+    kb = 1 if mx else 0  # scale_b's k dimension
+
+    def ptr(t: Any) -> Any:
+        return t.view(torch.uint8) if mx else t
+
+    return {
+        "sa_ptr": lambda c: ptr(c.scale_a), "sb_ptr": lambda c: ptr(c.scale_b),
+        "sa_stride_m": lambda c: c.scale_a.stride(0), "sa_stride_k": lambda c: c.scale_a.stride(1),
+        "sb_stride_k": lambda c: c.scale_b.stride(kb), "sb_stride_n": lambda c: c.scale_b.stride(1 - kb),
+    }
 
 
 def _aligned(t: Any) -> Any:

@@ -117,7 +117,7 @@ class CtaData:
             assert ops.scale_b is not None
             # (k-blocks, N) per column, (k-blocks, N-blocks) per 128x128 block; MX (N, slices), transposed
             src = ops.scale_b.t() if recipe is ScaleRecipe.MX else ops.scale_b
-            first = start if recipe in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX) else start // SCALE_BLOCK
+            first = start if recipe.per_column_b else start // SCALE_BLOCK
         # Outside the scale tensor the kernel reads 0 (cp.async zero-fill), or 1.0 for MX (its masked byte loads)
         fill = 1.0 if recipe is ScaleRecipe.MX else 0.0
         return _block(src, kb * subs, first, subs, n, fill)
@@ -149,7 +149,7 @@ class CtaData:
             sa = sa[ins.rows[0]:ins.rows[1]]
         sb = self.slots[br][bi][sub]
         c0, c1 = ins.cols or (0, accs[ins.dst].shape[1])
-        if self.m.spec.scale in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX):
+        if self.m.spec.scale.per_column_b:
             factor = sa[:, None] * sb[None, c0:c1]
         else:  # one scale per 128 columns: dst lies within one block (the verifier checks it)
             factor = sa[:, None] * sb[c0 // SCALE_BLOCK]

@@ -50,7 +50,7 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
         scale_a, scale_b = e8m0(m, k // MX_BLOCK), e8m0(n, k // MX_BLOCK)
     elif spec.scale.is_blockwise:
         kb = -(-k // SCALE_BLOCK)
-        cols = n if spec.scale is ScaleRecipe.BLOCKWISE_1X128_1X128 else -(-n // SCALE_BLOCK)
+        cols = spec.scale.b_scales(n)
         # Spread over 2**-4..2**4, so a scale applied to the wrong k-block or rows changes the result visibly.
         def spread(rows: int, cols: int) -> torch.Tensor:
             e = torch.randint(-4, 5, (rows, cols), generator=g).float()

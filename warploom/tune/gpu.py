@@ -63,11 +63,19 @@ def _device(t: torch.Tensor) -> DeviceInfo:
         return DeviceInfo.current()
 
 
+def _strided_like(t: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """`values` (t's shape and dtype) in a new tensor with t's strides; e8m0 is copied as its bytes."""
+    x = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device)
+    if t.dtype == torch.float8_e8m0fnu:
+        x.view(torch.uint8).copy_(values.view(torch.uint8))
+    else:
+        x.copy_(values)
+    return x
+
+
 def _random_like(t: torch.Tensor) -> torch.Tensor:
     """Standard-normal values (converted to t's dtype) in a new tensor with t's shape and strides."""
-    x = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device=t.device)
-    x.copy_(torch.randn(tuple(t.shape), device=t.device).to(t.dtype))
-    return x
+    return _strided_like(t, torch.randn(tuple(t.shape), device=t.device).to(t.dtype))
 
 
 def tune_matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = None, limit: int = 8,
@@ -129,14 +137,7 @@ def _random_scale(t: torch.Tensor) -> torch.Tensor:
         vals = torch.randint(120, 135, base, device=t.device, dtype=torch.uint8).view(torch.float8_e8m0fnu)
     else:
         vals = torch.rand(base, device=t.device) + 0.5
-    if overlap:
-        return vals.expand(shape)
-    x = torch.empty_strided(shape, tuple(t.stride()), dtype=t.dtype, device=t.device)
-    if t.dtype == torch.float8_e8m0fnu:
-        x.view(torch.uint8).copy_(vals.view(torch.uint8))
-    else:
-        x.copy_(vals)
-    return x
+    return vals.expand(shape) if overlap else _strided_like(t, vals)
 
 
 def _harness_ab(spec: GemmSpec, device: DeviceInfo, a: torch.Tensor, b: torch.Tensor, rest: tuple[Any, ...],
