@@ -105,6 +105,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="4096^3 and two DeepSeek shapes only")
     ap.add_argument("--plans", action="store_true", help="also force each tile shape at 4096^3 and 8192^3")
     ap.add_argument("--ablation", action="store_true", help="scale placement and recipe ablation (docstring)")
+    ap.add_argument("--splitk", action="store_true", help="split-K variants (forced) at the M <= 128 shapes")
     args = ap.parse_args()
     shapes = [SQUARE[0], (4096, 7168, 16384), (128, 7168, 2048)] if args.quick else SQUARE + DEEPSEEK
     rows = []
@@ -131,6 +132,24 @@ def main() -> None:
                 forced.append(r)
                 print(f"forced {str(tuple(s)):18s} {r['plan']:34s} ours {r['ours_tflops']:7.1f}  torch "
                       f"{r['torch_tflops']:7.1f}  graph ratio {r['graph_ratio']:.3f}", flush=True)
+    splitk = []
+    if args.splitk:
+        # Split-K at the M <= 128 shapes: for 128x128 and 64x128 tiles, the most k-ranges (dividing the k-blocks,
+        # at most 8) that keep the work units within one wave of SMs.
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        for s in [x for x in DEEPSEEK if x[0] <= 128]:
+            for bm, bn in ((128, 128), (64, 128)):
+                if bm > 64 >= s[0]:
+                    continue  # half of a 128-row tile would be padding
+                tiles, kb = -(-s[0] // bm) * -(-s[1] // bn), s[2] // 128
+                split = max(d for d in range(1, 9) if kb % d == 0 and tiles * d <= sms)
+                if split == 1:
+                    continue
+                r = bench(*s, plan_kw=dict(bm=bm, bn=bn, split_k=split))
+                splitk.append(r)
+                print(f"split-K {str(tuple(s)):18s} {r['plan']:34s} ours {r['ours_tflops']:7.1f}  torch "
+                      f"{r['torch_tflops']:7.1f}  graph ratio {r['graph_ratio']:.3f}  eager {r['ratio']:.3f}  "
+                      f"err {r['ours_err']:.2e}", flush=True)
     ablation = []
     if args.ablation:
         for s in ((4096, 4096, 4096), (4096, 7168, 16384)):
@@ -147,7 +166,7 @@ def main() -> None:
     with open(args.out, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                    "date": time.strftime("%Y-%m-%d %H:%M:%S"), "rows": rows, "geomean_graph_ratio": gm,
-                   "forced": forced, "ablation": ablation}, f, indent=1)
+                   "forced": forced, "ablation": ablation, "splitk": splitk}, f, indent=1)
 
 
 def _ablate(shape: tuple[int, int, int], kw: dict[str, Any], per_col: bool) -> dict[str, Any]:

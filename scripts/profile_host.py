@@ -40,6 +40,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--profile", default="scaled_mm", choices=["matmul", "scaled_mm", "fused"])
+    ap.add_argument("--sort", default="tottime", choices=["tottime", "cumulative"])
     args = ap.parse_args()
     s = args.size
     a = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
@@ -50,18 +51,30 @@ def main() -> None:
                                                                                 dtype=torch.bfloat16)
     out = torch.empty(s, s, device="cuda", dtype=torch.bfloat16)
     k = warploom.plan(a, b)
+    from warploom.runtime.launch import Launcher
+
+    jit = Launcher(k.module, k.gluon, fast=False)  # the same kernel, every call through Triton's JIT dispatch
+    kb = -(-s // 128)
+    sa_bw, sb_bw = torch.rand(s, kb, device="cuda") + 0.5, torch.rand(kb, kb, device="cuda") + 0.5
     calls: dict[str, Callable[[], Any]] = {
         "warploom.matmul": lambda: warploom.matmul(a, b),
         "Kernel.run (matmul)": lambda: k.run(a, b, out),
+        "  same, JIT dispatch": lambda: jit(a, b, out),
         "torch.matmul": lambda: torch.matmul(a, b),
         "warploom.scaled_mm": lambda: warploom.scaled_mm(a8, b8, sa, sb, bias=bias, use_fast_accum=True),
         "torch._scaled_mm": lambda: torch._scaled_mm(a8, b8, sa, sb, bias=bias, out_dtype=torch.bfloat16,
                                                      use_fast_accum=True),
+        "scaled_mm blockwise": lambda: warploom.scaled_mm(a8, b8, sa_bw, sb_bw),
+        "torch blockwise": lambda: torch._scaled_mm(a8, b8, sa_bw.t().contiguous().t(),
+                                                    sb_bw.t().contiguous().t(), out_dtype=torch.bfloat16),
         "warploom fused": lambda: warploom.scaled_mm(a8, b8, sa, sb, bias=bias, use_fast_accum=True,
                                                      epilogue=gelu_residual, residual=res),
     }
     for name, fn in calls.items():
-        print(f"{name:22s} host {host_us(fn):8.1f} us/call", flush=True)
+        try:
+            print(f"{name:22s} host {host_us(fn):8.1f} us/call", flush=True)
+        except RuntimeError as e:  # torch without a blockwise _scaled_mm
+            print(f"{name:22s} {type(e).__name__}: {str(e)[:120]}", flush=True)
     fn = {"matmul": calls["warploom.matmul"], "scaled_mm": calls["warploom.scaled_mm"],
           "fused": calls["warploom fused"]}[args.profile]
     pr = cProfile.Profile()
@@ -70,7 +83,7 @@ def main() -> None:
         fn()
     pr.disable()
     torch.cuda.synchronize()
-    pstats.Stats(pr).sort_stats("tottime").print_stats(22)
+    pstats.Stats(pr).sort_stats(args.sort).print_stats(30)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
 
-VARIANTS: list[dict[str, Any]] = [{}, {"bn": 64}, {"bn": 256}]
+# The default 64x128 tile (64 CTAs at N = 8192), and split-K (forced; planner.Plan.split_k) into 128 or 256 units.
+# (64- and 256-wide tiles without split-K were measured slower: docs/benchmarks.md, 2026-11-23 session 10.)
+VARIANTS: list[dict[str, Any]] = [{}, {"split_k": 2}, {"split_k": 4}, {"bn": 256, "split_k": 4}]
 
 
 def err(x: torch.Tensor, ref: torch.Tensor) -> float:

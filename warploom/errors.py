@@ -72,3 +72,10 @@ class VerificationError(InternalError):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"schedule IR invalid after {stage}:\n{lines}")
+
+
+def split_k_mismatch(bk: int, split_k: int, planned_k: int, k: int) -> ShapeError:
+    """A split-K kernel (`ir.Tiling.split_k`) called with a K whose k-blocks do not split as planned."""
+    return ShapeError("a", f"K whose {bk}-element k-blocks split into {split_k} equal ranges, as this split-K "
+                           f"kernel was planned (for K = {planned_k})", f"K = {k}",
+                      "plan a kernel for this K (warploom.plan, or kernel.build with its spec)")

@@ -37,6 +37,20 @@ The heuristic, in order:
    ring; each 128-deep k-block is four 32-deep wgmma, each promoted with its own scales. Decoding needs
    registers: the producer's warpgroup (shared with the scale partition) gets 40 and the consumers 232. At 256
    wide MX spills (248-440 bytes for budgets 40-56 / 232-224), so the planner takes 128x128 (0 bytes).
+13. Blockwise fp8 with M <= 128 (DeepSeek-V3's decode and small-batch shapes) also considers 64-row tiles and
+   64x64 tiles, scored as in step 3: 128-row tiles leave most SMs idle there (M=128, N=4096: 32 CTAs), and each
+   CTA's k-loop (wgmma, wait, promote) is latency-bound, so more, smaller CTAs win. Measured at M=128, N x K =
+   4096x7168: 128x128 0.69x torch, 64x128 0.86x, 64x64 0.92x; where 64x64 would take two waves (7168x16384) it
+   fell to 0.52x and 64x128 (0.91x) wins on score (docs/benchmarks.md, 2026-11-23 session 12).
+14. Split-K (Plan.split_k): blockwise fp8 with M <= 128 whose 128-wide tiles fill at most a third of the SMs and
+   whose K has at least 32 k-blocks splits each tile's k-blocks into the most ranges (dividing them, at most 8)
+   that keep the work units in one wave; the score divides a unit's work by the split. Each unit then streams
+   twice to seven times less of A and B than the 64x64 tiles of rule 13 would, for fp32 partials of the output's
+   size per range. Measured (graph ratio against torch): M=64 N x K=4096x7168 0.915 -> 1.53 (64x128, 4 ranges),
+   2112x7168 0.897 -> 1.92 (7 ranges); M=128 4096x7168 0.917 -> 1.18 (128x128, 4), 2112x7168 0.902 -> 1.58 (7).
+   Where it lost (K = 2048: 16 k-blocks, 56 tiles; 0.97 -> 0.87 and 0.92 -> 0.69) the thresholds keep it off.
+   bf16 and fp8 rowwise decode (M <= 64, N = K = 8192: 64 tiles) measured no gain from it either (0.84-0.91
+   against 0.86-1.00 unsplit), so it stays off there.
 """
 
 from __future__ import annotations
@@ -45,6 +59,7 @@ import math
 from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
+from warploom.dtypes import DType
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
@@ -58,6 +73,8 @@ _TILES: tuple[tuple[int, int, float], ...] = (
     # at 64x128): available when forced, never chosen.
     (64, 64, 0.60),
 )
+# Rule 13's recipes: measured on the H100 (MX's 32-deep promotions were not, and keep 128-row tiles).
+_SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
 _MAX_STAGES = 6
 _PRODUCER_REGS = 24
 _CONSUMER_REGS = 240
@@ -95,6 +112,9 @@ class Plan:
         scale_partition: blockwise recipes only: copy the scales in a partition of their own into a ring of
             `scale_stages` slots (passes/scales.py, seed 000) rather than through the A/B stages (rule 11).
         scale_warps: warps of that partition.
+        split_k: split each tile's k-blocks into this many equal ranges, each a work unit of its own whose
+            fp32 partial goes to a workspace; a second kernel sums the partials in order (deterministic) into C.
+            More CTAs when the output has fewer tiles than SMs (decode and small-M shapes); forced only.
     """
 
     bm: int
@@ -118,6 +138,7 @@ class Plan:
     scale_partition: bool = False
     scale_warps: int = 1
     scale_stages: int = 2
+    split_k: int = 1
 
     def short(self) -> str:
         sub = f"_e{self.epilogue_subtiles}" if self.epilogue_subtiles > 1 else ""
@@ -129,8 +150,9 @@ class Plan:
             f"_sp{self.scale_stages}w{self.scale_warps}"
         ablate = (sp + ("" if self.hoist_rows else "_nohoist") + ("" if self.scalar_columns else "_nocolscalar")
                   + ("_prefetch" if self.prefetch_operands else ""))
+        ks = f"_k{self.split_k}" if self.split_k > 1 else ""
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
-                f"{sub}{split}{blocks}{ablate}")
+                f"{sub}{split}{blocks}{ks}{ablate}")
 
 
 def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
@@ -158,20 +180,22 @@ def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: 
     return 2 if bn == 256 or (pingpong and bn == 128) else 1
 
 
-def epilogue_bytes(spec: GemmSpec, bm: int, bn: int, pingpong: bool = False) -> int:
+def epilogue_bytes(spec: GemmSpec, bm: int, bn: int, pingpong: bool = False, split_k: int = 1) -> int:
     """The epilogue's staging buffers: for the TMA store (one column block of the tile per output), and for
     each dense operand of a fused epilogue (warploom.passes.epilogue). Ping-pong consumers each stage whole
     tiles of their own: twice the buffers of cooperative ones, which share each tile's rows."""
     dense = [s.dtype for s in spec.epilogue.operands if s.kind.value == "dense"] if spec.epilogue else []
     copies = 2 if pingpong else 1
     sub = epilogue_subtiles(bn, pingpong, spec.epilogue is not None, bm, block_epilogue(spec, bn, pingpong))
-    return copies * sum(bm * bn // sub * d.bytes for d in (*spec.output_dtypes(), *dense))
+    # Split-K units stage their fp32 partials (the workspace's dtype), not the output.
+    outs = (DType.FP32,) if split_k > 1 else spec.output_dtypes()
+    return copies * sum(bm * bn // sub * d.bytes for d in (*outs, *dense))
 
 
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,
-               scale_partition: bool = False, scale_stages: int = 2) -> int:
+               scale_partition: bool = False, scale_stages: int = 2, split_k: int = 1) -> int:
     # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
-    free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong) - 1024
+    free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong, split_k) - 1024
     if scale_partition:
         free -= scale_stages * scale_slot_bytes(spec, bm, bn, bk)
     return min(_MAX_STAGES, free // stage_bytes(spec, bm, bn, bk, scale_partition))
@@ -181,10 +205,13 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                   stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
                   partial_blocks: int | None = None, hoist_rows: bool | None = None, scalar_columns: bool = True,
                   prefetch_operands: bool = False, pingpong: bool = False,
-                  scale_partition: bool | None = None) -> Plan:
-    """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations)."""
+                  scale_partition: bool | None = None, split_k: int | None = None) -> Plan:
+    """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
+    split_k (1: never split; None: rule 14 decides)."""
     from warploom.errors import UnsupportedError
 
+    if split_k is not None:
+        _check_split_k(spec, split_k, pingpong, scale_partition)
     if consumer_partitions not in (None, 1, 2):
         raise UnsupportedError(f"consumer_partitions={consumer_partitions!r}: expected 1 (one partition for all "
                                "consumer warpgroups) or 2 (one per warpgroup); pass 1 or 2, or None to let the "
@@ -223,9 +250,11 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue
         if pingpong and not _pingpong_fits(spec, cbm, cbn, partial_blocks):
             continue
-        if cbn == 64 and bn is None:
+        # Rule 13, as measured: the plain cooperative kernel with its scales in the A/B stages.
+        small_blockwise = spec.scale in _SMALL_M_RECIPES and spec.m <= 128 and not pingpong and not scale_partition
+        if cbn == 64 and bn is None and not small_blockwise:
             continue  # forced only: see _TILES
-        if bm is None and cbm == 64 and spec.m > 64:
+        if bm is None and cbm == 64 and spec.m > 64 and not small_blockwise:
             continue  # a 64-row tile only pays when M itself is small
         if cbm == 64 and consumer_partitions == 2 and not pingpong:
             continue  # one warpgroup cannot be split in two row blocks
@@ -246,13 +275,18 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                                        and spec.bias_dtype.bytes == 4)):
             continue  # fp32 output + bias on the promoted 256-wide tile spills 8-40 bytes (ptxas, 2026-11-22)
         block = block_epilogue(spec, cbn, pingpong)
-        fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition)
+        ks = split_k if split_k is not None else _rule14_split(spec, device, cbm, cbn, pingpong, scale_partition)
+        fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, split_k=ks)
+        if split_k is None and ks > 1 and stages is not None and stages > fit:
+            ks = 1  # a forced depth that only fits beside the output's staging tile, not the fp32 partials'
+            fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition)
         # Promoted fp8 measured 1-3% faster at 3 stages than at 4 (docs/benchmarks.md, sweeps of 2026-11-22).
         s = (min(fit, 3) if promoted and cbn == 256 else fit) if stages is None else stages
         if s < 1 or s > fit or (stages is None and s < 2):
             continue  # a forced depth must still fit; chosen depths are at least double buffered
-        tiles = max(1, math.ceil(spec.m / cbm) * math.ceil(spec.n / cbn))
-        score = math.ceil(tiles / device.sm_count) * cbm * cbn / eff
+        tiles = max(1, math.ceil(spec.m / cbm) * math.ceil(spec.n / cbn)) * ks  # work units
+        # A unit of a split tile does 1/ks of its work (the reduction's cost is rule 14's thresholds).
+        score = math.ceil(tiles / device.sm_count) * cbm * cbn / eff / ks
         plan = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
             group_m=group_m, grid=min(device.sm_count, tiles),
@@ -260,7 +294,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             block_epilogue=block,
             consumer_partitions=2 if pingpong else 1 if cbm == 64 else (consumer_partitions or 2),
             partial_blocks=blocks, hoist_rows=hoist_rows, scalar_columns=scalar_columns,
-            prefetch_operands=prefetch_operands, pingpong=pingpong, scale_partition=scale_partition,
+            prefetch_operands=prefetch_operands, pingpong=pingpong, scale_partition=scale_partition, split_k=ks,
             **_mx_registers(spec, cbm, pingpong),
         )
         key = (score, -cbm * cbn, plan)
@@ -276,6 +310,48 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         raise UnsupportedError(f"no tile shape fits {spec.short()} with {bm=} {bn=} {stages=} {partial_blocks=} "
                                f"on {device.name}{hint}")
     return best[2]
+
+
+def _rule14_split(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, pingpong: bool,
+                  scale_partition: bool | None) -> int:
+    """Rule 14: blockwise fp8 with M <= 128 on 128-wide tiles, when the tiles fill at most a third of the SMs and
+    K has at least 32 k-blocks, splits K into the most ranges (a divisor of the k-blocks, at most 8) that keep the
+    work units within one wave; otherwise 1."""
+    if (spec.scale not in _SMALL_M_RECIPES or spec.m > 128 or bn != 128 or spec.bias_dtype is not None
+            or spec.epilogue is not None or pingpong or scale_partition):
+        return 1
+    k_tiles = math.ceil(spec.k / 128)
+    tiles = math.ceil(spec.m / bm) * math.ceil(spec.n / bn)
+    if tiles > device.sm_count // 3 or k_tiles < 32:
+        return 1
+    return max(d for d in range(1, 9) if k_tiles % d == 0 and tiles * d <= device.sm_count)
+
+
+def _check_split_k(spec: GemmSpec, split_k: int, pingpong: bool, scale_partition: bool | None) -> None:
+    """Split-K's limits: the k-blocks split evenly (every unit runs the same count, so the producer's flat loop
+    and the consumers' nested ones agree on ring uses), and the partials are summed before anything that is not
+    linear in the accumulator (the bias, a fused epilogue, the output cast) could run."""
+    from warploom.errors import UnsupportedError
+
+    if split_k == 1:
+        return
+    bk = 128 if spec.is_fp8 else 64
+    k_tiles = max(1, math.ceil(spec.k / bk))
+    problems = []
+    if split_k < 1 or k_tiles % split_k:
+        problems.append(f"split_k={split_k} must divide the {k_tiles} k-blocks of {bk}")
+    if spec.bias_dtype is not None or spec.epilogue is not None:
+        problems.append("a bias or a fused epilogue needs the whole sum (pass split_k=1)")
+    if pingpong:
+        problems.append("ping-pong consumers skip each other's tiles by whole k-loops (use pingpong=False)")
+    if scale_partition or spec.scale is ScaleRecipe.MX:
+        problems.append("the scale partition is not built for split-K units (use scale_partition=False; not MX)")
+    mp = math.ceil(spec.m / 128) * 128  # M rounded up to BM (at most this for any BM)
+    if split_k * mp * spec.n >= 2**31:
+        problems.append(f"the fp32 workspace ({split_k} x {mp} x {spec.n}) needs 64-bit offsets, which the "
+                        "reduction kernel does not use (pass a smaller split_k)")
+    if problems:
+        raise UnsupportedError(f"split_k={split_k} for {spec.short()}: " + "; ".join(problems))
 
 
 def _mx_registers(spec: GemmSpec, bm: int, pingpong: bool) -> dict[str, int]:

@@ -101,6 +101,15 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
      dict(bm=128, bn=256, stages=3, consumer_partitions=2, partial_blocks=2)),
     ("e4m3_blockwise_1x128_128x128", f8(4096, 2112, 7168, BW1, PROMOTED), dict(bm=128, bn=128)),
     ("e4m3_blockwise_decode_64x128", f8(64, 7168, 2048, BW, PROMOTED), dict(bm=64, bn=128)),
+    # Split-K (forced): units over k-ranges storing fp32 partials, and the reduction kernel (compiled too).
+    ("bf16_decode_64x128_split2", mm(16, 8192, 8192), dict(bm=64, bn=128, split_k=2)),
+    ("e4m3_rowwise_decode_64x128_split4", f8(64, 8192, 8192, RW), dict(bm=64, bn=128, split_k=4)),
+    ("e4m3_blockwise_m128_128x128_split4", f8(128, 4096, 7168, BW, PROMOTED), dict(bm=128, bn=128, split_k=4)),
+    # Rules 13 and 14 for small M, as planned: 64x64 (M = 64, N = 7168), 64x128 (M = 128, N = 7168), and split-K
+    # 128x128 in 4 k-ranges (M = 128, N = 4096).
+    ("e4m3_blockwise_m64_planned_64x64", f8(64, 7168, 16384, BW, PROMOTED), {}),
+    ("e4m3_blockwise_1x128_m128_planned_64x128", f8(128, 7168, 16384, BW1, PROMOTED), {}),
+    ("e4m3_blockwise_m128_planned_split4", f8(128, 4096, 7168, BW, PROMOTED), {}),
     # The dedicated scale partition (seed 000), forced: its warp shares the producer's warpgroup.
     ("e4m3_blockwise_scale_partition_128x256", f8(4096, 4096, 4096, BW, PROMOTED), dict(bn=256, scale_partition=True)),
     ("e4m3_blockwise_1x128_scale_partition_64x128", f8(64, 7168, 2048, BW1, PROMOTED),

@@ -84,3 +84,45 @@ def test_torch_compile_fullgraph_over_the_custom_ops() -> None:
     assert _err(got, eager) < 1e-3  # the same kernels, torch's own ops around them may fuse
     x2 = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
     assert _err(compiled(x2), model(x2)) < 1e-3
+
+
+def test_fast_launch_path_matches_the_jit_and_keeps_one_kernel_per_specialization() -> None:
+    """After its first call a Launcher launches the compiled kernel directly (runtime/launch.py). Fresh tensors each
+    call, on a side stream too; the JIT-dispatched launcher of the same kernel gives the same bits; the blockwise
+    kernel's scale pointers at offsets of 4 bytes (not 16-byte aligned) are a different specialization."""
+    from warploom.runtime.launch import Launcher
+
+    torch.manual_seed(1)
+    m, n, k = 300, 272, 512
+    kern = warploom.plan(torch.empty(m, k, device="cuda", dtype=torch.bfloat16),
+                         torch.empty(k, n, device="cuda", dtype=torch.bfloat16))
+    fast, jit = Launcher(kern.module, kern.gluon, fast=True), Launcher(kern.module, kern.gluon, fast=False)
+    side = torch.cuda.Stream()
+    for i in range(4):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        got = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        want = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        with torch.cuda.stream(side if i % 2 else torch.cuda.current_stream()):
+            fast(a, b, got)
+            jit(a, b, want)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(got.float(), a.float() @ b.float(), atol=0.1, rtol=0.02)
+        assert torch.equal(got, want)
+    assert len(fast._main._compiled) == 1
+
+    fa, fb = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn), \
+        (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn).t()
+    kb, nb = k // 128, -(-n // 128)
+    bw = warploom.plan(fa, fb, torch.ones(m, kb, device="cuda"), torch.ones(kb, nb, device="cuda"))
+    launcher = Launcher(bw.module, bw.gluon, fast=True)
+    from warploom.sim.reference import dequantized
+
+    for offset in (0, 1, 0):  # 16-byte aligned, then 4 bytes past, then aligned again
+        sa = (torch.rand(m * kb + 4, device="cuda") + 0.5)[offset:offset + m * kb].view(m, kb)
+        sb = (torch.rand(kb * nb + 4, device="cuda") + 0.5)[offset:offset + kb * nb].view(kb, nb)
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        launcher(fa, fb, out, sa, sb)
+        da, db = dequantized(fa, fb, sa, sb)
+        assert _err(out.float(), da @ db) < 1e-3
+    assert len(launcher._main._compiled) == 2

@@ -163,6 +163,60 @@ def test_cpu_fused_epilogue_with_blockwise_scales() -> None:
     assert sorted(s.name for s in plan.spec.epilogue.operands) == ["bias", "residual"]
 
 
+@pytest.mark.parametrize("m,n,k,tile", [
+    (128, 4096, 7168, (64, 64)),  # 128-row tiles: 32 CTAs; 64x64: 128, one wave
+    (128, 2112, 7168, (64, 64)),
+    (128, 7168, 16384, (64, 128)),  # 64x64 would be 224 CTAs, two waves (measured 0.52x torch)
+    (64, 7168, 16384, (64, 64)),
+    (1, 4096, 7168, (64, 64)),
+    (129, 4096, 7168, (128, 128)),  # past rule 13's M
+    (4096, 7168, 16384, (128, 256)),
+])
+def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple[int, int]) -> None:
+    """Rule 13 (split-K off): blockwise fp8 with M <= 128 also scores 64-row and 64x64 tiles (measured at
+    DeepSeek-V3's shapes); other recipes keep their tiles (MX and promoted rowwise were not measured there; bf16
+    decode lost at 64x64)."""
+    for recipe in (BW, ScaleRecipe.BLOCKWISE_1X128_1X128):
+        s = GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=recipe,
+                     accumulation=Accumulation.PROMOTED)
+        p = plan_schedule(s, H100_SXM, split_k=1)
+        assert (p.bm, p.bn) == tile
+    for other in (GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.MX,
+                           accumulation=Accumulation.PROMOTED),
+                  GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.ROWWISE,
+                           accumulation=Accumulation.PROMOTED),
+                  GemmSpec(m, n, k)):
+        p = plan_schedule(other, H100_SXM)
+        assert p.bn != 64 and (p.bm == 128 or m <= 64)
+
+
+@pytest.mark.parametrize("m,n,k,plan", [
+    (64, 4096, 7168, (64, 128, 4)),  # 32 tiles of 64x128, 56 k-blocks: 4 ranges, 128 units (measured 1.53x)
+    (64, 2112, 7168, (64, 128, 7)),  # 17 tiles: 7 ranges, 119 units (1.92x)
+    (1, 2112, 7168, (64, 128, 7)),
+    (128, 4096, 7168, (128, 128, 4)),  # (1.18x)
+    (128, 2112, 7168, (128, 128, 7)),  # (1.58x)
+    (64, 7168, 2048, (64, 64, 1)),  # 16 k-blocks: too short (measured 0.87x split against 0.97x)
+    (128, 7168, 16384, (64, 128, 1)),  # 56 tiles of 128x128: more than a third of the SMs
+    (129, 2112, 7168, (128, 128, 1)),  # past M = 128
+])
+def test_rule14_splits_k_for_few_tiles(m: int, n: int, k: int, plan: tuple[int, int, int]) -> None:
+    for recipe in (BW, ScaleRecipe.BLOCKWISE_1X128_1X128):
+        s = GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=recipe,
+                     accumulation=Accumulation.PROMOTED)
+        p = plan_schedule(s, H100_SXM)
+        assert (p.bm, p.bn, p.split_k) == plan
+        assert p.grid == min(132, -(-m // p.bm) * -(-n // p.bn) * p.split_k)
+    # Not for a bias (summed once), MX (its scale partition), rowwise or bf16 (decode measured no gain).
+    for other in (GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, warploom.DType.BF16, scale=BW,
+                           accumulation=Accumulation.PROMOTED, bias_dtype=warploom.DType.BF16),
+                  GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.MX,
+                           accumulation=Accumulation.PROMOTED),
+                  GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.ROWWISE),
+                  GemmSpec(m, n, k)):
+        assert plan_schedule(other, H100_SXM).split_k == 1
+
+
 def test_scale_partition_is_forced_only_and_checked() -> None:
     from warploom.errors import UnsupportedError
 

@@ -147,3 +147,38 @@ def test_misaligned_scale_or_bias_pointer(jit: RecordingJit, which: str) -> None
         return
     kern, args, grid = host_launch(jit, a, b, sa, sb, bias)
     check_args(kern, args, grid, a, b)
+
+
+@pytest.mark.parametrize("m,n,k,split", [(130, 264, 1024, 4), (1, 4096, 512, 2)])
+def test_split_k_host_side(jit: RecordingJit, m: int, n: int, k: int, split: int) -> None:
+    """Split-K: the main kernel gets a (split * Mp, N) fp32 workspace descriptor and a grid over work units; the
+    reduction kernel then gets the workspace, C and its strides, M, N and Mp."""
+    from warploom.planner import plan_schedule
+
+    a, b = torch.randn(m, k).to(BF16), torch.randn(k, n).to(BF16)
+    spec = checks.matmul_spec(a, b)
+    kern = dataclasses.replace(build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=64, bn=128, split_k=split)))
+    out = torch.empty(m, n, dtype=BF16)
+    assert kern.run(a, b, out) is out
+    (grid, args, _), (rgrid, rargs, ropts) = jit.calls
+    named = dict(zip(kern.gluon.params, args, strict=True))
+    mp = math.ceil(m / 64) * 64
+    ws = named["workspace_desc"]
+    assert list(ws.shape) == [split * mp, n] and ws.base.dtype == FP32 and list(ws.block_shape) == [64, 128]
+    assert "c_desc" not in named
+    assert grid == (min(H100_SXM.sm_count, math.ceil(m / 64) * math.ceil(n / 128) * split),)
+    assert rargs[0] is ws.base and rargs[1] is out and rargs[2:] == (out.stride(0), out.stride(1), m, n, mp)
+    assert rgrid == (math.ceil(m * n / 1024),) and ropts == {"num_warps": 4}
+
+
+def test_split_k_kernel_refuses_another_k(jit: RecordingJit) -> None:
+    from warploom.errors import ShapeError
+    from warploom.planner import plan_schedule
+
+    a, b = torch.randn(16, 640).to(BF16), torch.randn(640, 256).to(BF16)
+    spec = checks.matmul_spec(a, b)
+    kern = dataclasses.replace(build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=64, bn=128, split_k=5)))
+    a2, b2 = torch.randn(16, 704).to(BF16), torch.randn(704, 256).to(BF16)  # 11 k-blocks
+    with pytest.raises(ShapeError, match="split into 5 equal ranges"):
+        kern.run(a2, b2, torch.empty(16, 256, dtype=BF16))
+    assert not jit.calls  # refused before any launch

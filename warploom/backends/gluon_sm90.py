@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from warploom.backends.codebuf import CodeBuffer
+from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.spec import SCALE_BLOCK, BLayout
@@ -59,6 +60,8 @@ class GluonSource:
         params: the kernel's run-time parameters, in order.
         num_warps: warps of the default partition.
         maxnreg: the kernel-wide register cap that lets setmaxnreg redistribute registers.
+        reduce_kernel: split-K only: the ``@gluon.jit`` function in `text` that adds the workspace's partial sums
+            in order and casts them into C (`REDUCE_PARAMS`; one program per `REDUCE_BLOCK` elements).
     """
 
     text: str
@@ -66,6 +69,7 @@ class GluonSource:
     params: tuple[str, ...]
     num_warps: int
     maxnreg: int
+    reduce_kernel: str | None = None  # split-K: the kernel that sums the workspace's slabs into C
 
 
 def _instr_n(bm: int, bn: int, warps: int) -> int:
@@ -120,6 +124,8 @@ class _PartitionEmitter:
         self.row0, self.rows = (p.rows.start, p.rows.rows) if p.rows else (0, m.tiling.bm)
         self._offsets: set[str] = set()  # epilogue index vectors already computed in the current tile
         self._split: set[str] = set()  # accumulators already split into column blocks in the current tile
+        self.split = m.tiling.split_k > 1
+        self.kb = "(k0 + kk)" if self.split else "kk"  # the k-block's index in K (split-K: from the unit's start)
 
     def params(self) -> list[str]:
         return partition_params(self.m, self.p)
@@ -133,7 +139,11 @@ class _PartitionEmitter:
             b.line("num_pid_m = gl.cdiv(M, BM)")
             b.line("num_pid_n = gl.cdiv(N, BN)")
             b.line("num_tiles = num_pid_m * num_pid_n")
-            b.line("k_tiles = gl.cdiv(K, BK)")
+            if self.split:
+                b.line("k_tiles = gl.cdiv(K, BK) // SPLIT_K", "k-blocks per work unit")
+                b.line("num_units = num_tiles * SPLIT_K", "split-K: unit = split * num_tiles + tile")
+            else:
+                b.line("k_tiles = gl.cdiv(K, BK)")
             if self.p.accumulators:
                 n = _instr_n(self.rows, min(a.cols for a in self.p.accumulators), self.p.warps)
                 bits = self.m.spec.a_dtype.bytes * 8
@@ -171,7 +181,13 @@ class _PartitionEmitter:
 
     def loop(self, lp: ir.Loop) -> None:
         b = self.buf
-        if lp.kind is ir.LoopKind.TILES:
+        if lp.kind is ir.LoopKind.TILES and self.split:
+            self._offsets, self._split = set(), set()
+            assert lp.step == 1, "split-K has no ping-pong (ir/verify.py)"
+            with b.block("for unit in range(pid, num_units, gl.num_programs(0))", comment="for units (split-K)"):
+                self._unit_coords("unit")
+                self.body(lp.body)
+        elif lp.kind is ir.LoopKind.TILES:
             self._offsets, self._split = set(), set()
             if lp.step == 1:
                 head, note = "range(pid, num_tiles, gl.num_programs(0))", "for tiles"
@@ -185,16 +201,26 @@ class _PartitionEmitter:
         elif lp.kind is ir.LoopKind.K:
             with b.block("for kk in range(k_tiles)", comment="for k"):
                 self.body(lp.body)
-        else:
-            b.line("my_tiles = gl.cdiv(num_tiles - pid, gl.num_programs(0))")
-            with b.block("for t in range(my_tiles * k_tiles)", comment="for tiles*k (flattened)"):
-                b.line("tile_id = pid + (t // k_tiles) * gl.num_programs(0)")
+        else:  # FLAT: over this CTA's tiles (split-K: work units) and their k-blocks
+            var, what = ("unit", "units") if self.split else ("tile_id", "tiles")
+            b.line(f"my_{what} = gl.cdiv(num_{what} - pid, gl.num_programs(0))")
+            with b.block(f"for t in range(my_{what} * k_tiles)", comment=f"for {what}*k (flattened)"):
+                b.line(f"{var} = pid + (t // k_tiles) * gl.num_programs(0)")
                 b.line("kk = t % k_tiles")
-                b.line("off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)")
+                if self.split:
+                    self._unit_coords(var)
+                else:
+                    b.line("off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)")
                 self.body(lp.body)
 
+    def _unit_coords(self, unit: str) -> None:
+        b = self.buf
+        b.line(f"split = {unit} // num_tiles", "which k-range")
+        b.line("k0 = split * k_tiles", "its first k-block")
+        b.line(f"off_m, off_n = tile_coords({unit} % num_tiles, num_pid_m, num_pid_n)")
+
     def _coord(self, axis: ir.Axis) -> str:
-        return {ir.Axis.M: "off_m", ir.Axis.N: "off_n", ir.Axis.K: "kk * BK"}[axis]
+        return {ir.Axis.M: "off_m", ir.Axis.N: "off_n", ir.Axis.K: f"{self.kb} * BK"}[axis]
 
     def _b_view(self, ring: str, slot: str, cols: ir.ColBlock | None, k_cols: ir.ColBlock | None = None) -> str:
         k_major = self.m.spec.b_layout is BLayout.K_MAJOR
@@ -279,7 +305,9 @@ class _PartitionEmitter:
             case ir.TmaStore():
                 col = "off_n" if o.part == 0 else f"off_n + {o.part} * (BN // {o.parts})"
                 row = f"off_m + {self.row0}" if self.row0 else "off_m"
-                b.line(f"tma.async_copy_shared_to_global({output_desc(o.output)}, [{row}, {col}], {o.buffer})", c)
+                if o.tensor is ir.Tensor.WORKSPACE:  # the unit's slab: M rounded up to BM rows per k-range
+                    row = f"split * (num_pid_m * BM) + {row}"
+                b.line(f"tma.async_copy_shared_to_global({store_desc(o)}, [{row}, {col}], {o.buffer})", c)
             case ir.Advance():
                 b.line(f"{o.cursor} += 1", c)
             case _:
@@ -296,14 +324,15 @@ class _PartitionEmitter:
         idx = f"{o.ring}_idx"
         if o.tensor is ir.Tensor.SCALE_A:
             b.line(f"{idx} = off_m + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
-            ptr, mask = f"sa_ptr + {idx} * sa_stride_m + kk * sa_stride_k", f"{idx} < M"
+            ptr, mask = f"sa_ptr + {idx} * sa_stride_m + {self.kb} * sa_stride_k", f"{idx} < M"
         elif self.m.spec.scale.per_column_b:
             b.line(f"{idx} = off_n + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's columns")
-            ptr, mask = f"sb_ptr + kk * sb_stride_k + {idx} * sb_stride_n", f"{idx} < N"
+            ptr, mask = f"sb_ptr + {self.kb} * sb_stride_k + {idx} * sb_stride_n", f"{idx} < N"
         else:
             b.line(f"{idx} = off_n // {SCALE_BLOCK} + gl.arange(0, {ring.cols}, layout={o.ring}_copy)",
                    f"the tile's {SCALE_BLOCK}-column blocks of B")
-            ptr, mask = f"sb_ptr + kk * sb_stride_k + {idx} * sb_stride_n", f"{idx} < gl.cdiv(N, {SCALE_BLOCK})"
+            ptr, mask = (f"sb_ptr + {self.kb} * sb_stride_k + {idx} * sb_stride_n",
+                         f"{idx} < gl.cdiv(N, {SCALE_BLOCK})")
         b.line(f"async_copy.async_copy_global_to_shared({o.ring}.index({slot}), {ptr}, mask={mask})",
                printer.op(o))
         if o.barrier is not None:
@@ -329,8 +358,8 @@ class _PartitionEmitter:
         with b.block(f"for j in range({ring.rows})", comment=f"{printer.op(o)}: {sk}-deep slice j"):
             # The last k-block's slices past K hold no scales (K is a multiple of 32, not of 128): masked to 1.0,
             # times a partial of zeros (TMA zero-fills A and B there).
-            b.line(f"{pre}_bits = gl.load({pre}_ptr + {idx} * {pre}_stride_{dim} + (kk * {ring.rows} + j) * "
-                   f"{pre}_stride_k, mask=({idx} < {size}) & (kk * {ring.rows} + j < K // {sk}), other=127)"
+            b.line(f"{pre}_bits = gl.load({pre}_ptr + {idx} * {pre}_stride_{dim} + ({self.kb} * {ring.rows} + j) * "
+                   f"{pre}_stride_k, mask=({idx} < {size}) & ({self.kb} * {ring.rows} + j < K // {sk}), other=127)"
                    ".to(gl.float32)", "e8m0 bits (127: 1.0)")
             b.line(f"{o.ring}.index(({slot}) * {ring.rows} + j).store(gl.where({pre}_bits == 255.0, float('nan'), "
                    f"gl.exp2({pre}_bits - 127.0)))", "2**(e - 127), exact in fp32; 255 is NaN")
@@ -519,6 +548,17 @@ def output_desc(output: int) -> str:
     return "c_desc" if output == 0 else f"c{output}_desc"
 
 
+WORKSPACE_DESC = "workspace_desc"
+# The split-K reduction kernel's parameters, and the elements each of its programs sums.
+REDUCE_PARAMS = ("ws_ptr", "c_ptr", "c_stride_m", "c_stride_n", "M", "N", "MP")
+REDUCE_BLOCK = 1024
+
+
+def store_desc(o: ir.TmaStore) -> str:
+    """The descriptor a TMA store writes through: an output's, or the split-K workspace's."""
+    return WORKSPACE_DESC if o.tensor is ir.Tensor.WORKSPACE else output_desc(o.output)
+
+
 def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
     """A partition function's parameters: the descriptors, smem and pointers its ops use, then M, N, K."""
     used: dict[str, None] = {}
@@ -546,7 +586,7 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
             case ir.StoreSmem():
                 used[o.buffer] = None
             case ir.TmaStore():
-                used[output_desc(o.output)] = None
+                used[store_desc(o)] = None
                 used[o.buffer] = None
             case ir.PrefetchOperand():
                 used[f"{o.operand}_desc"] = None
@@ -577,7 +617,8 @@ def _all_resources(m: ir.Module) -> list[str]:
 def kernel_params(m: ir.Module) -> tuple[str, ...]:
     """The kernel's run-time parameters: TMA descriptors, then scale and bias pointers, then sizes."""
     steps = {s for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
-    ps = ["a_desc", "b_desc"] + [output_desc(j) for j in range(len(m.spec.output_dtypes()))]
+    ps = ["a_desc", "b_desc"]
+    ps += [WORKSPACE_DESC] if m.tiling.split_k > 1 else [output_desc(j) for j in range(len(m.spec.output_dtypes()))]
     if m.spec.scale.is_blockwise:
         ps += SCALE_PARAMS
     if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE}:
@@ -605,7 +646,7 @@ def lower(m: ir.Module) -> GluonSource:
             b.line(line, comment="fused epilogue: tl.PropagateNan")
     b.line()
     for name, val in (("BM", t.bm), ("BN", t.bn), ("BK", t.bk), ("STAGES", m.rings[0].depth),
-                      ("GROUP_M", t.group_m)):
+                      ("GROUP_M", t.group_m)) + ((("SPLIT_K", t.split_k),) if t.split_k > 1 else ()):
         b.line(f"{name} = gl.constexpr({val})")
     b.line()
     b.line()
@@ -631,8 +672,8 @@ def lower(m: ir.Module) -> GluonSource:
             b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {r.rows}, {r.cols}], "
                    f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({r.rows}, {r.cols}) {r.dtype.value}")
         for bf in m.buffers:
-            desc = {ir.Tensor.C: output_desc(bf.output), ir.Tensor.OPERAND: f"{bf.operand}_desc"}.get(
-                bf.tensor, f"{bf.tensor.value.lower()}_desc")
+            desc = {ir.Tensor.C: output_desc(bf.output), ir.Tensor.OPERAND: f"{bf.operand}_desc",
+                    ir.Tensor.WORKSPACE: WORKSPACE_DESC}.get(bf.tensor, f"{bf.tensor.value.lower()}_desc")
             b.line(f"{bf.name} = gl.allocate_shared_memory({desc}.dtype, [{bf.rows}, {bf.cols}], {desc}.layout)",
                    comment=f"buffer {bf.name}: ({bf.rows}, {bf.cols}) {bf.dtype.value}")
         for br in m.barriers:
@@ -656,4 +697,26 @@ def lower(m: ir.Module) -> GluonSource:
                 b.line(f"({p.name}, ({', '.join(partition_params(m, p))})),")
         workers = m.workers
         b.line(f"], [{', '.join(str(p.warps) for p in workers)}], [{', '.join(str(p.regs) for p in workers)}])")
-    return GluonSource(b.text(), m.name, params, m.default_partition.warps, _maxnreg(m))
+    reduce = None
+    if t.split_k > 1:
+        reduce = f"{m.name}_reduce"
+        _emit_reduce(b, reduce, m.spec.out_dtype)
+    return GluonSource(b.text(), m.name, params, m.default_partition.warps, _maxnreg(m), reduce)
+
+
+def _emit_reduce(b: CodeBuffer, name: str, out: DType) -> None:
+    """Split-K's second kernel: C = the sum of the workspace's SPLIT_K slabs, added in slab order (the same
+    result every run), cast to C's dtype. Slab s holds rows s * MP ... of the (SPLIT_K * MP, N) workspace."""
+    b.line()
+    b.line()
+    b.line("@gluon.jit")
+    with b.block(f"def {name}({', '.join(REDUCE_PARAMS)})", comment="split-K: C = sum of the partial slabs"):
+        b.line("layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])")
+        b.line(f"offs = gl.program_id(0) * {REDUCE_BLOCK} + gl.arange(0, {REDUCE_BLOCK}, layout=layout)")
+        b.line("mask = offs < M * N")
+        b.line("row = offs // N")
+        b.line("col = offs % N")
+        b.line("acc = gl.load(ws_ptr + offs, mask=mask, other=0.0)", "slab 0: rows 0 .. M of the first MP")
+        with b.block("for s in gl.static_range(1, SPLIT_K)"):
+            b.line("acc += gl.load(ws_ptr + (s * MP + row) * N + col, mask=mask, other=0.0)")
+        b.line(f"gl.store(c_ptr + row * c_stride_m + col * c_stride_n, acc.to({out.gluon}), mask=mask)")

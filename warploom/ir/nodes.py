@@ -39,6 +39,7 @@ class Tensor(enum.Enum):
     OPERAND = "operand"  # a fused epilogue's dense operand (Buffer.operand names it)
     SCALE_A = "scale_a"  # blockwise scales of A: one fp32 per row and k-block
     SCALE_B = "scale_b"  # blockwise scales of B: per 128 columns (or per column) and k-block
+    WORKSPACE = "workspace"  # split-K: fp32 partial sums, one (M rounded up to BM) x N slab per k-range
 
 
 class Axis(enum.Enum):
@@ -420,7 +421,8 @@ class FenceAsync:
 class TmaStore:
     """Asynchronously copy `buffer` to column block `part` of `parts` of output `output`'s tile at (tile m,
     tile n), i.e. to origin (m * BM, n * BN + part * BN / parts); out-of-bounds elements are dropped.
-    Output 0 is C; a fused epilogue with several outputs stores output j to the j-th output tensor."""
+    Output 0 is C; a fused epilogue with several outputs stores output j to the j-th output tensor. A split-K
+    unit's store (`tensor` WORKSPACE) goes to its k-range's slab of the workspace instead (`Tiling.split_k`)."""
 
     buffer: str
     tensor: Tensor = Tensor.C
@@ -550,6 +552,12 @@ class Tiling:
         group_m: grouped raster: tiles run GROUP_M rows of tiles at a time, column by column, so that
             concurrently running CTAs share A and B tiles in L2.
         grid: the most CTAs launched (the SM count); each CTA loops over tiles pid, pid + grid, ...
+        split_k: 1, or split-K: each tile's k-blocks form `split_k` equal ranges and the persistent loops visit
+            work units, unit u = split * tiles + tile (all tiles of range 0 first, each range in the grouped
+            order). TILES and FLAT loops run over units; a K loop over its unit's k_tiles / split_k k-blocks,
+            from split * k_tiles / split_k. Each unit's TMA stores go to slab `split` of the fp32 WORKSPACE
+            (rows split * Mp + m, Mp = M rounded up to BM, so a partial tile never reaches the next slab), and a
+            second kernel adds the slabs in order into C.
     """
 
     bm: int
@@ -557,9 +565,15 @@ class Tiling:
     bk: int
     group_m: int
     grid: int
+    split_k: int = 1
 
     def block(self, axis: Axis) -> int:
         return {Axis.M: self.bm, Axis.N: self.bn, Axis.K: self.bk}[axis]
+
+    def splits_evenly(self, k: int) -> bool:
+        """Whether K's k-blocks form `split_k` equal ranges (always without split-K). K is a run-time argument:
+        a split kernel run at another K than planned for would otherwise drop the remainder's k-blocks."""
+        return -(-k // self.bk) % self.split_k == 0 if k > 0 else True
 
 
 @dataclass(frozen=True)

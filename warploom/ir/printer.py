@@ -110,7 +110,8 @@ def module(m: ir.Module) -> str:
     t = m.tiling
     out = [
         f"module {m.name}  # {m.spec.short()}",
-        f"  tiling bm={t.bm} bn={t.bn} bk={t.bk} group_m={t.group_m} grid={t.grid}",
+        f"  tiling bm={t.bm} bn={t.bn} bk={t.bk} group_m={t.group_m} grid={t.grid}"
+        + (f" split_k={t.split_k}" if t.split_k > 1 else ""),
     ]
     for r in m.rings:
         out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]")

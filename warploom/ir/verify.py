@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 
 from warploom.device import DeviceInfo
+from warploom.dtypes import DType
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
@@ -43,6 +44,7 @@ def structural(m: ir.Module) -> list[str]:
     if m.spec.scale.is_blockwise and m.tiling.bk != SCALE_BLOCK:
         errs.append(f"blockwise scales cover {SCALE_BLOCK} elements of K, so a k-block must too: bk={m.tiling.bk}, "
                     f"expected {SCALE_BLOCK}")
+    errs += _check_split_k(m)
     for b in m.barriers:
         for rn in b.rings:
             if rn not in ring_names:
@@ -133,6 +135,37 @@ def structural(m: ir.Module) -> list[str]:
             if isinstance(o, (ir.Arrive,)) and o.guard is not ir.Guard.ALWAYS and ir.LoopKind.K not in loops \
                     and ir.LoopKind.FLAT not in loops:
                 errs.append(f"{where}: guard {o.guard.value} outside a k-loop")
+    return errs
+
+
+def _check_split_k(m: ir.Module) -> list[str]:
+    """Split-K (ir.Tiling): every unit runs the same number of k-blocks; the units store partial sums, so nothing
+    that is not linear in the accumulator may run before the reduction (bias, a fused epilogue, a cast); stores go
+    to the workspace exactly when the k-blocks are split; no ping-pong tile skipping (SkipTiles counts whole
+    tiles of k-blocks)."""
+    t, errs = m.tiling, []
+    splitting = t.split_k > 1
+    k_tiles = max(1, -(-m.spec.k // t.bk))
+    if t.split_k < 1 or k_tiles % t.split_k:
+        errs.append(f"split_k={t.split_k} does not divide the {k_tiles} k-blocks: units would differ in length")
+    if splitting and t.split_k * -(-m.spec.m // t.bm) * t.bm * m.spec.n >= 2**31:
+        errs.append(f"split_k={t.split_k}: the fp32 workspace reaches 2^31 elements, past the reduction's 32-bit "
+                    "offsets")
+    for p in m.partitions:
+        for o, _ in ir.walk(p.body):
+            if isinstance(o, ir.TmaStore) and (o.tensor is ir.Tensor.WORKSPACE) != splitting:
+                errs.append(f"partition {p.name}: {printer.op(o)} with split_k={t.split_k}: split-K units store "
+                            "to the workspace, whole tiles to their outputs")
+            if splitting and isinstance(o, ir.Epilogue) and ir.EpilogueStep.ADD_BIAS in o.steps:
+                errs.append(f"partition {p.name}: {printer.op(o)} adds the bias to a split-K partial sum "
+                            "(it would be added split_k times)")
+            if splitting and isinstance(o, (ir.ApplyEpilogue, ir.LoadOperand, ir.PrefetchOperand, ir.SkipTiles)):
+                errs.append(f"partition {p.name}: {printer.op(o)} in a split-K kernel (fused epilogues and "
+                            "ping-pong need whole tiles)")
+    if splitting:
+        for b in m.buffers:
+            if b.tensor is ir.Tensor.WORKSPACE and b.dtype is not DType.FP32:
+                errs.append(f"buffer {b.name} stages {b.dtype.value} partial sums: the workspace is fp32")
     return errs
 
 

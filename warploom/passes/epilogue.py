@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from warploom.dtypes import DType
 from warploom.epilogue.graph import EpilogueGraph
 from warploom.epilogue.operands import OperandKind
 from warploom.ir import nodes as ir
@@ -61,6 +62,10 @@ class LowerEpilogue:
         t, n = m.tiling, self.subtiles
         graph = m.spec.epilogue
         out_dtypes = m.spec.output_dtypes()
+        # Split-K units store fp32 partial sums to the workspace; the reduction kernel casts them (ir.Tiling).
+        target = ir.Tensor.C
+        if t.split_k > 1:
+            out_dtypes, target = (DType.FP32,), ir.Tensor.WORKSPACE
         storing = [p for p in m.partitions if any(isinstance(o, ir.StoreTile) for o, _ in ir.walk(p.body))]
         buffers: list[ir.Buffer] = []
         parts = []
@@ -76,7 +81,7 @@ class LowerEpilogue:
             # One column block per store; an accumulator narrower than that (column-block accumulators)
             # is stored whole.
             width = min([t.bn // n] + [accs[o.acc].cols for o, _ in ir.walk(p.body) if isinstance(o, ir.StoreTile)])
-            bufs = tuple(ir.Buffer(base if j == 0 else f"{base}_{j}", ir.Tensor.C, d, rows, width, output=j)
+            bufs = tuple(ir.Buffer(base if j == 0 else f"{base}_{j}", target, d, rows, width, output=j)
                          for j, d in enumerate(out_dtypes))
             # Dense operands come by TMA through a buffer of their own: loaded straight into the wgmma
             # layout each thread would hold a 64-bit address per 4 bytes, and spill.
@@ -114,7 +119,8 @@ class _Lower:
                 if o.acc in self.steps:
                     out.append(ir.Epilogue(o.acc, self.steps[o.acc], i, n))
                 out += [ir.StoreWait(0), ir.StoreSmem(o.acc, self.bufs[0].name, i, n), ir.FenceAsync(),
-                        ir.TmaStore(self.bufs[0].name, part=acc.col0 // w + i, parts=self.bn // w)]
+                        ir.TmaStore(self.bufs[0].name, self.bufs[0].tensor, part=acc.col0 // w + i,
+                                    parts=self.bn // w)]
                 continue
             for s in self.graph.operands:
                 buf = self.dense.get(s.name)

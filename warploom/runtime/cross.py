@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from warploom.backends.gluon_sm90 import GluonSource, output_desc
+from warploom.backends.gluon_sm90 import REDUCE_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.runtime.loader import load
@@ -73,11 +73,12 @@ def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
     t, s = m.tiling, m.spec
     b_block = [t.bn, t.bk] if s.b_layout is BLayout.K_MAJOR else [t.bk, t.bn]
     blocks = {"a_desc": (s.a_dtype, [t.bm, t.bk]), "b_desc": (s.b_dtype, b_block)}
-    for j, dt in enumerate(s.output_dtypes()):
-        c = next(b for b in m.buffers if b.tensor is ir.Tensor.C and b.output == j)
-        blocks[output_desc(j)] = (dt, [c.rows, c.cols])
     for bf in m.buffers:
-        if bf.tensor is ir.Tensor.OPERAND:
+        if bf.tensor is ir.Tensor.C:
+            blocks[output_desc(bf.output)] = (bf.dtype, [bf.rows, bf.cols])
+        elif bf.tensor is ir.Tensor.WORKSPACE:  # split-K: fp32 partial sums
+            blocks[WORKSPACE_DESC] = (bf.dtype, [bf.rows, bf.cols])
+        elif bf.tensor is ir.Tensor.OPERAND:
             blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows, bf.cols])
     return blocks
 
@@ -140,6 +141,8 @@ def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Com
         log = r.stdout + r.stderr
         sass = subprocess.run([_bin("cuobjdump"), "-sass", cubin_path], capture_output=True, text=True,
                               check=True).stdout
+    if src.reduce_kernel is not None:
+        _compile_reduce(m, src, options)
     regs = re.search(r"Used (\d+) registers", log)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     return Compiled(
@@ -148,3 +151,17 @@ def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Com
         spills=int(spill.group(1)) + int(spill.group(2)) if spill else -1,
         smem_bytes=int(ck.metadata.shared), ptxas_log=log,
     )
+
+
+def _compile_reduce(m: ir.Module, src: GluonSource, options: dict[str, Any]) -> None:
+    """Compile split-K's reduction kernel too, so a cross-compile proves both kernels of the module build."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    assert src.reduce_kernel is not None
+    fn = load(src.text, src.reduce_kernel)
+    sig = {p: "i32" for p in REDUCE_PARAMS}
+    sig.update(ws_ptr="*fp32", c_ptr=f"*{_SIG[m.spec.out_dtype]}")
+    triton.compile(GluonASTSource(fn, sig, {}, {}), target=GPUTarget("cuda", 90, 32),
+                   options={**options, "num_warps": 4, "maxnreg": None})

@@ -51,8 +51,8 @@ def sample_ctas(module: ir.Module, m: int, n: int) -> tuple[int, ...]:
     """Program ids that run every protocol of a launch: one CTA per distinct tile count
     (`representative_ctas`, CTA 0 among them) and the CTA of the last tile, ragged when M or N is."""
     t = module.tiling
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid)
-    last = (cdiv(m, t.bm) * cdiv(n, t.bn) - 1) % grid
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
+    last = (cdiv(m, t.bm) * cdiv(n, t.bn) * t.split_k - 1) % grid
     return tuple(sorted({*representative_ctas(module, m, n), last}))
 
 
@@ -84,8 +84,14 @@ def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, 
     m, n = x.a.shape[0], x.b.shape[1]
     res = simulate(module, x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed, ctas=ctas, record=record)
     t = module.tiling
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid)
-    tiles = tuple(tile for pid in res.report.ctas for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid))
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
+    tiles = tuple(tile for pid in res.report.ctas
+                  for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k))
+    if t.split_k > 1:  # a tile of C is final only once every k-range's unit of it was simulated
+        units: dict[tuple[int, int], list[TileRef]] = {}
+        for u in tiles:
+            units.setdefault((u.off_m, u.off_n), []).append(u)
+        tiles = tuple(us[0] for us in units.values() if len(us) == t.split_k)
     error = math.nan  # also when no tile was simulated: nothing was shown correct
     if tiles:
         out, ref = _judged(res.output, x, tiles, t.bm, t.bn)

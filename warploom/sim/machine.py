@@ -610,7 +610,7 @@ class Machine:
         e = self.stores[i][self.store_done[i]]
         ins = self._store_of(e)
         if self.data is not None:
-            self.data.tma_store(ins.buffer, ins.off_m, ins.off_n, ins.output)
+            self.data.tma_store(ins.buffer, ins.off_m, ins.off_n, ins.output, ins.workspace)
         self.store_done[i] += 1
         self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
 

@@ -40,6 +40,8 @@ class Operands:
         writes: per output, the (M, N) count of the stores that wrote each element.
         epilogue: a fused epilogue's operand tensors by graph name, as passed (their own dtypes and strides:
             `evaluate_tile` reads them through their `OperandSpec`).
+        workspace, ws_writes: split-K only: the (split_k * Mp, N) fp32 partial sums, NaN until stored, and the
+            count of the stores that wrote each element (`ir.Tiling.split_k`).
     """
 
     a: torch.Tensor
@@ -50,6 +52,8 @@ class Operands:
     outs: tuple[torch.Tensor, ...]
     writes: tuple[torch.Tensor, ...]
     epilogue: Mapping[str, torch.Tensor]
+    workspace: torch.Tensor | None = None
+    ws_writes: torch.Tensor | None = None
 
     @property
     def out(self) -> torch.Tensor:
@@ -62,12 +66,18 @@ class Operands:
         b_rows = b.t() if module.spec.b_layout is BLayout.K_MAJOR else b
         # Blockwise scales stay 2-D: (M, k-blocks) and (k-blocks, N-blocks or N), read per (tile, k-block).
         keep = module.spec.scale.is_blockwise
+        t = module.tiling
+        ws = None
+        if t.split_k > 1:
+            mp = -(-a.shape[0] // t.bm) * t.bm
+            ws = torch.full((t.split_k * mp, outs[0].shape[1]), float("nan"))
         return Operands(
             a.float().contiguous(), b_rows.float().contiguous(),
             None if scale_a is None else (scale_a.float() if keep else scale_a.reshape(-1).float()),
             None if scale_b is None else (scale_b.float() if keep else scale_b.reshape(-1).float()),
             None if bias is None else bias.float(), outs,
             tuple(torch.zeros(o.shape, dtype=torch.int16) for o in outs), epilogue,
+            ws, None if ws is None else torch.zeros(ws.shape, dtype=torch.int16),
         )
 
 
@@ -213,18 +223,39 @@ class CtaData:
         else:  # no apply_epilogue of this block (a finding): the registers hold nothing meaningful
             self.bufs[buffer] = torch.full(buf.shape, float("nan")).to(self.buf_dtype[buffer])
 
-    def tma_store(self, buffer: str, off_m: int, off_n: int, output: int = 0) -> None:
+    def tma_store(self, buffer: str, off_m: int, off_n: int, output: int = 0, workspace: bool = False) -> None:
+        if workspace:
+            assert self.ops.workspace is not None and self.ops.ws_writes is not None
+            _box_write(self.ops.workspace, self.ops.ws_writes, self.bufs[buffer], off_m, off_n)
+            return
         self._write(self.bufs[buffer], off_m, off_n, output)
 
     def store_tile(self, agent: int, acc: str, off_m: int, off_n: int) -> None:
         self._write(self.accs[agent][acc].to(self.ops.out.dtype), off_m, off_n)
 
     def _write(self, tile: torch.Tensor, off_m: int, off_n: int, output: int = 0) -> None:
-        out = self.ops.outs[output]
-        h, w = min(tile.shape[0], out.shape[0] - off_m), min(tile.shape[1], out.shape[1] - off_n)
-        if h > 0 and w > 0:  # TMA drops the out-of-bounds part of the box
-            out[off_m:off_m + h, off_n:off_n + w] = tile[:h, :w].to(out.dtype)
-            self.ops.writes[output][off_m:off_m + h, off_n:off_n + w] += 1
+        _box_write(self.ops.outs[output], self.ops.writes[output], tile, off_m, off_n)
+
+
+def _box_write(out: torch.Tensor, writes: torch.Tensor, tile: torch.Tensor, off_m: int, off_n: int) -> None:
+    h, w = min(tile.shape[0], out.shape[0] - off_m), min(tile.shape[1], out.shape[1] - off_n)
+    if h > 0 and w > 0:  # TMA drops the out-of-bounds part of the box
+        out[off_m:off_m + h, off_n:off_n + w] = tile[:h, :w].to(out.dtype)
+        writes[off_m:off_m + h, off_n:off_n + w] += 1
+
+
+def reduce_splits(workspace: torch.Tensor, split_k: int, out: torch.Tensor,
+                  boxes: list[tuple[int, int, int, int]] | None = None) -> None:
+    """The split-K reduction kernel's meaning: C = slab 0 + slab 1 + ... in fp32, in slab order, cast to C; only
+    within `boxes` (row, column, rows, columns) when given (the tiles whose every k-range was simulated)."""
+    m, n = out.shape
+    mp = workspace.shape[0] // split_k
+    for r0, c0, rows, cols in boxes if boxes is not None else [(0, 0, m, n)]:
+        r1, c1 = min(r0 + rows, m), min(c0 + cols, n)
+        acc = workspace[r0:r1, c0:c1].clone()
+        for s in range(1, split_k):
+            acc += workspace[s * mp + r0:s * mp + r1, c0:c1]
+        out[r0:r1, c0:c1] = acc.to(out.dtype)
 
 
 def _masked(v: torch.Tensor, off: int, size: int, mask: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from warploom.dtypes import DType
 from warploom.epilogue.graph import EpilogueGraph
 from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
@@ -33,7 +34,7 @@ class Geometry:
         pid: the CTA's program id.
         grid: CTAs launched.
         tiles: this CTA's tiles in persistent order.
-        k_tiles: k-blocks per tile, ``cdiv(K, BK)``.
+        k_tiles: k-blocks per tile, ``cdiv(K, BK)``; with split-K, per work unit (that over split_k).
     """
 
     m: int
@@ -47,7 +48,8 @@ class Geometry:
     @staticmethod
     def of(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int) -> Geometry:
         t = module.tiling
-        return Geometry(m, n, k, pid, grid, cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid), cdiv(k, t.bk))
+        return Geometry(m, n, k, pid, grid, cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k),
+                        cdiv(k, t.bk) // t.split_k)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +236,7 @@ class TmaStoreI:
     off_m: int
     off_n: int  # the column block's origin: tile origin + part * BN / parts
     output: int = 0  # the output tensor written (0 is C)
+    workspace: bool = False  # split-K: to the fp32 workspace (off_m counts its slab's rows) instead
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +291,11 @@ class _Interp:
         self.k: int | None = None
         self.text: dict[ir.Op, str] = {}  # printer.op per op, printed once rather than per iteration
         self.out_dtypes = module.spec.output_dtypes()
+
+    def _kb(self, t: TileRef) -> int:
+        """The current k-block's index in K: the loop's, from the work unit's first k-block with split-K."""
+        assert self.k is not None
+        return t.split * self.geo.k_tiles + self.k
 
     def _col0(self, acc: str) -> int:
         """Where a column-block accumulator sits in the tile (0 for a whole-tile one)."""
@@ -419,7 +427,7 @@ class _Interp:
                     t = self._tile(text)
                     if self.k is None:
                         raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
-                    origin = {ir.Axis.M: t.off_m, ir.Axis.N: t.off_n, ir.Axis.K: self.k * m.tiling.bk}
+                    origin = {ir.Axis.M: t.off_m, ir.Axis.N: t.off_n, ir.Axis.K: self._kb(t) * m.tiling.bk}
                     tag = Tag(o.tensor.value, (o.coord[0].value, o.coord[1].value),
                               (origin[o.coord[0]], origin[o.coord[1]]))
                     slot = self._index(o.slot, ring.depth, text)
@@ -432,14 +440,14 @@ class _Interp:
                         raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
-                    yield LoadI(site, o.ring, slot, scale_tag(o.tensor, t, self.k), o.barrier, bi, 0,
+                    yield LoadI(site, o.ring, slot, scale_tag(o.tensor, t, self._kb(t)), o.barrier, bi, 0,
                                 tracked=not o.sync, sync=o.sync)
                 case ir.Mma():
                     t = self._tile(text)
                     if self.k is None:
                         raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
                     overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)
-                    a_tag, b_tag = expected_tags(m, t, self.k)
+                    a_tag, b_tag = expected_tags(m, t, self._kb(t))
                     rb = self.p.rows
                     yield MmaI(site, o.a_ring, o.b_ring, self._index(o.slot, m.ring(o.a_ring).depth, text),
                                self._index(o.slot, m.ring(o.b_ring).depth, text), o.acc, not overwrite,
@@ -455,9 +463,9 @@ class _Interp:
                     sc = o.scales
                     reads = ScaleRead(
                         (sc.a_ring, self._index(sc.slot, m.ring(sc.a_ring).depth, text),
-                         scale_tag(ir.Tensor.SCALE_A, t, self.k)),
+                         scale_tag(ir.Tensor.SCALE_A, t, self._kb(t))),
                         (sc.b_ring, self._index(sc.slot, m.ring(sc.b_ring).depth, text),
-                         scale_tag(ir.Tensor.SCALE_B, t, self.k)), sc.sub or 0)
+                         scale_tag(ir.Tensor.SCALE_B, t, self._kb(t))), sc.sub or 0)
                     dst = self._acc(o.dst, text)
                     rb = self.p.rows
                     yield PromoteI(site, o.src, o.dst, reads, None if rb is None else (rb.start, rb.start + rb.rows),
@@ -488,12 +496,16 @@ class _Interp:
                     if not 0 <= o.output < len(self.out_dtypes):
                         raise MalformedError(f"partition {self.p.name}: `{text}` writes output {o.output}, but the "
                                              f"kernel has {len(self.out_dtypes)} output(s)")
-                    if buf.dtype is not self.out_dtypes[o.output]:  # TMA copies bytes: no conversion on the way
+                    ws = o.tensor is ir.Tensor.WORKSPACE
+                    want = DType.FP32 if ws else self.out_dtypes[o.output]
+                    if buf.dtype is not want:  # TMA copies bytes: no conversion on the way
                         raise MalformedError(f"partition {self.p.name}: `{text}` copies {o.buffer} "
-                                             f"({buf.dtype.value}) to output {o.output}, which is "
-                                             f"{self.out_dtypes[o.output].value}")
-                    yield TmaStoreI(site, o.buffer, t.off_m + self.row0, t.off_n + o.part * (m.tiling.bn // o.parts),
-                                    o.output)
+                                             f"({buf.dtype.value}) to {'the workspace' if ws else 'output'} "
+                                             f"{'' if ws else o.output}, which is {want.value}")
+                    # A split-K unit's slab starts at split * Mp (M rounded up to BM) rows of the workspace.
+                    row0 = t.split * cdiv(self.geo.m, m.tiling.bm) * m.tiling.bm if ws else 0
+                    yield TmaStoreI(site, o.buffer, row0 + t.off_m + self.row0,
+                                    t.off_n + o.part * (m.tiling.bn // o.parts), o.output, ws)
                 case ir.LoadOperand():
                     self._tile(text)
                     self._operand(o, text)

@@ -37,6 +37,7 @@ class TileRef:
         tile_id: the persistent tile id (pid, pid + grid, ...).
         pid_m, pid_n: tile coordinates from the grouped raster.
         off_m, off_n: element offsets of the tile's origin in C.
+        split: split-K only: which k-range of the tile this work unit covers (`ir.Tiling.split_k`).
     """
 
     index: int
@@ -45,21 +46,28 @@ class TileRef:
     pid_n: int
     off_m: int
     off_n: int
+    split: int = 0
 
     def __str__(self) -> str:
-        return f"tile #{self.index} (m={self.pid_m}, n={self.pid_n})"
+        ks = f", k-range {self.split}" if self.split else ""
+        return f"tile #{self.index} (m={self.pid_m}, n={self.pid_n}{ks})"
 
 
-def launch_grid(m: int, n: int, bm: int, bn: int, grid: int) -> int:
-    """CTAs launched, as `warploom.runtime.launch` does: the planned grid, capped by the tile count."""
-    return min(grid, cdiv(m, bm) * cdiv(n, bn))
+def launch_grid(m: int, n: int, bm: int, bn: int, grid: int, split_k: int = 1) -> int:
+    """CTAs launched, as `warploom.runtime.launch` does: the planned grid, capped by the work units (tiles, times
+    the k-ranges with split-K)."""
+    return min(grid, cdiv(m, bm) * cdiv(n, bn) * split_k)
 
 
-def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: int) -> tuple[TileRef, ...]:
-    """The tiles CTA `pid` of a `grid`-CTA persistent launch visits, in order (tile_id = pid, pid + grid, ...)."""
+def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: int,
+              split_k: int = 1) -> tuple[TileRef, ...]:
+    """The tiles CTA `pid` of a `grid`-CTA persistent launch visits, in order (tile_id = pid, pid + grid, ...).
+    With split-K, the work units u = pid, pid + grid, ...: tile u % tiles, k-range u // tiles."""
     num_pid_m, num_pid_n = cdiv(m, bm), cdiv(n, bn)
+    tiles = num_pid_m * num_pid_n
     out = []
-    for i, tile_id in enumerate(range(pid, num_pid_m * num_pid_n, grid)):
+    for i, unit in enumerate(range(pid, tiles * split_k, grid)):
+        tile_id = unit % tiles
         pm, pn = tile_coords(tile_id, num_pid_m, num_pid_n, group_m)
-        out.append(TileRef(i, tile_id, pm, pn, pm * bm, pn * bn))
+        out.append(TileRef(i, tile_id, pm, pn, pm * bm, pn * bn, unit // tiles))
     return tuple(out)

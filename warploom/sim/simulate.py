@@ -20,12 +20,12 @@ from typing import Any
 import torch
 
 from warploom.epilogue.operands import OperandSpec
-from warploom.errors import DeviceError, DTypeError, InputError, ScaleError, ShapeError
+from warploom.errors import DeviceError, DTypeError, InputError, ScaleError, ShapeError, split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.sim.events import TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, ProtocolError, SimFinding
 from warploom.sim.machine import Machine
-from warploom.sim.numerics import CtaData, Operands
+from warploom.sim.numerics import CtaData, Operands, reduce_splits
 from warploom.sim.program import CtaProgram, Geometry, MalformedError
 from warploom.sim.raster import cta_tiles, launch_grid
 from warploom.sim.scheduler import run_random
@@ -110,6 +110,8 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
                              f"convert {arg} with {arg}.to({want.torch})")
     if a.shape[1] != b.shape[0]:
         raise ShapeError("b", f"shape ({a.shape[1]}, N)", f"shape {tuple(b.shape)}", "pass b as (K, N)")
+    if not module.tiling.splits_evenly(a.shape[1]):
+        raise split_k_mismatch(module.tiling.bk, module.tiling.split_k, spec.k, a.shape[1])
     steps = {s for p in module.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
     scaled = steps & {ir.EpilogueStep.SCALE_TENSORWISE, ir.EpilogueStep.SCALE_ROWWISE}
     if scaled and (scale_a is None or scale_b is None):
@@ -240,7 +242,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     results = _outputs(module, m, n, out, outs)
     ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors)
     t = module.tiling
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
     pids = tuple(range(grid)) if ctas is None else tuple(ctas)
     for p in pids:
         if not 0 <= p < grid:
@@ -273,6 +275,10 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
         torch.set_num_threads(threads)
     # A deadlocked (or unrunnable) CTA's missing tiles are a consequence already reported, not a new finding.
     _coverage(module, m, n, grid, tuple(p for p in pids if p not in stuck), ops, sink)
+    if ops.workspace is not None:  # split-K: the second kernel sums the slabs into C, where all of them ran
+        ran = tuple(p for p in pids if p not in stuck)
+        boxes = None if len(ran) == grid else _complete_tiles(module, m, n, grid, ran)
+        reduce_splits(ops.workspace, t.split_k, results[0], boxes)
     report = SimReport(module.name, seed, pids, steps, k_steps, sink.findings(), tuple(events),
                        time.perf_counter() - t0)
     return SimResult(results, report)
@@ -282,8 +288,11 @@ def _coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...
               sink: FindingSink) -> None:
     """Every element of every output in the simulated CTAs' tiles must have been stored exactly once."""
     t = module.tiling
+    if ops.ws_writes is not None:
+        _workspace_coverage(module, m, n, grid, pids, ops.ws_writes, sink)
+        return
     for pid in pids:
-        for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid):
+        for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k):
             for j, writes in enumerate(ops.writes):
                 got = writes[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
                 lo, hi = int(got.min()), int(got.max())
@@ -295,13 +304,40 @@ def _coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...
                                         tile=str(tile)))
 
 
+def _complete_tiles(module: ir.Module, m: int, n: int, grid: int,
+                    pids: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
+    """Split-K: the boxes of the tiles whose every k-range's unit ran in `pids` (the rest of C stays as it was)."""
+    t = module.tiling
+    count: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k):
+            count[(u.off_m, u.off_n)] = count.get((u.off_m, u.off_n), 0) + 1
+    return [(r, c, t.bm, t.bn) for (r, c), k in count.items() if k == t.split_k]
+
+
+def _workspace_coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...], writes: torch.Tensor,
+                        sink: FindingSink) -> None:
+    """Split-K: every element of each work unit's box in its k-range's workspace slab stored exactly once."""
+    t = module.tiling
+    mp = -(-m // t.bm) * t.bm
+    for pid in pids:
+        for unit in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k):
+            r0 = unit.split * mp + unit.off_m
+            got = writes[r0:r0 + t.bm, unit.off_n:unit.off_n + t.bn]
+            lo, hi = int(got.min()), int(got.max())
+            if lo != 1 or hi != 1:
+                sink.add(SimFinding(FindingKind.OUTPUT_COVERAGE,
+                                    f"work unit {unit} at workspace[{r0}, {unit.off_n}] of CTA {pid}: its elements "
+                                    f"were stored between {lo} and {hi} times, expected once", pid, tile=str(unit)))
+
+
 def representative_ctas(module: ir.Module, m: int, n: int) -> tuple[int, ...]:
     """One CTA per distinct tile count: without data, CTAs with as many tiles run the same protocol."""
     t = module.tiling
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
     seen: dict[int, int] = {}
     for pid in range(grid):
-        seen.setdefault(len(cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid)), pid)
+        seen.setdefault(len(cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k)), pid)
     return tuple(sorted(seen.values()))
 
 
@@ -330,7 +366,7 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
     listing the findings unless `raise_on_finding` is False.
     """
     t = module.tiling
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
     pids = representative_ctas(module, m, n) if ctas is None else tuple(ctas)
     seeds = tuple(seeds)
     sink = FindingSink()

@@ -104,13 +104,14 @@ def consumer_registers(spec: GemmSpec, plan: Plan) -> int:
 def estimate(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Estimate:
     """The cost model's view of `plan` for `spec` on `device`."""
     ring = plan.stages * stage_bytes(spec, plan.bm, plan.bn, plan.bk)
-    smem = ring + epilogue_bytes(spec, plan.bm, plan.bn, plan.pingpong)
+    smem = ring + epilogue_bytes(spec, plan.bm, plan.bn, plan.pingpong, plan.split_k)
     # setmaxnreg works per warpgroup: a 1-warp producer still holds a warpgroup's registers (ir/verify.py).
     padded = -(-plan.producer_warps // 4) * 4
     sm_regs = 32 * (padded * plan.producer_regs + plan.consumer_warps * plan.consumer_regs)
-    tiles = max(1, math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.bn))
+    # Split-K: tiles x k-ranges work units, each 1/split_k of a tile's work (the planner's score, rule 14).
+    tiles = max(1, math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.bn)) * plan.split_k
     waves = math.ceil(tiles / device.sm_count)
-    eff = _TILE_EFFICIENCY.get((plan.bm, plan.bn), min(_TILE_EFFICIENCY.values()))
+    eff = _TILE_EFFICIENCY.get((plan.bm, plan.bn), min(_TILE_EFFICIENCY.values())) * plan.split_k
     return Estimate(
         smem_bytes=smem + _SMEM_RESERVE, smem_limit=device.smem_per_block,
         regs=consumer_registers(spec, plan), reg_budget=plan.consumer_regs,

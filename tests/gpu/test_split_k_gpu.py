@@ -1,0 +1,97 @@
+"""GPU tier for split-K (forced plans): work units over k-ranges store fp32 partial sums, a second kernel adds them
+in order. Checked against fp32 references on shapes that are not tile multiples, bit-for-bit repeatable, and inside
+a CUDA graph (the workspace is allocated per call)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from warploom import checks
+from warploom.device import DeviceInfo
+from warploom.kernel import Kernel, build
+from warploom.planner import plan_schedule
+from warploom.sim.reference import dequantized
+
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU"),
+              pytest.mark.timeout(300, method="thread")]
+
+
+def _err(x: torch.Tensor, y: torch.Tensor) -> float:
+    x, y = x.double(), y.double()
+    return float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
+
+
+def _kernel(spec: object, **kw: object) -> Kernel:
+    dev = DeviceInfo.current()
+    return build(spec, dev, plan_schedule(spec, dev, **kw))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("m,n,k,split,kw,n_major", [
+    (1, 4096, 4096, 2, dict(bm=64, bn=128), False),
+    (16, 8192, 8192, 4, dict(bm=64, bn=128), False),
+    (64, 1000 // 8 * 8, 1280, 5, dict(bm=64, bn=64), True),
+    (300, 520, 1024, 2, dict(bm=128, bn=128), False),
+])
+def test_bf16(m: int, n: int, k: int, split: int, kw: dict, n_major: bool) -> None:
+    torch.manual_seed(m + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = (torch.randn(k, n, device="cuda", dtype=torch.bfloat16) if n_major
+         else torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t())
+    kern = _kernel(checks.matmul_spec(a, b, None), split_k=split, **kw)
+    assert kern.plan.split_k == split
+    outs = []
+    for _ in range(2):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        kern.run(a, b, out)
+        outs.append(out)
+    torch.testing.assert_close(outs[0].float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+    assert torch.equal(outs[0], outs[1])  # the in-order reduction: the same bits every run
+    # The second call launched the main kernel directly (runtime/launch.py), compiled once.
+    assert len(kern.launcher._main._compiled) == 1
+
+
+@pytest.mark.parametrize("recipe", ["rowwise_fast", "rowwise_exact", "blockwise", "blockwise_1x128"])
+@pytest.mark.parametrize("m,n,k,split,kw", [(128, 4096, 7168, 4, dict(bm=128, bn=128)),
+                                            (64, 2112, 7168, 7, dict(bm=64, bn=128)),
+                                            (200, 528, 1024, 2, dict(bm=128, bn=256))])
+def test_fp8(recipe: str, m: int, n: int, k: int, split: int, kw: dict) -> None:
+    torch.manual_seed(k)
+    a = (torch.randn(m, k, device="cuda") * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn).t()
+    kb = -(-k // 128)
+    if recipe.startswith("rowwise"):
+        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+        ref = (a.float() @ b.float()) * sa * sb
+    else:
+        sa = torch.rand(m, kb, device="cuda") + 0.5
+        sb = torch.rand(kb, -(-n // 128) if recipe == "blockwise" else n, device="cuda") + 0.5
+        da, db = dequantized(a, b, sa, sb)
+        ref = da @ db
+    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, recipe == "rowwise_fast")
+    kern = _kernel(spec, split_k=split, **kw)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out, sa, sb)
+    assert not out.isnan().any()
+    assert _err(out.float(), ref) < 1e-3
+
+
+def test_fp32_output_and_cuda_graph() -> None:
+    m, n, k = 48, 2048, 4096
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    kern = _kernel(checks.matmul_spec(a, b, torch.float32), bm=64, bn=128, split_k=4)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        kern.run(a, b, out)  # warm-up: compile and load both kernels outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        kern.run(a, b, out)
+    a.copy_(torch.randn_like(a))
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, a.float() @ b.float(), atol=2e-3, rtol=2e-3)

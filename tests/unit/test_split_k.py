@@ -1,0 +1,141 @@
+"""Split-K (`Plan.split_k`, `ir.Tiling.split_k`): the planner's and the verifier's limits, the IR text, and what the
+backend emits for work units, the workspace store and the reduction kernel."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, ScaleRecipe, VerificationError
+from warploom.errors import UnsupportedError
+from warploom.ir import nodes as ir
+from warploom.ir import printer, verify
+from warploom.kernel import build
+from warploom.passes import compile_schedule
+from warploom.planner import plan_schedule
+
+E4 = DType.E4M3
+BW = GemmSpec(128, 4096, 7168, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+              accumulation=Accumulation.PROMOTED)
+DECODE = GemmSpec(16, 8192, 8192)
+
+
+def module(spec: GemmSpec, **kw: object) -> ir.Module:
+    m, _ = compile_schedule(spec, plan_schedule(spec, H100_SXM, **kw), H100_SXM)  # type: ignore[arg-type]
+    return m
+
+
+@pytest.mark.parametrize("spec,kw,match", [
+    (BW, dict(split_k=3), "must divide the 56 k-blocks"),
+    (GemmSpec(128, 4096, 7168, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE, bias_dtype=DType.BF16),
+     dict(split_k=2), "bias or a fused epilogue"),
+    (BW, dict(split_k=2, scale_partition=True), "scale partition"),
+    (GemmSpec(128, 4096, 7168, E4, E4, DType.BF16, scale=ScaleRecipe.MX, accumulation=Accumulation.PROMOTED),
+     dict(split_k=2), "scale partition"),
+    (DECODE, dict(split_k=2, pingpong=True), "ping-pong"),
+])
+def test_planner_refuses_what_split_k_cannot_do(spec: GemmSpec, kw: dict, match: str) -> None:
+    with pytest.raises(UnsupportedError, match=match):
+        plan_schedule(spec, H100_SXM, **kw)  # type: ignore[arg-type]
+
+
+def test_plan_counts_units_and_stages_fp32_partials() -> None:
+    p = plan_schedule(BW, H100_SXM, bm=128, bn=128, split_k=4)
+    assert p.short().endswith("_p2_k4") and p.grid == 128  # 32 tiles x 4 k-ranges
+    assert plan_schedule(BW, H100_SXM, bm=128, bn=128) == p  # rule 14's own choice here
+    # The fp32 staging tiles (2 x 64x128x4 = 64 KiB, against 32 KiB of bf16) take a stage.
+    assert p.stages == plan_schedule(BW, H100_SXM, bm=128, bn=128, split_k=1).stages - 1
+
+
+def test_ir_stores_partials_to_the_workspace() -> None:
+    m = module(DECODE, bm=64, bn=128, split_k=2)
+    assert m.tiling.split_k == 2
+    text = printer.module(m)
+    assert "split_k=2" in text and "tma_store c_smem -> workspace[m, n]" in text
+    assert [(b.tensor, b.dtype) for b in m.buffers] == [(ir.Tensor.WORKSPACE, DType.FP32)]
+    verify.check(m, "test", H100_SXM)
+
+
+def _stores_to(m: ir.Module, tensor: ir.Tensor) -> ir.Module:
+    def fix(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        return tuple(ir.Loop(s.kind, fix(s.body), s.start, s.step) if isinstance(s, ir.Loop)
+                     else replace(s, tensor=tensor) if isinstance(s, ir.TmaStore) else s for s in body)
+    return replace(m, partitions=tuple(replace(p, body=fix(p.body)) for p in m.partitions))
+
+
+def test_verifier_rejects_split_k_defects() -> None:
+    m = module(DECODE, bm=64, bn=128, split_k=2)
+    with pytest.raises(VerificationError, match="store to the workspace"):
+        verify.check(_stores_to(m, ir.Tensor.C), "test", H100_SXM)  # partials into C: each unit overwrites the others
+    whole = module(DECODE, bm=64, bn=128)
+    with pytest.raises(VerificationError, match="store to the workspace"):
+        verify.check(_stores_to(whole, ir.Tensor.WORKSPACE), "test", H100_SXM)
+    with pytest.raises(VerificationError, match="does not divide the 128 k-blocks"):
+        verify.check(replace(m, tiling=replace(m.tiling, split_k=3)), "test", H100_SXM)
+    rowwise = GemmSpec(64, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE)
+    split = module(rowwise, bm=64, bn=128, split_k=2)  # scaling a partial is linear: allowed
+
+    def add_bias(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        return tuple(ir.Loop(s.kind, add_bias(s.body), s.start, s.step) if isinstance(s, ir.Loop)
+                     else replace(s, steps=(*s.steps, ir.EpilogueStep.ADD_BIAS)) if isinstance(s, ir.Epilogue)
+                     else s for s in body)
+    biased = replace(split, spec=replace(rowwise, bias_dtype=DType.BF16),
+                     partitions=tuple(replace(p, body=add_bias(p.body)) for p in split.partitions))
+    with pytest.raises(VerificationError, match="bias to a split-K partial"):
+        verify.check(biased, "test", H100_SXM)
+
+
+@pytest.mark.parametrize("spec,kw", [(DECODE, dict(bm=64, bn=128, split_k=2)),
+                                     (BW, dict(bm=128, bn=128, split_k=4)),
+                                     (GemmSpec(300, 520, 1024, b_layout=BLayout.N_MAJOR), dict(bm=128, split_k=2))])
+def test_gluon_walks_units_and_offsets_k(spec: GemmSpec, kw: dict) -> None:
+    src = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, **kw)).gluon  # type: ignore[arg-type]
+    text = src.text
+    assert f"SPLIT_K = gl.constexpr({kw['split_k']})" in text
+    assert "k_tiles = gl.cdiv(K, BK) // SPLIT_K" in text and "for unit in range(pid, num_units" in text
+    assert "for t in range(my_units * k_tiles)" in text  # the producer's flat loop over units
+    assert "(k0 + kk) * BK" in text and "kk * BK]" not in text.replace("(k0 + kk) * BK]", "")
+    assert "split * (num_pid_m * BM) + off_m" in text and "c_desc" not in text
+    assert src.reduce_kernel == f"{src.kernel}_reduce" and f"def {src.reduce_kernel}(" in text
+    assert "for s in gl.static_range(1, SPLIT_K)" in text
+    assert "workspace_desc" in src.params
+
+
+def test_no_split_emits_what_it_did() -> None:
+    """split_k=1 changes nothing in the generated kernel (the goldens pin it too)."""
+    text = build(DECODE, H100_SXM, plan_schedule(DECODE, H100_SXM, bm=64, bn=128)).source
+    assert "SPLIT_K" not in text and "unit" not in text and "kk * BK" in text
+
+
+def test_forced_depth_falls_back_to_no_split() -> None:
+    """Rule 14's split costs a stage (fp32 partials): a forced depth that fits only unsplit gets the unsplit plan,
+    as before rule 14, rather than "no tile shape fits"."""
+    p = plan_schedule(BW, H100_SXM, bm=128, bn=128, stages=5)
+    assert (p.stages, p.split_k) == (5, 1)
+    assert plan_schedule(BW, H100_SXM, bm=128, bn=128, stages=4).split_k == 4
+
+
+def test_rules_13_and_14_keep_to_the_measured_kernel() -> None:
+    """Ping-pong and the scale partition were not measured at small M: they keep their tiles and never split."""
+    for kw in (dict(pingpong=True), dict(scale_partition=True)):
+        p = plan_schedule(BW, H100_SXM, **kw)  # type: ignore[arg-type]
+        assert p.bn != 64 and p.split_k == 1 and not (p.bm == 64 and BW.m > 64)
+
+
+def test_workspace_past_32_bit_offsets_is_refused() -> None:
+    wide = GemmSpec(128, 2**21, 1024)
+    with pytest.raises(UnsupportedError, match="64-bit offsets"):
+        plan_schedule(wide, H100_SXM, bm=128, bn=128, split_k=8)
+    assert plan_schedule(wide, H100_SXM, bm=128, bn=128, split_k=4).split_k == 4
+
+
+def test_tuner_sees_split_and_unsplit_plans() -> None:
+    from warploom.tune.candidates import feasible
+    from warploom.tune.cost import estimate
+
+    plans = feasible(BW, H100_SXM)
+    assert {p.split_k for p in plans} >= {1, 4}
+    split = next(p for p in plans if p.split_k == 4)
+    est = estimate(BW, H100_SXM, split)
+    assert est.tiles == 32 * 4 and est.fits  # units, and the fp32 staging counted in shared memory
