@@ -1,4 +1,4 @@
-"""Golden text of the schedule IR (inline) and the generated Gluon (files) for five representative specs.
+"""Golden text of the schedule IR (inline) and the generated Gluon (files) for six representative specs.
 
 Refresh after an intended change with ``EXPECTTEST_ACCEPT=1 pytest tests/golden`` and read the diff:
 it is the change to the kernels warploom emits. The specs use the planner's own choice, so a planner
@@ -33,6 +33,10 @@ SPECS = {
     # DeepSeek-V3's blockwise recipe: scales copied through the A/B stages, promoted per k-block with them.
     "fp8_blockwise_1x128_128x128": GemmSpec(4096, 7168, 16384, E4, E4, DType.BF16, BLayout.K_MAJOR,
                                             ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED),
+    # The same recipe at a DeepSeek-V3 small-batch shape: 32 tiles of 128x128, so planner rule 14 splits K in 4:
+    # work units, fp32 partials to the workspace, and the reduction kernel.
+    "fp8_blockwise_m128_splitk": GemmSpec(128, 4096, 7168, E4, E4, DType.BF16, BLayout.K_MAJOR,
+                                          ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED),
 }
 
 
@@ -68,6 +72,10 @@ class TestGluonGolden(expecttest.TestCase):
 
     def test_fp8_blockwise_1x128_128x128(self) -> None:
         assert_golden_file("fp8_blockwise_1x128_128x128.gluon.txt", kernel("fp8_blockwise_1x128_128x128").source)
+
+    def test_fp8_blockwise_m128_splitk(self) -> None:
+        assert kernel("fp8_blockwise_m128_splitk").plan.split_k == 4
+        assert_golden_file("fp8_blockwise_m128_splitk.gluon.txt", kernel("fp8_blockwise_m128_splitk").source)
 
 
 class TestScheduleGolden(expecttest.TestCase):

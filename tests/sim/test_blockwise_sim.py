@@ -414,3 +414,18 @@ def test_clean_sweep(structure: str, stages: int, ks: int, recipe: str, sp: bool
     assert res.ok, res.report.summary()
     assert not res.output.isnan().any()
     assert relative_error(res.output.float(), reference(x)) < 1e-5
+
+
+@pytest.mark.parametrize("recipe", [BW, BW1], ids=["128x128", "1x128"])
+def test_sampled_tiles_are_judged_against_the_dequantized_product(recipe: ScaleRecipe) -> None:
+    """`compare` on some CTAs (what `warploom demo` does above the size limit) judges their tiles against the
+    dequantized product: blockwise scales are indexed by k-block and 128-column block, not by the tile's rows and
+    columns (the rowwise per-tile reference crashed on them)."""
+    from warploom.sim import compare
+    from warploom.sim.reference import make_inputs as inputs
+
+    m = module(recipe, "p64")
+    s = m.spec
+    r = compare(m, inputs(s, s.m, s.n, s.k, seed=3), ctas=(1,))
+    assert 0 < len(r.tiles) < -(-s.m // 64) * -(-s.n // 64)
+    assert r.ok, (r.error, r.result.report.summary())

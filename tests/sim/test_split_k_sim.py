@@ -139,3 +139,17 @@ def test_partial_simulation_leaves_incomplete_tiles_alone() -> None:
     y = make_inputs(t, t.m, t.n, t.k, seed=0)
     res = simulate(one, y.a, y.b, y.scale_a, y.scale_b, seed=0, ctas=(0,))
     assert res.ok and relative_error(res.output.float(), reference(y)) < 1e-5
+
+
+def test_sampled_ctas_complete_the_first_and_last_tiles() -> None:
+    """`sample_ctas` (what `warploom demo` simulates above the size limit) includes every CTA with a unit of the
+    first and the last tile, so the comparison judges whole tiles of C rather than none."""
+    from warploom.sim import compare, sample_ctas
+
+    m = module("bf16_k5")
+    s = m.spec
+    ctas = sample_ctas(m, s.m, s.n)
+    r = compare(m, make_inputs(s, s.m, s.n, s.k, seed=2), ctas=ctas)
+    tiles = {(t.off_m, t.off_n) for t in r.tiles}
+    assert {(0, 0), ((-(-s.m // 64) - 1) * 64, (-(-s.n // 64) - 1) * 64)} <= tiles
+    assert r.ok, (r.error, r.result.report.summary())

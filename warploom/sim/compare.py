@@ -16,7 +16,7 @@ import torch
 
 from warploom.ir import nodes as ir
 from warploom.sim.raster import TileRef, cdiv, cta_tiles, launch_grid
-from warploom.sim.reference import Inputs, reference, relative_error
+from warploom.sim.reference import Inputs, dequantized, is_blockwise, reference, relative_error
 from warploom.sim.simulate import SimResult, representative_ctas, simulate
 
 # The scale-free error (`relative_error`) a correct schedule stays below: bf16 output rounding alone gives
@@ -49,11 +49,16 @@ class Comparison:
 
 def sample_ctas(module: ir.Module, m: int, n: int) -> tuple[int, ...]:
     """Program ids that run every protocol of a launch: one CTA per distinct tile count
-    (`representative_ctas`, CTA 0 among them) and the CTA of the last tile, ragged when M or N is."""
+    (`representative_ctas`, CTA 0 among them) and the CTA of the last tile, ragged when M or N is; with split-K,
+    every CTA with a unit of the first or the last tile, so that those tiles of C are complete."""
     t = module.tiling
     grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
-    last = (cdiv(m, t.bm) * cdiv(n, t.bn) * t.split_k - 1) % grid
-    return tuple(sorted({*representative_ctas(module, m, n), last}))
+    tiles = cdiv(m, t.bm) * cdiv(n, t.bn)
+    last = (tiles * t.split_k - 1) % grid
+    # Split-K: a tile of C is judged only when every k-range's unit of it ran, so also the CTAs of the first and
+    # the last tile's units (unit = split * tiles + tile).
+    units = {(s * tiles + tile) % grid for tile in (0, tiles - 1) for s in range(t.split_k)} if t.split_k > 1 else set()
+    return tuple(sorted({*representative_ctas(module, m, n), last, *units}))
 
 
 def _tile_inputs(x: Inputs, rows: slice, cols: slice) -> Inputs:
@@ -71,9 +76,17 @@ def _judged(output: torch.Tensor, x: Inputs, tiles: tuple[TileRef, ...], bm: int
     m, n = output.shape
     if len(tiles) == cdiv(m, bm) * cdiv(n, bn):  # one large matmul: ~10x faster than one per tile
         return output.float(), reference(x)
-    x = Inputs(x.a.float(), x.b.float(), x.scale_a, x.scale_b, x.bias)  # converted once, not once per tile
     parts = [(slice(tile.off_m, tile.off_m + bm), slice(tile.off_n, tile.off_n + bn)) for tile in tiles]
     out = torch.cat([output[r, c].float().reshape(-1) for r, c in parts])
+    if is_blockwise(x):
+        # Blockwise scales index by k-block and by 128 columns (or column), not by the tile's own rows and
+        # columns: dequantize A and B once, then each tile is their rows' and columns' product (+ bias).
+        assert x.scale_a is not None and x.scale_b is not None
+        da, db = dequantized(x.a, x.b, x.scale_a, x.scale_b)
+        bias = x.bias.float() if x.bias is not None else None
+        return out, torch.cat([(da[r] @ db[:, c] + (bias[c] if bias is not None else 0.0)).reshape(-1)
+                               for r, c in parts])
+    x = Inputs(x.a.float(), x.b.float(), x.scale_a, x.scale_b, x.bias)  # converted once, not once per tile
     return out, torch.cat([reference(_tile_inputs(x, r, c)).reshape(-1) for r, c in parts])
 
 
