@@ -114,7 +114,7 @@ class Plan:
         scale_warps: warps of that partition.
         split_k: split each tile's k-blocks into this many equal ranges, each a work unit of its own whose
             fp32 partial goes to a workspace; a second kernel sums the partials in order (deterministic) into C.
-            More CTAs when the output has fewer tiles than SMs (decode and small-M shapes); forced only.
+            More CTAs when the output has fewer tiles than SMs: rule 14 chooses it for small-M blockwise fp8.
     """
 
     bm: int
@@ -210,8 +210,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     split_k (1: never split; None: rule 14 decides)."""
     from warploom.errors import UnsupportedError
 
+    bk = 128 if spec.is_fp8 else 64
     if split_k is not None:
-        _check_split_k(spec, split_k, pingpong, scale_partition)
+        _check_split_k(spec, split_k, bk, pingpong, scale_partition)
     if consumer_partitions not in (None, 1, 2):
         raise UnsupportedError(f"consumer_partitions={consumer_partitions!r}: expected 1 (one partition for all "
                                "consumer warpgroups) or 2 (one per warpgroup); pass 1 or 2, or None to let the "
@@ -243,15 +244,14 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         raise UnsupportedError("the scale partition (scale_partition=True, and always for MX scales) with "
                                "pingpong=True is not built yet: a ping-pong consumer would have to skip the other's "
                                "scale stages too; use one of the two")
-    bk = 128 if spec.is_fp8 else 64
+    # Rule 13, as measured: the plain cooperative kernel with its scales in the A/B stages.
+    small_blockwise = spec.scale in _SMALL_M_RECIPES and spec.m <= 128 and not pingpong and not scale_partition
     best: tuple[float, int, Plan] | None = None
     for cbm, cbn, eff in _TILES:
         if (bm is not None and cbm != bm) or (bn is not None and cbn != bn):
             continue
         if pingpong and not _pingpong_fits(spec, cbm, cbn, partial_blocks):
             continue
-        # Rule 13, as measured: the plain cooperative kernel with its scales in the A/B stages.
-        small_blockwise = spec.scale in _SMALL_M_RECIPES and spec.m <= 128 and not pingpong and not scale_partition
         if cbn == 64 and bn is None and not small_blockwise:
             continue  # forced only: see _TILES
         if bm is None and cbm == 64 and spec.m > 64 and not small_blockwise:
@@ -327,7 +327,7 @@ def _rule14_split(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, pingpong
     return max(d for d in range(1, 9) if k_tiles % d == 0 and tiles * d <= device.sm_count)
 
 
-def _check_split_k(spec: GemmSpec, split_k: int, pingpong: bool, scale_partition: bool | None) -> None:
+def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_partition: bool | None) -> None:
     """Split-K's limits: the k-blocks split evenly (every unit runs the same count, so the producer's flat loop
     and the consumers' nested ones agree on ring uses), and the partials are summed before anything that is not
     linear in the accumulator (the bias, a fused epilogue, the output cast) could run."""
@@ -335,7 +335,6 @@ def _check_split_k(spec: GemmSpec, split_k: int, pingpong: bool, scale_partition
 
     if split_k == 1:
         return
-    bk = 128 if spec.is_fp8 else 64
     k_tiles = max(1, math.ceil(spec.k / bk))
     problems = []
     if split_k < 1 or k_tiles % split_k:

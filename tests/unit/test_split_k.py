@@ -3,6 +3,7 @@ backend emits for work units, the workspace store and the reduction kernel."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -13,6 +14,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import printer, verify
 from warploom.kernel import build
 from warploom.passes import compile_schedule
+from warploom.passes.util import rewrite
 from warploom.planner import plan_schedule
 
 E4 = DType.E4M3
@@ -57,11 +59,13 @@ def test_ir_stores_partials_to_the_workspace() -> None:
     verify.check(m, "test", H100_SXM)
 
 
+def _edit_ops(m: ir.Module, fn: Callable[[ir.Op], ir.Op]) -> ir.Module:
+    """`m` with every op of every partition replaced by fn(op)."""
+    return replace(m, partitions=tuple(replace(p, body=rewrite(p.body, lambda o: (fn(o),))) for p in m.partitions))
+
+
 def _stores_to(m: ir.Module, tensor: ir.Tensor) -> ir.Module:
-    def fix(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
-        return tuple(ir.Loop(s.kind, fix(s.body), s.start, s.step) if isinstance(s, ir.Loop)
-                     else replace(s, tensor=tensor) if isinstance(s, ir.TmaStore) else s for s in body)
-    return replace(m, partitions=tuple(replace(p, body=fix(p.body)) for p in m.partitions))
+    return _edit_ops(m, lambda o: replace(o, tensor=tensor) if isinstance(o, ir.TmaStore) else o)
 
 
 def test_verifier_rejects_split_k_defects() -> None:
@@ -76,12 +80,9 @@ def test_verifier_rejects_split_k_defects() -> None:
     rowwise = GemmSpec(64, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE)
     split = module(rowwise, bm=64, bn=128, split_k=2)  # scaling a partial is linear: allowed
 
-    def add_bias(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
-        return tuple(ir.Loop(s.kind, add_bias(s.body), s.start, s.step) if isinstance(s, ir.Loop)
-                     else replace(s, steps=(*s.steps, ir.EpilogueStep.ADD_BIAS)) if isinstance(s, ir.Epilogue)
-                     else s for s in body)
-    biased = replace(split, spec=replace(rowwise, bias_dtype=DType.BF16),
-                     partitions=tuple(replace(p, body=add_bias(p.body)) for p in split.partitions))
+    biased = replace(_edit_ops(split, lambda o: replace(o, steps=(*o.steps, ir.EpilogueStep.ADD_BIAS))
+                               if isinstance(o, ir.Epilogue) else o),
+                     spec=replace(rowwise, bias_dtype=DType.BF16))
     with pytest.raises(VerificationError, match="bias to a split-K partial"):
         verify.check(biased, "test", H100_SXM)
 

@@ -570,6 +570,10 @@ class Tiling:
     def block(self, axis: Axis) -> int:
         return {Axis.M: self.bm, Axis.N: self.bn, Axis.K: self.bk}[axis]
 
+    def slab_rows(self, m: int) -> int:
+        """Split-K: the workspace rows of one k-range's slab, M rounded up to BM (a ragged tile stays in its slab)."""
+        return -(-m // self.bm) * self.bm
+
     def splits_evenly(self, k: int) -> bool:
         """Whether K's k-blocks form `split_k` equal ranges (always without split-K). K is a run-time argument:
         a split kernel run at another K than planned for would otherwise drop the remainder's k-blocks."""

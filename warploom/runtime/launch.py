@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from warploom.backends.gluon_sm90 import REDUCE_BLOCK, WORKSPACE_DESC, GluonSource, output_desc
+from warploom.backends.gluon_sm90 import REDUCE_BLOCK, REDUCE_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.errors import split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
@@ -49,7 +49,6 @@ class Launcher:
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
         self._bm, self._bn, self._grid_max = m.tiling.bm, m.tiling.bn, m.tiling.grid
-        self._split_k = m.tiling.split_k
         self._tiling, self._planned_k = m.tiling, m.spec.k
         # WARPLOOM_FAST_LAUNCH=0 keeps every call on Triton's JIT dispatch (an escape hatch, and the baseline
         # scripts/profile_host.py measures against).
@@ -61,7 +60,8 @@ class Launcher:
         self._reduce = None
         if src.reduce_kernel:  # split-K's second kernel: every argument a pointer or an integer
             # Through the JIT on every call for now: the direct path was measured on the GPU for main kernels only.
-            self._reduce = _Direct(load(src.text, src.reduce_kernel), {"num_warps": 4}, list(range(7)), False)
+            self._reduce = _Direct(load(src.text, src.reduce_kernel), {"num_warps": 4},
+                                   list(range(len(REDUCE_PARAMS))), False)
         getters: dict[str, Callable[[Call], Any]] = {
             # B's descriptor is over its storage order: (N, K) rows for K-major B, (K, N) rows otherwise.
             "a_desc": lambda c: c.a,
@@ -99,24 +99,24 @@ class Launcher:
     def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
                  operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
         m, n = a.shape[0], b.shape[1]
+        split_k = self._tiling.split_k
         workspace = None
-        if self._split_k > 1:
+        if split_k > 1:
             import torch
 
             if not self._tiling.splits_evenly(a.shape[1]):
-                raise split_k_mismatch(self._tiling.bk, self._split_k, self._planned_k, a.shape[1])
-
-            mp = -(-m // self._bm) * self._bm  # each k-range's slab: M rounded up to BM rows (ir.Tiling)
-            workspace = torch.empty((self._split_k * mp, n), dtype=torch.float32, device=out.device)
+                raise split_k_mismatch(self._tiling.bk, split_k, self._planned_k, a.shape[1])
+            workspace = torch.empty((split_k * self._tiling.slab_rows(m), n), dtype=torch.float32,
+                                    device=out.device)
         call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs, workspace)
         args = [g(call) for g in self._args]
-        tiles = -(-m // self._bm) * -(-n // self._bn) * self._split_k  # work units
+        tiles = -(-m // self._bm) * -(-n // self._bn) * split_k  # work units
         grid = min(self._grid_max, tiles)
         self._main.launch(grid, args)
         if workspace is not None:
             assert self._reduce is not None
             self._reduce.launch(-(-m * n // REDUCE_BLOCK), [workspace, out, out.stride(0), out.stride(1), m, n,
-                                                            workspace.shape[0] // self._split_k])
+                                                            self._tiling.slab_rows(m)])
         return out
 
 

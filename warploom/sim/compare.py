@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from warploom.ir import nodes as ir
-from warploom.sim.raster import TileRef, cdiv, cta_tiles, launch_grid
+from warploom.sim.raster import TileRef, cdiv, cta_tiles, launch_grid, whole_tiles
 from warploom.sim.reference import Inputs, dequantized, is_blockwise, reference, relative_error
 from warploom.sim.simulate import SimResult, representative_ctas, simulate
 
@@ -98,13 +98,9 @@ def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, 
     res = simulate(module, x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed, ctas=ctas, record=record)
     t = module.tiling
     grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
-    tiles = tuple(tile for pid in res.report.ctas
-                  for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k))
-    if t.split_k > 1:  # a tile of C is final only once every k-range's unit of it was simulated
-        units: dict[tuple[int, int], list[TileRef]] = {}
-        for u in tiles:
-            units.setdefault((u.off_m, u.off_n), []).append(u)
-        tiles = tuple(us[0] for us in units.values() if len(us) == t.split_k)
+    # (split-K: a tile of C is final only once every k-range's unit of it was simulated)
+    tiles = whole_tiles(tuple(tile for pid in res.report.ctas
+                              for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k)), t.split_k)
     error = math.nan  # also when no tile was simulated: nothing was shown correct
     if tiles:
         out, ref = _judged(res.output, x, tiles, t.bm, t.bn)

@@ -69,8 +69,7 @@ class Operands:
         t = module.tiling
         ws = None
         if t.split_k > 1:
-            mp = -(-a.shape[0] // t.bm) * t.bm
-            ws = torch.full((t.split_k * mp, outs[0].shape[1]), float("nan"))
+            ws = torch.full((t.split_k * t.slab_rows(a.shape[0]), outs[0].shape[1]), float("nan"))
         return Operands(
             a.float().contiguous(), b_rows.float().contiguous(),
             None if scale_a is None else (scale_a.float() if keep else scale_a.reshape(-1).float()),

@@ -503,7 +503,7 @@ class _Interp:
                                              f"({buf.dtype.value}) to {'the workspace' if ws else 'output'} "
                                              f"{'' if ws else o.output}, which is {want.value}")
                     # A split-K unit's slab starts at split * Mp (M rounded up to BM) rows of the workspace.
-                    row0 = t.split * cdiv(self.geo.m, m.tiling.bm) * m.tiling.bm if ws else 0
+                    row0 = t.split * m.tiling.slab_rows(self.geo.m) if ws else 0
                     yield TmaStoreI(site, o.buffer, row0 + t.off_m + self.row0,
                                     t.off_n + o.part * (m.tiling.bn // o.parts), o.output, ws)
                 case ir.LoadOperand():

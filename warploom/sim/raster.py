@@ -53,6 +53,17 @@ class TileRef:
         return f"tile #{self.index} (m={self.pid_m}, n={self.pid_n}{ks})"
 
 
+def whole_tiles(units: tuple[TileRef, ...], split_k: int) -> tuple[TileRef, ...]:
+    """The tiles (one unit of each) whose every k-range is among `units`: with split-K, the only tiles of C the
+    reduction completes; all of them without."""
+    if split_k == 1:
+        return units
+    seen: dict[tuple[int, int], list[TileRef]] = {}
+    for u in units:
+        seen.setdefault((u.off_m, u.off_n), []).append(u)
+    return tuple(us[0] for us in seen.values() if len(us) == split_k)
+
+
 def launch_grid(m: int, n: int, bm: int, bn: int, grid: int, split_k: int = 1) -> int:
     """CTAs launched, as `warploom.runtime.launch` does: the planned grid, capped by the work units (tiles, times
     the k-ranges with split-K)."""

@@ -27,7 +27,7 @@ from warploom.sim.findings import FindingKind, FindingSink, ProtocolError, SimFi
 from warploom.sim.machine import Machine
 from warploom.sim.numerics import CtaData, Operands, reduce_splits
 from warploom.sim.program import CtaProgram, Geometry, MalformedError
-from warploom.sim.raster import cta_tiles, launch_grid
+from warploom.sim.raster import cta_tiles, launch_grid, whole_tiles
 from warploom.sim.scheduler import run_random
 
 
@@ -308,18 +308,15 @@ def _complete_tiles(module: ir.Module, m: int, n: int, grid: int,
                     pids: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
     """Split-K: the boxes of the tiles whose every k-range's unit ran in `pids` (the rest of C stays as it was)."""
     t = module.tiling
-    count: dict[tuple[int, int], int] = {}
-    for pid in pids:
-        for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k):
-            count[(u.off_m, u.off_n)] = count.get((u.off_m, u.off_n), 0) + 1
-    return [(r, c, t.bm, t.bn) for (r, c), k in count.items() if k == t.split_k]
+    units = tuple(u for pid in pids for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k))
+    return [(u.off_m, u.off_n, t.bm, t.bn) for u in whole_tiles(units, t.split_k)]
 
 
 def _workspace_coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...], writes: torch.Tensor,
                         sink: FindingSink) -> None:
     """Split-K: every element of each work unit's box in its k-range's workspace slab stored exactly once."""
     t = module.tiling
-    mp = -(-m // t.bm) * t.bm
+    mp = t.slab_rows(m)
     for pid in pids:
         for unit in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k):
             r0 = unit.split * mp + unit.off_m
