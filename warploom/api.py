@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from warploom import checks
+from warploom import checks, eager
 from warploom.device import H100_SXM, DeviceInfo
 from warploom.errors import DeviceError, InputError
 from warploom.fused import fused_spec, run_fused
@@ -109,17 +109,21 @@ def _check_sim_size(spec: GemmSpec) -> None:
                           f"simulator's limit with {SIM_MAX_FLOPS_ENV}={spec.flops} (it runs ~10 GFLOP/s)")
 
 
-def _run(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any = None, scale_b: Any = None,
-         bias: Any = None) -> torch.Tensor:
-    done = _empty_result(spec, a, bias)
-    if done is not None:
-        return done
-    if a.device.type == "cpu":
-        return _simulate(spec, a, b, scale_a, scale_b, bias)
-    _require_cuda(a)
-    kernel = _kernel(spec, _device_for(a), a, b)
-    out = torch.empty((spec.m, spec.n), dtype=spec.out_dtype.torch, device=a.device)
-    return kernel.run(a, b, out, scale_a, scale_b, bias)
+def _run(key: tuple[Any, ...] | None, make_spec: Callable[[], GemmSpec], a: torch.Tensor, b: torch.Tensor,
+         scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> torch.Tensor:
+    """Check, plan and launch, or launch what an earlier call with the same `key` prepared (warploom/eager.py)."""
+    prepared = eager.get(key)
+    if prepared is None:
+        spec = make_spec()
+        done = _empty_result(spec, a, bias)
+        if done is not None:
+            return done
+        if a.device.type == "cpu":
+            return _simulate(spec, a, b, scale_a, scale_b, bias)
+        _require_cuda(a)
+        prepared = eager.Prepared(_kernel(spec, _device_for(a), a, b), spec.m, spec.n, spec.out_dtype.torch)
+        eager.remember(key, prepared)
+    return prepared(a, b, scale_a, scale_b, bias)
 
 
 def _kernel(spec: GemmSpec, device: DeviceInfo, a: torch.Tensor, b: torch.Tensor) -> Kernel:
@@ -131,8 +135,7 @@ def _kernel(spec: GemmSpec, device: DeviceInfo, a: torch.Tensor, b: torch.Tensor
 
 
 def _matmul_impl(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    spec = checks.matmul_spec_cached(a, b, out_dtype)
-    return _run(spec, a, b)
+    return _run(eager.key("matmul", (a, b), out_dtype), lambda: checks.matmul_spec_cached(a, b, out_dtype), a, b)
 
 
 _matmul_op = torch.library.custom_op("warploom::matmul", mutates_args=())(_matmul_impl)
@@ -157,8 +160,9 @@ def _matmul_fake(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None
 def _scaled_mm_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                     bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
                     use_fast_accum: bool = False) -> torch.Tensor:
-    spec = checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
-    return _run(spec, a, b, scale_a, scale_b, bias)
+    key = eager.key("scaled_mm", (a, b, scale_a, scale_b, bias), out_dtype, use_fast_accum)
+    return _run(key, lambda: checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum),
+                a, b, scale_a, scale_b, bias)
 
 
 _scaled_mm_op = torch.library.custom_op("warploom::scaled_mm", mutates_args=())(_scaled_mm_impl)
@@ -195,8 +199,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
     On CUDA tensors the kernel runs on the GPU; small CPU problems run on the simulator (module docstring).
     """
     if epilogue is not None or operands:
+        key = eager.fused_key("matmul+", epilogue, (a, b), operands, out_dtype)
+        hit = eager.get(key)
+        if hit is not None:
+            return hit(a, b, None, None, None, operands)
         spec, tensors = _fused(checks.matmul_spec_cached(a, b, out_dtype), a, epilogue, operands)
-        return run_fused(spec, a, b, tensors)
+        return run_fused(spec, a, b, tensors, key)
     if _eager(a, b):
         return _matmul_impl(a, b, out_dtype)
     return torch.ops.warploom.matmul(a, b, out_dtype)
@@ -217,9 +225,14 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     Small CPU problems run on the simulator (module docstring), which accumulates fp8 in fp32 either way.
     """
     if epilogue is not None or operands:
+        key = eager.fused_key("scaled_mm+", epilogue, (a, b, scale_a, scale_b, bias), operands, out_dtype,
+                              use_fast_accum)
+        hit = eager.get(key)
+        if hit is not None:
+            return hit(a, b, scale_a, scale_b, bias, operands)
         spec = checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
         spec, tensors = _fused(spec, a, epilogue, operands, scale_a=scale_a, scale_b=scale_b, bias=bias)
-        return run_fused(spec, a, b, tensors)
+        return run_fused(spec, a, b, tensors, key)
     if _eager(a, b, scale_a, scale_b, bias):
         return _scaled_mm_impl(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
     return torch.ops.warploom.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)

@@ -6,6 +6,7 @@ Everything here runs before any kernel is planned or launched. Tensors may be on
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from warploom.dtypes import DType
@@ -46,15 +47,21 @@ def _tma_ok(arg: str, t: Any, inner: int, what: str) -> None:
             f"stride {t.stride(outer)} elements = {t.stride(outer) * esize} bytes",
             f"pad dim {inner} of {arg} to a multiple of {_TMA_ALIGN // esize} elements",
         )
-    if t.device.type != "meta" and not _is_fake(t) and t.data_ptr() % _TMA_ALIGN:
+    if t.device.type != "meta" and not is_fake(t) and t.data_ptr() % _TMA_ALIGN:
         raise AlignmentError(arg, f"a base address aligned to {_TMA_ALIGN} bytes (TMA rule)",
                              f"address {t.data_ptr():#x}", f"pass {arg}.clone()")
 
 
-def _is_fake(t: Any) -> bool:
+def is_fake(t: Any) -> bool:
+    return isinstance(t, _fake_tensor_class())
+
+
+@functools.cache
+def _fake_tensor_class() -> type:
+    # Imported once, on first use (importing warploom stays light); an import statement per call cost ~3 us.
     from torch._subclasses.fake_tensor import FakeTensor
 
-    return isinstance(t, FakeTensor)
+    return FakeTensor
 
 
 def _same_device(named: dict[str, Any]) -> None:
@@ -252,7 +259,7 @@ def tensor_meta(t: Any) -> tuple[Any, ...] | None:
 
 def is_real(t: Any) -> bool:
     """Whether `t` has storage (not a meta or fake tensor), so `tensor_meta` can read its address."""
-    return t.device.type != "meta" and not _is_fake(t)
+    return t.device.type != "meta" and not is_fake(t)
 
 
 def _remembered(key: tuple[Any, ...], make: Any) -> GemmSpec:

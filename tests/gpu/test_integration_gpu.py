@@ -126,3 +126,76 @@ def test_fast_launch_path_matches_the_jit_and_keeps_one_kernel_per_specializatio
         da, db = dequantized(fa, fb, sa, sb)
         assert _err(out.float(), da @ db) < 1e-3
     assert len(launcher._main._compiled) == 2
+
+
+def test_split_k_reduction_launches_directly_with_the_jits_bits() -> None:
+    """Split-K's reduction kernel takes the direct path too (runtime/launch.py): fresh tensors each call, the same
+    bits as the launcher that sends both kernels through Triton's JIT."""
+    from warploom.device import DeviceInfo
+    from warploom.kernel import build
+    from warploom.planner import plan_schedule
+    from warploom.runtime.launch import Launcher
+
+    torch.manual_seed(2)
+    m, n, k = 64, 512, 2048
+    probe = warploom.plan(torch.empty(m, k, device="cuda", dtype=torch.bfloat16),
+                          torch.empty(k, n, device="cuda", dtype=torch.bfloat16))
+    dev = DeviceInfo.current()
+    kern = build(probe.spec, dev, plan_schedule(probe.spec, dev, split_k=4))
+    assert kern.module.tiling.split_k == 4 and kern.gluon.reduce_kernel
+    fast, jit = Launcher(kern.module, kern.gluon, fast=True), Launcher(kern.module, kern.gluon, fast=False)
+    for _ in range(3):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        got = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        want = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        fast(a, b, got)
+        jit(a, b, want)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(got.float(), a.float() @ b.float(), atol=0.2, rtol=0.02)
+        assert torch.equal(got, want)
+    assert fast._reduce is not None and len(fast._reduce._compiled) == 1
+
+
+def test_eager_calls_remember_their_kernel_and_check_what_differs() -> None:
+    """warploom/eager.py: repeated eager calls with fresh tensors of the same shapes, strides, dtypes and alignment
+    reuse one remembered kernel and stay correct; a tensor that differs in any of those is checked anew (a
+    misaligned view is refused even after the aligned one was remembered)."""
+    from warploom import AlignmentError, eager
+
+    eager.forget()
+    torch.manual_seed(3)
+    m, n, k = 300, 272, 512
+    for _ in range(3):
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+        torch.testing.assert_close(warploom.matmul(a, b).float(), a.float() @ b.float(), atol=0.1, rtol=0.02)
+    assert len(eager._CALLS) == 1
+    flat = torch.randn(m * k + 8, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(AlignmentError):
+        warploom.matmul(flat[1:1 + m * k].view(m, k), b)
+    bt = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()  # same shape, K-major strides
+    torch.testing.assert_close(warploom.matmul(a, bt).float(), a.float() @ bt.float(), atol=0.1, rtol=0.02)
+    fa, fb, sa, sb = _fp8(m, n, k)
+    for fast in (True, False, True):
+        out = warploom.scaled_mm(fa, fb, sa, sb, use_fast_accum=fast)
+        assert _err(out.float(), (fa.float() @ fb.float()) * sa * sb) < 1e-3
+    assert len(eager._CALLS) == 4
+
+
+def test_fused_eager_calls_are_remembered_and_follow_the_function() -> None:
+    """A fused call is remembered under its function's code and the values it reads (warploom/eager.py): fresh
+    tensors reuse the kernel, a closure value that changes gets its own."""
+    from warploom import eager
+
+    eager.forget()
+    torch.manual_seed(4)
+    m, n, k = 300, 272, 256
+    fa, fb, sa, sb = _fp8(m, n, k)
+    for scale in (0.5, 0.5, 2.0):
+        res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+        out = warploom.scaled_mm(fa, fb, sa, sb, use_fast_accum=True,
+                                 epilogue=lambda acc, residual: acc * scale + residual, residual=res)  # noqa: B023
+        ref = (fa.float() @ fb.float()) * sa * sb * scale + res.float()
+        assert _err(out.float(), ref) < 1e-3
+    assert len(eager._CALLS) == 2  # one per value of `scale` the function reads

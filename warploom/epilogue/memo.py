@@ -12,6 +12,7 @@ stale graph would be a silently wrong result.
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 from collections import OrderedDict
@@ -52,13 +53,15 @@ def key(fn: Callable[..., Any], extra: Hashable) -> Hashable | None:
     return tuple(parts)
 
 
-def _global_names(code: types.CodeType) -> set[str]:
-    """Names the code (and the code of functions and lambdas nested in it) may look up as globals."""
+@functools.lru_cache(maxsize=1024)
+def _global_names(code: types.CodeType) -> frozenset[str]:
+    """Names the code (and the code of functions and lambdas nested in it) may look up as globals. Per code object
+    (immutable), remembered: an eager call reads it every time."""
     names = set(code.co_names)
     for c in code.co_consts:
         if isinstance(c, types.CodeType):
             names |= _global_names(c)
-    return names
+    return frozenset(names)
 
 
 def _value(v: Any) -> Hashable | None:

@@ -8,6 +8,15 @@ the cached binary) and launches; its compiled kernel is kept under the specializ
 arguments (`native_specialize_impl`, the same function its binder calls: dtypes, 16-byte alignment, i32/i64,
 divisibility by 16, ones made constant). Later calls with the same specialization launch that kernel directly,
 skipping the JIT's per-call argument binding, option parsing and cache-key hashing (issue 6: host overhead).
+
+A direct launch also skips Triton's per-call TMA descriptor work where it can: the JIT path builds a validated
+`TensorDescriptor` per descriptor argument and its launcher encodes each (`cuTensorMapEncodeTiled`) on every call.
+A direct launch encodes a tensor's descriptor the way Triton's launcher does (`make_tensordesc_arg`, with the
+kernel's own descriptor metadata) once per (address, shape, strides), keeps the encoding, and calls the compiled
+launcher's C entry point with the expanded arguments. A descriptor encodes only the address, sizes, strides and
+box, so a cached one is valid for any tensor with the same four. Where the Triton launcher does not have the
+expected shape (scratch memory, no descriptor metadata, no C entry point found), the direct launch passes
+`TensorDescriptor`s to the compiled kernel's own launcher instead.
 """
 
 from __future__ import annotations
@@ -18,7 +27,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from warploom.backends.gluon_sm90 import REDUCE_BLOCK, REDUCE_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
+from triton import knobs
+from triton.runtime.driver import driver
+
+from warploom.backends.gluon_sm90 import REDUCE_BLOCK, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.errors import split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
@@ -26,10 +38,11 @@ from warploom.runtime.loader import load
 from warploom.spec import BLayout, ScaleRecipe
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Call:
-    """One launch's tensors. A fused epilogue's operands (for scaled_mm, scale_a, scale_b and bias among
-    them) are in `operands`; its outputs after the first in `extra_outs`."""
+    """One launch's tensors. A fused epilogue's operands (for scaled_mm, scale_a, scale_b and bias among them) are
+    in `operands`; its outputs after the first in `extra_outs`. Not frozen: one is built per launch, and a frozen
+    dataclass's __init__ costs ~2 us more."""
 
     a: Any
     b: Any
@@ -55,13 +68,13 @@ class Launcher:
         fast = os.environ.get("WARPLOOM_FAST_LAUNCH", "1") != "0" if fast is None else fast
         k_major = m.spec.b_layout is BLayout.K_MAJOR
         blocks = descriptor_blocks(m)
+        descs = {i: _DescSlot(blocks[p][1], shared_layout(*blocks[p]), TensorDescriptor)
+                 for i, p in enumerate(src.params) if p in blocks}
         self._main = _Direct(load(src.text, src.kernel), {"num_warps": src.num_warps, "maxnreg": src.maxnreg},
-                             [i for i, p in enumerate(src.params) if p not in blocks], fast)
+                             descs, fast)
         self._reduce = None
         if src.reduce_kernel:  # split-K's second kernel: every argument a pointer or an integer
-            # Through the JIT on every call for now: the direct path was measured on the GPU for main kernels only.
-            self._reduce = _Direct(load(src.text, src.reduce_kernel), {"num_warps": 4},
-                                   list(range(len(REDUCE_PARAMS))), False)
+            self._reduce = _Direct(load(src.text, src.reduce_kernel), {"num_warps": 4}, {}, fast)
         getters: dict[str, Callable[[Call], Any]] = {
             # B's descriptor is over its storage order: (N, K) rows for K-major B, (K, N) rows otherwise.
             "a_desc": lambda c: c.a,
@@ -80,9 +93,8 @@ class Launcher:
         for p in src.params:
             if p in scale_args:
                 self._args.append(scale_args[p])
-            elif p in blocks:
-                d, blk = blocks[p]
-                self._args.append(functools.partial(_desc, TensorDescriptor, getters[p], blk, shared_layout(d, blk)))
+            elif p in blocks:  # the tensor to describe (_Direct makes the descriptor)
+                self._args.append(getters[p])
             elif fused and p.endswith("_ptr"):
                 # Operands keep their own strides (compiled into the kernel): the storage goes as it is.
                 self._args.append(functools.partial(lambda name, c: c.operands[name], p.removesuffix("_ptr")))
@@ -120,52 +132,72 @@ class Launcher:
         return out
 
 
+@dataclass(frozen=True)
+class _DescSlot:
+    """A TMA descriptor parameter: its box and shared layout; the argument is the tensor it describes."""
+
+    block: list[int]
+    layout: Any
+    cls: Any  # Triton's TensorDescriptor
+
+    def descriptor(self, t: Any) -> Any:
+        return self.cls.from_tensor(t, self.block, self.layout)
+
+
+@dataclass(frozen=True)
+class _DescArg:
+    """What Triton's `make_tensordesc_arg` reads of a TensorDescriptor, without its per-call validation (the first
+    call of the kernel's specialization went through the validated one, and the caller's checks hold for later
+    tensors)."""
+
+    base: Any
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    padding: str = "zero"
+
+
 class _Direct:
     """One JIT function's launches (module docstring): the first call of each argument specialization goes through
-    Triton's JIT, later ones launch the kernel it compiled. `varying` are the positions of the arguments whose
-    specialization can change between calls (not the TMA descriptors, which the kernel fixes)."""
+    Triton's JIT, later ones launch the kernel it compiled. `descs` are the positions of the TMA descriptor
+    arguments (given as the tensors they describe); the others are the ones whose specialization can change between
+    calls (a descriptor's is fixed by the kernel)."""
 
-    def __init__(self, fn: Any, opts: dict[str, Any], varying: list[int], fast: bool) -> None:
-        self._fn, self._opts, self._varying, self._fast = fn, opts, varying, fast
+    def __init__(self, fn: Any, opts: dict[str, Any], descs: dict[int, _DescSlot], fast: bool) -> None:
+        self._fn, self._opts, self._descs, self._fast = fn, opts, descs, fast
         self._backend: Any = None  # Triton's backend and specializer, once the JIT has run
         self._specialize: Any = None
-        self._compiled: dict[tuple[Any, ...], Any] = {}
+        self._compiled: dict[tuple[Any, ...], _Compiled] = {}
 
     def launch(self, grid: int, args: list[Any]) -> None:
-        from triton import knobs
-        from triton.runtime.driver import driver
-
+        # (knobs and driver are imported at module level: an import statement per launch cost ~1 us, profiled)
         if not self._fast or self._backend is None or getattr(self._fn, "pre_run_hooks", None):
             self._jit(grid, args)  # (pre-run hooks, e.g. a tool's, see every call through the JIT)
             return
         device = driver.active.get_current_device()
         key = self._key(device, args)
-        kernel = self._compiled.get(key)
-        if kernel is None:
+        compiled = self._compiled.get(key)
+        if compiled is None:
             self._jit(grid, args, key)
             return
         stream = driver.active.get_current_stream(device)
         # Launch hooks (profilers; some environments install one) get what the JIT would give them.
-        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        meta = kernel.launch_metadata((grid, 1, 1), stream, *args)
-        kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, leave, *args)
+        compiled.launch(grid, stream, knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, args)
 
     def _key(self, device: int, args: list[Any]) -> tuple[Any, ...]:
         """What Triton's JIT keys its kernel cache on that can change between calls of this kernel: the device
         (each loads its own binary), the debug and instrumentation knobs, and the specialization of the arguments
         that vary: pointers (dtype, 16-byte alignment) and integers (strides; M, N, K). A descriptor's is its
         dtype, block and layout, which the kernel fixes."""
-        from triton import knobs
-
         return (device, knobs.runtime.debug, knobs.compilation.instrumentation_mode,
-                *(self._specialize(self._backend, args[i], False, True, True) for i in self._varying))
+                *(self._specialize(self._backend, a, False, True, True) for i, a in enumerate(args)
+                  if i not in self._descs))
 
     def _jit(self, grid: int, args: list[Any], key: tuple[Any, ...] | None = None) -> None:
         """Launch through Triton's JIT dispatch and remember the kernel it ran under `key`."""
         from triton._C.libtriton import native_specialize_impl
-        from triton.runtime.driver import driver
 
-        kernel = self._fn[(grid,)](*args, **self._opts)
+        described = [self._descs[i].descriptor(a) if i in self._descs else a for i, a in enumerate(args)]
+        kernel = self._fn[(grid,)](*described, **self._opts)
         if kernel is None or not hasattr(self._fn, "device_caches"):
             self._fast = False  # not Triton's JIT (a test's stand-in): nothing compiled to launch directly
             return
@@ -174,7 +206,76 @@ class _Direct:
             self._specialize = native_specialize_impl
             key = self._key(driver.active.get_current_device(), args)
         if key is not None and len(self._compiled) < 64:
-            self._compiled[key] = kernel
+            # A launch_metadata callback of the JIT function reads the arguments: give it descriptors then.
+            self._compiled[key] = _Compiled(kernel, self._descs, getattr(self._fn, "launch_metadata", None) is not None)
+
+
+class _Compiled:
+    """One compiled specialization's direct launch (module docstring)."""
+
+    _MAX_ENCODED = 256  # descriptor encodings kept (address, shape, strides): a few per tensor a model reuses
+
+    def __init__(self, kernel: Any, descs: dict[int, _DescSlot], hook_reads_args: bool) -> None:
+        self.kernel, self.descs, self.hook_reads_args = kernel, descs, hook_reads_args
+        run = kernel.run  # Triton's launcher (loads the binary on first use)
+        meta = getattr(kernel.metadata, "tensordesc_meta", None)
+        self.c_launch = _c_entry(run) if not descs or (meta and len(meta) == len(descs)) else None
+        self.meta = dict(zip(sorted(descs), meta or (), strict=False))
+        self.run = run
+        self._encoded: dict[tuple[Any, ...], list[Any]] = {}
+
+    def launch(self, grid: int, stream: int, enter: Any, leave: Any, args: list[Any]) -> None:
+        k = self.kernel
+        meta = None
+        if enter is not None:  # Triton's launch metadata: name, function, stream (the arguments only for a callback)
+            meta = k.launch_metadata((grid, 1, 1), stream, *(self._described(args) if self.hook_reads_args else args))
+        if self.c_launch is None:
+            self.run(grid, 1, 1, stream, k.function, k.packed_metadata, meta, enter, leave, *self._described(args))
+            return
+        flat: list[Any] = []
+        for i, a in enumerate(args):
+            if i in self.descs:
+                flat.extend(self._encode(i, a))
+            else:
+                flat.append(a)
+        self.c_launch(grid, 1, 1, stream, k.function, self.run.launch_cooperative_grid, self.run.launch_pdl, None,
+                      None, k.packed_metadata, meta, enter, leave, *flat)
+
+    def _described(self, args: list[Any]) -> list[Any]:
+        return [self.descs[i].descriptor(a) if i in self.descs else a for i, a in enumerate(args)]
+
+    def _encode(self, i: int, t: Any) -> list[Any]:
+        """[CUtensorMap, *shape, *strides] for tensor `t` at descriptor position i, as Triton's launcher expands a
+        TensorDescriptor (its `make_tensordesc_arg`), remembered per (address, shape, strides)."""
+        key = (i, t.data_ptr(), t.shape, t.stride())
+        enc = self._encoded.get(key)
+        if enc is None:
+            from triton.backends.nvidia.driver import make_tensordesc_arg
+
+            enc = make_tensordesc_arg(_DescArg(t, tuple(t.shape), t.stride()), self.meta[i])
+            if len(self._encoded) >= self._MAX_ENCODED:
+                self._encoded.clear()
+            self._encoded[key] = enc
+        return enc
+
+
+def _c_entry(run: Any) -> Any:
+    """The C launch function behind Triton's CUDA launcher, or None where the launcher is not shaped as expected.
+    In triton 3.6 `CudaLauncher.launch` is the compiled module's `launch`, or, for a kernel with descriptor
+    arguments, `wrap_handle_tensordesc`'s closure over it (free variable `launcher`), which expands each
+    TensorDescriptor into its encoding, shape and strides. Kernels that need scratch memory keep Triton's launcher."""
+    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+        return None
+    if not hasattr(run, "launch_cooperative_grid") or not hasattr(run, "launch_pdl"):
+        return None
+    fn = getattr(run, "launch", None)
+    if getattr(fn, "__name__", "") == "launch":
+        return fn
+    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
+    if code is None or cells is None or "launcher" not in code.co_freevars:
+        return None
+    inner = cells[code.co_freevars.index("launcher")].cell_contents
+    return inner if callable(inner) else None
 
 
 def _scale_args(recipe: ScaleRecipe) -> dict[str, Callable[[Call], Any]]:
@@ -201,6 +302,3 @@ def _aligned(t: Any) -> Any:
     t = t.contiguous()
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
-
-def _desc(cls: Any, get: Callable[[Call], Any], blk: list[int], layout: Any, call: Call) -> Any:
-    return cls.from_tensor(get(call), blk, layout)

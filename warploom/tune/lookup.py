@@ -44,5 +44,9 @@ def tuned_plan(spec: GemmSpec, device: DeviceInfo, strides: tuple[tuple[int, ...
 
 
 def forget() -> None:
-    """Drop every remembered lookup (a tune just stored a new winner, or the cache was cleared)."""
+    """Drop every remembered lookup (a tune just stored a new winner, or the cache was cleared), and every eager
+    call remembered with the plan it found (warploom/eager.py)."""
+    from warploom import eager
+
     _MEMO.clear()
+    eager.forget()

@@ -1,0 +1,116 @@
+"""The eager fast path: a call whose tensors look like an earlier call's reuses that call's checked spec and kernel.
+
+An eager `matmul` or `scaled_mm` on CUDA tensors validates its arguments (`warploom.checks`), builds a `GemmSpec`,
+looks up the tuned plan and the built kernel: tens of microseconds of Python per call, more than a small GEMM's
+kernel takes (issue 6: an eager call should add at most 10 us). All of it depends only on what the checks read of
+each tensor (shape, strides, dtype, device, base address modulo 16) and the call's other arguments, so the first
+call remembers its kernel under exactly those (`key`), and later calls with the same key allocate the output and
+launch. Only calls that passed their checks and need a kernel are remembered (empty shapes and K = 0 are computed
+without one, CPU tensors run on the simulator); `forget()` drops everything, and `warploom.tune.lookup.forget`
+calls it whenever the tuned plan for a problem may have changed.
+
+Calls with a fused epilogue (`fused_key`, `PreparedFused`) are keyed on the epilogue function as
+`warploom.epilogue.memo` keys its captured graph (code, closure, globals and defaults the code reads, by value), and
+on every operand by name: a function whose graph cannot be remembered is never remembered here either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from warploom.checks import is_fake
+from warploom.epilogue import memo
+from warploom.kernel import Kernel
+
+_MAX = 1024
+_CALLS: dict[tuple[Any, ...], Prepared | PreparedFused] = {}
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a remembered call launches: the kernel and the output's shape and dtype."""
+
+    kernel: Kernel
+    m: int
+    n: int
+    out_dtype: Any  # torch.dtype
+
+    def __call__(self, a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> Any:
+        out = torch.empty((self.m, self.n), dtype=self.out_dtype, device=a.device)
+        return self.kernel.launcher(a, b, out, scale_a, scale_b, bias)
+
+
+def key(op: str, tensors: tuple[Any, ...], *rest: Any) -> tuple[Any, ...] | None:
+    """The call's key: per tensor what `checks.tensor_meta` reads (the device as its index), then the other
+    arguments. None for a call that must not be remembered: a tensor not on a GPU (the CPU simulator's path, or a
+    mistake the checks report) or without storage (meta, fake)."""
+    metas: list[Any] = [op]
+    for t in tensors:
+        if t is None:
+            metas.append(None)
+            continue
+        device = t.get_device()  # -1 on the CPU and for meta tensors
+        if device < 0 or is_fake(t):
+            return None
+        metas.append((t.shape, t.stride(), t.dtype, device, t.data_ptr() & 15))
+    return (*metas, *rest)
+
+
+@dataclass(frozen=True)
+class PreparedFused:
+    """A remembered call with a fused epilogue: the kernel, the outputs' dtypes, and which tensors the kernel takes
+    as graph operands (`names`, scaled_mm's scales and bias among them unless blockwise: those are the mainloop's)."""
+
+    kernel: Kernel
+    m: int
+    n: int
+    out_dtypes: tuple[Any, ...]  # torch.dtype per output
+    names: tuple[str, ...]
+    blockwise: bool
+
+    def __call__(self, a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any, operands: dict[str, Any]) -> Any:
+        tensors = {**operands, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}
+        outs = tuple(torch.empty((self.m, self.n), dtype=d, device=a.device) for d in self.out_dtypes)
+        sa, sb = (scale_a, scale_b) if self.blockwise else (None, None)
+        self.kernel.launcher(a, b, outs[0], sa, sb, operands={n: tensors[n] for n in self.names},
+                             extra_outs=outs[1:])
+        return outs[0] if len(outs) == 1 else outs
+
+
+def fused_key(op: str, fn: Any, tensors: tuple[Any, ...], operands: dict[str, Any], *rest: Any
+              ) -> tuple[Any, ...] | None:
+    """`key` for a call with epilogue `fn` and its `operands` (tensors or Python numbers), or None."""
+    base = key(op, tensors, *rest)
+    fn_key = memo.key(fn, ()) if base is not None else None
+    if base is None or fn_key is None:
+        return None
+    ops: list[Any] = []
+    for name, v in operands.items():
+        if v is None or isinstance(v, (bool, int, float)):
+            ops.append((name, type(v).__name__, v))
+            continue
+        part = key("", (v,))
+        if part is None:
+            return None
+        ops.append((name, part[1]))
+    return (*base, fn_key, tuple(ops))
+
+
+def get(k: tuple[Any, ...] | None) -> Any:
+    return None if k is None else _CALLS.get(k)
+
+
+def remember(k: tuple[Any, ...] | None, prepared: Prepared | PreparedFused) -> None:
+    if k is None:
+        return
+    if len(_CALLS) >= _MAX:
+        _CALLS.clear()
+    _CALLS[k] = prepared
+
+
+def forget() -> None:
+    """Drop every remembered call (the tuned plan of a problem may have changed)."""
+    _CALLS.clear()
