@@ -72,7 +72,8 @@ class PreparedFused:
     blockwise: bool
 
     def __call__(self, a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any, operands: dict[str, Any]) -> Any:
-        tensors = {**operands, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}
+        # The user's operands last: matmul may name one `bias` (scaled_mm refuses those names for its own).
+        tensors = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias, **operands}
         outs = tuple(torch.empty((self.m, self.n), dtype=d, device=a.device) for d in self.out_dtypes)
         sa, sb = (scale_a, scale_b) if self.blockwise else (None, None)
         self.kernel.launcher(a, b, outs[0], sa, sb, operands={n: tensors[n] for n in self.names},
@@ -90,8 +91,10 @@ def fused_key(op: str, fn: Any, tensors: tuple[Any, ...], operands: dict[str, An
     ops: list[Any] = []
     for name, v in operands.items():
         if v is None or isinstance(v, (bool, int, float)):
-            ops.append((name, type(v).__name__, v))
+            ops.append((name, memo.value_key(v)))
             continue
+        if not isinstance(v, torch.Tensor):
+            return None  # the checks name what is wrong with it
         part = key("", (v,))
         if part is None:
             return None

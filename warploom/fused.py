@@ -42,7 +42,8 @@ def fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], op
     hit = memo.get(key)
     if hit is not None:
         fused, names = hit
-        tensors = {**operands, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}
+        # The user's operands last: matmul may name one `bias` (scaled_mm refuses those names for its own).
+        tensors = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias, **operands}
         return fused, {n: tensors[n] for n in names}
     fused, picked = _fused_spec(spec, a, epilogue, operands, scale_a=scale_a, scale_b=scale_b, bias=bias)
     memo.put(key, (fused, tuple(picked)))
@@ -56,7 +57,7 @@ def _meta(t: Any) -> Any:
     """What classification and the checks read of an operand (`checks.tensor_meta`), or a stand-in for a Python
     value; _UNCACHEABLE for anything else."""
     if t is None or isinstance(t, (bool, int, float)):
-        return ("v", type(t).__name__, t)
+        return memo.value_key(t)
     if isinstance(t, torch.Tensor):
         return tensor_meta(t) if is_real(t) else _UNCACHEABLE  # a meta or fake tensor has no address to check
     return _UNCACHEABLE

@@ -139,14 +139,8 @@ def gpu(out: str) -> None:
     Path(out).write_text(json.dumps(rows, indent=1))
 
 
-def gpu_shape(m: int, n: int, k: int) -> dict[str, Any]:
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    from warploom.bench import _time_graph
-    from warploom.dtypes import DType
-    from warploom.runtime.cross import shared_layout
-    from warploom.runtime.loader import load
-
+def problem(m: int, n: int, k: int) -> tuple[Any, ...]:
+    """Issue 4's fused problem on the GPU: a, b, sa, sb, bias, residual and the fp64 reference."""
     torch.manual_seed(0)
     a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
@@ -154,7 +148,14 @@ def gpu_shape(m: int, n: int, k: int) -> dict[str, Any]:
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     ref = epilogue((a.float() @ b.float()) * sa * sb + bias.float(), res).double()
-    row: dict[str, Any] = {"shape": [m, n, k]}
+    return a, b, sa, sb, bias, res, ref
+
+
+def recorder(row: dict[str, Any], ref: torch.Tensor) -> Any:
+    """record(name, fn): check fn's output against `ref` (scale-free error), time it (CUDA graph), add to `row`."""
+    from warploom.bench import _time_graph
+
+    m, n, k = row["shape"]
 
     def record(name: str, fn: Any) -> None:
         y = fn().double()
@@ -164,6 +165,19 @@ def gpu_shape(m: int, n: int, k: int) -> dict[str, Any]:
         row[name] = {"us": us, "err": e}
         print(f"{m}x{n}x{k} {name:22s} {us:8.1f} us  err {e:.2e}", flush=True)
 
+    return record
+
+
+def gpu_shape(m: int, n: int, k: int) -> dict[str, Any]:
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from warploom.dtypes import DType
+    from warploom.runtime.cross import shared_layout
+    from warploom.runtime.loader import load
+
+    a, b, sa, sb, bias, res, ref = problem(m, n, k)
+    row: dict[str, Any] = {"shape": [m, n, k]}
+    record = recorder(row, ref)
     record("torch_eager", lambda: F.gelu(torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16,
                                                            use_fast_accum=True)) + res)
     record("warploom_fused", lambda: warploom.scaled_mm(a, b, sa, sb, bias=bias, use_fast_accum=True,

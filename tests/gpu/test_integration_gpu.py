@@ -157,45 +157,80 @@ def test_split_k_reduction_launches_directly_with_the_jits_bits() -> None:
     assert fast._reduce is not None and len(fast._reduce._compiled) == 1
 
 
-def test_eager_calls_remember_their_kernel_and_check_what_differs() -> None:
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Count the checks an eager call runs: a remembered call runs none (warploom/eager.py)."""
+    from warploom import checks
+
+    seen: list[str] = []
+    for name in ("matmul_spec_cached", "scaled_mm_spec_cached"):
+        real = getattr(checks, name)
+
+        def counted(*args: object, _real: object = real, _name: str = name, **kw: object) -> object:
+            seen.append(_name)
+            return _real(*args, **kw)  # type: ignore[operator]
+
+        monkeypatch.setattr(checks, name, counted)
+    return seen
+
+
+def test_eager_calls_remember_their_kernel_and_check_what_differs(monkeypatch: pytest.MonkeyPatch) -> None:
     """warploom/eager.py: repeated eager calls with fresh tensors of the same shapes, strides, dtypes and alignment
-    reuse one remembered kernel and stay correct; a tensor that differs in any of those is checked anew (a
-    misaligned view is refused even after the aligned one was remembered)."""
+    skip the checks and reuse one remembered kernel, and stay correct; a tensor that differs in any of those is
+    checked anew (a misaligned view is refused even after the aligned one was remembered)."""
     from warploom import AlignmentError, eager
 
     eager.forget()
+    checked = _counting(monkeypatch)
     torch.manual_seed(3)
     m, n, k = 300, 272, 512
     for _ in range(3):
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
         torch.testing.assert_close(warploom.matmul(a, b).float(), a.float() @ b.float(), atol=0.1, rtol=0.02)
-    assert len(eager._CALLS) == 1
+    assert checked == ["matmul_spec_cached"] and len(eager._CALLS) == 1  # calls 2 and 3 were hits
     flat = torch.randn(m * k + 8, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(AlignmentError):
         warploom.matmul(flat[1:1 + m * k].view(m, k), b)
     bt = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()  # same shape, K-major strides
     torch.testing.assert_close(warploom.matmul(a, bt).float(), a.float() @ bt.float(), atol=0.1, rtol=0.02)
+    assert len(checked) == 3
     fa, fb, sa, sb = _fp8(m, n, k)
-    for fast in (True, False, True):
+    for fast in (True, False, True, False):
         out = warploom.scaled_mm(fa, fb, sa, sb, use_fast_accum=fast)
         assert _err(out.float(), (fa.float() @ fb.float()) * sa * sb) < 1e-3
-    assert len(eager._CALLS) == 4
+    assert checked.count("scaled_mm_spec_cached") == 2 and len(eager._CALLS) == 4
+    kb, nb = k // 128, -(-n // 128)
+    for _ in range(2):  # blockwise: scales go to the mainloop on a hit too
+        bsa, bsb = torch.rand(kb, m, device="cuda").t() + 0.5, torch.rand(kb, nb, device="cuda") + 0.5
+        from warploom.sim.reference import dequantized
+
+        da, db = dequantized(fa, fb, bsa, bsb)
+        assert _err(warploom.scaled_mm(fa, fb, bsa, bsb).float(), da @ db) < 1e-3
+    assert checked.count("scaled_mm_spec_cached") == 3
 
 
-def test_fused_eager_calls_are_remembered_and_follow_the_function() -> None:
+def test_fused_eager_calls_are_remembered_and_follow_the_function(monkeypatch: pytest.MonkeyPatch) -> None:
     """A fused call is remembered under its function's code and the values it reads (warploom/eager.py): fresh
-    tensors reuse the kernel, a closure value that changes gets its own."""
+    tensors reuse the kernel without checks, a closure value that changes gets its own; a matmul operand named
+    `bias` reaches the kernel on a hit (it is not scaled_mm's bias)."""
     from warploom import eager
 
     eager.forget()
+    checked = _counting(monkeypatch)
     torch.manual_seed(4)
     m, n, k = 300, 272, 256
     fa, fb, sa, sb = _fp8(m, n, k)
-    for scale in (0.5, 0.5, 2.0):
+    for scale in (0.5, 0.5, 2.0, 2.0):
         res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
         out = warploom.scaled_mm(fa, fb, sa, sb, use_fast_accum=True,
                                  epilogue=lambda acc, residual: acc * scale + residual, residual=res)  # noqa: B023
         ref = (fa.float() @ fb.float()) * sa * sb * scale + res.float()
         assert _err(out.float(), ref) < 1e-3
-    assert len(eager._CALLS) == 2  # one per value of `scale` the function reads
+    assert len(eager._CALLS) == 2 and len(checked) == 2  # one per value of `scale` the function reads
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        out = warploom.matmul(a, b, epilogue=lambda acc, bias: acc + bias, bias=bias)
+        torch.testing.assert_close(out.float(), a.float() @ b.float() + bias.float(), atol=0.1, rtol=0.02)
+    assert len(checked) == 3

@@ -47,15 +47,18 @@ def utils(monkeypatch: pytest.MonkeyPatch) -> Utils:
 
 
 class Run:
-    """Shaped like triton 3.6's CudaLauncher: `launch` is Triton's own descriptor wrapper around the C function
-    (here a recorder named like it)."""
+    """Shaped like triton 3.6's CudaLauncher (called through its own __call__): `launch` is Triton's own descriptor
+    wrapper around the C function (here a recorder named like it)."""
 
     launch_cooperative_grid = False
     launch_pdl = False
+    num_ctas = 1
 
     def __init__(self, scratch: int = 0) -> None:
         self.global_scratch_size = scratch
+        self.global_scratch_align = 1
         self.profile_scratch_size = 0
+        self.profile_scratch_align = 1
         self.calls: list[tuple[Any, ...]] = []
 
         def launch(*args: Any) -> None:
@@ -63,12 +66,12 @@ class Run:
 
         self.launch = nv.wrap_handle_tensordesc(launch, SIGNATURE, META)
 
-    def __call__(self, gx: int, gy: int, gz: int, stream: int, function: int, *args: Any) -> None:
-        self.launch(gx, gy, gz, stream, function, self.launch_cooperative_grid, self.launch_pdl, None, None, *args)
+    def __call__(self, *args: Any) -> None:
+        nv.CudaLauncher.__call__(self, *args)  # type: ignore[arg-type]
 
 
-def kernel(run: Run) -> Any:
-    return SimpleNamespace(run=run, metadata=SimpleNamespace(tensordesc_meta=META), function=77,
+def kernel(run: Run, meta: Any = META) -> Any:
+    return SimpleNamespace(run=run, metadata=SimpleNamespace(tensordesc_meta=meta), function=77,
                            packed_metadata=(8, 1, 1), launch_metadata=lambda *a: None)
 
 
@@ -130,8 +133,8 @@ def test_encodings_are_reused_per_address_shape_and_strides(utils: Utils, monkey
 
 
 def test_without_a_c_entry_the_kernels_own_launcher_gets_descriptors(utils: Utils) -> None:
-    run = Run(scratch=64)
-    compiled = _Compiled(kernel(run), slots(), hook_reads_args=False)
+    run = Run()
+    compiled = _Compiled(kernel(run, meta=None), slots(), hook_reads_args=False)  # no descriptor metadata
     assert compiled.c_launch is None
     args = tensors(300, 272, 512)
     compiled.launch(5, 99, None, None, args)
@@ -157,3 +160,19 @@ def test_launch_hooks_get_the_kernels_metadata(utils: Utils) -> None:
     compiled.launch(3, 99, enter, None, args)
     assert seen == [((3, 1, 1), 99, tuple(args))]  # no launch_metadata callback: the arguments go as they are
     assert run.calls[-1][10:13] == ("metadata", enter, None)
+
+
+def test_a_launch_metadata_callback_gets_descriptors(utils: Utils) -> None:
+    k = kernel(Run())
+    seen: list[Any] = []
+
+    def launch_metadata(grid: Any, stream: int, *args: Any) -> None:
+        seen.append(args)
+
+    k.launch_metadata = launch_metadata
+    compiled = _Compiled(k, slots(), hook_reads_args=True)
+    args = tensors(128, 256, 64)
+    compiled.launch(3, 99, lambda meta: None, None, args)
+    (got,) = seen
+    assert [type(x) for x in got[:3]] == [TensorDescriptor] * 3 and got[3:] == tuple(args[3:])
+    assert got[0].base is args[0] and list(got[1].block_shape) == BLOCKS[1]

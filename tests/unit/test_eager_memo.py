@@ -17,33 +17,60 @@ from warploom.tune import lookup
 BF16 = torch.bfloat16
 
 
+class GpuLike:
+    """A CPU tensor that reports itself on GPU 0: what `eager.key` reads of a tensor, without a GPU."""
+
+    def __init__(self, t: torch.Tensor, device: int = 0) -> None:
+        self.t, self.device = t, device
+        self.shape, self.dtype = t.shape, t.dtype
+
+    def stride(self) -> tuple[int, ...]:
+        return self.t.stride()
+
+    def get_device(self) -> int:
+        return self.device
+
+    def data_ptr(self) -> int:
+        return self.t.data_ptr()
+
+
 def _tensor_part(t: torch.Tensor) -> tuple[object, ...]:
     """The per-tensor entry of a key, computed as `eager.key` does for a GPU tensor (the CPU has none)."""
     return (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15)
 
 
 def test_the_key_holds_what_the_checks_read() -> None:
-    a = torch.randn(64, 32).to(BF16)
+    a, b = torch.randn(64, 32).to(BF16), torch.randn(32, 64).to(BF16)
+    k = eager.key("matmul", (GpuLike(a), GpuLike(b)), None)
+    assert k is not None and k == eager.key("matmul", (GpuLike(a.clone()), GpuLike(b.clone())), None)
     meta = checks.tensor_meta(a)
     assert meta is not None
-    shape, strides, dtype, device, align = meta
-    assert _tensor_part(a) == (torch.Size(shape), strides, dtype, -1, align)
-    b = torch.randn(32, 64).to(BF16).t()  # same shape as a.t(), other strides
-    assert _tensor_part(b)[1] != _tensor_part(a.t().contiguous())[1]
-    flat = torch.randn(64 * 32 + 8).to(BF16)
-    off = flat[1:1 + 64 * 32].view(64, 32)  # 2 bytes past the allocation's start
-    assert _tensor_part(off)[4] != _tensor_part(flat[:64 * 32].view(64, 32))[4]
+    shape, strides, dtype, _, align = meta
+    assert k[1] == (torch.Size(shape), strides, dtype, 0, align)
+    others = [
+        (GpuLike(torch.randn(64, 48).to(BF16)), GpuLike(b)),  # shape
+        (GpuLike(torch.randn(32, 64).to(BF16).t()), GpuLike(b)),  # strides
+        (GpuLike(torch.randn(64, 32).half()), GpuLike(b)),  # dtype
+        (GpuLike(a, device=1), GpuLike(b)),  # device
+        (GpuLike(torch.randn(64 * 32 + 8).to(BF16)[1:1 + 64 * 32].view(64, 32)), GpuLike(b)),  # address mod 16
+    ]
+    for ts in others:
+        assert eager.key("matmul", ts, None) not in (None, k)
+    assert eager.key("matmul", (GpuLike(a), GpuLike(b)), BF16) != k  # out_dtype
+    assert eager.key("matmul", (GpuLike(a), GpuLike(b), None), None) != k  # a missing optional tensor
 
 
 def test_cpu_meta_and_fake_tensors_are_never_remembered() -> None:
     a, b = torch.randn(64, 32).to(BF16), torch.randn(32, 64).to(BF16)
     assert eager.key("matmul", (a, b), None) is None  # the CPU simulator's path
+    assert eager.key("matmul", (GpuLike(a), b), None) is None  # b on the CPU: the checks report it
     assert eager.key("matmul", (a.to("meta"), b.to("meta")), None) is None
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    with FakeTensorMode() as mode:
-        fa = mode.from_tensor(a)
-    assert eager.key("matmul", (fa, b), None) is None
+    with FakeTensorMode():
+        fa = torch.empty(64, 32, dtype=BF16, device="cuda")  # a fake CUDA tensor needs no GPU
+    assert fa.get_device() == 0
+    assert eager.key("matmul", (fa, GpuLike(b)), None) is None
 
 
 def test_remember_get_and_forget() -> None:
@@ -67,12 +94,14 @@ def test_the_memo_is_bounded() -> None:
     eager.forget()
 
 
-def test_fused_calls_on_the_cpu_or_with_uncacheable_functions_get_no_key() -> None:
+def test_fused_calls_on_the_cpu_or_with_operands_that_are_not_tensors_get_no_key() -> None:
     a, b = torch.randn(64, 32).to(BF16), torch.randn(32, 64).to(BF16)
     res = torch.randn(64, 64).to(BF16)
     assert eager.fused_key("matmul+", lambda acc, r: acc + r, (a, b), {"r": res}, None) is None  # CPU
-    table = [1.0]
-    assert eager.fused_key("matmul+", lambda acc: acc * table[0], (a.to("meta"), b.to("meta")), {}, None) is None
+    ga, gb = GpuLike(a), GpuLike(b)
+    assert eager.fused_key("matmul+", lambda acc, r: acc + r, (ga, gb), {"r": 2.0}, None) is not None
+    # A value the checks refuse (they name the operand): no key, so the call reaches them.
+    assert eager.fused_key("matmul+", lambda acc, r: acc + r, (ga, gb), {"r": [1.0]}, None) is None
 
 
 def test_fused_keys_follow_the_function_and_every_operand(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,6 +112,8 @@ def test_fused_keys_follow_the_function_and_every_operand(monkeypatch: pytest.Mo
     monkeypatch.setattr(eager, "key", gpu_key)
     a, b = torch.randn(64, 32).to(BF16), torch.randn(32, 64).to(BF16)
     r1, r2 = torch.randn(64, 64).to(BF16), torch.randn(64, 64).to(BF16).t()  # same shape, other strides
+    assert eager.fused_key("matmul+", lambda acc, r: acc + r, (a, b), {"r": 0.0}, None) != \
+        eager.fused_key("matmul+", lambda acc, r: acc + r, (a, b), {"r": -0.0}, None)  # x / -0.0 is -inf
 
     def add(acc: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
         return acc + r
@@ -99,3 +130,13 @@ def test_fused_keys_follow_the_function_and_every_operand(monkeypatch: pytest.Mo
         eager.fused_key("matmul+", add, (a, b), {"r": 3.0}, None)
     table = [1.0]
     assert eager.fused_key("matmul+", lambda acc: acc * table[0], (a, b), {}, None) is None  # reads a list
+
+
+def test_closures_over_signed_zeros_are_different_graphs() -> None:
+    from warploom.epilogue import memo
+
+    def divide_by(eps: float) -> Any:
+        return lambda acc: acc / eps
+
+    assert memo.key(divide_by(0.0), ()) != memo.key(divide_by(-0.0), ())
+    assert memo.key(divide_by(0.5), ()) == memo.key(divide_by(0.5), ())

@@ -115,3 +115,17 @@ def test_fused_spec_is_remembered_per_operand_metadata(traces: list[Any], monkey
     with pytest.raises(AlignmentError, match="residual"):
         fused.fused_spec(spec, a, fn, {"residual": storage[1:].view(M, N)})
     assert len(traces) == 1
+
+
+def test_a_matmul_operand_named_bias_survives_a_memo_hit(traces: list[Any]) -> None:
+    # matmul has no bias of its own, so an epilogue operand may be called `bias`; a remembered spec must hand the
+    # kernel that operand, not scaled_mm's (absent) bias. CPU tensors: the simulator runs the kernel each time.
+    import warploom
+
+    torch.manual_seed(0)
+    a, b = torch.randn(64, 64).to(torch.bfloat16), torch.randn(64, 32).to(torch.bfloat16)
+    for _ in range(3):
+        bias = torch.randn(32).to(torch.bfloat16)
+        out = warploom.matmul(a, b, epilogue=lambda acc, bias: acc + bias, bias=bias)
+        torch.testing.assert_close(out.float(), a.float() @ b.float() + bias.float(), atol=0.1, rtol=0.02)
+    assert len(traces) == 1  # traced once: calls 2 and 3 were memo hits

@@ -475,22 +475,28 @@ class _PartitionEmitter:
         """The variable holding column block `part` of `parts` of `acc`; at block 0, the lines that split it.
 
         (rows, cols) -> (rows, 2, cols/2) -> permute -> split halves the columns without moving data: in the
-        wgmma layout a thread's registers already hold both halves. Four blocks split each half again."""
+        wgmma layout a thread's registers already hold both halves. More blocks (a power of two) split each half
+        again: block i is named by its index's bits, most significant first (lo = 0, hi = 1)."""
         if parts == 1:
             return acc
-        if parts not in (2, 4):
-            raise NotImplementedError(f"sm_90a epilogue: 1, 2 or 4 column blocks, not {parts}")
-        names = {2: ["lo", "hi"], 4: ["lo_lo", "lo_hi", "hi_lo", "hi_hi"]}[parts]
+        levels = parts.bit_length() - 1
+        cols = self._acc(acc).cols
+        if parts != 1 << levels or parts > 16 or cols // parts < 8:
+            raise NotImplementedError(f"sm_90a epilogue: 1, 2, 4, 8 or 16 column blocks of at least 8 columns, not "
+                                      f"{parts} of {cols} columns")
         if acc not in self._split:  # once per tile: a block's epilogue and its store both name it
             self._split.add(acc)
-            cols = self._acc(acc).cols
-            self.buf.line(f"{acc}_lo, {acc}_hi = {acc}.reshape([{self.rows}, 2, {cols // 2}]).permute(0, 2, 1)"
-                          ".split()", "the accumulator's column halves (register-local)")
-            if parts == 4:
-                for h in ("lo", "hi"):
-                    self.buf.line(f"{acc}_{h}_lo, {acc}_{h}_hi = {acc}_{h}.reshape([{self.rows}, 2, {cols // 4}])"
-                                  ".permute(0, 2, 1).split()")
-        return f"{acc}_{names[part]}"
+            frontier = [acc]
+            for level in range(levels):
+                width, nxt = cols >> (level + 1), []
+                note = "the accumulator's column halves (register-local)" if level == 0 else None
+                for name in frontier:
+                    self.buf.line(f"{name}_lo, {name}_hi = {name}.reshape([{self.rows}, 2, {width}]).permute(0, 2, 1)"
+                                  ".split()", note)
+                    nxt += [f"{name}_lo", f"{name}_hi"]
+                frontier = nxt
+        bits = "_".join("hi" if part >> (levels - 1 - j) & 1 else "lo" for j in range(levels))
+        return f"{acc}_{bits}"
 
     def _acc(self, name: str) -> ir.Accumulator:
         return next(x for x in self.p.accumulators if x.name == name)

@@ -64,10 +64,20 @@ def _global_names(code: types.CodeType) -> frozenset[str]:
     return frozenset(names)
 
 
+def value_key(v: None | bool | int | float | complex | str | torch.dtype) -> Hashable:
+    """A plain value as a key part that tells apart every value that can change a result: 0.0 == -0.0 (and hash
+    alike) but `x / 0.0` and `x / -0.0` differ, so floats go by their exact hex form."""
+    if isinstance(v, float):
+        return ("v", "float", v.hex())
+    if isinstance(v, complex):
+        return ("v", "complex", v.real.hex(), v.imag.hex())
+    return ("v", type(v).__name__, v)
+
+
 def _value(v: Any) -> Hashable | None:
     """A stable stand-in for a value the traced code reads, or None when it has none."""
     if v is None or isinstance(v, (bool, int, float, complex, str, torch.dtype)):
-        return ("v", type(v).__name__, v)
+        return value_key(v)
     if isinstance(v, types.ModuleType):
         return ("m", v.__name__, id(v))
     if isinstance(v, (types.BuiltinFunctionType, types.FunctionType)) and _library(v):

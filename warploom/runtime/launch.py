@@ -110,6 +110,17 @@ class Launcher:
 
     def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
                  operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
+        # Triton launches on the current device; the kernel belongs on the tensors' (torch's rule for its ops).
+        dev = a.get_device()
+        if dev >= 0 and dev != driver.active.get_current_device():
+            import torch
+
+            with torch.cuda.device(dev):
+                return self._launch(a, b, out, scale_a, scale_b, bias, operands, extra_outs)
+        return self._launch(a, b, out, scale_a, scale_b, bias, operands, extra_outs)
+
+    def _launch(self, a: Any, b: Any, out: Any, scale_a: Any, scale_b: Any, bias: Any,
+                operands: Mapping[str, Any] | None, extra_outs: Sequence[Any]) -> Any:
         m, n = a.shape[0], b.shape[1]
         split_k = self._tiling.split_k
         workspace = None
