@@ -172,3 +172,41 @@ def test_gluon_reads_block_columns_and_warpgroup_rows() -> None:
     assert src.count("tma.async_copy_shared_to_global(c_desc, [off_m + 64, off_n + 1 * (BN // 2)], c_smem1)") == 1
     assert src.count("tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem0)") == 1
     assert "mbarrier.init(empty_bars.index(i), count=2)" in src
+
+
+@pytest.mark.parametrize("parts", [2, 4, 8, 16])
+def test_register_local_split_names_each_block_by_its_columns(parts: int) -> None:
+    """The generated split lines (reshape to [rows, 2, w], permute, split), run with torch standing in for Gluon
+    (split() of a trailing dimension of 2 is unbind), give block i exactly columns [i * w, (i + 1) * w)."""
+    import re
+
+    import torch
+
+    from warploom.backends.codebuf import CodeBuffer
+    from warploom.backends.gluon_sm90 import _PartitionEmitter
+
+    spec = GemmSpec(4096, 4096, 4096, DType.BF16, DType.BF16, DType.BF16)
+    m, _ = compile_schedule(spec, plan_schedule(spec, H100_SXM, bn=256, stages=3), H100_SXM)
+    part = next(p for p in m.partitions if p.accumulators)
+    buf = CodeBuffer()
+    emitter = _PartitionEmitter(m, part, buf)
+    acc = part.accumulators[0]
+    names = [emitter._column_block(acc.name, i, parts) for i in range(parts)]
+    code = re.sub(r"\.split\(\)", ".unbind(-1)", re.sub(r"\s+#.*", "", buf.text()))
+    x = torch.arange(acc.rows * acc.cols).reshape(acc.rows, acc.cols)
+    env = {acc.name: x}
+    exec(code, {}, env)  # noqa: S102 - the emitter's own lines, on torch tensors
+    w = acc.cols // parts
+    for i, name in enumerate(names):
+        assert torch.equal(env[name], x[:, i * w:(i + 1) * w]), (parts, i, name)
+
+
+def test_column_blocks_narrower_than_8_are_refused() -> None:
+    from warploom.backends.codebuf import CodeBuffer
+    from warploom.backends.gluon_sm90 import _PartitionEmitter
+
+    spec = GemmSpec(4096, 4096, 4096, DType.BF16, DType.BF16, DType.BF16)
+    m, _ = compile_schedule(spec, plan_schedule(spec, H100_SXM, bn=128, bm=128), H100_SXM)
+    part = next(p for p in m.partitions if p.accumulators)
+    with pytest.raises(NotImplementedError, match="at least 8 columns"):
+        _PartitionEmitter(m, part, CodeBuffer())._column_block(part.accumulators[0].name, 0, 32)
