@@ -158,7 +158,8 @@ def test_launch_hooks_get_the_kernels_metadata(utils: Utils) -> None:
         pass
 
     compiled.launch(3, 99, enter, None, args)
-    assert seen == [((3, 1, 1), 99, tuple(args))]  # no launch_metadata callback: the arguments go as they are
+    # The grid as the JIT path passes it; no launch_metadata callback: the arguments go as they are.
+    assert seen == [((3,), 99, tuple(args))]
     assert run.calls[-1][10:13] == ("metadata", enter, None)
 
 

@@ -239,7 +239,7 @@ class _Compiled:
         k = self.kernel
         meta = None
         if enter is not None:  # Triton's launch metadata: name, function, stream (the arguments only for a callback)
-            meta = k.launch_metadata((grid, 1, 1), stream, *(self._described(args) if self.hook_reads_args else args))
+            meta = k.launch_metadata((grid,), stream, *(self._described(args) if self.hook_reads_args else args))
         if self.c_launch is None:
             self.run(grid, 1, 1, stream, k.function, k.packed_metadata, meta, enter, leave, *self._described(args))
             return
