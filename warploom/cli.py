@@ -126,6 +126,9 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
     kern = _planned(m, n, k, dtype, fast_accum, scales=scales)
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(kern.plan)
+    from warploom.planner import wave_fill
+
+    con.print(f"persistent grid: {wave_fill(kern.spec, kern.plan).describe()}", highlight=False)
     con.rule("[bold]schedule IR")
     con.print(kern.schedule, highlight=False, markup=False)
     out_dir.mkdir(parents=True, exist_ok=True)

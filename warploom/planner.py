@@ -379,3 +379,37 @@ def block_epilogue(spec: GemmSpec, bn: int, pingpong: bool = False) -> bool:
     kept this common case on 128x128 tiles until 2026-11-23; per block, 0 bytes."""
     return (bn == 256 and not pingpong and spec.scale is ScaleRecipe.ROWWISE and spec.bias_dtype is not None
             and spec.epilogue is None and spec.accumulation is Accumulation.NATIVE)
+
+
+@dataclass(frozen=True)
+class WaveFill:
+    """How a plan's work units (tiles, or split-K units) fill the persistent grid, one unit per CTA at a time.
+
+    With `units` over `ctas` CTAs the kernel takes `rounds` = ceil(units / ctas) unit-times, of which
+    units / ctas do work on average: `efficiency`. The last round runs `last` units, so a problem just past a
+    whole number of waves leaves most SMs idle in it (wave quantization; issue 6 item 3)."""
+
+    units: int
+    ctas: int
+    rounds: int
+    last: int
+
+    @property
+    def waves(self) -> float:
+        return self.units / self.ctas
+
+    @property
+    def efficiency(self) -> float:
+        return self.waves / self.rounds
+
+    def describe(self) -> str:
+        return (f"{self.units} work units over {self.ctas} CTAs: {self.waves:.2f} waves in {self.rounds} rounds, the "
+                f"last with {self.last} of {self.ctas} CTAs busy ({self.efficiency:.0%} of the CTA-time does work)")
+
+
+def wave_fill(spec: GemmSpec, plan: Plan) -> WaveFill:
+    """`plan`'s wave fill at `spec`'s size."""
+    units = max(1, math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.bn)) * plan.split_k
+    ctas = min(plan.grid, units)
+    rounds = -(-units // ctas)
+    return WaveFill(units, ctas, rounds, units - (rounds - 1) * ctas)

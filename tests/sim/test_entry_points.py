@@ -130,3 +130,4 @@ def test_demo_without_a_gpu_simulates(tmp_path: Path, monkeypatch: pytest.Monkey
     out = invoke("demo", "--m", "520", "--n", "520", "--k", "128", "--out-dir", str(tmp_path), "--timeline", str(png))
     assert "no GPU here" in out and "sample of CTAs" in out and "findings: none" in out
     assert png.exists() and list(tmp_path.glob("*.py"))
+    assert "persistent grid:" in out and "waves" in out  # the plan's wave fill (planner.wave_fill)

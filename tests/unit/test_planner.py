@@ -275,3 +275,21 @@ def test_64_wide_tile_is_forced_only() -> None:
     assert plan_schedule(decode, H100_SXM).bn == 128
     p = plan_schedule(decode, H100_SXM, bn=64)
     assert (p.bm, p.bn, p.stages) == (64, 64, 6)
+
+
+def test_wave_fill_counts_the_last_rounds_idle_ctas() -> None:
+    from warploom.planner import wave_fill
+
+    e4 = DType.E4M3
+    # Issue 5's worst shape: 32 x 17 tiles of 128x128 on 132 SMs, 4.12 waves in 5 rounds.
+    spec = GemmSpec(4096, 2112, 7168, e4, e4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+                    accumulation=Accumulation.PROMOTED)
+    w = wave_fill(spec, plan_schedule(spec, H100_SXM, bm=128, bn=128))
+    assert (w.units, w.ctas, w.rounds, w.last) == (544, 132, 5, 16)
+    assert w.efficiency == pytest.approx(544 / 660) and "16 of 132 CTAs busy" in w.describe()
+    square = GemmSpec(4096, 4096, 4096, DType.BF16, DType.BF16, DType.BF16)
+    w = wave_fill(square, plan_schedule(square, H100_SXM, bm=128, bn=256))
+    assert (w.units, w.rounds, w.last) == (512, 4, 116)
+    small = GemmSpec(64, 4096, 7168, DType.BF16, DType.BF16, DType.BF16)
+    w = wave_fill(small, plan_schedule(small, H100_SXM, bm=64, bn=128, split_k=4))
+    assert (w.units, w.ctas, w.rounds, w.last) == (128, 128, 1, 128) and w.efficiency == 1.0
