@@ -44,6 +44,10 @@ if [ "$what" = blockwise ]; then
   python3 scripts/bench_blockwise.py --out "$OUT/blockwise.json" ${BLOCKWISE_ARGS:---plans --ablation} 2>&1 \
     | tee "$OUT/blockwise.log"
 fi
+if [ "$what" = waves ]; then
+  # Is blockwise 4096x2112x7168's 0.81x wave quantization? (scripts/exp/waves.py, written in session 13, not run yet)
+  python3 scripts/exp/waves.py 2>&1 | tee "$OUT/waves.log"
+fi
 if [ "$what" = decode ]; then
   # Decode-sized GEMMs (M <= 64, N = K = 8192): tile widths and split-K against torch, as bandwidth.
   python3 scripts/sweep_decode.py --out "$OUT/decode.json" ${DECODE_ARGS:-} 2>&1 | tee "$OUT/decode.log"
