@@ -60,7 +60,8 @@ def main() -> None:
         json.dump({"env": environment(), "rows": rows}, f, indent=1)
 
 
-def bench_shape(m: int, n: int, k: int, dev: DeviceInfo, compiled: Any) -> dict[str, Any]:
+def problem(m: int, n: int, k: int) -> tuple[torch.Tensor, ...]:
+    """The benchmark's inputs on the GPU (seeded): a, b, scale_a, scale_b, bias, residual, and the fp32 reference."""
     torch.manual_seed(0)
     a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
@@ -68,6 +69,11 @@ def bench_shape(m: int, n: int, k: int, dev: DeviceInfo, compiled: Any) -> dict[
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     residual = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
     ref = epilogue((a.float() @ b.float()) * sa * sb + bias.float(), residual)
+    return a, b, sa, sb, bias, residual, ref
+
+
+def bench_shape(m: int, n: int, k: int, dev: DeviceInfo, compiled: Any) -> dict[str, Any]:
+    a, b, sa, sb, bias, residual, ref = problem(m, n, k)
     flops = 2 * m * n * k
     row: dict[str, Any] = {"shape": [m, n, k]}
 

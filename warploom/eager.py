@@ -49,14 +49,19 @@ def key(op: str, tensors: tuple[Any, ...], *rest: Any) -> tuple[Any, ...] | None
     mistake the checks report) or without storage (meta, fake)."""
     metas: list[Any] = [op]
     for t in tensors:
-        if t is None:
-            metas.append(None)
-            continue
-        device = t.get_device()  # -1 on the CPU and for meta tensors
-        if device < 0 or is_fake(t):
+        part = None if t is None else _tensor_key(t)
+        if t is not None and part is None:
             return None
-        metas.append((t.shape, t.stride(), t.dtype, device, t.data_ptr() & 15))
+        metas.append(part)
     return (*metas, *rest)
+
+
+def _tensor_key(t: Any) -> tuple[Any, ...] | None:
+    """What the checks read of one tensor, or None for one that is not on a GPU or has no storage."""
+    device = t.get_device()  # -1 on the CPU and for meta tensors
+    if device < 0 or is_fake(t):
+        return None
+    return (t.shape, t.stride(), t.dtype, device, t.data_ptr() & 15)
 
 
 @dataclass(frozen=True)
@@ -93,12 +98,10 @@ def fused_key(op: str, fn: Any, tensors: tuple[Any, ...], operands: dict[str, An
         if v is None or isinstance(v, (bool, int, float)):
             ops.append((name, memo.value_key(v)))
             continue
-        if not isinstance(v, torch.Tensor):
-            return None  # the checks name what is wrong with it
-        part = key("", (v,))
+        part = _tensor_key(v) if isinstance(v, torch.Tensor) else None  # (else the checks name what is wrong)
         if part is None:
             return None
-        ops.append((name, part[1]))
+        ops.append((name, part))
     return (*base, fn_key, tuple(ops))
 
 

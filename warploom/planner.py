@@ -140,6 +140,10 @@ class Plan:
     scale_stages: int = 2
     split_k: int = 1
 
+    def units(self, m: int, n: int) -> int:
+        """Work units of an M x N output: its tiles (at least one), times the k-ranges of split-K."""
+        return max(1, math.ceil(m / self.bm) * math.ceil(n / self.bn)) * self.split_k
+
     def short(self) -> str:
         sub = f"_e{self.epilogue_subtiles}" if self.epilogue_subtiles > 1 else ""
         split = f"_p{self.consumer_partitions}" if self.consumer_partitions > 1 else ""
@@ -409,7 +413,7 @@ class WaveFill:
 
 def wave_fill(spec: GemmSpec, plan: Plan) -> WaveFill:
     """`plan`'s wave fill at `spec`'s size."""
-    units = max(1, math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.bn)) * plan.split_k
+    units = plan.units(spec.m, spec.n)
     ctas = min(plan.grid, units)
     rounds = -(-units // ctas)
     return WaveFill(units, ctas, rounds, units - (rounds - 1) * ctas)

@@ -19,15 +19,18 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 import warploom
 from warploom.backends.gluon_sm90 import GluonSource
 from warploom.ir import nodes as ir
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from bench_epilogue import epilogue, problem, torch_fn  # noqa: E402  (scripts/: the benchmark's problem)
 
 HERE = Path(__file__).parent
 PARAMS = ("a_desc", "b_desc", "c_desc", "scale_a_ptr", "scale_b_ptr", "bias_ptr", "residual_desc", "M", "N", "K")
@@ -49,10 +52,6 @@ V3 = {
     "v3_n256_k64_s3_ew16_w2": (256, 64, 3, 16, 2, "gl.BlockedLayout([1, 8], [16, 2], [2, 1], [1, 0])"),
     "v3_n256_k64_s3_ew8_w2": (256, 64, 3, 8, 2, "gl.BlockedLayout([1, 8], [32, 1], [2, 1], [1, 0])"),
 }
-
-
-def epilogue(acc: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    return F.gelu(acc) + residual
 
 
 def source(name: str) -> GluonSource:
@@ -139,18 +138,6 @@ def gpu(out: str) -> None:
     Path(out).write_text(json.dumps(rows, indent=1))
 
 
-def problem(m: int, n: int, k: int) -> tuple[Any, ...]:
-    """Issue 4's fused problem on the GPU: a, b, sa, sb, bias, residual and the fp64 reference."""
-    torch.manual_seed(0)
-    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
-    sa, sb = torch.rand(m, 1, device="cuda") / 8 + 0.05, torch.rand(1, n, device="cuda") / 8 + 0.05
-    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-    ref = epilogue((a.float() @ b.float()) * sa * sb + bias.float(), res).double()
-    return a, b, sa, sb, bias, res, ref
-
-
 def recorder(row: dict[str, Any], ref: torch.Tensor) -> Any:
     """record(name, fn): check fn's output against `ref` (scale-free error), time it (CUDA graph), add to `row`."""
     from warploom.bench import _time_graph
@@ -168,6 +155,15 @@ def recorder(row: dict[str, Any], ref: torch.Tensor) -> Any:
     return record
 
 
+def start(m: int, n: int, k: int) -> tuple[tuple[torch.Tensor, ...], dict[str, Any], Any]:
+    """One shape's inputs (bench_epilogue's problem), its result row and recorder, with torch eager recorded."""
+    *tensors, ref = problem(m, n, k)
+    row: dict[str, Any] = {"shape": [m, n, k]}
+    record = recorder(row, ref.double())
+    record("torch_eager", lambda: torch_fn(*tensors))
+    return tuple(tensors), row, record
+
+
 def gpu_shape(m: int, n: int, k: int) -> dict[str, Any]:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -175,11 +171,7 @@ def gpu_shape(m: int, n: int, k: int) -> dict[str, Any]:
     from warploom.runtime.cross import shared_layout
     from warploom.runtime.loader import load
 
-    a, b, sa, sb, bias, res, ref = problem(m, n, k)
-    row: dict[str, Any] = {"shape": [m, n, k]}
-    record = recorder(row, ref)
-    record("torch_eager", lambda: F.gelu(torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16,
-                                                           use_fast_accum=True)) + res)
+    (a, b, sa, sb, bias, res), row, record = start(m, n, k)
     record("warploom_fused", lambda: warploom.scaled_mm(a, b, sa, sb, bias=bias, use_fast_accum=True,
                                                         epilogue=epilogue, residual=res))
     todo = [(name, source(name), ew, 128, 128) for name, (ew, _, _) in VARIANTS.items()]

@@ -19,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 import warploom
 from warploom.kernel import build
 from warploom.planner import plan_schedule
 
 sys.path.insert(0, os.path.dirname(__file__))
-from epilogue_partition import epilogue, problem, recorder  # noqa: E402
+from epilogue_partition import epilogue, start  # noqa: E402
 
 VARIANTS = {  # name: (bn, stages, column blocks, hoist rows, prefetch dense operands); None: the planner's default
     "default": None,
@@ -67,11 +66,7 @@ def cross() -> None:
 
 
 def gpu_shape(m: int, n: int, k: int) -> dict[str, Any]:
-    a, b, sa, sb, bias, res, ref = problem(m, n, k)
-    row: dict[str, Any] = {"shape": [m, n, k]}
-    record = recorder(row, ref)
-    record("torch_eager", lambda: F.gelu(torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16,
-                                                           use_fast_accum=True)) + res)
+    (a, b, sa, sb, bias, res), row, record = start(m, n, k)
     ops = {"scale_a": sa, "scale_b": sb, "bias": bias, "residual": res}
     for name, kern in kernels(m, n, k, "cuda").items():
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)

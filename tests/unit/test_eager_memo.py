@@ -106,10 +106,7 @@ def test_fused_calls_on_the_cpu_or_with_operands_that_are_not_tensors_get_no_key
 
 def test_fused_keys_follow_the_function_and_every_operand(monkeypatch: pytest.MonkeyPatch) -> None:
     # On the CPU no tensor gets a key; stand in for GPU tensors by giving each its CPU metadata.
-    def gpu_key(op: str, tensors: tuple[Any, ...], *rest: Any) -> tuple[Any, ...]:
-        return (op, *(None if t is None else _tensor_part(t) for t in tensors), *rest)
-
-    monkeypatch.setattr(eager, "key", gpu_key)
+    monkeypatch.setattr(eager, "_tensor_key", _tensor_part)
     a, b = torch.randn(64, 32).to(BF16), torch.randn(32, 64).to(BF16)
     r1, r2 = torch.randn(64, 64).to(BF16), torch.randn(64, 64).to(BF16).t()  # same shape, other strides
     assert eager.fused_key("matmul+", lambda acc, r: acc + r, (a, b), {"r": 0.0}, None) != \

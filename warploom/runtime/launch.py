@@ -155,6 +155,11 @@ class _DescSlot:
         return self.cls.from_tensor(t, self.block, self.layout)
 
 
+def _describe(descs: dict[int, _DescSlot], args: list[Any]) -> list[Any]:
+    """`args` with each descriptor position's tensor turned into its TensorDescriptor (Triton's validated form)."""
+    return [descs[i].descriptor(a) if i in descs else a for i, a in enumerate(args)]
+
+
 @dataclass(frozen=True)
 class _DescArg:
     """What Triton's `make_tensordesc_arg` reads of a TensorDescriptor, without its per-call validation (the first
@@ -207,8 +212,7 @@ class _Direct:
         """Launch through Triton's JIT dispatch and remember the kernel it ran under `key`."""
         from triton._C.libtriton import native_specialize_impl
 
-        described = [self._descs[i].descriptor(a) if i in self._descs else a for i, a in enumerate(args)]
-        kernel = self._fn[(grid,)](*described, **self._opts)
+        kernel = self._fn[(grid,)](*_describe(self._descs, args), **self._opts)
         if kernel is None or not hasattr(self._fn, "device_caches"):
             self._fast = False  # not Triton's JIT (a test's stand-in): nothing compiled to launch directly
             return
@@ -239,9 +243,10 @@ class _Compiled:
         k = self.kernel
         meta = None
         if enter is not None:  # Triton's launch metadata: name, function, stream (the arguments only for a callback)
-            meta = k.launch_metadata((grid,), stream, *(self._described(args) if self.hook_reads_args else args))
+            meta = k.launch_metadata((grid,), stream, *(_describe(self.descs, args) if self.hook_reads_args else args))
         if self.c_launch is None:
-            self.run(grid, 1, 1, stream, k.function, k.packed_metadata, meta, enter, leave, *self._described(args))
+            self.run(grid, 1, 1, stream, k.function, k.packed_metadata, meta, enter, leave,
+                     *_describe(self.descs, args))
             return
         flat: list[Any] = []
         for i, a in enumerate(args):
@@ -251,9 +256,6 @@ class _Compiled:
                 flat.append(a)
         self.c_launch(grid, 1, 1, stream, k.function, self.run.launch_cooperative_grid, self.run.launch_pdl, None,
                       None, k.packed_metadata, meta, enter, leave, *flat)
-
-    def _described(self, args: list[Any]) -> list[Any]:
-        return [self.descs[i].descriptor(a) if i in self.descs else a for i, a in enumerate(args)]
 
     def _encode(self, i: int, t: Any) -> list[Any]:
         """[CUtensorMap, *shape, *strides] for tensor `t` at descriptor position i, as Triton's launcher expands a

@@ -109,7 +109,7 @@ def estimate(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Estimate:
     padded = -(-plan.producer_warps // 4) * 4
     sm_regs = 32 * (padded * plan.producer_regs + plan.consumer_warps * plan.consumer_regs)
     # Split-K: tiles x k-ranges work units, each 1/split_k of a tile's work (the planner's score, rule 14).
-    tiles = max(1, math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.bn)) * plan.split_k
+    tiles = plan.units(spec.m, spec.n)
     waves = math.ceil(tiles / device.sm_count)
     eff = _TILE_EFFICIENCY.get((plan.bm, plan.bn), min(_TILE_EFFICIENCY.values())) * plan.split_k
     return Estimate(
