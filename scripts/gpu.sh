@@ -44,6 +44,15 @@ if [ "$what" = blockwise ]; then
   python3 scripts/bench_blockwise.py --out "$OUT/blockwise.json" ${BLOCKWISE_ARGS:---plans --ablation} 2>&1 \
     | tee "$OUT/blockwise.log"
 fi
+if [ "$what" = tail ]; then
+  # A split-K tail (rule 15, issue 6 item 3): its GPU tests, then tail variants against none at the shapes
+  # wave quantization hurts (TAIL_SIZES), all four ops, against torch in the same run.
+  python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_tail_split_gpu.py -o addopts="" 2>&1 | tail -n 30 \
+    | tee "$OUT/tail-tests.log"
+  rc=${PIPESTATUS[0]}
+  python3 scripts/sweep_plans.py --variants tail --sizes ${TAIL_SIZES:-4096x2112x7168} --rounds 3 \
+    --cases bf16,fp8,fp8-exact,blockwise --out "$OUT/tail.json" 2>&1 | tee "$OUT/tail.log"
+fi
 if [ "$what" = waves ]; then
   # Is blockwise 4096x2112x7168's 0.81x wave quantization? (scripts/exp/waves.py, written in session 13, not run yet)
   python3 scripts/exp/waves.py 2>&1 | tee "$OUT/waves.log"

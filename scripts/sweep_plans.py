@@ -1,6 +1,7 @@
 """Time hand-picked plan variants against the planner's choice and torch, in one process (GPU only).
 
     python3 scripts/sweep_plans.py --out sweep.json [--sizes 4096,8192] [--cases bf16,fp8,fp8-exact]
+    python3 scripts/sweep_plans.py --variants tail --sizes 4096x2112x7168 --cases bf16,fp8,fp8-exact,blockwise
 
 Each variant's output is checked against an fp32 reference before it is timed; times are CUDA-graph
 replays of 10 launches (kernel time without host overhead), ratios against torch in the same run,
@@ -38,6 +39,10 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
     # 2026-11-23) against the 128x128 tile the planner took before, and ping-pong 128x128.
     "fp8-bias": [{}, {"bn": 128}, {**_PP, "bm": 128, "bn": 128}],
 }
+# --variants tail: a split-K tail (rule 15) at 128x128 and 128x256 against none, and the planner's choice.
+_TAIL = [{}, {"tail_split": 1, "bn": 128}, {"tail_split": 1, "bn": 256}, {"bn": 128, "tail_split": 8},
+         {"bn": 128, "tail_split": 4}, {"bn": 256, "tail_split": 4}, {"bn": 256, "tail_split": 2}]
+TAIL_VARIANTS: dict[str, list[dict[str, Any]]] = {c: _TAIL for c in ("bf16", "fp8", "fp8-exact", "blockwise")}
 
 
 def err(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -45,18 +50,30 @@ def err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float(1 - 2 * (x * ref).sum() / (x * x + ref * ref).sum())
 
 
-def case(name: str, s: int) -> tuple[Any, tuple[Any, ...], Any, Any]:
+def case(name: str, size: tuple[int, int, int]) -> tuple[Any, tuple[Any, ...], Any, Any]:
+    m, n, k = size
     if name == "bf16":
-        a = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(s, s, device="cuda", dtype=torch.bfloat16).t()
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
         return checks.matmul_spec(a, b, None), (a, b, None, None, None), a.float() @ b.float(), \
             lambda: torch.matmul(a, b)
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    if name == "blockwise":  # 1x128 x 128x128, scale_a outer-dim-major as torch wants
+        from warploom.sim.reference import dequantized
+
+        kb = -(-k // 128)
+        sa = (torch.rand(kb, m, device="cuda") + 0.5).t()
+        sb = torch.rand(kb, -(-n // 128), device="cuda") + 0.5
+        from bench_blockwise import _torch_fn  # (scripts/ is on the path: torch's call, as bench_blockwise makes it)
+
+        da, db = dequantized(a, b, sa, sb)
+        return checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, False), (a, b, sa, sb, None), da @ db, \
+            _torch_fn(a, b, sa, sb)[0]
     fast = name in ("fp8", "fp8-bias")
-    a = torch.randn(s, s, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(s, s, device="cuda").to(torch.float8_e4m3fn).t()
-    sa = torch.rand(s, 1, device="cuda") + 0.5
-    sb = torch.rand(1, s, device="cuda") + 0.5
-    bias = torch.randn(s, device="cuda", dtype=torch.bfloat16) if name == "fp8-bias" else None
+    sa = torch.rand(m, 1, device="cuda") + 0.5
+    sb = torch.rand(1, n, device="cuda") + 0.5
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if name == "fp8-bias" else None
     spec = checks.scaled_mm_spec(a, b, sa, sb, bias, torch.bfloat16, fast)
     ref = (a.float() @ b.float()) * sa * sb + (bias.float() if bias is not None else 0)
     return spec, (a, b, sa, sb, bias), ref, \
@@ -69,19 +86,24 @@ def main() -> None:
     ap.add_argument("--sizes", default="4096,8192")
     ap.add_argument("--cases", default=",".join(VARIANTS))
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (clocks drift within a run)")
+    ap.add_argument("--variants", choices=("schedules", "tail"), default="schedules")
     args = ap.parse_args()
     dev = DeviceInfo.current()
+    variants = TAIL_VARIANTS if args.variants == "tail" else VARIANTS
     rows = []
     for name in args.cases.split(","):
-        for s in (int(x) for x in args.sizes.split(",")):
-            spec, ins, ref, theirs = case(name, s)
+        for text in args.sizes.split(","):
+            size = tuple(int(x) for x in text.split("x")) if "x" in text else (int(text),) * 3
+            m, n, k = size
+            s = text
+            spec, ins, ref, theirs = case(name, (m, n, k))
             a, b, sa, sb, bias = ins
             torch_err = err(theirs(), ref)
             runs: list[tuple[dict[str, Any], Any, Any]] = []
-            for kw in VARIANTS[name]:
+            for kw in variants[name]:
                 try:
                     kern = build(spec, dev, plan_schedule(spec, dev, **kw))
-                    out = torch.full((s, s), float("nan"), device="cuda", dtype=spec.out_dtype.torch)
+                    out = torch.full((m, n), float("nan"), device="cuda", dtype=spec.out_dtype.torch)
                     kern.run(a, b, out, sa, sb, bias)
                     e = err(out, ref)
                     if not e < 1e-3:
@@ -102,8 +124,8 @@ def main() -> None:
                     row.setdefault("torch_ms", []).append(t_torch)
             for row in mine:
                 row["ratio"] = statistics.median(row["ratios"])
-                row["tflops"] = 2 * s**3 / statistics.median(row["ms"]) / 1e9
-                print(f"{name:10s} {s:6d} {row['plan']:34s} ratio {row['ratio']:.3f} "
+                row["tflops"] = 2 * m * n * k / statistics.median(row["ms"]) / 1e9
+                print(f"{name:10s} {s:>14s} {row['plan']:38s} ratio {row['ratio']:.3f} "
                       f"[{min(row['ratios']):.3f}-{max(row['ratios']):.3f}] {row['tflops']:.0f} TFLOP/s "
                       f"err {row['err']:.2e} (torch {torch_err:.2e})", flush=True)
     with open(args.out, "w") as f:

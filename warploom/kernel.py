@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # warploom.sim is imported when used: importing warploom stay
     import torch
 
     from warploom.sim import CheckReport, SimResult
+    from warploom.sim.raster import Span
 
 # Set to 1 to run the simulator's protocol checks on every kernel `build` plans (see `build`).
 SIM_CHECK_ENV = "WARPLOOM_SIM_CHECK"
@@ -37,6 +38,8 @@ class Kernel:
         device: the GPU it was planned for.
         module: the finished schedule IR.
         trace: the IR after each pass.
+        tail: a plan with a split-K tail (`Plan.tail_split`): the tail's module. `module` then runs the whole
+            waves of tiles and `tail` the tiles left over, as split-K units (both ranged, `ir.Tiling.ranged`).
     """
 
     spec: GemmSpec
@@ -44,24 +47,43 @@ class Kernel:
     device: DeviceInfo
     module: ir.Module
     trace: Trace
+    tail: ir.Module | None = None
 
     @property
     def schedule(self) -> str:
-        """The schedule IR as text."""
-        return printer.module(self.module)
+        """The schedule IR as text (a tail's module after the main one)."""
+        return "\n".join(printer.module(m) for m in self.modules)
+
+    @property
+    def modules(self) -> tuple[ir.Module, ...]:
+        """The kernels a call launches, in order: the main module, then a split-K tail's."""
+        return (self.module,) if self.tail is None else (self.module, self.tail)
 
     @functools.cached_property
     def gluon(self) -> GluonSource:
         return lower(self.module)
 
+    @functools.cached_property
+    def tail_gluon(self) -> GluonSource | None:
+        return None if self.tail is None else lower(self.tail)
+
     @property
     def source(self) -> str:
-        """The generated Gluon source."""
-        return self.gluon.text
+        """The generated Gluon source (a split-K tail's kernels follow the main one's, as a second module)."""
+        if self.tail_gluon is None:
+            return self.gluon.text
+        return (self.gluon.text + "\n\n# " + "-" * 100 + "\n# The split-K tail: the tiles past the last whole wave, "
+                "launched after the kernel above.\n\n" + self.tail_gluon.text)
 
     def compile(self, target: str = "sm_90a") -> Compiled:
         """Cross-compile without a GPU; the result has .sass, .registers, .spills, .smem_bytes."""
         return _compiled(self, check_target(target))
+
+    def compile_tail(self, target: str = "sm_90a") -> Compiled:
+        """Cross-compile a split-K tail's kernel (`tail`), as `compile` does the main one."""
+        if self.tail is None:
+            raise ValueError(f"{self.plan.short()} has no split-K tail (Plan.tail_split is 1)")
+        return _compiled(self, check_target(target), tail=True)
 
     def run(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
             operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
@@ -75,7 +97,8 @@ class Kernel:
     def launcher(self) -> Any:
         from warploom.runtime.launch import Launcher
 
-        return Launcher(self.module, self.gluon)
+        tail = None if self.tail is None or self.tail_gluon is None else (self.tail, self.tail_gluon)
+        return Launcher(self.module, self.gluon, tail=tail)
 
     def simulate(self, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None,
                  scale_b: torch.Tensor | None = None, bias: torch.Tensor | None = None, *, seed: int = 0,
@@ -85,9 +108,23 @@ class Kernel:
 
         Any M, N, K (they are run-time arguments of the kernel, as on the GPU). `ctas` picks program ids
         of the persistent grid (default: all); tiles of the others stay NaN. See `warploom.sim.simulate`.
+        With a split-K tail both launches run, as on the GPU (`ctas` picks in each); the report merges theirs.
         """
         from warploom.sim import simulate
 
+        if self.tail is not None:
+            assert operands is None and bias is None, "a split-K tail has no bias or fused epilogue (planner)"
+            whole, rest = self._spans(a.shape[0], b.shape[1])
+            results = []
+            for module, span in ((self.module, whole), (self.tail, rest)):
+                if span.tiles:
+                    grid = min(module.tiling.grid, span.tiles * module.tiling.split_k)
+                    pids = None if ctas is None else [p for p in ctas if p < grid]
+                    res = simulate(module, a, b, scale_a, scale_b, seed=seed, ctas=pids, out=out, record=record,
+                                   span=span)
+                    out = res.output
+                    results.append(res)
+            return _merged(results)
         if operands is not None:  # a fused epilogue: its operands, for scaled_mm its scales and bias too
             # (blockwise scales are the mainloop's, never graph operands: they stay positional)
             return simulate(self.module, a, b, scale_a, scale_b, seed=seed, ctas=ctas, record=record,
@@ -101,16 +138,49 @@ class Kernel:
         By default one CTA per distinct tile count runs. Raises `warploom.sim.ProtocolError` on findings
         unless `raise_on_finding` is False. See `warploom.sim.check_protocol`.
         """
-        from warploom.sim import check_protocol
+        from warploom.sim import CheckReport, check_protocol
 
         s = self.spec
-        return check_protocol(self.module, s.m, s.n, s.k, seeds=seeds, ctas=ctas, raise_on_finding=raise_on_finding)
+        if self.tail is None:
+            return check_protocol(self.module, s.m, s.n, s.k, seeds=seeds, ctas=ctas,
+                                  raise_on_finding=raise_on_finding)
+        reports = [check_protocol(module, s.m, s.n, s.k, seeds=seeds, ctas=ctas, raise_on_finding=raise_on_finding,
+                                  span=span)
+                   for module, span in zip(self.modules, self._spans(s.m, s.n), strict=True) if span.tiles]
+        return CheckReport(" + ".join(r.module for r in reports), reports[0].seeds,
+                           tuple(sorted({p for r in reports for p in r.ctas})), sum(r.steps for r in reports),
+                           tuple(f for r in reports for f in r.findings))
+
+    def _spans(self, m: int, n: int) -> tuple[Span, Span]:
+        """A split-K tail plan's two launches at M x N, as `runtime.launch` splits them."""
+        from warploom.sim.raster import tail_spans
+
+        t = self.module.tiling
+        return tail_spans(-(-m // t.bm) * -(-n // t.bn), t.grid)
+
+
+def _merged(results: list[SimResult]) -> SimResult:
+    """One SimResult for a split-K tail plan's launches: the last outputs (each launch wrote its tiles in place),
+    the reports' CTAs, steps, findings and events together."""
+    from dataclasses import replace
+
+    if len(results) == 1:
+        return results[0]
+    r = [x.report for x in results]
+    report = replace(r[-1], module=" + ".join(x.module for x in r), ctas=tuple(sorted({p for x in r for p in x.ctas})),
+                     steps=sum(x.steps for x in r), k_steps=sum(x.k_steps for x in r),
+                     findings=tuple(f for x in r for f in x.findings), timeline=tuple(e for x in r for e in x.timeline),
+                     wall_s=sum(x.wall_s for x in r))
+    return replace(results[-1], report=report)
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled(k: Kernel, target: str) -> Compiled:
+def _compiled(k: Kernel, target: str, tail: bool = False) -> Compiled:
     from warploom.runtime.cross import cross_compile
 
+    if tail:
+        assert k.tail is not None and k.tail_gluon is not None
+        return cross_compile(k.tail, k.tail_gluon, target)
     return cross_compile(k.module, k.gluon, target)
 
 
@@ -124,7 +194,8 @@ def build(spec: GemmSpec, device: DeviceInfo, plan: Plan | None = None) -> Kerne
     """
     plan = plan or plan_schedule(spec, device)
     module, trace = compile_schedule(spec, plan, device)
-    kernel = Kernel(spec, plan, device, module, trace)
+    tail = compile_schedule(spec, plan.tail(), device)[0] if plan.tail_split > 1 else None
+    kernel = Kernel(spec, plan, device, module, trace, tail)
     if os.environ.get(SIM_CHECK_ENV, "0") not in ("", "0") and spec.m and spec.n and spec.k:
         kernel.check_protocol(seeds=range(2))  # an empty problem launches nothing: nothing to check
     return kernel

@@ -51,12 +51,20 @@ The heuristic, in order:
    Where it lost (K = 2048: 16 k-blocks, 56 tiles; 0.97 -> 0.87 and 0.92 -> 0.69) the thresholds keep it off.
    bf16 and fp8 rowwise decode (M <= 64, N = K = 8192: 64 tiles) measured no gain from it either (0.84-0.91
    against 0.86-1.00 unsplit), so it stays off there.
+15. A split-K tail (Plan.tail_split): where the tiles fill at least one whole wave and the last, partial round would
+   idle at least 10% of the CTA-time, the whole waves run as a ranged kernel and the tiles left over as split-K
+   units (the most k-ranges, up to 8, that keep them in one wave) in a second, with their reduction. The score
+   counts the tail as 1/tail_split of a round plus TAIL_COST. Where split-K may run only (no bias, no fused
+   epilogue, no ping-pong, no scale partition). DeepSeek-V3's q_a + kv_a at 4096 tokens (4096x2112x7168, 2.18
+   waves of 128x256): graph ratios against torch went from 0.69 / 0.83 / 0.87 / 0.80 (bf16, fp8 rowwise fast,
+   exact, blockwise; the 128x128 tiles chosen before) to 0.89 / 0.99 / 1.00 / 0.95 with 128x256 and 4 k-ranges,
+   the best of the variants measured (docs/benchmarks.md, 2026-11-23 session 14).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
@@ -76,6 +84,10 @@ _TILES: tuple[tuple[int, int, float], ...] = (
 # Rule 13's recipes: measured on the H100 (MX's 32-deep promotions were not, and keep 128-row tiles).
 _SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
 _MAX_STAGES = 6
+# Rule 15: what a split-K tail costs beyond its share of the work (its launch, each unit's pipeline fill and fp32
+# store, the reduction), in rounds of 128x256 tiles: 8-10 us against a 47 us fp8 round at 4096x2112x7168 (H100,
+# scripts/exp/tail_parts.py, docs/benchmarks.md 2026-11-23 session 14).
+TAIL_COST = 0.2
 _PRODUCER_REGS = 24
 _CONSUMER_REGS = 240
 
@@ -115,6 +127,10 @@ class Plan:
         split_k: split each tile's k-blocks into this many equal ranges, each a work unit of its own whose
             fp32 partial goes to a workspace; a second kernel sums the partials in order (deterministic) into C.
             More CTAs when the output has fewer tiles than SMs: rule 14 chooses it for small-M blockwise fp8.
+        tail_split: a split-K tail (rule 15): the tiles that fill whole waves of the grid run as whole tiles in
+            one kernel, the tiles left over (a last, mostly idle round) as split-K units over this many k-ranges
+            in a second; both are ranged kernels (`ir.Tiling.ranged`). 1: no tail, one kernel over all tiles.
+        tail_stages: the tail kernel's stages (its fp32 staging tile leaves less shared memory for the ring).
     """
 
     bm: int
@@ -139,10 +155,18 @@ class Plan:
     scale_warps: int = 1
     scale_stages: int = 2
     split_k: int = 1
+    tail_split: int = 1
+    tail_stages: int = 0
 
     def units(self, m: int, n: int) -> int:
         """Work units of an M x N output: its tiles (at least one), times the k-ranges of split-K."""
         return max(1, math.ceil(m / self.bm) * math.ceil(n / self.bn)) * self.split_k
+
+    def tail(self) -> Plan:
+        """The plan of the split-K tail kernel of a plan with one (`tail_split`): the same tiles and warps, its
+        k-blocks in tail_split ranges."""
+        assert self.tail_split > 1 and self.split_k == 1, "only a data-parallel plan with a tail has a tail plan"
+        return replace(self, split_k=self.tail_split, stages=self.tail_stages)
 
     def short(self) -> str:
         sub = f"_e{self.epilogue_subtiles}" if self.epilogue_subtiles > 1 else ""
@@ -155,6 +179,7 @@ class Plan:
         ablate = (sp + ("" if self.hoist_rows else "_nohoist") + ("" if self.scalar_columns else "_nocolscalar")
                   + ("_prefetch" if self.prefetch_operands else ""))
         ks = f"_k{self.split_k}" if self.split_k > 1 else ""
+        ks += f"_t{self.tail_split}" if self.tail_split > 1 else ""
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
                 f"{sub}{split}{blocks}{ks}{ablate}")
 
@@ -209,14 +234,20 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                   stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
                   partial_blocks: int | None = None, hoist_rows: bool | None = None, scalar_columns: bool = True,
                   prefetch_operands: bool = False, pingpong: bool = False,
-                  scale_partition: bool | None = None, split_k: int | None = None) -> Plan:
+                  scale_partition: bool | None = None, split_k: int | None = None,
+                  tail_split: int | None = None) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
-    split_k (1: never split; None: rule 14 decides)."""
+    split_k (1: never split; None: rule 14 decides) and tail_split (1: no split-K tail; None: rule 15 decides)."""
     from warploom.errors import UnsupportedError
 
     bk = 128 if spec.is_fp8 else 64
     if split_k is not None:
         _check_split_k(spec, split_k, bk, pingpong, scale_partition)
+    if tail_split is not None and tail_split != 1:
+        if split_k not in (None, 1):
+            raise UnsupportedError(f"tail_split={tail_split} with split_k={split_k}: a split-K tail follows whole "
+                                   "tiles, and split-K splits them all; pass one of the two")
+        _check_split_k(spec, tail_split, bk, pingpong, scale_partition, what="tail_split")
     if consumer_partitions not in (None, 1, 2):
         raise UnsupportedError(f"consumer_partitions={consumer_partitions!r}: expected 1 (one partition for all "
                                "consumer warpgroups) or 2 (one per warpgroup); pass 1 or 2, or None to let the "
@@ -291,6 +322,19 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         tiles = max(1, math.ceil(spec.m / cbm) * math.ceil(spec.n / cbn)) * ks  # work units
         # A unit of a split tile does 1/ks of its work (the reduction's cost is rule 14's thresholds).
         score = math.ceil(tiles / device.sm_count) * cbm * cbn / eff / ks
+        ts, tail_s = 1, 0
+        if ks == 1:
+            ts = tail_split if tail_split is not None else _rule15_tail(spec, device, cbm, cbn, bk, pingpong,
+                                                                         scale_partition)
+        if ts > 1:
+            tail_s = min(s, max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, split_k=ts))
+            if tail_s < 2 and tail_split is None:
+                ts = 1  # the tail's fp32 staging leaves no double-buffered ring
+            elif tail_s < 1:
+                continue
+        if ts > 1:
+            whole, tail = divmod(tiles, device.sm_count)
+            score = (whole + math.ceil(tail * ts / device.sm_count) / ts) * cbm * cbn / eff + TAIL_COST * 128 * 256
         plan = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
             group_m=group_m, grid=min(device.sm_count, tiles),
@@ -299,7 +343,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             consumer_partitions=2 if pingpong else 1 if cbm == 64 else (consumer_partitions or 2),
             partial_blocks=blocks, hoist_rows=hoist_rows, scalar_columns=scalar_columns,
             prefetch_operands=prefetch_operands, pingpong=pingpong, scale_partition=scale_partition, split_k=ks,
-            **_mx_registers(spec, cbm, pingpong),
+            tail_split=ts, tail_stages=tail_s, **_mx_registers(spec, cbm, pingpong),
         )
         key = (score, -cbm * cbn, plan)
         if best is None or key[:2] < best[:2]:
@@ -331,10 +375,30 @@ def _rule14_split(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, pingpong
     return max(d for d in range(1, 9) if k_tiles % d == 0 and tiles * d <= device.sm_count)
 
 
-def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_partition: bool | None) -> None:
-    """Split-K's limits: the k-blocks split evenly (every unit runs the same count, so the producer's flat loop
-    and the consumers' nested ones agree on ring uses), and the partials are summed before anything that is not
-    linear in the accumulator (the bias, a fused epilogue, the output cast) could run."""
+def _rule15_tail(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool,
+                 scale_partition: bool | None) -> int:
+    """Rule 15: where the tiles fill at least one whole wave, leave a last round at most half busy, and that round
+    idles at least 10% of the whole CTA-time (a few waves: at 27 waves a tail could save 2% at most, within what
+    its own cost is known to), run that round's tiles as split-K units over the most k-ranges (a divisor of the
+    k-blocks, at most 8, each range at least 4 k-blocks) that keep them in one wave; otherwise 1. Only where
+    split-K is allowed (_check_split_k)."""
+    if (spec.bias_dtype is not None or spec.epilogue is not None or pingpong or scale_partition
+            or spec.scale is ScaleRecipe.MX):
+        return 1
+    whole, tail = divmod(math.ceil(spec.m / bm) * math.ceil(spec.n / bn), device.sm_count)
+    k_tiles = math.ceil(spec.k / bk)
+    if whole == 0 or tail == 0 or (whole + tail / device.sm_count) / (whole + 1) >= 0.9:
+        return 1
+    return max((d for d in range(2, 9) if k_tiles % d == 0 and k_tiles // d >= 4 and tail * d <= device.sm_count),
+               default=1)
+
+
+def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_partition: bool | None,
+                   what: str = "split_k") -> None:
+    """Split-K's limits (also a split-K tail's, `what` = "tail_split"): the k-blocks split evenly (every unit runs
+    the same count, so the producer's flat loop and the consumers' nested ones agree on ring uses), and the
+    partials are summed before anything that is not linear in the accumulator (the bias, a fused epilogue, the
+    output cast) could run."""
     from warploom.errors import UnsupportedError
 
     if split_k == 1:
@@ -342,9 +406,9 @@ def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_
     k_tiles = max(1, math.ceil(spec.k / bk))
     problems = []
     if split_k < 1 or k_tiles % split_k:
-        problems.append(f"split_k={split_k} must divide the {k_tiles} k-blocks of {bk}")
+        problems.append(f"{what}={split_k} must divide the {k_tiles} k-blocks of {bk}")
     if spec.bias_dtype is not None or spec.epilogue is not None:
-        problems.append("a bias or a fused epilogue needs the whole sum (pass split_k=1)")
+        problems.append(f"a bias or a fused epilogue needs the whole sum (pass {what}=1)")
     if pingpong:
         problems.append("ping-pong consumers skip each other's tiles by whole k-loops (use pingpong=False)")
     if scale_partition or spec.scale is ScaleRecipe.MX:
@@ -354,7 +418,7 @@ def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_
         problems.append(f"the fp32 workspace ({split_k} x {mp} x {spec.n}) needs 64-bit offsets, which the "
                         "reduction kernel does not use (pass a smaller split_k)")
     if problems:
-        raise UnsupportedError(f"split_k={split_k} for {spec.short()}: " + "; ".join(problems))
+        raise UnsupportedError(f"{what}={split_k} for {spec.short()}: " + "; ".join(problems))
 
 
 def _mx_registers(spec: GemmSpec, bm: int, pingpong: bool) -> dict[str, int]:
@@ -391,22 +455,36 @@ class WaveFill:
 
     With `units` over `ctas` CTAs the kernel takes `rounds` = ceil(units / ctas) unit-times, of which
     units / ctas do work on average: `efficiency`. The last round runs `last` units, so a problem just past a
-    whole number of waves leaves most SMs idle in it (wave quantization; issue 6 item 3)."""
+    whole number of waves leaves most SMs idle in it (wave quantization; issue 6 item 3). A plan with a split-K
+    tail (rule 15) runs `units` whole tiles in `rounds` full rounds, then `tail` tiles as tail * tail_split units
+    of 1/tail_split of a tile each."""
 
     units: int
     ctas: int
     rounds: int
     last: int
+    tail: int = 0
+    tail_split: int = 1
+
+    @property
+    def tail_rounds(self) -> int:
+        return -(-self.tail * self.tail_split // self.ctas)
 
     @property
     def waves(self) -> float:
-        return self.units / self.ctas
+        return (self.units + self.tail) / self.ctas
 
     @property
     def efficiency(self) -> float:
-        return self.waves / self.rounds
+        return self.waves / (self.rounds + self.tail_rounds / self.tail_split)
 
     def describe(self) -> str:
+        if self.tail_split > 1:
+            rounds = self.rounds + self.tail_rounds / self.tail_split
+            return (f"{self.units} whole tiles over {self.ctas} CTAs in {self.rounds} rounds, then {self.tail} tiles "
+                    f"as {self.tail * self.tail_split} split-K units of 1/{self.tail_split} tile in {self.tail_rounds} "
+                    f"round(s): {self.waves:.2f} waves of work in {rounds:.2f} rounds ({self.efficiency:.0%} of the "
+                    "CTA-time does work, before the tail's own cost)")
         return (f"{self.units} work units over {self.ctas} CTAs: {self.waves:.2f} waves in {self.rounds} rounds, the "
                 f"last with {self.last} of {self.ctas} CTAs busy ({self.efficiency:.0%} of the CTA-time does work)")
 
@@ -415,5 +493,8 @@ def wave_fill(spec: GemmSpec, plan: Plan) -> WaveFill:
     """`plan`'s wave fill at `spec`'s size."""
     units = plan.units(spec.m, spec.n)
     ctas = min(plan.grid, units)
+    if plan.tail_split > 1:  # whole waves of tiles, then the rest split (runtime.launch, sim.raster.tail_spans)
+        whole, tail = divmod(units, plan.grid)
+        return WaveFill(whole * plan.grid, plan.grid, whole, plan.grid if whole else 0, tail, plan.tail_split)
     rounds = -(-units // ctas)
     return WaveFill(units, ctas, rounds, units - (rounds - 1) * ctas)

@@ -105,6 +105,11 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("bf16_decode_64x128_split2", mm(16, 8192, 8192), dict(bm=64, bn=128, split_k=2)),
     ("e4m3_rowwise_decode_64x128_split4", f8(64, 8192, 8192, RW), dict(bm=64, bn=128, split_k=4)),
     ("e4m3_blockwise_m128_128x128_split4", f8(128, 4096, 7168, BW, PROMOTED), dict(bm=128, bn=128, split_k=4)),
+    # Rule 15: DeepSeek-V3's q_a + kv_a projection at 4096 tokens, 2.18 waves of 128x256 tiles: two whole waves in
+    # one ranged kernel, the 24 tiles left over as split-K units in a second (planned, and forced at 128x128).
+    ("e4m3_rowwise_q_a_planned_tail4", f8(4096, 2112, 7168, RW), {}),
+    ("e4m3_blockwise_q_a_planned_tail4", f8(4096, 2112, 7168, BW, PROMOTED), {}),
+    ("bf16_q_a_128x128_tail8", mm(4096, 2112, 7168), dict(bm=128, bn=128, tail_split=8)),
     # Rules 13 and 14 for small M, as planned: 64x64 (M = 64, N = 7168), 64x128 (M = 128, N = 7168), and split-K
     # 128x128 in 4 k-ranges (M = 128, N = 4096).
     ("e4m3_blockwise_m64_planned_64x64", f8(64, 7168, 16384, BW, PROMOTED), {}),
@@ -161,18 +166,22 @@ def test_defaults_are_the_planner_choice(name: str) -> None:
 @pytest.mark.parametrize("spec,forced", [(s, f) for _, s, f in MATRIX], ids=[i for i, _, _ in MATRIX])
 def test_cross_compiles_for_sm90a(spec: GemmSpec, forced: dict[str, int]) -> None:
     k = kernel(spec, forced)
-    t0 = time.perf_counter()
-    c = k.compile()
-    _TIMES.append(time.perf_counter() - t0)
-    s = c.summary()
-    mma, other = ("QGMMA", "HGMMA") if spec.is_fp8 else ("HGMMA", "QGMMA")
-    assert c.target == "sm_90a"
-    assert c.count(mma) > 0, f"no {mma} in the SASS: {s}"
-    assert c.count(other) == 0, s
-    assert c.registers > 0, s
-    spills = c.spills
-    assert spills == 0, f"{k.plan.short()} spills {spills} bytes: {s}\n{c.ptxas_log}"
-    assert 0 < c.smem_bytes <= SMEM_LIMIT, s
-    assert c.smem_bytes >= k.module.smem_bytes  # the IR's account is a lower bound of what Triton allocates
-    assert not c.wgmma_serialized, c.ptxas_log
-    assert "setmaxnreg" in c.ptx  # warp specialization redistributes registers
+    # A plan with a split-K tail (rule 15) launches two kernels: both must build, and build as well.
+    for module, compile_it in ((k.module, k.compile), (k.tail, k.compile_tail)):
+        if module is None:
+            continue
+        t0 = time.perf_counter()
+        c = compile_it()
+        _TIMES.append(time.perf_counter() - t0)
+        s = c.summary()
+        mma, other = ("QGMMA", "HGMMA") if spec.is_fp8 else ("HGMMA", "QGMMA")
+        assert c.target == "sm_90a"
+        assert c.count(mma) > 0, f"no {mma} in the SASS: {s}"
+        assert c.count(other) == 0, s
+        assert c.registers > 0, s
+        spills = c.spills
+        assert spills == 0, f"{module.name} spills {spills} bytes: {s}\n{c.ptxas_log}"
+        assert 0 < c.smem_bytes <= SMEM_LIMIT, s
+        assert c.smem_bytes >= module.smem_bytes  # the IR's account is a lower bound of what Triton allocates
+        assert not c.wgmma_serialized, c.ptxas_log
+        assert "setmaxnreg" in c.ptx  # warp specialization redistributes registers

@@ -37,6 +37,9 @@ SPECS = {
     # work units, fp32 partials to the workspace, and the reduction kernel.
     "fp8_blockwise_m128_splitk": GemmSpec(128, 4096, 7168, E4, E4, DType.BF16, BLayout.K_MAJOR,
                                           ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED),
+    # DeepSeek-V3's q_a + kv_a at 4096 tokens, 2.18 waves of 128x256 tiles: rule 15 runs the two whole waves in a
+    # ranged kernel and the 24 tiles left over in a ranged split-K kernel with a compact workspace (both emitted).
+    "fp8_rowwise_q_a_tail": GemmSpec(4096, 2112, 7168, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.ROWWISE),
 }
 
 
@@ -76,6 +79,11 @@ class TestGluonGolden(expecttest.TestCase):
     def test_fp8_blockwise_m128_splitk(self) -> None:
         assert kernel("fp8_blockwise_m128_splitk").plan.split_k == 4
         assert_golden_file("fp8_blockwise_m128_splitk.gluon.txt", kernel("fp8_blockwise_m128_splitk").source)
+
+
+    def test_fp8_rowwise_q_a_tail(self) -> None:
+        assert kernel("fp8_rowwise_q_a_tail").plan.tail_split == 4
+        assert_golden_file("fp8_rowwise_q_a_tail.gluon.txt", kernel("fp8_rowwise_q_a_tail").source)
 
 
 class TestScheduleGolden(expecttest.TestCase):

@@ -126,6 +126,7 @@ class _PartitionEmitter:
         self._split: set[str] = set()  # accumulators already split into column blocks in the current tile
         self.split = m.tiling.split_k > 1
         self.kb = "(k0 + kk)" if self.split else "kk"  # the k-block's index in K (split-K: from the unit's start)
+        self.tile0 = "tile_lo + " if m.tiling.ranged else ""  # a ranged launch's tiles start at tile_lo
 
     def params(self) -> list[str]:
         return partition_params(self.m, self.p)
@@ -138,7 +139,10 @@ class _PartitionEmitter:
             b.line("pid = gl.program_id(0)")
             b.line("num_pid_m = gl.cdiv(M, BM)")
             b.line("num_pid_n = gl.cdiv(N, BN)")
-            b.line("num_tiles = num_pid_m * num_pid_n")
+            if self.m.tiling.ranged:
+                b.line("num_tiles = tile_hi - tile_lo", "this launch's tiles: tile_lo .. tile_hi of C's (ranged)")
+            else:
+                b.line("num_tiles = num_pid_m * num_pid_n")
             if self.split:
                 b.line("k_tiles = gl.cdiv(K, BK) // SPLIT_K", "k-blocks per work unit")
                 b.line("num_units = num_tiles * SPLIT_K", "split-K: unit = split * num_tiles + tile")
@@ -196,7 +200,7 @@ class _PartitionEmitter:
                 head, note = f"range({first}, num_tiles, {lp.step} * gl.num_programs(0))", \
                     f"for tiles[{lp.start}::{lp.step}]"
             with b.block(f"for tile_id in {head}", comment=note):
-                b.line("off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)")
+                b.line(f"off_m, off_n = tile_coords({self.tile0}tile_id, num_pid_m, num_pid_n)")
                 self.body(lp.body)
         elif lp.kind is ir.LoopKind.K:
             with b.block("for kk in range(k_tiles)", comment="for k"):
@@ -210,14 +214,14 @@ class _PartitionEmitter:
                 if self.split:
                     self._unit_coords(var)
                 else:
-                    b.line("off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)")
+                    b.line(f"off_m, off_n = tile_coords({self.tile0}tile_id, num_pid_m, num_pid_n)")
                 self.body(lp.body)
 
     def _unit_coords(self, unit: str) -> None:
         b = self.buf
         b.line(f"split = {unit} // num_tiles", "which k-range")
         b.line("k0 = split * k_tiles", "its first k-block")
-        b.line(f"off_m, off_n = tile_coords({unit} % num_tiles, num_pid_m, num_pid_n)")
+        b.line(f"off_m, off_n = tile_coords({self.tile0}{unit} % num_tiles, num_pid_m, num_pid_n)")
 
     def _coord(self, axis: ir.Axis) -> str:
         return {ir.Axis.M: "off_m", ir.Axis.N: "off_n", ir.Axis.K: f"{self.kb} * BK"}[axis]
@@ -305,7 +309,10 @@ class _PartitionEmitter:
             case ir.TmaStore():
                 col = "off_n" if o.part == 0 else f"off_n + {o.part} * (BN // {o.parts})"
                 row = f"off_m + {self.row0}" if self.row0 else "off_m"
-                if o.tensor is ir.Tensor.WORKSPACE:  # the unit's slab: M rounded up to BM rows per k-range
+                if o.tensor is ir.Tensor.WORKSPACE and self.m.tiling.ranged:  # compact: unit u's box at rows u * BM
+                    row = f"unit * BM + {self.row0}" if self.row0 else "unit * BM"
+                    col = "0" if o.part == 0 else f"{o.part} * (BN // {o.parts})"
+                elif o.tensor is ir.Tensor.WORKSPACE:  # the unit's slab: M rounded up to BM rows per k-range
                     row = f"split * (num_pid_m * BM) + {row}"
                 b.line(f"tma.async_copy_shared_to_global({store_desc(o)}, [{row}, {col}], {o.buffer})", c)
             case ir.Advance():
@@ -557,6 +564,10 @@ def output_desc(output: int) -> str:
 WORKSPACE_DESC = "workspace_desc"
 # The split-K reduction kernel's parameters, and the elements each of its programs sums.
 REDUCE_PARAMS = ("ws_ptr", "c_ptr", "c_stride_m", "c_stride_n", "M", "N", "MP")
+# A ranged kernel's tiles (ir.Tiling.ranged), and its split-K reduction's parameters (one program per REDUCE_BLOCK
+# elements of a tile's box: BM * BN // REDUCE_BLOCK programs per tile).
+RANGE_PARAMS = ("tile_lo", "tile_hi")
+RANGED_REDUCE_PARAMS = ("ws_ptr", "c_ptr", "c_stride_m", "c_stride_n", "M", "N", *RANGE_PARAMS)
 REDUCE_BLOCK = 1024
 
 
@@ -611,13 +622,18 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
                     if s is ir.EpilogueStep.ADD_BIAS:
                         used["bias_ptr"] = None
     order = {n: i for i, n in enumerate(_all_resources(m))}
-    return sorted(used, key=lambda n: order[n]) + ["M", "N", "K"]
+    return sorted(used, key=lambda n: order[n]) + list(_sizes(m))
 
 
 def _all_resources(m: ir.Module) -> list[str]:
     return ([r.name for r in m.rings] + [f"{b.name}_bars" for b in m.barriers] + [b.name for b in m.buffers]
             + [f"{b.name}_bar" for b in m.buffers if b.tensor is ir.Tensor.OPERAND]
-            + [p for p in kernel_params(m) if p not in ("M", "N", "K")])
+            + [p for p in kernel_params(m) if p not in _sizes(m)])
+
+
+def _sizes(m: ir.Module) -> tuple[str, ...]:
+    """The last run-time parameters of the kernel and of each partition: the sizes, and a ranged kernel's tiles."""
+    return ("M", "N", "K") + (RANGE_PARAMS if m.tiling.ranged else ())
 
 
 def kernel_params(m: ir.Module) -> tuple[str, ...]:
@@ -633,7 +649,7 @@ def kernel_params(m: ir.Module) -> tuple[str, ...]:
         ps.append("bias_ptr")
     if m.spec.epilogue is not None:
         ps += [f"{s.name}_desc" if s.kind.value == "dense" else f"{s.name}_ptr" for s in m.spec.epilogue.operands]
-    return tuple(ps + ["M", "N", "K"])
+    return tuple(ps) + _sizes(m)
 
 
 def lower(m: ir.Module) -> GluonSource:
@@ -706,23 +722,43 @@ def lower(m: ir.Module) -> GluonSource:
     reduce = None
     if t.split_k > 1:
         reduce = f"{m.name}_reduce"
-        _emit_reduce(b, reduce, m.spec.out_dtype)
+        _emit_reduce(b, reduce, m.spec.out_dtype, t)
     return GluonSource(b.text(), m.name, params, m.default_partition.warps, _maxnreg(m), reduce)
 
 
-def _emit_reduce(b: CodeBuffer, name: str, out: DType) -> None:
-    """Split-K's second kernel: C = the sum of the workspace's SPLIT_K slabs, added in slab order (the same
-    result every run), cast to C's dtype. Slab s holds rows s * MP ... of the (SPLIT_K * MP, N) workspace."""
+def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:
+    """Split-K's second kernel: C = the sum of the workspace's k-range partials, added in k-range order (the same
+    result every run), cast to C's dtype, REDUCE_BLOCK elements a program.
+
+    Unranged: slab s holds rows s * MP ... of the (SPLIT_K * MP, N) workspace; programs walk C's elements. Ranged
+    (a plan's split-K tail): the launch's tile tile_lo + i has its partials in the compact workspace's boxes i,
+    tiles + i, ... (each BM x BN, unit u's at rows u * BM); BM * BN / REDUCE_BLOCK programs per tile, each storing
+    where that tile lies in C (tile_coords: the grouped order the kernel ran), masked at C's edges."""
     b.line()
     b.line()
     b.line("@gluon.jit")
-    with b.block(f"def {name}({', '.join(REDUCE_PARAMS)})", comment="split-K: C = sum of the partial slabs"):
+    params, note = (RANGED_REDUCE_PARAMS, "split-K tail: each tile of C = the sum of its k-ranges' boxes") \
+        if t.ranged else (REDUCE_PARAMS, "split-K: C = sum of the partial slabs")
+    with b.block(f"def {name}({', '.join(params)})", comment=note):
         b.line("layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])")
-        b.line(f"offs = gl.program_id(0) * {REDUCE_BLOCK} + gl.arange(0, {REDUCE_BLOCK}, layout=layout)")
-        b.line("mask = offs < M * N")
-        b.line("row = offs // N")
-        b.line("col = offs % N")
-        b.line("acc = gl.load(ws_ptr + offs, mask=mask, other=0.0)", "slab 0: rows 0 .. M of the first MP")
+        if t.ranged:
+            chunks = t.bm * t.bn // REDUCE_BLOCK
+            b.line("num_tiles = tile_hi - tile_lo")
+            b.line(f"i = gl.program_id(0) // {chunks}", f"the launch's tile: {chunks} programs per BM x BN box")
+            b.line("off_m, off_n = tile_coords(tile_lo + i, gl.cdiv(M, BM), gl.cdiv(N, BN))")
+            b.line(f"offs = (gl.program_id(0) % {chunks}) * {REDUCE_BLOCK} + gl.arange(0, {REDUCE_BLOCK}, "
+                   "layout=layout)")
+            b.line("row = off_m + offs // BN")
+            b.line("col = off_n + offs % BN")
+            b.line("mask = (row < M) & (col < N)")
+            first, nth, what = "i * (BM * BN) + offs", "(s * num_tiles + i) * (BM * BN) + offs", "k-range 0"
+        else:
+            b.line(f"offs = gl.program_id(0) * {REDUCE_BLOCK} + gl.arange(0, {REDUCE_BLOCK}, layout=layout)")
+            b.line("mask = offs < M * N")
+            b.line("row = offs // N")
+            b.line("col = offs % N")
+            first, nth, what = "offs", "(s * MP + row) * N + col", "slab 0: rows 0 .. M of the first MP"
+        b.line(f"acc = gl.load(ws_ptr + {first}, mask=mask, other=0.0)", what)
         with b.block("for s in gl.static_range(1, SPLIT_K)"):
-            b.line("acc += gl.load(ws_ptr + (s * MP + row) * N + col, mask=mask, other=0.0)")
+            b.line(f"acc += gl.load(ws_ptr + {nth}, mask=mask, other=0.0)")
         b.line(f"gl.store(c_ptr + row * c_stride_m + col * c_stride_n, acc.to({out.gluon}), mask=mask)")

@@ -558,6 +558,13 @@ class Tiling:
             from split * k_tiles / split_k. Each unit's TMA stores go to slab `split` of the fp32 WORKSPACE
             (rows split * Mp + m, Mp = M rounded up to BM, so a partial tile never reaches the next slab), and a
             second kernel adds the slabs in order into C.
+        ranged: the kernel covers a range of C's tiles given at launch, tile ids tile_lo .. tile_hi - 1 of the
+            grouped order (run-time arguments after M, N, K), rather than all of them: the loops run over that
+            range (split-K: its units). A ranged split-K kernel's workspace is compact, one BM x BN box per
+            unit: unit (split s, tile tile_lo + i) at rows (s * (tile_hi - tile_lo) + i) * BM, columns 0, of a
+            (split_k * tiles * BM, BN) workspace, and its reduction maps each box back to its tile of C. This is
+            how a plan with a split-K tail (`Plan.tail_split`) runs: whole waves of tiles in one ranged kernel,
+            the tiles left over as split-K units in another (issue 6: wave quantization).
     """
 
     bm: int
@@ -566,6 +573,7 @@ class Tiling:
     group_m: int
     grid: int
     split_k: int = 1
+    ranged: bool = False
 
     def block(self, axis: Axis) -> int:
         return {Axis.M: self.bm, Axis.N: self.bn, Axis.K: self.bk}[axis]
@@ -573,6 +581,13 @@ class Tiling:
     def slab_rows(self, m: int) -> int:
         """Split-K: the workspace rows of one k-range's slab, M rounded up to BM (a ragged tile stays in its slab)."""
         return -(-m // self.bm) * self.bm
+
+    def workspace_shape(self, m: int, n: int, tiles: int) -> tuple[int, int]:
+        """Split-K's fp32 workspace for an M x N output: split_k slabs of Mp x N, or for a ranged launch over
+        `tiles` tiles, split_k x tiles boxes of BM x BN stacked by rows."""
+        if self.ranged:
+            return self.split_k * tiles * self.bm, self.bn
+        return self.split_k * self.slab_rows(m), n
 
     def splits_evenly(self, k: int) -> bool:
         """Whether K's k-blocks form `split_k` equal ranges (always without split-K). K is a run-time argument:

@@ -118,6 +118,6 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     )
     return ir.Module(
         name=kernel_name(spec, plan), spec=spec,
-        tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid, plan.split_k),
+        tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid, plan.split_k, ranged=plan.tail_split > 1),
         partitions=(part,), rings=rings,
     )

@@ -13,7 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
-from warploom.backends.gluon_sm90 import REDUCE_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
+from warploom.backends.gluon_sm90 import RANGED_REDUCE_PARAMS, REDUCE_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.runtime.loader import load
@@ -161,7 +161,7 @@ def _compile_reduce(m: ir.Module, src: GluonSource, options: dict[str, Any]) -> 
 
     assert src.reduce_kernel is not None
     fn = load(src.text, src.reduce_kernel)
-    sig = {p: "i32" for p in REDUCE_PARAMS}
+    sig = {p: "i32" for p in (RANGED_REDUCE_PARAMS if m.tiling.ranged else REDUCE_PARAMS)}
     sig.update(ws_ptr="*fp32", c_ptr=f"*{_SIG[m.spec.out_dtype]}")
     triton.compile(GluonASTSource(fn, sig, {}, {}), target=GPUTarget("cuda", 90, 32),
                    options={**options, "num_warps": 4, "maxnreg": None})

@@ -35,6 +35,7 @@ from warploom.errors import split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
 from warploom.runtime.loader import load
+from warploom.sim.raster import Span, tail_spans
 from warploom.spec import BLayout, ScaleRecipe
 
 
@@ -52,13 +53,17 @@ class Call:
     bias: Any = None
     operands: Mapping[str, Any] = field(default_factory=dict)
     extra_outs: Sequence[Any] = ()
-    workspace: Any = None  # split-K: the (split_k * Mp, N) fp32 partial sums
+    workspace: Any = None  # split-K: the fp32 partial sums (ir.Tiling.workspace_shape)
+    span: Any = None  # a ranged kernel's tiles (sim.raster.Span)
 
 
 class Launcher:
     """Launches one kernel. Inputs were validated by the caller."""
 
-    def __init__(self, m: ir.Module, src: GluonSource, fast: bool | None = None) -> None:
+    def __init__(self, m: ir.Module, src: GluonSource, fast: bool | None = None,
+                 tail: tuple[ir.Module, GluonSource] | None = None) -> None:
+        """`tail`: a plan with a split-K tail's second kernel (`Plan.tail_split`): then `m` and it are ranged, and
+        a call runs the whole waves of tiles in `m` and the rest in the tail (`sim.raster.tail_spans`)."""
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
         self._bm, self._bn, self._grid_max = m.tiling.bm, m.tiling.bn, m.tiling.grid
@@ -106,7 +111,9 @@ class Launcher:
                 self._args.append(lambda c: _aligned(c.bias))
             else:
                 self._args.append({"M": lambda c: c.a.shape[0], "N": lambda c: c.b.shape[1],
-                                   "K": lambda c: c.a.shape[1]}[p])
+                                   "K": lambda c: c.a.shape[1], "tile_lo": lambda c: c.span.lo,
+                                   "tile_hi": lambda c: c.span.hi}[p])
+        self._tail = None if tail is None else Launcher(*tail, fast=fast)
 
     def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
                  operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
@@ -121,6 +128,23 @@ class Launcher:
 
     def _launch(self, a: Any, b: Any, out: Any, scale_a: Any, scale_b: Any, bias: Any,
                 operands: Mapping[str, Any] | None, extra_outs: Sequence[Any]) -> Any:
+        if not self._tiling.ranged:
+            return self._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, None)
+        tiles = -(-a.shape[0] // self._bm) * -(-b.shape[1] // self._bn)
+        if self._tail is None:  # a ranged kernel on its own covers all of C
+            return self._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, Span(0, tiles))
+        whole, rest = tail_spans(tiles, self._grid_max)
+        if rest.tiles and not self._tail._tiling.splits_evenly(a.shape[1]):  # before either launch
+            t = self._tail._tiling
+            raise split_k_mismatch(t.bk, t.split_k, self._planned_k, a.shape[1])
+        if whole.tiles:
+            self._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, whole)
+        if rest.tiles:
+            self._tail._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, rest)
+        return out
+
+    def _run(self, a: Any, b: Any, out: Any, scale_a: Any, scale_b: Any, bias: Any,
+             operands: Mapping[str, Any] | None, extra_outs: Sequence[Any], span: Span | None) -> Any:
         m, n = a.shape[0], b.shape[1]
         split_k = self._tiling.split_k
         workspace = None
@@ -129,17 +153,21 @@ class Launcher:
 
             if not self._tiling.splits_evenly(a.shape[1]):
                 raise split_k_mismatch(self._tiling.bk, split_k, self._planned_k, a.shape[1])
-            workspace = torch.empty((split_k * self._tiling.slab_rows(m), n), dtype=torch.float32,
-                                    device=out.device)
-        call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs, workspace)
+            workspace = torch.empty(self._tiling.workspace_shape(m, n, span.tiles if span else 0),
+                                    dtype=torch.float32, device=out.device)
+        call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs, workspace, span)
         args = [g(call) for g in self._args]
-        tiles = -(-m // self._bm) * -(-n // self._bn) * split_k  # work units
-        grid = min(self._grid_max, tiles)
+        tiles = -(-m // self._bm) * -(-n // self._bn) if span is None else span.tiles
+        grid = min(self._grid_max, tiles * split_k)  # work units
         self._main.launch(grid, args)
         if workspace is not None:
             assert self._reduce is not None
-            self._reduce.launch(-(-m * n // REDUCE_BLOCK), [workspace, out, out.stride(0), out.stride(1), m, n,
-                                                            self._tiling.slab_rows(m)])
+            if span is not None:  # one program per REDUCE_BLOCK elements of each tile's box
+                self._reduce.launch(span.tiles * (self._bm * self._bn // REDUCE_BLOCK),
+                                    [workspace, out, out.stride(0), out.stride(1), m, n, span.lo, span.hi])
+            else:
+                self._reduce.launch(-(-m * n // REDUCE_BLOCK), [workspace, out, out.stride(0), out.stride(1), m, n,
+                                                                self._tiling.slab_rows(m)])
         return out
 
 

@@ -62,14 +62,15 @@ class Operands:
     @staticmethod
     def of(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None,
            scale_b: torch.Tensor | None, bias: torch.Tensor | None, outs: tuple[torch.Tensor, ...],
-           epilogue: Mapping[str, torch.Tensor]) -> Operands:
+           epilogue: Mapping[str, torch.Tensor], span_tiles: int = 0) -> Operands:
+        """`span_tiles`: a ranged split-K launch's tile count (its compact workspace's size)."""
         b_rows = b.t() if module.spec.b_layout is BLayout.K_MAJOR else b
         # Blockwise scales stay 2-D: (M, k-blocks) and (k-blocks, N-blocks or N), read per (tile, k-block).
         keep = module.spec.scale.is_blockwise
         t = module.tiling
         ws = None
         if t.split_k > 1:
-            ws = torch.full((t.split_k * t.slab_rows(a.shape[0]), outs[0].shape[1]), float("nan"))
+            ws = torch.full(t.workspace_shape(a.shape[0], outs[0].shape[1], span_tiles), float("nan"))
         return Operands(
             a.float().contiguous(), b_rows.float().contiguous(),
             None if scale_a is None else (scale_a.float() if keep else scale_a.reshape(-1).float()),
@@ -255,6 +256,21 @@ def reduce_splits(workspace: torch.Tensor, split_k: int, out: torch.Tensor,
         for s in range(1, split_k):
             acc += workspace[s * mp + r0:s * mp + r1, c0:c1]
         out[r0:r1, c0:c1] = acc.to(out.dtype)
+
+
+def reduce_span(workspace: torch.Tensor, split_k: int, out: torch.Tensor, boxes: list[tuple[int, int, int]],
+                tiles: int) -> None:
+    """A ranged split-K launch's reduction (`ir.Tiling.ranged`): for each (i, off_m, off_n) in `boxes`, the tile of
+    C at (off_m, off_n) = the sum of its k-ranges' boxes i, tiles + i, 2 * tiles + i, ... of the compact
+    workspace, in k-range order, cast to C and clipped to C's edges."""
+    m, n = out.shape
+    rows, cols = workspace.shape[0] // (split_k * tiles), workspace.shape[1]
+    for i, r0, c0 in boxes:
+        h, w = min(rows, m - r0), min(cols, n - c0)
+        acc = workspace[i * rows:i * rows + h, :w].clone()
+        for s in range(1, split_k):
+            acc += workspace[(s * tiles + i) * rows:(s * tiles + i) * rows + h, :w]
+        out[r0:r0 + h, c0:c0 + w] = acc.to(out.dtype)
 
 
 def _masked(v: torch.Tensor, off: int, size: int, mask: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,7 @@ from warploom.epilogue.graph import EpilogueGraph
 from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.sim.raster import TileRef, cdiv, cta_tiles
+from warploom.sim.raster import Span, TileRef, cdiv, cta_tiles
 from warploom.spec import BLayout
 
 
@@ -46,10 +46,23 @@ class Geometry:
     k_tiles: int
 
     @staticmethod
-    def of(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int) -> Geometry:
+    def of(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int, span: Span | None = None) -> Geometry:
+        """CTA `pid`'s share; `span`: a ranged module's launch range (`ir.Tiling.ranged`; None: all of C)."""
         t = module.tiling
-        return Geometry(m, n, k, pid, grid, cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k),
+        return Geometry(m, n, k, pid, grid,
+                        cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, launch_span(module, m, n, span)),
                         cdiv(k, t.bk) // t.split_k)
+
+
+def launch_span(module: ir.Module, m: int, n: int, span: Span | None) -> Span | None:
+    """The tile range a launch of `module` covers: `span` (all of C by default) for a ranged module, None (the
+    unranged raster) otherwise."""
+    t = module.tiling
+    if not t.ranged:
+        if span is not None:
+            raise ValueError(f"module {module.name} is not ranged (ir.Tiling.ranged): it takes no tile span")
+        return None
+    return Span.whole(m, n, t.bm, t.bn) if span is None else span
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,10 +515,10 @@ class _Interp:
                         raise MalformedError(f"partition {self.p.name}: `{text}` copies {o.buffer} "
                                              f"({buf.dtype.value}) to {'the workspace' if ws else 'output'} "
                                              f"{'' if ws else o.output}, which is {want.value}")
-                    # A split-K unit's slab starts at split * Mp (M rounded up to BM) rows of the workspace.
-                    row0 = t.split * m.tiling.slab_rows(self.geo.m) if ws else 0
-                    yield TmaStoreI(site, o.buffer, row0 + t.off_m + self.row0,
-                                    t.off_n + o.part * (m.tiling.bn // o.parts), o.output, ws)
+                    # A split-K unit's box in the workspace: sim.raster.cta_tiles says where.
+                    r0, c0 = (t.ws_m, t.ws_n) if ws else (t.off_m, t.off_n)
+                    yield TmaStoreI(site, o.buffer, r0 + self.row0, c0 + o.part * (m.tiling.bn // o.parts), o.output,
+                                    ws)
                 case ir.LoadOperand():
                     self._tile(text)
                     self._operand(o, text)

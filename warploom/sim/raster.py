@@ -38,6 +38,8 @@ class TileRef:
         pid_m, pid_n: tile coordinates from the grouped raster.
         off_m, off_n: element offsets of the tile's origin in C.
         split: split-K only: which k-range of the tile this work unit covers (`ir.Tiling.split_k`).
+        ws_m, ws_n: split-K only: the origin of this unit's box in the fp32 workspace (`ir.Tiling.split_k`, and
+            `ir.Tiling.ranged` for the compact layout of a ranged launch).
     """
 
     index: int
@@ -47,6 +49,8 @@ class TileRef:
     off_m: int
     off_n: int
     split: int = 0
+    ws_m: int = 0
+    ws_n: int = 0
 
     def __str__(self) -> str:
         ks = f", k-range {self.split}" if self.split else ""
@@ -64,21 +68,56 @@ def whole_tiles(units: tuple[TileRef, ...], split_k: int) -> tuple[TileRef, ...]
     return tuple(us[0] for us in seen.values() if len(us) == split_k)
 
 
-def launch_grid(m: int, n: int, bm: int, bn: int, grid: int, split_k: int = 1) -> int:
-    """CTAs launched, as `warploom.runtime.launch` does: the planned grid, capped by the work units (tiles, times
-    the k-ranges with split-K)."""
-    return min(grid, cdiv(m, bm) * cdiv(n, bn) * split_k)
+@dataclass(frozen=True)
+class Span:
+    """The tiles of C one launch of a ranged kernel covers (`ir.Tiling.ranged`): tile ids lo .. hi - 1 of the
+    grouped order, given at launch (the kernel's tile_lo and tile_hi arguments)."""
+
+    lo: int
+    hi: int
+
+    @property
+    def tiles(self) -> int:
+        return self.hi - self.lo
+
+    @staticmethod
+    def whole(m: int, n: int, bm: int, bn: int) -> Span:
+        return Span(0, cdiv(m, bm) * cdiv(n, bn))
+
+
+def tail_spans(tiles: int, grid: int) -> tuple[Span, Span]:
+    """A data-parallel launch's tiles and its split-K tail's (`Plan.tail_split`): the whole waves of `grid` CTAs
+    run tiles 0 .. (tiles // grid) * grid as whole tiles, the rest as split-K units (all of them when there are
+    fewer tiles than CTAs). Either may be empty."""
+    whole = tiles // grid * grid
+    return Span(0, whole), Span(whole, tiles)
+
+
+def launch_grid(m: int, n: int, bm: int, bn: int, grid: int, split_k: int = 1, span: Span | None = None) -> int:
+    """CTAs launched, as `warploom.runtime.launch` does: the planned grid, capped by the work units (tiles, or a
+    ranged launch's `span` of them, times the k-ranges with split-K)."""
+    tiles = cdiv(m, bm) * cdiv(n, bn) if span is None else span.tiles
+    return min(grid, tiles * split_k)
 
 
 def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: int,
-              split_k: int = 1) -> tuple[TileRef, ...]:
+              split_k: int = 1, span: Span | None = None) -> tuple[TileRef, ...]:
     """The tiles CTA `pid` of a `grid`-CTA persistent launch visits, in order (tile_id = pid, pid + grid, ...).
-    With split-K, the work units u = pid, pid + grid, ...: tile u % tiles, k-range u // tiles."""
+    With split-K, the work units u = pid, pid + grid, ...: tile u % tiles, k-range u // tiles; unit (split s,
+    tile) stores its partial at rows s * Mp + off_m, columns off_n of the workspace (Mp: M rounded up to BM).
+
+    A ranged launch (`span`) visits tiles span.lo + (pid, pid + grid, ...) (split-K: units over the span's
+    tiles), and its workspace is compact: unit (s, span.lo + i) at rows (s * span.tiles + i) * BM, columns 0."""
     num_pid_m, num_pid_n = cdiv(m, bm), cdiv(n, bn)
-    tiles = num_pid_m * num_pid_n
+    lo, tiles = (0, num_pid_m * num_pid_n) if span is None else (span.lo, span.tiles)
     out = []
     for i, unit in enumerate(range(pid, tiles * split_k, grid)):
-        tile_id = unit % tiles
+        tile_id = lo + unit % tiles
+        split = unit // tiles
         pm, pn = tile_coords(tile_id, num_pid_m, num_pid_n, group_m)
-        out.append(TileRef(i, tile_id, pm, pn, pm * bm, pn * bn, unit // tiles))
+        if span is None:
+            ws = (split * num_pid_m * bm + pm * bm, pn * bn)
+        else:
+            ws = ((split * tiles + tile_id - lo) * bm, 0)
+        out.append(TileRef(i, tile_id, pm, pn, pm * bm, pn * bn, split, *ws))
     return tuple(out)

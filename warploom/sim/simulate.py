@@ -25,9 +25,9 @@ from warploom.ir import nodes as ir
 from warploom.sim.events import TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, ProtocolError, SimFinding
 from warploom.sim.machine import Machine
-from warploom.sim.numerics import CtaData, Operands, reduce_splits
-from warploom.sim.program import CtaProgram, Geometry, MalformedError
-from warploom.sim.raster import cta_tiles, launch_grid, whole_tiles
+from warploom.sim.numerics import CtaData, Operands, reduce_span, reduce_splits
+from warploom.sim.program import CtaProgram, Geometry, MalformedError, launch_span
+from warploom.sim.raster import Span, cta_tiles, launch_grid, whole_tiles
 from warploom.sim.scheduler import run_random
 
 
@@ -220,7 +220,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
              scale_b: torch.Tensor | None = None, bias: torch.Tensor | None = None, *,
              operands: Mapping[str, torch.Tensor] | None = None, outs: Sequence[torch.Tensor] | None = None,
              seed: int = 0, ctas: Iterable[int] | None = None, out: torch.Tensor | None = None,
-             record: bool = True) -> SimResult:
+             record: bool = True, span: Span | None = None) -> SimResult:
     """Run `module` on the CPU for ``a (M, K) @ b (K, N)`` under one random schedule, checking the protocol.
 
     `operands` maps each operand name of a fused epilogue's graph to its CPU tensor (for scaled_mm with an
@@ -229,7 +229,8 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     ids of the persistent grid (default: all). `outs` (one (M, N) tensor per `module.spec.output_dtypes()`)
     or `out` (output 0 alone), if given, are written in place (poison them with NaN first to see unwritten
     tiles); the outputs not given are made NaN-filled. The module need not pass the static verifier: mutated
-    modules are simulated as written.
+    modules are simulated as written. A ranged module (`ir.Tiling.ranged`) runs the launch over `span`'s tiles
+    (default: all of C); the rest of the outputs stays as it was.
     """
     t0 = time.perf_counter()
     ep_steps = _check_args(module, a, b, scale_a, scale_b, bias)
@@ -240,9 +241,10 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     m, k = a.shape
     n = b.shape[1]
     results = _outputs(module, m, n, out, outs)
-    ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors)
     t = module.tiling
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
+    span = launch_span(module, m, n, span)
+    ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors, span.tiles if span else 0)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
     pids = tuple(range(grid)) if ctas is None else tuple(ctas)
     for p in pids:
         if not 0 <= p < grid:
@@ -259,7 +261,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     try:
         for pid in pids:
             try:
-                prog = CtaProgram.build(module, Geometry.of(module, m, n, k, pid, grid))
+                prog = CtaProgram.build(module, Geometry.of(module, m, n, k, pid, grid, span))
             except MalformedError as e:
                 sink.add(_malformed(pid, e))
                 stuck.update(pids)  # nothing ran: no output to judge
@@ -274,25 +276,30 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     finally:
         torch.set_num_threads(threads)
     # A deadlocked (or unrunnable) CTA's missing tiles are a consequence already reported, not a new finding.
-    _coverage(module, m, n, grid, tuple(p for p in pids if p not in stuck), ops, sink)
+    _coverage(module, m, n, grid, tuple(p for p in pids if p not in stuck), ops, sink, span)
     if ops.workspace is not None:  # split-K: the second kernel sums the slabs into C, where all of them ran
         ran = tuple(p for p in pids if p not in stuck)
-        boxes = None if len(ran) == grid else _complete_tiles(module, m, n, grid, ran)
-        reduce_splits(ops.workspace, t.split_k, results[0], boxes)
+        if span is not None:  # (ranged: its compact boxes, each mapped back to its tile)
+            units = tuple(u for pid in ran for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span))
+            reduce_span(ops.workspace, t.split_k, results[0],
+                        [(u.tile_id - span.lo, u.off_m, u.off_n) for u in whole_tiles(units, t.split_k)], span.tiles)
+        else:
+            boxes = None if len(ran) == grid else _complete_tiles(module, m, n, grid, ran)
+            reduce_splits(ops.workspace, t.split_k, results[0], boxes)
     report = SimReport(module.name, seed, pids, steps, k_steps, sink.findings(), tuple(events),
                        time.perf_counter() - t0)
     return SimResult(results, report)
 
 
 def _coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...], ops: Operands,
-              sink: FindingSink) -> None:
+              sink: FindingSink, span: Span | None) -> None:
     """Every element of every output in the simulated CTAs' tiles must have been stored exactly once."""
     t = module.tiling
     if ops.ws_writes is not None:
-        _workspace_coverage(module, m, n, grid, pids, ops.ws_writes, sink)
+        _workspace_coverage(module, m, n, grid, pids, ops.ws_writes, sink, span)
         return
     for pid in pids:
-        for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k):
+        for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span):
             for j, writes in enumerate(ops.writes):
                 got = writes[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
                 lo, hi = int(got.min()), int(got.max())
@@ -313,28 +320,28 @@ def _complete_tiles(module: ir.Module, m: int, n: int, grid: int,
 
 
 def _workspace_coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...], writes: torch.Tensor,
-                        sink: FindingSink) -> None:
-    """Split-K: every element of each work unit's box in its k-range's workspace slab stored exactly once."""
+                        sink: FindingSink, span: Span | None) -> None:
+    """Split-K: every element of each work unit's box in the workspace stored exactly once."""
     t = module.tiling
-    mp = t.slab_rows(m)
     for pid in pids:
-        for unit in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k):
-            r0 = unit.split * mp + unit.off_m
-            got = writes[r0:r0 + t.bm, unit.off_n:unit.off_n + t.bn]
+        for unit in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span):
+            r0, c0 = unit.ws_m, unit.ws_n
+            got = writes[r0:r0 + t.bm, c0:c0 + t.bn]
             lo, hi = int(got.min()), int(got.max())
             if lo != 1 or hi != 1:
                 sink.add(SimFinding(FindingKind.OUTPUT_COVERAGE,
-                                    f"work unit {unit} at workspace[{r0}, {unit.off_n}] of CTA {pid}: its elements "
+                                    f"work unit {unit} at workspace[{r0}, {c0}] of CTA {pid}: its elements "
                                     f"were stored between {lo} and {hi} times, expected once", pid, tile=str(unit)))
 
 
-def representative_ctas(module: ir.Module, m: int, n: int) -> tuple[int, ...]:
+def representative_ctas(module: ir.Module, m: int, n: int, span: Span | None = None) -> tuple[int, ...]:
     """One CTA per distinct tile count: without data, CTAs with as many tiles run the same protocol."""
     t = module.tiling
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
+    span = launch_span(module, m, n, span)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
     seen: dict[int, int] = {}
     for pid in range(grid):
-        seen.setdefault(len(cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k)), pid)
+        seen.setdefault(len(cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span)), pid)
     return tuple(sorted(seen.values()))
 
 
@@ -356,15 +363,18 @@ class CheckReport:
 
 
 def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable[int] = range(4),
-                   ctas: Iterable[int] | None = None, raise_on_finding: bool = True) -> CheckReport:
+                   ctas: Iterable[int] | None = None, raise_on_finding: bool = True,
+                   span: Span | None = None) -> CheckReport:
     """Run the protocol checks (no data) of `module` at problem size (m, n, k) under each seed's schedule.
 
     By default one CTA per distinct tile count is run (`representative_ctas`). Raises ProtocolError
-    listing the findings unless `raise_on_finding` is False.
+    listing the findings unless `raise_on_finding` is False. A ranged module runs the launch over `span` (default:
+    all of C).
     """
     t = module.tiling
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
-    pids = representative_ctas(module, m, n) if ctas is None else tuple(ctas)
+    span = launch_span(module, m, n, span)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
+    pids = representative_ctas(module, m, n, span) if ctas is None else tuple(ctas)
     seeds = tuple(seeds)
     sink = FindingSink()
     steps = 0
@@ -372,7 +382,7 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
         rng = random.Random(seed)
         for pid in pids:
             try:
-                prog = CtaProgram.build(module, Geometry.of(module, m, n, k, pid, grid))
+                prog = CtaProgram.build(module, Geometry.of(module, m, n, k, pid, grid, span))
             except MalformedError as e:
                 sink.add(_malformed(pid, e))
                 continue

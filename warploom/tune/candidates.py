@@ -127,13 +127,15 @@ def feasible(spec: GemmSpec, device: DeviceInfo, space: SearchSpace = DEFAULT_SP
     for bm, bn, pp in itertools.product(space.bm, space.bn, space.pingpong):
         deepest = max_stages(spec, device, bm, bn, bk, pp)
         depths = range(deepest, max(1, deepest - space.stage_depths), -1)
-        # split_k: the planner's choice (rule 14) and never split, so the tuner times both where rule 14 splits.
-        for s, g, p, h, ks in itertools.product(depths, space.group_m, space.consumer_partitions, blocks, (None, 1)):
+        # split_k and tail_split: the planner's choice (rules 14 and 15) and none, so the tuner times both where a
+        # rule splits.
+        for s, g, p, h, ks, ts in itertools.product(depths, space.group_m, space.consumer_partitions, blocks,
+                                                    (None, 1), (None, 1)):
             if s < 2:
                 continue  # single-buffered rings serialize TMA and MMA: never a candidate
             try:
                 plan = plan_schedule(spec, device, bm=bm, bn=bn, stages=s, group_m=g, consumer_partitions=p,
-                                     partial_blocks=h, pingpong=pp, split_k=ks)
+                                     partial_blocks=h, pingpong=pp, split_k=ks, tail_split=ts)
             except UnsupportedError:
                 continue  # the planner's own rules (it says why when forced by hand)
             seen.setdefault(plan)
