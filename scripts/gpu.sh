@@ -54,7 +54,7 @@ if [ "$what" = tail ]; then
     --cases bf16,fp8,fp8-exact,blockwise --out "$OUT/tail.json" 2>&1 | tee "$OUT/tail.log"
 fi
 if [ "$what" = waves ]; then
-  # Is blockwise 4096x2112x7168's 0.81x wave quantization? (scripts/exp/waves.py, written in session 13, not run yet)
+  # Is blockwise 4096x2112x7168's 0.81x wave quantization? (scripts/exp/waves.py; yes: docs/benchmarks.md, session 14)
   python3 scripts/exp/waves.py 2>&1 | tee "$OUT/waves.log"
 fi
 if [ "$what" = decode ]; then

@@ -16,8 +16,11 @@ div_rn, fdiv, fma`` but no tanh, sigmoid or pow. Those come from libdevice (``gl
 ``.pow``, accurate to a few ulp) or are formulas over ``gl.exp`` (sigmoid, silu, the two GELUs, written as
 torch's CPU kernels write them). Each op is matched to torch's meaning (`warploom.epilogue.reference`):
 
-- maximum, minimum, relu and clamp propagate NaN (``propagate_nan=tl.PropagateNan.ALL``, max.NaN.f32): the
+- maximum, minimum and clamp propagate NaN (``propagate_nan=tl.PropagateNan.ALL``, max.NaN.f32): the
   default max.f32 would return the other operand and hide a NaN that torch shows.
+- relu is ``where(x < 0, 0, x)``, torch's own definition: it keeps NaN and keeps -0.0 as -0.0, which
+  max.NaN.f32(-0.0, 0.0) would turn into +0.0 (then 1 / relu(-0.0) is -inf in torch, +inf with max; the
+  property test in tests/unit/test_epilogue_gluon.py found it).
 - div and sqrt are IEEE round-to-nearest (``gl.div_rn``, ``gl.sqrt_rn``), as torch's are; plain ``/`` and
   ``gl.sqrt`` are approximate on NVIDIA GPUs. Inside sigmoid and silu the approximate ``/`` is used.
 - pow uses torch's own special cases (x*x for 2, x*x*x for 3, sqrt for 0.5, 1/x for -1, ...) and powf else.
@@ -65,7 +68,7 @@ def _unary(op: eg.UnaryOp, x: str) -> str:
         case eg.UnaryOp.ABS:
             return f"gl.abs({x})"
         case eg.UnaryOp.RELU:
-            return f"gl.maximum({x}, 0.0, {_NAN})"
+            return f"gl.where({x} < 0.0, 0.0, {x})"
         case eg.UnaryOp.GELU_ERF:
             return f"{x} * 0.5 * (1.0 + gl.erf({x} * {_SQRT_1_2}))"
         case eg.UnaryOp.GELU_TANH:
