@@ -132,14 +132,21 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
     con.rule("[bold]schedule IR")
     con.print(kern.schedule, highlight=False, markup=False)
     out_dir.mkdir(parents=True, exist_ok=True)
-    src = out_dir / f"{kern.module.name}.py"
-    src.write_text(kern.source)
-    con.print(f"generated Gluon written to [bold]{src}[/] ({len(kern.source.splitlines())} lines)")
+    # One file per kernel module, each runnable on its own (a split-K tail's module defines the same names).
+    for module, gluon in ((kern.module, kern.gluon), (kern.tail, kern.tail_gluon)):
+        if module is None or gluon is None:
+            continue
+        src = out_dir / f"{module.name}.py"
+        src.write_text(gluon.text)
+        con.print(f"generated Gluon written to [bold]{src}[/] ({len(gluon.text.splitlines())} lines)")
     con.rule("[bold]cross-compile sm_90a")
-    comp = kern.compile("sm_90a")
-    t = Table("HGMMA", "QGMMA", "registers (cap)", "spills (bytes)", "smem (bytes)", "wgmma serialized")
-    s = comp.summary()
-    t.add_row(*(str(s[c]) for c in ("HGMMA", "QGMMA", "registers", "spills", "smem_bytes", "wgmma_serialized")))
+    t = Table("kernel", "HGMMA", "QGMMA", "registers (cap)", "spills (bytes)", "smem (bytes)", "wgmma serialized")
+    for name, compile_it in (("main", kern.compile), ("split-K tail", kern.compile_tail if kern.tail else None)):
+        if compile_it is None:
+            continue
+        s = compile_it("sm_90a").summary()
+        t.add_row(name, *(str(s[c]) for c in ("HGMMA", "QGMMA", "registers", "spills", "smem_bytes",
+                                               "wgmma_serialized")))
     con.print(t)
     if gpu:
         _run_gpu(con, m, n, k, dtype, fast_accum, scales)
@@ -174,18 +181,22 @@ def _run_sim(con: Any, kern: Kernel, seed: int, timeline: Path | None, title: st
              exit_on_failure: bool = True) -> bool:
     """Simulate `kern` at its size on random data: every CTA when small, else `sample_ctas`; compare with torch."""
     from warploom.api import SIM_MAX_FLOPS_ENV, sim_max_flops
-    from warploom.sim import compare, draw_timeline, sample_ctas
+    from warploom.sim import compare_kernel, draw_timeline, sample_kernel_ctas
     from warploom.sim.reference import make_inputs
 
     s = kern.spec
     whole = s.flops <= sim_max_flops()
-    ctas = None if whole else sample_ctas(kern.module, s.m, s.n)
+    ctas = None if whole else sample_kernel_ctas(kern, s.m, s.n, s.k)
     con.rule(f"[bold]{title}")
     if not whole:
         con.print(f"{s.m}x{s.n}x{s.k} is above the simulator's whole-problem limit ({SIM_MAX_FLOPS_ENV}): "
                   "simulating a sample of CTAs, one per distinct tile count and the last tile's")
-    cmp = compare(kern.module, make_inputs(s, s.m, s.n, s.k, seed=seed), ctas=ctas, seed=seed,
-                  record=timeline is not None)
+    cmp = compare_kernel(kern, make_inputs(s, s.m, s.n, s.k, seed=seed), ctas=ctas, seed=seed,
+                         record=timeline is not None)
+    if kern.tail is not None:
+        whole_span, rest = kern.spans(s.m, s.n, s.k)
+        con.print(f"two launches: tiles {whole_span.lo}..{whole_span.hi} whole, {rest.lo}..{rest.hi} as "
+                  f"{kern.plan.tail_split}-way split-K units (the tail)")
     rep = cmp.result.report
     pids = ", ".join(map(str, rep.ctas)) if len(rep.ctas) <= 8 else f"{rep.ctas[0]}..{rep.ctas[-1]}"
     n_tiles = -(-s.m // kern.plan.bm) * -(-s.n // kern.plan.bn)
@@ -222,7 +233,15 @@ def _explore(con: Any, kern: Kernel, stages: int | None, max_states: int) -> boo
     r = explore(small.module, t.bm, 2 * t.bn, ks * t.bk, max_states=max_states)
     con.print(r.summary(), highlight=False, markup=False)
     con.print(f"states: {r.states}")
-    return r.ok
+    if small.tail is None:
+        return r.ok
+    # The split-K tail: one tile as units of 2 k-blocks in each of its k-ranges, all in the one CTA (more k-blocks
+    # than ring slots again; two tiles' units pass the default bound of states).
+    ts = small.tail.tiling.split_k
+    con.print(f"split-K tail: 1 tile x {ts} k-ranges of 2 k-blocks (problem {t.bm}x{t.bn}x{2 * ts * t.bk})")
+    tail = explore(small.tail, t.bm, t.bn, 2 * ts * t.bk, max_states=max_states)
+    con.print(tail.summary(), highlight=False, markup=False)
+    return r.ok and tail.ok
 
 
 def _run_gpu(con: Any, m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str = "rowwise") -> None:

@@ -114,7 +114,10 @@ class Kernel:
 
         if self.tail is not None:
             assert operands is None and bias is None, "a split-K tail has no bias or fused epilogue (planner)"
-            whole, rest = self._spans(a.shape[0], b.shape[1])
+            whole, rest = self.spans(a.shape[0], b.shape[1], a.shape[1])
+            if not whole.tiles and not rest.tiles:  # an empty output: nothing launches, as on the GPU
+                return simulate(self.module, a, b, scale_a, scale_b, seed=seed, ctas=(), out=out, record=record,
+                                span=whole)
             results = []
             for module, span in ((self.module, whole), (self.tail, rest)):
                 if span.tiles:
@@ -146,17 +149,20 @@ class Kernel:
                                   raise_on_finding=raise_on_finding)
         reports = [check_protocol(module, s.m, s.n, s.k, seeds=seeds, ctas=ctas, raise_on_finding=raise_on_finding,
                                   span=span)
-                   for module, span in zip(self.modules, self._spans(s.m, s.n), strict=True) if span.tiles]
+                   for module, span in zip(self.modules, self.spans(s.m, s.n, s.k), strict=True) if span.tiles]
+        if not reports:  # an empty output launches nothing
+            return CheckReport(self.module.name, tuple(seeds), (), 0, ())
         return CheckReport(" + ".join(r.module for r in reports), reports[0].seeds,
                            tuple(sorted({p for r in reports for p in r.ctas})), sum(r.steps for r in reports),
                            tuple(f for r in reports for f in r.findings))
 
-    def _spans(self, m: int, n: int) -> tuple[Span, Span]:
-        """A split-K tail plan's two launches at M x N, as `runtime.launch` splits them."""
+    def spans(self, m: int, n: int, k: int) -> tuple[Span, Span]:
+        """A split-K tail plan's two launches at M x N x K, as `runtime.launch` splits them."""
         from warploom.sim.raster import tail_spans
 
         t = self.module.tiling
-        return tail_spans(-(-m // t.bm) * -(-n // t.bn), t.grid)
+        assert self.tail is not None
+        return tail_spans(-(-m // t.bm) * -(-n // t.bn), t.grid, self.tail.tiling.splits_evenly(k))
 
 
 def _merged(results: list[SimResult]) -> SimResult:

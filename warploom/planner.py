@@ -54,7 +54,8 @@ The heuristic, in order:
 15. A split-K tail (Plan.tail_split): where the tiles fill at least one whole wave and the last, partial round would
    idle at least 10% of the CTA-time, the whole waves run as a ranged kernel and the tiles left over as split-K
    units (the most k-ranges, up to 8, that keep them in one wave) in a second, with their reduction. The score
-   counts the tail as 1/tail_split of a round plus TAIL_COST. Where split-K may run only (no bias, no fused
+   (`tail_score`) counts the tail as 1/tail_split of a round plus a fixed TAIL_COST_US, which weighs more at short
+   K; a tail that does not beat the plain last round is not taken. Where split-K may run only (no bias, no fused
    epilogue, no ping-pong, no scale partition). DeepSeek-V3's q_a + kv_a at 4096 tokens (4096x2112x7168, 2.18
    waves of 128x256): graph ratios against torch went from 0.69 / 0.83 / 0.87 / 0.80 (bf16, fp8 rowwise fast,
    exact, blockwise; the 128x128 tiles chosen before) to 0.89 / 0.99 / 1.00 / 0.95 with 128x256 and 4 k-ranges,
@@ -85,9 +86,11 @@ _TILES: tuple[tuple[int, int, float], ...] = (
 _SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
 _MAX_STAGES = 6
 # Rule 15: what a split-K tail costs beyond its share of the work (its launch, each unit's pipeline fill and fp32
-# store, the reduction), in rounds of 128x256 tiles: 8-10 us against a 47 us fp8 round at 4096x2112x7168 (H100,
-# scripts/exp/tail_parts.py, docs/benchmarks.md 2026-11-23 session 14).
-TAIL_COST = 0.2
+# store, the reduction): 8-10 us, whatever K, at 4096x2112x7168 (H100, scripts/exp/tail_parts.py, docs/benchmarks.md
+# 2026-11-23 session 14). A whole round of 128x256 tiles took 0.84 us per k-block there, fp8 (BK 128) and bf16
+# (BK 64) alike, so a round is priced at that per k-block: the tail's fixed cost weighs more as K shrinks.
+TAIL_COST_US = 9.0
+_ROUND_US_PER_KBLOCK = 0.84
 _PRODUCER_REGS = 24
 _CONSUMER_REGS = 240
 
@@ -157,6 +160,11 @@ class Plan:
     split_k: int = 1
     tail_split: int = 1
     tail_stages: int = 0
+
+    def __post_init__(self) -> None:
+        if self.tail_split > 1 and self.tail_stages < 1:
+            raise ValueError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
+                             "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
 
     def units(self, m: int, n: int) -> int:
         """Work units of an M x N output: its tiles (at least one), times the k-ranges of split-K."""
@@ -311,6 +319,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue  # fp32 output + bias on the promoted 256-wide tile spills 8-40 bytes (ptxas, 2026-11-22)
         block = block_epilogue(spec, cbn, pingpong)
         ks = split_k if split_k is not None else _rule14_split(spec, device, cbm, cbn, pingpong, scale_partition)
+        if tail_split is not None and tail_split > 1:
+            ks = 1  # a forced tail follows whole tiles: rule 14 does not split them
         fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, split_k=ks)
         if split_k is None and ks > 1 and stages is not None and stages > fit:
             ks = 1  # a forced depth that only fits beside the output's staging tile, not the fp32 partials'
@@ -325,7 +335,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         ts, tail_s = 1, 0
         if ks == 1:
             ts = tail_split if tail_split is not None else _rule15_tail(spec, device, cbm, cbn, bk, pingpong,
-                                                                         scale_partition)
+                                                                         scale_partition, eff)
         if ts > 1:
             tail_s = min(s, max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, split_k=ts))
             if tail_s < 2 and tail_split is None:
@@ -333,8 +343,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             elif tail_s < 1:
                 continue
         if ts > 1:
-            whole, tail = divmod(tiles, device.sm_count)
-            score = (whole + math.ceil(tail * ts / device.sm_count) / ts) * cbm * cbn / eff + TAIL_COST * 128 * 256
+            score = tail_score(tiles, min(device.sm_count, tiles), ts, cbm * cbn / eff, math.ceil(spec.k / bk))
         plan = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
             group_m=group_m, grid=min(device.sm_count, tiles),
@@ -375,22 +384,37 @@ def _rule14_split(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, pingpong
     return max(d for d in range(1, 9) if k_tiles % d == 0 and tiles * d <= device.sm_count)
 
 
+def tail_score(tiles: int, grid: int, tail_split: int, area: float, k_tiles: int) -> float:
+    """Rule 15's score of a plan with a split-K tail, in the units of step 3's (rounds x BM * BN / efficiency,
+    `area`): the whole rounds, the tail's rounds of 1/tail_split of a tile, and TAIL_COST_US in rounds of a
+    128x256 tile at this K (`_ROUND_US_PER_KBLOCK`). `grid` is the plan's (the launcher's tail_spans)."""
+    whole, tail = divmod(tiles, grid)
+    fixed = TAIL_COST_US / (_ROUND_US_PER_KBLOCK * max(1, k_tiles)) * 128 * 256 if tail else 0.0  # (no tail: none)
+    return (whole + math.ceil(tail * tail_split / grid) / tail_split) * area + fixed
+
+
 def _rule15_tail(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool,
-                 scale_partition: bool | None) -> int:
+                 scale_partition: bool | None, eff: float) -> int:
     """Rule 15: where the tiles fill at least one whole wave, leave a last round at most half busy, and that round
     idles at least 10% of the whole CTA-time (a few waves: at 27 waves a tail could save 2% at most, within what
     its own cost is known to), run that round's tiles as split-K units over the most k-ranges (a divisor of the
-    k-blocks, at most 8, each range at least 4 k-blocks) that keep them in one wave; otherwise 1. Only where
-    split-K is allowed (_check_split_k)."""
+    k-blocks, at most 8, each range at least 4 k-blocks) that keep them in one wave, if its score (`tail_score`:
+    a fixed cost that weighs more at short K) beats the plain last round; otherwise 1. Only where split-K is
+    allowed (_check_split_k)."""
     if (spec.bias_dtype is not None or spec.epilogue is not None or pingpong or scale_partition
             or spec.scale is ScaleRecipe.MX):
         return 1
-    whole, tail = divmod(math.ceil(spec.m / bm) * math.ceil(spec.n / bn), device.sm_count)
+    tiles = math.ceil(spec.m / bm) * math.ceil(spec.n / bn)
+    whole, tail = divmod(tiles, device.sm_count)
     k_tiles = math.ceil(spec.k / bk)
     if whole == 0 or tail == 0 or (whole + tail / device.sm_count) / (whole + 1) >= 0.9:
         return 1
-    return max((d for d in range(2, 9) if k_tiles % d == 0 and k_tiles // d >= 4 and tail * d <= device.sm_count),
-               default=1)
+    ts = max((d for d in range(2, 9) if k_tiles % d == 0 and k_tiles // d >= 4 and tail * d <= device.sm_count),
+             default=1)
+    area = bm * bn / eff
+    if ts > 1 and tail_score(tiles, device.sm_count, ts, area, k_tiles) >= (whole + 1) * area:
+        return 1  # the tail's fixed cost outweighs the idle part of the last round at this K
+    return ts
 
 
 def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_partition: bool | None,
@@ -414,7 +438,8 @@ def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_
     if scale_partition or spec.scale is ScaleRecipe.MX:
         problems.append("the scale partition is not built for split-K units (use scale_partition=False; not MX)")
     mp = math.ceil(spec.m / 128) * 128  # M rounded up to BM (at most this for any BM)
-    if split_k * mp * spec.n >= 2**31:
+    # (a tail's compact workspace holds fewer than tail_split x grid boxes: 8 x 132 x 128 x 256 < 2^31)
+    if what == "split_k" and split_k * mp * spec.n >= 2**31:
         problems.append(f"the fp32 workspace ({split_k} x {mp} x {spec.n}) needs 64-bit offsets, which the "
                         "reduction kernel does not use (pass a smaller split_k)")
     if problems:

@@ -19,7 +19,7 @@ from warploom.kernel import Kernel, build
 from warploom.passes.util import filter_ops
 from warploom.planner import Plan
 from warploom.sim import FindingKind, explore, simulate
-from warploom.sim.raster import Span, tail_spans
+from warploom.sim.raster import Span, cta_tiles, tail_spans
 from warploom.sim.reference import make_inputs, reference, relative_error
 from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
 
@@ -81,10 +81,12 @@ def test_each_launch_writes_only_its_tiles() -> None:
 
 
 def test_explores_the_tail_clean() -> None:
+    """5 tiles in 2 k-ranges: 10 units of 4 k-blocks over 5 CTAs, so CTAs run two units each and the 3-slot ring
+    wraps within and across them."""
     k = kernel("bf16_64x64_t2")
-    assert k.tail is not None
-    r = explore(k.tail, 64, 128, 256, max_states=20_000)
-    assert not r.findings, r.summary()
+    assert k.tail is not None and k.tail.tiling.grid == 5
+    r = explore(k.tail, 64, 320, 512, max_states=200_000)
+    assert not r.bound_hit and not r.findings, r.summary()
 
 
 def test_a_missing_tail_store_is_caught() -> None:
@@ -96,9 +98,17 @@ def test_a_missing_tail_store_is_caught() -> None:
                                            for p in k.tail.partitions))
     s = k.spec
     x = make_inputs(s, s.m, s.n, s.k, seed=0)
-    res = simulate(bad, x.a, x.b, x.scale_a, x.scale_b, seed=0, span=Span(2, 6))
+    span = Span(2, 6)
+    clean = simulate(k.tail, x.a, x.b, x.scale_a, x.scale_b, seed=0, span=span)
+    res = simulate(bad, x.a, x.b, x.scale_a, x.scale_b, seed=0, span=span)
+    assert clean.ok, clean.report.summary()
     assert any(f.kind is FindingKind.OUTPUT_COVERAGE and "workspace" in f.message for f in res.report.findings)
-    assert res.output.isnan().any()
+    t = k.tail.tiling
+    boxes = [(u.off_m, u.off_n) for pid in range(t.grid)
+             for u in cta_tiles(pid, s.m, s.n, t.bm, t.bn, t.group_m, t.grid, t.split_k, span)]
+    for r0, c0 in set(boxes):  # the span's tiles: finite from the clean tail, NaN (the poisoned workspace) from this
+        assert not clean.output[r0:r0 + t.bm, c0:c0 + t.bn].isnan().any()
+        assert res.output[r0:r0 + t.bm, c0:c0 + t.bn].isnan().all()
 
 
 def test_span_only_for_ranged_modules() -> None:
@@ -106,3 +116,21 @@ def test_span_only_for_ranged_modules() -> None:
     x = make_inputs(plain.spec, 200, 328, 640, seed=0)
     with pytest.raises(ValueError, match="not ranged"):
         simulate(plain.module, x.a, x.b, span=Span(0, 1))
+
+
+def test_compare_kernel_judges_both_launches() -> None:
+    """What `warploom sim` and `warploom demo` run: both launches, the tail's completed tiles judged with the rest."""
+    from warploom.sim import compare_kernel, sample_kernel_ctas
+
+    k = kernel("blockwise_h2_t2")  # 3 x 3 tiles of 128x256 on 4 CTAs: 8 whole, 1 in the tail
+    s = k.spec
+    assert k.tail is not None
+    whole, rest = k.spans(s.m, s.n, s.k)
+    assert (whole.tiles, rest.tiles) == (8, 1)
+    ctas = sample_kernel_ctas(k, s.m, s.n, s.k)
+    cmp = compare_kernel(k, make_inputs(s, s.m, s.n, s.k, seed=3), ctas=ctas)
+    assert cmp.ok, (cmp.error, cmp.result.report.summary())
+    t = k.tail.tiling
+    tail_tiles = {(u.off_m, u.off_n) for pid in range(t.grid)
+                  for u in cta_tiles(pid, s.m, s.n, t.bm, t.bn, t.group_m, t.grid, t.split_k, rest)}
+    assert tail_tiles <= {(u.off_m, u.off_n) for u in cmp.tiles}

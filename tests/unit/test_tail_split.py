@@ -4,6 +4,7 @@ into the two launches, and the cost model's and tuner's view."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -172,3 +173,59 @@ def test_cost_model_and_tuner_see_the_tail() -> None:
     assert estimate(spec, H100_SXM, with_tail).wave_efficiency > 0.95
     plans = feasible(spec, H100_SXM)
     assert {p.tail_split for p in plans if p.bn == 256} >= {1, 4}
+
+
+def test_launcher_runs_every_tile_whole_where_k_does_not_split() -> None:
+    """K is a run-time argument: at a K whose k-blocks do not form the tail's ranges, the ranged main kernel takes
+    every tile (it runs any K), rather than failing as a split-K kernel must."""
+    pytest.importorskip("triton")
+    from warploom.runtime.launch import Launcher
+
+    k = build(OPS["bf16"], H100_SXM)
+    assert k.tail is not None and k.tail_gluon is not None
+    la = Launcher(k.module, k.gluon, fast=False, tail=(k.tail, k.tail_gluon))
+    assert la._tail is not None
+    log: list[tuple[str, int, list[Any]]] = []
+    la._main = _Recorder(log, "main")  # type: ignore[assignment]
+    la._tail._main = _Recorder(log, "tail")  # type: ignore[assignment]
+    m, n, _ = Q_A
+    kk = 7168 + 64  # 113 k-blocks of 64: not 4 equal ranges
+    a = torch.empty(m, kk, dtype=torch.bfloat16, device="meta")
+    b = torch.empty(n, kk, dtype=torch.bfloat16, device="meta").t()
+    la._launch(a, b, torch.empty(m, n, dtype=torch.bfloat16, device="meta"), None, None, None, None, ())
+    assert [(name, grid) for name, grid, _ in log] == [("main", 132)] and log[0][2][-2:] == [0, 288]
+
+
+def test_plan_needs_a_tail_depth() -> None:
+    p = plan_schedule(OPS["bf16"], H100_SXM)
+    with pytest.raises(ValueError, match="tail_stages"):
+        replace(p, tail_stages=0)
+
+
+def test_forced_tail_wins_over_rule14_and_short_k_keeps_no_tail() -> None:
+    small = GemmSpec(128, 4096, 7168, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+                     accumulation=Accumulation.PROMOTED)
+    assert plan_schedule(small, H100_SXM).split_k == 4  # rule 14 by itself
+    forced = plan_schedule(small, H100_SXM, tail_split=2)
+    assert (forced.split_k, forced.tail_split) == (1, 2)
+    # The tail's fixed cost (TAIL_COST_US) against rounds of 16 k-blocks: not worth it; at 48, it is.
+    assert plan_schedule(GemmSpec(4096, 2112, 1024), H100_SXM).tail_split == 1
+    assert plan_schedule(GemmSpec(4096, 2112, 3072), H100_SXM).tail_split == 4
+
+
+def test_cost_of_a_tail_that_never_launches_is_none() -> None:
+    """Fewer tiles than SMs: the plan's grid is the tile count, so the launcher runs every tile whole, and the cost
+    model prices it as the plan without a tail."""
+    from warploom.tune.cost import estimate
+
+    spec = GemmSpec(1024, 2048, 4096)  # 8 x 8 tiles of 128x256
+    forced = plan_schedule(spec, H100_SXM, bn=256, tail_split=4)
+    plain = plan_schedule(spec, H100_SXM, bn=256, tail_split=1)
+    assert forced.grid == 64
+    assert estimate(spec, H100_SXM, forced).time == estimate(spec, H100_SXM, plain).time
+
+
+def test_an_empty_output_simulates_to_nothing() -> None:
+    k = build(OPS["bf16"], H100_SXM)
+    res = k.simulate(torch.empty(0, 7168, dtype=torch.bfloat16), torch.randn(7168, 2112, dtype=torch.bfloat16))
+    assert res.ok and tuple(res.output.shape) == (0, 2112)

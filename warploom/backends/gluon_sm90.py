@@ -748,7 +748,7 @@ def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:
             b.line("off_m, off_n = tile_coords(tile_lo + i, gl.cdiv(M, BM), gl.cdiv(N, BN))")
             b.line(f"offs = (gl.program_id(0) % {chunks}) * {REDUCE_BLOCK} + gl.arange(0, {REDUCE_BLOCK}, "
                    "layout=layout)")
-            b.line("row = off_m + offs // BN")
+            b.line("row = (off_m + offs // BN).to(gl.int64)", "C itself may pass 2^31 elements")
             b.line("col = off_n + offs % BN")
             b.line("mask = (row < M) & (col < N)")
             first, nth, what = "i * (BM * BN) + offs", "(s * num_tiles + i) * (BM * BN) + offs", "k-range 0"

@@ -133,10 +133,7 @@ class Launcher:
         tiles = -(-a.shape[0] // self._bm) * -(-b.shape[1] // self._bn)
         if self._tail is None:  # a ranged kernel on its own covers all of C
             return self._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, Span(0, tiles))
-        whole, rest = tail_spans(tiles, self._grid_max)
-        if rest.tiles and not self._tail._tiling.splits_evenly(a.shape[1]):  # before either launch
-            t = self._tail._tiling
-            raise split_k_mismatch(t.bk, t.split_k, self._planned_k, a.shape[1])
+        whole, rest = tail_spans(tiles, self._grid_max, self._tail._tiling.splits_evenly(a.shape[1]))
         if whole.tiles:
             self._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, whole)
         if rest.tiles:

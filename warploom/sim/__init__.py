@@ -10,6 +10,7 @@ ring slot and buffer (`memory.py`) and, optionally, the data with torch on the C
     explore(module, m, n, k)            every schedule of a small configuration (DFS + state hashing)
     draw_timeline(result, path)         the per-partition timeline of a simulation (matplotlib)
     compare(module, inputs, ctas=...)   simulate on inputs and judge the tiles written against torch fp32
+    compare_kernel(kernel, inputs)      the same for a Kernel: both launches of a split-K tail plan
 
 Entry points elsewhere: `Kernel.simulate` / `Kernel.check_protocol`; `warploom.matmul` and
 `warploom.scaled_mm` on small CPU problems; `warploom sim` and `warploom demo` without a GPU.
@@ -25,11 +26,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from warploom.sim.compare import Comparison, compare, sample_ctas
+from warploom.sim.compare import Comparison, compare, compare_kernel, sample_ctas, sample_kernel_ctas
 from warploom.sim.events import EventKind, TimelineEvent
 from warploom.sim.explore import ExploreReport, explore
 from warploom.sim.findings import FindingKind, ProtocolError, SimFinding
-from warploom.sim.raster import TileRef, cta_tiles, launch_grid, tile_coords
+from warploom.sim.raster import Span, TileRef, cta_tiles, launch_grid, tail_spans, tile_coords
 from warploom.sim.simulate import CheckReport, SimReport, SimResult, check_protocol, representative_ctas, simulate
 
 
@@ -42,6 +43,7 @@ def draw_timeline(result: SimResult | SimReport, path: Any, **kwargs: Any) -> An
 
 __all__ = [
     "CheckReport", "Comparison", "EventKind", "ExploreReport", "FindingKind", "ProtocolError", "SimFinding",
-    "SimReport", "SimResult", "TileRef", "TimelineEvent", "check_protocol", "compare", "cta_tiles", "draw_timeline",
-    "explore", "launch_grid", "representative_ctas", "sample_ctas", "simulate", "tile_coords",
+    "SimReport", "SimResult", "Span", "TileRef", "TimelineEvent", "check_protocol", "compare", "compare_kernel",
+    "cta_tiles", "draw_timeline", "explore", "launch_grid", "representative_ctas", "sample_ctas", "sample_kernel_ctas",
+    "simulate", "tail_spans", "tile_coords",
 ]

@@ -11,13 +11,18 @@ import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from warploom.ir import nodes as ir
-from warploom.sim.raster import TileRef, cdiv, cta_tiles, launch_grid, whole_tiles
+from warploom.sim.program import launch_span
+from warploom.sim.raster import Span, TileRef, cdiv, cta_tiles, launch_grid, whole_tiles
 from warploom.sim.reference import Inputs, dequantized, is_blockwise, reference, relative_error
 from warploom.sim.simulate import SimResult, representative_ctas, simulate
+
+if TYPE_CHECKING:
+    from warploom.kernel import Kernel
 
 # The scale-free error (`relative_error`) a correct schedule stays below: bf16 output rounding alone gives
 # ~1e-6, fp8 inputs ~1e-5; a dropped or repeated k-block gives ~1e-2 and more.
@@ -47,18 +52,31 @@ class Comparison:
         return self.result.ok and self.error < TOLERANCE  # False for a NaN error
 
 
-def sample_ctas(module: ir.Module, m: int, n: int) -> tuple[int, ...]:
+def sample_ctas(module: ir.Module, m: int, n: int, span: Span | None = None) -> tuple[int, ...]:
     """Program ids that run every protocol of a launch: one CTA per distinct tile count
     (`representative_ctas`, CTA 0 among them) and the CTA of the last tile, ragged when M or N is; with split-K,
-    every CTA with a unit of the first or the last tile, so that those tiles of C are complete."""
+    every CTA with a unit of the first or the last tile, so that those tiles of C are complete. A ranged module's
+    launch covers `span` (default: all of C)."""
     t = module.tiling
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
-    tiles = cdiv(m, t.bm) * cdiv(n, t.bn)
+    span = launch_span(module, m, n, span)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
+    tiles = cdiv(m, t.bm) * cdiv(n, t.bn) if span is None else span.tiles
+    if not tiles:
+        return ()
     last = (tiles * t.split_k - 1) % grid
     # Split-K: a tile of C is judged only when every k-range's unit of it ran, so also the CTAs of the first and
-    # the last tile's units (unit = split * tiles + tile).
+    # the last tile's units (unit = split * tiles + tile, the tile counted within the launch).
     units = {(s * tiles + tile) % grid for tile in (0, tiles - 1) for s in range(t.split_k)} if t.split_k > 1 else set()
-    return tuple(sorted({*representative_ctas(module, m, n), last, *units}))
+    return tuple(sorted({*representative_ctas(module, m, n, span), last, *units}))
+
+
+def sample_kernel_ctas(kern: Kernel, m: int, n: int, k: int) -> tuple[int, ...]:
+    """`sample_ctas` of each launch of `kern` (a split-K tail plan has two, `Kernel.spans`), together: the program
+    ids `Kernel.simulate(ctas=...)` runs in each launch that has them."""
+    if kern.tail is None:
+        return sample_ctas(kern.module, m, n)
+    return tuple(sorted({p for module, span in zip(kern.modules, kern.spans(m, n, k), strict=True) if span.tiles
+                         for p in sample_ctas(module, m, n, span)}))
 
 
 def _tile_inputs(x: Inputs, rows: slice, cols: slice) -> Inputs:
@@ -88,6 +106,36 @@ def _judged(output: torch.Tensor, x: Inputs, tiles: tuple[TileRef, ...], bm: int
                                for r, c in parts])
     x = Inputs(x.a.float(), x.b.float(), x.scale_a, x.scale_b, x.bias)  # converted once, not once per tile
     return out, torch.cat([reference(_tile_inputs(x, r, c)).reshape(-1) for r, c in parts])
+
+
+def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None, seed: int = 0,
+                   record: bool = False) -> Comparison:
+    """`compare` for a whole kernel: with a split-K tail (`Kernel.tail`), both launches run as on the GPU
+    (`Kernel.simulate`, `ctas` picked in each), and the tiles they completed are judged; `grid` is the first's."""
+    if kern.tail is None:
+        return compare(kern.module, x, ctas=ctas, seed=seed, record=record)
+    t0 = time.perf_counter()
+    m, k = x.a.shape
+    n = x.b.shape[1]
+    picked = None if ctas is None else tuple(ctas)
+    res = kern.simulate(x.a, x.b, x.scale_a, x.scale_b, seed=seed, ctas=picked, record=record)
+    tiles: list[TileRef] = []
+    grids = []
+    for module, span in zip(kern.modules, kern.spans(m, n, k), strict=True):
+        t = module.tiling
+        grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
+        grids.append(grid)
+        pids = range(grid) if picked is None else [p for p in picked if p < grid]
+        tiles += whole_tiles(tuple(u for pid in pids
+                                   for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span)),
+                             t.split_k)
+    t = kern.module.tiling
+    error = math.nan
+    if tiles:
+        out, ref = _judged(res.output, x, tuple(tiles), t.bm, t.bn)
+        if not out.isnan().any():
+            error = relative_error(out, ref)
+    return Comparison(res, max(grids), tuple(tiles), error, time.perf_counter() - t0)
 
 
 def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, seed: int = 0,

@@ -85,11 +85,12 @@ class Span:
         return Span(0, cdiv(m, bm) * cdiv(n, bn))
 
 
-def tail_spans(tiles: int, grid: int) -> tuple[Span, Span]:
+def tail_spans(tiles: int, grid: int, splits_evenly: bool = True) -> tuple[Span, Span]:
     """A data-parallel launch's tiles and its split-K tail's (`Plan.tail_split`): the whole waves of `grid` CTAs
     run tiles 0 .. (tiles // grid) * grid as whole tiles, the rest as split-K units (all of them when there are
-    fewer tiles than CTAs). Either may be empty."""
-    whole = tiles // grid * grid
+    fewer tiles than CTAs). Either may be empty. Where K's k-blocks do not split evenly into the tail's ranges (K
+    is a run-time argument: `ir.Tiling.splits_evenly`), every tile runs whole instead."""
+    whole = tiles // grid * grid if splits_evenly else tiles
     return Span(0, whole), Span(whole, tiles)
 
 

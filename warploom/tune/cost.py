@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
-from warploom.planner import _TILES, TAIL_COST, Plan, epilogue_bytes, stage_bytes
+from warploom.planner import _TILES, Plan, epilogue_bytes, stage_bytes, tail_score
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 # Addresses, loop counters, barrier phases and the row-scale fragment of a consumer thread (an estimate: the
@@ -112,15 +112,16 @@ def estimate(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Estimate:
     tiles = plan.units(spec.m, spec.n)
     waves = math.ceil(tiles / device.sm_count)
     eff = _TILE_EFFICIENCY.get((plan.bm, plan.bn), min(_TILE_EFFICIENCY.values())) * plan.split_k
-    rounds, extra = float(waves), 0.0
-    if plan.tail_split > 1:  # rule 15: whole waves, then the rest as split-K units of 1/tail_split of a tile
-        whole, tail = divmod(tiles, device.sm_count)
-        rounds = whole + math.ceil(tail * plan.tail_split / device.sm_count) / plan.tail_split
-        extra = TAIL_COST * 128 * 256
+    area = plan.bm * plan.bn / eff
+    time, fill = waves * area, tiles / (waves * device.sm_count)
+    if plan.tail_split > 1:  # rule 15: whole waves of the plan's grid, then the rest as split-K units
+        grid = min(plan.grid, tiles)
+        time = tail_score(tiles, grid, plan.tail_split, area, math.ceil(spec.k / plan.bk))
+        whole, tail = divmod(tiles, grid)
+        fill = tiles / ((whole + math.ceil(tail * plan.tail_split / grid) / plan.tail_split) * grid)
     return Estimate(
         smem_bytes=smem + _SMEM_RESERVE, smem_limit=device.smem_per_block,
         regs=consumer_registers(spec, plan), reg_budget=plan.consumer_regs,
         sm_regs=sm_regs, sm_regs_limit=device.regs_per_sm,
-        tiles=tiles, waves=waves, wave_efficiency=tiles / (rounds * device.sm_count),
-        time=rounds * plan.bm * plan.bn / eff + extra,
+        tiles=tiles, waves=waves, wave_efficiency=fill, time=time,
     )
