@@ -119,3 +119,15 @@ def test_rule15_is_what_scaled_mm_runs_and_graphs_capture_it() -> None:
     torch.cuda.synchronize()
     assert not out.isnan().any()
     assert _err(out.float(), ref) < 1e-3
+
+
+def test_a_k_that_does_not_split_runs_every_tile_whole() -> None:
+    """K is a run-time argument: where its k-blocks do not form the tail's equal ranges, the launcher gives every
+    tile to the main kernel, which takes any K."""
+    m, n, k = 2000, 1104, 1024
+    a = torch.randn(m, k + 64, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k + 64, device="cuda", dtype=torch.bfloat16).t()
+    kern = _kernel(checks.matmul_spec(a[:, :k], b[:k], None), bn=128, tail_split=4)  # planned at 16 k-blocks
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out)  # 17 k-blocks: not 4 equal ranges
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
