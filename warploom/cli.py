@@ -186,22 +186,28 @@ def _run_sim(con: Any, kern: Kernel, seed: int, timeline: Path | None, title: st
 
     s = kern.spec
     whole = s.flops <= sim_max_flops()
-    ctas = None if whole else sample_kernel_ctas(kern, s.m, s.n, s.k)
+    ctas, tail_ctas = (None, None) if whole else sample_kernel_ctas(kern, s.m, s.n, s.k)
     con.rule(f"[bold]{title}")
     if not whole:
         con.print(f"{s.m}x{s.n}x{s.k} is above the simulator's whole-problem limit ({SIM_MAX_FLOPS_ENV}): "
                   "simulating a sample of CTAs, one per distinct tile count and the last tile's")
-    cmp = compare_kernel(kern, make_inputs(s, s.m, s.n, s.k, seed=seed), ctas=ctas, seed=seed,
-                         record=timeline is not None)
+    cmp = compare_kernel(kern, make_inputs(s, s.m, s.n, s.k, seed=seed), ctas=ctas, tail_ctas=tail_ctas,
+                         seed=seed, record=timeline is not None)
+    rep = cmp.result.report
+
+    def ids(pids: tuple[int, ...]) -> str:
+        return ", ".join(map(str, pids)) if len(pids) <= 8 else f"{pids[0]}..{pids[-1]}"
+
     if kern.tail is not None:
         whole_span, rest = kern.spans(s.m, s.n, s.k)
         con.print(f"two launches: tiles {whole_span.lo}..{whole_span.hi} whole, {rest.lo}..{rest.hi} as "
                   f"{kern.plan.tail_split}-way split-K units (the tail)")
-    rep = cmp.result.report
-    pids = ", ".join(map(str, rep.ctas)) if len(rep.ctas) <= 8 else f"{rep.ctas[0]}..{rep.ctas[-1]}"
+        ran = "; ".join(f"{name} {len(p)} of {g} ({ids(p)})" for name, g, p in cmp.launches)
+    else:
+        ran = f"{len(rep.ctas)} of {cmp.grid} ({ids(rep.ctas)})"
     n_tiles = -(-s.m // kern.plan.bm) * -(-s.n // kern.plan.bn)
-    con.print(f"CTAs simulated: {len(rep.ctas)} of {cmp.grid} ({pids}); output tiles: {len(cmp.tiles)} of "
-              f"{n_tiles}; k-steps (wgmma issued): {rep.k_steps}; scheduler steps: {rep.steps}")
+    con.print(f"CTAs simulated: {ran}; output tiles: {len(cmp.tiles)} of {n_tiles}; k-steps (wgmma issued): "
+              f"{rep.k_steps}; scheduler steps: {rep.steps}")
     con.print("findings: " + ("none" if rep.ok else f"{len(rep.findings)}"), highlight=False)
     for f in rep.findings:
         con.print(f"  - {f}", highlight=False, markup=False)
@@ -224,7 +230,9 @@ def _explore(con: Any, kern: Kernel, stages: int | None, max_states: int) -> boo
     from warploom.sim import explore
 
     depth = stages if stages is not None else min(kern.plan.stages, 3)
-    small = build(kern.spec, kern.device, replace(kern.plan, grid=1, stages=depth))
+    # (a tail's ring is cut the same way)
+    tail_depth = min(kern.plan.tail_stages, depth) if kern.plan.tail_split > 1 else kern.plan.tail_stages
+    small = build(kern.spec, kern.device, replace(kern.plan, grid=1, stages=depth, tail_stages=tail_depth))
     t = small.module.tiling
     ks = max(2, -(-(depth + 1) // 2))  # 2 tiles of ks k-blocks: more k-blocks in all than ring slots
     con.rule("[bold]explore every schedule")

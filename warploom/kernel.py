@@ -103,15 +103,19 @@ class Kernel:
     def simulate(self, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None,
                  scale_b: torch.Tensor | None = None, bias: torch.Tensor | None = None, *, seed: int = 0,
                  ctas: Iterable[int] | None = None, out: torch.Tensor | None = None,
-                 record: bool = True, operands: Mapping[str, torch.Tensor] | None = None) -> SimResult:
+                 record: bool = True, operands: Mapping[str, torch.Tensor] | None = None,
+                 tail_ctas: Iterable[int] | None = None) -> SimResult:
         """Run this kernel's schedule on the CPU simulator for CPU tensors ``a (M, K) @ b (K, N)``.
 
         Any M, N, K (they are run-time arguments of the kernel, as on the GPU). `ctas` picks program ids
         of the persistent grid (default: all); tiles of the others stay NaN. See `warploom.sim.simulate`.
-        With a split-K tail both launches run, as on the GPU (`ctas` picks in each); the report merges theirs.
+        With a split-K tail both launches run, as on the GPU: `ctas` picks in the first and `tail_ctas` in the
+        tail's (default: `ctas` there too; ids past a launch's grid are dropped). The report merges theirs, the
+        tail's timeline after the first's (its partitions named ``tail:...``).
         """
         from warploom.sim import simulate
 
+        ctas = None if ctas is None else tuple(ctas)  # (read once per launch: an iterator would run out)
         if self.tail is not None:
             assert operands is None and bias is None, "a split-K tail has no bias or fused epilogue (planner)"
             whole, rest = self.spans(a.shape[0], b.shape[1], a.shape[1])
@@ -119,10 +123,11 @@ class Kernel:
                 return simulate(self.module, a, b, scale_a, scale_b, seed=seed, ctas=(), out=out, record=record,
                                 span=whole)
             results = []
-            for module, span in ((self.module, whole), (self.tail, rest)):
+            picks = (ctas, ctas if tail_ctas is None else tuple(tail_ctas))
+            for module, span, picked in ((self.module, whole, picks[0]), (self.tail, rest, picks[1])):
                 if span.tiles:
                     grid = min(module.tiling.grid, span.tiles * module.tiling.split_k)
-                    pids = None if ctas is None else [p for p in ctas if p < grid]
+                    pids = None if picked is None else [p for p in picked if p < grid]
                     res = simulate(module, a, b, scale_a, scale_b, seed=seed, ctas=pids, out=out, record=record,
                                    span=span)
                     out = res.output
@@ -144,6 +149,7 @@ class Kernel:
         from warploom.sim import CheckReport, check_protocol
 
         s = self.spec
+        seeds, ctas = tuple(seeds), (None if ctas is None else tuple(ctas))  # read once per launch
         if self.tail is None:
             return check_protocol(self.module, s.m, s.n, s.k, seeds=seeds, ctas=ctas,
                                   raise_on_finding=raise_on_finding)
@@ -167,16 +173,19 @@ class Kernel:
 
 def _merged(results: list[SimResult]) -> SimResult:
     """One SimResult for a split-K tail plan's launches: the last outputs (each launch wrote its tiles in place),
-    the reports' CTAs, steps, findings and events together."""
+    the reports' CTAs, steps and findings together, and the timelines one after the other: the tail's events start
+    after the first launch's last step, under partitions named ``tail:...`` (its CTA ids restart at 0)."""
     from dataclasses import replace
 
     if len(results) == 1:
         return results[0]
-    r = [x.report for x in results]
-    report = replace(r[-1], module=" + ".join(x.module for x in r), ctas=tuple(sorted({p for x in r for p in x.ctas})),
-                     steps=sum(x.steps for x in r), k_steps=sum(x.k_steps for x in r),
-                     findings=tuple(f for x in r for f in x.findings), timeline=tuple(e for x in r for e in x.timeline),
-                     wall_s=sum(x.wall_s for x in r))
+    first, tail = results[0].report, results[1].report
+    shift = max((e.end for e in first.timeline), default=0)
+    timeline = first.timeline + tuple(replace(e, partition=f"tail:{e.partition}", start=e.start + shift,
+                                              end=e.end + shift) for e in tail.timeline)
+    report = replace(tail, module=f"{first.module} + {tail.module}", ctas=tuple(sorted({*first.ctas, *tail.ctas})),
+                     steps=first.steps + tail.steps, k_steps=first.k_steps + tail.k_steps,
+                     findings=first.findings + tail.findings, timeline=timeline, wall_s=first.wall_s + tail.wall_s)
     return replace(results[-1], report=report)
 
 

@@ -127,10 +127,35 @@ def test_compare_kernel_judges_both_launches() -> None:
     assert k.tail is not None
     whole, rest = k.spans(s.m, s.n, s.k)
     assert (whole.tiles, rest.tiles) == (8, 1)
-    ctas = sample_kernel_ctas(k, s.m, s.n, s.k)
-    cmp = compare_kernel(k, make_inputs(s, s.m, s.n, s.k, seed=3), ctas=ctas)
+    ctas, tail_ctas = sample_kernel_ctas(k, s.m, s.n, s.k)
+    cmp = compare_kernel(k, make_inputs(s, s.m, s.n, s.k, seed=3), ctas=ctas, tail_ctas=tail_ctas)
     assert cmp.ok, (cmp.error, cmp.result.report.summary())
+    assert [(name, grid, pids) for name, grid, pids in cmp.launches] == [("main", 4, ctas), ("tail", 2, tail_ctas)]
     t = k.tail.tiling
     tail_tiles = {(u.off_m, u.off_n) for pid in range(t.grid)
                   for u in cta_tiles(pid, s.m, s.n, t.bm, t.bn, t.group_m, t.grid, t.split_k, rest)}
     assert tail_tiles <= {(u.off_m, u.off_n) for u in cmp.tiles}
+
+
+def test_a_k_that_does_not_split_runs_one_launch() -> None:
+    """At a run-time K whose k-blocks do not form the tail's ranges (11 of 64 in 2), every tile runs in the main
+    kernel, as the launcher does."""
+    k = kernel("bf16_64x64_t2")
+    s = k.spec
+    assert k.tail is not None and not k.tail.tiling.splits_evenly(704)
+    whole, rest = k.spans(s.m, s.n, 704)
+    assert (whole.tiles, rest.tiles) == (24, 0)
+    x = make_inputs(replace(s, k=704), s.m, s.n, 704, seed=0)
+    res = k.simulate(x.a, x.b, seed=0)
+    assert res.ok and " + " not in res.report.module
+    assert relative_error(res.output.float(), reference(x)) < 1e-5
+
+
+def test_the_merged_timeline_puts_the_tail_after_the_first_launch() -> None:
+    k = kernel("bf16_64x64_t2")
+    s = k.spec
+    x = make_inputs(s, s.m, s.n, s.k, seed=0)
+    tl = k.simulate(x.a, x.b, seed=0, record=True).report.timeline
+    first = [e for e in tl if not e.partition.startswith("tail:")]
+    tail = [e for e in tl if e.partition.startswith("tail:")]
+    assert first and tail and min(e.start for e in tail) >= max(e.end for e in first)

@@ -208,9 +208,10 @@ def test_forced_tail_wins_over_rule14_and_short_k_keeps_no_tail() -> None:
     assert plan_schedule(small, H100_SXM).split_k == 4  # rule 14 by itself
     forced = plan_schedule(small, H100_SXM, tail_split=2)
     assert (forced.split_k, forced.tail_split) == (1, 2)
-    # The tail's fixed cost (TAIL_COST_US) against rounds of 16 k-blocks: not worth it; at 48, it is.
-    assert plan_schedule(GemmSpec(4096, 2112, 1024), H100_SXM).tail_split == 1
-    assert plan_schedule(GemmSpec(4096, 2112, 3072), H100_SXM).tail_split == 4
+    # At 128x256 the tail's fixed cost (TAIL_COST_US) against rounds of 12 k-blocks outweighs the idle last round
+    # (3.23 rounds against 3): no tail; at 48 k-blocks, one.
+    assert plan_schedule(GemmSpec(4096, 2112, 768), H100_SXM, bn=256).tail_split == 1
+    assert plan_schedule(GemmSpec(4096, 2112, 3072), H100_SXM, bn=256).tail_split == 4
 
 
 def test_cost_of_a_tail_that_never_launches_is_none() -> None:

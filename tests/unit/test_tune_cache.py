@@ -164,6 +164,7 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
     "plan no longer fits": (_rewrite(_set_plan(stages=9)), "no longer builds its plan"),
     "plan built differently now": (_rewrite(_set_plan(grid=7)), "now builds"),
     "unknown plan field": (_rewrite(_set_plan(warps_per_cta=4)), "does not match this warploom's Plan"),
+    "a tail without a depth": (_rewrite(_set_plan(tail_split=4, tail_stages=0)), "does not match this warploom's Plan"),
     "int for a bool": (_rewrite(_set_plan(hoist_rows=1)), "expected a JSON bool"),
     "winner never ran": (_rewrite(lambda b: b.update(trials=[])), "not among its correct trials"),
     "bad time": (_rewrite(lambda b: b["trials"][0].update(ms=-1.0)), "expected a positive time"),

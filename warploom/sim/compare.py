@@ -39,6 +39,8 @@ class Comparison:
         tiles: the output tiles of the simulated CTAs, the only ones compared.
         error: ``relative_error`` of those tiles against the fp32 reference (NaN if an element was not written).
         wall_s: wall time of the simulation and the comparison.
+        launches: a split-K tail plan's launches (`compare_kernel`): (name, grid, the program ids simulated) of
+            each that ran; `grid` is the first's. Empty for one module.
     """
 
     result: SimResult
@@ -46,6 +48,7 @@ class Comparison:
     tiles: tuple[TileRef, ...]
     error: float
     wall_s: float
+    launches: tuple[tuple[str, int, tuple[int, ...]], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -70,13 +73,13 @@ def sample_ctas(module: ir.Module, m: int, n: int, span: Span | None = None) -> 
     return tuple(sorted({*representative_ctas(module, m, n, span), last, *units}))
 
 
-def sample_kernel_ctas(kern: Kernel, m: int, n: int, k: int) -> tuple[int, ...]:
-    """`sample_ctas` of each launch of `kern` (a split-K tail plan has two, `Kernel.spans`), together: the program
-    ids `Kernel.simulate(ctas=...)` runs in each launch that has them."""
+def sample_kernel_ctas(kern: Kernel, m: int, n: int, k: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`sample_ctas` of each launch of `kern`: (the first launch's, the tail's), for `compare_kernel`'s (or
+    `Kernel.simulate`'s) `ctas` and `tail_ctas`; the tail's is empty without one (`Kernel.spans`)."""
     if kern.tail is None:
-        return sample_ctas(kern.module, m, n)
-    return tuple(sorted({p for module, span in zip(kern.modules, kern.spans(m, n, k), strict=True) if span.tiles
-                         for p in sample_ctas(module, m, n, span)}))
+        return sample_ctas(kern.module, m, n), ()
+    whole, rest = kern.spans(m, n, k)
+    return sample_ctas(kern.module, m, n, whole), sample_ctas(kern.tail, m, n, rest)
 
 
 def _tile_inputs(x: Inputs, rows: slice, cols: slice) -> Inputs:
@@ -108,24 +111,30 @@ def _judged(output: torch.Tensor, x: Inputs, tiles: tuple[TileRef, ...], bm: int
     return out, torch.cat([reference(_tile_inputs(x, r, c)).reshape(-1) for r, c in parts])
 
 
-def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None, seed: int = 0,
-                   record: bool = False) -> Comparison:
+def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None,
+                   tail_ctas: Iterable[int] | None = None, seed: int = 0, record: bool = False) -> Comparison:
     """`compare` for a whole kernel: with a split-K tail (`Kernel.tail`), both launches run as on the GPU
-    (`Kernel.simulate`, `ctas` picked in each), and the tiles they completed are judged; `grid` is the first's."""
+    (`Kernel.simulate`: `ctas` in the first, `tail_ctas` in the tail's, by default `ctas` in both), and the tiles
+    they completed are judged. `Comparison.launches` says which CTAs of which grid each launch ran."""
     if kern.tail is None:
         return compare(kern.module, x, ctas=ctas, seed=seed, record=record)
     t0 = time.perf_counter()
     m, k = x.a.shape
     n = x.b.shape[1]
     picked = None if ctas is None else tuple(ctas)
-    res = kern.simulate(x.a, x.b, x.scale_a, x.scale_b, seed=seed, ctas=picked, record=record)
+    tail_picked = picked if tail_ctas is None else tuple(tail_ctas)
+    res = kern.simulate(x.a, x.b, x.scale_a, x.scale_b, seed=seed, ctas=picked, tail_ctas=tail_picked,
+                        record=record)
     tiles: list[TileRef] = []
-    grids = []
-    for module, span in zip(kern.modules, kern.spans(m, n, k), strict=True):
+    launches = []
+    for name, module, span, chosen in zip(("main", "tail"), kern.modules, kern.spans(m, n, k), (picked, tail_picked),
+                                          strict=True):
+        if not span.tiles:
+            continue
         t = module.tiling
         grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
-        grids.append(grid)
-        pids = range(grid) if picked is None else [p for p in picked if p < grid]
+        pids = tuple(range(grid)) if chosen is None else tuple(p for p in chosen if p < grid)
+        launches.append((name, grid, pids))
         tiles += whole_tiles(tuple(u for pid in pids
                                    for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span)),
                              t.split_k)
@@ -135,7 +144,8 @@ def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None
         out, ref = _judged(res.output, x, tuple(tiles), t.bm, t.bn)
         if not out.isnan().any():
             error = relative_error(out, ref)
-    return Comparison(res, max(grids), tuple(tiles), error, time.perf_counter() - t0)
+    return Comparison(res, launches[0][1] if launches else 0, tuple(tiles), error, time.perf_counter() - t0,
+                      tuple(launches))
 
 
 def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, seed: int = 0,

@@ -91,7 +91,7 @@ def _plan(raw: Any, what: str) -> Plan:
             raise _Invalid(f"{what}'s {f.name} is {raw[f.name]!r}, expected a JSON {want.__name__}")
     try:
         return Plan(**raw)
-    except TypeError as e:  # a field this warploom's Plan does not have, or lacks
+    except (TypeError, ValueError) as e:  # a field this warploom's Plan does not have, lacks, or refuses
         raise _Invalid(f"{what} does not match this warploom's Plan ({e})") from None
 
 

@@ -114,11 +114,10 @@ def estimate(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Estimate:
     eff = _TILE_EFFICIENCY.get((plan.bm, plan.bn), min(_TILE_EFFICIENCY.values())) * plan.split_k
     area = plan.bm * plan.bn / eff
     time, fill = waves * area, tiles / (waves * device.sm_count)
-    if plan.tail_split > 1:  # rule 15: whole waves of the plan's grid, then the rest as split-K units
-        grid = min(plan.grid, tiles)
-        time = tail_score(tiles, grid, plan.tail_split, area, math.ceil(spec.k / plan.bk))
-        whole, tail = divmod(tiles, grid)
-        fill = tiles / ((whole + math.ceil(tail * plan.tail_split / grid) / plan.tail_split) * grid)
+    if plan.tail_split > 1:  # rule 15: whole waves of the plan's grid, then the rest as split-K units (as launched)
+        time = tail_score(tiles, plan.grid, plan.tail_split, area, math.ceil(spec.k / plan.bk))
+        whole, tail = divmod(tiles, plan.grid)
+        fill = tiles / ((whole + math.ceil(tail * plan.tail_split / plan.grid) / plan.tail_split) * plan.grid)
     return Estimate(
         smem_bytes=smem + _SMEM_RESERVE, smem_limit=device.smem_per_block,
         regs=consumer_registers(spec, plan), reg_budget=plan.consumer_regs,
