@@ -118,20 +118,16 @@ class Kernel:
         ctas = None if ctas is None else tuple(ctas)  # (read once per launch: an iterator would run out)
         if self.tail is not None:
             assert operands is None and bias is None, "a split-K tail has no bias or fused epilogue (planner)"
-            whole, rest = self.spans(a.shape[0], b.shape[1], a.shape[1])
-            if not whole.tiles and not rest.tiles:  # an empty output: nothing launches, as on the GPU
+            launches = self.launches(a.shape[0], b.shape[1], a.shape[1], ctas, tail_ctas)
+            if not launches:  # an empty output: nothing launches, as on the GPU
                 return simulate(self.module, a, b, scale_a, scale_b, seed=seed, ctas=(), out=out, record=record,
-                                span=whole)
+                                span=self.spans(a.shape[0], b.shape[1], a.shape[1])[0])
             results = []
-            picks = (ctas, ctas if tail_ctas is None else tuple(tail_ctas))
-            for module, span, picked in ((self.module, whole, picks[0]), (self.tail, rest, picks[1])):
-                if span.tiles:
-                    grid = min(module.tiling.grid, span.tiles * module.tiling.split_k)
-                    pids = None if picked is None else [p for p in picked if p < grid]
-                    res = simulate(module, a, b, scale_a, scale_b, seed=seed, ctas=pids, out=out, record=record,
-                                   span=span)
-                    out = res.output
-                    results.append(res)
+            for launch in launches:
+                res = simulate(launch.module, a, b, scale_a, scale_b, seed=seed, ctas=launch.ctas, out=out,
+                               record=record, span=launch.span)
+                out = res.output
+                results.append(res)
             return _merged(results)
         if operands is not None:  # a fused epilogue: its operands, for scaled_mm its scales and bias too
             # (blockwise scales are the mainloop's, never graph operands: they stay positional)
@@ -153,9 +149,9 @@ class Kernel:
         if self.tail is None:
             return check_protocol(self.module, s.m, s.n, s.k, seeds=seeds, ctas=ctas,
                                   raise_on_finding=raise_on_finding)
-        reports = [check_protocol(module, s.m, s.n, s.k, seeds=seeds, ctas=ctas, raise_on_finding=raise_on_finding,
-                                  span=span)
-                   for module, span in zip(self.modules, self.spans(s.m, s.n, s.k), strict=True) if span.tiles]
+        reports = [check_protocol(launch.module, s.m, s.n, s.k, seeds=seeds, ctas=ctas,
+                                  raise_on_finding=raise_on_finding, span=launch.span)
+                   for launch in self.launches(s.m, s.n, s.k)]
         if not reports:  # an empty output launches nothing
             return CheckReport(self.module.name, tuple(seeds), (), 0, ())
         return CheckReport(" + ".join(r.module for r in reports), reports[0].seeds,
@@ -169,6 +165,33 @@ class Kernel:
         t = self.module.tiling
         assert self.tail is not None
         return tail_spans(-(-m // t.bm) * -(-n // t.bn), t.grid, self.tail.tiling.splits_evenly(k))
+
+    def launches(self, m: int, n: int, k: int, ctas: Iterable[int] | None = None,
+                 tail_ctas: Iterable[int] | None = None) -> tuple[Launch, ...]:
+        """A split-K tail plan's launches at M x N x K that have tiles, in order: each module, its span, its grid
+        and the program ids of `ctas` it has (`tail_ctas` for the tail's, by default `ctas`; all when None)."""
+        from warploom.sim.raster import in_grid, launch_grid
+
+        picks = (ctas, ctas if tail_ctas is None else tail_ctas)
+        out = []
+        for name, module, span, picked in zip(("main", "tail"), self.modules, self.spans(m, n, k), picks, strict=True):
+            if span.tiles:
+                t = module.tiling
+                grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
+                out.append(Launch(name, module, span, grid, in_grid(picked, grid)))
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One launch of a split-K tail plan (`Kernel.launches`): which module over which tiles, its grid, and the
+    program ids picked to simulate."""
+
+    name: str
+    module: ir.Module
+    span: Span
+    grid: int
+    ctas: tuple[int, ...]
 
 
 def _merged(results: list[SimResult]) -> SimResult:

@@ -342,11 +342,12 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                 ts = 1  # the tail's fp32 staging leaves no double-buffered ring
             elif tail_s < 1:
                 continue
+        grid = min(device.sm_count, tiles)
         if ts > 1:
-            score = tail_score(tiles, min(device.sm_count, tiles), ts, cbm * cbn / eff, math.ceil(spec.k / bk))
+            score = tail_score(tiles, grid, ts, cbm * cbn / eff, math.ceil(spec.k / bk))
         plan = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
-            group_m=group_m, grid=min(device.sm_count, tiles),
+            group_m=group_m, grid=grid,
             epilogue_subtiles=epilogue_subtiles(cbn, pingpong, spec.epilogue is not None, cbm, block),
             block_epilogue=block,
             consumer_partitions=2 if pingpong else 1 if cbm == 64 else (consumer_partitions or 2),

@@ -35,7 +35,7 @@ from warploom.errors import split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
 from warploom.runtime.loader import load
-from warploom.sim.raster import Span, tail_spans
+from warploom.sim.raster import Span, launch_grid, tail_spans
 from warploom.spec import BLayout, ScaleRecipe
 
 
@@ -154,9 +154,7 @@ class Launcher:
                                     dtype=torch.float32, device=out.device)
         call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs, workspace, span)
         args = [g(call) for g in self._args]
-        tiles = -(-m // self._bm) * -(-n // self._bn) if span is None else span.tiles
-        grid = min(self._grid_max, tiles * split_k)  # work units
-        self._main.launch(grid, args)
+        self._main.launch(launch_grid(m, n, self._bm, self._bn, self._grid_max, split_k, span), args)
         if workspace is not None:
             assert self._reduce is not None
             if span is not None:  # one program per REDUCE_BLOCK elements of each tile's box

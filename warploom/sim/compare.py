@@ -17,9 +17,9 @@ import torch
 
 from warploom.ir import nodes as ir
 from warploom.sim.program import launch_span
-from warploom.sim.raster import Span, TileRef, cdiv, cta_tiles, launch_grid, whole_tiles
+from warploom.sim.raster import Span, TileRef, cdiv, launch_grid
 from warploom.sim.reference import Inputs, dequantized, is_blockwise, reference, relative_error
-from warploom.sim.simulate import SimResult, representative_ctas, simulate
+from warploom.sim.simulate import SimResult, completed_tiles, representative_ctas, simulate
 
 if TYPE_CHECKING:
     from warploom.kernel import Kernel
@@ -122,30 +122,19 @@ def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None
     m, k = x.a.shape
     n = x.b.shape[1]
     picked = None if ctas is None else tuple(ctas)
-    tail_picked = picked if tail_ctas is None else tuple(tail_ctas)
-    res = kern.simulate(x.a, x.b, x.scale_a, x.scale_b, seed=seed, ctas=picked, tail_ctas=tail_picked,
-                        record=record)
-    tiles: list[TileRef] = []
-    launches = []
-    for name, module, span, chosen in zip(("main", "tail"), kern.modules, kern.spans(m, n, k), (picked, tail_picked),
-                                          strict=True):
-        if not span.tiles:
-            continue
-        t = module.tiling
-        grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
-        pids = tuple(range(grid)) if chosen is None else tuple(p for p in chosen if p < grid)
-        launches.append((name, grid, pids))
-        tiles += whole_tiles(tuple(u for pid in pids
-                                   for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span)),
-                             t.split_k)
+    tail_picked = None if tail_ctas is None else tuple(tail_ctas)
+    res = kern.simulate(x.a, x.b, x.scale_a, x.scale_b, seed=seed, ctas=picked, tail_ctas=tail_picked, record=record)
+    launches = kern.launches(m, n, k, picked, tail_picked)  # (the launches simulate ran, and their CTAs)
+    tiles = [u for launch in launches
+             for u in completed_tiles(launch.module, m, n, launch.grid, launch.ctas, launch.span)]
     t = kern.module.tiling
     error = math.nan
     if tiles:
         out, ref = _judged(res.output, x, tuple(tiles), t.bm, t.bn)
         if not out.isnan().any():
             error = relative_error(out, ref)
-    return Comparison(res, launches[0][1] if launches else 0, tuple(tiles), error, time.perf_counter() - t0,
-                      tuple(launches))
+    return Comparison(res, launches[0].grid if launches else 0, tuple(tiles), error, time.perf_counter() - t0,
+                      tuple((launch.name, launch.grid, launch.ctas) for launch in launches))
 
 
 def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, seed: int = 0,
@@ -157,8 +146,7 @@ def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, 
     t = module.tiling
     grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
     # (split-K: a tile of C is final only once every k-range's unit of it was simulated)
-    tiles = whole_tiles(tuple(tile for pid in res.report.ctas
-                              for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k)), t.split_k)
+    tiles = completed_tiles(module, m, n, grid, res.report.ctas)
     error = math.nan  # also when no tile was simulated: nothing was shown correct
     if tiles:
         out, ref = _judged(res.output, x, tiles, t.bm, t.bn)

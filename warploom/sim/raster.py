@@ -7,6 +7,7 @@ holds if both walk the same sequence. `tests/sim` checks that the raster covers 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -99,6 +100,11 @@ def launch_grid(m: int, n: int, bm: int, bn: int, grid: int, split_k: int = 1, s
     ranged launch's `span` of them, times the k-ranges with split-K)."""
     tiles = cdiv(m, bm) * cdiv(n, bn) if span is None else span.tiles
     return min(grid, tiles * split_k)
+
+
+def in_grid(ctas: Iterable[int] | None, grid: int) -> tuple[int, ...]:
+    """The program ids of `ctas` (all, when None) that a `grid`-CTA launch has."""
+    return tuple(range(grid)) if ctas is None else tuple(p for p in ctas if p < grid)
 
 
 def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: int,

@@ -27,7 +27,7 @@ from warploom.sim.findings import FindingKind, FindingSink, ProtocolError, SimFi
 from warploom.sim.machine import Machine
 from warploom.sim.numerics import CtaData, Operands, reduce_span, reduce_splits
 from warploom.sim.program import CtaProgram, Geometry, MalformedError, launch_span
-from warploom.sim.raster import Span, cta_tiles, launch_grid, whole_tiles
+from warploom.sim.raster import Span, TileRef, cta_tiles, launch_grid, whole_tiles
 from warploom.sim.scheduler import run_random
 
 
@@ -280,11 +280,12 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     if ops.workspace is not None:  # split-K: the second kernel sums the slabs into C, where all of them ran
         ran = tuple(p for p in pids if p not in stuck)
         if span is not None:  # (ranged: its compact boxes, each mapped back to its tile)
-            units = tuple(u for pid in ran for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span))
-            reduce_span(ops.workspace, t.split_k, results[0],
-                        [(u.tile_id - span.lo, u.off_m, u.off_n) for u in whole_tiles(units, t.split_k)], span.tiles)
+            done = completed_tiles(module, m, n, grid, ran, span)
+            reduce_span(ops.workspace, t.split_k, results[0], [(u.tile_id - span.lo, u.off_m, u.off_n) for u in done],
+                        span.tiles)
         else:
-            boxes = None if len(ran) == grid else _complete_tiles(module, m, n, grid, ran)
+            boxes = None if len(ran) == grid else [(u.off_m, u.off_n, t.bm, t.bn)
+                                                   for u in completed_tiles(module, m, n, grid, ran)]
             reduce_splits(ops.workspace, t.split_k, results[0], boxes)
     report = SimReport(module.name, seed, pids, steps, k_steps, sink.findings(), tuple(events),
                        time.perf_counter() - t0)
@@ -311,12 +312,14 @@ def _coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...
                                         tile=str(tile)))
 
 
-def _complete_tiles(module: ir.Module, m: int, n: int, grid: int,
-                    pids: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
-    """Split-K: the boxes of the tiles whose every k-range's unit ran in `pids` (the rest of C stays as it was)."""
+def completed_tiles(module: ir.Module, m: int, n: int, grid: int, pids: Iterable[int],
+                    span: Span | None = None) -> tuple[TileRef, ...]:
+    """The tiles of C that CTAs `pids` of a `grid`-CTA launch (over `span`, for a ranged module) complete, one unit
+    of each: with split-K only those whose every k-range's unit ran (the reduction leaves the rest of C as it
+    was); without, every tile they visit."""
     t = module.tiling
-    units = tuple(u for pid in pids for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k))
-    return [(u.off_m, u.off_n, t.bm, t.bn) for u in whole_tiles(units, t.split_k)]
+    units = tuple(u for pid in pids for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span))
+    return whole_tiles(units, t.split_k)
 
 
 def _workspace_coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...], writes: torch.Tensor,
