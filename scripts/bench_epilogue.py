@@ -10,6 +10,7 @@ every contender's output is checked against an fp32 reference first (scale-free 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from typing import Any
@@ -25,12 +26,14 @@ from warploom.planner import plan_schedule
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 4096)]
 SCHEDULES: dict[str, dict[str, Any]] = {
-    "cooperative_prefetch": {"prefetch_operands": True}, "cooperative_noprefetch": {},
+    # Planner rule 9's wide epilogue (the default) without its copies ahead, and with two consumer partitions
+    # (two unrolled copies of the epilogue's code: the instruction cache thrashes).
+    "wide_noprefetch": {"prefetch_operands": False}, "wide_p2": {"consumer_partitions": 2},
+    # The 128-wide tile (the rule before session 15: two partitions), in one partition, and with prefetch.
+    "128x128_p2": {"bn": 128, "consumer_partitions": 2}, "128x128_p1": {"bn": 128},
+    "128x128_p1_prefetch": {"bn": 128, "prefetch_operands": True},
     "pingpong_128x128": {"pingpong": True, "bm": 128, "bn": 128},
-    "pingpong_128x128_prefetch": {"pingpong": True, "bm": 128, "bn": 128, "prefetch_operands": True},
-    "pingpong_128x128_hoist": {"pingpong": True, "bm": 128, "bn": 128, "hoist_rows": True},
     "pingpong_64x256": {"pingpong": True, "bm": 64, "bn": 256},
-    "pingpong_64x128": {"pingpong": True, "bm": 64, "bn": 128},
 }
 
 
@@ -95,12 +98,18 @@ def bench_shape(m: int, n: int, k: int, dev: DeviceInfo, compiled: Any) -> dict[
                                                         epilogue=epilogue, residual=residual))
     spec = warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True, epilogue=epilogue, residual=residual).spec
     ops = {"scale_a": sa, "scale_b": sb, "bias": bias, "residual": residual}
+    # Seed 003's two switches on the default plan. "Hoist": the row vectors' loads ahead of their use, i.e. before
+    # the final wgmma wait (hoist_rows, 128 wide) or one block early (load_ahead, rule 9's 256 wide); off, each
+    # load stands right before its block's math.
+    default = plan_schedule(spec, dev)
     for hoist in (True, False):
         for scalar in (True, False):
-            kern = build(spec, dev, plan_schedule(spec, dev, hoist_rows=hoist, scalar_columns=scalar))
+            early = {"load_ahead": hoist} if default.load_ahead else {"hoist_rows": hoist}
+            kern = build(spec, dev, dataclasses.replace(default, scalar_columns=scalar, **early))
             out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
             record(f"ablation_hoist{int(hoist)}_colscalar{int(scalar)}",
                    lambda kern=kern, out=out: kern.run(a, b, out, operands=ops))
+            row[f"ablation_hoist{int(hoist)}_colscalar{int(scalar)}"]["plan"] = kern.plan.short()
     # Schedule variants: the dense operand's prefetch, and ping-pong consumers at three tile shapes.
     for name, kw in SCHEDULES.items():
         try:

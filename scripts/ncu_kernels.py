@@ -4,14 +4,19 @@
     ncu --kernel-name regex:warploom --section SpeedOfLight --section WarpStateStats \
         python3 scripts/ncu_kernels.py --launch-only
 
-Variants: the plain kernel at the planner's 128x256 tile and forced to 128x128, and the fused
-bias + gelu + residual epilogue (the planner keeps it at 128x128). Comparing them separates what the tile
-shape costs from what the epilogue costs.
+Variants:
+- the plain kernel at the planner's 128x256 tile, and forced to 128x128;
+- the fused bias + gelu + residual epilogue: the planner's plan (128x256 in 8 slotted blocks, one consumer
+  partition, rule 9) and the same with two partitions (`fused_wide`). Session 15's no-instruction stalls came
+  from that two-partition variant.
+
+Comparing them separates what the tile shape costs from what the epilogue costs.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 import torch
@@ -22,6 +27,13 @@ from warploom.bench import _time_graph
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+
+
+def _wide(spec: Any, dev: DeviceInfo, partitions: int) -> Any:
+    """The fused epilogue on the 256-wide tile in 8 slotted blocks (session 15, scripts/exp/fused_wide.py)."""
+    return dataclasses.replace(plan_schedule(spec, dev, bn=256, stages=2), stages=4, epilogue_subtiles=8,
+                               hoist_rows=False, prefetch_operands=True, staging_slots=2, operand_slots=2,
+                               load_ahead=True, consumer_partitions=partitions)
 
 
 def main() -> None:
@@ -53,6 +65,8 @@ def main() -> None:
         "plain_default": (build(plain, dev), run_plain),
         "plain_128x128": (build(plain, dev, plan_schedule(plain, dev, bn=128)), run_plain),
         "fused_default": (build(fused, dev), run_fused),
+        "fused_wide": (build(fused, dev, _wide(fused, dev, 2)), run_fused),  # two partitions: the thrash
+        "fused_wide_p1": (build(fused, dev, _wide(fused, dev, 1)), run_fused),  # the planner's, forced
         "plain_pingpong": (build(plain, dev, plan_schedule(plain, dev, pingpong=True)), run_plain),
         "fused_pingpong": (build(fused, dev, plan_schedule(fused, dev, pingpong=True)), run_fused),
     }

@@ -2,6 +2,7 @@
 
     python3 scripts/sweep_plans.py --out sweep.json [--sizes 4096,8192] [--cases bf16,fp8,fp8-exact]
     python3 scripts/sweep_plans.py --variants tail --sizes 4096x2112x7168 --cases bf16,fp8,fp8-exact,blockwise
+    python3 scripts/sweep_plans.py --variants partitions --cases bf16,fp8,fp8-exact,fp8-bias,blockwise
 
 Each variant's output is checked against an fp32 reference before it is timed; times are CUDA-graph
 replays of 10 launches (kernel time without host overhead), ratios against torch in the same run,
@@ -43,6 +44,11 @@ VARIANTS: dict[str, list[dict[str, Any]]] = {
 _TAIL = [{}, {"tail_split": 1, "bn": 128}, {"tail_split": 1, "bn": 256}, {"bn": 128, "tail_split": 8},
          {"bn": 128, "tail_split": 4}, {"bn": 256, "tail_split": 4}, {"bn": 256, "tail_split": 2}]
 TAIL_VARIANTS: dict[str, list[dict[str, Any]]] = {c: _TAIL for c in ("bf16", "fp8", "fp8-exact", "blockwise")}
+# --variants partitions: the planner's two consumer partitions against one 8-warp partition. Two partitions unroll
+# their epilogue code twice; the fused epilogue's 8 blocks thrashed the instruction cache that way (session 15).
+_PARTS = [{}, {"consumer_partitions": 1}]
+PARTITION_VARIANTS: dict[str, list[dict[str, Any]]] = {
+    c: _PARTS for c in ("bf16", "fp8", "fp8-exact", "fp8-bias", "blockwise")}
 
 
 def err(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -86,10 +92,10 @@ def main() -> None:
     ap.add_argument("--sizes", default="4096,8192")
     ap.add_argument("--cases", default=",".join(VARIANTS))
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (clocks drift within a run)")
-    ap.add_argument("--variants", choices=("schedules", "tail"), default="schedules")
+    ap.add_argument("--variants", choices=("schedules", "tail", "partitions"), default="schedules")
     args = ap.parse_args()
     dev = DeviceInfo.current()
-    variants = TAIL_VARIANTS if args.variants == "tail" else VARIANTS
+    variants = {"tail": TAIL_VARIANTS, "partitions": PARTITION_VARIANTS}.get(args.variants, VARIANTS)
     rows = []
     for name in args.cases.split(","):
         for text in args.sizes.split(","):

@@ -24,8 +24,15 @@ The heuristic, in order:
    128x256 fits the register budget (a 64x256 accumulator and a 64x128 partial per warpgroup), with 3
    stages (measured 1-3% faster than 4). With fp32 output and a bias that tile spills (8-40 bytes), so
    the planner takes 128x128 there.
-9. A fused epilogue (spec.epilogue) gets a 128-wide tile: computed beside a 64x256 accumulator, its
-   temporaries spill under the consumers' 168-register compile-time cap (a tanh GELU: 2.4 KB).
+9. A fused epilogue (spec.epilogue, native accumulation, cooperative) takes the 128x256 tile like a plain GEMM,
+   computed in 8 column blocks of 32 (`fused_wide`): whole halves or quarters of a 64x256 accumulator leave its
+   temporaries no registers (a tanh GELU spilled 2.4 KB). Its consumer warpgroups share one 8-warp partition
+   (two partitions each unroll all 8 blocks as code of their own, and the two hot copies thrash the instruction
+   cache: Nsight's no-instruction stalls 6.4 per issue against 0.7), the stores alternate through 2 staging slots,
+   each dense operand's blocks through 2 buffers copied ahead, and each block's vector operands load one block
+   early (Plan.staging_slots, operand_slots, load_ahead). Measured at 4096^3 with bias + erf GELU + residual:
+   159 us at 128x128 (the rule before) -> 132 us; with two partitions 233 us (docs/benchmarks.md, session 15).
+   Fused epilogues on 128-wide tiles also use one partition (149 against 159 us). Promoted fp8 keeps 128 wide.
 10. Rowwise scales with a bias on a 256-wide tile apply per stored 64-column block (`block_epilogue`, four
    epilogue subtiles): only one block's scale and bias values are live beside the accumulator.
 11. Blockwise scales (always promoted, BK = 128) ride the A/B stages: the producer copies them with cp.async,
@@ -118,8 +125,9 @@ class Plan:
         scalar_columns: fused epilogues only: read a column-vector operand as one value per row; False
             reads it as a full tile gather (the naive way), for measurement.
         prefetch_operands: fused epilogues only: start each dense operand's TMA copy at the tile's start
-            (passes/epilogue.py PrefetchOperands); False (the default: measured 1-4% faster on the H100,
-            docs/benchmarks.md 2026-11-23) starts it in the epilogue, just before its load.
+            (passes/epilogue.py PrefetchOperands); False starts it in the epilogue, just before its load. The
+            planner turns it on for the slotted 256-wide epilogue (rule 9) and leaves it off at 128 wide (there
+            measured 1-4% slower on the H100, docs/benchmarks.md 2026-11-23).
         pingpong: two consumer warpgroups take whole BM x BN tiles in turn (seed 002), so one's epilogue
             overlaps the other's mainloop; False: cooperative, both split each tile by rows.
         block_epilogue: apply scales and bias per stored column block (passes/epilogue.py, block_steps)
@@ -134,6 +142,14 @@ class Plan:
             one kernel, the tiles left over (a last, mostly idle round) as split-K units over this many k-ranges
             in a second; both are ranged kernels (`ir.Tiling.ranged`). 1: no tail, one kernel over all tiles.
         tail_stages: the tail kernel's stages (its fp32 staging tile leaves less shared memory for the ring).
+        staging_slots: staging buffers per output that stored column blocks alternate through, so a block's smem
+            writes need wait only for the store `staging_slots` blocks back (1: every block waits for the last).
+            Must divide the tile's column blocks (`epilogue_subtiles`).
+        operand_slots: fused epilogues only: staging buffers per dense operand, so block j's TMA copy starts as
+            soon as block j - operand_slots has been read (with `prefetch_operands`, the first operand_slots
+            blocks' copies land under the mainloop).
+        load_ahead: fused epilogues only, with hoist_rows off: load block j + 1's row, column and scalar operands
+            before block j's math, so their latency hides under it (only two blocks' vectors are live).
     """
 
     bm: int
@@ -160,8 +176,20 @@ class Plan:
     split_k: int = 1
     tail_split: int = 1
     tail_stages: int = 0
+    staging_slots: int = 1
+    operand_slots: int = 1
+    load_ahead: bool = False
 
     def __post_init__(self) -> None:
+        if self.staging_slots < 1 or self.epilogue_subtiles % self.staging_slots:
+            raise ValueError(f"Plan(staging_slots={self.staging_slots}) must divide epilogue_subtiles="
+                             f"{self.epilogue_subtiles}: a tile's blocks cycle through the slots, and the next tile "
+                             "must start on a slot whose store is the oldest in flight")
+        if self.operand_slots < 1:
+            raise ValueError(f"Plan(operand_slots={self.operand_slots}): expected at least 1")
+        if self.load_ahead and self.hoist_rows:
+            raise ValueError("Plan(load_ahead=True) loads each block's operands one block early; hoist_rows=True "
+                             "already loads them all before the final wgmma wait: pass hoist_rows=False")
         if self.tail_split > 1 and self.tail_stages < 1:
             raise ValueError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
                              "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
@@ -185,7 +213,9 @@ class Plan:
         sp = "" if not self.scale_partition else "_sp" if (self.scale_stages, self.scale_warps) == (2, 1) else \
             f"_sp{self.scale_stages}w{self.scale_warps}"
         ablate = (sp + ("" if self.hoist_rows else "_nohoist") + ("" if self.scalar_columns else "_nocolscalar")
-                  + ("_prefetch" if self.prefetch_operands else ""))
+                  + ("_prefetch" if self.prefetch_operands else "") + ("_ahead" if self.load_ahead else "")
+                  + (f"_ss{self.staging_slots}" if self.staging_slots > 1 else "")
+                  + (f"_os{self.operand_slots}" if self.operand_slots > 1 else ""))
         ks = f"_k{self.split_k}" if self.split_k > 1 else ""
         ks += f"_t{self.tail_split}" if self.tail_split > 1 else ""
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
@@ -208,25 +238,45 @@ def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int, scale_partition: bool
     return (bm * bk) * spec.a_dtype.bytes + (bn * bk) * spec.b_dtype.bytes + scales
 
 
-def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: int = 128, block: bool = False) -> int:
+def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: int = 128, block: bool = False,
+                      wide: bool = False) -> int:
     # Ping-pong stores 128-wide tiles in halves too: its epilogue hides under the other warpgroup's mainloop,
     # so the extra store wait costs little, and the smem saved buys a stage. A fused epilogue beside a whole
     # 128x128 (64x256) accumulator works in quarters: in halves its temporaries spill (1544 bytes, ptxas).
+    if wide:
+        return FUSED_WIDE_BLOCKS  # rule 9
     if (pingpong and fused and bm * bn >= 128 * 128) or block:
         return 4  # (block: per-block rowwise scales and bias, 64 columns at a time; 128 still spill)
     return 2 if bn == 256 or (pingpong and bn == 128) else 1
 
 
+FUSED_WIDE_BLOCKS = 8  # rule 9: 32-column blocks; in 4 blocks the erf GELU spilled 628-872 bytes (ptxas, session 15)
+FUSED_WIDE_SLOTS = 2  # rule 9: staging slots of the stores, and buffers of each dense operand
+
+
+def fused_wide(spec: GemmSpec, bn: int, pingpong: bool = False) -> bool:
+    """Rule 9: a fused epilogue on a 256-wide cooperative tile runs in FUSED_WIDE_BLOCKS slotted column blocks."""
+    return (spec.epilogue is not None and bn == 256 and not pingpong
+            and spec.accumulation is Accumulation.NATIVE)
+
+
+def _dense_operands(spec: GemmSpec) -> list[DType]:
+    return [s.dtype for s in spec.epilogue.operands if s.kind.value == "dense"] if spec.epilogue else []
+
+
 def epilogue_bytes(spec: GemmSpec, bm: int, bn: int, pingpong: bool = False, split_k: int = 1) -> int:
-    """The epilogue's staging buffers: for the TMA store (one column block of the tile per output), and for
-    each dense operand of a fused epilogue (warploom.passes.epilogue). Ping-pong consumers each stage whole
-    tiles of their own: twice the buffers of cooperative ones, which share each tile's rows."""
-    dense = [s.dtype for s in spec.epilogue.operands if s.kind.value == "dense"] if spec.epilogue else []
+    """The epilogue's staging buffers: for the TMA store (one column block of the tile per output, in each
+    staging slot), and for each dense operand of a fused epilogue (one block per operand slot;
+    warploom.passes.epilogue). Ping-pong consumers each stage whole tiles of their own: twice the buffers of
+    cooperative ones, which share each tile's rows."""
+    dense = _dense_operands(spec)
     copies = 2 if pingpong else 1
-    sub = epilogue_subtiles(bn, pingpong, spec.epilogue is not None, bm, block_epilogue(spec, bn, pingpong))
+    wide = fused_wide(spec, bn, pingpong)
+    sub = epilogue_subtiles(bn, pingpong, spec.epilogue is not None, bm, block_epilogue(spec, bn, pingpong), wide)
+    slots, operand_slots = (FUSED_WIDE_SLOTS, FUSED_WIDE_SLOTS) if wide else (1, 1)
     # Split-K units stage their fp32 partials (the workspace's dtype), not the output.
     outs = (DType.FP32,) if split_k > 1 else spec.output_dtypes()
-    return copies * sum(bm * bn // sub * d.bytes for d in (*outs, *dense))
+    return copies * bm * bn // sub * (slots * sum(d.bytes for d in outs) + operand_slots * sum(d.bytes for d in dense))
 
 
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,
@@ -241,7 +291,7 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pi
 def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
                   stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
                   partial_blocks: int | None = None, hoist_rows: bool | None = None, scalar_columns: bool = True,
-                  prefetch_operands: bool = False, pingpong: bool = False,
+                  prefetch_operands: bool | None = None, pingpong: bool = False,
                   scale_partition: bool | None = None, split_k: int | None = None,
                   tail_split: int | None = None) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
@@ -266,10 +316,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     if partial_blocks not in (None, 1, 2):
         raise UnsupportedError(f"partial_blocks={partial_blocks!r}: expected 1 (promote the whole tile width) or "
                                "2 (two column halves); pass 1 or 2, or None to let the planner choose")
-    if hoist_rows is None:
-        # Hoisted row vectors of every column block stay live beside a ping-pong warpgroup's whole accumulator
-        # and spill (200 bytes at 128x128 in quarters); its epilogue overlaps the other's mainloop anyway.
-        hoist_rows = not pingpong
+    # hoist_rows None: hoisted row vectors of every column block stay live beside a ping-pong warpgroup's whole
+    # accumulator and spill (200 bytes at 128x128 in quarters; its epilogue overlaps the other's mainloop anyway),
+    # and beside the wide fused epilogue's 8 blocks (rule 9, which loads each block's one block ahead instead).
     if pingpong and consumer_partitions == 1:
         raise UnsupportedError("pingpong=True needs two consumer partitions (one warpgroup each), but "
                                "consumer_partitions=1; pass consumer_partitions=2 or None")
@@ -311,8 +360,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue  # acc + whole-width partial: 256 registers per thread
         if bn is None and cbn == 256 and spec.scale is ScaleRecipe.MX:
             continue  # rule 12: MX at 256 wide spills 248-440 bytes whatever the budgets (ptxas, 2026-11-23)
-        if bn is None and cbn == 256 and spec.epilogue is not None:
-            continue  # a fused epilogue beside a 64x256 accumulator spills (gelu: 2.4 KB, ptxas, 2026-11-22)
+        wide = fused_wide(spec, cbn, pingpong)
+        if bn is None and cbn == 256 and spec.epilogue is not None and not wide:
+            continue  # rule 9: promoted fp8 and ping-pong keep fused epilogues 128 wide
         if (bn is None and promoted and cbn == 256 and spec.bias_dtype
                 and spec.out_dtype.bytes == 4 and not (spec.scale is ScaleRecipe.TENSORWISE
                                                        and spec.bias_dtype.bytes == 4)):
@@ -329,6 +379,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         s = (min(fit, 3) if promoted and cbn == 256 else fit) if stages is None else stages
         if s < 1 or s > fit or (stages is None and s < 2):
             continue  # a forced depth must still fit; chosen depths are at least double buffered
+        if wide and bn is None and stages is None and s < 3:
+            continue  # rule 9: the slotted wide epilogue was measured at 3-4 stages; with many outputs, 128 wide
         tiles = max(1, math.ceil(spec.m / cbm) * math.ceil(spec.n / cbn)) * ks  # work units
         # A unit of a split tile does 1/ks of its work (the reduction's cost is rule 14's thresholds).
         score = math.ceil(tiles / device.sm_count) * cbm * cbn / eff / ks
@@ -345,15 +397,23 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         grid = min(device.sm_count, tiles)
         if ts > 1:
             score = tail_score(tiles, grid, ts, cbm * cbn / eff, math.ceil(spec.k / bk))
+        # Rule 9: fused epilogues run their consumer warpgroups as one partition (its code once, not twice);
+        # the wide one loads vectors a block ahead instead of hoisting all 8 blocks' (which would spill).
+        fused_parts = 1 if spec.epilogue is not None else 2
+        hoist = hoist_rows if hoist_rows is not None else not (pingpong or wide)
+        early = (wide and bool(_dense_operands(spec))) if prefetch_operands is None else prefetch_operands
         plan = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
             group_m=group_m, grid=grid,
-            epilogue_subtiles=epilogue_subtiles(cbn, pingpong, spec.epilogue is not None, cbm, block),
+            epilogue_subtiles=epilogue_subtiles(cbn, pingpong, spec.epilogue is not None, cbm, block, wide),
             block_epilogue=block,
-            consumer_partitions=2 if pingpong else 1 if cbm == 64 else (consumer_partitions or 2),
-            partial_blocks=blocks, hoist_rows=hoist_rows, scalar_columns=scalar_columns,
-            prefetch_operands=prefetch_operands, pingpong=pingpong, scale_partition=scale_partition, split_k=ks,
-            tail_split=ts, tail_stages=tail_s, **_mx_registers(spec, cbm, pingpong),
+            consumer_partitions=2 if pingpong else 1 if cbm == 64 else (consumer_partitions or fused_parts),
+            partial_blocks=blocks, hoist_rows=hoist, scalar_columns=scalar_columns,
+            prefetch_operands=early, pingpong=pingpong, scale_partition=scale_partition, split_k=ks,
+            tail_split=ts, tail_stages=tail_s,
+            staging_slots=FUSED_WIDE_SLOTS if wide else 1,
+            operand_slots=FUSED_WIDE_SLOTS if wide and _dense_operands(spec) else 1,
+            load_ahead=wide and not hoist, **_mx_registers(spec, cbm, pingpong),
         )
         key = (score, -cbm * cbn, plan)
         if best is None or key[:2] < best[:2]:

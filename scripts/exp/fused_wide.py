@@ -5,7 +5,12 @@ The planner keeps fused epilogues at 128-wide tiles because beside a 64x256 accu
 vectors (scale_b, bias of every block live across the whole epilogue): without hoisting, 8 and 16 column blocks
 compile with 0 spills at 4 stages. This times those plans against the default and torch eager.
 
-    PYTHONPATH=. python3 scripts/exp/fused_wide.py [--cross]
+Session 15 added the slotted variants and one consumer partition (`_p1`). Latency hiding alone did nothing
+(233-238 µs at 4096^3). One partition for both warpgroups did: 132 µs, because two partitions' unrolled
+epilogues thrash the instruction cache (scripts/ncu_kernels.py, docs/benchmarks.md). Planner rule 9 now takes
+that plan.
+
+    PYTHONPATH=. python3 scripts/exp/fused_wide.py [--cross] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -27,18 +32,43 @@ from warploom.planner import plan_schedule
 sys.path.insert(0, os.path.dirname(__file__))
 from epilogue_partition import epilogue, start  # noqa: E402
 
-VARIANTS = {  # name: (bn, stages, column blocks, hoist rows, prefetch dense operands); None: the planner's default
+# name: Plan fields over the planner's 256-wide plan; None: the planner's default. Session 13 timed the _s4_b8 /
+# _b4 / _b16 rows (one staging buffer, each block's copy and vectors waited for in turn); session 15 adds the slotted
+# ones (staging_slots, operand_slots, load_ahead: passes/epilogue.py).
+_WIDE = {"hoist_rows": False}
+VARIANTS: dict[str, dict[str, Any] | None] = {
     "default": None,
-    "256_s4_b8": (256, 4, 8, False, False),
-    "256_s4_b4": (256, 4, 4, False, False),
-    "256_s4_b8_pf": (256, 4, 8, False, True),
-    "256_s4_b4_pf": (256, 4, 4, False, True),
-    "256_s4_b16_pf": (256, 4, 16, False, True),
-    "128_s5_b2_pf": (128, 5, 2, False, True),
+    "256_s4_b8": {**_WIDE, "stages": 4, "epilogue_subtiles": 8},
+    "256_s4_b8_pf": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True},
+    "256_s4_b8_ss2_os2_ahead": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True,
+                                "staging_slots": 2, "operand_slots": 2, "load_ahead": True},
+    "256_s4_b8_ss2_os2": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True,
+                          "staging_slots": 2, "operand_slots": 2},
+    "256_s4_b8_os2_ahead": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True,
+                            "operand_slots": 2, "load_ahead": True},
+    "256_s4_b8_ss2_os2_ahead_p1": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True,
+                                   "staging_slots": 2, "operand_slots": 2, "load_ahead": True,
+                                   "consumer_partitions": 1},
+    "256_s4_b8_p1": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "consumer_partitions": 1},
+    "256_s4_b8_ss2_os2_p1": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True,
+                             "staging_slots": 2, "operand_slots": 2, "consumer_partitions": 1},
+    "256_s3_b8_ss2_os8_ahead_p1": {**_WIDE, "stages": 3, "epilogue_subtiles": 8, "prefetch_operands": True,
+                                   "staging_slots": 2, "operand_slots": 8, "load_ahead": True,
+                                   "consumer_partitions": 1},
+    "256_s3_b4_ss2_os2_ahead_p1": {**_WIDE, "stages": 3, "epilogue_subtiles": 4, "prefetch_operands": True,
+                                   "staging_slots": 2, "operand_slots": 2, "load_ahead": True,
+                                   "consumer_partitions": 1},
+    "256_s3_b4_ss2_os2_p1": {**_WIDE, "stages": 3, "epilogue_subtiles": 4, "prefetch_operands": True,
+                             "staging_slots": 2, "operand_slots": 2, "consumer_partitions": 1},
+    "256_s4_b4_p1": {**_WIDE, "stages": 4, "epilogue_subtiles": 4, "prefetch_operands": True,
+                     "consumer_partitions": 1},
+    "128_s5_p1": {"stages": 5, "consumer_partitions": 1, "bn": 128},
+    "256_s3_b8_ss2_os8_ahead": {**_WIDE, "stages": 3, "epilogue_subtiles": 8, "prefetch_operands": True,
+                                "staging_slots": 2, "operand_slots": 8, "load_ahead": True},
 }
 
 
-def kernels(m: int, n: int, k: int, device: str) -> dict[str, Any]:
+def kernels(m: int, n: int, k: int, device: str, only: list[str] | None = None) -> dict[str, Any]:
     a = torch.empty(m, k, dtype=torch.float8_e4m3fn, device=device)
     b = torch.empty(n, k, dtype=torch.float8_e4m3fn, device=device).t()
     sa, sb = torch.empty(m, 1, device=device), torch.empty(1, n, device=device)
@@ -47,28 +77,28 @@ def kernels(m: int, n: int, k: int, device: str) -> dict[str, Any]:
     base = warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True, epilogue=epilogue, residual=res)
     out = {}
     for name, v in VARIANTS.items():
+        if only and name not in only:
+            continue
         if v is None:
             out[name] = base
             continue
-        bn, stages, blocks, hoist, prefetch = v
-        p = plan_schedule(base.spec, base.device, bn=bn, stages=3)  # then re-staged: smaller blocks free smem
-        out[name] = build(base.spec, base.device,
-                          dataclasses.replace(p, stages=stages, epilogue_subtiles=blocks, hoist_rows=hoist,
-                                              prefetch_operands=prefetch))
+        v = dict(v)
+        p = plan_schedule(base.spec, base.device, bn=v.pop("bn", 256), stages=2)  # then re-staged
+        out[name] = build(base.spec, base.device, dataclasses.replace(p, **v))
     return out
 
 
-def cross() -> None:
+def cross(only: list[str] | None) -> None:
     from warploom.runtime.cross import cross_compile
 
-    for name, kern in kernels(4096, 4096, 4096, "meta").items():
+    for name, kern in kernels(4096, 4096, 4096, "meta", only).items():
         print(name, kern.plan.short(), cross_compile(kern.module, kern.gluon).summary(), flush=True)
 
 
-def gpu_shape(m: int, n: int, k: int) -> dict[str, Any]:
+def gpu_shape(m: int, n: int, k: int, only: list[str] | None) -> dict[str, Any]:
     (a, b, sa, sb, bias, res), row, record = start(m, n, k)
     ops = {"scale_a": sa, "scale_b": sb, "bias": bias, "residual": res}
-    for name, kern in kernels(m, n, k, "cuda").items():
+    for name, kern in kernels(m, n, k, "cuda", only).items():
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         record(name, lambda kern=kern, out=out: kern.run(a, b, out, operands=ops))
     return row
@@ -78,10 +108,11 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--cross", action="store_true")
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "out"), "fused_wide.json"))
+    ap.add_argument("--only", nargs="*", help="variant names (default: all)")
     args = ap.parse_args()
     if args.cross:
-        cross()
+        cross(args.only)
     else:
-        rows = [gpu_shape(m, n, k) for m, n, k in [(4096, 4096, 4096), (8192, 8192, 4096)]]
+        rows = [gpu_shape(m, n, k, args.only) for m, n, k in [(4096, 4096, 4096), (8192, 8192, 4096)]]
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(rows, indent=1))

@@ -129,10 +129,13 @@ ABLATIONS: list[tuple[str, Callable[[], Kernel]]] = [
     ("fp8_rowwise_promoted-clamp_row-nohoist", case("fp8_rowwise_promoted", "clamp_row", (129, 784, 640),
                                                     hoist_rows=False)),
 ]
-# Forced 128x256 (the planner keeps fused epilogues at 128 wide): the accumulator's two column blocks, each
-# split off in registers, with a light epilogue that fits (gelu + residual there spills, see planner.py).
+# 128x256 (planner rule 9 at large shapes, forced here at a small one): 8 slotted column blocks of 32, each split
+# off in registers, one consumer partition, vectors loaded a block ahead. The benchmark's problem at 4096^3 and a
+# bf16 one take it by default.
 TWO_BLOCKS: list[tuple[str, Callable[[], Kernel]]] = [
     ("fp8_rowwise-silu_col-bn256", case("fp8_rowwise", "silu_col", (300, 528, 256), bn=256)),
+    ("fp8_rowwise-bias_gelu_residual-4096-wide", lambda: build(_bench_spec(), H100_SXM)),
+    ("bf16-shift_gelu_residual-4096-wide", case("bf16", "shift_gelu_residual", (4096, 4096, 4096))),
 ]
 # Known finding (ptxas, 2026-11-22): tanh GELU beside a dense residual spills on the planner's
 # own 128x128 plan (798 bytes for bf16; 2032 for fp8 rowwise with a second output), while erf GELU + residual,

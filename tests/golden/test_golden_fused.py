@@ -40,6 +40,15 @@ def fp8_rowwise_gelu_residual() -> Kernel:
 
 
 @functools.cache
+def fp8_wide_gelu_residual() -> Kernel:
+    """The same epilogue at 4096^3, where rule 9 takes the 256-wide tile: 8 slotted blocks, one consumer partition."""
+    m = n = k = 4096
+    return warploom.plan(t(m, k).to(E4), t(n, k).to(E4).t(), t(m, 1), t(1, n), bias=t(n, dtype=BF16),
+                         use_fast_accum=True, epilogue=lambda acc, residual: F.gelu(acc) + residual,
+                         residual=t(m, n, dtype=BF16))
+
+
+@functools.cache
 def bf16_two_outputs() -> Kernel:
     m, n, k = 296, 520, 1000
     return warploom.plan(t(m, k, dtype=BF16), t(n, k, dtype=BF16).t(), bias=t(n, dtype=BF16),
@@ -73,16 +82,16 @@ def where(lines: list[str], text: str) -> int:
     return hits[0]
 
 
-def consumer0_schedule(k: Kernel) -> list[str]:
-    """The schedule text's lines of partition consumer0, stripped."""
+def consumer_schedule(k: Kernel) -> list[str]:
+    """The schedule text's lines of the (one, planner rule 9) consumer partition, stripped."""
     text = k.schedule
-    return [ln.strip() for ln in text[text.index("  partition consumer0"):text.index("  partition consumer1")].splitlines()]
+    return [ln.strip() for ln in text[text.index("  partition consumer"):text.index("  partition producer")].splitlines()]
 
 
 class TestFusedPlacement(expecttest.TestCase):
     def test_fp8_scalar_column_read_and_hoisted_row_loads(self) -> None:
         k = fp8_rowwise_gelu_residual()
-        for name, row0 in (("consumer0", ""), ("consumer1", " + 64")):
+        for name, row0 in (("consumer", ""),):
             lines = function(k.source, name)
             k_end = where(lines, "c += 1  # advance c")
             wait = where(lines, "acc = warpgroup_mma_wait(0, deps=(acc,))")
@@ -98,31 +107,31 @@ class TestFusedPlacement(expecttest.TestCase):
             assert "scale_a_acc_0 = gl.expand_dims(gl.load(scale_a_ptr + ep_rows * 1, mask=ep_rows < M" in lines[i]
             assert lines[i].split("  #")[0].endswith(", 1)")  # expanded along columns: [rows, 1]
             # The tile's row indices, computed once, at the tile's first operand load.
-            rows = where(lines, f"ep_rows = off_m{row0} + gl.arange(0, 64, layout=gl.SliceLayout(1, ep_layout))")
+            rows = where(lines, f"ep_rows = off_m{row0} + gl.arange(0, 128, layout=gl.SliceLayout(1, ep_layout))")
             assert k_end < rows < i and sum("ep_rows = " in line for line in lines) == 1
             # The residual: a TMA copy into the partition's buffer (started in the epilogue: the planner's default
             # leaves prefetching off), waited on its private mbarrier, read once.
-            buf = f"residual_smem{name[-1]}"
+            buf = "residual_smem"
             copy = where(lines, f"tma.async_copy_global_to_shared(residual_desc, [off_m{row0}, off_n], {buf}_bar, {buf})")
             read = where(lines, f"residual_acc_0 = {buf}.load(ep_layout).to(gl.float32)")
             assert wait < copy < where(lines, f"mbarrier.wait({buf}_bar, {buf}_phase)") < read < apply
         assert "residual_ptr" not in k.source
 
     def test_fp8_schedule_places_the_loads(self) -> None:
-        body = consumer0_schedule(fp8_rowwise_gelu_residual())
+        body = consumer_schedule(fp8_rowwise_gelu_residual())
         assert body.index("advance c") + 1 == body.index("load_operand scale_b for acc as per_col")
         assert body.index("load_operand bias for acc as per_col") + 1 == body.index("wgmma_wait pending=0")
         assert (body.index("wgmma_wait pending=0") < body.index("load_operand scale_a for acc as per_row")
-                < body.index("load_operand residual for acc as tile via residual_smem0") < body.index("apply_epilogue acc"))
+                < body.index("load_operand residual for acc as tile via residual_smem") < body.index("apply_epilogue acc"))
 
     def test_bf16_two_outputs_store_through_their_own_buffers(self) -> None:
         k = bf16_two_outputs()
-        lines = function(k.source, "consumer1")
-        assert lines[0].startswith("def consumer1(a_ring, b_ring, ready_bars, empty_bars, c_smem1, c_smem1_1, c_desc, c1_desc, bias_ptr, M, N, K):")
+        lines = function(k.source, "consumer")
+        assert lines[0].startswith("def consumer(a_ring, b_ring, ready_bars, empty_bars, c_smem, c_smem_1, c_desc, c1_desc, bias_ptr, M, N, K):")
         fence = where(lines, "fence_async_shared()  # fence_async_shared")
-        assert where(lines, "c_smem1.store(ep_out0)") < where(lines, "c_smem1_1.store(ep_out1)") < fence
-        assert fence < where(lines, "tma.async_copy_shared_to_global(c_desc, [off_m + 64, off_n], c_smem1)")
-        assert fence < where(lines, "tma.async_copy_shared_to_global(c1_desc, [off_m + 64, off_n], c_smem1_1)")
+        assert where(lines, "c_smem.store(ep_out0)") < where(lines, "c_smem_1.store(ep_out1)") < fence
+        assert fence < where(lines, "tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)")
+        assert fence < where(lines, "tma.async_copy_shared_to_global(c1_desc, [off_m, off_n], c_smem_1)")
         assert "ep_out1 = ep_0  # output 1: %0 as fp32" in [ln.strip() for ln in lines]  # no cast: fp32
         assert f"def {k.module.name}(a_desc, b_desc, c_desc, c1_desc, bias_ptr, M, N, K):" in k.source
 
@@ -134,20 +143,24 @@ class TestFusedGluonGolden(expecttest.TestCase):
     def test_bf16_two_outputs(self) -> None:
         assert_golden_file("fused_bf16_two_outputs.gluon.txt", bf16_two_outputs().source)
 
+    def test_fp8_wide_gelu_residual(self) -> None:
+        k = fp8_wide_gelu_residual()
+        assert k.plan.short() == "128x256x128_s4_w8_g8_e8_nohoist_prefetch_ahead_ss2_os2"
+        assert_golden_file("fused_fp8_wide_gelu_residual.schedule.txt", k.schedule)
+        assert_golden_file("fused_fp8_wide_gelu_residual.gluon.txt", k.source)
+
 
 class TestFusedScheduleGolden(expecttest.TestCase):
     def test_fp8_rowwise_gelu_residual(self) -> None:
         self.assertExpectedInline(fp8_rowwise_gelu_residual().schedule, """\
-module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s5_w8_g8_p2_epbe88cf3ebd  # e4m3xe4m3->bf16 rowwise 300x528x256 b=k_major +epilogue
+module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s5_w8_g8_epbe88cf3ebd  # e4m3xe4m3->bf16 rowwise 300x528x256 b=k_major +epilogue
   tiling bm=128 bn=128 bk=128 group_m=8 grid=15
   ring a_ring: A e4m3[5 x 128x128]
   ring b_ring: B e4m3[5 x 128x128]
-  buffer c_smem0: C bf16[64x128]
-  buffer residual_smem0: residual bf16[64x128]
-  buffer c_smem1: C bf16[64x128]
-  buffer residual_smem1: residual bf16[64x128]
+  buffer c_smem: C bf16[128x128]
+  buffer residual_smem: residual bf16[128x128]
   mbarrier ready[5] count=1 ready of a_ring, b_ring
-  mbarrier empty[5] count=2 empty of a_ring, b_ring
+  mbarrier empty[5] count=1 empty of a_ring, b_ring
   smem 229456 bytes
   epilogue:
     epilogue(acc, scale_a: column fp32, scale_b: row fp32, bias: row bf16, residual: dense bf16):
@@ -157,9 +170,9 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s5_w8_g8_p2_epbe
       %3 = gelu %2
       %4 = add %3, residual
       return %4
-  partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):
+  partition consumer (consumer, warps=8 regs=240 default):
     cursor c (depth 5)
-    acc acc: fp32[64x128]
+    acc acc: fp32[128x128]
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -172,36 +185,13 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s5_w8_g8_p2_epbe
       wgmma_wait pending=0
       arrive empty[c-1]
       load_operand scale_a for acc as per_row
-      prefetch_operand residual for acc into residual_smem0
-      load_operand residual for acc as tile via residual_smem0
+      prefetch_operand residual for acc into residual_smem
+      load_operand residual for acc as tile via residual_smem
       apply_epilogue acc
       tma_store_wait pending=0
-      store_smem c_smem0 <- out0 of acc
+      store_smem c_smem <- out0 of acc
       fence_async_shared
-      tma_store c_smem0 -> C[m, n]
-    tma_store_wait pending=0
-  partition consumer1 (consumer, warps=4 regs=240 rows=64:128):
-    cursor c (depth 5)
-    acc acc: fp32[64x128]
-    for tiles:
-      for k:
-        wait ready[c] phase(c)
-        wgmma.async acc += a_ring[c] @ b_ring[c]
-        wgmma_wait pending=1
-        arrive empty[c-1]  if k > 0
-        advance c
-      load_operand scale_b for acc as per_col
-      load_operand bias for acc as per_col
-      wgmma_wait pending=0
-      arrive empty[c-1]
-      load_operand scale_a for acc as per_row
-      prefetch_operand residual for acc into residual_smem1
-      load_operand residual for acc as tile via residual_smem1
-      apply_epilogue acc
-      tma_store_wait pending=0
-      store_smem c_smem1 <- out0 of acc
-      fence_async_shared
-      tma_store c_smem1 -> C[m, n]
+      tma_store c_smem -> C[m, n]
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 5)
@@ -215,25 +205,23 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s5_w8_g8_p2_epbe
 
     def test_bf16_two_outputs(self) -> None:
         self.assertExpectedInline(bf16_two_outputs().schedule, """\
-module warploom_bf16bf16_bf16_bk_major_128x128x64_s4_w8_g8_p2_ep2745c9ef78  # bf16xbf16->bf16 296x520x1000 b=k_major +epilogue
+module warploom_bf16bf16_bf16_bk_major_128x128x64_s4_w8_g8_ep2745c9ef78  # bf16xbf16->bf16 296x520x1000 b=k_major +epilogue
   tiling bm=128 bn=128 bk=64 group_m=8 grid=15
   ring a_ring: A bf16[4 x 128x64]
   ring b_ring: B bf16[4 x 128x64]
-  buffer c_smem0: C bf16[64x128]
-  buffer c_smem0_1: C1 fp32[64x128]
-  buffer c_smem1: C bf16[64x128]
-  buffer c_smem1_1: C1 fp32[64x128]
+  buffer c_smem: C bf16[128x128]
+  buffer c_smem_1: C1 fp32[128x128]
   mbarrier ready[4] count=1 ready of a_ring, b_ring
-  mbarrier empty[4] count=2 empty of a_ring, b_ring
+  mbarrier empty[4] count=1 empty of a_ring, b_ring
   smem 229440 bytes
   epilogue:
     epilogue(acc, bias: row bf16):
       %0 = add acc, bias
       %1 = silu %0
       return %1, %0 as fp32
-  partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):
+  partition consumer (consumer, warps=8 regs=240 default):
     cursor c (depth 4)
-    acc acc: fp32[64x128]
+    acc acc: fp32[128x128]
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -246,32 +234,11 @@ module warploom_bf16bf16_bf16_bk_major_128x128x64_s4_w8_g8_p2_ep2745c9ef78  # bf
       arrive empty[c-1]
       apply_epilogue acc
       tma_store_wait pending=0
-      store_smem c_smem0 <- out0 of acc
-      store_smem c_smem0_1 <- out1 of acc
+      store_smem c_smem <- out0 of acc
+      store_smem c_smem_1 <- out1 of acc
       fence_async_shared
-      tma_store c_smem0 -> C[m, n]
-      tma_store c_smem0_1 -> C1[m, n]
-    tma_store_wait pending=0
-  partition consumer1 (consumer, warps=4 regs=240 rows=64:128):
-    cursor c (depth 4)
-    acc acc: fp32[64x128]
-    for tiles:
-      for k:
-        wait ready[c] phase(c)
-        wgmma.async acc += a_ring[c] @ b_ring[c]
-        wgmma_wait pending=1
-        arrive empty[c-1]  if k > 0
-        advance c
-      load_operand bias for acc as per_col
-      wgmma_wait pending=0
-      arrive empty[c-1]
-      apply_epilogue acc
-      tma_store_wait pending=0
-      store_smem c_smem1 <- out0 of acc
-      store_smem c_smem1_1 <- out1 of acc
-      fence_async_shared
-      tma_store c_smem1 -> C[m, n]
-      tma_store c_smem1_1 -> C1[m, n]
+      tma_store c_smem -> C[m, n]
+      tma_store c_smem_1 -> C1[m, n]
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 4)

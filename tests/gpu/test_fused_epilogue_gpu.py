@@ -46,6 +46,9 @@ FNS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
 }
 
 
+DISCONTINUOUS = {"where_sigmoid_scalar"}
+
+
 def operands(names: tuple[str, ...], m: int, n: int) -> dict[str, torch.Tensor]:
     make = {
         "bias": lambda: torch.randn(n, device="cuda", dtype=torch.bfloat16),
@@ -62,22 +65,33 @@ def operands(names: tuple[str, ...], m: int, n: int) -> dict[str, torch.Tensor]:
     return out
 
 
+WIDE = (1040, 2064, 256)  # planner rule 9 takes 128x256 here (81 tiles in one wave), with partial tiles in M and N
+
+
 @pytest.mark.parametrize("name", list(FNS))
-@pytest.mark.parametrize("m,n,k", [(296, 520, 1024), (1000, 1000, 72)])
+@pytest.mark.parametrize("m,n,k", [(296, 520, 1024), (1000, 1000, 72), WIDE])
 def test_matmul_fused(name: str, m: int, n: int, k: int) -> None:
     torch.manual_seed(0)
     fn, names = FNS[name]
     ops = operands(names, m, n)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    if (m, n, k) == WIDE:  # the slotted wide epilogue, through the public call
+        plan = warploom.plan(a, b, epilogue=fn, **ops).plan
+        assert (plan.bn, plan.epilogue_subtiles, plan.consumer_partitions, plan.load_ahead) == (256, 8, 1, True)
     poison(m, n, torch.bfloat16)
     got = as_tuple(warploom.matmul(a, b, epilogue=fn, **ops))
-    ref = as_tuple(fn((a.float() @ b.float()), **ops))
+    acc = a.float() @ b.float()
+    ref = as_tuple(fn(acc, **ops))
+    # where(acc > 0, ...) jumps at 0: an acc within the summation-order error of 0 may take either branch (the wide
+    # shape's 2.1M elements met one at 1e-7), so those few elements are left out of the comparison.
+    keep = acc.abs() > 1e-3 if name in DISCONTINUOUS else torch.ones_like(acc, dtype=torch.bool)
+    assert keep.float().mean() > 0.999
     assert len(got) == len(ref)
     for g, r in zip(got, ref, strict=True):
         assert g.shape == (m, n) and not g.isnan().any()
         rr = r.to(g.dtype) if g.dtype != r.dtype else r
-        torch.testing.assert_close(g.float(), rr.float(), atol=6e-2, rtol=2e-2)
+        torch.testing.assert_close(g.float()[keep], rr.float()[keep], atol=6e-2, rtol=2e-2)
 
 
 def fp8_inputs(m: int, n: int, k: int, rowwise: bool) -> tuple[torch.Tensor, ...]:
@@ -92,7 +106,7 @@ def fp8_inputs(m: int, n: int, k: int, rowwise: bool) -> tuple[torch.Tensor, ...
 
 @pytest.mark.parametrize("rowwise", [True, False], ids=["rowwise", "tensorwise"])
 @pytest.mark.parametrize("fast", [True, False], ids=["fast", "promoted"])
-@pytest.mark.parametrize("m,n,k", [(300, 528, 672), (2048, 1024, 512)])
+@pytest.mark.parametrize("m,n,k", [(300, 528, 672), (2048, 1024, 512), (1040, 2064, 512)])
 def test_scaled_mm_fused(rowwise: bool, fast: bool, m: int, n: int, k: int) -> None:
     torch.manual_seed(1)
     a, b, sa, sb = fp8_inputs(m, n, k, rowwise)
@@ -145,8 +159,44 @@ def test_ablations_compute_the_same(hoist: bool, scalar: bool, prefetch: bool, p
     assert err(out, ref) < 1e-3
 
 
+def gelu_residual_case(m: int, n: int, k: int, seed: int) -> tuple[Any, tuple[torch.Tensor, ...], dict[str, Any],
+                                                                    torch.Tensor]:
+    """fp8 rowwise scaled_mm + bias, then gelu + residual: the spec, (a, b), the operands and the fp32 reference."""
+    torch.manual_seed(seed)
+    a, b, sa, sb = fp8_inputs(m, n, k, True)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    residual = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    fn = lambda acc, residual: F.gelu(acc) + residual  # noqa: E731
+    spec = warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True, epilogue=fn, residual=residual).spec
+    ops = {"scale_a": sa, "scale_b": sb, "bias": bias, "residual": residual}
+    return spec, (a, b), ops, fn((a.float() @ b.float()) * sa * sb + bias.float(), residual)
+
+
+def run_on_grid(spec: Any, plan: Any, grid: int, ab: tuple[torch.Tensor, ...], ops: dict[str, Any],
+                ref: torch.Tensor) -> None:
+    """`plan` on at most `grid` CTAs (a small grid gives each CTA several tiles), output poisoned, checked."""
+    kern = build(spec, DeviceInfo.current(), dataclasses.replace(plan, grid=min(grid, plan.grid)))
+    out = torch.full(ref.shape, float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(*ab, out, operands=ops)
+    assert not out.isnan().any()
+    assert err(out, ref) < 1e-3
+
+
+@pytest.mark.parametrize("slots", [(2, 2, 4), (2, 8, 3), (1, 1, 4)], ids=["ss2_os2_s4", "ss2_os8_s3", "ss1_os1_s4"])
+@pytest.mark.parametrize("grid", [3, 132])
+def test_slotted_wide_epilogue(slots: tuple[int, int, int], grid: int) -> None:
+    # The 256-wide fused epilogue in 8 blocks: stores alternating through staging slots, the residual copied
+    # ahead into operand slots, each block's scales and bias loaded one block early; partial tiles in M and N.
+    staging, operand, stages = slots
+    spec, ab, ops, ref = gelu_residual_case(1040, 784, 384, seed=3)
+    plan = dataclasses.replace(plan_schedule(spec, DeviceInfo.current(), bn=256, stages=2), stages=stages,
+                               epilogue_subtiles=8, hoist_rows=False, load_ahead=True, prefetch_operands=True,
+                               staging_slots=staging, operand_slots=operand)
+    run_on_grid(spec, plan, grid, ab, ops, ref)
+
+
 def test_forced_256_wide_tile() -> None:
-    # The planner keeps fused epilogues at 128 wide (spills at 256); a forced 256-wide tile must still be right.
+    # At this size the planner takes 128 wide; forced 256 wide, rule 9's slotted 8-block epilogue.
     m, n, k = 384, 768, 256
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
@@ -165,18 +215,7 @@ def test_forced_256_wide_tile() -> None:
 @pytest.mark.parametrize("grid", [3, 132])
 def test_pingpong_epilogue_in_quarters(bm: int, bn: int, grid: int) -> None:
     # Ping-pong beside a whole 128x128 (64x256) accumulator: the epilogue runs in 4 column blocks (planner).
-    torch.manual_seed(3)
-    m, n, k = 1040, 1040, 512
-    a, b, sa, sb = fp8_inputs(m, n, k, True)
-    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    residual = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
-    fn = lambda acc, residual: F.gelu(acc) + residual  # noqa: E731
-    spec = warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True, epilogue=fn, residual=residual).spec
-    dev = DeviceInfo.current()
-    plan = plan_schedule(spec, dev, pingpong=True, bm=bm, bn=bn)
+    spec, ab, ops, ref = gelu_residual_case(1040, 1040, 512, seed=3)
+    plan = plan_schedule(spec, DeviceInfo.current(), pingpong=True, bm=bm, bn=bn)
     assert plan.epilogue_subtiles == 4 and not plan.hoist_rows
-    kern = build(spec, dev, dataclasses.replace(plan, grid=min(grid, plan.grid)))
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    kern.run(a, b, out, operands={"scale_a": sa, "scale_b": sb, "bias": bias, "residual": residual})
-    ref = fn((a.float() @ b.float()) * sa * sb + bias.float(), residual)
-    assert err(out, ref) < 1e-3
+    run_on_grid(spec, plan, grid, ab, ops, ref)

@@ -470,3 +470,81 @@ def test_operands_on_a_module_without_epilogue_are_refused() -> None:
         simulate(module, a, b, operands={"bias": torch.zeros(64)})
     res = simulate(module, a, b, outs=[torch.full((64, 64), float("nan"), dtype=torch.bfloat16)])
     assert res.ok and len(res.outputs) == 1 and res.output is res.outputs[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# the wide epilogue's slots: staging buffers the stores alternate through, dense-operand buffers copied ahead, and
+# each block's vectors loaded one block early (Plan.staging_slots / operand_slots / load_ahead)
+
+def _slotted(spec: GemmSpec, *, blocks: int, staging: int, operand: int, grid: int, **kw: Any) -> Plan:
+    return replace(plan_schedule(spec, H100_SXM, bn=256, stages=2, **kw), epilogue_subtiles=blocks,
+                   hoist_rows=False, load_ahead=True, staging_slots=staging, operand_slots=operand,
+                   prefetch_operands=True, grid=grid)
+
+
+def _tile_body(module: ir.Module) -> tuple[ir.Stmt, ...]:
+    (tiles,) = [s for s in module.default_partition.body if isinstance(s, ir.Loop)]
+    return tiles.body
+
+
+@pytest.mark.parametrize("staging,operand,parts", [(2, 2, 1), (2, 8, 1), (4, 3, 1), (2, 2, 2)])
+def test_fp8_slotted_wide_epilogue(staging: int, operand: int, parts: int) -> None:
+    # 300 x 528: partial tiles in both dimensions; grid 2 gives each CTA several tiles, so the slots carry over.
+    case = fp8_case(300, 528, 256, ScaleRecipe.ROWWISE, seed=6)
+    plan = _slotted(case.spec, blocks=8, staging=staging, operand=operand, grid=2, consumer_partitions=parts)
+    module, res = case.run(plan)
+    assert res.ok, res.report.summary()
+    assert not res.output.isnan().any()
+    assert relative_error(res.output.double(), case.reference()[0]) < FP8_ERROR
+    body = _tile_body(module)
+    tag = "0" if parts == 2 else ""  # two partitions stage their own rows: c_smem0, c_smem1, ...
+    stored = [o.buffer for o in body if isinstance(o, ir.StoreSmem)]
+    assert stored == [f"c_smem{tag}{'_s' + str(j % staging) if j % staging else ''}" for j in range(8)]
+    assert {o.pending for o in body if isinstance(o, ir.StoreWait)} == {staging - 1}
+    staged = [o.buffer for o in body if isinstance(o, ir.LoadOperand) and o.buffer]
+    assert staged == [f"residual_smem{tag}{'_s' + str(j % operand) if j % operand else ''}" for j in range(8)]
+    # Each later copy follows the TMA store of the block that last read its buffer, synced by it.
+    later = [s for s in body if isinstance(s, ir.PrefetchOperand) and s.part >= operand]
+    assert len(later) == max(0, 8 - operand)
+    assert all(s.synced and isinstance(body[body.index(s) - 1], ir.TmaStore) for s in later)
+    # The first min(operand, 8) blocks' copies start before the mainloop, the rest behind the load `operand` back.
+    k_loop = next(i for i, s in enumerate(body) if isinstance(s, ir.Loop))
+    assert sum(isinstance(s, ir.PrefetchOperand) for s in body[:k_loop]) == min(operand, 8)
+    # Block j + 1's register loads stand before block j's apply_epilogue.
+    applies = [i for i, s in enumerate(body) if isinstance(s, ir.ApplyEpilogue)]
+    for j, at in enumerate(applies[:-1]):
+        ahead = {s.operand for s in body[applies[j - 1] + 1 if j else 0:at]
+                 if isinstance(s, ir.LoadOperand) and s.part == j + 1}
+        assert ahead == {"scale_a", "scale_b", "bias"}, j
+    assert check_protocol(module, case.spec.m, case.spec.n, case.spec.k).ok
+
+
+def test_multi_output_slots_wait_for_every_output() -> None:
+    # Three outputs per block: before a slot's reuse, the other slot's three stores may be in flight, not more.
+    case = bf16_case(130, 528, 128, multi_fn, multi_operands(130, 528), seed=7)
+    module, res = case.run(_slotted(case.spec, blocks=4, staging=2, operand=1, grid=1))
+    assert_matches(case, res)
+    assert {o.pending for o in _tile_body(module) if isinstance(o, ir.StoreWait)} == {3}
+    # One pending store more and block 2 overwrites a slot block 0's store may still read.
+    racy = edit_tiles(module, lambda stmts: tuple(replace(s, pending=4) if isinstance(s, ir.StoreWait) else s
+                                                  for s in stmts))
+    r = simulate(racy, case.a, case.b, operands=case.operands, record=False)
+    assert FindingKind.STORE_BUFFER_RACE in r.report.kinds(), r.report.summary()
+
+
+def test_staging_slots_must_divide_the_blocks() -> None:
+    case = _small()
+    with pytest.raises(ValueError, match="staging_slots=2.*epilogue_subtiles=1"):
+        replace(plan_schedule(case.spec, H100_SXM), staging_slots=2)
+    with pytest.raises(ValueError, match="hoist_rows=False"):
+        replace(plan_schedule(case.spec, H100_SXM), load_ahead=True)
+
+
+def test_tiny_slotted_module_is_clean_on_every_schedule() -> None:
+    case = bf16_case(128, 128, 64, gelu_fn, gelu_operands(128, 128, expanded=False), seed=8)
+    plan = Plan(bm=128, bn=64, bk=32, stages=2, consumer_warps=8, group_m=2, grid=1, consumer_partitions=2,
+                epilogue_subtiles=2, hoist_rows=False, load_ahead=True, staging_slots=2, operand_slots=2,
+                prefetch_operands=True)
+    module = build(case.spec, H100_SXM, plan).module
+    r = explore(module, 128, 128, 64, max_states=50_000)
+    assert r.ok and not r.bound_hit, r.summary()

@@ -73,6 +73,15 @@ def planned(spec: GemmSpec, **forced: Any) -> Kernel:
     return build(spec, H100_SXM, plan_schedule(spec, H100_SXM, **forced))
 
 
+# Fused epilogues run one consumer partition by default (planner rule 9); the lowering tests below read the two-
+# partition structure, where each warpgroup stages its own rows (c_smem0, c_smem1, ...), forced.
+P2 = {"consumer_partitions": 2}
+
+
+def p2(k: Kernel) -> Kernel:
+    return planned(k.spec, **P2)
+
+
 def entering(spec: GemmSpec, name: str, **forced: Any) -> ir.Module:
     """The module as it enters pass `name` in the real pipeline."""
     _, trace = compile_schedule(spec, plan_schedule(spec, H100_SXM, **forced), H100_SXM)
@@ -129,9 +138,13 @@ def test_fused_ops_print_distinctly_from_the_plain_store() -> None:
 def test_module_header_names_outputs_operand_buffers_and_the_graph() -> None:
     k = bf16_two_outputs()
     text = k.schedule
+    # One consumer partition (rule 9) stages all 128 rows of each block.
+    for line in ("  buffer c_smem: C bf16[128x128]", "  buffer c_smem_1: C1 fp32[128x128]",
+                 "  buffer res_smem: res fp16[128x128]"):
+        assert line + "\n" in text
     for line in ("  buffer c_smem0: C bf16[64x128]", "  buffer c_smem0_1: C1 fp32[64x128]",
                  "  buffer res_smem0: res fp16[64x128]", "  buffer res_smem1: res fp16[64x128]"):
-        assert line + "\n" in text
+        assert line + "\n" in p2(k).schedule
     graph = "".join("    " + line + "\n" for line in ep.text(k.spec.epilogue).splitlines())
     assert "  epilogue:\n" + graph in text
     assert graph.startswith("    epilogue(acc, bias: row bf16, col: column fp32, s: scalar fp32, res: dense fp16):")
@@ -159,7 +172,7 @@ def block(acc: str, i: int, n: int, bufs: list[str], col: READ = READ.PER_ROW, r
 
 def test_lower_epilogue_one_column_block_per_output_and_dense_operand_buffers() -> None:
     spec = bf16_two_outputs().spec
-    before = entering(spec, "LowerEpilogue")
+    before = entering(spec, "LowerEpilogue", **P2)
     assert before.tiling.bn == 128
     after = LowerEpilogue(subtiles=1)(before)
     assert after.buffers == tuple(
@@ -176,7 +189,7 @@ def test_lower_epilogue_one_column_block_per_output_and_dense_operand_buffers() 
 
 def test_lower_epilogue_two_column_blocks_at_bn_256() -> None:
     spec = bf16_two_outputs().spec
-    before = entering(spec, "LowerEpilogue", bn=256)
+    before = entering(spec, "LowerEpilogue", bn=256, **P2)
     after = LowerEpilogue(subtiles=2)(before)
     # Buffers are one column block (128) wide; each output still has its own.
     assert [(b.name, b.cols, b.output, b.operand) for b in after.buffers[:3]] == [
@@ -191,7 +204,7 @@ def test_lower_epilogue_column_block_accumulators_load_per_accumulator() -> None
     # Promoted fp8 at 128x256 keeps two 128-wide accumulators: each is one whole block (parts=1) stored to
     # its own part of the tile (part 0/2 and 1/2).
     k = fp8(M, N, K, lambda acc, res: F.silu(acc) + res, fast=False, res=t(M, N, dtype=BF16))
-    before = entering(k.spec, "LowerEpilogue", bn=256)
+    before = entering(k.spec, "LowerEpilogue", bn=256, **P2)
     after = LowerEpilogue(subtiles=2)(before)
     body = tile_body(consumers(after)[0])
     stores = [o for o in body if isinstance(o, ir.TmaStore)]
@@ -221,7 +234,7 @@ def _positions(body: tuple[ir.Stmt, ...]) -> dict[str, int]:
 
 
 def test_hoist_moves_row_and_scalar_loads_between_the_k_loop_and_the_final_wait() -> None:
-    k = bf16_two_outputs()
+    k = p2(bf16_two_outputs())
     for p in consumers(k.module):
         body = tile_body(p)
         at = k_index(body)
@@ -234,20 +247,29 @@ def test_hoist_moves_row_and_scalar_loads_between_the_k_loop_and_the_final_wait(
         assert wait < pos[f"load_operand res for acc as tile via res_smem{p.name[-1]}"] < apply
 
 
-def test_hoist_at_bn_256_moves_both_blocks_row_loads() -> None:
+def test_wide_tile_loads_each_blocks_vectors_one_block_ahead() -> None:
+    # Rule 9 at 256 wide: hoisting all 8 blocks' vectors would spill; block 0's go before the final wait, block
+    # j + 1's right before block j's apply_epilogue.
     k = planned(bf16_two_outputs().spec, bn=256)
+    assert (k.plan.epilogue_subtiles, k.plan.hoist_rows, k.plan.load_ahead) == (8, False, True)
     body = tile_body(consumers(k.module)[0])
     at = k_index(body)
-    assert [printer.op(s) for s in body[at + 1:at + 6]] == [
-        "load_operand bias for acc[cols 0/2] as per_col", "load_operand s for acc[cols 0/2] as scalar",
-        "load_operand bias for acc[cols 1/2] as per_col", "load_operand s for acc[cols 1/2] as scalar",
-        "wgmma_wait pending=0"]
+    assert [printer.op(s) for s in body[at + 1:at + 5]] == [
+        "load_operand bias for acc[cols 0/8] as per_col", "load_operand col for acc[cols 0/8] as per_row",
+        "load_operand s for acc[cols 0/8] as scalar", "wgmma_wait pending=0"]
     pos = _positions(body)
-    assert pos["apply_epilogue acc[cols 0/2]"] < pos["load_operand col for acc[cols 1/2] as per_row"]
+    for j in range(7):
+        ahead = [pos[f"load_operand {n} for acc[cols {j + 1}/8] as {r}"] for n, r in
+                 (("bias", "per_col"), ("col", "per_row"), ("s", "scalar"))]
+        assert pos.get(f"apply_epilogue acc[cols {j - 1}/8]", -1) < min(ahead)
+        assert max(ahead) < pos[f"apply_epilogue acc[cols {j}/8]"]
+    # The dense operand stays beside its block, through its two buffers.
+    assert pos["apply_epilogue acc[cols 0/8]"] < pos["load_operand res for acc[cols 1/8] as tile via res_smem_s1"]
+
 
 
 def test_hoist_disabled_leaves_every_load_before_its_apply() -> None:
-    k = planned(bf16_two_outputs().spec, hoist_rows=False, prefetch_operands=False)
+    k = planned(bf16_two_outputs().spec, hoist_rows=False, prefetch_operands=False, **P2)
     body = tile_body(consumers(k.module)[0])
     at = k_index(body)
     assert body[at + 1:at + 3] == (ir.MmaWait(0), ir.Arrive("empty", ir.Slot("c", -1)))
@@ -307,7 +329,7 @@ def test_fused_modules_verify_clean(make: Callable[[], Kernel]) -> None:
 
 
 def test_verifier_rejects_apply_without_its_load() -> None:
-    m = corrupt(bf16_two_outputs().module,
+    m = corrupt(p2(bf16_two_outputs()).module,
                 lambda o: () if isinstance(o, ir.LoadOperand) and o.operand == "col" else (o,))
     assert problems(m) == ["partition consumer0: apply_epilogue acc before operand col is loaded for that block"]
 
@@ -320,18 +342,18 @@ def test_verifier_rejects_a_load_after_its_apply() -> None:
             return (o, ir.LoadOperand("res", "acc", 0, 1, READ.TILE, "res_smem0"))
         return (o,)
 
-    assert "before operand res is loaded" in problems(corrupt(bf16_two_outputs().module, late))[0]
+    assert "before operand res is loaded" in problems(corrupt(p2(bf16_two_outputs()).module, late))[0]
 
 
 def test_verifier_rejects_a_load_of_an_unknown_operand() -> None:
-    m = corrupt(bf16_two_outputs().module,
+    m = corrupt(p2(bf16_two_outputs()).module,
                 lambda o: (replace(o, operand="nope"),) if isinstance(o, ir.LoadOperand) and o.operand == "s" else (o,))
     errs = problems(m)
     assert "partition consumer0: LoadOperand: the epilogue has no operand 'nope'" in errs
 
 
 def test_verifier_rejects_fused_ops_without_a_graph() -> None:
-    m = bf16_two_outputs().module
+    m = p2(bf16_two_outputs()).module
     m = replace(m, spec=replace(m.spec, epilogue=None))
     errs = verify.structural(m)
     assert "partition consumer0: LoadOperand but the spec has no fused epilogue" in errs
@@ -339,7 +361,7 @@ def test_verifier_rejects_fused_ops_without_a_graph() -> None:
 
 
 def test_verifier_rejects_apply_with_wgmma_in_flight() -> None:
-    m = corrupt(bf16_two_outputs().module, lambda o: () if o == ir.MmaWait(0) else (o,))
+    m = corrupt(p2(bf16_two_outputs()).module, lambda o: () if o == ir.MmaWait(0) else (o,))
     assert any("ApplyEpilogue reads an accumulator with 1 wgmma in flight" in e for e in problems(m))
 
 
@@ -354,33 +376,52 @@ def _square(fn: Callable[..., Any], **ops: Any) -> GemmSpec:
 @pytest.mark.parametrize("make", [
     lambda: _square(lambda acc: F.gelu(acc)),
     lambda: fp8(4096, 4096, 4096, lambda acc: acc).spec,
-    lambda: fp8(4096, 4096, 4096, lambda acc: F.relu(acc), rowwise=False, fast=False).spec,
     lambda: bf16(8192, 8192, 1024, lambda acc, r: acc + r, r=t(8192, 8192, dtype=BF16)).spec,
-], ids=["bf16_gelu", "fp8_rowwise", "fp8_promoted", "bf16_residual"])
-def test_fused_spec_avoids_bn_256_unless_forced(make: Callable[[], GemmSpec]) -> None:
+], ids=["bf16_gelu", "fp8_rowwise", "bf16_residual"])
+def test_fused_spec_takes_the_wide_tile_in_slotted_blocks(make: Callable[[], GemmSpec]) -> None:
     spec = make()
+    p = plan_schedule(spec, H100_SXM)
+    assert p.bn == plan_schedule(replace(spec, epilogue=None), H100_SXM).bn == 256  # as without the epilogue
+    assert (p.epilogue_subtiles, p.consumer_partitions, p.staging_slots, p.load_ahead, p.hoist_rows) == \
+        (8, 1, 2, True, False)
+    dense = any(o.kind.value == "dense" for o in spec.epilogue.operands)  # type: ignore[union-attr]
+    assert (p.operand_slots, p.prefetch_operands) == ((2, True) if dense else (1, False))
+    assert p.stages >= 3
+    # Forcing 128 wide gives the one-partition 128-wide epilogue; forcing two partitions is still possible.
+    narrow = plan_schedule(spec, H100_SXM, bn=128)
+    assert (narrow.epilogue_subtiles, narrow.consumer_partitions, narrow.staging_slots) == (1, 1, 1)
+    assert plan_schedule(spec, H100_SXM, consumer_partitions=2).consumer_partitions == 2
+
+
+def test_promoted_fused_spec_keeps_bn_128_unless_forced() -> None:
+    spec = fp8(4096, 4096, 4096, lambda acc: F.relu(acc), rowwise=False, fast=False).spec
     assert plan_schedule(replace(spec, epilogue=None), H100_SXM).bn == 256  # what it would take without
     assert plan_schedule(spec, H100_SXM).bn == 128
     forced = plan_schedule(spec, H100_SXM, bn=256)
-    assert (forced.bn, forced.epilogue_subtiles) == (256, 2)
+    assert (forced.bn, forced.epilogue_subtiles, forced.staging_slots) == (256, 2, 1)
+
 
 
 def test_dense_operand_and_second_output_cost_stages() -> None:
     plain = _square(lambda acc: F.gelu(acc))
     heavy = _square(lambda acc, r: (F.gelu(acc) + r, acc.float()), r=t(4096, 4096, dtype=BF16))
-    bm, bn, bk = 128, 128, 64
-    # One bf16 staging tile; then bf16 + fp32 outputs and a bf16 residual buffer.
-    assert epilogue_bytes(plain, bm, bn) == bm * bn * 2
-    assert epilogue_bytes(heavy, bm, bn) == bm * bn * (2 + 4 + 2)
+    bm, bk = 128, 64
+    # 128 wide: one bf16 staging tile; then bf16 + fp32 outputs and a bf16 residual buffer.
+    assert epilogue_bytes(plain, bm, 128) == bm * 128 * 2
+    assert epilogue_bytes(heavy, bm, 128) == bm * 128 * (2 + 4 + 2)
+    # 256 wide (rule 9): 32-column blocks, two staging slots per output and two buffers per dense operand.
+    assert epilogue_bytes(plain, bm, 256) == bm * 32 * 2 * 2
+    assert epilogue_bytes(heavy, bm, 256) == bm * 32 * 2 * (2 + 4 + 2)
     p, q = plan_schedule(plain, H100_SXM), plan_schedule(heavy, H100_SXM)
-    assert (p.bn, q.bn) == (bn, bn)
-    assert (p.stages, q.stages) == (max_stages(plain, H100_SXM, bm, bn, bk), max_stages(heavy, H100_SXM, bm, bn, bk))
-    assert (p.stages, q.stages) == (6, 3)
-    assert q.stages * stage_bytes(heavy, bm, bn, bk) + epilogue_bytes(heavy, bm, bn) <= H100_SXM.smem_per_block
+    assert (p.bn, q.bn) == (256, 256)
+    fit = (max_stages(plain, H100_SXM, bm, 256, bk), max_stages(heavy, H100_SXM, bm, 256, bk))
+    assert (p.stages, q.stages) == fit == (4, 3)
+    assert q.stages * stage_bytes(heavy, bm, 256, bk) + epilogue_bytes(heavy, bm, 256) <= H100_SXM.smem_per_block
     m = build(heavy, H100_SXM).module
-    # The IR's buffers are what the planner counted (each consumer warpgroup stages its 64 rows).
-    assert sum(b.bytes for b in m.buffers) == epilogue_bytes(heavy, bm, bn)
+    # The IR's buffers are what the planner counted.
+    assert sum(b.bytes for b in m.buffers) == epilogue_bytes(heavy, bm, 256)
     assert m.smem_bytes <= H100_SXM.smem_per_block
+
 
 
 @pytest.mark.parametrize("hoist,cols,suffix", [(True, True, ""), (False, True, "_nohoist"),
@@ -388,8 +429,8 @@ def test_dense_operand_and_second_output_cost_stages() -> None:
 def test_ablations_name_themselves(hoist: bool, cols: bool, suffix: str) -> None:
     spec = rowwise_gelu_residual().spec
     k = planned(spec, hoist_rows=hoist, scalar_columns=cols)
-    assert k.plan.short() == "128x128x128_s5_w8_g8_p2" + suffix
-    assert re.fullmatch(rf"warploom_\w+_128x128x128_s5_w8_g8_p2{suffix}_ep[0-9a-f]{{10}}", k.module.name)
+    assert k.plan.short() == "128x128x128_s5_w8_g8" + suffix
+    assert re.fullmatch(rf"warploom_\w+_128x128x128_s5_w8_g8{suffix}_ep[0-9a-f]{{10}}", k.module.name)
 
 
 def test_plan_short_of_defaults_has_no_ablation_suffix() -> None:
@@ -557,7 +598,7 @@ def test_output_rows_must_be_16_byte_multiples(out_dtype: torch.dtype, fn: Calla
 # --- PrefetchOperands -------------------------------------------------------------------------------------
 
 def test_prefetch_moves_the_first_block_to_the_tile_start() -> None:
-    k = planned(bf16_two_outputs().spec, prefetch_operands=True)
+    k = planned(bf16_two_outputs().spec, prefetch_operands=True, **P2)
     for i, p in enumerate(consumers(k.module)):
         body = tile_body(p)
         assert body[0] == ir.PrefetchOperand("res", "acc", 0, 1, f"res_smem{i}")  # before the k-loop
@@ -567,19 +608,34 @@ def test_prefetch_moves_the_first_block_to_the_tile_start() -> None:
         assert pos[f"load_operand res for acc as tile via res_smem{i}"] < pos["apply_epilogue acc"]
 
 
-def test_prefetch_of_a_later_block_follows_the_previous_blocks_load() -> None:
-    # Two column blocks share one staging buffer: block 1's copy may start once block 0 is in registers.
-    k = planned(bf16_two_outputs().spec, bn=256, prefetch_operands=True)
-    body = [printer.op(s) for s in tile_body(consumers(k.module)[0]) if not isinstance(s, ir.Loop)]
+def test_prefetch_of_a_later_block_follows_the_previous_blocks_store() -> None:
+    # Two column blocks share one staging buffer: block 1's copy starts right behind block 0's first TMA store,
+    # whose fence and barrier already ordered every thread's read of block 0 (so the prefetch is `synced`).
+    k = planned(bf16_two_outputs().spec, bn=256, prefetch_operands=True, **P2)
+    # Two blocks through one buffer (rule 9's 8 slotted blocks: tests/sim/test_fused_epilogue_sim.py).
+    k = build(k.spec, H100_SXM, replace(k.plan, stages=2, epilogue_subtiles=2, staging_slots=1,
+                                        operand_slots=1, load_ahead=False))
+    stmts = [s for s in tile_body(consumers(k.module)[0]) if not isinstance(s, ir.Loop)]
+    body = [printer.op(s) for s in stmts]
     assert body[0] == "prefetch_operand res for acc[cols 0/2] into res_smem0"
+    assert not stmts[0].synced  # type: ignore[union-attr]
     load0 = body.index("load_operand res for acc[cols 0/2] as tile via res_smem0")
-    assert body[load0 + 1] == "prefetch_operand res for acc[cols 1/2] into res_smem0"
-    assert load0 + 1 < body.index("apply_epilogue acc[cols 0/2]") < body.index(
-        "load_operand res for acc[cols 1/2] as tile via res_smem0")
+    store0 = next(i for i, s in enumerate(stmts) if isinstance(s, ir.TmaStore))
+    assert load0 < body.index("apply_epilogue acc[cols 0/2]") < store0
+    assert body[store0 + 1] == "prefetch_operand res for acc[cols 1/2] into res_smem0 (synced by the store)"
+    assert store0 + 1 < body.index("load_operand res for acc[cols 1/2] as tile via res_smem0")
+    # The generated Gluon syncs the first copy itself and leaves the synced one to the store.
+    lines = k.source.split("\n")
+    first, second = [i for i, line in enumerate(lines) if "async_copy_global_to_shared(res_desc" in line][:2]
+    assert "gl.thread_barrier()" in "".join(lines[first - 3:first])
+    store = max(i for i in range(second) if "async_copy_shared_to_global" in lines[i])
+    assert store == second - 2 and "mbarrier.expect(res_smem0_bar" in lines[second - 1]
 
 
 def test_prefetch_disabled_leaves_each_copy_before_its_load() -> None:
-    k = planned(bf16_two_outputs().spec, bn=256, prefetch_operands=False)
+    k = planned(bf16_two_outputs().spec, bn=256, prefetch_operands=False, **P2)
+    k = build(k.spec, H100_SXM, replace(k.plan, stages=2, epilogue_subtiles=2, staging_slots=1,
+                                        operand_slots=1, load_ahead=False))
     body = [printer.op(s) for s in tile_body(consumers(k.module)[0]) if not isinstance(s, ir.Loop)]
     for part in (0, 1):
         at = body.index(f"prefetch_operand res for acc[cols {part}/2] into res_smem0")

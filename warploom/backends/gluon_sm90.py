@@ -460,8 +460,9 @@ class _PartitionEmitter:
         assert g is not None
         nbytes = self.rows * w * g.operand(o.operand).dtype.bytes
         b, buf = self.buf, o.buffer
-        b.line("gl.thread_barrier()", "every thread has read the buffer's previous block ...")
-        b.line("fence_async_shared()", "... before the async proxy overwrites it")
+        if not o.synced:  # (else the TMA store just before did both: ir.PrefetchOperand)
+            b.line("gl.thread_barrier()", "every thread has read the buffer's previous block ...")
+            b.line("fence_async_shared()", "... before the async proxy overwrites it")
         b.line(f"mbarrier.expect({buf}_bar, {nbytes})")
         b.line(f"tma.async_copy_global_to_shared({o.operand}_desc, [{row}, {col}], {buf}_bar, {buf})", printer.op(o))
 

@@ -473,13 +473,19 @@ class PrefetchOperand:
     """Start the TMA copy of column block `part` of `parts` of dense fused-epilogue operand `operand` (the
     block `LoadOperand` with the same fields reads) for the current tile into `buffer`; it completes on the
     buffer's private mbarrier. The buffer must hold no block still to be loaded: each prefetch is followed
-    by exactly one LoadOperand through the buffer, which waits for it, before the next prefetch."""
+    by exactly one LoadOperand through the buffer, which waits for it, before the next prefetch.
+
+    The partition's threads must all have read the buffer's previous block before the copy overwrites it. By
+    default the op synchronizes them itself (a barrier and a proxy fence); `synced` says the schedule already
+    did: the op stands right behind a TmaStore that follows that read, whose fence_async_shared and the barrier
+    Triton puts before every TMA store (all threads' staging writes must land first) order the reads too."""
 
     operand: str
     acc: str
     part: int
     parts: int
     buffer: str
+    synced: bool = False
 
 
 Op = (

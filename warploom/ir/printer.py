@@ -78,7 +78,8 @@ def op(o: ir.Op) -> str:
             return f"load_operand {o.operand} for {o.acc}{part} as {o.read.value}{via}"
         case ir.PrefetchOperand():
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
-            return f"prefetch_operand {o.operand} for {o.acc}{part} into {o.buffer}"
+            synced = " (synced by the store)" if o.synced else ""
+            return f"prefetch_operand {o.operand} for {o.acc}{part} into {o.buffer}{synced}"
         case ir.ApplyEpilogue():
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
             return f"apply_epilogue {o.acc}{part}"

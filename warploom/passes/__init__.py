@@ -47,9 +47,11 @@ def pipeline(plan: Plan) -> list[Pass]:
         FlattenProducer(),
         # Independent of the mainloop; last of the body rewrites so the staging buffer is declared once.
         LowerEpilogue(subtiles=plan.epilogue_subtiles, scalar_columns=plan.scalar_columns,
-                      block_steps=plan.block_epilogue),
-        # After epilogue lowering made the operand loads, which it moves ahead of the final wgmma wait.
-        HoistOperands(enabled=plan.hoist_rows),
+                      block_steps=plan.block_epilogue, staging_slots=plan.staging_slots,
+                      operand_slots=plan.operand_slots),
+        # After epilogue lowering made the operand loads, which it moves ahead of the final wgmma wait (or each
+        # block's one block early).
+        HoistOperands(enabled=plan.hoist_rows, ahead=plan.load_ahead),
         # After epilogue lowering made the dense operands' prefetches; moves them to the tile's start (and
         # each later block's behind the previous block's load), which only needs the final tile body.
         PrefetchOperands(enabled=plan.prefetch_operands),

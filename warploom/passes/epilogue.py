@@ -27,6 +27,7 @@ final wgmma wait.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from warploom.dtypes import DType
@@ -52,11 +53,18 @@ class LowerEpilogue:
     subtiles: column blocks the tile is stored in (1, 2 or 4).
     scalar_columns: read column-vector operands of a fused epilogue one value per row (else as a tile).
     block_steps: apply the `epilogue` op's scales and bias per stored block, right before its store_smem,
-        instead of to the whole accumulator (rowwise scales + bias on a 256-wide tile otherwise spill)."""
+        instead of to the whole accumulator (rowwise scales + bias on a 256-wide tile otherwise spill).
+    staging_slots: staging buffers per output; the tile's block j goes through slot j % staging_slots, and its
+        store wait lets the stores of the blocks since that slot's last use stay in flight (one slot: wait for
+        every store). Must divide the tile's blocks, so each tile starts on the slot of the oldest store.
+    operand_slots: staging buffers per dense operand; block j's copy goes to slot j % operand_slots
+        (PrefetchOperands then starts it as soon as block j - operand_slots has been read)."""
 
     subtiles: int = 1
     scalar_columns: bool = True
     block_steps: bool = False
+    staging_slots: int = 1
+    operand_slots: int = 1
 
     def __call__(self, m: ir.Module) -> ir.Module:
         t, n = m.tiling, self.subtiles
@@ -81,17 +89,25 @@ class LowerEpilogue:
             # One column block per store; an accumulator narrower than that (column-block accumulators)
             # is stored whole.
             width = min([t.bn // n] + [accs[o.acc].cols for o, _ in ir.walk(p.body) if isinstance(o, ir.StoreTile)])
-            bufs = tuple(ir.Buffer(base if j == 0 else f"{base}_{j}", target, d, rows, width, output=j)
-                         for j, d in enumerate(out_dtypes))
-            # Dense operands come by TMA through a buffer of their own: loaded straight into the wgmma
+            if (t.bn // width) % self.staging_slots:
+                raise ValueError(f"LowerEpilogue(staging_slots={self.staging_slots}) does not divide the tile's "
+                                 f"{t.bn // width} stored blocks: the next tile would reuse a slot whose store is "
+                                 "not the oldest in flight")
+            # Slot k of output j: the first slot keeps the single-buffer name.
+            slots = tuple(tuple(ir.Buffer((base if j == 0 else f"{base}_{j}") + (f"_s{k}" if k else ""), target, d,
+                                          rows, width, output=j) for j, d in enumerate(out_dtypes))
+                          for k in range(self.staging_slots))
+            # Dense operands come by TMA through buffers of their own: loaded straight into the wgmma
             # layout each thread would hold a 64-bit address per 4 bytes, and spill.
-            dense = {s.name: ir.Buffer(f"{s.name}_smem{base.removeprefix('c_smem')}", ir.Tensor.OPERAND, s.dtype,
-                                       rows, width, operand=s.name)
+            dense = {s.name: tuple(ir.Buffer(f"{s.name}_smem{base.removeprefix('c_smem')}" + (f"_s{k}" if k else ""),
+                                             ir.Tensor.OPERAND, s.dtype, rows, width, operand=s.name)
+                                   for k in range(self.operand_slots))
                      for s in (graph.operands if graph else ()) if s.kind is OperandKind.DENSE}
-            buffers.extend(bufs + tuple(dense.values()))
+            buffers.extend([b for slot in slots for b in slot] + [b for ring in dense.values() for b in ring])
             steps = {o.acc: o.steps for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue)} if self.block_steps \
                 else {}
-            lower = _Lower(graph, bufs, accs, t.bn, self.scalar_columns, {k: v.name for k, v in dense.items()}, steps)
+            lower = _Lower(graph, slots, accs, t.bn, self.scalar_columns,
+                           {k: tuple(b.name for b in v) for k, v in dense.items()}, steps)
             parts.append(replace(p, body=rewrite(p.body, lower) + (ir.StoreWait(0),)))
         return replace(m, buffers=m.buffers + tuple(buffers), partitions=tuple(parts))
 
@@ -99,11 +115,11 @@ class LowerEpilogue:
 @dataclass(frozen=True)
 class _Lower:
     graph: EpilogueGraph | None
-    bufs: tuple[ir.Buffer, ...]
+    slots: tuple[tuple[ir.Buffer, ...], ...]  # per staging slot, one buffer per output
     accs: dict[str, ir.Accumulator]
     bn: int
     scalar_columns: bool
-    dense: dict[str, str]
+    dense: dict[str, tuple[str, ...]]  # per dense operand, its staging slots
     steps: dict[str, tuple[ir.EpilogueStep, ...]]  # per accumulator: its epilogue, applied per block
 
     def __call__(self, o: ir.Op) -> tuple[ir.Stmt, ...]:
@@ -111,27 +127,31 @@ class _Lower:
             return ()  # moves into the stores below, one block at a time
         if not isinstance(o, ir.StoreTile):
             return (o,)
-        acc, w = self.accs[o.acc], self.bufs[0].cols
+        acc, w = self.accs[o.acc], self.slots[0][0].cols
         n = acc.cols // w
+        # Stores complete in order, so before block j reuses its slot the stores of the blocks after that slot's
+        # last use (staging_slots - 1 of them, each storing every output) may stay in flight.
+        pending = (len(self.slots) - 1) * len(self.slots[0])
         out: list[ir.Stmt] = []
         for i in range(n):
+            j = acc.col0 // w + i  # the block's place in the tile: it picks the slots
+            bufs = self.slots[j % len(self.slots)]
             if self.graph is None:
                 if o.acc in self.steps:
                     out.append(ir.Epilogue(o.acc, self.steps[o.acc], i, n))
-                out += [ir.StoreWait(0), ir.StoreSmem(o.acc, self.bufs[0].name, i, n), ir.FenceAsync(),
-                        ir.TmaStore(self.bufs[0].name, self.bufs[0].tensor, part=acc.col0 // w + i,
-                                    parts=self.bn // w)]
+                out += [ir.StoreWait(pending), ir.StoreSmem(o.acc, bufs[0].name, i, n), ir.FenceAsync(),
+                        ir.TmaStore(bufs[0].name, bufs[0].tensor, part=j, parts=self.bn // w)]
                 continue
             for s in self.graph.operands:
-                buf = self.dense.get(s.name)
+                ring = self.dense.get(s.name)
+                buf = ring[j % len(ring)] if ring else None
                 if buf is not None:  # TMA into the staging buffer, waited for by the load; PrefetchOperands moves it
                     out.append(ir.PrefetchOperand(s.name, o.acc, i, n, buf))
                 out.append(ir.LoadOperand(s.name, o.acc, i, n, operand_read(s.kind, self.scalar_columns), buf))
-            out += [ir.ApplyEpilogue(o.acc, i, n), ir.StoreWait(0)]
-            out += [ir.StoreSmem(o.acc, b.name, i, n, output=b.output) for b in self.bufs]
+            out += [ir.ApplyEpilogue(o.acc, i, n), ir.StoreWait(pending)]
+            out += [ir.StoreSmem(o.acc, b.name, i, n, output=b.output) for b in bufs]
             out.append(ir.FenceAsync())
-            out += [ir.TmaStore(b.name, part=acc.col0 // w + i, parts=self.bn // w, output=b.output)
-                    for b in self.bufs]
+            out += [ir.TmaStore(b.name, part=j, parts=self.bn // w, output=b.output) for b in bufs]
         return tuple(out)
 
 
@@ -145,29 +165,44 @@ class HoistOperands:
     A consumer whose k-loop is followed by no wgmma wait (promoted fp8 waits inside the loop) gets its
     loads just after the k-loop: the earliest point that does not keep them live across the mainloop.
 
+    With `ahead` instead (a 256-wide tile, where every block's vectors live at once would spill), each block's
+    register loads (row, column, scalar) move one block early: block 0's to the same place, block j + 1's to just
+    before block j's apply_epilogue, so their latency hides under block j's math and two blocks' vectors are live:
+
+        load_operand bias[cols 0/8]          # after the k-loop, before the final wgmma wait
+        wgmma_wait pending=0
+        load_operand residual[cols 0/8] via residual_smem0
+        load_operand bias[cols 1/8]          # block 1's, under block 0's math
+        apply_epilogue acc[cols 0/8]
+        ...
+
     Attributes:
         enabled: False leaves every load before its ApplyEpilogue (for measurement).
+        ahead: with enabled False, move each block's register loads one block early (above).
     """
 
     enabled: bool = True
+    ahead: bool = False
 
     def __call__(self, m: ir.Module) -> ir.Module:
-        if not self.enabled or m.spec.epilogue is None:
+        if not (self.enabled or self.ahead) or m.spec.epilogue is None:
             return m
-        return replace(m, partitions=tuple(replace(p, body=_hoist(p.body)) for p in m.partitions))
+        tile = _hoist_tile if self.enabled else _ahead_tile
+        return replace(m, partitions=tuple(replace(p, body=_per_tile(p.body, tile)) for p in m.partitions))
 
 
 _HOISTED = (ir.OperandRead.PER_COL, ir.OperandRead.SCALAR)
 
 
-def _hoist(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
-    out: list[ir.Stmt] = []
-    for s in body:
-        if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES:
-            out.append(replace(s, body=_hoist_tile(s.body)))
-        else:
-            out.append(s)
-    return tuple(out)
+def _per_tile(body: tuple[ir.Stmt, ...],
+              tile: Callable[[tuple[ir.Stmt, ...]], tuple[ir.Stmt, ...]]) -> tuple[ir.Stmt, ...]:
+    return tuple(replace(s, body=tile(s.body)) if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES else s
+                 for s in body)
+
+
+def _after_k_loop(body: list[ir.Stmt]) -> int:
+    """Right after the k-loop: before the final wgmma wait where there is one."""
+    return max(i for i, s in enumerate(body) if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.K) + 1
 
 
 def _hoist_tile(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
@@ -175,9 +210,26 @@ def _hoist_tile(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
     if not loads:
         return body
     rest = [s for s in body if s not in loads]
-    # Right after the k-loop: before the final wgmma wait where there is one.
-    at = max(i for i, s in enumerate(rest) if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.K) + 1
+    at = _after_k_loop(rest)
     return tuple(rest[:at]) + tuple(loads) + tuple(rest[at:])
+
+
+def _ahead_tile(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    applies = [s for s in body if isinstance(s, ir.ApplyEpilogue)]
+    loads = [[s for s in body
+              if isinstance(s, ir.LoadOperand) and s.buffer is None and (s.acc, s.part) == (a.acc, a.part)]
+             for a in applies]
+    if not any(loads):
+        return body
+    moved = {id(s) for group in loads for s in group}
+    rest = [s for s in body if id(s) not in moved]
+    at = _after_k_loop(rest)
+    before = {id(a): group for a, group in zip(applies[:-1], loads[1:], strict=True)}  # block j + 1's, before j's
+    out: list[ir.Stmt] = [*rest[:at], *loads[0]]
+    for s in rest[at:]:
+        out += before.get(id(s), [])
+        out.append(s)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -185,16 +237,17 @@ class PrefetchOperands:
     """Issue each dense operand's TMA copy early, so its latency hides instead of stalling the epilogue.
 
     A block's `prefetch_operand` moves from just before its `load_operand` to the earliest point where its
-    staging buffer is free: the first block's to the start of the tile (it lands under the whole mainloop),
-    each later block's to right after the previous block's `load_operand` through the same buffer (it lands
-    while the previous block is computed and stored). One buffer per operand is enough for that.
+    staging buffer is free: the first block's (with `operand_slots` buffers, the first that many blocks') to the
+    start of the tile (it lands under the whole mainloop), each later block's behind the block that last read the
+    same buffer, right after that block's TMA store (which already synchronized the threads' reads: the prefetch
+    is `synced`, with no barrier of its own). It lands while the blocks in between are computed and stored.
 
         for tiles:                                       for tiles:
           for k: ...                                       prefetch_operand r[cols 0/2] into r_smem
           ...                                              for k: ...
           prefetch_operand r[cols 0/2] into r_smem   ->    load_operand r[cols 0/2] via r_smem
-          load_operand r[cols 0/2] via r_smem              prefetch_operand r[cols 1/2] into r_smem
-          apply / store block 0                            apply / store block 0
+          load_operand r[cols 0/2] via r_smem              apply / store block 0 (... tma_store)
+          apply / store block 0                            prefetch_operand r[cols 1/2] into r_smem (synced)
           prefetch_operand r[cols 1/2] into r_smem         load_operand r[cols 1/2] via r_smem
           load_operand r[cols 1/2] via r_smem              apply / store block 1
           apply / store block 1
@@ -208,12 +261,9 @@ class PrefetchOperands:
     def __call__(self, m: ir.Module) -> ir.Module:
         if not self.enabled or m.spec.epilogue is None:
             return m
-        return replace(m, partitions=tuple(replace(p, body=_prefetch(p.body)) for p in m.partitions))
+        return replace(m, partitions=tuple(replace(p, body=_per_tile(p.body, _prefetch_tile)) for p in m.partitions))
 
 
-def _prefetch(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
-    return tuple(replace(s, body=_prefetch_tile(s.body)) if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES
-                 else s for s in body)
 
 
 def _prefetch_tile(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
@@ -222,7 +272,7 @@ def _prefetch_tile(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
         return body
     rest = [s for s in body if not isinstance(s, ir.PrefetchOperand)]
     first: list[ir.Stmt] = []
-    after: dict[ir.LoadOperand, ir.PrefetchOperand] = {}  # a buffer's next prefetch, behind its previous load
+    after: dict[int, list[ir.PrefetchOperand]] = {}  # by id of the load that last read the buffer
     last_load: dict[str, ir.LoadOperand] = {}
     for s in body:
         if isinstance(s, ir.PrefetchOperand):
@@ -230,12 +280,18 @@ def _prefetch_tile(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
             if prev is None:
                 first.append(s)
             else:
-                after[prev] = s
+                after.setdefault(id(prev), []).append(s)
         elif isinstance(s, ir.LoadOperand) and s.buffer is not None:
             last_load[s.buffer] = s
+    # A later prefetch waits behind the load for the block's TMA store, whose fence and barrier sync the threads'
+    # reads of the buffer for it (ir.PrefetchOperand.synced); with no store after the load, it follows the load.
     out: list[ir.Stmt] = list(first)
+    held: list[ir.PrefetchOperand] = []
     for s in rest:
         out.append(s)
-        if isinstance(s, ir.LoadOperand) and s in after:
-            out.append(after[s])
-    return tuple(out)
+        if isinstance(s, ir.TmaStore) and held:
+            out += [replace(p, synced=True) for p in held]
+            held = []
+        if isinstance(s, ir.LoadOperand):
+            held += after.get(id(s), [])
+    return (*out, *held)

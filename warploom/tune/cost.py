@@ -92,7 +92,7 @@ def consumer_registers(spec: GemmSpec, plan: Plan) -> int:
     promoted = spec.accumulation is Accumulation.PROMOTED
     mainloop = rows * (plan.bn // plan.partial_blocks) // _WG_THREADS if promoted else 0
     if spec.epilogue is not None:
-        block = min(plan.bn, _FUSED_BLOCK)
+        block = min(plan.bn // plan.epilogue_subtiles, _FUSED_BLOCK)  # the columns one apply_epilogue computes
         epilogue = 2 * rows * block // _WG_THREADS  # two live (rows, block) temporaries
     else:
         block = plan.bn // plan.partial_blocks if promoted else plan.bn
