@@ -32,7 +32,8 @@ The heuristic, in order:
    each dense operand's blocks through 2 buffers copied ahead, and each block's vector operands load one block
    early (Plan.staging_slots, operand_slots, load_ahead). Measured at 4096^3 with bias + erf GELU + residual:
    159 us at 128x128 (the rule before) -> 132 us; with two partitions 233 us (docs/benchmarks.md, session 15).
-   Fused epilogues on 128-wide tiles also use one partition (149 against 159 us). Promoted fp8 keeps 128 wide.
+   Fused epilogues on 128-wide tiles also use one partition (149 against 159 us). Promoted fp8 keeps 128 wide and
+   two partitions (its in-loop promotions need them: 10% for plain promoted kernels).
 10. Rowwise scales with a bias on a 256-wide tile apply per stored 64-column block (`block_epilogue`, four
    epilogue subtiles): only one block's scale and bias values are live beside the accumulator.
 11. Blockwise scales (always promoted, BK = 128) ride the A/B stages: the producer copies them with cp.async,
@@ -279,6 +280,15 @@ def epilogue_bytes(spec: GemmSpec, bm: int, bn: int, pingpong: bool = False, spl
     return copies * bm * bn // sub * (slots * sum(d.bytes for d in outs) + operand_slots * sum(d.bytes for d in dense))
 
 
+def plan_epilogue_bytes(spec: GemmSpec, plan: Plan) -> int:
+    """`epilogue_bytes` of the buffers `plan` itself declares: its blocks and slots, which may be forced by hand."""
+    copies = 2 if plan.pingpong else 1
+    outs = (DType.FP32,) if plan.split_k > 1 else spec.output_dtypes()
+    per_col = plan.staging_slots * sum(d.bytes for d in outs) + plan.operand_slots * sum(
+        d.bytes for d in _dense_operands(spec))
+    return copies * plan.bm * plan.bn // plan.epilogue_subtiles * per_col
+
+
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,
                scale_partition: bool = False, scale_stages: int = 2, split_k: int = 1) -> int:
     # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
@@ -399,7 +409,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             score = tail_score(tiles, grid, ts, cbm * cbn / eff, math.ceil(spec.k / bk))
         # Rule 9: fused epilogues run their consumer warpgroups as one partition (its code once, not twice);
         # the wide one loads vectors a block ahead instead of hoisting all 8 blocks' (which would spill).
-        fused_parts = 1 if spec.epilogue is not None else 2
+        # (Promoted fp8 keeps two: its promotions in the k-loop need each warpgroup to release slots on its own,
+        # measured 10% for plain promoted kernels; fused ones at one partition are unmeasured.)
+        fused_parts = 1 if spec.epilogue is not None and spec.accumulation is Accumulation.NATIVE else 2
         hoist = hoist_rows if hoist_rows is not None else not (pingpong or wide)
         early = (wide and bool(_dense_operands(spec))) if prefetch_operands is None else prefetch_operands
         plan = Plan(

@@ -229,6 +229,29 @@ def _check_loaded(p: ir.Partition, m: ir.Module, errs: list[str]) -> None:
                                     "for that block")
 
     tile(p.body)
+    _check_synced(p, errs)
+
+
+def _check_synced(p: ir.Partition, errs: list[str]) -> None:
+    """A `synced` prefetch skips its own barrier and fence (ir.PrefetchOperand): every read of its buffer before it
+    must be followed by a fence_async_shared and then a tma_store (whose barrier Triton emits). Each tile loop runs
+    twice, so the previous tile's reads count at the next tile's start."""
+    for loop in (s for s in p.body if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES):
+        unfenced: set[str] = set()  # buffers read since the last fence
+        fenced: set[str] = set()  # read, then fenced, with no TMA store yet
+        bad: dict[str, None] = {}
+        for s in loop.body + loop.body:
+            if isinstance(s, ir.LoadOperand) and s.buffer is not None:
+                unfenced.add(s.buffer)
+            elif isinstance(s, ir.FenceAsync):
+                fenced |= unfenced
+                unfenced = set()
+            elif isinstance(s, ir.TmaStore):
+                fenced = set()
+            elif isinstance(s, ir.PrefetchOperand) and s.synced and s.buffer in unfenced | fenced:
+                bad[f"partition {p.name}: {printer.op(s)}, but no fence_async_shared and tma_store follow the last "
+                    f"read of {s.buffer} before it: drop `synced` (the prefetch then syncs the threads itself)"] = None
+        errs.extend(bad)
 
 
 def complete(m: ir.Module, device: DeviceInfo) -> list[str]:

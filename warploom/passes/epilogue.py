@@ -50,7 +50,7 @@ def operand_read(kind: OperandKind, scalar_columns: bool) -> ir.OperandRead:
 @dataclass(frozen=True)
 class LowerEpilogue:
     """Attributes:
-    subtiles: column blocks the tile is stored in (1, 2 or 4).
+    subtiles: column blocks the tile is stored in (1, 2, 4 or 8).
     scalar_columns: read column-vector operands of a fused epilogue one value per row (else as a tile).
     block_steps: apply the `epilogue` op's scales and bias per stored block, right before its store_smem,
         instead of to the whole accumulator (rowwise scales + bias on a 256-wide tile otherwise spill).
@@ -183,6 +183,11 @@ class HoistOperands:
 
     enabled: bool = True
     ahead: bool = False
+
+    def __post_init__(self) -> None:
+        if self.enabled and self.ahead:
+            raise ValueError("HoistOperands(enabled=True, ahead=True): hoisting already loads every block's operands "
+                             "before the final wgmma wait; pass one of the two")
 
     def __call__(self, m: ir.Module) -> ir.Module:
         if not (self.enabled or self.ahead) or m.spec.epilogue is None:

@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
-from warploom.planner import _TILES, Plan, epilogue_bytes, stage_bytes, tail_score
+from warploom.planner import _TILES, FUSED_WIDE_BLOCKS, Plan, plan_epilogue_bytes, stage_bytes, tail_score
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 # Addresses, loop counters, barrier phases and the row-scale fragment of a consumer thread (an estimate: the
@@ -92,7 +92,12 @@ def consumer_registers(spec: GemmSpec, plan: Plan) -> int:
     promoted = spec.accumulation is Accumulation.PROMOTED
     mainloop = rows * (plan.bn // plan.partial_blocks) // _WG_THREADS if promoted else 0
     if spec.epilogue is not None:
-        block = min(plan.bn // plan.epilogue_subtiles, _FUSED_BLOCK)  # the columns one apply_epilogue computes
+        # The columns one apply_epilogue computes. A 256-wide cooperative tile in fewer than rule 9's blocks spilled
+        # (4 blocks: 628-872 bytes; 2: 2.4 KB): counted as 128-column blocks, over budget.
+        block = plan.bn // plan.epilogue_subtiles
+        if plan.bn == 256 and not plan.pingpong and plan.epilogue_subtiles < FUSED_WIDE_BLOCKS:
+            block = _FUSED_BLOCK
+        block = min(block, _FUSED_BLOCK)
         epilogue = 2 * rows * block // _WG_THREADS  # two live (rows, block) temporaries
     else:
         block = plan.bn // plan.partial_blocks if promoted else plan.bn
@@ -104,7 +109,7 @@ def consumer_registers(spec: GemmSpec, plan: Plan) -> int:
 def estimate(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Estimate:
     """The cost model's view of `plan` for `spec` on `device`."""
     ring = plan.stages * stage_bytes(spec, plan.bm, plan.bn, plan.bk)
-    smem = ring + epilogue_bytes(spec, plan.bm, plan.bn, plan.pingpong, plan.split_k)
+    smem = ring + plan_epilogue_bytes(spec, plan)
     # setmaxnreg works per warpgroup: a 1-warp producer still holds a warpgroup's registers (ir/verify.py).
     padded = -(-plan.producer_warps // 4) * 4
     sm_regs = 32 * (padded * plan.producer_regs + plan.consumer_warps * plan.consumer_regs)
