@@ -32,49 +32,37 @@ from warploom.planner import plan_schedule
 sys.path.insert(0, os.path.dirname(__file__))
 from epilogue_partition import epilogue, start  # noqa: E402
 
-# name: Plan fields over the planner's 256-wide plan; None: the planner's default. Session 13 timed the _s4_b8 /
-# _b4 / _b16 rows (one staging buffer, each block's copy and vectors waited for in turn); session 15 adds the slotted
-# ones (staging_slots, operand_slots, load_ahead: passes/epilogue.py).
-_WIDE = {"hoist_rows": False}
-VARIANTS: dict[str, dict[str, Any] | None] = {
-    "default": None,
-    "256_s4_b8": {**_WIDE, "stages": 4, "epilogue_subtiles": 8},
-    "256_s4_b8_pf": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True},
-    "256_s4_b8_ss2_os2_ahead": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True,
-                                "staging_slots": 2, "operand_slots": 2, "load_ahead": True},
-    "256_s4_b8_ss2_os2": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True,
-                          "staging_slots": 2, "operand_slots": 2},
-    "256_s4_b8_os2_ahead": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True,
-                            "operand_slots": 2, "load_ahead": True},
-    "256_s4_b8_ss2_os2_ahead_p1": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True,
-                                   "staging_slots": 2, "operand_slots": 2, "load_ahead": True,
-                                   "consumer_partitions": 1},
-    "256_s4_b8_p1": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "consumer_partitions": 1},
-    "256_s4_b8_ss2_os2_p1": {**_WIDE, "stages": 4, "epilogue_subtiles": 8, "prefetch_operands": True,
-                             "staging_slots": 2, "operand_slots": 2, "consumer_partitions": 1},
-    "256_s3_b8_ss4_os2_ahead_p1": {**_WIDE, "stages": 3, "epilogue_subtiles": 8, "prefetch_operands": True,
-                                   "staging_slots": 4, "operand_slots": 2, "load_ahead": True,
-                                   "consumer_partitions": 1},
-    "256_s3_b8_ss8_os2_ahead_p1": {**_WIDE, "stages": 3, "epilogue_subtiles": 8, "prefetch_operands": True,
-                                   "staging_slots": 8, "operand_slots": 2, "load_ahead": True,
-                                   "consumer_partitions": 1},
-    "256_s3_b8_ss4_os4_ahead_p1": {**_WIDE, "stages": 3, "epilogue_subtiles": 8, "prefetch_operands": True,
-                                   "staging_slots": 4, "operand_slots": 4, "load_ahead": True,
-                                   "consumer_partitions": 1},
-    "256_s3_b8_ss2_os8_ahead_p1": {**_WIDE, "stages": 3, "epilogue_subtiles": 8, "prefetch_operands": True,
-                                   "staging_slots": 2, "operand_slots": 8, "load_ahead": True,
-                                   "consumer_partitions": 1},
-    "256_s3_b4_ss2_os2_ahead_p1": {**_WIDE, "stages": 3, "epilogue_subtiles": 4, "prefetch_operands": True,
-                                   "staging_slots": 2, "operand_slots": 2, "load_ahead": True,
-                                   "consumer_partitions": 1},
-    "256_s3_b4_ss2_os2_p1": {**_WIDE, "stages": 3, "epilogue_subtiles": 4, "prefetch_operands": True,
-                             "staging_slots": 2, "operand_slots": 2, "consumer_partitions": 1},
-    "256_s4_b4_p1": {**_WIDE, "stages": 4, "epilogue_subtiles": 4, "prefetch_operands": True,
-                     "consumer_partitions": 1},
-    "128_s5_p1": {"stages": 5, "consumer_partitions": 1, "bn": 128},
-    "256_s3_b8_ss2_os8_ahead": {**_WIDE, "stages": 3, "epilogue_subtiles": 8, "prefetch_operands": True,
-                                "staging_slots": 2, "operand_slots": 8, "load_ahead": True},
-}
+# Variant names spell their Plan fields over the planner's plan: 256/128 (tile width; 256 turns hoisting off),
+# s<stages>, b<column blocks>, ss<staging slots>, os<operand slots, with the residual copied early>, pf (copied
+# early), ahead (load_ahead), p1 (one consumer partition); what a name leaves out is off. "default" is the
+# planner's own. Session 13 timed the _s4_b8 / _b4 / _b16 rows (one staging buffer, each block's copy and vectors
+# waited for in turn); session 15 the slotted ones.
+VARIANTS = ["default", "256_s4_b8", "256_s4_b8_pf", "256_s4_b8_ss2_os2_ahead", "256_s4_b8_ss2_os2",
+            "256_s4_b8_os2_ahead", "256_s4_b8_ss2_os2_ahead_p1", "256_s4_b8_p1", "256_s4_b8_ss2_os2_p1",
+            "256_s3_b8_ss4_os2_ahead_p1", "256_s3_b8_ss8_os2_ahead_p1", "256_s3_b8_ss4_os4_ahead_p1",
+            "256_s3_b8_ss2_os8_ahead_p1", "256_s3_b4_ss2_os2_ahead_p1", "256_s3_b4_ss2_os2_p1", "256_s4_b4_pf_p1",
+            "128_s5_p1", "256_s3_b8_ss2_os8_ahead"]
+_FIELDS = {"s": "stages", "b": "epilogue_subtiles", "ss": "staging_slots", "os": "operand_slots"}
+
+
+def fields(name: str) -> dict[str, Any]:
+    """The Plan fields a variant name spells (module comment above)."""
+    width, *tokens = name.split("_")
+    # What a name leaves out is off: one slot each, nothing early, two consumer partitions (the kernels of session 13).
+    out: dict[str, Any] = {"bn": int(width), "staging_slots": 1, "operand_slots": 1, "load_ahead": False,
+                           "prefetch_operands": False, "consumer_partitions": 2}
+    if width == "256":
+        out["hoist_rows"] = False
+    for tok in tokens:
+        if tok in ("pf", "ahead", "p1"):
+            out[{"pf": "prefetch_operands", "ahead": "load_ahead", "p1": "consumer_partitions"}[tok]] = \
+                1 if tok == "p1" else True
+            continue
+        key = tok.rstrip("0123456789")
+        out[_FIELDS[key]] = int(tok[len(key):])
+        if key == "os":
+            out["prefetch_operands"] = True
+    return out
 
 
 def kernels(m: int, n: int, k: int, device: str, only: list[str] | None = None) -> dict[str, Any]:
@@ -85,14 +73,14 @@ def kernels(m: int, n: int, k: int, device: str, only: list[str] | None = None) 
     res = torch.empty(m, n, dtype=torch.bfloat16, device=device)
     base = warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True, epilogue=epilogue, residual=res)
     out = {}
-    for name, v in VARIANTS.items():
+    for name in VARIANTS:
         if only and name not in only:
             continue
-        if v is None:
+        if name == "default":
             out[name] = base
             continue
-        v = dict(v)
-        p = plan_schedule(base.spec, base.device, bn=v.pop("bn", 256), stages=2)  # then re-staged
+        v = fields(name)
+        p = plan_schedule(base.spec, base.device, bn=v.pop("bn"), stages=2)  # then re-staged
         out[name] = build(base.spec, base.device, dataclasses.replace(p, **v))
     return out
 
