@@ -500,7 +500,10 @@ def test_fp8_slotted_wide_epilogue(staging: int, operand: int, parts: int) -> No
     tag = "0" if parts == 2 else ""  # two partitions stage their own rows: c_smem0, c_smem1, ...
     stored = [o.buffer for o in body if isinstance(o, ir.StoreSmem)]
     assert stored == [f"c_smem{tag}{'_s' + str(j % staging) if j % staging else ''}" for j in range(8)]
-    assert {o.pending for o in body if isinstance(o, ir.StoreWait)} == {staging - 1}
+    # Each block's wait stands behind its staging writes, right before its fence and stores.
+    assert {o.pending for o in body if isinstance(o, ir.StoreWait)} == {staging - 2}
+    waits = [i for i, o in enumerate(body) if isinstance(o, ir.StoreWait)]
+    assert all(isinstance(body[i - 1], ir.StoreSmem) and isinstance(body[i + 1], ir.FenceAsync) for i in waits)
     staged = [o.buffer for o in body if isinstance(o, ir.LoadOperand) and o.buffer]
     assert staged == [f"residual_smem{tag}{'_s' + str(j % operand) if j % operand else ''}" for j in range(8)]
     # Each later copy follows the TMA store of the block that last read its buffer, synced by it.
@@ -520,13 +523,14 @@ def test_fp8_slotted_wide_epilogue(staging: int, operand: int, parts: int) -> No
 
 
 def test_multi_output_slots_wait_for_every_output() -> None:
-    # Three outputs per block: before a slot's reuse, the other slot's three stores may be in flight, not more.
+    # Three outputs per block, two slots: before block j's stores, block j-1's three must be done, so that block
+    # j+1's writes find their slot free.
     case = bf16_case(130, 528, 128, multi_fn, multi_operands(130, 528), seed=7)
     module, res = case.run(_slotted(case.spec, blocks=4, staging=2, operand=1, grid=1))
     assert_matches(case, res)
-    assert {o.pending for o in _tile_body(module) if isinstance(o, ir.StoreWait)} == {3}
-    # One pending store more and block 2 overwrites a slot block 0's store may still read.
-    racy = edit_tiles(module, lambda stmts: tuple(replace(s, pending=4) if isinstance(s, ir.StoreWait) else s
+    assert {o.pending for o in _tile_body(module) if isinstance(o, ir.StoreWait)} == {0}
+    # Leave block j-1's three stores in flight and block j+1 overwrites a slot they may still read.
+    racy = edit_tiles(module, lambda stmts: tuple(replace(s, pending=3) if isinstance(s, ir.StoreWait) else s
                                                   for s in stmts))
     r = simulate(racy, case.a, case.b, operands=case.operands, record=False)
     assert FindingKind.STORE_BUFFER_RACE in r.report.kinds(), r.report.summary()
