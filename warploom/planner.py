@@ -265,16 +265,17 @@ def _dense_operands(spec: GemmSpec) -> list[DType]:
     return [s.dtype for s in spec.epilogue.operands if s.kind.value == "dense"] if spec.epilogue else []
 
 
-def epilogue_bytes(spec: GemmSpec, bm: int, bn: int, pingpong: bool = False, split_k: int = 1) -> int:
+def epilogue_bytes(spec: GemmSpec, bm: int, bn: int, pingpong: bool = False, split_k: int = 1,
+                   prefetch: bool = True) -> int:
     """The epilogue's staging buffers: for the TMA store (one column block of the tile per output, in each
-    staging slot), and for each dense operand of a fused epilogue (one block per operand slot;
-    warploom.passes.epilogue). Ping-pong consumers each stage whole tiles of their own: twice the buffers of
-    cooperative ones, which share each tile's rows."""
+    staging slot), and for each dense operand of a fused epilogue (one block per operand slot, two for rule 9's
+    early copies unless `prefetch` is off; warploom.passes.epilogue). Ping-pong consumers each stage whole tiles
+    of their own: twice the buffers of cooperative ones, which share each tile's rows."""
     dense = _dense_operands(spec)
     copies = 2 if pingpong else 1
     wide = fused_wide(spec, bn, pingpong)
     sub = epilogue_subtiles(bn, pingpong, spec.epilogue is not None, bm, block_epilogue(spec, bn, pingpong), wide)
-    slots, operand_slots = (FUSED_WIDE_SLOTS, FUSED_WIDE_SLOTS) if wide else (1, 1)
+    slots, operand_slots = (FUSED_WIDE_SLOTS, FUSED_WIDE_SLOTS if prefetch else 1) if wide else (1, 1)
     # Split-K units stage their fp32 partials (the workspace's dtype), not the output.
     outs = (DType.FP32,) if split_k > 1 else spec.output_dtypes()
     return copies * bm * bn // sub * (slots * sum(d.bytes for d in outs) + operand_slots * sum(d.bytes for d in dense))
@@ -290,9 +291,9 @@ def plan_epilogue_bytes(spec: GemmSpec, plan: Plan) -> int:
 
 
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,
-               scale_partition: bool = False, scale_stages: int = 2, split_k: int = 1) -> int:
+               scale_partition: bool = False, scale_stages: int = 2, split_k: int = 1, prefetch: bool = True) -> int:
     # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
-    free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong, split_k) - 1024
+    free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong, split_k, prefetch) - 1024
     if scale_partition:
         free -= scale_stages * scale_slot_bytes(spec, bm, bn, bk)
     return min(_MAX_STAGES, free // stage_bytes(spec, bm, bn, bk, scale_partition))
@@ -371,6 +372,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         if bn is None and cbn == 256 and spec.scale is ScaleRecipe.MX:
             continue  # rule 12: MX at 256 wide spills 248-440 bytes whatever the budgets (ptxas, 2026-11-23)
         wide = fused_wide(spec, cbn, pingpong)
+        # Rule 9 copies a dense operand's blocks early, through two buffers each (forced off: one, as at 128 wide).
+        early = (wide and bool(_dense_operands(spec))) if prefetch_operands is None else prefetch_operands
         if bn is None and cbn == 256 and spec.epilogue is not None and not wide:
             continue  # rule 9: promoted fp8 and ping-pong keep fused epilogues 128 wide
         if (bn is None and promoted and cbn == 256 and spec.bias_dtype
@@ -381,10 +384,10 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         ks = split_k if split_k is not None else _rule14_split(spec, device, cbm, cbn, pingpong, scale_partition)
         if tail_split is not None and tail_split > 1:
             ks = 1  # a forced tail follows whole tiles: rule 14 does not split them
-        fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, split_k=ks)
+        fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, split_k=ks, prefetch=early)
         if split_k is None and ks > 1 and stages is not None and stages > fit:
             ks = 1  # a forced depth that only fits beside the output's staging tile, not the fp32 partials'
-            fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition)
+            fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, prefetch=early)
         # Promoted fp8 measured 1-3% faster at 3 stages than at 4 (docs/benchmarks.md, sweeps of 2026-11-22).
         s = (min(fit, 3) if promoted and cbn == 256 else fit) if stages is None else stages
         if s < 1 or s > fit or (stages is None and s < 2):
@@ -413,7 +416,6 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         # measured 10% for plain promoted kernels; fused ones at one partition are unmeasured.)
         fused_parts = 1 if spec.epilogue is not None and spec.accumulation is Accumulation.NATIVE else 2
         hoist = hoist_rows if hoist_rows is not None else not (pingpong or wide)
-        early = (wide and bool(_dense_operands(spec))) if prefetch_operands is None else prefetch_operands
         plan = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
             group_m=group_m, grid=grid,
@@ -424,7 +426,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             prefetch_operands=early, pingpong=pingpong, scale_partition=scale_partition, split_k=ks,
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
-            operand_slots=FUSED_WIDE_SLOTS if wide and _dense_operands(spec) else 1,
+            operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
             load_ahead=wide and not hoist, **_mx_registers(spec, cbm, pingpong),
         )
         key = (score, -cbm * cbn, plan)

@@ -393,6 +393,16 @@ def test_fused_spec_takes_the_wide_tile_in_slotted_blocks(make: Callable[[], Gem
     assert plan_schedule(spec, H100_SXM, consumer_partitions=2).consumer_partitions == 2
 
 
+def test_wide_plan_without_early_copies_keeps_one_buffer_per_dense_operand() -> None:
+    spec = _square(lambda acc, r: F.gelu(acc) + r, r=t(4096, 4096, dtype=BF16))
+    on, off = plan_schedule(spec, H100_SXM), plan_schedule(spec, H100_SXM, prefetch_operands=False)
+    assert (on.operand_slots, off.operand_slots) == (2, 1) and on.bn == off.bn == 256
+    for plan, prefetch in ((on, True), (off, False)):
+        m = build(spec, H100_SXM, plan).module
+        assert sum(b.bytes for b in m.buffers) == epilogue_bytes(spec, 128, 256, prefetch=prefetch)
+    assert epilogue_bytes(spec, 128, 256, prefetch=False) == epilogue_bytes(spec, 128, 256) - 128 * 32 * 2
+
+
 def test_promoted_fused_spec_keeps_bn_128_unless_forced() -> None:
     spec = fp8(4096, 4096, 4096, lambda acc: F.relu(acc), rowwise=False, fast=False).spec
     assert plan_schedule(replace(spec, epilogue=None), H100_SXM).bn == 256  # what it would take without

@@ -57,6 +57,9 @@ class Estimate:
         tiles: output tiles; waves: ceil(tiles / SMs); wave_efficiency: tiles / (waves x SMs), 1.0 when the
             last wave keeps every SM busy.
         time: relative time, waves x BM x BN / tile efficiency; comparable between plans of one spec only.
+        epilogue_copies: consumer partitions that each unroll a wide fused epilogue (planner rule 9's 8 blocks) as
+            code of their own; more than one thrashes the instruction cache (233 against 132 µs at 4096^3 on the
+            H100, Nsight's no-instruction stalls 6.4 per issue against 0.7: docs/benchmarks.md, session 15).
     """
 
     smem_bytes: int
@@ -69,6 +72,7 @@ class Estimate:
     waves: int
     wave_efficiency: float
     time: float
+    epilogue_copies: int = 1
 
     @property
     def fits(self) -> bool:
@@ -82,6 +86,9 @@ class Estimate:
             return f"~{self.regs} registers per consumer thread > budget {self.reg_budget} (would spill)"
         if self.sm_regs > self.sm_regs_limit:
             return f"register budgets claim {self.sm_regs} > {self.sm_regs_limit} per SM"
+        if self.epilogue_copies > 1:
+            return (f"instruction cache: {self.epilogue_copies} consumer partitions each unroll the wide fused "
+                    "epilogue (measured 1.75x slower than one)")
         return None
 
 
@@ -128,4 +135,6 @@ def estimate(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Estimate:
         regs=consumer_registers(spec, plan), reg_budget=plan.consumer_regs,
         sm_regs=sm_regs, sm_regs_limit=device.regs_per_sm,
         tiles=tiles, waves=waves, wave_efficiency=fill, time=time,
+        epilogue_copies=plan.consumer_partitions if spec.epilogue is not None and plan.bn == 256 and
+        plan.epilogue_subtiles >= FUSED_WIDE_BLOCKS and not plan.pingpong else 1,
     )
