@@ -271,23 +271,24 @@ def epilogue_bytes(spec: GemmSpec, bm: int, bn: int, pingpong: bool = False, spl
     staging slot), and for each dense operand of a fused epilogue (one block per operand slot, two for rule 9's
     early copies unless `prefetch` is off; warploom.passes.epilogue). Ping-pong consumers each stage whole tiles
     of their own: twice the buffers of cooperative ones, which share each tile's rows."""
-    dense = _dense_operands(spec)
-    copies = 2 if pingpong else 1
     wide = fused_wide(spec, bn, pingpong)
     sub = epilogue_subtiles(bn, pingpong, spec.epilogue is not None, bm, block_epilogue(spec, bn, pingpong), wide)
     slots, operand_slots = (FUSED_WIDE_SLOTS, FUSED_WIDE_SLOTS if prefetch else 1) if wide else (1, 1)
-    # Split-K units stage their fp32 partials (the workspace's dtype), not the output.
-    outs = (DType.FP32,) if split_k > 1 else spec.output_dtypes()
-    return copies * bm * bn // sub * (slots * sum(d.bytes for d in outs) + operand_slots * sum(d.bytes for d in dense))
+    return _staging_bytes(spec, bm * bn // sub, 2 if pingpong else 1, slots, operand_slots, split_k)
 
 
 def plan_epilogue_bytes(spec: GemmSpec, plan: Plan) -> int:
     """`epilogue_bytes` of the buffers `plan` itself declares: its blocks and slots, which may be forced by hand."""
-    copies = 2 if plan.pingpong else 1
-    outs = (DType.FP32,) if plan.split_k > 1 else spec.output_dtypes()
-    per_col = plan.staging_slots * sum(d.bytes for d in outs) + plan.operand_slots * sum(
-        d.bytes for d in _dense_operands(spec))
-    return copies * plan.bm * plan.bn // plan.epilogue_subtiles * per_col
+    return _staging_bytes(spec, plan.bm * plan.bn // plan.epilogue_subtiles, 2 if plan.pingpong else 1,
+                          plan.staging_slots, plan.operand_slots, plan.split_k)
+
+
+def _staging_bytes(spec: GemmSpec, block: int, copies: int, slots: int, operand_slots: int, split_k: int) -> int:
+    """`copies` x (`slots` staging blocks of `block` elements per output + `operand_slots` per dense operand)."""
+    # Split-K units stage their fp32 partials (the workspace's dtype), not the output.
+    outs = (DType.FP32,) if split_k > 1 else spec.output_dtypes()
+    per_elem = slots * sum(d.bytes for d in outs) + operand_slots * sum(d.bytes for d in _dense_operands(spec))
+    return copies * block * per_elem
 
 
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,

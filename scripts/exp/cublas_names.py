@@ -8,10 +8,9 @@ names carry its tile, cluster and schedule (e.g. ``tilesize128x256x64_cluster2x1
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import torch
+from _rows import write_rows  # (scripts/exp is the script's own folder)
 from torch.profiler import ProfilerActivity, profile
 
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4096, 7168, 2048), (4096, 2112, 7168)]
@@ -40,9 +39,7 @@ def main() -> None:
             row = {"shape": [m, n, k], "op": op, "kernels": names(fn)}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    out = Path(os.environ.get("OUT", "out")) / "cublas-names.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=1))
+    write_rows(rows, "cublas-names.json")
 
 
 if __name__ == "__main__":

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from _rows import write_rows  # noqa: E402
 from sweep_plans import case  # noqa: E402
 
 from warploom.bench import _time_graph  # noqa: E402
@@ -76,9 +76,7 @@ def main() -> None:
         row = measure(name, kw, 4096, 2112, 7168)
         rows.append(row)
         print(json.dumps(row), flush=True)
-    out_path = Path(os.environ.get("OUT", "out")) / "tail-parts.json"
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out_path.write_text(json.dumps(rows, indent=1))
+    write_rows(rows, "tail-parts.json")
 
 
 if __name__ == "__main__":

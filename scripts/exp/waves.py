@@ -12,13 +12,12 @@ Written in session 13, run in session 14: yes, it is (docs/benchmarks.md).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
-from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from _rows import write_rows  # noqa: E402
 from bench_blockwise import bench  # noqa: E402
 
 CASES = [((4096, 2048, 7168), None), ((4096, 2112, 7168), None), ((4096, 2112, 7168), {"bm": 64, "bn": 128}),
@@ -36,9 +35,7 @@ def main() -> None:
         print(f"{m}x{n}x{k} {r['plan']:34s} waves {tiles / 132:5.2f} ours {r['ours_graph_ms'] * 1e3:7.1f} us "
               f"{r['ours_tflops']:6.1f} TFLOP/s  torch {r['torch_graph_ms'] * 1e3:7.1f} us  "
               f"ratio {r['graph_ratio']:.3f}", flush=True)
-    out = Path(os.environ.get("OUT", "out")) / "waves.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(rows, indent=1))
+    write_rows(rows, "waves.json")
 
 
 if __name__ == "__main__":
