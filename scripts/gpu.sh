@@ -57,6 +57,10 @@ if [ "$what" = waves ]; then
   # Is blockwise 4096x2112x7168's 0.81x wave quantization? (scripts/exp/waves.py; yes: docs/benchmarks.md, session 14)
   python3 scripts/exp/waves.py 2>&1 | tee "$OUT/waves.log"
 fi
+if [ "$what" = hostparts ]; then
+  # An eager call's host time, layer by layer (issue 6: <= 10 us over the kernel; scripts/exp/host_parts.py).
+  python3 scripts/exp/host_parts.py 2>&1 | tee "$OUT/host-parts.log"
+fi
 if [ "$what" = decode ]; then
   # Decode-sized GEMMs (M <= 64, N = K = 8192): tile widths and split-K against torch, as bandwidth.
   python3 scripts/sweep_decode.py --out "$OUT/decode.json" ${DECODE_ARGS:-} 2>&1 | tee "$OUT/decode.log"

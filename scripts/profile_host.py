@@ -36,6 +36,15 @@ def gelu_residual(acc: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
     return F.gelu(acc) + residual
 
 
+def gemm_operands(s: int) -> tuple[torch.Tensor, ...]:
+    """bf16 A (s, s) and K-major B, their fp8 copies, and rowwise scales: the calls the host-time scripts make."""
+    a = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(s, s, device="cuda", dtype=torch.bfloat16).t()
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(s, 1, device="cuda") + 0.5, torch.rand(1, s, device="cuda") + 0.5
+    return a, b, a8, b8, sa, sb
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=256)
@@ -43,10 +52,7 @@ def main() -> None:
     ap.add_argument("--sort", default="tottime", choices=["tottime", "cumulative"])
     args = ap.parse_args()
     s = args.size
-    a = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(s, s, device="cuda", dtype=torch.bfloat16).t()
-    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
-    sa, sb = torch.rand(s, 1, device="cuda") + 0.5, torch.rand(1, s, device="cuda") + 0.5
+    a, b, a8, b8, sa, sb = gemm_operands(s)
     bias, res = torch.randn(s, device="cuda", dtype=torch.bfloat16), torch.randn(s, s, device="cuda",
                                                                                 dtype=torch.bfloat16)
     out = torch.empty(s, s, device="cuda", dtype=torch.bfloat16)

@@ -185,9 +185,13 @@ def _eager(*tensors: Any) -> bool:
     if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
         return False
     a = tensors[0]
-    if a.device.type != "cuda" or isinstance(a, torch._subclasses.fake_tensor.FakeTensor):
+    if not a.is_cuda or checks.is_fake(a):  # (is_cuda: a.device.type builds a device object, ~0.4 us)
         return False
-    return not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors))
+    if torch.is_grad_enabled():
+        for t in tensors:
+            if t is not None and t.requires_grad:
+                return False
+    return True
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = None,

@@ -29,18 +29,29 @@ _MAX = 1024
 _CALLS: dict[tuple[Any, ...], Prepared | PreparedFused] = {}
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Prepared:
-    """What a remembered call launches: the kernel and the output's shape and dtype."""
+    """What a remembered call launches: the kernel and the output's shape and dtype. After its first launch, the
+    kernel's launch bound to the call's key (`Launcher.bind`: the key fixes the specialization, grid and device),
+    or None where the kernel has none (split-K, a tail). Not frozen: `bound` is set once, after that launch."""
 
     kernel: Kernel
     m: int
     n: int
     out_dtype: Any  # torch.dtype
+    bound: Any = None  # runtime.launch.Bound
+    launched: bool = False
 
     def __call__(self, a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> Any:
         out = torch.empty((self.m, self.n), dtype=self.out_dtype, device=a.device)
-        return self.kernel.launcher(a, b, out, scale_a, scale_b, bias)
+        if self.bound is not None:
+            return self.bound(a, b, out, scale_a, scale_b, bias)
+        launcher = self.kernel.launcher
+        launcher(a, b, out, scale_a, scale_b, bias)
+        if not self.launched:
+            self.launched = True
+            self.bound = launcher.bind(a, b, out, scale_a, scale_b, bias)
+        return out
 
 
 def key(op: str, tensors: tuple[Any, ...], *rest: Any) -> tuple[Any, ...] | None:
@@ -64,10 +75,11 @@ def _tensor_key(t: Any) -> tuple[Any, ...] | None:
     return (t.shape, t.stride(), t.dtype, device, t.data_ptr() & 15)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class PreparedFused:
     """A remembered call with a fused epilogue: the kernel, the outputs' dtypes, and which tensors the kernel takes
-    as graph operands (`names`, scaled_mm's scales and bias among them unless blockwise: those are the mainloop's)."""
+    as graph operands (`names`, scaled_mm's scales and bias among them unless blockwise: those are the mainloop's);
+    its launch bound to the key after the first, as `Prepared`'s."""
 
     kernel: Kernel
     m: int
@@ -75,14 +87,23 @@ class PreparedFused:
     out_dtypes: tuple[Any, ...]  # torch.dtype per output
     names: tuple[str, ...]
     blockwise: bool
+    bound: Any = None  # runtime.launch.Bound
+    launched: bool = False
 
     def __call__(self, a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any, operands: dict[str, Any]) -> Any:
         # The user's operands last: matmul may name one `bias` (scaled_mm refuses those names for its own).
         tensors = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias, **operands}
         outs = tuple(torch.empty((self.m, self.n), dtype=d, device=a.device) for d in self.out_dtypes)
         sa, sb = (scale_a, scale_b) if self.blockwise else (None, None)
-        self.kernel.launcher(a, b, outs[0], sa, sb, operands={n: tensors[n] for n in self.names},
-                             extra_outs=outs[1:])
+        graph_operands = {n: tensors[n] for n in self.names}
+        if self.bound is not None:
+            self.bound(a, b, outs[0], sa, sb, operands=graph_operands, extra_outs=outs[1:])
+        else:
+            launcher = self.kernel.launcher
+            launcher(a, b, outs[0], sa, sb, operands=graph_operands, extra_outs=outs[1:])
+            if not self.launched:
+                self.launched = True
+                self.bound = launcher.bind(a, b, outs[0], sa, sb, operands=graph_operands, extra_outs=outs[1:])
         return outs[0] if len(outs) == 1 else outs
 
 

@@ -24,7 +24,7 @@ from warploom.runtime.launch import _c_entry, _Compiled, _DescSlot
 
 BLOCKS = {0: [128, 64], 1: [256, 64], 2: [128, 128]}
 SIGNATURE = {"a_desc": "tensordesc<bf16[128, 64]>", "b_desc": "tensordesc<bf16[256, 64]>",
-             "c_desc": "tensordesc<bf16[128, 128]>", "M": "i32", "N": "i32", "K": "i32"}
+             "c_desc": "tensordesc<bf16[128, 128]>", "M": "i32", "N": "i32", "K": "i32", "bias_ptr": "*bf16"}
 META = [{"swizzle": 3, "elem_size": 2, "elem_type": 10, "block_size": blk, "fp4_padded": False}
         for blk in BLOCKS.values()]
 
@@ -177,3 +177,166 @@ def test_a_launch_metadata_callback_gets_descriptors(utils: Utils) -> None:
     (got,) = seen
     assert [type(x) for x in got[:3]] == [TensorDescriptor] * 3 and got[3:] == tuple(args[3:])
     assert got[0].base is args[0] and list(got[1].block_shape) == BLOCKS[1]
+
+
+# --- Bound: a remembered eager call's launch (Launcher.bind), its C arguments kept as a template ---------------------
+
+GETTERS = [lambda c: c.a, lambda c: c.b, lambda c: c.out, lambda c: c.a.shape[0], lambda c: c.b.shape[0],
+           lambda c: c.a.shape[1], lambda c: c.bias]  # the launcher's per-parameter getters (here B is (N, K))
+
+
+class FakeLauncher:
+    """What a Bound reads of its Launcher (the getters), and its general path, recorded."""
+
+    _args = GETTERS
+    _bases: dict[int, Any] = {}
+
+    def __init__(self) -> None:
+        self.general: list[tuple[Any, ...]] = []
+
+    def __call__(self, a: Any, b: Any, out: Any, *rest: Any, **kw: Any) -> Any:
+        self.general.append((a, b, out))
+        return out
+
+
+class Knobs:
+    def __init__(self) -> None:
+        self.same = True
+
+    def same_knobs(self, key: tuple[Any, ...]) -> bool:
+        return self.same
+
+
+@pytest.fixture
+def gpu(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+    """A stand-in driver: device 0 current, stream 99, `fill_tma_descriptor` recorded (as `utils`)."""
+    drv = SimpleNamespace(utils=Utils(), device=0, get_current_stream=lambda d: 99)
+    drv.get_current_device = lambda: drv.device
+    monkeypatch.setattr(triton.runtime.driver, "_active", drv)
+    return drv
+
+
+def call_args(m: int, n: int, k: int) -> list[Any]:
+    return [*tensors(m, n, k), torch.randn(n).to(torch.bfloat16)]
+
+
+def bound_for(args: list[Any], run: Run, kern: Any = None) -> tuple[Any, FakeLauncher, Knobs]:
+    from warploom.runtime.launch import Bound
+
+    launcher, knobs_ = FakeLauncher(), Knobs()
+    compiled = _Compiled(kern or kernel(run), slots(), hook_reads_args=False, key=(0, False, None))
+    return Bound(launcher, knobs_, compiled, 5, 0, args), launcher, knobs_  # type: ignore[arg-type]
+
+
+def launch(bound: Any, args: list[Any]) -> Any:
+    a, b, out, _, _, _, bias = args
+    return bound(a, b, out, bias=bias)
+
+
+def test_bound_launch_passes_what_tritons_wrapper_passes(gpu: SimpleNamespace) -> None:
+    run = Run()
+    first = call_args(300, 272, 512)
+    bound, launcher, _ = bound_for(first, run)
+    # Later calls with the key's shapes and strides, new tensors each time, and the first call's again.
+    for args in [call_args(300, 272, 512), call_args(300, 272, 512), first]:
+        assert launch(bound, args) is args[2]
+        assert run.calls[-1] == reference(args)
+    assert launcher.general == []
+
+
+def test_bound_keeps_no_tensor_of_the_binding_call(gpu: SimpleNamespace) -> None:
+    import weakref
+
+    args = call_args(128, 256, 64)
+    bound, _, _ = bound_for(args, Run())
+    refs = [weakref.ref(t) for t in args if isinstance(t, torch.Tensor)]
+    del args
+    assert all(r() is None for r in refs)  # the template holds shapes, strides and encodings only
+    later = call_args(128, 256, 64)
+    launch(bound, later)
+
+
+def test_bound_encodes_each_address_once(gpu: SimpleNamespace) -> None:
+    args = call_args(256, 256, 128)
+    bound, _, _ = bound_for(args, Run())
+    assert len(gpu.utils.encoded) == 3  # binding encodes the call's three descriptors
+    launch(bound, args)
+    launch(bound, args)
+    assert len(gpu.utils.encoded) == 3  # the same three addresses: nothing encoded again
+    out2 = torch.empty_like(args[2])
+    launch(bound, [*args[:2], out2, *args[3:]])
+    launch(bound, [*args[:2], out2, *args[3:]])
+    assert gpu.utils.encoded[3:] == [out2.data_ptr()]  # a new output address: its descriptor, once
+
+
+def test_bound_steps_aside_for_another_device_or_changed_knobs(gpu: SimpleNamespace) -> None:
+    run = Run()
+    args = call_args(128, 256, 64)
+    bound, launcher, knobs_ = bound_for(args, run)
+    gpu.device = 1  # another device is current: the general path switches to the tensors'
+    launch(bound, args)
+    assert len(launcher.general) == 1 and run.calls == []
+    gpu.device = 0
+    knobs_.same = False  # debug/instrumentation knobs changed or a pre-run hook added: through the JIT
+    launch(bound, args)
+    assert len(launcher.general) == 2 and run.calls == []
+    knobs_.same = True
+    launch(bound, args)
+    assert len(launcher.general) == 2 and run.calls[-1] == reference(args)
+
+
+def test_bound_gives_live_launch_hooks_their_metadata(gpu: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = Run()
+    k = kernel(run)
+    k.launch_metadata = lambda grid, stream, *a: "metadata"
+    args = call_args(128, 256, 64)
+    bound, _, _ = bound_for(args, run, k)
+
+    def enter(meta: Any) -> None:
+        pass
+
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", enter)
+    launch(bound, args)
+    assert run.calls[-1][10:13] == ("metadata", enter, None)
+    assert run.calls[-1][13:] == reference(args)[13:]
+
+
+def test_empty_hook_chains_are_no_hooks(utils: Utils) -> None:
+    from triton.knobs import HookChain
+
+    run = Run()
+    k = kernel(run)
+    k.launch_metadata = lambda *a: pytest.fail("no hook to give metadata to")
+    compiled = _Compiled(k, slots(), hook_reads_args=False)
+    args = tensors(128, 256, 64)
+    chain: HookChain[Any] = HookChain()
+    compiled.launch(3, 99, chain, HookChain(reversed=True), args)
+    assert run.calls[-1][10:13] == (None, None, None)  # what Triton passes when no hook is set
+    chain.add(print)
+    k.launch_metadata = lambda *a: "metadata"
+    compiled.launch(3, 99, chain, None, args)
+    assert run.calls[-1][10:13] == ("metadata", chain, None)
+
+
+def test_bound_finds_a_views_encoding_by_its_base(gpu: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """K-major B arrives as a (K, N) view; its descriptor is over the (N, K) storage (the getter transposes back).
+    A bound launch looks the encoding up by B's address, so it makes the view only to encode a new address."""
+    made: list[int] = []
+
+    def b_desc(c: Any) -> Any:
+        made.append(1)
+        return c.b.t()
+
+    monkeypatch.setattr(FakeLauncher, "_args", [GETTERS[0], b_desc, *GETTERS[2:4], lambda c: c.b.shape[1],
+                                                *GETTERS[5:]])
+    monkeypatch.setattr(FakeLauncher, "_bases", {1: lambda c: c.b})
+    run = Run()
+    args = call_args(300, 272, 512)
+    args[1] = args[1].t()  # (K, N), a view of (N, K) storage
+    bound, _, _ = bound_for([args[0], args[1].t(), *args[2:]], run)
+    made.clear()
+    for b in [args[1], args[1], args[1].t().clone().t()]:
+        a, _, out, m, n, k, bias = args
+        bound(a, b, out, bias=bias)
+        assert run.calls[-1] == reference([a, b.t(), out, m, n, k, bias])
+    assert made == [1]  # only for the third call's new address

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from triton import knobs
+from triton.knobs import HookChain
 from triton.runtime.driver import driver
 
 from warploom.backends.gluon_sm90 import REDUCE_BLOCK, WORKSPACE_DESC, GluonSource, output_desc
@@ -92,6 +93,10 @@ class Launcher:
         for bf in m.buffers:
             if bf.tensor is ir.Tensor.OPERAND:
                 getters[f"{bf.operand}_desc"] = functools.partial(lambda name, c: c.operands[name], bf.operand)
+        # A descriptor's tensor as a view of one whose address it shares, where the getter makes a view (B's
+        # transpose): a bound launch looks encodings up by address and skips the view (~1.3 us) when it finds one.
+        self._bases: dict[int, Callable[[Call], Any]] = {
+            i: (lambda c: c.b) for i, p in enumerate(src.params) if p == "b_desc" and k_major}
         fused = m.spec.epilogue is not None
         scale_args = _scale_args(m.spec.scale) if m.spec.scale.is_blockwise else {}
         self._args: list[Callable[[Call], Any]] = []
@@ -104,9 +109,9 @@ class Launcher:
                 # Operands keep their own strides (compiled into the kernel): the storage goes as it is.
                 self._args.append(functools.partial(lambda name, c: c.operands[name], p.removesuffix("_ptr")))
             elif p == "scale_a_ptr":
-                self._args.append(lambda c: _aligned(c.scale_a.reshape(-1)))
+                self._args.append(lambda c: _aligned(c.scale_a))
             elif p == "scale_b_ptr":
-                self._args.append(lambda c: _aligned(c.scale_b.reshape(-1)))
+                self._args.append(lambda c: _aligned(c.scale_b))
             elif p == "bias_ptr":
                 self._args.append(lambda c: _aligned(c.bias))
             else:
@@ -114,6 +119,25 @@ class Launcher:
                                    "K": lambda c: c.a.shape[1], "tile_lo": lambda c: c.span.lo,
                                    "tile_hi": lambda c: c.span.hi}[p])
         self._tail = None if tail is None else Launcher(*tail, fast=fast)
+
+    def bind(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
+             operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Bound | None:
+        """This kernel's launch for calls whose tensors have these tensors' shapes, strides, dtypes, devices and
+        16-byte alignments (what an eager call's key holds: `warploom.eager`), or None where there is none yet.
+
+        Those fix every argument's specialization, the grid and the device, so the `Bound` launches the kernel
+        compiled for this call's specialization without deriving any of them again. None until a call like this
+        one has launched (it compiled the kernel), and for kernels of more than one launch (split-K, a tail)."""
+        if self._tiling.ranged or self._tiling.split_k > 1 or self._tail is not None:
+            return None
+        device = a.get_device()
+        call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs)
+        args = [g(call) for g in self._args]
+        compiled = self._main.compiled_for(device, args)
+        if compiled is None:
+            return None
+        grid = launch_grid(a.shape[0], b.shape[1], self._bm, self._bn, self._grid_max, 1, None)
+        return Bound(self, self._main, compiled, grid, device, args)
 
     def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
                  operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
@@ -222,6 +246,19 @@ class _Direct:
         # Launch hooks (profilers; some environments install one) get what the JIT would give them.
         compiled.launch(grid, stream, knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, args)
 
+    def compiled_for(self, device: int, args: list[Any]) -> _Compiled | None:
+        """The kernel compiled for these arguments' specialization on `device`, if a launch compiled it and direct
+        launches are on."""
+        if not self._fast or self._backend is None:
+            return None
+        return self._compiled.get(self._key(device, args))
+
+    def same_knobs(self, key: tuple[Any, ...]) -> bool:
+        """Whether a direct launch keyed `key` (`_key`) still is what the JIT would launch: the same debug and
+        instrumentation knobs, and no pre-run hooks (those see every call through the JIT)."""
+        return (key[1] == knobs.runtime.debug and key[2] == knobs.compilation.instrumentation_mode
+                and not getattr(self._fn, "pre_run_hooks", None))
+
     def _key(self, device: int, args: list[Any]) -> tuple[Any, ...]:
         """What Triton's JIT keys its kernel cache on that can change between calls of this kernel: the device
         (each loads its own binary), the debug and instrumentation knobs, and the specialization of the arguments
@@ -245,7 +282,8 @@ class _Direct:
             key = self._key(driver.active.get_current_device(), args)
         if key is not None and len(self._compiled) < 64:
             # A launch_metadata callback of the JIT function reads the arguments: give it descriptors then.
-            self._compiled[key] = _Compiled(kernel, self._descs, getattr(self._fn, "launch_metadata", None) is not None)
+            self._compiled[key] = _Compiled(kernel, self._descs, getattr(self._fn, "launch_metadata", None) is not None,
+                                            key)
 
 
 class _Compiled:
@@ -253,8 +291,9 @@ class _Compiled:
 
     _MAX_ENCODED = 256  # descriptor encodings kept (address, shape, strides): a few per tensor a model reuses
 
-    def __init__(self, kernel: Any, descs: dict[int, _DescSlot], hook_reads_args: bool) -> None:
-        self.kernel, self.descs, self.hook_reads_args = kernel, descs, hook_reads_args
+    def __init__(self, kernel: Any, descs: dict[int, _DescSlot], hook_reads_args: bool,
+                 key: tuple[Any, ...] = ()) -> None:
+        self.kernel, self.descs, self.hook_reads_args, self.key = kernel, descs, hook_reads_args, key
         run = kernel.run  # Triton's launcher (loads the binary on first use)
         meta = getattr(kernel.metadata, "tensordesc_meta", None)
         self.c_launch = _c_entry(run) if not descs or (meta and len(meta) == len(descs)) else None
@@ -265,6 +304,9 @@ class _Compiled:
     def launch(self, grid: int, stream: int, enter: Any, leave: Any, args: list[Any]) -> None:
         k = self.kernel
         meta = None
+        # Triton's default hooks are empty HookChains: a launch with them calls nothing, so it passes no hooks and
+        # skips building their metadata (~2 us a launch on the H100 host).
+        enter, leave = _live(enter), _live(leave)
         if enter is not None:  # Triton's launch metadata: name, function, stream (the arguments only for a callback)
             meta = k.launch_metadata((grid,), stream, *(_describe(self.descs, args) if self.hook_reads_args else args))
         if self.c_launch is None:
@@ -292,6 +334,81 @@ class _Compiled:
             if len(self._encoded) >= self._MAX_ENCODED:
                 self._encoded.clear()
             self._encoded[key] = enc
+        return enc
+
+
+def _live(hook: Any) -> Any:
+    """`hook`, or None for one that calls nothing (an empty `HookChain`, Triton's default)."""
+    return None if isinstance(hook, HookChain) and not hook.calls else hook
+
+
+class Bound:
+    """A remembered eager call's launch (`Launcher.bind`): the compiled kernel, grid and device its key fixes.
+
+    The key also fixes every integer argument (shapes, strides) and each descriptor's shape and strides, so the C
+    launcher's arguments are kept as a template (`_flat`) in which a call fills in its tensors and the encodings of
+    their descriptors, looked up by address (`_encoded`). A call made while another device is current, or after the
+    JIT's debug or instrumentation knobs changed or a pre-run hook was added, goes through the launcher's general
+    path, which handles each; one with live launch hooks, or for a kernel without a C entry point, goes through
+    `_Compiled.launch`, which gives hooks their metadata."""
+
+    __slots__ = ("_encoded", "_flat", "_slots", "compiled", "device", "direct", "grid", "launcher")
+
+    _MAX_ENCODED = 64
+
+    def __init__(self, launcher: Launcher, direct: _Direct, compiled: _Compiled, grid: int, device: int,
+                 args: list[Any]) -> None:
+        self.launcher, self.direct, self.compiled, self.grid, self.device = launcher, direct, compiled, grid, device
+        self._flat: list[Any] = []  # the C launcher's arguments after the kernel's metadata; None where a call's go
+        # (flat position, getter, descriptor position or -1, getter of a tensor at the descriptor's address)
+        self._slots: list[tuple[int, Callable[[Call], Any], int, Callable[[Call], Any]]] = []
+        self._encoded: dict[tuple[int, int], Any] = {}
+        if compiled.c_launch is None:  # every call goes through _Compiled.launch
+            return
+        for i, (get, x) in enumerate(zip(launcher._args, args, strict=True)):
+            if i in compiled.descs:
+                self._slots.append((len(self._flat), get, i, launcher._bases.get(i, get)))
+                enc = compiled._encode(i, x)
+                self._encoded[(i, x.data_ptr())] = enc[0]
+                self._flat.extend([None, *enc[1:]])  # (the encoding's shape and strides stay)
+            elif isinstance(x, int):  # M, N, K, strides, tile ranges: all read off shapes and strides
+                self._flat.append(x)
+            else:  # a tensor the kernel reads through a pointer (scales, bias, epilogue operands)
+                self._slots.append((len(self._flat), get, -1, get))
+                self._flat.append(None)
+
+    def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
+                 operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
+        if driver.active.get_current_device() != self.device or not self.direct.same_knobs(self.compiled.key):
+            return self.launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
+        call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs)
+        stream = driver.active.get_current_stream(self.device)
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        c = self.compiled
+        if c.c_launch is None or _live(enter) is not None or _live(leave) is not None:
+            c.launch(self.grid, stream, enter, leave, [g(call) for g in self.launcher._args])
+            return out
+        flat = self._flat.copy()
+        encoded = self._encoded
+        for pos, get, i, base in self._slots:
+            if i < 0:
+                flat[pos] = get(call)
+                continue
+            key = (i, base(call).data_ptr())
+            enc = encoded.get(key)
+            flat[pos] = enc if enc is not None else self._encode(key, get(call))
+        k = c.kernel
+        c.c_launch(self.grid, 1, 1, stream, k.function, c.run.launch_cooperative_grid, c.run.launch_pdl, None, None,
+                   k.packed_metadata, None, None, None, *flat)
+        return out
+
+    def _encode(self, key: tuple[int, int], t: Any) -> Any:
+        """Encode and remember the descriptor of `t` at (descriptor position, address) `key`: its shape and strides
+        are the eager key's, so the address alone tells a bound launch's encodings apart."""
+        enc = self.compiled._encode(key[0], t)[0]
+        if len(self._encoded) >= self._MAX_ENCODED:
+            self._encoded.clear()
+        self._encoded[key] = enc
         return enc
 
 
@@ -334,7 +451,11 @@ def _scale_args(recipe: ScaleRecipe) -> dict[str, Callable[[Call], Any]]:
 
 
 def _aligned(t: Any) -> Any:
-    """`t` contiguous at a 16-byte aligned address (kernels assume it for vector loads): a copy if needed."""
+    """`t`'s elements in order at a 16-byte aligned address (kernels read them through a pointer, with vector
+    loads): `t` itself when it is contiguous and aligned (the launcher reads only its address and dtype, the
+    same as of its flattened view's), else an aligned contiguous copy."""
+    if t.is_contiguous() and t.data_ptr() % 16 == 0:
+        return t
     t = t.contiguous()
     return t if t.data_ptr() % 16 == 0 else t.clone()
 
