@@ -46,6 +46,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="decode.json")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--variants", type=json.loads, default=VARIANTS,
+                    help='forced plan_schedule arguments as JSON, e.g. \'[{}, {"stages": 8}]\'')
     args = ap.parse_args()
     dev = DeviceInfo.current()
     copy = copy_tbps()
@@ -72,7 +74,7 @@ def main() -> None:
                                            use_fast_accum=True)
             nbytes = a.numel() * a.element_size() + b.numel() * b.element_size() + m * n * 2
             runs = []
-            for kw in VARIANTS:
+            for kw in args.variants:
                 try:
                     kern = build(spec, dev, plan_schedule(spec, dev, **kw))
                     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)

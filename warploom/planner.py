@@ -5,8 +5,8 @@ The heuristic, in order:
    fp8: BK=128 (the same 128 bytes). BM is 128 (two consumer warpgroups of 64 rows, cooperative) or
    64 (one warpgroup) when M <= 64, where a 128-row tile would be half padding.
 2. For each candidate, stages = as many as fit in shared memory beside the epilogue's staging tile
-   (at least 2, at most 6): more stages hide more TMA latency, and the staging tile lets the TMA
-   store of one tile overlap the next tile's mainloop.
+   (at least 2, at most 6; rule 16's decode tiles up to 12): more stages hide more TMA latency, and the staging
+   tile lets the TMA store of one tile overlap the next tile's mainloop.
 3. Score = estimated time in "tile-waves": ceil(tiles / SMs) * BM * BN / efficiency, where the
    efficiency of a tile shape (measured on the H100 by the feasibility probe: 128x256 reaches cuBLAS,
    128x128 is about 10% slower per FLOP) rewards large tiles and the wave count punishes shapes that
@@ -68,6 +68,13 @@ The heuristic, in order:
    waves of 128x256): graph ratios against torch went from 0.69 / 0.83 / 0.87 / 0.80 (bf16, fp8 rowwise fast,
    exact, blockwise; the 128x128 tiles chosen before) to 0.89 / 0.99 / 1.00 / 0.95 with 128x256 and 4 k-ranges,
    the best of the variants measured (docs/benchmarks.md, 2026-11-23 session 14).
+16. Decode (M <= 64; bf16, or fp8 tensorwise or rowwise with native accumulation; no fused epilogue) also scores
+   64x64 tiles, and gives them a ring of up to 12 stages (`_DECODE_STAGES`; other tiles keep at most 6). Such a
+   GEMM streams B once, so what limits it is how many bytes are in flight: 64x64 tiles give twice the CTAs of
+   64x128 ones, and the ring holds as many bytes per CTA. At 6 stages 64x64 had lost (0.68x torch, bf16 M=1);
+   at 12 it beat 64x128 at 6 in all six cases measured (N = K = 8192, graph ratio against torch): bf16 M=1/16/64
+   0.86/0.92/0.94 -> 0.90/0.94/0.97, fp8 rowwise fast 0.95/1.00/1.00 -> 1.00/1.02/1.04 (docs/benchmarks.md,
+   2026-11-23 session 16). 64x128 at 8 stages lost at M=1 (0.82, 0.89), so only 64x64 goes deeper.
 """
 
 from __future__ import annotations
@@ -85,14 +92,16 @@ _TILES: tuple[tuple[int, int, float], ...] = (
     (128, 128, 0.90),
     (64, 256, 0.85),
     (64, 128, 0.75),
-    # Decode (M <= 64) streams B, and 64-wide tiles give twice as many CTAs as 128-wide ones. Measured slower
-    # all the same (scripts/sweep_decode.py, docs/benchmarks.md 2026-11-23: bf16 M=1 0.68x torch against 0.86x
-    # at 64x128): available when forced, never chosen.
+    # Chosen by rules 13 (small-M blockwise) and 16 (decode, with a deeper ring); otherwise only when forced.
     (64, 64, 0.60),
 )
 # Rule 13's recipes: measured on the H100 (MX's 32-deep promotions were not, and keep 128-row tiles).
 _SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
 _MAX_STAGES = 6
+# A forced depth may go deeper, as far as shared memory holds (to measure deeper rings).
+_FORCED_MAX_STAGES = 16
+# Rule 16: decode's 64x64 tiles take up to this many stages (measured; 13 would also fit beside bf16's staging).
+_DECODE_STAGES = 12
 # Rule 15: what a split-K tail costs beyond its share of the work (its launch, each unit's pipeline fill and fp32
 # store, the reduction): 8-10 us, whatever K, at 4096x2112x7168 (H100, scripts/exp/tail_parts.py, docs/benchmarks.md
 # 2026-11-23 session 14). A whole round of 128x256 tiles took 0.84 us per k-block there, fp8 (BK 128) and bf16
@@ -291,13 +300,24 @@ def _staging_bytes(spec: GemmSpec, block: int, copies: int, slots: int, operand_
     return copies * block * per_elem
 
 
+def is_decode(spec: GemmSpec, pingpong: bool = False) -> bool:
+    """Rule 16: a decode-sized GEMM (M <= 64) that streams B with native accumulation and a plain epilogue."""
+    return (spec.m <= 64 and spec.accumulation is Accumulation.NATIVE and not spec.scale.is_blockwise
+            and spec.epilogue is None and not pingpong)
+
+
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,
-               scale_partition: bool = False, scale_stages: int = 2, split_k: int = 1, prefetch: bool = True) -> int:
+               scale_partition: bool = False, scale_stages: int = 2, split_k: int = 1, prefetch: bool = True,
+               cap: int | None = None) -> int:
+    """The most stages that fit in shared memory beside the epilogue (and the scale partition's ring), at most
+    `cap`: by default 6, or rule 16's 12 for a decode GEMM's 64x64 tiles."""
+    if cap is None:
+        cap = _DECODE_STAGES if (bm, bn) == (64, 64) and is_decode(spec, pingpong) else _MAX_STAGES
     # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
     free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong, split_k, prefetch) - 1024
     if scale_partition:
         free -= scale_stages * scale_slot_bytes(spec, bm, bn, bk)
-    return min(_MAX_STAGES, free // stage_bytes(spec, bm, bn, bk, scale_partition))
+    return min(cap, free // stage_bytes(spec, bm, bn, bk, scale_partition))
 
 
 def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
@@ -350,13 +370,14 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                "scale stages too; use one of the two")
     # Rule 13, as measured: the plain cooperative kernel with its scales in the A/B stages.
     small_blockwise = spec.scale in _SMALL_M_RECIPES and spec.m <= 128 and not pingpong and not scale_partition
+    decode = is_decode(spec, pingpong)
     best: tuple[float, int, Plan] | None = None
     for cbm, cbn, eff in _TILES:
         if (bm is not None and cbm != bm) or (bn is not None and cbn != bn):
             continue
         if pingpong and not _pingpong_fits(spec, cbm, cbn, partial_blocks):
             continue
-        if cbn == 64 and bn is None and not small_blockwise:
+        if cbn == 64 and bn is None and not (small_blockwise or decode):
             continue  # forced only: see _TILES
         if bm is None and cbm == 64 and spec.m > 64 and not small_blockwise:
             continue  # a 64-row tile only pays when M itself is small
@@ -385,10 +406,11 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         ks = split_k if split_k is not None else _rule14_split(spec, device, cbm, cbn, pingpong, scale_partition)
         if tail_split is not None and tail_split > 1:
             ks = 1  # a forced tail follows whole tiles: rule 14 does not split them
-        fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, split_k=ks, prefetch=early)
+        cap = _FORCED_MAX_STAGES if stages is not None else None  # (None: max_stages's own, rule 16's for decode)
+        fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, split_k=ks, prefetch=early, cap=cap)
         if split_k is None and ks > 1 and stages is not None and stages > fit:
             ks = 1  # a forced depth that only fits beside the output's staging tile, not the fp32 partials'
-            fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, prefetch=early)
+            fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, prefetch=early, cap=cap)
         # Promoted fp8 measured 1-3% faster at 3 stages than at 4 (docs/benchmarks.md, sweeps of 2026-11-22).
         s = (min(fit, 3) if promoted and cbn == 256 else fit) if stages is None else stages
         if s < 1 or s > fit or (stages is None and s < 2):

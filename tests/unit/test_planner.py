@@ -6,8 +6,11 @@ import math
 from dataclasses import replace
 
 import pytest
+import torch
 
 from warploom import H100_SXM, Accumulation, BLayout, DeviceInfo, DType, GemmSpec, ScaleRecipe, UnsupportedError
+from warploom.api import plan
+from warploom.ir import verify
 from warploom.passes import compile_schedule
 from warploom.planner import epilogue_bytes, max_stages, plan_schedule, stage_bytes
 
@@ -269,12 +272,32 @@ def test_promoted_fp32_output_with_bias_avoids_the_spilling_wide_tile(scale: Sca
     assert plan_schedule(spec16, H100_SXM).bn == 256
 
 
-def test_64_wide_tile_is_forced_only() -> None:
-    # Measured slower for decode (docs/benchmarks.md, 2026-11-23): available for measurement, never chosen.
-    decode = GemmSpec(16, 8192, 8192)
-    assert plan_schedule(decode, H100_SXM).bn == 128
-    p = plan_schedule(decode, H100_SXM, bn=64)
-    assert (p.bm, p.bn, p.stages) == (64, 64, 6)
+def test_decode_takes_64x64_tiles_with_a_deep_ring() -> None:
+    """Rule 16 (measured, docs/benchmarks.md session 16): a decode GEMM (M <= 64, native accumulation, no fused
+    epilogue) takes 64x64 tiles with up to 12 stages; other tiles keep at most 6, and outside decode 64-wide tiles
+    are chosen only by rule 13 or when forced. A forced depth may exceed 6 where shared memory holds it."""
+    E4M3 = DType.E4M3
+    for decode in (GemmSpec(16, 8192, 8192), GemmSpec(1, 8192, 8192, DType.FP16, DType.FP16, DType.FP32),
+                   GemmSpec(64, 4096, 8192, E4M3, E4M3, scale=ScaleRecipe.ROWWISE, bias_dtype=DType.BF16),
+                   GemmSpec(1, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.TENSORWISE)):
+        p = plan_schedule(decode, H100_SXM)
+        assert (p.bm, p.bn, p.stages) == (64, 64, 12), decode.short()
+        assert p.stages == max_stages(decode, H100_SXM, 64, 64, p.bk)
+        assert plan_schedule(decode, H100_SXM, bn=128).stages == 6
+        m, _ = compile_schedule(decode, p, H100_SXM)
+        assert verify.complete(m, H100_SXM) == [] and m.smem_bytes <= H100_SXM.smem_per_block
+    # Wide N: two waves of 64x64 tiles score worse than one of 64x128.
+    assert plan_schedule(GemmSpec(1, 16384, 8192), H100_SXM).bn == 128
+    # Not decode: promoted fp8, a fused epilogue, ping-pong, M > 64.
+    exact = GemmSpec(16, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED)
+    assert plan_schedule(exact, H100_SXM).bn == 128
+    fused = plan(torch.empty(16, 8192, dtype=torch.bfloat16, device="meta"),
+                 torch.empty(8192, 8192, dtype=torch.bfloat16, device="meta"), epilogue=lambda acc: acc * 2)
+    assert fused.plan.bn != 64
+    assert plan_schedule(GemmSpec(65, 8192, 8192), H100_SXM).bn != 64
+    p = plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, bm=64, bn=64)  # forced tile, not decode: at most 6
+    assert p.stages == 6
+    assert plan_schedule(GemmSpec(16, 8192, 8192), H100_SXM, bn=128, stages=8).stages == 8  # forced deeper
 
 
 def test_wave_fill_counts_the_last_rounds_idle_ctas() -> None:
