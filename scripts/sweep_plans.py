@@ -92,10 +92,17 @@ def main() -> None:
     ap.add_argument("--sizes", default="4096,8192")
     ap.add_argument("--cases", default=",".join(VARIANTS))
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (clocks drift within a run)")
-    ap.add_argument("--variants", choices=("schedules", "tail", "partitions"), default="schedules")
+    ap.add_argument("--variants", default="schedules",
+                    help="schedules, tail or partitions (the tables above), or forced plan_schedule arguments as "
+                         "JSON for every case, e.g. '[{}, {\"stages\": 8}]'")
     args = ap.parse_args()
     dev = DeviceInfo.current()
-    variants = {"tail": TAIL_VARIANTS, "partitions": PARTITION_VARIANTS}.get(args.variants, VARIANTS)
+    if args.variants.startswith("["):
+        variants: dict[str, list[dict[str, Any]]] = {c: json.loads(args.variants) for c in args.cases.split(",")}
+    elif args.variants in ("schedules", "tail", "partitions"):
+        variants = {"tail": TAIL_VARIANTS, "partitions": PARTITION_VARIANTS}.get(args.variants, VARIANTS)
+    else:
+        ap.error(f"--variants {args.variants!r}: expected schedules, tail, partitions or a JSON list")
     rows = []
     for name in args.cases.split(","):
         for text in args.sizes.split(","):
