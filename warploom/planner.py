@@ -68,13 +68,15 @@ The heuristic, in order:
    waves of 128x256): graph ratios against torch went from 0.69 / 0.83 / 0.87 / 0.80 (bf16, fp8 rowwise fast,
    exact, blockwise; the 128x128 tiles chosen before) to 0.89 / 0.99 / 1.00 / 0.95 with 128x256 and 4 k-ranges,
    the best of the variants measured (docs/benchmarks.md, 2026-11-23 session 14).
-16. Decode (M <= 64; bf16, or fp8 tensorwise or rowwise with native accumulation; no fused epilogue) also scores
+16. Decode (M <= 64; bf16, or fp8 tensorwise or rowwise with native accumulation; fused epilogues too) also scores
    64x64 tiles, and gives them a ring of up to 12 stages (`_DECODE_STAGES`; other tiles keep at most 6). Such a
    GEMM streams B once, so what limits it is how many bytes are in flight: 64x64 tiles give twice the CTAs of
    64x128 ones, and the ring holds as many bytes per CTA. At 6 stages 64x64 had lost (0.68x torch, bf16 M=1);
    at 12 it beat 64x128 at 6 in all six cases measured (N = K = 8192, graph ratio against torch): bf16 M=1/16/64
    0.86/0.92/0.94 -> 0.90/0.94/0.97, fp8 rowwise fast 0.95/1.00/1.00 -> 1.00/1.02/1.04 (docs/benchmarks.md,
-   2026-11-23 session 16). 64x128 at 8 stages lost at M=1 (0.82, 0.89), so only 64x64 goes deeper.
+   2026-11-23 session 16). 64x128 at 8 stages lost at M=1 (0.82, 0.89), so only 64x64 goes deeper. With a fused
+   epilogue (bf16 silu(acc + bias), fp8 rowwise gelu(acc) + residual; scripts/exp/decode_fused.py) it won all six
+   cases too: 1-5% (bf16) and 9-11% (fp8) faster than 64x128 at 6 stages.
 """
 
 from __future__ import annotations
@@ -301,9 +303,8 @@ def _staging_bytes(spec: GemmSpec, block: int, copies: int, slots: int, operand_
 
 
 def is_decode(spec: GemmSpec, pingpong: bool = False) -> bool:
-    """Rule 16: a decode-sized GEMM (M <= 64) that streams B with native accumulation and a plain epilogue."""
-    return (spec.m <= 64 and spec.accumulation is Accumulation.NATIVE and not spec.scale.is_blockwise
-            and spec.epilogue is None and not pingpong)
+    """Rule 16: a decode-sized GEMM (M <= 64) that streams B with native accumulation (fused epilogue or not)."""
+    return spec.m <= 64 and spec.accumulation is Accumulation.NATIVE and not spec.scale.is_blockwise and not pingpong
 
 
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,

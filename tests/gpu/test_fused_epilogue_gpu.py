@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import warploom
 from warploom.device import DeviceInfo
 from warploom.kernel import build
-from warploom.planner import plan_schedule
+from warploom.planner import Plan, plan_schedule
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU")
 
@@ -66,10 +66,15 @@ def operands(names: tuple[str, ...], m: int, n: int) -> dict[str, torch.Tensor]:
 
 
 WIDE = (1040, 2064, 256)  # planner rule 9 takes 128x256 here (81 tiles in one wave), with partial tiles in M and N
+DECODE = (16, 520, 1024)  # planner rule 16: 64x64 tiles with a ring deeper than 6, a partial tile in N
+
+
+def assert_decode_plan(plan: Plan) -> None:
+    assert (plan.bm, plan.bn) == (64, 64) and plan.stages > 6, plan.short()
 
 
 @pytest.mark.parametrize("name", list(FNS))
-@pytest.mark.parametrize("m,n,k", [(296, 520, 1024), (1000, 1000, 72), WIDE])
+@pytest.mark.parametrize("m,n,k", [(296, 520, 1024), (1000, 1000, 72), WIDE, DECODE])
 def test_matmul_fused(name: str, m: int, n: int, k: int) -> None:
     torch.manual_seed(0)
     fn, names = FNS[name]
@@ -79,6 +84,8 @@ def test_matmul_fused(name: str, m: int, n: int, k: int) -> None:
     if (m, n, k) == WIDE:  # the slotted wide epilogue, through the public call
         plan = warploom.plan(a, b, epilogue=fn, **ops).plan
         assert (plan.bn, plan.epilogue_subtiles, plan.consumer_partitions, plan.load_ahead) == (256, 8, 1, True)
+    if (m, n, k) == DECODE:
+        assert_decode_plan(warploom.plan(a, b, epilogue=fn, **ops).plan)
     poison(m, n, torch.bfloat16)
     got = as_tuple(warploom.matmul(a, b, epilogue=fn, **ops))
     acc = a.float() @ b.float()
@@ -106,7 +113,7 @@ def fp8_inputs(m: int, n: int, k: int, rowwise: bool) -> tuple[torch.Tensor, ...
 
 @pytest.mark.parametrize("rowwise", [True, False], ids=["rowwise", "tensorwise"])
 @pytest.mark.parametrize("fast", [True, False], ids=["fast", "promoted"])
-@pytest.mark.parametrize("m,n,k", [(300, 528, 672), (2048, 1024, 512), (1040, 2064, 512)])
+@pytest.mark.parametrize("m,n,k", [(300, 528, 672), (2048, 1024, 512), (1040, 2064, 512), (33, 528, 672)])
 def test_scaled_mm_fused(rowwise: bool, fast: bool, m: int, n: int, k: int) -> None:
     torch.manual_seed(1)
     a, b, sa, sb = fp8_inputs(m, n, k, rowwise)
@@ -115,6 +122,10 @@ def test_scaled_mm_fused(rowwise: bool, fast: bool, m: int, n: int, k: int) -> N
 
     def fn(acc: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
         return F.gelu(acc) + residual
+
+    if m <= 64 and fast:  # rule 16 (promoted fp8 keeps its tiles)
+        assert_decode_plan(warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True, epilogue=fn,
+                                         residual=residual).plan)
 
     poison(m, n, torch.bfloat16)
     got = warploom.scaled_mm(a, b, sa, sb, bias=bias, use_fast_accum=fast, epilogue=fn, residual=residual)

@@ -12,7 +12,7 @@ from warploom import H100_SXM, Accumulation, BLayout, DeviceInfo, DType, GemmSpe
 from warploom.api import plan
 from warploom.ir import verify
 from warploom.passes import compile_schedule
-from warploom.planner import epilogue_bytes, max_stages, plan_schedule, stage_bytes
+from warploom.planner import epilogue_bytes, is_decode, max_stages, plan_schedule, stage_bytes
 
 E4, E5, BF16, FP16, FP32 = DType.E4M3, DType.E5M2, DType.BF16, DType.FP16, DType.FP32
 TILES = [(128, 256), (128, 128), (64, 256), (64, 128)]
@@ -273,9 +273,10 @@ def test_promoted_fp32_output_with_bias_avoids_the_spilling_wide_tile(scale: Sca
 
 
 def test_decode_takes_64x64_tiles_with_a_deep_ring() -> None:
-    """Rule 16 (measured, docs/benchmarks.md session 16): a decode GEMM (M <= 64, native accumulation, no fused
-    epilogue) takes 64x64 tiles with up to 12 stages; other tiles keep at most 6, and outside decode 64-wide tiles
-    are chosen only by rule 13 or when forced. A forced depth may exceed 6 where shared memory holds it."""
+    """Rule 16 (measured, docs/benchmarks.md session 16): a decode GEMM (M <= 64, native accumulation, fused
+    epilogue or not) takes 64x64 tiles with up to 12 stages; other tiles keep at most 6, and outside decode
+    64-wide tiles are chosen only by rule 13 or when forced. A forced depth may exceed 6 where shared memory
+    holds it."""
     E4M3 = DType.E4M3
     for decode in (GemmSpec(16, 8192, 8192), GemmSpec(1, 8192, 8192, DType.FP16, DType.FP16, DType.FP32),
                    GemmSpec(64, 4096, 8192, E4M3, E4M3, scale=ScaleRecipe.ROWWISE, bias_dtype=DType.BF16),
@@ -288,12 +289,16 @@ def test_decode_takes_64x64_tiles_with_a_deep_ring() -> None:
         assert verify.complete(m, H100_SXM) == [] and m.smem_bytes <= H100_SXM.smem_per_block
     # Wide N: two waves of 64x64 tiles score worse than one of 64x128.
     assert plan_schedule(GemmSpec(1, 16384, 8192), H100_SXM).bn == 128
-    # Not decode: promoted fp8, a fused epilogue, ping-pong, M > 64.
+    # A fused epilogue is decode too (measured): the deepest ring up to 12 beside its operands' staging.
+    fused = plan(torch.empty(16, 8192, dtype=torch.bfloat16, device="meta"),
+                 torch.empty(8192, 8192, dtype=torch.bfloat16, device="meta").t(), epilogue=lambda acc, r: acc + r,
+                 r=torch.empty(16, 8192, dtype=torch.bfloat16, device="meta"))
+    assert (fused.plan.bm, fused.plan.bn) == (64, 64)
+    assert fused.plan.stages == max_stages(fused.spec, H100_SXM, 64, 64, 64) and 2 <= fused.plan.stages <= 12
+    # Not decode: promoted fp8, ping-pong, M > 64.
     exact = GemmSpec(16, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED)
     assert plan_schedule(exact, H100_SXM).bn == 128
-    fused = plan(torch.empty(16, 8192, dtype=torch.bfloat16, device="meta"),
-                 torch.empty(8192, 8192, dtype=torch.bfloat16, device="meta"), epilogue=lambda acc: acc * 2)
-    assert fused.plan.bn != 64
+    assert not is_decode(GemmSpec(16, 8192, 8192), pingpong=True)
     assert plan_schedule(GemmSpec(65, 8192, 8192), H100_SXM).bn != 64
     p = plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, bm=64, bn=64)  # forced tile, not decode: at most 6
     assert p.stages == 6
