@@ -33,14 +33,13 @@ _CALLS: dict[tuple[Any, ...], Prepared | PreparedFused] = {}
 class Prepared:
     """What a remembered call launches: the kernel and the output's shape and dtype. After its first launch, the
     kernel's launch bound to the call's key (`Launcher.bind`: the key fixes the specialization, grid and device),
-    or None where the kernel has none (split-K, a tail). Not frozen: `bound` is set once, after that launch."""
+    or None where the kernel has none (split-K, a tail). Not frozen: `bound` is set after a launch."""
 
     kernel: Kernel
     m: int
     n: int
     out_dtype: Any  # torch.dtype
     bound: Any = None  # runtime.launch.Bound
-    launched: bool = False
 
     def __call__(self, a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> Any:
         out = torch.empty((self.m, self.n), dtype=self.out_dtype, device=a.device)
@@ -48,8 +47,7 @@ class Prepared:
             return self.bound(a, b, out, scale_a, scale_b, bias)
         launcher = self.kernel.launcher
         launcher(a, b, out, scale_a, scale_b, bias)
-        if not self.launched:
-            self.launched = True
+        if launcher.can_bind:  # (None after a launch through the JIT that kept no kernel: tried again next call)
             self.bound = launcher.bind(a, b, out, scale_a, scale_b, bias)
         return out
 
@@ -88,7 +86,6 @@ class PreparedFused:
     names: tuple[str, ...]
     blockwise: bool
     bound: Any = None  # runtime.launch.Bound
-    launched: bool = False
 
     def __call__(self, a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any, operands: dict[str, Any]) -> Any:
         # The user's operands last: matmul may name one `bias` (scaled_mm refuses those names for its own).
@@ -101,8 +98,7 @@ class PreparedFused:
         else:
             launcher = self.kernel.launcher
             launcher(a, b, outs[0], sa, sb, operands=graph_operands, extra_outs=outs[1:])
-            if not self.launched:
-                self.launched = True
+            if launcher.can_bind:
                 self.bound = launcher.bind(a, b, outs[0], sa, sb, operands=graph_operands, extra_outs=outs[1:])
         return outs[0] if len(outs) == 1 else outs
 

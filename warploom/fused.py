@@ -125,10 +125,11 @@ def run_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: dict[s
     else:
         api._require_cuda(a)
         kernel = api.build(spec, api._device_for(a))
-        outs = tuple(torch.empty((spec.m, spec.n), dtype=d.torch, device=a.device) for d in dtypes)
-        kernel.run(a, b, outs[0], sa, sb, operands=operands, extra_outs=outs[1:])
-        eager.remember(key, eager.PreparedFused(kernel, spec.m, spec.n, tuple(d.torch for d in dtypes),
-                                                tuple(operands), spec.scale.is_blockwise))
+        # Launched as a remembered call's later ones are, so the next call finds its launch bound to the key.
+        prepared = eager.PreparedFused(kernel, spec.m, spec.n, tuple(d.torch for d in dtypes), tuple(operands),
+                                       spec.scale.is_blockwise)
+        eager.remember(key, prepared)
+        return prepared(a, b, sa, sb, None, operands)
     return outs[0] if len(outs) == 1 else outs
 
 

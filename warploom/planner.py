@@ -76,7 +76,8 @@ The heuristic, in order:
    0.86/0.92/0.94 -> 0.90/0.94/0.97, fp8 rowwise fast 0.95/1.00/1.00 -> 1.00/1.02/1.04 (docs/benchmarks.md,
    2026-11-23 session 16). 64x128 at 8 stages lost at M=1 (0.82, 0.89), so only 64x64 goes deeper. With a fused
    epilogue (bf16 silu(acc + bias), fp8 rowwise gelu(acc) + residual; scripts/exp/decode_fused.py) it won all six
-   cases too: 1-5% (bf16) and 9-11% (fp8) faster than 64x128 at 6 stages.
+   cases too: 1-5% (bf16) and 9-11% (fp8) faster than 64x128 at 6 stages. These tiles take no split-K tail
+   (rule 15 was measured on 128x256 tiles only); a forced deeper ring's tail keeps at most 6 stages.
 """
 
 from __future__ import annotations
@@ -422,7 +423,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         # A unit of a split tile does 1/ks of its work (the reduction's cost is rule 14's thresholds).
         score = math.ceil(tiles / device.sm_count) * cbm * cbn / eff / ks
         ts, tail_s = 1, 0
-        if ks == 1:
+        if ks == 1 and tail_split is None and decode and (cbm, cbn) == (64, 64):
+            ts = 1  # rule 16's tiles take no split-K tail: unmeasured there (rule 15's cost is 128x256's)
+        elif ks == 1:
             ts = tail_split if tail_split is not None else _rule15_tail(spec, device, cbm, cbn, bk, pingpong,
                                                                          scale_partition, eff)
         if ts > 1:

@@ -340,3 +340,65 @@ def test_bound_finds_a_views_encoding_by_its_base(gpu: SimpleNamespace, monkeypa
         bound(a, b, out, bias=bias)
         assert run.calls[-1] == reference([a, b.t(), out, m, n, k, bias])
     assert made == [1]  # only for the third call's new address
+
+
+def test_an_exit_hook_alone_gets_the_metadata(utils: Utils, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton builds launch metadata whenever the enter knob is not None (its default is an empty chain), and the
+    C launcher hands it to the exit hook: an exit hook alone must get it too."""
+    from triton.knobs import HookChain
+
+    run = Run()
+    k = kernel(run)
+    k.launch_metadata = lambda *a: "metadata"
+    compiled = _Compiled(k, slots(), hook_reads_args=False)
+    leave: HookChain[Any] = HookChain(reversed=True)
+    leave.add(print)
+    compiled.launch(3, 99, HookChain(), leave, tensors(128, 256, 64))
+    assert run.calls[-1][10:13] == ("metadata", None, leave)
+
+
+def test_aligned_passes_contiguous_aligned_scales_as_they_are() -> None:
+    from warploom.runtime.launch import _aligned
+
+    for t in (torch.rand(()), torch.rand(1), torch.rand(300, 1), torch.rand(1, 272)):
+        assert _aligned(t) is t  # the launcher reads only the address and dtype: no view per call
+    col = torch.rand(300, 2)[:, :1]  # (300, 1) with row stride 2: not contiguous
+    got = _aligned(col)
+    assert got.is_contiguous() and got.data_ptr() % 16 == 0 and torch.equal(got.reshape(-1), col.reshape(-1))
+    off = torch.rand(301)[1:]  # contiguous at an address 4 bytes past an aligned one
+    got = _aligned(off)
+    assert got.data_ptr() % 16 == 0 and torch.equal(got, off)
+
+
+class StandInLauncher:
+    """What eager.Prepared uses of a Launcher: launches recorded, `bind` giving a recorder or None."""
+
+    def __init__(self, can_bind: bool, binds: list[bool]) -> None:
+        self.can_bind, self.binds = can_bind, binds
+        self.log: list[str] = []
+
+    def __call__(self, *args: Any, **kw: Any) -> None:
+        self.log.append("general")
+
+    def bind(self, *args: Any, **kw: Any) -> Any:
+        self.log.append("bind")
+        if not self.binds.pop(0):
+            return None
+        return lambda a, b, out, *rest, **kw: self.log.append("bound") or out
+
+
+def test_a_remembered_call_binds_after_a_launch_and_retries_until_bound() -> None:
+    from warploom import eager
+
+    a, b = torch.randn(4, 8), torch.randn(8, 16)
+    la = StandInLauncher(True, [False, True])  # the first launch kept no kernel (say, through the JIT)
+    p = eager.Prepared(SimpleNamespace(launcher=la), 4, 16, torch.float32)  # type: ignore[arg-type]
+    for _ in range(4):
+        out = p(a, b)
+        assert out.shape == (4, 16)
+    assert la.log == ["general", "bind", "general", "bind", "bound", "bound"]
+    never = StandInLauncher(False, [])  # split-K, a tail: never bound, never asked
+    p = eager.Prepared(SimpleNamespace(launcher=never), 4, 16, torch.float32)  # type: ignore[arg-type]
+    p(a, b)
+    p(a, b)
+    assert never.log == ["general", "general"]

@@ -303,6 +303,13 @@ def test_decode_takes_64x64_tiles_with_a_deep_ring() -> None:
     p = plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, bm=64, bn=64)  # forced tile, not decode: at most 6
     assert p.stages == 6
     assert plan_schedule(GemmSpec(16, 8192, 8192), H100_SXM, bn=128, stages=8).stages == 8  # forced deeper
+    with pytest.raises(UnsupportedError):
+        plan_schedule(GemmSpec(1, 64, 64), H100_SXM, stages=14)  # 14 x 16 KiB does not fit beside the staging
+    assert max_stages(GemmSpec(16, 8192, 8192), H100_SXM, 64, 64, 64, cap=3) == 3
+    # Rule 16's tiles take no split-K tail (rule 15 was measured on 128x256 only); 1.09 waves of them lose to
+    # one wave of 64x128 on score.
+    assert plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM, bn=64).tail_split == 1
+    assert plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM).bn == 128
 
 
 def test_wave_fill_counts_the_last_rounds_idle_ctas() -> None:

@@ -120,15 +120,22 @@ class Launcher:
                                    "tile_hi": lambda c: c.span.hi}[p])
         self._tail = None if tail is None else Launcher(*tail, fast=fast)
 
+    @property
+    def can_bind(self) -> bool:
+        """Whether `bind` can ever give a launch: single-launch kernels only (not split-K, ranged or with a tail)."""
+        return not (self._tiling.ranged or self._tiling.split_k > 1 or self._tail is not None)
+
     def bind(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
              operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Bound | None:
         """This kernel's launch for calls whose tensors have these tensors' shapes, strides, dtypes, devices and
         16-byte alignments (what an eager call's key holds: `warploom.eager`), or None where there is none yet.
 
         Those fix every argument's specialization, the grid and the device, so the `Bound` launches the kernel
-        compiled for this call's specialization without deriving any of them again. None until a call like this
-        one has launched (it compiled the kernel), and for kernels of more than one launch (split-K, a tail)."""
-        if self._tiling.ranged or self._tiling.split_k > 1 or self._tail is not None:
+        compiled for this call's specialization without deriving any of them again. The Bound does not check
+        that a later call matches: its caller must (eager.py calls it only under the key it was bound for).
+        None until a call like this one has launched directly (it compiled the kernel), and always where
+        `can_bind` is False."""
+        if not self.can_bind:
             return None
         device = a.get_device()
         call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs)
@@ -305,9 +312,10 @@ class _Compiled:
         k = self.kernel
         meta = None
         # Triton's default hooks are empty HookChains: a launch with them calls nothing, so it passes no hooks and
-        # skips building their metadata (~2 us a launch on the H100 host).
+        # skips building their metadata (~2 us a launch on the H100 host). A live hook, enter or exit, gets what the
+        # JIT gives it: the metadata (name, function, stream; the arguments only for a launch_metadata callback).
         enter, leave = _live(enter), _live(leave)
-        if enter is not None:  # Triton's launch metadata: name, function, stream (the arguments only for a callback)
+        if enter is not None or leave is not None:
             meta = k.launch_metadata((grid,), stream, *(_describe(self.descs, args) if self.hook_reads_args else args))
         if self.c_launch is None:
             self.run(grid, 1, 1, stream, k.function, k.packed_metadata, meta, enter, leave,
