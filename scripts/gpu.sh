@@ -61,6 +61,10 @@ if [ "$what" = hostparts ]; then
   # An eager call's host time, layer by layer (issue 6: <= 10 us over the kernel; scripts/exp/host_parts.py).
   python3 scripts/exp/host_parts.py 2>&1 | tee "$OUT/host-parts.log"
 fi
+if [ "$what" = areg ]; then
+  # Decode with A from registers and a ring of B alone (scripts/exp/decode_areg.py; hand-written probe, not built in).
+  python3 scripts/exp/decode_areg.py 2>&1 | tee "$OUT/decode-areg.log"
+fi
 if [ "$what" = decode ]; then
   # Decode-sized GEMMs (M <= 64, N = K = 8192): tile widths and split-K against torch, as bandwidth.
   python3 scripts/sweep_decode.py --out "$OUT/decode.json" ${DECODE_ARGS:-} 2>&1 | tee "$OUT/decode.log"
