@@ -212,7 +212,7 @@ def gpu(rounds: int) -> None:
                 theirs = functools.partial(torch._scaled_mm, a, w.t(), one, one, out_dtype=torch.bfloat16,
                                            use_fast_accum=True)
                 ours = functools.partial(warploom.scaled_mm, a, w.t(), one, one, use_fast_accum=True)
-            ref = a.double() @ w.double().t()
+            ref = a.float().double() @ w.float().double().t()
             plan = warploom.plan(a, w.t(), *((one, one) if dtype != "bf16" else ()), use_fast_accum=True).plan
             runs: dict[str, Any] = {"torch": theirs, f"warploom ({plan.short()})": ours}
             for name, (fn, bn) in kernels.items():
