@@ -207,6 +207,9 @@ def test_eager_calls_remember_their_kernel_and_check_what_differs(monkeypatch: p
         da, db = dequantized(fa, fb, bsa, bsb)
         assert _err(warploom.scaled_mm(fa, fb, bsa, bsb).float(), da @ db) < 1e-3
     assert checked.count("scaled_mm_spec_cached") == 3
+    # Every remembered call launched at least once, so each holds its bound launch (runtime/launch.Bound): the
+    # hits above went through it.
+    assert all(p.bound is not None for p in eager._CALLS.values())
 
 
 def test_fused_eager_calls_are_remembered_and_follow_the_function(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,3 +237,4 @@ def test_fused_eager_calls_are_remembered_and_follow_the_function(monkeypatch: p
         out = warploom.matmul(a, b, epilogue=lambda acc, bias: acc + bias, bias=bias)
         torch.testing.assert_close(out.float(), a.float() @ b.float() + bias.float(), atol=0.1, rtol=0.02)
     assert len(checked) == 3
+    assert all(p.bound is not None for p in eager._CALLS.values())  # bound since each one's first launch
