@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from _rows import write_rows  # noqa: E402
-from profile_host import gemm_operands  # noqa: E402
+from profile_host import gelu_residual, gemm_operands  # noqa: E402
 
 import warploom  # noqa: E402
 from warploom import api, eager  # noqa: E402
@@ -53,6 +53,9 @@ def main() -> None:
     args = ap.parse_args()
     s = args.size
     a, b, a8, b8, sa, sb = gemm_operands(s)
+    res = torch.randn(s, s, device="cuda", dtype=torch.bfloat16)
+    kb = -(-s // 128)
+    sa_bw, sb_bw = torch.rand(s, kb, device="cuda") + 0.5, torch.rand(kb, kb, device="cuda") + 0.5
     out = torch.empty(s, s, device="cuda", dtype=torch.bfloat16)
     warploom.matmul(a, b)
     warploom.matmul(a, b)
@@ -102,6 +105,9 @@ def main() -> None:
         "torch.empty": lambda: torch.empty((s, s), dtype=torch.bfloat16, device=a.device),
         "warploom.matmul": lambda: warploom.matmul(a, b),
         "warploom.scaled_mm": lambda: warploom.scaled_mm(a8, b8, sa, sb, use_fast_accum=True),
+        "warploom fused (+ gelu + residual)": lambda: warploom.scaled_mm(a8, b8, sa, sb, use_fast_accum=True,
+                                                                        epilogue=gelu_residual, residual=res),
+        "warploom blockwise": lambda: warploom.scaled_mm(a8, b8, sa_bw, sb_bw),
         "api._eager": lambda: api._eager(a, b),
         "torch.ops.warploom.matmul": lambda: torch.ops.warploom.matmul(a, b, None),
         "api._matmul_impl": lambda: api._matmul_impl(a, b, None),
