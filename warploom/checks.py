@@ -10,7 +10,7 @@ import functools
 from typing import Any
 
 from warploom.dtypes import DType
-from warploom.errors import AlignmentError, DeviceError, DTypeError, ScaleError, ShapeError
+from warploom.errors import AlignmentError, DeviceError, DTypeError, InputError, ScaleError, ShapeError
 from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 _TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
@@ -50,6 +50,15 @@ def _tma_ok(arg: str, t: Any, inner: int, what: str) -> None:
     if t.device.type != "meta" and not is_fake(t) and t.data_ptr() % _TMA_ALIGN:
         raise AlignmentError(arg, f"a base address aligned to {_TMA_ALIGN} bytes (TMA rule)",
                              f"address {t.data_ptr():#x}", f"pass {arg}.clone()")
+
+
+def no_neg_bit(named: dict[str, Any]) -> None:
+    """Refuse a tensor whose negation is a lazy view bit (`torch._neg_view`, `is_neg()`): kernels read its storage,
+    which holds the values un-negated, so the result would be silently wrong."""
+    for arg, t in named.items():
+        if t is not None and hasattr(t, "is_neg") and t.is_neg():
+            raise InputError(arg, "a tensor whose values are its storage", "a negated view (is_neg() is True)",
+                             f"pass {arg}.resolve_neg()")
 
 
 def is_fake(t: Any) -> bool:
@@ -122,6 +131,7 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
     da = DType.from_torch(a.dtype)
     assert da is not None
     _same_device({"a": a, "b": b})
+    no_neg_bit({"a": a, "b": b})
     _tma_ok("a", a, 1, "row-major a")
     layout = _b_layout(b, fp8=False)
     _tma_ok("b", b, 0 if layout is BLayout.K_MAJOR else 1, "b")
@@ -224,6 +234,7 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
             raise ShapeError(arg, "K and N multiples of 16 for fp8 (as torch._scaled_mm requires)",
                              f"{'K' if arg == 'a' else 'N'} = {size}", "pad with zeros to a multiple of 16")
     _same_device({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+    no_neg_bit({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
     recipe = _scale_recipe(scale_a, scale_b, m, n, k)
     if recipe.is_blockwise:
         _check_block_scales(scale_a, scale_b)
@@ -251,10 +262,10 @@ _MAX_SPECS = 4096
 
 
 def tensor_meta(t: Any) -> tuple[Any, ...] | None:
-    """What the checks read of a real tensor: shape, strides, dtype, device and base-address alignment."""
+    """What the checks read of a real tensor: shape, strides, dtype, device, base-address alignment, neg bit."""
     if t is None:
         return None
-    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % _TMA_ALIGN)
+    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % _TMA_ALIGN, t.is_neg())
 
 
 def is_real(t: Any) -> bool:

@@ -3,7 +3,7 @@
 An eager `matmul` or `scaled_mm` on CUDA tensors validates its arguments (`warploom.checks`), builds a `GemmSpec`,
 looks up the tuned plan and the built kernel: tens of microseconds of Python per call, more than a small GEMM's
 kernel takes (issue 6: an eager call should add at most 10 us). All of it depends only on what the checks read of
-each tensor (shape, strides, dtype, device, base address modulo 16) and the call's other arguments, so the first
+each tensor (shape, strides, dtype, device, base address modulo 16; negated views are never remembered) and the call's other arguments, so the first
 call remembers its kernel under exactly those (`key`), and later calls with the same key allocate the output and
 launch. Only calls that passed their checks and need a kernel are remembered (empty shapes and K = 0 are computed
 without one, CPU tensors run on the simulator); `forget()` drops everything, and `warploom.tune.lookup.forget`
@@ -66,9 +66,10 @@ def key(op: str, tensors: tuple[Any, ...], *rest: Any) -> tuple[Any, ...] | None
 
 
 def _tensor_key(t: Any) -> tuple[Any, ...] | None:
-    """What the checks read of one tensor, or None for one that is not on a GPU or has no storage."""
+    """What the checks read of one tensor, or None for one that is not on a GPU or has no storage, or is a negated
+    view (the checks refuse it: it must never match its un-negated storage's key)."""
     device = t.get_device()  # -1 on the CPU and for meta tensors
-    if device < 0 or is_fake(t):
+    if device < 0 or is_fake(t) or t.is_neg():
         return None
     return (t.shape, t.stride(), t.dtype, device, t.data_ptr() & 15)
 

@@ -188,12 +188,16 @@ def test_eager_calls_remember_their_kernel_and_check_what_differs(monkeypatch: p
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
         torch.testing.assert_close(warploom.matmul(a, b).float(), a.float() @ b.float(), atol=0.1, rtol=0.02)
     assert checked == ["matmul_spec_cached"] and len(eager._CALLS) == 1  # calls 2 and 3 were hits
+    from warploom.errors import InputError
+
+    with pytest.raises(InputError, match="resolve_neg"):  # a negated view of a remembered tensor: no hit
+        warploom.matmul(torch._neg_view(a), b)
     flat = torch.randn(m * k + 8, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(AlignmentError):
         warploom.matmul(flat[1:1 + m * k].view(m, k), b)
     bt = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()  # same shape, K-major strides
     torch.testing.assert_close(warploom.matmul(a, bt).float(), a.float() @ bt.float(), atol=0.1, rtol=0.02)
-    assert len(checked) == 3
+    assert len(checked) == 4
     fa, fb, sa, sb = _fp8(m, n, k)
     for fast in (True, False, True, False):
         out = warploom.scaled_mm(fa, fb, sa, sb, use_fast_accum=fast)

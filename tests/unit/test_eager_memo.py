@@ -33,6 +33,9 @@ class GpuLike:
     def data_ptr(self) -> int:
         return self.t.data_ptr()
 
+    def is_neg(self) -> bool:
+        return self.t.is_neg()
+
 
 def _tensor_part(t: torch.Tensor) -> tuple[object, ...]:
     """The per-tensor entry of a key, computed as `eager.key` does for a GPU tensor (the CPU has none)."""
@@ -45,8 +48,8 @@ def test_the_key_holds_what_the_checks_read() -> None:
     assert k is not None and k == eager.key("matmul", (GpuLike(a.clone()), GpuLike(b.clone())), None)
     meta = checks.tensor_meta(a)
     assert meta is not None
-    shape, strides, dtype, _, align = meta
-    assert k[1] == (torch.Size(shape), strides, dtype, 0, align)
+    shape, strides, dtype, _, align, neg = meta
+    assert k[1] == (torch.Size(shape), strides, dtype, 0, align) and not neg
     others = [
         (GpuLike(torch.randn(64, 48).to(BF16)), GpuLike(b)),  # shape
         (GpuLike(torch.randn(32, 64).to(BF16).t()), GpuLike(b)),  # strides
@@ -56,6 +59,8 @@ def test_the_key_holds_what_the_checks_read() -> None:
     ]
     for ts in others:
         assert eager.key("matmul", ts, None) not in (None, k)
+    # A negated view of a's storage (same shape, strides, address): never remembered, so never served as a.
+    assert eager.key("matmul", (GpuLike(torch._neg_view(a)), GpuLike(b)), None) is None
     assert eager.key("matmul", (GpuLike(a), GpuLike(b)), BF16) != k  # out_dtype
     assert eager.key("matmul", (GpuLike(a), GpuLike(b), None), None) != k  # a missing optional tensor
 

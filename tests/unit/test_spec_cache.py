@@ -54,3 +54,28 @@ def test_meta_tensors_are_checked_every_time_and_never_remembered() -> None:
     before = dict(checks._SPECS)
     assert checks.matmul_spec_cached(a, b) == checks.matmul_spec(a, b)
     assert checks._SPECS == before
+
+
+def test_a_negated_view_is_refused_even_after_its_storage_passed() -> None:
+    """torch._neg_view keeps the storage and sets a bit; kernels read the storage, so the result would be silently
+    negated. The bit is part of the key: a remembered spec for the plain tensor does not serve its negated view."""
+    import warploom
+    from warploom.errors import InputError
+
+    a, b = torch.randn(64, 128, dtype=torch.bfloat16), torch.randn(128, 32, dtype=torch.bfloat16)
+    checks.matmul_spec_cached(a, b)
+    neg = torch._neg_view(a)
+    assert neg.is_neg() and neg.data_ptr() == a.data_ptr()
+    with pytest.raises(InputError, match=r"resolve_neg") as e:
+        checks.matmul_spec_cached(neg, b)
+    assert e.value.arg == "a"
+    checks.matmul_spec_cached(neg.resolve_neg(), b)  # the fix the message names
+    fa, fb = fp8(64, 128), fp8(32, 128).t()
+    sa, sb = torch.rand(64, 1), torch.rand(1, 32)
+    checks.scaled_mm_spec_cached(fa, fb, sa, sb)
+    with pytest.raises(InputError, match=r"scale_b\.resolve_neg"):
+        checks.scaled_mm_spec_cached(fa, fb, sa, torch._neg_view(sb))
+    # Epilogue operands too (classified before any kernel is planned).
+    res = torch.randn(64, 32, dtype=torch.bfloat16)
+    with pytest.raises(InputError, match=r"residual\.resolve_neg"):
+        warploom.plan(a, b, epilogue=lambda acc, residual: acc + residual, residual=torch._neg_view(res))

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from warploom.checks import no_neg_bit
 from warploom.dtypes import DType
 from warploom.epilogue.operands import OPERAND_DTYPES, OperandKind, OperandSpec, check_name
 from warploom.errors import AlignmentError, DeviceError, DTypeError, ShapeError
@@ -48,6 +49,7 @@ def classify(name: str, t: Any, out_shape: tuple[int, int], device: Any = None) 
     if device is not None and str(t.device) != str(device):
         raise DeviceError(name, f"an epilogue operand on {device}, like the matmul's inputs",
                           f"a tensor on {t.device}", f"move it with {name}.to({str(device)!r})")
+    no_neg_bit({name: t})
     shape = tuple(int(s) for s in t.shape)
     strides = tuple(int(s) for s in t.stride())
     got = f"shape {shape} with strides {strides}"
