@@ -3,11 +3,11 @@
 An eager `matmul` or `scaled_mm` on CUDA tensors validates its arguments (`warploom.checks`), builds a `GemmSpec`,
 looks up the tuned plan and the built kernel: tens of microseconds of Python per call, more than a small GEMM's
 kernel takes (issue 6: an eager call should add at most 10 us). All of it depends only on what the checks read of
-each tensor (shape, strides, dtype, device, base address modulo 16; negated views are never remembered) and the call's other arguments, so the first
-call remembers its kernel under exactly those (`key`), and later calls with the same key allocate the output and
-launch. Only calls that passed their checks and need a kernel are remembered (empty shapes and K = 0 are computed
-without one, CPU tensors run on the simulator); `forget()` drops everything, and `warploom.tune.lookup.forget`
-calls it whenever the tuned plan for a problem may have changed.
+each tensor (shape, strides, dtype, device, base address modulo 16; negated views are never remembered) and the
+call's other arguments, so the first call remembers its kernel under exactly those (`key`), and later calls with
+the same key allocate the output and launch. Only calls that passed their checks and need a kernel are remembered
+(empty shapes and K = 0 are computed without one, CPU tensors run on the simulator); `forget()` drops everything,
+and `warploom.tune.lookup.forget` calls it whenever the tuned plan for a problem may have changed.
 
 Calls with a fused epilogue (`fused_key`, `PreparedFused`) are keyed on the epilogue function as
 `warploom.epilogue.memo` keys its captured graph (code, closure, globals and defaults the code reads, by value), and
