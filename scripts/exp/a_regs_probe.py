@@ -19,7 +19,6 @@ So a decode schedule whose ring carries only B is expressible in Gluon; not buil
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import tempfile
@@ -62,17 +61,6 @@ def probe(a_ptr, b_desc, c_ptr, M, K, stride_am, BM: gl.constexpr, BN: gl.conste
 '''
 
 
-def _load() -> Any:
-    path = os.path.join(tempfile.mkdtemp(), "a_regs_probe_kernel.py")
-    with open(path, "w") as f:
-        f.write(SOURCE)
-    spec = importlib.util.spec_from_file_location("a_regs_probe_kernel", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.probe
-
-
 def compile_probe(dtype: str = "bf16", bn: int = 64) -> Any:
     """bf16: BK 64, wgmma k16; fp8 (e4m3): BK 128, k32. One 128-byte swizzle atom of K per row either way."""
     import triton
@@ -80,13 +68,15 @@ def compile_probe(dtype: str = "bf16", bn: int = 64) -> Any:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    from warploom.runtime.loader import load
+
     bits, bk, instr_k, k_width = (16, 64, 16, 2) if dtype == "bf16" else (8, 128, 32, 4)
     layout = gl.NVMMASharedLayout(128, bits, 2)
     sig = {"a_ptr": f"*{dtype}", "b_desc": f"tensordesc<{dtype}[{bn}, {bk}],{layout!r}>", "c_ptr": "*bf16",
            "M": "i32", "K": "i32", "stride_am": "i32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
            "INSTR_K": "constexpr", "K_WIDTH": "constexpr"}
     consts = {"BM": 64, "BN": bn, "BK": bk, "INSTR_K": instr_k, "K_WIDTH": k_width}
-    return triton.compile(GluonASTSource(_load(), sig, consts, {}), target=GPUTarget("cuda", 90, 32),
+    return triton.compile(GluonASTSource(load(SOURCE, "probe"), sig, consts, {}), target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": 4})
 
 

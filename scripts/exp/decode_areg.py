@@ -20,13 +20,10 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -132,13 +129,9 @@ def _load(dtype: str, bn: int, stages: int) -> Any:
                    "K_WIDTH_VALUE": kw, "A_VEC_VALUE": 128 // DTYPES[dtype][3],
                    "PRODUCER_REGS": os.environ.get("PRODUCER_REGS", "24")}.items():
         text = text.replace(key, str(v))
-    path = os.path.join(tempfile.mkdtemp(), f"decode_areg_{dtype}_{bn}_{stages}.py")
-    Path(path).write_text(text)
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.decode_areg
+    from warploom.runtime.loader import load
+
+    return load(text, "decode_areg")
 
 
 def _layout(dtype: str) -> Any:
@@ -149,10 +142,9 @@ def _layout(dtype: str) -> Any:
 
 def cross() -> None:
     import triton
+    from a_regs_probe import sass_and_ptxas
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
-
-    from warploom.runtime.cross import _bin
 
     for dtype in DTYPES:
         bk = DTYPES[dtype][0]
@@ -167,12 +159,7 @@ def cross() -> None:
             except Exception as e:  # reported: a variant that does not fit is a finding
                 print(f"{dtype} {name}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
                 continue
-            with tempfile.TemporaryDirectory() as d:
-                ptx = os.path.join(d, "k.ptx")
-                Path(ptx).write_text(ck.asm["ptx"])
-                r = subprocess.run([_bin("ptxas"), "-v", "--gpu-name=sm_90a", ptx, "-o", os.path.join(d, "k.cubin")],
-                                   capture_output=True, text=True, check=False)
-            log = r.stdout + r.stderr
+            _, log = sass_and_ptxas(ck)
             regs = re.findall(r"Used (\d+) registers", log)
             spills = re.findall(r"(\d+) bytes spill stores", log)
             warn = [x for x in log.splitlines() if "wgmma" in x.lower() or "C7514" in x or "C7515" in x]

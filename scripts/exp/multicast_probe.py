@@ -16,11 +16,6 @@ box by `%cluster_ctarank`. The broadcast one issues the same `cp.async.bulk.tens
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import tempfile
-from typing import Any
-
 SOURCE = '''
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -41,17 +36,6 @@ def probe(b_desc, out_desc):
 '''
 
 
-def _load() -> Any:
-    path = os.path.join(tempfile.mkdtemp(), "multicast_probe_kernel.py")
-    with open(path, "w") as f:
-        f.write(SOURCE)
-    spec = importlib.util.spec_from_file_location("multicast_probe_kernel", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.probe
-
-
 def ptx_copies(cga: list[list[int]], num_ctas: int) -> list[str]:
     """The PTX lines of the TMA copies and the cluster directives, compiled for sm_90a."""
     import triton
@@ -59,9 +43,11 @@ def ptx_copies(cga: list[list[int]], num_ctas: int) -> list[str]:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    from warploom.runtime.loader import load
+
     layout = gl.NVMMASharedLayout(128, 16, 2, cga_layout=cga)
     desc = f"tensordesc<bf16[128, 64],{layout!r}>"
-    ck = triton.compile(GluonASTSource(_load(), {"b_desc": desc, "out_desc": desc}, {}, {}),
+    ck = triton.compile(GluonASTSource(load(SOURCE, "probe"), {"b_desc": desc, "out_desc": desc}, {}, {}),
                         target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_ctas": num_ctas})
     return [line.strip() for line in ck.asm["ptx"].splitlines()
             if "cp.async.bulk.tensor" in line or "cluster" in line]
