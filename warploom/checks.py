@@ -130,8 +130,9 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
     out = matmul_dtypes(a, b, out_dtype)
     da = DType.from_torch(a.dtype)
     assert da is not None
-    _same_device({"a": a, "b": b})
-    no_neg_bit({"a": a, "b": b})
+    named = {"a": a, "b": b}
+    _same_device(named)
+    no_neg_bit(named)
     _tma_ok("a", a, 1, "row-major a")
     layout = _b_layout(b, fp8=False)
     _tma_ok("b", b, 0 if layout is BLayout.K_MAJOR else 1, "b")
@@ -233,8 +234,9 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
         if size % 16:
             raise ShapeError(arg, "K and N multiples of 16 for fp8 (as torch._scaled_mm requires)",
                              f"{'K' if arg == 'a' else 'N'} = {size}", "pad with zeros to a multiple of 16")
-    _same_device({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
-    no_neg_bit({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+    named = {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}
+    _same_device(named)
+    no_neg_bit(named)
     recipe = _scale_recipe(scale_a, scale_b, m, n, k)
     if recipe.is_blockwise:
         _check_block_scales(scale_a, scale_b)

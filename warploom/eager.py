@@ -45,11 +45,18 @@ class Prepared:
         out = torch.empty((self.m, self.n), dtype=self.out_dtype, device=a.device)
         if self.bound is not None:
             return self.bound(a, b, out, scale_a, scale_b, bias)
-        launcher = self.kernel.launcher
-        launcher(a, b, out, scale_a, scale_b, bias)
-        if launcher.can_bind:  # (None after a launch through the JIT that kept no kernel: tried again next call)
-            self.bound = launcher.bind(a, b, out, scale_a, scale_b, bias)
+        _launch_and_bind(self, a, b, out, scale_a, scale_b, bias)
         return out
+
+
+def _launch_and_bind(p: Prepared | PreparedFused, *args: Any, **kw: Any) -> None:
+    """Launch `p`'s kernel through its launcher's general path, then bind the launch to the call's key. Bind stays
+    None after a launch through the JIT that kept no kernel, so the next call tries again; never where the kernel
+    cannot bind (split-K, a tail)."""
+    launcher = p.kernel.launcher
+    launcher(*args, **kw)
+    if launcher.can_bind:
+        p.bound = launcher.bind(*args, **kw)
 
 
 def key(op: str, tensors: tuple[Any, ...], *rest: Any) -> tuple[Any, ...] | None:
@@ -94,13 +101,11 @@ class PreparedFused:
         outs = tuple(torch.empty((self.m, self.n), dtype=d, device=a.device) for d in self.out_dtypes)
         sa, sb = (scale_a, scale_b) if self.blockwise else (None, None)
         graph_operands = {n: tensors[n] for n in self.names}
+        args = (a, b, outs[0], sa, sb)
         if self.bound is not None:
-            self.bound(a, b, outs[0], sa, sb, operands=graph_operands, extra_outs=outs[1:])
+            self.bound(*args, operands=graph_operands, extra_outs=outs[1:])
         else:
-            launcher = self.kernel.launcher
-            launcher(a, b, outs[0], sa, sb, operands=graph_operands, extra_outs=outs[1:])
-            if launcher.can_bind:
-                self.bound = launcher.bind(a, b, outs[0], sa, sb, operands=graph_operands, extra_outs=outs[1:])
+            _launch_and_bind(self, *args, operands=graph_operands, extra_outs=outs[1:])
         return outs[0] if len(outs) == 1 else outs
 
 
