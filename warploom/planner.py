@@ -78,6 +78,16 @@ The heuristic, in order:
    epilogue (bf16 silu(acc + bias), fp8 rowwise gelu(acc) + residual; scripts/exp/decode_fused.py) it won all six
    cases too: 1-5% (bf16) and 9-11% (fp8) faster than 64x128 at 6 stages. These tiles take no split-K tail
    (rule 15 was measured on 128x256 tiles only); a forced deeper ring's tail keeps at most 6 stages.
+17. A 256x128 tile (forced, `bm=256`, or tried by the tuner; never the planner's own choice): four 64-row consumer
+   warpgroups, one partition each, as cuBLAS runs bf16 at short K (`nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA`). It
+   moves the same 48 KiB per k-block as 128x256 for the same work, but each warpgroup holds a 64x128 accumulator (64
+   registers) and stores it in two 64x64 halves. Four warpgroups beside the producer's get 112 registers each (4 x 128
+   x 112 + 128 x 24 <= 64K), and the halves' staging (32 KiB) leaves room for 4 stages (3 measured 3-7% slower). Plain
+   native GEMMs only: promoted fp8's partial, a bias beside rowwise scales (1040 bytes spilled), fused epilogues,
+   ping-pong and split-K are refused. Measured against 128x256 for bf16 (7 interleaved rounds, median graph ratio
+   against torch; docs/benchmarks.md, 2026-11-24 session 17): at K <= 2048 from -2.3% to +1.5% over six shapes, at K =
+   4096 within 0.4%. A first, non-interleaved run had shown +3.4% at 4096x7168x2048; identical kernels in that run
+   differed by up to 6%, so it was noise, and the planner keeps 128x256.
 """
 
 from __future__ import annotations
@@ -97,6 +107,8 @@ _TILES: tuple[tuple[int, int, float], ...] = (
     (64, 128, 0.75),
     # Chosen by rules 13 (small-M blockwise) and 16 (decode, with a deeper ring); otherwise only when forced.
     (64, 64, 0.60),
+    # Rule 17: forced or tuned only (measured equal to 128x256).
+    (256, 128, 1.00),
 )
 # Rule 13's recipes: measured on the H100 (MX's 32-deep promotions were not, and keep 128-row tiles).
 _SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
@@ -113,6 +125,8 @@ TAIL_COST_US = 9.0
 _ROUND_US_PER_KBLOCK = 0.84
 _PRODUCER_REGS = 24
 _CONSUMER_REGS = 240
+# Rule 17: four consumer warpgroups and the producer's: 4 x 128 x 112 + 128 x 24 = 60416 of the 65536 registers.
+_TALL_CONSUMER_REGS = 112
 
 
 @dataclass(frozen=True)
@@ -260,7 +274,8 @@ def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: 
         return FUSED_WIDE_BLOCKS  # rule 9
     if (pingpong and fused and bm * bn >= 128 * 128) or block:
         return 4  # (block: per-block rowwise scales and bias, 64 columns at a time; 128 still spill)
-    return 2 if bn == 256 or (pingpong and bn == 128) else 1
+    # Rule 17's 256x128 stores 64x64 halves per warpgroup: their staging (32 KiB) leaves room for a 4th stage.
+    return 2 if bn == 256 or (pingpong and bn == 128) or bm == 256 else 1
 
 
 FUSED_WIDE_BLOCKS = 8  # rule 9: 32-column blocks; in 4 blocks the erf GELU spilled 628-872 bytes (ptxas, session 15)
@@ -308,6 +323,30 @@ def is_decode(spec: GemmSpec, pingpong: bool = False) -> bool:
     return spec.m <= 64 and spec.accumulation is Accumulation.NATIVE and not spec.scale.is_blockwise and not pingpong
 
 
+def _tall_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool, split_k: int | None,
+                   tail_split: int | None, consumer_partitions: int | None) -> list[str]:
+    """Rule 17: why a 256-row tile cannot run `spec` with these options (empty: it can). Its four warpgroups have 112
+    registers each: room for a 64x128 accumulator, not for a promoted partial beside it, nor measured with a fused
+    epilogue, split-K units or ping-pong."""
+    problems = []
+    if spec.accumulation is not Accumulation.NATIVE:
+        problems.append("promoted fp8 (a 64x128 partial beside the accumulator needs more than 112 registers)")
+    if spec.epilogue is not None:
+        problems.append("a fused epilogue (not built for four consumer warpgroups)")
+    if spec.bias_dtype is not None:
+        problems.append("a bias (rowwise scales with a bias spill 1040 bytes at 112 registers, ptxas)")
+    if pingpong:
+        problems.append("ping-pong")
+    if scale_partition:
+        problems.append("the scale partition")
+    if split_k not in (None, 1) or tail_split not in (None, 1):
+        problems.append("split-K")
+    if consumer_partitions not in (None, 4):
+        problems.append(f"consumer_partitions={consumer_partitions} (a 256-row tile runs one partition per "
+                        "warpgroup: 4)")
+    return problems
+
+
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,
                scale_partition: bool = False, scale_stages: int = 2, split_k: int = 1, prefetch: bool = True,
                cap: int | None = None) -> int:
@@ -340,10 +379,18 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             raise UnsupportedError(f"tail_split={tail_split} with split_k={split_k}: a split-K tail follows whole "
                                    "tiles, and split-K splits them all; pass one of the two")
         _check_split_k(spec, tail_split, bk, pingpong, scale_partition, what="tail_split")
-    if consumer_partitions not in (None, 1, 2):
+    if consumer_partitions not in (None, 1, 2, 4):
         raise UnsupportedError(f"consumer_partitions={consumer_partitions!r}: expected 1 (one partition for all "
-                               "consumer warpgroups) or 2 (one per warpgroup); pass 1 or 2, or None to let the "
-                               "planner choose")
+                               "consumer warpgroups), 2 (one per warpgroup) or 4 (bm=256's four warpgroups); pass "
+                               "1, 2 or 4, or None to let the planner choose")
+    if consumer_partitions == 4 and bm != 256:
+        raise UnsupportedError("consumer_partitions=4 is for bm=256 (four consumer warpgroups); pass bm=256, or "
+                               "1 or 2 partitions")
+    if bm == 256:
+        tall = _tall_problems(spec, pingpong, bool(scale_partition), split_k, tail_split, consumer_partitions)
+        if tall:
+            raise UnsupportedError(f"bm=256 (rule 17's tile, four consumer warpgroups) does not support "
+                                   f"{'; '.join(tall)} for {spec.short()}; use bm=128")
     if consumer_partitions == 2 and bm == 64:
         raise UnsupportedError("consumer_partitions=2 needs two consumer warpgroups, but bm=64 has one; "
                                "use bm=128 or consumer_partitions=1")
@@ -381,6 +428,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue
         if cbn == 64 and bn is None and not (small_blockwise or decode):
             continue  # forced only: see _TILES
+        if cbm == 256 and bm is None:
+            continue  # rule 17: forced (or tuned) only
         if bm is None and cbm == 64 and spec.m > 64 and not small_blockwise:
             continue  # a 64-row tile only pays when M itself is small
         if cbm == 64 and consumer_partitions == 2 and not pingpong:
@@ -406,6 +455,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue  # fp32 output + bias on the promoted 256-wide tile spills 8-40 bytes (ptxas, 2026-11-22)
         block = block_epilogue(spec, cbn, pingpong)
         ks = split_k if split_k is not None else _rule14_split(spec, device, cbm, cbn, pingpong, scale_partition)
+        if cbm == 256:
+            ks = 1  # (rule 14 is blockwise's, which never runs here)
         if tail_split is not None and tail_split > 1:
             ks = 1  # a forced tail follows whole tiles: rule 14 does not split them
         cap = _FORCED_MAX_STAGES if stages is not None else None  # (None: max_stages's own, rule 16's for decode)
@@ -423,8 +474,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         # A unit of a split tile does 1/ks of its work (the reduction's cost is rule 14's thresholds).
         score = math.ceil(tiles / device.sm_count) * cbm * cbn / eff / ks
         ts, tail_s = 1, 0
-        if ks == 1 and tail_split is None and decode and (cbm, cbn) == (64, 64):
-            ts = 1  # rule 16's tiles take no split-K tail: unmeasured there (rule 15's cost is 128x256's)
+        if ks == 1 and tail_split is None and (decode and (cbm, cbn) == (64, 64) or cbm == 256):
+            ts = 1  # rules 16 and 17's tiles take no split-K tail: unmeasured there (rule 15's cost is 128x256's)
         elif ks == 1:
             ts = tail_split if tail_split is not None else _rule15_tail(spec, device, cbm, cbn, bk, pingpong,
                                                                          scale_partition, eff)
@@ -448,13 +499,15 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             group_m=group_m, grid=grid,
             epilogue_subtiles=epilogue_subtiles(cbn, pingpong, spec.epilogue is not None, cbm, block, wide),
             block_epilogue=block,
-            consumer_partitions=2 if pingpong else 1 if cbm == 64 else (consumer_partitions or fused_parts),
+            consumer_partitions=(2 if pingpong else 1 if cbm == 64 else 4 if cbm == 256
+                                 else (consumer_partitions or fused_parts)),
             partial_blocks=blocks, hoist_rows=hoist, scalar_columns=scalar_columns,
             prefetch_operands=early, pingpong=pingpong, scale_partition=scale_partition, split_k=ks,
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
             load_ahead=wide and not hoist, **_mx_registers(spec, cbm, pingpong),
+            **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )
         key = (score, -cbm * cbn, plan)
         if best is None or key[:2] < best[:2]:

@@ -44,6 +44,11 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("fp16_decode_64x8192x8192_nmajor", mm(64, 8192, 8192, FP16, N_MAJOR), {}),
     ("bf16_out_fp32", mm(4096, 4096, 4096, out=FP32), {}),
     ("bf16_out_fp16_nmajor", mm(4097, 264, 8192, layout=N_MAJOR, out=FP16), {}),
+    # Rule 17 (forced only): 256x128 with four consumer warpgroups at 112 registers each.
+    ("bf16_short_k_256x128", mm(4096, 7168, 2048), dict(bm=256)),
+    ("fp16_256x128_nmajor_odd", mm(2000, 4104, 1000, FP16, N_MAJOR), dict(bm=256, bn=128)),
+    ("e4m3_rowwise_256x128_forced", f8(4096, 4096, 4096, RW), dict(bm=256, bn=128)),
+    ("e4m3_tensorwise_out_fp32_256x128_forced", f8(4096, 4096, 4096, TW, out=FP32), dict(bm=256, bn=128)),
     # 16-bit: forced tiles and stages
     ("bf16_128x256_s3_nmajor", mm(4096, 4096, 4096, layout=N_MAJOR), dict(bm=128, bn=256, stages=3)),
     ("fp16_128x128_s2", mm(2048, 2048, 2048, FP16), dict(bm=128, bn=128, stages=2)),

@@ -42,6 +42,50 @@ def test_bf16_plans(partitions: int, stages: int, bn: int) -> None:
     torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.1, rtol=2e-2)
 
 
+@pytest.mark.parametrize("layout", ["k_major", "n_major"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("stages", [1, 3, 4])
+def test_256_row_plans(stages: int, dtype: torch.dtype, layout: str) -> None:
+    """Rule 17's tile: four 64-row consumer warpgroups. 1100 rows are 5 tile rows, the last (1024-1099) with its
+    second warpgroup's block ragged and the other two wholly outside; K is not a multiple of BK."""
+    torch.manual_seed(stages)
+    m, n, k = 1100, 648, 9 * 64 + 8
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(n, k, device="cuda", dtype=dtype).t() if layout == "k_major" else \
+        torch.randn(k, n, device="cuda", dtype=dtype)
+    spec = checks.matmul_spec(a, b, None)
+    dev = DeviceInfo.current()
+    plan = plan_schedule(spec, dev, bm=256, stages=stages)
+    assert (plan.bm, plan.bn, plan.consumer_partitions, plan.consumer_regs) == (256, 128, 4, 112)
+    kern = build(spec, dev, plan)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    kern.run(a, b, out)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.1, rtol=2e-2)
+
+
+def test_256_row_plans_fp8_and_an_odd_bf16_shape() -> None:
+    """Forced on fp8 rowwise (native) with fp32 output; and on bf16 where N is 32 tiles and a bit."""
+    torch.manual_seed(17)
+    m, n, k = 1030, 528, 5 * 128 + 32
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.float32, True)
+    dev = DeviceInfo.current()
+    kern = build(spec, dev, plan_schedule(spec, dev, bm=256))
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+    kern.run(a, b, out, sa, sb)
+    assert not out.isnan().any()
+    assert _err(out, (a.float() @ b.float()) * sa * sb) < 1e-5
+    a16 = torch.randn(2000, 1000, device="cuda", dtype=torch.bfloat16)
+    b16 = torch.randn(1000, 4104, device="cuda", dtype=torch.bfloat16)
+    spec16 = checks.matmul_spec(a16, b16, None)
+    kern16 = build(spec16, dev, plan_schedule(spec16, dev, bm=256))
+    out16 = torch.full((2000, 4104), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern16.run(a16, b16, out16)
+    torch.testing.assert_close(out16.float(), a16.float() @ b16.float(), atol=0.1, rtol=2e-2)
+
+
 @pytest.mark.parametrize(("partitions", "blocks", "bn"), [(1, 1, 128), (2, 1, 128), (1, 2, 256), (2, 2, 256),
                                                           (2, 2, 128)])
 @pytest.mark.parametrize("stages", [1, 3])

@@ -30,6 +30,9 @@ M, N = 130, 120
 # With 128-row tiles, 300 rows are 3 tile rows; in the last (rows 256-299) the second warpgroup's block
 # (320-383) lies wholly outside the matrix and the first's partly.
 M_128 = 300
+# With 256-row tiles (rule 17's four warpgroups), 600 rows are 3 tile rows; in the last (rows 512-599) the second
+# warpgroup's block (576-639) is ragged and the third's and fourth's (640-767) lie wholly outside.
+M_256 = 600
 STAGES = range(1, 7)
 
 
@@ -40,7 +43,8 @@ def k_steps(stages: int) -> list[int]:
 def small_plan(stages: int, bk: int, bm: int = 64, bn: int = 64, split: int = 1, blocks: int = 1,
                pingpong: bool = False) -> Plan:
     return Plan(bm=bm, bn=bn, bk=bk, stages=stages, consumer_warps=8 if pingpong else 4 * (bm // 64), group_m=2,
-                grid=2, consumer_partitions=split, partial_blocks=blocks, pingpong=pingpong)
+                grid=2, consumer_partitions=split, partial_blocks=blocks, pingpong=pingpong,
+                consumer_regs=112 if bm == 256 else 240)  # (four warpgroups: the planner's rule 17 budget)
 
 
 # Consumer structures: (bm, bn, consumer partitions, partial blocks). h2 only means something for promoted
@@ -54,13 +58,15 @@ STRUCTURES = {
     # runs 2 and the other 1.
     "pp": (64, 64, 2, 1),
     "pph2": (64, 128, 2, 2),
+    # Rule 17's structure: four 64-row warpgroups of a 256-row tile, one partition each (native only).
+    "p4": (256, 64, 4, 1),
 }
 
 
 def structured(name: str, stages: int, bk: int) -> tuple[Plan, int]:
     """The plan of structure `name`, and the M that gives it 3 tile rows."""
     bm, bn, split, blocks = STRUCTURES[name]
-    return small_plan(stages, bk, bm, bn, split, blocks, name.startswith("pp")), (M if bm == 64 else M_128)
+    return small_plan(stages, bk, bm, bn, split, blocks, name.startswith("pp")), {64: M, 128: M_128, 256: M_256}[bm]
 
 
 def consumers(m: ir.Module) -> list[ir.Partition]:
@@ -111,7 +117,7 @@ def check_structure(module: ir.Module, plan: Plan) -> None:
 
 
 @pytest.mark.parametrize("stages,ks", CASES)
-@pytest.mark.parametrize("structure", ["p1", "p2", "pp"])
+@pytest.mark.parametrize("structure", ["p1", "p2", "pp", "p4"])
 def test_bf16_native_stages_by_k_steps(structure: str, stages: int, ks: int) -> None:
     plan, m = structured(structure, stages, bk=32)
     spec = spec_of(DType.BF16, ks * 32 - 5, m=m)  # K not a multiple of BK = 32
@@ -143,12 +149,14 @@ def test_fp8_rowwise_promoted_stages_by_k_steps(structure: str, stages: int, ks:
     dict(dtype=DType.E4M3, scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED, bias=DType.FP32, out=DType.FP16),
     dict(dtype=DType.E4M3, b_dtype=DType.E5M2, scale=ScaleRecipe.TENSORWISE, bias=DType.BF16, out=DType.FP32),
 ], ids=lambda kw: "-".join(f"{v.value if hasattr(v, 'value') else v}" for v in kw.values()))
-@pytest.mark.parametrize("structure", ["p1", "p2", "pp"])
+@pytest.mark.parametrize("structure", ["p1", "p2", "pp", "p4"])
 def test_dtypes_and_recipes(spec_kw: dict, stages: int, ks: int, structure: str) -> None:
     fp8 = spec_kw["dtype"].is_fp8
     bk = 64 if fp8 else 32
     if structure == "p2" and spec_kw.get("acc") is Accumulation.PROMOTED:
         structure = "p2h2"  # the planner's promoted structure: split consumers and column blocks
+    if structure == "p4" and spec_kw.get("acc") is Accumulation.PROMOTED:
+        structure = "p2h2"  # (the planner refuses promoted fp8 on 256-row tiles: their registers)
     plan, m = structured(structure, stages, bk)
     spec = spec_of(k=ks * bk - (16 if fp8 else 3), m=m, **spec_kw)
     res, x = run(spec, plan)
@@ -156,7 +164,7 @@ def test_dtypes_and_recipes(spec_kw: dict, stages: int, ks: int, structure: str)
 
 
 @pytest.mark.parametrize("grid,group_m", [(1, 1), (3, 1), (3, 3), (4, 8)])
-@pytest.mark.parametrize("structure", ["p1", "p2", "pp"])
+@pytest.mark.parametrize("structure", ["p1", "p2", "pp", "p4"])
 def test_persistent_grids_and_rasters(grid: int, group_m: int, structure: str) -> None:
     plan, _ = structured(structure, 3, bk=32)
     spec = spec_of(DType.BF16, 4 * 32 - 1, m=200 * plan.bm // 64, n=330)  # 4 x 6 tiles

@@ -146,8 +146,8 @@ def test_forced_single_stage_is_planned() -> None:
     assert plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM).stages >= 2
 
 
-@pytest.mark.parametrize("kwargs", [dict(stages=7), dict(stages=0), dict(bm=256), dict(bn=64), dict(bm=32, bn=128)],
-                         ids=str)
+@pytest.mark.parametrize("kwargs", [dict(stages=7), dict(stages=0), dict(bm=512), dict(bn=64), dict(bm=32, bn=128),
+                                    dict(bm=256, bn=256)], ids=str)
 def test_impossible_forced_parameters_raise_unsupported(kwargs: dict) -> None:
     with pytest.raises(UnsupportedError, match="no tile shape fits"):
         plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, **kwargs)
@@ -232,9 +232,9 @@ def test_rowwise_bias_avoidance_does_not_apply_to_column_blocks() -> None:
     assert (plan_schedule(spec, H100_SXM).bn, plan_schedule(spec, H100_SXM).partial_blocks) == (256, 2)
 
 
-@pytest.mark.parametrize("split", [0, 3, "2"])
+@pytest.mark.parametrize("split", [0, 3, "2", 8])
 def test_bad_consumer_partitions_are_refused(split: object) -> None:
-    with pytest.raises(UnsupportedError, match="consumer_partitions=.*expected 1 .* or 2"):
+    with pytest.raises(UnsupportedError, match="consumer_partitions=.*expected 1 .*, 2 .* or 4"):
         plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, consumer_partitions=split)  # type: ignore[arg-type]
 
 
@@ -310,6 +310,36 @@ def test_decode_takes_64x64_tiles_with_a_deep_ring() -> None:
     # one wave of 64x128 on score.
     assert plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM, bn=64).tail_split == 1
     assert plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM).bn == 128
+
+
+def test_forced_256_row_tiles_run_four_consumer_warpgroups() -> None:
+    """Rule 17 (docs/benchmarks.md session 17): a 256x128 tile, forced (never the planner's choice: measured equal
+    to 128x256), runs four 64-row consumer partitions at 112 registers, 64x64 epilogue halves and 4 stages; it is
+    refused where its registers or structure were not built for it, with the reason."""
+    for spec in (GemmSpec(4096, 7168, 2048), GemmSpec(8192, 8192, 1024, DType.FP16, DType.FP16, DType.FP16),
+                 GemmSpec(1100, 648, 584, b_layout=BLayout.N_MAJOR), fp8(4096, 4096, 4096)):
+        assert plan_schedule(spec, H100_SXM).bm != 256, spec.short()
+        p = plan_schedule(spec, H100_SXM, bm=256)
+        assert (p.bm, p.bn, p.stages, p.consumer_partitions, p.consumer_warps) == (256, 128, 4, 4, 16), spec.short()
+        assert (p.consumer_regs, p.epilogue_subtiles, p.split_k, p.tail_split) == (112, 2, 1, 1)
+        assert plan_schedule(spec, H100_SXM, bm=256, consumer_partitions=4) == p
+        m, _ = compile_schedule(spec, p, H100_SXM)
+        assert verify.complete(m, H100_SXM) == [] and m.smem_bytes <= H100_SXM.smem_per_block
+        consumers = [q for q in m.partitions if q.role.value == "consumer"]
+        assert [(q.warps, q.regs, q.rows.start) for q in consumers] == [(4, 112, r) for r in (0, 64, 128, 192)]
+    for spec, kw, why in ((fp8(4096, 4096, 4096, promoted=True), {}, "promoted fp8"),
+                          (GemmSpec(4096, 4096, 4096), dict(consumer_partitions=2), "consumer_partitions=2"),
+                          (GemmSpec(4096, 4096, 4096), dict(pingpong=True), "ping-pong"),
+                          (GemmSpec(4096, 4096, 4096), dict(split_k=2), "split-K"),
+                          (fp8(4096, 4096, 4096, bias=BF16), {}, "a bias")):
+        with pytest.raises(UnsupportedError, match=f"bm=256 .*{why}.*use bm=128"):
+            plan_schedule(spec, H100_SXM, bm=256, **kw)
+    fused = plan(torch.empty(4096, 2048, dtype=torch.bfloat16, device="meta"),
+                 torch.empty(2048, 4096, dtype=torch.bfloat16, device="meta"), epilogue=lambda acc: acc * 2).spec
+    with pytest.raises(UnsupportedError, match="bm=256 .*a fused epilogue"):
+        plan_schedule(fused, H100_SXM, bm=256)
+    with pytest.raises(UnsupportedError, match="consumer_partitions=4 is for bm=256"):
+        plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, bm=128, consumer_partitions=4)
 
 
 def test_wave_fill_counts_the_last_rounds_idle_ctas() -> None:

@@ -219,6 +219,17 @@ def test_replan_forces_every_knob_of_the_plan() -> None:
     assert replan(spec, H100_SXM, p) == p
 
 
+def test_256_row_tiles_are_tried_for_plain_native_gemms_only() -> None:
+    """Rule 17's tile is never the planner's default, so the tuner is where it can win: with its four consumer
+    partitions for plain native GEMMs, never for promoted fp8 (its registers) or with any other partition count."""
+    tall = [p for p in feasible(GemmSpec(4096, 4096, 2048), H100_SXM) if p.bm == 256]
+    assert tall and all((p.bn, p.consumer_partitions, p.consumer_regs) == (128, 4, 112) for p in tall)
+    assert {p.stages for p in tall} == {2, 3, 4}
+    assert not any(p.bm == 256 for p in feasible(fp8(4096, 4096, 4096, promoted=True), H100_SXM))
+    assert not any(p.bm == 256 for p in feasible(GemmSpec(4096, 4096, 2048), H100_SXM, SearchSpace(bm=(128, 256),
+                                                                                           consumer_partitions=(2,))))
+
+
 def test_ping_pong_is_tried_only_when_asked() -> None:
     spec = GemmSpec(4096, 4096, 4096)
     assert not any(p.pingpong for p in feasible(spec, H100_SXM))

@@ -48,17 +48,19 @@ class SearchSpace:
         stage_depths: how many ring depths are tried per tile: the deepest that fit, down to 2 (shallower
             rings only lose latency hiding; promoted fp8 measured best one below its deepest).
         group_m: raster group sizes (GROUP_M = 1 measured 7% slower: not tried).
-        consumer_partitions: 1 or 2 consumer partitions (2 needs BM = 128).
+        consumer_partitions: 1 or 2 consumer partitions (2 needs BM = 128); 4 for BM = 256 (planner rule 17: four
+            consumer warpgroups, plain native GEMMs only, measured equal to 128x256 on average, so only the tuner
+            or a forced plan runs it).
         partial_blocks: promoted fp8's promotion column blocks (ignored for other specs).
         pingpong: whether the two consumer warpgroups take whole tiles in turn. Only (False,) by default:
             ping-pong schedules are new and not yet measured on the H100; pass (False, True) to try them.
     """
 
-    bm: tuple[int, ...] = (128, 64)
+    bm: tuple[int, ...] = (128, 64, 256)
     bn: tuple[int, ...] = (256, 128)
     stage_depths: int = 3
     group_m: tuple[int, ...] = (8, 4, 16)
-    consumer_partitions: tuple[int, ...] = (2, 1)
+    consumer_partitions: tuple[int, ...] = (2, 1, 4)
     partial_blocks: tuple[int, ...] = (2, 1)
     pingpong: tuple[bool, ...] = (False,)
 
