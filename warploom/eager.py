@@ -42,7 +42,8 @@ class Prepared:
     bound: Any = None  # runtime.launch.Bound
 
     def __call__(self, a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> Any:
-        out = torch.empty((self.m, self.n), dtype=self.out_dtype, device=a.device)
+        # (sizes as separate arguments: torch's parser takes them ~0.7 us faster than a tuple, measured on CPU)
+        out = torch.empty(self.m, self.n, dtype=self.out_dtype, device=a.device)
         if self.bound is not None:
             return self.bound(a, b, out, scale_a, scale_b, bias)
         _launch_and_bind(self, a, b, out, scale_a, scale_b, bias)
@@ -98,7 +99,7 @@ class PreparedFused:
     def __call__(self, a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any, operands: dict[str, Any]) -> Any:
         # The user's operands last: matmul may name one `bias` (scaled_mm refuses those names for its own).
         tensors = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias, **operands}
-        outs = tuple(torch.empty((self.m, self.n), dtype=d, device=a.device) for d in self.out_dtypes)
+        outs = tuple(torch.empty(self.m, self.n, dtype=d, device=a.device) for d in self.out_dtypes)
         sa, sb = (scale_a, scale_b) if self.blockwise else (None, None)
         graph_operands = {n: tensors[n] for n in self.names}
         args = (a, b, outs[0], sa, sb)

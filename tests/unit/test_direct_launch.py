@@ -190,6 +190,7 @@ class FakeLauncher:
 
     _args = GETTERS
     _bases: dict[int, Any] = {}
+    _positional: dict[int, tuple[int, bool]] = {}  # (none: every call takes the general loop over the getters)
 
     def __init__(self) -> None:
         self.general: list[tuple[Any, ...]] = []
@@ -220,10 +221,17 @@ def call_args(m: int, n: int, k: int) -> list[Any]:
     return [*tensors(m, n, k), torch.randn(n).to(torch.bfloat16)]
 
 
-def bound_for(args: list[Any], run: Run, kern: Any = None) -> tuple[Any, FakeLauncher, Knobs]:
+# What the real launcher records for these parameters: a, b and out as descriptors, bias through _aligned.
+POSITIONAL = {0: (0, False), 1: (1, False), 2: (2, False), 6: (5, True)}
+
+
+def bound_for(args: list[Any], run: Run, kern: Any = None, positional: bool = False
+              ) -> tuple[Any, FakeLauncher, Knobs]:
     from warploom.runtime.launch import Bound
 
     launcher, knobs_ = FakeLauncher(), Knobs()
+    if positional:
+        launcher._positional = POSITIONAL
     compiled = _Compiled(kern or kernel(run), slots(), hook_reads_args=False, key=(0, False, None))
     return Bound(launcher, knobs_, compiled, 5, 0, args), launcher, knobs_  # type: ignore[arg-type]
 
@@ -233,10 +241,12 @@ def launch(bound: Any, args: list[Any]) -> Any:
     return bound(a, b, out, bias=bias)
 
 
-def test_bound_launch_passes_what_tritons_wrapper_passes(gpu: SimpleNamespace) -> None:
+@pytest.mark.parametrize("positional", [False, True], ids=["getters", "positional"])
+def test_bound_launch_passes_what_tritons_wrapper_passes(gpu: SimpleNamespace, positional: bool) -> None:
     run = Run()
     first = call_args(300, 272, 512)
-    bound, launcher, _ = bound_for(first, run)
+    bound, launcher, _ = bound_for(first, run, positional=positional)
+    assert (bound._positional is not None) == positional
     # Later calls with the key's shapes and strides, new tensors each time, and the first call's again.
     for args in [call_args(300, 272, 512), call_args(300, 272, 512), first]:
         assert launch(bound, args) is args[2]
@@ -244,11 +254,12 @@ def test_bound_launch_passes_what_tritons_wrapper_passes(gpu: SimpleNamespace) -
     assert launcher.general == []
 
 
-def test_bound_keeps_no_tensor_of_the_binding_call(gpu: SimpleNamespace) -> None:
+@pytest.mark.parametrize("positional", [False, True], ids=["getters", "positional"])
+def test_bound_keeps_no_tensor_of_the_binding_call(gpu: SimpleNamespace, positional: bool) -> None:
     import weakref
 
     args = call_args(128, 256, 64)
-    bound, _, _ = bound_for(args, Run())
+    bound, _, _ = bound_for(args, Run(), positional=positional)
     refs = [weakref.ref(t) for t in args if isinstance(t, torch.Tensor)]
     del args
     assert all(r() is None for r in refs)  # the template holds shapes, strides and encodings only
@@ -256,9 +267,10 @@ def test_bound_keeps_no_tensor_of_the_binding_call(gpu: SimpleNamespace) -> None
     launch(bound, later)
 
 
-def test_bound_encodes_each_address_once(gpu: SimpleNamespace) -> None:
+@pytest.mark.parametrize("positional", [False, True], ids=["getters", "positional"])
+def test_bound_encodes_each_address_once(gpu: SimpleNamespace, positional: bool) -> None:
     args = call_args(256, 256, 128)
-    bound, _, _ = bound_for(args, Run())
+    bound, _, _ = bound_for(args, Run(), positional=positional)
     assert len(gpu.utils.encoded) == 3  # binding encodes the call's three descriptors
     launch(bound, args)
     launch(bound, args)

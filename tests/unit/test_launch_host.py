@@ -182,3 +182,52 @@ def test_split_k_kernel_refuses_another_k(jit: RecordingJit) -> None:
     with pytest.raises(ShapeError, match="split into 5 equal ranges"):
         kern.run(a2, b2, torch.empty(16, 256, dtype=BF16))
     assert not jit.calls  # refused before any launch
+
+
+def _meta_specs() -> list[tuple[str, Any]]:
+    """(id, (a, b, scale_a, scale_b, bias, operands)) on CPU: plain, K-major B, rowwise + bias, blockwise, MX, fused."""
+    a, bn = torch.randn(256, 512).to(BF16), torch.randn(512, 384).to(BF16)
+    f8a, f8b = torch.randn(256, 512).to(E4), torch.randn(384, 512).to(E4).t()
+    rows, cols, bias = torch.rand(256, 1) + 0.5, torch.rand(1, 384) + 0.5, torch.randn(384).to(BF16)
+    bw_a, bw_b = (torch.rand(4, 256) + 0.5).t(), torch.rand(4, 3) + 0.5
+    e8 = torch.float8_e8m0fnu
+    mx_a = torch.randint(120, 130, (256, 16), dtype=torch.uint8).view(e8)
+    mx_b = torch.randint(120, 130, (384, 16), dtype=torch.uint8).view(e8)
+    return [("bf16", (a, bn, None, None, None, None)),
+            ("bf16_kmajor", (a, torch.randn(384, 512).to(BF16).t(), None, None, None, None)),
+            ("fp8_rowwise_bias", (f8a, f8b, rows, cols, bias, None)),
+            ("blockwise", (f8a, f8b, bw_a, bw_b, None, None)),
+            ("mx", (f8a, f8b, mx_a, mx_b, None, None)),
+            ("fused", (a, bn, None, None, None, {"r": torch.randn(256, 384).to(BF16)}))]
+
+
+@pytest.mark.parametrize("case", _meta_specs(), ids=lambda c: c[0])
+def test_positional_arguments_are_what_the_getters_read(jit: RecordingJit, case: tuple[str, Any]) -> None:
+    """A bound launch fills a positional argument from the call's (a, b, out, scale_a, scale_b, bias) directly
+    (`Launcher._positional`) instead of through its getter: for every parameter so marked the two must agree, a
+    descriptor's by its base tensor. Epilogue operands and MX's byte views are never positional."""
+    from warploom.api import plan
+    from warploom.runtime.launch import Call, _aligned
+
+    name, (a, b, sa, sb, bias, operands) = case
+    fused = {"epilogue": lambda acc, r: acc + r, **operands} if operands else {}
+    if sa is None:
+        kern = plan(a, b, **fused)
+    else:
+        kern = plan(a, b, sa, sb, bias=bias, use_fast_accum=name != "blockwise" and name != "mx")
+    launcher = dataclasses.replace(kern).launcher
+    out = torch.empty(a.shape[0], b.shape[1], dtype=kern.spec.out_dtype.torch)
+    call = Call(a, b, out, sa, sb, bias, operands or {}, ())
+    x = (a, b, out, sa, sb, bias)
+    params = kern.gluon.params
+    assert {params[i] for i in launcher._positional} >= {"a_desc", "b_desc", "c_desc"}
+    for i, (at, aligned) in launcher._positional.items():
+        read = launcher._bases.get(i, launcher._args[i])(call)
+        assert read is x[at] or (aligned and read is _aligned(x[at])), params[i]
+    named = {params[i] for i in launcher._positional}
+    if name == "mx" or name == "fused":
+        assert not named & {"sa_ptr", "sb_ptr", "scale_a_ptr", "scale_b_ptr", "bias_ptr", "r_ptr", "r_desc"}
+    if name == "fp8_rowwise_bias":
+        assert {"scale_a_ptr", "scale_b_ptr", "bias_ptr"} <= named
+    if name == "blockwise":
+        assert {"sa_ptr", "sb_ptr"} <= named
