@@ -13,6 +13,7 @@ how the planner's defaults are chosen (docs/benchmarks.md records the runs).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import statistics
@@ -94,7 +95,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds (clocks drift within a run)")
     ap.add_argument("--variants", default="schedules",
                     help="schedules, tail or partitions (the tables above), or forced plan_schedule arguments as "
-                         "JSON for every case, e.g. '[{}, {\"stages\": 8}]'")
+                         "JSON for every case, e.g. '[{}, {\"stages\": 8}]'; a variant's \"plan\" entry replaces "
+                         "Plan fields after planning (beyond what the planner accepts, e.g. "
+                         "'{\"plan\": {\"stages\": 4, \"epilogue_subtiles\": 4}}')")
     args = ap.parse_args()
     dev = DeviceInfo.current()
     if args.variants.startswith("["):
@@ -115,7 +118,9 @@ def main() -> None:
             runs: list[tuple[dict[str, Any], Any, Any]] = []
             for kw in variants[name]:
                 try:
-                    kern = build(spec, dev, plan_schedule(spec, dev, **kw))
+                    forced = {key: v for key, v in kw.items() if key != "plan"}
+                    planned = dataclasses.replace(plan_schedule(spec, dev, **forced), **kw.get("plan", {}))
+                    kern = build(spec, dev, planned)
                     out = torch.full((m, n), float("nan"), device="cuda", dtype=spec.out_dtype.torch)
                     kern.run(a, b, out, sa, sb, bias)
                     e = err(out, ref)
