@@ -93,6 +93,29 @@ def test_scaled_mm_e5m2_b() -> None:
     assert scale_free_error(out, a.float() @ b.float()) < 1e-3
 
 
+@pytest.mark.parametrize("which", ["a", "b_n_major", "both"])
+def test_operands_expanded_along_their_outer_dim(which: str) -> None:
+    """A stride-0 outer dimension (`row.expand(M, K)`: every row of A the same, or every row of an N-major B) is
+    accepted by the checks and by TMA, whose descriptors take a zero stride; the result is the product of what
+    the views show. (An inner stride of 0 is refused before launch: tests/unit/test_bad_input.py.)"""
+    torch.manual_seed(7)
+    m, n, k = 300, 264, 520
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    if which in ("a", "both"):
+        a = torch.randn(1, k, device="cuda", dtype=torch.bfloat16).expand(m, k)
+    if which in ("b_n_major", "both"):
+        b = torch.randn(1, n, device="cuda", dtype=torch.bfloat16).expand(k, n)
+    poisoned(m, n, torch.bfloat16)
+    out = warploom.matmul(a, b)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.1, rtol=2e-2)
+    fa = (torch.randn(1, k, device="cuda") * 2).to(torch.float8_e4m3fn).expand(m, k)
+    fb = (torch.randn(n, k, device="cuda") * 2).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    got = warploom.scaled_mm(fa, fb, sa, sb, use_fast_accum=True)
+    assert scale_free_error(got, (fa.float() @ fb.float()) * sa * sb) < 1e-3
+
+
 def test_persistent_many_tiles_per_cta() -> None:
     # 4096x4096 with 128x256 tiles: 512 tiles on 132 SMs, so CTAs run 3-4 tiles and the rings wrap.
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)

@@ -115,6 +115,17 @@ def test_non_contiguous_slice_of_a() -> None:
     raises(AlignmentError, "a", lambda: warploom.plan(a_meta, t(64, 64, device="meta")))
 
 
+def test_inner_stride_zero_is_refused_outer_stride_zero_is_not() -> None:
+    # TMA reads rows K-contiguous: an (M, K) view with strides (1, 0) (a column expanded along K) cannot be
+    # described. One with strides (0, 1) (a row expanded along M) can: its descriptor takes the zero stride
+    # (run on the GPU in tests/gpu/test_gpu.py).
+    col = t(64, 1).expand(64, 128)
+    raises(AlignmentError, "a", lambda: warploom.matmul(col, t(128, 64)),
+           match="got strides (1, 0). Fix: pass a.contiguous()")
+    row = torch.empty(1, 128, dtype=BF16, device="meta").expand(64, 128)
+    assert warploom.plan(row, t(128, 64, device="meta")).spec.k == 128
+
+
 def test_transposed_a_is_refused_not_silently_misread() -> None:
     a = t(64, 64).t()  # column-major a: TMA reads A K-contiguous only
     raises(AlignmentError, "a", lambda: warploom.matmul(a, t(64, 64)))

@@ -254,6 +254,34 @@ def test_bound_launch_passes_what_tritons_wrapper_passes(gpu: SimpleNamespace, p
     assert launcher.general == []
 
 
+def test_a_positional_bound_launch_reads_no_getter(gpu: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With every tensor positional, a call whose descriptors are all encoded already builds no `Call` and reads no
+    getter; one with a new address takes the getters (to encode it), and the next call is positional again."""
+    import warploom.runtime.launch as launch_mod
+
+    run = Run()
+    args = call_args(300, 272, 512)
+    bound, _, _ = bound_for(args, run, positional=True)
+    calls: list[int] = []
+    real_call = launch_mod.Call
+
+    def counting_call(*a: Any, **kw: Any) -> Any:
+        calls.append(1)
+        return real_call(*a, **kw)
+
+    monkeypatch.setattr(launch_mod, "Call", counting_call)
+    for _ in range(3):
+        launch(bound, args)
+        assert run.calls[-1] == reference(args)
+    assert calls == []  # the binding call's own tensors: every encoding known
+    out2 = torch.empty_like(args[2])
+    later = [*args[:2], out2, *args[3:]]
+    launch(bound, later)
+    assert calls == [1] and run.calls[-1] == reference(later)  # a new output address: encoded through a getter
+    launch(bound, later)
+    assert calls == [1] and run.calls[-1] == reference(later)
+
+
 @pytest.mark.parametrize("positional", [False, True], ids=["getters", "positional"])
 def test_bound_keeps_no_tensor_of_the_binding_call(gpu: SimpleNamespace, positional: bool) -> None:
     import weakref

@@ -225,8 +225,11 @@ def test_positional_arguments_are_what_the_getters_read(jit: RecordingJit, case:
         read = launcher._bases.get(i, launcher._args[i])(call)
         assert read is x[at] or (aligned and read is _aligned(x[at])), params[i]
     named = {params[i] for i in launcher._positional}
-    if name == "mx" or name == "fused":
+    ints = {"M", "N", "K", "sa_stride_m", "sa_stride_k", "sb_stride_k", "sb_stride_n"}
+    if name in ("mx", "fused"):
         assert not named & {"sa_ptr", "sb_ptr", "scale_a_ptr", "scale_b_ptr", "bias_ptr", "r_ptr", "r_desc"}
+    else:  # every tensor argument positional: a Bound of this kernel takes the fast path
+        assert set(params) - ints == named, set(params) - ints - named
     if name == "fp8_rowwise_bias":
         assert {"scale_a_ptr", "scale_b_ptr", "bias_ptr"} <= named
     if name == "blockwise":
