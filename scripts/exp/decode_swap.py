@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import re
 import statistics
 import sys
@@ -167,55 +168,60 @@ def _launch(fn: Any, grid: int, wd: Any, xd: Any, out: Any, m: int, n: int, k: i
     return out
 
 
-def gpu(rounds: int) -> None:
+def _one(dtype: str, m: int, n: int, k: int, rounds: int) -> list[dict[str, Any]]:
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     import warploom
     from warploom.bench import _time_graph
 
+    bk = DTYPES[dtype][0]
+    torch.manual_seed(m)
+    if dtype == "bf16":
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)  # B = w.t(), K-major
+        theirs: Any = functools.partial(torch.matmul, a, w.t())
+        ours: Any = functools.partial(warploom.matmul, a, w.t())
+        scales: tuple[Any, ...] = ()
+    else:
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda")
+        scales = (one, one)
+        theirs = functools.partial(torch._scaled_mm, a, w.t(), one, one, out_dtype=torch.bfloat16,
+                                   use_fast_accum=True)
+        ours = functools.partial(warploom.scaled_mm, a, w.t(), one, one, use_fast_accum=True)
+    ref = a.float().double() @ w.float().double().t()
+    plan = warploom.plan(a, w.t(), *scales, use_fast_accum=True).plan
+    runs: dict[str, Any] = {"torch": theirs, f"warploom ({plan.short()})": ours}
+    for name, (mt, stages) in VARIANTS[m].items():
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        wd = TensorDescriptor.from_tensor(w, [64, bk], _layout(dtype))
+        xd = TensorDescriptor.from_tensor(a, [mt, bk], _layout(dtype))
+        runs[name] = functools.partial(_launch, _load(dtype, mt, stages), min(132, -(-n // 64)), wd, xd, out, m, n, k)
+    for name, fn in runs.items():
+        y = fn().double()
+        e = float(1 - 2 * (y * ref).sum() / (y * y + ref * ref).sum())
+        assert e < 1e-3 and not y.isnan().any(), f"{dtype} M={m} {name}: error {e:.2e}"
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):  # interleaved
+        for name, fn in runs.items():
+            times[name].append(_time_graph(fn))
+    t_torch = statistics.median(times["torch"])
     rows = []
-    n = k = 8192
-    for dtype in DTYPES:
-        bk = DTYPES[dtype][0]
-        for m, variants in VARIANTS.items():
-            torch.manual_seed(m)
-            if dtype == "bf16":
-                a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-                w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)  # B = w.t(), K-major
-                theirs: Any = functools.partial(torch.matmul, a, w.t())
-                ours: Any = functools.partial(warploom.matmul, a, w.t())
-            else:
-                a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-                w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
-                one = torch.ones((), device="cuda")
-                theirs = functools.partial(torch._scaled_mm, a, w.t(), one, one, out_dtype=torch.bfloat16,
-                                           use_fast_accum=True)
-                ours = functools.partial(warploom.scaled_mm, a, w.t(), one, one, use_fast_accum=True)
-            ref = a.float().double() @ w.float().double().t()
-            plan = warploom.plan(a, w.t(), *((one, one) if dtype != "bf16" else ()), use_fast_accum=True).plan
-            runs: dict[str, Any] = {"torch": theirs, f"warploom ({plan.short()})": ours}
-            for name, (mt, stages) in variants.items():
-                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-                wd = TensorDescriptor.from_tensor(w, [64, bk], _layout(dtype))
-                xd = TensorDescriptor.from_tensor(a, [mt, bk], _layout(dtype))
-                runs[name] = functools.partial(_launch, _load(dtype, mt, stages), min(132, n // 64), wd, xd, out,
-                                               m, n, k)
-            for name, fn in runs.items():
-                y = fn().double()
-                e = float(1 - 2 * (y * ref).sum() / (y * y + ref * ref).sum())
-                assert e < 1e-3 and not y.isnan().any(), f"{dtype} M={m} {name}: error {e:.2e}"
-            times: dict[str, list[float]] = {name: [] for name in runs}
-            for _ in range(rounds):
-                for name, fn in runs.items():
-                    times[name].append(_time_graph(fn))
-            t_torch = statistics.median(times["torch"])
-            for name, ts in times.items():
-                ms = statistics.median(ts)
-                rows.append({"dtype": dtype, "m": m, "variant": name, "ms": ms, "ratio": t_torch / ms,
-                             "tbps": (a.numel() * a.element_size() + w.numel() * w.element_size() + m * n * 2)
-                             / ms / 1e9})
-                print(f"{dtype} M={m:3d} {name:40s} {ms * 1e3:8.1f} us  ratio vs torch {t_torch / ms:.3f}", flush=True)
+    for name, ts in times.items():
+        ms = statistics.median(ts)
+        moved = a.numel() * a.element_size() + w.numel() * w.element_size() + m * n * 2
+        rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "variant": name, "ms": ms, "ratio": t_torch / ms,
+                     "tbps": moved / ms / 1e9})
+        print(f"{dtype} {m}x{n}x{k} {name:38s} {ms * 1e3:8.1f} us  ratio vs torch {t_torch / ms:.3f}", flush=True)
+    return rows
+
+
+def gpu(rounds: int, nk: list[tuple[int, int]], ms: list[int]) -> None:
+    rows = []
+    for (n, k), dtype, m in itertools.product(nk, DTYPES, ms):
+        rows += _one(dtype, m, n, k, rounds)
     print(write_rows(rows, "decode-swap.json"))
 
 
@@ -223,8 +229,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--cross", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--nk", default="8192x8192", help="N x K pairs, comma-separated")
+    ap.add_argument("--m", default="1,16,64", help="M values (each of 1, 16, 64)")
     args = ap.parse_args()
-    cross() if args.cross else gpu(args.rounds)
+    nk = [(int(x.split("x")[0]), int(x.split("x")[1])) for x in args.nk.split(",")]
+    cross() if args.cross else gpu(args.rounds, nk, [int(x) for x in args.m.split(",")])
 
 
 if __name__ == "__main__":
