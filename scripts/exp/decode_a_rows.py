@@ -1,0 +1,124 @@
+"""Experiment (session 17, issue 6): the rule-16 decode kernel loading only the A rows that exist.
+
+At M <= 16 a 64x64 decode tile's A box is 64 rows of which M hold data; TMA writes the other rows as zeros into
+shared memory. With few CTAs (N = 4096: 64), each SM's TMA write rate is what limits the kernel, so those zeros
+cost as much as data (docs/benchmarks.md session 17). Here the A box is R rows (8 or 16 >= M) landing in the
+first R rows of each 64-row A slot: the stage lands 2 KiB of A instead of 8 (bf16; the expect-tx count shrinks to
+match). The slot's other rows keep whatever they held; they only feed accumulator rows >= R > M, which the TMA
+store clips. A text transform of the generated Gluon plus the launcher's A descriptor box, not a compiler pass.
+
+    PYTHONPATH=. python3 scripts/exp/decode_a_rows.py --cross
+    PYTHONPATH=. python3 scripts/exp/decode_a_rows.py [--rounds 5]   # GPU: $OUT/decode-a-rows.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import re
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _rows import write_rows  # noqa: E402
+from decode_dual_acc import _spec  # noqa: E402
+
+import warploom.runtime.launch as launch_mod  # noqa: E402
+from warploom.device import H100_SXM, DeviceInfo  # noqa: E402
+from warploom.kernel import Kernel, build  # noqa: E402
+from warploom.planner import plan_schedule  # noqa: E402
+
+
+def a_rows(text: str, rows: int, bk: int, esize: int) -> str:
+    m = re.search(r"mbarrier\.expect\(ready_bars\.index\(p % STAGES\), (\d+)\)", text)
+    assert m, "no expect"
+    full = int(m.group(1))
+    text = text.replace(m.group(0), f"mbarrier.expect(ready_bars.index(p % STAGES), {full - (64 - rows) * bk * esize})")
+    old = "ready_bars.index(p % STAGES), a_ring.index(p % STAGES))"
+    assert text.count(old) == 1
+    return text.replace(old, f"ready_bars.index(p % STAGES), a_ring.index(p % STAGES).slice(0, {rows}))")
+
+
+def variant(kern: Kernel, rows: int | None) -> Kernel:
+    if rows is None:
+        return kern
+    bk, esize = kern.plan.bk, kern.spec.a_dtype.bytes
+    new = dataclasses.replace(kern)
+    new.__dict__["gluon"] = dataclasses.replace(kern.gluon, text=a_rows(kern.gluon.text, rows, bk, esize))
+    real = launch_mod.descriptor_blocks
+
+    def blocks(m: Any) -> Any:
+        out = real(m)
+        dt, blk = out["a_desc"]
+        out["a_desc"] = (dt, [rows, blk[1]])
+        return out
+
+    launch_mod.descriptor_blocks = blocks  # the launcher reads it once, when built
+    try:
+        new.__dict__["launcher"] = new.launcher
+    finally:
+        launch_mod.descriptor_blocks = real
+    return new
+
+
+def cross() -> None:
+    import triton.compiler  # noqa: F401
+
+    for dtype in ("bf16", "fp8"):
+        spec, _ = _spec(dtype, 16, 4096, 4096, "meta")
+        base = build(spec, H100_SXM, plan_schedule(spec, H100_SXM))
+        text = a_rows(base.gluon.text, 16, base.plan.bk, spec.a_dtype.bytes)
+        print(dtype, base.plan.short(), [ln.strip()[:140] for ln in text.splitlines() if "expect(" in ln or
+                                         "slice(0, 16)" in ln])
+
+
+def gpu(rounds: int) -> None:
+    from warploom.bench import _err, _time_graph
+
+    rows_out = []
+    for dtype in ("bf16", "fp8"):
+        for m, n, k in [(16, 4096, 4096), (16, 4096, 14336), (1, 4096, 14336), (16, 8192, 8192)]:
+            spec, x = _spec(dtype, m, n, k, "cuda")
+            a, b, sa, sb = x
+            ref = a.float() @ b.float()
+            dev = DeviceInfo.current()
+            theirs: Any = (functools.partial(torch.matmul, a, b) if dtype == "bf16" else
+                           functools.partial(torch._scaled_mm, a, b, sa, sb, out_dtype=torch.bfloat16,
+                                             use_fast_accum=True))
+            runs: dict[str, Any] = {"torch": theirs}
+            base = build(spec, dev, plan_schedule(spec, dev))
+            for name, r in (("base", None), ("a16", 16), ("a8", 8)):
+                if r is not None and r < m:
+                    continue
+                kern = variant(base, r)
+                out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+                runs[name] = functools.partial(kern.run, a, b, out, sa, sb)
+                runs[name]()
+                torch.cuda.synchronize()
+                e = _err(out, ref)
+                assert e < 1e-3 and not out.isnan().any(), f"{dtype} {m}x{n}x{k} {name}: {e:.2e}"
+            times: dict[str, list[float]] = {name: [] for name in runs}
+            for _ in range(rounds):
+                for name, fn in runs.items():
+                    times[name].append(_time_graph(fn))
+            t_torch = statistics.median(times["torch"])
+            for name, ts in times.items():
+                ms = statistics.median(ts)
+                rows_out.append({"dtype": dtype, "shape": [m, n, k], "variant": name, "plan": base.plan.short(),
+                                 "ms": ms, "ratio": t_torch / ms})
+                print(f"{dtype} {m}x{n}x{k} {name:6s} {ms * 1e3:8.1f} us  ratio vs torch {t_torch / ms:.3f}",
+                      flush=True)
+    print(write_rows(rows_out, "decode-a-rows.json"))
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cross", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    cross() if args.cross else gpu(args.rounds)
