@@ -65,6 +65,12 @@ if [ "$what" = areg ]; then
   # Decode with A from registers and a ring of B alone (scripts/exp/decode_areg.py; hand-written probe, not built in).
   python3 scripts/exp/decode_areg.py 2>&1 | tee "$OUT/decode-areg.log"
 fi
+if [ "$what" = swap ]; then
+  # Decode probes (session 17): swap-AB (scripts/exp/decode_swap.py) at N = K = 8192 and at Llama-3 shapes, then
+  # rule 16's kernel loading only the A rows that exist (scripts/exp/decode_a_rows.py).
+  python3 scripts/exp/decode_a_rows.py 2>&1 | tee "$OUT/decode-a-rows.log"
+  python3 scripts/exp/decode_swap.py --nk 8192x8192,4096x4096,4096x14336 --m 1,16 2>&1 | tee "$OUT/decode-swap.log"
+fi
 if [ "$what" = decode ]; then
   # Decode-sized GEMMs (M <= 64, N = K = 8192): tile widths and split-K against torch, as bandwidth.
   python3 scripts/sweep_decode.py --out "$OUT/decode.json" ${DECODE_ARGS:-} 2>&1 | tee "$OUT/decode.log"
