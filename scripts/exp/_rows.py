@@ -1,9 +1,11 @@
-"""Where the experiments in scripts/exp write their rows: JSON under $OUT (default ./out), for the device tool."""
+"""Where the experiments in scripts/exp write their rows (JSON under $OUT, default ./out, for the device tool), and how
+the decode probes time their variants against torch."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,3 +16,17 @@ def write_rows(rows: list[dict[str, Any]], name: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=1))
     return out
+
+
+def interleaved_ms(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Median CUDA-graph time (ms) of each run over `rounds` rounds, every run once per round in turn (clocks drift
+    within a process; interleaving spreads the drift over all runs alike)."""
+    import statistics
+
+    from warploom.bench import _time_graph
+
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            times[name].append(_time_graph(fn))
+    return {name: statistics.median(ts) for name, ts in times.items()}

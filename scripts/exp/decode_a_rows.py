@@ -15,21 +15,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import re
-import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).parent))
-from _rows import write_rows  # noqa: E402
-from decode_dual_acc import _spec  # noqa: E402
+from decode_dual_acc import _spec, run_variants  # noqa: E402
 
 import warploom.runtime.launch as launch_mod  # noqa: E402
-from warploom.device import H100_SXM, DeviceInfo  # noqa: E402
+from warploom.device import H100_SXM  # noqa: E402
 from warploom.kernel import Kernel, build  # noqa: E402
 from warploom.planner import plan_schedule  # noqa: E402
 
@@ -91,43 +87,16 @@ def cross() -> None:
                 cr.descriptor_blocks = real
 
 
-def gpu(rounds: int) -> None:
-    from warploom.bench import _err, _time_graph
+def _rows_variant(rows: int) -> Callable[[Kernel, int], Kernel | None]:
+    """The variant loading `rows` rows of A, where M fits in them (otherwise it would drop rows of data)."""
+    def make(kern: Kernel, m: int) -> Kernel | None:
+        return variant(kern, rows) if m <= rows else None
 
-    rows_out = []
-    for dtype in ("bf16", "fp8"):
-        for m, n, k in [(16, 4096, 4096), (16, 4096, 14336), (1, 4096, 14336), (16, 8192, 8192)]:
-            spec, x = _spec(dtype, m, n, k, "cuda")
-            a, b, sa, sb = x
-            ref = a.float() @ b.float()
-            dev = DeviceInfo.current()
-            theirs: Any = (functools.partial(torch.matmul, a, b) if dtype == "bf16" else
-                           functools.partial(torch._scaled_mm, a, b, sa, sb, out_dtype=torch.bfloat16,
-                                             use_fast_accum=True))
-            runs: dict[str, Any] = {"torch": theirs}
-            base = build(spec, dev, plan_schedule(spec, dev))
-            for name, r in (("base", None), ("a16", 16), ("a8", 8)):
-                if r is not None and r < m:
-                    continue
-                kern = variant(base, r)
-                out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-                runs[name] = functools.partial(kern.run, a, b, out, sa, sb)
-                runs[name]()
-                torch.cuda.synchronize()
-                e = _err(out, ref)
-                assert e < 1e-3 and not out.isnan().any(), f"{dtype} {m}x{n}x{k} {name}: {e:.2e}"
-            times: dict[str, list[float]] = {name: [] for name in runs}
-            for _ in range(rounds):
-                for name, fn in runs.items():
-                    times[name].append(_time_graph(fn))
-            t_torch = statistics.median(times["torch"])
-            for name, ts in times.items():
-                ms = statistics.median(ts)
-                rows_out.append({"dtype": dtype, "shape": [m, n, k], "variant": name, "plan": base.plan.short(),
-                                 "ms": ms, "ratio": t_torch / ms})
-                print(f"{dtype} {m}x{n}x{k} {name:6s} {ms * 1e3:8.1f} us  ratio vs torch {t_torch / ms:.3f}",
-                      flush=True)
-    print(write_rows(rows_out, "decode-a-rows.json"))
+    return make
+
+
+def gpu(rounds: int) -> None:
+    run_variants({f"a{r}": _rows_variant(r) for r in (16, 8)}, rounds, "decode-a-rows.json")
 
 
 if __name__ == "__main__":

@@ -15,15 +15,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _rows import write_rows  # noqa: E402
+from _rows import interleaved_ms, write_rows  # noqa: E402
 
 from warploom import checks  # noqa: E402
 from warploom.device import H100_SXM, DeviceInfo  # noqa: E402
@@ -90,12 +90,18 @@ def cross() -> None:
             print(dtype, name, kern.plan.short(), cross_compile(kern.module, kern.gluon).summary())
 
 
-def gpu(rounds: int) -> None:
-    from warploom.bench import _err, _time_graph
+SHAPES = [(16, 4096, 4096), (16, 4096, 14336), (1, 4096, 14336), (16, 8192, 8192)]
+
+
+def run_variants(variants: dict[str, Callable[[Kernel, int], Kernel | None]], rounds: int, out_name: str) -> None:
+    """Each variant of the planner's kernel (given the kernel and M, a rewrite of it, or None where it does not
+    apply) against the planner's own and torch, at SHAPES for bf16 and fp8: every output checked against the fp32
+    product first."""
+    from warploom.bench import _err
 
     rows = []
     for dtype in ("bf16", "fp8"):
-        for m, n, k in [(16, 4096, 4096), (16, 4096, 14336), (1, 4096, 14336), (16, 8192, 8192)]:
+        for m, n, k in SHAPES:
             spec, x = _spec(dtype, m, n, k, "cuda")
             a, b, sa, sb = x
             ref = a.float() @ b.float()
@@ -105,26 +111,27 @@ def gpu(rounds: int) -> None:
                                              use_fast_accum=True))
             runs: dict[str, Any] = {"torch": theirs}
             base = build(spec, dev, plan_schedule(spec, dev))
-            for name in ("base", "dual"):
-                kern = variant(base, name)
+            for name, make in {"base": lambda kern, m: kern, **variants}.items():
+                kern = make(base, m)
+                if kern is None:
+                    continue
                 out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
                 runs[name] = functools.partial(kern.run, a, b, out, sa, sb)
                 runs[name]()
                 torch.cuda.synchronize()
                 e = _err(out, ref)
                 assert e < 1e-3 and not out.isnan().any(), f"{dtype} {m}x{n}x{k} {name}: {e:.2e}"
-            times: dict[str, list[float]] = {name: [] for name in runs}
-            for _ in range(rounds):
-                for name, fn in runs.items():
-                    times[name].append(_time_graph(fn))
-            t_torch = statistics.median(times["torch"])
-            for name, ts in times.items():
-                ms = statistics.median(ts)
+            ms = interleaved_ms(runs, rounds)
+            for name, t in ms.items():
                 rows.append({"dtype": dtype, "shape": [m, n, k], "variant": name, "plan": base.plan.short(),
-                             "ms": ms, "ratio": t_torch / ms})
-                print(f"{dtype} {m}x{n}x{k} {name:6s} {ms * 1e3:8.1f} us  ratio vs torch {t_torch / ms:.3f}",
+                             "ms": t, "ratio": ms["torch"] / t})
+                print(f"{dtype} {m}x{n}x{k} {name:6s} {t * 1e3:8.1f} us  ratio vs torch {ms['torch'] / t:.3f}",
                       flush=True)
-    print(write_rows(rows, "decode-dual-acc.json"))
+    print(write_rows(rows, out_name))
+
+
+def gpu(rounds: int) -> None:
+    run_variants({"dual": lambda kern, m: variant(kern, "dual")}, rounds, "decode-dual-acc.json")
 
 
 if __name__ == "__main__":

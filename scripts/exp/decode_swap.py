@@ -18,13 +18,12 @@ import argparse
 import functools
 import itertools
 import re
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _rows import write_rows  # noqa: E402
+from _rows import interleaved_ms, write_rows  # noqa: E402
 
 SOURCE = '''
 from triton.experimental import gluon
@@ -173,7 +172,6 @@ def _one(dtype: str, m: int, n: int, k: int, rounds: int) -> list[dict[str, Any]
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     import warploom
-    from warploom.bench import _time_graph
 
     bk = DTYPES[dtype][0]
     torch.manual_seed(m)
@@ -203,14 +201,10 @@ def _one(dtype: str, m: int, n: int, k: int, rounds: int) -> list[dict[str, Any]
         y = fn().double()
         e = float(1 - 2 * (y * ref).sum() / (y * y + ref * ref).sum())
         assert e < 1e-3 and not y.isnan().any(), f"{dtype} M={m} {name}: error {e:.2e}"
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):  # interleaved
-        for name, fn in runs.items():
-            times[name].append(_time_graph(fn))
-    t_torch = statistics.median(times["torch"])
+    medians = interleaved_ms(runs, rounds)
+    t_torch = medians["torch"]
     rows = []
-    for name, ts in times.items():
-        ms = statistics.median(ts)
+    for name, ms in medians.items():
         moved = a.numel() * a.element_size() + w.numel() * w.element_size() + m * n * 2
         rows.append({"dtype": dtype, "m": m, "n": n, "k": k, "variant": name, "ms": ms, "ratio": t_torch / ms,
                      "tbps": moved / ms / 1e9})
