@@ -222,6 +222,18 @@ def graphs(draw: st.DrawFn) -> eg.EpilogueGraph:
     return b.finish([eg.Output(o, draw(st.sampled_from([None, *eg.OUTPUT_DTYPES]))) for o in outs])
 
 
+def test_gelu_zero_signs_follow_the_gpu() -> None:
+    """Hypothesis found it: gelu(x) ** -0.5 where gelu(x) is a zero. The emitted formula (torch's CUDA kernel's,
+    x * 0.5 * (1 + erf(x / sqrt 2))) gives -0.0 at -0.0 and below about -6, so -inf; torch's CPU gelu gives +0.0
+    there. The reference follows the GPU (its sign of zero), so both agree."""
+    g = eg.EpilogueGraph(nodes=(eg.Acc(), eg.Unary(eg.UnaryOp.GELU_ERF, 0), eg.Pow(1, -0.5)),
+                         outputs=(eg.Output(2),))
+    acc = torch.zeros(M, N)
+    acc[0, :4] = torch.tensor([-0.0, 0.0, -6.7366734, -1e30])
+    (got,), (want,) = run_emitted(g, acc, {}, DType.FP32), evaluate(g, acc, {}, DType.FP32)
+    assert got[0, :4].tolist() == want[0, :4].tolist() == [-math.inf, math.inf, -math.inf, -math.inf]
+
+
 @settings(deadline=None, max_examples=200)
 @given(graphs())
 def test_random_graphs_emulated(g: eg.EpilogueGraph) -> None:

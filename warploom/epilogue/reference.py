@@ -38,12 +38,20 @@ def _pow(x: torch.Tensor, e: float) -> torch.Tensor:
     return _sqrt_rn(x) if e == 0.5 else torch.pow(x, e)
 
 
+def _gelu_erf(x: torch.Tensor) -> torch.Tensor:
+    """torch's gelu, with the edges of its CUDA kernel (x * 0.5 * (1 + erf(x / sqrt 2)), which the emitted code
+    computes too). torch's CPU kernel gives NaN at +inf where CUDA gives +inf, and +0.0 where CUDA's product is
+    -0.0 (at -0.0, and below about -6 where 1 + erf is 0): a later x ** -0.5 or 1 / x then gives +inf against the
+    GPU's -inf. Non-zero values stay the CPU kernel's, bit for bit."""
+    y = torch.where(x == torch.inf, x, F.gelu(x))
+    return torch.where(y == 0, torch.copysign(y, x), y)
+
+
 _UNARY: dict[eg.UnaryOp, Callable[[torch.Tensor], torch.Tensor]] = {
     eg.UnaryOp.NEG: torch.neg,
     eg.UnaryOp.ABS: torch.abs,
     eg.UnaryOp.RELU: torch.relu,
-    # torch's CPU gelu gives NaN at +inf (its erf kernel); its CUDA kernel, and the GPU formula, give +inf.
-    eg.UnaryOp.GELU_ERF: lambda x: torch.where(x == torch.inf, x, F.gelu(x)),
+    eg.UnaryOp.GELU_ERF: _gelu_erf,
     eg.UnaryOp.GELU_TANH: lambda x: F.gelu(x, approximate="tanh"),
     eg.UnaryOp.SILU: F.silu,
     eg.UnaryOp.SIGMOID: torch.sigmoid,
