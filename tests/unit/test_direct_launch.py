@@ -246,7 +246,7 @@ def test_bound_launch_passes_what_tritons_wrapper_passes(gpu: SimpleNamespace, p
     run = Run()
     first = call_args(300, 272, 512)
     bound, launcher, _ = bound_for(first, run, positional=positional)
-    assert (bound._positional is not None) == positional
+    assert all(slot[4] is not None for slot in bound._slots) == positional  # every tensor slot has a position
     # Later calls with the key's shapes and strides, new tensors each time, and the first call's again.
     for args in [call_args(300, 272, 512), call_args(300, 272, 512), first]:
         assert launch(bound, args) is args[2]

@@ -120,7 +120,7 @@ class Launcher:
                                    "tile_hi": lambda c: c.span.hi}[p])
         # Where each argument comes from when it is a call's positional tensor as it is, or through `_aligned`:
         # (position in (a, b, out, scale_a, scale_b, bias), aligned), by parameter index; a descriptor's by its base
-        # tensor. A bound launch whose every tensor argument is here fills them in without building a `Call`.
+        # tensor. A bound launch fills these in without a `Call` or a getter.
         direct = {"a_desc": (0, False), "b_desc": (1, False), "c_desc": (2, False)}
         if not fused:
             direct |= {"scale_a_ptr": (3, True), "scale_b_ptr": (4, True), "bias_ptr": (5, True)}
@@ -369,7 +369,7 @@ class Bound:
     path, which handles each; one with live launch hooks, or for a kernel without a C entry point, goes through
     `_Compiled.launch`, which gives hooks their metadata."""
 
-    __slots__ = ("_encoded", "_flat", "_positional", "_slots", "compiled", "device", "direct", "grid", "launcher")
+    __slots__ = ("_encoded", "_flat", "_slots", "compiled", "device", "direct", "grid", "launcher")
 
     _MAX_ENCODED = 64
 
@@ -377,33 +377,24 @@ class Bound:
                  args: list[Any]) -> None:
         self.launcher, self.direct, self.compiled, self.grid, self.device = launcher, direct, compiled, grid, device
         self._flat: list[Any] = []  # the C launcher's arguments after the kernel's metadata; None where a call's go
-        # (flat position, getter, descriptor position or -1, getter of a tensor at the descriptor's address)
-        self._slots: list[tuple[int, Callable[[Call], Any], int, Callable[[Call], Any]]] = []
+        # (flat position, getter, descriptor position or -1, getter of a tensor at the descriptor's address,
+        # (position in (a, b, out, scale_a, scale_b, bias), through `_aligned`) or None: `Launcher._positional`)
+        self._slots: list[tuple[int, Callable[[Call], Any], int, Callable[[Call], Any], tuple[int, bool] | None]] = []
         self._encoded: dict[tuple[int, int], Any] = {}
-        # The slots again when every tensor argument is positional (`Launcher._positional`): (flat position,
-        # descriptor position or -1, position in (a, b, out, scale_a, scale_b, bias), through `_aligned`); else None.
-        positional: list[tuple[int, int, int, bool]] | None = []
         if compiled.c_launch is None:  # every call goes through _Compiled.launch
-            self._positional = None
             return
         for i, (get, x) in enumerate(zip(launcher._args, args, strict=True)):
-            if isinstance(x, int) and i not in compiled.descs:  # M, N, K, strides, tile ranges: read off shapes
-                self._flat.append(x)
-                continue
             at = launcher._positional.get(i)
-            if positional is not None and at is not None:
-                positional.append((len(self._flat), i if i in compiled.descs else -1, *at))
-            else:
-                positional = None
             if i in compiled.descs:
-                self._slots.append((len(self._flat), get, i, launcher._bases.get(i, get)))
+                self._slots.append((len(self._flat), get, i, launcher._bases.get(i, get), at))
                 enc = compiled._encode(i, x)
                 self._encoded[(i, x.data_ptr())] = enc[0]
                 self._flat.extend([None, *enc[1:]])  # (the encoding's shape and strides stay)
+            elif isinstance(x, int):  # M, N, K, strides, tile ranges: all read off shapes and strides
+                self._flat.append(x)
             else:  # a tensor the kernel reads through a pointer (scales, bias, epilogue operands)
-                self._slots.append((len(self._flat), get, -1, get))
+                self._slots.append((len(self._flat), get, -1, get, at))
                 self._flat.append(None)
-        self._positional = positional
 
     def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
                  operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
@@ -413,28 +404,25 @@ class Bound:
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         c = self.compiled
         if c.c_launch is None or _live(enter) is not None or _live(leave) is not None:
-            call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs)
-            c.launch(self.grid, stream, enter, leave, [g(call) for g in self.launcher._args])
+            whole = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs)
+            c.launch(self.grid, stream, enter, leave, [g(whole) for g in self.launcher._args])
             return out
         flat = self._flat.copy()
         encoded = self._encoded
-        if self._positional is not None and not operands and not extra_outs:
-            # Every tensor is a positional argument: no `Call`, no getters (~0.5 us on a CPU). A descriptor
-            # whose address has no encoding yet falls through to the general loop below, which makes one.
-            x = (a, b, out, scale_a, scale_b, bias)
-            for pos, i, at, aligned in self._positional:
-                t = x[at]
+        x = (a, b, out, scale_a, scale_b, bias)
+        call: Call | None = None  # built only for a slot with no position or a descriptor to encode (~0.5 us, CPU)
+        for pos, get, i, base, at in self._slots:
+            if at is not None:
+                t = x[at[0]]
                 if i < 0:
-                    flat[pos] = _aligned(t) if aligned else t
+                    flat[pos] = _aligned(t) if at[1] else t
                     continue
                 enc = encoded.get((i, t.data_ptr()))
-                if enc is None:
-                    break
-                flat[pos] = enc
-            else:
-                return self._c_launch(stream, flat, out)
-        call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs)
-        for pos, get, i, base in self._slots:
+                if enc is not None:
+                    flat[pos] = enc
+                    continue
+            if call is None:
+                call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs)
             if i < 0:
                 flat[pos] = get(call)
                 continue
