@@ -455,8 +455,6 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue  # fp32 output + bias on the promoted 256-wide tile spills 8-40 bytes (ptxas, 2026-11-22)
         block = block_epilogue(spec, cbn, pingpong)
         ks = split_k if split_k is not None else _rule14_split(spec, device, cbm, cbn, pingpong, scale_partition)
-        if cbm == 256:
-            ks = 1  # (rule 14 is blockwise's, which never runs here)
         if tail_split is not None and tail_split > 1:
             ks = 1  # a forced tail follows whole tiles: rule 14 does not split them
         cap = _FORCED_MAX_STAGES if stages is not None else None  # (None: max_stages's own, rule 16's for decode)
