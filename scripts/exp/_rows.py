@@ -1,5 +1,5 @@
-"""Where the experiments in scripts/exp write their rows (JSON under $OUT, default ./out, for the device tool), and how
-the decode probes time their variants against torch."""
+"""What the experiments in scripts/exp share: where they write their rows (JSON under $OUT, default ./out, for the
+device tool), how the decode probes time their variants against torch, and how a probe swaps a kernel's source."""
 
 from __future__ import annotations
 
@@ -30,3 +30,13 @@ def interleaved_ms(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str,
         for name, fn in runs.items():
             times[name].append(_time_graph(fn))
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def with_source(kern: Any, text: str) -> Any:
+    """`kern` (a warploom Kernel) with its Gluon source replaced by `text`: a fresh object, since build(), .gluon
+    and .launcher are all cached."""
+    import dataclasses
+
+    new = dataclasses.replace(kern)
+    new.__dict__["gluon"] = dataclasses.replace(kern.gluon, text=text)
+    return new

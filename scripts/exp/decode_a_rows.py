@@ -14,14 +14,15 @@ store clips. A text transform of the generated Gluon plus the launcher's A descr
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import contextlib
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _rows import with_source  # noqa: E402
 from decode_dual_acc import _spec, run_variants  # noqa: E402
 
 import warploom.runtime.launch as launch_mod  # noqa: E402
@@ -40,51 +41,48 @@ def a_rows(text: str, rows: int, bk: int, esize: int) -> str:
     return text.replace(old, f"ready_bars.index(p % STAGES), a_ring.index(p % STAGES).slice(0, {rows}))")
 
 
-def variant(kern: Kernel, rows: int | None) -> Kernel:
-    if rows is None:
-        return kern
-    bk, esize = kern.plan.bk, kern.spec.a_dtype.bytes
-    new = dataclasses.replace(kern)
-    new.__dict__["gluon"] = dataclasses.replace(kern.gluon, text=a_rows(kern.gluon.text, rows, bk, esize))
-    real = launch_mod.descriptor_blocks
+@contextlib.contextmanager
+def a_box(rows: int | None) -> Iterator[None]:
+    """While open, A's descriptor box is `rows` rows (None: the tile's) wherever warploom reads the boxes: the
+    launcher (built once per kernel) and the cross-compiler's signature both call `descriptor_blocks`."""
+    import warploom.runtime.cross as cr
+
+    real = cr.descriptor_blocks
 
     def blocks(m: Any) -> Any:
         out = real(m)
         dt, blk = out["a_desc"]
-        out["a_desc"] = (dt, [rows, blk[1]])
+        out["a_desc"] = (dt, [rows or blk[0], blk[1]])
         return out
 
-    launch_mod.descriptor_blocks = blocks  # the launcher reads it once, when built
+    launch_mod.descriptor_blocks = cr.descriptor_blocks = blocks
     try:
-        new.__dict__["launcher"] = new.launcher
+        yield
     finally:
-        launch_mod.descriptor_blocks = real
+        launch_mod.descriptor_blocks = cr.descriptor_blocks = real
+
+
+def variant(kern: Kernel, rows: int | None) -> Kernel:
+    if rows is None:
+        return kern
+    new = with_source(kern, a_rows(kern.gluon.text, rows, kern.plan.bk, kern.spec.a_dtype.bytes))
+    with a_box(rows):
+        new.__dict__["launcher"] = new.launcher
     return new
 
 
 def cross() -> None:
-    """Cross-compile each variant for sm_90a with its A box (the signature reads descriptor_blocks too)."""
-    import warploom.runtime.cross as cr
+    """Cross-compile each variant for sm_90a with its A box."""
+    from warploom.runtime.cross import cross_compile
 
     for dtype in ("bf16", "fp8"):
         spec, _ = _spec(dtype, 16, 4096, 4096, "meta")
         base = build(spec, H100_SXM, plan_schedule(spec, H100_SXM))
         for rows in (None, 16, 8):
             kern = variant(base, rows)
-            real = cr.descriptor_blocks
-
-            def blocks(m: Any, rows: int | None = rows, real: Any = real) -> Any:
-                out = real(m)
-                dt, blk = out["a_desc"]
-                out["a_desc"] = (dt, [rows or blk[0], blk[1]])
-                return out
-
-            cr.descriptor_blocks = blocks
-            try:
-                summary = cr.cross_compile(kern.module, kern.gluon).summary()
-                print(dtype, base.plan.short(), f"A rows {rows or 64}", summary)
-            finally:
-                cr.descriptor_blocks = real
+            with a_box(rows):
+                summary = cross_compile(kern.module, kern.gluon).summary()
+            print(dtype, base.plan.short(), f"A rows {rows or 64}", summary)
 
 
 def _rows_variant(rows: int) -> Callable[[Kernel, int], Kernel | None]:

@@ -13,7 +13,6 @@ longer depend on each other. A text transform of the generated Gluon (K must be 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import sys
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _rows import interleaved_ms, write_rows  # noqa: E402
+from _rows import interleaved_ms, with_source, write_rows  # noqa: E402
 
 from warploom import checks  # noqa: E402
 from warploom.device import H100_SXM, DeviceInfo  # noqa: E402
@@ -74,9 +73,7 @@ def _spec(dtype: str, m: int, n: int, k: int, device: str) -> tuple[Any, tuple[A
 def variant(kern: Kernel, name: str) -> Kernel:
     if name == "base":
         return kern
-    new = dataclasses.replace(kern)
-    new.__dict__["gluon"] = dataclasses.replace(kern.gluon, text=dual(kern.gluon.text))
-    return new
+    return with_source(kern, dual(kern.gluon.text))
 
 
 def cross() -> None:

@@ -24,7 +24,6 @@ wgmma run (in Gluon 3.6, through stmatrix and the TMA store's barrier); it was n
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import os
@@ -34,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from _rows import with_source
 
 from warploom import checks
 from warploom.device import H100_SXM, DeviceInfo
@@ -68,7 +68,7 @@ def deferred(text: str) -> str:
         k = j + 8
         drain = [lines[k], lines[k + 1]]  # wgmma_wait(0), arrive
         assert "warpgroup_mma_wait(0" in drain[0]
-        stores = []
+        stores: list[tuple[str, ...]] = []
         k += 2
         while not lines[k].strip().startswith("tma.store_wait(0)  # tma_store_wait pending=0") or not stores or \
                 len(stores) < 2:
@@ -127,9 +127,7 @@ def _spec(op: str, m: int, n: int, k: int, device: str = "meta") -> tuple[Any, t
 def variant(kern: Kernel, name: str) -> Kernel:
     if name == "base":
         return kern
-    new = dataclasses.replace(kern)
-    new.__dict__["gluon"] = dataclasses.replace(kern.gluon, text=deferred(kern.gluon.text))
-    return new
+    return with_source(kern, deferred(kern.gluon.text))
 
 
 def cross() -> None:

@@ -13,7 +13,6 @@ they answer whether a change is worth building into the IR.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -30,6 +29,7 @@ from warploom.planner import plan_schedule
 from warploom.sim.reference import dequantized
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from _rows import with_source  # noqa: E402
 from bench_blockwise import _inputs, _torch_fn  # noqa: E402
 
 
@@ -119,9 +119,7 @@ def variant(kern: Kernel, name: str) -> Kernel:
         return kern
     text = {"hoist": lambda t: hoist(t, False), "hoist+release": lambda t: hoist(t, True), "pair": pair}[name](
         kern.gluon.text)
-    new = dataclasses.replace(kern)
-    new.__dict__["gluon"] = dataclasses.replace(kern.gluon, text=text)
-    return new
+    return with_source(kern, text)
 
 
 def run(m: int, n: int, k: int, kw: dict[str, Any], name: str, per_col: bool = False) -> dict[str, Any]:

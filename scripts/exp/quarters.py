@@ -24,7 +24,6 @@ the cross-k-block form (`quarters-x`) draws C7514, so it is only cross-compiled.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import re
@@ -32,6 +31,7 @@ import sys
 from typing import Any
 
 import torch
+from _rows import with_source
 
 from warploom import checks
 from warploom.device import H100_SXM, DeviceInfo
@@ -145,10 +145,7 @@ def _spec(m: int, n: int, k: int) -> Any:
 def variant(kern: Kernel, name: str) -> Kernel:
     if name == "base":
         return kern
-    new = dataclasses.replace(kern)
-    text = quarters(kern.gluon.text, cross_block=name == "quarters-x")
-    new.__dict__["gluon"] = dataclasses.replace(kern.gluon, text=text)
-    return new
+    return with_source(kern, quarters(kern.gluon.text, cross_block=name == "quarters-x"))
 
 
 def cross() -> None:
