@@ -40,3 +40,41 @@ def with_source(kern: Any, text: str) -> Any:
     new = dataclasses.replace(kern)
     new.__dict__["gluon"] = dataclasses.replace(kern.gluon, text=text)
     return new
+
+
+def decode_problem(dtype: str, m: int, n: int, k: int) -> tuple[Any, Any, dict[str, Callable[[], Any]], Any]:
+    """A decode GEMM on the GPU, as the decode probes measure it: A (M, K) and the weight W (N, K) row-major (B =
+    W.t(), K-major), bf16, or fp8 e4m3 with unit tensorwise scales. Returns A, W, the calls every probe times
+    (torch's, then warploom's own plan, by name) and the float64 reference product."""
+    import functools
+
+    import torch
+
+    import warploom
+
+    torch.manual_seed(m)
+    if dtype == "bf16":
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        theirs: Any = functools.partial(torch.matmul, a, w.t())
+        ours: Any = functools.partial(warploom.matmul, a, w.t())
+        scales: tuple[Any, ...] = ()
+    else:
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda")
+        scales = (one, one)
+        theirs = functools.partial(torch._scaled_mm, a, w.t(), one, one, out_dtype=torch.bfloat16,
+                                   use_fast_accum=True)
+        ours = functools.partial(warploom.scaled_mm, a, w.t(), one, one, use_fast_accum=True)
+    plan = warploom.plan(a, w.t(), *scales, use_fast_accum=True).plan
+    ref = a.float().double() @ w.float().double().t()
+    return a, w, {"torch": theirs, f"warploom ({plan.short()})": ours}, ref
+
+
+def checked(runs: dict[str, Callable[[], Any]], ref: Any, label: str) -> None:
+    """Run each call once and require its output within 1e-3 of `ref` (1 - 2Σxy/Σ(x²+y²)), before any timing."""
+    for name, fn in runs.items():
+        y = fn().double()
+        e = float(1 - 2 * (y * ref).sum() / (y * y + ref * ref).sum())
+        assert e < 1e-3 and not y.isnan().any(), f"{label} {name}: error {e:.2e}"

@@ -22,13 +22,12 @@ import argparse
 import functools
 import os
 import re
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _rows import write_rows  # noqa: E402
+from _rows import checked, decode_problem, interleaved_ms, write_rows  # noqa: E402
 
 SOURCE = '''
 from triton.experimental import gluon
@@ -177,47 +176,22 @@ def gpu(rounds: int) -> None:
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    import warploom
-    from warploom.bench import _time_graph
-
     rows = []
     n = k = 8192
     for dtype in DTYPES:
         bk = DTYPES[dtype][0]
         kernels = {name: (_load(dtype, bn, s), bn) for name, (bn, s) in VARIANTS.items()}
         for m in (1, 16, 64):
-            torch.manual_seed(m)
-            if dtype == "bf16":
-                a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-                w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)  # B = w.t(), K-major
-                theirs: Any = functools.partial(torch.matmul, a, w.t())
-                ours: Any = functools.partial(warploom.matmul, a, w.t())
-            else:
-                a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-                w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
-                one = torch.ones((), device="cuda")
-                theirs = functools.partial(torch._scaled_mm, a, w.t(), one, one, out_dtype=torch.bfloat16,
-                                           use_fast_accum=True)
-                ours = functools.partial(warploom.scaled_mm, a, w.t(), one, one, use_fast_accum=True)
-            ref = a.float().double() @ w.float().double().t()
-            plan = warploom.plan(a, w.t(), *((one, one) if dtype != "bf16" else ()), use_fast_accum=True).plan
-            runs: dict[str, Any] = {"torch": theirs, f"warploom ({plan.short()})": ours}
+            a, w, runs, ref = decode_problem(dtype, m, n, k)
             for name, (fn, bn) in kernels.items():
                 out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
                 desc = TensorDescriptor.from_tensor(w, [bn, bk], _layout(dtype))
                 grid = min(132, -(-n // bn))
                 runs[name] = functools.partial(_launch, fn, grid, a, desc, out, m, n, k)
-            for name, fn in runs.items():
-                y = fn().double()
-                e = float(1 - 2 * (y * ref).sum() / (y * y + ref * ref).sum())
-                assert e < 1e-3, f"{dtype} M={m} {name}: error {e:.2e}"
-            times: dict[str, list[float]] = {name: [] for name in runs}
-            for _ in range(rounds):
-                for name, fn in runs.items():
-                    times[name].append(_time_graph(fn))
-            t_torch = statistics.median(times["torch"])
-            for name, ts in times.items():
-                ms = statistics.median(ts)
+            checked(runs, ref, f"{dtype} M={m}")
+            medians = interleaved_ms(runs, rounds)
+            t_torch = medians["torch"]
+            for name, ms in medians.items():
                 rows.append({"dtype": dtype, "m": m, "variant": name, "ms": ms, "ratio": t_torch / ms,
                              "tbps": (a.numel() * a.element_size() + w.numel() * w.element_size() + m * n * 2)
                              / ms / 1e9})

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _rows import interleaved_ms, write_rows  # noqa: E402
+from _rows import checked, decode_problem, interleaved_ms, write_rows  # noqa: E402
 
 SOURCE = '''
 from triton.experimental import gluon
@@ -171,36 +171,14 @@ def _one(dtype: str, m: int, n: int, k: int, rounds: int) -> list[dict[str, Any]
     import torch
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    import warploom
-
     bk = DTYPES[dtype][0]
-    torch.manual_seed(m)
-    if dtype == "bf16":
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)  # B = w.t(), K-major
-        theirs: Any = functools.partial(torch.matmul, a, w.t())
-        ours: Any = functools.partial(warploom.matmul, a, w.t())
-        scales: tuple[Any, ...] = ()
-    else:
-        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-        w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
-        one = torch.ones((), device="cuda")
-        scales = (one, one)
-        theirs = functools.partial(torch._scaled_mm, a, w.t(), one, one, out_dtype=torch.bfloat16,
-                                   use_fast_accum=True)
-        ours = functools.partial(warploom.scaled_mm, a, w.t(), one, one, use_fast_accum=True)
-    ref = a.float().double() @ w.float().double().t()
-    plan = warploom.plan(a, w.t(), *scales, use_fast_accum=True).plan
-    runs: dict[str, Any] = {"torch": theirs, f"warploom ({plan.short()})": ours}
+    a, w, runs, ref = decode_problem(dtype, m, n, k)
     for name, (mt, stages) in VARIANTS[m].items():
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         wd = TensorDescriptor.from_tensor(w, [64, bk], _layout(dtype))
         xd = TensorDescriptor.from_tensor(a, [mt, bk], _layout(dtype))
         runs[name] = functools.partial(_launch, _load(dtype, mt, stages), min(132, -(-n // 64)), wd, xd, out, m, n, k)
-    for name, fn in runs.items():
-        y = fn().double()
-        e = float(1 - 2 * (y * ref).sum() / (y * y + ref * ref).sum())
-        assert e < 1e-3 and not y.isnan().any(), f"{dtype} M={m} {name}: error {e:.2e}"
+    checked(runs, ref, f"{dtype} M={m}")
     medians = interleaved_ms(runs, rounds)
     t_torch = medians["torch"]
     rows = []
