@@ -71,6 +71,19 @@ if [ "$what" = swap ]; then
   python3 scripts/exp/decode_a_rows.py 2>&1 | tee "$OUT/decode-a-rows.log"
   python3 scripts/exp/decode_swap.py --nk 8192x8192,4096x4096,4096x14336 --m 1,16 2>&1 | tee "$OUT/decode-swap.log"
 fi
+if [ "$what" = swapab ]; then
+  # Rule 18 (swap-AB decode): its GPU tests, then the planner's kernel against the unswapped plan (swap_ab false)
+  # and swapped 128-row tiles, and torch, at Llama-3 and 8192-square decode shapes (SWAP_SIZES), bf16 and fp8
+  # rowwise, interleaved rounds.
+  python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_swap_gpu.py -o addopts="" 2>&1 | tail -n 30 \
+    | tee "$OUT/swap-tests.log"
+  rc=${PIPESTATUS[0]}
+  variants=${SWAP_VARIANTS:-'[{}, {"swap_ab": false}, {"swap_ab": true, "bm": 128}]'}
+  python3 scripts/sweep_plans.py --variants "$variants" \
+    --cases bf16,fp8 --rounds 5 \
+    --sizes ${SWAP_SIZES:-1x4096x4096,16x4096x4096,16x14336x4096,1x4096x14336,16x4096x14336,1x8192x8192,16x8192x8192,16x9216x8192,8x28672x4096,16x28672x4096} \
+    --out "$OUT/swap.json" 2>&1 | tee "$OUT/swap.log"
+fi
 if [ "$what" = decode ]; then
   # Decode-sized GEMMs (M <= 64, N = K = 8192): tile widths and split-K against torch, as bandwidth.
   python3 scripts/sweep_decode.py --out "$OUT/decode.json" ${DECODE_ARGS:-} 2>&1 | tee "$OUT/decode.log"

@@ -205,7 +205,7 @@ def _run_sim(con: Any, kern: Kernel, seed: int, timeline: Path | None, title: st
         ran = "; ".join(f"{name} {len(p)} of {g} ({ids(p)})" for name, g, p in cmp.launches)
     else:
         ran = f"{len(rep.ctas)} of {cmp.grid} ({ids(rep.ctas)})"
-    n_tiles = -(-s.m // kern.plan.bm) * -(-s.n // kern.plan.bn)
+    n_tiles = kern.plan.units(s.m, s.n) // kern.plan.split_k
     con.print(f"CTAs simulated: {ran}; output tiles: {len(cmp.tiles)} of {n_tiles}; k-steps (wgmma issued): "
               f"{rep.k_steps}; scheduler steps: {rep.steps}")
     con.print("findings: " + ("none" if rep.ok else f"{len(rep.findings)}"), highlight=False)

@@ -88,6 +88,17 @@ The heuristic, in order:
    against torch; docs/benchmarks.md, 2026-11-24 session 17): at K <= 2048 from -2.3% to +1.5% over six shapes, at K =
    4096 within 0.4%. A first, non-interleaved run had shown +3.4% at 4096x7168x2048; identical kernels in that run
    differed by up to 6%, so it was noise, and the planner keeps 128x256.
+18. Swap-AB decode (`Plan.swap_ab`): at M <= 16 (bf16, or fp8 tensorwise or rowwise with native accumulation; B
+   K-major; no bias, no fused epilogue) the kernel runs the transposed problem, C^T = B^T A^T (`GemmSpec.swapped`):
+   the weight's N rows fill wgmma's 64-row side and the M tokens its 16-column side, on 64x16 tiles with up to 12
+   stages (128x16 with 6 where 64-row tiles leave a thin last round: `swap_rows`), and each tile is stored into C
+   transposed (`ir.Tiling.swap_ab`). Rule 16's 64x64 tiles compute 64 rows of which M are real, and loading only
+   the A rows that exist did not make them faster (scripts/exp/decode_a_rows.py). Measured against the unswapped
+   plan, interleaved, graph ratio against torch (docs/benchmarks.md, 2026-11-24 session 18), N x K: bf16 M = 1/16 at
+   Llama-3 4096x4096 1.03/0.96 against 0.61/0.63, 4096x14336 1.02/1.03 against 0.78/0.84, 8192x8192 0.99/0.98
+   against 0.91/0.94, 14336x4096 (M = 16) 0.97 against 0.93; fp8 rowwise 1.05-1.66 against 1.01-1.23. At N = 9216
+   and 28672 the 128-row tiles: 0.99-1.17 against 0.94-1.12 unswapped and 0.90-1.16 with 64-row tiles. Any forced
+   tile, depth or partition option turns it off.
 """
 
 from __future__ import annotations
@@ -109,6 +120,9 @@ _TILES: tuple[tuple[int, int, float], ...] = (
     (64, 64, 0.60),
     # Rule 17: forced or tuned only (measured equal to 128x256).
     (256, 128, 1.00),
+    # Rule 18's swapped decode tile (the swapped problem's N is the tokens), and its forced two-warpgroup form.
+    (64, 16, 0.25),
+    (128, 16, 0.25),
 )
 # Rule 13's recipes: measured on the H100 (MX's 32-deep promotions were not, and keep 128-row tiles).
 _SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
@@ -117,6 +131,9 @@ _MAX_STAGES = 6
 _FORCED_MAX_STAGES = 16
 # Rule 16: decode's 64x64 tiles take up to this many stages (measured; 13 would also fit beside bf16's staging).
 _DECODE_STAGES = 12
+# Rule 18: problems with at most this many rows run swapped, on tiles this wide (the tokens' side of C^T).
+SWAP_MAX_M = 16
+SWAP_BN = 16
 # Rule 15: what a split-K tail costs beyond its share of the work (its launch, each unit's pipeline fill and fp32
 # store, the reduction): 8-10 us, whatever K, at 4096x2112x7168 (H100, scripts/exp/tail_parts.py, docs/benchmarks.md
 # 2026-11-23 session 14). A whole round of 128x256 tiles took 0.84 us per k-block there, fp8 (BK 128) and bf16
@@ -177,6 +194,8 @@ class Plan:
             blocks' copies land under the mainloop).
         load_ahead: fused epilogues only, with hoist_rows off: load block j + 1's row, column and scalar operands
             before block j's math, so their latency hides under it (only two blocks' vectors are live).
+        swap_ab: run the transposed problem C^T = B^T A^T (rule 18, `GemmSpec.swapped`): the other fields are the
+            swapped problem's plan (bm tiles the problem's N, bn its M), and the kernel stores C transposed.
     """
 
     bm: int
@@ -206,6 +225,7 @@ class Plan:
     staging_slots: int = 1
     operand_slots: int = 1
     load_ahead: bool = False
+    swap_ab: bool = False
 
     def __post_init__(self) -> None:
         if self.staging_slots < 1 or self.epilogue_subtiles % self.staging_slots:
@@ -222,7 +242,10 @@ class Plan:
                              "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
 
     def units(self, m: int, n: int) -> int:
-        """Work units of an M x N output: its tiles (at least one), times the k-ranges of split-K."""
+        """Work units of an M x N output: its tiles (at least one), times the k-ranges of split-K. (A swapped plan's
+        tiles cover C^T: bm tiles N and bn tiles M.)"""
+        if self.swap_ab:
+            m, n = n, m
         return max(1, math.ceil(m / self.bm) * math.ceil(n / self.bn)) * self.split_k
 
     def tail(self) -> Plan:
@@ -246,7 +269,7 @@ class Plan:
         ks = f"_k{self.split_k}" if self.split_k > 1 else ""
         ks += f"_t{self.tail_split}" if self.tail_split > 1 else ""
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
-                f"{sub}{split}{blocks}{ks}{ablate}")
+                f"{sub}{split}{blocks}{ks}{ablate}{'_swap' if self.swap_ab else ''}")
 
 
 def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
@@ -323,6 +346,34 @@ def is_decode(spec: GemmSpec, pingpong: bool = False) -> bool:
     return spec.m <= 64 and spec.accumulation is Accumulation.NATIVE and not spec.scale.is_blockwise and not pingpong
 
 
+# Rule 18's tile rows: a round of CTAs streaming the weight is bound by each SM's TMA rate (~44 B/ns, docs/benchmarks.md
+# session 17) until about this many CTAs saturate HBM (~3 TB/s); a round takes as long as this many CTAs would, or
+# as its CTAs, whichever is more.
+_HBM_CTAS = 68
+
+
+def swap_rows(n: int, sm_count: int) -> int:
+    """Rule 18: 64 or 128 rows of the weight (N) per swapped tile, whichever streams N in less modeled time: the
+    rounds of the persistent grid, each costing rows x max(its CTAs, _HBM_CTAS). 128 wins where 64-row tiles leave
+    a thin last round (N = 9216: 144 tiles, 12 in the second round; measured 0.86x torch against 1.07x, bf16 M =
+    16), 64 (ties too) where all fit in one."""
+    def cost(bm: int) -> int:
+        tiles, total = math.ceil(n / bm), 0
+        while tiles > 0:
+            ctas = min(tiles, sm_count)
+            total += bm * max(ctas, _HBM_CTAS)
+            tiles -= ctas
+        return total
+
+    return min((64, 128), key=cost)
+
+
+def swap_decode(spec: GemmSpec) -> bool:
+    """Rule 18: whether the planner runs `spec` swapped (C^T = B^T A^T on 64x16 tiles): a decode GEMM of at most
+    SWAP_MAX_M rows that can swap (`GemmSpec.swap_problems`)."""
+    return 0 < spec.m <= SWAP_MAX_M and is_decode(spec) and not spec.swap_problems()
+
+
 def _tall_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool, split_k: int | None,
                    tail_split: int | None, consumer_partitions: int | None) -> list[str]:
     """Rule 17: why a 256-row tile cannot run `spec` with these options (empty: it can). Its four warpgroups have 112
@@ -353,7 +404,8 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pi
     """The most stages that fit in shared memory beside the epilogue (and the scale partition's ring), at most
     `cap`: by default 6, or rule 16's 12 for a decode GEMM's 64x64 tiles."""
     if cap is None:
-        cap = _DECODE_STAGES if (bm, bn) == (64, 64) and is_decode(spec, pingpong) else _MAX_STAGES
+        decode = (bm, bn) == (64, 64) and is_decode(spec, pingpong) or (bm, bn) == (64, SWAP_BN)  # rules 16, 18
+        cap = _DECODE_STAGES if decode else _MAX_STAGES
     # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
     free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong, split_k, prefetch) - 1024
     if scale_partition:
@@ -366,10 +418,28 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                   partial_blocks: int | None = None, hoist_rows: bool | None = None, scalar_columns: bool = True,
                   prefetch_operands: bool | None = None, pingpong: bool = False,
                   scale_partition: bool | None = None, split_k: int | None = None,
-                  tail_split: int | None = None) -> Plan:
+                  tail_split: int | None = None, swap_ab: bool | None = None) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
-    split_k (1: never split; None: rule 14 decides) and tail_split (1: no split-K tail; None: rule 15 decides)."""
+    split_k (1: never split; None: rule 14 decides), tail_split (1: no split-K tail; None: rule 15 decides) and
+    swap_ab (None: rule 18 decides, when nothing about the tile, depth or partitions is forced; True: plan the
+    swapped problem, with bm and bn as given for it, by default 64 x 16)."""
     from warploom.errors import UnsupportedError
+
+    forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
+    if swap_ab is None:
+        swap_ab = not pingpong and all(f is None for f in forced) and swap_decode(spec)
+    if swap_ab:
+        problems = spec.swap_problems()
+        problems += ["ping-pong"] if pingpong else []
+        problems += ["split-K"] if split_k not in (None, 1) or tail_split not in (None, 1) else []
+        problems += ["the scale partition"] if scale_partition else []
+        if problems:
+            raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: {'; '.join(problems)}; "
+                                   "drop swap_ab")
+        plan = plan_schedule(spec.swapped(), device, bm=bm or swap_rows(spec.n, device.sm_count), bn=bn or SWAP_BN,
+                             stages=stages, group_m=group_m,
+                             consumer_partitions=consumer_partitions, split_k=1, tail_split=1, swap_ab=False)
+        return replace(plan, swap_ab=True)
 
     bk = 128 if spec.is_fp8 else 64
     if split_k is not None:
@@ -430,6 +500,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue  # forced only: see _TILES
         if cbm == 256 and bm is None:
             continue  # rule 17: forced (or tuned) only
+        if cbn == SWAP_BN and bn is None:
+            continue  # rule 18: the swapped decode tile, forced (or by rule 18) only
         if bm is None and cbm == 64 and spec.m > 64 and not small_blockwise:
             continue  # a 64-row tile only pays when M itself is small
         if cbm == 64 and consumer_partitions == 2 and not pingpong:
@@ -504,7 +576,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
-            load_ahead=wide and not hoist, **_mx_registers(spec, cbm, pingpong),
+            load_ahead=wide and not hoist, swap_ab=False, **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )
         key = (score, -cbm * cbn, plan)

@@ -7,7 +7,7 @@ It is frozen and hashable, so it keys caches.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from warploom.dtypes import DType
@@ -143,6 +143,30 @@ class GemmSpec:
     @property
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
+
+    def swap_problems(self) -> list[str]:
+        """Why this problem cannot run swapped (`swapped`); empty when it can."""
+        problems = []
+        if self.b_layout is not BLayout.K_MAJOR:
+            problems.append("an N-major B (its (N, K) rows would be the swapped A, which must be K-contiguous)")
+        if self.bias_dtype is not None:
+            problems.append("a bias (swapped, it runs along the kernel's rows; the epilogue adds it by columns)")
+        if self.epilogue is not None:
+            problems.append("a fused epilogue (its operands are laid out for C, not for its transpose)")
+        if self.scale.is_blockwise:
+            problems.append("blockwise scales (their blocks are laid out for A and B, not swapped)")
+        return problems
+
+    def swapped(self) -> GemmSpec:
+        """The transposed problem a swap-AB plan runs (planner rule 18): C^T (N, M) = B^T (N, K) @ A^T (K, M).
+
+        B's (N, K) rows, K-contiguous, are the new A; A's (M, K) rows are a K-major new B. Rowwise scales trade
+        sides (scale_b, one per column of C, is one per row of C^T); tensorwise ones commute. See `swap_problems`
+        for what cannot swap."""
+        problems = self.swap_problems()
+        if problems:
+            raise ValueError(f"{self.short()} cannot run swapped: {'; '.join(problems)}")
+        return replace(self, m=self.n, n=self.m, a_dtype=self.b_dtype, b_dtype=self.a_dtype)
 
     def short(self) -> str:
         """A compact name, e.g. ``e4m3xe4m3->bf16 rowwise 4096x4096x4096``."""

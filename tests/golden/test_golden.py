@@ -1,4 +1,4 @@
-"""Golden text of the schedule IR (inline) and the generated Gluon (files) for six representative specs.
+"""Golden text of the schedule IR (inline) and the generated Gluon (files) for eight representative specs.
 
 Refresh after an intended change with ``EXPECTTEST_ACCEPT=1 pytest tests/golden`` and read the diff:
 it is the change to the kernels warploom emits. The specs use the planner's own choice, so a planner
@@ -40,6 +40,9 @@ SPECS = {
     # DeepSeek-V3's q_a + kv_a at 4096 tokens, 2.18 waves of 128x256 tiles: rule 15 runs the two whole waves in a
     # ranged kernel and the 24 tiles left over in a ranged split-K kernel with a compact workspace (both emitted).
     "fp8_rowwise_q_a_tail": GemmSpec(4096, 2112, 7168, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.ROWWISE),
+    # Decode at M = 16 with rowwise scales: rule 18 runs C^T = B^T A^T on 64x16 tiles (the weight's rows fill
+    # wgmma's 64), swaps the scales, and stores each tile into C transposed.
+    "fp8_rowwise_decode_swap": GemmSpec(16, 4096, 14336, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.ROWWISE),
 }
 
 
@@ -84,6 +87,10 @@ class TestGluonGolden(expecttest.TestCase):
     def test_fp8_rowwise_q_a_tail(self) -> None:
         assert kernel("fp8_rowwise_q_a_tail").plan.tail_split == 4
         assert_golden_file("fp8_rowwise_q_a_tail.gluon.txt", kernel("fp8_rowwise_q_a_tail").source)
+
+    def test_fp8_rowwise_decode_swap(self) -> None:
+        assert kernel("fp8_rowwise_decode_swap").plan.swap_ab
+        assert_golden_file("fp8_rowwise_decode_swap.gluon.txt", kernel("fp8_rowwise_decode_swap").source)
 
 
 class TestScheduleGolden(expecttest.TestCase):
@@ -366,6 +373,44 @@ module warploom_e4m3e4m3_bf16_tensorwise_promoted_bk_major_128x256x128_s3_w8_g8_
     for tiles*k:
       wait empty[p] phase(p)^1
       arrive_expect_tx ready[p] bytes=49152
+      tma_load A[m, k] -> a_ring[p] on ready[p]
+      tma_load B[n, k] -> b_ring[p] on ready[p]
+      advance p
+""")
+
+    def test_fp8_rowwise_decode_swap(self) -> None:
+        self.assertExpectedInline(kernel("fp8_rowwise_decode_swap").schedule, """\
+module warploom_e4m3e4m3_bf16_rowwise_bk_major_64x16x128_s12_w4_g8_swap  # e4m3xe4m3->bf16 rowwise 4096x16x14336 b=k_major
+  tiling bm=64 bn=16 bk=128 group_m=8 grid=64 swap_ab (stores C transposed)
+  ring a_ring: A e4m3[12 x 64x128]
+  ring b_ring: B e4m3[12 x 16x128]
+  buffer c_smem: C bf16[16x64]
+  mbarrier ready[12] count=1 ready of a_ring, b_ring
+  mbarrier empty[12] count=1 empty of a_ring, b_ring
+  smem 125120 bytes
+  partition consumer (consumer, warps=4 regs=240 default):
+    cursor c (depth 12)
+    acc acc: fp32[64x16]
+    for tiles:
+      for k:
+        wait ready[c] phase(c)
+        wgmma.async acc += a_ring[c] @ b_ring[c]
+        wgmma_wait pending=1
+        arrive empty[c-1]  if k > 0
+        advance c
+      wgmma_wait pending=0
+      arrive empty[c-1]
+      epilogue acc: acc *= scale_a[m, None] * scale_b[None, n]
+      tma_store_wait pending=0
+      store_smem c_smem <- acc
+      fence_async_shared
+      tma_store c_smem -> C[m, n]
+    tma_store_wait pending=0
+  partition producer (producer, warps=1 regs=24):
+    cursor p (depth 12)
+    for tiles*k:
+      wait empty[p] phase(p)^1
+      arrive_expect_tx ready[p] bytes=10240
       tma_load A[m, k] -> a_ring[p] on ready[p]
       tma_load B[n, k] -> b_ring[p] on ready[p]
       advance p

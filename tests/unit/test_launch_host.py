@@ -234,3 +234,25 @@ def test_positional_arguments_are_what_the_getters_read(jit: RecordingJit, case:
         assert {"scale_a_ptr", "scale_b_ptr", "bias_ptr"} <= named
     if name == "blockwise":
         assert {"sa_ptr", "sb_ptr"} <= named
+
+
+@pytest.mark.parametrize("m,n,k,recipe", [(1, 4096, 512, None), (16, 520, 1000, None), (5, 208, 1024, "tensorwise"),
+                                          (16, 336, 256, "rowwise")])
+def test_swapped_decode_host_side(jit: RecordingJit, m: int, n: int, k: int, recipe: str | None) -> None:
+    # Rule 18's kernel runs C^T = B^T A^T: its A descriptor is over B's (N, K) rows, its B's over A's (M, K) rows,
+    # its output descriptor over C itself (with (BN, BM) boxes), M and N trade places, and so do rowwise scales.
+    if recipe is None:
+        a, b = torch.randn(m, k).to(BF16), torch.randn(n, k).to(BF16).t()
+        sa = sb = None
+    else:
+        a, b = torch.randn(m, k).to(E4), torch.randn(n, k).to(E4).t()
+        sa, sb = (torch.rand(()), torch.rand(())) if recipe == "tensorwise" else (torch.rand(m, 1), torch.rand(1, n))
+    kern, args, grid = host_launch(jit, a, b, sa, sb)
+    assert kern.plan.swap_ab and kern.module.tiling.swap_ab and (kern.plan.bm, kern.plan.bn) == (64, 16)
+    assert (args["M"], args["N"], args["K"]) == (n, m, k)
+    assert grid == (min(kern.plan.grid, math.ceil(n / 64) * math.ceil(m / 16)),)
+    assert list(args["a_desc"].shape) == [n, k] and args["a_desc"].base.data_ptr() == b.data_ptr()
+    assert list(args["b_desc"].shape) == [m, k] and args["b_desc"].base.data_ptr() == a.data_ptr()
+    assert list(args["c_desc"].shape) == [m, n] and list(args["c_desc"].block_shape) == [16, 64]
+    if recipe is not None:
+        assert args["scale_a_ptr"].data_ptr() == sb.data_ptr() and args["scale_b_ptr"].data_ptr() == sa.data_ptr()

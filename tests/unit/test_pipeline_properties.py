@@ -48,7 +48,7 @@ def test_planned_pipeline_verifies_clean_and_fits(spec: GemmSpec, sms: int) -> N
 
     assert verify.complete(m, device) == []
     assert m.smem_bytes <= device.smem_per_block
-    deep = (plan.bm, plan.bn) == (64, 64) and is_decode(spec)  # rule 16
+    deep = (plan.bm, plan.bn) == (64, 64) and is_decode(spec) or plan.swap_ab  # rules 16 and 18
     assert 2 <= plan.stages <= (12 if deep else 6) and all(r.depth == plan.stages for r in m.rings)
     tiles = math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.bn)
     assert 1 <= plan.grid <= min(sms, max(1, tiles))

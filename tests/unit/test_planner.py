@@ -12,7 +12,7 @@ from warploom import H100_SXM, Accumulation, BLayout, DeviceInfo, DType, GemmSpe
 from warploom.api import plan
 from warploom.ir import verify
 from warploom.passes import compile_schedule
-from warploom.planner import epilogue_bytes, is_decode, max_stages, plan_schedule, stage_bytes
+from warploom.planner import epilogue_bytes, is_decode, max_stages, plan_schedule, stage_bytes, swap_rows
 
 E4, E5, BF16, FP16, FP32 = DType.E4M3, DType.E5M2, DType.BF16, DType.FP16, DType.FP32
 TILES = [(128, 256), (128, 128), (64, 256), (64, 128)]
@@ -99,8 +99,9 @@ def test_stages_fit_smem_for_every_candidate(spec: GemmSpec, bm: int, bn: int) -
 def test_grid_is_at_most_one_cta_per_sm_and_per_tile(spec: GemmSpec, sms: int) -> None:
     dev = DeviceInfo("test", "sm_90a", sms, H100_SXM.smem_per_block)
     p = plan_schedule(spec, dev)
-    tiles = math.ceil(spec.m / p.bm) * math.ceil(spec.n / p.bn)
-    assert p.grid == min(sms, tiles)
+    m, n = (spec.n, spec.m) if p.swap_ab else (spec.m, spec.n)  # (a swapped plan tiles C^T: rule 18)
+    tiles = math.ceil(m / p.bm) * math.ceil(n / p.bn)
+    assert p.grid == min(sms, tiles) and p.units(spec.m, spec.n) == tiles
 
 
 @pytest.mark.parametrize("bm,bn", TILES)
@@ -281,14 +282,14 @@ def test_decode_takes_64x64_tiles_with_a_deep_ring() -> None:
     for decode in (GemmSpec(16, 8192, 8192), GemmSpec(1, 8192, 8192, DType.FP16, DType.FP16, DType.FP32),
                    GemmSpec(64, 4096, 8192, E4M3, E4M3, scale=ScaleRecipe.ROWWISE, bias_dtype=DType.BF16),
                    GemmSpec(1, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.TENSORWISE)):
-        p = plan_schedule(decode, H100_SXM)
+        p = plan_schedule(decode, H100_SXM, swap_ab=False)  # (M <= 16 runs swapped by default: rule 18)
         assert (p.bm, p.bn, p.stages) == (64, 64, 12), decode.short()
         assert p.stages == max_stages(decode, H100_SXM, 64, 64, p.bk)
         assert plan_schedule(decode, H100_SXM, bn=128).stages == 6
         m, _ = compile_schedule(decode, p, H100_SXM)
         assert verify.complete(m, H100_SXM) == [] and m.smem_bytes <= H100_SXM.smem_per_block
     # Wide N: two waves of 64x64 tiles score worse than one of 64x128.
-    assert plan_schedule(GemmSpec(1, 16384, 8192), H100_SXM).bn == 128
+    assert plan_schedule(GemmSpec(1, 16384, 8192), H100_SXM, swap_ab=False).bn == 128
     # A fused epilogue is decode too (measured): the deepest ring up to 12 beside its operands' staging.
     fused = plan(torch.empty(16, 8192, dtype=torch.bfloat16, device="meta"),
                  torch.empty(8192, 8192, dtype=torch.bfloat16, device="meta").t(), epilogue=lambda acc, r: acc + r,
@@ -308,8 +309,60 @@ def test_decode_takes_64x64_tiles_with_a_deep_ring() -> None:
     assert max_stages(GemmSpec(16, 8192, 8192), H100_SXM, 64, 64, 64, cap=3) == 3
     # Rule 16's tiles take no split-K tail (rule 15 was measured on 128x256 only); 1.09 waves of them lose to
     # one wave of 64x128 on score.
-    assert plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM, bn=64).tail_split == 1
-    assert plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM).bn == 128
+    assert plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM, bn=64).tail_split == 1  # (forced: not swapped)
+    assert plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM, swap_ab=False).bn == 128
+
+
+def test_swapped_decode_rule_18() -> None:
+    """Rule 18 (docs/benchmarks.md sessions 17-18): M <= 16 decode GEMMs that can swap run C^T = B^T A^T on 64x16
+    tiles with rule 16's deep ring; the module runs the swapped spec and stores C transposed. Anything forced about
+    the tile, depth or partitions keeps the plain plan; forcing swap_ab where it cannot run says why."""
+    E4M3 = DType.E4M3
+    for m in (1, 7, 16):
+        for spec in (GemmSpec(m, 4096, 4096), GemmSpec(m, 14336, 4096, DType.FP16, DType.FP16, DType.FP32),
+                     GemmSpec(m, 4096, 14336, E4M3, E4M3, scale=ScaleRecipe.ROWWISE),
+                     GemmSpec(m, 8192, 8192, E4M3, DType.E5M2, scale=ScaleRecipe.TENSORWISE)):
+            p = plan_schedule(spec, H100_SXM)
+            assert p.swap_ab and (p.bm, p.bn, p.stages, p.split_k, p.tail_split) == (64, 16, 12, 1, 1), spec.short()
+            assert p.grid == min(H100_SXM.sm_count, -(-spec.n // 64))
+            module, _ = compile_schedule(spec, p, H100_SXM)
+            assert module.tiling.swap_ab and module.spec == spec.swapped()
+            assert (module.spec.m, module.spec.n, module.spec.a_dtype) == (spec.n, spec.m, spec.b_dtype)
+            assert [(b.rows, b.cols) for b in module.buffers] == [(16, 64)]  # C's 16 rows by the tile's 64
+            assert verify.complete(module, H100_SXM) == []
+            assert plan_schedule(spec, H100_SXM, swap_ab=True) == p
+    # 64-row tiles would leave a thin last round: 128-row ones (two warpgroups, 6 stages), as measured.
+    for n, rows in ((9216, 128), (28672, 128), (14336, 64), (16384, 64), (8192, 64), (200, 64)):
+        p = plan_schedule(GemmSpec(16, n, 4096), H100_SXM)
+        assert p.swap_ab and (p.bm, p.bn) == (rows, 16), n
+        assert swap_rows(n, H100_SXM.sm_count) == rows
+    p = plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM)
+    assert (p.stages, p.consumer_partitions, p.grid) == (6, 2, 72)
+    # Not swapped: M > 16; promoted fp8; N-major B; a bias; blockwise scales; any forced tile or depth.
+    assert not plan_schedule(GemmSpec(17, 4096, 4096), H100_SXM).swap_ab
+    exact = GemmSpec(16, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED)
+    bias = GemmSpec(16, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.ROWWISE, bias_dtype=DType.BF16)
+    nmajor = GemmSpec(16, 8192, 8192, b_layout=BLayout.N_MAJOR)
+    blockwise = GemmSpec(16, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+                         accumulation=Accumulation.PROMOTED)
+    for spec in (exact, bias, nmajor, blockwise):
+        assert not plan_schedule(spec, H100_SXM).swap_ab, spec.short()
+    plain = GemmSpec(16, 8192, 8192)
+    assert not plan_schedule(plain, H100_SXM, bn=64).swap_ab
+    assert not plan_schedule(plain, H100_SXM, bm=64).swap_ab
+    assert not plan_schedule(plain, H100_SXM, stages=8).swap_ab
+    assert not plan_schedule(plain, H100_SXM, split_k=2).swap_ab
+    assert not plan_schedule(plain, H100_SXM, consumer_partitions=1).swap_ab
+    for spec, why in ((bias, "a bias"), (nmajor, "N-major B"), (blockwise, "blockwise scales")):
+        with pytest.raises(UnsupportedError, match=why):
+            plan_schedule(spec, H100_SXM, swap_ab=True)
+    with pytest.raises(UnsupportedError, match="split-K"):
+        plan_schedule(plain, H100_SXM, swap_ab=True, split_k=2)
+    with pytest.raises(ValueError, match="cannot run swapped"):
+        bias.swapped()
+    # Forced: another depth of the swapped problem.
+    p = plan_schedule(plain, H100_SXM, swap_ab=True, stages=16)
+    assert p.swap_ab and p.stages == 16 and p.short().endswith("_swap")
 
 
 def test_forced_256_row_tiles_run_four_consumer_warpgroups() -> None:

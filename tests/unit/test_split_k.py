@@ -91,11 +91,16 @@ def test_verifier_rejects_split_k_defects() -> None:
                                      (BW, dict(bm=128, bn=128, split_k=4)),
                                      (GemmSpec(300, 520, 1024, b_layout=BLayout.N_MAJOR), dict(bm=128, split_k=2))])
 def test_gluon_walks_units_and_offsets_k(spec: GemmSpec, kw: dict) -> None:
-    src = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, **kw)).gluon  # type: ignore[arg-type]
+    kern = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, **kw))  # type: ignore[arg-type]
+    src = kern.gluon
     text = src.text
+    consumers = sum(p.role is ir.Role.CONSUMER for p in kern.module.partitions)
     assert f"SPLIT_K = gl.constexpr({kw['split_k']})" in text
     assert "k_tiles = gl.cdiv(K, BK) // SPLIT_K" in text and "for unit in range(pid, num_units" in text
-    assert "for t in range(my_units * k_tiles)" in text  # the producer's flat loop over units
+    # The producer's flat loop over units: as a (unit, k) nest, or flat where it copies blockwise scales.
+    flat = "for t in range(my_units * k_tiles)" in text
+    assert flat == spec.scale.is_blockwise
+    assert text.count("for unit in range(pid, num_units") == consumers + (0 if flat else 1)
     assert "(k0 + kk) * BK" in text and "kk * BK]" not in text.replace("(k0 + kk) * BK]", "")
     assert "split * (num_pid_m * BM) + off_m" in text and "c_desc" not in text
     assert src.reduce_kernel == f"{src.kernel}_reduce" and f"def {src.reduce_kernel}(" in text

@@ -207,15 +207,33 @@ class _PartitionEmitter:
                 self.body(lp.body)
         else:  # FLAT: over this CTA's tiles (split-K: work units) and their k-blocks
             var, what = ("unit", "units") if self.split else ("tile_id", "tiles")
-            b.line(f"my_{what} = gl.cdiv(num_{what} - pid, gl.num_programs(0))")
-            with b.block(f"for t in range(my_{what} * k_tiles)", comment=f"for {what}*k (flattened)"):
-                b.line(f"{var} = pid + (t // k_tiles) * gl.num_programs(0)")
-                b.line("kk = t % k_tiles")
-                if self.split:
-                    self._unit_coords(var)
-                else:
-                    b.line(f"off_m, off_n = tile_coords({self.tile0}tile_id, num_pid_m, num_pid_n)")
-                self.body(lp.body)
+            if any(isinstance(o, ir.CopyScales) for o, _ in ir.walk(lp.body)):
+                # A partition copying blockwise scales keeps the flat loop: in the nest the compiler hoists the scale
+                # copies' index vectors out of the k-loop, and at its 24 registers they spill (1x128 scales: 32-64
+                # bytes, ptxas). Its k-steps are long (two 128-wide fp8 tiles and scales) beside the divisions.
+                b.line(f"my_{what} = gl.cdiv(num_{what} - pid, gl.num_programs(0))")
+                with b.block(f"for t in range(my_{what} * k_tiles)", comment=f"for {what}*k (flattened)"):
+                    b.line(f"{var} = pid + (t // k_tiles) * gl.num_programs(0)")
+                    b.line("kk = t % k_tiles")
+                    self._tile_coords(var)
+                    self.body(lp.body)
+                return
+            # Otherwise emitted as the (tile, k) nest the IR flattened: a warp-specialized producer is not
+            # software-pipelined, so the nest runs ahead across tiles just the same, and needs no division or branch
+            # a k-step. A flat loop's `t // k_tiles` and tile coordinates each k-step (even under `if kk == 0`, which
+            # the compiler predicates) held a decode kernel's lone producer warp to 0.59-0.81x torch at 16x4096x4096
+            # bf16, the nest to 0.98x (scripts/exp/swap_gap.py, docs/benchmarks.md session 18).
+            with b.block(f"for {var} in range(pid, num_{what}, gl.num_programs(0))",
+                         comment=f"for {what}*k (flattened: one sequence of (tile, k) steps)"):
+                self._tile_coords(var)
+                with b.block("for kk in range(k_tiles)"):
+                    self.body(lp.body)
+
+    def _tile_coords(self, var: str) -> None:
+        if self.split:
+            self._unit_coords(var)
+        else:
+            self.buf.line(f"off_m, off_n = tile_coords({self.tile0}tile_id, num_pid_m, num_pid_n)")
 
     def _unit_coords(self, unit: str) -> None:
         b = self.buf
@@ -300,6 +318,10 @@ class _PartitionEmitter:
             case ir.StoreSmem() if o.output is not None:
                 buf = self.m.buffer(o.buffer)
                 b.line(f"{o.buffer}.store(ep_out{o.output})", c)
+            case ir.StoreSmem() if self.m.tiling.swap_ab:  # the block goes to C transposed: write it so
+                buf = self.m.buffer(o.buffer)
+                src = self._column_block(o.acc, o.part, o.parts)
+                b.line(f"{o.buffer}.permute((1, 0)).store({src}.to({buf.dtype.gluon}))", f"{c}, transposed")
             case ir.StoreSmem():
                 buf = self.m.buffer(o.buffer)
                 src = self._column_block(o.acc, o.part, o.parts)
@@ -314,6 +336,9 @@ class _PartitionEmitter:
                     col = "0" if o.part == 0 else f"{o.part} * (BN // {o.parts})"
                 elif o.tensor is ir.Tensor.WORKSPACE:  # the unit's slab: M rounded up to BM rows per k-range
                     row = f"split * (num_pid_m * BM) + {row}"
+                if self.m.tiling.swap_ab:  # C's rows are this module's columns (ir.Tiling.swap_ab)
+                    row, col = col, row
+                    c = c.replace("C[m, n]", "C[n, m]")
                 b.line(f"tma.async_copy_shared_to_global({store_desc(o)}, [{row}, {col}], {o.buffer})", c)
             case ir.Advance():
                 b.line(f"{o.cursor} += 1", c)

@@ -571,6 +571,10 @@ class Tiling:
             (split_k * tiles * BM, BN) workspace, and its reduction maps each box back to its tile of C. This is
             how a plan with a split-K tail (`Plan.tail_split`) runs: whole waves of tiles in one ranged kernel,
             the tiles left over as split-K units in another (issue 6: wave quantization).
+        swap_ab: the module computes the transpose of the problem's C (planner rule 18, `GemmSpec.swapped`): its
+            spec is the swapped one (its M is the problem's N), its A the problem's B and its B the problem's A.
+            Its output tiles go to C transposed: each staging buffer is (BN, BM), written with the accumulator
+            transposed, and a TMA store puts it at C[off_n, off_m] (C's own rows: the problem's M, here N).
     """
 
     bm: int
@@ -580,6 +584,7 @@ class Tiling:
     grid: int
     split_k: int = 1
     ranged: bool = False
+    swap_ab: bool = False
 
     def block(self, axis: Axis) -> int:
         return {Axis.M: self.bm, Axis.N: self.bn, Axis.K: self.bk}[axis]

@@ -112,7 +112,8 @@ def module(m: ir.Module) -> str:
     out = [
         f"module {m.name}  # {m.spec.short()}",
         f"  tiling bm={t.bm} bn={t.bn} bk={t.bk} group_m={t.group_m} grid={t.grid}"
-        + (f" split_k={t.split_k}" if t.split_k > 1 else "") + (" ranged" if t.ranged else ""),
+        + (f" split_k={t.split_k}" if t.split_k > 1 else "") + (" ranged" if t.ranged else "")
+        + (" swap_ab (stores C transposed)" if t.swap_ab else ""),
     ]
     for r in m.rings:
         out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]")

@@ -45,6 +45,7 @@ def structural(m: ir.Module) -> list[str]:
         errs.append(f"blockwise scales cover {SCALE_BLOCK} elements of K, so a k-block must too: bk={m.tiling.bk}, "
                     f"expected {SCALE_BLOCK}")
     errs += _check_split_k(m)
+    errs += _check_swap(m)
     for b in m.barriers:
         for rn in b.rings:
             if rn not in ring_names:
@@ -135,6 +136,23 @@ def structural(m: ir.Module) -> list[str]:
             if isinstance(o, (ir.Arrive,)) and o.guard is not ir.Guard.ALWAYS and ir.LoopKind.K not in loops \
                     and ir.LoopKind.FLAT not in loops:
                 errs.append(f"{where}: guard {o.guard.value} outside a k-loop")
+    return errs
+
+
+def _check_swap(m: ir.Module) -> list[str]:
+    """A swapped module (ir.Tiling.swap_ab) runs a problem that can swap back (`GemmSpec.swap_problems`: its spec
+    is the swapped one, whose own swap is the problem's), whole tiles, and stages C's blocks transposed: each
+    staging buffer of C is (columns of the block, rows of the tile)."""
+    t = m.tiling
+    if not t.swap_ab:
+        return []
+    errs = [f"swap_ab with {p}" for p in m.spec.swap_problems()]
+    if t.split_k > 1 or t.ranged:
+        errs.append("swap_ab with split-K or a ranged kernel (its stores are whole tiles of C)")
+    for bf in m.buffers:
+        if bf.tensor is ir.Tensor.C and (bf.cols % 64 or bf.rows > t.bn):
+            errs.append(f"swap_ab: buffer {bf.name} is ({bf.rows}, {bf.cols}); a transposed block of C is (at most "
+                        f"BN={t.bn}, the tile's rows)")
     return errs
 
 

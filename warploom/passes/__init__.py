@@ -68,6 +68,8 @@ class Trace:
 
 
 def compile_schedule(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> tuple[ir.Module, Trace]:
+    if plan.swap_ab:  # rule 18: the module runs the transposed problem, and stores its tiles into C transposed
+        spec = spec.swapped()
     m = verify.check(build_sequential(spec, plan), "build_sequential")
     stages = [("build_sequential", m)]
     for p in pipeline(plan):

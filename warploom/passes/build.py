@@ -118,6 +118,7 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     )
     return ir.Module(
         name=kernel_name(spec, plan), spec=spec,
-        tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid, plan.split_k, ranged=plan.tail_split > 1),
+        tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid, plan.split_k, ranged=plan.tail_split > 1,
+                         swap_ab=plan.swap_ab),
         partitions=(part,), rings=rings,
     )

@@ -95,8 +95,10 @@ class LowerEpilogue:
                                  f"{t.bn // width} stored blocks: the next tile would reuse a slot whose store is "
                                  "not the oldest in flight")
             # Slot k of output j: the first slot keeps the single-buffer name.
+            # A swapped module (rule 18) stages each block transposed: C's rows are its columns.
+            shape = (width, rows) if t.swap_ab else (rows, width)
             slots = tuple(tuple(ir.Buffer((base if j == 0 else f"{base}_{j}") + (f"_s{k}" if k else ""), target, d,
-                                          rows, width, output=j) for j, d in enumerate(out_dtypes))
+                                          *shape, output=j) for j, d in enumerate(out_dtypes))
                           for k in range(self.staging_slots))
             # Dense operands come by TMA through buffers of their own: loaded straight into the wgmma
             # layout each thread would hold a 64-bit address per 4 bytes, and spill.
@@ -107,7 +109,7 @@ class LowerEpilogue:
             buffers.extend([b for slot in slots for b in slot] + [b for ring in dense.values() for b in ring])
             steps = {o.acc: o.steps for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue)} if self.block_steps \
                 else {}
-            lower = _Lower(graph, slots, accs, t.bn, self.scalar_columns,
+            lower = _Lower(graph, slots, accs, t.bn, width, self.scalar_columns,
                            {k: tuple(b.name for b in v) for k, v in dense.items()}, steps)
             parts.append(replace(p, body=rewrite(p.body, lower) + (ir.StoreWait(0),)))
         return replace(m, buffers=m.buffers + tuple(buffers), partitions=tuple(parts))
@@ -119,6 +121,7 @@ class _Lower:
     slots: tuple[tuple[ir.Buffer, ...], ...]  # per staging slot, one buffer per output
     accs: dict[str, ir.Accumulator]
     bn: int
+    width: int  # the accumulator columns one store writes
     scalar_columns: bool
     dense: dict[str, tuple[str, ...]]  # per dense operand, its staging slots
     steps: dict[str, tuple[ir.EpilogueStep, ...]]  # per accumulator: its epilogue, applied per block
@@ -128,7 +131,7 @@ class _Lower:
             return ()  # moves into the stores below, one block at a time
         if not isinstance(o, ir.StoreTile):
             return (o,)
-        acc, w = self.accs[o.acc], self.slots[0][0].cols
+        acc, w = self.accs[o.acc], self.width
         n = acc.cols // w
         out: list[ir.Stmt] = []
         for i in range(n):

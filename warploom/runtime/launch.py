@@ -81,10 +81,14 @@ class Launcher:
         self._reduce = None
         if src.reduce_kernel:  # split-K's second kernel: every argument a pointer or an integer
             self._reduce = _Direct(load(src.text, src.reduce_kernel), {"num_warps": 4}, {}, fast)
+        # A swapped module (rule 18, ir.Tiling.swap_ab) runs C^T = B^T A^T: a call's tensors are the problem's, so
+        # its A descriptor is over B's (N, K) rows, its B (K-major) over A's (M, K) rows, and its output tiles go to
+        # C through a descriptor over C itself with (BN, BM) boxes; scales trade places, and M and N.
+        self._swap = swap = m.tiling.swap_ab
         getters: dict[str, Callable[[Call], Any]] = {
             # B's descriptor is over its storage order: (N, K) rows for K-major B, (K, N) rows otherwise.
-            "a_desc": lambda c: c.a,
-            "b_desc": (lambda c: c.b.t()) if k_major else (lambda c: c.b),
+            "a_desc": (lambda c: c.b.t()) if swap else (lambda c: c.a),
+            "b_desc": (lambda c: c.a) if swap else (lambda c: c.b.t()) if k_major else (lambda c: c.b),
             "c_desc": lambda c: c.out,
             WORKSPACE_DESC: lambda c: c.workspace,
         }
@@ -96,7 +100,7 @@ class Launcher:
         # A descriptor's tensor as a view of one whose address it shares, where the getter makes a view (B's
         # transpose): a bound launch looks encodings up by address and skips the view (~1.3 us) when it finds one.
         self._bases: dict[int, Callable[[Call], Any]] = {
-            i: (lambda c: c.b) for i, p in enumerate(src.params) if p == "b_desc" and k_major}
+            i: (lambda c: c.b) for i, p in enumerate(src.params) if p == ("a_desc" if swap else "b_desc") and k_major}
         fused = m.spec.epilogue is not None
         scale_args = _scale_args(m.spec.scale) if m.spec.scale.is_blockwise else {}
         self._args: list[Callable[[Call], Any]] = []
@@ -108,12 +112,14 @@ class Launcher:
             elif fused and p.endswith("_ptr"):
                 # Operands keep their own strides (compiled into the kernel): the storage goes as it is.
                 self._args.append(functools.partial(lambda name, c: c.operands[name], p.removesuffix("_ptr")))
-            elif p == "scale_a_ptr":
+            elif p == ("scale_b_ptr" if swap else "scale_a_ptr"):
                 self._args.append(lambda c: _aligned(c.scale_a))
-            elif p == "scale_b_ptr":
+            elif p == ("scale_a_ptr" if swap else "scale_b_ptr"):
                 self._args.append(lambda c: _aligned(c.scale_b))
             elif p == "bias_ptr":
                 self._args.append(lambda c: _aligned(c.bias))
+            elif swap and p in ("M", "N"):
+                self._args.append((lambda c: c.b.shape[1]) if p == "M" else (lambda c: c.a.shape[0]))
             else:
                 self._args.append({"M": lambda c: c.a.shape[0], "N": lambda c: c.b.shape[1],
                                    "K": lambda c: c.a.shape[1], "tile_lo": lambda c: c.span.lo,
@@ -121,9 +127,10 @@ class Launcher:
         # Where each argument comes from when it is a call's positional tensor as it is, or through `_aligned`:
         # (position in (a, b, out, scale_a, scale_b, bias), aligned), by parameter index; a descriptor's by its base
         # tensor. A bound launch fills these in without a `Call` or a getter.
-        direct = {"a_desc": (0, False), "b_desc": (1, False), "c_desc": (2, False)}
+        direct = {"a_desc": (1 if swap else 0, False), "b_desc": (0 if swap else 1, False), "c_desc": (2, False)}
         if not fused:
-            direct |= {"scale_a_ptr": (3, True), "scale_b_ptr": (4, True), "bias_ptr": (5, True)}
+            direct |= {"scale_a_ptr": (4 if swap else 3, True), "scale_b_ptr": (3 if swap else 4, True),
+                       "bias_ptr": (5, True)}
             if m.spec.scale.is_blockwise and m.spec.scale is not ScaleRecipe.MX:
                 direct |= {"sa_ptr": (3, False), "sb_ptr": (4, False)}
         self._positional = {i: direct[p] for i, p in enumerate(src.params) if p in direct}
@@ -152,7 +159,8 @@ class Launcher:
         compiled = self._main.compiled_for(device, args)
         if compiled is None:
             return None
-        grid = launch_grid(a.shape[0], b.shape[1], self._bm, self._bn, self._grid_max, 1, None)
+        m, n = (b.shape[1], a.shape[0]) if self._swap else (a.shape[0], b.shape[1])  # (the module's M and N)
+        grid = launch_grid(m, n, self._bm, self._bn, self._grid_max, 1, None)
         return Bound(self, self._main, compiled, grid, device, args)
 
     def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
@@ -182,7 +190,7 @@ class Launcher:
 
     def _run(self, a: Any, b: Any, out: Any, scale_a: Any, scale_b: Any, bias: Any,
              operands: Mapping[str, Any] | None, extra_outs: Sequence[Any], span: Span | None) -> Any:
-        m, n = a.shape[0], b.shape[1]
+        m, n = (b.shape[1], a.shape[0]) if self._swap else (a.shape[0], b.shape[1])  # (the module's M and N)
         split_k = self._tiling.split_k
         workspace = None
         if split_k > 1:

@@ -76,6 +76,8 @@ def sample_ctas(module: ir.Module, m: int, n: int, span: Span | None = None) -> 
 def sample_kernel_ctas(kern: Kernel, m: int, n: int, k: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """`sample_ctas` of each launch of `kern`: (the first launch's, the tail's), for `compare_kernel`'s (or
     `Kernel.simulate`'s) `ctas` and `tail_ctas`; the tail's is empty without one (`Kernel.spans`)."""
+    if kern.module.tiling.swap_ab:  # (its tiles cover C^T)
+        return sample_ctas(kern.module, n, m), ()
     if kern.tail is None:
         return sample_ctas(kern.module, m, n), ()
     whole, rest = kern.spans(m, n, k)
@@ -116,6 +118,11 @@ def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None
     """`compare` for a whole kernel: with a split-K tail (`Kernel.tail`), both launches run as on the GPU
     (`Kernel.simulate`: `ctas` in the first, `tail_ctas` in the tail's, by default `ctas` in both), and the tiles
     they completed are judged. `Comparison.launches` says which CTAs of which grid each launch ran."""
+    if kern.module.tiling.swap_ab:  # rule 18: the module's inputs are B^T and A^T, its scales swapped
+        assert x.bias is None, "a swapped kernel has no bias (planner)"
+        sa = None if x.scale_b is None else x.scale_b.reshape(-1, 1)  # (a row scale of C^T: one per N)
+        sb = None if x.scale_a is None else x.scale_a.reshape(1, -1)
+        return compare(kern.module, Inputs(x.b.t(), x.a.t(), sa, sb, None), ctas=ctas, seed=seed, record=record)
     if kern.tail is None:
         return compare(kern.module, x, ctas=ctas, seed=seed, record=record)
     t0 = time.perf_counter()
@@ -139,17 +146,19 @@ def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None
 
 def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, seed: int = 0,
             record: bool = False) -> Comparison:
-    """Simulate `module` on `x` (all CTAs, or `ctas`) under schedule `seed` and compare the tiles written."""
+    """Simulate `module` on `x` (all CTAs, or `ctas`) under schedule `seed` and compare the tiles written. `x` are
+    the module's own inputs (a swapped module's: the problem's B^T and A^T; its tiles are judged in C^T)."""
     t0 = time.perf_counter()
     m, n = x.a.shape[0], x.b.shape[1]
     res = simulate(module, x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed, ctas=ctas, record=record)
     t = module.tiling
+    output = res.output.t() if t.swap_ab else res.output  # (a swapped module writes C, the transpose of its own)
     grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
     # (split-K: a tile of C is final only once every k-range's unit of it was simulated)
     tiles = completed_tiles(module, m, n, grid, res.report.ctas)
     error = math.nan  # also when no tile was simulated: nothing was shown correct
     if tiles:
-        out, ref = _judged(res.output, x, tiles, t.bm, t.bn)
+        out, ref = _judged(output, x, tiles, t.bm, t.bn)
         if not out.isnan().any():
             error = relative_error(out, ref)
     return Comparison(res, grid, tiles, error, time.perf_counter() - t0)

@@ -513,7 +513,7 @@ class Machine:
                        f": no tma_store_wait has retired that store")
         buf.unfenced_by, buf.written_at = i, (ins.site, self.step)
         if self.data is not None:
-            self.data.store_smem(i, ins.acc, ins.buffer, ins.cols, ins.output)
+            self.data.store_smem(i, ins.acc, ins.buffer, ins.cols, ins.output, ins.transposed)
 
     def _applied_check(self, i: int, ins: StoreSmemI) -> None:
         """A store of an epilogue output needs this tile's apply_epilogue of the same block just before."""

@@ -179,6 +179,8 @@ class CtaData:
         rows, cols = x.shape
         ops = self.ops
         m, n = ops.out.shape
+        if self.m.tiling.swap_ab:  # (C is the transpose of this module's output)
+            m, n = n, m
         # Masked loads with other=0.0, as the Gluon epilogue does for rows/columns past M/N.
         in_m = torch.arange(off_m, off_m + rows) < m
         in_n = torch.arange(off_n, off_n + cols) < n
@@ -213,9 +215,11 @@ class CtaData:
                                             range(off_n, off_n + width), out_shape=(m, n),
                                             out_dtype=self.m.spec.out_dtype)
 
-    def store_smem(self, agent: int, acc: str, buffer: str, cols: tuple[int, int], output: int | None = None) -> None:
+    def store_smem(self, agent: int, acc: str, buffer: str, cols: tuple[int, int], output: int | None = None,
+                   transposed: bool = False) -> None:
         if output is None:
-            self.bufs[buffer] = self.accs[agent][acc][:, cols[0]:cols[1]].to(self.buf_dtype[buffer])
+            block = self.accs[agent][acc][:, cols[0]:cols[1]]
+            self.bufs[buffer] = (block.t() if transposed else block).to(self.buf_dtype[buffer])
             return
         outs, buf = self.ep_outs[agent], self.bufs[buffer]
         if output < len(outs) and outs[output].shape == buf.shape:

@@ -235,6 +235,7 @@ class StoreSmemI:
     buffer: str
     cols: tuple[int, int]  # the accumulator's column block [start, stop) this store writes
     output: int | None = None  # epilogue output j of the last apply_epilogue instead of the accumulator
+    transposed: bool = False  # a swapped module's (ir.Tiling.swap_ab): the buffer holds the block transposed
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +248,7 @@ class TmaStoreI:
     site: Site
     buffer: str
     off_m: int
-    off_n: int  # the column block's origin: tile origin + part * BN / parts
+    off_n: int  # the column block's origin: tile origin + part * BN / parts (swap_ab: C's, the module's swapped)
     output: int = 0  # the output tensor written (0 is C)
     workspace: bool = False  # split-K: to the fp32 workspace (off_m counts its slab's rows) instead
 
@@ -494,13 +495,15 @@ class _Interp:
                 case ir.StoreSmem():
                     buf = m.buffer(o.buffer)
                     acc = next((a for a in self.p.accumulators if a.name == o.acc), None)
-                    if acc is None or (buf.rows, buf.cols * o.parts) != (acc.rows, acc.cols):
+                    shape = (buf.cols, buf.rows) if m.tiling.swap_ab else (buf.rows, buf.cols)  # (transposed)
+                    if acc is None or (shape[0], shape[1] * o.parts) != (acc.rows, acc.cols):
                         raise MalformedError(f"partition {self.p.name}: `{text}` stores 1/{o.parts} of accumulator "
                                              f"{o.acc} into {o.buffer} of shape ({buf.rows}, {buf.cols})")
                     if o.output is not None and not 0 <= o.output < len(self._graph(text).outputs):
                         raise MalformedError(f"partition {self.p.name}: `{text}` stores epilogue output {o.output}, "
                                              f"but the graph has {len(self._graph(text).outputs)} output(s)")
-                    yield StoreSmemI(site, o.acc, o.buffer, (o.part * buf.cols, (o.part + 1) * buf.cols), o.output)
+                    yield StoreSmemI(site, o.acc, o.buffer, (o.part * shape[1], (o.part + 1) * shape[1]), o.output,
+                                     m.tiling.swap_ab)
                 case ir.FenceAsync():
                     yield FenceI(site)
                 case ir.TmaStore():
@@ -517,8 +520,10 @@ class _Interp:
                                              f"{'' if ws else o.output}, which is {want.value}")
                     # A split-K unit's box in the workspace: sim.raster.cta_tiles says where.
                     r0, c0 = (t.ws_m, t.ws_n) if ws else (t.off_m, t.off_n)
-                    yield TmaStoreI(site, o.buffer, r0 + self.row0, c0 + o.part * (m.tiling.bn // o.parts), o.output,
-                                    ws)
+                    r0, c0 = r0 + self.row0, c0 + o.part * (m.tiling.bn // o.parts)
+                    if m.tiling.swap_ab:  # C's rows are this module's columns
+                        r0, c0 = c0, r0
+                    yield TmaStoreI(site, o.buffer, r0, c0, o.output, ws)
                 case ir.LoadOperand():
                     self._tile(text)
                     self._operand(o, text)

@@ -223,6 +223,9 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
              record: bool = True, span: Span | None = None) -> SimResult:
     """Run `module` on the CPU for ``a (M, K) @ b (K, N)`` under one random schedule, checking the protocol.
 
+    A swapped module (`ir.Tiling.swap_ab`) takes its own A and B, the problem's B^T and A^T, and writes the
+    problem's (N, M) outputs, as its launch on the GPU does (`Kernel.simulate` swaps the problem's tensors).
+
     `operands` maps each operand name of a fused epilogue's graph to its CPU tensor (for scaled_mm with an
     epilogue, scale_a, scale_b and bias are among them, not positional), laid out as when the graph was
     captured: the kernel reads element (m, n) at the `OperandSpec.mn_strides` offset. `ctas` picks program
@@ -240,8 +243,9 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     tensors = _check_operands(module, operands, positional, ep_steps)
     m, k = a.shape
     n = b.shape[1]
-    results = _outputs(module, m, n, out, outs)
     t = module.tiling
+    # A swapped module (ir.Tiling.swap_ab) runs A = the problem's B^T and B = its A^T, and writes C, its transpose.
+    results = _outputs(module, n, m, out, outs) if t.swap_ab else _outputs(module, m, n, out, outs)
     span = launch_span(module, m, n, span)
     ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors, span.tiles if span else 0)
     grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
@@ -302,7 +306,8 @@ def _coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...
     for pid in pids:
         for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span):
             for j, writes in enumerate(ops.writes):
-                got = writes[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
+                w = writes.t() if t.swap_ab else writes  # (in the module's coordinates)
+                got = w[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
                 lo, hi = int(got.min()), int(got.max())
                 if lo != 1 or hi != 1:
                     name = "C" if j == 0 else f"output {j}"

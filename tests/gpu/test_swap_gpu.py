@@ -1,0 +1,105 @@
+"""GPU tier: rule 18's swap-AB decode kernels (C^T = B^T A^T on 64x16 tiles, stored into C transposed).
+
+Through the public API (the eager path: first call through the JIT, later ones through the bound launch), with
+poisoned outputs through `Kernel.run`, under CUDA-graph capture, and forced variants; shapes whose N is not a tile
+multiple and whose K is not a k-block multiple, M from 1 to 16.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import warploom
+from warploom import checks
+from warploom.device import DeviceInfo
+from warploom.kernel import build
+from warploom.planner import plan_schedule
+
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU"),
+              pytest.mark.timeout(120, method="thread")]  # a hung kernel fails the test instead of the run
+
+E4 = torch.float8_e4m3fn
+
+
+def _err(x: torch.Tensor, y: torch.Tensor) -> float:
+    x, y = x.double(), y.double()
+    return float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (5, 1000, 520), (16, 14336, 1032), (11, 136, 64)])
+def test_swapped_matmul(m: int, n: int, k: int, dtype: torch.dtype) -> None:
+    torch.manual_seed(m * 7 + n)
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    w = torch.randn(n, k, device="cuda", dtype=dtype)
+    kern = warploom.plan(a, w.t())
+    assert kern.plan.swap_ab and kern.module.tiling.swap_ab, kern.plan.short()
+    ref = a.float() @ w.float().t()
+    for _ in range(2):  # the second call launches through the bound (direct) path
+        out = warploom.matmul(a, w.t())
+        assert out.shape == (m, n) and out.dtype == dtype
+        torch.testing.assert_close(out.float(), ref, atol=0.1, rtol=2e-2)
+        a.copy_(torch.randn_like(a))  # new data, same tensors: the bound launch must read it
+        ref = a.float() @ w.float().t()
+    poisoned = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
+    kern.run(a, w.t(), poisoned)
+    torch.testing.assert_close(poisoned.float(), ref, atol=0.1, rtol=2e-2)
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 14336), (16, 1008, 528), (7, 272, 128)])
+def test_swapped_scaled_mm(m: int, n: int, k: int, out_dtype: torch.dtype, recipe: str) -> None:
+    torch.manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda").to(E4)
+    w = torch.randn(n, k, device="cuda").to(E4)
+    if recipe == "tensorwise":
+        sa, sb = torch.rand((), device="cuda") + 0.5, torch.rand((), device="cuda") + 0.5
+    else:
+        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    kern = warploom.plan(a, w.t(), sa, sb, out_dtype=out_dtype, use_fast_accum=True)
+    assert kern.plan.swap_ab, kern.plan.short()
+    ref = (a.float() @ w.float().t()) * sa * sb
+    for _ in range(2):
+        out = warploom.scaled_mm(a, w.t(), sa, sb, out_dtype=out_dtype, use_fast_accum=True)
+        assert out.shape == (m, n) and out.dtype == out_dtype
+        assert _err(out, ref) < 1e-3
+    poisoned = torch.full((m, n), float("nan"), device="cuda", dtype=out_dtype)
+    kern.run(a, w.t(), poisoned, sa, sb)
+    assert not poisoned.isnan().any() and _err(poisoned, ref) < 1e-3
+
+
+def test_swapped_matmul_in_a_cuda_graph() -> None:
+    """Decode runs under CUDA graphs: a captured swapped call replays on new inputs."""
+    torch.manual_seed(3)
+    a = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    warploom.matmul(a, w.t())  # compile and bind outside the capture
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            out = warploom.matmul(a, w.t())
+    torch.cuda.current_stream().wait_stream(s)
+    a.copy_(torch.randn_like(a))
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out.float(), a.float() @ w.float().t(), atol=0.1, rtol=2e-2)
+
+
+@pytest.mark.parametrize("forced", [dict(bm=128), dict(stages=4), dict(bn=64)])
+def test_forced_swapped_plans(forced: dict[str, int]) -> None:
+    """Other tiles and depths of the swapped problem: 128 rows of N in two warpgroups, a shallow ring, 64 tokens
+    wide (M = 20 rows in one tile)."""
+    torch.manual_seed(len(forced))
+    m, n, k = (20, 648, 9 * 64 + 8) if forced.get("bn") == 64 else (9, 648, 9 * 64 + 8)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    spec = checks.matmul_spec(a, w.t(), None)
+    dev = DeviceInfo.current()
+    plan = plan_schedule(spec, dev, swap_ab=True, **forced)  # type: ignore[arg-type]
+    assert plan.swap_ab and all(getattr(plan, key) == v for key, v in forced.items())
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    build(spec, dev, plan).run(a, w.t(), out)
+    torch.testing.assert_close(out.float(), a.float() @ w.float().t(), atol=0.1, rtol=2e-2)
