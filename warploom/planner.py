@@ -88,7 +88,7 @@ The heuristic, in order:
    against torch; docs/benchmarks.md, 2026-11-24 session 17): at K <= 2048 from -2.3% to +1.5% over six shapes, at K =
    4096 within 0.4%. A first, non-interleaved run had shown +3.4% at 4096x7168x2048; identical kernels in that run
    differed by up to 6%, so it was noise, and the planner keeps 128x256.
-18. Swap-AB decode (`Plan.swap_ab`): at M <= 16 (bf16, or fp8 tensorwise or rowwise with native accumulation; B
+18. Swap-AB decode (`Plan.swap_ab`): at M <= 32 (bf16, or fp8 tensorwise or rowwise with native accumulation; B
    K-major; no bias, no fused epilogue) the kernel runs the transposed problem, C^T = B^T A^T (`GemmSpec.swapped`):
    the weight's N rows fill wgmma's 64-row side and the M tokens its 16-column side, on 64x16 tiles with up to 12
    stages (128x16 with 6 where 64-row tiles leave a thin last round: `swap_rows`), and each tile is stored into C
@@ -98,7 +98,11 @@ The heuristic, in order:
    Llama-3 4096x4096 1.03/0.96 against 0.61/0.63, 4096x14336 1.02/1.03 against 0.78/0.84, 8192x8192 0.99/0.98
    against 0.91/0.94, 14336x4096 (M = 16) 0.97 against 0.93; fp8 rowwise 1.05-1.66 against 1.01-1.23. At N = 9216
    and 28672 the 128-row tiles: 0.99-1.17 against 0.94-1.12 unswapped and 0.90-1.16 with 64-row tiles. Any forced
-   tile, depth or partition option turns it off.
+   tile, depth or partition option turns it off. At 16 < M <= 32 the tiles are 64x32 (`swap_tokens`), where 64-row
+   tiles fill the grid well (`swap_rows` says 64; 128x32 is unmeasured, so rule 16 keeps those): bf16 at 4096x4096
+   (M = 24, 32) 0.86 against 0.59, 4096x14336 1.03 against 0.92, 8192x8192 0.98 against 0.97; fp8 rowwise 1.04-1.65
+   against 1.04-1.25. At M = 48 and 64 a 32-wide swapped tile lost (0.71-0.93 against 0.84-1.58) and a 64-wide one
+   tied rule 16, so M > 32 stays with rule 16.
 """
 
 from __future__ import annotations
@@ -120,9 +124,11 @@ _TILES: tuple[tuple[int, int, float], ...] = (
     (64, 64, 0.60),
     # Rule 17: forced or tuned only (measured equal to 128x256).
     (256, 128, 1.00),
-    # Rule 18's swapped decode tile (the swapped problem's N is the tokens), and its forced two-warpgroup form.
+    # Rule 18's swapped decode tile (the swapped problem's N is the tokens), and its forced two-warpgroup form; and
+    # 32 tokens wide, forced only (measured against rule 16 at 16 < M <= 32, docs/benchmarks.md session 18).
     (64, 16, 0.25),
     (128, 16, 0.25),
+    (64, 32, 0.35),
 )
 # Rule 13's recipes: measured on the H100 (MX's 32-deep promotions were not, and keep 128-row tiles).
 _SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
@@ -131,8 +137,9 @@ _MAX_STAGES = 6
 _FORCED_MAX_STAGES = 16
 # Rule 16: decode's 64x64 tiles take up to this many stages (measured; 13 would also fit beside bf16's staging).
 _DECODE_STAGES = 12
-# Rule 18: problems with at most this many rows run swapped, on tiles this wide (the tokens' side of C^T).
-SWAP_MAX_M = 16
+# Rule 18: problems with at most this many rows run swapped, on tiles SWAP_BN wide (the tokens' side of C^T) up to
+# SWAP_BN rows, 32 wide above.
+SWAP_MAX_M = 32
 SWAP_BN = 16
 # Rule 15: what a split-K tail costs beyond its share of the work (its launch, each unit's pipeline fill and fp32
 # store, the reduction): 8-10 us, whatever K, at 4096x2112x7168 (H100, scripts/exp/tail_parts.py, docs/benchmarks.md
@@ -368,10 +375,18 @@ def swap_rows(n: int, sm_count: int) -> int:
     return min((64, 128), key=cost)
 
 
-def swap_decode(spec: GemmSpec) -> bool:
-    """Rule 18: whether the planner runs `spec` swapped (C^T = B^T A^T on 64x16 tiles): a decode GEMM of at most
-    SWAP_MAX_M rows that can swap (`GemmSpec.swap_problems`)."""
-    return 0 < spec.m <= SWAP_MAX_M and is_decode(spec) and not spec.swap_problems()
+def swap_tokens(m: int) -> int:
+    """Rule 18: the swapped tile's width (C^T's columns: tokens) for M rows: 16, or 32 above 16."""
+    return SWAP_BN if m <= SWAP_BN else 32
+
+
+def swap_decode(spec: GemmSpec, sm_count: int) -> bool:
+    """Rule 18: whether the planner runs `spec` swapped (C^T = B^T A^T on 64x16 or 64x32 tiles): a decode GEMM of at
+    most SWAP_MAX_M rows that can swap (`GemmSpec.swap_problems`). Above 16 rows only on 64-row tiles (`swap_rows`):
+    128x32 was not measured."""
+    if not (0 < spec.m <= SWAP_MAX_M and is_decode(spec)) or spec.swap_problems():
+        return False
+    return spec.m <= SWAP_BN or swap_rows(spec.n, sm_count) == 64
 
 
 def _tall_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool, split_k: int | None,
@@ -404,7 +419,7 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pi
     """The most stages that fit in shared memory beside the epilogue (and the scale partition's ring), at most
     `cap`: by default 6, or rule 16's 12 for a decode GEMM's 64x64 tiles."""
     if cap is None:
-        decode = (bm, bn) == (64, 64) and is_decode(spec, pingpong) or (bm, bn) == (64, SWAP_BN)  # rules 16, 18
+        decode = (bm, bn) == (64, 64) and is_decode(spec, pingpong) or (bm, bn) in ((64, SWAP_BN), (64, 32))  # 16, 18
         cap = _DECODE_STAGES if decode else _MAX_STAGES
     # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
     free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong, split_k, prefetch) - 1024
@@ -427,7 +442,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
 
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
     if swap_ab is None:
-        swap_ab = not pingpong and all(f is None for f in forced) and swap_decode(spec)
+        swap_ab = not pingpong and all(f is None for f in forced) and swap_decode(spec, device.sm_count)
     if swap_ab:
         problems = spec.swap_problems()
         problems += ["ping-pong"] if pingpong else []
@@ -436,8 +451,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         if problems:
             raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: {'; '.join(problems)}; "
                                    "drop swap_ab")
-        plan = plan_schedule(spec.swapped(), device, bm=bm or swap_rows(spec.n, device.sm_count), bn=bn or SWAP_BN,
-                             stages=stages, group_m=group_m,
+        tokens = bn or swap_tokens(spec.m)
+        rows = bm or (swap_rows(spec.n, device.sm_count) if tokens == SWAP_BN else 64)  # (128x32: unmeasured)
+        plan = plan_schedule(spec.swapped(), device, bm=rows, bn=tokens, stages=stages, group_m=group_m,
                              consumer_partitions=consumer_partitions, split_k=1, tail_split=1, swap_ab=False)
         return replace(plan, swap_ab=True)
 
@@ -500,7 +516,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue  # forced only: see _TILES
         if cbm == 256 and bm is None:
             continue  # rule 17: forced (or tuned) only
-        if cbn == SWAP_BN and bn is None:
+        if cbn in (SWAP_BN, 32) and bn is None:
             continue  # rule 18: the swapped decode tile, forced (or by rule 18) only
         if bm is None and cbm == 64 and spec.m > 64 and not small_blockwise:
             continue  # a 64-row tile only pays when M itself is small

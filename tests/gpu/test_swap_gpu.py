@@ -1,8 +1,8 @@
-"""GPU tier: rule 18's swap-AB decode kernels (C^T = B^T A^T on 64x16 tiles, stored into C transposed).
+"""GPU tier: rule 18's swap-AB decode kernels (C^T = B^T A^T on 64x16 or 64x32 tiles, stored into C transposed).
 
 Through the public API (the eager path: first call through the JIT, later ones through the bound launch), with
 poisoned outputs through `Kernel.run`, under CUDA-graph capture, and forced variants; shapes whose N is not a tile
-multiple and whose K is not a k-block multiple, M from 1 to 16.
+multiple and whose K is not a k-block multiple, M from 1 to 32.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def _err(x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (5, 1000, 520), (16, 14336, 1032), (11, 136, 64)])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (5, 1000, 520), (16, 14336, 1032), (11, 136, 64), (27, 1000, 520),
+                                   (32, 4096, 4096)])
 def test_swapped_matmul(m: int, n: int, k: int, dtype: torch.dtype) -> None:
     torch.manual_seed(m * 7 + n)
     a = torch.randn(m, k, device="cuda", dtype=dtype)
@@ -49,7 +50,7 @@ def test_swapped_matmul(m: int, n: int, k: int, dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("m,n,k", [(1, 4096, 14336), (16, 1008, 528), (7, 272, 128)])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 14336), (16, 1008, 528), (7, 272, 128), (24, 1008, 528)])
 def test_swapped_scaled_mm(m: int, n: int, k: int, out_dtype: torch.dtype, recipe: str) -> None:
     torch.manual_seed(m + n + k)
     a = torch.randn(m, k, device="cuda").to(E4)

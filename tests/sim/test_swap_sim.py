@@ -67,9 +67,9 @@ def test_fp8_swapped_scales(stages: int, ks: int, scale: ScaleRecipe) -> None:
     check(spec, swapped_plan(stages, 64))
 
 
-@pytest.mark.parametrize("bm,bn,m", [(128, 16, 7), (64, 64, 40)])
+@pytest.mark.parametrize("bm,bn,m", [(128, 16, 7), (64, 32, 24), (64, 64, 40)])
 def test_other_swapped_tiles(bm: int, bn: int, m: int) -> None:
-    """Two warpgroups over 128 rows of C^T (one partition, its buffer 128 wide), and 64 tokens wide."""
+    """Two warpgroups over 128 rows of C^T (one partition, its buffer 128 wide), and 32 and 64 tokens wide."""
     check(GemmSpec(m, 300, 200, DType.FP16, DType.FP16, DType.FP32), swapped_plan(3, 32, bm, bn))
 
 
@@ -96,7 +96,8 @@ def test_a_swapped_module_with_an_untransposed_buffer_is_refused() -> None:
 
 def test_planner_plans_simulate() -> None:
     """The planner's own swapped plans on small decode problems, all CTAs, against the reference."""
-    for spec in (GemmSpec(3, 520, 264), GemmSpec(16, 136, 72, DType.E4M3, DType.E4M3, scale=ScaleRecipe.ROWWISE)):
+    for spec in (GemmSpec(3, 520, 264), GemmSpec(16, 136, 72, DType.E4M3, DType.E4M3, scale=ScaleRecipe.ROWWISE),
+                 GemmSpec(27, 200, 136, DType.E4M3, DType.E4M3, scale=ScaleRecipe.ROWWISE)):
         plan = plan_schedule(spec, H100_SXM)
         assert plan.swap_ab
         check(spec, plan, seed=1)

@@ -315,8 +315,9 @@ def test_decode_takes_64x64_tiles_with_a_deep_ring() -> None:
 
 def test_swapped_decode_rule_18() -> None:
     """Rule 18 (docs/benchmarks.md sessions 17-18): M <= 16 decode GEMMs that can swap run C^T = B^T A^T on 64x16
-    tiles with rule 16's deep ring; the module runs the swapped spec and stores C transposed. Anything forced about
-    the tile, depth or partitions keeps the plain plan; forcing swap_ab where it cannot run says why."""
+    tiles with rule 16's deep ring (M <= 32: 64x32); the module runs the swapped spec and stores C transposed.
+    Anything forced about the tile, depth or partitions keeps the plain plan; forcing swap_ab where it cannot run
+    says why."""
     E4M3 = DType.E4M3
     for m in (1, 7, 16):
         for spec in (GemmSpec(m, 4096, 4096), GemmSpec(m, 14336, 4096, DType.FP16, DType.FP16, DType.FP32),
@@ -338,8 +339,14 @@ def test_swapped_decode_rule_18() -> None:
         assert swap_rows(n, H100_SXM.sm_count) == rows
     p = plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM)
     assert (p.stages, p.consumer_partitions, p.grid) == (6, 2, 72)
-    # Not swapped: M > 16; promoted fp8; N-major B; a bias; blockwise scales; any forced tile or depth.
-    assert not plan_schedule(GemmSpec(17, 4096, 4096), H100_SXM).swap_ab
+    # 16 < M <= 32: 32 tokens wide, on 64-row tiles only (128x32 unmeasured: rule 16 keeps N = 9216).
+    for m in (17, 24, 32):
+        p = plan_schedule(GemmSpec(m, 4096, 14336), H100_SXM)
+        assert p.swap_ab and (p.bm, p.bn, p.stages) == (64, 32, 12)
+        assert not plan_schedule(GemmSpec(m, 9216, 8192), H100_SXM).swap_ab
+        assert plan_schedule(GemmSpec(m, 9216, 8192), H100_SXM, swap_ab=True).bm == 64
+    # Not swapped: M > 32; promoted fp8; N-major B; a bias; blockwise scales; any forced tile or depth.
+    assert not plan_schedule(GemmSpec(33, 4096, 4096), H100_SXM).swap_ab
     exact = GemmSpec(16, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED)
     bias = GemmSpec(16, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.ROWWISE, bias_dtype=DType.BF16)
     nmajor = GemmSpec(16, 8192, 8192, b_layout=BLayout.N_MAJOR)

@@ -97,9 +97,9 @@ def test_gluon_walks_units_and_offsets_k(spec: GemmSpec, kw: dict) -> None:
     consumers = sum(p.role is ir.Role.CONSUMER for p in kern.module.partitions)
     assert f"SPLIT_K = gl.constexpr({kw['split_k']})" in text
     assert "k_tiles = gl.cdiv(K, BK) // SPLIT_K" in text and "for unit in range(pid, num_units" in text
-    # The producer's flat loop over units: as a (unit, k) nest, or flat where it copies blockwise scales.
+    # The producer's flat loop over units: as a (unit, k) nest, or flat where it copies a scale per column of B.
     flat = "for t in range(my_units * k_tiles)" in text
-    assert flat == spec.scale.is_blockwise
+    assert flat == spec.scale.per_column_b
     assert text.count("for unit in range(pid, num_units") == consumers + (0 if flat else 1)
     assert "(k0 + kk) * BK" in text and "kk * BK]" not in text.replace("(k0 + kk) * BK]", "")
     assert "split * (num_pid_m * BM) + off_m" in text and "c_desc" not in text

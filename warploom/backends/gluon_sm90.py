@@ -207,10 +207,10 @@ class _PartitionEmitter:
                 self.body(lp.body)
         else:  # FLAT: over this CTA's tiles (split-K: work units) and their k-blocks
             var, what = ("unit", "units") if self.split else ("tile_id", "tiles")
-            if any(isinstance(o, ir.CopyScales) for o, _ in ir.walk(lp.body)):
-                # A partition copying blockwise scales keeps the flat loop: in the nest the compiler hoists the scale
-                # copies' index vectors out of the k-loop, and at its 24 registers they spill (1x128 scales: 32-64
-                # bytes, ptxas). Its k-steps are long (two 128-wide fp8 tiles and scales) beside the divisions.
+            if self.m.spec.scale.per_column_b and any(isinstance(o, ir.CopyScales) for o, _ in ir.walk(lp.body)):
+                # A partition copying a scale per column of B (1x128 x 1x128, MX) keeps the flat loop: in the nest the
+                # compiler hoists the copies' index vectors out of the k-loop, and at its 24 registers they spill
+                # (32-64 bytes, ptxas). Its k-steps are long (two 128-wide fp8 tiles and scales) beside the divisions.
                 b.line(f"my_{what} = gl.cdiv(num_{what} - pid, gl.num_programs(0))")
                 with b.block(f"for t in range(my_{what} * k_tiles)", comment=f"for {what}*k (flattened)"):
                     b.line(f"{var} = pid + (t // k_tiles) * gl.num_programs(0)")

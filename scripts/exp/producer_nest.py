@@ -1,0 +1,122 @@
+"""Experiment (session 18): does the producer's (tile, k) nest change large GEMMs too?
+
+Session 18 emits the producer's FLAT loop as a (tile, k) nest (backends/gluon_sm90.py): the flat loop's run-time
+divisions every k-step held decode kernels back. Here the planner's kernels at large shapes run both ways, the nest
+(what warploom emits) against the flat loop it emitted before (this script's text transform back), interleaved with
+torch in one process, graph-timed; every output checked against the fp32 product first.
+
+    PYTHONPATH=. python3 scripts/exp/producer_nest.py --cross          # both forms compile, no spills
+    PYTHONPATH=. python3 scripts/exp/producer_nest.py [--rounds 5] [--cases blockwise]  # GPU: $OUT/producer-nest.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent))  # scripts/: sweep_plans' cases
+from _rows import interleaved_ms, with_source, write_rows  # noqa: E402
+
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 28672, 4096), (4096, 4096, 14336)]
+CASES = ("bf16", "fp8", "fp8-exact")  # (the first GPU run's; --cases blockwise the second's)
+NEST = re.compile(r"    for tile_id in range\(pid, num_tiles, gl.num_programs\(0\)\):  # for tiles\*k \(flattened: one "
+                  r"sequence of \(tile, k\) steps\)\n"
+                  r"        off_m, off_n = tile_coords\(tile_id, num_pid_m, num_pid_n\)\n"
+                  r"        for kk in range\(k_tiles\):\n((?:            .*\n)+)")
+
+
+def flat(text: str) -> str:
+    """The producer's nest back to the flat loop warploom emitted before session 18 (coordinates every k-step)."""
+    m = NEST.search(text)
+    assert m, "no producer nest"
+    body = "".join(line[4:] + "\n" for line in m.group(1).splitlines())
+    loop = ("    my_tiles = gl.cdiv(num_tiles - pid, gl.num_programs(0))\n"
+            "    for t in range(my_tiles * k_tiles):  # for tiles*k (flattened)\n"
+            "        tile_id = pid + (t // k_tiles) * gl.num_programs(0)\n"
+            "        kk = t % k_tiles\n"
+            "        off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)\n" + body)
+    return text[:m.start()] + loop + text[m.end():]
+
+
+def _spec(case: str, m: int, n: int, k: int, device: str) -> tuple[Any, tuple[Any, ...], Any]:
+    import torch
+
+    from warploom import checks
+
+    if case == "bf16":
+        a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+        b = torch.randn(n, k, device=device, dtype=torch.bfloat16).t()
+        return checks.matmul_spec(a, b, None), (a, b, None, None), lambda: torch.matmul(a, b)
+    a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1, device=device) + 0.5, torch.rand(1, n, device=device) + 0.5
+    fast = case == "fp8"
+    return (checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, fast), (a, b, sa, sb),
+            lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast))
+
+
+def cross() -> None:
+    import torch
+
+    from warploom.device import H100_SXM
+    from warploom.kernel import build
+    from warploom.runtime.cross import cross_compile
+
+    torch.manual_seed(0)
+    for case in CASES:
+        for m, n, k in SHAPES:
+            spec, _, _ = _spec(case, m, n, k, "meta")
+            kern = build(spec, H100_SXM)
+            for name, kk in (("nest", kern), ("flat", with_source(kern, flat(kern.gluon.text)))):
+                c = cross_compile(kk.module, kk.gluon, "sm_90a")
+                print(f"{case} {m}x{n}x{k} {kern.plan.short()} {name}: registers {c.registers}, spills {c.spills}, "
+                      f"wgmma serialized {c.wgmma_serialized}", flush=True)
+
+
+def gpu(rounds: int, cases: tuple[str, ...]) -> None:
+    import torch
+    from sweep_plans import case, err
+
+    from warploom.device import DeviceInfo
+    from warploom.kernel import build
+
+    dev = DeviceInfo.current()
+    rows = []
+    for name in cases:
+        for m, n, k in SHAPES:
+            torch.manual_seed(m + n + k)
+            spec, (a, b, sa, sb, bias), ref, theirs = case(name, (m, n, k))
+            kern = build(spec, dev)
+            runs: dict[str, Any] = {"torch": theirs}
+            for form, kk in (("nest", kern), ("flat", with_source(kern, flat(kern.gluon.text)))):
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                runs[form] = functools.partial(kk.run, a, b, out, sa, sb, bias)
+                runs[form]()
+                torch.cuda.synchronize()
+                e = err(out, ref)
+                assert e < 1e-3 and not out.isnan().any(), f"{name} {m}x{n}x{k} {form}: {e:.2e}"
+            ms = interleaved_ms(runs, rounds)
+            for form, t in ms.items():
+                rows.append({"case": name, "shape": [m, n, k], "variant": form, "plan": kern.plan.short(), "ms": t,
+                             "ratio": ms["torch"] / t})
+            print(f"{name:9s} {m}x{n}x{k} {kern.plan.short():34s} nest {ms['torch'] / ms['nest']:.3f}  "
+                  f"flat {ms['torch'] / ms['flat']:.3f}  (nest/flat time {ms['nest'] / ms['flat']:.3f})", flush=True)
+    print(write_rows(rows, "producer-nest.json"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--cross", action="store_true")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cases", default=",".join(CASES), help="sweep_plans.py cases, e.g. bf16,fp8,fp8-exact,blockwise")
+    args = ap.parse_args()
+    cross() if args.cross else gpu(args.rounds, tuple(args.cases.split(",")))
+
+
+if __name__ == "__main__":
+    main()
