@@ -83,7 +83,9 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
     if stages is None:
         return kern
     try:
-        return build(kern.spec, kern.device, plan_schedule(kern.spec, kern.device, stages=stages))
+        # (forcing the depth alone would turn rule 18 off: keep the planner's swap decision)
+        return build(kern.spec, kern.device, plan_schedule(kern.spec, kern.device, stages=stages,
+                                                           swap_ab=kern.plan.swap_ab))
     except UnsupportedError as e:
         raise click.BadParameter(str(e), param_hint="--stages") from None
 

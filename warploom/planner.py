@@ -129,6 +129,7 @@ _TILES: tuple[tuple[int, int, float], ...] = (
     (64, 16, 0.25),
     (128, 16, 0.25),
     (64, 32, 0.35),
+    (128, 32, 0.35),
 )
 # Rule 13's recipes: measured on the H100 (MX's 32-deep promotions were not, and keep 128-row tiles).
 _SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
@@ -417,9 +418,12 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pi
                scale_partition: bool = False, scale_stages: int = 2, split_k: int = 1, prefetch: bool = True,
                cap: int | None = None) -> int:
     """The most stages that fit in shared memory beside the epilogue (and the scale partition's ring), at most
-    `cap`: by default 6, or rule 16's 12 for a decode GEMM's 64x64 tiles."""
+    `cap`: by default 6, or 12 for a decode GEMM's 64x64 tiles (rule 16) and a swapped one's 64x16 and 64x32 (rule
+    18, whose swapped problem has at most SWAP_MAX_M columns)."""
     if cap is None:
-        decode = (bm, bn) == (64, 64) and is_decode(spec, pingpong) or (bm, bn) in ((64, SWAP_BN), (64, 32))  # 16, 18
+        # Rules 16 and 18 (a swapped decode problem's N is its tokens: at most SWAP_MAX_M).
+        decode = ((bm, bn) == (64, 64) and is_decode(spec, pingpong)
+                  or bm == 64 and bn in (SWAP_BN, 32) and spec.n <= SWAP_MAX_M and not pingpong)
         cap = _DECODE_STAGES if decode else _MAX_STAGES
     # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
     free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong, split_k, prefetch) - 1024
@@ -453,8 +457,14 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                    "drop swap_ab")
         tokens = bn or swap_tokens(spec.m)
         rows = bm or (swap_rows(spec.n, device.sm_count) if tokens == SWAP_BN else 64)  # (128x32: unmeasured)
-        plan = plan_schedule(spec.swapped(), device, bm=rows, bn=tokens, stages=stages, group_m=group_m,
-                             consumer_partitions=consumer_partitions, split_k=1, tail_split=1, swap_ab=False)
+        try:
+            plan = plan_schedule(spec.swapped(), device, bm=rows, bn=tokens, stages=stages, group_m=group_m,
+                                 consumer_partitions=consumer_partitions, partial_blocks=partial_blocks,
+                                 hoist_rows=hoist_rows, scalar_columns=scalar_columns,
+                                 prefetch_operands=prefetch_operands, split_k=1, tail_split=1, swap_ab=False)
+        except UnsupportedError as e:
+            raise UnsupportedError(f"swap_ab=True (rule 18) for {spec.short()}: its tiles of C^T are {rows} rows of N "
+                                   f"by {tokens} of M, and the swapped problem has no such plan: {e}") from None
         return replace(plan, swap_ab=True)
 
     bk = 128 if spec.is_fp8 else 64

@@ -47,6 +47,8 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("fp16_swap_out_fp32_3x1000x520", mm(3, 1000, 520, FP16, out=FP32), {}),
     ("bf16_swap_128x16_forced", mm(16, 4096, 4096), dict(bm=128, bn=16, swap_ab=True)),
     ("bf16_64x16_unswapped_forced", mm(4096, 16, 4096), dict(bm=64, bn=16)),
+    ("bf16_swap_64x32_27x1000x520", mm(27, 1000, 520), {}),
+    ("fp16_swap_128x32_forced_out_fp32", mm(24, 4096, 4096, FP16, out=FP32), dict(bm=128, swap_ab=True)),
     ("bf16_out_fp32", mm(4096, 4096, 4096, out=FP32), {}),
     ("bf16_out_fp16_nmajor", mm(4097, 264, 8192, layout=N_MAJOR, out=FP16), {}),
     # Rule 17 (forced only): 256x128 with four consumer warpgroups at 112 registers each.
@@ -71,6 +73,7 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("e4m3xe5m2_rowwise_decode_64x128", f8(16, 8192, 8192, RW, b=E5), dict(bm=64, bn=128)),
     ("e4m3_tensorwise_swap_1x4096x4096", f8(1, 4096, 4096, TW), {}),
     ("e5m2xe4m3_rowwise_swap_16x4096x14336", f8(16, 4096, 14336, RW, a=E5), {}),
+    ("e4m3_rowwise_swap_64x32_32x4096x14336", f8(32, 4096, 14336, RW), {}),
     ("e4m3_rowwise_64x256", f8(64, 7168, 16384, RW), dict(bm=64, bn=256)),
     ("e4m3_tensorwise_out_fp32", f8(4096, 4096, 4096, TW, out=FP32), {}),
     ("e4m3_tensorwise_128x128_s4_bias_fp16_out_fp16", f8(1000, 1008, 4096, TW, bias=FP16, out=FP16),

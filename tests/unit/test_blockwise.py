@@ -175,7 +175,7 @@ def test_cpu_fused_epilogue_with_blockwise_scales() -> None:
 def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple[int, int]) -> None:
     """Rule 13 (split-K off): blockwise fp8 with M <= 128 also scores 64-row and 64x64 tiles (measured at
     DeepSeek-V3's shapes); other recipes keep their tiles (MX and promoted rowwise were not measured there), except
-    that bf16 with M <= 64 is rule 16's decode (64x64 with a deep ring), or at M <= 16 rule 18's swapped one."""
+    that bf16 with M <= 64 is rule 16's decode (64x64 with a deep ring), or at M <= 32 rule 18's swapped one."""
     for recipe in (BW, ScaleRecipe.BLOCKWISE_1X128_1X128):
         s = GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=recipe,
                      accumulation=Accumulation.PROMOTED)
@@ -188,7 +188,7 @@ def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple
         p = plan_schedule(other, H100_SXM)
         assert p.bn != 64 and (p.bm == 128 or m <= 64)
     p = plan_schedule(GemmSpec(m, n, k), H100_SXM)
-    if m <= 16:  # rule 18: swapped, 64x16 tiles of C^T
+    if m <= 32:  # rule 18: swapped, 64x16 tiles of C^T (64x32 above M = 16)
         assert p.swap_ab and (p.bm, p.bn, p.stages) == (64, 16, 12)
     else:
         assert (p.bm, p.bn, p.stages) == (64, 64, 12) if m <= 64 else p.bn != 64

@@ -198,7 +198,10 @@ def _meta_specs() -> list[tuple[str, Any]]:
             ("fp8_rowwise_bias", (f8a, f8b, rows, cols, bias, None)),
             ("blockwise", (f8a, f8b, bw_a, bw_b, None, None)),
             ("mx", (f8a, f8b, mx_a, mx_b, None, None)),
-            ("fused", (a, bn, None, None, None, {"r": torch.randn(256, 384).to(BF16)}))]
+            ("fused", (a, bn, None, None, None, {"r": torch.randn(256, 384).to(BF16)})),
+            # Rule 18's swapped kernels: A's descriptor reads B (by its base), B's reads A, the scales trade places.
+            ("swap_bf16", (a[:16], torch.randn(384, 512).to(BF16).t(), None, None, None, None)),
+            ("swap_fp8_rowwise", (f8a[:24], f8b, rows[:24], cols, None, None))]
 
 
 @pytest.mark.parametrize("case", _meta_specs(), ids=lambda c: c[0])
@@ -234,6 +237,12 @@ def test_positional_arguments_are_what_the_getters_read(jit: RecordingJit, case:
         assert {"scale_a_ptr", "scale_b_ptr", "bias_ptr"} <= named
     if name == "blockwise":
         assert {"sa_ptr", "sb_ptr"} <= named
+    if name.startswith("swap"):
+        assert kern.plan.swap_ab
+        where = {params[i]: at for i, (at, _) in launcher._positional.items()}
+        assert (where["a_desc"], where["b_desc"], where["c_desc"]) == (1, 0, 2)
+    if name == "swap_fp8_rowwise":
+        assert (where["scale_a_ptr"], where["scale_b_ptr"]) == (4, 3)
 
 
 @pytest.mark.parametrize("m,n,k,recipe", [(1, 4096, 512, None), (16, 520, 1000, None), (5, 208, 1024, "tensorwise"),

@@ -367,6 +367,15 @@ def test_swapped_decode_rule_18() -> None:
         plan_schedule(plain, H100_SXM, swap_ab=True, split_k=2)
     with pytest.raises(ValueError, match="cannot run swapped"):
         bias.swapped()
+    # Forced: 128 rows above 16 tokens (128x32, forced only), and the fused-epilogue knobs pass through (replan).
+    p = plan_schedule(GemmSpec(24, 4096, 4096), H100_SXM, swap_ab=True, bm=128)
+    assert p.swap_ab and (p.bm, p.bn, p.stages) == (128, 32, 6)
+    assert plan_schedule(plain, H100_SXM, swap_ab=True, hoist_rows=False).hoist_rows is False
+    with pytest.raises(UnsupportedError, match="rule 18.*16x8192x8192.*no such plan"):
+        plan_schedule(plain, H100_SXM, swap_ab=True, bn=256, bm=256)
+    # The 12-stage cap is the swapped decode problem's: a forced 64x16 or 64x32 tile of a large GEMM keeps 6.
+    assert plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, bm=64, bn=32).stages == 6
+    assert plan_schedule(GemmSpec(4096, 16, 4096), H100_SXM, bm=64, bn=16).stages == 12  # (N is 16 tokens wide)
     # Forced: another depth of the swapped problem.
     p = plan_schedule(plain, H100_SXM, swap_ab=True, stages=16)
     assert p.swap_ab and p.stages == 16 and p.short().endswith("_swap")

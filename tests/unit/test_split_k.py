@@ -89,7 +89,9 @@ def test_verifier_rejects_split_k_defects() -> None:
 
 @pytest.mark.parametrize("spec,kw", [(DECODE, dict(bm=64, bn=128, split_k=2)),
                                      (BW, dict(bm=128, bn=128, split_k=4)),
-                                     (GemmSpec(300, 520, 1024, b_layout=BLayout.N_MAJOR), dict(bm=128, split_k=2))])
+                                     (GemmSpec(300, 520, 1024, b_layout=BLayout.N_MAJOR), dict(bm=128, split_k=2)),
+                                     (replace(BW, scale=ScaleRecipe.BLOCKWISE_1X128_1X128),
+                                      dict(bm=128, bn=128, split_k=4))])
 def test_gluon_walks_units_and_offsets_k(spec: GemmSpec, kw: dict) -> None:
     kern = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, **kw))  # type: ignore[arg-type]
     src = kern.gluon

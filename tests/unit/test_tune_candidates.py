@@ -61,7 +61,8 @@ def test_every_candidate_is_distinct_buildable_and_fits(spec: GemmSpec) -> None:
         assert c.estimate == estimate(spec, H100_SXM, c.plan)
         assert c.distance == distance(c.plan, cands[0].plan)
         assert c.estimate.smem_bytes <= H100_SXM.smem_per_block
-        assert 2 <= c.plan.stages <= max_stages(spec, H100_SXM, c.plan.bm, c.plan.bn, c.plan.bk)
+        planned = spec.swapped() if c.plan.swap_ab else spec  # (a swapped plan's depth is its swapped problem's)
+        assert 2 <= c.plan.stages <= max_stages(planned, H100_SXM, c.plan.bm, c.plan.bn, c.plan.bk)
         if c.distance:
             assert c.estimate.fits, c.estimate.why_not()
             assert c.estimate.time <= 1.3 * best

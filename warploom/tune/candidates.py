@@ -119,8 +119,10 @@ def distance(a: Plan, b: Plan) -> int:
 
 
 def same_order(spec: GemmSpec, plan: Plan) -> Plan:
-    """`plan` with its raster group clamped to the tile rows: plans equal under this run the same tile order."""
-    return dataclasses.replace(plan, group_m=min(plan.group_m, max(1, math.ceil(spec.m / plan.bm))))
+    """`plan` with its raster group clamped to the tile rows: plans equal under this run the same tile order. (A
+    swapped plan's tile rows run along N.)"""
+    rows = spec.n if plan.swap_ab else spec.m
+    return dataclasses.replace(plan, group_m=min(plan.group_m, max(1, math.ceil(rows / plan.bm))))
 
 
 def feasible(spec: GemmSpec, device: DeviceInfo, space: SearchSpace = DEFAULT_SPACE) -> list[Plan]:
