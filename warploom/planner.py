@@ -89,7 +89,8 @@ The heuristic, in order:
    4096 within 0.4%. A first, non-interleaved run had shown +3.4% at 4096x7168x2048; identical kernels in that run
    differed by up to 6%, so it was noise, and the planner keeps 128x256.
 18. Swap-AB decode (`Plan.swap_ab`): at M <= 32 (bf16, or fp8 tensorwise or rowwise with native accumulation; B
-   K-major; no bias, no fused epilogue) the kernel runs the transposed problem, C^T = B^T A^T (`GemmSpec.swapped`):
+   K-major; no fused epilogue; no bias, which swaps as a row vector only when forced: unmeasured) the kernel runs
+   the transposed problem, C^T = B^T A^T (`GemmSpec.swapped`):
    the weight's N rows fill wgmma's 64-row side and the M tokens its 16-column side, on 64x16 tiles with up to 12
    stages (128x16 with 6 where 64-row tiles leave a thin last round: `swap_rows`), and each tile is stored into C
    transposed (`ir.Tiling.swap_ab`). Rule 16's 64x64 tiles compute 64 rows of which M are real, and loading only
@@ -385,8 +386,8 @@ def swap_decode(spec: GemmSpec, sm_count: int) -> bool:
     """Rule 18: whether the planner runs `spec` swapped (C^T = B^T A^T on 64x16 or 64x32 tiles): a decode GEMM of at
     most SWAP_MAX_M rows that can swap (`GemmSpec.swap_problems`). Above 16 rows only on 64-row tiles (`swap_rows`):
     128x32 was not measured."""
-    if not (0 < spec.m <= SWAP_MAX_M and is_decode(spec)) or spec.swap_problems():
-        return False
+    if not (0 < spec.m <= SWAP_MAX_M and is_decode(spec)) or spec.swap_problems() or spec.bias_dtype is not None:
+        return False  # (a bias runs swapped when forced, swap_ab=True; by default it is unmeasured)
     return spec.m <= SWAP_BN or swap_rows(spec.n, sm_count) == 64
 
 

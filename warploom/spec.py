@@ -149,8 +149,6 @@ class GemmSpec:
         problems = []
         if self.b_layout is not BLayout.K_MAJOR:
             problems.append("an N-major B (its (N, K) rows would be the swapped A, which must be K-contiguous)")
-        if self.bias_dtype is not None:
-            problems.append("a bias (swapped, it runs along the kernel's rows; the epilogue adds it by columns)")
         if self.epilogue is not None:
             problems.append("a fused epilogue (its operands are laid out for C, not for its transpose)")
         if self.scale.is_blockwise:

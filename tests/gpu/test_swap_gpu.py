@@ -108,3 +108,22 @@ def test_forced_swapped_plans(forced: dict[str, int]) -> None:
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     build(spec, dev, plan).run(a, w.t(), out)
     torch.testing.assert_close(out.float(), a.float() @ w.float().t(), atol=0.1, rtol=2e-2)
+
+
+@pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (13, 1008, 528), (29, 272, 256)])
+def test_forced_swapped_scaled_mm_with_a_bias(m: int, n: int, k: int, bias_dtype: torch.dtype) -> None:
+    """A bias swaps as a row vector of C^T (EpilogueStep.ADD_ROW_BIAS), forced (not yet the planner's default)."""
+    torch.manual_seed(m + k)
+    a = torch.randn(m, k, device="cuda").to(E4)
+    w = torch.randn(n, k, device="cuda").to(E4)
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    bias = (torch.randn(n, device="cuda") * 4).to(bias_dtype)
+    spec = checks.scaled_mm_spec(a, w.t(), sa, sb, bias, torch.bfloat16, True)
+    dev = DeviceInfo.current()
+    plan = plan_schedule(spec, dev, swap_ab=True)
+    assert plan.swap_ab
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    build(spec, dev, plan).run(a, w.t(), out, sa, sb, bias)
+    ref = (a.float() @ w.float().t()) * sa * sb + bias.float()
+    assert not out.isnan().any() and _err(out, ref) < 1e-3

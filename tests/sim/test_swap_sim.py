@@ -18,6 +18,7 @@ from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
+from warploom.passes.util import rewrite
 from warploom.planner import Plan, plan_schedule
 from warploom.sim import compare_kernel
 from warploom.sim.reference import make_inputs, reference, relative_error
@@ -40,7 +41,7 @@ def check(spec: GemmSpec, plan: Plan, seed: int = 0) -> None:
     assert kern.module.tiling.swap_ab and kern.module.spec == spec.swapped()
     x = make_inputs(spec, spec.m, spec.n, spec.k, seed=seed)
     out = torch.full((spec.m, spec.n), float("nan"), dtype=spec.out_dtype.torch)  # poison: unwritten shows
-    res = kern.simulate(x.a, x.b, x.scale_a, x.scale_b, seed=seed, out=out)
+    res = kern.simulate(x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed, out=out)
     assert res.ok, res.report.summary()
     assert res.output is out and not out.isnan().any(), "some output elements were never written"
     ref = reference(x)
@@ -65,6 +66,26 @@ def test_bf16_swapped_stages_by_k_steps(m: int, stages: int, ks: int) -> None:
 def test_fp8_swapped_scales(stages: int, ks: int, scale: ScaleRecipe) -> None:
     spec = GemmSpec(16, 208, ks * 64 - 16, DType.E4M3, DType.E5M2, DType.BF16, scale=scale)
     check(spec, swapped_plan(stages, 64))
+
+
+@pytest.mark.parametrize("bias", [DType.BF16, DType.FP32])
+@pytest.mark.parametrize("stages,ks", [(1, 2), (3, 7)])
+@pytest.mark.parametrize("m", [5, 16, 29])
+def test_fp8_rowwise_bias_swapped(m: int, stages: int, ks: int, bias: DType) -> None:
+    """A bias swaps as a row vector of C^T (EpilogueStep.ADD_ROW_BIAS): masked past N, added after the scales."""
+    spec = GemmSpec(m, 200, ks * 64 - 16, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                    bias_dtype=bias)
+    check(spec, swapped_plan(stages, 64, bn=16 if m <= 16 else 32))
+
+
+def test_a_bias_step_in_the_wrong_orientation_is_refused() -> None:
+    spec = GemmSpec(16, N, 256, DType.E4M3, DType.E4M3, scale=ScaleRecipe.ROWWISE, bias_dtype=DType.BF16)
+    module = build(spec, H100_SXM, swapped_plan(2, 64)).module
+    flipped = replace(module, partitions=tuple(replace(p, body=rewrite(p.body, lambda o: (replace(
+        o, steps=tuple(ir.EpilogueStep.ADD_BIAS if s is ir.EpilogueStep.ADD_ROW_BIAS else s for s in o.steps)),)
+        if isinstance(o, ir.Epilogue) else (o,))) for p in module.partitions))
+    assert any("bias runs along its rows" in e for e in verify.structural(flipped))
+    assert verify.structural(module) == []
 
 
 @pytest.mark.parametrize("bm,bn,m", [(128, 16, 7), (64, 32, 24), (64, 64, 40)])

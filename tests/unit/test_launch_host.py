@@ -18,6 +18,7 @@ import torch
 
 from warploom import H100_SXM, AlignmentError, checks
 from warploom.kernel import Kernel, build
+from warploom.planner import plan_schedule
 
 BF16, FP32, E4 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
 
@@ -201,7 +202,8 @@ def _meta_specs() -> list[tuple[str, Any]]:
             ("fused", (a, bn, None, None, None, {"r": torch.randn(256, 384).to(BF16)})),
             # Rule 18's swapped kernels: A's descriptor reads B (by its base), B's reads A, the scales trade places.
             ("swap_bf16", (a[:16], torch.randn(384, 512).to(BF16).t(), None, None, None, None)),
-            ("swap_fp8_rowwise", (f8a[:24], f8b, rows[:24], cols, None, None))]
+            ("swap_fp8_rowwise", (f8a[:24], f8b, rows[:24], cols, None, None)),
+            ("swap_fp8_rowwise_bias", (f8a[:8], f8b, rows[:8], cols, bias, None))]
 
 
 @pytest.mark.parametrize("case", _meta_specs(), ids=lambda c: c[0])
@@ -218,6 +220,8 @@ def test_positional_arguments_are_what_the_getters_read(jit: RecordingJit, case:
         kern = plan(a, b, **fused)
     else:
         kern = plan(a, b, sa, sb, bias=bias, use_fast_accum=name != "blockwise" and name != "mx")
+    if name == "swap_fp8_rowwise_bias":  # (swapped with a bias only when forced)
+        kern = build(kern.spec, H100_SXM, plan_schedule(kern.spec, H100_SXM, swap_ab=True))
     launcher = dataclasses.replace(kern).launcher
     out = torch.empty(a.shape[0], b.shape[1], dtype=kern.spec.out_dtype.torch)
     call = Call(a, b, out, sa, sb, bias, operands or {}, ())
@@ -241,8 +245,10 @@ def test_positional_arguments_are_what_the_getters_read(jit: RecordingJit, case:
         assert kern.plan.swap_ab
         where = {params[i]: at for i, (at, _) in launcher._positional.items()}
         assert (where["a_desc"], where["b_desc"], where["c_desc"]) == (1, 0, 2)
-    if name == "swap_fp8_rowwise":
+    if name.startswith("swap_fp8"):
         assert (where["scale_a_ptr"], where["scale_b_ptr"]) == (4, 3)
+    if name == "swap_fp8_rowwise_bias":
+        assert where["bias_ptr"] == 5
 
 
 @pytest.mark.parametrize("m,n,k,recipe", [(1, 4096, 512, None), (16, 520, 1000, None), (5, 208, 1024, "tensorwise"),

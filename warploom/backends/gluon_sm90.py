@@ -541,7 +541,7 @@ class _PartitionEmitter:
         b, acc = self.buf, o.acc
         steps = o.steps
         a = self._acc(acc)
-        if ir.EpilogueStep.SCALE_ROWWISE in steps:
+        if ir.EpilogueStep.SCALE_ROWWISE in steps or ir.EpilogueStep.ADD_ROW_BIAS in steps:
             row = f"off_m + {self.row0}" if self.row0 else "off_m"
             b.line(f"offs_m = {row} + gl.arange(0, {'BM' if self.p.rows is None else self.rows}, "
                    "layout=gl.SliceLayout(1, acc_layout))")
@@ -560,6 +560,9 @@ class _PartitionEmitter:
                 case ir.EpilogueStep.ADD_BIAS:
                     b.line("bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)")
                     b.line(f"{acc} = {acc} + gl.expand_dims(bias, 0)", s.value)
+                case ir.EpilogueStep.ADD_ROW_BIAS:
+                    b.line("bias = gl.load(bias_ptr + offs_m, mask=offs_m < M, other=0.0).to(gl.float32)")
+                    b.line(f"{acc} = {acc} + gl.expand_dims(bias, 1)", s.value)
 
 
     def _block_epilogue(self, o: ir.Epilogue) -> None:
@@ -580,6 +583,9 @@ class _PartitionEmitter:
                 case ir.EpilogueStep.ADD_BIAS:
                     b.line(f"{blk} = {blk} + gl.expand_dims(gl.load(bias_ptr + {cols_v}, mask={cols_v} < N, "
                            "other=0.0).to(gl.float32), 0)", s.value)
+                case ir.EpilogueStep.ADD_ROW_BIAS:
+                    b.line(f"{blk} = {blk} + gl.expand_dims(gl.load(bias_ptr + {rows_v}, mask={rows_v} < M, "
+                           "other=0.0).to(gl.float32), 1)", s.value)
 
 
 def output_desc(output: int) -> str:
@@ -645,7 +651,7 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
                     if s in (ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE):
                         used["scale_a_ptr"] = None
                         used["scale_b_ptr"] = None
-                    if s is ir.EpilogueStep.ADD_BIAS:
+                    if s in (ir.EpilogueStep.ADD_BIAS, ir.EpilogueStep.ADD_ROW_BIAS):
                         used["bias_ptr"] = None
     order = {n: i for i, n in enumerate(_all_resources(m))}
     return sorted(used, key=lambda n: order[n]) + list(_sizes(m))
@@ -671,7 +677,7 @@ def kernel_params(m: ir.Module) -> tuple[str, ...]:
         ps += SCALE_PARAMS
     if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE}:
         ps += ["scale_a_ptr", "scale_b_ptr"]
-    if ir.EpilogueStep.ADD_BIAS in steps:
+    if steps & {ir.EpilogueStep.ADD_BIAS, ir.EpilogueStep.ADD_ROW_BIAS}:
         ps.append("bias_ptr")
     if m.spec.epilogue is not None:
         ps += [f"{s.name}_desc" if s.kind.value == "dense" else f"{s.name}_ptr" for s in m.spec.epilogue.operands]

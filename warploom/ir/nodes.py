@@ -90,6 +90,7 @@ class EpilogueStep(enum.Enum):
     SCALE_TENSORWISE = "acc *= scale_a[0] * scale_b[0]"
     SCALE_ROWWISE = "acc *= scale_a[m, None] * scale_b[None, n]"
     ADD_BIAS = "acc += bias[None, n]"
+    ADD_ROW_BIAS = "acc += bias[m, None]"  # a swapped module's (Tiling.swap_ab): the problem's (N,) bias, along its M
 
 
 # ---------------------------------------------------------------------------------------------

@@ -144,9 +144,14 @@ def _check_swap(m: ir.Module) -> list[str]:
     is the swapped one, whose own swap is the problem's), whole tiles, and stages C's blocks transposed: each
     staging buffer of C is (columns of the block, rows of the tile)."""
     t = m.tiling
+    # The problem's (N,) bias runs along a swapped module's rows, and along an unswapped one's columns.
+    wrong = ir.EpilogueStep.ADD_BIAS if t.swap_ab else ir.EpilogueStep.ADD_ROW_BIAS
+    errs = [f"partition {p.name}: {printer.op(o)} in a{' swapped' if t.swap_ab else 'n unswapped'} module: the bias "
+            f"runs along its {'rows' if t.swap_ab else 'columns'}"
+            for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) and wrong in o.steps]
     if not t.swap_ab:
-        return []
-    errs = [f"swap_ab with {p}" for p in m.spec.swap_problems()]
+        return errs
+    errs += [f"swap_ab with {p}" for p in m.spec.swap_problems()]
     if t.split_k > 1 or t.ranged:
         errs.append("swap_ab with split-K or a ranged kernel (its stores are whole tiles of C)")
     for bf in m.buffers:
@@ -176,7 +181,8 @@ def _check_split_k(m: ir.Module) -> list[str]:
             if isinstance(o, ir.TmaStore) and (o.tensor is ir.Tensor.WORKSPACE) != splitting:
                 errs.append(f"partition {p.name}: {printer.op(o)} with split_k={t.split_k}: split-K units store "
                             "to the workspace, whole tiles to their outputs")
-            if splitting and isinstance(o, ir.Epilogue) and ir.EpilogueStep.ADD_BIAS in o.steps:
+            if splitting and isinstance(o, ir.Epilogue) and {ir.EpilogueStep.ADD_BIAS,
+                                                              ir.EpilogueStep.ADD_ROW_BIAS} & set(o.steps):
                 errs.append(f"partition {p.name}: {printer.op(o)} adds the bias to a split-K partial sum "
                             "(it would be added split_k times)")
             if splitting and isinstance(o, (ir.ApplyEpilogue, ir.LoadOperand, ir.PrefetchOperand, ir.SkipTiles)):

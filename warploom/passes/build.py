@@ -102,7 +102,8 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     elif spec.scale is ScaleRecipe.ROWWISE:
         steps.append(ir.EpilogueStep.SCALE_ROWWISE)
     if spec.bias_dtype is not None and spec.epilogue is None:
-        steps.append(ir.EpilogueStep.ADD_BIAS)
+        # (swapped, rule 18: the problem's (N,) bias runs along this module's rows)
+        steps.append(ir.EpilogueStep.ADD_ROW_BIAS if plan.swap_ab else ir.EpilogueStep.ADD_BIAS)
 
     tile_body: list[ir.Stmt] = [ir.ZeroAcc(a.name) for a in accs[:blocks]] if promoted else []
     tile_body.append(ir.Loop(ir.LoopKind.K, tuple(k_body)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -118,11 +118,20 @@ def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None
     """`compare` for a whole kernel: with a split-K tail (`Kernel.tail`), both launches run as on the GPU
     (`Kernel.simulate`: `ctas` in the first, `tail_ctas` in the tail's, by default `ctas` in both), and the tiles
     they completed are judged. `Comparison.launches` says which CTAs of which grid each launch ran."""
-    if kern.module.tiling.swap_ab:  # rule 18: the module's inputs are B^T and A^T, its scales swapped
-        assert x.bias is None, "a swapped kernel has no bias (planner)"
-        sa = None if x.scale_b is None else x.scale_b.reshape(-1, 1)  # (a row scale of C^T: one per N)
-        sb = None if x.scale_a is None else x.scale_a.reshape(1, -1)
-        return compare(kern.module, Inputs(x.b.t(), x.a.t(), sa, sb, None), ctas=ctas, seed=seed, record=record)
+    if kern.module.tiling.swap_ab:  # rule 18: judged in C's own orientation, its tiles' origins swapped back
+        t0 = time.perf_counter()
+        m, n = x.a.shape[0], x.b.shape[1]
+        res = kern.simulate(x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed, ctas=ctas, record=record)
+        t = kern.module.tiling
+        grid = launch_grid(n, m, t.bm, t.bn, t.grid, t.split_k)
+        tiles = completed_tiles(kern.module, n, m, grid, res.report.ctas)
+        error = math.nan
+        if tiles:
+            out, ref = _judged(res.output, x, tuple(replace(u, off_m=u.off_n, off_n=u.off_m) for u in tiles), t.bn,
+                               t.bm)
+            if not out.isnan().any():
+                error = relative_error(out, ref)
+        return Comparison(res, grid, tiles, error, time.perf_counter() - t0)
     if kern.tail is None:
         return compare(kern.module, x, ctas=ctas, seed=seed, record=record)
     t0 = time.perf_counter()

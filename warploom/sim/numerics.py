@@ -193,6 +193,9 @@ class CtaData:
                 sa = _masked(ops.scale_a, off_m, rows, in_m)
                 sb = _masked(ops.scale_b, off_n, cols, in_n)
                 x = x * sa[:, None] * sb[None, :]
+            elif s is ir.EpilogueStep.ADD_ROW_BIAS:
+                assert ops.bias is not None
+                x = x + _masked(ops.bias, off_m, rows, in_m)[:, None]
             else:
                 assert ops.bias is not None
                 x = x + _masked(ops.bias, off_n, cols, in_n)[None, :]

@@ -121,8 +121,9 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
         raise ScaleError("scale_a" if scale_a is None else "scale_b",
                          f"both blockwise scales: module {module.name} applies them in its mainloop", "None",
                          "pass scale_a and scale_b positionally (also with a fused epilogue)")
-    if ir.EpilogueStep.ADD_BIAS in steps and bias is None:
-        raise ShapeError("bias", f"a ({b.shape[1]},) bias, as the module's epilogue adds one", "None", "pass bias")
+    if steps & {ir.EpilogueStep.ADD_BIAS, ir.EpilogueStep.ADD_ROW_BIAS} and bias is None:
+        size = a.shape[0] if ir.EpilogueStep.ADD_ROW_BIAS in steps else b.shape[1]  # (a swapped module's: N, its M)
+        raise ShapeError("bias", f"a ({size},) bias, as the module's epilogue adds one", "None", "pass bias")
     return frozenset(steps)
 
 
