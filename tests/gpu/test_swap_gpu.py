@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import warploom
-from warploom import checks
+from warploom import checks, eager
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
@@ -37,7 +37,10 @@ def test_swapped_matmul(m: int, n: int, k: int, dtype: torch.dtype) -> None:
     kern = warploom.plan(a, w.t())
     assert kern.plan.swap_ab and kern.module.tiling.swap_ab, kern.plan.short()
     ref = a.float() @ w.float().t()
-    for _ in range(2):  # the second call launches through the bound (direct) path
+    for i in range(2):  # the second call launches through the bound (direct) path
+        if i:
+            prepared = eager.get(eager.key("matmul", (a, w.t()), None))
+            assert prepared is not None and prepared.bound is not None  # (a swapped kernel binds like any other)
         out = warploom.matmul(a, w.t())
         assert out.shape == (m, n) and out.dtype == dtype
         torch.testing.assert_close(out.float(), ref, atol=0.1, rtol=2e-2)

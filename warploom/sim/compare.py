@@ -124,14 +124,14 @@ def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None
         res = kern.simulate(x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed, ctas=ctas, record=record)
         t = kern.module.tiling
         grid = launch_grid(n, m, t.bm, t.bn, t.grid, t.split_k)
-        tiles = completed_tiles(kern.module, n, m, grid, res.report.ctas)
+        done = completed_tiles(kern.module, n, m, grid, res.report.ctas)
         error = math.nan
-        if tiles:
-            out, ref = _judged(res.output, x, tuple(replace(u, off_m=u.off_n, off_n=u.off_m) for u in tiles), t.bn,
+        if done:
+            out, ref = _judged(res.output, x, tuple(replace(u, off_m=u.off_n, off_n=u.off_m) for u in done), t.bn,
                                t.bm)
             if not out.isnan().any():
                 error = relative_error(out, ref)
-        return Comparison(res, grid, tiles, error, time.perf_counter() - t0)
+        return Comparison(res, grid, done, error, time.perf_counter() - t0)
     if kern.tail is None:
         return compare(kern.module, x, ctas=ctas, seed=seed, record=record)
     t0 = time.perf_counter()
