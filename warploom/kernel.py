@@ -116,10 +116,6 @@ class Kernel:
         from warploom.sim import simulate
 
         ctas = None if ctas is None else tuple(ctas)  # (read once per launch: an iterator would run out)
-        if self.module.tiling.swap_ab:  # rule 18: the module runs C^T = B^T A^T; its launch swaps A, B and scales
-            assert operands is None, "a swapped kernel has no fused epilogue (planner)"
-            return simulate(self.module, b.t(), a.t(), scale_b, scale_a, bias, seed=seed, ctas=ctas, out=out,
-                            record=record)
         if self.tail is not None:
             assert operands is None and bias is None, "a split-K tail has no bias or fused epilogue (planner)"
             launches = self.launches(a.shape[0], b.shape[1], a.shape[1], ctas, tail_ctas)

@@ -139,10 +139,10 @@ _MAX_STAGES = 6
 _FORCED_MAX_STAGES = 16
 # Rule 16: decode's 64x64 tiles take up to this many stages (measured; 13 would also fit beside bf16's staging).
 _DECODE_STAGES = 12
-# Rule 18: problems with at most this many rows run swapped, on tiles SWAP_BN wide (the tokens' side of C^T) up to
-# SWAP_BN rows, 32 wide above.
+# Rule 18: problems with at most this many rows run swapped, on tiles as wide (the tokens' side of C^T) as the first
+# of SWAP_TOKENS that holds M.
 SWAP_MAX_M = 32
-SWAP_BN = 16
+SWAP_TOKENS = (16, 32)
 # Rule 15: what a split-K tail costs beyond its share of the work (its launch, each unit's pipeline fill and fp32
 # store, the reduction): 8-10 us, whatever K, at 4096x2112x7168 (H100, scripts/exp/tail_parts.py, docs/benchmarks.md
 # 2026-11-23 session 14). A whole round of 128x256 tiles took 0.84 us per k-block there, fp8 (BK 128) and bf16
@@ -378,8 +378,9 @@ def swap_rows(n: int, sm_count: int) -> int:
 
 
 def swap_tokens(m: int) -> int:
-    """Rule 18: the swapped tile's width (C^T's columns: tokens) for M rows: 16, or 32 above 16."""
-    return SWAP_BN if m <= SWAP_BN else 32
+    """Rule 18: the swapped tile's width (C^T's columns: tokens) for M rows: 16, or 32 above 16 (also above 32, when
+    forced)."""
+    return next((w for w in SWAP_TOKENS if m <= w), SWAP_TOKENS[-1])
 
 
 def swap_decode(spec: GemmSpec, sm_count: int) -> bool:
@@ -388,7 +389,7 @@ def swap_decode(spec: GemmSpec, sm_count: int) -> bool:
     128x32 was not measured."""
     if not (0 < spec.m <= SWAP_MAX_M and is_decode(spec)) or spec.swap_problems() or spec.bias_dtype is not None:
         return False  # (a bias runs swapped when forced, swap_ab=True; by default it is unmeasured)
-    return spec.m <= SWAP_BN or swap_rows(spec.n, sm_count) == 64
+    return spec.m <= SWAP_TOKENS[0] or swap_rows(spec.n, sm_count) == 64
 
 
 def _tall_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool, split_k: int | None,
@@ -424,7 +425,7 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pi
     if cap is None:
         # Rules 16 and 18 (a swapped decode problem's N is its tokens: at most SWAP_MAX_M).
         decode = ((bm, bn) == (64, 64) and is_decode(spec, pingpong)
-                  or bm == 64 and bn in (SWAP_BN, 32) and spec.n <= SWAP_MAX_M and not pingpong)
+                  or bm == 64 and bn in SWAP_TOKENS and spec.n <= SWAP_MAX_M and not pingpong)
         cap = _DECODE_STAGES if decode else _MAX_STAGES
     # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
     free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong, split_k, prefetch) - 1024
@@ -457,7 +458,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: {'; '.join(problems)}; "
                                    "drop swap_ab")
         tokens = bn or swap_tokens(spec.m)
-        rows = bm or (swap_rows(spec.n, device.sm_count) if tokens == SWAP_BN else 64)  # (128x32: unmeasured)
+        rows = bm or (swap_rows(spec.n, device.sm_count) if tokens == SWAP_TOKENS[0] else 64)  # (128x32: unmeasured)
         try:
             plan = plan_schedule(spec.swapped(), device, bm=rows, bn=tokens, stages=stages, group_m=group_m,
                                  consumer_partitions=consumer_partitions, partial_blocks=partial_blocks,
@@ -527,7 +528,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             continue  # forced only: see _TILES
         if cbm == 256 and bm is None:
             continue  # rule 17: forced (or tuned) only
-        if cbn in (SWAP_BN, 32) and bn is None:
+        if cbn in SWAP_TOKENS and bn is None:
             continue  # rule 18: the swapped decode tile, forced (or by rule 18) only
         if bm is None and cbm == 64 and spec.m > 64 and not small_blockwise:
             continue  # a 64-row tile only pays when M itself is small

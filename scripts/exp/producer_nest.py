@@ -43,35 +43,26 @@ def flat(text: str) -> str:
     return text[:m.start()] + loop + text[m.end():]
 
 
-def _spec(case: str, m: int, n: int, k: int, device: str) -> tuple[Any, tuple[Any, ...], Any]:
-    import torch
-
-    from warploom import checks
+def _spec(case: str, m: int, n: int, k: int) -> Any:
+    """The GemmSpec of one of sweep_plans.py's cases (which builds its GPU tensors) for cross-compiling."""
+    from warploom import Accumulation, DType, GemmSpec, ScaleRecipe
 
     if case == "bf16":
-        a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
-        b = torch.randn(n, k, device=device, dtype=torch.bfloat16).t()
-        return checks.matmul_spec(a, b, None), (a, b, None, None), lambda: torch.matmul(a, b)
-    a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
-    sa, sb = torch.rand(m, 1, device=device) + 0.5, torch.rand(1, n, device=device) + 0.5
-    fast = case == "fp8"
-    return (checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, fast), (a, b, sa, sb),
-            lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast))
+        return GemmSpec(m, n, k)
+    blockwise = case == "blockwise"
+    scale = ScaleRecipe.BLOCKWISE_1X128_128X128 if blockwise else ScaleRecipe.ROWWISE
+    acc = Accumulation.NATIVE if case == "fp8" else Accumulation.PROMOTED
+    return GemmSpec(m, n, k, DType.E4M3, DType.E4M3, DType.BF16, scale=scale, accumulation=acc)
 
 
-def cross() -> None:
-    import torch
-
+def cross(cases: tuple[str, ...]) -> None:
     from warploom.device import H100_SXM
     from warploom.kernel import build
     from warploom.runtime.cross import cross_compile
 
-    torch.manual_seed(0)
-    for case in CASES:
+    for case in cases:
         for m, n, k in SHAPES:
-            spec, _, _ = _spec(case, m, n, k, "meta")
-            kern = build(spec, H100_SXM)
+            kern = build(_spec(case, m, n, k), H100_SXM)
             for name, kk in (("nest", kern), ("flat", with_source(kern, flat(kern.gluon.text)))):
                 c = cross_compile(kk.module, kk.gluon, "sm_90a")
                 print(f"{case} {m}x{n}x{k} {kern.plan.short()} {name}: registers {c.registers}, spills {c.spills}, "
@@ -115,7 +106,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--cases", default=",".join(CASES), help="sweep_plans.py cases, e.g. bf16,fp8,fp8-exact,blockwise")
     args = ap.parse_args()
-    cross() if args.cross else gpu(args.rounds, tuple(args.cases.split(",")))
+    cases = tuple(args.cases.split(","))
+    cross(cases) if args.cross else gpu(args.rounds, cases)
 
 
 if __name__ == "__main__":

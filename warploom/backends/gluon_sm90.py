@@ -318,14 +318,12 @@ class _PartitionEmitter:
             case ir.StoreSmem() if o.output is not None:
                 buf = self.m.buffer(o.buffer)
                 b.line(f"{o.buffer}.store(ep_out{o.output})", c)
-            case ir.StoreSmem() if self.m.tiling.swap_ab:  # the block goes to C transposed: write it so
-                buf = self.m.buffer(o.buffer)
-                src = self._column_block(o.acc, o.part, o.parts)
-                b.line(f"{o.buffer}.permute((1, 0)).store({src}.to({buf.dtype.gluon}))", f"{c}, transposed")
             case ir.StoreSmem():
                 buf = self.m.buffer(o.buffer)
                 src = self._column_block(o.acc, o.part, o.parts)
-                b.line(f"{o.buffer}.store({src}.to({buf.dtype.gluon}))", c)
+                # A swapped module's block goes to C transposed (ir.Tiling.swap_ab): written so.
+                dst, c = (f"{o.buffer}.permute((1, 0))", f"{c}, transposed") if self.m.tiling.swap_ab else (o.buffer, c)
+                b.line(f"{dst}.store({src}.to({buf.dtype.gluon}))", c)
             case ir.FenceAsync():
                 b.line("fence_async_shared()", c)
             case ir.TmaStore():

@@ -136,6 +136,10 @@ class Launcher:
         self._positional = {i: direct[p] for i, p in enumerate(src.params) if p in direct}
         self._tail = None if tail is None else Launcher(*tail, fast=fast)
 
+    def _mn(self, a: Any, b: Any) -> tuple[int, int]:
+        """The kernel's M and N for a call's A and B: a swapped kernel's are the problem's N and M."""
+        return (b.shape[1], a.shape[0]) if self._swap else (a.shape[0], b.shape[1])
+
     @property
     def can_bind(self) -> bool:
         """Whether `bind` can ever give a launch: single-launch kernels only (not split-K, ranged or with a tail)."""
@@ -159,8 +163,7 @@ class Launcher:
         compiled = self._main.compiled_for(device, args)
         if compiled is None:
             return None
-        m, n = (b.shape[1], a.shape[0]) if self._swap else (a.shape[0], b.shape[1])  # (the module's M and N)
-        grid = launch_grid(m, n, self._bm, self._bn, self._grid_max, 1, None)
+        grid = launch_grid(*self._mn(a, b), self._bm, self._bn, self._grid_max, 1, None)
         return Bound(self, self._main, compiled, grid, device, args)
 
     def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
@@ -190,7 +193,7 @@ class Launcher:
 
     def _run(self, a: Any, b: Any, out: Any, scale_a: Any, scale_b: Any, bias: Any,
              operands: Mapping[str, Any] | None, extra_outs: Sequence[Any], span: Span | None) -> Any:
-        m, n = (b.shape[1], a.shape[0]) if self._swap else (a.shape[0], b.shape[1])  # (the module's M and N)
+        m, n = self._mn(a, b)
         split_k = self._tiling.split_k
         workspace = None
         if split_k > 1:

@@ -118,20 +118,6 @@ def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None
     """`compare` for a whole kernel: with a split-K tail (`Kernel.tail`), both launches run as on the GPU
     (`Kernel.simulate`: `ctas` in the first, `tail_ctas` in the tail's, by default `ctas` in both), and the tiles
     they completed are judged. `Comparison.launches` says which CTAs of which grid each launch ran."""
-    if kern.module.tiling.swap_ab:  # rule 18: judged in C's own orientation, its tiles' origins swapped back
-        t0 = time.perf_counter()
-        m, n = x.a.shape[0], x.b.shape[1]
-        res = kern.simulate(x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed, ctas=ctas, record=record)
-        t = kern.module.tiling
-        grid = launch_grid(n, m, t.bm, t.bn, t.grid, t.split_k)
-        done = completed_tiles(kern.module, n, m, grid, res.report.ctas)
-        error = math.nan
-        if done:
-            out, ref = _judged(res.output, x, tuple(replace(u, off_m=u.off_n, off_n=u.off_m) for u in done), t.bn,
-                               t.bm)
-            if not out.isnan().any():
-                error = relative_error(out, ref)
-        return Comparison(res, grid, done, error, time.perf_counter() - t0)
     if kern.tail is None:
         return compare(kern.module, x, ctas=ctas, seed=seed, record=record)
     t0 = time.perf_counter()
@@ -156,18 +142,22 @@ def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None
 def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, seed: int = 0,
             record: bool = False) -> Comparison:
     """Simulate `module` on `x` (all CTAs, or `ctas`) under schedule `seed` and compare the tiles written. `x` are
-    the module's own inputs (a swapped module's: the problem's B^T and A^T; its tiles are judged in C^T)."""
+    the problem's inputs, also for a swapped module (`simulate`); its tiles, of C^T, are judged where they lie in C."""
     t0 = time.perf_counter()
     m, n = x.a.shape[0], x.b.shape[1]
     res = simulate(module, x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed, ctas=ctas, record=record)
     t = module.tiling
-    output = res.output.t() if t.swap_ab else res.output  # (a swapped module writes C, the transpose of its own)
+    if t.swap_ab:
+        m, n = n, m
     grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
     # (split-K: a tile of C is final only once every k-range's unit of it was simulated)
     tiles = completed_tiles(module, m, n, grid, res.report.ctas)
     error = math.nan  # also when no tile was simulated: nothing was shown correct
     if tiles:
-        out, ref = _judged(output, x, tiles, t.bm, t.bn)
+        judged, bm, bn = tiles, t.bm, t.bn
+        if t.swap_ab:  # (each tile of C^T at (off_m, off_n) is C's at (off_n, off_m))
+            judged, bm, bn = tuple(replace(u, off_m=u.off_n, off_n=u.off_m) for u in tiles), t.bn, t.bm
+        out, ref = _judged(res.output, x, judged, bm, bn)
         if not out.isnan().any():
             error = relative_error(out, ref)
     return Comparison(res, grid, tiles, error, time.perf_counter() - t0)

@@ -224,8 +224,8 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
              record: bool = True, span: Span | None = None) -> SimResult:
     """Run `module` on the CPU for ``a (M, K) @ b (K, N)`` under one random schedule, checking the protocol.
 
-    A swapped module (`ir.Tiling.swap_ab`) takes its own A and B, the problem's B^T and A^T, and writes the
-    problem's (N, M) outputs, as its launch on the GPU does (`Kernel.simulate` swaps the problem's tensors).
+    A swapped module (`ir.Tiling.swap_ab`, planner rule 18) takes the problem's tensors, as its launcher does: its
+    own A and B are the problem's B^T and A^T, its scales trade places, and it writes the problem's (M, N) outputs.
 
     `operands` maps each operand name of a fused epilogue's graph to its CPU tensor (for scaled_mm with an
     epilogue, scale_a, scale_b and bias are among them, not positional), laid out as when the graph was
@@ -237,6 +237,8 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     (default: all of C); the rest of the outputs stays as it was.
     """
     t0 = time.perf_counter()
+    if module.tiling.swap_ab:  # from here on everything is in the module's own terms
+        a, b, scale_a, scale_b = b.t(), a.t(), scale_b, scale_a
     ep_steps = _check_args(module, a, b, scale_a, scale_b, bias)
     # Blockwise scales are the mainloop's, never graph operands: only the bias may be one.
     positional = {"bias": bias} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b,
@@ -245,8 +247,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     m, k = a.shape
     n = b.shape[1]
     t = module.tiling
-    # A swapped module (ir.Tiling.swap_ab) runs A = the problem's B^T and B = its A^T, and writes C, its transpose.
-    results = _outputs(module, n, m, out, outs) if t.swap_ab else _outputs(module, m, n, out, outs)
+    results = _outputs(module, n, m, out, outs) if t.swap_ab else _outputs(module, m, n, out, outs)  # (C: C^T's shape)
     span = launch_span(module, m, n, span)
     ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors, span.tiles if span else 0)
     grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
