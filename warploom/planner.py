@@ -89,7 +89,7 @@ The heuristic, in order:
    4096 within 0.4%. A first, non-interleaved run had shown +3.4% at 4096x7168x2048; identical kernels in that run
    differed by up to 6%, so it was noise, and the planner keeps 128x256.
 18. Swap-AB decode (`Plan.swap_ab`): at M <= 32 (bf16, or fp8 tensorwise or rowwise with native accumulation; B
-   K-major; no fused epilogue; no bias, which swaps as a row vector only when forced: unmeasured) the kernel runs
+   K-major; no fused epilogue; a bias swaps as a row vector of C^T, `EpilogueStep.ADD_ROW_BIAS`) the kernel runs
    the transposed problem, C^T = B^T A^T (`GemmSpec.swapped`):
    the weight's N rows fill wgmma's 64-row side and the M tokens its 16-column side, on 64x16 tiles with up to 12
    stages (128x16 with 6 where 64-row tiles leave a thin last round: `swap_rows`), and each tile is stored into C
@@ -99,11 +99,14 @@ The heuristic, in order:
    Llama-3 4096x4096 1.03/0.96 against 0.61/0.63, 4096x14336 1.02/1.03 against 0.78/0.84, 8192x8192 0.99/0.98
    against 0.91/0.94, 14336x4096 (M = 16) 0.97 against 0.93; fp8 rowwise 1.05-1.66 against 1.01-1.23. At N = 9216
    and 28672 the 128-row tiles: 0.99-1.17 against 0.94-1.12 unswapped and 0.90-1.16 with 64-row tiles. Any forced
-   tile, depth or partition option turns it off. At 16 < M <= 32 the tiles are 64x32 (`swap_tokens`), where 64-row
-   tiles fill the grid well (`swap_rows` says 64; 128x32 is unmeasured, so rule 16 keeps those): bf16 at 4096x4096
-   (M = 24, 32) 0.86 against 0.59, 4096x14336 1.03 against 0.92, 8192x8192 0.98 against 0.97; fp8 rowwise 1.04-1.65
-   against 1.04-1.25. At M = 48 and 64 a 32-wide swapped tile lost (0.71-0.93 against 0.84-1.58) and a 64-wide one
-   tied rule 16, so M > 32 stays with rule 16.
+   tile, depth or partition option turns it off. At 16 < M <= 32 the tiles are 32 tokens wide (`swap_tokens`):
+   64x32, or 128x32 with 6 stages where `swap_rows` says 128. 64x32: bf16 at 4096x4096 (M = 24, 32) 0.85 against
+   0.58, 4096x14336 1.03 against 0.92, 8192x8192 0.98 against 0.97; fp8 rowwise 1.04-1.65 against 1.04-1.25.
+   128x32 at M = 32 (session 19): N x K = 9216x8192 bf16 1.155 against 1.152 unswapped (64x32: 0.999), fp8 1.042
+   against 1.034 (0.897); 28672x4096 bf16 0.988 against 0.963, fp8 1.088 against 1.055. A bf16 bias beside fp8
+   rowwise scales (session 19, M = 1-32 at six shapes): swapped 1.06-1.70 against 1.03-1.26 unswapped, 1.052
+   against 1.041 at 32x9216x8192 on 128x32 tiles. At M = 48 and 64 a 32-wide swapped tile lost (0.71-0.93 against
+   0.84-1.58) and a 64-wide one tied rule 16, so M > 32 stays with rule 16.
 """
 
 from __future__ import annotations
@@ -125,8 +128,8 @@ _TILES: tuple[tuple[int, int, float], ...] = (
     (64, 64, 0.60),
     # Rule 17: forced or tuned only (measured equal to 128x256).
     (256, 128, 1.00),
-    # Rule 18's swapped decode tile (the swapped problem's N is the tokens), and its forced two-warpgroup form; and
-    # 32 tokens wide, forced only (measured against rule 16 at 16 < M <= 32, docs/benchmarks.md session 18).
+    # Rule 18's swapped decode tiles (the swapped problem's N is the tokens: 16 or 32), 64 or 128 rows of the
+    # weight (`swap_rows`).
     (64, 16, 0.25),
     (128, 16, 0.25),
     (64, 32, 0.35),
@@ -383,13 +386,10 @@ def swap_tokens(m: int) -> int:
     return next((w for w in SWAP_TOKENS if m <= w), SWAP_TOKENS[-1])
 
 
-def swap_decode(spec: GemmSpec, sm_count: int) -> bool:
-    """Rule 18: whether the planner runs `spec` swapped (C^T = B^T A^T on 64x16 or 64x32 tiles): a decode GEMM of at
-    most SWAP_MAX_M rows that can swap (`GemmSpec.swap_problems`). Above 16 rows only on 64-row tiles (`swap_rows`):
-    128x32 was not measured."""
-    if not (0 < spec.m <= SWAP_MAX_M and is_decode(spec)) or spec.swap_problems() or spec.bias_dtype is not None:
-        return False  # (a bias runs swapped when forced, swap_ab=True; by default it is unmeasured)
-    return spec.m <= SWAP_TOKENS[0] or swap_rows(spec.n, sm_count) == 64
+def swap_decode(spec: GemmSpec) -> bool:
+    """Rule 18: whether the planner runs `spec` swapped (C^T = B^T A^T on 16- or 32-wide tiles): a decode GEMM of at
+    most SWAP_MAX_M rows that can swap (`GemmSpec.swap_problems`)."""
+    return 0 < spec.m <= SWAP_MAX_M and is_decode(spec) and not spec.swap_problems()
 
 
 def _tall_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool, split_k: int | None,
@@ -448,7 +448,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
 
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
     if swap_ab is None:
-        swap_ab = not pingpong and all(f is None for f in forced) and swap_decode(spec, device.sm_count)
+        swap_ab = not pingpong and all(f is None for f in forced) and swap_decode(spec)
     if swap_ab:
         problems = spec.swap_problems()
         problems += ["ping-pong"] if pingpong else []
@@ -458,7 +458,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: {'; '.join(problems)}; "
                                    "drop swap_ab")
         tokens = bn or swap_tokens(spec.m)
-        rows = bm or (swap_rows(spec.n, device.sm_count) if tokens == SWAP_TOKENS[0] else 64)  # (128x32: unmeasured)
+        rows = bm or swap_rows(spec.n, device.sm_count)
         try:
             plan = plan_schedule(spec.swapped(), device, bm=rows, bn=tokens, stages=stages, group_m=group_m,
                                  consumer_partitions=consumer_partitions, partial_blocks=partial_blocks,

@@ -114,9 +114,10 @@ def test_forced_swapped_plans(forced: dict[str, int]) -> None:
 
 
 @pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (13, 1008, 528), (29, 272, 256)])
-def test_forced_swapped_scaled_mm_with_a_bias(m: int, n: int, k: int, bias_dtype: torch.dtype) -> None:
-    """A bias swaps as a row vector of C^T (EpilogueStep.ADD_ROW_BIAS), forced (not yet the planner's default)."""
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (13, 1008, 528), (29, 272, 256), (24, 9216, 1024)])
+def test_swapped_scaled_mm_with_a_bias(m: int, n: int, k: int, bias_dtype: torch.dtype) -> None:
+    """A bias swaps as a row vector of C^T (EpilogueStep.ADD_ROW_BIAS), the planner's default (rule 18), through
+    Kernel.run on a poisoned output and through the public API; N = 9216 at M = 24 runs 128x32 tiles."""
     torch.manual_seed(m + k)
     a = torch.randn(m, k, device="cuda").to(E4)
     w = torch.randn(n, k, device="cuda").to(E4)
@@ -124,9 +125,11 @@ def test_forced_swapped_scaled_mm_with_a_bias(m: int, n: int, k: int, bias_dtype
     bias = (torch.randn(n, device="cuda") * 4).to(bias_dtype)
     spec = checks.scaled_mm_spec(a, w.t(), sa, sb, bias, torch.bfloat16, True)
     dev = DeviceInfo.current()
-    plan = plan_schedule(spec, dev, swap_ab=True)
-    assert plan.swap_ab
+    plan = plan_schedule(spec, dev)
+    assert plan.swap_ab and plan.bm == (128 if n == 9216 else 64)
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     build(spec, dev, plan).run(a, w.t(), out, sa, sb, bias)
     ref = (a.float() @ w.float().t()) * sa * sb + bias.float()
     assert not out.isnan().any() and _err(out, ref) < 1e-3
+    public = warploom.scaled_mm(a, w.t(), sa, sb, bias=bias, use_fast_accum=True)
+    assert _err(public, ref) < 1e-3

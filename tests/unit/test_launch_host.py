@@ -18,7 +18,6 @@ import torch
 
 from warploom import H100_SXM, AlignmentError, checks
 from warploom.kernel import Kernel, build
-from warploom.planner import plan_schedule
 
 BF16, FP32, E4 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
 
@@ -220,8 +219,6 @@ def test_positional_arguments_are_what_the_getters_read(jit: RecordingJit, case:
         kern = plan(a, b, **fused)
     else:
         kern = plan(a, b, sa, sb, bias=bias, use_fast_accum=name != "blockwise" and name != "mx")
-    if name == "swap_fp8_rowwise_bias":  # (swapped with a bias only when forced)
-        kern = build(kern.spec, H100_SXM, plan_schedule(kern.spec, H100_SXM, swap_ab=True))
     launcher = dataclasses.replace(kern).launcher
     out = torch.empty(a.shape[0], b.shape[1], dtype=kern.spec.out_dtype.torch)
     call = Call(a, b, out, sa, sb, bias, operands or {}, ())

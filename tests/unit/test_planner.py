@@ -341,23 +341,25 @@ def test_swapped_decode_rule_18() -> None:
         assert swap_rows(n, H100_SXM.sm_count) == rows
     p = plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM)
     assert (p.stages, p.consumer_partitions, p.grid) == (6, 2, 72)
-    # 16 < M <= 32: 32 tokens wide, on 64-row tiles only (128x32 unmeasured: rule 16 keeps N = 9216).
+    # 16 < M <= 32: 32 tokens wide, with the same choice of rows (session 19 measured 128x32 at N = 9216, 28672).
     for m in (17, 24, 32):
         p = plan_schedule(GemmSpec(m, 4096, 14336), H100_SXM)
         assert p.swap_ab and (p.bm, p.bn, p.stages) == (64, 32, 12)
-        assert not plan_schedule(GemmSpec(m, 9216, 8192), H100_SXM).swap_ab
-        assert plan_schedule(GemmSpec(m, 9216, 8192), H100_SXM, swap_ab=True).bm == 64
-    # Not swapped: M > 32; promoted fp8; N-major B; a bias; blockwise scales; any forced tile or depth.
+        p = plan_schedule(GemmSpec(m, 9216, 8192), H100_SXM)
+        assert p.swap_ab and (p.bm, p.bn, p.stages, p.consumer_partitions) == (128, 32, 6, 2)
+        assert plan_schedule(GemmSpec(m, 9216, 8192), H100_SXM, swap_ab=True) == p
+        assert plan_schedule(GemmSpec(m, 9216, 8192), H100_SXM, swap_ab=True, bm=64).bm == 64
+    # Not swapped: M > 32; promoted fp8; N-major B; blockwise scales; any forced tile or depth.
     assert not plan_schedule(GemmSpec(33, 4096, 4096), H100_SXM).swap_ab
     exact = GemmSpec(16, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED)
     bias = GemmSpec(16, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.ROWWISE, bias_dtype=DType.BF16)
     nmajor = GemmSpec(16, 8192, 8192, b_layout=BLayout.N_MAJOR)
     blockwise = GemmSpec(16, 8192, 8192, E4M3, E4M3, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
                          accumulation=Accumulation.PROMOTED)
-    for spec in (exact, bias, nmajor, blockwise):
+    for spec in (exact, nmajor, blockwise):
         assert not plan_schedule(spec, H100_SXM).swap_ab, spec.short()
-    # A bias swaps when forced (along the swapped module's rows; unmeasured, so not by default).
-    biased = build(bias, H100_SXM, plan_schedule(bias, H100_SXM, swap_ab=True))
+    # A bias swaps (along the swapped module's rows; measured in session 19).
+    biased = build(bias, H100_SXM, plan_schedule(bias, H100_SXM))
     steps = {s for p in biased.module.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue)
              for s in o.steps}
     assert biased.plan.swap_ab and ir.EpilogueStep.ADD_ROW_BIAS in steps and ir.EpilogueStep.ADD_BIAS not in steps
