@@ -492,9 +492,10 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     if consumer_partitions == 2 and bm == 64:
         raise UnsupportedError("consumer_partitions=2 needs two consumer warpgroups, but bm=64 has one; "
                                "use bm=128 or consumer_partitions=1")
-    if partial_blocks not in (None, 1, 2):
-        raise UnsupportedError(f"partial_blocks={partial_blocks!r}: expected 1 (promote the whole tile width) or "
-                               "2 (two column halves); pass 1 or 2, or None to let the planner choose")
+    if partial_blocks not in (None, 1, 2, 4):
+        raise UnsupportedError(f"partial_blocks={partial_blocks!r}: expected 1 (promote the whole tile width), "
+                               "2 (two column halves) or 4 (quarters, forced only: measured 9-16% slower than 2 at "
+                               "128x256, session 19); pass 1, 2 or 4, or None to let the planner choose")
     # hoist_rows None: hoisted row vectors of every column block stay live beside a ping-pong warpgroup's whole
     # accumulator and spill (200 bytes at 128x128 in quarters; its epilogue overlaps the other's mainloop anyway),
     # and beside the wide fused epilogue's 8 blocks (rule 9, which loads each block's one block ahead instead).

@@ -32,6 +32,18 @@ def interleaved_ms(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str,
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def cross_or_gpu(cross: Callable[[], None], gpu: Callable[[int], None], rounds: int = 5) -> None:
+    """A probe's command line: `--cross` cross-compiles its variants without a GPU, else time them on the GPU in
+    `--rounds` interleaved rounds."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--cross", action="store_true")
+    p.add_argument("--rounds", type=int, default=rounds)
+    args = p.parse_args()
+    cross() if args.cross else gpu(args.rounds)
+
+
 def with_source(kern: Any, text: str) -> Any:
     """`kern` (a warploom Kernel) with its Gluon source replaced by `text`: a fresh object, since build(), .gluon
     and .launcher are all cached."""

@@ -23,7 +23,6 @@ wgmma run (in Gluon 3.6, through stmatrix and the TMA store's barrier); it was n
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -33,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from _rows import with_source
+from _rows import cross_or_gpu, with_source
 
 from warploom import checks
 from warploom.device import H100_SXM, DeviceInfo
@@ -188,8 +187,4 @@ def gpu(rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("--cross", action="store_true")
-    p.add_argument("--rounds", type=int, default=5)
-    args = p.parse_args()
-    cross() if args.cross else gpu(args.rounds)
+    cross_or_gpu(cross, gpu)
