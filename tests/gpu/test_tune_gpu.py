@@ -112,3 +112,39 @@ def test_tune_blockwise(cache_dir: Path, mx: bool) -> None:
     da, db = dequantized(a, b, sa, sb)
     assert not out.isnan().any()
     assert _scale_free_error(out, da @ db) < 1e-4
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_tune_decode_times_swapped_and_unswapped_tiles(cache_dir: Path, fp8: bool) -> None:
+    """A decode GEMM's candidates mix rule 18's swapped tiles and unswapped ones (tune/candidates.py): every one
+    must compute the right product (a disqualified candidate is never timed), and the winner runs correctly."""
+    from warploom import checks
+    from warploom.device import DeviceInfo
+    from warploom.tune.candidates import candidates
+
+    torch.manual_seed(3)
+    m, n, k = 13, 4096, 1024
+    a = torch.randn(m, k, device="cuda")
+    w = torch.randn(n, k, device="cuda")
+    timer = CountingTimer()
+    if fp8:
+        a, w = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+        bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        spec = checks.scaled_mm_spec(a, w.t(), sa, sb, bias, torch.bfloat16, True)
+        kernel = tune_scaled_mm(a, w.t(), sa, sb, bias=bias, use_fast_accum=True, limit=5, timer=timer,
+                                progress=False)
+        ref = (a.float() @ w.float().t()) * sa * sb + bias.float()
+        args: tuple[object, ...] = (sa, sb, bias)
+    else:
+        a, w = a.to(torch.bfloat16), w.to(torch.bfloat16)
+        spec = checks.matmul_spec(a, w.t(), None)
+        kernel = tune_matmul(a, w.t(), limit=5, timer=timer, progress=False)
+        ref = a.float() @ w.float().t()
+        args = ()
+    tried = candidates(spec, DeviceInfo.current(), limit=5)
+    assert {c.plan.swap_ab for c in tried} == {False, True}
+    assert timer.calls == len(tried)  # all correct, all timed
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kernel.run(a, w.t(), out, *args)
+    assert not out.isnan().any() and _scale_free_error(out, ref) < 1e-4

@@ -1,7 +1,8 @@
 """Candidate schedules for the autotuner: every knob combination the planner accepts, cut by the cost model.
 
 The search space is the planner's forced parameters (`plan_schedule(bm=, bn=, stages=, ...)`): tile shape,
-ring depth, raster group, consumer partitions and, for promoted fp8, the promotion's column blocks. Each
+ring depth, raster group, consumer partitions, for promoted fp8 the promotion's column blocks, and for a decode
+GEMM that can swap (planner rule 18) the swapped tiles, 64 or 128 rows of N by 16 or 32 tokens. Each
 combination goes through the planner, so a candidate is exactly what `plan_schedule` would build when forced,
 and combinations it rejects (a depth that does not fit, two partitions of one warpgroup, a whole-width promoted
 partial at BN = 256) never reach the device.
@@ -9,7 +10,9 @@ partial at BN = 256) never reach the device.
 The survivors are cut in four steps:
 1. resources (cost.py): over shared memory, the register budget or the SM's registers: dropped;
 2. waves: estimated time more than `slack` x the best candidate's: dropped (a tile shape that leaves a
-   third of the SMs idle in its last wave does not win by a better pipeline);
+   third of the SMs idle in its last wave does not win by a better pipeline). Not for decode GEMMs
+   (`planner.is_decode`): they stream B, and the compute-based estimate would cut every tile but the default's
+   (rule 18's and 16's tiles were chosen by measuring bandwidth, not by this model);
 3. duplicates: a raster group of at least the tile rows (ceil(M / BM)) walks the same order as a group of
    exactly that many (the backend's grouped raster clamps the group to the rows left), so of plans that
    differ only there the first in order is kept;
@@ -31,12 +34,12 @@ from typing import Any
 
 from warploom.device import DeviceInfo
 from warploom.errors import UnsupportedError
-from warploom.planner import Plan, max_stages, plan_schedule
+from warploom.planner import SWAP_MAX_M, SWAP_TOKENS, Plan, is_decode, max_stages, plan_schedule
 from warploom.spec import Accumulation, GemmSpec
 from warploom.tune.cost import Estimate, estimate
 
 # The knobs a candidate varies, compared to count its distance from the planner's default.
-KNOBS = ("bm", "bn", "stages", "group_m", "consumer_partitions", "partial_blocks", "pingpong")
+KNOBS = ("bm", "bn", "stages", "group_m", "consumer_partitions", "partial_blocks", "pingpong", "swap_ab")
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,9 @@ class SearchSpace:
     Attributes:
         bm, bn: tile rows and columns tried.
         stage_depths: how many ring depths are tried per tile: the deepest that fit, down to 2 (shallower
-            rings only lose latency hiding; promoted fp8 measured best one below its deepest).
+            rings only lose latency hiding; promoted fp8 measured best one below its deepest). A decode GEMM
+            (`planner.is_decode`) tries only the deepest: streaming B, it measured faster with every stage more
+            (planner rule 16).
         group_m: raster group sizes (GROUP_M = 1 measured 7% slower: not tried).
         consumer_partitions: 1 or 2 consumer partitions (2 needs BM = 128); 4 for BM = 256 (planner rule 17: four
             consumer warpgroups, plain native GEMMs only, measured equal to 128x256 on average, so only the tuner
@@ -56,6 +61,11 @@ class SearchSpace:
         partial_blocks: promoted fp8's promotion column blocks (ignored for other specs).
         pingpong: whether the two consumer warpgroups take whole tiles in turn. Only (False,) by default:
             ping-pong schedules are new and not yet measured on the H100; pass (False, True) to try them.
+        decode_tiles: (BM, BN) tiles tried besides bm x bn for a decode GEMM: rule 16's 64x64.
+        swap_rows: for a problem of at most SWAP_MAX_M rows that can swap (rule 18), the swapped tiles' rows of N
+            tried, each with every token width of SWAP_TOKENS that holds M, at its deepest ring only (decode
+            measured deeper rings faster); () tries none. The unswapped tiles come from bm and bn as for any
+            problem.
     """
 
     bm: tuple[int, ...] = (128, 64, 256)
@@ -65,6 +75,8 @@ class SearchSpace:
     consumer_partitions: tuple[int, ...] = (2, 1, 4)
     partial_blocks: tuple[int, ...] = (2, 1)
     pingpong: tuple[bool, ...] = (False,)
+    decode_tiles: tuple[tuple[int, int], ...] = ((64, 64),)
+    swap_rows: tuple[int, ...] = (64, 128)
 
     def __post_init__(self) -> None:
         if self.stage_depths < 1:
@@ -73,6 +85,8 @@ class SearchSpace:
             values = getattr(self, name)
             if not values or any(not isinstance(v, int) or v < 1 for v in values):
                 raise ValueError(f"SearchSpace: expected {name} a non-empty tuple of positive ints, got {values!r}")
+        if any(v not in (64, 128) for v in self.swap_rows):
+            raise ValueError(f"SearchSpace: expected swap_rows a tuple of 64 and/or 128, got {self.swap_rows!r}")
         if not self.pingpong or any(not isinstance(v, bool) for v in self.pingpong):
             raise ValueError(f"SearchSpace: expected pingpong a non-empty tuple of bools, got {self.pingpong!r}")
 
@@ -130,9 +144,12 @@ def feasible(spec: GemmSpec, device: DeviceInfo, space: SearchSpace = DEFAULT_SP
     bk = 128 if spec.is_fp8 else 64  # as the planner picks it: 128 bytes of K per row
     blocks = space.partial_blocks if spec.accumulation is Accumulation.PROMOTED else (None,)
     seen: dict[Plan, None] = {}
-    for bm, bn, pp in itertools.product(space.bm, space.bn, space.pingpong):
+    decode = is_decode(spec)
+    tiles = list(itertools.product(space.bm, space.bn))
+    tiles += [t for t in space.decode_tiles if decode and t not in tiles]
+    for (bm, bn), pp in itertools.product(tiles, space.pingpong):
         deepest = max_stages(spec, device, bm, bn, bk, pp)
-        depths = range(deepest, max(1, deepest - space.stage_depths), -1)
+        depths = range(deepest, max(1, deepest - (1 if decode else space.stage_depths)), -1)
         # split_k and tail_split: the planner's choice (rules 14 and 15) and none, so the tuner times both where a
         # rule splits.
         for s, g, p, h, ks, ts in itertools.product(depths, space.group_m, space.consumer_partitions, blocks,
@@ -145,6 +162,14 @@ def feasible(spec: GemmSpec, device: DeviceInfo, space: SearchSpace = DEFAULT_SP
             except UnsupportedError:
                 continue  # the planner's own rules (it says why when forced by hand)
             seen.setdefault(plan)
+    if 0 < spec.m <= SWAP_MAX_M and not spec.swap_problems():
+        swapped = spec.swapped()
+        for rows, tokens in itertools.product(space.swap_rows, (t for t in SWAP_TOKENS if t >= spec.m)):
+            deepest = max_stages(swapped, device, rows, tokens, bk)
+            try:
+                seen.setdefault(plan_schedule(spec, device, bm=rows, bn=tokens, stages=deepest, swap_ab=True))
+            except UnsupportedError:
+                continue
     return list(seen)
 
 
@@ -163,7 +188,7 @@ def candidates(spec: GemmSpec, device: DeviceInfo, *, limit: int = 8, slack: flo
     if not fitting:
         return (first,)
     best = min(c.estimate.time for c in (first, *fitting))
-    near = [c for c in fitting if c.estimate.time <= slack * best]
+    near = fitting if is_decode(spec) else [c for c in fitting if c.estimate.time <= slack * best]
     near.sort(key=lambda c: (c.distance, c.estimate.time, c.plan.short()))
     taken = {same_order(spec, default)}
     chosen = [first]
