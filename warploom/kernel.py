@@ -131,7 +131,7 @@ class Kernel:
             return _merged(results)
         if operands is not None:  # a fused epilogue: its operands, for scaled_mm its scales and bias too
             # (blockwise scales are the mainloop's, never graph operands: they stay positional)
-            return simulate(self.module, a, b, scale_a, scale_b, seed=seed, ctas=ctas, record=record,
+            return simulate(self.module, a, b, scale_a, scale_b, seed=seed, ctas=ctas, out=out, record=record,
                             operands=operands)
         return simulate(self.module, a, b, scale_a, scale_b, bias, seed=seed, ctas=ctas, out=out, record=record)
 

@@ -89,7 +89,8 @@ The heuristic, in order:
    4096 within 0.4%. A first, non-interleaved run had shown +3.4% at 4096x7168x2048; identical kernels in that run
    differed by up to 6%, so it was noise, and the planner keeps 128x256.
 18. Swap-AB decode (`Plan.swap_ab`): at M <= 32 (bf16, or fp8 tensorwise or rowwise with native accumulation; B
-   K-major; no fused epilogue; a bias swaps as a row vector of C^T, `EpilogueStep.ADD_ROW_BIAS`) the kernel runs
+   K-major; a bias swaps as a row vector of C^T, `EpilogueStep.ADD_ROW_BIAS`; a fused epilogue swaps unless it
+   reads a dense operand, its row and column operands trading kinds, `EpilogueGraph.transposed`) the kernel runs
    the transposed problem, C^T = B^T A^T (`GemmSpec.swapped`):
    the weight's N rows fill wgmma's 64-row side and the M tokens its 16-column side, on 64x16 tiles with up to 12
    stages (128x16 with 6 where 64-row tiles leave a thin last round: `swap_rows`), and each tile is stored into C
@@ -105,8 +106,12 @@ The heuristic, in order:
    128x32 at M = 32 (session 19): N x K = 9216x8192 bf16 1.155 against 1.152 unswapped (64x32: 0.999), fp8 1.042
    against 1.034 (0.897); 28672x4096 bf16 0.988 against 0.963, fp8 1.088 against 1.055. A bf16 bias beside fp8
    rowwise scales (session 19, M = 1-32 at six shapes): swapped 1.06-1.70 against 1.03-1.26 unswapped, 1.052
-   against 1.041 at 32x9216x8192 on 128x32 tiles. At M = 48 and 64 a 32-wide swapped tile lost (0.71-0.93 against
-   0.84-1.58) and a 64-wide one tied rule 16, so M > 32 stays with rule 16.
+   against 1.041 at 32x9216x8192 on 128x32 tiles. Fused (session 19, scripts/exp/decode_fused_swap.py, against
+   torch eager of the same function, M = 1/16/32 at four Llama-3 and 8192^2 shapes): bf16 silu(acc + bias)
+   1.07-1.40 against 0.79-1.12 unswapped, fp8 rowwise + bias then gelu 1.15-1.91 against 1.03-1.37 (two shapes; a
+   second run, swapped, 1.12-1.91 at all four). A dense operand keeps a fused epilogue unswapped. At M = 48 and
+   64 a 32-wide swapped tile lost (0.71-0.93 against 0.84-1.58) and a 64-wide one tied rule 16, so M > 32 stays
+   with rule 16.
 """
 
 from __future__ import annotations
@@ -388,7 +393,8 @@ def swap_tokens(m: int) -> int:
 
 def swap_decode(spec: GemmSpec) -> bool:
     """Rule 18: whether the planner runs `spec` swapped (C^T = B^T A^T on 16- or 32-wide tiles): a decode GEMM of at
-    most SWAP_MAX_M rows that can swap (`GemmSpec.swap_problems`)."""
+    most SWAP_MAX_M rows that can swap (`GemmSpec.swap_problems`; a fused epilogue too, unless it reads a dense
+    operand)."""
     return 0 < spec.m <= SWAP_MAX_M and is_decode(spec) and not spec.swap_problems()
 
 

@@ -149,8 +149,12 @@ class GemmSpec:
         problems = []
         if self.b_layout is not BLayout.K_MAJOR:
             problems.append("an N-major B (its (N, K) rows would be the swapped A, which must be K-contiguous)")
-        if self.epilogue is not None:
-            problems.append("a fused epilogue (its operands are laid out for C, not for its transpose)")
+        from warploom.epilogue.operands import OperandKind  # (the epilogue package imports this module)
+
+        dense = [o.name for o in self.epilogue.operands if o.kind is OperandKind.DENSE] if self.epilogue else []
+        if dense:
+            problems.append(f"a dense epilogue operand ({', '.join(dense)}: its rows are contiguous in C, so C^T's "
+                            "would be strided)")
         if self.scale.is_blockwise:
             problems.append("blockwise scales (their blocks are laid out for A and B, not swapped)")
         return problems
@@ -159,12 +163,14 @@ class GemmSpec:
         """The transposed problem a swap-AB plan runs (planner rule 18): C^T (N, M) = B^T (N, K) @ A^T (K, M).
 
         B's (N, K) rows, K-contiguous, are the new A; A's (M, K) rows are a K-major new B. Rowwise scales trade
-        sides (scale_b, one per column of C, is one per row of C^T); tensorwise ones commute. See `swap_problems`
-        for what cannot swap."""
+        sides (scale_b, one per column of C, is one per row of C^T); tensorwise ones commute; a fused epilogue's
+        row and column operands trade kinds (`EpilogueGraph.transposed`). See `swap_problems` for what cannot
+        swap."""
         problems = self.swap_problems()
         if problems:
             raise ValueError(f"{self.short()} cannot run swapped: {'; '.join(problems)}")
-        return replace(self, m=self.n, n=self.m, a_dtype=self.b_dtype, b_dtype=self.a_dtype)
+        return replace(self, m=self.n, n=self.m, a_dtype=self.b_dtype, b_dtype=self.a_dtype,
+                       epilogue=None if self.epilogue is None else self.epilogue.transposed())
 
     def short(self) -> str:
         """A compact name, e.g. ``e4m3xe4m3->bf16 rowwise 4096x4096x4096``."""

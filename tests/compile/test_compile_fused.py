@@ -119,6 +119,9 @@ EXTRA: list[tuple[str, Callable[[], Kernel]]] = [
     ("fp8_blockwise-bias-shift_gelu_residual", case("fp8_blockwise", "shift_gelu_residual", (4096, 4096, 4096),
                                                    BF16)),
     ("fp8_blockwise-two_outputs_fp32", case("fp8_blockwise", "two_outputs_fp32", (300, 528, 1008))),
+    # Rule 18: decode with a fused epilogue without dense operands runs swapped (row and column operands trade).
+    ("bf16-silu_col-swap-16x4096x1024", case("bf16", "silu_col", (16, 4096, 1024))),
+    ("fp8_rowwise-silu_col-swap-24x9216x1024", case("fp8_rowwise", "silu_col", (24, 9216, 1024))),
 ]
 # Rowwise fp8 has both a row (scale_b) and a column (scale_a) operand: what the two switches move.
 ABLATIONS: list[tuple[str, Callable[[], Kernel]]] = [

@@ -133,3 +133,56 @@ def test_swapped_scaled_mm_with_a_bias(m: int, n: int, k: int, bias_dtype: torch
     assert not out.isnan().any() and _err(out, ref) < 1e-3
     public = warploom.scaled_mm(a, w.t(), sa, sb, bias=bias, use_fast_accum=True)
     assert _err(public, ref) < 1e-3
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 1024), (13, 1008, 528), (29, 272, 256)])
+def test_forced_swapped_fused_epilogue(m: int, n: int, k: int) -> None:
+    """A fused epilogue without dense operands runs swapped when forced: the bias (a row of C) is read as a column
+    of C^T, the per-row operand as a row, a scalar as it is; two outputs, bf16 and fp32, stored transposed."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(m + n)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    col, s = torch.randn(m, 1, device="cuda"), torch.tensor(0.75, device="cuda")
+
+    def fn(acc: torch.Tensor, bias: torch.Tensor, col: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return F.silu(acc + bias) * col + s, (acc + bias).to(torch.float32)
+
+    spec = warploom.plan(a, w.t(), epilogue=fn, bias=bias, col=col, s=s).spec
+    dev = DeviceInfo.current()
+    plan = plan_schedule(spec, dev, swap_ab=True)
+    assert plan.swap_ab
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    pre = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+    build(spec, dev, plan).run(a, w.t(), out, operands={"bias": bias, "col": col, "s": s}, extra_outs=(pre,))
+    ref, ref_pre = fn(a.float() @ w.float().t(), bias.float(), col, s)
+    assert not out.isnan().any() and not pre.isnan().any()
+    torch.testing.assert_close(pre, ref_pre, atol=1e-3, rtol=1e-4)
+    assert _err(out, ref) < 1e-4
+
+
+@pytest.mark.parametrize("m", [1, 16, 24])
+def test_forced_swapped_fused_scaled_mm(m: int) -> None:
+    """fp8 rowwise scaled_mm + bias, then tanh GELU, swapped: scale_a and scale_b trade kinds in the graph."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(m)
+    n, k = 9216, 1024
+    a = torch.randn(m, k, device="cuda").to(E4)
+    w = torch.randn(n, k, device="cuda").to(E4)
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+
+    def fn(acc: torch.Tensor) -> torch.Tensor:
+        return F.gelu(acc, approximate="tanh")
+
+    spec = warploom.plan(a, w.t(), sa, sb, bias=bias, use_fast_accum=True, epilogue=fn).spec
+    dev = DeviceInfo.current()
+    plan = plan_schedule(spec, dev, swap_ab=True)
+    assert plan.swap_ab and plan.bm == 128  # N = 9216: 128-row tiles (swap_rows)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    build(spec, dev, plan).run(a, w.t(), out, operands={"scale_a": sa, "scale_b": sb, "bias": bias})
+    ref = fn((a.float() @ w.float().t()) * sa * sb + bias.float())
+    assert not out.isnan().any() and _err(out, ref) < 1e-3

@@ -122,3 +122,82 @@ def test_planner_plans_simulate() -> None:
         plan = plan_schedule(spec, H100_SXM)
         assert plan.swap_ab
         check(spec, plan, seed=1)
+
+
+def _err(x: torch.Tensor, y: torch.Tensor) -> float:
+    x, y = x.double(), y.double()
+    return float(1 - 2 * (x * y).sum() / (x * x + y * y).sum())
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 72, 200), (5, 200, 256), (16, 128, 64), (29, 304, 128)])
+@pytest.mark.parametrize("forced", [{}, {"bm": 128}, {"hoist_rows": False}, {"scalar_columns": False}],
+                         ids=["planned", "bm128", "nohoist", "nocolscalar"])
+def test_fused_epilogue_swapped(m: int, n: int, k: int, forced: dict[str, object]) -> None:
+    """A fused epilogue without dense operands swaps (planner rule 18, EpilogueGraph.transposed): the (N,) bias is
+    read as a column of C^T, the (M, 1) operand as a row, the scalar as it is; two outputs (bf16 and fp32) go to
+    C transposed. Simulated against the fp32 function, outputs poisoned."""
+    import torch.nn.functional as F
+
+    import warploom
+    from warploom.sim import simulate
+
+    torch.manual_seed(m + n)
+    a, w = torch.randn(m, k).to(torch.bfloat16), torch.randn(n, k).to(torch.bfloat16)
+    bias, col, s = torch.randn(n).to(torch.bfloat16), torch.randn(m, 1), torch.tensor(0.75)
+
+    def fn(acc: torch.Tensor, bias: torch.Tensor, col: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return F.silu(acc + bias) * col + s, (acc + bias).to(torch.float32)
+
+    spec = warploom.plan(a, w.t(), epilogue=fn, bias=bias, col=col, s=s).spec
+    plan = plan_schedule(spec, H100_SXM, swap_ab=True if forced else None, **forced)  # type: ignore[arg-type]
+    assert plan.swap_ab
+    kern = build(spec, H100_SXM, plan)
+    assert kern.module.spec == spec.swapped() and kern.module.spec.epilogue is not None
+    kinds = {o.name: o.kind.value for o in kern.module.spec.epilogue.operands}
+    assert kinds == {"bias": "column", "col": "row" if m > 1 else "scalar", "s": "scalar"}  # (one element: scalar)
+    outs = [torch.full((m, n), float("nan"), dtype=torch.bfloat16), torch.full((m, n), float("nan"))]
+    res = simulate(kern.module, a, w.t(), operands={"bias": bias, "col": col, "s": s}, outs=outs, seed=m)
+    res.raise_for_findings()
+    ref, pre = fn(a.float() @ w.float().t(), bias.float(), col, s)
+    assert not outs[0].isnan().any() and not outs[1].isnan().any()
+    assert _err(outs[0], ref) < 1e-4
+    torch.testing.assert_close(outs[1], pre, atol=1e-4, rtol=1e-5)
+
+
+def test_fused_fp8_rowwise_swapped_scales_trade_kinds() -> None:
+    """scaled_mm's scales and bias are graph operands of a fused epilogue: swapped, scale_a is a row of C^T and
+    scale_b and the bias columns."""
+    import torch.nn.functional as F
+
+    import warploom
+
+    m, n, k = 7, 256, 384
+    a, w = torch.randn(m, k).to(torch.float8_e4m3fn), torch.randn(n, k).to(torch.float8_e4m3fn)
+    sa, sb, bias = torch.rand(m, 1) + 0.5, torch.rand(1, n) + 0.5, torch.randn(n).to(torch.bfloat16)
+
+    def fn(acc: torch.Tensor) -> torch.Tensor:
+        return F.gelu(acc, approximate="tanh")
+
+    kern = warploom.plan(a, w.t(), sa, sb, bias=bias, use_fast_accum=True, epilogue=fn)
+    assert kern.plan.swap_ab  # rule 18: a fused epilogue without dense operands swaps by default
+    assert kern.module.spec.epilogue is not None
+    kinds = {o.name: o.kind.value for o in kern.module.spec.epilogue.operands}
+    assert kinds == {"scale_a": "row", "scale_b": "column", "bias": "column"}
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    kern.simulate(a, w.t(), out=out, operands={"scale_a": sa, "scale_b": sb, "bias": bias}).raise_for_findings()
+    ref = fn((a.float() @ w.float().t()) * sa * sb + bias.float())
+    assert _err(out, ref) < 1e-4
+
+
+def test_a_dense_operand_keeps_the_fused_epilogue_unswapped() -> None:
+    import warploom
+    from warploom.errors import UnsupportedError
+
+    a, w = torch.randn(8, 256).to(torch.bfloat16), torch.randn(512, 256).to(torch.bfloat16)
+    r = torch.randn(8, 512).to(torch.bfloat16)
+    kern = warploom.plan(a, w.t(), epilogue=lambda acc, r: acc + r, r=r)
+    assert not kern.plan.swap_ab
+    assert kern.spec.swap_problems() == ["a dense epilogue operand (r: its rows are contiguous in C, so C^T's would "
+                                         "be strided)"]
+    with pytest.raises(UnsupportedError, match="dense epilogue operand"):
+        plan_schedule(kern.spec, H100_SXM, swap_ab=True)

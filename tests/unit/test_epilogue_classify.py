@@ -218,3 +218,31 @@ def test_spec_checks_itself() -> None:
 def test_kind_join_is_broadcasting() -> None:
     assert ROW.join(COLUMN) is DENSE and SCALAR.join(ROW) is ROW and COLUMN.join(COLUMN) is COLUMN
     assert all(k.join(DENSE) is DENSE and k.join(SCALAR) is k for k in OperandKind)
+
+
+@pytest.mark.parametrize("make,kind", [
+    (lambda: torch.randn(40), OperandKind.COLUMN),  # (N,) row of C: a column of C^T
+    (lambda: torch.randn(1, 40), OperandKind.COLUMN),
+    (lambda: torch.randn(40, 1).t(), OperandKind.COLUMN),  # a (1, N) view with a non-unit stride
+    (lambda: torch.randn(6, 1), OperandKind.ROW),  # (M, 1) column of C: a row of C^T
+    (lambda: torch.randn(6, 1).expand(6, 40), OperandKind.ROW),
+    (lambda: torch.tensor(2.0), OperandKind.SCALAR),
+])
+def test_transposed_operands_read_the_same_elements(make: object, kind: OperandKind) -> None:
+    """Planner rule 18 reads an epilogue operand of C as one of C^T: element (n, m) of the transposed spec, at its
+    mn_strides, is element (m, n) of the original, in the same storage."""
+    t = make()  # type: ignore[operator]
+    spec = classify("x", t, (6, 40))
+    tr = spec.transposed()
+    assert tr.kind is kind and tr.transposed().kind is spec.kind
+    (rs, cs), (trs, tcs) = spec.mn_strides(), tr.mn_strides()
+    assert (trs, tcs) == (cs, rs)
+    for mm, nn in ((0, 0), (5, 39), (3, 17)):
+        assert mm * rs + nn * cs == nn * trs + mm * tcs
+
+
+def test_a_dense_operand_cannot_be_transposed() -> None:
+    spec = classify("r", torch.randn(6, 40), (6, 40))
+    assert spec.kind is OperandKind.DENSE
+    with pytest.raises(ValueError, match="unit inner stride"):
+        spec.transposed()

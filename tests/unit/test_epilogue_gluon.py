@@ -259,7 +259,7 @@ class TestGolden(expecttest.TestCase):
         lines = emit(g, "acc", {"bias": "bias_r", "residual": "res_r"}, ["y", "pre"], out_dtype=DType.BF16)
         self.assertExpectedInline("\n".join(lines), """\
 ep_0 = acc + bias_r  # %0 = add acc, bias
-ep_1 = ep_0 / (1.0 + gl.exp(-1.5957691216057308 * (ep_0 + 0.044715 * ep_0 * ep_0 * ep_0)))  # %1 = gelu_tanh %0
+ep_1 = gl.where(1.5957691216057308 * (ep_0 + 0.044715 * ep_0 * ep_0 * ep_0) <= -18.02168083190918, ep_0 * 0.0, ep_0 / (1.0 + gl.exp(-1.5957691216057308 * (ep_0 + 0.044715 * ep_0 * ep_0 * ep_0))))  # %1 = gelu_tanh %0
 ep_2 = ep_1 * 0.5  # %2 = mul %1, 0.5
 ep_3 = ep_2 + res_r  # %3 = add %2, residual
 y = ep_3.to(gl.bfloat16)  # output 0: %3 as bf16 (out_dtype)

@@ -316,8 +316,9 @@ class _PartitionEmitter:
             case ir.StoreWait():
                 b.line(f"tma.store_wait({o.pending})", c)
             case ir.StoreSmem() if o.output is not None:
-                buf = self.m.buffer(o.buffer)
-                b.line(f"{o.buffer}.store(ep_out{o.output})", c)
+                # A swapped module's block goes to C transposed (ir.Tiling.swap_ab): written so.
+                dst, c = (f"{o.buffer}.permute((1, 0))", f"{c}, transposed") if self.m.tiling.swap_ab else (o.buffer, c)
+                b.line(f"{dst}.store(ep_out{o.output})", c)
             case ir.StoreSmem():
                 buf = self.m.buffer(o.buffer)
                 src = self._column_block(o.acc, o.part, o.parts)

@@ -15,8 +15,8 @@ Triton 3.6's Gluon has ``gl.exp, exp2, log, log2, sqrt, sqrt_rn, rsqrt, erf, abs
 div_rn, fdiv, fma`` but no tanh, sigmoid or pow. Those come from libdevice (``gl.extra.libdevice.tanh`` and
 ``.pow``, accurate to a few ulp) or are formulas over ``gl.exp``: sigmoid and silu as torch's CPU kernels write
 them, tanh GELU as x * sigmoid(2u) (the same function as x/2 (1 + tanh(u)), without libdevice tanhf's ~14 more
-instructions per element; below about x = -5 it gives values of 1e-15 and less where torch's 1 + tanh(u) cancels
-to -0.0), erf GELU over ``gl.erf`` (libdevice erff; cheaper forms were not faster, scripts/exp/gelu_forms.py).
+instructions per element; x * 0 where torch's fp32 1 + tanh(u) cancels to 0, below about x = -5.15), erf GELU over
+``gl.erf`` (libdevice erff; cheaper forms were not faster, scripts/exp/gelu_forms.py).
 Each op is matched to torch's meaning (`warploom.epilogue.reference`):
 
 - maximum, minimum and clamp propagate NaN (``propagate_nan=tl.PropagateNan.ALL``, max.NaN.f32): the
@@ -54,6 +54,9 @@ IMPORTS = ("import triton.language as tl",)
 _NAN = "propagate_nan=tl.PropagateNan.ALL"
 _SQRT_1_2 = repr(1 / math.sqrt(2))  # erf GELU: x/2 (1 + erf(x / sqrt 2))
 _TWO_SQRT_2_PI = repr(2 * math.sqrt(2 / math.pi))  # twice tanh GELU's beta
+# The largest fp32 u whose tanh is exactly -1 (torch's, found by bisection; libdevice tanhf agrees to an ulp), twice:
+# tanh GELU compares 2u against it.
+_TWO_TANH_MINUS_ONE = repr(2 * -9.01084041595459)
 _KAPPA = "0.044715"
 
 
@@ -76,9 +79,11 @@ def _unary(op: eg.UnaryOp, x: str) -> str:
             return f"{x} * 0.5 * (1.0 + gl.erf({x} * {_SQRT_1_2}))"
         case eg.UnaryOp.GELU_TANH:
             # x/2 (1 + tanh(u)) = x sigmoid(2u): one exp and one divide where libdevice's tanhf took ~14 more
-            # instructions per element (612 -> 510 us at 8192x8192x4096 fused; scripts/exp/gelu_forms.py).
+            # instructions per element (612 -> 510 us at 8192x8192x4096 fused; scripts/exp/gelu_forms.py). Where
+            # fp32 tanh(u) is exactly -1 (u <= _TANH_MINUS_ONE) torch's 1 + tanh(u) is 0 and the result x * 0: kept,
+            # so a later sqrt or 1/x sees -0.0 as in torch, not a tiny negative (found by the property test).
             inner = f"{_TWO_SQRT_2_PI} * ({x} + {_KAPPA} * {x} * {x} * {x})"
-            return f"{x} / (1.0 + gl.exp(-{inner}))"
+            return f"gl.where({inner} <= {_TWO_TANH_MINUS_ONE}, {x} * 0.0, {x} / (1.0 + gl.exp(-{inner})))"
         case eg.UnaryOp.SILU:
             return f"{x} / (1.0 + gl.exp(-{x}))"
         case eg.UnaryOp.SIGMOID:

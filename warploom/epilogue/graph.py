@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from warploom.dtypes import DType
 from warploom.epilogue.operands import OperandKind, OperandSpec
@@ -258,6 +258,13 @@ class EpilogueGraph:
                         k = k.join(out[r])
                     out.append(k)
         return tuple(out)
+
+    def transposed(self) -> EpilogueGraph:
+        """The same function over the transposed output (planner rule 18): every row operand becomes a column
+        one and back (`OperandSpec.transposed`); elementwise nodes do not care which axis is which."""
+        nodes = tuple(replace(nd, kind=self.operand(nd.name).transposed().kind) if isinstance(nd, Operand) else nd
+                      for nd in self.nodes)
+        return EpilogueGraph(nodes, self.outputs, tuple(s.transposed() for s in self.operands))
 
     def uses_acc(self) -> bool:
         return any(isinstance(nd, Acc) for nd in self.nodes)

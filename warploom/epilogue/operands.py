@@ -90,6 +90,18 @@ class OperandSpec:
             raise ValueError(f"OperandSpec {self.name}: a dense operand needs a unit inner stride, got "
                              f"{self.strides}")
 
+    def transposed(self) -> OperandSpec:
+        """This operand as the transposed problem reads it (planner rule 18: C^T's (m, n) is C's (n, m)): a row
+        becomes a column and back, with the same storage. A 1-D (N,) row becomes an (N, 1) column; a 2-D
+        operand's shape and strides trade places (a dense one's then has no unit inner stride: it cannot be
+        transposed, `GemmSpec.swap_problems` says so first)."""
+        if self.kind is OperandKind.DENSE:
+            raise ValueError(f"OperandSpec {self.name}: a dense operand read transposed has no unit inner stride")
+        kind = {OperandKind.ROW: OperandKind.COLUMN, OperandKind.COLUMN: OperandKind.ROW}.get(self.kind, self.kind)
+        if len(self.shape) == 1:
+            return OperandSpec(self.name, kind, self.dtype, (self.shape[0], 1), (self.strides[0], 0))
+        return OperandSpec(self.name, kind, self.dtype, self.shape[::-1], self.strides[::-1])
+
     def mn_strides(self) -> tuple[int, int]:
         """(row stride, column stride) in elements: output element (m, n) reads ``ptr[m * rs + n * cs]``.
 

@@ -214,6 +214,8 @@ class CtaData:
         x = self.accs[agent][acc][:, cols[0]:cols[1]]  # (rows, block cols) fp32
         rows, width = x.shape
         m, n = self.ops.out.shape
+        if self.m.tiling.swap_ab:  # (the outputs are C, the graph's coordinates C^T's)
+            m, n = n, m
         self.ep_outs[agent] = evaluate_tile(g, x, self.ops.epilogue, range(off_m, off_m + rows),
                                             range(off_n, off_n + width), out_shape=(m, n),
                                             out_dtype=self.m.spec.out_dtype)
@@ -225,8 +227,9 @@ class CtaData:
             self.bufs[buffer] = (block.t() if transposed else block).to(self.buf_dtype[buffer])
             return
         outs, buf = self.ep_outs[agent], self.bufs[buffer]
-        if output < len(outs) and outs[output].shape == buf.shape:
-            self.bufs[buffer] = outs[output].to(self.buf_dtype[buffer])
+        tile = (outs[output].t() if transposed else outs[output]) if output < len(outs) else None
+        if tile is not None and tile.shape == buf.shape:
+            self.bufs[buffer] = tile.to(self.buf_dtype[buffer])
         else:  # no apply_epilogue of this block (a finding): the registers hold nothing meaningful
             self.bufs[buffer] = torch.full(buf.shape, float("nan")).to(self.buf_dtype[buffer])
 

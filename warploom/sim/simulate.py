@@ -158,6 +158,14 @@ def _check_operands(module: ir.Module, operands: Mapping[str, torch.Tensor] | No
     return given
 
 
+def _transposed(t: Any) -> Any:
+    """A problem's epilogue operand as a swapped module's graph reads it (`OperandSpec.transposed`): a 1-D (N,) row
+    as an (N, 1) column, a 2-D one transposed, a scalar as it is (anything else is left for the checks to refuse)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    return t.unsqueeze(1) if t.dim() == 1 else t.t() if t.dim() == 2 else t
+
+
 def _operand_tensor(spec: OperandSpec, t: Any) -> torch.Tensor:
     """`t` as the kernel reads it: with the planned strides, which it must have where they matter."""
     name = spec.name
@@ -239,6 +247,8 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     t0 = time.perf_counter()
     if module.tiling.swap_ab:  # from here on everything is in the module's own terms
         a, b, scale_a, scale_b = b.t(), a.t(), scale_b, scale_a
+        # A fused epilogue's operands as its graph reads them (OperandSpec.transposed): same storage.
+        operands = {name: _transposed(t) for name, t in (operands or {}).items()}
     ep_steps = _check_args(module, a, b, scale_a, scale_b, bias)
     # Blockwise scales are the mainloop's, never graph operands: only the bias may be one.
     positional = {"bias": bias} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b,
