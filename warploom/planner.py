@@ -108,10 +108,9 @@ The heuristic, in order:
    rowwise scales (session 19, M = 1-32 at six shapes): swapped 1.06-1.70 against 1.03-1.26 unswapped, 1.052
    against 1.041 at 32x9216x8192 on 128x32 tiles. Fused (session 19, scripts/exp/decode_fused_swap.py, against
    torch eager of the same function, M = 1/16/32 at four Llama-3 and 8192^2 shapes): bf16 silu(acc + bias)
-   1.07-1.40 against 0.79-1.12 unswapped, fp8 rowwise + bias then gelu 1.15-1.91 against 1.03-1.37 (two shapes; a
-   second run, swapped, 1.12-1.91 at all four). A dense operand keeps a fused epilogue unswapped. At M = 48 and
-   64 a 32-wide swapped tile lost (0.71-0.93 against 0.84-1.58) and a 64-wide one tied rule 16, so M > 32 stays
-   with rule 16.
+   1.07-1.39 against 0.80-1.09 unswapped, fp8 rowwise + bias then gelu 1.11-1.89 against 1.02-1.39, all 24 cases
+   faster. A dense operand keeps a fused epilogue unswapped. At M = 48 and 64 a 32-wide swapped tile lost
+   (0.71-0.93 against 0.84-1.58) and a 64-wide one tied rule 16, so M > 32 stays with rule 16.
 """
 
 from __future__ import annotations

@@ -234,6 +234,19 @@ def test_gelu_zero_signs_follow_the_gpu() -> None:
     assert got[0, :4].tolist() == want[0, :4].tolist() == [-math.inf, math.inf, -math.inf, -math.inf]
 
 
+def test_tanh_gelu_cancels_to_zero_where_torch_does() -> None:
+    """Hypothesis found it: tanh GELU is emitted as x * sigmoid(2u), which is a tiny negative (1e-15) where torch's
+    0.5 x (1 + tanh(u)) is -0.0 (fp32 tanh(u) exactly -1, below about x = -5.15); then a later sqrt gave NaN
+    against 0. The emitted code returns x * 0 there, as torch does; just above, both are tiny negatives."""
+    g = eg.EpilogueGraph(nodes=(eg.Acc(), eg.Unary(eg.UnaryOp.GELU_TANH, 0), eg.Pow(1, 0.5)), outputs=(eg.Output(2),))
+    acc = torch.zeros(M, N)
+    acc[0, :6] = torch.tensor([-5.2, -7.0, -100.0, -1e30, -5.0, 1.0])
+    (got,), (want,) = run_emitted(g, acc, {}, DType.FP32), evaluate(g, acc, {}, DType.FP32)
+    assert got[0, :4].tolist() == want[0, :4].tolist() == [-0.0, -0.0, -0.0, -0.0]
+    assert got[0, 4].isnan() and want[0, 4].isnan()  # sqrt of a tiny negative, in both
+    torch.testing.assert_close(got[0, 5], want[0, 5], rtol=1e-6, atol=0)
+
+
 @settings(deadline=None, max_examples=200)
 @given(graphs())
 def test_random_graphs_emulated(g: eg.EpilogueGraph) -> None:

@@ -207,11 +207,22 @@ def _f32(f: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], 
     return lambda x: f(x.float())
 
 
+def _gelu_cuda_edges(x: torch.Tensor) -> torch.Tensor:
+    """Eager CPU gelu with the CUDA kernel's edges, which the reference takes (`reference._gelu_erf`: -0.0 where
+    1 + erf is 0, +inf at +inf; pinned by test_epilogue_gluon.py::test_gelu_zero_signs_follow_the_gpu): without
+    them a gelu feeding 1 / x or x ** -0.5 below about -6 differed in the sign of an infinity (CI, 2026-11-24).
+    Non-zero values are the CPU kernel's, bit for bit. Captured (a torch.fx proxy), it is plain F.gelu."""
+    if isinstance(x, torch.fx.Proxy):
+        return F.gelu(x)
+    y = torch.where(x == torch.inf, x, F.gelu(x))
+    return torch.where(y == 0, torch.copysign(y, x), y)
+
+
 # Transcendental functions and pow start from fp32: on 16-bit tensors torch's CPU kernels round differently
 # from its CUDA kernels (measured on an H100), which the graph follows; the GPU tier checks those against CUDA.
 UNARY: list[Callable[[torch.Tensor], torch.Tensor]] = [
-    *map(_f32, [F.gelu, functools.partial(F.gelu, approximate="tanh"), F.silu, torch.sigmoid, torch.tanh, torch.exp,
-                torch.log, torch.rsqrt, lambda x: x ** 3, lambda x: x.pow(1.5), lambda x: x ** -1]),
+    *map(_f32, [_gelu_cuda_edges, functools.partial(F.gelu, approximate="tanh"), F.silu, torch.sigmoid, torch.tanh,
+                torch.exp, torch.log, torch.rsqrt, lambda x: x ** 3, lambda x: x.pow(1.5), lambda x: x ** -1]),
     torch.relu, torch.abs, torch.neg, torch.square, torch.reciprocal, lambda x: x.clamp(-1.5, 2.0),
     lambda x: x.clamp(min=0.25), lambda x: x ** 2, lambda x: F.leaky_relu(x, 0.1), F.relu6,
     lambda x: x.to(BF16), lambda x: x.to(FP16), lambda x: x.float(),

@@ -202,7 +202,10 @@ def _meta_specs() -> list[tuple[str, Any]]:
             # Rule 18's swapped kernels: A's descriptor reads B (by its base), B's reads A, the scales trade places.
             ("swap_bf16", (a[:16], torch.randn(384, 512).to(BF16).t(), None, None, None, None)),
             ("swap_fp8_rowwise", (f8a[:24], f8b, rows[:24], cols, None, None)),
-            ("swap_fp8_rowwise_bias", (f8a[:8], f8b, rows[:8], cols, bias, None))]
+            ("swap_fp8_rowwise_bias", (f8a[:8], f8b, rows[:8], cols, bias, None)),
+            # ... and with a fused epilogue whose (M, 1) operand is a row of C^T (read through its pointer).
+            ("swap_fused", (a[:16], torch.randn(384, 512).to(BF16).t(), None, None, None,
+                            {"r": torch.randn(16, 1).to(BF16)}))]
 
 
 @pytest.mark.parametrize("case", _meta_specs(), ids=lambda c: c[0])
@@ -230,7 +233,7 @@ def test_positional_arguments_are_what_the_getters_read(jit: RecordingJit, case:
         assert read is x[at] or (aligned and read is _aligned(x[at])), params[i]
     named = {params[i] for i in launcher._positional}
     ints = {"M", "N", "K", "sa_stride_m", "sa_stride_k", "sb_stride_k", "sb_stride_n"}
-    if name in ("mx", "fused"):
+    if name in ("mx", "fused", "swap_fused"):
         assert not named & {"sa_ptr", "sb_ptr", "scale_a_ptr", "scale_b_ptr", "bias_ptr", "r_ptr", "r_desc"}
     else:  # every tensor argument positional: a Bound of this kernel takes the fast path
         assert set(params) - ints == named, set(params) - ints - named
