@@ -201,3 +201,21 @@ def test_a_dense_operand_keeps_the_fused_epilogue_unswapped() -> None:
                                          "be strided)"]
     with pytest.raises(UnsupportedError, match="dense epilogue operand"):
         plan_schedule(kern.spec, H100_SXM, swap_ab=True)
+
+
+def test_a_swapped_fused_kernels_errors_say_they_are_in_its_terms_and_its_outputs_comments_are_swapped() -> None:
+    """Review findings (session 19): the simulator checks a swapped kernel's tensors in C^T's terms, so a refusal
+    says so; the generated comment of a second output's store names C1[n, m] as the first's names C[n, m]."""
+    import warploom
+    from warploom.errors import ShapeError
+
+    a, w = torch.randn(5, 128).to(torch.bfloat16), torch.randn(200, 128).to(torch.bfloat16)
+    bias = torch.randn(200).to(torch.bfloat16)
+    kern = warploom.plan(a, w.t(), epilogue=lambda acc, bias: (acc + bias, acc.to(torch.float32)), bias=bias)
+    assert kern.plan.swap_ab
+    with pytest.raises(ShapeError) as e:
+        kern.simulate(a, w.t(), operands={"bias": torch.randn(208).to(torch.bfloat16)})
+    assert any("swapped kernel" in n for n in getattr(e.value, "__notes__", []))
+    stores = [ln for ln in kern.source.splitlines() if "tma.async_copy_shared_to_global" in ln]
+    assert any("C[n, m]" in ln for ln in stores) and any("C1[n, m]" in ln for ln in stores), stores
+    assert not any("[m, n]" in ln for ln in stores)

@@ -246,3 +246,9 @@ def test_a_dense_operand_cannot_be_transposed() -> None:
     assert spec.kind is OperandKind.DENSE
     with pytest.raises(ValueError, match="unit inner stride"):
         spec.transposed()
+
+
+def test_a_python_number_operand_gets_a_clear_error() -> None:
+    """Review finding (session 19): a Python number as an operand raised AttributeError inside classify."""
+    with pytest.raises(InputError, match=r"s: expected an epilogue operand that is a torch.Tensor.*torch.tensor"):
+        classify("s", 0.5, (6, 40))

@@ -9,6 +9,7 @@ one compiled kernel serves every problem size with the same spec kind and plan.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from warploom.backends.codebuf import CodeBuffer
@@ -337,7 +338,7 @@ class _PartitionEmitter:
                     row = f"split * (num_pid_m * BM) + {row}"
                 if self.m.tiling.swap_ab:  # C's rows are this module's columns (ir.Tiling.swap_ab)
                     row, col = col, row
-                    c = c.replace("C[m, n]", "C[n, m]")
+                    c = re.sub(r"\b(C\d*)\[m, n\]", r"\1[n, m]", c)  # (C1, C2, ...: a fused epilogue's outputs)
                 b.line(f"tma.async_copy_shared_to_global({store_desc(o)}, [{row}, {col}], {o.buffer})", c)
             case ir.Advance():
                 b.line(f"{o.cursor} += 1", c)

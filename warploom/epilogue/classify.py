@@ -28,10 +28,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
+
 from warploom.checks import no_neg_bit
 from warploom.dtypes import DType
 from warploom.epilogue.operands import OPERAND_DTYPES, OperandKind, OperandSpec, check_name
-from warploom.errors import AlignmentError, DeviceError, DTypeError, ShapeError
+from warploom.errors import AlignmentError, DeviceError, DTypeError, InputError, ShapeError
 
 
 def classify(name: str, t: Any, out_shape: tuple[int, int], device: Any = None) -> OperandSpec:
@@ -42,6 +44,10 @@ def classify(name: str, t: Any, out_shape: tuple[int, int], device: Any = None) 
     """
     check_name(name)
     m, n = (int(s) for s in out_shape)
+    if not isinstance(t, torch.Tensor):  # (a Python number: the function can hold it as a constant instead)
+        raise InputError(name, "an epilogue operand that is a torch.Tensor", f"{type(t).__name__} {t!r}"[:80],
+                         f"pass {name}=torch.tensor(...) on the inputs' device, or write the constant into the "
+                         "epilogue function")
     dtype = DType.from_torch(t.dtype)
     if dtype not in OPERAND_DTYPES:
         raise DTypeError(name, "an epilogue operand of dtype torch.float32, torch.bfloat16 or torch.float16",

@@ -249,11 +249,17 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
         a, b, scale_a, scale_b = b.t(), a.t(), scale_b, scale_a
         # A fused epilogue's operands as its graph reads them (OperandSpec.transposed): same storage.
         operands = {name: _transposed(t) for name, t in (operands or {}).items()}
-    ep_steps = _check_args(module, a, b, scale_a, scale_b, bias)
-    # Blockwise scales are the mainloop's, never graph operands: only the bias may be one.
-    positional = {"bias": bias} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b,
-                                                                        "bias": bias}
-    tensors = _check_operands(module, operands, positional, ep_steps)
+    try:
+        ep_steps = _check_args(module, a, b, scale_a, scale_b, bias)
+        # Blockwise scales are the mainloop's, never graph operands: only the bias may be one.
+        positional = {"bias": bias} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b,
+                                                                            "bias": bias}
+        tensors = _check_operands(module, operands, positional, ep_steps)
+    except (InputError, DTypeError) as e:
+        if module.tiling.swap_ab:  # the checks see the kernel's own terms, which the caller's tensors are not in
+            e.add_note("(a swapped kernel, planner rule 18: checked as C^T's kernel reads them, with A and B, "
+                       "scale_a and scale_b exchanged, (N,) operands as (N, 1) and 2-D ones transposed)")
+        raise
     m, k = a.shape
     n = b.shape[1]
     t = module.tiling
