@@ -122,6 +122,11 @@ EXTRA: list[tuple[str, Callable[[], Kernel]]] = [
     # Rule 18: decode with a fused epilogue without dense operands runs swapped (row and column operands trade).
     ("bf16-silu_col-swap-16x4096x1024", case("bf16", "silu_col", (16, 4096, 1024))),
     ("fp8_rowwise-silu_col-swap-24x9216x1024", case("fp8_rowwise", "silu_col", (24, 9216, 1024))),
+    # A row operand whose elements lie 2**20 apart spans past int32: its load uses 64-bit offsets.
+    ("bf16-row_int64_offsets", lambda: warploom.plan(
+        torch.empty(256, 64, device="meta", dtype=BF16), torch.empty(64, 4096, device="meta", dtype=BF16),
+        epilogue=lambda acc, row: acc + row,
+        row=torch.empty_strided((4096,), (2**20,), device="meta", dtype=torch.float32))),
 ]
 # Rowwise fp8 has both a row (scale_b) and a column (scale_a) operand: what the two switches move.
 ABLATIONS: list[tuple[str, Callable[[], Kernel]]] = [

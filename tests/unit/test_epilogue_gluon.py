@@ -29,7 +29,7 @@ from warploom.epilogue.builder import Builder
 from warploom.epilogue.capture import capture
 from warploom.epilogue.classify import classify
 from warploom.epilogue.gluon import emit, literal, load_operand
-from warploom.epilogue.operands import OperandKind
+from warploom.epilogue.operands import OperandKind, OperandSpec
 from warploom.epilogue.reference import evaluate
 
 M, N = 6, 8
@@ -310,3 +310,16 @@ def test_every_op_compiles_for_sm90a(tmp_path: Any, monkeypatch: pytest.MonkeyPa
     for instr in ["max.NaN.f32", "min.NaN.f32", "div.rn.f32", "sqrt.rn.f32", "cvt.rn.satfinite.e4m3x2.f32",
                   "cvt.rn.bf16.f32", "cvt.rn.f16.f32", "ex2.approx", "rsqrt.approx"]:
         assert instr in ptx, instr
+
+
+def test_operands_past_int32_offsets_load_with_64_bit_offsets() -> None:
+    """A (65537, 32768) residual's last offset is past 2**31 - 1: its row offsets (m * 32768) overflow int32, so
+    the load's index vectors go 64-bit; (65536, 32768) still fits, and keeps 32-bit ones (no extra registers)."""
+    kw = dict(offs_m="rows", offs_n="cols", mask_m="mm", mask_n="mn", rs="32768", cs="1")
+    big = OperandSpec("r", OperandKind.DENSE, DType.BF16, (65537, 32768), (32768, 1))
+    small = OperandSpec("r", OperandKind.DENSE, DType.BF16, (65536, 32768), (32768, 1))
+    assert big.span() == 65536 * 32768 + 32767 >= 2**31 > small.span() == 2**31 - 1
+    assert "rows.to(gl.int64) * 32768" in load_operand(big, "r_t", "r_ptr", **kw)
+    assert "int64" not in load_operand(small, "r_t", "r_ptr", **kw)
+    strided_row = OperandSpec("b", OperandKind.ROW, DType.FP32, (1, 40), (0, 2**26))
+    assert "cols.to(gl.int64)" in load_operand(strided_row, "b_t", "b_ptr", **kw)

@@ -214,9 +214,12 @@ def load_operand(spec: OperandSpec, var: str, ptr: str, *, offs_m: str, offs_n: 
     `offs_m` ([BM]) and `offs_n` ([BN]) are the tile's output row and column indices in the accumulator
     layout's slices (``gl.SliceLayout(1, layout)`` and ``gl.SliceLayout(0, layout)``), `mask_m`/`mask_n` their
     in-bounds masks, and `rs`/`cs` expressions for `spec.mn_strides()` (arguments or literals). Out-of-bounds
-    rows and columns read 0.0, as `reference.evaluate_tile` says.
+    rows and columns read 0.0, as `reference.evaluate_tile` says. An operand whose elements lie 2**31 or more
+    apart (`OperandSpec.span`) is addressed with 64-bit offsets, as its offsets would overflow int32.
     """
     f32 = ".to(gl.float32)"
+    if spec.span() >= 2**31:  # offsets past int32: the index vectors go 64-bit (only then: they cost registers)
+        offs_m, offs_n = f"{offs_m}.to(gl.int64)", f"{offs_n}.to(gl.int64)"
     match spec.kind:
         case OperandKind.SCALAR:
             return f"{var} = gl.load({ptr}){f32}  # {spec.name}: scalar"

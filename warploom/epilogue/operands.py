@@ -90,6 +90,11 @@ class OperandSpec:
             raise ValueError(f"OperandSpec {self.name}: a dense operand needs a unit inner stride, got "
                              f"{self.strides}")
 
+    def span(self) -> int:
+        """The distance in elements between the operand's first and last element (the largest offset a load
+        adds to its pointer)."""
+        return sum((d - 1) * abs(st) for d, st in zip(self.shape, self.strides, strict=True) if d > 0)
+
     def transposed(self) -> OperandSpec:
         """This operand as the transposed problem reads it (planner rule 18: C^T's (m, n) is C's (n, m)): a row
         becomes a column and back, with the same storage. A 1-D (N,) row becomes an (N, 1) column; a 2-D
