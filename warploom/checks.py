@@ -200,8 +200,10 @@ def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRe
 def _check_block_scales(scale_a: Any, scale_b: Any) -> None:
     """Blockwise scales are read element by element (cp.async of 4 bytes), so any strides work; the copies address
     them with 32-bit offsets."""
+    from warploom.epilogue.operands import element_span  # (the epilogue package imports this module)
+
     for arg, t in (("scale_a", scale_a), ("scale_b", scale_b)):
-        span = sum((d - 1) * abs(st) for d, st in zip(t.shape, t.stride(), strict=True)) if t.numel() else 0
+        span = element_span(tuple(t.shape), tuple(t.stride()))
         if span >= 2**31:
             raise ScaleError(arg, "a scale tensor spanning fewer than 2**31 elements", f"a span of {span}",
                              f"pass {arg}.contiguous()")

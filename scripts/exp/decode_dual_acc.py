@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _rows import interleaved_ms, with_source, write_rows  # noqa: E402
+from _rows import checked, interleaved_ms, with_source, write_rows  # noqa: E402
 
 from warploom import checks  # noqa: E402
 from warploom.device import H100_SXM, DeviceInfo  # noqa: E402
@@ -94,7 +94,6 @@ def run_variants(variants: dict[str, Callable[[Kernel, int], Kernel | None]], ro
     """Each variant of the planner's kernel (given the kernel and M, a rewrite of it, or None where it does not
     apply) against the planner's own and torch, at SHAPES for bf16 and fp8: every output checked against the fp32
     product first."""
-    from warploom.bench import _err
 
     rows = []
     for dtype in ("bf16", "fp8"):
@@ -114,10 +113,7 @@ def run_variants(variants: dict[str, Callable[[Kernel, int], Kernel | None]], ro
                     continue
                 out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
                 runs[name] = functools.partial(kern.run, a, b, out, sa, sb)
-                runs[name]()
-                torch.cuda.synchronize()
-                e = _err(out, ref)
-                assert e < 1e-3 and not out.isnan().any(), f"{dtype} {m}x{n}x{k} {name}: {e:.2e}"
+            checked({k_: f for k_, f in runs.items() if k_ != "torch"}, ref.double(), f"{dtype} {m}x{n}x{k}")
             ms = interleaved_ms(runs, rounds)
             for name, t in ms.items():
                 rows.append({"dtype": dtype, "shape": [m, n, k], "variant": name, "plan": base.plan.short(),

@@ -20,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))  # scripts/: sweep_plans' cases
-from _rows import interleaved_ms, with_source, write_rows  # noqa: E402
+from _rows import checked, interleaved_ms, with_source, write_rows  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 28672, 4096), (4096, 4096, 14336)]
 CASES = ("bf16", "fp8", "fp8-exact")  # (the first GPU run's; --cases blockwise the second's)
@@ -71,7 +71,7 @@ def cross(cases: tuple[str, ...]) -> None:
 
 def gpu(rounds: int, cases: tuple[str, ...]) -> None:
     import torch
-    from sweep_plans import case, err
+    from sweep_plans import case
 
     from warploom.device import DeviceInfo
     from warploom.kernel import build
@@ -87,10 +87,7 @@ def gpu(rounds: int, cases: tuple[str, ...]) -> None:
             for form, kk in (("nest", kern), ("flat", with_source(kern, flat(kern.gluon.text)))):
                 out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
                 runs[form] = functools.partial(kk.run, a, b, out, sa, sb, bias)
-                runs[form]()
-                torch.cuda.synchronize()
-                e = err(out, ref)
-                assert e < 1e-3 and not out.isnan().any(), f"{name} {m}x{n}x{k} {form}: {e:.2e}"
+            checked({f: runs[f] for f in ("nest", "flat")}, ref.double(), f"{name} {m}x{n}x{k}")
             ms = interleaved_ms(runs, rounds)
             for form, t in ms.items():
                 rows.append({"case": name, "shape": [m, n, k], "variant": form, "plan": kern.plan.short(), "ms": t,

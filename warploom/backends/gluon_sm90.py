@@ -317,14 +317,12 @@ class _PartitionEmitter:
             case ir.StoreWait():
                 b.line(f"tma.store_wait({o.pending})", c)
             case ir.StoreSmem() if o.output is not None:
-                # A swapped module's block goes to C transposed (ir.Tiling.swap_ab): written so.
-                dst, c = (f"{o.buffer}.permute((1, 0))", f"{c}, transposed") if self.m.tiling.swap_ab else (o.buffer, c)
+                dst, c = self._staged(o.buffer, c)
                 b.line(f"{dst}.store(ep_out{o.output})", c)
             case ir.StoreSmem():
                 buf = self.m.buffer(o.buffer)
                 src = self._column_block(o.acc, o.part, o.parts)
-                # A swapped module's block goes to C transposed (ir.Tiling.swap_ab): written so.
-                dst, c = (f"{o.buffer}.permute((1, 0))", f"{c}, transposed") if self.m.tiling.swap_ab else (o.buffer, c)
+                dst, c = self._staged(o.buffer, c)
                 b.line(f"{dst}.store({src}.to({buf.dtype.gluon}))", c)
             case ir.FenceAsync():
                 b.line("fence_async_shared()", c)
@@ -503,6 +501,13 @@ class _PartitionEmitter:
         for line in emit(g, "ep_acc", operands, outs, out_dtype=self.m.spec.out_dtype):
             code, _, note = line.partition("  # ")
             b.line(code, note or None)
+
+    def _staged(self, buffer: str, comment: str) -> tuple[str, str]:
+        """The staging buffer a block is written to, and its comment: a swapped module's block goes to C transposed
+        (ir.Tiling.swap_ab), so it is written through the buffer's transposed view."""
+        if self.m.tiling.swap_ab:
+            return f"{buffer}.permute((1, 0))", f"{comment}, transposed"
+        return buffer, comment
 
     def _column_block(self, acc: str, part: int, parts: int) -> str:
         """The variable holding column block `part` of `parts` of `acc`; at block 0, the lines that split it.

@@ -80,8 +80,8 @@ def _unary(op: eg.UnaryOp, x: str) -> str:
         case eg.UnaryOp.GELU_TANH:
             # x/2 (1 + tanh(u)) = x sigmoid(2u): one exp and one divide where libdevice's tanhf took ~14 more
             # instructions per element (612 -> 510 us at 8192x8192x4096 fused; scripts/exp/gelu_forms.py). Where
-            # fp32 tanh(u) is exactly -1 (u <= _TANH_MINUS_ONE) torch's 1 + tanh(u) is 0 and the result x * 0: kept,
-            # so a later sqrt or 1/x sees -0.0 as in torch, not a tiny negative (found by the property test).
+            # fp32 tanh(u) is exactly -1 (2u <= _TWO_TANH_MINUS_ONE) torch's 1 + tanh(u) is 0 and the result
+            # x * 0: kept, so a later sqrt or 1/x sees -0.0 as in torch, not a tiny negative (the property test).
             inner = f"{_TWO_SQRT_2_PI} * ({x} + {_KAPPA} * {x} * {x} * {x})"
             return f"gl.where({inner} <= {_TWO_TANH_MINUS_ONE}, {x} * 0.0, {x} / (1.0 + gl.exp(-{inner})))"
         case eg.UnaryOp.SILU:

@@ -54,6 +54,15 @@ class OperandKind(enum.Enum):
         return OperandKind.of(self.varies_m or other.varies_m, self.varies_n or other.varies_n)
 
 
+def element_span(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """The distance in elements between a strided tensor's first and last element: the largest offset a load of it
+    adds to its pointer (0 for an empty one). Kernels address epilogue operands and blockwise scales with 32-bit
+    offsets below 2**31."""
+    if 0 in shape:
+        return 0
+    return sum((d - 1) * abs(st) for d, st in zip(shape, strides, strict=True))
+
+
 def check_name(name: str) -> None:
     """An operand name becomes a Python keyword argument and a variable in generated code."""
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name) or name == ACC:
@@ -93,7 +102,7 @@ class OperandSpec:
     def span(self) -> int:
         """The distance in elements between the operand's first and last element (the largest offset a load
         adds to its pointer)."""
-        return sum((d - 1) * abs(st) for d, st in zip(self.shape, self.strides, strict=True) if d > 0)
+        return element_span(self.shape, self.strides)
 
     def transposed(self) -> OperandSpec:
         """This operand as the transposed problem reads it (planner rule 18: C^T's (m, n) is C's (n, m)): a row

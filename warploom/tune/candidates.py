@@ -163,11 +163,9 @@ def feasible(spec: GemmSpec, device: DeviceInfo, space: SearchSpace = DEFAULT_SP
                 continue  # the planner's own rules (it says why when forced by hand)
             seen.setdefault(plan)
     if 0 < spec.m <= SWAP_MAX_M and not spec.swap_problems():
-        swapped = spec.swapped()
         for rows, tokens in itertools.product(space.swap_rows, (t for t in SWAP_TOKENS if t >= spec.m)):
-            deepest = max_stages(swapped, device, rows, tokens, bk)
-            try:
-                seen.setdefault(plan_schedule(spec, device, bm=rows, bn=tokens, stages=deepest, swap_ab=True))
+            try:  # (its depth left to the planner: the deepest that fits the swapped tile)
+                seen.setdefault(plan_schedule(spec, device, bm=rows, bn=tokens, swap_ab=True))
             except UnsupportedError:
                 continue
     return list(seen)
