@@ -63,8 +63,9 @@ def main() -> None:
 
 
 def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int | None = None,
-             scales: str = "rowwise") -> Kernel:
-    """The kernel warploom plans for an H100 (or this machine's GPU) for the problem; `stages` forces the depth.
+             scales: str = "rowwise", device: Any = None) -> Kernel:
+    """The kernel warploom plans for an H100 (or this machine's GPU, or `device`) for the problem; `stages` forces
+    the depth.
 
     A size warploom refuses (e.g. fp8 with N not a multiple of 16) is a usage error, printed without a traceback.
     """
@@ -75,7 +76,7 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
 
     a, b, sa, sb = _tensors(m, n, k, dtype, "meta", scales)
     try:
-        kern = warploom.plan(a, b, sa, sb, use_fast_accum=fast_accum)
+        kern = warploom.plan(a, b, sa, sb, use_fast_accum=fast_accum, device=device)
     except WarploomError as e:
         if isinstance(e, InternalError):
             raise
@@ -116,16 +117,21 @@ _TIMELINE = click.option("--timeline", type=click.Path(dir_okay=False, path_type
 @_problem(4096, 4096, 4096)
 @click.option("--out-dir", type=click.Path(path_type=Path), default=Path("out"), show_default=True)
 @_TIMELINE
+@click.option("--target", type=click.Choice(["sm_90a", "sm_100a"]), default="sm_90a", show_default=True,
+              help="sm_100a: plan for a B200 (planner rule 19) and cross-compile only")
 def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_dir: Path,
-         timeline: Path | None) -> None:
+         timeline: Path | None, target: str) -> None:
     """Plan, show, cross-compile and run one GEMM: on the GPU (timed) or, without one, on the CPU simulator."""
     import torch
     from rich.console import Console
     from rich.table import Table
 
+    from warploom.device import B200
+
     con = Console()
-    gpu = torch.cuda.is_available()
-    kern = _planned(m, n, k, dtype, fast_accum, scales=scales)
+    blackwell = target == "sm_100a"
+    gpu = torch.cuda.is_available() and not blackwell
+    kern = _planned(m, n, k, dtype, fast_accum, scales=scales, device=B200 if blackwell else None)
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(kern.plan)
     from warploom.planner import wave_fill
@@ -141,19 +147,21 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
         src = out_dir / f"{module.name}.py"
         src.write_text(gluon.text)
         con.print(f"generated Gluon written to [bold]{src}[/] ({len(gluon.text.splitlines())} lines)")
-    con.rule("[bold]cross-compile sm_90a")
-    t = Table("kernel", "HGMMA", "QGMMA", "registers (cap)", "spills (bytes)", "smem (bytes)", "wgmma serialized")
+    con.rule(f"[bold]cross-compile {target}")
+    cols = (("UTCHMMA", "UTCQMMA", "LDTM") if blackwell else ("HGMMA", "QGMMA")) + (
+        "registers", "spills", "smem_bytes") + (() if blackwell else ("wgmma_serialized",))
+    t = Table("kernel", *cols)
     for name, compile_it in (("main", kern.compile), ("split-K tail", kern.compile_tail if kern.tail else None)):
         if compile_it is None:
             continue
-        s = compile_it("sm_90a").summary()
-        t.add_row(name, *(str(s[c]) for c in ("HGMMA", "QGMMA", "registers", "spills", "smem_bytes",
-                                               "wgmma_serialized")))
+        s = compile_it(target).summary()
+        t.add_row(name, *(str(s[c]) for c in cols))
     con.print(t)
     if gpu:
         _run_gpu(con, m, n, k, dtype, fast_accum, scales)
-    if not gpu or timeline is not None:
-        _run_sim(con, kern, 0, timeline, "simulate on the CPU" + ("" if gpu else " (no GPU here)"))
+    if not gpu or timeline is not None:  # (an sm_100a kernel is simulated: no GPU here runs it)
+        _run_sim(con, kern, 0, timeline, "simulate on the CPU" + (" (sm_100a: cross-compiled, not run)" if blackwell
+                                                                  else "" if gpu else " (no GPU here)"))
 
 
 @main.command()

@@ -35,5 +35,14 @@ class DeviceInfo:
         return DeviceInfo(props.name, arch, props.multi_processor_count, smem)
 
 
+    @property
+    def blackwell(self) -> bool:
+        """Whether kernels for this GPU are sm_100a schedules (tcgen05 MMAs into tensor memory)."""
+        return self.arch.startswith("sm_100")
+
+
 # The H100 SXM that warploom is measured on: 132 SMs, 227 KiB of opt-in shared memory per block.
 H100_SXM = DeviceInfo("NVIDIA H100 80GB HBM3", "sm_90a", 132, 232448)
+# A B200 (sm_100a): 148 SMs, 227 KiB of opt-in shared memory per block, 512 columns of tensor memory per SM.
+# warploom plans and cross-compiles for it; none is at hand to run on.
+B200 = DeviceInfo("NVIDIA B200", "sm_100a", 148, 232448)

@@ -61,11 +61,11 @@ class Kernel:
 
     @functools.cached_property
     def gluon(self) -> GluonSource:
-        return lower(self.module)
+        return _lower(self.module)
 
     @functools.cached_property
     def tail_gluon(self) -> GluonSource | None:
-        return None if self.tail is None else lower(self.tail)
+        return None if self.tail is None else _lower(self.tail)
 
     @property
     def source(self) -> str:
@@ -75,15 +75,16 @@ class Kernel:
         return (self.gluon.text + "\n\n# " + "-" * 100 + "\n# The split-K tail: the tiles past the last whole wave, "
                 "launched after the kernel above.\n\n" + self.tail_gluon.text)
 
-    def compile(self, target: str = "sm_90a") -> Compiled:
-        """Cross-compile without a GPU; the result has .sass, .registers, .spills, .smem_bytes."""
-        return _compiled(self, check_target(target))
+    def compile(self, target: str | None = None) -> Compiled:
+        """Cross-compile without a GPU for `target` (default: the planned device's, ``sm_90a`` or ``sm_100a``); the
+        result has .sass, .registers, .spills, .smem_bytes."""
+        return _compiled(self, check_target(self.device.arch if target is None else target, self.module))
 
-    def compile_tail(self, target: str = "sm_90a") -> Compiled:
+    def compile_tail(self, target: str | None = None) -> Compiled:
         """Cross-compile a split-K tail's kernel (`tail`), as `compile` does the main one."""
         if self.tail is None:
             raise ValueError(f"{self.plan.short()} has no split-K tail (Plan.tail_split is 1)")
-        return _compiled(self, check_target(target), tail=True)
+        return _compiled(self, check_target(self.device.arch if target is None else target, self.tail), tail=True)
 
     def run(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
             operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
@@ -91,6 +92,12 @@ class Kernel:
 
         With a fused epilogue, `operands` maps each of the graph's operand names to its tensor (for scaled_mm
         including scale_a, scale_b and bias), and `extra_outs` are the outputs after `out`."""
+        if self.module.blackwell:
+            from warploom.errors import TargetError
+
+            raise TargetError(f"Kernel.run: {self.module.name} is an sm_100a kernel, which warploom cross-compiles "
+                              "but has not run on an sm_100a GPU yet (none is at hand). Fix: Kernel.compile('sm_100a') "
+                              "to inspect it, or plan for the sm_90a GPU you run on")
         return self.launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
 
     @functools.cached_property
@@ -210,6 +217,15 @@ def _merged(results: list[SimResult]) -> SimResult:
                      steps=first.steps + tail.steps, k_steps=first.k_steps + tail.k_steps,
                      findings=first.findings + tail.findings, timeline=timeline, wall_s=first.wall_s + tail.wall_s)
     return replace(results[-1], report=report)
+
+
+def _lower(m: ir.Module) -> GluonSource:
+    """The Gluon of a module, by its target: sm_100a modules hold tensor-memory accumulators."""
+    if m.blackwell:
+        from warploom.backends.gluon_sm100 import lower_sm100
+
+        return lower_sm100(m)
+    return lower(m)
 
 
 @functools.lru_cache(maxsize=64)

@@ -111,6 +111,16 @@ The heuristic, in order:
    1.07-1.39 against 0.80-1.09 unswapped, fp8 rowwise + bias then gelu 1.11-1.89 against 1.02-1.39, all 24 cases
    faster. A dense operand keeps a fused epilogue unswapped. At M = 48 and 64 a 32-wide swapped tile lost
    (0.71-0.93 against 0.84-1.58) and a 64-wide one tied rule 16, so M > 32 stays with rule 16.
+19. sm_100a (a device whose `DeviceInfo.blackwell`; `plan_blackwell`): tcgen05 MMAs accumulate in tensor memory, not
+   registers, so the tile no longer splits over consumer warpgroups: one MMA warp issues 128-row MMAs into a
+   128x256 fp32 accumulator (BK as rule 1), two of them in tensor memory (2 x 256 of its 512 columns), and a 4-warp
+   epilogue partition drains one (in 4 column blocks of 64 through one staging buffer) while the MMA warp fills the
+   other: the epilogue overlaps the next tile's mainloop, which on sm_90a needed a second register accumulator
+   (passes/blackwell.py). Stages: as many as fit beside the staging buffer, at most 6. Plain GEMMs only for now:
+   bf16/fp16, fp8 tensorwise or rowwise with native accumulation, a bias; promoted fp8, blockwise and MX scales,
+   fused epilogues, split-K and swap-AB are refused. Simulated and cross-compiled, unmeasured: no sm_100a GPU is at
+   hand, so nothing here is tuned, and warploom does not launch these kernels
+   (`warploom.plan(..., device=B200).compile("sm_100a")`, `warploom demo --target sm_100a`).
 """
 
 from __future__ import annotations
@@ -212,6 +222,8 @@ class Plan:
             before block j's math, so their latency hides under it (only two blocks' vectors are live).
         swap_ab: run the transposed problem C^T = B^T A^T (rule 18, `GemmSpec.swapped`): the other fields are the
             swapped problem's plan (bm tiles the problem's N, bn its M), and the kernel stores C transposed.
+        acc_buffers: sm_100a (rule 19): accumulators in tensor memory, this many BM x BN fp32 buffers, so the
+            epilogue partition drains one while the MMA warp fills the next; 0: an sm_90a plan (registers).
     """
 
     bm: int
@@ -242,6 +254,7 @@ class Plan:
     operand_slots: int = 1
     load_ahead: bool = False
     swap_ab: bool = False
+    acc_buffers: int = 0
 
     def __post_init__(self) -> None:
         if self.staging_slots < 1 or self.epilogue_subtiles % self.staging_slots:
@@ -284,8 +297,52 @@ class Plan:
                   + (f"_os{self.operand_slots}" if self.operand_slots > 1 else ""))
         ks = f"_k{self.split_k}" if self.split_k > 1 else ""
         ks += f"_t{self.tail_split}" if self.tail_split > 1 else ""
+        tm = f"_tm{self.acc_buffers}" if self.acc_buffers else ""
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
-                f"{sub}{split}{blocks}{ks}{ablate}{'_swap' if self.swap_ab else ''}")
+                f"{sub}{split}{blocks}{ks}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
+
+
+# Rule 19 (sm_100a): tensor memory holds 512 fp32 columns per SM: two 256-wide accumulators.
+_TMEM_COLUMNS = 512
+_BLACKWELL_BUFFERS = 2
+_BLACKWELL_EPILOGUE_BLOCKS = 4
+_BLACKWELL_EPILOGUE_REGS = 232
+
+
+def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
+                   stages: int | None = None, group_m: int = 8) -> Plan:
+    """Rule 19: the plan of a plain GEMM on an sm_100a device (tensor-memory accumulators, an MMA warp, an epilogue
+    partition). Raises UnsupportedError, naming what to change, for what the sm_100a schedule does not cover yet."""
+    from warploom.errors import UnsupportedError
+
+    problems = []
+    if spec.accumulation is Accumulation.PROMOTED:
+        problems.append("promoted fp8 accumulation (pass use_fast_accum=True)")
+    if spec.scale not in (ScaleRecipe.NONE, ScaleRecipe.TENSORWISE, ScaleRecipe.ROWWISE):
+        problems.append(f"{spec.scale.value} scales (tensorwise and rowwise are planned)")
+    if spec.epilogue is not None:
+        problems.append("a fused epilogue")
+    if problems:
+        raise UnsupportedError(f"sm_100a (planner rule 19) plans plain GEMMs only so far; {spec.short()} has "
+                               f"{'; '.join(problems)}. Fix: plan it for an sm_90a device (device=H100_SXM)")
+    bm = bm or 128
+    bn = bn or 256
+    if bm != 128 or bn not in (64, 128, 256):
+        raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (64, 128, 256), got {bm=} "
+                               f"{bn=}. Fix: leave bm and bn to the planner")
+    bk = 128 if spec.a_dtype.bytes == 1 else 64
+    blocks = min(_BLACKWELL_EPILOGUE_BLOCKS, bn // 64)
+    staging = bm * (bn // blocks) * spec.out_dtype.bytes
+    barriers = 8 * 2 * (_MAX_STAGES + _BLACKWELL_BUFFERS)
+    fit = min(_MAX_STAGES, (device.smem_per_block - staging - barriers) // stage_bytes(spec, bm, bn, bk))
+    s = fit if stages is None else stages
+    if not 1 <= s <= fit:
+        raise UnsupportedError(f"sm_100a: {s} stages of {bm}x{bn}x{bk} do not fit beside the epilogue's staging "
+                               f"buffer in {device.smem_per_block} bytes (at most {fit}). Fix: fewer stages")
+    tiles = max(1, math.ceil(spec.m / bm) * math.ceil(spec.n / bn))
+    return Plan(bm=bm, bn=bn, bk=bk, stages=s, consumer_warps=4, group_m=group_m, grid=min(device.sm_count, tiles),
+                consumer_regs=_BLACKWELL_EPILOGUE_REGS, epilogue_subtiles=blocks, hoist_rows=True,
+                acc_buffers=_BLACKWELL_BUFFERS)
 
 
 def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
@@ -451,6 +508,15 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     swapped problem, with bm and bn as given for it, by default 64 x 16)."""
     from warploom.errors import UnsupportedError
 
+    if device.blackwell:  # rule 19
+        hopper = {"consumer_partitions": consumer_partitions, "partial_blocks": partial_blocks,
+                  "pingpong": pingpong or None, "scale_partition": scale_partition, "swap_ab": swap_ab or None,
+                  "split_k": None if split_k == 1 else split_k, "tail_split": None if tail_split == 1 else tail_split}
+        if any(v is not None for v in hopper.values()):
+            given = ", ".join(f"{k}={v}" for k, v in hopper.items() if v is not None)
+            raise UnsupportedError(f"{given}: sm_90a schedule options; the sm_100a schedule (rule 19) has none of "
+                                   "them. Fix: drop them, or plan for an sm_90a device")
+        return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m)
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
     if swap_ab is None:
         swap_ab = not pingpong and all(f is None for f in forced) and swap_decode(spec)

@@ -90,3 +90,62 @@ def checked(runs: dict[str, Callable[[], Any]], ref: Any, label: str) -> None:
         y = fn().double()
         e = float(1 - 2 * (y * ref).sum() / (y * y + ref * ref).sum())
         assert e < 1e-3 and not y.isnan().any(), f"{label} {name}: error {e:.2e}"
+
+
+Variants = Callable[[str, str], dict[str, str]]  # (case, the planner's Gluon) -> {variant name: Gluon text}
+
+
+def cross_variants(cases: tuple[str, ...], shapes: list[tuple[int, int, int]], variants: Variants) -> None:
+    """Cross-compile each text variant of the planner's kernel for sweep_plans' `cases` at `shapes` (H100 plans):
+    registers, spills and C7514, before any device time is spent."""
+    from producer_nest import _spec
+
+    from warploom.device import H100_SXM
+    from warploom.kernel import build
+    from warploom.runtime.cross import cross_compile
+
+    for case in cases:
+        for m, n, k in shapes:
+            kern = build(_spec(case, m, n, k), H100_SXM)
+            for name, text in variants(case, kern.gluon.text).items():
+                kk = with_source(kern, text)
+                c = cross_compile(kk.module, kk.gluon, "sm_90a")
+                print(f"{case} {m}x{n}x{k} {kern.plan.short()} {name}: registers {c.registers}, spills {c.spills}, "
+                      f"wgmma serialized {c.wgmma_serialized}", flush=True)
+
+
+def time_variants(cases: tuple[str, ...], shapes: list[tuple[int, int, int]], variants: Variants, rounds: int,
+                  out_name: str, unchecked: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Time each text variant of the planner's kernel against torch (sweep_plans' `cases`), interleaved, on poisoned
+    outputs; every variant not in `unchecked` (one that writes nothing on purpose) is checked against the fp32
+    product first. Prints a line per shape and writes the rows to $OUT/`out_name`."""
+    import functools
+
+    import torch
+    from sweep_plans import case
+
+    from warploom.device import DeviceInfo
+    from warploom.kernel import build
+
+    dev = DeviceInfo.current()
+    rows = []
+    for name in cases:
+        for m, n, k in shapes:
+            torch.manual_seed(m + n + k)
+            spec, (a, b, sa, sb, bias), ref, theirs = case(name, (m, n, k))
+            kern = build(spec, dev)
+            runs: dict[str, Any] = {"torch": theirs}
+            for form, text in variants(name, kern.gluon.text).items():
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+                runs[form] = functools.partial(with_source(kern, text).run, a, b, out, sa, sb, bias)
+            checked({f: r for f, r in runs.items() if f != "torch" and f not in unchecked}, ref.double(),
+                    f"{name} {m}x{n}x{k}")
+            ms = interleaved_ms(runs, rounds)
+            for form, t in ms.items():
+                rows.append({"case": name, "shape": [m, n, k], "variant": form, "plan": kern.plan.short(), "ms": t,
+                             "ratio": ms["torch"] / t})
+            print(f"{name:9s} {m}x{n}x{k} {kern.plan.short():30s} " + "  ".join(
+                f"{f} {ms['torch'] / t:.3f}" for f, t in ms.items() if f != "torch"), flush=True)
+            torch.cuda.empty_cache()
+    print(write_rows(rows, out_name))
+    return rows

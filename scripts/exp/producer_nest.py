@@ -12,7 +12,6 @@ torch in one process, graph-timed; every output checked against the fp32 product
 from __future__ import annotations
 
 import argparse
-import functools
 import re
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))  # scripts/: sweep_plans' cases
-from _rows import checked, interleaved_ms, with_source, write_rows  # noqa: E402
+from _rows import cross_variants, time_variants  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 28672, 4096), (4096, 4096, 14336)]
 CASES = ("bf16", "fp8", "fp8-exact")  # (the first GPU run's; --cases blockwise the second's)
@@ -55,46 +54,8 @@ def _spec(case: str, m: int, n: int, k: int) -> Any:
     return GemmSpec(m, n, k, DType.E4M3, DType.E4M3, DType.BF16, scale=scale, accumulation=acc)
 
 
-def cross(cases: tuple[str, ...]) -> None:
-    from warploom.device import H100_SXM
-    from warploom.kernel import build
-    from warploom.runtime.cross import cross_compile
-
-    for case in cases:
-        for m, n, k in SHAPES:
-            kern = build(_spec(case, m, n, k), H100_SXM)
-            for name, kk in (("nest", kern), ("flat", with_source(kern, flat(kern.gluon.text)))):
-                c = cross_compile(kk.module, kk.gluon, "sm_90a")
-                print(f"{case} {m}x{n}x{k} {kern.plan.short()} {name}: registers {c.registers}, spills {c.spills}, "
-                      f"wgmma serialized {c.wgmma_serialized}", flush=True)
-
-
-def gpu(rounds: int, cases: tuple[str, ...]) -> None:
-    import torch
-    from sweep_plans import case
-
-    from warploom.device import DeviceInfo
-    from warploom.kernel import build
-
-    dev = DeviceInfo.current()
-    rows = []
-    for name in cases:
-        for m, n, k in SHAPES:
-            torch.manual_seed(m + n + k)
-            spec, (a, b, sa, sb, bias), ref, theirs = case(name, (m, n, k))
-            kern = build(spec, dev)
-            runs: dict[str, Any] = {"torch": theirs}
-            for form, kk in (("nest", kern), ("flat", with_source(kern, flat(kern.gluon.text)))):
-                out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-                runs[form] = functools.partial(kk.run, a, b, out, sa, sb, bias)
-            checked({f: runs[f] for f in ("nest", "flat")}, ref.double(), f"{name} {m}x{n}x{k}")
-            ms = interleaved_ms(runs, rounds)
-            for form, t in ms.items():
-                rows.append({"case": name, "shape": [m, n, k], "variant": form, "plan": kern.plan.short(), "ms": t,
-                             "ratio": ms["torch"] / t})
-            print(f"{name:9s} {m}x{n}x{k} {kern.plan.short():34s} nest {ms['torch'] / ms['nest']:.3f}  "
-                  f"flat {ms['torch'] / ms['flat']:.3f}  (nest/flat time {ms['nest'] / ms['flat']:.3f})", flush=True)
-    print(write_rows(rows, "producer-nest.json"))
+def _forms(case: str, text: str) -> dict[str, str]:
+    return {"nest": text, "flat": flat(text)}
 
 
 def main() -> None:
@@ -104,7 +65,10 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES), help="sweep_plans.py cases, e.g. bf16,fp8,fp8-exact,blockwise")
     args = ap.parse_args()
     cases = tuple(args.cases.split(","))
-    cross(cases) if args.cross else gpu(args.rounds, cases)
+    if args.cross:
+        cross_variants(cases, SHAPES, _forms)
+    else:
+        time_variants(cases, SHAPES, _forms, args.rounds, "producer-nest.json")
 
 
 if __name__ == "__main__":

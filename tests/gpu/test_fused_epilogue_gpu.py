@@ -230,3 +230,34 @@ def test_pingpong_epilogue_in_quarters(bm: int, bn: int, grid: int) -> None:
     plan = plan_schedule(spec, DeviceInfo.current(), pingpong=True, bm=bm, bn=bn)
     assert plan.epilogue_subtiles == 4 and not plan.hoist_rows
     run_on_grid(spec, plan, grid, ab, ops, ref)
+
+
+@pytest.mark.parametrize("m", [48, 16])  # unswapped (rule 16) and swapped (rule 18: the operands trade kinds)
+def test_operands_spanning_2_31_elements(m: int) -> None:
+    """A row and a column operand whose elements lie 2**26 apart, so their last element is 2**31 or more past
+    their first: loaded with 64-bit offsets (OperandSpec.span), where int32 offsets would wrap. About 9 GB."""
+    torch.manual_seed(m)
+    n, k, stride = 40, 64, 2**26
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    big_row = torch.zeros((n - 1) * stride + 1, device="cuda", dtype=torch.bfloat16)
+    big_col = torch.zeros((m - 1) * stride + 1, device="cuda", dtype=torch.float32)
+    bias = big_row.as_strided((n,), (stride,))
+    col = big_col.as_strided((m, 1), (stride, 1))
+    bias.copy_(torch.randn(n, device="cuda", dtype=torch.bfloat16))
+    col.copy_(torch.randn(m, 1, device="cuda"))
+    assert (n - 1) * stride >= 2**31
+
+    def fn(acc: torch.Tensor, bias: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        return (acc + bias) * col
+
+    kern = warploom.plan(a, w.t(), epilogue=fn, bias=bias, col=col)
+    assert kern.plan.swap_ab == (m <= 32) and "to(gl.int64)" in kern.source
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, w.t(), out, operands={"bias": bias, "col": col})
+    ref = fn(a.float() @ w.float().t(), bias.float(), col)
+    assert not out.isnan().any() and err(out, ref) < 1e-4
+    torch.testing.assert_close(warploom.matmul(a, w.t(), epilogue=fn, bias=bias, col=col).float(), ref,
+                               atol=0.05, rtol=2e-2)
+    del big_row, big_col
+    torch.cuda.empty_cache()

@@ -186,3 +186,55 @@ def test_forced_swapped_fused_scaled_mm(m: int) -> None:
     build(spec, dev, plan).run(a, w.t(), out, operands={"scale_a": sa, "scale_b": sb, "bias": bias})
     ref = fn((a.float() @ w.float().t()) * sa * sb + bias.float())
     assert not out.isnan().any() and _err(out, ref) < 1e-3
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 1024), (13, 1008, 528), (29, 272, 256)])
+def test_public_swapped_fused_matmul(m: int, n: int, k: int) -> None:
+    """The public API's fused call at decode M takes rule 18's swapped plan by default: the first call through the
+    JIT, later ones (new data in the same tensors, incl. the operands) through the bound launch."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(m * 3 + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    col = torch.randn(m, 1, device="cuda")
+
+    def fn(acc: torch.Tensor, bias: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        return F.silu(acc + bias) * col
+
+    assert warploom.plan(a, w.t(), epilogue=fn, bias=bias, col=col).plan.swap_ab
+    for _ in range(3):
+        ref = fn(a.float() @ w.float().t(), bias.float(), col)
+        out = warploom.matmul(a, w.t(), epilogue=fn, bias=bias, col=col)
+        assert out.shape == (m, n) and out.dtype == torch.bfloat16
+        assert not out.isnan().any() and _err(out, ref) < 1e-4
+        a.copy_(torch.randn_like(a))
+        bias.copy_(torch.randn_like(bias))
+        col.copy_(torch.randn_like(col))
+
+
+@pytest.mark.parametrize("m", [1, 16, 32])
+def test_public_swapped_fused_scaled_mm(m: int) -> None:
+    """fp8 rowwise scaled_mm with a bias and a fused GELU through the public API, swapped by default (rule 18);
+    repeated calls on new data take the bound launch."""
+    import torch.nn.functional as F
+
+    torch.manual_seed(m + 5)
+    n, k = 4096, 2048
+    a = torch.randn(m, k, device="cuda").to(E4)
+    w = torch.randn(n, k, device="cuda").to(E4)
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+
+    def fn(acc: torch.Tensor) -> torch.Tensor:
+        return F.gelu(acc)
+
+    assert warploom.plan(a, w.t(), sa, sb, bias=bias, use_fast_accum=True, epilogue=fn).plan.swap_ab
+    for _ in range(3):
+        ref = fn((a.float() @ w.float().t()) * sa * sb + bias.float())
+        out = warploom.scaled_mm(a, w.t(), sa, sb, bias=bias, use_fast_accum=True, epilogue=fn)
+        assert out.shape == (m, n) and not out.isnan().any() and _err(out, ref) < 1e-3
+        a.copy_(torch.randn(m, k, device="cuda").to(E4))
+        sa.copy_(torch.rand_like(sa) + 0.5)
+        bias.copy_(torch.randn_like(bias))

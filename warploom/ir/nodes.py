@@ -28,6 +28,8 @@ class Role(enum.Enum):
     PRODUCER = "producer"  # issues TMA loads into the rings
     CONSUMER = "consumer"  # issues wgmma from the rings, then runs the epilogue
     SCALES = "scales"  # copies blockwise scales into a ring of their own (passes/scales.py, seed 000)
+    MMA = "mma"  # sm_100a: issues tcgen05 MMAs from the rings into tensor-memory accumulators (passes/blackwell.py)
+    EPILOGUE = "epilogue"  # sm_100a: drains finished accumulators from tensor memory and stores the tiles
 
 
 class Tensor(enum.Enum):
@@ -40,6 +42,7 @@ class Tensor(enum.Enum):
     SCALE_A = "scale_a"  # blockwise scales of A: one fp32 per row and k-block
     SCALE_B = "scale_b"  # blockwise scales of B: per 128 columns (or per column) and k-block
     WORKSPACE = "workspace"  # split-K: fp32 partial sums, one (M rounded up to BM) x N slab per k-range
+    ACC = "acc"  # sm_100a: fp32 accumulator tiles in tensor memory (a Ring of them, not shared memory)
 
 
 class Axis(enum.Enum):
@@ -101,6 +104,9 @@ class EpilogueStep(enum.Enum):
 class Ring:
     """A shared-memory ring buffer of `depth` slots, each one (rows, cols) tile of `dtype`.
 
+    A ring of tensor ACC lives in tensor memory instead (sm_100a): `depth` fp32 accumulator tiles of (rows,
+    cols), written by `TcMma` and read by `LoadTmem`, using `cols` of the SM's 512 tensor-memory columns each.
+
     Attributes:
         name: unique within the module.
         tensor: the global tensor whose tiles it holds.
@@ -123,6 +129,10 @@ class Ring:
     @property
     def bytes(self) -> int:
         return self.depth * self.slot_bytes
+
+    @property
+    def in_tmem(self) -> bool:
+        return self.tensor is Tensor.ACC
 
 
 @dataclass(frozen=True)
@@ -274,6 +284,48 @@ class Mma:
     is_async: bool = False
     n_cols: ColBlock | None = None
     k_cols: ColBlock | None = None
+
+
+@dataclass(frozen=True)
+class TcMma:
+    """``acc_ring[acc_slot] (+)= a_ring[slot] @ b_ring[slot]`` on the tensor cores (sm_100a tcgen05), asynchronous.
+
+    One thread of the partition issues it; the tensor cores read the two smem slots and accumulate into the
+    tensor-memory accumulator in the background. It completes in issue order with the partition's other
+    tcgen05 MMAs; on completion it arrives once on `release[slot]` (the ring's empty barrier: the slots may be
+    refilled), if given. The accumulator is overwritten instead of added to when `overwrite` holds (FIRST_K: a
+    tile's first k-block). Its result is visible only through a `Commit` arrival issued after it.
+    """
+
+    a_ring: str
+    b_ring: str
+    slot: Slot
+    acc_ring: str
+    acc_slot: Slot
+    overwrite: Guard = Guard.FIRST_K
+    release: str | None = None
+
+
+@dataclass(frozen=True)
+class Commit:
+    """Arrive once on `barrier[slot]` when every tcgen05 MMA this partition issued before has completed
+    (tcgen05.commit): a waiter on that phase may then read the accumulators they wrote."""
+
+    barrier: str
+    slot: Slot
+
+
+@dataclass(frozen=True)
+class LoadTmem:
+    """Copy column block `part` of `parts` of tensor-memory accumulator `acc_ring[slot]` into register accumulator
+    `acc` (fp32, the block's rows and columns; `acc`'s col0 places it). The slot must have been committed and the
+    commit's phase acquired by a wait; the registers stay valid after the slot is released."""
+
+    acc_ring: str
+    slot: Slot
+    acc: str
+    part: int = 0
+    parts: int = 1
 
 
 @dataclass(frozen=True)
@@ -492,7 +544,7 @@ class PrefetchOperand:
 Op = (
     Wait | Arrive | ArriveExpectTx | TmaLoad | CopyScales | Mma | MmaWait | Promote | ZeroAcc | Epilogue | StoreTile
     | StoreWait | StoreSmem | FenceAsync | TmaStore | Advance | SkipTiles | LoadOperand | PrefetchOperand
-    | ApplyEpilogue
+    | ApplyEpilogue | TcMma | Commit | LoadTmem
 )
 Stmt = Op | Loop
 
@@ -650,9 +702,9 @@ class Module:
 
     @property
     def smem_bytes(self) -> int:
-        """Shared memory of rings and buffers, plus 8 bytes per mbarrier."""
+        """Shared memory of rings and buffers, plus 8 bytes per mbarrier (tensor-memory rings take none)."""
         return (
-            sum(r.bytes for r in self.rings)
+            sum(r.bytes for r in self.rings if not r.in_tmem)
             + sum(b.bytes for b in self.buffers)
             + 8 * sum(b.depth for b in self.barriers)
         )
@@ -671,6 +723,16 @@ class Module:
         used = sum(p.warps for p in self.partitions)
         pad = self.launched_warps - used
         return 32 * (sum(p.warps * p.regs for p in self.partitions) + pad * self.partitions[-1].regs)
+
+    @property
+    def tmem_columns(self) -> int:
+        """Tensor-memory columns the accumulator rings take (sm_100a: at most 512 per SM)."""
+        return sum(r.depth * r.cols for r in self.rings if r.in_tmem)
+
+    @property
+    def blackwell(self) -> bool:
+        """Whether this is an sm_100a schedule (tensor-memory accumulators, an MMA partition)."""
+        return any(r.in_tmem for r in self.rings)
 
     def with_partition(self, part: Partition) -> Module:
         """This module with the partition of the same name replaced."""

@@ -92,6 +92,16 @@ def op(o: ir.Op) -> str:
             return f"advance {o.cursor}"
         case ir.SkipTiles():
             return f"skip {o.cursor} by {o.tiles} tile{'s' if o.tiles != 1 else ''}"
+        case ir.TcMma():
+            ow = "" if o.overwrite is ir.Guard.FIRST_K else f" overwrite={o.overwrite.value}"
+            rel = f", then arrive {o.release}[{slot(o.slot)}]" if o.release else ""
+            return (f"tcgen05_mma.async {o.acc_ring}[{slot(o.acc_slot)}] += {o.a_ring}[{slot(o.slot)}] @ "
+                    f"{o.b_ring}[{slot(o.slot)}]{ow}{rel}")
+        case ir.Commit():
+            return f"tcgen05_commit {o.barrier}[{slot(o.slot)}]"
+        case ir.LoadTmem():
+            part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
+            return f"load_tmem {o.acc} <- {o.acc_ring}[{slot(o.slot)}]{part}"
     raise TypeError(f"unknown op {o!r}")
 
 
@@ -116,14 +126,15 @@ def module(m: ir.Module) -> str:
         + (" swap_ab (stores C transposed)" if t.swap_ab else ""),
     ]
     for r in m.rings:
-        out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]")
+        where = " in tensor memory" if r.in_tmem else ""
+        out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]{where}")
     for b in m.buffers:
         what = b.operand if b.tensor is ir.Tensor.OPERAND else output_name(b.tensor, b.output)
         out.append(f"  buffer {b.name}: {what} {b.dtype.value}[{b.rows}x{b.cols}]")
     for br in m.barriers:
         of = f" of {', '.join(br.rings)}" if br.rings else ""
         out.append(f"  mbarrier {br.name}[{br.depth}] count={br.count} {br.purpose.value}{of}")
-    out.append(f"  smem {m.smem_bytes} bytes")
+    out.append(f"  smem {m.smem_bytes} bytes" + (f", tmem {m.tmem_columns} columns" if m.blackwell else ""))
     if m.spec.epilogue is not None:
         from warploom.epilogue import printer as ep
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from fractions import Fraction
+from typing import Any
 
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
@@ -26,6 +27,7 @@ from warploom.spec import SCALE_BLOCK, ScaleRecipe
 
 _MAX_REGS = 256
 _MIN_REGS = 24
+_TMEM_COLUMNS = 512
 
 
 def structural(m: ir.Module) -> list[str]:
@@ -84,15 +86,32 @@ def structural(m: ir.Module) -> list[str]:
                     slot(o.slot, r.depth, f"load into {r.name}")
                     if o.barrier is not None and o.barrier not in bar_names:
                         errs.append(f"{where}: load completes unknown barrier {o.barrier}")
-                case ir.Mma():
+                case ir.Mma() | ir.TcMma():
+                    kind = "wgmma" if isinstance(o, ir.Mma) else "tcgen05"
                     for rn, t in ((o.a_ring, ir.Tensor.A), (o.b_ring, ir.Tensor.B)):
                         r = ring_names.get(rn)
                         if r is None or r.tensor is not t:
-                            errs.append(f"{where}: wgmma operand {rn} is not a ring of {t.value}")
+                            errs.append(f"{where}: {kind} operand {rn} is not a ring of {t.value}")
                         else:
-                            slot(o.slot, r.depth, f"wgmma read of {rn}")
-                    if o.acc not in accs:
+                            slot(o.slot, r.depth, f"{kind} read of {rn}")
+                    if isinstance(o, ir.Mma) and o.acc not in accs:
                         errs.append(f"{where}: wgmma into unknown accumulator {o.acc}")
+                    if isinstance(o, ir.Mma):
+                        continue
+                    _tmem_ring(ring_names, o.acc_ring, o.acc_slot, f"{where}: tcgen05 MMA into", slot, errs)
+                    if o.release is not None and o.release not in bar_names:
+                        errs.append(f"{where}: tcgen05 MMA releases unknown barrier {o.release}")
+                    if p.role is not ir.Role.MMA:
+                        errs.append(f"{where}: tcgen05 MMA in a {p.role.value} partition (one MMA warp issues them)")
+                case ir.Commit():
+                    if o.barrier not in bar_names:
+                        errs.append(f"{where}: tcgen05_commit to unknown barrier {o.barrier}")
+                    else:
+                        slot(o.slot, bar_names[o.barrier].depth, f"tcgen05_commit {o.barrier}")
+                case ir.LoadTmem():
+                    _tmem_ring(ring_names, o.acc_ring, o.slot, f"{where}: load_tmem from", slot, errs)
+                    if o.acc not in accs:
+                        errs.append(f"{where}: load_tmem into unknown accumulator {o.acc}")
                 case ir.CopyScales():
                     r = ring_names.get(o.ring)
                     if r is None or r.tensor is not o.tensor or o.tensor not in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
@@ -136,6 +155,31 @@ def structural(m: ir.Module) -> list[str]:
             if isinstance(o, (ir.Arrive,)) and o.guard is not ir.Guard.ALWAYS and ir.LoopKind.K not in loops \
                     and ir.LoopKind.FLAT not in loops:
                 errs.append(f"{where}: guard {o.guard.value} outside a k-loop")
+    return errs
+
+
+def _tmem_ring(rings: dict[str, ir.Ring], name: str, s: ir.Slot, what: str, slot: Any, errs: list[str]) -> None:
+    r = rings.get(name)
+    if r is None or not r.in_tmem:
+        errs.append(f"{what} {name}, not a tensor-memory ring")
+    else:
+        slot(s, r.depth, f"{what.split(': ')[-1]} {name}")
+
+
+def _check_tmem(m: ir.Module, device: DeviceInfo) -> list[str]:
+    """sm_100a: tensor-memory rings fit the SM's 512 columns, hold whole BM x BN fp32 tiles of 128 rows (one CTA's
+    tcgen05 MMA), and only an sm_100a device runs them."""
+    errs = []
+    if m.tmem_columns > _TMEM_COLUMNS:
+        errs.append(f"tensor memory: {m.tmem_columns} columns of accumulators, the SM has {_TMEM_COLUMNS}")
+    for r in m.rings:
+        if r.in_tmem and (r.rows, r.cols) != (m.tiling.bm, m.tiling.bn) or r.in_tmem and r.rows != 128:
+            errs.append(f"tensor-memory ring {r.name} holds ({r.rows}, {r.cols}) tiles; expected the (128, "
+                        f"{m.tiling.bn}) tile")
+    if m.blackwell and not device.blackwell:
+        errs.append(f"an sm_100a schedule (tensor-memory accumulators) for {device.name} ({device.arch})")
+    if not m.blackwell and device.blackwell:
+        errs.append(f"an sm_90a schedule (wgmma) for {device.name} ({device.arch}), which has no wgmma")
     return errs
 
 
@@ -303,6 +347,16 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
                 case ir.Mma():
                     readers.setdefault(o.a_ring, set()).add(p.name)
                     readers.setdefault(o.b_ring, set()).add(p.name)
+                case ir.TcMma():
+                    readers.setdefault(o.a_ring, set()).add(p.name)
+                    readers.setdefault(o.b_ring, set()).add(p.name)
+                    writers.setdefault(o.acc_ring, set()).add(p.name)
+                    if o.release is not None:  # its completion arrives on the ring's empty barrier
+                        arrivals.setdefault(o.release, set()).add(p.name)
+                case ir.Commit():
+                    arrivals.setdefault(o.barrier, set()).add(p.name)
+                case ir.LoadTmem():
+                    readers.setdefault(o.acc_ring, set()).add(p.name)
                 case ir.Promote() if o.scales is not None:
                     readers.setdefault(o.scales.a_ring, set()).add(p.name)
                     readers.setdefault(o.scales.b_ring, set()).add(p.name)
@@ -338,6 +392,7 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
             alternate = " (ping-pong: each in alternate tiles)" if any(share[n] > 1 for n in ar) else ""
             errs.append(f"barrier {b.name} expects {b.count} arrivals per phase but {per_phase} partitions "
                         f"arrive ({sorted(ar)}){alternate}")
+    errs += _check_tmem(m, device)
     smem = m.smem_bytes
     if smem > device.smem_per_block:
         errs.append(f"shared memory {smem} bytes exceeds the {device.smem_per_block} of {device.name}")

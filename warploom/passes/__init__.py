@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from warploom.device import DeviceInfo
 from warploom.ir import nodes as ir
 from warploom.ir import verify
+from warploom.passes.blackwell import SplitMma
 from warploom.passes.build import build_sequential
 from warploom.passes.epilogue import HoistOperands, LowerEpilogue, PrefetchOperands
 from warploom.passes.partition import SplitProducer
@@ -29,6 +30,8 @@ Pass = Callable[[ir.Module], ir.Module]
 
 
 def pipeline(plan: Plan) -> list[Pass]:
+    if plan.acc_buffers:
+        return pipeline_sm100(plan)
     return [
         # First: every later pass speaks of producer and consumer, and sync needs two parties.
         SplitProducer(producer_warps=plan.producer_warps),
@@ -56,6 +59,24 @@ def pipeline(plan: Plan) -> list[Pass]:
         # each later block's behind the previous block's load), which only needs the final tile body.
         PrefetchOperands(enabled=plan.prefetch_operands),
         # Last: budgets depend on the final set of partitions.
+        AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs),
+    ]
+
+
+def pipeline_sm100(plan: Plan) -> list[Pass]:
+    """sm_100a (planner rule 19): tcgen05 MMAs into tensor memory, issued by a warp of their own."""
+    return [
+        # First, as on sm_90a: the producer and the consumer.
+        SplitProducer(producer_warps=plan.producer_warps),
+        # The ready/empty handshake of the A/B stages; the consumer's wait and release mark what SplitMma moves.
+        PlanRings(stages=plan.stages),
+        # The consumer becomes the MMA warp and the epilogue partition, around tensor-memory accumulators; the
+        # MMA's completion replaces the consumer's release of each stage.
+        SplitMma(acc_buffers=plan.acc_buffers, subtiles=plan.epilogue_subtiles),
+        # The producer's loop, flattened as on sm_90a.
+        FlattenProducer(),
+        # Last: the MMA warp and the producer issue only (one budget: they share a warpgroup), the epilogue
+        # partition holds a column block of the accumulator and its math.
         AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs),
     ]
 

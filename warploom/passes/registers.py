@@ -17,5 +17,7 @@ class AssignRegisters:
 
     def __call__(self, m: ir.Module) -> ir.Module:
         # A scale partition only issues copies: the producer's budget.
-        regs = {ir.Role.PRODUCER: self.producer, ir.Role.SCALES: self.producer, ir.Role.CONSUMER: self.consumer}
+        # sm_100a: the MMA warp only issues too; the epilogue partition holds accumulator blocks.
+        regs = {ir.Role.PRODUCER: self.producer, ir.Role.SCALES: self.producer, ir.Role.CONSUMER: self.consumer,
+                ir.Role.MMA: self.producer, ir.Role.EPILOGUE: self.consumer}
         return replace(m, partitions=tuple(replace(p, regs=regs[p.role]) for p in m.partitions))

@@ -1,4 +1,4 @@
-"""Cross-compile a kernel for sm_90a without a GPU, and read its resources from ptxas and the SASS.
+"""Cross-compile a kernel for sm_90a or sm_100a without a GPU, and read its resources from ptxas and the SASS.
 
 Registers and spills are only reported by the driver after a GPU load, so we re-run the ptxas that
 Triton ships with ``-v`` on the PTX, and disassemble the cubin with its cuobjdump.
@@ -54,11 +54,13 @@ class Compiled:
         return bool(re.search(r"C75(0[89]|1\d)", self.ptxas_log)) and "wgmma" in self.ptxas_log.lower()
 
     def summary(self) -> dict[str, Any]:
-        return {
-            "target": self.target, "registers": self.registers, "spills": self.spills,
-            "smem_bytes": self.smem_bytes, "HGMMA": self.count("HGMMA"), "QGMMA": self.count("QGMMA"),
-            "wgmma_serialized": self.wgmma_serialized,
-        }
+        if self.target == "sm_100a":  # tcgen05: UTC*MMA issue the MMAs, LDTM reads tensor memory
+            mma = {"UTCHMMA": self.count("UTCHMMA"), "UTCQMMA": self.count("UTCQMMA"), "LDTM": self.count("LDTM")}
+        else:
+            mma = {"HGMMA": self.count("HGMMA"), "QGMMA": self.count("QGMMA"),
+                   "wgmma_serialized": self.wgmma_serialized}
+        return {"target": self.target, "registers": self.registers, "spills": self.spills,
+                "smem_bytes": self.smem_bytes, **mma}
 
 
 def _gl_dtype(d: DType) -> Any:
@@ -112,6 +114,11 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
     return sig
 
 
+# Triton's compute capability for each target, and the ptxas that assembles it (Triton ships a newer one for
+# Blackwell: the sm_90a one rejects the PTX version sm_100a kernels need).
+_ARCHS = {"sm_90a": (90, "ptxas"), "sm_100a": (100, "ptxas-blackwell")}
+
+
 def _bin(tool: str) -> str:
     import triton
 
@@ -128,7 +135,8 @@ def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Com
     attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(src.params) if p.endswith("_ptr")}
     ast = GluonASTSource(fn, signature(m, src), {}, attrs)
     options = {"num_warps": src.num_warps, "num_stages": 1, "num_ctas": 1, "maxnreg": src.maxnreg}
-    ck = triton.compile(ast, target=GPUTarget("cuda", 90, 32), options=options)
+    arch, ptxas = _ARCHS[target]
+    ck = triton.compile(ast, target=GPUTarget("cuda", arch, 32), options=options)
     ptx, cubin = ck.asm["ptx"], ck.asm["cubin"]
     with tempfile.TemporaryDirectory() as d:
         ptx_path, cubin_path = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
@@ -136,7 +144,7 @@ def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Com
             f.write(ptx)
         with open(cubin_path, "wb") as f:
             f.write(cubin)
-        r = subprocess.run([_bin("ptxas"), "-v", "--gpu-name=sm_90a", ptx_path, "-o", os.path.join(d, "re.cubin")],
+        r = subprocess.run([_bin(ptxas), "-v", f"--gpu-name={target}", ptx_path, "-o", os.path.join(d, "re.cubin")],
                            capture_output=True, text=True, check=False)
         log = r.stdout + r.stderr
         sass = subprocess.run([_bin("cuobjdump"), "-sass", cubin_path], capture_output=True, text=True,

@@ -39,12 +39,14 @@ from warploom.sim.numerics import CtaData
 from warploom.sim.program import (
     ApplyI,
     ArriveI,
+    CommitI,
     CtaProgram,
     EpilogueI,
     ExpectI,
     FenceI,
     LoadI,
     LoadOperandI,
+    LoadTmemI,
     MmaI,
     MmaWaitI,
     PrefetchI,
@@ -54,6 +56,7 @@ from warploom.sim.program import (
     StoreTileI,
     StoreWaitI,
     Tag,
+    TcMmaI,
     TmaStoreI,
     WaitI,
     ZeroI,
@@ -187,7 +190,9 @@ class Machine:
             return f"TMA lands {ins.tag} in {ins.ring}[{ins.slot}] ({ins.site.where()})"
         if kind == MMA:
             e = self.mmas[x][self.mma_done[x]]
-            return f"wgmma finishes ({self.prog.traces[x][e.pc].site.where()})"
+            mi = self.prog.traces[x][e.pc]
+            what = {TcMmaI: "tcgen05 MMA finishes", CommitI: "tcgen05 commit arrives"}.get(type(mi), "wgmma finishes")
+            return f"{what} ({mi.site.where()})"
         e = self.stores[x][self.store_done[x]]
         return f"TMA store finishes ({self.prog.traces[x][e.pc].site.where()})"
 
@@ -429,12 +434,69 @@ class Machine:
     def _acc_check(self, i: int, site: Site, accs: tuple[str, ...], verb: str) -> None:
         for e in self.mmas[i]:
             mi = self.prog.traces[i][e.pc]
-            assert isinstance(mi, MmaI)
-            if mi.acc in accs:
+            if isinstance(mi, MmaI) and mi.acc in accs:  # (tcgen05 MMAs write tensor memory, not registers)
                 self._flag(FindingKind.ACC_RACE, site,
                            f"{site.where()} {verb} {mi.acc} while {mi.site.where()}, issued at step {e.issued}, "
                            f"may still write it: no wgmma_wait pending=0 retired it")
                 return
+
+    def _tc_mma(self, i: int, pc: int, ins: TcMmaI) -> None:
+        """sm_100a: issue a tcgen05 MMA. It reads its A and B slots until it completes (then its release arrives),
+        and writes its tensor-memory slot: a tile's first MMA starts a new fill of the slot, which must have been
+        drained by the epilogue and released to this partition; later ones add to the fill this partition started
+        for the same tile. The fill lands at the commit that follows."""
+        self.k_steps += 1
+        for ring, si, tag in ((ins.a_ring, ins.a_slot, ins.a_tag), (ins.b_ring, ins.b_slot, ins.b_tag)):
+            s = self._read_slot(i, ins.site, ring, si, tag)
+            s.readers = s.readers + ((i, pc),)
+        s = self.slots[ins.acc_ring][ins.acc_slot]
+        name = f"{ins.acc_ring}[{ins.acc_slot}]"
+        if ins.accumulate:
+            if s.fill < 0 or s.loader != i or s.tag != ins.acc_tag:
+                self._flag(FindingKind.WRONG_TILE, ins.site,
+                           f"{ins.site.where()} adds to {name}, which holds {s.describe()}, not the accumulator this "
+                           f"partition started for {ins.acc_tag}")
+            elif s.landed:
+                self._flag(FindingKind.ACC_RACE, ins.site,
+                           f"{ins.site.where()} adds to {name} after its commit published it: the epilogue may be "
+                           "reading it")
+        else:
+            self._fill(i, ins.site, ins.acc_ring, ins.acc_slot, ins.acc_tag, "starts tile accumulator")
+        self.mmas[i] = self.mmas[i] + (Inflight(i, pc, self.step),)
+
+    def _fill(self, i: int, site: Site, ring: str, si: int, tag: Tag, verb: str) -> None:
+        """Partition `i` starts a new fill of ring[si] (a tensor-memory accumulator): the previous fill must have
+        landed, been read, and been released to `i` (as a TMA load's, `_load`)."""
+        s = self.slots[ring][si]
+        name = f"{ring}[{si}]"
+        if s.fill >= 0:
+            if not s.landed:
+                self._flag(FindingKind.OVERWRITE_UNRELEASED, site,
+                           f"{site.where()} {verb} {tag} in {name} while its previous fill ({s.describe()}) was never "
+                           "committed")
+            elif not s.read_by:
+                self._flag(FindingKind.OVERWRITE_UNRELEASED, site,
+                           f"{site.where()} {verb} {tag} in {name} ({s.describe()}) before any partition read it")
+            elif (s.read_by - {i}) and ("R", ring, si, s.fill) not in self.tokens[i]:
+                who = ", ".join(self.prog.names[a] for a in sorted(s.read_by - {i}))
+                self._flag(FindingKind.OVERWRITE_UNRELEASED, site,
+                           f"{site.where()} {verb} {tag} in {name} ({s.describe()}) that {who} read but has not "
+                           f"released to {self.prog.names[i]}: no wait of {self.prog.names[i]} observed a barrier "
+                           f"phase in which {who} arrived after that read")
+        fill = s.nfills
+        s.fill, s.nfills, s.tag, s.landed, s.loader = fill, fill + 1, tag, False, i
+        s.read_by, s.released_by, s.issued, s.landed_at = frozenset(), frozenset(), self.step, -1
+        self.tokens = [t if not any(x[1] == ring and x[2] == si for x in t)
+                       else frozenset(x for x in t if x[1] != ring or x[2] != si) for t in self.tokens]
+
+    def _commit(self, i: int, pc: int, ins: CommitI) -> None:
+        """sm_100a: tcgen05_commit joins the partition's MMAs in order; it arrives when they have completed."""
+        self.mmas[i] = self.mmas[i] + (Inflight(i, pc, self.step),)
+
+    def _load_tmem(self, i: int, pc: int, ins: LoadTmemI) -> None:
+        self._read_slot(i, ins.site, ins.acc_ring, ins.slot, ins.tag)
+        if self.data is not None:
+            self.data.load_tmem(i, ins)
 
     def _promote(self, i: int, pc: int, ins: PromoteI) -> None:
         self._acc_check(i, ins.site, (ins.src, ins.dst), "reads")
@@ -559,7 +621,10 @@ class Machine:
             self.data.store_tile(i, ins.acc, ins.off_m, ins.off_n)
 
     def _exit(self, i: int, site: Site) -> None:
-        for what, q in (("wgmma", self.mmas[i]), ("TMA store", self.stores[i])):
+        # (tcgen05 MMAs and commits complete on their own after the MMA warp's last op: their arrivals are what
+        # the epilogue waits for)
+        wgmma = tuple(e for e in self.mmas[i] if isinstance(self.prog.traces[i][e.pc], MmaI))
+        for what, q in (("wgmma", wgmma), ("TMA store", self.stores[i])):
             if q:
                 first = self._site(q[0])
                 wait = "wgmma_wait pending=0" if what == "wgmma" else "tma_store_wait pending=0"
@@ -600,10 +665,38 @@ class Machine:
     def _complete_mma(self, i: int) -> None:
         e = self.mmas[i][self.mma_done[i]]
         ins = self.prog.traces[i][e.pc]
+        if isinstance(ins, (TcMmaI, CommitI)):
+            self._complete_tc(i, e, ins)
+            return
         assert isinstance(ins, MmaI)
         if self.data is not None:  # operands are read now: between issue and retirement
             self.data.mma(i, ins)
         self.mma_done[i] += 1
+        self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
+
+    def _complete_tc(self, i: int, e: Inflight, ins: TcMmaI | CommitI) -> None:
+        """sm_100a: the oldest tcgen05 op of partition `i` completes, and retires at once (no wgmma_wait). An MMA
+        has read its slots and written tensor memory, then arrives on its release barrier; a commit lands the
+        accumulator slot its barrier guards and arrives, publishing it to the waiters."""
+        assert self.mma_done[i] == 0 and self.mmas[i][0] == e, "tcgen05 ops complete and retire in order"
+        self.mmas[i] = self.mmas[i][1:]
+        if isinstance(ins, TcMmaI):
+            for ring, si in ((ins.a_ring, ins.a_slot), (ins.b_ring, ins.b_slot)):
+                s = self.slots[ring][si]
+                s.readers = tuple(r for r in s.readers if r != (i, e.pc))
+            if self.data is not None:
+                self.data.tc_mma(ins)
+            if ins.release is not None:
+                self._arrive(i, e.pc, ArriveI(ins.site, ins.release, ins.release_index, 1))
+        else:
+            for ring in self.bar_rings.get(ins.barrier, ()):
+                s = self.slots[ring][ins.index]
+                if s.fill >= 0 and s.loader == i and not s.landed:
+                    bar = self.bars[ins.barrier][ins.index]
+                    s.landed, s.landed_at = True, self.step
+                    s.land_barrier, s.land_phase = f"{ins.barrier}[{ins.index}]", bar.phase
+                    self.tokens[i] = self.tokens[i] | {("F", ring, ins.index, s.fill)}
+            self._arrive(i, e.pc, ArriveI(ins.site, ins.barrier, ins.index, 1))
         self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
 
     def _complete_store(self, i: int) -> None:
@@ -672,4 +765,5 @@ _EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
     EpilogueI: Machine._epilogue, StoreSmemI: Machine._store_smem, FenceI: Machine._fence,
     TmaStoreI: Machine._tma_store, StoreWaitI: Machine._store_wait, StoreTileI: Machine._store_tile,
     LoadOperandI: Machine._load_operand, PrefetchI: Machine._prefetch, ApplyI: Machine._apply,
+    TcMmaI: Machine._tc_mma, CommitI: Machine._commit, LoadTmemI: Machine._load_tmem,
 }

@@ -21,7 +21,7 @@ import torch
 
 from warploom.epilogue.reference import evaluate_tile
 from warploom.ir import nodes as ir
-from warploom.sim.program import MmaI, PromoteI, Tag
+from warploom.sim.program import LoadTmemI, MmaI, PromoteI, Tag, TcMmaI
 from warploom.spec import SCALE_BLOCK, BLayout, ScaleRecipe
 
 
@@ -146,6 +146,16 @@ class CtaData:
         prod = a @ (b.t() if self.k_major else b)  # (BM, BN), fp32 products and sums
         accs = self.accs[agent]
         accs[ins.acc] = accs[ins.acc] + prod if ins.use_acc else prod
+
+    def tc_mma(self, ins: TcMmaI) -> None:
+        """sm_100a: the tensor-memory accumulator slot (+)= A slot @ B slot, in fp32."""
+        a, b = self.slots[ins.a_ring][ins.a_slot], self.slots[ins.b_ring][ins.b_slot]
+        prod = a @ (b.t() if self.k_major else b)
+        tm = self.slots[ins.acc_ring]
+        tm[ins.acc_slot] = tm[ins.acc_slot] + prod if ins.accumulate else prod
+
+    def load_tmem(self, agent: int, ins: LoadTmemI) -> None:
+        self.accs[agent][ins.acc] = self.slots[ins.acc_ring][ins.slot][:, ins.cols[0]:ins.cols[1]].clone()
 
     def promote(self, agent: int, ins: PromoteI) -> None:
         accs = self.accs[agent]

@@ -269,8 +269,56 @@ class StoreTileI:
     off_n: int
 
 
+@dataclass(frozen=True, slots=True)
+class TcMmaI:
+    """sm_100a: an async tcgen05 MMA into tensor-memory slot `acc_slot` of `acc_ring`, which holds tile `acc_tag`'s
+    accumulator (`accumulate`: add to it; else overwrite: the tile's first k-block); on completion it arrives on
+    `release[release_index]` if given."""
+
+    site: Site
+    a_ring: str
+    b_ring: str
+    a_slot: int
+    b_slot: int
+    acc_ring: str
+    acc_slot: int
+    accumulate: bool
+    a_tag: Tag
+    b_tag: Tag
+    acc_tag: Tag
+    release: str | None
+    release_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitI:
+    """sm_100a: arrive on barrier[index] once the partition's earlier tcgen05 MMAs completed."""
+
+    site: Site
+    barrier: str
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadTmemI:
+    """sm_100a: read columns `cols` of tensor-memory slot `slot` of `acc_ring` (tile `tag`'s accumulator) into
+    register accumulator `acc`."""
+
+    site: Site
+    acc_ring: str
+    slot: int
+    acc: str
+    cols: tuple[int, int]
+    tag: Tag
+
+
 Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI | FenceI
-         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI)
+         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | TcMmaI | CommitI | LoadTmemI)
+
+
+def acc_tag(tile: TileRef) -> Tag:
+    """What an sm_100a tensor-memory accumulator slot holds: the accumulator of the tile at this origin."""
+    return Tag("acc", ("m", "n"), (tile.off_m, tile.off_n))
 
 
 class MalformedError(ValueError):
@@ -549,6 +597,29 @@ class _Interp:
                 case ir.StoreTile():
                     t = self._tile(text)
                     yield StoreTileI(site, o.acc, t.off_m + self.row0, t.off_n + self._col0(o.acc))
+                case ir.TcMma():
+                    t = self._tile(text)
+                    if self.k is None:
+                        raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
+                    overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)
+                    a_tag, b_tag = expected_tags(m, t, self._kb(t))
+                    ri = -1 if o.release is None else self._index(o.slot, m.barrier(o.release).depth, text)
+                    yield TcMmaI(site, o.a_ring, o.b_ring, self._index(o.slot, m.ring(o.a_ring).depth, text),
+                                 self._index(o.slot, m.ring(o.b_ring).depth, text), o.acc_ring,
+                                 self._index(o.acc_slot, m.ring(o.acc_ring).depth, text), not overwrite, a_tag, b_tag,
+                                 acc_tag(t), o.release, ri)
+                case ir.Commit():
+                    yield CommitI(site, o.barrier, self._index(o.slot, m.barrier(o.barrier).depth, text))
+                case ir.LoadTmem():
+                    t = self._tile(text)
+                    ring, acc = m.ring(o.acc_ring), self._acc(o.acc, text)
+                    w = ring.cols // o.parts if o.parts >= 1 else 0
+                    if not 0 <= o.part < o.parts or ring.cols % o.parts or (acc.rows, acc.cols) != (ring.rows, w):
+                        raise MalformedError(f"partition {self.p.name}: `{text}` loads column block {o.part} of "
+                                             f"{o.parts} of a ({ring.rows}, {ring.cols}) accumulator into {o.acc}, "
+                                             f"which is ({acc.rows}, {acc.cols})")
+                    yield LoadTmemI(site, o.acc_ring, self._index(o.slot, ring.depth, text), o.acc,
+                                    (o.part * w, (o.part + 1) * w), acc_tag(t))
                 case _:
                     raise MalformedError(f"partition {self.p.name}: the simulator has no meaning for `{text}`")
         except KeyError as e:  # an unknown ring, buffer or barrier name

@@ -1,0 +1,99 @@
+"""Golden text of sm_100a schedules (planner rule 19, passes/blackwell.py) and their generated Gluon.
+
+Refresh after an intended change with ``EXPECTTEST_ACCEPT=1 pytest tests/golden`` and read the diff.
+"""
+# ruff: noqa: E501 - golden schedule lines are as long as the IR prints them
+
+from __future__ import annotations
+
+import expecttest
+from test_golden import assert_golden_file  # (pytest puts this folder on sys.path)
+
+from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
+from warploom.device import B200
+from warploom.kernel import Kernel, build
+
+E4 = DType.E4M3
+SPECS = {
+    "sm100_bf16_4096_kmajor": GemmSpec(4096, 4096, 4096),
+    # fp8 rowwise scales and a bias, applied per 64-column block as the epilogue partition drains tensor memory.
+    "sm100_fp8_rowwise_bias": GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.ROWWISE,
+                                       Accumulation.NATIVE, DType.BF16),
+}
+
+
+def kernel(name: str) -> Kernel:
+    return build(SPECS[name], B200)
+
+
+class TestSm100Golden(expecttest.TestCase):
+    def test_bf16_gluon(self) -> None:
+        assert_golden_file("sm100_bf16_4096_kmajor.gluon.txt", kernel("sm100_bf16_4096_kmajor").source)
+
+    def test_fp8_rowwise_bias_gluon(self) -> None:
+        assert_golden_file("sm100_fp8_rowwise_bias.gluon.txt", kernel("sm100_fp8_rowwise_bias").source)
+
+    def test_bf16_schedule(self) -> None:
+        self.assertExpectedInline(kernel("sm100_bf16_4096_kmajor").schedule, """\
+module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w4_g8_e4_tm2  # bf16xbf16->bf16 4096x4096x4096 b=k_major
+  tiling bm=128 bn=256 bk=64 group_m=8 grid=148
+  ring a_ring: A bf16[4 x 128x64]
+  ring b_ring: B bf16[4 x 256x64]
+  ring acc_tm: acc fp32[2 x 128x256] in tensor memory
+  buffer c_smem: C bf16[128x64]
+  mbarrier ready[4] count=1 ready of a_ring, b_ring
+  mbarrier empty[4] count=1 empty of a_ring, b_ring
+  mbarrier acc_ready[2] count=1 ready of acc_tm
+  mbarrier acc_empty[2] count=1 empty of acc_tm
+  smem 213088 bytes, tmem 512 columns
+  partition epilogue (epilogue, warps=4 regs=232 default):
+    cursor t (depth 2)
+    acc acc0: fp32[128x64]
+    acc acc1: fp32[128x64] at col 64
+    acc acc2: fp32[128x64] at col 128
+    acc acc3: fp32[128x64] at col 192
+    for tiles:
+      wait acc_ready[t] phase(t)
+      load_tmem acc0 <- acc_tm[t][cols 0/4]
+      tma_store_wait pending=0
+      store_smem c_smem <- acc0
+      fence_async_shared
+      tma_store c_smem -> C[m, n][cols 0/4]
+      load_tmem acc1 <- acc_tm[t][cols 1/4]
+      tma_store_wait pending=0
+      store_smem c_smem <- acc1
+      fence_async_shared
+      tma_store c_smem -> C[m, n][cols 1/4]
+      load_tmem acc2 <- acc_tm[t][cols 2/4]
+      tma_store_wait pending=0
+      store_smem c_smem <- acc2
+      fence_async_shared
+      tma_store c_smem -> C[m, n][cols 2/4]
+      load_tmem acc3 <- acc_tm[t][cols 3/4]
+      arrive acc_empty[t]
+      tma_store_wait pending=0
+      store_smem c_smem <- acc3
+      fence_async_shared
+      tma_store c_smem -> C[m, n][cols 3/4]
+      advance t
+    tma_store_wait pending=0
+  partition mma (mma, warps=1 regs=24):
+    cursor c (depth 4)
+    cursor t (depth 2)
+    for tiles:
+      wait acc_empty[t] phase(t)^1
+      for k:
+        wait ready[c] phase(c)
+        tcgen05_mma.async acc_tm[t] += a_ring[c] @ b_ring[c], then arrive empty[c]
+        advance c
+      tcgen05_commit acc_ready[t]
+      advance t
+  partition producer (producer, warps=1 regs=24):
+    cursor p (depth 4)
+    for tiles*k:
+      wait empty[p] phase(p)^1
+      arrive_expect_tx ready[p] bytes=49152
+      tma_load A[m, k] -> a_ring[p] on ready[p]
+      tma_load B[n, k] -> b_ring[p] on ready[p]
+      advance p
+""")

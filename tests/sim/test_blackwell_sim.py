@@ -1,0 +1,143 @@
+"""The simulator on sm_100a schedules (planner rule 19, passes/blackwell.py): tcgen05 MMAs that complete on their
+own and release their stage, commits that publish a tensor-memory accumulator, and an epilogue partition that
+drains it. Clean runs with numerics, the explorer, and planted bugs that the simulator must catch by itself (the
+static verifier bypassed)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+import torch
+
+from warploom.device import B200
+from warploom.dtypes import DType
+from warploom.ir import nodes as ir
+from warploom.kernel import build
+from warploom.planner import Plan, plan_schedule
+from warploom.sim import FindingKind, explore, simulate
+from warploom.sim.reference import make_inputs, reference
+from warploom.spec import BLayout, GemmSpec, ScaleRecipe
+
+K = FindingKind
+E4 = DType.E4M3
+# 3 x 2 tiles of 128x64 over a grid of 2, 5 k-blocks each through 2 stages: every ring slot and both
+# tensor-memory accumulators are refilled several times.
+SPEC = GemmSpec(300, 120, 150)
+
+
+@functools.cache
+def _module(spec: GemmSpec, bn: int = 64, stages: int = 2, grid: int = 2) -> ir.Module:
+    plan = plan_schedule(spec, B200, bn=bn, stages=stages)
+    return build(spec, B200, replace(plan, grid=grid, bk=32 if spec.a_dtype.bytes == 2 else 64)).module
+
+
+def _err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.double(), ref.double()
+    return float(1 - 2 * (x * ref).sum() / (x * x + ref * ref).sum())
+
+
+@pytest.mark.parametrize("spec", [
+    SPEC,
+    GemmSpec(300, 120, 150, DType.FP16, DType.FP16, DType.FP32, BLayout.N_MAJOR),
+    GemmSpec(200, 136, 320, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.ROWWISE, bias_dtype=DType.BF16),
+], ids=["bf16", "fp16_nmajor_fp32", "fp8_rowwise_bias"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_clean_and_correct(spec: GemmSpec, seed: int) -> None:
+    x = make_inputs(spec, spec.m, spec.n, spec.k, seed=seed)
+    res = simulate(_module(spec), x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed)
+    assert res.ok, res.report.summary()
+    assert not res.output.isnan().any()
+    assert _err(res.output, reference(x)) < 1e-5
+
+
+def test_planner_plan_is_clean() -> None:
+    """The planner's own 128x256 plan (two 256-column accumulators), several tiles per CTA."""
+    spec = GemmSpec(300, 600, 200)
+    kern = build(spec, B200, replace(plan_schedule(spec, B200), grid=2))
+    x = make_inputs(spec, spec.m, spec.n, spec.k, seed=3)
+    res = simulate(kern.module, x.a, x.b, seed=3)
+    assert res.ok and _err(res.output, reference(x)) < 1e-5, res.report.summary()
+
+
+def test_explorer_finds_nothing() -> None:
+    r = explore(_module(SPEC), 384, 128, 64, max_states=60_000)  # 3 tiles a CTA: both accumulators reused
+    assert not r.findings and not r.bound_hit, r.summary()
+
+
+Mutate = Callable[[ir.Module], ir.Module]
+
+
+def _edit(m: ir.Module, name: str, fn: Callable[[tuple[ir.Stmt, ...]], tuple[ir.Stmt, ...]]) -> ir.Module:
+    part = m.partition(name)
+    (tiles, *rest) = part.body
+    assert isinstance(tiles, ir.Loop)
+    return m.with_partition(replace(part, body=(replace(tiles, body=fn(tiles.body)), *rest)))
+
+
+def _early_release(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    """The epilogue releases the accumulator right after its wait, before reading any block."""
+    arrive = next(s for s in body if isinstance(s, ir.Arrive))
+    rest = [s for s in body if s is not arrive]
+    return (rest[0], arrive, *rest[1:])
+
+
+def _drop_release(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    return tuple(replace(s, body=tuple(replace(o, release=None) if isinstance(o, ir.TcMma) else o for o in s.body))
+                 if isinstance(s, ir.Loop) else s for s in body)
+
+
+def _accumulate_always(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    """Every MMA adds to the accumulator: a tile's first one no longer starts it afresh."""
+    return tuple(replace(s, body=tuple(replace(o, overwrite=ir.Guard.NOT_FIRST_K) if isinstance(o, ir.TcMma) else o
+                                       for o in s.body)) if isinstance(s, ir.Loop) else s for s in body)
+
+
+MUTANTS: dict[str, tuple[Mutate, frozenset[FindingKind]]] = {
+    # The epilogue frees the accumulator before reading it: the MMA warp may start the next tile in it.
+    "release_before_read": (lambda m: _edit(m, "epilogue", _early_release),
+                            frozenset({K.READ_AFTER_RELEASE, K.OVERWRITE_UNRELEASED})),
+    # The MMA warp does not wait for the epilogue to free an accumulator before refilling it.
+    "no_acc_empty_wait": (lambda m: _edit(m, "mma", lambda b: tuple(s for s in b if not isinstance(s, ir.Wait))),
+                          frozenset({K.OVERWRITE_UNRELEASED, K.WRONG_TILE, K.READ_UNACQUIRED})),
+    # The epilogue reads tensor memory without waiting for the commit.
+    "no_acc_ready_wait": (lambda m: _edit(m, "epilogue", lambda b: tuple(s for s in b if not isinstance(s, ir.Wait))),
+                          frozenset({K.READ_BEFORE_LANDED, K.READ_UNACQUIRED, K.WRONG_TILE})),
+    # No commit: the epilogue waits for an accumulator no one publishes.
+    "no_commit": (lambda m: _edit(m, "mma", lambda b: tuple(s for s in b if not isinstance(s, ir.Commit))),
+                  frozenset({K.DEADLOCK})),
+    # The MMAs no longer release their stages: the producer waits forever.
+    "no_release": (lambda m: _edit(m, "mma", _drop_release), frozenset({K.DEADLOCK})),
+    # The epilogue's wait passes on a fresh barrier (parity flipped).
+    "acc_ready_parity_flipped": (
+        lambda m: _edit(m, "epilogue", lambda b: tuple(
+            replace(s, parity=replace(s.parity, flip=True)) if isinstance(s, ir.Wait) else s for s in b)),
+        frozenset({K.READ_BEFORE_LANDED, K.READ_UNACQUIRED, K.PHASE_ALIAS})),
+    # A tile's first MMA adds to the previous tile's accumulator instead of starting afresh.
+    "first_mma_accumulates": (lambda m: _edit(m, "mma", _accumulate_always), frozenset({K.WRONG_TILE})),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_mutant_is_caught(name: str) -> None:
+    mutate, caught_by = MUTANTS[name]
+    x = make_inputs(SPEC, SPEC.m, SPEC.n, SPEC.k, seed=0)
+    kinds: set[FindingKind] = set()
+    for seed in range(3):
+        kinds |= simulate(mutate(_module(SPEC)), x.a, x.b, seed=seed).report.kinds()
+    assert kinds & caught_by, f"{name}: found {sorted(k.name for k in kinds)}"
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_mutant_is_caught_exhaustively(name: str) -> None:
+    mutate, caught_by = MUTANTS[name]
+    r = explore(mutate(_module(SPEC)), 384, 128, 64, max_states=60_000, stop_at_first=True)
+    assert r.kinds() & caught_by, r.summary()
+
+
+def test_plan_used_here_is_rule_19_shaped() -> None:
+    m = _module(SPEC)
+    assert [p.role for p in m.partitions] == [ir.Role.EPILOGUE, ir.Role.MMA, ir.Role.PRODUCER]
+    assert m.ring("acc_tm").depth == 2 and isinstance(plan_schedule(SPEC, B200), Plan)

@@ -1,0 +1,119 @@
+"""sm_100a (planner rule 19, passes/blackwell.py): the plan, the schedule's shape, the verifier's tensor-memory
+rules, and the refusals (what is not planned yet, running, simulating, compiling for the other target)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import warploom
+from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
+from warploom.device import B200, H100_SXM
+from warploom.errors import TargetError, UnsupportedError, VerificationError
+from warploom.ir import nodes as ir
+from warploom.ir import verify
+from warploom.kernel import build
+from warploom.planner import plan_schedule
+
+E4 = DType.E4M3
+
+
+def test_plan_is_rule_19() -> None:
+    p = plan_schedule(GemmSpec(4096, 4096, 4096), B200)
+    assert (p.bm, p.bn, p.bk, p.acc_buffers, p.epilogue_subtiles, p.grid) == (128, 256, 64, 2, 4, 148)
+    assert p.short().endswith("_tm2")
+    fp8 = plan_schedule(GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE), B200)
+    assert fp8.bk == 128 and fp8.stages == 4  # 4 stages of 48 KiB beside a 16 KiB staging block
+
+
+def test_schedule_partitions_and_tensor_memory() -> None:
+    m = build(GemmSpec(4096, 4096, 4096), B200).module
+    assert [(p.name, p.role, p.warps, p.default) for p in m.partitions] == [
+        ("epilogue", ir.Role.EPILOGUE, 4, True), ("mma", ir.Role.MMA, 1, False),
+        ("producer", ir.Role.PRODUCER, 1, False)]
+    assert m.blackwell and m.tmem_columns == 512
+    assert m.smem_bytes < B200.smem_per_block  # the tensor-memory ring takes no shared memory
+    mma = [o for o, _ in ir.walk(m.partition("mma").body)]
+    assert any(isinstance(o, ir.TcMma) and o.release == "empty" for o in mma)
+    assert any(isinstance(o, ir.Commit) and o.barrier == "acc_ready" for o in mma)
+    assert not any(isinstance(o, ir.Arrive) and o.barrier == "empty" for o in mma)  # the MMA's completion releases
+
+
+def test_fp8_rowwise_bias_epilogue_per_block() -> None:
+    spec = GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.ROWWISE,
+                    Accumulation.NATIVE, DType.BF16)
+    m = build(spec, B200).module
+    eps = [o for o, _ in ir.walk(m.default_partition.body) if isinstance(o, ir.Epilogue)]
+    assert [o.acc for o in eps] == ["acc0", "acc1", "acc2", "acc3"]
+    assert all(o.steps == (ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.ADD_BIAS) for o in eps)
+    src = build(spec, B200).source
+    assert "tcgen05_mma(" in src and "get_tmem_reg_layout" in src and "warpgroup_mma" not in src
+
+
+@pytest.mark.parametrize("spec,what", [
+    (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED),
+     "use_fast_accum=True"),
+    (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+              accumulation=Accumulation.PROMOTED), "blockwise_1x128_128x128 scales"),
+])
+def test_refuses_what_is_not_planned(spec: GemmSpec, what: str) -> None:
+    with pytest.raises(UnsupportedError, match=what):
+        plan_schedule(spec, B200)
+
+
+def test_refuses_sm90_options_and_tiles() -> None:
+    spec = GemmSpec(4096, 4096, 4096)
+    with pytest.raises(UnsupportedError, match="pingpong=True"):
+        plan_schedule(spec, B200, pingpong=True)
+    with pytest.raises(UnsupportedError, match="bm=128"):
+        plan_schedule(spec, B200, bm=64)
+    with pytest.raises(UnsupportedError, match="stages"):
+        plan_schedule(spec, B200, stages=9)
+
+
+def test_fused_epilogue_is_refused_through_the_api() -> None:
+    a = torch.empty(256, 256, dtype=torch.bfloat16, device="meta")
+    bias = torch.empty(256, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(UnsupportedError, match="fused epilogue"):
+        warploom.plan(a, a, epilogue=lambda acc, bias: acc + bias, bias=bias, device=B200)
+
+
+def test_verifier_tensor_memory_rules() -> None:
+    m = build(GemmSpec(4096, 4096, 4096), B200).module
+    acc = m.ring("acc_tm")
+    three = replace(plan_schedule(GemmSpec(4096, 4096, 4096), B200), acc_buffers=3)
+    with pytest.raises(VerificationError, match="768 columns of accumulators, the SM has 512"):
+        build(GemmSpec(4096, 4096, 4096), B200, three)
+    with pytest.raises(VerificationError, match="for NVIDIA H100"):
+        verify.check(m, "test", H100_SXM)  # a tensor-memory schedule for a GPU without tensor memory
+    with pytest.raises(VerificationError, match="no wgmma"):
+        verify.check(build(GemmSpec(4096, 4096, 4096), H100_SXM).module, "test", B200)
+    # Without the commit the epilogue waits for an accumulator no one publishes.
+    mma = m.partition("mma")
+    (tiles,) = mma.body
+    assert isinstance(tiles, ir.Loop)
+    uncommitted = m.with_partition(replace(mma, body=(replace(tiles, body=tuple(
+        s for s in tiles.body if not isinstance(s, ir.Commit))),)))
+    with pytest.raises(VerificationError, match="acc_ready is waited on but never arrived at"):
+        verify.check(uncommitted, "test", B200)
+    # A tcgen05 MMA belongs to the MMA warp.
+    ep = m.default_partition
+    stray = ir.TcMma("a_ring", "b_ring", ir.Slot("t"), "acc_tm", ir.Slot("t"))
+    with pytest.raises(VerificationError, match="tcgen05 MMA in a epilogue partition"):
+        verify.check(m.with_partition(replace(ep, body=(*ep.body, stray))), "test")
+    assert acc.depth == 2
+
+
+def test_targets_and_refusals() -> None:
+    kern = build(GemmSpec(512, 512, 512), B200)
+    with pytest.raises(TargetError, match="sm_100a schedule"):
+        kern.compile("sm_90a")
+    with pytest.raises(TargetError, match="sm_90a schedule"):
+        build(GemmSpec(512, 512, 512), H100_SXM).compile("sm_100a")
+    with pytest.raises(TargetError, match="not run on an sm_100a GPU"):
+        kern.run(None, None, None)
+    a = torch.randn(512, 512, dtype=torch.bfloat16)
+    res = kern.simulate(a, a)  # the simulator models tcgen05 and tensor memory (tests/sim/test_blackwell_sim.py)
+    assert res.ok, res.report.summary()

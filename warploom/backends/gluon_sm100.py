@@ -1,0 +1,73 @@
+"""Lower an sm_100a schedule IR module (planner rule 19, passes/blackwell.py) to Triton Gluon for Blackwell.
+
+The kernel has the shape of the sm_90a one (backends/gluon_sm90.py: one ``@gluon.jit`` function per partition,
+rings, mbarriers and ``gl.warp_specialize``), and its producer, waits, arrivals, epilogue math and stores lower the
+same way. What differs is the MMA: tensor memory holds the accumulators (``allocate_tensor_memory``), the MMA warp
+issues ``tcgen05_mma`` with the stage's empty barrier as its completion barrier and ``tcgen05_commit``s each
+finished tile to the epilogue, and the epilogue partition reads column blocks of tensor memory into registers in
+the layout of the tcgen05 load instruction (``get_tmem_reg_layout``).
+"""
+
+from __future__ import annotations
+
+from warploom.backends.gluon_sm90 import GluonSource, _PartitionEmitter, _slot, lower
+from warploom.ir import nodes as ir
+from warploom.ir import printer
+
+_HEADER = """\
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.blackwell import (
+    TensorMemoryLayout,
+    allocate_tensor_memory,
+    fence_async_shared,
+    get_tmem_reg_layout,
+    mbarrier,
+    tcgen05_commit,
+    tcgen05_mma,
+    tma,
+)
+"""
+
+
+class _Sm100Emitter(_PartitionEmitter):
+    """The sm_90a partition emitter with the tcgen05 ops and the tensor-memory register layout."""
+
+    def layouts(self) -> None:
+        if not self.p.accumulators:
+            return
+        widths = {a.cols for a in self.p.accumulators}
+        assert len(widths) == 1, "sm_100a: the epilogue's column blocks are all one width (passes/blackwell.py)"
+        (w,) = widths
+        self.buf.line(f"acc_layout: gl.constexpr = get_tmem_reg_layout(gl.float32, [BM, {w}], "
+                      f"TensorMemoryLayout([BM, {w}], col_stride=1), {self.p.warps})",
+                      comment="a column block of a tensor-memory accumulator, as tcgen05.ld hands it to the threads")
+        for a in self.p.accumulators:
+            self.buf.line(f"{a.name} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)")
+
+    def op(self, o: ir.Op) -> None:
+        b, c = self.buf, printer.op(o)
+        match o:
+            case ir.TcMma():
+                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                t = _slot(o.acc_slot, self.depth[o.acc_slot.cursor], self.stages)
+                use = {ir.Guard.FIRST_K: "kk > 0", ir.Guard.ALWAYS: "False", ir.Guard.NOT_FIRST_K: "kk == 0"}[
+                    o.overwrite]
+                done = f", mbarriers=[{o.release}_bars.index({s})]" if o.release else ""
+                b.line(f"tcgen05_mma({o.a_ring}.index({s}), {self._b_view(o.b_ring, s, None)}, "
+                       f"{o.acc_ring}.index({t}), use_acc={use}{done})", c)
+            case ir.Commit():
+                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                b.line(f"tcgen05_commit({o.barrier}_bars.index({s}))", c)
+            case ir.LoadTmem():
+                t = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                a = self._acc(o.acc)
+                b.line(f"{o.acc} = {o.acc_ring}.index({t}).slice({a.col0}, {a.cols}).load(acc_layout)", c)
+            case _:
+                super().op(o)
+
+
+def lower_sm100(m: ir.Module) -> GluonSource:
+    """Generate Gluon source for a complete (verified) sm_100a module."""
+    assert m.blackwell, f"{m.name} is an sm_90a module: backends/gluon_sm90.py lowers it"
+    return lower(m, _Sm100Emitter, _HEADER)

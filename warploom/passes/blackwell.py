@@ -1,0 +1,108 @@
+"""sm_100a partitioning: the consumer becomes an MMA warp and an epilogue partition around tensor memory (rule 19).
+
+On sm_100a a tcgen05 MMA is issued by one thread and accumulates into tensor memory, so the accumulator no longer
+ties the epilogue to the warps that run the mainloop. After ring planning the consumer is
+
+    for tiles:
+      for k: wait ready[c]; mma acc += a[c] @ b[c]; arrive empty[c]; advance c
+      [epilogue acc: steps]; store_tile C <- acc
+
+and this pass splits it in two, with a ring of `acc_buffers` accumulators in tensor memory between them and an
+ACC_READY / ACC_EMPTY barrier pair per accumulator (count 1 each):
+
+    mma (1 warp):                                   epilogue (the default partition, 4 warps):
+      for tiles:                                      for tiles:
+        wait acc_empty[t] phase(t)^1                    wait acc_ready[t] phase(t)
+        for k:                                          for each column block j of `subtiles`:
+          wait ready[c] phase(c)                          load_tmem acc_j <- acc_tm[t][cols j]
+          tcgen05_mma.async acc_tm[t] += a[c] @ b[c],     [the last block: arrive acc_empty[t]]
+              then arrive empty[c]                        [epilogue acc_j: steps]
+          advance c                                       tma_store_wait 0; store_smem; fence; tma_store
+        tcgen05_commit acc_ready[t]                     advance t
+        advance t                                     tma_store_wait 0
+
+The MMA's completion releases each stage (the tensor cores read the slots asynchronously: the issuing thread's
+program order says nothing about when), and the commit publishes the finished accumulator. With two buffers the
+epilogue of tile i overlaps the MMAs of tile i + 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from warploom.dtypes import DType
+from warploom.ir import nodes as ir
+
+ACC_RING = "acc_tm"
+STAGING = "c_smem"
+
+
+@dataclass(frozen=True)
+class SplitMma:
+    """Attributes:
+    acc_buffers: tensor-memory accumulators (2: one drained while the next fills).
+    subtiles: column blocks the epilogue loads, computes and stores a tile in (each BM x BN/subtiles fp32 in
+        registers: 64 columns are 64 registers a thread over 4 warps)."""
+
+    acc_buffers: int
+    subtiles: int
+    epilogue_warps: int = 4
+
+    def __call__(self, m: ir.Module) -> ir.Module:
+        consumer = next(p for p in m.partitions if p.role is ir.Role.CONSUMER)
+        (tiles,) = consumer.body
+        assert isinstance(tiles, ir.Loop) and tiles.kind is ir.LoopKind.TILES
+        k_loop = next(s for s in tiles.body if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.K)
+        steps = next((o.steps for o in tiles.body if isinstance(o, ir.Epilogue)), ())
+        if any(isinstance(o, (ir.ZeroAcc, ir.Promote, ir.ApplyEpilogue, ir.LoadOperand)) for o, _ in
+               ir.walk(consumer.body)):
+            raise NotImplementedError("sm_100a: plain GEMMs only (no promotion, no fused epilogue)")
+        t = m.tiling
+        acc = ir.Ring(ACC_RING, ir.Tensor.ACC, DType.FP32, self.acc_buffers, t.bm, t.bn)
+        ready = ir.Barriers("acc_ready", self.acc_buffers, 1, (ACC_RING,), ir.Purpose.READY)
+        empty = ir.Barriers("acc_empty", self.acc_buffers, 1, (ACC_RING,), ir.Purpose.EMPTY)
+        ts = ir.Slot("t")
+
+        # The MMA warp: the consumer's k-loop with each wgmma a tcgen05 MMA that releases its stage itself.
+        k_body: list[ir.Stmt] = []
+        for s in k_loop.body:
+            if isinstance(s, ir.Mma):
+                k_body.append(ir.TcMma(s.a_ring, s.b_ring, s.slot, ACC_RING, ts, s.overwrite, release="empty"))
+            elif isinstance(s, ir.Arrive) and s.barrier == "empty":
+                continue  # the MMA's completion arrives instead
+            else:
+                k_body.append(s)
+        mma = ir.Partition(
+            name="mma", role=ir.Role.MMA, warps=1,
+            body=(ir.Loop(ir.LoopKind.TILES, (
+                ir.Wait("acc_empty", ts, ir.Parity("t", flip=True)),
+                replace(k_loop, body=tuple(k_body)),
+                ir.Commit("acc_ready", ts),
+                ir.Advance("t"),
+            )),),
+            cursors=(*consumer.cursors, ir.Cursor("t", self.acc_buffers)),
+        )
+
+        # The epilogue partition: per column block, tensor memory -> registers -> math -> smem -> TMA store.
+        n = self.subtiles
+        width = t.bn // n
+        accs = tuple(ir.Accumulator(f"acc{j}", t.bm, width, j * width) for j in range(n))
+        ep: list[ir.Stmt] = [ir.Wait("acc_ready", ts, ir.Parity("t"))]
+        for j, a in enumerate(accs):
+            ep.append(ir.LoadTmem(ACC_RING, ts, a.name, j, n))
+            if j == n - 1:  # every block is in registers: the MMA warp may refill this accumulator
+                ep.append(ir.Arrive("acc_empty", ts))
+            if steps:
+                ep.append(ir.Epilogue(a.name, steps))
+            ep += [ir.StoreWait(0), ir.StoreSmem(a.name, STAGING), ir.FenceAsync(), ir.TmaStore(STAGING, part=j,
+                                                                                                    parts=n)]
+        ep.append(ir.Advance("t"))
+        epilogue = ir.Partition(
+            name="epilogue", role=ir.Role.EPILOGUE, warps=self.epilogue_warps, default=True,
+            body=(ir.Loop(ir.LoopKind.TILES, tuple(ep)), ir.StoreWait(0)),
+            accumulators=accs, cursors=(ir.Cursor("t", self.acc_buffers),),
+        )
+        staging = ir.Buffer(STAGING, ir.Tensor.C, m.spec.out_dtype, t.bm, width)
+        others = tuple(p for p in m.partitions if p.role is not ir.Role.CONSUMER)
+        return replace(m, partitions=(epilogue, mma, *others), rings=(*m.rings, acc),
+                       barriers=(*m.barriers, ready, empty), buffers=(*m.buffers, staging))
