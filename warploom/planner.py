@@ -116,11 +116,13 @@ The heuristic, in order:
    128x256 fp32 accumulator (BK as rule 1), two of them in tensor memory (2 x 256 of its 512 columns), and a 4-warp
    epilogue partition drains one (in 4 column blocks of 64 through one staging buffer) while the MMA warp fills the
    other: the epilogue overlaps the next tile's mainloop, which on sm_90a needed a second register accumulator
-   (passes/blackwell.py). Stages: as many as fit beside the staging buffer, at most 6. Plain GEMMs only for now:
-   bf16/fp16, fp8 tensorwise or rowwise with native accumulation, a bias; promoted fp8, blockwise and MX scales,
-   fused epilogues, split-K and swap-AB are refused. Simulated and cross-compiled, unmeasured: no sm_100a GPU is at
-   hand, so nothing here is tuned, and warploom does not launch these kernels
-   (`warploom.plan(..., device=B200).compile("sm_100a")`, `warploom demo --target sm_100a`).
+   (passes/blackwell.py). Stages: as many as fit beside the staging buffers, at most 6. bf16/fp16, fp8 tensorwise
+   or rowwise with native accumulation, a bias, and fused epilogues (evaluated per 64-column block as it leaves
+   tensor memory, a dense operand copied by TMA into a buffer of its own, the first block's copy at the tile's start,
+   each output through its own staging buffer); promoted fp8, blockwise and MX scales, split-K and swap-AB are
+   refused. Simulated and cross-compiled, unmeasured: no sm_100a GPU is at hand, so nothing here is tuned, and
+   warploom does not launch these kernels (`warploom.plan(..., device=B200).compile("sm_100a")`,
+   `warploom demo --target sm_100a`).
 """
 
 from __future__ import annotations
@@ -320,11 +322,10 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
         problems.append("promoted fp8 accumulation (pass use_fast_accum=True)")
     if spec.scale not in (ScaleRecipe.NONE, ScaleRecipe.TENSORWISE, ScaleRecipe.ROWWISE):
         problems.append(f"{spec.scale.value} scales (tensorwise and rowwise are planned)")
-    if spec.epilogue is not None:
-        problems.append("a fused epilogue")
     if problems:
-        raise UnsupportedError(f"sm_100a (planner rule 19) plans plain GEMMs only so far; {spec.short()} has "
-                               f"{'; '.join(problems)}. Fix: plan it for an sm_90a device (device=H100_SXM)")
+        raise UnsupportedError(f"sm_100a (planner rule 19) plans native accumulation with tensorwise, rowwise or no "
+                               f"scales so far; {spec.short()} has {'; '.join(problems)}. Fix: plan it for an sm_90a "
+                               "device (device=H100_SXM)")
     bm = bm or 128
     bn = bn or 256
     if bm != 128 or bn not in (64, 128, 256):
@@ -332,7 +333,9 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                                f"{bn=}. Fix: leave bm and bn to the planner")
     bk = 128 if spec.a_dtype.bytes == 1 else 64
     blocks = min(_BLACKWELL_EPILOGUE_BLOCKS, bn // 64)
-    staging = bm * (bn // blocks) * spec.out_dtype.bytes
+    # One staging block per output, and one per dense operand of a fused epilogue (passes/blackwell.py).
+    staging = bm * (bn // blocks) * (sum(d.bytes for d in spec.output_dtypes())
+                                     + sum(d.bytes for d in _dense_operands(spec)))
     barriers = 8 * 2 * (_MAX_STAGES + _BLACKWELL_BUFFERS)
     fit = min(_MAX_STAGES, (device.smem_per_block - staging - barriers) // stage_bytes(spec, bm, bn, bk))
     s = fit if stages is None else stages
@@ -342,7 +345,7 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
     tiles = max(1, math.ceil(spec.m / bm) * math.ceil(spec.n / bn))
     return Plan(bm=bm, bn=bn, bk=bk, stages=s, consumer_warps=4, group_m=group_m, grid=min(device.sm_count, tiles),
                 consumer_regs=_BLACKWELL_EPILOGUE_REGS, epilogue_subtiles=blocks, hoist_rows=True,
-                acc_buffers=_BLACKWELL_BUFFERS)
+                prefetch_operands=bool(_dense_operands(spec)), acc_buffers=_BLACKWELL_BUFFERS)
 
 
 def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:

@@ -7,6 +7,8 @@ runs: no sm_100a GPU is at hand.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
@@ -35,7 +37,36 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
 ]
 
 
-@pytest.mark.parametrize("spec,forced", [pytest.param(s, f, id=i) for i, s, f in MATRIX])
+def _fused(spec_args: tuple[Any, ...], fn: Any, **operands: Any) -> GemmSpec:
+    import warploom
+
+    return warploom.plan(*spec_args, epilogue=fn, device=B200, **operands).spec
+
+
+def _meta(*shape: int, dtype: Any = None) -> Any:
+    import torch
+
+    return torch.empty(*shape, dtype=dtype or torch.float32, device="meta")
+
+
+def fused_matrix() -> list[tuple[str, GemmSpec, dict[str, int]]]:
+    """Fused epilogues: issue 4's (fp8 rowwise + bias, erf GELU, a dense residual) and two outputs with a column
+    operand; built from meta tensors, as a user's call would."""
+    import torch
+    import torch.nn.functional as F
+
+    e4, bf = torch.float8_e4m3fn, torch.bfloat16
+    m, n, k = 4096, 4096, 4096
+    issue4 = _fused((_meta(m, k, dtype=e4), _meta(n, k, dtype=e4).t(), _meta(m, 1), _meta(1, n)),
+                    lambda acc, residual: F.gelu(acc) + residual, residual=_meta(m, n, dtype=bf),
+                    bias=_meta(n, dtype=bf), use_fast_accum=True)
+    two = _fused((_meta(1000, 264, dtype=bf), _meta(520, 264, dtype=bf).t()),
+                 lambda acc, bias, col: (F.silu(acc + bias) * col, (acc + bias).float()),
+                 bias=_meta(520, dtype=bf), col=_meta(1000, 1))
+    return [("fused_fp8_rowwise_bias_gelu_residual", issue4, {}), ("fused_bf16_two_outputs_column", two, {})]
+
+
+@pytest.mark.parametrize("spec,forced", [pytest.param(s, f, id=i) for i, s, f in MATRIX + fused_matrix()])
 def test_compiles_to_tcgen05(spec: GemmSpec, forced: dict[str, int]) -> None:
     from warploom.planner import plan_schedule
 

@@ -33,6 +33,22 @@ class TestSm100Golden(expecttest.TestCase):
     def test_fp8_rowwise_bias_gluon(self) -> None:
         assert_golden_file("sm100_fp8_rowwise_bias.gluon.txt", kernel("sm100_fp8_rowwise_bias").source)
 
+    def test_fused_gelu_residual_gluon(self) -> None:
+        """Issue 4's epilogue on sm_100a: per 64-column block out of tensor memory, the residual by TMA."""
+        import torch
+        import torch.nn.functional as F
+
+        import warploom
+
+        def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+            return torch.empty(*shape, dtype=dtype, device="meta")
+
+        e4, bf = torch.float8_e4m3fn, torch.bfloat16
+        kern = warploom.plan(meta(4096, 4096, dtype=e4), meta(4096, 4096, dtype=e4).t(), meta(4096, 1),
+                             meta(1, 4096), bias=meta(4096, dtype=bf), use_fast_accum=True, device=B200,
+                             epilogue=lambda acc, residual: F.gelu(acc) + residual, residual=meta(4096, 4096, dtype=bf))
+        assert_golden_file("sm100_fp8_fused_gelu_residual.gluon.txt", kern.source)
+
     def test_bf16_schedule(self) -> None:
         self.assertExpectedInline(kernel("sm100_bf16_4096_kmajor").schedule, """\
 module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w4_g8_e4_tm2  # bf16xbf16->bf16 4096x4096x4096 b=k_major

@@ -141,3 +141,73 @@ def test_plan_used_here_is_rule_19_shaped() -> None:
     m = _module(SPEC)
     assert [p.role for p in m.partitions] == [ir.Role.EPILOGUE, ir.Role.MMA, ir.Role.PRODUCER]
     assert m.ring("acc_tm").depth == 2 and isinstance(plan_schedule(SPEC, B200), Plan)
+
+
+def _fused_kernel(fn: Callable[..., object], a: torch.Tensor, b: torch.Tensor, *scales: torch.Tensor,
+                  **kw: object) -> tuple[object, ir.Module]:
+    import warploom
+
+    kern = warploom.plan(a, b, *scales, epilogue=fn, device=B200, **kw)  # type: ignore[arg-type]
+    return kern, build(kern.spec, B200, replace(kern.plan, grid=2)).module
+
+
+def test_fused_epilogue_with_a_dense_operand_and_two_outputs() -> None:
+    """Issue 4's epilogue (fp8 rowwise + bias, erf GELU, a dense residual) and a two-output bf16 one with a column
+    operand, on the sm_100a schedule: clean, correct, every output written once."""
+    import torch.nn.functional as F
+
+    from warploom.sim import simulate as sim
+
+    g = torch.Generator().manual_seed(5)
+    m, n, k = 300, 144, 320
+    a = (torch.randn(m, k, generator=g) * 2).to(torch.float8_e4m3fn)
+    w = (torch.randn(n, k, generator=g) * 2).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(m, 1, generator=g) + 0.5, torch.rand(1, n, generator=g) + 0.5
+    bias = torch.randn(n, generator=g).to(torch.bfloat16)
+    res = torch.randn(m, n, generator=g).to(torch.bfloat16)
+
+    def gelu_res(acc: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return F.gelu(acc) + residual
+
+    _, mod = _fused_kernel(gelu_res, a, w.t(), sa, sb, bias=bias, use_fast_accum=True, residual=res)
+    r = sim(mod, a, w.t(), operands={"scale_a": sa, "scale_b": sb, "bias": bias, "residual": res})
+    assert r.ok, r.report.summary()
+    assert _err(r.output, gelu_res((a.float() @ w.float().t()) * sa * sb + bias.float(), res.float())) < 1e-5
+
+    a16, w16 = torch.randn(m, k, generator=g).to(torch.bfloat16), torch.randn(n, k, generator=g).to(torch.bfloat16)
+    col = torch.randn(m, 1, generator=g)
+
+    def two(acc: torch.Tensor, bias: torch.Tensor, col: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return F.silu(acc + bias) * col, (acc + bias).float()
+
+    _, mod2 = _fused_kernel(two, a16, w16.t(), bias=bias, col=col)
+    r2 = sim(mod2, a16, w16.t(), operands={"bias": bias, "col": col})
+    assert r2.ok, r2.report.summary()
+    for got, want in zip(r2.outputs, two(a16.float() @ w16.float().t(), bias.float(), col), strict=True):
+        assert not got.isnan().any() and _err(got, want) < 1e-5
+
+
+def test_fused_epilogue_without_its_prefetch_is_caught() -> None:
+    """A dense operand read through its staging buffer with no prefetch before it: the simulator finds it."""
+    g = torch.Generator().manual_seed(6)
+    m, n, k = 300, 144, 192
+    a16, w16 = torch.randn(m, k, generator=g).to(torch.bfloat16), torch.randn(n, k, generator=g).to(torch.bfloat16)
+    res = torch.randn(m, n, generator=g).to(torch.bfloat16)
+    _, mod = _fused_kernel(lambda acc, residual: acc + residual, a16, w16.t(), residual=res)
+    mutant = _edit(mod, "epilogue", lambda b: tuple(s for s in b if not isinstance(s, ir.PrefetchOperand)))
+    r = simulate(mutant, a16, w16.t(), operands={"residual": res})
+    assert r.report.kinds() & {K.OPERAND_STAGING}, r.report.summary()
+
+
+def test_fused_epilogue_explores_clean() -> None:
+    """Every schedule of a fused sm_100a kernel with a dense operand (its copies prefetched at the tile's start and
+    behind each block's store) is free of findings: 5 tiles over 2 CTAs, both accumulators reused."""
+    g = torch.Generator().manual_seed(7)
+    a16, w16 = torch.randn(300, 192, generator=g).to(torch.bfloat16), torch.randn(144, 192, generator=g).to(
+        torch.bfloat16)
+    res = torch.randn(300, 144, generator=g).to(torch.bfloat16)
+    kern, _ = _fused_kernel(lambda acc, residual: acc + residual, a16, w16.t(), residual=res)
+    plan = replace(kern.plan, grid=2, stages=2, bk=32)  # type: ignore[attr-defined]
+    assert plan.prefetch_operands
+    r = explore(build(kern.spec, B200, plan).module, 640, 128, 64, max_states=80_000)  # type: ignore[attr-defined]
+    assert not r.findings and not r.bound_hit, r.summary()

@@ -73,11 +73,22 @@ def test_refuses_sm90_options_and_tiles() -> None:
         plan_schedule(spec, B200, stages=9)
 
 
-def test_fused_epilogue_is_refused_through_the_api() -> None:
-    a = torch.empty(256, 256, dtype=torch.bfloat16, device="meta")
-    bias = torch.empty(256, dtype=torch.bfloat16, device="meta")
-    with pytest.raises(UnsupportedError, match="fused epilogue"):
-        warploom.plan(a, a, epilogue=lambda acc, bias: acc + bias, bias=bias, device=B200)
+def test_fused_epilogue_per_block() -> None:
+    """A fused epilogue runs on each 64-column block as it leaves tensor memory: the dense operand through a TMA
+    staging buffer of its own, each output through its own staging buffer."""
+    a = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
+    bias = torch.empty(4096, dtype=torch.bfloat16, device="meta")
+
+    def fn(acc: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.nn.functional.gelu(acc + bias) + residual, (acc + bias).float()
+
+    kern = warploom.plan(a, a, epilogue=fn, bias=bias, residual=a, device=B200)
+    m = kern.module
+    ep = [o for o, _ in ir.walk(m.default_partition.body)]
+    assert [o.acc for o in ep if isinstance(o, ir.ApplyEpilogue)] == ["acc0", "acc1", "acc2", "acc3"]
+    assert [o.buffer for o in ep if isinstance(o, ir.PrefetchOperand)] == ["residual_smem"] * 4
+    assert {(b.name, b.output) for b in m.buffers if b.tensor is ir.Tensor.C} == {("c_smem", 0), ("c_smem_1", 1)}
+    assert m.smem_bytes <= B200.smem_per_block and kern.plan.stages >= 2
 
 
 def test_verifier_tensor_memory_rules() -> None:

@@ -44,6 +44,8 @@ class _Sm100Emitter(_PartitionEmitter):
                       comment="a column block of a tensor-memory accumulator, as tcgen05.ld hands it to the threads")
         for a in self.p.accumulators:
             self.buf.line(f"{a.name} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)")
+        if self.m.spec.epilogue is not None:  # the fused epilogue's block layout is the block's own
+            self.buf.line("ep_layout: gl.constexpr = acc_layout", comment="a fused epilogue block, as loaded")
 
     def op(self, o: ir.Op) -> None:
         b, c = self.buf, printer.op(o)

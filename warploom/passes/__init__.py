@@ -72,7 +72,11 @@ def pipeline_sm100(plan: Plan) -> list[Pass]:
         PlanRings(stages=plan.stages),
         # The consumer becomes the MMA warp and the epilogue partition, around tensor-memory accumulators; the
         # MMA's completion replaces the consumer's release of each stage.
-        SplitMma(acc_buffers=plan.acc_buffers, subtiles=plan.epilogue_subtiles),
+        SplitMma(acc_buffers=plan.acc_buffers, subtiles=plan.epilogue_subtiles, scalar_columns=plan.scalar_columns),
+        # After SplitMma made the epilogue partition's prefetches: the first block's dense operand copy moves to the
+        # tile's start (it lands while the partition waits for the accumulator), later ones behind the store of the
+        # block that last read the buffer. (HoistOperands has no mainloop to hide loads under here.)
+        PrefetchOperands(enabled=plan.prefetch_operands),
         # The producer's loop, flattened as on sm_90a.
         FlattenProducer(),
         # Last: the MMA warp and the producer issue only (one budget: they share a warpgroup), the epilogue

@@ -31,7 +31,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from warploom.dtypes import DType
+from warploom.epilogue.operands import OperandKind
 from warploom.ir import nodes as ir
+from warploom.passes.epilogue import operand_read
 
 ACC_RING = "acc_tm"
 STAGING = "c_smem"
@@ -42,11 +44,13 @@ class SplitMma:
     """Attributes:
     acc_buffers: tensor-memory accumulators (2: one drained while the next fills).
     subtiles: column blocks the epilogue loads, computes and stores a tile in (each BM x BN/subtiles fp32 in
-        registers: 64 columns are 64 registers a thread over 4 warps)."""
+        registers: 64 columns are 64 registers a thread over 4 warps).
+    scalar_columns: a fused epilogue's column operands read one value per row (else as a tile)."""
 
     acc_buffers: int
     subtiles: int
     epilogue_warps: int = 4
+    scalar_columns: bool = True
 
     def __call__(self, m: ir.Module) -> ir.Module:
         consumer = next(p for p in m.partitions if p.role is ir.Role.CONSUMER)
@@ -54,9 +58,8 @@ class SplitMma:
         assert isinstance(tiles, ir.Loop) and tiles.kind is ir.LoopKind.TILES
         k_loop = next(s for s in tiles.body if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.K)
         steps = next((o.steps for o in tiles.body if isinstance(o, ir.Epilogue)), ())
-        if any(isinstance(o, (ir.ZeroAcc, ir.Promote, ir.ApplyEpilogue, ir.LoadOperand)) for o, _ in
-               ir.walk(consumer.body)):
-            raise NotImplementedError("sm_100a: plain GEMMs only (no promotion, no fused epilogue)")
+        if any(isinstance(o, (ir.ZeroAcc, ir.Promote)) for o, _ in ir.walk(consumer.body)):
+            raise NotImplementedError("sm_100a: native accumulation only (no promotion)")
         t = m.tiling
         acc = ir.Ring(ACC_RING, ir.Tensor.ACC, DType.FP32, self.acc_buffers, t.bm, t.bn)
         ready = ir.Barriers("acc_ready", self.acc_buffers, 1, (ACC_RING,), ir.Purpose.READY)
@@ -83,26 +86,42 @@ class SplitMma:
             cursors=(*consumer.cursors, ir.Cursor("t", self.acc_buffers)),
         )
 
-        # The epilogue partition: per column block, tensor memory -> registers -> math -> smem -> TMA store.
+        # The epilogue partition: per column block, tensor memory -> registers -> math -> smem -> TMA store. A fused
+        # epilogue (spec.epilogue) evaluates its graph on each block, with its operands read as on sm_90a (a dense
+        # one copied by TMA into a staging buffer of its own first), and stores each output through its own buffer.
         n = self.subtiles
         width = t.bn // n
+        graph = m.spec.epilogue
         accs = tuple(ir.Accumulator(f"acc{j}", t.bm, width, j * width) for j in range(n))
+        staging = tuple(ir.Buffer(STAGING if k == 0 else f"{STAGING}_{k}", ir.Tensor.C, d, t.bm, width, output=k)
+                        for k, d in enumerate(m.spec.output_dtypes()))
+        dense = {o.name: ir.Buffer(f"{o.name}_smem", ir.Tensor.OPERAND, o.dtype, t.bm, width, operand=o.name)
+                 for o in (graph.operands if graph else ()) if o.kind is OperandKind.DENSE}
         ep: list[ir.Stmt] = [ir.Wait("acc_ready", ts, ir.Parity("t"))]
         for j, a in enumerate(accs):
             ep.append(ir.LoadTmem(ACC_RING, ts, a.name, j, n))
             if j == n - 1:  # every block is in registers: the MMA warp may refill this accumulator
                 ep.append(ir.Arrive("acc_empty", ts))
-            if steps:
+            if graph is not None:
+                for operand in graph.operands:
+                    buf = dense.get(operand.name)
+                    if buf is not None:
+                        ep.append(ir.PrefetchOperand(operand.name, a.name, 0, 1, buf.name))
+                    read = operand_read(operand.kind, self.scalar_columns)
+                    ep.append(ir.LoadOperand(operand.name, a.name, 0, 1, read, None if buf is None else buf.name))
+                ep.append(ir.ApplyEpilogue(a.name, 0, 1))
+            elif steps:
                 ep.append(ir.Epilogue(a.name, steps))
-            ep += [ir.StoreWait(0), ir.StoreSmem(a.name, STAGING), ir.FenceAsync(), ir.TmaStore(STAGING, part=j,
-                                                                                                    parts=n)]
+            ep.append(ir.StoreWait(0))
+            ep += [ir.StoreSmem(a.name, b.name, output=b.output if graph is not None else None) for b in staging]
+            ep.append(ir.FenceAsync())
+            ep += [ir.TmaStore(b.name, part=j, parts=n, output=b.output) for b in staging]
         ep.append(ir.Advance("t"))
         epilogue = ir.Partition(
             name="epilogue", role=ir.Role.EPILOGUE, warps=self.epilogue_warps, default=True,
             body=(ir.Loop(ir.LoopKind.TILES, tuple(ep)), ir.StoreWait(0)),
             accumulators=accs, cursors=(ir.Cursor("t", self.acc_buffers),),
         )
-        staging = ir.Buffer(STAGING, ir.Tensor.C, m.spec.out_dtype, t.bm, width)
         others = tuple(p for p in m.partitions if p.role is not ir.Role.CONSUMER)
         return replace(m, partitions=(epilogue, mma, *others), rings=(*m.rings, acc),
-                       barriers=(*m.barriers, ready, empty), buffers=(*m.buffers, staging))
+                       barriers=(*m.barriers, ready, empty), buffers=(*m.buffers, *staging, *dense.values()))
