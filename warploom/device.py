@@ -38,7 +38,7 @@ class DeviceInfo:
     @property
     def blackwell(self) -> bool:
         """Whether kernels for this GPU are sm_100a schedules (tcgen05 MMAs into tensor memory)."""
-        return self.arch.startswith("sm_100")
+        return self.arch.startswith("sm_10")  # (sm_103a too: planned as Blackwell, refused by the target check)
 
 
 # The H100 SXM that warploom is measured on: 132 SMs, 227 KiB of opt-in shared memory per block.

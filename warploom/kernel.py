@@ -92,12 +92,6 @@ class Kernel:
 
         With a fused epilogue, `operands` maps each of the graph's operand names to its tensor (for scaled_mm
         including scale_a, scale_b and bias), and `extra_outs` are the outputs after `out`."""
-        if self.module.blackwell:
-            from warploom.errors import TargetError
-
-            raise TargetError(f"Kernel.run: {self.module.name} is an sm_100a kernel, which warploom cross-compiles "
-                              "but has not run on an sm_100a GPU yet (none is at hand). Fix: Kernel.compile('sm_100a') "
-                              "to inspect it, or plan for the sm_90a GPU you run on")
         return self.launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
 
     @functools.cached_property

@@ -67,7 +67,9 @@ The heuristic, in order:
    epilogue, no ping-pong, no scale partition). DeepSeek-V3's q_a + kv_a at 4096 tokens (4096x2112x7168, 2.18
    waves of 128x256): graph ratios against torch went from 0.69 / 0.83 / 0.87 / 0.80 (bf16, fp8 rowwise fast,
    exact, blockwise; the 128x128 tiles chosen before) to 0.89 / 0.99 / 1.00 / 0.95 with 128x256 and 4 k-ranges,
-   the best of the variants measured (docs/benchmarks.md, 2026-11-23 session 14).
+   the best of the variants measured (docs/benchmarks.md, 2026-11-23 session 14). Not below 36 k-blocks
+   (`_TAIL_MIN_KBLOCKS`): fp8 3072^3 and 2048x7168x4096 (24 and 32) ran 6-7% faster on 128x128 tiles without a tail
+   (session 20).
 16. Decode (M <= 64; bf16, or fp8 tensorwise or rowwise with native accumulation; fused epilogues too) also scores
    64x64 tiles, and gives them a ring of up to 12 stages (`_DECODE_STAGES`; other tiles keep at most 6). Such a
    GEMM streams B once, so what limits it is how many bytes are in flight: 64x64 tiles give twice the CTAs of
@@ -116,7 +118,8 @@ The heuristic, in order:
    128x256 fp32 accumulator (BK as rule 1), two of them in tensor memory (2 x 256 of its 512 columns), and a 4-warp
    epilogue partition drains one (in 4 column blocks of 64 through one staging buffer) while the MMA warp fills the
    other: the epilogue overlaps the next tile's mainloop, which on sm_90a needed a second register accumulator
-   (passes/blackwell.py). Stages: as many as fit beside the staging buffers, at most 6. bf16/fp16, fp8 tensorwise
+   (passes/blackwell.py). Stages: as many as fit beside the staging buffers, at most 6 (at least 2, else 128 or 64
+   wide: many outputs or dense operands). bf16/fp16, fp8 tensorwise
    or rowwise with native accumulation, a bias, and fused epilogues (evaluated per 64-column block as it leaves
    tensor memory, a dense operand copied by TMA into a buffer of its own, the first block's copy at the tile's start,
    each output through its own staging buffer); promoted fp8, blockwise and MX scales, split-K and swap-AB are
@@ -168,6 +171,10 @@ SWAP_TOKENS = (16, 32)
 # (BK 64) alike, so a round is priced at that per k-block: the tail's fixed cost weighs more as K shrinks.
 TAIL_COST_US = 9.0
 _ROUND_US_PER_KBLOCK = 0.84
+# Rule 15: no tail below 36 k-blocks (rounds of ~30 us). fp8 at 24 and 32 k-blocks (3072^3, 2048x7168x4096) ran
+# 6-7% slower with the tail than on 128x128 tiles without one; at 40-64 k-blocks (5120^3, 3072x3072x8192,
+# 4096x2112x7168) the tail won; bf16 at 48 and 64 tied (docs/benchmarks.md, session 20).
+_TAIL_MIN_KBLOCKS = 36
 _PRODUCER_REGS = 24
 _CONSUMER_REGS = 240
 # Rule 17: four consumer warpgroups and the producer's: 4 x 128 x 112 + 128 x 24 = 60416 of the 65536 registers.
@@ -312,7 +319,8 @@ _BLACKWELL_EPILOGUE_REGS = 232
 
 
 def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
-                   stages: int | None = None, group_m: int = 8) -> Plan:
+                   stages: int | None = None, group_m: int = 8, scalar_columns: bool = True,
+                   prefetch_operands: bool | None = None) -> Plan:
     """Rule 19: the plan of a plain GEMM on an sm_100a device (tensor-memory accumulators, an MMA warp, an epilogue
     partition). Raises UnsupportedError, naming what to change, for what the sm_100a schedule does not cover yet."""
     from warploom.errors import UnsupportedError
@@ -327,25 +335,38 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                                f"scales so far; {spec.short()} has {'; '.join(problems)}. Fix: plan it for an sm_90a "
                                "device (device=H100_SXM)")
     bm = bm or 128
-    bn = bn or 256
-    if bm != 128 or bn not in (64, 128, 256):
+    if bm != 128 or bn not in (None, 64, 128, 256):
         raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (64, 128, 256), got {bm=} "
                                f"{bn=}. Fix: leave bm and bn to the planner")
     bk = 128 if spec.a_dtype.bytes == 1 else 64
-    blocks = min(_BLACKWELL_EPILOGUE_BLOCKS, bn // 64)
-    # One staging block per output, and one per dense operand of a fused epilogue (passes/blackwell.py).
-    staging = bm * (bn // blocks) * (sum(d.bytes for d in spec.output_dtypes())
-                                     + sum(d.bytes for d in _dense_operands(spec)))
-    barriers = 8 * 2 * (_MAX_STAGES + _BLACKWELL_BUFFERS)
-    fit = min(_MAX_STAGES, (device.smem_per_block - staging - barriers) // stage_bytes(spec, bm, bn, bk))
+    def fits(width: int) -> tuple[int, int, int]:
+        """(stages that fit, epilogue blocks, staging bytes) at this width: one staging block per output and one per
+        dense operand of a fused epilogue (passes/blackwell.py)."""
+        blocks = min(_BLACKWELL_EPILOGUE_BLOCKS, width // 64)
+        staging = bm * (width // blocks) * (sum(d.bytes for d in spec.output_dtypes())
+                                            + sum(d.bytes for d in _dense_operands(spec)))
+        barriers = 8 * 2 * (_MAX_STAGES + _BLACKWELL_BUFFERS)
+        return (min(_MAX_STAGES, (device.smem_per_block - staging - barriers) // stage_bytes(spec, bm, width, bk)),
+                blocks, staging)
+
+    # 256 wide unless the stages and staging buffers do not fit (many outputs or dense operands): the widest tile
+    # with two stages, else the widest with one.
+    widths = (bn,) if bn is not None else (256, 128, 64)
+    width = next((w for w in widths if fits(w)[0] >= (stages or 2)),
+                 next((w for w in widths if fits(w)[0] >= 1), widths[-1]))
+    fit, blocks, staging = fits(width)
     s = fit if stages is None else stages
     if not 1 <= s <= fit:
-        raise UnsupportedError(f"sm_100a: {s} stages of {bm}x{bn}x{bk} do not fit beside the epilogue's staging "
-                               f"buffer in {device.smem_per_block} bytes (at most {fit}). Fix: fewer stages")
-    tiles = max(1, math.ceil(spec.m / bm) * math.ceil(spec.n / bn))
-    return Plan(bm=bm, bn=bn, bk=bk, stages=s, consumer_warps=4, group_m=group_m, grid=min(device.sm_count, tiles),
-                consumer_regs=_BLACKWELL_EPILOGUE_REGS, epilogue_subtiles=blocks, hoist_rows=True,
-                prefetch_operands=bool(_dense_operands(spec)), acc_buffers=_BLACKWELL_BUFFERS)
+        raise UnsupportedError(f"sm_100a: {s} stages of {bm}x{width}x{bk} do not fit beside the epilogue's "
+                               f"{staging}-byte staging buffers in {device.smem_per_block} bytes (at most {fit}). Fix: "
+                               "fewer stages, a narrower bn, or fewer outputs or dense operands")
+    tiles = max(1, math.ceil(spec.m / bm) * math.ceil(spec.n / width))
+    dense = bool(_dense_operands(spec))
+    return Plan(bm=bm, bn=width, bk=bk, stages=s, consumer_warps=4, group_m=group_m,
+                grid=min(device.sm_count, tiles), consumer_regs=_BLACKWELL_EPILOGUE_REGS, epilogue_subtiles=blocks,
+                hoist_rows=True, scalar_columns=scalar_columns,
+                prefetch_operands=dense if prefetch_operands is None else prefetch_operands,
+                acc_buffers=_BLACKWELL_BUFFERS)
 
 
 def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
@@ -514,12 +535,14 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     if device.blackwell:  # rule 19
         hopper = {"consumer_partitions": consumer_partitions, "partial_blocks": partial_blocks,
                   "pingpong": pingpong or None, "scale_partition": scale_partition, "swap_ab": swap_ab or None,
-                  "split_k": None if split_k == 1 else split_k, "tail_split": None if tail_split == 1 else tail_split}
+                  "split_k": None if split_k == 1 else split_k, "tail_split": None if tail_split == 1 else tail_split,
+                  "hoist_rows": hoist_rows}
         if any(v is not None for v in hopper.values()):
             given = ", ".join(f"{k}={v}" for k, v in hopper.items() if v is not None)
             raise UnsupportedError(f"{given}: sm_90a schedule options; the sm_100a schedule (rule 19) has none of "
                                    "them. Fix: drop them, or plan for an sm_90a device")
-        return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m)
+        return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
+                              scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
     if swap_ab is None:
         swap_ab = not pingpong and all(f is None for f in forced) and swap_decode(spec)
@@ -737,6 +760,8 @@ def _rule15_tail(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, 
     k_tiles = math.ceil(spec.k / bk)
     if whole == 0 or tail == 0 or (whole + tail / device.sm_count) / (whole + 1) >= 0.9:
         return 1
+    if k_tiles < _TAIL_MIN_KBLOCKS:
+        return 1  # rounds under ~30 us: the tail's three launches cost more than the score's fixed cost says
     ts = max((d for d in range(2, 9) if k_tiles % d == 0 and k_tiles // d >= 4 and tail * d <= device.sm_count),
              default=1)
     area = bm * bn / eff

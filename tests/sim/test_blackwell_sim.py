@@ -89,8 +89,9 @@ def _drop_release(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
                  if isinstance(s, ir.Loop) else s for s in body)
 
 
-def _accumulate_always(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
-    """Every MMA adds to the accumulator: a tile's first one no longer starts it afresh."""
+def _accumulate_first(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    """The overwrite guard inverted (NOT_FIRST_K): a tile's first MMA adds to the previous tile's accumulator, and
+    each later one overwrites it."""
     return tuple(replace(s, body=tuple(replace(o, overwrite=ir.Guard.NOT_FIRST_K) if isinstance(o, ir.TcMma) else o
                                        for o in s.body)) if isinstance(s, ir.Loop) else s for s in body)
 
@@ -116,7 +117,7 @@ MUTANTS: dict[str, tuple[Mutate, frozenset[FindingKind]]] = {
             replace(s, parity=replace(s.parity, flip=True)) if isinstance(s, ir.Wait) else s for s in b)),
         frozenset({K.READ_BEFORE_LANDED, K.READ_UNACQUIRED, K.PHASE_ALIAS})),
     # A tile's first MMA adds to the previous tile's accumulator instead of starting afresh.
-    "first_mma_accumulates": (lambda m: _edit(m, "mma", _accumulate_always), frozenset({K.WRONG_TILE})),
+    "first_mma_accumulates": (lambda m: _edit(m, "mma", _accumulate_first), frozenset({K.WRONG_TILE})),
 }
 
 

@@ -128,3 +128,53 @@ def test_targets_and_refusals() -> None:
     a = torch.randn(512, 512, dtype=torch.bfloat16)
     res = kern.simulate(a, a)  # the simulator models tcgen05 and tensor memory (tests/sim/test_blackwell_sim.py)
     assert res.ok, res.report.summary()
+
+
+def test_public_api_refuses_to_launch_on_an_sm_100a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a Blackwell GPU the eager path plans rule 19 and builds its launcher, which refuses: warploom has never run
+    an sm_100a kernel (the refusal sits in Launcher, which every launching path builds)."""
+    from warploom import api
+    from warploom.runtime.launch import Launcher
+
+    kern = build(GemmSpec(512, 512, 512), B200)
+    with pytest.raises(TargetError, match="not run on an sm_100a GPU"):
+        Launcher(kern.module, kern.gluon)
+    monkeypatch.setattr(api, "_device_for", lambda a: B200)
+    monkeypatch.setattr(api, "_require_cuda", lambda *a, **k: None, raising=False)
+    a = torch.empty(512, 512, dtype=torch.bfloat16, device="meta")
+    with pytest.raises(TargetError, match="not run on an sm_100a GPU"):
+        api._matmul_impl(a, a)
+
+
+def test_many_outputs_and_operands_plan_a_narrower_tile() -> None:
+    """Four fp32 outputs and two fp32 dense operands leave no room for a stage at 256 wide: the plan narrows to the
+    widest tile that holds one (two would fit nowhere)."""
+    a = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
+    d = torch.empty(4096, 4096, device="meta")
+
+    def fn(acc: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return acc + x, acc * y, acc - x, acc * 2.0
+
+    kern = warploom.plan(a, a, epilogue=fn, out_dtype=torch.float32, x=d, y=d, device=B200)
+    assert (kern.plan.bn, kern.plan.stages) == (128, 1)
+    assert kern.module.smem_bytes <= B200.smem_per_block
+    with pytest.raises(UnsupportedError, match="narrower bn"):
+        plan_schedule(kern.spec, B200, bn=256)
+
+
+def test_load_tmem_block_must_match_its_accumulator() -> None:
+    m = build(GemmSpec(4096, 4096, 4096), B200).module
+    ep = m.default_partition
+    (tiles, *rest) = ep.body
+    assert isinstance(tiles, ir.Loop)
+    wrong = replace(tiles, body=tuple(replace(o, part=0) if isinstance(o, ir.LoadTmem) else o for o in tiles.body))
+    with pytest.raises(VerificationError, match="load_tmem of block 0 of 4 of acc_tm into acc1"):
+        verify.check(m.with_partition(replace(ep, body=(wrong, *rest))), "test")
+
+
+def test_other_blackwell_archs_plan_rule_19_and_are_refused_at_compile() -> None:
+    sm103 = replace(B200, name="an sm_103a GPU", arch="sm_103a")
+    kern = build(GemmSpec(512, 512, 512), sm103)
+    assert kern.module.blackwell
+    with pytest.raises(TargetError, match="sm_103a"):
+        kern.compile()

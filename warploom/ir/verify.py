@@ -110,8 +110,15 @@ def structural(m: ir.Module) -> list[str]:
                         slot(o.slot, bar_names[o.barrier].depth, f"tcgen05_commit {o.barrier}")
                 case ir.LoadTmem():
                     _tmem_ring(ring_names, o.acc_ring, o.slot, f"{where}: load_tmem from", slot, errs)
-                    if o.acc not in accs:
+                    acc = next((a for a in p.accumulators if a.name == o.acc), None)
+                    ring = ring_names.get(o.acc_ring)
+                    if acc is None:
                         errs.append(f"{where}: load_tmem into unknown accumulator {o.acc}")
+                    elif ring is not None and o.parts >= 1 and (acc.col0, acc.cols) != (
+                            o.part * ring.cols // o.parts, ring.cols // o.parts):
+                        # (the backend slices at the accumulator's col0, the simulator at the block: they must agree)
+                        errs.append(f"{where}: load_tmem of block {o.part} of {o.parts} of {o.acc_ring} into {o.acc}, "
+                                    f"which holds tile columns {acc.col0}..{acc.col0 + acc.cols - 1}")
                 case ir.CopyScales():
                     r = ring_names.get(o.ring)
                     if r is None or r.tensor is not o.tensor or o.tensor not in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):

@@ -64,7 +64,16 @@ class Launcher:
     def __init__(self, m: ir.Module, src: GluonSource, fast: bool | None = None,
                  tail: tuple[ir.Module, GluonSource] | None = None) -> None:
         """`tail`: a plan with a split-K tail's second kernel (`Plan.tail_split`): then `m` and it are ranged, and
-        a call runs the whole waves of tiles in `m` and the rest in the tail (`sim.raster.tail_spans`)."""
+        a call runs the whole waves of tiles in `m` and the rest in the tail (`sim.raster.tail_spans`).
+
+        An sm_100a module is refused here, where every launching path (Kernel.run, the eager and fused calls of the
+        public API) builds its launcher: warploom cross-compiles such kernels but has not run one on a GPU."""
+        if m.blackwell:
+            from warploom.errors import TargetError
+
+            raise TargetError(f"{m.name} is an sm_100a kernel, which warploom cross-compiles but has not run on an "
+                              "sm_100a GPU yet (none is at hand). Fix: Kernel.compile('sm_100a') to inspect it, or "
+                              "plan for the sm_90a GPU you run on")
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
         self._bm, self._bn, self._grid_max = m.tiling.bm, m.tiling.bn, m.tiling.grid
