@@ -119,13 +119,13 @@ The heuristic, in order:
    epilogue partition drains one (in 4 column blocks of 64 through one staging buffer) while the MMA warp fills the
    other: the epilogue overlaps the next tile's mainloop, which on sm_90a needed a second register accumulator
    (passes/blackwell.py). Stages: as many as fit beside the staging buffers, at most 6 (at least 2, else 128 or 64
-   wide: many outputs or dense operands). bf16/fp16, fp8 tensorwise
-   or rowwise with native accumulation, a bias, and fused epilogues (evaluated per 64-column block as it leaves
-   tensor memory, a dense operand copied by TMA into a buffer of its own, the first block's copy at the tile's start,
-   each output through its own staging buffer); promoted fp8, blockwise and MX scales, split-K and swap-AB are
-   refused. Simulated and cross-compiled, unmeasured: no sm_100a GPU is at hand, so nothing here is tuned, and
-   warploom does not launch these kernels (`warploom.plan(..., device=B200).compile("sm_100a")`,
-   `warploom demo --target sm_100a`).
+   wide: many outputs or dense operands). bf16/fp16, fp8 tensorwise or rowwise with native accumulation, a bias, and
+   fused epilogues (evaluated per 64-column block as it leaves tensor memory, a dense operand copied by TMA into a
+   buffer of its own, the first block's copy at the tile's start, each output through its own staging buffer).
+   Decode (rule 18's conditions, M <= 32) runs swapped, C^T = B^T A^T on 128x16 or 128x32 tiles with a ring of up to
+   12 stages: the weight's rows fill tcgen05's 128. Promoted fp8, blockwise and MX scales and split-K are refused.
+   Simulated and cross-compiled, unmeasured: no sm_100a GPU is at hand, so nothing here is tuned, and warploom does
+   not launch these kernels (`warploom.plan(..., device=B200).compile("sm_100a")`, `warploom demo --target sm_100a`).
 """
 
 from __future__ import annotations
@@ -335,18 +335,20 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                                f"scales so far; {spec.short()} has {'; '.join(problems)}. Fix: plan it for an sm_90a "
                                "device (device=H100_SXM)")
     bm = bm or 128
-    if bm != 128 or bn not in (None, 64, 128, 256):
-        raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (64, 128, 256), got {bm=} "
-                               f"{bn=}. Fix: leave bm and bn to the planner")
+    if bm != 128 or bn not in (None, 16, 32, 64, 128, 256):
+        raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (16, 32, 64, 128, 256), got "
+                               f"{bm=} {bn=}. Fix: leave bm and bn to the planner")
     bk = 128 if spec.a_dtype.bytes == 1 else 64
     def fits(width: int) -> tuple[int, int, int]:
         """(stages that fit, epilogue blocks, staging bytes) at this width: one staging block per output and one per
         dense operand of a fused epilogue (passes/blackwell.py)."""
-        blocks = min(_BLACKWELL_EPILOGUE_BLOCKS, width // 64)
+        blocks = max(1, min(_BLACKWELL_EPILOGUE_BLOCKS, width // 64))  # (a swapped decode tile: one block)
         staging = bm * (width // blocks) * (sum(d.bytes for d in spec.output_dtypes())
                                             + sum(d.bytes for d in _dense_operands(spec)))
-        barriers = 8 * 2 * (_MAX_STAGES + _BLACKWELL_BUFFERS)
-        return (min(_MAX_STAGES, (device.smem_per_block - staging - barriers) // stage_bytes(spec, bm, width, bk)),
+        # A swapped decode tile (16 or 32 tokens wide) streams the weight: a deep ring, as rule 16's on sm_90a.
+        cap = _DECODE_STAGES if width <= 32 else _MAX_STAGES
+        barriers = 8 * 2 * (cap + _BLACKWELL_BUFFERS)
+        return (min(cap, (device.smem_per_block - staging - barriers) // stage_bytes(spec, bm, width, bk)),
                 blocks, staging)
 
     # 256 wide unless the stages and staging buffers do not fit (many outputs or dense operands): the widest tile
@@ -534,13 +536,22 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
 
     if device.blackwell:  # rule 19
         hopper = {"consumer_partitions": consumer_partitions, "partial_blocks": partial_blocks,
-                  "pingpong": pingpong or None, "scale_partition": scale_partition, "swap_ab": swap_ab or None,
+                  "pingpong": pingpong or None, "scale_partition": scale_partition,
                   "split_k": None if split_k == 1 else split_k, "tail_split": None if tail_split == 1 else tail_split,
                   "hoist_rows": hoist_rows}
         if any(v is not None for v in hopper.values()):
             given = ", ".join(f"{k}={v}" for k, v in hopper.items() if v is not None)
             raise UnsupportedError(f"{given}: sm_90a schedule options; the sm_100a schedule (rule 19) has none of "
                                    "them. Fix: drop them, or plan for an sm_90a device")
+        if swap_ab is None:
+            swap_ab = bm is None and bn is None and stages is None and swap_decode(spec)
+        if swap_ab:  # rule 19 with rule 18: decode runs C^T = B^T A^T, the weight's rows on tcgen05's 128
+            if spec.swap_problems():
+                raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: "
+                                       f"{'; '.join(spec.swap_problems())}; drop swap_ab")
+            plan = plan_blackwell(spec.swapped(), device, bm=bm, bn=bn or swap_tokens(spec.m), stages=stages,
+                                  group_m=group_m, scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
+            return replace(plan, swap_ab=True)
         return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                               scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)

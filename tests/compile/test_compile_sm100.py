@@ -34,6 +34,9 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("e4m3_tensorwise", f8(4096, 4096, 4096, TW), {}),
     ("e4m3_rowwise_bias", f8(4096, 4096, 4096, RW, bias=BF16), {}),
     ("e5m2xe4m3_rowwise_bias_fp32_out", f8(296, 528, 1024, RW, bias=FP32, a=E5, out=FP32), {}),
+    # Decode, swapped (rule 18 on sm_100a): 128x16 and 128x32 tiles, 12 stages.
+    ("bf16_swap_16x14336x4096", GemmSpec(16, 14336, 4096), {}),
+    ("e4m3_rowwise_bias_swap_24x4096x4096", f8(24, 4096, 4096, RW, bias=BF16), {}),
 ]
 
 

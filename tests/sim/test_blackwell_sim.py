@@ -212,3 +212,49 @@ def test_fused_epilogue_explores_clean() -> None:
     assert plan.prefetch_operands
     r = explore(build(kern.spec, B200, plan).module, 640, 128, 64, max_states=80_000)  # type: ignore[attr-defined]
     assert not r.findings and not r.bound_hit, r.summary()
+
+
+@pytest.mark.parametrize("m", [1, 13, 27])
+def test_swapped_decode_clean_and_correct(m: int) -> None:
+    """Decode on sm_100a runs swapped (C^T on 128x16 or 128x32 tiles, stored into C transposed): plain bf16, fp8
+    rowwise with a bias (a row vector of C^T), and a fused epilogue whose row and column operands trade kinds."""
+    import torch.nn.functional as F
+
+    import warploom
+
+    g = torch.Generator().manual_seed(m)
+    n, k = 520, 256
+    a, w = torch.randn(m, k, generator=g).to(torch.bfloat16), torch.randn(n, k, generator=g).to(torch.bfloat16)
+    bias, col = torch.randn(n, generator=g).to(torch.bfloat16), torch.randn(m, 1, generator=g)
+
+    def fn(acc: torch.Tensor, bias: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        return F.silu(acc + bias) * col
+
+    for kw, ops, want in (({}, None, a.float() @ w.float().t()),
+                          ({"epilogue": fn, "bias": bias, "col": col}, {"bias": bias, "col": col},
+                           fn(a.float() @ w.float().t(), bias.float(), col))):
+        kern = warploom.plan(a, w.t(), device=B200, **kw)  # type: ignore[arg-type]
+        assert kern.plan.swap_ab
+        r = build(kern.spec, B200, replace(kern.plan, grid=2)).simulate(a, w.t(), operands=ops)
+        assert r.ok and _err(r.output, want) < 1e-4, r.report.summary()
+    a8, w8 = (torch.randn(m, k, generator=g) * 2).to(torch.float8_e4m3fn), (torch.randn(528, k, generator=g) * 2).to(
+        torch.float8_e4m3fn)
+    sa, sb = torch.rand(m, 1, generator=g) + 0.5, torch.rand(1, 528, generator=g) + 0.5
+    b8 = torch.randn(528, generator=g).to(torch.bfloat16)
+    kern = warploom.plan(a8, w8.t(), sa, sb, bias=b8, use_fast_accum=True, device=B200)
+    assert kern.plan.swap_ab
+    r = build(kern.spec, B200, replace(kern.plan, grid=2)).simulate(a8, w8.t(), sa, sb, b8)
+    assert r.ok and _err(r.output, (a8.float() @ w8.float().t()) * sa * sb + b8.float()) < 1e-4, r.report.summary()
+
+
+def test_swapped_decode_explores_clean() -> None:
+    """Every schedule of a swapped sm_100a decode kernel (its own M = 640 rows of the weight: 5 tiles over 2 CTAs,
+    both accumulators reused) is free of findings."""
+    import warploom
+
+    a = torch.empty(13, 256, dtype=torch.bfloat16, device="meta")
+    w = torch.empty(520, 256, dtype=torch.bfloat16, device="meta")
+    kern = warploom.plan(a, w.t(), device=B200)
+    mod = build(kern.spec, B200, replace(kern.plan, grid=2, stages=2)).module
+    r = explore(mod, 640, 16, 128, max_states=80_000)  # (the module's own sizes: C^T)
+    assert mod.tiling.swap_ab and not r.findings and not r.bound_hit, r.summary()

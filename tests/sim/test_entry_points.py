@@ -131,3 +131,14 @@ def test_demo_without_a_gpu_simulates(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "no GPU here" in out and "sample of CTAs" in out and "findings: none" in out
     assert png.exists() and list(tmp_path.glob("*.py"))
     assert "persistent grid:" in out and "waves" in out  # the plan's wave fill (planner.wave_fill)
+
+
+@pytest.mark.parametrize("m", [520, 16])  # the 128x256 schedule, and decode swapped
+def test_demo_for_sm_100a_cross_compiles_and_simulates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       m: int) -> None:
+    """`warploom demo --target sm_100a` plans for a B200, cross-compiles with tcgen05 and simulates, even where a GPU
+    is present (no sm_100a GPU runs it)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # an H100 here must not run the Blackwell kernel
+    out = invoke("demo", "--target", "sm_100a", "--m", str(m), "--n", "520", "--k", "128", "--out-dir", str(tmp_path))
+    assert "cross-compile sm_100a" in out and "UTCHMMA" in out and "findings: none" in out
+    assert "sm_100a: cross-compiled, not run" in out and "tensor memory" in out

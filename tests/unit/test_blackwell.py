@@ -178,3 +178,19 @@ def test_other_blackwell_archs_plan_rule_19_and_are_refused_at_compile() -> None
     assert kern.module.blackwell
     with pytest.raises(TargetError, match="sm_103a"):
         kern.compile()
+
+
+def test_decode_runs_swapped() -> None:
+    """Rule 18's decode swap on sm_100a: C^T = B^T A^T on 128x16 (128x32 above M = 16) tiles with a deep ring;
+    a dense operand, or a forced swap_ab=False, keeps the unswapped tile."""
+    w = torch.empty(4096, 4096, dtype=torch.bfloat16, device="meta")
+    for m, bn, stages in ((1, 16, 12), (16, 16, 12), (24, 32, 10)):  # (what fits beside the staging block)
+        a = torch.empty(m, 4096, dtype=torch.bfloat16, device="meta")
+        kern = warploom.plan(a, w.t(), device=B200)
+        assert (kern.plan.swap_ab, kern.plan.bm, kern.plan.bn, kern.plan.stages) == (True, 128, bn, stages)
+        assert kern.module.tiling.swap_ab and kern.module.blackwell
+        assert [(b.rows, b.cols) for b in kern.module.buffers] == [(bn, 128)]  # C's block, transposed
+    a = torch.empty(16, 4096, dtype=torch.bfloat16, device="meta")
+    assert not plan_schedule(warploom.plan(a, w.t(), device=B200).spec, B200, swap_ab=False).swap_ab
+    res = torch.empty(16, 4096, dtype=torch.bfloat16, device="meta")
+    assert not warploom.plan(a, w.t(), epilogue=lambda acc, r: acc + r, r=res, device=B200).plan.swap_ab

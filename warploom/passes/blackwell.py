@@ -93,7 +93,9 @@ class SplitMma:
         width = t.bn // n
         graph = m.spec.epilogue
         accs = tuple(ir.Accumulator(f"acc{j}", t.bm, width, j * width) for j in range(n))
-        staging = tuple(ir.Buffer(STAGING if k == 0 else f"{STAGING}_{k}", ir.Tensor.C, d, t.bm, width, output=k)
+        # A swapped module (rule 18) stages each block transposed: C's rows are its columns (ir.Tiling.swap_ab).
+        shape = (width, t.bm) if t.swap_ab else (t.bm, width)
+        staging = tuple(ir.Buffer(STAGING if k == 0 else f"{STAGING}_{k}", ir.Tensor.C, d, *shape, output=k)
                         for k, d in enumerate(m.spec.output_dtypes()))
         dense = {o.name: ir.Buffer(f"{o.name}_smem", ir.Tensor.OPERAND, o.dtype, t.bm, width, operand=o.name)
                  for o in (graph.operands if graph else ()) if o.kind is OperandKind.DENSE}
