@@ -16,14 +16,16 @@ ACC_READY / ACC_EMPTY barrier pair per accumulator (count 1 each):
         for k:                                          for each column block j of `subtiles`:
           wait ready[c] phase(c)                          load_tmem acc_j <- acc_tm[t][cols j]
           tcgen05_mma.async acc_tm[t] += a[c] @ b[c],     [the last block: arrive acc_empty[t]]
-              then arrive empty[c]                        [epilogue acc_j: steps]
-          advance c                                       tma_store_wait 0; store_smem; fence; tma_store
+              then arrive empty[c]                        [epilogue acc_j: steps, or a fused epilogue's
+          advance c                                        load_operand ... / apply_epilogue acc_j]
+                                                          tma_store_wait 0; store_smem; fence; tma_store
         tcgen05_commit acc_ready[t]                     advance t
         advance t                                     tma_store_wait 0
 
 The MMA's completion releases each stage (the tensor cores read the slots asynchronously: the issuing thread's
 program order says nothing about when), and the commit publishes the finished accumulator. With two buffers the
-epilogue of tile i overlaps the MMAs of tile i + 1.
+epilogue of tile i overlaps the MMAs of tile i + 1. A swapped module (rule 18's decode, `ir.Tiling.swap_ab`) stages
+each block transposed, as LowerEpilogue does on sm_90a.
 """
 
 from __future__ import annotations
