@@ -68,7 +68,7 @@ The heuristic, in order:
    waves of 128x256): graph ratios against torch went from 0.69 / 0.83 / 0.87 / 0.80 (bf16, fp8 rowwise fast,
    exact, blockwise; the 128x128 tiles chosen before) to 0.89 / 0.99 / 1.00 / 0.95 with 128x256 and 4 k-ranges,
    the best of the variants measured (docs/benchmarks.md, 2026-11-23 session 14). Not below 36 k-blocks
-   (`_TAIL_MIN_KBLOCKS`): fp8 3072^3 and 2048x7168x4096 (24 and 32) ran 6-7% faster on 128x128 tiles without a tail
+   (`_TAIL_MIN_KBLOCKS`): fp8 3072^3 and 2048x7168x4096 (24 and 32) ran 4-8% faster on 128x128 tiles without a tail
    (session 20).
 16. Decode (M <= 64; bf16, or fp8 tensorwise or rowwise with native accumulation; fused epilogues too) also scores
    64x64 tiles, and gives them a ring of up to 12 stages (`_DECODE_STAGES`; other tiles keep at most 6). Such a
@@ -172,7 +172,7 @@ SWAP_TOKENS = (16, 32)
 TAIL_COST_US = 9.0
 _ROUND_US_PER_KBLOCK = 0.84
 # Rule 15: no tail below 36 k-blocks (rounds of ~30 us). fp8 at 24 and 32 k-blocks (3072^3, 2048x7168x4096) ran
-# 6-7% slower with the tail than on 128x128 tiles without one; at 40-64 k-blocks (5120^3, 3072x3072x8192,
+# 4-8% slower with the tail than on 128x128 tiles without one; at 40-64 k-blocks (5120^3, 3072x3072x8192,
 # 4096x2112x7168) the tail won; bf16 at 48 and 64 tied (docs/benchmarks.md, session 20).
 _TAIL_MIN_KBLOCKS = 36
 _PRODUCER_REGS = 24
@@ -531,7 +531,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
     split_k (1: never split; None: rule 14 decides), tail_split (1: no split-K tail; None: rule 15 decides) and
     swap_ab (None: rule 18 decides, when nothing about the tile, depth or partitions is forced; True: plan the
-    swapped problem, with bm and bn as given for it, by default 64 x 16)."""
+    swapped problem, with bm and bn as given for it, by default 64 x 16 on sm_90a (`swap_rows`, `swap_tokens`) and
+    128 x 16 on sm_100a (rule 19))."""
     from warploom.errors import UnsupportedError
 
     if device.blackwell:  # rule 19
@@ -543,14 +544,20 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             given = ", ".join(f"{k}={v}" for k, v in hopper.items() if v is not None)
             raise UnsupportedError(f"{given}: sm_90a schedule options; the sm_100a schedule (rule 19) has none of "
                                    "them. Fix: drop them, or plan for an sm_90a device")
-        if swap_ab is None:
-            swap_ab = bm is None and bn is None and stages is None and swap_decode(spec)
+        if swap_ab is None:  # (as on sm_90a: any forced tile, depth or split turns rule 18 off)
+            swap_ab = all(f is None for f in (bm, bn, stages, split_k, tail_split)) and swap_decode(spec)
         if swap_ab:  # rule 19 with rule 18: decode runs C^T = B^T A^T, the weight's rows on tcgen05's 128
             if spec.swap_problems():
                 raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: "
                                        f"{'; '.join(spec.swap_problems())}; drop swap_ab")
-            plan = plan_blackwell(spec.swapped(), device, bm=bm, bn=bn or swap_tokens(spec.m), stages=stages,
-                                  group_m=group_m, scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
+            tokens = bn or swap_tokens(spec.m)
+            try:
+                plan = plan_blackwell(spec.swapped(), device, bm=bm, bn=tokens, stages=stages, group_m=group_m,
+                                      scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
+            except UnsupportedError as e:
+                raise UnsupportedError(f"swap_ab=True (rule 18) for {spec.short()}: its tiles of C^T are {bm or 128} "
+                                       f"rows of N by {tokens} of M, and the swapped problem has no such plan: {e}"
+                                       ) from None
             return replace(plan, swap_ab=True)
         return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                               scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
@@ -760,8 +767,9 @@ def _rule15_tail(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, 
     """Rule 15: where the tiles fill at least one whole wave, leave a last round at most half busy, and that round
     idles at least 10% of the whole CTA-time (a few waves: at 27 waves a tail could save 2% at most, within what
     its own cost is known to), run that round's tiles as split-K units over the most k-ranges (a divisor of the
-    k-blocks, at most 8, each range at least 4 k-blocks) that keep them in one wave, if its score (`tail_score`:
-    a fixed cost that weighs more at short K) beats the plain last round; otherwise 1. Only where split-K is
+    k-blocks, at most 8, each range at least 4 k-blocks) that keep them in one wave, if K has at least
+    `_TAIL_MIN_KBLOCKS` k-blocks and its score (`tail_score`: a fixed cost that weighs more at short K) beats the
+    plain last round; otherwise 1. Only where split-K is
     allowed (_check_split_k)."""
     if (spec.bias_dtype is not None or spec.epilogue is not None or pingpong or scale_partition
             or spec.scale is ScaleRecipe.MX):

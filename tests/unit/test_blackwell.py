@@ -194,3 +194,24 @@ def test_decode_runs_swapped() -> None:
     assert not plan_schedule(warploom.plan(a, w.t(), device=B200).spec, B200, swap_ab=False).swap_ab
     res = torch.empty(16, 4096, dtype=torch.bfloat16, device="meta")
     assert not warploom.plan(a, w.t(), epilogue=lambda acc, r: acc + r, r=res, device=B200).plan.swap_ab
+
+
+def test_tuning_refuses_an_sm_100a_gpu_before_making_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tuner would time sm_100a kernels, which warploom has not run: it refuses before allocating anything."""
+    import contextlib
+    import types
+
+    from warploom.device import DeviceInfo
+    from warploom.tune import gpu
+
+    monkeypatch.setattr(DeviceInfo, "current", staticmethod(lambda: B200))
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    with pytest.raises(TargetError, match="sm_100a kernels"):
+        gpu._device(types.SimpleNamespace(device=torch.device("cuda")))  # type: ignore[arg-type]
+
+
+def test_forced_swap_errors_name_the_swapped_tile() -> None:
+    spec = GemmSpec(16, 4096, 4096)
+    with pytest.raises(UnsupportedError, match="tiles of C\\^T are 64 rows of N by 16 of M"):
+        plan_schedule(spec, B200, swap_ab=True, bm=64)
+    assert not plan_schedule(spec, B200, split_k=1).swap_ab  # a forced option turns rule 18 off, as on sm_90a

@@ -60,7 +60,14 @@ def _device(t: torch.Tensor) -> DeviceInfo:
                           f"a tensor on {t.device}", "move the tensors with .cuda(), or use warploom.plan(...) "
                           "for the planner's untuned choice without a GPU")
     with torch.cuda.device(t.device):
-        return DeviceInfo.current()
+        device = DeviceInfo.current()
+    if device.blackwell:  # before any inputs are made: no sm_100a kernel may run (runtime/launch.Launcher)
+        from warploom.errors import TargetError
+
+        raise TargetError(f"tuning times kernels on the GPU, and {device.name} ({device.arch}) would run sm_100a "
+                          "kernels, which warploom has not run yet. Fix: warploom.plan(..., device=B200) for the "
+                          "planner's sm_100a choice, cross-compiled with Kernel.compile()")
+    return device
 
 
 def _strided_like(t: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
