@@ -345,26 +345,8 @@ class Machine:
             self._flag(FindingKind.OVERWRITE_WHILE_READ, ins.site,
                        f"{ins.site.where()} loads {ins.tag} into {name} while {rs.where()} may still read "
                        f"{name}: no wgmma_wait has retired that wgmma")
-        if s.fill >= 0:
-            if not s.landed:
-                self._flag(FindingKind.OVERWRITE_UNRELEASED, ins.site,
-                           f"{ins.site.where()} loads {ins.tag} into {name} while its previous load ({s.describe()}) "
-                           f"is still in flight")
-            elif not s.read_by:
-                self._flag(FindingKind.OVERWRITE_UNRELEASED, ins.site,
-                           f"{ins.site.where()} overwrites {name} ({s.describe()}) before any wgmma read it")
-            elif (s.read_by - {i}) and ("R", ins.ring, ins.slot, s.fill) not in self.tokens[i]:
-                who = ", ".join(self.prog.names[a] for a in sorted(s.read_by - {i}))
-                self._flag(FindingKind.OVERWRITE_UNRELEASED, ins.site,
-                           f"{ins.site.where()} overwrites {name} ({s.describe()}) that {who} read but has not "
-                           f"released to {self.prog.names[i]}: no wait of {self.prog.names[i]} observed a barrier "
-                           f"phase in which {who} arrived after that read")
-        fill = s.nfills
-        s.fill, s.nfills, s.tag, s.landed, s.loader = fill, fill + 1, ins.tag, False, i
-        s.read_by, s.released_by, s.issued, s.landed_at = frozenset(), frozenset(), self.step, -1
-        # Tokens of older fills of this slot can never be checked again; dropping them keeps states small.
-        self.tokens = [t if not any(x[1] == ins.ring and x[2] == ins.slot for x in t)
-                       else frozenset(x for x in t if x[1] != ins.ring or x[2] != ins.slot) for t in self.tokens]
+        fill = self._fill(i, ins.site, ins.ring, ins.slot, ins.tag, lambda: f"loads {ins.tag} into {name} while its "
+                          f"previous load ({s.describe()}) is still in flight", "wgmma")
         if ins.barrier is None or ins.sync:  # a synchronous load: lands now, seen by its issuer
             s.landed, s.landed_at = True, self.step
             self.tokens[i] = self.tokens[i] | {("F", ins.ring, ins.slot, fill)}
@@ -461,33 +443,36 @@ class Machine:
                            f"{ins.site.where()} adds to {name} after its commit published it: the epilogue may be "
                            "reading it")
         else:
-            self._fill(i, ins.site, ins.acc_ring, ins.acc_slot, ins.acc_tag, "starts tile accumulator")
+            self._fill(i, ins.site, ins.acc_ring, ins.acc_slot, ins.acc_tag, lambda: f"starts tile accumulator "
+                       f"{ins.acc_tag} in {name} while its previous fill ({s.describe()}) was never committed",
+                       "partition")
         self.mmas[i] = self.mmas[i] + (Inflight(i, pc, self.step),)
 
-    def _fill(self, i: int, site: Site, ring: str, si: int, tag: Tag, verb: str) -> None:
-        """Partition `i` starts a new fill of ring[si] (a tensor-memory accumulator): the previous fill must have
-        landed, been read, and been released to `i` (as a TMA load's, `_load`)."""
+    def _fill(self, i: int, site: Site, ring: str, si: int, tag: Tag, unlanded: Callable[[], str], reader: str) -> int:
+        """Partition `i` starts a new fill of ring[si] with `tag` (a TMA load, or a tile's first tcgen05 MMA into a
+        tensor-memory accumulator) and gets its number. The previous fill must have landed (else the finding says
+        `unlanded()`, built only then), been read (by a `reader`), and been released to `i`."""
         s = self.slots[ring][si]
         name = f"{ring}[{si}]"
         if s.fill >= 0:
             if not s.landed:
-                self._flag(FindingKind.OVERWRITE_UNRELEASED, site,
-                           f"{site.where()} {verb} {tag} in {name} while its previous fill ({s.describe()}) was never "
-                           "committed")
+                self._flag(FindingKind.OVERWRITE_UNRELEASED, site, f"{site.where()} {unlanded()}")
             elif not s.read_by:
                 self._flag(FindingKind.OVERWRITE_UNRELEASED, site,
-                           f"{site.where()} {verb} {tag} in {name} ({s.describe()}) before any partition read it")
+                           f"{site.where()} overwrites {name} ({s.describe()}) before any {reader} read it")
             elif (s.read_by - {i}) and ("R", ring, si, s.fill) not in self.tokens[i]:
                 who = ", ".join(self.prog.names[a] for a in sorted(s.read_by - {i}))
                 self._flag(FindingKind.OVERWRITE_UNRELEASED, site,
-                           f"{site.where()} {verb} {tag} in {name} ({s.describe()}) that {who} read but has not "
+                           f"{site.where()} overwrites {name} ({s.describe()}) that {who} read but has not "
                            f"released to {self.prog.names[i]}: no wait of {self.prog.names[i]} observed a barrier "
                            f"phase in which {who} arrived after that read")
         fill = s.nfills
         s.fill, s.nfills, s.tag, s.landed, s.loader = fill, fill + 1, tag, False, i
         s.read_by, s.released_by, s.issued, s.landed_at = frozenset(), frozenset(), self.step, -1
+        # Tokens of older fills of this slot can never be checked again; dropping them keeps states small.
         self.tokens = [t if not any(x[1] == ring and x[2] == si for x in t)
                        else frozenset(x for x in t if x[1] != ring or x[2] != si) for t in self.tokens]
+        return fill
 
     def _commit(self, i: int, pc: int, ins: CommitI) -> None:
         """sm_100a: tcgen05_commit joins the partition's MMAs in order; it arrives when they have completed."""
