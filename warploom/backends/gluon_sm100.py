@@ -10,7 +10,7 @@ the layout of the tcgen05 load instruction (``get_tmem_reg_layout``).
 
 from __future__ import annotations
 
-from warploom.backends.gluon_sm90 import GluonSource, _PartitionEmitter, _slot, lower
+from warploom.backends.gluon_sm90 import GluonSource, _PartitionEmitter, _slot, lower, use_acc
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 
@@ -53,8 +53,7 @@ class _Sm100Emitter(_PartitionEmitter):
             case ir.TcMma():
                 s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
                 t = _slot(o.acc_slot, self.depth[o.acc_slot.cursor], self.stages)
-                use = {ir.Guard.FIRST_K: "kk > 0", ir.Guard.ALWAYS: "False", ir.Guard.NOT_FIRST_K: "kk == 0"}[
-                    o.overwrite]
+                use = use_acc(o.overwrite)
                 done = f", mbarriers=[{o.release}_bars.index({s})]" if o.release else ""
                 b.line(f"tcgen05_mma({o.a_ring}.index({s}), {self._b_view(o.b_ring, s, None)}, "
                        f"{o.acc_ring}.index({t}), use_acc={use}{done})", c)

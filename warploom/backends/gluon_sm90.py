@@ -104,6 +104,11 @@ def _guard(g: ir.Guard) -> str | None:
     return {ir.Guard.ALWAYS: None, ir.Guard.NOT_FIRST_K: "kk > 0", ir.Guard.FIRST_K: "kk == 0"}[g]
 
 
+def use_acc(overwrite: ir.Guard) -> str:
+    """An MMA's use_acc argument: accumulate unless its `overwrite` guard holds for this k-block."""
+    return {ir.Guard.FIRST_K: "kk > 0", ir.Guard.ALWAYS: "False", ir.Guard.NOT_FIRST_K: "kk == 0"}[overwrite]
+
+
 def _maxnreg(m: ir.Module) -> int:
     # setmaxnreg moves registers between warpgroups of a CTA that starts under a common cap: the cap is the SM's
     # 64K registers over all launched warps (workers packed, the total rounded to a warpgroup: Module.launched_warps),
@@ -288,8 +293,7 @@ class _PartitionEmitter:
                        f"{_slot(o.slot, d, self.stages)}), {o.ring}.index({_slot(o.slot, d, self.stages)}))", c)
             case ir.Mma():
                 s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
-                use = {ir.Guard.FIRST_K: "kk > 0", ir.Guard.ALWAYS: "False", ir.Guard.NOT_FIRST_K: "kk == 0"}[
-                    o.overwrite]
+                use = use_acc(o.overwrite)
                 a_view = f"{o.a_ring}.index({s})"
                 if self.p.rows:
                     a_view += f".slice({self.row0}, {self.rows})"  # this warpgroup's rows of the A tile

@@ -180,7 +180,7 @@ def _check_tmem(m: ir.Module, device: DeviceInfo) -> list[str]:
     if m.tmem_columns > _TMEM_COLUMNS:
         errs.append(f"tensor memory: {m.tmem_columns} columns of accumulators, the SM has {_TMEM_COLUMNS}")
     for r in m.rings:
-        if r.in_tmem and (r.rows, r.cols) != (m.tiling.bm, m.tiling.bn) or r.in_tmem and r.rows != 128:
+        if r.in_tmem and ((r.rows, r.cols) != (m.tiling.bm, m.tiling.bn) or r.rows != 128):
             errs.append(f"tensor-memory ring {r.name} holds ({r.rows}, {r.cols}) tiles; expected the (128, "
                         f"{m.tiling.bn}) tile")
     if m.blackwell and not device.blackwell:
