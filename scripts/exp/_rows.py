@@ -149,3 +149,21 @@ def time_variants(cases: tuple[str, ...], shapes: list[tuple[int, int, int]], va
             torch.cuda.empty_cache()
     print(write_rows(rows, out_name))
     return rows
+
+
+def variants_main(doc: str | None, cases: tuple[str, ...], shapes: list[tuple[int, int, int]], variants: Variants,
+                  out_name: str, rounds: int = 5, unchecked: tuple[str, ...] = ()) -> None:
+    """A text-variant probe's command line: `--cross` cross-compiles its variants (`cross_variants`), else they are
+    timed on the GPU in `--rounds` interleaved rounds (`time_variants`) over `--cases` (sweep_plans.py's)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("--cross", action="store_true")
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--cases", default=",".join(cases), help="sweep_plans.py cases, e.g. bf16,fp8,fp8-exact")
+    args = ap.parse_args()
+    chosen = tuple(args.cases.split(","))
+    if args.cross:
+        cross_variants(chosen, shapes, variants)
+    else:
+        time_variants(chosen, shapes, variants, args.rounds, out_name, unchecked=unchecked)

@@ -18,14 +18,13 @@ it bounds nothing.)
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))  # scripts/: sweep_plans' cases
-from _rows import cross_variants, time_variants  # noqa: E402
+from _rows import variants_main  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 2048), (4096, 4096, 14336)]
 CASES = ("bf16", "fp8")  # (fp8-exact's guarded kernel is no bound: its promotions died with the epilogue)
@@ -98,16 +97,7 @@ def variants(case: str, text: str) -> dict[str, str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--cross", action="store_true")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--cases", default=",".join(CASES), help="sweep_plans.py cases, e.g. bf16,fp8,fp8-exact")
-    args = ap.parse_args()
-    cases = tuple(args.cases.split(","))
-    if args.cross:
-        cross_variants(cases, SHAPES, variants)
-    else:
-        time_variants(cases, SHAPES, variants, args.rounds, "epilogue-cost.json", unchecked=("no_epilogue",))
+    variants_main(__doc__, CASES, SHAPES, variants, "epilogue-cost.json", unchecked=("no_epilogue",))
 
 
 if __name__ == "__main__":

@@ -25,14 +25,13 @@ Result (2026-11-24, session 20; docs/benchmarks.md): no C7514, no spills, correc
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))  # scripts/: sweep_plans' cases
-from _rows import cross_variants, time_variants  # noqa: E402
+from _rows import variants_main  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 2048), (4096, 4096, 14336), (8192, 8192, 4096),
           (4096, 28672, 4096)]
@@ -132,16 +131,7 @@ def variants(case: str, text: str) -> dict[str, str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--cross", action="store_true")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--cases", default=",".join(CASES))
-    args = ap.parse_args()
-    cases = tuple(args.cases.split(","))
-    if args.cross:
-        cross_variants(cases, SHAPES, variants)
-    else:
-        time_variants(cases, SHAPES, variants, args.rounds, "peeled-store.json", unchecked=())
+    variants_main(__doc__, CASES, SHAPES, variants, "peeled-store.json", rounds=7)
 
 
 if __name__ == "__main__":

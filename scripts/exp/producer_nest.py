@@ -11,7 +11,6 @@ torch in one process, graph-timed; every output checked against the fp32 product
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))  # scripts/: sweep_plans' cases
-from _rows import cross_variants, time_variants  # noqa: E402
+from _rows import variants_main  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 28672, 4096), (4096, 4096, 14336)]
 CASES = ("bf16", "fp8", "fp8-exact")  # (the first GPU run's; --cases blockwise the second's)
@@ -59,16 +58,7 @@ def _forms(case: str, text: str) -> dict[str, str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--cross", action="store_true")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--cases", default=",".join(CASES), help="sweep_plans.py cases, e.g. bf16,fp8,fp8-exact,blockwise")
-    args = ap.parse_args()
-    cases = tuple(args.cases.split(","))
-    if args.cross:
-        cross_variants(cases, SHAPES, _forms)
-    else:
-        time_variants(cases, SHAPES, _forms, args.rounds, "producer-nest.json")
+    variants_main(__doc__, CASES, SHAPES, _forms, "producer-nest.json")
 
 
 if __name__ == "__main__":
