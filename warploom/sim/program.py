@@ -451,6 +451,13 @@ class _Interp:
             raise MalformedError(f"partition {self.p.name}: `{what}` needs a tile but is outside the tile loop")
         return self.tile
 
+    def _tile_in_k(self, what: str) -> TileRef:
+        """The current tile, for an op that also needs the k-loop's k-block."""
+        t = self._tile(what)
+        if self.k is None:
+            raise MalformedError(f"partition {self.p.name}: `{what}` outside a k-loop")
+        return t
+
     def _guard(self, g: ir.Guard, what: str) -> bool:
         if g is ir.Guard.ALWAYS:
             return True
@@ -486,9 +493,7 @@ class _Interp:
                     yield ExpectI(site, o.barrier, self._index(o.slot, m.barrier(o.barrier).depth, text), o.nbytes)
                 case ir.TmaLoad():
                     ring = m.ring(o.ring)
-                    t = self._tile(text)
-                    if self.k is None:
-                        raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
+                    t = self._tile_in_k(text)
                     origin = {ir.Axis.M: t.off_m, ir.Axis.N: t.off_n, ir.Axis.K: self._kb(t) * m.tiling.bk}
                     tag = Tag(o.tensor.value, (o.coord[0].value, o.coord[1].value),
                               (origin[o.coord[0]], origin[o.coord[1]]))
@@ -497,17 +502,13 @@ class _Interp:
                     yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ring.slot_bytes)
                 case ir.CopyScales():
                     ring = m.ring(o.ring)
-                    t = self._tile(text)
-                    if self.k is None:
-                        raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
+                    t = self._tile_in_k(text)
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
                     yield LoadI(site, o.ring, slot, scale_tag(o.tensor, t, self._kb(t)), o.barrier, bi, 0,
                                 tracked=not o.sync, sync=o.sync)
                 case ir.Mma():
-                    t = self._tile(text)
-                    if self.k is None:
-                        raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
+                    t = self._tile_in_k(text)
                     overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)
                     a_tag, b_tag = expected_tags(m, t, self._kb(t))
                     rb = self.p.rows
@@ -519,9 +520,7 @@ class _Interp:
                 case ir.MmaWait():
                     yield MmaWaitI(site, o.pending)
                 case ir.Promote() if o.scales is not None:
-                    t = self._tile(text)
-                    if self.k is None:
-                        raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
+                    t = self._tile_in_k(text)
                     sc = o.scales
                     reads = ScaleRead(
                         (sc.a_ring, self._index(sc.slot, m.ring(sc.a_ring).depth, text),
@@ -598,9 +597,7 @@ class _Interp:
                     t = self._tile(text)
                     yield StoreTileI(site, o.acc, t.off_m + self.row0, t.off_n + self._col0(o.acc))
                 case ir.TcMma():
-                    t = self._tile(text)
-                    if self.k is None:
-                        raise MalformedError(f"partition {self.p.name}: `{text}` outside a k-loop")
+                    t = self._tile_in_k(text)
                     overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)
                     a_tag, b_tag = expected_tags(m, t, self._kb(t))
                     ri = -1 if o.release is None else self._index(o.slot, m.barrier(o.release).depth, text)
