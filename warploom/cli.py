@@ -117,8 +117,9 @@ _TIMELINE = click.option("--timeline", type=click.Path(dir_okay=False, path_type
 @_problem(4096, 4096, 4096)
 @click.option("--out-dir", type=click.Path(path_type=Path), default=Path("out"), show_default=True)
 @_TIMELINE
-@click.option("--target", type=click.Choice(["sm_90a", "sm_100a"]), default="sm_90a", show_default=True,
-              help="sm_100a: plan for a B200 (planner rule 19) and cross-compile only")
+@click.option("--target", type=click.Choice(["sm_90a", "sm_100a", "gfx1250"]), default="sm_90a", show_default=True,
+              help="sm_100a: plan for a B200 (planner rule 19), gfx1250: for an AMD gfx1250 (rule 20); both "
+                   "cross-compile and simulate only")
 def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_dir: Path,
          timeline: Path | None, target: str) -> None:
     """Plan, show, cross-compile and run one GEMM: on the GPU (timed) or, without one, on the CPU simulator."""
@@ -126,12 +127,13 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
     from rich.console import Console
     from rich.table import Table
 
-    from warploom.device import B200
+    from warploom.device import B200, GFX1250
 
     con = Console()
-    blackwell = target == "sm_100a"
-    gpu = torch.cuda.is_available() and not blackwell
-    kern = _planned(m, n, k, dtype, fast_accum, scales=scales, device=B200 if blackwell else None)
+    blackwell, amd = target == "sm_100a", target == "gfx1250"
+    gpu = torch.cuda.is_available() and target == "sm_90a"
+    kern = _planned(m, n, k, dtype, fast_accum, scales=scales,
+                    device=B200 if blackwell else GFX1250 if amd else None)
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(kern.plan)
     from warploom.planner import wave_fill
@@ -148,8 +150,10 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
         src.write_text(gluon.text)
         con.print(f"generated Gluon written to [bold]{src}[/] ({len(gluon.text.splitlines())} lines)")
     con.rule(f"[bold]cross-compile {target}")
-    cols = (("UTCHMMA", "UTCQMMA", "LDTM") if blackwell else ("HGMMA", "QGMMA")) + (
-        "registers", "spills", "smem_bytes") + (() if blackwell else ("wgmma_serialized",))
+    from warploom.runtime.cross import GFX1250_COUNTS
+
+    mma = ("UTCHMMA", "UTCQMMA", "LDTM") if blackwell else GFX1250_COUNTS if amd else ("HGMMA", "QGMMA")
+    cols = mma + ("registers", "spills", "smem_bytes") + (("wgmma_serialized",) if target == "sm_90a" else ())
     t = Table("kernel", *cols)
     for name, compile_it in (("main", kern.compile), ("split-K tail", kern.compile_tail if kern.tail else None)):
         if compile_it is None:
@@ -159,9 +163,9 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
     con.print(t)
     if gpu:
         _run_gpu(con, m, n, k, dtype, fast_accum, scales)
-    if not gpu or timeline is not None:  # (an sm_100a kernel is simulated: no GPU here runs it)
-        _run_sim(con, kern, 0, timeline, "simulate on the CPU" + (" (sm_100a: cross-compiled, not run)" if blackwell
-                                                                  else "" if gpu else " (no GPU here)"))
+    if not gpu or timeline is not None:  # (an sm_100a or gfx1250 kernel is simulated: no GPU here runs it)
+        _run_sim(con, kern, 0, timeline, "simulate on the CPU" + (
+            f" ({target}: cross-compiled, not run)" if target != "sm_90a" else "" if gpu else " (no GPU here)"))
 
 
 @main.command()

@@ -31,6 +31,8 @@ class DeviceInfo:
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         major, minor = props.major, props.minor
         arch = f"sm_{major}{minor}a" if major in (9, 10) else f"sm_{major}{minor}"
+        if torch.version.hip:  # ROCm: the gfx name (e.g. "gfx1250:sramecc+:xnack-" -> "gfx1250")
+            arch = str(getattr(props, "gcnArchName", "gfx")).split(":")[0]
         smem = int(getattr(props, "shared_memory_per_block_optin", H100_SXM.smem_per_block))
         return DeviceInfo(props.name, arch, props.multi_processor_count, smem)
 
@@ -40,9 +42,18 @@ class DeviceInfo:
         """Whether kernels for this GPU are sm_100a schedules (tcgen05 MMAs into tensor memory)."""
         return self.arch.startswith("sm_10")  # (sm_103a too: planned as Blackwell, refused by the target check)
 
+    @property
+    def gfx1250(self) -> bool:
+        """Whether kernels for this GPU are gfx1250 schedules (one software-pipelined partition, TDM copies, wmma)."""
+        return self.arch == "gfx1250"
+
 
 # The H100 SXM that warploom is measured on: 132 SMs, 227 KiB of opt-in shared memory per block.
 H100_SXM = DeviceInfo("NVIDIA H100 80GB HBM3", "sm_90a", 132, 232448)
 # A B200 (sm_100a): 148 SMs, 227 KiB of opt-in shared memory per block, 512 columns of tensor memory per SM.
 # warploom plans and cross-compiles for it; none is at hand to run on.
 B200 = DeviceInfo("NVIDIA B200", "sm_100a", 148, 232448)
+# An AMD gfx1250 (planner rule 20): 320 KiB of LDS per workgroup (Triton's gfx1250 target), and an assumed 256
+# compute units for the persistent grid (warploom has no gfx1250 to read the count from: pass your own DeviceInfo).
+# warploom plans and cross-compiles for it; none is at hand to run on.
+GFX1250 = DeviceInfo("AMD gfx1250", "gfx1250", 256, 327680)

@@ -76,8 +76,8 @@ class Kernel:
                 "launched after the kernel above.\n\n" + self.tail_gluon.text)
 
     def compile(self, target: str | None = None) -> Compiled:
-        """Cross-compile without a GPU for `target` (default: the planned device's, ``sm_90a`` or ``sm_100a``); the
-        result has .sass, .registers, .spills, .smem_bytes."""
+        """Cross-compile without a GPU for `target` (default: the planned device's, ``sm_90a``, ``sm_100a`` or
+        ``gfx1250``); the result has .sass (gfx1250: the AMDGCN assembly), .registers, .spills, .smem_bytes."""
         return _compiled(self, check_target(self.device.arch if target is None else target, self.module))
 
     def compile_tail(self, target: str | None = None) -> Compiled:
@@ -214,7 +214,12 @@ def _merged(results: list[SimResult]) -> SimResult:
 
 
 def _lower(m: ir.Module) -> GluonSource:
-    """The Gluon of a module, by its target: sm_100a modules hold tensor-memory accumulators."""
+    """The Gluon of a module, by its target: sm_100a modules hold tensor-memory accumulators, gfx1250 ones one
+    WORKGROUP partition."""
+    if m.gfx1250:
+        from warploom.backends.gluon_gfx1250 import lower_gfx1250
+
+        return lower_gfx1250(m)
     if m.blackwell:
         from warploom.backends.gluon_sm100 import lower_sm100
 

@@ -126,6 +126,14 @@ The heuristic, in order:
    12 stages: the weight's rows fill tcgen05's 128. Promoted fp8, blockwise and MX scales and split-K are refused.
    Simulated and cross-compiled, unmeasured: no sm_100a GPU is at hand, so nothing here is tuned, and warploom does
    not launch these kernels (`warploom.plan(..., device=B200).compile("sm_100a")`, `warploom demo --target sm_100a`).
+20. gfx1250 (a device whose `DeviceInfo.gfx1250`; `plan_gfx1250`): Triton 3.6 cannot warp-specialize there, so one
+   partition of 4 warps copies with the Tensor Data Mover and computes with wmma, software-pipelined: a ring of 3
+   stages, each k-block's copies issued two blocks ahead of its wmma (passes/gfx1250.py). 128x128 tiles (each warp a
+   64x64 quarter: 128 accumulator registers) with BK as rule 1, persistent over the tiles in the grouped order, the
+   epilogue's scales and bias applied in registers and the tile stored straight from them (masked global stores).
+   bf16/fp16, fp8 tensorwise or rowwise with native accumulation, and a bias. Fused epilogues, promoted fp8,
+   blockwise and MX scales, swap-AB and split-K are refused. Simulated and cross-compiled, unmeasured and not tuned:
+   no gfx1250 is at hand (`warploom.plan(..., device=GFX1250).compile("gfx1250")`, `warploom demo --target gfx1250`).
 """
 
 from __future__ import annotations
@@ -233,6 +241,8 @@ class Plan:
             swapped problem's plan (bm tiles the problem's N, bn its M), and the kernel stores C transposed.
         acc_buffers: sm_100a (rule 19): accumulators in tensor memory, this many BM x BN fp32 buffers, so the
             epilogue partition drains one while the MMA warp fills the next; 0: an sm_90a plan (registers).
+        tdm: gfx1250 (rule 20): one software-pipelined partition of `consumer_warps` warps both copies (Tensor Data
+            Mover) and computes (wmma) through a ring of `stages` slots; no producer, no mbarriers.
     """
 
     bm: int
@@ -264,6 +274,7 @@ class Plan:
     load_ahead: bool = False
     swap_ab: bool = False
     acc_buffers: int = 0
+    tdm: bool = False
 
     def __post_init__(self) -> None:
         if self.staging_slots < 1 or self.epilogue_subtiles % self.staging_slots:
@@ -306,9 +317,20 @@ class Plan:
                   + (f"_os{self.operand_slots}" if self.operand_slots > 1 else ""))
         ks = f"_k{self.split_k}" if self.split_k > 1 else ""
         ks += f"_t{self.tail_split}" if self.tail_split > 1 else ""
-        tm = f"_tm{self.acc_buffers}" if self.acc_buffers else ""
+        tm = f"_tm{self.acc_buffers}" if self.acc_buffers else "_tdm" if self.tdm else ""
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
                 f"{sub}{split}{blocks}{ks}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
+
+
+def _native_problems(spec: GemmSpec) -> list[str]:
+    """What rules 19 and 20 (sm_100a, gfx1250) do not plan yet: promoted accumulation, scales other than tensorwise
+    and rowwise."""
+    problems = []
+    if spec.accumulation is Accumulation.PROMOTED:
+        problems.append("promoted fp8 accumulation (pass use_fast_accum=True)")
+    if spec.scale not in (ScaleRecipe.NONE, ScaleRecipe.TENSORWISE, ScaleRecipe.ROWWISE):
+        problems.append(f"{spec.scale.value} scales (tensorwise and rowwise are planned)")
+    return problems
 
 
 # Rule 19 (sm_100a): tensor memory holds 512 fp32 columns per SM: two 256-wide accumulators.
@@ -325,11 +347,7 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
     partition). Raises UnsupportedError, naming what to change, for what the sm_100a schedule does not cover yet."""
     from warploom.errors import UnsupportedError
 
-    problems = []
-    if spec.accumulation is Accumulation.PROMOTED:
-        problems.append("promoted fp8 accumulation (pass use_fast_accum=True)")
-    if spec.scale not in (ScaleRecipe.NONE, ScaleRecipe.TENSORWISE, ScaleRecipe.ROWWISE):
-        problems.append(f"{spec.scale.value} scales (tensorwise and rowwise are planned)")
+    problems = _native_problems(spec)
     if problems:
         raise UnsupportedError(f"sm_100a (planner rule 19) plans native accumulation with tensorwise, rowwise or no "
                                f"scales so far; {spec.short()} has {'; '.join(problems)}. Fix: plan it for an sm_90a "
@@ -369,6 +387,41 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                 hoist_rows=True, scalar_columns=scalar_columns,
                 prefetch_operands=dense if prefetch_operands is None else prefetch_operands,
                 acc_buffers=_BLACKWELL_BUFFERS)
+
+
+# Rule 20 (gfx1250): 4 warps, each a 64x64 quarter of a 128x128 tile; 3 stages (two blocks' copies in flight).
+_GFX1250_TILE = 128
+_GFX1250_WARPS = 4
+_GFX1250_STAGES = 3
+
+
+def plan_gfx1250(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
+                 stages: int | None = None, group_m: int = 8) -> Plan:
+    """Rule 20: the plan of a plain GEMM on a gfx1250 device (one software-pipelined partition of TDM copies and
+    wmma). Raises UnsupportedError, naming what to change, for what the gfx1250 schedule does not cover yet."""
+    from warploom.errors import UnsupportedError
+
+    problems = _native_problems(spec)
+    if spec.epilogue is not None:
+        problems.append("a fused epilogue (scales and a bias are planned)")
+    if problems:
+        raise UnsupportedError(f"gfx1250 (planner rule 20) plans native accumulation with tensorwise, rowwise or no "
+                               f"scales and an optional bias so far; {spec.short()} has {'; '.join(problems)}. Fix: "
+                               "plan it for an sm_90a device (device=H100_SXM)")
+    bm, bn = bm or _GFX1250_TILE, bn or _GFX1250_TILE
+    if bm not in (64, 128, 256) or bn not in (64, 128, 256):
+        raise UnsupportedError(f"gfx1250 tiles: bm and bn in (64, 128, 256), got {bm=} {bn=}. Fix: leave them to "
+                               "the planner")
+    bk = 128 if spec.is_fp8 else 64
+    # LDS rows carry 16 bytes of padding per 128 (backends/gluon_gfx1250.py): a stage takes 9/8 of its bytes.
+    fit = device.smem_per_block // (stage_bytes(spec, bm, bn, bk) * 9 // 8)
+    s = min(_GFX1250_STAGES, fit) if stages is None else stages
+    if not 2 <= s <= fit:
+        raise UnsupportedError(f"gfx1250: {s} stages of {bm}x{bn}x{bk} in {device.smem_per_block} bytes of LDS (2 to "
+                               f"{fit} fit; the software pipeline needs at least 2). Fix: another depth or tile")
+    tiles = max(1, math.ceil(spec.m / bm) * math.ceil(spec.n / bn))
+    return Plan(bm=bm, bn=bn, bk=bk, stages=s, consumer_warps=_GFX1250_WARPS, group_m=group_m,
+                grid=min(device.sm_count, tiles), producer_warps=0, producer_regs=0, consumer_regs=0, tdm=True)
 
 
 def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
@@ -535,6 +588,16 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     128 x 16 on sm_100a (rule 19))."""
     from warploom.errors import UnsupportedError
 
+    if device.gfx1250:  # rule 20
+        hopper = {"consumer_partitions": consumer_partitions, "partial_blocks": partial_blocks,
+                  "pingpong": pingpong or None, "scale_partition": scale_partition,
+                  "split_k": None if split_k == 1 else split_k, "tail_split": None if tail_split == 1 else tail_split,
+                  "hoist_rows": hoist_rows, "swap_ab": swap_ab or None, "prefetch_operands": prefetch_operands}
+        if any(v is not None for v in hopper.values()):
+            given = ", ".join(f"{k}={v}" for k, v in hopper.items() if v is not None)
+            raise UnsupportedError(f"{given}: sm_90a schedule options; the gfx1250 schedule (rule 20) has none of "
+                                   "them. Fix: drop them, or plan for an sm_90a device")
+        return plan_gfx1250(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m)
     if device.blackwell:  # rule 19
         hopper = {"consumer_partitions": consumer_partitions, "partial_blocks": partial_blocks,
                   "pingpong": pingpong or None, "scale_partition": scale_partition,
@@ -720,7 +783,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
-            load_ahead=wide and not hoist, swap_ab=False, **_mx_registers(spec, cbm, pingpong),
+            load_ahead=wide and not hoist, swap_ab=False, tdm=False, **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )
         key = (score, -cbm * cbn, plan)

@@ -30,6 +30,7 @@ class Role(enum.Enum):
     SCALES = "scales"  # copies blockwise scales into a ring of their own (passes/scales.py, seed 000)
     MMA = "mma"  # sm_100a: issues tcgen05 MMAs from the rings into tensor-memory accumulators (passes/blackwell.py)
     EPILOGUE = "epilogue"  # sm_100a: drains finished accumulators from tensor memory and stores the tiles
+    WORKGROUP = "workgroup"  # gfx1250: every warp copies (TDM) and computes (wmma), pipelined (passes/gfx1250.py)
 
 
 class Tensor(enum.Enum):
@@ -329,6 +330,56 @@ class LoadTmem:
 
 
 @dataclass(frozen=True)
+class TdmLoad:
+    """gfx1250: asynchronously copy one block of `tensor` into `ring[slot]` with the Tensor Data Mover.
+
+    The block is the current tile's at k-block ``k + ahead``, where k is the enclosing k-loop's k-block (0 outside a
+    k-loop: a tile's prologue); its origin is (coord[0] index * block, coord[1] index * block) in the tensor's own
+    index order, and elements out of bounds read as zero. A block past the tile's last k-block is not copied (the op
+    is predicated off: it issues nothing and counts nothing). Every warp of the partition copies its share of the
+    block and counts its own copies in flight; they complete in issue order, and only a `TdmWait` tells a warp its
+    own shares landed (a `SyncWarps` after it tells every warp that all of them did)."""
+
+    tensor: Tensor
+    ring: str
+    slot: Slot
+    coord: tuple[Axis, Axis]
+    ahead: int = 0
+
+
+@dataclass(frozen=True)
+class Wmma:
+    """gfx1250: ``acc (+)= ring_a[slot] @ ring_b[slot]`` by the WMMA units, synchronous: each warp loads its operand
+    fragments from the two slots into registers and multiplies, so the slots have been read (by that warp) when it
+    returns. B's slot is read as (K, N) whatever its storage order. The accumulator is overwritten instead of added
+    to when `overwrite` holds (FIRST_K: a tile's first k-block)."""
+
+    a_ring: str
+    b_ring: str
+    slot: Slot
+    acc: str
+    overwrite: Guard = Guard.FIRST_K
+
+
+@dataclass(frozen=True)
+class TdmWait:
+    """gfx1250: wait until at most `pending` of this partition's TDM copies are in flight (each warp for its own
+    shares, oldest first) while k-block ``k + ahead`` of the tile exists, i.e. while later blocks' copies were
+    issued behind the one needed now; where it does not (the tile's last blocks: nothing was issued behind them),
+    wait until none is. Outside a k-loop it always waits for `pending`."""
+
+    pending: int
+    ahead: int = 0
+
+
+@dataclass(frozen=True)
+class SyncWarps:
+    """gfx1250: a barrier of all the partition's warps. Every warp's TDM shares that a `TdmWait` retired become
+    visible to all the warps (a slot is read whole), and every warp's earlier reads of shared memory are done
+    before any warp's later TDM copy may overwrite it."""
+
+
+@dataclass(frozen=True)
 class ColBlock:
     """Columns [start, start + cols) of the tile's N extent (of B's slot, for an Mma)."""
 
@@ -437,8 +488,9 @@ class ApplyEpilogue:
 
 @dataclass(frozen=True)
 class StoreTile:
-    """Abstract: write `acc`, cast to the output dtype, to C's tile at (tile m, tile n); out-of-bounds
-    elements are dropped. Lowered by the epilogue pass to StoreSmem / FenceAsync / TmaStore."""
+    """Write `acc`, cast to the output dtype, to C's tile at (tile m, tile n); out-of-bounds elements are dropped.
+    On NVIDIA targets abstract: lowered by the epilogue pass to StoreSmem / FenceAsync / TmaStore. A gfx1250 module
+    keeps it: masked global stores straight from the registers."""
 
     acc: str
 
@@ -544,7 +596,7 @@ class PrefetchOperand:
 Op = (
     Wait | Arrive | ArriveExpectTx | TmaLoad | CopyScales | Mma | MmaWait | Promote | ZeroAcc | Epilogue | StoreTile
     | StoreWait | StoreSmem | FenceAsync | TmaStore | Advance | SkipTiles | LoadOperand | PrefetchOperand
-    | ApplyEpilogue | TcMma | Commit | LoadTmem
+    | ApplyEpilogue | TcMma | Commit | LoadTmem | TdmLoad | Wmma | TdmWait | SyncWarps
 )
 Stmt = Op | Loop
 
@@ -733,6 +785,16 @@ class Module:
     def blackwell(self) -> bool:
         """Whether this is an sm_100a schedule (tensor-memory accumulators, an MMA partition)."""
         return any(r.in_tmem for r in self.rings)
+
+    @property
+    def gfx1250(self) -> bool:
+        """Whether this is a gfx1250 schedule (one software-pipelined WORKGROUP partition, TDM copies, wmma)."""
+        return any(p.role is Role.WORKGROUP for p in self.partitions)
+
+    @property
+    def target(self) -> str:
+        """The compilation target this schedule is for."""
+        return "gfx1250" if self.gfx1250 else "sm_100a" if self.blackwell else "sm_90a"
 
     def with_partition(self, part: Partition) -> Module:
         """This module with the partition of the same name replaced."""

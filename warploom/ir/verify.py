@@ -86,17 +86,29 @@ def structural(m: ir.Module) -> list[str]:
                     slot(o.slot, r.depth, f"load into {r.name}")
                     if o.barrier is not None and o.barrier not in bar_names:
                         errs.append(f"{where}: load completes unknown barrier {o.barrier}")
-                case ir.Mma() | ir.TcMma():
-                    kind = "wgmma" if isinstance(o, ir.Mma) else "tcgen05"
+                case ir.TdmLoad():
+                    r = ring_names.get(o.ring)
+                    if r is None or r.tensor is not o.tensor:
+                        errs.append(f"{where}: tdm_load of {o.tensor.value} into {o.ring}, not a ring of it")
+                    else:
+                        slot(o.slot, r.depth, f"tdm_load into {r.name}")
+                    if o.ahead < 0:
+                        errs.append(f"{where}: tdm_load {o.ahead} k-blocks ahead: copies run ahead of the math, "
+                                    "never behind it")
+                case ir.TdmWait():
+                    if o.pending < 0 or o.ahead < 0:
+                        errs.append(f"{where}: {printer.op(o)}: pending and ahead are counts, at least 0")
+                case ir.Mma() | ir.TcMma() | ir.Wmma():
+                    kind = {ir.Mma: "wgmma", ir.TcMma: "tcgen05", ir.Wmma: "wmma"}[type(o)]
                     for rn, t in ((o.a_ring, ir.Tensor.A), (o.b_ring, ir.Tensor.B)):
                         r = ring_names.get(rn)
                         if r is None or r.tensor is not t:
                             errs.append(f"{where}: {kind} operand {rn} is not a ring of {t.value}")
                         else:
                             slot(o.slot, r.depth, f"{kind} read of {rn}")
-                    if isinstance(o, ir.Mma) and o.acc not in accs:
-                        errs.append(f"{where}: wgmma into unknown accumulator {o.acc}")
-                    if isinstance(o, ir.Mma):
+                    if not isinstance(o, ir.TcMma):
+                        if o.acc not in accs:
+                            errs.append(f"{where}: {kind} into unknown accumulator {o.acc}")
                         continue
                     _tmem_ring(ring_names, o.acc_ring, o.acc_slot, f"{where}: tcgen05 MMA into", slot, errs)
                     if o.release is not None and o.release not in bar_names:
@@ -159,10 +171,69 @@ def structural(m: ir.Module) -> list[str]:
                 case ir.Advance() | ir.SkipTiles():
                     if o.cursor not in curs:
                         errs.append(f"{where}: advances cursor {o.cursor!r} it does not own")
+            gfx = isinstance(o, (ir.TdmLoad, ir.Wmma, ir.TdmWait, ir.SyncWarps))
+            if gfx and p.role not in (ir.Role.WORKGROUP, ir.Role.SEQUENTIAL):
+                errs.append(f"{where}: {printer.op(o)} in a {p.role.value} partition: TDM copies and wmma are "
+                            "gfx1250's, in its one workgroup partition")
+            if not gfx and p.role is ir.Role.WORKGROUP and isinstance(o, _NVIDIA_OPS):
+                errs.append(f"{where}: {printer.op(o)} in a gfx1250 workgroup partition: an NVIDIA op")
             if isinstance(o, (ir.Arrive,)) and o.guard is not ir.Guard.ALWAYS and ir.LoopKind.K not in loops \
                     and ir.LoopKind.FLAT not in loops:
                 errs.append(f"{where}: guard {o.guard.value} outside a k-loop")
     return errs
+
+
+# Ops a gfx1250 (WORKGROUP) partition has no lowering for: mbarriers, TMA, wgmma, tcgen05, the TMA-store epilogue.
+_NVIDIA_OPS = (ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.CopyScales, ir.Mma, ir.MmaWait, ir.Promote,
+               ir.TcMma, ir.Commit, ir.LoadTmem, ir.StoreSmem, ir.FenceAsync, ir.TmaStore, ir.StoreWait,
+               ir.SkipTiles, ir.LoadOperand, ir.PrefetchOperand, ir.ApplyEpilogue)
+
+
+def _check_tdm(m: ir.Module, p: ir.Partition, errs: list[str]) -> None:
+    """gfx1250's software pipeline (passes/gfx1250.py), statically; the simulator checks every run of it exactly.
+
+    The partition's one cursor counts the k-blocks it has read, so the copy of block k + a must fill slot c + a, and
+    a < depth (a copy `depth` blocks ahead overwrites the slot the wmma is about to read). In the k-loop, a
+    sync_warps stands between the tdm_wait and the wmma (each warp waits for its own shares of a copy) and before
+    a copy into the slot the previous block was read from. The wait leaves at most `pending` copies in flight: no
+    more than the copies of the blocks that can have been issued behind block k, and its tail (`ahead`) covers
+    those blocks, so near the tile's end, where fewer were issued, it waits for all."""
+    depth = {c.name: c.depth for c in p.cursors}
+    where = f"partition {p.name}"
+    for tiles in (s for s in p.body if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES):
+        prologue = [s for s in tiles.body if isinstance(s, ir.TdmLoad)]
+        k_loops = [s for s in tiles.body if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.K]
+        for o in prologue + [s for lp in k_loops for s in lp.body if isinstance(s, ir.TdmLoad)]:
+            d = depth.get(o.slot.cursor, 0)
+            if o.slot.offset != o.ahead:
+                errs.append(f"{where}: {printer.op(o)} copies block k+{o.ahead} into slot {printer.slot(o.slot)}: the "
+                            f"cursor counts blocks read, so that block's slot is {o.slot.cursor}+{o.ahead}")
+            if not 0 <= o.ahead < d:
+                errs.append(f"{where}: {printer.op(o)} runs {o.ahead} blocks ahead of a {d}-slot ring: it would "
+                            "overwrite a slot still to be read")
+        for lp in k_loops:
+            per_block = sum(isinstance(s, ir.TdmLoad) for s in lp.body) or 1
+            behind = max([o.ahead for o in prologue] or [0])
+            waited = synced = False
+            for s in lp.body:
+                if isinstance(s, ir.TdmWait):
+                    waited, synced = True, False
+                    if s.pending > per_block * behind:
+                        errs.append(f"{where}: {printer.op(s)}: at most {behind} blocks' copies ({per_block * behind}) "
+                                    "are issued behind the block it waits for, so it may return before that block")
+                    if s.pending and s.ahead < behind:
+                        errs.append(f"{where}: {printer.op(s)}: near the tile's end fewer than {behind} blocks were "
+                                    f"issued behind the one it waits for; its tail must start {behind} blocks out")
+                elif isinstance(s, ir.SyncWarps):
+                    synced = True
+                elif isinstance(s, ir.TdmLoad):
+                    behind = max(behind, s.ahead - 1 if not waited else behind)
+                    if s.ahead == depth.get(s.slot.cursor, 0) - 1 and not synced:
+                        errs.append(f"{where}: {printer.op(s)} overwrites the slot the previous block was read from "
+                                    "with no sync_warps before it in the k-loop: a warp may still be reading it")
+                elif isinstance(s, ir.Wmma) and not (waited and synced):
+                    errs.append(f"{where}: {printer.op(s)} without a tdm_wait and then a sync_warps before it in the "
+                                "k-loop: its slot may not have landed in every warp's share")
 
 
 def _tmem_ring(rings: dict[str, ir.Ring], name: str, s: ir.Slot, what: str, slot: Any, errs: list[str]) -> None:
@@ -183,11 +254,16 @@ def _check_tmem(m: ir.Module, device: DeviceInfo) -> list[str]:
         if r.in_tmem and ((r.rows, r.cols) != (m.tiling.bm, m.tiling.bn) or r.rows != 128):
             errs.append(f"tensor-memory ring {r.name} holds ({r.rows}, {r.cols}) tiles; expected the (128, "
                         f"{m.tiling.bn}) tile")
-    if m.blackwell and not device.blackwell:
-        errs.append(f"an sm_100a schedule (tensor-memory accumulators) for {device.name} ({device.arch})")
-    if not m.blackwell and device.blackwell:
-        errs.append(f"an sm_90a schedule (wgmma) for {device.name} ({device.arch}), which has no wgmma")
+    want = "gfx1250" if device.gfx1250 else "sm_100a" if device.blackwell else "sm_90a"
+    if m.target != want:
+        what = _TARGET_OPS[m.target]
+        errs.append(f"an {m.target} schedule ({what}) for {device.name} ({device.arch}), which runs {want} schedules "
+                    f"and has no {what}")
     return errs
+
+
+# What makes a schedule its target's, for the verifier's device check.
+_TARGET_OPS = {"sm_90a": "wgmma", "sm_100a": "tensor-memory accumulators", "gfx1250": "TDM copies and wmma"}
 
 
 def _check_swap(m: ir.Module) -> list[str]:
@@ -341,7 +417,12 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
         where = f"partition {p.name}"
         if p.role is ir.Role.SEQUENTIAL:
             errs.append(f"{where} is still sequential: the partitioning pass did not run")
-        if not _MIN_REGS <= p.regs <= _MAX_REGS or p.regs % 8:
+        if p.role is ir.Role.WORKGROUP:
+            if p.regs:
+                errs.append(f"{where}: regs={p.regs}: a gfx1250 partition has no register budget (setmaxnreg is "
+                            "NVIDIA's)")
+            _check_tdm(m, p, errs)
+        elif not _MIN_REGS <= p.regs <= _MAX_REGS or p.regs % 8:
             errs.append(f"{where}: regs={p.regs}, expected a multiple of 8 in [{_MIN_REGS}, {_MAX_REGS}]")
         for body in _loop_bodies(p.body):
             _check_expect_tx(m, body, where, errs)
@@ -351,7 +432,9 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
                     writers.setdefault(o.ring, set()).add(p.name)
                     if o.barrier is None:
                         errs.append(f"{where}: synchronous load into {o.ring}: rings were not planned")
-                case ir.Mma():
+                case ir.TdmLoad():
+                    writers.setdefault(o.ring, set()).add(p.name)
+                case ir.Mma() | ir.Wmma():
                     readers.setdefault(o.a_ring, set()).add(p.name)
                     readers.setdefault(o.b_ring, set()).add(p.name)
                 case ir.TcMma():
@@ -371,7 +454,7 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
                     waits.setdefault(o.barrier, set()).add(p.name)
                 case ir.Arrive() | ir.ArriveExpectTx():
                     arrivals.setdefault(o.barrier, set()).add(p.name)
-                case ir.StoreTile():
+                case ir.StoreTile() if p.role is not ir.Role.WORKGROUP:  # (gfx1250 stores from registers)
                     errs.append(f"{where}: abstract store_tile left: the epilogue pass did not run")
         _check_async(p, errs)
         _check_loaded(p, m, errs)
@@ -380,6 +463,10 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
         if not w or not rd:
             errs.append(f"ring {r.name} needs a producer and a consumer partition, has writers {sorted(w)} "
                         f"and readers {sorted(rd)}")
+        elif m.gfx1250:
+            if w != rd or len(m.partitions) != 1:
+                errs.append(f"ring {r.name}: a gfx1250 kernel is one partition that both copies and reads, got "
+                            f"writers {sorted(w)} and readers {sorted(rd)}")
         elif w & rd:
             errs.append(f"ring {r.name} is written and read by the same partition {sorted(w & rd)}")
     # How many partitions share the tiles each partition's tile loop visits (its step; 1: every tile).

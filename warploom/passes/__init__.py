@@ -16,6 +16,7 @@ from warploom.ir import verify
 from warploom.passes.blackwell import SplitMma
 from warploom.passes.build import build_sequential
 from warploom.passes.epilogue import HoistOperands, LowerEpilogue, PrefetchOperands
+from warploom.passes.gfx1250 import PipelineTdm
 from warploom.passes.partition import SplitProducer
 from warploom.passes.persistent import FlattenProducer
 from warploom.passes.pipeline_mma import PipelineMma
@@ -32,6 +33,8 @@ Pass = Callable[[ir.Module], ir.Module]
 def pipeline(plan: Plan) -> list[Pass]:
     if plan.acc_buffers:
         return pipeline_sm100(plan)
+    if plan.tdm:
+        return pipeline_gfx1250(plan)
     return [
         # First: every later pass speaks of producer and consumer, and sync needs two parties.
         SplitProducer(producer_warps=plan.producer_warps),
@@ -82,6 +85,16 @@ def pipeline_sm100(plan: Plan) -> list[Pass]:
         # Last: the MMA warp and the producer issue only (one budget: they share a warpgroup), the epilogue
         # partition holds a column block of the accumulator and its math.
         AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs),
+    ]
+
+
+def pipeline_gfx1250(plan: Plan) -> list[Pass]:
+    """gfx1250 (planner rule 20): no warp specialization, so no partitioning: the sequential program becomes one
+    software-pipelined partition whose warps both copy and compute. Its epilogue stays in registers (store_tile is
+    a masked store from them) and it sets no register budgets (setmaxnreg is NVIDIA's)."""
+    return [
+        # The only pass: rings deepen to `stages`, copies run ahead of the wmma in one program (passes/gfx1250.py).
+        PipelineTdm(stages=plan.stages),
     ]
 
 

@@ -1,7 +1,8 @@
-"""Cross-compile a kernel for sm_90a or sm_100a without a GPU, and read its resources from ptxas and the SASS.
+"""Cross-compile a kernel for sm_90a, sm_100a or gfx1250 without a GPU, and read its resources.
 
-Registers and spills are only reported by the driver after a GPU load, so we re-run the ptxas that
-Triton ships with ``-v`` on the PTX, and disassemble the cubin with its cuobjdump.
+NVIDIA: registers and spills are only reported by the driver after a GPU load, so we re-run the ptxas that
+Triton ships with ``-v`` on the PTX, and disassemble the cubin with its cuobjdump. gfx1250: Triton's AMD backend
+writes the AMDGCN assembly, whose kernel metadata gives VGPRs, spills and LDS.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class Compiled:
         registers: registers per thread at the kernel's entry (ptxas -v).
         spills: spill stores + spill loads, bytes.
         smem_bytes: shared memory the kernel allocates.
-        ptxas_log: ptxas's own report, including performance advisories such as C7514 (wgmma serialized).
+        ptxas_log: ptxas's own report, including performance advisories such as C7514 (wgmma serialized); gfx1250:
+            the AMDGCN metadata's register and spill counts in words.
     """
 
     target: str
@@ -45,7 +47,10 @@ class Compiled:
     ptxas_log: str
 
     def count(self, mnemonic: str) -> int:
-        """How many SASS instructions start with `mnemonic` (e.g. HGMMA, QGMMA, SETMAXNREG)."""
+        """How many SASS instructions start with `mnemonic` (e.g. HGMMA, QGMMA, SETMAXNREG); gfx1250: how many
+        AMDGCN instructions do (e.g. v_wmma, tensor_load_to_lds, s_wait_tensorcnt, s_barrier)."""
+        if self.target == "gfx1250":
+            return len(re.findall(rf"^\s*{mnemonic}", self.sass, re.M))
         return len(re.findall(rf"\b{mnemonic}\b", self.sass))
 
     @property
@@ -54,13 +59,19 @@ class Compiled:
         return bool(re.search(r"C75(0[89]|1\d)", self.ptxas_log)) and "wgmma" in self.ptxas_log.lower()
 
     def summary(self) -> dict[str, Any]:
-        if self.target == "sm_100a":  # tcgen05: UTC*MMA issue the MMAs, LDTM reads tensor memory
+        if self.target == "gfx1250":  # wmma, the Tensor Data Mover's copies and waits, the warps' barriers
+            mma = {k: self.count(k) for k in GFX1250_COUNTS}
+        elif self.target == "sm_100a":  # tcgen05: UTC*MMA issue the MMAs, LDTM reads tensor memory
             mma = {"UTCHMMA": self.count("UTCHMMA"), "UTCQMMA": self.count("UTCQMMA"), "LDTM": self.count("LDTM")}
         else:
             mma = {"HGMMA": self.count("HGMMA"), "QGMMA": self.count("QGMMA"),
                    "wgmma_serialized": self.wgmma_serialized}
         return {"target": self.target, "registers": self.registers, "spills": self.spills,
                 "smem_bytes": self.smem_bytes, **mma}
+
+
+# The gfx1250 instructions a summary counts.
+GFX1250_COUNTS = ("v_wmma", "tensor_load_to_lds", "s_wait_tensorcnt", "s_barrier")
 
 
 def _gl_dtype(d: DType) -> Any:
@@ -130,6 +141,8 @@ def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Com
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    if target == "gfx1250":
+        return _cross_compile_gfx1250(m, src)
     fn = load(src.text, src.kernel)
     # Pointers are 16-byte aligned (checked on the host), which lets Triton vectorize scale loads.
     attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(src.params) if p.endswith("_ptr")}
@@ -159,6 +172,46 @@ def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Com
         spills=int(spill.group(1)) + int(spill.group(2)) if spill else -1,
         smem_bytes=int(ck.metadata.shared), ptxas_log=log,
     )
+
+
+def _cross_compile_gfx1250(m: ir.Module, src: GluonSource) -> Compiled:
+    """gfx1250 (Triton's AMD backend, no GPU needed): the kernel's AMDGCN assembly, and its metadata's VGPR count,
+    scratch bytes per lane (`spills`: spilled VGPRs land there; SGPRs spill into VGPR lanes, which costs no memory,
+    and `ptxas_log` notes their count) and LDS bytes."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    sig = {p: "i32" for p in src.params}
+    sig.update(a_ptr=f"*{_SIG[m.spec.a_dtype]}", b_ptr=f"*{_SIG[m.spec.b_dtype]}", c_ptr=f"*{_SIG[m.spec.out_dtype]}")
+    if "scale_a_ptr" in sig:
+        sig.update(scale_a_ptr="*fp32", scale_b_ptr="*fp32")
+    if "bias_ptr" in sig:
+        assert m.spec.bias_dtype is not None
+        sig["bias_ptr"] = f"*{_SIG[m.spec.bias_dtype]}"
+    # As Triton's JIT specializes a launch: pointers are 16-byte aligned (checked on the host), and integers that
+    # are multiples of 16 say so, here the planned sizes and contiguous strides. Without it C's masked stores go
+    # out one element at a time, each behind a branch.
+    sp = m.spec
+    ints = {"M": sp.m, "N": sp.n, "K": sp.k, "a_stride_m": sp.k, "b_stride_n": sp.k, "b_stride_k": sp.n,
+            "c_stride_m": sp.n}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(src.params)
+             if p.endswith("_ptr") or ints.get(p, 1) % 16 == 0}
+    fn = load(src.text, src.kernel)
+    ck = triton.compile(GluonASTSource(fn, sig, {}, attrs), target=GPUTarget("hip", "gfx1250", 32),
+                        options={"num_warps": src.num_warps, "num_stages": 1})
+    asm = ck.asm["amdgcn"]
+
+    def meta(key: str) -> int:
+        found = re.search(rf"\.{key}:\s*(\d+)", asm)
+        return int(found.group(1)) if found else -1
+
+    note = (f"vgprs {meta('vgpr_count')}, sgprs {meta('sgpr_count')}, vgpr spills {meta('vgpr_spill_count')}, "
+            f"sgpr spills {meta('sgpr_spill_count')} (into VGPR lanes), scratch {meta('private_segment_fixed_size')} "
+            "bytes")
+    return Compiled(target="gfx1250", ptx=ck.asm.get("llir", ""), cubin=ck.asm.get("hsaco", b""), sass=asm,
+                    registers=meta("vgpr_count"), spills=meta("private_segment_fixed_size"),
+                    smem_bytes=int(ck.metadata.shared), ptxas_log=note)
 
 
 def _compile_reduce(m: ir.Module, src: GluonSource, options: dict[str, Any]) -> None:

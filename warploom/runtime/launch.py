@@ -66,14 +66,15 @@ class Launcher:
         """`tail`: a plan with a split-K tail's second kernel (`Plan.tail_split`): then `m` and it are ranged, and
         a call runs the whole waves of tiles in `m` and the rest in the tail (`sim.raster.tail_spans`).
 
-        An sm_100a module is refused here, where every launching path (Kernel.run, the eager and fused calls of the
-        public API) builds its launcher: warploom cross-compiles such kernels but has not run one on a GPU."""
-        if m.blackwell:
+        An sm_100a or gfx1250 module is refused here, where every launching path (Kernel.run, the eager and fused
+        calls of the public API) builds its launcher: warploom cross-compiles such kernels but has not run one on a
+        GPU."""
+        if m.target != "sm_90a":
             from warploom.errors import TargetError
 
-            raise TargetError(f"{m.name} is an sm_100a kernel, which warploom cross-compiles but has not run on an "
-                              "sm_100a GPU yet (none is at hand). Fix: Kernel.compile('sm_100a') to inspect it, or "
-                              "plan for the sm_90a GPU you run on")
+            raise TargetError(f"{m.name} is an {m.target} kernel, which warploom cross-compiles but has not run on an "
+                              f"{m.target} GPU yet (none is at hand). Fix: Kernel.compile('{m.target}') to inspect it, "
+                              "or plan for the sm_90a GPU you run on")
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
         self._bm, self._bn, self._grid_max = m.tiling.bm, m.tiling.bn, m.tiling.grid

@@ -41,7 +41,10 @@ class FindingKind(enum.Enum):
                        "yet, or a load of another block than the one prefetched")
     EPILOGUE_NOT_APPLIED = ("store_smem of an epilogue output whose block no apply_epilogue of this tile computed: "
                             "the buffer gets no value, or another block's")
-    ASYNC_AT_EXIT = "a partition exits with async work (wgmma or TMA store) still in flight"
+    UNSYNCED_WARPS = ("gfx1250: a slot is read after a tdm_wait but with no sync_warps since (each warp waits only for "
+                      "its own shares of a copy), or a TDM copy overwrites a slot the warps read with no sync_warps "
+                      "since (a warp may still be reading it)")
+    ASYNC_AT_EXIT = "a partition exits with async work (wgmma, TMA store or TDM copy) still in flight"
     LOST_FILL = "a TMA load's data was never read: producer and consumer loop trip counts disagree"
     OUTPUT_COVERAGE = "an output tile was stored twice or never: the tile loops or raster disagree"
     MALFORMED = "the module cannot be executed as written"

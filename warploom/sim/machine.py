@@ -2,8 +2,9 @@
 
 An *action* is either one partition executing its next instruction (when it is not blocked) or the
 completion of one asynchronous operation: any in-flight TMA load (the copy engine may finish them in any
-order), the oldest unfinished wgmma of a partition (wgmma groups complete in issue order), or the oldest
-unfinished TMA store of a partition (bulk groups retire in order). A scheduler (`scheduler.py`, random;
+order), the oldest unfinished wgmma of a partition (wgmma groups complete in issue order), the oldest
+unfinished TMA store of a partition (bulk groups retire in order), or the oldest unfinished TDM copy of a
+gfx1250 partition (a warp's copies complete in issue order). A scheduler (`scheduler.py`, random;
 `explore.py`, exhaustive) picks actions until none is enabled; then either every partition finished, or
 the CTA is deadlocked.
 
@@ -17,6 +18,11 @@ completed (see `barrier.py`). So a missing wait is found on every schedule, not 
 of the partition's operations (the scheduler decides when each finishes), then retire them: the same
 as "complete the oldest until N remain", with the completions free to interleave with other partitions.
 A wgmma reads its operands when it finishes; the data move only when the machine carries `CtaData`.
+
+gfx1250 has no mbarriers in its schedule: a ``tdm_wait N`` blocks until all but the newest N of the partition's
+TDM copies finished, then retires them, which makes their data the partition's own warps' shares; only a
+``sync_warps`` after it makes it every warp's (each warp copies and waits for its share of a block). The same
+barrier orders the warps' wmma reads of a slot before the next copy into it. Both are checked per slot fill.
 
 A fused epilogue's ``load_operand`` is a synchronous register load of read-only global memory, so it only
 records which tile's block each operand's registers hold; ``apply_epilogue`` must find every graph operand
@@ -55,15 +61,18 @@ from warploom.sim.program import (
     StoreSmemI,
     StoreTileI,
     StoreWaitI,
+    SyncI,
     Tag,
     TcMmaI,
+    TdmWaitI,
     TmaStoreI,
     WaitI,
     ZeroI,
 )
 
-AGENT, LOAD, MMA, STORE = 0, 1, 2, 3
-Action = tuple[int, int]  # (AGENT, partition) / (LOAD, index in flight) / (MMA, partition) / (STORE, partition)
+AGENT, LOAD, MMA, STORE, TDM = 0, 1, 2, 3, 4
+# (AGENT, partition) / (LOAD, index in flight) / (MMA, partition) / (STORE, partition) / (TDM, partition)
+Action = tuple[int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +110,8 @@ class Machine:
         self.mma_done = [0] * n  # how many of them (a prefix) the hardware finished
         self.stores: list[tuple[Inflight, ...]] = [()] * n
         self.store_done = [0] * n
+        self.tdm: list[tuple[Inflight, ...]] = [()] * n  # gfx1250: un-retired TDM copies, oldest first
+        self.tdm_done = [0] * n  # how many of them (a prefix) the hardware finished
         self.tokens: list[frozenset[Token]] = [frozenset()] * n  # what each agent has acquired
         self.step = 0
         self.k_steps = 0
@@ -135,6 +146,8 @@ class Machine:
             return len(self.mmas[i]) - self.mma_done[i] <= ins.pending
         if isinstance(ins, StoreWaitI):
             return len(self.stores[i]) - self.store_done[i] <= ins.pending
+        if isinstance(ins, TdmWaitI):
+            return len(self.tdm[i]) - self.tdm_done[i] <= ins.pending
         return True
 
     def enabled(self) -> list[Action]:
@@ -148,6 +161,7 @@ class Machine:
         acts.extend((LOAD, j) for j in range(len(self.loads)))
         acts.extend((MMA, i) for i in range(n) if len(self.mmas[i]) > self.mma_done[i])
         acts.extend((STORE, i) for i in range(n) if len(self.stores[i]) > self.store_done[i])
+        acts.extend((TDM, i) for i in range(n) if len(self.tdm[i]) > self.tdm_done[i])
         return acts
 
     def local(self, i: int) -> bool:
@@ -176,6 +190,8 @@ class Machine:
             self._land(x)
         elif kind == MMA:
             self._complete_mma(x)
+        elif kind == TDM:
+            self._land_tdm(x)
         else:
             self._complete_store(x)
         self.step += 1
@@ -193,6 +209,9 @@ class Machine:
             mi = self.prog.traces[x][e.pc]
             what = {TcMmaI: "tcgen05 MMA finishes", CommitI: "tcgen05 commit arrives"}.get(type(mi), "wgmma finishes")
             return f"{what} ({mi.site.where()})"
+        if kind == TDM:
+            ins = self._load_of(self.tdm[x][self.tdm_done[x]])
+            return f"TDM copy lands {ins.tag} in {ins.ring}[{ins.slot}] ({ins.site.where()})"
         e = self.stores[x][self.store_done[x]]
         return f"TMA store finishes ({self.prog.traces[x][e.pc].site.where()})"
 
@@ -206,6 +225,7 @@ class Machine:
             tuple(sorted(e.key() for e in self.loads)),
             tuple(tuple(e.pc for e in q) for q in self.mmas), tuple(self.mma_done),
             tuple(tuple(e.pc for e in q) for q in self.stores), tuple(self.store_done),
+            tuple(tuple(e.key() for e in q) for q in self.tdm), tuple(self.tdm_done),
             tuple(self.tokens),
         )
 
@@ -221,6 +241,7 @@ class Machine:
         c.loads = list(self.loads)
         c.mmas, c.mma_done = list(self.mmas), list(self.mma_done)
         c.stores, c.store_done = list(self.stores), list(self.store_done)
+        c.tdm, c.tdm_done = list(self.tdm), list(self.tdm_done)
         c.tokens = list(self.tokens)
         c.step, c.k_steps = self.step, self.k_steps
         c.blocked_at = list(self.blocked_at)
@@ -345,9 +366,15 @@ class Machine:
             self._flag(FindingKind.OVERWRITE_WHILE_READ, ins.site,
                        f"{ins.site.where()} loads {ins.tag} into {name} while {rs.where()} may still read "
                        f"{name}: no wgmma_wait has retired that wgmma")
+        if ins.tdm and s.fill >= 0 and i in s.read_by and i not in s.released_by:
+            self._flag(FindingKind.UNSYNCED_WARPS, ins.site,
+                       f"{ins.site.where()} copies {ins.tag} into {name}, which {self.prog.names[i]}'s warps read "
+                       f"({s.describe()}) with no sync_warps since: a warp may still be reading it")
         fill = self._fill(i, ins.site, ins.ring, ins.slot, ins.tag, lambda: f"loads {ins.tag} into {name} while its "
                           f"previous load ({s.describe()}) is still in flight", "wgmma")
-        if ins.barrier is None or ins.sync:  # a synchronous load: lands now, seen by its issuer
+        if ins.tdm:  # gfx1250: completes in the partition's issue order; a tdm_wait retires it
+            self.tdm[i] = self.tdm[i] + (Inflight(i, pc, self.step, fill),)
+        elif ins.barrier is None or ins.sync:  # a synchronous load: lands now, seen by its issuer
             s.landed, s.landed_at = True, self.step
             self.tokens[i] = self.tokens[i] | {("F", ins.ring, ins.slot, fill)}
             if self.data is not None:
@@ -387,6 +414,14 @@ class Machine:
         elif not s.landed:
             self._flag(FindingKind.READ_BEFORE_LANDED, site,
                        f"{site.where()} reads {name} before its data landed ({s.describe()})")
+        elif ("F", ring, si, s.fill) not in self.tokens[i] and ("W", ring, si, s.fill) in self.tokens[i]:
+            self._flag(FindingKind.UNSYNCED_WARPS, site,
+                       f"{site.where()} reads {name} ({s.describe()}) after a tdm_wait retired its copy but with no "
+                       "sync_warps since: each warp waited only for its own share of the block")
+        elif ("F", ring, si, s.fill) not in self.tokens[i] and s.land_barrier == _TDM:
+            self._flag(FindingKind.READ_UNACQUIRED, site,
+                       f"{site.where()} reads {name} ({s.describe()}), whose copy no tdm_wait of "
+                       f"{self.prog.names[i]} retired: the warps cannot know it landed")
         elif ("F", ring, si, s.fill) not in self.tokens[i]:  # (a synchronous load hands its issuer the token)
             self._flag(FindingKind.READ_UNACQUIRED, site,
                        f"{site.where()} reads {name} ({s.describe()}, completing phase {s.land_phase} of "
@@ -600,6 +635,25 @@ class Machine:
         self.stores[i] = self.stores[i][n:]
         self.store_done[i] -= n
 
+    def _tdm_wait(self, i: int, pc: int, ins: TdmWaitI) -> None:
+        """The oldest copies, all but `pending`, finished: retire them, each warp now knowing its own shares landed."""
+        n = max(0, len(self.tdm[i]) - ins.pending)
+        for e in self.tdm[i][:n]:
+            ld = self._load_of(e)
+            self.tokens[i] = self.tokens[i] | {("W", ld.ring, ld.slot, e.fill)}
+        self.tdm[i] = self.tdm[i][n:]
+        self.tdm_done[i] -= n
+
+    def _sync(self, i: int, pc: int, ins: SyncI) -> None:
+        """A barrier of the partition's warps: shares each warp saw land are every warp's, and the slots the warps
+        read are done with (a later copy may refill them)."""
+        own = {t for t in self.tokens[i] if t[0] == "W"}
+        self.tokens[i] = (self.tokens[i] - own) | {("F", *t[1:]) for t in own}
+        for slots in self.slots.values():
+            for s in slots:
+                if s.fill >= 0 and i in s.read_by:
+                    s.released_by = s.released_by | {i}
+
     def _store_tile(self, i: int, pc: int, ins: StoreTileI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
         if self.data is not None:
@@ -609,10 +663,11 @@ class Machine:
         # (tcgen05 MMAs and commits complete on their own after the MMA warp's last op: their arrivals are what
         # the epilogue waits for)
         wgmma = tuple(e for e in self.mmas[i] if isinstance(self.prog.traces[i][e.pc], MmaI))
-        for what, q in (("wgmma", wgmma), ("TMA store", self.stores[i])):
+        for what, q in (("wgmma", wgmma), ("TMA store", self.stores[i]), ("TDM copy", self.tdm[i])):
             if q:
                 first = self._site(q[0])
-                wait = "wgmma_wait pending=0" if what == "wgmma" else "tma_store_wait pending=0"
+                wait = {"wgmma": "wgmma_wait pending=0", "TMA store": "tma_store_wait pending=0"}.get(
+                    what, "tdm_wait pending=0")
                 self._flag(FindingKind.ASYNC_AT_EXIT, site,
                            f"{self.prog.names[i]} exits (its last op: {site.where()}) with {len(q)} {what}(s) not "
                            f"retired (oldest: {first.where()}): a {wait} before exit is missing")
@@ -645,6 +700,18 @@ class Machine:
                        f"than the loads bring, or the load names the wrong barrier", name, bar.phase)
         if bar.complete_tx(ins.nbytes):
             self._completed(ins.barrier, ins.index, phase)
+        self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
+
+    def _land_tdm(self, i: int) -> None:
+        """The oldest unfinished TDM copy of partition `i` lands (the copies of a warp complete in issue order)."""
+        e = self.tdm[i][self.tdm_done[i]]
+        ins = self._load_of(e)
+        s = self.slots[ins.ring][ins.slot]
+        if s.fill == e.fill:
+            s.landed, s.landed_at, s.land_barrier, s.land_phase = True, self.step, _TDM, -1
+            if self.data is not None:
+                self.data.land(ins.ring, ins.slot, ins.tag)
+        self.tdm_done[i] += 1
         self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
 
     def _complete_mma(self, i: int) -> None:
@@ -743,6 +810,8 @@ class Machine:
                    f"{first.barrier}[{first.index}]" if first else None, first.phase if first else None)
 
 
+_TDM = "its TDM copies"  # SlotState.land_barrier of a slot filled by gfx1250's TDM (no barrier)
+
 # Instruction type -> Machine method executing it.
 _EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
     WaitI: Machine._wait, ArriveI: Machine._arrive, ExpectI: Machine._arrive, LoadI: Machine._load,
@@ -751,4 +820,5 @@ _EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
     TmaStoreI: Machine._tma_store, StoreWaitI: Machine._store_wait, StoreTileI: Machine._store_tile,
     LoadOperandI: Machine._load_operand, PrefetchI: Machine._prefetch, ApplyI: Machine._apply,
     TcMmaI: Machine._tc_mma, CommitI: Machine._commit, LoadTmemI: Machine._load_tmem,
+    TdmWaitI: Machine._tdm_wait, SyncI: Machine._sync,
 }

@@ -134,6 +134,8 @@ class LoadI:
     # ordinary loads and stores (MX CopyScales): landed when issued, published by the issuer's next arrive on
     # `barrier`
     sync: bool = False
+    # gfx1250's TDM copy: no barrier; the partition's copies complete in issue order and a tdm_wait retires them
+    tdm: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +159,22 @@ class MmaI:
 class MmaWaitI:
     site: Site
     pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class TdmWaitI:
+    """gfx1250: wait until at most `pending` of the partition's TDM copies are in flight (the IR op's tail already
+    resolved: 0 where no later block's copies were issued behind the one needed)."""
+
+    site: Site
+    pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class SyncI:
+    """gfx1250: a barrier of the partition's warps."""
+
+    site: Site
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +331,8 @@ class LoadTmemI:
 
 
 Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI | FenceI
-         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | TcMmaI | CommitI | LoadTmemI)
+         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | TcMmaI | CommitI | LoadTmemI
+         | TdmWaitI | SyncI)
 
 
 def acc_tag(tile: TileRef) -> Tag:
@@ -500,6 +519,29 @@ class _Interp:
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
                     yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ring.slot_bytes)
+                case ir.TdmLoad():
+                    ring = m.ring(o.ring)
+                    t = self._tile(text)
+                    kk = (self.k or 0) + o.ahead  # (outside a k-loop: the tile's prologue, from k-block 0)
+                    if kk < self.geo.k_tiles:  # a block past the tile's end is predicated off: nothing issued
+                        origin = {ir.Axis.M: t.off_m, ir.Axis.N: t.off_n,
+                                  ir.Axis.K: (t.split * self.geo.k_tiles + kk) * m.tiling.bk}
+                        tag = Tag(o.tensor.value, (o.coord[0].value, o.coord[1].value),
+                                  (origin[o.coord[0]], origin[o.coord[1]]))
+                        yield LoadI(site, o.ring, self._index(o.slot, ring.depth, text), tag, None, -1, ring.slot_bytes,
+                                    tdm=True)
+                case ir.TdmWait():
+                    tail = self.k is not None and self.k + o.ahead >= self.geo.k_tiles
+                    yield TdmWaitI(site, 0 if tail else o.pending)
+                case ir.SyncWarps():
+                    yield SyncI(site)
+                case ir.Wmma():
+                    t = self._tile_in_k(text)
+                    overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)
+                    a_tag, b_tag = expected_tags(m, t, self._kb(t))
+                    yield MmaI(site, o.a_ring, o.b_ring, self._index(o.slot, m.ring(o.a_ring).depth, text),
+                               self._index(o.slot, m.ring(o.b_ring).depth, text), o.acc, not overwrite, False,
+                               a_tag, b_tag)
                 case ir.CopyScales():
                     ring = m.ring(o.ring)
                     t = self._tile_in_k(text)

@@ -61,12 +61,13 @@ def _device(t: torch.Tensor) -> DeviceInfo:
                           "for the planner's untuned choice without a GPU")
     with torch.cuda.device(t.device):
         device = DeviceInfo.current()
-    if device.blackwell:  # before any inputs are made: no sm_100a kernel may run (runtime/launch.Launcher)
+    if device.blackwell or device.gfx1250:  # before any inputs are made: only sm_90a kernels run (runtime/launch)
         from warploom.errors import TargetError
 
-        raise TargetError(f"tuning times kernels on the GPU, and {device.name} ({device.arch}) would run sm_100a "
-                          "kernels, which warploom has not run yet. Fix: warploom.plan(..., device=B200) for the "
-                          "planner's sm_100a choice, cross-compiled with Kernel.compile()")
+        target = "gfx1250" if device.gfx1250 else "sm_100a"
+        raise TargetError(f"tuning times kernels on the GPU, and {device.name} ({device.arch}) would run {target} "
+                          f"kernels, which warploom has not run yet. Fix: warploom.plan(..., device=...) for the "
+                          f"planner's {target} choice, cross-compiled with Kernel.compile()")
     return device
 
 

@@ -1,0 +1,198 @@
+"""Lower a gfx1250 schedule IR module (planner rule 20, passes/gfx1250.py) to Triton Gluon for AMD gfx1250.
+
+One ``@gluon.jit`` kernel, no ``gl.warp_specialize`` (Triton 3.6 cannot legalize it for gfx1250): its warps run the
+module's one WORKGROUP partition. The rings are LDS buffers filled by Tensor Data Mover copies
+(``tdm.async_load`` through descriptors made in the kernel from the base pointers and strides), waited for with
+``tdm.async_wait`` (a count of copies in flight) and ``gl.thread_barrier``. Triton 3.6 predicates a copy through
+its descriptor, so a copy past the tile's last k-block still issues and counts; the schedule does not rely on that
+(the IR treats it as never issued, and the tail's wait takes every copy); the MMA is ``wmma`` on operand fragments
+loaded from the slots; the epilogue's scales and bias are applied in the wmma layout and the tile is stored with
+masked global stores. Every line that implements an IR op carries the op's text form as a comment, as on sm_90a.
+"""
+
+from __future__ import annotations
+
+from warploom.backends.codebuf import CodeBuffer
+from warploom.backends.gluon_sm90 import _RASTER, GluonSource, _PartitionEmitter, _slot
+from warploom.dtypes import DType
+from warploom.ir import nodes as ir
+from warploom.ir import printer
+from warploom.spec import BLayout
+
+_HEADER = """\
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.amd import AMDWMMALayout
+from triton.experimental.gluon.language.amd.gfx1250 import tdm, wmma
+"""
+
+# LDS rows are padded by 16 bytes every BK elements, so the wmma operand loads of neighbouring rows fall in different
+# banks; the TDM copy writes the padded layout itself.
+_PAD_BYTES = 16
+
+
+def wmma_k(a: DType) -> int:
+    """The K of one gfx1250 wmma instruction: 32 for 16-bit inputs, 64 for fp8 (64 bytes of K per lane group)."""
+    return 64 if a.bytes == 1 else 32
+
+
+def k_width(a: DType) -> int:
+    """Elements of K each lane holds contiguously in a wmma operand fragment (16 bytes)."""
+    return 16 // a.bytes
+
+
+def kernel_params(m: ir.Module) -> tuple[str, ...]:
+    """Base pointers and the leading strides of A, B and C (each's inner stride is 1), the scale and bias pointers
+    the epilogue reads, then M, N, K."""
+    steps = {s for o, _ in ir.walk(m.partitions[0].body) if isinstance(o, ir.Epilogue) for s in o.steps}
+    b_stride = "b_stride_n" if m.spec.b_layout is BLayout.K_MAJOR else "b_stride_k"
+    ps = ["a_ptr", "b_ptr", "c_ptr", "a_stride_m", b_stride, "c_stride_m"]
+    if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE}:
+        ps += ["scale_a_ptr", "scale_b_ptr"]
+    if steps & {ir.EpilogueStep.ADD_BIAS, ir.EpilogueStep.ADD_ROW_BIAS}:
+        ps.append("bias_ptr")
+    return (*ps, "M", "N", "K")
+
+
+class _Gfx1250Emitter(_PartitionEmitter):
+    """The WORKGROUP partition, emitted as the kernel's own body (the epilogue steps lower as on sm_90a)."""
+
+    _in_k = False  # whether the ops being emitted stand in the k-loop (a copy's block is then kk + ahead)
+    _offs: set[str] = set()  # the tile's row and column index vectors already computed (offs_m, offs_n)
+
+    def emit(self) -> None:
+        b, m, t = self.buf, self.m, self.m.tiling
+        warps_m = 2 if self.p.warps >= 4 else 1
+        warps_n = self.p.warps // warps_m
+        k_major = m.spec.b_layout is BLayout.K_MAJOR
+        b.line("@gluon.jit")
+        with b.block(f"def {m.name}({', '.join(kernel_params(m))})",
+                     comment=f"{self.p.role.value}: {self.p.warps} warps copy (TDM) and compute (wmma)"):
+            b.line(f"acc_layout: gl.constexpr = AMDWMMALayout(3, True, [{warps_m}, {warps_n}], "
+                   f"[16, 16, {wmma_k(m.spec.a_dtype)}])",
+                   comment=f"wmma accumulator: {warps_m}x{warps_n} warps, each a "
+                           f"{t.bm // warps_m}x{t.bn // warps_n} block of the tile")
+            kw = k_width(m.spec.a_dtype)
+            b.line(f"a_layout: gl.constexpr = gl.DotOperandLayout(0, acc_layout, {kw})")
+            b.line(f"b_layout: gl.constexpr = gl.DotOperandLayout(1, acc_layout, {kw})")
+            b_block = ("BN", "BK") if k_major else ("BK", "BN")
+            for name, block, d in (("a", ("BM", "BK"), m.spec.a_dtype), ("b", b_block, m.spec.b_dtype)):
+                b.line(f"{name}_smem: gl.constexpr = gl.PaddedSharedLayout.with_identity_for([[{block[1]}, "
+                       f"{_PAD_BYTES // d.bytes}]], [{block[0]}, {block[1]}], [1, 0])",
+                       comment=f"{_PAD_BYTES} bytes of padding a row" if name == "a" else None)
+            b.line("a_desc = tdm.make_tensor_descriptor(a_ptr, [M, K], [a_stride_m, 1], [BM, BK], a_smem)")
+            if k_major:
+                b.line("b_desc = tdm.make_tensor_descriptor(b_ptr, [N, K], [b_stride_n, 1], [BN, BK], b_smem)",
+                       comment="B as (N, K), K-major")
+            else:
+                b.line("b_desc = tdm.make_tensor_descriptor(b_ptr, [K, N], [b_stride_k, 1], [BK, BN], b_smem)",
+                       comment="B as (K, N), N-major")
+            for r in m.rings:
+                desc = f"{r.tensor.value.lower()}"
+                b.line(f"{r.name} = gl.allocate_shared_memory({desc}_ptr.dtype.element_ty, [STAGES, {r.rows}, "
+                       f"{r.cols}], {desc}_smem)", comment=f"ring {r.name}: {r.depth} x ({r.rows}, {r.cols}) "
+                                                         f"{r.dtype.value} in LDS")
+            b.line("pid = gl.program_id(0)")
+            b.line("num_pid_m = gl.cdiv(M, BM)")
+            b.line("num_pid_n = gl.cdiv(N, BN)")
+            b.line("num_tiles = num_pid_m * num_pid_n")
+            b.line("k_tiles = gl.cdiv(K, BK)")
+            for c in self.p.cursors:
+                b.line(f"{c.name} = 0", comment=f"cursor {c.name}: k-blocks read so far, across tiles")
+            self.body(self.p.body)
+
+    def loop(self, lp: ir.Loop) -> None:
+        b = self.buf
+        if lp.kind is ir.LoopKind.TILES:
+            with b.block("for tile_id in range(pid, num_tiles, gl.num_programs(0))", comment="for tiles"):
+                b.line("off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)")
+                for a in self.p.accumulators:  # (wmma's overwrite at k == 0: the tile's sum starts from zero)
+                    b.line(f"{a.name} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)",
+                           comment="the first k-block's wmma overwrites")
+                self._in_k, self._offs = False, set()
+                self.body(lp.body)
+        elif lp.kind is ir.LoopKind.K:
+            with b.block("for kk in range(k_tiles)", comment="for k"):
+                self._in_k = True
+                self.body(lp.body)
+                self._in_k = False
+        else:
+            raise NotImplementedError(f"gfx1250: no {lp.kind.value} loop (one software-pipelined partition)")
+
+    def _block_index(self, ahead: int) -> str:
+        k = "kk" if self._in_k else "0"
+        return k if ahead == 0 else (str(ahead) if k == "0" else f"{k} + {ahead}")
+
+    def op(self, o: ir.Op) -> None:
+        b, c = self.buf, printer.op(o)
+        match o:
+            case ir.TdmLoad():
+                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                kb = self._block_index(o.ahead)
+                origin = {ir.Axis.M: "off_m", ir.Axis.N: "off_n",
+                          ir.Axis.K: "0" if kb == "0" else f"({kb}) * BK" if "+" in kb else f"{kb} * BK"}
+                coord = ", ".join(origin[a] for a in o.coord)
+                desc = f"{o.tensor.value.lower()}_desc"
+                b.line(f"tdm.async_load({desc}, [{coord}], {o.ring}.index({s}), pred={kb} < k_tiles)", c)
+            case ir.TdmWait():
+                b.line(f"tdm.async_wait({o.pending})", c)
+                if o.ahead and self._in_k:
+                    # (An if/else of two waits would not compile: MLIR merges the branches into one wait whose count
+                    # is a block argument, and the count must be an immediate.)
+                    with b.block(f"if kk + {o.ahead} >= k_tiles",
+                                 comment="the tile's last blocks: no copy of a later block was issued behind them"):
+                        b.line("tdm.async_wait(0)")
+            case ir.SyncWarps():
+                b.line("gl.thread_barrier()", c)
+            case ir.Wmma():
+                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                k_major = self.m.spec.b_layout is BLayout.K_MAJOR
+                b.line(f"a = {o.a_ring}.index({s}).load(a_layout)", c)
+                b_view = f"{o.b_ring}.index({s})" + (".permute((1, 0))" if k_major else "")
+                b.line(f"b = {b_view}.load(b_layout)", "B's slot read as (K, N)" if k_major else None)
+                b.line(f"{o.acc} = wmma(a, b, {o.acc})")
+            case ir.Advance():
+                b.line(f"{o.cursor} += 1", c)
+            case ir.Epilogue():
+                b.line(comment=c)
+                self.epilogue(o)
+                steps = set(o.steps)
+                if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.ADD_ROW_BIAS}:
+                    self._offs.add("offs_m")
+                if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.ADD_BIAS}:
+                    self._offs.add("offs_n")
+            case ir.StoreTile():
+                out = self.m.spec.out_dtype
+                b.line(comment=c)
+                if "offs_m" not in self._offs:
+                    b.line("offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))")
+                if "offs_n" not in self._offs:
+                    b.line("offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))")
+                b.line("c_ptrs = c_ptr + gl.expand_dims(offs_m, 1).to(gl.int64) * c_stride_m + "
+                       "gl.expand_dims(offs_n, 0)", "C itself may pass 2^31 elements")
+                b.line("c_mask = gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)")
+                b.line(f"gl.store(c_ptrs, {o.acc}.to({out.gluon}), mask=c_mask)")
+            case _:
+                raise NotImplementedError(f"gfx1250: no lowering for `{c}`")
+
+
+def lower_gfx1250(m: ir.Module) -> GluonSource:
+    """Generate Gluon source for a complete (verified) gfx1250 module."""
+    assert m.gfx1250, f"{m.name} is an {m.target} module, not a gfx1250 one"
+    t = m.tiling
+    b = CodeBuffer()
+    b.line(comment=f"Generated by warploom from schedule IR module {m.name}.")
+    b.line(comment=f"spec: {m.spec.short()}")
+    b.lines(_HEADER)
+    b.line()
+    for name, val in (("BM", t.bm), ("BN", t.bn), ("BK", t.bk), ("STAGES", m.rings[0].depth),
+                      ("GROUP_M", t.group_m)):
+        b.line(f"{name} = gl.constexpr({val})")
+    b.line()
+    b.line()
+    b.lines(_RASTER)
+    b.line()
+    b.line()
+    (part,) = m.partitions
+    _Gfx1250Emitter(m, part, b).emit()
+    return GluonSource(b.text(), m.name, kernel_params(m), part.warps, 0)
