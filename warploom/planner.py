@@ -131,8 +131,9 @@ The heuristic, in order:
    stages, each k-block's copies issued two blocks ahead of its wmma (passes/gfx1250.py). 128x128 tiles (each warp a
    64x64 quarter: 128 accumulator registers) with BK as rule 1, persistent over the tiles in the grouped order, the
    epilogue's scales and bias applied in registers and the tile stored straight from them (masked global stores).
-   bf16/fp16, fp8 tensorwise or rowwise with native accumulation, and a bias. Fused epilogues, promoted fp8,
-   blockwise and MX scales, swap-AB and split-K are refused. Simulated and cross-compiled, unmeasured and not tuned:
+   bf16/fp16, fp8 tensorwise or rowwise with native accumulation, a bias, and fused epilogues (on the whole tile in
+   registers, operands by ordinary loads, each output stored from registers). Promoted fp8, blockwise and MX
+   scales, swap-AB and split-K are refused. Simulated and cross-compiled, unmeasured and not tuned:
    no gfx1250 is at hand (`warploom.plan(..., device=GFX1250).compile("gfx1250")`, `warploom demo --target gfx1250`).
 """
 
@@ -402,11 +403,9 @@ def plan_gfx1250(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     from warploom.errors import UnsupportedError
 
     problems = _native_problems(spec)
-    if spec.epilogue is not None:
-        problems.append("a fused epilogue (scales and a bias are planned)")
     if problems:
         raise UnsupportedError(f"gfx1250 (planner rule 20) plans native accumulation with tensorwise, rowwise or no "
-                               f"scales and an optional bias so far; {spec.short()} has {'; '.join(problems)}. Fix: "
+                               f"scales so far; {spec.short()} has {'; '.join(problems)}. Fix: "
                                "plan it for an sm_90a device (device=H100_SXM)")
     bm, bn = bm or _GFX1250_TILE, bn or _GFX1250_TILE
     if bm not in (64, 128, 256) or bn not in (64, 128, 256):

@@ -9,11 +9,13 @@ runs: no gfx1250 is at hand.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 
 from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
 from warploom.device import GFX1250
+from warploom.ir import nodes as ir
 from warploom.kernel import build
 from warploom.planner import plan_schedule
 
@@ -72,3 +74,44 @@ def test_compile_rejects_other_targets_for_a_gfx1250_kernel() -> None:
     kern = build(GemmSpec(512, 512, 512), GFX1250)
     with pytest.raises(TargetError, match="gfx1250 schedule"):
         kern.compile("sm_100a")
+
+
+def _fused_cases() -> list[tuple[str, Any]]:
+    """Every epilogue of the sm_90a fused matrix (test_compile_fused.EPILOGUES: bias + GELU + a dense residual,
+    silu times a column, a clamp by a row, two outputs one fp32, an e4m3 output, where/sigmoid with a scalar) on bf16,
+    and issue 4's on fp8 rowwise with scaled_mm's bias, at a shape that is no tile multiple."""
+    import torch
+    import torch.nn.functional as F
+    from test_compile_fused import EPILOGUES, t  # (pytest puts this folder on sys.path)
+
+    import warploom
+
+    m, n, k = 300, 528, 256
+    cases = []
+    for name, make in EPILOGUES.items():
+        fn, ops = make(m, n)
+        cases.append((f"bf16_{name}", warploom.plan(t(m, k, dtype=torch.bfloat16), t(n, k, dtype=torch.bfloat16).t(),
+                                                   epilogue=fn, device=GFX1250, **ops)))
+    e4 = torch.float8_e4m3fn
+    cases.append(("fp8_rowwise_bias_gelu_tanh_residual", warploom.plan(
+        t(m, k).to(e4), t(n, k).to(e4).t(), t(m, 1), t(1, n), bias=t(n, dtype=torch.bfloat16), use_fast_accum=True,
+        device=GFX1250, epilogue=lambda acc, res: F.gelu(acc, approximate="tanh") + res,
+        res=t(m, n, dtype=torch.bfloat16))))
+    cases.append(("bf16_pow_rsqrt", warploom.plan(
+        t(m, k, dtype=torch.bfloat16), t(n, k, dtype=torch.bfloat16).t(), device=GFX1250,
+        epilogue=lambda acc, s: torch.rsqrt(torch.pow(acc, 2.0) + s) * torch.tanh(acc), s=t())))
+    return cases
+
+
+@pytest.mark.parametrize("name", [name for name, _ in _fused_cases()])
+def test_fused_epilogues_compile(name: str) -> None:
+    """A fused epilogue on gfx1250: the graph on the whole tile in the wmma layout, each output stored from the
+    registers; it must compile with wmma and the TDM pipeline and use no scratch."""
+    kern = dict(_fused_cases())[name]
+    assert any(isinstance(o, ir.ApplyEpilogue) for o, _ in ir.walk(kern.module.partitions[0].body))
+    c = kern.compile()
+    s = c.summary()
+    assert c.count("v_wmma") > 0 and c.count("tensor_load_to_lds") == 2 * kern.plan.stages, s
+    assert c.spills == 0, c.ptxas_log
+    stores = len(re.findall(r"^\s*global_store", c.sass, re.M))
+    assert stores > 0, s

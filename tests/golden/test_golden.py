@@ -14,6 +14,7 @@ from pathlib import Path
 import expecttest
 
 from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
+from warploom.device import DeviceInfo
 from warploom.kernel import Kernel, build
 
 EXPECTED = Path(__file__).parent / "expected"
@@ -44,6 +45,23 @@ SPECS = {
     # wgmma's 64), swaps the scales, and stores each tile into C transposed.
     "fp8_rowwise_decode_swap": GemmSpec(16, 4096, 14336, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.ROWWISE),
 }
+
+
+def issue4_kernel(device: DeviceInfo) -> Kernel:
+    """Issue 4's fused epilogue at 4096^3 (fp8 rowwise + bias, erf GELU, a dense bf16 residual), planned for `device`:
+    the golden tier of every target holds its Gluon."""
+    import torch
+    import torch.nn.functional as F
+
+    import warploom
+
+    def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.empty(*shape, dtype=dtype, device="meta")
+
+    e4, bf = torch.float8_e4m3fn, torch.bfloat16
+    return warploom.plan(meta(4096, 4096, dtype=e4), meta(4096, 4096, dtype=e4).t(), meta(4096, 1), meta(1, 4096),
+                         bias=meta(4096, dtype=bf), use_fast_accum=True, device=device,
+                         epilogue=lambda acc, residual: F.gelu(acc) + residual, residual=meta(4096, 4096, dtype=bf))
 
 
 def kernel(name: str) -> Kernel:

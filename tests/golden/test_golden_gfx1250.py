@@ -6,7 +6,7 @@ Refresh after an intended change with ``EXPECTTEST_ACCEPT=1 pytest tests/golden`
 from __future__ import annotations
 
 import expecttest
-from test_golden import assert_golden_file  # (pytest puts this folder on sys.path)
+from test_golden import assert_golden_file, issue4_kernel  # (pytest puts this folder on sys.path)
 
 from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
 from warploom.device import GFX1250
@@ -35,6 +35,10 @@ class TestGfx1250Golden(expecttest.TestCase):
 
     def test_bf16_nmajor_gluon(self) -> None:
         assert_golden_file("gfx1250_bf16_nmajor_odd.gluon.txt", kernel("gfx1250_bf16_nmajor_odd").source)
+
+    def test_fused_gelu_residual_gluon(self) -> None:
+        """Issue 4's epilogue on gfx1250: the graph on the whole tile in the wmma layout, operands by ordinary loads."""
+        assert_golden_file("gfx1250_fp8_fused_gelu_residual.gluon.txt", issue4_kernel(GFX1250).source)
 
     def test_bf16_schedule(self) -> None:
         self.assertExpectedInline(kernel("gfx1250_bf16_4096_kmajor").schedule, """\

@@ -7,7 +7,7 @@ Refresh after an intended change with ``EXPECTTEST_ACCEPT=1 pytest tests/golden`
 from __future__ import annotations
 
 import expecttest
-from test_golden import assert_golden_file  # (pytest puts this folder on sys.path)
+from test_golden import assert_golden_file, issue4_kernel  # (pytest puts this folder on sys.path)
 
 from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
 from warploom.device import B200
@@ -35,19 +35,7 @@ class TestSm100Golden(expecttest.TestCase):
 
     def test_fused_gelu_residual_gluon(self) -> None:
         """Issue 4's epilogue on sm_100a: per 64-column block out of tensor memory, the residual by TMA."""
-        import torch
-        import torch.nn.functional as F
-
-        import warploom
-
-        def meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-            return torch.empty(*shape, dtype=dtype, device="meta")
-
-        e4, bf = torch.float8_e4m3fn, torch.bfloat16
-        kern = warploom.plan(meta(4096, 4096, dtype=e4), meta(4096, 4096, dtype=e4).t(), meta(4096, 1),
-                             meta(1, 4096), bias=meta(4096, dtype=bf), use_fast_accum=True, device=B200,
-                             epilogue=lambda acc, residual: F.gelu(acc) + residual, residual=meta(4096, 4096, dtype=bf))
-        assert_golden_file("sm100_fp8_fused_gelu_residual.gluon.txt", kern.source)
+        assert_golden_file("sm100_fp8_fused_gelu_residual.gluon.txt", issue4_kernel(B200).source)
 
     def test_bf16_schedule(self) -> None:
         self.assertExpectedInline(kernel("sm100_bf16_4096_kmajor").schedule, """\

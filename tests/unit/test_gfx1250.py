@@ -91,10 +91,30 @@ def test_refuses_what_is_not_planned(spec: GemmSpec, what: str) -> None:
         plan_schedule(spec, GFX1250)
 
 
-def test_refuses_fused_epilogues_and_sm90_options() -> None:
+def test_fused_epilogue_on_the_whole_tile() -> None:
+    """A fused epilogue replaces the store: each operand loaded as its kind is read cheapest (a column one value per
+    row, a row one per column, a dense operand as the tile, all by ordinary loads), the graph, then every output."""
     a = torch.empty(512, 512, dtype=torch.bfloat16, device="meta")
-    with pytest.raises(UnsupportedError, match="a fused epilogue"):
-        warploom.plan(a, a, epilogue=lambda acc: torch.relu(acc), device=GFX1250)
+
+    def fn(acc: torch.Tensor, bias: torch.Tensor, col: torch.Tensor, res: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.relu(acc + bias) * col + res, acc.float()
+
+    kern = warploom.plan(a, a, epilogue=fn, bias=torch.empty(512, device="meta"),
+                         col=torch.empty(512, 1, device="meta"), res=a, device=GFX1250)
+    (tiles,) = kern.module.partitions[0].body
+    assert isinstance(tiles, ir.Loop)
+    after = tiles.body[[i for i, s in enumerate(tiles.body) if isinstance(s, ir.Loop)][0] + 1:]
+    assert [(type(s).__name__, getattr(s, "operand", None), getattr(s, "read", None), getattr(s, "output", None))
+            for s in after] == [
+        ("LoadOperand", "bias", ir.OperandRead.PER_COL, None), ("LoadOperand", "col", ir.OperandRead.PER_ROW, None),
+        ("LoadOperand", "res", ir.OperandRead.TILE, None), ("ApplyEpilogue", None, None, None),
+        ("StoreTile", None, None, 0), ("StoreTile", None, None, 1)]
+    assert not kern.module.buffers  # no staging: the operands come by ordinary loads, the outputs go from registers
+    src = kern.source
+    assert "c1_ptr" in src and "gl.store(c_ptrs, ep_out1, mask=c_mask)" in src and "ep_layout: gl.constexpr" in src
+
+
+def test_refuses_sm90_options() -> None:
     for forced in (dict(pingpong=True), dict(split_k=2), dict(swap_ab=True), dict(consumer_partitions=2)):
         with pytest.raises(UnsupportedError, match="the gfx1250 schedule \\(rule 20\\) has none of them"):
             plan_schedule(SPEC, GFX1250, **forced)  # type: ignore[arg-type]

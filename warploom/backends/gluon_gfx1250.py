@@ -3,11 +3,13 @@
 One ``@gluon.jit`` kernel, no ``gl.warp_specialize`` (Triton 3.6 cannot legalize it for gfx1250): its warps run the
 module's one WORKGROUP partition. The rings are LDS buffers filled by Tensor Data Mover copies
 (``tdm.async_load`` through descriptors made in the kernel from the base pointers and strides), waited for with
-``tdm.async_wait`` (a count of copies in flight) and ``gl.thread_barrier``. Triton 3.6 predicates a copy through
-its descriptor, so a copy past the tile's last k-block still issues and counts; the schedule does not rely on that
-(the IR treats it as never issued, and the tail's wait takes every copy); the MMA is ``wmma`` on operand fragments
-loaded from the slots; the epilogue's scales and bias are applied in the wmma layout and the tile is stored with
-masked global stores. Every line that implements an IR op carries the op's text form as a comment, as on sm_90a.
+``tdm.async_wait`` (a count of copies in flight) and ``gl.thread_barrier``. The MMA is ``wmma`` on operand
+fragments loaded from the slots. The epilogue's scales and bias, or a fused epilogue's graph (its operands by
+ordinary loads, sm_90a's register math), are applied in the wmma layout, and each output is stored with masked
+global stores. Every line that implements an IR op carries the op's text form as a comment, as on sm_90a.
+
+Triton 3.6 predicates a copy through its descriptor, so a copy past the tile's last k-block still issues and counts;
+the schedule does not rely on that: the IR treats it as never issued, and the tail's wait takes every copy.
 """
 
 from __future__ import annotations
@@ -41,12 +43,23 @@ def k_width(a: DType) -> int:
     return 16 // a.bytes
 
 
+def output_ptr(output: int) -> str:
+    """The pointer parameter of kernel output `output` (c_ptr, c1_ptr, ...); its leading stride is `..._stride_m`."""
+    return "c_ptr" if output == 0 else f"c{output}_ptr"
+
+
 def kernel_params(m: ir.Module) -> tuple[str, ...]:
     """Base pointers and the leading strides of A, B and C (each's inner stride is 1), the scale and bias pointers
-    the epilogue reads, then M, N, K."""
+    the epilogue reads (a fused epilogue's: each graph operand's pointer, its strides compiled in, then each further
+    output's pointer and leading stride), then M, N, K."""
     steps = {s for o, _ in ir.walk(m.partitions[0].body) if isinstance(o, ir.Epilogue) for s in o.steps}
     b_stride = "b_stride_n" if m.spec.b_layout is BLayout.K_MAJOR else "b_stride_k"
     ps = ["a_ptr", "b_ptr", "c_ptr", "a_stride_m", b_stride, "c_stride_m"]
+    g = m.spec.epilogue
+    if g is not None:
+        ps += [f"{o.name}_ptr" for o in g.operands]
+        for j in range(1, len(g.outputs)):
+            ps += [output_ptr(j), f"c{j}_stride_m"]
     if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE}:
         ps += ["scale_a_ptr", "scale_b_ptr"]
     if steps & {ir.EpilogueStep.ADD_BIAS, ir.EpilogueStep.ADD_ROW_BIAS}:
@@ -75,6 +88,8 @@ class _Gfx1250Emitter(_PartitionEmitter):
             kw = k_width(m.spec.a_dtype)
             b.line(f"a_layout: gl.constexpr = gl.DotOperandLayout(0, acc_layout, {kw})")
             b.line(f"b_layout: gl.constexpr = gl.DotOperandLayout(1, acc_layout, {kw})")
+            if m.spec.epilogue is not None:
+                b.line("ep_layout: gl.constexpr = acc_layout", comment="the fused epilogue runs on the whole tile")
             b_block = ("BN", "BK") if k_major else ("BK", "BN")
             for name, block, d in (("a", ("BM", "BK"), m.spec.a_dtype), ("b", b_block, m.spec.b_dtype)):
                 b.line(f"{name}_smem: gl.constexpr = gl.PaddedSharedLayout.with_identity_for([[{block[1]}, "
@@ -109,7 +124,7 @@ class _Gfx1250Emitter(_PartitionEmitter):
                 for a in self.p.accumulators:  # (wmma's overwrite at k == 0: the tile's sum starts from zero)
                     b.line(f"{a.name} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)",
                            comment="the first k-block's wmma overwrites")
-                self._in_k, self._offs = False, set()
+                self._in_k, self._offs, self._offsets = False, set(), set()
                 self.body(lp.body)
         elif lp.kind is ir.LoopKind.K:
             with b.block("for kk in range(k_tiles)", comment="for k"):
@@ -161,17 +176,26 @@ class _Gfx1250Emitter(_PartitionEmitter):
                     self._offs.add("offs_m")
                 if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.ADD_BIAS}:
                     self._offs.add("offs_n")
+            case ir.LoadOperand():
+                self.load_operand(o)
+            case ir.ApplyEpilogue():
+                self.apply_epilogue(o)
             case ir.StoreTile():
-                out = self.m.spec.out_dtype
+                out = self.m.spec.output_dtypes()[o.output or 0]
+                value = o.acc if o.output is None else f"ep_out{o.output}"  # (apply_epilogue's, already cast)
+                ptr, stride = output_ptr(o.output or 0), f"{output_ptr(o.output or 0).removesuffix('_ptr')}_stride_m"
                 b.line(comment=c)
                 if "offs_m" not in self._offs:
                     b.line("offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))")
                 if "offs_n" not in self._offs:
                     b.line("offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))")
-                b.line("c_ptrs = c_ptr + gl.expand_dims(offs_m, 1).to(gl.int64) * c_stride_m + "
+                b.line(f"c_ptrs = {ptr} + gl.expand_dims(offs_m, 1).to(gl.int64) * {stride} + "
                        "gl.expand_dims(offs_n, 0)", "C itself may pass 2^31 elements")
-                b.line("c_mask = gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)")
-                b.line(f"gl.store(c_ptrs, {o.acc}.to({out.gluon}), mask=c_mask)")
+                if "c_mask" not in self._offs:
+                    b.line("c_mask = gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)")
+                self._offs |= {"offs_m", "offs_n", "c_mask"}
+                b.line(f"gl.store(c_ptrs, {value}{'' if o.output is not None else f'.to({out.gluon})'}, "
+                       "mask=c_mask)")
             case _:
                 raise NotImplementedError(f"gfx1250: no lowering for `{c}`")
 
@@ -184,6 +208,11 @@ def lower_gfx1250(m: ir.Module) -> GluonSource:
     b.line(comment=f"Generated by warploom from schedule IR module {m.name}.")
     b.line(comment=f"spec: {m.spec.short()}")
     b.lines(_HEADER)
+    if m.spec.epilogue is not None:
+        from warploom.epilogue.gluon import IMPORTS
+
+        for line in IMPORTS:
+            b.line(line, comment="fused epilogue: tl.PropagateNan")
     b.line()
     for name, val in (("BM", t.bm), ("BN", t.bn), ("BK", t.bk), ("STAGES", m.rings[0].depth),
                       ("GROUP_M", t.group_m)):

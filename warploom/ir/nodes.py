@@ -490,9 +490,11 @@ class ApplyEpilogue:
 class StoreTile:
     """Write `acc`, cast to the output dtype, to C's tile at (tile m, tile n); out-of-bounds elements are dropped.
     On NVIDIA targets abstract: lowered by the epilogue pass to StoreSmem / FenceAsync / TmaStore. A gfx1250 module
-    keeps it: masked global stores straight from the registers."""
+    keeps it: masked global stores straight from the registers. With `output` = j (gfx1250's fused epilogue), the
+    stored value is instead output j of the last ApplyEpilogue (which computed the whole tile), into output j."""
 
     acc: str
+    output: int | None = None
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,8 @@ def op(o: ir.Op) -> str:
         case ir.Epilogue():
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
             return f"epilogue {o.acc}{part}: " + "; ".join(s.value for s in o.steps)
+        case ir.StoreTile() if o.output is not None:
+            return f"store_tile {output_name(ir.Tensor.C, o.output)}[m, n] <- out{o.output} of {o.acc}"
         case ir.StoreTile():
             return f"store_tile C[m, n] <- {o.acc}"
         case ir.StoreWait():

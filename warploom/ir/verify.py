@@ -175,8 +175,10 @@ def structural(m: ir.Module) -> list[str]:
             if gfx and p.role not in (ir.Role.WORKGROUP, ir.Role.SEQUENTIAL):
                 errs.append(f"{where}: {printer.op(o)} in a {p.role.value} partition: TDM copies and wmma are "
                             "gfx1250's, in its one workgroup partition")
-            if not gfx and p.role is ir.Role.WORKGROUP and isinstance(o, _NVIDIA_OPS):
-                errs.append(f"{where}: {printer.op(o)} in a gfx1250 workgroup partition: an NVIDIA op")
+            if not gfx and p.role is ir.Role.WORKGROUP and (isinstance(o, _NVIDIA_OPS) or (
+                    isinstance(o, ir.LoadOperand) and o.buffer is not None)):
+                errs.append(f"{where}: {printer.op(o)} in a gfx1250 workgroup partition: an NVIDIA op (TMA, "
+                            "mbarriers, staging buffers)")
             if isinstance(o, (ir.Arrive,)) and o.guard is not ir.Guard.ALWAYS and ir.LoopKind.K not in loops \
                     and ir.LoopKind.FLAT not in loops:
                 errs.append(f"{where}: guard {o.guard.value} outside a k-loop")
@@ -186,7 +188,7 @@ def structural(m: ir.Module) -> list[str]:
 # Ops a gfx1250 (WORKGROUP) partition has no lowering for: mbarriers, TMA, wgmma, tcgen05, the TMA-store epilogue.
 _NVIDIA_OPS = (ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.CopyScales, ir.Mma, ir.MmaWait, ir.Promote,
                ir.TcMma, ir.Commit, ir.LoadTmem, ir.StoreSmem, ir.FenceAsync, ir.TmaStore, ir.StoreWait,
-               ir.SkipTiles, ir.LoadOperand, ir.PrefetchOperand, ir.ApplyEpilogue)
+               ir.SkipTiles, ir.PrefetchOperand)
 
 
 def _check_tdm(m: ir.Module, p: ir.Partition, errs: list[str]) -> None:
@@ -334,10 +336,13 @@ def _check_scale_block(m: ir.Module, p: ir.Partition, o: ir.Promote, where: str,
 
 
 def _check_fused(m: ir.Module, o: ir.Op, where: str, line: str, errs: list[str]) -> None:
-    """Fused-epilogue ops need the spec's graph, and a load must name one of its operands."""
+    """Fused-epilogue ops need the spec's graph, and a load must name one of its operands (a store, one of its
+    outputs)."""
+    g = m.spec.epilogue
+    if isinstance(o, ir.StoreTile) and o.output is not None and (g is None or not 0 <= o.output < len(g.outputs)):
+        errs.append(f"{where}: {line} of epilogue output {o.output}, which the spec's graph does not have")
     if not isinstance(o, (ir.LoadOperand, ir.ApplyEpilogue, ir.PrefetchOperand)):
         return
-    g = m.spec.epilogue
     if g is None:
         errs.append(f"{where}: {line} but the spec has no fused epilogue")
     elif isinstance(o, (ir.LoadOperand, ir.PrefetchOperand)) and o.operand not in {s.name for s in g.operands}:

@@ -21,6 +21,10 @@ tiles):
         advance c
       [epilogue acc: steps]; store_tile C[m, n] <- acc                         masked stores from the registers
 
+A fused epilogue (spec.epilogue) runs on the whole tile where the store stood: a load_operand per graph operand
+(a column operand one value per row, a row operand one per column, a dense one as the tile, by ordinary loads:
+no TMA, no staging), apply_epilogue, and a store_tile of each output.
+
 Two copies (A and B) per k-block: when block k is needed, the copies of blocks k+1 .. k+S-2 may still be in flight,
 so at most 2(S-2) may be pending; near the tile's end fewer were issued behind it (copies past the last k-block are
 predicated off), and the wait takes all of them (a TDM wait counts copies, it cannot name a block). The one
@@ -39,6 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from warploom.ir import nodes as ir
+from warploom.passes.epilogue import operand_read
 
 
 @dataclass(frozen=True)
@@ -77,9 +82,17 @@ class PipelineTdm:
             ir.Advance("c"),
         ]
         body: list[ir.Stmt] = []
+        graph = m.spec.epilogue
         for st in tiles.body:
             if st is k_loop:
                 body += [*prologue, replace(k_loop, body=tuple(k_body))]
+            elif isinstance(st, ir.StoreTile) and graph is not None:
+                # A fused epilogue on the whole tile in registers: each operand read the cheapest way its kind allows
+                # (seed 003: a column as one value per row, a row as one per column), then each output stored.
+                body += [ir.LoadOperand(o.name, st.acc, 0, 1, operand_read(o.kind, scalar_columns=True))
+                         for o in graph.operands]
+                body.append(ir.ApplyEpilogue(st.acc, 0, 1))
+                body += [ir.StoreTile(st.acc, output=j) for j in range(len(graph.outputs))]
             else:
                 body.append(st)
         part = replace(main, name="main", role=ir.Role.WORKGROUP, body=(replace(tiles, body=tuple(body)),),

@@ -186,7 +186,11 @@ def _cross_compile_gfx1250(m: ir.Module, src: GluonSource) -> Compiled:
     sig.update(a_ptr=f"*{_SIG[m.spec.a_dtype]}", b_ptr=f"*{_SIG[m.spec.b_dtype]}", c_ptr=f"*{_SIG[m.spec.out_dtype]}")
     if "scale_a_ptr" in sig:
         sig.update(scale_a_ptr="*fp32", scale_b_ptr="*fp32")
-    if "bias_ptr" in sig:
+    g = m.spec.epilogue
+    if g is not None:  # (scaled_mm's scales and bias are graph operands here)
+        sig.update({f"{o.name}_ptr": f"*{_SIG[o.dtype]}" for o in g.operands})
+        sig.update({f"c{j}_ptr": f"*{_SIG[d]}" for j, d in enumerate(m.spec.output_dtypes()) if j})
+    elif "bias_ptr" in sig:
         assert m.spec.bias_dtype is not None
         sig["bias_ptr"] = f"*{_SIG[m.spec.bias_dtype]}"
     # As Triton's JIT specializes a launch: pointers are 16-byte aligned (checked on the host), and integers that
@@ -194,7 +198,7 @@ def _cross_compile_gfx1250(m: ir.Module, src: GluonSource) -> Compiled:
     # out one element at a time, each behind a branch.
     sp = m.spec
     ints = {"M": sp.m, "N": sp.n, "K": sp.k, "a_stride_m": sp.k, "b_stride_n": sp.k, "b_stride_k": sp.n,
-            "c_stride_m": sp.n}
+            **{f"c{j}_stride_m": sp.n for j in range(len(sp.output_dtypes()))}, "c_stride_m": sp.n}
     attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(src.params)
              if p.endswith("_ptr") or ints.get(p, 1) % 16 == 0}
     fn = load(src.text, src.kernel)

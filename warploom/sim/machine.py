@@ -597,7 +597,7 @@ class Machine:
         if self.data is not None:
             self.data.store_smem(i, ins.acc, ins.buffer, ins.cols, ins.output, ins.transposed)
 
-    def _applied_check(self, i: int, ins: StoreSmemI) -> None:
+    def _applied_check(self, i: int, ins: StoreSmemI | StoreTileI) -> None:
         """A store of an epilogue output needs this tile's apply_epilogue of the same block just before."""
         assert ins.site.tile is not None
         want = (ins.acc, ins.cols, ins.site.tile.index)
@@ -656,8 +656,10 @@ class Machine:
 
     def _store_tile(self, i: int, pc: int, ins: StoreTileI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
+        if ins.output is not None:
+            self._applied_check(i, ins)
         if self.data is not None:
-            self.data.store_tile(i, ins.acc, ins.off_m, ins.off_n)
+            self.data.store_tile(i, ins.acc, ins.off_m, ins.off_n, ins.output)
 
     def _exit(self, i: int, site: Site) -> None:
         # (tcgen05 MMAs and commits complete on their own after the MMA warp's last op: their arrivals are what

@@ -250,8 +250,15 @@ class CtaData:
             return
         self._write(self.bufs[buffer], off_m, off_n, output)
 
-    def store_tile(self, agent: int, acc: str, off_m: int, off_n: int) -> None:
-        self._write(self.accs[agent][acc].to(self.ops.out.dtype), off_m, off_n)
+    def store_tile(self, agent: int, acc: str, off_m: int, off_n: int, output: int | None = None) -> None:
+        if output is None:
+            self._write(self.accs[agent][acc].to(self.ops.out.dtype), off_m, off_n)
+            return
+        outs = self.ep_outs[agent]  # (gfx1250's fused epilogue: the whole tile's outputs, in their stored dtypes)
+        acc_t = self.accs[agent][acc]
+        tile = outs[output] if output < len(outs) and outs[output].shape == acc_t.shape else \
+            torch.full(acc_t.shape, float("nan"))  # no apply_epilogue of this tile (a finding)
+        self._write(tile, off_m, off_n, output)
 
     def _write(self, tile: torch.Tensor, off_m: int, off_n: int, output: int = 0) -> None:
         _box_write(self.ops.outs[output], self.ops.writes[output], tile, off_m, off_n)

@@ -285,6 +285,8 @@ class StoreTileI:
     acc: str
     off_m: int
     off_n: int
+    cols: tuple[int, int] = (0, 0)  # the accumulator's columns (the block an epilogue output must come from)
+    output: int | None = None  # gfx1250's fused epilogue: output j of the last apply_epilogue instead of acc
 
 
 @dataclass(frozen=True, slots=True)
@@ -637,7 +639,11 @@ class _Interp:
                     yield StoreWaitI(site, o.pending)
                 case ir.StoreTile():
                     t = self._tile(text)
-                    yield StoreTileI(site, o.acc, t.off_m + self.row0, t.off_n + self._col0(o.acc))
+                    acc = self._acc(o.acc, text)
+                    if o.output is not None and not 0 <= o.output < len(self._graph(text).outputs):
+                        raise MalformedError(f"partition {self.p.name}: `{text}` stores epilogue output {o.output}, "
+                                             f"but the graph has {len(self._graph(text).outputs)} output(s)")
+                    yield StoreTileI(site, o.acc, t.off_m + self.row0, t.off_n + acc.col0, (0, acc.cols), o.output)
                 case ir.TcMma():
                     t = self._tile_in_k(text)
                     overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)

@@ -1,0 +1,54 @@
+"""The fused epilogues every target's simulator tier runs: issue 4's (fp8 rowwise + bias, erf GELU, a dense residual)
+and a two-output bf16 one with a column operand. Each target's test gives the module builder (its plan, shrunk)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from warploom.ir import nodes as ir
+from warploom.sim import simulate
+
+# (fn, a, b, *scales, **plan kwargs) -> the module to simulate
+ModuleOf = Callable[..., ir.Module]
+
+
+def _err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.double(), ref.double()
+    return float(1 - 2 * (x * ref).sum() / (x * x + ref * ref).sum())
+
+
+def check_fused_cases(module_of: ModuleOf) -> tuple[ir.Module, ir.Module]:
+    """Simulate both epilogues clean and within 1e-5 of torch (every output written once); returns their modules."""
+    g = torch.Generator().manual_seed(5)
+    m, n, k = 300, 144, 320
+    a = (torch.randn(m, k, generator=g) * 2).to(torch.float8_e4m3fn)
+    w = (torch.randn(n, k, generator=g) * 2).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(m, 1, generator=g) + 0.5, torch.rand(1, n, generator=g) + 0.5
+    bias = torch.randn(n, generator=g).to(torch.bfloat16)
+    res = torch.randn(m, n, generator=g).to(torch.bfloat16)
+
+    def gelu_res(acc: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return F.gelu(acc) + residual
+
+    mod = module_of(gelu_res, a, w.t(), sa, sb, bias=bias, use_fast_accum=True, residual=res)
+    r = simulate(mod, a, w.t(), operands={"scale_a": sa, "scale_b": sb, "bias": bias, "residual": res})
+    assert r.ok, r.report.summary()
+    assert _err(r.output, gelu_res((a.float() @ w.float().t()) * sa * sb + bias.float(), res.float())) < 1e-5
+
+    a16, w16 = torch.randn(m, k, generator=g).to(torch.bfloat16), torch.randn(n, k, generator=g).to(torch.bfloat16)
+    col = torch.randn(m, 1, generator=g)
+
+    def two(acc: torch.Tensor, bias: torch.Tensor, col: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return F.silu(acc + bias) * col, (acc + bias).float()
+
+    mod2 = module_of(two, a16, w16.t(), bias=bias, col=col)
+    r2 = simulate(mod2, a16, w16.t(), operands={"bias": bias, "col": col})
+    assert r2.ok, r2.report.summary()
+    outs: Any = two(a16.float() @ w16.float().t(), bias.float(), col)
+    for got, want in zip(r2.outputs, outs, strict=True):
+        assert not got.isnan().any() and _err(got, want) < 1e-5
+    return mod, mod2
