@@ -133,7 +133,8 @@ The heuristic, in order:
    epilogue's scales and bias applied in registers and the tile stored straight from them (masked global stores).
    bf16/fp16, fp8 tensorwise or rowwise with native accumulation, a bias, and fused epilogues (on the whole tile in
    registers, operands by ordinary loads, each output stored from registers). Promoted fp8, blockwise and MX
-   scales, swap-AB and split-K are refused. Simulated and cross-compiled, unmeasured and not tuned:
+   scales, swap-AB, split-K and an N-major B of 2^31 elements or more are refused, and so are AMD GPUs other than
+   gfx1250. Simulated and cross-compiled, unmeasured and not tuned:
    no gfx1250 is at hand (`warploom.plan(..., device=GFX1250).compile("gfx1250")`, `warploom demo --target gfx1250`).
 """
 
@@ -144,7 +145,7 @@ from dataclasses import dataclass, replace
 
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
-from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
+from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
 _TILES: tuple[tuple[int, int, float], ...] = (
@@ -403,6 +404,10 @@ def plan_gfx1250(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     from warploom.errors import UnsupportedError
 
     problems = _native_problems(spec)
+    if spec.b_layout is BLayout.N_MAJOR and spec.k * spec.n >= 2**31:
+        # (each tile's descriptors start at its rows of A and B, or columns of an N-major B: Triton 3.6 offsets a copy
+        # from there in 32 bits, and an N-major B's copies still step over all of its K rows)
+        problems.append(f"an N-major B of K x N = {spec.k * spec.n} elements (2^31 or more: pass it K-major)")
     if problems:
         raise UnsupportedError(f"gfx1250 (planner rule 20) plans native accumulation with tensorwise, rowwise or no "
                                f"scales so far; {spec.short()} has {'; '.join(problems)}. Fix: "
@@ -587,6 +592,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     128 x 16 on sm_100a (rule 19))."""
     from warploom.errors import UnsupportedError
 
+    if device.arch.startswith("gfx") and not device.gfx1250:
+        raise UnsupportedError(f"{device.name} ({device.arch}): among AMD GPUs warploom plans gfx1250 only (rule 20). "
+                               "Fix: plan for device=GFX1250 to inspect its schedule, or run on an sm_90a GPU")
     if device.gfx1250:  # rule 20
         hopper = {"consumer_partitions": consumer_partitions, "partial_blocks": partial_blocks,
                   "pingpong": pingpong or None, "scale_partition": scale_partition,

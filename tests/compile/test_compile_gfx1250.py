@@ -115,3 +115,7 @@ def test_fused_epilogues_compile(name: str) -> None:
     assert c.spills == 0, c.ptxas_log
     stores = len(re.findall(r"^\s*global_store", c.sass, re.M))
     assert stores > 0, s
+    # Each output is stored in its own dtype (output 0's too: not the spec's out_dtype when the graph casts).
+    llvm = {"bf16": "bfloat", "fp16": "half", "fp32": "float", "e4m3": "i8"}
+    stored = {t for t in re.findall(r"store <\d+ x (\w+)>", c.ptx)}
+    assert {llvm[d.value] for d in kern.spec.output_dtypes()} <= stored, (stored, kern.spec.output_dtypes())

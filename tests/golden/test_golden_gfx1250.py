@@ -63,4 +63,5 @@ module warploom_bf16bf16_bf16_bk_major_128x128x64_s3_w4_g8_tdm  # bf16xbf16->bf1
         wmma acc += a_ring[c] @ b_ring[c]
         advance c
       store_tile C[m, n] <- acc
+    tdm_wait pending=0
 """)

@@ -36,9 +36,10 @@ def test_schedule_is_one_pipelined_partition() -> None:
     m = build(SPEC, GFX1250).module
     (p,) = m.partitions
     assert (p.name, p.role, p.warps, p.default, p.regs) == ("main", ir.Role.WORKGROUP, 4, True, 0)
+    assert p.body[1] == ir.TdmWait(0)  # nothing in flight at the end, not even Triton's predicated-off copies
     assert m.gfx1250 and m.target == "gfx1250" and not m.blackwell and not m.barriers and not m.buffers
     assert [(r.name, r.depth) for r in m.rings] == [("a_ring", 3), ("b_ring", 3)]
-    (tiles,) = p.body
+    tiles = p.body[0]
     assert isinstance(tiles, ir.Loop)
     prologue = [s for s in tiles.body if isinstance(s, ir.TdmLoad)]
     assert [(s.tensor, s.ahead, s.slot.offset) for s in prologue] == [
@@ -70,6 +71,7 @@ def test_schedule_text() -> None:
         "        advance c",
         "      epilogue acc: acc *= scale_a[m, None] * scale_b[None, n]; acc += bias[None, n]",
         "      store_tile C[m, n] <- acc",
+        "    tdm_wait pending=0",
     ]
 
 
@@ -77,7 +79,7 @@ def test_schedule_text() -> None:
 def test_wait_keeps_the_copies_behind_the_block_in_flight(stages: int, pending: int, ahead: int) -> None:
     m = build(SPEC, GFX1250, plan_schedule(SPEC, GFX1250, stages=stages)).module
     waits = [o for o, _ in ir.walk(m.partitions[0].body) if isinstance(o, ir.TdmWait)]
-    assert [(w.pending, w.ahead) for w in waits] == [(pending, ahead)]
+    assert [(w.pending, w.ahead) for w in waits] == [(pending, ahead), (0, 0)]  # (the kernel's last: none in flight)
 
 
 @pytest.mark.parametrize("spec,what", [
@@ -101,7 +103,7 @@ def test_fused_epilogue_on_the_whole_tile() -> None:
 
     kern = warploom.plan(a, a, epilogue=fn, bias=torch.empty(512, device="meta"),
                          col=torch.empty(512, 1, device="meta"), res=a, device=GFX1250)
-    (tiles,) = kern.module.partitions[0].body
+    (tiles, _) = kern.module.partitions[0].body
     assert isinstance(tiles, ir.Loop)
     after = tiles.body[[i for i, s in enumerate(tiles.body) if isinstance(s, ir.Loop)][0] + 1:]
     assert [(type(s).__name__, getattr(s, "operand", None), getattr(s, "read", None), getattr(s, "output", None))
@@ -136,10 +138,10 @@ def test_decode_is_not_swapped() -> None:
 
 def _k_loop_edit(m: ir.Module, fn: object) -> ir.Module:
     (part,) = m.partitions
-    (tiles,) = part.body
+    (tiles, *rest) = part.body
     assert isinstance(tiles, ir.Loop)
     body = tuple(replace(s, body=fn(s.body)) if isinstance(s, ir.Loop) else s for s in tiles.body)  # type: ignore
-    return m.with_partition(replace(part, body=(replace(tiles, body=body),)))
+    return m.with_partition(replace(part, body=(replace(tiles, body=body), *rest)))
 
 
 @pytest.mark.parametrize("name,edit,message", [
@@ -155,12 +157,36 @@ def _k_loop_edit(m: ir.Module, fn: object) -> ir.Module:
                                      for s in b), "runs 3 blocks ahead of a 3-slot ring"),
     ("no_wait", lambda b: tuple(s for s in b if not isinstance(s, ir.TdmWait)), "without a tdm_wait and then a "
      "sync_warps"),
+    ("accumulate_first", lambda b: tuple(replace(s, overwrite=ir.Guard.NOT_FIRST_K) if isinstance(s, ir.Wmma) else s
+                                         for s in b), "overwrites its accumulator exactly at a tile's first k-block"),
 ])
 def test_verifier_pipeline_rules(name: str, edit: object, message: str) -> None:
     m = build(SPEC, GFX1250).module
     verify.check(m, "test", GFX1250)  # the planner's own schedule passes
     with pytest.raises(VerificationError, match=message):
         verify.check(_k_loop_edit(m, edit), name, GFX1250)
+
+
+def test_verifier_counts_the_lds_padding() -> None:
+    """LDS rows carry 16 bytes of padding per 128: 19 stages of 64x64 bf16 fit unpadded (311296 bytes) but not
+    padded (350208 of 327680), and the compiled kernel would need the padded size."""
+    spec = GemmSpec(4096, 4096, 4096)
+    plan = replace(plan_schedule(spec, GFX1250, bm=64, bn=64, stages=17), stages=19)
+    with pytest.raises(VerificationError, match="shared memory 350208 bytes exceeds the 327680"):
+        build(spec, GFX1250, plan)
+    assert build(spec, GFX1250).module.lds_bytes == 3 * 2 * 128 * (128 + 16)
+
+
+def test_large_operands_and_other_amd_gpus() -> None:
+    """An N-major B past 2^31 elements is refused (its copies step over all K rows in 32 bits); a K-major one and a
+    large A plan, their descriptors based at each tile's rows. Other AMD GPUs are refused, not planned as sm_90a."""
+    big = GemmSpec(1 << 19, 8192, 8192)
+    assert plan_schedule(big, GFX1250).tdm
+    assert "a_ptr + off_m.to(gl.int64) * a_stride_m" in build(GemmSpec(4096, 4096, 4096), GFX1250).source
+    with pytest.raises(UnsupportedError, match="pass it K-major"):
+        plan_schedule(GemmSpec(64, 1 << 18, 8192, b_layout=BLayout.N_MAJOR), GFX1250)
+    with pytest.raises(UnsupportedError, match="gfx1250 only"):
+        plan_schedule(big, replace(GFX1250, name="an MI300X", arch="gfx942"))
 
 
 def test_verifier_target_rules() -> None:
@@ -185,7 +211,8 @@ def test_verifier_target_rules() -> None:
 def test_generated_gluon_reads_as_the_schedule() -> None:
     src = build(SPEC, GFX1250).source
     assert "gl.warp_specialize" not in src and "mbarrier" not in src and "warpgroup_mma" not in src
-    for line in ("a_desc = tdm.make_tensor_descriptor(a_ptr, [M, K], [a_stride_m, 1], [BM, BK], a_smem)",
+    for line in ("a_desc = tdm.make_tensor_descriptor(a_ptr + off_m.to(gl.int64) * a_stride_m, [M - off_m, K], "
+                 "[a_stride_m, 1], [BM, BK], a_smem)",
                  "tdm.async_wait(2)  # tdm_wait pending=2 while k+1 < k_tiles, else 0",
                  "if kk + 1 >= k_tiles:",
                  "gl.thread_barrier()  # sync_warps",
@@ -193,7 +220,7 @@ def test_generated_gluon_reads_as_the_schedule() -> None:
                  "gl.store(c_ptrs, acc.to(gl.bfloat16), mask=c_mask)"):
         assert line in src, line
     nmajor = build(GemmSpec(4096, 4096, 4096, b_layout=BLayout.N_MAJOR), GFX1250).source
-    assert "[K, N], [b_stride_k, 1], [BK, BN]" in nmajor and ".permute((1, 0)).load(b_layout)" not in nmajor
+    assert "[K, N - off_n], [b_stride_k, 1], [BK, BN]" in nmajor and ".permute((1, 0)).load(b_layout)" not in nmajor
 
 
 def test_targets_and_refusals() -> None:
@@ -204,7 +231,7 @@ def test_targets_and_refusals() -> None:
         build(GemmSpec(512, 512, 512), H100_SXM).compile("gfx1250")
     with pytest.raises(TargetError, match="sm_100a schedule"):
         build(GemmSpec(512, 512, 512), B200).compile("gfx1250")
-    with pytest.raises(TargetError, match="not run on an gfx1250 GPU"):
+    with pytest.raises(TargetError, match="not run on a gfx1250 GPU"):
         kern.run(None, None, None)
     a = torch.randn(200, 136, dtype=torch.bfloat16)
     res = kern.simulate(a, a.t())  # the simulator models TDM copies (tests/sim/test_gfx1250_sim.py)
@@ -230,5 +257,5 @@ def test_public_api_refuses_to_launch_on_a_gfx1250_gpu(monkeypatch: pytest.Monke
     monkeypatch.setattr(api, "_device_for", lambda a: GFX1250)
     monkeypatch.setattr(api, "_require_cuda", lambda *a, **k: None, raising=False)
     a = torch.empty(512, 512, dtype=torch.bfloat16, device="meta")
-    with pytest.raises(TargetError, match="not run on an gfx1250 GPU"):
+    with pytest.raises(TargetError, match="not run on a gfx1250 GPU"):
         api._matmul_impl(a, a)

@@ -22,7 +22,9 @@ def check_target(target: str, module: Module | None = None) -> str:
     if target not in TARGETS:
         raise TargetError(f"target: expected one of {TARGETS}, got {target!r}. Fix: pass one of them")
     if module is not None and target != module.target:
-        raise TargetError(f"target: {module.name} is an {module.target} schedule, got target={target!r}. Fix: "
-                          f"compile it for {module.target}, or plan for that GPU (warploom.plan(..., "
+        from warploom.ir.nodes import with_article
+
+        raise TargetError(f"target: {module.name} is {with_article(module.target)} schedule, got target={target!r}. "
+                          f"Fix: compile it for {module.target}, or plan for that GPU (warploom.plan(..., "
                           f"device=warploom.device.{_DEVICES[target]}))")
     return target

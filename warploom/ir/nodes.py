@@ -794,6 +794,12 @@ class Module:
         return any(p.role is Role.WORKGROUP for p in self.partitions)
 
     @property
+    def lds_bytes(self) -> int:
+        """gfx1250: the LDS the rings take with their rows' padding (16 bytes per 128: backends/gluon_gfx1250.py)."""
+        return sum(r.depth * r.rows * (r.cols * r.dtype.bytes + 16 * -(-r.cols * r.dtype.bytes // 128))
+                   for r in self.rings)
+
+    @property
     def target(self) -> str:
         """The compilation target this schedule is for."""
         return "gfx1250" if self.gfx1250 else "sm_100a" if self.blackwell else "sm_90a"
@@ -801,6 +807,11 @@ class Module:
     def with_partition(self, part: Partition) -> Module:
         """This module with the partition of the same name replaced."""
         return replace(self, partitions=tuple(part if p.name == part.name else p for p in self.partitions))
+
+
+def with_article(target: str) -> str:
+    """A target's name after its article, as it is read: an sm_90a, a gfx1250."""
+    return f"{'an' if target.startswith('sm') else 'a'} {target}"
 
 
 def _find(items: tuple[Any, ...], name: str, what: str) -> Any:

@@ -109,12 +109,13 @@ def structural(m: ir.Module) -> list[str]:
                     if not isinstance(o, ir.TcMma):
                         if o.acc not in accs:
                             errs.append(f"{where}: {kind} into unknown accumulator {o.acc}")
-                        continue
-                    _tmem_ring(ring_names, o.acc_ring, o.acc_slot, f"{where}: tcgen05 MMA into", slot, errs)
-                    if o.release is not None and o.release not in bar_names:
-                        errs.append(f"{where}: tcgen05 MMA releases unknown barrier {o.release}")
-                    if p.role is not ir.Role.MMA:
-                        errs.append(f"{where}: tcgen05 MMA in a {p.role.value} partition (one MMA warp issues them)")
+                    else:
+                        _tmem_ring(ring_names, o.acc_ring, o.acc_slot, f"{where}: tcgen05 MMA into", slot, errs)
+                        if o.release is not None and o.release not in bar_names:
+                            errs.append(f"{where}: tcgen05 MMA releases unknown barrier {o.release}")
+                        if p.role is not ir.Role.MMA:
+                            errs.append(f"{where}: tcgen05 MMA in a {p.role.value} partition (one MMA warp issues "
+                                        "them)")
                 case ir.Commit():
                     if o.barrier not in bar_names:
                         errs.append(f"{where}: tcgen05_commit to unknown barrier {o.barrier}")
@@ -178,7 +179,11 @@ def structural(m: ir.Module) -> list[str]:
             if not gfx and p.role is ir.Role.WORKGROUP and (isinstance(o, _NVIDIA_OPS) or (
                     isinstance(o, ir.LoadOperand) and o.buffer is not None)):
                 errs.append(f"{where}: {printer.op(o)} in a gfx1250 workgroup partition: an NVIDIA op (TMA, "
-                            "mbarriers, staging buffers)")
+                            "mbarriers, staging buffers, promotion)")
+            if p.role is ir.Role.WORKGROUP and isinstance(o, ir.Wmma) and o.overwrite is not ir.Guard.FIRST_K:
+                # (the backend starts each tile's accumulator at zero and always accumulates)
+                errs.append(f"{where}: {printer.op(o)}: a gfx1250 wmma overwrites its accumulator exactly at a "
+                            "tile's first k-block")
             if isinstance(o, (ir.Arrive,)) and o.guard is not ir.Guard.ALWAYS and ir.LoopKind.K not in loops \
                     and ir.LoopKind.FLAT not in loops:
                 errs.append(f"{where}: guard {o.guard.value} outside a k-loop")
@@ -188,7 +193,7 @@ def structural(m: ir.Module) -> list[str]:
 # Ops a gfx1250 (WORKGROUP) partition has no lowering for: mbarriers, TMA, wgmma, tcgen05, the TMA-store epilogue.
 _NVIDIA_OPS = (ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.CopyScales, ir.Mma, ir.MmaWait, ir.Promote,
                ir.TcMma, ir.Commit, ir.LoadTmem, ir.StoreSmem, ir.FenceAsync, ir.TmaStore, ir.StoreWait,
-               ir.SkipTiles, ir.PrefetchOperand)
+               ir.SkipTiles, ir.PrefetchOperand, ir.ZeroAcc)
 
 
 def _check_tdm(m: ir.Module, p: ir.Partition, errs: list[str]) -> None:
@@ -259,8 +264,8 @@ def _check_tmem(m: ir.Module, device: DeviceInfo) -> list[str]:
     want = "gfx1250" if device.gfx1250 else "sm_100a" if device.blackwell else "sm_90a"
     if m.target != want:
         what = _TARGET_OPS[m.target]
-        errs.append(f"an {m.target} schedule ({what}) for {device.name} ({device.arch}), which runs {want} schedules "
-                    f"and has no {what}")
+        errs.append(f"{ir.with_article(m.target)} schedule ({what}) for {device.name} ({device.arch}), which runs "
+                    f"{want} schedules and has no {what}")
     return errs
 
 
@@ -492,7 +497,7 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
             errs.append(f"barrier {b.name} expects {b.count} arrivals per phase but {per_phase} partitions "
                         f"arrive ({sorted(ar)}){alternate}")
     errs += _check_tmem(m, device)
-    smem = m.smem_bytes
+    smem = m.lds_bytes if m.gfx1250 else m.smem_bytes
     if smem > device.smem_per_block:
         errs.append(f"shared memory {smem} bytes exceeds the {device.smem_per_block} of {device.name}")
     # setmaxnreg works per warpgroup: the last warpgroup's padding warps hold registers too, and small workers

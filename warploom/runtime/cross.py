@@ -183,7 +183,8 @@ def _cross_compile_gfx1250(m: ir.Module, src: GluonSource) -> Compiled:
     from triton.experimental.gluon._runtime import GluonASTSource
 
     sig = {p: "i32" for p in src.params}
-    sig.update(a_ptr=f"*{_SIG[m.spec.a_dtype]}", b_ptr=f"*{_SIG[m.spec.b_dtype]}", c_ptr=f"*{_SIG[m.spec.out_dtype]}")
+    sig.update(a_ptr=f"*{_SIG[m.spec.a_dtype]}", b_ptr=f"*{_SIG[m.spec.b_dtype]}",
+               c_ptr=f"*{_SIG[m.spec.output_dtypes()[0]]}")  # (a fused epilogue's output 0 has its own dtype)
     if "scale_a_ptr" in sig:
         sig.update(scale_a_ptr="*fp32", scale_b_ptr="*fp32")
     g = m.spec.epilogue

@@ -404,7 +404,11 @@ class Machine:
         """Partition `i` reads ring[si], which must hold `tag`, landed, acquired by one of its waits."""
         s = self.slots[ring][si]
         name = f"{ring}[{si}]"
-        if i in s.released_by:
+        if i in s.released_by and s.land_barrier == _TDM:
+            # gfx1250: the barrier that marked it released does not end the fill's life; reading it again is fine, and
+            # only means a barrier must come again before a copy may overwrite it
+            s.released_by = s.released_by - {i}
+        elif i in s.released_by:
             self._flag(FindingKind.READ_AFTER_RELEASE, site,
                        f"{site.where()} reads {name} ({s.describe()}) after {self.prog.names[i]} released it on the "
                        "empty barrier: the producer may already be refilling it")
