@@ -33,6 +33,8 @@ class FindingKind(enum.Enum):
     PHASE_ALIAS = "a wait's parity names a phase two away from the barrier's: the cursor arithmetic is off"
     MISSING_FENCE = "a generic-proxy smem write reaches a TMA store without fence_async_shared in between"
     STORE_BUFFER_RACE = "store_smem overwrites a buffer that an earlier TMA store may still read: tma_store_wait"
+    ACC_INCOMPLETE = ("an epilogue or store reads an accumulator that is not exactly this tile's sum over all its "
+                      "k-blocks: a store before the mainloop, a lost or misplaced overwrite, or another tile's sum")
     ACC_RACE = "an accumulator is read or reset while an async wgmma writing it is in flight: wgmma_wait first"
     OPERAND_NOT_LOADED = ("apply_epilogue runs without this tile's load_operand of one of the graph's operands for "
                           "its block: the registers hold nothing, or another tile's values")

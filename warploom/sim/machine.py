@@ -126,6 +126,10 @@ class Machine:
         self.applied: list[tuple[str, tuple[int, int], int] | None] = [None] * n
         # Per partition: each staging buffer's prefetched block not yet loaded, as (operand, cols, tile index).
         self.staged: list[dict[str, tuple[str, tuple[int, int], int]]] = [{} for _ in range(n)]
+        # Per partition: what each register accumulator holds, as (tile index, the K origins of the k-blocks summed
+        # into it; _FOREIGN among them once another tile's sum was added). A function of the partition's own program
+        # prefix, like `loaded`.
+        self.acc_sum: list[dict[str, tuple[int, frozenset[int]]]] = [{} for _ in range(n)]
 
     # ------------------------------------------------------------------------------------------
     # scheduling interface
@@ -249,6 +253,7 @@ class Machine:
         c.loaded = [dict(d) for d in self.loaded]
         c.applied = list(self.applied)
         c.staged = [dict(d) for d in self.staged]
+        c.acc_sum = [dict(d) for d in self.acc_sum]
         return c
 
     # ------------------------------------------------------------------------------------------
@@ -399,6 +404,50 @@ class Machine:
             self.mmas[i] = self.mmas[i] + (Inflight(i, pc, self.step),)
         elif self.data is not None:
             self.data.mma(i, ins)
+        self._sum_into(i, ins.site, ins.acc, frozenset({ins.a_tag.origin[1]}), ins.use_acc)
+
+    # ------------------------------------------------------------------------------------------
+    # accumulator contents: each read of a register accumulator must find exactly this tile's sum over its k-blocks
+
+    def _sum_into(self, i: int, site: Site, acc: str, ks: frozenset[int], accumulate: bool) -> None:
+        """Partition `i` adds (or, not `accumulate`, writes) the k-blocks `ks` of the current tile into `acc`."""
+        assert site.tile is not None
+        tile = site.tile.index
+        held = self.acc_sum[i].get(acc)
+        if not accumulate:
+            self.acc_sum[i][acc] = (tile, ks)
+        elif held is None or held[0] != tile:  # adding to nothing, or to another tile's sum
+            self.acc_sum[i][acc] = (tile, ks | {_FOREIGN})
+        else:
+            self.acc_sum[i][acc] = (tile, held[1] | ks)
+
+    def _full_sum(self, site: Site) -> frozenset[int]:
+        """The K origins of every k-block of the current tile (its work unit's, with split-K)."""
+        assert site.tile is not None
+        g, bk = self.prog.geo, self.prog.module.tiling.bk
+        first = site.tile.split * g.k_tiles
+        return frozenset((first + kk) * bk for kk in range(g.k_tiles))
+
+    def _sum_check(self, i: int, site: Site, acc: str, verb: str) -> None:
+        if self.prog.geo.k_tiles == 0 or site.tile is None:
+            return  # (an empty K launches nothing)
+        held = self.acc_sum[i].get(acc)
+        want = self._full_sum(site)
+        if held is not None and held == (site.tile.index, want):
+            return
+        bk = self.prog.module.tiling.bk
+        if held is None:
+            what = "nothing this partition computed"
+        elif _FOREIGN in held[1]:
+            what = "a sum that started from another tile's (or an unset) accumulator"
+        elif held[0] != site.tile.index:
+            what = f"tile #{held[0]}'s sum"
+        else:
+            got = sorted(k // bk for k in held[1])
+            what = f"this tile's sum over k-blocks {got[:8]}{'...' if len(got) > 8 else ''} only"
+        self._flag(FindingKind.ACC_INCOMPLETE, site,
+                   f"{site.where()} {verb} {acc}, which holds {what}: it must hold this tile's sum over all "
+                   f"{self.prog.geo.k_tiles} of its k-blocks")
 
     def _read_slot(self, i: int, site: Site, ring: str, si: int, tag: Tag) -> SlotState:
         """Partition `i` reads ring[si], which must hold `tag`, landed, acquired by one of its waits."""
@@ -519,6 +568,9 @@ class Machine:
 
     def _load_tmem(self, i: int, pc: int, ins: LoadTmemI) -> None:
         self._read_slot(i, ins.site, ins.acc_ring, ins.slot, ins.tag)
+        # (tensor memory's own sum is checked by the MMA warp's WRONG_TILE and ring checks: the block is that tile's)
+        assert ins.site.tile is not None
+        self.acc_sum[i][ins.acc] = (ins.site.tile.index, self._full_sum(ins.site))
         if self.data is not None:
             self.data.load_tmem(i, ins)
 
@@ -529,14 +581,21 @@ class Machine:
                 self._read_slot(i, ins.site, ring, si, tag)
         if self.data is not None:
             self.data.promote(i, ins)
+        src = self.acc_sum[i].get(ins.src)
+        assert ins.site.tile is not None
+        fresh = src is not None and src[0] == ins.site.tile.index
+        self._sum_into(i, ins.site, ins.dst, src[1] if fresh and src else frozenset({_FOREIGN}), True)
 
     def _zero(self, i: int, pc: int, ins: ZeroI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "resets")
         if self.data is not None:
             self.data.zero(i, ins.acc)
+        assert ins.site.tile is not None
+        self.acc_sum[i][ins.acc] = (ins.site.tile.index, frozenset())
 
     def _epilogue(self, i: int, pc: int, ins: EpilogueI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
+        self._sum_check(i, ins.site, ins.acc, "scales")
         if self.data is not None:
             self.data.epilogue(i, ins.acc, ins.steps, ins.off_m, ins.off_n, ins.cols)
 
@@ -571,6 +630,7 @@ class Machine:
 
     def _apply(self, i: int, pc: int, ins: ApplyI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
+        self._sum_check(i, ins.site, ins.acc, "evaluates the epilogue on")
         tile = ins.site.tile
         assert tile is not None
         block = f"{ins.acc}[:, {ins.cols[0]}:{ins.cols[1]}]"
@@ -591,6 +651,8 @@ class Machine:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
         if ins.output is not None:
             self._applied_check(i, ins)
+        else:
+            self._sum_check(i, ins.site, ins.acc, "stores")
         buf = self.bufs[ins.buffer]
         for r in buf.stores:
             rs = self.prog.traces[r[0]][r[1]].site
@@ -662,6 +724,8 @@ class Machine:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
         if ins.output is not None:
             self._applied_check(i, ins)
+        else:
+            self._sum_check(i, ins.site, ins.acc, "stores")
         if self.data is not None:
             self.data.store_tile(i, ins.acc, ins.off_m, ins.off_n, ins.output)
 
@@ -816,6 +880,7 @@ class Machine:
                    f"{first.barrier}[{first.index}]" if first else None, first.phase if first else None)
 
 
+_FOREIGN = -1  # among an accumulator's k-block origins: another tile's sum (or an unset register) was added to
 _TDM = "its TDM copies"  # SlotState.land_barrier of a slot filled by gfx1250's TDM (no barrier)
 
 # Instruction type -> Machine method executing it.
