@@ -176,6 +176,16 @@ def test_mutant_is_caught_exhaustively(name: str) -> None:
     assert r.kinds() & caught_by, r.summary()
 
 
+@pytest.mark.parametrize("name", sorted(MUTANTS))
+def test_verifier_catches_the_mutants_statically(name: str) -> None:
+    """The verifier's pipeline rules (ir/verify.py _check_tdm) see every planted bug but the moved store, which only
+    the simulator's accumulator check finds."""
+    from warploom.ir import verify
+
+    mutate, _ = MUTANTS[name]
+    assert bool(verify.complete(mutate(_module(SPEC)), GFX1250)) == (name != "store_before_mainloop")
+
+
 def test_copies_in_flight_at_exit_are_caught() -> None:
     """The tail's wait dropped and the pending count kept: the last tile's last copies are never waited for."""
     mutant = _map_k(lambda s: replace(s, ahead=0, pending=0) if isinstance(s, ir.TdmWait) else s)(_module(SPEC))
