@@ -145,6 +145,7 @@ from dataclasses import dataclass, replace
 
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
+from warploom.ir.nodes import LDS_ROW_PAD
 from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
@@ -417,8 +418,8 @@ def plan_gfx1250(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
         raise UnsupportedError(f"gfx1250 tiles: bm and bn in (64, 128, 256), got {bm=} {bn=}. Fix: leave them to "
                                "the planner")
     bk = 128 if spec.is_fp8 else 64
-    # LDS rows carry 16 bytes of padding per 128 (backends/gluon_gfx1250.py): a stage takes 9/8 of its bytes.
-    fit = device.smem_per_block // (stage_bytes(spec, bm, bn, bk) * 9 // 8)
+    # Each LDS row (BK elements of A or B) carries LDS_ROW_PAD bytes of padding, as Module.lds_bytes counts.
+    fit = device.smem_per_block // ((bm + bn) * (bk * spec.a_dtype.bytes + LDS_ROW_PAD))
     s = min(_GFX1250_STAGES, fit) if stages is None else stages
     if not 2 <= s <= fit:
         raise UnsupportedError(f"gfx1250: {s} stages of {bm}x{bn}x{bk} in {device.smem_per_block} bytes of LDS (2 to "

@@ -14,8 +14,7 @@ the schedule does not rely on that: the IR treats it as never issued, and the ta
 
 from __future__ import annotations
 
-from warploom.backends.codebuf import CodeBuffer
-from warploom.backends.gluon_sm90 import _RASTER, GluonSource, _PartitionEmitter, _slot
+from warploom.backends.gluon_sm90 import GluonSource, _PartitionEmitter, _slot, prelude
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.ir import printer
@@ -28,9 +27,9 @@ from triton.experimental.gluon.language.amd import AMDWMMALayout
 from triton.experimental.gluon.language.amd.gfx1250 import tdm, wmma
 """
 
-# LDS rows are padded by 16 bytes every BK elements, so the wmma operand loads of neighbouring rows fall in different
-# banks; the TDM copy writes the padded layout itself.
-_PAD_BYTES = 16
+# LDS rows (BK elements) are padded by ir.LDS_ROW_PAD bytes, so the wmma operand loads of neighbouring rows fall in
+# different banks; the TDM copy writes the padded layout itself.
+_PAD_BYTES = ir.LDS_ROW_PAD
 
 
 def wmma_k(a: DType) -> int:
@@ -71,7 +70,6 @@ class _Gfx1250Emitter(_PartitionEmitter):
     """The WORKGROUP partition, emitted as the kernel's own body (the epilogue steps lower as on sm_90a)."""
 
     _in_k = False  # whether the ops being emitted stand in the k-loop (a copy's block is then kk + ahead)
-    _offs: set[str] = set()  # the tile's row and column index vectors already computed (offs_m, offs_n)
 
     def emit(self) -> None:
         b, m, t = self.buf, self.m, self.m.tiling
@@ -118,7 +116,7 @@ class _Gfx1250Emitter(_PartitionEmitter):
                 for a in self.p.accumulators:  # (wmma's overwrite at k == 0: the tile's sum starts from zero)
                     b.line(f"{a.name} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)",
                            comment="the first k-block's wmma overwrites")
-                self._in_k, self._offs, self._offsets = False, set(), set()
+                self._in_k, self._offsets = False, set()
                 self.body(lp.body)
         elif lp.kind is ir.LoopKind.K:
             with b.block("for kk in range(k_tiles)", comment="for k"):
@@ -142,18 +140,21 @@ class _Gfx1250Emitter(_PartitionEmitter):
             b.line("b_desc = tdm.make_tensor_descriptor(b_ptr + off_n, [K, N - off_n], [b_stride_k, 1], [BK, BN], "
                    "b_smem)", "B as (K, N), N-major, from the tile's first column")
 
-    def _block_index(self, ahead: int) -> str:
-        k = "kk" if self._in_k else "0"
-        return k if ahead == 0 else (str(ahead) if k == "0" else f"{k} + {ahead}")
+    def _k_block(self, ahead: int) -> tuple[str, str]:
+        """A copy's k-block `ahead` past the current one (kk in the k-loop, 0 in the prologue), and its K origin."""
+        if not self._in_k:
+            return str(ahead), ("0" if ahead == 0 else f"{ahead} * BK")
+        kb = "kk" if ahead == 0 else f"kk + {ahead}"
+        return kb, ("kk * BK" if ahead == 0 else f"({kb}) * BK")
 
     def op(self, o: ir.Op) -> None:
         b, c = self.buf, printer.op(o)
         match o:
             case ir.TdmLoad():
                 s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
-                kb = self._block_index(o.ahead)
-                origin = {ir.Axis.M: "0", ir.Axis.N: "0",  # (the descriptors start at the tile's rows and columns)
-                          ir.Axis.K: "0" if kb == "0" else f"({kb}) * BK" if "+" in kb else f"{kb} * BK"}
+                kb, k_origin = self._k_block(o.ahead)
+                # (the descriptors start at the tile's rows and columns)
+                origin = {ir.Axis.M: "0", ir.Axis.N: "0", ir.Axis.K: k_origin}
                 coord = ", ".join(origin[a] for a in o.coord)
                 desc = f"{o.tensor.value.lower()}_desc"
                 b.line(f"tdm.async_load({desc}, [{coord}], {o.ring}.index({s}), pred={kb} < k_tiles)", c)
@@ -178,12 +179,7 @@ class _Gfx1250Emitter(_PartitionEmitter):
                 b.line(f"{o.cursor} += 1", c)
             case ir.Epilogue():
                 b.line(comment=c)
-                self.epilogue(o)
-                steps = set(o.steps)
-                if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.ADD_ROW_BIAS}:
-                    self._offs.add("offs_m")
-                if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.ADD_BIAS}:
-                    self._offs.add("offs_n")
+                self.epilogue(o)  # (it records the index vectors it computed in self._offsets)
             case ir.LoadOperand():
                 self.load_operand(o)
             case ir.ApplyEpilogue():
@@ -193,15 +189,15 @@ class _Gfx1250Emitter(_PartitionEmitter):
                 value = o.acc if o.output is None else f"ep_out{o.output}"  # (apply_epilogue's, already cast)
                 ptr, stride = output_ptr(o.output or 0), f"{output_ptr(o.output or 0).removesuffix('_ptr')}_stride_m"
                 b.line(comment=c)
-                if "offs_m" not in self._offs:
+                if "offs_m" not in self._offsets:
                     b.line("offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))")
-                if "offs_n" not in self._offs:
+                if "offs_n" not in self._offsets:
                     b.line("offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))")
                 b.line(f"c_ptrs = {ptr} + gl.expand_dims(offs_m, 1).to(gl.int64) * {stride} + "
                        "gl.expand_dims(offs_n, 0)", "C itself may pass 2^31 elements")
-                if "c_mask" not in self._offs:
+                if "c_mask" not in self._offsets:
                     b.line("c_mask = gl.expand_dims(offs_m < M, 1) & gl.expand_dims(offs_n < N, 0)")
-                self._offs |= {"offs_m", "offs_n", "c_mask"}
+                self._offsets |= {"offs_m", "offs_n", "c_mask"}
                 b.line(f"gl.store(c_ptrs, {value}{'' if o.output is not None else f'.to({out.gluon})'}, "
                        "mask=c_mask)")
             case _:
@@ -211,23 +207,7 @@ class _Gfx1250Emitter(_PartitionEmitter):
 def lower_gfx1250(m: ir.Module) -> GluonSource:
     """Generate Gluon source for a complete (verified) gfx1250 module."""
     assert m.gfx1250, f"{m.name} is {ir.with_article(m.target)} module, not a gfx1250 one"
-    t = m.tiling
-    b = CodeBuffer()
-    b.line(comment=f"Generated by warploom from schedule IR module {m.name}.")
-    b.line(comment=f"spec: {m.spec.short()}")
-    b.lines(_HEADER)
-    if m.spec.epilogue is not None:
-        from warploom.epilogue.gluon import IMPORTS
-
-        for line in IMPORTS:
-            b.line(line, comment="fused epilogue: tl.PropagateNan")
-    b.line()
-    for name, val in (("BM", t.bm), ("BN", t.bn), ("BK", t.bk), ("STAGES", m.rings[0].depth),
-                      ("GROUP_M", t.group_m)):
-        b.line(f"{name} = gl.constexpr({val})")
-    b.line()
-    b.line()
-    b.lines(_RASTER)
+    b = prelude(m, _HEADER)
     b.line()
     b.line()
     (part,) = m.partitions

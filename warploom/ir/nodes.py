@@ -795,9 +795,8 @@ class Module:
 
     @property
     def lds_bytes(self) -> int:
-        """gfx1250: the LDS the rings take with their rows' padding (16 bytes per 128: backends/gluon_gfx1250.py)."""
-        return sum(r.depth * r.rows * (r.cols * r.dtype.bytes + 16 * -(-r.cols * r.dtype.bytes // 128))
-                   for r in self.rings)
+        """gfx1250: the LDS the rings take with each slot row's LDS_ROW_PAD bytes of padding."""
+        return sum(r.depth * r.rows * (r.cols * r.dtype.bytes + LDS_ROW_PAD) for r in self.rings)
 
     @property
     def target(self) -> str:
@@ -807,6 +806,10 @@ class Module:
     def with_partition(self, part: Partition) -> Module:
         """This module with the partition of the same name replaced."""
         return replace(self, partitions=tuple(part if p.name == part.name else p for p in self.partitions))
+
+
+# gfx1250: the padding after each row of a ring slot in LDS (backends/gluon_gfx1250.py's PaddedSharedLayout), bytes.
+LDS_ROW_PAD = 16
 
 
 def with_article(target: str) -> str:

@@ -176,7 +176,7 @@ def structural(m: ir.Module) -> list[str]:
             if gfx and p.role not in (ir.Role.WORKGROUP, ir.Role.SEQUENTIAL):
                 errs.append(f"{where}: {printer.op(o)} in a {p.role.value} partition: TDM copies and wmma are "
                             "gfx1250's, in its one workgroup partition")
-            if not gfx and p.role is ir.Role.WORKGROUP and (isinstance(o, _NVIDIA_OPS) or (
+            if not gfx and p.role is ir.Role.WORKGROUP and (isinstance(o, _NO_GFX1250_LOWERING) or (
                     isinstance(o, ir.LoadOperand) and o.buffer is not None)):
                 errs.append(f"{where}: {printer.op(o)} in a gfx1250 workgroup partition: an NVIDIA op (TMA, "
                             "mbarriers, staging buffers, promotion)")
@@ -190,19 +190,21 @@ def structural(m: ir.Module) -> list[str]:
     return errs
 
 
-# Ops a gfx1250 (WORKGROUP) partition has no lowering for: mbarriers, TMA, wgmma, tcgen05, the TMA-store epilogue.
-_NVIDIA_OPS = (ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.CopyScales, ir.Mma, ir.MmaWait, ir.Promote,
-               ir.TcMma, ir.Commit, ir.LoadTmem, ir.StoreSmem, ir.FenceAsync, ir.TmaStore, ir.StoreWait,
-               ir.SkipTiles, ir.PrefetchOperand, ir.ZeroAcc)
+# Ops a gfx1250 (WORKGROUP) partition has no lowering for: mbarriers, TMA, wgmma, tcgen05, the TMA-store epilogue,
+# promotion.
+_NO_GFX1250_LOWERING = (ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.CopyScales, ir.Mma, ir.MmaWait,
+                        ir.Promote, ir.TcMma, ir.Commit, ir.LoadTmem, ir.StoreSmem, ir.FenceAsync, ir.TmaStore,
+                        ir.StoreWait, ir.SkipTiles, ir.PrefetchOperand, ir.ZeroAcc)
 
 
 def _check_tdm(m: ir.Module, p: ir.Partition, errs: list[str]) -> None:
     """gfx1250's software pipeline (passes/gfx1250.py), statically; the simulator checks every run of it exactly.
 
     The partition's one cursor counts the k-blocks it has read, so the copy of block k + a must fill slot c + a, and
-    a < depth (a copy `depth` blocks ahead overwrites the slot the wmma is about to read). In the k-loop, a
-    sync_warps stands between the tdm_wait and the wmma (each warp waits for its own shares of a copy) and before
-    a copy into the slot the previous block was read from. The wait leaves at most `pending` copies in flight: no
+    a < depth (a copy `depth` blocks ahead overwrites the slot the wmma is about to read); the tile's prologue copies
+    every block before the k-loop's first copy. In the k-loop, a sync_warps stands between the tdm_wait and the wmma
+    (each warp waits for its own shares of a copy) and before a copy into the slot the previous block was read
+    from. The wait leaves at most `pending` copies in flight: no
     more than the copies of the blocks that can have been issued behind block k, and its tail (`ahead`) covers
     those blocks, so near the tile's end, where fewer were issued, it waits for all."""
     depth = {c.name: c.depth for c in p.cursors}
@@ -219,8 +221,20 @@ def _check_tdm(m: ir.Module, p: ir.Partition, errs: list[str]) -> None:
                 errs.append(f"{where}: {printer.op(o)} runs {o.ahead} blocks ahead of a {d}-slot ring: it would "
                             "overwrite a slot still to be read")
         for lp in k_loops:
+            # The loop copies blocks k + a; the prologue must copy each tensor's blocks 0 .. a - 1 of the tile.
+            for t in {s.tensor: None for s in lp.body if isinstance(s, ir.TdmLoad)}:
+                a = min(s.ahead for s in lp.body if isinstance(s, ir.TdmLoad) and s.tensor is t)
+                have = {o.ahead for o in prologue if o.tensor is t}
+                missing = sorted(set(range(a)) - have)
+                if missing:
+                    errs.append(f"{where}: the k-loop copies {t.value} from block k+{a}, but the tile's prologue "
+                                f"copies only its blocks {sorted(have)}: blocks {missing} are never copied")
             per_block = sum(isinstance(s, ir.TdmLoad) for s in lp.body) or 1
-            behind = max([o.ahead for o in prologue] or [0])
+            # The blocks whose copies can be issued behind block k when its wait runs: the prologue's, the loop's
+            # copies before the wait (k + a), and those after it in the previous iteration (k - 1 + a).
+            first_wait = next((i for i, s in enumerate(lp.body) if isinstance(s, ir.TdmWait)), len(lp.body))
+            behind = max([o.ahead for o in prologue] + [s.ahead - (i > first_wait) for i, s in enumerate(lp.body)
+                                                         if isinstance(s, ir.TdmLoad)] + [0])
             waited = synced = False
             for s in lp.body:
                 if isinstance(s, ir.TdmWait):
@@ -234,7 +248,6 @@ def _check_tdm(m: ir.Module, p: ir.Partition, errs: list[str]) -> None:
                 elif isinstance(s, ir.SyncWarps):
                     synced = True
                 elif isinstance(s, ir.TdmLoad):
-                    behind = max(behind, s.ahead - 1 if not waited else behind)
                     if s.ahead == depth.get(s.slot.cursor, 0) - 1 and not synced:
                         errs.append(f"{where}: {printer.op(s)} overwrites the slot the previous block was read from "
                                     "with no sync_warps before it in the k-loop: a warp may still be reading it")
