@@ -129,3 +129,33 @@ def test_a_matmul_operand_named_bias_survives_a_memo_hit(traces: list[Any]) -> N
         out = warploom.matmul(a, b, epilogue=lambda acc, bias: acc + bias, bias=bias)
         torch.testing.assert_close(out.float(), a.float() @ b.float() + bias.float(), atol=0.1, rtol=0.02)
     assert len(traces) == 1  # traced once: calls 2 and 3 were memo hits
+
+
+def test_a_user_modules_attributes_are_part_of_the_key(traces: list[Any]) -> None:
+    # Issue 28 #1: a config module read as `cfg.S` was keyed by identity, so `cfg.S = 3.0` kept the graph of 2.0.
+    import types
+
+    import warploom
+
+    cfg = types.ModuleType("cfg")
+    cfg.S = 2.0  # type: ignore[attr-defined]
+    fn = lambda acc, residual: acc * cfg.S + residual  # noqa: E731
+    assert "2.0" in graph(fn) and "2.0" in graph(fn) and len(traces) == 1  # an unchanged value still hits
+    cfg.S = 3.0  # type: ignore[attr-defined]
+    assert "3.0" in graph(fn) and len(traces) == 2
+    cfg.sub = types.ModuleType("cfg.sub")  # type: ignore[attr-defined]
+    cfg.sub.S = 5.0  # type: ignore[attr-defined]
+    nested = lambda acc, residual: acc * cfg.sub.S + residual  # noqa: E731
+    graph(nested)
+    cfg.sub.S = 7.0  # type: ignore[attr-defined]
+    assert "7.0" in graph(nested)
+    cfg.sub.S = [1.0]  # type: ignore[attr-defined]  # not a value the key can hold: traced on every call
+    assert memo.key(nested, ()) is None
+    # End to end, through the eager call's own key (warploom/eager.py) and the simulator.
+    a, b = torch.randn(48, 64).to(torch.bfloat16), torch.randn(64, 64).to(torch.bfloat16)
+    scaled = lambda acc: acc * cfg.S  # noqa: E731
+    cfg.S = 2.0  # type: ignore[attr-defined]
+    two = warploom.matmul(a, b, epilogue=scaled).float()
+    cfg.S = 3.0  # type: ignore[attr-defined]
+    three = warploom.matmul(a, b, epilogue=scaled).float()
+    torch.testing.assert_close(three, two * 1.5, atol=0.5, rtol=0.02)

@@ -5,7 +5,9 @@ eager call must cost microseconds. The graph is a function of `fn`'s code and of
 from outside (closure cells, globals, defaults) and of the operands' classification, so those form the key.
 
 Only values whose meaning cannot change behind the key's back take part: numbers, strings, None, torch dtypes
-(by value), modules and torch's or math's own functions (by identity). A function that reads anything else (a
+(by value), library modules and torch's or math's own functions (by identity). A user's module (a config module,
+``cfg.S``) takes part by the values of its attributes the code may read, like globals: ``cfg.S = 3.0`` after a
+call must give a new trace, never the graph that baked in the old value. A function that reads anything else (a
 list, a dict, a tensor, a user function that could read globals of its own) is traced on every call: a
 stale graph would be a silently wrong result.
 """
@@ -30,23 +32,24 @@ def key(fn: Callable[..., Any], extra: Hashable) -> Hashable | None:
     if not isinstance(fn, types.FunctionType):
         return None
     code = fn.__code__
+    names = _global_names(code)
     parts: list[Hashable] = [code, extra]
     for cell in fn.__closure__ or ():
         try:
-            v = _value(cell.cell_contents)
+            v = _value(cell.cell_contents, names)
         except ValueError:  # an empty cell: the function would fail when called anyway
             return None
         if v is None:
             return None
         parts.append(v)
     # A name the globals lack is a builtin or an attribute (e.g. `gelu` of `F.gelu`, on a module in the key).
-    for name in _global_names(code) & fn.__globals__.keys():
-        v = _value(fn.__globals__[name])
+    for name in names & fn.__globals__.keys():
+        v = _value(fn.__globals__[name], names)
         if v is None:
             return None
         parts.append((name, v))
     for d in (fn.__defaults__ or ()) + tuple((fn.__kwdefaults__ or {}).values()):
-        v = _value(d)
+        v = _value(d, names)
         if v is None:
             return None
         parts.append(v)
@@ -74,12 +77,30 @@ def value_key(v: None | bool | int | float | complex | str | torch.dtype) -> Has
     return ("v", type(v).__name__, v)
 
 
-def _value(v: Any) -> Hashable | None:
-    """A stable stand-in for a value the traced code reads, or None when it has none."""
+# Modules whose attributes are code, not settings: keyed by identity. (How deep a user module's attributes that are
+# modules themselves are followed: `cfg.sub.S`; deeper, or a cycle, is not cacheable.)
+_LIBRARY_MODULES = ("torch", "math", "builtins", "operator", "_operator", "numpy", "warploom")
+_MODULE_DEPTH = 3
+
+
+def _value(v: Any, names: frozenset[str], depth: int = 0) -> Hashable | None:
+    """A stable stand-in for a value the traced code reads, or None when it has none. `names` are the names the
+    code may look up (globals and attributes): a user module's attributes of those names are read by value."""
     if v is None or isinstance(v, (bool, int, float, complex, str, torch.dtype)):
         return value_key(v)
     if isinstance(v, types.ModuleType):
-        return ("m", v.__name__, id(v))
+        if v.__name__.split(".")[0] in _LIBRARY_MODULES:
+            return ("m", v.__name__, id(v))
+        if depth >= _MODULE_DEPTH:
+            return None
+        attrs = vars(v)
+        parts: list[Hashable] = ["m", v.__name__, id(v)]
+        for name in sorted(names & attrs.keys()):
+            x = _value(attrs[name], names, depth + 1)
+            if x is None:
+                return None
+            parts.append((name, x))
+        return tuple(parts)
     if isinstance(v, (types.BuiltinFunctionType, types.FunctionType)) and _library(v):
         return ("f", id(v))
     return None
