@@ -10,6 +10,7 @@ from warploom.device import H100_SXM, DeviceInfo
 from warploom.dtypes import DType
 from warploom.errors import (
     AlignmentError,
+    ArgumentTypeError,
     DeviceError,
     DTypeError,
     InputError,
@@ -28,7 +29,8 @@ from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
 __version__ = "0.1.0"
 
 __all__ = [
-    "H100_SXM", "Accumulation", "AlignmentError", "BLayout", "DType", "DTypeError", "DeviceError", "DeviceInfo",
-    "GemmSpec", "InputError", "InternalError", "Kernel", "Plan", "ScaleError", "ScaleRecipe", "ShapeError",
-    "TargetError", "UnsupportedError", "VerificationError", "WarploomError", "matmul", "plan", "scaled_mm",
+    "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "BLayout", "DType", "DTypeError",
+    "DeviceError", "DeviceInfo", "GemmSpec", "InputError", "InternalError", "Kernel", "Plan", "ScaleError",
+    "ScaleRecipe", "ShapeError", "TargetError", "UnsupportedError", "VerificationError", "WarploomError", "matmul",
+    "plan", "scaled_mm",
 ]

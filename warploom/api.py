@@ -19,7 +19,7 @@ import torch
 
 from warploom import checks, eager
 from warploom.device import H100_SXM, DeviceInfo
-from warploom.errors import DeviceError, InputError
+from warploom.errors import ArgumentTypeError, DeviceError, InputError, WarploomError
 from warploom.fused import fused_spec, run_fused
 from warploom.kernel import Kernel, build
 from warploom.spec import GemmSpec
@@ -179,6 +179,17 @@ def _scaled_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out.torch)
 
 
+def _not_a_tensor(e: Exception, named: dict[str, Any]) -> None:
+    """After a call failed with a Python or torch error, raise the warploom error for an argument that is not a dense
+    tensor (None, a list, a NumPy array, a number, a sparse tensor) if there is one. Checked only once a call has
+    failed: the eager path reads tensor attributes before any check, and a check there would cost every call."""
+    if isinstance(e, WarploomError):
+        return
+    bad = checks.not_a_tensor(named, optional=("bias",))
+    if bad is not None:
+        raise bad from None
+
+
 def _eager(*tensors: Any) -> bool:
     """Whether to skip the custom-op dispatcher: not while torch.compile traces, and not when autograd
     must see the op. The dispatcher costs ~80 us a call on the H100 host, as much as a 4096^3 fp8 GEMM."""
@@ -202,16 +213,20 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
     accumulator (a tuple if fn returns several tensors); `out_dtype` is the type of outputs fn does not cast.
     On CUDA tensors the kernel runs on the GPU; small CPU problems run on the simulator (module docstring).
     """
-    if epilogue is not None or operands:
-        key = eager.fused_key("matmul+", epilogue, (a, b), operands, out_dtype)
-        hit = eager.get(key)
-        if hit is not None:
-            return hit(a, b, None, None, None, operands)
-        spec, tensors = _fused(checks.matmul_spec_cached(a, b, out_dtype), a, epilogue, operands)
-        return run_fused(spec, a, b, tensors, key)
-    if _eager(a, b):
-        return _matmul_impl(a, b, out_dtype)
-    return torch.ops.warploom.matmul(a, b, out_dtype)
+    try:
+        if epilogue is not None or operands:
+            key = eager.fused_key("matmul+", epilogue, (a, b), operands, out_dtype)
+            hit = eager.get(key)
+            if hit is not None:
+                return hit(a, b, None, None, None, operands)
+            spec, tensors = _fused(checks.matmul_spec_cached(a, b, out_dtype), a, epilogue, operands)
+            return run_fused(spec, a, b, tensors, key)
+        if _eager(a, b):
+            return _matmul_impl(a, b, out_dtype)
+        return torch.ops.warploom.matmul(a, b, out_dtype)
+    except (AttributeError, TypeError, RuntimeError) as e:
+        _not_a_tensor(e, {"a": a, "b": b})
+        raise
 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
@@ -228,18 +243,22 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     results are stored (see `matmul`).
     Small CPU problems run on the simulator (module docstring), which accumulates fp8 in fp32 either way.
     """
-    if epilogue is not None or operands:
-        key = eager.fused_key("scaled_mm+", epilogue, (a, b, scale_a, scale_b, bias), operands, out_dtype,
-                              use_fast_accum)
-        hit = eager.get(key)
-        if hit is not None:
-            return hit(a, b, scale_a, scale_b, bias, operands)
-        spec = checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
-        spec, tensors = _fused(spec, a, epilogue, operands, scale_a=scale_a, scale_b=scale_b, bias=bias)
-        return run_fused(spec, a, b, tensors, key)
-    if _eager(a, b, scale_a, scale_b, bias):
-        return _scaled_mm_impl(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
-    return torch.ops.warploom.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+    try:
+        if epilogue is not None or operands:
+            key = eager.fused_key("scaled_mm+", epilogue, (a, b, scale_a, scale_b, bias), operands, out_dtype,
+                                  use_fast_accum)
+            hit = eager.get(key)
+            if hit is not None:
+                return hit(a, b, scale_a, scale_b, bias, operands)
+            spec = checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+            spec, tensors = _fused(spec, a, epilogue, operands, scale_a=scale_a, scale_b=scale_b, bias=bias)
+            return run_fused(spec, a, b, tensors, key)
+        if _eager(a, b, scale_a, scale_b, bias):
+            return _scaled_mm_impl(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+        return torch.ops.warploom.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+    except (AttributeError, TypeError, RuntimeError) as e:
+        _not_a_tensor(e, {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+        raise
 
 
 def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
@@ -252,9 +271,16 @@ def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, 
     epilogue is given as to `matmul`; `Kernel.run` then takes its operands by name (``operands=``; for
     scaled_mm scale_a, scale_b and bias among them).
     """
+    if device is not None and not isinstance(device, DeviceInfo):
+        raise ArgumentTypeError("device", "a warploom.DeviceInfo", f"{type(device).__name__} {device!r}",
+                                "pass warploom.device.H100_SXM, B200 or GFX1250 (or DeviceInfo(...) for another GPU)")
     if scale_a is None and scale_b is None:
         spec = checks.matmul_spec(a, b, out_dtype)
-        if bias is not None and epilogue is not None:  # matmul has no bias of its own: an epilogue operand
+        if bias is not None and epilogue is None:  # the kernel would not read it: refuse, never drop it
+            raise InputError("bias", "a bias with scale_a and scale_b (scaled_mm's), or with an epilogue that reads "
+                             "it", "bias= alone (matmul has no bias of its own)",
+                             "pass epilogue=lambda acc, bias: acc + bias, or plan scaled_mm with its scales")
+        if bias is not None:  # matmul has no bias of its own: an epilogue operand
             operands = {"bias": bias, **operands}
     else:
         if scale_a is None or scale_b is None:

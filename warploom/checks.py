@@ -12,11 +12,46 @@ from typing import Any
 import torch
 
 from warploom.dtypes import DType
-from warploom.errors import AlignmentError, DeviceError, DTypeError, InputError, ScaleError, ShapeError
+from warploom.errors import (
+    AlignmentError,
+    ArgumentTypeError,
+    DeviceError,
+    DTypeError,
+    InputError,
+    ScaleError,
+    ShapeError,
+)
 from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 _TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
 _16BIT = (DType.BF16, DType.FP16)
+
+
+def not_a_tensor(named: dict[str, Any], optional: tuple[str, ...] = ()) -> ArgumentTypeError | None:
+    """The error for the first argument that is not a dense (strided) torch tensor, or None when all are; those in
+    `optional` may be None. Returned, not raised: a caller that found out by an AttributeError raises it from None."""
+    for arg, t in named.items():
+        if isinstance(t, torch.Tensor) and t.layout is torch.strided or t is None and arg in optional:
+            continue
+        scale = arg.startswith("scale")
+        if isinstance(t, torch.Tensor):
+            return ArgumentTypeError(arg, "a dense (strided) torch.Tensor", f"a tensor of layout {t.layout}",
+                                     f"pass {arg}.to_dense()")
+        if t is None:
+            fix = "pass torch.ones((), device=a.device) for no scaling" if scale else f"pass a tensor as {arg}"
+            return ArgumentTypeError(arg, "a torch.Tensor", "None", fix)
+        if isinstance(t, (bool, int, float)) and scale:
+            return ArgumentTypeError(arg, "a float32 torch.Tensor", f"the Python number {t!r}",
+                                     f"pass torch.tensor({float(t)!r}, device=a.device)")
+        return ArgumentTypeError(arg, "a torch.Tensor", f"{type(t).__module__}.{type(t).__qualname__}"
+                                 .removeprefix("builtins."), f"convert it with torch.as_tensor({arg})")
+    return None
+
+
+def _tensors(named: dict[str, Any], optional: tuple[str, ...] = ()) -> None:
+    bad = not_a_tensor(named, optional)
+    if bad is not None:
+        raise bad
 
 
 def _dtype(arg: str, t: Any, allowed: tuple[DType, ...], fix: str) -> DType:
@@ -117,6 +152,7 @@ def _out_aligned(n: int, out: DType) -> None:
 
 def matmul_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
     """The dtype and rank checks of `matmul_spec` (safe on symbolic shapes); returns the output dtype."""
+    _tensors({"a": a, "b": b})
     _check_ab(a, b)
     da = _dtype("a", a, _16BIT, "convert a to torch.bfloat16 or torch.float16; for fp8 use warploom.scaled_mm")
     db = _dtype("b", b, _16BIT, "convert b to torch.bfloat16 or torch.float16")
@@ -137,6 +173,10 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
     named = {"a": a, "b": b}
     _same_device(named)
     no_neg_bit(named)
+    if a.shape[0] * b.shape[1] * a.shape[1] == 0:
+        # No kernel runs (an empty output, or K = 0: zeros), so TMA's rules do not apply: torch's result, any strides.
+        layout = BLayout.K_MAJOR if b.stride(0) == 1 else BLayout.N_MAJOR
+        return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout)
     _tma_ok("a", a, 1, "row-major a")
     layout = _b_layout(b, fp8=False)
     _tma_ok("b", b, 0 if layout is BLayout.K_MAJOR else 1, "b")
@@ -211,6 +251,7 @@ def _check_block_scales(scale_a: Any, scale_b: Any) -> None:
 
 def scaled_mm_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
     """The dtype and rank checks of `scaled_mm_spec` (safe on symbolic shapes); returns the output dtype."""
+    _tensors({"a": a, "b": b})
     _check_ab(a, b)
     fp8 = (DType.E4M3, DType.E5M2)
     fix = "quantize with x.to(torch.float8_e4m3fn) and pass its scale"
@@ -230,6 +271,7 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
                    use_fast_accum: bool = False) -> GemmSpec:
     """Validate `warploom.scaled_mm`'s arguments (torch._scaled_mm semantics) and return their spec."""
     out = scaled_mm_dtypes(a, b, out_dtype)
+    _tensors({"scale_a": scale_a, "scale_b": scale_b, "bias": bias}, optional=("bias",))
     da, db = DType.from_torch(a.dtype), DType.from_torch(b.dtype)
     assert da is not None and db is not None
     m, k = a.shape

@@ -36,6 +36,15 @@ class DTypeError(WarploomError, TypeError):
         super().__init__(_msg(arg, expected, got, fix))
 
 
+class ArgumentTypeError(WarploomError, TypeError):
+    """An argument of the wrong kind: None, a list or a NumPy array where a tensor goes, a sparse tensor, a string
+    where a `DeviceInfo` goes."""
+
+    def __init__(self, arg: str, expected: str, got: str, fix: str) -> None:
+        self.arg = arg
+        super().__init__(_msg(arg, expected, got, fix))
+
+
 class ShapeError(InputError):
     """Shapes that do not agree (K of a and b, scale shapes) or are not 2-D."""
 

@@ -12,13 +12,14 @@ argument of a registered op.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 
 from warploom.checks import _TMA_ALIGN, _tma_ok, is_real, tensor_meta
-from warploom.epilogue import memo
+from warploom.epilogue import memo, names
 from warploom.epilogue.capture import capture
 from warploom.epilogue.classify import classify, classify_all
 from warploom.epilogue.compose import with_prologue
@@ -72,12 +73,15 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
                 scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> tuple[GemmSpec, dict[str, Any]]:
     out_shape = (spec.m, spec.n)
     for name, t in operands.items():
+        names.check(name)
         if name in RESERVED and scale_a is not None:
             raise InputError(name, "an epilogue operand name other than scaled_mm's own scale_a, scale_b, bias",
                              repr(name), f"rename the operand (fn's parameter and the keyword), e.g. {name}_")
         if isinstance(t, torch.Tensor) and t.device != a.device:
             raise DeviceError(name, f"an epilogue operand on {a.device}, where a is", f"a tensor on {t.device}",
                               f"move it with {name}.to(a.device)")
+    if scale_a is not None:
+        _no_reserved_parameter(epilogue)
     user = classify_all(operands, out_shape, a.device)
     g = capture(epilogue, user, out_shape=out_shape, device=a.device)
     tensors: dict[str, Any] = dict(operands)
@@ -97,6 +101,9 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
         if bias is not None:
             tensors["bias"] = bias
     spec = dataclasses.replace(spec, epilogue=g)
+    picked = {**{s.name: tensors[s.name] for s in g.operands}, **mainloop_scales}
+    if spec.flops == 0:  # no kernel runs (run_fused's _empty): TMA's rules do not apply
+        return spec, picked
     for s in g.operands:
         if s.kind is OperandKind.DENSE:
             _tma_ok(s.name, tensors[s.name], 1, "a dense epilogue operand read by TMA")
@@ -105,7 +112,22 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
             raise AlignmentError("b", f"N a multiple of {_TMA_ALIGN // dt.bytes} for the epilogue's output {j} "
                                  f"({dt.value}, rows of {_TMA_ALIGN}-byte multiples for the TMA store)",
                                  f"N = {spec.n}", "pad b's N dimension and slice the results")
-    return spec, {**{s.name: tensors[s.name] for s in g.operands}, **mainloop_scales}
+    return spec, picked
+
+
+def _no_reserved_parameter(epilogue: Callable[..., Any]) -> None:
+    """scaled_mm's epilogue gets ``acc * scale_a * scale_b + bias`` already: a parameter named like one of those
+    would be fed nothing (or the bias twice), so it is refused by name."""
+    try:
+        params = list(inspect.signature(epilogue).parameters)[1:]
+    except (TypeError, ValueError):
+        return  # no signature to read: capture says what is wrong
+    for name in params:
+        if name in RESERVED:
+            raise InputError(name, f"epilogue parameters other than scaled_mm's own {', '.join(RESERVED)} (fn's "
+                             "acc already holds acc * scale_a * scale_b + bias)", f"a parameter {name!r}",
+                             f"drop the parameter (acc includes {name}), or rename it and pass the tensor "
+                             f"under the new name, e.g. {name}_={name}")
 
 
 def run_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: dict[str, Any],

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from warploom.backends import check_target
 from warploom.backends.gluon_sm90 import GluonSource, lower
 from warploom.device import DeviceInfo
+from warploom.errors import InputError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.passes import Trace, compile_schedule
@@ -92,6 +93,7 @@ class Kernel:
 
         With a fused epilogue, `operands` maps each of the graph's operand names to its tensor (for scaled_mm
         including scale_a, scale_b and bias), and `extra_outs` are the outputs after `out`."""
+        _check_bias(self.spec, bias)
         return self.launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
 
     @functools.cached_property
@@ -116,6 +118,7 @@ class Kernel:
         """
         from warploom.sim import simulate
 
+        _check_bias(self.spec, bias)
         ctas = None if ctas is None else tuple(ctas)  # (read once per launch: an iterator would run out)
         if self.tail is not None:
             assert operands is None and bias is None, "a split-K tail has no bias or fused epilogue (planner)"
@@ -193,6 +196,15 @@ class Launch:
     span: Span
     grid: int
     ctas: tuple[int, ...]
+
+
+def _check_bias(spec: GemmSpec, bias: Any) -> None:
+    """A bias given to a kernel planned without one would be silently dropped: refuse it. (With a fused epilogue
+    the simulator and launcher say where its bias goes: a graph operand.)"""
+    if bias is not None and spec.bias_dtype is None and spec.epilogue is None:
+        raise InputError("bias", "None: this kernel was planned without a bias", f"a tensor of shape "
+                         f"{tuple(getattr(bias, 'shape', ()))}", "plan the kernel with the bias (warploom.plan(a, b, "
+                         "scale_a, scale_b, bias=bias), or epilogue=lambda acc, bias: acc + bias, bias=bias)")
 
 
 def _merged(results: list[SimResult]) -> SimResult:

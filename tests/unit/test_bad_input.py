@@ -344,3 +344,79 @@ def test_scaled_mm_zero_sized_on_meta() -> None:
     args = fp8_args(m=32, n=64, k=0, device="meta", bias=torch.ones(64, dtype=BF16, device="meta"))
     out = call_scaled(args, "scaled_mm")
     assert out.device.type == "meta" and out.shape == (32, 64) and out.dtype == BF16
+
+
+# -----------------------------------------------------------------------------------------------------------
+# issue 28: natural mistakes that used to crash or pass silently
+
+
+@pytest.mark.parametrize("bad", [None, [[1.0]], "numpy", "sparse"])
+def test_an_argument_that_is_not_a_dense_tensor(bad: Any) -> None:
+    import numpy as np
+
+    if bad == "numpy":
+        bad = np.ones((64, 64))
+    elif bad == "sparse":
+        bad = t(64, 64).to_sparse()
+    b = t(64, 64)
+    for arg, fn in (("a", lambda: warploom.matmul(bad, b)), ("b", lambda: warploom.matmul(b, bad)),
+                    ("a", lambda: warploom.plan(bad, b)),
+                    ("a", lambda: warploom.matmul(bad, b, epilogue=lambda acc: acc * 2))):
+        e = raises(warploom.ArgumentTypeError, arg, fn)
+        assert isinstance(e, TypeError)
+
+
+def test_missing_or_python_number_scales() -> None:
+    a, b = t(64, 64, dtype=E4), col_major(64, 64)
+    raises(warploom.ArgumentTypeError, "scale_a", lambda: warploom.scaled_mm(a, b, None, None),
+           match="torch.ones((), device=a.device)")
+    raises(warploom.ArgumentTypeError, "scale_a", lambda: warploom.scaled_mm(a, b, 1.0, 1.0, epilogue=lambda acc: acc),
+           match="torch.tensor(1.0, device=a.device)")
+    raises(warploom.ArgumentTypeError, "scale_b", lambda: warploom.scaled_mm(a, b, torch.ones(()), 2))
+    raises(warploom.ArgumentTypeError, "bias", lambda: warploom.scaled_mm(a, b, torch.ones(()), torch.ones(()),
+                                                                            bias=[0.0] * 64))
+
+
+@pytest.mark.parametrize("device", ["H100", "B200", 0])
+def test_plan_device_given_as_a_name(device: Any) -> None:
+    raises(warploom.ArgumentTypeError, "device", lambda: warploom.plan(t(64, 64), t(64, 64), device=device),
+           match="warploom.device.H100_SXM")
+
+
+def test_a_bias_the_kernel_would_not_read_is_refused() -> None:
+    a, b = t(48, 64), t(64, 64)
+    raises(InputError, "bias", lambda: warploom.plan(a.to("meta"), b.to("meta"), bias=t(64, device="meta")),
+           match="epilogue=lambda acc, bias: acc + bias")
+    k = warploom.plan(a, b)
+    raises(InputError, "bias", lambda: k.simulate(a, b, bias=t(64)), match="planned without a bias")
+    # Fused as an epilogue operand, it is read.
+    bias = t(64)
+    out = warploom.matmul(a, b, epilogue=lambda acc, bias: acc + bias, bias=bias)
+    torch.testing.assert_close(out.float(), a.float() @ b.float() + bias.float(), atol=0.1, rtol=0.02)
+
+
+def test_an_epilogue_returning_nothing() -> None:
+    for ret in ((), []):
+        raises(warploom.UnsupportedError, "epilogue", lambda r=ret: warploom.matmul(t(48, 64), t(64, 64),
+                                                                                  epilogue=lambda acc: r),
+               match="return acc")
+
+
+@pytest.mark.parametrize("param", ["bias", "scale_a"])
+def test_scaled_mm_epilogue_parameter_named_like_its_own_operand(param: str) -> None:
+    args = fp8_args(bias=t(64))
+    fn = eval(f"lambda acc, {param}: acc + {param}")  # noqa: S307 - the parameter's name is the point
+    for how in ("scaled_mm", "plan"):
+        raises(InputError, param, lambda h=how: call_scaled({**args, "epilogue": fn}, h),
+               match="acc * scale_a * scale_b + bias")
+
+
+@pytest.mark.parametrize("m,n,k", [(0, 3, 64), (5, 3, 0), (0, 3, 0), (3, 0, 7)])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_zero_sized_with_an_unaligned_other_dimension(m: int, n: int, k: int, epilogue: bool) -> None:
+    a, b = t(m, k), t(k, n)
+    fn = (lambda acc: acc * 2) if epilogue else None
+    out = warploom.matmul(a, b, epilogue=fn)
+    ref = torch.matmul(a, b) * (2 if epilogue else 1)
+    assert out.shape == ref.shape and out.dtype == ref.dtype
+    torch.testing.assert_close(out, ref, atol=0, rtol=0)

@@ -467,8 +467,8 @@ def test_kernel_names_fingerprint_the_epilogue() -> None:
 
 def test_kernel_names_fingerprint_operand_strides() -> None:
     # Strides are compiled into the kernel: a column read every 4th element is another kernel.
-    dense = bf16(M, N, K, lambda acc, c: acc * c, c=t(M, 1)).module.name
-    strided = bf16(M, N, K, lambda acc, c: acc * c, c=t(M, 4)[:, :1]).module.name
+    dense = bf16(M, N, K, lambda acc, x: acc * x, x=t(M, 1)).module.name
+    strided = bf16(M, N, K, lambda acc, x: acc * x, x=t(M, 4)[:, :1]).module.name
     assert dense != strided
 
 

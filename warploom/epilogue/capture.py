@@ -319,6 +319,9 @@ class _Lowering(Builder):
     def _finish(self, result: Any, env: dict[fx.Node, _Arg], casts: dict[fx.Node, tuple[eg.Ref, DType]]
                 ) -> eg.EpilogueGraph:
         items = list(result) if isinstance(result, (tuple, list)) else [result]
+        if not items:
+            raise _unsupported("epilogue", "a function returning a tensor, or a tuple of tensors (the outputs)",
+                                f"an empty {type(result).__name__}", "return acc (or the values to store)")
         outputs: list[eg.Output] = []
         for i, item in enumerate(items):
             v = env.get(item) if isinstance(item, fx.Node) else None
