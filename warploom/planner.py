@@ -280,6 +280,15 @@ class Plan:
     tdm: bool = False
 
     def __post_init__(self) -> None:
+        # Every count is checked here, once: a Plan from a cache file or a forced knob with group_m=0 would
+        # otherwise divide by zero in the raster, far from its cause.
+        positive = ("bm", "bn", "bk", "stages", "consumer_warps", "group_m", "grid", "epilogue_subtiles",
+                    "consumer_partitions", "partial_blocks", "scale_warps", "scale_stages", "split_k", "tail_split")
+        counts = ("producer_warps", "producer_regs", "consumer_regs", "tail_stages", "acc_buffers")
+        for name in positive + counts:
+            v, least = getattr(self, name), int(name in positive)
+            if type(v) is not int or v < least:
+                raise ValueError(f"Plan({name}={v!r}): expected an int >= {least}")
         if self.staging_slots < 1 or self.epilogue_subtiles % self.staging_slots:
             raise ValueError(f"Plan(staging_slots={self.staging_slots}) must divide epilogue_subtiles="
                              f"{self.epilogue_subtiles}: a tile's blocks cycle through the slots, and the next tile "

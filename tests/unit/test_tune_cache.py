@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import os
 import threading
 import warnings
 from collections.abc import Callable
@@ -168,6 +169,14 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
     "int for a bool": (_rewrite(_set_plan(hoist_rows=1)), "expected a JSON bool"),
     "winner never ran": (_rewrite(lambda b: b.update(trials=[])), "not among its correct trials"),
     "bad time": (_rewrite(lambda b: b["trials"][0].update(ms=-1.0)), "expected a positive time"),
+    # issue 28 #8-#10, #12
+    "group_m 0": (_rewrite(_set_plan(group_m=0)), "Plan(group_m=0): expected an int >= 1"),
+    "deep nesting": (lambda p: p.write_text("[" * 200_000 + "]" * 200_000), "not valid JSON (RecursionError"),
+    "a 5000-digit int": (lambda p: p.write_text("9" * 5000), "not valid JSON (ValueError"),
+    "infinite time": (_rewrite(lambda b: b["trials"][0].update(ms=float("inf"))), "Infinity is not JSON"),
+    "a FIFO": (lambda p: (p.unlink(), os.mkfifo(p)), "is not a regular file"),
+    "a link to /dev/zero": (lambda p: (p.unlink(), p.symlink_to("/dev/zero")), "is not a regular file"),
+    "too large": (lambda p: p.write_bytes(b" " * (cache_mod.MAX_ENTRY_BYTES + 1)), "more than a cache file's"),
 }
 
 
@@ -335,3 +344,35 @@ def test_a_misspelt_flag_raises_with_a_fix(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv(settings.AUTOTUNE_ENV, "nope")
     with pytest.raises(InputError, match="WARPLOOM_AUTOTUNE=0"):
         settings.enabled()
+
+
+def test_infinite_or_zero_times_are_refused_by_decode() -> None:
+    k = key()
+    for ms in (float("inf"), 0.0, float("nan")):
+        body = cache_mod.encode(entry(k))
+        body["trials"][0]["ms"] = ms
+        body["checksum"] = checksum(body)
+        with pytest.raises(cache_mod._Invalid, match="expected a positive time"):
+            decode(body, k)
+
+
+def test_plan_fields_are_validated_at_construction() -> None:
+    for field, bad in (("group_m", 0), ("bm", -64), ("grid", 0), ("split_k", 0), ("stages", 1.5),
+                       ("consumer_warps", True), ("acc_buffers", -1)):
+        with pytest.raises(ValueError, match=rf"Plan\({field}="):
+            dataclasses.replace(PLAN, **{field: bad})
+    with pytest.raises(ValueError, match="group_m=0"):
+        plan_schedule(SPEC, H100_SXM, group_m=0)
+
+
+def test_clearing_a_cache_that_cannot_be_written(cache: Cache, monkeypatch: pytest.MonkeyPatch) -> None:
+    k = key()
+    cache.store(k, entry(k))
+
+    def refuse(self: Path, missing_ok: bool = False) -> None:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    with pytest.raises(InputError, match="WARPLOOM_CACHE_DIR: expected an autotune cache directory") as ei:
+        clear_cache()
+    assert "Permission denied" in str(ei.value) and "Fix: make it writable" in str(ei.value)

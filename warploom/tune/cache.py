@@ -7,7 +7,9 @@ take (filelock: processes and threads alike).
 An entry holds the schema version, the key text itself, the chosen plan's fields, every trial, and a sha256 of
 all of that. A read trusts nothing: each of these makes the entry a miss, with a `StaleCacheWarning` that names
 the file and the reason, and the next tune overwrites it:
-- the file is not UTF-8 JSON (e.g. truncated by a crash of an older writer, or edited);
+- the path is not a regular file of at most `MAX_ENTRY_BYTES` (a FIFO, a link to a device: never opened blocking);
+- the file is not UTF-8 JSON (e.g. truncated by a crash of an older writer, or edited), nests too deep, holds
+  NaN or Infinity, or an integer too long for Python to parse;
 - a field is missing or has the wrong type; the schema is not this warploom's;
 - the checksum does not match the content (a bit flip, a hand edit);
 - the stored key text is not the expected one (another warploom, triton, torch or CUDA; a hash collision);
@@ -23,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import tempfile
 import time
@@ -32,14 +35,17 @@ from pathlib import Path
 from typing import Any
 
 from warploom.device import DeviceInfo
-from warploom.errors import UnsupportedError
+from warploom.errors import InputError, UnsupportedError
 from warploom.planner import Plan
+from warploom.runtime.files import read_regular
 from warploom.spec import GemmSpec
 from warploom.tune import settings
 from warploom.tune.candidates import replan
 from warploom.tune.key import SCHEMA, CacheKey, explain_mismatch
 from warploom.tune.result import Trial
 
+# The largest entry read (a few hundred trials are ~100 KB); a larger file is a miss, not a long read.
+MAX_ENTRY_BYTES = 4 << 20
 # How long a writer waits for the lock before it gives up caching this result (it never blocks tuning).
 LOCK_TIMEOUT_S = 30.0
 
@@ -65,6 +71,11 @@ class Entry:
     key: str
     plan: Plan
     trials: tuple[Trial, ...]
+
+
+def _no_constant(name: str) -> Any:
+    """json.loads accepts NaN and Infinity, which no entry holds (the writer passes allow_nan=False)."""
+    raise ValueError(f"{name} is not JSON")
 
 
 def checksum(body: dict[str, Any]) -> str:
@@ -128,7 +139,8 @@ def decode(body: Any, key: CacheKey) -> Entry:
         if not isinstance(t, dict):
             raise _Invalid(f"trial {i} is not a JSON object")
         ms, error = t.get("ms"), t.get("error")
-        if not (ms is None or (type(ms) in (int, float) and ms > 0)) or not (error is None or isinstance(error, str)):
+        timed = ms is None or (type(ms) in (int, float) and 0 < ms < math.inf)
+        if not timed or not (error is None or isinstance(error, str)):
             raise _Invalid(f"trial {i} has ms={ms!r} error={error!r}: expected a positive time or a reason")
         try:
             trials.append(Trial(_plan(t.get("plan"), f"trial {i}'s plan"), ms, error))
@@ -143,7 +155,7 @@ def decode(body: Any, key: CacheKey) -> Entry:
 def _still_builds(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> None:
     try:
         again = replan(spec, device, plan)
-    except (UnsupportedError, TypeError, ValueError) as e:
+    except (UnsupportedError, TypeError, ValueError, ArithmeticError) as e:  # (a huge field: OverflowError)
         raise _Invalid(f"the planner no longer builds its plan {plan.short()}: {e}") from None
     if again != plan:
         raise _Invalid(f"the planner now builds {again.short()} for its plan {plan.short()} "
@@ -178,16 +190,17 @@ class Cache:
         """The valid entry for `key`, or None (a missing file silently; an invalid one with a warning)."""
         path = self.path(key)
         try:
-            raw = path.read_bytes()
+            raw = read_regular(path, MAX_ENTRY_BYTES)
         except FileNotFoundError:
             return None
-        except OSError as e:
+        except OSError as e:  # (NotRegular: a FIFO, a device, a directory, a huge file)
             _warn(path, f"it cannot be read ({e})")
             return None
         try:
-            return decode(json.loads(raw.decode("utf-8")), key)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            _warn(path, f"it is not valid JSON ({e}; truncated or damaged)")
+            return decode(json.loads(raw.decode("utf-8"), parse_constant=_no_constant), key)
+        except (ValueError, RecursionError) as e:  # (JSONDecodeError, UnicodeDecodeError: ValueErrors)
+            # RecursionError: deep nesting; ValueError: also an integer past Python's digit limit, or NaN/Infinity
+            _warn(path, f"it is not valid JSON ({type(e).__name__}: {str(e)[:200]}; truncated or damaged)")
         except _Invalid as e:
             _warn(path, str(e))
         return None
@@ -222,11 +235,16 @@ class Cache:
         if not self.directory.is_dir():
             return 0
         removed = 0
-        with self._lock():
-            for p in self.directory.iterdir():
-                if p.suffix in (".json", ".tmp") and p.is_file():
-                    p.unlink(missing_ok=True)
-                    removed += 1
+        try:
+            with self._lock():
+                for p in self.directory.iterdir():
+                    if p.suffix in (".json", ".tmp") and p.is_file():
+                        p.unlink(missing_ok=True)
+                        removed += 1
+        except OSError as e:  # (filelock's Timeout is one too)
+            raise InputError("WARPLOOM_CACHE_DIR", "an autotune cache directory this process may write",
+                             f"{self.directory}: {e}", "make it writable, or point WARPLOOM_CACHE_DIR at one "
+                             "that is") from None
         from warploom.tune.lookup import forget
 
         forget()  # ordinary calls must not keep running a plan whose entry is gone
