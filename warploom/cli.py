@@ -14,6 +14,7 @@ written as JSON, a plot and a markdown section; `--report` renders an earlier ru
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -70,10 +71,16 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
     A size warploom refuses (e.g. fp8 with N not a multiple of 16) is a usage error, printed without a traceback.
     """
     import warploom
+    from warploom.api import sim_max_flops
     from warploom.errors import InternalError, UnsupportedError, WarploomError
     from warploom.kernel import build
     from warploom.planner import plan_schedule
 
+    try:
+        sim_max_flops()  # a bad WARPLOOM_SIM_MAX_FLOPS is a usage error before any work, not after planning
+    except WarploomError as e:
+        raise click.UsageError(str(e)) from None
+    _check_memory(m, n, k)
     a, b, sa, sb = _tensors(m, n, k, dtype, "meta", scales)
     try:
         kern = warploom.plan(a, b, sa, sb, use_fast_accum=fast_accum, device=device)
@@ -91,9 +98,23 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
         raise click.BadParameter(str(e), param_hint="--stages") from None
 
 
+def _check_memory(m: int, n: int, k: int) -> None:
+    """Refuse, before planning (which enumerates the tiles), a problem whose random inputs, output and fp32 reference
+    cannot fit in this machine's memory."""
+    need = 4 * (m * k + k * n + 2 * m * n)  # (bytes, at most 4 per element)
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): no check
+        return
+    if need > have:
+        raise click.UsageError(f"--m {m} --n {n} --k {k} needs about {need / 2**30:,.0f} GiB for its inputs, output "
+                               f"and reference; this machine has {have / 2**30:,.0f} GiB. Pick a smaller problem")
+
+
 def _problem(m: int, n: int, k: int) -> Any:
     """The options that describe the GEMM: --m, --n, --k (with these defaults), --dtype, --fast-accum."""
-    opts = [click.option(f"--{d}", default=v, show_default=True) for d, v in (("m", m), ("n", n), ("k", k))] + [
+    opts = [click.option(f"--{d}", type=click.IntRange(min=1), default=v, show_default=True)
+            for d, v in (("m", m), ("n", n), ("k", k))] + [
         click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True,
                      help="fp8: e4m3 with rowwise scales, as torch._scaled_mm"),
         click.option("--fast-accum/--no-fast-accum", default=True, show_default=True, help="fp8 accumulation"),
@@ -109,13 +130,28 @@ def _problem(m: int, n: int, k: int) -> Any:
     return apply
 
 
+# matplotlib's savefig picks the format by suffix; checked before any work, as is the directory it goes into.
+_TIMELINE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+
+
+def _timeline_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    if value is None:
+        return None
+    if value.suffix.lower() not in _TIMELINE_SUFFIXES:
+        raise click.BadParameter(f"expected a picture file ending in {', '.join(_TIMELINE_SUFFIXES)}, got "
+                                 f"{str(value)!r}", ctx, param)
+    if not value.resolve().parent.is_dir():
+        raise click.BadParameter(f"the directory {str(value.parent)!r} does not exist; create it first", ctx, param)
+    return value
+
+
 _TIMELINE = click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                         help="write the simulation's timeline picture (PNG) here")
+                         callback=_timeline_path, help="write the simulation's timeline picture (PNG) here")
 
 
 @main.command()
 @_problem(4096, 4096, 4096)
-@click.option("--out-dir", type=click.Path(path_type=Path), default=Path("out"), show_default=True)
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out"), show_default=True)
 @_TIMELINE
 @click.option("--target", type=click.Choice(["sm_90a", "sm_100a", "gfx1250"]), default="sm_90a", show_default=True,
               help="sm_100a: plan for a B200 (planner rule 19), gfx1250: for an AMD gfx1250 (rule 20); both "
@@ -171,10 +207,12 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
 @main.command()
 @_problem(256, 256, 512)
 @click.option("--stages", type=click.IntRange(min=1), default=None, help="force the ring depth [default: planned]")
-@click.option("--seed", default=0, show_default=True, help="the data's and the schedule's random seed")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
+              help="the data's and the schedule's random seed")
 @_TIMELINE
 @click.option("--explore", is_flag=True, help="also explore every schedule of a small configuration of the plan")
-@click.option("--max-states", default=200_000, show_default=True, help="--explore's bound on distinct states")
+@click.option("--max-states", type=click.IntRange(min=1), default=200_000, show_default=True,
+              help="--explore's bound on distinct states")
 def sim(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, stages: int | None, seed: int,
         timeline: Path | None, explore: bool, max_states: int) -> None:
     """Run the planned kernel on the CPU simulator on random data and compare with torch; no GPU needed."""

@@ -1,0 +1,42 @@
+"""Bad values on the command line are usage errors (exit 2, no traceback) before any work (issue 28 #13-#15)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from warploom.cli import main
+
+
+def usage_error(args: list[str], match: str, env: dict[str, str] | None = None) -> None:
+    res = CliRunner().invoke(main, args, env=env)
+    assert res.exit_code == 2, (res.exit_code, res.output, res.exception)
+    assert "Traceback" not in res.output and match in res.output, res.output
+
+
+@pytest.mark.parametrize("args,match", [
+    (["sim", "--m", "0"], "--m"),
+    (["sim", "--m", "-5"], "--m"),
+    (["sim", "--k", "0"], "--k"),
+    (["sim", "--seed", str(2**64)], "--seed"),
+    (["sim", "--seed", "-1"], "--seed"),
+    (["sim", "--explore", "--max-states", "0"], "--max-states"),
+    (["sim", "--timeline", "picture.txt"], "picture file ending in .png"),
+    (["sim", "--timeline", "no/such/dir/t.png"], "does not exist"),
+    (["demo", "--m", "1048576", "--n", "1048576", "--k", "1048576"], "Pick a smaller problem"),
+])
+def test_bad_values_are_usage_errors(args: list[str], match: str) -> None:
+    usage_error(args, match)
+
+
+def test_out_dir_naming_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "a_file"
+    f.write_text("")
+    usage_error(["demo", "--out-dir", str(f)], "--out-dir")
+
+
+def test_a_non_numeric_simulator_limit() -> None:
+    usage_error(["sim", "--m", "64", "--n", "64", "--k", "64"], "WARPLOOM_SIM_MAX_FLOPS",
+                env={"WARPLOOM_SIM_MAX_FLOPS": "lots"})
