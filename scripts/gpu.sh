@@ -88,4 +88,14 @@ if [ "$what" = decode ]; then
   # Decode-sized GEMMs (M <= 64, N = K = 8192): tile widths and split-K against torch, as bandwidth.
   python3 scripts/sweep_decode.py --out "$OUT/decode.json" ${DECODE_ARGS:-} 2>&1 | tee "$OUT/decode.log"
 fi
+if [ "$what" = zoo ]; then
+  # The random zoo (issue 23): every op at 224 shapes, eager and CUDA-graph timed, one shard per call
+  # (ZOO_SHARD=I/N, default 0/12: 94 cases at an estimated (unmeasured) 3-5 s each, compiles included, so under
+  # 10 minutes). The JSON is saved after every case. Merge the shards' JSON on the CPU with
+  # warploom bench --merge zoo-*.json --out zoo.json --plot zoo.png --markdown zoo.md
+  shard=${ZOO_SHARD:-0/12}
+  name="zoo-${shard%/*}-of-${shard#*/}"
+  python3 -m warploom bench --suite zoo --graph --shard "$shard" --out "$OUT/$name.json" --plot "$OUT/$name.png" \
+    --markdown "$OUT/$name.md" 2>&1 | tee "$OUT/$name.log"
+fi
 exit $rc

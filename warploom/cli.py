@@ -9,7 +9,8 @@ small, else a sample of CTAs), print findings and the error against torch, optio
 and explore every schedule of a small configuration of the same plan.
 
 `warploom bench`: the benchmark suite (warploom.benchsuite) on the GPU against torch and torch.compile,
-written as JSON, a plot and a markdown section; `--report` renders an earlier run's JSON on the CPU.
+written as JSON, a plot and a markdown section; `--report` renders an earlier run's JSON on the CPU, `--merge`
+joins the JSON of a suite's shards (`--shard I/N`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from warploom.benchsuite.shapes import Group, Op, Suite
+from warploom.benchsuite.shapes import Group, Op, Shard, Suite
 
 if TYPE_CHECKING:
     from warploom.kernel import Kernel
@@ -363,9 +364,17 @@ def _enum_list(kind: Any) -> Any:
 _PATH = click.Path(dir_okay=False, path_type=Path)
 
 
+def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> Shard | None:
+    try:
+        return None if value is None else Shard.parse(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
 @main.command()
 @click.option("--suite", type=click.Choice([s.value for s in Suite]), default="quick", show_default=True,
-              help="quick: a handful of cases (under a minute on an H100); full: every op at every shape")
+              help="quick: a handful of cases (under a minute on an H100); full: every op at every shape; zoo: every "
+                   "op at 224 random shapes (run it in --shard parts)")
 @click.option("--ops", default=None, callback=_enum_list(Op),
               help="only these ops, comma-separated: " + ", ".join(o.value for o in Op))
 @click.option("--groups", default=None, callback=_enum_list(Group),
@@ -374,6 +383,11 @@ _PATH = click.Path(dir_okay=False, path_type=Path)
               help="also time torch.compile(mode='max-autotune-no-cudagraphs') (~40 s per case)")
 @click.option("--graph", is_flag=True, help="CUDA-graph timing for every shape (decode shapes always)")
 @click.option("--seed", default=0, show_default=True, help="the inputs' random seed")
+@click.option("--shard", default=None, callback=_shard,
+              help="I/N: run only every N-th case from the I-th (0-based); merge the shards' JSON with --merge")
+@click.option("--merge", is_flag=True, help="merge the results files given as arguments (shards of one run) "
+                                            "into --out, then render them like --report")
+@click.argument("merge_files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", type=_PATH, default=None, help="write the results JSON here (needed to run)")
 @click.option("--report", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="render this earlier run's JSON instead of running (no GPU needed)")
@@ -383,18 +397,30 @@ _PATH = click.Path(dir_okay=False, path_type=Path)
 @click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True), default=None,
               help="memory roof in TB/s [default: the run's measured copy bandwidth, else 3.0]")
 def bench(suite: str, ops: tuple[Op, ...] | None, groups: tuple[Group, ...] | None, use_compile: bool, graph: bool,
-          seed: int, out: Path | None, report: Path | None, plot: Path | None, markdown_out: Path | None,
-          bandwidth: float | None) -> None:
+          seed: int, shard: Shard | None, merge: bool, merge_files: tuple[Path, ...], out: Path | None,
+          report: Path | None, plot: Path | None, markdown_out: Path | None, bandwidth: float | None) -> None:
     """Time warploom against torch (cuBLAS) and torch.compile over a suite; write JSON, a plot and markdown.
 
     With --report, only render an earlier run's JSON (--plot, --markdown; the markdown goes to stdout when
-    neither is given).
+    neither is given). `warploom bench --merge a.json b.json --out all.json` joins shards of one run.
     """
     from rich.console import Console
 
-    from warploom.benchsuite.results import Results, ResultsFormatError
+    from warploom.benchsuite.results import MergeError, Results, ResultsFormatError
+    from warploom.benchsuite.results import merge as merge_results
 
     con = Console()
+    if merge or merge_files:
+        if not merge or not merge_files or out is None or report is not None:
+            raise click.UsageError("merge shards with: warploom bench --merge a.json b.json ... --out all.json")
+        try:
+            results = merge_results([Results.load(f) for f in merge_files], [str(f) for f in merge_files])
+        except (ResultsFormatError, MergeError) as e:
+            raise click.BadParameter(str(e), param_hint="--merge") from None
+        results.save(out)
+        con.print(f"{len(results.rows)} rows of {len(merge_files)} files merged into [bold]{out}[/]")
+        _render(con, results, plot, markdown_out, bandwidth, stdout=False)
+        return
     if report is not None:
         if out is not None:
             raise click.UsageError("--report renders an earlier run and --out writes a new one: pass one of them")
@@ -417,11 +443,14 @@ def bench(suite: str, ops: tuple[Op, ...] | None, groups: tuple[Group, ...] | No
     from warploom.benchsuite.shapes import cases
 
     selected = cases(Suite(suite), ops, groups)
+    if shard is not None:
+        selected = shard.select(selected)
     if not selected:
-        raise click.UsageError(f"no case of the {suite} suite has those --ops and --groups")
+        raise click.UsageError(f"no case of the {suite} suite has those --ops, --groups and --shard")
     opts = Options(compile=use_compile, graph=graph, seed=seed, ops=tuple(o.value for o in ops or ()),
-                   groups=tuple(g.value for g in groups or ()))
-    con.rule(f"[bold]warploom bench[/] {suite}: {len(selected)} cases on {torch.cuda.get_device_name()}")
+                   groups=tuple(g.value for g in groups or ()), shard="" if shard is None else str(shard))
+    part = "" if shard is None else f" (shard {shard})"
+    con.rule(f"[bold]warploom bench[/] {suite}{part}: {len(selected)} cases on {torch.cuda.get_device_name()}")
     results = run_suite(selected, opts, out, suite, con)
     con.print(f"results written to [bold]{out}[/]")
     _render(con, results, plot, markdown_out, bandwidth, stdout=False)

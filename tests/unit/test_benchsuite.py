@@ -60,7 +60,7 @@ def test_suites() -> None:
     assert len(full) == len(set(full)) == len(Op) * len(ALL_SHAPES)
     quick = cases(Suite.QUICK)
     assert len(quick) <= 10 and {c.op for c in quick} == set(Op)
-    assert {c.shape.group for c in quick} == set(Group)
+    assert {c.shape.group for c in quick} == set(Group) - {Group.ZOO}
     fp8 = cases(Suite.FULL, ops=(Op.SCALED_MM_FP8_TENSORWISE,), groups=(Group.DECODE,))
     assert [(c.op, c.m) for c in fp8] == [(Op.SCALED_MM_FP8_TENSORWISE, m) for m in (1, 16, 64)]
 

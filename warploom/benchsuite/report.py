@@ -1,6 +1,7 @@
 """Render a results JSON: a two-panel plot (TFLOP/s and % of roofline against problem size) and a markdown
 section for docs/benchmarks.md (every row, then per op the geometric-mean ratio over large shapes and the
-worst ratio). CPU only: `warploom bench --report results.json --plot p.png --markdown m.md`.
+worst ratio). CPU only: `warploom bench --report results.json --plot p.png --markdown m.md`. A zoo run renders
+through report_zoo.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from warploom.benchsuite import roofline
 from warploom.benchsuite.results import Environment, Results, Row
 from warploom.benchsuite.roofline import H100_SXM, Peaks
-from warploom.benchsuite.shapes import Case, Op
+from warploom.benchsuite.shapes import Case, Op, Suite
 
 # "Large": at least 2 * 2048^3 FLOPs, where launch and host costs vanish next to the kernel: squares from 2048,
 # every LLM prefill shape; not the decode shapes (2 * 64 * 8192^2 is 8.6 GFLOP) nor 1024^3.
@@ -101,30 +102,12 @@ def _shape(case: Case) -> str:
 def markdown(results: Results, peaks: Peaks, plot: str | None = None) -> str:
     """A docs/benchmarks.md section: how it was measured, every row, the per-op summary; `plot` is the
     image's path as the page should link it."""
+    if results.env.suite == Suite.ZOO.value:
+        from warploom.benchsuite import report_zoo
+
+        return report_zoo.markdown(results, peaks, plot)
     env = results.env
-    if not env.copy_tbps:
-        measured = "assumed: the run measured no copy"
-    elif math.isclose(env.copy_tbps, peaks.bandwidth_tbps):
-        measured = "measured copy"
-    else:
-        measured = f"given; the run's copy measured {env.copy_tbps:.2f} TB/s"
-    lines = [
-        f"## {env.date[:10]} — `warploom bench --suite {env.suite}`",
-        "",
-        f"- Device: {env.device}, torch {env.torch}, triton {env.triton} (run of {env.date}"
-        + (f" on {env.host}" if env.host else "") + ").",
-        f"- Command: `{env.command}`." if env.command else "- Command: not recorded.",
-        "- Ratio: torch ms / warploom ms in the same process (above 1: warploom is faster). *ratio*: eager "
-        "Python calls (`do_bench` median, host overhead included); *graph*: CUDA graph of 10 calls (kernel "
-        "time; decode shapes, or every shape with `--graph`); *compile*: "
-        "`torch.compile(mode=\"max-autotune-no-cudagraphs\")` of the same torch function, graph times where measured.",
-        "- TFLOP/s and % of roofline use the graph time where measured, else the eager time. Roofline: "
-        f"min(peak, bandwidth × FLOP/byte) with {peaks.name} dense peaks bf16 {peaks.bf16_tflops:.0f} / fp8 "
-        f"{peaks.fp8_tflops:.0f} TFLOP/s and {peaks.bandwidth_tbps:.2f} TB/s ({measured}); bytes = A + B + "
-        "output (+ scales, bias, residual); C: compute-bound, M: memory-bound.",
-        "- Error: scale-free 1 − 2Σxy/Σ(x²+y²) against the fp32 reference, warploom / torch.",
-        "",
-    ]
+    lines = header(results, peaks)
     if plot:
         lines += [f"![warploom bench {env.suite}]({plot})", ""]
     lines += [
@@ -150,6 +133,35 @@ def markdown(results: Results, peaks: Peaks, plot: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def header(results: Results, peaks: Peaks) -> list[str]:
+    """The section's title and how it was measured."""
+    env = results.env
+    if not env.copy_tbps:
+        measured = "assumed: the run measured no copy"
+    elif math.isclose(env.copy_tbps, peaks.bandwidth_tbps):
+        measured = "measured copy"
+    else:
+        measured = f"given; the run's copy measured {env.copy_tbps:.2f} TB/s"
+    return [
+        f"## {env.date[:10]} — `warploom bench --suite {env.suite}`",
+        "",
+        f"- Device: {env.device}, torch {env.torch}, triton {env.triton} (run of {env.date}"
+        + (f" on {env.host}" if env.host else "") + ").",
+        f"- Command: `{env.command}`." if env.command else "- Command: not recorded.",
+        "- Ratio: torch ms / warploom ms in the same process (above 1: warploom is faster). *ratio*: eager "
+        "Python calls (`do_bench` median, host overhead included); *graph*: CUDA graph of 10 calls (kernel "
+        "time; decode shapes, or every shape with `--graph`); *compile*: "
+        "`torch.compile(mode=\"max-autotune-no-cudagraphs\")` of the same torch function, graph times where measured.",
+        "- TFLOP/s and % of roofline use the graph time where measured, else the eager time. Roofline: "
+        f"min(peak, bandwidth × FLOP/byte) with {peaks.name} dense peaks bf16 {peaks.bf16_tflops:.0f} / fp8 "
+        f"{peaks.fp8_tflops:.0f} TFLOP/s and {peaks.bandwidth_tbps:.2f} TB/s ({measured}); bytes = A + B + "
+        "output (+ scales, bias, residual); C: compute-bound, M: memory-bound.",
+        "- Error: scale-free 1 − 2Σxy/Σ(x²+y²) against the fp32 reference, warploom / torch.",
+        *([f"- Shards: {env.shard} (a part of the suite)."] if env.shard else []),
+        "",
+    ]
+
+
 def _table_row(r: Row, peaks: Peaks) -> str:
     c = r.case
     head = f"| {c.op.label} | {_shape(c)} | {c.shape.name} |"
@@ -173,7 +185,11 @@ def _cell(text: str) -> str:
 
 def plot(results: Results, peaks: Peaks, path: Path) -> Path:
     """Save a PNG: TFLOP/s (left) and % of roofline (right) against GFLOP per call, per op; warploom filled
-    circles, torch crosses of the same color. Returns the path."""
+    circles, torch crosses of the same color (the zoo: report_zoo's ratio scatter). Returns the path."""
+    if results.env.suite == Suite.ZOO.value:
+        from warploom.benchsuite import report_zoo
+
+        return report_zoo.plot(results, path)
     import matplotlib
 
     matplotlib.use("Agg")

@@ -7,12 +7,13 @@ TFLOP/s for readers of the raw file; loading recomputes them from the times.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from warploom.benchsuite.roofline import tflops
-from warploom.benchsuite.shapes import Case, Group, Op, Shape
+from warploom.benchsuite.shapes import Case, Group, Op, Shape, Shard, Suite, cases
 
 FORMAT = "warploom-bench/1"
 
@@ -22,6 +23,14 @@ class ResultsFormatError(ValueError):
 
     def __init__(self, path: str, expected: str, got: str) -> None:
         super().__init__(f"{path}: expected {expected}, got {got}. Fix: pass a file written by `warploom bench --out`")
+
+
+class MergeError(ValueError):
+    """Results that are not parts of one run (`warploom bench --merge`)."""
+
+    def __init__(self, source: str, expected: str, got: str) -> None:
+        super().__init__(f"{source}: expected {expected}, got {got}. Fix: merge the shards of one "
+                         "`warploom bench --suite S --shard I/N` command line, each shard once")
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,9 @@ class Environment:
     Attributes:
         device: torch's name of the GPU; torch, triton: versions; date: local time of the run's start;
         host; command: the command line; suite; options: the flags (compile, graph, ops, groups);
-        copy_tbps: measured device-to-device copy bandwidth (bytes read + written), or None.
+        copy_tbps: measured device-to-device copy bandwidth (bytes read + written), or None;
+        shard: ``I/N`` for one shard of the suite (``--shard``), shards joined by commas after a merge,
+        '' for the whole suite (files from before shards have none: '').
     """
 
     device: str
@@ -120,6 +131,17 @@ class Environment:
     suite: str = ""
     options: dict[str, Any] = field(default_factory=dict)
     copy_tbps: float | None = None
+    shard: str = ""
+
+    def __post_init__(self) -> None:
+        counts = {s.count for s in self.shards}
+        if len(counts) > 1:
+            raise ValueError(f"Expected shards of one count but got {self.shard!r}")
+
+    @property
+    def shards(self) -> tuple[Shard, ...]:
+        """The shards this run holds; () for the whole suite."""
+        return tuple(Shard.parse(s) for s in self.shard.split(",")) if self.shard else ()
 
 
 @dataclass(frozen=True)
@@ -158,6 +180,45 @@ class Results:
         except json.JSONDecodeError as e:
             raise ResultsFormatError(str(path), "JSON", f"a parse error ({e})") from None
         return Results.from_json(data, str(path))
+
+
+def merge(parts: Sequence[Results], sources: Sequence[str] | None = None) -> Results:
+    """One run from the shards (or any disjoint parts) of one: same suite, device and options, no case twice.
+
+    Rows come back in the suite's case order (shards interleave); the environment is the first part's, with
+    the earliest date, the mean measured copy bandwidth and the shards joined.
+    """
+    names = list(sources) if sources is not None else [f"part {i}" for i in range(len(parts))]
+    if not parts:
+        raise MergeError("--merge", "at least one results file", "none")
+    first = parts[0].env
+    seen: dict[Case, str] = {}
+    for part, name in zip(parts, names, strict=True):
+        env = part.env
+        for what, ours, theirs in (("suite", env.suite, first.suite), ("device", env.device, first.device),
+                                   ("options", env.options, first.options)):
+            if ours != theirs:
+                raise MergeError(name, f"the {what} of {names[0]} ({theirs!r})", repr(ours))
+        for r in part.rows:
+            if r.case in seen:
+                raise MergeError(name, "each case in one part", f"{r.case.short()} also in {seen[r.case]}")
+            seen[r.case] = name
+    shards = [s for p in parts for s in p.env.shards]
+    if len({s.count for s in shards}) > 1 or len(set(shards)) < len(shards):
+        raise MergeError("--merge", "distinct shards I/N of one N", ", ".join(map(str, shards)))
+    whole = bool(shards) and len(shards) == shards[0].count  # every shard: the whole suite again
+    order = _order(first.suite)
+    rows = sorted((r for p in parts for r in p.rows), key=lambda r: order.get(r.case, len(order)))
+    bw = [p.env.copy_tbps for p in parts if p.env.copy_tbps]
+    env = replace(first, date=min(p.env.date for p in parts), copy_tbps=sum(bw) / len(bw) if bw else None,
+                  shard="" if whole else ",".join(str(s) for s in sorted(shards, key=lambda s: s.index)))
+    return Results(env, tuple(rows))
+
+
+def _order(suite: str) -> dict[Case, int]:
+    """Each case's place in the suite (empty for a suite this version does not know: rows keep their order)."""
+    known = {s.value for s in Suite}
+    return {c: i for i, c in enumerate(cases(Suite(suite)))} if suite in known else {}
 
 
 def _row_json(r: Row) -> dict[str, Any]:

@@ -82,6 +82,7 @@ class Options:
         graph: CUDA-graph timing for every shape (decode shapes always get it).
         seed: the inputs' seed; device: where tensors live (``cuda``; ``cpu`` for tests on the simulator).
         ops, groups: the command line's filters, recorded in the results' environment.
+        shard: ``I/N`` when the run is one shard of its suite (the caller picked its cases), else ''.
     """
 
     compile: bool = False
@@ -90,6 +91,7 @@ class Options:
     device: str = "cuda"
     ops: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    shard: str = ""
 
 
 # The torch contenders, one plain function per op so torch.compile sees exactly what eager runs.
@@ -258,7 +260,7 @@ def environment(suite: str, opts: Options, copy_tbps: float | None, argv: Sequen
         command=_command(sys.argv if argv is None else argv), suite=suite,
         options={"compile": opts.compile, "graph": opts.graph, "seed": opts.seed, "ops": list(opts.ops),
                  "groups": list(opts.groups)},
-        copy_tbps=copy_tbps,
+        copy_tbps=copy_tbps, shard=opts.shard,
     )
 
 

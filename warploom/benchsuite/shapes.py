@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import enum
 import math
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from warploom.dtypes import DType
@@ -49,6 +51,7 @@ class Group(enum.Enum):
     SQUARE = "square"
     LLM = "llm"
     DECODE = "decode"
+    ZOO = "zoo"
 
 
 @dataclass(frozen=True)
@@ -198,11 +201,101 @@ DECODE: tuple[Shape, ...] = tuple(Shape(m, 8192, 8192, Group.DECODE, f"decode M=
 ALL_SHAPES: tuple[Shape, ...] = (*SQUARES, *LLM_SHAPES, *DECODE)
 
 
+# The zoo: sizes as people have them, not powers of two. ZOO_COUNT shapes draw M, N and K each log-uniformly from
+# ZOO_LO..ZOO_HI, then ZOO_SMALL_M more draw M from 1..ZOO_LO (decode and small batches). A local Random(seed)
+# (Mersenne Twister, the same sequence on every machine) makes the list a constant; tests pin part of it.
+ZOO_SEED = 23
+ZOO_COUNT = 200
+ZOO_SMALL_M = 24
+ZOO_LO, ZOO_HI = 64, 16384
+# TMA's 16-byte rule on what run.py passes (checks.py): bf16 a (M, K) and the (N, K) weight have rows of K
+# elements and the output rows of N, so K and N are multiples of 8; M is free. fp8 (1-byte rows, and
+# torch._scaled_mm's own rule, see Case) wants N and K multiples of 16: its ops round the same draw up.
+ZOO_BF16_ALIGN, ZOO_FP8_ALIGN = 8, 16
+# A draw above 2 * 8192^3 FLOP (at its fp8 rounding) is redrawn: ~1.5 ms a bf16 call on an H100, so a case's
+# timing stays near do_bench's fixed 0.6 s. Memory needs no rule of its own: every dim <= 16384 keeps each
+# tensor <= 16384^2 elements (the largest, the float64 copy of the output in the error check, 2 GiB).
+ZOO_MAX_FLOPS = 2 * 8192**3
+
+
+def _round_to(x: float, align: int) -> int:
+    return max(align, align * round(x / align))
+
+
+def _round_up(x: int, align: int) -> int:
+    return -(-x // align) * align
+
+
+def _log_uniform(rng: random.Random, lo: int, hi: int) -> float:
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def zoo_shapes(seed: int = ZOO_SEED, count: int = ZOO_COUNT, small_m: int = ZOO_SMALL_M) -> tuple[Shape, ...]:
+    """`count` shapes with every dim log-uniform in ZOO_LO..ZOO_HI, then `small_m` with M in 1..ZOO_LO; N and K
+    multiples of 8 (bf16's alignment: about half are not multiples of 16), M any integer, named ``zoo 000``...
+
+    Each shape draws M, N, K in that order and is redrawn whole when over ZOO_MAX_FLOPS. Only the seed decides
+    the list (math.exp could differ by an ulp across C libraries, which moves a dim only on an exact tie).
+    """
+    rng = random.Random(seed)
+    out: list[Shape] = []
+    while len(out) < count + small_m:
+        m_lo, m_hi = (1, ZOO_LO) if len(out) >= count else (ZOO_LO, ZOO_HI)
+        m = round(_log_uniform(rng, m_lo, m_hi))
+        n, k = (_round_to(_log_uniform(rng, ZOO_LO, ZOO_HI), ZOO_BF16_ALIGN) for _ in range(2))
+        if 2 * m * _round_up(n, ZOO_FP8_ALIGN) * _round_up(k, ZOO_FP8_ALIGN) > ZOO_MAX_FLOPS:
+            continue
+        out.append(Shape(m, n, k, Group.ZOO, f"zoo {len(out):03d}"))
+    return tuple(out)
+
+
+ZOO: tuple[Shape, ...] = zoo_shapes()
+
+
+def for_op(shape: Shape, op: Op) -> Shape:
+    """The shape `op` runs: fp8 ops round N and K up to multiples of 16 (same name, so rows pair up by it)."""
+    if not op.fp8:
+        return shape
+    n, k = _round_up(shape.n, ZOO_FP8_ALIGN), _round_up(shape.k, ZOO_FP8_ALIGN)
+    return shape if (n, k) == (shape.n, shape.k) else Shape(shape.m, n, k, shape.group, shape.name)
+
+
 class Suite(enum.Enum):
-    """A named list of cases: ``quick`` (a handful, under a minute on an H100 without --compile), ``full``."""
+    """A named list of cases: ``quick`` (a handful, under a minute on an H100 without --compile), ``full``, and
+    ``zoo`` (every op at ZOO's 224 random shapes; run it in shards)."""
 
     QUICK = "quick"
     FULL = "full"
+    ZOO = "zoo"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Every `count`-th case starting at `index`: one GPU call's part of a long suite (``--shard 0/4``).
+
+    Round-robin rather than contiguous blocks, so each shard gets a like mix of sizes and ops and about the
+    same run time. Attributes: index; count.
+    """
+
+    index: int
+    count: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count:
+            raise ValueError(f"Expected a shard I/N with 0 <= I < N but got {self.index}/{self.count}")
+
+    @staticmethod
+    def parse(text: str) -> Shard:
+        index, sep, count = text.strip().partition("/")
+        if not sep or not index.isdigit() or not count.isdigit():
+            raise ValueError(f"Expected a shard I/N such as 0/4 but got {text!r}")
+        return Shard(int(index), int(count))
+
+    def select(self, todo: Sequence[Case]) -> tuple[Case, ...]:
+        return tuple(todo[self.index::self.count])
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
 
 
 def _shape(name: str) -> Shape:
@@ -218,9 +311,11 @@ _QUICK: tuple[tuple[Op, str], ...] = (
 
 
 def cases(suite: Suite, ops: tuple[Op, ...] | None = None, groups: tuple[Group, ...] | None = None) -> tuple[Case, ...]:
-    """The suite's cases in its order (the full suite op-major), kept only for `ops` and `groups` when given."""
+    """The suite's cases in its order (full and zoo op-major), kept only for `ops` and `groups` when given."""
     if suite is Suite.QUICK:
         everything = tuple(Case(op, _shape(name)) for op, name in _QUICK)
+    elif suite is Suite.ZOO:
+        everything = tuple(Case(op, for_op(s, op)) for op in Op for s in ZOO)
     else:
         everything = tuple(Case(op, s) for op in Op for s in ALL_SHAPES)
     return tuple(c for c in everything
