@@ -15,6 +15,7 @@ from warploom.errors import (
     DTypeError,
     InputError,
     InternalError,
+    ResourceError,
     ScaleError,
     ShapeError,
     TargetError,
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "BLayout", "DType", "DTypeError",
     "DeviceError", "DeviceInfo", "GemmSpec", "InputError", "InternalError", "Kernel", "Plan", "ScaleError",
-    "ScaleRecipe", "ShapeError", "TargetError", "UnsupportedError", "VerificationError", "WarploomError", "matmul",
+    "ScaleRecipe", "ResourceError",
+    "ShapeError", "TargetError", "UnsupportedError", "VerificationError", "WarploomError", "matmul",
     "plan", "scaled_mm",
 ]

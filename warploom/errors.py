@@ -69,6 +69,10 @@ class TargetError(WarploomError, ValueError):
     """An unknown compilation target name."""
 
 
+class ResourceError(WarploomError, RuntimeError):
+    """A resource warploom needs could not be had (device memory for a workspace); nothing was launched."""
+
+
 class InternalError(WarploomError, RuntimeError):
     """A warploom bug: a pass broke an IR invariant, or generated code failed to compile. Please report it."""
 

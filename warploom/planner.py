@@ -8,8 +8,10 @@ The heuristic, in order:
    (at least 2, at most 6; rule 16's decode tiles up to 12): more stages hide more TMA latency, and the staging
    tile lets the TMA store of one tile overlap the next tile's mainloop.
 3. Score = estimated time in "tile-waves": ceil(tiles / SMs) * BM * BN / efficiency, where the
-   efficiency of a tile shape (measured on the H100 by the feasibility probe: 128x256 reaches cuBLAS,
-   128x128 is about 10% slower per FLOP) rewards large tiles and the wave count punishes shapes that
+   efficiency of a tile shape (measured on the H100: 128x256 reaches cuBLAS, 128x128 is about 10% slower per
+   FLOP; where A's or B's rows are not whole 128-byte lines, each of 128x128's TMA boxes pays for partial lines and
+   it fell to 0.70-0.74: `_MISALIGNED_128`, docs/benchmarks.md session 22) rewards large tiles and the wave count
+   punishes shapes that
    leave SMs idle. The lowest score wins; ties go to the larger tile.
 4. Registers: the producer warp runs with 24 (it only issues TMA), consumers with 240 (a 64x256 fp32
    accumulator is 128 registers per thread); both must fit the SM's 64K registers at one CTA per SM.
@@ -136,6 +138,12 @@ The heuristic, in order:
    scales, swap-AB, split-K and an N-major B of 2^31 elements or more are refused, and so are AMD GPUs other than
    gfx1250. Simulated and cross-compiled, unmeasured and not tuned:
    no gfx1250 is at hand (`warploom.plan(..., device=GFX1250).compile("gfx1250")`, `warploom demo --target gfx1250`).
+21. Stream-K (`Plan.stream_k`, sm_90a; native or promoted accumulation, no, tensorwise or rowwise scales, a bias; no
+   fused epilogue, blockwise or MX scales, ping-pong or swap-AB yet): the tiles of the last, partial wave are cut
+   into (tile, k-block) iterations shared evenly by up to pieces x their count CTAs, in the same kernel as the whole
+   waves, and each split tile is joined by the CTA that ran its first k-blocks (`ir.Fixup`: fp32 partials through a
+   workspace, a flag per piece, a fixed order, so results are deterministic). Scored by `stream_k_score` (2 to 4
+   pieces) against the whole-tile plan and its split-K tail; it wins where a long K meets a thin last wave.
 """
 
 from __future__ import annotations
@@ -168,6 +176,10 @@ _TILES: tuple[tuple[int, int, float], ...] = (
 # Rule 13's recipes: measured on the H100 (MX's 32-deep promotions were not, and keep 128-row tiles).
 _SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
 _MAX_STAGES = 6
+# Step 3: 128x128's efficiency where A's or B's rows are not multiples of 128 bytes (`rows_aligned`): 3000^3 bf16 ran
+# 128x256 in 3 rounds 17% faster than 128x128 in 5, while 3072^3 (aligned rows, the same tile counts) ran 128x128
+# 1-3% faster (H100, session 22).
+_MISALIGNED_128 = 0.72
 # A forced depth may go deeper, as far as shared memory holds (to measure deeper rings).
 _FORCED_MAX_STAGES = 16
 # Rule 16: decode's 64x64 tiles take up to this many stages (measured; 13 would also fit beside bf16's staging).
@@ -246,6 +258,9 @@ class Plan:
             epilogue partition drains one while the MMA warp fills the next; 0: an sm_90a plan (registers).
         tdm: gfx1250 (rule 20): one software-pipelined partition of `consumer_warps` warps both copies (Tensor Data
             Mover) and computes (wmma) through a ring of `stages` slots; no producer, no mbarriers.
+        stream_k: rule 21: 0, or the tiles of the last, partial wave are shared out evenly as (tile, k-block)
+            iterations, each tile in at most this many pieces, and the pieces joined through an fp32 workspace in the
+            same kernel (`ir.Tiling.stream_k`); `grid` may then exceed the tiles.
     """
 
     bm: int
@@ -278,6 +293,7 @@ class Plan:
     swap_ab: bool = False
     acc_buffers: int = 0
     tdm: bool = False
+    stream_k: int = 0
 
     def __post_init__(self) -> None:
         # Every count is checked here, once: a Plan from a cache file or a forced knob with group_m=0 would
@@ -298,6 +314,10 @@ class Plan:
         if self.load_ahead and self.hoist_rows:
             raise ValueError("Plan(load_ahead=True) loads each block's operands one block early; hoist_rows=True "
                              "already loads them all before the final wgmma wait: pass hoist_rows=False")
+        if self.stream_k and (self.split_k > 1 or self.tail_split > 1 or self.pingpong or self.swap_ab):
+            raise ValueError(f"Plan(stream_k={self.stream_k}) shares whole tiles' k-blocks among CTAs itself: it takes "
+                             "no split_k, "
+                             "tail_split, pingpong or swap_ab")
         if self.tail_split > 1 and self.tail_stages < 1:
             raise ValueError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
                              "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
@@ -330,8 +350,15 @@ class Plan:
         ks = f"_k{self.split_k}" if self.split_k > 1 else ""
         ks += f"_t{self.tail_split}" if self.tail_split > 1 else ""
         tm = f"_tm{self.acc_buffers}" if self.acc_buffers else "_tdm" if self.tdm else ""
+        sk = f"_sk{self.stream_k}g{self.grid}" if self.stream_k else ""
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
-                f"{sub}{split}{blocks}{ks}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
+                f"{sub}{split}{blocks}{ks}{sk}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
+
+
+def rows_aligned(spec: GemmSpec) -> bool:
+    """Whether A's and B's rows (as stored, contiguous: K elements, or N for an N-major B) are whole 128-byte lines."""
+    b_row = spec.k if spec.b_layout is BLayout.K_MAJOR else spec.n
+    return spec.k * spec.a_dtype.bytes % 128 == 0 and b_row * spec.b_dtype.bytes % 128 == 0
 
 
 def _native_problems(spec: GemmSpec) -> list[str]:
@@ -594,14 +621,24 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                   partial_blocks: int | None = None, hoist_rows: bool | None = None, scalar_columns: bool = True,
                   prefetch_operands: bool | None = None, pingpong: bool = False,
                   scale_partition: bool | None = None, split_k: int | None = None,
-                  tail_split: int | None = None, swap_ab: bool | None = None) -> Plan:
+                  tail_split: int | None = None, swap_ab: bool | None = None,
+                  stream_k: int | None = None) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
     split_k (1: never split; None: rule 14 decides), tail_split (1: no split-K tail; None: rule 15 decides) and
     swap_ab (None: rule 18 decides, when nothing about the tile, depth or partitions is forced; True: plan the
     swapped problem, with bm and bn as given for it, by default 64 x 16 on sm_90a (`swap_rows`, `swap_tokens`) and
-    128 x 16 on sm_100a (rule 19))."""
+    128 x 16 on sm_100a (rule 19)) and stream_k (None: rule 21 decides; 0: none; s >= 2: a stream-K plan with at
+    most s pieces per shared tile, refused where it cannot run)."""
     from warploom.errors import UnsupportedError
 
+    if stream_k is not None and stream_k not in (0, *range(2, 17)):
+        raise UnsupportedError(f"stream_k={stream_k!r}: expected None (the planner decides), 0 (no stream-K) or the "
+                               "most "
+                               "pieces a shared tile is cut into, 2 to 16")
+    if stream_k and (device.gfx1250 or device.blackwell):
+        raise UnsupportedError(f"stream_k={stream_k} (rule 21) is built for sm_90a; {device.name} plans whole tiles. "
+                               "Fix: "
+                               "drop stream_k, or plan for an sm_90a device")
     if device.arch.startswith("gfx") and not device.gfx1250:
         raise UnsupportedError(f"{device.name} ({device.arch}): among AMD GPUs warploom plans gfx1250 only (rule 20). "
                                "Fix: plan for device=GFX1250 to inspect its schedule, or run on an sm_90a GPU")
@@ -642,6 +679,13 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                               scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
+    if stream_k:
+        problems = _stream_k_problems(spec, pingpong, scale_partition, split_k, tail_split, swap_ab, bm)
+        if problems:
+            raise UnsupportedError(f"stream_k={stream_k} (rule 21) cannot run {spec.short()}: {'; '.join(problems)}. "
+                                   "Fix: "
+                                   "drop stream_k (or the option that conflicts with it)")
+        swap_ab = False
     if swap_ab is None:
         swap_ab = not pingpong and all(f is None for f in forced) and swap_decode(spec)
     if swap_ab:
@@ -658,7 +702,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             plan = plan_schedule(spec.swapped(), device, bm=rows, bn=tokens, stages=stages, group_m=group_m,
                                  consumer_partitions=consumer_partitions, partial_blocks=partial_blocks,
                                  hoist_rows=hoist_rows, scalar_columns=scalar_columns,
-                                 prefetch_operands=prefetch_operands, split_k=1, tail_split=1, swap_ab=False)
+                                 prefetch_operands=prefetch_operands, split_k=1, tail_split=1, swap_ab=False,
+                                 stream_k=0)
         except UnsupportedError as e:
             raise UnsupportedError(f"swap_ab=True (rule 18) for {spec.short()}: its tiles of C^T are {rows} rows of N "
                                    f"by {tokens} of M, and the swapped problem has no such plan: {e}") from None
@@ -715,9 +760,12 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     small_blockwise = spec.scale in _SMALL_M_RECIPES and spec.m <= 128 and not pingpong and not scale_partition
     decode = is_decode(spec, pingpong)
     best: tuple[float, int, Plan] | None = None
+    aligned = rows_aligned(spec)
     for cbm, cbn, eff in _TILES:
         if (bm is not None and cbm != bm) or (bn is not None and cbn != bn):
             continue
+        if (cbm, cbn) == (128, 128) and not aligned:
+            eff = _MISALIGNED_128
         if pingpong and not _pingpong_fits(spec, cbm, cbn, partial_blocks):
             continue
         if cbn == 64 and bn is None and not (small_blockwise or decode):
@@ -782,6 +830,21 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         grid = min(device.sm_count, tiles)
         if ts > 1:
             score = tail_score(tiles, grid, ts, cbm * cbn / eff, math.ceil(spec.k / bk))
+        sk = 0
+        # (the planner's own choice: native accumulation only; promoted fp8's two column-block accumulators ran its
+        # fixup 40% slower at 6320x6848x5648, session 22, so it is forced only)
+        if (stream_k or stream_k is None and spec.accumulation is Accumulation.NATIVE) and ks == 1 \
+                and tiles % device.sm_count and not _stream_k_problems(
+                spec, pingpong, scale_partition, split_k, tail_split, False, cbm):
+            k_tiles = math.ceil(spec.k / bk)
+            # (chosen by the planner only where every shared tile gets exactly `pieces` pieces: pieces that start
+            # at other k-blocks than whole pieces of their neighbours lost up to 30% in L2, session 22)
+            for pieces in (stream_k,) if stream_k else (p for p in SK_PIECES if tiles % device.sm_count * p
+                                                          <= device.sm_count):
+                sk_score = stream_k_score(tiles, k_tiles, device.sm_count, pieces, cbm * cbn / eff)
+                if stream_k or sk_score < score:
+                    sk, score, ts, tail_s = pieces, sk_score, 1, 0
+                    grid = stream_k_grid(tiles, device.sm_count, pieces)
         # Rule 9: fused epilogues run their consumer warpgroups as one partition (its code once, not twice);
         # the wide one loads vectors a block ahead instead of hoisting all 8 blocks' (which would spill).
         # (Promoted fp8 keeps two: its promotions in the k-loop need each warpgroup to release slots on its own,
@@ -800,7 +863,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
-            load_ahead=wide and not hoist, swap_ab=False, tdm=False, **_mx_registers(spec, cbm, pingpong),
+            load_ahead=wide and not hoist, swap_ab=False, tdm=False, stream_k=sk,
+            **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )
         key = (score, -cbm * cbn, plan)
@@ -816,6 +880,54 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         raise UnsupportedError(f"no tile shape fits {spec.short()} with {bm=} {bn=} {stages=} {partial_blocks=} "
                                f"on {device.name}{hint}")
     return best[2]
+
+
+# Rule 21's cost model (stream-K, `stream_k_score`), fitted to forced stream-K plans against whole-tile ones on the
+# H100 (docs/benchmarks.md, session 22): a shared tile's k-blocks run SK_SLOWDOWN slower than a whole wave's (its
+# pieces start at other k-blocks than their neighbours', so they share less in L2), and each piece beyond a tile's
+# first costs SK_FIXUP_KBLOCKS k-blocks (the contributor's fp32 partial store, the finisher's wait and load). The
+# planner tries SK_PIECES pieces per shared tile.
+SK_SLOWDOWN = 0.5
+SK_FIXUP_KBLOCKS = 8.0
+SK_PIECES = (2, 3, 4)
+
+
+def _stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,
+                       tail_split: int | None, swap_ab: bool | None, bm: int | None) -> list[str]:
+    """Rule 21: why a stream-K plan cannot run `spec` with these options (empty: it can)."""
+    problems = []
+    if spec.epilogue is not None:
+        problems.append("a fused epilogue (its dense-operand prefetches are per whole tile; not built yet)")
+    if spec.scale.is_blockwise:
+        problems.append(f"{spec.scale.value} scales (not built yet: native, tensorwise and rowwise are)")
+    if pingpong:
+        problems.append("ping-pong (its consumers take whole tiles in turn)")
+    if scale_partition:
+        problems.append("the scale partition")
+    if split_k not in (None, 1) or tail_split not in (None, 1):
+        problems.append("split_k or tail_split (stream-K shares the k-blocks itself)")
+    if swap_ab:
+        problems.append("swap_ab (decode's swapped tiles)")
+    if bm not in (None, 128):
+        problems.append(f"bm={bm} (stream-K is built for 128-row tiles)")
+    return problems
+
+
+def stream_k_grid(tiles: int, sm_count: int, pieces: int) -> int:
+    """Rule 21's CTAs: every SM where the tiles fill a wave, else as many as the pieces need (`ir.Tiling.stream_k`)."""
+    return sm_count if tiles >= sm_count else min(sm_count, tiles * pieces)
+
+
+def stream_k_score(tiles: int, k_tiles: int, sm_count: int, pieces: int, area: float) -> float:
+    """Rule 21's score in step 3's units (rounds x BM * BN / efficiency): the whole waves, then the last wave's
+    tiles shared by min(SMs, tiles x pieces) CTAs: each CTA's share of a tile, SK_SLOWDOWN slower, plus
+    SK_FIXUP_KBLOCKS k-blocks for each piece beyond a tile's first."""
+    whole, rest = divmod(tiles, sm_count)
+    if not rest:
+        return whole * area
+    ctas = min(sm_count, rest * pieces)
+    fixup = (ctas / rest - 1) * SK_FIXUP_KBLOCKS / max(1, k_tiles)
+    return (whole + rest / ctas * (1 + SK_SLOWDOWN) + fixup) * area
 
 
 def _rule14_split(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, pingpong: bool,

@@ -51,7 +51,8 @@ def test_planned_pipeline_verifies_clean_and_fits(spec: GemmSpec, sms: int) -> N
     deep = (plan.bm, plan.bn) == (64, 64) and is_decode(spec) or plan.swap_ab  # rules 16 and 18
     assert 2 <= plan.stages <= (12 if deep else 6) and all(r.depth == plan.stages for r in m.rings)
     tiles = math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.bn)
-    assert 1 <= plan.grid <= min(sms, max(1, tiles))
+    # (a stream-K plan, rule 21, runs up to `stream_k` pieces of each tile of its last wave on CTAs of their own)
+    assert 1 <= plan.grid <= min(sms, max(1, tiles) * max(1, plan.stream_k))
     assert plan.bk == (128 if spec.is_fp8 else 64)
     # 128-row tiles run one consumer partition per warpgroup, each owning a 64-row block; 64-row tiles one.
     cons = [p for p in m.partitions if p.role is ir.Role.CONSUMER]

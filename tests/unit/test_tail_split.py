@@ -239,7 +239,7 @@ def test_no_tail_below_36_k_blocks() -> None:
         return GemmSpec(m, n, k, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE)
 
     short = plan_schedule(fp8(3072, 3072, 3072), H100_SXM)  # 24 k-blocks of 128
-    assert (short.bn, short.tail_split) == (128, 1)
+    assert (short.bn, short.tail_split, short.stream_k) == (128, 1, 0)
     assert plan_schedule(fp8(2048, 7168, 4096), H100_SXM).tail_split == 1  # 32
     assert plan_schedule(fp8(3072, 3072, 8192), H100_SXM).tail_split == 4  # 64
     assert plan_schedule(fp8(5120, 5120, 5120), H100_SXM).tail_split == 8  # 40

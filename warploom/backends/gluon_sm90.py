@@ -51,6 +51,57 @@ def tile_coords(tile_id, num_pid_m, num_pid_n):
 """
 
 
+# Stream-K (ir.Tiling.stream_k): a CTA's work units. warploom.sim.raster.stream_k_units is the same in Python.
+_STREAM_K = """\
+@gluon.jit
+def sk_range(pid, num_tiles, k_tiles):
+    # stream-K: the first dp_tiles tiles run whole (pid, pid + grid, ...), in whole waves; the sk_tiles left over (a
+    # last, partial wave) are shared as (tile, k-block) iterations by sk_ctas CTAs, at most SK_SPLIT per tile, this
+    # CTA taking iterations it0 .. it1 of them
+    grid = gl.num_programs(0)
+    sk_tiles = num_tiles % grid
+    dp_tiles = num_tiles - sk_tiles
+    sk_ctas = gl.minimum(grid, sk_tiles * SK_SPLIT)
+    total = sk_tiles * k_tiles
+    it0 = total
+    it1 = total
+    if pid < sk_ctas:
+        it0 = pid * total // sk_ctas
+        it1 = (pid + 1) * total // sk_ctas
+    num_units = dp_tiles // grid
+    if it1 > it0:
+        num_units += (it1 - 1) // k_tiles - it0 // k_tiles + 1
+    return dp_tiles, it0, it1, num_units
+
+
+@gluon.jit
+def sk_unit(u, pid, dp_tiles, it0, it1, k_tiles):
+    # unit u of this CTA: a whole tile, or the part of a shared tile within its iterations
+    grid = gl.num_programs(0)
+    n_dp = dp_tiles // grid
+    tile_id = pid + u * grid
+    k_lo = 0
+    k_hi = k_tiles
+    if u >= n_dp:
+        t = it0 // k_tiles + (u - n_dp)
+        tile_id = dp_tiles + t
+        k_lo = gl.maximum(it0 - t * k_tiles, 0)
+        k_hi = gl.minimum(it1 - t * k_tiles, k_tiles)
+    return tile_id, k_lo, k_hi
+
+
+@gluon.jit
+def sk_owner(t, k_tiles, dp_tiles, num_tiles):
+    # the CTA whose iterations hold shared tile t's last k-block (iteration i is CTA ((i + 1) * sk_ctas - 1) // total's)
+    sk_tiles = num_tiles - dp_tiles
+    sk_ctas = gl.minimum(gl.num_programs(0), sk_tiles * SK_SPLIT)
+    return ((t + 1) * k_tiles * sk_ctas - 1) // (sk_tiles * k_tiles)
+"""
+
+# Stream-K's fp32 workspace (grid x BM x BN) and int32 flags (grid x consumer partitions).
+SK_PARAMS = ("sk_ws_ptr", "sk_flags_ptr")
+
+
 @dataclass(frozen=True)
 class GluonSource:
     """Generated Gluon for one module.
@@ -100,13 +151,16 @@ def _parity(p: ir.Parity, depth: int, stages: int) -> str:
     return f"({base}) ^ 1" if p.flip else base
 
 
-def _guard(g: ir.Guard) -> str | None:
-    return {ir.Guard.ALWAYS: None, ir.Guard.NOT_FIRST_K: "kk > 0", ir.Guard.FIRST_K: "kk == 0"}[g]
+def _guard(g: ir.Guard, first: str = "0") -> str | None:
+    """A guard's condition on the k-block `kk`; `first`: the loop's first k-block (a stream-K unit's k_lo)."""
+    return {ir.Guard.ALWAYS: None, ir.Guard.NOT_FIRST_K: f"kk > {first}", ir.Guard.FIRST_K: f"kk == {first}"}[g]
 
 
-def use_acc(overwrite: ir.Guard) -> str:
-    """An MMA's use_acc argument: accumulate unless its `overwrite` guard holds for this k-block."""
-    return {ir.Guard.FIRST_K: "kk > 0", ir.Guard.ALWAYS: "False", ir.Guard.NOT_FIRST_K: "kk == 0"}[overwrite]
+def use_acc(overwrite: ir.Guard, first: str = "0") -> str:
+    """An MMA's use_acc argument: accumulate unless its `overwrite` guard holds for this k-block (`first`: as in
+    `_guard`)."""
+    return {ir.Guard.FIRST_K: f"kk > {first}", ir.Guard.ALWAYS: "False",
+            ir.Guard.NOT_FIRST_K: f"kk == {first}"}[overwrite]
 
 
 def _maxnreg(m: ir.Module) -> int:
@@ -135,6 +189,8 @@ class _PartitionEmitter:
         self.split = m.tiling.split_k > 1
         self.kb = "(k0 + kk)" if self.split else "kk"  # the k-block's index in K (split-K: from the unit's start)
         self.tile0 = "tile_lo + " if m.tiling.ranged else ""  # a ranged launch's tiles start at tile_lo
+        self.sk = m.tiling.stream_k
+        self.k_first = "k_lo" if self.sk else "0"  # the first k-block of a K loop (a stream-K unit's)
 
     def params(self) -> list[str]:
         return partition_params(self.m, self.p)
@@ -156,6 +212,9 @@ class _PartitionEmitter:
                 b.line("num_units = num_tiles * SPLIT_K", "split-K: unit = split * num_tiles + tile")
             else:
                 b.line("k_tiles = gl.cdiv(K, BK)")
+            if self.sk:
+                b.line("dp_tiles, it0, it1, num_units = sk_range(pid, num_tiles, k_tiles)",
+                       "stream-K: whole tiles, then this CTA's share of the rest")
             self.layouts()
             for o, _ in ir.walk(self.p.body):
                 if isinstance(o, ir.CopyScales):
@@ -197,9 +256,72 @@ class _PartitionEmitter:
             else:
                 self.op(s)
 
+    def _sk_unit_head(self) -> None:
+        b = self.buf
+        b.line("tile_id, k_lo, k_hi = sk_unit(u, pid, dp_tiles, it0, it1, k_tiles)",
+               "this unit's tile and its k-blocks k_lo .. k_hi")
+        if self.p.role is not ir.Role.MMA:
+            b.line("off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)")
+
+    def _sk_tile_body(self, body: tuple[ir.Stmt, ...]) -> None:
+        """A stream-K unit's body: the ops up to its Fixup, the fixup, then the rest only where this unit is not a
+        contributor (which stores its partial instead: ir.Fixup)."""
+        at = next((i for i, s in enumerate(body) if isinstance(s, ir.Fixup)), None)
+        if at is None:
+            self.body(body)
+            return
+        fx = body[at]
+        assert isinstance(fx, ir.Fixup)
+        self.body(body[:at])
+        b = self.buf
+        rows = self.rows
+        part = self.row0 // rows  # this partition's flag among the CTA's (one per consumer partition)
+        parts = self.m.tiling.bm // rows
+        b.line(f"sk_rows = gl.arange(0, {rows}, layout=gl.SliceLayout(1, acc_layout))", printer.op(fx))
+        with b.block("if k_lo > 0", comment="a contributor: its partial to this CTA's workspace slot, then its flag"):
+            for name in fx.accs:
+                a = self._acc(name)
+                b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, acc_layout))")
+                b.line(f"sk_offs = (pid * BM + {self.row0} + sk_rows)[:, None] * BN + ({a.col0} + sk_cols)[None, :]")
+                b.line(f"gl.store(sk_ws_ptr + sk_offs, {name})")
+            b.line("gl.thread_barrier()", "every thread's partial stored before the flag is released")
+            b.line(f"gl.atomic_xchg(sk_flags_ptr + pid * {parts} + {part}, 1, sem=\"release\", scope=\"gpu\")")
+        with b.block("else"):
+            with b.block("if k_hi < k_tiles", comment="the finisher: add the later CTAs' partials, in k order"):
+                b.line("sk_last = sk_owner(tile_id - dp_tiles, k_tiles, dp_tiles, num_tiles)",
+                       "the CTA holding the tile's last k-block")
+                with b.block("for q in range(pid + 1, sk_last + 1)"):
+                    with b.block(f"while gl.atomic_add(sk_flags_ptr + q * {parts} + {part}, 0, sem=\"acquire\", "
+                                 "scope=\"gpu\") == 0"):
+                        b.line("pass")
+                    for name in fx.accs:
+                        a = self._acc(name)
+                        b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, acc_layout))")
+                        b.line(f"sk_offs = (q * BM + {self.row0} + sk_rows)[:, None] * BN + ({a.col0} + sk_cols)"
+                               "[None, :]")
+                        b.line(f"{name} = {name} + gl.load(sk_ws_ptr + sk_offs, cache_modifier=\".cg\")")
+                    b.line(f"gl.atomic_xchg(sk_flags_ptr + q * {parts} + {part}, 0, sem=\"relaxed\", scope=\"gpu\")",
+                           "reset for the next launch")
+            self.body(body[at + 1:])
+
     def loop(self, lp: ir.Loop) -> None:
         b = self.buf
-        if lp.kind is ir.LoopKind.TILES and self.split:
+        if lp.kind is ir.LoopKind.TILES and self.sk:
+            self._offsets, self._split = set(), set()
+            assert lp.step == 1, "stream-K has no ping-pong (ir/verify.py)"
+            with b.block("for u in range(num_units)", comment="for units (stream-K: tile_id, k_lo .. k_hi)"):
+                self._sk_unit_head()
+                self._sk_tile_body(lp.body)
+        elif lp.kind is ir.LoopKind.K and self.sk:
+            with b.block("for kk in range(k_lo, k_hi)", comment="for k (this unit's k-blocks)"):
+                self.body(lp.body)
+        elif lp.kind is ir.LoopKind.FLAT and self.sk:
+            with b.block("for u in range(num_units)",
+                         comment="for units*k (flattened: one sequence of (tile, k) steps)"):
+                self._sk_unit_head()
+                with b.block("for kk in range(k_lo, k_hi)"):
+                    self.body(lp.body)
+        elif lp.kind is ir.LoopKind.TILES and self.split:
             self._offsets, self._split = set(), set()
             assert lp.step == 1, "split-K has no ping-pong (ir/verify.py)"
             with b.block("for unit in range(pid, num_units, gl.num_programs(0))", comment="for units (split-K)"):
@@ -280,7 +402,7 @@ class _PartitionEmitter:
                 args = [f"{o.barrier}_bars.index({_slot(o.slot, d, self.stages)})"]
                 if o.count != 1:
                     args.append(f"count={o.count}")
-                g = _guard(o.guard)
+                g = _guard(o.guard, self.k_first)
                 if g:
                     args.append(f"pred={g}")
                 b.line(f"mbarrier.arrive({', '.join(args)})", c)
@@ -295,7 +417,7 @@ class _PartitionEmitter:
                        f"{_slot(o.slot, d, self.stages)}), {o.ring}.index({_slot(o.slot, d, self.stages)}))", c)
             case ir.Mma():
                 s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
-                use = use_acc(o.overwrite)
+                use = use_acc(o.overwrite, self.k_first)
                 a_view = f"{o.a_ring}.index({s})"
                 if self.p.rows:
                     a_view += f".slice({self.row0}, {self.rows})"  # this warpgroup's rows of the A tile
@@ -679,6 +801,8 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
                 used[f"{o.buffer}_bar"] = None
             case ir.LoadOperand():
                 used[f"{o.operand}_ptr"] = None
+            case ir.Fixup():
+                used.update(dict.fromkeys(SK_PARAMS))
             case ir.Epilogue():
                 for s in o.steps:
                     if s in (ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE):
@@ -714,6 +838,8 @@ def kernel_params(m: ir.Module) -> tuple[str, ...]:
         ps.append("bias_ptr")
     if m.spec.epilogue is not None:
         ps += [f"{s.name}_desc" if s.kind.value == "dense" else f"{s.name}_ptr" for s in m.spec.epilogue.operands]
+    if m.tiling.stream_k:
+        ps += SK_PARAMS
     return tuple(ps) + _sizes(m)
 
 
@@ -733,12 +859,19 @@ def prelude(m: ir.Module, header: str) -> CodeBuffer:
         for line in IMPORTS:
             b.line(line, comment="fused epilogue: tl.PropagateNan")
     b.line()
-    for name, val in (("BM", t.bm), ("BN", t.bn), ("BK", t.bk), ("STAGES", m.rings[0].depth),
-                      ("GROUP_M", t.group_m)) + ((("SPLIT_K", t.split_k),) if t.split_k > 1 else ()):
+    consts: tuple[tuple[str, int], ...] = (("BM", t.bm), ("BN", t.bn), ("BK", t.bk), ("STAGES", m.rings[0].depth),
+                                           ("GROUP_M", t.group_m))
+    consts += (("SPLIT_K", t.split_k),) if t.split_k > 1 else ()
+    consts += (("SK_SPLIT", t.stream_k),) if t.stream_k else ()
+    for name, val in consts:
         b.line(f"{name} = gl.constexpr({val})")
     b.line()
     b.line()
     b.lines(_RASTER)
+    if t.stream_k:
+        b.line()
+        b.line()
+        b.lines(_STREAM_K)
     return b
 
 

@@ -445,6 +445,26 @@ class ZeroAcc:
 
 
 @dataclass(frozen=True)
+class Fixup:
+    """Stream-K (`Tiling.stream_k`): complete the current work unit's tile in accumulators `accs` across CTAs.
+
+    It stands after the unit's mainloop (the final MMA wait) and before anything that reads the accumulators as
+    the tile's sum. What it does depends on the unit (`Tiling.stream_k` says which units a CTA has):
+    - a whole tile (all its k-blocks): nothing;
+    - a unit that does not start at the tile's first k-block (a *contributor*): store `accs` (the partition's rows)
+      into this CTA's slot of the fp32 workspace, then release the slot's flag (one per consumer partition); the
+      rest of the tile's body (its epilogue and stores) is skipped for this unit;
+    - a unit that starts at k-block 0 and ends early (the tile's *finisher*, the CTA that runs the tile's first
+      k-blocks last in its own sequence): for each later CTA that holds k-blocks of the tile, in k order, acquire
+      its flag, add its slot to `accs` and reset the flag; then the epilogue runs on the whole sum. The fixed
+      order makes the result deterministic.
+    A contributor's unit is its CTA's first, a finisher's its CTA's last, so a CTA stores at most one partial and
+    waits only after storing its own: no CTA waits on one that is waiting (all CTAs are resident: grid <= SMs)."""
+
+    accs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Epilogue:
     """Apply `steps` to column block `part` of `parts` of `acc` in registers (fp32); parts = 1: all of it.
 
@@ -598,7 +618,7 @@ class PrefetchOperand:
 Op = (
     Wait | Arrive | ArriveExpectTx | TmaLoad | CopyScales | Mma | MmaWait | Promote | ZeroAcc | Epilogue | StoreTile
     | StoreWait | StoreSmem | FenceAsync | TmaStore | Advance | SkipTiles | LoadOperand | PrefetchOperand
-    | ApplyEpilogue | TcMma | Commit | LoadTmem | TdmLoad | Wmma | TdmWait | SyncWarps
+    | ApplyEpilogue | TcMma | Commit | LoadTmem | TdmLoad | Wmma | TdmWait | SyncWarps | Fixup
 )
 Stmt = Op | Loop
 
@@ -682,6 +702,15 @@ class Tiling:
             spec is the swapped one (its M is the problem's N), its A the problem's B and its B the problem's A.
             Its output tiles go to C transposed: each staging buffer is (BN, BM), written with the accumulator
             transposed, and a TMA store puts it at C[off_n, off_m] (C's own rows: the problem's M, here N).
+        stream_k: 0, or stream-K (Osama et al., "Stream-K", PPoPP 2023, as its data-parallel hybrid): the
+            persistent loops visit *work units* (tile, k-blocks k_lo .. k_hi) instead of whole tiles. With T tiles and
+            G CTAs, the first T - S tiles run whole in whole waves (tile pid, pid + G, ...), and the S = T % G tiles of
+            the last, partial wave are cut into S * k_tiles (tile, k-block) iterations shared evenly by
+            min(G, S * stream_k) CTAs: each such tile in at most `stream_k` (+ 1 where the CTAs run out) pieces, CTA
+            p < that taking iterations [p * S * k_tiles // ctas, (p + 1) * S * k_tiles // ctas) as units cut at tile
+            edges. K loops run over the unit's k-blocks (guards count from k_lo); a `Fixup` joins the pieces of a
+            split tile through an fp32 workspace of G BM x BN slots and a flag per slot and consumer partition. The
+            launch grid is the planned grid even where it exceeds the tiles.
     """
 
     bm: int
@@ -692,6 +721,7 @@ class Tiling:
     split_k: int = 1
     ranged: bool = False
     swap_ab: bool = False
+    stream_k: int = 0
 
     def block(self, axis: Axis) -> int:
         return {Axis.M: self.bm, Axis.N: self.bn, Axis.K: self.bk}[axis]

@@ -115,6 +115,8 @@ def op(o: ir.Op) -> str:
             return f"tdm_wait pending={o.pending}{tail}"
         case ir.SyncWarps():
             return "sync_warps"
+        case ir.Fixup():
+            return f"fixup {', '.join(o.accs)}"
     raise TypeError(f"unknown op {o!r}")
 
 
@@ -136,7 +138,8 @@ def module(m: ir.Module) -> str:
         f"module {m.name}  # {m.spec.short()}",
         f"  tiling bm={t.bm} bn={t.bn} bk={t.bk} group_m={t.group_m} grid={t.grid}"
         + (f" split_k={t.split_k}" if t.split_k > 1 else "") + (" ranged" if t.ranged else "")
-        + (" swap_ab (stores C transposed)" if t.swap_ab else ""),
+        + (" swap_ab (stores C transposed)" if t.swap_ab else "")
+        + (f" stream_k={t.stream_k} (the last wave's tiles in up to {t.stream_k} pieces)" if t.stream_k else ""),
     ]
     for r in m.rings:
         where = " in tensor memory" if r.in_tmem else ""

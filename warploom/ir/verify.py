@@ -48,6 +48,7 @@ def structural(m: ir.Module) -> list[str]:
                     f"expected {SCALE_BLOCK}")
     errs += _check_split_k(m)
     errs += _check_swap(m)
+    errs += _check_stream_k(m)
     for b in m.barriers:
         for rn in b.rings:
             if rn not in ring_names:
@@ -305,6 +306,43 @@ def _check_swap(m: ir.Module) -> list[str]:
         if bf.tensor is ir.Tensor.C and (bf.cols % 64 or bf.rows > t.bn):
             errs.append(f"swap_ab: buffer {bf.name} is ({bf.rows}, {bf.cols}); a transposed block of C is (at most "
                         f"BN={t.bn}, the tile's rows)")
+    return errs
+
+
+def _check_stream_k(m: ir.Module) -> list[str]:
+    """Stream-K (ir.Tiling.stream_k): whole tiles of its own, so no split-K, ranges, swap or ping-pong; a Fixup only
+    there, directly in a tiles loop after its k-loop and before anything else reads the accumulators (the epilogue
+    must see the tile's whole sum, and a contributor skips what follows it), naming accumulators the partition owns;
+    the workspace's int32 offsets (grid x BM x BN) in range."""
+    t, errs = m.tiling, []
+    if t.stream_k:
+        if t.stream_k < 2:
+            errs.append(f"stream_k={t.stream_k}: a shared tile is cut into at least 2 pieces")
+        if t.split_k > 1 or t.ranged or t.swap_ab:
+            errs.append("stream_k with split-K, a ranged launch or swap_ab (stream-K units cover whole tiles of C)")
+        if t.grid * t.bm * t.bn >= 2**31:
+            errs.append(f"stream_k: a workspace of {t.grid} x {t.bm} x {t.bn} fp32 passes 32-bit offsets")
+    for p in m.partitions:
+        accs = {a.name for a in p.accumulators}
+        for loop in _loops(p.body):
+            for i, s in enumerate(loop.body):
+                if not isinstance(s, ir.Fixup):
+                    continue
+                where = f"partition {p.name}: {printer.op(s)}"
+                if not t.stream_k:
+                    errs.append(f"{where} in a module without stream-K")
+                if loop.kind is not ir.LoopKind.TILES or loop.step != 1:
+                    errs.append(f"{where} must stand directly in a (non-ping-pong) tiles loop")
+                before = loop.body[:i]
+                if not any(isinstance(x, ir.Loop) and x.kind is ir.LoopKind.K for x in before):
+                    errs.append(f"{where} stands before its tile's k-loop: it joins the unit's finished sum")
+                if any(isinstance(x, (ir.Epilogue, ir.StoreTile, ir.StoreSmem, ir.ApplyEpilogue)) for x in before):
+                    errs.append(f"{where} follows an op that reads the accumulator as the tile's sum")
+                if set(s.accs) - accs or not s.accs:
+                    errs.append(f"{where} names accumulators {sorted(set(s.accs) - accs)} it does not own")
+        if t.stream_k and p.role in (ir.Role.CONSUMER, ir.Role.SEQUENTIAL) and not any(
+                isinstance(o, ir.Fixup) for o, _ in ir.walk(p.body)):
+            errs.append(f"partition {p.name}: a stream-K consumer without a fixup would store partial sums as tiles")
     return errs
 
 

@@ -8,6 +8,7 @@
         [copy_scales scale_a, scale_b]  # blockwise fp8 only: this k-block's scales
         wgmma acc += a[c] @ b[c]    # or: partial = a @ b; promote acc += partial [* scales]
         advance c
+      [fixup acc]                   # stream-K only: join a tile split among CTAs (ir.Fixup)
       epilogue acc: scales, bias
       store_tile C[m, n] <- acc
 
@@ -107,6 +108,8 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
 
     tile_body: list[ir.Stmt] = [ir.ZeroAcc(a.name) for a in accs[:blocks]] if promoted else []
     tile_body.append(ir.Loop(ir.LoopKind.K, tuple(k_body)))
+    if plan.stream_k:  # rule 21: the unit's k-blocks are part of the tile's; join them before anything reads the sum
+        tile_body.append(ir.Fixup(tuple(a.name for a in accs[:blocks])))
     for a in accs[:blocks]:
         if steps:
             tile_body.append(ir.Epilogue(a.name, tuple(steps)))
@@ -120,6 +123,6 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     return ir.Module(
         name=kernel_name(spec, plan), spec=spec,
         tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid, plan.split_k, ranged=plan.tail_split > 1,
-                         swap_ab=plan.swap_ab),
+                         swap_ab=plan.swap_ab, stream_k=plan.stream_k),
         partitions=(part,), rings=rings,
     )

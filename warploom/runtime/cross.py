@@ -102,6 +102,10 @@ def shared_layout(dtype: DType, block: list[int]) -> Any:
     return gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(dtype))
 
 
+# Stream-K's workspace and flags (backends/gluon_sm90.SK_PARAMS).
+SK_TYPES = {"sk_ws_ptr": "*fp32", "sk_flags_ptr": "*i32"}
+
+
 def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
     sig: dict[str, str] = {}
     blocks = descriptor_blocks(m)
@@ -114,6 +118,8 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
             sig[p] = "*u8"  # e8m0 scales go as their bytes (runtime/launch.py)
         elif p in ("scale_a_ptr", "scale_b_ptr", "sa_ptr", "sb_ptr"):
             sig[p] = "*fp32"
+        elif p in SK_TYPES:
+            sig[p] = SK_TYPES[p]
         elif p == "bias_ptr" and m.spec.epilogue is None:
             assert m.spec.bias_dtype is not None
             sig[p] = f"*{_SIG[m.spec.bias_dtype]}"

@@ -31,7 +31,7 @@ from triton import knobs
 from triton.knobs import HookChain
 from triton.runtime.driver import driver
 
-from warploom.backends.gluon_sm90 import REDUCE_BLOCK, WORKSPACE_DESC, GluonSource, output_desc
+from warploom.backends.gluon_sm90 import REDUCE_BLOCK, SK_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.errors import split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
@@ -80,6 +80,8 @@ class Launcher:
 
         self._bm, self._bn, self._grid_max = m.tiling.bm, m.tiling.bn, m.tiling.grid
         self._tiling, self._planned_k = m.tiling, m.spec.k
+        # Stream-K (ir.Tiling.stream_k): the workspace and flags, made once per device (`stream_k_buffers`).
+        self._sk_bufs: dict[int, tuple[Any, Any]] = {}
         # WARPLOOM_FAST_LAUNCH=0 keeps every call on Triton's JIT dispatch (an escape hatch, and the baseline
         # scripts/profile_host.py measures against).
         fast = os.environ.get("WARPLOOM_FAST_LAUNCH", "1") != "0" if fast is None else fast
@@ -129,6 +131,9 @@ class Launcher:
                 self._args.append(lambda c: _aligned(c.scale_b))
             elif p == "bias_ptr":
                 self._args.append(lambda c: _aligned(c.bias))
+            elif p in SK_PARAMS:
+                self._args.append(functools.partial(lambda i, c: self.stream_k_buffers(c.out.device)[i],
+                                                    SK_PARAMS.index(p)))
             elif swap and p in ("M", "N"):
                 self._args.append((lambda c: c.b.shape[1]) if p == "M" else (lambda c: c.a.shape[0]))
             else:
@@ -146,6 +151,35 @@ class Launcher:
                 direct |= {"sa_ptr": (3, False), "sb_ptr": (4, False)}
         self._positional = {i: direct[p] for i, p in enumerate(src.params) if p in direct}
         self._tail = None if tail is None else Launcher(*tail, fast=fast)
+
+    def _grid(self, m: int, n: int, split_k: int, span: Span | None) -> int:
+        """CTAs launched: `launch_grid`'s, except a stream-K kernel's, which is the planned grid whatever the tiles
+        (its CTAs share the k-blocks, not whole tiles)."""
+        if self._tiling.stream_k:
+            return self._grid_max
+        return launch_grid(m, n, self._bm, self._bn, self._grid_max, split_k, span)
+
+    def stream_k_buffers(self, device: Any) -> tuple[Any, Any]:
+        """A stream-K kernel's fp32 workspace (one BM x BN slot per CTA) and int32 flags (one per CTA and consumer
+        partition, zero between launches: each finisher resets the flags it consumed) on `device`, made on first
+        use and kept. Launches of one kernel share them, so they must not run concurrently on two streams."""
+        import torch
+
+        key = device.index if device.index is not None else torch.cuda.current_device()
+        bufs = self._sk_bufs.get(key)
+        if bufs is None:
+            t = self._tiling
+            try:
+                bufs = (torch.empty(t.grid * t.bm, t.bn, dtype=torch.float32, device=device),
+                        torch.zeros(t.grid * 4, dtype=torch.int32, device=device))
+            except torch.cuda.OutOfMemoryError as e:
+                from warploom.errors import ResourceError
+
+                raise ResourceError(f"stream-K workspace: {stream_k_workspace_bytes(t)} bytes on {device} could not "
+                                    "be allocated (out of memory). Fix: free GPU memory, or plan with "
+                                    "stream_k=False (warploom.planner.plan_schedule)") from e
+            self._sk_bufs[key] = bufs
+        return bufs
 
     def _mn(self, a: Any, b: Any) -> tuple[int, int]:
         """The kernel's M and N for a call's A and B: a swapped kernel's are the problem's N and M."""
@@ -174,7 +208,7 @@ class Launcher:
         compiled = self._main.compiled_for(device, args)
         if compiled is None:
             return None
-        grid = launch_grid(*self._mn(a, b), self._bm, self._bn, self._grid_max, 1, None)
+        grid = self._grid(*self._mn(a, b), 1, None)
         return Bound(self, self._main, compiled, grid, device, args)
 
     def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
@@ -216,7 +250,7 @@ class Launcher:
                                     dtype=torch.float32, device=out.device)
         call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs, workspace, span)
         args = [g(call) for g in self._args]
-        self._main.launch(launch_grid(m, n, self._bm, self._bn, self._grid_max, split_k, span), args)
+        self._main.launch(self._grid(m, n, split_k, span), args)
         if workspace is not None:
             assert self._reduce is not None
             if span is not None:  # one program per REDUCE_BLOCK elements of each tile's box
@@ -226,6 +260,11 @@ class Launcher:
                 self._reduce.launch(-(-m * n // REDUCE_BLOCK), [workspace, out, out.stride(0), out.stride(1), m, n,
                                                                 self._tiling.slab_rows(m)])
         return out
+
+
+def stream_k_workspace_bytes(t: ir.Tiling) -> int:
+    """The device memory a stream-K kernel keeps per device: grid BM x BN fp32 slots and 4 int32 flags per CTA."""
+    return t.grid * t.bm * t.bn * 4 + t.grid * 4 * 4 if t.stream_k else 0
 
 
 @dataclass(frozen=True)

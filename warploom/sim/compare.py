@@ -62,7 +62,7 @@ def sample_ctas(module: ir.Module, m: int, n: int, span: Span | None = None) -> 
     launch covers `span` (default: all of C)."""
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k)
     tiles = cdiv(m, t.bm) * cdiv(n, t.bn) if span is None else span.tiles
     if not tiles:
         return ()
@@ -149,7 +149,7 @@ def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, 
     t = module.tiling
     if t.swap_ab:
         m, n = n, m
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, stream_k=t.stream_k)
     # (split-K: a tile of C is final only once every k-range's unit of it was simulated)
     tiles = completed_tiles(module, m, n, grid, res.report.ctas)
     error = math.nan  # also when no tile was simulated: nothing was shown correct

@@ -161,7 +161,7 @@ def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_
     """
     t0 = time.perf_counter()
     t = module.tiling
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, stream_k=t.stream_k)
     pids = representative_ctas(module, m, n) if ctas is None else tuple(ctas)
     sink = FindingSink()
     searches: list[_CtaSearch] = []

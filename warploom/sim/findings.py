@@ -49,6 +49,12 @@ class FindingKind(enum.Enum):
     ASYNC_AT_EXIT = "a partition exits with async work (wgmma, TMA store or TDM copy) still in flight"
     LOST_FILL = "a TMA load's data was never read: producer and consumer loop trip counts disagree"
     OUTPUT_COVERAGE = "an output tile was stored twice or never: the tile loops or raster disagree"
+    SK_UNSYNCED = ("a stream-K finisher reads a workspace slot it has not acquired through the slot's flag, or one "
+                   "no contributor stored: the flag wait is missing, or names another slot")
+    SK_WRONG_PARTIAL = ("a stream-K finisher adds a partial of another tile, or k-blocks its accumulator already holds "
+                        "(a partial added twice): the owner or peer arithmetic is off")
+    SK_SLOT_REUSED = "a stream-K partial overwrites a workspace slot whose last partial no finisher has added yet"
+    SK_LOST_PARTIAL = "a stream-K contributor's partial was never added: its tile's finisher did not wait for it"
     MALFORMED = "the module cannot be executed as written"
 
     @property

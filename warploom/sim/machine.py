@@ -50,11 +50,14 @@ from warploom.sim.program import (
     EpilogueI,
     ExpectI,
     FenceI,
+    FlagWaitI,
     LoadI,
     LoadOperandI,
     LoadTmemI,
     MmaI,
     MmaWaitI,
+    PartialAddI,
+    PartialStoreI,
     PrefetchI,
     PromoteI,
     Site,
@@ -130,6 +133,10 @@ class Machine:
         # into it; _FOREIGN among them once another tile's sum was added). A function of the partition's own program
         # prefix, like `loaded`.
         self.acc_sum: list[dict[str, tuple[int, frozenset[int]]]] = [{} for _ in range(n)]
+        # Stream-K (ir.Fixup): the workspace slots and flags all CTAs of a launch share (set by the simulator's
+        # driver), and per partition the slots whose flags it has acquired.
+        self.sk: StreamKState | None = None
+        self.sk_acquired: list[set[tuple[int, int]]] = [set() for _ in range(n)]
 
     # ------------------------------------------------------------------------------------------
     # scheduling interface
@@ -152,6 +159,8 @@ class Machine:
             return len(self.stores[i]) - self.store_done[i] <= ins.pending
         if isinstance(ins, TdmWaitI):
             return len(self.tdm[i]) - self.tdm_done[i] <= ins.pending
+        if isinstance(ins, FlagWaitI):
+            return self.sk is not None and ins.flag in self.sk.flags
         return True
 
     def enabled(self) -> list[Action]:
@@ -509,6 +518,52 @@ class Machine:
                            f"{site.where()} {verb} {mi.acc} while {mi.site.where()}, issued at step {e.issued}, "
                            f"may still write it: no wgmma_wait pending=0 retired it")
                 return
+
+    # ------------------------------------------------------------------------------------------
+    # stream-K fixup (ir.Fixup): partials through the workspace slots, each behind its flag
+
+    def _sk_store(self, i: int, pc: int, ins: PartialStoreI) -> None:
+        self._acc_check(i, ins.site, ins.accs, "stores")
+        assert self.sk is not None and ins.site.tile is not None
+        old = self.sk.slots.get(ins.flag)
+        if old is not None and not old.added:
+            self._flag(FindingKind.SK_SLOT_REUSED, ins.site,
+                       f"{ins.site.where()} stores its partial into workspace slot {ins.flag}, which still holds "
+                       f"{old.what} that no finisher has added")
+        data = {a: self.data.accs[i][a].clone() for a in ins.accs} if self.data is not None else {}
+        sums = {a: self.acc_sum[i].get(a, (-1, frozenset({_FOREIGN})))[1] for a in ins.accs}
+        self.sk.slots[ins.flag] = Partial(ins.site.tile.tile_id, sums, data, f"CTA {self.prog.geo.pid}'s partial of "
+                                          f"tile id {ins.site.tile.tile_id}")
+        self.sk.flags.add(ins.flag)
+
+    def _sk_wait(self, i: int, pc: int, ins: FlagWaitI) -> None:
+        self.sk_acquired[i].add(ins.flag)
+
+    def _sk_add(self, i: int, pc: int, ins: PartialAddI) -> None:
+        self._acc_check(i, ins.site, ins.accs, "adds to")
+        assert self.sk is not None and ins.site.tile is not None
+        got = self.sk.slots.get(ins.flag)
+        if ins.flag not in self.sk_acquired[i] or got is None:
+            self._flag(FindingKind.SK_UNSYNCED, ins.site,
+                       f"{ins.site.where()} adds workspace slot {ins.flag}, " + (
+                           "which no contributor has stored" if got is None else "whose flag it never acquired"))
+            if got is None:
+                return
+        if got.tile_id != ins.site.tile.tile_id or got.added:
+            self._flag(FindingKind.SK_WRONG_PARTIAL, ins.site,
+                       f"{ins.site.where()} adds {got.what}" + (" a second time" if got.added else
+                                                                 f" to tile id {ins.site.tile.tile_id}"))
+        for a in ins.accs:
+            held = self.acc_sum[i].get(a)
+            if held is not None and held[1] & got.sums[a]:
+                self._flag(FindingKind.SK_WRONG_PARTIAL, ins.site,
+                           f"{ins.site.where()} adds {got.what} to {a}, which already holds some of its k-blocks")
+            self._sum_into(i, ins.site, a, got.sums[a], True)
+            if self.data is not None and a in got.data:
+                self.data.accs[i][a] = self.data.accs[i][a] + got.data[a]
+        got.added = True
+        self.sk.flags.discard(ins.flag)  # reset for the next launch
+        self.sk_acquired[i].discard(ins.flag)
 
     def _tc_mma(self, i: int, pc: int, ins: TcMmaI) -> None:
         """sm_100a: issue a tcgen05 MMA. It reads its A and B slots until it completes (then its release arrives),
@@ -891,5 +946,29 @@ _EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
     TmaStoreI: Machine._tma_store, StoreWaitI: Machine._store_wait, StoreTileI: Machine._store_tile,
     LoadOperandI: Machine._load_operand, PrefetchI: Machine._prefetch, ApplyI: Machine._apply,
     TcMmaI: Machine._tc_mma, CommitI: Machine._commit, LoadTmemI: Machine._load_tmem,
-    TdmWaitI: Machine._tdm_wait, SyncI: Machine._sync,
+    TdmWaitI: Machine._tdm_wait, SyncI: Machine._sync, PartialStoreI: Machine._sk_store, FlagWaitI: Machine._sk_wait,
+    PartialAddI: Machine._sk_add,
 }
+
+
+@dataclass
+class Partial:
+    """A stream-K partial in a workspace slot: its tile, the k-blocks (origins) each accumulator summed, its data."""
+
+    tile_id: int
+    sums: dict[str, frozenset[int]]
+    data: dict[str, Any]
+    what: str
+    added: bool = False
+
+
+@dataclass
+class StreamKState:
+    """What the CTAs of one stream-K launch share: the workspace slots and the released flags, by (CTA, partition)."""
+
+    slots: dict[tuple[int, int], Partial]
+    flags: set[tuple[int, int]]
+
+    def lost(self) -> list[Partial]:
+        """Partials stored but never added (checked when every CTA has finished)."""
+        return [p for p in self.slots.values() if not p.added]

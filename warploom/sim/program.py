@@ -21,7 +21,7 @@ from warploom.epilogue.graph import EpilogueGraph
 from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.sim.raster import Span, TileRef, cdiv, cta_tiles
+from warploom.sim.raster import Span, TileRef, cdiv, cta_tiles, stream_k_units
 from warploom.spec import BLayout
 
 
@@ -49,6 +49,9 @@ class Geometry:
     def of(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int, span: Span | None = None) -> Geometry:
         """CTA `pid`'s share; `span`: a ranged module's launch range (`ir.Tiling.ranged`; None: all of C)."""
         t = module.tiling
+        if t.stream_k:
+            return Geometry(m, n, k, pid, grid, stream_k_units(pid, m, n, cdiv(k, t.bk), t.bm, t.bn, t.group_m, grid,
+                                                               t.stream_k), cdiv(k, t.bk))
         return Geometry(m, n, k, pid, grid,
                         cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, launch_span(module, m, n, span)),
                         cdiv(k, t.bk) // t.split_k)
@@ -332,9 +335,35 @@ class LoadTmemI:
     tag: Tag
 
 
+@dataclass(frozen=True, slots=True)
+class PartialStoreI:
+    """Stream-K contributor (ir.Fixup): store `accs` into workspace slot `flag` = (CTA, partition), release its flag."""
+
+    site: Site
+    accs: tuple[str, ...]
+    flag: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FlagWaitI:
+    """Stream-K finisher (ir.Fixup): wait until the flag of workspace slot `flag` is released, acquiring it."""
+
+    site: Site
+    flag: tuple[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PartialAddI:
+    """Stream-K finisher (ir.Fixup): add workspace slot `flag`'s partial to `accs`, then reset the flag."""
+
+    site: Site
+    accs: tuple[str, ...]
+    flag: tuple[int, int]
+
+
 Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI | FenceI
          | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | TcMmaI | CommitI | LoadTmemI
-         | TdmWaitI | SyncI)
+         | TdmWaitI | SyncI | PartialStoreI | FlagWaitI | PartialAddI)
 
 
 def acc_tag(tile: TileRef) -> Tag:
@@ -374,6 +403,7 @@ class _Interp:
         self.k: int | None = None
         self.text: dict[ir.Op, str] = {}  # printer.op per op, printed once rather than per iteration
         self.out_dtypes = module.spec.output_dtypes()
+        self.skip = False  # stream-K: a contributor's Fixup skips the rest of its tile's body
 
     def _kb(self, t: TileRef) -> int:
         """The current k-block's index in K: the loop's, from the work unit's first k-block with split-K."""
@@ -430,6 +460,8 @@ class _Interp:
 
     def run(self, body: tuple[ir.Stmt, ...]) -> Iterator[Instr]:
         for s in body:
+            if self.skip:
+                return
             if isinstance(s, ir.Loop):
                 yield from self.loop(s)
             else:
@@ -441,19 +473,24 @@ class _Interp:
             for t in self.geo.tiles[lp.start::lp.step]:  # step > 1: a ping-pong consumer's alternate tiles
                 self.tile, self.k = t, None
                 yield from self.run(lp.body)
+                self.skip = False
         elif lp.kind is ir.LoopKind.K:
             if self.tile is None:
                 raise MalformedError(f"partition {self.p.name}: a k-loop outside a tile loop")
-            for kk in range(self.geo.k_tiles):
+            for kk in range(*self._k_range(self.tile)):
                 self.k = kk
                 yield from self.run(lp.body)
         else:
             # FLAT: every (tile, k) pair of this CTA in order (tile_id = pid + (t // k_tiles) * grid).
             for t in self.geo.tiles:
-                for kk in range(self.geo.k_tiles):
+                for kk in range(*self._k_range(t)):
                     self.tile, self.k = t, kk
                     yield from self.run(lp.body)
         self.tile, self.k = outer
+
+    def _k_range(self, t: TileRef) -> tuple[int, int]:
+        """The k-blocks a unit's K loop visits: all of them, or a stream-K unit's k_lo .. k_hi."""
+        return t.k_lo, self.geo.k_tiles if t.k_hi is None else t.k_hi
 
     def _use(self, cursor: str, offset: int) -> tuple[int, int]:
         if cursor not in self.depth:
@@ -484,7 +521,8 @@ class _Interp:
             return True
         if self.k is None:
             raise MalformedError(f"partition {self.p.name}: guard `{g.value}` of `{what}` outside a k-loop")
-        return (self.k > 0) if g is ir.Guard.NOT_FIRST_K else (self.k == 0)
+        first = self.tile.k_lo if self.tile is not None else 0  # (a stream-K unit's K loop starts at k_lo)
+        return (self.k > first) if g is ir.Guard.NOT_FIRST_K else (self.k == first)
 
     def op(self, o: ir.Op) -> Iterator[Instr]:
         text = self.text.get(o)
@@ -653,6 +691,18 @@ class _Interp:
                                  self._index(o.slot, m.ring(o.b_ring).depth, text), o.acc_ring,
                                  self._index(o.acc_slot, m.ring(o.acc_ring).depth, text), not overwrite, a_tag, b_tag,
                                  acc_tag(t), o.release, ri)
+                case ir.Fixup():
+                    t = self._tile(text)
+                    if not self.m.tiling.stream_k:
+                        raise MalformedError(f"partition {self.p.name}: `{text}` in a module without stream-K")
+                    accs = tuple(self._acc(a, text).name for a in o.accs)
+                    part = self.row0 // (self.p.rows.rows if self.p.rows else self.m.tiling.bm)
+                    if t.contributor:
+                        yield PartialStoreI(site, accs, (self.geo.pid, part))
+                        self.skip = True
+                    for q in t.peers:
+                        yield FlagWaitI(site, (q, part))
+                        yield PartialAddI(site, accs, (q, part))
                 case ir.Commit():
                     yield CommitI(site, o.barrier, self._index(o.slot, m.barrier(o.barrier).depth, text))
                 case ir.LoadTmem():

@@ -52,10 +52,23 @@ class TileRef:
     split: int = 0
     ws_m: int = 0
     ws_n: int = 0
+    k_lo: int = 0
+    k_hi: int | None = None
+    peers: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         ks = f", k-range {self.split}" if self.split else ""
+        ks += f", k-blocks {self.k_lo}..{self.k_hi}" if self.k_hi is not None else ""
         return f"tile #{self.index} (m={self.pid_m}, n={self.pid_n}{ks})"
+
+    @property
+    def contributor(self) -> bool:
+        """Stream-K: a unit that does not start at the tile's first k-block stores a partial (ir.Fixup)."""
+        return self.k_lo > 0
+
+    def stores(self) -> bool:
+        """Whether this unit stores its tile of C: every unit but a stream-K contributor."""
+        return not self.contributor
 
 
 def whole_tiles(units: tuple[TileRef, ...], split_k: int) -> tuple[TileRef, ...]:
@@ -95,9 +108,12 @@ def tail_spans(tiles: int, grid: int, splits_evenly: bool = True) -> tuple[Span,
     return Span(0, whole), Span(whole, tiles)
 
 
-def launch_grid(m: int, n: int, bm: int, bn: int, grid: int, split_k: int = 1, span: Span | None = None) -> int:
+def launch_grid(m: int, n: int, bm: int, bn: int, grid: int, split_k: int = 1, span: Span | None = None,
+                stream_k: int = 0) -> int:
     """CTAs launched, as `warploom.runtime.launch` does: the planned grid, capped by the work units (tiles, or a
-    ranged launch's `span` of them, times the k-ranges with split-K)."""
+    ranged launch's `span` of them, times the k-ranges with split-K); a stream-K kernel's is the planned grid."""
+    if stream_k:
+        return grid
     tiles = cdiv(m, bm) * cdiv(n, bn) if span is None else span.tiles
     return min(grid, tiles * split_k)
 
@@ -127,4 +143,30 @@ def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: in
         else:
             ws = ((split * tiles + tile_id - lo) * bm, 0)
         out.append(TileRef(i, tile_id, pm, pn, pm * bm, pn * bn, split, *ws))
+    return tuple(out)
+
+
+def stream_k_units(pid: int, m: int, n: int, k_tiles: int, bm: int, bn: int, group_m: int, grid: int,
+                   pieces: int) -> tuple[TileRef, ...]:
+    """The work units CTA `pid` of a stream-K launch visits, in order (`ir.Tiling.stream_k`): line for line the
+    Gluon helpers ``sk_range``, ``sk_unit`` and ``sk_owner`` (backends/gluon_sm90.py). Whole tiles first, then its
+    iterations of the last wave's tiles, cut at tile edges; a finisher unit (k-block 0, ending early) lists the CTAs
+    holding the rest of its tile in `peers`, in k order."""
+    num_pid_m, num_pid_n = cdiv(m, bm), cdiv(n, bn)
+    tiles = num_pid_m * num_pid_n
+    sk_tiles = tiles % grid
+    dp_tiles = tiles - sk_tiles
+    ctas = min(grid, sk_tiles * pieces)
+    total = sk_tiles * k_tiles
+    out: list[TileRef] = []
+    for tile_id in range(pid, dp_tiles, grid):
+        pm, pn = tile_coords(tile_id, num_pid_m, num_pid_n, group_m)
+        out.append(TileRef(len(out), tile_id, pm, pn, pm * bm, pn * bn, k_hi=k_tiles))
+    it0, it1 = (pid * total // ctas, (pid + 1) * total // ctas) if pid < ctas else (total, total)
+    for t in range(it0 // k_tiles, (it1 - 1) // k_tiles + 1) if it1 > it0 else ():
+        k_lo, k_hi = max(it0 - t * k_tiles, 0), min(it1 - t * k_tiles, k_tiles)
+        last = ((t + 1) * k_tiles * ctas - 1) // total
+        peers = tuple(range(pid + 1, last + 1)) if k_lo == 0 and k_hi < k_tiles else ()
+        pm, pn = tile_coords(dp_tiles + t, num_pid_m, num_pid_n, group_m)
+        out.append(TileRef(len(out), dp_tiles + t, pm, pn, pm * bm, pn * bn, k_lo=k_lo, k_hi=k_hi, peers=peers))
     return tuple(out)

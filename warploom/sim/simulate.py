@@ -24,11 +24,11 @@ from warploom.errors import DeviceError, DTypeError, InputError, ScaleError, Sha
 from warploom.ir import nodes as ir
 from warploom.sim.events import TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, ProtocolError, SimFinding
-from warploom.sim.machine import Machine
+from warploom.sim.machine import Machine, StreamKState
 from warploom.sim.numerics import CtaData, Operands, reduce_span, reduce_splits
 from warploom.sim.program import CtaProgram, Geometry, MalformedError, launch_span
 from warploom.sim.raster import Span, TileRef, cta_tiles, launch_grid, whole_tiles
-from warploom.sim.scheduler import run_random
+from warploom.sim.scheduler import StepLimitError, run_random, step_budget
 
 
 @dataclass(frozen=True)
@@ -266,8 +266,9 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     results = _outputs(module, n, m, out, outs) if t.swap_ab else _outputs(module, m, n, out, outs)  # (C: C^T's shape)
     span = launch_span(module, m, n, span)
     ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors, span.tiles if span else 0)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
-    pids = tuple(range(grid)) if ctas is None else tuple(ctas)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k)
+    # A stream-K launch runs whole: its CTAs' fixups link them (ir.Fixup), so a sample would wait forever.
+    pids = tuple(range(grid)) if ctas is None or t.stream_k else tuple(ctas)
     for p in pids:
         if not 0 <= p < grid:
             raise ValueError(f"ctas: program id {p} is outside the launched grid [0, {grid})")
@@ -281,15 +282,24 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
+        machines: list[Machine] = []
         for pid in pids:
             try:
                 prog = CtaProgram.build(module, Geometry.of(module, m, n, k, pid, grid, span))
             except MalformedError as e:
                 sink.add(_malformed(pid, e))
                 stuck.update(pids)  # nothing ran: no output to judge
+                machines = []
                 break
             mach = Machine(prog, sink, CtaData(module, ops, len(module.partitions)), record=record)
+            if t.stream_k:
+                machines.append(mach)  # (run together below: their fixups link them)
+                continue
             run_random(mach, rng)
+            machines.append(mach)
+        if t.stream_k and machines:
+            run_linked(machines, rng, sink)
+        for pid, mach in zip(pids, machines, strict=False):
             steps += mach.step
             k_steps += mach.k_steps
             events.extend(mach.events or ())
@@ -298,7 +308,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     finally:
         torch.set_num_threads(threads)
     # A deadlocked (or unrunnable) CTA's missing tiles are a consequence already reported, not a new finding.
-    _coverage(module, m, n, grid, tuple(p for p in pids if p not in stuck), ops, sink, span)
+    _coverage(module, m, n, k, grid, tuple(p for p in pids if p not in stuck), ops, sink, span)
     if ops.workspace is not None:  # split-K: the second kernel sums the slabs into C, where all of them ran
         ran = tuple(p for p in pids if p not in stuck)
         if span is not None:  # (ranged: its compact boxes, each mapped back to its tile)
@@ -314,7 +324,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     return SimResult(results, report)
 
 
-def _coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...], ops: Operands,
+def _coverage(module: ir.Module, m: int, n: int, k: int, grid: int, pids: tuple[int, ...], ops: Operands,
               sink: FindingSink, span: Span | None) -> None:
     """Every element of every output in the simulated CTAs' tiles must have been stored exactly once."""
     t = module.tiling
@@ -322,7 +332,7 @@ def _coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...
         _workspace_coverage(module, m, n, grid, pids, ops.ws_writes, sink, span)
         return
     for pid in pids:
-        for tile in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span):
+        for tile in stored_tiles(module, m, n, k, pid, grid, span):
             for j, writes in enumerate(ops.writes):
                 w = writes.t() if t.swap_ab else writes  # (in the module's coordinates)
                 got = w[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
@@ -333,6 +343,40 @@ def _coverage(module: ir.Module, m: int, n: int, grid: int, pids: tuple[int, ...
                                         f"output {tile} at {name}[{tile.off_m}, {tile.off_n}] of CTA {pid}: its "
                                         f"elements were stored between {lo} and {hi} times, expected once", pid,
                                         tile=str(tile)))
+
+
+def stored_tiles(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int,
+                 span: Span | None = None) -> tuple[TileRef, ...]:
+    """The units of CTA `pid` that store their tile of C (every unit but a stream-K contributor)."""
+    t = module.tiling
+    if t.stream_k:
+        return tuple(u for u in Geometry.of(module, m, n, k, pid, grid).tiles if u.stores())
+    return cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span)
+
+
+def run_linked(machines: list[Machine], rng: random.Random, sink: FindingSink) -> None:
+    """Run the CTAs of a stream-K launch together (`ir.Fixup` links them through workspace flags): each in turn under
+    random scheduling until it blocks or ends, round after round, until none can move; then every CTA's end checks
+    (a finisher still waiting on a flag is a deadlock) and the partials no finisher added."""
+    state = StreamKState({}, set())
+    for mach in machines:
+        mach.sk = state
+    moved = True
+    while moved:
+        moved = False
+        for mach in machines:
+            budget = step_budget(mach)
+            acts = mach.enabled()
+            while acts:
+                if mach.step > budget:
+                    raise StepLimitError(f"CTA {mach.prog.geo.pid} of {mach.prog.module.name} ran past {budget} steps")
+                mach.apply(acts[rng.randrange(len(acts))])
+                moved = True
+                acts = mach.enabled()
+    for mach in machines:
+        mach.finish()
+    for p in state.lost():
+        sink.add(SimFinding(FindingKind.SK_LOST_PARTIAL, f"{p.what} was stored but never added to its tile", -1))
 
 
 def completed_tiles(module: ir.Module, m: int, n: int, grid: int, pids: Iterable[int],
@@ -364,7 +408,9 @@ def representative_ctas(module: ir.Module, m: int, n: int, span: Span | None = N
     """One CTA per distinct tile count: without data, CTAs with as many tiles run the same protocol."""
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k)
+    if t.stream_k:
+        return tuple(range(grid))  # (linked by their fixups: all of them run)
     seen: dict[int, int] = {}
     for pid in range(grid):
         seen.setdefault(len(cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span)), pid)
@@ -399,13 +445,16 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
     """
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k)
     pids = representative_ctas(module, m, n, span) if ctas is None else tuple(ctas)
     seeds = tuple(seeds)
     sink = FindingSink()
     steps = 0
+    if t.stream_k:
+        pids = tuple(range(grid))  # (linked by their fixups: all of them run)
     for seed in seeds:
         rng = random.Random(seed)
+        linked = []
         for pid in pids:
             try:
                 prog = CtaProgram.build(module, Geometry.of(module, m, n, k, pid, grid, span))
@@ -413,8 +462,14 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
                 sink.add(_malformed(pid, e))
                 continue
             mach = Machine(prog, sink)
+            if t.stream_k:
+                linked.append(mach)
+                continue
             run_random(mach, rng)
             steps += mach.step
+        if linked:
+            run_linked(linked, rng, sink)
+            steps += sum(mach.step for mach in linked)
     report = CheckReport(module.name, seeds, pids, steps, sink.findings())
     if report.findings and raise_on_finding:
         raise ProtocolError(module.name, report.findings)

@@ -1,0 +1,172 @@
+"""Stream-K (rule 21, ir.Tiling.stream_k, ir.Fixup) on the CPU: the raster's units against a brute-force owner map,
+simulated numerics on shapes that are not tile multiples, and planted fixup bugs the simulator must catch."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import pytest
+import torch
+
+import warploom
+from warploom import checks
+from warploom.device import H100_SXM
+from warploom.kernel import Kernel, build
+from warploom.planner import plan_schedule
+from warploom.sim import FindingKind
+from warploom.sim.findings import FindingSink
+from warploom.sim.machine import Machine
+from warploom.sim.program import CtaProgram, FlagWaitI, Geometry, PartialAddI, PartialStoreI
+from warploom.sim.raster import cdiv, stream_k_units
+from warploom.sim.reference import relative_error
+from warploom.sim.simulate import run_linked
+
+
+@pytest.mark.parametrize("m,n,k_tiles,grid,pieces", [
+    (1000, 700, 13, 132, 2), (3000, 3000, 47, 132, 4), (384, 752, 83, 72, 4), (130, 272, 13, 24, 4),
+    (4100, 4104, 32, 132, 3), (256, 384, 16, 12, 2), (640, 640, 5, 40, 16), (2000, 2112, 8, 132, 3)])
+def test_units_cover_every_k_block_once_and_name_their_finisher(m: int, n: int, k_tiles: int, grid: int,
+                                                                pieces: int) -> None:
+    bm, bn = 128, 256
+    units = {pid: stream_k_units(pid, m, n, k_tiles, bm, bn, 8, grid, pieces) for pid in range(grid)}
+    covered: dict[int, list[tuple[int, int, int]]] = {}
+    for pid, us in units.items():
+        shared = [u for u in us if (u.k_lo, u.k_hi) != (0, k_tiles)]  # after its whole tiles
+        assert sum(u.contributor for u in us) <= 1 and all(not u.contributor for u in shared[1:]), \
+            "a CTA contributes at most one partial, in its first shared unit (one workspace slot per CTA)"
+        assert all(not u.peers for u in us[:-1]), "only a CTA's last unit waits on others"
+        for u in us:
+            covered.setdefault(u.tile_id, []).append((u.k_lo, u.k_hi or k_tiles, pid))
+    tiles = cdiv(m, bm) * cdiv(n, bn)
+    assert sorted(covered) == list(range(tiles))
+    for tile_id, pieces_of in covered.items():
+        pieces_of.sort()
+        assert [lo for lo, _, _ in pieces_of] == [0] + [hi for _, hi, _ in pieces_of[:-1]], "contiguous, no overlap"
+        assert pieces_of[-1][1] == k_tiles
+        first = next(u for u in units[pieces_of[0][2]] if u.tile_id == tile_id)
+        assert first.peers == tuple(pid for _, _, pid in pieces_of[1:]), "the finisher waits on every other piece"
+        if len(pieces_of) > 1:  # a shared tile of the last wave: at most `pieces` pieces while CTAs are left
+            assert len(pieces_of) <= pieces + 1
+
+
+def _bf16(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(m * 7 + n + k)
+    return torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16().t()
+
+
+def _kernel(spec: object, pieces: int, **kw: object) -> Kernel:
+    plan = plan_schedule(spec, H100_SXM, stream_k=pieces, **kw)  # type: ignore[arg-type]
+    return build(spec, H100_SXM, plan)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("m,n,k,pieces,bn", [(256, 384, 1024, 2, 128), (200, 296, 1000, 3, 128),
+                                             (130, 520, 1104, 4, 256)])
+def test_bf16_numerics(m: int, n: int, k: int, pieces: int, bn: int) -> None:
+    a, b = _bf16(m, n, k)
+    kern = _kernel(checks.matmul_spec(a.to("meta"), b.to("meta"), None), pieces, bn=bn)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    res = kern.simulate(a, b, out=out, record=False)
+    assert not res.report.findings, res.report.findings
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+
+
+@pytest.mark.parametrize("recipe", ["rowwise_fast", "rowwise_exact", "tensorwise", "rowwise_bias"])
+def test_fp8_numerics(recipe: str) -> None:
+    m, n, k = 130, 272, 1552
+    torch.manual_seed(3)
+    a = torch.randn(m, k).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k).to(torch.float8_e4m3fn).t()
+    sa, sb = ((torch.rand(()) + 0.5, torch.rand(()) + 0.5) if recipe == "tensorwise"
+              else (torch.rand(m, 1) + 0.5, torch.rand(1, n) + 0.5))
+    bias = torch.randn(n).bfloat16() if recipe == "rowwise_bias" else None
+    spec = checks.scaled_mm_spec(a.to("meta"), b.to("meta"), sa.to("meta"), sb.to("meta"),
+                                 None if bias is None else bias.to("meta"), torch.bfloat16, recipe != "rowwise_exact")
+    kern = _kernel(spec, 3)
+    res = kern.simulate(a, b, sa, sb, bias, record=False)
+    assert not res.report.findings, res.report.findings
+    ref = (a.float() @ b.float()) * sa * sb + (bias.float() if bias is not None else 0)
+    assert relative_error(res.outputs[0], ref) < 1e-3
+
+
+def test_cpu_api_runs_a_stream_k_plan() -> None:
+    """The planner takes stream-K for one long-K tile on the H100 (1 tile, 64 k-blocks, cut in pieces); matmul on
+    CPU tensors simulates that kernel and returns the product."""
+    a, b = _bf16(128, 128, 4096)
+    spec = checks.matmul_spec(a.to("meta"), b.to("meta"), None)
+    assert plan_schedule(spec, H100_SXM).stream_k >= 2
+    torch.testing.assert_close(warploom.matmul(a, b).float(), a.float() @ b.float(), atol=0.3, rtol=0.02)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Planted fixup bugs: each resolved program is edited as a bug in the fixup would write it, then run linked.
+
+_SHAPE = (256, 384, 1024)
+
+
+def _programs() -> tuple[Kernel, list[CtaProgram]]:
+    m, n, k = _SHAPE
+    a, b = _bf16(m, n, k)
+    kern = _kernel(checks.matmul_spec(a.to("meta"), b.to("meta"), None), 2, bn=128)
+    grid = kern.module.tiling.grid
+    return kern, [CtaProgram.build(kern.module, Geometry.of(kern.module, m, n, k, pid, grid)) for pid in range(grid)]
+
+
+def _run(progs: list[CtaProgram]) -> set[FindingKind]:
+    import random
+
+    sink = FindingSink()
+    run_linked([Machine(p, sink) for p in progs], random.Random(0), sink)
+    return {f.kind for f in sink.findings()}
+
+
+def _edit(progs: list[CtaProgram], fn: object) -> list[CtaProgram]:
+    """`fn(pid, trace) -> trace` applied to every partition's trace of every CTA."""
+    return [dataclasses.replace(p, traces=tuple(fn(p.geo.pid, tr) for tr in p.traces)) for p in progs]  # type: ignore
+
+
+def test_clean() -> None:
+    assert _run(_programs()[1]) == set()
+
+
+def test_missing_flag_wait() -> None:
+    progs = _edit(_programs()[1], lambda pid, tr: tuple(i for i in tr if not isinstance(i, FlagWaitI)))
+    assert FindingKind.SK_UNSYNCED in _run(progs)
+
+
+def test_partial_added_twice() -> None:
+    def twice(pid: int, tr: tuple) -> tuple:
+        return tuple(itertools.chain.from_iterable((i, i) if isinstance(i, PartialAddI) else (i,) for i in tr))
+    assert FindingKind.SK_WRONG_PARTIAL in _run(_edit(_programs()[1], twice))
+
+
+def test_wrong_owner_stores_into_a_slot_still_full() -> None:
+    """A contributor writing the slot of the CTA before it (a wrong owner index) overwrites a partial no finisher has
+    added, and leaves its own slot empty for its finisher."""
+    def shifted(pid: int, tr: tuple) -> tuple:
+        return tuple(dataclasses.replace(i, flag=(max(0, i.flag[0] - 1), i.flag[1]))
+                     if isinstance(i, PartialStoreI) else i for i in tr)
+    found = _run(_edit(_programs()[1], shifted))
+    assert found & {FindingKind.SK_SLOT_REUSED, FindingKind.SK_UNSYNCED, FindingKind.DEADLOCK}
+
+
+def test_finisher_skips_a_piece() -> None:
+    def skip(pid: int, tr: tuple) -> tuple:
+        return tuple(i for i in tr if not isinstance(i, (FlagWaitI, PartialAddI)))
+    found = _run(_edit(_programs()[1], skip))
+    assert {FindingKind.SK_LOST_PARTIAL, FindingKind.ACC_INCOMPLETE} <= found
+
+
+def test_missing_fixup_op_is_refused_by_the_verifier() -> None:
+    from warploom.errors import VerificationError
+    from warploom.ir import nodes as ir
+    from warploom.ir import verify
+
+    kern = _programs()[0]
+    m = kern.module
+    part = m.partitions[0]
+    tiles = part.body[0]
+    assert isinstance(tiles, ir.Loop)
+    stripped = dataclasses.replace(tiles, body=tuple(s for s in tiles.body if not isinstance(s, ir.Fixup)))
+    with pytest.raises(VerificationError, match="without a fixup"):
+        verify.check(m.with_partition(dataclasses.replace(part, body=(stripped,))), "test")
