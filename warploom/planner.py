@@ -680,7 +680,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                               scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
     if stream_k:
-        problems = _stream_k_problems(spec, pingpong, scale_partition, split_k, tail_split, swap_ab, bm)
+        problems = _stream_k_problems(spec, pingpong, scale_partition, split_k, tail_split, swap_ab, bm,
+                                      prefetch_operands)
+        prefetch_operands = False  # (a forced stream-K plan copies dense operands when its epilogue runs)
         if problems:
             raise UnsupportedError(f"stream_k={stream_k} (rule 21) cannot run {spec.short()}: {'; '.join(problems)}. "
                                    "Fix: "
@@ -835,7 +837,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         # fixup 40% slower at 6320x6848x5648, session 22, so it is forced only)
         if (stream_k or stream_k is None and spec.accumulation is Accumulation.NATIVE) and ks == 1 \
                 and tiles % device.sm_count and not _stream_k_problems(
-                spec, pingpong, scale_partition, split_k, tail_split, False, cbm):
+                spec, pingpong, scale_partition, split_k, tail_split, False, cbm, early):
             k_tiles = math.ceil(spec.k / bk)
             # (chosen by the planner only where every shared tile gets exactly `pieces` pieces: pieces that start
             # at other k-blocks than whole pieces of their neighbours lost up to 30% in L2, session 22)
@@ -893,13 +895,16 @@ SK_PIECES = (2, 3, 4)
 
 
 def _stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,
-                       tail_split: int | None, swap_ab: bool | None, bm: int | None) -> list[str]:
+                       tail_split: int | None, swap_ab: bool | None, bm: int | None,
+                       prefetch_operands: bool | None = None) -> list[str]:
     """Rule 21: why a stream-K plan cannot run `spec` with these options (empty: it can)."""
     problems = []
-    if spec.epilogue is not None:
-        problems.append("a fused epilogue (its dense-operand prefetches are per whole tile; not built yet)")
-    if spec.scale.is_blockwise:
-        problems.append(f"{spec.scale.value} scales (not built yet: native, tensorwise and rowwise are)")
+    if spec.epilogue is not None and prefetch_operands and _dense_operands(spec):
+        # (a contributor skips its tile's epilogue, so a copy started at the tile's start would never be read)
+        problems.append("prefetch_operands=True (a dense operand's copy starts at the tile's start, before the "
+                        "fixup; pass prefetch_operands=False)")
+    if spec.scale.is_blockwise and spec.scale is not ScaleRecipe.BLOCKWISE_1X128_128X128:
+        problems.append(f"{spec.scale.value} scales (stream-K's blockwise recipe is 1x128 x 128x128)")
     if pingpong:
         problems.append("ping-pong (its consumers take whole tiles in turn)")
     if scale_partition:

@@ -97,3 +97,48 @@ def test_cuda_graph_and_planner_choice() -> None:
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
     torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+
+
+@pytest.mark.parametrize("bn", [128, 256])
+def test_fused_epilogue(bn: int) -> None:
+    """gelu(acc + bias) + residual on the finisher's whole sum (each tile's epilogue once)."""
+    import warploom
+
+    torch.manual_seed(bn)
+    m, n, k = 1200, 1000, 3000
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+
+    def f(acc: torch.Tensor, res: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(acc + bias) + res
+
+    spec = warploom.plan(a, b, epilogue=f, res=res, bias=bias).spec
+    dev = DeviceInfo.current()
+    kern = build(spec, dev, plan_schedule(spec, dev, bn=bn, stream_k=3))
+    outs = []
+    for _ in range(2):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        kern.run(a, b, out, operands={"res": res, "bias": bias})
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    ref = torch.nn.functional.gelu(a.float() @ b.float() + bias.float()) + res.float()
+    torch.testing.assert_close(outs[0].float(), ref, atol=0.5, rtol=0.02)
+
+
+def test_blockwise_1x128_128x128() -> None:
+    from warploom.sim.reference import dequantized
+
+    torch.manual_seed(5)
+    m, n, k = 656, 2064, 5248
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    kb = k // 128
+    sa = (torch.rand(kb, m, device="cuda") + 0.5).t()
+    sb = torch.rand(kb, -(-n // 128), device="cuda") + 0.5
+    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, False)
+    kern = _kernel(spec, 128, 2)
+    out = _twice(kern, m, n, torch.bfloat16, a, b, sa, sb)[0]
+    da, db = dequantized(a, b, sa, sb)
+    assert _err(out, da @ db) < 1e-3

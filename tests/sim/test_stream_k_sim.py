@@ -89,6 +89,59 @@ def test_fp8_numerics(recipe: str) -> None:
     assert relative_error(res.outputs[0], ref) < 1e-3
 
 
+@pytest.mark.parametrize("bn", [128, 256])
+def test_fused_epilogue_runs_once_on_the_whole_sum(bn: int) -> None:
+    """A fused epilogue (a dense operand and a column vector) runs on the finisher's whole sum, never on a partial; its
+    dense operand is copied when the epilogue runs (no prefetch at the tile's start, which a contributor would skip)."""
+    torch.manual_seed(1)
+    m, n, k = 200, 264, 1000
+    a, b = torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16().t()
+    res, bias = torch.randn(m, n).bfloat16(), torch.randn(n).bfloat16()
+
+    def f(acc: torch.Tensor, res: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(acc + bias) + res
+
+    spec = warploom.plan(a.to("meta"), b.to("meta"), epilogue=f, res=res.to("meta"), bias=bias.to("meta")).spec
+    kern = _kernel(spec, 3, bn=bn)
+    assert not kern.plan.prefetch_operands
+    out = kern.simulate(a, b, operands={"res": res, "bias": bias}, record=False)
+    assert not out.report.findings, out.report.findings
+    ref = torch.nn.functional.gelu(a.float() @ b.float() + bias.float()) + res.float()
+    torch.testing.assert_close(out.outputs[0].float(), ref, atol=0.5, rtol=0.02)
+
+
+def test_blockwise_1x128_128x128() -> None:
+    from warploom.sim.reference import dequantized
+
+    torch.manual_seed(0)
+    m, n, k = 200, 272, 1536
+    a = torch.randn(m, k).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k).to(torch.float8_e4m3fn).t()
+    sa, sb = (torch.rand(k // 128, m) + 0.5).t(), torch.rand(k // 128, -(-n // 128)) + 0.5
+    spec = checks.scaled_mm_spec(a.to("meta"), b.to("meta"), sa.to("meta"), sb.to("meta"), None, torch.bfloat16,
+                                 False)
+    res = _kernel(spec, 3).simulate(a, b, sa, sb, record=False)
+    assert not res.report.findings, res.report.findings
+    da, db = dequantized(a, b, sa, sb)
+    assert relative_error(res.outputs[0], da @ db) < 1e-3
+
+
+def test_refusals_name_the_option() -> None:
+    from warploom.device import B200
+    from warploom.errors import UnsupportedError
+
+    a, b = _bf16(256, 384, 1024)
+    spec = checks.matmul_spec(a.to("meta"), b.to("meta"), None)
+    for kw, needle in (({"pingpong": True}, "ping-pong"), ({"split_k": 2}, "split_k"), ({"bm": 64}, "bm=64"),
+                       ({"swap_ab": True}, "swap_ab")):
+        with pytest.raises(UnsupportedError, match=needle):
+            plan_schedule(spec, H100_SXM, stream_k=2, **kw)  # type: ignore[arg-type]
+    with pytest.raises(UnsupportedError, match="sm_90a"):
+        plan_schedule(spec, B200, stream_k=2)
+    with pytest.raises(UnsupportedError, match="2 to 16"):
+        plan_schedule(spec, H100_SXM, stream_k=1)
+
+
 def test_cpu_api_runs_a_stream_k_plan() -> None:
     """The planner takes stream-K for one long-K tile on the H100 (1 tile, 64 k-blocks, cut in pieces); matmul on
     CPU tensors simulates that kernel and returns the product."""
