@@ -176,6 +176,8 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
     from warploom.planner import wave_fill
 
     con.print(f"persistent grid: {wave_fill(kern.spec, kern.plan).describe()}", highlight=False)
+    con.print("why this plan (the planner's scored candidates):", highlight=False)
+    con.print(kern.explain(), highlight=False, markup=False)
     con.rule("[bold]schedule IR")
     con.print(kern.schedule, highlight=False, markup=False)
     out_dir.mkdir(parents=True, exist_ok=True)

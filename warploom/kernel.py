@@ -76,6 +76,13 @@ class Kernel:
         return (self.gluon.text + "\n\n# " + "-" * 100 + "\n# The split-K tail: the tiles past the last whole wave, "
                 "launched after the kernel above.\n\n" + self.tail_gluon.text)
 
+    def explain(self) -> str:
+        """The planner's candidates for this problem, their scores and why the winner won (`planner.explain`); the
+        kernel's own plan may differ where it was forced or tuned."""
+        from warploom.planner import explain
+
+        return explain(self.spec, self.device).text()
+
     def compile(self, target: str | None = None) -> Compiled:
         """Cross-compile without a GPU for `target` (default: the planned device's, ``sm_90a``, ``sm_100a`` or
         ``gfx1250``); the result has .sass (gfx1250: the AMDGCN assembly), .registers, .spills, .smem_bytes."""

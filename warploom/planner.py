@@ -149,6 +149,7 @@ The heuristic, in order:
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
 from warploom.device import DeviceInfo
@@ -833,6 +834,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         if ts > 1:
             score = tail_score(tiles, grid, ts, cbm * cbn / eff, math.ceil(spec.k / bk))
         sk = 0
+        _note(f"{cbm}x{cbn}", "split-K tail" if ts > 1 else "split-K" if ks > 1 else "whole tiles", score,
+              f"{tiles} units, {math.ceil(tiles / device.sm_count)} round(s) of {device.sm_count} CTAs"
+              + (f", the last wave's {tiles % device.sm_count} tiles in {ts} k-ranges" if ts > 1 else ""))
         # (the planner's own choice: native accumulation only; promoted fp8's two column-block accumulators ran its
         # fixup 40% slower at 6320x6848x5648, session 22, so it is forced only)
         if (stream_k or stream_k is None and spec.accumulation is Accumulation.NATIVE) and ks == 1 \
@@ -844,6 +848,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             for pieces in (stream_k,) if stream_k else (p for p in SK_PIECES if tiles % device.sm_count * p
                                                           <= device.sm_count):
                 sk_score = stream_k_score(tiles, k_tiles, device.sm_count, pieces, cbm * cbn / eff)
+                _note(f"{cbm}x{cbn}", f"stream-K, {pieces} pieces", sk_score,
+                      f"{tiles // device.sm_count} whole wave(s), then {tiles % device.sm_count} tiles over "
+                      f"{min(device.sm_count, tiles % device.sm_count * pieces)} CTAs")
                 if stream_k or sk_score < score:
                     sk, score, ts, tail_s = pieces, sk_score, 1, 0
                     grid = stream_k_grid(tiles, device.sm_count, pieces)
@@ -933,6 +940,65 @@ def stream_k_score(tiles: int, k_tiles: int, sm_count: int, pieces: int, area: f
     ctas = min(sm_count, rest * pieces)
     fixup = (ctas / rest - 1) * SK_FIXUP_KBLOCKS / max(1, k_tiles)
     return (whole + rest / ctas * (1 + SK_SLOWDOWN) + fixup) * area
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One plan the planner scored (`explain`).
+
+    Attributes:
+        tile: BM x BN.
+        kind: whole tiles, a split-K tail, split-K or stream-K with its pieces.
+        score: step 3's score (rounds x BM * BN / efficiency; lower is faster).
+        why: the wave arithmetic behind the score.
+    """
+
+    tile: str
+    kind: str
+    score: float
+    why: str
+
+
+_TRACE: ContextVar[list[Candidate] | None] = ContextVar("warploom_planner_trace", default=None)
+
+
+def _note(tile: str, kind: str, score: float, why: str) -> None:
+    trace = _TRACE.get()
+    if trace is not None:
+        trace.append(Candidate(tile, kind, score, why))
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What `plan_schedule` considered for a problem and what it chose (`explain`, `Kernel.explain`)."""
+
+    spec: GemmSpec
+    device: str
+    plan: Plan
+    candidates: tuple[Candidate, ...]
+
+    def text(self) -> str:
+        lines = [f"{self.spec.short()} on {self.device}: {self.plan.short()}"]
+        if not self.candidates:
+            lines.append("  (chosen by a rule without scoring: swap-AB decode, sm_100a, gfx1250 or forced options)")
+            return "\n".join(lines)
+        best = min(c.score for c in self.candidates)
+        lines.append(f"  {'tile':8s} {'schedule':20s} {'score':>6s}  (relative: 1.00 is the best, lower is faster)")
+        for c in sorted(self.candidates, key=lambda c: c.score):
+            lines.append(f"  {c.tile:8s} {c.kind:20s} {c.score / best:6.2f}  {c.why}")
+        return "\n".join(lines)
+
+
+def explain(spec: GemmSpec, device: DeviceInfo, **forced: object) -> Explanation:
+    """Plan `spec` as `plan_schedule` does and list every candidate it scored, with its score and wave arithmetic:
+    why the winner won. (Ties go to the larger tile; rules that pick without scoring list none.)"""
+    trace: list[Candidate] = []
+    token = _TRACE.set(trace)
+    try:
+        plan = plan_schedule(spec, device, **forced)  # type: ignore[arg-type]
+    finally:
+        _TRACE.reset(token)
+    return Explanation(spec, device.name, plan, tuple(trace))
 
 
 def _rule14_split(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, pingpong: bool,

@@ -1,0 +1,60 @@
+"""The planner's choice on 30 fixed shapes of the random zoo (`warploom bench --suite zoo`), bf16 and fp8 rowwise
+fast, as one golden table: a change to the cost model (planner steps 3, 15 and 21) shows up here in review, plan by
+plan. Refresh with EXPECTTEST_ACCEPT=1 after a deliberate change, and measure it (docs/benchmarks.md)."""
+
+from __future__ import annotations
+
+import expecttest
+
+from warploom import H100_SXM, DType, GemmSpec, ScaleRecipe
+from warploom.benchsuite.shapes import ZOO, Op, for_op
+from warploom.planner import plan_schedule
+
+SHAPES = ZOO[:30]
+
+
+def _table() -> str:
+    rows = []
+    for shape in SHAPES:
+        bf16 = plan_schedule(GemmSpec(shape.m, shape.n, shape.k), H100_SXM).short()
+        s8 = for_op(shape, Op.SCALED_MM_FP8_ROWWISE_FAST)
+        fp8 = plan_schedule(GemmSpec(s8.m, s8.n, s8.k, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE),
+                            H100_SXM).short()
+        rows.append(f"{shape.m}x{shape.n}x{shape.k}".ljust(18) + f"{bf16:40s} {fp8}")
+    return "\n".join(rows) + "\n"
+
+
+class TestPlannerChoices(expecttest.TestCase):
+    def test_zoo_table(self) -> None:
+        self.assertExpectedInline(_table(), """\
+102x1704x672      128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+1210x128x184      128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+753x216x800       128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+73x104x3280       128x128x64_s6_w8_g8_p2_sk3g3             128x128x128_s6_w8_g8_p2
+662x1096x3752     128x128x64_s6_w8_g8_p2_sk2g108           128x128x128_s6_w8_g8_p2
+469x88x4920       128x128x64_s6_w8_g8_p2_sk4g16            128x128x128_s6_w8_g8_p2_sk3g12
+1679x2456x2000    128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
+13930x480x4328    128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
+494x1528x2496     128x128x64_s6_w8_g8_p2_sk2g96            128x128x128_s6_w8_g8_p2
+366x104x888       128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+3428x1696x768     128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+2255x176x176      128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+385x5904x192      128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
+121x112x80        128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+295x1536x6064     128x128x64_s6_w8_g8_p2_sk3g108           128x128x128_s6_w8_g8_p2_sk3g108
+401x496x320       128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+347x4776x1344     128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+268x112x4944      128x128x64_s6_w8_g8_p2_sk4g12            128x128x128_s6_w8_g8_p2_sk3g9
+3230x6336x240     128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
+1318x10440x1712   128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
+12108x160x14264   128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
+87x640x72         128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+5699x2888x14160   128x256x64_s4_w8_g8_e2_p2_t6             128x256x128_s4_w8_g8_e2_p2_t3
+5556x12336x1272   128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
+15348x4072x440    128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
+14215x520x184     128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
+97x848x192        128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+11336x12448x208   128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
+114x1200x160      128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
+1304x5800x264     128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
+""")
