@@ -154,13 +154,14 @@ def test_cpu_api_runs_a_stream_k_plan() -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # Planted fixup bugs: each resolved program is edited as a bug in the fixup would write it, then run linked.
 
-_SHAPE = (256, 384, 1024)
+_SHAPE = (256, 384, 1024)  # (6 tiles of 128x128 over 12 CTAs: each in 2 pieces of 8 k-blocks)
+_SMALL = (128, 128, 256)  # the explorer's: one tile in 2 pieces of 2 k-blocks on 2 CTAs
 
 
-def _programs() -> tuple[Kernel, list[CtaProgram]]:
-    m, n, k = _SHAPE
+def _programs(shape: tuple[int, int, int] = _SHAPE) -> tuple[Kernel, list[CtaProgram]]:
+    m, n, k = shape
     a, b = _bf16(m, n, k)
-    kern = _kernel(checks.matmul_spec(a.to("meta"), b.to("meta"), None), 2, bn=128)
+    kern = _kernel(checks.matmul_spec(a.to("meta"), b.to("meta"), None), 2, bn=128, stages=2)
     grid = kern.module.tiling.grid
     return kern, [CtaProgram.build(kern.module, Geometry.of(kern.module, m, n, k, pid, grid)) for pid in range(grid)]
 
@@ -178,36 +179,65 @@ def _edit(progs: list[CtaProgram], fn: object) -> list[CtaProgram]:
     return [dataclasses.replace(p, traces=tuple(fn(p.geo.pid, tr) for tr in p.traces)) for p in progs]  # type: ignore
 
 
+def _drop_waits(pid: int, tr: tuple) -> tuple:
+    return tuple(i for i in tr if not isinstance(i, FlagWaitI))
+
+
+def _add_twice(pid: int, tr: tuple) -> tuple:
+    return tuple(itertools.chain.from_iterable((i, i) if isinstance(i, PartialAddI) else (i,) for i in tr))
+
+
+def _wrong_owner(pid: int, tr: tuple) -> tuple:
+    """A contributor writes the slot of the CTA before it (a wrong owner index): it overwrites a partial no finisher
+    has added, and leaves its own slot empty for its finisher."""
+    return tuple(dataclasses.replace(i, flag=(max(0, i.flag[0] - 1), i.flag[1])) if isinstance(i, PartialStoreI)
+                 else i for i in tr)
+
+
+def _skip_piece(pid: int, tr: tuple) -> tuple:
+    return tuple(i for i in tr if not isinstance(i, (FlagWaitI, PartialAddI)))
+
+
+# (mutant, findings that must all appear, findings of which one must appear)
+MUTANTS = [
+    (_drop_waits, {FindingKind.SK_UNSYNCED}, set()),
+    (_add_twice, {FindingKind.SK_WRONG_PARTIAL}, set()),
+    (_wrong_owner, set(), {FindingKind.SK_SLOT_REUSED, FindingKind.SK_UNSYNCED, FindingKind.DEADLOCK}),
+    (_skip_piece, {FindingKind.SK_LOST_PARTIAL, FindingKind.ACC_INCOMPLETE}, set()),
+]
+
+
 def test_clean() -> None:
     assert _run(_programs()[1]) == set()
 
 
-def test_missing_flag_wait() -> None:
-    progs = _edit(_programs()[1], lambda pid, tr: tuple(i for i in tr if not isinstance(i, FlagWaitI)))
-    assert FindingKind.SK_UNSYNCED in _run(progs)
+@pytest.mark.parametrize("mutant,every,some", MUTANTS, ids=[m[0].__name__ for m in MUTANTS])
+def test_simulate_catches(mutant: object, every: set, some: set) -> None:
+    found = _run(_edit(_programs()[1], mutant))
+    assert every <= found and (not some or found & some), found
 
 
-def test_partial_added_twice() -> None:
-    def twice(pid: int, tr: tuple) -> tuple:
-        return tuple(itertools.chain.from_iterable((i, i) if isinstance(i, PartialAddI) else (i,) for i in tr))
-    assert FindingKind.SK_WRONG_PARTIAL in _run(_edit(_programs()[1], twice))
+def _explored(mutant: object | None) -> set[FindingKind]:
+    from warploom.sim.explore import explore
+
+    kern = _programs(_SMALL)[0]
+
+    def edit(prog: CtaProgram) -> CtaProgram:
+        return _edit([prog], mutant)[0]
+
+    report = explore(kern.module, *_SMALL, mutate=None if mutant is None else edit, max_states=100_000)
+    assert not report.bound_hit
+    return report.kinds()
 
 
-def test_wrong_owner_stores_into_a_slot_still_full() -> None:
-    """A contributor writing the slot of the CTA before it (a wrong owner index) overwrites a partial no finisher has
-    added, and leaves its own slot empty for its finisher."""
-    def shifted(pid: int, tr: tuple) -> tuple:
-        return tuple(dataclasses.replace(i, flag=(max(0, i.flag[0] - 1), i.flag[1]))
-                     if isinstance(i, PartialStoreI) else i for i in tr)
-    found = _run(_edit(_programs()[1], shifted))
-    assert found & {FindingKind.SK_SLOT_REUSED, FindingKind.SK_UNSYNCED, FindingKind.DEADLOCK}
+def test_explore_clean() -> None:
+    assert _explored(None) == set()
 
 
-def test_finisher_skips_a_piece() -> None:
-    def skip(pid: int, tr: tuple) -> tuple:
-        return tuple(i for i in tr if not isinstance(i, (FlagWaitI, PartialAddI)))
-    found = _run(_edit(_programs()[1], skip))
-    assert {FindingKind.SK_LOST_PARTIAL, FindingKind.ACC_INCOMPLETE} <= found
+@pytest.mark.parametrize("mutant,every,some", MUTANTS, ids=[m[0].__name__ for m in MUTANTS])
+def test_explore_catches(mutant: object, every: set, some: set) -> None:
+    found = _explored(mutant)
+    assert every <= found and (not some or found & some), found
 
 
 def test_missing_fixup_op_is_refused_by_the_verifier() -> None:

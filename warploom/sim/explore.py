@@ -12,14 +12,16 @@ The counterexample of the first finding is replayed from the initial state and d
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from warploom.ir import nodes as ir
 from warploom.sim.findings import FindingKind, FindingSink, SimFinding
-from warploom.sim.machine import Action, Machine
-from warploom.sim.program import CtaProgram, Geometry, MalformedError
+from warploom.sim.machine import AGENT, Action, Machine, StreamKState
+from warploom.sim.program import CtaProgram, FlagWaitI, Geometry, MalformedError, PartialAddI, PartialStoreI
 from warploom.sim.raster import launch_grid
 from warploom.sim.simulate import representative_ctas
 
@@ -73,7 +75,71 @@ class ExploreReport:
         return "\n".join(lines)
 
 
-def _eager(mach: Machine, path: Path, por: bool) -> Path:
+class _Linked:
+    """The CTAs of a stream-K launch as one state machine (`ir.Fixup` links them through workspace flags): the
+    explorer's interface of `Machine` over all of them. An action is (kind, (cta, x)) for a CTA's own (kind, x); a
+    partition is numbered across the CTAs, for the local-instruction reduction."""
+
+    def __init__(self, machines: list[Machine], state: StreamKState) -> None:
+        self.ms, self.state = machines, state
+        for mach in machines:
+            mach.sk = state
+        self.agents = [(c, i) for c, mach in enumerate(machines) for i in range(len(mach.pc))]
+        self.pc = [0] * len(self.agents)  # (only its length is read: _eager numbers the partitions by it)
+
+    def local(self, j: int) -> bool:
+        c, i = self.agents[j]
+        return self.ms[c].local(i)
+
+    def runnable(self, j: int) -> bool:
+        c, i = self.agents[j]
+        return self.ms[c].runnable(i)
+
+    def enabled(self) -> list[Any]:
+        """The enabled actions, reduced: CTAs touch each other only through their fixup instructions, so where some
+        CTA can move without one, its actions alone are explored (they commute with every other CTA's: an ample
+        set), and the CTAs interleave only at their fixups."""
+        per = [(c, mach.enabled()) for c, mach in enumerate(self.ms)]
+        for c, acts in per:
+            if acts and not any(self._linking(c, a) for a in acts):
+                return [(kind, (c, x)) for kind, x in acts]
+        return [(kind, (c, x)) for c, acts in per for kind, x in acts]
+
+    def _linking(self, c: int, act: Action) -> bool:
+        """Whether CTA `c`'s action is a fixup instruction (the only ones other CTAs observe)."""
+        kind, i = act
+        mach = self.ms[c]
+        return kind == AGENT and isinstance(mach.prog.traces[i][mach.pc[i]], (PartialStoreI, FlagWaitI, PartialAddI))
+
+    def apply(self, act: Any) -> None:
+        kind, x = act
+        c, y = x if isinstance(x, tuple) else self.agents[x]
+        self.ms[c].apply((kind, y))
+
+    def describe(self, act: Any) -> str:
+        kind, x = act
+        c, y = x if isinstance(x, tuple) else self.agents[x]
+        return f"CTA {self.ms[c].prog.geo.pid}: {self.ms[c].describe((kind, y))}"
+
+    def key(self) -> tuple[Any, ...]:
+        return (tuple((mach.key(), tuple(tuple(sorted(a)) for a in mach.sk_acquired)) for mach in self.ms),
+                self.state.key())
+
+    def clone(self) -> _Linked:
+        copies = [mach.clone() for mach in self.ms]
+        for new, old in zip(copies, self.ms, strict=True):
+            new.sk_acquired = [set(a) for a in old.sk_acquired]
+        return _Linked(copies, self.state.clone())
+
+    def finish(self) -> None:
+        for mach in self.ms:
+            mach.finish()
+        for p in self.state.lost():
+            self.ms[0].sink.add(SimFinding(FindingKind.SK_LOST_PARTIAL, f"{p.what} was stored but never added to its "
+                                                                         "tile", -1))
+
+
+def _eager(mach: Any, path: Path, por: bool) -> Path:
     """Take every enabled local instruction at once (see the module docstring)."""
     moved = por
     while moved:
@@ -87,12 +153,12 @@ def _eager(mach: Machine, path: Path, por: bool) -> Path:
     return path
 
 
-def _replay(prog: CtaProgram, path: Path) -> tuple[str, ...]:
+def _replay(root: Callable[[FindingSink], Any], path: Path) -> tuple[str, ...]:
     acts: list[Action] = []
     while path is not None:
         acts.append(path[0])
         path = path[1]
-    mach = Machine(prog, FindingSink())
+    mach = root(FindingSink())
     lines = []
     for act in reversed(acts):
         lines.append(mach.describe(act))
@@ -102,9 +168,9 @@ def _replay(prog: CtaProgram, path: Path) -> tuple[str, ...]:
 
 @dataclass
 class _CtaSearch:
-    """The depth-first search of one CTA's state graph."""
+    """The depth-first search of one CTA's state graph (or of a stream-K launch's linked CTAs: `_Linked`)."""
 
-    prog: CtaProgram
+    root: Callable[[FindingSink], Any]  # the initial state, reporting to a sink
     sink: FindingSink
     por: bool
     states: int = 0
@@ -119,9 +185,9 @@ class _CtaSearch:
             self.first, self.found = path, True
 
     def run(self, max_states: int, stop_at_first: bool) -> None:
-        root = Machine(self.prog, self.sink)
+        root = self.root(self.sink)
         before = len(self.sink)
-        stack: list[tuple[Machine, Path]] = [(root, _eager(root, None, self.por))]
+        stack: list[tuple[Any, Path]] = [(root, _eager(root, None, self.por))]
         self._note(before, stack[0][1])
         visited: set[int] = set()
         while stack and not (stop_at_first and self.found):
@@ -152,12 +218,14 @@ class _CtaSearch:
 
 
 def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_000,
-            ctas: Iterable[int] | None = None, stop_at_first: bool = False, por: bool = True) -> ExploreReport:
+            ctas: Iterable[int] | None = None, stop_at_first: bool = False, por: bool = True,
+            mutate: Callable[[CtaProgram], CtaProgram] | None = None) -> ExploreReport:
     """Explore every schedule of `module` at problem size (m, n, k), protocol only.
 
     `max_states` bounds the distinct states per CTA; `bound_hit` in the report says whether it cut the
     search short. With `stop_at_first`, the search ends at the first finding. `por=False` turns the
-    local-instruction reduction off (to cross-check it).
+    local-instruction reduction off (to cross-check it). A stream-K module's CTAs are explored together, all of them
+    (keep its grid small). `mutate` edits each CTA's resolved program first: tests plant bugs below the IR with it.
     """
     t0 = time.perf_counter()
     t = module.tiling
@@ -166,17 +234,26 @@ def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_
     sink = FindingSink()
     searches: list[_CtaSearch] = []
     counter: tuple[str, ...] = ()
-    for pid in pids:
-        try:
-            prog = CtaProgram.build(module, Geometry.of(module, m, n, k, pid, grid))
-        except MalformedError as e:
-            sink.add(SimFinding(FindingKind.MALFORMED, str(e), pid))
-            continue
-        search = _CtaSearch(prog, sink, por)
+    roots: list[Callable[[FindingSink], Any]] = []
+    try:
+        progs = [CtaProgram.build(module, Geometry.of(module, m, n, k, pid, grid))
+                 for pid in (range(grid) if t.stream_k else pids)]
+        progs = [mutate(p) for p in progs] if mutate is not None else progs
+    except MalformedError as e:
+        sink.add(SimFinding(FindingKind.MALFORMED, str(e), -1))
+        progs = []
+    if t.stream_k and progs:
+        # (the CTAs of a stream-K launch wait on each other's flags: explored together, all of them)
+        pids = tuple(range(grid))
+        roots.append(lambda s: _Linked([Machine(p, s) for p in progs], StreamKState({}, set())))
+    else:
+        roots += [functools.partial(Machine, p) for p in progs]
+    for root in roots:
+        search = _CtaSearch(root, sink, por)
         search.run(max_states, stop_at_first)
         searches.append(search)
         if search.found and not counter:
-            counter = _replay(prog, search.first)
+            counter = _replay(root, search.first)
         if stop_at_first and search.found:
             break
     return ExploreReport(

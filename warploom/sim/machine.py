@@ -33,6 +33,7 @@ loaded for its block in the current tile, and a ``store_smem`` of an epilogue ou
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -972,3 +973,11 @@ class StreamKState:
     def lost(self) -> list[Partial]:
         """Partials stored but never added (checked when every CTA has finished)."""
         return [p for p in self.slots.values() if not p.added]
+
+    def key(self) -> tuple[Any, ...]:
+        """Protocol state only (the explorer's): each slot's tile, k-block sums and whether it was added; the flags."""
+        return (tuple(sorted((f, p.tile_id, tuple(sorted((a, tuple(sorted(v))) for a, v in p.sums.items())), p.added)
+                             for f, p in self.slots.items())), tuple(sorted(self.flags)))
+
+    def clone(self) -> StreamKState:
+        return StreamKState({f: dataclasses.replace(p) for f, p in self.slots.items()}, set(self.flags))
