@@ -6,8 +6,11 @@ a few hundred examples per property, as CI runs them) and ``nightly`` (NIGHTLY_F
 
 from __future__ import annotations
 
+import collections
 import os
+from collections.abc import Callable, Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 PROFILE_ENV = "WARPLOOM_HYPOTHESIS_PROFILE"
@@ -19,3 +22,15 @@ def examples(ci: int) -> settings:
     nightly = os.environ.get(PROFILE_ENV, "ci") == "nightly"
     return settings(max_examples=ci * NIGHTLY_FACTOR if nightly else ci, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+
+def figures(name: str, counts: collections.Counter[str]) -> Callable[[], Iterator[None]]:
+    """A module fixture that prints the suite's tallies (cases tried, clear errors, ...) when its tests are done:
+    the figures issue 28 asks for (shown with pytest -s)."""
+
+    @pytest.fixture(scope="module", autouse=True)
+    def report() -> Iterator[None]:
+        yield
+        print(f"\n{name}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+
+    return report

@@ -15,13 +15,14 @@ from typing import Any
 import torch
 from hypothesis import event, given
 from hypothesis import strategies as st
-from props import examples
+from props import examples, figures
 
 import warploom
 from warploom.errors import WarploomError
 
 BF16, E4 = torch.bfloat16, torch.float8_e4m3fn
 COUNTS: collections.Counter[str] = collections.Counter()
+_figures = figures('invalid inputs', COUNTS)
 
 
 class Call:
