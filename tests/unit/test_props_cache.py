@@ -19,15 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 from props import examples, figures
-from test_tune_cache import entry, key
+from test_tune_cache import cache, entry, key  # noqa: F401 - cache: the fixture (a temp dir)
 
 from warploom.planner import Plan
 from warploom.tune import cache as cache_mod
-from warploom.tune import settings
 from warploom.tune.cache import Cache, StaleCacheWarning, checksum
 
 COUNTS: collections.Counter[str] = collections.Counter()
@@ -157,18 +155,10 @@ def _clear(path: Path) -> None:
         path.unlink()
 
 
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Cache:
-    monkeypatch.setenv(settings.CACHE_DIR_ENV, str(tmp_path))
-    for env in (settings.AUTOTUNE_ENV, settings.CLEAR_ENV, settings.VERBOSE_ENV):
-        monkeypatch.delenv(env, raising=False)
-    monkeypatch.setattr(cache_mod, "_cleared", set())
-    return Cache()
-
-
 @examples(300)
 @given(corruption())
-def test_a_corrupt_cache_file_is_a_miss_with_a_warning(cache: Cache, how: tuple[str, Callable[[Path], None]]) -> None:
+def test_a_corrupt_cache_file_is_a_miss_with_a_warning(cache: Cache,  # noqa: F811 - test_tune_cache's fixture
+                                                       how: tuple[str, Callable[[Path], None]]) -> None:
     name, corrupt = how
     event(name.split()[0] if not name.startswith("file type") else name)
     COUNTS["tried"] += 1
