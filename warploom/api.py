@@ -19,7 +19,7 @@ import torch
 
 from warploom import checks, eager
 from warploom.device import H100_SXM, DeviceInfo
-from warploom.errors import ArgumentTypeError, DeviceError, InputError, WarploomError
+from warploom.errors import ArgumentTypeError, DeviceError, DTypeError, InputError, WarploomError
 from warploom.fused import fused_spec, run_fused
 from warploom.kernel import Kernel, build
 from warploom.spec import GemmSpec
@@ -179,15 +179,19 @@ def _scaled_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out.torch)
 
 
-def _not_a_tensor(e: Exception, named: dict[str, Any]) -> None:
+def _not_a_tensor(e: Exception, named: dict[str, Any], out_dtype: Any = None) -> None:
     """After a call failed with a Python or torch error, raise the warploom error for an argument that is not a dense
-    tensor (None, a list, a NumPy array, a number, a sparse tensor) if there is one. Checked only once a call has
-    failed: the eager path reads tensor attributes before any check, and a check there would cost every call."""
+    tensor (None, a list, a NumPy array, a number, a sparse tensor) if there is one, or for an out_dtype the custom
+    op's dispatcher could not cast (a string). Checked only once a call has failed: the
+    eager path reads tensor attributes before any check, and a check there would cost every call."""
     if isinstance(e, WarploomError):
         return
     bad = checks.not_a_tensor(named, optional=("bias",))
     if bad is not None:
         raise bad from None
+    if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise DTypeError("out_dtype", "torch.bfloat16, torch.float16 or torch.float32", repr(out_dtype),
+                         "pass one of those torch dtypes") from None
 
 
 def _eager(*tensors: Any) -> bool:
@@ -225,7 +229,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
             return _matmul_impl(a, b, out_dtype)
         return torch.ops.warploom.matmul(a, b, out_dtype)
     except (AttributeError, TypeError, RuntimeError) as e:
-        _not_a_tensor(e, {"a": a, "b": b})
+        _not_a_tensor(e, {"a": a, "b": b}, out_dtype)
         raise
 
 
@@ -243,6 +247,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     results are stored (see `matmul`).
     Small CPU problems run on the simulator (module docstring), which accumulates fp8 in fp32 either way.
     """
+    checks.fast_accum(use_fast_accum)  # (before the dispatcher, which casts None to False and fails on a string)
     try:
         if epilogue is not None or operands:
             key = eager.fused_key("scaled_mm+", epilogue, (a, b, scale_a, scale_b, bias), operands, out_dtype,
@@ -257,7 +262,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
             return _scaled_mm_impl(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
         return torch.ops.warploom.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
     except (AttributeError, TypeError, RuntimeError) as e:
-        _not_a_tensor(e, {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+        _not_a_tensor(e, {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}, out_dtype)
         raise
 
 

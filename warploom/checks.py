@@ -48,6 +48,12 @@ def not_a_tensor(named: dict[str, Any], optional: tuple[str, ...] = ()) -> Argum
     return None
 
 
+def fast_accum(flag: Any) -> None:
+    """use_fast_accum must be a bool: a string such as "no" is true, and the custom op's dispatcher cannot cast it."""
+    if flag is not True and flag is not False:
+        raise ArgumentTypeError("use_fast_accum", "a bool", repr(flag)[:80], "pass True or False")
+
+
 def _tensors(named: dict[str, Any], optional: tuple[str, ...] = ()) -> None:
     bad = not_a_tensor(named, optional)
     if bad is not None:
@@ -270,6 +276,7 @@ def scaled_mm_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
 def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None, out_dtype: Any = None,
                    use_fast_accum: bool = False) -> GemmSpec:
     """Validate `warploom.scaled_mm`'s arguments (torch._scaled_mm semantics) and return their spec."""
+    fast_accum(use_fast_accum)
     out = scaled_mm_dtypes(a, b, out_dtype)
     _tensors({"scale_a": scale_a, "scale_b": scale_b, "bias": bias}, optional=("bias",))
     da, db = DType.from_torch(a.dtype), DType.from_torch(b.dtype)

@@ -131,6 +131,17 @@ def _problem(m: int, n: int, k: int) -> Any:
     return apply
 
 
+def _creatable(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """An output path whose missing directories can be made: the nearest existing one above it is a directory
+    (not a file, where mkdir would fail after the run)."""
+    if value is None:
+        return None
+    above = next((p for p in value.absolute().parents if p.exists()), None)
+    if above is not None and not above.is_dir():
+        raise click.BadParameter(f"{str(above)!r} is a file, so {str(value)!r} cannot be made under it", ctx, param)
+    return value
+
+
 # matplotlib's savefig picks the format by suffix; checked before any work, as is the directory it goes into.
 _TIMELINE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 
@@ -152,7 +163,8 @@ _TIMELINE = click.option("--timeline", type=click.Path(dir_okay=False, path_type
 
 @main.command()
 @_problem(4096, 4096, 4096)
-@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out"), show_default=True)
+@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out"), show_default=True,
+              callback=_creatable)
 @_TIMELINE
 @click.option("--target", type=click.Choice(["sm_90a", "sm_100a", "gfx1250"]), default="sm_90a", show_default=True,
               help="sm_100a: plan for a B200 (planner rule 19), gfx1250: for an AMD gfx1250 (rule 20); both "
@@ -390,11 +402,12 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> Sha
 @click.option("--merge", is_flag=True, help="merge the results files given as arguments (shards of one run) "
                                             "into --out, then render them like --report")
 @click.argument("merge_files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--out", type=_PATH, default=None, help="write the results JSON here (needed to run)")
+@click.option("--out", type=_PATH, default=None, callback=_creatable,
+              help="write the results JSON here (needed to run)")
 @click.option("--report", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="render this earlier run's JSON instead of running (no GPU needed)")
-@click.option("--plot", type=_PATH, default=None, help="write the plot (PNG) here")
-@click.option("--markdown", "markdown_out", type=_PATH, default=None,
+@click.option("--plot", type=_PATH, default=None, callback=_creatable, help="write the plot (PNG) here")
+@click.option("--markdown", "markdown_out", type=_PATH, default=None, callback=_creatable,
               help="write the markdown section for docs/benchmarks.md here")
 @click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True), default=None,
               help="memory roof in TB/s [default: the run's measured copy bandwidth, else 3.0]")

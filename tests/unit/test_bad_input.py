@@ -420,3 +420,17 @@ def test_zero_sized_with_an_unaligned_other_dimension(m: int, n: int, k: int, ep
     ref = torch.matmul(a, b) * (2 if epilogue else 1)
     assert out.shape == ref.shape and out.dtype == ref.dtype
     torch.testing.assert_close(out, ref, atol=0, rtol=0)
+
+
+def test_an_out_dtype_or_fast_accum_flag_of_the_wrong_kind() -> None:
+    """Found by tests/unit/test_props_bad_input.py: the custom op's dispatcher raised a raw RuntimeError casting
+    out_dtype="bf16" or use_fast_accum="yes"; None or a string as use_fast_accum passed as a truth value."""
+    a, b = t(48, 64), t(64, 64)
+    raises(DTypeError, "out_dtype", lambda: warploom.matmul(a, b, out_dtype="bf16"), match="'bf16'")
+    a8, b8, one = t(48, 64, dtype=E4), col_major(64, 64), torch.ones(())
+    raises(DTypeError, "out_dtype", lambda: warploom.scaled_mm(a8, b8, one, one, out_dtype="bf16"))
+    for flag in ("yes", None, 1):
+        raises(warploom.ArgumentTypeError, "use_fast_accum", lambda f=flag: warploom.scaled_mm(a8, b8, one, one,
+                                                                                             use_fast_accum=f))
+        raises(warploom.ArgumentTypeError, "use_fast_accum", lambda f=flag: warploom.plan(a8, b8, one, one,
+                                                                                        use_fast_accum=f))

@@ -151,10 +151,10 @@ def test_results_reject_other_files(tmp_path: Path) -> None:
         Results.from_json({"env": {}, "rows": []})
     bad = results().to_json()
     del bad["rows"][0]["ours"]
-    with pytest.raises(ResultsFormatError, match="KeyError"):
+    with pytest.raises(ResultsFormatError, match=r"rows\[0\]\.ours: missing"):
         Results.from_json(bad)
     (tmp_path / "x.json").write_text("{not json")
-    with pytest.raises(ResultsFormatError, match="x.json: expected JSON"):
+    with pytest.raises(ResultsFormatError, match="x.json: expected UTF-8 JSON"):
         Results.load(tmp_path / "x.json")
 
 

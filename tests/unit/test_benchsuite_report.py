@@ -3,15 +3,20 @@ CPU: `--report` renders, a run without CUDA fails with a clear message."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 from click.testing import CliRunner
 
 from warploom.benchsuite import report
-from warploom.benchsuite.results import Environment, Measurement, Results, Row
+from warploom.benchsuite.results import Environment, Measurement, Results, ResultsFormatError, Row
 from warploom.benchsuite.roofline import H100_SXM
 from warploom.benchsuite.shapes import DECODE, LLM_SHAPES, SQUARES, Case, Op, Shape
 from warploom.cli import main
@@ -130,3 +135,95 @@ def test_cli_run_without_cuda_fails_clearly(tmp_path: Path, monkeypatch: pytest.
     assert r.exit_code == 2 and "pass --out results.json" in r.output
     r = CliRunner().invoke(main, ["bench", "--ops", "matmul_bf16,matmul_fp4", "--out", "x.json"])
     assert r.exit_code == 2 and "scaled_mm_fp8_tensorwise" in r.output and "matmul_fp4" in r.output
+
+
+def _set(path: str, value: object) -> Callable[[dict[str, Any]], None]:
+    """Set the field at a dotted path (``rows.0.ours.eager_ms``) of a results JSON."""
+
+    def edit(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = data
+        for key in parents:
+            node = node[int(key)] if isinstance(node, list) else node[key]
+        node[last] = value
+
+    return edit
+
+
+def _write(edit: Callable[[dict[str, Any]], None]) -> Callable[[Path], object]:
+    def write(p: Path) -> None:
+        data = synthetic().to_json()
+        edit(data)
+        p.write_text(json.dumps(data))  # (NaN and Infinity as JSON's writer spells them)
+
+    return write
+
+
+def _replace(make: Callable[[Path], object]) -> Callable[[Path], object]:
+    return lambda p: (p.unlink(), make(p))
+
+
+# Issue 28 #16: each makes `bench --report` and `--merge` a usage error naming the file and the reason.
+RESULTS_CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
+    "not UTF-8": (lambda p: p.write_bytes(b'{"format": "\xff\xfe"}'), "expected UTF-8 JSON, got UnicodeDecodeError"),
+    "deep nesting": (lambda p: p.write_text("[" * 200_000 + "]" * 200_000), "got RecursionError"),
+    "a 5000-digit int": (lambda p: p.write_text("9" * 5000), "got ValueError: Exceeds the limit"),
+    "a 400-digit time": (_write(_set("rows.0.ours.eager_ms", 10**400)), "an integer of 401 digits"),
+    "a 400-digit M": (_write(_set("rows.0.m", 10**400)), r"rows\[0\]\.m: expected a dimension in \[1, 1099511627776\]"),
+    "a zero time": (_write(_set("rows.0.ours.eager_ms", 0)), r"rows\[0\]\.ours: eager_ms: expected a time in ms"),
+    "a negative time": (_write(_set("rows.1.torch.eager_ms", -1.5)), r"rows\[1\]\.torch: eager_ms: expected a time"),
+    "an infinite time": (_write(_set("rows.0.ours.eager_ms", math.inf)), "got inf"),
+    "a NaN graph time": (_write(_set("rows.4.ours.graph_ms", math.nan)), r"rows\[4\]\.ours: graph_ms: .* got nan"),
+    "a string time": (_write(_set("rows.0.torch.eager_ms", "1.0")), "eager_ms: expected a JSON number, got '1.0'"),
+    "a bool time": (_write(_set("rows.0.torch.eager_ms", True)), "eager_ms: expected a JSON number, got True"),
+    "a non-numeric copy_tbps": (_write(_set("env.copy_tbps", "fast")), "env.copy_tbps: expected a JSON number or null"),
+    "a negative copy_tbps": (_write(_set("env.copy_tbps", -3.0)), r"env: copy_tbps: expected a bandwidth in TB/s"),
+    "an infinite copy_tbps": (_write(_set("env.copy_tbps", math.inf)), "copy_tbps: .* got inf"),
+    "a number for the date": (_write(_set("env.date", 20261123)), "env.date: expected a JSON string"),
+    "options not an object": (_write(_set("env.options", [1])), "env.options: expected a JSON object"),
+    "nested options": (_write(_set("env.options", {"ops": [[[]]]})), "env.options.ops: expected a JSON scalar"),
+    "a list at the top": (lambda p: p.write_text("[1, 2]"), "expected a JSON object with format 'warploom-bench/1'"),
+    "rows an object": (_write(_set("rows", {"0": {}})), "rows: expected a JSON array"),
+    "a row a string": (_write(_set("rows", ["x"])), r"rows\[0\]: expected an object, got 'x'"),
+    "a string for ok": (_write(_set("rows.0.ok", "no")), r"rows\[0\]\.ok: expected a JSON bool"),
+    "an empty file": (lambda p: p.write_text(""), "expected UTF-8 JSON, got JSONDecodeError"),
+    "a FIFO": (_replace(os.mkfifo), "expected a regular file of at most 64 MiB, got .* is not a regular file"),
+    "a link to /dev/zero": (_replace(lambda p: p.symlink_to("/dev/zero")), "is not a regular file"),
+}
+
+
+@pytest.mark.parametrize("how", ["--report", "--merge"])
+@pytest.mark.parametrize("name", list(RESULTS_CORRUPTIONS))
+def test_cli_refuses_a_damaged_results_file(tmp_path: Path, name: str, how: str) -> None:
+    corrupt, match = RESULTS_CORRUPTIONS[name]
+    path = tmp_path / "r.json"
+    synthetic().save(path)
+    corrupt(path)
+    with pytest.raises(ResultsFormatError, match=match):
+        Results.load(path)
+    args = [how, str(path)] + (["--out", str(tmp_path / "all.json")] if how == "--merge" else [])
+    r = CliRunner().invoke(main, ["bench", *args])
+    assert r.exit_code == 2, (r.output, r.exception)
+    assert f"Invalid value for {how}: {path}: expected" in " ".join(r.output.split())
+
+
+@pytest.mark.parametrize("how", ["--report", "--merge"])
+def test_cli_refuses_a_missing_file_or_a_directory(tmp_path: Path, how: str) -> None:
+    for path, what in ((tmp_path / "none.json", "does not exist"), (tmp_path, "is a directory")):
+        args = [how, str(path)] + (["--out", str(tmp_path / "all.json")] if how == "--merge" else [])
+        r = CliRunner().invoke(main, ["bench", *args])
+        assert r.exit_code == 2 and what in r.output, r.output
+        with pytest.raises(ResultsFormatError, match="expected a regular file"):
+            Results.load(path)
+
+
+def test_measurements_and_environments_validate_themselves() -> None:
+    for ms in (0.0, -1.0, math.inf, math.nan, 1e-9, 1e10):
+        with pytest.raises(ValueError, match="eager_ms: expected a time in ms"):
+            Measurement(ms, None, 0.0)
+        with pytest.raises(ValueError, match="graph_ms: expected a time in ms"):
+            Measurement(1.0, ms, 0.0)
+    for bw in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="copy_tbps: expected a bandwidth"):
+            dataclasses.replace(synthetic().env, copy_tbps=bw)
+    assert Measurement(1.0, None, math.nan).err != 0  # a NaN error is what a run of NaNs measured: kept

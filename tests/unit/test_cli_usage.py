@@ -40,3 +40,17 @@ def test_out_dir_naming_a_file(tmp_path: Path) -> None:
 def test_a_non_numeric_simulator_limit() -> None:
     usage_error(["sim", "--m", "64", "--n", "64", "--k", "64"], "WARPLOOM_SIM_MAX_FLOPS",
                 env={"WARPLOOM_SIM_MAX_FLOPS": "lots"})
+
+
+@pytest.mark.parametrize("option", ["--plot", "--markdown", "--out"])
+def test_an_output_path_under_a_file(tmp_path: Path, option: str) -> None:
+    """Found by tests/unit/test_props_cli.py: the directory made for an output under a file raised FileExistsError
+    after the work was done."""
+    from test_benchsuite_report import synthetic  # (pytest puts this folder on sys.path)
+
+    results = tmp_path / "r.json"
+    synthetic().save(results)
+    args = ["--merge", str(results)] if option == "--out" else ["--report", str(results)]
+    (tmp_path / "f").write_text("x")
+    usage_error(["bench", *args, option, str(tmp_path / "f" / "sub" / "x.png")], "is a file")
+    usage_error(["demo", "--out-dir", str(tmp_path / "f" / "sub")], "is a file")

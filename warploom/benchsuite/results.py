@@ -8,14 +8,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from warploom.benchsuite.roofline import tflops
 from warploom.benchsuite.shapes import Case, Group, Op, Shape, Shard, Suite, cases
+from warploom.runtime.files import read_regular
 
 FORMAT = "warploom-bench/1"
+# The largest results file read: the zoo's 1,120 rows take about 1 MB; a larger file is refused, not read.
+MAX_FILE_BYTES = 64 << 20
+# Times in ms, from a nanosecond to 11 days: bounded so that every ratio of two times and every TFLOP/s rate the
+# report draws from them is a finite positive float.
+MIN_MS, MAX_MS = 1e-6, 1e9
+MAX_TBPS = 1e6  # a copy bandwidth (TB/s) far past any device's, for the same reason
+# The largest M, N or K read: far past any GEMM, small enough that 2MNK stays a finite float.
+MAX_DIM = 2**40
 
 
 class ResultsFormatError(ValueError):
@@ -47,6 +56,12 @@ class Measurement:
     eager_ms: float
     graph_ms: float | None
     err: float
+
+    def __post_init__(self) -> None:
+        for name in ("eager_ms", "graph_ms"):
+            ms = getattr(self, name)
+            if name == "eager_ms" or ms is not None:
+                _in_range(name, ms, MIN_MS, MAX_MS, "a time in ms")
 
     @property
     def ms(self) -> float:
@@ -134,6 +149,8 @@ class Environment:
     shard: str = ""
 
     def __post_init__(self) -> None:
+        if self.copy_tbps is not None:
+            _in_range("copy_tbps", self.copy_tbps, 0, MAX_TBPS, "a bandwidth in TB/s", open_low=True)
         counts = {s.count for s in self.shards}
         if len(counts) > 1:
             raise ValueError(f"Expected shards of one count but got {self.shard!r}")
@@ -160,10 +177,10 @@ class Results:
             got = f"format {data.get('format')!r}" if isinstance(data, dict) else type(data).__name__
             raise ResultsFormatError(source, f"a JSON object with format {FORMAT!r}", got)
         try:
-            env = Environment(**data["env"])
-            rows = tuple(_row_from(r) for r in data["rows"])
-        except (KeyError, TypeError, ValueError) as e:
-            got = f"{type(e).__name__}: {e}"
+            env = _env_from(_get(data, "env", "object", ""))
+            rows = tuple(_row_from(r, f"rows[{i}]") for i, r in enumerate(_get(data, "rows", "array", "")))
+        except ValueError as e:  # (a field's own message, or a dataclass's __post_init__)
+            got = str(e)[:500]
             raise ResultsFormatError(source, "the fields of warploom.benchsuite.results", got) from None
         return Results(env, rows)
 
@@ -175,10 +192,18 @@ class Results:
 
     @staticmethod
     def load(path: Path) -> Results:
+        """The results in `path`; ResultsFormatError for anything else there: no file, a directory or FIFO (never
+        opened blocking), a file over MAX_FILE_BYTES, not UTF-8 JSON, nesting too deep, an integer too long to
+        parse, or fields that `save` does not write."""
         try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ResultsFormatError(str(path), "JSON", f"a parse error ({e})") from None
+            raw = read_regular(path, MAX_FILE_BYTES)
+        except OSError as e:  # (NotRegular, FileNotFoundError, PermissionError)
+            raise ResultsFormatError(str(path), f"a regular file of at most {MAX_FILE_BYTES >> 20} MiB",
+                                     str(e)) from None
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError) as e:  # (UnicodeDecodeError, JSONDecodeError, a too-long int: ValueErrors)
+            raise ResultsFormatError(str(path), "UTF-8 JSON", f"{type(e).__name__}: {str(e)[:200]}") from None
         return Results.from_json(data, str(path))
 
 
@@ -238,15 +263,85 @@ def _m_json(m: Measurement | None) -> dict[str, Any] | None:
     return None if m is None else asdict(m)
 
 
-def _m_from(d: dict[str, Any] | None) -> Measurement | None:
-    return None if d is None else Measurement(float(d["eager_ms"]), _opt(d["graph_ms"]), float(d["err"]))
+# JSON kinds a field may hold; a trailing "?" also allows null. bool is no number here, though Python's bool is an int.
+_KINDS: dict[str, tuple[type, ...]] = {"string": (str,), "number": (int, float), "integer": (int,), "bool": (bool,),
+                                       "object": (dict,), "array": (list,)}
+
+
+def _get(d: Any, key: str, kind: str, where: str) -> Any:
+    """`d[key]`, which must hold JSON of `kind`; ValueError naming the field (`where.key`) otherwise."""
+    name = f"{where}.{key}" if where else key
+    if not isinstance(d, dict) or key not in d:
+        raise ValueError(f"{name}: missing" if isinstance(d, dict) else f"{where}: expected an object, got {d!r:.80}")
+    v = d[key]
+    optional = kind.endswith("?")
+    if v is None and optional:
+        return None
+    types = _KINDS[kind.rstrip("?")]
+    if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+        raise ValueError(f"{name}: expected a JSON {kind.rstrip('?')}{' or null' if optional else ''}, got {v!r:.80}")
+    return v
+
+
+def _in_range(name: str, v: float, lo: float, hi: float, what: str, *, open_low: bool = False) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo < v if open_low else lo <= v) or not v <= hi:
+        bounds = f"{'(' if open_low else '['}{lo:g}, {hi:g}]" if isinstance(hi, float) else f"[{lo}, {hi}]"
+        raise ValueError(f"{name}: expected {what} in {bounds}, got {v!r:.80}")
+
+
+def _env_from(d: dict[str, Any]) -> Environment:
+    """The environment's fields, each of its type; those with defaults may be missing (older files), no others."""
+    kinds = {"options": "object", "copy_tbps": "number?"}  # every other field is a string
+    names = {f.name for f in fields(Environment)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ValueError(f"env: unknown fields {unknown}")
+    required = {f.name for f in fields(Environment) if f.default is MISSING and f.default_factory is MISSING}
+    got = {k: _get(d, k, kinds.get(k, "string"), "env") for k in names if k in required or k in d}
+    if got.get("copy_tbps") is not None:
+        got["copy_tbps"] = _float("env.copy_tbps", got["copy_tbps"])
+    for k, v in got["options"].items() if "options" in got else ():  # flags: scalars or lists of scalars
+        items = v if isinstance(v, list) else [v]
+        if not all(x is None or isinstance(x, (str, int, float)) for x in items):
+            raise ValueError(f"env.options.{k}: expected a JSON scalar or an array of scalars, got {v!r:.80}")
+    try:
+        return Environment(**got)
+    except ValueError as e:
+        raise ValueError(f"env: {e}") from None
+
+
+def _m_from(d: Any, where: str) -> Measurement | None:
+    if d is None:
+        return None
+    eager, graph = _get(d, "eager_ms", "number", where), _get(d, "graph_ms", "number?", where)
+    err = _get(d, "err", "number", where)  # (NaN too: an output of NaNs has a NaN error, and the writer keeps it)
+    times = _float(f"{where}.eager_ms", eager), None if graph is None else _float(f"{where}.graph_ms", graph)
+    try:
+        return Measurement(*times, _float(f"{where}.err", err))
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _float(name: str, v: int | float) -> float:
+    try:
+        return float(v)
+    except OverflowError:  # (an integer of hundreds of digits)
+        raise ValueError(f"{name}: expected a number a float holds, got an integer of {len(str(v))} digits") from None
 
 
 def _opt(x: Any) -> float | None:
     return None if x is None else float(x)
 
 
-def _row_from(d: dict[str, Any]) -> Row:
-    shape = Shape(int(d["m"]), int(d["n"]), int(d["k"]), Group(d["group"]), str(d["name"]))
-    return Row(Case(Op(d["op"]), shape), _m_from(d["ours"]), _m_from(d["torch"]), _m_from(d["compiled"]),
-               _opt(d["compile_s"]), str(d["plan"]), bool(d["ok"]), str(d["failure"]))
+def _row_from(d: Any, where: str) -> Row:
+    m, n, k = (_get(d, x, "integer", where) for x in "mnk")
+    for x, v in zip("mnk", (m, n, k), strict=True):
+        _in_range(f"{where}.{x}", v, 1, MAX_DIM, "a dimension")
+    shape = Shape(m, n, k, Group(_get(d, "group", "string", where)), _get(d, "name", "string", where))
+    ours, theirs, compiled = (_m_from(_get(d, who, "object?", where), f"{where}.{who}")
+                              for who in ("ours", "torch", "compiled"))
+    compile_s = _get(d, "compile_s", "number?", where)
+    if compile_s is not None:
+        _in_range(f"{where}.compile_s", compile_s, 0, MAX_MS / 1e3, "a time in s")
+    return Row(Case(Op(_get(d, "op", "string", where)), shape), ours, theirs, compiled, _opt(compile_s),
+               _get(d, "plan", "string", where), _get(d, "ok", "bool", where), _get(d, "failure", "string", where))
