@@ -32,8 +32,8 @@ loaded for its block in the current tile, and a ``store_smem`` of an epilogue ou
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
