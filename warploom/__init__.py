@@ -25,12 +25,12 @@ from warploom.errors import (
 )
 from warploom.kernel import Kernel
 from warploom.planner import Plan
-from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "BLayout", "DType", "DTypeError",
+    "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "ALayout", "BLayout", "DType", "DTypeError",
     "DeviceError", "DeviceInfo", "GemmSpec", "InputError", "InternalError", "Kernel", "Plan", "ScaleError",
     "ScaleRecipe", "ResourceError",
     "ShapeError", "TargetError", "UnsupportedError", "VerificationError", "WarploomError", "matmul",

@@ -21,7 +21,7 @@ from warploom.errors import (
     ScaleError,
     ShapeError,
 )
-from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
 _TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
 _16BIT = (DType.BF16, DType.FP16)
@@ -128,6 +128,17 @@ def _same_device(named: dict[str, Any]) -> None:
                               f"move {k} with {k}.to({first}.device)")
 
 
+def _a_layout(a: Any) -> ALayout:
+    """A 16-bit A's layout: row-major (K contiguous), or column-major (M contiguous: `x.t()` of a contiguous x), which
+    wgmma reads transposed from shared memory."""
+    if a.stride(1) == 1 or a.size(1) == 1:
+        return ALayout.K_MAJOR
+    if a.stride(0) == 1 or a.size(0) == 1:
+        return ALayout.M_MAJOR
+    raise AlignmentError("a", "row-major or column-major a (one unit stride)", f"strides {tuple(a.stride())}",
+                         "pass a.contiguous()")
+
+
 def _b_layout(b: Any, fp8: bool) -> BLayout:
     # A size-1 dimension has an arbitrary stride; decide by the other one.
     if b.stride(0) == 1 or b.size(0) == 1:
@@ -183,11 +194,12 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
         # No kernel runs (an empty output, or K = 0: zeros), so TMA's rules do not apply: torch's result, any strides.
         layout = BLayout.K_MAJOR if b.stride(0) == 1 else BLayout.N_MAJOR
         return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout)
-    _tma_ok("a", a, 1, "row-major a")
+    a_layout = _a_layout(a)
+    _tma_ok("a", a, 1 if a_layout is ALayout.K_MAJOR else 0, "a")
     layout = _b_layout(b, fp8=False)
     _tma_ok("b", b, 0 if layout is BLayout.K_MAJOR else 1, "b")
     _out_aligned(b.shape[1], out)
-    return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout)
+    return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout, a_layout=a_layout)
 
 
 def _mx_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRecipe:
@@ -298,7 +310,7 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
         bias_dt = _dtype("bias", bias, (DType.BF16, DType.FP16, DType.FP32), "convert bias to out_dtype")
         if tuple(bias.shape) != (n,):
             raise ShapeError("bias", f"shape ({n},)", f"shape {tuple(bias.shape)}", "pass a 1-D bias of length N")
-    _tma_ok("a", a, 1, "row-major a")
+    _tma_ok("a", a, 1, "row-major a (fp8 wgmma reads A K-major; 16-bit matmul also takes a column-major a)")
     _b_layout(b, fp8=True)
     _tma_ok("b", b, 0, "column-major b")
     _out_aligned(n, out)

@@ -155,7 +155,7 @@ from dataclasses import dataclass, replace
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
 from warploom.ir.nodes import LDS_ROW_PAD
-from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
 _TILES: tuple[tuple[int, int, float], ...] = (
@@ -358,8 +358,9 @@ class Plan:
 
 def rows_aligned(spec: GemmSpec) -> bool:
     """Whether A's and B's rows (as stored, contiguous: K elements, or N for an N-major B) are whole 128-byte lines."""
+    a_row = spec.k if spec.a_layout is ALayout.K_MAJOR else spec.m
     b_row = spec.k if spec.b_layout is BLayout.K_MAJOR else spec.n
-    return spec.k * spec.a_dtype.bytes % 128 == 0 and b_row * spec.b_dtype.bytes % 128 == 0
+    return a_row * spec.a_dtype.bytes % 128 == 0 and b_row * spec.b_dtype.bytes % 128 == 0
 
 
 def _native_problems(spec: GemmSpec) -> list[str]:
@@ -370,6 +371,8 @@ def _native_problems(spec: GemmSpec) -> list[str]:
         problems.append("promoted fp8 accumulation (pass use_fast_accum=True)")
     if spec.scale not in (ScaleRecipe.NONE, ScaleRecipe.TENSORWISE, ScaleRecipe.ROWWISE):
         problems.append(f"{spec.scale.value} scales (tensorwise and rowwise are planned)")
+    if spec.a_layout is not ALayout.K_MAJOR:
+        problems.append("a column-major A (pass a.contiguous())")
     return problems
 
 

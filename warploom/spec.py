@@ -16,6 +16,19 @@ if TYPE_CHECKING:
     from warploom.epilogue.graph import EpilogueGraph
 
 
+class ALayout(enum.Enum):
+    """How A, logically (M, K), lies in memory.
+
+    K_MAJOR: K is contiguous (a row-major (M, K) matrix, an activation). Its tiles are (BM, BK).
+    M_MAJOR: M is contiguous (the transpose of a row-major (K, M) matrix, e.g. ``grad_out.t()`` in a backward pass's
+             weight gradient). Its tiles are (BK, BM); wgmma reads them MN-major, which Hopper allows for 16-bit types
+             only.
+    """
+
+    K_MAJOR = "k_major"
+    M_MAJOR = "m_major"
+
+
 class BLayout(enum.Enum):
     """How B, logically (K, N), lies in memory.
 
@@ -95,7 +108,8 @@ class GemmSpec:
         m, n, k: problem sizes.
         a_dtype, b_dtype: input element types (both 16-bit and equal, or both fp8).
         out_dtype: the output element type.
-        b_layout: which dimension of B is contiguous (A is always K-contiguous, C row-major).
+        b_layout: which dimension of B is contiguous (C is row-major).
+        a_layout: which dimension of A is contiguous (M-major for 16-bit inputs only).
         scale: the fp8 scale recipe (NONE for 16-bit inputs).
         accumulation: NATIVE or PROMOTED (fp8 only).
         bias_dtype: dtype of a (N,) bias added in the epilogue, or None.
@@ -116,6 +130,7 @@ class GemmSpec:
     accumulation: Accumulation = Accumulation.NATIVE
     bias_dtype: DType | None = None
     epilogue: EpilogueGraph | None = None
+    a_layout: ALayout = ALayout.K_MAJOR
 
     def __post_init__(self) -> None:
         # Internal consistency only; user-facing checks with fixes live in warploom.checks.
@@ -129,6 +144,8 @@ class GemmSpec:
             raise ValueError("GemmSpec inputs cannot be fp32")
         if self.is_fp8 and self.b_layout is not BLayout.K_MAJOR:
             raise ValueError("fp8 wgmma reads both operands K-major: b_layout must be K_MAJOR")
+        if self.is_fp8 and self.a_layout is not ALayout.K_MAJOR:
+            raise ValueError("fp8 wgmma reads both operands K-major: a_layout must be K_MAJOR")
         if self.is_fp8 == (self.scale is ScaleRecipe.NONE):
             raise ValueError(f"fp8 inputs need a scale recipe and 16-bit inputs none: {self.scale=}")
         if self.accumulation is Accumulation.PROMOTED and not self.is_fp8:
@@ -149,6 +166,8 @@ class GemmSpec:
         problems = []
         if self.b_layout is not BLayout.K_MAJOR:
             problems.append("an N-major B (its (N, K) rows would be the swapped A, which must be K-contiguous)")
+        if self.a_layout is not ALayout.K_MAJOR:
+            problems.append("an M-major A (its rows would be the swapped B's, not built)")
         from warploom.epilogue.operands import OperandKind  # (the epilogue package imports this module)
 
         dense = [o.name for o in self.epilogue.operands if o.kind is OperandKind.DENSE] if self.epilogue else []
@@ -178,7 +197,8 @@ class GemmSpec:
         acc = " promoted" if self.accumulation is Accumulation.PROMOTED else ""
         return (
             f"{self.a_dtype.value}x{self.b_dtype.value}->{self.out_dtype.value}{recipe}{acc} "
-            f"{self.m}x{self.n}x{self.k} b={self.b_layout.value}{' +epilogue' if self.epilogue else ''}"
+            f"{self.m}x{self.n}x{self.k}{' a=m_major' if self.a_layout is ALayout.M_MAJOR else ''} "
+            f"b={self.b_layout.value}{' +epilogue' if self.epilogue else ''}"
         )
 
     def output_dtypes(self) -> tuple[DType, ...]:

@@ -16,7 +16,7 @@ from warploom.backends.codebuf import CodeBuffer
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.spec import SCALE_BLOCK, BLayout
+from warploom.spec import SCALE_BLOCK, ALayout, BLayout
 
 _HEADER = """\
 from triton.experimental import gluon
@@ -419,8 +419,11 @@ class _PartitionEmitter:
                 s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
                 use = use_acc(o.overwrite, self.k_first)
                 a_view = f"{o.a_ring}.index({s})"
-                if self.p.rows:
-                    a_view += f".slice({self.row0}, {self.rows})"  # this warpgroup's rows of the A tile
+                m_major = self.m.spec.a_layout is ALayout.M_MAJOR  # (an M-major A's slot is (BK, BM))
+                if self.p.rows:  # this warpgroup's rows of the A tile
+                    a_view += f".slice({self.row0}, {self.rows}{', dim=1' if m_major else ''})"
+                if m_major:
+                    a_view += ".permute((1, 0))"  # read MN-major as (rows, BK)
                 if o.k_cols is not None:  # MX: one 32-deep slice of the k-block
                     a_view += f".slice({o.k_cols.start}, {o.k_cols.cols}, dim=1)"
                 b.line(f"{o.acc} = warpgroup_mma({a_view}, {self._b_view(o.b_ring, s, o.n_cols, o.k_cols)}, {o.acc}, "

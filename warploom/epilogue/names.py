@@ -28,6 +28,8 @@ GENERATED = frozenset("""
     sa_ptr sa_ring sa_ring_copy sa_ring_idx sa_stride_k sa_stride_m sb sb_ptr sb_ring sb_ring_copy sb_ring_idx
     sb_stride_k sb_stride_n split t tcgen05_commit tcgen05_mma tdm tile_coords tile_id tl tma triton unit
     warpgroup_mma warpgroup_mma_wait wmma workspace_desc ws_ptr
+    SK_SPLIT dp_tiles grid it0 it1 k_hi k_lo n_dp q sk_cols sk_ctas sk_flags_ptr sk_last sk_offs sk_owner sk_range
+    sk_rows sk_tiles sk_unit sk_ws_ptr total u
 """.split())
 
 # Numbered or composed generated names: accumulator halves and parts, extra outputs, output staging buffers,

@@ -20,15 +20,16 @@ from __future__ import annotations
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.planner import Plan
-from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
 
 def kernel_name(spec: GemmSpec, plan: Plan) -> str:
     acc = "_promoted" if spec.accumulation is Accumulation.PROMOTED else ""
     scale = "" if spec.scale is ScaleRecipe.NONE else f"_{spec.scale.value}"
     bias = "_bias" if spec.bias_dtype else ""
+    a = "_am_major" if spec.a_layout is ALayout.M_MAJOR else ""
     return (
-        f"warploom_{spec.a_dtype.value}{spec.b_dtype.value}_{spec.out_dtype.value}{scale}{bias}{acc}"
+        f"warploom_{spec.a_dtype.value}{spec.b_dtype.value}_{spec.out_dtype.value}{scale}{bias}{acc}{a}"
         f"_b{spec.b_layout.value}_{plan.short()}{_epilogue_tag(spec)}"
     )
 
@@ -50,8 +51,11 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     """The one-partition program for `spec` with `plan`'s tiling (rings of depth 1, synchronous ops)."""
     b_rows, b_cols = (plan.bn, plan.bk) if spec.b_layout is BLayout.K_MAJOR else (plan.bk, plan.bn)
     b_coord = (ir.Axis.N, ir.Axis.K) if spec.b_layout is BLayout.K_MAJOR else (ir.Axis.K, ir.Axis.N)
+    m_major = spec.a_layout is ALayout.M_MAJOR  # (an M-major A's slots are (BK, BM): its storage order)
+    a_rows, a_cols = (plan.bk, plan.bm) if m_major else (plan.bm, plan.bk)
+    a_coord = (ir.Axis.K, ir.Axis.M) if m_major else (ir.Axis.M, ir.Axis.K)
     rings: tuple[ir.Ring, ...] = (
-        ir.Ring("a_ring", ir.Tensor.A, spec.a_dtype, 1, plan.bm, plan.bk),
+        ir.Ring("a_ring", ir.Tensor.A, spec.a_dtype, 1, a_rows, a_cols),
         ir.Ring("b_ring", ir.Tensor.B, spec.b_dtype, 1, b_rows, b_cols),
     )
     blockwise = spec.scale.is_blockwise
@@ -71,7 +75,7 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     # With column blocks the accumulator is several register tiles, one per block of the output tile.
     accs = [ir.Accumulator("acc" if blocks == 1 else f"acc{i}", plan.bm, width, i * width) for i in range(blocks)]
     k_body: list[ir.Stmt] = [
-        ir.TmaLoad(ir.Tensor.A, "a_ring", c, (ir.Axis.M, ir.Axis.K)),
+        ir.TmaLoad(ir.Tensor.A, "a_ring", c, a_coord),
         ir.TmaLoad(ir.Tensor.B, "b_ring", c, b_coord),
     ]
     if blockwise:

@@ -18,7 +18,7 @@ from warploom.backends.gluon_sm90 import RANGED_REDUCE_PARAMS, REDUCE_PARAMS, WO
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.runtime.loader import load
-from warploom.spec import BLayout, ScaleRecipe
+from warploom.spec import ALayout, BLayout, ScaleRecipe
 
 _SIG = {DType.BF16: "bf16", DType.FP16: "fp16", DType.FP32: "fp32", DType.E4M3: "fp8e4nv", DType.E5M2: "fp8e5"}
 
@@ -85,7 +85,8 @@ def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
     """Each TMA descriptor's element type and box (block) shape."""
     t, s = m.tiling, m.spec
     b_block = [t.bn, t.bk] if s.b_layout is BLayout.K_MAJOR else [t.bk, t.bn]
-    blocks = {"a_desc": (s.a_dtype, [t.bm, t.bk]), "b_desc": (s.b_dtype, b_block)}
+    a_block = [t.bk, t.bm] if s.a_layout is ALayout.M_MAJOR else [t.bm, t.bk]
+    blocks = {"a_desc": (s.a_dtype, a_block), "b_desc": (s.b_dtype, b_block)}
     for bf in m.buffers:
         if bf.tensor is ir.Tensor.C:
             blocks[output_desc(bf.output)] = (bf.dtype, [bf.rows, bf.cols])

@@ -37,7 +37,7 @@ from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
 from warploom.runtime.loader import load
 from warploom.sim.raster import Span, launch_grid, tail_spans
-from warploom.spec import BLayout, ScaleRecipe
+from warploom.spec import ALayout, BLayout, ScaleRecipe
 
 
 @dataclass(slots=True)
@@ -86,6 +86,7 @@ class Launcher:
         # scripts/profile_host.py measures against).
         fast = os.environ.get("WARPLOOM_FAST_LAUNCH", "1") != "0" if fast is None else fast
         k_major = m.spec.b_layout is BLayout.K_MAJOR
+        m_major = m.spec.a_layout is ALayout.M_MAJOR
         blocks = descriptor_blocks(m)
         descs = {i: _DescSlot(blocks[p][1], shared_layout(*blocks[p]), TensorDescriptor)
                  for i, p in enumerate(src.params) if p in blocks}
@@ -100,7 +101,8 @@ class Launcher:
         self._swap = swap = m.tiling.swap_ab
         getters: dict[str, Callable[[Call], Any]] = {
             # B's descriptor is over its storage order: (N, K) rows for K-major B, (K, N) rows otherwise.
-            "a_desc": (lambda c: c.b.t()) if swap else (lambda c: c.a),
+            # A's over its storage order too: (M, K) rows, or (K, M) rows for an M-major A.
+            "a_desc": (lambda c: c.b.t()) if swap else (lambda c: c.a.t()) if m_major else (lambda c: c.a),
             "b_desc": (lambda c: c.a) if swap else (lambda c: c.b.t()) if k_major else (lambda c: c.b),
             "c_desc": lambda c: c.out,
             WORKSPACE_DESC: lambda c: c.workspace,
@@ -122,6 +124,9 @@ class Launcher:
                 self._args.append(scale_args[p])
             elif p in blocks:  # the tensor to describe (_Direct makes the descriptor)
                 self._args.append(getters[p])
+            elif p in SK_PARAMS:  # (before the fused operands: these end in _ptr too)
+                self._args.append(functools.partial(lambda i, c: self.stream_k_buffers(c.out.device)[i],
+                                                    SK_PARAMS.index(p)))
             elif fused and p.endswith("_ptr"):
                 # Operands keep their own strides (compiled into the kernel): the storage goes as it is.
                 self._args.append(functools.partial(lambda name, c: c.operands[name], p.removesuffix("_ptr")))
@@ -131,9 +136,6 @@ class Launcher:
                 self._args.append(lambda c: _aligned(c.scale_b))
             elif p == "bias_ptr":
                 self._args.append(lambda c: _aligned(c.bias))
-            elif p in SK_PARAMS:
-                self._args.append(functools.partial(lambda i, c: self.stream_k_buffers(c.out.device)[i],
-                                                    SK_PARAMS.index(p)))
             elif swap and p in ("M", "N"):
                 self._args.append((lambda c: c.b.shape[1]) if p == "M" else (lambda c: c.a.shape[0]))
             else:

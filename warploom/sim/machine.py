@@ -414,7 +414,8 @@ class Machine:
             self.mmas[i] = self.mmas[i] + (Inflight(i, pc, self.step),)
         elif self.data is not None:
             self.data.mma(i, ins)
-        self._sum_into(i, ins.site, ins.acc, frozenset({ins.a_tag.origin[1]}), ins.use_acc)
+        k_at = ins.a_tag.axes.index("k")  # (an M-major A's blocks are tagged (k, m))
+        self._sum_into(i, ins.site, ins.acc, frozenset({ins.a_tag.origin[k_at]}), ins.use_acc)
 
     # ------------------------------------------------------------------------------------------
     # accumulator contents: each read of a register accumulator must find exactly this tile's sum over its k-blocks

@@ -22,7 +22,7 @@ import torch
 from warploom.epilogue.reference import evaluate_tile
 from warploom.ir import nodes as ir
 from warploom.sim.program import LoadTmemI, MmaI, PromoteI, Tag, TcMmaI
-from warploom.spec import SCALE_BLOCK, BLayout, ScaleRecipe
+from warploom.spec import SCALE_BLOCK, ALayout, BLayout, ScaleRecipe
 
 
 @dataclass
@@ -102,6 +102,7 @@ class CtaData:
         # gl.zeros at the start of each partition function.
         self.accs = [{a.name: torch.zeros(a.rows, a.cols) for a in p.accumulators} for p in module.partitions]
         self.k_major = module.spec.b_layout is BLayout.K_MAJOR
+        self.m_major = module.spec.a_layout is ALayout.M_MAJOR  # (A's slots hold (BK, BM) blocks)
         # Per partition: the outputs of its last apply_epilogue, each (rows, block cols) in its stored dtype.
         self.ep_outs: list[tuple[torch.Tensor, ...]] = [() for _ in module.partitions]
 
@@ -110,7 +111,7 @@ class CtaData:
         if tag.tensor in ("scale_a", "scale_b"):
             self.slots[ring][slot] = self._scales(tag, t.shape[1])
             return
-        src = self.ops.a if tag.tensor == "A" else self.ops.b_rows
+        src = (self.ops.a.t() if self.m_major else self.ops.a) if tag.tensor == "A" else self.ops.b_rows
         self.slots[ring][slot] = _block(src, tag.origin[0], tag.origin[1], t.shape[0], t.shape[1])
 
     def _scales(self, tag: Tag, n: int) -> torch.Tensor:
@@ -133,7 +134,9 @@ class CtaData:
         return _block(src, kb * subs, first, subs, n, fill)
 
     def mma(self, agent: int, ins: MmaI) -> None:
-        a = self.slots[ins.a_ring][ins.a_slot]  # (BM, BK)
+        a = self.slots[ins.a_ring][ins.a_slot]  # (BM, BK); M-major: (BK, BM), read transposed
+        if self.m_major:
+            a = a.t()
         if ins.a_rows is not None:
             a = a[ins.a_rows[0]:ins.a_rows[1]]  # a warpgroup's row block
         b = self.slots[ins.b_ring][ins.b_slot]  # (BN, BK) K-major, read as (BK, BN); or (BK, BN)

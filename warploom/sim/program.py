@@ -22,7 +22,7 @@ from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.sim.raster import Span, TileRef, cdiv, cta_tiles, stream_k_units
-from warploom.spec import BLayout
+from warploom.spec import ALayout, BLayout
 
 
 @dataclass(frozen=True)
@@ -385,7 +385,8 @@ def scale_tag(tensor: ir.Tensor, tile: TileRef, k: int) -> Tag:
 def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
     """The A and B blocks wgmma must read at (tile, k), in the storage order of their rings."""
     bk = module.tiling.bk
-    a = Tag("A", ("m", "k"), (tile.off_m, k * bk))
+    a = Tag("A", ("k", "m"), (k * bk, tile.off_m)) if module.spec.a_layout is ALayout.M_MAJOR else \
+        Tag("A", ("m", "k"), (tile.off_m, k * bk))
     if module.spec.b_layout is BLayout.K_MAJOR:
         return a, Tag("B", ("n", "k"), (tile.off_n, k * bk))
     return a, Tag("B", ("k", "n"), (k * bk, tile.off_n))
