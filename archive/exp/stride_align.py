@@ -1,6 +1,6 @@
 """Does a row stride that is not a multiple of 128 bytes slow the kernel? bf16 at M x N x K with A's and B's rows
 at their own length (K elements) against rows padded to a multiple of 64 elements (same values, same K), and torch
-on both; CUDA-graph timing (GPU only). python3 scripts/exp/stride_align.py 3000x3000x3000 2848x736x3088"""
+on both; CUDA-graph timing (GPU only). python3 archive/exp/stride_align.py 3000x3000x3000 2848x736x3088"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Experiment (session 18, issue 6): why rule 18's built swap-AB kernel trailed the hand-written probe for bf16.
 
-At 16x4096x4096 bf16 the probe (scripts/exp/decode_swap.py, mt16_s12) ran at 0.98x torch and the kernel warploom
+At 16x4096x4096 bf16 the probe (archive/exp/decode_swap.py, mt16_s12) ran at 0.98x torch and the kernel warploom
 built for the same schedule at 0.59x, though their Gluon differed only in the producer's tile coordinates
 (`tile_coords`, three run-time divisions a k-step), the epilogue (a transposed TMA store against a pointer store),
 and the kernel-wide register cap (maxnreg). Two runs (docs/benchmarks.md session 18) found the coordinates were the
@@ -9,7 +9,7 @@ nest matched the probe. warploom now emits that nest, so the earlier forms are n
 the kernel warploom emits with the same kernel's coordinates computed without any division (one column of tiles,
 `direct`) and with the probe, all against torch in one process.
 
-    PYTHONPATH=. python3 scripts/exp/swap_gap.py [--rounds 5]     # GPU: $OUT/swap-gap.json
+    PYTHONPATH=. python3 archive/exp/swap_gap.py [--rounds 5]     # GPU: $OUT/swap-gap.json
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 names carry its tile, cluster and schedule (e.g. ``tilesize128x256x64_cluster2x1x1``), which says what our
 128x256 mainloop is compared with.
 
-    PYTHONPATH=. python3 scripts/exp/cublas_names.py
+    PYTHONPATH=. python3 archive/exp/cublas_names.py
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import torch
-from _rows import write_rows  # (scripts/exp is the script's own folder)
+from _rows import write_rows  # (archive/exp is the script's own folder)
 from torch.profiler import ProfilerActivity, profile
 
 SHAPES = [(8192, 8192, 8192), (4096, 4096, 4096), (4096, 7168, 2048), (4096, 2112, 7168)]

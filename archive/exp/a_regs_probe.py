@@ -14,7 +14,7 @@ Result (2026-11-23, triton 3.6.0): both forms compile with no spills, and shared
 - fp8: `QGMMA.64x64x32.F32.E4M3.E4M3 R24, R56, gdesc[UR4], R24`, 117 registers (k_width 4).
 So a decode schedule whose ring carries only B is expressible in Gluon; not built or timed yet.
 
-    python3 scripts/exp/a_regs_probe.py
+    python3 archive/exp/a_regs_probe.py
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ is worth building into the IR.
 Result (2026-11-24, docs/benchmarks.md session 17): no consistent gain (-2% to +5% over four shapes, two rounds);
 the cross-k-block form (`quarters-x`) draws C7514, so it is only cross-compiled.
 
-    PYTHONPATH=. python3 scripts/exp/quarters.py --cross     # CPU: registers, spills, C7514
-    PYTHONPATH=. python3 scripts/exp/quarters.py             # GPU: writes $OUT/quarters.json
+    PYTHONPATH=. python3 archive/exp/quarters.py --cross     # CPU: registers, spills, C7514
+    PYTHONPATH=. python3 archive/exp/quarters.py             # GPU: writes $OUT/quarters.json
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def cross() -> None:
 
 
 def _one(rnd: int, m: int, n: int, k: int) -> list[dict[str, Any]]:
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
     from bench_blockwise import _inputs, _torch_fn
 
     from warploom.bench import _err, _time_graph

@@ -12,8 +12,8 @@ Result (2026-11-24, session 20; docs/benchmarks.md): the epilogue is 3-8% of bf1
 loading the scales earlier changes nothing measurable. (Promoted fp8's guarded kernel loses its promotions too, so
 it bounds nothing.)
 
-    PYTHONPATH=. python3 scripts/exp/epilogue_cost.py --cross        # both forms compile, no spills
-    PYTHONPATH=. python3 scripts/exp/epilogue_cost.py [--rounds 5]   # GPU: $OUT/epilogue-cost.json
+    PYTHONPATH=. python3 archive/exp/epilogue_cost.py --cross        # both forms compile, no spills
+    PYTHONPATH=. python3 archive/exp/epilogue_cost.py [--rounds 5]   # GPU: $OUT/epilogue-cost.json
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent))  # scripts/: sweep_plans' cases
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # scripts/: sweep_plans' cases
 from _rows import variants_main  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 2048), (4096, 4096, 14336)]

@@ -6,7 +6,7 @@ epilogues that add one piece at a time (the bias alone, a residual alone, erf an
 GEMM's plan forced to the fused kernel's one consumer partition, interleaved rounds, CUDA graphs of 10 calls.
 Every output is checked against an fp32 reference first.
 
-    PYTHONPATH=. python3 scripts/exp/epilogue_parts.py [--rounds 3] [--out parts.json]
+    PYTHONPATH=. python3 archive/exp/epilogue_parts.py [--rounds 3] [--out parts.json]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # scripts/: bench_epilogue
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))  # bench_epilogue
 from bench_epilogue import SHAPES, err, problem  # noqa: E402
 
 # name -> (epilogue or None, whether scaled_mm gets the bias, whether the epilogue takes the residual)

@@ -17,8 +17,8 @@ of the staging buffer together between a wgmma's issue and its wait draw the adv
 store wait, or the loop-carried conversion do not. So a warpgroup cannot stage its previous tile while its own
 wgmma run (in Gluon 3.6, through stmatrix and the TMA store's barrier); it was not timed on the GPU.
 
-    PYTHONPATH=. python3 scripts/exp/deferred_store.py --cross
-    PYTHONPATH=. python3 scripts/exp/deferred_store.py          # GPU: $OUT/deferred-store.json
+    PYTHONPATH=. python3 archive/exp/deferred_store.py --cross
+    PYTHONPATH=. python3 archive/exp/deferred_store.py          # GPU: $OUT/deferred-store.json
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Planner rule 16's decode kernel (64x64 tiles, 12 stages) stages A through shared memory like any tile. At M <= 16,
 most of each A tile is TMA zero-fill, so half of the ring holds no useful bytes. This hand-written probe (not
 compiler output) gives the consumer A from registers. It loads the next k-block's rows with `gl.load` while the
-current one's wgmma runs, and wgmma takes them in its register-A form (scripts/exp/a_regs_probe.py). The producer
+current one's wgmma runs, and wgmma takes them in its register-A form (archive/exp/a_regs_probe.py). The producer
 TMA-loads B alone, so the ring may be about twice as deep in shared memory. The output is a few rows, stored with
 a masked `gl.store`.
 
@@ -12,8 +12,8 @@ it (on the GPU), it checks each variant against the fp32 product, then times it 
 of interleaved rounds) against warploom's own plan and torch, at N = K = 8192, M in {1, 16, 64}. bf16 runs against
 torch.matmul; fp8 (e4m3, unit tensorwise scales) against torch._scaled_mm.
 
-    PYTHONPATH=. python3 scripts/exp/decode_areg.py --cross
-    PYTHONPATH=. python3 scripts/exp/decode_areg.py [--rounds 5]      # on the GPU
+    PYTHONPATH=. python3 archive/exp/decode_areg.py --cross
+    PYTHONPATH=. python3 archive/exp/decode_areg.py [--rounds 5]      # on the GPU
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Where an eager call's host time goes, part by part (run on the GPU machine; issue 6: <= 10 us over the kernel).
 
-    PYTHONPATH=. python3 scripts/exp/host_parts.py [--size 128] [--n 200]
+    PYTHONPATH=. python3 archive/exp/host_parts.py [--size 128] [--n 200]
 
 Times each layer of a remembered `warploom.matmul` call on its own, from the whole call down to the compiled
 launcher's C entry point with prepared arguments (the floor), beside torch's own calls. Each number is host
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from _rows import write_rows  # noqa: E402
 from profile_host import gelu_residual, gemm_operands  # noqa: E402
 

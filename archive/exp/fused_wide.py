@@ -10,7 +10,7 @@ Session 15 added the slotted variants and one consumer partition (`_p1`). Latenc
 epilogues thrash the instruction cache (scripts/ncu_kernels.py, docs/benchmarks.md). Planner rule 9 now takes
 that plan.
 
-    PYTHONPATH=. python3 scripts/exp/fused_wide.py [--cross] [--only NAME ...]
+    PYTHONPATH=. python3 archive/exp/fused_wide.py [--cross] [--only NAME ...]
 """
 
 from __future__ import annotations

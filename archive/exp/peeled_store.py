@@ -1,8 +1,8 @@
 """Experiment (session 20, issues 2 and 6): store a tile's output under the next tile's first two wgmma, with those
 two k-steps peeled so that no TMA store sits inside a wgmma's issue-to-wait window.
 
-scripts/exp/epilogue_cost.py measured what the 128x256 consumers' epilogue costs (the tensor cores idle through it):
-3-8% of a bf16 GEMM's time and 3-13% of fp8 rowwise's. Session 17's deferred store (scripts/exp/deferred_store.py)
+archive/exp/epilogue_cost.py measured what the 128x256 consumers' epilogue costs (the tensor cores idle through it):
+3-8% of a bf16 GEMM's time and 3-13% of fp8 rowwise's. Session 17's deferred store (archive/exp/deferred_store.py)
 staged the previous tile's halves while the next tile's wgmma ran, and ptxas serialized every wgmma (C7514): a
 staging write and a TMA store both inside one wgmma's window. Here each consumer warpgroup instead:
 
@@ -19,8 +19,8 @@ wgmma fill that gap. A text transform of the generated Gluon (--cross: registers
 Result (2026-11-24, session 20; docs/benchmarks.md): no C7514, no spills, correct; bf16 -0.2% to +1.3% and fp8
 -2.2% to +1.7% against the planner's kernel over six shapes, 7 rounds: nothing to take.
 
-    PYTHONPATH=. python3 scripts/exp/peeled_store.py --cross
-    PYTHONPATH=. python3 scripts/exp/peeled_store.py [--rounds 7] [--cases bf16,fp8]   # GPU: $OUT/peeled-store.json
+    PYTHONPATH=. python3 archive/exp/peeled_store.py --cross
+    PYTHONPATH=. python3 archive/exp/peeled_store.py [--rounds 7] [--cases bf16,fp8]   # GPU: $OUT/peeled-store.json
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent))  # scripts/: sweep_plans' cases
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # scripts/: sweep_plans' cases
 from _rows import variants_main  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 7168, 2048), (4096, 4096, 14336), (8192, 8192, 4096),

@@ -5,7 +5,7 @@ At 128x128 its 32 x 17 = 544 tiles fill 4.12 waves of 132 SMs: 5 waves of time f
 takes ~5/4 of N = 2048's time; 64x128 tiles (1088 tiles, 8.24 waves: 9, 92%) fill better at a lower per-tile
 efficiency. Uses bench_blockwise's bench (graph and eager times against torch's blockwise kernel).
 
-    PYTHONPATH=. python3 scripts/exp/waves.py
+    PYTHONPATH=. python3 archive/exp/waves.py
 
 Written in session 13, run in session 14: yes, it is (docs/benchmarks.md).
 """
@@ -16,7 +16,7 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from _rows import write_rows  # noqa: E402
 from bench_blockwise import bench  # noqa: E402
 

@@ -8,7 +8,7 @@ they answer whether a change is worth building into the IR.
 - ``pair``: two k-blocks per wgmma wait (two partials in flight, then both promotions); single-column-block
   consumers (bn <= 128) and an even k-block count only.
 
-    PYTHONPATH=. python3 scripts/exp/promotion.py      # writes $OUT/promotion.json
+    PYTHONPATH=. python3 archive/exp/promotion.py      # writes $OUT/promotion.json
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
 from warploom.sim.reference import dequantized
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from _rows import with_source  # noqa: E402
 from bench_blockwise import _inputs, _torch_fn  # noqa: E402
 

@@ -7,8 +7,8 @@ first R rows of each 64-row A slot: the stage lands 2 KiB of A instead of 8 (bf1
 match). The slot's other rows keep whatever they held; they only feed accumulator rows >= R > M, which the TMA
 store clips. A text transform of the generated Gluon plus the launcher's A descriptor box, not a compiler pass.
 
-    PYTHONPATH=. python3 scripts/exp/decode_a_rows.py --cross
-    PYTHONPATH=. python3 scripts/exp/decode_a_rows.py [--rounds 5]   # GPU: $OUT/decode-a-rows.json
+    PYTHONPATH=. python3 archive/exp/decode_a_rows.py --cross
+    PYTHONPATH=. python3 archive/exp/decode_a_rows.py [--rounds 5]   # GPU: $OUT/decode-a-rows.json
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ bench_blockwise's eager column put 128x4096x7168 (split 4) at 0.21 of torch whil
 eager calls with a plain host loop, reports how many specializations each launcher compiled and whether the direct
 path found Triton's C launcher, and profiles the slow shape.
 
-    PYTHONPATH=. python3 scripts/exp/splitk_host.py
+    PYTHONPATH=. python3 archive/exp/splitk_host.py
 """
 
 from __future__ import annotations

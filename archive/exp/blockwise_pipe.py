@@ -13,8 +13,8 @@ This rewrites the compiler's `_h4` kernel text into that order (a text transform
 the schedule is worth building). Variants: the planner's `_h2`, `_h4` as compiled (one partial, wait 0 per
 block), and `_h4` pipelined; `--cross` compiles them for sm_90a (registers, spills, C7514) without a GPU.
 
-    PYTHONPATH=. python3 scripts/exp/blockwise_pipe.py --cross
-    PYTHONPATH=. python3 scripts/exp/blockwise_pipe.py [--rounds 5]     # GPU: $OUT/blockwise-pipe.json
+    PYTHONPATH=. python3 archive/exp/blockwise_pipe.py --cross
+    PYTHONPATH=. python3 archive/exp/blockwise_pipe.py [--rounds 5]     # GPU: $OUT/blockwise-pipe.json
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ wgmma adds into the accumulator the previous one is still writing, so the tensor
 accumulate into `acc` and odd ones into `acc1`, summed after the k-loop: with wait(1), the two wgmma in flight no
 longer depend on each other. A text transform of the generated Gluon (K must be an even number of k-blocks).
 
-    PYTHONPATH=. python3 scripts/exp/decode_dual_acc.py --cross
-    PYTHONPATH=. python3 scripts/exp/decode_dual_acc.py [--rounds 5]   # GPU: $OUT/decode-dual-acc.json
+    PYTHONPATH=. python3 archive/exp/decode_dual_acc.py --cross
+    PYTHONPATH=. python3 archive/exp/decode_dual_acc.py [--rounds 5]   # GPU: $OUT/decode-dual-acc.json
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ At 4096x2112x7168 a tail took ~0.65 of a round of whole tiles where its work is 
 times, as CUDA-graph replays, the whole call, the whole-wave kernel alone, the tail kernel with and without its
 reduction, and the reduction alone, for the plans given.
 
-    PYTHONPATH=. python3 scripts/exp/tail_parts.py
+    PYTHONPATH=. python3 archive/exp/tail_parts.py
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from _rows import write_rows  # noqa: E402
 from sweep_plans import case  # noqa: E402
 

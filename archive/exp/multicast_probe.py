@@ -11,7 +11,7 @@ Result (2026-11-23): both cluster variants compile (`.reqnctapercluster 2`). The
 box by `%cluster_ctarank`. The broadcast one issues the same `cp.async.bulk.tensor` in each CTA, with no
 `.multicast::cluster`: Gluon 3.6 has clusters, but no multicast on Hopper.
 
-    python3 scripts/exp/multicast_probe.py
+    python3 archive/exp/multicast_probe.py
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ same function: bf16
 rounds; outputs checked against the fp32 reference first. It did pay (docs/benchmarks.md, session 16), and rule
 16 now covers fused epilogues.
 
-    PYTHONPATH=. python3 scripts/exp/decode_fused.py [--rounds 5]
+    PYTHONPATH=. python3 archive/exp/decode_fused.py [--rounds 5]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Experiment (session 19): what GELU's math costs inside the fused kernel, by formula.
 
-scripts/exp/epilogue_parts.py found erf GELU adding 65 µs (14%) at 8192x8192x4096 over relu, and tanh GELU 111
+archive/exp/epilogue_parts.py found erf GELU adding 65 µs (14%) at 8192x8192x4096 over relu, and tanh GELU 111
 µs, where session 15 had found that fewer erf instructions (25 against 33) changed under 1%. This swaps the
 Gluon that `warploom.epilogue.gluon` emits for GELU (monkeypatching `_unary`) and times the planner's fused
 kernel for `gelu(acc) + residual` (scaled_mm with a bias, fp8 rowwise), interleaved rounds, CUDA graphs:
@@ -16,7 +16,7 @@ kernel for `gelu(acc) + residual` (scaled_mm with a bias, fp8 rowwise), interlea
 Each kernel's output is compared with the fp32 reference first (scale-free error printed; the erf forms must
 stay at today's error).
 
-    PYTHONPATH=. python3 scripts/exp/gelu_forms.py [--rounds 3] [--out gelu.json]
+    PYTHONPATH=. python3 archive/exp/gelu_forms.py [--rounds 3] [--out gelu.json]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from warploom.device import DeviceInfo
 from warploom.epilogue import gluon as eg_gluon
 from warploom.epilogue import graph as eg
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # scripts/: bench_epilogue
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))  # bench_epilogue
 from bench_epilogue import SHAPES, err, problem  # noqa: E402
 
 _NR = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,

@@ -5,8 +5,8 @@ divisions every k-step held decode kernels back. Here the planner's kernels at l
 (what warploom emits) against the flat loop it emitted before (this script's text transform back), interleaved with
 torch in one process, graph-timed; every output checked against the fp32 product first.
 
-    PYTHONPATH=. python3 scripts/exp/producer_nest.py --cross          # both forms compile, no spills
-    PYTHONPATH=. python3 scripts/exp/producer_nest.py [--rounds 5] [--cases blockwise]  # GPU: $OUT/producer-nest.json
+    PYTHONPATH=. python3 archive/exp/producer_nest.py --cross          # both forms compile, no spills
+    PYTHONPATH=. python3 archive/exp/producer_nest.py [--rounds 5] [--cases blockwise]  # GPU: $OUT/producer-nest.json
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent))  # scripts/: sweep_plans' cases
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # scripts/: sweep_plans' cases
 from _rows import variants_main  # noqa: E402
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (4096, 28672, 4096), (4096, 4096, 14336)]

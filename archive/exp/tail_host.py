@@ -2,7 +2,7 @@
 plan without a tail. The suite's eager ratio at 4096x2112x7168 (fp8 rowwise fast) was 0.79 against a graph ratio of
 1.00: host-bound? Prints host us per call (a loop without synchronizing) and a cProfile of the tail call.
 
-    PYTHONPATH=. python3 scripts/exp/tail_host.py
+    PYTHONPATH=. python3 archive/exp/tail_host.py
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from profile_host import host_us  # noqa: E402
 
 import warploom  # noqa: E402

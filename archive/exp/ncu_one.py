@@ -1,7 +1,7 @@
 """Launch one warploom kernel a few times for Nsight Compute (session 20): the planner's kernel of a sweep_plans case.
 
     ncu --kernel-name regex:warploom --launch-skip 2 --launch-count 1 --section SourceCounters \
-        --section WarpStateStats -o prof python3 scripts/exp/ncu_one.py fp8 4096x7168x2048
+        --section WarpStateStats -o prof python3 archive/exp/ncu_one.py fp8 4096x7168x2048
     ncu --import prof.ncu-rep --page source --csv --print-source sass > sass.csv
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent))  # scripts/: sweep_plans' cases
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # scripts/: sweep_plans' cases
 
 
 def main() -> None:

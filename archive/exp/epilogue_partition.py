@@ -9,8 +9,8 @@ Result (docs/benchmarks.md, session 13): at 128x128 the partition hides the epil
 the 128x128 mainloop is the limit; the 256-wide tile spills under the 128-register cap of 16 warps, and with a
 2-warp partition (cap 168) the epilogue runs 4x slower than the mainloop. Not built into the IR.
 
-    PYTHONPATH=. python3 scripts/exp/epilogue_partition.py --cross     # registers and spills, no GPU
-    PYTHONPATH=. python3 scripts/exp/epilogue_partition.py             # GPU: correctness and timing
+    PYTHONPATH=. python3 archive/exp/epilogue_partition.py --cross     # registers and spills, no GPU
+    PYTHONPATH=. python3 archive/exp/epilogue_partition.py             # GPU: correctness and timing
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import warploom
 from warploom.backends.gluon_sm90 import GluonSource
 from warploom.ir import nodes as ir
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from bench_epilogue import epilogue, problem, torch_fn  # noqa: E402  (scripts/: the benchmark's problem)
 
 HERE = Path(__file__).parent

@@ -8,8 +8,8 @@ stage is nearly all useful bytes (bf16, MT = 16: 8 KiB of weight, 2 KiB of activ
 for the same shared memory. The output, a few rows, goes out through a masked `gl.store`. A hand-written probe
 (not compiler output), in the shape of `decode_areg.py`.
 
-    PYTHONPATH=. python3 scripts/exp/decode_swap.py --cross
-    PYTHONPATH=. python3 scripts/exp/decode_swap.py [--rounds 5]      # on the GPU: $OUT/decode-swap.json
+    PYTHONPATH=. python3 archive/exp/decode_swap.py --cross
+    PYTHONPATH=. python3 archive/exp/decode_swap.py [--rounds 5]      # on the GPU: $OUT/decode-swap.json
 """
 
 from __future__ import annotations

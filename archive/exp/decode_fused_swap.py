@@ -6,7 +6,7 @@ A fused epilogue without dense operands can run swapped: its row and column oper
 and fp8 rowwise ``gelu(acc)`` with scaled_mm's bias, against torch eager of the same function. CUDA graphs of
 10 calls, median of interleaved rounds; outputs checked against the fp32 reference first.
 
-    PYTHONPATH=. python3 scripts/exp/decode_fused_swap.py [--rounds 3]
+    PYTHONPATH=. python3 archive/exp/decode_fused_swap.py [--rounds 3]
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ scope: the planner's plan against both tiles forced, bf16 at K <= 2048 and at K 
 same kernel up to 6% apart within a round; `scripts/sweep_plans.py` with 7 interleaved rounds then found the two
 tiles equal (-2.3% to +1.5%), so rule 17 is forced or tuned only (docs/benchmarks.md session 17).
 
-    PYTHONPATH=. python3 scripts/exp/tall_tiles.py --cross            # CPU: registers, spills, shared memory
-    PYTHONPATH=. python3 scripts/exp/tall_tiles.py                    # GPU: $OUT/tall-tiles.json
-    PYTHONPATH=. python3 scripts/exp/tall_tiles.py --short-k --ops bf16
+    PYTHONPATH=. python3 archive/exp/tall_tiles.py --cross            # CPU: registers, spills, shared memory
+    PYTHONPATH=. python3 archive/exp/tall_tiles.py                    # GPU: $OUT/tall-tiles.json
+    PYTHONPATH=. python3 archive/exp/tall_tiles.py --short-k --ops bf16
 """
 
 from __future__ import annotations

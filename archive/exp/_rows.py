@@ -1,4 +1,4 @@
-"""What the experiments in scripts/exp share: where they write their rows (JSON under $OUT, default ./out, for the
+"""What the experiments in archive/exp share: where they write their rows (JSON under $OUT, default ./out, for the
 device tool), how the decode probes time their variants against torch, and how a probe swaps a kernel's source."""
 
 from __future__ import annotations
