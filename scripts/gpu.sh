@@ -54,22 +54,23 @@ if [ "$what" = tail ]; then
     --cases bf16,fp8,fp8-exact,blockwise --out "$OUT/tail.json" 2>&1 | tee "$OUT/tail.log"
 fi
 if [ "$what" = waves ]; then
-  # Is blockwise 4096x2112x7168's 0.81x wave quantization? (scripts/exp/waves.py; yes: docs/benchmarks.md, session 14)
-  python3 scripts/exp/waves.py 2>&1 | tee "$OUT/waves.log"
+  # Is blockwise 4096x2112x7168's 0.81x wave quantization? (archive/exp/waves.py; yes: session 14 in
+  # docs/history/benchmarks-2026-11.md)
+  python3 archive/exp/waves.py 2>&1 | tee "$OUT/waves.log"
 fi
 if [ "$what" = hostparts ]; then
-  # An eager call's host time, layer by layer (issue 6: <= 10 us over the kernel; scripts/exp/host_parts.py).
-  python3 scripts/exp/host_parts.py 2>&1 | tee "$OUT/host-parts.log"
+  # An eager call's host time, layer by layer (issue 6: <= 10 us over the kernel; archive/exp/host_parts.py).
+  python3 archive/exp/host_parts.py 2>&1 | tee "$OUT/host-parts.log"
 fi
 if [ "$what" = areg ]; then
-  # Decode with A from registers and a ring of B alone (scripts/exp/decode_areg.py; hand-written probe, not built in).
-  python3 scripts/exp/decode_areg.py 2>&1 | tee "$OUT/decode-areg.log"
+  # Decode with A from registers and a ring of B alone (archive/exp/decode_areg.py; hand-written probe, not built in).
+  python3 archive/exp/decode_areg.py 2>&1 | tee "$OUT/decode-areg.log"
 fi
 if [ "$what" = swap ]; then
-  # Decode probes (session 17): swap-AB (scripts/exp/decode_swap.py) at N = K = 8192 and at Llama-3 shapes, then
-  # rule 16's kernel loading only the A rows that exist (scripts/exp/decode_a_rows.py).
-  python3 scripts/exp/decode_a_rows.py 2>&1 | tee "$OUT/decode-a-rows.log"
-  python3 scripts/exp/decode_swap.py --nk 8192x8192,4096x4096,4096x14336 --m 1,16 2>&1 | tee "$OUT/decode-swap.log"
+  # Decode probes (session 17): swap-AB (archive/exp/decode_swap.py) at N = K = 8192 and at Llama-3 shapes, then
+  # rule 16's kernel loading only the A rows that exist (archive/exp/decode_a_rows.py).
+  python3 archive/exp/decode_a_rows.py 2>&1 | tee "$OUT/decode-a-rows.log"
+  python3 archive/exp/decode_swap.py --nk 8192x8192,4096x4096,4096x14336 --m 1,16 2>&1 | tee "$OUT/decode-swap.log"
 fi
 if [ "$what" = swapab ]; then
   # Rule 18 (swap-AB decode): its GPU tests, then the planner's kernel against the unswapped plan (swap_ab false)

@@ -30,7 +30,7 @@ from warploom.planner import plan_schedule
 
 
 def _wide(spec: Any, dev: DeviceInfo, partitions: int) -> Any:
-    """The fused epilogue on the 256-wide tile in 8 slotted blocks (session 15, scripts/exp/fused_wide.py)."""
+    """The fused epilogue on the 256-wide tile in 8 slotted blocks (session 15, archive/exp/fused_wide.py)."""
     return dataclasses.replace(plan_schedule(spec, dev, bn=256, stages=2), stages=4, epilogue_subtiles=8,
                                hoist_rows=False, prefetch_operands=True, staging_slots=2, operand_slots=2,
                                load_ahead=True, consumer_partitions=partitions)

@@ -5,6 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q torch==2.13.0        # the CPU build on disk; a newer torch would pull CUDA wheels
 python3 -m pip install -q -e ".[test]"
-python3 -m ruff check warploom tests scripts
+python3 -m ruff check warploom tests scripts archive
 python3 -m mypy
 python3 -m pytest -q --ignore=tests/gpu -p no:cacheprovider "$@"

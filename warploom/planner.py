@@ -1,149 +1,27 @@
 """The planner: choose a schedule's parameters (tile shape, stages, warps, registers, raster, grid) for a spec.
 
-The heuristic, in order:
-1. Candidate tiles by input width. 16-bit: BK=64 (128 bytes of K per row, one 128-byte swizzle atom);
-   fp8: BK=128 (the same 128 bytes). BM is 128 (two consumer warpgroups of 64 rows, cooperative) or
-   64 (one warpgroup) when M <= 64, where a 128-row tile would be half padding.
-2. For each candidate, stages = as many as fit in shared memory beside the epilogue's staging tile
-   (at least 2, at most 6; rule 16's decode tiles up to 12): more stages hide more TMA latency, and the staging
-   tile lets the TMA store of one tile overlap the next tile's mainloop.
-3. Score = estimated time in "tile-waves": ceil(tiles / SMs) * BM * BN / efficiency, where the
-   efficiency of a tile shape (measured on the H100: 128x256 reaches cuBLAS, 128x128 is about 10% slower per
-   FLOP; where A's or B's rows are not whole 128-byte lines, each of 128x128's TMA boxes pays for partial lines and
-   it fell to 0.70-0.74: `_MISALIGNED_128`, docs/benchmarks.md session 22) rewards large tiles and the wave count
-   punishes shapes that
-   leave SMs idle. The lowest score wins; ties go to the larger tile.
-4. Registers: the producer warp runs with 24 (it only issues TMA), consumers with 240 (a 64x256 fp32
-   accumulator is 128 registers per thread); both must fit the SM's 64K registers at one CTA per SM.
-5. GROUP_M = 8 (the probe lost ~7% with GROUP_M = 1); grid = min(SMs, tiles).
-6. Tiles 256 wide store their epilogue in two 128-column halves: the staging buffer halves (32 KiB
-   for bf16 output) and the mainloop gets a 4th stage, while the 64 accumulator columns per half stay
-   in registers (a register-local split, no shuffles).
-7. A 128-row tile runs its two consumer warpgroups as two partitions (passes/split_consumers.py), so
-   each releases its ring slots on its own: measured 1-2% faster for bf16 and fast-accum fp8, and
-   10-20% for promoted fp8, than one 8-warp partition (docs/benchmarks.md).
-8. Promoted fp8 (use_fast_accum=False) promotes in column blocks of 128 (two for a 256-wide tile), so
-   128x256 fits the register budget (a 64x256 accumulator and a 64x128 partial per warpgroup), with 3
-   stages (measured 1-3% faster than 4). With fp32 output and a bias that tile spills (8-40 bytes), so
-   the planner takes 128x128 there.
-9. A fused epilogue (spec.epilogue, native accumulation, cooperative) takes the 128x256 tile like a plain GEMM,
-   computed in 8 column blocks of 32 (`fused_wide`): whole halves or quarters of a 64x256 accumulator leave its
-   temporaries no registers (a tanh GELU spilled 2.4 KB). Its consumer warpgroups share one 8-warp partition
-   (two partitions each unroll all 8 blocks as code of their own, and the two hot copies thrash the instruction
-   cache: Nsight's no-instruction stalls 6.4 per issue against 0.7), the stores alternate through 2 staging slots,
-   each dense operand's blocks through 2 buffers copied ahead, and each block's vector operands load one block
-   early (Plan.staging_slots, operand_slots, load_ahead). Measured at 4096^3 with bias + erf GELU + residual:
-   159 us at 128x128 (the rule before) -> 132 us; with two partitions 233 us (docs/benchmarks.md, session 15).
-   Fused epilogues on 128-wide tiles also use one partition (149 against 159 us). Promoted fp8 keeps 128 wide and
-   two partitions (its in-loop promotions need them: 10% for plain promoted kernels).
-10. Rowwise scales with a bias on a 256-wide tile apply per stored 64-column block (`block_epilogue`, four
-   epilogue subtiles): only one block's scale and bias values are live beside the accumulator.
-11. Blockwise scales (always promoted, BK = 128) ride the A/B stages: the producer copies them with cp.async,
-   which takes any strides, so no layout needs the dedicated scale partition (seed 000); it is built, verified
-   and forcible (`scale_partition=True`) for measurement. Its one warp packs into the producer's warpgroup
-   (Triton launches the workers back to back), so the consumers keep 240 registers.
-12. MX fp8 (e8m0 scales per 32 of K) always takes the scale partition: its scales are single bytes, which cp.async
-   cannot copy, so that partition loads them with ordinary loads, decodes them to fp32 and stores them in its
-   ring; each 128-deep k-block is four 32-deep wgmma, each promoted with its own scales. Decoding needs
-   registers: the producer's warpgroup (shared with the scale partition) gets 40 and the consumers 232. At 256
-   wide MX spills (248-440 bytes for budgets 40-56 / 232-224), so the planner takes 128x128 (0 bytes).
-13. Blockwise fp8 with M <= 128 (DeepSeek-V3's decode and small-batch shapes) also considers 64-row tiles and
-   64x64 tiles, scored as in step 3: 128-row tiles leave most SMs idle there (M=128, N=4096: 32 CTAs), and each
-   CTA's k-loop (wgmma, wait, promote) is latency-bound, so more, smaller CTAs win. Measured at M=128, N x K =
-   4096x7168: 128x128 0.69x torch, 64x128 0.86x, 64x64 0.92x; where 64x64 would take two waves (7168x16384) it
-   fell to 0.52x and 64x128 (0.91x) wins on score (docs/benchmarks.md, 2026-11-23 session 12).
-14. Split-K (Plan.split_k): blockwise fp8 with M <= 128 whose 128-wide tiles fill at most a third of the SMs and
-   whose K has at least 32 k-blocks splits each tile's k-blocks into the most ranges (dividing them, at most 8)
-   that keep the work units in one wave; the score divides a unit's work by the split. Each unit then streams
-   twice to seven times less of A and B than the 64x64 tiles of rule 13 would, for fp32 partials of the output's
-   size per range. Measured (graph ratio against torch): M=64 N x K=4096x7168 0.915 -> 1.53 (64x128, 4 ranges),
-   2112x7168 0.897 -> 1.92 (7 ranges); M=128 4096x7168 0.917 -> 1.18 (128x128, 4), 2112x7168 0.902 -> 1.58 (7).
-   Where it lost (K = 2048: 16 k-blocks, 56 tiles; 0.97 -> 0.87 and 0.92 -> 0.69) the thresholds keep it off.
-   bf16 and fp8 rowwise decode (M <= 64, N = K = 8192: 64 tiles) measured no gain from it either (0.84-0.91
-   against 0.86-1.00 unsplit), so it stays off there.
-15. A split-K tail (Plan.tail_split): where the tiles fill at least one whole wave and the last, partial round would
-   idle at least 10% of the CTA-time, the whole waves run as a ranged kernel and the tiles left over as split-K
-   units (the most k-ranges, up to 8, that keep them in one wave) in a second, with their reduction. The score
-   (`tail_score`) counts the tail as 1/tail_split of a round plus a fixed TAIL_COST_US, which weighs more at short
-   K; a tail that does not beat the plain last round is not taken. Where split-K may run only (no bias, no fused
-   epilogue, no ping-pong, no scale partition). DeepSeek-V3's q_a + kv_a at 4096 tokens (4096x2112x7168, 2.18
-   waves of 128x256): graph ratios against torch went from 0.69 / 0.83 / 0.87 / 0.80 (bf16, fp8 rowwise fast,
-   exact, blockwise; the 128x128 tiles chosen before) to 0.89 / 0.99 / 1.00 / 0.95 with 128x256 and 4 k-ranges,
-   the best of the variants measured (docs/benchmarks.md, 2026-11-23 session 14). Not below 36 k-blocks
-   (`_TAIL_MIN_KBLOCKS`): fp8 3072^3 and 2048x7168x4096 (24 and 32) ran 4-8% faster on 128x128 tiles without a tail
-   (session 20).
-16. Decode (M <= 64; bf16, or fp8 tensorwise or rowwise with native accumulation; fused epilogues too) also scores
-   64x64 tiles, and gives them a ring of up to 12 stages (`_DECODE_STAGES`; other tiles keep at most 6). Such a
-   GEMM streams B once, so what limits it is how many bytes are in flight: 64x64 tiles give twice the CTAs of
-   64x128 ones, and the ring holds as many bytes per CTA. At 6 stages 64x64 had lost (0.68x torch, bf16 M=1);
-   at 12 it beat 64x128 at 6 in all six cases measured (N = K = 8192, graph ratio against torch): bf16 M=1/16/64
-   0.86/0.92/0.94 -> 0.90/0.94/0.97, fp8 rowwise fast 0.95/1.00/1.00 -> 1.00/1.02/1.04 (docs/benchmarks.md,
-   2026-11-23 session 16). 64x128 at 8 stages lost at M=1 (0.82, 0.89), so only 64x64 goes deeper. With a fused
-   epilogue (bf16 silu(acc + bias), fp8 rowwise gelu(acc) + residual; scripts/exp/decode_fused.py) it won all six
-   cases too: 1-5% (bf16) and 9-11% (fp8) faster than 64x128 at 6 stages. These tiles take no split-K tail
-   (rule 15 was measured on 128x256 tiles only); a forced deeper ring's tail keeps at most 6 stages.
-17. A 256x128 tile (forced, `bm=256`, or tried by the tuner; never the planner's own choice): four 64-row consumer
-   warpgroups, one partition each, as cuBLAS runs bf16 at short K (`nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA`). It
-   moves the same 48 KiB per k-block as 128x256 for the same work, but each warpgroup holds a 64x128 accumulator (64
-   registers) and stores it in two 64x64 halves. Four warpgroups beside the producer's get 112 registers each (4 x 128
-   x 112 + 128 x 24 <= 64K), and the halves' staging (32 KiB) leaves room for 4 stages (3 measured 3-7% slower). Plain
-   native GEMMs only: promoted fp8's partial, a bias beside rowwise scales (1040 bytes spilled), fused epilogues,
-   ping-pong and split-K are refused. Measured against 128x256 for bf16 (7 interleaved rounds, median graph ratio
-   against torch; docs/benchmarks.md, 2026-11-24 session 17): at K <= 2048 from -2.3% to +1.5% over six shapes, at K =
-   4096 within 0.4%. A first, non-interleaved run had shown +3.4% at 4096x7168x2048; identical kernels in that run
-   differed by up to 6%, so it was noise, and the planner keeps 128x256.
-18. Swap-AB decode (`Plan.swap_ab`): at M <= 32 (bf16, or fp8 tensorwise or rowwise with native accumulation; B
-   K-major; a bias swaps as a row vector of C^T, `EpilogueStep.ADD_ROW_BIAS`; a fused epilogue swaps unless it
-   reads a dense operand, its row and column operands trading kinds, `EpilogueGraph.transposed`) the kernel runs
-   the transposed problem, C^T = B^T A^T (`GemmSpec.swapped`):
-   the weight's N rows fill wgmma's 64-row side and the M tokens its 16-column side, on 64x16 tiles with up to 12
-   stages (128x16 with 6 where 64-row tiles leave a thin last round: `swap_rows`), and each tile is stored into C
-   transposed (`ir.Tiling.swap_ab`). Rule 16's 64x64 tiles compute 64 rows of which M are real, and loading only
-   the A rows that exist did not make them faster (scripts/exp/decode_a_rows.py). Measured against the unswapped
-   plan, interleaved, graph ratio against torch (docs/benchmarks.md, 2026-11-24 session 18), N x K: bf16 M = 1/16 at
-   Llama-3 4096x4096 1.03/0.96 against 0.61/0.63, 4096x14336 1.02/1.03 against 0.78/0.84, 8192x8192 0.99/0.98
-   against 0.91/0.94, 14336x4096 (M = 16) 0.97 against 0.93; fp8 rowwise 1.05-1.66 against 1.01-1.23. At N = 9216
-   and 28672 the 128-row tiles: 0.99-1.17 against 0.94-1.12 unswapped and 0.90-1.16 with 64-row tiles. Any forced
-   tile, depth or partition option turns it off. At 16 < M <= 32 the tiles are 32 tokens wide (`swap_tokens`):
-   64x32, or 128x32 with 6 stages where `swap_rows` says 128. 64x32: bf16 at 4096x4096 (M = 24, 32) 0.85 against
-   0.58, 4096x14336 1.03 against 0.92, 8192x8192 0.98 against 0.97; fp8 rowwise 1.04-1.65 against 1.04-1.25.
-   128x32 at M = 32 (session 19): N x K = 9216x8192 bf16 1.155 against 1.152 unswapped (64x32: 0.999), fp8 1.042
-   against 1.034 (0.897); 28672x4096 bf16 0.988 against 0.963, fp8 1.088 against 1.055. A bf16 bias beside fp8
-   rowwise scales (session 19, M = 1-32 at six shapes): swapped 1.06-1.70 against 1.03-1.26 unswapped, 1.052
-   against 1.041 at 32x9216x8192 on 128x32 tiles. Fused (session 19, scripts/exp/decode_fused_swap.py, against
-   torch eager of the same function, M = 1/16/32 at four Llama-3 and 8192^2 shapes): bf16 silu(acc + bias)
-   1.07-1.39 against 0.80-1.09 unswapped, fp8 rowwise + bias then gelu 1.11-1.89 against 1.02-1.39, all 24 cases
-   faster. A dense operand keeps a fused epilogue unswapped. At M = 48 and 64 a 32-wide swapped tile lost
-   (0.71-0.93 against 0.84-1.58) and a 64-wide one tied rule 16, so M > 32 stays with rule 16.
-19. sm_100a (a device whose `DeviceInfo.blackwell`; `plan_blackwell`): tcgen05 MMAs accumulate in tensor memory, not
-   registers, so the tile no longer splits over consumer warpgroups: one MMA warp issues 128-row MMAs into a
-   128x256 fp32 accumulator (BK as rule 1), two of them in tensor memory (2 x 256 of its 512 columns), and a 4-warp
-   epilogue partition drains one (in 4 column blocks of 64 through one staging buffer) while the MMA warp fills the
-   other: the epilogue overlaps the next tile's mainloop, which on sm_90a needed a second register accumulator
-   (passes/blackwell.py). Stages: as many as fit beside the staging buffers, at most 6 (at least 2, else 128 or 64
-   wide: many outputs or dense operands). bf16/fp16, fp8 tensorwise or rowwise with native accumulation, a bias, and
-   fused epilogues (evaluated per 64-column block as it leaves tensor memory, a dense operand copied by TMA into a
-   buffer of its own, the first block's copy at the tile's start, each output through its own staging buffer).
-   Decode (rule 18's conditions, M <= 32) runs swapped, C^T = B^T A^T on 128x16 or 128x32 tiles with a ring of up to
-   12 stages: the weight's rows fill tcgen05's 128. Promoted fp8, blockwise and MX scales and split-K are refused.
-   Simulated and cross-compiled, unmeasured: no sm_100a GPU is at hand, so nothing here is tuned, and warploom does
-   not launch these kernels (`warploom.plan(..., device=B200).compile("sm_100a")`, `warploom demo --target sm_100a`).
-20. gfx1250 (a device whose `DeviceInfo.gfx1250`; `plan_gfx1250`): Triton 3.6 cannot warp-specialize there, so one
-   partition of 4 warps copies with the Tensor Data Mover and computes with wmma, software-pipelined: a ring of 3
-   stages, each k-block's copies issued two blocks ahead of its wmma (passes/gfx1250.py). 128x128 tiles (each warp a
-   64x64 quarter: 128 accumulator registers) with BK as rule 1, persistent over the tiles in the grouped order, the
-   epilogue's scales and bias applied in registers and the tile stored straight from them (masked global stores).
-   bf16/fp16, fp8 tensorwise or rowwise with native accumulation, a bias, and fused epilogues (on the whole tile in
-   registers, operands by ordinary loads, each output stored from registers). Promoted fp8, blockwise and MX
-   scales, swap-AB, split-K and an N-major B of 2^31 elements or more are refused, and so are AMD GPUs other than
-   gfx1250. Simulated and cross-compiled, unmeasured and not tuned:
-   no gfx1250 is at hand (`warploom.plan(..., device=GFX1250).compile("gfx1250")`, `warploom demo --target gfx1250`).
-21. Stream-K (`Plan.stream_k`, sm_90a; native or promoted accumulation, no, tensorwise or rowwise scales, a bias; no
-   fused epilogue, blockwise or MX scales, ping-pong or swap-AB yet): the tiles of the last, partial wave are cut
-   into (tile, k-block) iterations shared evenly by up to pieces x their count CTAs, in the same kernel as the whole
-   waves, and each split tile is joined by the CTA that ran its first k-blocks (`ir.Fixup`: fp32 partials through a
-   workspace, a flag per piece, a fixed order, so results are deterministic). Scored by `stream_k_score` (2 to 4
-   pieces) against the whole-tile plan and its split-K tail; it wins where a long K meets a thin last wave.
+The heuristic, in order, one line per rule; why each rule holds, with its measurements, is in docs/decisions/:
+1. candidate tiles: BK = 128 bytes of K; BM 128, or 64 when M <= 64: docs/decisions/rule-01-candidate-tiles.md
+2. stages: as many as fit beside the staging tile (2-6; decode up to 12): docs/decisions/rule-02-stages.md
+3. score: tile-waves / tile efficiency; lowest wins, ties to the larger tile: docs/decisions/rule-03-tile-wave-score.md
+4. registers: producer 24, consumers 240, at one CTA per SM: docs/decisions/rule-04-registers.md
+5. GROUP_M = 8; grid = min(SMs, tiles): docs/decisions/rule-05-raster-and-grid.md
+6. 256-wide tiles store in two 128-column halves, for a 4th stage: docs/decisions/rule-06-epilogue-halves.md
+7. a 128-row tile's two consumer warpgroups run as two partitions: docs/decisions/rule-07-consumer-partitions.md
+8. promoted fp8: 128-column blocks, 3 stages; 128x128 where it spills: docs/decisions/rule-08-promoted-fp8-blocks.md
+9. fused epilogues: 128x256 in 8 blocks, one consumer partition, slots: docs/decisions/rule-09-fused-epilogue-wide.md
+10. rowwise scales + bias on 256-wide tiles: per stored 64-column block: docs/decisions/rule-10-rowwise-bias-blocks.md
+11. blockwise scales ride the A/B stages; a scale partition only if forced: docs/decisions/rule-11-blockwise-scales.md
+12. MX fp8 always takes the scale partition, on 128x128 tiles: docs/decisions/rule-12-mx-scale-partition.md
+13. blockwise fp8 at M <= 128 also scores 64-row and 64x64 tiles: docs/decisions/rule-13-small-m-blockwise.md
+14. split-K for small-M blockwise whose tiles fill at most a third of the SMs: docs/decisions/rule-14-split-k.md
+15. a split-K tail for a thin last wave (not below 36 k-blocks): docs/decisions/rule-15-split-k-tail.md
+16. decode (M <= 64) scores 64x64 tiles with a ring of up to 12 stages: docs/decisions/rule-16-decode-tiles.md
+17. 256x128 tiles with four consumer warpgroups: forced or tuned only: docs/decisions/rule-17-tall-tiles.md
+18. swap-AB decode at M <= 32: C^T = B^T A^T on 16- or 32-token tiles: docs/decisions/rule-18-swap-ab-decode.md
+19. sm_100a: tcgen05 into two tensor-memory accumulators, a 4-warp epilogue partition: docs/decisions/rule-19-sm100a.md
+20. gfx1250: one 4-warp partition, TDM copies and wmma, software-pipelined, 128x128: docs/decisions/rule-20-gfx1250.md
+21. stream-K: the last wave's tiles shared as 2-4 k-block pieces, a fixup: docs/decisions/rule-21-stream-k.md
 """
 
 from __future__ import annotations

@@ -359,7 +359,7 @@ class _PartitionEmitter:
             # software-pipelined, so the nest runs ahead across tiles just the same, and needs no division or branch
             # a k-step. A flat loop's `t // k_tiles` and tile coordinates each k-step (even under `if kk == 0`, which
             # the compiler predicates) held a decode kernel's lone producer warp to 0.59-0.81x torch at 16x4096x4096
-            # bf16, the nest to 0.98x (scripts/exp/swap_gap.py, docs/benchmarks.md session 18).
+            # bf16, the nest to 0.98x (archive/exp/swap_gap.py, docs/benchmarks.md session 18).
             with b.block(f"for {var} in range(pid, num_{what}, gl.num_programs(0))",
                          comment=f"for {what}*k (flattened: one sequence of (tile, k) steps)"):
                 self._tile_coords(var)

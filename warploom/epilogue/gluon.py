@@ -16,7 +16,7 @@ div_rn, fdiv, fma`` but no tanh, sigmoid or pow. Those come from libdevice (``gl
 ``.pow``, accurate to a few ulp) or are formulas over ``gl.exp``: sigmoid and silu as torch's CPU kernels write
 them, tanh GELU as x * sigmoid(2u) (the same function as x/2 (1 + tanh(u)), without libdevice tanhf's ~14 more
 instructions per element; x * 0 where torch's fp32 1 + tanh(u) cancels to 0, below about x = -5.15), erf GELU over
-``gl.erf`` (libdevice erff; cheaper forms were not faster, scripts/exp/gelu_forms.py).
+``gl.erf`` (libdevice erff; cheaper forms were not faster, archive/exp/gelu_forms.py).
 Each op is matched to torch's meaning (`warploom.epilogue.reference`):
 
 - maximum, minimum and clamp propagate NaN (``propagate_nan=tl.PropagateNan.ALL``, max.NaN.f32): the
@@ -79,7 +79,7 @@ def _unary(op: eg.UnaryOp, x: str) -> str:
             return f"{x} * 0.5 * (1.0 + gl.erf({x} * {_SQRT_1_2}))"
         case eg.UnaryOp.GELU_TANH:
             # x/2 (1 + tanh(u)) = x sigmoid(2u): one exp and one divide where libdevice's tanhf took ~14 more
-            # instructions per element (612 -> 510 us at 8192x8192x4096 fused; scripts/exp/gelu_forms.py). Where
+            # instructions per element (612 -> 510 us at 8192x8192x4096 fused; archive/exp/gelu_forms.py). Where
             # fp32 tanh(u) is exactly -1 (2u <= _TWO_TANH_MINUS_ONE) torch's 1 + tanh(u) is 0 and the result
             # x * 0: kept, so a later sqrt or 1/x sees -0.0 as in torch, not a tiny negative (the property test).
             inner = f"{_TWO_SQRT_2_PI} * ({x} + {_KAPPA} * {x} * {x} * {x})"
