@@ -59,7 +59,8 @@ def _tensors(m: int, n: int, k: int, dtype: str, device: str, scales: str = "row
     return a, b, sa, sb
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="warploom", message="%(prog)s %(version)s")
 def main() -> None:
     """warploom: warp-specialized, pipelined, persistent GEMM kernels for GPUs."""
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from warploom.dtypes import DType
 from warploom.epilogue.graph import EpilogueGraph
 from warploom.epilogue.operands import OperandSpec
+from warploom.errors import WarploomError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.sim.raster import Span, TileRef, cdiv, cta_tiles, stream_k_units
@@ -371,7 +372,7 @@ def acc_tag(tile: TileRef) -> Tag:
     return Tag("acc", ("m", "n"), (tile.off_m, tile.off_n))
 
 
-class MalformedError(ValueError):
+class MalformedError(WarploomError, ValueError):
     """The module cannot be executed: a cursor, barrier index or loop context is missing or out of range."""
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import random
 
+from warploom.errors import InternalError
 from warploom.sim.machine import Machine
 
 
-class StepLimitError(RuntimeError):
+class StepLimitError(InternalError):
     """A CTA ran past its step budget. Cannot happen for a finite program (every action retires an
     instruction or an async operation); raised rather than looping if that invariant breaks."""
 
