@@ -134,9 +134,7 @@ class _Linked:
     def finish(self) -> None:
         for mach in self.ms:
             mach.finish()
-        for p in self.state.lost():
-            self.ms[0].sink.add(SimFinding(FindingKind.SK_LOST_PARTIAL, f"{p.what} was stored but never added to its "
-                                                                         "tile", -1))
+        self.state.report_lost(self.ms[0].sink)
 
 
 def _eager(mach: Any, path: Path, por: bool) -> Path:

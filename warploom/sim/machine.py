@@ -971,9 +971,12 @@ class StreamKState:
     slots: dict[tuple[int, int], Partial]
     flags: set[tuple[int, int]]
 
-    def lost(self) -> list[Partial]:
-        """Partials stored but never added (checked when every CTA has finished)."""
-        return [p for p in self.slots.values() if not p.added]
+    def report_lost(self, sink: FindingSink) -> None:
+        """Once every CTA has finished: a partial stored but never added is a finding."""
+        for p in self.slots.values():
+            if not p.added:
+                sink.add(SimFinding(FindingKind.SK_LOST_PARTIAL, f"{p.what} was stored but never added to its tile",
+                                    -1))
 
     def key(self) -> tuple[Any, ...]:
         """Protocol state only (the explorer's): each slot's tile, k-block sums and whether it was added; the flags."""

@@ -375,8 +375,7 @@ def run_linked(machines: list[Machine], rng: random.Random, sink: FindingSink) -
                 acts = mach.enabled()
     for mach in machines:
         mach.finish()
-    for p in state.lost():
-        sink.add(SimFinding(FindingKind.SK_LOST_PARTIAL, f"{p.what} was stored but never added to its tile", -1))
+    state.report_lost(sink)
 
 
 def completed_tiles(module: ir.Module, m: int, n: int, grid: int, pids: Iterable[int],
