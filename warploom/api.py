@@ -164,9 +164,9 @@ def _matmul_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> No
 
 def _matmul_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None, None]:
     """The gradients of ``a @ b`` through warploom kernels: grad_a = grad @ b^T and grad_b = a^T @ grad, in a's dtype
-    (the incoming gradient cast to it, as a 16-bit backward does). Both run without copies of a and b: b^T and a^T are views
-    16-bit kernels read as they lie (b^T an N- or K-major B, a^T an M-major A), and their strides are a's and b's own,
-    which the forward call already found TMA-aligned."""
+    (the incoming gradient cast to it, as a 16-bit backward does). Both run without copies of a and b: b^T and a^T
+    are views 16-bit kernels read as they lie (b^T an N- or K-major B, a^T an M-major A), and their strides are a's
+    and b's own, which the forward call already found TMA-aligned."""
     a, b = ctx.saved_tensors
     g = grad.to(a.dtype).contiguous()  # (autograd may hand in an expanded gradient, e.g. a sum's: strides (0, 0))
     ga = torch.ops.warploom.matmul(g, b.t(), a.dtype) if ctx.needs_input_grad[0] else None
