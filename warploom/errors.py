@@ -73,6 +73,20 @@ class ResourceError(WarploomError, RuntimeError):
     """A resource warploom needs could not be had (device memory for a workspace); nothing was launched."""
 
 
+class TritonVersionError(WarploomError, ImportError):
+    """The installed Triton is outside the range warploom supports (`backends.gluon_api.SUPPORTED`): its Gluon API
+    differs, so warploom refuses at import rather than emit kernels it has not compiled there.
+
+    Attributes:
+        installed: the installed Triton's version string (``none`` when Triton is missing).
+    """
+
+    def __init__(self, installed: str, supported: str) -> None:
+        self.installed = installed
+        super().__init__(_msg("triton", supported, f"{installed} installed",
+                              f"pip install '{supported}' (torch 2.11 through 2.14 pin a Triton in that range)"))
+
+
 class InternalError(WarploomError, RuntimeError):
     """A warploom bug: a pass broke an IR invariant, or generated code failed to compile. Please report it."""
 

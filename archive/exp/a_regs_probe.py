@@ -84,7 +84,7 @@ def sass_and_ptxas(ck: Any) -> tuple[str, str]:
     """The cubin's SASS (cuobjdump) and ptxas -v's report on the PTX, with the tools Triton ships."""
     import subprocess
 
-    from warploom.runtime.cross import _bin
+    from warploom.runtime.cross import _cuobjdump, _ptxas
 
     with tempfile.TemporaryDirectory() as d:
         cubin, ptx = os.path.join(d, "k.cubin"), os.path.join(d, "k.ptx")
@@ -92,8 +92,8 @@ def sass_and_ptxas(ck: Any) -> tuple[str, str]:
             f.write(ck.asm["cubin"])
         with open(ptx, "w") as f:
             f.write(ck.asm["ptx"])
-        sass = subprocess.run([_bin("cuobjdump"), "-sass", cubin], capture_output=True, text=True, check=True).stdout
-        r = subprocess.run([_bin("ptxas"), "-v", "--gpu-name=sm_90a", ptx, "-o", os.path.join(d, "re.cubin")],
+        sass = subprocess.run([_cuobjdump(), "-sass", cubin], capture_output=True, text=True, check=True).stdout
+        r = subprocess.run([_ptxas(90), "-v", "--gpu-name=sm_90a", ptx, "-o", os.path.join(d, "re.cubin")],
                            capture_output=True, text=True, check=False)
     return sass, r.stdout + r.stderr
 

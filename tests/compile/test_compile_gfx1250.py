@@ -58,9 +58,10 @@ def test_compiles_to_wmma_and_tdm(spec: GemmSpec, forced: dict[str, int], wmma: 
     # The prologue's copies (stages - 1 blocks of A and B) and the k-loop's (one block of each).
     assert c.count("tensor_load_to_lds") == 2 * kern.plan.stages, s
     # The k-loop's counting wait (the copies of the blocks behind the one needed stay in flight: 2 (stages - 2)), and
-    # where that is not 0 its tail's wait for all (LLVM may duplicate either when it rotates the loop).
+    # where that is not 0 its tail's wait for all (LLVM may duplicate either when it rotates the loop). Triton 3.9's
+    # LLVM also waits before every copy until at most 10 are in flight: no stall, the schedule has 2 * stages at most.
     waits = {int(n, 16) for n in re.findall(r"^\s*s_wait_tensorcnt 0x([0-9a-f]+)", c.sass, re.M)}
-    assert waits == {0, 2 * (kern.plan.stages - 2)}, (waits, s)
+    assert {w for w in waits if w < 2 * kern.plan.stages} == {0, 2 * (kern.plan.stages - 2)}, (waits, s)
     assert c.count("s_barrier_wait") >= 1, s
     assert c.spills == 0, c.ptxas_log
     assert 0 < c.smem_bytes <= GFX1250.smem_per_block, s
@@ -116,6 +117,7 @@ def test_fused_epilogues_compile(name: str) -> None:
     stores = len(re.findall(r"^\s*global_store", c.sass, re.M))
     assert stores > 0, s
     # Each output is stored in its own dtype (output 0's too: not the spec's out_dtype when the graph casts).
-    llvm = {"bf16": "bfloat", "fp16": "half", "fp32": "float", "e4m3": "i8"}
+    # (Triton 3.9 stores e4m3 outputs packed four bytes to an i32.)
+    llvm = {"bf16": {"bfloat"}, "fp16": {"half"}, "fp32": {"float"}, "e4m3": {"i8", "i32"}}
     stored = {t for t in re.findall(r"store <\d+ x (\w+)>", c.ptx)}
-    assert {llvm[d.value] for d in kern.spec.output_dtypes()} <= stored, (stored, kern.spec.output_dtypes())
+    assert all(llvm[d.value] & stored for d in kern.spec.output_dtypes()), (stored, kern.spec.output_dtypes())

@@ -66,6 +66,7 @@ def host_launch(jit: RecordingJit, a: torch.Tensor, b: torch.Tensor, scale_a: An
     params = k.gluon.params
     assert len(args) == len(params)
     assert options["num_warps"] == k.gluon.num_warps and options["maxnreg"] == k.gluon.maxnreg
+    assert options["enable_fp_fusion"] is True  # explicit, whatever Triton's default (backends/gluon_api.py)
     return k, dict(zip(params, args, strict=True)), grid
 
 
@@ -168,7 +169,7 @@ def test_split_k_host_side(jit: RecordingJit, m: int, n: int, k: int, split: int
     assert "c_desc" not in named
     assert grid == (min(H100_SXM.sm_count, math.ceil(m / 64) * math.ceil(n / 128) * split),)
     assert rargs[0] is ws.base and rargs[1] is out and rargs[2:] == (out.stride(0), out.stride(1), m, n, mp)
-    assert rgrid == (math.ceil(m * n / 1024),) and ropts == {"num_warps": 4}
+    assert rgrid == (math.ceil(m * n / 1024),) and ropts == {"num_warps": 4, "enable_fp_fusion": True}
 
 
 def test_split_k_kernel_refuses_another_k(jit: RecordingJit) -> None:

@@ -3,7 +3,7 @@
 One ``@gluon.jit`` kernel, no ``gl.warp_specialize`` (Triton 3.6 cannot legalize it for gfx1250): its warps run the
 module's one WORKGROUP partition. The rings are LDS buffers filled by Tensor Data Mover copies
 (``tdm.async_load`` through descriptors made in the kernel from the base pointers and strides), waited for with
-``tdm.async_wait`` (a count of copies in flight) and ``gl.thread_barrier``. The MMA is ``wmma`` on operand
+``tdm.async_wait`` (a count of copies in flight) and a barrier of the warps. The MMA is ``wmma`` on operand
 fragments loaded from the slots. The epilogue's scales and bias, or a fused epilogue's graph (its operands by
 ordinary loads, sm_90a's register math), are applied in the wmma layout, and each output is stored with masked
 global stores. Every line that implements an IR op carries the op's text form as a comment, as on sm_90a.
@@ -79,8 +79,8 @@ class _Gfx1250Emitter(_PartitionEmitter):
         b.line("@gluon.jit")
         with b.block(f"def {m.name}({', '.join(kernel_params(m))})",
                      comment=f"{self.p.role.value}: {self.p.warps} warps copy (TDM) and compute (wmma)"):
-            b.line(f"acc_layout: gl.constexpr = AMDWMMALayout(3, True, [{warps_m}, {warps_n}], "
-                   f"[16, 16, {wmma_k(m.spec.a_dtype)}])",
+            layout = self.api.wmma_layout(warps_m, warps_n, (16, 16, wmma_k(m.spec.a_dtype)))
+            b.line(f"acc_layout: gl.constexpr = {layout}",
                    comment=f"wmma accumulator: {warps_m}x{warps_n} warps, each a "
                            f"{t.bm // warps_m}x{t.bn // warps_n} block of the tile")
             kw = k_width(m.spec.a_dtype)
@@ -157,7 +157,8 @@ class _Gfx1250Emitter(_PartitionEmitter):
                 origin = {ir.Axis.M: "0", ir.Axis.N: "0", ir.Axis.K: k_origin}
                 coord = ", ".join(origin[a] for a in o.coord)
                 desc = f"{o.tensor.value.lower()}_desc"
-                b.line(f"tdm.async_load({desc}, [{coord}], {o.ring}.index({s}), pred={kb} < k_tiles)", c)
+                pred = self.api.tdm_pred(f"{kb} < k_tiles")
+                b.line(f"tdm.async_load({desc}, [{coord}], {o.ring}.index({s}), pred={pred})", c)
             case ir.TdmWait():
                 b.line(f"tdm.async_wait({o.pending})", c)
                 if o.ahead and self._in_k:
@@ -167,7 +168,7 @@ class _Gfx1250Emitter(_PartitionEmitter):
                                  comment="the tile's last blocks: no copy of a later block was issued behind them"):
                         b.line("tdm.async_wait(0)")
             case ir.SyncWarps():
-                b.line("gl.thread_barrier()", c)
+                b.line(self.api.barrier, c)
             case ir.Wmma():
                 s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
                 k_major = self.m.spec.b_layout is BLayout.K_MAJOR

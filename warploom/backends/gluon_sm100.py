@@ -5,29 +5,25 @@ rings, mbarriers and ``gl.warp_specialize``), and its producer, waits, arrivals,
 same way. What differs is the MMA: tensor memory holds the accumulators (``allocate_tensor_memory``), the MMA warp
 issues ``tcgen05_mma`` with the stage's empty barrier as its completion barrier and ``tcgen05_commit``s each
 finished tile to the epilogue, and the epilogue partition reads column blocks of tensor memory into registers in
-the layout of the tcgen05 load instruction (``get_tmem_reg_layout``).
+the layout of the tcgen05 load instruction (`gluon_api.GluonApi.tmem_reg_layout`).
 """
 
 from __future__ import annotations
 
+from warploom.backends import gluon_api
 from warploom.backends.gluon_sm90 import GluonSource, _PartitionEmitter, _slot, lower, use_acc
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 
-_HEADER = """\
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.blackwell import (
-    TensorMemoryLayout,
-    allocate_tensor_memory,
-    fence_async_shared,
-    get_tmem_reg_layout,
-    mbarrier,
-    tcgen05_commit,
-    tcgen05_mma,
-    tma,
-)
-"""
+
+def _header(api: gluon_api.GluonApi) -> str:
+    """The imports (what `GluonApi.tmem_reg_layout` needs is the Triton version's)."""
+    names = sorted(["TensorMemoryLayout", "allocate_tensor_memory", "fence_async_shared", *api.blackwell_imports,
+                    "mbarrier", "tcgen05_commit", "tcgen05_mma", "tma"])
+    imports = "".join(f"    {n},\n" for n in names)
+    return ("from triton.experimental import gluon\n"
+            "from triton.experimental.gluon import language as gl\n"
+            f"from triton.experimental.gluon.language.nvidia.blackwell import (\n{imports})\n")
 
 
 class _Sm100Emitter(_PartitionEmitter):
@@ -39,8 +35,8 @@ class _Sm100Emitter(_PartitionEmitter):
         widths = {a.cols for a in self.p.accumulators}
         assert len(widths) == 1, "sm_100a: the epilogue's column blocks are all one width (passes/blackwell.py)"
         (w,) = widths
-        self.buf.line(f"acc_layout: gl.constexpr = get_tmem_reg_layout(gl.float32, [BM, {w}], "
-                      f"TensorMemoryLayout([BM, {w}], col_stride=1), {self.p.warps})",
+        ring = next(o.acc_ring for o, _ in ir.walk(self.p.body) if isinstance(o, ir.LoadTmem))
+        self.buf.line(f"acc_layout: gl.constexpr = {self.api.tmem_reg_layout(ring, 'BM', w, self.p.warps)}",
                       comment="a column block of a tensor-memory accumulator, as tcgen05.ld hands it to the threads")
         for a in self.p.accumulators:
             self.buf.line(f"{a.name} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)")
@@ -71,4 +67,4 @@ class _Sm100Emitter(_PartitionEmitter):
 def lower_sm100(m: ir.Module) -> GluonSource:
     """Generate Gluon source for a complete (verified) sm_100a module."""
     assert m.blackwell, f"{m.name} is an sm_90a module: backends/gluon_sm90.py lowers it"
-    return lower(m, _Sm100Emitter, _HEADER)
+    return lower(m, _Sm100Emitter, _header(gluon_api.current()))

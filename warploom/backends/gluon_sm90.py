@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from warploom.backends import gluon_api
 from warploom.backends.codebuf import CodeBuffer
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
@@ -191,6 +192,7 @@ class _PartitionEmitter:
         self.tile0 = "tile_lo + " if m.tiling.ranged else ""  # a ranged launch's tiles start at tile_lo
         self.sk = m.tiling.stream_k
         self.k_first = "k_lo" if self.sk else "0"  # the first k-block of a K loop (a stream-K unit's)
+        self.api = gluon_api.current()  # the installed Triton's spellings (backends/gluon_api.py)
 
     def params(self) -> list[str]:
         return partition_params(self.m, self.p)
@@ -284,7 +286,7 @@ class _PartitionEmitter:
                 b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, acc_layout))")
                 b.line(f"sk_offs = (pid * BM + {self.row0} + sk_rows)[:, None] * BN + ({a.col0} + sk_cols)[None, :]")
                 b.line(f"gl.store(sk_ws_ptr + sk_offs, {name})")
-            b.line("gl.thread_barrier()", "every thread's partial stored before the flag is released")
+            b.line(self.api.barrier, "every thread's partial stored before the flag is released")
             b.line(f"gl.atomic_xchg(sk_flags_ptr + pid * {parts} + {part}, 1, sem=\"release\", scope=\"gpu\")")
         with b.block("else"):
             with b.block("if k_hi < k_tiles", comment="the finisher: add the later CTAs' partials, in k order"):
@@ -413,7 +415,7 @@ class _PartitionEmitter:
                 d = self.depth[o.slot.cursor]
                 desc = f"{o.tensor.value.lower()}_desc"
                 coord = ", ".join(self._coord(a) for a in o.coord)
-                b.line(f"tma.async_copy_global_to_shared({desc}, [{coord}], {o.barrier}_bars.index("
+                b.line(f"{self.api.tma_load}({desc}, [{coord}], {o.barrier}_bars.index("
                        f"{_slot(o.slot, d, self.stages)}), {o.ring}.index({_slot(o.slot, d, self.stages)}))", c)
             case ir.Mma():
                 s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
@@ -436,6 +438,9 @@ class _PartitionEmitter:
                 self.promote_scaled(o)
             case ir.Promote():
                 b.line(f"{o.dst} = {o.dst} + {o.src}", c)
+                if self.api.pin_promotion:  # (as `promote_scaled` always does)
+                    b.line(f"{o.dst} = warpgroup_mma_wait(0, deps=({o.dst},))",
+                           "keep the promotion before the next wgmma")
             case ir.CopyScales():
                 self.copy_scales(o)
             case ir.ZeroAcc():
@@ -475,7 +480,7 @@ class _PartitionEmitter:
                 if self.m.tiling.swap_ab:  # C's rows are this module's columns (ir.Tiling.swap_ab)
                     row, col = col, row
                     c = re.sub(r"\b(C\d*)\[m, n\]", r"\1[n, m]", c)  # (C1, C2, ...: a fused epilogue's outputs)
-                b.line(f"tma.async_copy_shared_to_global({store_desc(o)}, [{row}, {col}], {o.buffer})", c)
+                b.line(f"{self.api.tma_store}({store_desc(o)}, [{row}, {col}], {o.buffer})", c)
             case ir.Advance():
                 b.line(f"{o.cursor} += 1", c)
             case _:
@@ -501,14 +506,14 @@ class _PartitionEmitter:
                    f"the tile's {SCALE_BLOCK}-column blocks of B")
             ptr, mask = (f"sb_ptr + {self.kb} * sb_stride_k + {idx} * sb_stride_n",
                          f"{idx} < gl.cdiv(N, {SCALE_BLOCK})")
-        b.line(f"async_copy.async_copy_global_to_shared({o.ring}.index({slot}), {ptr}, mask={mask})",
+        b.line(f"{self.api.cp_async}({o.ring}.index({slot}), {ptr}, mask={mask})",
                printer.op(o))
         if o.barrier is not None:
             b.line(f"async_copy.mbarrier_arrive({o.barrier}_bars.index({slot}))",
                    f"{o.barrier}[{slot}] completes only once these copies land")
             if self.p.warps > 1:
                 # The stage's arrival is one thread's: every warp must have registered its copies first.
-                b.line("gl.thread_barrier()", "every warp's copies tracked before the arrival that can complete it")
+                b.line(self.api.barrier, "every warp's copies tracked before the arrival that can complete it")
 
     def copy_scales_sync(self, o: ir.CopyScales) -> None:
         """MX: load the stage's e8m0 scales (per 32-deep slice j of the k-block, the tile's rows or columns) with
@@ -531,7 +536,7 @@ class _PartitionEmitter:
                    ".to(gl.float32)", "e8m0 bits (127: 1.0)")
             b.line(f"{o.ring}.index(({slot}) * {ring.rows} + j).store(gl.where({pre}_bits == 255.0, float('nan'), "
                    f"gl.exp2({pre}_bits - 127.0)))", "2**(e - 127), exact in fp32; 255 is NaN")
-        b.line("gl.thread_barrier()", "every thread's stores before the arrive that publishes them")
+        b.line(self.api.barrier, "every thread's stores before the arrive that publishes them")
 
     def promote_scaled(self, o: ir.Promote) -> None:
         """``dst += src * (sa[rows] x sb[cols])``: the per-row scales and one per 128-column block (a [rows, 1]
@@ -622,10 +627,10 @@ class _PartitionEmitter:
         nbytes = self.rows * w * g.operand(o.operand).dtype.bytes
         b, buf = self.buf, o.buffer
         if not o.synced:  # (else the TMA store just before did both: ir.PrefetchOperand)
-            b.line("gl.thread_barrier()", "every thread has read the buffer's previous block ...")
+            b.line(self.api.barrier, "every thread has read the buffer's previous block ...")
             b.line("fence_async_shared()", "... before the async proxy overwrites it")
         b.line(f"mbarrier.expect({buf}_bar, {nbytes})")
-        b.line(f"tma.async_copy_global_to_shared({o.operand}_desc, [{row}, {col}], {buf}_bar, {buf})", printer.op(o))
+        b.line(f"{self.api.tma_load}({o.operand}_desc, [{row}, {col}], {buf}_bar, {buf})", printer.op(o))
 
     def apply_epilogue(self, o: ir.ApplyEpilogue) -> None:
         from warploom.epilogue.gluon import emit

@@ -33,8 +33,8 @@ Each op is matched to torch's meaning (`warploom.epilogue.reference`):
 
 What is not bit-exact against torch: ``gl.exp`` (ex2.approx), ``gl.rsqrt`` (rsqrt.approx.ftz: a denormal input
 flushes to zero), libdevice tanh, erf and pow are a few ulp off; and Triton contracts ``a * b + c`` into an
-FMA (its default ``enable_fp_fusion``), which rounds once where eager torch rounds twice. The GPU tier
-(tests/gpu/test_epilogue_ops_gpu.py) measures every op against `reference.evaluate`.
+FMA (``enable_fp_fusion``, which warploom asks for explicitly: backends/gluon_api.py), which rounds once where eager
+torch rounds twice. The GPU tier (tests/gpu/test_epilogue_ops_gpu.py) measures every op against `reference.evaluate`.
 
 The generated module must import ``triton.language as tl`` (`IMPORTS`) for ``tl.PropagateNan``.
 """

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warploom.backends.codebuf import CodeBuffer
+from warploom.backends.gluon_api import compile_options
 from warploom.dtypes import DType
 from warploom.epilogue import gluon, printer
 from warploom.epilogue import graph as eg
@@ -101,7 +102,7 @@ def cross_compile(k: StandaloneKernel, arch: int = 90) -> Any:
 
     fn = load(k.text, k.name)
     src = GluonASTSource(fn, k.signature, {}, {})
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": k.num_warps})
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=compile_options(num_warps=k.num_warps))
 
 
 def run(g: eg.EpilogueGraph, acc: Any, operands: Mapping[str, Any], out_dtype: DType) -> tuple[Any, ...]:
@@ -129,5 +130,5 @@ def run(g: eg.EpilogueGraph, acc: Any, operands: Mapping[str, Any], out_dtype: D
         args += [t, rs, cs]
     args += [*outs, m, n]
     bm, bn = k.block
-    fn[(-(-m // bm), -(-n // bn))](*args, num_warps=k.num_warps)
+    fn[(-(-m // bm), -(-n // bn))](*args, **compile_options(num_warps=k.num_warps))
     return outs

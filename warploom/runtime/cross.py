@@ -14,6 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any
 
+from warploom.backends import gluon_api
 from warploom.backends.gluon_sm90 import RANGED_REDUCE_PARAMS, REDUCE_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
@@ -132,15 +133,22 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
     return sig
 
 
-# Triton's compute capability for each target, and the ptxas that assembles it (Triton ships a newer one for
-# Blackwell: the sm_90a one rejects the PTX version sm_100a kernels need).
-_ARCHS = {"sm_90a": (90, "ptxas"), "sm_100a": (100, "ptxas-blackwell")}
+# Triton's compute capability for each target.
+_ARCHS = {"sm_90a": 90, "sm_100a": 100}
 
 
-def _bin(tool: str) -> str:
-    import triton
+def _ptxas(arch: int) -> str:
+    """The ptxas Triton itself assembles `arch` with, so the re-run reads the same PTX version: Triton ships a newer one
+    for Blackwell (the older rejects the PTX version sm_100a kernels need), which from 3.9 assembles sm_90a too."""
+    from triton.backends.nvidia.compiler import get_ptxas
 
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
+    return str(get_ptxas(arch).path)
+
+
+def _cuobjdump() -> str:
+    from triton import knobs
+
+    return str(knobs.nvidia.cuobjdump.path)
 
 
 def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Compiled:
@@ -154,8 +162,8 @@ def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Com
     # Pointers are 16-byte aligned (checked on the host), which lets Triton vectorize scale loads.
     attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(src.params) if p.endswith("_ptr")}
     ast = GluonASTSource(fn, signature(m, src), {}, attrs)
-    options = {"num_warps": src.num_warps, "num_stages": 1, "num_ctas": 1, "maxnreg": src.maxnreg}
-    arch, ptxas = _ARCHS[target]
+    options = gluon_api.compile_options(num_warps=src.num_warps, num_stages=1, num_ctas=1, maxnreg=src.maxnreg)
+    arch = _ARCHS[target]
     ck = triton.compile(ast, target=GPUTarget("cuda", arch, 32), options=options)
     ptx, cubin = ck.asm["ptx"], ck.asm["cubin"]
     with tempfile.TemporaryDirectory() as d:
@@ -164,10 +172,11 @@ def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Com
             f.write(ptx)
         with open(cubin_path, "wb") as f:
             f.write(cubin)
-        r = subprocess.run([_bin(ptxas), "-v", f"--gpu-name={target}", ptx_path, "-o", os.path.join(d, "re.cubin")],
-                           capture_output=True, text=True, check=False)
+        flags = gluon_api.for_triton(gluon_api.installed()).ptxas_flags  # (those Triton assembled the cubin with)
+        r = subprocess.run([_ptxas(arch), "-v", *flags, f"--gpu-name={target}", ptx_path, "-o",
+                            os.path.join(d, "re.cubin")], capture_output=True, text=True, check=False)
         log = r.stdout + r.stderr
-        sass = subprocess.run([_bin("cuobjdump"), "-sass", cubin_path], capture_output=True, text=True,
+        sass = subprocess.run([_cuobjdump(), "-sass", cubin_path], capture_output=True, text=True,
                               check=True).stdout
     if src.reduce_kernel is not None:
         _compile_reduce(m, src, options)
@@ -211,7 +220,7 @@ def _cross_compile_gfx1250(m: ir.Module, src: GluonSource) -> Compiled:
              if p.endswith("_ptr") or ints.get(p, 1) % 16 == 0}
     fn = load(src.text, src.kernel)
     ck = triton.compile(GluonASTSource(fn, sig, {}, attrs), target=GPUTarget("hip", "gfx1250", 32),
-                        options={"num_warps": src.num_warps, "num_stages": 1})
+                        options=gluon_api.compile_options(num_warps=src.num_warps, num_stages=1))
     asm = ck.asm["amdgcn"]
 
     def meta(key: str) -> int:

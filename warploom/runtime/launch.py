@@ -31,6 +31,7 @@ from triton import knobs
 from triton.knobs import HookChain
 from triton.runtime.driver import driver
 
+from warploom.backends.gluon_api import compile_options
 from warploom.backends.gluon_sm90 import REDUCE_BLOCK, SK_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.errors import split_k_mismatch
 from warploom.ir import nodes as ir
@@ -90,11 +91,11 @@ class Launcher:
         blocks = descriptor_blocks(m)
         descs = {i: _DescSlot(blocks[p][1], shared_layout(*blocks[p]), TensorDescriptor)
                  for i, p in enumerate(src.params) if p in blocks}
-        self._main = _Direct(load(src.text, src.kernel), {"num_warps": src.num_warps, "maxnreg": src.maxnreg},
-                             descs, fast)
+        self._main = _Direct(load(src.text, src.kernel), compile_options(num_warps=src.num_warps,
+                                                                         maxnreg=src.maxnreg), descs, fast)
         self._reduce = None
         if src.reduce_kernel:  # split-K's second kernel: every argument a pointer or an integer
-            self._reduce = _Direct(load(src.text, src.reduce_kernel), {"num_warps": 4}, {}, fast)
+            self._reduce = _Direct(load(src.text, src.reduce_kernel), compile_options(num_warps=4), {}, fast)
         # A swapped module (rule 18, ir.Tiling.swap_ab) runs C^T = B^T A^T: a call's tensors are the problem's, so
         # its A descriptor is over B's (N, K) rows, its B (K-major) over A's (M, K) rows, and its output tiles go to
         # C through a descriptor over C itself with (BN, BM) boxes; scales trade places, and M and N.

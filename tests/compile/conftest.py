@@ -1,0 +1,33 @@
+"""What the compile tier allows per installed Triton (CI runs it under the oldest and the newest: scripts/test.sh).
+
+Known finding (Triton 3.9.0, 2026-11-26): 3.9 assembles sm_90a with its Blackwell ptxas (CUDA 13.4) and
+``--regAllocOptLevel=2`` (Triton's workaround of a ptxas 13 bug), and that spills a little on the fp8 kernels below
+at their 168-register cap; under 3.6 through 3.8 (ptxas 12.8 / 12.9) they spill nothing. Without the flag 3.9's
+ptxas spills nothing either, but Triton builds the kernel with it (runtime/cross.py re-runs ptxas the same way).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from warploom.backends import gluon_api
+
+# test id -> spill bytes measured under Triton 3.9.0 (the bound the test holds them to there)
+SPILLS_39 = {
+    "e4m3_blockwise_128x128_planned": 56,
+    "e4m3_blockwise_1x128_planned": 112,
+    "e4m3_blockwise_128x128_deepseek_128x256_p2_h2": 56,
+    "e4m3_blockwise_m128_128x128_split4": 16,
+    "e4m3_blockwise_q_a_planned_tail4": 64,
+    "e4m3_blockwise_m128_planned_split4": 16,
+    "e4m3_blockwise_scale_partition_128x256": 64,
+    "headline-nohoist_nocolscalar": 32,
+}
+
+
+@pytest.fixture
+def spill_budget(request: pytest.FixtureRequest) -> int:
+    """The spill bytes this parametrized case may have under the installed Triton: 0, except the known finding."""
+    if gluon_api.installed() < (3, 9):
+        return 0
+    return SPILLS_39.get(request.node.callspec.id, 0)
