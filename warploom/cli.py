@@ -486,14 +486,26 @@ def _render(con: Any, results: Any, plot: Path | None, markdown_out: Path | None
     from warploom.benchsuite import report
 
     peaks = report.peaks_for(results.env, bandwidth)
-    t = Table("op", "large shapes", "geomean ratio", "geomean graph", "geomean compile", "worst (headline)",
-              title="torch ms / warploom ms (above 1: warploom is faster)")
-    for s in report.summarize(results):
+    if results.env.suite == Suite.ZOO.value:  # the zoo's geomeans are over every shape, small ones too
+        from warploom.benchsuite import report_zoo
+
+        t = Table("op", "shapes", "geomean ratio", "geomean graph", "faster than torch", "worst (headline)",
+                  title="the zoo: torch ms / warploom ms over every shape (above 1: warploom is faster)")
+        for z in report_zoo.summarize(results):
+            worst = "-" if not z.worst else f"{z.worst[0].headline_ratio:.3f} ({z.worst[0].case.shape.name})"
+            t.add_row(z.op.label, str(z.ran), *(f"{v:.3f}" if v is not None else "-" for v in
+                                                 (z.geomean_ratio, z.geomean_graph_ratio)), str(z.faster), worst)
+        con.print(t)
+    else:
+        t = Table("op", "large shapes", "geomean ratio", "geomean graph", "geomean compile", "worst (headline)",
+                  title="torch ms / warploom ms (above 1: warploom is faster)")
+    for s in () if results.env.suite == Suite.ZOO.value else report.summarize(results):
         worst = "-" if s.worst is None else f"{s.worst.headline_ratio:.3f} ({s.worst.case.shape.name})"
         t.add_row(s.op.label, str(s.large), *(f"{v:.3f}" if v is not None else "-" for v in
                                                (s.geomean_ratio, s.geomean_graph_ratio, s.geomean_compile_ratio)),
                   worst)
-    con.print(t)
+    if results.env.suite != Suite.ZOO.value:
+        con.print(t)
     if plot is not None:
         try:
             con.print(f"plot written to [bold]{report.plot(results, peaks, plot)}[/]")

@@ -231,3 +231,22 @@ def test_cli_runs_only_its_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert "zoo (shard 3/8): 140 cases" in r.output
     r = CliRunner().invoke(main, ["bench", "--suite", "zoo", "--shard", "8/8", "--out", str(tmp_path / "r.json")])
     assert r.exit_code == 2 and "0 <= I < N" in r.output
+
+
+def test_console_summary_of_a_zoo_run_is_over_every_shape(tmp_path: object) -> None:
+    """`warploom bench --report` of a zoo run prints geomeans over every shape (the markdown's), not over the few
+    large ones the other suites' summary counts."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from warploom.cli import main
+
+    data = Path(__file__).parents[2] / "docs" / "data" / "zoo-0-1-of-8-2026-11-26-session22.json"
+    rows = json.loads(data.read_text())["rows"]
+    res = CliRunner().invoke(main, ["bench", "--report", str(data)], terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "over every shape" in res.output
+    ran = sum(1 for r in rows if r["op"] == "matmul_bf16")
+    assert f"│ {ran} " in res.output.split("matmul bf16")[1][:20]
