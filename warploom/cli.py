@@ -185,11 +185,11 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
     kern = _planned(m, n, k, dtype, fast_accum, scales=scales,
                     device=B200 if blackwell else GFX1250 if amd else None)
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
-    con.print(kern.plan)
+    con.print(_plan_table(kern))
     from warploom.planner import wave_fill
 
     con.print(f"persistent grid: {wave_fill(kern.spec, kern.plan).describe()}", highlight=False)
-    con.print("why this plan (the planner's scored candidates):", highlight=False)
+    con.print("why this plan (the planner's scored candidates; every field: Kernel.plan):", highlight=False)
     con.print(kern.explain(), highlight=False, markup=False)
     con.rule("[bold]schedule IR")
     con.print(kern.schedule, highlight=False, markup=False)
@@ -213,6 +213,7 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
         s = compile_it(target).summary()
         t.add_row(name, *(str(s[c]) for c in cols))
     con.print(t)
+    con.print(_SASS_WORDS[target], highlight=False)
     if gpu:
         _run_gpu(con, m, n, k, dtype, fast_accum, scales)
     if not gpu or timeline is not None:  # (an sm_100a or gfx1250 kernel is simulated: no GPU here runs it)
@@ -245,11 +246,40 @@ def sim(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, stage
         sys.exit("the simulation found a problem")
 
 
+# The cross-compile table's columns in words, per target.
+_SASS_WORDS = {
+    "sm_90a": "HGMMA / QGMMA: Hopper tensor-core MMA instructions (16-bit / fp8) in the kernel; registers: the cap per "
+              "thread; spills: bytes spilled to local memory (0 is good); wgmma_serialized: ptxas serialized the async "
+              "MMAs (False is good)",
+    "sm_100a": "UTCHMMA / UTCQMMA: Blackwell tcgen05 MMA instructions (16-bit / fp8); LDTM: tensor-memory loads; "
+               "registers: the cap per thread; spills: bytes spilled to local memory (0 is good)",
+    "gfx1250": "v_wmma: AMD matrix instructions; tensor_load_to_lds: Tensor Data Mover copies; s_wait_tensorcnt: their "
+               "waits; VGPRs and scratch (0 is good): registers and spills",
+}
+
+
+def _plan_table(kern: Kernel) -> Any:
+    """The plan as a short table: the tile, the ring, the warps and their registers, the grid and the schedule."""
+    from rich.table import Table
+
+    p, mod = kern.plan, kern.module
+    schedule = (f"stream-K, {p.stream_k} pieces for the last wave's tiles" if p.stream_k else
+                f"split-K tail, {p.tail_split} k-ranges" if p.tail_split > 1 else
+                f"split-K, {p.split_k} k-ranges" if p.split_k > 1 else
+                "ping-pong consumers" if p.pingpong else "whole tiles, cooperative")
+    t = Table("tile (BMxBNxBK)", "stages", "partitions: warps x registers", "grid", "schedule", "smem")
+    parts = ", ".join(f"{q.name} {q.warps}x{q.regs}" if q.regs else f"{q.name} {q.warps}" for q in mod.partitions)
+    t.add_row(f"{p.bm}x{p.bn}x{p.bk}" + (" (swapped: C^T)" if p.swap_ab else ""), str(p.stages), parts,
+              str(p.grid), schedule, f"{mod.smem_bytes // 1024} KiB")
+    return t
+
+
 def _run_sim(con: Any, kern: Kernel, seed: int, timeline: Path | None, title: str, *,
              exit_on_failure: bool = True) -> bool:
     """Simulate `kern` at its size on random data: every CTA when small, else `sample_ctas`; compare with torch."""
     from warploom.api import SIM_MAX_FLOPS_ENV, sim_max_flops
     from warploom.sim import compare_kernel, draw_timeline, sample_kernel_ctas
+    from warploom.sim.compare import TOLERANCE
     from warploom.sim.reference import make_inputs
 
     s = kern.spec
@@ -274,12 +304,13 @@ def _run_sim(con: Any, kern: Kernel, seed: int, timeline: Path | None, title: st
     else:
         ran = f"{len(rep.ctas)} of {cmp.grid} ({ids(rep.ctas)})"
     n_tiles = kern.plan.units(s.m, s.n) // kern.plan.split_k
-    con.print(f"CTAs simulated: {ran}; output tiles: {len(cmp.tiles)} of {n_tiles}; k-steps (wgmma issued): "
+    con.print(f"CTAs simulated: {ran}; output tiles: {len(cmp.tiles)} of {n_tiles}; k-steps (MMAs issued): "
               f"{rep.k_steps}; scheduler steps: {rep.steps}")
     con.print("findings: " + ("none" if rep.ok else f"{len(rep.findings)}"), highlight=False)
     for f in rep.findings:
         con.print(f"  - {f}", highlight=False, markup=False)
-    con.print(f"error vs fp32 reference on those tiles (1 - 2Σxy/Σ(x²+y²)): {cmp.error:.2e}")
+    con.print(f"error vs fp32 reference on those tiles (1 - 2Σxy/Σ(x²+y²)): {cmp.error:.2e} "
+              f"(good: below {TOLERANCE:g})")
     con.print(f"sim wall time: {rep.wall_s:.2f} s (with the comparison: {cmp.wall_s:.2f} s)")
     if timeline is not None:
         con.print(f"timeline written to [bold]{draw_timeline(cmp.result, timeline)}[/]")

@@ -864,7 +864,7 @@ class Explanation:
             lines.append("  (chosen by a rule without scoring: swap-AB decode, sm_100a, gfx1250 or forced options)")
             return "\n".join(lines)
         best = min(c.score for c in self.candidates)
-        lines.append(f"  {'tile':8s} {'schedule':20s} {'score':>6s}  (relative: 1.00 is the best, lower is faster)")
+        lines.append(f"  {'tile':8s} {'schedule':20s} {'score':>6s}  (1.00: the best; lower is faster)")
         for c in sorted(self.candidates, key=lambda c: c.score):
             lines.append(f"  {c.tile:8s} {c.kind:20s} {c.score / best:6.2f}  {c.why}")
         return "\n".join(lines)
