@@ -221,6 +221,33 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
             f" ({target}: cross-compiled, not run)" if target != "sm_90a" else "" if gpu else " (no GPU here)"))
 
 
+@main.command("plan")
+@_problem(4096, 4096, 4096)
+@click.option("--target", type=click.Choice(["sm_90a", "sm_100a", "gfx1250"]), default="sm_90a", show_default=True,
+              help="the device planned for: an H100, a B200 or an AMD gfx1250")
+@click.option("--explain", is_flag=True, help="every candidate the planner scored, and why the winner won")
+@click.option("--schedule", is_flag=True, help="also print the schedule IR")
+def plan_command(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, target: str, explain: bool,
+                 schedule: bool) -> None:
+    """Plan one GEMM and show the plan (no compile, no run): its tile, ring, warps, grid and schedule."""
+    from rich.console import Console
+
+    from warploom.device import B200, GFX1250
+    from warploom.planner import wave_fill
+
+    con = Console()
+    kern = _planned(m, n, k, dtype, fast_accum, scales=scales,
+                    device={"sm_100a": B200, "gfx1250": GFX1250}.get(target))
+    con.rule(f"[bold]plan[/] {kern.spec.short()}")
+    con.print(f"{kern.plan.short()}  ({kern.module.name})", highlight=False)
+    con.print(_plan_table(kern))
+    con.print(f"persistent grid: {wave_fill(kern.spec, kern.plan).describe()}", highlight=False)
+    if explain:
+        con.print(kern.explain(), highlight=False, markup=False)
+    if schedule:
+        con.print(kern.schedule, highlight=False, markup=False)
+
+
 @main.command()
 @_problem(256, 256, 512)
 @click.option("--stages", type=click.IntRange(min=1), default=None, help="force the ring depth [default: planned]")

@@ -54,3 +54,18 @@ def test_an_output_path_under_a_file(tmp_path: Path, option: str) -> None:
     (tmp_path / "f").write_text("x")
     usage_error(["bench", *args, option, str(tmp_path / "f" / "sub" / "x.png")], "is a file")
     usage_error(["demo", "--out-dir", str(tmp_path / "f" / "sub")], "is a file")
+
+
+def test_plan_command_explains_its_choice() -> None:
+    """`warploom plan --explain` (issue 23): the plan, and every candidate the planner scored with its score; here
+    stream-K (rule 21) wins over whole tiles at a thin last wave with a long K."""
+    from click.testing import CliRunner
+
+    from warploom.cli import main
+
+    res = CliRunner().invoke(main, ["plan", "--m", "384", "--n", "752", "--k", "5312", "--explain"],
+                             terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "stream-K" in res.output and "whole tiles" in res.output
+    lines = [ln for ln in res.output.splitlines() if ln.startswith("  128x")]
+    assert lines and "stream-K" in lines[0] and "1.00" in lines[0], lines
