@@ -773,7 +773,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
 
 
 # Rule 21's cost model (stream-K, `stream_k_score`), fitted to forced stream-K plans against whole-tile ones on the
-# H100 (docs/benchmarks.md, session 22): a shared tile's k-blocks run SK_SLOWDOWN slower than a whole wave's (its
+# H100 (docs/benchmarks.md, session 22; scripts/fit_stream_k.py refits it from docs/data, and a test keeps these within
+# 0.05 rounds of its least-squares fit): a shared tile's k-blocks run SK_SLOWDOWN slower than a whole wave's (its
 # pieces start at other k-blocks than their neighbours', so they share less in L2), and each piece beyond a tile's
 # first costs SK_FIXUP_KBLOCKS k-blocks (the contributor's fp32 partial store, the finisher's wait and load). The
 # planner tries SK_PIECES pieces per shared tile.
