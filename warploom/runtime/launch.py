@@ -180,7 +180,7 @@ class Launcher:
 
                 raise ResourceError(f"stream-K workspace: {stream_k_workspace_bytes(t)} bytes on {device} could not "
                                     "be allocated (out of memory). Fix: free GPU memory, or plan with "
-                                    "stream_k=False (warploom.planner.plan_schedule)") from e
+                                    "stream_k=0 (warploom.planner.plan_schedule)") from e
             self._sk_bufs[key] = bufs
         return bufs
 
