@@ -158,7 +158,8 @@ class _Gfx1250Emitter(_PartitionEmitter):
                 coord = ", ".join(origin[a] for a in o.coord)
                 desc = f"{o.tensor.value.lower()}_desc"
                 pred = self.api.tdm_pred(f"{kb} < k_tiles")
-                b.line(f"tdm.async_load({desc}, [{coord}], {o.ring}.index({s}), pred={pred})", c)
+                hint = self.api.tdm_hint(o.warps)
+                b.line(f"tdm.async_load({desc}, [{coord}], {o.ring}.index({s}), pred={pred}{hint})", c)
             case ir.TdmWait():
                 b.line(f"tdm.async_wait({o.pending})", c)
                 if o.ahead and self._in_k:
