@@ -140,6 +140,7 @@ class Plan:
             Mover) and computes (wmma) through a ring of `stages` slots; no producer, no mbarriers.
         tdm_warps_a, tdm_warps_b: gfx1250 (rule 20, seed 004): bitmasks of the warps that issue A's and B's copies
             (Triton >= 3.8's ``warp_used_hint``); 0: every warp issues its share (today's default).
+        tdm_fused: gfx1250: each k-block's A and B copies are one fused copy (``tdm.async_load_fused``, Triton 3.9).
         stream_k: rule 21: 0, or the tiles of the last, partial wave are shared out evenly as (tile, k-block)
             iterations, each tile in at most this many pieces, and the pieces joined through an fp32 workspace in the
             same kernel (`ir.Tiling.stream_k`); `grid` may then exceed the tiles.
@@ -178,6 +179,7 @@ class Plan:
     stream_k: int = 0
     tdm_warps_a: int = 0
     tdm_warps_b: int = 0
+    tdm_fused: bool = False
 
     def __post_init__(self) -> None:
         # Every count is checked here, once: a Plan from a cache file or a forced knob with group_m=0 would
@@ -236,7 +238,7 @@ class Plan:
         ks += f"_t{self.tail_split}" if self.tail_split > 1 else ""
         tm = f"_tm{self.acc_buffers}" if self.acc_buffers else "_tdm" if self.tdm else ""
         if self.tdm_warps_a or self.tdm_warps_b:
-            tm += f"_wa{self.tdm_warps_a:x}b{self.tdm_warps_b:x}"
+            tm += f"_wa{self.tdm_warps_a:x}b{self.tdm_warps_b:x}" + ("f" if self.tdm_fused else "")
         sk = f"_sk{self.stream_k}g{self.grid}" if self.stream_k else ""
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
                 f"{sub}{split}{blocks}{ks}{sk}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
@@ -329,22 +331,25 @@ class TdmWarps(enum.Enum):
 
     EVERY: every warp its share of both copies (no hint: Triton 3.6 and 3.7 have none). SPLIT: warp 0 issues A's
     whole block and warp 1 B's, so each issuing warp has one copy per block in flight and the other warps only
-    compute. ONE: warp 0 issues both."""
+    compute. ONE: warp 0 issues both. FUSED: SPLIT's warps, each k-block's two copies issued as one fused copy."""
 
     EVERY = ("every warp issues its share of A's and B's copies: the default, and all Triton < 3.8 can express; no "
              "gfx1250 is at hand to measure a split against it")
     SPLIT = "warp 0 issues A's copies and warp 1 B's (one wave each), the other warps only compute"
     ONE = "warp 0 issues both copies, the other warps only compute"
+    FUSED = ("warp 0 loads A's block and warp 1 B's through one fused copy (tdm.async_load_fused), the other warps "
+             "only compute")
 
     def masks(self) -> tuple[int, int]:
         """(A's, B's) issuing-warp bitmasks; 0: every warp."""
-        return {TdmWarps.EVERY: (0, 0), TdmWarps.SPLIT: (0b0001, 0b0010), TdmWarps.ONE: (0b0001, 0b0001)}[self]
+        return {TdmWarps.EVERY: (0, 0), TdmWarps.SPLIT: (0b0001, 0b0010), TdmWarps.ONE: (0b0001, 0b0001),
+                TdmWarps.FUSED: (0b0001, 0b0010)}[self]
 
 
 def tdm_warps_reason(plan: Plan) -> str:
     """Why `plan`'s TDM copies are issued by the warps they are (rule 20's `TdmWarps` choice, in words)."""
     for choice in TdmWarps:
-        if choice.masks() == (plan.tdm_warps_a, plan.tdm_warps_b):
+        if choice.masks() == (plan.tdm_warps_a, plan.tdm_warps_b) and (choice is TdmWarps.FUSED) == plan.tdm_fused:
             return choice.value
     return f"forced by hand: A from warps 0x{plan.tdm_warps_a:x}, B from 0x{plan.tdm_warps_b:x}"
 
@@ -363,6 +368,8 @@ def plan_gfx1250(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     choice = TdmWarps.EVERY if tdm_warps is None else tdm_warps
     if choice is not TdmWarps.EVERY:
         gluon_api.current().require_tdm_warp_hint(f"tdm_warps=TdmWarps.{choice.name}")
+    if choice is TdmWarps.FUSED:
+        gluon_api.current().require_tdm_fused(f"tdm_warps=TdmWarps.{choice.name}")
 
     problems = _native_problems(spec)
     if spec.b_layout is BLayout.N_MAJOR and spec.k * spec.n >= 2**31:
@@ -387,7 +394,7 @@ def plan_gfx1250(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     tiles = max(1, math.ceil(spec.m / bm) * math.ceil(spec.n / bn))
     return Plan(bm=bm, bn=bn, bk=bk, stages=s, consumer_warps=_GFX1250_WARPS, group_m=group_m,
                 grid=min(device.sm_count, tiles), producer_warps=0, producer_regs=0, consumer_regs=0, tdm=True,
-                tdm_warps_a=choice.masks()[0], tdm_warps_b=choice.masks()[1])
+                tdm_warps_a=choice.masks()[0], tdm_warps_b=choice.masks()[1], tdm_fused=choice is TdmWarps.FUSED)
 
 
 def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
@@ -801,7 +808,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
-            load_ahead=wide and not hoist, swap_ab=False, tdm=False, stream_k=sk,
+            load_ahead=wide and not hoist, swap_ab=False, tdm=False, tdm_fused=False, stream_k=sk,
             **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )

@@ -64,9 +64,17 @@ def _value(defs: dict[str, str], v: str, wave: int) -> int | None:
     return None
 
 
-def _predicate(defs: dict[str, str], group0: str) -> str | None:
-    """The value inserted as element 0 of a copy's descriptor group 0."""
+def _predicate(defs: dict[str, str], group0: str, wave: int) -> str | None:
+    """The value inserted as element 0 of a copy's descriptor group 0 in wave `wave` (a fused copy selects each
+    wave's member's descriptor by the wave id)."""
     while group0 in defs:
+        picked = re.fullmatch(r"select i1 (\S+), <4 x i32> (\S+), <4 x i32> (\S+)", defs[group0])
+        if picked:
+            cond = _value(defs, picked.group(1).rstrip(","), wave)
+            if cond is None:
+                return None
+            group0 = picked.group(2 if cond else 3).rstrip(",")
+            continue
         found = re.fullmatch(r"insertelement <4 x i32> (\S+|<[^>]*>), i32 (\S+), i64 (\d+)", defs[group0])
         if found is None:
             return None
@@ -82,7 +90,7 @@ def copies_per_wave(llir: str) -> list[int]:
     calls = re.findall(r"call void @llvm\.amdgcn\.tensor\.load\.to\.lds\(<4 x i32> (%[\w.]+)", llir)
     counts = []
     for wave in range(_WAVES):
-        preds = [_predicate(defs, g) for g in calls]
+        preds = [_predicate(defs, g, wave) for g in calls]
         counts.append(sum(p is None or _value(defs, p, wave) != 0 for p in preds))
     return counts
 
@@ -93,24 +101,27 @@ def tile_rows(llir: str) -> set[int]:
                                        r"i32 (\d+),", llir)}
 
 
-# (choice, copies each wave issues per the 2 x stages copies of the schedule, per-wave rows, the k-loop's wait)
+# (choice, copy instructions in the code, copies each wave issues, per-wave rows, the k-loop's wait), for S stages:
+# 2S copies (S - 1 blocks of A and B in the prologue, one of each in the loop), or S fused ones (one a block).
 CASES = [
-    (TdmWarps.EVERY, lambda s: [2 * s] * 4, 128 // 4, 2),
-    (TdmWarps.SPLIT, lambda s: [s, s, 0, 0], 128, 1),
-    (TdmWarps.ONE, lambda s: [2 * s, 0, 0, 0], 128, 2),
+    (TdmWarps.EVERY, lambda s: 2 * s, lambda s: [2 * s] * 4, 128 // 4, 2),
+    (TdmWarps.SPLIT, lambda s: 2 * s, lambda s: [s, s, 0, 0], 128, 1),
+    (TdmWarps.ONE, lambda s: 2 * s, lambda s: [2 * s, 0, 0, 0], 128, 2),
+    (TdmWarps.FUSED, lambda s: s, lambda s: [s, s, 0, 0], 128, 1),
 ]
 
 
-@pytest.mark.parametrize("choice,per_wave,rows,pending", CASES, ids=[c[0].name for c in CASES])
-def test_tensor_load_to_lds_per_wave(choice: TdmWarps, per_wave: Callable[[int], list[int]], rows: int,
-                                     pending: int) -> None:
+@pytest.mark.parametrize("choice,static,per_wave,rows,pending", CASES, ids=[c[0].name for c in CASES])
+def test_tensor_load_to_lds_per_wave(choice: TdmWarps, static: Callable[[int], int],
+                                     per_wave: Callable[[int], list[int]], rows: int, pending: int) -> None:
     spec = GemmSpec(4096, 4096, 4096)
     kern = build(spec, GFX1250, plan_schedule(spec, GFX1250, tdm_warps=choice))
-    assert ("warp_used_hint=" in kern.source) is (choice is not TdmWarps.EVERY)
+    assert ("warp_used_hint=" in kern.source) is (choice in (TdmWarps.SPLIT, TdmWarps.ONE))
     c = kern.compile()
     s, stages = c.summary(), kern.plan.stages
     # Every wave runs every copy instruction: the static count is the schedule's, whatever the mask.
-    assert c.count("tensor_load_to_lds") == 2 * stages, s
+    assert c.count("tensor_load_to_lds") == static(stages), s
+    assert ("tdm.async_load_fused" in kern.source) is (choice is TdmWarps.FUSED)
     assert copies_per_wave(c.ptx) == per_wave(stages), s
     assert tile_rows(c.ptx) == {rows}, s
     # The wave id (ttmp8 bits 25..29) feeds the predicates only where a mask is planned.

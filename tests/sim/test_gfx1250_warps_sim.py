@@ -31,7 +31,7 @@ def _module(choice: TdmWarps, stages: int = 3) -> ir.Module:
     # simulates under any Triton.)
     a, b = choice.masks()
     plan = replace(plan_schedule(SPEC, GFX1250, bm=64, bn=64, stages=stages), grid=2, bk=32, tdm_warps_a=a,
-                   tdm_warps_b=b)
+                   tdm_warps_b=b, tdm_fused=choice is TdmWarps.FUSED)
     return build(SPEC, GFX1250, plan).module
 
 

@@ -93,7 +93,8 @@ def test_rows_are_retiled_over_the_active_warps() -> None:
 
 def _module(choice: TdmWarps) -> ir.Module:
     a, b = choice.masks()
-    return build(SPEC, GFX1250, replace(plan_schedule(SPEC, GFX1250), tdm_warps_a=a, tdm_warps_b=b)).module
+    plan = replace(plan_schedule(SPEC, GFX1250), tdm_warps_a=a, tdm_warps_b=b, tdm_fused=choice is TdmWarps.FUSED)
+    return build(SPEC, GFX1250, plan).module
 
 
 def _retarget(m: ir.Module, loads: WarpMask | None = None, waits: WarpMask | None = None) -> ir.Module:
@@ -192,3 +193,33 @@ def test_the_hint_is_emitted_only_with_a_mask() -> None:
         split = lower_gfx1250(_module(TdmWarps.SPLIT)).text
     assert "warp_used_hint" not in every and "tdm.async_wait(2)" in every
     assert "warp_used_hint=0b0001)" in split and "warp_used_hint=0b0010)" in split and "tdm.async_wait(1)" in split
+
+
+def test_a_fused_copy_needs_disjoint_warps_and_two_to_four_members() -> None:
+    m = _module(TdmWarps.FUSED)
+    assert sum(o.fused for o, _ in ir.walk(m.partitions[0].body) if isinstance(o, ir.TdmLoad)) == 2 * 3
+    errs = verify.complete(_retarget(m, loads=WarpMask(0b0010)), GFX1250)
+    assert any("each member needs its own warps, disjoint" in e for e in errs), errs
+
+    def lone(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        return tuple(replace(s, body=lone(s.body)) if isinstance(s, ir.Loop) else
+                     replace(s, fused=False) if isinstance(s, ir.TdmLoad) and s.tensor is ir.Tensor.B else s
+                     for s in body)
+    (p,) = m.partitions
+    errs = verify.complete(m.with_partition(replace(p, body=lone(p.body))), GFX1250)
+    assert any("has 1 member(s); tdm.async_load_fused takes 2 to 4" in e for e in errs), errs
+
+
+def test_a_fused_copy_is_emitted_from_triton_3_9_only() -> None:
+    with gluon_api.emitting_for("3.9"):
+        src = lower_gfx1250(_module(TdmWarps.FUSED)).text
+        plan = plan_schedule(SPEC, GFX1250, tdm_warps=TdmWarps.FUSED)
+    assert src.count("tdm.async_load_fused([") == 3 and "tdm.async_wait(1)" in src
+    assert "add_offsets=[0, (kk + 2) * BK], pred=(kk + 2 < k_tiles).to(gl.int32), clamp_bounds=True), " \
+           "a_ring.index" in src and "0b0010)])" in src
+    assert plan.tdm_fused and tdm_warps_reason(plan) == TdmWarps.FUSED.value
+    with gluon_api.emitting_for("3.8"), pytest.raises(UnsupportedError, match=r"needs Triton >= 3\.9.*this is "
+                                                                                r"Triton 3\.8"):
+        plan_schedule(SPEC, GFX1250, tdm_warps=TdmWarps.FUSED)
+    with gluon_api.emitting_for("3.8"), pytest.raises(UnsupportedError, match="tdm.async_load_fused"):
+        lower_gfx1250(_module(TdmWarps.FUSED))

@@ -21,6 +21,9 @@ cross-compiling under 3.6.0, 3.7.1, 3.8.0 and 3.9.0:
 - 3.8: ``tdm.async_load`` takes ``warp_used_hint``, a bitmask of the warps that issue the copy (seed 004,
   Triton #10056; ir/warps.py); 3.6 and 3.7 have no such argument, so a plan with warp masks is refused there
   (`require_tdm_warp_hint`), naming the option and the version it needs.
+- 3.9: ``tdm.async_load_fused([(desc, dest, warp_used_hint), ...])`` issues 2 to 4 copies as one, each warp its
+  member's (seed 004's copy group; the descriptors already moved by ``update_tensor_descriptor``). Issue 24 says
+  3.8 has it too; only 3.9 is installed here to check, so warploom emits it from 3.9 (`tdm_fused`).
 - 3.9: compiling without an explicit fp-fusion choice warns that the default changes in 3.10; warploom
   passes ``enable_fp_fusion`` (`FP_FUSION`) with every compile and launch. (3.9 also assembles sm_90a with its
   newer ptxas: runtime/cross.py asks Triton which one, ``get_ptxas``.)
@@ -67,6 +70,7 @@ class GluonApi:
             ``get_reg_layout`` (else from ``get_tmem_reg_layout``).
         tdm_pred_i32: whether a TDM copy's predicate is passed as an int32 (else as the comparison's i1).
         tdm_warp_hint: whether ``tdm.async_load`` takes ``warp_used_hint`` (the warps that issue a copy).
+        tdm_fused: whether ``tdm.async_load_fused`` exists (several copies issued as one, each warp its member's).
         pin_promotion: whether a promotion ``acc = acc + partial`` is pinned by a wait naming the sum.
         ptxas_flags: the flags Triton passes ptxas that change the code it assembles, which runtime/cross.py's
             re-run of ptxas passes too, so it reports the registers and spills of the kernel Triton built.
@@ -81,6 +85,7 @@ class GluonApi:
     tmem_layout_from_type: bool
     tdm_pred_i32: bool
     tdm_warp_hint: bool
+    tdm_fused: bool
     pin_promotion: bool
     ptxas_flags: tuple[str, ...]
 
@@ -118,6 +123,13 @@ class GluonApi:
                                    f"warp_used_hint); this is Triton {self.triton[0]}.{self.triton[1]}. Fix: drop "
                                    "the option (every warp issues its share), or install triton>=3.8,<3.10")
 
+    def require_tdm_fused(self, option: str) -> None:
+        """Refuse `option` (a fused copy) where this Triton has no ``tdm.async_load_fused`` warploom has checked."""
+        if not self.tdm_fused:
+            raise UnsupportedError(f"{option}: a fused TDM copy needs Triton >= 3.9 (tdm.async_load_fused); this is "
+                                   f"Triton {self.triton[0]}.{self.triton[1]}. Fix: tdm_warps=TdmWarps.SPLIT (the same "
+                                   "warps, two copies), or install triton>=3.9,<3.10")
+
     def tdm_hint(self, mask: WarpMask | None) -> str:
         """The ``tdm.async_load`` arguments naming the warps that issue a copy: "" for every warp."""
         if mask is None:
@@ -143,6 +155,7 @@ _CHANGES: tuple[tuple[tuple[int, int], str, Any, Any], ...] = (
     ((3, 8), "tmem_layout_from_type", False, True),
     ((3, 8), "pin_promotion", False, True),
     ((3, 8), "tdm_warp_hint", False, True),
+    ((3, 9), "tdm_fused", False, True),
 )
 
 

@@ -342,7 +342,9 @@ class TdmLoad:
     own shares landed (a `SyncWarps` after it tells every warp that all of them did).
 
     With `warps` (Triton >= 3.8's ``warp_used_hint``, ir/warps.py) only those warps issue it, the block re-tiled
-    over them; the others issue and count nothing. None: every warp issues its share."""
+    over them; the others issue and count nothing. None: every warp issues its share. `fused` copies standing
+    next to each other (2 to 4, each with its own disjoint `warps`) are one fused copy (Triton 3.9's
+    ``tdm.async_load_fused``): each warp issues the instruction of the member that names it, as if apart."""
 
     tensor: Tensor
     ring: str
@@ -350,6 +352,7 @@ class TdmLoad:
     coord: tuple[Axis, Axis]
     ahead: int = 0
     warps: WarpMask | None = None
+    fused: bool = False
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ def op(o: ir.Op) -> str:
             return f"load_tmem {o.acc} <- {o.acc_ring}[{slot(o.slot)}]{part}"
         case ir.TdmLoad():
             coord = ", ".join(a.value if a is not ir.Axis.K or not o.ahead else f"k+{o.ahead}" for a in o.coord)
-            issue = "" if o.warps is None else f" warps={o.warps}"
+            issue = ("" if o.warps is None else f" warps={o.warps}") + (" fused" if o.fused else "")
             return f"tdm_load {o.tensor.value}[{coord}] -> {o.ring}[{slot(o.slot)}]{issue}"
         case ir.Wmma():
             ow = "" if o.overwrite is ir.Guard.FIRST_K else f" overwrite={o.overwrite.value}"

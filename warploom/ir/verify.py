@@ -291,6 +291,7 @@ def _check_tdm_warps(m: ir.Module, p: ir.Partition, errs: list[str]) -> None:
             missing = ", ".join(f"{g.start}..{g.stop - 1}" for g in gaps)
             errs.append(f"{where}: {printer.op(o)}: warps {mask} re-tiled over its {len(mask.members)} warps leave "
                         f"rows {missing} of the {rows}-row block uncopied (the partition has warps 0..{p.warps - 1})")
+    _fused_copies(p, p.body, errs)
     if not issuing:
         return
     for o, _ in ir.walk(p.body):
@@ -304,6 +305,30 @@ def _check_tdm_warps(m: ir.Module, p: ir.Partition, errs: list[str]) -> None:
             left = WarpMask(issuing & ~waits)
             errs.append(f"{where}: {printer.op(o)} leaves out warps {list(left.members)}, which issue tdm_loads: "
                         "they never learn their shares landed")
+
+
+def _fused_copies(p: ir.Partition, body: tuple[ir.Stmt, ...], errs: list[str]) -> None:
+    """A fused copy (adjacent `fused` tdm_loads, Triton 3.9's ``tdm.async_load_fused``) has 2 to 4 members of one
+    k-block, each naming its warps, no warp in two (each warp issues one member's instruction)."""
+    runs: list[list[ir.TdmLoad]] = [[]]
+    for s in body:
+        if isinstance(s, ir.Loop):
+            _fused_copies(p, s.body, errs)
+        if isinstance(s, ir.TdmLoad) and s.fused and (not runs[-1] or runs[-1][0].ahead == s.ahead):
+            runs[-1].append(s)
+        else:
+            runs.append([s] if isinstance(s, ir.TdmLoad) and s.fused else [])
+    for run in (r for r in runs if r):
+        text = "; ".join(printer.op(o) for o in run)
+        if not 2 <= len(run) <= 4:
+            errs.append(f"partition {p.name}: fused copy [{text}] has {len(run)} member(s); "
+                        "tdm.async_load_fused takes 2 to 4")
+        seen = 0
+        for o in run:
+            if o.warps is None or o.warps.bits & seen:
+                errs.append(f"partition {p.name}: fused copy [{text}]: each member needs its own warps, disjoint "
+                            f"from the others' ({printer.op(o)} has {o.warps})")
+            seen |= o.warps.bits if o.warps else 0
 
 
 def _tmem_ring(rings: dict[str, ir.Ring], name: str, s: ir.Slot, what: str, slot: Any, errs: list[str]) -> None:

@@ -97,7 +97,8 @@ def pipeline_gfx1250(plan: Plan) -> list[Pass]:
         # The only pass: rings deepen to `stages`, copies run ahead of the wmma in one program (passes/gfx1250.py).
         # (Seed 004: the warps that issue A's and B's copies, if the plan names them.)
         PipelineTdm(stages=plan.stages, warps=(WarpMask(plan.tdm_warps_a) if plan.tdm_warps_a else None,
-                                               WarpMask(plan.tdm_warps_b) if plan.tdm_warps_b else None)),
+                                               WarpMask(plan.tdm_warps_b) if plan.tdm_warps_b else None),
+                    fused=plan.tdm_fused),
     ]
 
 

@@ -57,10 +57,12 @@ from warploom.passes.epilogue import operand_read
 class PipelineTdm:
     """Attributes:
     stages: ring slots (at least 2: the copy of block k+1 runs under block k's wmma).
-    warps: the warps issuing A's and B's copies (None: every warp its share, as without a hint)."""
+    warps: the warps issuing A's and B's copies (None: every warp its share, as without a hint).
+    fused: each k-block's two copies are one fused copy (``tdm.async_load_fused``; needs both warps, disjoint)."""
 
     stages: int
     warps: tuple[WarpMask | None, WarpMask | None] = (None, None)
+    fused: bool = False
 
     def __call__(self, m: ir.Module) -> ir.Module:
         if self.stages < 2:
@@ -80,7 +82,7 @@ class PipelineTdm:
         s = self.stages
 
         def copies(ahead: int) -> list[ir.Stmt]:
-            return [ir.TdmLoad(ld.tensor, ld.ring, ir.Slot("c", ahead), ld.coord, ahead, warps)
+            return [ir.TdmLoad(ld.tensor, ld.ring, ir.Slot("c", ahead), ld.coord, ahead, warps, self.fused)
                     for ld, warps in zip(loads, self.warps, strict=True)]
 
         # A wait counts each warp's own copies: per block, the fewest any issuing warp has (every warp: both).
