@@ -26,6 +26,7 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 
 from __future__ import annotations
 
+import enum
 import math
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -137,6 +138,9 @@ class Plan:
             epilogue partition drains one while the MMA warp fills the next; 0: an sm_90a plan (registers).
         tdm: gfx1250 (rule 20): one software-pipelined partition of `consumer_warps` warps both copies (Tensor Data
             Mover) and computes (wmma) through a ring of `stages` slots; no producer, no mbarriers.
+        tdm_warps_a, tdm_warps_b: gfx1250 (rule 20, seed 004): bitmasks of the warps that issue A's and B's copies
+            (Triton >= 3.8's ``warp_used_hint``); 0: every warp issues its share (today's default).
+        tdm_fused: gfx1250: each k-block's A and B copies are one fused copy (``tdm.async_load_fused``, Triton 3.9).
         stream_k: rule 21: 0, or the tiles of the last, partial wave are shared out evenly as (tile, k-block)
             iterations, each tile in at most this many pieces, and the pieces joined through an fp32 workspace in the
             same kernel (`ir.Tiling.stream_k`); `grid` may then exceed the tiles.
@@ -173,13 +177,17 @@ class Plan:
     acc_buffers: int = 0
     tdm: bool = False
     stream_k: int = 0
+    tdm_warps_a: int = 0
+    tdm_warps_b: int = 0
+    tdm_fused: bool = False
 
     def __post_init__(self) -> None:
         # Every count is checked here, once: a Plan from a cache file or a forced knob with group_m=0 would
         # otherwise divide by zero in the raster, far from its cause.
         positive = ("bm", "bn", "bk", "stages", "consumer_warps", "group_m", "grid", "epilogue_subtiles",
                     "consumer_partitions", "partial_blocks", "scale_warps", "scale_stages", "split_k", "tail_split")
-        counts = ("producer_warps", "producer_regs", "consumer_regs", "tail_stages", "acc_buffers")
+        counts = ("producer_warps", "producer_regs", "consumer_regs", "tail_stages", "acc_buffers", "tdm_warps_a",
+                  "tdm_warps_b")
         for name in positive + counts:
             v, least = getattr(self, name), int(name in positive)
             if type(v) is not int or v < least:
@@ -229,6 +237,8 @@ class Plan:
         ks = f"_k{self.split_k}" if self.split_k > 1 else ""
         ks += f"_t{self.tail_split}" if self.tail_split > 1 else ""
         tm = f"_tm{self.acc_buffers}" if self.acc_buffers else "_tdm" if self.tdm else ""
+        if self.tdm_warps_a or self.tdm_warps_b:
+            tm += f"_wa{self.tdm_warps_a:x}b{self.tdm_warps_b:x}" + ("f" if self.tdm_fused else "")
         sk = f"_sk{self.stream_k}g{self.grid}" if self.stream_k else ""
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
                 f"{sub}{split}{blocks}{ks}{sk}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
@@ -316,11 +326,50 @@ _GFX1250_WARPS = 4
 _GFX1250_STAGES = 3
 
 
+class TdmWarps(enum.Enum):
+    """Rule 20's choice of the warps that issue each TDM copy (seed 004; ir/warps.py). The value is the reason.
+
+    EVERY: every warp its share of both copies (no hint: Triton 3.6 and 3.7 have none). SPLIT: warp 0 issues A's
+    whole block and warp 1 B's, so each issuing warp has one copy per block in flight and the other warps only
+    compute. ONE: warp 0 issues both. FUSED: SPLIT's warps, each k-block's two copies issued as one fused copy."""
+
+    EVERY = ("every warp issues its share of A's and B's copies: the default, and all Triton < 3.8 can express; no "
+             "gfx1250 is at hand to measure a split against it")
+    SPLIT = "warp 0 issues A's copies and warp 1 B's (one wave each), the other warps only compute"
+    ONE = "warp 0 issues both copies, the other warps only compute"
+    FUSED = ("warp 0 loads A's block and warp 1 B's through one fused copy (tdm.async_load_fused), the other warps "
+             "only compute")
+
+    def masks(self) -> tuple[int, int]:
+        """(A's, B's) issuing-warp bitmasks; 0: every warp."""
+        return {TdmWarps.EVERY: (0, 0), TdmWarps.SPLIT: (0b0001, 0b0010), TdmWarps.ONE: (0b0001, 0b0001),
+                TdmWarps.FUSED: (0b0001, 0b0010)}[self]
+
+
+def tdm_warps_reason(plan: Plan) -> str:
+    """Why `plan`'s TDM copies are issued by the warps they are (rule 20's `TdmWarps` choice, in words)."""
+    for choice in TdmWarps:
+        if choice.masks() == (plan.tdm_warps_a, plan.tdm_warps_b) and (choice is TdmWarps.FUSED) == plan.tdm_fused:
+            return choice.value
+    return f"forced by hand: A from warps 0x{plan.tdm_warps_a:x}, B from 0x{plan.tdm_warps_b:x}"
+
+
 def plan_gfx1250(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
-                 stages: int | None = None, group_m: int = 8) -> Plan:
+                 stages: int | None = None, group_m: int = 8, tdm_warps: TdmWarps | None = None) -> Plan:
     """Rule 20: the plan of a plain GEMM on a gfx1250 device (one software-pipelined partition of TDM copies and
-    wmma). Raises UnsupportedError, naming what to change, for what the gfx1250 schedule does not cover yet."""
+    wmma). Raises UnsupportedError, naming what to change, for what the gfx1250 schedule does not cover yet.
+
+    `tdm_warps` picks the warps that issue each copy (`TdmWarps`, reasons in its values; `tdm_warps_reason`); None
+    is EVERY, today's schedule, under every Triton (a split is not measured: no gfx1250 is at hand). Any other
+    choice needs Triton >= 3.8 and is refused, naming the option, under 3.6 and 3.7."""
+    from warploom.backends import gluon_api
     from warploom.errors import UnsupportedError
+
+    choice = TdmWarps.EVERY if tdm_warps is None else tdm_warps
+    if choice is not TdmWarps.EVERY:
+        gluon_api.current().require_tdm_warp_hint(f"tdm_warps=TdmWarps.{choice.name}")
+    if choice is TdmWarps.FUSED:
+        gluon_api.current().require_tdm_fused(f"tdm_warps=TdmWarps.{choice.name}")
 
     problems = _native_problems(spec)
     if spec.b_layout is BLayout.N_MAJOR and spec.k * spec.n >= 2**31:
@@ -344,7 +393,8 @@ def plan_gfx1250(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
                                f"{fit} fit; the software pipeline needs at least 2). Fix: another depth or tile")
     tiles = max(1, math.ceil(spec.m / bm) * math.ceil(spec.n / bn))
     return Plan(bm=bm, bn=bn, bk=bk, stages=s, consumer_warps=_GFX1250_WARPS, group_m=group_m,
-                grid=min(device.sm_count, tiles), producer_warps=0, producer_regs=0, consumer_regs=0, tdm=True)
+                grid=min(device.sm_count, tiles), producer_warps=0, producer_regs=0, consumer_regs=0, tdm=True,
+                tdm_warps_a=choice.masks()[0], tdm_warps_b=choice.masks()[1], tdm_fused=choice is TdmWarps.FUSED)
 
 
 def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
@@ -504,19 +554,24 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                   prefetch_operands: bool | None = None, pingpong: bool = False,
                   scale_partition: bool | None = None, split_k: int | None = None,
                   tail_split: int | None = None, swap_ab: bool | None = None,
-                  stream_k: int | None = None) -> Plan:
+                  stream_k: int | None = None, tdm_warps: TdmWarps | None = None) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
     split_k (1: never split; None: rule 14 decides), tail_split (1: no split-K tail; None: rule 15 decides) and
     swap_ab (None: rule 18 decides, when nothing about the tile, depth or partitions is forced; True: plan the
     swapped problem, with bm and bn as given for it, by default 64 x 16 on sm_90a (`swap_rows`, `swap_tokens`) and
     128 x 16 on sm_100a (rule 19)) and stream_k (None: rule 21 decides; 0: none; s >= 2: a stream-K plan with at
-    most s pieces per shared tile, refused where it cannot run)."""
+    most s pieces per shared tile, refused where it cannot run) and tdm_warps (gfx1250 only: `TdmWarps`, the warps
+    that issue each TDM copy; None: every warp, as before seed 004)."""
     from warploom.errors import UnsupportedError
 
     if stream_k is not None and stream_k not in (0, *range(2, 17)):
         raise UnsupportedError(f"stream_k={stream_k!r}: expected None (the planner decides), 0 (no stream-K) or the "
                                "most "
                                "pieces a shared tile is cut into, 2 to 16")
+    if tdm_warps not in (None, TdmWarps.EVERY) and not device.gfx1250:
+        raise UnsupportedError(f"tdm_warps={tdm_warps}: TDM warp masks (rule 20, seed 004) are gfx1250's; "
+                               f"{device.name} has no TDM (sm_90a's producer already issues each TMA copy from one "
+                               "elected thread). Fix: drop tdm_warps, or plan for device=GFX1250")
     if stream_k and (device.gfx1250 or device.blackwell):
         raise UnsupportedError(f"stream_k={stream_k} (rule 21) is built for sm_90a; {device.name} plans whole tiles. "
                                "Fix: "
@@ -533,7 +588,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             given = ", ".join(f"{k}={v}" for k, v in hopper.items() if v is not None)
             raise UnsupportedError(f"{given}: sm_90a schedule options; the gfx1250 schedule (rule 20) has none of "
                                    "them. Fix: drop them, or plan for an sm_90a device")
-        return plan_gfx1250(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m)
+        return plan_gfx1250(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m, tdm_warps=tdm_warps)
     if device.blackwell:  # rule 19
         hopper = {"consumer_partitions": consumer_partitions, "partial_blocks": partial_blocks,
                   "pingpong": pingpong or None, "scale_partition": scale_partition,
@@ -753,7 +808,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
-            load_ahead=wide and not hoist, swap_ab=False, tdm=False, stream_k=sk,
+            load_ahead=wide and not hoist, swap_ab=False, tdm=False, tdm_fused=False, stream_k=sk,
             **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )

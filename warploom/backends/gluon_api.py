@@ -18,6 +18,12 @@ cross-compiling under 3.6.0, 3.7.1, 3.8.0 and 3.9.0:
 - 3.8: ``tdm.async_load(desc, offsets, ...)`` moves the descriptor by the offsets and clamps its bounds by them,
   which is what a copy at an offset meant in 3.6 (rows and columns past the descriptor's shape read zeros): the
   same spelling, the same copy.
+- 3.8: ``tdm.async_load`` takes ``warp_used_hint``, a bitmask of the warps that issue the copy (seed 004,
+  Triton #10056; ir/warps.py); 3.6 and 3.7 have no such argument, so a plan with warp masks is refused there
+  (`require_tdm_warp_hint`), naming the option and the version it needs.
+- 3.9: ``tdm.async_load_fused([(desc, dest, warp_used_hint), ...])`` issues 2 to 4 copies as one, each warp its
+  member's (seed 004's copy group; the descriptors already moved by ``update_tensor_descriptor``). Issue 24 says
+  3.8 has it too; only 3.9 is installed here to check, so warploom emits it from 3.9 (`tdm_fused`).
 - 3.9: compiling without an explicit fp-fusion choice warns that the default changes in 3.10; warploom
   passes ``enable_fp_fusion`` (`FP_FUSION`) with every compile and launch. (3.9 also assembles sm_90a with its
   newer ptxas: runtime/cross.py asks Triton which one, ``get_ptxas``.)
@@ -35,7 +41,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from warploom.errors import TritonVersionError
+from warploom.errors import TritonVersionError, UnsupportedError
+from warploom.ir.warps import WarpMask
 
 # The supported Triton releases: 3.6 (torch 2.11's) up to, not including, 3.10.
 SUPPORTED = ((3, 6), (3, 10))
@@ -62,6 +69,8 @@ class GluonApi:
         tmem_layout_from_type: whether a tensor-memory register layout comes from the memory descriptor's
             ``get_reg_layout`` (else from ``get_tmem_reg_layout``).
         tdm_pred_i32: whether a TDM copy's predicate is passed as an int32 (else as the comparison's i1).
+        tdm_warp_hint: whether ``tdm.async_load`` takes ``warp_used_hint`` (the warps that issue a copy).
+        tdm_fused: whether ``tdm.async_load_fused`` exists (several copies issued as one, each warp its member's).
         pin_promotion: whether a promotion ``acc = acc + partial`` is pinned by a wait naming the sum.
         ptxas_flags: the flags Triton passes ptxas that change the code it assembles, which runtime/cross.py's
             re-run of ptxas passes too, so it reports the registers and spills of the kernel Triton built.
@@ -75,6 +84,8 @@ class GluonApi:
     wmma_warp_bases: bool
     tmem_layout_from_type: bool
     tdm_pred_i32: bool
+    tdm_warp_hint: bool
+    tdm_fused: bool
     pin_promotion: bool
     ptxas_flags: tuple[str, ...]
 
@@ -105,6 +116,27 @@ class GluonApi:
         """A TDM copy's ``pred=`` argument for the comparison `cond`."""
         return f"({cond}).to(gl.int32)" if self.tdm_pred_i32 else cond
 
+    def require_tdm_warp_hint(self, option: str) -> None:
+        """Refuse `option` (a plan's or pass's warp masks) where this Triton's TDM copy has no ``warp_used_hint``."""
+        if not self.tdm_warp_hint:
+            raise UnsupportedError(f"{option}: TDM warp-usage masks need Triton >= 3.8 (tdm.async_load's "
+                                   f"warp_used_hint); this is Triton {self.triton[0]}.{self.triton[1]}. Fix: drop "
+                                   "the option (every warp issues its share), or install triton>=3.8,<3.10")
+
+    def require_tdm_fused(self, option: str) -> None:
+        """Refuse `option` (a fused copy) where this Triton has no ``tdm.async_load_fused`` warploom has checked."""
+        if not self.tdm_fused:
+            raise UnsupportedError(f"{option}: a fused TDM copy needs Triton >= 3.9 (tdm.async_load_fused); this is "
+                                   f"Triton {self.triton[0]}.{self.triton[1]}. Fix: tdm_warps=TdmWarps.SPLIT (the same "
+                                   "warps, two copies), or install triton>=3.9,<3.10")
+
+    def tdm_hint(self, mask: WarpMask | None) -> str:
+        """The ``tdm.async_load`` arguments naming the warps that issue a copy: "" for every warp."""
+        if mask is None:
+            return ""
+        self.require_tdm_warp_hint(f"a tdm_load with warps={mask}")
+        return f", warp_used_hint={mask}"
+
     @property
     def blackwell_imports(self) -> tuple[str, ...]:
         """What `tmem_reg_layout`'s text needs from ``...nvidia.blackwell``."""
@@ -122,6 +154,8 @@ _CHANGES: tuple[tuple[tuple[int, int], str, Any, Any], ...] = (
     ((3, 8), "cp_async", "async_copy.async_copy_global_to_shared", "async_copy.async_load"),
     ((3, 8), "tmem_layout_from_type", False, True),
     ((3, 8), "pin_promotion", False, True),
+    ((3, 8), "tdm_warp_hint", False, True),
+    ((3, 9), "tdm_fused", False, True),
 )
 
 

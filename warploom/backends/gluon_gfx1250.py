@@ -147,6 +147,36 @@ class _Gfx1250Emitter(_PartitionEmitter):
         kb = "kk" if ahead == 0 else f"kk + {ahead}"
         return kb, ("kk * BK" if ahead == 0 else f"({kb}) * BK")
 
+    def body(self, stmts: tuple[ir.Stmt, ...]) -> None:
+        """As every backend's, but a run of `fused` tdm_loads (one k-block's) is one fused copy."""
+        run: list[ir.TdmLoad] = []
+        for s in (*stmts, None):
+            if isinstance(s, ir.TdmLoad) and s.fused and (not run or run[0].ahead == s.ahead):
+                run.append(s)
+                continue
+            if run:
+                self._fused(run)
+                run = []
+            if isinstance(s, ir.TdmLoad) and s.fused:
+                run.append(s)
+            elif s is not None:
+                super().body((s,))
+
+    def _fused(self, run: list[ir.TdmLoad]) -> None:
+        """One ``tdm.async_load_fused``: each member's descriptor moved to its block (bounds clamped, as
+        ``tdm.async_load`` with offsets does) and predicated, with the warps that issue it."""
+        self.api.require_tdm_fused(f"fused copy of {len(run)} tdm_loads")
+        members = []
+        for o in run:
+            s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+            kb, k_origin = self._k_block(o.ahead)
+            origin = {ir.Axis.M: "0", ir.Axis.N: "0", ir.Axis.K: k_origin}
+            coord = ", ".join(origin[a] for a in o.coord)
+            desc = f"tdm.update_tensor_descriptor({o.tensor.value.lower()}_desc, add_offsets=[{coord}], " \
+                   f"pred={self.api.tdm_pred(f'{kb} < k_tiles')}, clamp_bounds=True)"
+            members.append(f"({desc}, {o.ring}.index({s}), {o.warps})")
+        self.buf.line(f"tdm.async_load_fused([{', '.join(members)}])", "; ".join(printer.op(o) for o in run))
+
     def op(self, o: ir.Op) -> None:
         b, c = self.buf, printer.op(o)
         match o:
@@ -158,7 +188,8 @@ class _Gfx1250Emitter(_PartitionEmitter):
                 coord = ", ".join(origin[a] for a in o.coord)
                 desc = f"{o.tensor.value.lower()}_desc"
                 pred = self.api.tdm_pred(f"{kb} < k_tiles")
-                b.line(f"tdm.async_load({desc}, [{coord}], {o.ring}.index({s}), pred={pred})", c)
+                hint = self.api.tdm_hint(o.warps)
+                b.line(f"tdm.async_load({desc}, [{coord}], {o.ring}.index({s}), pred={pred}{hint})", c)
             case ir.TdmWait():
                 b.line(f"tdm.async_wait({o.pending})", c)
                 if o.ahead and self._in_k:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from warploom.dtypes import DType
+from warploom.ir.warps import WarpMask
 from warploom.spec import GemmSpec
 
 
@@ -338,13 +339,20 @@ class TdmLoad:
     index order, and elements out of bounds read as zero. A block past the tile's last k-block is not copied (the op
     is predicated off: it issues nothing and counts nothing). Every warp of the partition copies its share of the
     block and counts its own copies in flight; they complete in issue order, and only a `TdmWait` tells a warp its
-    own shares landed (a `SyncWarps` after it tells every warp that all of them did)."""
+    own shares landed (a `SyncWarps` after it tells every warp that all of them did).
+
+    With `warps` (Triton >= 3.8's ``warp_used_hint``, ir/warps.py) only those warps issue it, the block re-tiled
+    over them; the others issue and count nothing. None: every warp issues its share. `fused` copies standing
+    next to each other (2 to 4, each with its own disjoint `warps`) are one fused copy (Triton 3.9's
+    ``tdm.async_load_fused``): each warp issues the instruction of the member that names it, as if apart."""
 
     tensor: Tensor
     ring: str
     slot: Slot
     coord: tuple[Axis, Axis]
     ahead: int = 0
+    warps: WarpMask | None = None
+    fused: bool = False
 
 
 @dataclass(frozen=True)
@@ -366,10 +374,14 @@ class TdmWait:
     """gfx1250: wait until at most `pending` of this partition's TDM copies are in flight (each warp for its own
     shares, oldest first) while k-block ``k + ahead`` of the tile exists, i.e. while later blocks' copies were
     issued behind the one needed now; where it does not (the tile's last blocks: nothing was issued behind them),
-    wait until none is. Outside a k-loop it always waits for `pending`."""
+    wait until none is. Outside a k-loop it always waits for `pending`.
+
+    `warps` names the warps whose copies it retires (those the copies' masks name; None: every warp). The other
+    warps run it too (Gluon's control flow is uniform) but have nothing in flight, so it returns at once there."""
 
     pending: int
     ahead: int = 0
+    warps: WarpMask | None = None
 
 
 @dataclass(frozen=True)

@@ -106,13 +106,15 @@ def op(o: ir.Op) -> str:
             return f"load_tmem {o.acc} <- {o.acc_ring}[{slot(o.slot)}]{part}"
         case ir.TdmLoad():
             coord = ", ".join(a.value if a is not ir.Axis.K or not o.ahead else f"k+{o.ahead}" for a in o.coord)
-            return f"tdm_load {o.tensor.value}[{coord}] -> {o.ring}[{slot(o.slot)}]"
+            issue = ("" if o.warps is None else f" warps={o.warps}") + (" fused" if o.fused else "")
+            return f"tdm_load {o.tensor.value}[{coord}] -> {o.ring}[{slot(o.slot)}]{issue}"
         case ir.Wmma():
             ow = "" if o.overwrite is ir.Guard.FIRST_K else f" overwrite={o.overwrite.value}"
             return f"wmma {o.acc} += {o.a_ring}[{slot(o.slot)}] @ {o.b_ring}[{slot(o.slot)}]{ow}"
         case ir.TdmWait():
             tail = f" while k+{o.ahead} < k_tiles, else 0" if o.ahead else ""
-            return f"tdm_wait pending={o.pending}{tail}"
+            issue = "" if o.warps is None else f" warps={o.warps}"
+            return f"tdm_wait pending={o.pending}{tail}{issue}"
         case ir.SyncWarps():
             return "sync_warps"
         case ir.Fixup():

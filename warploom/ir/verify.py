@@ -23,6 +23,7 @@ from warploom.dtypes import DType
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
+from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, uncovered_rows
 from warploom.spec import SCALE_BLOCK, ScaleRecipe
 
 _MAX_REGS = 256
@@ -230,7 +231,8 @@ def _check_tdm(m: ir.Module, p: ir.Partition, errs: list[str]) -> None:
                 if missing:
                     errs.append(f"{where}: the k-loop copies {t.value} from block k+{a}, but the tile's prologue "
                                 f"copies only its blocks {sorted(have)}: blocks {missing} are never copied")
-            per_block = sum(isinstance(s, ir.TdmLoad) for s in lp.body) or 1
+            # A wait counts one warp's copies: with warp masks (seed 004) the fewest any issuing warp has per block.
+            per_block = fewest_copies([s.warps for s in lp.body if isinstance(s, ir.TdmLoad)], p.warps) or 1
             # The blocks whose copies can be issued behind block k when its wait runs: the prologue's, the loop's
             # copies before the wait (k + a), and those after it in the previous iteration (k - 1 + a).
             first_wait = next((i for i, s in enumerate(lp.body) if isinstance(s, ir.TdmWait)), len(lp.body))
@@ -255,6 +257,78 @@ def _check_tdm(m: ir.Module, p: ir.Partition, errs: list[str]) -> None:
                 elif isinstance(s, ir.Wmma) and not (waited and synced):
                     errs.append(f"{where}: {printer.op(s)} without a tdm_wait and then a sync_warps before it in the "
                                 "k-loop: its slot may not have landed in every warp's share")
+
+
+def _check_tdm_warps(m: ir.Module, p: ir.Partition, errs: list[str]) -> None:
+    """gfx1250's warp-usage masks (seed 004, ir/warps.py): a copy's `warps` must be an affine subspace of the warp
+    ids (see `affine_basis`: {base XOR span(basis)}, e.g. 0b0001, 0b0101, 0b1100; not 0b0111 or 0b1011) whose bits
+    vary one at a time (Triton selects the warps by one mask check: not 0b1001), and after re-tiling over its K
+    warps the partition's warps must copy every row of the block once (`uncovered_rows`: a warp the partition does
+    not have copies nothing). A tdm_wait retires the copies of the warps it names: exactly the warps that issue
+    copies (a warp that issued nothing has nothing to wait for; an issuing warp left out never learns its shares
+    landed), and its `pending` counts one warp's copies (at most the fewest any issuing warp has behind)."""
+    where = f"partition {p.name}"
+    every = WarpMask.every(p.warps)
+    issuing = 0
+    for o, _ in ir.walk(p.body):
+        if not isinstance(o, ir.TdmLoad):
+            continue
+        mask = o.warps or every
+        issuing |= mask.bits
+        if o.warps is None:
+            continue
+        if affine_basis(mask) is None:
+            errs.append(f"{where}: {printer.op(o)}: warps {mask} = {list(mask.members)} is not an affine subspace of "
+                        "the warp ids (a set {base XOR span(basis)} of 2^d warps, closed under XOR). Fix: a mask such "
+                        "as 0b0001, 0b0011, 0b0101 or 0b1111")
+            continue
+        if not axis_aligned(mask):
+            errs.append(f"{where}: {printer.op(o)}: warps {mask} is affine but its warps differ in several bits at "
+                        "once; Triton's warp_used_hint selects warps by whole bits (e.g. 0b0101, not 0b1001)")
+        rows = m.ring(o.ring).rows
+        gaps = uncovered_rows(mask, p.warps, rows)
+        if gaps:
+            missing = ", ".join(f"{g.start}..{g.stop - 1}" for g in gaps)
+            errs.append(f"{where}: {printer.op(o)}: warps {mask} re-tiled over its {len(mask.members)} warps leave "
+                        f"rows {missing} of the {rows}-row block uncopied (the partition has warps 0..{p.warps - 1})")
+    _fused_copies(p, p.body, errs)
+    if not issuing:
+        return
+    for o, _ in ir.walk(p.body):
+        if not isinstance(o, ir.TdmWait):
+            continue
+        waits = (o.warps or every).bits
+        if waits & ~issuing:
+            idle = WarpMask(waits & ~issuing)
+            errs.append(f"{where}: {printer.op(o)} waits on warps {list(idle.members)}, which issue no tdm_load")
+        if issuing & ~waits:
+            left = WarpMask(issuing & ~waits)
+            errs.append(f"{where}: {printer.op(o)} leaves out warps {list(left.members)}, which issue tdm_loads: "
+                        "they never learn their shares landed")
+
+
+def _fused_copies(p: ir.Partition, body: tuple[ir.Stmt, ...], errs: list[str]) -> None:
+    """A fused copy (adjacent `fused` tdm_loads, Triton 3.9's ``tdm.async_load_fused``) has 2 to 4 members of one
+    k-block, each naming its warps, no warp in two (each warp issues one member's instruction)."""
+    runs: list[list[ir.TdmLoad]] = [[]]
+    for s in body:
+        if isinstance(s, ir.Loop):
+            _fused_copies(p, s.body, errs)
+        if isinstance(s, ir.TdmLoad) and s.fused and (not runs[-1] or runs[-1][0].ahead == s.ahead):
+            runs[-1].append(s)
+        else:
+            runs.append([s] if isinstance(s, ir.TdmLoad) and s.fused else [])
+    for run in (r for r in runs if r):
+        text = "; ".join(printer.op(o) for o in run)
+        if not 2 <= len(run) <= 4:
+            errs.append(f"partition {p.name}: fused copy [{text}] has {len(run)} member(s); "
+                        "tdm.async_load_fused takes 2 to 4")
+        seen = 0
+        for o in run:
+            if o.warps is None or o.warps.bits & seen:
+                errs.append(f"partition {p.name}: fused copy [{text}]: each member needs its own warps, disjoint "
+                            f"from the others' ({printer.op(o)} has {o.warps})")
+            seen |= o.warps.bits if o.warps else 0
 
 
 def _tmem_ring(rings: dict[str, ir.Ring], name: str, s: ir.Slot, what: str, slot: Any, errs: list[str]) -> None:
@@ -483,6 +557,7 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
                 errs.append(f"{where}: regs={p.regs}: a gfx1250 partition has no register budget (setmaxnreg is "
                             "NVIDIA's)")
             _check_tdm(m, p, errs)
+            _check_tdm_warps(m, p, errs)
         elif not _MIN_REGS <= p.regs <= _MAX_REGS or p.regs % 8:
             errs.append(f"{where}: regs={p.regs}, expected a multiple of 8 in [{_MIN_REGS}, {_MAX_REGS}]")
         for body in _loop_bodies(p.body):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from warploom.device import DeviceInfo
 from warploom.ir import nodes as ir
 from warploom.ir import verify
+from warploom.ir.warps import WarpMask
 from warploom.passes.blackwell import SplitMma
 from warploom.passes.build import build_sequential
 from warploom.passes.epilogue import HoistOperands, LowerEpilogue, PrefetchOperands
@@ -94,7 +95,10 @@ def pipeline_gfx1250(plan: Plan) -> list[Pass]:
     a masked store from them) and it sets no register budgets (setmaxnreg is NVIDIA's)."""
     return [
         # The only pass: rings deepen to `stages`, copies run ahead of the wmma in one program (passes/gfx1250.py).
-        PipelineTdm(stages=plan.stages),
+        # (Seed 004: the warps that issue A's and B's copies, if the plan names them.)
+        PipelineTdm(stages=plan.stages, warps=(WarpMask(plan.tdm_warps_a) if plan.tdm_warps_a else None,
+                                               WarpMask(plan.tdm_warps_b) if plan.tdm_warps_b else None),
+                    fused=plan.tdm_fused),
     ]
 
 

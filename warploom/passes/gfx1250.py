@@ -37,6 +37,11 @@ the tile's first count c0, whether the prologue or the loop copies it, so one cu
 The prologue restarts the pipeline at every tile (copies do not run ahead across tiles): S-1 blocks' latency per
 tile, unhidden, which a flattened (tile, k) copy stream would hide at the cost of the next tile's coordinates in the
 loop. Not measured: no gfx1250 is at hand.
+
+With warp masks (seed 004, Triton >= 3.8's ``warp_used_hint``; planner rule 20 chooses them) each copy is issued
+by its mask's warps only, and a wait counts one warp's copies: with A from warp 0 and B from warp 1 each issuing
+warp has one copy per block in flight, so the wait is ``pending=S-2`` and names warps 0 and 1 (the other warps
+run it with nothing in flight); the barrier after it still hands every warp the whole slot.
 """
 
 from __future__ import annotations
@@ -44,15 +49,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from warploom.ir import nodes as ir
+from warploom.ir.warps import WarpMask, fewest_copies
 from warploom.passes.epilogue import operand_read
 
 
 @dataclass(frozen=True)
 class PipelineTdm:
     """Attributes:
-    stages: ring slots (at least 2: the copy of block k+1 runs under block k's wmma)."""
+    stages: ring slots (at least 2: the copy of block k+1 runs under block k's wmma).
+    warps: the warps issuing A's and B's copies (None: every warp its share, as without a hint).
+    fused: each k-block's two copies are one fused copy (``tdm.async_load_fused``; needs both warps, disjoint)."""
 
     stages: int
+    warps: tuple[WarpMask | None, WarpMask | None] = (None, None)
+    fused: bool = False
 
     def __call__(self, m: ir.Module) -> ir.Module:
         if self.stages < 2:
@@ -72,11 +82,18 @@ class PipelineTdm:
         s = self.stages
 
         def copies(ahead: int) -> list[ir.Stmt]:
-            return [ir.TdmLoad(ld.tensor, ld.ring, ir.Slot("c", ahead), ld.coord, ahead) for ld in loads]
+            return [ir.TdmLoad(ld.tensor, ld.ring, ir.Slot("c", ahead), ld.coord, ahead, warps, self.fused)
+                    for ld, warps in zip(loads, self.warps, strict=True)]
+
+        # A wait counts each warp's own copies: per block, the fewest any issuing warp has (every warp: both).
+        per_block = fewest_copies(list(self.warps), main.warps)
+        every = WarpMask.every(main.warps)
+        waits = None if self.warps == (None, None) else WarpMask((self.warps[0] or every).bits
+                                                                 | (self.warps[1] or every).bits)
 
         prologue = [st for j in range(s - 1) for st in copies(j)]
         k_body: list[ir.Stmt] = [
-            ir.TdmWait(pending=len(loads) * (s - 2), ahead=s - 2),
+            ir.TdmWait(pending=per_block * (s - 2), ahead=s - 2, warps=waits),
             ir.SyncWarps(),
             *copies(s - 1),
             ir.Wmma(mma.a_ring, mma.b_ring, ir.Slot("c"), mma.acc, mma.overwrite),
@@ -99,7 +116,7 @@ class PipelineTdm:
         # The kernel ends with no copy in flight: the schedule issues none past its last wait, but Triton 3.6 issues
         # the copies of blocks past a tile's end as predicated-off instructions, which still count.
         part = replace(main, name="main", role=ir.Role.WORKGROUP,
-                       body=(replace(tiles, body=tuple(body)), ir.TdmWait(pending=0)),
+                       body=(replace(tiles, body=tuple(body)), ir.TdmWait(pending=0, warps=waits)),
                        cursors=(ir.Cursor("c", s),))
         rings = tuple(replace(r, depth=s) for r in m.rings)
         return replace(m, partitions=(part,), rings=rings)

@@ -46,6 +46,10 @@ class FindingKind(enum.Enum):
     UNSYNCED_WARPS = ("gfx1250: a slot is read after a tdm_wait but with no sync_warps since (each warp waits only for "
                       "its own shares of a copy), or a TDM copy overwrites a slot the warps read with no sync_warps "
                       "since (a warp may still be reading it)")
+    TDM_WARPS = ("gfx1250: a TDM copy's warp mask (seed 004) is not an affine set of warp ids, or its warps, the "
+                 "block re-tiled over them, leave rows uncopied (a warp the partition does not have copies nothing)")
+    IDLE_TDM_WAIT = ("gfx1250: a tdm_wait names warps that issue no TDM copy: it retires nothing there, and the warps "
+                     "that did issue are not the ones told their shares landed")
     ASYNC_AT_EXIT = "a partition exits with async work (wgmma, TMA store or TDM copy) still in flight"
     LOST_FILL = "a TMA load's data was never read: producer and consumer loop trip counts disagree"
     OUTPUT_COVERAGE = "an output tile was stored twice or never: the tile loops or raster disagree"

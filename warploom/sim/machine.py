@@ -33,11 +33,13 @@ loaded for its block in the current tile, and a ``store_smem`` of an epilogue ou
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from warploom.ir import nodes as ir
+from warploom.ir.warps import WarpMask, affine_basis, uncovered_rows
 from warploom.sim.barrier import MBarrier, Token
 from warploom.sim.events import EventKind, TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, SimFinding
@@ -116,6 +118,9 @@ class Machine:
         self.store_done = [0] * n
         self.tdm: list[tuple[Inflight, ...]] = [()] * n  # gfx1250: un-retired TDM copies, oldest first
         self.tdm_done = [0] * n  # how many of them (a prefix) the hardware finished
+        # the warps that issue any of each partition's TDM copies (seed 004: a wait on others is IDLE_TDM_WAIT)
+        self.tdm_issuers = [functools.reduce(int.__or__, (t.warps for t in tr if isinstance(t, LoadI) and t.tdm), 0)
+                            for tr in prog.traces]
         self.tokens: list[frozenset[Token]] = [frozenset()] * n  # what each agent has acquired
         self.step = 0
         self.k_steps = 0
@@ -158,8 +163,9 @@ class Machine:
             return len(self.mmas[i]) - self.mma_done[i] <= ins.pending
         if isinstance(ins, StoreWaitI):
             return len(self.stores[i]) - self.store_done[i] <= ins.pending
-        if isinstance(ins, TdmWaitI):
-            return len(self.tdm[i]) - self.tdm_done[i] <= ins.pending
+        if isinstance(ins, TdmWaitI):  # each waiting warp counts its own copies in flight
+            flying = [self._load_of(e).warps for e in self.tdm[i][self.tdm_done[i]:]]
+            return all(sum(b >> w & 1 for b in flying) <= ins.pending for w in WarpMask(ins.warps).members)
         if isinstance(ins, FlagWaitI):
             return self.sk is not None and ins.flag in self.sk.flags
         return True
@@ -255,7 +261,7 @@ class Machine:
         c.loads = list(self.loads)
         c.mmas, c.mma_done = list(self.mmas), list(self.mma_done)
         c.stores, c.store_done = list(self.stores), list(self.store_done)
-        c.tdm, c.tdm_done = list(self.tdm), list(self.tdm_done)
+        c.tdm, c.tdm_done, c.tdm_issuers = list(self.tdm), list(self.tdm_done), self.tdm_issuers
         c.tokens = list(self.tokens)
         c.step, c.k_steps = self.step, self.k_steps
         c.blocked_at = list(self.blocked_at)
@@ -388,6 +394,7 @@ class Machine:
         fill = self._fill(i, ins.site, ins.ring, ins.slot, ins.tag, lambda: f"loads {ins.tag} into {name} while its "
                           f"previous load ({s.describe()}) is still in flight", "wgmma")
         if ins.tdm:  # gfx1250: completes in the partition's issue order; a tdm_wait retires it
+            self._check_issuers(ins, name)
             self.tdm[i] = self.tdm[i] + (Inflight(i, pc, self.step, fill),)
         elif ins.barrier is None or ins.sync:  # a synchronous load: lands now, seen by its issuer
             s.landed, s.landed_at = True, self.step
@@ -758,14 +765,42 @@ class Machine:
         self.stores[i] = self.stores[i][n:]
         self.store_done[i] -= n
 
+    def _check_issuers(self, ins: LoadI, name: str) -> None:
+        """Seed 004: the warps that issue a TDM copy must be an affine set and copy every row of its block."""
+        mask = WarpMask(ins.warps)
+        if affine_basis(mask) is None:
+            self._flag(FindingKind.TDM_WARPS, ins.site,
+                       f"{ins.site.where()} copies {ins.tag} into {name} from warps {list(mask.members)}, not an "
+                       "affine set of warp ids: the hardware cannot split the block over them")
+            return
+        gaps = uncovered_rows(mask, ins.team, ins.rows)
+        if gaps:
+            rows = ", ".join(f"{g.start}..{g.stop - 1}" for g in gaps)
+            self._flag(FindingKind.TDM_WARPS, ins.site,
+                       f"{ins.site.where()} copies {ins.tag} into {name} from warps {list(mask.members)} of "
+                       f"{ins.team}: rows {rows} of its {ins.rows} are never copied")
+
     def _tdm_wait(self, i: int, pc: int, ins: TdmWaitI) -> None:
-        """The oldest copies, all but `pending`, finished: retire them, each warp now knowing its own shares landed."""
-        n = max(0, len(self.tdm[i]) - ins.pending)
-        for e in self.tdm[i][:n]:
-            ld = self._load_of(e)
-            self.tokens[i] = self.tokens[i] | {("W", ld.ring, ld.slot, e.fill)}
-        self.tdm[i] = self.tdm[i][n:]
-        self.tdm_done[i] -= n
+        """Each waiting warp's oldest copies, all but its newest `pending`, finished: a copy whose issuing warps all
+        waited past it retires, each of them now knowing its own share landed. A copy an issuing warp did not wait on
+        stays in flight (nothing tells that warp it landed)."""
+        idle = ins.warps & ~self.tdm_issuers[i]
+        if idle:
+            self._flag(FindingKind.IDLE_TDM_WAIT, ins.site,
+                       f"{ins.site.where()} waits on warps {list(WarpMask(idle).members)}, which issue no TDM copy")
+        q = self.tdm[i]
+        issuers = [self._load_of(e).warps for e in q]
+        newest: set[int] = set()
+        for w in WarpMask(ins.warps).members:
+            mine = [j for j, b in enumerate(issuers) if b >> w & 1]
+            newest |= set(mine[max(0, len(mine) - ins.pending):] if ins.pending else [])
+        retire = [j < self.tdm_done[i] and j not in newest and not b & ~ins.warps for j, b in enumerate(issuers)]
+        for e, r in zip(q, retire, strict=True):
+            if r:
+                ld = self._load_of(e)
+                self.tokens[i] = self.tokens[i] | {("W", ld.ring, ld.slot, e.fill)}
+        self.tdm[i] = tuple(e for e, r in zip(q, retire, strict=True) if not r)
+        self.tdm_done[i] -= sum(retire)
 
     def _sync(self, i: int, pc: int, ins: SyncI) -> None:
         """A barrier of the partition's warps: shares each warp saw land are every warp's, and the slots the warps

@@ -22,6 +22,7 @@ from warploom.epilogue.operands import OperandSpec
 from warploom.errors import WarploomError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
+from warploom.ir.warps import WarpMask
 from warploom.sim.raster import Span, TileRef, cdiv, cta_tiles, stream_k_units
 from warploom.spec import ALayout, BLayout
 
@@ -140,6 +141,11 @@ class LoadI:
     sync: bool = False
     # gfx1250's TDM copy: no barrier; the partition's copies complete in issue order and a tdm_wait retires them
     tdm: bool = False
+    # ... issued by these warps (a bitmask, seed 004's warp_used_hint; every warp without one) of the partition's
+    # `team` warps, the block's `rows` re-tiled over them
+    warps: int = 0
+    team: int = 0
+    rows: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +178,7 @@ class TdmWaitI:
 
     site: Site
     pending: int
+    warps: int = 0  # the warps whose copies it retires (a bitmask; every warp of the partition without a mask)
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +405,7 @@ class _Interp:
 
     def __init__(self, module: ir.Module, part: ir.Partition, geo: Geometry) -> None:
         self.m, self.p, self.geo = module, part, geo
+        self._every = WarpMask.every(part.warps)
         self.row0 = part.rows.start if part.rows else 0  # a warpgroup's row block starts this far into a tile
         self.depth = {c.name: c.depth for c in part.cursors}
         self.count = {c.name: 0 for c in part.cursors}
@@ -571,10 +579,10 @@ class _Interp:
                         tag = Tag(o.tensor.value, (o.coord[0].value, o.coord[1].value),
                                   (origin[o.coord[0]], origin[o.coord[1]]))
                         yield LoadI(site, o.ring, self._index(o.slot, ring.depth, text), tag, None, -1, ring.slot_bytes,
-                                    tdm=True)
+                                    tdm=True, warps=(o.warps or self._every).bits, team=self.p.warps, rows=ring.rows)
                 case ir.TdmWait():
                     tail = self.k is not None and self.k + o.ahead >= self.geo.k_tiles
-                    yield TdmWaitI(site, 0 if tail else o.pending)
+                    yield TdmWaitI(site, 0 if tail else o.pending, (o.warps or self._every).bits)
                 case ir.SyncWarps():
                     yield SyncI(site)
                 case ir.Wmma():
