@@ -620,6 +620,11 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         problems = _stream_k_problems(spec, pingpong, scale_partition, split_k, tail_split, swap_ab, bm,
                                       prefetch_operands)
         prefetch_operands = False  # (a forced stream-K plan copies dense operands when its epilogue runs)
+        k_tiles = math.ceil(spec.k / (128 if spec.is_fp8 else 64))
+        if stream_k > k_tiles:
+            fix = f"stream_k between 2 and {k_tiles}, or 0" if k_tiles >= 2 else "stream_k=0 (whole tiles)"
+            raise UnsupportedError(f"stream_k={stream_k} (rule 21) cuts a tile into more pieces than its {k_tiles} "
+                                   f"k-block(s) of K={spec.k}: a piece would have no k-block to add. Fix: pass {fix}")
         if problems:
             raise UnsupportedError(f"stream_k={stream_k} (rule 21) cannot run {spec.short()}: {'; '.join(problems)}. "
                                    "Fix: "
@@ -780,9 +785,10 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                 spec, pingpong, scale_partition, split_k, tail_split, False, cbm, early):
             k_tiles = math.ceil(spec.k / bk)
             # (chosen by the planner only where every shared tile gets exactly `pieces` pieces: pieces that start
-            # at other k-blocks than whole pieces of their neighbours lost up to 30% in L2, session 22)
+            # at other k-blocks than whole pieces of their neighbours lost up to 30% in L2, session 22; and never
+            # more pieces than k-blocks, which would leave a CTA nothing to add to its tile)
             for pieces in (stream_k,) if stream_k else (p for p in SK_PIECES if tiles % device.sm_count * p
-                                                          <= device.sm_count):
+                                                          <= device.sm_count and p <= k_tiles):
                 sk_score = stream_k_score(tiles, k_tiles, device.sm_count, pieces, cbm * cbn / eff)
                 _note(f"{cbm}x{cbn}", f"stream-K, {pieces} pieces", sk_score,
                       f"{tiles // device.sm_count} whole wave(s), then {tiles % device.sm_count} tiles over "

@@ -253,3 +253,40 @@ def test_missing_fixup_op_is_refused_by_the_verifier() -> None:
     stripped = dataclasses.replace(tiles, body=tuple(s for s in tiles.body if not isinstance(s, ir.Fixup)))
     with pytest.raises(VerificationError, match="without a fixup"):
         verify.check(m.with_partition(dataclasses.replace(part, body=(stripped,))), "test")
+
+
+def test_more_pieces_than_k_blocks_is_refused() -> None:
+    """A tile of 2 k-blocks cut into 8 pieces would leave CTAs with no k-block: their finisher waits for a partial that
+    is never stored (a GPU hang, and the simulator's DEADLOCK). The planner refuses it by name; the verifier refuses
+    a module that carries it; pieces == k-blocks still runs clean."""
+    from warploom.errors import UnsupportedError, VerificationError
+    from warploom.ir import verify
+
+    a, b = _bf16(122, 88, 120)
+    spec = checks.matmul_spec(a.to("meta"), b.to("meta"), None)
+    with pytest.raises(UnsupportedError, match=r"stream_k=8 .*2 k-block.*stream_k between 2 and 2"):
+        plan_schedule(spec, H100_SXM, stream_k=8)
+    kern = _kernel(spec, 2)
+    out = torch.full((122, 88), float("nan"), dtype=torch.bfloat16)
+    res = kern.simulate(a, b, out=out, record=False)
+    assert not res.report.findings, res.report.findings
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+    m = kern.module
+    forged = dataclasses.replace(m, tiling=dataclasses.replace(m.tiling, stream_k=8))
+    with pytest.raises(VerificationError, match="more pieces than a tile's 2 k-blocks"):
+        verify.check(forged, "test")
+    one = checks.matmul_spec(torch.empty(122, 64, device="meta", dtype=torch.bfloat16),
+                             torch.empty(64, 88, device="meta", dtype=torch.bfloat16), None)
+    with pytest.raises(UnsupportedError, match=r"stream_k=0 \(whole tiles\)"):
+        plan_schedule(one, H100_SXM, stream_k=2)
+
+
+@pytest.mark.parametrize("m,n,k", [(2848, 736, 64), (384, 752, 192), (656, 8048, 128), (268, 112, 208),
+                                   (1000, 4000, 144)])
+def test_planner_never_cuts_a_tile_finer_than_its_k_blocks(m: int, n: int, k: int) -> None:
+    for dtype, bk in ((torch.bfloat16, 64), (torch.float8_e4m3fn, 128)):
+        a = torch.empty(m, k, device="meta", dtype=dtype)
+        b = torch.empty(n, k, device="meta", dtype=dtype).t()
+        spec = (checks.matmul_spec(a, b, None) if bk == 64 else checks.scaled_mm_spec(
+            a, b, torch.empty(m, 1, device="meta"), torch.empty(1, n, device="meta"), None, torch.bfloat16, True))
+        assert plan_schedule(spec, H100_SXM).stream_k <= -(-k // bk)

@@ -387,7 +387,7 @@ def _check_stream_k(m: ir.Module) -> list[str]:
     """Stream-K (ir.Tiling.stream_k): whole tiles of its own, so no split-K, ranges, swap or ping-pong; a Fixup only
     there, directly in a tiles loop after its k-loop and before anything else reads the accumulators (the epilogue
     must see the tile's whole sum, and a contributor skips what follows it), naming accumulators the partition owns;
-    the workspace's int32 offsets (grid x BM x BN) in range."""
+    the workspace's int32 offsets (grid x BM x BN) in range; no more pieces than a tile has k-blocks."""
     t, errs = m.tiling, []
     if t.stream_k:
         if t.stream_k < 2:
@@ -396,6 +396,11 @@ def _check_stream_k(m: ir.Module) -> list[str]:
             errs.append("stream_k with split-K, a ranged launch or swap_ab (stream-K units cover whole tiles of C)")
         if t.grid * t.bm * t.bn >= 2**31:
             errs.append(f"stream_k: a workspace of {t.grid} x {t.bm} x {t.bn} fp32 passes 32-bit offsets")
+        k_tiles = -(-m.spec.k // t.bk)
+        if t.stream_k > k_tiles:
+            # More CTAs than the shared tiles' iterations leaves some with an empty range: a finisher would wait
+            # for the partial of a peer that never stores one (a hang on the GPU).
+            errs.append(f"stream_k={t.stream_k}: more pieces than a tile's {k_tiles} k-blocks of {t.bk} (K={m.spec.k})")
     for p in m.partitions:
         accs = {a.name for a in p.accumulators}
         for loop in _loops(p.body):
