@@ -22,6 +22,7 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 19. sm_100a: tcgen05 into two tensor-memory accumulators, a 4-warp epilogue partition: docs/decisions/rule-19-sm100a.md
 20. gfx1250: one 4-warp partition, TDM copies and wmma, software-pipelined, 128x128: docs/decisions/rule-20-gfx1250.md
 21. stream-K: the last wave's tiles shared as 2-4 k-block pieces, a fixup: docs/decisions/rule-21-stream-k.md
+23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
 """
 
 from __future__ import annotations
@@ -653,6 +654,16 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                    f"by {tokens} of M, and the swapped problem has no such plan: {e}") from None
         return replace(plan, swap_ab=True)
 
+    if (stream_k is None and not pingpong and all(f is None for f in forced) and prefetch_operands is None
+            and hoist_rows is None and latency_tiles(spec, device)):
+        token = _TRACE.set(None)  # (the forced call's own candidates are not this rule's)
+        try:
+            plan = plan_schedule(spec, device, bm=64, bn=64, stages=latency_stages(spec), group_m=group_m,
+                                 scalar_columns=scalar_columns, split_k=1, tail_split=1, swap_ab=False, stream_k=0)
+        finally:
+            _TRACE.reset(token)
+        return plan
+
     bk = 128 if spec.is_fp8 else 64
     if split_k is not None:
         _check_split_k(spec, split_k, bk, pingpong, scale_partition)
@@ -842,6 +853,62 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
 SK_SLOWDOWN = 0.5
 SK_FIXUP_KBLOCKS = 8.0
 SK_PIECES = (2, 3, 4)
+
+
+# Rule 23's latency model (docs/decisions/rule-23-latency-tiles.md): where a problem has few tiles, each CTA's time
+# is a fixed start (launch, barriers, the ring's first fill, the epilogue) plus its k-blocks one after another, each
+# latency-bound rather than bound by the tensor cores. Fitted on the H100 (bf16, CUDA graphs; fp8's k-blocks of 128
+# bytes of K priced alike) with scripts/sweep_plans.py; per k-block: 128x128 at 6 stages, 64x64 at 4-8.
+LATENCY_START_US = {128: 4.2, 64: 3.35}
+LATENCY_KBLOCK_US = {128: 0.33, 64: 0.17}
+# 64x64's ring: 4 stages, 8 from LATENCY_DEEP_KBLOCKS k-blocks on (long K hides more load latency; short K lost 5%
+# to the deeper ring's start at 8 stages).
+LATENCY_STAGES = (4, 8)
+LATENCY_DEEP_KBLOCKS = 32
+
+
+def latency_times(spec: GemmSpec, device: DeviceInfo) -> tuple[float, float, int]:
+    """Rule 23's modeled microseconds: 64x64 tiles whole, then 128x128 at its best count of stream-K pieces (1: whole
+    tiles; pieces as rule 21 cuts them, each k-block SK_SLOWDOWN slower, SK_FIXUP_KBLOCKS per extra piece), and
+    that count."""
+    k_tiles = math.ceil(spec.k / (128 if spec.is_fp8 else 64))
+    t64 = LATENCY_START_US[64] + k_tiles * LATENCY_KBLOCK_US[64]
+    tiles = math.ceil(spec.m / 128) * math.ceil(spec.n / 128)
+    best = (float(k_tiles), 1)
+    for p in (q for q in SK_PIECES if q <= k_tiles and tiles * q <= device.sm_count):
+        best = min(best, (k_tiles / p * (1 + SK_SLOWDOWN) + (p - 1) * SK_FIXUP_KBLOCKS, p))
+    return t64, LATENCY_START_US[128] + best[0] * LATENCY_KBLOCK_US[128], best[1]
+
+
+def latency_stages(spec: GemmSpec) -> int:
+    """Rule 23's ring depth for 64x64 tiles (LATENCY_STAGES by K)."""
+    k_tiles = math.ceil(spec.k / (128 if spec.is_fp8 else 64))
+    return LATENCY_STAGES[k_tiles >= LATENCY_DEEP_KBLOCKS]
+
+
+def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
+    """Rule 23: whether `spec` runs on 64x64 tiles (`latency_stages` deep): a GEMM of more than 64 rows (decode has
+    rules 16 and 18) with native accumulation (bf16, fp16, fp8 fast) and no bias or fused epilogue, whose 64x64
+    tiles fit in one wave, where the latency model prices them below 128x128's best. (More 64x64 tiles than SMs
+    turned L2-bound: 100x5264x3464 bf16, 166 tiles, ran at 0.36x torch against 0.58x for 42 of 128x128.
+    Promoted fp8, a bias and fused epilogues: not measured at these sizes.)"""
+    if (spec.m <= 64 or spec.epilogue is not None or spec.bias_dtype is not None
+            or spec.accumulation is not Accumulation.NATIVE or spec.scale.is_blockwise
+            or not device.arch.startswith("sm_90")):
+        return False
+    tiles64 = math.ceil(spec.m / 64) * math.ceil(spec.n / 64)
+    if tiles64 > device.sm_count:
+        return False
+    t64, t128, pieces = latency_times(spec, device)
+    if t64 >= t128:
+        return False
+    k_tiles = math.ceil(spec.k / (128 if spec.is_fp8 else 64))
+    _note("64x64", f"latency tile, {latency_stages(spec)} stages", t64,
+          f"{tiles64} CTAs: {LATENCY_START_US[64]} us + {k_tiles} k-blocks x {LATENCY_KBLOCK_US[64]} us "
+          "(rule 23, modeled us)")
+    _note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
+          f"{LATENCY_START_US[128]} us + its k-blocks x {LATENCY_KBLOCK_US[128]} us (rule 23, modeled us)")
+    return True
 
 
 def _stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,
