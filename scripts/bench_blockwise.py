@@ -30,7 +30,7 @@ from warploom.bench import _err, _time, _time_graph
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
-from warploom.sim.reference import dequantized
+from warploom.reference import dequantized
 
 SQUARE = [(4096, 4096, 4096), (8192, 8192, 8192)]
 DEEPSEEK = [(m, n, k) for m in (64, 128, 4096) for n, k in ((7168, 16384), (4096, 7168), (2112, 7168), (7168, 2048))]

@@ -67,7 +67,7 @@ def case(name: str, size: tuple[int, int, int]) -> tuple[Any, tuple[Any, ...], A
     a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
     if name == "blockwise":  # 1x128 x 128x128, scale_a outer-dim-major as torch wants
-        from warploom.sim.reference import dequantized
+        from warploom.reference import dequantized
 
         kb = -(-k // 128)
         sa = (torch.rand(kb, m, device="cuda") + 0.5).t()

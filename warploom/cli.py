@@ -305,9 +305,9 @@ def _run_sim(con: Any, kern: Kernel, seed: int, timeline: Path | None, title: st
              exit_on_failure: bool = True) -> bool:
     """Simulate `kern` at its size on random data: every CTA when small, else `sample_ctas`; compare with torch."""
     from warploom.api import SIM_MAX_FLOPS_ENV, sim_max_flops
+    from warploom.reference import make_inputs
     from warploom.sim import compare_kernel, draw_timeline, sample_kernel_ctas
     from warploom.sim.compare import TOLERANCE
-    from warploom.sim.reference import make_inputs
 
     s = kern.spec
     whole = s.flops <= sim_max_flops()
@@ -383,7 +383,7 @@ def _run_gpu(con: Any, m: int, n: int, k: int, dtype: str, fast_accum: bool, sca
     import triton
 
     import warploom
-    from warploom.sim.reference import Inputs, reference
+    from warploom.reference import Inputs, reference
 
     a, b, sa, sb = _tensors(m, n, k, dtype, "cuda", scales)
     theirs: Any = None

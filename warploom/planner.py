@@ -1090,7 +1090,7 @@ def wave_fill(spec: GemmSpec, plan: Plan) -> WaveFill:
     """`plan`'s wave fill at `spec`'s size."""
     units = plan.units(spec.m, spec.n)
     ctas = min(plan.grid, units)
-    if plan.tail_split > 1:  # whole waves of tiles, then the rest split (runtime.launch, sim.raster.tail_spans)
+    if plan.tail_split > 1:  # whole waves of tiles, then the rest split (runtime.launch, ir.raster.tail_spans)
         whole, tail = divmod(units, plan.grid)
         return WaveFill(whole * plan.grid, plan.grid, whole, plan.grid if whole else 0, tail, plan.tail_split)
     rounds = -(-units // ctas)

@@ -22,8 +22,8 @@ from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import Plan
+from warploom.reference import make_inputs
 from warploom.sim import FindingKind, SimResult, explore, simulate
-from warploom.sim.reference import make_inputs
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 K = FindingKind

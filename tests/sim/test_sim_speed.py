@@ -10,8 +10,8 @@ import pytest
 from warploom.device import H100_SXM
 from warploom.kernel import build
 from warploom.planner import Plan
+from warploom.reference import make_inputs
 from warploom.sim import check_protocol, explore, simulate
-from warploom.sim.reference import make_inputs
 from warploom.spec import GemmSpec
 
 

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from warploom.ir import nodes as ir
+from warploom.ir.raster import Span, TileRef, cdiv, launch_grid
+from warploom.reference import Inputs, dequantized, is_blockwise, reference, relative_error
 from warploom.sim.program import launch_span
-from warploom.sim.raster import Span, TileRef, cdiv, launch_grid
-from warploom.sim.reference import Inputs, dequantized, is_blockwise, reference, relative_error
 from warploom.sim.simulate import SimResult, completed_tiles, representative_ctas, simulate
 
 if TYPE_CHECKING:

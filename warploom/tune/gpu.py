@@ -121,7 +121,7 @@ def tune_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scal
     sa, sb = _random_scale(scale_a), _random_scale(scale_b)
     rbias = torch.randn_like(bias) if bias is not None else None
     if spec.scale.is_blockwise:  # scales per k-block (or MX slice): the dequantized product
-        from warploom.sim.reference import dequantized
+        from warploom.reference import dequantized
 
         da, db = dequantized(ra, rb, sa, sb)
         ref = da.double() @ db.double()

@@ -1,4 +1,7 @@
-"""What a simulated schedule is compared against: random inputs for a spec and the torch fp32 reference.
+"""What a schedule's output is compared against: random inputs for a spec and the torch fp32 reference.
+
+The simulator (`sim/compare.py`), the tuner's accuracy check (`tune/gpu.py`), the CLI and the GPU tests all judge
+against it, so it stands above the spec and below all of them.
 
 Inputs are random normal values, never zeros (a schedule that drops or repeats a k-block must change
 the result); B is laid out as the spec says (K-major: the transpose of a row-major (N, K) matrix);
