@@ -22,11 +22,11 @@ from typing import Any
 import torch
 
 from warploom import checks
-from warploom.bench import _time_graph as graph_ms  # CUDA-graph replay of 10 calls
 from warploom.bench import environment
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.runtime.timing import time_graph as graph_ms  # CUDA-graph replay of 10 calls
 
 # (label, plan_schedule keyword overrides)
 _PP = {"pingpong": True}

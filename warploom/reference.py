@@ -116,7 +116,8 @@ def reference(x: Inputs) -> torch.Tensor:
 
 
 def relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
-    """``1 - 2 sum(xy) / sum(x^2 + y^2)``: 0 for equal tensors, independent of their common scale."""
+    """``1 - 2 sum(xy) / sum(x^2 + y^2)``: 0 for equal tensors, independent of their common scale; NaN where
+    either holds a NaN (an unwritten or broken output must not pass)."""
     x, y = x.double(), y.double()
     denom = (x * x + y * y).sum()
-    return float(1 - 2 * (x * y).sum() / denom) if denom > 0 else 0.0
+    return 0.0 if denom == 0 else float(1 - 2 * (x * y).sum() / denom)
