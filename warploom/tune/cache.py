@@ -30,6 +30,7 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,10 +246,14 @@ class Cache:
             raise InputError("WARPLOOM_CACHE_DIR", "an autotune cache directory this process may write",
                              f"{self.directory}: {e}", "make it writable, or point WARPLOOM_CACHE_DIR at one "
                              "that is") from None
-        from warploom.tune.lookup import forget
-
-        forget()  # ordinary calls must not keep running a plan whose entry is gone
+        for forget in CLEARED:
+            forget()  # ordinary calls must not keep running a plan whose entry is gone
         return removed
+
+
+# Called after `Cache.clear` removed entries. tune/lookup.py, which remembers what it read from the cache, adds its
+# `forget` here when imported: it imports this module, and this module never imports it.
+CLEARED: list[Callable[[], None]] = []
 
 
 _cleared: set[Path] = set()
