@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from warploom.checks import _TMA_ALIGN, _tma_ok, is_real, tensor_meta
+from warploom.checks import TMA_ALIGN, is_real, tensor_meta, tma_ok
 from warploom.epilogue import memo, names
 from warploom.epilogue.capture import capture
 from warploom.epilogue.classify import classify, classify_all
@@ -106,11 +106,11 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
         return spec, picked
     for s in g.operands:
         if s.kind is OperandKind.DENSE:
-            _tma_ok(s.name, tensors[s.name], 1, "a dense epilogue operand read by TMA")
+            tma_ok(s.name, tensors[s.name], 1, "a dense epilogue operand read by TMA")
     for j, dt in enumerate(spec.output_dtypes()):
-        if spec.n % (_TMA_ALIGN // dt.bytes):
-            raise AlignmentError("b", f"N a multiple of {_TMA_ALIGN // dt.bytes} for the epilogue's output {j} "
-                                 f"({dt.value}, rows of {_TMA_ALIGN}-byte multiples for the TMA store)",
+        if spec.n % (TMA_ALIGN // dt.bytes):
+            raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // dt.bytes} for the epilogue's output {j} "
+                                 f"({dt.value}, rows of {TMA_ALIGN}-byte multiples for the TMA store)",
                                  f"N = {spec.n}", "pad b's N dimension and slice the results")
     return spec, picked
 

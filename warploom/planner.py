@@ -37,7 +37,7 @@ from warploom.ir.nodes import LDS_ROW_PAD
 from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
-_TILES: tuple[tuple[int, int, float], ...] = (
+TILES: tuple[tuple[int, int, float], ...] = (
     (128, 256, 1.00),
     (128, 128, 0.90),
     (64, 256, 0.85),
@@ -700,7 +700,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     decode = is_decode(spec, pingpong)
     best: tuple[float, int, Plan] | None = None
     aligned = rows_aligned(spec)
-    for cbm, cbn, eff in _TILES:
+    for cbm, cbn, eff in TILES:
         if (bm is not None and cbm != bm) or (bn is not None and cbn != bn):
             continue
         if (cbm, cbn) == (128, 128) and not aligned:
@@ -708,7 +708,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         if pingpong and not _pingpong_fits(spec, cbm, cbn, partial_blocks):
             continue
         if cbn == 64 and bn is None and not (small_blockwise or decode):
-            continue  # forced only: see _TILES
+            continue  # forced only: see TILES
         if cbm == 256 and bm is None:
             continue  # rule 17: forced (or tuned) only
         if cbn in SWAP_TOKENS and bn is None:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from warploom.device import DeviceInfo
-from warploom.errors import InputError, UnsupportedError
+from warploom.errors import InputError, UnsupportedError, WarploomError
 from warploom.planner import Plan
 from warploom.runtime.files import read_regular
 from warploom.spec import GemmSpec
@@ -55,7 +55,7 @@ class StaleCacheWarning(UserWarning):
     """A cache entry was ignored as corrupt or stale; the spec is re-tuned and the entry overwritten."""
 
 
-class _Invalid(Exception):
+class _Invalid(WarploomError):
     """Why an entry cannot be trusted (internal: turned into a StaleCacheWarning)."""
 
 
