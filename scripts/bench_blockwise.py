@@ -26,11 +26,11 @@ import torch
 
 import warploom
 from warploom import checks
-from warploom.bench import _err, _time, _time_graph
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
-from warploom.sim.reference import dequantized
+from warploom.reference import dequantized, relative_error
+from warploom.runtime.timing import time_eager, time_graph
 
 SQUARE = [(4096, 4096, 4096), (8192, 8192, 8192)]
 DEEPSEEK = [(m, n, k) for m in (64, 128, 4096) for n, k in ((7168, 16384), (4096, 7168), (2112, 7168), (7168, 2048))]
@@ -89,9 +89,9 @@ def bench(m: int, n: int, k: int, plan_kw: dict[str, Any] | None = None, per_col
     ref = ref_a @ ref_b
     ours, plan = _ours(a, b, sa, sb, plan_kw)
     theirs, how = _torch_fn(a, b, sa, sb)
-    e_ours, e_torch = _err(ours(), ref), _err(theirs(), ref)
-    g_ours, g_torch = _time_graph(ours), _time_graph(theirs)
-    t_ours, t_torch = _time(ours), _time(theirs)
+    e_ours, e_torch = relative_error(ours(), ref), relative_error(theirs(), ref)
+    g_ours, g_torch = time_graph(ours), time_graph(theirs)
+    t_ours, t_torch = time_eager(ours), time_eager(theirs)
     flops = 2 * m * n * k
     return {"shape": [m, n, k], "plan": plan, "torch_call": how, "ours_graph_ms": g_ours, "torch_graph_ms": g_torch,
             "graph_ratio": g_torch / g_ours, "ours_ms": t_ours, "torch_ms": t_torch, "ratio": t_torch / t_ours,
@@ -178,10 +178,10 @@ def _ablate(shape: tuple[int, int, int], kw: dict[str, Any], per_col: bool) -> d
     a, b, sa, sb = _inputs(m, n, k, per_col, mx)
     ours, plan = _ours(a, b, sa, sb, kw)
     ref_a, ref_b = dequantized(a, b, sa, sb)
-    err = _err(ours(), ref_a @ ref_b)
-    t = _time_graph(ours)
+    err = relative_error(ours(), ref_a @ ref_b)
+    t = time_graph(ours)
     theirs, _ = _torch_fn(*_inputs(m, n, k))
-    t_torch = _time_graph(theirs)
+    t_torch = time_graph(theirs)
     flops = 2 * m * n * k
     return {"shape": list(shape), "plan": plan, "ours_err": err, "ours_graph_ms": t, "ours_tflops": flops / t / 1e9,
             "torch_tflops": flops / t_torch / 1e9}

@@ -19,10 +19,11 @@ import torch
 import torch.nn.functional as F
 
 import warploom
-from warploom.bench import _time_graph, environment
+from warploom.bench import environment
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.runtime.timing import time_graph
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 4096)]
 SCHEDULES: dict[str, dict[str, Any]] = {
@@ -83,7 +84,7 @@ def bench_shape(m: int, n: int, k: int, dev: DeviceInfo, compiled: Any) -> dict[
     def record(name: str, fn: Any) -> None:
         out = fn()
         torch.cuda.synchronize()
-        ms = _time_graph(fn)
+        ms = time_graph(fn)
         row[name] = {"ms": ms, "tflops": flops / ms / 1e9, "err": err(out, ref)}
         print(f"{m}x{n}x{k} {name:28s} {ms * 1e3:8.1f} us {flops / ms / 1e9:7.1f} TFLOP/s err {row[name]['err']:.2e}",
               flush=True)

@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 
 import warploom
-from warploom.bench import _time_graph
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.runtime.timing import time_graph
 
 
 def _wide(spec: Any, dev: DeviceInfo, partitions: int) -> Any:
@@ -78,7 +78,7 @@ def main() -> None:
         torch.cuda.synchronize()
         if profiling:
             continue
-        ms = _time_graph(lambda k=k, run=run: run(k))
+        ms = time_graph(lambda k=k, run=run: run(k))
         print(f"{name:16s} {k.plan.short():36s} {ms * 1e3:8.1f} us {flops / ms / 1e9:7.1f} TFLOP/s", flush=True)
 
 

@@ -19,11 +19,11 @@ from typing import Any
 import torch
 
 from warploom import checks
-from warploom.bench import _time_graph as graph_ms
 from warploom.bench import environment
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.runtime.timing import time_graph as graph_ms
 
 # The default 64x128 tile (64 CTAs at N = 8192), and split-K (forced; planner.Plan.split_k) into 128 or 256 units.
 # (64- and 256-wide tiles without split-K were measured slower: docs/benchmarks.md, 2026-11-23 session 10.)

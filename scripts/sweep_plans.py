@@ -22,11 +22,11 @@ from typing import Any
 import torch
 
 from warploom import checks
-from warploom.bench import _time_graph as graph_ms  # CUDA-graph replay of 10 calls
 from warploom.bench import environment
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.runtime.timing import time_graph as graph_ms  # CUDA-graph replay of 10 calls
 
 # (label, plan_schedule keyword overrides)
 _PP = {"pingpong": True}
@@ -67,7 +67,7 @@ def case(name: str, size: tuple[int, int, int]) -> tuple[Any, tuple[Any, ...], A
     a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
     if name == "blockwise":  # 1x128 x 128x128, scale_a outer-dim-major as torch wants
-        from warploom.sim.reference import dequantized
+        from warploom.reference import dequantized
 
         kb = -(-k // 128)
         sa = (torch.rand(kb, m, device="cuda") + 0.5).t()

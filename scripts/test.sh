@@ -6,8 +6,15 @@
 # compile tier runs again under the newest, 3.9.0, in a venv over this Python's packages (torch, the test tools,
 # warploom's source tree) that replaces only Triton. Arguments go to the first run; WARPLOOM_TRITON39=0 skips the
 # second.
+#
+# --quick: only the unit and golden tiers (~1.5 min), on what is installed: no installs, no ruff or mypy, no second
+# Triton. For the edit-test loop; the full run above is what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --quick ]; then
+    shift
+    exec python3 -m pytest -q -p no:cacheprovider tests/unit tests/golden "$@"
+fi
 python3 -m pip install -q torch==2.13.0        # the CPU build on disk; a newer torch would pull CUDA wheels
 python3 -m pip install -q triton==3.6.0        # the oldest supported Triton (torch 2.11's), on disk too
 python3 -m pip install -q -e ".[test]"

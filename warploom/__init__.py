@@ -5,10 +5,10 @@ Importing warploom never touches a GPU.
 
 from __future__ import annotations
 
-from warploom.api import matmul, plan, scaled_mm
+import sys
+from typing import TYPE_CHECKING, Any
+
 from warploom.backends import gluon_api
-from warploom.device import H100_SXM, DeviceInfo
-from warploom.dtypes import DType
 from warploom.errors import (
     AlignmentError,
     ArgumentTypeError,
@@ -25,18 +25,54 @@ from warploom.errors import (
     VerificationError,
     WarploomError,
 )
-from warploom.kernel import Kernel
-from warploom.planner import Plan
-from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
+from warploom.version import __version__
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from warploom.api import matmul, plan, scaled_mm
+    from warploom.device import H100_SXM, DeviceInfo
+    from warploom.dtypes import DType
+    from warploom.kernel import Kernel
+    from warploom.planner import Plan
+    from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
-# A Triton outside the supported range (gluon_api.SUPPORTED) is refused here, at import: TritonVersionError.
+# A Triton outside the supported range (gluon_api.SUPPORTED) is refused here, at import: TritonVersionError. (It
+# reads Triton's package metadata; neither Triton nor torch is imported.)
 gluon_api.installed()
+
+# The rest of the public names are imported on first use (PEP 562), so that `import warploom`, and with it the
+# command line's `--help` and `--version`, does not wait for torch and Triton.
+_LAZY = {
+    "matmul": "warploom.api", "plan": "warploom.api", "scaled_mm": "warploom.api",
+    "H100_SXM": "warploom.device", "DeviceInfo": "warploom.device", "DType": "warploom.dtypes",
+    "Kernel": "warploom.kernel", "Plan": "warploom.planner", "Accumulation": "warploom.spec",
+    "ALayout": "warploom.spec", "BLayout": "warploom.spec", "GemmSpec": "warploom.spec", "ScaleRecipe": "warploom.spec",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'warploom' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # (later reads do not come here)
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+# The custom ops torch.ops.warploom.matmul and .scaled_mm are registered when warploom.api is imported. A program
+# that imported torch before warploom gets them at `import warploom`, as it always did (the API costs ~0.1 s more
+# then); otherwise the first use of the API registers them.
+if "torch" in sys.modules:
+    from warploom import api  # noqa: F401
+
 
 __all__ = [
     "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "ALayout", "BLayout", "DType", "DTypeError",
     "DeviceError", "DeviceInfo", "GemmSpec", "InputError", "InternalError", "Kernel", "Plan", "ScaleError",
     "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError", "UnsupportedError",
-    "VerificationError", "WarploomError", "matmul", "plan", "scaled_mm",
+    "VerificationError", "WarploomError", "__version__", "matmul", "plan", "scaled_mm",
 ]

@@ -20,7 +20,7 @@ import torch
 from warploom import checks, eager
 from warploom.device import H100_SXM, DeviceInfo
 from warploom.errors import ArgumentTypeError, DeviceError, DTypeError, InputError, WarploomError
-from warploom.fused import fused_spec, run_fused
+from warploom.fused import fused_spec
 from warploom.kernel import Kernel, build
 from warploom.spec import GemmSpec
 
@@ -98,6 +98,40 @@ def _simulate_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: 
     _check_sim_size(spec)
     kernel = build(spec, _device_for(a))
     return kernel.simulate(a, b, scale_a, scale_b, operands=operands, record=False).raise_for_findings().outputs
+
+
+def run_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: dict[str, Any],
+              key: tuple[Any, ...] | None = None) -> Any:
+    """Run (GPU) or simulate (CPU) a spec with a fused epilogue; one tensor per output (a tuple if several). A GPU
+    call is remembered under `key` (warploom/eager.py), so the next call with the same key launches at once."""
+    dtypes = spec.output_dtypes()
+    # Blockwise scales ride beside the graph's operands (fused_spec) but are the mainloop's arguments.
+    operands = dict(operands)
+    sa, sb = (operands.pop("scale_a"), operands.pop("scale_b")) if spec.scale.is_blockwise else (None, None)
+    if spec.m == 0 or spec.n == 0 or spec.k == 0:
+        outs = _empty_fused(spec, a, operands)
+    elif a.device.type == "cpu":
+        outs = _simulate_fused(spec, a, b, operands, sa, sb)
+    else:
+        _require_cuda(a)
+        kernel = build(spec, _device_for(a))
+        # Launched as a remembered call's later ones are, so the next call finds its launch bound to the key.
+        prepared = eager.PreparedFused(kernel, spec.m, spec.n, tuple(d.torch for d in dtypes), tuple(operands),
+                                       spec.scale.is_blockwise)
+        eager.remember(key, prepared)
+        return prepared(a, b, sa, sb, None, operands)
+    return outs[0] if len(outs) == 1 else outs
+
+
+def _empty_fused(spec: GemmSpec, a: torch.Tensor, operands: dict[str, Any]) -> tuple[torch.Tensor, ...]:
+    """No kernel: an empty output, or K = 0 (the accumulator is zero) evaluated by the reference."""
+    if spec.m == 0 or spec.n == 0:
+        return tuple(torch.empty((spec.m, spec.n), dtype=d.torch, device=a.device) for d in spec.output_dtypes())
+    from warploom.epilogue.reference import evaluate
+
+    assert spec.epilogue is not None
+    acc = torch.zeros((spec.m, spec.n), dtype=torch.float32, device=a.device)
+    return tuple(evaluate(spec.epilogue, acc, operands, out_dtype=spec.out_dtype))
 
 
 def _check_sim_size(spec: GemmSpec) -> None:

@@ -13,6 +13,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from warploom.runtime.timing import time_eager, time_graph
+
 
 @dataclass(frozen=True)
 class Row:
@@ -37,53 +39,29 @@ class Row:
     plan: str
 
 
-def _err(x: Any, ref: Any) -> float:
-    x, ref = x.double(), ref.double()
-    return float(1 - 2 * (x * ref).sum() / (x * x + ref * ref).sum())
-
-
-def _time(fn: Any) -> float:
-    import triton
-
-    return float(triton.testing.do_bench(fn, warmup=100, rep=500, return_mode="median"))
-
-
-def _time_graph(fn: Any) -> float:
-    """Kernel time without host overhead: replay a CUDA graph of 10 calls."""
-    import torch
-
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(10):
-            fn()
-    return _time(g.replay) / 10
-
-
 def bench_matmul(m: int, n: int, k: int) -> Row:
     import torch
 
     import warploom
+    from warploom.reference import relative_error as err
 
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
     ref = a.float() @ b.float()
     ours, theirs = warploom.matmul(a, b), torch.matmul(a, b)
-    t_ours = _time(lambda: warploom.matmul(a, b))
-    t_torch = _time(lambda: torch.matmul(a, b))
-    g_ratio = _time_graph(lambda: torch.matmul(a, b)) / _time_graph(lambda: warploom.matmul(a, b))
+    t_ours = time_eager(lambda: warploom.matmul(a, b))
+    t_torch = time_eager(lambda: torch.matmul(a, b))
+    g_ratio = time_graph(lambda: torch.matmul(a, b)) / time_graph(lambda: warploom.matmul(a, b))
     flops = 2 * m * n * k
     return Row("matmul bf16", (m, n, k), t_ours, t_torch, flops / t_ours / 1e9, flops / t_torch / 1e9,
-               t_torch / t_ours, g_ratio, _err(ours, ref), _err(theirs, ref), warploom.plan(a, b).plan.short())
+               t_torch / t_ours, g_ratio, err(ours, ref), err(theirs, ref), warploom.plan(a, b).plan.short())
 
 
 def bench_scaled_mm(m: int, n: int, k: int, fast_accum: bool) -> Row:
     import torch
 
     import warploom
+    from warploom.reference import relative_error as err
 
     a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
@@ -98,12 +76,12 @@ def bench_scaled_mm(m: int, n: int, k: int, fast_accum: bool) -> Row:
         return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
 
     o, t = ours(), torch_fn()
-    t_ours, t_torch = _time(ours), _time(torch_fn)
-    g_ratio = _time_graph(torch_fn) / _time_graph(ours)
+    t_ours, t_torch = time_eager(ours), time_eager(torch_fn)
+    g_ratio = time_graph(torch_fn) / time_graph(ours)
     flops = 2 * m * n * k
     name = f"scaled_mm fp8 rowwise fast_accum={fast_accum}"
     return Row(name, (m, n, k), t_ours, t_torch, flops / t_ours / 1e9, flops / t_torch / 1e9, t_torch / t_ours,
-               g_ratio, _err(o, ref), _err(t, ref), warploom.plan(a, b, sa, sb, use_fast_accum=fast_accum).plan.short())
+               g_ratio, err(o, ref), err(t, ref), warploom.plan(a, b, sa, sb, use_fast_accum=fast_accum).plan.short())
 
 
 def trunk_suite(sizes: tuple[int, ...] = (4096, 8192)) -> list[Row]:

@@ -23,7 +23,7 @@ from warploom.errors import (
 )
 from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
-_TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
+TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
 _16BIT = (DType.BF16, DType.FP16)
 
 
@@ -74,7 +74,7 @@ def _two_d(arg: str, t: Any) -> None:
                          f"reshape {arg} to 2-D (e.g. {arg}.flatten(0, -2)) and reshape the result back")
 
 
-def _tma_ok(arg: str, t: Any, inner: int, what: str) -> None:
+def tma_ok(arg: str, t: Any, inner: int, what: str) -> None:
     """`t`'s stride along `inner` must be 1 and its other stride and base 16-byte aligned."""
     if t.numel() == 0:
         return
@@ -84,14 +84,14 @@ def _tma_ok(arg: str, t: Any, inner: int, what: str) -> None:
         raise AlignmentError(arg, f"{what} (stride 1 along dim {inner})", f"strides {tuple(t.stride())}",
                              f"pass {arg}.contiguous()" if inner == 1 else f"pass {arg}.t().contiguous().t()")
     # TMA descriptors need every outer stride 16-byte aligned, even along a size-1 dimension.
-    if (t.stride(outer) * esize) % _TMA_ALIGN:
+    if (t.stride(outer) * esize) % TMA_ALIGN:
         raise AlignmentError(
-            arg, f"a dim-{outer} stride that is a multiple of {_TMA_ALIGN} bytes (TMA rule)",
+            arg, f"a dim-{outer} stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
             f"stride {t.stride(outer)} elements = {t.stride(outer) * esize} bytes",
-            f"pad dim {inner} of {arg} to a multiple of {_TMA_ALIGN // esize} elements",
+            f"pad dim {inner} of {arg} to a multiple of {TMA_ALIGN // esize} elements",
         )
-    if t.device.type != "meta" and not is_fake(t) and t.data_ptr() % _TMA_ALIGN:
-        raise AlignmentError(arg, f"a base address aligned to {_TMA_ALIGN} bytes (TMA rule)",
+    if t.device.type != "meta" and not is_fake(t) and t.data_ptr() % TMA_ALIGN:
+        raise AlignmentError(arg, f"a base address aligned to {TMA_ALIGN} bytes (TMA rule)",
                              f"address {t.data_ptr():#x}", f"pass {arg}.clone()")
 
 
@@ -161,9 +161,9 @@ def _check_ab(a: Any, b: Any) -> None:
 
 
 def _out_aligned(n: int, out: DType) -> None:
-    if n % (_TMA_ALIGN // out.bytes):
-        raise AlignmentError("b", f"N a multiple of {_TMA_ALIGN // out.bytes} for {out.value} output rows of "
-                             f"{_TMA_ALIGN}-byte multiples (TMA store)", f"N = {n}",
+    if n % (TMA_ALIGN // out.bytes):
+        raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} for {out.value} output rows of "
+                             f"{TMA_ALIGN}-byte multiples (TMA store)", f"N = {n}",
                              "pad b's N dimension and slice the result")
 
 
@@ -195,9 +195,9 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
         layout = BLayout.K_MAJOR if b.stride(0) == 1 else BLayout.N_MAJOR
         return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout)
     a_layout = _a_layout(a)
-    _tma_ok("a", a, 1 if a_layout is ALayout.K_MAJOR else 0, "a")
+    tma_ok("a", a, 1 if a_layout is ALayout.K_MAJOR else 0, "a")
     layout = _b_layout(b, fp8=False)
-    _tma_ok("b", b, 0 if layout is BLayout.K_MAJOR else 1, "b")
+    tma_ok("b", b, 0 if layout is BLayout.K_MAJOR else 1, "b")
     _out_aligned(b.shape[1], out)
     return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout, a_layout=a_layout)
 
@@ -310,9 +310,9 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
         bias_dt = _dtype("bias", bias, (DType.BF16, DType.FP16, DType.FP32), "convert bias to out_dtype")
         if tuple(bias.shape) != (n,):
             raise ShapeError("bias", f"shape ({n},)", f"shape {tuple(bias.shape)}", "pass a 1-D bias of length N")
-    _tma_ok("a", a, 1, "row-major a (fp8 wgmma reads A K-major; 16-bit matmul also takes a column-major a)")
+    tma_ok("a", a, 1, "row-major a (fp8 wgmma reads A K-major; 16-bit matmul also takes a column-major a)")
     _b_layout(b, fp8=True)
-    _tma_ok("b", b, 0, "column-major b")
+    tma_ok("b", b, 0, "column-major b")
     _out_aligned(n, out)
     # Blockwise scales change with each k-block, so every k-block's partial is promoted with them, whatever
     # use_fast_accum says (within one 128-deep k-block the tensor core accumulates as torch's kernels do).
@@ -332,7 +332,7 @@ def tensor_meta(t: Any) -> tuple[Any, ...] | None:
     """What the checks read of a real tensor: shape, strides, dtype, device, base-address alignment, neg bit."""
     if t is None:
         return None
-    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % _TMA_ALIGN, t.is_neg())
+    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % TMA_ALIGN, t.is_neg())
 
 
 def is_real(t: Any) -> bool:

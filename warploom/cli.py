@@ -147,12 +147,21 @@ def _creatable(ctx: click.Context, param: click.Parameter, value: Path | None) -
 _TIMELINE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 
 
+def _picture(ctx: click.Context, param: click.Parameter, value: Path | None) -> None:
+    if value is not None and value.suffix.lower() not in _TIMELINE_SUFFIXES:
+        raise click.BadParameter(f"expected a picture file ending in {', '.join(_TIMELINE_SUFFIXES)}, got "
+                                 f"{str(value)!r}", ctx, param)
+
+
+def _plot_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    _picture(ctx, param, value)
+    return _creatable(ctx, param, value)
+
+
 def _timeline_path(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
     if value is None:
         return None
-    if value.suffix.lower() not in _TIMELINE_SUFFIXES:
-        raise click.BadParameter(f"expected a picture file ending in {', '.join(_TIMELINE_SUFFIXES)}, got "
-                                 f"{str(value)!r}", ctx, param)
+    _picture(ctx, param, value)
     if not value.resolve().parent.is_dir():
         raise click.BadParameter(f"the directory {str(value.parent)!r} does not exist; create it first", ctx, param)
     return value
@@ -305,9 +314,9 @@ def _run_sim(con: Any, kern: Kernel, seed: int, timeline: Path | None, title: st
              exit_on_failure: bool = True) -> bool:
     """Simulate `kern` at its size on random data: every CTA when small, else `sample_ctas`; compare with torch."""
     from warploom.api import SIM_MAX_FLOPS_ENV, sim_max_flops
+    from warploom.reference import make_inputs
     from warploom.sim import compare_kernel, draw_timeline, sample_kernel_ctas
     from warploom.sim.compare import TOLERANCE
-    from warploom.sim.reference import make_inputs
 
     s = kern.spec
     whole = s.flops <= sim_max_flops()
@@ -383,7 +392,7 @@ def _run_gpu(con: Any, m: int, n: int, k: int, dtype: str, fast_accum: bool, sca
     import triton
 
     import warploom
-    from warploom.sim.reference import Inputs, reference
+    from warploom.reference import Inputs, reference
 
     a, b, sa, sb = _tensors(m, n, k, dtype, "cuda", scales)
     theirs: Any = None
@@ -465,7 +474,7 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> Sha
               help="write the results JSON here (needed to run)")
 @click.option("--report", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
               help="render this earlier run's JSON instead of running (no GPU needed)")
-@click.option("--plot", type=_PATH, default=None, callback=_creatable, help="write the plot (PNG) here")
+@click.option("--plot", type=_PATH, default=None, callback=_plot_path, help="write the plot (PNG) here")
 @click.option("--markdown", "markdown_out", type=_PATH, default=None, callback=_creatable,
               help="write the markdown section for docs/benchmarks.md here")
 @click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True), default=None,

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from warploom.checks import _TMA_ALIGN, _tma_ok, is_real, tensor_meta
+from warploom.checks import TMA_ALIGN, is_real, tensor_meta, tma_ok
 from warploom.epilogue import memo, names
 from warploom.epilogue.capture import capture
 from warploom.epilogue.classify import classify, classify_all
@@ -102,15 +102,15 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
             tensors["bias"] = bias
     spec = dataclasses.replace(spec, epilogue=g)
     picked = {**{s.name: tensors[s.name] for s in g.operands}, **mainloop_scales}
-    if spec.flops == 0:  # no kernel runs (run_fused's _empty): TMA's rules do not apply
+    if spec.flops == 0:  # no kernel runs (api.run_fused's empty result): TMA's rules do not apply
         return spec, picked
     for s in g.operands:
         if s.kind is OperandKind.DENSE:
-            _tma_ok(s.name, tensors[s.name], 1, "a dense epilogue operand read by TMA")
+            tma_ok(s.name, tensors[s.name], 1, "a dense epilogue operand read by TMA")
     for j, dt in enumerate(spec.output_dtypes()):
-        if spec.n % (_TMA_ALIGN // dt.bytes):
-            raise AlignmentError("b", f"N a multiple of {_TMA_ALIGN // dt.bytes} for the epilogue's output {j} "
-                                 f"({dt.value}, rows of {_TMA_ALIGN}-byte multiples for the TMA store)",
+        if spec.n % (TMA_ALIGN // dt.bytes):
+            raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // dt.bytes} for the epilogue's output {j} "
+                                 f"({dt.value}, rows of {TMA_ALIGN}-byte multiples for the TMA store)",
                                  f"N = {spec.n}", "pad b's N dimension and slice the results")
     return spec, picked
 
@@ -128,39 +128,3 @@ def _no_reserved_parameter(epilogue: Callable[..., Any]) -> None:
                              "acc already holds acc * scale_a * scale_b + bias)", f"a parameter {name!r}",
                              f"drop the parameter (acc includes {name}), or rename it and pass the tensor "
                              f"under the new name, e.g. {name}_={name}")
-
-
-def run_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: dict[str, Any],
-              key: tuple[Any, ...] | None = None) -> Any:
-    """Run (GPU) or simulate (CPU) a spec with a fused epilogue; one tensor per output (a tuple if several). A GPU
-    call is remembered under `key` (warploom/eager.py), so the next call with the same key launches at once."""
-    from warploom import api, eager
-
-    dtypes = spec.output_dtypes()
-    # Blockwise scales ride beside the graph's operands (fused_spec) but are the mainloop's arguments.
-    operands = dict(operands)
-    sa, sb = (operands.pop("scale_a"), operands.pop("scale_b")) if spec.scale.is_blockwise else (None, None)
-    if spec.m == 0 or spec.n == 0 or spec.k == 0:
-        outs = _empty(spec, a, operands)
-    elif a.device.type == "cpu":
-        outs = api._simulate_fused(spec, a, b, operands, sa, sb)
-    else:
-        api._require_cuda(a)
-        kernel = api.build(spec, api._device_for(a))
-        # Launched as a remembered call's later ones are, so the next call finds its launch bound to the key.
-        prepared = eager.PreparedFused(kernel, spec.m, spec.n, tuple(d.torch for d in dtypes), tuple(operands),
-                                       spec.scale.is_blockwise)
-        eager.remember(key, prepared)
-        return prepared(a, b, sa, sb, None, operands)
-    return outs[0] if len(outs) == 1 else outs
-
-
-def _empty(spec: GemmSpec, a: torch.Tensor, operands: dict[str, Any]) -> tuple[torch.Tensor, ...]:
-    """No kernel: an empty output, or K = 0 (the accumulator is zero) evaluated by the reference."""
-    if spec.m == 0 or spec.n == 0:
-        return tuple(torch.empty((spec.m, spec.n), dtype=d.torch, device=a.device) for d in spec.output_dtypes())
-    from warploom.epilogue.reference import evaluate
-
-    assert spec.epilogue is not None
-    acc = torch.zeros((spec.m, spec.n), dtype=torch.float32, device=a.device)
-    return tuple(evaluate(spec.epilogue, acc, operands, out_dtype=spec.out_dtype))

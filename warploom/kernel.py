@@ -22,8 +22,8 @@ from warploom.spec import GemmSpec
 if TYPE_CHECKING:  # warploom.sim is imported when used: importing warploom stays cheap
     import torch
 
+    from warploom.ir.raster import Span
     from warploom.sim import CheckReport, SimResult
-    from warploom.sim.raster import Span
 
 # Set to 1 to run the simulator's protocol checks on every kernel `build` plans (see `build`).
 SIM_CHECK_ENV = "WARPLOOM_SIM_CHECK"
@@ -171,7 +171,7 @@ class Kernel:
 
     def spans(self, m: int, n: int, k: int) -> tuple[Span, Span]:
         """A split-K tail plan's two launches at M x N x K, as `runtime.launch` splits them."""
-        from warploom.sim.raster import tail_spans
+        from warploom.ir.raster import tail_spans
 
         t = self.module.tiling
         assert self.tail is not None
@@ -181,7 +181,7 @@ class Kernel:
                  tail_ctas: Iterable[int] | None = None) -> tuple[Launch, ...]:
         """A split-K tail plan's launches at M x N x K that have tiles, in order: each module, its span, its grid
         and the program ids of `ctas` it has (`tail_ctas` for the tail's, by default `ctas`; all when None)."""
-        from warploom.sim.raster import in_grid, launch_grid
+        from warploom.ir.raster import in_grid, launch_grid
 
         picks = (ctas, ctas if tail_ctas is None else tail_ctas)
         out = []

@@ -38,7 +38,7 @@ from warploom.ir.nodes import LDS_ROW_PAD
 from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
-_TILES: tuple[tuple[int, int, float], ...] = (
+TILES: tuple[tuple[int, int, float], ...] = (
     (128, 256, 1.00),
     (128, 128, 0.90),
     (64, 256, 0.85),
@@ -716,7 +716,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     decode = is_decode(spec, pingpong)
     best: tuple[float, int, Plan] | None = None
     aligned = rows_aligned(spec)
-    for cbm, cbn, eff in _TILES:
+    for cbm, cbn, eff in TILES:
         if (bm is not None and cbm != bm) or (bn is not None and cbn != bn):
             continue
         if (cbm, cbn) == (128, 128) and not aligned:
@@ -724,7 +724,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         if pingpong and not _pingpong_fits(spec, cbm, cbn, partial_blocks):
             continue
         if cbn == 64 and bn is None and not (small_blockwise or decode):
-            continue  # forced only: see _TILES
+            continue  # forced only: see TILES
         if cbm == 256 and bm is None:
             continue  # rule 17: forced (or tuned) only
         if cbn in SWAP_TOKENS and bn is None:
@@ -1163,7 +1163,7 @@ def wave_fill(spec: GemmSpec, plan: Plan) -> WaveFill:
     """`plan`'s wave fill at `spec`'s size."""
     units = plan.units(spec.m, spec.n)
     ctas = min(plan.grid, units)
-    if plan.tail_split > 1:  # whole waves of tiles, then the rest split (runtime.launch, sim.raster.tail_spans)
+    if plan.tail_split > 1:  # whole waves of tiles, then the rest split (runtime.launch, ir.raster.tail_spans)
         whole, tail = divmod(units, plan.grid)
         return WaveFill(whole * plan.grid, plan.grid, whole, plan.grid if whole else 0, tail, plan.tail_split)
     rounds = -(-units // ctas)

@@ -95,18 +95,28 @@ def checked(runs: dict[str, Callable[[], Any]], ref: Any, label: str) -> None:
 Variants = Callable[[str, str], dict[str, str]]  # (case, the planner's Gluon) -> {variant name: Gluon text}
 
 
+def case_spec(case: str, m: int, n: int, k: int) -> Any:
+    """The GemmSpec of one of sweep_plans.py's cases (which builds its GPU tensors) for cross-compiling."""
+    from warploom import Accumulation, DType, GemmSpec, ScaleRecipe
+
+    if case == "bf16":
+        return GemmSpec(m, n, k)
+    blockwise = case == "blockwise"
+    scale = ScaleRecipe.BLOCKWISE_1X128_128X128 if blockwise else ScaleRecipe.ROWWISE
+    acc = Accumulation.NATIVE if case == "fp8" else Accumulation.PROMOTED
+    return GemmSpec(m, n, k, DType.E4M3, DType.E4M3, DType.BF16, scale=scale, accumulation=acc)
+
+
 def cross_variants(cases: tuple[str, ...], shapes: list[tuple[int, int, int]], variants: Variants) -> None:
     """Cross-compile each text variant of the planner's kernel for sweep_plans' `cases` at `shapes` (H100 plans):
     registers, spills and C7514, before any device time is spent."""
-    from producer_nest import _spec
-
     from warploom.device import H100_SXM
     from warploom.kernel import build
     from warploom.runtime.cross import cross_compile
 
     for case in cases:
         for m, n, k in shapes:
-            kern = build(_spec(case, m, n, k), H100_SXM)
+            kern = build(case_spec(case, m, n, k), H100_SXM)
             for name, text in variants(case, kern.gluon.text).items():
                 kk = with_source(kern, text)
                 c = cross_compile(kk.module, kk.gluon, "sm_90a")

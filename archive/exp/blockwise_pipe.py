@@ -111,7 +111,7 @@ def size_rows(m: int, n: int, k: int, rounds: int) -> list[dict[str, Any]]:
     import torch
 
     from warploom.device import DeviceInfo
-    from warploom.sim.reference import dequantized
+    from warploom.reference import dequantized
 
     dev = DeviceInfo.current()
     torch.manual_seed(0)

@@ -70,8 +70,8 @@ def main() -> None:
     from triton import knobs
     from triton.runtime.driver import driver
 
+    from warploom.ir.raster import launch_grid
     from warploom.runtime.launch import Call
-    from warploom.sim.raster import launch_grid
 
     call = Call(a, b, out)
     largs = [g(call) for g in launcher._args]

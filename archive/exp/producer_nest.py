@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))  # scripts/: sweep_plans' cases
@@ -39,18 +38,6 @@ def flat(text: str) -> str:
             "        kk = t % k_tiles\n"
             "        off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)\n" + body)
     return text[:m.start()] + loop + text[m.end():]
-
-
-def _spec(case: str, m: int, n: int, k: int) -> Any:
-    """The GemmSpec of one of sweep_plans.py's cases (which builds its GPU tensors) for cross-compiling."""
-    from warploom import Accumulation, DType, GemmSpec, ScaleRecipe
-
-    if case == "bf16":
-        return GemmSpec(m, n, k)
-    blockwise = case == "blockwise"
-    scale = ScaleRecipe.BLOCKWISE_1X128_128X128 if blockwise else ScaleRecipe.ROWWISE
-    acc = Accumulation.NATIVE if case == "fp8" else Accumulation.PROMOTED
-    return GemmSpec(m, n, k, DType.E4M3, DType.E4M3, DType.BF16, scale=scale, accumulation=acc)
 
 
 def _forms(case: str, text: str) -> dict[str, str]:

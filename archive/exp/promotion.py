@@ -26,7 +26,7 @@ from warploom.bench import _err, _time_graph
 from warploom.device import H100_SXM, DeviceInfo
 from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
-from warploom.sim.reference import dequantized
+from warploom.reference import dequantized
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from _rows import with_source  # noqa: E402

@@ -173,7 +173,7 @@ def _one(rnd: int, m: int, n: int, k: int) -> list[dict[str, Any]]:
     from bench_blockwise import _inputs, _torch_fn
 
     from warploom.bench import _err, _time_graph
-    from warploom.sim.reference import dequantized
+    from warploom.reference import dequantized
 
     a, b, sa, sb = _inputs(m, n, k, False)
     da, db = dequantized(a, b, sa, sb)

@@ -60,7 +60,7 @@ def main() -> None:
         torch.cuda.synchronize()
         t2 = time.perf_counter()
         print(f"tail launcher: host {(t1 - t0) * 1e4:.1f} us/call, with the GPU {(t2 - t0) * 1e4:.1f} us/call")
-    from warploom.sim.raster import tail_spans
+    from warploom.ir.raster import tail_spans
 
     t = tail.module.tiling
     whole, rest = tail_spans(-(-m // t.bm) * -(-n // t.bn), t.grid)

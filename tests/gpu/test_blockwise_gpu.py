@@ -16,8 +16,8 @@ from warploom import checks
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
-from warploom.sim.reference import dequantized
-from warploom.sim.reference import relative_error as scale_free_error
+from warploom.reference import dequantized
+from warploom.reference import relative_error as scale_free_error
 from warploom.spec import ScaleRecipe
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU")

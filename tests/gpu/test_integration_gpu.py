@@ -116,7 +116,7 @@ def test_fast_launch_path_matches_the_jit_and_keeps_one_kernel_per_specializatio
     kb, nb = k // 128, -(-n // 128)
     bw = warploom.plan(fa, fb, torch.ones(m, kb, device="cuda"), torch.ones(kb, nb, device="cuda"))
     launcher = Launcher(bw.module, bw.gluon, fast=True)
-    from warploom.sim.reference import dequantized
+    from warploom.reference import dequantized
 
     for offset in (0, 1, 0):  # 16-byte aligned, then 4 bytes past, then aligned again
         sa = (torch.rand(m * kb + 4, device="cuda") + 0.5)[offset:offset + m * kb].view(m, kb)
@@ -206,7 +206,7 @@ def test_eager_calls_remember_their_kernel_and_check_what_differs(monkeypatch: p
     kb, nb = k // 128, -(-n // 128)
     for _ in range(2):  # blockwise: scales go to the mainloop on a hit too
         bsa, bsb = torch.rand(kb, m, device="cuda").t() + 0.5, torch.rand(kb, nb, device="cuda") + 0.5
-        from warploom.sim.reference import dequantized
+        from warploom.reference import dequantized
 
         da, db = dequantized(fa, fb, bsa, bsb)
         assert _err(warploom.scaled_mm(fa, fb, bsa, bsb).float(), da @ db) < 1e-3

@@ -11,7 +11,7 @@ from warploom import checks
 from warploom.device import DeviceInfo
 from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
-from warploom.sim.reference import dequantized
+from warploom.reference import dequantized
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU"),
               pytest.mark.timeout(300, method="thread")]

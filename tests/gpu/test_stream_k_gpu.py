@@ -12,7 +12,7 @@ from warploom import checks
 from warploom.device import DeviceInfo
 from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
-from warploom.sim.reference import relative_error as _err
+from warploom.reference import relative_error as _err
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU"),
               pytest.mark.timeout(300, method="thread")]
@@ -128,7 +128,7 @@ def test_fused_epilogue(bn: int) -> None:
 
 
 def test_blockwise_1x128_128x128() -> None:
-    from warploom.sim.reference import dequantized
+    from warploom.reference import dequantized
 
     torch.manual_seed(5)
     m, n, k = 656, 2064, 5248

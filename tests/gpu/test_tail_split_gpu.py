@@ -10,11 +10,11 @@ import torch
 
 from warploom import checks
 from warploom.device import DeviceInfo
+from warploom.ir.raster import tail_spans
 from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
-from warploom.sim.raster import tail_spans
-from warploom.sim.reference import dequantized
-from warploom.sim.reference import relative_error as _err
+from warploom.reference import dequantized
+from warploom.reference import relative_error as _err
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU"),
               pytest.mark.timeout(300, method="thread")]

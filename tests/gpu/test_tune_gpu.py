@@ -94,7 +94,7 @@ def test_tune_fp8_rowwise_then_hit_the_cache(cache_dir: Path) -> None:
 @pytest.mark.parametrize("mx", [False, True])
 def test_tune_blockwise(cache_dir: Path, mx: bool) -> None:
     """Blockwise and MX candidates are checked against the dequantized product (not a rowwise one)."""
-    from warploom.sim.reference import dequantized
+    from warploom.reference import dequantized
 
     torch.manual_seed(2)
     m, n, k = 1024, 2048, 1024

@@ -21,8 +21,8 @@ from warploom.ir import nodes as ir
 from warploom.ir import printer, verify
 from warploom.kernel import build
 from warploom.planner import Plan
+from warploom.reference import make_inputs, reference, relative_error
 from warploom.sim import FindingKind, explore, simulate
-from warploom.sim.reference import make_inputs, reference, relative_error
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 K = FindingKind
@@ -424,8 +424,8 @@ def test_sampled_tiles_are_judged_against_the_dequantized_product(recipe: ScaleR
     """`compare` on some CTAs (what `warploom demo` does above the size limit) judges their tiles against the
     dequantized product: blockwise scales are indexed by k-block and 128-column block, not by the tile's rows and
     columns (the rowwise per-tile reference crashed on them)."""
+    from warploom.reference import make_inputs as inputs
     from warploom.sim import compare
-    from warploom.sim.reference import make_inputs as inputs
 
     m = module(recipe, "p64")
     s = m.spec

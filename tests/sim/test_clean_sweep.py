@@ -21,8 +21,8 @@ from warploom.ir import nodes as ir
 from warploom.kernel import build
 from warploom.passes.util import rewrite
 from warploom.planner import Plan, plan_schedule
+from warploom.reference import Inputs, make_inputs, reference, relative_error
 from warploom.sim import FindingKind, SimResult, check_protocol, simulate
-from warploom.sim.reference import Inputs, make_inputs, reference, relative_error
 from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 # 130 x 120 is 3 x 2 tiles of 64 x 64: a grid of 2 gives each CTA 3 tiles, the last row and column ragged.

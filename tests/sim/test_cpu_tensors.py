@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import warploom
-from warploom.sim.reference import relative_error
+from warploom.reference import relative_error
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2

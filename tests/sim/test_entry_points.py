@@ -15,8 +15,8 @@ from warploom.cli import main
 from warploom.device import H100_SXM
 from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
+from warploom.reference import make_inputs
 from warploom.sim import ProtocolError, compare, representative_ctas, sample_ctas, simulate
-from warploom.sim.reference import make_inputs
 from warploom.spec import GemmSpec
 
 

@@ -4,6 +4,7 @@ completion order of the asynchronous copies and wgmma, up to a bound on distinct
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -100,13 +101,13 @@ def test_split_epilogue_has_no_violation_on_any_schedule() -> None:
     assert r.ok and not r.bound_hit, r.summary()
 
 
-def test_states_explored(capsys: pytest.CaptureFixture[str]) -> None:
-    with capsys.disabled():
-        print("\nexhaustive exploration (states / transitions / seconds):")
-        for c in CONFIGS:
-            r = _explore(*c)
-            print(f"  {c[0]:12s} stages={c[1]} tiles={c[2]} k={c[3]}: {r.states:6d} / {r.transitions:6d} / "
-                  f"{r.wall_s:.2f}{'  BOUND HIT' if r.bound_hit else ''}")
+def test_states_explored(table: Callable[[str], None]) -> None:
+    lines = ["exhaustive exploration (states / transitions / seconds):"]
+    for c in CONFIGS:
+        r = _explore(*c)
+        lines.append(f"  {c[0]:12s} stages={c[1]} tiles={c[2]} k={c[3]}: {r.states:6d} / {r.transitions:6d} / "
+                     f"{r.wall_s:.2f}{'  BOUND HIT' if r.bound_hit else ''}")
+    table("\n".join(lines))
     assert sum(_explore(*c).states for c in CONFIGS) > 1000
 
 

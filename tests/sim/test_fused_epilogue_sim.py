@@ -24,11 +24,11 @@ from warploom.dtypes import DType
 from warploom.epilogue import capture
 from warploom.errors import DTypeError, InputError, ShapeError
 from warploom.ir import nodes as ir
+from warploom.ir.raster import cta_tiles, launch_grid
 from warploom.kernel import build
 from warploom.planner import Plan, plan_schedule
+from warploom.reference import relative_error
 from warploom.sim import FindingKind, ProtocolError, SimResult, check_protocol, explore, simulate
-from warploom.sim.raster import cta_tiles, launch_grid
-from warploom.sim.reference import relative_error
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 Fn = Callable[..., Any]

@@ -17,8 +17,8 @@ from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.reference import make_inputs, reference
 from warploom.sim import FindingKind, explore, simulate
-from warploom.sim.reference import make_inputs, reference
 from warploom.spec import BLayout, GemmSpec, ScaleRecipe
 
 K = FindingKind

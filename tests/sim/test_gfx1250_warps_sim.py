@@ -17,8 +17,8 @@ from warploom.ir import verify
 from warploom.ir.warps import WarpMask
 from warploom.kernel import build
 from warploom.planner import TdmWarps, plan_schedule
+from warploom.reference import make_inputs, reference
 from warploom.sim import FindingKind, explore, simulate
-from warploom.sim.reference import make_inputs, reference
 from warploom.spec import GemmSpec
 
 K = FindingKind

@@ -22,8 +22,8 @@ from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import Plan
+from warploom.reference import make_inputs
 from warploom.sim import FindingKind, SimResult, explore, simulate
-from warploom.sim.reference import make_inputs
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 K = FindingKind
@@ -311,14 +311,14 @@ def test_mutant_is_caught(mu: Mutant) -> None:
                                  f"{summary}"
 
 
-def test_mutation_score(capsys: pytest.CaptureFixture[str]) -> None:
+def test_mutation_score(table: Callable[[str], None]) -> None:
     caught = [mu.name for mu in MUTANTS if _outcome(mu.name)[0] & mu.caught_by]
-    with capsys.disabled():
-        print(f"\nmutants caught: {len(caught)}/{len(MUTANTS)}")
-        for mu in MUTANTS:
-            kinds, by_verifier, _ = _outcome(mu.name)
-            print(f"  {mu.name:44s} sim: {', '.join(sorted(k.name for k in kinds)) or '-':60s} "
-                  f"static verifier: {'rejects' if by_verifier else 'accepts'}")
+    lines = [f"mutants caught: {len(caught)}/{len(MUTANTS)}"]
+    for mu in MUTANTS:
+        kinds, by_verifier, _ = _outcome(mu.name)
+        lines.append(f"  {mu.name:44s} sim: {', '.join(sorted(k.name for k in kinds)) or '-':60s} "
+                     f"static verifier: {'rejects' if by_verifier else 'accepts'}")
+    table("\n".join(lines))
     assert len(caught) == len(MUTANTS)
 
 

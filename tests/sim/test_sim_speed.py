@@ -4,18 +4,17 @@ explored states per second. Printed; the floors only catch an order-of-magnitude
 from __future__ import annotations
 
 import time
-
-import pytest
+from collections.abc import Callable
 
 from warploom.device import H100_SXM
 from warploom.kernel import build
 from warploom.planner import Plan
+from warploom.reference import make_inputs
 from warploom.sim import check_protocol, explore, simulate
-from warploom.sim.reference import make_inputs
 from warploom.spec import GemmSpec
 
 
-def test_speed(capsys: pytest.CaptureFixture[str]) -> None:
+def test_speed(table: Callable[[str], None]) -> None:
     lines = []
     rates = {}
     for bm, bn, bk in ((64, 64, 32), (128, 128, 64), (128, 256, 64)):
@@ -44,6 +43,5 @@ def test_speed(capsys: pytest.CaptureFixture[str]) -> None:
             rates["explore"] = r.states / r.wall_s
             lines.append(f"exhaustive:         {r.states / r.wall_s:7.0f} states/s "
                          f"({r.transitions / r.wall_s:.0f} transitions/s)")
-    with capsys.disabled():
-        print("\nsimulator speed:\n  " + "\n  ".join(lines))
+    table("simulator speed:\n  " + "\n  ".join(lines))
     assert rates[(64, 64, 32)] > 100 and rates["protocol"] > 2_000 and rates["explore"] > 500

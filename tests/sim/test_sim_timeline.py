@@ -9,8 +9,8 @@ import pytest
 from warploom.device import H100_SXM
 from warploom.kernel import build
 from warploom.planner import Plan
+from warploom.reference import make_inputs
 from warploom.sim import draw_timeline, simulate
-from warploom.sim.reference import make_inputs
 from warploom.spec import GemmSpec
 
 

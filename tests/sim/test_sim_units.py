@@ -14,6 +14,7 @@ from warploom.dtypes import DType
 from warploom.errors import DTypeError
 from warploom.kernel import build
 from warploom.planner import Plan
+from warploom.reference import make_inputs, relative_error
 from warploom.sim import FindingKind, ProtocolError, check_protocol, cta_tiles, launch_grid, simulate, tile_coords
 from warploom.sim.barrier import MBarrier
 from warploom.sim.program import (
@@ -28,7 +29,6 @@ from warploom.sim.program import (
     WaitI,
     unroll,
 )
-from warploom.sim.reference import make_inputs, relative_error
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 PLAN = Plan(bm=64, bn=64, bk=32, stages=3, consumer_warps=4, group_m=2, grid=2)

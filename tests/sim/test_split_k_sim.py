@@ -18,8 +18,8 @@ from warploom.ir import nodes as ir
 from warploom.kernel import build
 from warploom.passes.util import filter_ops
 from warploom.planner import Plan
+from warploom.reference import make_inputs, reference, relative_error
 from warploom.sim import FindingKind, explore, simulate
-from warploom.sim.reference import make_inputs, reference, relative_error
 from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 E4 = DType.E4M3

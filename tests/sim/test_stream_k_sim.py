@@ -12,14 +12,14 @@ import torch
 import warploom
 from warploom import checks
 from warploom.device import H100_SXM
+from warploom.ir.raster import cdiv, stream_k_units
 from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
+from warploom.reference import relative_error
 from warploom.sim import FindingKind
 from warploom.sim.findings import FindingSink
 from warploom.sim.machine import Machine
 from warploom.sim.program import CtaProgram, FlagWaitI, Geometry, PartialAddI, PartialStoreI
-from warploom.sim.raster import cdiv, stream_k_units
-from warploom.sim.reference import relative_error
 from warploom.sim.simulate import run_linked
 
 
@@ -111,7 +111,7 @@ def test_fused_epilogue_runs_once_on_the_whole_sum(bn: int) -> None:
 
 
 def test_blockwise_1x128_128x128() -> None:
-    from warploom.sim.reference import dequantized
+    from warploom.reference import dequantized
 
     torch.manual_seed(0)
     m, n, k = 200, 272, 1536

@@ -20,8 +20,8 @@ from warploom.ir import verify
 from warploom.kernel import build
 from warploom.passes.util import rewrite
 from warploom.planner import Plan, plan_schedule
+from warploom.reference import make_inputs, reference, relative_error
 from warploom.sim import compare_kernel
-from warploom.sim.reference import make_inputs, reference, relative_error
 from warploom.spec import BLayout, GemmSpec, ScaleRecipe
 
 N = 200  # 64-row tiles of C^T: 4, the last 8 rows

@@ -15,12 +15,12 @@ import pytest
 from warploom.device import H100_SXM
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
+from warploom.ir.raster import Span, cta_tiles, tail_spans
 from warploom.kernel import Kernel, build
 from warploom.passes.util import filter_ops
 from warploom.planner import Plan
+from warploom.reference import make_inputs, reference, relative_error
 from warploom.sim import FindingKind, explore, simulate
-from warploom.sim.raster import Span, cta_tiles, tail_spans
-from warploom.sim.reference import make_inputs, reference, relative_error
 from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleRecipe
 
 E4 = DType.E4M3

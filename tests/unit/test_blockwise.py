@@ -15,7 +15,7 @@ from warploom import checks
 from warploom.device import H100_SXM
 from warploom.errors import ScaleError
 from warploom.planner import plan_schedule, stage_bytes
-from warploom.sim.reference import Inputs, dequantized, reference, relative_error
+from warploom.reference import Inputs, dequantized, reference, relative_error
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 E4 = torch.float8_e4m3fn

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from props import examples, figures
 
 import warploom
-from warploom.sim.reference import dequantized, relative_error
+from warploom.reference import dequantized, relative_error
 
 BF16, FP16, E4 = torch.bfloat16, torch.float16, torch.float8_e4m3fn
 TOL = {BF16: dict(rtol=1.6e-2, atol=1e-2), FP16: dict(rtol=2e-3, atol=2e-3)}  # as tests/sim/test_cpu_tensors.py

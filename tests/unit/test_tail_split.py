@@ -13,9 +13,9 @@ import torch
 from warploom import H100_SXM, Accumulation, DType, GemmSpec, ScaleRecipe
 from warploom.errors import UnsupportedError
 from warploom.ir import verify
+from warploom.ir.raster import Span, cta_tiles, tail_spans
 from warploom.kernel import build
 from warploom.planner import plan_schedule, wave_fill
-from warploom.sim.raster import Span, cta_tiles, tail_spans
 
 E4 = DType.E4M3
 Q_A = (4096, 2112, 7168)  # DeepSeek-V3's q_a + kv_a at 4096 tokens: 2.18 waves of 128x256 tiles

@@ -38,7 +38,7 @@ _ASYNC_COPY_IMPORT = "from triton.experimental.gluon.language.nvidia.ampere impo
 SCALE_PARAMS = ("sa_ptr", "sb_ptr", "sa_stride_m", "sa_stride_k", "sb_stride_k", "sb_stride_n")
 
 # Grouped raster (ir.Tiling.group_m): consecutive tile ids walk GROUP_M rows of tiles column by column.
-# warploom.sim.raster.tile_coords is the same function in Python, used by the simulator.
+# warploom.ir.raster.tile_coords is the same function in Python, used by the simulator.
 _RASTER = """\
 @gluon.jit
 def tile_coords(tile_id, num_pid_m, num_pid_n):
@@ -52,7 +52,7 @@ def tile_coords(tile_id, num_pid_m, num_pid_n):
 """
 
 
-# Stream-K (ir.Tiling.stream_k): a CTA's work units. warploom.sim.raster.stream_k_units is the same in Python.
+# Stream-K (ir.Tiling.stream_k): a CTA's work units. warploom.ir.raster.stream_k_units is the same in Python.
 _STREAM_K = """\
 @gluon.jit
 def sk_range(pid, num_tiles, k_tiles):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +15,16 @@ from warploom.benchsuite import roofline
 from warploom.benchsuite.results import Environment, Results, Row
 from warploom.benchsuite.roofline import H100_SXM, Peaks
 from warploom.benchsuite.shapes import Case, Op, Suite
+from warploom.benchsuite.tables import (
+    cell,
+    finished,
+    geomean_of,
+    header,
+    ops_present,
+    ratio_text,
+    shape_text,
+    tflops_text,
+)
 
 # "Large": at least 2 * 2048^3 FLOPs, where launch and host costs vanish next to the kernel: squares from 2048,
 # every LLM prefill shape; not the decode shapes (2 * 64 * 8192^2 is 8.6 GFLOP) nor 1024^3.
@@ -30,18 +39,6 @@ def peaks_for(env: Environment, bandwidth_tbps: float | None = None) -> Peaks:
     """H100 SXM compute peaks, with the bandwidth given, else the run's measured copy, else the default."""
     bw = bandwidth_tbps or env.copy_tbps or roofline.DEFAULT_BANDWIDTH_TBPS
     return dataclasses.replace(H100_SXM, bandwidth_tbps=bw)
-
-
-def geomean(xs: Iterable[float]) -> float:
-    vals = list(xs)
-    if not vals or min(vals) <= 0:
-        raise ValueError(f"Expected a non-empty list of positive numbers but got {vals}")
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
-
-
-def _finished(rows: Iterable[Row]) -> list[Row]:
-    """Rows that ran and matched: the ones whose speed means something."""
-    return [r for r in rows if r.ok and r.ours is not None and r.torch is not None]
 
 
 @dataclass(frozen=True)
@@ -63,40 +60,16 @@ class OpSummary:
     worst: Row | None
 
 
-def _gm(xs: Iterable[float | None]) -> float | None:
-    vals = [x for x in xs if x is not None]
-    return geomean(vals) if vals else None
-
-
 def summarize(results: Results) -> tuple[OpSummary, ...]:
     out = []
-    for op in _ops(results.rows):
-        done = _finished(r for r in results.rows if r.case.op is op)
+    for op in ops_present(results.rows):
+        done = finished(r for r in results.rows if r.case.op is op)
         large = [r for r in done if is_large(r.case)]
         worst = min(done, key=lambda r: r.headline_ratio or math.inf, default=None)
-        out.append(OpSummary(op, len(large), _gm(r.ratio for r in large), _gm(r.graph_ratio for r in large),
-                             _gm(r.compile_ratio for r in large), worst))
+        out.append(OpSummary(op, len(large), geomean_of(r.ratio for r in large),
+                             geomean_of(r.graph_ratio for r in large), geomean_of(r.compile_ratio for r in large),
+                             worst))
     return tuple(out)
-
-
-def _ops(rows: Sequence[Row]) -> list[Op]:
-    """The ops present, in Op order."""
-    present = {r.case.op for r in rows}
-    return [op for op in Op if op in present]
-
-
-def _x(v: float | None, fmt: str = ".3f", suffix: str = "×") -> str:
-    return "–" if v is None else f"{v:{fmt}}{suffix}"
-
-
-def _tf(v: float | None) -> str:
-    if v is None:
-        return "–"
-    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
-
-
-def _shape(case: Case) -> str:
-    return f"{case.m}×{case.n}×{case.k}"
 
 
 def markdown(results: Results, peaks: Peaks, plot: str | None = None) -> str:
@@ -124,63 +97,30 @@ def markdown(results: Results, peaks: Peaks, plot: str | None = None) -> str:
         worst = "–"
         if s.worst is not None:
             kind = "graph" if s.worst.graph_ratio is not None else "eager"
-            worst = f"{_x(s.worst.headline_ratio)} ({_shape(s.worst.case)}, {s.worst.case.shape.name}, {kind})"
-        lines.append(f"| {s.op.label} | {s.large} | {_x(s.geomean_ratio)} | {_x(s.geomean_graph_ratio)} | "
-                     f"{_x(s.geomean_compile_ratio)} | {worst} |")
+            worst = (f"{ratio_text(s.worst.headline_ratio)} ({shape_text(s.worst.case)}, {s.worst.case.shape.name}, "
+                     f"{kind})")
+        lines.append(f"| {s.op.label} | {s.large} | {ratio_text(s.geomean_ratio)} | "
+                     f"{ratio_text(s.geomean_graph_ratio)} | {ratio_text(s.geomean_compile_ratio)} | {worst} |")
     failed = [r for r in results.rows if not r.ok]
     if failed:
         lines += ["", f"Failed or mismatched: {len(failed)} of {len(results.rows)} rows (left out of the summary)."]
     return "\n".join(lines) + "\n"
 
 
-def header(results: Results, peaks: Peaks) -> list[str]:
-    """The section's title and how it was measured."""
-    env = results.env
-    if not env.copy_tbps:
-        measured = "assumed: the run measured no copy"
-    elif math.isclose(env.copy_tbps, peaks.bandwidth_tbps):
-        measured = "measured copy"
-    else:
-        measured = f"given; the run's copy measured {env.copy_tbps:.2f} TB/s"
-    return [
-        f"## {env.date[:10]} — `warploom bench --suite {env.suite}`",
-        "",
-        f"- Device: {env.device}, torch {env.torch}, triton {env.triton} (run of {env.date}"
-        + (f" on {env.host}" if env.host else "") + ").",
-        f"- Command: `{env.command}`." if env.command else "- Command: not recorded.",
-        "- Ratio: torch ms / warploom ms in the same process (above 1: warploom is faster). *ratio*: eager "
-        "Python calls (`do_bench` median, host overhead included); *graph*: CUDA graph of 10 calls (kernel "
-        "time; decode shapes, or every shape with `--graph`); *compile*: "
-        "`torch.compile(mode=\"max-autotune-no-cudagraphs\")` of the same torch function, graph times where measured.",
-        "- TFLOP/s and % of roofline use the graph time where measured, else the eager time. Roofline: "
-        f"min(peak, bandwidth × FLOP/byte) with {peaks.name} dense peaks bf16 {peaks.bf16_tflops:.0f} / fp8 "
-        f"{peaks.fp8_tflops:.0f} TFLOP/s and {peaks.bandwidth_tbps:.2f} TB/s ({measured}); bytes = A + B + "
-        "output (+ scales, bias, residual); C: compute-bound, M: memory-bound.",
-        "- Error: scale-free 1 − 2Σxy/Σ(x²+y²) against the fp32 reference, warploom / torch.",
-        *([f"- Shards: {env.shard} (a part of the suite)."] if env.shard else []),
-        "",
-    ]
-
-
 def _table_row(r: Row, peaks: Peaks) -> str:
     c = r.case
-    head = f"| {c.op.label} | {_shape(c)} | {c.shape.name} |"
+    head = f"| {c.op.label} | {shape_text(c)} | {c.shape.name} |"
     if r.ours is None or r.torch is None:
-        return f"{head} – | – | – | – | – | – | – | {r.plan or '–'} (**failed**: {_cell(r.failure)}) |"
+        return f"{head} – | – | – | – | – | – | – | {r.plan or '–'} (**failed**: {cell(r.failure)}) |"
     ours_tf, torch_tf = r.tflops(r.ours), r.tflops(r.torch)
     assert ours_tf is not None and torch_tf is not None
     bound = "C" if roofline.bound(c, peaks) is roofline.Bound.COMPUTE else "M"
     roof = (f"{100 * roofline.fraction(c, ours_tf, peaks):.0f}% / {100 * roofline.fraction(c, torch_tf, peaks):.0f}%"
             f" ({bound})")
     errors = f"{r.ours.err:.1e} / {r.torch.err:.1e}"
-    plan = r.plan + ("" if r.ok else f" (**mismatch**: {_cell(r.failure)})")
-    return (f"{head} {_tf(ours_tf)} | {_tf(torch_tf)} | {_x(r.ratio)} | {_x(r.graph_ratio)} | "
-            f"{_x(r.compile_ratio)} | {roof} | {errors} | {plan} |")
-
-
-def _cell(text: str) -> str:
-    """Text safe inside a markdown table cell: one line, no column bars."""
-    return " ".join(text.split()).replace("|", "\\|")[:200]
+    plan = r.plan + ("" if r.ok else f" (**mismatch**: {cell(r.failure)})")
+    return (f"{head} {tflops_text(ours_tf)} | {tflops_text(torch_tf)} | {ratio_text(r.ratio)} | "
+            f"{ratio_text(r.graph_ratio)} | {ratio_text(r.compile_ratio)} | {roof} | {errors} | {plan} |")
 
 
 def plot(results: Results, peaks: Peaks, path: Path) -> Path:
@@ -197,8 +137,8 @@ def plot(results: Results, peaks: Peaks, path: Path) -> Path:
 
     fig, (speed, roof) = plt.subplots(1, 2, figsize=(14, 5.5))
     top = 110.0
-    for i, op in enumerate(_ops(results.rows)):
-        rows = sorted(_finished(r for r in results.rows if r.case.op is op), key=lambda r: r.case.flops)
+    for i, op in enumerate(ops_present(results.rows)):
+        rows = sorted(finished(r for r in results.rows if r.case.op is op), key=lambda r: r.case.flops)
         if not rows:
             continue
         gflop = [r.case.flops / 1e9 for r in rows]

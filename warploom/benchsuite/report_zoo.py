@@ -13,10 +13,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from warploom.benchsuite import roofline, shapes
-from warploom.benchsuite.report import _cell, _finished, _gm, _ops, _shape, _tf, _x, header
 from warploom.benchsuite.results import Results, Row
 from warploom.benchsuite.roofline import Peaks
 from warploom.benchsuite.shapes import Op
+from warploom.benchsuite.tables import (
+    cell,
+    finished,
+    geomean_of,
+    header,
+    ops_present,
+    ratio_text,
+    shape_text,
+    tflops_text,
+)
 
 WORST = 10  # rows per op in the worst table
 MAX_FAILED = 20  # failed rows listed by name; the rest counted
@@ -48,12 +57,12 @@ class ZooSummary:
 
 def summarize(results: Results) -> tuple[ZooSummary, ...]:
     out = []
-    for op in _ops(results.rows):
+    for op in ops_present(results.rows):
         rows = [r for r in results.rows if r.case.op is op]
-        done = _finished(rows)
+        done = finished(rows)
         worst = sorted(done, key=lambda r: r.headline_ratio or math.inf)[:WORST]
-        out.append(ZooSummary(op, len(done), len(rows) - len(done), _gm(r.ratio for r in done),
-                              _gm(r.graph_ratio for r in done), _gm(r.compile_ratio for r in done),
+        out.append(ZooSummary(op, len(done), len(rows) - len(done), geomean_of(r.ratio for r in done),
+                              geomean_of(r.graph_ratio for r in done), geomean_of(r.compile_ratio for r in done),
                               sum(1 for r in done if (r.headline_ratio or 0) >= 1), tuple(worst)))
     return tuple(out)
 
@@ -75,8 +84,9 @@ def markdown(results: Results, peaks: Peaks, plot: str | None = None) -> str:
     summaries = summarize(results)
     lines += ["| op | shapes ran | geomean ratio | geomean graph ratio | geomean compile ratio | faster than torch "
               "| failed |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {s.op.label} | {s.ran} of {len(shapes.ZOO)} | {_x(s.geomean_ratio)} | "
-              f"{_x(s.geomean_graph_ratio)} | {_x(s.geomean_compile_ratio)} | {s.faster} of {s.ran} | {s.failed} |"
+    lines += [f"| {s.op.label} | {s.ran} of {len(shapes.ZOO)} | {ratio_text(s.geomean_ratio)} | "
+              f"{ratio_text(s.geomean_graph_ratio)} | {ratio_text(s.geomean_compile_ratio)} | {s.faster} of {s.ran} | "
+              f"{s.failed} |"
               for s in summaries]
     for s in summaries:
         lines += ["", f"### {s.op.label}: the {len(s.worst)} worst", "",
@@ -92,8 +102,9 @@ def _worst_row(i: int, r: Row, peaks: Peaks) -> str:
     ours_tf, torch_tf = r.tflops(r.ours), r.tflops(r.torch)
     assert ours_tf is not None and torch_tf is not None  # worst rows ran
     roof = f"{100 * roofline.fraction(c, ours_tf, peaks):.0f}% / {100 * roofline.fraction(c, torch_tf, peaks):.0f}%"
-    return (f"| {i} | {_shape(c)} | {c.shape.name} | {c.flops / 1e9:.3g} | {_x(r.ratio)} | {_x(r.graph_ratio)} | "
-            f"{_tf(ours_tf)} | {_tf(torch_tf)} | {roof} | {r.plan or '–'} |")
+    return (f"| {i} | {shape_text(c)} | {c.shape.name} | {c.flops / 1e9:.3g} | {ratio_text(r.ratio)} | "
+            f"{ratio_text(r.graph_ratio)} | "
+            f"{tflops_text(ours_tf)} | {tflops_text(torch_tf)} | {roof} | {r.plan or '–'} |")
 
 
 def _failed(rows: Sequence[Row]) -> list[str]:
@@ -102,7 +113,7 @@ def _failed(rows: Sequence[Row]) -> list[str]:
         return []
     lines = ["", f"Failed or mismatched: {len(bad)} of {len(rows)} rows (left out of the geomeans).", "",
              "| op | M×N×K | shape | failure |", "|---|---|---|---|"]
-    lines += [f"| {r.case.op.label} | {_shape(r.case)} | {r.case.shape.name} | {_cell(r.failure)} |"
+    lines += [f"| {r.case.op.label} | {shape_text(r.case)} | {r.case.shape.name} | {cell(r.failure)} |"
               for r in bad[:MAX_FAILED]]
     if len(bad) > MAX_FAILED:
         lines.append(f"| … | | | {len(bad) - MAX_FAILED} more in the JSON |")
@@ -123,7 +134,7 @@ def plot(results: Results, path: Path) -> Path:
     fig, axes = plt.subplots(rows_n, cols, figsize=(5.5 * cols, 4.4 * rows_n), squeeze=False, sharey=True,
                              constrained_layout=True)
     for ax, s in zip(axes.flat, summaries, strict=False):
-        done = _finished(r for r in results.rows if r.case.op is s.op)
+        done = finished(r for r in results.rows if r.case.op is s.op)
         gflop = [r.case.flops / 1e9 for r in done]
         for label, ratios, face in (("graph", [r.graph_ratio for r in done], "C0"),
                                     ("eager", [r.ratio for r in done], "none")):
@@ -138,8 +149,8 @@ def plot(results: Results, path: Path) -> Path:
         ax.set_yticks([], minor=True)
         ax.grid(True, which="major", alpha=0.3)
         ax.set_xlabel("GFLOP per call (2MNK)")
-        ax.set_title(f"{s.op.label}\ngeomean graph {_x(s.geomean_graph_ratio)}, eager {_x(s.geomean_ratio)}",
-                     fontsize=9)
+        ax.set_title(f"{s.op.label}\ngeomean graph {ratio_text(s.geomean_graph_ratio)}, "
+                     f"eager {ratio_text(s.geomean_ratio)}", fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
     for ax in axes.flat[len(summaries):]:
         ax.set_visible(False)

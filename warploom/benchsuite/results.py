@@ -14,6 +14,7 @@ from typing import Any
 
 from warploom.benchsuite.roofline import tflops
 from warploom.benchsuite.shapes import Case, Group, Op, Shape, Shard, Suite, cases
+from warploom.errors import WarploomError
 from warploom.runtime.files import read_regular
 
 FORMAT = "warploom-bench/1"
@@ -27,14 +28,14 @@ MAX_TBPS = 1e6  # a copy bandwidth (TB/s) far past any device's, for the same re
 MAX_DIM = 2**40
 
 
-class ResultsFormatError(ValueError):
+class ResultsFormatError(WarploomError, ValueError):
     """A results file that is not what `warploom bench --out` writes."""
 
     def __init__(self, path: str, expected: str, got: str) -> None:
         super().__init__(f"{path}: expected {expected}, got {got}. Fix: pass a file written by `warploom bench --out`")
 
 
-class MergeError(ValueError):
+class MergeError(WarploomError, ValueError):
     """Results that are not parts of one run (`warploom bench --merge`)."""
 
     def __init__(self, source: str, expected: str, got: str) -> None:

@@ -29,6 +29,8 @@ import torch.nn.functional as F
 import warploom
 from warploom.benchsuite.results import Environment, Measurement, Results, Row
 from warploom.benchsuite.shapes import Case, Group, Op, Tensor
+from warploom.reference import relative_error
+from warploom.runtime.timing import time_eager, time_graph
 
 # warploom's output may be off the fp32 reference by this much (scale-free error), or 4x torch's error if
 # larger: bf16 outputs alone round at ~1e-6, fp8 fast accumulation at large K stays below 1e-5 for both.
@@ -50,14 +52,10 @@ class GpuTimer:
     """warploom.bench's timing: `do_bench` median (100 ms warm-up, 500 ms of repeats), and CUDA graphs of 10 calls."""
 
     def eager(self, fn: Callable[[], Any]) -> float:
-        from warploom.bench import _time
-
-        return _time(fn)
+        return time_eager(fn)
 
     def graph(self, fn: Callable[[], Any]) -> float:
-        from warploom.bench import _time_graph
-
-        return _time_graph(fn)
+        return time_graph(fn)
 
 
 Compiler = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -177,10 +175,8 @@ def reference(case: Case, x: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """Scale-free error 1 - 2Σxy/Σ(x²+y²), in float64 (warploom.bench's)."""
-    from warploom.bench import _err
-
-    return _err(x, ref)
+    """Scale-free error 1 - 2Σxy/Σ(x²+y²), in float64 (`warploom.reference.relative_error`)."""
+    return relative_error(x, ref)
 
 
 def check(case: Case, ours: Any, theirs: torch.Tensor, ref: torch.Tensor) -> str:

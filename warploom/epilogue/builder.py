@@ -78,13 +78,13 @@ class Builder:
                 live.add(r)
                 stack.extend(eg.inputs(self.nodes[r]))
         new = {old: i for i, old in enumerate(sorted(live))}
-        kept = tuple(_remap(self.nodes[old], new) for old in sorted(live))
+        kept = tuple(remap(self.nodes[old], new) for old in sorted(live))
         used = {nd.name for nd in kept if isinstance(nd, eg.Operand)}
         return eg.EpilogueGraph(kept, tuple(eg.Output(new[o.value], o.dtype) for o in outputs),
                                 tuple(s for s in self.specs if s.name in used))
 
 
-def _remap(nd: eg.Node, new: dict[int, int]) -> eg.Node:
+def remap(nd: eg.Node, new: dict[int, int]) -> eg.Node:
     match nd:
         case eg.Unary():
             return eg.Unary(nd.op, new[nd.x])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from warploom.epilogue import graph as eg
-from warploom.epilogue.builder import Builder, _remap
+from warploom.epilogue.builder import Builder, remap
 from warploom.epilogue.operands import OperandSpec
 
 
@@ -33,5 +33,5 @@ def with_prologue(g: eg.EpilogueGraph, scale_a: OperandSpec | None, scale_b: Ope
         x = b.add(eg.Binary(eg.BinaryOp.ADD, x, b.operand(bias.name)))
     new: dict[int, int] = {}
     for i, nd in enumerate(g.nodes):
-        new[i] = x if isinstance(nd, eg.Acc) else b.add(_remap(nd, new))
+        new[i] = x if isinstance(nd, eg.Acc) else b.add(remap(nd, new))
     return b.finish([eg.Output(new[o.value], o.dtype) for o in g.outputs])

@@ -11,8 +11,10 @@ import os
 import stat
 from pathlib import Path
 
+from warploom.errors import WarploomError
 
-class NotRegular(OSError):
+
+class NotRegular(WarploomError, OSError):
     """The path is not a regular file of at most the cap's size (the message says what it is)."""
 
 

@@ -35,9 +35,9 @@ from warploom.backends.gluon_api import compile_options
 from warploom.backends.gluon_sm90 import REDUCE_BLOCK, SK_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.errors import split_k_mismatch
 from warploom.ir import nodes as ir
+from warploom.ir.raster import Span, launch_grid, tail_spans
 from warploom.runtime.cross import descriptor_blocks, shared_layout
 from warploom.runtime.loader import load
-from warploom.sim.raster import Span, launch_grid, tail_spans
 from warploom.spec import ALayout, BLayout, ScaleRecipe
 
 
@@ -56,7 +56,7 @@ class Call:
     operands: Mapping[str, Any] = field(default_factory=dict)
     extra_outs: Sequence[Any] = ()
     workspace: Any = None  # split-K: the fp32 partial sums (ir.Tiling.workspace_shape)
-    span: Any = None  # a ranged kernel's tiles (sim.raster.Span)
+    span: Any = None  # a ranged kernel's tiles (ir.raster.Span)
 
 
 class Launcher:
@@ -65,7 +65,7 @@ class Launcher:
     def __init__(self, m: ir.Module, src: GluonSource, fast: bool | None = None,
                  tail: tuple[ir.Module, GluonSource] | None = None) -> None:
         """`tail`: a plan with a split-K tail's second kernel (`Plan.tail_split`): then `m` and it are ranged, and
-        a call runs the whole waves of tiles in `m` and the rest in the tail (`sim.raster.tail_spans`).
+        a call runs the whole waves of tiles in `m` and the rest in the tail (`ir.raster.tail_spans`).
 
         An sm_100a or gfx1250 module is refused here, where every launching path (Kernel.run, the eager and fused
         calls of the public API) builds its launcher: warploom cross-compiles such kernels but has not run one on a

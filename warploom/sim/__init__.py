@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from warploom.ir.raster import Span, TileRef, cta_tiles, launch_grid, tail_spans, tile_coords
 from warploom.sim.compare import Comparison, compare, compare_kernel, sample_ctas, sample_kernel_ctas
 from warploom.sim.events import EventKind, TimelineEvent
 from warploom.sim.explore import ExploreReport, explore
 from warploom.sim.findings import FindingKind, ProtocolError, SimFinding
-from warploom.sim.raster import Span, TileRef, cta_tiles, launch_grid, tail_spans, tile_coords
 from warploom.sim.simulate import CheckReport, SimReport, SimResult, check_protocol, representative_ctas, simulate
 
 

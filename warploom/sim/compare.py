@@ -9,20 +9,51 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from warploom.ir import nodes as ir
+from warploom.ir.raster import Span, TileRef, cdiv, launch_grid
+from warploom.reference import Inputs, dequantized, is_blockwise, reference, relative_error
 from warploom.sim.program import launch_span
-from warploom.sim.raster import Span, TileRef, cdiv, launch_grid
-from warploom.sim.reference import Inputs, dequantized, is_blockwise, reference, relative_error
 from warploom.sim.simulate import SimResult, completed_tiles, representative_ctas, simulate
 
-if TYPE_CHECKING:
-    from warploom.kernel import Kernel
+
+class Launch(Protocol):
+    """One launch of a kernel, as `warploom.kernel.Launch` holds it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def module(self) -> ir.Module: ...
+    @property
+    def span(self) -> Span: ...
+    @property
+    def grid(self) -> int: ...
+    @property
+    def ctas(self) -> tuple[int, ...]: ...
+
+
+class Kernel(Protocol):
+    """What `compare_kernel` and `sample_kernel_ctas` read of a `warploom.kernel.Kernel`. Named by its shape, not
+    imported: the kernel module imports the simulator (`Kernel.simulate`), and the simulator stays below it."""
+
+    @property
+    def module(self) -> ir.Module: ...
+    @property
+    def tail(self) -> ir.Module | None: ...
+
+    def spans(self, m: int, n: int, k: int) -> tuple[Span, Span]: ...
+
+    def launches(self, m: int, n: int, k: int, ctas: Iterable[int] | None = None,
+                 tail_ctas: Iterable[int] | None = None) -> Sequence[Launch]: ...
+
+    def simulate(self, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None,
+                 scale_b: torch.Tensor | None = None, *, seed: int = 0, ctas: Iterable[int] | None = None,
+                 record: bool = True, tail_ctas: Iterable[int] | None = None) -> SimResult: ...
 
 # The scale-free error (`relative_error`) a correct schedule stays below: bf16 output rounding alone gives
 # ~1e-6, fp8 inputs ~1e-5; a dropped or repeated k-block gives ~1e-2 and more.

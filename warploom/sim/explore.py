@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from warploom.ir import nodes as ir
+from warploom.ir.raster import launch_grid
 from warploom.sim.findings import FindingKind, FindingSink, SimFinding
 from warploom.sim.machine import AGENT, Action, Machine, StreamKState
 from warploom.sim.program import CtaProgram, FlagWaitI, Geometry, MalformedError, PartialAddI, PartialStoreI
-from warploom.sim.raster import launch_grid
 from warploom.sim.simulate import representative_ctas
 
 Path = tuple[Action, "Path"] | None  # a linked list of actions, newest first

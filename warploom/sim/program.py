@@ -22,8 +22,8 @@ from warploom.epilogue.operands import OperandSpec
 from warploom.errors import WarploomError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
+from warploom.ir.raster import Span, TileRef, cdiv, cta_tiles, stream_k_units
 from warploom.ir.warps import WarpMask
-from warploom.sim.raster import Span, TileRef, cdiv, cta_tiles, stream_k_units
 from warploom.spec import ALayout, BLayout
 
 
@@ -657,7 +657,7 @@ class _Interp:
                         raise MalformedError(f"partition {self.p.name}: `{text}` copies {o.buffer} "
                                              f"({buf.dtype.value}) to {'the workspace' if ws else 'output'} "
                                              f"{'' if ws else o.output}, which is {want.value}")
-                    # A split-K unit's box in the workspace: sim.raster.cta_tiles says where.
+                    # A split-K unit's box in the workspace: ir.raster.cta_tiles says where.
                     r0, c0 = (t.ws_m, t.ws_n) if ws else (t.off_m, t.off_n)
                     r0, c0 = r0 + self.row0, c0 + o.part * (m.tiling.bn // o.parts)
                     if m.tiling.swap_ab:  # C's rows are this module's columns

@@ -22,12 +22,12 @@ import torch
 from warploom.epilogue.operands import OperandSpec
 from warploom.errors import DeviceError, DTypeError, InputError, ScaleError, ShapeError, split_k_mismatch
 from warploom.ir import nodes as ir
+from warploom.ir.raster import Span, TileRef, cta_tiles, launch_grid, whole_tiles
 from warploom.sim.events import TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, ProtocolError, SimFinding
 from warploom.sim.machine import Machine, StreamKState
 from warploom.sim.numerics import CtaData, Operands, reduce_span, reduce_splits
 from warploom.sim.program import CtaProgram, Geometry, MalformedError, launch_span
-from warploom.sim.raster import Span, TileRef, cta_tiles, launch_grid, whole_tiles
 from warploom.sim.scheduler import StepLimitError, run_random, step_budget
 
 

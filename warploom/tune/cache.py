@@ -30,12 +30,13 @@ import os
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from warploom.device import DeviceInfo
-from warploom.errors import InputError, UnsupportedError
+from warploom.errors import InputError, UnsupportedError, WarploomError
 from warploom.planner import Plan
 from warploom.runtime.files import read_regular
 from warploom.spec import GemmSpec
@@ -54,7 +55,7 @@ class StaleCacheWarning(UserWarning):
     """A cache entry was ignored as corrupt or stale; the spec is re-tuned and the entry overwritten."""
 
 
-class _Invalid(Exception):
+class _Invalid(WarploomError):
     """Why an entry cannot be trusted (internal: turned into a StaleCacheWarning)."""
 
 
@@ -245,10 +246,14 @@ class Cache:
             raise InputError("WARPLOOM_CACHE_DIR", "an autotune cache directory this process may write",
                              f"{self.directory}: {e}", "make it writable, or point WARPLOOM_CACHE_DIR at one "
                              "that is") from None
-        from warploom.tune.lookup import forget
-
-        forget()  # ordinary calls must not keep running a plan whose entry is gone
+        for forget in CLEARED:
+            forget()  # ordinary calls must not keep running a plan whose entry is gone
         return removed
+
+
+# Called after `Cache.clear` removed entries. tune/lookup.py, which remembers what it read from the cache, adds its
+# `forget` here when imported: it imports this module, and this module never imports it.
+CLEARED: list[Callable[[], None]] = []
 
 
 _cleared: set[Path] = set()

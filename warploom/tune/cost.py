@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
-from warploom.planner import _TILES, FUSED_WIDE_BLOCKS, Plan, plan_epilogue_bytes, stage_bytes, tail_score
+from warploom.planner import FUSED_WIDE_BLOCKS, TILES, Plan, plan_epilogue_bytes, stage_bytes, tail_score
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 # Addresses, loop counters, barrier phases and the row-scale fragment of a consumer thread (an estimate: the
@@ -43,7 +43,7 @@ _FUSED_BLOCK = 128
 # Shared memory the planner keeps back for mbarriers and alignment padding (planner.max_stages).
 _SMEM_RESERVE = 1024
 # The planner's measured per-FLOP efficiency of each tile shape, shared so that the two never disagree.
-_TILE_EFFICIENCY = {(bm, bn): eff for bm, bn, eff in _TILES}
+_TILE_EFFICIENCY = {(bm, bn): eff for bm, bn, eff in TILES}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from warploom.device import DeviceInfo
 from warploom.errors import DeviceError
 from warploom.kernel import Kernel, build
 from warploom.planner import Plan
+from warploom.runtime import timing
 from warploom.spec import GemmSpec
 from warploom.tune import settings
 from warploom.tune.autotune import Harness, autotune
@@ -28,30 +29,9 @@ from warploom.tune.cache import Cache
 
 Timer = Callable[[Callable[[], object]], float]
 
-# Kernel calls per CUDA graph: enough that the graph launch's own cost (a few us) is spread thin.
-GRAPH_CALLS = 10
-
-
-def time_graph(call: Callable[[], object], *, calls: int = GRAPH_CALLS, warmup_ms: int = 25,
-               rep_ms: int = 100) -> float:
-    """Median milliseconds of one `call`, measured as CUDA-graph replays of `calls` calls (no host overhead,
-    as in warploom.bench); plain `triton.testing.do_bench` when the call cannot be captured."""
-    import triton
-
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        call()  # the first launch compiles; capture needs a warm call on a side stream
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    try:
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                call()
-    except RuntimeError:
-        torch.cuda.synchronize()
-        return float(triton.testing.do_bench(call, warmup=warmup_ms, rep=rep_ms, return_mode="median"))
-    ms = triton.testing.do_bench(graph.replay, warmup=warmup_ms, rep=rep_ms, return_mode="median")
-    return float(ms) / calls
+# The tuner's setting of the one CUDA-graph timer: shorter warm-up and repeats than the benchmarks' (it times
+# many candidates), and a candidate that cannot be captured is timed eagerly rather than dropped.
+time_graph: Timer = functools.partial(timing.time_graph, warmup_ms=25, rep_ms=100, eager_fallback=True)
 
 
 def _device(t: torch.Tensor) -> DeviceInfo:
@@ -121,7 +101,7 @@ def tune_scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scal
     sa, sb = _random_scale(scale_a), _random_scale(scale_b)
     rbias = torch.randn_like(bias) if bias is not None else None
     if spec.scale.is_blockwise:  # scales per k-block (or MX slice): the dequantized product
-        from warploom.sim.reference import dequantized
+        from warploom.reference import dequantized
 
         da, db = dequantized(ra, rb, sa, sb)
         ref = da.double() @ db.double()

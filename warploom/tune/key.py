@@ -76,7 +76,7 @@ def versions() -> tuple[tuple[str, str], ...]:
     """(name, version) of what generates and compiles kernels in this process."""
     import torch  # warploom already imports it (api.py); reading versions touches no GPU
 
-    from warploom import __version__
+    from warploom.version import __version__
 
     return (
         ("warploom", __version__),

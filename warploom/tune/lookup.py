@@ -16,6 +16,8 @@ from __future__ import annotations
 from warploom.device import DeviceInfo
 from warploom.planner import Plan
 from warploom.spec import GemmSpec
+from warploom.tune import cache, settings
+from warploom.tune.key import CacheKey
 
 _MEMO: dict[tuple[GemmSpec, DeviceInfo, tuple[tuple[int, ...], ...]], Plan | None] = {}
 _MAX = 4096
@@ -28,14 +30,9 @@ def tuned_plan(spec: GemmSpec, device: DeviceInfo, strides: tuple[tuple[int, ...
         return _MEMO[key]
     except KeyError:
         pass
-    from warploom.tune import settings
-
     plan = None
     if spec.epilogue is None and spec.flops and settings.enabled():  # tune_* tunes plain problems only
-        from warploom.tune.cache import Cache
-        from warploom.tune.key import CacheKey
-
-        entry = Cache().load(CacheKey(spec, device, strides))
+        entry = cache.Cache().load(CacheKey(spec, device, strides))
         plan = entry.plan if entry is not None else None
     if len(_MEMO) >= _MAX:
         _MEMO.clear()
@@ -50,3 +47,6 @@ def forget() -> None:
 
     _MEMO.clear()
     eager.forget()
+
+
+cache.CLEARED.append(forget)

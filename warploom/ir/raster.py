@@ -3,6 +3,8 @@
 The simulator must visit a CTA's tiles in exactly the order the generated kernel does, because the
 producer's flattened (tile, k) loop and the consumer's nested loops only agree on which tile a ring slot
 holds if both walk the same sequence. `tests/sim` checks that the raster covers every tile once.
+The launcher (`runtime/launch.py`) sizes grids and divides a tail with the same functions, so it lives here, below
+both the runtime and the simulator; it imports nothing of warploom.
 """
 
 from __future__ import annotations

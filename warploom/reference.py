@@ -1,4 +1,7 @@
-"""What a simulated schedule is compared against: random inputs for a spec and the torch fp32 reference.
+"""What a schedule's output is compared against: random inputs for a spec and the torch fp32 reference.
+
+The simulator (`sim/compare.py`), the tuner's accuracy check (`tune/gpu.py`), the CLI and the GPU tests all judge
+against it, so it stands above the spec and below all of them.
 
 Inputs are random normal values, never zeros (a schedule that drops or repeats a k-block must change
 the result); B is laid out as the spec says (K-major: the transpose of a row-major (N, K) matrix);
@@ -113,7 +116,8 @@ def reference(x: Inputs) -> torch.Tensor:
 
 
 def relative_error(x: torch.Tensor, y: torch.Tensor) -> float:
-    """``1 - 2 sum(xy) / sum(x^2 + y^2)``: 0 for equal tensors, independent of their common scale."""
+    """``1 - 2 sum(xy) / sum(x^2 + y^2)``: 0 for equal tensors, independent of their common scale; NaN where
+    either holds a NaN (an unwritten or broken output must not pass)."""
     x, y = x.double(), y.double()
     denom = (x * x + y * y).sum()
-    return float(1 - 2 * (x * y).sum() / denom) if denom > 0 else 0.0
+    return 0.0 if denom == 0 else float(1 - 2 * (x * y).sum() / denom)

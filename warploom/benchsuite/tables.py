@@ -1,0 +1,82 @@
+"""The pieces the benchmark reports share (report.py for the suites, report_zoo.py for the zoo): geometric means,
+the rows that count, and the text of a markdown cell, a ratio, a TFLOP/s figure, a shape, the section's header."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from warploom.benchsuite.results import Results, Row
+from warploom.benchsuite.roofline import Peaks
+from warploom.benchsuite.shapes import Case, Op
+
+
+def geomean(xs: Iterable[float]) -> float:
+    vals = list(xs)
+    if not vals or min(vals) <= 0:
+        raise ValueError(f"Expected a non-empty list of positive numbers but got {vals}")
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))
+
+
+def finished(rows: Iterable[Row]) -> list[Row]:
+    """Rows that ran and matched: the ones whose speed means something."""
+    return [r for r in rows if r.ok and r.ours is not None and r.torch is not None]
+
+
+def geomean_of(xs: Iterable[float | None]) -> float | None:
+    vals = [x for x in xs if x is not None]
+    return geomean(vals) if vals else None
+
+
+def ops_present(rows: Sequence[Row]) -> list[Op]:
+    """The ops present, in Op order."""
+    present = {r.case.op for r in rows}
+    return [op for op in Op if op in present]
+
+
+def ratio_text(v: float | None, fmt: str = ".3f", suffix: str = "×") -> str:
+    return "–" if v is None else f"{v:{fmt}}{suffix}"
+
+
+def tflops_text(v: float | None) -> str:
+    if v is None:
+        return "–"
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def shape_text(case: Case) -> str:
+    return f"{case.m}×{case.n}×{case.k}"
+
+
+def header(results: Results, peaks: Peaks) -> list[str]:
+    """The section's title and how it was measured."""
+    env = results.env
+    if not env.copy_tbps:
+        measured = "assumed: the run measured no copy"
+    elif math.isclose(env.copy_tbps, peaks.bandwidth_tbps):
+        measured = "measured copy"
+    else:
+        measured = f"given; the run's copy measured {env.copy_tbps:.2f} TB/s"
+    return [
+        f"## {env.date[:10]} — `warploom bench --suite {env.suite}`",
+        "",
+        f"- Device: {env.device}, torch {env.torch}, triton {env.triton} (run of {env.date}"
+        + (f" on {env.host}" if env.host else "") + ").",
+        f"- Command: `{env.command}`." if env.command else "- Command: not recorded.",
+        "- Ratio: torch ms / warploom ms in the same process (above 1: warploom is faster). *ratio*: eager "
+        "Python calls (`do_bench` median, host overhead included); *graph*: CUDA graph of 10 calls (kernel "
+        "time; decode shapes, or every shape with `--graph`); *compile*: "
+        "`torch.compile(mode=\"max-autotune-no-cudagraphs\")` of the same torch function, graph times where measured.",
+        "- TFLOP/s and % of roofline use the graph time where measured, else the eager time. Roofline: "
+        f"min(peak, bandwidth × FLOP/byte) with {peaks.name} dense peaks bf16 {peaks.bf16_tflops:.0f} / fp8 "
+        f"{peaks.fp8_tflops:.0f} TFLOP/s and {peaks.bandwidth_tbps:.2f} TB/s ({measured}); bytes = A + B + "
+        "output (+ scales, bias, residual); C: compute-bound, M: memory-bound.",
+        "- Error: scale-free 1 − 2Σxy/Σ(x²+y²) against the fp32 reference, warploom / torch.",
+        *([f"- Shards: {env.shard} (a part of the suite)."] if env.shard else []),
+        "",
+    ]
+
+
+def cell(text: str) -> str:
+    """Text safe inside a markdown table cell: one line, no column bars."""
+    return " ".join(text.split()).replace("|", "\\|")[:200]
