@@ -25,6 +25,7 @@ from warploom.errors import (
     VerificationError,
     WarploomError,
 )
+from warploom.grouped import grouped_mm, scaled_grouped_mm
 from warploom.kernel import Kernel
 from warploom.planner import Plan
 from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleRecipe
@@ -38,5 +39,5 @@ __all__ = [
     "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "ALayout", "BLayout", "DType", "DTypeError",
     "DeviceError", "DeviceInfo", "GemmSpec", "Grouping", "InputError", "InternalError", "Kernel", "Plan", "ScaleError",
     "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError", "UnsupportedError",
-    "VerificationError", "WarploomError", "matmul", "plan", "scaled_mm",
+    "VerificationError", "WarploomError", "grouped_mm", "matmul", "plan", "scaled_grouped_mm", "scaled_mm",
 ]
