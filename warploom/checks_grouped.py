@@ -71,10 +71,10 @@ def _cpu_values(offs: torch.Tensor | None, masked_m: torch.Tensor | None, rows: 
             i = int((steps < 0).nonzero()[0]) + 1 if bool((steps < 0).any()) else 0
             raise InputError("offs", "non-decreasing cumulative row ends, starting at 0 or above",
                              f"offs[{i}] = {int(offs[i])} after {int(offs[i - 1]) if i else 'the start (0)'}",
-                             "pass the cumulative sum of each expert's row count, e.g. counts.cumsum(0).to(torch.int32)")
+                             "pass each expert's row counts summed up: counts.cumsum(0).to(torch.int32)")
         if int(offs[-1]) > rows:
-            raise InputError("offs", f"a last offset of at most a's {rows} rows", f"offs[-1] = {int(offs[-1])}",
-                             "pass offs whose last entry is the rows of a that the experts own")
+            raise InputError("offs", f"a last offset of at most a's {rows} rows",
+                             f"offs[-1] = {int(offs[-1])}", "pass offs ending at the rows of a the experts own")
     if masked_m is not None and masked_m.device.type == "cpu" and masked_m.numel():
         hi, lo = int(masked_m.max()), int(masked_m.min())
         if hi > cap or lo < 0:
