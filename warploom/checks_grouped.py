@@ -141,7 +141,8 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
                              "a tensor", "drop masked_m, or pass a as (G, M_max, K)")
         grouping, rows, cap, a2 = Grouping.OFFSETS, a.shape[0], a.shape[0], a
         _bounds("offs", offs, groups, a.device)
-        bounds, out_shape = offs, (a.shape[0], n)
+        bounds = offs
+        out_shape: tuple[int, ...] = (a.shape[0], n)
     elif a.dim() == 3:
         if offs is not None:
             raise InputError("offs", "None with a 3-D a (its experts are its first dimension)", "a tensor",

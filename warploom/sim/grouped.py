@@ -17,6 +17,7 @@ import torch
 
 from warploom.errors import ShapeError
 from warploom.ir import nodes as ir
+from warploom.sim.events import TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, SimFinding
 from warploom.sim.machine import Machine
 from warploom.sim.numerics import CtaData, Operands
@@ -55,7 +56,7 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     sink = FindingSink()
     rng = random.Random(seed)
     steps = k_steps = 0
-    events = []
+    events: list[TimelineEvent] = []
     ran: list[int] = []
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # (tile-sized products: threads cost more than they give, as in sim.simulate)
