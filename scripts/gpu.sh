@@ -85,6 +85,14 @@ if [ "$what" = swapab ]; then
     --sizes ${SWAP_SIZES:-1x4096x4096,16x4096x4096,16x14336x4096,1x4096x14336,16x4096x14336,1x8192x8192,16x8192x8192,16x9216x8192,8x28672x4096,16x28672x4096} \
     --out "$OUT/swap.json" 2>&1 | tee "$OUT/swap.log"
 fi
+if [ "$what" = grouped ]; then
+  # Grouped GEMMs (issue 27): their GPU tests (torch._grouped_mm / _scaled_grouped_mm, masked, CUDA graphs with
+  # changed offsets), then the benchmark against torch's grouped ops on three MoE shapes (GROUPED_ARGS).
+  python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_grouped_gpu.py -o addopts="" 2>&1 | tail -n 30 \
+    | tee "$OUT/grouped-tests.log"
+  rc=${PIPESTATUS[0]}
+  python3 scripts/bench_grouped.py --out "$OUT/grouped.json" ${GROUPED_ARGS:-} 2>&1 | tee "$OUT/grouped.log"
+fi
 if [ "$what" = decode ]; then
   # Decode-sized GEMMs (M <= 64, N = K = 8192): tile widths and split-K against torch, as bandwidth.
   python3 scripts/sweep_decode.py --out "$OUT/decode.json" ${DECODE_ARGS:-} 2>&1 | tee "$OUT/decode.log"

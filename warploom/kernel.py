@@ -243,6 +243,10 @@ def _lower(m: ir.Module) -> GluonSource:
         from warploom.backends.gluon_sm100 import lower_sm100
 
         return lower_sm100(m)
+    if m.tiling.grouped:
+        from warploom.backends.gluon_grouped import lower_grouped
+
+        return lower_grouped(m)
     return lower(m)
 
 

@@ -22,6 +22,7 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 19. sm_100a: tcgen05 into two tensor-memory accumulators, a 4-warp epilogue partition: docs/decisions/rule-19-sm100a.md
 20. gfx1250: one 4-warp partition, TDM copies and wmma, software-pipelined, 128x128: docs/decisions/rule-20-gfx1250.md
 21. stream-K: the last wave's tiles shared as 2-4 k-block pieces, a fixup: docs/decisions/rule-21-stream-k.md
+22. grouped GEMMs: 128x256 from 256 rows a group, 64x128 to 64, else 128x128: docs/decisions/rule-22-grouped.md
 23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
 """
 
@@ -35,7 +36,7 @@ from dataclasses import dataclass, replace
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
 from warploom.ir.nodes import LDS_ROW_PAD
-from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
 TILES: tuple[tuple[int, int, float], ...] = (
@@ -565,6 +566,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     that issue each TDM copy; None: every warp, as before seed 004)."""
     from warploom.errors import UnsupportedError
 
+    if spec.grouped:  # rule 22
+        return plan_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
+                            consumer_partitions=consumer_partitions, partial_blocks=partial_blocks)
     if stream_k is not None and stream_k not in (0, *range(2, 17)):
         raise UnsupportedError(f"stream_k={stream_k!r}: expected None (the planner decides), 0 (no stream-K) or the "
                                "most "
@@ -909,6 +913,43 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     _note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
           f"{LATENCY_START_US[128]} us + its k-blocks x {LATENCY_KBLOCK_US[128]} us (rule 23, modeled us)")
     return True
+
+
+def grouped_tile(rows_per_group: float) -> tuple[int, int]:
+    """Rule 22's tile for a grouped GEMM with this many rows per group on average (the planner cannot see the
+    routing: it changes every call, and reading it would sync the host). A group's last tile is partly empty, so
+    the tile grows with the rows: 128x256 from 256 rows (at most half a 128-row tile is lost per group, and the
+    wide tile reads A once per 256 columns), 64x128 for decode-sized groups of at most 64 rows (a 128-row tile
+    would compute at least half zeros), 128x128 in between. Not yet measured against each other on the H100."""
+    if rows_per_group >= 256:
+        return 128, 256
+    if rows_per_group <= 64:
+        return 64, 128
+    return 128, 128
+
+
+def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
+                 stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
+                 partial_blocks: int | None = None) -> Plan:
+    """Rule 22: a grouped GEMM's plan (`GemmSpec.grouping`). The tile is `grouped_tile`'s (or forced); the rest is
+    what the other rules give the same GEMM ungrouped at that tile (stages, registers, partitions, epilogue), with
+    whole tiles only (no split-K, tail, stream-K or swap: a grouped kernel's tiles are its groups') and the grid
+    at the SM count: the tile count is known on the device only, and CTAs without a tile exit at once."""
+    from warploom.errors import UnsupportedError
+
+    if device.blackwell or device.gfx1250:
+        raise UnsupportedError(f"grouped GEMMs (rule 22) are built for sm_90a; {device.name} is {device.arch}. Fix: "
+                               "plan for an sm_90a device (H100_SXM)")
+    tile = grouped_tile(spec.m / max(spec.groups, 1))
+    bm, bn = bm or tile[0], bn or (tile[1] if bm in (None, tile[0]) else 128)
+    dense = replace(spec, grouping=Grouping.NONE, groups=0)
+    plan = plan_schedule(dense, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
+                         consumer_partitions=consumer_partitions, partial_blocks=partial_blocks, split_k=1,
+                         tail_split=1, swap_ab=False, stream_k=0)
+    # Rule 10's per-block scales for fp8 rowwise on a 256-wide tile even without a bias: beside a grouped tile's
+    # group, origin and row end the whole-width scale vectors spilled 16 bytes (ptxas, 8192x4096x7168), per block none.
+    block = plan.block_epilogue or (spec.scale is ScaleRecipe.ROWWISE and plan.bn == 256)
+    return replace(plan, grid=device.sm_count, block_epilogue=block)
 
 
 def _stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,

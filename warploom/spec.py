@@ -87,6 +87,25 @@ SCALE_BLOCK = 128
 MX_BLOCK = 32
 
 
+class Grouping(enum.Enum):
+    """How a grouped GEMM's rows split among its groups (the experts of a mixture-of-experts layer): one kernel runs
+    every group's GEMM, C[rows of g] = A[rows of g] @ B[g], its persistent tile loop over (group, tile) pairs
+    (`ir.Tiling.grouping`).
+
+    NONE: an ordinary GEMM.
+    OFFSETS: torch._grouped_mm's M-grouped layout: a 2-D A (total_M, K), a 3-D B (G, K, N) and int32 cumulative row
+             ends `offs` (G,): group g owns rows offs[g-1] .. offs[g] (offs[-1] = 0) of A and C; rows past offs[G-1]
+             are not touched.
+    MASKED: DeepGEMM's masked layout (decode): A (G, M_max, K), seen as (G * M_max, K), and int32 counts
+            `masked_m` (G,): group g owns rows g * M_max .. g * M_max + min(masked_m[g], M_max); C (G, M_max, N) is
+            left as it was in the rest. 3-D x 3-D batched GEMMs run as MASKED with every count M_max.
+    """
+
+    NONE = "none"
+    OFFSETS = "offsets"
+    MASKED = "masked"
+
+
 class Accumulation(enum.Enum):
     """How fp32 accumulation is kept exact enough.
 
@@ -117,6 +136,10 @@ class GemmSpec:
             that the kernel stores instead of the cast accumulator; for scaled_mm its accumulator already
             holds ``acc * scale_a * scale_b + bias``, folded into the graph as operands scale_a, scale_b
             and bias. None: store the accumulator (after the scale and bias steps) as out_dtype.
+        grouping: a grouped GEMM (`Grouping`): M is then all groups' rows together (A's rows), and B holds one
+            (K, N) matrix per group.
+        groups: the number of groups G a grouped spec was planned for (0 for an ordinary GEMM). The kernel takes
+            G at run time; the planner reads the rows per group, M / G.
     """
 
     m: int
@@ -131,6 +154,8 @@ class GemmSpec:
     bias_dtype: DType | None = None
     epilogue: EpilogueGraph | None = None
     a_layout: ALayout = ALayout.K_MAJOR
+    grouping: Grouping = Grouping.NONE
+    groups: int = 0
 
     def __post_init__(self) -> None:
         # Internal consistency only; user-facing checks with fixes live in warploom.checks.
@@ -152,6 +177,29 @@ class GemmSpec:
             raise ValueError("PROMOTED accumulation only applies to fp8 inputs")
         if self.scale.is_blockwise and self.accumulation is not Accumulation.PROMOTED:
             raise ValueError("blockwise scales are applied at each k-block's promotion: accumulation must be PROMOTED")
+        if (self.grouping is Grouping.NONE) != (self.groups == 0):
+            raise ValueError(f"GemmSpec: a grouped spec has groups >= 1, an ordinary one 0: {self.grouping=} "
+                             f"{self.groups=}")
+        if self.grouped and self.grouped_problems():
+            raise ValueError(f"GemmSpec: grouped GEMMs do not take {'; '.join(self.grouped_problems())}")
+
+    @property
+    def grouped(self) -> bool:
+        """Whether this is a grouped GEMM (`Grouping`)."""
+        return self.grouping is not Grouping.NONE
+
+    def grouped_problems(self) -> list[str]:
+        """What a grouped kernel does not (yet) take; empty when this spec's other fields are all it takes."""
+        problems = []
+        if self.scale not in (ScaleRecipe.NONE, ScaleRecipe.ROWWISE):
+            problems.append(f"{self.scale.value} scales (bf16/fp16 and fp8 rowwise only)")
+        if self.bias_dtype is not None:
+            problems.append("a bias (torch._scaled_grouped_mm takes none either)")
+        if self.epilogue is not None:
+            problems.append("a fused epilogue (not built for grouped kernels yet)")
+        if self.a_layout is not ALayout.K_MAJOR:
+            problems.append("an M-major A (the K-grouped weight-gradient layout is not built)")
+        return problems
 
     @property
     def is_fp8(self) -> bool:
@@ -176,6 +224,8 @@ class GemmSpec:
                             "would be strided)")
         if self.scale.is_blockwise:
             problems.append("blockwise scales (their blocks are laid out for A and B, not swapped)")
+        if self.grouped:
+            problems.append("a grouped GEMM (its groups split A's rows)")
         return problems
 
     def swapped(self) -> GemmSpec:
@@ -199,6 +249,7 @@ class GemmSpec:
             f"{self.a_dtype.value}x{self.b_dtype.value}->{self.out_dtype.value}{recipe}{acc} "
             f"{self.m}x{self.n}x{self.k}{' a=m_major' if self.a_layout is ALayout.M_MAJOR else ''} "
             f"b={self.b_layout.value}{' +epilogue' if self.epilogue else ''}"
+            f"{f' grouped={self.grouping.value}x{self.groups}' if self.grouped else ''}"
         )
 
     def output_dtypes(self) -> tuple[DType, ...]:

@@ -23,7 +23,7 @@ def interleaved_ms(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str,
     within a process; interleaving spreads the drift over all runs alike)."""
     import statistics
 
-    from warploom.bench import _time_graph
+    from warploom.runtime.timing import time_graph as _time_graph
 
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):

@@ -26,10 +26,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _rows import write_rows  # noqa: E402
 
 import warploom  # noqa: E402
-from warploom.bench import _time_graph  # noqa: E402
 from warploom.device import DeviceInfo  # noqa: E402
 from warploom.kernel import build  # noqa: E402
 from warploom.planner import plan_schedule  # noqa: E402
+from warploom.runtime.timing import time_graph as _time_graph  # noqa: E402
 
 PLANS: dict[str, dict[str, Any]] = {"64x128_s6": {"bm": 64, "bn": 128, "stages": 6},
                                     "64x64_s12": {"bm": 64, "bn": 64, "stages": 12}}

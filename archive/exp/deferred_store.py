@@ -149,7 +149,8 @@ def _torch(op: str, x: tuple[Any, ...]) -> Callable[[], Any]:
 
 
 def gpu(rounds: int) -> None:
-    from warploom.bench import _err, _time_graph
+    from warploom.reference import relative_error as _err
+    from warploom.runtime.timing import time_graph as _time_graph
 
     rs = []
     for op in ("bf16", "fp8"):

@@ -140,7 +140,7 @@ def gpu(out: str) -> None:
 
 def recorder(row: dict[str, Any], ref: torch.Tensor) -> Any:
     """record(name, fn): check fn's output against `ref` (scale-free error), time it (CUDA graph), add to `row`."""
-    from warploom.bench import _time_graph
+    from warploom.runtime.timing import time_graph as _time_graph
 
     m, n, k = row["shape"]
 

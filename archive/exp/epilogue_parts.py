@@ -23,10 +23,11 @@ import torch
 import torch.nn.functional as F
 
 import warploom
-from warploom.bench import _time_graph, environment
+from warploom.bench import environment
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.runtime.timing import time_graph as _time_graph
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))  # bench_epilogue
 from bench_epilogue import SHAPES, err, problem  # noqa: E402

@@ -34,10 +34,11 @@ import torch.nn.functional as F
 
 import warploom
 from warploom import kernel as kernel_mod
-from warploom.bench import _time_graph, environment
+from warploom.bench import environment
 from warploom.device import DeviceInfo
 from warploom.epilogue import gluon as eg_gluon
 from warploom.epilogue import graph as eg
+from warploom.runtime.timing import time_graph as _time_graph
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))  # bench_epilogue
 from bench_epilogue import SHAPES, err, problem  # noqa: E402

@@ -17,10 +17,10 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from warploom import checks
-from warploom.bench import _time_graph as graph_ms
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.runtime.timing import time_graph as graph_ms
 
 
 def rows(n: int, k: int, pad: bool) -> torch.Tensor:

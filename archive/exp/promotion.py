@@ -22,11 +22,12 @@ from typing import Any
 import torch
 
 from warploom import checks
-from warploom.bench import _err, _time_graph
 from warploom.device import H100_SXM, DeviceInfo
 from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
 from warploom.reference import dequantized
+from warploom.reference import relative_error as _err
+from warploom.runtime.timing import time_graph as _time_graph
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
 from _rows import with_source  # noqa: E402

@@ -172,8 +172,9 @@ def _one(rnd: int, m: int, n: int, k: int) -> list[dict[str, Any]]:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
     from bench_blockwise import _inputs, _torch_fn
 
-    from warploom.bench import _err, _time_graph
     from warploom.reference import dequantized
+    from warploom.reference import relative_error as _err
+    from warploom.runtime.timing import time_graph as _time_graph
 
     a, b, sa, sb = _inputs(m, n, k, False)
     da, db = dequantized(a, b, sa, sb)

@@ -18,7 +18,8 @@ import torch
 
 import warploom
 from warploom import eager
-from warploom.bench import _time, _time_graph
+from warploom.runtime.timing import time_eager as _time
+from warploom.runtime.timing import time_graph as _time_graph
 
 
 def call(a: Any, b: Any, sa: Any, sb: Any) -> Any:

@@ -9,7 +9,7 @@ import sys
 import torch
 
 import warploom
-from warploom.bench import _time_graph as graph_ms
+from warploom.runtime.timing import time_graph as graph_ms
 
 for text in sys.argv[1:]:
     m, n, k = (int(x) for x in text.split("x"))

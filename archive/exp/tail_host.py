@@ -19,10 +19,11 @@ from profile_host import host_us  # noqa: E402
 
 import warploom  # noqa: E402
 from warploom import checks  # noqa: E402
-from warploom.bench import _time, _time_graph  # noqa: E402
 from warploom.device import DeviceInfo  # noqa: E402
 from warploom.kernel import build  # noqa: E402
 from warploom.planner import plan_schedule  # noqa: E402
+from warploom.runtime.timing import time_eager as _time  # noqa: E402
+from warploom.runtime.timing import time_graph as _time_graph  # noqa: E402
 
 
 def main() -> None:

@@ -19,11 +19,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from _rows import write_rows  # noqa: E402
 from sweep_plans import case  # noqa: E402
 
-from warploom.bench import _time_graph  # noqa: E402
 from warploom.device import DeviceInfo  # noqa: E402
 from warploom.ir.raster import tail_spans  # noqa: E402
 from warploom.kernel import build  # noqa: E402
 from warploom.planner import plan_schedule  # noqa: E402
+from warploom.runtime.timing import time_graph as _time_graph  # noqa: E402
 
 CASES = [("fp8", dict(bn=256, tail_split=4)), ("fp8", dict(bn=128, tail_split=8)), ("bf16", dict(bn=256, tail_split=4)),
          ("fp8", dict(bn=256, tail_split=2))]

@@ -88,7 +88,8 @@ def _torch(op: str, a: Any, b: Any, sa: Any, sb: Any) -> Callable[[], Any]:
 
 
 def _one(rnd: int, op: str, m: int, n: int, k: int) -> list[dict[str, Any]]:
-    from warploom.bench import _err, _time_graph
+    from warploom.reference import relative_error as _err
+    from warploom.runtime.timing import time_graph as _time_graph
 
     a, b, sa, sb = _inputs(op, m, n, k, "cuda")
     ref = (a.float() @ b.float()) if op == "bf16" else (a.float() @ b.float()) * sa * sb

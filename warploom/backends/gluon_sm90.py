@@ -101,6 +101,9 @@ def sk_owner(t, k_tiles, dp_tiles, num_tiles):
 
 # Stream-K's fp32 workspace (grid x BM x BN) and int32 flags (grid x consumer partitions).
 SK_PARAMS = ("sk_ws_ptr", "sk_flags_ptr")
+# A grouped module's (ir.Tiling.grouping): C's pointer (its stores clipped at a group's last row), the int32 group
+# bounds (offs or masked_m) and the number of groups G.
+GROUP_PARAMS = ("c_ptr", "group_ptr", "E")
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,7 @@ class _PartitionEmitter:
         self.sk = m.tiling.stream_k
         self.k_first = "k_lo" if self.sk else "0"  # the first k-block of a K loop (a stream-K unit's)
         self.api = gluon_api.current()  # the installed Triton's spellings (backends/gluon_api.py)
+        self.scale_b = "scale_b_ptr"  # rowwise scale_b's first column (a grouped module's: its group's row)
 
     def params(self) -> list[str]:
         return partition_params(self.m, self.p)
@@ -205,10 +209,7 @@ class _PartitionEmitter:
             b.line("pid = gl.program_id(0)")
             b.line("num_pid_m = gl.cdiv(M, BM)")
             b.line("num_pid_n = gl.cdiv(N, BN)")
-            if self.m.tiling.ranged:
-                b.line("num_tiles = tile_hi - tile_lo", "this launch's tiles: tile_lo .. tile_hi of C's (ranged)")
-            else:
-                b.line("num_tiles = num_pid_m * num_pid_n")
+            self._num_tiles()
             if self.split:
                 b.line("k_tiles = gl.cdiv(K, BK) // SPLIT_K", "k-blocks per work unit")
                 b.line("num_units = num_tiles * SPLIT_K", "split-K: unit = split * num_tiles + tile")
@@ -231,6 +232,13 @@ class _PartitionEmitter:
             for buf in self._operand_buffers():
                 b.line(f"{buf}_phase = 0", comment=f"phase of {buf}_bar")
             self.body(self.p.body)
+
+    def _num_tiles(self) -> None:
+        """The line that counts the launch's tiles (a grouped module's scan: backends/gluon_grouped.py)."""
+        if self.m.tiling.ranged:
+            self.buf.line("num_tiles = tile_hi - tile_lo", "this launch's tiles: tile_lo .. tile_hi of C's (ranged)")
+        else:
+            self.buf.line("num_tiles = num_pid_m * num_pid_n")
 
     def layouts(self) -> None:
         """The accumulators' register layout (wgmma's), their zero tiles, and a fused epilogue's block layout."""
@@ -339,7 +347,7 @@ class _PartitionEmitter:
                     f"for tiles[{lp.start}::{lp.step}]"
             with b.block(f"for tile_id in {head}", comment=note):
                 if self.p.role is not ir.Role.MMA:  # (an sm_100a MMA warp addresses only its rings)
-                    b.line(f"off_m, off_n = tile_coords({self.tile0}tile_id, num_pid_m, num_pid_n)")
+                    self._tile_coords("tile_id")
                 self.body(lp.body)
         elif lp.kind is ir.LoopKind.K:
             with b.block("for kk in range(k_tiles)", comment="for k"):
@@ -383,9 +391,13 @@ class _PartitionEmitter:
     def _coord(self, axis: ir.Axis) -> str:
         return {ir.Axis.M: "off_m", ir.Axis.N: "off_n", ir.Axis.K: f"{self.kb} * BK"}[axis]
 
+    def _b_slot(self, ring: str, slot: str) -> str:
+        """B's slot `slot` of `ring` as a 2-D (BN, BK) or (BK, BN) view (a grouped module's slots are 3-D)."""
+        return f"{ring}.index({slot})"
+
     def _b_view(self, ring: str, slot: str, cols: ir.ColBlock | None, k_cols: ir.ColBlock | None = None) -> str:
         k_major = self.m.spec.b_layout is BLayout.K_MAJOR
-        view = f"{ring}.index({slot})"
+        view = self._b_slot(ring, slot)
         if cols is not None:  # a column block of N: dim 0 of a K-major (BN, BK) slot, dim 1 of (BK, BN)
             view += f".slice({cols.start}, {cols.cols}{'' if k_major else ', dim=1'})"
         if k_cols is not None:  # a slice of K: dim 1 of a K-major slot, dim 0 of (BK, BN)
@@ -708,7 +720,7 @@ class _PartitionEmitter:
                     b.line(f"{acc} = {acc} * (gl.load(scale_a_ptr) * gl.load(scale_b_ptr))", s.value)
                 case ir.EpilogueStep.SCALE_ROWWISE:
                     b.line("scale_a = gl.load(scale_a_ptr + offs_m, mask=offs_m < M, other=0.0)")
-                    b.line("scale_b = gl.load(scale_b_ptr + offs_n, mask=offs_n < N, other=0.0)")
+                    b.line(f"scale_b = gl.load({self.scale_b} + offs_n, mask=offs_n < N, other=0.0)")
                     b.line(f"{acc} = {acc} * gl.expand_dims(scale_a, 1) * gl.expand_dims(scale_b, 0)", s.value)
                 case ir.EpilogueStep.ADD_BIAS:
                     b.line("bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)")
@@ -731,7 +743,7 @@ class _PartitionEmitter:
                     b.line(f"{blk} = {blk} * (gl.load(scale_a_ptr) * gl.load(scale_b_ptr))", s.value)
                 case ir.EpilogueStep.SCALE_ROWWISE:
                     b.line(f"{blk} = {blk} * gl.expand_dims(gl.load(scale_a_ptr + {rows_v}, mask={rows_v} < M, "
-                           f"other=0.0), 1) * gl.expand_dims(gl.load(scale_b_ptr + {cols_v}, mask={cols_v} < N, "
+                           f"other=0.0), 1) * gl.expand_dims(gl.load({self.scale_b} + {cols_v}, mask={cols_v} < N, "
                            "other=0.0), 0)", s.value)
                 case ir.EpilogueStep.ADD_BIAS:
                     b.line(f"{blk} = {blk} + gl.expand_dims(gl.load(bias_ptr + {cols_v}, mask={cols_v} < N, "
@@ -800,6 +812,8 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
             case ir.TmaStore():
                 used[store_desc(o)] = None
                 used[o.buffer] = None
+                if m.tiling.grouped:  # (a tile crossing its group's last row stores through masked stores)
+                    used["c_ptr"] = None
             case ir.PrefetchOperand():
                 used[f"{o.operand}_desc"] = None
                 used[o.buffer] = None
@@ -818,6 +832,8 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
                         used["scale_b_ptr"] = None
                     if s in (ir.EpilogueStep.ADD_BIAS, ir.EpilogueStep.ADD_ROW_BIAS):
                         used["bias_ptr"] = None
+    if m.tiling.grouped:  # every partition's tile loop scans the group bounds
+        used.update(dict.fromkeys(GROUP_PARAMS[1:]))
     order = {n: i for i, n in enumerate(_all_resources(m))}
     return sorted(used, key=lambda n: order[n]) + list(_sizes(m))
 
@@ -848,6 +864,8 @@ def kernel_params(m: ir.Module) -> tuple[str, ...]:
         ps += [f"{s.name}_desc" if s.kind.value == "dense" else f"{s.name}_ptr" for s in m.spec.epilogue.operands]
     if m.tiling.stream_k:
         ps += SK_PARAMS
+    if m.tiling.grouped:
+        ps += GROUP_PARAMS
     return tuple(ps) + _sizes(m)
 
 
@@ -880,6 +898,12 @@ def prelude(m: ir.Module, header: str) -> CodeBuffer:
         b.line()
         b.line()
         b.lines(_STREAM_K)
+    if t.grouped:
+        from warploom.backends.gluon_grouped import group_helpers
+
+        b.line()
+        b.line()
+        b.lines(group_helpers(t.grouping))
     return b
 
 
@@ -911,8 +935,10 @@ def lower(m: ir.Module, emitter: type[_PartitionEmitter] = _PartitionEmitter, he
                                f"{r.cols} fp32 scales")
                 continue
             desc = f"{r.tensor.value.lower()}_desc"
-            b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {r.rows}, {r.cols}], "
-                   f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({r.rows}, {r.cols}) {r.dtype.value}")
+            # (a grouped module's B slots are (1, rows, cols): its 3-D descriptor's box, one group's block)
+            box = f"1, {r.rows}" if t.grouped and r.tensor is ir.Tensor.B else f"{r.rows}"
+            b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {box}, {r.cols}], "
+                   f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}")
         for bf in m.buffers:
             desc = {ir.Tensor.C: output_desc(bf.output), ir.Tensor.OPERAND: f"{bf.operand}_desc",
                     ir.Tensor.WORKSPACE: WORKSPACE_DESC}.get(bf.tensor, f"{bf.tensor.value.lower()}_desc")

@@ -19,7 +19,7 @@ from typing import Any
 
 from warploom.dtypes import DType
 from warploom.ir.warps import WarpMask
-from warploom.spec import GemmSpec
+from warploom.spec import GemmSpec, Grouping
 
 
 class Role(enum.Enum):
@@ -723,6 +723,16 @@ class Tiling:
             edges. K loops run over the unit's k-blocks (guards count from k_lo); a `Fixup` joins the pieces of a
             split tile through an fp32 workspace of G BM x BN slots and a flag per slot and consumer partition. The
             launch grid is the planned grid even where it exceeds the tiles.
+        grouping: a grouped GEMM (`spec.Grouping`, the experts of a mixture-of-experts layer): the TILES and FLAT
+            loops visit (group, tile) pairs, tile ids 0 .. T - 1 over all groups, T = sum over groups of
+            cdiv(rows_g, BM) * cdiv(N, BN), a group's tiles consecutive and in the grouped raster within it. The
+            tile-to-group map is computed in the kernel from the group bounds (OFFSETS: offs; MASKED: the counts) by
+            a scan over the groups, so nothing is read back to the host and a CUDA graph replays with other
+            bounds. In such a module a `TmaLoad` of B reads group g's matrix (B is (G, N, K) or (G, K, N), a 3-D
+            descriptor, so a K or N tail reads zeros, never the next group's rows), a `TmaLoad` of A reads rows
+            from the group's first row (rows past its last feed only output rows that are dropped), and a
+            `TmaStore` to C is clipped at the group's last row (a tile crossing into the next group never writes
+            it); rowwise scale_b is read from group g's row of a (G, N) tensor. The launch grid is the planned grid.
     """
 
     bm: int
@@ -734,6 +744,11 @@ class Tiling:
     ranged: bool = False
     swap_ab: bool = False
     stream_k: int = 0
+    grouping: Grouping = Grouping.NONE
+
+    @property
+    def grouped(self) -> bool:
+        return self.grouping is not Grouping.NONE
 
     def block(self, axis: Axis) -> int:
         return {Axis.M: self.bm, Axis.N: self.bn, Axis.K: self.bk}[axis]

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from warploom.spec import Grouping
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -57,9 +59,15 @@ class TileRef:
     k_lo: int = 0
     k_hi: int | None = None
     peers: tuple[int, ...] = ()
+    group: int = 0
+    row_end: int | None = None
+
+    # group, row_end: a grouped module's (ir.Tiling.grouping): the tile's group and that group's end row in C (its
+    # stores are clipped there; None: C's own end).
 
     def __str__(self) -> str:
-        ks = f", k-range {self.split}" if self.split else ""
+        ks = f", group {self.group}" if self.row_end is not None else ""
+        ks += f", k-range {self.split}" if self.split else ""
         ks += f", k-blocks {self.k_lo}..{self.k_hi}" if self.k_hi is not None else ""
         return f"tile #{self.index} (m={self.pid_m}, n={self.pid_n}{ks})"
 
@@ -171,4 +179,41 @@ def stream_k_units(pid: int, m: int, n: int, k_tiles: int, bm: int, bn: int, gro
         peers = tuple(range(pid + 1, last + 1)) if k_lo == 0 and k_hi < k_tiles else ()
         pm, pn = tile_coords(dp_tiles + t, num_pid_m, num_pid_n, group_m)
         out.append(TileRef(len(out), dp_tiles + t, pm, pn, pm * bm, pn * bn, k_lo=k_lo, k_hi=k_hi, peers=peers))
+    return tuple(out)
+
+
+def group_bounds(grouping: Grouping, values: Iterable[int], m: int) -> tuple[tuple[int, int], ...]:
+    """Each group's rows [start, end) of A and C in a grouped launch (`ir.Tiling.grouping`) of M rows: line for line
+    the kernel's scan (backends/gluon_grouped.py). OFFSETS `values` are the cumulative ends offs, each clamped to
+    [previous end, M]; MASKED ones the counts masked_m, each clamped to [0, M // G] from g * (M // G)."""
+    vals = [int(v) for v in values]
+    out: list[tuple[int, int]] = []
+    end = 0
+    for g, v in enumerate(vals):
+        if grouping is Grouping.OFFSETS:
+            start = end
+            end = min(max(v, start), m)
+        else:
+            cap = m // len(vals)
+            start = g * cap
+            end = start + min(max(v, 0), cap)
+        out.append((start, end))
+    return tuple(out)
+
+
+def group_tiles(pid: int, bounds: tuple[tuple[int, int], ...], n: int, bm: int, bn: int, group_m: int,
+                grid: int) -> tuple[TileRef, ...]:
+    """The tiles CTA `pid` of a grouped launch visits (tile ids pid, pid + grid, ... over every group's tiles, a
+    group's consecutive, in the grouped raster within it): the kernel's ``group_tile``."""
+    num_pid_n = cdiv(n, bn)
+    firsts, seen = [], 0
+    for start, end in bounds:
+        firsts.append(seen)
+        seen += cdiv(end - start, bm) * num_pid_n
+    out = []
+    for i, tile_id in enumerate(range(pid, seen, grid)):
+        g = max(j for j, f in enumerate(firsts) if f <= tile_id and cdiv(bounds[j][1] - bounds[j][0], bm) > 0)
+        start, end = bounds[g]
+        pm, pn = tile_coords(tile_id - firsts[g], cdiv(end - start, bm), num_pid_n, group_m)
+        out.append(TileRef(i, tile_id, pm, pn, start + pm * bm, pn * bn, group=g, row_end=end))
     return tuple(out)

@@ -50,6 +50,7 @@ def structural(m: ir.Module) -> list[str]:
     errs += _check_split_k(m)
     errs += _check_swap(m)
     errs += _check_stream_k(m)
+    errs += _check_grouped(m)
     for b in m.barriers:
         for rn in b.rings:
             if rn not in ring_names:
@@ -422,6 +423,30 @@ def _check_stream_k(m: ir.Module) -> list[str]:
         if t.stream_k and p.role in (ir.Role.CONSUMER, ir.Role.SEQUENTIAL) and not any(
                 isinstance(o, ir.Fixup) for o, _ in ir.walk(p.body)):
             errs.append(f"partition {p.name}: a stream-K consumer without a fixup would store partial sums as tiles")
+    return errs
+
+
+def _check_grouped(m: ir.Module) -> list[str]:
+    """A grouped module (ir.Tiling.grouping) runs whole tiles of one group each, on sm_90a: its tile ids come from the
+    group scan, so no split-K, ranges, stream-K, swap or ping-pong (their tile arithmetic counts C's tiles); the
+    spec's grouping matches the tiling's, and the spec is one a grouped kernel takes (`GemmSpec.grouped_problems`).
+
+    Allowed:   tiling(grouping=offsets) over a bf16 or fp8 rowwise spec grouped=offsets, cooperative consumers.
+    Forbidden: tiling(grouping=offsets, split_k=2); a ping-pong consumer's `for tiles[1::2]`; an sm_100a module."""
+    t, errs = m.tiling, []
+    if t.grouping is not m.spec.grouping:
+        errs.append(f"tiling grouping {t.grouping.value} but spec grouping {m.spec.grouping.value}")
+    if not t.grouped:
+        return errs
+    if t.split_k > 1 or t.ranged or t.stream_k or t.swap_ab:
+        errs.append("grouping with split-K, a ranged launch, stream-K or swap_ab (their tiles are C's, not a group's)")
+    errs += [f"grouping with {p}" for p in m.spec.grouped_problems()]
+    if m.blackwell or m.gfx1250:
+        errs.append("grouping on sm_100a or gfx1250 (built for sm_90a only)")
+    for p in m.partitions:
+        for loop in _loops(p.body):
+            if loop.kind is ir.LoopKind.TILES and loop.step != 1:
+                errs.append(f"partition {p.name}: a ping-pong tiles loop in a grouped module")
     return errs
 
 

@@ -28,6 +28,7 @@ def kernel_name(spec: GemmSpec, plan: Plan) -> str:
     scale = "" if spec.scale is ScaleRecipe.NONE else f"_{spec.scale.value}"
     bias = "_bias" if spec.bias_dtype else ""
     a = "_am_major" if spec.a_layout is ALayout.M_MAJOR else ""
+    a += f"_grouped_{spec.grouping.value}" if spec.grouped else ""
     return (
         f"warploom_{spec.a_dtype.value}{spec.b_dtype.value}_{spec.out_dtype.value}{scale}{bias}{acc}{a}"
         f"_b{spec.b_layout.value}_{plan.short()}{_epilogue_tag(spec)}"
@@ -127,6 +128,6 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     return ir.Module(
         name=kernel_name(spec, plan), spec=spec,
         tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid, plan.split_k, ranged=plan.tail_split > 1,
-                         swap_ab=plan.swap_ab, stream_k=plan.stream_k),
+                         swap_ab=plan.swap_ab, stream_k=plan.stream_k, grouping=spec.grouping),
         partitions=(part,), rings=rings,
     )

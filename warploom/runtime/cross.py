@@ -87,6 +87,8 @@ def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
     t, s = m.tiling, m.spec
     b_block = [t.bn, t.bk] if s.b_layout is BLayout.K_MAJOR else [t.bk, t.bn]
     a_block = [t.bk, t.bm] if s.a_layout is ALayout.M_MAJOR else [t.bm, t.bk]
+    if t.grouped:  # (B's 3-D descriptor over (G, N, K) or (G, K, N): one group's block)
+        b_block = [1, *b_block]
     blocks = {"a_desc": (s.a_dtype, a_block), "b_desc": (s.b_dtype, b_block)}
     for bf in m.buffers:
         if bf.tensor is ir.Tensor.C:
@@ -122,6 +124,10 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
             sig[p] = "*fp32"
         elif p in SK_TYPES:
             sig[p] = SK_TYPES[p]
+        elif p == "group_ptr":
+            sig[p] = "*i32"
+        elif p == "c_ptr":  # (a grouped module's C, for its clipped stores)
+            sig[p] = f"*{_SIG[m.spec.out_dtype]}"
         elif p == "bias_ptr" and m.spec.epilogue is None:
             assert m.spec.bias_dtype is not None
             sig[p] = f"*{_SIG[m.spec.bias_dtype]}"

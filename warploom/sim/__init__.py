@@ -11,6 +11,7 @@ ring slot and buffer (`memory.py`) and, optionally, the data with torch on the C
     draw_timeline(result, path)         the per-partition timeline of a simulation (matplotlib)
     compare(module, inputs, ctas=...)   simulate on inputs and judge the tiles written against torch fp32
     compare_kernel(kernel, inputs)      the same for a Kernel: both launches of a split-K tail plan
+    simulate_grouped(module, a, b, bounds)  a grouped module (ir.Tiling.grouping) over its group bounds
 
 Entry points elsewhere: `Kernel.simulate` / `Kernel.check_protocol`; `warploom.matmul` and
 `warploom.scaled_mm` on small CPU problems; `warploom sim` and `warploom demo` without a GPU.
@@ -31,6 +32,7 @@ from warploom.sim.compare import Comparison, compare, compare_kernel, sample_cta
 from warploom.sim.events import EventKind, TimelineEvent
 from warploom.sim.explore import ExploreReport, explore
 from warploom.sim.findings import FindingKind, ProtocolError, SimFinding
+from warploom.sim.grouped import reference_grouped, simulate_grouped
 from warploom.sim.simulate import CheckReport, SimReport, SimResult, check_protocol, representative_ctas, simulate
 
 
@@ -45,5 +47,5 @@ __all__ = [
     "CheckReport", "Comparison", "EventKind", "ExploreReport", "FindingKind", "ProtocolError", "SimFinding",
     "SimReport", "SimResult", "Span", "TileRef", "TimelineEvent", "check_protocol", "compare", "compare_kernel",
     "cta_tiles", "draw_timeline", "explore", "launch_grid", "representative_ctas", "sample_ctas", "sample_kernel_ctas",
-    "simulate", "tail_spans", "tile_coords",
+    "reference_grouped", "simulate", "simulate_grouped", "tail_spans", "tile_coords",
 ]

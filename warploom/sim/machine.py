@@ -661,7 +661,7 @@ class Machine:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
         self._sum_check(i, ins.site, ins.acc, "scales")
         if self.data is not None:
-            self.data.epilogue(i, ins.acc, ins.steps, ins.off_m, ins.off_n, ins.cols)
+            self.data.epilogue(i, ins.acc, ins.steps, ins.off_m, ins.off_n, ins.cols, ins.group)
 
     def _load_operand(self, i: int, pc: int, ins: LoadOperandI) -> None:
         # A synchronous register load of read-only global memory: nothing to order against other partitions.
@@ -917,7 +917,7 @@ class Machine:
         e = self.stores[i][self.store_done[i]]
         ins = self._store_of(e)
         if self.data is not None:
-            self.data.tma_store(ins.buffer, ins.off_m, ins.off_n, ins.output, ins.workspace)
+            self.data.tma_store(ins.buffer, ins.off_m, ins.off_n, ins.output, ins.workspace, ins.row_end)
         self.store_done[i] += 1
         self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
 

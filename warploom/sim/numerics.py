@@ -64,7 +64,8 @@ class Operands:
            scale_b: torch.Tensor | None, bias: torch.Tensor | None, outs: tuple[torch.Tensor, ...],
            epilogue: Mapping[str, torch.Tensor], span_tiles: int = 0) -> Operands:
         """`span_tiles`: a ranged split-K launch's tile count (its compact workspace's size)."""
-        b_rows = b.t() if module.spec.b_layout is BLayout.K_MAJOR else b
+        # (a grouped module's B is (G, K, N): its rows per group, (G, N, K) or (G, K, N))
+        b_rows = b.transpose(-2, -1) if module.spec.b_layout is BLayout.K_MAJOR else b
         # Blockwise scales stay 2-D: (M, k-blocks) and (k-blocks, N-blocks or N), read per (tile, k-block).
         keep = module.spec.scale.is_blockwise
         t = module.tiling
@@ -112,6 +113,8 @@ class CtaData:
             self.slots[ring][slot] = self._scales(tag, t.shape[1])
             return
         src = (self.ops.a.t() if self.m_major else self.ops.a) if tag.tensor == "A" else self.ops.b_rows
+        if tag.group is not None:  # a grouped module's B: the group's matrix, zeros past its edges (3-D descriptor)
+            src = src[tag.group]
         self.slots[ring][slot] = _block(src, tag.origin[0], tag.origin[1], t.shape[0], t.shape[1])
 
     def _scales(self, tag: Tag, n: int) -> torch.Tensor:
@@ -183,8 +186,9 @@ class CtaData:
         self.accs[agent][acc] = torch.zeros_like(self.accs[agent][acc])
 
     def epilogue(self, agent: int, acc: str, steps: tuple[ir.EpilogueStep, ...], off_m: int, off_n: int,
-                 block: tuple[int, int] | None = None) -> None:
-        """`steps` on columns `block` of `acc` (all of them when None), whose column 0 is output column off_n."""
+                 block: tuple[int, int] | None = None, group: int = 0) -> None:
+        """`steps` on columns `block` of `acc` (all of them when None), whose column 0 is output column off_n; a
+        grouped module's rowwise scale_b is its `group`'s row of the (G, N) scales."""
         whole = self.accs[agent][acc]
         c0, c1 = block if block is not None else (0, whole.shape[1])
         x = whole[:, c0:c1]
@@ -204,7 +208,7 @@ class CtaData:
             elif s is ir.EpilogueStep.SCALE_ROWWISE:
                 assert ops.scale_a is not None and ops.scale_b is not None
                 sa = _masked(ops.scale_a, off_m, rows, in_m)
-                sb = _masked(ops.scale_b, off_n, cols, in_n)
+                sb = _masked(ops.scale_b, group * n + off_n, cols, in_n)
                 x = x * sa[:, None] * sb[None, :]
             elif s is ir.EpilogueStep.ADD_ROW_BIAS:
                 assert ops.bias is not None
@@ -246,12 +250,16 @@ class CtaData:
         else:  # no apply_epilogue of this block (a finding): the registers hold nothing meaningful
             self.bufs[buffer] = torch.full(buf.shape, float("nan")).to(self.buf_dtype[buffer])
 
-    def tma_store(self, buffer: str, off_m: int, off_n: int, output: int = 0, workspace: bool = False) -> None:
+    def tma_store(self, buffer: str, off_m: int, off_n: int, output: int = 0, workspace: bool = False,
+                  row_end: int | None = None) -> None:
         if workspace:
             assert self.ops.workspace is not None and self.ops.ws_writes is not None
             _box_write(self.ops.workspace, self.ops.ws_writes, self.bufs[buffer], off_m, off_n)
             return
-        self._write(self.bufs[buffer], off_m, off_n, output)
+        tile = self.bufs[buffer]
+        if row_end is not None:  # a grouped module's store: clipped at its group's end row
+            tile = tile[:max(0, row_end - off_m)]
+        self._write(tile, off_m, off_n, output)
 
     def store_tile(self, agent: int, acc: str, off_m: int, off_n: int, output: int | None = None) -> None:
         if output is None:

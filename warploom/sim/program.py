@@ -22,7 +22,7 @@ from warploom.epilogue.operands import OperandSpec
 from warploom.errors import WarploomError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.ir.raster import Span, TileRef, cdiv, cta_tiles, stream_k_units
+from warploom.ir.raster import Span, TileRef, cdiv, cta_tiles, group_tiles, stream_k_units
 from warploom.ir.warps import WarpMask
 from warploom.spec import ALayout, BLayout
 
@@ -48,9 +48,16 @@ class Geometry:
     k_tiles: int
 
     @staticmethod
-    def of(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int, span: Span | None = None) -> Geometry:
-        """CTA `pid`'s share; `span`: a ranged module's launch range (`ir.Tiling.ranged`; None: all of C)."""
+    def of(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int, span: Span | None = None,
+           groups: tuple[tuple[int, int], ...] | None = None) -> Geometry:
+        """CTA `pid`'s share; `span`: a ranged module's launch range (`ir.Tiling.ranged`; None: all of C); `groups`:
+        a grouped module's group bounds (`ir.raster.group_bounds`)."""
         t = module.tiling
+        if t.grouped:
+            if groups is None:
+                raise ValueError(f"module {module.name} is grouped (ir.Tiling.grouping): pass its group bounds")
+            return Geometry(m, n, k, pid, grid, group_tiles(pid, groups, n, t.bm, t.bn, t.group_m, grid),
+                            cdiv(k, t.bk))
         if t.stream_k:
             return Geometry(m, n, k, pid, grid, stream_k_units(pid, m, n, cdiv(k, t.bk), t.bm, t.bn, t.group_m, grid,
                                                                t.stream_k), cdiv(k, t.bk))
@@ -77,9 +84,11 @@ class Tag:
     tensor: str
     axes: tuple[str, str]
     origin: tuple[int, int]
+    group: int | None = None  # a grouped module's B: the group's matrix (ir.Tiling.grouping)
 
     def __str__(self) -> str:
-        return f"{self.tensor}[{self.axes[0]}={self.origin[0]}, {self.axes[1]}={self.origin[1]}]"
+        g = "" if self.group is None else f"g={self.group}, "
+        return f"{self.tensor}[{g}{self.axes[0]}={self.origin[0]}, {self.axes[1]}={self.origin[1]}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +230,7 @@ class EpilogueI:
     off_m: int
     off_n: int  # the accumulator's first column in the output
     cols: tuple[int, int]  # the accumulator's column block [start, stop) the steps apply to
+    group: int = 0  # a grouped module's: the tile's group (rowwise scale_b's row)
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,6 +290,7 @@ class TmaStoreI:
     off_n: int  # the column block's origin: tile origin + part * BN / parts (swap_ab: C's, the module's swapped)
     output: int = 0  # the output tensor written (0 is C)
     workspace: bool = False  # split-K: to the fp32 workspace (off_m counts its slab's rows) instead
+    row_end: int | None = None  # a grouped module's: rows from here on are not written (the group's end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,9 +406,10 @@ def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
     bk = module.tiling.bk
     a = Tag("A", ("k", "m"), (k * bk, tile.off_m)) if module.spec.a_layout is ALayout.M_MAJOR else \
         Tag("A", ("m", "k"), (tile.off_m, k * bk))
+    g = tile.group if module.tiling.grouped else None  # (a grouped module reads the tile's group's B)
     if module.spec.b_layout is BLayout.K_MAJOR:
-        return a, Tag("B", ("n", "k"), (tile.off_n, k * bk))
-    return a, Tag("B", ("k", "n"), (k * bk, tile.off_n))
+        return a, Tag("B", ("n", "k"), (tile.off_n, k * bk), g)
+    return a, Tag("B", ("k", "n"), (k * bk, tile.off_n), g)
 
 
 class _Interp:
@@ -564,8 +576,9 @@ class _Interp:
                     ring = m.ring(o.ring)
                     t = self._tile_in_k(text)
                     origin = {ir.Axis.M: t.off_m, ir.Axis.N: t.off_n, ir.Axis.K: self._kb(t) * m.tiling.bk}
+                    group = t.group if m.tiling.grouped and o.tensor is ir.Tensor.B else None
                     tag = Tag(o.tensor.value, (o.coord[0].value, o.coord[1].value),
-                              (origin[o.coord[0]], origin[o.coord[1]]))
+                              (origin[o.coord[0]], origin[o.coord[1]]), group)
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
                     yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ring.slot_bytes)
@@ -630,7 +643,8 @@ class _Interp:
                 case ir.Epilogue():
                     t = self._tile(text)
                     cols = self._block(self._acc(o.acc, text), o.part, o.parts, text)
-                    yield EpilogueI(site, o.acc, o.steps, t.off_m + self.row0, t.off_n + self._col0(o.acc), cols)
+                    yield EpilogueI(site, o.acc, o.steps, t.off_m + self.row0, t.off_n + self._col0(o.acc), cols,
+                                    t.group)
                 case ir.StoreSmem():
                     buf = m.buffer(o.buffer)
                     acc = next((a for a in self.p.accumulators if a.name == o.acc), None)
@@ -662,7 +676,7 @@ class _Interp:
                     r0, c0 = r0 + self.row0, c0 + o.part * (m.tiling.bn // o.parts)
                     if m.tiling.swap_ab:  # C's rows are this module's columns
                         r0, c0 = c0, r0
-                    yield TmaStoreI(site, o.buffer, r0, c0, o.output, ws)
+                    yield TmaStoreI(site, o.buffer, r0, c0, o.output, ws, None if ws else t.row_end)
                 case ir.LoadOperand():
                     self._tile(text)
                     self._operand(o, text)

@@ -1,0 +1,118 @@
+"""Grouped GEMMs on the GPU (issue 27): warploom.grouped_mm against torch._grouped_mm (bf16) and
+warploom.scaled_grouped_mm against torch._scaled_grouped_mm (fp8 rowwise, fast accumulation and not), plus a Python
+loop over experts as the floor, on MoE shapes: 8 experts / 8192 rows / N=4096 / K=7168 (issue 27's), 8 experts /
+8192 rows / N=7168 / K=2048 (its down projection), and 32 experts / 16384 rows / N=2048 / K=7168 (a finer MoE).
+A random routing with an empty expert and ragged edges, the same for every kernel; each output is checked against
+torch's before it is timed (rows of every expert). Times are CUDA-graph replays (kernel time, medians of
+triton.testing.do_bench over 10 calls a graph). Prints a table and writes JSON with --out.
+
+    PYTHONPATH=. python3 scripts/bench_grouped.py --out grouped.json [--shapes 8x8192x4096x7168,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import warploom
+from warploom.reference import relative_error as _err
+from warploom.runtime.timing import time_graph as _time_graph
+
+SHAPES = [(8, 8192, 4096, 7168), (8, 8192, 7168, 2048), (32, 16384, 2048, 7168)]
+
+
+def _routing(experts: int, rows: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.rand(experts, generator=g) + 0.25
+    w[0] = 0  # an empty expert
+    counts = (w / w.sum() * rows).floor().long()
+    counts[-1] += rows - int(counts.sum())
+    return counts.cumsum(0).to(torch.int32).cuda()
+
+
+def _loop(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> Callable[[], Any]:
+    """A Python loop over experts (the offsets read once on the host, outside the timed call)."""
+    ends = [0, *offs.tolist()]
+    out = torch.empty(a.shape[0], w.shape[1], device="cuda", dtype=torch.bfloat16)
+
+    def run() -> torch.Tensor:
+        for g in range(w.shape[0]):
+            if ends[g + 1] > ends[g]:
+                torch.mm(a[ends[g]:ends[g + 1]], w[g].t(), out=out[ends[g]:ends[g + 1]])
+        return out
+
+    return run
+
+
+def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
+    torch.manual_seed(0)
+    offs = _routing(experts, rows)
+    end = int(offs[-1])
+    flops = 2 * end * n * k
+    if kind == "bf16":
+        a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16)
+        b = w.transpose(-2, -1)
+        ours = lambda: warploom.grouped_mm(a, b, offs)  # noqa: E731
+        theirs = lambda: torch._grouped_mm(a, b, offs=offs)  # noqa: E731
+        loop = _loop(a, w, offs)
+    else:
+        fast = kind == "fp8-fast"
+        a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
+        w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn)
+        b = w.transpose(-2, -1)
+        sa, sb = torch.rand(rows, device="cuda") + 0.5, torch.rand(experts, n, device="cuda") + 0.5
+        ours = lambda: warploom.scaled_grouped_mm(a, b, sa, sb, offs, use_fast_accum=fast)  # noqa: E731
+        theirs = lambda: torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16,  # noqa: E731
+                                                  use_fast_accum=fast)
+        loop = None
+    err = _err(ours()[:end], theirs()[:end])
+    row: dict[str, Any] = {"experts": experts, "rows": rows, "n": n, "k": k, "kind": kind, "err_vs_torch": err}
+    if not err < 2e-2:
+        row["error"] = f"mismatch against torch: relative error {err:.3g}; not timed"
+        return row
+    row["warploom_ms"] = _time_graph(ours)
+    row["torch_ms"] = _time_graph(theirs)
+    if loop is not None:
+        row["loop_ms"] = _time_graph(loop)
+    for key in ("warploom", "torch", "loop"):
+        if f"{key}_ms" in row:
+            row[f"{key}_tflops"] = flops / row[f"{key}_ms"] / 1e9
+    row["speedup"] = row["torch_ms"] / row["warploom_ms"]
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="grouped.json")
+    ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
+                    help="experts x rows x N x K, comma-separated")
+    ap.add_argument("--kinds", default="bf16,fp8,fp8-fast")
+    args = ap.parse_args()
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    rows = []
+    print(f"{'shape':>24} {'kind':>9} {'warploom TF':>12} {'torch TF':>9} {'loop TF':>8} {'x torch':>8} {'err':>9}")
+    for e, r, n, k in shapes:
+        for kind in args.kinds.split(","):
+            t0 = time.time()
+            row = _case(e, r, n, k, kind)
+            rows.append(row)
+            shape = f"{e}x{r}x{n}x{k}"
+            if "error" in row:
+                print(f"{shape:>24} {kind:>9} {row['error']}")
+                continue
+            loop = f"{row['loop_tflops']:8.0f}" if "loop_tflops" in row else f"{'-':>8}"
+            print(f"{shape:>24} {kind:>9} {row['warploom_tflops']:12.0f} {row['torch_tflops']:9.0f} {loop} "
+                  f"{row['speedup']:8.3f} {row['err_vs_torch']:9.2e}  ({time.time() - t0:.0f} s)")
+            with open(args.out, "w") as f:  # (after every case: a timeout keeps what ran)
+                json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                           "warploom": warploom.__version__, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

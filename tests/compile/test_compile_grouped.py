@@ -1,0 +1,42 @@
+"""Compile tier for grouped kernels (ir.Tiling.grouping, backends/gluon_grouped.py): each compiles for sm_90a, runs
+its MMAs as HGMMA (16-bit) or QGMMA (fp8), does not spill, fits the H100's shared memory, keeps wgmma unserialized,
+and has both store paths: TMA stores inside a group and masked global stores across its end."""
+
+from __future__ import annotations
+
+import pytest
+
+from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
+from warploom.kernel import build
+
+SMEM_LIMIT = 232448
+BF16, FP16, E4 = DType.BF16, DType.FP16, DType.E4M3
+OFF, MASK = Grouping.OFFSETS, Grouping.MASKED
+
+
+def _rw(m: int, acc: Accumulation, g: Grouping = OFF) -> GemmSpec:
+    return GemmSpec(m, 4096, 7168, E4, E4, BF16, scale=ScaleRecipe.ROWWISE, accumulation=acc, grouping=g, groups=8)
+
+
+CASES = [
+    ("bf16_offsets_128x256", GemmSpec(8192, 4096, 7168, grouping=OFF, groups=8)),
+    ("bf16_offsets_128x128", GemmSpec(1024, 4096, 7168, grouping=OFF, groups=8)),
+    ("fp16_nmajor_offsets", GemmSpec(2048, 2048, 1024, FP16, FP16, FP16, BLayout.N_MAJOR, grouping=OFF, groups=8)),
+    ("bf16_masked_decode_64x128", GemmSpec(8 * 64, 4096, 7168, grouping=MASK, groups=8)),
+    ("e4m3_rowwise_fast_offsets", _rw(8192, Accumulation.NATIVE)),
+    ("e4m3_rowwise_promoted_offsets", _rw(8192, Accumulation.PROMOTED)),
+    ("e4m3_rowwise_fast_masked", _rw(8 * 128, Accumulation.NATIVE, MASK)),
+]
+
+
+@pytest.mark.parametrize("name,spec", CASES, ids=[c[0] for c in CASES])
+def test_grouped_compiles(name: str, spec: GemmSpec) -> None:
+    k = build(spec, H100_SXM)
+    c = k.compile("sm_90a")
+    mma = "QGMMA" if spec.is_fp8 else "HGMMA"
+    assert c.count(mma) > 0, c.summary()
+    assert c.spills == 0, c.summary()
+    assert c.smem_bytes <= SMEM_LIMIT
+    assert not c.wgmma_serialized
+    assert "cp.async.bulk.tensor.3d.shared" in c.ptx  # B's 3-D descriptor (a load into shared memory)
+    assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores

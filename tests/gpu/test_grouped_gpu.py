@@ -1,0 +1,141 @@
+"""GPU tier for grouped GEMMs (warploom.grouped_mm / scaled_grouped_mm, ir.Tiling.grouping): against
+torch._grouped_mm and torch._scaled_grouped_mm on random routings (empty experts, ragged edges), the masked and
+batched layouts against fp32 references, rows outside every expert untouched, and a CUDA graph captured once and
+replayed after the offsets changed in place (the tile-to-expert map is computed on the device)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import warploom
+from warploom.reference import relative_error as _err
+
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU"),
+              pytest.mark.timeout(300, method="thread")]
+
+
+def _routing(seed: int, experts: int, rows: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.rand(experts, generator=g)
+    w[torch.randperm(experts, generator=g)[: experts // 4]] = 0  # empty experts
+    counts = (w / w.sum() * rows).floor().long()
+    counts[int(w.argmax())] += rows - int(counts.sum())
+    return counts.cumsum(0).to(torch.int32).cuda()
+
+
+def _rows(offs: torch.Tensor) -> int:
+    return int(offs[-1])
+
+
+SHAPES = [(8, 8192, 4096, 7168), (8, 1000, 2048, 1024), (16, 3000, 1536, 2048), (4, 100, 4096, 512)]
+
+
+@pytest.mark.parametrize("experts,rows,n,k", SHAPES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bf16_against_torch_grouped_mm(experts: int, rows: int, n: int, k: int, seed: int) -> None:
+    torch.manual_seed(seed)
+    offs = _routing(seed, experts, rows)
+    a = torch.randn(rows + 64, k, device="cuda", dtype=torch.bfloat16)  # 64 rows past offs[-1]
+    w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16)
+    out = warploom.grouped_mm(a, w.transpose(-2, -1), offs)
+    ref = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
+    end = _rows(offs)
+    assert _err(out[:end], ref[:end]) < 1e-2
+
+
+def test_bf16_n_major_b() -> None:
+    offs = _routing(3, 8, 2048)
+    a = torch.randn(2048, 1024, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(8, 1024, 2048, device="cuda", dtype=torch.bfloat16)  # (G, K, N) contiguous
+    out = warploom.grouped_mm(a, w, offs)
+    ref = torch._grouped_mm(a, w, offs=offs)
+    assert _err(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("experts,rows,n,k", SHAPES)
+@pytest.mark.parametrize("fast", [False, True])
+def test_fp8_rowwise_against_torch_scaled_grouped_mm(experts: int, rows: int, n: int, k: int, fast: bool) -> None:
+    torch.manual_seed(rows)
+    offs = _routing(rows, experts, rows)
+    a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn)
+    sa = torch.rand(rows, device="cuda") + 0.5
+    sb = torch.rand(experts, n, device="cuda") + 0.5
+    out = warploom.scaled_grouped_mm(a, w.transpose(-2, -1), sa, sb, offs, use_fast_accum=fast)
+    ref = torch._scaled_grouped_mm(a, w.transpose(-2, -1), sa, sb, offs=offs, out_dtype=torch.bfloat16,
+                                   use_fast_accum=fast)
+    assert _err(out, ref) < 2e-2
+
+
+def test_rows_of_no_expert_are_not_written() -> None:
+    offs = torch.tensor([100, 100, 300], dtype=torch.int32, device="cuda")
+    a = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(3, 256, 256, device="cuda", dtype=torch.bfloat16)
+    from warploom.checks_grouped import grouped_call
+    from warploom.grouped import _launcher
+
+    call = grouped_call(a, w.transpose(-2, -1), offs)
+    from warploom.kernel import build
+
+    kern = build(call.spec, warploom.DeviceInfo.current())
+    out = torch.full((512, 256), float("nan"), device="cuda", dtype=torch.bfloat16)
+    _launcher(kern)(call.a, call.b, offs, out)
+    torch.cuda.synchronize()
+    assert out[300:].isnan().all()
+    ref = torch._grouped_mm(a, w.transpose(-2, -1), offs=offs)
+    assert _err(out[:300], ref[:300]) < 1e-2
+
+
+@pytest.mark.parametrize("cap", [16, 64, 192])
+def test_masked_and_batched(cap: int) -> None:
+    experts, n, k = 8, 4096, 2048
+    a = torch.randn(experts, cap, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16)
+    counts = torch.randint(0, cap + 1, (experts,), dtype=torch.int32, device="cuda")
+    counts[0] = 0
+    out = warploom.grouped_mm(a, w.transpose(-2, -1), masked_m=counts)
+    ref = torch.bmm(a.float(), w.float().transpose(1, 2))
+    for g in range(experts):
+        c = int(counts[g])
+        if c:
+            assert _err(out[g, :c], ref[g, :c]) < 1e-2
+    full = warploom.grouped_mm(a, w.transpose(-2, -1))
+    assert _err(full, ref) < 1e-2
+
+
+def test_cuda_graph_replays_with_changed_offsets() -> None:
+    experts, rows, n, k = 8, 4096, 2048, 1024
+    a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+    offs = _routing(0, experts, rows)
+    warploom.grouped_mm(a, w, offs)  # compile and warm up outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = warploom.grouped_mm(a, w, offs)
+    for seed in range(1, 5):
+        offs.copy_(_routing(seed, experts, rows))  # in place: the graph reads the new routing on the device
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = torch._grouped_mm(a, w, offs=offs)
+        assert _err(out, ref) < 1e-2, f"replay {seed}"
+
+
+def test_cuda_graph_fp8_rowwise() -> None:
+    experts, rows, n, k = 8, 2048, 2048, 1024
+    a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn).transpose(-2, -1)
+    sa, sb = torch.rand(rows, device="cuda") + 0.5, torch.rand(experts, n, device="cuda") + 0.5
+    offs = _routing(0, experts, rows)
+    warploom.scaled_grouped_mm(a, w, sa, sb, offs)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = warploom.scaled_grouped_mm(a, w, sa, sb, offs)
+    for seed in (5, 6):
+        offs.copy_(_routing(seed, experts, rows))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = torch._scaled_grouped_mm(a, w, sa, sb, offs=offs, out_dtype=torch.bfloat16)
+        assert _err(out, ref) < 2e-2

@@ -1,0 +1,134 @@
+"""Grouped calls' checks (warploom/checks_grouped.py) and rule 22's plans: each bad input raises a warploom error
+naming the argument, before anything is planned or launched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import warploom
+from warploom import H100_SXM, DType, GemmSpec, Grouping, ScaleRecipe
+from warploom.checks_grouped import grouped_call
+from warploom.errors import DTypeError, InputError, ShapeError, UnsupportedError, WarploomError
+from warploom.kernel import build
+from warploom.planner import grouped_tile, plan_schedule
+
+G, K, N = 4, 64, 128
+
+
+def _ab(rows: int = 100) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(rows, K).bfloat16(), torch.randn(G, N, K).bfloat16().transpose(-2, -1)
+
+
+def _offs(*v: int) -> torch.Tensor:
+    return torch.tensor(v, dtype=torch.int32)
+
+
+def test_good_call_gives_a_grouped_spec() -> None:
+    a, b = _ab()
+    call = grouped_call(a, b, _offs(10, 10, 60, 100))
+    assert call.spec.grouping is Grouping.OFFSETS and call.spec.groups == G
+    assert (call.spec.m, call.spec.n, call.spec.k) == (100, N, K)
+    assert call.out_shape == (100, N)
+
+
+@pytest.mark.parametrize("offs,arg,err,words", [
+    (torch.tensor([10, 20, 30, 40], dtype=torch.int64), "offs", DTypeError, "torch.int32"),
+    (_offs(10, 30, 20, 40), "offs", InputError, "non-decreasing"),
+    (_offs(10, 20, 30, 101), "offs", InputError, "at most a's 100 rows"),
+    (_offs(10, 20, 30), "offs", ShapeError, "one entry per group"),
+])
+def test_bad_offs(offs: torch.Tensor, arg: str, err: type, words: str) -> None:
+    a, b = _ab()
+    with pytest.raises(err) as e:
+        grouped_call(a, b, offs)
+    assert e.value.arg == arg and words in str(e.value) and "Fix:" in str(e.value)
+    assert isinstance(e.value, (ValueError, TypeError))
+
+
+def test_b_group_count_must_match_offs() -> None:
+    a, _ = _ab()
+    b = torch.randn(3, N, K).bfloat16().transpose(-2, -1)
+    with pytest.raises(ShapeError, match=r"offs: expected shape \(3,\)"):
+        grouped_call(a, b, _offs(1, 2, 3, 4))
+
+
+def test_masked_m_larger_than_capacity() -> None:
+    a = torch.randn(G, 32, K).bfloat16()
+    _, b = _ab()
+    with pytest.raises(InputError, match=r"masked_m: expected counts in \[0, 32\].*got counts from 0 to 33"):
+        grouped_call(a, b, masked_m=_offs(0, 33, 5, 1))
+    call = grouped_call(a, b, masked_m=_offs(0, 32, 5, 1))
+    assert call.spec.grouping is Grouping.MASKED and call.out_shape == (G, 32, N) and call.a.shape == (G * 32, K)
+
+
+def test_batched_3d_runs_masked_with_full_counts() -> None:
+    a = torch.randn(G, 16, K).bfloat16()
+    call = grouped_call(a, _ab()[1])
+    assert call.bounds.tolist() == [16] * G
+
+
+@pytest.mark.parametrize("kwargs,arg", [
+    (dict(offs=None), "offs"),  # a 2-D a needs offs
+    (dict(offs=[10, 20, 30, 40]), "offs"),  # a list, not a tensor
+])
+def test_missing_or_untyped_offs(kwargs: dict, arg: str) -> None:
+    a, b = _ab()
+    with pytest.raises(WarploomError) as e:
+        grouped_call(a, b, **kwargs)
+    assert e.value.arg == arg  # type: ignore[attr-defined]
+
+
+def test_fp8_needs_k_major_b_and_fp32_scales() -> None:
+    a8 = torch.randn(100, K).to(torch.float8_e4m3fn)
+    w8 = torch.randn(G, K, N).to(torch.float8_e4m3fn)  # contiguous (G, K, N): N-major, which fp8 wgmma cannot read
+    with pytest.raises(InputError, match="^b: expected"):
+        grouped_call(a8, w8, _offs(1, 2, 3, 4), scale_a=torch.ones(100), scale_b=torch.ones(G, N))
+    b8 = torch.randn(G, N, K).to(torch.float8_e4m3fn).transpose(-2, -1)
+    with pytest.raises(InputError, match="^scale_b: expected shape"):
+        grouped_call(a8, b8, _offs(1, 2, 3, 4), scale_a=torch.ones(100), scale_b=torch.ones(N))
+    call = grouped_call(a8, b8, _offs(1, 2, 3, 4), scale_a=torch.ones(100), scale_b=torch.ones(G, N))
+    assert call.spec.scale is ScaleRecipe.ROWWISE
+
+
+def test_nothing_launches_on_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warploom.grouped as grouped
+
+    monkeypatch.setattr(grouped, "build", lambda *a, **k: pytest.fail("planned before the checks"))
+    a, b = _ab()
+    with pytest.raises(InputError):
+        warploom.grouped_mm(a, b, _offs(10, 30, 20, 40))
+
+
+def test_rule22_tiles() -> None:
+    assert grouped_tile(1024) == (128, 256) and grouped_tile(128) == (128, 128) and grouped_tile(40) == (64, 128)
+    spec = GemmSpec(8192, 4096, 7168, grouping=Grouping.OFFSETS, groups=8)
+    plan = plan_schedule(spec, H100_SXM)
+    assert (plan.bm, plan.bn, plan.split_k, plan.tail_split, plan.stream_k, plan.swap_ab) == (128, 256, 1, 1, 0, False)
+    assert plan.grid == H100_SXM.sm_count
+    k = build(spec, H100_SXM)
+    assert k.module.tiling.grouping is Grouping.OFFSETS and "grouped_offsets" in k.module.name
+    assert "group_tile(" in k.source and "reshape([BN, BK])" in k.source
+
+
+def test_rule22_fp8_rowwise_block_epilogue_and_refusals() -> None:
+    spec = GemmSpec(8192, 4096, 7168, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                    grouping=Grouping.OFFSETS, groups=8)
+    assert plan_schedule(spec, H100_SXM).block_epilogue
+    with pytest.raises(ValueError, match="grouped GEMMs do not take a bias"):
+        GemmSpec(64, 64, 64, bias_dtype=DType.BF16, grouping=Grouping.OFFSETS, groups=2)
+    from warploom.device import B200
+
+    with pytest.raises(UnsupportedError, match="sm_90a"):
+        plan_schedule(GemmSpec(64, 64, 64, grouping=Grouping.OFFSETS, groups=2), B200)
+
+
+def test_verifier_refuses_split_k_in_a_grouped_module() -> None:
+    from dataclasses import replace
+
+    from warploom.ir.verify import structural
+
+    m = build(GemmSpec(512, 256, 256, grouping=Grouping.OFFSETS, groups=2), H100_SXM).module
+    assert not [e for e in structural(m) if "grouping" in e]
+    bad = replace(m, tiling=replace(m.tiling, split_k=2))
+    assert any("grouping with split-K" in e for e in structural(bad))

@@ -1,0 +1,143 @@
+"""Grouped GEMMs on sm_90a (ir.Tiling.grouping): the group scan helpers and the partition emitter's differences.
+
+A grouped kernel is the sm_90a kernel with three changes, all here:
+
+- its tile loop runs over (group, tile) pairs: ``num_tiles`` and each tile's group come from a scan over the
+  group bounds in the kernel (``group_count``, ``group_tile``), never from the host, so a CUDA graph captured once
+  replays with other offsets. The scan is O(G) scalar loads per tile and partition (G = 8: a few hundred cycles
+  beside a tile's mainloop of tens of microseconds at K = 7168; with hundreds of groups a running cursor over the
+  increasing tile ids would be the next step);
+- B is one 3-D TMA descriptor over (G, N, K) (or (G, K, N)), addressed at [group, n, k]: a K or N tail is outside
+  the box's group and reads zeros, never the next group's rows. A is one 2-D descriptor over all rows: a tile's
+  rows past its group's end read the next group's rows (or zeros past A), which only feed output rows that are
+  dropped;
+- a TMA store of C is clipped at the group's last row: a column block whose rows all lie in the group is stored by
+  TMA; one that crosses the group's end (a group's last, ragged tile) is read back from its staging buffer and
+  stored by masked stores. One descriptor serves every group, so there is no device-side descriptor to build (that
+  needs a global scratch allocator and a descriptor fence per group); the masked path costs a group's last tile
+  row only.
+
+warploom.ir.raster.group_tiles is the same scan in Python.
+"""
+
+from __future__ import annotations
+
+from warploom.backends.codebuf import CodeBuffer
+from warploom.backends.gluon_sm90 import GluonSource, _PartitionEmitter, _slot, lower, store_desc
+from warploom.ir import nodes as ir
+from warploom.ir import printer
+from warploom.spec import BLayout, Grouping
+
+# Each grouping's rows of group g, from the previous group's end `start` (OFFSETS: cumulative ends, clamped to
+# [start, M] so decreasing or too-large offsets never address past A and C; MASKED: g * M_max plus the count,
+# clamped to [0, M_max]).
+_BOUNDS = {
+    Grouping.OFFSETS: ("    # offs: group g owns rows offs[g-1] .. offs[g]\n"
+                       "    start = end\n"
+                       "    end = gl.minimum(gl.maximum(gl.load(group_ptr + g), start), M)\n"),
+    Grouping.MASKED: ("    # masked_m: group g owns rows g * M_max .. g * M_max + masked_m[g] (at most M_max)\n"
+                      "    start = g * (M // E)\n"
+                      "    end = start + gl.minimum(gl.maximum(gl.load(group_ptr + g), 0), M // E)\n"),
+}
+
+
+def group_helpers(grouping: Grouping) -> str:
+    """The ``@gluon.jit`` scan helpers of a grouped module, for its grouping."""
+    step = "\n".join("    " + line for line in _BOUNDS[grouping].splitlines())
+    return f"""\
+@gluon.jit
+def group_count(group_ptr, E, M, num_pid_n):
+    # grouped (ir.Tiling.grouping): every group's tiles, summed on the device from its bounds (no host sync)
+    total = 0
+    end = 0
+    for g in range(E):
+{step}
+        total += gl.cdiv(end - start, BM) * num_pid_n
+    return total
+
+
+@gluon.jit
+def group_tile(tile_id, group_ptr, E, M, num_pid_n):
+    # the group owning tile `tile_id` (a group's tiles are consecutive), its tile's origin and the group's row end
+    grp = 0
+    first = 0
+    row0 = 0
+    row_end = 0
+    seen = 0
+    end = 0
+    for g in range(E):
+{step}
+        tiles = gl.cdiv(end - start, BM) * num_pid_n
+        hit = (tile_id >= seen) & (tile_id < seen + tiles)
+        grp = gl.where(hit, g, grp)
+        first = gl.where(hit, seen, first)
+        row0 = gl.where(hit, start, row0)
+        row_end = gl.where(hit, end, row_end)
+        seen += tiles
+    off_m, off_n = tile_coords(tile_id - first, gl.cdiv(row_end - row0, BM), num_pid_n)
+    return grp, row0 + off_m, off_n, row_end
+"""
+
+
+class GroupedEmitter(_PartitionEmitter):
+    """A grouped module's partition: the tile loop over the group scan, B at the tile's group, C clipped."""
+
+    def __init__(self, m: ir.Module, p: ir.Partition, buf: CodeBuffer) -> None:
+        super().__init__(m, p, buf)
+        self.scale_b = "(scale_b_ptr + grp * N)"  # rowwise scale_b (G, N): the tile's group's row
+
+    def _num_tiles(self) -> None:
+        self.buf.line("num_tiles = group_count(group_ptr, E, M, num_pid_n)",
+                      "grouped: all groups' tiles, from their bounds on the device")
+
+    def _tile_coords(self, var: str) -> None:
+        self.buf.line(f"grp, off_m, off_n, row_end = group_tile({var}, group_ptr, E, M, num_pid_n)",
+                      "its group, origin and the group's row end")
+
+    def _b_slot(self, ring: str, slot: str) -> str:
+        rows, cols = ("BN", "BK") if self.m.spec.b_layout is BLayout.K_MAJOR else ("BK", "BN")
+        return f"{ring}.index({slot}).reshape([{rows}, {cols}])"  # (the 3-D box's one group)
+
+    def op(self, o: ir.Op) -> None:
+        match o:
+            case ir.TmaLoad() if o.tensor is ir.Tensor.B:
+                self._load_b(o)
+            case ir.TmaStore() if o.tensor is ir.Tensor.C:
+                self._clipped_store(o)
+            case _:
+                super().op(o)
+
+    def _load_b(self, o: ir.TmaLoad) -> None:
+        d = self.depth[o.slot.cursor]
+        slot = _slot(o.slot, d, self.stages)
+        coord = ", ".join(["grp", *(self._coord(a) for a in o.coord)])
+        self.buf.line(f"{self.api.tma_load}(b_desc, [{coord}], {o.barrier}_bars.index({slot}), "
+                      f"{o.ring}.index({slot}))", printer.op(o) + " (the tile's group)")
+
+    def _clipped_store(self, o: ir.TmaStore) -> None:
+        """TMA where the block's rows lie in the group; else the staging buffer read back and stored masked at the
+        group's row end (a barrier before the read: every thread's smem writes; one after: every read done before
+        the buffer is written again)."""
+        b, c = self.buf, printer.op(o)
+        buf = self.m.buffer(o.buffer)
+        col = "off_n" if o.part == 0 else f"off_n + {o.part} * (BN // {o.parts})"
+        row = f"off_m + {self.row0}" if self.row0 else "off_m"
+        with b.block(f"if {row} + {buf.rows} <= row_end", comment="the block's rows all in the group: TMA"):
+            b.line(f"{self.api.tma_store}({store_desc(o)}, [{row}, {col}], {o.buffer})", c)
+        with b.block("else", comment="it crosses the group's last row: masked stores, never into the next group"):
+            vec = max(1, 16 // buf.dtype.bytes)
+            lanes = min(32, max(1, buf.cols // vec))
+            b.line(f"st_layout: gl.constexpr = gl.BlockedLayout([1, {vec}], [{32 // lanes}, {lanes}], "
+                   f"[{self.p.warps}, 1], [1, 0])")
+            b.line(self.api.barrier, "every thread's store_smem before the read-back")
+            b.line(f"st_vals = {o.buffer}.load(st_layout)")
+            b.line(f"st_rows = {row} + gl.arange(0, {buf.rows}, layout=gl.SliceLayout(1, st_layout))")
+            b.line(f"st_cols = {col} + gl.arange(0, {buf.cols}, layout=gl.SliceLayout(0, st_layout))")
+            b.line("gl.store(c_ptr + st_rows.to(gl.int64)[:, None] * N + st_cols[None, :], st_vals, "
+                   "mask=(st_rows < row_end)[:, None] & (st_cols < N)[None, :])", c + " (clipped at the group's end)")
+            b.line(self.api.barrier, "every read done before the buffer is written again")
+
+
+def lower_grouped(m: ir.Module) -> GluonSource:
+    """Gluon source of a grouped sm_90a module."""
+    return lower(m, GroupedEmitter)

@@ -1,0 +1,199 @@
+"""Checks of grouped calls (`warploom.grouped_mm`, `warploom.scaled_grouped_mm`): user tensors to a grouped
+`GemmSpec`, or a warploom error naming the argument, what was expected, what came and the fix, before anything is
+planned or launched.
+
+The group bounds (`offs`, `masked_m`) live on the device in a real MoE layer, and their values change every call.
+Reading them would sync the host and break CUDA-graph replay, so their *values* are checked only on CPU tensors (the
+simulator's path): offs non-decreasing and at most A's rows, masked_m within [0, M_max]. On CUDA tensors they are
+not checked at all; the kernel clamps instead, so bad values can never address memory outside A, B or C: an offset
+below the previous one reads as an empty group, an offset past A's rows as A's last row, a count outside
+[0, M_max] as the nearest bound (backends/gluon_grouped.py, `_BOUNDS`). The results for such values are then
+unspecified, as torch's are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from warploom.checks import _dtype, _same_device, _tensors, no_neg_bit
+from warploom.dtypes import DType
+from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError
+from warploom.spec import Accumulation, BLayout, GemmSpec, Grouping, ScaleRecipe
+
+_TMA_ALIGN = 16
+_16BIT = (DType.BF16, DType.FP16)
+
+
+@dataclass(frozen=True)
+class GroupedCall:
+    """A checked grouped call, as the kernel runs it.
+
+    Attributes:
+        spec: the grouped spec (M: A's rows, all groups' together).
+        a: A as (M, K) (a 3-D A flattened to (G * M_max, K), a view).
+        b: B as (G, K, N), as passed.
+        bounds: the int32 group bounds the kernel reads (offs, masked_m, or for a 3-D x 3-D call every count M_max).
+        out_shape: the result's shape ((M, N), or (G, M_max, N) for a 3-D A).
+    """
+
+    spec: GemmSpec
+    a: torch.Tensor
+    b: torch.Tensor
+    bounds: torch.Tensor
+    out_shape: tuple[int, ...]
+
+
+def _bounds(name: str, t: Any, groups: int, device: torch.device) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise InputError(name, "an int32 tensor of shape (G,)", type(t).__name__,
+                         f"pass {name} as torch.tensor([...], dtype=torch.int32, device=a.device)")
+    if t.dtype != torch.int32:
+        raise DTypeError(name, "torch.int32 (as torch._grouped_mm takes it)", str(t.dtype),
+                         f"pass {name}.to(torch.int32)")
+    if t.dim() != 1 or t.shape[0] != groups:
+        raise ShapeError(name, f"shape ({groups},): one entry per group of b (b is (G, K, N) with G = {groups})",
+                         f"shape {tuple(t.shape)}", f"pass one {name} entry per expert, or b with {t.numel()} experts")
+    if t.device != device:
+        raise InputError(name, f"a tensor on {device}, a's device", f"a tensor on {t.device}",
+                         f"move it with {name}.to(a.device)")
+    if t.device.type == "cuda" and (t.stride(0) != 1 or t.data_ptr() % 4):
+        raise AlignmentError(name, "a contiguous tensor", f"stride {t.stride(0)}", f"pass {name}.contiguous()")
+
+
+def _cpu_values(offs: torch.Tensor | None, masked_m: torch.Tensor | None, rows: int, cap: int) -> None:
+    """The bounds' values, on CPU tensors only (module docstring: on CUDA this would sync the host)."""
+    if offs is not None and offs.device.type == "cpu" and offs.numel():
+        steps = offs[1:] - offs[:-1]
+        if bool((steps < 0).any()) or int(offs[0]) < 0:
+            i = int((steps < 0).nonzero()[0]) + 1 if bool((steps < 0).any()) else 0
+            raise InputError("offs", "non-decreasing cumulative row ends, starting at 0 or above",
+                             f"offs[{i}] = {int(offs[i])} after {int(offs[i - 1]) if i else 'the start (0)'}",
+                             "pass each expert's row counts summed up: counts.cumsum(0).to(torch.int32)")
+        if int(offs[-1]) > rows:
+            raise InputError("offs", f"a last offset of at most a's {rows} rows",
+                             f"offs[-1] = {int(offs[-1])}", "pass offs ending at the rows of a the experts own")
+    if masked_m is not None and masked_m.device.type == "cpu" and masked_m.numel():
+        hi, lo = int(masked_m.max()), int(masked_m.min())
+        if hi > cap or lo < 0:
+            raise InputError("masked_m", f"counts in [0, {cap}] (a's capacity M_max per expert)",
+                             f"counts from {lo} to {hi}", f"clamp them: masked_m.clamp(0, {cap})")
+
+
+def _b_layout(b: torch.Tensor, fp8: bool) -> BLayout:
+    """B (G, K, N): K-major when each expert's (K, N) matrix is the transpose of a contiguous (N, K) one (torch's
+    tests pass ``w.transpose(-2, -1)`` of a (G, N, K) tensor); N-major when each is a contiguous (K, N) one (16-bit
+    only). The expert stride and the other stride must be multiples of 16 bytes (B's 3-D TMA descriptor)."""
+    es = b.element_size()
+    if b.stride(1) == 1 and b.shape[1] > 0:
+        layout, row = BLayout.K_MAJOR, b.stride(2)
+    elif b.stride(2) == 1 and not fp8:
+        layout, row = BLayout.N_MAJOR, b.stride(1)
+    else:
+        want = "(G, N, K) storage seen as .transpose(-2, -1) (fp8 reads B K-major)" if fp8 else \
+            "(G, N, K) storage seen as .transpose(-2, -1), or a contiguous (G, K, N)"
+        raise AlignmentError("b", want, f"strides {tuple(b.stride())}",
+                             "pass w.transpose(-2, -1) of a contiguous (G, N, K) weight" if fp8 else
+                             "pass b.contiguous()")
+    for what, stride in (("row", row), ("expert", b.stride(0))):
+        if (stride * es) % _TMA_ALIGN and b.numel():
+            raise AlignmentError("b", f"a {what} stride that is a multiple of {_TMA_ALIGN} bytes (TMA rule)",
+                                 f"{stride * es} bytes", "pad K and N to multiples of 16 bytes")
+    return layout
+
+
+def _row_aligned(arg: str, t: torch.Tensor) -> None:
+    if t.numel() and (t.stride(-1) != 1 or (t.stride(-2) * t.element_size()) % _TMA_ALIGN):
+        raise AlignmentError(arg, f"contiguous rows whose stride is a multiple of {_TMA_ALIGN} bytes (TMA rule)",
+                             f"strides {tuple(t.stride())}", f"pass {arg}.contiguous() with K padded to "
+                             f"{_TMA_ALIGN // t.element_size()} elements")
+
+
+def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dtype: Any = None,
+                 scale_a: Any = None, scale_b: Any = None, use_fast_accum: bool = False) -> GroupedCall:
+    """Check a grouped call and give its spec; `scale_a`/`scale_b` given means fp8 rowwise (`scaled_grouped_mm`)."""
+    scaled = scale_a is not None or scale_b is not None
+    named = {"a": a, "b": b} | ({"scale_a": scale_a, "scale_b": scale_b} if scaled else {})
+    _tensors(named)
+    no_neg_bit(named)
+    _same_device(named)
+    allowed = (DType.E4M3,) if scaled else _16BIT
+    fix = "quantize to torch.float8_e4m3fn with rowwise scales" if scaled else "pass bf16 or fp16 tensors"
+    a_dt = _dtype("a", a, allowed, fix)
+    b_dt = _dtype("b", b, allowed, fix)
+    if a_dt != b_dt:
+        raise DTypeError("b", f"{a.dtype}, a's dtype", str(b.dtype), f"pass b.to({a.dtype})")
+    if b.dim() != 3:
+        raise ShapeError("b", "a 3-D (G, K, N) tensor of expert weights", f"{b.dim()}-D shape {tuple(b.shape)}",
+                         "stack the experts' (K, N) weights (2-D x 2-D K-grouped calls are not built yet)")
+    groups, k, n = b.shape
+    if offs is not None and masked_m is not None:
+        raise InputError("masked_m", "either offs (a 2-D a) or masked_m (a 3-D a), not both", "both",
+                         "drop one of them")
+    if a.dim() == 2:
+        if offs is None:
+            raise InputError("offs", "the (G,) int32 cumulative row ends of a 2-D a", "None",
+                             "pass offs=counts.cumsum(0).to(torch.int32), or a 3-D (G, M, K) a")
+        if masked_m is not None:
+            raise InputError("masked_m", "None with a 2-D a (masked_m goes with a 3-D (G, M_max, K) a)",
+                             "a tensor", "drop masked_m, or pass a as (G, M_max, K)")
+        grouping, rows, cap, a2 = Grouping.OFFSETS, a.shape[0], a.shape[0], a
+        _bounds("offs", offs, groups, a.device)
+        bounds = offs
+        out_shape: tuple[int, ...] = (a.shape[0], n)
+    elif a.dim() == 3:
+        if offs is not None:
+            raise InputError("offs", "None with a 3-D a (its experts are its first dimension)", "a tensor",
+                             "drop offs (pass masked_m for per-expert row counts), or pass a 2-D (total_M, K) a")
+        if a.shape[0] != groups:
+            raise ShapeError("a", f"{groups} experts along dim 0, as b has", f"shape {tuple(a.shape)}",
+                             "pass a and b with the same number of experts")
+        cap = a.shape[1]
+        if masked_m is None:  # 3-D x 3-D batched: every row of every expert
+            bounds = torch.full((groups,), cap, dtype=torch.int32, device=a.device)
+        else:
+            _bounds("masked_m", masked_m, groups, a.device)
+            bounds = masked_m
+        if not a.is_contiguous():
+            raise AlignmentError("a", "a contiguous (G, M_max, K) tensor", f"strides {tuple(a.stride())}",
+                                 "pass a.contiguous()")
+        grouping, rows, a2, out_shape = Grouping.MASKED, groups * cap, a.reshape(groups * cap, a.shape[2]), \
+            (groups, cap, n)
+    else:
+        raise ShapeError("a", "a 2-D (total_M, K) tensor with offs, or a 3-D (G, M_max, K) one",
+                         f"{a.dim()}-D shape {tuple(a.shape)}", "reshape a")
+    if a2.shape[1] != k:
+        raise ShapeError("b", f"(G, {a2.shape[1]}, N): K as a's last dimension", f"shape {tuple(b.shape)}",
+                         "pass b as (G, K, N) (a (G, N, K) weight as .transpose(-2, -1))")
+    _row_aligned("a", a2)
+    layout = _b_layout(b, scaled)
+    out = DType.BF16 if out_dtype is None and scaled else a_dt if out_dtype is None else DType.from_torch(out_dtype)
+    if out not in (DType.BF16, DType.FP16, DType.FP32) or (scaled and out is not DType.BF16):
+        raise DTypeError("out_dtype", "torch.bfloat16" if scaled else "bf16, fp16 or fp32", str(out_dtype),
+                         "pass out_dtype=torch.bfloat16" if scaled else "pass out_dtype=None (a's dtype)")
+    if (n * out.bytes) % _TMA_ALIGN:
+        raise AlignmentError("b", f"N a multiple of {_TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
+                             f"N = {n}", "pad N")
+    if scaled:
+        _rowwise_scales(scale_a, scale_b, rows, groups, n, a.dim())
+    _cpu_values(offs, masked_m, rows, cap)
+    spec = GemmSpec(rows, n, k, a_dt, b_dt, out, layout, ScaleRecipe.ROWWISE if scaled else ScaleRecipe.NONE,
+                    Accumulation.NATIVE if not scaled or use_fast_accum else Accumulation.PROMOTED,
+                    grouping=grouping, groups=groups)
+    return GroupedCall(spec, a2, b, bounds, out_shape)
+
+
+def _rowwise_scales(scale_a: Any, scale_b: Any, rows: int, groups: int, n: int, a_dim: int) -> None:
+    """torch._scaled_grouped_mm's rowwise recipe: fp32 scale_a, one per row of a ((M,), or (G, M_max) with a 3-D a),
+    and scale_b (G, N), one per column of each expert."""
+    want_a = (rows,) if a_dim == 2 else (groups, rows // max(groups, 1))
+    for name, t, want in (("scale_a", scale_a, want_a), ("scale_b", scale_b, (groups, n))):
+        if t.dtype != torch.float32:
+            raise ScaleError(name, "float32 rowwise scales", str(t.dtype), f"pass {name}.float()")
+        if tuple(t.shape) != want:
+            raise ScaleError(name, f"shape {want} (rowwise: one per row of a / per column of each expert)",
+                             f"shape {tuple(t.shape)}", f"pass {name} with shape {want}")
+        if not t.is_contiguous():
+            raise ScaleError(name, "a contiguous tensor", f"strides {tuple(t.stride())}", f"pass {name}.contiguous()")

@@ -1,0 +1,132 @@
+"""Grouped GEMMs on the simulator (ir.Tiling.grouping): the launch over (group, tile) pairs and its coverage check.
+
+The CTAs run as `simulate` runs them (one after another, each under random scheduling, exact mbarriers); what
+differs is where the tiles come from (`raster.group_tiles`, from the group bounds the kernel scans), that B is read
+per group and C's stores are clipped at each group's end row, and the coverage check: every element of a group's
+rows is stored exactly once, and nothing else of C at all, so a tile that writes into the next group's rows (or
+past the last group) is reported as OUTPUT_COVERAGE with its rows.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterable
+
+import torch
+
+from warploom.errors import ShapeError
+from warploom.ir import nodes as ir
+from warploom.ir.raster import TileRef, group_bounds
+from warploom.sim.events import TimelineEvent
+from warploom.sim.findings import FindingKind, FindingSink, SimFinding
+from warploom.sim.machine import Machine
+from warploom.sim.numerics import CtaData, Operands
+from warploom.sim.program import CtaProgram, Geometry, MalformedError
+from warploom.sim.scheduler import run_random
+from warploom.sim.simulate import SimReport, SimResult
+
+
+def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds: torch.Tensor | Iterable[int],
+                     scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None, *, seed: int = 0,
+                     ctas: Iterable[int] | None = None, out: torch.Tensor | None = None,
+                     record: bool = False) -> SimResult:
+    """Run grouped `module` on the CPU: ``C[rows of g] = A[rows of g] @ b[g]`` for every group g.
+
+    `a` is (M, K) (a MASKED module's (G, M_max, K) flattened to (G * M_max, K)); `b` is (G, K, N) as torch's grouped
+    ops take it (a K-major module's (G, N, K) storage seen through ``.transpose(-2, -1)``); `bounds` the group bounds
+    the kernel reads (OFFSETS: offs, MASKED: masked_m). Rowwise scales: scale_a (M,), scale_b (G, N). `out` (M, N), if
+    given, is written in place (rows outside every group keep what they held); else a NaN-filled one is made.
+    `ctas` picks program ids of the launch (default all)."""
+    t0 = time.perf_counter()
+    t = module.tiling
+    if not t.grouped:
+        raise ValueError(f"module {module.name} is not grouped (ir.Tiling.grouping): use sim.simulate")
+    if a.dim() != 2 or b.dim() != 3 or b.shape[1] != a.shape[1]:
+        raise ShapeError("b", f"(G, {a.shape[1] if a.dim() == 2 else 'K'}, N) beside a 2-D a",
+                         f"a {tuple(a.shape)}, b {tuple(b.shape)}", "pass a as (M, K) and b as (G, K, N)")
+    m, k = a.shape
+    n = b.shape[2]
+    groups = group_bounds(t.grouping, bounds.tolist() if isinstance(bounds, torch.Tensor) else bounds, m)
+    if len(groups) != b.shape[0]:
+        raise ShapeError("b", f"{len(groups)} groups, one per bound", f"{b.shape[0]}", "pass one bound per group")
+    result = torch.full((m, n), float("nan"), dtype=module.spec.out_dtype.torch) if out is None else out
+    ops = Operands.of(module, a, b, scale_a, scale_b, None, (result,), {})
+    pids = tuple(range(t.grid)) if ctas is None else tuple(ctas)
+    sink = FindingSink()
+    rng = random.Random(seed)
+    steps = k_steps = 0
+    events: list[TimelineEvent] = []
+    ran: list[int] = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # (tile-sized products: threads cost more than they give, as in sim.simulate)
+    try:
+        for pid in pids:
+            try:
+                prog = CtaProgram.build(module, Geometry.of(module, m, n, k, pid, t.grid, groups=groups))
+            except MalformedError as e:
+                sink.add(SimFinding(FindingKind.MALFORMED, str(e), pid))
+                break
+            mach = Machine(prog, sink, CtaData(module, ops, len(module.partitions)), record=record)
+            run_random(mach, rng)
+            steps += mach.step
+            k_steps += mach.k_steps
+            events.extend(mach.events or ())
+            if mach.done():
+                ran.append(pid)
+    finally:
+        torch.set_num_threads(threads)
+    grouped_coverage(module, m, n, k, groups, tuple(ran), ops.writes[0], sink)
+    report = SimReport(module.name, seed, pids, steps, k_steps, sink.findings(), tuple(events),
+                       time.perf_counter() - t0)
+    return SimResult((result,), report)
+
+
+def expected_writes(module: ir.Module, m: int, n: int, k: int, groups: tuple[tuple[int, int], ...],
+                    pids: Iterable[int]) -> tuple[torch.Tensor, tuple[TileRef, ...]]:
+    """How often each element of C must be stored when CTAs `pids` run, with their tiles. A whole launch: once in
+    every group's rows, from the bounds alone (so a raster that loses or doubles rows is caught too); a sample of
+    CTAs: once in each of their tiles' rows within the tile's group."""
+    want = torch.zeros((m, n), dtype=torch.int16)
+    t = module.tiling
+    pids = tuple(pids)
+    tiles = tuple(tile for pid in pids for tile in Geometry.of(module, m, n, k, pid, t.grid, groups=groups).tiles)
+    if set(pids) >= set(range(t.grid)):
+        for start, end in groups:
+            want[start:end] = 1
+        return want, tiles
+    for tile in tiles:
+        end = min(tile.off_m + t.bm, tile.row_end if tile.row_end is not None else m)
+        want[tile.off_m:end, tile.off_n:tile.off_n + t.bn] += 1
+    return want, tiles
+
+
+def grouped_coverage(module: ir.Module, m: int, n: int, k: int, groups: tuple[tuple[int, int], ...],
+                     pids: tuple[int, ...], writes: torch.Tensor, sink: FindingSink) -> None:
+    """Every element of the simulated tiles' group rows stored exactly once, every other element of C never."""
+    want, tiles = expected_writes(module, m, n, k, groups, pids)
+    bad = writes != want
+    if not bool(bad.any()):
+        return
+    rows = bad.any(dim=1).nonzero().flatten().tolist()
+    r = rows[0]
+    owner = next((g for g, (s, e) in enumerate(groups) if s <= r < e), None)
+    where = f"group {owner}'s" if owner is not None else "no group's"
+    tile = next((x for x in tiles if x.off_m <= r < x.off_m + module.tiling.bm), None)
+    sink.add(SimFinding(FindingKind.OUTPUT_COVERAGE,
+                        f"C rows {rows[0]}..{rows[-1]} ({len(rows)} rows; row {r} is {where}): stored "
+                        f"{int(writes[r].max())} times where {int(want[r].max())} was expected (a grouped store must "
+                        "write its group's rows once and never another group's)", -1,
+                        tile=None if tile is None else str(tile)))
+
+
+def reference_grouped(a: torch.Tensor, b: torch.Tensor, groups: tuple[tuple[int, int], ...],
+                      scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None) -> torch.Tensor:
+    """The fp32 result in each group's rows (NaN elsewhere): ``a[rows] @ b[g]``, times rowwise scales if given."""
+    out = torch.full((a.shape[0], b.shape[2]), float("nan"))
+    for g, (s, e) in enumerate(groups):
+        y = a[s:e].float() @ b[g].float()
+        if scale_a is not None and scale_b is not None:
+            y = y * scale_a[s:e].float().reshape(-1, 1) * scale_b[g].float().reshape(1, -1)
+        out[s:e] = y
+    return out
