@@ -27,7 +27,7 @@ from warploom.errors import (
 )
 from warploom.kernel import Kernel
 from warploom.planner import Plan
-from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleLayout, ScaleRecipe
 
 __version__ = "0.1.0"
 
@@ -37,6 +37,7 @@ gluon_api.installed()
 __all__ = [
     "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "ALayout", "BLayout", "DType", "DTypeError",
     "DeviceError", "DeviceInfo", "GemmSpec", "InputError", "InternalError", "Kernel", "Plan", "ScaleError",
-    "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError", "UnsupportedError",
+    "ScaleLayout", "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError",
+    "UnsupportedError",
     "VerificationError", "WarploomError", "matmul", "plan", "scaled_mm",
 ]
