@@ -835,7 +835,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
-            load_ahead=wide and not hoist, swap_ab=False, tdm=False, tdm_fused=False, stream_k=sk,
+            load_ahead=wide and not hoist, swap_ab=False, tdm=False, tdm_fused=False, stream_k=sk, block_scaled=False,
             **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )

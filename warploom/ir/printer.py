@@ -97,9 +97,9 @@ def op(o: ir.Op) -> str:
         case ir.TcMma():
             ow = "" if o.overwrite is ir.Guard.FIRST_K else f" overwrite={o.overwrite.value}"
             rel = f", then arrive {o.release}[{slot(o.slot)}]" if o.release else ""
-            sc = f" scaled by {o.scales.a} x {o.scales.b} ({o.scales.a_type} x {o.scales.b_type})" if o.scales else ""
+            by = f" scaled by {o.scales.a} x {o.scales.b} ({o.scales.a_type} x {o.scales.b_type})" if o.scales else ""
             return (f"tcgen05_mma.async {o.acc_ring}[{slot(o.acc_slot)}] += {o.a_ring}[{slot(o.slot)}] @ "
-                    f"{o.b_ring}[{slot(o.slot)}]{sc}{ow}{rel}")
+                    f"{o.b_ring}[{slot(o.slot)}]{by}{ow}{rel}")
         case ir.ScaleCopy():
             return f"tcgen05_copy {o.ring}[{slot(o.slot)}] -> {o.dst}"
         case ir.Commit():
