@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from warploom.grouped import grouped_mm, scaled_grouped_mm
     from warploom.kernel import Kernel
     from warploom.planner import Plan
-    from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleRecipe
+    from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
 
 # A Triton outside the supported range (gluon_api.SUPPORTED) is refused here, at import: TritonVersionError. (It
 # reads Triton's package metadata; neither Triton nor torch is imported.)
@@ -47,7 +47,8 @@ _LAZY = {
     "H100_SXM": "warploom.device", "DeviceInfo": "warploom.device", "DType": "warploom.dtypes",
     "Kernel": "warploom.kernel", "Plan": "warploom.planner", "Accumulation": "warploom.spec",
     "ALayout": "warploom.spec", "BLayout": "warploom.spec", "GemmSpec": "warploom.spec", "ScaleRecipe": "warploom.spec",
-    "Grouping": "warploom.spec", "grouped_mm": "warploom.grouped", "scaled_grouped_mm": "warploom.grouped",
+    "Grouping": "warploom.spec", "ScaleLayout": "warploom.spec", "grouped_mm": "warploom.grouped",
+    "scaled_grouped_mm": "warploom.grouped",
 }
 
 
@@ -75,7 +76,7 @@ if "torch" in sys.modules:
 __all__ = [
     "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "ALayout", "BLayout", "DType", "DTypeError",
     "DeviceError", "DeviceInfo", "GemmSpec", "Grouping", "InputError", "InternalError", "Kernel", "Plan", "ScaleError",
-    "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError", "UnsupportedError",
-    "VerificationError", "WarploomError", "__version__", "grouped_mm", "matmul", "plan", "scaled_grouped_mm",
-    "scaled_mm",
+    "ScaleLayout", "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError",
+    "UnsupportedError", "VerificationError", "WarploomError", "__version__", "grouped_mm", "matmul", "plan",
+    "scaled_grouped_mm", "scaled_mm",
 ]

@@ -21,7 +21,7 @@ from warploom.errors import (
     ScaleError,
     ShapeError,
 )
-from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, ALayout, BLayout, GemmSpec, ScaleLayout, ScaleRecipe
 
 TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
 _16BIT = (DType.BF16, DType.FP16)
@@ -203,7 +203,8 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
 
 
 def _mx_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRecipe:
-    """MX fp8: e8m0 scales, scale_a (M, K/32) and scale_b (N, K/32), K a multiple of 32."""
+    """MX fp8: e8m0 scales, K a multiple of 32; scale_a (M, K/32) and scale_b (N, K/32), or both in torch's blocked
+    layout (`mx_scale_layout`)."""
     for arg, t in (("scale_a", scale_a), ("scale_b", scale_b)):
         if DType.from_torch(t.dtype) is not DType.E8M0:
             raise ScaleError(arg, "torch.float8_e8m0fnu like the other scale (MX)", f"dtype {t.dtype}",
@@ -211,14 +212,37 @@ def _mx_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRecip
     if k % MX_BLOCK:
         raise ShapeError("a", f"K a multiple of {MX_BLOCK} for MX scales (one per {MX_BLOCK} elements of K)",
                          f"K = {k}", f"pad K with zeros to a multiple of {MX_BLOCK}")
-    kb = k // MX_BLOCK
-    for arg, t, rows in (("scale_a", scale_a, m), ("scale_b", scale_b, n)):
-        if tuple(t.shape) != (rows, kb):
-            raise ScaleError(arg, f"MX scales of shape ({rows}, {kb}): one per row and {MX_BLOCK} elements of K"
-                             + (" (a row of the (N, K) weight b.t())" if arg == "scale_b" else ""),
-                             f"shape {tuple(t.shape)}", "pass unswizzled scales of that shape (any strides); "
-                             "swizzled (SWIZZLE_32_4_4) MX scales are not read")
+    mx_scale_layout(scale_a, scale_b, m, n, k)
     return ScaleRecipe.MX
+
+
+def blocked_scales(rows: int, k: int) -> int:
+    """Elements of an MX scale tensor in torch's blocked layout (``to_blocked``): rows padded to a multiple of 128,
+    the K/32 scales of a row to a multiple of 4."""
+    return -(-rows // 128) * 128 * (-(-(k // MX_BLOCK) // 4) * 4)
+
+
+def mx_scale_layout(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleLayout:
+    """Which layout both MX scales are in: ROW_MAJOR (M, K/32) and (N, K/32), any strides; or BLOCKED, torch's
+    swizzled 1-D ``to_blocked`` output (contiguous, padded to 128x4 blocks) that sm_100a's tcgen05.cp reads."""
+    kb = k // MX_BLOCK
+    layouts = []
+    for arg, t, rows in (("scale_a", scale_a, m), ("scale_b", scale_b, n)):
+        blocked = blocked_scales(rows, k)
+        if tuple(t.shape) == (rows, kb):
+            layouts.append(ScaleLayout.ROW_MAJOR)
+        elif tuple(t.shape) == (blocked,) and (blocked <= 1 or t.stride() == (1,)):
+            layouts.append(ScaleLayout.BLOCKED)
+        else:
+            raise ScaleError(arg, f"MX scales of shape ({rows}, {kb}): one per row and {MX_BLOCK} elements of K"
+                             + (" (a row of the (N, K) weight b.t())" if arg == "scale_b" else "")
+                             + f", or torch's blocked layout: to_blocked's contiguous 1-D ({blocked},)",
+                             f"shape {tuple(t.shape)} strides {tuple(t.stride())}",
+                             f"pass the ({rows}, {kb}) scales, or to_blocked() of them (contiguous)")
+    if layouts[0] is not layouts[1]:
+        raise ScaleError("scale_b", f"the layout of scale_a ({layouts[0].value})", layouts[1].value,
+                         "pass both scales row-major or both in the blocked layout")
+    return layouts[0]
 
 
 def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRecipe:
@@ -317,7 +341,8 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     # Blockwise scales change with each k-block, so every k-block's partial is promoted with them, whatever
     # use_fast_accum says (within one 128-deep k-block the tensor core accumulates as torch's kernels do).
     acc = Accumulation.NATIVE if use_fast_accum and not recipe.is_blockwise else Accumulation.PROMOTED
-    return GemmSpec(m, n, k, da, db, out, BLayout.K_MAJOR, recipe, acc, bias_dt)
+    layout = mx_scale_layout(scale_a, scale_b, m, n, k) if recipe is ScaleRecipe.MX else ScaleLayout.ROW_MAJOR
+    return GemmSpec(m, n, k, da, db, out, BLayout.K_MAJOR, recipe, acc, bias_dt, scale_layout=layout)
 
 
 # ---------------------------------------------------------------------------------------------

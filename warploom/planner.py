@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
 from warploom.ir.nodes import LDS_ROW_PAD
-from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleRecipe
+from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
 TILES: tuple[tuple[int, int, float], ...] = (
@@ -138,6 +138,8 @@ class Plan:
             swapped problem's plan (bm tiles the problem's N, bn its M), and the kernel stores C transposed.
         acc_buffers: sm_100a (rule 19): accumulators in tensor memory, this many BM x BN fp32 buffers, so the
             epilogue partition drains one while the MMA warp fills the next; 0: an sm_90a plan (registers).
+        block_scaled: sm_100a MX fp8 (rule 19, seed 001): the tcgen05 block-scaled MMA applies the e8m0 scales; they
+            ride the A/B stages and tcgen05.cp copies each stage's into tensor memory (passes/blackwell.py).
         tdm: gfx1250 (rule 20): one software-pipelined partition of `consumer_warps` warps both copies (Tensor Data
             Mover) and computes (wmma) through a ring of `stages` slots; no producer, no mbarriers.
         tdm_warps_a, tdm_warps_b: gfx1250 (rule 20, seed 004): bitmasks of the warps that issue A's and B's copies
@@ -177,6 +179,7 @@ class Plan:
     load_ahead: bool = False
     swap_ab: bool = False
     acc_buffers: int = 0
+    block_scaled: bool = False
     tdm: bool = False
     stream_k: int = 0
     tdm_warps_a: int = 0
@@ -280,11 +283,25 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
     partition). Raises UnsupportedError, naming what to change, for what the sm_100a schedule does not cover yet."""
     from warploom.errors import UnsupportedError
 
-    problems = _native_problems(spec)
+    # MX fp8 (seed 001): the tcgen05 block-scaled MMA applies the e8m0 scales per 32 of K and accumulates in fp32
+    # itself, so nothing is promoted; the scales ride the A/B stages and tcgen05.cp copies them to tensor memory.
+    mx = spec.scale is ScaleRecipe.MX
+    problems = _native_problems(replace(spec, scale=ScaleRecipe.TENSORWISE, accumulation=Accumulation.NATIVE,
+                                        scale_layout=ScaleLayout.ROW_MAJOR)) if mx \
+        else _native_problems(spec)
     if problems:
-        raise UnsupportedError(f"sm_100a (planner rule 19) plans native accumulation with tensorwise, rowwise or no "
-                               f"scales so far; {spec.short()} has {'; '.join(problems)}. Fix: plan it for an sm_90a "
-                               "device (device=H100_SXM)")
+        raise UnsupportedError(f"sm_100a (planner rule 19) plans native accumulation with tensorwise, rowwise, MX fp8 "
+                               f"or no scales so far; {spec.short()} has {'; '.join(problems)}. Issue 25 still "
+                               "lacks MX fp4, NVFP4, fp32 blockwise (1x128 x 128x128) scales and seed 000's scale "
+                               "partition. Fix: plan it for an sm_90a device (device=H100_SXM)")
+    if mx and spec.scale_layout is not ScaleLayout.BLOCKED:
+        raise UnsupportedError(f"sm_100a MX reads its scales with TMA in torch's blocked layout (to_blocked: 128x4 "
+                               f"tiles that tcgen05.cp copies whole), got {spec.scale_layout.value} scales. Fix: pass "
+                               "to_blocked(scale) for both scales, or plan row-major scales for an sm_90a device "
+                               "(seed 000's scale partition, which would read them on sm_100a, is not built)")
+    if mx and bn not in (None, 128, 256):
+        raise UnsupportedError(f"sm_100a MX: bn in (128, 256) (tcgen05.cp copies B's scales in 128-row chunks), got "
+                               f"{bn=}. Fix: leave bn to the planner")
     bm = bm or 128
     if bm != 128 or bn not in (None, 16, 32, 64, 128, 256):
         raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (16, 32, 64, 128, 256), got "
@@ -304,7 +321,11 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
 
     # 256 wide unless the stages and staging buffers do not fit (many outputs or dense operands): the widest tile
     # with two stages, else the widest with one.
-    widths = (bn,) if bn is not None else (256, 128, 64)
+    # MX: 128 wide by default, so two accumulators (256 columns) leave tensor memory for the scale buffers and the
+    # epilogue drains one tile under the next one's mainloop; a forced 256 gets one accumulator (256 + 12 scale
+    # columns of 512; two would take all 512), so its epilogue does not overlap the mainloop. Not measured: no
+    # sm_100a GPU is at hand.
+    widths = (bn,) if bn is not None else (128,) if mx else (256, 128, 64)
     width = next((w for w in widths if fits(w)[0] >= (stages or 2)),
                  next((w for w in widths if fits(w)[0] >= 1), widths[-1]))
     fit, blocks, staging = fits(width)
@@ -319,7 +340,7 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                 grid=min(device.sm_count, tiles), consumer_regs=_BLACKWELL_EPILOGUE_REGS, epilogue_subtiles=blocks,
                 hoist_rows=True, scalar_columns=scalar_columns,
                 prefetch_operands=dense if prefetch_operands is None else prefetch_operands,
-                acc_buffers=_BLACKWELL_BUFFERS)
+                acc_buffers=1 if mx and width == 256 else _BLACKWELL_BUFFERS, block_scaled=mx)
 
 
 # Rule 20 (gfx1250): 4 warps, each a 64x64 quarter of a 128x128 tile; 3 stages (two blocks' copies in flight).
@@ -405,6 +426,8 @@ def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
     if not spec.scale.is_blockwise:
         return 0
     subs = bk // spec.scale.scale_k
+    if spec.scale_layout is ScaleLayout.BLOCKED:  # sm_100a MX: the raw e8m0 bytes, as TMA copies them
+        return subs * (bm + bn)
     return 4 * subs * (bm + spec.scale.b_scales(bn))
 
 
@@ -620,6 +643,10 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             return replace(plan, swap_ab=True)
         return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                               scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
+    if spec.scale_layout is ScaleLayout.BLOCKED:
+        raise UnsupportedError(f"{device.name} (sm_90a) reads MX scales row-major, (M, K/32) and (N, K/32), element by "
+                               "element; torch's blocked layout is sm_100a's (tcgen05.cp). Fix: pass the scales before "
+                               "to_blocked, or plan for an sm_100a device (device=B200)")
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
     if stream_k:
         problems = _stream_k_problems(spec, pingpong, scale_partition, split_k, tail_split, swap_ab, bm,
@@ -829,7 +856,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
-            load_ahead=wide and not hoist, swap_ab=False, tdm=False, tdm_fused=False, stream_k=sk,
+            load_ahead=wide and not hoist, swap_ab=False, tdm=False, tdm_fused=False, stream_k=sk, block_scaled=False,
             **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )

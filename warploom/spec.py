@@ -106,6 +106,19 @@ class Grouping(enum.Enum):
     MASKED = "masked"
 
 
+class ScaleLayout(enum.Enum):
+    """How MX scales are laid out in memory (`GemmSpec.scale_layout`).
+
+    ROW_MAJOR: (M, K/32) and (N, K/32), any strides (the sm_90a path reads them element by element).
+    BLOCKED: torch's swizzled "blocked" layout (``to_blocked``, cuBLAS's SWIZZLE_32_4_4): rows padded to 128 and
+        scales to 4 per row, each 128x4 block 512 contiguous bytes, the byte of row r and scale c at
+        ``(r % 32) * 16 + (r // 32) * 4 + c``; blocks ordered by 128 rows, then by 4 scales. What sm_100a's
+        tcgen05.cp reads (seed 001): TMA copies a k-block's block whole."""
+
+    ROW_MAJOR = "row_major"
+    BLOCKED = "blocked"
+
+
 class Accumulation(enum.Enum):
     """How fp32 accumulation is kept exact enough.
 
@@ -129,6 +142,7 @@ class GemmSpec:
         out_dtype: the output element type.
         b_layout: which dimension of B is contiguous (C is row-major).
         a_layout: which dimension of A is contiguous (M-major for 16-bit inputs only).
+        scale_layout: MX only: row-major (M, K/32) scales or torch's swizzled "blocked" ones (`ScaleLayout`).
         scale: the fp8 scale recipe (NONE for 16-bit inputs).
         accumulation: NATIVE or PROMOTED (fp8 only).
         bias_dtype: dtype of a (N,) bias added in the epilogue, or None.
@@ -156,6 +170,7 @@ class GemmSpec:
     a_layout: ALayout = ALayout.K_MAJOR
     grouping: Grouping = Grouping.NONE
     groups: int = 0
+    scale_layout: ScaleLayout = ScaleLayout.ROW_MAJOR
 
     def __post_init__(self) -> None:
         # Internal consistency only; user-facing checks with fixes live in warploom.checks.
@@ -175,6 +190,8 @@ class GemmSpec:
             raise ValueError(f"fp8 inputs need a scale recipe and 16-bit inputs none: {self.scale=}")
         if self.accumulation is Accumulation.PROMOTED and not self.is_fp8:
             raise ValueError("PROMOTED accumulation only applies to fp8 inputs")
+        if self.scale_layout is ScaleLayout.BLOCKED and self.scale is not ScaleRecipe.MX:
+            raise ValueError(f"only MX scales come in the blocked layout: {self.scale=}")
         if self.scale.is_blockwise and self.accumulation is not Accumulation.PROMOTED:
             raise ValueError("blockwise scales are applied at each k-block's promotion: accumulation must be PROMOTED")
         if (self.grouping is Grouping.NONE) != (self.groups == 0):
@@ -250,6 +267,7 @@ class GemmSpec:
             f"{self.m}x{self.n}x{self.k}{' a=m_major' if self.a_layout is ALayout.M_MAJOR else ''} "
             f"b={self.b_layout.value}{' +epilogue' if self.epilogue else ''}"
             f"{f' grouped={self.grouping.value}x{self.groups}' if self.grouped else ''}"
+            f"{' scales=blocked' if self.scale_layout is ScaleLayout.BLOCKED else ''}"
         )
 
     def output_dtypes(self) -> tuple[DType, ...]:

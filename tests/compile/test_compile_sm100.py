@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
+from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleLayout, ScaleRecipe
 from warploom.device import B200
 from warploom.kernel import build
 
@@ -82,3 +82,34 @@ def test_compiles_to_tcgen05(spec: GemmSpec, forced: dict[str, int]) -> None:
     assert c.count("LDTM") > 0, c.summary()
     assert c.spills == 0, c.ptxas_log
     assert c.smem_bytes <= B200.smem_per_block
+
+
+def _mx(m: int, n: int, k: int, a: DType = E4, b: DType = E4) -> GemmSpec:
+    return GemmSpec(m, n, k, a, b, BF16, K_MAJOR, ScaleRecipe.MX, Accumulation.PROMOTED,
+                    scale_layout=ScaleLayout.BLOCKED)
+
+
+@pytest.mark.parametrize("spec,bn,copies", [
+    pytest.param(_mx(1000, 520, 1056), 128, 2, id="mxfp8_128x128_odd"),
+    pytest.param(_mx(4096, 4096, 4096), 256, 3, id="mxfp8_128x256"),
+    pytest.param(_mx(296, 528, 1024, a=E5), 128, 2, id="mxfp8_e5m2xe4m3_128x128"),
+])
+def test_mx_compiles_to_block_scaled_tcgen05(spec: GemmSpec, bn: int, copies: int) -> None:
+    """Seed 001 on sm_100a: each k-block's scales ride the A/B stage (TMA, counted by its expect-tx), tcgen05.cp
+    copies them to tensor memory (UTCCP: one per 128 rows of A and of B) and the block-scaled MMA reads them."""
+    from warploom.planner import plan_schedule
+
+    plan = plan_schedule(spec, B200, bn=bn)
+    assert (plan.bn, plan.acc_buffers) == (bn, 1 if bn == 256 else 2)
+    c = build(spec, B200, plan).compile()
+    assert "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale" in c.ptx
+    assert c.block_scaled_mmas() == c.count("UTCQMMA") == 4, c.summary()  # BK = 128: four 32-deep MMAs
+    assert c.count("UTCCP") == copies, c.summary()
+    assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
+    assert c.smem_bytes <= B200.smem_per_block
+
+
+def test_plain_fp8_mma_is_not_block_scaled() -> None:
+    """The block-scale count tells the two apart (so the test above can fail)."""
+    c = build(f8(4096, 4096, 4096, TW), B200).compile()
+    assert c.count("UTCQMMA") > 0 and c.block_scaled_mmas() == 0 and c.count("UTCCP") == 0

@@ -11,15 +11,16 @@ the layout of the tcgen05 load instruction (`gluon_api.GluonApi.tmem_reg_layout`
 from __future__ import annotations
 
 from warploom.backends import gluon_api
-from warploom.backends.gluon_sm90 import GluonSource, _PartitionEmitter, _slot, lower, use_acc
+from warploom.backends.gluon_sm90 import GluonSource, _PartitionEmitter, _slot, lower, scale_desc, use_acc
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 
 
-def _header(api: gluon_api.GluonApi) -> str:
-    """The imports (what `GluonApi.tmem_reg_layout` needs is the Triton version's)."""
+def _header(api: gluon_api.GluonApi, scales: bool = False) -> str:
+    """The imports (what `GluonApi.tmem_reg_layout` needs is the Triton version's; MX adds the scaled ops)."""
+    scaled = ["TensorMemoryScalesLayout", "tcgen05_copy", "tcgen05_mma_scaled"] if scales else []
     names = sorted(["TensorMemoryLayout", "allocate_tensor_memory", "fence_async_shared", *api.blackwell_imports,
-                    "mbarrier", "tcgen05_commit", "tcgen05_mma", "tma"])
+                    "mbarrier", "tcgen05_commit", "tcgen05_mma", "tma", *scaled])
     imports = "".join(f"    {n},\n" for n in names)
     return ("from triton.experimental import gluon\n"
             "from triton.experimental.gluon import language as gl\n"
@@ -51,8 +52,30 @@ class _Sm100Emitter(_PartitionEmitter):
                 t = _slot(o.acc_slot, self.depth[o.acc_slot.cursor], self.stages)
                 use = use_acc(o.overwrite)
                 done = f", mbarriers=[{o.release}_bars.index({s})]" if o.release else ""
+                if o.scales is not None:
+                    sc = o.scales
+                    b.line(f"tcgen05_mma_scaled({o.a_ring}.index({s}), {self._b_view(o.b_ring, s, None)}, "
+                           f"{o.acc_ring}.index({t}), {sc.a}, {sc.b}, \"{sc.a_type}\", \"{sc.b_type}\", "
+                           f"use_acc={use}{done})", c)
+                    return
                 b.line(f"tcgen05_mma({o.a_ring}.index({s}), {self._b_view(o.b_ring, s, None)}, "
                        f"{o.acc_ring}.index({t}), use_acc={use}{done})", c)
+            case ir.TmaLoad() if o.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
+                # MX: the (tile, k-block)'s 128x4 blocks of torch's blocked scales, a (BM/128, 1, 2, 256) box at
+                # [row block, k-block]; each block 512 contiguous bytes
+                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                off = "off_m" if o.tensor is ir.Tensor.SCALE_A else "off_n"
+                b.line(f"{self.api.tma_load}({scale_desc(o.tensor)}, [{off} // 128, {self.kb}, 0, 0], "
+                       f"{o.barrier}_bars.index({s}), {o.ring}.index({s}))", c)
+            case ir.ScaleCopy():
+                # The slot's blocks viewed as the (rows, 4) scales tcgen05.cp reads: row r of block i is byte
+                # (r % 32) * 16 + (r // 32) * 4 + c of it, so (i, 1, 2, 256) -> (i, 1, 32, 4, 4), permuted to
+                # (i, r // 32, r % 32, 1, c) and flattened
+                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                r = self.m.ring(o.ring)
+                b.line(f"{o.ring}_s = {o.ring}.index({s}).reshape(({r.rows // 128}, {r.cols // 4}, 32, 4, 4))"
+                       f".permute((0, 3, 2, 1, 4)).reshape(({r.rows}, {r.cols}))", "(rows, 4) e8m0")
+                b.line(f"tcgen05_copy({o.ring}_s, {o.dst})", c)
             case ir.Commit():
                 s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
                 b.line(f"tcgen05_commit({o.barrier}_bars.index({s}))", c)
@@ -67,4 +90,4 @@ class _Sm100Emitter(_PartitionEmitter):
 def lower_sm100(m: ir.Module) -> GluonSource:
     """Generate Gluon source for a complete (verified) sm_100a module."""
     assert m.blackwell, f"{m.name} is an sm_90a module: backends/gluon_sm90.py lowers it"
-    return lower(m, _Sm100Emitter, _header(gluon_api.current()))
+    return lower(m, _Sm100Emitter, _header(gluon_api.current(), scales=bool(m.tmem_scales)))

@@ -159,6 +159,37 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class ScaleBuffer:
+    """sm_100a: a tensor-memory buffer of block scales (TensorMemoryScalesLayout), one k-block's (rows, cols) e8m0
+    values of A's rows or B's columns, written by `ScaleCopy` and read by scaled `TcMma`s.
+
+    Attributes:
+        name: unique within the module.
+        tensor: SCALE_A or SCALE_B.
+        rows, cols: (BM, BK/32) or (BN, BK/32).
+        col0: its first tensor-memory column (the accumulator ring takes columns 0 ... depth * cols)."""
+
+    name: str
+    tensor: Tensor
+    rows: int
+    cols: int
+    col0: int
+
+    def __post_init__(self) -> None:
+        if self.tensor not in (Tensor.SCALE_A, Tensor.SCALE_B):
+            raise ValueError(f"ScaleBuffer {self.name}: expected tensor SCALE_A or SCALE_B, got {self.tensor}")
+        if self.rows % 128 or self.cols != 4:
+            raise ValueError(f"ScaleBuffer {self.name}: expected whole 128x4 chunks (tcgen05.cp 32x128b.warpx4), "
+                             f"got ({self.rows}, {self.cols})")
+
+    @property
+    def columns(self) -> int:
+        """Tensor-memory columns: a 128x4 chunk of scales takes 4 (tcgen05.cp .warpx4 broadcasts 32 rows x 16
+        bytes to the four 32-lane quarters)."""
+        return self.rows // 128 * 4
+
+
+@dataclass(frozen=True)
 class Barriers:
     """An array of `depth` mbarriers, each initialised with `count` expected arrivals per phase.
 
@@ -306,6 +337,40 @@ class TcMma:
     acc_slot: Slot
     overwrite: Guard = Guard.FIRST_K
     release: str | None = None
+    scales: TmemScales | None = None
+
+
+@dataclass(frozen=True)
+class TmemScales:
+    """The block scales a scaled `TcMma` (MX: tcgen05.mma ... kind::mxf8f6f4.block_scale) reads from tensor memory.
+
+    Attributes:
+        a, b: the `ScaleBuffer`s of A's rows and B's columns, each filled by a `ScaleCopy` issued before the MMA.
+        a_type, b_type: the operands' element formats as the instruction names them ("e4m3", "e5m2")."""
+
+    a: str
+    b: str
+    a_type: str
+    b_type: str
+
+    def __post_init__(self) -> None:
+        for t in (self.a_type, self.b_type):
+            if t not in ("e4m3", "e5m2"):
+                raise ValueError(f"TmemScales: expected an MX fp8 format ('e4m3' or 'e5m2'), got {t!r}")
+
+
+@dataclass(frozen=True)
+class ScaleCopy:
+    """sm_100a (seed 001): copy the stage's e8m0 scales `ring[slot]` (shared memory, the tcgen05.cp "blocked" layout
+    of 128x4 chunks) into tensor-memory scale buffer `dst` (tcgen05.cp), asynchronously.
+
+    It joins the issuing partition's in-order queue of tcgen05 ops, so it completes before any MMA issued after it
+    and after every MMA issued before it (which may still read `dst`). It reads `ring[slot]` until it completes: the
+    slot may be released only by the completion of an op issued after it (the scaled MMA's)."""
+
+    ring: str
+    slot: Slot
+    dst: str
 
 
 @dataclass(frozen=True)
@@ -630,7 +695,7 @@ class PrefetchOperand:
 Op = (
     Wait | Arrive | ArriveExpectTx | TmaLoad | CopyScales | Mma | MmaWait | Promote | ZeroAcc | Epilogue | StoreTile
     | StoreWait | StoreSmem | FenceAsync | TmaStore | Advance | SkipTiles | LoadOperand | PrefetchOperand
-    | ApplyEpilogue | TcMma | Commit | LoadTmem | TdmLoad | Wmma | TdmWait | SyncWarps | Fixup
+    | ApplyEpilogue | TcMma | ScaleCopy | Commit | LoadTmem | TdmLoad | Wmma | TdmWait | SyncWarps | Fixup
 )
 Stmt = Op | Loop
 
@@ -779,6 +844,7 @@ class Module:
         spec: the problem it was planned for (its sizes are run-time arguments of the kernel).
         tiling: tile shape and persistent order.
         rings, buffers, barriers: shared-memory and mbarrier declarations.
+        tmem_scales: sm_100a block-scale buffers in tensor memory (seed 001: `ScaleCopy` fills them).
         partitions: the warp groups; exactly one is `default`.
         num_warps: warps of the default partition (Gluon's ``num_warps``).
     """
@@ -790,6 +856,7 @@ class Module:
     rings: tuple[Ring, ...] = ()
     buffers: tuple[Buffer, ...] = ()
     barriers: tuple[Barriers, ...] = field(default=())
+    tmem_scales: tuple[ScaleBuffer, ...] = ()
 
     def ring(self, name: str) -> Ring:
         return _find(self.rings, name, "ring")
@@ -837,8 +904,11 @@ class Module:
 
     @property
     def tmem_columns(self) -> int:
-        """Tensor-memory columns the accumulator rings take (sm_100a: at most 512 per SM)."""
-        return sum(r.depth * r.cols for r in self.rings if r.in_tmem)
+        """Tensor-memory columns the accumulator rings and the scale buffers take (sm_100a: at most 512 per SM)."""
+        return sum(r.depth * r.cols for r in self.rings if r.in_tmem) + sum(s.columns for s in self.tmem_scales)
+
+    def scale_buffer(self, name: str) -> ScaleBuffer:
+        return _find(self.tmem_scales, name, "scale buffer")
 
     @property
     def blackwell(self) -> bool:

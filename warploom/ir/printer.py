@@ -97,8 +97,11 @@ def op(o: ir.Op) -> str:
         case ir.TcMma():
             ow = "" if o.overwrite is ir.Guard.FIRST_K else f" overwrite={o.overwrite.value}"
             rel = f", then arrive {o.release}[{slot(o.slot)}]" if o.release else ""
+            by = f" scaled by {o.scales.a} x {o.scales.b} ({o.scales.a_type} x {o.scales.b_type})" if o.scales else ""
             return (f"tcgen05_mma.async {o.acc_ring}[{slot(o.acc_slot)}] += {o.a_ring}[{slot(o.slot)}] @ "
-                    f"{o.b_ring}[{slot(o.slot)}]{ow}{rel}")
+                    f"{o.b_ring}[{slot(o.slot)}]{by}{ow}{rel}")
+        case ir.ScaleCopy():
+            return f"tcgen05_copy {o.ring}[{slot(o.slot)}] -> {o.dst}"
         case ir.Commit():
             return f"tcgen05_commit {o.barrier}[{slot(o.slot)}]"
         case ir.LoadTmem():
@@ -146,6 +149,9 @@ def module(m: ir.Module) -> str:
     for r in m.rings:
         where = " in tensor memory" if r.in_tmem else ""
         out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]{where}")
+    for sb in m.tmem_scales:
+        out.append(f"  scale buffer {sb.name}: {sb.tensor.value} e8m0[{sb.rows}x{sb.cols}] in tensor memory, columns "
+                   f"{sb.col0}..{sb.col0 + sb.columns - 1}")
     for b in m.buffers:
         what = b.operand if b.tensor is ir.Tensor.OPERAND else output_name(b.tensor, b.output)
         out.append(f"  buffer {b.name}: {what} {b.dtype.value}[{b.rows}x{b.cols}]")

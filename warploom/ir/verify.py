@@ -23,6 +23,7 @@ from warploom.dtypes import DType
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
+from warploom.ir.verify_scales import check_tmem_scales
 from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, uncovered_rows
 from warploom.spec import SCALE_BLOCK, ScaleRecipe
 
@@ -345,7 +346,14 @@ def _check_tmem(m: ir.Module, device: DeviceInfo) -> list[str]:
     tcgen05 MMA), and only an sm_100a device runs them."""
     errs = []
     if m.tmem_columns > _TMEM_COLUMNS:
-        errs.append(f"tensor memory: {m.tmem_columns} columns of accumulators, the SM has {_TMEM_COLUMNS}")
+        scales = " and scales" if m.tmem_scales else ""
+        errs.append(f"tensor memory: {m.tmem_columns} columns of accumulators{scales}, the SM has {_TMEM_COLUMNS}")
+    # The accumulator ring takes columns 0 ... depth * cols; each scale buffer its own columns after them.
+    spans = [(0, sum(r.depth * r.cols for r in m.rings if r.in_tmem), "the accumulators")]
+    spans += [(b.col0, b.col0 + b.columns, f"scale buffer {b.name}") for b in m.tmem_scales]
+    for i, (lo, hi, what) in enumerate(spans):
+        errs += [f"tensor memory: {what} (columns {lo}..{hi - 1}) overlaps {w2} (columns {l2}..{h2 - 1})"
+                 for l2, h2, w2 in spans[i + 1:] if lo < h2 and l2 < hi]
     for r in m.rings:
         if r.in_tmem and ((r.rows, r.cols) != (m.tiling.bm, m.tiling.bn) or r.rows != 128):
             errs.append(f"tensor-memory ring {r.name} holds ({r.rows}, {r.cols}) tiles; expected the (128, "
@@ -613,6 +621,8 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
                     arrivals.setdefault(o.barrier, set()).add(p.name)
                 case ir.LoadTmem():
                     readers.setdefault(o.acc_ring, set()).add(p.name)
+                case ir.ScaleCopy():
+                    readers.setdefault(o.ring, set()).add(p.name)
                 case ir.Promote() if o.scales is not None:
                     readers.setdefault(o.scales.a_ring, set()).add(p.name)
                     readers.setdefault(o.scales.b_ring, set()).add(p.name)
@@ -653,6 +663,7 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
             errs.append(f"barrier {b.name} expects {b.count} arrivals per phase but {per_phase} partitions "
                         f"arrive ({sorted(ar)}){alternate}")
     errs += _check_tmem(m, device)
+    errs += check_tmem_scales(m)
     smem = m.lds_bytes if m.gfx1250 else m.smem_bytes
     if smem > device.smem_per_block:
         errs.append(f"shared memory {smem} bytes exceeds the {device.smem_per_block} of {device.name}")

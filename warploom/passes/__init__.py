@@ -14,7 +14,7 @@ from warploom.device import DeviceInfo
 from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.ir.warps import WarpMask
-from warploom.passes.blackwell import SplitMma
+from warploom.passes.blackwell import PlaceScaleCopies, SplitMma
 from warploom.passes.build import build_sequential
 from warploom.passes.epilogue import HoistOperands, LowerEpilogue, PrefetchOperands
 from warploom.passes.gfx1250 import PipelineTdm
@@ -72,6 +72,9 @@ def pipeline_sm100(plan: Plan) -> list[Pass]:
     return [
         # First, as on sm_90a: the producer and the consumer.
         SplitProducer(producer_warps=plan.producer_warps),
+        # MX (seed 001): tcgen05.cp of each stage's scales into tensor memory before its MMA. Before PlanRings, so
+        # the copies count as readers of the stage (its wait precedes them); it needs nothing PlanRings makes.
+        PlaceScaleCopies(acc_columns=plan.acc_buffers * plan.bn),
         # The ready/empty handshake of the A/B stages; the consumer's wait and release mark what SplitMma moves.
         PlanRings(stages=plan.stages),
         # The consumer becomes the MMA warp and the epilogue partition, around tensor-memory accumulators; the

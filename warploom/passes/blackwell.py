@@ -39,6 +39,55 @@ from warploom.passes.epilogue import operand_read
 
 ACC_RING = "acc_tm"
 STAGING = "c_smem"
+SCALE_TMEM = {ir.Tensor.SCALE_A: "sa_tm", ir.Tensor.SCALE_B: "sb_tm"}
+
+
+@dataclass(frozen=True)
+class PlaceScaleCopies:
+    """sm_100a MX (seed 001): before each k-block's MMA, copy the stage's e8m0 scales from their shared-memory slots
+    into tensor-memory scale buffers (`ScaleCopy`, tcgen05.cp), which the scaled MMA then reads.
+
+        consumer, per (tile, k), before:          after:
+          mma acc += a[c] @ b[c]                    tcgen05_copy sa_ring[c] -> sa_tm
+                                                    tcgen05_copy sb_ring[c] -> sb_tm
+                                                    mma acc += a[c] @ b[c]   (SplitMma: scaled by sa_tm x sb_tm)
+
+    It runs after SplitProducer and before PlanRings, and the order makes no cycle (the one Triton had to break,
+    seed 001: its TMEM-copy rewrite needed the scales in shared memory, which only software pipelining put there,
+    while pipelining the MMA needed the rewrite done). Here the front end (build_sequential) already puts the
+    scales in shared-memory rings of the stage, so placing the copies needs nothing ring planning makes: only the
+    k-loop's slot `c`, which the sequential program names. Ring planning then sees each copy as a reader of its
+    stage (passes/rings.py `_ring_slots`): the stage's ready wait lands before the first copy and its release after
+    the MMA, which SplitMma turns into the MMA's completion. Because tcgen05 ops complete in issue order, one scale
+    buffer per operand suffices: the next k-block's copy completes only after this MMA has read the buffer.
+
+    Attributes:
+        acc_columns: tensor-memory columns of the accumulator ring (acc_buffers x BN); the scale buffers follow."""
+
+    acc_columns: int
+
+    def __call__(self, m: ir.Module) -> ir.Module:
+        scale_rings = [r for r in m.rings if r.tensor in SCALE_TMEM and r.dtype is DType.E8M0]
+        if not scale_rings:
+            return m
+        bufs, col0 = [], self.acc_columns
+        for r in scale_rings:
+            bufs.append(ir.ScaleBuffer(SCALE_TMEM[r.tensor], r.tensor, r.rows, r.cols, col0))
+            col0 += bufs[-1].columns
+
+        def place(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+            out: list[ir.Stmt] = []
+            for s in body:
+                if isinstance(s, ir.Loop):
+                    out.append(replace(s, body=place(s.body)))
+                    continue
+                if isinstance(s, ir.Mma):
+                    out += [ir.ScaleCopy(r.name, s.slot, SCALE_TMEM[r.tensor]) for r in scale_rings]
+                out.append(s)
+            return tuple(out)
+
+        parts = tuple(replace(p, body=place(p.body)) if p.role is ir.Role.CONSUMER else p for p in m.partitions)
+        return replace(m, partitions=parts, tmem_scales=(*m.tmem_scales, *bufs))
 
 
 @dataclass(frozen=True)
@@ -70,9 +119,15 @@ class SplitMma:
 
         # The MMA warp: the consumer's k-loop with each wgmma a tcgen05 MMA that releases its stage itself.
         k_body: list[ir.Stmt] = []
+        scales = None
+        if m.tmem_scales:  # (PlaceScaleCopies: the MMA reads the buffers the copies before it filled)
+            sa, sb = (next(b.name for b in m.tmem_scales if b.tensor is t) for t in SCALE_TMEM)
+            fmt = {DType.E4M3: "e4m3", DType.E5M2: "e5m2"}
+            scales = ir.TmemScales(sa, sb, fmt[m.spec.a_dtype], fmt[m.spec.b_dtype])
         for s in k_loop.body:
             if isinstance(s, ir.Mma):
-                k_body.append(ir.TcMma(s.a_ring, s.b_ring, s.slot, ACC_RING, ts, s.overwrite, release="empty"))
+                k_body.append(ir.TcMma(s.a_ring, s.b_ring, s.slot, ACC_RING, ts, s.overwrite, release="empty",
+                                       scales=scales))
             elif isinstance(s, ir.Arrive) and s.barrier == "empty":
                 continue  # the MMA's completion arrives instead
             else:

@@ -62,7 +62,14 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     blockwise = spec.scale.is_blockwise
     mx = spec.scale is ScaleRecipe.MX
     subs = plan.bk // spec.scale.scale_k if blockwise else 1  # MX: four 32-deep slices per k-block
-    if blockwise:
+    # sm_100a MX (rule 19, seed 001): the tensor cores apply the e8m0 scales themselves (tcgen05 block-scaled MMA),
+    # so nothing is promoted; TMA copies each k-block's raw bytes, (BM, BK/32) and (BN, BK/32) in torch's blocked
+    # layout, into slots of the A/B stage, which tcgen05.cp then reads.
+    native_mx = mx and plan.acc_buffers > 0
+    if native_mx:
+        rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, DType.E8M0, 1, plan.bm, subs),
+                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, DType.E8M0, 1, plan.bn, subs))
+    elif blockwise:
         # The k-block's scales travel through the same stages as its A and B tiles (seed 001): one slot of
         # scale_a holds the tile's BM row scales; one of scale_b the tile's 128-column blocks' (or columns'); MX
         # slots a row of each per 32-deep slice.
@@ -70,7 +77,7 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
                   ir.Ring("sb_ring", ir.Tensor.SCALE_B, DType.FP32, 1, subs, spec.scale.b_scales(plan.bn)))
     cur = ir.Cursor("c", 1)
     c = ir.Slot("c")
-    promoted = spec.accumulation is Accumulation.PROMOTED
+    promoted = spec.accumulation is Accumulation.PROMOTED and not native_mx
     blocks = plan.partial_blocks if promoted else 1
     width = plan.bn // blocks
     # With column blocks the accumulator is several register tiles, one per block of the output tile.
@@ -79,7 +86,10 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         ir.TmaLoad(ir.Tensor.A, "a_ring", c, a_coord),
         ir.TmaLoad(ir.Tensor.B, "b_ring", c, b_coord),
     ]
-    if blockwise:
+    if native_mx:  # (loaded like A and B: the stage's one expect-tx counts their bytes too)
+        k_body += [ir.TmaLoad(ir.Tensor.SCALE_A, "sa_ring", c, (ir.Axis.M, ir.Axis.K)),
+                   ir.TmaLoad(ir.Tensor.SCALE_B, "sb_ring", c, (ir.Axis.N, ir.Axis.K))]
+    elif blockwise:
         # MX scales are single bytes: copied by ordinary loads (sync), not cp.async.
         k_body += [ir.CopyScales(ir.Tensor.SCALE_A, "sa_ring", c, sync=mx),
                    ir.CopyScales(ir.Tensor.SCALE_B, "sb_ring", c, sync=mx)]

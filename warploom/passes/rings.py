@@ -50,8 +50,10 @@ class PlanRings:
             names = tuple(r.name for r in rings if group[r.name] == g)
             barriers += (ir.Barriers(f"{g}ready", depth[g], 1, names, ir.Purpose.READY),
                          ir.Barriers(f"{g}empty", depth[g], 1, names, ir.Purpose.EMPTY))
-        # Only TMA bytes count as transactions; the scales' cp.async copies hold the phase by other means.
-        stage_bytes = sum(r.slot_bytes for r in rings if r.tensor in (ir.Tensor.A, ir.Tensor.B))
+        # Only TMA bytes count as transactions (A's, B's and sm_100a MX's scales); cp.async scale copies hold the
+        # phase by other means.
+        tma = {o.ring for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.TmaLoad)}
+        stage_bytes = sum(r.slot_bytes for r in rings if r.name in tma)
         parts = []
         for p in m.partitions:
             # A cursor indexes the rings of one group: it gets that group's depth.
@@ -71,7 +73,7 @@ class PlanRings:
 def _ring_slots(o: ir.Op) -> list[tuple[str, ir.Slot]]:
     """The (ring, slot) pairs an op writes or reads."""
     match o:
-        case ir.TmaLoad() | ir.CopyScales():
+        case ir.TmaLoad() | ir.CopyScales() | ir.ScaleCopy():
             return [(o.ring, o.slot)]
         case ir.Mma():
             return [(o.a_ring, o.slot), (o.b_ring, o.slot)]

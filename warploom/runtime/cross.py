@@ -15,13 +15,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from warploom.backends import gluon_api
-from warploom.backends.gluon_sm90 import RANGED_REDUCE_PARAMS, REDUCE_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
+from warploom.backends.gluon_sm90 import (
+    RANGED_REDUCE_PARAMS,
+    REDUCE_PARAMS,
+    WORKSPACE_DESC,
+    GluonSource,
+    output_desc,
+    scale_desc,
+)
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.runtime.loader import load
 from warploom.spec import ALayout, BLayout, ScaleRecipe
 
-_SIG = {DType.BF16: "bf16", DType.FP16: "fp16", DType.FP32: "fp32", DType.E4M3: "fp8e4nv", DType.E5M2: "fp8e5"}
+_SIG = {DType.BF16: "bf16", DType.FP16: "fp16", DType.FP32: "fp32", DType.E4M3: "fp8e4nv", DType.E5M2: "fp8e5",
+        DType.E8M0: "u8"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,11 @@ class Compiled:
             return len(re.findall(rf"^\s*{mnemonic}", self.sass, re.M))
         return len(re.findall(rf"\b{mnemonic}\b", self.sass))
 
+    def block_scaled_mmas(self) -> int:
+        """sm_100a: tcgen05 MMAs with block scales (UTCQMMA / UTCOMMA whose scale factors follow the instruction
+        descriptor as a tensor-memory operand; a plain one ends at the descriptor)."""
+        return len(re.findall(r"\bUTC[QO]MMA\b[^;]*idesc\[\w+\], tmem\[", self.sass))
+
     @property
     def wgmma_serialized(self) -> bool:
         """ptxas advisory C7514/C7515...: wgmma pipelines serialized (a silent performance cliff)."""
@@ -79,7 +92,7 @@ def _gl_dtype(d: DType) -> Any:
     from triton.experimental.gluon import language as gl
 
     return {DType.BF16: gl.bfloat16, DType.FP16: gl.float16, DType.FP32: gl.float32,
-            DType.E4M3: gl.float8e4nv, DType.E5M2: gl.float8e5}[d]
+            DType.E4M3: gl.float8e4nv, DType.E5M2: gl.float8e5, DType.E8M0: gl.uint8}[d]
 
 
 def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
@@ -97,12 +110,17 @@ def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
             blocks[WORKSPACE_DESC] = (bf.dtype, [bf.rows, bf.cols])
         elif bf.tensor is ir.Tensor.OPERAND:
             blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows, bf.cols])
+    for r in m.rings:
+        if r.dtype is DType.E8M0:  # sm_100a MX: the k-block's 128x4 blocks of torch's blocked scales
+            blocks[scale_desc(r.tensor)] = (r.dtype, [r.rows // 128, r.cols // 4, 2, 256])
     return blocks
 
 
 def shared_layout(dtype: DType, block: list[int]) -> Any:
     from triton.experimental.gluon import language as gl
 
+    if dtype is DType.E8M0:  # unswizzled, so a slot viewed as (rows, 4) is a layout tcgen05.cp reads
+        return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=len(block))
     return gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(dtype))
 
 

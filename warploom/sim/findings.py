@@ -50,6 +50,14 @@ class FindingKind(enum.Enum):
                  "block re-tiled over them, leave rows uncopied (a warp the partition does not have copies nothing)")
     IDLE_TDM_WAIT = ("gfx1250: a tdm_wait names warps that issue no TDM copy: it retires nothing there, and the warps "
                      "that did issue are not the ones told their shares landed")
+    SCALE_COPY_MISSING = ("sm_100a: a block-scaled tcgen05 MMA reads a tensor-memory scale buffer whose last "
+                          "tcgen05_copy was not of this (tile, k-block)'s scales, or there was none: the copy before "
+                          "the MMA is missing, misplaced, or from the wrong slot")
+    SCALE_OVERWRITTEN = ("sm_100a: a tcgen05_copy overwrites a scale buffer that an issued MMA has not finished "
+                         "reading: only copies issued by the MMA's own thread run after it (tcgen05 ops of one "
+                         "thread execute in issue order)")
+    TMEM_OVERLAP = ("sm_100a: a scale buffer and an accumulator share tensor-memory columns: one's writes clobber "
+                    "the other's data")
     ASYNC_AT_EXIT = "a partition exits with async work (wgmma, TMA store or TDM copy) still in flight"
     LOST_FILL = "a TMA load's data was never read: producer and consumer loop trip counts disagree"
     OUTPUT_COVERAGE = "an output tile was stored twice or never: the tile loops or raster disagree"

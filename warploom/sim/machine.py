@@ -63,6 +63,7 @@ from warploom.sim.program import (
     PartialStoreI,
     PrefetchI,
     PromoteI,
+    ScaleCopyI,
     Site,
     StoreSmemI,
     StoreTileI,
@@ -75,6 +76,7 @@ from warploom.sim.program import (
     WaitI,
     ZeroI,
 )
+from warploom.sim.tmem_scales import Flag, ScaleBuffers
 
 AGENT, LOAD, MMA, STORE, TDM = 0, 1, 2, 3, 4
 # (AGENT, partition) / (LOAD, index in flight) / (MMA, partition) / (STORE, partition) / (TDM, partition)
@@ -143,6 +145,7 @@ class Machine:
         # driver), and per partition the slots whose flags it has acquired.
         self.sk: StreamKState | None = None
         self.sk_acquired: list[set[tuple[int, int]]] = [set() for _ in range(n)]
+        self.scales = ScaleBuffers.of(m)  # sm_100a: tensor-memory scale buffers (seed 001)
 
     # ------------------------------------------------------------------------------------------
     # scheduling interface
@@ -227,7 +230,8 @@ class Machine:
         if kind == MMA:
             e = self.mmas[x][self.mma_done[x]]
             mi = self.prog.traces[x][e.pc]
-            what = {TcMmaI: "tcgen05 MMA finishes", CommitI: "tcgen05 commit arrives"}.get(type(mi), "wgmma finishes")
+            what = {TcMmaI: "tcgen05 MMA finishes", CommitI: "tcgen05 commit arrives",
+                    ScaleCopyI: "tcgen05 copy finishes"}.get(type(mi), "wgmma finishes")
             return f"{what} ({mi.site.where()})"
         if kind == TDM:
             ins = self._load_of(self.tdm[x][self.tdm_done[x]])
@@ -246,7 +250,7 @@ class Machine:
             tuple(tuple(e.pc for e in q) for q in self.mmas), tuple(self.mma_done),
             tuple(tuple(e.pc for e in q) for q in self.stores), tuple(self.store_done),
             tuple(tuple(e.key() for e in q) for q in self.tdm), tuple(self.tdm_done),
-            tuple(self.tokens),
+            tuple(self.tokens), self.scales.key(),
         )
 
     def clone(self) -> Machine:
@@ -270,6 +274,7 @@ class Machine:
         c.applied = list(self.applied)
         c.staged = [dict(d) for d in self.staged]
         c.acc_sum = [dict(d) for d in self.acc_sum]
+        c.scales = self.scales.clone()
         return c
 
     # ------------------------------------------------------------------------------------------
@@ -598,6 +603,7 @@ class Machine:
             self._fill(i, ins.site, ins.acc_ring, ins.acc_slot, ins.acc_tag, lambda: f"starts tile accumulator "
                        f"{ins.acc_tag} in {name} while its previous fill ({s.describe()}) was never committed",
                        "partition")
+        self._scale_flags(ins.site, self.scales.mma_issued(i, pc, ins.site.where(), ins.scales))
         self.mmas[i] = self.mmas[i] + (Inflight(i, pc, self.step),)
 
     def _fill(self, i: int, site: Site, ring: str, si: int, tag: Tag, unlanded: Callable[[], str], reader: str) -> int:
@@ -625,6 +631,17 @@ class Machine:
         self.tokens = [t if not any(x[1] == ring and x[2] == si for x in t)
                        else frozenset(x for x in t if x[1] != ring or x[2] != si) for t in self.tokens]
         return fill
+
+    def _scale_copy(self, i: int, pc: int, ins: ScaleCopyI) -> None:
+        """sm_100a: tcgen05_copy joins the partition's tcgen05 queue; it reads its slot until it completes."""
+        s = self._read_slot(i, ins.site, ins.ring, ins.slot, ins.tag)
+        s.readers = s.readers + ((i, pc),)
+        self.scales.copy_issued(i, ins.dst, ins.tag)
+        self.mmas[i] = self.mmas[i] + (Inflight(i, pc, self.step),)
+
+    def _scale_flags(self, site: Site, flags: list[Flag]) -> None:
+        for kind, msg in flags:
+            self._flag(kind, site, msg)
 
     def _commit(self, i: int, pc: int, ins: CommitI) -> None:
         """sm_100a: tcgen05_commit joins the partition's MMAs in order; it arrives when they have completed."""
@@ -879,7 +896,7 @@ class Machine:
     def _complete_mma(self, i: int) -> None:
         e = self.mmas[i][self.mma_done[i]]
         ins = self.prog.traces[i][e.pc]
-        if isinstance(ins, (TcMmaI, CommitI)):
+        if isinstance(ins, (TcMmaI, CommitI, ScaleCopyI)):
             self._complete_tc(i, e, ins)
             return
         assert isinstance(ins, MmaI)
@@ -888,16 +905,33 @@ class Machine:
         self.mma_done[i] += 1
         self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
 
-    def _complete_tc(self, i: int, e: Inflight, ins: TcMmaI | CommitI) -> None:
+    def _complete_tc(self, i: int, e: Inflight, ins: TcMmaI | CommitI | ScaleCopyI) -> None:
         """sm_100a: the oldest tcgen05 op of partition `i` completes, and retires at once (no wgmma_wait). An MMA
         has read its slots and written tensor memory, then arrives on its release barrier; a commit lands the
         accumulator slot its barrier guards and arrives, publishing it to the waiters."""
         assert self.mma_done[i] == 0 and self.mmas[i][0] == e, "tcgen05 ops complete and retire in order"
         self.mmas[i] = self.mmas[i][1:]
-        if isinstance(ins, TcMmaI):
+        if isinstance(ins, ScaleCopyI):
+            s = self.slots[ins.ring][ins.slot]
+            s.readers = tuple(r for r in s.readers if r != (i, e.pc))
+            self._scale_flags(ins.site, self.scales.copy_done(i, ins.site.where(), ins.dst, ins.tag))
+            for ring, j in self.scales.overlap[ins.dst]:
+                if self.slots[ring][j].fill >= 0:
+                    self._flag(FindingKind.TMEM_OVERLAP, ins.site,
+                               f"{ins.site.where()} writes scale buffer {ins.dst} over columns of {ring}[{j}], which "
+                               f"holds {self.slots[ring][j].describe()}")
+            if self.data is not None:
+                self.data.scale_copy(ins)
+        elif isinstance(ins, TcMmaI):
             for ring, si in ((ins.a_ring, ins.a_slot), (ins.b_ring, ins.b_slot)):
                 s = self.slots[ring][si]
                 s.readers = tuple(r for r in s.readers if r != (i, e.pc))
+            self._scale_flags(ins.site, self.scales.mma_done(i, e.pc, ins.site.where(), ins.scales))
+            for buf, slots in self.scales.overlap.items():
+                if (ins.acc_ring, ins.acc_slot) in slots and self.scales.bufs[buf].content is not None:
+                    self._flag(FindingKind.TMEM_OVERLAP, ins.site,
+                               f"{ins.site.where()} writes {ins.acc_ring}[{ins.acc_slot}] over the columns of scale "
+                               f"buffer {buf}, which holds {self.scales.bufs[buf].content}")
             if self.data is not None:
                 self.data.tc_mma(ins)
             if ins.release is not None:
@@ -982,7 +1016,7 @@ _EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
     EpilogueI: Machine._epilogue, StoreSmemI: Machine._store_smem, FenceI: Machine._fence,
     TmaStoreI: Machine._tma_store, StoreWaitI: Machine._store_wait, StoreTileI: Machine._store_tile,
     LoadOperandI: Machine._load_operand, PrefetchI: Machine._prefetch, ApplyI: Machine._apply,
-    TcMmaI: Machine._tc_mma, CommitI: Machine._commit, LoadTmemI: Machine._load_tmem,
+    TcMmaI: Machine._tc_mma, ScaleCopyI: Machine._scale_copy, CommitI: Machine._commit, LoadTmemI: Machine._load_tmem,
     TdmWaitI: Machine._tdm_wait, SyncI: Machine._sync, PartialStoreI: Machine._sk_store, FlagWaitI: Machine._sk_wait,
     PartialAddI: Machine._sk_add,
 }

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
+from warploom.blocked import from_blocked
 from warploom.epilogue.reference import evaluate_tile
 from warploom.ir import nodes as ir
-from warploom.sim.program import LoadTmemI, MmaI, PromoteI, Tag, TcMmaI
-from warploom.spec import SCALE_BLOCK, ALayout, BLayout, ScaleRecipe
+from warploom.sim.program import LoadTmemI, MmaI, PromoteI, ScaleCopyI, Tag, TcMmaI
+from warploom.spec import MX_BLOCK, SCALE_BLOCK, ALayout, BLayout, ScaleRecipe
 
 
 @dataclass
@@ -66,6 +67,10 @@ class Operands:
         """`span_tiles`: a ranged split-K launch's tile count (its compact workspace's size)."""
         # (a grouped module's B is (G, K, N): its rows per group, (G, N, K) or (G, K, N))
         b_rows = b.transpose(-2, -1) if module.spec.b_layout is BLayout.K_MAJOR else b
+        if module.tmem_scales:  # sm_100a MX: torch's blocked scales, read back as padded (rows, K/32) values
+            kb = a.shape[1] // MX_BLOCK
+            scale_a = None if scale_a is None else from_blocked(scale_a.float(), a.shape[0], kb)
+            scale_b = None if scale_b is None else from_blocked(scale_b.float(), b_rows.shape[0], kb)
         # Blockwise scales stay 2-D: (M, k-blocks) and (k-blocks, N-blocks or N), read per (tile, k-block).
         keep = module.spec.scale.is_blockwise
         t = module.tiling
@@ -106,9 +111,17 @@ class CtaData:
         self.m_major = module.spec.a_layout is ALayout.M_MAJOR  # (A's slots hold (BK, BM) blocks)
         # Per partition: the outputs of its last apply_epilogue, each (rows, block cols) in its stored dtype.
         self.ep_outs: list[tuple[torch.Tensor, ...]] = [() for _ in module.partitions]
+        self.tmem_scales = {sb.name: torch.full((sb.rows, sb.cols), nan) for sb in module.tmem_scales}
 
     def land(self, ring: str, slot: int, tag: Tag) -> None:
         t = self.slots[ring][slot]
+        if self.m.tmem_scales and tag.tensor in ("scale_a", "scale_b"):  # sm_100a MX: a TMA box of (rows, 4) scales
+            src = self.ops.scale_a if tag.tensor == "scale_a" else self.ops.scale_b
+            assert src is not None
+            # (TMA fills outside the padded tensor with zero bits: 2**-127, against zero-filled A and B)
+            self.slots[ring][slot] = _block(src, tag.origin[0], tag.origin[1] // MX_BLOCK, t.shape[0], t.shape[1],
+                                            2.0 ** -127)
+            return
         if tag.tensor in ("scale_a", "scale_b"):
             self.slots[ring][slot] = self._scales(tag, t.shape[1])
             return
@@ -153,9 +166,18 @@ class CtaData:
         accs = self.accs[agent]
         accs[ins.acc] = accs[ins.acc] + prod if ins.use_acc else prod
 
+    def scale_copy(self, ins: ScaleCopyI) -> None:
+        """sm_100a: tcgen05_copy of a (rows, 4) scale slot into a tensor-memory scale buffer."""
+        self.tmem_scales[ins.dst] = self.slots[ins.ring][ins.slot].clone()
+
     def tc_mma(self, ins: TcMmaI) -> None:
-        """sm_100a: the tensor-memory accumulator slot (+)= A slot @ B slot, in fp32."""
+        """sm_100a: the tensor-memory accumulator slot (+)= A slot @ B slot, in fp32; block-scaled, each 32-deep
+        slice of K of a row of A (of B) times that row's scale from its tensor-memory buffer."""
         a, b = self.slots[ins.a_ring][ins.a_slot], self.slots[ins.b_ring][ins.b_slot]
+        if ins.scales:
+            (sa, _), (sb, _) = ins.scales
+            a = a * self.tmem_scales[sa].repeat_interleave(MX_BLOCK, dim=1)
+            b = b * self.tmem_scales[sb].repeat_interleave(MX_BLOCK, dim=1)  # (a K-major (BN, BK) slot)
         prod = a @ (b.t() if self.k_major else b)
         tm = self.slots[ins.acc_ring]
         tm[ins.acc_slot] = tm[ins.acc_slot] + prod if ins.accumulate else prod

@@ -330,6 +330,20 @@ class TcMmaI:
     acc_tag: Tag
     release: str | None
     release_index: int
+    # block-scaled (seed 001): (tensor-memory scale buffer, the scales this (tile, k-block) needs) for A and B
+    scales: tuple[tuple[str, Tag], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleCopyI:
+    """sm_100a: tcgen05_copy of ring[slot] (which must hold `tag`) into tensor-memory scale buffer `dst`; it joins
+    the partition's in-order queue of tcgen05 ops and reads the slot until it completes."""
+
+    site: Site
+    ring: str
+    slot: int
+    tag: Tag
+    dst: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,8 +395,8 @@ class PartialAddI:
 
 
 Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI | FenceI
-         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | TcMmaI | CommitI | LoadTmemI
-         | TdmWaitI | SyncI | PartialStoreI | FlagWaitI | PartialAddI)
+         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | TcMmaI | ScaleCopyI | CommitI
+         | LoadTmemI | TdmWaitI | SyncI | PartialStoreI | FlagWaitI | PartialAddI)
 
 
 def acc_tag(tile: TileRef) -> Tag:
@@ -399,6 +413,13 @@ def scale_tag(tensor: ir.Tensor, tile: TileRef, k: int) -> Tag:
     if tensor is ir.Tensor.SCALE_A:
         return Tag("scale_a", ("m", "kb"), (tile.off_m, k))
     return Tag("scale_b", ("n", "kb"), (tile.off_n, k))
+
+
+def tma_scale_tag(module: ir.Module, tensor: ir.Tensor, tile: TileRef, k: int) -> Tag:
+    """The block of TMA-loaded (sm_100a MX) scales a (tile, k-block) needs, as its `TmaLoad` tags it."""
+    if tensor is ir.Tensor.SCALE_A:
+        return Tag(tensor.value, ("m", "k"), (tile.off_m, k * module.tiling.bk))
+    return Tag(tensor.value, ("n", "k"), (tile.off_n, k * module.tiling.bk))
 
 
 def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
@@ -711,10 +732,18 @@ class _Interp:
                     overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)
                     a_tag, b_tag = expected_tags(m, t, self._kb(t))
                     ri = -1 if o.release is None else self._index(o.slot, m.barrier(o.release).depth, text)
+                    scales = () if o.scales is None else tuple(
+                        (buf, tma_scale_tag(m, m.scale_buffer(buf).tensor, t, self._kb(t)))
+                        for buf in (o.scales.a, o.scales.b))
                     yield TcMmaI(site, o.a_ring, o.b_ring, self._index(o.slot, m.ring(o.a_ring).depth, text),
                                  self._index(o.slot, m.ring(o.b_ring).depth, text), o.acc_ring,
                                  self._index(o.acc_slot, m.ring(o.acc_ring).depth, text), not overwrite, a_tag, b_tag,
-                                 acc_tag(t), o.release, ri)
+                                 acc_tag(t), o.release, ri, scales)
+                case ir.ScaleCopy():
+                    t = self._tile_in_k(text)
+                    ring = m.ring(o.ring)
+                    yield ScaleCopyI(site, o.ring, self._index(o.slot, ring.depth, text),
+                                     tma_scale_tag(m, ring.tensor, t, self._kb(t)), o.dst)
                 case ir.Fixup():
                     t = self._tile(text)
                     if not self.m.tiling.stream_k:

@@ -1,0 +1,60 @@
+"""sm_100a MX fp8 at the API and in the planner: torch's blocked scales are accepted and planned for sm_100a only;
+wrong dtypes, shapes and layouts are refused by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import warploom
+from warploom import ScaleLayout, ScaleRecipe
+from warploom.blocked import from_blocked, to_blocked
+from warploom.device import B200, H100_SXM
+from warploom.errors import ScaleError, UnsupportedError
+
+M, N, K = 200, 272, 288
+
+
+def _args(blocked: bool = True) -> tuple[torch.Tensor, ...]:
+    a = torch.zeros(M, K, dtype=torch.float8_e4m3fn)
+    b = torch.zeros(N, K, dtype=torch.float8_e4m3fn).t()
+    sa = torch.full((M, K // 32), 127, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    sb = torch.full((N, K // 32), 127, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    return (a, b, to_blocked(sa), to_blocked(sb)) if blocked else (a, b, sa, sb)
+
+
+def test_blocked_layout_round_trips() -> None:
+    x = torch.randint(0, 255, (300, 37), dtype=torch.uint8)
+    f = to_blocked(x)
+    assert f.shape == (384 * 40,)
+    back = from_blocked(f, 300, 37)
+    assert torch.equal(back[:300, :37], x) and not back[300:].any() and not back[:, 37:].any()
+    # one 128x4 block is 512 contiguous bytes: row r, scale c at (r % 32) * 16 + (r // 32) * 4 + c
+    assert f[(5 % 32) * 16 + (5 // 32) * 4 + 2] == x[5, 2] and f[(77 % 32) * 16 + (77 // 32) * 4 + 1] == x[77, 1]
+
+
+def test_blocked_scales_plan_for_sm100a() -> None:
+    k = warploom.plan(*_args(), device=B200)
+    assert k.spec.scale is ScaleRecipe.MX and k.spec.scale_layout is ScaleLayout.BLOCKED
+    assert k.plan.block_scaled and k.module.tmem_scales
+
+
+def test_blocked_scales_refused_on_sm90a_and_row_major_on_sm100a() -> None:
+    with pytest.raises(UnsupportedError, match="blocked layout is sm_100a's"):
+        warploom.plan(*_args(), device=H100_SXM)
+    with pytest.raises(UnsupportedError, match="to_blocked"):
+        warploom.plan(*_args(blocked=False), device=B200)
+
+
+def test_bad_mx_scales_name_the_argument() -> None:
+    a, b, sa, sb = _args()
+    with pytest.raises(ScaleError, match="scale_b.*float8_e8m0fnu"):
+        warploom.plan(a, b, sa, sb.view(torch.uint8).float(), device=B200)  # fp32 where e8m0 is required
+    with pytest.raises(ScaleError, match=r"scale_a.*\(3072,\).*got shape \(2560,\)"):
+        warploom.plan(a, b, sa[:-512], sb, device=B200)  # one 128x4 block short
+    per16 = torch.full((M, K // 16), 127, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    with pytest.raises(ScaleError, match=r"scale_a.*\(200, 9\)"):
+        warploom.plan(a, b, per16, sb, device=B200)  # per 16 where per 32 is required
+    with pytest.raises(ScaleError, match="layout of scale_a"):
+        warploom.plan(a, b, sa, _args(blocked=False)[3], device=B200)
+    assert issubclass(ScaleError, ValueError)

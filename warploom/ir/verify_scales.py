@@ -1,0 +1,135 @@
+"""The verifier's rules for sm_100a block scales in tensor memory (seed 001: `ScaleCopy` into `ScaleBuffer`s).
+
+A complete module with scale buffers must satisfy (each violation is one message):
+
+- **dtype:** an MX recipe's scale rings and buffers hold e8m0; the scaled MMA names the operands' own formats
+  (e4m3 / e5m2 as `GemmSpec.a_dtype` / `b_dtype` say).
+- **producer and consumer:** each buffer is written by `ScaleCopy`s and read by scaled `TcMma`s, all issued by one
+  partition (tcgen05 ops of one thread run in issue order: a copy after an MMA cannot overwrite what that MMA
+  reads, one from another partition can); within a k-loop every scaled MMA has a copy into each buffer it reads
+  before it, from the stage slot the MMA reads.
+- **release:** the stage a copy reads is released only by the completion of the MMA that reads the copied scales
+  (`TcMma.release`): no plain `Arrive` on that stage's empty barrier in the copying partition.
+- **TMA bytes:** the scale rings are filled by TMA loads on the stage's ready barrier, and the stage's expect-tx
+  counts their bytes (A, B and both scales).
+
+Allowed::
+
+    wait ready[c]; tcgen05_copy sa_ring[c] -> sa_tm; tcgen05_copy sb_ring[c] -> sb_tm
+    tcgen05_mma acc += a[c] @ b[c] scaled by sa_tm x sb_tm, then arrive empty[c]
+
+Forbidden: the MMA with no copy before it; the copy after the MMA; ``arrive empty[c]`` after the copies (the MMA
+may not have read them yet); a copy of ``sa_ring[c + 1]`` for the MMA of ``c``; expect-tx of A's and B's bytes
+only. Tensor-memory column overlaps and the 512-column budget are `verify._check_tmem`'s.
+"""
+
+from __future__ import annotations
+
+from warploom.dtypes import DType
+from warploom.ir import nodes as ir
+from warploom.spec import ScaleRecipe
+
+# The instruction's names for the MX operand formats.
+MX_FORMATS = {DType.E4M3: "e4m3", DType.E5M2: "e5m2"}
+
+
+def check_tmem_scales(m: ir.Module) -> list[str]:
+    """Every rule above; empty when the module has no scale buffers."""
+    if not m.tmem_scales:
+        return []
+    errs = _dtypes(m)
+    writers: dict[str, set[str]] = {}
+    readers: dict[str, set[str]] = {}
+    for p in m.partitions:
+        for o, _ in ir.walk(p.body):
+            if isinstance(o, ir.ScaleCopy):
+                writers.setdefault(o.dst, set()).add(p.name)
+            elif isinstance(o, ir.TcMma) and o.scales is not None:
+                for b in (o.scales.a, o.scales.b):
+                    readers.setdefault(b, set()).add(p.name)
+        errs += _k_loops(m, p)
+    for sb in m.tmem_scales:
+        w, r = writers.get(sb.name, set()), readers.get(sb.name, set())
+        if not w:
+            errs.append(f"scale buffer {sb.name}: no tcgen05_copy writes it")
+        if not r:
+            errs.append(f"scale buffer {sb.name}: no scaled tcgen05 MMA reads it")
+        if w and r and w | r != {next(iter(r))}:
+            errs.append(f"scale buffer {sb.name}: written by {sorted(w)} and read by {sorted(r)}; the copies and the "
+                        "MMAs must be one partition's (only one thread's tcgen05 ops run in issue order)")
+    errs += _tma_bytes(m)
+    return errs
+
+
+def _dtypes(m: ir.Module) -> list[str]:
+    errs = []
+    if m.spec.scale is not ScaleRecipe.MX:
+        errs.append(f"scale buffers in a module of {m.spec.scale.value} scales: tcgen05 block scaling here is MX's")
+    scale_rings = {o.ring for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.ScaleCopy)}
+    for name in sorted(scale_rings):
+        r = m.ring(name)
+        if r.dtype is not DType.E8M0:
+            errs.append(f"ring {name} copied into tensor memory holds {r.dtype.value}; MX scales are e8m0")
+    want = (MX_FORMATS.get(m.spec.a_dtype), MX_FORMATS.get(m.spec.b_dtype))
+    for p in m.partitions:
+        for o, _ in ir.walk(p.body):
+            if isinstance(o, ir.TcMma) and o.scales is not None and (o.scales.a_type, o.scales.b_type) != want:
+                errs.append(f"partition {p.name}: the scaled MMA reads {o.scales.a_type} x {o.scales.b_type}; "
+                            f"the spec's operands are {want[0]} x {want[1]}")
+    return errs
+
+
+def _k_loops(m: ir.Module, p: ir.Partition) -> list[str]:
+    """In each k-loop of `p`: a copy into every buffer a scaled MMA reads precedes it, from the MMA's slot, and the
+    copied stage is not released by a plain arrival."""
+    errs = []
+    empties = {b.name for b in m.barriers if b.purpose is ir.Purpose.EMPTY}
+    for lp in _loops(p.body):
+        copied: dict[str, ir.ScaleCopy] = {}
+        for s in lp.body:
+            if isinstance(s, ir.ScaleCopy):
+                copied[s.dst] = s
+            elif isinstance(s, ir.TcMma) and s.scales is not None:
+                for b in (s.scales.a, s.scales.b):
+                    cp = copied.pop(b, None)
+                    if cp is None:
+                        errs.append(f"partition {p.name}: a scaled MMA reads {b} with no tcgen05_copy into it before "
+                                    "it in its k-loop")
+                    elif cp.slot != s.slot:
+                        errs.append(f"partition {p.name}: {b} is copied from slot {cp.slot} but the MMA reads the "
+                                    f"stage at slot {s.slot}")
+            elif isinstance(s, ir.Arrive) and s.barrier in empties and any(
+                    isinstance(o, ir.ScaleCopy) for o in lp.body):
+                errs.append(f"partition {p.name}: arrive {s.barrier} releases a stage whose scales tcgen05_copy "
+                            "reads; only the scaled MMA's completion (its release barrier) may release it")
+        errs += [f"partition {p.name}: tcgen05_copy into {b} has no scaled MMA after it in its k-loop"
+                 for b in copied]
+    return errs
+
+
+def _loops(body: tuple[ir.Stmt, ...]) -> list[ir.Loop]:
+    out = []
+    for s in body:
+        if isinstance(s, ir.Loop):
+            out += [s, *_loops(s.body)]
+    return out
+
+
+def _tma_bytes(m: ir.Module) -> list[str]:
+    """The stage's expect-tx counts every ring a TMA load fills on it, the scales included."""
+    errs = []
+    scale_rings = {o.ring for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.ScaleCopy)}
+    for p in m.partitions:
+        for lp in _loops(p.body):
+            loads = [s for s in lp.body if isinstance(s, ir.TmaLoad)]
+            expects = [s for s in lp.body if isinstance(s, ir.ArriveExpectTx)]
+            if not loads or not expects:
+                continue
+            missing = sorted(scale_rings - {s.ring for s in loads})
+            if missing:
+                errs.append(f"partition {p.name}: the stage's TMA loads do not fill {missing}, which tcgen05_copy "
+                            "reads; the scales ride the A/B stage (seed 001)")
+            want = sum(m.ring(s.ring).slot_bytes for s in loads)
+            errs += [f"partition {p.name}: arrive_expect_tx {e.barrier} announces {e.nbytes} bytes, but the stage's "
+                     f"TMA loads (A, B and the scales) bring {want}" for e in expects if e.nbytes != want]
+    return errs
