@@ -33,7 +33,7 @@ def _fused(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any] | None,
     return fused_spec(spec, a, epilogue, operands, **scaled)
 
 
-def _device_for(t: torch.Tensor) -> DeviceInfo:
+def device_for(t: torch.Tensor) -> DeviceInfo:
     if t.device.type == "cuda":
         return _cuda_device(t.device.index if t.device.index is not None else torch.cuda.current_device())
     return H100_SXM
@@ -58,7 +58,7 @@ def _empty_result(spec: GemmSpec, a: torch.Tensor, bias: Any = None) -> torch.Te
     return None
 
 
-def _require_cuda(a: torch.Tensor) -> None:
+def require_cuda(a: torch.Tensor) -> None:
     if a.device.type != "cuda":
         raise DeviceError("a", "CUDA tensors (an sm_90a GPU runs warploom's kernels)", f"a tensor on {a.device}",
                           "move the tensors to the GPU with .cuda(), or use warploom.plan(...) to plan, "
@@ -87,16 +87,16 @@ def sim_max_flops() -> int:
 def _simulate(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any, scale_b: Any,
               bias: Any) -> torch.Tensor:
     """Run the planned kernel on the CPU simulator: every CTA, one seeded schedule, no timeline."""
-    _check_sim_size(spec)
-    kernel = _kernel(spec, _device_for(a), a, b)
+    check_sim_size(spec)
+    kernel = _kernel(spec, device_for(a), a, b)
     return kernel.simulate(a, b, scale_a, scale_b, bias, record=False).raise_for_findings().output
 
 
 def _simulate_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: dict[str, Any],
                     scale_a: Any = None, scale_b: Any = None) -> tuple[torch.Tensor, ...]:
     """`_simulate` for a spec with a fused epilogue: every output (blockwise scales, if any, positional)."""
-    _check_sim_size(spec)
-    kernel = build(spec, _device_for(a))
+    check_sim_size(spec)
+    kernel = build(spec, device_for(a))
     return kernel.simulate(a, b, scale_a, scale_b, operands=operands, record=False).raise_for_findings().outputs
 
 
@@ -113,8 +113,8 @@ def run_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: dict[s
     elif a.device.type == "cpu":
         outs = _simulate_fused(spec, a, b, operands, sa, sb)
     else:
-        _require_cuda(a)
-        kernel = build(spec, _device_for(a))
+        require_cuda(a)
+        kernel = build(spec, device_for(a))
         # Launched as a remembered call's later ones are, so the next call finds its launch bound to the key.
         prepared = eager.PreparedFused(kernel, spec.m, spec.n, tuple(d.torch for d in dtypes), tuple(operands),
                                        spec.scale.is_blockwise)
@@ -134,7 +134,7 @@ def _empty_fused(spec: GemmSpec, a: torch.Tensor, operands: dict[str, Any]) -> t
     return tuple(evaluate(spec.epilogue, acc, operands, out_dtype=spec.out_dtype))
 
 
-def _check_sim_size(spec: GemmSpec) -> None:
+def check_sim_size(spec: GemmSpec) -> None:
     limit = sim_max_flops()
     if spec.flops > limit:
         raise DeviceError("a", f"CUDA tensors, or CPU tensors of at most {limit:,} FLOPs (2*M*N*K) for the CPU "
@@ -154,8 +154,8 @@ def _run(key: tuple[Any, ...] | None, make_spec: Callable[[], GemmSpec], a: torc
             return done
         if a.device.type == "cpu":
             return _simulate(spec, a, b, scale_a, scale_b, bias)
-        _require_cuda(a)
-        prepared = eager.Prepared(_kernel(spec, _device_for(a), a, b), spec.m, spec.n, spec.out_dtype.torch)
+        require_cuda(a)
+        prepared = eager.Prepared(_kernel(spec, device_for(a), a, b), spec.m, spec.n, spec.out_dtype.torch)
         eager.remember(key, prepared)
     return prepared(a, b, scale_a, scale_b, bias)
 
@@ -352,4 +352,4 @@ def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, 
     if epilogue is not None or operands:
         scaled = {} if scale_a is None else {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}
         spec, _ = _fused(spec, a, epilogue, operands, **scaled)
-    return _kernel(spec, device or _device_for(a), a, b)
+    return _kernel(spec, device or device_for(a), a, b)

@@ -54,13 +54,13 @@ def fast_accum(flag: Any) -> None:
         raise ArgumentTypeError("use_fast_accum", "a bool", repr(flag)[:80], "pass True or False")
 
 
-def _tensors(named: dict[str, Any], optional: tuple[str, ...] = ()) -> None:
+def check_tensors(named: dict[str, Any], optional: tuple[str, ...] = ()) -> None:
     bad = not_a_tensor(named, optional)
     if bad is not None:
         raise bad
 
 
-def _dtype(arg: str, t: Any, allowed: tuple[DType, ...], fix: str) -> DType:
+def check_dtype(arg: str, t: Any, allowed: tuple[DType, ...], fix: str) -> DType:
     d = DType.from_torch(t.dtype)
     if d not in allowed:
         names = ", ".join(x.value for x in allowed)
@@ -118,7 +118,7 @@ def _fake_tensor_class() -> type:
     return FakeTensor
 
 
-def _same_device(named: dict[str, Any]) -> None:
+def same_device(named: dict[str, Any]) -> None:
     present = {k: v for k, v in named.items() if v is not None}
     devs = {k: v.device for k, v in present.items()}
     first = next(iter(devs))
@@ -169,10 +169,10 @@ def _out_aligned(n: int, out: DType) -> None:
 
 def matmul_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
     """The dtype and rank checks of `matmul_spec` (safe on symbolic shapes); returns the output dtype."""
-    _tensors({"a": a, "b": b})
+    check_tensors({"a": a, "b": b})
     _check_ab(a, b)
-    da = _dtype("a", a, _16BIT, "convert a to torch.bfloat16 or torch.float16; for fp8 use warploom.scaled_mm")
-    db = _dtype("b", b, _16BIT, "convert b to torch.bfloat16 or torch.float16")
+    da = check_dtype("a", a, _16BIT, "convert a to torch.bfloat16 or torch.float16; for fp8 use warploom.scaled_mm")
+    db = check_dtype("b", b, _16BIT, "convert b to torch.bfloat16 or torch.float16")
     if da != db:
         raise DTypeError("b", f"the same dtype as a ({a.dtype})", str(b.dtype), f"convert b with b.to({a.dtype})")
     out = da if out_dtype is None else DType.from_torch(out_dtype)
@@ -188,7 +188,7 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
     da = DType.from_torch(a.dtype)
     assert da is not None
     named = {"a": a, "b": b}
-    _same_device(named)
+    same_device(named)
     no_neg_bit(named)
     if a.shape[0] * b.shape[1] * a.shape[1] == 0:
         # No kernel runs (an empty output, or K = 0: zeros), so TMA's rules do not apply: torch's result, any strides.
@@ -293,12 +293,12 @@ def _check_block_scales(scale_a: Any, scale_b: Any) -> None:
 
 def scaled_mm_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
     """The dtype and rank checks of `scaled_mm_spec` (safe on symbolic shapes); returns the output dtype."""
-    _tensors({"a": a, "b": b})
+    check_tensors({"a": a, "b": b})
     _check_ab(a, b)
     fp8 = (DType.E4M3, DType.E5M2)
     fix = "quantize with x.to(torch.float8_e4m3fn) and pass its scale"
-    da = _dtype("a", a, fp8, fix)
-    db = _dtype("b", b, fp8, fix)
+    da = check_dtype("a", a, fp8, fix)
+    db = check_dtype("b", b, fp8, fix)
     if da is DType.E5M2 and db is DType.E5M2:
         raise DTypeError("b", "e4m3 when a is e5m2 (e5m2 x e5m2 has no fp8 wgmma)", "float8_e5m2",
                          "quantize one operand to torch.float8_e4m3fn")
@@ -314,7 +314,7 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     """Validate `warploom.scaled_mm`'s arguments (torch._scaled_mm semantics) and return their spec."""
     fast_accum(use_fast_accum)
     out = scaled_mm_dtypes(a, b, out_dtype)
-    _tensors({"scale_a": scale_a, "scale_b": scale_b, "bias": bias}, optional=("bias",))
+    check_tensors({"scale_a": scale_a, "scale_b": scale_b, "bias": bias}, optional=("bias",))
     da, db = DType.from_torch(a.dtype), DType.from_torch(b.dtype)
     assert da is not None and db is not None
     m, k = a.shape
@@ -324,14 +324,14 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
             raise ShapeError(arg, "K and N multiples of 16 for fp8 (as torch._scaled_mm requires)",
                              f"{'K' if arg == 'a' else 'N'} = {size}", "pad with zeros to a multiple of 16")
     named = {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}
-    _same_device(named)
+    same_device(named)
     no_neg_bit(named)
     recipe = _scale_recipe(scale_a, scale_b, m, n, k)
     if recipe.is_blockwise:
         _check_block_scales(scale_a, scale_b)
     bias_dt = None
     if bias is not None:
-        bias_dt = _dtype("bias", bias, (DType.BF16, DType.FP16, DType.FP32), "convert bias to out_dtype")
+        bias_dt = check_dtype("bias", bias, (DType.BF16, DType.FP16, DType.FP32), "convert bias to out_dtype")
         if tuple(bias.shape) != (n,):
             raise ShapeError("bias", f"shape ({n},)", f"shape {tuple(bias.shape)}", "pass a 1-D bias of length N")
     tma_ok("a", a, 1, "row-major a (fp8 wgmma reads A K-major; 16-bit matmul also takes a column-major a)")

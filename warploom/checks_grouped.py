@@ -18,12 +18,11 @@ from typing import Any
 
 import torch
 
-from warploom.checks import _dtype, _same_device, _tensors, no_neg_bit
+from warploom.checks import TMA_ALIGN, check_dtype, check_tensors, no_neg_bit, same_device
 from warploom.dtypes import DType
 from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError
 from warploom.spec import Accumulation, BLayout, GemmSpec, Grouping, ScaleRecipe
 
-_TMA_ALIGN = 16
 _16BIT = (DType.BF16, DType.FP16)
 
 
@@ -98,17 +97,17 @@ def _b_layout(b: torch.Tensor, fp8: bool) -> BLayout:
                              "pass w.transpose(-2, -1) of a contiguous (G, N, K) weight" if fp8 else
                              "pass b.contiguous()")
     for what, stride in (("row", row), ("expert", b.stride(0))):
-        if (stride * es) % _TMA_ALIGN and b.numel():
-            raise AlignmentError("b", f"a {what} stride that is a multiple of {_TMA_ALIGN} bytes (TMA rule)",
+        if (stride * es) % TMA_ALIGN and b.numel():
+            raise AlignmentError("b", f"a {what} stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
                                  f"{stride * es} bytes", "pad K and N to multiples of 16 bytes")
     return layout
 
 
 def _row_aligned(arg: str, t: torch.Tensor) -> None:
-    if t.numel() and (t.stride(-1) != 1 or (t.stride(-2) * t.element_size()) % _TMA_ALIGN):
-        raise AlignmentError(arg, f"contiguous rows whose stride is a multiple of {_TMA_ALIGN} bytes (TMA rule)",
+    if t.numel() and (t.stride(-1) != 1 or (t.stride(-2) * t.element_size()) % TMA_ALIGN):
+        raise AlignmentError(arg, f"contiguous rows whose stride is a multiple of {TMA_ALIGN} bytes (TMA rule)",
                              f"strides {tuple(t.stride())}", f"pass {arg}.contiguous() with K padded to "
-                             f"{_TMA_ALIGN // t.element_size()} elements")
+                             f"{TMA_ALIGN // t.element_size()} elements")
 
 
 def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dtype: Any = None,
@@ -116,13 +115,13 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
     """Check a grouped call and give its spec; `scale_a`/`scale_b` given means fp8 rowwise (`scaled_grouped_mm`)."""
     scaled = scale_a is not None or scale_b is not None
     named = {"a": a, "b": b} | ({"scale_a": scale_a, "scale_b": scale_b} if scaled else {})
-    _tensors(named)
+    check_tensors(named)
     no_neg_bit(named)
-    _same_device(named)
+    same_device(named)
     allowed = (DType.E4M3,) if scaled else _16BIT
     fix = "quantize to torch.float8_e4m3fn with rowwise scales" if scaled else "pass bf16 or fp16 tensors"
-    a_dt = _dtype("a", a, allowed, fix)
-    b_dt = _dtype("b", b, allowed, fix)
+    a_dt = check_dtype("a", a, allowed, fix)
+    b_dt = check_dtype("b", b, allowed, fix)
     if a_dt != b_dt:
         raise DTypeError("b", f"{a.dtype}, a's dtype", str(b.dtype), f"pass b.to({a.dtype})")
     if b.dim() != 3:
@@ -173,8 +172,8 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
     if out not in (DType.BF16, DType.FP16, DType.FP32) or (scaled and out is not DType.BF16):
         raise DTypeError("out_dtype", "torch.bfloat16" if scaled else "bf16, fp16 or fp32", str(out_dtype),
                          "pass out_dtype=torch.bfloat16" if scaled else "pass out_dtype=None (a's dtype)")
-    if (n * out.bytes) % _TMA_ALIGN:
-        raise AlignmentError("b", f"N a multiple of {_TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
+    if (n * out.bytes) % TMA_ALIGN:
+        raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
                              f"N = {n}", "pad N")
     if scaled:
         _rowwise_scales(scale_a, scale_b, rows, groups, n, a.dim())

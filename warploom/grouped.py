@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from warploom.api import _check_sim_size, _device_for, _require_cuda
+from warploom.api import check_sim_size, device_for, require_cuda
 from warploom.checks_grouped import GroupedCall, grouped_call
 from warploom.kernel import Kernel, build
 
@@ -52,15 +52,15 @@ def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.
     if spec.m == 0 or spec.n == 0 or spec.k == 0:  # no kernel: an empty result, or a sum over nothing
         out = torch.zeros(call.out_shape, dtype=dtype, device=a.device)
         return out
-    kernel = build(spec, _device_for(a))
+    kernel = build(spec, device_for(a))
     if a.device.type == "cpu":
         from warploom.sim.grouped import simulate_grouped
 
-        _check_sim_size(spec)
+        check_sim_size(spec)
         out = torch.zeros((spec.m, spec.n), dtype=dtype)  # (rows outside every group: unspecified; zeros here)
         simulate_grouped(kernel.module, a, call.b, call.bounds, scale_a, scale_b, out=out).raise_for_findings()
         return out.reshape(call.out_shape)
-    _require_cuda(a)
+    require_cuda(a)
     out = torch.empty((spec.m, spec.n), dtype=dtype, device=a.device)
     with torch.cuda.device(a.device):
         _launcher(kernel)(a, call.b, call.bounds, out, scale_a, scale_b)

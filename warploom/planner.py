@@ -892,6 +892,10 @@ SK_PIECES = (2, 3, 4)
 # bytes of K priced alike) with scripts/sweep_plans.py; per k-block: 128x128 at 6 stages, 64x64 at 4-8.
 LATENCY_START_US = {128: 4.2, 64: 3.35}
 LATENCY_KBLOCK_US = {128: 0.33, 64: 0.17}
+# ...but never faster than L2 delivers the tiles' operand bytes (each tile reads BM + BN rows of K): with many CTAs
+# streaming a long K, 64x64's doubled bytes per FLOP bind. The runs above sustained 5.6-7.6 TB/s from L2 at 72-120
+# CTAs (2415x160x14360 bf16 on 114 tiles of 64x64 ran at 0.50x torch, against 0.65x for 128x128 by stream-K).
+LATENCY_L2_BYTES_PER_US = 7.5e6
 # 64x64's ring: 4 stages, 8 from LATENCY_DEEP_KBLOCKS k-blocks on (long K hides more load latency; short K lost 5%
 # to the deeper ring's start at 8 stages).
 LATENCY_STAGES = (4, 8)
@@ -901,14 +905,19 @@ LATENCY_DEEP_KBLOCKS = 32
 def latency_times(spec: GemmSpec, device: DeviceInfo) -> tuple[float, float, int]:
     """Rule 23's modeled microseconds: 64x64 tiles whole, then 128x128 at its best count of stream-K pieces (1: whole
     tiles; pieces as rule 21 cuts them, each k-block SK_SLOWDOWN slower, SK_FIXUP_KBLOCKS per extra piece), and
-    that count."""
+    that count. Each is its start plus the longer of its k-blocks' latency and its tiles' operand bytes from L2."""
     k_tiles = math.ceil(spec.k / (128 if spec.is_fp8 else 64))
-    t64 = LATENCY_START_US[64] + k_tiles * LATENCY_KBLOCK_US[64]
+    row_bytes = spec.k * spec.a_dtype.bytes  # (one row of A or B: K elements)
+    tiles64 = math.ceil(spec.m / 64) * math.ceil(spec.n / 64)
+    t64 = LATENCY_START_US[64] + max(k_tiles * LATENCY_KBLOCK_US[64],
+                                     tiles64 * 128 * row_bytes / LATENCY_L2_BYTES_PER_US)
     tiles = math.ceil(spec.m / 128) * math.ceil(spec.n / 128)
     best = (float(k_tiles), 1)
     for p in (q for q in SK_PIECES if q <= k_tiles and tiles * q <= device.sm_count):
         best = min(best, (k_tiles / p * (1 + SK_SLOWDOWN) + (p - 1) * SK_FIXUP_KBLOCKS, p))
-    return t64, LATENCY_START_US[128] + best[0] * LATENCY_KBLOCK_US[128], best[1]
+    t128 = LATENCY_START_US[128] + max(best[0] * LATENCY_KBLOCK_US[128],
+                                       tiles * 256 * row_bytes / LATENCY_L2_BYTES_PER_US)
+    return t64, t128, best[1]
 
 
 def latency_stages(spec: GemmSpec) -> int:
@@ -922,9 +931,10 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     rules 16 and 18) with native accumulation (bf16, fp16, fp8 fast) and no bias or fused epilogue, whose 64x64
     tiles fit in one wave, where the latency model prices them below 128x128's best. (More 64x64 tiles than SMs
     turned L2-bound: 100x5264x3464 bf16, 166 tiles, ran at 0.36x torch against 0.58x for 42 of 128x128.
-    Promoted fp8, a bias and fused epilogues: not measured at these sizes.)"""
+    Promoted fp8, a bias, fused epilogues and operands that are not K-major: not measured at these sizes.)"""
     if (spec.m <= 64 or spec.epilogue is not None or spec.bias_dtype is not None
-            or spec.accumulation is not Accumulation.NATIVE or spec.scale.is_blockwise
+            or spec.accumulation is not Accumulation.NATIVE or spec.scale.is_blockwise or spec.grouped
+            or spec.a_layout is not ALayout.K_MAJOR or spec.b_layout is not BLayout.K_MAJOR
             or not device.arch.startswith("sm_90")):
         return False
     tiles64 = math.ceil(spec.m / 64) * math.ceil(spec.n / 64)
@@ -935,10 +945,11 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
         return False
     k_tiles = math.ceil(spec.k / (128 if spec.is_fp8 else 64))
     _note("64x64", f"latency tile, {latency_stages(spec)} stages", t64,
-          f"{tiles64} CTAs: {LATENCY_START_US[64]} us + {k_tiles} k-blocks x {LATENCY_KBLOCK_US[64]} us "
-          "(rule 23, modeled us)")
+          f"{tiles64} CTAs: {LATENCY_START_US[64]} us + {k_tiles} k-blocks x {LATENCY_KBLOCK_US[64]} us, or its "
+          "bytes from L2 (rule 23, modeled us)")
     _note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
-          f"{LATENCY_START_US[128]} us + its k-blocks x {LATENCY_KBLOCK_US[128]} us (rule 23, modeled us)")
+          f"{LATENCY_START_US[128]} us + its k-blocks x {LATENCY_KBLOCK_US[128]} us, or its bytes from L2 (rule 23, "
+          "modeled us)")
     return True
 
 

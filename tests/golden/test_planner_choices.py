@@ -41,7 +41,7 @@ class TestPlannerChoices(expecttest.TestCase):
 2255x176x176      64x64x64_s4_w4_g8                        64x64x128_s4_w4_g8
 385x5904x192      128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
 121x112x80        64x64x64_s4_w4_g8                        64x64x128_s4_w4_g8
-295x1536x6064     64x64x64_s8_w4_g8                        64x64x128_s8_w4_g8
+295x1536x6064     128x128x64_s6_w8_g8_p2_sk3g108           64x64x128_s8_w4_g8
 401x496x320       64x64x64_s4_w4_g8                        64x64x128_s4_w4_g8
 347x4776x1344     128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
 268x112x4944      64x64x64_s8_w4_g8                        64x64x128_s8_w4_g8

@@ -72,12 +72,12 @@ def test_fp8(recipe: str, m: int, n: int, k: int, bn: int, pieces: int) -> None:
 
 
 def test_cuda_graph_and_planner_choice() -> None:
-    """The planner takes stream-K at 384x752x5312 (18 tiles, 83 k-blocks: rule 21); replayed in a CUDA graph, the
-    kernel gives the eager call's bits."""
+    """The planner takes stream-K at 656x8048x5280 (a thin second wave of 128x256 tiles, 83 k-blocks: rule 21);
+    replayed in a CUDA graph, the kernel gives the eager call's bits."""
     import warploom
 
     torch.manual_seed(0)
-    m, n, k = 384, 752, 5312
+    m, n, k = 656, 8048, 5280
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
     kern = build(checks.matmul_spec(a, b, None), DeviceInfo.current())

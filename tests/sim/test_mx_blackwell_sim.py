@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-from warploom.sim.reference import dequantized
 
 from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleLayout, ScaleRecipe
 from warploom.blocked import to_blocked
@@ -18,6 +17,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.reference import dequantized
 from warploom.sim import simulate
 from warploom.sim.findings import FindingKind
 

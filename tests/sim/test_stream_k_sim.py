@@ -144,8 +144,10 @@ def test_refusals_name_the_option() -> None:
 
 def test_cpu_api_runs_a_stream_k_plan() -> None:
     """The planner takes stream-K for one long-K tile on the H100 (1 tile, 64 k-blocks, cut in pieces); matmul on
-    CPU tensors simulates that kernel and returns the product."""
-    a, b = _bf16(128, 128, 4096)
+    CPU tensors simulates that kernel and returns the product. (B is N-major: with K-major operands rule 23's 64x64
+    tiles take this problem.)"""
+    a, _ = _bf16(128, 128, 4096)
+    b = torch.randn(4096, 128).bfloat16()
     spec = checks.matmul_spec(a.to("meta"), b.to("meta"), None)
     assert plan_schedule(spec, H100_SXM).stream_k >= 2
     torch.testing.assert_close(warploom.matmul(a, b).float(), a.float() @ b.float(), atol=0.3, rtol=0.02)

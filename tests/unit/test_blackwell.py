@@ -139,8 +139,8 @@ def test_public_api_refuses_to_launch_on_an_sm_100a_gpu(monkeypatch: pytest.Monk
     kern = build(GemmSpec(512, 512, 512), B200)
     with pytest.raises(TargetError, match="not run on an sm_100a GPU"):
         Launcher(kern.module, kern.gluon)
-    monkeypatch.setattr(api, "_device_for", lambda a: B200)
-    monkeypatch.setattr(api, "_require_cuda", lambda *a, **k: None, raising=False)
+    monkeypatch.setattr(api, "device_for", lambda a: B200)
+    monkeypatch.setattr(api, "require_cuda", lambda *a, **k: None, raising=False)
     a = torch.empty(512, 512, dtype=torch.bfloat16, device="meta")
     with pytest.raises(TargetError, match="not run on an sm_100a GPU"):
         api._matmul_impl(a, a)

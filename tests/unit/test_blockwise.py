@@ -14,7 +14,7 @@ import warploom
 from warploom import checks
 from warploom.device import H100_SXM
 from warploom.errors import ScaleError
-from warploom.planner import plan_schedule, stage_bytes
+from warploom.planner import latency_tiles, plan_schedule, stage_bytes
 from warploom.reference import Inputs, dequantized, reference, relative_error
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
@@ -175,7 +175,8 @@ def test_cpu_fused_epilogue_with_blockwise_scales() -> None:
 def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple[int, int]) -> None:
     """Rule 13 (split-K off): blockwise fp8 with M <= 128 also scores 64-row and 64x64 tiles (measured at
     DeepSeek-V3's shapes); other recipes keep their tiles (MX and promoted rowwise were not measured there), except
-    that bf16 with M <= 64 is rule 16's decode (64x64 with a deep ring), or at M <= 32 rule 18's swapped one."""
+    that bf16 with M <= 64 is rule 16's decode (64x64 with a deep ring), or at M <= 32 rule 18's swapped one, and above
+    64 rows rule 23's latency tiles where 64x64 fills at most one wave."""
     for recipe in (BW, ScaleRecipe.BLOCKWISE_1X128_1X128):
         s = GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=recipe,
                      accumulation=Accumulation.PROMOTED)
@@ -190,8 +191,10 @@ def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple
     p = plan_schedule(GemmSpec(m, n, k), H100_SXM)
     if m <= 32:  # rule 18: swapped, 64x16 tiles of C^T (64x32 above M = 16)
         assert p.swap_ab and (p.bm, p.bn, p.stages) == (64, 16, 12)
-    else:
-        assert (p.bm, p.bn, p.stages) == (64, 64, 12) if m <= 64 else p.bn != 64
+    elif m <= 64:
+        assert (p.bm, p.bn, p.stages) == (64, 64, 12)
+    else:  # rule 23: 64x64 where its latency model wins (one wave of them at most), else no 64-wide tile
+        assert (p.bn == 64) == latency_tiles(GemmSpec(m, n, k), H100_SXM)
 
 
 @pytest.mark.parametrize("m,n,k,plan", [

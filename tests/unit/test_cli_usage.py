@@ -58,12 +58,12 @@ def test_an_output_path_under_a_file(tmp_path: Path, option: str) -> None:
 
 def test_plan_command_explains_its_choice() -> None:
     """`warploom plan --explain` (issue 23): the plan, and every candidate the planner scored with its score; here
-    stream-K (rule 21) wins over whole tiles at a thin last wave with a long K."""
+    stream-K (rule 21) wins over whole tiles at a thin last wave with a long K (656x8048x5280: 66 x 128x256 tiles)."""
     from click.testing import CliRunner
 
     from warploom.cli import main
 
-    res = CliRunner().invoke(main, ["plan", "--m", "384", "--n", "752", "--k", "5312", "--explain"],
+    res = CliRunner().invoke(main, ["plan", "--m", "656", "--n", "8048", "--k", "5280", "--explain"],
                              terminal_width=200)
     assert res.exit_code == 0, res.output
     assert "stream-K" in res.output and "whole tiles" in res.output

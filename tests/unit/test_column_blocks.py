@@ -183,13 +183,13 @@ def test_register_local_split_names_each_block_by_its_columns(parts: int) -> Non
     import torch
 
     from warploom.backends.codebuf import CodeBuffer
-    from warploom.backends.gluon_sm90 import _PartitionEmitter
+    from warploom.backends.gluon_sm90 import PartitionEmitter
 
     spec = GemmSpec(4096, 4096, 4096, DType.BF16, DType.BF16, DType.BF16)
     m, _ = compile_schedule(spec, plan_schedule(spec, H100_SXM, bn=256, stages=3), H100_SXM)
     part = next(p for p in m.partitions if p.accumulators)
     buf = CodeBuffer()
-    emitter = _PartitionEmitter(m, part, buf)
+    emitter = PartitionEmitter(m, part, buf)
     acc = part.accumulators[0]
     names = [emitter._column_block(acc.name, i, parts) for i in range(parts)]
     code = re.sub(r"\.split\(\)", ".unbind(-1)", re.sub(r"\s+#.*", "", buf.text()))
@@ -203,10 +203,10 @@ def test_register_local_split_names_each_block_by_its_columns(parts: int) -> Non
 
 def test_column_blocks_narrower_than_8_are_refused() -> None:
     from warploom.backends.codebuf import CodeBuffer
-    from warploom.backends.gluon_sm90 import _PartitionEmitter
+    from warploom.backends.gluon_sm90 import PartitionEmitter
 
     spec = GemmSpec(4096, 4096, 4096, DType.BF16, DType.BF16, DType.BF16)
     m, _ = compile_schedule(spec, plan_schedule(spec, H100_SXM, bn=128, bm=128), H100_SXM)
     part = next(p for p in m.partitions if p.accumulators)
     with pytest.raises(NotImplementedError, match="at least 8 columns"):
-        _PartitionEmitter(m, part, CodeBuffer())._column_block(part.accumulators[0].name, 0, 32)
+        PartitionEmitter(m, part, CodeBuffer())._column_block(part.accumulators[0].name, 0, 32)

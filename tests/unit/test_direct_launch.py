@@ -20,7 +20,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from warploom.dtypes import DType
 from warploom.runtime.cross import shared_layout
-from warploom.runtime.launch import _c_entry, _Compiled, _DescSlot
+from warploom.runtime.launch import DescSlot, _c_entry, _Compiled
 
 BLOCKS = {0: [128, 64], 1: [256, 64], 2: [128, 128]}
 SIGNATURE = {"a_desc": "tensordesc<bf16[128, 64]>", "b_desc": "tensordesc<bf16[256, 64]>",
@@ -75,8 +75,8 @@ def kernel(run: Run, meta: Any = META) -> Any:
                            packed_metadata=(8, 1, 1), launch_metadata=lambda *a: None)
 
 
-def slots() -> dict[int, _DescSlot]:
-    return {i: _DescSlot(blk, shared_layout(DType.BF16, blk), TensorDescriptor) for i, blk in BLOCKS.items()}
+def slots() -> dict[int, DescSlot]:
+    return {i: DescSlot(blk, shared_layout(DType.BF16, blk), TensorDescriptor) for i, blk in BLOCKS.items()}
 
 
 def tensors(m: int, n: int, k: int) -> list[Any]:
@@ -221,7 +221,7 @@ def call_args(m: int, n: int, k: int) -> list[Any]:
     return [*tensors(m, n, k), torch.randn(n).to(torch.bfloat16)]
 
 
-# What the real launcher records for these parameters: a, b and out as descriptors, bias through _aligned.
+# What the real launcher records for these parameters: a, b and out as descriptors, bias through aligned_copy.
 POSITIONAL = {0: (0, False), 1: (1, False), 2: (2, False), 6: (5, True)}
 
 
@@ -398,15 +398,15 @@ def test_an_exit_hook_alone_gets_the_metadata(utils: Utils, monkeypatch: pytest.
 
 
 def test_aligned_passes_contiguous_aligned_scales_as_they_are() -> None:
-    from warploom.runtime.launch import _aligned
+    from warploom.runtime.launch import aligned_copy
 
     for t in (torch.rand(()), torch.rand(1), torch.rand(300, 1), torch.rand(1, 272)):
-        assert _aligned(t) is t  # the launcher reads only the address and dtype: no view per call
+        assert aligned_copy(t) is t  # the launcher reads only the address and dtype: no view per call
     col = torch.rand(300, 2)[:, :1]  # (300, 1) with row stride 2: not contiguous
-    got = _aligned(col)
+    got = aligned_copy(col)
     assert got.is_contiguous() and got.data_ptr() % 16 == 0 and torch.equal(got.reshape(-1), col.reshape(-1))
     off = torch.rand(301)[1:]  # contiguous at an address 4 bytes past an aligned one
-    got = _aligned(off)
+    got = aligned_copy(off)
     assert got.data_ptr() % 16 == 0 and torch.equal(got, off)
 
 

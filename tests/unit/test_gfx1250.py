@@ -254,8 +254,8 @@ def test_tuning_refuses_a_gfx1250_gpu_before_making_inputs(monkeypatch: pytest.M
 def test_public_api_refuses_to_launch_on_a_gfx1250_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from warploom import api
 
-    monkeypatch.setattr(api, "_device_for", lambda a: GFX1250)
-    monkeypatch.setattr(api, "_require_cuda", lambda *a, **k: None, raising=False)
+    monkeypatch.setattr(api, "device_for", lambda a: GFX1250)
+    monkeypatch.setattr(api, "require_cuda", lambda *a, **k: None, raising=False)
     a = torch.empty(512, 512, dtype=torch.bfloat16, device="meta")
     with pytest.raises(TargetError, match="not run on a gfx1250 GPU"):
         api._matmul_impl(a, a)

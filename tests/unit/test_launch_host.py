@@ -215,7 +215,7 @@ def test_positional_arguments_are_what_the_getters_read(jit: RecordingJit, case:
     (`Launcher._positional`) instead of through its getter: for every parameter so marked the two must agree, a
     descriptor's by its base tensor. Epilogue operands and MX's byte views are never positional."""
     from warploom.api import plan
-    from warploom.runtime.launch import Call, _aligned
+    from warploom.runtime.launch import Call, aligned_copy
 
     name, (a, b, sa, sb, bias, operands) = case
     fused = {"epilogue": lambda acc, r: acc + r, **operands} if operands else {}
@@ -231,7 +231,7 @@ def test_positional_arguments_are_what_the_getters_read(jit: RecordingJit, case:
     assert {params[i] for i in launcher._positional} >= {"a_desc", "b_desc", "c_desc"}
     for i, (at, aligned) in launcher._positional.items():
         read = launcher._bases.get(i, launcher._args[i])(call)
-        assert read is x[at] or (aligned and read is _aligned(x[at])), params[i]
+        assert read is x[at] or (aligned and read is aligned_copy(x[at])), params[i]
     named = {params[i] for i in launcher._positional}
     ints = {"M", "N", "K", "sa_stride_m", "sa_stride_k", "sb_stride_k", "sb_stride_n"}
     if name in ("mx", "fused", "swap_fused"):

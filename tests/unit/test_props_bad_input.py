@@ -154,6 +154,10 @@ def mistake(draw: st.DrawFn) -> Call:
         shape = draw(st.sampled_from([(m + 1, 1), (1, n + 1), (2,), (m, 2), (2, n), (1, 1, 1), (m, n), (n, 1)]))
         if (arg, shape) in (("scale_a", (n, 1)),) and n == m:
             shape = (m + 1, 1)
+        kb = -(-k // 128)
+        other = tuple(getattr(c, "scale_a" if arg == "scale_b" else "scale_b").shape)
+        if arg == "scale_b" and other == (m, kb) and shape in ((kb, -(-n // 128)), (-(-kb // 4) * 4, -(-n // 128))):
+            shape = (1, 1, 1)  # (with scale_a (M, K/128), that is blockwise 128x128's scale_b, padded as torch pads it)
         return _replace(c, arg, torch.ones(shape, device=dev), f"{arg} shape {shape}", ("scale_a", "scale_b"))
     if kind == "scale dtype" and _fp8(c):
         arg = draw(st.sampled_from(["scale_a", "scale_b"]))

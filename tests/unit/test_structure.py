@@ -28,15 +28,15 @@ from warploom.errors import WarploomError
 ROOT = Path(warploom.__file__).parent
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("warploom.errors", "warploom.dtypes", "warploom.version", "warploom.device")),
+    ("base", ("warploom.errors", "warploom.dtypes", "warploom.version", "warploom.device", "warploom.blocked")),
     # The epilogue graph and its meaning: the spec holds a graph, so they stand below it.
     ("epilogue IR", ("warploom.epilogue.graph", "warploom.epilogue.operands", "warploom.epilogue.names",
                      "warploom.epilogue.printer", "warploom.epilogue.reference", "warploom.epilogue.builder",
                      "warploom.epilogue.compose", "warploom.epilogue.memo")),
     ("spec", ("warploom.spec",)),
     # What turns user tensors and functions into a spec, and the fp32 reference a spec is judged against.
-    ("front end", ("warploom.checks", "warploom.epilogue.classify", "warploom.epilogue.capture",
-                   "warploom.reference")),
+    ("front end", ("warploom.checks", "warploom.checks_grouped", "warploom.epilogue.classify",
+                   "warploom.epilogue.capture", "warploom.reference")),
     # gluon_api (the installed Triton's spellings) imports only errors and ir.warps; the planner asks it what the
     # installed Triton can emit.
     ("schedule IR", ("warploom.ir", "warploom.backends.gluon_api")),
@@ -50,18 +50,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("kernel", ("warploom.kernel",)),
     ("calls", ("warploom.eager", "warploom.fused")),
     ("tuning", ("warploom.tune",)),
-    ("API", ("warploom.api",)),
+    ("API", ("warploom.api", "warploom.grouped")),
     ("tools", ("warploom", "warploom.bench", "warploom.benchsuite", "warploom.cli", "warploom.__main__")),
 )
 
 # Private names one module still takes from another, each with why. (backends: the sm_100a and gfx1250 emitters
 # extend sm_90a's partition emitter; its rename waits for the work in flight on those emitters.)
-BORROWED = {
-    ("warploom.backends.gluon_sm100", "warploom.backends.gluon_sm90", "_PartitionEmitter"),
-    ("warploom.backends.gluon_sm100", "warploom.backends.gluon_sm90", "_slot"),
-    ("warploom.backends.gluon_gfx1250", "warploom.backends.gluon_sm90", "_PartitionEmitter"),
-    ("warploom.backends.gluon_gfx1250", "warploom.backends.gluon_sm90", "_slot"),
-}
+BORROWED: set[tuple[str, str, str]] = set()
 
 
 def _module_name(path: Path) -> str:

@@ -162,7 +162,7 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
     "old triton": (_rewrite(lambda b: b.update(key=key(versions=(*versions()[:2], ("triton", "3.5.0"),
                                                                  *versions()[3:])).text())),
                    "other versions (triton '3.5.0' != "),
-    "plan no longer fits": (_rewrite(_set_plan(stages=9)), "no longer builds its plan"),
+    "plan no longer fits": (_rewrite(_set_plan(stages=40)), "no longer builds its plan"),
     "plan built differently now": (_rewrite(_set_plan(grid=7)), "now builds"),
     "unknown plan field": (_rewrite(_set_plan(warps_per_cta=4)), "does not match this warploom's Plan"),
     "a tail without a depth": (_rewrite(_set_plan(tail_split=4, tail_stages=0)), "does not match this warploom's Plan"),

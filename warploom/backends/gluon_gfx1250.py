@@ -14,7 +14,7 @@ the schedule does not rely on that: the IR treats it as never issued, and the ta
 
 from __future__ import annotations
 
-from warploom.backends.gluon_sm90 import GluonSource, _PartitionEmitter, _slot, prelude
+from warploom.backends.gluon_sm90 import GluonSource, PartitionEmitter, prelude, slot_index
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.ir import printer
@@ -66,7 +66,7 @@ def kernel_params(m: ir.Module) -> tuple[str, ...]:
     return (*ps, "M", "N", "K")
 
 
-class _Gfx1250Emitter(_PartitionEmitter):
+class _Gfx1250Emitter(PartitionEmitter):
     """The WORKGROUP partition, emitted as the kernel's own body (the epilogue steps lower as on sm_90a)."""
 
     _in_k = False  # whether the ops being emitted stand in the k-loop (a copy's block is then kk + ahead)
@@ -168,7 +168,7 @@ class _Gfx1250Emitter(_PartitionEmitter):
         self.api.require_tdm_fused(f"fused copy of {len(run)} tdm_loads")
         members = []
         for o in run:
-            s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+            s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
             kb, k_origin = self._k_block(o.ahead)
             origin = {ir.Axis.M: "0", ir.Axis.N: "0", ir.Axis.K: k_origin}
             coord = ", ".join(origin[a] for a in o.coord)
@@ -181,7 +181,7 @@ class _Gfx1250Emitter(_PartitionEmitter):
         b, c = self.buf, printer.op(o)
         match o:
             case ir.TdmLoad():
-                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 kb, k_origin = self._k_block(o.ahead)
                 # (the descriptors start at the tile's rows and columns)
                 origin = {ir.Axis.M: "0", ir.Axis.N: "0", ir.Axis.K: k_origin}
@@ -201,7 +201,7 @@ class _Gfx1250Emitter(_PartitionEmitter):
             case ir.SyncWarps():
                 b.line(self.api.barrier, c)
             case ir.Wmma():
-                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 k_major = self.m.spec.b_layout is BLayout.K_MAJOR
                 b.line(f"a = {o.a_ring}.index({s}).load(a_layout)", c)
                 b_view = f"{o.b_ring}.index({s})" + (".permute((1, 0))" if k_major else "")

@@ -11,7 +11,7 @@ the layout of the tcgen05 load instruction (`gluon_api.GluonApi.tmem_reg_layout`
 from __future__ import annotations
 
 from warploom.backends import gluon_api
-from warploom.backends.gluon_sm90 import GluonSource, _PartitionEmitter, _slot, lower, scale_desc, use_acc
+from warploom.backends.gluon_sm90 import GluonSource, PartitionEmitter, lower, scale_desc, slot_index, use_acc
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 
@@ -27,7 +27,7 @@ def _header(api: gluon_api.GluonApi, scales: bool = False) -> str:
             f"from triton.experimental.gluon.language.nvidia.blackwell import (\n{imports})\n")
 
 
-class _Sm100Emitter(_PartitionEmitter):
+class _Sm100Emitter(PartitionEmitter):
     """The sm_90a partition emitter with the tcgen05 ops and the tensor-memory register layout."""
 
     def layouts(self) -> None:
@@ -48,8 +48,8 @@ class _Sm100Emitter(_PartitionEmitter):
         b, c = self.buf, printer.op(o)
         match o:
             case ir.TcMma():
-                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
-                t = _slot(o.acc_slot, self.depth[o.acc_slot.cursor], self.stages)
+                s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
+                t = slot_index(o.acc_slot, self.depth[o.acc_slot.cursor], self.stages)
                 use = use_acc(o.overwrite)
                 done = f", mbarriers=[{o.release}_bars.index({s})]" if o.release else ""
                 if o.scales is not None:
@@ -63,7 +63,7 @@ class _Sm100Emitter(_PartitionEmitter):
             case ir.TmaLoad() if o.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
                 # MX: the (tile, k-block)'s 128x4 blocks of torch's blocked scales, a (BM/128, 1, 2, 256) box at
                 # [row block, k-block]; each block 512 contiguous bytes
-                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 off = "off_m" if o.tensor is ir.Tensor.SCALE_A else "off_n"
                 b.line(f"{self.api.tma_load}({scale_desc(o.tensor)}, [{off} // 128, {self.kb}, 0, 0], "
                        f"{o.barrier}_bars.index({s}), {o.ring}.index({s}))", c)
@@ -71,16 +71,16 @@ class _Sm100Emitter(_PartitionEmitter):
                 # The slot's blocks viewed as the (rows, 4) scales tcgen05.cp reads: row r of block i is byte
                 # (r % 32) * 16 + (r // 32) * 4 + c of it, so (i, 1, 2, 256) -> (i, 1, 32, 4, 4), permuted to
                 # (i, r // 32, r % 32, 1, c) and flattened
-                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 r = self.m.ring(o.ring)
                 b.line(f"{o.ring}_s = {o.ring}.index({s}).reshape(({r.rows // 128}, {r.cols // 4}, 32, 4, 4))"
                        f".permute((0, 3, 2, 1, 4)).reshape(({r.rows}, {r.cols}))", "(rows, 4) e8m0")
                 b.line(f"tcgen05_copy({o.ring}_s, {o.dst})", c)
             case ir.Commit():
-                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 b.line(f"tcgen05_commit({o.barrier}_bars.index({s}))", c)
             case ir.LoadTmem():
-                t = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                t = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 a = self._acc(o.acc)
                 b.line(f"{o.acc} = {o.acc_ring}.index({t}).slice({a.col0}, {a.cols}).load(acc_layout)", c)
             case _:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from warploom.backends import gluon_api
 from warploom.backends.codebuf import CodeBuffer
+from warploom.backends.group_scan import group_helpers
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.ir import printer
@@ -139,7 +140,7 @@ def _instr_n(bm: int, bn: int, warps: int) -> int:
     return n
 
 
-def _slot(s: ir.Slot, depth: int, stages: int) -> str:
+def slot_index(s: ir.Slot, depth: int, stages: int) -> str:
     if depth == 1:  # a single barrier (ping-pong turns)
         return "0"
     d = "STAGES" if depth == stages else str(depth)
@@ -175,7 +176,7 @@ def _maxnreg(m: ir.Module) -> int:
     return min(248, (65536 // (32 * m.launched_warps)) // 8 * 8)
 
 
-class _PartitionEmitter:
+class PartitionEmitter:
     """Emits one partition's function."""
 
     def __init__(self, m: ir.Module, p: ir.Partition, buf: CodeBuffer) -> None:
@@ -409,11 +410,11 @@ class _PartitionEmitter:
         match o:
             case ir.Wait():
                 d = self.depth[o.slot.cursor]
-                slot, parity = _slot(o.slot, d, self.stages), _parity(o.parity, d, self.stages)
+                slot, parity = slot_index(o.slot, d, self.stages), _parity(o.parity, d, self.stages)
                 b.line(f"mbarrier.wait({o.barrier}_bars.index({slot}), {parity})", c)
             case ir.Arrive():
                 d = self.depth[o.slot.cursor]
-                args = [f"{o.barrier}_bars.index({_slot(o.slot, d, self.stages)})"]
+                args = [f"{o.barrier}_bars.index({slot_index(o.slot, d, self.stages)})"]
                 if o.count != 1:
                     args.append(f"count={o.count}")
                 g = _guard(o.guard, self.k_first)
@@ -422,15 +423,15 @@ class _PartitionEmitter:
                 b.line(f"mbarrier.arrive({', '.join(args)})", c)
             case ir.ArriveExpectTx():
                 d = self.depth[o.slot.cursor]
-                b.line(f"mbarrier.expect({o.barrier}_bars.index({_slot(o.slot, d, self.stages)}), {o.nbytes})", c)
+                b.line(f"mbarrier.expect({o.barrier}_bars.index({slot_index(o.slot, d, self.stages)}), {o.nbytes})", c)
             case ir.TmaLoad():
                 d = self.depth[o.slot.cursor]
                 desc = f"{o.tensor.value.lower()}_desc"
                 coord = ", ".join(self._coord(a) for a in o.coord)
-                b.line(f"{self.api.tma_load}({desc}, [{coord}], {o.barrier}_bars.index("
-                       f"{_slot(o.slot, d, self.stages)}), {o.ring}.index({_slot(o.slot, d, self.stages)}))", c)
+                s = slot_index(o.slot, d, self.stages)
+                b.line(f"{self.api.tma_load}({desc}, [{coord}], {o.barrier}_bars.index({s}), {o.ring}.index({s}))", c)
             case ir.Mma():
-                s = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+                s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 use = use_acc(o.overwrite, self.k_first)
                 a_view = f"{o.a_ring}.index({s})"
                 m_major = self.m.spec.a_layout is ALayout.M_MAJOR  # (an M-major A's slot is (BK, BM))
@@ -505,7 +506,7 @@ class _PartitionEmitter:
             self.copy_scales_sync(o)
             return
         b, ring = self.buf, self.m.ring(o.ring)
-        slot = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+        slot = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
         idx = f"{o.ring}_idx"
         if o.tensor is ir.Tensor.SCALE_A:
             b.line(f"{idx} = off_m + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
@@ -534,7 +535,7 @@ class _PartitionEmitter:
         thread's arrive that publishes them. A loop, not unrolled: unrolled, the four slices' addresses and bytes
         are live at once and the 48-register warp spilled 408 bytes."""
         b, ring = self.buf, self.m.ring(o.ring)
-        slot = _slot(o.slot, self.depth[o.slot.cursor], self.stages)
+        slot = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
         a_side = o.tensor is ir.Tensor.SCALE_A
         pre, off, size, dim = ("sa", "off_m", "M", "m") if a_side else ("sb", "off_n", "N", "n")
         idx, n, sk = f"{o.ring}_idx", ring.cols, self.m.spec.scale.scale_k
@@ -555,7 +556,7 @@ class _PartitionEmitter:
         factor, one FMA per element) or per column (a [rows, cols] factor)."""
         assert o.scales is not None
         b, sc, acc = self.buf, o.scales, self._acc(o.dst)
-        slot = _slot(sc.slot, self.depth[sc.slot.cursor], self.stages)
+        slot = slot_index(sc.slot, self.depth[sc.slot.cursor], self.stages)
         # MX: slice j of slot s is ring row s * slices + j
         row = slot if sc.sub is None else f"({slot}) * {self.m.ring(sc.a_ring).rows} + {sc.sub}"
         rows = f".slice({self.row0}, {self.rows})" if self.p.rows else ""
@@ -913,15 +914,13 @@ def prelude(m: ir.Module, header: str) -> CodeBuffer:
         b.line()
         b.lines(_STREAM_K)
     if t.grouped:
-        from warploom.backends.gluon_grouped import group_helpers
-
         b.line()
         b.line()
         b.lines(group_helpers(t.grouping))
     return b
 
 
-def lower(m: ir.Module, emitter: type[_PartitionEmitter] = _PartitionEmitter, header: str = _HEADER) -> GluonSource:
+def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, header: str = _HEADER) -> GluonSource:
     """Generate Gluon source for a complete (verified) module; backends/gluon_sm100.py passes its own partition
     emitter and imports for sm_100a modules."""
     t = m.tiling

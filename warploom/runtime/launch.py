@@ -89,13 +89,13 @@ class Launcher:
         k_major = m.spec.b_layout is BLayout.K_MAJOR
         m_major = m.spec.a_layout is ALayout.M_MAJOR
         blocks = descriptor_blocks(m)
-        descs = {i: _DescSlot(blocks[p][1], shared_layout(*blocks[p]), TensorDescriptor)
+        descs = {i: DescSlot(blocks[p][1], shared_layout(*blocks[p]), TensorDescriptor)
                  for i, p in enumerate(src.params) if p in blocks}
-        self._main = _Direct(load(src.text, src.kernel), compile_options(num_warps=src.num_warps,
+        self._main = DirectLaunch(load(src.text, src.kernel), compile_options(num_warps=src.num_warps,
                                                                          maxnreg=src.maxnreg), descs, fast)
         self._reduce = None
         if src.reduce_kernel:  # split-K's second kernel: every argument a pointer or an integer
-            self._reduce = _Direct(load(src.text, src.reduce_kernel), compile_options(num_warps=4), {}, fast)
+            self._reduce = DirectLaunch(load(src.text, src.reduce_kernel), compile_options(num_warps=4), {}, fast)
         # A swapped module (rule 18, ir.Tiling.swap_ab) runs C^T = B^T A^T: a call's tensors are the problem's, so
         # its A descriptor is over B's (N, K) rows, its B (K-major) over A's (M, K) rows, and its output tiles go to
         # C through a descriptor over C itself with (BN, BM) boxes; scales trade places, and M and N.
@@ -123,7 +123,7 @@ class Launcher:
         for p in src.params:
             if p in scale_args:
                 self._args.append(scale_args[p])
-            elif p in blocks:  # the tensor to describe (_Direct makes the descriptor)
+            elif p in blocks:  # the tensor to describe (DirectLaunch makes the descriptor)
                 self._args.append(getters[p])
             elif p in SK_PARAMS:  # (before the fused operands: these end in _ptr too)
                 self._args.append(functools.partial(lambda i, c: self.stream_k_buffers(c.out.device)[i],
@@ -132,18 +132,18 @@ class Launcher:
                 # Operands keep their own strides (compiled into the kernel): the storage goes as it is.
                 self._args.append(functools.partial(lambda name, c: c.operands[name], p.removesuffix("_ptr")))
             elif p == ("scale_b_ptr" if swap else "scale_a_ptr"):
-                self._args.append(lambda c: _aligned(c.scale_a))
+                self._args.append(lambda c: aligned_copy(c.scale_a))
             elif p == ("scale_a_ptr" if swap else "scale_b_ptr"):
-                self._args.append(lambda c: _aligned(c.scale_b))
+                self._args.append(lambda c: aligned_copy(c.scale_b))
             elif p == "bias_ptr":
-                self._args.append(lambda c: _aligned(c.bias))
+                self._args.append(lambda c: aligned_copy(c.bias))
             elif swap and p in ("M", "N"):
                 self._args.append((lambda c: c.b.shape[1]) if p == "M" else (lambda c: c.a.shape[0]))
             else:
                 self._args.append({"M": lambda c: c.a.shape[0], "N": lambda c: c.b.shape[1],
                                    "K": lambda c: c.a.shape[1], "tile_lo": lambda c: c.span.lo,
                                    "tile_hi": lambda c: c.span.hi}[p])
-        # Where each argument comes from when it is a call's positional tensor as it is, or through `_aligned`:
+        # Where each argument comes from when it is a call's positional tensor as it is, or through `aligned_copy`:
         # (position in (a, b, out, scale_a, scale_b, bias), aligned), by parameter index; a descriptor's by its base
         # tensor. A bound launch fills these in without a `Call` or a getter.
         direct = {"a_desc": (1 if swap else 0, False), "b_desc": (0 if swap else 1, False), "c_desc": (2, False)}
@@ -271,7 +271,7 @@ def stream_k_workspace_bytes(t: ir.Tiling) -> int:
 
 
 @dataclass(frozen=True)
-class _DescSlot:
+class DescSlot:
     """A TMA descriptor parameter: its box and shared layout; the argument is the tensor it describes."""
 
     block: list[int]
@@ -282,7 +282,7 @@ class _DescSlot:
         return self.cls.from_tensor(t, self.block, self.layout)
 
 
-def _describe(descs: dict[int, _DescSlot], args: list[Any]) -> list[Any]:
+def _describe(descs: dict[int, DescSlot], args: list[Any]) -> list[Any]:
     """`args` with each descriptor position's tensor turned into its TensorDescriptor (Triton's validated form)."""
     return [descs[i].descriptor(a) if i in descs else a for i, a in enumerate(args)]
 
@@ -299,13 +299,13 @@ class _DescArg:
     padding: str = "zero"
 
 
-class _Direct:
+class DirectLaunch:
     """One JIT function's launches (module docstring): the first call of each argument specialization goes through
     Triton's JIT, later ones launch the kernel it compiled. `descs` are the positions of the TMA descriptor
     arguments (given as the tensors they describe); the others are the ones whose specialization can change between
     calls (a descriptor's is fixed by the kernel)."""
 
-    def __init__(self, fn: Any, opts: dict[str, Any], descs: dict[int, _DescSlot], fast: bool) -> None:
+    def __init__(self, fn: Any, opts: dict[str, Any], descs: dict[int, DescSlot], fast: bool) -> None:
         self._fn, self._opts, self._descs, self._fast = fn, opts, descs, fast
         self._backend: Any = None  # Triton's backend and specializer, once the JIT has run
         self._specialize: Any = None
@@ -371,7 +371,7 @@ class _Compiled:
 
     _MAX_ENCODED = 256  # descriptor encodings kept (address, shape, strides): a few per tensor a model reuses
 
-    def __init__(self, kernel: Any, descs: dict[int, _DescSlot], hook_reads_args: bool,
+    def __init__(self, kernel: Any, descs: dict[int, DescSlot], hook_reads_args: bool,
                  key: tuple[Any, ...] = ()) -> None:
         self.kernel, self.descs, self.hook_reads_args, self.key = kernel, descs, hook_reads_args, key
         run = kernel.run  # Triton's launcher (loads the binary on first use)
@@ -437,12 +437,12 @@ class Bound:
 
     _MAX_ENCODED = 64
 
-    def __init__(self, launcher: Launcher, direct: _Direct, compiled: _Compiled, grid: int, device: int,
+    def __init__(self, launcher: Launcher, direct: DirectLaunch, compiled: _Compiled, grid: int, device: int,
                  args: list[Any]) -> None:
         self.launcher, self.direct, self.compiled, self.grid, self.device = launcher, direct, compiled, grid, device
         self._flat: list[Any] = []  # the C launcher's arguments after the kernel's metadata; None where a call's go
         # (flat position, getter, descriptor position or -1, getter of a tensor at the descriptor's address,
-        # (position in (a, b, out, scale_a, scale_b, bias), through `_aligned`) or None: `Launcher._positional`)
+        # (position in (a, b, out, scale_a, scale_b, bias), through `aligned_copy`) or None: `Launcher._positional`)
         self._slots: list[tuple[int, Callable[[Call], Any], int, Callable[[Call], Any], tuple[int, bool] | None]] = []
         self._encoded: dict[tuple[int, int], Any] = {}
         if compiled.c_launch is None:  # every call goes through _Compiled.launch
@@ -479,7 +479,7 @@ class Bound:
             if at is not None:
                 t = x[at[0]]
                 if i < 0:
-                    flat[pos] = _aligned(t) if at[1] else t
+                    flat[pos] = aligned_copy(t) if at[1] else t
                     continue
                 enc = encoded.get((i, t.data_ptr()))
                 if enc is not None:
@@ -550,7 +550,7 @@ def _scale_args(recipe: ScaleRecipe) -> dict[str, Callable[[Call], Any]]:
     }
 
 
-def _aligned(t: Any) -> Any:
+def aligned_copy(t: Any) -> Any:
     """`t`'s elements in order at a 16-byte aligned address (kernels read them through a pointer, with vector
     loads): `t` itself when it is contiguous and aligned (the launcher reads only its address and dtype, the
     same as of its flattened view's), else an aligned contiguous copy."""

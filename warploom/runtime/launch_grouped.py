@@ -4,7 +4,7 @@ The arguments are what backends/gluon_grouped.py's kernel reads: A's 2-D descrip
 its (G, N, K) (K-major) or (G, K, N) storage, C's 2-D one and C's pointer (the clipped stores), the int32 bounds
 and G, the rowwise scales, then M, N, K. Nothing is read from the bounds on the host, so a launch can be captured
 in a CUDA graph and replayed after the bounds changed in place. The grid is the planned one (the SM count): the
-kernel finds its tile count on the device, and CTAs without a tile exit. Launches go through `_Direct`, as the
+kernel finds its tile count on the device, and CTAs without a tile exit. Launches go through `DirectLaunch`, as the
 other kernels' do (the first through Triton's JIT, later ones directly).
 """
 
@@ -16,7 +16,7 @@ from warploom.backends.gluon_api import compile_options
 from warploom.backends.gluon_sm90 import GluonSource
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
-from warploom.runtime.launch import _aligned, _DescSlot, _Direct
+from warploom.runtime.launch import DescSlot, DirectLaunch, aligned_copy
 from warploom.runtime.loader import load
 from warploom.spec import BLayout
 
@@ -30,12 +30,12 @@ class GroupedLauncher:
         if m.target != "sm_90a" or not m.tiling.grouped:
             raise ValueError(f"{m.name}: GroupedLauncher runs grouped sm_90a modules only")
         blocks = descriptor_blocks(m)
-        descs = {i: _DescSlot(blocks[p][1], shared_layout(*blocks[p]), TensorDescriptor)
+        descs = {i: DescSlot(blocks[p][1], shared_layout(*blocks[p]), TensorDescriptor)
                  for i, p in enumerate(src.params) if p in blocks}
         self._params = src.params
         self._grid = m.tiling.grid
         self._k_major = m.spec.b_layout is BLayout.K_MAJOR
-        self._main = _Direct(load(src.text, src.kernel), compile_options(num_warps=src.num_warps,
+        self._main = DirectLaunch(load(src.text, src.kernel), compile_options(num_warps=src.num_warps,
                                                                          maxnreg=src.maxnreg), descs, True)
 
     def __call__(self, a: Any, b: Any, bounds: Any, out: Any, scale_a: Any = None, scale_b: Any = None) -> Any:
@@ -43,8 +43,8 @@ class GroupedLauncher:
         args = {
             "a_desc": a, "b_desc": b.transpose(-2, -1) if self._k_major else b, "c_desc": out, "c_ptr": out,
             "group_ptr": bounds, "E": b.shape[0], "M": a.shape[0], "N": b.shape[2], "K": a.shape[1],
-            "scale_a_ptr": None if scale_a is None else _aligned(scale_a),
-            "scale_b_ptr": None if scale_b is None else _aligned(scale_b),
+            "scale_a_ptr": None if scale_a is None else aligned_copy(scale_a),
+            "scale_b_ptr": None if scale_b is None else aligned_copy(scale_b),
         }
         self._main.launch(self._grid, [args[p] for p in self._params])
         return out
