@@ -66,8 +66,9 @@ def require_cuda(a: torch.Tensor) -> None:
 
 
 SIM_MAX_FLOPS_ENV = "WARPLOOM_SIM_MAX_FLOPS"
-# Measured on a 2-core CPU machine: 512^3 takes ~0.07 s on the simulator, all of 4096^3 ~13 s (every
-# tile-sized wgmma is a torch matmul, ~10 GFLOP/s), too long for a call that looks like a matmul.
+# On a 2-core CPU machine 512^3 takes ~0.08 s on the simulator (every tile-sized wgmma is a torch matmul: 3-4
+# GFLOP/s at this size, less at smaller ones), and 4096^3 would take tens of seconds, too long for a call that looks
+# like a matmul.
 SIM_MAX_FLOPS = 2 * 512**3
 
 
@@ -140,7 +141,7 @@ def check_sim_size(spec: GemmSpec) -> None:
         raise DeviceError("a", f"CUDA tensors, or CPU tensors of at most {limit:,} FLOPs (2*M*N*K) for the CPU "
                                "simulator", f"CPU tensors of {spec.m}x{spec.n}x{spec.k} ({spec.flops:,} FLOPs)",
                           "move the tensors to an sm_90a GPU with .cuda() (large sizes need a GPU), or raise the "
-                          f"simulator's limit with {SIM_MAX_FLOPS_ENV}={spec.flops} (it runs ~10 GFLOP/s)")
+                          f"simulator's limit with {SIM_MAX_FLOPS_ENV}={spec.flops} (it runs a few GFLOP/s)")
 
 
 def _run(key: tuple[Any, ...] | None, make_spec: Callable[[], GemmSpec], a: torch.Tensor, b: torch.Tensor,

@@ -188,6 +188,10 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
 
     from warploom.device import B200, GFX1250
 
+    if timeline is not None and timeline.resolve() == out_dir.resolve():
+        raise click.UsageError(f"--timeline {timeline} is also the --out-dir directory, where the generated Gluon "
+                               "goes; name a picture file inside it, e.g. "
+                               f"--timeline {out_dir / 'timeline.png'}")
     con = Console()
     blackwell, amd = target == "sm_100a", target == "gfx1250"
     gpu = torch.cuda.is_available() and target == "sm_90a"

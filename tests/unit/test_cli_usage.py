@@ -69,3 +69,18 @@ def test_plan_command_explains_its_choice() -> None:
     assert "stream-K" in res.output and "whole tiles" in res.output
     lines = [ln for ln in res.output.splitlines() if ln.startswith("  128x")]
     assert lines and "stream-K" in lines[0] and "1.00" in lines[0], lines
+
+
+def test_demo_timeline_inside_its_own_out_dir_is_a_usage_error(tmp_path: Path) -> None:
+    """`demo --out-dir t.svg --timeline t.svg` once made t.svg a directory and then crashed writing the picture into
+    it (IsADirectoryError from matplotlib, found by the random command lines); now a usage error says what to pass."""
+    from click.testing import CliRunner
+
+    from warploom.cli import main
+
+    target = tmp_path / "t.svg"
+    res = CliRunner().invoke(main, ["demo", "--m", "64", "--n", "64", "--k", "64", "--out-dir", str(target),
+                                    "--timeline", str(target)])
+    assert res.exit_code == 2, res.output
+    assert "--out-dir" in res.output and "timeline.png" in res.output
+    assert not target.exists()
