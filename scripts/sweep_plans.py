@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import statistics
 from typing import Any
 
@@ -24,8 +25,10 @@ import torch
 from warploom import checks
 from warploom.bench import environment
 from warploom.device import DeviceInfo
+from warploom.errors import KernelHangError
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.runtime.timing import finish_within
 from warploom.runtime.timing import time_graph as graph_ms  # CUDA-graph replay of 10 calls
 
 # (label, plan_schedule keyword overrides)
@@ -123,12 +126,18 @@ def main() -> None:
                     kern = build(spec, dev, planned)
                     out = torch.full((m, n), float("nan"), device="cuda", dtype=spec.out_dtype.torch)
                     kern.run(a, b, out, sa, sb, bias)
+                    finish_within(f"{name} {s} {kern.plan.short()}")
                     e = err(out, ref)
                     if not e < 1e-3:
                         raise AssertionError(f"error {e:.3e} against the fp32 reference")
                     runs.append((kw, kern, out))
                     rows.append({"case": name, "size": s, "variant": kw, "plan": kern.plan.short(), "err": e,
                                  "torch_err": torch_err, "ratios": []})
+                except KernelHangError as ex:  # the GPU stays busy: report what hung and stop
+                    rows.append({"case": name, "size": s, "variant": kw, "error": str(ex)})
+                    _write(args.out, rows)
+                    print(ex, flush=True)
+                    os._exit(3)
                 except Exception as ex:  # a variant that fails to compile, run or verify is reported, not fatal
                     rows.append({"case": name, "size": s, "variant": kw, "error": f"{type(ex).__name__}: {ex}"[:400]})
             mine = [r for r in rows if r["case"] == name and r["size"] == s and "ratios" in r]
@@ -146,7 +155,11 @@ def main() -> None:
                 print(f"{name:10s} {s:>14s} {row['plan']:38s} ratio {row['ratio']:.3f} "
                       f"[{min(row['ratios']):.3f}-{max(row['ratios']):.3f}] {row['tflops']:.0f} TFLOP/s "
                       f"err {row['err']:.2e} (torch {torch_err:.2e})", flush=True)
-    with open(args.out, "w") as f:
+    _write(args.out, rows)
+
+
+def _write(path: str, rows: list[dict[str, Any]]) -> None:
+    with open(path, "w") as f:
         json.dump({"env": environment(), "rows": rows}, f, indent=1)
 
 

@@ -16,6 +16,7 @@ from warploom.errors import (
     DTypeError,
     InputError,
     InternalError,
+    KernelHangError,
     ResourceError,
     ScaleError,
     ShapeError,
@@ -75,7 +76,8 @@ if "torch" in sys.modules:
 
 __all__ = [
     "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "ALayout", "BLayout", "DType", "DTypeError",
-    "DeviceError", "DeviceInfo", "GemmSpec", "Grouping", "InputError", "InternalError", "Kernel", "Plan", "ScaleError",
+    "DeviceError", "DeviceInfo", "GemmSpec", "Grouping", "InputError", "InternalError", "Kernel", "KernelHangError",
+    "Plan", "ScaleError",
     "ScaleLayout", "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError",
     "UnsupportedError", "VerificationError", "WarploomError", "__version__", "grouped_mm", "matmul", "plan",
     "scaled_grouped_mm", "scaled_mm",

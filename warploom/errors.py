@@ -91,6 +91,24 @@ class InternalError(WarploomError, RuntimeError):
     """A warploom bug: a pass broke an IR invariant, or generated code failed to compile. Please report it."""
 
 
+class KernelHangError(InternalError):
+    """A launched kernel did not finish within its deadline (`runtime.timing.finish_within`): a wait that never
+    completes. torch cannot cancel a kernel, so the GPU stays busy until the process exits; the benchmark scripts
+    report the plan and exit rather than block on the next synchronization.
+
+    Attributes:
+        what: the kernel or plan that hung.
+        seconds: the deadline it missed.
+    """
+
+    def __init__(self, what: str, seconds: float) -> None:
+        self.what, self.seconds = what, seconds
+        super().__init__(f"{what}: the kernel did not finish within {seconds:g} s (a barrier wait that never "
+                         "completes, most likely); the GPU stays busy until this process exits. Fix: simulate the "
+                         "same plan on the CPU (Kernel.simulate, or WARPLOOM_SIM_CHECK=1 when building), which "
+                         "names the wait as a DEADLOCK finding")
+
+
 class VerificationError(InternalError):
     """The schedule IR verifier rejected a module; the message lists every violation found."""
 

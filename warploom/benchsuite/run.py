@@ -29,8 +29,9 @@ import torch.nn.functional as F
 import warploom
 from warploom.benchsuite.results import Environment, Measurement, Results, Row
 from warploom.benchsuite.shapes import Case, Group, Op, Tensor
+from warploom.errors import KernelHangError
 from warploom.reference import relative_error
-from warploom.runtime.timing import time_eager, time_graph
+from warploom.runtime.timing import finish_within, time_eager, time_graph
 
 # warploom's output may be off the fp32 reference by this much (scale-free error), or 4x torch's error if
 # larger: bf16 outputs alone round at ~1e-6, fp8 fast accumulation at large K stays below 1e-5 for both.
@@ -218,6 +219,10 @@ def run_case(case: Case, opts: Options, timer: Timer | None = None, compiler: Co
     try:
         plan = warploom.plan(*args, **kw).plan.short()
         out = fn(*args, **kw)
+        if opts.device.startswith("cuda"):
+            finish_within(f"{case.op.value} {case.shape.short()} ({plan})")
+    except KernelHangError:
+        raise  # the GPU stays busy: the suite stops (its rows so far are saved)
     except Exception as e:  # a warploom error (or crash) on this shape; the suite goes on
         return Row(case, None, None, ok=False, failure=f"{type(e).__name__}: {e}")
     torch_fn = TORCH_FNS[case.op]
@@ -288,6 +293,10 @@ def run_suite(cases: Sequence[Case], opts: Options, out: Path, suite: str, conso
             progress.update(task, description=f"{case.op.value} {case.shape.short()} ({case.shape.name})")
             try:
                 row = run_case(case, opts, timer)
+            except KernelHangError as e:  # nothing more can run on this GPU until the process exits
+                rows.append(Row(case, None, None, ok=False, failure=str(e)))
+                Results(env, tuple(rows)).save(out)
+                raise
             except Exception as e:  # a torch or torch.compile failure on this case; keep the others
                 row = Row(case, None, None, ok=False, failure=f"{type(e).__name__}: {e}")
             rows.append(row)

@@ -1,5 +1,6 @@
 """Timing on a CUDA GPU, in one place: the benchmarks (`warploom.bench`, `warploom.benchsuite`), the tuner
-(`warploom.tune.gpu`) and the scripts all time through these two functions.
+(`warploom.tune.gpu`) and the scripts all time through these two functions, and check a first launch finishes with
+`finish_within` (a hung kernel would otherwise block the whole run at its next synchronization).
 
 Both return median milliseconds per call. Importing this module touches no GPU; torch and triton are imported
 when a function runs.
@@ -7,7 +8,10 @@ when a function runs.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+
+from warploom.errors import KernelHangError
 
 # Kernel calls per CUDA graph: enough that the graph launch's own cost (a few us) is spread thin.
 GRAPH_CALLS = 10
@@ -45,3 +49,22 @@ def time_graph(call: Callable[[], object], *, calls: int = GRAPH_CALLS, warmup_m
         torch.cuda.synchronize()
         return time_eager(call, warmup_ms=warmup_ms, rep_ms=rep_ms)
     return time_eager(graph.replay, warmup_ms=warmup_ms, rep_ms=rep_ms) / calls
+
+
+# What a first launch may take before it counts as hung: compile time is spent before the launch, and the largest
+# benchmark kernels run in milliseconds.
+HANG_SECONDS = 30.0
+
+
+def finish_within(what: str, seconds: float = HANG_SECONDS) -> None:
+    """Wait for the work queued on the current stream, at most `seconds`; raise `KernelHangError` naming `what` if it
+    has not finished by then (polling an event, so a hung kernel never blocks this thread)."""
+    import torch
+
+    done = torch.cuda.Event()
+    done.record()
+    deadline = time.monotonic() + seconds
+    while not done.query():
+        if time.monotonic() > deadline:
+            raise KernelHangError(what, seconds)
+        time.sleep(0.0005)
