@@ -263,16 +263,20 @@ def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRe
     # torch.nn.functional.scaled_mm pads the K-blocks of a 128x128 scale_b to a multiple of 4 (its L4): accepted,
     # the padding rows are never read.
     padded = -(-kb // 4) * 4
-    if sa == (m, kb):
-        if sb in ((kb, nb), (padded, nb)):
-            return ScaleRecipe.BLOCKWISE_1X128_128X128
-        if sb == (kb, n):
-            return ScaleRecipe.BLOCKWISE_1X128_1X128
+    # (A's rows are checked first: with M = 1 a 128x128 scale_a is the 1x128 one, and means the same.)
+    mb = -(-m // SCALE_BLOCK)
+    for rows, recipes in ((m, (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)),
+                          (mb, (ScaleRecipe.BLOCKWISE_128X128_128X128, ScaleRecipe.BLOCKWISE_128X128_1X128))):
+        if sa == (rows, kb):
+            if sb in ((kb, nb), (padded, nb)):
+                return recipes[0]
+            if sb == (kb, n):
+                return recipes[1]
     raise ScaleError(
-        "scale_a" if sa not in ((m, 1), (m, kb)) else "scale_b",
+        "scale_a" if sa not in ((m, 1), (m, kb), (mb, kb)) else "scale_b",
         f"tensorwise scales (one element each); rowwise scale_a ({m}, 1) and scale_b (1, {n}); or blockwise "
-        f"(ScalingType.BlockWise1x128) scale_a ({m}, {kb}) with scale_b ({kb}, {nb}) (BlockWise128x128) or "
-        f"({kb}, {n}) (BlockWise1x128), one scale per 128 elements of K",
+        f"scale_a ({m}, {kb}) (ScalingType.BlockWise1x128) or ({mb}, {kb}) (BlockWise128x128) with scale_b ({kb}, "
+        f"{nb}) (BlockWise128x128) or ({kb}, {n}) (BlockWise1x128), one scale per 128 elements of K",
         f"scale_a {sa} and scale_b {sb}",
         "reshape the scales to one of those shapes; any strides are accepted (a (N, K/128) scale_b is passed as "
         "scale_b.t(), a view)",

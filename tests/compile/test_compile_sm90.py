@@ -147,6 +147,13 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("e4m3_mx_bias_out_fp32_64x128", f8(64, 7168, 2048, MX, PROMOTED, BF16, out=FP32), dict(bm=64, bn=128)),
     ("e5m2xe4m3_blockwise_bias_out_fp32_64x256", f8(300, 528, 1008, BW, PROMOTED, BF16, a=E5, out=FP32),
      dict(bm=64, bn=256)),
+    # 128x128 blocks of A (issue 27 item 4): each row's cp.async reads its block's scale.
+    ("e4m3_blockwise_a128x128_1x128_planned", f8(4096, 4096, 4096, ScaleRecipe.BLOCKWISE_128X128_1X128, PROMOTED),
+     {}),
+    ("e4m3_blockwise_a128x128_128x128_planned", f8(4096, 7168, 16384, ScaleRecipe.BLOCKWISE_128X128_128X128,
+                                                   PROMOTED), {}),
+    ("e4m3_blockwise_a128x128_128x128_bias_300x528x1008", f8(300, 528, 1008, ScaleRecipe.BLOCKWISE_128X128_128X128,
+                                                             PROMOTED, BF16), {}),
 ]
 # The ids above whose forced parameters are exactly what the planner picks by itself.
 DEFAULTS = ["bf16_128x256_p2", "e4m3_fast_128x256_p2", "e4m3_promoted_128x256_p2_h2",
