@@ -303,10 +303,8 @@ def scaled_mm_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
     fix = "quantize with x.to(torch.float8_e4m3fn) and pass its scale"
     da = check_dtype("a", a, fp8, fix)
     db = check_dtype("b", b, fp8, fix)
-    if da is DType.E5M2 and db is DType.E5M2:
-        raise DTypeError("b", "e4m3 when a is e5m2 (torch._scaled_mm refuses e5m2 x e5m2 on CUDA too: "
-                         "'Multiplication of two Float8_e5m2 matrices is not supported')", "float8_e5m2",
-                         "quantize one operand to torch.float8_e4m3fn")
+    # e5m2 x e5m2 is taken although torch._scaled_mm refuses it on CUDA ("Multiplication of two Float8_e5m2 matrices
+    # is not supported", a cuBLASLt restriction): sm_90a's wgmma takes any pair of fp8 formats (QGMMA.E5M2.E5M2).
     out = DType.from_torch(out_dtype if out_dtype is not None else torch.bfloat16)
     if out not in SCALED_OUT:
         raise DTypeError("out_dtype", "torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn or "

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import warploom
-from warploom import DTypeError
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU")
 
@@ -108,14 +107,15 @@ def test_fp8_output_of_other_recipes_against_the_exact_product(recipe: str) -> N
         same_bytes(got, (acc * s).clamp(-FP8_MAX[out], FP8_MAX[out]).to(out))
 
 
-def test_e5m2_x_e5m2_is_refused_as_torch_refuses_it() -> None:
-    a = torch.ones(64, 64, device="cuda").to(E5)
-    b = torch.ones(64, 64, device="cuda").to(E5).t()
-    one = torch.ones((), device="cuda")
+@pytest.mark.parametrize("fast", [False, True], ids=["promoted", "fast"])
+def test_e5m2_x_e5m2_where_torch_refuses_it(fast: bool) -> None:
+    g = torch.Generator(device="cuda").manual_seed(4)
+    a, b = ints(1000, 1024, g=g, dtype=E5), ints(528, 1024, g=g, dtype=E5).t()
+    sa, sb = pow2(g=g), pow2(g=g)
     with pytest.raises((RuntimeError, ValueError), match="Float8_e5m2"):
-        torch._scaled_mm(a, b, one, one, out_dtype=BF16)
-    with pytest.raises(DTypeError, match="torch._scaled_mm refuses e5m2 x e5m2"):
-        warploom.scaled_mm(a, b, one, one)
+        torch._scaled_mm(a, b, sa, sb, out_dtype=BF16)
+    got = warploom.scaled_mm(a, b, sa, sb, out_dtype=FP32, use_fast_accum=fast)
+    assert torch.equal(got, a.float() @ b.float() * sa * sb)
 
 
 def test_fp32_output_with_bias_where_torch_refuses_it() -> None:

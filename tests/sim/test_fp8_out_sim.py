@@ -122,3 +122,17 @@ def test_fp32_output_with_bias(bias_dtype: torch.dtype) -> None:
         bias = ints(n, dtype=bias_dtype, lo=-100, hi=100)
         y = warploom.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=FP32, use_fast_accum=recipe != "blockwise")
         assert y.dtype == FP32 and torch.equal(y, exact(a, b, sa, sb, recipe, bias)), recipe
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
+def test_e5m2_x_e5m2(recipe: str) -> None:
+    """Issue 27 item 4: two e5m2 operands (torch._scaled_mm refuses them on CUDA; sm_90a's wgmma takes them)."""
+    torch.manual_seed(4)
+    m, n, k = 200, 272, 384
+    a, b = ints(m, k, dtype=E5), ints(n, k, dtype=E5).t()
+    sa, sb = scales(recipe, m, n, k)
+    fast = recipe != "blockwise"
+    assert torch.equal(warploom.scaled_mm(a, b, sa, sb, out_dtype=FP32, use_fast_accum=fast),
+                       exact(a, b, sa, sb, recipe))
+    y = warploom.scaled_mm(a, b, sa, sb, out_dtype=E5, scale_result=torch.tensor(2.0), use_fast_accum=fast)
+    assert torch.equal(y.view(torch.uint8), saturate(exact(a, b, sa, sb, recipe) * 2.0, E5).view(torch.uint8))
