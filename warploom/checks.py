@@ -301,8 +301,8 @@ def scaled_mm_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
     _check_ab(a, b)
     fp8 = (DType.E4M3, DType.E5M2)
     fix = "quantize with x.to(torch.float8_e4m3fn) and pass its scale"
-    da = check_dtype("a", a, fp8, fix)
-    db = check_dtype("b", b, fp8, fix)
+    check_dtype("a", a, fp8, fix)
+    check_dtype("b", b, fp8, fix)
     # e5m2 x e5m2 is taken although torch._scaled_mm refuses it on CUDA ("Multiplication of two Float8_e5m2 matrices
     # is not supported", a cuBLASLt restriction): sm_90a's wgmma takes any pair of fp8 formats (QGMMA.E5M2.E5M2).
     out = DType.from_torch(out_dtype if out_dtype is not None else torch.bfloat16)

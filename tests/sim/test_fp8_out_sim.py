@@ -136,3 +136,12 @@ def test_e5m2_x_e5m2(recipe: str) -> None:
                        exact(a, b, sa, sb, recipe))
     y = warploom.scaled_mm(a, b, sa, sb, out_dtype=E5, scale_result=torch.tensor(2.0), use_fast_accum=fast)
     assert torch.equal(y.view(torch.uint8), saturate(exact(a, b, sa, sb, recipe) * 2.0, E5).view(torch.uint8))
+
+
+def test_the_custom_op_takes_an_fp8_out_dtype() -> None:
+    """torch.ops.warploom.scaled_mm (what torch.compile traces) with an fp8 out_dtype runs the same fused kernel."""
+    torch.manual_seed(5)
+    a, b = ints(64, 128, dtype=E4), ints(64, 128, dtype=E4).t()
+    one = torch.ones(())
+    y = torch.ops.warploom.scaled_mm(a, b, one, one, None, E5, False)
+    assert torch.equal(y.view(torch.uint8), saturate(exact(a, b, one, one, "tensorwise"), E5).view(torch.uint8))
