@@ -212,9 +212,58 @@ def _matmul_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None,
 _matmul_op.register_autograd(_matmul_backward, setup_context=_matmul_setup)
 
 
+def _as_is(acc: torch.Tensor) -> torch.Tensor:
+    """An fp8 output without scale_result: the accumulator, saturated to the fp8 type as the store casts it."""
+    return acc
+
+
+def _times_scale_result(acc: torch.Tensor, scale_result: torch.Tensor) -> torch.Tensor:
+    """An fp8 output with scale_result: cuBLAS's D = scale_D * (alpha * A @ B + bias), saturated as it is stored."""
+    return acc * scale_result
+
+
+_FP8_OUT = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _result_epilogue(epilogue: Callable[..., Any] | None, operands: dict[str, Any], out_dtype: Any,
+                     scale_result: Any) -> tuple[Callable[..., Any] | None, dict[str, Any]]:
+    """The epilogue an fp8-output scaled_mm runs: an fp8 output is a fused epilogue's output (epilogue/gluon.py
+    casts to fp8 with saturation, NaN kept, as cuBLAS's satfinite conversion does), scale_result its scalar operand.
+    A user's epilogue is kept as it is; scale_result beside it is refused (which output would it scale?)."""
+    if epilogue is not None or operands:
+        if scale_result is not None:
+            raise InputError("scale_result", "scale_result without epilogue= (with a fused epilogue its outputs are "
+                             "what fn returns)", "scale_result and an epilogue", "multiply by scale_result inside fn "
+                             "(pass it as an operand under another name, e.g. out_scale=scale_result)")
+        return epilogue, operands
+    if scale_result is None and out_dtype not in _FP8_OUT:
+        return None, operands
+    if scale_result is None:
+        return _as_is, {}
+    return _times_scale_result, {"scale_result": scale_result}
+
+
+def _scaled_fused(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, bias: Any,
+                  out_dtype: Any, use_fast_accum: bool, epilogue: Callable[..., Any], operands: dict[str, Any],
+                  scale_result: Any = None) -> Any:
+    """scaled_mm through a fused epilogue: the user's, or the fp8 output's (`_result_epilogue`)."""
+    key = eager.fused_key("scaled_mm+", epilogue, (a, b, scale_a, scale_b, bias), operands, out_dtype, use_fast_accum)
+    hit = eager.get(key)
+    if hit is not None:
+        return hit(a, b, scale_a, scale_b, bias, operands)
+    spec = checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+    checks.scale_result(scale_result, spec.out_dtype, a)
+    spec, tensors = _fused(spec, a, epilogue, operands, scale_a=scale_a, scale_b=scale_b, bias=bias)
+    return run_fused(spec, a, b, tensors, key)
+
+
 def _scaled_mm_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                     bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
                     use_fast_accum: bool = False) -> torch.Tensor:
+    if out_dtype in _FP8_OUT:  # (an fp8 output is a fused epilogue's: `_result_epilogue`)
+        fn, ops = _result_epilogue(None, {}, out_dtype, None)
+        assert fn is not None
+        return _scaled_fused(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, fn, ops)
     key = eager.key("scaled_mm", (a, b, scale_a, scale_b, bias), out_dtype, use_fast_accum)
     return _run(key, lambda: checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum),
                 a, b, scale_a, scale_b, bias)
@@ -290,7 +339,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
 
 def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, *,
               bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
-              use_fast_accum: bool = False, epilogue: Callable[..., Any] | None = None, **operands: Any) -> Any:
+              use_fast_accum: bool = False, scale_result: torch.Tensor | None = None,
+              epilogue: Callable[..., Any] | None = None, **operands: Any) -> Any:
     """`torch._scaled_mm` semantics for fp8: ``(a @ b) * scale_a * scale_b + bias``, tensorwise or rowwise; or
     blockwise (``ScalingType.BlockWise1x128`` scale_a (M, ceil(K/128)) with scale_b (ceil(K/128), ceil(N/128)),
     ``BlockWise128x128``, or (ceil(K/128), N), ``BlockWise1x128``); or MX (torch.float8_e8m0fnu scale_a (M, K/32)
@@ -298,21 +348,19 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
 
     With ``use_fast_accum=False`` each k-block's fp8 product is promoted into a full fp32 accumulator; blockwise
     recipes always promote, each k-block with its scales.
+    ``out_dtype=torch.float8_e4m3fn`` or ``float8_e5m2`` stores ``(acc * scale_a * scale_b + bias) * scale_result``
+    (scale_result a float32 scalar tensor, or 1) cast to fp8 with saturation to the type's largest finite value,
+    NaN kept, as torch._scaled_mm's cuBLAS kernel does; its bias is bf16 or fp16, as torch requires. It runs as a
+    fused epilogue (one kernel). scale_result with another out_dtype is refused (torch ignores it).
     With ``epilogue=fn``, fn(acc, **operands) gets that fp32 ``acc * scale_a * scale_b + bias`` and its
     results are stored (see `matmul`).
     Small CPU problems run on the simulator (module docstring), which accumulates fp8 in fp32 either way.
     """
     checks.fast_accum(use_fast_accum)  # (before the dispatcher, which casts None to False and fails on a string)
     try:
-        if epilogue is not None or operands:
-            key = eager.fused_key("scaled_mm+", epilogue, (a, b, scale_a, scale_b, bias), operands, out_dtype,
-                                  use_fast_accum)
-            hit = eager.get(key)
-            if hit is not None:
-                return hit(a, b, scale_a, scale_b, bias, operands)
-            spec = checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
-            spec, tensors = _fused(spec, a, epilogue, operands, scale_a=scale_a, scale_b=scale_b, bias=bias)
-            return run_fused(spec, a, b, tensors, key)
+        fn, ops = _result_epilogue(epilogue, operands, out_dtype, scale_result)
+        if fn is not None:
+            return _scaled_fused(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, fn, ops, scale_result)
         if _eager(a, b, scale_a, scale_b, bias):
             return _scaled_mm_impl(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
         return torch.ops.warploom.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
@@ -323,7 +371,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
 
 def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
          *, bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None, use_fast_accum: bool = False,
-         device: DeviceInfo | None = None, epilogue: Callable[..., Any] | None = None, **operands: Any) -> Kernel:
+         device: DeviceInfo | None = None, scale_result: torch.Tensor | None = None,
+         epilogue: Callable[..., Any] | None = None, **operands: Any) -> Kernel:
     """Plan the kernel `matmul` (no scales) or `scaled_mm` would run, without running it: the plan
     `warploom.tune` cached for this problem if it was tuned on this machine, else the planner's.
 
@@ -350,6 +399,11 @@ def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, 
             raise ScaleError(missing, "both scale_a and scale_b, or neither", f"{missing}=None",
                              f"pass {missing} (torch.ones(1) for no scaling)")
         spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype or torch.bfloat16, use_fast_accum)
+        checks.scale_result(scale_result, spec.out_dtype, a)
+        fn, operands = _result_epilogue(epilogue, operands, out_dtype, scale_result)
+        epilogue = fn
+    if scale_result is not None and scale_a is None:
+        checks.scale_result(scale_result, spec.out_dtype, a)  # (refused: matmul's outputs are 16-bit or fp32)
     if epilogue is not None or operands:
         scaled = {} if scale_a is None else {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}
         spec, _ = _fused(spec, a, epilogue, operands, **scaled)

@@ -263,16 +263,20 @@ def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRe
     # torch.nn.functional.scaled_mm pads the K-blocks of a 128x128 scale_b to a multiple of 4 (its L4): accepted,
     # the padding rows are never read.
     padded = -(-kb // 4) * 4
-    if sa == (m, kb):
-        if sb in ((kb, nb), (padded, nb)):
-            return ScaleRecipe.BLOCKWISE_1X128_128X128
-        if sb == (kb, n):
-            return ScaleRecipe.BLOCKWISE_1X128_1X128
+    # (A's rows are checked first: with M = 1 a 128x128 scale_a is the 1x128 one, and means the same.)
+    mb = -(-m // SCALE_BLOCK)
+    for rows, recipes in ((m, (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)),
+                          (mb, (ScaleRecipe.BLOCKWISE_128X128_128X128, ScaleRecipe.BLOCKWISE_128X128_1X128))):
+        if sa == (rows, kb):
+            if sb in ((kb, nb), (padded, nb)):
+                return recipes[0]
+            if sb == (kb, n):
+                return recipes[1]
     raise ScaleError(
-        "scale_a" if sa not in ((m, 1), (m, kb)) else "scale_b",
+        "scale_a" if sa not in ((m, 1), (m, kb), (mb, kb)) else "scale_b",
         f"tensorwise scales (one element each); rowwise scale_a ({m}, 1) and scale_b (1, {n}); or blockwise "
-        f"(ScalingType.BlockWise1x128) scale_a ({m}, {kb}) with scale_b ({kb}, {nb}) (BlockWise128x128) or "
-        f"({kb}, {n}) (BlockWise1x128), one scale per 128 elements of K",
+        f"scale_a ({m}, {kb}) (ScalingType.BlockWise1x128) or ({mb}, {kb}) (BlockWise128x128) with scale_b ({kb}, "
+        f"{nb}) (BlockWise128x128) or ({kb}, {n}) (BlockWise1x128), one scale per 128 elements of K",
         f"scale_a {sa} and scale_b {sb}",
         "reshape the scales to one of those shapes; any strides are accepted (a (N, K/128) scale_b is passed as "
         "scale_b.t(), a view)",
@@ -297,16 +301,48 @@ def scaled_mm_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
     _check_ab(a, b)
     fp8 = (DType.E4M3, DType.E5M2)
     fix = "quantize with x.to(torch.float8_e4m3fn) and pass its scale"
-    da = check_dtype("a", a, fp8, fix)
-    db = check_dtype("b", b, fp8, fix)
-    if da is DType.E5M2 and db is DType.E5M2:
-        raise DTypeError("b", "e4m3 when a is e5m2 (e5m2 x e5m2 has no fp8 wgmma)", "float8_e5m2",
-                         "quantize one operand to torch.float8_e4m3fn")
+    check_dtype("a", a, fp8, fix)
+    check_dtype("b", b, fp8, fix)
+    # e5m2 x e5m2 is taken although torch._scaled_mm refuses it on CUDA ("Multiplication of two Float8_e5m2 matrices
+    # is not supported", a cuBLASLt restriction): sm_90a's wgmma takes any pair of fp8 formats (QGMMA.E5M2.E5M2).
     out = DType.from_torch(out_dtype if out_dtype is not None else torch.bfloat16)
-    if out not in (DType.BF16, DType.FP16, DType.FP32):
-        raise DTypeError("out_dtype", "torch.bfloat16, torch.float16 or torch.float32", str(out_dtype),
-                         "pass one of those")
+    if out not in SCALED_OUT:
+        raise DTypeError("out_dtype", "torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn or "
+                         "torch.float8_e5m2", str(out_dtype), "pass one of those")
     return out
+
+
+# scaled_mm's output types: 16-bit and fp32 as the accumulator is cast, fp8 scaled by scale_result and saturated.
+SCALED_OUT = (DType.BF16, DType.FP16, DType.FP32, DType.E4M3, DType.E5M2)
+
+
+def scale_result(t: Any, out: DType, a: Any) -> None:
+    """torch._scaled_mm's scale_result: a float32 scalar tensor that multiplies an fp8 output before its saturating
+    cast. torch ignores it for other outputs; warploom refuses it there, as a scale that does nothing is a mistake."""
+    if t is None:
+        return
+    check_tensors({"scale_result": t})
+    if not out.is_fp8:
+        raise ScaleError("scale_result", "scale_result only with out_dtype torch.float8_e4m3fn or float8_e5m2 (it "
+                         "scales the fp8 output; torch._scaled_mm ignores it for other outputs)",
+                         f"scale_result with out_dtype {out.torch}",
+                         "drop scale_result, or pass an fp8 out_dtype; for a 16-bit output multiply the result")
+    if t.numel() != 1 or t.dtype != torch.float32:
+        raise ScaleError("scale_result", "a float32 tensor of one element (torch._scaled_mm's 'float scalar')",
+                         f"shape {tuple(t.shape)} dtype {t.dtype}", "pass torch.tensor(s, device=a.device)")
+    if t.device != a.device:
+        raise DeviceError("scale_result", f"a tensor on {a.device} like a", f"a tensor on {t.device}",
+                          "move it with scale_result.to(a.device)")
+    no_neg_bit({"scale_result": t})
+
+
+def _bias_dtype(bias: Any, out: DType) -> DType:
+    """The bias's dtype. fp8 outputs take torch._scaled_mm's bf16 or fp16 bias only (a float32 one is refused by
+    torch on CUDA: 'Bias must be BFloat16 or Half'); 16-bit and fp32 outputs any of the three."""
+    if out.is_fp8:
+        return check_dtype("bias", bias, _16BIT, "convert bias to torch.bfloat16 (torch._scaled_mm refuses a "
+                           f"{bias.dtype} bias with an fp8 output too)")
+    return check_dtype("bias", bias, (DType.BF16, DType.FP16, DType.FP32), "convert bias to out_dtype")
 
 
 def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None, out_dtype: Any = None,
@@ -331,7 +367,7 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
         _check_block_scales(scale_a, scale_b)
     bias_dt = None
     if bias is not None:
-        bias_dt = check_dtype("bias", bias, (DType.BF16, DType.FP16, DType.FP32), "convert bias to out_dtype")
+        bias_dt = _bias_dtype(bias, out)
         if tuple(bias.shape) != (n,):
             raise ShapeError("bias", f"shape ({n},)", f"shape {tuple(bias.shape)}", "pass a 1-D bias of length N")
     tma_ok("a", a, 1, "row-major a (fp8 wgmma reads A K-major; 16-bit matmul also takes a column-major a)")

@@ -59,7 +59,7 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
             e = torch.randint(-4, 5, (rows, cols), generator=g).float()
             return torch.exp2(e) * (torch.rand(rows, cols, generator=g) + 0.5)
 
-        scale_a, scale_b = spread(m, kb), spread(kb, cols)
+        scale_a, scale_b = spread(spec.scale.a_scales(m), kb), spread(kb, cols)
     bias = None
     if spec.bias_dtype is not None:
         bias = (torch.randn(n, generator=g) * 4).to(spec.bias_dtype.torch)
@@ -68,8 +68,9 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
 
 def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
                 scale_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp32 A and B with blockwise scales applied element by element: scale_a (M, k-blocks) per row and 128 of K;
-    scale_b (k-blocks, N) per column, or (k-blocks, N-blocks) per 128x128 block (padded k-blocks ignored)."""
+    """fp32 A and B with blockwise scales applied element by element: scale_a (M, k-blocks) per row and 128 of K, or
+    (M-blocks, k-blocks) per 128x128 block; scale_b (k-blocks, N) per column, or (k-blocks, N-blocks) per 128x128
+    block (padded k-blocks ignored)."""
     m, k = a.shape
     n = b.shape[1]
     if scale_a.dtype == torch.float8_e8m0fnu:  # MX: scale_a (M, K/32), scale_b (N, K/32)
@@ -78,6 +79,8 @@ def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
         return a.float() * sa, b.float() * sb
     kb = -(-k // SCALE_BLOCK)
     sa = scale_a.float().repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+    if sa.shape[0] != m:
+        sa = sa.repeat_interleave(SCALE_BLOCK, dim=0)[:m]
     sb = scale_b.float()[:kb].repeat_interleave(SCALE_BLOCK, dim=0)[:k]
     if sb.shape[1] != n:
         sb = sb.repeat_interleave(SCALE_BLOCK, dim=1)[:, :n]
@@ -94,7 +97,7 @@ def is_blockwise(x: Inputs) -> bool:
         return False
     if x.scale_a.dim() != 2 or x.scale_b.dim() != 2:
         return False  # flattened rowwise scales
-    return not (x.scale_a.shape[1] == 1 and tuple(x.scale_b.shape) == (1, x.b.shape[1]))
+    return not (tuple(x.scale_a.shape) == (x.a.shape[0], 1) and tuple(x.scale_b.shape) == (1, x.b.shape[1]))
 
 
 def reference(x: Inputs) -> torch.Tensor:

@@ -48,7 +48,10 @@ class ScaleRecipe(enum.Enum):
     NONE: plain matmul. TENSORWISE: one fp32 scale per operand. ROWWISE: scale_a (M, 1), scale_b (1, N).
     Blockwise (DeepSeek-V3's recipe): one fp32 scale of A per row and 128-deep block of K, scale_a
     (M, ceil(K/128)); of B, BLOCKWISE_1X128_128X128: one per 128x128 block, scale_b (ceil(K/128), ceil(N/128));
-    BLOCKWISE_1X128_1X128: one per column and 128-deep block of K, scale_b (ceil(K/128), N). MX (OCP microscaling
+    BLOCKWISE_1X128_1X128: one per column and 128-deep block of K, scale_b (ceil(K/128), N). The 128X128_* recipes
+    scale A per 128x128 block instead, scale_a (ceil(M/128), ceil(K/128)) (torch's ScalingType.BlockWise128x128 for
+    A): BLOCKWISE_128X128_1X128 with scale_b (ceil(K/128), N), the pair torch._scaled_mm takes;
+    BLOCKWISE_128X128_128X128 with scale_b (ceil(K/128), ceil(N/128)), which torch refuses on CUDA. MX (OCP microscaling
     fp8): one e8m0 scale (a power of two) per 32 elements of K, scale_a (M, K/32) and scale_b (N, K/32) (a row of
     the (N, K) weight's); on Hopper each 32-deep slice is its own wgmma, promoted with its scales. A blockwise
     product is ``sum over k-blocks kb of (A[:, kb] @ B[kb, :]) * scale_a[:, kb] * scale_b[kb, :]``: the scales
@@ -61,11 +64,23 @@ class ScaleRecipe(enum.Enum):
     BLOCKWISE_1X128_128X128 = "blockwise_1x128_128x128"
     BLOCKWISE_1X128_1X128 = "blockwise_1x128_1x128"
     MX = "mx"
+    BLOCKWISE_128X128_1X128 = "blockwise_128x128_1x128"
+    BLOCKWISE_128X128_128X128 = "blockwise_128x128_128x128"
 
     @property
     def is_blockwise(self) -> bool:
         """Whether the scales vary along K (applied per k-block in the mainloop, not in the epilogue)."""
-        return self in (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX)
+        return self not in (ScaleRecipe.NONE, ScaleRecipe.TENSORWISE, ScaleRecipe.ROWWISE)
+
+    @property
+    def block_a(self) -> bool:
+        """Whether scale_a holds one value per 128 rows of A (a 128x128 block) rather than per row."""
+        return self in (ScaleRecipe.BLOCKWISE_128X128_1X128, ScaleRecipe.BLOCKWISE_128X128_128X128)
+
+    @property
+    def block_b(self) -> bool:
+        """Whether scale_b holds one value per 128x128 block of B (per 128 columns)."""
+        return self.is_blockwise and not self.per_column_b
 
     @property
     def scale_k(self) -> int:
@@ -75,11 +90,15 @@ class ScaleRecipe(enum.Enum):
     @property
     def per_column_b(self) -> bool:
         """Whether scale_b holds one value per column of B (1x128 x 1x128, MX) rather than per 128 columns."""
-        return self in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX)
+        return self in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX, ScaleRecipe.BLOCKWISE_128X128_1X128)
 
     def b_scales(self, cols: int) -> int:
         """scale_b values per k-block (or MX slice) that cover `cols` columns of B."""
         return cols if self.per_column_b else -(-cols // SCALE_BLOCK)
+
+    def a_scales(self, rows: int) -> int:
+        """scale_a values per k-block (or MX slice) that cover `rows` rows of A."""
+        return -(-rows // SCALE_BLOCK) if self.block_a else rows
 
 
 # A blockwise scale covers this many elements of K (and, for 128x128 blocks of B, of N); an MX scale 32 of K.

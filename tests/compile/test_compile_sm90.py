@@ -71,6 +71,9 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("e4m3_rowwise_bias_fp32_odd", f8(296, 528, 1024, RW, bias=FP32), {}),
     ("e5m2xe4m3_tensorwise", f8(4096, 4096, 4096, TW, a=E5), {}),
     ("e4m3xe5m2_rowwise_decode_64x128", f8(16, 8192, 8192, RW, b=E5), dict(bm=64, bn=128)),
+    # e5m2 x e5m2 (issue 27 item 4; torch refuses it on CUDA, wgmma does not): QGMMA.F32.E5M2.E5M2.
+    ("e5m2xe5m2_tensorwise", f8(4096, 4096, 4096, TW, a=E5, b=E5), {}),
+    ("e5m2xe5m2_rowwise_promoted", f8(4096, 4096, 4096, RW, PROMOTED, a=E5, b=E5), {}),
     ("e4m3_tensorwise_swap_1x4096x4096", f8(1, 4096, 4096, TW), {}),
     ("e5m2xe4m3_rowwise_swap_16x4096x14336", f8(16, 4096, 14336, RW, a=E5), {}),
     ("e4m3_rowwise_swap_64x32_32x4096x14336", f8(32, 4096, 14336, RW), {}),
@@ -147,6 +150,13 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("e4m3_mx_bias_out_fp32_64x128", f8(64, 7168, 2048, MX, PROMOTED, BF16, out=FP32), dict(bm=64, bn=128)),
     ("e5m2xe4m3_blockwise_bias_out_fp32_64x256", f8(300, 528, 1008, BW, PROMOTED, BF16, a=E5, out=FP32),
      dict(bm=64, bn=256)),
+    # 128x128 blocks of A (issue 27 item 4): each row's cp.async reads its block's scale.
+    ("e4m3_blockwise_a128x128_1x128_planned", f8(4096, 4096, 4096, ScaleRecipe.BLOCKWISE_128X128_1X128, PROMOTED),
+     {}),
+    ("e4m3_blockwise_a128x128_128x128_planned", f8(4096, 7168, 16384, ScaleRecipe.BLOCKWISE_128X128_128X128,
+                                                   PROMOTED), {}),
+    ("e4m3_blockwise_a128x128_128x128_bias_300x528x1008", f8(300, 528, 1008, ScaleRecipe.BLOCKWISE_128X128_128X128,
+                                                             PROMOTED, BF16), {}),
 ]
 # The ids above whose forced parameters are exactly what the planner picks by itself.
 DEFAULTS = ["bf16_128x256_p2", "e4m3_fast_128x256_p2", "e4m3_promoted_128x256_p2_h2",
@@ -207,3 +217,11 @@ def test_cross_compiles_for_sm90a(spec: GemmSpec, forced: dict[str, int], spill_
         assert c.smem_bytes >= module.smem_bytes  # the IR's account is a lower bound of what Triton allocates
         assert not c.wgmma_serialized, c.ptxas_log
         assert "setmaxnreg" in c.ptx  # warp specialization redistributes registers
+
+
+def test_e5m2_x_e5m2_is_one_wgmma_of_both_formats() -> None:
+    """The claim checks.py once refused it by ("e5m2 x e5m2 has no fp8 wgmma") is false: sm_90a's wgmma takes two
+    e5m2 operands (PTX wgmma...e5m2.e5m2, SASS QGMMA...E5M2.E5M2)."""
+    c = kernel(f8(512, 512, 512, TW, a=E5, b=E5), {}).compile()
+    assert "wgmma.mma_async.sync.aligned" in c.ptx and ".f32.e5m2.e5m2" in c.ptx
+    assert c.count("QGMMA") > 0 and "E5M2.E5M2" in c.sass

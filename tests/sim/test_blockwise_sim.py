@@ -27,6 +27,9 @@ from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 K = FindingKind
 BW, BW1 = ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128
+# 128x128 blocks of A (issue 27 item 4): with B's 1x128 (torch's pair) or 128x128 blocks.
+BWA1, BWA = ScaleRecipe.BLOCKWISE_128X128_1X128, ScaleRecipe.BLOCKWISE_128X128_128X128
+ALL_BW, ALL_IDS = [BW, BW1, BWA1, BWA], ["128x128", "1x128", "a128x128-1x128", "a128x128-128x128"]
 
 
 def spec(m: int, n: int, k: int, recipe: ScaleRecipe = BW, bias: DType | None = None,
@@ -62,7 +65,7 @@ def run(m: ir.Module, seed: int = 0):  # noqa: ANN201 - SimResult
     return simulate(m, x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed), x
 
 
-@pytest.mark.parametrize("recipe", [BW, BW1], ids=["128x128", "1x128"])
+@pytest.mark.parametrize("recipe", ALL_BW, ids=ALL_IDS)
 @pytest.mark.parametrize("plan_name", list(PLANS))
 def test_clean_and_exact(recipe: ScaleRecipe, plan_name: str) -> None:
     res, x = run(module(recipe, plan_name))
@@ -230,7 +233,7 @@ def sp_module(recipe: ScaleRecipe, plan_name: str) -> ir.Module:
     return build(spec(*SIZE, recipe), H100_SXM, SP_PLANS[plan_name]).module
 
 
-@pytest.mark.parametrize("recipe", [BW, BW1], ids=["128x128", "1x128"])
+@pytest.mark.parametrize("recipe", ALL_BW, ids=ALL_IDS)
 @pytest.mark.parametrize("plan_name", list(SP_PLANS))
 def test_scale_partition_clean_and_exact(recipe: ScaleRecipe, plan_name: str) -> None:
     m = sp_module(recipe, plan_name)
@@ -363,7 +366,7 @@ def test_mx_slices_promoted_with_the_wrong_scales_are_wrong_and_rejected() -> No
     assert any("slice 4 of sa_ring" in e for e in verify.structural(out_of_range))
 
 
-@pytest.mark.parametrize("recipe", [BW, BW1, MX], ids=["128x128", "1x128", "mx"])
+@pytest.mark.parametrize("recipe", [*ALL_BW, MX], ids=[*ALL_IDS, "mx"])
 def test_pingpong_blockwise(recipe: ScaleRecipe) -> None:
     """Ping-pong warpgroups (whole tiles in turn) with in-stage scales, or MX's scale partition refused for now."""
     from warploom.errors import UnsupportedError

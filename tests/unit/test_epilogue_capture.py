@@ -124,6 +124,9 @@ OPS: list[tuple[str, Callable[..., Any], str]] = [
     ("out_fp16", lambda acc: acc.half(), "return acc as fp16"),
     ("out_fp32", lambda acc: (acc + 1).float(), "%0 = add acc, 1.0; return %0 as fp32"),
     ("out_e4m3", lambda acc: acc.to(torch.float8_e4m3fn), "return acc as e4m3"),
+    ("cast_mid_e5m2", lambda acc: acc.to(torch.float8_e5m2).float() + 1, "%0 = cast.e5m2 acc; %1 = add %0, 1.0; "
+     "return %1"),
+    ("out_e5m2", lambda acc: acc.to(torch.float8_e5m2), "return acc as e5m2"),
     ("out_dtype_kw", lambda acc: acc.to(dtype=BF16), "return acc as bf16"),
     ("out_acc_dtype", lambda acc, r: (acc + r).to(acc.dtype), "%0 = add acc, r; return %0 as fp32"),
     ("out_type_as", lambda acc, r: acc.type_as(r), "return acc as fp32"),
@@ -367,7 +370,7 @@ def test_bad_arguments() -> None:
 def test_bad_dtypes() -> None:
     raises(lambda acc: acc.double(), "epilogue op Tensor.double")
     raises(lambda acc: acc.to(torch.float64), "epilogue op Tensor.to", "a cast to torch.float64")
-    raises(lambda acc: acc.to(torch.float8_e5m2), "epilogue op Tensor.to", "float8_e4m3fn")
+    raises(lambda acc: acc.to(torch.float8_e4m3fnuz), "epilogue op Tensor.to", "float8_e5m2")
     raises(lambda acc: acc.to(torch.int32), "epilogue op Tensor.to", "a cast to torch.int32")
     raises(lambda acc: acc.to("cpu"), "epilogue op Tensor.to", "leave devices out")
     raises(lambda acc: acc.to(torch.float8_e4m3fn) * 2, "epilogue op operator.mul", "cast float8 values back")

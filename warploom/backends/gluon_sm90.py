@@ -510,7 +510,9 @@ class PartitionEmitter:
         idx = f"{o.ring}_idx"
         if o.tensor is ir.Tensor.SCALE_A:
             b.line(f"{idx} = off_m + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
-            ptr, mask = f"sa_ptr + {idx} * sa_stride_m + {self.kb} * sa_stride_k", f"{idx} < M"
+            # (128x128 blocks of A: each row copies its block's scale, so the ring is per row either way)
+            row = f"({idx} // {SCALE_BLOCK})" if self.m.spec.scale.block_a else idx
+            ptr, mask = f"sa_ptr + {row} * sa_stride_m + {self.kb} * sa_stride_k", f"{idx} < M"
         elif self.m.spec.scale.per_column_b:
             b.line(f"{idx} = off_n + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's columns")
             ptr, mask = f"sb_ptr + {self.kb} * sb_stride_k + {idx} * sb_stride_n", f"{idx} < N"

@@ -60,7 +60,7 @@ def _unsupported(arg: str, expected: str, got: str, fix: str) -> UnsupportedErro
 _M0, _N0 = 2, 3
 
 _CAST_DTYPES = {torch.float32: DType.FP32, torch.bfloat16: DType.BF16, torch.float16: DType.FP16,
-                torch.float8_e4m3fn: DType.E4M3}
+                torch.float8_e4m3fn: DType.E4M3, torch.float8_e5m2: DType.E5M2}
 
 
 def capture(fn: Callable[..., Any], operands: Sequence[OperandSpec] | Mapping[str, Any] = (), *,
@@ -365,7 +365,7 @@ def _meta(s: OperandSpec) -> torch.Tensor:
 def _dtype_of(dt: torch.dtype, what: str) -> DType:
     d = _CAST_DTYPES.get(dt)
     if d is None:
-        raise _unsupported(what, "values of dtype float32, bfloat16, float16 or float8_e4m3fn",
+        raise _unsupported(what, "values of dtype float32, bfloat16, float16, float8_e4m3fn or float8_e5m2",
                             f"dtype {dt}", "compute in float32 (acc's dtype) and cast the result to the stored dtype")
     return d
 
@@ -531,8 +531,8 @@ def _cast_to(dtype: torch.dtype | None) -> _Build:
             raise _unsupported(f"epilogue op {name}", "a dtype (.to(torch.bfloat16))", repr(p), "pass a dtype")
         d = _CAST_DTYPES.get(target)
         if d is None:
-            raise _unsupported(f"epilogue op {name}", "a cast to torch.float32, bfloat16, float16 or float8_e4m3fn",
-                                f"a cast to {target}", "cast to one of those")
+            raise _unsupported(f"epilogue op {name}", "a cast to torch.float32, bfloat16, float16, float8_e4m3fn or "
+                               "float8_e5m2", f"a cast to {target}", "cast to one of those")
         return b.round(b.num(p["input"], name), d)
     return build
 

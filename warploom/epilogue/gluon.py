@@ -27,8 +27,8 @@ Each op is matched to torch's meaning (`warploom.epilogue.reference`):
 - div and sqrt are IEEE round-to-nearest (``gl.div_rn``, ``gl.sqrt_rn``), as torch's are; plain ``/`` and
   ``gl.sqrt`` are approximate on NVIDIA GPUs. Inside sigmoid and silu the approximate ``/`` is used.
 - pow uses torch's own special cases (x*x for 2, x*x*x for 3, sqrt for 0.5, 1/x for -1, ...) and powf else.
-- casts to e4m3 clamp to +-448 before converting. sm_90's cvt.rn.satfinite saturates anyway; the clamp makes
-  the meaning independent of the conversion instruction Triton picks. (Eager CUDA torch's own
+- casts to fp8 clamp to +-448 (e4m3) or +-57344 (e5m2) before converting. sm_90's cvt.rn.satfinite saturates
+  anyway; the clamp makes the meaning independent of the conversion instruction Triton picks. (Eager CUDA torch's own
   ``.to(torch.float8_e4m3fn)`` turns 500.0 into NaN; a fused epilogue saturates, as the kernel does.)
 
 What is not bit-exact against torch: ``gl.exp`` (ex2.approx), ``gl.rsqrt`` (rsqrt.approx.ftz: a denormal input
@@ -137,11 +137,11 @@ def _pow(x: str, e: float) -> str:
 
 
 def _cast(x: str, dtype: DType) -> str:
-    """`x` (fp32) converted to `dtype`: round to nearest even; e4m3 saturating to +-448."""
+    """`x` (fp32) converted to `dtype`: round to nearest even; fp8 saturating to +-its largest finite value."""
     if dtype is DType.FP32:
         return x
-    if dtype is DType.E4M3:
-        x = _clamp(x, -eg.E4M3_MAX, eg.E4M3_MAX)
+    if dtype in eg.FP8_MAX:
+        x = _clamp(x, -eg.FP8_MAX[dtype], eg.FP8_MAX[dtype])
     return f"{x}.to({dtype.gluon})"
 
 

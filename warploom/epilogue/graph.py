@@ -63,11 +63,14 @@ class CompareOp(enum.Enum):
     NE = "ne"
 
 
-# Types a Cast may round to, and an output may be stored as. fp32 is no cast at all; E4M3 rounds with
-# saturation to +-448 (its largest finite value) as the H100's cvt.rn.satfinite does; NaN stays NaN.
-CAST_DTYPES = (DType.BF16, DType.FP16, DType.E4M3)
-OUTPUT_DTYPES = (DType.FP32, DType.BF16, DType.FP16, DType.E4M3)
+# Types a Cast may round to, and an output may be stored as. fp32 is no cast at all; the fp8 types round with
+# saturation to their largest finite value (FP8_MAX) as the H100's cvt.rn.satfinite does, and as torch._scaled_mm's
+# fp8 outputs are (cuBLAS converts with satfinite): infinities too, while NaN stays NaN.
+CAST_DTYPES = (DType.BF16, DType.FP16, DType.E4M3, DType.E5M2)
+OUTPUT_DTYPES = (DType.FP32, DType.BF16, DType.FP16, DType.E4M3, DType.E5M2)
 E4M3_MAX = 448.0
+E5M2_MAX = 57344.0
+FP8_MAX = {DType.E4M3: E4M3_MAX, DType.E5M2: E5M2_MAX}
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,8 @@ class Where:
 
 @dataclass(frozen=True)
 class Cast:
-    """`x` rounded (to nearest even) to `dtype`'s values, kept in fp32. E4M3 saturates to +-448."""
+    """`x` rounded (to nearest even) to `dtype`'s values, kept in fp32. fp8 saturates (E4M3 to +-448, E5M2 to
+    +-57344)."""
 
     x: Ref
     dtype: DType

@@ -2,9 +2,10 @@
 
 This is the single definition of every op (`apply`): the CPU simulator runs it on tiles, the tests compare
 the user's function, the captured graph and the Gluon emitter's code against it, and constant folding in
-`capture` calls it. Casts round exactly as the H100 does: round to nearest even, and for E4M3 saturation to
-+-448 (cvt.rn.satfinite), written out as a clamp so that the meaning does not rest on how a given torch build
-converts overflowing values (torch 2.13 on the CPU saturates too, eager CUDA torch gives NaN; NaN stays NaN).
+`capture` calls it. Casts round exactly as the H100 does: round to nearest even, and for fp8 saturation (E4M3 to
++-448, E5M2 to +-57344: cvt.rn.satfinite), written out as a clamp so that the meaning does not rest on how a given
+torch build converts overflowing values (torch 2.13 on the CPU saturates too, eager CUDA torch gives NaN; NaN stays
+NaN).
 
 Ops are torch's CPU kernels, corrected where those differ from the GPU and from torch's CUDA kernels: sqrt is
 correctly rounded (torch's vectorized CPU sqrt is sometimes an ulp off), and gelu(+inf) is +inf (NaN on the CPU).
@@ -78,11 +79,12 @@ _COMPARE: dict[eg.CompareOp, Callable[[torch.Tensor, torch.Tensor], torch.Tensor
 
 
 def round_to(x: torch.Tensor, dtype: DType) -> torch.Tensor:
-    """`x` (fp32) converted to `dtype` as the GPU converts it: RNE, E4M3 saturating to +-448 (NaN stays NaN)."""
+    """`x` (fp32) converted to `dtype` as the GPU converts it: RNE, fp8 saturating (E4M3 to +-448, E5M2 to +-57344;
+    NaN stays NaN)."""
     if dtype is DType.FP32:
         return x
-    if dtype is DType.E4M3:
-        x = x.clamp(-eg.E4M3_MAX, eg.E4M3_MAX)
+    if dtype in eg.FP8_MAX:
+        x = x.clamp(-eg.FP8_MAX[dtype], eg.FP8_MAX[dtype])
     return x.to(dtype.torch)
 
 

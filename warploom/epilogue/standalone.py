@@ -20,7 +20,7 @@ from warploom.epilogue import graph as eg
 from warploom.errors import InputError
 
 # Triton's signature names of pointer element types.
-_PTR = {DType.BF16: "*bf16", DType.FP16: "*fp16", DType.FP32: "*fp32", DType.E4M3: "*fp8e4nv"}
+_PTR = {DType.BF16: "*bf16", DType.FP16: "*fp16", DType.FP32: "*fp32", DType.E4M3: "*fp8e4nv", DType.E5M2: "*fp8e5"}
 
 
 @dataclass(frozen=True)

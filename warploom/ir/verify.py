@@ -25,7 +25,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.ir.verify_scales import check_tmem_scales
 from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, uncovered_rows
-from warploom.spec import SCALE_BLOCK, ScaleRecipe
+from warploom.spec import SCALE_BLOCK
 
 _MAX_REGS = 256
 _MIN_REGS = 24
@@ -495,7 +495,7 @@ def _check_split_k(m: ir.Module) -> list[str]:
 def _check_scale_block(m: ir.Module, p: ir.Partition, o: ir.Promote, where: str, errs: list[str]) -> None:
     """With one scale per 128 columns, a promoted accumulator block must lie within one 128-column block of B."""
     acc = next((a for a in p.accumulators if a.name == o.dst), None)
-    if acc is None or m.spec.scale is not ScaleRecipe.BLOCKWISE_1X128_128X128:
+    if acc is None or not m.spec.scale.block_b:
         return
     first, last = acc.col0 // SCALE_BLOCK, (acc.col0 + acc.cols - 1) // SCALE_BLOCK
     if first != last:

@@ -35,7 +35,7 @@ class Operands:
         b_rows: B in its storage order as fp32: (N, K) for K-major B, (K, N) for N-major (the TMA
             descriptor's rows, as `warploom.runtime.launch` builds it).
         scale_a, scale_b: flattened fp32 scales, or None; blockwise scales stay 2-D (M, k-blocks) and
-            (k-blocks, N-blocks or N).
+            (k-blocks, N-blocks or N); a 128x128 scale_a (M-blocks, k-blocks).
         bias: (N,) fp32 bias, or None.
         outs: the (M, N) outputs, each in its dtype (`GemmSpec.output_dtypes`), written by TMA stores; 0 is C.
         writes: per output, the (M, N) count of the stores that wrote each element.
@@ -140,6 +140,8 @@ class CtaData:
         if tag.tensor == "scale_a":
             assert ops.scale_a is not None
             src, first = ops.scale_a.t(), start  # (k-blocks or MX slices, M)
+            if recipe.block_a:  # (k-blocks, M-blocks): each row reads its 128-row block's scale, as the kernel does
+                src = src.repeat_interleave(SCALE_BLOCK, dim=1)[:, :ops.a.shape[0]]
         else:
             assert ops.scale_b is not None
             # (k-blocks, N) per column, (k-blocks, N-blocks) per 128x128 block; MX (N, slices), transposed
