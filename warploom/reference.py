@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from warploom import fp4
 from warploom.spec import MX_BLOCK, SCALE_BLOCK, BLayout, GemmSpec, ScaleRecipe
 
 
@@ -33,10 +34,14 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(m, k, generator=g)
     b_rows = torch.randn(n, k, generator=g) if spec.b_layout is BLayout.K_MAJOR else torch.randn(k, n, generator=g)
-    if spec.is_fp8:
-        a, b_rows = a * 2, b_rows * 2  # spread over e4m3's range, well below its 448 maximum
-    a = a.to(spec.a_dtype.torch)
-    b_rows = b_rows.to(spec.b_dtype.torch)
+    if spec.is_fp4:  # MX fp4: random e2m1 values (any of the sixteen codes), packed two a byte along K
+        a = torch.randint(0, 256, (m, k // 2), generator=g, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+        b_rows = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    else:
+        if spec.is_fp8:
+            a, b_rows = a * 2, b_rows * 2  # spread over e4m3's range, well below its 448 maximum
+        a = a.to(spec.a_dtype.torch)
+        b_rows = b_rows.to(spec.b_dtype.torch)
     b = b_rows.t() if spec.b_layout is BLayout.K_MAJOR else b_rows  # (K, N) either way
     scale_a = scale_b = None
     if spec.scale is ScaleRecipe.TENSORWISE:
@@ -72,6 +77,9 @@ def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
     scale_b (k-blocks, N) per column, or (k-blocks, N-blocks) per 128x128 block (padded k-blocks ignored)."""
     m, k = a.shape
     n = b.shape[1]
+    if a.dtype == torch.float4_e2m1fn_x2:  # MX fp4: a (M, K/2) and b (K/2, N), two values of K a byte
+        a, b = fp4.unpack(a), fp4.unpack(b.t()).t()
+        m, k = a.shape
     if scale_a.dtype == torch.float8_e8m0fnu:  # MX: scale_a (M, K/32), scale_b (N, K/32)
         sa = scale_a.float().repeat_interleave(MX_BLOCK, dim=1)[:, :k]
         sb = scale_b.float().t().repeat_interleave(MX_BLOCK, dim=0)[:k]
