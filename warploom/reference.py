@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 from warploom import fp4
-from warploom.spec import MX_BLOCK, SCALE_BLOCK, BLayout, GemmSpec, ScaleRecipe
+from warploom.blocked import from_blocked, to_blocked
+from warploom.spec import MX_BLOCK, SCALE_BLOCK, BLayout, GemmSpec, ScaleLayout, ScaleRecipe
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
             return torch.randint(119, 136, (rows, cols), generator=g, dtype=torch.uint8).view(torch.float8_e8m0fnu)
 
         scale_a, scale_b = e8m0(m, k // MX_BLOCK), e8m0(n, k // MX_BLOCK)
+        if spec.scale_layout is ScaleLayout.BLOCKED:  # (sm_100a: as tcgen05.cp reads them)
+            scale_a, scale_b = to_blocked(scale_a), to_blocked(scale_b)
     elif spec.scale.is_blockwise:
         kb = -(-k // SCALE_BLOCK)
         cols = spec.scale.b_scales(n)
@@ -81,6 +84,9 @@ def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
         a, b = fp4.unpack(a), fp4.unpack(b.t()).t()
         m, k = a.shape
     if scale_a.dtype == torch.float8_e8m0fnu:  # MX: scale_a (M, K/32), scale_b (N, K/32)
+        if scale_a.dim() == 1:  # (torch's blocked layout, `to_blocked`: back to rows, padding dropped)
+            scale_a = from_blocked(scale_a, m, k // MX_BLOCK)[:m, : k // MX_BLOCK]
+            scale_b = from_blocked(scale_b, n, k // MX_BLOCK)[:n, : k // MX_BLOCK]
         sa = scale_a.float().repeat_interleave(MX_BLOCK, dim=1)[:, :k]
         sb = scale_b.float().t().repeat_interleave(MX_BLOCK, dim=0)[:k]
         return a.float() * sa, b.float() * sb

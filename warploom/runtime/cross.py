@@ -75,8 +75,8 @@ class Compiled:
     def summary(self) -> dict[str, Any]:
         if self.target == "gfx1250":  # wmma, the Tensor Data Mover's copies and waits, the warps' barriers
             mma = {k: self.count(k) for k in GFX1250_COUNTS}
-        elif self.target == "sm_100a":  # tcgen05: UTC*MMA issue the MMAs, LDTM reads tensor memory
-            mma = {"UTCHMMA": self.count("UTCHMMA"), "UTCQMMA": self.count("UTCQMMA"), "LDTM": self.count("LDTM")}
+        elif self.target == "sm_100a":  # tcgen05: UTC*MMA issue the MMAs, UTCCP copies MX scales, LDTM reads
+            mma = {k: self.count(k) for k in ("UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCCP", "LDTM")}
         else:
             mma = {"HGMMA": self.count("HGMMA"), "QGMMA": self.count("QGMMA"),
                    "wgmma_serialized": self.wgmma_serialized}
