@@ -7,6 +7,7 @@ runs: no sm_100a GPU is at hand.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -120,7 +121,8 @@ def test_mx_fp4_compiles_to_block_scaled_utcomma(spec: GemmSpec, bn: int, copies
 
     plan = plan_schedule(spec, B200, bn=bn)
     c = build(spec, B200, plan).compile()
-    assert "tcgen05.mma.cta_group::1.kind::mxf4.block_scale.scale_vec::2X" in c.ptx
+    # one e8m0 scale per 32 of K: PTX's scale_vec::2X (64 of K an instruction), spelled block32 by Triton 3.9
+    assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::mxf4\.block_scale\.(scale_vec::2X|block32)\b", c.ptx)
     assert c.block_scaled_mmas() == c.count("UTCOMMA") == 2 and c.count("UTCQMMA") == 0, c.summary()
     assert c.count("UTCCP") == copies, c.summary()
     assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
