@@ -299,10 +299,14 @@ def scaled_mm_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
     """The dtype and rank checks of `scaled_mm_spec` (safe on symbolic shapes); returns the output dtype."""
     check_tensors({"a": a, "b": b})
     _check_ab(a, b)
-    fp8 = (DType.E4M3, DType.E5M2)
+    fp8 = (DType.E4M3, DType.E5M2, DType.E2M1)
     fix = "quantize with x.to(torch.float8_e4m3fn) and pass its scale"
-    check_dtype("a", a, fp8, fix)
-    check_dtype("b", b, fp8, fix)
+    da = check_dtype("a", a, fp8, fix)
+    db = check_dtype("b", b, fp8, fix)
+    if (da is DType.E2M1) != (db is DType.E2M1):
+        raise DTypeError("b", "torch.float4_e2m1fn_x2 like a (MX fp4 x fp4)" if da is DType.E2M1 else
+                         f"{a.dtype} like a (MX fp8 x fp8)", str(b.dtype),
+                         "quantize both operands to the same MX format (MX fp8 x fp4 is not built)")
     # e5m2 x e5m2 is taken although torch._scaled_mm refuses it on CUDA ("Multiplication of two Float8_e5m2 matrices
     # is not supported", a cuBLASLt restriction): sm_90a's wgmma takes any pair of fp8 formats (QGMMA.E5M2.E5M2).
     out = DType.from_torch(out_dtype if out_dtype is not None else torch.bfloat16)
@@ -355,6 +359,13 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     assert da is not None and db is not None
     m, k = a.shape
     n = b.shape[1]
+    if da is DType.E2M1:  # MX fp4: a (M, K/2) and b (K/2, N), two values of K a byte
+        k *= 2
+        if k % MX_BLOCK:
+            raise ShapeError("a", f"fp4 data with K a multiple of {MX_BLOCK} (two values a byte, one e8m0 scale per "
+                             f"{MX_BLOCK}): a.shape[1] = K/2 a multiple of {MX_BLOCK // 2}",
+                             f"a.shape[1] = {a.shape[1]} (K = {k})",
+                             f"pad K with zeros to a multiple of {MX_BLOCK} before packing")
     for arg, size in (("a", k), ("b", n)):
         if size % 16:
             raise ShapeError(arg, "K and N multiples of 16 for fp8 (as torch._scaled_mm requires)",
@@ -362,6 +373,12 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     named = {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}
     same_device(named)
     no_neg_bit(named)
+    if da is DType.E2M1:  # MX fp4 takes e8m0 scales only
+        for arg, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+            if DType.from_torch(t.dtype) is not DType.E8M0:
+                raise ScaleError(arg, f"torch.float8_e8m0fnu, one scale per {MX_BLOCK} of K (MX fp4)",
+                                 f"dtype {t.dtype}", "pass MX e8m0 scales in torch's blocked layout (to_blocked); "
+                                 "NVFP4 (float8_e4m3fn scales per 16 and a global scale) is not built yet")
     recipe = _scale_recipe(scale_a, scale_b, m, n, k)
     if recipe.is_blockwise:
         _check_block_scales(scale_a, scale_b)

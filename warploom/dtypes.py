@@ -20,14 +20,30 @@ class DType(enum.Enum):
     E4M3 = "e4m3"
     E5M2 = "e5m2"
     E8M0 = "e8m0"  # an MX block scale: 2**(e - 127), 255 is NaN (a scale type, not an operand type)
+    # MX fp4: 4-bit floats (1 sign, 2 exponent, 1 mantissa bit: 0, 0.5 ... 6), packed two per byte along K as torch's
+    # float4_e2m1fn_x2 (element 2i in the low nibble); sizes in warploom count single values, so use `bits`
+    E2M1 = "e2m1"
+
+    @property
+    def bits(self) -> int:
+        return {DType.BF16: 16, DType.FP16: 16, DType.FP32: 32, DType.E4M3: 8, DType.E5M2: 8, DType.E8M0: 8,
+                DType.E2M1: 4}[self]
 
     @property
     def bytes(self) -> int:
-        return {DType.BF16: 2, DType.FP16: 2, DType.FP32: 4, DType.E4M3: 1, DType.E5M2: 1, DType.E8M0: 1}[self]
+        """Bytes of one element; an error for e2m1, whose element is half a byte (count with `bits`)."""
+        if self.bits % 8:
+            raise ValueError(f"{self.value} elements are {self.bits} bits: count their size with DType.bits")
+        return self.bits // 8
 
     @property
     def is_fp8(self) -> bool:
         return self in (DType.E4M3, DType.E5M2)
+
+    @property
+    def block_scaled(self) -> bool:
+        """Whether inputs of this type come with scales (fp8, or MX fp4's e2m1)."""
+        return self.is_fp8 or self is DType.E2M1
 
     @property
     def gluon(self) -> str:
@@ -39,6 +55,7 @@ class DType(enum.Enum):
             DType.E4M3: "gl.float8e4nv",
             DType.E5M2: "gl.float8e5",
             DType.E8M0: "gl.uint8",  # its bits, decoded by the kernel
+            DType.E2M1: "gl.uint8",  # two values a byte, as tcgen05_mma_scaled reads them ("e2m1")
         }[self]
 
     @property
@@ -52,6 +69,7 @@ class DType(enum.Enum):
             DType.E4M3: torch.float8_e4m3fn,
             DType.E5M2: torch.float8_e5m2,
             DType.E8M0: torch.float8_e8m0fnu,
+            DType.E2M1: torch.float4_e2m1fn_x2,
         }[self]
 
     @staticmethod

@@ -253,7 +253,7 @@ def rows_aligned(spec: GemmSpec) -> bool:
     """Whether A's and B's rows (as stored, contiguous: K elements, or N for an N-major B) are whole 128-byte lines."""
     a_row = spec.k if spec.a_layout is ALayout.K_MAJOR else spec.m
     b_row = spec.k if spec.b_layout is BLayout.K_MAJOR else spec.n
-    return a_row * spec.a_dtype.bytes % 128 == 0 and b_row * spec.b_dtype.bytes % 128 == 0
+    return a_row * spec.a_dtype.bits % 1024 == 0 and b_row * spec.b_dtype.bits % 1024 == 0
 
 
 def _native_problems(spec: GemmSpec) -> list[str]:
@@ -290,9 +290,9 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                                         scale_layout=ScaleLayout.ROW_MAJOR)) if mx \
         else _native_problems(spec)
     if problems:
-        raise UnsupportedError(f"sm_100a (planner rule 19) plans native accumulation with tensorwise, rowwise, MX fp8 "
-                               f"or no scales so far; {spec.short()} has {'; '.join(problems)}. Issue 25 still "
-                               "lacks MX fp4, NVFP4, fp32 blockwise (1x128 x 128x128) scales and seed 000's scale "
+        raise UnsupportedError(f"sm_100a (planner rule 19) plans native accumulation with tensorwise, rowwise, MX "
+                               f"(fp8, fp4) or no scales so far; {spec.short()} has {'; '.join(problems)}. Issue 25 "
+                               "still lacks NVFP4, fp32 blockwise (1x128 x 128x128) scales and seed 000's scale "
                                "partition. Fix: plan it for an sm_90a device (device=H100_SXM)")
     if mx and spec.scale_layout is not ScaleLayout.BLOCKED:
         raise UnsupportedError(f"sm_100a MX reads its scales with TMA in torch's blocked layout (to_blocked: 128x4 "
@@ -306,7 +306,9 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
     if bm != 128 or bn not in (None, 16, 32, 64, 128, 256):
         raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (16, 32, 64, 128, 256), got "
                                f"{bm=} {bn=}. Fix: leave bm and bn to the planner")
-    bk = 128 if spec.a_dtype.bytes == 1 else 64
+    # 128 of K a k-block for 8-bit (128 bytes a row) and 4-bit inputs (64 bytes: MX fp4 keeps one 128x4 chunk of
+    # scales per k-block, what tcgen05.cp copies), 64 for 16-bit
+    bk = 128 if spec.a_dtype.bits <= 8 else 64
     def fits(width: int) -> tuple[int, int, int]:
         """(stages that fit, epilogue blocks, staging bytes) at this width: one staging block per output and one per
         dense operand of a fused epilogue (passes/blackwell.py)."""
@@ -435,7 +437,7 @@ def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int, scale_partition: bool
     """Shared memory of one pipeline stage: an A tile and a B tile, and the k-block's scales unless a scale
     partition holds them in a ring of its own."""
     scales = 0 if scale_partition else scale_slot_bytes(spec, bm, bn, bk)
-    return (bm * bk) * spec.a_dtype.bytes + (bn * bk) * spec.b_dtype.bytes + scales
+    return ((bm * bk) * spec.a_dtype.bits + (bn * bk) * spec.b_dtype.bits) // 8 + scales
 
 
 def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: int = 128, block: bool = False,
@@ -643,6 +645,10 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             return replace(plan, swap_ab=True)
         return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                               scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
+    if spec.is_fp4:
+        raise UnsupportedError(f"{device.name} (sm_90a) has no fp4 MMA: MX fp4 (e2m1) plans for sm_100a's block-scaled "
+                               "tcgen05 MMA only. Fix: plan for an sm_100a device (device=B200), or quantize to "
+                               "torch.float8_e4m3fn with MX scales for sm_90a")
     if spec.scale_layout is ScaleLayout.BLOCKED:
         raise UnsupportedError(f"{device.name} (sm_90a) reads MX scales row-major, (M, K/32) and (N, K/32), element by "
                                "element; torch's blocked layout is sm_100a's (tcgen05.cp). Fix: pass the scales before "

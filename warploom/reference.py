@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from warploom.spec import MX_BLOCK, SCALE_BLOCK, BLayout, GemmSpec, ScaleRecipe
+from warploom import fp4
+from warploom.blocked import from_blocked, to_blocked
+from warploom.spec import MX_BLOCK, SCALE_BLOCK, BLayout, GemmSpec, ScaleLayout, ScaleRecipe
 
 
 @dataclass(frozen=True)
@@ -33,10 +35,14 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(m, k, generator=g)
     b_rows = torch.randn(n, k, generator=g) if spec.b_layout is BLayout.K_MAJOR else torch.randn(k, n, generator=g)
-    if spec.is_fp8:
-        a, b_rows = a * 2, b_rows * 2  # spread over e4m3's range, well below its 448 maximum
-    a = a.to(spec.a_dtype.torch)
-    b_rows = b_rows.to(spec.b_dtype.torch)
+    if spec.is_fp4:  # MX fp4: random e2m1 values (any of the sixteen codes), packed two a byte along K
+        a = torch.randint(0, 256, (m, k // 2), generator=g, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+        b_rows = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    else:
+        if spec.is_fp8:
+            a, b_rows = a * 2, b_rows * 2  # spread over e4m3's range, well below its 448 maximum
+        a = a.to(spec.a_dtype.torch)
+        b_rows = b_rows.to(spec.b_dtype.torch)
     b = b_rows.t() if spec.b_layout is BLayout.K_MAJOR else b_rows  # (K, N) either way
     scale_a = scale_b = None
     if spec.scale is ScaleRecipe.TENSORWISE:
@@ -51,6 +57,8 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
             return torch.randint(119, 136, (rows, cols), generator=g, dtype=torch.uint8).view(torch.float8_e8m0fnu)
 
         scale_a, scale_b = e8m0(m, k // MX_BLOCK), e8m0(n, k // MX_BLOCK)
+        if spec.scale_layout is ScaleLayout.BLOCKED:  # (sm_100a: as tcgen05.cp reads them)
+            scale_a, scale_b = to_blocked(scale_a), to_blocked(scale_b)
     elif spec.scale.is_blockwise:
         kb = -(-k // SCALE_BLOCK)
         cols = spec.scale.b_scales(n)
@@ -73,7 +81,13 @@ def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
     block (padded k-blocks ignored)."""
     m, k = a.shape
     n = b.shape[1]
+    if a.dtype == torch.float4_e2m1fn_x2:  # MX fp4: a (M, K/2) and b (K/2, N), two values of K a byte
+        a, b = fp4.unpack(a), fp4.unpack(b.t()).t()
+        m, k = a.shape
     if scale_a.dtype == torch.float8_e8m0fnu:  # MX: scale_a (M, K/32), scale_b (N, K/32)
+        if scale_a.dim() == 1:  # (torch's blocked layout, `to_blocked`: back to rows, padding dropped)
+            scale_a = from_blocked(scale_a, m, k // MX_BLOCK)[:m, : k // MX_BLOCK]
+            scale_b = from_blocked(scale_b, n, k // MX_BLOCK)[:n, : k // MX_BLOCK]
         sa = scale_a.float().repeat_interleave(MX_BLOCK, dim=1)[:, :k]
         sb = scale_b.float().t().repeat_interleave(MX_BLOCK, dim=0)[:k]
         return a.float() * sa, b.float() * sb

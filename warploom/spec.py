@@ -195,9 +195,9 @@ class GemmSpec:
         # Internal consistency only; user-facing checks with fixes live in warploom.checks.
         if min(self.m, self.n, self.k) < 0:
             raise ValueError(f"GemmSpec sizes must be >= 0, got {self.m=} {self.n=} {self.k=}")
-        if self.a_dtype.is_fp8 != self.b_dtype.is_fp8:
+        if self.a_dtype.block_scaled != self.b_dtype.block_scaled:
             raise ValueError(f"GemmSpec mixes fp8 and 16-bit inputs: {self.a_dtype=} {self.b_dtype=}")
-        if not self.a_dtype.is_fp8 and self.a_dtype != self.b_dtype:
+        if not self.a_dtype.block_scaled and self.a_dtype != self.b_dtype:
             raise ValueError(f"GemmSpec 16-bit inputs must match: {self.a_dtype=} {self.b_dtype=}")
         if self.a_dtype == DType.FP32:
             raise ValueError("GemmSpec inputs cannot be fp32")
@@ -239,7 +239,13 @@ class GemmSpec:
 
     @property
     def is_fp8(self) -> bool:
-        return self.a_dtype.is_fp8
+        """Scaled low-precision inputs: fp8, or MX fp4 (e2m1, sm_100a only), which take the same checks."""
+        return self.a_dtype.block_scaled
+
+    @property
+    def is_fp4(self) -> bool:
+        """MX fp4 inputs (e2m1, two a byte along K): sm_100a's block-scaled tcgen05 MMA only."""
+        return self.a_dtype is DType.E2M1
 
     @property
     def flops(self) -> int:

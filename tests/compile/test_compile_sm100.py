@@ -7,6 +7,7 @@ runs: no sm_100a GPU is at hand.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -104,6 +105,25 @@ def test_mx_compiles_to_block_scaled_tcgen05(spec: GemmSpec, bn: int, copies: in
     c = build(spec, B200, plan).compile()
     assert "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale" in c.ptx
     assert c.block_scaled_mmas() == c.count("UTCQMMA") == 4, c.summary()  # BK = 128: four 32-deep MMAs
+    assert c.count("UTCCP") == copies, c.summary()
+    assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
+    assert c.smem_bytes <= B200.smem_per_block
+
+
+@pytest.mark.parametrize("spec,bn,copies", [
+    pytest.param(_mx(1000, 520, 1056, a=DType.E2M1, b=DType.E2M1), 128, 2, id="mxfp4_128x128_odd"),
+    pytest.param(_mx(4096, 4096, 4096, a=DType.E2M1, b=DType.E2M1), 256, 3, id="mxfp4_128x256"),
+])
+def test_mx_fp4_compiles_to_block_scaled_utcomma(spec: GemmSpec, bn: int, copies: int) -> None:
+    """MX fp4 on seed 001's path: the packed operands' TMA boxes are (rows, BK/2) bytes, and the MMA is kind::mxf4
+    (UTCOMMA, 64 of K an instruction: two a 128-deep k-block) with its scales copied by tcgen05.cp."""
+    from warploom.planner import plan_schedule
+
+    plan = plan_schedule(spec, B200, bn=bn)
+    c = build(spec, B200, plan).compile()
+    # one e8m0 scale per 32 of K: PTX's scale_vec::2X (64 of K an instruction), spelled block32 by Triton 3.9
+    assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::mxf4\.block_scale\.(scale_vec::2X|block32)\b", c.ptx)
+    assert c.block_scaled_mmas() == c.count("UTCOMMA") == 2 and c.count("UTCQMMA") == 0, c.summary()
     assert c.count("UTCCP") == copies, c.summary()
     assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
     assert c.smem_bytes <= B200.smem_per_block

@@ -9,7 +9,7 @@ from __future__ import annotations
 import expecttest
 from test_golden import assert_golden_file, issue4_kernel  # (pytest puts this folder on sys.path)
 
-from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
+from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleLayout, ScaleRecipe
 from warploom.device import B200
 from warploom.kernel import Kernel, build
 
@@ -19,6 +19,10 @@ SPECS = {
     # fp8 rowwise scales and a bias, applied per 64-column block as the epilogue partition drains tensor memory.
     "sm100_fp8_rowwise_bias": GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.ROWWISE,
                                        Accumulation.NATIVE, DType.BF16),
+    # MX fp8 (seed 001): e8m0 scales in torch's blocked layout ride the A/B stage by TMA, tcgen05_copy puts them in
+    # tensor memory before each block-scaled MMA (tcgen05_mma_scaled), whose completion releases the stage.
+    "sm100_mxfp8_blocked": GemmSpec(1000, 520, 1056, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX,
+                                    Accumulation.PROMOTED, scale_layout=ScaleLayout.BLOCKED),
 }
 
 
@@ -32,6 +36,9 @@ class TestSm100Golden(expecttest.TestCase):
 
     def test_fp8_rowwise_bias_gluon(self) -> None:
         assert_golden_file("sm100_fp8_rowwise_bias.gluon.txt", kernel("sm100_fp8_rowwise_bias").source)
+
+    def test_mxfp8_gluon(self) -> None:
+        assert_golden_file("sm100_mxfp8_blocked.gluon.txt", kernel("sm100_mxfp8_blocked").source)
 
     def test_fused_gelu_residual_gluon(self) -> None:
         """Issue 4's epilogue on sm_100a: per 64-column block out of tensor memory, the residual by TMA."""

@@ -142,3 +142,17 @@ def test_demo_for_sm_100a_cross_compiles_and_simulates(tmp_path: Path, monkeypat
     out = invoke("demo", "--target", "sm_100a", "--m", str(m), "--n", "520", "--k", "128", "--out-dir", str(tmp_path))
     assert "cross-compile sm_100a" in out and "UTCHMMA" in out and "findings: none" in out
     assert "sm_100a: cross-compiled, not run" in out and "tensor memory" in out
+
+
+@pytest.mark.parametrize("dtype,mma", [("mxfp8", "UTCQMMA"), ("mxfp4", "UTCOMMA")])
+def test_demo_of_mx_for_sm_100a(tmp_path: Path, dtype: str, mma: str) -> None:
+    """`warploom demo --target sm_100a --dtype mxfp8|mxfp4`: the schedule with its tcgen05 scale copies, the SASS
+    summary (block-scaled MMAs and UTCCP) and a CPU simulation against the dequantized reference."""
+    out = invoke("demo", "--target", "sm_100a", "--dtype", dtype, "--m", "300", "--n", "272", "--k", "544",
+                 "--out-dir", str(tmp_path))
+    assert "tcgen05_copy sa_ring[c] -> sa_tm" in out and "UTCCP" in out and "findings: none" in out
+    row = next(line for line in out.splitlines() if line.startswith("│ main"))
+    counts = dict(zip(("UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCCP"), row.split("│")[2:6], strict=True))
+    assert int(counts[mma]) > 0 and int(counts["UTCCP"]) == 2, row
+    r = CliRunner().invoke(main, ["demo", "--dtype", dtype, "--m", "300", "--n", "272", "--k", "544"])
+    assert r.exit_code == 2 and ("sm_100a" in r.output or "B200" in r.output)  # (MX of this kind: sm_100a only)

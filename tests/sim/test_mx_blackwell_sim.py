@@ -18,7 +18,7 @@ from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import plan_schedule
 from warploom.reference import dequantized
-from warploom.sim import simulate
+from warploom.sim import explore, simulate
 from warploom.sim.findings import FindingKind
 
 E4, E5 = DType.E4M3, DType.E5M2
@@ -127,3 +127,54 @@ def test_planted_tmem_overlap_of_scales_and_accumulators() -> None:
 def test_planned_modules_are_clean() -> None:
     for bn in (128, 256):
         assert not _kinds(_module(M, N, K, bn), M, N, K)
+
+
+def _fp4(rows: int, k: int, g: torch.Generator) -> torch.Tensor:
+    """Random MX fp4 data (every e2m1 code), (rows, K/2) packed along K."""
+    return torch.randint(0, 256, (rows, k // 2), generator=g, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+
+
+@pytest.mark.parametrize("m,n,k,bn", [(300, 264, 544, 128), (129, 520, 1056, 256)])
+def test_mx_fp4_numerics_match_dequantized_reference(m: int, n: int, k: int, bn: int) -> None:
+    """MX fp4 (kind::mxf4): the same stages and copies, the operands two values a byte."""
+    spec = GemmSpec(m, n, k, DType.E2M1, DType.E2M1, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX,
+                    Accumulation.PROMOTED, scale_layout=ScaleLayout.BLOCKED)
+    mod = build(spec, B200, plan_schedule(spec, B200, bn=bn, stages=3)).module
+    g = torch.Generator().manual_seed(1)
+    x, w = _fp4(m, k, g), _fp4(n, k, g)
+    _, _, sa, sb = _inputs(m, n, k)
+    res = simulate(mod, x, w.t(), to_blocked(sa), to_blocked(sb), seed=2)
+    assert not res.findings, res.findings
+    da, db = dequantized(x, w.t(), sa, sb)
+    torch.testing.assert_close(res.output.float(), (da @ db).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-2)
+    # (what the comparison sees: the packed bytes read as values of K, not as bytes)
+    assert not torch.allclose(res.output.float(), (da[:, : k // 2] @ db[: k // 2]).float(), rtol=1e-2, atol=1e-2)
+
+
+def _fp4_module(m: int, n: int, k: int, stages: int = 3, grid: int | None = None) -> ir.Module:
+    spec = GemmSpec(m, n, k, DType.E2M1, DType.E2M1, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX,
+                    Accumulation.PROMOTED, scale_layout=ScaleLayout.BLOCKED)
+    plan = plan_schedule(spec, B200, bn=128, stages=stages)
+    return build(spec, B200, plan if grid is None else replace(plan, grid=grid)).module
+
+
+def test_planted_fp4_expect_tx_of_a_byte_a_value() -> None:
+    """A stage of MX fp4 brings (128 + 128) rows of 64 bytes and 2 x 128 x 4 scale bytes; announcing a byte per fp4
+    value (as if unpacked) leaves the phase waiting for bytes that never come."""
+    mod = _fp4_module(M, N, K)
+    assert mod.ring("a_ring").slot_bytes == 128 * 64
+    unpacked = 2 * 128 * 128 + 2 * 128 * 4
+    mod = _edit(mod, ir.Role.PRODUCER,
+                lambda s: [replace(s, nbytes=unpacked)] if isinstance(s, ir.ArriveExpectTx) else [s])
+    g = torch.Generator().manual_seed(0)
+    _, _, sa, sb = _inputs(M, N, K)
+    res = simulate(mod, _fp4(M, K, g), _fp4(N, K, g).t(), to_blocked(sa), to_blocked(sb))
+    assert FindingKind.TX_MISMATCH in {f.kind for f in res.findings}
+    with pytest.raises(VerificationError, match=f"announces {unpacked} bytes.*bring 17408"):
+        verify.check(mod, "test", B200)
+
+
+def test_fp4_explores_clean() -> None:
+    """Every schedule of one CTA running two MX fp4 tiles of two k-blocks through two stages: no finding."""
+    r = explore(_fp4_module(256, 128, 256, stages=2, grid=1), 256, 128, 256, max_states=40_000)
+    assert not r.findings and not r.bound_hit

@@ -28,7 +28,8 @@ from warploom.errors import WarploomError
 ROOT = Path(warploom.__file__).parent
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("warploom.errors", "warploom.dtypes", "warploom.version", "warploom.device", "warploom.blocked")),
+    ("base", ("warploom.errors", "warploom.dtypes", "warploom.version", "warploom.device", "warploom.blocked",
+              "warploom.fp4")),
     # The epilogue graph and its meaning: the spec holds a graph, so they stand below it.
     ("epilogue IR", ("warploom.epilogue.graph", "warploom.epilogue.operands", "warploom.epilogue.names",
                      "warploom.epilogue.printer", "warploom.epilogue.reference", "warploom.epilogue.builder",

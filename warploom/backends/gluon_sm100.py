@@ -44,6 +44,12 @@ class _Sm100Emitter(PartitionEmitter):
         if self.m.spec.epilogue is not None:  # the fused epilogue's block layout is the block's own
             self.buf.line("ep_layout: gl.constexpr = acc_layout", comment="a fused epilogue block, as loaded")
 
+    def _coord(self, axis: ir.Axis) -> str:
+        # MX fp4: a TMA descriptor over the packed bytes, two values of K a byte
+        if axis is ir.Axis.K and self.m.spec.is_fp4:
+            return f"{self.kb} * (BK // 2)"
+        return super()._coord(axis)
+
     def op(self, o: ir.Op) -> None:
         b, c = self.buf, printer.op(o)
         match o:

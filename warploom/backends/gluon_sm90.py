@@ -958,7 +958,8 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
             desc = f"{r.tensor.value.lower()}_desc"
             # (a grouped module's B slots are (1, rows, cols): its 3-D descriptor's box, one group's block)
             box = f"1, {r.rows}" if t.grouped and r.tensor is ir.Tensor.B else f"{r.rows}"
-            b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {box}, {r.cols}], "
+            cols = r.cols * r.dtype.bits // 8 if r.dtype is DType.E2M1 else r.cols  # (MX fp4: two values a byte)
+            b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {box}, {cols}], "
                    f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}")
         for sb in m.tmem_scales:  # sm_100a MX: the tcgen05 scale operands (TensorMemoryScalesLayout)
             b.line(f"{sb.name} = allocate_tensor_memory(gl.uint8, [{sb.rows}, {sb.cols}], TensorMemoryScalesLayout())",

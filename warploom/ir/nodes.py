@@ -126,7 +126,7 @@ class Ring:
 
     @property
     def slot_bytes(self) -> int:
-        return self.rows * self.cols * self.dtype.bytes
+        return self.rows * self.cols * self.dtype.bits // 8  # (e2m1: two values a byte)
 
     @property
     def bytes(self) -> int:
@@ -346,7 +346,7 @@ class TmemScales:
 
     Attributes:
         a, b: the `ScaleBuffer`s of A's rows and B's columns, each filled by a `ScaleCopy` issued before the MMA.
-        a_type, b_type: the operands' element formats as the instruction names them ("e4m3", "e5m2")."""
+        a_type, b_type: the operands' element formats as the instruction names them ("e4m3", "e5m2", "e2m1")."""
 
     a: str
     b: str
@@ -355,8 +355,11 @@ class TmemScales:
 
     def __post_init__(self) -> None:
         for t in (self.a_type, self.b_type):
-            if t not in ("e4m3", "e5m2"):
-                raise ValueError(f"TmemScales: expected an MX fp8 format ('e4m3' or 'e5m2'), got {t!r}")
+            if t not in ("e4m3", "e5m2", "e2m1"):
+                raise ValueError(f"TmemScales: expected an MX format ('e4m3', 'e5m2' or 'e2m1'), got {t!r}")
+        if (self.a_type == "e2m1") != (self.b_type == "e2m1"):
+            raise ValueError(f"TmemScales: MX fp4 x fp8 is not built (its fp4 operand is padded in shared memory): "
+                             f"got {self.a_type} x {self.b_type}")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 A complete module with scale buffers must satisfy (each violation is one message):
 
 - **dtype:** an MX recipe's scale rings and buffers hold e8m0; the scaled MMA names the operands' own formats
-  (e4m3 / e5m2 as `GemmSpec.a_dtype` / `b_dtype` say).
+  (e4m3 / e5m2 / e2m1 as `GemmSpec.a_dtype` / `b_dtype` say).
 - **producer and consumer:** each buffer is written by `ScaleCopy`s and read by scaled `TcMma`s, all issued by one
   partition (tcgen05 ops of one thread run in issue order: a copy after an MMA cannot overwrite what that MMA
   reads, one from another partition can); within a k-loop every scaled MMA has a copy into each buffer it reads
@@ -30,7 +30,7 @@ from warploom.ir import nodes as ir
 from warploom.spec import ScaleRecipe
 
 # The instruction's names for the MX operand formats.
-MX_FORMATS = {DType.E4M3: "e4m3", DType.E5M2: "e5m2"}
+MX_FORMATS = {DType.E4M3: "e4m3", DType.E5M2: "e5m2", DType.E2M1: "e2m1"}
 
 
 def check_tmem_scales(m: ir.Module) -> list[str]:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from warploom.dtypes import DType
 from warploom.epilogue.operands import OperandKind
 from warploom.ir import nodes as ir
+from warploom.ir.verify_scales import MX_FORMATS
 from warploom.passes.epilogue import operand_read
 
 ACC_RING = "acc_tm"
@@ -122,8 +123,7 @@ class SplitMma:
         scales = None
         if m.tmem_scales:  # (PlaceScaleCopies: the MMA reads the buffers the copies before it filled)
             sa, sb = (next(b.name for b in m.tmem_scales if b.tensor is t) for t in SCALE_TMEM)
-            fmt = {DType.E4M3: "e4m3", DType.E5M2: "e5m2"}
-            scales = ir.TmemScales(sa, sb, fmt[m.spec.a_dtype], fmt[m.spec.b_dtype])
+            scales = ir.TmemScales(sa, sb, MX_FORMATS[m.spec.a_dtype], MX_FORMATS[m.spec.b_dtype])
         for s in k_loop.body:
             if isinstance(s, ir.Mma):
                 k_body.append(ir.TcMma(s.a_ring, s.b_ring, s.slot, ACC_RING, ts, s.overwrite, release="empty",

@@ -29,7 +29,7 @@ from warploom.runtime.loader import load
 from warploom.spec import ALayout, BLayout, ScaleRecipe
 
 _SIG = {DType.BF16: "bf16", DType.FP16: "fp16", DType.FP32: "fp32", DType.E4M3: "fp8e4nv", DType.E5M2: "fp8e5",
-        DType.E8M0: "u8"}
+        DType.E8M0: "u8", DType.E2M1: "u8"}
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ class Compiled:
     def summary(self) -> dict[str, Any]:
         if self.target == "gfx1250":  # wmma, the Tensor Data Mover's copies and waits, the warps' barriers
             mma = {k: self.count(k) for k in GFX1250_COUNTS}
-        elif self.target == "sm_100a":  # tcgen05: UTC*MMA issue the MMAs, LDTM reads tensor memory
-            mma = {"UTCHMMA": self.count("UTCHMMA"), "UTCQMMA": self.count("UTCQMMA"), "LDTM": self.count("LDTM")}
+        elif self.target == "sm_100a":  # tcgen05: UTC*MMA issue the MMAs, UTCCP copies MX scales, LDTM reads
+            mma = {k: self.count(k) for k in ("UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCCP", "LDTM")}
         else:
             mma = {"HGMMA": self.count("HGMMA"), "QGMMA": self.count("QGMMA"),
                    "wgmma_serialized": self.wgmma_serialized}
@@ -92,7 +92,7 @@ def _gl_dtype(d: DType) -> Any:
     from triton.experimental.gluon import language as gl
 
     return {DType.BF16: gl.bfloat16, DType.FP16: gl.float16, DType.FP32: gl.float32,
-            DType.E4M3: gl.float8e4nv, DType.E5M2: gl.float8e5, DType.E8M0: gl.uint8}[d]
+            DType.E4M3: gl.float8e4nv, DType.E5M2: gl.float8e5, DType.E8M0: gl.uint8, DType.E2M1: gl.uint8}[d]
 
 
 def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
@@ -100,6 +100,8 @@ def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
     t, s = m.tiling, m.spec
     b_block = [t.bn, t.bk] if s.b_layout is BLayout.K_MAJOR else [t.bk, t.bn]
     a_block = [t.bk, t.bm] if s.a_layout is ALayout.M_MAJOR else [t.bm, t.bk]
+    if s.is_fp4:  # MX fp4: descriptors over the packed bytes, (rows, BK / 2)
+        a_block, b_block = [t.bm, t.bk // 2], [t.bn, t.bk // 2]
     if t.grouped:  # (B's 3-D descriptor over (G, N, K) or (G, K, N): one group's block)
         b_block = [1, *b_block]
     blocks = {"a_desc": (s.a_dtype, a_block), "b_desc": (s.b_dtype, b_block)}

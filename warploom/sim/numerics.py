@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from warploom import fp4
 from warploom.blocked import from_blocked
 from warploom.epilogue.reference import evaluate_tile
 from warploom.ir import nodes as ir
@@ -67,6 +68,8 @@ class Operands:
         """`span_tiles`: a ranged split-K launch's tile count (its compact workspace's size)."""
         # (a grouped module's B is (G, K, N): its rows per group, (G, N, K) or (G, K, N))
         b_rows = b.transpose(-2, -1) if module.spec.b_layout is BLayout.K_MAJOR else b
+        if module.spec.is_fp4:  # MX fp4: the packed pairs of K as their (rows, K) values
+            a, b_rows = fp4.unpack(a), fp4.unpack(b_rows)
         if module.tmem_scales:  # sm_100a MX: torch's blocked scales, read back as padded (rows, K/32) values
             kb = a.shape[1] // MX_BLOCK
             scale_a = None if scale_a is None else from_blocked(scale_a.float(), a.shape[0], kb)

@@ -261,6 +261,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
                        "scale_a and scale_b exchanged, (N,) operands as (N, 1) and 2-D ones transposed)")
         raise
     m, k = a.shape
+    k *= 2 if module.spec.is_fp4 else 1  # (MX fp4: two values of K a byte)
     n = b.shape[1]
     t = module.tiling
     results = _outputs(module, n, m, out, outs) if t.swap_ab else _outputs(module, m, n, out, outs)  # (C: C^T's shape)
