@@ -20,7 +20,7 @@ import torch
 
 from warploom.checks import TMA_ALIGN, check_dtype, check_tensors, no_neg_bit, same_device
 from warploom.dtypes import DType
-from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError
+from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError, UnsupportedError
 from warploom.spec import Accumulation, BLayout, GemmSpec, Grouping, ScaleRecipe
 
 _16BIT = (DType.BF16, DType.FP16)
@@ -124,9 +124,18 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
     b_dt = check_dtype("b", b, allowed, fix)
     if a_dt != b_dt:
         raise DTypeError("b", f"{a.dtype}, a's dtype", str(b.dtype), f"pass b.to({a.dtype})")
+    if a.dim() == 2 and b.dim() == 2:
+        # torch._grouped_mm's K-grouped layout (the weight gradient): a (M, total_K), b (total_K, N), offs over K,
+        # result (G, M, N). Not built: docs/decisions/k-grouped-and-gate-epilogue.md is its design.
+        e = UnsupportedError(f"b: expected a 3-D (G, K, N) tensor of expert weights (the 2-D x 2-D K-grouped "
+                             f"layout, a (M, total_K) x b (total_K, N) -> (G, M, N), is not built yet), got 2-D "
+                             f"shape {tuple(b.shape)} beside 2-D a {tuple(a.shape)}. Fix: use "
+                             "torch._grouped_mm(a, b, offs=offs) for the weight gradient")
+        e.arg = "b"  # type: ignore[attr-defined]
+        raise e
     if b.dim() != 3:
         raise ShapeError("b", "a 3-D (G, K, N) tensor of expert weights", f"{b.dim()}-D shape {tuple(b.shape)}",
-                         "stack the experts' (K, N) weights (2-D x 2-D K-grouped calls are not built yet)")
+                         "stack the experts' (K, N) weights")
     groups, k, n = b.shape
     if offs is not None and masked_m is not None:
         raise InputError("masked_m", "either offs (a 2-D a) or masked_m (a 3-D a), not both", "both",

@@ -91,6 +91,15 @@ def test_fp8_needs_k_major_b_and_fp32_scales() -> None:
     assert call.spec.scale is ScaleRecipe.ROWWISE
 
 
+def test_k_grouped_2d_x_2d_is_refused_by_name() -> None:
+    a, bt = torch.randn(32, 96).bfloat16(), torch.randn(N, 96).bfloat16()  # (M, total_K), (N, total_K)
+    with pytest.raises(UnsupportedError) as e:
+        grouped_call(a, bt.t(), _offs(0, 40, 40, 96))
+    assert e.value.arg == "b" and "K-grouped" in str(e.value) and "Fix:" in str(e.value)  # type: ignore[attr-defined]
+    with pytest.raises(ShapeError, match="b: expected a 3-D"):  # a 2-D b beside a 3-D a: a shape mistake
+        grouped_call(torch.randn(G, 8, K).bfloat16(), bt.t())
+
+
 def test_nothing_launches_on_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
     import warploom.grouped as grouped
 
