@@ -40,3 +40,26 @@ def test_grouped_compiles(name: str, spec: GemmSpec) -> None:
     assert not c.wgmma_serialized
     assert "cp.async.bulk.tensor.3d.shared" in c.ptx  # B's 3-D descriptor (a load into shared memory)
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
+
+
+K_CASES = [
+    ("bf16_k_grouped_128x256", GemmSpec(2048, 4096, 65536, grouping=Grouping.K_OFFSETS, groups=8)),
+    ("bf16_k_grouped_128x128", GemmSpec(200, 7168, 16384, grouping=Grouping.K_OFFSETS, groups=32)),
+    ("fp16_nmajor_k_grouped", GemmSpec(1024, 1024, 8192, FP16, FP16, FP16, BLayout.N_MAJOR,
+                                       grouping=Grouping.K_OFFSETS, groups=4)),
+]
+
+
+@pytest.mark.parametrize("name,spec", K_CASES, ids=[c[0] for c in K_CASES])
+def test_k_grouped_compiles(name: str, spec: GemmSpec) -> None:
+    """The K-grouped weight gradient (Grouping.K_OFFSETS): 2-D descriptors for A and B, A's tail zeroed in its
+    slot before the wgmma, both store paths, no spills or serialized wgmma."""
+    k = build(spec, H100_SXM)
+    assert "k_group_tile(" in k.gluon.text and "store(gl.where((mk_cols < k_left)" in k.gluon.text
+    c = k.compile("sm_90a")
+    assert c.count("HGMMA") > 0, c.summary()
+    assert c.spills == 0, c.summary()
+    assert c.smem_bytes <= SMEM_LIMIT
+    assert not c.wgmma_serialized
+    assert "cp.async.bulk.tensor.3d" not in c.ptx and "cp.async.bulk.tensor.2d.shared" in c.ptx
+    assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores

@@ -955,7 +955,7 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                 continue
             desc = f"{r.tensor.value.lower()}_desc"
             # (a grouped module's B slots are (1, rows, cols): its 3-D descriptor's box, one group's block)
-            box = f"1, {r.rows}" if t.grouped and r.tensor is ir.Tensor.B else f"{r.rows}"
+            box = f"1, {r.rows}" if t.b_per_group and r.tensor is ir.Tensor.B else f"{r.rows}"
             b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {box}, {r.cols}], "
                    f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}")
         for sb in m.tmem_scales:  # sm_100a MX: the tcgen05 scale operands (TensorMemoryScalesLayout)

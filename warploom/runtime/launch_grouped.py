@@ -39,10 +39,11 @@ class GroupedLauncher:
                                                                          maxnreg=src.maxnreg), descs, True)
 
     def __call__(self, a: Any, b: Any, bounds: Any, out: Any, scale_a: Any = None, scale_b: Any = None) -> Any:
-        """`a` (M, K), `b` (G, K, N), `bounds` (G,) int32 on the device, `out` (M, N) contiguous."""
+        """`a` (M, K), `b` (G, K, N), `bounds` (G,) int32 on the device, `out` (M, N) contiguous; K-grouped
+        (Grouping.K_OFFSETS): `b` (total_K, N), `out` (G * M, N)."""
         args = {
             "a_desc": a, "b_desc": b.transpose(-2, -1) if self._k_major else b, "c_desc": out, "c_ptr": out,
-            "group_ptr": bounds, "E": b.shape[0], "M": a.shape[0], "N": b.shape[2], "K": a.shape[1],
+            "group_ptr": bounds, "E": bounds.shape[0], "M": a.shape[0], "N": b.shape[-1], "K": a.shape[1],
             "scale_a_ptr": None if scale_a is None else aligned_copy(scale_a),
             "scale_b_ptr": None if scale_b is None else aligned_copy(scale_b),
         }
