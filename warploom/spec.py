@@ -217,8 +217,9 @@ class GemmSpec:
             problems.append(f"{self.scale.value} scales (bf16/fp16 and fp8 rowwise only)")
         if self.bias_dtype is not None:
             problems.append("a bias (torch._scaled_grouped_mm takes none either)")
-        if self.epilogue is not None:
-            problems.append("a fused epilogue (not built for grouped kernels yet)")
+        if self.epilogue is not None and (self.grouping is not Grouping.OFFSETS or len(self.epilogue.outputs) != 1
+                                          or self.scale is not ScaleRecipe.NONE):
+            problems.append("a fused epilogue but on a 16-bit M-grouped (offsets) GEMM with one output")
         if self.a_layout is not ALayout.K_MAJOR:
             problems.append("an M-major A")
         if self.grouping is Grouping.K_OFFSETS and self.scale is not ScaleRecipe.NONE:

@@ -63,3 +63,27 @@ def test_k_grouped_compiles(name: str, spec: GemmSpec) -> None:
     assert not c.wgmma_serialized
     assert "cp.async.bulk.tensor.3d" not in c.ptx and "cp.async.bulk.tensor.2d.shared" in c.ptx
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
+
+
+def _fused_gate_up(bm: int, bn: int):  # noqa: ANN202
+    import torch
+    import torch.nn.functional as F
+
+    from warploom.fused import fused_spec
+    from warploom.planner import plan_schedule
+
+    spec = GemmSpec(8192, 2048, 7168, grouping=OFF, groups=8)
+    gate, weight = torch.empty(8192, 2048, dtype=torch.bfloat16), torch.empty(8192, 1)
+    fs, _ = fused_spec(spec, torch.empty(8192, 7168, dtype=torch.bfloat16),
+                       lambda acc, gate, weight: F.silu(gate.float()) * acc * weight, {"gate": gate, "weight": weight})
+    return build(fs, H100_SXM, plan_schedule(fs, H100_SXM, bm=bm, bn=bn))
+
+
+@pytest.mark.parametrize("bm,bn", [(128, 256), (128, 128)])
+def test_fused_epilogue_on_grouped_compiles(bm: int, bn: int) -> None:
+    """An M-grouped kernel with a fused epilogue (a dense gate read by TMA, a per-row weight): no spills, both store
+    paths."""
+    c = _fused_gate_up(bm, bn).compile("sm_90a")
+    assert c.count("HGMMA") > 0 and c.spills == 0 and not c.wgmma_serialized, c.summary()
+    assert c.smem_bytes <= SMEM_LIMIT
+    assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx

@@ -9,9 +9,12 @@ import dataclasses
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import warploom
 from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
+from warploom.errors import InputError, UnsupportedError
+from warploom.fused import fused_spec
 from warploom.ir.raster import group_bounds
 from warploom.kernel import build
 from warploom.planner import plan_schedule
@@ -230,3 +233,44 @@ def test_planted_k_edge_bugs_are_caught(kind: str, monkeypatch: pytest.MonkeyPat
     assert wrong or not res.ok
     if kind == "no_k_block_when_empty":  # the stale accumulator is named, not just wrong
         assert FindingKind.ACC_INCOMPLETE in res.report.kinds(), res.report.summary()
+
+
+# ---- fused epilogues on M-grouped kernels: operands indexed in the grouped row space ----
+
+def _gate_up(acc, gate, weight, bias):  # noqa: ANN001, ANN202
+    """An MoE up projection's epilogue: silu(gate) * up per row's routing weight, plus a column bias."""
+    return F.silu(gate.float()) * acc * weight + bias
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("bm,bn", [(128, 128), (64, 128), (128, 256)])
+def test_fused_epilogue_on_offsets(seed: int, bm: int, bn: int) -> None:
+    groups, m, n, k = 5, 330, 256, 128
+    offs = _routing(seed, groups, m)
+    torch.manual_seed(seed)
+    a, w = torch.randn(m, k).bfloat16(), torch.randn(groups, n, k).bfloat16()
+    ops = {"gate": torch.randn(m, n).bfloat16(), "weight": torch.rand(m, 1), "bias": torch.randn(n)}
+    spec, picked = fused_spec(GemmSpec(m, n, k, grouping=Grouping.OFFSETS, groups=groups), a, _gate_up, ops)
+    mod = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=bm, bn=bn)).module
+    res = simulate_grouped(mod, a, w.transpose(-2, -1), offs, seed=seed, operands=picked).raise_for_findings()
+    bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
+    rows = _valid_rows(bounds, m)
+    ref = _gate_up(reference_grouped(a, w.transpose(-2, -1), bounds), **ops)
+    _close(res.output, ref, rows, 1e-2)
+    assert res.output[~rows].isnan().all()  # rows of no expert: untouched by the clipped stores
+
+
+def test_fused_epilogue_through_the_api_and_its_refusals() -> None:
+    offs = torch.tensor([40, 40, 200, 256], dtype=torch.int32)
+    a, w = torch.randn(256, 64).bfloat16(), torch.randn(4, 128, 64).bfloat16()
+    gate = torch.randn(256, 128).bfloat16()
+    y = warploom.grouped_mm(a, w.transpose(-2, -1), offs, epilogue=lambda acc, gate: F.silu(gate.float()) * acc,
+                            gate=gate)
+    ref = F.silu(gate.float()) * torch._grouped_mm(a, w.transpose(-2, -1), offs=offs).float()
+    assert torch.allclose(y.float(), ref, atol=0.25, rtol=2e-2)
+    with pytest.raises(UnsupportedError, match="^epilogue: expected an M-grouped call"):
+        warploom.grouped_mm(a.reshape(4, 64, 64), w.transpose(-2, -1), epilogue=lambda acc: acc * 2)
+    with pytest.raises(UnsupportedError, match="^epilogue: expected a function with one output"):
+        warploom.grouped_mm(a, w.transpose(-2, -1), offs, epilogue=lambda acc: (acc, acc * 2))
+    with pytest.raises(InputError, match="^gate: expected no epilogue operands"):
+        warploom.grouped_mm(a, w.transpose(-2, -1), offs, gate=gate)

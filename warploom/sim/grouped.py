@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import torch
 
@@ -24,14 +24,14 @@ from warploom.sim.machine import Machine
 from warploom.sim.numerics import CtaData, Operands
 from warploom.sim.program import CtaProgram, Geometry, MalformedError
 from warploom.sim.scheduler import run_random
-from warploom.sim.simulate import SimReport, SimResult
+from warploom.sim.simulate import SimReport, SimResult, check_operands
 from warploom.spec import Grouping
 
 
 def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds: torch.Tensor | Iterable[int],
                      scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None, *, seed: int = 0,
                      ctas: Iterable[int] | None = None, out: torch.Tensor | None = None,
-                     record: bool = False) -> SimResult:
+                     record: bool = False, operands: Mapping[str, torch.Tensor] | None = None) -> SimResult:
     """Run grouped `module` on the CPU: ``C[rows of g] = A[rows of g] @ b[g]`` for every group g.
 
     `a` is (M, K) (a MASKED module's (G, M_max, K) flattened to (G * M_max, K)); `b` is (G, K, N) as torch's grouped
@@ -40,7 +40,8 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     (total_K, N) and offs over K: C (G * M, N), its block g ``a[:, K range of g] @ b[K range of g]``. Rowwise
     scales: scale_a (M,), scale_b (G, N). `out` (C's rows, N), if given, is written in place (rows outside every
     group keep what they held); else a NaN-filled one is made. `ctas` picks program ids of the launch (default
-    all)."""
+    all); `operands` a fused epilogue's, by graph name, indexed in the grouped row space (a row operand's row r is
+    A's and C's row r), as `sim.simulate` takes them."""
     t0 = time.perf_counter()
     t = module.tiling
     if not t.grouped:
@@ -60,7 +61,9 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
         raise ShapeError("b", f"{len(groups)} groups, one per bound", f"{b.shape[0]}", "pass one bound per group")
     rows = len(groups) * m if k_grouped else m
     result = torch.full((rows, n), float("nan"), dtype=module.spec.out_dtype.torch) if out is None else out
-    ops = Operands.of(module, a, b, scale_a, scale_b, None, (result,), {})
+    tensors = check_operands(module, operands, {"scale_a": scale_a, "scale_b": scale_b}, frozenset()) \
+        if module.spec.epilogue is not None else {}
+    ops = Operands.of(module, a, b, scale_a, scale_b, None, (result,), tensors)
     pids = tuple(range(t.grid)) if ctas is None else tuple(ctas)
     sink = FindingSink()
     rng = random.Random(seed)
