@@ -30,7 +30,7 @@ TINY = {"experts": 4, "hidden": 64, "inter": 32}
 
 def test_parse_defaults_and_lists() -> None:
     args = moe.parse([])
-    assert (args.experts, args.kinds, args.tokens, args.top_k) == ([8, 32], ["bf16", "fp8"], 4096, 0)
+    assert (args.experts, args.kinds, args.tokens, args.top_k) == ([8, 32], ["bf16", "bf16-unfused", "fp8"], 4096, 0)
     args = moe.parse(["--experts", "4", "--kinds", "fp8", "--top-k", "3"])
     assert (args.experts, args.kinds, args.top_k) == ([4], ["fp8"], 3)
 
@@ -75,9 +75,29 @@ def test_torch_layer_on_cpu_matches_a_loop_over_experts() -> None:
     assert moe.relative_error(got, _loop_layer(x, layer, 2)) < 1e-2
 
 
-def test_warploom_layer_on_cpu_matches_torch_bf16() -> None:
-    row = moe.case(4, 16, "bf16", hidden=64, inter=32, top_k=2, device="cpu", time_it=False)
+@pytest.mark.parametrize("kind", ["bf16", "bf16-unfused"])
+def test_warploom_layer_on_cpu_matches_torch_bf16(kind: str) -> None:
+    row = moe.case(4, 16, kind, hidden=64, inter=32, top_k=2, device="cpu", time_it=False)
     assert "error" not in row and row["err_vs_torch"] < 1e-2, row
+
+
+def test_bf16_layer_fuses_the_silu_mul(monkeypatch: pytest.MonkeyPatch) -> None:
+    """warploom's "bf16" layer: the gate GEMM, then the up GEMM with silu(gate) * acc as its epilogue, then down."""
+    import warploom
+
+    calls: list[tuple[int, bool]] = []
+    real = warploom.grouped_mm
+
+    def spy(a, b, offs, **kw):  # noqa: ANN001, ANN003, ANN202
+        calls.append((b.shape[-1], "epilogue" in kw))
+        return real(a, b, offs, **kw)
+
+    monkeypatch.setattr(warploom, "grouped_mm", spy)
+    layer = moe.Layer.random(device="cpu", **TINY)
+    x = torch.randn(16, 64).bfloat16()
+    fused = moe.moe_forward(x, layer, moe.warploom_gemms(False), 2)
+    assert calls == [(32, False), (32, True), (64, False)]  # gate (N = I), up with the epilogue, down (N = D)
+    assert moe.relative_error(fused, _loop_layer(x, layer, 2)) < 1e-2
 
 
 def _emulated_fp8() -> object:
