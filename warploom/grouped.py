@@ -45,7 +45,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
 
     `epilogue` (M-grouped only): a function of the fp32 accumulator and `operands`, fused as `warploom.matmul`'s is
     (warploom/fused.py), with one output. Operands are shaped against the (total_M, N) result, so a per-row operand
-    (total_M,) or (total_M, 1) and a dense (total_M, N) one are indexed in the grouped row space (row r of a's);
+    (total_M, 1) and a dense (total_M, N) one are indexed in the grouped row space (row r of a's);
     a per-column (N,) one is shared by every group. E.g. an MoE layer's up projection with its SiLU-mul:
     ``grouped_mm(x, w_up, offs, epilogue=lambda acc, gate: F.silu(gate) * acc, gate=x_gate)``."""
     call = grouped_call(a, b, offs, masked_m, out_dtype)
