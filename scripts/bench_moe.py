@@ -104,10 +104,10 @@ class Layer:
 
     @staticmethod
     def random(experts: int, hidden: int, inter: int, device: str, seed: int = 0) -> Layer:
-        g = torch.Generator(device="cpu").manual_seed(seed)
+        g = torch.Generator(device=device).manual_seed(seed)  # (on the device: 32 experts' weights are 2 G values)
 
         def w(*shape: int) -> torch.Tensor:
-            return (torch.randn(*shape, generator=g) / shape[-1] ** 0.5).to(device=device, dtype=torch.bfloat16)
+            return (torch.randn(*shape, generator=g, device=device) / shape[-1] ** 0.5).to(torch.bfloat16)
 
         w13, w2 = w(experts, 2 * inter, hidden), w(experts, hidden, inter)
         return Layer(w(hidden, experts), w13, w2, quantize_rows(w13), quantize_rows(w2))
@@ -208,16 +208,16 @@ def main(argv: list[str] | None = None) -> None:
     import warploom
 
     rows = []
-    print(f"{'experts':>7} {'tokens':>6} {'kind':>5} {'warploom ms':>12} {'torch ms':>9} {'x torch':>8} {'err':>9}")
+    print(f"{'experts':>7} {'tokens':>6} {'kind':>12} {'warploom ms':>12} {'torch ms':>9} {'x torch':>8} {'err':>9}")
     for e in args.experts:
         for kind in args.kinds:
             t0 = time.time()
             row = case(e, args.tokens, kind, args.hidden, args.inter, args.top_k)
             rows.append(row)
             if "error" in row:
-                print(f"{e:>7} {args.tokens:>6} {kind:>5} {row['error']}")
+                print(f"{e:>7} {args.tokens:>6} {kind:>12} {row['error']}")
             else:
-                print(f"{e:>7} {args.tokens:>6} {kind:>5} {row['warploom_ms']:12.3f} {row['torch_ms']:9.3f} "
+                print(f"{e:>7} {args.tokens:>6} {kind:>12} {row['warploom_ms']:12.3f} {row['torch_ms']:9.3f} "
                       f"{row['speedup']:8.3f} {row['err_vs_torch']:9.2e}  ({time.time() - t0:.0f} s)")
             with open(args.out, "w") as f:  # (after every case: a timeout keeps what ran)
                 json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
