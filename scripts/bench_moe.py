@@ -212,7 +212,10 @@ def main(argv: list[str] | None = None) -> None:
     for e in args.experts:
         for kind in args.kinds:
             t0 = time.time()
-            row = case(e, args.tokens, kind, args.hidden, args.inter, args.top_k)
+            try:
+                row = case(e, args.tokens, kind, args.hidden, args.inter, args.top_k)
+            except Exception as err:  # (one configuration failing leaves the others measured)
+                row = {"experts": e, "tokens": args.tokens, "kind": kind, "error": f"{type(err).__name__}: {err}"}
             rows.append(row)
             if "error" in row:
                 print(f"{e:>7} {args.tokens:>6} {kind:>12} {row['error']}")
