@@ -1,6 +1,8 @@
 """Grouped GEMMs on the GPU (issue 27): warploom.grouped_mm against torch._grouped_mm (bf16) and
 warploom.scaled_grouped_mm against torch._scaled_grouped_mm (fp8 rowwise, fast accumulation and not), plus a Python
-loop over experts as the floor, on MoE shapes: 8 experts / 8192 rows / N=4096 / K=7168 (issue 27's), 8 experts /
+loop over experts as the floor, and (kind "wgrad") the K-grouped weight gradient against torch._grouped_mm's 2-D x 2-D
+layout (dW[g] = dy[rows of g]^T @ x[rows of g]: a = dy^T (N, rows), b = x (rows, K) column-major, offs over rows), on
+MoE shapes: 8 experts / 8192 rows / N=4096 / K=7168 (issue 27's), 8 experts /
 8192 rows / N=7168 / K=2048 (its down projection), and 32 experts / 16384 rows / N=2048 / K=7168 (a finer MoE).
 A random routing with an empty expert and ragged edges, the same for every kernel; each output is checked against
 torch's before it is timed (rows of every expert). Times are CUDA-graph replays (kernel time, medians of
@@ -52,9 +54,17 @@ def _loop(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> Callable[[], 
 def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
     torch.manual_seed(0)
     offs = _routing(experts, rows)
+    if kind == "wgrad":  # (ends at 16-row multiples, as MoE trainers pad them for torch's kernel)
+        offs = offs // 16 * 16
     end = int(offs[-1])
     flops = 2 * end * n * k
-    if kind == "bf16":
+    if kind == "wgrad":  # the weight gradient: (G, N, K) from the routed rows' dy (rows, N) and x (rows, K)
+        a = torch.randn(n, rows, device="cuda", dtype=torch.bfloat16)  # dy^T, row-major as torch requires
+        b = torch.randn(k, rows, device="cuda", dtype=torch.bfloat16).t()  # x (rows, K), column-major
+        ours = lambda: warploom.grouped_mm(a, b, offs)  # noqa: E731
+        theirs = lambda: torch._grouped_mm(a, b, offs=offs)  # noqa: E731
+        loop = None
+    elif kind == "bf16":
         a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16)
         b = w.transpose(-2, -1)
@@ -71,7 +81,11 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
         theirs = lambda: torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16,  # noqa: E731
                                                   use_fast_accum=fast)
         loop = None
-    err = _err(ours()[:end], theirs()[:end])
+    try:
+        got, want = ours(), theirs()
+    except Exception as e:  # (one kind failing leaves the others measured)
+        return {"experts": experts, "rows": rows, "n": n, "k": k, "kind": kind, "error": f"{type(e).__name__}: {e}"}
+    err = _err(got, want) if kind == "wgrad" else _err(got[:end], want[:end])
     row: dict[str, Any] = {"experts": experts, "rows": rows, "n": n, "k": k, "kind": kind, "err_vs_torch": err}
     if not err < 2e-2:
         row["error"] = f"mismatch against torch: relative error {err:.3g}; not timed"
@@ -92,7 +106,7 @@ def main() -> None:
     ap.add_argument("--out", default="grouped.json")
     ap.add_argument("--shapes", default=",".join("x".join(map(str, s)) for s in SHAPES),
                     help="experts x rows x N x K, comma-separated")
-    ap.add_argument("--kinds", default="bf16,fp8,fp8-fast")
+    ap.add_argument("--kinds", default="bf16,fp8,fp8-fast,wgrad")
     args = ap.parse_args()
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     rows = []

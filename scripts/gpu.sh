@@ -93,6 +93,12 @@ if [ "$what" = grouped ]; then
   rc=${PIPESTATUS[0]}
   python3 scripts/bench_grouped.py --out "$OUT/grouped.json" ${GROUPED_ARGS:-} 2>&1 | tee "$OUT/grouped.log"
 fi
+if [ "$what" = moe ]; then
+  # A DeepSeek-V3-like MoE FFN forward (issue 27 item 5): warploom's grouped GEMMs against torch's in the same layer,
+  # 8 and 32 experts, bf16 and fp8 rowwise, each checked against torch's layer, then timed as CUDA-graph replays.
+  python3 scripts/bench_moe.py --out "$OUT/moe.json" ${MOE_ARGS:-} 2>&1 | tee "$OUT/moe.log"
+  rc=${PIPESTATUS[0]}
+fi
 if [ "$what" = decode ]; then
   # Decode-sized GEMMs (M <= 64, N = K = 8192): tile widths and split-K against torch, as bandwidth.
   python3 scripts/sweep_decode.py --out "$OUT/decode.json" ${DECODE_ARGS:-} 2>&1 | tee "$OUT/decode.log"

@@ -20,7 +20,7 @@ import torch
 
 from warploom.checks import TMA_ALIGN, check_dtype, check_tensors, no_neg_bit, same_device
 from warploom.dtypes import DType
-from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError
+from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError, UnsupportedError
 from warploom.spec import Accumulation, BLayout, GemmSpec, Grouping, ScaleRecipe
 
 _16BIT = (DType.BF16, DType.FP16)
@@ -124,9 +124,11 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
     b_dt = check_dtype("b", b, allowed, fix)
     if a_dt != b_dt:
         raise DTypeError("b", f"{a.dtype}, a's dtype", str(b.dtype), f"pass b.to({a.dtype})")
+    if a.dim() == 2 and b.dim() == 2:
+        return _k_grouped_call(a, b, offs, masked_m, out_dtype, a_dt, scaled)
     if b.dim() != 3:
         raise ShapeError("b", "a 3-D (G, K, N) tensor of expert weights", f"{b.dim()}-D shape {tuple(b.shape)}",
-                         "stack the experts' (K, N) weights (2-D x 2-D K-grouped calls are not built yet)")
+                         "stack the experts' (K, N) weights")
     groups, k, n = b.shape
     if offs is not None and masked_m is not None:
         raise InputError("masked_m", "either offs (a 2-D a) or masked_m (a 3-D a), not both", "both",
@@ -182,6 +184,63 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
                     Accumulation.NATIVE if not scaled or use_fast_accum else Accumulation.PROMOTED,
                     grouping=grouping, groups=groups)
     return GroupedCall(spec, a2, b, bounds, out_shape)
+
+
+def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, out_dtype: Any, a_dt: DType,
+                    scaled: bool) -> GroupedCall:
+    """torch._grouped_mm's K-grouped layout (the weight gradient): a (M, total_K), b (total_K, N) and int32 offs
+    (G,), cumulative ends over K; result (G, M, N), zeros for an empty K range (`Grouping.K_OFFSETS`)."""
+    if scaled:
+        e = UnsupportedError(f"a: expected bf16 or fp16 operands in a 2-D x 2-D (K-grouped) call (fp8 K-grouped "
+                             f"GEMMs are not built), got {a.dtype}. Fix: use torch._scaled_grouped_mm, or "
+                             "warploom.grouped_mm on bf16 operands")
+        e.arg = "a"  # type: ignore[attr-defined]
+        raise e
+    if masked_m is not None:
+        raise InputError("masked_m", "None with a 2-D a and a 2-D b (a K-grouped call takes offs)", "a tensor",
+                         "drop masked_m and pass offs, the cumulative K ends")
+    if offs is None:
+        raise InputError("offs", "the (G,) int32 cumulative K ends of a 2-D x 2-D (K-grouped) call", "None",
+                         "pass offs=k_counts.cumsum(0).to(torch.int32)")
+    if isinstance(offs, torch.Tensor) and (offs.dim() != 1 or offs.numel() == 0):
+        raise ShapeError("offs", "shape (G,) with G >= 1: one cumulative K end per group", f"shape "
+                         f"{tuple(offs.shape)}", "pass offs as a 1-D int32 tensor")
+    groups = offs.shape[0] if isinstance(offs, torch.Tensor) else 0
+    _bounds("offs", offs, groups, a.device)
+    (m, total_k), n = a.shape, b.shape[1]
+    if b.shape[0] != total_k:
+        raise ShapeError("b", f"({total_k}, N): a's {total_k} columns (total_K) as its rows", f"shape "
+                         f"{tuple(b.shape)}", "pass a (M, total_K) and b (total_K, N) over the same K ranges")
+    _row_aligned("a", a)
+    es = b.element_size()
+    if b.stride(0) == 1 and b.shape[0] > 0:  # torch's column-major b: a contiguous (N, total_K) seen as .t()
+        layout, row = BLayout.K_MAJOR, b.stride(1)
+    elif b.stride(1) == 1:
+        layout, row = BLayout.N_MAJOR, b.stride(0)
+    else:
+        raise AlignmentError("b", "a column-major (total_K, N) (a contiguous (N, total_K) seen as .t()) or a "
+                             "contiguous one", f"strides {tuple(b.stride())}", "pass b.contiguous()")
+    if b.numel() and (row * es) % TMA_ALIGN:
+        raise AlignmentError("b", f"a row stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
+                             f"{row * es} bytes", "pad total_K (or N) to a multiple of 16 bytes")
+    out = a_dt if out_dtype is None else DType.from_torch(out_dtype)
+    if out not in (DType.BF16, DType.FP16, DType.FP32):
+        raise DTypeError("out_dtype", "bf16, fp16 or fp32", str(out_dtype), "pass out_dtype=None (a's dtype)")
+    if (n * out.bytes) % TMA_ALIGN:
+        raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
+                             f"N = {n}", "pad N")
+    if offs.device.type == "cpu":  # (the values on CPU tensors only: module docstring)
+        ends = [0, *offs.tolist()]
+        bad = next((i for i in range(groups) if ends[i + 1] < ends[i]), None)
+        if bad is not None:
+            raise InputError("offs", "non-decreasing cumulative K ends, starting at 0 or above",
+                             f"offs[{bad}] = {ends[bad + 1]} after {ends[bad] if bad else 'the start (0)'}",
+                             "pass each group's K counts summed up: counts.cumsum(0).to(torch.int32)")
+        if ends[-1] > total_k:
+            raise InputError("offs", f"a last offset of at most a's {total_k} columns (total_K)",
+                             f"offs[-1] = {ends[-1]}", "pass offs ending within total_K")
+    spec = GemmSpec(m, n, total_k, a_dt, a_dt, out, layout, grouping=Grouping.K_OFFSETS, groups=groups)
+    return GroupedCall(spec, a, b, offs, (groups, m, n))
 
 
 def _rowwise_scales(scale_a: Any, scale_b: Any, rows: int, groups: int, n: int, a_dim: int) -> None:

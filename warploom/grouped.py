@@ -1,8 +1,8 @@
 """Grouped GEMMs (issue 27 items 1-2): `grouped_mm` and `scaled_grouped_mm`, with the semantics of torch._grouped_mm
 and torch._scaled_grouped_mm, plus DeepGEMM's masked layout.
 
-Layouts (``b`` is always (G, K, N): G experts' weights, a (G, N, K) tensor seen as ``.transpose(-2, -1)`` or a
-contiguous (G, K, N)):
+Layouts (``b`` is (G, K, N) but in the K-grouped one: G experts' weights, a (G, N, K) tensor seen as
+``.transpose(-2, -1)`` or a contiguous (G, K, N)):
 
 - M-grouped ("contiguous"): ``a`` (total_M, K) and int32 cumulative row ends ``offs`` (G,): rows offs[g-1] ..
   offs[g] of the result are ``a[those rows] @ b[g]``; rows past offs[-1] are not written (their values are
@@ -10,6 +10,9 @@ contiguous (G, K, N)):
 - masked: ``a`` (G, M_max, K) and int32 counts ``masked_m`` (G,): result (G, M_max, N), rows at or past a count
   unspecified; nothing outside the result is ever written.
 - batched: ``a`` (G, M, K) without counts: every row.
+- K-grouped (the weight gradient): ``a`` (M, total_K), ``b`` 2-D (total_K, N) (torch's column-major one, or a
+  contiguous one) and int32 cumulative K ends ``offs`` (G,): result (G, M, N), its block g
+  ``a[:, offs[g-1]:offs[g]] @ b[offs[g-1]:offs[g]]``, zeros for an empty K range (torch's). bf16/fp16 only.
 
 CUDA tensors launch the grouped kernel (ir.Tiling.grouping) with no host sync, so it can be captured in a CUDA
 graph; CPU tensors run the same planned kernel on the simulator (small problems, `api.sim_max_flops`). Arguments are
@@ -18,21 +21,40 @@ checked first (`checks_grouped`); the bounds' values only on CPU tensors (its do
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from warploom.api import check_sim_size, device_for, require_cuda
 from warploom.checks_grouped import GroupedCall, grouped_call
+from warploom.errors import InputError, UnsupportedError, WarploomError
+from warploom.fused import fused_spec
 from warploom.kernel import Kernel, build
+from warploom.spec import Grouping
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *,
-               masked_m: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """bf16/fp16 grouped GEMM: ``torch._grouped_mm(a, b, offs=offs, out_dtype=out_dtype)`` for a 2-D a with offs or
-    a 3-D a, and the masked layout with `masked_m` (module docstring). fp32 accumulation."""
-    return _run(grouped_call(a, b, offs, masked_m, out_dtype))
+               masked_m: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+               epilogue: Callable[..., Any] | None = None, **operands: Any) -> torch.Tensor:
+    """bf16/fp16 grouped GEMM: ``torch._grouped_mm(a, b, offs=offs, out_dtype=out_dtype)`` for a 2-D a with offs
+    (over a 3-D b: M-grouped; over a 2-D b: K-grouped) or a 3-D a, and the masked layout with `masked_m` (module
+    docstring). fp32 accumulation.
+
+    `epilogue` (M-grouped only): a function of the fp32 accumulator and `operands`, fused as `warploom.matmul`'s is
+    (warploom/fused.py), with one output. Operands are shaped against the (total_M, N) result, so a per-row operand
+    (total_M, 1) and a dense (total_M, N) one are indexed in the grouped row space (row r of a's);
+    a per-column (N,) one is shared by every group. E.g. an MoE layer's up projection with its SiLU-mul:
+    ``grouped_mm(x, w_up, offs, epilogue=lambda acc, gate: F.silu(gate) * acc, gate=x_gate)``."""
+    call = grouped_call(a, b, offs, masked_m, out_dtype)
+    if epilogue is None:
+        if operands:
+            raise InputError(next(iter(operands)), "no epilogue operands without epilogue=", "an operand",
+                             "pass epilogue=fn whose parameters after acc name the operands, or drop them")
+        return _run(call)
+    return _run(*_fused(call, epilogue, operands))
 
 
 def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -46,24 +68,52 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
                 scale_a.reshape(-1), scale_b)
 
 
-def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None) -> torch.Tensor:
+def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, Any]
+           ) -> tuple[GroupedCall, None, None, dict[str, Any]]:
+    """`call` with its epilogue captured (`fused.fused_spec`), and the graph's operands by name."""
+    if call.spec.grouping is not Grouping.OFFSETS:
+        e = UnsupportedError(f"epilogue: expected an M-grouped call (a 2-D a with offs over a 3-D b) for a fused "
+                             f"epilogue, got a {call.spec.grouping.value} call. Fix: apply the function to the result")
+        e.arg = "epilogue"  # type: ignore[attr-defined]
+        raise e
+    try:
+        spec, picked = fused_spec(call.spec, call.a, epilogue, operands)
+    except WarploomError:
+        raise
+    except ValueError as err:  # GemmSpec's grouped_problems: an epilogue with several outputs
+        e = UnsupportedError(f"epilogue: expected a function with one output on a grouped GEMM, got {err}. Fix: "
+                             "return one tensor")
+        e.arg = "epilogue"  # type: ignore[attr-defined]
+        raise e from None
+    return dataclasses.replace(call, spec=spec), None, None, picked
+
+
+def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
+         operands: dict[str, Any] | None = None) -> torch.Tensor:
     spec, a = call.spec, call.a
-    dtype = spec.out_dtype.torch
+    dtype = spec.output_dtypes()[0].torch  # (out_dtype, or a fused epilogue's output's)
     if spec.m == 0 or spec.n == 0 or spec.k == 0:  # no kernel: an empty result, or a sum over nothing
+        if spec.epilogue is not None and spec.m and spec.n:  # the epilogue of a zero accumulator
+            from warploom.epilogue.reference import evaluate
+
+            zero = torch.zeros((spec.m, spec.n), dtype=torch.float32, device=a.device)
+            return evaluate(spec.epilogue, zero, operands or {}, out_dtype=spec.out_dtype)[0]
         out = torch.zeros(call.out_shape, dtype=dtype, device=a.device)
         return out
     kernel = build(spec, device_for(a))
+    rows = spec.groups * spec.m if spec.grouping is Grouping.K_OFFSETS else spec.m  # (C's: K-grouped, G blocks of M)
     if a.device.type == "cpu":
         from warploom.sim.grouped import simulate_grouped
 
         check_sim_size(spec)
-        out = torch.zeros((spec.m, spec.n), dtype=dtype)  # (rows outside every group: unspecified; zeros here)
-        simulate_grouped(kernel.module, a, call.b, call.bounds, scale_a, scale_b, out=out).raise_for_findings()
+        out = torch.zeros((rows, spec.n), dtype=dtype)  # (rows outside every group: unspecified; zeros here)
+        simulate_grouped(kernel.module, a, call.b, call.bounds, scale_a, scale_b, out=out,
+                         operands=operands).raise_for_findings()
         return out.reshape(call.out_shape)
     require_cuda(a)
-    out = torch.empty((spec.m, spec.n), dtype=dtype, device=a.device)
+    out = torch.empty((rows, spec.n), dtype=dtype, device=a.device)
     with torch.cuda.device(a.device):
-        _launcher(kernel)(a, call.b, call.bounds, out, scale_a, scale_b)
+        _launcher(kernel)(a, call.b, call.bounds, out, scale_a, scale_b, operands)
     return out.reshape(call.out_shape)
 
 

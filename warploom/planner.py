@@ -984,7 +984,8 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     if device.blackwell or device.gfx1250:
         raise UnsupportedError(f"grouped GEMMs (rule 22) are built for sm_90a; {device.name} is {device.arch}. Fix: "
                                "plan for an sm_90a device (H100_SXM)")
-    tile = grouped_tile(spec.m / max(spec.groups, 1))
+    # (a K-grouped spec's M is each group's rows already: its groups split K)
+    tile = grouped_tile(spec.m if spec.grouping is Grouping.K_OFFSETS else spec.m / max(spec.groups, 1))
     bm, bn = bm or tile[0], bn or (tile[1] if bm in (None, tile[0]) else 128)
     dense = replace(spec, grouping=Grouping.NONE, groups=0)
     plan = plan_schedule(dense, device, bm=bm, bn=bn, stages=stages, group_m=group_m,

@@ -118,11 +118,16 @@ class Grouping(enum.Enum):
     MASKED: DeepGEMM's masked layout (decode): A (G, M_max, K), seen as (G * M_max, K), and int32 counts
             `masked_m` (G,): group g owns rows g * M_max .. g * M_max + min(masked_m[g], M_max); C (G, M_max, N) is
             left as it was in the rest. 3-D x 3-D batched GEMMs run as MASKED with every count M_max.
+    K_OFFSETS: torch._grouped_mm's K-grouped layout (the weight gradient): a 2-D A (M, total_K), a 2-D B
+               (total_K, N) and int32 cumulative K ends `offs` (G,): C (G, M, N), seen as (G * M, N), has
+               C[g] = A[:, offs[g-1] .. offs[g]] @ B[offs[g-1] .. offs[g]], zeros for an empty K range. M is then
+               one group's rows, K all groups' (total_K).
     """
 
     NONE = "none"
     OFFSETS = "offsets"
     MASKED = "masked"
+    K_OFFSETS = "k_offsets"
 
 
 class ScaleLayout(enum.Enum):
@@ -170,7 +175,7 @@ class GemmSpec:
             holds ``acc * scale_a * scale_b + bias``, folded into the graph as operands scale_a, scale_b
             and bias. None: store the accumulator (after the scale and bias steps) as out_dtype.
         grouping: a grouped GEMM (`Grouping`): M is then all groups' rows together (A's rows), and B holds one
-            (K, N) matrix per group.
+            (K, N) matrix per group (K_OFFSETS: M is one group's rows and K all groups' K ranges together).
         groups: the number of groups G a grouped spec was planned for (0 for an ordinary GEMM). The kernel takes
             G at run time; the planner reads the rows per group, M / G.
     """
@@ -231,10 +236,13 @@ class GemmSpec:
             problems.append(f"{self.scale.value} scales (bf16/fp16 and fp8 rowwise only)")
         if self.bias_dtype is not None:
             problems.append("a bias (torch._scaled_grouped_mm takes none either)")
-        if self.epilogue is not None:
-            problems.append("a fused epilogue (not built for grouped kernels yet)")
+        if self.epilogue is not None and (self.grouping is not Grouping.OFFSETS or len(self.epilogue.outputs) != 1
+                                          or self.scale is not ScaleRecipe.NONE):
+            problems.append("a fused epilogue but on a 16-bit M-grouped (offsets) GEMM with one output")
         if self.a_layout is not ALayout.K_MAJOR:
-            problems.append("an M-major A (the K-grouped weight-gradient layout is not built)")
+            problems.append("an M-major A")
+        if self.grouping is Grouping.K_OFFSETS and self.scale is not ScaleRecipe.NONE:
+            problems.append("fp8 scales in a K-grouped GEMM (bf16/fp16 only)")
         return problems
 
     @property

@@ -40,3 +40,50 @@ def test_grouped_compiles(name: str, spec: GemmSpec) -> None:
     assert not c.wgmma_serialized
     assert "cp.async.bulk.tensor.3d.shared" in c.ptx  # B's 3-D descriptor (a load into shared memory)
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
+
+
+K_CASES = [
+    ("bf16_k_grouped_128x256", GemmSpec(2048, 4096, 65536, grouping=Grouping.K_OFFSETS, groups=8)),
+    ("bf16_k_grouped_128x128", GemmSpec(200, 7168, 16384, grouping=Grouping.K_OFFSETS, groups=32)),
+    ("fp16_nmajor_k_grouped", GemmSpec(1024, 1024, 8192, FP16, FP16, FP16, BLayout.N_MAJOR,
+                                       grouping=Grouping.K_OFFSETS, groups=4)),
+]
+
+
+@pytest.mark.parametrize("name,spec", K_CASES, ids=[c[0] for c in K_CASES])
+def test_k_grouped_compiles(name: str, spec: GemmSpec) -> None:
+    """The K-grouped weight gradient (Grouping.K_OFFSETS): 2-D descriptors for A and B, A's tail zeroed in its
+    slot before the wgmma, both store paths, no spills or serialized wgmma."""
+    k = build(spec, H100_SXM)
+    assert "k_group_tile(" in k.gluon.text and "store(gl.where((mk_cols < k_left)" in k.gluon.text
+    c = k.compile("sm_90a")
+    assert c.count("HGMMA") > 0, c.summary()
+    assert c.spills == 0, c.summary()
+    assert c.smem_bytes <= SMEM_LIMIT
+    assert not c.wgmma_serialized
+    assert "cp.async.bulk.tensor.3d" not in c.ptx and "cp.async.bulk.tensor.2d.shared" in c.ptx
+    assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
+
+
+def _fused_gate_up(bm: int, bn: int):  # noqa: ANN202
+    import torch
+    import torch.nn.functional as F
+
+    from warploom.fused import fused_spec
+    from warploom.planner import plan_schedule
+
+    spec = GemmSpec(8192, 2048, 7168, grouping=OFF, groups=8)
+    gate, weight = torch.empty(8192, 2048, dtype=torch.bfloat16), torch.empty(8192, 1)
+    fs, _ = fused_spec(spec, torch.empty(8192, 7168, dtype=torch.bfloat16),
+                       lambda acc, gate, weight: F.silu(gate.float()) * acc * weight, {"gate": gate, "weight": weight})
+    return build(fs, H100_SXM, plan_schedule(fs, H100_SXM, bm=bm, bn=bn))
+
+
+@pytest.mark.parametrize("bm,bn", [(128, 256), (128, 128)])
+def test_fused_epilogue_on_grouped_compiles(bm: int, bn: int) -> None:
+    """An M-grouped kernel with a fused epilogue (a dense gate read by TMA, a per-row weight): no spills, both store
+    paths."""
+    c = _fused_gate_up(bm, bn).compile("sm_90a")
+    assert c.count("HGMMA") > 0 and c.spills == 0 and not c.wgmma_serialized, c.summary()
+    assert c.smem_bytes <= SMEM_LIMIT
+    assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx

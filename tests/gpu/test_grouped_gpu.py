@@ -24,6 +24,16 @@ def _routing(seed: int, experts: int, rows: int) -> torch.Tensor:
     return counts.cumsum(0).to(torch.int32).cuda()
 
 
+def _graph(call):  # noqa: ANN001, ANN202
+    """`call` compiled and warmed up outside the capture, then captured once: (the graph, its output)."""
+    call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    return graph, out
+
+
 def _rows(offs: torch.Tensor) -> int:
     return int(offs[-1])
 
@@ -109,11 +119,7 @@ def test_cuda_graph_replays_with_changed_offsets() -> None:
     a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
     offs = _routing(0, experts, rows)
-    warploom.grouped_mm(a, w, offs)  # compile and warm up outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = warploom.grouped_mm(a, w, offs)
+    graph, out = _graph(lambda: warploom.grouped_mm(a, w, offs))
     for seed in range(1, 5):
         offs.copy_(_routing(seed, experts, rows))  # in place: the graph reads the new routing on the device
         graph.replay()
@@ -128,14 +134,102 @@ def test_cuda_graph_fp8_rowwise() -> None:
     w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn).transpose(-2, -1)
     sa, sb = torch.rand(rows, device="cuda") + 0.5, torch.rand(experts, n, device="cuda") + 0.5
     offs = _routing(0, experts, rows)
-    warploom.scaled_grouped_mm(a, w, sa, sb, offs)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = warploom.scaled_grouped_mm(a, w, sa, sb, offs)
+    graph, out = _graph(lambda: warploom.scaled_grouped_mm(a, w, sa, sb, offs))
     for seed in (5, 6):
         offs.copy_(_routing(seed, experts, rows))
         graph.replay()
         torch.cuda.synchronize()
         ref = torch._scaled_grouped_mm(a, w, sa, sb, offs=offs, out_dtype=torch.bfloat16)
         assert _err(out, ref) < 2e-2
+
+
+# ---- the K-grouped weight gradient: a (M, total_K) x b (total_K, N) -> (G, M, N), offs over K ----
+
+def _k_offsets(seed: int, groups: int, total_k: int, multiple: int = 1) -> torch.Tensor:
+    """Random cumulative K ends (a quarter of the groups empty), each a multiple of `multiple`, the last total_K."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.rand(groups, generator=g)
+    w[torch.randperm(groups, generator=g)[: max(1, groups // 4)]] = 0
+    ends = ((w.cumsum(0) / w.sum() * total_k) // multiple * multiple).long()
+    ends[-1] = total_k
+    return ends.to(torch.int32).cuda()
+
+
+def _k_ref(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    ends = [0, *offs.tolist()]
+    return torch.stack([a[:, s:e].float() @ b[s:e].float() for s, e in zip(ends[:-1], ends[1:], strict=True)])
+
+
+K_SHAPES = [(8, 2048, 4096, 8192), (32, 512, 1024, 6000), (4, 200, 7168, 1000)]
+
+
+@pytest.mark.parametrize("groups,m,n,total_k", K_SHAPES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_k_grouped_bf16_against_fp32(groups: int, m: int, n: int, total_k: int, seed: int) -> None:
+    torch.manual_seed(seed)
+    offs = _k_offsets(seed, groups, total_k)  # ends at any column: partial k-blocks, empty groups
+    a = torch.randn(m, total_k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, total_k, device="cuda", dtype=torch.bfloat16).t()  # torch's column-major (total_K, N)
+    out = warploom.grouped_mm(a, b, offs)
+    assert out.shape == (groups, m, n)
+    ref = _k_ref(a, b, offs)
+    ends = [0, *offs.tolist()]
+    for g in range(groups):
+        if ends[g + 1] == ends[g]:
+            assert bool((out[g] == 0).all()), f"empty group {g}: zeros"
+        else:
+            assert _err(out[g], ref[g]) < 1e-2, f"group {g}"
+
+
+def test_k_grouped_against_torch_grouped_mm() -> None:
+    groups, m, n, total_k = 8, 1024, 2048, 4096
+    offs = _k_offsets(2, groups, total_k, multiple=16)  # (ends torch's kernel surely takes)
+    a = torch.randn(m, total_k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, total_k, device="cuda", dtype=torch.bfloat16).t()
+    assert _err(warploom.grouped_mm(a, b, offs), torch._grouped_mm(a, b, offs=offs)) < 1e-2
+
+
+def test_k_grouped_fp16_n_major() -> None:
+    offs = _k_offsets(4, 6, 3000)
+    a = torch.randn(384, 3000, device="cuda", dtype=torch.float16)
+    b = torch.randn(3000, 1024, device="cuda", dtype=torch.float16)  # contiguous (total_K, N)
+    out = warploom.grouped_mm(a, b, offs)
+    assert _err(out, _k_ref(a, b, offs)) < 1e-2
+
+
+def test_k_grouped_cuda_graph_replays_with_changed_offsets() -> None:
+    groups, m, n, total_k = 8, 1024, 1024, 4000
+    a = torch.randn(m, total_k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, total_k, device="cuda", dtype=torch.bfloat16).t()
+    offs = _k_offsets(0, groups, total_k)
+    graph, out = _graph(lambda: warploom.grouped_mm(a, b, offs))
+    for seed in range(1, 4):
+        offs.copy_(_k_offsets(seed, groups, total_k))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _err(out, _k_ref(a, b, offs)) < 1e-2, f"replay {seed}"
+
+
+# ---- fused epilogues on M-grouped kernels (an MoE up projection's SiLU-mul, operands in the grouped row space) ----
+
+@pytest.mark.parametrize("experts,rows,n,k", [(8, 8192, 2048, 7168), (32, 4000, 1024, 2048)])
+def test_fused_silu_mul_epilogue(experts: int, rows: int, n: int, k: int) -> None:
+    import torch.nn.functional as F
+
+    def fn(acc: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return F.silu(gate.float()) * acc * weight
+
+    torch.manual_seed(0)
+    offs = _routing(5, experts, rows)
+    a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+    gate = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
+    weight = torch.rand(rows, 1, device="cuda")
+    graph, out = _graph(lambda: warploom.grouped_mm(a, w, offs, epilogue=fn, gate=gate, weight=weight))
+    for seed in (5, 6):  # (the first replay: the routing captured; the second: another, changed in place)
+        offs.copy_(_routing(seed, experts, rows))
+        graph.replay()
+        torch.cuda.synchronize()
+        end = _rows(offs)
+        ref = fn(torch._grouped_mm(a, w, offs=offs).float(), gate, weight)
+        assert _err(out[:end], ref[:end]) < 1e-2, f"routing {seed}"

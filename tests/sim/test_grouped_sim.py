@@ -9,15 +9,18 @@ import dataclasses
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import warploom
 from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
+from warploom.errors import InputError, UnsupportedError
+from warploom.fused import fused_spec
 from warploom.ir.raster import group_bounds
 from warploom.kernel import build
 from warploom.planner import plan_schedule
 from warploom.sim import program
 from warploom.sim.findings import FindingKind
-from warploom.sim.grouped import reference_grouped, simulate_grouped
+from warploom.sim.grouped import reference_grouped, reference_k_grouped, simulate_grouped
 
 
 def _routing(seed: int, groups: int, rows: int) -> torch.Tensor:
@@ -155,3 +158,119 @@ def test_planted_expert_edge_bugs_are_caught(kind: str, monkeypatch: pytest.Monk
     else:  # rows written into another group or never: the coverage check names them
         assert FindingKind.OUTPUT_COVERAGE in res.report.kinds(), res.report.summary()
         assert any("group" in f.message for f in res.findings)
+
+
+# ---- the K-grouped weight gradient (Grouping.K_OFFSETS): a (M, total_K) x b (total_K, N) -> (G, M, N) ----
+
+def _k_offsets(seed: int, groups: int, total_k: int) -> torch.Tensor:
+    """Random cumulative K ends: some groups empty, ranges not multiples of BK, the last below total_K or at it."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.randint(1, 2 * total_k // groups, (groups,), generator=g)
+    counts[torch.randperm(groups, generator=g)[: max(1, groups // 3)]] = 0
+    return counts.cumsum(0).clamp(max=total_k).to(torch.int32)
+
+
+def _k_module(m: int, n: int, k: int, groups: int, bm: int = 128, bn: int = 128, dt: DType = DType.BF16,
+              layout: BLayout = BLayout.K_MAJOR):  # noqa: ANN202
+    spec = GemmSpec(m, n, k, dt, dt, dt, layout, grouping=Grouping.K_OFFSETS, groups=groups)
+    return build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=bm, bn=bn)).module
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("bm,bn", [(128, 128), (64, 128), (128, 256)])
+def test_k_grouped_bf16(seed: int, bm: int, bn: int) -> None:
+    groups, m, n, k = 5, 200, 144, 328
+    offs = _k_offsets(seed, groups, k)
+    mod = _k_module(m, n, k, groups, bm, bn)
+    torch.manual_seed(seed)
+    a, b = torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16().t()  # b: torch's column-major (total_K, N)
+    res = simulate_grouped(mod, a, b, offs, seed=seed).raise_for_findings()
+    got = res.output.reshape(groups, m, n)
+    ref = reference_k_grouped(a, b, group_bounds(Grouping.K_OFFSETS, offs.tolist(), k))
+    ends = [0, *offs.tolist()]
+    for g in range(groups):
+        if ends[g + 1] == ends[g]:
+            assert bool((got[g] == 0).all())  # an empty K range: zeros, as torch gives
+        else:
+            _close(got[g].reshape(m, n), ref[g], torch.ones(m, dtype=torch.bool), 1e-2)
+    assert torch.allclose(got.float(), torch._grouped_mm(a, b, offs=offs).float(), atol=0.25, rtol=2e-2)
+
+
+def test_k_grouped_fp16_n_major_through_the_api() -> None:
+    groups, m, n, k = 4, 96, 80, 200
+    offs = torch.tensor([0, 37, 37, 190], dtype=torch.int32)  # empty first and third groups, a tail past offs[-1]
+    a, b = torch.randn(m, k).half(), torch.randn(k, n).half()  # b contiguous (total_K, N): N-major
+    y = warploom.grouped_mm(a, b, offs)
+    assert y.shape == (groups, m, n) and y.dtype == torch.float16
+    ref = reference_k_grouped(a, b, group_bounds(Grouping.K_OFFSETS, offs.tolist(), k))
+    assert torch.allclose(y.float(), ref, atol=0.1, rtol=1e-2)
+    assert bool((y[0] == 0).all()) and bool((y[2] == 0).all())
+
+
+@pytest.mark.parametrize("kind", ["no_k_clip", "no_k_block_when_empty", "k_from_zero"])
+def test_planted_k_edge_bugs_are_caught(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel that does not zero A past its group's K end (the next group's columns add in), one that runs no
+    k-block for an empty group (its tile stores the previous tile's sum), and one that reads every group's K from 0."""
+    groups, m, n, k = 4, 128, 128, 300
+    offs = torch.tensor([70, 70, 250, 300], dtype=torch.int32)
+    mod = _k_module(m, n, k, groups)
+    a, b = torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16().t()
+    ref = reference_k_grouped(a, b, group_bounds(Grouping.K_OFFSETS, offs.tolist(), k))
+    assert simulate_grouped(mod, a, b, offs).ok
+    real = program.k_group_tiles
+
+    def tiles(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        out = real(*args, **kwargs)
+        if kind == "no_k_clip":
+            return tuple(dataclasses.replace(t, k_end=None) for t in out)
+        if kind == "no_k_block_when_empty":
+            return tuple(dataclasses.replace(t, k_hi=0) if t.k_end == t.k0 else t for t in out)
+        return tuple(dataclasses.replace(t, k0=0, k_end=t.k_end - t.k0) for t in out)
+
+    monkeypatch.setattr(program, "k_group_tiles", tiles)
+    res = simulate_grouped(mod, a, b, offs)
+    wrong = not torch.allclose(res.output.float().reshape(groups, m, n), ref, atol=0.5, rtol=5e-2)
+    assert wrong or not res.ok
+    if kind == "no_k_block_when_empty":  # the stale accumulator is named, not just wrong
+        assert FindingKind.ACC_INCOMPLETE in res.report.kinds(), res.report.summary()
+
+
+# ---- fused epilogues on M-grouped kernels: operands indexed in the grouped row space ----
+
+def _gate_up(acc, gate, weight, bias):  # noqa: ANN001, ANN202
+    """An MoE up projection's epilogue: silu(gate) * up per row's routing weight, plus a column bias."""
+    return F.silu(gate.float()) * acc * weight + bias
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("bm,bn", [(128, 128), (64, 128), (128, 256)])
+def test_fused_epilogue_on_offsets(seed: int, bm: int, bn: int) -> None:
+    groups, m, n, k = 5, 330, 256, 128
+    offs = _routing(seed, groups, m)
+    torch.manual_seed(seed)
+    a, w = torch.randn(m, k).bfloat16(), torch.randn(groups, n, k).bfloat16()
+    ops = {"gate": torch.randn(m, n).bfloat16(), "weight": torch.rand(m, 1), "bias": torch.randn(n)}
+    spec, picked = fused_spec(GemmSpec(m, n, k, grouping=Grouping.OFFSETS, groups=groups), a, _gate_up, ops)
+    mod = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=bm, bn=bn)).module
+    res = simulate_grouped(mod, a, w.transpose(-2, -1), offs, seed=seed, operands=picked).raise_for_findings()
+    bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
+    rows = _valid_rows(bounds, m)
+    ref = _gate_up(reference_grouped(a, w.transpose(-2, -1), bounds), **ops)
+    _close(res.output, ref, rows, 1e-2)
+    assert res.output[~rows].isnan().all()  # rows of no expert: untouched by the clipped stores
+
+
+def test_fused_epilogue_through_the_api_and_its_refusals() -> None:
+    offs = torch.tensor([40, 40, 200, 256], dtype=torch.int32)
+    a, w = torch.randn(256, 64).bfloat16(), torch.randn(4, 128, 64).bfloat16()
+    gate = torch.randn(256, 128).bfloat16()
+    y = warploom.grouped_mm(a, w.transpose(-2, -1), offs, epilogue=lambda acc, gate: F.silu(gate.float()) * acc,
+                            gate=gate)
+    ref = F.silu(gate.float()) * torch._grouped_mm(a, w.transpose(-2, -1), offs=offs).float()
+    assert torch.allclose(y.float(), ref, atol=0.25, rtol=2e-2)
+    with pytest.raises(UnsupportedError, match="^epilogue: expected an M-grouped call"):
+        warploom.grouped_mm(a.reshape(4, 64, 64), w.transpose(-2, -1), epilogue=lambda acc: acc * 2)
+    with pytest.raises(UnsupportedError, match="^epilogue: expected a function with one output"):
+        warploom.grouped_mm(a, w.transpose(-2, -1), offs, epilogue=lambda acc: (acc, acc * 2))
+    with pytest.raises(InputError, match="^gate: expected no epilogue operands"):
+        warploom.grouped_mm(a, w.transpose(-2, -1), offs, gate=gate)

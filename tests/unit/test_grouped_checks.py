@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import warploom
-from warploom import H100_SXM, DType, GemmSpec, Grouping, ScaleRecipe
+from warploom import H100_SXM, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
 from warploom.checks_grouped import grouped_call
 from warploom.errors import DTypeError, InputError, ShapeError, UnsupportedError, WarploomError
 from warploom.kernel import build
@@ -91,6 +91,53 @@ def test_fp8_needs_k_major_b_and_fp32_scales() -> None:
     assert call.spec.scale is ScaleRecipe.ROWWISE
 
 
+def _kab(total_k: int = 96) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(32, total_k).bfloat16(), torch.randn(N, total_k).bfloat16().t()  # (M, total_K), (total_K, N)
+
+
+def test_k_grouped_call_gives_a_k_offsets_spec() -> None:
+    a, b = _kab()
+    call = grouped_call(a, b, _offs(0, 40, 40, 96))
+    assert call.spec.grouping is Grouping.K_OFFSETS and call.spec.groups == 4
+    assert (call.spec.m, call.spec.n, call.spec.k) == (32, N, 96) and call.out_shape == (4, 32, N)
+    assert call.spec.b_layout is BLayout.K_MAJOR
+    assert grouped_call(a, b.contiguous(), _offs(0, 40, 40, 96)).spec.b_layout is BLayout.N_MAJOR
+
+
+@pytest.mark.parametrize("case,arg,err,words", [
+    ("past_total_k", "offs", InputError, "at most a's 96 columns"),
+    ("decreasing", "offs", InputError, "non-decreasing"),
+    ("k_mismatch", "b", ShapeError, "a's 96 columns"),
+    ("fp8", "a", UnsupportedError, "fp8 K-grouped"),
+    ("masked_m", "masked_m", InputError, "takes offs"),
+    ("offs_2d", "offs", ShapeError, "shape (G,)"),
+])
+def test_k_grouped_bad_input(case: str, arg: str, err: type, words: str) -> None:
+    a, b = _kab()
+    offs, kw = _offs(0, 40, 40, 96), {}
+    if case == "past_total_k":
+        offs = _offs(0, 40, 40, 97)
+    elif case == "decreasing":
+        offs = _offs(0, 40, 30, 96)
+    elif case == "k_mismatch":
+        b = torch.randn(N, 112).bfloat16().t()
+    elif case == "fp8":
+        a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+        kw = {"scale_a": torch.ones(4 * 32), "scale_b": torch.ones(4 * N)}
+    elif case == "masked_m":
+        kw = {"masked_m": _offs(1, 2, 3, 4)}
+    elif case == "offs_2d":
+        offs = offs.reshape(2, 2)
+    with pytest.raises(err) as e:
+        grouped_call(a, b, offs, **kw)
+    assert e.value.arg == arg and words in str(e.value) and "Fix:" in str(e.value)  # type: ignore[attr-defined]
+
+
+def test_a_2d_b_beside_a_3d_a_is_a_shape_mistake() -> None:
+    with pytest.raises(ShapeError, match="b: expected a 3-D"):
+        grouped_call(torch.randn(G, 8, K).bfloat16(), torch.randn(K, N).bfloat16())
+
+
 def test_nothing_launches_on_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
     import warploom.grouped as grouped
 
@@ -132,3 +179,10 @@ def test_verifier_refuses_split_k_in_a_grouped_module() -> None:
     assert not [e for e in structural(m) if "grouping" in e]
     bad = replace(m, tiling=replace(m.tiling, split_k=2))
     assert any("grouping with split-K" in e for e in structural(bad))
+
+
+def test_rule22_k_grouped_tile_from_each_groups_rows() -> None:
+    """A K-grouped spec's M is one group's rows (its groups split K): the tile follows M itself, not M / G."""
+    for m, tile in ((2048, (128, 256)), (200, (128, 128)), (64, (64, 128))):
+        p = plan_schedule(GemmSpec(m, 4096, 65536, grouping=Grouping.K_OFFSETS, groups=8), H100_SXM)
+        assert (p.bm, p.bn) == tile and p.grid == H100_SXM.sm_count

@@ -18,6 +18,17 @@ A grouped kernel is the sm_90a kernel with three changes, all here:
   row only.
 
 warploom.ir.raster.group_tiles is the same scan in Python.
+
+A K-grouped module (Grouping.K_OFFSETS, the weight gradient) differs again (`KGroupedEmitter`): every group has C's
+(M, N) tiles, so the tile count and a tile's group are arithmetic; each tile loads its group's K range from offs
+(``k_group_tile``) and runs ``max(1, cdiv(k_end - k_start, BK))`` k-blocks from k_start. A and B are 2-D
+descriptors read at ``k_start + kk * BK``, so a group's last, partial k-block reads the next group's columns of
+both, and their products would add into the sum (unlike the M-grouped row edge, whose extra rows feed only dropped
+output rows). The consumer therefore zeroes its rows of A's columns past the group's end in the slot it waited on,
+before its wgmma (a fence and a partition barrier after the stores, so every thread's zeros are in the async proxy's
+view first); the B rows they meet are finite or not, 0 * inf being NaN (torch's kernel never reads them: see
+docs/decisions/k-grouped-and-gate-epilogue.md). An empty group runs one k-block of all-zero A, so its tile stores
+zeros (torch's result) by the path every tile takes. ir.raster.k_group_tiles is the same in Python.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ from warploom.backends.codebuf import CodeBuffer
 from warploom.backends.gluon_sm90 import GluonSource, PartitionEmitter, lower, slot_index, store_desc
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.spec import BLayout
+from warploom.spec import BLayout, Grouping
 
 
 class GroupedEmitter(PartitionEmitter):
@@ -88,6 +99,55 @@ class GroupedEmitter(PartitionEmitter):
             b.line(self.api.barrier, "every read done before the buffer is written again")
 
 
+class KGroupedEmitter(GroupedEmitter):
+    """A K-grouped module's partition (module docstring): the group's K range per tile, A's tail zeroed."""
+
+    def _num_tiles(self) -> None:
+        self.buf.line("num_tiles = E * num_pid_m * num_pid_n", "K-grouped: every group has C's (M, N) tiles")
+
+    def _tile_coords(self, var: str) -> None:
+        b = self.buf
+        b.line(f"grp, off_m, off_n, row_end, k_start, k_end = k_group_tile({var}, group_ptr, M, K, num_pid_m, "
+               "num_pid_n)", "its group, origin in C (G * M, N), the group's row end and K range")
+        b.line("k_tiles = gl.maximum(gl.cdiv(k_end - k_start, BK), 1)",
+               "the group's k-blocks (an empty group's one reads A as zeros)")
+
+    def _coord(self, axis: ir.Axis) -> str:
+        # A's rows are the group's block of C's less g * M; K from the group's start
+        return {ir.Axis.M: "off_m - grp * M", ir.Axis.N: "off_n", ir.Axis.K: "k_start + kk * BK"}[axis]
+
+    def op(self, o: ir.Op) -> None:
+        match o:
+            case ir.TmaLoad():
+                PartitionEmitter.op(self, o)  # (B is 2-D: no group coordinate)
+            case ir.Mma() if o.n_cols is None or o.n_cols.start == 0:  # (once a k-block: the first column block's)
+                self._zero_a_tail(o)
+                super().op(o)
+            case _:
+                super().op(o)
+
+    def _b_slot(self, ring: str, slot: str) -> str:
+        return f"{ring}.index({slot})"
+
+    def _zero_a_tail(self, o: ir.Mma) -> None:
+        b = self.buf
+        slot = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
+        view = f"{o.a_ring}.index({slot})" + (f".slice({self.row0}, {self.rows})" if self.p.rows else "")
+        ring = self.m.ring(o.a_ring)
+        vec = max(1, 16 // ring.dtype.bytes)
+        lanes = min(32, max(1, ring.cols // vec))
+        b.line("k_left = k_end - k_start - kk * BK", "the group's columns in this k-block")
+        with b.block("if k_left < BK", comment="its last, partial k-block: A's columns past the group's end to 0"):
+            b.line(f"mk_layout: gl.constexpr = gl.BlockedLayout([1, {vec}], [{32 // lanes}, {lanes}], "
+                   f"[{self.p.warps}, 1], [1, 0])")
+            b.line(f"mk_vals = {view}.load(mk_layout)")
+            b.line(f"mk_cols = gl.arange(0, {ring.cols}, layout=gl.SliceLayout(0, mk_layout))")
+            b.line(f"{view}.store(gl.where((mk_cols < k_left)[None, :], mk_vals, gl.zeros_like(mk_vals)))",
+                   "(else the next group's columns add into the sum)")
+            b.line("fence_async_shared()", "the zeros visible to wgmma's async proxy")
+            b.line(self.api.barrier, "every thread's zeros stored before any thread's wgmma reads the slot")
+
+
 def lower_grouped(m: ir.Module) -> GluonSource:
     """Gluon source of a grouped sm_90a module."""
-    return lower(m, GroupedEmitter)
+    return lower(m, KGroupedEmitter if m.tiling.grouping is Grouping.K_OFFSETS else GroupedEmitter)

@@ -957,7 +957,7 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                 continue
             desc = f"{r.tensor.value.lower()}_desc"
             # (a grouped module's B slots are (1, rows, cols): its 3-D descriptor's box, one group's block)
-            box = f"1, {r.rows}" if t.grouped and r.tensor is ir.Tensor.B else f"{r.rows}"
+            box = f"1, {r.rows}" if t.b_per_group and r.tensor is ir.Tensor.B else f"{r.rows}"
             cols = r.cols * r.dtype.bits // 8 if r.dtype is DType.E2M1 else r.cols  # (MX fp4: two values a byte)
             b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {box}, {cols}], "
                    f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}")

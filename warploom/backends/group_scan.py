@@ -20,8 +20,29 @@ _BOUNDS = {
 }
 
 
+# A K-grouped module's (Grouping.K_OFFSETS): every group has the same tiles, so a tile's group is a division; its
+# K range is the scan over offs up to it (clamped as OFFSETS' rows are: ir.raster.group_bounds over K).
+_K_GROUP_TILE = """\
+@gluon.jit
+def k_group_tile(tile_id, group_ptr, M, K, num_pid_m, num_pid_n):
+    # K-grouped: group g owns tile ids g * T .. (g + 1) * T - 1 (T = C[g]'s (M, N) tiles), rows g * M .. (g + 1) * M
+    # of C (G * M, N), and K columns offs[g-1] .. offs[g] of A and B
+    per = num_pid_m * num_pid_n
+    grp = tile_id // per
+    k_start = 0
+    k_end = 0
+    for g in range(grp + 1):
+        k_start = k_end
+        k_end = gl.minimum(gl.maximum(gl.load(group_ptr + g), k_start), K)
+    off_m, off_n = tile_coords(tile_id - grp * per, num_pid_m, num_pid_n)
+    return grp, grp * M + off_m, off_n, (grp + 1) * M, k_start, k_end
+"""
+
+
 def group_helpers(grouping: Grouping) -> str:
     """The ``@gluon.jit`` scan helpers of a grouped module, for its grouping."""
+    if grouping is Grouping.K_OFFSETS:
+        return _K_GROUP_TILE
     step = "\n".join("    " + line for line in _BOUNDS[grouping].splitlines())
     return f"""\
 @gluon.jit

@@ -801,6 +801,11 @@ class Tiling:
             from the group's first row (rows past its last feed only output rows that are dropped), and a
             `TmaStore` to C is clipped at the group's last row (a tile crossing into the next group never writes
             it); rowwise scale_b is read from group g's row of a (G, N) tensor. The launch grid is the planned grid.
+            K_OFFSETS (the K-grouped weight gradient): every group has C's (M, N) tiles, group g's tile ids
+            g * T_g .. (g + 1) * T_g - 1 (no scan); its K range comes from offs in the kernel, its K loops run
+            max(1, cdiv(k_end - k_start, BK)) k-blocks from k_start, A and B are 2-D (A's rows are C's less g * M),
+            A's columns past the group's K end are zeroed in the slot before the wgmma (else the next group's
+            columns would add into the sum), and C is (G * M, N), its stores clipped at the group's last row.
     """
 
     bm: int
@@ -817,6 +822,11 @@ class Tiling:
     @property
     def grouped(self) -> bool:
         return self.grouping is not Grouping.NONE
+
+    @property
+    def b_per_group(self) -> bool:
+        """B read per group through a 3-D descriptor (M-grouped layouts); a K-grouped module's B is 2-D."""
+        return self.grouped and self.grouping is not Grouping.K_OFFSETS
 
     def block(self, axis: Axis) -> int:
         return {Axis.M: self.bm, Axis.N: self.bn, Axis.K: self.bk}[axis]

@@ -61,9 +61,14 @@ class TileRef:
     peers: tuple[int, ...] = ()
     group: int = 0
     row_end: int | None = None
+    row0: int = 0
+    k0: int = 0
+    k_end: int | None = None
 
     # group, row_end: a grouped module's (ir.Tiling.grouping): the tile's group and that group's end row in C (its
-    # stores are clipped there; None: C's own end).
+    # stores are clipped there; None: C's own end). row0, k0, k_end: a K-grouped module's (Grouping.K_OFFSETS): the
+    # group's first row in C (g * M; A's rows are C's less it), its K range k0 .. k_end in elements (the k-blocks
+    # k_lo .. k_hi start at k0; A's columns from k_end on read as zero).
 
     def __str__(self) -> str:
         ks = f", group {self.group}" if self.row_end is not None else ""
@@ -185,12 +190,13 @@ def stream_k_units(pid: int, m: int, n: int, k_tiles: int, bm: int, bn: int, gro
 def group_bounds(grouping: Grouping, values: Iterable[int], m: int) -> tuple[tuple[int, int], ...]:
     """Each group's rows [start, end) of A and C in a grouped launch (`ir.Tiling.grouping`) of M rows: line for line
     the kernel's scan (backends/gluon_grouped.py). OFFSETS `values` are the cumulative ends offs, each clamped to
-    [previous end, M]; MASKED ones the counts masked_m, each clamped to [0, M // G] from g * (M // G)."""
+    [previous end, M]; MASKED ones the counts masked_m, each clamped to [0, M // G] from g * (M // G). K_OFFSETS
+    ones are cumulative K ends, clamped as OFFSETS' are, over `m` = K."""
     vals = [int(v) for v in values]
     out: list[tuple[int, int]] = []
     end = 0
     for g, v in enumerate(vals):
-        if grouping is Grouping.OFFSETS:
+        if grouping in (Grouping.OFFSETS, Grouping.K_OFFSETS):
             start = end
             end = min(max(v, start), m)
         else:
@@ -216,4 +222,24 @@ def group_tiles(pid: int, bounds: tuple[tuple[int, int], ...], n: int, bm: int, 
         start, end = bounds[g]
         pm, pn = tile_coords(tile_id - firsts[g], cdiv(end - start, bm), num_pid_n, group_m)
         out.append(TileRef(i, tile_id, pm, pn, start + pm * bm, pn * bn, group=g, row_end=end))
+    return tuple(out)
+
+
+def k_group_tiles(pid: int, bounds: tuple[tuple[int, int], ...], m: int, n: int, bm: int, bn: int, bk: int,
+                  group_m: int, grid: int) -> tuple[TileRef, ...]:
+    """The tiles CTA `pid` of a K-grouped launch (`Grouping.K_OFFSETS`) visits: every group has the same
+    cdiv(M, BM) * cdiv(N, BN) tiles of its (M, N) block of C, group g's tile ids g * per .. (g + 1) * per, in the
+    grouped raster within it; `bounds` each group's K range (`group_bounds` over K). The kernel's
+    ``k_group_tile``. Every tile runs at least one k-block: an empty group's reads A's columns all as zero, so its
+    tile stores zeros (torch's result) by the path every tile takes (no skipped wgmma, stage release or stale
+    accumulator)."""
+    num_pid_m, num_pid_n = cdiv(m, bm), cdiv(n, bn)
+    per = num_pid_m * num_pid_n
+    out = []
+    for i, tile_id in enumerate(range(pid, per * len(bounds), grid)):
+        g = tile_id // per
+        pm, pn = tile_coords(tile_id % per, num_pid_m, num_pid_n, group_m)
+        k0, k_end = bounds[g]
+        out.append(TileRef(i, tile_id, pm, pn, g * m + pm * bm, pn * bn, k_hi=max(1, cdiv(k_end - k0, bk)), group=g,
+                           row_end=(g + 1) * m, row0=g * m, k0=k0, k_end=k_end))
     return tuple(out)

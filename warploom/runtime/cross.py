@@ -102,7 +102,7 @@ def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
     a_block = [t.bk, t.bm] if s.a_layout is ALayout.M_MAJOR else [t.bm, t.bk]
     if s.is_fp4:  # MX fp4: descriptors over the packed bytes, (rows, BK / 2)
         a_block, b_block = [t.bm, t.bk // 2], [t.bn, t.bk // 2]
-    if t.grouped:  # (B's 3-D descriptor over (G, N, K) or (G, K, N): one group's block)
+    if t.b_per_group:  # (B's 3-D descriptor over (G, N, K) or (G, K, N): one group's block)
         b_block = [1, *b_block]
     blocks = {"a_desc": (s.a_dtype, a_block), "b_desc": (s.b_dtype, b_block)}
     for bf in m.buffers:

@@ -38,13 +38,17 @@ class GroupedLauncher:
         self._main = DirectLaunch(load(src.text, src.kernel), compile_options(num_warps=src.num_warps,
                                                                          maxnreg=src.maxnreg), descs, True)
 
-    def __call__(self, a: Any, b: Any, bounds: Any, out: Any, scale_a: Any = None, scale_b: Any = None) -> Any:
-        """`a` (M, K), `b` (G, K, N), `bounds` (G,) int32 on the device, `out` (M, N) contiguous."""
+    def __call__(self, a: Any, b: Any, bounds: Any, out: Any, scale_a: Any = None, scale_b: Any = None,
+                 operands: Any = None) -> Any:
+        """`a` (M, K), `b` (G, K, N), `bounds` (G,) int32 on the device, `out` (M, N) contiguous; K-grouped
+        (Grouping.K_OFFSETS): `b` (total_K, N), `out` (G * M, N); `operands` a fused epilogue's, by graph name."""
         args = {
             "a_desc": a, "b_desc": b.transpose(-2, -1) if self._k_major else b, "c_desc": out, "c_ptr": out,
-            "group_ptr": bounds, "E": b.shape[0], "M": a.shape[0], "N": b.shape[2], "K": a.shape[1],
+            "group_ptr": bounds, "E": bounds.shape[0], "M": a.shape[0], "N": b.shape[-1], "K": a.shape[1],
             "scale_a_ptr": None if scale_a is None else aligned_copy(scale_a),
             "scale_b_ptr": None if scale_b is None else aligned_copy(scale_b),
         }
+        for name, t in (operands or {}).items():  # a fused epilogue's: dense ones by TMA, the rest by pointer
+            args[f"{name}_desc"] = args[f"{name}_ptr"] = t
         self._main.launch(self._grid, [args[p] for p in self._params])
         return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import torch
 
@@ -24,34 +24,46 @@ from warploom.sim.machine import Machine
 from warploom.sim.numerics import CtaData, Operands
 from warploom.sim.program import CtaProgram, Geometry, MalformedError
 from warploom.sim.scheduler import run_random
-from warploom.sim.simulate import SimReport, SimResult
+from warploom.sim.simulate import SimReport, SimResult, check_operands
+from warploom.spec import Grouping
 
 
 def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds: torch.Tensor | Iterable[int],
                      scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None, *, seed: int = 0,
                      ctas: Iterable[int] | None = None, out: torch.Tensor | None = None,
-                     record: bool = False) -> SimResult:
+                     record: bool = False, operands: Mapping[str, torch.Tensor] | None = None) -> SimResult:
     """Run grouped `module` on the CPU: ``C[rows of g] = A[rows of g] @ b[g]`` for every group g.
 
     `a` is (M, K) (a MASKED module's (G, M_max, K) flattened to (G * M_max, K)); `b` is (G, K, N) as torch's grouped
     ops take it (a K-major module's (G, N, K) storage seen through ``.transpose(-2, -1)``); `bounds` the group bounds
-    the kernel reads (OFFSETS: offs, MASKED: masked_m). Rowwise scales: scale_a (M,), scale_b (G, N). `out` (M, N), if
-    given, is written in place (rows outside every group keep what they held); else a NaN-filled one is made.
-    `ctas` picks program ids of the launch (default all)."""
+    the kernel reads (OFFSETS: offs, MASKED: masked_m). A K-grouped module (Grouping.K_OFFSETS) takes a 2-D b
+    (total_K, N) and offs over K: C (G * M, N), its block g ``a[:, K range of g] @ b[K range of g]``. Rowwise
+    scales: scale_a (M,), scale_b (G, N). `out` (C's rows, N), if given, is written in place (rows outside every
+    group keep what they held); else a NaN-filled one is made. `ctas` picks program ids of the launch (default
+    all); `operands` a fused epilogue's, by graph name, indexed in the grouped row space (a row operand's row r is
+    A's and C's row r), as `sim.simulate` takes them."""
     t0 = time.perf_counter()
     t = module.tiling
     if not t.grouped:
         raise ValueError(f"module {module.name} is not grouped (ir.Tiling.grouping): use sim.simulate")
-    if a.dim() != 2 or b.dim() != 3 or b.shape[1] != a.shape[1]:
+    k_grouped = t.grouping is Grouping.K_OFFSETS
+    if k_grouped and (a.dim() != 2 or b.dim() != 2 or b.shape[0] != a.shape[1]):
+        raise ShapeError("b", f"({a.shape[-1]}, N) beside a 2-D a (K-grouped)", f"a {tuple(a.shape)}, b "
+                         f"{tuple(b.shape)}", "pass a as (M, total_K) and b as (total_K, N)")
+    if not k_grouped and (a.dim() != 2 or b.dim() != 3 or b.shape[1] != a.shape[1]):
         raise ShapeError("b", f"(G, {a.shape[1] if a.dim() == 2 else 'K'}, N) beside a 2-D a",
                          f"a {tuple(a.shape)}, b {tuple(b.shape)}", "pass a as (M, K) and b as (G, K, N)")
     m, k = a.shape
-    n = b.shape[2]
-    groups = group_bounds(t.grouping, bounds.tolist() if isinstance(bounds, torch.Tensor) else bounds, m)
-    if len(groups) != b.shape[0]:
+    n = b.shape[-1]
+    values = bounds.tolist() if isinstance(bounds, torch.Tensor) else list(bounds)
+    groups = group_bounds(t.grouping, values, k if k_grouped else m)
+    if not k_grouped and len(groups) != b.shape[0]:
         raise ShapeError("b", f"{len(groups)} groups, one per bound", f"{b.shape[0]}", "pass one bound per group")
-    result = torch.full((m, n), float("nan"), dtype=module.spec.out_dtype.torch) if out is None else out
-    ops = Operands.of(module, a, b, scale_a, scale_b, None, (result,), {})
+    rows = len(groups) * m if k_grouped else m
+    result = torch.full((rows, n), float("nan"), dtype=module.spec.out_dtype.torch) if out is None else out
+    tensors = check_operands(module, operands, {"scale_a": scale_a, "scale_b": scale_b}, frozenset()) \
+        if module.spec.epilogue is not None else {}
+    ops = Operands.of(module, a, b, scale_a, scale_b, None, (result,), tensors)
     pids = tuple(range(t.grid)) if ctas is None else tuple(ctas)
     sink = FindingSink()
     rng = random.Random(seed)
@@ -87,18 +99,27 @@ def expected_writes(module: ir.Module, m: int, n: int, k: int, groups: tuple[tup
     """How often each element of C must be stored when CTAs `pids` run, with their tiles. A whole launch: once in
     every group's rows, from the bounds alone (so a raster that loses or doubles rows is caught too); a sample of
     CTAs: once in each of their tiles' rows within the tile's group."""
-    want = torch.zeros((m, n), dtype=torch.int16)
+    c_rows, row_groups = c_groups(module, m, groups)
+    want = torch.zeros((c_rows, n), dtype=torch.int16)
     t = module.tiling
     pids = tuple(pids)
     tiles = tuple(tile for pid in pids for tile in Geometry.of(module, m, n, k, pid, t.grid, groups=groups).tiles)
     if set(pids) >= set(range(t.grid)):
-        for start, end in groups:
+        for start, end in row_groups:
             want[start:end] = 1
         return want, tiles
     for tile in tiles:
         end = min(tile.off_m + t.bm, tile.row_end if tile.row_end is not None else m)
         want[tile.off_m:end, tile.off_n:tile.off_n + t.bn] += 1
     return want, tiles
+
+
+def c_groups(module: ir.Module, m: int, groups: tuple[tuple[int, int], ...]) -> tuple[int, tuple[tuple[int, int], ...]]:
+    """C's rows and each group's rows of C: the bounds' own, or a K-grouped module's G blocks of M rows (its
+    `groups` are K ranges)."""
+    if module.tiling.grouping is Grouping.K_OFFSETS:
+        return len(groups) * m, tuple((g * m, (g + 1) * m) for g in range(len(groups)))
+    return m, groups
 
 
 def grouped_coverage(module: ir.Module, m: int, n: int, k: int, groups: tuple[tuple[int, int], ...],
@@ -110,7 +131,7 @@ def grouped_coverage(module: ir.Module, m: int, n: int, k: int, groups: tuple[tu
         return
     rows = bad.any(dim=1).nonzero().flatten().tolist()
     r = rows[0]
-    owner = next((g for g, (s, e) in enumerate(groups) if s <= r < e), None)
+    owner = next((g for g, (s, e) in enumerate(c_groups(module, m, groups)[1]) if s <= r < e), None)
     where = f"group {owner}'s" if owner is not None else "no group's"
     tile = next((x for x in tiles if x.off_m <= r < x.off_m + module.tiling.bm), None)
     sink.add(SimFinding(FindingKind.OUTPUT_COVERAGE,
@@ -130,3 +151,9 @@ def reference_grouped(a: torch.Tensor, b: torch.Tensor, groups: tuple[tuple[int,
             y = y * scale_a[s:e].float().reshape(-1, 1) * scale_b[g].float().reshape(1, -1)
         out[s:e] = y
     return out
+
+
+def reference_k_grouped(a: torch.Tensor, b: torch.Tensor, groups: tuple[tuple[int, int], ...]) -> torch.Tensor:
+    """The fp32 K-grouped result (G, M, N): ``a[:, s:e] @ b[s:e]`` for each group's K range, zeros where it is
+    empty (torch._grouped_mm's)."""
+    return torch.stack([a[:, s:e].float() @ b[s:e].float() for s, e in groups])

@@ -77,6 +77,7 @@ from warploom.sim.program import (
     ZeroI,
 )
 from warploom.sim.tmem_scales import Flag, ScaleBuffers
+from warploom.spec import Grouping
 
 AGENT, LOAD, MMA, STORE, TDM = 0, 1, 2, 3, 4
 # (AGENT, partition) / (LOAD, index in flight) / (MMA, partition) / (STORE, partition) / (TDM, partition)
@@ -447,8 +448,11 @@ class Machine:
     def _full_sum(self, site: Site) -> frozenset[int]:
         """The K origins of every k-block of the current tile (its work unit's, with split-K)."""
         assert site.tile is not None
-        g, bk = self.prog.geo, self.prog.module.tiling.bk
-        first = site.tile.split * g.k_tiles
+        g, bk, t = self.prog.geo, self.prog.module.tiling.bk, site.tile
+        if self.prog.module.tiling.grouping is Grouping.K_OFFSETS:  # its group's k-blocks, from the group's K start
+            assert t.k_hi is not None
+            return frozenset(t.k0 + kk * bk for kk in range(t.k_hi))
+        first = t.split * g.k_tiles
         return frozenset((first + kk) * bk for kk in range(g.k_tiles))
 
     def _sum_check(self, i: int, site: Site, acc: str, verb: str) -> None:
@@ -470,7 +474,7 @@ class Machine:
             what = f"this tile's sum over k-blocks {got[:8]}{'...' if len(got) > 8 else ''} only"
         self._flag(FindingKind.ACC_INCOMPLETE, site,
                    f"{site.where()} {verb} {acc}, which holds {what}: it must hold this tile's sum over all "
-                   f"{self.prog.geo.k_tiles} of its k-blocks")
+                   f"{len(want)} of its k-blocks")
 
     def _read_slot(self, i: int, site: Site, ring: str, si: int, tag: Tag) -> SlotState:
         """Partition `i` reads ring[si], which must hold `tag`, landed, acquired by one of its waits."""

@@ -131,7 +131,10 @@ class CtaData:
         src = (self.ops.a.t() if self.m_major else self.ops.a) if tag.tensor == "A" else self.ops.b_rows
         if tag.group is not None:  # a grouped module's B: the group's matrix, zeros past its edges (3-D descriptor)
             src = src[tag.group]
-        self.slots[ring][slot] = _block(src, tag.origin[0], tag.origin[1], t.shape[0], t.shape[1])
+        block = _block(src, tag.origin[0], tag.origin[1], t.shape[0], t.shape[1])
+        if tag.k_end is not None:  # a K-grouped module's A (m, k): the columns past its group's K range are zeroed
+            block[:, max(0, tag.k_end - tag.origin[1]):] = 0.0
+        self.slots[ring][slot] = block
 
     def _scales(self, tag: Tag, n: int) -> torch.Tensor:
         """A scale slot (1, n) as CopyScales fills it: scale_a's rows, or scale_b's 128-column blocks (or columns),

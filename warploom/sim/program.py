@@ -22,9 +22,9 @@ from warploom.epilogue.operands import OperandSpec
 from warploom.errors import WarploomError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.ir.raster import Span, TileRef, cdiv, cta_tiles, group_tiles, stream_k_units
+from warploom.ir.raster import Span, TileRef, cdiv, cta_tiles, group_tiles, k_group_tiles, stream_k_units
 from warploom.ir.warps import WarpMask
-from warploom.spec import ALayout, BLayout
+from warploom.spec import ALayout, BLayout, Grouping
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,15 @@ class Geometry:
     def of(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int, span: Span | None = None,
            groups: tuple[tuple[int, int], ...] | None = None) -> Geometry:
         """CTA `pid`'s share; `span`: a ranged module's launch range (`ir.Tiling.ranged`; None: all of C); `groups`:
-        a grouped module's group bounds (`ir.raster.group_bounds`)."""
+        a grouped module's group bounds (`ir.raster.group_bounds`: rows, or a K-grouped module's K ranges; its `m`
+        is one group's rows)."""
         t = module.tiling
         if t.grouped:
             if groups is None:
                 raise ValueError(f"module {module.name} is grouped (ir.Tiling.grouping): pass its group bounds")
+            if t.grouping is Grouping.K_OFFSETS:  # (each tile's k-blocks: its own k_hi)
+                return Geometry(m, n, k, pid, grid, k_group_tiles(pid, groups, m, n, t.bm, t.bn, t.bk, t.group_m,
+                                                                  grid), cdiv(k, t.bk))
             return Geometry(m, n, k, pid, grid, group_tiles(pid, groups, n, t.bm, t.bn, t.group_m, grid),
                             cdiv(k, t.bk))
         if t.stream_k:
@@ -85,10 +89,14 @@ class Tag:
     axes: tuple[str, str]
     origin: tuple[int, int]
     group: int | None = None  # a grouped module's B: the group's matrix (ir.Tiling.grouping)
+    # A K-grouped module's A (Grouping.K_OFFSETS): its columns from this K on read as zero. The kernel's consumer
+    # zeroes them in the slot before its wgmma (backends/gluon_grouped.py); here the landed block carries it.
+    k_end: int | None = None
 
     def __str__(self) -> str:
         g = "" if self.group is None else f"g={self.group}, "
-        return f"{self.tensor}[{g}{self.axes[0]}={self.origin[0]}, {self.axes[1]}={self.origin[1]}]"
+        e = "" if self.k_end is None else f", k<{self.k_end}"
+        return f"{self.tensor}[{g}{self.axes[0]}={self.origin[0]}, {self.axes[1]}={self.origin[1]}{e}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +433,11 @@ def tma_scale_tag(module: ir.Module, tensor: ir.Tensor, tile: TileRef, k: int) -
 def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
     """The A and B blocks wgmma must read at (tile, k), in the storage order of their rings."""
     bk = module.tiling.bk
+    if module.tiling.grouping is Grouping.K_OFFSETS:  # A's rows of the group, both from the group's K start
+        kk = tile.k0 + k * bk
+        a = Tag("A", ("m", "k"), (tile.off_m - tile.row0, kk), None, tile.k_end)
+        return a, Tag("B", ("n", "k"), (tile.off_n, kk)) if module.spec.b_layout is BLayout.K_MAJOR else \
+            Tag("B", ("k", "n"), (kk, tile.off_n))
     a = Tag("A", ("k", "m"), (k * bk, tile.off_m)) if module.spec.a_layout is ALayout.M_MAJOR else \
         Tag("A", ("m", "k"), (tile.off_m, k * bk))
     g = tile.group if module.tiling.grouped else None  # (a grouped module reads the tile's group's B)
@@ -596,10 +609,13 @@ class _Interp:
                 case ir.TmaLoad():
                     ring = m.ring(o.ring)
                     t = self._tile_in_k(text)
-                    origin = {ir.Axis.M: t.off_m, ir.Axis.N: t.off_n, ir.Axis.K: self._kb(t) * m.tiling.bk}
-                    group = t.group if m.tiling.grouped and o.tensor is ir.Tensor.B else None
+                    origin = {ir.Axis.M: t.off_m - t.row0, ir.Axis.N: t.off_n,
+                              ir.Axis.K: t.k0 + self._kb(t) * m.tiling.bk}
+                    k_grouped = m.tiling.grouping is Grouping.K_OFFSETS
+                    group = t.group if m.tiling.grouped and not k_grouped and o.tensor is ir.Tensor.B else None
+                    k_end = t.k_end if k_grouped and o.tensor is ir.Tensor.A else None
                     tag = Tag(o.tensor.value, (o.coord[0].value, o.coord[1].value),
-                              (origin[o.coord[0]], origin[o.coord[1]]), group)
+                              (origin[o.coord[0]], origin[o.coord[1]]), group, k_end)
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
                     yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ring.slot_bytes)

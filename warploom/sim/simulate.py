@@ -127,7 +127,7 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
     return frozenset(steps)
 
 
-def _check_operands(module: ir.Module, operands: Mapping[str, torch.Tensor] | None,
+def check_operands(module: ir.Module, operands: Mapping[str, torch.Tensor] | None,
                     positional: dict[str, Any], steps: frozenset[ir.EpilogueStep]) -> dict[str, torch.Tensor]:
     """The fused epilogue's operand tensors by graph name, each checked against its `OperandSpec`."""
     g = module.spec.epilogue
@@ -254,7 +254,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
         # Blockwise scales are the mainloop's, never graph operands: only the bias may be one.
         positional = {"bias": bias} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b,
                                                                             "bias": bias}
-        tensors = _check_operands(module, operands, positional, ep_steps)
+        tensors = check_operands(module, operands, positional, ep_steps)
     except (InputError, DTypeError) as e:
         if module.tiling.swap_ab:  # the checks see the kernel's own terms, which the caller's tensors are not in
             e.add_note("(a swapped kernel, planner rule 18: checked as C^T's kernel reads them, with A and B, "
