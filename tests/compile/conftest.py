@@ -22,6 +22,9 @@ SPILLS_39 = {
     "e4m3_blockwise_m128_planned_split4": 16,
     "e4m3_blockwise_scale_partition_128x256": 64,
     "headline-nohoist_nocolscalar": 32,
+    # 128x128 blocks of A (2026-11-27): the same promoted 128x256 mainloop as the blockwise kernels above
+    "e4m3_blockwise_a128x128_1x128_planned": 120,
+    "e4m3_blockwise_a128x128_128x128_planned": 8,
 }
 
 
