@@ -50,7 +50,10 @@ class DeviceInfo:
 
 # The H100 SXM that warploom is measured on: 132 SMs, 227 KiB of opt-in shared memory per block.
 H100_SXM = DeviceInfo("NVIDIA H100 80GB HBM3", "sm_90a", 132, 232448)
-# A B200 (sm_100a): 148 SMs, 227 KiB of opt-in shared memory per block, 512 columns of tensor memory per SM.
+# Tensor memory per SM on sm_100a: 512 columns of 32-bit cells (the planner's and the verifier's budget for
+# accumulators and MX scale buffers).
+TMEM_COLUMNS = 512
+# A B200 (sm_100a): 148 SMs, 227 KiB of opt-in shared memory per block, TMEM_COLUMNS of tensor memory per SM.
 # warploom plans and cross-compiles for it; none is at hand to run on.
 B200 = DeviceInfo("NVIDIA B200", "sm_100a", 148, 232448)
 # An AMD gfx1250 (planner rule 20): 320 KiB of LDS per workgroup (Triton's gfx1250 target), and an assumed 256

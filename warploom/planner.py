@@ -269,8 +269,7 @@ def _native_problems(spec: GemmSpec) -> list[str]:
     return problems
 
 
-# Rule 19 (sm_100a): tensor memory holds 512 fp32 columns per SM: two 256-wide accumulators.
-_TMEM_COLUMNS = 512
+# Rule 19 (sm_100a): tensor memory holds TMEM_COLUMNS fp32 columns per SM: two 256-wide accumulators.
 _BLACKWELL_BUFFERS = 2
 _BLACKWELL_EPILOGUE_BLOCKS = 4
 _BLACKWELL_EPILOGUE_REGS = 232

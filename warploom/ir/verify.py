@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any
 
-from warploom.device import DeviceInfo
+from warploom.device import TMEM_COLUMNS, DeviceInfo
 from warploom.dtypes import DType
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
@@ -29,7 +29,6 @@ from warploom.spec import SCALE_BLOCK
 
 _MAX_REGS = 256
 _MIN_REGS = 24
-_TMEM_COLUMNS = 512
 
 
 def structural(m: ir.Module) -> list[str]:
@@ -345,9 +344,9 @@ def _check_tmem(m: ir.Module, device: DeviceInfo) -> list[str]:
     """sm_100a: tensor-memory rings fit the SM's 512 columns, hold whole BM x BN fp32 tiles of 128 rows (one CTA's
     tcgen05 MMA), and only an sm_100a device runs them."""
     errs = []
-    if m.tmem_columns > _TMEM_COLUMNS:
+    if m.tmem_columns > TMEM_COLUMNS:
         scales = " and scales" if m.tmem_scales else ""
-        errs.append(f"tensor memory: {m.tmem_columns} columns of accumulators{scales}, the SM has {_TMEM_COLUMNS}")
+        errs.append(f"tensor memory: {m.tmem_columns} columns of accumulators{scales}, the SM has {TMEM_COLUMNS}")
     # The accumulator ring takes columns 0 ... depth * cols; each scale buffer its own columns after them.
     spans = [(0, sum(r.depth * r.cols for r in m.rings if r.in_tmem), "the accumulators")]
     spans += [(b.col0, b.col0 + b.columns, f"scale buffer {b.name}") for b in m.tmem_scales]
