@@ -256,6 +256,16 @@ def rows_aligned(spec: GemmSpec) -> bool:
     return a_row * spec.a_dtype.bits % 1024 == 0 and b_row * spec.b_dtype.bits % 1024 == 0
 
 
+def k_block(spec: GemmSpec) -> int:
+    """BK on sm_90a and gfx1250: 128 bytes of K (128 fp8 elements, 64 16-bit ones), one 128-byte swizzle row."""
+    return 128 if spec.is_fp8 else 64
+
+
+def k_blocks(spec: GemmSpec) -> int:
+    """How many k-blocks of `k_block(spec)` K takes (the last one partial)."""
+    return math.ceil(spec.k / k_block(spec))
+
+
 def _native_problems(spec: GemmSpec) -> list[str]:
     """What rules 19 and 20 (sm_100a, gfx1250) do not plan yet: promoted accumulation, scales other than tensorwise
     and rowwise."""
@@ -408,7 +418,7 @@ def plan_gfx1250(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     if bm not in (64, 128, 256) or bn not in (64, 128, 256):
         raise UnsupportedError(f"gfx1250 tiles: bm and bn in (64, 128, 256), got {bm=} {bn=}. Fix: leave them to "
                                "the planner")
-    bk = 128 if spec.is_fp8 else 64
+    bk = k_block(spec)
     # Each LDS row (BK elements of A or B) carries LDS_ROW_PAD bytes of padding, as Module.lds_bytes counts.
     fit = device.smem_per_block // ((bm + bn) * (bk * spec.a_dtype.bytes + LDS_ROW_PAD))
     s = min(_GFX1250_STAGES, fit) if stages is None else stages
@@ -657,7 +667,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         problems = _stream_k_problems(spec, pingpong, scale_partition, split_k, tail_split, swap_ab, bm,
                                       prefetch_operands)
         prefetch_operands = False  # (a forced stream-K plan copies dense operands when its epilogue runs)
-        k_tiles = math.ceil(spec.k / (128 if spec.is_fp8 else 64))
+        k_tiles = k_blocks(spec)
         if stream_k > k_tiles:
             fix = f"stream_k between 2 and {k_tiles}, or 0" if k_tiles >= 2 else "stream_k=0 (whole tiles)"
             raise UnsupportedError(f"stream_k={stream_k} (rule 21) cuts a tile into more pieces than its {k_tiles} "
@@ -700,7 +710,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             _TRACE.reset(token)
         return plan
 
-    bk = 128 if spec.is_fp8 else 64
+    bk = k_block(spec)
     if split_k is not None:
         _check_split_k(spec, split_k, bk, pingpong, scale_partition)
     if tail_split is not None and tail_split != 1:
@@ -911,7 +921,7 @@ def latency_times(spec: GemmSpec, device: DeviceInfo) -> tuple[float, float, int
     """Rule 23's modeled microseconds: 64x64 tiles whole, then 128x128 at its best count of stream-K pieces (1: whole
     tiles; pieces as rule 21 cuts them, each k-block SK_SLOWDOWN slower, SK_FIXUP_KBLOCKS per extra piece), and
     that count. Each is its start plus the longer of its k-blocks' latency and its tiles' operand bytes from L2."""
-    k_tiles = math.ceil(spec.k / (128 if spec.is_fp8 else 64))
+    k_tiles = k_blocks(spec)
     row_bytes = spec.k * spec.a_dtype.bytes  # (one row of A or B: K elements)
     tiles64 = math.ceil(spec.m / 64) * math.ceil(spec.n / 64)
     t64 = LATENCY_START_US[64] + max(k_tiles * LATENCY_KBLOCK_US[64],
@@ -927,7 +937,7 @@ def latency_times(spec: GemmSpec, device: DeviceInfo) -> tuple[float, float, int
 
 def latency_stages(spec: GemmSpec) -> int:
     """Rule 23's ring depth for 64x64 tiles (LATENCY_STAGES by K)."""
-    k_tiles = math.ceil(spec.k / (128 if spec.is_fp8 else 64))
+    k_tiles = k_blocks(spec)
     return LATENCY_STAGES[k_tiles >= LATENCY_DEEP_KBLOCKS]
 
 
@@ -948,7 +958,7 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     t64, t128, pieces = latency_times(spec, device)
     if t64 >= t128:
         return False
-    k_tiles = math.ceil(spec.k / (128 if spec.is_fp8 else 64))
+    k_tiles = k_blocks(spec)
     _note("64x64", f"latency tile, {latency_stages(spec)} stages", t64,
           f"{tiles64} CTAs: {LATENCY_START_US[64]} us + {k_tiles} k-blocks x {LATENCY_KBLOCK_US[64]} us, or its "
           "bytes from L2 (rule 23, modeled us)")
