@@ -148,6 +148,9 @@ class Plan:
         stream_k: rule 21: 0, or the tiles of the last, partial wave are shared out evenly as (tile, k-block)
             iterations, each tile in at most this many pieces, and the pieces joined through an fp32 workspace in the
             same kernel (`ir.Tiling.stream_k`); `grid` may then exceed the tiles.
+        cluster: rule 24 (sm_90a, Triton >= 3.7): 1, or 2 CTAs of a thread-block cluster stacked along M share B's
+            tile, which the lead CTA multicasts (`ir.Tiling.cluster`, passes/cluster.py); the consumer warpgroups
+            then split each tile by columns. `grid` stays the CTAs launched (an even number).
     """
 
     bm: int
@@ -185,6 +188,7 @@ class Plan:
     tdm_warps_a: int = 0
     tdm_warps_b: int = 0
     tdm_fused: bool = False
+    cluster: int = 1
 
     def __post_init__(self) -> None:
         # Every count is checked here, once: a Plan from a cache file or a forced knob with group_m=0 would
@@ -210,6 +214,13 @@ class Plan:
             raise ValueError(f"Plan(stream_k={self.stream_k}) shares whole tiles' k-blocks among CTAs itself: it takes "
                              "no split_k, "
                              "tail_split, pingpong or swap_ab")
+        if self.cluster not in (1, 2):
+            raise ValueError(f"Plan(cluster={self.cluster!r}): expected 1 or 2 CTAs per cluster")
+        if self.cluster > 1 and (self.split_k > 1 or self.tail_split > 1 or self.stream_k or self.pingpong
+                                 or self.swap_ab or self.acc_buffers or self.tdm or self.grid % self.cluster):
+            raise ValueError(f"Plan(cluster={self.cluster}) runs whole tiles on sm_90a on an even grid: it takes no "
+                             "split_k, tail_split, stream_k, pingpong, swap_ab, acc_buffers or tdm, and grid="
+                             f"{self.grid} must be a multiple of {self.cluster}")
         if self.tail_split > 1 and self.tail_stages < 1:
             raise ValueError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
                              "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
@@ -245,6 +256,7 @@ class Plan:
         if self.tdm_warps_a or self.tdm_warps_b:
             tm += f"_wa{self.tdm_warps_a:x}b{self.tdm_warps_b:x}" + ("f" if self.tdm_fused else "")
         sk = f"_sk{self.stream_k}g{self.grid}" if self.stream_k else ""
+        sk += f"_c{self.cluster}" if self.cluster > 1 else ""
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
                 f"{sub}{split}{blocks}{ks}{sk}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
 

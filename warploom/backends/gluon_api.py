@@ -74,6 +74,13 @@ class GluonApi:
         pin_promotion: whether a promotion ``acc = acc + partial`` is pinned by a wait naming the sum.
         ptxas_flags: the flags Triton passes ptxas that change the code it assembles, which runtime/cross.py's
             re-run of ptxas passes too, so it reports the registers and spills of the kernel Triton built.
+        c_launch: whether runtime/launch.py may call the compiled launcher's C entry point directly, with Triton
+            3.6's arguments (grid, stream, function, cooperative, pdl, hooks, metadata, then the expanded ones).
+            3.9's entry takes scratch buffers, argument annotations and a kernel signature besides, and its
+            ``make_tensordesc_arg`` a third argument; 3.7 and 3.8 are not checked on a GPU. Without it a launch
+            still skips the JIT's binding and goes through Triton's own launcher (``CompiledKernel.run``).
+        tma_multicast: whether a Hopper TMA load takes ``multicast=True`` into a cluster's broadcast layout, and
+            `mbarrier.allocate_mbarrier` the cluster's barriers (3.7: a 2-CTA cluster shares B, planner rule 24).
     """
 
     triton: tuple[int, int]
@@ -88,6 +95,8 @@ class GluonApi:
     tdm_fused: bool
     pin_promotion: bool
     ptxas_flags: tuple[str, ...]
+    c_launch: bool
+    tma_multicast: bool
 
     def wmma_layout(self, warps_m: int, warps_n: int, instr: tuple[int, int, int]) -> str:
         """A gfx1250 wmma accumulator layout over `warps_m` x `warps_n` warps (each a power of two).
@@ -149,6 +158,8 @@ _CHANGES: tuple[tuple[tuple[int, int], str, Any, Any], ...] = (
     ((3, 7), "wmma_warp_bases", False, True),
     ((3, 7), "tdm_pred_i32", False, True),
     ((3, 7), "ptxas_flags", (), ("--regAllocOptLevel=2",)),  # (Triton's workaround of a ptxas 13 bug)
+    ((3, 7), "c_launch", True, False),
+    ((3, 7), "tma_multicast", False, True),
     ((3, 8), "tma_load", "tma.async_copy_global_to_shared", "tma.async_load"),
     ((3, 8), "tma_store", "tma.async_copy_shared_to_global", "tma.async_store"),
     ((3, 8), "cp_async", "async_copy.async_copy_global_to_shared", "async_copy.async_load"),

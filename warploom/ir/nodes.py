@@ -197,6 +197,11 @@ class Barriers:
         rings: the rings whose slots these barriers guard (barrier i guards slot i of each); none for ORDER.
         purpose: READY (slots filled, completed by TMA transaction bytes), EMPTY (slots released) or ORDER
             (one partition hands the next its turn: passes/split_consumers.py).
+        cluster: one barrier per cluster (`Tiling.cluster`), held by the cluster's lead CTA (rank 0) instead of one
+            per CTA: every CTA's arrivals count on it (`count` is per CTA: a phase completes after count x cluster
+            arrivals), and only the lead's partitions wait on it (another CTA's wait on it does nothing). An EMPTY
+            cluster barrier tells the lead that every CTA released a slot of a ring it multicasts
+            (`TmaLoad.multicast`; passes/cluster.py).
     """
 
     name: str
@@ -204,6 +209,7 @@ class Barriers:
     count: int
     rings: tuple[str, ...]
     purpose: Purpose
+    cluster: bool = False
 
 
 class Purpose(enum.Enum):
@@ -288,6 +294,12 @@ class TmaLoad:
     The tile's origin is (coord[0] index * block, coord[1] index * block) in the tensor's own index
     order; elements out of bounds read as zero. With a `barrier`, the copy's bytes complete a
     transaction on `barrier[slot]`; with none (only before ring planning) the copy is synchronous.
+
+    `multicast` (a cluster's module, `Tiling.cluster`): the tile is the same for every CTA of the cluster, so only
+    the lead CTA (rank 0) issues the copy, and TMA writes it into `ring[slot]` of every CTA of the cluster and
+    completes a transaction of its bytes on each CTA's `barrier[slot]` (each CTA's expect counts them). Another
+    CTA's copy does nothing. The lead may refill the slot only when every CTA released it (an EMPTY cluster
+    barrier, `Barriers.cluster`).
     """
 
     tensor: Tensor
@@ -295,6 +307,7 @@ class TmaLoad:
     slot: Slot
     coord: tuple[Axis, Axis]
     barrier: str | None = None
+    multicast: bool = False
 
 
 @dataclass(frozen=True)
@@ -806,6 +819,11 @@ class Tiling:
             max(1, cdiv(k_end - k_start, BK)) k-blocks from k_start, A and B are 2-D (A's rows are C's less g * M),
             A's columns past the group's K end are zeroed in the slot before the wgmma (else the next group's
             columns would add into the sum), and C is (G * M, N), its stores clipped at the group's last row.
+        cluster: CTAs per thread-block cluster (Hopper; Triton >= 3.7), 1 or 2, stacked along M (planner rule 24).
+            Each CTA runs this module's partitions on a BM x BN tile, and the cluster's CTAs, ranks 0 .. cluster - 1,
+            the rows r * BM .. of one *cluster tile* of cluster * BM x BN: tile ids, the raster and the persistent
+            loops count cluster tiles (M in units of cluster * BM), and the launch has grid // cluster clusters.
+            B's box is the same for every CTA of a cluster, so it is multicast (`TmaLoad.multicast`).
     """
 
     bm: int
@@ -818,6 +836,7 @@ class Tiling:
     swap_ab: bool = False
     stream_k: int = 0
     grouping: Grouping = Grouping.NONE
+    cluster: int = 1
 
     @property
     def grouped(self) -> bool:

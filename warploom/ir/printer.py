@@ -38,7 +38,8 @@ def op(o: ir.Op) -> str:
         case ir.TmaLoad():
             coord = ", ".join(a.value for a in o.coord)
             on = f" on {o.barrier}[{slot(o.slot)}]" if o.barrier else " sync"
-            return f"tma_load {o.tensor.value}[{coord}] -> {o.ring}[{slot(o.slot)}]{on}"
+            mc = " multicast (the lead CTA, into every CTA of the cluster)" if o.multicast else ""
+            return f"tma_load {o.tensor.value}[{coord}] -> {o.ring}[{slot(o.slot)}]{on}{mc}"
         case ir.Mma():
             kind = "wgmma.async" if o.is_async else "wgmma"
             ow = "" if o.overwrite is ir.Guard.FIRST_K else f" overwrite={o.overwrite.value}"
@@ -144,7 +145,8 @@ def module(m: ir.Module) -> str:
         f"  tiling bm={t.bm} bn={t.bn} bk={t.bk} group_m={t.group_m} grid={t.grid}"
         + (f" split_k={t.split_k}" if t.split_k > 1 else "") + (" ranged" if t.ranged else "")
         + (" swap_ab (stores C transposed)" if t.swap_ab else "")
-        + (f" stream_k={t.stream_k} (the last wave's tiles in up to {t.stream_k} pieces)" if t.stream_k else ""),
+        + (f" stream_k={t.stream_k} (the last wave's tiles in up to {t.stream_k} pieces)" if t.stream_k else "")
+        + (f" cluster={t.cluster} (CTAs along M sharing B)" if t.cluster > 1 else ""),
     ]
     for r in m.rings:
         where = " in tensor memory" if r.in_tmem else ""
@@ -157,7 +159,8 @@ def module(m: ir.Module) -> str:
         out.append(f"  buffer {b.name}: {what} {b.dtype.value}[{b.rows}x{b.cols}]")
     for br in m.barriers:
         of = f" of {', '.join(br.rings)}" if br.rings else ""
-        out.append(f"  mbarrier {br.name}[{br.depth}] count={br.count} {br.purpose.value}{of}")
+        lead = " per cluster, in the lead CTA" if br.cluster else ""
+        out.append(f"  mbarrier {br.name}[{br.depth}] count={br.count} {br.purpose.value}{of}{lead}")
     out.append(f"  smem {m.smem_bytes} bytes" + (f", tmem {m.tmem_columns} columns" if m.blackwell else ""))
     if m.spec.epilogue is not None:
         from warploom.epilogue import printer as ep

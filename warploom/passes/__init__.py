@@ -16,6 +16,7 @@ from warploom.ir import verify
 from warploom.ir.warps import WarpMask
 from warploom.passes.blackwell import PlaceScaleCopies, SplitMma
 from warploom.passes.build import build_sequential
+from warploom.passes.cluster import ShareB
 from warploom.passes.epilogue import HoistOperands, LowerEpilogue, PrefetchOperands
 from warploom.passes.gfx1250 import PipelineTdm
 from warploom.passes.partition import SplitProducer
@@ -49,7 +50,10 @@ def pipeline(plan: Plan) -> list[Pass]:
         PipelineMma(),
         # After the consumer's final k-loop exists, so every warpgroup gets the same pipelined program;
         # before epilogue lowering, which gives each storing partition its own staging buffer.
-        SplitConsumers(partitions=plan.consumer_partitions, pingpong=plan.pingpong),
+        SplitConsumers(partitions=plan.consumer_partitions, pingpong=plan.pingpong, by_columns=plan.cluster > 1),
+        # A cluster's B multicast (rule 24): after SplitConsumers, whose arrivals on the empty barrier the cluster's
+        # barrier repeats (with the same count), and after PlanRings made the waits and arrivals it pairs.
+        ShareB(cluster=plan.cluster),
         # After all producer ops exist: flattening must see the final loop body.
         FlattenProducer(),
         # Independent of the mainloop; last of the body rewrites so the staging buffer is declared once.

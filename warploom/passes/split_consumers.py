@@ -34,16 +34,21 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from warploom.ir import nodes as ir
+from warploom.passes.util import rewrite
 
 
 @dataclass(frozen=True)
 class SplitConsumers:
     """Attributes:
     partitions: consumer partitions to split the consumer into (1: leave it whole).
-    pingpong: each partition takes whole tiles, in turn, instead of a row block of every tile."""
+    pingpong: each partition takes whole tiles, in turn, instead of a row block of every tile.
+    by_columns: each partition takes a column block of every tile (all its rows) instead of a row block: a
+        cluster's rows are split among its CTAs (`ir.Tiling.cluster`), so a warpgroup's rows would not be one
+        block of the cluster tile's A box, while a column block is one of B's, which every CTA holds whole."""
 
     partitions: int = 1
     pingpong: bool = False
+    by_columns: bool = False
 
     def __call__(self, m: ir.Module) -> ir.Module:
         n = self.partitions
@@ -52,6 +57,8 @@ class SplitConsumers:
         (cons,) = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
         if self.pingpong:
             return self._pingpong(m, cons)
+        if self.by_columns:
+            return self._columns(m, cons)
         rows = m.tiling.bm // n
         if rows % 64 or cons.warps % n or cons.warps // n != 4:
             raise ValueError(f"cannot split a {cons.warps}-warp consumer of {m.tiling.bm}-row tiles into {n} "
@@ -63,6 +70,33 @@ class SplitConsumers:
             for i in range(n)
         )
         # Each consumer partition releases every slot once, so a slot is free after n arrivals.
+        arrivals = {o.barrier for o, _ in ir.walk(cons.body) if isinstance(o, ir.Arrive)}
+        barriers = tuple(replace(b, count=b.count * n) if b.name in arrivals else b for b in m.barriers)
+        parts: list[ir.Partition] = []
+        for p in m.partitions:
+            parts.extend(split if p is cons else (p,))
+        return replace(m, partitions=tuple(parts), barriers=barriers)
+
+    def _columns(self, m: ir.Module, cons: ir.Partition) -> ir.Module:
+        """Warpgroup i computes columns [i * BN / n, (i + 1) * BN / n) of every tile: its accumulator is that
+        column block (`Accumulator.col0`), its wgmma reads that block of B's slot (`Mma.n_cols`), and the epilogue
+        stores the block where it belongs (passes/epilogue.py places a block by its accumulator's col0)."""
+        n = self.partitions
+        cols = m.tiling.bn // n
+        accs = cons.accumulators
+        if cons.warps % n or cons.warps // n != 4 or cols % 64 or len(accs) != 1 or accs[0].cols != m.tiling.bn:
+            raise ValueError(f"cannot split a {cons.warps}-warp consumer of {m.tiling.bn}-column tiles (one whole-tile "
+                             f"accumulator) into {n} warpgroups of column blocks of at least 64")
+        split = []
+        for i in range(n):
+            block = ir.ColBlock(i * cols, cols)
+
+            def own(o: ir.Op, block: ir.ColBlock = block) -> tuple[ir.Stmt, ...]:
+                return (replace(o, n_cols=block),) if isinstance(o, ir.Mma) else (o,)
+
+            split.append(replace(cons, name=f"{cons.name}{i}", warps=4, default=cons.default and i == 0,
+                                 accumulators=(replace(accs[0], cols=cols, col0=i * cols),),
+                                 body=rewrite(cons.body, own)))
         arrivals = {o.barrier for o, _ in ir.walk(cons.body) if isinstance(o, ir.Arrive)}
         barriers = tuple(replace(b, count=b.count * n) if b.name in arrivals else b for b in m.barriers)
         parts: list[ir.Partition] = []

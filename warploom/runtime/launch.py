@@ -31,7 +31,7 @@ from triton import knobs
 from triton.knobs import HookChain
 from triton.runtime.driver import driver
 
-from warploom.backends.gluon_api import compile_options
+from warploom.backends.gluon_api import compile_options, for_triton, installed
 from warploom.backends.gluon_sm90 import REDUCE_BLOCK, SK_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.errors import split_k_mismatch
 from warploom.ir import nodes as ir
@@ -516,7 +516,10 @@ def _c_entry(run: Any) -> Any:
     """The C launch function behind Triton's CUDA launcher, or None where the launcher is not shaped as expected.
     In triton 3.6 `CudaLauncher.launch` is the compiled module's `launch`, or, for a kernel with descriptor
     arguments, `wrap_handle_tensordesc`'s closure over it (free variable `launcher`), which expands each
-    TensorDescriptor into its encoding, shape and strides. Kernels that need scratch memory keep Triton's launcher."""
+    TensorDescriptor into its encoding, shape and strides. Kernels that need scratch memory keep Triton's launcher, and
+    so does every kernel under a Triton whose entry point takes other arguments (`GluonApi.c_launch`)."""
+    if not for_triton(installed()).c_launch:
+        return None
     if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
         return None
     if not hasattr(run, "launch_cooperative_grid") or not hasattr(run, "launch_pdl"):
