@@ -602,14 +602,15 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                   prefetch_operands: bool | None = None, pingpong: bool = False,
                   scale_partition: bool | None = None, split_k: int | None = None,
                   tail_split: int | None = None, swap_ab: bool | None = None,
-                  stream_k: int | None = None, tdm_warps: TdmWarps | None = None) -> Plan:
+                  stream_k: int | None = None, tdm_warps: TdmWarps | None = None, cluster: int | None = None) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
     split_k (1: never split; None: rule 14 decides), tail_split (1: no split-K tail; None: rule 15 decides) and
     swap_ab (None: rule 18 decides, when nothing about the tile, depth or partitions is forced; True: plan the
     swapped problem, with bm and bn as given for it, by default 64 x 16 on sm_90a (`swap_rows`, `swap_tokens`) and
     128 x 16 on sm_100a (rule 19)) and stream_k (None: rule 21 decides; 0: none; s >= 2: a stream-K plan with at
     most s pieces per shared tile, refused where it cannot run) and tdm_warps (gfx1250 only: `TdmWarps`, the warps
-    that issue each TDM copy; None: every warp, as before seed 004)."""
+    that issue each TDM copy; None: every warp, as before seed 004) and cluster (None: rule 24 decides; 1: one CTA
+    per tile; 2: 2-CTA clusters multicasting B, refused where they cannot run)."""
     from warploom.errors import UnsupportedError
 
     if spec.grouped:  # rule 22
@@ -675,6 +676,16 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                "element; torch's blocked layout is sm_100a's (tcgen05.cp). Fix: pass the scales before "
                                "to_blocked, or plan for an sm_100a device (device=B200)")
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
+    if cluster not in (None, 1, 2):
+        raise UnsupportedError(f"cluster={cluster!r}: expected None (rule 24 decides), 1 (one CTA per tile) or 2 "
+                               "(2-CTA clusters that multicast B)")
+    if cluster == 2:
+        problems = cluster_problems(spec, pingpong, scale_partition, split_k, tail_split, stream_k, swap_ab, bm, bn,
+                                    consumer_partitions)
+        if problems:
+            raise UnsupportedError(f"cluster=2 (rule 24) cannot run {spec.short()}: {'; '.join(problems)}. Fix: drop "
+                                   "cluster (or the option that conflicts with it)")
+        swap_ab, stream_k, split_k, tail_split = False, 0, 1, 1
     if stream_k:
         problems = _stream_k_problems(spec, pingpong, scale_partition, split_k, tail_split, swap_ab, bm,
                                       prefetch_operands)
@@ -888,8 +899,23 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )
         key = (score, -cbm * cbn, plan)
+        if cluster == 2:
+            key = (math.inf, 0, plan)  # (forced: only rule 24's candidate below may win)
         if best is None or key[:2] < best[:2]:
             best = key
+        if (cbm, cbn) == (128, 256) and cluster != 1 and ks == 1 and ts == 1 and (cluster == 2 or not (
+                aligned or cluster_problems(spec, pingpong, scale_partition, split_k, tail_split, stream_k, swap_ab,
+                                            bm, bn, consumer_partitions))):
+            cl_plan, cl_score, cl_tiles = cluster_plan(plan, spec, device, eff, aligned)
+            _note("128x256", "2-CTA clusters", cl_score,
+                  f"{cl_tiles} cluster tiles of 256x256, {math.ceil(cl_tiles / (device.sm_count // 2))} round(s) of "
+                  f"{device.sm_count // 2} clusters, B multicast" + ("" if aligned else ", rows unaligned"))
+            busy = cl_tiles >= device.sm_count // 2 and math.ceil(spec.k / bk) >= CLUSTER_MIN_KBLOCKS
+            if cluster == 2 or busy and cl_score < CLUSTER_MARGIN * best[0]:
+                best = (cl_score, -cbm * cbn, cl_plan)
+    if cluster == 2 and (best is None or best[2].cluster != 2):
+        raise UnsupportedError(f"cluster=2 (rule 24): no 128x256 plan fits {spec.short()} with {stages=} on "
+                               f"{device.name}. Fix: drop cluster or stages")
     if best is None:
         hint = ""
         if pingpong:
@@ -1040,6 +1066,62 @@ def _stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | N
     if bm not in (None, 128):
         problems.append(f"bm={bm} (stream-K is built for 128-row tiles)")
     return problems
+
+
+# Rule 24 (docs/decisions/rule-24-clusters.md): two CTAs of a cluster stacked along M share B's box, which the lead
+# multicasts. Where A's or B's rows are not whole 128-byte lines, each box row touches two L2 lines and 128x256 tiles
+# lose a fifth while the machine streams (bf16 4634x4968x3672: 457 TFLOP/s on one CTA per tile, 578 in clusters,
+# torch 630; H100, Triton 3.9); on aligned rows clusters ran 1-2% slower (4608x4992x3712, 8192^3). The gain needs
+# the L2 busy: with no whole wave of clusters (2848x736x3088: 36 cluster tiles) or a short K (1168x6960x1104: 17
+# k-blocks) they lost 2-5%, and a whole wave and a part against stream-K's shared part lost 10% (656x8048x5280). So
+# the gain is counted on whole waves only (a last, partial wave leaves L2 idle enough), and clusters are chosen for
+# unaligned rows, at least one whole wave of them and CLUSTER_MIN_KBLOCKS k-blocks, where that score beats the best
+# one-CTA plan's by CLUSTER_MARGIN.
+CLUSTER_UNALIGNED_GAIN = 1.27
+CLUSTER_MIN_KBLOCKS = 24
+CLUSTER_MARGIN = 0.95
+
+
+def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,
+                     tail_split: int | None, stream_k: int | None, swap_ab: bool | None, bm: int | None,
+                     bn: int | None, consumer_partitions: int | None) -> list[str]:
+    """Rule 24: why 2-CTA clusters cannot run `spec` with these options (empty: they can)."""
+    from warploom.backends import gluon_api
+
+    problems = []
+    if not gluon_api.current().tma_multicast:
+        problems.append("this Triton's Hopper TMA has no multicast (Triton >= 3.7 has)")
+    if spec.a_layout is ALayout.M_MAJOR:
+        problems.append("an M-major A (each CTA's rows must be one box of A)")
+    if spec.epilogue is not None:
+        problems.append("a fused epilogue graph")
+    if spec.accumulation is Accumulation.PROMOTED or spec.scale.is_blockwise:
+        problems.append("promoted fp8 or blockwise scales (their partials and scale rings are per row block)")
+    if spec.grouped:
+        problems.append("a grouped GEMM")
+    if pingpong or scale_partition:
+        problems.append("ping-pong or the scale partition")
+    if split_k not in (None, 1) or tail_split not in (None, 1) or stream_k:
+        problems.append("split_k, tail_split or stream_k (a cluster runs whole tiles)")
+    if swap_ab:
+        problems.append("swap_ab")
+    if bm not in (None, 128) or bn not in (None, 256) or consumer_partitions not in (None, 2):
+        problems.append("a tile other than 128x256 with two consumer warpgroups")
+    return problems
+
+
+def cluster_plan(plan: Plan, spec: GemmSpec, device: DeviceInfo, eff: float,
+                 aligned: bool) -> tuple[Plan, float, int]:
+    """Rule 24's plan from the 128x256 `plan`, its score in step 3's units (rounds of the device's clusters over the
+    cluster tiles of 256 x 256, each CTA's 128x256; whole rounds at the unaligned rows' gain) and its cluster tiles."""
+    tiles = math.ceil(spec.m / 256) * math.ceil(spec.n / 256)
+    clusters = device.sm_count // 2
+    gain = 1.0 if aligned else CLUSTER_UNALIGNED_GAIN
+    score = (tiles // clusters / gain + (tiles % clusters > 0)) * 128 * 256 / eff
+    # Each warpgroup stores its 128-row column block in blocks half as wide as its 64-row block's were: the staging
+    # buffers take the shared memory they took, beside the same ring.
+    return replace(plan, cluster=2, consumer_partitions=2, epilogue_subtiles=2 * plan.epilogue_subtiles, stream_k=0,
+                   grid=2 * min(clusters, tiles)), score, tiles
 
 
 def stream_k_grid(tiles: int, sm_count: int, pieces: int) -> int:

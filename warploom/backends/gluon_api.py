@@ -139,6 +139,14 @@ class GluonApi:
                                    f"Triton {self.triton[0]}.{self.triton[1]}. Fix: tdm_warps=TdmWarps.SPLIT (the same "
                                    "warps, two copies), or install triton>=3.9,<3.10")
 
+    def require_multicast(self, option: str) -> None:
+        """Refuse `option` (a cluster's B multicast, planner rule 24) where this Triton's Hopper TMA load has none."""
+        if not self.tma_multicast:
+            raise UnsupportedError(f"{option}: a 2-CTA cluster multicasts B with tma.async_load(..., multicast=True), "
+                                   f"which needs Triton >= 3.7; this is Triton {self.triton[0]}.{self.triton[1]}. "
+                                   "Fix: plan with cluster=1 (the planner does under this Triton), or install "
+                                   "triton>=3.7,<3.10")
+
     def tdm_hint(self, mask: WarpMask | None) -> str:
         """The ``tdm.async_load`` arguments naming the warps that issue a copy: "" for every warp."""
         if mask is None:

@@ -119,6 +119,8 @@ class GluonSource:
         maxnreg: the kernel-wide register cap that lets setmaxnreg redistribute registers.
         reduce_kernel: split-K only: the ``@gluon.jit`` function in `text` that adds the workspace's partial sums
             in order and casts them into C (`REDUCE_PARAMS`; one program per `REDUCE_BLOCK` elements).
+        num_ctas: the CTAs of a cluster (`ir.Tiling.cluster`): a Gluon program is then a cluster, its shapes are the
+            cluster tile's and its layouts say how the CTAs share them (`cga_layout`, `cga`).
     """
 
     text: str
@@ -127,6 +129,7 @@ class GluonSource:
     num_warps: int
     maxnreg: int
     reduce_kernel: str | None = None  # split-K: the kernel that sums the workspace's slabs into C
+    num_ctas: int = 1  # CTAs per cluster (ir.Tiling.cluster): each program of the launch is a cluster
 
 
 def _instr_n(bm: int, bn: int, warps: int) -> int:
@@ -138,6 +141,16 @@ def _instr_n(bm: int, bn: int, warps: int) -> int:
     while n > max_n or bn % n:
         n -= 8
     return n
+
+
+def cga(cluster: int, split: bool = True) -> str:
+    """A layout's ``cga_layout`` argument for a cluster of `cluster` CTAs stacked along M (ir.Tiling.cluster): each CTA
+    its own rows of the cluster tile (`split`: A, accumulators, C), or every CTA the whole (B, multicast); "" with
+    no cluster."""
+    if cluster == 1:
+        return ""
+    bases = [[1 << i, 0] if split else [0, 0] for i in range(cluster.bit_length() - 1)]
+    return f", cga_layout={bases}"
 
 
 def slot_index(s: ir.Slot, depth: int, stages: int) -> str:
@@ -186,7 +199,9 @@ class PartitionEmitter:
         self.async_accs = tuple(dict.fromkeys(o.acc for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma)
                                               and o.is_async))
         # A partition with a row block computes rows [row0, row0 + rows) of each tile.
-        self.row0, self.rows = (p.rows.start, p.rows.rows) if p.rows else (0, m.tiling.bm)
+        # A cluster's program computes the cluster tile's rows (ir.Tiling.cluster), each CTA its own share of them.
+        self.cluster = m.tiling.cluster
+        self.row0, self.rows = (p.rows.start, p.rows.rows) if p.rows else (0, m.tiling.bm * self.cluster)
         # Epilogue index vectors already computed in the current tile (ep_rows, ..., and offs_m / offs_n where they hold
         # the partition's rows / the whole tile's columns).
         self._offsets: set[str] = set()
@@ -249,15 +264,16 @@ class PartitionEmitter:
         n = _instr_n(self.rows, min(a.cols for a in self.p.accumulators), self.p.warps)
         bits = self.m.spec.a_dtype.bytes * 8
         b.line(f"acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
-               f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {n}, {256 // bits}])",
-               comment="wgmma accumulator: each warpgroup owns 64 rows")
+               f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {n}, {256 // bits}]{cga(self.cluster)})",
+               comment="wgmma accumulator: each warpgroup owns 64 rows" + (", each CTA its rows of the cluster tile"
+                                                                          if self.cluster > 1 else ""))
         for a in self.p.accumulators:
-            b.line(f"{a.name} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)")
+            b.line(f"{a.name} = gl.zeros([{a.rows * self.cluster}, {a.cols}], gl.float32, acc_layout)")
         width = self._epilogue_width()
         if width:
             en = _instr_n(self.rows, width, self.p.warps)
             b.line(f"ep_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
-                   f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {en}, {256 // bits}])",
+                   f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {en}, {256 // bits}]{cga(self.cluster)})",
                    comment="one column block of the accumulator, as the fused epilogue computes it")
 
     def body(self, stmts: tuple[ir.Stmt, ...]) -> None:
@@ -429,7 +445,11 @@ class PartitionEmitter:
                 desc = f"{o.tensor.value.lower()}_desc"
                 coord = ", ".join(self._coord(a) for a in o.coord)
                 s = slot_index(o.slot, d, self.stages)
-                b.line(f"{self.api.tma_load}({desc}, [{coord}], {o.barrier}_bars.index({s}), {o.ring}.index({s}))", c)
+                if o.multicast:
+                    self.api.require_multicast(f"{self.m.name}: {c}")
+                mc = ", multicast=True" if o.multicast else ""
+                b.line(f"{self.api.tma_load}({desc}, [{coord}], {o.barrier}_bars.index({s}), {o.ring}.index({s}){mc})",
+                       c)
             case ir.Mma():
                 s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 use = use_acc(o.overwrite, self.k_first)
@@ -458,7 +478,7 @@ class PartitionEmitter:
                 self.copy_scales(o)
             case ir.ZeroAcc():
                 a = self._acc(o.acc)
-                b.line(f"{o.acc} = gl.zeros([{a.rows}, {a.cols}], gl.float32, acc_layout)", c)
+                b.line(f"{o.acc} = gl.zeros([{a.rows * self.cluster}, {a.cols}], gl.float32, acc_layout)", c)
             case ir.Epilogue():
                 self.epilogue(o)
             case ir.LoadOperand():
@@ -902,8 +922,9 @@ def prelude(m: ir.Module, header: str) -> CodeBuffer:
         for line in IMPORTS:
             b.line(line, comment="fused epilogue: tl.PropagateNan")
     b.line()
-    consts: tuple[tuple[str, int], ...] = (("BM", t.bm), ("BN", t.bn), ("BK", t.bk), ("STAGES", m.rings[0].depth),
-                                           ("GROUP_M", t.group_m))
+    # (a cluster's program tiles the cluster tile: BM is its rows, the CTAs' together; ir.Tiling.cluster)
+    consts: tuple[tuple[str, int], ...] = (("BM", t.bm * t.cluster), ("BN", t.bn), ("BK", t.bk),
+                                           ("STAGES", m.rings[0].depth), ("GROUP_M", t.group_m))
     consts += (("SPLIT_K", t.split_k),) if t.split_k > 1 else ()
     consts += (("SK_SPLIT", t.stream_k),) if t.stream_k else ()
     for name, val in consts:
@@ -957,7 +978,8 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                 continue
             desc = f"{r.tensor.value.lower()}_desc"
             # (a grouped module's B slots are (1, rows, cols): its 3-D descriptor's box, one group's block)
-            box = f"1, {r.rows}" if t.b_per_group and r.tensor is ir.Tensor.B else f"{r.rows}"
+            rows = r.rows * t.cluster if r.tensor is ir.Tensor.A else r.rows  # (a cluster's A box: every CTA's rows)
+            box = f"1, {rows}" if t.b_per_group and r.tensor is ir.Tensor.B else f"{rows}"
             cols = r.cols * r.dtype.bits // 8 if r.dtype is DType.E2M1 else r.cols  # (MX fp4: two values a byte)
             b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {box}, {cols}], "
                    f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}")
@@ -967,9 +989,15 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
         for bf in m.buffers:
             desc = {ir.Tensor.C: output_desc(bf.output), ir.Tensor.OPERAND: f"{bf.operand}_desc",
                     ir.Tensor.WORKSPACE: WORKSPACE_DESC}.get(bf.tensor, f"{bf.tensor.value.lower()}_desc")
-            b.line(f"{bf.name} = gl.allocate_shared_memory({desc}.dtype, [{bf.rows}, {bf.cols}], {desc}.layout)",
-                   comment=f"buffer {bf.name}: ({bf.rows}, {bf.cols}) {bf.dtype.value}")
+            b.line(f"{bf.name} = gl.allocate_shared_memory({desc}.dtype, [{bf.rows * t.cluster}, {bf.cols}], "
+                   f"{desc}.layout)", comment=f"buffer {bf.name}: ({bf.rows}, {bf.cols}) {bf.dtype.value}"
+                                              + (" per CTA" if t.cluster > 1 else ""))
         for br in m.barriers:
+            if t.cluster > 1:  # one barrier per CTA, or per cluster in the lead CTA (ir.Barriers.cluster)
+                b.line(f"{br.name}_bars = mbarrier.allocate_mbarrier(batch={br.depth}"
+                       f"{', two_ctas=True' if br.cluster else ''})",
+                       comment="one per cluster, the lead CTA's" if br.cluster else None)
+                continue
             b.line(f"{br.name}_bars = gl.allocate_shared_memory(gl.int64, [{br.depth}, 1], "
                    f"mbarrier.MBarrierLayout())")
         for depth in dict.fromkeys(br.depth for br in m.barriers):
@@ -994,7 +1022,7 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
     if t.split_k > 1:
         reduce = f"{m.name}_reduce"
         _emit_reduce(b, reduce, m.spec.out_dtype, t)
-    return GluonSource(b.text(), m.name, params, m.default_partition.warps, _maxnreg(m), reduce)
+    return GluonSource(b.text(), m.name, params, m.default_partition.warps, _maxnreg(m), reduce, t.cluster)
 
 
 def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:

@@ -23,6 +23,7 @@ from warploom.dtypes import DType
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
+from warploom.ir.verify_cluster import check_cluster
 from warploom.ir.verify_scales import check_tmem_scales
 from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, uncovered_rows
 from warploom.spec import SCALE_BLOCK
@@ -51,6 +52,7 @@ def structural(m: ir.Module) -> list[str]:
     errs += _check_swap(m)
     errs += _check_stream_k(m)
     errs += _check_grouped(m)
+    errs += check_cluster(m)
     for b in m.barriers:
         for rn in b.rings:
             if rn not in ring_names:

@@ -95,34 +95,43 @@ def _gl_dtype(d: DType) -> Any:
             DType.E4M3: gl.float8e4nv, DType.E5M2: gl.float8e5, DType.E8M0: gl.uint8, DType.E2M1: gl.uint8}[d]
 
 
-def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int]]]:
-    """Each TMA descriptor's element type and box (block) shape."""
+def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int], tuple[tuple[int, int], ...]]]:
+    """Each TMA descriptor's element type, box (block) shape and cluster layout (`cga_bases`)."""
     t, s = m.tiling, m.spec
     b_block = [t.bn, t.bk] if s.b_layout is BLayout.K_MAJOR else [t.bk, t.bn]
-    a_block = [t.bk, t.bm] if s.a_layout is ALayout.M_MAJOR else [t.bm, t.bk]
+    a_block = [t.bk, t.bm] if s.a_layout is ALayout.M_MAJOR else [t.bm * t.cluster, t.bk]
     if s.is_fp4:  # MX fp4: descriptors over the packed bytes, (rows, BK / 2)
         a_block, b_block = [t.bm, t.bk // 2], [t.bn, t.bk // 2]
     if t.b_per_group:  # (B's 3-D descriptor over (G, N, K) or (G, K, N): one group's block)
         b_block = [1, *b_block]
-    blocks = {"a_desc": (s.a_dtype, a_block), "b_desc": (s.b_dtype, b_block)}
+    split, whole = cga_bases(t.cluster, True), cga_bases(t.cluster, False)
+    blocks = {"a_desc": (s.a_dtype, a_block, split), "b_desc": (s.b_dtype, b_block, whole)}
     for bf in m.buffers:
         if bf.tensor is ir.Tensor.C:
-            blocks[output_desc(bf.output)] = (bf.dtype, [bf.rows, bf.cols])
+            blocks[output_desc(bf.output)] = (bf.dtype, [bf.rows * t.cluster, bf.cols], split)
         elif bf.tensor is ir.Tensor.WORKSPACE:  # split-K: fp32 partial sums
-            blocks[WORKSPACE_DESC] = (bf.dtype, [bf.rows, bf.cols])
+            blocks[WORKSPACE_DESC] = (bf.dtype, [bf.rows, bf.cols], ())
         elif bf.tensor is ir.Tensor.OPERAND:
-            blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows, bf.cols])
+            blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows, bf.cols], ())
     for r in m.rings:
         if r.dtype is DType.E8M0:  # sm_100a MX: the k-block's 128x4 blocks of torch's blocked scales
-            blocks[scale_desc(r.tensor)] = (r.dtype, [r.rows // 128, r.cols // 4, 2, 256])
+            blocks[scale_desc(r.tensor)] = (r.dtype, [r.rows // 128, r.cols // 4, 2, 256], ())
     return blocks
 
 
-def shared_layout(dtype: DType, block: list[int]) -> Any:
+def cga_bases(cluster: int, split: bool) -> tuple[tuple[int, int], ...]:
+    """A 2-D box's CTA layout in a cluster of `cluster` CTAs stacked along M (ir.Tiling.cluster): each CTA its own
+    rows (`split`: A, C) or every CTA the whole box (B, which the lead CTA multicasts); none without a cluster."""
+    return tuple(((1 << i) if split else 0, 0) for i in range(cluster.bit_length() - 1))
+
+
+def shared_layout(dtype: DType, block: list[int], cga: tuple[tuple[int, int], ...] = ()) -> Any:
     from triton.experimental.gluon import language as gl
 
     if dtype is DType.E8M0:  # unswizzled, so a slot viewed as (rows, 4) is a layout tcgen05.cp reads
         return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=len(block))
+    if cga:  # (3.6's get_default_for has no cga_layout: only Triton >= 3.7 builds cluster kernels, gluon_api)
+        return gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(dtype), cga_layout=[list(c) for c in cga])
     return gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(dtype))
 
 
@@ -135,9 +144,9 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
     blocks = descriptor_blocks(m)
     for p in src.params:
         if p in blocks:
-            d, blk = blocks[p]
+            d, blk, cga = blocks[p]
             # Exactly how Triton's JIT mangles a Gluon TensorDescriptor argument.
-            sig[p] = f"tensordesc<{_SIG[d]}[{', '.join(map(str, blk))}],{shared_layout(d, blk)!r}>"
+            sig[p] = f"tensordesc<{_SIG[d]}[{', '.join(map(str, blk))}],{shared_layout(d, blk, cga)!r}>"
         elif p in ("sa_ptr", "sb_ptr") and m.spec.scale is ScaleRecipe.MX:
             sig[p] = "*u8"  # e8m0 scales go as their bytes (runtime/launch.py)
         elif p in ("scale_a_ptr", "scale_b_ptr", "sa_ptr", "sb_ptr"):
@@ -188,7 +197,8 @@ def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Com
     # Pointers are 16-byte aligned (checked on the host), which lets Triton vectorize scale loads.
     attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(src.params) if p.endswith("_ptr")}
     ast = GluonASTSource(fn, signature(m, src), {}, attrs)
-    options = gluon_api.compile_options(num_warps=src.num_warps, num_stages=1, num_ctas=1, maxnreg=src.maxnreg)
+    options = gluon_api.compile_options(num_warps=src.num_warps, num_stages=1, num_ctas=src.num_ctas,
+                                           maxnreg=src.maxnreg)
     arch = _ARCHS[target]
     ck = triton.compile(ast, target=GPUTarget("cuda", arch, 32), options=options)
     ptx, cubin = ck.asm["ptx"], ck.asm["cubin"]

@@ -79,7 +79,9 @@ class Launcher:
                               f"Kernel.compile('{m.target}') to inspect it, or plan for the sm_90a GPU you run on")
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-        self._bm, self._bn, self._grid_max = m.tiling.bm, m.tiling.bn, m.tiling.grid
+        # A cluster's program is a cluster (ir.Tiling.cluster): the launch counts clusters of cluster tiles.
+        t = m.tiling
+        self._bm, self._bn, self._grid_max = t.bm * t.cluster, t.bn, t.grid // t.cluster
         self._tiling, self._planned_k = m.tiling, m.spec.k
         # Stream-K (ir.Tiling.stream_k): the workspace and flags, made once per device (`stream_k_buffers`).
         self._sk_bufs: dict[int, tuple[Any, Any]] = {}
@@ -92,7 +94,8 @@ class Launcher:
         descs = {i: DescSlot(blocks[p][1], shared_layout(*blocks[p]), TensorDescriptor)
                  for i, p in enumerate(src.params) if p in blocks}
         self._main = DirectLaunch(load(src.text, src.kernel), compile_options(num_warps=src.num_warps,
-                                                                         maxnreg=src.maxnreg), descs, fast)
+                                                                         maxnreg=src.maxnreg,
+                                                                         **_ctas(src.num_ctas)), descs, fast)
         self._reduce = None
         if src.reduce_kernel:  # split-K's second kernel: every argument a pointer or an integer
             self._reduce = DirectLaunch(load(src.text, src.reduce_kernel), compile_options(num_warps=4), {}, fast)
@@ -416,6 +419,11 @@ class _Compiled:
                 self._encoded.clear()
             self._encoded[key] = enc
         return enc
+
+
+def _ctas(num_ctas: int) -> dict[str, int]:
+    """The launch option of a cluster kernel's CTAs per cluster (none for one CTA: Triton's default)."""
+    return {"num_ctas": num_ctas} if num_ctas > 1 else {}
 
 
 def _live(hook: Any) -> Any:

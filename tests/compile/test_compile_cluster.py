@@ -1,0 +1,47 @@
+"""Compile-only tier for 2-CTA clusters (planner rule 24): under Triton >= 3.7 each kernel cross-compiles for sm_90a
+as a cluster of 2 (``.reqnctapercluster 2``) whose B copies are TMA multicasts, with its MMAs on the async tensor-core
+path, no spill and no serialized wgmma; under Triton 3.6, which has no Hopper multicast, building one is refused
+with the version it needs."""
+
+from __future__ import annotations
+
+import pytest
+
+from warploom import H100_SXM, BLayout, DType, GemmSpec, ScaleRecipe, UnsupportedError
+from warploom.backends import gluon_api
+from warploom.kernel import build
+from warploom.planner import plan_schedule
+
+E4 = DType.E4M3
+MATRIX = {
+    "bf16_nmajor_unaligned": GemmSpec(4634, 4968, 3672, b_layout=BLayout.N_MAJOR),
+    "bf16_kmajor_ragged": GemmSpec(300, 528, 200),
+    "fp16": GemmSpec(1000, 1000, 1000, DType.FP16, DType.FP16, DType.FP16),
+    "e4m3_rowwise": GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE),
+    "e4m3_rowwise_bias_out_fp32": GemmSpec(2000, 2112, 1008, E4, E4, DType.FP32, scale=ScaleRecipe.ROWWISE,
+                                           bias_dtype=DType.BF16),
+    "e4m3_tensorwise": GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE),
+}
+MULTICAST = gluon_api.for_triton(gluon_api.installed()).tma_multicast
+
+
+@pytest.mark.skipif(not MULTICAST, reason="Triton < 3.7: no Hopper multicast (the refusal is tested below)")
+@pytest.mark.parametrize("name", list(MATRIX))
+def test_cluster_kernels_cross_compile(name: str, spill_budget: int) -> None:
+    spec = MATRIX[name]
+    k = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, cluster=2))
+    c = k.compile()
+    s = c.summary()
+    mma, other = ("QGMMA", "HGMMA") if spec.is_fp8 else ("HGMMA", "QGMMA")
+    assert ".reqnctapercluster 2" in c.ptx, "a cluster of 2 CTAs"
+    assert c.ptx.count(".multicast::cluster") >= 1, "B's box multicast by the lead CTA"
+    assert c.count(mma) > 0 and c.count(other) == 0, s
+    assert c.spills <= spill_budget, f"{k.module.name} spills {c.spills} bytes: {s}\n{c.ptxas_log}"
+    assert k.module.smem_bytes <= c.smem_bytes <= H100_SXM.smem_per_block, s
+    assert not c.wgmma_serialized, c.ptxas_log
+
+
+@pytest.mark.skipif(MULTICAST, reason="this Triton has Hopper multicast (the kernels are compiled above)")
+def test_cluster_refused_without_multicast() -> None:
+    with pytest.raises(UnsupportedError, match=r"Triton >= 3\.7"):
+        plan_schedule(MATRIX["bf16_nmajor_unaligned"], H100_SXM, cluster=2)

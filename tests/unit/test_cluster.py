@@ -1,0 +1,212 @@
+"""2-CTA clusters (planner rule 24, passes/cluster.py, ir/verify_cluster.py): the planner's choice per Triton, the
+module the passes build, the verifier's rules (each corruption of a finished module reported), and the generated
+Gluon. Rule 24 needs Triton >= 3.7's Hopper multicast, so choices and sources are checked for 3.9 with
+`emitting_for` (no other Triton installed) and for 3.6, which plans and emits no cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+
+from warploom import H100_SXM, Accumulation, ALayout, BLayout, DType, GemmSpec, ScaleRecipe, UnsupportedError
+from warploom.backends import gluon_sm90
+from warploom.backends.gluon_api import emitting_for
+from warploom.ir import nodes as ir
+from warploom.ir import printer, verify
+from warploom.passes import compile_schedule
+from warploom.passes.cluster import CLUSTER_EMPTY
+from warploom.planner import Plan, plan_schedule
+from warploom.runtime.cross import descriptor_blocks
+
+E4 = DType.E4M3
+
+# (M, N, K) -> whether rule 24 takes clusters (bf16, B N-major): the shapes measured on the H100 (Triton 3.9,
+# docs/benchmarks.md session 24). Unaligned rows with whole waves of clusters and K of 24+ k-blocks: clusters.
+# No whole wave of clusters, a short K, a stream-K plan ahead, or aligned rows: one CTA per tile.
+CHOICES = {
+    (4634, 4968, 3672): True,
+    (3000, 3000, 3000): True,
+    (14242, 3888, 3256): True,
+    (4310, 1504, 1528): True,
+    (2848, 736, 3088): False,  # 36 cluster tiles: no whole wave
+    (1168, 6960, 1104): False,  # 17 k-blocks
+    (656, 8048, 5280): False,  # stream-K's shared last wave beats a whole wave and a part of clusters
+    (4608, 4992, 3712): False,  # aligned rows
+    (8192, 8192, 8192): False,
+}
+
+
+def bf16(m: int, n: int, k: int) -> GemmSpec:
+    return GemmSpec(m, n, k, b_layout=BLayout.N_MAJOR)
+
+
+@pytest.mark.parametrize("shape", list(CHOICES), ids=lambda s: "x".join(map(str, s)))
+def test_rule24_choice_under_triton_39(shape: tuple[int, int, int]) -> None:
+    with emitting_for("3.9"):
+        plan = plan_schedule(bf16(*shape), H100_SXM)
+    assert (plan.cluster == 2) == CHOICES[shape], plan.short()
+    if plan.cluster == 2:
+        assert (plan.bm, plan.bn, plan.consumer_partitions, plan.stream_k, plan.split_k) == (128, 256, 2, 0, 1)
+        assert plan.grid % 2 == 0 and plan.grid <= H100_SXM.sm_count
+
+
+@pytest.mark.parametrize("shape", list(CHOICES), ids=lambda s: "x".join(map(str, s)))
+def test_no_cluster_under_triton_36(shape: tuple[int, int, int]) -> None:
+    with emitting_for("3.6"):
+        assert plan_schedule(bf16(*shape), H100_SXM).cluster == 1
+        with pytest.raises(UnsupportedError, match=r"Triton >= 3\.7"):
+            plan_schedule(bf16(*shape), H100_SXM, cluster=2)
+
+
+@pytest.mark.parametrize("spec,why", [
+    (GemmSpec(4096, 4096, 4096, a_layout=ALayout.M_MAJOR), "M-major A"),
+    (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE,
+              accumulation=Accumulation.PROMOTED), "promoted fp8"),
+    (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+              accumulation=Accumulation.PROMOTED), "blockwise"),
+])
+def test_forced_cluster_refused_with_the_reason(spec: GemmSpec, why: str) -> None:
+    with emitting_for("3.9"), pytest.raises(UnsupportedError, match=why):
+        plan_schedule(spec, H100_SXM, cluster=2)
+
+
+def test_forced_cluster_conflicts() -> None:
+    with emitting_for("3.9"):
+        with pytest.raises(UnsupportedError, match="cluster=3"):
+            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=3)
+        with pytest.raises(UnsupportedError, match="stream_k"):
+            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, stream_k=2)
+        with pytest.raises(UnsupportedError, match="128x256"):
+            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, bn=128)
+
+
+@pytest.mark.parametrize("fields", [dict(cluster=3), dict(cluster=2, stream_k=2), dict(cluster=2, grid=131),
+                                    dict(cluster=2, swap_ab=True), dict(cluster=2, split_k=2)])
+def test_plan_validates_cluster(fields: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="cluster"):
+        Plan(**{"bm": 128, "bn": 256, "bk": 64, "stages": 4, "consumer_warps": 8, "group_m": 8, "grid": 132,
+                **fields})  # type: ignore[arg-type]
+
+
+def cluster_module(spec: GemmSpec | None = None) -> ir.Module:
+    spec = spec or bf16(4634, 4968, 3672)
+    with emitting_for("3.9"):
+        plan = plan_schedule(spec, H100_SXM, cluster=2)
+    m, _ = compile_schedule(spec, plan, H100_SXM)
+    return m
+
+
+def test_the_module_shares_b() -> None:
+    m = cluster_module()
+    assert m.tiling.cluster == 2
+    shared = m.barrier(CLUSTER_EMPTY)
+    assert shared.cluster and shared.purpose is ir.Purpose.EMPTY and shared.rings == ("b_ring",)
+    assert shared.count == m.barrier("empty").count == 2  # (per CTA: both consumer warpgroups release each slot)
+    loads = [o for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.TmaLoad)]
+    assert {(o.tensor, o.multicast) for o in loads} == {(ir.Tensor.A, False), (ir.Tensor.B, True)}
+    cons = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
+    assert [(p.rows, p.accumulators[0].col0, p.accumulators[0].cols) for p in cons] == [(None, 0, 128),
+                                                                                       (None, 128, 128)]
+    text = printer.module(m)
+    assert "cluster=2" in text and "per cluster, in the lead CTA" in text and "multicast (the lead CTA" in text
+    # Descriptors: A's box holds both CTAs' rows, split between them; B's is every CTA's; C's staging split.
+    blocks = descriptor_blocks(m)
+    assert blocks["a_desc"][1:] == ([256, 64], ((1, 0),))
+    assert blocks["b_desc"][1:] == ([64, 256], ((0, 0),))
+    assert blocks["c_desc"][1:] == ([256, 64], ((1, 0),))
+
+
+def _producer(m: ir.Module) -> ir.Partition:
+    return next(p for p in m.partitions if p.role is ir.Role.PRODUCER)
+
+
+def _drop(m: ir.Module, part: Callable[[ir.Partition], bool], gone: Callable[[ir.Op], bool]) -> ir.Module:
+    from warploom.passes.util import filter_ops
+
+    return replace(m, partitions=tuple(replace(p, body=filter_ops(p.body, lambda o: not gone(o))) if part(p) else p
+                                       for p in m.partitions))
+
+
+def _multicast_a(m: ir.Module) -> ir.Module:
+    from warploom.passes.util import rewrite
+
+    def f(o: ir.Op) -> tuple[ir.Stmt, ...]:
+        return (replace(o, multicast=True),) if isinstance(o, ir.TmaLoad) and o.tensor is ir.Tensor.A else (o,)
+
+    return replace(m, partitions=tuple(replace(p, body=rewrite(p.body, f)) for p in m.partitions))
+
+
+CORRUPTIONS: dict[str, tuple[Callable[[ir.Module], ir.Module], str]] = {
+    "producer skips the cluster wait": (
+        lambda m: _drop(m, lambda p: p.role is ir.Role.PRODUCER,
+                        lambda o: isinstance(o, ir.Wait) and o.barrier == CLUSTER_EMPTY),
+        "not preceded by a wait on cluster_empty"),
+    "a consumer does not release B to the cluster": (
+        lambda m: _drop(m, lambda p: p.name == "consumer1",
+                        lambda o: isinstance(o, ir.Arrive) and o.barrier == CLUSTER_EMPTY),
+        "does not release it on cluster_empty"),
+    "A multicast": (_multicast_a, "B's loads, and only B's, are multicast"),
+    "B not multicast in a cluster": (
+        lambda m: replace(m, partitions=tuple(replace(p, body=tuple(
+            replace(s, body=tuple(replace(o, multicast=False) if isinstance(o, ir.TmaLoad) else o for o in s.body))
+            if isinstance(s, ir.Loop) else s for s in p.body)) for p in m.partitions)),
+        "B's loads, and only B's"),
+    "no cluster barrier": (
+        lambda m: replace(m, barriers=tuple(b for b in m.barriers if not b.cluster)),
+        "unknown barrier|no EMPTY cluster barrier"),
+    "cluster barrier without a cluster": (
+        lambda m: replace(m, tiling=replace(m.tiling, cluster=1)),
+        "in a module without a cluster"),
+    "three CTAs": (lambda m: replace(m, tiling=replace(m.tiling, cluster=4)), "clusters of 2 CTAs"),
+    "row-block consumers": (
+        lambda m: replace(m, partitions=tuple(replace(p, rows=ir.RowBlock(0, 128)) if p.role is ir.Role.CONSUMER
+                                              else p for p in m.partitions)),
+        "row block"),
+    "with stream-K": (lambda m: replace(m, tiling=replace(m.tiling, stream_k=2)), "a cluster runs whole tiles"),
+}
+
+
+def test_cluster_module_verifies_clean() -> None:
+    assert verify.complete(cluster_module(), H100_SXM) == []
+
+
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def test_verifier_reports(name: str) -> None:
+    corrupt, pattern = CORRUPTIONS[name]
+    errs = verify.complete(corrupt(cluster_module()), H100_SXM)
+    assert any(__import__("re").search(pattern, e) for e in errs), errs
+
+
+def test_generated_gluon_under_triton_39() -> None:
+    with emitting_for("3.9"):
+        src = gluon_sm90.lower(cluster_module())
+    assert src.num_ctas == 2
+    t = src.text
+    assert "BM = gl.constexpr(256)" in t  # the program's tile: the cluster's
+    assert "tma.async_load(b_desc, [kk * BK, off_n], ready_bars.index(p % STAGES), b_ring.index(p % STAGES), " \
+           "multicast=True)" in t
+    assert "tma.async_load(a_desc, [off_m, kk * BK], ready_bars.index(p % STAGES), a_ring.index(p % STAGES))" in t
+    assert "cluster_empty_bars = mbarrier.allocate_mbarrier(batch=4, two_ctas=True)" in t
+    assert "empty_bars = mbarrier.allocate_mbarrier(batch=4)" in t
+    assert "cga_layout=[[1, 0]]" in t and "gl.zeros([256, 128], gl.float32, acc_layout)" in t
+    assert "a_ring = gl.allocate_shared_memory(a_desc.dtype, [4, 256, 64], a_desc.layout)" in t
+    assert "b_ring.index(c % STAGES).slice(128, 128, dim=1)" in t  # warpgroup 1's column block of B
+
+
+def test_lowering_under_triton_36_refuses_multicast() -> None:
+    m = cluster_module()
+    with emitting_for("3.6"), pytest.raises(UnsupportedError, match=r"Triton >= 3\.7.*Fix: plan with cluster=1"):
+        gluon_sm90.lower(m)
+
+
+@pytest.mark.parametrize("spec", [
+    GemmSpec(2000, 2112, 1008, E4, E4, DType.FP32, BLayout.K_MAJOR, ScaleRecipe.ROWWISE, bias_dtype=DType.BF16),
+    GemmSpec(1000, 1000, 1000, DType.FP16, DType.FP16, DType.FP16),
+], ids=["fp8_rowwise_bias_fp32", "fp16"])
+def test_other_recipes_build(spec: GemmSpec) -> None:
+    """fp8 rowwise with a bias into fp32 stores in blocks half as wide (the staging takes what it took)."""
+    m = cluster_module(spec)
+    assert verify.complete(m, H100_SXM) == []
+    assert m.smem_bytes <= H100_SXM.smem_per_block

@@ -1,0 +1,96 @@
+"""The verifier's rules for a cluster's modules (`ir.Tiling.cluster`, planner rule 24, passes/cluster.py).
+
+A cluster's CTAs stack along M and share B: the lead CTA multicasts B's box into every CTA's slot, so the slot may
+be refilled only when every CTA released it. Statically that means:
+
+- a cluster is 1 or 2 CTAs, on sm_90a, for whole tiles (no split-K, ranged launch, stream-K, swap or grouping), with
+  a K-major A (each CTA's rows of the cluster tile are one box of A's) and consumers that split tiles by columns,
+  never by rows (a row block of a warpgroup is not one block of the cluster's A box), and no fused epilogue graph;
+- every load of B is multicast, and nothing else is;
+- each multicast ring is guarded by an EMPTY cluster barrier (`Barriers.cluster`), which the producer waits on, with
+  the load's slot, before the load in the same loop body, and on which every partition that reads the ring
+  arrives, as often as on the CTA's own EMPTY barrier;
+- cluster barriers exist only in a cluster's modules.
+
+The protocol itself (no copy into a slot another CTA still reads, no phase passed early) is the simulator's to
+check, on both CTAs of a cluster at once.
+"""
+
+from __future__ import annotations
+
+from warploom.ir import nodes as ir
+from warploom.ir import printer
+from warploom.spec import ALayout
+
+
+def check_cluster(m: ir.Module) -> list[str]:
+    t, errs = m.tiling, []
+    shared = [b for b in m.barriers if b.cluster]
+    multicast = [(p, o) for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.TmaLoad) and o.multicast]
+    if t.cluster == 1:
+        errs += [f"barrier {b.name} is a cluster's (held by the lead CTA) in a module without a cluster" for b in shared]
+        errs += [f"partition {p.name}: {printer.op(o)} multicasts in a module without a cluster" for p, o in multicast]
+        return errs
+    if t.cluster != 2:
+        errs.append(f"cluster={t.cluster}: warploom builds clusters of 2 CTAs")
+    if m.blackwell or m.gfx1250:
+        errs.append(f"cluster={t.cluster} on {m.target}: clusters with B multicast are built for sm_90a")
+    if t.split_k > 1 or t.ranged or t.stream_k or t.swap_ab or t.grouped:
+        errs.append(f"cluster={t.cluster} with split-K, a ranged launch, stream-K, swap_ab or grouping: a cluster runs "
+                    "whole tiles of C")
+    if m.spec.a_layout is ALayout.M_MAJOR:
+        errs.append(f"cluster={t.cluster} with an M-major A: each CTA's rows of the cluster tile must be one box of A")
+    if m.spec.epilogue is not None:
+        errs.append(f"cluster={t.cluster} with a fused epilogue graph: its operand loads are not laid out per CTA")
+    for p in m.partitions:
+        if p.rows is not None:
+            errs.append(f"partition {p.name} computes a row block of each tile in a cluster's module: split the "
+                        "consumers by columns (a warpgroup's rows are not one block of the cluster's A box)")
+    for p in m.partitions:
+        for o, _ in ir.walk(p.body):
+            if isinstance(o, ir.TmaLoad) and (o.tensor is ir.Tensor.B) != o.multicast:
+                errs.append(f"partition {p.name}: {printer.op(o)} in a cluster's module: B's loads, and only B's, "
+                            "are multicast (every CTA of the cluster reads the same B box)")
+    for p, o in multicast:
+        guards = [b for b in shared if o.ring in b.rings and b.purpose is ir.Purpose.EMPTY]
+        if not guards:
+            errs.append(f"partition {p.name}: {printer.op(o)} has no EMPTY cluster barrier guarding {o.ring}: the lead "
+                        "would refill a slot another CTA may still read")
+            continue
+        for g in guards:
+            if not _waited_before(p.body, g.name, o):
+                errs.append(f"partition {p.name}: {printer.op(o)} is not preceded by a wait on {g.name}[{o.slot.cursor}] "
+                            "in its loop: the lead would refill a slot another CTA may still read")
+            errs += _release_errors(m, g, o.ring)
+    return errs
+
+
+def _waited_before(body: tuple[ir.Stmt, ...], barrier: str, load: ir.TmaLoad) -> bool:
+    """Whether `load` stands in a loop body after a wait on `barrier` with the load's slot."""
+    waited = False
+    for s in body:
+        if isinstance(s, ir.Loop):
+            if _waited_before(s.body, barrier, load):
+                return True
+            continue
+        if isinstance(s, ir.Wait) and s.barrier == barrier and s.slot == load.slot:
+            waited = True
+        if s == load:
+            return waited
+    return False
+
+
+def _release_errors(m: ir.Module, shared: ir.Barriers, ring: str) -> list[str]:
+    """Every partition that reads `ring` arrives on the cluster barrier `shared` as often as on its own EMPTY ones."""
+    own = {b.name for b in m.barriers if b.purpose is ir.Purpose.EMPTY and not b.cluster and ring in b.rings}
+    errs = []
+    for p in m.partitions:
+        if not any(isinstance(o, ir.Mma) and o.b_ring == ring for o, _ in ir.walk(p.body)):
+            continue
+        arrives = [(o, d) for o, d in ir.walk(p.body) if isinstance(o, ir.Arrive)]
+        mine = sorted((o.guard.value, o.slot.offset, d) for o, d in arrives if o.barrier in own)
+        theirs = sorted((o.guard.value, o.slot.offset, d) for o, d in arrives if o.barrier == shared.name)
+        if mine != theirs:
+            errs.append(f"partition {p.name} reads {ring} but does not release it on {shared.name} where it releases "
+                        f"it on {', '.join(sorted(own))}: the lead's next multicast would wait forever")
+    return errs
