@@ -21,6 +21,7 @@ from warploom.sim import FindingKind, check_protocol, explore, representative_ct
 from warploom.sim.cluster import whole_clusters
 from warploom.sim.compare import compare, sample_ctas
 from warploom.sim.explore import ClusterNotExplored
+from warploom.sim.program import CtaProgram, Geometry, LoadI, WaitI
 
 K = FindingKind
 # M not a multiple of the cluster tile's 256 rows (the last cluster tile's rank 1 may lie wholly past M), N not of
@@ -77,6 +78,22 @@ def test_cluster_raster_covers_c_once() -> None:
             seen[(u.off_m, u.off_n)] = seen.get((u.off_m, u.off_n), 0) + 1
     assert seen == {(r * bm, c * bn): 1 for r in range(6) for c in range(3)}  # (rows 640.. lie past M: clipped)
     assert launch_grid(130, 136, bm, bn, grid, cluster=2) == 2  # one cluster tile: one cluster
+
+
+def test_only_the_lead_multicasts_and_waits_on_the_cluster_barrier() -> None:
+    m, n, k = 300, 520, 200
+    module = _module(m, n, k)
+    grid = launch_grid(m, n, 128, 256, 8, cluster=2)
+    for pid in range(2):
+        geo = Geometry.of(module, m, n, k, pid, grid)
+        (producer,) = (tr for p, tr in zip(module.partitions, CtaProgram.build(module, geo).traces, strict=True)
+                       if p.role is ir.Role.PRODUCER)
+        multicasts = sum(isinstance(i, LoadI) and i.multicast for i in producer)
+        cluster_waits = sum(isinstance(i, WaitI) and i.barrier == CLUSTER_EMPTY for i in producer)
+        loads = sum(isinstance(i, LoadI) for i in producer)
+        steps = len(geo.tiles) * geo.k_tiles
+        assert geo.rank == pid
+        assert (multicasts, cluster_waits, loads) == ((steps, steps, 2 * steps) if pid == 0 else (0, 0, steps))
 
 
 def test_samples_are_whole_clusters() -> None:

@@ -463,7 +463,8 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
                    span: Span | None = None) -> CheckReport:
     """Run the protocol checks (no data) of `module` at problem size (m, n, k) under each seed's schedule.
 
-    By default one CTA per distinct tile count is run (`representative_ctas`). Raises ProtocolError
+    By default one CTA per distinct tile count is run (`representative_ctas`); a cluster module runs every CTA of
+    the clusters of those (or of `ctas`), linked (sim/cluster.py). Raises ProtocolError
     listing the findings unless `raise_on_finding` is False. A ranged module runs the launch over `span` (default:
     all of C).
     """
