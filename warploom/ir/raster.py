@@ -10,7 +10,7 @@ both the runtime and the simulator; it imports nothing of warploom.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from warploom.spec import Grouping
 
@@ -124,11 +124,14 @@ def tail_spans(tiles: int, grid: int, splits_evenly: bool = True) -> tuple[Span,
 
 
 def launch_grid(m: int, n: int, bm: int, bn: int, grid: int, split_k: int = 1, span: Span | None = None,
-                stream_k: int = 0) -> int:
+                stream_k: int = 0, cluster: int = 1) -> int:
     """CTAs launched, as `warploom.runtime.launch` does: the planned grid, capped by the work units (tiles, or a
-    ranged launch's `span` of them, times the k-ranges with split-K); a stream-K kernel's is the planned grid."""
+    ranged launch's `span` of them, times the k-ranges with split-K); a stream-K kernel's is the planned grid. A
+    cluster's (`ir.Tiling.cluster`): whole clusters, grid // cluster of them capped by the cluster tiles."""
     if stream_k:
         return grid
+    if cluster > 1:
+        return cluster * launch_grid(m, n, cluster * bm, bn, grid // cluster, split_k, span)
     tiles = cdiv(m, bm) * cdiv(n, bn) if span is None else span.tiles
     return min(grid, tiles * split_k)
 
@@ -139,13 +142,21 @@ def in_grid(ctas: Iterable[int] | None, grid: int) -> tuple[int, ...]:
 
 
 def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: int,
-              split_k: int = 1, span: Span | None = None) -> tuple[TileRef, ...]:
+              split_k: int = 1, span: Span | None = None, cluster: int = 1) -> tuple[TileRef, ...]:
     """The tiles CTA `pid` of a `grid`-CTA persistent launch visits, in order (tile_id = pid, pid + grid, ...).
     With split-K, the work units u = pid, pid + grid, ...: tile u % tiles, k-range u // tiles; unit (split s,
     tile) stores its partial at rows s * Mp + off_m, columns off_n of the workspace (Mp: M rounded up to BM).
 
     A ranged launch (`span`) visits tiles span.lo + (pid, pid + grid, ...) (split-K: units over the span's
-    tiles), and its workspace is compact: unit (s, span.lo + i) at rows (s * span.tiles + i) * BM, columns 0."""
+    tiles), and its workspace is compact: unit (s, span.lo + i) at rows (s * span.tiles + i) * BM, columns 0.
+
+    A cluster's CTA (`ir.Tiling.cluster`; pid = cluster id * cluster + rank) visits its cluster's cluster tiles of
+    (cluster * BM) x BN, cluster id, cluster id + grid // cluster, ..., each at its rank's BM rows (pid_m counts
+    BM-row tiles)."""
+    if cluster > 1:
+        c, rank = divmod(pid, cluster)
+        return tuple(replace(u, pid_m=u.pid_m * cluster + rank, off_m=u.off_m + rank * bm, ws_m=u.ws_m + rank * bm)
+                     for u in cta_tiles(c, m, n, cluster * bm, bn, group_m, grid // cluster, split_k, span))
     num_pid_m, num_pid_n = cdiv(m, bm), cdiv(n, bn)
     lo, tiles = (0, num_pid_m * num_pid_n) if span is None else (span.lo, span.tiles)
     out = []

@@ -20,6 +20,10 @@ A module with a fused epilogue (`GemmSpec.epilogue`) runs the same way: `simulat
 takes the graph's operands (for scaled_mm with an epilogue the scales and bias too), `apply_epilogue` is
 `warploom.epilogue.reference.evaluate_tile` on each block, and `SimResult.outputs` holds one tensor per output.
 
+A cluster module (`ir.Tiling.cluster`, planner rule 24) runs whole clusters, their CTAs linked and interleaved at
+random (`cluster.py`): the lead's multicast copies land in every CTA, and the cluster's barriers count every CTA's
+arrivals. `explore` refuses it (`explore.ClusterNotExplored`).
+
 Findings (`SimFinding`, kinds in `FindingKind`) name the CTA, partition, op, (tile, k), barrier and phase.
 """
 

@@ -18,6 +18,7 @@ import torch
 from warploom.ir import nodes as ir
 from warploom.ir.raster import Span, TileRef, cdiv, launch_grid
 from warploom.reference import Inputs, dequantized, is_blockwise, reference, relative_error
+from warploom.sim.cluster import whole_clusters
 from warploom.sim.program import launch_span
 from warploom.sim.simulate import SimResult, completed_tiles, representative_ctas, simulate
 
@@ -93,15 +94,16 @@ def sample_ctas(module: ir.Module, m: int, n: int, span: Span | None = None) -> 
     launch covers `span` (default: all of C)."""
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k)
-    tiles = cdiv(m, t.bm) * cdiv(n, t.bn) if span is None else span.tiles
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster)
+    c = t.cluster  # (a cluster's tiles are cluster tiles, its CTAs visit them together: whole clusters run)
+    tiles = cdiv(m, c * t.bm) * cdiv(n, t.bn) if span is None else span.tiles
     if not tiles:
         return ()
-    last = (tiles * t.split_k - 1) % grid
+    last = (tiles * t.split_k - 1) % (grid // c) * c
     # Split-K: a tile of C is judged only when every k-range's unit of it ran, so also the CTAs of the first and
     # the last tile's units (unit = split * tiles + tile, the tile counted within the launch).
     units = {(s * tiles + tile) % grid for tile in (0, tiles - 1) for s in range(t.split_k)} if t.split_k > 1 else set()
-    return tuple(sorted({*representative_ctas(module, m, n, span), last, *units}))
+    return whole_clusters(module, sorted({*representative_ctas(module, m, n, span), last, *units}))
 
 
 def sample_kernel_ctas(kern: Kernel, m: int, n: int, k: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -180,7 +182,7 @@ def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, 
     t = module.tiling
     if t.swap_ab:
         m, n = n, m
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, stream_k=t.stream_k)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, stream_k=t.stream_k, cluster=t.cluster)
     # (split-K: a tile of C is final only once every k-range's unit of it was simulated)
     tiles = completed_tiles(module, m, n, grid, res.report.ctas)
     error = math.nan  # also when no tile was simulated: nothing was shown correct

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from warploom.errors import WarploomError
 from warploom.ir import nodes as ir
 from warploom.ir.raster import launch_grid
 from warploom.sim.findings import FindingKind, FindingSink, SimFinding
@@ -26,6 +27,17 @@ from warploom.sim.program import CtaProgram, FlagWaitI, Geometry, MalformedError
 from warploom.sim.simulate import representative_ctas
 
 Path = tuple[Action, "Path"] | None  # a linked list of actions, newest first
+
+
+class ClusterNotExplored(WarploomError, ValueError):
+    """A cluster module (`ir.Tiling.cluster`): its CTAs share barriers and multicast copies (sim/cluster.py), which the
+    explorer's per-CTA states do not hold."""
+
+    def __init__(self, module: str, cluster: int) -> None:
+        super().__init__(f"explore: expected a module of single CTAs, got module {module} with clusters of {cluster} "
+                         "CTAs, whose CTAs share barriers and multicast copies. Fix: check it with the random "
+                         "simulator, which runs whole clusters (warploom.sim.check_protocol over several seeds, or "
+                         "warploom.sim.simulate)")
 
 
 @dataclass(frozen=True)
@@ -224,9 +236,12 @@ def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_
     search short. With `stop_at_first`, the search ends at the first finding. `por=False` turns the
     local-instruction reduction off (to cross-check it). A stream-K module's CTAs are explored together, all of them
     (keep its grid small). `mutate` edits each CTA's resolved program first: tests plant bugs below the IR with it.
+    A cluster module (`ir.Tiling.cluster`) raises `ClusterNotExplored`: the random simulator runs its clusters.
     """
     t0 = time.perf_counter()
     t = module.tiling
+    if t.cluster > 1:
+        raise ClusterNotExplored(module.name, t.cluster)
     grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, stream_k=t.stream_k)
     pids = representative_ctas(module, m, n) if ctas is None else tuple(ctas)
     sink = FindingSink()

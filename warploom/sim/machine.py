@@ -24,6 +24,12 @@ TDM copies finished, then retires them, which makes their data the partition's o
 ``sync_warps`` after it makes it every warp's (each warp copies and waits for its share of a block). The same
 barrier orders the warps' wmma reads of a slot before the next copy into it. Both are checked per slot fill.
 
+A CTA of a thread-block cluster (`ir.Tiling.cluster`) is one machine too, linked to the others of its cluster
+(sim/cluster.py): the lead's multicast load is one copy in flight in the lead's machine, checked at issue against
+every CTA's slot and landing in all of them (`_land`), and a cluster barrier is one `MBarrier` in all of the
+machines. A non-lead CTA's releases on it name that CTA, so that the lead's own consumers' releases of the same
+slot and fill never stand in for them.
+
 A fused epilogue's ``load_operand`` is a synchronous register load of read-only global memory, so it only
 records which tile's block each operand's registers hold; ``apply_epilogue`` must find every graph operand
 loaded for its block in the current tile, and a ``store_smem`` of an epilogue output the same tile's
@@ -88,7 +94,8 @@ Action = tuple[int, int]
 class Inflight:
     """An asynchronous operation issued by instruction `pc` of `agent` at step `issued`.
 
-    For loads, `fill` is the slot fill it writes and `phase` the barrier's phase when it was issued.
+    For loads, `fill` is the slot fill it writes and `phase` the barrier's phase when it was issued; a multicast load's
+    `peers` are the same (fill, phase) in each other CTA of the cluster (`Machine.cluster`), in rank order.
     """
 
     agent: int
@@ -96,6 +103,7 @@ class Inflight:
     issued: int
     fill: int = -1
     phase: int = -1
+    peers: tuple[tuple[int, int], ...] = ()
 
     def key(self) -> tuple[int, int, int, int]:
         return (self.agent, self.pc, self.fill, self.phase)
@@ -109,7 +117,14 @@ class Machine:
         n = len(prog.traces)
         self.prog, self.sink, self.data = prog, sink, data
         self.pc = [0] * n
-        self.bars = {b.name: [MBarrier(b.count) for _ in range(b.depth)] for b in m.barriers}
+        # A cluster barrier (ir.Barriers.cluster) counts every CTA's arrivals: `cluster.link` shares the lead's.
+        self.bars = {b.name: [MBarrier(b.count * (m.tiling.cluster if b.cluster else 1)) for _ in range(b.depth)]
+                     for b in m.barriers}
+        self.cluster_bars = frozenset(b.name for b in m.barriers if b.cluster)
+        self.rank = prog.geo.rank
+        # The CTAs of this one's cluster, lead first (`cluster.link`; empty outside a cluster): a multicast load of the
+        # lead fills the others' slots, and a non-lead's barrier may await the lead's multicast copies.
+        self.cluster: tuple[Machine, ...] = ()
         self.bar_rings = {b.name: b.rings for b in m.barriers}
         self.empty_bars = frozenset(b.name for b in m.barriers if b.purpose is ir.Purpose.EMPTY)
         self.slots = {r.name: [SlotState() for _ in range(r.depth)] for r in m.rings}
@@ -261,6 +276,7 @@ class Machine:
         c.pc = list(self.pc)
         c.bars = {k: [b.clone() for b in v] for k, v in self.bars.items()}
         c.bar_rings, c.empty_bars = self.bar_rings, self.empty_bars
+        c.cluster_bars, c.rank, c.cluster = self.cluster_bars, self.rank, ()  # (the explorer refuses clusters)
         c.slots = {k: [s.clone() for s in v] for k, v in self.slots.items()}
         c.bufs = {k: b.clone() for k, b in self.bufs.items()}
         c.loads = list(self.loads)
@@ -355,7 +371,10 @@ class Machine:
                                f"may still read it: no wgmma_wait has retired that wgmma",
                                name, bar.phase)
             if s.fill >= 0 and i in s.read_by:
-                bar.publish(("R", ring, ins.index, s.fill))
+                # A non-lead CTA's release on the lead's barrier names its CTA: the lead's own consumers release the
+                # same ring, slot and fill number, and must not stand in for it.
+                who = f"{ring}@{self.rank}" if self.rank and ins.barrier in self.cluster_bars else ring
+                bar.publish(("R", who, ins.index, s.fill))
             if s.fill >= 0 and s.loader == i and ("F", ring, ins.index, s.fill) in self.tokens[i]:
                 # data this partition stored itself (a sync copy): its arrive releases it to the waiters
                 bar.publish(("F", ring, ins.index, s.fill))
@@ -375,30 +394,29 @@ class Machine:
             self._completed(ins.barrier, ins.index, phase)
 
     def _completed(self, barrier: str, index: int, phase: int) -> None:
-        """Phase `phase` of barrier[index] just completed: no load issued on it may still be in flight."""
-        for e in self.loads:
-            ld = self._load_of(e)
-            if ld.barrier == barrier and ld.index == index and e.phase <= phase:
+        """Phase `phase` of barrier[index] just completed: no load issued on it may still be in flight (in a non-lead
+        CTA, also none of the lead's multicast loads, at the phase this CTA's barrier had when it was issued)."""
+        flying = [(self._load_of(e), e.phase, e.issued) for e in self.loads]
+        if self.rank and self.cluster:
+            lead = self.cluster[0]
+            flying += [(ld, e.peers[self.rank - 1][1], e.issued) for e in lead.loads
+                       if (ld := lead._load_of(e)).multicast]
+        for ld, issued_in, issued in flying:
+            if ld.barrier == barrier and ld.index == index and issued_in <= phase:
                 self._flag(FindingKind.TX_MISMATCH, ld.site,
                            f"{barrier}[{index}] completed phase {phase} while {ld.site.where()}, issued at step "
-                           f"{e.issued} in that phase, was still in flight: expect-tx announced fewer "
+                           f"{issued} in that phase, was still in flight: expect-tx announced fewer "
                            f"bytes than the phase's loads bring, so waiters may read {ld.ring}[{ld.slot}] before "
                            f"{ld.tag} lands", f"{barrier}[{index}]", phase)
 
     def _load(self, i: int, pc: int, ins: LoadI) -> None:
         s = self.slots[ins.ring][ins.slot]
         name = f"{ins.ring}[{ins.slot}]"
-        for r in s.readers:
-            rs = self.prog.traces[r[0]][r[1]].site
-            self._flag(FindingKind.OVERWRITE_WHILE_READ, ins.site,
-                       f"{ins.site.where()} loads {ins.tag} into {name} while {rs.where()} may still read "
-                       f"{name}: no wgmma_wait has retired that wgmma")
         if ins.tdm and s.fill >= 0 and i in s.read_by and i not in s.released_by:
             self._flag(FindingKind.UNSYNCED_WARPS, ins.site,
                        f"{ins.site.where()} copies {ins.tag} into {name}, which {self.prog.names[i]}'s warps read "
                        f"({s.describe()}) with no sync_warps since: a warp may still be reading it")
-        fill = self._fill(i, ins.site, ins.ring, ins.slot, ins.tag, lambda: f"loads {ins.tag} into {name} while its "
-                          f"previous load ({s.describe()}) is still in flight", "wgmma")
+        fill = self._overwrite(i, ins)
         if ins.tdm:  # gfx1250: completes in the partition's issue order; a tdm_wait retires it
             self._check_issuers(ins, name)
             self.tdm[i] = self.tdm[i] + (Inflight(i, pc, self.step, fill),)
@@ -411,7 +429,24 @@ class Machine:
             bar = self.bars[ins.barrier][ins.index]
             if ins.tracked:  # cp.async.mbarrier.arrive: the phase now also waits for this copy
                 bar.pending += 1
-            self.loads.append(Inflight(i, pc, self.step, fill, bar.phase))
+            # A multicast (the cluster's lead) is one copy that writes the slot of every CTA of the cluster.
+            peers = tuple((self._overwrite(i, ins, p), p.bars[ins.barrier][ins.index].phase)
+                          for p in self.cluster[1:]) if ins.multicast else ()
+            self.loads.append(Inflight(i, pc, self.step, fill, bar.phase, peers))
+
+    def _overwrite(self, i: int, ins: LoadI, into: Machine | None = None) -> int:
+        """Load `ins` of partition `i` starts a new fill of its slot in this CTA or, a multicast's, in the cluster's
+        CTA `into`, and gets its number: no wgmma may still read the slot (`_fill` checks the rest)."""
+        dst = self if into is None else into
+        s = dst.slots[ins.ring][ins.slot]
+        name = f"{ins.ring}[{ins.slot}]" if into is None else f"CTA {into.prog.geo.pid}'s {ins.ring}[{ins.slot}]"
+        for r in s.readers:
+            rs = dst.prog.traces[r[0]][r[1]].site
+            self._flag(FindingKind.OVERWRITE_WHILE_READ, ins.site,
+                       f"{ins.site.where()} loads {ins.tag} into {name} while {rs.where()} may still read "
+                       f"{name}: no wgmma_wait has retired that wgmma")
+        return self._fill(i, ins.site, ins.ring, ins.slot, ins.tag, lambda: f"loads {ins.tag} into {name} while its "
+                          f"previous load ({s.describe()}) is still in flight", "wgmma", into)
 
     def _mma(self, i: int, pc: int, ins: MmaI) -> None:
         self.k_steps += 1
@@ -610,30 +645,38 @@ class Machine:
         self._scale_flags(ins.site, self.scales.mma_issued(i, pc, ins.site.where(), ins.scales))
         self.mmas[i] = self.mmas[i] + (Inflight(i, pc, self.step),)
 
-    def _fill(self, i: int, site: Site, ring: str, si: int, tag: Tag, unlanded: Callable[[], str], reader: str) -> int:
+    def _fill(self, i: int, site: Site, ring: str, si: int, tag: Tag, unlanded: Callable[[], str], reader: str,
+              into: Machine | None = None) -> int:
         """Partition `i` starts a new fill of ring[si] with `tag` (a TMA load, or a tile's first tcgen05 MMA into a
         tensor-memory accumulator) and gets its number. The previous fill must have landed (else the finding says
-        `unlanded()`, built only then), been read (by a `reader`), and been released to `i`."""
-        s = self.slots[ring][si]
-        name = f"{ring}[{si}]"
+        `unlanded()`, built only then), been read (by a `reader`), and been released to `i`. `into`: the cluster's
+        CTA whose slot a multicast of this lead fills; its readers must have released it on a cluster barrier
+        (a release token naming that CTA, `_arrive`)."""
+        dst = self if into is None else into
+        s = dst.slots[ring][si]
+        name = f"{ring}[{si}]" if into is None else f"CTA {dst.prog.geo.pid}'s {ring}[{si}]"
+        key = ring if into is None else f"{ring}@{into.rank}"
+        others = s.read_by - {i} if into is None else s.read_by
         if s.fill >= 0:
             if not s.landed:
                 self._flag(FindingKind.OVERWRITE_UNRELEASED, site, f"{site.where()} {unlanded()}")
             elif not s.read_by:
                 self._flag(FindingKind.OVERWRITE_UNRELEASED, site,
                            f"{site.where()} overwrites {name} ({s.describe()}) before any {reader} read it")
-            elif (s.read_by - {i}) and ("R", ring, si, s.fill) not in self.tokens[i]:
-                who = ", ".join(self.prog.names[a] for a in sorted(s.read_by - {i}))
+            elif others and ("R", key, si, s.fill) not in self.tokens[i]:
+                cta = "" if into is None else f"CTA {dst.prog.geo.pid}'s "
+                who = ", ".join(cta + dst.prog.names[a] for a in sorted(others))
                 self._flag(FindingKind.OVERWRITE_UNRELEASED, site,
                            f"{site.where()} overwrites {name} ({s.describe()}) that {who} read but has not "
                            f"released to {self.prog.names[i]}: no wait of {self.prog.names[i]} observed a barrier "
                            f"phase in which {who} arrived after that read")
         fill = s.nfills
-        s.fill, s.nfills, s.tag, s.landed, s.loader = fill, fill + 1, tag, False, i
+        s.fill, s.nfills, s.tag, s.landed, s.loader = fill, fill + 1, tag, False, i if into is None else -1
         s.read_by, s.released_by, s.issued, s.landed_at = frozenset(), frozenset(), self.step, -1
         # Tokens of older fills of this slot can never be checked again; dropping them keeps states small.
-        self.tokens = [t if not any(x[1] == ring and x[2] == si for x in t)
-                       else frozenset(x for x in t if x[1] != ring or x[2] != si) for t in self.tokens]
+        dst.tokens = _drop(dst.tokens, ring, si)
+        if into is not None:
+            self.tokens = _drop(self.tokens, key, si)
         return fill
 
     def _scale_copy(self, i: int, pc: int, ins: ScaleCopyI) -> None:
@@ -861,29 +904,39 @@ class Machine:
     def _land(self, j: int) -> None:
         e = self.loads.pop(j)
         ins = self._load_of(e)
+        self._land_in(ins, e.fill, e.agent)
+        if e.peers:  # a multicast: the one copy lands in every CTA of the cluster
+            for peer, (fill, _) in zip(self.cluster[1:], e.peers, strict=True):
+                peer._land_in(ins, fill, e.agent, issued_here=False)
+        self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
+
+    def _land_in(self, ins: LoadI, fill: int, agent: int, issued_here: bool = True) -> None:
+        """Fill #`fill` of load `ins` (issued by partition `agent` of this CTA or, not `issued_here`, a multicast of
+        the cluster's lead) lands in this CTA's slot and completes on this CTA's barrier."""
         assert ins.barrier is not None
         s = self.slots[ins.ring][ins.slot]
         bar = self.bars[ins.barrier][ins.index]
         name = f"{ins.barrier}[{ins.index}]"
-        if s.fill == e.fill:  # (an overwritten fill's late bytes were reported when it was overwritten)
+        if s.fill == fill:  # (an overwritten fill's late bytes were reported when it was overwritten)
             s.landed, s.landed_at, s.land_barrier, s.land_phase = True, self.step, name, bar.phase
             if self.data is not None:
                 self.data.land(ins.ring, ins.slot, ins.tag)
-        bar.publish(("F", ins.ring, ins.slot, e.fill))
+        bar.publish(("F", ins.ring, ins.slot, fill))
         phase = bar.phase
         if ins.tracked:  # a cp.async copy: its landing is the tracked arrival
-            if bar.arrive(1, self.prog.names[e.agent]):
+            if bar.arrive(1, self.prog.names[agent]):
                 self._completed(ins.barrier, ins.index, phase)
-            self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
             return
-        if bar.tx < ins.nbytes:
+        # Another CTA's multicast may land before this CTA's own expect-tx: PTX lets the tx-count go negative, and
+        # the phase cannot complete before that expect's arrival. Too few bytes announced show there as a deadlock
+        # (the count stays negative) or as a phase completing with the copy in flight (`_completed`).
+        if issued_here and bar.tx < ins.nbytes:
             self._flag(FindingKind.TX_MISMATCH, ins.site,
                        f"{ins.site.where()} lands {ins.nbytes} bytes on {name} in phase "
                        f"{bar.phase}, but only {bar.tx} announced bytes are pending: expect-tx announced fewer bytes "
                        f"than the loads bring, or the load names the wrong barrier", name, bar.phase)
         if bar.complete_tx(ins.nbytes):
             self._completed(ins.barrier, ins.index, phase)
-        self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
 
     def _land_tdm(self, i: int) -> None:
         """The oldest unfinished TDM copy of partition `i` lands (the copies of a warp complete in issue order)."""
@@ -1008,6 +1061,12 @@ class Machine:
         self._flag(FindingKind.DEADLOCK, site,
                    f"deadlock in CTA {self.prog.geo.pid} at step {self.step}: " + "; ".join(parts),
                    f"{first.barrier}[{first.index}]" if first else None, first.phase if first else None)
+
+
+def _drop(tokens: list[frozenset[Token]], ring: str, si: int) -> list[frozenset[Token]]:
+    """Each agent's `tokens` less those of ring[si]."""
+    return [t if not any(x[1] == ring and x[2] == si for x in t)
+            else frozenset(x for x in t if x[1] != ring or x[2] != si) for t in tokens]
 
 
 _FOREIGN = -1  # among an accumulator's k-block origins: another tile's sum (or an unset register) was added to

@@ -37,6 +37,8 @@ class Geometry:
         grid: CTAs launched.
         tiles: this CTA's tiles in persistent order.
         k_tiles: k-blocks per tile, ``cdiv(K, BK)``; with split-K, per work unit (that over split_k).
+        rank: the CTA's rank in its cluster (`ir.Tiling.cluster`; pid % cluster): 0 is the lead, which alone
+            issues multicast loads and waits on the cluster's barriers.
     """
 
     m: int
@@ -46,6 +48,7 @@ class Geometry:
     grid: int
     tiles: tuple[TileRef, ...]
     k_tiles: int
+    rank: int = 0
 
     @staticmethod
     def of(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int, span: Span | None = None,
@@ -66,8 +69,9 @@ class Geometry:
             return Geometry(m, n, k, pid, grid, stream_k_units(pid, m, n, cdiv(k, t.bk), t.bm, t.bn, t.group_m, grid,
                                                                t.stream_k), cdiv(k, t.bk))
         return Geometry(m, n, k, pid, grid,
-                        cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, launch_span(module, m, n, span)),
-                        cdiv(k, t.bk) // t.split_k)
+                        cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, launch_span(module, m, n, span),
+                                  t.cluster),
+                        cdiv(k, t.bk) // t.split_k, pid % t.cluster)
 
 
 def launch_span(module: ir.Module, m: int, n: int, span: Span | None) -> Span | None:
@@ -163,6 +167,9 @@ class LoadI:
     warps: int = 0
     team: int = 0
     rows: int = 0
+    # a cluster lead's TMA multicast (ir.TmaLoad.multicast): also fills ring[slot] of every other CTA of the cluster
+    # and completes its bytes on their barrier[index]
+    multicast: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -594,6 +601,10 @@ class _Interp:
                 case ir.SkipTiles():
                     self._use(o.cursor, 0)
                     self.count[o.cursor] += o.tiles * self.geo.k_tiles
+                case ir.Wait() if self.geo.rank and m.barrier(o.barrier).cluster:
+                    self._use(o.parity.cursor, o.parity.offset)  # (a non-lead CTA's wait on the lead's: no-op)
+                case ir.TmaLoad() if self.geo.rank and o.multicast:
+                    pass  # (the lead's copy fills this CTA's slot too)
                 case ir.Wait():
                     u, d = self._use(o.parity.cursor, o.parity.offset)
                     n = u // d
@@ -618,7 +629,7 @@ class _Interp:
                               (origin[o.coord[0]], origin[o.coord[1]]), group, k_end)
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
-                    yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ring.slot_bytes)
+                    yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ring.slot_bytes, multicast=o.multicast)
                 case ir.TdmLoad():
                     ring = m.ring(o.ring)
                     t = self._tile(text)

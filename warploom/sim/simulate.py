@@ -2,7 +2,12 @@
 several schedules).
 
 The persistent grid is simulated CTA by CTA: CTAs share no shared memory and no barriers, and write
-disjoint output tiles, so running them one after another loses no interleaving that matters.
+disjoint output tiles, so running them one after another loses no interleaving that matters. Two kinds of
+launch link CTAs, which then run together: a stream-K launch's CTAs (their fixups wait on each other's
+workspace flags: `run_linked`, all of them), and the CTAs of a thread-block cluster (`ir.Tiling.cluster`: the
+lead's multicast copies fill every CTA's slots, and its cluster barriers count every CTA's arrivals;
+sim/cluster.py), whose actions interleave at random; a cluster module always runs whole clusters, whatever
+`ctas` picks.
 
 A module with a fused epilogue (`GemmSpec.epilogue`) takes its operands by graph name (`operands=`; for
 scaled_mm with an epilogue the scales and bias are among them) and writes one output per
@@ -23,6 +28,7 @@ from warploom.epilogue.operands import OperandSpec
 from warploom.errors import DeviceError, DTypeError, InputError, ScaleError, ShapeError, split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.ir.raster import Span, TileRef, cta_tiles, launch_grid, whole_tiles
+from warploom.sim.cluster import run_cluster, whole_clusters
 from warploom.sim.events import TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, ProtocolError, SimFinding
 from warploom.sim.machine import Machine, StreamKState
@@ -235,14 +241,14 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     A swapped module (`ir.Tiling.swap_ab`, planner rule 18) takes the problem's tensors, as its launcher does: its
     own A and B are the problem's B^T and A^T, its scales trade places, and it writes the problem's (M, N) outputs.
 
-    `operands` maps each operand name of a fused epilogue's graph to its CPU tensor (for scaled_mm with an
-    epilogue, scale_a, scale_b and bias are among them, not positional), laid out as when the graph was
-    captured: the kernel reads element (m, n) at the `OperandSpec.mn_strides` offset. `ctas` picks program
-    ids of the persistent grid (default: all). `outs` (one (M, N) tensor per `module.spec.output_dtypes()`)
-    or `out` (output 0 alone), if given, are written in place (poison them with NaN first to see unwritten
-    tiles); the outputs not given are made NaN-filled. The module need not pass the static verifier: mutated
-    modules are simulated as written. A ranged module (`ir.Tiling.ranged`) runs the launch over `span`'s tiles
-    (default: all of C); the rest of the outputs stays as it was.
+    `operands` maps each operand name of a fused epilogue's graph to its CPU tensor (for scaled_mm with an epilogue,
+    scale_a, scale_b and bias are among them, not positional), laid out as when the graph was captured: the kernel
+    reads element (m, n) at the `OperandSpec.mn_strides` offset. `ctas` picks program ids of the persistent grid
+    (default: all; a cluster module's: every CTA of their clusters). `outs` (one (M, N) tensor per
+    `module.spec.output_dtypes()`) or `out` (output 0 alone), if given, are written in place (poison them with NaN
+    first to see unwritten tiles); the outputs not given are made NaN-filled. The module need not pass the static
+    verifier: mutated modules are simulated as written. A ranged module (`ir.Tiling.ranged`) runs the launch over
+    `span`'s tiles (default: all of C); the rest of the outputs stays as it was.
     """
     t0 = time.perf_counter()
     if module.tiling.swap_ab:  # from here on everything is in the module's own terms
@@ -267,12 +273,14 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     results = _outputs(module, n, m, out, outs) if t.swap_ab else _outputs(module, m, n, out, outs)  # (C: C^T's shape)
     span = launch_span(module, m, n, span)
     ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors, span.tiles if span else 0)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster)
     # A stream-K launch runs whole: its CTAs' fixups link them (ir.Fixup), so a sample would wait forever.
     pids = tuple(range(grid)) if ctas is None or t.stream_k else tuple(ctas)
     for p in pids:
         if not 0 <= p < grid:
             raise ValueError(f"ctas: program id {p} is outside the launched grid [0, {grid})")
+    if t.cluster > 1:  # (a cluster's CTAs wait on each other: whole clusters run)
+        pids = whole_clusters(module, pids)
     sink = FindingSink()
     rng = random.Random(seed)
     steps = k_steps = 0
@@ -293,11 +301,8 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
                 machines = []
                 break
             mach = Machine(prog, sink, CtaData(module, ops, len(module.partitions)), record=record)
-            if t.stream_k:
-                machines.append(mach)  # (run together below: their fixups link them)
-                continue
-            run_random(mach, rng)
             machines.append(mach)
+            _run(module, machines, rng)
         if t.stream_k and machines:
             run_linked(machines, rng, sink)
         for pid, mach in zip(pids, machines, strict=False):
@@ -337,6 +342,8 @@ def _coverage(module: ir.Module, m: int, n: int, k: int, grid: int, pids: tuple[
             for j, writes in enumerate(ops.writes):
                 w = writes.t() if t.swap_ab else writes  # (in the module's coordinates)
                 got = w[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
+                if not got.numel():  # (a cluster tile's rows past M: its CTA's stores are all clipped)
+                    continue
                 lo, hi = int(got.min()), int(got.max())
                 if lo != 1 or hi != 1:
                     name = "C" if j == 0 else f"output {j}"
@@ -346,13 +353,28 @@ def _coverage(module: ir.Module, m: int, n: int, k: int, grid: int, pids: tuple[
                                         tile=str(tile)))
 
 
+def _run(module: ir.Module, machines: list[Machine], rng: random.Random) -> int:
+    """Run the newest of `machines` (CTAs in program-id order) unless it must wait for others: a stream-K launch's
+    CTAs run together once all are built (`run_linked`, by the caller), a cluster's once its last CTA is. The steps
+    run."""
+    c = module.tiling.cluster
+    if module.tiling.stream_k or machines[-1].rank != c - 1 or len(machines) < c \
+            or machines[-c].prog.geo.pid != machines[-1].prog.geo.pid - (c - 1):  # (a CTA of it failed to build)
+        return 0
+    if c > 1:
+        run_cluster(machines[-c:], rng)
+        return sum(mach.step for mach in machines[-c:])
+    run_random(machines[-1], rng)
+    return machines[-1].step
+
+
 def stored_tiles(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int,
                  span: Span | None = None) -> tuple[TileRef, ...]:
     """The units of CTA `pid` that store their tile of C (every unit but a stream-K contributor)."""
     t = module.tiling
     if t.stream_k:
         return tuple(u for u in Geometry.of(module, m, n, k, pid, grid).tiles if u.stores())
-    return cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span)
+    return cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span, t.cluster)
 
 
 def run_linked(machines: list[Machine], rng: random.Random, sink: FindingSink) -> None:
@@ -385,7 +407,8 @@ def completed_tiles(module: ir.Module, m: int, n: int, grid: int, pids: Iterable
     of each: with split-K only those whose every k-range's unit ran (the reduction leaves the rest of C as it
     was); without, every tile they visit."""
     t = module.tiling
-    units = tuple(u for pid in pids for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span))
+    units = tuple(u for pid in pids for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span,
+                                                       t.cluster))
     return whole_tiles(units, t.split_k)
 
 
@@ -405,16 +428,17 @@ def _workspace_coverage(module: ir.Module, m: int, n: int, grid: int, pids: tupl
 
 
 def representative_ctas(module: ir.Module, m: int, n: int, span: Span | None = None) -> tuple[int, ...]:
-    """One CTA per distinct tile count: without data, CTAs with as many tiles run the same protocol."""
+    """One CTA per distinct tile count: without data, CTAs with as many tiles run the same protocol. A cluster
+    module's: every CTA of one cluster per distinct tile count (its CTAs wait on each other)."""
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster)
     if t.stream_k:
         return tuple(range(grid))  # (linked by their fixups: all of them run)
     seen: dict[int, int] = {}
-    for pid in range(grid):
-        seen.setdefault(len(cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span)), pid)
-    return tuple(sorted(seen.values()))
+    for pid in range(0, grid, t.cluster):  # (a cluster's CTAs visit as many tiles as its lead)
+        seen.setdefault(len(cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span, t.cluster)), pid)
+    return whole_clusters(module, seen.values())
 
 
 @dataclass(frozen=True)
@@ -439,14 +463,15 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
                    span: Span | None = None) -> CheckReport:
     """Run the protocol checks (no data) of `module` at problem size (m, n, k) under each seed's schedule.
 
-    By default one CTA per distinct tile count is run (`representative_ctas`). Raises ProtocolError
+    By default one CTA per distinct tile count is run (`representative_ctas`); a cluster module runs every CTA of
+    the clusters of those (or of `ctas`), linked (sim/cluster.py). Raises ProtocolError
     listing the findings unless `raise_on_finding` is False. A ranged module runs the launch over `span` (default:
     all of C).
     """
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k)
-    pids = representative_ctas(module, m, n, span) if ctas is None else tuple(ctas)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster)
+    pids = representative_ctas(module, m, n, span) if ctas is None else whole_clusters(module, ctas)
     seeds = tuple(seeds)
     sink = FindingSink()
     steps = 0
@@ -462,12 +487,9 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
                 sink.add(_malformed(pid, e))
                 continue
             mach = Machine(prog, sink)
-            if t.stream_k:
-                linked.append(mach)
-                continue
-            run_random(mach, rng)
-            steps += mach.step
-        if linked:
+            linked.append(mach)
+            steps += _run(module, linked, rng)
+        if t.stream_k and linked:
             run_linked(linked, rng, sink)
             steps += sum(mach.step for mach in linked)
     report = CheckReport(module.name, seeds, pids, steps, sink.findings())

@@ -1,0 +1,173 @@
+"""2-CTA clusters (planner rule 24, ir.Tiling.cluster) on the CPU: each CTA's rows of the cluster tiles against torch
+and against the same plan without a cluster, whole clusters sampled, and planted bugs in the cluster's protocol (the
+lead's multicast and the cluster's EMPTY barrier, sim/cluster.py) that the simulator must catch."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import warploom
+from warploom.device import H100_SXM
+from warploom.ir import nodes as ir
+from warploom.ir.raster import cta_tiles, launch_grid
+from warploom.passes import compile_schedule
+from warploom.passes.cluster import CLUSTER_EMPTY
+from warploom.passes.util import filter_ops, rewrite
+from warploom.reference import make_inputs, relative_error
+from warploom.sim import FindingKind, check_protocol, explore, representative_ctas, simulate
+from warploom.sim.cluster import whole_clusters
+from warploom.sim.compare import compare, sample_ctas
+from warploom.sim.explore import ClusterNotExplored
+from warploom.sim.program import CtaProgram, Geometry, LoadI, WaitI
+
+K = FindingKind
+# M not a multiple of the cluster tile's 256 rows (the last cluster tile's rank 1 may lie wholly past M), N not of
+# BN, K not of BK.
+SHAPES = [(300, 520, 200), (200, 304, 72), (130, 136, 40)]
+
+
+def _module(m: int, n: int, k: int, cluster: int = 2, grid: int = 8) -> ir.Module:
+    a = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
+    b = torch.empty(k, n, dtype=torch.bfloat16, device="meta")
+    kern = warploom.plan(a, b)
+    plan = dataclasses.replace(kern.plan, bm=128, bn=256, consumer_warps=8, consumer_partitions=2, cluster=cluster,
+                               epilogue_subtiles=4, grid=grid, stages=4)
+    module, _ = compile_schedule(kern.spec, plan, H100_SXM)
+    return module
+
+
+def _inputs(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(m * 7 + n + k)
+    return torch.randn(m, k).bfloat16(), torch.randn(k, n).bfloat16()
+
+
+def _drop(module: ir.Module, role: ir.Role, drop: type, barrier: str) -> ir.Module:
+    """`module` with every `drop` op (Wait or Arrive) on `barrier` removed from its `role` partitions."""
+    parts = tuple(dataclasses.replace(p, body=filter_ops(p.body, lambda o: not (
+        isinstance(o, drop) and o.barrier == barrier))) if p.role is role else p for p in module.partitions)
+    assert parts != module.partitions, "the mutation changed nothing"
+    return dataclasses.replace(module, partitions=parts)
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_each_rank_computes_its_rows(m: int, n: int, k: int) -> None:
+    module = _module(m, n, k)
+    assert module.tiling.cluster == 2
+    a, b = _inputs(m, n, k)
+    for seed in range(2):
+        res = simulate(module, a, b, seed=seed)
+        assert res.ok, res.report.summary()
+        assert not res.output.isnan().any(), "every element of C written"
+        assert relative_error(res.output.float(), a.float() @ b.float()) < 1e-2
+    # The same plan without the cluster sums the same k-blocks in the same order: the same bits.
+    plain = simulate(_module(m, n, k, cluster=1), a, b)
+    assert plain.ok and torch.equal(res.output, plain.output)
+
+
+def test_cluster_raster_covers_c_once() -> None:
+    m, n, bm, bn, grid = 700, 520, 128, 256, 8
+    launched = launch_grid(m, n, bm, bn, grid, cluster=2)
+    assert launched == 8  # 3 x 3 cluster tiles, 4 clusters
+    seen: dict[tuple[int, int], int] = {}
+    for pid in range(launched):
+        for u in cta_tiles(pid, m, n, bm, bn, 8, grid, cluster=2):
+            assert u.off_m // bm % 2 == pid % 2, "rank r computes rows r * BM of its cluster tile"
+            seen[(u.off_m, u.off_n)] = seen.get((u.off_m, u.off_n), 0) + 1
+    assert seen == {(r * bm, c * bn): 1 for r in range(6) for c in range(3)}  # (rows 640.. lie past M: clipped)
+    assert launch_grid(130, 136, bm, bn, grid, cluster=2) == 2  # one cluster tile: one cluster
+
+
+def test_only_the_lead_multicasts_and_waits_on_the_cluster_barrier() -> None:
+    m, n, k = 300, 520, 200
+    module = _module(m, n, k)
+    grid = launch_grid(m, n, 128, 256, 8, cluster=2)
+    for pid in range(2):
+        geo = Geometry.of(module, m, n, k, pid, grid)
+        (producer,) = (tr for p, tr in zip(module.partitions, CtaProgram.build(module, geo).traces, strict=True)
+                       if p.role is ir.Role.PRODUCER)
+        multicasts = sum(isinstance(i, LoadI) and i.multicast for i in producer)
+        cluster_waits = sum(isinstance(i, WaitI) and i.barrier == CLUSTER_EMPTY for i in producer)
+        loads = sum(isinstance(i, LoadI) for i in producer)
+        steps = len(geo.tiles) * geo.k_tiles
+        assert geo.rank == pid
+        assert (multicasts, cluster_waits, loads) == ((steps, steps, 2 * steps) if pid == 0 else (0, 0, steps))
+
+
+def test_samples_are_whole_clusters() -> None:
+    m, n, k = 300, 520, 200
+    module = _module(m, n, k)
+    reps = representative_ctas(module, m, n)
+    assert reps and all(p ^ 1 in reps for p in reps)
+    a, b = _inputs(m, n, k)
+    res = simulate(module, a, b, ctas=[3])
+    assert res.report.ctas == (2, 3) and res.ok
+    assert check_protocol(module, m, n, k, seeds=range(3)).ok
+
+
+def test_a_sample_of_clusters_is_judged() -> None:
+    """`sample_ctas` names whole clusters (one per tile count, and the last cluster tile's), and `compare` judges
+    their tiles, rank 1's past M included."""
+    m, n, k = 700, 520, 72
+    module = _module(m, n, k)
+    ctas = sample_ctas(module, m, n)
+    assert ctas == whole_clusters(module, ctas) and len(ctas) < 8
+    got = compare(module, make_inputs(module.spec, m, n, k), ctas=ctas)
+    assert got.ok, got.result.report.summary()
+    t = module.tiling
+    units = sum(len(cta_tiles(p, m, n, t.bm, t.bn, t.group_m, t.grid, cluster=t.cluster)) for p in ctas)
+    assert len(got.tiles) == units == 10  # (clusters 0 and 1 of 4: 3 and 2 of the 9 cluster tiles, 2 CTAs each)
+
+
+def test_lead_must_wait_for_every_cta_to_release_b() -> None:
+    """Without its wait on the cluster's EMPTY barrier, the lead's multicast refills the other CTA's B slot while
+    that CTA's wgmma may still read it: only its own consumers' releases were observed."""
+    m, n, k = 300, 520, 200
+    module = _drop(_module(m, n, k), ir.Role.PRODUCER, ir.Wait, CLUSTER_EMPTY)
+    a, b = _inputs(m, n, k)
+    for seed in range(3):
+        res = simulate(module, a, b, seed=seed)
+        assert K.OVERWRITE_UNRELEASED in res.report.kinds(), res.report.summary()
+        assert any("CTA 1's b_ring" in f.message for f in res.findings if f.kind is K.OVERWRITE_UNRELEASED)
+    # The same module with the wait is clean on the same seeds: the finding is the missing wait's.
+    assert check_protocol(_module(m, n, k), m, n, k, seeds=range(3)).ok
+
+
+def test_own_empty_barrier_still_guards_a() -> None:
+    """The cluster's barrier guards only B: without its own EMPTY wait a CTA's producer overwrites its A slots."""
+    m, n, k = 300, 520, 200
+    module = _drop(_module(m, n, k), ir.Role.PRODUCER, ir.Wait, "empty")
+    res = simulate(module, *_inputs(m, n, k))
+    found = [f for f in res.findings if f.kind is K.OVERWRITE_UNRELEASED]
+    assert found and all("a_ring" in f.message for f in found), res.report.summary()
+
+
+def test_consumers_must_release_on_the_cluster_barrier() -> None:
+    m, n, k = 300, 520, 200
+    module = _drop(_module(m, n, k), ir.Role.CONSUMER, ir.Arrive, CLUSTER_EMPTY)
+    res = simulate(module, *_inputs(m, n, k))
+    assert K.DEADLOCK in res.report.kinds(), res.report.summary()
+    assert any(CLUSTER_EMPTY in f.message for f in res.findings if f.kind is K.DEADLOCK)
+
+
+def test_each_cta_must_expect_the_multicast_bytes() -> None:
+    """Each CTA's expect-tx counts B's multicast bytes too: announcing A's alone is found in the lead (its own copy
+    lands more than announced) and in the other CTA (its phase completes on A's bytes, before B's have landed)."""
+    m, n, k = 300, 520, 200
+    module = _module(m, n, k)
+    b_bytes = next(r.slot_bytes for r in module.rings if r.tensor is ir.Tensor.B)
+
+    def a_only(o: ir.Op) -> tuple[ir.Stmt, ...]:
+        return (dataclasses.replace(o, nbytes=o.nbytes - b_bytes) if isinstance(o, ir.ArriveExpectTx) else o,)
+
+    parts = tuple(dataclasses.replace(p, body=rewrite(p.body, a_only)) for p in module.partitions)
+    res = simulate(dataclasses.replace(module, partitions=parts), *_inputs(m, n, k))
+    assert K.TX_MISMATCH in res.report.kinds(), res.report.summary()
+    assert any(f.cta % 2 for f in res.findings if f.kind is K.READ_BEFORE_LANDED), res.report.summary()
+
+
+def test_explorer_refuses_clusters() -> None:
+    with pytest.raises(ClusterNotExplored, match="random simulator"):
+        explore(_module(130, 136, 40), 130, 136, 40)
