@@ -24,6 +24,7 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 21. stream-K: the last wave's tiles shared as 2-4 k-block pieces, a fixup: docs/decisions/rule-21-stream-k.md
 22. grouped GEMMs: 128x256 from 256 rows a group, 64x128 to 64, else 128x128: docs/decisions/rule-22-grouped.md
 23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
+24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7): docs/decisions/rule-24-clusters.md
 """
 
 from __future__ import annotations
@@ -910,8 +911,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             _note("128x256", "2-CTA clusters", cl_score,
                   f"{cl_tiles} cluster tiles of 256x256, {math.ceil(cl_tiles / (device.sm_count // 2))} round(s) of "
                   f"{device.sm_count // 2} clusters, B multicast" + ("" if aligned else ", rows unaligned"))
-            busy = cl_tiles >= device.sm_count // 2 and math.ceil(spec.k / bk) >= CLUSTER_MIN_KBLOCKS
-            if cluster == 2 or busy and cl_score < CLUSTER_MARGIN * best[0]:
+            if cluster == 2 or cl_tiles >= device.sm_count // 2 and cl_score < CLUSTER_MARGIN * best[0]:
                 best = (cl_score, -cbm * cbn, cl_plan)
     if cluster == 2 and (best is None or best[2].cluster != 2):
         raise UnsupportedError(f"cluster=2 (rule 24): no 128x256 plan fits {spec.short()} with {stages=} on "
@@ -1072,13 +1072,12 @@ def _stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | N
 # multicasts. Where A's or B's rows are not whole 128-byte lines, each box row touches two L2 lines and 128x256 tiles
 # lose a fifth while the machine streams (bf16 4634x4968x3672: 457 TFLOP/s on one CTA per tile, 578 in clusters,
 # torch 630; H100, Triton 3.9); on aligned rows clusters ran 1-2% slower (4608x4992x3712, 8192^3). The gain needs
-# the L2 busy: with no whole wave of clusters (2848x736x3088: 36 cluster tiles) or a short K (1168x6960x1104: 17
-# k-blocks) they lost 2-5%, and a whole wave and a part against stream-K's shared part lost 10% (656x8048x5280). So
-# the gain is counted on whole waves only (a last, partial wave leaves L2 idle enough), and clusters are chosen for
-# unaligned rows, at least one whole wave of them and CLUSTER_MIN_KBLOCKS k-blocks, where that score beats the best
-# one-CTA plan's by CLUSTER_MARGIN.
+# the L2 busy: with no whole wave of clusters (2848x736x3088: 36 cluster tiles) they lost 5%, and a whole wave and a
+# part against stream-K's shared part lost 10% (656x8048x5280). So the gain is counted on whole waves only (a last,
+# partial wave leaves L2 idle enough), and clusters are chosen for unaligned rows with at least one whole wave of
+# them, where that score beats the best one-CTA plan's by CLUSTER_MARGIN. (18 shapes, bf16 and fp8 rowwise: the
+# model's misses cost 2-5% at 1168x6960x1104 bf16, 6320x6848x5648 bf16 and 4634x4976x3680 fp8; docs/decisions.)
 CLUSTER_UNALIGNED_GAIN = 1.27
-CLUSTER_MIN_KBLOCKS = 24
 CLUSTER_MARGIN = 0.95
 
 
