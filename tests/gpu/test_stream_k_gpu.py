@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from graphs import replayed
 
 from warploom import checks
 from warploom.device import DeviceInfo
@@ -85,17 +86,7 @@ def test_cuda_graph_and_planner_choice() -> None:
     eager = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
     kern.run(a, b, eager)
     out = torch.empty_like(eager)
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        kern.run(a, b, out)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        kern.run(a, b, out)
-    out.fill_(float("nan"))
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
+    replayed(lambda: kern.run(a, b, out), out)
     assert torch.equal(out, eager)
     torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
 

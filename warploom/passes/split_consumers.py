@@ -69,13 +69,7 @@ class SplitConsumers:
                     rows=ir.RowBlock(i * rows, rows))
             for i in range(n)
         )
-        # Each consumer partition releases every slot once, so a slot is free after n arrivals.
-        arrivals = {o.barrier for o, _ in ir.walk(cons.body) if isinstance(o, ir.Arrive)}
-        barriers = tuple(replace(b, count=b.count * n) if b.name in arrivals else b for b in m.barriers)
-        parts: list[ir.Partition] = []
-        for p in m.partitions:
-            parts.extend(split if p is cons else (p,))
-        return replace(m, partitions=tuple(parts), barriers=barriers)
+        return _cooperative(m, cons, split)
 
     def _columns(self, m: ir.Module, cons: ir.Partition) -> ir.Module:
         """Warpgroup i computes columns [i * BN / n, (i + 1) * BN / n) of every tile: its accumulator is that
@@ -97,12 +91,7 @@ class SplitConsumers:
             split.append(replace(cons, name=f"{cons.name}{i}", warps=4, default=cons.default and i == 0,
                                  accumulators=(replace(accs[0], cols=cols, col0=i * cols),),
                                  body=rewrite(cons.body, own)))
-        arrivals = {o.barrier for o, _ in ir.walk(cons.body) if isinstance(o, ir.Arrive)}
-        barriers = tuple(replace(b, count=b.count * n) if b.name in arrivals else b for b in m.barriers)
-        parts: list[ir.Partition] = []
-        for p in m.partitions:
-            parts.extend(split if p is cons else (p,))
-        return replace(m, partitions=tuple(parts), barriers=barriers)
+        return _cooperative(m, cons, split)
 
     def _pingpong(self, m: ir.Module, cons: ir.Partition) -> ir.Module:
         n = self.partitions
@@ -142,3 +131,15 @@ class SplitConsumers:
             parts.extend(split if p is cons else (p,))
         # Each slot use is read, and released, by one partition: the empty barriers keep their count.
         return replace(m, partitions=tuple(parts), barriers=m.barriers + turns)
+
+
+def _cooperative(m: ir.Module, cons: ir.Partition, split: list[ir.Partition] | tuple[ir.Partition, ...]) -> ir.Module:
+    """`m` with `cons` replaced by the partitions of `split`, each of which releases every slot once: a slot is free
+    after as many arrivals as there are partitions."""
+    n = len(split)
+    arrivals = {o.barrier for o, _ in ir.walk(cons.body) if isinstance(o, ir.Arrive)}
+    barriers = tuple(replace(b, count=b.count * n) if b.name in arrivals else b for b in m.barriers)
+    parts: list[ir.Partition] = []
+    for p in m.partitions:
+        parts.extend(split if p is cons else (p,))
+    return replace(m, partitions=tuple(parts), barriers=barriers)
