@@ -10,6 +10,14 @@ if [ -d .whl ]; then
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# A newer Triton carried in parts (scripts/triton_parts.sh): TRITON_PARTS=/tmp/tw unpacks it once into
+# /tmp/triton-carried and puts it first on the path (the machine's own Triton stays for everything else).
+if [ -n "${TRITON_PARTS:-}" ]; then
+  if [ ! -d /tmp/triton-carried/triton ]; then
+    mkdir -p /tmp/triton-carried && cat "$TRITON_PARTS"/part_* | tar xJ -C /tmp/triton-carried
+  fi
+  export PYTHONPATH=/tmp/triton-carried:$PYTHONPATH TRITON_DEFAULT_FP_FUSION=1
+fi
 export WARPLOOM_CACHE_DIR=${WARPLOOM_CACHE_DIR:-/tmp/warploom-cache}
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" \
   | tee "$OUT/env.txt"
