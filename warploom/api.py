@@ -344,7 +344,10 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     """`torch._scaled_mm` semantics for fp8: ``(a @ b) * scale_a * scale_b + bias``, tensorwise or rowwise; or
     blockwise (``ScalingType.BlockWise1x128`` scale_a (M, ceil(K/128)) with scale_b (ceil(K/128), ceil(N/128)),
     ``BlockWise128x128``, or (ceil(K/128), N), ``BlockWise1x128``); or MX (torch.float8_e8m0fnu scale_a (M, K/32)
-    and scale_b (N, K/32), ``BlockWise1x32``, unswizzled): the dequantized product, any scale strides.
+    and scale_b (N, K/32), ``BlockWise1x32``, unswizzled): the dequantized product, any scale strides. (torch's
+    cuBLAS kernel reads a BlockWise128x128 scale_a's rows ceil(K/128) rounded up to 4 apart, whatever its strides:
+    where that differs from its row stride, torch gets `warploom.reference.cublas_a_blocks(scale_a)` for the same
+    product.)
 
     With ``use_fast_accum=False`` each k-block's fp8 product is promoted into a full fp32 accumulator; blockwise
     recipes always promote, each k-block with its scales.

@@ -101,6 +101,24 @@ def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
     return a.float() * sa, b.float() * sb
 
 
+def cublas_a_blocks(scale_a: torch.Tensor) -> torch.Tensor:
+    """A 128x128-block scale_a (M-blocks, k-blocks) laid out for torch._scaled_mm, so that torch computes with its
+    values: a row-major (M-blocks, k-blocks) tensor at the start of a buffer that holds row i at element i * L4.
+
+    cuBLAS's BlockWise128x128 kernel reads row i of A's scales at element i * L4, L4 the k-blocks rounded up to a
+    multiple of 4, whatever the tensor's strides (torch passes only the address), while torch._scaled_mm asks for
+    strides (k-blocks, 1). So with k-blocks not a multiple of 4 and M > 128, torch given a plain row-major scale_a
+    computes rows past the first 128 with other scales, silently (pytorch/pytorch#166752). The tensor returned is
+    for torch only: read through its strides it holds other values there. warploom reads scale tensors through
+    their strides: give it `scale_a` itself.
+    """
+    mb, kb = scale_a.shape
+    l4 = -(-kb // 4) * 4
+    rows = torch.zeros(mb * l4, dtype=scale_a.dtype, device=scale_a.device)
+    rows.view(mb, l4)[:, :kb] = scale_a  # (M-blocks, L4): row i at i * L4, as cuBLAS reads it; padding never read
+    return rows[: mb * kb].view(mb, kb)  # (M-blocks, k-blocks), strides (k-blocks, 1), as torch checks
+
+
 def is_blockwise(x: Inputs) -> bool:
     """Whether the scales vary along K (not tensorwise (one each) or rowwise ((M, 1) and (1, N)))."""
     if x.scale_a is None or x.scale_b is None:

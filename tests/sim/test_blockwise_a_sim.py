@@ -3,7 +3,9 @@
 scale_a (ceil(M/128), ceil(K/128)), torch's ScalingType.BlockWise128x128 for A, with scale_b per column
 (ceil(K/128), N) (the pair torch._scaled_mm takes) or per 128x128 block (ceil(K/128), ceil(N/128)) (which torch
 refuses on CUDA). Integer inputs and power-of-two scales make every sum exact, so the result must equal an
-independent k-block loop exactly.
+independent k-block loop exactly, whatever scale_a's strides: row-major, column-major, or a (M/128, K/128) view of
+a (M/128, L4) buffer (cuBLAS's rows, L4 = K/128 rounded up to 4). 384x128x1280 (K/128 = 10) is where torch, given
+a row-major scale_a, reads other scales (tests/unit/test_blockwise_a.py).
 """
 
 from __future__ import annotations
@@ -33,16 +35,24 @@ def loop_reference(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch
     return acc
 
 
-@pytest.mark.parametrize("size", [(300, 272, 640), (128, 256, 128), (1, 16, 16), (129, 528, 1008)])
+@pytest.mark.parametrize("size", [(300, 272, 640), (128, 256, 128), (1, 16, 16), (129, 528, 1008),
+                                  (384, 128, 1280), (130, 128, 384)])
 @pytest.mark.parametrize("b_block", [1, 128], ids=["b1x128", "b128x128"])
-@pytest.mark.parametrize("layout", ["row", "col"])
+@pytest.mark.parametrize("layout", ["row", "col", "l4"])
 def test_a_blocks_exact(size: tuple[int, int, int], b_block: int, layout: str) -> None:
     torch.manual_seed(sum(size))
     m, n, k = size
     kb, mb, nb = -(-k // 128), -(-m // 128), -(-n // 128)
     a = torch.randint(-4, 5, (m, k)).float().to(E4)
     b = torch.randint(-4, 5, (n, k)).float().to(E4).t()
-    sa = pow2(mb, kb) if layout == "row" else pow2(kb, mb).t()  # any strides: the kernel reads them one by one
+    l4 = -(-kb // 4) * 4
+    # Any strides: the kernel reads the scales one by one ("l4": rows L4 apart, as cuBLAS lays them out).
+    if layout == "row":
+        sa = pow2(mb, kb)
+    elif layout == "col":
+        sa = pow2(kb, mb).t()
+    else:
+        sa = pow2(mb, l4)[:, :kb]
     sb = pow2(kb, n if b_block == 1 else nb)
     want = ScaleRecipe.BLOCKWISE_128X128_1X128 if b_block == 1 else ScaleRecipe.BLOCKWISE_128X128_128X128
     if m > 1:  # (with M = 1 the shape is also the 1x128 one, which means the same)
