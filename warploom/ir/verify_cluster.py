@@ -28,7 +28,8 @@ def check_cluster(m: ir.Module) -> list[str]:
     shared = [b for b in m.barriers if b.cluster]
     multicast = [(p, o) for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.TmaLoad) and o.multicast]
     if t.cluster == 1:
-        errs += [f"barrier {b.name} is a cluster's (held by the lead CTA) in a module without a cluster" for b in shared]
+        errs += [f"barrier {b.name} is a cluster's (held by the lead CTA) in a module without a cluster"
+                 for b in shared]
         errs += [f"partition {p.name}: {printer.op(o)} multicasts in a module without a cluster" for p, o in multicast]
         return errs
     if t.cluster != 2:
@@ -59,8 +60,9 @@ def check_cluster(m: ir.Module) -> list[str]:
             continue
         for g in guards:
             if not _waited_before(p.body, g.name, o):
-                errs.append(f"partition {p.name}: {printer.op(o)} is not preceded by a wait on {g.name}[{o.slot.cursor}] "
-                            "in its loop: the lead would refill a slot another CTA may still read")
+                errs.append(f"partition {p.name}: {printer.op(o)} is not preceded by a wait on "
+                            f"{g.name}[{o.slot.cursor}] in its loop: the lead would refill a slot another CTA may "
+                            "still read")
             errs += _release_errors(m, g, o.ring)
     return errs
 
