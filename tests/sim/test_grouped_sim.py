@@ -207,25 +207,33 @@ def test_k_grouped_fp16_n_major_through_the_api() -> None:
     assert bool((y[0] == 0).all()) and bool((y[2] == 0).all())
 
 
-@pytest.mark.parametrize("kind", ["no_k_clip", "no_k_block_when_empty", "k_from_zero"])
+@pytest.mark.parametrize("kind", ["no_k_clip", "no_k_head_clip", "no_k_block_when_empty", "k_from_zero",
+                                  "unaligned_k_start"])
 def test_planted_k_edge_bugs_are_caught(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A kernel that does not zero A past its group's K end (the next group's columns add in), one that runs no
-    k-block for an empty group (its tile stores the previous tile's sum), and one that reads every group's K from 0."""
+    """A kernel that does not zero A past its group's K end (the next group's columns add in) or before its start
+    (the previous group's, brought in by the 16-byte rounding of the start), one that runs no k-block for an empty
+    group (its tile stores the previous tile's sum), one that reads every group's K from 0, and one that loads from
+    the group's own K start: a TMA coordinate of 70 bf16 (140 bytes), an illegal instruction on an H100."""
     groups, m, n, k = 4, 128, 128, 300
     offs = torch.tensor([70, 70, 250, 300], dtype=torch.int32)
     mod = _k_module(m, n, k, groups)
     a, b = torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16().t()
     ref = reference_k_grouped(a, b, group_bounds(Grouping.K_OFFSETS, offs.tolist(), k))
     assert simulate_grouped(mod, a, b, offs).ok
-    real = program.k_group_tiles
+    real, bk = program.k_group_tiles, mod.tiling.bk
 
     def tiles(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         out = real(*args, **kwargs)
         if kind == "no_k_clip":
             return tuple(dataclasses.replace(t, k_end=None) for t in out)
+        if kind == "no_k_head_clip":
+            return tuple(dataclasses.replace(t, k_start=t.k0) for t in out)
         if kind == "no_k_block_when_empty":
-            return tuple(dataclasses.replace(t, k_hi=0) if t.k_end == t.k0 else t for t in out)
-        return tuple(dataclasses.replace(t, k0=0, k_end=t.k_end - t.k0) for t in out)
+            return tuple(dataclasses.replace(t, k_hi=0) if t.k_end == t.k_start else t for t in out)
+        if kind == "unaligned_k_start":
+            return tuple(dataclasses.replace(t, k0=t.k_start, k_hi=max(1, -(-(t.k_end - t.k_start) // bk)))
+                         for t in out)
+        return tuple(dataclasses.replace(t, k0=0, k_start=0, k_end=t.k_end - t.k_start) for t in out)
 
     monkeypatch.setattr(program, "k_group_tiles", tiles)
     res = simulate_grouped(mod, a, b, offs)
@@ -233,6 +241,9 @@ def test_planted_k_edge_bugs_are_caught(kind: str, monkeypatch: pytest.MonkeyPat
     assert wrong or not res.ok
     if kind == "no_k_block_when_empty":  # the stale accumulator is named, not just wrong
         assert FindingKind.ACC_INCOMPLETE in res.report.kinds(), res.report.summary()
+    if kind == "unaligned_k_start":  # right numbers, but the load the GPU faults on is named
+        assert FindingKind.TMA_MISALIGNED in res.report.kinds(), res.report.summary()
+        assert any("140 bytes" in f.message for f in res.findings)
 
 
 # ---- fused epilogues on M-grouped kernels: operands indexed in the grouped row space ----

@@ -21,12 +21,15 @@ warploom.ir.raster.group_tiles is the same scan in Python.
 
 A K-grouped module (Grouping.K_OFFSETS, the weight gradient) differs again (`KGroupedEmitter`): every group has C's
 (M, N) tiles, so the tile count and a tile's group are arithmetic; each tile loads its group's K range from offs
-(``k_group_tile``) and runs ``max(1, cdiv(k_end - k_start, BK))`` k-blocks from k_start. A and B are 2-D
-descriptors read at ``k_start + kk * BK``, so a group's last, partial k-block reads the next group's columns of
-both, and their products would add into the sum (unlike the M-grouped row edge, whose extra rows feed only dropped
-output rows). The consumer therefore zeroes its rows of A's columns past the group's end in the slot it waited on,
-before its wgmma (a fence and a partition barrier after the stores, so every thread's zeros are in the async proxy's
-view first); the B rows they meet are finite or not, 0 * inf being NaN (torch's kernel never reads them: see
+(``k_group_tile``) and runs ``max(1, cdiv(k_end - k_base, BK))`` k-blocks from k_base, the group's K start rounded
+down to 16 bytes: TMA's innermost coordinate must be a multiple of 16 bytes (an H100 raises "illegal instruction" at
+any other, e.g. a bf16 group starting at column 375), and offs may end a group at any column. A and B are 2-D
+descriptors read at ``k_base + kk * BK``, so a group's first k-block may read the previous group's last columns (up
+to 15 bytes' worth) and its last, partial one the next group's columns, of both, and their products would add into
+the sum (unlike the M-grouped row edge, whose extra rows feed only dropped output rows). The consumer therefore
+zeroes its rows of A's columns outside the group's K range in the slot it waited on, before its wgmma (a fence and
+a partition barrier after the stores, so every thread's zeros are in the async proxy's view first); the B rows they
+meet are finite or not, 0 * inf being NaN (torch's kernel never reads them: see
 docs/decisions/k-grouped-and-gate-epilogue.md). An empty group runs one k-block of all-zero A, so its tile stores
 zeros (torch's result) by the path every tile takes. ir.raster.k_group_tiles is the same in Python.
 """
@@ -37,6 +40,7 @@ from warploom.backends.codebuf import CodeBuffer
 from warploom.backends.gluon_sm90 import GluonSource, PartitionEmitter, lower, slot_index, store_desc
 from warploom.ir import nodes as ir
 from warploom.ir import printer
+from warploom.ir.raster import tma_k_align
 from warploom.spec import BLayout, Grouping
 
 
@@ -109,12 +113,17 @@ class KGroupedEmitter(GroupedEmitter):
         b = self.buf
         b.line(f"grp, off_m, off_n, row_end, k_start, k_end = k_group_tile({var}, group_ptr, M, K, num_pid_m, "
                "num_pid_n)", "its group, origin in C (G * M, N), the group's row end and K range")
-        b.line("k_tiles = gl.maximum(gl.cdiv(k_end - k_start, BK), 1)",
+        # (TMA's innermost coordinate a multiple of 16 bytes, else an illegal instruction; the columns before
+        # k_start that this brings in are zeroed as the tail's are: _zero_a_tail)
+        align = tma_k_align(self.m.spec.a_dtype)
+        b.line(f"k_base = k_start // {align} * {align}",
+               "the group's K start rounded down to 16 bytes: TMA's innermost coordinate must be")
+        b.line("k_tiles = gl.maximum(gl.cdiv(k_end - k_base, BK), 1)",
                "the group's k-blocks (an empty group's one reads A as zeros)")
 
     def _coord(self, axis: ir.Axis) -> str:
-        # A's rows are the group's block of C's less g * M; K from the group's start
-        return {ir.Axis.M: "off_m - grp * M", ir.Axis.N: "off_n", ir.Axis.K: "k_start + kk * BK"}[axis]
+        # A's rows are the group's block of C's less g * M; K from the group's aligned start
+        return {ir.Axis.M: "off_m - grp * M", ir.Axis.N: "off_n", ir.Axis.K: "k_base + kk * BK"}[axis]
 
     def op(self, o: ir.Op) -> None:
         match o:
@@ -136,14 +145,16 @@ class KGroupedEmitter(GroupedEmitter):
         ring = self.m.ring(o.a_ring)
         vec = max(1, 16 // ring.dtype.bytes)
         lanes = min(32, max(1, ring.cols // vec))
-        b.line("k_left = k_end - k_start - kk * BK", "the group's columns in this k-block")
-        with b.block("if k_left < BK", comment="its last, partial k-block: A's columns past the group's end to 0"):
+        b.line("k_skip = k_start - k_base - kk * BK", "this k-block's columns before the group's K start")
+        b.line("k_left = k_end - k_base - kk * BK", "and before its end")
+        with b.block("if (k_skip > 0) | (k_left < BK)",
+                     comment="its first or last, partial k-block: A's columns outside the group's K range to 0"):
             b.line(f"mk_layout: gl.constexpr = gl.BlockedLayout([1, {vec}], [{32 // lanes}, {lanes}], "
                    f"[{self.p.warps}, 1], [1, 0])")
             b.line(f"mk_vals = {view}.load(mk_layout)")
             b.line(f"mk_cols = gl.arange(0, {ring.cols}, layout=gl.SliceLayout(0, mk_layout))")
-            b.line(f"{view}.store(gl.where((mk_cols < k_left)[None, :], mk_vals, gl.zeros_like(mk_vals)))",
-                   "(else the next group's columns add into the sum)")
+            b.line(f"{view}.store(gl.where(((mk_cols >= k_skip) & (mk_cols < k_left))[None, :], mk_vals, "
+                   "gl.zeros_like(mk_vals)))", "(else the neighbour groups' columns add into the sum)")
             b.line("fence_async_shared()", "the zeros visible to wgmma's async proxy")
             b.line(self.api.barrier, "every thread's zeros stored before any thread's wgmma reads the slot")
 

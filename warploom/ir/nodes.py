@@ -816,9 +816,10 @@ class Tiling:
             it); rowwise scale_b is read from group g's row of a (G, N) tensor. The launch grid is the planned grid.
             K_OFFSETS (the K-grouped weight gradient): every group has C's (M, N) tiles, group g's tile ids
             g * T_g .. (g + 1) * T_g - 1 (no scan); its K range comes from offs in the kernel, its K loops run
-            max(1, cdiv(k_end - k_start, BK)) k-blocks from k_start, A and B are 2-D (A's rows are C's less g * M),
-            A's columns past the group's K end are zeroed in the slot before the wgmma (else the next group's
-            columns would add into the sum), and C is (G * M, N), its stores clipped at the group's last row.
+            max(1, cdiv(k_end - k_base, BK)) k-blocks from k_base, k_start rounded down to 16 bytes (TMA's
+            innermost coordinate must be: the GPU faults otherwise), A and B are 2-D (A's rows are C's less g * M),
+            A's columns outside the group's K range are zeroed in the slot before the wgmma (else the neighbour
+            groups' columns would add into the sum), and C is (G * M, N), its stores clipped at the group's last row.
         cluster: CTAs per thread-block cluster (Hopper; Triton >= 3.7), 1 or 2, stacked along M (planner rule 24).
             Each CTA runs this module's partitions on a BM x BN tile, and the cluster's CTAs, ranks 0 .. cluster - 1,
             the rows r * BM .. of one *cluster tile* of cluster * BM x BN: tile ids, the raster and the persistent

@@ -12,7 +12,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+from warploom.dtypes import DType
 from warploom.spec import Grouping
+
+# A TMA copy's innermost coordinate must be a multiple of 16 bytes (not only its descriptor's base and strides): an
+# H100 raises "an illegal instruction was encountered" otherwise. Tile origins are multiples by construction; a
+# K-grouped module's group start, read from offs on the device, is not (`tma_k_align`).
+TMA_INNER_BYTES = 16
+
+
+def tma_k_align(dtype: DType) -> int:
+    """Elements of `dtype` in TMA_INNER_BYTES: a K-grouped module's k-blocks start at a multiple of it."""
+    return TMA_INNER_BYTES // dtype.bytes
 
 
 def cdiv(a: int, b: int) -> int:
@@ -64,11 +75,13 @@ class TileRef:
     row0: int = 0
     k0: int = 0
     k_end: int | None = None
+    k_start: int = 0
 
     # group, row_end: a grouped module's (ir.Tiling.grouping): the tile's group and that group's end row in C (its
     # stores are clipped there; None: C's own end). row0, k0, k_end: a K-grouped module's (Grouping.K_OFFSETS): the
-    # group's first row in C (g * M; A's rows are C's less it), its K range k0 .. k_end in elements (the k-blocks
-    # k_lo .. k_hi start at k0; A's columns from k_end on read as zero).
+    # group's first row in C (g * M; A's rows are C's less it), its K range k_start .. k_end in elements, and k0
+    # where its k-blocks k_lo .. k_hi start: k_start rounded down to 16 bytes, as TMA's innermost coordinate must be
+    # (A's columns before k_start and from k_end on read as zero).
 
     def __str__(self) -> str:
         ks = f", group {self.group}" if self.row_end is not None else ""
@@ -237,11 +250,12 @@ def group_tiles(pid: int, bounds: tuple[tuple[int, int], ...], n: int, bm: int, 
 
 
 def k_group_tiles(pid: int, bounds: tuple[tuple[int, int], ...], m: int, n: int, bm: int, bn: int, bk: int,
-                  group_m: int, grid: int) -> tuple[TileRef, ...]:
+                  k_align: int, group_m: int, grid: int) -> tuple[TileRef, ...]:
     """The tiles CTA `pid` of a K-grouped launch (`Grouping.K_OFFSETS`) visits: every group has the same
     cdiv(M, BM) * cdiv(N, BN) tiles of its (M, N) block of C, group g's tile ids g * per .. (g + 1) * per, in the
     grouped raster within it; `bounds` each group's K range (`group_bounds` over K). The kernel's
-    ``k_group_tile``. Every tile runs at least one k-block: an empty group's reads A's columns all as zero, so its
+    ``k_group_tile``. Its k-blocks start at the group's K start rounded down to `k_align` elements (16 bytes: TMA's
+    innermost coordinate). Every tile runs at least one k-block: an empty group's reads A's columns all as zero, so its
     tile stores zeros (torch's result) by the path every tile takes (no skipped wgmma, stage release or stale
     accumulator)."""
     num_pid_m, num_pid_n = cdiv(m, bm), cdiv(n, bn)
@@ -250,7 +264,8 @@ def k_group_tiles(pid: int, bounds: tuple[tuple[int, int], ...], m: int, n: int,
     for i, tile_id in enumerate(range(pid, per * len(bounds), grid)):
         g = tile_id // per
         pm, pn = tile_coords(tile_id % per, num_pid_m, num_pid_n, group_m)
-        k0, k_end = bounds[g]
+        k_start, k_end = bounds[g]
+        k0 = k_start // k_align * k_align
         out.append(TileRef(i, tile_id, pm, pn, g * m + pm * bm, pn * bn, k_hi=max(1, cdiv(k_end - k0, bk)), group=g,
-                           row_end=(g + 1) * m, row0=g * m, k0=k0, k_end=k_end))
+                           row_end=(g + 1) * m, row0=g * m, k0=k0, k_end=k_end, k_start=k_start))
     return tuple(out)

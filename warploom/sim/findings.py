@@ -67,6 +67,9 @@ class FindingKind(enum.Enum):
                         "(a partial added twice): the owner or peer arithmetic is off")
     SK_SLOT_REUSED = "a stream-K partial overwrites a workspace slot whose last partial no finisher has added yet"
     SK_LOST_PARTIAL = "a stream-K contributor's partial was never added: its tile's finisher did not wait for it"
+    TMA_MISALIGNED = ("a TMA load's innermost coordinate is not a multiple of 16 bytes: the GPU raises an illegal "
+                      "instruction (a data-dependent origin, such as a K-grouped module's group start, must be "
+                      "rounded down and the extra elements masked)")
     MALFORMED = "the module cannot be executed as written"
 
     @property

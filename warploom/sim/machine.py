@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warploom.ir import nodes as ir
+from warploom.ir.raster import TMA_INNER_BYTES
 from warploom.ir.warps import WarpMask, affine_basis, uncovered_rows
 from warploom.sim.barrier import MBarrier, Token
 from warploom.sim.events import EventKind, TimelineEvent
@@ -416,6 +417,7 @@ class Machine:
             self._flag(FindingKind.UNSYNCED_WARPS, ins.site,
                        f"{ins.site.where()} copies {ins.tag} into {name}, which {self.prog.names[i]}'s warps read "
                        f"({s.describe()}) with no sync_warps since: a warp may still be reading it")
+        self._check_tma_origin(ins, name)
         fill = self._overwrite(i, ins)
         if ins.tdm:  # gfx1250: completes in the partition's issue order; a tdm_wait retires it
             self._check_issuers(ins, name)
@@ -447,6 +449,18 @@ class Machine:
                        f"{name}: no wgmma_wait has retired that wgmma")
         return self._fill(i, ins.site, ins.ring, ins.slot, ins.tag, lambda: f"loads {ins.tag} into {name} while its "
                           f"previous load ({s.describe()}) is still in flight", "wgmma", into)
+
+    def _check_tma_origin(self, ins: LoadI, name: str) -> None:
+        """A TMA load of A or B (a tag's axes are in storage order: origin[1] is the innermost coordinate) must start
+        at a multiple of 16 bytes along it; the hardware faults otherwise, whatever the descriptor allows."""
+        if ins.tdm or ins.sync or ins.tracked or ins.tag.tensor not in ("A", "B"):
+            return
+        dt = self.prog.module.ring(ins.ring).dtype
+        inner = ins.tag.origin[1] * dt.bits // 8
+        if inner % TMA_INNER_BYTES:
+            self._flag(FindingKind.TMA_MISALIGNED, ins.site,
+                       f"{ins.site.where()} loads {ins.tag} into {name} at innermost coordinate {ins.tag.origin[1]} "
+                       f"({inner} bytes), not a multiple of {TMA_INNER_BYTES} bytes: an illegal instruction on the GPU")
 
     def _mma(self, i: int, pc: int, ins: MmaI) -> None:
         self.k_steps += 1

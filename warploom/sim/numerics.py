@@ -132,8 +132,9 @@ class CtaData:
         if tag.group is not None:  # a grouped module's B: the group's matrix, zeros past its edges (3-D descriptor)
             src = src[tag.group]
         block = _block(src, tag.origin[0], tag.origin[1], t.shape[0], t.shape[1])
-        if tag.k_end is not None:  # a K-grouped module's A (m, k): the columns past its group's K range are zeroed
+        if tag.k_end is not None:  # a K-grouped module's A (m, k): the columns outside its group's K range are zeroed
             block[:, max(0, tag.k_end - tag.origin[1]):] = 0.0
+            block[:, :max(0, tag.k_start - tag.origin[1])] = 0.0
         self.slots[ring][slot] = block
 
     def _scales(self, tag: Tag, n: int) -> torch.Tensor:

@@ -22,7 +22,16 @@ from warploom.epilogue.operands import OperandSpec
 from warploom.errors import WarploomError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.ir.raster import Span, TileRef, cdiv, cta_tiles, group_tiles, k_group_tiles, stream_k_units
+from warploom.ir.raster import (
+    Span,
+    TileRef,
+    cdiv,
+    cta_tiles,
+    group_tiles,
+    k_group_tiles,
+    stream_k_units,
+    tma_k_align,
+)
 from warploom.ir.warps import WarpMask
 from warploom.spec import ALayout, BLayout, Grouping
 
@@ -61,7 +70,8 @@ class Geometry:
             if groups is None:
                 raise ValueError(f"module {module.name} is grouped (ir.Tiling.grouping): pass its group bounds")
             if t.grouping is Grouping.K_OFFSETS:  # (each tile's k-blocks: its own k_hi)
-                return Geometry(m, n, k, pid, grid, k_group_tiles(pid, groups, m, n, t.bm, t.bn, t.bk, t.group_m,
+                return Geometry(m, n, k, pid, grid, k_group_tiles(pid, groups, m, n, t.bm, t.bn, t.bk,
+                                                                  tma_k_align(module.spec.a_dtype), t.group_m,
                                                                   grid), cdiv(k, t.bk))
             return Geometry(m, n, k, pid, grid, group_tiles(pid, groups, n, t.bm, t.bn, t.group_m, grid),
                             cdiv(k, t.bk))
@@ -93,13 +103,15 @@ class Tag:
     axes: tuple[str, str]
     origin: tuple[int, int]
     group: int | None = None  # a grouped module's B: the group's matrix (ir.Tiling.grouping)
-    # A K-grouped module's A (Grouping.K_OFFSETS): its columns from this K on read as zero. The kernel's consumer
-    # zeroes them in the slot before its wgmma (backends/gluon_grouped.py); here the landed block carries it.
+    # A K-grouped module's A (Grouping.K_OFFSETS): its columns from k_end on, and before k_start, read as zero. The
+    # kernel's consumer zeroes them in the slot before its wgmma (backends/gluon_grouped.py); here the landed block
+    # carries them.
     k_end: int | None = None
+    k_start: int = 0
 
     def __str__(self) -> str:
         g = "" if self.group is None else f"g={self.group}, "
-        e = "" if self.k_end is None else f", k<{self.k_end}"
+        e = "" if self.k_end is None else f", {self.k_start}<=k<{self.k_end}"
         return f"{self.tensor}[{g}{self.axes[0]}={self.origin[0]}, {self.axes[1]}={self.origin[1]}{e}]"
 
 
@@ -442,7 +454,7 @@ def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
     bk = module.tiling.bk
     if module.tiling.grouping is Grouping.K_OFFSETS:  # A's rows of the group, both from the group's K start
         kk = tile.k0 + k * bk
-        a = Tag("A", ("m", "k"), (tile.off_m - tile.row0, kk), None, tile.k_end)
+        a = Tag("A", ("m", "k"), (tile.off_m - tile.row0, kk), None, tile.k_end, tile.k_start)
         return a, Tag("B", ("n", "k"), (tile.off_n, kk)) if module.spec.b_layout is BLayout.K_MAJOR else \
             Tag("B", ("k", "n"), (kk, tile.off_n))
     a = Tag("A", ("k", "m"), (k * bk, tile.off_m)) if module.spec.a_layout is ALayout.M_MAJOR else \
@@ -626,7 +638,8 @@ class _Interp:
                     group = t.group if m.tiling.grouped and not k_grouped and o.tensor is ir.Tensor.B else None
                     k_end = t.k_end if k_grouped and o.tensor is ir.Tensor.A else None
                     tag = Tag(o.tensor.value, (o.coord[0].value, o.coord[1].value),
-                              (origin[o.coord[0]], origin[o.coord[1]]), group, k_end)
+                              (origin[o.coord[0]], origin[o.coord[1]]), group, k_end,
+                              t.k_start if k_end is not None else 0)
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
                     yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ring.slot_bytes, multicast=o.multicast)
