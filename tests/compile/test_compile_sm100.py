@@ -129,6 +129,32 @@ def test_mx_fp4_compiles_to_block_scaled_utcomma(spec: GemmSpec, bn: int, copies
     assert c.smem_bytes <= B200.smem_per_block
 
 
+def _nvfp4(m: int, n: int, k: int) -> GemmSpec:
+    return GemmSpec(m, n, k, DType.E2M1, DType.E2M1, BF16, K_MAJOR, ScaleRecipe.NVFP4, Accumulation.PROMOTED,
+                    scale_layout=ScaleLayout.BLOCKED)
+
+
+@pytest.mark.parametrize("spec,bn,copies", [
+    pytest.param(_nvfp4(1000, 520, 1056), 128, 2, id="nvfp4_128x128_odd"),
+    pytest.param(_nvfp4(4096, 4096, 4096), 256, 3, id="nvfp4_128x256"),
+])
+def test_nvfp4_compiles_to_block_scaled_utcomma(spec: GemmSpec, bn: int, copies: int) -> None:
+    """NVFP4 on seed 001's path: e4m3 scales per 16 of K (tensor-memory scale buffers of float8e4nv, which tells
+    Gluon the scale format) make the MMA kind::mxf4nvf4 scale_vec::4X, one UTCOMMA a 64-deep k-block, its scales
+    copied by tcgen05.cp; the global scales multiply the accumulator in the epilogue."""
+    from warploom.planner import plan_schedule
+
+    plan = plan_schedule(spec, B200, bn=bn)
+    assert (plan.bk, plan.bn) == (64, bn)
+    c = build(spec, B200, plan).compile()
+    # (Triton 3.9 may spell the vector block16, as it spells MX fp4's block32)
+    assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::mxf4nvf4\.block_scale\.(scale_vec::4X|block16)\b", c.ptx)
+    assert c.block_scaled_mmas() == c.count("UTCOMMA") == 1 and c.count("UTCQMMA") == 0, c.summary()
+    assert c.count("UTCCP") == copies, c.summary()
+    assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
+    assert c.smem_bytes <= B200.smem_per_block
+
+
 def test_plain_fp8_mma_is_not_block_scaled() -> None:
     """The block-scale count tells the two apart (so the test above can fail)."""
     c = build(f8(4096, 4096, 4096, TW), B200).compile()
