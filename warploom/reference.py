@@ -134,15 +134,20 @@ def is_blockwise(x: Inputs) -> bool:
     return not (tuple(x.scale_a.shape) == (x.a.shape[0], 1) and tuple(x.scale_b.shape) == (1, x.b.shape[1]))
 
 
+def global_scale(x: Inputs) -> torch.Tensor | float:
+    """NVFP4's tensorwise global scales, multiplied (as its epilogue does); 1.0 for the other recipes."""
+    if x.global_a is None or x.global_b is None:
+        return 1.0
+    return (x.global_a.float() * x.global_b.float()).reshape(())
+
+
 def reference(x: Inputs) -> torch.Tensor:
     """``(a @ b) * scale_a * scale_b + bias`` in fp32 (torch._scaled_mm's meaning), before the output cast; with
     blockwise scales, the product of the dequantized fp32 A and B."""
     if is_blockwise(x):
         assert x.scale_a is not None and x.scale_b is not None
         a, b = dequantized(x.a, x.b, x.scale_a, x.scale_b)
-        out = a @ b
-        if x.global_a is not None and x.global_b is not None:  # NVFP4: its tensorwise global scales
-            out = out * (x.global_a.float() * x.global_b.float()).reshape(())
+        out = (a @ b) * global_scale(x)
         return out + x.bias.float() if x.bias is not None else out
     out = x.a.float() @ x.b.float()
     if x.scale_a is not None and x.scale_b is not None:
