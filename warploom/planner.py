@@ -317,6 +317,10 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                                f"(fp8, fp4), NVFP4 or no scales so far; {spec.short()} has {'; '.join(problems)}. "
                                "Issue 25 still lacks fp32 blockwise (1x128 x 128x128) scales and seed 000's scale "
                                "partition. Fix: plan it for an sm_90a device (device=H100_SXM)")
+    if spec.scale is ScaleRecipe.NVFP4 and spec.epilogue is not None:
+        raise UnsupportedError("sm_100a NVFP4 with a fused epilogue: its global scales are an epilogue step of the "
+                               "plain kernel, and a fused graph would not apply them. Fix: drop the epilogue and "
+                               "apply it to scaled_mm's result")
     if mx and spec.scale_layout is not ScaleLayout.BLOCKED:
         raise UnsupportedError(f"sm_100a MX reads its scales with TMA in torch's blocked layout (to_blocked: 128x4 "
                                f"tiles that tcgen05.cp copies whole), got {spec.scale_layout.value} scales. Fix: pass "

@@ -116,8 +116,8 @@ def _nvfp4(m: int, n: int, k: int) -> GemmSpec:
 
 
 # One e8m0 scale per 32 of K (MX fp4): PTX's kind::mxf4 scale_vec::2X, 64 of K an instruction (two a 128-deep
-# k-block), spelled block32 by Triton 3.9. One e4m3 scale per 16 (NVFP4): kind::mxf4nvf4 scale_vec::4X (block16 in
-# 3.9's spelling, unverified), one instruction a 64-deep k-block.
+# k-block), spelled block32 by Triton 3.9. One e4m3 scale per 16 (NVFP4): kind::mxf4nvf4 scale_vec::4X (block16 under
+# Triton 3.9, checked there), one instruction a 64-deep k-block.
 _MXF4 = r"kind::mxf4\.block_scale\.(scale_vec::2X|block32)\b"
 _NVF4 = r"kind::mxf4nvf4\.block_scale\.(scale_vec::4X|block16)\b"
 

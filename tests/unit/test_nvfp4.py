@@ -137,3 +137,10 @@ def test_verification_error_is_raised_for_a_planted_bad_bk() -> None:
     m = _kernel().module
     with pytest.raises(VerificationError, match="nvfp4 scales take a k-block of 64"):
         check(replace(m, tiling=replace(m.tiling, bk=128)), "planted")
+
+
+def test_nvfp4_with_a_fused_epilogue_is_refused() -> None:
+    """The global scales are the plain kernel's epilogue step; a fused graph would drop them, so it is refused."""
+    a, b, sa, sb = _args()
+    with pytest.raises(UnsupportedError, match="NVFP4 with a fused epilogue.*Fix: drop the epilogue"):
+        warploom.plan(a, b, [sa, _global()], [sb, _global()], epilogue=lambda acc: torch.relu(acc), device=B200)
