@@ -21,7 +21,17 @@ from warploom.errors import (
     ScaleError,
     ShapeError,
 )
-from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, ALayout, BLayout, GemmSpec, ScaleLayout, ScaleRecipe
+from warploom.spec import (
+    MX_BLOCK,
+    NVFP4_BLOCK,
+    SCALE_BLOCK,
+    Accumulation,
+    ALayout,
+    BLayout,
+    GemmSpec,
+    ScaleLayout,
+    ScaleRecipe,
+)
 
 TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
 _16BIT = (DType.BF16, DType.FP16)
@@ -216,10 +226,10 @@ def _mx_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRecip
     return ScaleRecipe.MX
 
 
-def blocked_scales(rows: int, k: int) -> int:
-    """Elements of an MX scale tensor in torch's blocked layout (``to_blocked``): rows padded to a multiple of 128,
-    the K/32 scales of a row to a multiple of 4."""
-    return -(-rows // 128) * 128 * (-(-(k // MX_BLOCK) // 4) * 4)
+def blocked_scales(rows: int, k: int, block: int = MX_BLOCK) -> int:
+    """Elements of an MX (NVFP4: block 16) scale tensor in torch's blocked layout (``to_blocked``): rows padded to a
+    multiple of 128, the K/block scales of a row to a multiple of 4."""
+    return -(-rows // 128) * 128 * (-(-(k // block) // 4) * 4)
 
 
 def mx_scale_layout(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleLayout:
@@ -349,10 +359,55 @@ def _bias_dtype(bias: Any, out: DType) -> DType:
     return check_dtype("bias", bias, (DType.BF16, DType.FP16, DType.FP32), "convert bias to out_dtype")
 
 
+def scale_parts(arg: str, scale: Any) -> tuple[Any, Any]:
+    """(block scales, global scale or None) of a scale argument: a tensor, or NVFP4's pair [e4m3 block scales in
+    torch's blocked layout, fp32 global scale], as torch.nn.functional.scaled_mm takes it (scale_recipe
+    [BlockWise1x16, TensorWise], swizzle [SWIZZLE_32_4_4, NO_SWIZZLE])."""
+    if not isinstance(scale, (list, tuple)):
+        return scale, None
+    if len(scale) != 2:
+        raise ScaleError(arg, "a tensor, or NVFP4's [block scales, global scale] (two tensors)",
+                         f"a {type(scale).__name__} of {len(scale)}", f"pass {arg}=[to_blocked(e4m3 scales), "
+                         "fp32 global scale]")
+    return scale[0], scale[1]
+
+
+def _nvfp4_scales(a: Any, scale_a: Any, scale_b: Any, globals_: dict[str, Any], m: int, n: int, k: int) -> None:
+    """NVFP4 (sm_100a): e4m3 scales per 16 of K in torch's blocked layout, (M, K/16) and (N, K/16) padded to 128x4
+    tiles, each with a tensorwise fp32 global scale."""
+    for arg, t, rows in (("scale_a", scale_a, m), ("scale_b", scale_b, n)):
+        if DType.from_torch(t.dtype) is not DType.E4M3:
+            raise ScaleError(arg, f"torch.float8_e4m3fn block scales, one per {NVFP4_BLOCK} of K (NVFP4)",
+                             f"dtype {t.dtype}", "pass both NVFP4 block scales as torch.float8_e4m3fn (MX fp4's "
+                             "e8m0 scales per 32 take no global scale)")
+        blocked = blocked_scales(rows, k, NVFP4_BLOCK)
+        if tuple(t.shape) != (blocked,) or (blocked > 1 and t.stride() != (1,)):
+            raise ScaleError(arg, f"NVFP4 scales per {NVFP4_BLOCK} of K in torch's blocked layout: to_blocked of "
+                             f"({rows}, {k // NVFP4_BLOCK}), a contiguous 1-D ({blocked},)",
+                             f"shape {tuple(t.shape)} strides {tuple(t.stride())}"
+                             + (f" (the blocked size of scales per {MX_BLOCK})"
+                                if t.numel() == blocked_scales(rows, k) else ""),
+                             f"quantize with one e4m3 scale per {NVFP4_BLOCK} of K and pass to_blocked() of them")
+    for arg, g in globals_.items():
+        if g is None:
+            raise ScaleError(arg, "NVFP4's pair [block scales, global scale]: a tensorwise fp32 global scale beside "
+                             "the e4m3 block scales", "the block scales alone",
+                             f"pass {arg.removesuffix('[1]')}=[to_blocked(block scales), global scale] as "
+                             "torch.nn.functional.scaled_mm takes it (scale_recipe [BlockWise1x16, TensorWise])")
+        check_tensors({arg: g})
+        if g.numel() != 1 or g.dtype != torch.float32:
+            raise ScaleError(arg, "a global scale of one torch.float32 element", f"shape {tuple(g.shape)} dtype "
+                             f"{g.dtype}", "pass torch.tensor([s], dtype=torch.float32, device=a.device)")
+        same_device({"a": a, arg: g})
+        no_neg_bit({arg: g})
+
+
 def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None, out_dtype: Any = None,
                    use_fast_accum: bool = False) -> GemmSpec:
-    """Validate `warploom.scaled_mm`'s arguments (torch._scaled_mm semantics) and return their spec."""
+    """Validate `warploom.scaled_mm`'s arguments (torch._scaled_mm semantics; NVFP4's scales as the pairs
+    torch.nn.functional.scaled_mm takes, `scale_parts`) and return their spec."""
     fast_accum(use_fast_accum)
+    (scale_a, global_a), (scale_b, global_b) = scale_parts("scale_a", scale_a), scale_parts("scale_b", scale_b)
     out = scaled_mm_dtypes(a, b, out_dtype)
     check_tensors({"scale_a": scale_a, "scale_b": scale_b, "bias": bias}, optional=("bias",))
     da, db = DType.from_torch(a.dtype), DType.from_torch(b.dtype)
@@ -362,8 +417,9 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     if da is DType.E2M1:  # MX fp4: a (M, K/2) and b (K/2, N), two values of K a byte
         k *= 2
         if k % MX_BLOCK:
-            raise ShapeError("a", f"fp4 data with K a multiple of {MX_BLOCK} (two values a byte, one e8m0 scale per "
-                             f"{MX_BLOCK}): a.shape[1] = K/2 a multiple of {MX_BLOCK // 2}",
+            raise ShapeError("a", f"fp4 data with K a multiple of {MX_BLOCK} (two values a byte, rows of whole 16 "
+                             f"bytes for TMA, MX's one e8m0 scale per {MX_BLOCK}): a.shape[1] = K/2 a multiple of "
+                             f"{MX_BLOCK // 2}",
                              f"a.shape[1] = {a.shape[1]} (K = {k})",
                              f"pad K with zeros to a multiple of {MX_BLOCK} before packing")
     for arg, size in (("a", k), ("b", n)):
@@ -373,13 +429,23 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     named = {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}
     same_device(named)
     no_neg_bit(named)
-    if da is DType.E2M1:  # MX fp4 takes e8m0 scales only
+    # (NVFP4 by a global scale or e4m3 scales of a; a mismatched scale_b is named against scale_a's recipe)
+    nvfp4 = da is DType.E2M1 and (DType.from_torch(scale_a.dtype) is DType.E4M3 or global_a is not None
+                                  or global_b is not None)
+    if nvfp4:  # NVFP4: e4m3 scales per 16 and a global scale each (torch's BlockWise1x16 with TensorWise)
+        _nvfp4_scales(a, scale_a, scale_b, {"scale_a[1]": global_a, "scale_b[1]": global_b}, m, n, k)
+    else:
+        for arg, g in (("scale_a", global_a), ("scale_b", global_b)):
+            if g is not None:
+                raise ScaleError(arg, "one scale tensor (a global scale goes with NVFP4's fp4 data only)",
+                                 f"a pair with {a.dtype} data", f"pass {arg}[0] alone")
+    if da is DType.E2M1 and not nvfp4:  # MX fp4 takes e8m0 scales only
         for arg, t in (("scale_a", scale_a), ("scale_b", scale_b)):
             if DType.from_torch(t.dtype) is not DType.E8M0:
-                raise ScaleError(arg, f"torch.float8_e8m0fnu, one scale per {MX_BLOCK} of K (MX fp4)",
-                                 f"dtype {t.dtype}", "pass MX e8m0 scales in torch's blocked layout (to_blocked); "
-                                 "NVFP4 (float8_e4m3fn scales per 16 and a global scale) is not built yet")
-    recipe = _scale_recipe(scale_a, scale_b, m, n, k)
+                raise ScaleError(arg, f"torch.float8_e8m0fnu, one scale per {MX_BLOCK} of K (MX fp4), or NVFP4's "
+                                 f"[float8_e4m3fn scales per {NVFP4_BLOCK}, fp32 global scale]", f"dtype {t.dtype}",
+                                 "pass MX e8m0 scales in torch's blocked layout (to_blocked), or NVFP4's pairs")
+    recipe = ScaleRecipe.NVFP4 if nvfp4 else _scale_recipe(scale_a, scale_b, m, n, k)
     if recipe.is_blockwise:
         _check_block_scales(scale_a, scale_b)
     bias_dt = None
@@ -394,7 +460,8 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     # Blockwise scales change with each k-block, so every k-block's partial is promoted with them, whatever
     # use_fast_accum says (within one 128-deep k-block the tensor core accumulates as torch's kernels do).
     acc = Accumulation.NATIVE if use_fast_accum and not recipe.is_blockwise else Accumulation.PROMOTED
-    layout = mx_scale_layout(scale_a, scale_b, m, n, k) if recipe is ScaleRecipe.MX else ScaleLayout.ROW_MAJOR
+    layout = mx_scale_layout(scale_a, scale_b, m, n, k) if recipe is ScaleRecipe.MX else \
+        ScaleLayout.BLOCKED if nvfp4 else ScaleLayout.ROW_MAJOR
     return GemmSpec(m, n, k, da, db, out, BLayout.K_MAJOR, recipe, acc, bias_dt, scale_layout=layout)
 
 
@@ -442,6 +509,7 @@ def scaled_mm_spec_cached(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any 
         return scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
 
     ts = (a, b, scale_a, scale_b, bias)
-    if not all(is_real(t) for t in ts if t is not None):
+    if isinstance(scale_a, (list, tuple)) or isinstance(scale_b, (list, tuple)) \
+            or not all(is_real(t) for t in ts if t is not None):  # (NVFP4's scale pairs: checked every time)
         return make()
     return _remembered(("scaled_mm", *map(tensor_meta, ts), out_dtype, use_fast_accum), make)

@@ -47,8 +47,11 @@ def _tensors(m: int, n: int, k: int, dtype: str, device: str, scales: str = "row
         a = torch.randn(m, k, device=device, dtype=dt)
         b = torch.randn(n, k, device=device, dtype=dt).t()
         return a, b, None, None
-    if dtype in ("mxfp8", "mxfp4"):  # sm_100a's native MX: e8m0 scales in torch's blocked layout (to_blocked)
+    # sm_100a's native MX: e8m0 scales in torch's blocked layout (to_blocked); NVFP4: e4m3 ones per 16 of K and a
+    # global fp32 scale each, as [block, global] pairs (torch.nn.functional.scaled_mm's convention)
+    if dtype in ("mxfp8", "mxfp4", "nvfp4"):
         from warploom.checks import blocked_scales
+        from warploom.spec import NVFP4_BLOCK
 
         if dtype == "mxfp8":
             a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
@@ -56,6 +59,10 @@ def _tensors(m: int, n: int, k: int, dtype: str, device: str, scales: str = "row
         else:  # two e2m1 values a byte along K
             a = torch.randint(0, 256, (m, k // 2), device=device, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
             b = torch.randint(0, 256, (n, k // 2), device=device, dtype=torch.uint8).view(torch.float4_e2m1fn_x2).t()
+        if dtype == "nvfp4":
+            pa, pb = ([(torch.rand(blocked_scales(rows, k, NVFP4_BLOCK), device=device) + 0.5)
+                       .to(torch.float8_e4m3fn), torch.rand(1, device=device) + 0.5] for rows in (m, n))
+            return a, b, pa, pb
         sa, sb = (torch.randint(120, 135, (blocked_scales(rows, k),), device=device, dtype=torch.uint8)
                   .view(torch.float8_e8m0fnu) for rows in (m, n))
         return a, b, sa, sb
@@ -129,9 +136,10 @@ def _problem(m: int, n: int, k: int) -> Any:
     """The options that describe the GEMM: --m, --n, --k (with these defaults), --dtype, --fast-accum."""
     opts = [click.option(f"--{d}", type=click.IntRange(min=1), default=v, show_default=True)
             for d, v in (("m", m), ("n", n), ("k", k))] + [
-        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "mxfp8", "mxfp4"]), default="bf16",
-                     show_default=True, help="fp8: e4m3 with rowwise scales, as torch._scaled_mm; mxfp8 (e4m3) and "
-                     "mxfp4 (e2m1, two a byte): e8m0 scales per 32 of K in torch's blocked layout, sm_100a only"),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "mxfp8", "mxfp4", "nvfp4"]),
+                     default="bf16", show_default=True, help="fp8: e4m3 with rowwise scales, as torch._scaled_mm; "
+                     "mxfp8 (e4m3) and mxfp4 (e2m1, two a byte): e8m0 scales per 32 of K in torch's blocked layout; "
+                     "nvfp4 (e2m1): e4m3 scales per 16 of K, blocked, and an fp32 global scale each; sm_100a only"),
         click.option("--fast-accum/--no-fast-accum", default=True, show_default=True, help="fp8 accumulation"),
         click.option("--scales", type=click.Choice(list(SCALES)), default="rowwise", show_default=True,
                      help="fp8 scale recipe: blockwise is 1x128 x 128x128 (DeepSeek-V3), mx e8m0 per 32 of K"),
@@ -306,8 +314,8 @@ _SASS_WORDS = {
               "thread; spills: bytes spilled to local memory (0 is good); wgmma_serialized: ptxas serialized the async "
               "MMAs (False is good)",
     "sm_100a": "UTCHMMA / UTCQMMA / UTCOMMA: Blackwell tcgen05 MMA instructions (16-bit / fp8 / fp4; block-scaled "
-               "for MX); UTCCP: tcgen05.cp copies of MX scales into tensor memory; LDTM: tensor-memory loads; "
-               "registers: the cap per thread; spills: bytes spilled to local memory (0 is good)",
+               "for MX and NVFP4); UTCCP: tcgen05.cp copies of their scales into tensor memory; LDTM: tensor-memory "
+               "loads; registers: the cap per thread; spills: bytes spilled to local memory (0 is good)",
     "gfx1250": "v_wmma: AMD matrix instructions; tensor_load_to_lds: Tensor Data Mover copies; s_wait_tensorcnt: their "
                "waits; VGPRs and scratch (0 is good): registers and spills",
 }

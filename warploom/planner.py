@@ -307,15 +307,20 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
 
     # MX fp8 (seed 001): the tcgen05 block-scaled MMA applies the e8m0 scales per 32 of K and accumulates in fp32
     # itself, so nothing is promoted; the scales ride the A/B stages and tcgen05.cp copies them to tensor memory.
-    mx = spec.scale is ScaleRecipe.MX
+    # NVFP4 takes the same path with e4m3 scales per 16 and its global scale in the epilogue.
+    mx = spec.scale.microscaled
     problems = _native_problems(replace(spec, scale=ScaleRecipe.TENSORWISE, accumulation=Accumulation.NATIVE,
                                         scale_layout=ScaleLayout.ROW_MAJOR)) if mx \
         else _native_problems(spec)
     if problems:
         raise UnsupportedError(f"sm_100a (planner rule 19) plans native accumulation with tensorwise, rowwise, MX "
-                               f"(fp8, fp4) or no scales so far; {spec.short()} has {'; '.join(problems)}. Issue 25 "
-                               "still lacks NVFP4, fp32 blockwise (1x128 x 128x128) scales and seed 000's scale "
+                               f"(fp8, fp4), NVFP4 or no scales so far; {spec.short()} has {'; '.join(problems)}. "
+                               "Issue 25 still lacks fp32 blockwise (1x128 x 128x128) scales and seed 000's scale "
                                "partition. Fix: plan it for an sm_90a device (device=H100_SXM)")
+    if spec.scale is ScaleRecipe.NVFP4 and spec.epilogue is not None:
+        raise UnsupportedError("sm_100a NVFP4 with a fused epilogue: its global scales are an epilogue step of the "
+                               "plain kernel, and a fused graph would not apply them. Fix: drop the epilogue and "
+                               "apply it to scaled_mm's result")
     if mx and spec.scale_layout is not ScaleLayout.BLOCKED:
         raise UnsupportedError(f"sm_100a MX reads its scales with TMA in torch's blocked layout (to_blocked: 128x4 "
                                f"tiles that tcgen05.cp copies whole), got {spec.scale_layout.value} scales. Fix: pass "
@@ -329,8 +334,9 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
         raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (16, 32, 64, 128, 256), got "
                                f"{bm=} {bn=}. Fix: leave bm and bn to the planner")
     # 128 of K a k-block for 8-bit (128 bytes a row) and 4-bit inputs (64 bytes: MX fp4 keeps one 128x4 chunk of
-    # scales per k-block, what tcgen05.cp copies), 64 for 16-bit
-    bk = 128 if spec.a_dtype.bits <= 8 else 64
+    # scales per k-block, what tcgen05.cp copies), 64 for 16-bit; NVFP4 64 (32 bytes a row): its 128x4 chunk of
+    # e4m3 scales covers 4 x 16 of K, one kind::mxf4nvf4 MMA
+    bk = 64 if spec.scale is ScaleRecipe.NVFP4 else 128 if spec.a_dtype.bits <= 8 else 64
     def fits(width: int) -> tuple[int, int, int]:
         """(stages that fit, epilogue blocks, staging bytes) at this width: one staging block per output and one per
         dense operand of a fused epilogue (passes/blackwell.py)."""
@@ -669,9 +675,10 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                               scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
     if spec.is_fp4:
-        raise UnsupportedError(f"{device.name} (sm_90a) has no fp4 MMA: MX fp4 (e2m1) plans for sm_100a's block-scaled "
-                               "tcgen05 MMA only. Fix: plan for an sm_100a device (device=B200), or quantize to "
-                               "torch.float8_e4m3fn with MX scales for sm_90a")
+        raise UnsupportedError(f"{device.name} (sm_90a) has no fp4 MMA: MX fp4 and NVFP4 (e2m1) plan for sm_100a's "
+                               f"block-scaled tcgen05 MMA only, got {spec.scale.value} scales. Fix: plan for an "
+                               "sm_100a device (device=B200), or quantize to torch.float8_e4m3fn with MX scales for "
+                               "sm_90a")
     if spec.scale_layout is ScaleLayout.BLOCKED:
         raise UnsupportedError(f"{device.name} (sm_90a) reads MX scales row-major, (M, K/32) and (N, K/32), element by "
                                "element; torch's blocked layout is sm_100a's (tcgen05.cp). Fix: pass the scales before "

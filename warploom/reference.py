@@ -11,23 +11,33 @@ scales are random in [0.5, 1.5) and bias values spread widely, so a missing or d
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from warploom import fp4
 from warploom.blocked import from_blocked, to_blocked
-from warploom.spec import MX_BLOCK, SCALE_BLOCK, BLayout, GemmSpec, ScaleLayout, ScaleRecipe
+from warploom.spec import MX_BLOCK, NVFP4_BLOCK, SCALE_BLOCK, BLayout, GemmSpec, ScaleLayout, ScaleRecipe
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """Arguments of one GEMM: a (M, K), b (K, N) in the spec's layout, optional scales and bias."""
+    """Arguments of one GEMM: a (M, K), b (K, N) in the spec's layout, optional scales and bias; NVFP4's fp32 global
+    scales (one element each) beside its e4m3 block scales."""
 
     a: torch.Tensor
     b: torch.Tensor
     scale_a: torch.Tensor | None = None
     scale_b: torch.Tensor | None = None
     bias: torch.Tensor | None = None
+    global_a: torch.Tensor | None = None
+    global_b: torch.Tensor | None = None
+
+    def scales(self) -> tuple[Any, Any]:
+        """(scale_a, scale_b) as `warploom.scaled_mm` and `simulate` take them: NVFP4's as [block, global] pairs."""
+        if self.global_a is None or self.global_b is None:
+            return self.scale_a, self.scale_b
+        return [self.scale_a, self.global_a], [self.scale_b, self.global_b]
 
 
 def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs:
@@ -44,7 +54,7 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
         a = a.to(spec.a_dtype.torch)
         b_rows = b_rows.to(spec.b_dtype.torch)
     b = b_rows.t() if spec.b_layout is BLayout.K_MAJOR else b_rows  # (K, N) either way
-    scale_a = scale_b = None
+    scale_a = scale_b = global_a = global_b = None
     if spec.scale is ScaleRecipe.TENSORWISE:
         scale_a = torch.rand(1, generator=g) + 0.5
         scale_b = torch.rand(1, generator=g) + 0.5
@@ -59,6 +69,14 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
         scale_a, scale_b = e8m0(m, k // MX_BLOCK), e8m0(n, k // MX_BLOCK)
         if spec.scale_layout is ScaleLayout.BLOCKED:  # (sm_100a: as tcgen05.cp reads them)
             scale_a, scale_b = to_blocked(scale_a), to_blocked(scale_b)
+    elif spec.scale is ScaleRecipe.NVFP4:
+        # e4m3 block scales 2**-3 .. 2**3 times 0.5 .. 1.5 (rounded to e4m3), blocked; global scales 0.5 .. 1.5
+        def e4m3(rows: int, cols: int) -> torch.Tensor:
+            e = torch.randint(-3, 4, (rows, cols), generator=g).float()
+            return (torch.exp2(e) * (torch.rand(rows, cols, generator=g) + 0.5)).to(torch.float8_e4m3fn)
+
+        scale_a, scale_b = to_blocked(e4m3(m, k // NVFP4_BLOCK)), to_blocked(e4m3(n, k // NVFP4_BLOCK))
+        global_a, global_b = torch.rand(1, generator=g) + 0.5, torch.rand(1, generator=g) + 0.5
     elif spec.scale.is_blockwise:
         kb = -(-k // SCALE_BLOCK)
         cols = spec.scale.b_scales(n)
@@ -71,7 +89,7 @@ def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs
     bias = None
     if spec.bias_dtype is not None:
         bias = (torch.randn(n, generator=g) * 4).to(spec.bias_dtype.torch)
-    return Inputs(a, b, scale_a, scale_b, bias)
+    return Inputs(a, b, scale_a, scale_b, bias, global_a, global_b)
 
 
 def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
@@ -84,12 +102,14 @@ def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
     if a.dtype == torch.float4_e2m1fn_x2:  # MX fp4: a (M, K/2) and b (K/2, N), two values of K a byte
         a, b = fp4.unpack(a), fp4.unpack(b.t()).t()
         m, k = a.shape
-    if scale_a.dtype == torch.float8_e8m0fnu:  # MX: scale_a (M, K/32), scale_b (N, K/32)
+    # MX: scale_a (M, K/32), scale_b (N, K/32) e8m0; NVFP4: (M, K/16) and (N, K/16) e4m3
+    if scale_a.dtype in (torch.float8_e8m0fnu, torch.float8_e4m3fn):
+        block = MX_BLOCK if scale_a.dtype == torch.float8_e8m0fnu else NVFP4_BLOCK
         if scale_a.dim() == 1:  # (torch's blocked layout, `to_blocked`: back to rows, padding dropped)
-            scale_a = from_blocked(scale_a, m, k // MX_BLOCK)[:m, : k // MX_BLOCK]
-            scale_b = from_blocked(scale_b, n, k // MX_BLOCK)[:n, : k // MX_BLOCK]
-        sa = scale_a.float().repeat_interleave(MX_BLOCK, dim=1)[:, :k]
-        sb = scale_b.float().t().repeat_interleave(MX_BLOCK, dim=0)[:k]
+            scale_a = from_blocked(scale_a, m, k // block)[:m, : k // block]
+            scale_b = from_blocked(scale_b, n, k // block)[:n, : k // block]
+        sa = scale_a.float().repeat_interleave(block, dim=1)[:, :k]
+        sb = scale_b.float().t().repeat_interleave(block, dim=0)[:k]
         return a.float() * sa, b.float() * sb
     kb = -(-k // SCALE_BLOCK)
     sa = scale_a.float().repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
@@ -123,13 +143,20 @@ def is_blockwise(x: Inputs) -> bool:
     """Whether the scales vary along K (not tensorwise (one each) or rowwise ((M, 1) and (1, N)))."""
     if x.scale_a is None or x.scale_b is None:
         return False
-    if x.scale_a.dtype == torch.float8_e8m0fnu:
-        return True  # MX
+    if x.scale_a.dtype in (torch.float8_e8m0fnu, torch.float8_e4m3fn):
+        return True  # MX, NVFP4
     if x.scale_a.numel() == 1 and x.scale_b.numel() == 1:
         return False
     if x.scale_a.dim() != 2 or x.scale_b.dim() != 2:
         return False  # flattened rowwise scales
     return not (tuple(x.scale_a.shape) == (x.a.shape[0], 1) and tuple(x.scale_b.shape) == (1, x.b.shape[1]))
+
+
+def global_scale(x: Inputs) -> torch.Tensor | float:
+    """NVFP4's tensorwise global scales, multiplied (as its epilogue does); 1.0 for the other recipes."""
+    if x.global_a is None or x.global_b is None:
+        return 1.0
+    return (x.global_a.float() * x.global_b.float()).reshape(())
 
 
 def reference(x: Inputs) -> torch.Tensor:
@@ -138,7 +165,7 @@ def reference(x: Inputs) -> torch.Tensor:
     if is_blockwise(x):
         assert x.scale_a is not None and x.scale_b is not None
         a, b = dequantized(x.a, x.b, x.scale_a, x.scale_b)
-        out = a @ b
+        out = (a @ b) * global_scale(x)
         return out + x.bias.float() if x.bias is not None else out
     out = x.a.float() @ x.b.float()
     if x.scale_a is not None and x.scale_b is not None:

@@ -53,7 +53,10 @@ class ScaleRecipe(enum.Enum):
     A): BLOCKWISE_128X128_1X128 with scale_b (ceil(K/128), N), the pair torch._scaled_mm takes;
     BLOCKWISE_128X128_128X128 with scale_b (ceil(K/128), ceil(N/128)), which torch refuses on CUDA. MX (OCP microscaling
     fp8): one e8m0 scale (a power of two) per 32 elements of K, scale_a (M, K/32) and scale_b (N, K/32) (a row of
-    the (N, K) weight's); on Hopper each 32-deep slice is its own wgmma, promoted with its scales. A blockwise
+    the (N, K) weight's); on Hopper each 32-deep slice is its own wgmma, promoted with its scales. NVFP4 (sm_100a
+    only): e2m1 data with one e4m3 scale per 16 elements of K, (M, K/16) and (N, K/16) in torch's blocked layout,
+    and a tensorwise fp32 global scale of each operand that multiplies the accumulator in the epilogue (torch's
+    ScalingType.BlockWise1x16 with TensorWise). A blockwise
     product is ``sum over k-blocks kb of (A[:, kb] @ B[kb, :]) * scale_a[:, kb] * scale_b[kb, :]``: the scales
     change with kb, so they are applied in the mainloop, each k-block's partial promoted with its scales.
     """
@@ -66,6 +69,7 @@ class ScaleRecipe(enum.Enum):
     MX = "mx"
     BLOCKWISE_128X128_1X128 = "blockwise_128x128_1x128"
     BLOCKWISE_128X128_128X128 = "blockwise_128x128_128x128"
+    NVFP4 = "nvfp4"
 
     @property
     def is_blockwise(self) -> bool:
@@ -84,13 +88,24 @@ class ScaleRecipe(enum.Enum):
 
     @property
     def scale_k(self) -> int:
-        """Elements of K one scale covers (blockwise recipes): 32 for MX, else 128."""
-        return MX_BLOCK if self is ScaleRecipe.MX else SCALE_BLOCK
+        """Elements of K one scale covers (blockwise recipes): 32 for MX, 16 for NVFP4, else 128."""
+        return {ScaleRecipe.MX: MX_BLOCK, ScaleRecipe.NVFP4: NVFP4_BLOCK}.get(self, SCALE_BLOCK)
+
+    @property
+    def microscaled(self) -> bool:
+        """Whether the scales are single-byte block scales the tensor core applies (MX's e8m0, NVFP4's e4m3)."""
+        return self in (ScaleRecipe.MX, ScaleRecipe.NVFP4)
+
+    @property
+    def scale_dtype(self) -> DType:
+        """The dtype of a microscaled recipe's block scales: e8m0 for MX, e4m3 for NVFP4 (fp32 for the others)."""
+        return {ScaleRecipe.MX: DType.E8M0, ScaleRecipe.NVFP4: DType.E4M3}.get(self, DType.FP32)
 
     @property
     def per_column_b(self) -> bool:
         """Whether scale_b holds one value per column of B (1x128 x 1x128, MX) rather than per 128 columns."""
-        return self in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX, ScaleRecipe.BLOCKWISE_128X128_1X128)
+        return self in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.MX, ScaleRecipe.BLOCKWISE_128X128_1X128,
+                        ScaleRecipe.NVFP4)
 
     def b_scales(self, cols: int) -> int:
         """scale_b values per k-block (or MX slice) that cover `cols` columns of B."""
@@ -104,6 +119,7 @@ class ScaleRecipe(enum.Enum):
 # A blockwise scale covers this many elements of K (and, for 128x128 blocks of B, of N); an MX scale 32 of K.
 SCALE_BLOCK = 128
 MX_BLOCK = 32
+NVFP4_BLOCK = 16  # an NVFP4 (e4m3) scale covers 16 of K
 
 
 class Grouping(enum.Enum):
@@ -214,8 +230,11 @@ class GemmSpec:
             raise ValueError(f"fp8 inputs need a scale recipe and 16-bit inputs none: {self.scale=}")
         if self.accumulation is Accumulation.PROMOTED and not self.is_fp8:
             raise ValueError("PROMOTED accumulation only applies to fp8 inputs")
-        if self.scale_layout is ScaleLayout.BLOCKED and self.scale is not ScaleRecipe.MX:
-            raise ValueError(f"only MX scales come in the blocked layout: {self.scale=}")
+        if self.scale_layout is ScaleLayout.BLOCKED and not self.scale.microscaled:
+            raise ValueError(f"only MX and NVFP4 scales come in the blocked layout: {self.scale=}")
+        if self.scale is ScaleRecipe.NVFP4 and (not self.is_fp4 or self.scale_layout is not ScaleLayout.BLOCKED):
+            raise ValueError(f"NVFP4 scales go with e2m1 inputs in the blocked layout: {self.a_dtype=} "
+                             f"{self.scale_layout=}")
         if self.scale.is_blockwise and self.accumulation is not Accumulation.PROMOTED:
             raise ValueError("blockwise scales are applied at each k-block's promotion: accumulation must be PROMOTED")
         if (self.grouping is Grouping.NONE) != (self.groups == 0):

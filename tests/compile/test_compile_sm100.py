@@ -8,6 +8,7 @@ runs: no sm_100a GPU is at hand.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -110,20 +111,35 @@ def test_mx_compiles_to_block_scaled_tcgen05(spec: GemmSpec, bn: int, copies: in
     assert c.smem_bytes <= B200.smem_per_block
 
 
-@pytest.mark.parametrize("spec,bn,copies", [
-    pytest.param(_mx(1000, 520, 1056, a=DType.E2M1, b=DType.E2M1), 128, 2, id="mxfp4_128x128_odd"),
-    pytest.param(_mx(4096, 4096, 4096, a=DType.E2M1, b=DType.E2M1), 256, 3, id="mxfp4_128x256"),
+def _nvfp4(m: int, n: int, k: int) -> GemmSpec:
+    return replace(_mx(m, n, k, a=DType.E2M1, b=DType.E2M1), scale=ScaleRecipe.NVFP4)
+
+
+# One e8m0 scale per 32 of K (MX fp4): PTX's kind::mxf4 scale_vec::2X, 64 of K an instruction (two a 128-deep
+# k-block), spelled block32 by Triton 3.9. One e4m3 scale per 16 (NVFP4): kind::mxf4nvf4 scale_vec::4X (block16 under
+# Triton 3.9, checked there), one instruction a 64-deep k-block.
+_MXF4 = r"kind::mxf4\.block_scale\.(scale_vec::2X|block32)\b"
+_NVF4 = r"kind::mxf4nvf4\.block_scale\.(scale_vec::4X|block16)\b"
+
+
+@pytest.mark.parametrize("spec,bn,copies,kind,mmas", [
+    pytest.param(_mx(1000, 520, 1056, a=DType.E2M1, b=DType.E2M1), 128, 2, _MXF4, 2, id="mxfp4_128x128_odd"),
+    pytest.param(_mx(4096, 4096, 4096, a=DType.E2M1, b=DType.E2M1), 256, 3, _MXF4, 2, id="mxfp4_128x256"),
+    pytest.param(_nvfp4(1000, 520, 1056), 128, 2, _NVF4, 1, id="nvfp4_128x128_odd"),
+    pytest.param(_nvfp4(4096, 4096, 4096), 256, 3, _NVF4, 1, id="nvfp4_128x256"),
 ])
-def test_mx_fp4_compiles_to_block_scaled_utcomma(spec: GemmSpec, bn: int, copies: int) -> None:
-    """MX fp4 on seed 001's path: the packed operands' TMA boxes are (rows, BK/2) bytes, and the MMA is kind::mxf4
-    (UTCOMMA, 64 of K an instruction: two a 128-deep k-block) with its scales copied by tcgen05.cp."""
+def test_fp4_compiles_to_block_scaled_utcomma(spec: GemmSpec, bn: int, copies: int, kind: str, mmas: int) -> None:
+    """MX fp4 and NVFP4 on seed 001's path: the packed operands' TMA boxes are (rows, BK/2) bytes, and the MMA is
+    block-scaled UTCOMMA with its scales copied by tcgen05.cp. NVFP4's e4m3 scales (tensor-memory scale buffers of
+    float8e4nv, which tells Gluon the scale format) per 16 of K make it kind::mxf4nvf4 scale_vec::4X at BK 64; its
+    global scales multiply the accumulator in the epilogue."""
     from warploom.planner import plan_schedule
 
     plan = plan_schedule(spec, B200, bn=bn)
+    assert (plan.bk, plan.bn) == (64 if spec.scale is ScaleRecipe.NVFP4 else 128, bn)
     c = build(spec, B200, plan).compile()
-    # one e8m0 scale per 32 of K: PTX's scale_vec::2X (64 of K an instruction), spelled block32 by Triton 3.9
-    assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::mxf4\.block_scale\.(scale_vec::2X|block32)\b", c.ptx)
-    assert c.block_scaled_mmas() == c.count("UTCOMMA") == 2 and c.count("UTCQMMA") == 0, c.summary()
+    assert re.search(r"tcgen05\.mma\.cta_group::1\." + kind, c.ptx)
+    assert c.block_scaled_mmas() == c.count("UTCOMMA") == mmas and c.count("UTCQMMA") == 0, c.summary()
     assert c.count("UTCCP") == copies, c.summary()
     assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
     assert c.smem_bytes <= B200.smem_per_block

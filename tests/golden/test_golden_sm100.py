@@ -23,6 +23,10 @@ SPECS = {
     # tensor memory before each block-scaled MMA (tcgen05_mma_scaled), whose completion releases the stage.
     "sm100_mxfp8_blocked": GemmSpec(1000, 520, 1056, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX,
                                     Accumulation.PROMOTED, scale_layout=ScaleLayout.BLOCKED),
+    # NVFP4: e2m1 data two a byte, e4m3 scales per 16 of K (tensor-memory scale buffers of float8e4nv) on the same
+    # path at BK 64, the global scales multiplied in the epilogue.
+    "sm100_nvfp4_blocked": GemmSpec(1000, 520, 1056, DType.E2M1, DType.E2M1, DType.BF16, BLayout.K_MAJOR,
+                                    ScaleRecipe.NVFP4, Accumulation.PROMOTED, scale_layout=ScaleLayout.BLOCKED),
 }
 
 
@@ -39,6 +43,9 @@ class TestSm100Golden(expecttest.TestCase):
 
     def test_mxfp8_gluon(self) -> None:
         assert_golden_file("sm100_mxfp8_blocked.gluon.txt", kernel("sm100_mxfp8_blocked").source)
+
+    def test_nvfp4_gluon(self) -> None:
+        assert_golden_file("sm100_nvfp4_blocked.gluon.txt", kernel("sm100_nvfp4_blocked").source)
 
     def test_fused_gelu_residual_gluon(self) -> None:
         """Issue 4's epilogue on sm_100a: per 64-column block out of tensor memory, the residual by TMA."""

@@ -67,7 +67,7 @@ class _Sm100Emitter(PartitionEmitter):
                 b.line(f"tcgen05_mma({o.a_ring}.index({s}), {self._b_view(o.b_ring, s, None)}, "
                        f"{o.acc_ring}.index({t}), use_acc={use}{done})", c)
             case ir.TmaLoad() if o.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
-                # MX: the (tile, k-block)'s 128x4 blocks of torch's blocked scales, a (BM/128, 1, 2, 256) box at
+                # MX / NVFP4: the (tile, k-block)'s 128x4 blocks of torch's blocked scales, a (BM/128, 1, 2, 256) box at
                 # [row block, k-block]; each block 512 contiguous bytes
                 s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 off = "off_m" if o.tensor is ir.Tensor.SCALE_A else "off_n"
@@ -80,7 +80,7 @@ class _Sm100Emitter(PartitionEmitter):
                 s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 r = self.m.ring(o.ring)
                 b.line(f"{o.ring}_s = {o.ring}.index({s}).reshape(({r.rows // 128}, {r.cols // 4}, 32, 4, 4))"
-                       f".permute((0, 3, 2, 1, 4)).reshape(({r.rows}, {r.cols}))", "(rows, 4) e8m0")
+                       f".permute((0, 3, 2, 1, 4)).reshape(({r.rows}, {r.cols}))", f"(rows, 4) {r.dtype.value}")
                 b.line(f"tcgen05_copy({o.ring}_s, {o.dst})", c)
             case ir.Commit():
                 s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)

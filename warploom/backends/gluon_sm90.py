@@ -741,6 +741,8 @@ class PartitionEmitter:
             match s:
                 case ir.EpilogueStep.SCALE_TENSORWISE:
                     b.line(f"{acc} = {acc} * (gl.load(scale_a_ptr) * gl.load(scale_b_ptr))", s.value)
+                case ir.EpilogueStep.SCALE_GLOBAL:
+                    b.line(f"{acc} = {acc} * (gl.load(global_a_ptr) * gl.load(global_b_ptr))", s.value)
                 case ir.EpilogueStep.SCALE_ROWWISE:
                     b.line("scale_a = gl.load(scale_a_ptr + offs_m, mask=offs_m < M, other=0.0)")
                     b.line(f"scale_b = gl.load({self.scale_b} + offs_n, mask=offs_n < N, other=0.0)")
@@ -764,6 +766,8 @@ class PartitionEmitter:
             match s:
                 case ir.EpilogueStep.SCALE_TENSORWISE:
                     b.line(f"{blk} = {blk} * (gl.load(scale_a_ptr) * gl.load(scale_b_ptr))", s.value)
+                case ir.EpilogueStep.SCALE_GLOBAL:
+                    b.line(f"{blk} = {blk} * (gl.load(global_a_ptr) * gl.load(global_b_ptr))", s.value)
                 case ir.EpilogueStep.SCALE_ROWWISE:
                     b.line(f"{blk} = {blk} * gl.expand_dims(gl.load(scale_a_ptr + {rows_v}, mask={rows_v} < M, "
                            f"other=0.0), 1) * gl.expand_dims(gl.load({self.scale_b} + {cols_v}, mask={cols_v} < N, "
@@ -859,6 +863,8 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
                     if s in (ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE):
                         used["scale_a_ptr"] = None
                         used["scale_b_ptr"] = None
+                    if s is ir.EpilogueStep.SCALE_GLOBAL:
+                        used.update(dict.fromkeys(GLOBAL_PARAMS))
                     if s in (ir.EpilogueStep.ADD_BIAS, ir.EpilogueStep.ADD_ROW_BIAS):
                         used["bias_ptr"] = None
     if m.tiling.grouped:  # every partition's tile loop scans the group bounds
@@ -879,6 +885,10 @@ def _sizes(m: ir.Module) -> tuple[str, ...]:
     return ("M", "N", "K") + (RANGE_PARAMS if m.tiling.ranged else ())
 
 
+# NVFP4's tensorwise global scales (one fp32 each), read by the epilogue (ir.EpilogueStep.SCALE_GLOBAL).
+GLOBAL_PARAMS = ["global_a_ptr", "global_b_ptr"]
+
+
 def scale_desc(t: ir.Tensor) -> str:
     """The kernel parameter of a TMA-loaded scale tensor (sm_100a MX)."""
     return f"{t.value}_desc"
@@ -895,6 +905,8 @@ def kernel_params(m: ir.Module) -> tuple[str, ...]:
         ps += SCALE_PARAMS
     if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE}:
         ps += ["scale_a_ptr", "scale_b_ptr"]
+    if ir.EpilogueStep.SCALE_GLOBAL in steps:
+        ps += GLOBAL_PARAMS
     if steps & {ir.EpilogueStep.ADD_BIAS, ir.EpilogueStep.ADD_ROW_BIAS}:
         ps.append("bias_ptr")
     if m.spec.epilogue is not None:
@@ -963,11 +975,12 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                        f"TensorMemoryLayout([{r.rows}, {r.cols}], col_stride=1))",
                        comment=f"ring {r.name}: {r.depth} x ({r.rows}, {r.cols}) fp32 in tensor memory")
                 continue
-            if r.dtype is DType.E8M0:  # sm_100a MX: TMA boxes of torch's blocked scales (backends/gluon_sm100.py)
+            if r.byte_scales:  # sm_100a MX / NVFP4: TMA boxes of torch's blocked scales (backends/gluon_sm100.py)
                 desc = scale_desc(r.tensor)
                 b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {r.rows // 128}, "
                        f"{r.cols // 4}, 2, 256], {desc}.layout)",
-                       comment=f"ring {r.name}: {r.depth} x ({r.rows}, {r.cols}) e8m0 scales in 128x4 blocks")
+                       comment=f"ring {r.name}: {r.depth} x ({r.rows}, {r.cols}) {r.dtype.value} scales in 128x4 "
+                               "blocks")
                 continue
             if r.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
                 # One fp32 row a slot (MX: a row per slice, slot s's at rows s * slices ...).
@@ -983,9 +996,12 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
             cols = r.cols * r.dtype.bits // 8 if r.dtype is DType.E2M1 else r.cols  # (MX fp4: two values a byte)
             b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {box}, {cols}], "
                    f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}")
-        for sb in m.tmem_scales:  # sm_100a MX: the tcgen05 scale operands (TensorMemoryScalesLayout)
-            b.line(f"{sb.name} = allocate_tensor_memory(gl.uint8, [{sb.rows}, {sb.cols}], TensorMemoryScalesLayout())",
-                   comment=f"scale buffer {sb.name}: ({sb.rows}, {sb.cols}) e8m0 in tensor memory")
+        # sm_100a MX / NVFP4: the tcgen05 scale operands (TensorMemoryScalesLayout); their dtype tells Gluon the
+        # scale format (uint8: e8m0; float8e4nv: NVFP4's e4m3, scale_vec::4X)
+        for sb in m.tmem_scales:
+            b.line(f"{sb.name} = allocate_tensor_memory({sb.dtype.gluon}, [{sb.rows}, {sb.cols}], "
+                   "TensorMemoryScalesLayout())",
+                   comment=f"scale buffer {sb.name}: ({sb.rows}, {sb.cols}) {sb.dtype.value} in tensor memory")
         for bf in m.buffers:
             desc = {ir.Tensor.C: output_desc(bf.output), ir.Tensor.OPERAND: f"{bf.operand}_desc",
                     ir.Tensor.WORKSPACE: WORKSPACE_DESC}.get(bf.tensor, f"{bf.tensor.value.lower()}_desc")

@@ -93,6 +93,7 @@ class EpilogueStep(enum.Enum):
     """Register-level epilogue math on the fp32 accumulator, applied in order before the output cast."""
 
     SCALE_TENSORWISE = "acc *= scale_a[0] * scale_b[0]"
+    SCALE_GLOBAL = "acc *= global_a[0] * global_b[0]"  # NVFP4's tensorwise global scales (its block scales: TcMma)
     SCALE_ROWWISE = "acc *= scale_a[m, None] * scale_b[None, n]"
     ADD_BIAS = "acc += bias[None, n]"
     ADD_ROW_BIAS = "acc += bias[m, None]"  # a swapped module's (Tiling.swap_ab): the problem's (N,) bias, along its M
@@ -133,6 +134,12 @@ class Ring:
         return self.depth * self.slot_bytes
 
     @property
+    def byte_scales(self) -> bool:
+        """sm_100a MX / NVFP4: a ring of one-byte block scales (e8m0 or e4m3) that TMA copies in torch's blocked
+        layout and tcgen05.cp moves to tensor memory."""
+        return self.tensor in (Tensor.SCALE_A, Tensor.SCALE_B) and self.dtype in (DType.E8M0, DType.E4M3)
+
+    @property
     def in_tmem(self) -> bool:
         return self.tensor is Tensor.ACC
 
@@ -161,23 +168,27 @@ class Buffer:
 @dataclass(frozen=True)
 class ScaleBuffer:
     """sm_100a: a tensor-memory buffer of block scales (TensorMemoryScalesLayout), one k-block's (rows, cols) e8m0
-    values of A's rows or B's columns, written by `ScaleCopy` and read by scaled `TcMma`s.
+    (MX) or e4m3 (NVFP4) values of A's rows or B's columns, written by `ScaleCopy` and read by scaled `TcMma`s.
 
     Attributes:
         name: unique within the module.
         tensor: SCALE_A or SCALE_B.
-        rows, cols: (BM, BK/32) or (BN, BK/32).
-        col0: its first tensor-memory column (the accumulator ring takes columns 0 ... depth * cols)."""
+        rows, cols: (BM, BK/32) or (BN, BK/32) (NVFP4: BK/16).
+        col0: its first tensor-memory column (the accumulator ring takes columns 0 ... depth * cols).
+        dtype: E8M0 (MX) or E4M3 (NVFP4)."""
 
     name: str
     tensor: Tensor
     rows: int
     cols: int
     col0: int
+    dtype: DType = DType.E8M0
 
     def __post_init__(self) -> None:
         if self.tensor not in (Tensor.SCALE_A, Tensor.SCALE_B):
             raise ValueError(f"ScaleBuffer {self.name}: expected tensor SCALE_A or SCALE_B, got {self.tensor}")
+        if self.dtype not in (DType.E8M0, DType.E4M3):
+            raise ValueError(f"ScaleBuffer {self.name}: expected e8m0 (MX) or e4m3 (NVFP4) scales, got {self.dtype}")
         if self.rows % 128 or self.cols != 4:
             raise ValueError(f"ScaleBuffer {self.name}: expected whole 128x4 chunks (tcgen05.cp 32x128b.warpx4), "
                              f"got ({self.rows}, {self.cols})")
@@ -359,12 +370,15 @@ class TmemScales:
 
     Attributes:
         a, b: the `ScaleBuffer`s of A's rows and B's columns, each filled by a `ScaleCopy` issued before the MMA.
-        a_type, b_type: the operands' element formats as the instruction names them ("e4m3", "e5m2", "e2m1")."""
+        a_type, b_type: the operands' element formats as the instruction names them ("e4m3", "e5m2", "e2m1").
+        vec: elements of K one scale covers: 32 for MX (scale_vec::1X for fp8, 2X for fp4), 16 for NVFP4's e4m3
+            scales (kind::mxf4nvf4 scale_vec::4X); Gluon infers it from the scale buffers' dtype and shape."""
 
     a: str
     b: str
     a_type: str
     b_type: str
+    vec: int = 32
 
     def __post_init__(self) -> None:
         for t in (self.a_type, self.b_type):
@@ -373,6 +387,9 @@ class TmemScales:
         if (self.a_type == "e2m1") != (self.b_type == "e2m1"):
             raise ValueError(f"TmemScales: MX fp4 x fp8 is not built (its fp4 operand is padded in shared memory): "
                              f"got {self.a_type} x {self.b_type}")
+        if self.vec not in (16, 32) or (self.vec == 16 and self.a_type != "e2m1"):
+            raise ValueError(f"TmemScales: scales per 32 of K (MX) or per 16 with e2m1 operands (NVFP4), got "
+                             f"{self.vec=} with {self.a_type} x {self.b_type}")
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,9 @@ def op(o: ir.Op) -> str:
         case ir.TcMma():
             ow = "" if o.overwrite is ir.Guard.FIRST_K else f" overwrite={o.overwrite.value}"
             rel = f", then arrive {o.release}[{slot(o.slot)}]" if o.release else ""
-            by = f" scaled by {o.scales.a} x {o.scales.b} ({o.scales.a_type} x {o.scales.b_type})" if o.scales else ""
+            ts = o.scales
+            per = "" if ts is None or ts.vec == 32 else f", a scale per {ts.vec}"
+            by = f" scaled by {ts.a} x {ts.b} ({ts.a_type} x {ts.b_type}{per})" if ts else ""
             return (f"tcgen05_mma.async {o.acc_ring}[{slot(o.acc_slot)}] += {o.a_ring}[{slot(o.slot)}] @ "
                     f"{o.b_ring}[{slot(o.slot)}]{by}{ow}{rel}")
         case ir.ScaleCopy():
@@ -152,8 +154,8 @@ def module(m: ir.Module) -> str:
         where = " in tensor memory" if r.in_tmem else ""
         out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]{where}")
     for sb in m.tmem_scales:
-        out.append(f"  scale buffer {sb.name}: {sb.tensor.value} e8m0[{sb.rows}x{sb.cols}] in tensor memory, columns "
-                   f"{sb.col0}..{sb.col0 + sb.columns - 1}")
+        out.append(f"  scale buffer {sb.name}: {sb.tensor.value} {sb.dtype.value}[{sb.rows}x{sb.cols}] in tensor "
+                   f"memory, columns {sb.col0}..{sb.col0 + sb.columns - 1}")
     for b in m.buffers:
         what = b.operand if b.tensor is ir.Tensor.OPERAND else output_name(b.tensor, b.output)
         out.append(f"  buffer {b.name}: {what} {b.dtype.value}[{b.rows}x{b.cols}]")

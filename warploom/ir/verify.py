@@ -26,7 +26,7 @@ from warploom.ir import printer
 from warploom.ir.verify_cluster import check_cluster
 from warploom.ir.verify_scales import check_tmem_scales
 from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, uncovered_rows
-from warploom.spec import SCALE_BLOCK
+from warploom.spec import SCALE_BLOCK, ScaleRecipe
 
 _MAX_REGS = 256
 _MIN_REGS = 24
@@ -45,9 +45,11 @@ def structural(m: ir.Module) -> list[str]:
         errs.append(f"exactly one default partition expected, got {defaults}")
     ring_names = {r.name: r for r in m.rings}
     bar_names = {b.name: b for b in m.barriers}
-    if m.spec.scale.is_blockwise and m.tiling.bk != SCALE_BLOCK:
-        errs.append(f"blockwise scales cover {SCALE_BLOCK} elements of K, so a k-block must too: bk={m.tiling.bk}, "
-                    f"expected {SCALE_BLOCK}")
+    # (NVFP4's k-block is 64: its 128x4 chunk of e4m3 scales covers 4 x 16 of K; ir/verify_scales.py checks it)
+    bk = 64 if m.spec.scale is ScaleRecipe.NVFP4 else SCALE_BLOCK
+    if m.spec.scale.is_blockwise and m.tiling.bk != bk:
+        errs.append(f"{m.spec.scale.value} scales take a k-block of {bk} elements of K: bk={m.tiling.bk}, "
+                    f"expected {bk}")
     errs += _check_split_k(m)
     errs += _check_swap(m)
     errs += _check_stream_k(m)

@@ -2,8 +2,9 @@
 
 A complete module with scale buffers must satisfy (each violation is one message):
 
-- **dtype:** an MX recipe's scale rings and buffers hold e8m0; the scaled MMA names the operands' own formats
-  (e4m3 / e5m2 / e2m1 as `GemmSpec.a_dtype` / `b_dtype` say).
+- **dtype:** an MX recipe's scale rings and buffers hold e8m0, NVFP4's e4m3, a row of BK / scale_k (32 or 16) a
+  k-block; the scaled MMA names the operands' own formats (e4m3 / e5m2 / e2m1 as `GemmSpec.a_dtype` / `b_dtype`
+  say) and the recipe's scale vector (a scale per 32 of K for MX, per 16 for NVFP4: scale_vec::4X).
 - **producer and consumer:** each buffer is written by `ScaleCopy`s and read by scaled `TcMma`s, all issued by one
   partition (tcgen05 ops of one thread run in issue order: a copy after an MMA cannot overwrite what that MMA
   reads, one from another partition can); within a k-loop every scaled MMA has a copy into each buffer it reads
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
-from warploom.spec import ScaleRecipe
 
 # The instruction's names for the MX operand formats.
 MX_FORMATS = {DType.E4M3: "e4m3", DType.E5M2: "e5m2", DType.E2M1: "e2m1"}
@@ -63,19 +63,34 @@ def check_tmem_scales(m: ir.Module) -> list[str]:
 
 def _dtypes(m: ir.Module) -> list[str]:
     errs = []
-    if m.spec.scale is not ScaleRecipe.MX:
-        errs.append(f"scale buffers in a module of {m.spec.scale.value} scales: tcgen05 block scaling here is MX's")
+    recipe = m.spec.scale
+    if not recipe.microscaled:
+        errs.append(f"scale buffers in a module of {recipe.value} scales: tcgen05 block scaling here is MX's or "
+                    "NVFP4's")
+        return errs
+    want_dt = recipe.scale_dtype  # MX: e8m0; NVFP4: e4m3
     scale_rings = {o.ring for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.ScaleCopy)}
     for name in sorted(scale_rings):
         r = m.ring(name)
-        if r.dtype is not DType.E8M0:
-            errs.append(f"ring {name} copied into tensor memory holds {r.dtype.value}; MX scales are e8m0")
+        if r.dtype is not want_dt:
+            errs.append(f"ring {name} copied into tensor memory holds {r.dtype.value}; {recipe.value} scales are "
+                        f"{want_dt.value}")
+        if r.cols * recipe.scale_k != m.tiling.bk:
+            errs.append(f"ring {name} holds {r.cols} scales a row per k-block of {m.tiling.bk}; {recipe.value} "
+                        f"takes one per {recipe.scale_k} of K ({m.tiling.bk // recipe.scale_k})")
+    errs += [f"scale buffer {sb.name} holds {sb.dtype.value}; {recipe.value} scales are {want_dt.value}"
+             for sb in m.tmem_scales if sb.dtype is not want_dt]
     want = (MX_FORMATS.get(m.spec.a_dtype), MX_FORMATS.get(m.spec.b_dtype))
     for p in m.partitions:
         for o, _ in ir.walk(p.body):
-            if isinstance(o, ir.TcMma) and o.scales is not None and (o.scales.a_type, o.scales.b_type) != want:
+            if not isinstance(o, ir.TcMma) or o.scales is None:
+                continue
+            if (o.scales.a_type, o.scales.b_type) != want:
                 errs.append(f"partition {p.name}: the scaled MMA reads {o.scales.a_type} x {o.scales.b_type}; "
                             f"the spec's operands are {want[0]} x {want[1]}")
+            if o.scales.vec != recipe.scale_k:  # (NVFP4: 16, scale_vec::4X; MX: 32)
+                errs.append(f"partition {p.name}: the scaled MMA applies a scale per {o.scales.vec} of K; "
+                            f"{recipe.value} scales cover {recipe.scale_k}")
     return errs
 
 

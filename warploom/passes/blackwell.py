@@ -68,12 +68,12 @@ class PlaceScaleCopies:
     acc_columns: int
 
     def __call__(self, m: ir.Module) -> ir.Module:
-        scale_rings = [r for r in m.rings if r.tensor in SCALE_TMEM and r.dtype is DType.E8M0]
+        scale_rings = [r for r in m.rings if r.byte_scales]
         if not scale_rings:
             return m
         bufs, col0 = [], self.acc_columns
         for r in scale_rings:
-            bufs.append(ir.ScaleBuffer(SCALE_TMEM[r.tensor], r.tensor, r.rows, r.cols, col0))
+            bufs.append(ir.ScaleBuffer(SCALE_TMEM[r.tensor], r.tensor, r.rows, r.cols, col0, r.dtype))
             col0 += bufs[-1].columns
 
         def place(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
@@ -123,7 +123,8 @@ class SplitMma:
         scales = None
         if m.tmem_scales:  # (PlaceScaleCopies: the MMA reads the buffers the copies before it filled)
             sa, sb = (next(b.name for b in m.tmem_scales if b.tensor is t) for t in SCALE_TMEM)
-            scales = ir.TmemScales(sa, sb, MX_FORMATS[m.spec.a_dtype], MX_FORMATS[m.spec.b_dtype])
+            scales = ir.TmemScales(sa, sb, MX_FORMATS[m.spec.a_dtype], MX_FORMATS[m.spec.b_dtype],
+                                   m.spec.scale.scale_k)
         for s in k_loop.body:
             if isinstance(s, ir.Mma):
                 k_body.append(ir.TcMma(s.a_ring, s.b_ring, s.slot, ACC_RING, ts, s.overwrite, release="empty",

@@ -65,10 +65,12 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     # sm_100a MX (rule 19, seed 001): the tensor cores apply the e8m0 scales themselves (tcgen05 block-scaled MMA),
     # so nothing is promoted; TMA copies each k-block's raw bytes, (BM, BK/32) and (BN, BK/32) in torch's blocked
     # layout, into slots of the A/B stage, which tcgen05.cp then reads.
-    native_mx = mx and plan.acc_buffers > 0
+    # NVFP4 likewise, (BM, BK/16) and (BN, BK/16) e4m3 bytes.
+    native_mx = spec.scale.microscaled and plan.acc_buffers > 0
     if native_mx:
-        rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, DType.E8M0, 1, plan.bm, subs),
-                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, DType.E8M0, 1, plan.bn, subs))
+        sd = spec.scale.scale_dtype
+        rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, sd, 1, plan.bm, subs),
+                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, sd, 1, plan.bn, subs))
     elif blockwise:
         # The k-block's scales travel through the same stages as its A and B tiles (seed 001): one slot of
         # scale_a holds the tile's BM row scales; one of scale_b the tile's 128-column blocks' (or columns'); MX
@@ -117,6 +119,8 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         steps.append(ir.EpilogueStep.SCALE_TENSORWISE)
     elif spec.scale is ScaleRecipe.ROWWISE:
         steps.append(ir.EpilogueStep.SCALE_ROWWISE)
+    elif spec.scale is ScaleRecipe.NVFP4:  # (its block scales are the MMA's; the global ones multiply the tile)
+        steps.append(ir.EpilogueStep.SCALE_GLOBAL)
     if spec.bias_dtype is not None and spec.epilogue is None:
         # (swapped, rule 18: the problem's (N,) bias runs along this module's rows)
         steps.append(ir.EpilogueStep.ADD_ROW_BIAS if plan.swap_ab else ir.EpilogueStep.ADD_BIAS)

@@ -16,6 +16,7 @@ from typing import Any
 
 from warploom.backends import gluon_api
 from warploom.backends.gluon_sm90 import (
+    GLOBAL_PARAMS,
     RANGED_REDUCE_PARAMS,
     REDUCE_PARAMS,
     WORKSPACE_DESC,
@@ -114,7 +115,7 @@ def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int], tuple[t
         elif bf.tensor is ir.Tensor.OPERAND:
             blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows, bf.cols], ())
     for r in m.rings:
-        if r.dtype is DType.E8M0:  # sm_100a MX: the k-block's 128x4 blocks of torch's blocked scales
+        if r.byte_scales:  # sm_100a MX / NVFP4: the k-block's 128x4 blocks of torch's blocked scales
             blocks[scale_desc(r.tensor)] = (r.dtype, [r.rows // 128, r.cols // 4, 2, 256], ())
     return blocks
 
@@ -128,7 +129,9 @@ def cga_bases(cluster: int, split: bool) -> tuple[tuple[int, int], ...]:
 def shared_layout(dtype: DType, block: list[int], cga: tuple[tuple[int, int], ...] = ()) -> Any:
     from triton.experimental.gluon import language as gl
 
-    if dtype is DType.E8M0:  # unswizzled, so a slot viewed as (rows, 4) is a layout tcgen05.cp reads
+    # The blocked scales' 4-D boxes (MX e8m0, NVFP4 e4m3; no other descriptor has four dimensions): unswizzled, so a
+    # slot viewed as (rows, 4) is a layout tcgen05.cp reads
+    if dtype is DType.E8M0 or len(block) == 4:
         return gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=8, rank=len(block))
     if cga:  # (3.6's get_default_for has no cga_layout: only Triton >= 3.7 builds cluster kernels, gluon_api)
         return gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(dtype), cga_layout=[list(c) for c in cga])
@@ -149,7 +152,7 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
             sig[p] = f"tensordesc<{_SIG[d]}[{', '.join(map(str, blk))}],{shared_layout(d, blk, cga)!r}>"
         elif p in ("sa_ptr", "sb_ptr") and m.spec.scale is ScaleRecipe.MX:
             sig[p] = "*u8"  # e8m0 scales go as their bytes (runtime/launch.py)
-        elif p in ("scale_a_ptr", "scale_b_ptr", "sa_ptr", "sb_ptr"):
+        elif p in ("scale_a_ptr", "scale_b_ptr", "sa_ptr", "sb_ptr", *GLOBAL_PARAMS):
             sig[p] = "*fp32"
         elif p in SK_TYPES:
             sig[p] = SK_TYPES[p]

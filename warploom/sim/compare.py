@@ -17,7 +17,7 @@ import torch
 
 from warploom.ir import nodes as ir
 from warploom.ir.raster import Span, TileRef, cdiv, launch_grid
-from warploom.reference import Inputs, dequantized, is_blockwise, reference, relative_error
+from warploom.reference import Inputs, dequantized, global_scale, is_blockwise, reference, relative_error
 from warploom.sim.cluster import whole_clusters
 from warploom.sim.program import launch_span
 from warploom.sim.simulate import SimResult, completed_tiles, representative_ctas, simulate
@@ -140,7 +140,8 @@ def _judged(output: torch.Tensor, x: Inputs, tiles: tuple[TileRef, ...], bm: int
         assert x.scale_a is not None and x.scale_b is not None
         da, db = dequantized(x.a, x.b, x.scale_a, x.scale_b)
         bias = x.bias.float() if x.bias is not None else None
-        return out, torch.cat([(da[r] @ db[:, c] + (bias[c] if bias is not None else 0.0)).reshape(-1)
+        g = global_scale(x)  # (NVFP4's, else 1)
+        return out, torch.cat([(da[r] @ db[:, c] * g + (bias[c] if bias is not None else 0.0)).reshape(-1)
                                for r, c in parts])
     x = Inputs(x.a.float(), x.b.float(), x.scale_a, x.scale_b, x.bias)  # converted once, not once per tile
     return out, torch.cat([reference(_tile_inputs(x, r, c)).reshape(-1) for r, c in parts])
@@ -158,7 +159,7 @@ def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None
     n = x.b.shape[1]
     picked = None if ctas is None else tuple(ctas)
     tail_picked = None if tail_ctas is None else tuple(tail_ctas)
-    res = kern.simulate(x.a, x.b, x.scale_a, x.scale_b, seed=seed, ctas=picked, tail_ctas=tail_picked, record=record)
+    res = kern.simulate(x.a, x.b, *x.scales(), seed=seed, ctas=picked, tail_ctas=tail_picked, record=record)
     launches = kern.launches(m, n, k, picked, tail_picked)  # (the launches simulate ran, and their CTAs)
     tiles = [u for launch in launches
              for u in completed_tiles(launch.module, m, n, launch.grid, launch.ctas, launch.span)]
@@ -178,7 +179,7 @@ def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, 
     the problem's inputs, also for a swapped module (`simulate`); its tiles, of C^T, are judged where they lie in C."""
     t0 = time.perf_counter()
     m, n = x.a.shape[0], x.b.shape[1]
-    res = simulate(module, x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=seed, ctas=ctas, record=record)
+    res = simulate(module, x.a, x.b, *x.scales(), x.bias, seed=seed, ctas=ctas, record=record)
     t = module.tiling
     if t.swap_ab:
         m, n = n, m

@@ -24,7 +24,7 @@ from warploom.blocked import from_blocked
 from warploom.epilogue.reference import evaluate_tile
 from warploom.ir import nodes as ir
 from warploom.sim.program import LoadTmemI, MmaI, PromoteI, ScaleCopyI, Tag, TcMmaI
-from warploom.spec import MX_BLOCK, SCALE_BLOCK, ALayout, BLayout, ScaleRecipe
+from warploom.spec import SCALE_BLOCK, ALayout, BLayout, ScaleRecipe
 
 
 @dataclass
@@ -38,6 +38,7 @@ class Operands:
         scale_a, scale_b: flattened fp32 scales, or None; blockwise scales stay 2-D (M, k-blocks) and
             (k-blocks, N-blocks or N); a 128x128 scale_a (M-blocks, k-blocks).
         bias: (N,) fp32 bias, or None.
+        globals_: NVFP4: (2,) fp32, the global scales of A and B (ir.EpilogueStep.SCALE_GLOBAL), or None.
         outs: the (M, N) outputs, each in its dtype (`GemmSpec.output_dtypes`), written by TMA stores; 0 is C.
         writes: per output, the (M, N) count of the stores that wrote each element.
         epilogue: a fused epilogue's operand tensors by graph name, as passed (their own dtypes and strides:
@@ -56,6 +57,7 @@ class Operands:
     epilogue: Mapping[str, torch.Tensor]
     workspace: torch.Tensor | None = None
     ws_writes: torch.Tensor | None = None
+    globals_: torch.Tensor | None = None
 
     @property
     def out(self) -> torch.Tensor:
@@ -64,14 +66,17 @@ class Operands:
     @staticmethod
     def of(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None,
            scale_b: torch.Tensor | None, bias: torch.Tensor | None, outs: tuple[torch.Tensor, ...],
-           epilogue: Mapping[str, torch.Tensor], span_tiles: int = 0) -> Operands:
-        """`span_tiles`: a ranged split-K launch's tile count (its compact workspace's size)."""
+           epilogue: Mapping[str, torch.Tensor], span_tiles: int = 0,
+           globals_: tuple[torch.Tensor, torch.Tensor] | None = None) -> Operands:
+        """`span_tiles`: a ranged split-K launch's tile count (its compact workspace's size); `globals_`: NVFP4's
+        global scales of A and B."""
         # (a grouped module's B is (G, K, N): its rows per group, (G, N, K) or (G, K, N))
         b_rows = b.transpose(-2, -1) if module.spec.b_layout is BLayout.K_MAJOR else b
         if module.spec.is_fp4:  # MX fp4: the packed pairs of K as their (rows, K) values
             a, b_rows = fp4.unpack(a), fp4.unpack(b_rows)
-        if module.tmem_scales:  # sm_100a MX: torch's blocked scales, read back as padded (rows, K/32) values
-            kb = a.shape[1] // MX_BLOCK
+        # sm_100a MX / NVFP4: torch's blocked scales, read back as padded (rows, K/32) (NVFP4: K/16) values
+        if module.tmem_scales:
+            kb = a.shape[1] // module.spec.scale.scale_k
             scale_a = None if scale_a is None else from_blocked(scale_a.float(), a.shape[0], kb)
             scale_b = None if scale_b is None else from_blocked(scale_b.float(), b_rows.shape[0], kb)
         # Blockwise scales stay 2-D: (M, k-blocks) and (k-blocks, N-blocks or N), read per (tile, k-block).
@@ -87,6 +92,7 @@ class Operands:
             None if bias is None else bias.float(), outs,
             tuple(torch.zeros(o.shape, dtype=torch.int16) for o in outs), epilogue,
             ws, None if ws is None else torch.zeros(ws.shape, dtype=torch.int16),
+            None if globals_ is None else torch.cat([g.reshape(1).float() for g in globals_]),
         )
 
 
@@ -118,12 +124,15 @@ class CtaData:
 
     def land(self, ring: str, slot: int, tag: Tag) -> None:
         t = self.slots[ring][slot]
-        if self.m.tmem_scales and tag.tensor in ("scale_a", "scale_b"):  # sm_100a MX: a TMA box of (rows, 4) scales
+        # sm_100a MX / NVFP4: a TMA box of (rows, 4) scales
+        if self.m.tmem_scales and tag.tensor in ("scale_a", "scale_b"):
             src = self.ops.scale_a if tag.tensor == "scale_a" else self.ops.scale_b
             assert src is not None
-            # (TMA fills outside the padded tensor with zero bits: 2**-127, against zero-filled A and B)
-            self.slots[ring][slot] = _block(src, tag.origin[0], tag.origin[1] // MX_BLOCK, t.shape[0], t.shape[1],
-                                            2.0 ** -127)
+            # (TMA fills outside the padded tensor with zero bits: e8m0's 2**-127, e4m3's 0, against zero-filled A
+            # and B)
+            recipe = self.m.spec.scale
+            self.slots[ring][slot] = _block(src, tag.origin[0], tag.origin[1] // recipe.scale_k, t.shape[0],
+                                            t.shape[1], 2.0 ** -127 if recipe is ScaleRecipe.MX else 0.0)
             return
         if tag.tensor in ("scale_a", "scale_b"):
             self.slots[ring][slot] = self._scales(tag, t.shape[1])
@@ -181,12 +190,13 @@ class CtaData:
 
     def tc_mma(self, ins: TcMmaI) -> None:
         """sm_100a: the tensor-memory accumulator slot (+)= A slot @ B slot, in fp32; block-scaled, each 32-deep
-        slice of K of a row of A (of B) times that row's scale from its tensor-memory buffer."""
+        (NVFP4: 16-deep) slice of K of a row of A (of B) times that row's scale from its tensor-memory buffer."""
         a, b = self.slots[ins.a_ring][ins.a_slot], self.slots[ins.b_ring][ins.b_slot]
         if ins.scales:
             (sa, _), (sb, _) = ins.scales
-            a = a * self.tmem_scales[sa].repeat_interleave(MX_BLOCK, dim=1)
-            b = b * self.tmem_scales[sb].repeat_interleave(MX_BLOCK, dim=1)  # (a K-major (BN, BK) slot)
+            vec = self.m.spec.scale.scale_k
+            a = a * self.tmem_scales[sa].repeat_interleave(vec, dim=1)
+            b = b * self.tmem_scales[sb].repeat_interleave(vec, dim=1)  # (a K-major (BN, BK) slot)
         prod = a @ (b.t() if self.k_major else b)
         tm = self.slots[ins.acc_ring]
         tm[ins.acc_slot] = tm[ins.acc_slot] + prod if ins.accumulate else prod
@@ -236,6 +246,9 @@ class CtaData:
             if s is ir.EpilogueStep.SCALE_TENSORWISE:
                 assert ops.scale_a is not None and ops.scale_b is not None
                 x = x * (ops.scale_a[0] * ops.scale_b[0])
+            elif s is ir.EpilogueStep.SCALE_GLOBAL:
+                assert ops.globals_ is not None
+                x = x * (ops.globals_[0] * ops.globals_[1])
             elif s is ir.EpilogueStep.SCALE_ROWWISE:
                 assert ops.scale_a is not None and ops.scale_b is not None
                 sa = _masked(ops.scale_a, off_m, rows, in_m)

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from warploom.checks import scale_parts
 from warploom.epilogue.operands import OperandSpec
 from warploom.errors import DeviceError, DTypeError, InputError, ScaleError, ShapeError, split_k_mismatch
 from warploom.ir import nodes as ir
@@ -106,7 +107,7 @@ class SimResult:
 
 
 def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any, scale_b: Any,
-                bias: Any) -> frozenset[ir.EpilogueStep]:
+                bias: Any, globals_: Any = None) -> frozenset[ir.EpilogueStep]:
     spec = module.spec
     for arg, t, want in (("a", a, spec.a_dtype), ("b", b, spec.b_dtype)):
         if t.dim() != 2:
@@ -119,10 +120,14 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
     if not module.tiling.splits_evenly(a.shape[1]):
         raise split_k_mismatch(module.tiling.bk, module.tiling.split_k, spec.k, a.shape[1])
     steps = {s for p in module.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
-    scaled = steps & {ir.EpilogueStep.SCALE_TENSORWISE, ir.EpilogueStep.SCALE_ROWWISE}
+    scaled = steps & {ir.EpilogueStep.SCALE_TENSORWISE, ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_GLOBAL}
     if scaled and (scale_a is None or scale_b is None):
         raise ScaleError("scale_a", "scale_a and scale_b, as the module's epilogue scales", "None",
                          "pass both scales")
+    if ir.EpilogueStep.SCALE_GLOBAL in steps and globals_ is None:
+        raise ScaleError("scale_a", "NVFP4's pairs [block scales, global scale], as the module's epilogue multiplies "
+                         "by the global scales", "no global scale of each",
+                         "pass scale_a=[block scales, global_a] and scale_b=[block scales, global_b]")
     if spec.scale.is_blockwise and (scale_a is None or scale_b is None):
         raise ScaleError("scale_a" if scale_a is None else "scale_b",
                          f"both blockwise scales: module {module.name} applies them in its mainloop", "None",
@@ -231,8 +236,8 @@ def _malformed(pid: int, e: MalformedError) -> SimFinding:
     return SimFinding(FindingKind.MALFORMED, str(e), pid)
 
 
-def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None,
-             scale_b: torch.Tensor | None = None, bias: torch.Tensor | None = None, *,
+def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any = None,
+             scale_b: Any = None, bias: torch.Tensor | None = None, *,
              operands: Mapping[str, torch.Tensor] | None = None, outs: Sequence[torch.Tensor] | None = None,
              seed: int = 0, ctas: Iterable[int] | None = None, out: torch.Tensor | None = None,
              record: bool = True, span: Span | None = None) -> SimResult:
@@ -240,6 +245,9 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
 
     A swapped module (`ir.Tiling.swap_ab`, planner rule 18) takes the problem's tensors, as its launcher does: its
     own A and B are the problem's B^T and A^T, its scales trade places, and it writes the problem's (M, N) outputs.
+
+    NVFP4's scales come as `warploom.scaled_mm` takes them: scale_a=[blocked e4m3 scales, fp32 global scale], and
+    scale_b likewise (`checks.scale_parts`).
 
     `operands` maps each operand name of a fused epilogue's graph to its CPU tensor (for scaled_mm with an epilogue,
     scale_a, scale_b and bias are among them, not positional), laid out as when the graph was captured: the kernel
@@ -251,12 +259,14 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     `span`'s tiles (default: all of C); the rest of the outputs stays as it was.
     """
     t0 = time.perf_counter()
+    (scale_a, global_a), (scale_b, global_b) = scale_parts("scale_a", scale_a), scale_parts("scale_b", scale_b)
+    globals_ = None if global_a is None or global_b is None else (global_a, global_b)
     if module.tiling.swap_ab:  # from here on everything is in the module's own terms
         a, b, scale_a, scale_b = b.t(), a.t(), scale_b, scale_a
         # A fused epilogue's operands as its graph reads them (OperandSpec.transposed): same storage.
         operands = {name: _transposed(t) for name, t in (operands or {}).items()}
     try:
-        ep_steps = _check_args(module, a, b, scale_a, scale_b, bias)
+        ep_steps = _check_args(module, a, b, scale_a, scale_b, bias, globals_)
         # Blockwise scales are the mainloop's, never graph operands: only the bias may be one.
         positional = {"bias": bias} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b,
                                                                             "bias": bias}
@@ -272,7 +282,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: torch
     t = module.tiling
     results = _outputs(module, n, m, out, outs) if t.swap_ab else _outputs(module, m, n, out, outs)  # (C: C^T's shape)
     span = launch_span(module, m, n, span)
-    ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors, span.tiles if span else 0)
+    ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors, span.tiles if span else 0, globals_)
     grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster)
     # A stream-K launch runs whole: its CTAs' fixups link them (ir.Fixup), so a sample would wait forever.
     pids = tuple(range(grid)) if ctas is None or t.stream_k else tuple(ctas)

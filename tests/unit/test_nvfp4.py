@@ -1,0 +1,146 @@
+"""NVFP4 on sm_100a (issue 25 item 1's recipe): e2m1 data two a byte, e4m3 block scales per 16 of K in torch's
+blocked layout and a tensorwise fp32 global scale per operand, passed as torch.nn.functional.scaled_mm takes them
+(scale_a=[to_blocked(block scales), global scale], recipe [BlockWise1x16, TensorWise]). The API and the planner, the
+IR the passes build (e4m3 scale rings and buffers, a scale per 16 of K, the global scales in the epilogue), the
+verifier's rules, and bad input refused by name."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import warploom
+from warploom.blocked import to_blocked
+from warploom.device import B200, H100_SXM
+from warploom.dtypes import DType
+from warploom.errors import ScaleError, ShapeError, UnsupportedError, VerificationError
+from warploom.ir import nodes as ir
+from warploom.ir.verify_scales import check_tmem_scales
+from warploom.spec import NVFP4_BLOCK, ScaleLayout, ScaleRecipe
+
+M, N, K = 200, 272, 320
+
+
+def _args(k: int = K) -> tuple[torch.Tensor, ...]:
+    a = torch.zeros(M, k // 2, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    b = torch.zeros(N, k // 2, dtype=torch.uint8).view(torch.float4_e2m1fn_x2).t()
+    sa = to_blocked(torch.ones(M, k // NVFP4_BLOCK).to(torch.float8_e4m3fn))
+    sb = to_blocked(torch.ones(N, k // NVFP4_BLOCK).to(torch.float8_e4m3fn))
+    return a, b, sa, sb
+
+
+def _global(s: float = 1.0) -> torch.Tensor:
+    return torch.tensor([s], dtype=torch.float32)
+
+
+def _kernel() -> warploom.Kernel:
+    a, b, sa, sb = _args()
+    return warploom.plan(a, b, [sa, _global()], [sb, _global(2.0)], device=B200)
+
+
+def test_nvfp4_plans_e4m3_scales_per_16_and_a_global_epilogue_scale() -> None:
+    k = _kernel()
+    s = k.spec
+    assert (s.scale, s.scale_layout, s.is_fp4, s.k) == (ScaleRecipe.NVFP4, ScaleLayout.BLOCKED, True, K)
+    # a k-block of 64: one 128x4 chunk of e4m3 scales (4 x 16 of K), one kind::mxf4nvf4 MMA
+    assert k.plan.block_scaled and k.plan.bk == 64
+    m = k.module
+    assert {m.ring(r).dtype for r in ("sa_ring", "sb_ring")} == {DType.E4M3}
+    assert {(sb.dtype, sb.cols) for sb in m.tmem_scales} == {(DType.E4M3, 4)}
+    mmas = {o.scales for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.TcMma)}
+    assert mmas == {ir.TmemScales("sa_tm", "sb_tm", "e2m1", "e2m1", 16)}
+    steps = {st for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for st in o.steps}
+    assert steps == {ir.EpilogueStep.SCALE_GLOBAL}
+    assert check_tmem_scales(m) == []
+    assert "a scale per 16" in warploom.ir.printer.module(m) and "e4m3[128x4] in tensor memory" in \
+        warploom.ir.printer.module(m)
+
+
+def test_nvfp4_lowers_e4m3_tensor_memory_scales_and_the_global_scales() -> None:
+    src = _kernel().source
+    assert "allocate_tensor_memory(gl.float8e4nv, [128, 4], TensorMemoryScalesLayout())" in src
+    assert 'tcgen05_mma_scaled(' in src and '"e2m1", "e2m1"' in src
+    assert "gl.load(global_a_ptr) * gl.load(global_b_ptr)" in src
+
+
+def test_verifier_names_wrong_nvfp4_scale_dtype_and_vector() -> None:
+    m = _kernel().module
+    rings = tuple(replace(r, dtype=DType.E8M0) if r.byte_scales else r for r in m.rings)
+    errs = check_tmem_scales(replace(m, rings=rings))
+    assert any("ring sa_ring copied into tensor memory holds e8m0; nvfp4 scales are e4m3" in e for e in errs), errs
+
+    def per32(p: ir.Partition) -> ir.Partition:
+        def fix(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+            return tuple(replace(s, body=fix(s.body)) if isinstance(s, ir.Loop) else
+                         replace(s, scales=replace(s.scales, vec=32))
+                         if isinstance(s, ir.TcMma) and s.scales else s for s in body)
+        return replace(p, body=fix(p.body))
+
+    errs = check_tmem_scales(replace(m, partitions=tuple(map(per32, m.partitions))))
+    assert any("applies a scale per 32 of K; nvfp4 scales cover 16" in e for e in errs), errs
+    with pytest.raises(ValueError, match="per 16 with e2m1 operands"):
+        ir.TmemScales("a", "b", "e4m3", "e4m3", 16)
+    with pytest.raises(ValueError, match="e8m0 \\(MX\\) or e4m3 \\(NVFP4\\)"):
+        ir.ScaleBuffer("s", ir.Tensor.SCALE_A, 128, 4, 256, DType.FP32)
+
+
+def test_bad_nvfp4_input_names_the_argument() -> None:
+    a, b, sa, sb = _args()
+    g = _global()
+    with pytest.raises(UnsupportedError, match="no fp4 MMA: MX fp4 and NVFP4.*nvfp4 scales.*device=B200"):
+        warploom.plan(a, b, [sa, g], [sb, g], device=H100_SXM)
+    with pytest.raises(ScaleError, match=r"scale_a\[1\]: expected NVFP4's pair.*global scale.*got the block "
+                                         r"scales alone.*scale_a=\[to_blocked"):
+        warploom.plan(a, b, sa, sb, device=B200)  # no global scales
+    with pytest.raises(ScaleError, match=r"scale_b\[1\]: expected NVFP4's pair"):
+        warploom.plan(a, b, [sa, g], sb, device=B200)
+    e8m0 = sb.view(torch.uint8).view(torch.float8_e8m0fnu)
+    with pytest.raises(ScaleError, match="scale_b: expected torch.float8_e4m3fn block scales, one per 16 of K.*"
+                                         "got dtype torch.float8_e8m0fnu"):
+        warploom.plan(a, b, [sa, g], [e8m0, g], device=B200)  # e8m0 where e4m3 is required
+    mx_a = to_blocked(torch.full((M, K // 32), 127, dtype=torch.uint8)).view(torch.float8_e8m0fnu)
+    with pytest.raises(ScaleError, match="scale_a: expected torch.float8_e4m3fn block scales"):
+        warploom.plan(a, b, [mx_a, g], [sb, g], device=B200)  # MX fp4's scales with a global scale
+    with pytest.raises(ScaleError, match="scale_b: expected torch.float8_e8m0fnu.*MX fp4.*got dtype "
+                                         "torch.float8_e4m3fn"):
+        warploom.plan(a, b, mx_a, sb, device=B200)  # e4m3 where MX's e8m0 is required
+    per32 = to_blocked(torch.ones(M, K // 32).to(torch.float8_e4m3fn))
+    with pytest.raises(ScaleError, match=r"scale_a: expected NVFP4 scales per 16 of K.*\(200, 20\).*got shape "
+                                         r"\(3072,\).*blocked size of scales per 32"):
+        warploom.plan(a, b, [per32, g], [sb, g], device=B200)  # per 32 where per 16 is required
+    with pytest.raises(ScaleError, match=r"scale_a\[1\]: expected a global scale of one torch.float32 element"):
+        warploom.plan(a, b, [sa, g.double()], [sb, g], device=B200)
+    with pytest.raises(ScaleError, match=r"scale_a: expected a tensor, or NVFP4's \[block scales, global scale\]"):
+        warploom.plan(a, b, [sa, g, g], [sb, g], device=B200)
+    a2, b2, sa2, sb2 = _args(K - 16)  # K = 304: 152 bytes a row, not whole 16-byte TMA rows
+    with pytest.raises(ShapeError, match=r"a: expected fp4 data with K a multiple of 32.*a.shape\[1\] = 152"):
+        warploom.plan(a2, b2, [sa2, g], [sb2, g], device=B200)
+    e4a, e4b = torch.zeros(M, K, dtype=torch.float8_e4m3fn), torch.zeros(N, K, dtype=torch.float8_e4m3fn).t()
+    with pytest.raises(ScaleError, match=r"scale_a: expected one scale tensor \(a global scale goes with NVFP4's "
+                                         r"fp4 data only\)"):
+        warploom.plan(e4a, e4b, [g, g], g, device=B200)
+
+
+def test_spec_refuses_nvfp4_without_fp4_or_blocked_scales() -> None:
+    spec = _kernel().spec
+    with pytest.raises(ValueError, match="NVFP4 scales go with e2m1 inputs in the blocked layout"):
+        replace(spec, scale_layout=ScaleLayout.ROW_MAJOR)
+    with pytest.raises(ValueError, match="NVFP4 scales go with e2m1 inputs"):
+        replace(spec, a_dtype=DType.E4M3, b_dtype=DType.E4M3)
+
+
+def test_verification_error_is_raised_for_a_planted_bad_bk() -> None:
+    from warploom.ir.verify import check
+
+    m = _kernel().module
+    with pytest.raises(VerificationError, match="nvfp4 scales take a k-block of 64"):
+        check(replace(m, tiling=replace(m.tiling, bk=128)), "planted")
+
+
+def test_nvfp4_with_a_fused_epilogue_is_refused() -> None:
+    """The global scales are the plain kernel's epilogue step; a fused graph would drop them, so it is refused."""
+    a, b, sa, sb = _args()
+    with pytest.raises(UnsupportedError, match="NVFP4 with a fused epilogue.*Fix: drop the epilogue"):
+        warploom.plan(a, b, [sa, _global()], [sb, _global()], epilogue=lambda acc: torch.relu(acc), device=B200)
