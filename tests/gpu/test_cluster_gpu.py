@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from graphs import replayed
+from operands import fp8_pair, fp8_scales
 
 from warploom import checks
 from warploom.backends import gluon_api
@@ -72,12 +73,8 @@ def test_fp16(m: int, n: int, k: int) -> None:
 def test_fp8(recipe: str, m: int, n: int, k: int) -> None:
     torch.manual_seed(m + n)
     k = -(-k // 16) * 16  # (fp8 rows are 16-byte aligned: K a multiple of 16)
-    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
-    if recipe == "tensorwise":
-        sa, sb = torch.rand((), device="cuda") + 0.5, torch.rand((), device="cuda") + 0.5
-    else:
-        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    a, b = fp8_pair(m, n, k)
+    sa, sb = fp8_scales(m, n, recipe == "tensorwise")
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if "bias" in recipe else None
     out_dtype = torch.float32 if "fp32" in recipe else torch.bfloat16
     kern = _kernel(checks.scaled_mm_spec(a, b, sa, sb, bias, out_dtype, True))

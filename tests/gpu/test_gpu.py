@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from operands import fp8_scales
 
 import warploom
 
@@ -68,10 +69,7 @@ FP8_SHAPES = [(296, 528, 1024), (1, 4096, 4096), (4097, 272, 8192), (64, 128, 12
 def test_scaled_mm(m: int, n: int, k: int, recipe: str, fast_accum: bool, with_bias: bool) -> None:
     torch.manual_seed(m * 7 + n + k)
     a, b = _fp8(m, n, k)
-    if recipe == "tensorwise":
-        sa, sb = torch.rand((), device="cuda") + 0.5, torch.rand((), device="cuda") + 0.5
-    else:
-        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    sa, sb = fp8_scales(m, n, recipe == "tensorwise")
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if with_bias else None
     poisoned(m, n, torch.bfloat16)
     out = warploom.scaled_mm(a, b, sa, sb, bias=bias, use_fast_accum=fast_accum)

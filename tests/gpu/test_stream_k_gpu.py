@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from graphs import replayed
+from operands import fp8_pair, fp8_scales
 
 from warploom import checks
 from warploom.device import DeviceInfo
@@ -57,12 +58,8 @@ def test_bf16(m: int, n: int, k: int, bn: int, pieces: int) -> None:
 @pytest.mark.parametrize("m,n,k,bn,pieces", SHAPES[:4])
 def test_fp8(recipe: str, m: int, n: int, k: int, bn: int, pieces: int) -> None:
     torch.manual_seed(m + n)
-    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
-    if recipe == "tensorwise":
-        sa, sb = torch.rand((), device="cuda") + 0.5, torch.rand((), device="cuda") + 0.5
-    else:
-        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    a, b = fp8_pair(m, n, k)
+    sa, sb = fp8_scales(m, n, recipe == "tensorwise")
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if recipe == "rowwise_bias" else None
     fast = recipe != "rowwise_exact"
     kern = _kernel(checks.scaled_mm_spec(a, b, sa, sb, bias, torch.bfloat16, fast), bn, pieces)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from operands import fp8_scales
 
 import warploom
 from warploom import checks, eager
@@ -58,10 +59,7 @@ def test_swapped_scaled_mm(m: int, n: int, k: int, out_dtype: torch.dtype, recip
     torch.manual_seed(m + n + k)
     a = torch.randn(m, k, device="cuda").to(E4)
     w = torch.randn(n, k, device="cuda").to(E4)
-    if recipe == "tensorwise":
-        sa, sb = torch.rand((), device="cuda") + 0.5, torch.rand((), device="cuda") + 0.5
-    else:
-        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    sa, sb = fp8_scales(m, n, recipe == "tensorwise")
     kern = warploom.plan(a, w.t(), sa, sb, out_dtype=out_dtype, use_fast_accum=True)
     assert kern.plan.swap_ab, kern.plan.short()
     for _ in range(2):  # the second call, on new data in the same tensors, launches through the bound path

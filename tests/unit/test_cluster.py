@@ -5,6 +5,7 @@ Gluon. Rule 24 needs Triton >= 3.7's Hopper multicast, so choices and sources ar
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -132,11 +133,12 @@ def _drop(m: ir.Module, part: Callable[[ir.Partition], bool], gone: Callable[[ir
                                        for p in m.partitions))
 
 
-def _multicast_a(m: ir.Module) -> ir.Module:
+def _multicast(m: ir.Module, tensor: ir.Tensor, on: bool) -> ir.Module:
+    """`m` with its loads of `tensor` multicast (`on`) or not."""
     from warploom.passes.util import rewrite
 
     def f(o: ir.Op) -> tuple[ir.Stmt, ...]:
-        return (replace(o, multicast=True),) if isinstance(o, ir.TmaLoad) and o.tensor is ir.Tensor.A else (o,)
+        return (replace(o, multicast=on),) if isinstance(o, ir.TmaLoad) and o.tensor is tensor else (o,)
 
     return replace(m, partitions=tuple(replace(p, body=rewrite(p.body, f)) for p in m.partitions))
 
@@ -150,12 +152,8 @@ CORRUPTIONS: dict[str, tuple[Callable[[ir.Module], ir.Module], str]] = {
         lambda m: _drop(m, lambda p: p.name == "consumer1",
                         lambda o: isinstance(o, ir.Arrive) and o.barrier == CLUSTER_EMPTY),
         "does not release it on cluster_empty"),
-    "A multicast": (_multicast_a, "B's loads, and only B's, are multicast"),
-    "B not multicast in a cluster": (
-        lambda m: replace(m, partitions=tuple(replace(p, body=tuple(
-            replace(s, body=tuple(replace(o, multicast=False) if isinstance(o, ir.TmaLoad) else o for o in s.body))
-            if isinstance(s, ir.Loop) else s for s in p.body)) for p in m.partitions)),
-        "B's loads, and only B's"),
+    "A multicast": (lambda m: _multicast(m, ir.Tensor.A, True), "B's loads, and only B's, are multicast"),
+    "B not multicast in a cluster": (lambda m: _multicast(m, ir.Tensor.B, False), "B's loads, and only B's"),
     "no cluster barrier": (
         lambda m: replace(m, barriers=tuple(b for b in m.barriers if not b.cluster)),
         "unknown barrier|no EMPTY cluster barrier"),
@@ -179,7 +177,7 @@ def test_cluster_module_verifies_clean() -> None:
 def test_verifier_reports(name: str) -> None:
     corrupt, pattern = CORRUPTIONS[name]
     errs = verify.complete(corrupt(cluster_module()), H100_SXM)
-    assert any(__import__("re").search(pattern, e) for e in errs), errs
+    assert any(re.search(pattern, e) for e in errs), errs
 
 
 def test_generated_gluon_under_triton_39() -> None:

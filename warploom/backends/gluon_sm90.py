@@ -143,14 +143,17 @@ def _instr_n(bm: int, bn: int, warps: int) -> int:
     return n
 
 
+def cga_bases(cluster: int, split: bool) -> tuple[tuple[int, int], ...]:
+    """A 2-D tile's CTA layout in a cluster of `cluster` CTAs stacked along M (ir.Tiling.cluster): each CTA its own
+    rows of the cluster tile (`split`: A, accumulators, C), or every CTA the whole (B, which the lead CTA
+    multicasts); none without a cluster."""
+    return tuple(((1 << i) if split else 0, 0) for i in range(cluster.bit_length() - 1))
+
+
 def cga(cluster: int, split: bool = True) -> str:
-    """A layout's ``cga_layout`` argument for a cluster of `cluster` CTAs stacked along M (ir.Tiling.cluster): each CTA
-    its own rows of the cluster tile (`split`: A, accumulators, C), or every CTA the whole (B, multicast); "" with
-    no cluster."""
-    if cluster == 1:
-        return ""
-    bases = [[1 << i, 0] if split else [0, 0] for i in range(cluster.bit_length() - 1)]
-    return f", cga_layout={bases}"
+    """A layout's ``cga_layout`` argument (`cga_bases`), "" with no cluster."""
+    bases = cga_bases(cluster, split)
+    return f", cga_layout={[list(b) for b in bases]}" if bases else ""
 
 
 def slot_index(s: ir.Slot, depth: int, stages: int) -> str:

@@ -39,7 +39,7 @@ class ShareB:
     def __call__(self, m: ir.Module) -> ir.Module:
         if self.cluster == 1:
             return m
-        empty = next(b for b in m.barriers if b.name == "empty")
+        empty = m.barrier("empty")
         shared = ir.Barriers(CLUSTER_EMPTY, empty.depth, empty.count, tuple(r.name for r in m.rings
                                                                             if r.tensor is ir.Tensor.B),
                              ir.Purpose.EMPTY, cluster=True)

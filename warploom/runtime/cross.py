@@ -21,6 +21,7 @@ from warploom.backends.gluon_sm90 import (
     REDUCE_PARAMS,
     WORKSPACE_DESC,
     GluonSource,
+    cga_bases,
     output_desc,
     scale_desc,
 )
@@ -118,12 +119,6 @@ def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int], tuple[t
         if r.byte_scales:  # sm_100a MX / NVFP4: the k-block's 128x4 blocks of torch's blocked scales
             blocks[scale_desc(r.tensor)] = (r.dtype, [r.rows // 128, r.cols // 4, 2, 256], ())
     return blocks
-
-
-def cga_bases(cluster: int, split: bool) -> tuple[tuple[int, int], ...]:
-    """A 2-D box's CTA layout in a cluster of `cluster` CTAs stacked along M (ir.Tiling.cluster): each CTA its own
-    rows (`split`: A, C) or every CTA the whole box (B, which the lead CTA multicasts); none without a cluster."""
-    return tuple(((1 << i) if split else 0, 0) for i in range(cluster.bit_length() - 1))
 
 
 def shared_layout(dtype: DType, block: list[int], cga: tuple[tuple[int, int], ...] = ()) -> Any:

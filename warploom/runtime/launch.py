@@ -79,9 +79,7 @@ class Launcher:
                               f"Kernel.compile('{m.target}') to inspect it, or plan for the sm_90a GPU you run on")
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-        # A cluster's program is a cluster (ir.Tiling.cluster): the launch counts clusters of cluster tiles.
-        t = m.tiling
-        self._bm, self._bn, self._grid_max = t.bm * t.cluster, t.bn, t.grid // t.cluster
+        self._bm, self._bn, self._grid_max = m.tiling.bm, m.tiling.bn, m.tiling.grid
         self._tiling, self._planned_k = m.tiling, m.spec.k
         # Stream-K (ir.Tiling.stream_k): the workspace and flags, made once per device (`stream_k_buffers`).
         self._sk_bufs: dict[int, tuple[Any, Any]] = {}
@@ -159,11 +157,12 @@ class Launcher:
         self._tail = None if tail is None else Launcher(*tail, fast=fast)
 
     def _grid(self, m: int, n: int, split_k: int, span: Span | None) -> int:
-        """CTAs launched: `launch_grid`'s, except a stream-K kernel's, which is the planned grid whatever the tiles
-        (its CTAs share the k-blocks, not whole tiles)."""
+        """Programs launched: `launch_grid`'s CTAs, except a stream-K kernel's, which is the planned grid whatever the
+        tiles (its CTAs share the k-blocks, not whole tiles); a cluster's program is a cluster (ir.Tiling.cluster)."""
         if self._tiling.stream_k:
             return self._grid_max
-        return launch_grid(m, n, self._bm, self._bn, self._grid_max, split_k, span)
+        cluster = self._tiling.cluster
+        return launch_grid(m, n, self._bm, self._bn, self._grid_max, split_k, span, cluster=cluster) // cluster
 
     def stream_k_buffers(self, device: Any) -> tuple[Any, Any]:
         """A stream-K kernel's fp32 workspace (one BM x BN slot per CTA) and int32 flags (one per CTA and consumer
