@@ -3,9 +3,9 @@
 # This is the test command README.md gives; .ci/run calls it. The GPU tier is scripts/gpu.sh.
 #
 # warploom supports Triton 3.6 through 3.9 (backends/gluon_api.py). Every tier runs under the oldest, 3.6.0; then the
-# compile tier runs again under the newest, 3.9.0, in a venv over this Python's packages (torch, the test tools,
-# warploom's source tree) that replaces only Triton. Arguments go to the first run; WARPLOOM_TRITON39=0 skips the
-# second.
+# compile tier and the direct launch's check against Triton's own launcher run again under the newest, 3.9.0, in a
+# venv over this Python's packages (torch, the test tools, warploom's source tree) that replaces only Triton. Arguments
+# go to the first run; WARPLOOM_TRITON39=0 skips the second.
 #
 # --quick: only the unit and golden tiers (~1.5 min), on what is installed: no installs, no ruff or mypy, no second
 # Triton. For the edit-test loop; the full run above is what CI runs.
@@ -32,5 +32,5 @@ if [ "${WARPLOOM_TRITON39:-1}" != 0 ]; then
     fi
     echo "compile tier under Triton $("$venv/bin/python" -c 'import triton; print(triton.__version__)')"
     TRITON_CACHE_DIR="$venv/triton-cache" WARPLOOM_CACHE_DIR="$venv/warploom-cache" PYTHONPATH="$PWD" \
-        "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/compile
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/compile tests/unit/test_direct_launch.py
 fi

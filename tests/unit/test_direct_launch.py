@@ -18,6 +18,8 @@ import triton
 from triton.backends.nvidia import driver as nv
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from warploom.backends import gluon_api
+from warploom.backends.gluon_api import LaunchAbi
 from warploom.dtypes import DType
 from warploom.runtime.cross import shared_layout
 from warploom.runtime.launch import DescSlot, _c_entry, _Compiled
@@ -38,6 +40,8 @@ class Utils:
         self.encoded.append(ptr)
         return ("tensormap", ptr, swizzle, elem_size, elem_type, tuple(block), tuple(shape), tuple(strides), padding)
 
+    fill_tma_descriptor_tiled = fill_tma_descriptor  # (its name from 3.7)
+
 
 @pytest.fixture
 def utils(monkeypatch: pytest.MonkeyPatch) -> Utils:
@@ -46,7 +50,12 @@ def utils(monkeypatch: pytest.MonkeyPatch) -> Utils:
     return u
 
 
-class Run:
+ABI = gluon_api.for_triton(gluon_api.installed()).launch_abi
+# Where the recorded C call has the launch metadata and hooks, and the kernel's expanded arguments.
+HOOKS, ARGS = (slice(10, 13), slice(13, None)) if ABI is LaunchAbi.SPREAD else (slice(8, 11), slice(15, None))
+
+
+class SpreadRun:
     """Shaped like triton 3.6's CudaLauncher (called through its own __call__): `launch` is Triton's own descriptor
     wrapper around the C function (here a recorder named like it)."""
 
@@ -70,6 +79,33 @@ class Run:
         nv.CudaLauncher.__call__(self, *args)  # type: ignore[arg-type]
 
 
+def packed_run(scratch: int = 0) -> Any:
+    """The installed Triton's (3.7+) own CudaLauncher for SIGNATURE, built over a driver whose C `launch` (the one
+    function every kernel's launcher calls from 3.7) is a recorder; `calls` holds what it was called with."""
+    calls: list[tuple[Any, ...]] = []
+
+    def launch(*args: Any) -> None:
+        calls.append(args)
+
+    src = SimpleNamespace(constants={}, fn=SimpleNamespace(arg_names=list(SIGNATURE)), signature=SIGNATURE)
+    metadata = SimpleNamespace(tensordesc_meta=META, global_scratch_size=scratch, global_scratch_align=1,
+                               profile_scratch_size=0, profile_scratch_align=1, launch_cooperative_grid=False,
+                               launch_pdl=False, num_ctas=1, instrumentation_mode="")
+    # The driver's compiled helpers (argument annotations, the signature's C form) need CUDA: readable stand-ins.
+    driver = SimpleNamespace(utils=SimpleNamespace(launch=launch, build_signature_metadata=tuple))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(triton.runtime.driver, "_active", driver)
+        mp.setattr(nv, "PyKernelArg", lambda nested_tuple, type: (type, nested_tuple), raising=False)
+        for kind in ("ARG_CONSTEXPR", "ARG_KERNEL", "ARG_TUPLE"):
+            mp.setattr(nv, kind, kind, raising=False)
+        run = nv.CudaLauncher(src, metadata)
+    run.calls = calls
+    return run
+
+
+Run = SpreadRun if ABI is LaunchAbi.SPREAD else packed_run
+
+
 def kernel(run: Run, meta: Any = META) -> Any:
     return SimpleNamespace(run=run, metadata=SimpleNamespace(tensordesc_meta=meta), function=77,
                            packed_metadata=(8, 1, 1), launch_metadata=lambda *a: None)
@@ -80,10 +116,11 @@ def slots() -> dict[int, DescSlot]:
 
 
 def tensors(m: int, n: int, k: int) -> list[Any]:
+    """A call's arguments in SIGNATURE's order: A (M, K), B (N, K), the output, M, N, K and a bias."""
     a = torch.randn(m, k).to(torch.bfloat16)
     b = torch.randn(n, k).to(torch.bfloat16)
     c = torch.empty(m, n, dtype=torch.bfloat16)
-    return [a, b, c, m, n, k]
+    return [a, b, c, m, n, k, torch.randn(n).to(torch.bfloat16)]
 
 
 def reference(args: list[Any]) -> tuple[Any, ...]:
@@ -97,7 +134,7 @@ def reference(args: list[Any]) -> tuple[Any, ...]:
 def test_c_entry_is_the_function_triton_wraps() -> None:
     run = Run()
     entry = _c_entry(run)
-    assert entry is not None and entry.__name__ == "launch" and entry is not run.launch
+    assert entry is not None and entry.fn.__name__ == "launch" and entry.fn is not run.launch and entry.abi is ABI
     assert _c_entry(Run(scratch=64)) is None  # scratch memory: Triton's own launcher allocates it
 
 
@@ -128,7 +165,7 @@ def test_encodings_are_reused_per_address_shape_and_strides(utils: Utils, monkey
     compiled.launch(5, 99, None, None, [a2, *args[1:]])
     assert utils.encoded[3:] == [a2.data_ptr()]  # a new address: A's descriptor only
     view = args[0][:128]  # same address, other shape
-    compiled.launch(5, 99, None, None, [view, *args[1:3], 128, 256, 128])
+    compiled.launch(5, 99, None, None, [view, *args[1:3], 128, 256, 128, args[6]])
     assert utils.encoded[4:] == [view.data_ptr()]
 
 
@@ -160,7 +197,7 @@ def test_launch_hooks_get_the_kernels_metadata(utils: Utils) -> None:
     compiled.launch(3, 99, enter, None, args)
     # The grid as the JIT path passes it; no launch_metadata callback: the arguments go as they are.
     assert seen == [((3,), 99, tuple(args))]
-    assert run.calls[-1][10:13] == ("metadata", enter, None)
+    assert run.calls[-1][HOOKS] == ("metadata", enter, None)
 
 
 def test_a_launch_metadata_callback_gets_descriptors(utils: Utils) -> None:
@@ -217,8 +254,7 @@ def gpu(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     return drv
 
 
-def call_args(m: int, n: int, k: int) -> list[Any]:
-    return [*tensors(m, n, k), torch.randn(n).to(torch.bfloat16)]
+call_args = tensors
 
 
 # What the real launcher records for these parameters: a, b and out as descriptors, bias through aligned_copy.
@@ -337,8 +373,8 @@ def test_bound_gives_live_launch_hooks_their_metadata(gpu: SimpleNamespace, monk
 
     monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", enter)
     launch(bound, args)
-    assert run.calls[-1][10:13] == ("metadata", enter, None)
-    assert run.calls[-1][13:] == reference(args)[13:]
+    assert run.calls[-1][HOOKS] == ("metadata", enter, None)
+    assert run.calls[-1][ARGS] == reference(args)[ARGS]
 
 
 def test_empty_hook_chains_are_no_hooks(utils: Utils) -> None:
@@ -351,11 +387,11 @@ def test_empty_hook_chains_are_no_hooks(utils: Utils) -> None:
     args = tensors(128, 256, 64)
     chain: HookChain[Any] = HookChain()
     compiled.launch(3, 99, chain, HookChain(reversed=True), args)
-    assert run.calls[-1][10:13] == (None, None, None)  # what Triton passes when no hook is set
+    assert run.calls[-1][HOOKS] == (None, None, None)  # what Triton passes when no hook is set
     chain.add(print)
     k.launch_metadata = lambda *a: "metadata"
     compiled.launch(3, 99, chain, None, args)
-    assert run.calls[-1][10:13] == ("metadata", chain, None)
+    assert run.calls[-1][HOOKS] == ("metadata", chain, None)
 
 
 def test_bound_finds_a_views_encoding_by_its_base(gpu: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -394,7 +430,7 @@ def test_an_exit_hook_alone_gets_the_metadata(utils: Utils, monkeypatch: pytest.
     leave: HookChain[Any] = HookChain(reversed=True)
     leave.add(print)
     compiled.launch(3, 99, HookChain(), leave, tensors(128, 256, 64))
-    assert run.calls[-1][10:13] == ("metadata", None, leave)
+    assert run.calls[-1][HOOKS] == ("metadata", None, leave)
 
 
 def test_aligned_passes_contiguous_aligned_scales_as_they_are() -> None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import enum
 import functools
 import re
 from collections.abc import Iterator
@@ -53,6 +54,16 @@ SUPPORTED_TEXT = "triton>=3.6,<3.10"  # (pip's spelling; pyproject.toml pins the
 # and launch asks for it explicitly, per kernel: TRITON_DEFAULT_FP_FUSION is left to the user's other kernels, and
 # 3.9 does not warn. (TRITON_FORCE_DISABLE_FP_FUSION still turns it off, as Triton documents.)
 FP_FUSION = True
+
+
+class LaunchAbi(enum.Enum):
+    """How the C function behind Triton's CUDA launcher takes a launch: after (grid, stream, function, cooperative,
+    pdl), 3.6's takes the scratch buffers, the kernel metadata, launch metadata and hooks, then each expanded kernel
+    argument; from 3.7 the driver's one function takes the metadata and hooks, the scratch buffers, the arguments'
+    annotations and the kernel signature (both kept by the launcher), then the expanded arguments as one list."""
+
+    SPREAD = "spread"
+    PACKED = "packed"
 
 
 @dataclass(frozen=True)
@@ -74,11 +85,10 @@ class GluonApi:
         pin_promotion: whether a promotion ``acc = acc + partial`` is pinned by a wait naming the sum.
         ptxas_flags: the flags Triton passes ptxas that change the code it assembles, which runtime/cross.py's
             re-run of ptxas passes too, so it reports the registers and spills of the kernel Triton built.
-        c_launch: whether runtime/launch.py may call the compiled launcher's C entry point directly, with Triton
-            3.6's arguments (grid, stream, function, cooperative, pdl, hooks, metadata, then the expanded ones).
-            3.9's entry takes scratch buffers, argument annotations and a kernel signature besides, and its
-            ``make_tensordesc_arg`` a third argument; 3.7 and 3.8 are not checked on a GPU. Without it a launch
-            still skips the JIT's binding and goes through Triton's own launcher (``CompiledKernel.run``).
+        launch_abi: the argument order of the C function behind Triton's CUDA launcher, which runtime/launch.py
+            calls directly (`LaunchAbi`).
+        tensordesc_launch_args: whether Triton's ``make_tensordesc_arg`` takes the launch's other arguments as a
+            third (which the NVIDIA one does not read).
         tma_multicast: whether a Hopper TMA load takes ``multicast=True`` into a cluster's broadcast layout, and
             `mbarrier.allocate_mbarrier` the cluster's barriers (3.7: a 2-CTA cluster shares B, planner rule 24).
     """
@@ -95,7 +105,8 @@ class GluonApi:
     tdm_fused: bool
     pin_promotion: bool
     ptxas_flags: tuple[str, ...]
-    c_launch: bool
+    launch_abi: LaunchAbi
+    tensordesc_launch_args: bool
     tma_multicast: bool
 
     def wmma_layout(self, warps_m: int, warps_n: int, instr: tuple[int, int, int]) -> str:
@@ -166,7 +177,8 @@ _CHANGES: tuple[tuple[tuple[int, int], str, Any, Any], ...] = (
     ((3, 7), "wmma_warp_bases", False, True),
     ((3, 7), "tdm_pred_i32", False, True),
     ((3, 7), "ptxas_flags", (), ("--regAllocOptLevel=2",)),  # (Triton's workaround of a ptxas 13 bug)
-    ((3, 7), "c_launch", True, False),
+    ((3, 7), "launch_abi", LaunchAbi.SPREAD, LaunchAbi.PACKED),
+    ((3, 8), "tensordesc_launch_args", False, True),
     ((3, 7), "tma_multicast", False, True),
     ((3, 8), "tma_load", "tma.async_copy_global_to_shared", "tma.async_load"),
     ((3, 8), "tma_store", "tma.async_copy_shared_to_global", "tma.async_store"),

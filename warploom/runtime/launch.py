@@ -31,7 +31,7 @@ from triton import knobs
 from triton.knobs import HookChain
 from triton.runtime.driver import driver
 
-from warploom.backends.gluon_api import compile_options, for_triton, installed
+from warploom.backends.gluon_api import GluonApi, LaunchAbi, compile_options, for_triton, installed
 from warploom.backends.gluon_sm90 import REDUCE_BLOCK, SK_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.errors import split_k_mismatch
 from warploom.ir import nodes as ir
@@ -299,6 +299,7 @@ class _DescArg:
     shape: tuple[int, ...]
     strides: tuple[int, ...]
     padding: str = "zero"
+    round_f32_to_tf32: bool = False  # (read from 3.7: fp32 boxes rounded to tf32 by the copy; warploom's never are)
 
 
 class DirectLaunch:
@@ -402,8 +403,7 @@ class _Compiled:
                 flat.extend(self._encode(i, a))
             else:
                 flat.append(a)
-        self.c_launch(grid, 1, 1, stream, k.function, self.run.launch_cooperative_grid, self.run.launch_pdl, None,
-                      None, k.packed_metadata, meta, enter, leave, *flat)
+        self.c_launch(grid, stream, k.function, k.packed_metadata, meta, enter, leave, flat)
 
     def _encode(self, i: int, t: Any) -> list[Any]:
         """[CUtensorMap, *shape, *strides] for tensor `t` at descriptor position i, as Triton's launcher expands a
@@ -411,9 +411,7 @@ class _Compiled:
         key = (i, t.data_ptr(), t.shape, t.stride())
         enc = self._encoded.get(key)
         if enc is None:
-            from triton.backends.nvidia.driver import make_tensordesc_arg
-
-            enc = make_tensordesc_arg(_DescArg(t, tuple(t.shape), t.stride()), self.meta[i])
+            enc = _encode_descriptor(_DescArg(t, tuple(t.shape), t.stride()), self.meta[i])
             if len(self._encoded) >= self._MAX_ENCODED:
                 self._encoded.clear()
             self._encoded[key] = enc
@@ -505,8 +503,7 @@ class Bound:
     def _c_launch(self, stream: Any, flat: list[Any], out: Any) -> Any:
         c, k = self.compiled, self.compiled.kernel
         assert c.c_launch is not None  # (__call__ took _Compiled.launch otherwise)
-        c.c_launch(self.grid, 1, 1, stream, k.function, c.run.launch_cooperative_grid, c.run.launch_pdl, None, None,
-                   k.packed_metadata, None, None, None, *flat)
+        c.c_launch(self.grid, stream, k.function, k.packed_metadata, None, None, None, flat)
         return out
 
     def _encode(self, key: tuple[int, int], t: Any) -> Any:
@@ -519,26 +516,72 @@ class Bound:
         return enc
 
 
-def _c_entry(run: Any) -> Any:
-    """The C launch function behind Triton's CUDA launcher, or None where the launcher is not shaped as expected.
-    In triton 3.6 `CudaLauncher.launch` is the compiled module's `launch`, or, for a kernel with descriptor
-    arguments, `wrap_handle_tensordesc`'s closure over it (free variable `launcher`), which expands each
-    TensorDescriptor into its encoding, shape and strides. Kernels that need scratch memory keep Triton's launcher, and
-    so does every kernel under a Triton whose entry point takes other arguments (`GluonApi.c_launch`)."""
-    if not for_triton(installed()).c_launch:
-        return None
+@dataclass(frozen=True, slots=True)
+class CEntry:
+    """The C function behind Triton's CUDA launcher (`_c_entry`), called with a launch's expanded arguments in the
+    order the installed Triton's takes them (`GluonApi.launch_abi`)."""
+
+    fn: Callable[..., Any]
+    abi: LaunchAbi
+    cooperative: bool
+    pdl: bool
+    signature: tuple[Any, ...] = ()  # PACKED: the launcher's argument annotations and kernel signature
+
+    def __call__(self, grid: int, stream: int, function: Any, packed_metadata: Any, meta: Any, enter: Any,
+                 leave: Any, flat: list[Any]) -> None:
+        """Launch `grid` CTAs (clusters) of `function` with the expanded kernel arguments `flat`; no scratch memory
+        (`_c_entry` refuses kernels that need it)."""
+        if self.abi is LaunchAbi.PACKED:
+            self.fn(grid, 1, 1, stream, function, self.cooperative, self.pdl, packed_metadata, meta, enter, leave,
+                    None, None, *self.signature, flat)
+        else:
+            self.fn(grid, 1, 1, stream, function, self.cooperative, self.pdl, None, None, packed_metadata, meta,
+                    enter, leave, *flat)
+
+
+def _c_entry(run: Any) -> CEntry | None:
+    """The C launch function behind Triton's CUDA launcher `run`, or None where the launcher is not shaped as
+    expected. `CudaLauncher.launch` is the C function itself (the driver's `launch` from 3.7, the kernel's compiled
+    module's in 3.6), or, for a kernel with descriptor arguments, `wrap_handle_tensordesc`'s closure over it (free
+    variable `launcher`), which expands each TensorDescriptor into its encoding, shape and strides. Kernels that
+    need scratch memory keep Triton's launcher, which allocates it, and so do those under GSan (3.8: it appends
+    arguments of its own)."""
+    abi = _installed_api().launch_abi
     if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
         return None
     if not hasattr(run, "launch_cooperative_grid") or not hasattr(run, "launch_pdl"):
         return None
+    signature: tuple[Any, ...] = ()
+    if abi is LaunchAbi.PACKED:
+        if getattr(run, "gsan_enabled", False) or not hasattr(run, "arg_annotations") \
+                or not hasattr(run, "kernel_signature"):
+            return None
+        signature = (run.arg_annotations, run.kernel_signature)
     fn = getattr(run, "launch", None)
-    if getattr(fn, "__name__", "") == "launch":
-        return fn
-    code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
-    if code is None or cells is None or "launcher" not in code.co_freevars:
+    if getattr(fn, "__name__", "") != "launch":
+        code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
+        if code is None or cells is None or "launcher" not in code.co_freevars:
+            return None
+        fn = cells[code.co_freevars.index("launcher")].cell_contents
+    if not callable(fn):
         return None
-    inner = cells[code.co_freevars.index("launcher")].cell_contents
-    return inner if callable(inner) else None
+    return CEntry(fn, abi, bool(run.launch_cooperative_grid), bool(run.launch_pdl), signature)
+
+
+@functools.cache
+def _installed_api() -> GluonApi:
+    """The installed Triton's capabilities (read once: its version does not change in a process)."""
+    return for_triton(installed())
+
+
+def _encode_descriptor(arg: _DescArg, meta: Any) -> list[Any]:
+    """[CUtensorMap, *shape, *strides]: Triton's `make_tensordesc_arg` for `arg` with the kernel's descriptor
+    metadata `meta` (from 3.8 it takes the launch's other arguments too, which the NVIDIA one does not read)."""
+    from triton.backends.nvidia.driver import make_tensordesc_arg
+
+    if _installed_api().tensordesc_launch_args:
+        return make_tensordesc_arg(arg, meta, None)
+    return make_tensordesc_arg(arg, meta)
 
 
 def _scale_args(recipe: ScaleRecipe) -> dict[str, Callable[[Call], Any]]:
