@@ -121,4 +121,12 @@ if [ "$what" = zoo ]; then
   python3 -m warploom bench --suite zoo --graph --shard "$shard" --out "$OUT/$name.json" --plot "$OUT/$name.png" \
     --markdown "$OUT/$name.md" 2>&1 | tee "$OUT/$name.log"
 fi
+if [ "$what" = rule24 ]; then
+  # Rule 24 side by side (issue 23): the planner's plan against one CTA per tile at the zoo shapes where it plans
+  # clusters and the session-25 zoo run (docs/benchmarks.md) suggests a miss or a gain. Needs Triton >= 3.7
+  # (TRITON_PARTS). RULE24_SIZES overrides the shapes.
+  python3 scripts/sweep_plans.py --out "$OUT/rule24.json" --cases bf16,fp8 --variants '[{}, {"cluster": 1}]' \
+    --sizes "${RULE24_SIZES:-1072x5728x80,14215x528x192,8666x816x160,917x5184x608,685x6144x1680,1232x7504x720,9162x2912x640,4634x4976x3680,5344x2192x144}" \
+    2>&1 | tee "$OUT/rule24.log"
+fi
 exit $rc

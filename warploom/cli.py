@@ -207,17 +207,16 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
     from rich.console import Console
     from rich.table import Table
 
-    from warploom.device import B200, GFX1250
+    from warploom.targets import declared
 
     if timeline is not None and timeline.resolve() == out_dir.resolve():
         raise click.UsageError(f"--timeline {timeline} is also the --out-dir directory, where the generated Gluon "
                                "goes; name a picture file inside it, e.g. "
                                f"--timeline {out_dir / 'timeline.png'}")
     con = Console()
-    blackwell, amd = target == "sm_100a", target == "gfx1250"
-    gpu = torch.cuda.is_available() and target == "sm_90a"
-    kern = _planned(m, n, k, dtype, fast_accum, scales=scales,
-                    device=B200 if blackwell else GFX1250 if amd else None)
+    decl = declared(target)
+    gpu = torch.cuda.is_available() and decl.runs
+    kern = _planned(m, n, k, dtype, fast_accum, scales=scales, device=None if decl.runs else decl.device)
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(_plan_table(kern))
     from warploom.planner import wave_fill
@@ -236,10 +235,7 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
         src.write_text(gluon.text)
         con.print(f"generated Gluon written to [bold]{src}[/] ({len(gluon.text.splitlines())} lines)")
     con.rule(f"[bold]cross-compile {target}")
-    from warploom.runtime.cross import GFX1250_COUNTS
-
-    mma = (("UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCCP", "LDTM") if blackwell else GFX1250_COUNTS if amd
-           else ("HGMMA", "QGMMA"))
+    mma = tuple(name for name, _ in decl.counts)
     cols = mma + ("registers", "spills", "smem_bytes") + (("wgmma_serialized",) if target == "sm_90a" else ())
     t = Table("kernel", *cols)
     for name, compile_it in (("main", kern.compile), ("split-K tail", kern.compile_tail if kern.tail else None)):
@@ -248,7 +244,8 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
         s = compile_it(target).summary()
         t.add_row(name, *(str(s[c]) for c in cols))
     con.print(t)
-    con.print(_SASS_WORDS[target], highlight=False)
+    con.print("; ".join([*(f"{name}: {words}" for name, words in decl.counts), *_SASS_WORDS[target]]),
+              highlight=False)
     if gpu:
         _run_gpu(con, m, n, k, dtype, fast_accum, scales)
     if not gpu or timeline is not None:  # (an sm_100a or gfx1250 kernel is simulated: no GPU here runs it)
@@ -308,16 +305,13 @@ def sim(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, stage
         sys.exit("the simulation found a problem")
 
 
-# The cross-compile table's columns in words, per target.
+# The cross-compile table's other columns in words, per target (the instruction counts' words are the target's
+# declaration's).
+_NVIDIA_WORDS = ("registers: the cap per thread", "spills: bytes spilled to local memory (0 is good)")
 _SASS_WORDS = {
-    "sm_90a": "HGMMA / QGMMA: Hopper tensor-core MMA instructions (16-bit / fp8) in the kernel; registers: the cap per "
-              "thread; spills: bytes spilled to local memory (0 is good); wgmma_serialized: ptxas serialized the async "
-              "MMAs (False is good)",
-    "sm_100a": "UTCHMMA / UTCQMMA / UTCOMMA: Blackwell tcgen05 MMA instructions (16-bit / fp8 / fp4; block-scaled "
-               "for MX and NVFP4); UTCCP: tcgen05.cp copies of their scales into tensor memory; LDTM: tensor-memory "
-               "loads; registers: the cap per thread; spills: bytes spilled to local memory (0 is good)",
-    "gfx1250": "v_wmma: AMD matrix instructions; tensor_load_to_lds: Tensor Data Mover copies; s_wait_tensorcnt: their "
-               "waits; VGPRs and scratch (0 is good): registers and spills",
+    "sm_90a": (*_NVIDIA_WORDS, "wgmma_serialized: ptxas serialized the async MMAs (False is good)"),
+    "sm_100a": _NVIDIA_WORDS,
+    "gfx1250": ("VGPRs and scratch (0 is good): registers and spills",),
 }
 
 

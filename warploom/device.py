@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from warploom.target import Target
+
 
 @dataclass(frozen=True)
 class DeviceInfo:
@@ -46,6 +48,12 @@ class DeviceInfo:
     def gfx1250(self) -> bool:
         """Whether kernels for this GPU are gfx1250 schedules (one software-pipelined partition, TDM copies, wmma)."""
         return self.arch == "gfx1250"
+
+    @property
+    def target(self) -> Target:
+        """The target of the kernels the planner plans for this GPU (any NVIDIA GPU that is not a Blackwell is
+        planned as an sm_90a: the planner and the compile step refuse what it cannot run)."""
+        return Target.GFX1250 if self.gfx1250 else Target.SM100A if self.blackwell else Target.SM90A
 
 
 # The H100 SXM that warploom is measured on: 132 SMs, 227 KiB of opt-in shared memory per block.

@@ -8,16 +8,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from warploom.backends import check_target
-from warploom.backends.gluon_sm90 import GluonSource, lower
+from warploom.backends.gluon_sm90 import GluonSource
 from warploom.device import DeviceInfo
 from warploom.errors import InputError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.passes import Trace, compile_schedule
+from warploom.passes import Trace
 from warploom.planner import Plan, plan_schedule
 from warploom.runtime.cross import Compiled
 from warploom.spec import GemmSpec
+from warploom.targets import check_target, compile_schedule, cross_compile, emit
 
 if TYPE_CHECKING:  # warploom.sim is imported when used: importing warploom stays cheap
     import torch
@@ -62,11 +62,11 @@ class Kernel:
 
     @functools.cached_property
     def gluon(self) -> GluonSource:
-        return _lower(self.module)
+        return emit(self.module)
 
     @functools.cached_property
     def tail_gluon(self) -> GluonSource | None:
-        return None if self.tail is None else _lower(self.tail)
+        return None if self.tail is None else emit(self.tail)
 
     @property
     def source(self) -> str:
@@ -232,28 +232,8 @@ def _merged(results: list[SimResult]) -> SimResult:
     return replace(results[-1], report=report)
 
 
-def _lower(m: ir.Module) -> GluonSource:
-    """The Gluon of a module, by its target: sm_100a modules hold tensor-memory accumulators, gfx1250 ones one
-    WORKGROUP partition."""
-    if m.gfx1250:
-        from warploom.backends.gluon_gfx1250 import lower_gfx1250
-
-        return lower_gfx1250(m)
-    if m.blackwell:
-        from warploom.backends.gluon_sm100 import lower_sm100
-
-        return lower_sm100(m)
-    if m.tiling.grouped:
-        from warploom.backends.gluon_grouped import lower_grouped
-
-        return lower_grouped(m)
-    return lower(m)
-
-
 @functools.lru_cache(maxsize=64)
 def _compiled(k: Kernel, target: str, tail: bool = False) -> Compiled:
-    from warploom.runtime.cross import cross_compile
-
     if tail:
         assert k.tail is not None and k.tail_gluon is not None
         return cross_compile(k.tail, k.tail_gluon, target)

@@ -38,6 +38,7 @@ from warploom.device import DeviceInfo
 from warploom.dtypes import DType
 from warploom.ir.nodes import LDS_ROW_PAD
 from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
+from warploom.target import Target
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (see step 3 above).
 TILES: tuple[tuple[int, int, float], ...] = (
@@ -141,8 +142,10 @@ class Plan:
             epilogue partition drains one while the MMA warp fills the next; 0: an sm_90a plan (registers).
         block_scaled: sm_100a MX fp8 (rule 19, seed 001): the tcgen05 block-scaled MMA applies the e8m0 scales; they
             ride the A/B stages and tcgen05.cp copies each stage's into tensor memory (passes/blackwell.py).
-        tdm: gfx1250 (rule 20): one software-pipelined partition of `consumer_warps` warps both copies (Tensor Data
-            Mover) and computes (wmma) through a ring of `stages` slots; no producer, no mbarriers.
+        target: the compilation target (`warploom.target.Target`, declared in `warploom.targets`): sm_90a; sm_100a
+            (rule 19, with `acc_buffers`); gfx1250 (rule 20): one software-pipelined partition of `consumer_warps`
+            warps both copies (Tensor Data Mover) and computes (wmma) through a ring of `stages` slots; no producer,
+            no mbarriers.
         tdm_warps_a, tdm_warps_b: gfx1250 (rule 20, seed 004): bitmasks of the warps that issue A's and B's copies
             (Triton >= 3.8's ``warp_used_hint``); 0: every warp issues its share (today's default).
         tdm_fused: gfx1250: each k-block's A and B copies are one fused copy (``tdm.async_load_fused``, Triton 3.9).
@@ -184,7 +187,7 @@ class Plan:
     swap_ab: bool = False
     acc_buffers: int = 0
     block_scaled: bool = False
-    tdm: bool = False
+    target: Target = Target.SM90A
     stream_k: int = 0
     tdm_warps_a: int = 0
     tdm_warps_b: int = 0
@@ -192,6 +195,10 @@ class Plan:
     cluster: int = 1
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "target", Target.named(self.target, "Plan(target=...)"))  # (a cache gives its name)
+        if (self.acc_buffers > 0) != (self.target is Target.SM100A):
+            raise ValueError(f"Plan(acc_buffers={self.acc_buffers}, target={self.target}): tensor-memory accumulator "
+                             "buffers are sm_100a's and every sm_100a plan has at least one")
         # Every count is checked here, once: a Plan from a cache file or a forced knob with group_m=0 would
         # otherwise divide by zero in the raster, far from its cause.
         positive = ("bm", "bn", "bk", "stages", "consumer_warps", "group_m", "grid", "epilogue_subtiles",
@@ -218,9 +225,9 @@ class Plan:
         if self.cluster not in (1, 2):
             raise ValueError(f"Plan(cluster={self.cluster!r}): expected 1 or 2 CTAs per cluster")
         if self.cluster > 1 and (self.split_k > 1 or self.tail_split > 1 or self.stream_k or self.pingpong
-                                 or self.swap_ab or self.acc_buffers or self.tdm or self.grid % self.cluster):
+                                 or self.swap_ab or self.target is not Target.SM90A or self.grid % self.cluster):
             raise ValueError(f"Plan(cluster={self.cluster}) runs whole tiles on sm_90a on an even grid: it takes no "
-                             "split_k, tail_split, stream_k, pingpong, swap_ab, acc_buffers or tdm, and grid="
+                             "split_k, tail_split, stream_k, pingpong or swap_ab, and grid="
                              f"{self.grid} must be a multiple of {self.cluster}")
         if self.tail_split > 1 and self.tail_stages < 1:
             raise ValueError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
@@ -253,7 +260,7 @@ class Plan:
                   + (f"_os{self.operand_slots}" if self.operand_slots > 1 else ""))
         ks = f"_k{self.split_k}" if self.split_k > 1 else ""
         ks += f"_t{self.tail_split}" if self.tail_split > 1 else ""
-        tm = f"_tm{self.acc_buffers}" if self.acc_buffers else "_tdm" if self.tdm else ""
+        tm = f"_tm{self.acc_buffers}" if self.acc_buffers else "_tdm" if self.target is Target.GFX1250 else ""
         if self.tdm_warps_a or self.tdm_warps_b:
             tm += f"_wa{self.tdm_warps_a:x}b{self.tdm_warps_b:x}" + ("f" if self.tdm_fused else "")
         sk = f"_sk{self.stream_k}g{self.grid}" if self.stream_k else ""
@@ -370,7 +377,8 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                 grid=min(device.sm_count, tiles), consumer_regs=_BLACKWELL_EPILOGUE_REGS, epilogue_subtiles=blocks,
                 hoist_rows=True, scalar_columns=scalar_columns,
                 prefetch_operands=dense if prefetch_operands is None else prefetch_operands,
-                acc_buffers=1 if mx and width == 256 else _BLACKWELL_BUFFERS, block_scaled=mx)
+                acc_buffers=1 if mx and width == 256 else _BLACKWELL_BUFFERS, block_scaled=mx,
+                target=Target.SM100A)
 
 
 # Rule 20 (gfx1250): 4 warps, each a 64x64 quarter of a 128x128 tile; 3 stages (two blocks' copies in flight).
@@ -446,7 +454,8 @@ def plan_gfx1250(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
                                f"{fit} fit; the software pipeline needs at least 2). Fix: another depth or tile")
     tiles = max(1, math.ceil(spec.m / bm) * math.ceil(spec.n / bn))
     return Plan(bm=bm, bn=bn, bk=bk, stages=s, consumer_warps=_GFX1250_WARPS, group_m=group_m,
-                grid=min(device.sm_count, tiles), producer_warps=0, producer_regs=0, consumer_regs=0, tdm=True,
+                grid=min(device.sm_count, tiles), producer_warps=0, producer_regs=0, consumer_regs=0,
+                target=Target.GFX1250,
                 tdm_warps_a=choice.masks()[0], tdm_warps_b=choice.masks()[1], tdm_fused=choice is TdmWarps.FUSED)
 
 
@@ -902,7 +911,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
-            load_ahead=wide and not hoist, swap_ab=False, tdm=False, tdm_fused=False, stream_k=sk, block_scaled=False,
+            load_ahead=wide and not hoist, swap_ab=False, target=Target.SM90A, tdm_fused=False, stream_k=sk,
+            block_scaled=False,
             **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )

@@ -112,7 +112,7 @@ def cross_variants(cases: tuple[str, ...], shapes: list[tuple[int, int, int]], v
     registers, spills and C7514, before any device time is spent."""
     from warploom.device import H100_SXM
     from warploom.kernel import build
-    from warploom.runtime.cross import cross_compile
+    from warploom.targets import cross_compile
 
     for case in cases:
         for m, n, k in shapes:

@@ -94,7 +94,7 @@ def variants(spec: Any, device: Any) -> dict[str, Any]:
 
 def cross() -> None:
     from warploom.device import H100_SXM
-    from warploom.runtime.cross import cross_compile
+    from warploom.targets import cross_compile
 
     for name, kern in variants(_spec(4096, 4096, 4096), H100_SXM).items():
         c = cross_compile(kern.module, kern.gluon)

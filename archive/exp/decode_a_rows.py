@@ -73,7 +73,7 @@ def variant(kern: Kernel, rows: int | None) -> Kernel:
 
 def cross() -> None:
     """Cross-compile each variant for sm_90a with its A box."""
-    from warploom.runtime.cross import cross_compile
+    from warploom.targets import cross_compile
 
     for dtype in ("bf16", "fp8"):
         spec, _ = _spec(dtype, 16, 4096, 4096, "meta")

@@ -130,7 +130,7 @@ def variant(kern: Kernel, name: str) -> Kernel:
 
 
 def cross() -> None:
-    from warploom.runtime.cross import cross_compile
+    from warploom.targets import cross_compile
 
     for op in ("bf16", "fp8"):
         spec, _ = _spec(op, 4096, 4096, 4096)

@@ -95,7 +95,7 @@ def probe_module(kern: Any, ew: int) -> ir.Module:
 
 
 def cross() -> None:
-    from warploom.runtime.cross import cross_compile
+    from warploom.targets import cross_compile
 
     kern = fused_kernel(4096, 4096, 4096, "meta")
     for name, (ew, _, _) in VARIANTS.items():

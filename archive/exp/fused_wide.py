@@ -86,7 +86,7 @@ def kernels(m: int, n: int, k: int, device: str, only: list[str] | None = None) 
 
 
 def cross(only: list[str] | None) -> None:
-    from warploom.runtime.cross import cross_compile
+    from warploom.targets import cross_compile
 
     for name, kern in kernels(4096, 4096, 4096, "meta", only).items():
         print(name, kern.plan.short(), cross_compile(kern.module, kern.gluon).summary(), flush=True)

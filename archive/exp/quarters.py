@@ -149,7 +149,7 @@ def variant(kern: Kernel, name: str) -> Kernel:
 
 
 def cross() -> None:
-    from warploom.runtime.cross import cross_compile
+    from warploom.targets import cross_compile
 
     spec = _spec(4096, 4096, 4096)
     for stages in (3,):

@@ -22,8 +22,9 @@ from test_golden import assert_golden_file, issue4_kernel  # (pytest puts this f
 from warploom import GemmSpec
 from warploom.backends import gluon_api
 from warploom.device import B200, H100_SXM
-from warploom.kernel import Kernel, _lower, build
+from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
+from warploom.targets import emit
 
 VERSION = "3.9"
 
@@ -31,7 +32,7 @@ VERSION = "3.9"
 def source(k: Kernel, version: str = VERSION) -> str:
     """`k`'s Gluon for Triton `version` (lowered afresh: `Kernel.source` keeps the installed Triton's)."""
     with gluon_api.emitting_for(version):
-        return _lower(k.module).text
+        return emit(k.module).text
 
 
 def changed_lines(k: Kernel) -> list[str]:

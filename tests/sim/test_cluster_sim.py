@@ -13,7 +13,6 @@ import warploom
 from warploom.device import H100_SXM
 from warploom.ir import nodes as ir
 from warploom.ir.raster import cta_tiles, launch_grid
-from warploom.passes import compile_schedule
 from warploom.passes.cluster import CLUSTER_EMPTY
 from warploom.passes.util import filter_ops, rewrite
 from warploom.reference import make_inputs, relative_error
@@ -22,6 +21,7 @@ from warploom.sim.cluster import whole_clusters
 from warploom.sim.compare import compare, sample_ctas
 from warploom.sim.explore import ClusterNotExplored
 from warploom.sim.program import CtaProgram, Geometry, LoadI, WaitI
+from warploom.targets import compile_schedule
 
 K = FindingKind
 # M not a multiple of the cluster tile's 256 rows (the last cluster tile's rank 1 may lie wholly past M), N not of

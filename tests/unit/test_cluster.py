@@ -16,10 +16,10 @@ from warploom.backends import gluon_sm90
 from warploom.backends.gluon_api import emitting_for
 from warploom.ir import nodes as ir
 from warploom.ir import printer, verify
-from warploom.passes import compile_schedule
 from warploom.passes.cluster import CLUSTER_EMPTY
 from warploom.planner import Plan, plan_schedule
 from warploom.runtime.cross import descriptor_blocks
+from warploom.targets import compile_schedule
 
 E4 = DType.E4M3
 

@@ -13,11 +13,11 @@ import pytest
 from warploom import H100_SXM, Accumulation, DType, GemmSpec, ScaleRecipe
 from warploom.backends.gluon_sm90 import lower
 from warploom.ir import nodes as ir
-from warploom.passes import compile_schedule
 from warploom.passes.build import build_sequential
 from warploom.passes.pipeline_mma import PipelineMma
 from warploom.passes.rings import PlanRings
 from warploom.planner import Plan, plan_schedule
+from warploom.targets import compile_schedule
 
 E4 = DType.E4M3
 PROMOTED = GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE,

@@ -28,9 +28,9 @@ from warploom.fused import fused_spec
 from warploom.ir import nodes as ir
 from warploom.ir import printer, verify
 from warploom.kernel import Kernel, build
-from warploom.passes import compile_schedule
 from warploom.passes.epilogue import HoistOperands, LowerEpilogue
 from warploom.planner import Plan, epilogue_bytes, max_stages, plan_schedule, stage_bytes
+from warploom.targets import compile_schedule
 
 BF16, FP16, FP32, E4 = torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn
 READ = ir.OperandRead

@@ -17,6 +17,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.target import Target
 
 E4 = DType.E4M3
 SPEC = GemmSpec(4096, 4096, 4096)
@@ -24,7 +25,7 @@ SPEC = GemmSpec(4096, 4096, 4096)
 
 def test_plan_is_rule_20() -> None:
     p = plan_schedule(SPEC, GFX1250)
-    assert (p.bm, p.bn, p.bk, p.stages, p.consumer_warps, p.tdm, p.grid) == (128, 128, 64, 3, 4, True, 256)
+    assert (p.bm, p.bn, p.bk, p.stages, p.consumer_warps, p.target, p.grid) == (128, 128, 64, 3, 4, Target.GFX1250, 256)
     assert p.short().endswith("_tdm") and p.acc_buffers == 0
     fp8 = plan_schedule(GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE), GFX1250)
     assert fp8.bk == 128
@@ -181,7 +182,7 @@ def test_large_operands_and_other_amd_gpus() -> None:
     """An N-major B past 2^31 elements is refused (its copies step over all K rows in 32 bits); a K-major one and a
     large A plan, their descriptors based at each tile's rows. Other AMD GPUs are refused, not planned as sm_90a."""
     big = GemmSpec(1 << 19, 8192, 8192)
-    assert plan_schedule(big, GFX1250).tdm
+    assert plan_schedule(big, GFX1250).target is Target.GFX1250
     assert "a_ptr + off_m.to(gl.int64) * a_stride_m" in build(GemmSpec(4096, 4096, 4096), GFX1250).source
     with pytest.raises(UnsupportedError, match="pass it K-major"):
         plan_schedule(GemmSpec(64, 1 << 18, 8192, b_layout=BLayout.N_MAJOR), GFX1250)

@@ -13,7 +13,6 @@ import pytest
 
 from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
 from warploom.ir import nodes as ir
-from warploom.passes import compile_schedule
 from warploom.passes.build import build_sequential
 from warploom.passes.epilogue import LowerEpilogue
 from warploom.passes.partition import SplitProducer
@@ -22,6 +21,7 @@ from warploom.passes.pipeline_mma import PipelineMma
 from warploom.passes.registers import AssignRegisters
 from warploom.passes.rings import PlanRings
 from warploom.planner import Plan, plan_schedule
+from warploom.targets import compile_schedule
 
 E4 = DType.E4M3
 NATIVE_BF16 = GemmSpec(4096, 4096, 4096)

@@ -16,8 +16,8 @@ from warploom import H100_SXM, Accumulation, BLayout, DeviceInfo, DType, GemmSpe
 from warploom.backends.gluon_sm90 import lower
 from warploom.ir import nodes as ir
 from warploom.ir import verify
-from warploom.passes import compile_schedule
 from warploom.planner import LATENCY_STAGES, is_decode, latency_tiles, plan_schedule
+from warploom.targets import compile_schedule
 
 sizes = st.one_of(st.integers(1, 300), st.integers(1, 20000), st.sampled_from([1, 64, 65, 127, 128, 4096, 8191]))
 out_dtypes = st.sampled_from([DType.BF16, DType.FP16, DType.FP32])

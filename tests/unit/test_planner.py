@@ -13,8 +13,8 @@ from warploom.api import plan
 from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
-from warploom.passes import compile_schedule
 from warploom.planner import epilogue_bytes, is_decode, max_stages, plan_schedule, stage_bytes, swap_rows
+from warploom.targets import compile_schedule
 
 E4, E5, BF16, FP16, FP32 = DType.E4M3, DType.E5M2, DType.BF16, DType.FP16, DType.FP32
 TILES = [(128, 256), (128, 128), (64, 256), (64, 128)]

@@ -13,8 +13,8 @@ from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, ScaleReci
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.kernel import build
-from warploom.passes import compile_schedule
 from warploom.planner import plan_schedule
+from warploom.targets import compile_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 E4 = DType.E4M3

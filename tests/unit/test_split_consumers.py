@@ -14,9 +14,9 @@ import pytest
 from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
 from warploom.ir import nodes as ir
 from warploom.ir import verify
-from warploom.passes import compile_schedule
 from warploom.passes.split_consumers import SplitConsumers
 from warploom.planner import Plan, plan_schedule
+from warploom.targets import compile_schedule
 
 E4 = DType.E4M3
 NATIVE_BF16 = GemmSpec(4096, 4096, 4096)

@@ -13,9 +13,9 @@ from warploom.errors import UnsupportedError
 from warploom.ir import nodes as ir
 from warploom.ir import printer, verify
 from warploom.kernel import build
-from warploom.passes import compile_schedule
 from warploom.passes.util import rewrite
 from warploom.planner import plan_schedule
+from warploom.targets import compile_schedule
 
 E4 = DType.E4M3
 BW = GemmSpec(128, 4096, 7168, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,

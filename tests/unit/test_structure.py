@@ -28,8 +28,8 @@ from warploom.errors import WarploomError
 ROOT = Path(warploom.__file__).parent
 
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("base", ("warploom.errors", "warploom.dtypes", "warploom.version", "warploom.device", "warploom.blocked",
-              "warploom.fp4")),
+    ("base", ("warploom.errors", "warploom.target", "warploom.dtypes", "warploom.version", "warploom.device",
+              "warploom.blocked", "warploom.fp4")),
     # The epilogue graph and its meaning: the spec holds a graph, so they stand below it.
     ("epilogue IR", ("warploom.epilogue.graph", "warploom.epilogue.operands", "warploom.epilogue.names",
                      "warploom.epilogue.printer", "warploom.epilogue.reference", "warploom.epilogue.builder",
@@ -47,6 +47,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("backends", ("warploom.backends", "warploom.epilogue")),
     # standalone.py loads and compiles a kernel of its own (the epilogue emitter's test harness).
     ("runtime", ("warploom.runtime", "warploom.epilogue.standalone")),
+    # Each target's declaration: its planner rule, passes, emitter and compile step, handed down to the layers below.
+    ("targets", ("warploom.targets",)),
     ("simulator", ("warploom.sim",)),
     ("kernel", ("warploom.kernel",)),
     ("calls", ("warploom.eager", "warploom.fused")),

@@ -15,8 +15,8 @@ from warploom import H100_SXM, Accumulation, BLayout, DeviceInfo, DType, GemmSpe
 from warploom.errors import InternalError
 from warploom.ir import nodes as ir
 from warploom.ir import verify
-from warploom.passes import compile_schedule
 from warploom.planner import Plan, plan_schedule
+from warploom.targets import compile_schedule
 
 E4 = DType.E4M3
 NATIVE = GemmSpec(4096, 4096, 4096)

@@ -238,7 +238,7 @@ class _Gfx1250Emitter(PartitionEmitter):
 
 def lower_gfx1250(m: ir.Module) -> GluonSource:
     """Generate Gluon source for a complete (verified) gfx1250 module."""
-    assert m.gfx1250, f"{m.name} is {ir.with_article(m.target)} module, not a gfx1250 one"
+    assert m.gfx1250, f"{m.name} is {m.target.with_article} module, not a gfx1250 one"
     b = prelude(m, _HEADER)
     b.line()
     b.line()

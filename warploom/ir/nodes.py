@@ -20,6 +20,7 @@ from typing import Any
 from warploom.dtypes import DType
 from warploom.ir.warps import WarpMask
 from warploom.spec import GemmSpec, Grouping
+from warploom.target import Target
 
 
 class Role(enum.Enum):
@@ -895,6 +896,7 @@ class Module:
         tiling: tile shape and persistent order.
         rings, buffers, barriers: shared-memory and mbarrier declarations.
         tmem_scales: sm_100a block-scale buffers in tensor memory (seed 001: `ScaleCopy` fills them).
+        target: the compilation target, the plan's (`Plan.target`); the verifier checks the structure agrees.
         partitions: the warp groups; exactly one is `default`.
         num_warps: warps of the default partition (Gluon's ``num_warps``).
     """
@@ -907,6 +909,7 @@ class Module:
     buffers: tuple[Buffer, ...] = ()
     barriers: tuple[Barriers, ...] = field(default=())
     tmem_scales: tuple[ScaleBuffer, ...] = ()
+    target: Target = Target.SM90A
 
     def ring(self, name: str) -> Ring:
         return _find(self.rings, name, "ring")
@@ -963,22 +966,17 @@ class Module:
     @property
     def blackwell(self) -> bool:
         """Whether this is an sm_100a schedule (tensor-memory accumulators, an MMA partition)."""
-        return any(r.in_tmem for r in self.rings)
+        return self.target is Target.SM100A
 
     @property
     def gfx1250(self) -> bool:
         """Whether this is a gfx1250 schedule (one software-pipelined WORKGROUP partition, TDM copies, wmma)."""
-        return any(p.role is Role.WORKGROUP for p in self.partitions)
+        return self.target is Target.GFX1250
 
     @property
     def lds_bytes(self) -> int:
         """gfx1250: the LDS the rings take with each slot row's LDS_ROW_PAD bytes of padding."""
         return sum(r.depth * r.rows * (r.cols * r.dtype.bytes + LDS_ROW_PAD) for r in self.rings)
-
-    @property
-    def target(self) -> str:
-        """The compilation target this schedule is for."""
-        return "gfx1250" if self.gfx1250 else "sm_100a" if self.blackwell else "sm_90a"
 
     def with_partition(self, part: Partition) -> Module:
         """This module with the partition of the same name replaced."""
@@ -987,11 +985,6 @@ class Module:
 
 # gfx1250: the padding after each row of a ring slot in LDS (backends/gluon_gfx1250.py's PaddedSharedLayout), bytes.
 LDS_ROW_PAD = 16
-
-
-def with_article(target: str) -> str:
-    """A target's name after its article, as it is read: an sm_90a, a gfx1250."""
-    return f"{'an' if target.startswith('sm') else 'a'} {target}"
 
 
 def _find(items: tuple[Any, ...], name: str, what: str) -> Any:

@@ -27,6 +27,7 @@ from warploom.ir.verify_cluster import check_cluster
 from warploom.ir.verify_scales import check_tmem_scales
 from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, uncovered_rows
 from warploom.spec import SCALE_BLOCK, ScaleRecipe
+from warploom.target import Target
 
 _MAX_REGS = 256
 _MIN_REGS = 24
@@ -55,6 +56,7 @@ def structural(m: ir.Module) -> list[str]:
     errs += _check_stream_k(m)
     errs += _check_grouped(m)
     errs += check_cluster(m)
+    errs += _check_declared_target(m)
     for b in m.barriers:
         for rn in b.rings:
             if rn not in ring_names:
@@ -361,11 +363,21 @@ def _check_tmem(m: ir.Module, device: DeviceInfo) -> list[str]:
         if r.in_tmem and ((r.rows, r.cols) != (m.tiling.bm, m.tiling.bn) or r.rows != 128):
             errs.append(f"tensor-memory ring {r.name} holds ({r.rows}, {r.cols}) tiles; expected the (128, "
                         f"{m.tiling.bn}) tile")
-    want = "gfx1250" if device.gfx1250 else "sm_100a" if device.blackwell else "sm_90a"
-    if m.target != want:
+    want = device.target
+    if m.target is not want:
         what = _TARGET_OPS[m.target]
-        errs.append(f"{ir.with_article(m.target)} schedule ({what}) for {device.name} ({device.arch}), which runs "
+        errs.append(f"{m.target.with_article} schedule ({what}) for {device.name} ({device.arch}), which runs "
                     f"{want} schedules and has no {what}")
+    return errs
+
+
+def _check_declared_target(m: ir.Module) -> list[str]:
+    """The structure agrees with the target the plan declared: tensor-memory rings are sm_100a's, a WORKGROUP
+    partition gfx1250's (its passes make them; a module of another target that has one was built wrong)."""
+    errs = [f"ring {r.name} in tensor memory in {m.target.with_article} schedule (tensor memory is sm_100a's)"
+            for r in m.rings if r.in_tmem and m.target is not Target.SM100A]
+    errs += [f"partition {p.name} is a workgroup partition in {m.target.with_article} schedule (gfx1250's)"
+             for p in m.partitions if p.role is ir.Role.WORKGROUP and m.target is not Target.GFX1250]
     return errs
 
 
@@ -749,9 +761,14 @@ def _check_async(p: ir.Partition, errs: list[str]) -> None:
         errs.append(f"partition {p.name} exits with {state['store']} TMA stores in flight")
 
 
-def check(m: ir.Module, stage: str, device: DeviceInfo | None = None) -> ir.Module:
-    """Raise VerificationError listing every problem; `device` given means the module must be complete."""
+def check(m: ir.Module, stage: str, device: DeviceInfo | None = None, *,
+          ops: frozenset[type] | None = None) -> ir.Module:
+    """Raise VerificationError listing every problem; `device` given means the module must be complete, and then
+    `ops` (its target's op set, `warploom.targets`, when given) holds every op it has."""
     errs = structural(m) if device is None else complete(m, device)
+    if device is not None and ops is not None:
+        errs += sorted({f"{type(o).__name__} in partition {p.name}: not an op of {m.target.with_article} schedule"
+                        for p in m.partitions for o, _ in ir.walk(p.body) if type(o) not in ops})
     if errs:
         raise VerificationError(stage, errs)
     return m

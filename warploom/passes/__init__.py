@@ -1,13 +1,14 @@
 """The pass pipeline: from the sequential program to a warp-specialized persistent kernel.
 
-Each pass is a frozen dataclass (its fields are its options) called as ``Module -> Module``. The list
-below is the only place the order is written; each line says why the pass stands where it does.
+Each pass is a frozen dataclass (its fields are its options) called as ``Module -> Module``. Each target's list
+below (`pipeline_sm90`, `pipeline_sm100`, `pipeline_gfx1250`, named by its declaration in `warploom.targets`) is the
+only place its order is written; each line says why the pass stands where it does.
 The structural verifier runs after every pass; the complete verifier after the last one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
@@ -32,11 +33,8 @@ from warploom.spec import GemmSpec
 Pass = Callable[[ir.Module], ir.Module]
 
 
-def pipeline(plan: Plan) -> list[Pass]:
-    if plan.acc_buffers:
-        return pipeline_sm100(plan)
-    if plan.tdm:
-        return pipeline_gfx1250(plan)
+def pipeline_sm90(plan: Plan) -> list[Pass]:
+    """sm_90a: a TMA producer warp, wgmma consumer warpgroups, the epilogue through shared memory and TMA."""
     return [
         # First: every later pass speaks of producer and consumer, and sync needs two parties.
         SplitProducer(producer_warps=plan.producer_warps),
@@ -116,13 +114,16 @@ class Trace:
     stages: tuple[tuple[str, ir.Module], ...]
 
 
-def compile_schedule(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> tuple[ir.Module, Trace]:
+def run_pipeline(spec: GemmSpec, plan: Plan, device: DeviceInfo, passes: Sequence[Pass], *,
+                 ops: frozenset[type] | None = None) -> tuple[ir.Module, Trace]:
+    """build_sequential, then `passes` (the plan's target's, `warploom.targets`), each verified; then the complete
+    module against `device` and the target's op set `ops` (`verify.check`)."""
     if plan.swap_ab:  # rule 18: the module runs the transposed problem, and stores its tiles into C transposed
         spec = spec.swapped()
     m = verify.check(build_sequential(spec, plan), "build_sequential")
     stages = [("build_sequential", m)]
-    for p in pipeline(plan):
+    for p in passes:
         m = verify.check(p(m), type(p).__name__)
         stages.append((type(p).__name__, m))
-    verify.check(m, "pipeline end", device)
+    verify.check(m, "pipeline end", device, ops=ops)
     return m, Trace(tuple(stages))

@@ -143,5 +143,5 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         name=kernel_name(spec, plan), spec=spec,
         tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid, plan.split_k, ranged=plan.tail_split > 1,
                          swap_ab=plan.swap_ab, stream_k=plan.stream_k, grouping=spec.grouping),
-        partitions=(part,), rings=rings,
+        partitions=(part,), rings=rings, target=plan.target,
     )

@@ -46,6 +46,7 @@ class Compiled:
         smem_bytes: shared memory the kernel allocates.
         ptxas_log: ptxas's own report, including performance advisories such as C7514 (wgmma serialized); gfx1250:
             the AMDGCN metadata's register and spill counts in words.
+        counted: the instructions `summary` counts (the target's declaration says which, `warploom.targets`).
     """
 
     target: str
@@ -56,6 +57,7 @@ class Compiled:
     spills: int
     smem_bytes: int
     ptxas_log: str
+    counted: tuple[str, ...] = ()
 
     def count(self, mnemonic: str) -> int:
         """How many SASS instructions start with `mnemonic` (e.g. HGMMA, QGMMA, SETMAXNREG); gfx1250: how many
@@ -75,13 +77,11 @@ class Compiled:
         return bool(re.search(r"C75(0[89]|1\d)", self.ptxas_log)) and "wgmma" in self.ptxas_log.lower()
 
     def summary(self) -> dict[str, Any]:
-        if self.target == "gfx1250":  # wmma, the Tensor Data Mover's copies and waits, the warps' barriers
-            mma = {k: self.count(k) for k in GFX1250_COUNTS}
-        elif self.target == "sm_100a":  # tcgen05: UTC*MMA issue the MMAs, UTCCP copies MX scales, LDTM reads
-            mma = {k: self.count(k) for k in ("UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCCP", "LDTM")}
-        else:
-            mma = {"HGMMA": self.count("HGMMA"), "QGMMA": self.count("QGMMA"),
-                   "wgmma_serialized": self.wgmma_serialized}
+        """The target, registers, spills and shared memory, and how many of each counted instruction the SASS (or
+        AMDGCN) has; sm_90a also whether ptxas serialized its wgmma."""
+        mma: dict[str, Any] = {k: self.count(k) for k in self.counted}
+        if self.target == "sm_90a":
+            mma["wgmma_serialized"] = self.wgmma_serialized
         return {"target": self.target, "registers": self.registers, "spills": self.spills,
                 "smem_bytes": self.smem_bytes, **mma}
 
@@ -166,10 +166,6 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
     return sig
 
 
-# Triton's compute capability for each target.
-_ARCHS = {"sm_90a": 90, "sm_100a": 100}
-
-
 def _ptxas(arch: int) -> str:
     """The ptxas Triton itself assembles `arch` with, so the re-run reads the same PTX version: Triton ships a newer one
     for Blackwell (the older rejects the PTX version sm_100a kernels need), which from 3.9 assembles sm_90a too."""
@@ -184,20 +180,19 @@ def _cuobjdump() -> str:
     return str(knobs.nvidia.cuobjdump.path)
 
 
-def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Compiled:
+def cross_compile_cuda(m: ir.Module, src: GluonSource, *, target: str, arch: int) -> Compiled:
+    """An NVIDIA kernel (Triton's compute capability `arch`, ptxas's --gpu-name `target`) to PTX, cubin and SASS,
+    with ptxas's register and spill report."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    if target == "gfx1250":
-        return _cross_compile_gfx1250(m, src)
     fn = load(src.text, src.kernel)
     # Pointers are 16-byte aligned (checked on the host), which lets Triton vectorize scale loads.
     attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(src.params) if p.endswith("_ptr")}
     ast = GluonASTSource(fn, signature(m, src), {}, attrs)
     options = gluon_api.compile_options(num_warps=src.num_warps, num_stages=1, num_ctas=src.num_ctas,
                                            maxnreg=src.maxnreg)
-    arch = _ARCHS[target]
     ck = triton.compile(ast, target=GPUTarget("cuda", arch, 32), options=options)
     ptx, cubin = ck.asm["ptx"], ck.asm["cubin"]
     with tempfile.TemporaryDirectory() as d:
@@ -217,14 +212,14 @@ def cross_compile(m: ir.Module, src: GluonSource, target: str = "sm_90a") -> Com
     regs = re.search(r"Used (\d+) registers", log)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     return Compiled(
-        target=target, ptx=ptx, cubin=cubin, sass=sass,
+        target=str(target), ptx=ptx, cubin=cubin, sass=sass,
         registers=int(regs.group(1)) if regs else -1,
         spills=int(spill.group(1)) + int(spill.group(2)) if spill else -1,
         smem_bytes=int(ck.metadata.shared), ptxas_log=log,
     )
 
 
-def _cross_compile_gfx1250(m: ir.Module, src: GluonSource) -> Compiled:
+def cross_compile_gfx1250(m: ir.Module, src: GluonSource) -> Compiled:
     """gfx1250 (Triton's AMD backend, no GPU needed): the kernel's AMDGCN assembly, and its metadata's VGPR count,
     scratch bytes per lane (`spills`: spilled VGPRs land there; SGPRs spill into VGPR lanes, which costs no memory,
     and `ptxas_log` notes their count) and LDS bytes."""

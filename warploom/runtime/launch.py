@@ -72,10 +72,8 @@ class Launcher:
         GPU."""
         if m.target != "sm_90a":
             from warploom.errors import TargetError
-            from warploom.ir.nodes import with_article
-
-            raise TargetError(f"{m.name} is {with_article(m.target)} kernel, which warploom cross-compiles but has not "
-                              f"run on {with_article(m.target)} GPU yet (none is at hand). Fix: "
+            raise TargetError(f"{m.name} is {m.target.with_article} kernel, which warploom cross-compiles but has not "
+                              f"run on {m.target.with_article} GPU yet (none is at hand). Fix: "
                               f"Kernel.compile('{m.target}') to inspect it, or plan for the sm_90a GPU you run on")
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 

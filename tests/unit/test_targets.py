@@ -1,0 +1,97 @@
+"""The targets as declared objects (warploom/target.py, warploom/targets/): every target declared once, plans and
+modules carry their target, the verifier holds the structure to it, and the declarations drive the pass list, the
+emitter, the compile step and the op set."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from warploom import Accumulation, DType, GemmSpec, ScaleRecipe
+from warploom.device import B200, GFX1250, H100_SXM
+from warploom.errors import TargetError, VerificationError
+from warploom.ir import verify
+from warploom.kernel import build
+from warploom.planner import Plan, plan_schedule
+from warploom.target import Target
+from warploom.targets import DECLARED, check_target, compile_schedule, declared, op_types
+
+E4 = DType.E4M3
+SPECS = [GemmSpec(300, 520, 1024), GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE),
+         GemmSpec(8, 4096, 4096)]
+BLOCKWISE = GemmSpec(1000, 1024, 2048, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+                     accumulation=Accumulation.PROMOTED)
+
+
+def test_every_target_is_declared_once() -> None:
+    assert set(DECLARED) == set(Target)
+    for t, d in DECLARED.items():
+        assert d.target is t and d.device.target is t and declared(t.value) is d
+        assert d.counts and d.ops
+    assert [t for t, d in DECLARED.items() if d.runs] == [Target.SM90A]  # the one GPU at hand
+
+
+@pytest.mark.parametrize("device", [H100_SXM, B200, GFX1250], ids=lambda d: d.arch)
+def test_plans_and_modules_carry_their_devices_target(device: object) -> None:
+    for spec in SPECS:
+        k = build(spec, device)
+        assert k.plan.target is device.target and k.module.target is device.target  # type: ignore[attr-defined]
+        assert type(k.module.target) is Target
+
+
+@pytest.mark.parametrize("device", [H100_SXM, B200, GFX1250], ids=lambda d: d.arch)
+def test_complete_modules_hold_only_their_targets_ops(device: object) -> None:
+    specs = SPECS + ([BLOCKWISE] if device is H100_SXM else [])
+    modules = [build(s, device).module for s in specs]  # type: ignore[arg-type]
+    assert op_types(modules) <= declared(device.target).ops  # type: ignore[attr-defined]
+
+
+def test_an_op_outside_the_targets_set_is_refused() -> None:
+    spec = SPECS[0]
+    plan = plan_schedule(spec, H100_SXM)
+    sm100 = declared(Target.SM100A)
+    with pytest.raises(VerificationError, match="Mma in partition .*not an op of an sm_90a schedule"):
+        from warploom.passes import run_pipeline
+
+        run_pipeline(spec, plan, H100_SXM, declared(Target.SM90A).pipeline(plan), ops=sm100.ops)
+
+
+def test_the_structure_must_agree_with_the_declared_target() -> None:
+    k = build(SPECS[0], B200)
+    wrong = replace(k.module, target=Target.SM90A)  # tensor-memory rings in a module said to be sm_90a's
+    with pytest.raises(VerificationError, match="in tensor memory in an sm_90a schedule"):
+        verify.check(wrong, "declared target")
+    g = build(SPECS[0], GFX1250)
+    with pytest.raises(VerificationError, match="workgroup partition in an sm_100a schedule"):
+        verify.check(replace(g.module, target=Target.SM100A), "declared target")
+
+
+def test_plan_target_is_checked_and_read_from_its_name() -> None:
+    p = plan_schedule(SPECS[0], H100_SXM)
+    assert replace(p, target="sm_90a").target is Target.SM90A  # (a plan from a cache file names its target)
+    with pytest.raises(ValueError, match="Plan\\(target=...\\)"):
+        replace(p, target="sm_80")
+    with pytest.raises(ValueError, match="acc_buffers"):
+        replace(p, target=Target.SM100A)  # an sm_100a plan has tensor-memory accumulator buffers
+    b = plan_schedule(SPECS[0], B200)
+    with pytest.raises(ValueError, match="acc_buffers"):
+        Plan(**{**b.__dict__, "target": Target.SM90A})
+
+
+def test_compile_schedule_runs_the_declared_pipeline() -> None:
+    for device in (H100_SXM, B200, GFX1250):
+        plan = plan_schedule(SPECS[0], device)
+        m, trace = compile_schedule(SPECS[0], plan, device)
+        passes = [name for name, _ in trace.stages[1:]]
+        assert passes == [type(p).__name__ for p in declared(device.target).pipeline(plan)]
+        assert m.target is device.target
+
+
+def test_check_target_names_the_choices_and_the_modules_target() -> None:
+    k = build(SPECS[0], H100_SXM)
+    assert check_target("sm_90a", k.module) is Target.SM90A
+    with pytest.raises(TargetError, match="expected one of \\('sm_90a', 'sm_100a', 'gfx1250'\\)"):
+        check_target("sm_80")
+    with pytest.raises(TargetError, match="is an sm_90a schedule, got target='gfx1250'"):
+        check_target("gfx1250", k.module)

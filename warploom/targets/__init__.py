@@ -1,0 +1,75 @@
+"""The targets, each declared once: what warploom plans, lowers, compiles and runs for it.
+
+A `Declaration` gathers everything that differs between targets, which used to be spread over if-chains in the
+kernel, the pass list, the compile step and the CLI: the planner rule that plans it, its passes after
+`build_sequential`, its Gluon emitter, how it cross-compiles (Triton's `GPUTarget`), the IR ops its complete
+schedules may hold, the instruction counts its compile summary reports, and
+whether warploom launches its kernels. This package stands above the schedule IR, the planner, the passes, the
+backends and the runtime, and hands each what it needs (the pass list and the op set to `passes.run_pipeline` and
+`ir.verify.check`), so none of them imports it. A fourth target is one more module here and one more
+`warploom.target.Target`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from warploom.backends.gluon_sm90 import GluonSource
+from warploom.device import DeviceInfo
+from warploom.ir import nodes as ir
+from warploom.passes import Trace, run_pipeline
+from warploom.planner import Plan
+from warploom.runtime.cross import Compiled
+from warploom.spec import GemmSpec
+from warploom.target import Target
+from warploom.targets import gfx1250, sm90, sm100
+from warploom.targets.declaration import Declaration
+
+__all__ = ["DECLARED", "Declaration", "check_target", "compile_schedule", "cross_compile", "declared", "emit",
+           "op_types"]
+
+
+# Every target, declared once (a test checks each Target has its declaration).
+DECLARED: dict[Target, Declaration] = {d.target: d for d in (sm90.DECLARATION, sm100.DECLARATION, gfx1250.DECLARATION)}
+
+
+def declared(target: Target | str) -> Declaration:
+    """The declaration of `target` (a Target or its name; an unknown name is a `TargetError` naming the choices)."""
+    return DECLARED[Target.named(target)]
+
+
+def check_target(target: str, module: ir.Module | None = None) -> Target:
+    """`target` if warploom compiles for it, and for `module`'s schedule (whose target the plan declared)."""
+    t = Target.named(target)
+    if module is not None and t is not module.target:
+        from warploom.errors import TargetError
+
+        raise TargetError(f"target: {module.name} is {module.target.with_article} schedule, got target={target!r}. "
+                          f"Fix: compile it for {module.target}, or plan for {t.with_article} GPU (warploom.plan(..., "
+                          f"device=...), e.g. the {declared(t).device.name}'s DeviceInfo in warploom.device)")
+    return t
+
+
+def compile_schedule(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> tuple[ir.Module, Trace]:
+    """The verified module of `plan` for `spec`: build_sequential, then its target's passes, each verified, then
+    the complete module against the device and the target's op set."""
+    d = declared(plan.target)
+    return run_pipeline(spec, plan, device, d.pipeline(plan), ops=d.ops)
+
+
+def emit(m: ir.Module) -> GluonSource:
+    """The Gluon of a module, by its declared target."""
+    return declared(m.target).emit(m)
+
+
+def cross_compile(m: ir.Module, src: GluonSource, target: Target | str | None = None) -> Compiled:
+    """Cross-compile `m`'s Gluon `src` for `target` (default: the module's own), which must be the module's."""
+    d = declared(check_target(str(target or m.target), m))
+    return replace(d.compile(m, src), counted=tuple(name for name, _ in d.counts))
+
+
+def op_types(modules: Sequence[ir.Module]) -> set[type[Any]]:
+    """Every op type in `modules`' partitions (what `Declaration.ops` must cover for them)."""
+    return {type(o) for m in modules for p in m.partitions for o, _ in ir.walk(p.body)}

@@ -1,0 +1,47 @@
+"""What a target declares (`warploom.targets` gathers the declarations)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from warploom.device import DeviceInfo
+from warploom.ir import nodes as ir
+from warploom.passes import Pass
+from warploom.planner import Plan
+from warploom.target import Target
+
+if TYPE_CHECKING:
+    from warploom.backends.gluon_sm90 import GluonSource
+    from warploom.runtime.cross import Compiled
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One target (module docstring).
+
+    Attributes:
+        target: which.
+        device: the GPU its plans default to (`warploom.plan(..., device=...)` names it in errors).
+        plan: the planner rule that plans it (`planner.plan_schedule` dispatches to it by `DeviceInfo.target`).
+        pipeline: its passes after `build_sequential`, in order, for a plan.
+        emit: its Gluon emitter.
+        compile: its cross-compile step (no GPU needed): the Gluon to a `Compiled` with SASS or AMDGCN.
+        gpu: Triton's `GPUTarget` arguments (backend, arch, warp size).
+        ops: the IR ops a complete schedule for it may hold (the verifier refuses any other).
+        counts: the instructions its compile summary counts (`Compiled.summary`, `warploom demo`), and what they
+            are, in words.
+        runs: whether warploom launches its kernels here (else it plans, simulates and cross-compiles them).
+    """
+
+    target: Target
+    device: DeviceInfo
+    plan: Callable[..., Plan]
+    pipeline: Callable[[Plan], list[Pass]]
+    emit: Callable[[ir.Module], GluonSource]
+    compile: Callable[[ir.Module, GluonSource], Compiled]
+    gpu: tuple[str, int | str, int]
+    ops: frozenset[type]
+    counts: tuple[tuple[str, str], ...]
+    runs: bool

@@ -1,0 +1,29 @@
+"""gfx1250 (AMD, planner rule 20): one software-pipelined partition whose warps both copy (the Tensor Data Mover)
+and compute (wmma); the epilogue stores from registers. Planned, simulated and cross-compiled; no gfx1250 is at hand
+to run it."""
+
+from __future__ import annotations
+
+from warploom.backends.gluon_gfx1250 import lower_gfx1250
+from warploom.device import GFX1250
+from warploom.ir import nodes as ir
+from warploom.passes import pipeline_gfx1250
+from warploom.planner import plan_gfx1250
+from warploom.runtime.cross import GFX1250_COUNTS, cross_compile_gfx1250
+from warploom.target import Target
+from warploom.targets.declaration import Declaration
+
+DECLARATION = Declaration(
+    target=Target.GFX1250,
+    device=GFX1250,
+    plan=plan_gfx1250,
+    pipeline=pipeline_gfx1250,
+    emit=lower_gfx1250,
+    compile=cross_compile_gfx1250,
+    gpu=("hip", "gfx1250", 32),
+    ops=frozenset({ir.TdmLoad, ir.Wmma, ir.TdmWait, ir.SyncWarps, ir.Epilogue, ir.StoreTile, ir.Advance,
+                   ir.LoadOperand, ir.ApplyEpilogue}),
+    counts=tuple(zip(GFX1250_COUNTS, ("wmma instructions", "Tensor Data Mover copies", "waits on TDM copies",
+                                      "workgroup barriers"), strict=True)),
+    runs=False,
+)

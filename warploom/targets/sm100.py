@@ -1,0 +1,32 @@
+"""sm_100a (Blackwell, planner rule 19): tcgen05 MMAs into tensor-memory accumulators, issued by an MMA warp; MX and
+NVFP4 scales copied into tensor memory (tcgen05.cp). Planned, simulated and cross-compiled; no Blackwell GPU is at
+hand to run it."""
+
+from __future__ import annotations
+
+import functools
+
+from warploom.backends.gluon_sm100 import lower_sm100
+from warploom.device import B200
+from warploom.ir import nodes as ir
+from warploom.passes import pipeline_sm100
+from warploom.planner import plan_blackwell
+from warploom.runtime.cross import cross_compile_cuda
+from warploom.target import Target
+from warploom.targets.declaration import Declaration
+
+DECLARATION = Declaration(
+    target=Target.SM100A,
+    device=B200,
+    plan=plan_blackwell,
+    pipeline=pipeline_sm100,
+    emit=lower_sm100,
+    compile=functools.partial(cross_compile_cuda, target=Target.SM100A, arch=100),
+    gpu=("cuda", 100, 32),
+    ops=frozenset({ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.TcMma, ir.ScaleCopy, ir.Commit, ir.LoadTmem,
+                   ir.Epilogue, ir.StoreSmem, ir.FenceAsync, ir.TmaStore, ir.StoreWait, ir.Advance, ir.LoadOperand,
+                   ir.PrefetchOperand, ir.ApplyEpilogue}),
+    counts=(("UTCHMMA", "16-bit tcgen05 MMAs"), ("UTCQMMA", "fp8 tcgen05 MMAs"),
+            ("UTCOMMA", "fp4 tcgen05 MMAs"), ("UTCCP", "tcgen05.cp scale copies"), ("LDTM", "tensor-memory loads")),
+    runs=False,
+)
