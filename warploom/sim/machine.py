@@ -29,8 +29,9 @@ A CTA of a thread-block cluster (`ir.Tiling.cluster`) is one machine too, linked
 every CTA's slot and landing in all of them (`_land`), and a cluster barrier is one `MBarrier` in all of the
 machines. A non-lead CTA's releases on it name that CTA, so that the lead's own consumers' releases of the same
 slot and fill never stand in for them. A multicast that finds its box already in a slot (another CTA's copy of it: a
-multicast not the lead's alone) is DOUBLE_WRITE; a multicast landing in, or an arrival on a barrier of, a CTA that
-has exited (`exited`, set by sim/cluster.py) is WRITE_AFTER_EXIT.
+multicast not the lead's alone) is DOUBLE_WRITE. Another CTA's write into this one (an arrival on its barrier, a
+multicast landing on it) that no wait of this CTA observed before it exited (`leave`: sim/cluster.py lets a CTA exit
+early where no cluster barrier comes before exit), or that comes after, is WRITE_AFTER_EXIT.
 
 A fused epilogue's ``load_operand`` is a synchronous register load of read-only global memory, so it only
 records which tile's block each operand's registers hold; ``apply_epilogue`` must find every graph operand
