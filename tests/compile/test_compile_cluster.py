@@ -1,7 +1,7 @@
 """Compile-only tier for 2-CTA clusters (planner rule 24): under Triton >= 3.7 each kernel cross-compiles for sm_90a
-as a cluster of 2 (``.reqnctapercluster 2``) whose B copies are TMA multicasts, with its MMAs on the async tensor-core
-path, no spill and no serialized wgmma; under Triton 3.6, which has no Hopper multicast, building one is refused
-with the version it needs."""
+as a cluster of 2 (``.reqnctapercluster 2``) whose B copies are TMA multicasts and which ends with a cluster barrier,
+with its MMAs on the async tensor-core path, no spill and no serialized wgmma; under Triton 3.6, which has no Hopper
+multicast, building one is refused with the version it needs."""
 
 from __future__ import annotations
 
@@ -35,6 +35,9 @@ def test_cluster_kernels_cross_compile(name: str, spill_budget: int) -> None:
     mma, other = ("QGMMA", "HGMMA") if spec.is_fp8 else ("HGMMA", "QGMMA")
     assert ".reqnctapercluster 2" in c.ptx, "a cluster of 2 CTAs"
     assert c.ptx.count(".multicast::cluster") >= 1, "B's box multicast by the lead CTA"
+    # ir.Tiling.exit_sync, which the lowering does not emit: Triton ends the kernel with a cluster barrier (a
+    # non-relaxed arrive and its wait; the relaxed pair after the mbarrier inits is another)
+    assert "barrier.cluster.arrive.aligned;" in c.ptx and "barrier.cluster.wait" in c.ptx, "a cluster barrier at exit"
     assert c.count(mma) > 0 and c.count(other) == 0, s
     assert c.spills <= spill_budget, f"{k.module.name} spills {c.spills} bytes: {s}\n{c.ptxas_log}"
     assert k.module.smem_bytes <= c.smem_bytes <= H100_SXM.smem_per_block, s

@@ -1,6 +1,7 @@
 """2-CTA clusters (planner rule 24, ir.Tiling.cluster) on the CPU: each CTA's rows of the cluster tiles against torch
 and against the same plan without a cluster, whole clusters sampled, and planted bugs in the cluster's protocol (the
-lead's multicast and the cluster's EMPTY barrier, sim/cluster.py) that the simulator must catch."""
+lead's multicast, the cluster's EMPTY barrier and the cluster barrier before exit, sim/cluster.py) that the simulator
+must catch."""
 
 from __future__ import annotations
 
@@ -171,3 +172,53 @@ def test_each_cta_must_expect_the_multicast_bytes() -> None:
 def test_explorer_refuses_clusters() -> None:
     with pytest.raises(ClusterNotExplored, match="random simulator"):
         explore(_module(130, 136, 40), 130, 136, 40)
+
+
+def _every_cta_multicasts(module: ir.Module) -> ir.Module:
+    """`module` with B's multicast issued by every CTA of the cluster, not by the lead alone (`TmaLoad.lead_only`)."""
+
+    def every(o: ir.Op) -> tuple[ir.Stmt, ...]:
+        return (dataclasses.replace(o, lead_only=False),) if isinstance(o, ir.TmaLoad) and o.multicast else (o,)
+
+    parts = tuple(dataclasses.replace(p, body=rewrite(p.body, every)) for p in module.partitions)
+    assert parts != module.partitions, "the mutation changed nothing"
+    return dataclasses.replace(module, partitions=parts)
+
+
+def test_only_the_lead_may_multicast() -> None:
+    """A multicast that every CTA issues is two copies of each B box, each into both CTAs: whichever comes second
+    finds its box already in the slot (DOUBLE_WRITE, in both CTAs' slots), and each READY barrier gets B's bytes
+    twice (TX_MISMATCH)."""
+    m, n, k = 300, 520, 200
+    module = _every_cta_multicasts(_module(m, n, k))
+    geo = Geometry.of(module, m, n, k, 1, launch_grid(m, n, 128, 256, 8, cluster=2))
+    (producer,) = (tr for p, tr in zip(module.partitions, CtaProgram.build(module, geo).traces, strict=True)
+                   if p.role is ir.Role.PRODUCER)
+    assert sum(isinstance(i, LoadI) and i.multicast for i in producer) == len(geo.tiles) * geo.k_tiles  # (CTA 1's)
+    a, b = _inputs(m, n, k)
+    for seed in range(3):
+        res = simulate(module, a, b, seed=seed)
+        found = [f for f in res.findings if f.kind is K.DOUBLE_WRITE]
+        assert found and all(f"CTA {f.cta ^ 1}'s copy of the same box already fills" in f.message
+                             and "b_ring[" in f.message for f in found), res.report.summary()
+        assert K.TX_MISMATCH in res.report.kinds(), res.report.summary()
+    # The lead's multicast alone is clean on the same seeds: the findings are the second copy's.
+    assert check_protocol(_module(m, n, k), m, n, k, seeds=range(3)).ok
+
+
+def test_no_cta_exits_before_its_cluster_is_done() -> None:
+    """Without the cluster barrier before exit (`Tiling.exit_sync`) a CTA exits when its own partitions finish. The
+    other CTA's releases of B's last stages on the lead's cluster barrier are observed by no wait of the lead, so
+    nothing orders them before the lead's exit: found on every schedule, whichever CTA finishes first."""
+    m, n, k = 300, 520, 200
+    module = _module(m, n, k)
+    assert module.tiling.exit_sync
+    no_sync = dataclasses.replace(module, tiling=dataclasses.replace(module.tiling, exit_sync=False))
+    a, b = _inputs(m, n, k)
+    for seed in range(3):
+        res = simulate(no_sync, a, b, seed=seed)
+        assert res.report.kinds() == {K.WRITE_AFTER_EXIT}, res.report.summary()
+        for f in res.findings:  # (reported at the lead, which exits: CTA 0, 2, 4, 6)
+            assert f.cta % 2 == 0 and f"of CTA {f.cta + 1} arrives on CTA {f.cta}'s {CLUSTER_EMPTY}[" in f.message
+            assert f.partition.startswith("consumer") and "exited" in f.message
+    assert simulate(module, a, b, seed=0).ok

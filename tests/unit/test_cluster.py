@@ -104,7 +104,7 @@ def cluster_module(spec: GemmSpec | None = None) -> ir.Module:
 
 def test_the_module_shares_b() -> None:
     m = cluster_module()
-    assert m.tiling.cluster == 2
+    assert m.tiling.cluster == 2 and m.tiling.exit_sync
     shared = m.barrier(CLUSTER_EMPTY)
     assert shared.cluster and shared.purpose is ir.Purpose.EMPTY and shared.rings == ("b_ring",)
     assert shared.count == m.barrier("empty").count == 2  # (per CTA: both consumer warpgroups release each slot)
@@ -115,6 +115,7 @@ def test_the_module_shares_b() -> None:
                                                                                        (None, 128, 128)]
     text = printer.module(m)
     assert "cluster=2" in text and "per cluster, in the lead CTA" in text and "multicast (the lead CTA" in text
+    assert "exit_sync (a cluster barrier before exit)" in text
     # Descriptors: A's box holds both CTAs' rows, split between them; B's is every CTA's; C's staging split.
     blocks = descriptor_blocks(m)
     assert blocks["a_desc"][1:] == ([256, 64], ((1, 0),))
@@ -133,12 +134,13 @@ def _drop(m: ir.Module, part: Callable[[ir.Partition], bool], gone: Callable[[ir
                                        for p in m.partitions))
 
 
-def _multicast(m: ir.Module, tensor: ir.Tensor, on: bool) -> ir.Module:
-    """`m` with its loads of `tensor` multicast (`on`) or not."""
+def _multicast(m: ir.Module, tensor: ir.Tensor, on: bool, lead_only: bool = True) -> ir.Module:
+    """`m` with its loads of `tensor` multicast (`on`; by the lead alone, `lead_only`, or by every CTA) or not."""
     from warploom.passes.util import rewrite
 
     def f(o: ir.Op) -> tuple[ir.Stmt, ...]:
-        return (replace(o, multicast=on),) if isinstance(o, ir.TmaLoad) and o.tensor is tensor else (o,)
+        return (replace(o, multicast=on, lead_only=lead_only),) if isinstance(o, ir.TmaLoad) and o.tensor is tensor \
+            else (o,)
 
     return replace(m, partitions=tuple(replace(p, body=rewrite(p.body, f)) for p in m.partitions))
 
@@ -154,12 +156,19 @@ CORRUPTIONS: dict[str, tuple[Callable[[ir.Module], ir.Module], str]] = {
         "does not release it on cluster_empty"),
     "A multicast": (lambda m: _multicast(m, ir.Tensor.A, True), "B's loads, and only B's, are multicast"),
     "B not multicast in a cluster": (lambda m: _multicast(m, ir.Tensor.B, False), "B's loads, and only B's"),
+    "every CTA multicasts B": (lambda m: _multicast(m, ir.Tensor.B, True, lead_only=False),
+                               "issued by every CTA of the cluster: each slot would be written 2 times"),
+    "no cluster barrier before exit": (lambda m: replace(m, tiling=replace(m.tiling, exit_sync=False)),
+                                       "cluster=2 without exit_sync"),
     "no cluster barrier": (
         lambda m: replace(m, barriers=tuple(b for b in m.barriers if not b.cluster)),
         "unknown barrier|no EMPTY cluster barrier"),
     "cluster barrier without a cluster": (
         lambda m: replace(m, tiling=replace(m.tiling, cluster=1)),
         "in a module without a cluster"),
+    "exit barrier without a cluster": (
+        lambda m: replace(m, tiling=replace(m.tiling, cluster=1)),
+        r"exit_sync \(a cluster barrier before exit\) in a module without a cluster"),
     "three CTAs": (lambda m: replace(m, tiling=replace(m.tiling, cluster=4)), "clusters of 2 CTAs"),
     "row-block consumers": (
         lambda m: replace(m, partitions=tuple(replace(p, rows=ir.RowBlock(0, 128)) if p.role is ir.Role.CONSUMER
@@ -194,6 +203,18 @@ def test_generated_gluon_under_triton_39() -> None:
     assert "cga_layout=[[1, 0]]" in t and "gl.zeros([256, 128], gl.float32, acc_layout)" in t
     assert "a_ring = gl.allocate_shared_memory(a_desc.dtype, [4, 256, 64], a_desc.layout)" in t
     assert "b_ring.index(c % STAGES).slice(128, 128, dim=1)" in t  # warpgroup 1's column block of B
+    assert "cluster.barrier" not in t  # (exit_sync: Triton inserts the cluster barrier before the kernel returns)
+
+
+@pytest.mark.parametrize("corrupt,why", [
+    (lambda m: _multicast(m, ir.Tensor.B, True, lead_only=False), "a multicast issued by every CTA"),
+    (lambda m: replace(m, tiling=replace(m.tiling, exit_sync=False)), "a cluster without exit_sync"),
+], ids=["every_cta_multicasts", "no_exit_sync"])
+def test_lowering_refuses_what_gluon_does_not_emit(corrupt: Callable[[ir.Module], ir.Module], why: str) -> None:
+    """A broadcast layout's multicast is the lead's alone, and Triton ends every cluster's kernel with a cluster
+    barrier (`Tiling.exit_sync`, not emitted): a module that says otherwise is not what the kernel would do."""
+    with emitting_for("3.9"), pytest.raises(NotImplementedError, match=why):
+        gluon_sm90.lower(corrupt(cluster_module()))
 
 
 def test_lowering_under_triton_36_refuses_multicast() -> None:

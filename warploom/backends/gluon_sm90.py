@@ -450,6 +450,8 @@ class PartitionEmitter:
                 s = slot_index(o.slot, d, self.stages)
                 if o.multicast:
                     self.api.require_multicast(f"{self.m.name}: {c}")
+                if o.multicast and not o.lead_only:  # (a broadcast layout's multicast is issued by the lead alone)
+                    raise NotImplementedError(f"sm_90a lowering of {c}: a multicast issued by every CTA")
                 mc = ", multicast=True" if o.multicast else ""
                 b.line(f"{self.api.tma_load}({desc}, [{coord}], {o.barrier}_bars.index({s}), {o.ring}.index({s}){mc})",
                        c)
@@ -1037,6 +1039,11 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                 b.line(f"({p.name}, ({', '.join(partition_params(m, p))})),")
         workers = m.workers
         b.line(f"], [{', '.join(str(p.warps) for p in workers)}], [{', '.join(str(p.regs) for p in workers)}])")
+        # A cluster's exit barrier (ir.Tiling.exit_sync) is not emitted: Triton's ClusterBarrierInsertion puts a
+        # cluster barrier before the return of every kernel of more than one CTA, here after warp_specialize joins.
+        if t.cluster > 1 and not t.exit_sync:
+            raise NotImplementedError(f"sm_90a lowering of {m.name}: a cluster without exit_sync (Triton ends every "
+                                      "cluster's kernel with a cluster barrier)")
     reduce = None
     if t.split_k > 1:
         reduce = f"{m.name}_reduce"

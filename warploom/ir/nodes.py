@@ -312,6 +312,11 @@ class TmaLoad:
     completes a transaction of its bytes on each CTA's `barrier[slot]` (each CTA's expect counts them). Another
     CTA's copy does nothing. The lead may refill the slot only when every CTA released it (an EMPTY cluster
     barrier, `Barriers.cluster`).
+
+    `lead_only` (with `multicast`): only the lead issues the copy, as ShareB builds it and as Gluon's broadcast
+    layout lowers it. False says every CTA issues the whole copy: each slot is then written `cluster` times and each
+    barrier receives `cluster` times the box's bytes. No schedule warploom builds does that; it is expressible so
+    that the verifier (ir/verify_cluster.py) and the simulator (DOUBLE_WRITE) can be shown to catch it.
     """
 
     tensor: Tensor
@@ -320,6 +325,7 @@ class TmaLoad:
     coord: tuple[Axis, Axis]
     barrier: str | None = None
     multicast: bool = False
+    lead_only: bool = True
 
 
 @dataclass(frozen=True)
@@ -843,6 +849,13 @@ class Tiling:
             the rows r * BM .. of one *cluster tile* of cluster * BM x BN: tile ids, the raster and the persistent
             loops count cluster tiles (M in units of cluster * BM), and the launch has grid // cluster clusters.
             B's box is the same for every CTA of a cluster, so it is multicast (`TmaLoad.multicast`).
+        exit_sync: a cluster's CTAs end with a cluster barrier (barrier.cluster arrive and wait, after all their
+            partitions): none exits while another may still multicast into its shared memory or arrive on its
+            barriers (the lead's cluster barriers collect the other CTA's releases of the last stages, which no
+            wait of the lead observes). The Gluon lowering emits nothing for it: Triton (ClusterBarrierInsertion,
+            >= 3.7) inserts a cluster barrier before the return of every kernel of more than one CTA. Set by
+            ShareB; the verifier wants it exactly in a cluster's modules, and the simulator (sim/cluster.py) lets a
+            CTA without it exit when its own partitions finish (WRITE_AFTER_EXIT).
     """
 
     bm: int
@@ -856,6 +869,7 @@ class Tiling:
     stream_k: int = 0
     grouping: Grouping = Grouping.NONE
     cluster: int = 1
+    exit_sync: bool = False
 
     @property
     def grouped(self) -> bool:

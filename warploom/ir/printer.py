@@ -38,7 +38,8 @@ def op(o: ir.Op) -> str:
         case ir.TmaLoad():
             coord = ", ".join(a.value for a in o.coord)
             on = f" on {o.barrier}[{slot(o.slot)}]" if o.barrier else " sync"
-            mc = " multicast (the lead CTA, into every CTA of the cluster)" if o.multicast else ""
+            who = "the lead CTA" if o.lead_only else "every CTA"
+            mc = f" multicast ({who}, into every CTA of the cluster)" if o.multicast else ""
             return f"tma_load {o.tensor.value}[{coord}] -> {o.ring}[{slot(o.slot)}]{on}{mc}"
         case ir.Mma():
             kind = "wgmma.async" if o.is_async else "wgmma"
@@ -148,7 +149,8 @@ def module(m: ir.Module) -> str:
         + (f" split_k={t.split_k}" if t.split_k > 1 else "") + (" ranged" if t.ranged else "")
         + (" swap_ab (stores C transposed)" if t.swap_ab else "")
         + (f" stream_k={t.stream_k} (the last wave's tiles in up to {t.stream_k} pieces)" if t.stream_k else "")
-        + (f" cluster={t.cluster} (CTAs along M sharing B)" if t.cluster > 1 else ""),
+        + (f" cluster={t.cluster} (CTAs along M sharing B)" if t.cluster > 1 else "")
+        + (" exit_sync (a cluster barrier before exit)" if t.exit_sync else ""),
     ]
     for r in m.rings:
         where = " in tensor memory" if r.in_tmem else ""

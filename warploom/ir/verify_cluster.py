@@ -6,7 +6,10 @@ be refilled only when every CTA released it. Statically that means:
 - a cluster is 1 or 2 CTAs, on sm_90a, for whole tiles (no split-K, ranged launch, stream-K, swap or grouping), with
   a K-major A (each CTA's rows of the cluster tile are one box of A's) and consumers that split tiles by columns,
   never by rows (a row block of a warpgroup is not one block of the cluster's A box), and no fused epilogue graph;
-- every load of B is multicast, and nothing else is;
+- every load of B is multicast, and nothing else is; a multicast is the lead's alone (`TmaLoad.lead_only`: a copy of
+  every CTA would write each slot, and bring its bytes to each barrier, once per CTA);
+- the module ends with a cluster barrier (`Tiling.exit_sync`): no CTA exits while the other may still arrive on its
+  barriers;
 - each multicast ring is guarded by an EMPTY cluster barrier (`Barriers.cluster`), which the producer waits on, with
   the load's slot, before the load in the same loop body, and on which every partition that reads the ring
   arrives, as often as on the CTA's own EMPTY barrier;
@@ -31,7 +34,13 @@ def check_cluster(m: ir.Module) -> list[str]:
         errs += [f"barrier {b.name} is a cluster's (held by the lead CTA) in a module without a cluster"
                  for b in shared]
         errs += [f"partition {p.name}: {printer.op(o)} multicasts in a module without a cluster" for p, o in multicast]
+        if t.exit_sync:
+            errs.append("exit_sync (a cluster barrier before exit) in a module without a cluster")
         return errs
+    if not t.exit_sync:
+        errs.append(f"cluster={t.cluster} without exit_sync: a CTA could exit while the other still arrives on its "
+                    "cluster barriers (the releases of the last stages) or multicasts into it. Fix: set "
+                    "Tiling.exit_sync (ShareB does)")
     if t.cluster != 2:
         errs.append(f"cluster={t.cluster}: warploom builds clusters of 2 CTAs")
     if m.blackwell or m.gfx1250:
@@ -53,6 +62,10 @@ def check_cluster(m: ir.Module) -> list[str]:
                 errs.append(f"partition {p.name}: {printer.op(o)} in a cluster's module: B's loads, and only B's, "
                             "are multicast (every CTA of the cluster reads the same B box)")
     for p, o in multicast:
+        if not o.lead_only:
+            errs.append(f"partition {p.name}: {printer.op(o)} is issued by every CTA of the cluster: each slot would "
+                        f"be written {t.cluster} times and each barrier receive {t.cluster} times the box's bytes. "
+                        "Fix: only the lead multicasts (lead_only)")
         guards = [b for b in shared if o.ring in b.rings and b.purpose is ir.Purpose.EMPTY]
         if not guards:
             errs.append(f"partition {p.name}: {printer.op(o)} has no EMPTY cluster barrier guarding {o.ring}: the lead "

@@ -17,6 +17,9 @@ still guards its own A slot:
       arrive_expect_tx ready[p] bytes=A+B          arrive empty[c]
       tma_load A -> a[p] on ready[p]               arrive cluster_empty[c]   (on the lead's)
       tma_load B -> b[p] on ready[p] multicast (lead)
+
+and every CTA ends with a cluster barrier (`ir.Tiling.exit_sync`): the other CTA's releases of the last stages
+arrive on the lead's barrier after the lead's last wait on it, so the lead must not exit before they came.
 """
 
 from __future__ import annotations
@@ -58,5 +61,7 @@ class ShareB:
 
         parts = tuple(replace(p, body=rewrite(p.body, producer if p.role is ir.Role.PRODUCER else consumer))
                       for p in m.partitions)
-        return replace(m, tiling=replace(m.tiling, cluster=self.cluster), partitions=parts,
+        # (exit_sync: the lead's cluster barrier takes the other CTA's releases of the last stages after the lead's
+        # last wait on it, so no CTA may exit before every CTA of the cluster is done)
+        return replace(m, tiling=replace(m.tiling, cluster=self.cluster, exit_sync=True), partitions=parts,
                        barriers=m.barriers + (shared,))

@@ -58,6 +58,12 @@ class FindingKind(enum.Enum):
                          "thread execute in issue order)")
     TMEM_OVERLAP = ("sm_100a: a scale buffer and an accumulator share tensor-memory columns: one's writes clobber "
                     "the other's data")
+    DOUBLE_WRITE = ("a cluster's multicast writes a box into a slot that another copy of the same box already fills: "
+                    "a multicast is the lead's alone (TmaLoad.lead_only); a copy from every CTA writes each slot, and "
+                    "brings its bytes to each barrier, once per CTA")
+    WRITE_AFTER_EXIT = ("a CTA of a cluster exits while another may still multicast into it or arrive on its "
+                        "barriers (no wait of the exiting CTA observed the write; its shared memory may be another "
+                        "CTA's by then): the cluster barrier before exit (Tiling.exit_sync) is missing")
     ASYNC_AT_EXIT = "a partition exits with async work (wgmma, TMA store or TDM copy) still in flight"
     LOST_FILL = "a TMA load's data was never read: producer and consumer loop trip counts disagree"
     OUTPUT_COVERAGE = "an output tile was stored twice or never: the tile loops or raster disagree"

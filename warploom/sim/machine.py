@@ -28,7 +28,10 @@ A CTA of a thread-block cluster (`ir.Tiling.cluster`) is one machine too, linked
 (sim/cluster.py): the lead's multicast load is one copy in flight in the lead's machine, checked at issue against
 every CTA's slot and landing in all of them (`_land`), and a cluster barrier is one `MBarrier` in all of the
 machines. A non-lead CTA's releases on it name that CTA, so that the lead's own consumers' releases of the same
-slot and fill never stand in for them.
+slot and fill never stand in for them. A multicast that finds its box already in a slot (another CTA's copy of it: a
+multicast not the lead's alone) is DOUBLE_WRITE. Another CTA's write into this one (an arrival on its barrier, a
+multicast landing on it) that no wait of this CTA observed before it exited (`leave`: sim/cluster.py lets a CTA exit
+early where no cluster barrier comes before exit), or that comes after, is WRITE_AFTER_EXIT.
 
 A fused epilogue's ``load_operand`` is a synchronous register load of read-only global memory, so it only
 records which tile's block each operand's registers hold; ``apply_epilogue`` must find every graph operand
@@ -96,7 +99,7 @@ class Inflight:
     """An asynchronous operation issued by instruction `pc` of `agent` at step `issued`.
 
     For loads, `fill` is the slot fill it writes and `phase` the barrier's phase when it was issued; a multicast load's
-    `peers` are the same (fill, phase) in each other CTA of the cluster (`Machine.cluster`), in rank order.
+    `peers` are the same (fill, phase) in each other CTA of the cluster (`Machine.others`), in rank order.
     """
 
     agent: int
@@ -126,6 +129,12 @@ class Machine:
         # The CTAs of this one's cluster, lead first (`cluster.link`; empty outside a cluster): a multicast load of the
         # lead fills the others' slots, and a non-lead's barrier may await the lead's multicast copies.
         self.cluster: tuple[Machine, ...] = ()
+        # Whether this CTA has exited (sim/cluster.py: its partitions finished, and no cluster barrier before exit
+        # holds it until the others have): its shared memory and barriers are no longer its cluster's to write.
+        self.exited = False
+        # Other CTAs' writes into this one (an arrival on its barrier, a multicast landing on it) that no wait of this
+        # CTA has observed yet, as (barrier, index, phase) -> (site, CTA, what): nothing orders them before its exit.
+        self.unobserved: dict[tuple[str, int, int], tuple[Site, int, str]] = {}
         self.bar_rings = {b.name: b.rings for b in m.barriers}
         self.empty_bars = frozenset(b.name for b in m.barriers if b.purpose is ir.Purpose.EMPTY)
         self.slots = {r.name: [SlotState() for _ in range(r.depth)] for r in m.rings}
@@ -169,6 +178,10 @@ class Machine:
 
     def done(self) -> bool:
         return all(pc == len(t) for pc, t in zip(self.pc, self.prog.traces, strict=True))
+
+    def others(self) -> tuple[Machine, ...]:
+        """The other CTAs of this one's cluster, in rank order: those a multicast of this CTA also fills."""
+        return tuple(p for p in self.cluster if p is not self)
 
     def runnable(self, i: int) -> bool:
         """Whether partition `i` can execute its next instruction now."""
@@ -278,6 +291,7 @@ class Machine:
         c.bars = {k: [b.clone() for b in v] for k, v in self.bars.items()}
         c.bar_rings, c.empty_bars = self.bar_rings, self.empty_bars
         c.cluster_bars, c.rank, c.cluster = self.cluster_bars, self.rank, ()  # (the explorer refuses clusters)
+        c.exited, c.unobserved = False, {}
         c.slots = {k: [s.clone() for s in v] for k, v in self.slots.items()}
         c.bufs = {k: b.clone() for k, b in self.bufs.items()}
         c.loads = list(self.loads)
@@ -355,6 +369,21 @@ class Machine:
                        f"{why}: the barrier has completed {bar.phase} phases, and only the parity is compared",
                        name, ins.phase)
         self.tokens[i] = self.tokens[i] | bar.last_tokens
+        if self.unobserved:  # (other CTAs' writes in the phases this wait observed are ordered before this CTA's exit)
+            self.unobserved = {k: v for k, v in self.unobserved.items()
+                               if not (k[:2] == (ins.barrier, ins.index) and k[2] < bar.phase)}
+
+    def leave(self) -> None:
+        """This CTA of a cluster exits with no cluster barrier before (sim/cluster.py): each write of another CTA into
+        it so far must be one a wait of this CTA observed, or nothing orders it before the exit; a later one is
+        found as it comes (`_arrive`, `_land`)."""
+        self.exited = True
+        me = self.prog.geo.pid
+        for (barrier, index, phase), (site, pid, what) in self.unobserved.items():
+            self._flag(FindingKind.WRITE_AFTER_EXIT, site,
+                       f"{site.where()} of CTA {pid} {what} CTA {me}'s {barrier}[{index}] in its phase {phase}, which "
+                       f"no wait of CTA {me} observed before CTA {me} exited: nothing orders that write before the "
+                       f"exit", f"{barrier}[{index}]", phase)
 
     def _arrive(self, i: int, pc: int, ins: ArriveI | ExpectI) -> None:
         bar = self.bars[ins.barrier][ins.index]
@@ -381,6 +410,9 @@ class Machine:
                 bar.publish(("F", ring, ins.index, s.fill))
             if s.fill >= 0 and ins.barrier in self.empty_bars:
                 s.released_by = s.released_by | {i}
+        holder = self.cluster[0] if self.cluster and ins.barrier in self.cluster_bars else self
+        if holder is not self:
+            holder._remote(ins.site, self.prog.geo.pid, "arrives on", ins.barrier, ins.index)
         count = 1
         if isinstance(ins, ExpectI):
             bar.expect(ins.nbytes)
@@ -395,13 +427,12 @@ class Machine:
             self._completed(ins.barrier, ins.index, phase)
 
     def _completed(self, barrier: str, index: int, phase: int) -> None:
-        """Phase `phase` of barrier[index] just completed: no load issued on it may still be in flight (in a non-lead
-        CTA, also none of the lead's multicast loads, at the phase this CTA's barrier had when it was issued)."""
+        """Phase `phase` of barrier[index] just completed: no load issued on it may still be in flight (nor another
+        CTA's multicast into this one, at the phase this CTA's barrier had when it was issued)."""
         flying = [(self._load_of(e), e.phase, e.issued) for e in self.loads]
-        if self.rank and self.cluster:
-            lead = self.cluster[0]
-            flying += [(ld, e.peers[self.rank - 1][1], e.issued) for e in lead.loads
-                       if (ld := lead._load_of(e)).multicast]
+        for src in self.others():
+            me = src.others().index(self)
+            flying += [(ld, e.peers[me][1], e.issued) for e in src.loads if (ld := src._load_of(e)).multicast]
         for ld, issued_in, issued in flying:
             if ld.barrier == barrier and ld.index == index and issued_in <= phase:
                 self._flag(FindingKind.TX_MISMATCH, ld.site,
@@ -431,9 +462,9 @@ class Machine:
             bar = self.bars[ins.barrier][ins.index]
             if ins.tracked:  # cp.async.mbarrier.arrive: the phase now also waits for this copy
                 bar.pending += 1
-            # A multicast (the cluster's lead) is one copy that writes the slot of every CTA of the cluster.
+            # A multicast (the cluster's lead's) is one copy that writes the slot of every CTA of the cluster.
             peers = tuple((self._overwrite(i, ins, p), p.bars[ins.barrier][ins.index].phase)
-                          for p in self.cluster[1:]) if ins.multicast else ()
+                          for p in self.others()) if ins.multicast else ()
             self.loads.append(Inflight(i, pc, self.step, fill, bar.phase, peers))
 
     def _overwrite(self, i: int, ins: LoadI, into: Machine | None = None) -> int:
@@ -442,13 +473,22 @@ class Machine:
         dst = self if into is None else into
         s = dst.slots[ins.ring][ins.slot]
         name = f"{ins.ring}[{ins.slot}]" if into is None else f"CTA {into.prog.geo.pid}'s {ins.ring}[{ins.slot}]"
-        for r in s.readers:
+        # The same box again in the same slot (a cluster's multicast issued by more than the lead): one finding for
+        # the copy that should not be, in place of the overwrite findings it implies.
+        double = ins.multicast and s.fill >= 0 and s.tag == ins.tag
+        if double:
+            self._flag(FindingKind.DOUBLE_WRITE, ins.site,
+                       f"{ins.site.where()} of CTA {self.prog.geo.pid} multicasts {ins.tag} into {name}, which CTA "
+                       f"{s.source}'s copy of the same box already fills (fill #{s.fill}, "
+                       f"{'landed' if s.landed else 'in flight'}): the slot is written twice and "
+                       f"{ins.barrier}[{ins.index}] gets the box's {ins.nbytes} bytes twice")
+        for r in s.readers if not double else ():
             rs = dst.prog.traces[r[0]][r[1]].site
             self._flag(FindingKind.OVERWRITE_WHILE_READ, ins.site,
                        f"{ins.site.where()} loads {ins.tag} into {name} while {rs.where()} may still read "
                        f"{name}: no wgmma_wait has retired that wgmma")
         return self._fill(i, ins.site, ins.ring, ins.slot, ins.tag, lambda: f"loads {ins.tag} into {name} while its "
-                          f"previous load ({s.describe()}) is still in flight", "wgmma", into)
+                          f"previous load ({s.describe()}) is still in flight", "wgmma", into, checked=not double)
 
     def _check_tma_origin(self, ins: LoadI, name: str) -> None:
         """A TMA load of A or B (a tag's axes are in storage order: origin[1] is the innermost coordinate) must start
@@ -660,18 +700,18 @@ class Machine:
         self.mmas[i] = self.mmas[i] + (Inflight(i, pc, self.step),)
 
     def _fill(self, i: int, site: Site, ring: str, si: int, tag: Tag, unlanded: Callable[[], str], reader: str,
-              into: Machine | None = None) -> int:
+              into: Machine | None = None, checked: bool = True) -> int:
         """Partition `i` starts a new fill of ring[si] with `tag` (a TMA load, or a tile's first tcgen05 MMA into a
         tensor-memory accumulator) and gets its number. The previous fill must have landed (else the finding says
         `unlanded()`, built only then), been read (by a `reader`), and been released to `i`. `into`: the cluster's
         CTA whose slot a multicast of this lead fills; its readers must have released it on a cluster barrier
-        (a release token naming that CTA, `_arrive`)."""
+        (a release token naming that CTA, `_arrive`). Not `checked`: the caller reported the overwrite already."""
         dst = self if into is None else into
         s = dst.slots[ring][si]
         name = f"{ring}[{si}]" if into is None else f"CTA {dst.prog.geo.pid}'s {ring}[{si}]"
         key = ring if into is None else f"{ring}@{into.rank}"
         others = s.read_by - {i} if into is None else s.read_by
-        if s.fill >= 0:
+        if s.fill >= 0 and checked:
             if not s.landed:
                 self._flag(FindingKind.OVERWRITE_UNRELEASED, site, f"{site.where()} {unlanded()}")
             elif not s.read_by:
@@ -686,6 +726,7 @@ class Machine:
                            f"phase in which {who} arrived after that read")
         fill = s.nfills
         s.fill, s.nfills, s.tag, s.landed, s.loader = fill, fill + 1, tag, False, i if into is None else -1
+        s.source = self.prog.geo.pid
         s.read_by, s.released_by, s.issued, s.landed_at = frozenset(), frozenset(), self.step, -1
         # Tokens of older fills of this slot can never be checked again; dropping them keeps states small.
         dst.tokens = _drop(dst.tokens, ring, si)
@@ -920,9 +961,23 @@ class Machine:
         ins = self._load_of(e)
         self._land_in(ins, e.fill, e.agent)
         if e.peers:  # a multicast: the one copy lands in every CTA of the cluster
-            for peer, (fill, _) in zip(self.cluster[1:], e.peers, strict=True):
+            for peer, (fill, _) in zip(self.others(), e.peers, strict=True):
+                assert ins.barrier is not None
+                peer._remote(ins.site, self.prog.geo.pid, f"lands {ins.tag} in {ins.ring}[{ins.slot}] and on",
+                             ins.barrier, ins.index)
                 peer._land_in(ins, fill, e.agent, issued_here=False)
         self._event(ins.site, e.issued, self.step + 1, EventKind.ASYNC)
+
+    def _remote(self, site: Site, pid: int, what: str, barrier: str, index: int) -> None:
+        """CTA `pid` of the cluster writes into this CTA (`what`: an arrival or a multicast's landing on
+        barrier[index], at `site`): after this CTA exited, a finding; before, one to be observed by a wait."""
+        phase = self.bars[barrier][index].phase
+        if self.exited:
+            self._flag(FindingKind.WRITE_AFTER_EXIT, site,
+                       f"{site.where()} of CTA {pid} {what} CTA {self.prog.geo.pid}'s {barrier}[{index}] after CTA "
+                       f"{self.prog.geo.pid} exited", f"{barrier}[{index}]", phase)
+        else:
+            self.unobserved.setdefault((barrier, index, phase), (site, pid, what))
 
     def _land_in(self, ins: LoadI, fill: int, agent: int, issued_here: bool = True) -> None:
         """Fill #`fill` of load `ins` (issued by partition `agent` of this CTA or, not `issued_here`, a multicast of

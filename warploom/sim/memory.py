@@ -27,13 +27,14 @@ class SlotState:
     tag: the block the current fill holds.
     landed: the current fill's bytes have arrived.
     loader: the agent that issued the current fill.
+    source: the CTA (pid) whose copy wrote the current fill (another CTA's, for a cluster's multicast).
     read_by: agents that issued a wgmma on the current fill (or, for scale rings, promoted with it).
     released_by: agents that arrived on the slot's empty barrier since the current fill (they are done with it).
     readers: un-retired wgmma reading this slot (any fill).
     issued, landed_at: scheduler steps; land_barrier, land_phase: where the bytes completed (messages).
     """
 
-    __slots__ = ("fill", "nfills", "tag", "landed", "loader", "read_by", "released_by", "readers", "issued",
+    __slots__ = ("fill", "nfills", "tag", "landed", "loader", "source", "read_by", "released_by", "readers", "issued",
                  "landed_at", "land_barrier", "land_phase")
 
     def __init__(self) -> None:
@@ -42,6 +43,7 @@ class SlotState:
         self.tag: Tag | None = None
         self.landed = False
         self.loader = -1
+        self.source = -1
         self.read_by: frozenset[int] = frozenset()
         self.released_by: frozenset[int] = frozenset()
         self.readers: tuple[Ref, ...] = ()

@@ -179,8 +179,8 @@ class LoadI:
     warps: int = 0
     team: int = 0
     rows: int = 0
-    # a cluster lead's TMA multicast (ir.TmaLoad.multicast): also fills ring[slot] of every other CTA of the cluster
-    # and completes its bytes on their barrier[index]
+    # a TMA multicast (ir.TmaLoad.multicast), the cluster lead's (or, not `lead_only`, every CTA's): also fills
+    # ring[slot] of every other CTA of the cluster and completes its bytes on their barrier[index]
     multicast: bool = False
 
 
@@ -615,7 +615,7 @@ class _Interp:
                     self.count[o.cursor] += o.tiles * self.geo.k_tiles
                 case ir.Wait() if self.geo.rank and m.barrier(o.barrier).cluster:
                     self._use(o.parity.cursor, o.parity.offset)  # (a non-lead CTA's wait on the lead's: no-op)
-                case ir.TmaLoad() if self.geo.rank and o.multicast:
+                case ir.TmaLoad() if self.geo.rank and o.multicast and o.lead_only:
                     pass  # (the lead's copy fills this CTA's slot too)
                 case ir.Wait():
                     u, d = self._use(o.parity.cursor, o.parity.offset)
