@@ -594,7 +594,7 @@ class PartitionEmitter:
             # The last k-block's slices past K hold no scales (K is a multiple of 32, not of 128): masked to 1.0,
             # times a partial of zeros (TMA zero-fills A and B there).
             # 64-bit offsets (`wide`): M x K/32 e8m0 scales pass 2^31 bytes with an A of 64 GiB, which an H100 holds.
-            col = f"({self.kb} * {ring.rows} + j)"  # the slice's column of the (M or N, K/32) scales
+            col = f"{self.kb} * {ring.rows} + j"  # the slice's column of the (M or N, K/32) scales
             b.line(f"{pre}_bits = gl.load({pre}_ptr + {wide(idx)} * {pre}_stride_{dim} + {wide(col)} * {pre}_stride_k, "
                    f"mask=({idx} < {size}) & ({col} < K // {sk}), other=127).to(gl.float32)", "e8m0 bits (127: 1.0)")
             b.line(f"{o.ring}.index(({slot}) * {ring.rows} + j).store(gl.where({pre}_bits == 255.0, float('nan'), "
