@@ -23,6 +23,8 @@ from warploom.planner import plan_schedule
 
 E4, BF16 = DType.E4M3, DType.BF16
 RW, PROMOTED = ScaleRecipe.ROWWISE, Accumulation.PROMOTED
+BW, BW1, BW128 = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128,
+                  ScaleRecipe.BLOCKWISE_128X128_128X128)
 
 # 32-bit products in pointer expressions, and why each stays below 2^31 for any problem a GPU holds.
 NARROW = {
@@ -51,15 +53,12 @@ SPECS = [
     params("bf16", GemmSpec(4096, 4096, 4096)),
     params("fp8_rowwise", GemmSpec(4096, 4096, 4096, E4, E4, BF16, scale=RW)),
     params("fp8_rowwise_swap_ab", GemmSpec(16, 4096, 14336, E4, E4, BF16, scale=RW)),
-    params("blockwise_1x128_128x128", GemmSpec(4096, 7168, 16384, E4, E4, BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
-                                               accumulation=PROMOTED)),
-    params("blockwise_1x128_1x128", GemmSpec(4096, 4096, 4096, E4, E4, BF16, scale=ScaleRecipe.BLOCKWISE_1X128_1X128,
-                                             accumulation=PROMOTED)),
-    params("blockwise_128x128_128x128", GemmSpec(4096, 4096, 4096, E4, E4, BF16,
-                                                 scale=ScaleRecipe.BLOCKWISE_128X128_128X128, accumulation=PROMOTED)),
+    params("blockwise_1x128_128x128", GemmSpec(4096, 7168, 16384, E4, E4, BF16, scale=BW, accumulation=PROMOTED)),
+    params("blockwise_1x128_1x128", GemmSpec(4096, 4096, 4096, E4, E4, BF16, scale=BW1, accumulation=PROMOTED)),
+    params("blockwise_128x128_128x128", GemmSpec(4096, 4096, 4096, E4, E4, BF16, scale=BW128, accumulation=PROMOTED)),
     params("mx_sm90", GemmSpec(4096, 4096, 4096, E4, E4, BF16, scale=ScaleRecipe.MX, accumulation=PROMOTED)),
-    params("split_k", GemmSpec(128, 4096, 7168, E4, E4, BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
-                               accumulation=PROMOTED), bm=128, bn=128, split_k=4),
+    params("split_k", GemmSpec(128, 4096, 7168, E4, E4, BF16, scale=BW, accumulation=PROMOTED), bm=128, bn=128,
+           split_k=4),
     params("split_k_tail", GemmSpec(4096, 2112, 7168, E4, E4, BF16, scale=RW)),
     params("stream_k", GemmSpec(384, 752, 5312), bn=128, stream_k=4),
     params("stream_k_fp8_rowwise", GemmSpec(1200, 544, 1232, E4, E4, BF16, scale=RW, accumulation=PROMOTED), bn=128,
@@ -173,7 +172,8 @@ def test_every_element_offset_that_can_pass_2_31_is_64_bit(spec: GemmSpec, devic
     ("def f(ws_ptr, N):\n    offs = gl.program_id(0) * 1024 + gl.arange(0, 1024)\n    row = offs // N\n"
      "    gl.load(ws_ptr + row * N)\n", ["f: gl.program_id(0) * 1024 in ws_ptr + row * N",
                                          "f: row * N in ws_ptr + row * N"]),
-    ("def f(sa_ptr, s):\n    idx = gl.arange(0, 128)\n    gl.load(sa_ptr + idx * s)\n", ["f: idx * s in sa_ptr + idx * s"]),
+    ("def f(sa_ptr, s):\n    idx = gl.arange(0, 128)\n    gl.load(sa_ptr + idx * s)\n",
+     ["f: idx * s in sa_ptr + idx * s"]),
     # widened: the cast, a name assigned from one, and indexing of one
     ("def f(sa_ptr, s):\n    idx = gl.arange(0, 128)\n    gl.load(sa_ptr + idx.to(gl.int64) * s)\n", []),
     ("def f(c_ptr, s):\n    row = (gl.arange(0, 8) * 3).to(gl.int64)\n    gl.store(c_ptr + row[:, None] * s, 0)\n", []),
