@@ -188,3 +188,19 @@ def test_the_checker_finds_narrow_products(text: str, narrow: list[str]) -> None
 ])
 def test_wide_parenthesizes_what_it_casts(index: str, expected: str) -> None:
     assert wide(index) == expected
+
+
+def test_a_wide_column_read_as_a_tile_is_64_bit() -> None:
+    """A column operand whose elements lie 2^20 apart (its last 2^32 past its first), read as a full tile
+    (scalar_columns=False, the naive way kept for measurement): its row offsets are 64-bit, as its vector read's."""
+    import torch
+
+    import warploom
+
+    m = 4096
+    spec = warploom.plan(torch.empty(m, 64, device="meta", dtype=torch.bfloat16),
+                         torch.empty(64, 512, device="meta", dtype=torch.bfloat16), epilogue=lambda acc, col: acc * col,
+                         col=torch.empty_strided((m, 1), (2**20, 1), device="meta", dtype=torch.float32)).spec
+    source = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, scalar_columns=False)).source
+    assert "col: column read as a tile" in source and "ep_rows.to(gl.int64) * 1048576" in source
+    assert narrow_offsets(source) == []
