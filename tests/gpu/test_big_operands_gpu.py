@@ -1,5 +1,5 @@
 """GPU tier for operands of 2^31 elements or more (issue 28, item 4): A past 2^31 elements, and C (with split-K, its
-workspace too) past 2^31, where an i32 offset would wrap.
+workspace too; grouped, its masked stores) past 2^31, where an i32 offset would wrap.
 
 Outputs are poisoned with NaN first, so an element no program stores stays NaN; the reference is fp32 on the
 rows and columns where a wrapped offset lands (past element 2^31: the last rows, the rows around the crossing and
@@ -151,3 +151,32 @@ def test_c_past_2_31_elements(recipe: str, split_k: int) -> None:
     cols = torch.arange(n - 128, n, device="cuda")
     e = err(out[:, cols].float(), reference(a, b, scales, None, cols))
     assert e < tol, f"{recipe} split_k={split_k}: error {e} on C's last 128 columns"
+
+
+def test_grouped_c_past_2_31_elements() -> None:
+    """An M-grouped bf16 GEMM whose C has (2^16 + 64) x (2^15 + 128) elements: groups ending at rows 65300 and
+    65600 (not tile multiples) store their last tiles by the masked path, across and past element 2^31."""
+    from warploom.checks_grouped import grouped_call
+    from warploom.grouped import _launcher
+
+    m, n, k = BIG_C
+    ends = [16000, 40000, 65300, m]
+    need(m * k * 2 + len(ends) * n * k * 2 + m * n * 2)
+    torch.manual_seed(2)
+    a = randn(m, k, torch.bfloat16)
+    w = torch.randn(len(ends), n, k, device="cuda", dtype=torch.bfloat16)
+    offs = torch.tensor(ends, dtype=torch.int32, device="cuda")
+    call = grouped_call(a, w.transpose(-2, -1), offs)
+    kern = build(call.spec, DeviceInfo.current())
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    _launcher(kern)(a, call.b, call.bounds, out, None, None, None)  # (grouped_mm's own launch, into a poisoned C)
+    torch.cuda.synchronize()
+    assert not any_nan(out), "output elements left unstored (NaN)"
+    rows = torch.cat([crossing_rows(m, n), torch.arange(65216, 65344, device="cuda")]).unique()
+    group = torch.searchsorted(offs, rows.to(torch.int32), right=True)  # the group of each row
+    ref = torch.empty(len(rows), n, device="cuda")
+    for g in group.unique().tolist():
+        at = group == g
+        ref[at] = take(a, 0, rows[at]).float() @ w[g].float().t()
+    e = err(out[rows].float(), ref)
+    assert e < 1e-4, f"grouped: error {e} on the rows past element 2^31 of C"
