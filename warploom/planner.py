@@ -1287,11 +1287,6 @@ def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_
         problems.append("ping-pong consumers skip each other's tiles by whole k-loops (use pingpong=False)")
     if scale_partition or spec.scale is ScaleRecipe.MX:
         problems.append("the scale partition is not built for split-K units (use scale_partition=False; not MX)")
-    mp = math.ceil(spec.m / 128) * 128  # M rounded up to BM (at most this for any BM)
-    # (a tail's compact workspace holds fewer than tail_split x grid boxes: 8 x 132 x 128 x 256 < 2^31)
-    if what == "split_k" and split_k * mp * spec.n >= 2**31:
-        problems.append(f"the fp32 workspace ({split_k} x {mp} x {spec.n}) needs 64-bit offsets, which the "
-                        "reduction kernel does not use (pass a smaller split_k)")
     if problems:
         raise UnsupportedError(f"{what}={split_k} for {spec.short()}: " + "; ".join(problems))
 

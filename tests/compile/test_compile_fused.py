@@ -112,6 +112,13 @@ def _bench_spec() -> GemmSpec:
 
 
 HEADLINE = ("fp8_rowwise", "shift_gelu_residual", (300, 528, 256), BF16)  # scaled_mm's bias, then the user's
+def _wide_column_tile() -> Kernel:
+    spec = warploom.plan(torch.empty(4096, 64, device="meta", dtype=BF16),
+                         torch.empty(64, 512, device="meta", dtype=BF16), epilogue=lambda acc, col: acc * col,
+                         col=torch.empty_strided((4096, 1), (2**20, 1), device="meta", dtype=torch.float32)).spec
+    return build(spec, H100_SXM, plan_schedule(spec, H100_SXM, scalar_columns=False))
+
+
 EXTRA: list[tuple[str, Callable[[], Kernel]]] = [
     ("fp8_rowwise-scaled_bias-shift_gelu_residual", case(*HEADLINE)),
     ("fp8_tensorwise_promoted-scaled_bias_fp32-silu_col",
@@ -128,6 +135,8 @@ EXTRA: list[tuple[str, Callable[[], Kernel]]] = [
         torch.empty(256, 64, device="meta", dtype=BF16), torch.empty(64, 4096, device="meta", dtype=BF16),
         epilogue=lambda acc, row: acc + row,
         row=torch.empty_strided((4096,), (2**20,), device="meta", dtype=torch.float32))),
+    # ... and a column operand as wide, read as a full tile (scalar_columns=False): 64-bit row offsets there too.
+    ("bf16-col_tile_int64_offsets", _wide_column_tile),
 ]
 # Rowwise fp8 has both a row (scale_b) and a column (scale_a) operand: what the two switches move.
 ABLATIONS: list[tuple[str, Callable[[], Kernel]]] = [

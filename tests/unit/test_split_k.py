@@ -131,11 +131,13 @@ def test_rules_13_and_14_keep_to_the_measured_kernel() -> None:
         assert p.bn != 64 and p.split_k == 1 and not (p.bm == 64 and BW.m > 64)
 
 
-def test_workspace_past_32_bit_offsets_is_refused() -> None:
+def test_workspace_past_2_31_elements_is_planned() -> None:
+    """The reduction kernel's offsets are 64-bit (tests/unit/test_wide_offsets.py): a workspace of 2^31 fp32
+    elements or more (8 x 128 x 2^21 here) no longer limits split_k."""
     wide = GemmSpec(128, 2**21, 1024)
-    with pytest.raises(UnsupportedError, match="64-bit offsets"):
-        plan_schedule(wide, H100_SXM, bm=128, bn=128, split_k=8)
-    assert plan_schedule(wide, H100_SXM, bm=128, bn=128, split_k=4).split_k == 4
+    k = build(wide, H100_SXM, plan_schedule(wide, H100_SXM, bm=128, bn=128, split_k=8))
+    assert k.plan.split_k == 8
+    assert "offs = gl.program_id(0).to(gl.int64) * 1024" in k.source
 
 
 def test_tuner_sees_split_and_unsplit_plans() -> None:

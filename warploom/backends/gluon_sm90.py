@@ -100,7 +100,8 @@ def sk_owner(t, k_tiles, dp_tiles, num_tiles):
     return ((t + 1) * k_tiles * sk_ctas - 1) // (sk_tiles * k_tiles)
 """
 
-# Stream-K's fp32 workspace (grid x BM x BN) and int32 flags (grid x consumer partitions).
+# Stream-K's fp32 workspace (grid x BM x BN) and int32 flags (grid x consumer partitions): a few million elements
+# whatever the problem, so their offsets stay 32-bit.
 SK_PARAMS = ("sk_ws_ptr", "sk_flags_ptr")
 # A grouped module's (ir.Tiling.grouping): C's pointer (its stores clipped at a group's last row), the int32 group
 # bounds (offs or masked_m) and the number of groups G.
@@ -154,6 +155,27 @@ def cga(cluster: int, split: bool = True) -> str:
     """A layout's ``cga_layout`` argument (`cga_bases`), "" with no cluster."""
     bases = cga_bases(cluster, split)
     return f", cga_layout={[list(b) for b in bases]}" if bases else ""
+
+
+def wide(index: str) -> str:
+    """`index` (an expression) as a 64-bit integer, to multiply by a stride: Triton passes an int argument below 2^31
+    as i32 and an i32 product wraps silently, so an element offset into a tensor of 2^31 elements or more needs one
+    64-bit factor. Indices themselves (rows, columns, k-blocks) stay 32-bit: only the products pass 2^31."""
+    if index.isidentifier() or _parenthesized(index):
+        return f"{index}.to(gl.int64)"
+    return f"({index}).to(gl.int64)"
+
+
+def _parenthesized(expr: str) -> bool:
+    """Whether `expr` is one parenthesized expression, "(a + b)" (not "(a) * (b)")."""
+    if not (expr.startswith("(") and expr.endswith(")")):
+        return False
+    depth = 0
+    for i, ch in enumerate(expr):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and i < len(expr) - 1:
+            return False
+    return True
 
 
 def slot_index(s: ir.Slot, depth: int, stages: int) -> str:
@@ -533,18 +555,20 @@ class PartitionEmitter:
         b, ring = self.buf, self.m.ring(o.ring)
         slot = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
         idx = f"{o.ring}_idx"
+        # Offsets are 64-bit (`wide`) whatever the scales' size: their strides are run-time arguments, and a
+        # column-major (M, K/128) scale_a puts k-block kk at kk * M.
         if o.tensor is ir.Tensor.SCALE_A:
             b.line(f"{idx} = off_m + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
             # (128x128 blocks of A: each row copies its block's scale, so the ring is per row either way)
             row = f"({idx} // {SCALE_BLOCK})" if self.m.spec.scale.block_a else idx
-            ptr, mask = f"sa_ptr + {row} * sa_stride_m + {self.kb} * sa_stride_k", f"{idx} < M"
+            ptr, mask = f"sa_ptr + {wide(row)} * sa_stride_m + {wide(self.kb)} * sa_stride_k", f"{idx} < M"
         elif self.m.spec.scale.per_column_b:
             b.line(f"{idx} = off_n + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's columns")
-            ptr, mask = f"sb_ptr + {self.kb} * sb_stride_k + {idx} * sb_stride_n", f"{idx} < N"
+            ptr, mask = f"sb_ptr + {wide(self.kb)} * sb_stride_k + {wide(idx)} * sb_stride_n", f"{idx} < N"
         else:
             b.line(f"{idx} = off_n // {SCALE_BLOCK} + gl.arange(0, {ring.cols}, layout={o.ring}_copy)",
                    f"the tile's {SCALE_BLOCK}-column blocks of B")
-            ptr, mask = (f"sb_ptr + {self.kb} * sb_stride_k + {idx} * sb_stride_n",
+            ptr, mask = (f"sb_ptr + {wide(self.kb)} * sb_stride_k + {wide(idx)} * sb_stride_n",
                          f"{idx} < gl.cdiv(N, {SCALE_BLOCK})")
         b.line(f"{self.api.cp_async}({o.ring}.index({slot}), {ptr}, mask={mask})",
                printer.op(o))
@@ -571,9 +595,10 @@ class PartitionEmitter:
         with b.block(f"for j in range({ring.rows})", comment=f"{printer.op(o)}: {sk}-deep slice j"):
             # The last k-block's slices past K hold no scales (K is a multiple of 32, not of 128): masked to 1.0,
             # times a partial of zeros (TMA zero-fills A and B there).
-            b.line(f"{pre}_bits = gl.load({pre}_ptr + {idx} * {pre}_stride_{dim} + ({self.kb} * {ring.rows} + j) * "
-                   f"{pre}_stride_k, mask=({idx} < {size}) & ({self.kb} * {ring.rows} + j < K // {sk}), other=127)"
-                   ".to(gl.float32)", "e8m0 bits (127: 1.0)")
+            # 64-bit offsets (`wide`): M x K/32 e8m0 scales pass 2^31 bytes with an A of 64 GiB, which an H100 holds.
+            col = f"{self.kb} * {ring.rows} + j"  # the slice's column of the (M or N, K/32) scales
+            b.line(f"{pre}_bits = gl.load({pre}_ptr + {wide(idx)} * {pre}_stride_{dim} + {wide(col)} * {pre}_stride_k, "
+                   f"mask=({idx} < {size}) & ({col} < K // {sk}), other=127).to(gl.float32)", "e8m0 bits (127: 1.0)")
             b.line(f"{o.ring}.index(({slot}) * {ring.rows} + j).store(gl.where({pre}_bits == 255.0, float('nan'), "
                    f"gl.exp2({pre}_bits - 127.0)))", "2**(e - 127), exact in fp32; 255 is NaN")
         b.line(self.api.barrier, "every thread's stores before the arrive that publishes them")
@@ -643,8 +668,10 @@ class PartitionEmitter:
         kind = {ir.OperandRead.SCALAR: OperandKind.SCALAR, ir.OperandRead.PER_COL: OperandKind.ROW,
                 ir.OperandRead.PER_ROW: OperandKind.COLUMN, ir.OperandRead.TILE: OperandKind.DENSE}[o.read]
         if kind is OperandKind.DENSE and spec.kind is not OperandKind.DENSE:
-            # A vector read as a full tile (the naive way, kept for measurement): one address per element.
-            line = (f"{var} = gl.load({ptr} + gl.expand_dims({rows_v} * {rs}, 1) + gl.expand_dims({cols_v} * {cs}, 0), "
+            # A vector read as a full tile (the naive way, kept for measurement): one address per element, 64-bit
+            # where the operand's elements lie 2^31 or more apart (as epilogue.gluon.load_operand's).
+            r, c = (wide(rows_v), wide(cols_v)) if spec.span() >= 2**31 else (rows_v, cols_v)
+            line = (f"{var} = gl.load({ptr} + gl.expand_dims({r} * {rs}, 1) + gl.expand_dims({c} * {cs}, 0), "
                     f"mask=gl.expand_dims({rows_v} < M, 1) & gl.expand_dims({cols_v} < N, 0), other=0.0)"
                     f".to(gl.float32)  # {spec.name}: {spec.kind.value} read as a tile, [rows, cols]")
         else:
@@ -1074,14 +1101,15 @@ def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:
             b.line(f"offs = (gl.program_id(0) % {chunks}) * {REDUCE_BLOCK} + gl.arange(0, {REDUCE_BLOCK}, "
                    "layout=layout)")
             b.line("row = (off_m + offs // BN).to(gl.int64)", "C itself may pass 2^31 elements")
-            b.line("col = off_n + offs % BN")
+            b.line("col = (off_n + offs % BN).to(gl.int64)", "(and c_stride_n is a run-time stride)")
             b.line("mask = (row < M) & (col < N)")
             first, nth, what = "i * (BM * BN) + offs", "(s * num_tiles + i) * (BM * BN) + offs", "k-range 0"
         else:
-            b.line(f"offs = gl.program_id(0) * {REDUCE_BLOCK} + gl.arange(0, {REDUCE_BLOCK}, layout=layout)")
-            b.line("mask = offs < M * N")
+            b.line(f"offs = gl.program_id(0).to(gl.int64) * {REDUCE_BLOCK} + gl.arange(0, {REDUCE_BLOCK}, "
+                   "layout=layout)", "64-bit: C and the workspace may pass 2^31 elements")
             b.line("row = offs // N")
             b.line("col = offs % N")
+            b.line("mask = row < M", "(not offs < M * N: an i32 product)")
             first, nth, what = "offs", "(s * MP + row) * N + col", "slab 0: rows 0 .. M of the first MP"
         b.line(f"acc = gl.load(ws_ptr + {first}, mask=mask, other=0.0)", what)
         with b.block("for s in gl.static_range(1, SPLIT_K)"):

@@ -79,7 +79,8 @@ def source(g: eg.EpilogueGraph, out_dtype: DType, *, block: tuple[int, int] = (3
         b.line("mask_m = offs_m < M")
         b.line("mask_n = offs_n < N")
         b.line("mask = gl.expand_dims(mask_m, 1) & gl.expand_dims(mask_n, 0)  # [BM, BN]")
-        b.line("offs = gl.expand_dims(offs_m * N, 1) + gl.expand_dims(offs_n, 0)  # [BM, BN], row-major (M, N)")
+        # (64-bit: an (M, N) of 2^31 elements or more would wrap an i32 offs_m * N)
+        b.line("offs = gl.expand_dims(offs_m.to(gl.int64) * N, 1) + gl.expand_dims(offs_n, 0)  # [BM, BN], row-major")
         b.line("acc = gl.load(acc_ptr + offs, mask=mask, other=0.0)  # [BM, BN] fp32")
         for s in g.operands:
             b.line(gluon.load_operand(s, f"{s.name}_v", f"{s.name}_ptr", offs_m="offs_m", offs_n="offs_n",
