@@ -121,6 +121,21 @@ if [ "$what" = zoo ]; then
   python3 -m warploom bench --suite zoo --graph --shard "$shard" --out "$OUT/$name.json" --plot "$OUT/$name.png" \
     --markdown "$OUT/$name.md" 2>&1 | tee "$OUT/$name.log"
 fi
+if [ "$what" = sanitize ]; then
+  # compute-sanitizer over one kernel per recipe and schedule family (scripts/sanitize.py; issue 28: zero reports).
+  # Each case runs in its own process under each tool; SANITIZE_TOOLS and SANITIZE_CASES narrow the sweep. The summary
+  # (case, tool, exit code: 0 clean and right, 1 a wrong result, 99 a sanitizer report) goes to sanitize.tsv.
+  : > "$OUT/sanitize.tsv"
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck synccheck}; do
+    for c in ${SANITIZE_CASES:-$(python3 scripts/sanitize.py --list)}; do
+      timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 99 python3 scripts/sanitize.py --case "$c" \
+        > "$OUT/sanitize-$tool-$c.log" 2>&1
+      code=$?
+      printf '%s\t%s\t%s\n' "$c" "$tool" "$code" | tee -a "$OUT/sanitize.tsv"
+      [ "$code" = 0 ] || rc=1
+    done
+  done
+fi
 if [ "$what" = rule24 ]; then
   # Rule 24 side by side (issue 23): the planner's plan against one CTA per tile at the zoo shapes where it plans
   # clusters and the session-25 zoo run (docs/benchmarks.md) suggests a miss or a gain. Needs Triton >= 3.7

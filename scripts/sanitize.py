@@ -1,0 +1,164 @@
+"""One kernel per recipe and schedule family at a small odd shape, each checked against its fp32 reference, for
+compute-sanitizer (issue 28: memcheck, racecheck, synccheck with zero reports). `scripts/gpu.sh sanitize` runs each
+case in its own process under each tool:
+
+    python3 scripts/sanitize.py --list                 # the cases, one a line
+    python3 scripts/sanitize.py --case fp8_blockwise   # plan, build, run once, compare; exit 1 on a wrong result
+    compute-sanitizer --tool racecheck --error-exitcode 99 python3 scripts/sanitize.py --case bf16_stream_k
+
+`--plans` prints every case's plan without a GPU (tests/unit/test_sanitize_cases.py checks each case still plans
+the family it names, so a planner change cannot quietly turn the sweep into fifteen copies of one schedule).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
+from warploom.device import DeviceInfo
+from warploom.kernel import Kernel, build
+from warploom.planner import Plan, plan_schedule
+from warploom.reference import make_inputs, reference, relative_error
+
+E4 = DType.E4M3
+# A scale-free error no correct kernel of these recipes comes near (bf16 and fp8 outputs round at ~1e-5).
+TOLERANCE = 1e-3
+
+
+@dataclass(frozen=True)
+class Case:
+    """A GEMM (`spec` at `shape`), the plan options that force its schedule family, and what the plan must show."""
+
+    spec: GemmSpec
+    shape: tuple[int, int, int]
+    forced: dict[str, Any] = field(default_factory=dict)
+    family: Callable[[Plan], bool] = lambda p: True
+    needs_multicast: bool = False  # (2-CTA clusters: Triton >= 3.7)
+
+
+def _bf16(m: int, n: int, k: int, n_major: bool = False) -> GemmSpec:
+    return GemmSpec(m, n, k, b_layout=BLayout.N_MAJOR if n_major else BLayout.K_MAJOR)
+
+
+def _fp8(m: int, n: int, k: int, scale: ScaleRecipe, promoted: bool = False) -> GemmSpec:
+    return GemmSpec(m, n, k, E4, E4, DType.BF16, scale=scale,
+                    accumulation=Accumulation.PROMOTED if promoted else Accumulation.NATIVE)
+
+
+CASES: dict[str, Case] = {
+    "bf16_cooperative": Case(_bf16(300, 520, 1000), (300, 520, 1000), {"bm": 128, "bn": 256},
+                             lambda p: p.consumer_partitions >= 1 and not p.pingpong and p.split_k == 1),
+    "bf16_n_major": Case(_bf16(300, 520, 1000, n_major=True), (300, 520, 1000), {},
+                         lambda p: p.split_k == 1),
+    "bf16_pingpong": Case(_bf16(1000, 1032, 776), (1000, 1032, 776), {"pingpong": True}, lambda p: p.pingpong),
+    "bf16_split_k": Case(_bf16(300, 520, 4096), (300, 520, 4096), {"bm": 128, "bn": 128, "split_k": 4},
+                         lambda p: p.split_k == 4),
+    "bf16_tail": Case(_bf16(2000, 2056, 4608), (2000, 2056, 4608), {"bm": 128, "bn": 128, "tail_split": 2},
+                      lambda p: p.tail_split == 2),
+    "bf16_stream_k": Case(_bf16(384, 752, 5312), (384, 752, 5312), {"bn": 128, "stream_k": 3},
+                          lambda p: p.stream_k == 3),
+    "bf16_swap_ab": Case(_bf16(8, 4096, 1032), (8, 4096, 1032), {"swap_ab": True}, lambda p: p.swap_ab),
+    "bf16_latency": Case(_bf16(284, 312, 984), (284, 312, 984), {"bm": 64, "bn": 64}, lambda p: p.bm == 64),
+    "fp8_tensorwise": Case(_fp8(300, 528, 1024, ScaleRecipe.TENSORWISE), (300, 528, 1024)),
+    "fp8_rowwise": Case(_fp8(1000, 1040, 1024, ScaleRecipe.ROWWISE), (1000, 1040, 1024), {},
+                        lambda p: p.bm == 128),
+    "fp8_rowwise_promoted": Case(_fp8(300, 528, 1024, ScaleRecipe.ROWWISE, promoted=True), (300, 528, 1024)),
+    "fp8_blockwise": Case(_fp8(300, 528, 1040, ScaleRecipe.BLOCKWISE_1X128_128X128, promoted=True),
+                          (300, 528, 1040), {}, lambda p: p.bk == 128),
+    "fp8_blockwise_split_k": Case(_fp8(64, 528, 4096, ScaleRecipe.BLOCKWISE_1X128_128X128, promoted=True),
+                                  (64, 528, 4096), {"split_k": 2}, lambda p: p.split_k == 2),
+    "fp8_mx": Case(_fp8(300, 528, 1024, ScaleRecipe.MX, promoted=True), (300, 528, 1024)),
+    "bf16_cluster": Case(_bf16(4634, 4968, 1000), (4634, 4968, 1000), {"cluster": 2}, lambda p: p.cluster == 2,
+                         needs_multicast=True),
+}
+
+
+GROUPED = "bf16_grouped"  # (through warploom.grouped_mm: run_grouped)
+
+
+def plan_of(name: str, device: DeviceInfo) -> Plan:
+    """The case's plan on `device`, its family checked (a `ValueError` naming the case if the planner no longer
+    gives it)."""
+    c = CASES[name]
+    plan = plan_schedule(c.spec, device, **c.forced)
+    if not c.family(plan):
+        raise ValueError(f"case {name}: plan {plan.short()} is not the family the case names; change its forced "
+                         "options")
+    return plan
+
+
+def _cuda(x: Any) -> Any:
+    return x.cuda() if isinstance(x, torch.Tensor) else x
+
+
+def run_grouped() -> float:
+    """A bf16 M-grouped GEMM (rule 22) over 5 experts with ragged offsets and an empty expert, against a loop of
+    fp32 products."""
+    import warploom
+
+    torch.manual_seed(5)
+    rows = [300, 0, 77, 512, 129]
+    offs = torch.tensor(rows, device="cuda").cumsum(0).to(torch.int32)
+    a = torch.randn(sum(rows), 1000, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(len(rows), 520, 1000, device="cuda", dtype=torch.bfloat16)
+    out = warploom.grouped_mm(a, w.transpose(-2, -1), offs)
+    torch.cuda.synchronize()
+    starts = [0, *offs.tolist()[:-1]]
+    ends = offs.tolist()
+    want = torch.cat([a[s:e].float() @ w[g].float().t() for g, (s, e) in enumerate(zip(starts, ends, strict=True))])
+    return relative_error(out.float(), want)
+
+
+def run_case(name: str) -> float:
+    """Build and run case `name` once on the current GPU into a NaN-poisoned output; its error against the fp32
+    reference."""
+    if name == GROUPED:
+        return run_grouped()
+    c = CASES[name]
+    device = DeviceInfo.current()
+    kern: Kernel = build(c.spec, device, plan_of(name, device))
+    m, n, k = c.shape
+    x = make_inputs(c.spec, m, n, k, seed=sum(c.shape))
+    want = reference(x)
+    out = torch.full((m, n), math.nan, device="cuda", dtype=c.spec.out_dtype.torch)
+    sa, sb = x.scales()
+    kern.run(_cuda(x.a), _cuda(x.b), out, _cuda(sa), _cuda(sb), _cuda(x.bias))
+    torch.cuda.synchronize()
+    return relative_error(out.float().cpu(), want)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--list", action="store_true", help="the case names, one a line")
+    ap.add_argument("--plans", action="store_true", help="each case's plan on an H100 (no GPU needed)")
+    ap.add_argument("--case", choices=sorted([*CASES, GROUPED]), help="run one case on the GPU")
+    args = ap.parse_args()
+    if args.list:
+        print("\n".join([*CASES, GROUPED]))
+        return
+    if args.plans:
+        from warploom.device import H100_SXM
+
+        for name in CASES:
+            try:
+                print(f"{name}: {plan_of(name, H100_SXM).short()}")
+            except Exception as e:  # (a case the installed Triton cannot plan: clusters under 3.6)
+                print(f"{name}: not planned ({type(e).__name__}: {e})")
+        return
+    if args.case is None:
+        ap.error("give --list, --plans or --case NAME")
+    err = run_case(args.case)
+    ok = err < TOLERANCE
+    print(f"{args.case}: {'ok' if ok else 'WRONG'} error {err:.2e}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
