@@ -13,13 +13,13 @@ import torch
 
 from warploom.device import GFX1250
 from warploom.ir import nodes as ir
-from warploom.ir import verify
 from warploom.ir.warps import WarpMask
 from warploom.kernel import build
 from warploom.planner import TdmWarps, plan_schedule
 from warploom.reference import make_inputs, reference
 from warploom.sim import FindingKind, explore, simulate
 from warploom.spec import GemmSpec
+from warploom.targets import problems as target_problems
 
 K = FindingKind
 SPEC = GemmSpec(300, 120, 150)  # 5 x 2 tiles of 64x64 over 2 CTAs, 5 k-blocks of 32 through 3 stages
@@ -52,7 +52,7 @@ def _map(m: ir.Module, f: Callable[[ir.Stmt], ir.Stmt]) -> ir.Module:
 @pytest.mark.parametrize("stages", [2, 3, 4])
 def test_masked_schedules_are_clean_and_correct(choice: TdmWarps, stages: int) -> None:
     m = _module(choice, stages)
-    assert not verify.complete(m, GFX1250)
+    assert not target_problems(m, GFX1250)
     x = make_inputs(SPEC, SPEC.m, SPEC.n, SPEC.k, seed=stages)
     res = simulate(m, x.a, x.b, seed=stages)
     assert res.ok, res.report.summary()
@@ -104,7 +104,7 @@ def test_planted_warp_mask_bugs_are_caught(name: str) -> None:
 @pytest.mark.parametrize("name", list(MUTANTS))
 def test_planted_warp_mask_bugs_are_caught_by_the_verifier(name: str) -> None:
     mutate, _ = MUTANTS[name]
-    errs = verify.complete(mutate(_module(TdmWarps.SPLIT)), GFX1250)
+    errs = target_problems(mutate(_module(TdmWarps.SPLIT)), GFX1250)
     needle = {"mask_leaves_rows_uncovered": "rows 32..63 of the 64-row block uncopied",
               "wait_on_a_warp_that_issued_nothing": "waits on warps [2], which issue no tdm_load",
               "non_affine_mask": "is not an affine subspace"}[name]

@@ -14,12 +14,12 @@ from warploom.blocked import to_blocked
 from warploom.device import B200
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
-from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import plan_schedule
 from warploom.reference import dequantized
 from warploom.sim import explore, simulate
 from warploom.sim.findings import FindingKind
+from warploom.targets import verify as target_verify
 
 E4, E5 = DType.E4M3, DType.E5M2
 
@@ -88,7 +88,7 @@ def test_planted_missing_copy() -> None:
                 lambda s: [] if isinstance(s, ir.ScaleCopy) and s.dst == "sa_tm" else [s])
     assert FindingKind.SCALE_COPY_MISSING in _kinds(mod, M, N, K)
     with pytest.raises(VerificationError, match="no tcgen05_copy into it"):
-        verify.check(mod, "test", B200)
+        target_verify(mod, "test", B200)
 
 
 def test_planted_copy_from_another_thread_overwrites_the_buffer() -> None:
@@ -104,7 +104,7 @@ def test_planted_copy_from_another_thread_overwrites_the_buffer() -> None:
                 if isinstance(s, ir.TmaLoad) and s.ring == "sb_ring" else [s])
     assert FindingKind.SCALE_OVERWRITTEN in _kinds(mod, M, N, K, seeds=8)
     with pytest.raises(VerificationError, match="must be one partition's"):
-        verify.check(mod, "test", B200)
+        target_verify(mod, "test", B200)
 
 
 def test_planted_expect_tx_without_the_scales() -> None:
@@ -113,7 +113,7 @@ def test_planted_expect_tx_without_the_scales() -> None:
     mod = _edit(mod, ir.Role.PRODUCER, lambda s: [replace(s, nbytes=ab)] if isinstance(s, ir.ArriveExpectTx) else [s])
     assert FindingKind.TX_MISMATCH in _kinds(mod, M, N, K)
     with pytest.raises(VerificationError, match="announces 32768 bytes"):
-        verify.check(mod, "test", B200)
+        target_verify(mod, "test", B200)
 
 
 def test_planted_tmem_overlap_of_scales_and_accumulators() -> None:
@@ -121,7 +121,7 @@ def test_planted_tmem_overlap_of_scales_and_accumulators() -> None:
     mod = replace(mod, tmem_scales=tuple(replace(b, col0=b.col0 - 256) for b in mod.tmem_scales))
     assert FindingKind.TMEM_OVERLAP in _kinds(mod, M, N, K)
     with pytest.raises(VerificationError, match="overlaps"):
-        verify.check(mod, "test", B200)
+        target_verify(mod, "test", B200)
 
 
 def test_planned_modules_are_clean() -> None:
@@ -171,7 +171,7 @@ def test_planted_fp4_expect_tx_of_a_byte_a_value() -> None:
     res = simulate(mod, _fp4(M, K, g), _fp4(N, K, g).t(), to_blocked(sa), to_blocked(sb))
     assert FindingKind.TX_MISMATCH in {f.kind for f in res.findings}
     with pytest.raises(VerificationError, match=f"announces {unpacked} bytes.*bring 17408"):
-        verify.check(mod, "test", B200)
+        target_verify(mod, "test", B200)
 
 
 def test_fp4_explores_clean() -> None:

@@ -15,12 +15,12 @@ from warploom.blocked import from_blocked
 from warploom.device import B200
 from warploom.errors import ScaleError, VerificationError
 from warploom.ir import nodes as ir
-from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import plan_schedule
 from warploom.reference import make_inputs, reference
 from warploom.sim import simulate
 from warploom.sim.findings import FindingKind
+from warploom.targets import verify as target_verify
 
 
 def _spec(m: int, n: int, k: int) -> GemmSpec:
@@ -84,4 +84,4 @@ def test_planted_nvfp4_expect_tx_without_the_scales() -> None:
     res = simulate(bad, x.a, x.b, sa, sb)
     assert FindingKind.TX_MISMATCH in {f.kind for f in res.findings}
     with pytest.raises(VerificationError, match=f"announces {data} bytes.*bring {data + 2 * 128 * 4}"):
-        verify.check(bad, "test", B200)
+        target_verify(bad, "test", B200)

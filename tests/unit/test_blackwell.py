@@ -16,6 +16,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import plan_schedule
+from warploom.targets import verify as target_verify
 
 E4 = DType.E4M3
 
@@ -100,7 +101,7 @@ def test_verifier_tensor_memory_rules() -> None:
     with pytest.raises(VerificationError, match="for NVIDIA H100"):
         verify.check(m, "test", H100_SXM)  # a tensor-memory schedule for a GPU without tensor memory
     with pytest.raises(VerificationError, match="no wgmma"):
-        verify.check(build(GemmSpec(4096, 4096, 4096), H100_SXM).module, "test", B200)
+        target_verify(build(GemmSpec(4096, 4096, 4096), H100_SXM).module, "test", B200)
     # Without the commit the epilogue waits for an accumulator no one publishes.
     mma = m.partition("mma")
     (tiles,) = mma.body
@@ -108,7 +109,7 @@ def test_verifier_tensor_memory_rules() -> None:
     uncommitted = m.with_partition(replace(mma, body=(replace(tiles, body=tuple(
         s for s in tiles.body if not isinstance(s, ir.Commit))),)))
     with pytest.raises(VerificationError, match="acc_ready is waited on but never arrived at"):
-        verify.check(uncommitted, "test", B200)
+        target_verify(uncommitted, "test", B200)
     # A tcgen05 MMA belongs to the MMA warp.
     ep = m.default_partition
     stray = ir.TcMma("a_ring", "b_ring", ir.Slot("t"), "acc_tm", ir.Slot("t"))

@@ -95,3 +95,19 @@ def test_check_target_names_the_choices_and_the_modules_target() -> None:
         check_target("sm_80")
     with pytest.raises(TargetError, match="is an sm_90a schedule, got target='gfx1250'"):
         check_target("gfx1250", k.module)
+
+
+def test_a_targets_own_checks_are_handed_down() -> None:
+    """sm_100a's tensor-memory rules are its declaration's: `ir.verify.check` runs them when handed them (as
+    compile_schedule and `targets.verify` do), not by itself."""
+    from warploom.targets import problems
+    from warploom.targets import verify as target_verify
+
+    k = build(GemmSpec(256, 512, 512), B200)
+    ring = next(r for r in k.module.rings if r.in_tmem)
+    wide = replace(k.module, rings=tuple(replace(r, depth=8) if r is ring else r for r in k.module.rings))
+    assert not any("tensor memory" in e for e in verify.complete(wide, B200))  # (not the generic verifier's rule)
+    assert any("tensor memory: " in e and "the SM has 512" in e for e in problems(wide, B200))
+    with pytest.raises(VerificationError, match="the SM has 512"):
+        target_verify(wide, "handed down", B200)
+    assert declared(Target.SM100A).checks and declared(Target.GFX1250).checks and not declared(Target.SM90A).checks

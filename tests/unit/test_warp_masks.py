@@ -15,11 +15,11 @@ from warploom.backends.gluon_gfx1250 import lower_gfx1250
 from warploom.device import GFX1250, H100_SXM
 from warploom.errors import UnsupportedError
 from warploom.ir import nodes as ir
-from warploom.ir import verify
 from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, row_shares, uncovered_rows
 from warploom.kernel import build
 from warploom.planner import TdmWarps, plan_schedule, tdm_warps_reason
 from warploom.spec import GemmSpec
+from warploom.targets import problems as target_problems
 
 SPEC = GemmSpec(1000, 1000, 512)
 
@@ -116,30 +116,30 @@ def _retarget(m: ir.Module, loads: WarpMask | None = None, waits: WarpMask | Non
 
 def test_verifier_accepts_the_planned_masks() -> None:
     for choice in TdmWarps:
-        assert not verify.complete(_module(choice), GFX1250), choice
+        assert not target_problems(_module(choice), GFX1250), choice
 
 
 def test_verifier_names_the_copy_and_the_non_affine_mask() -> None:
-    errs = verify.complete(_retarget(_module(TdmWarps.SPLIT), loads=WarpMask(0b0111)), GFX1250)
+    errs = target_problems(_retarget(_module(TdmWarps.SPLIT), loads=WarpMask(0b0111)), GFX1250)
     assert any("tdm_load A[m, k] -> a_ring[c] warps=0b0111: warps 0b0111 = [0, 1, 2] is not an affine" in e
                for e in errs), errs
 
 
 def test_verifier_names_the_missing_rows() -> None:
-    errs = verify.complete(_retarget(_module(TdmWarps.SPLIT), loads=WarpMask(0b100001)), GFX1250)
+    errs = target_problems(_retarget(_module(TdmWarps.SPLIT), loads=WarpMask(0b100001)), GFX1250)
     assert any("warps=0b100001" in e and "leave rows 64..127 of the 128-row block uncopied" in e for e in errs), errs
 
 
 def test_verifier_refuses_a_mask_triton_cannot_select() -> None:
-    errs = verify.complete(_retarget(_module(TdmWarps.SPLIT), loads=WarpMask(0b1001), waits=WarpMask(0b1011)),
+    errs = target_problems(_retarget(_module(TdmWarps.SPLIT), loads=WarpMask(0b1001), waits=WarpMask(0b1011)),
                            GFX1250)
     assert any("affine but its warps differ in several bits" in e for e in errs), errs
 
 
 def test_verifier_attributes_waits_to_the_issuing_warps() -> None:
-    idle = verify.complete(_retarget(_module(TdmWarps.SPLIT), waits=WarpMask(0b0111)), GFX1250)
+    idle = target_problems(_retarget(_module(TdmWarps.SPLIT), waits=WarpMask(0b0111)), GFX1250)
     assert any("waits on warps [2], which issue no tdm_load" in e for e in idle), idle
-    left = verify.complete(_retarget(_module(TdmWarps.SPLIT), waits=WarpMask(0b0001)), GFX1250)
+    left = target_problems(_retarget(_module(TdmWarps.SPLIT), waits=WarpMask(0b0001)), GFX1250)
     assert any("leaves out warps [1], which issue tdm_loads" in e for e in left), left
 
 
@@ -151,7 +151,7 @@ def test_verifier_counts_one_warps_copies_per_wait() -> None:
         return tuple(replace(s, body=loose(s.body)) if isinstance(s, ir.Loop) else
                      replace(s, pending=2) if isinstance(s, ir.TdmWait) and s.pending else s for s in body)
     (p,) = m.partitions
-    errs = verify.complete(m.with_partition(replace(p, body=loose(p.body))), GFX1250)
+    errs = target_problems(m.with_partition(replace(p, body=loose(p.body))), GFX1250)
     assert any("may return before that block" in e for e in errs), errs
 
 
@@ -198,7 +198,7 @@ def test_the_hint_is_emitted_only_with_a_mask() -> None:
 def test_a_fused_copy_needs_disjoint_warps_and_two_to_four_members() -> None:
     m = _module(TdmWarps.FUSED)
     assert sum(o.fused for o, _ in ir.walk(m.partitions[0].body) if isinstance(o, ir.TdmLoad)) == 2 * 3
-    errs = verify.complete(_retarget(m, loads=WarpMask(0b0010)), GFX1250)
+    errs = target_problems(_retarget(m, loads=WarpMask(0b0010)), GFX1250)
     assert any("each member needs its own warps, disjoint" in e for e in errs), errs
 
     def lone(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
@@ -206,7 +206,7 @@ def test_a_fused_copy_needs_disjoint_warps_and_two_to_four_members() -> None:
                      replace(s, fused=False) if isinstance(s, ir.TdmLoad) and s.tensor is ir.Tensor.B else s
                      for s in body)
     (p,) = m.partitions
-    errs = verify.complete(m.with_partition(replace(p, body=lone(p.body))), GFX1250)
+    errs = target_problems(m.with_partition(replace(p, body=lone(p.body))), GFX1250)
     assert any("has 1 member(s); tdm.async_load_fused takes 2 to 4" in e for e in errs), errs
 
 

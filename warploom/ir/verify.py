@@ -14,7 +14,7 @@ Forbidden (complete): epilogue acc after wgmma.async without wgmma_wait pending=
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -346,9 +346,10 @@ def _tmem_ring(rings: dict[str, ir.Ring], name: str, s: ir.Slot, what: str, slot
         slot(s, r.depth, f"{what.split(': ')[-1]} {name}")
 
 
-def _check_tmem(m: ir.Module, device: DeviceInfo) -> list[str]:
-    """sm_100a: tensor-memory rings fit the SM's 512 columns, hold whole BM x BN fp32 tiles of 128 rows (one CTA's
-    tcgen05 MMA), and only an sm_100a device runs them."""
+def check_sm100(m: ir.Module) -> list[str]:
+    """sm_100a's own rules of a complete module (its declaration, `warploom.targets`, hands them to `check`):
+    tensor-memory rings fit the SM's 512 columns, hold whole BM x BN fp32 tiles of 128 rows (one CTA's tcgen05 MMA)
+    and overlap no scale buffer, and the scale buffers follow ir/verify_scales.py's rules."""
     errs = []
     if m.tmem_columns > TMEM_COLUMNS:
         scales = " and scales" if m.tmem_scales else ""
@@ -363,12 +364,32 @@ def _check_tmem(m: ir.Module, device: DeviceInfo) -> list[str]:
         if r.in_tmem and ((r.rows, r.cols) != (m.tiling.bm, m.tiling.bn) or r.rows != 128):
             errs.append(f"tensor-memory ring {r.name} holds ({r.rows}, {r.cols}) tiles; expected the (128, "
                         f"{m.tiling.bn}) tile")
-    want = device.target
-    if m.target is not want:
-        what = _TARGET_OPS[m.target]
-        errs.append(f"{m.target.with_article} schedule ({what}) for {device.name} ({device.arch}), which runs "
-                    f"{want} schedules and has no {what}")
+    return errs + check_tmem_scales(m)
+
+
+def check_gfx1250(m: ir.Module) -> list[str]:
+    """gfx1250's own rules of a complete module (its declaration hands them to `check`): its workgroup partition
+    sets no register budget, pipelines its TDM copies soundly (`_check_tdm`) and names its copies' warps soundly
+    (`_check_tdm_warps`)."""
+    errs: list[str] = []
+    for p in m.partitions:
+        if p.role is not ir.Role.WORKGROUP:
+            continue
+        if p.regs:
+            errs.append(f"partition {p.name}: regs={p.regs}: a gfx1250 partition has no register budget (setmaxnreg "
+                        "is NVIDIA's)")
+        _check_tdm(m, p, errs)
+        _check_tdm_warps(m, p, errs)
     return errs
+
+
+def _check_device_target(m: ir.Module, device: DeviceInfo) -> list[str]:
+    """Only a device of the module's target runs it."""
+    if m.target is device.target:
+        return []
+    what = _TARGET_OPS[m.target]
+    return [f"{m.target.with_article} schedule ({what}) for {device.name} ({device.arch}), which runs "
+            f"{device.target} schedules and has no {what}"]
 
 
 def _check_declared_target(m: ir.Module) -> list[str]:
@@ -603,11 +624,7 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
         if p.role is ir.Role.SEQUENTIAL:
             errs.append(f"{where} is still sequential: the partitioning pass did not run")
         if p.role is ir.Role.WORKGROUP:
-            if p.regs:
-                errs.append(f"{where}: regs={p.regs}: a gfx1250 partition has no register budget (setmaxnreg is "
-                            "NVIDIA's)")
-            _check_tdm(m, p, errs)
-            _check_tdm_warps(m, p, errs)
+            pass  # (gfx1250's own rules: check_gfx1250, which its declaration hands to `check`)
         elif not _MIN_REGS <= p.regs <= _MAX_REGS or p.regs % 8:
             errs.append(f"{where}: regs={p.regs}, expected a multiple of 8 in [{_MIN_REGS}, {_MAX_REGS}]")
         for body in _loop_bodies(p.body):
@@ -674,8 +691,7 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
             alternate = " (ping-pong: each in alternate tiles)" if any(share[n] > 1 for n in ar) else ""
             errs.append(f"barrier {b.name} expects {b.count} arrivals per phase but {per_phase} partitions "
                         f"arrive ({sorted(ar)}){alternate}")
-    errs += _check_tmem(m, device)
-    errs += check_tmem_scales(m)
+    errs += _check_device_target(m, device)
     smem = m.lds_bytes if m.gfx1250 else m.smem_bytes
     if smem > device.smem_per_block:
         errs.append(f"shared memory {smem} bytes exceeds the {device.smem_per_block} of {device.name}")
@@ -756,14 +772,22 @@ def _check_async(p: ir.Partition, errs: list[str]) -> None:
         errs.append(f"partition {p.name} exits with {state['store']} TMA stores in flight")
 
 
+# A target's own rules of a complete module (`warploom.targets.Declaration.checks`): the problems found.
+Check = Callable[[ir.Module], list[str]]
+
+
 def check(m: ir.Module, stage: str, device: DeviceInfo | None = None, *,
-          ops: frozenset[type] | None = None) -> ir.Module:
+          ops: frozenset[type] | None = None, checks: Sequence[Check] = ()) -> ir.Module:
     """Raise VerificationError listing every problem; `device` given means the module must be complete, and then
-    `ops` (its target's op set, `warploom.targets`, when given) holds every op it has."""
+    its target's op set `ops` (when given) holds every op it has and its target's own `checks` pass
+    (`warploom.targets.verify` passes the module's target's)."""
     errs = structural(m) if device is None else complete(m, device)
-    if device is not None and ops is not None:
-        errs += sorted({f"{type(o).__name__} in partition {p.name}: not an op of {m.target.with_article} schedule"
-                        for p in m.partitions for o, _ in ir.walk(p.body) if type(o) not in ops})
+    if device is not None:
+        if ops is not None:
+            errs += sorted({f"{type(o).__name__} in partition {p.name}: not an op of {m.target.with_article} "
+                            "schedule" for p in m.partitions for o, _ in ir.walk(p.body) if type(o) not in ops})
+        for c in checks:
+            errs += c(m)
     if errs:
         raise VerificationError(stage, errs)
     return m

@@ -21,7 +21,7 @@ Allowed::
 
 Forbidden: the MMA with no copy before it; the copy after the MMA; ``arrive empty[c]`` after the copies (the MMA
 may not have read them yet); a copy of ``sa_ring[c + 1]`` for the MMA of ``c``; expect-tx of A's and B's bytes
-only. Tensor-memory column overlaps and the 512-column budget are `verify._check_tmem`'s.
+only. Tensor-memory column overlaps and the 512-column budget are `verify.check_sm100`'s.
 """
 
 from __future__ import annotations

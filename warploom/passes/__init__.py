@@ -115,9 +115,9 @@ class Trace:
 
 
 def run_pipeline(spec: GemmSpec, plan: Plan, device: DeviceInfo, passes: Sequence[Pass], *,
-                 ops: frozenset[type] | None = None) -> tuple[ir.Module, Trace]:
+                 ops: frozenset[type] | None = None, checks: Sequence[verify.Check] = ()) -> tuple[ir.Module, Trace]:
     """build_sequential, then `passes` (the plan's target's, `warploom.targets`), each verified; then the complete
-    module against `device` and the target's op set `ops` (`verify.check`)."""
+    module against `device`, the target's op set `ops` and its own `checks` (`verify.check`)."""
     if plan.swap_ab:  # rule 18: the module runs the transposed problem, and stores its tiles into C transposed
         spec = spec.swapped()
     m = verify.check(build_sequential(spec, plan), "build_sequential")
@@ -125,5 +125,5 @@ def run_pipeline(spec: GemmSpec, plan: Plan, device: DeviceInfo, passes: Sequenc
     for p in passes:
         m = verify.check(p(m), type(p).__name__)
         stages.append((type(p).__name__, m))
-    verify.check(m, "pipeline end", device, ops=ops)
+    verify.check(m, "pipeline end", device, ops=ops, checks=checks)
     return m, Trace(tuple(stages))

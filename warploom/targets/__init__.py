@@ -19,6 +19,7 @@ from typing import Any
 from warploom.backends.gluon_sm90 import GluonSource
 from warploom.device import DeviceInfo
 from warploom.ir import nodes as ir
+from warploom.ir import verify as verify_module
 from warploom.passes import Trace, run_pipeline
 from warploom.planner import Plan
 from warploom.runtime.cross import Compiled
@@ -28,7 +29,7 @@ from warploom.targets import gfx1250, sm90, sm100
 from warploom.targets.declaration import Declaration
 
 __all__ = ["DECLARED", "Declaration", "check_target", "compile_schedule", "cross_compile", "declared", "emit",
-           "op_types"]
+           "op_types", "problems", "verify"]
 
 
 # Every target, declared once (a test checks each Target has its declaration).
@@ -54,9 +55,20 @@ def check_target(target: str, module: ir.Module | None = None) -> Target:
 
 def compile_schedule(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> tuple[ir.Module, Trace]:
     """The verified module of `plan` for `spec`: build_sequential, then its target's passes, each verified, then
-    the complete module against the device and the target's op set."""
+    the complete module against the device, the target's op set and its own checks."""
     d = declared(plan.target)
-    return run_pipeline(spec, plan, device, d.pipeline(plan), ops=d.ops)
+    return run_pipeline(spec, plan, device, d.pipeline(plan), ops=d.ops, checks=d.checks)
+
+
+def verify(m: ir.Module, stage: str, device: DeviceInfo | None = None) -> ir.Module:
+    """`ir.verify.check` with the module's target's op set and checks when `device` is given (a complete module)."""
+    d = declared(m.target)
+    return verify_module.check(m, stage, device, ops=d.ops if device else None, checks=d.checks if device else ())
+
+
+def problems(m: ir.Module, device: DeviceInfo) -> list[str]:
+    """Every problem of a complete module: `ir.verify.complete`'s and its target's own checks' (as a list)."""
+    return verify_module.complete(m, device) + [e for c in declared(m.target).checks for e in c(m)]
 
 
 def emit(m: ir.Module) -> GluonSource:

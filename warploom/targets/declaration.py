@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from warploom.device import DeviceInfo
 from warploom.ir import nodes as ir
+from warploom.ir.verify import Check
 from warploom.passes import Pass
 from warploom.planner import Plan
 from warploom.target import Target
@@ -30,6 +31,7 @@ class Declaration:
         compile: its cross-compile step (no GPU needed): the Gluon to a `Compiled` with SASS or AMDGCN.
         gpu: Triton's `GPUTarget` arguments (backend, arch, warp size).
         ops: the IR ops a complete schedule for it may hold (the verifier refuses any other).
+        checks: the verifier's rules of its own for a complete module (`ir.verify.check` runs those it is handed).
         counts: the instructions its compile summary counts (`Compiled.summary`, `warploom demo`), and what they
             are, in words.
         runs: whether warploom launches its kernels here (else it plans, simulates and cross-compiles them).
@@ -43,5 +45,6 @@ class Declaration:
     compile: Callable[[ir.Module, GluonSource], Compiled]
     gpu: tuple[str, int | str, int]
     ops: frozenset[type]
+    checks: tuple[Check, ...]
     counts: tuple[tuple[str, str], ...]
     runs: bool

@@ -7,6 +7,7 @@ from __future__ import annotations
 from warploom.backends.gluon_gfx1250 import lower_gfx1250
 from warploom.device import GFX1250
 from warploom.ir import nodes as ir
+from warploom.ir import verify
 from warploom.passes import pipeline_gfx1250
 from warploom.planner import plan_gfx1250
 from warploom.runtime.cross import GFX1250_COUNTS, cross_compile_gfx1250
@@ -23,6 +24,7 @@ DECLARATION = Declaration(
     gpu=("hip", "gfx1250", 32),
     ops=frozenset({ir.TdmLoad, ir.Wmma, ir.TdmWait, ir.SyncWarps, ir.Epilogue, ir.StoreTile, ir.Advance,
                    ir.LoadOperand, ir.ApplyEpilogue}),
+    checks=(verify.check_gfx1250,),
     counts=tuple(zip(GFX1250_COUNTS, ("wmma instructions", "Tensor Data Mover copies", "waits on TDM copies",
                                       "workgroup barriers"), strict=True)),
     runs=False,
