@@ -20,7 +20,6 @@ from warploom.reference import make_inputs, relative_error
 from warploom.sim import FindingKind, check_protocol, explore, representative_ctas, simulate
 from warploom.sim.cluster import whole_clusters
 from warploom.sim.compare import compare, sample_ctas
-from warploom.sim.explore import ClusterNotExplored
 from warploom.sim.program import CtaProgram, Geometry, LoadI, WaitI
 from warploom.targets import compile_schedule
 
@@ -30,12 +29,12 @@ K = FindingKind
 SHAPES = [(300, 520, 200), (200, 304, 72), (130, 136, 40)]
 
 
-def _module(m: int, n: int, k: int, cluster: int = 2, grid: int = 8) -> ir.Module:
+def _module(m: int, n: int, k: int, cluster: int = 2, grid: int = 8, stages: int = 4) -> ir.Module:
     a = torch.empty(m, k, dtype=torch.bfloat16, device="meta")
     b = torch.empty(k, n, dtype=torch.bfloat16, device="meta")
     kern = warploom.plan(a, b)
     plan = dataclasses.replace(kern.plan, bm=128, bn=256, consumer_warps=8, consumer_partitions=2, cluster=cluster,
-                               epilogue_subtiles=4, grid=grid, stages=4)
+                               epilogue_subtiles=4, grid=grid, stages=stages)
     module, _ = compile_schedule(kern.spec, plan, H100_SXM)
     return module
 
@@ -169,9 +168,38 @@ def test_each_cta_must_expect_the_multicast_bytes() -> None:
     assert any(f.cta % 2 for f in res.findings if f.kind is K.READ_BEFORE_LANDED), res.report.summary()
 
 
-def test_explorer_refuses_clusters() -> None:
-    with pytest.raises(ClusterNotExplored, match="random simulator"):
-        explore(_module(130, 136, 40), 130, 136, 40)
+# The explorer's small configuration: one cluster tile (two CTAs), two k-blocks through one stage (so the second
+# refills the slot the first was read from: every release and wait of the cluster's protocol is exercised).
+EXPLORE = (130, 136, 72)
+
+
+def test_explorer_is_clean_on_a_cluster() -> None:
+    """Every interleaving of one cluster's two CTAs (the lead's multicast, the shared EMPTY barrier, the exit
+    barrier) is clean."""
+    m, n, k = EXPLORE
+    rep = explore(_module(m, n, k, grid=2, stages=1), m, n, k, max_states=100_000)
+    assert rep.ok and not rep.bound_hit, rep.summary()
+    assert rep.ctas == (0, 1)  # (the cluster whole)
+
+
+@pytest.mark.parametrize("name", ["no_cluster_wait", "no_cluster_release", "every_cta_multicasts", "no_exit_sync"])
+def test_explorer_finds_the_cluster_mutants(name: str) -> None:
+    """The planted cluster bugs the random simulator finds, found on some schedule by the exhaustive explorer too,
+    with a counterexample."""
+    m, n, k = EXPLORE
+    module = _module(m, n, k, grid=2, stages=1)
+    mutant, kind = {
+        "no_cluster_wait": (lambda: _drop(module, ir.Role.PRODUCER, ir.Wait, CLUSTER_EMPTY), K.OVERWRITE_UNRELEASED),
+        "no_cluster_release": (lambda: _drop(module, ir.Role.CONSUMER, ir.Arrive, CLUSTER_EMPTY), K.DEADLOCK),
+        "every_cta_multicasts": (lambda: _every_cta_multicasts(module), K.DOUBLE_WRITE),
+        "no_exit_sync": (lambda: dataclasses.replace(module, tiling=dataclasses.replace(module.tiling,
+                                                                                          exit_sync=False)),
+                         K.WRITE_AFTER_EXIT),
+    }[name]
+    rep = explore(mutant(), m, n, k, max_states=100_000, stop_at_first=True)
+    assert kind in rep.kinds() and rep.counterexample, rep.summary()
+    if name == "no_cluster_wait":  # (the lead refills the other CTA's B slot before that CTA released it)
+        assert any("CTA 1's b_ring" in f.message for f in rep.findings if f.kind is kind), rep.summary()
 
 
 def _every_cta_multicasts(module: ir.Module) -> ir.Module:

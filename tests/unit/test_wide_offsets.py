@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from warploom import H100_SXM, Accumulation, DType, GemmSpec, Grouping, ScaleRecipe
-from warploom.backends.gluon_sm90 import wide
+from warploom.backends.gluon_sm90 import scale_offsets_wide, wide
 from warploom.device import B200, GFX1250
 from warploom.kernel import build
 from warploom.planner import plan_schedule
@@ -57,6 +57,12 @@ SPECS = [
     params("blockwise_1x128_1x128", GemmSpec(4096, 4096, 4096, E4, E4, BF16, scale=BW1, accumulation=PROMOTED)),
     params("blockwise_128x128_128x128", GemmSpec(4096, 4096, 4096, E4, E4, BF16, scale=BW128, accumulation=PROMOTED)),
     params("mx_sm90", GemmSpec(4096, 4096, 4096, E4, E4, BF16, scale=ScaleRecipe.MX, accumulation=PROMOTED)),
+    # Scales that may reach 2^31 elements (`scale_offsets_wide`): only then are their loads' offsets 64-bit.
+    params("blockwise_big_scales", GemmSpec(2**22, 4096, 2**14, E4, E4, BF16, scale=BW, accumulation=PROMOTED)),
+    params("blockwise_128x128_big_scales", GemmSpec(2**22, 2**22, 2**14, E4, E4, BF16, scale=BW128,
+                                                    accumulation=PROMOTED)),
+    params("mx_sm90_big_scales", GemmSpec(2**20, 4096, 2**14, E4, E4, BF16, scale=ScaleRecipe.MX,
+                                          accumulation=PROMOTED)),
     params("split_k", GemmSpec(128, 4096, 7168, E4, E4, BF16, scale=BW, accumulation=PROMOTED), bm=128, bn=128,
            split_k=4),
     params("split_k_tail", GemmSpec(4096, 2112, 7168, E4, E4, BF16, scale=RW)),
@@ -134,25 +140,32 @@ def _terms(node: ast.expr) -> Iterator[ast.expr]:
         yield node
 
 
-def pointer_expressions(fn: ast.FunctionDef) -> Iterator[ast.expr]:
-    """The outermost sums in `fn` with a ``..._ptr`` term: every address it computes from a pointer argument."""
+# The scale pointers of element-wise scale loads: 32-bit offsets where the scales stay below 2^31 elements
+# (`gluon_sm90.scale_offsets_wide`: 64-bit address math costs the copying partitions registers).
+SCALE_POINTERS = {"sa_ptr", "sb_ptr"}
+
+
+def pointer_expressions(fn: ast.FunctionDef, narrow: frozenset[str] = frozenset()) -> Iterator[ast.expr]:
+    """The outermost sums in `fn` with a ``..._ptr`` term: every address it computes from a pointer argument (not
+    those from `NARROW_POINTERS` or `narrow` alone)."""
     inner: set[int] = set()
     for node in ast.walk(fn):  # (breadth first: a sum before the sums inside it)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add) and id(node) not in inner:
             ptrs = {t.id for t in _terms(node) if isinstance(t, ast.Name) and t.id.endswith("_ptr")}
-            if ptrs and not ptrs <= NARROW_POINTERS.keys():
+            if ptrs and not ptrs <= NARROW_POINTERS.keys() | narrow:
                 inner.update(id(n) for n in ast.walk(node) if n is not node)
                 yield node
 
 
-def narrow_offsets(text: str) -> list[str]:
-    """Each 32-bit product in a pointer expression of `text` that `NARROW` does not explain, as ``function: expr``."""
+def narrow_offsets(text: str, narrow: frozenset[str] = frozenset()) -> list[str]:
+    """Each 32-bit product in a pointer expression of `text` that `NARROW` does not explain, as ``function: expr``
+    (pointers in `narrow` may take 32-bit offsets)."""
     out = []
     for fn in ast.walk(ast.parse(text)):
         if not isinstance(fn, ast.FunctionDef):
             continue
         f = _Function(fn)
-        for expr in pointer_expressions(fn):
+        for expr in pointer_expressions(fn, narrow):
             for product in f.narrow_products(expr):
                 src = ast.unparse(product)
                 if src not in NARROW:
@@ -164,7 +177,18 @@ def narrow_offsets(text: str) -> list[str]:
 def test_every_element_offset_that_can_pass_2_31_is_64_bit(spec: GemmSpec, device: object, plan: dict) -> None:
     k = build(spec, device, plan_schedule(spec, device, **plan) if plan else None)  # type: ignore[arg-type]
     assert "_ptr" in k.source or "desc" in k.source
-    assert narrow_offsets(k.source) == []
+    small_scales = frozenset() if scale_offsets_wide(spec) else frozenset(SCALE_POINTERS)
+    assert narrow_offsets(k.source, small_scales) == []
+
+
+def test_scale_offsets_go_64_bit_only_where_the_scales_may_reach_2_31() -> None:
+    big = GemmSpec(2**22, 4096, 2**14, E4, E4, BF16, scale=BW, accumulation=PROMOTED)
+    small = GemmSpec(4096, 7168, 16384, E4, E4, BF16, scale=BW, accumulation=PROMOTED)
+    assert scale_offsets_wide(big) and not scale_offsets_wide(small)
+    assert not scale_offsets_wide(GemmSpec(2**22, 4096, 2**14, E4, E4, BF16, scale=RW))  # (no element-wise scales)
+    for spec, wide_loads in ((big, True), (small, False)):
+        text = build(spec, H100_SXM).source
+        assert ("sa_stride_m" in text) and (".to(gl.int64) * sa_stride_m" in text) == wide_loads
 
 
 @pytest.mark.parametrize("text,narrow", [

@@ -18,7 +18,7 @@ from warploom.backends.group_scan import group_helpers
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.spec import SCALE_BLOCK, ALayout, BLayout
+from warploom.spec import MX_BLOCK, SCALE_BLOCK, ALayout, BLayout, GemmSpec, ScaleRecipe
 
 _HEADER = """\
 from triton.experimental import gluon
@@ -164,6 +164,26 @@ def wide(index: str) -> str:
     if index.isidentifier() or _parenthesized(index):
         return f"{index}.to(gl.int64)"
     return f"({index}).to(gl.int64)"
+
+
+def _as_is(index: str) -> str:
+    """`index` (an expression) to multiply by a stride as it is: 32-bit (`wide`'s counterpart)."""
+    return index if index.isidentifier() or _parenthesized(index) else f"({index})"
+
+
+def scale_offsets_wide(spec: GemmSpec) -> bool:
+    """Whether the kernel's element-wise scale loads (blockwise, MX on sm_90a) need 64-bit offsets: a scale tensor of
+    the spec's sizes, with room for strides padded up to 4x (cuBLAS's scale layouts round rows up to 4), reaches
+    2^31 elements. Only then: 64-bit address math in the copying partitions costs registers, which spill there."""
+    s, m, n, k = spec.scale, spec.m, spec.n, spec.k
+    if s is ScaleRecipe.MX:
+        most = max(m, n) * -(-k // MX_BLOCK)
+    elif s.is_blockwise:
+        kb = -(-k // SCALE_BLOCK)
+        most = max(s.a_scales(m), s.b_scales(n)) * kb
+    else:
+        return False
+    return most * 4 >= 2**31
 
 
 def _parenthesized(expr: str) -> bool:
@@ -555,20 +575,21 @@ class PartitionEmitter:
         b, ring = self.buf, self.m.ring(o.ring)
         slot = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
         idx = f"{o.ring}_idx"
-        # Offsets are 64-bit (`wide`) whatever the scales' size: their strides are run-time arguments, and a
-        # column-major (M, K/128) scale_a puts k-block kk at kk * M.
+        # Offsets are 64-bit (`wide`) where the scales may reach 2^31 elements (`scale_offsets_wide`): their strides
+        # are run-time arguments, and a column-major (M, K/128) scale_a puts k-block kk at kk * M.
+        w = wide if scale_offsets_wide(self.m.spec) else _as_is
         if o.tensor is ir.Tensor.SCALE_A:
             b.line(f"{idx} = off_m + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
             # (128x128 blocks of A: each row copies its block's scale, so the ring is per row either way)
             row = f"({idx} // {SCALE_BLOCK})" if self.m.spec.scale.block_a else idx
-            ptr, mask = f"sa_ptr + {wide(row)} * sa_stride_m + {wide(self.kb)} * sa_stride_k", f"{idx} < M"
+            ptr, mask = f"sa_ptr + {w(row)} * sa_stride_m + {w(self.kb)} * sa_stride_k", f"{idx} < M"
         elif self.m.spec.scale.per_column_b:
             b.line(f"{idx} = off_n + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's columns")
-            ptr, mask = f"sb_ptr + {wide(self.kb)} * sb_stride_k + {wide(idx)} * sb_stride_n", f"{idx} < N"
+            ptr, mask = f"sb_ptr + {w(self.kb)} * sb_stride_k + {w(idx)} * sb_stride_n", f"{idx} < N"
         else:
             b.line(f"{idx} = off_n // {SCALE_BLOCK} + gl.arange(0, {ring.cols}, layout={o.ring}_copy)",
                    f"the tile's {SCALE_BLOCK}-column blocks of B")
-            ptr, mask = (f"sb_ptr + {wide(self.kb)} * sb_stride_k + {wide(idx)} * sb_stride_n",
+            ptr, mask = (f"sb_ptr + {w(self.kb)} * sb_stride_k + {w(idx)} * sb_stride_n",
                          f"{idx} < gl.cdiv(N, {SCALE_BLOCK})")
         b.line(f"{self.api.cp_async}({o.ring}.index({slot}), {ptr}, mask={mask})",
                printer.op(o))
@@ -595,9 +616,11 @@ class PartitionEmitter:
         with b.block(f"for j in range({ring.rows})", comment=f"{printer.op(o)}: {sk}-deep slice j"):
             # The last k-block's slices past K hold no scales (K is a multiple of 32, not of 128): masked to 1.0,
             # times a partial of zeros (TMA zero-fills A and B there).
-            # 64-bit offsets (`wide`): M x K/32 e8m0 scales pass 2^31 bytes with an A of 64 GiB, which an H100 holds.
+            # 64-bit offsets where they may pass 2^31 (`scale_offsets_wide`): M x K/32 e8m0 scales pass 2^31 bytes
+            # with an A of 64 GiB, which an H100 holds.
             col = f"{self.kb} * {ring.rows} + j"  # the slice's column of the (M or N, K/32) scales
-            b.line(f"{pre}_bits = gl.load({pre}_ptr + {wide(idx)} * {pre}_stride_{dim} + {wide(col)} * {pre}_stride_k, "
+            w = wide if scale_offsets_wide(self.m.spec) else _as_is
+            b.line(f"{pre}_bits = gl.load({pre}_ptr + {w(idx)} * {pre}_stride_{dim} + {w(col)} * {pre}_stride_k, "
                    f"mask=({idx} < {size}) & ({col} < K // {sk}), other=127).to(gl.float32)", "e8m0 bits (127: 1.0)")
             b.line(f"{o.ring}.index(({slot}) * {ring.rows} + j).store(gl.where({pre}_bits == 255.0, float('nan'), "
                    f"gl.exp2({pre}_bits - 127.0)))", "2**(e - 127), exact in fp32; 255 is NaN")

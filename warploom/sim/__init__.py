@@ -22,7 +22,7 @@ takes the graph's operands (for scaled_mm with an epilogue the scales and bias t
 
 A cluster module (`ir.Tiling.cluster`, planner rule 24) runs whole clusters, their CTAs linked and interleaved at
 random (`cluster.py`): the lead's multicast copies land in every CTA, and the cluster's barriers count every CTA's
-arrivals. `explore` refuses it (`explore.ClusterNotExplored`).
+arrivals. `explore` explores each cluster whole, every interleaving of its CTAs (`explore._Cluster`).
 
 Findings (`SimFinding`, kinds in `FindingKind`) name the CTA, partition, op, (tile, k), barrier and phase.
 """

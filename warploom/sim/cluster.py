@@ -22,7 +22,7 @@ barrier, which no wait of the lead observes, are found on every schedule.
 
 The CTAs' actions interleave at random, one enabled action of any CTA at a time, so every cross-CTA race the
 schedule can reach (the lead's next multicast before a slow CTA's wgmma retired) is reachable. The exhaustive
-explorer does not model clusters (`explore.ClusterNotExplored`).
+explorer runs every interleaving of one cluster's CTAs instead (`explore._Cluster`, linked the same way).
 """
 
 from __future__ import annotations

@@ -18,26 +18,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from warploom.errors import WarploomError
 from warploom.ir import nodes as ir
 from warploom.ir.raster import launch_grid
+from warploom.sim.cluster import link, whole_clusters
 from warploom.sim.findings import FindingKind, FindingSink, SimFinding
 from warploom.sim.machine import AGENT, Action, Machine, StreamKState
 from warploom.sim.program import CtaProgram, FlagWaitI, Geometry, MalformedError, PartialAddI, PartialStoreI
 from warploom.sim.simulate import representative_ctas
 
 Path = tuple[Action, "Path"] | None  # a linked list of actions, newest first
-
-
-class ClusterNotExplored(WarploomError, ValueError):
-    """A cluster module (`ir.Tiling.cluster`): its CTAs share barriers and multicast copies (sim/cluster.py), which the
-    explorer's per-CTA states do not hold."""
-
-    def __init__(self, module: str, cluster: int) -> None:
-        super().__init__(f"explore: expected a module of single CTAs, got module {module} with clusters of {cluster} "
-                         "CTAs, whose CTAs share barriers and multicast copies. Fix: check it with the random "
-                         "simulator, which runs whole clusters (warploom.sim.check_protocol over several seeds, or "
-                         "warploom.sim.simulate)")
 
 
 @dataclass(frozen=True)
@@ -149,6 +138,60 @@ class _Linked:
         self.state.report_lost(self.ms[0].sink)
 
 
+class _Cluster:
+    """The CTAs of one thread-block cluster (`ir.Tiling.cluster`, linked as sim/cluster.py links them: the lead's
+    cluster barriers are every CTA's, its multicast copies land in every CTA) as one state machine, with the
+    explorer's interface of `Machine`: every interleaving of the CTAs' actions is explored, as `run_cluster` samples
+    them. An action is (kind, (cta, x)); a partition is numbered across the CTAs, for the local-instruction
+    reduction (a local instruction touches no barrier or slot, so it commutes with the other CTAs' actions too).
+    Without a cluster barrier before exit (`ir.Tiling.exit_sync`), a CTA exits as soon as its partitions finish."""
+
+    def __init__(self, machines: list[Machine]) -> None:
+        self.ms = machines
+        link(machines)
+        self.early_exit = not machines[0].prog.module.tiling.exit_sync
+        self.agents = [(c, i) for c, mach in enumerate(machines) for i in range(len(mach.pc))]
+        self.pc = [0] * len(self.agents)  # (only its length is read: _eager numbers the partitions by it)
+
+    def local(self, j: int) -> bool:
+        c, i = self.agents[j]
+        return self.ms[c].local(i)
+
+    def runnable(self, j: int) -> bool:
+        c, i = self.agents[j]
+        return self.ms[c].runnable(i)
+
+    def enabled(self) -> list[Any]:
+        return [(kind, (c, x)) for c, mach in enumerate(self.ms) for kind, x in mach.enabled()]
+
+    def apply(self, act: Any) -> None:
+        kind, x = act
+        c, y = x if isinstance(x, tuple) else self.agents[x]
+        self.ms[c].apply((kind, y))
+        if self.early_exit:
+            for mach in self.ms:
+                if not mach.exited and mach.done():
+                    mach.leave()
+
+    def describe(self, act: Any) -> str:
+        kind, x = act
+        c, y = x if isinstance(x, tuple) else self.agents[x]
+        return f"CTA {self.ms[c].prog.geo.pid}: {self.ms[c].describe((kind, y))}"
+
+    def key(self) -> tuple[Any, ...]:
+        return tuple((mach.key(), mach.exited, tuple(sorted(mach.unobserved))) for mach in self.ms)
+
+    def clone(self) -> _Cluster:
+        copies = [mach.clone() for mach in self.ms]
+        for new, old in zip(copies, self.ms, strict=True):
+            new.exited, new.unobserved = old.exited, dict(old.unobserved)
+        return _Cluster(copies)  # (re-linked: the copies share the lead copy's cluster barriers)
+
+    def finish(self) -> None:
+        for mach in self.ms:
+            mach.finish()
+
+
 def _eager(mach: Any, path: Path, por: bool) -> Path:
     """Take every enabled local instruction at once (see the module docstring)."""
     moved = por
@@ -227,6 +270,10 @@ class _CtaSearch:
         self.states = len(visited)
 
 
+def _cluster_root(progs: list[CtaProgram], sink: FindingSink) -> _Cluster:
+    return _Cluster([Machine(p, sink) for p in progs])
+
+
 def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_000,
             ctas: Iterable[int] | None = None, stop_at_first: bool = False, por: bool = True,
             mutate: Callable[[CtaProgram], CtaProgram] | None = None) -> ExploreReport:
@@ -235,15 +282,14 @@ def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_
     `max_states` bounds the distinct states per CTA; `bound_hit` in the report says whether it cut the
     search short. With `stop_at_first`, the search ends at the first finding. `por=False` turns the
     local-instruction reduction off (to cross-check it). A stream-K module's CTAs are explored together, all of them
-    (keep its grid small). `mutate` edits each CTA's resolved program first: tests plant bugs below the IR with it.
-    A cluster module (`ir.Tiling.cluster`) raises `ClusterNotExplored`: the random simulator runs its clusters.
+    (keep its grid small); a cluster module's (`ir.Tiling.cluster`) one cluster at a time, each with all its CTAs.
+    `mutate` edits each CTA's resolved program first: tests plant bugs below the IR with it.
     """
     t0 = time.perf_counter()
     t = module.tiling
-    if t.cluster > 1:
-        raise ClusterNotExplored(module.name, t.cluster)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, stream_k=t.stream_k)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, stream_k=t.stream_k, cluster=t.cluster)
     pids = representative_ctas(module, m, n) if ctas is None else tuple(ctas)
+    pids = whole_clusters(module, pids)  # (a cluster's CTAs wait on each other: none is explored alone)
     sink = FindingSink()
     searches: list[_CtaSearch] = []
     counter: tuple[str, ...] = ()
@@ -259,6 +305,10 @@ def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_
         # (the CTAs of a stream-K launch wait on each other's flags: explored together, all of them)
         pids = tuple(range(grid))
         roots.append(lambda s: _Linked([Machine(p, s) for p in progs], StreamKState({}, set())))
+    elif t.cluster > 1 and progs:
+        # (a cluster's CTAs share barriers and multicast copies: each cluster explored whole, lead first)
+        for at in range(0, len(progs), t.cluster):
+            roots.append(functools.partial(_cluster_root, progs[at:at + t.cluster]))
     else:
         roots += [functools.partial(Machine, p) for p in progs]
     for root in roots:

@@ -290,7 +290,7 @@ class Machine:
         c.pc = list(self.pc)
         c.bars = {k: [b.clone() for b in v] for k, v in self.bars.items()}
         c.bar_rings, c.empty_bars = self.bar_rings, self.empty_bars
-        c.cluster_bars, c.rank, c.cluster = self.cluster_bars, self.rank, ()  # (the explorer refuses clusters)
+        c.cluster_bars, c.rank, c.cluster = self.cluster_bars, self.rank, ()  # (explore's _Cluster re-links copies)
         c.exited, c.unobserved = False, {}
         c.slots = {k: [s.clone() for s in v] for k, v in self.slots.items()}
         c.bufs = {k: b.clone() for k, b in self.bufs.items()}
