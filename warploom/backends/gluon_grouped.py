@@ -50,6 +50,9 @@ class GroupedEmitter(PartitionEmitter):
     def __init__(self, m: ir.Module, p: ir.Partition, buf: CodeBuffer) -> None:
         super().__init__(m, p, buf)
         self.scale_b = "(scale_b_ptr + grp * N)"  # rowwise scale_b (G, N): the tile's group's row
+        # blockwise scale_b (E, ceil(K/128), ceil(N/128)): the tile's group's block, never a neighbour expert's
+        # (scale_a is in the grouped row space: a tile's rows are A's, whichever expert, so off_m as it is)
+        self.sb_base = "(sb_ptr + grp * sb_stride_g)"
 
     def _num_tiles(self) -> None:
         self.buf.line("num_tiles = group_count(group_ptr, E, M, num_pid_n)",
