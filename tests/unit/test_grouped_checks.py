@@ -286,6 +286,9 @@ def test_rule22_blockwise_plans() -> None:
         p = plan_schedule(spec, H100_SXM)
         assert (p.bm, p.bn, p.bk, p.split_k, p.grid) == (*tile, 128, 1, H100_SXM.sm_count)
         assert p.epilogue_subtiles == 4 or tile[1] != 256
+    with pytest.raises(ValueError, match="blockwise scales in a masked GEMM"):
+        GemmSpec(64, 128, 128, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+                 accumulation=Accumulation.PROMOTED, grouping=Grouping.MASKED, groups=2)
     with pytest.raises(ValueError, match="grouped GEMMs do not take blockwise_1x128_1x128 scales"):
         GemmSpec(64, 128, 128, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_1X128,
                  accumulation=Accumulation.PROMOTED, grouping=Grouping.OFFSETS, groups=2)
