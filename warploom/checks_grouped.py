@@ -189,7 +189,7 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
                              f"N = {n}", "pad N")
     recipe = ScaleRecipe.NONE
     if scaled and scale_b.dim() == 3:
-        recipe = _blockwise_scales(scale_a, scale_b, rows, groups, n, k, grouping, use_fast_accum)
+        recipe = _blockwise_scales(scale_a, scale_b, rows, groups, n, k, a.dim(), use_fast_accum)
     elif scaled:
         recipe = ScaleRecipe.ROWWISE
         _rowwise_scales(scale_a, scale_b, rows, groups, n, a.dim())
@@ -259,24 +259,22 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
 
 
 def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, rows: int, groups: int, n: int, k: int,
-                      grouping: Grouping, use_fast_accum: bool) -> ScaleRecipe:
-    """DeepSeek-V3's blockwise recipe on the M-grouped layout (`ScaleRecipe.BLOCKWISE_1X128_128X128`): fp32
-    scale_a (total_M, ceil(K/128)), one per row of a and 128-deep block of K in the grouped row space (a row's own,
-    whichever expert owns it), and scale_b (G, ceil(K/128), ceil(N/128)), one per 128x128 block of each expert's
-    (K, N) weight: warploom's ungrouped 128x128 scale_b per expert. Any strides are accepted (the kernel reads the
-    scales element by element with their strides), so DeepGEMM's (G, ceil(N/128), ceil(K/128)) storage goes as
-    ``scale_b.transpose(-2, -1)``, a view. K need not be a multiple of 128: the last k-block is partial, as in the
-    ungrouped kernel (TMA reads zeros past K)."""
+                      a_dim: int, use_fast_accum: bool) -> ScaleRecipe:
+    """DeepSeek-V3's blockwise recipe (`ScaleRecipe.BLOCKWISE_1X128_128X128`): fp32 scale_a (total_M, ceil(K/128))
+    with a 2-D a (M-grouped), one per row of a and 128-deep block of K in the grouped row space (a row's own,
+    whichever expert owns it), or (G, M_max, ceil(K/128)) with a 3-D a (masked or batched: a's rows); and scale_b
+    (G, ceil(K/128), ceil(N/128)), one per 128x128 block of each expert's (K, N) weight: warploom's ungrouped
+    128x128 scale_b per expert. Any strides are accepted (the kernel reads the scales element by element with their
+    strides), so DeepGEMM's (G, ceil(N/128), ceil(K/128)) storage goes as ``scale_b.transpose(-2, -1)``, a view (a
+    3-D scale_a is seen as (G * M_max, ceil(K/128)): a view where its strides allow, else a copy). K need not be a
+    multiple of 128: the last k-block is partial, as in the ungrouped kernel (TMA reads zeros past K)."""
     kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
-    if grouping is not Grouping.OFFSETS:
-        raise ScaleError("scale_b", "rowwise scales (G, N) with a 3-D a (blockwise 1x128 x 128x128 scales are built "
-                         "for the M-grouped layout: a 2-D a with offs)", f"a 3-D scale_b {tuple(scale_b.shape)}",
-                         "pass a as (total_M, K) with offs, or rowwise scales")
     if use_fast_accum:
         raise InputError("use_fast_accum", "False with blockwise scales (each 128-deep k-block's partial is "
                          "promoted with its own scales, so there is no fast-accumulation mode)", "True",
                          "pass use_fast_accum=False")
-    want_a, want_b = (rows, kb), (groups, kb, nb)
+    want_a = (rows, kb) if a_dim == 2 else (groups, rows // max(groups, 1), kb)
+    want_b = (groups, kb, nb)
     for name, t, want, what in (("scale_a", scale_a, want_a, "one per row of a and 128-deep block of K"),
                                 ("scale_b", scale_b, want_b, "one per expert and 128x128 block of its (K, N) weight")):
         if t.dtype != torch.float32:

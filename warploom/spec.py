@@ -262,8 +262,6 @@ class GemmSpec:
             problems.append("an M-major A")
         if self.grouping is Grouping.K_OFFSETS and self.scale is not ScaleRecipe.NONE:
             problems.append("fp8 scales in a K-grouped GEMM (bf16/fp16 only)")
-        if self.grouping is Grouping.MASKED and self.scale.is_blockwise:
-            problems.append("blockwise scales in a masked GEMM (M-grouped offsets only)")
         return problems
 
     @property

@@ -18,10 +18,10 @@ def _rw(m: int, acc: Accumulation, g: Grouping = OFF) -> GemmSpec:
     return GemmSpec(m, 4096, 7168, E4, E4, BF16, scale=ScaleRecipe.ROWWISE, accumulation=acc, grouping=g, groups=8)
 
 
-def _bw(m: int) -> GemmSpec:
+def _bw(m: int, g: Grouping = OFF) -> GemmSpec:
     """DeepSeek-V3's MoE recipe: 1x128 x 128x128 blockwise scales, promoted per k-block (scale_b per expert)."""
     return GemmSpec(m, 4096, 7168, E4, E4, BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
-                    accumulation=Accumulation.PROMOTED, grouping=OFF, groups=8)
+                    accumulation=Accumulation.PROMOTED, grouping=g, groups=8)
 
 
 CASES = [
@@ -35,6 +35,7 @@ CASES = [
     ("e4m3_blockwise_offsets_128x256", _bw(8192)),
     ("e4m3_blockwise_offsets_128x128", _bw(1024)),
     ("e4m3_blockwise_offsets_64x128", _bw(8 * 48)),
+    ("e4m3_blockwise_masked_decode_64x128", _bw(8 * 64, MASK)),
 ]
 
 

@@ -1,8 +1,8 @@
-"""Blockwise fp8 grouped GEMMs on the simulator (DeepSeek-V3's MoE recipe, 1x128 x 128x128 on the M-grouped layout):
-numerics against an fp64 per-expert, per-k-block reference for random routings with an empty expert, offsets that
-are not tile multiples, a ragged last k-block and a ragged last 128-column block of N; and planted expert-edge bugs
-in the scales (scale_b read from the next expert, scale_a rows counted from the expert's start) that the simulator
-catches."""
+"""Blockwise fp8 grouped GEMMs on the simulator (DeepSeek-V3's MoE recipe, 1x128 x 128x128): numerics against an
+fp64 per-expert, per-k-block reference for random routings with an empty expert, offsets that are not tile
+multiples, a ragged last k-block and a ragged last 128-column block of N, on the M-grouped, masked and batched
+layouts; and planted expert-edge bugs in the scales (scale_b read from the next expert, scale_a rows counted from
+the expert's start) that the simulator catches."""
 
 from __future__ import annotations
 
@@ -116,6 +116,29 @@ def test_blockwise_through_the_api_with_deepgemm_scale_layout() -> None:
     bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
     assert _err(y, reference(a, b, sa, sb, bounds), _rows(bounds, m)) < 1e-2
     assert torch.equal(y, warploom.scaled_grouped_mm(a, b, sa, sb.contiguous(), offs=offs))
+
+
+@pytest.mark.parametrize("bm", [64, 128])
+def test_blockwise_masked_and_batched(bm: int) -> None:
+    """DeepGEMM's masked layout (a (G, M_max, K), counts masked_m): scale_a (G, M_max, KB) over a's rows, here
+    stored K-blocks-major per expert (a strided view, copied flat by the API); and 3-D x 3-D batched, every row."""
+    groups, cap, n, k = 4, 80, 264, 304
+    a2, b, sa2, sb = _operands(9, groups, groups * cap, n, k)
+    a, sa = a2.reshape(groups, cap, k), sa2.reshape(groups, cap, -1).transpose(1, 2).contiguous().transpose(1, 2)
+    counts = torch.tensor([0, 80, 17, 65], dtype=torch.int32)
+    spec = GemmSpec(groups * cap, n, k, DType.E4M3, DType.E4M3, DType.BF16, scale=BW,
+                    accumulation=Accumulation.PROMOTED, grouping=Grouping.MASKED, groups=groups)
+    mod = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=bm, bn=128)).module
+    res = simulate_grouped(mod, a2, b, counts, sa2, sb).raise_for_findings()
+    bounds = group_bounds(Grouping.MASKED, counts.tolist(), groups * cap)  # (rows g * cap .. g * cap + count)
+    rows = _rows(bounds, groups * cap)
+    ref = reference(a2, b, sa2, sb, bounds)
+    assert _err(res.output, ref, rows) < 1e-2 and res.output[~rows].isnan().all()
+    y = warploom.scaled_grouped_mm(a, b, sa, sb, masked_m=counts)
+    assert y.shape == (groups, cap, n) and _err(y.reshape(groups * cap, n), ref, rows) < 1e-2
+    full = group_bounds(Grouping.MASKED, [cap] * groups, groups * cap)
+    yb = warploom.scaled_grouped_mm(a, b, sa, sb)
+    assert _err(yb.reshape(groups * cap, n), reference(a2, b, sa2, sb, full), _rows(full, groups * cap)) < 1e-2
 
 
 # ---- planted bugs at expert edges in the scales: the scale twin (sim.program.scale_tag) mutated ----

@@ -219,6 +219,9 @@ def test_blockwise_call_gives_a_promoted_blockwise_spec() -> None:
     # DeepGEMM's (G, N/128, K/128) storage as its transposed view: any strides
     deepgemm = torch.ones(G, BN_, BK_).transpose(-2, -1)
     assert grouped_call(**_bw(scale_b=deepgemm)).spec.scale is ScaleRecipe.BLOCKWISE_1X128_128X128
+    masked = grouped_call(**_bw(a=torch.randn(G, 25, 304).to(torch.float8_e4m3fn), offs=None,
+                                masked_m=_offs(1, 2, 3, 4), scale_a=torch.ones(G, 25, BK_)))
+    assert masked.spec.grouping is Grouping.MASKED and masked.spec.scale is ScaleRecipe.BLOCKWISE_1X128_128X128
 
 
 @pytest.mark.parametrize("case,arg,err,words", [
@@ -231,7 +234,7 @@ def test_blockwise_call_gives_a_promoted_blockwise_spec() -> None:
     ("scale_b_fp16", "scale_b", ScaleError, "float32 blockwise scales"),
     ("fast_accum", "use_fast_accum", InputError, "no fast-accumulation mode"),
     ("fast_accum_str", "use_fast_accum", ArgumentTypeError, "a bool"),
-    ("masked", "scale_b", ScaleError, "M-grouped layout"),
+    ("masked_scale_a_2d", "scale_a", ScaleError, "shape (4, 25, 3)"),
     ("bf16_a", "a", DTypeError, "blockwise scales"),
     ("out_fp16", "out_dtype", DTypeError, "torch.bfloat16"),
 ])
@@ -255,9 +258,9 @@ def test_blockwise_bad_input(case: str, arg: str, err: type, words: str) -> None
         args["use_fast_accum"] = True
     elif case == "fast_accum_str":
         args["use_fast_accum"] = "no"
-    elif case == "masked":
+    elif case == "masked_scale_a_2d":  # a 3-D a takes scale_a (G, M_max, KB), as its rowwise one is (G, M_max)
         args |= {"a": torch.randn(G, 25, 304).to(torch.float8_e4m3fn), "offs": None, "masked_m": _offs(1, 2, 3, 4),
-                 "scale_a": torch.ones(G, 25, BK_)}
+                 "scale_a": torch.ones(G * 25, BK_)}
     elif case == "bf16_a":
         args["a"] = args["a"].bfloat16()
     elif case == "out_fp16":
@@ -286,9 +289,6 @@ def test_rule22_blockwise_plans() -> None:
         p = plan_schedule(spec, H100_SXM)
         assert (p.bm, p.bn, p.bk, p.split_k, p.grid) == (*tile, 128, 1, H100_SXM.sm_count)
         assert p.epilogue_subtiles == 4 or tile[1] != 256
-    with pytest.raises(ValueError, match="blockwise scales in a masked GEMM"):
-        GemmSpec(64, 128, 128, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
-                 accumulation=Accumulation.PROMOTED, grouping=Grouping.MASKED, groups=2)
     with pytest.raises(ValueError, match="grouped GEMMs do not take blockwise_1x128_1x128 scales"):
         GemmSpec(64, 128, 128, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_1X128,
                  accumulation=Accumulation.PROMOTED, grouping=Grouping.OFFSETS, groups=2)

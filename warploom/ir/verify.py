@@ -454,12 +454,11 @@ def _check_grouped(m: ir.Module) -> list[str]:
     group scan, so no split-K, ranges, stream-K, swap or ping-pong (their tile arithmetic counts C's tiles); the
     spec's grouping matches the tiling's, and the spec is one a grouped kernel takes (`GemmSpec.grouped_problems`).
 
-    Allowed:   tiling(grouping=offsets) over a bf16, fp8 rowwise or fp8 blockwise 1x128 x 128x128 spec
-               grouped=offsets, cooperative consumers;
+    Allowed:   tiling(grouping=offsets or masked) over a bf16, fp8 rowwise or fp8 blockwise 1x128 x 128x128
+               spec of that grouping, cooperative consumers;
                tiling(grouping=k_offsets) over a bf16 or fp16 spec grouped=k_offsets.
     Forbidden: tiling(grouping=offsets, split_k=2); a ping-pong consumer's `for tiles[1::2]`; an sm_100a module;
-               an fp8 spec grouped=k_offsets, a blockwise spec grouped=masked
-               (`GemmSpec.grouped_problems`)."""
+               an fp8 spec grouped=k_offsets (`GemmSpec.grouped_problems`)."""
     t, errs = m.tiling, []
     if t.grouping is not m.spec.grouping:
         errs.append(f"tiling grouping {t.grouping.value} but spec grouping {m.spec.grouping.value}")
