@@ -3,7 +3,8 @@
 and, where this torch has a blockwise torch._scaled_mm (1x128 x 128x128) on this GPU, a per-expert loop of it; on
 random routings (empty experts, ragged edges), K and N not multiples of 128, scales in the layouts users hold
 (column-major scale_a as torch wants it, DeepGEMM's (G, N/128, K/128) scale_b as its transposed view); rows of no
-expert untouched; and a CUDA graph captured once and replayed after the offsets changed in place."""
+expert untouched; DeepGEMM's masked layout and 3-D x 3-D batched calls; and a CUDA graph captured once and replayed
+after the offsets changed in place."""
 
 from __future__ import annotations
 
@@ -145,6 +146,26 @@ def test_blockwise_special_scales_stay_in_their_expert() -> None:
     assert out[200:400, :128].isnan().all()
     assert not out[:200].isnan().any() and not out[400:].isnan().any() and not out[200:400, 128:].isnan().any()
     assert not (out[:128, 256:384] == 0).all() and not (out[200:, 256:384] == 0).all()
+
+
+@pytest.mark.parametrize("cap", [16, 64, 192])
+def test_blockwise_masked_and_batched(cap: int) -> None:
+    """DeepGEMM's masked layout (decode): a (G, M_max, K), counts masked_m, scale_a (G, M_max, KB); and 3-D x 3-D
+    batched (every row), against the fp32 dequantized product per expert."""
+    experts, n, k = 8, 4096, 2048
+    a2, w, sa2, sb = _operands(experts, experts * cap, n, k, cap, extra=0)
+    a, sa = a2.reshape(experts, cap, k), sa2.reshape(experts, cap, -1)
+    counts = torch.randint(0, cap + 1, (experts,), dtype=torch.int32, device="cuda")
+    counts[0] = 0
+    out = warploom.scaled_grouped_mm(a, w.transpose(-2, -1), sa, sb, masked_m=counts)
+    full = torch.full((experts,), cap, dtype=torch.int32, device="cuda").cumsum(0).to(torch.int32)
+    ref = _dequantized_ref(a2, w, sa2, sb, full).reshape(experts, cap, n)  # every row of every expert
+    for g in range(experts):
+        c = int(counts[g])
+        if c:
+            assert _err(out[g, :c].float(), ref[g, :c]) < 1e-3, f"expert {g}"
+    batched = warploom.scaled_grouped_mm(a, w.transpose(-2, -1), sa, sb)
+    assert _err(batched.float(), ref) < 1e-3
 
 
 def test_blockwise_cuda_graph_replays_with_changed_offsets() -> None:

@@ -2,7 +2,7 @@
 
 A grouped kernel is the sm_90a kernel with three changes, all here (and a fourth for blockwise fp8: the scale_b
 copy reads the tile's group's block, ``sb_ptr + grp * sb_stride_g``, of the (G, ceil(K/128), ceil(N/128)) scales;
-scale_a's rows are A's, so its copy is the ungrouped one):
+scale_a's rows are A's, a 3-D A's flattened, so its copy is the ungrouped one):
 
 - its tile loop runs over (group, tile) pairs: ``num_tiles`` and each tile's group come from a scan over the
   group bounds in the kernel (``group_count``, ``group_tile``), never from the host, so a CUDA graph captured once
