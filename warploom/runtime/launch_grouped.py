@@ -4,9 +4,9 @@ The arguments are what backends/gluon_grouped.py's kernel reads: A's 2-D descrip
 its (G, N, K) (K-major) or (G, K, N) storage, C's 2-D one and C's pointer (the clipped stores), the int32 bounds
 and G, the rowwise scales (or the blockwise ones with their strides, scale_b's expert stride too), then M, N, K.
 Nothing is read from the bounds on the host, so a launch can be captured in a CUDA graph and replayed after the
-bounds changed in place. The grid is the planned one (the SM count): the
-kernel finds its tile count on the device, and CTAs without a tile exit. Launches go through `DirectLaunch`, as the
-other kernels' do (the first through Triton's JIT, later ones directly).
+bounds changed in place. The grid is the planned one (the SM count): the kernel finds its tile count on the device,
+and CTAs without a tile exit. Launches go through `DirectLaunch`, as the other kernels' do (the first through
+Triton's JIT, later ones directly).
 """
 
 from __future__ import annotations
