@@ -1,9 +1,11 @@
 """Grouped GEMMs on the GPU (issue 27): warploom.grouped_mm against torch._grouped_mm (bf16) and
 warploom.scaled_grouped_mm against torch._scaled_grouped_mm (fp8 rowwise, fast accumulation and not), plus a Python
-loop over experts as the floor, and (kind "wgrad") the K-grouped weight gradient against torch._grouped_mm's 2-D x 2-D
-layout (dW[g] = dy[rows of g]^T @ x[rows of g]: a = dy^T (N, rows), b = x (rows, K) column-major, offs over rows), on
-MoE shapes: 8 experts / 8192 rows / N=4096 / K=7168 (issue 27's), 8 experts /
-8192 rows / N=7168 / K=2048 (its down projection), and 32 experts / 16384 rows / N=2048 / K=7168 (a finer MoE).
+loop over experts as the floor, (kind "fp8-blockwise", not in the default kinds) blockwise 1x128 x 128x128 scales
+against a loop of torch's blockwise torch._scaled_mm per expert (torch has no grouped one), and (kind "wgrad") the
+K-grouped weight gradient against torch._grouped_mm's 2-D x 2-D layout (dW[g] = dy[rows of g]^T @ x[rows of g]:
+a = dy^T (N, rows), b = x (rows, K) column-major, offs over rows), on MoE shapes: 8 experts / 8192 rows / N=4096 /
+K=7168 (issue 27's), 8 experts / 8192 rows / N=7168 / K=2048 (its down projection), and 32 experts / 16384 rows /
+N=2048 / K=7168 (a finer MoE).
 A random routing with an empty expert and ragged edges, the same for every kernel; each output is checked against
 torch's before it is timed (rows of every expert). Times are CUDA-graph replays (kernel time, medians of
 triton.testing.do_bench over 10 calls a graph). Prints a table and writes JSON with --out.
@@ -51,6 +53,25 @@ def _loop(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> Callable[[], 
     return run
 
 
+def _blockwise_loop(a: torch.Tensor, w: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor,
+                    offs: torch.Tensor) -> Callable[[], Any]:
+    """torch's blockwise (1x128 x 128x128) torch._scaled_mm per expert, the offsets read once on the host: torch has
+    no grouped blockwise kernel, so this loop is what it offers (it raises where this torch has no blockwise one)."""
+    ends = [0, *offs.tolist()]
+    out = torch.empty(a.shape[0], w.shape[1], device="cuda", dtype=torch.bfloat16)
+    sa_t = sa.t().contiguous().t()  # (outer-dim-major, as torch's 1x128 scales must be)
+    sbs = [sb[g].t().contiguous().t() for g in range(w.shape[0])]
+
+    def run() -> torch.Tensor:
+        for g in range(w.shape[0]):
+            s, e = ends[g], ends[g + 1]
+            if e > s:
+                out[s:e] = torch._scaled_mm(a[s:e], w[g].t(), sa_t[s:e], sbs[g], out_dtype=torch.bfloat16)
+        return out
+
+    return run
+
+
 def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
     torch.manual_seed(0)
     offs = _routing(experts, rows)
@@ -71,6 +92,15 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
         ours = lambda: warploom.grouped_mm(a, b, offs)  # noqa: E731
         theirs = lambda: torch._grouped_mm(a, b, offs=offs)  # noqa: E731
         loop = _loop(a, w, offs)
+    elif kind == "fp8-blockwise":  # DeepSeek-V3's recipe: scale_a (rows, K/128), scale_b (G, K/128, N/128)
+        a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
+        w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn)
+        b = w.transpose(-2, -1)
+        kb, nb = -(-k // 128), -(-n // 128)
+        sa, sb = torch.rand(rows, kb, device="cuda") + 0.5, torch.rand(experts, kb, nb, device="cuda") + 0.5
+        ours = lambda: warploom.scaled_grouped_mm(a, b, sa, sb, offs)  # noqa: E731
+        theirs = _blockwise_loop(a, w, sa, sb, offs)
+        loop = None
     else:
         fast = kind == "fp8-fast"
         a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)

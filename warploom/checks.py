@@ -293,7 +293,7 @@ def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRe
     )
 
 
-def _check_block_scales(scale_a: Any, scale_b: Any) -> None:
+def check_block_scales(scale_a: Any, scale_b: Any) -> None:
     """Blockwise scales are read element by element (cp.async of 4 bytes), so any strides work; the copies address
     them with 32-bit offsets."""
     from warploom.epilogue.operands import element_span  # (the epilogue package imports this module)
@@ -447,7 +447,7 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
                                  "pass MX e8m0 scales in torch's blocked layout (to_blocked), or NVFP4's pairs")
     recipe = ScaleRecipe.NVFP4 if nvfp4 else _scale_recipe(scale_a, scale_b, m, n, k)
     if recipe.is_blockwise:
-        _check_block_scales(scale_a, scale_b)
+        check_block_scales(scale_a, scale_b)
     bias_dt = None
     if bias is not None:
         bias_dt = _bias_dtype(bias, out)

@@ -18,10 +18,18 @@ from typing import Any
 
 import torch
 
-from warploom.checks import TMA_ALIGN, check_dtype, check_tensors, no_neg_bit, same_device
+from warploom.checks import (
+    TMA_ALIGN,
+    check_block_scales,
+    check_dtype,
+    check_tensors,
+    fast_accum,
+    no_neg_bit,
+    same_device,
+)
 from warploom.dtypes import DType
 from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError, UnsupportedError
-from warploom.spec import Accumulation, BLayout, GemmSpec, Grouping, ScaleRecipe
+from warploom.spec import SCALE_BLOCK, Accumulation, BLayout, GemmSpec, Grouping, ScaleRecipe
 
 _16BIT = (DType.BF16, DType.FP16)
 
@@ -112,14 +120,16 @@ def _row_aligned(arg: str, t: torch.Tensor) -> None:
 
 def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dtype: Any = None,
                  scale_a: Any = None, scale_b: Any = None, use_fast_accum: bool = False) -> GroupedCall:
-    """Check a grouped call and give its spec; `scale_a`/`scale_b` given means fp8 rowwise (`scaled_grouped_mm`)."""
+    """Check a grouped call and give its spec; `scale_a`/`scale_b` given means fp8 (`scaled_grouped_mm`): rowwise,
+    or blockwise 1x128 x 128x128 where scale_b is 3-D (`_blockwise_scales`)."""
     scaled = scale_a is not None or scale_b is not None
     named = {"a": a, "b": b} | ({"scale_a": scale_a, "scale_b": scale_b} if scaled else {})
     check_tensors(named)
     no_neg_bit(named)
     same_device(named)
+    fast_accum(use_fast_accum)
     allowed = (DType.E4M3,) if scaled else _16BIT
-    fix = "quantize to torch.float8_e4m3fn with rowwise scales" if scaled else "pass bf16 or fp16 tensors"
+    fix = "quantize to torch.float8_e4m3fn with rowwise or blockwise scales" if scaled else "pass bf16 or fp16 tensors"
     a_dt = check_dtype("a", a, allowed, fix)
     b_dt = check_dtype("b", b, allowed, fix)
     if a_dt != b_dt:
@@ -177,10 +187,15 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
     if (n * out.bytes) % TMA_ALIGN:
         raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
                              f"N = {n}", "pad N")
-    if scaled:
+    recipe = ScaleRecipe.NONE
+    if scaled and scale_b.dim() == 3:
+        recipe = _blockwise_scales(scale_a, scale_b, rows, groups, n, k, a.dim(), use_fast_accum)
+    elif scaled:
+        recipe = ScaleRecipe.ROWWISE
         _rowwise_scales(scale_a, scale_b, rows, groups, n, a.dim())
     _cpu_values(offs, masked_m, rows, cap)
-    spec = GemmSpec(rows, n, k, a_dt, b_dt, out, layout, ScaleRecipe.ROWWISE if scaled else ScaleRecipe.NONE,
+    # (blockwise always promotes: `_blockwise_scales` refuses use_fast_accum=True)
+    spec = GemmSpec(rows, n, k, a_dt, b_dt, out, layout, recipe,
                     Accumulation.NATIVE if not scaled or use_fast_accum else Accumulation.PROMOTED,
                     grouping=grouping, groups=groups)
     return GroupedCall(spec, a2, b, bounds, out_shape)
@@ -241,6 +256,37 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
                              f"offs[-1] = {ends[-1]}", "pass offs ending within total_K")
     spec = GemmSpec(m, n, total_k, a_dt, a_dt, out, layout, grouping=Grouping.K_OFFSETS, groups=groups)
     return GroupedCall(spec, a, b, offs, (groups, m, n))
+
+
+def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, rows: int, groups: int, n: int, k: int,
+                      a_dim: int, use_fast_accum: bool) -> ScaleRecipe:
+    """DeepSeek-V3's blockwise recipe (`ScaleRecipe.BLOCKWISE_1X128_128X128`): fp32 scale_a (total_M, ceil(K/128))
+    with a 2-D a (M-grouped), one per row of a and 128-deep block of K in the grouped row space (a row's own,
+    whichever expert owns it), or (G, M_max, ceil(K/128)) with a 3-D a (masked or batched: a's rows); and scale_b
+    (G, ceil(K/128), ceil(N/128)), one per 128x128 block of each expert's (K, N) weight: warploom's ungrouped
+    128x128 scale_b per expert. Any strides are accepted (the kernel reads the scales element by element with their
+    strides), so DeepGEMM's (G, ceil(N/128), ceil(K/128)) storage goes as ``scale_b.transpose(-2, -1)``, a view (a
+    3-D scale_a is seen as (G * M_max, ceil(K/128)): a view where its strides allow, else a copy). K need not be a
+    multiple of 128: the last k-block is partial, as in the ungrouped kernel (TMA reads zeros past K)."""
+    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    if use_fast_accum:
+        raise InputError("use_fast_accum", "False with blockwise scales (each 128-deep k-block's partial is "
+                         "promoted with its own scales, so there is no fast-accumulation mode)", "True",
+                         "pass use_fast_accum=False")
+    want_a = (rows, kb) if a_dim == 2 else (groups, rows // max(groups, 1), kb)
+    want_b = (groups, kb, nb)
+    for name, t, want, what in (("scale_a", scale_a, want_a, "one per row of a and 128-deep block of K"),
+                                ("scale_b", scale_b, want_b, "one per expert and 128x128 block of its (K, N) weight")):
+        if t.dtype != torch.float32:
+            raise ScaleError(name, "float32 blockwise scales", str(t.dtype), f"pass {name}.float()")
+        if tuple(t.shape) == want:
+            continue
+        fix = f"pass {name} with shape {want}"
+        if name == "scale_b" and tuple(t.shape) == (groups, nb, kb):  # DeepGEMM's (E, N/128, K/128)
+            fix = "pass scale_b.transpose(-2, -1), a view (any strides are accepted)"
+        raise ScaleError(name, f"shape {want} (blockwise 1x128 x 128x128: {what})", f"shape {tuple(t.shape)}", fix)
+    check_block_scales(scale_a, scale_b)
+    return ScaleRecipe.BLOCKWISE_1X128_128X128
 
 
 def _rowwise_scales(scale_a: Any, scale_b: Any, rows: int, groups: int, n: int, a_dim: int) -> None:

@@ -60,12 +60,24 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
 def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                       offs: torch.Tensor | None = None, *, masked_m: torch.Tensor | None = None,
                       out_dtype: torch.dtype | None = torch.bfloat16, use_fast_accum: bool = False) -> torch.Tensor:
-    """fp8 (e4m3) rowwise grouped GEMM: ``torch._scaled_grouped_mm(a, b, scale_a, scale_b, offs=offs,
-    out_dtype=torch.bfloat16, use_fast_accum=...)``: scale_a (total_M,) fp32 per row of a ((G, M_max) with a 3-D a),
-    scale_b (G, N) per column of each expert. use_fast_accum=False promotes each k-block's partial into an fp32
-    accumulator (torch's accuracy); True accumulates in the tensor core's."""
-    return _run(grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum),
-                scale_a.reshape(-1), scale_b)
+    """fp8 (e4m3) grouped GEMM, bf16 out.
+
+    Rowwise: ``torch._scaled_grouped_mm(a, b, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16,
+    use_fast_accum=...)``: scale_a (total_M,) fp32 per row of a ((G, M_max) with a 3-D a), scale_b (G, N) per column
+    of each expert. use_fast_accum=False promotes each k-block's partial into an fp32 accumulator (torch's
+    accuracy); True accumulates in the tensor core's.
+
+    Blockwise 1x128 x 128x128 (DeepSeek-V3's MoE recipe), chosen by a 3-D scale_b: scale_a (total_M, ceil(K/128))
+    fp32, one per row of a and 128-deep block of K (a row's own, whichever expert; (G, M_max, ceil(K/128)) with a
+    3-D a, masked or batched), scale_b (G, ceil(K/128), ceil(N/128)) fp32, one per 128x128 block of each expert's
+    (K, N) weight (any strides: DeepGEMM's (G, ceil(N/128), ceil(K/128)) goes as ``scale_b.transpose(-2, -1)``).
+    Rows of expert g are ``sum over k-blocks kb of (a[rows, kb] @ b[g][kb, :]) * scale_a[rows, kb] *
+    scale_b[g, kb, n // 128]``, each k-block's partial promoted into the fp32 accumulator with its scales
+    (use_fast_accum must be False)."""
+    call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum)
+    # (blockwise scales go with their strides, a 3-D scale_a over a's flattened rows; rowwise ones flattened, as the
+    # epilogue reads them)
+    return _run(call, scale_a.flatten(0, -2) if call.spec.scale.is_blockwise else scale_a.reshape(-1), scale_b)
 
 
 def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, Any]

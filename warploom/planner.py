@@ -1058,7 +1058,11 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     # Rule 10's per-block scales for fp8 rowwise on a 256-wide tile even without a bias: beside a grouped tile's
     # group, origin and row end the whole-width scale vectors spilled 16 bytes (ptxas, 8192x4096x7168), per block none.
     block = plan.block_epilogue or (spec.scale is ScaleRecipe.ROWWISE and plan.bn == 256)
-    return replace(plan, grid=device.sm_count, block_epilogue=block)
+    # Blockwise fp8 on 128x256 stores 64x64 blocks, not 64x128: a group's ragged last tile reads its staged block
+    # back for the masked stores, and a 64x128 one beside the promoted mainloop's accumulator spilled 52 bytes
+    # (ptxas, Triton 3.6, 8192x4096x7168 over 8 experts); 64x64 ones, none.
+    subtiles = max(plan.epilogue_subtiles, 4) if spec.scale.is_blockwise and plan.bn == 256 else plan.epilogue_subtiles
+    return replace(plan, grid=device.sm_count, block_epilogue=block, epilogue_subtiles=subtiles)
 
 
 def _stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,

@@ -251,8 +251,8 @@ class GemmSpec:
     def grouped_problems(self) -> list[str]:
         """What a grouped kernel does not (yet) take; empty when this spec's other fields are all it takes."""
         problems = []
-        if self.scale not in (ScaleRecipe.NONE, ScaleRecipe.ROWWISE):
-            problems.append(f"{self.scale.value} scales (bf16/fp16 and fp8 rowwise only)")
+        if self.scale not in (ScaleRecipe.NONE, ScaleRecipe.ROWWISE, ScaleRecipe.BLOCKWISE_1X128_128X128):
+            problems.append(f"{self.scale.value} scales (bf16/fp16, fp8 rowwise and blockwise 1x128 x 128x128 only)")
         if self.bias_dtype is not None:
             problems.append("a bias (torch._scaled_grouped_mm takes none either)")
         if self.epilogue is not None and (self.grouping is not Grouping.OFFSETS or len(self.epilogue.outputs) != 1

@@ -18,6 +18,12 @@ def _rw(m: int, acc: Accumulation, g: Grouping = OFF) -> GemmSpec:
     return GemmSpec(m, 4096, 7168, E4, E4, BF16, scale=ScaleRecipe.ROWWISE, accumulation=acc, grouping=g, groups=8)
 
 
+def _bw(m: int, g: Grouping = OFF) -> GemmSpec:
+    """DeepSeek-V3's MoE recipe: 1x128 x 128x128 blockwise scales, promoted per k-block (scale_b per expert)."""
+    return GemmSpec(m, 4096, 7168, E4, E4, BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+                    accumulation=Accumulation.PROMOTED, grouping=g, groups=8)
+
+
 CASES = [
     ("bf16_offsets_128x256", GemmSpec(8192, 4096, 7168, grouping=OFF, groups=8)),
     ("bf16_offsets_128x128", GemmSpec(1024, 4096, 7168, grouping=OFF, groups=8)),
@@ -26,6 +32,10 @@ CASES = [
     ("e4m3_rowwise_fast_offsets", _rw(8192, Accumulation.NATIVE)),
     ("e4m3_rowwise_promoted_offsets", _rw(8192, Accumulation.PROMOTED)),
     ("e4m3_rowwise_fast_masked", _rw(8 * 128, Accumulation.NATIVE, MASK)),
+    ("e4m3_blockwise_offsets_128x256", _bw(8192)),
+    ("e4m3_blockwise_offsets_128x128", _bw(1024)),
+    ("e4m3_blockwise_offsets_64x128", _bw(8 * 48)),
+    ("e4m3_blockwise_masked_decode_64x128", _bw(8 * 64, MASK)),
 ]
 
 
@@ -40,6 +50,8 @@ def test_grouped_compiles(name: str, spec: GemmSpec) -> None:
     assert not c.wgmma_serialized
     assert "cp.async.bulk.tensor.3d.shared" in c.ptx  # B's 3-D descriptor (a load into shared memory)
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
+    if spec.scale.is_blockwise:  # the scales by cp.async, scale_b at the tile's group (its expert stride)
+        assert "cp.async.ca.shared.global" in c.ptx and "grp * sb_stride_g" in k.gluon.text
 
 
 K_CASES = [

@@ -7,9 +7,17 @@ import pytest
 import torch
 
 import warploom
-from warploom import H100_SXM, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
+from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
 from warploom.checks_grouped import grouped_call
-from warploom.errors import DTypeError, InputError, ShapeError, UnsupportedError, WarploomError
+from warploom.errors import (
+    ArgumentTypeError,
+    DTypeError,
+    InputError,
+    ScaleError,
+    ShapeError,
+    UnsupportedError,
+    WarploomError,
+)
 from warploom.kernel import build
 from warploom.planner import grouped_tile, plan_schedule
 
@@ -186,3 +194,101 @@ def test_rule22_k_grouped_tile_from_each_groups_rows() -> None:
     for m, tile in ((2048, (128, 256)), (200, (128, 128)), (64, (64, 128))):
         p = plan_schedule(GemmSpec(m, 4096, 65536, grouping=Grouping.K_OFFSETS, groups=8), H100_SXM)
         assert (p.bm, p.bn) == tile and p.grid == H100_SXM.sm_count
+
+
+# ---- blockwise fp8 (1x128 x 128x128, DeepSeek-V3's MoE recipe): M-grouped only, scale_b (G, K/128, N/128) ----
+
+BK_, BN_ = 3, 2  # k-blocks and N-blocks of the blockwise cases below: K = 304 (ragged), N = 136
+
+
+def _bw(rows: int = 100, **over: object) -> dict:
+    k, n = 304, 136
+    args: dict = {"a": torch.randn(rows, k).to(torch.float8_e4m3fn),
+                  "b": torch.randn(G, n, k).to(torch.float8_e4m3fn).transpose(-2, -1),
+                  "offs": _offs(10, 10, 60, rows), "scale_a": torch.ones(rows, BK_),
+                  "scale_b": torch.ones(G, BK_, BN_)}
+    args.update(over)
+    return args
+
+
+def test_blockwise_call_gives_a_promoted_blockwise_spec() -> None:
+    call = grouped_call(**_bw())
+    assert call.spec.scale is ScaleRecipe.BLOCKWISE_1X128_128X128
+    assert call.spec.accumulation is Accumulation.PROMOTED and call.spec.grouping is Grouping.OFFSETS
+    assert (call.spec.m, call.spec.n, call.spec.k) == (100, 136, 304)
+    # DeepGEMM's (G, N/128, K/128) storage as its transposed view: any strides
+    deepgemm = torch.ones(G, BN_, BK_).transpose(-2, -1)
+    assert grouped_call(**_bw(scale_b=deepgemm)).spec.scale is ScaleRecipe.BLOCKWISE_1X128_128X128
+    masked = grouped_call(**_bw(a=torch.randn(G, 25, 304).to(torch.float8_e4m3fn), offs=None,
+                                masked_m=_offs(1, 2, 3, 4), scale_a=torch.ones(G, 25, BK_)))
+    assert masked.spec.grouping is Grouping.MASKED and masked.spec.scale is ScaleRecipe.BLOCKWISE_1X128_128X128
+
+
+@pytest.mark.parametrize("case,arg,err,words", [
+    ("scale_a_rowwise", "scale_a", ScaleError, "shape (100, 3)"),
+    ("scale_a_k_blocks", "scale_a", ScaleError, "shape (100, 3)"),
+    ("scale_b_shape", "scale_b", ScaleError, "shape (4, 3, 2)"),
+    ("scale_b_deepgemm", "scale_b", ScaleError, "scale_b.transpose(-2, -1)"),
+    ("scale_b_experts", "scale_b", ScaleError, "shape (4, 3, 2)"),
+    ("scale_a_bf16", "scale_a", ScaleError, "float32 blockwise scales"),
+    ("scale_b_fp16", "scale_b", ScaleError, "float32 blockwise scales"),
+    ("fast_accum", "use_fast_accum", InputError, "no fast-accumulation mode"),
+    ("fast_accum_str", "use_fast_accum", ArgumentTypeError, "a bool"),
+    ("masked_scale_a_2d", "scale_a", ScaleError, "shape (4, 25, 3)"),
+    ("bf16_a", "a", DTypeError, "blockwise scales"),
+    ("out_fp16", "out_dtype", DTypeError, "torch.bfloat16"),
+])
+def test_blockwise_bad_input(case: str, arg: str, err: type, words: str) -> None:
+    args: dict = _bw()
+    if case == "scale_a_rowwise":
+        args["scale_a"] = torch.ones(100)
+    elif case == "scale_a_k_blocks":
+        args["scale_a"] = torch.ones(100, 2)  # K // 128 rather than ceil(K / 128)
+    elif case == "scale_b_shape":
+        args["scale_b"] = torch.ones(G, BK_, 136)  # 1x128 per column: not the grouped recipe
+    elif case == "scale_b_deepgemm":
+        args["scale_b"] = torch.ones(G, BN_, BK_)  # DeepGEMM's (G, N/128, K/128) as it is
+    elif case == "scale_b_experts":
+        args["scale_b"] = torch.ones(G - 1, BK_, BN_)
+    elif case == "scale_a_bf16":
+        args["scale_a"] = torch.ones(100, BK_).bfloat16()
+    elif case == "scale_b_fp16":
+        args["scale_b"] = torch.ones(G, BK_, BN_).half()
+    elif case == "fast_accum":
+        args["use_fast_accum"] = True
+    elif case == "fast_accum_str":
+        args["use_fast_accum"] = "no"
+    elif case == "masked_scale_a_2d":  # a 3-D a takes scale_a (G, M_max, KB), as its rowwise one is (G, M_max)
+        args |= {"a": torch.randn(G, 25, 304).to(torch.float8_e4m3fn), "offs": None, "masked_m": _offs(1, 2, 3, 4),
+                 "scale_a": torch.ones(G * 25, BK_)}
+    elif case == "bf16_a":
+        args["a"] = args["a"].bfloat16()
+    elif case == "out_fp16":
+        args["out_dtype"] = torch.float16
+    with pytest.raises(err) as e:
+        grouped_call(**args)
+    assert e.value.arg == arg and words in str(e.value) and "Fix:" in str(e.value)  # type: ignore[attr-defined]
+    assert isinstance(e.value, (ValueError, TypeError))
+
+
+def test_blockwise_nothing_launches_on_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warploom.grouped as grouped
+
+    monkeypatch.setattr(grouped, "build", lambda *a, **k: pytest.fail("planned before the checks"))
+    args = _bw(scale_b=torch.ones(G, BN_ + 1, BK_))
+    with pytest.raises(ScaleError, match=r"^scale_b: expected shape \(4, 3, 2\)"):
+        warploom.scaled_grouped_mm(args.pop("a"), args.pop("b"), args.pop("scale_a"), args.pop("scale_b"), **args)
+
+
+def test_rule22_blockwise_plans() -> None:
+    """Blockwise fp8 takes rule 22's tiles; on 128x256 it stores 64x64 blocks (its masked read-back of 64x128 ones
+    spilled, planner.plan_grouped)."""
+    for m, tile in ((8192, (128, 256)), (1024, (128, 128)), (8 * 48, (64, 128))):
+        spec = GemmSpec(m, 4096, 7168, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+                        accumulation=Accumulation.PROMOTED, grouping=Grouping.OFFSETS, groups=8)
+        p = plan_schedule(spec, H100_SXM)
+        assert (p.bm, p.bn, p.bk, p.split_k, p.grid) == (*tile, 128, 1, H100_SXM.sm_count)
+        assert p.epilogue_subtiles == 4 or tile[1] != 256
+    with pytest.raises(ValueError, match="grouped GEMMs do not take blockwise_1x128_1x128 scales"):
+        GemmSpec(64, 128, 128, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_1X128,
+                 accumulation=Accumulation.PROMOTED, grouping=Grouping.OFFSETS, groups=2)

@@ -1,6 +1,8 @@
 """Grouped GEMMs on sm_90a (ir.Tiling.grouping): the group scan helpers and the partition emitter's differences.
 
-A grouped kernel is the sm_90a kernel with three changes, all here:
+A grouped kernel is the sm_90a kernel with three changes, all here (and a fourth for blockwise fp8: the scale_b
+copy reads the tile's group's block, ``sb_ptr + grp * sb_stride_g``, of the (G, ceil(K/128), ceil(N/128)) scales;
+scale_a's rows are A's, a 3-D A's flattened, so its copy is the ungrouped one):
 
 - its tile loop runs over (group, tile) pairs: ``num_tiles`` and each tile's group come from a scan over the
   group bounds in the kernel (``group_count``, ``group_tile``), never from the host, so a CUDA graph captured once
@@ -50,6 +52,9 @@ class GroupedEmitter(PartitionEmitter):
     def __init__(self, m: ir.Module, p: ir.Partition, buf: CodeBuffer) -> None:
         super().__init__(m, p, buf)
         self.scale_b = "(scale_b_ptr + grp * N)"  # rowwise scale_b (G, N): the tile's group's row
+        # blockwise scale_b (E, ceil(K/128), ceil(N/128)): the tile's group's block, never a neighbour expert's
+        # (scale_a is in the grouped row space: a tile's rows are A's, whichever expert, so off_m as it is)
+        self.sb_base = "(sb_ptr + grp * sb_stride_g)"
 
     def _num_tiles(self) -> None:
         self.buf.line("num_tiles = group_count(group_ptr, E, M, num_pid_n)",

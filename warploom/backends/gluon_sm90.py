@@ -37,6 +37,13 @@ _ASYNC_COPY_IMPORT = "from triton.experimental.gluon.language.nvidia.ampere impo
 
 # The blockwise scale kernel parameters: the scale tensors go as they are, with their strides (any layout).
 SCALE_PARAMS = ("sa_ptr", "sb_ptr", "sa_stride_m", "sa_stride_k", "sb_stride_k", "sb_stride_n")
+# A grouped module's scale_b is (E, k-blocks, N-blocks): its expert stride too (backends/gluon_grouped.py).
+GROUP_SCALE_PARAMS = ("sb_stride_g",)
+
+
+def scale_params(m: ir.Module) -> tuple[str, ...]:
+    """The blockwise scale parameters of `m`'s kernel (a grouped module's with scale_b's expert stride)."""
+    return SCALE_PARAMS + (GROUP_SCALE_PARAMS if m.tiling.grouped else ())
 
 # Grouped raster (ir.Tiling.group_m): consecutive tile ids walk GROUP_M rows of tiles column by column.
 # warploom.ir.raster.tile_coords is the same function in Python, used by the simulator.
@@ -258,6 +265,7 @@ class PartitionEmitter:
         self.k_first = "k_lo" if self.sk else "0"  # the first k-block of a K loop (a stream-K unit's)
         self.api = gluon_api.current()  # the installed Triton's spellings (backends/gluon_api.py)
         self.scale_b = "scale_b_ptr"  # rowwise scale_b's first column (a grouped module's: its group's row)
+        self.sb_base = "sb_ptr"  # blockwise scale_b's first block (a grouped module's: its group's (KB, NB) block)
 
     def params(self) -> list[str]:
         return partition_params(self.m, self.p)
@@ -585,11 +593,11 @@ class PartitionEmitter:
             ptr, mask = f"sa_ptr + {w(row)} * sa_stride_m + {w(self.kb)} * sa_stride_k", f"{idx} < M"
         elif self.m.spec.scale.per_column_b:
             b.line(f"{idx} = off_n + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's columns")
-            ptr, mask = f"sb_ptr + {w(self.kb)} * sb_stride_k + {w(idx)} * sb_stride_n", f"{idx} < N"
+            ptr, mask = f"{self.sb_base} + {w(self.kb)} * sb_stride_k + {w(idx)} * sb_stride_n", f"{idx} < N"
         else:
             b.line(f"{idx} = off_n // {SCALE_BLOCK} + gl.arange(0, {ring.cols}, layout={o.ring}_copy)",
                    f"the tile's {SCALE_BLOCK}-column blocks of B")
-            ptr, mask = (f"sb_ptr + {w(self.kb)} * sb_stride_k + {w(idx)} * sb_stride_n",
+            ptr, mask = (f"{self.sb_base} + {w(self.kb)} * sb_stride_k + {w(idx)} * sb_stride_n",
                          f"{idx} < gl.cdiv(N, {SCALE_BLOCK})")
         b.line(f"{self.api.cp_async}({o.ring}.index({slot}), {ptr}, mask={mask})",
                printer.op(o))
@@ -889,7 +897,7 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
                 if o.barrier:
                     used[f"{o.barrier}_bars"] = None
                 prefix = "sa_" if o.tensor is ir.Tensor.SCALE_A else "sb_"
-                used.update(dict.fromkeys(n for n in SCALE_PARAMS if n.startswith(prefix)))
+                used.update(dict.fromkeys(n for n in scale_params(m) if n.startswith(prefix)))
             case ir.Promote() if o.scales is not None:
                 used[o.scales.a_ring] = None
                 used[o.scales.b_ring] = None
@@ -957,7 +965,7 @@ def kernel_params(m: ir.Module) -> tuple[str, ...]:
     if m.tmem_scales:  # sm_100a MX: TMA descriptors over torch's blocked scales (backends/gluon_sm100.py)
         ps += [scale_desc(ir.Tensor.SCALE_A), scale_desc(ir.Tensor.SCALE_B)]
     elif m.spec.scale.is_blockwise:
-        ps += SCALE_PARAMS
+        ps += scale_params(m)
     if steps & {ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_TENSORWISE}:
         ps += ["scale_a_ptr", "scale_b_ptr"]
     if ir.EpilogueStep.SCALE_GLOBAL in steps:

@@ -26,7 +26,7 @@ GENERATED = frozenset("""
     gluon group_size_m i k_tiles kk language layout mask mbarrier mma num_pid_in_group num_pid_m num_pid_n
     num_tiles num_units off_m off_n offs offs_m offs_n p partial pid pid_m pid_n producer range ready_bars row s sa
     sa_ptr sa_ring sa_ring_copy sa_ring_idx sa_stride_k sa_stride_m sb sb_ptr sb_ring sb_ring_copy sb_ring_idx
-    sb_stride_k sb_stride_n split t tcgen05_commit tcgen05_mma tdm tile_coords tile_id tl tma triton unit
+    sb_stride_g sb_stride_k sb_stride_n split t tcgen05_commit tcgen05_mma tdm tile_coords tile_id tl tma triton unit
     warpgroup_mma warpgroup_mma_wait wmma workspace_desc ws_ptr
     SK_SPLIT dp_tiles grid it0 it1 k_hi k_lo n_dp q sk_cols sk_ctas sk_flags_ptr sk_last sk_offs sk_owner sk_range
     sk_rows sk_tiles sk_unit sk_ws_ptr total u

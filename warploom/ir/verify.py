@@ -475,7 +475,8 @@ def _check_grouped(m: ir.Module) -> list[str]:
     group scan, so no split-K, ranges, stream-K, swap or ping-pong (their tile arithmetic counts C's tiles); the
     spec's grouping matches the tiling's, and the spec is one a grouped kernel takes (`GemmSpec.grouped_problems`).
 
-    Allowed:   tiling(grouping=offsets) over a bf16 or fp8 rowwise spec grouped=offsets, cooperative consumers;
+    Allowed:   tiling(grouping=offsets or masked) over a bf16, fp8 rowwise or fp8 blockwise 1x128 x 128x128
+               spec of that grouping, cooperative consumers;
                tiling(grouping=k_offsets) over a bf16 or fp16 spec grouped=k_offsets.
     Forbidden: tiling(grouping=offsets, split_k=2); a ping-pong consumer's `for tiles[1::2]`; an sm_100a module;
                an fp8 spec grouped=k_offsets (`GemmSpec.grouped_problems`)."""

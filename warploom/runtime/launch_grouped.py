@@ -2,10 +2,11 @@
 
 The arguments are what backends/gluon_grouped.py's kernel reads: A's 2-D descriptor over all rows, B's 3-D one over
 its (G, N, K) (K-major) or (G, K, N) storage, C's 2-D one and C's pointer (the clipped stores), the int32 bounds
-and G, the rowwise scales, then M, N, K. Nothing is read from the bounds on the host, so a launch can be captured
-in a CUDA graph and replayed after the bounds changed in place. The grid is the planned one (the SM count): the
-kernel finds its tile count on the device, and CTAs without a tile exit. Launches go through `DirectLaunch`, as the
-other kernels' do (the first through Triton's JIT, later ones directly).
+and G, the rowwise scales (or the blockwise ones with their strides, scale_b's expert stride too), then M, N, K.
+Nothing is read from the bounds on the host, so a launch can be captured in a CUDA graph and replayed after the
+bounds changed in place. The grid is the planned one (the SM count): the kernel finds its tile count on the device,
+and CTAs without a tile exit. Launches go through `DirectLaunch`, as the other kernels' do (the first through
+Triton's JIT, later ones directly).
 """
 
 from __future__ import annotations
@@ -35,19 +36,25 @@ class GroupedLauncher:
         self._params = src.params
         self._grid = m.tiling.grid
         self._k_major = m.spec.b_layout is BLayout.K_MAJOR
+        self._blockwise = m.spec.scale.is_blockwise
         self._main = DirectLaunch(load(src.text, src.kernel), compile_options(num_warps=src.num_warps,
                                                                          maxnreg=src.maxnreg), descs, True)
 
     def __call__(self, a: Any, b: Any, bounds: Any, out: Any, scale_a: Any = None, scale_b: Any = None,
                  operands: Any = None) -> Any:
         """`a` (M, K), `b` (G, K, N), `bounds` (G,) int32 on the device, `out` (M, N) contiguous; K-grouped
-        (Grouping.K_OFFSETS): `b` (total_K, N), `out` (G * M, N); `operands` a fused epilogue's, by graph name."""
+        (Grouping.K_OFFSETS): `b` (total_K, N), `out` (G * M, N); `operands` a fused epilogue's, by graph name.
+        Rowwise scales flattened; blockwise ones (M, k-blocks) and (G, k-blocks, N-blocks), any strides."""
         args = {
             "a_desc": a, "b_desc": b.transpose(-2, -1) if self._k_major else b, "c_desc": out, "c_ptr": out,
             "group_ptr": bounds, "E": bounds.shape[0], "M": a.shape[0], "N": b.shape[-1], "K": a.shape[1],
-            "scale_a_ptr": None if scale_a is None else aligned_copy(scale_a),
-            "scale_b_ptr": None if scale_b is None else aligned_copy(scale_b),
+            "scale_a_ptr": None if scale_a is None or self._blockwise else aligned_copy(scale_a),
+            "scale_b_ptr": None if scale_b is None or self._blockwise else aligned_copy(scale_b),
         }
+        if self._blockwise:  # (E, k-blocks, N-blocks) scale_b and (M, k-blocks) scale_a, with their own strides
+            args |= {"sa_ptr": scale_a, "sb_ptr": scale_b, "sa_stride_m": scale_a.stride(0),
+                     "sa_stride_k": scale_a.stride(1), "sb_stride_g": scale_b.stride(0),
+                     "sb_stride_k": scale_b.stride(1), "sb_stride_n": scale_b.stride(2)}
         for name, t in (operands or {}).items():  # a fused epilogue's: dense ones by TMA, the rest by pointer
             args[f"{name}_desc"] = args[f"{name}_ptr"] = t
         self._main.launch(self._grid, [args[p] for p in self._params])

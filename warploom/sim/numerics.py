@@ -162,6 +162,8 @@ class CtaData:
             assert ops.scale_b is not None
             # (k-blocks, N) per column, (k-blocks, N-blocks) per 128x128 block; MX (N, slices), transposed
             src = ops.scale_b.t() if recipe is ScaleRecipe.MX else ops.scale_b
+            if tag.group is not None:  # a grouped module's (E, k-blocks, N-blocks): its tile's group's block
+                src = src[tag.group]
             first = start if recipe.per_column_b else start // SCALE_BLOCK
         # Outside the scale tensor the kernel reads 0 (cp.async zero-fill), or 1.0 for MX (its masked byte loads)
         fill = 1.0 if recipe is ScaleRecipe.MX else 0.0

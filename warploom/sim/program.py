@@ -435,11 +435,13 @@ class MalformedError(WarploomError, ValueError):
     """The module cannot be executed: a cursor, barrier index or loop context is missing or out of range."""
 
 
-def scale_tag(tensor: ir.Tensor, tile: TileRef, k: int) -> Tag:
-    """The scales a (tile, k-block) needs: scale_a over the tile's rows, scale_b over its columns, at k-block k."""
+def scale_tag(tensor: ir.Tensor, tile: TileRef, k: int, grouped: bool = False) -> Tag:
+    """The scales a (tile, k-block) needs: scale_a over the tile's rows, scale_b over its columns, at k-block k. A
+    grouped module's (`grouped`) scale_b is its tile's group's (E, k-blocks, N-blocks) block; its scale_a is in the
+    grouped row space, so the tile's rows as they are (A's and C's)."""
     if tensor is ir.Tensor.SCALE_A:
         return Tag("scale_a", ("m", "kb"), (tile.off_m, k))
-    return Tag("scale_b", ("n", "kb"), (tile.off_n, k))
+    return Tag("scale_b", ("n", "kb"), (tile.off_n, k), tile.group if grouped else None)
 
 
 def tma_scale_tag(module: ir.Module, tensor: ir.Tensor, tile: TileRef, k: int) -> Tag:
@@ -671,8 +673,8 @@ class _Interp:
                     t = self._tile_in_k(text)
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
-                    yield LoadI(site, o.ring, slot, scale_tag(o.tensor, t, self._kb(t)), o.barrier, bi, 0,
-                                tracked=not o.sync, sync=o.sync)
+                    tag = scale_tag(o.tensor, t, self._kb(t), m.tiling.grouped)
+                    yield LoadI(site, o.ring, slot, tag, o.barrier, bi, 0, tracked=not o.sync, sync=o.sync)
                 case ir.Mma():
                     t = self._tile_in_k(text)
                     overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)
@@ -692,7 +694,7 @@ class _Interp:
                         (sc.a_ring, self._index(sc.slot, m.ring(sc.a_ring).depth, text),
                          scale_tag(ir.Tensor.SCALE_A, t, self._kb(t))),
                         (sc.b_ring, self._index(sc.slot, m.ring(sc.b_ring).depth, text),
-                         scale_tag(ir.Tensor.SCALE_B, t, self._kb(t))), sc.sub or 0)
+                         scale_tag(ir.Tensor.SCALE_B, t, self._kb(t), m.tiling.grouped)), sc.sub or 0)
                     dst = self._acc(o.dst, text)
                     rb = self.p.rows
                     yield PromoteI(site, o.src, o.dst, reads, None if rb is None else (rb.start, rb.start + rb.rows),
