@@ -291,8 +291,12 @@ class GemmSpec:
         if dense:
             problems.append(f"a dense epilogue operand ({', '.join(dense)}: its rows are contiguous in C, so C^T's "
                             "would be strided)")
-        if self.scale.is_blockwise:
-            problems.append("blockwise scales (their blocks are laid out for A and B, not swapped)")
+        # MX and NVFP4 scales in torch's blocked layout are laid out alike for A's rows and B's (each (rows, K/32)
+        # or (rows, K/16) in 128x4 blocks), so they trade sides whole; fp32 blockwise blocks and row-major MX scales
+        # (sm_90a's, read per 128 columns of B or per column) do not.
+        if self.scale.is_blockwise and self.scale_layout is not ScaleLayout.BLOCKED:
+            problems.append("blockwise scales other than MX's or NVFP4's in torch's blocked layout (their blocks are "
+                            "laid out for A and B, not swapped)")
         if self.grouped:
             problems.append("a grouped GEMM (its groups split A's rows)")
         return problems
@@ -301,7 +305,8 @@ class GemmSpec:
         """The transposed problem a swap-AB plan runs (planner rule 18): C^T (N, M) = B^T (N, K) @ A^T (K, M).
 
         B's (N, K) rows, K-contiguous, are the new A; A's (M, K) rows are a K-major new B. Rowwise scales trade
-        sides (scale_b, one per column of C, is one per row of C^T); tensorwise ones commute; a fused epilogue's
+        sides (scale_b, one per column of C, is one per row of C^T); tensorwise ones commute, as NVFP4's global
+        scales do; MX and NVFP4 block scales in the blocked layout trade sides whole; a fused epilogue's
         row and column operands trade kinds (`EpilogueGraph.transposed`). See `swap_problems` for what cannot
         swap."""
         problems = self.swap_problems()

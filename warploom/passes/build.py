@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
-from warploom.planner import Plan
+from warploom.planner import Plan, scale_rows
 from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
 
@@ -65,12 +65,13 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     # sm_100a MX (rule 19, seed 001): the tensor cores apply the e8m0 scales themselves (tcgen05 block-scaled MMA),
     # so nothing is promoted; TMA copies each k-block's raw bytes, (BM, BK/32) and (BN, BK/32) in torch's blocked
     # layout, into slots of the A/B stage, which tcgen05.cp then reads.
-    # NVFP4 likewise, (BM, BK/16) and (BN, BK/16) e4m3 bytes.
+    # NVFP4 likewise, (BM, BK/16) and (BN, BK/16) e4m3 bytes. A tile narrower than 128 (rule 18's swapped decode:
+    # 16 or 32 tokens) takes the whole 128-row block its rows start (`scale_rows`), padded by to_blocked.
     native_mx = spec.scale.microscaled and plan.acc_buffers > 0
     if native_mx:
         sd = spec.scale.scale_dtype
-        rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, sd, 1, plan.bm, subs),
-                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, sd, 1, plan.bn, subs))
+        rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, sd, 1, scale_rows(plan.bm), subs),
+                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, sd, 1, scale_rows(plan.bn), subs))
     elif blockwise:
         # The k-block's scales travel through the same stages as its A and B tiles (seed 001): one slot of
         # scale_a holds the tile's BM row scales; one of scale_b the tile's 128-column blocks' (or columns'); MX

@@ -195,8 +195,10 @@ class CtaData:
         if ins.scales:
             (sa, _), (sb, _) = ins.scales
             vec = self.m.spec.scale.scale_k
-            a = a * self.tmem_scales[sa].repeat_interleave(vec, dim=1)
-            b = b * self.tmem_scales[sb].repeat_interleave(vec, dim=1)  # (a K-major (BN, BK) slot)
+            # (the MMA reads its operands' rows of each buffer: a 16- or 32-row B, rule 18's tokens, the first rows
+            # of the 128 the copy brought)
+            a = a * self.tmem_scales[sa][:a.shape[0]].repeat_interleave(vec, dim=1)
+            b = b * self.tmem_scales[sb][:b.shape[0]].repeat_interleave(vec, dim=1)  # (a K-major (BN, BK) slot)
         prod = a @ (b.t() if self.k_major else b)
         tm = self.slots[ins.acc_ring]
         tm[ins.acc_slot] = tm[ins.acc_slot] + prod if ins.accumulate else prod
