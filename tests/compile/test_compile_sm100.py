@@ -153,7 +153,7 @@ def test_plain_fp8_mma_is_not_block_scaled() -> None:
 
 @pytest.mark.parametrize("spec,tokens,kind,mma,mmas", [
     pytest.param(_nvfp4(16, 4096, 4096), 16, _NVF4, "UTCOMMA", 1, id="nvfp4_swap_16x4096x4096"),
-    pytest.param(_nvfp4(24, 520, 1056), 32, _NVF4, "UTCOMMA", 1, id="nvfp4_swap_24x520x1056_odd"),
+    pytest.param(_nvfp4(24, 528, 1056), 32, _NVF4, "UTCOMMA", 1, id="nvfp4_swap_24x528x1056_odd"),
     pytest.param(_mx(24, 4096, 4096), 32, r"kind::mxf8f6f4\.block_scale\b", "UTCQMMA", 4, id="mxfp8_swap_24"),
     pytest.param(_mx(8, 4096, 4096, a=DType.E2M1, b=DType.E2M1), 16, _MXF4, "UTCOMMA", 2, id="mxfp4_swap_8"),
 ])

@@ -42,15 +42,16 @@ def _check(spec: GemmSpec, tokens: int) -> None:
 
 @pytest.mark.parametrize("m", [1, 8, 16, 24, 32])
 def test_nvfp4_decode_runs_swapped_against_the_dequantized_reference(m: int) -> None:
-    """NVFP4: N = 200 (a partial 128-row tile of the weight), K = 1056 (16.5 k-blocks of 64)."""
-    _check(_spec(m, 200, 1056, ScaleRecipe.NVFP4, E2M1), 16 if m <= 16 else 32)
+    """NVFP4: N = 208 (a partial 128-row tile of the weight; a multiple of 16, as scaled_mm takes N), K = 1056
+    (16.5 k-blocks of 64)."""
+    _check(_spec(m, 208, 1056, ScaleRecipe.NVFP4, E2M1), 16 if m <= 16 else 32)
 
 
 @pytest.mark.parametrize("m,n,k,dtype", [
-    (8, 328, 1056, E4M3),  # MX fp8: 8.25 k-blocks of 128
-    (24, 200, 544, E4M3),
-    (3, 136, 1088, E2M1),  # MX fp4: 8.5 k-blocks of 128 (64 bytes)
-    (32, 264, 320, E2M1),
+    (8, 336, 1056, E4M3),  # MX fp8: 8.25 k-blocks of 128
+    (24, 208, 544, E4M3),
+    (3, 144, 1088, E2M1),  # MX fp4: 8.5 k-blocks of 128 (64 bytes)
+    (32, 272, 320, E2M1),
 ])
 def test_mx_decode_runs_swapped_against_the_dequantized_reference(m: int, n: int, k: int, dtype: DType) -> None:
     _check(_spec(m, n, k, ScaleRecipe.MX, dtype), 16 if m <= 16 else 32)
