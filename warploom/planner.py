@@ -317,7 +317,7 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
     # NVFP4 takes the same path with e4m3 scales per 16 and its global scale in the epilogue.
     mx = spec.scale.microscaled
     problems = _native_problems(replace(spec, scale=ScaleRecipe.TENSORWISE, accumulation=Accumulation.NATIVE,
-                                        scale_layout=ScaleLayout.ROW_MAJOR)) if mx \
+                                        scale_layout=ScaleLayout.ROW_MAJOR, b_dtype=spec.a_dtype)) if mx \
         else _native_problems(spec)
     if problems:
         raise UnsupportedError(f"sm_100a (planner rule 19) plans native accumulation with tensorwise, rowwise, MX "
@@ -489,7 +489,9 @@ def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int, scale_partition: bool
     """Shared memory of one pipeline stage: an A tile and a B tile, and the k-block's scales unless a scale
     partition holds them in a ring of its own."""
     scales = 0 if scale_partition else scale_slot_bytes(spec, bm, bn, bk)
-    return ((bm * bk) * spec.a_dtype.bits + (bn * bk) * spec.b_dtype.bits) // 8 + scales
+    # (MX fp8 x fp4: the fp4 operand lies one value a byte in shared memory, `ir.Ring.padded`)
+    a_bits, b_bits = (8, 8) if spec.mixed_fp4 else (spec.a_dtype.bits, spec.b_dtype.bits)
+    return ((bm * bk) * a_bits + (bn * bk) * b_bits) // 8 + scales
 
 
 def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: int = 128, block: bool = False,

@@ -430,7 +430,8 @@ class PartitionEmitter:
         b.line("k0 = split * k_tiles", "its first k-block")
         b.line(f"off_m, off_n = tile_coords({self.tile0}{unit} % num_tiles, num_pid_m, num_pid_n)")
 
-    def _coord(self, axis: ir.Axis) -> str:
+    def _coord(self, axis: ir.Axis, tensor: ir.Tensor | None = None) -> str:
+        """The TMA coordinate along `axis` of a load of `tensor`."""
         return {ir.Axis.M: "off_m", ir.Axis.N: "off_n", ir.Axis.K: f"{self.kb} * BK"}[axis]
 
     def _b_slot(self, ring: str, slot: str) -> str:
@@ -468,7 +469,7 @@ class PartitionEmitter:
             case ir.TmaLoad():
                 d = self.depth[o.slot.cursor]
                 desc = f"{o.tensor.value.lower()}_desc"
-                coord = ", ".join(self._coord(a) for a in o.coord)
+                coord = ", ".join(self._coord(a, o.tensor) for a in o.coord)
                 s = slot_index(o.slot, d, self.stages)
                 if o.multicast:
                     self.api.require_multicast(f"{self.m.name}: {c}")

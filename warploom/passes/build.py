@@ -55,9 +55,10 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     m_major = spec.a_layout is ALayout.M_MAJOR  # (an M-major A's slots are (BK, BM): its storage order)
     a_rows, a_cols = (plan.bk, plan.bm) if m_major else (plan.bm, plan.bk)
     a_coord = (ir.Axis.K, ir.Axis.M) if m_major else (ir.Axis.M, ir.Axis.K)
+    # MX fp8 x fp4: the fp4 operand's slots hold a value a byte (kind::mxf8f6f4 reads it so; `ir.Ring.padded`)
     rings: tuple[ir.Ring, ...] = (
-        ir.Ring("a_ring", ir.Tensor.A, spec.a_dtype, 1, a_rows, a_cols),
-        ir.Ring("b_ring", ir.Tensor.B, spec.b_dtype, 1, b_rows, b_cols),
+        ir.Ring("a_ring", ir.Tensor.A, spec.a_dtype, 1, a_rows, a_cols, padded=spec.mixed_fp4 and spec.fp4_a),
+        ir.Ring("b_ring", ir.Tensor.B, spec.b_dtype, 1, b_rows, b_cols, padded=spec.mixed_fp4 and spec.fp4_b),
     )
     blockwise = spec.scale.is_blockwise
     mx = spec.scale is ScaleRecipe.MX

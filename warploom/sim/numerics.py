@@ -72,8 +72,9 @@ class Operands:
         global scales of A and B."""
         # (a grouped module's B is (G, K, N): its rows per group, (G, N, K) or (G, K, N))
         b_rows = b.transpose(-2, -1) if module.spec.b_layout is BLayout.K_MAJOR else b
-        if module.spec.is_fp4:  # MX fp4: the packed pairs of K as their (rows, K) values
-            a, b_rows = fp4.unpack(a), fp4.unpack(b_rows)
+        # MX fp4: the packed pairs of K as their (rows, K) values (MX fp8 x fp4: one operand's)
+        a = fp4.unpack(a) if module.spec.fp4_a else a
+        b_rows = fp4.unpack(b_rows) if module.spec.fp4_b else b_rows
         # sm_100a MX / NVFP4: torch's blocked scales, read back as padded (rows, K/32) (NVFP4: K/16) values
         if module.tmem_scales:
             kb = a.shape[1] // module.spec.scale.scale_k
