@@ -171,3 +171,29 @@ def test_block_scaled_decode_compiles_swapped(spec: GemmSpec, tokens: int, kind:
     assert c.count("UTCCP") == 2, c.summary()
     assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
     assert c.smem_bytes <= B200.smem_per_block
+
+
+@pytest.mark.parametrize("spec,swapped", [
+    pytest.param(_mx(1000, 528, 1056, b=DType.E2M1), False, id="mxfp8xmxfp4_128x128_odd"),
+    pytest.param(_mx(296, 528, 1024, a=E5, b=DType.E2M1), False, id="mxfp8e5m2xmxfp4_128x128"),
+    pytest.param(_mx(16, 4096, 4096, b=DType.E2M1), True, id="mxfp8xmxfp4_swap_16"),
+])
+def test_mx_fp8_x_fp4_compiles_to_kind_mxf8f6f4(spec: GemmSpec, swapped: bool) -> None:
+    """MX fp8 x fp4: one block-scaled kind::mxf8f6f4 UTCQMMA per 32 of K (four a 128-deep k-block), UTCCP for both
+    operands' e8m0 scales, and the fp4 operand's slots padded to a value a byte (its descriptor fp4_padded, so the
+    kernel's shared memory holds every stage's operands at a byte a value: Triton compiles an unpadded fp4 slot too,
+    which kind::mxf8f6f4 would misread)."""
+    from warploom.planner import plan_schedule
+    from warploom.runtime.cross import signature
+
+    plan = plan_schedule(spec, B200)
+    assert plan.swap_ab is swapped and plan.bk == 128
+    kern = build(spec, B200, plan)
+    fp4 = "a_desc" if swapped else "b_desc"
+    assert "fp4_padded=True" in signature(kern.module, kern.gluon)[fp4]
+    c = kern.compile()
+    assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::mxf8f6f4\.block_scale\b", c.ptx)
+    assert c.block_scaled_mmas() == c.count("UTCQMMA") == 4 and c.count("UTCOMMA") == 0, c.summary()
+    assert c.count("UTCCP") == 2, c.summary()
+    assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
+    assert plan.stages * (plan.bm + plan.bn) * plan.bk <= c.smem_bytes <= B200.smem_per_block

@@ -1028,7 +1028,8 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
             box = f"1, {rows}" if t.b_per_group and r.tensor is ir.Tensor.B else f"{rows}"
             cols = r.cols * r.dtype.bits // 8 if r.dtype is DType.E2M1 else r.cols  # (MX fp4: two values a byte)
             b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {box}, {cols}], "
-                   f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}")
+                   f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}"
+                                             + (" padded, a value a byte (fp4_padded)" if r.padded else ""))
         # sm_100a MX / NVFP4: the tcgen05 scale operands (TensorMemoryScalesLayout); their dtype tells Gluon the
         # scale format (uint8: e8m0; float8e4nv: NVFP4's e4m3, scale_vec::4X)
         for sb in m.tmem_scales:
