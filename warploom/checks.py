@@ -461,7 +461,7 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     if fp4 and not nvfp4:  # MX fp4 (and MX fp8 x fp4) takes e8m0 scales only
         for arg, t in (("scale_a", scale_a), ("scale_b", scale_b)):
             if DType.from_torch(t.dtype) is not DType.E8M0:
-                also = (f", or NVFP4's [float8_e4m3fn scales per {NVFP4_BLOCK}, fp32 global scale]"
+                also = (f" (MX fp4), or NVFP4's [float8_e4m3fn scales per {NVFP4_BLOCK}, fp32 global scale]"
                         if da is db else " (MX fp8 x fp4)")
                 raise ScaleError(arg, f"torch.float8_e8m0fnu, one scale per {MX_BLOCK} of K{also}",
                                  f"dtype {t.dtype}", "pass MX e8m0 scales in torch's blocked layout (to_blocked)"
