@@ -71,3 +71,17 @@ def test_unswapped_scales_would_give_another_product() -> None:
     ref = reference(x)
     torch.testing.assert_close(good.output.float(), ref.to(torch.bfloat16).float(), rtol=1e-2, atol=1e-2)
     assert not torch.allclose(bad.output.float(), ref, rtol=1e-2, atol=1e-2)
+
+
+def test_mx_decode_with_a_bias_runs_swapped() -> None:
+    """A bias (one per column of C) swaps as a row vector of C^T, as on the unscaled path."""
+    spec = GemmSpec(20, 272, 544, E4M3, E4M3, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX, Accumulation.PROMOTED,
+                    DType.BF16, scale_layout=ScaleLayout.BLOCKED)
+    plan = plan_schedule(spec, B200)
+    assert (plan.swap_ab, plan.bn) == (True, 32)
+    x = make_inputs(spec, 20, 272, 544, seed=3)
+    assert x.bias is not None
+    sa, sb = x.scales()
+    res = simulate(build(spec, B200, plan).module, x.a, x.b, sa, sb, x.bias, seed=1)
+    assert not res.findings, res.findings
+    torch.testing.assert_close(res.output.float(), reference(x).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-2)

@@ -388,8 +388,8 @@ class TmemScales:
         a, b: the `ScaleBuffer`s of A's rows and B's columns, each filled by a `ScaleCopy` issued before the MMA.
         a_type, b_type: the operands' element formats as the instruction names them ("e4m3", "e5m2", "e2m1").
         vec: elements of K one scale covers: 32 for MX (scale_vec::1X for fp8 and fp8 x fp4, 2X for fp4), 16 for
-            NVFP4's e4m3
-            scales (kind::mxf4nvf4 scale_vec::4X); Gluon infers it from the scale buffers' dtype and shape."""
+            NVFP4's e4m3 scales (kind::mxf4nvf4 scale_vec::4X); Gluon infers it from the scale buffers' dtype and
+            shape."""
 
     a: str
     b: str
