@@ -305,18 +305,32 @@ def check_block_scales(scale_a: Any, scale_b: Any) -> None:
                              f"pass {arg}.contiguous()")
 
 
+def _check_scaled_ab(a: Any, b: Any) -> None:
+    """`_check_ab` with K counted in values: a float4_e2m1fn_x2 operand holds two of K a byte (MX fp8 x fp4 packs one
+    operand only: a (M, K) with b (K/2, N), or a (M, K/2) with b (K, N))."""
+    _two_d("a", a)
+    _two_d("b", b)
+    fp4 = torch.float4_e2m1fn_x2
+    ka, kb = a.shape[1] * (2 if a.dtype == fp4 else 1), b.shape[0] * (2 if b.dtype == fp4 else 1)
+    if ka != kb:
+        rows = ka // 2 if b.dtype == fp4 else ka
+        raise ShapeError("b", f"shape ({rows}, N) to match a's K = {ka}", f"shape {tuple(b.shape)}",
+                         "pass b with as many rows as a has values of K (b is (K, N), not (N, K); fp4 rows hold "
+                         "two values a byte)")
+
+
 def scaled_mm_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
-    """The dtype and rank checks of `scaled_mm_spec` (safe on symbolic shapes); returns the output dtype."""
+    """The dtype and rank checks of `scaled_mm_spec` (safe on symbolic shapes); returns the output dtype.
+
+    fp8 x fp8 (either format), fp4 x fp4, and MX fp8 x fp4 either way round (warploom's own API: torch's scaled_mm
+    has no mixed MX recipe; e8m0 scales per 32 of K for both operands in the blocked layout, sm_100a's
+    kind::mxf8f6f4)."""
     check_tensors({"a": a, "b": b})
-    _check_ab(a, b)
+    _check_scaled_ab(a, b)
     fp8 = (DType.E4M3, DType.E5M2, DType.E2M1)
     fix = "quantize with x.to(torch.float8_e4m3fn) and pass its scale"
-    da = check_dtype("a", a, fp8, fix)
-    db = check_dtype("b", b, fp8, fix)
-    if (da is DType.E2M1) != (db is DType.E2M1):
-        raise DTypeError("b", "torch.float4_e2m1fn_x2 like a (MX fp4 x fp4)" if da is DType.E2M1 else
-                         f"{a.dtype} like a (MX fp8 x fp8)", str(b.dtype),
-                         "quantize both operands to the same MX format (MX fp8 x fp4 is not built)")
+    check_dtype("a", a, fp8, fix)
+    check_dtype("b", b, fp8, fix)
     # e5m2 x e5m2 is taken although torch._scaled_mm refuses it on CUDA ("Multiplication of two Float8_e5m2 matrices
     # is not supported", a cuBLASLt restriction): sm_90a's wgmma takes any pair of fp8 formats (QGMMA.E5M2.E5M2).
     out = DType.from_torch(out_dtype if out_dtype is not None else torch.bfloat16)
@@ -414,13 +428,15 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     assert da is not None and db is not None
     m, k = a.shape
     n = b.shape[1]
-    if da is DType.E2M1:  # MX fp4: a (M, K/2) and b (K/2, N), two values of K a byte
-        k *= 2
+    fp4 = DType.E2M1 in (da, db)
+    if fp4:  # MX fp4: a (M, K/2) and b (K/2, N), two values of K a byte (MX fp8 x fp4: one of them)
+        k *= 2 if da is DType.E2M1 else 1
+        arg = "a" if da is DType.E2M1 else "b"
         if k % MX_BLOCK:
-            raise ShapeError("a", f"fp4 data with K a multiple of {MX_BLOCK} (two values a byte, rows of whole 16 "
-                             f"bytes for TMA, MX's one e8m0 scale per {MX_BLOCK}): a.shape[1] = K/2 a multiple of "
+            raise ShapeError(arg, f"fp4 data with K a multiple of {MX_BLOCK} (two values a byte, rows of whole 16 "
+                             f"bytes for TMA, MX's one e8m0 scale per {MX_BLOCK}): K/2 a multiple of "
                              f"{MX_BLOCK // 2}",
-                             f"a.shape[1] = {a.shape[1]} (K = {k})",
+                             f"{arg}.shape[{1 if arg == 'a' else 0}] = {k // 2} (K = {k})",
                              f"pad K with zeros to a multiple of {MX_BLOCK} before packing")
     for arg, size in (("a", k), ("b", n)):
         if size % 16:
@@ -432,6 +448,9 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     # (NVFP4 by a global scale or e4m3 scales of a; a mismatched scale_b is named against scale_a's recipe)
     nvfp4 = da is DType.E2M1 and (DType.from_torch(scale_a.dtype) is DType.E4M3 or global_a is not None
                                   or global_b is not None)
+    if nvfp4 and db is not DType.E2M1:
+        raise DTypeError("b", "torch.float4_e2m1fn_x2 like a (NVFP4 x NVFP4)", str(b.dtype),
+                         "quantize b to NVFP4 too, or pass MX e8m0 scales for MX fp4 x fp8")
     if nvfp4:  # NVFP4: e4m3 scales per 16 and a global scale each (torch's BlockWise1x16 with TensorWise)
         _nvfp4_scales(a, scale_a, scale_b, {"scale_a[1]": global_a, "scale_b[1]": global_b}, m, n, k)
     else:
@@ -439,12 +458,14 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
             if g is not None:
                 raise ScaleError(arg, "one scale tensor (a global scale goes with NVFP4's fp4 data only)",
                                  f"a pair with {a.dtype} data", f"pass {arg}[0] alone")
-    if da is DType.E2M1 and not nvfp4:  # MX fp4 takes e8m0 scales only
+    if fp4 and not nvfp4:  # MX fp4 (and MX fp8 x fp4) takes e8m0 scales only
         for arg, t in (("scale_a", scale_a), ("scale_b", scale_b)):
             if DType.from_torch(t.dtype) is not DType.E8M0:
-                raise ScaleError(arg, f"torch.float8_e8m0fnu, one scale per {MX_BLOCK} of K (MX fp4), or NVFP4's "
-                                 f"[float8_e4m3fn scales per {NVFP4_BLOCK}, fp32 global scale]", f"dtype {t.dtype}",
-                                 "pass MX e8m0 scales in torch's blocked layout (to_blocked), or NVFP4's pairs")
+                also = (f" (MX fp4), or NVFP4's [float8_e4m3fn scales per {NVFP4_BLOCK}, fp32 global scale]"
+                        if da is db else " (MX fp8 x fp4)")
+                raise ScaleError(arg, f"torch.float8_e8m0fnu, one scale per {MX_BLOCK} of K{also}",
+                                 f"dtype {t.dtype}", "pass MX e8m0 scales in torch's blocked layout (to_blocked)"
+                                 + (", or NVFP4's pairs" if da is db else ""))
     recipe = ScaleRecipe.NVFP4 if nvfp4 else _scale_recipe(scale_a, scale_b, m, n, k)
     if recipe.is_blockwise:
         check_block_scales(scale_a, scale_b)
@@ -462,6 +483,10 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     acc = Accumulation.NATIVE if use_fast_accum and not recipe.is_blockwise else Accumulation.PROMOTED
     layout = mx_scale_layout(scale_a, scale_b, m, n, k) if recipe is ScaleRecipe.MX else \
         ScaleLayout.BLOCKED if nvfp4 else ScaleLayout.ROW_MAJOR
+    if (da is DType.E2M1) != (db is DType.E2M1) and layout is not ScaleLayout.BLOCKED:
+        raise ScaleError("scale_a", "MX scales in torch's blocked layout (to_blocked) for MX fp8 x fp4, which only "
+                         "sm_100a's kind::mxf8f6f4 MMA runs", "row-major scales",
+                         "pass to_blocked(scale_a) and to_blocked(scale_b)")
     return GemmSpec(m, n, k, da, db, out, BLayout.K_MAJOR, recipe, acc, bias_dt, scale_layout=layout)
 
 

@@ -49,16 +49,15 @@ def _tensors(m: int, n: int, k: int, dtype: str, device: str, scales: str = "row
         return a, b, None, None
     # sm_100a's native MX: e8m0 scales in torch's blocked layout (to_blocked); NVFP4: e4m3 ones per 16 of K and a
     # global fp32 scale each, as [block, global] pairs (torch.nn.functional.scaled_mm's convention)
-    if dtype in ("mxfp8", "mxfp4", "nvfp4"):
+    if dtype in ("mxfp8", "mxfp4", "nvfp4", "mxfp8xfp4"):
         from warploom.checks import blocked_scales
         from warploom.spec import NVFP4_BLOCK
 
-        if dtype == "mxfp8":
-            a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
-            b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()
-        else:  # two e2m1 values a byte along K
-            a = torch.randint(0, 256, (m, k // 2), device=device, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
-            b = torch.randint(0, 256, (n, k // 2), device=device, dtype=torch.uint8).view(torch.float4_e2m1fn_x2).t()
+        def fp4(rows: int) -> Any:  # two e2m1 values a byte along K
+            return torch.randint(0, 256, (rows, k // 2), device=device, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+
+        a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn) if dtype.startswith("mxfp8") else fp4(m)
+        b = (torch.randn(n, k, device=device).to(torch.float8_e4m3fn) if dtype == "mxfp8" else fp4(n)).t()
         if dtype == "nvfp4":
             pa, pb = ([(torch.rand(blocked_scales(rows, k, NVFP4_BLOCK), device=device) + 0.5)
                        .to(torch.float8_e4m3fn), torch.rand(1, device=device) + 0.5] for rows in (m, n))
@@ -136,10 +135,11 @@ def _problem(m: int, n: int, k: int) -> Any:
     """The options that describe the GEMM: --m, --n, --k (with these defaults), --dtype, --fast-accum."""
     opts = [click.option(f"--{d}", type=click.IntRange(min=1), default=v, show_default=True)
             for d, v in (("m", m), ("n", n), ("k", k))] + [
-        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "mxfp8", "mxfp4", "nvfp4"]),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "mxfp8", "mxfp4", "nvfp4", "mxfp8xfp4"]),
                      default="bf16", show_default=True, help="fp8: e4m3 with rowwise scales, as torch._scaled_mm; "
                      "mxfp8 (e4m3) and mxfp4 (e2m1, two a byte): e8m0 scales per 32 of K in torch's blocked layout; "
-                     "nvfp4 (e2m1): e4m3 scales per 16 of K, blocked, and an fp32 global scale each; sm_100a only"),
+                     "nvfp4 (e2m1): e4m3 scales per 16 of K, blocked, and an fp32 global scale each; mxfp8xfp4: an "
+                     "e4m3 a with an e2m1 b, MX scales; sm_100a only"),
         click.option("--fast-accum/--no-fast-accum", default=True, show_default=True, help="fp8 accumulation"),
         click.option("--scales", type=click.Choice(list(SCALES)), default="rowwise", show_default=True,
                      help="fp8 scale recipe: blockwise is 1x128 x 128x128 (DeepSeek-V3), mx e8m0 per 32 of K"),

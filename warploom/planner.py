@@ -317,7 +317,7 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
     # NVFP4 takes the same path with e4m3 scales per 16 and its global scale in the epilogue.
     mx = spec.scale.microscaled
     problems = _native_problems(replace(spec, scale=ScaleRecipe.TENSORWISE, accumulation=Accumulation.NATIVE,
-                                        scale_layout=ScaleLayout.ROW_MAJOR)) if mx \
+                                        scale_layout=ScaleLayout.ROW_MAJOR, b_dtype=spec.a_dtype)) if mx \
         else _native_problems(spec)
     if problems:
         raise UnsupportedError(f"sm_100a (planner rule 19) plans native accumulation with tensorwise, rowwise, MX "
@@ -333,9 +333,17 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                                f"tiles that tcgen05.cp copies whole), got {spec.scale_layout.value} scales. Fix: pass "
                                "to_blocked(scale) for both scales, or plan row-major scales for an sm_90a device "
                                "(seed 000's scale partition, which would read them on sm_100a, is not built)")
-    if mx and bn not in (None, 128, 256):
-        raise UnsupportedError(f"sm_100a MX: bn in (128, 256) (tcgen05.cp copies B's scales in 128-row chunks), got "
-                               f"{bn=}. Fix: leave bn to the planner")
+    if mx and bn not in (None, 16, 32, 128, 256):
+        raise UnsupportedError(f"sm_100a MX: bn in (16, 32, 128, 256) (tcgen05.cp copies B's scales in 128-row "
+                               f"chunks; a 16- or 32-wide tile copies one and reads its first rows), got {bn=}. Fix: "
+                               "leave bn to the planner")
+    if mx and bn is not None and bn < 128 and spec.n > bn:
+        # A narrow tile's scales are the first bn rows of the 128-row block at off_n // 128, which holds them only
+        # for the tile at off_n = 0: a second tile's (rows bn ...) would need a copy from inside the block.
+        raise UnsupportedError(f"sm_100a MX: a {bn}-wide tile reads its B scales from the first {bn} rows of a "
+                               f"128-row tcgen05.cp chunk, so N must fit one tile, got N={spec.n} (rule 18 swaps "
+                               f"decode with the tokens as N: at most {SWAP_MAX_M}). Fix: bn=128, or leave bn to the "
+                               "planner")
     bm = bm or 128
     if bm != 128 or bn not in (None, 16, 32, 64, 128, 256):
         raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (16, 32, 64, 128, 256), got "
@@ -466,15 +474,24 @@ def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
         return 0
     subs = bk // spec.scale.scale_k
     if spec.scale_layout is ScaleLayout.BLOCKED:  # sm_100a MX: the raw e8m0 bytes, as TMA copies them
-        return subs * (bm + bn)
+        return subs * (scale_rows(bm) + scale_rows(bn))
     return 4 * subs * (bm + spec.scale.b_scales(bn))
+
+
+def scale_rows(rows: int) -> int:
+    """sm_100a MX / NVFP4: the rows of a tile's blocked scales a stage holds: whole 128-row blocks of torch's blocked
+    layout (to_blocked pads the rows to 128), what one tcgen05.cp 32x128b.warpx4 copies. A 16- or 32-wide tile
+    (rule 18's tokens) copies one whole block, of which its MMA reads the first 16 or 32 rows."""
+    return -(-rows // 128) * 128
 
 
 def stage_bytes(spec: GemmSpec, bm: int, bn: int, bk: int, scale_partition: bool = False) -> int:
     """Shared memory of one pipeline stage: an A tile and a B tile, and the k-block's scales unless a scale
     partition holds them in a ring of its own."""
     scales = 0 if scale_partition else scale_slot_bytes(spec, bm, bn, bk)
-    return ((bm * bk) * spec.a_dtype.bits + (bn * bk) * spec.b_dtype.bits) // 8 + scales
+    # (MX fp8 x fp4: the fp4 operand lies one value a byte in shared memory, `ir.Ring.padded`)
+    a_bits, b_bits = (8, 8) if spec.mixed_fp4 else (spec.a_dtype.bits, spec.b_dtype.bits)
+    return ((bm * bk) * a_bits + (bn * bk) * b_bits) // 8 + scales
 
 
 def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: int = 128, block: bool = False,
@@ -567,7 +584,14 @@ def swap_decode(spec: GemmSpec) -> bool:
     """Rule 18: whether the planner runs `spec` swapped (C^T = B^T A^T on 16- or 32-wide tiles): a decode GEMM of at
     most SWAP_MAX_M rows that can swap (`GemmSpec.swap_problems`; a fused epilogue too, unless it reads a dense
     operand)."""
-    return 0 < spec.m <= SWAP_MAX_M and is_decode(spec) and not spec.swap_problems()
+    return 0 < spec.m <= SWAP_MAX_M and (is_decode(spec) or _block_scaled_decode(spec)) and not spec.swap_problems()
+
+
+def _block_scaled_decode(spec: GemmSpec) -> bool:
+    """Rule 18 on sm_100a (rule 19): MX or NVFP4 with scales in torch's blocked layout at decode sizes. Their
+    `accumulation` says PROMOTED, but the tcgen05 block-scaled MMA applies the scales and accumulates in fp32 itself
+    (nothing is promoted), so the problem streams B as rule 16's decode does. (Only sm_100a plans blocked scales.)"""
+    return spec.m <= 64 and spec.scale_layout is ScaleLayout.BLOCKED
 
 
 def _tall_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool, split_k: int | None,

@@ -40,19 +40,21 @@ class Inputs:
         return [self.scale_a, self.global_a], [self.scale_b, self.global_b]
 
 
+def _fp4(rows: int, k: int, g: torch.Generator) -> torch.Tensor:
+    """(rows, K/2) random e2m1 pairs."""
+    return torch.randint(0, 256, (rows, k // 2), generator=g, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+
+
 def make_inputs(spec: GemmSpec, m: int, n: int, k: int, seed: int = 0) -> Inputs:
     """Random inputs of `spec`'s dtypes, layout and recipe at size (m, n, k)."""
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(m, k, generator=g)
     b_rows = torch.randn(n, k, generator=g) if spec.b_layout is BLayout.K_MAJOR else torch.randn(k, n, generator=g)
-    if spec.is_fp4:  # MX fp4: random e2m1 values (any of the sixteen codes), packed two a byte along K
-        a = torch.randint(0, 256, (m, k // 2), generator=g, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
-        b_rows = torch.randint(0, 256, (n, k // 2), generator=g, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
-    else:
-        if spec.is_fp8:
-            a, b_rows = a * 2, b_rows * 2  # spread over e4m3's range, well below its 448 maximum
-        a = a.to(spec.a_dtype.torch)
-        b_rows = b_rows.to(spec.b_dtype.torch)
+    if spec.is_fp8:
+        a, b_rows = a * 2, b_rows * 2  # spread over e4m3's range, well below its 448 maximum
+    # MX fp4: random e2m1 values (any of the sixteen codes), packed two a byte along K (MX fp8 x fp4: one operand)
+    a = _fp4(m, k, g) if spec.fp4_a else a.to(spec.a_dtype.torch)
+    b_rows = _fp4(n, k, g) if spec.fp4_b else b_rows.to(spec.b_dtype.torch)
     b = b_rows.t() if spec.b_layout is BLayout.K_MAJOR else b_rows  # (K, N) either way
     scale_a = scale_b = global_a = global_b = None
     if spec.scale is ScaleRecipe.TENSORWISE:
@@ -99,9 +101,12 @@ def dequantized(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor,
     block (padded k-blocks ignored)."""
     m, k = a.shape
     n = b.shape[1]
-    if a.dtype == torch.float4_e2m1fn_x2:  # MX fp4: a (M, K/2) and b (K/2, N), two values of K a byte
-        a, b = fp4.unpack(a), fp4.unpack(b.t()).t()
+    # MX fp4: a (M, K/2) and b (K/2, N), two values of K a byte (MX fp8 x fp4: one of them)
+    if a.dtype == torch.float4_e2m1fn_x2:
+        a = fp4.unpack(a)
         m, k = a.shape
+    if b.dtype == torch.float4_e2m1fn_x2:
+        b = fp4.unpack(b.t()).t()
     # MX: scale_a (M, K/32), scale_b (N, K/32) e8m0; NVFP4: (M, K/16) and (N, K/16) e4m3
     if scale_a.dtype in (torch.float8_e8m0fnu, torch.float8_e4m3fn):
         block = MX_BLOCK if scale_a.dtype == torch.float8_e8m0fnu else NVFP4_BLOCK

@@ -232,7 +232,11 @@ class GemmSpec:
             raise ValueError("PROMOTED accumulation only applies to fp8 inputs")
         if self.scale_layout is ScaleLayout.BLOCKED and not self.scale.microscaled:
             raise ValueError(f"only MX and NVFP4 scales come in the blocked layout: {self.scale=}")
-        if self.scale is ScaleRecipe.NVFP4 and (not self.is_fp4 or self.scale_layout is not ScaleLayout.BLOCKED):
+        if self.mixed_fp4 and (self.scale is not ScaleRecipe.MX or self.scale_layout is not ScaleLayout.BLOCKED):
+            raise ValueError(f"GemmSpec: MX fp8 x fp4 (kind::mxf8f6f4) takes MX scales in the blocked layout, got "
+                             f"{self.a_dtype=} {self.b_dtype=} {self.scale=} {self.scale_layout=}")
+        if self.scale is ScaleRecipe.NVFP4 and (not (self.fp4_a and self.fp4_b)
+                                                or self.scale_layout is not ScaleLayout.BLOCKED):
             raise ValueError(f"NVFP4 scales go with e2m1 inputs in the blocked layout: {self.a_dtype=} "
                              f"{self.scale_layout=}")
         if self.scale.is_blockwise and self.accumulation is not Accumulation.PROMOTED:
@@ -271,8 +275,24 @@ class GemmSpec:
 
     @property
     def is_fp4(self) -> bool:
-        """MX fp4 inputs (e2m1, two a byte along K): sm_100a's block-scaled tcgen05 MMA only."""
+        """fp4 inputs (e2m1, two a byte along K), one operand or both: sm_100a's block-scaled tcgen05 MMA only."""
+        return self.fp4_a or self.fp4_b
+
+    @property
+    def fp4_a(self) -> bool:
+        """Whether A is e2m1: (M, K/2) bytes, two values of K a byte."""
         return self.a_dtype is DType.E2M1
+
+    @property
+    def fp4_b(self) -> bool:
+        """Whether B is e2m1: (K/2, N) bytes, two values of K a byte."""
+        return self.b_dtype is DType.E2M1
+
+    @property
+    def mixed_fp4(self) -> bool:
+        """MX fp8 x fp4 (either way round): one operand e4m3 / e5m2, the other e2m1, both with e8m0 scales per 32
+        (tcgen05's kind::mxf8f6f4, which reads the fp4 operand one value a byte in shared memory)."""
+        return self.fp4_a != self.fp4_b
 
     @property
     def flops(self) -> int:
@@ -291,8 +311,12 @@ class GemmSpec:
         if dense:
             problems.append(f"a dense epilogue operand ({', '.join(dense)}: its rows are contiguous in C, so C^T's "
                             "would be strided)")
-        if self.scale.is_blockwise:
-            problems.append("blockwise scales (their blocks are laid out for A and B, not swapped)")
+        # MX and NVFP4 scales in torch's blocked layout are laid out alike for A's rows and B's (each (rows, K/32)
+        # or (rows, K/16) in 128x4 blocks), so they trade sides whole; fp32 blockwise blocks and row-major MX scales
+        # (sm_90a's, read per 128 columns of B or per column) do not.
+        if self.scale.is_blockwise and self.scale_layout is not ScaleLayout.BLOCKED:
+            problems.append("blockwise scales other than MX's or NVFP4's in torch's blocked layout (their blocks are "
+                            "laid out for A and B, not swapped)")
         if self.grouped:
             problems.append("a grouped GEMM (its groups split A's rows)")
         return problems
@@ -301,7 +325,8 @@ class GemmSpec:
         """The transposed problem a swap-AB plan runs (planner rule 18): C^T (N, M) = B^T (N, K) @ A^T (K, M).
 
         B's (N, K) rows, K-contiguous, are the new A; A's (M, K) rows are a K-major new B. Rowwise scales trade
-        sides (scale_b, one per column of C, is one per row of C^T); tensorwise ones commute; a fused epilogue's
+        sides (scale_b, one per column of C, is one per row of C^T); tensorwise ones commute, as NVFP4's global
+        scales do; MX and NVFP4 block scales in the blocked layout trade sides whole; a fused epilogue's
         row and column operands trade kinds (`EpilogueGraph.transposed`). See `swap_problems` for what cannot
         swap."""
         problems = self.swap_problems()

@@ -149,3 +149,51 @@ def test_plain_fp8_mma_is_not_block_scaled() -> None:
     """The block-scale count tells the two apart (so the test above can fail)."""
     c = build(f8(4096, 4096, 4096, TW), B200).compile()
     assert c.count("UTCQMMA") > 0 and c.block_scaled_mmas() == 0 and c.count("UTCCP") == 0
+
+
+@pytest.mark.parametrize("spec,tokens,kind,mma,mmas", [
+    pytest.param(_nvfp4(16, 4096, 4096), 16, _NVF4, "UTCOMMA", 1, id="nvfp4_swap_16x4096x4096"),
+    pytest.param(_nvfp4(24, 528, 1056), 32, _NVF4, "UTCOMMA", 1, id="nvfp4_swap_24x528x1056_odd"),
+    pytest.param(_mx(24, 4096, 4096), 32, r"kind::mxf8f6f4\.block_scale\b", "UTCQMMA", 4, id="mxfp8_swap_24"),
+    pytest.param(_mx(8, 4096, 4096, a=DType.E2M1, b=DType.E2M1), 16, _MXF4, "UTCOMMA", 2, id="mxfp4_swap_8"),
+])
+def test_block_scaled_decode_compiles_swapped(spec: GemmSpec, tokens: int, kind: str, mma: str, mmas: int) -> None:
+    """Rule 18 with block scales: a 128-row tile of the weight by 16 or 32 tokens, the MMA's N the tokens, each
+    operand's scales one 128x4 chunk copied by tcgen05.cp (UTCCP: the tokens' a whole 128-row block, of which the
+    MMA reads the first rows), a block-scaled UTCOMMA / UTCQMMA of N = 16 or 32."""
+    from warploom.planner import plan_schedule
+
+    plan = plan_schedule(spec, B200)
+    assert (plan.swap_ab, plan.bm, plan.bn) == (True, 128, tokens)
+    c = build(spec, B200, plan).compile()
+    assert re.search(r"tcgen05\.mma\.cta_group::1\." + kind, c.ptx)
+    assert c.block_scaled_mmas() == c.count(mma) == mmas, c.summary()
+    assert c.count("UTCCP") == 2, c.summary()
+    assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
+    assert c.smem_bytes <= B200.smem_per_block
+
+
+@pytest.mark.parametrize("spec,swapped", [
+    pytest.param(_mx(1000, 528, 1056, b=DType.E2M1), False, id="mxfp8xmxfp4_128x128_odd"),
+    pytest.param(_mx(296, 528, 1024, a=E5, b=DType.E2M1), False, id="mxfp8e5m2xmxfp4_128x128"),
+    pytest.param(_mx(16, 4096, 4096, b=DType.E2M1), True, id="mxfp8xmxfp4_swap_16"),
+])
+def test_mx_fp8_x_fp4_compiles_to_kind_mxf8f6f4(spec: GemmSpec, swapped: bool) -> None:
+    """MX fp8 x fp4: one block-scaled kind::mxf8f6f4 UTCQMMA per 32 of K (four a 128-deep k-block), UTCCP for both
+    operands' e8m0 scales, and the fp4 operand's slots padded to a value a byte (its descriptor fp4_padded, so the
+    kernel's shared memory holds every stage's operands at a byte a value: Triton compiles an unpadded fp4 slot too,
+    which kind::mxf8f6f4 would misread)."""
+    from warploom.planner import plan_schedule
+    from warploom.runtime.cross import signature
+
+    plan = plan_schedule(spec, B200)
+    assert plan.swap_ab is swapped and plan.bk == 128
+    kern = build(spec, B200, plan)
+    fp4 = "a_desc" if swapped else "b_desc"
+    assert "fp4_padded=True" in signature(kern.module, kern.gluon)[fp4]
+    c = kern.compile()
+    assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::mxf8f6f4\.block_scale\b", c.ptx)
+    assert c.block_scaled_mmas() == c.count("UTCQMMA") == 4 and c.count("UTCOMMA") == 0, c.summary()
+    assert c.count("UTCCP") == 2, c.summary()
+    assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
+    assert plan.stages * (plan.bm + plan.bn) * plan.bk <= c.smem_bytes <= B200.smem_per_block

@@ -144,11 +144,12 @@ def test_demo_for_sm_100a_cross_compiles_and_simulates(tmp_path: Path, monkeypat
     assert "sm_100a: cross-compiled, not run" in out and "tensor memory" in out
 
 
-@pytest.mark.parametrize("dtype,mma", [("mxfp8", "UTCQMMA"), ("mxfp4", "UTCOMMA"), ("nvfp4", "UTCOMMA")])
+@pytest.mark.parametrize("dtype,mma", [("mxfp8", "UTCQMMA"), ("mxfp4", "UTCOMMA"), ("nvfp4", "UTCOMMA"),
+                                       ("mxfp8xfp4", "UTCQMMA")])
 def test_demo_of_mx_for_sm_100a(tmp_path: Path, dtype: str, mma: str) -> None:
-    """`warploom demo --target sm_100a --dtype mxfp8|mxfp4|nvfp4`: the schedule with its tcgen05 scale copies, the
-    SASS summary (block-scaled MMAs and UTCCP) and a CPU simulation against the dequantized reference (NVFP4's with
-    its global scales)."""
+    """`warploom demo --target sm_100a --dtype mxfp8|mxfp4|nvfp4|mxfp8xfp4`: the schedule with its tcgen05 scale
+    copies, the SASS summary (block-scaled MMAs and UTCCP) and a CPU simulation against the dequantized reference
+    (NVFP4's with its global scales; MX fp8 x fp4 is kind::mxf8f6f4, UTCQMMA)."""
     out = invoke("demo", "--target", "sm_100a", "--dtype", dtype, "--m", "300", "--n", "272", "--k", "544",
                  "--out-dir", str(tmp_path))
     assert "tcgen05_copy sa_ring[c] -> sa_tm" in out and "UTCCP" in out and "findings: none" in out

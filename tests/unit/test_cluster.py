@@ -118,9 +118,9 @@ def test_the_module_shares_b() -> None:
     assert "exit_sync (a cluster barrier before exit)" in text
     # Descriptors: A's box holds both CTAs' rows, split between them; B's is every CTA's; C's staging split.
     blocks = descriptor_blocks(m)
-    assert blocks["a_desc"][1:] == ([256, 64], ((1, 0),))
-    assert blocks["b_desc"][1:] == ([64, 256], ((0, 0),))
-    assert blocks["c_desc"][1:] == ([256, 64], ((1, 0),))
+    assert blocks["a_desc"][1:] == ([256, 64], ((1, 0),), False)
+    assert blocks["b_desc"][1:] == ([64, 256], ((0, 0),), False)
+    assert blocks["c_desc"][1:] == ([256, 64], ((1, 0),), False)
 
 
 def _producer(m: ir.Module) -> ir.Partition:

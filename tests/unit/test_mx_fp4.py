@@ -58,7 +58,11 @@ def test_bad_fp4_input_names_the_argument() -> None:
     per16 = to_blocked(torch.full((M, K // 16), 127, dtype=torch.uint8)).view(torch.float8_e8m0fnu)
     with pytest.raises(ScaleError, match=r"scale_a: expected MX scales of shape \(200, 9\)"):
         warploom.plan(a, b, per16, sb, device=B200)  # per 16 where per 32 is required
-    e4 = torch.zeros(K, N, dtype=torch.float8_e4m3fn)
-    with pytest.raises(DTypeError, match="b: expected torch.float4_e2m1fn_x2 like a"):
+    # fp4 x fp8 is MX fp8 x fp4 (tests/unit/test_mx_mixed.py), whose fp8 b has K rows, not K/2
+    e4 = torch.zeros(N, K, dtype=torch.float8_e4m3fn).t()
+    with pytest.raises(ShapeError, match=r"b: expected shape \(288, N\) to match a's K = 288, got shape \(144, 272\)"):
         warploom.plan(a, e4[: K // 2], sa, sb, device=B200)
+    assert warploom.plan(a, e4, sa, sb, device=B200).spec.mixed_fp4
+    with pytest.raises(DTypeError, match=r"b: expected dtype in \(e4m3, e5m2, e2m1\), got torch.bfloat16"):
+        warploom.plan(a, e4.to(torch.bfloat16), sa, sb, device=B200)
 

@@ -144,3 +144,50 @@ def test_nvfp4_with_a_fused_epilogue_is_refused() -> None:
     a, b, sa, sb = _args()
     with pytest.raises(UnsupportedError, match="NVFP4 with a fused epilogue.*Fix: drop the epilogue"):
         warploom.plan(a, b, [sa, _global()], [sb, _global()], epilogue=lambda acc: torch.relu(acc), device=B200)
+
+
+@pytest.mark.parametrize("m,tokens", [(1, 16), (16, 16), (17, 32), (32, 32)])
+def test_decode_nvfp4_plans_swapped(m: int, tokens: int) -> None:
+    """Rule 18 on sm_100a with block scales: M <= 32 runs C^T = B^T A^T on 128 x 16 or 32 tiles; the swapped
+    module's A is the weight with scale_b's blocks, its B the tokens with scale_a's, one 128-row block each."""
+    n, k = 4096, 1024
+    a = torch.zeros(m, k // 2, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    b = torch.zeros(n, k // 2, dtype=torch.uint8).view(torch.float4_e2m1fn_x2).t()
+    sa = to_blocked(torch.ones(m, k // NVFP4_BLOCK).to(torch.float8_e4m3fn))
+    sb = to_blocked(torch.ones(n, k // NVFP4_BLOCK).to(torch.float8_e4m3fn))
+    kern = warploom.plan(a, b, [sa, _global()], [sb, _global(2.0)], device=B200)
+    assert (kern.plan.swap_ab, kern.plan.bm, kern.plan.bn, kern.plan.bk) == (True, 128, tokens, 64)
+    mod = kern.module
+    assert (mod.spec.m, mod.spec.n) == (n, m) and mod.tiling.swap_ab
+    assert [(r.tensor, r.rows) for r in mod.rings if r.byte_scales] == [(ir.Tensor.SCALE_A, 128),
+                                                                        (ir.Tensor.SCALE_B, 128)]
+    assert check_tmem_scales(mod) == []
+    # the global scales commute: still one epilogue step, their product
+    steps = {st for p in mod.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for st in o.steps}
+    assert steps == {ir.EpilogueStep.SCALE_GLOBAL}
+
+
+def test_a_narrow_block_scaled_tile_must_cover_n() -> None:
+    """A 16- or 32-wide tile reads its scales from the first rows of a 128-row block: only the tile at N = 0 can, so
+    a forced narrow tile over a wider N is refused by name, as is a 64-wide one."""
+    spec = _kernel().spec  # (200 x 272 x 320)
+    with pytest.raises(UnsupportedError, match="N must fit one tile, got N=272"):
+        warploom.planner.plan_schedule(spec, B200, bn=32)
+    with pytest.raises(UnsupportedError, match=r"bn in \(16, 32, 128, 256\).*bn=64"):
+        warploom.planner.plan_schedule(spec, B200, bn=64)
+    with pytest.raises(UnsupportedError, match="swap_ab=True.*N must fit one tile"):
+        warploom.planner.plan_schedule(replace(spec, m=40), B200, bn=16, swap_ab=True)
+
+
+def test_only_blocked_block_scales_swap() -> None:
+    """MX scales row-major (sm_90a's) and fp32 blockwise ones keep their sides; blocked MX and NVFP4 swap."""
+    spec = _kernel().spec
+    assert spec.swap_problems() == []
+    assert replace(spec, m=16).swapped().scale_layout is ScaleLayout.BLOCKED
+    mx_rows = replace(spec, a_dtype=DType.E4M3, b_dtype=DType.E4M3, scale=ScaleRecipe.MX,
+                      scale_layout=ScaleLayout.ROW_MAJOR)
+    assert any("blocked layout" in p for p in mx_rows.swap_problems())
+    # sm_90a refuses blocked scales before rule 18 looks at them
+    mx_blocked = replace(mx_rows, m=16, scale_layout=ScaleLayout.BLOCKED)
+    with pytest.raises(UnsupportedError, match="blocked layout is sm_100a's"):
+        warploom.planner.plan_schedule(mx_blocked, H100_SXM)

@@ -126,7 +126,7 @@ class KGroupedEmitter(GroupedEmitter):
         b.line("k_tiles = gl.maximum(gl.cdiv(k_end - k_base, BK), 1)",
                "the group's k-blocks (an empty group's one reads A as zeros)")
 
-    def _coord(self, axis: ir.Axis) -> str:
+    def _coord(self, axis: ir.Axis, tensor: ir.Tensor | None = None) -> str:
         # A's rows are the group's block of C's less g * M; K from the group's aligned start
         return {ir.Axis.M: "off_m - grp * M", ir.Axis.N: "off_n", ir.Axis.K: "k_base + kk * BK"}[axis]
 

@@ -44,11 +44,13 @@ class _Sm100Emitter(PartitionEmitter):
         if self.m.spec.epilogue is not None:  # the fused epilogue's block layout is the block's own
             self.buf.line("ep_layout: gl.constexpr = acc_layout", comment="a fused epilogue block, as loaded")
 
-    def _coord(self, axis: ir.Axis) -> str:
-        # MX fp4: a TMA descriptor over the packed bytes, two values of K a byte
-        if axis is ir.Axis.K and self.m.spec.is_fp4:
+    def _coord(self, axis: ir.Axis, tensor: ir.Tensor | None = None) -> str:
+        # MX fp4: a TMA descriptor over the packed bytes, two values of K a byte (MX fp8 x fp4: the fp4 operand's
+        # alone; Triton doubles the coordinate of a padded one's, whose descriptor counts values)
+        s = self.m.spec
+        if axis is ir.Axis.K and (tensor is ir.Tensor.A and s.fp4_a or tensor is ir.Tensor.B and s.fp4_b):
             return f"{self.kb} * (BK // 2)"
-        return super()._coord(axis)
+        return super()._coord(axis, tensor)
 
     def op(self, o: ir.Op) -> None:
         b, c = self.buf, printer.op(o)

@@ -458,7 +458,8 @@ class PartitionEmitter:
         b.line("k0 = split * k_tiles", "its first k-block")
         b.line(f"off_m, off_n = tile_coords({self.tile0}{unit} % num_tiles, num_pid_m, num_pid_n)")
 
-    def _coord(self, axis: ir.Axis) -> str:
+    def _coord(self, axis: ir.Axis, tensor: ir.Tensor | None = None) -> str:
+        """The TMA coordinate along `axis` of a load of `tensor`."""
         return {ir.Axis.M: "off_m", ir.Axis.N: "off_n", ir.Axis.K: f"{self.kb} * BK"}[axis]
 
     def _b_slot(self, ring: str, slot: str) -> str:
@@ -496,7 +497,7 @@ class PartitionEmitter:
             case ir.TmaLoad():
                 d = self.depth[o.slot.cursor]
                 desc = f"{o.tensor.value.lower()}_desc"
-                coord = ", ".join(self._coord(a) for a in o.coord)
+                coord = ", ".join(self._coord(a, o.tensor) for a in o.coord)
                 s = slot_index(o.slot, d, self.stages)
                 if o.multicast:
                     self.api.require_multicast(f"{self.m.name}: {c}")
@@ -1058,7 +1059,8 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
             box = f"1, {rows}" if t.b_per_group and r.tensor is ir.Tensor.B else f"{rows}"
             cols = r.cols * r.dtype.bits // 8 if r.dtype is DType.E2M1 else r.cols  # (MX fp4: two values a byte)
             b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {box}, {cols}], "
-                   f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}")
+                   f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}"
+                                             + (" padded, a value a byte (fp4_padded)" if r.padded else ""))
         # sm_100a MX / NVFP4: the tcgen05 scale operands (TensorMemoryScalesLayout); their dtype tells Gluon the
         # scale format (uint8: e8m0; float8e4nv: NVFP4's e4m3, scale_vec::4X)
         for sb in m.tmem_scales:

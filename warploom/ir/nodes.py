@@ -117,6 +117,9 @@ class Ring:
         dtype: element type.
         depth: number of slots (pipeline stages).
         rows, cols: one slot's tile shape, e.g. (BM, BK) for A.
+        padded: e2m1 only: the values lie one a byte in shared memory (MX fp8 x fp4's fp4 operand: tcgen05's
+            kind::mxf8f6f4 reads fp4 so, and TMA unpacks each 8 bytes of pairs into 16, Triton's fp4_padded), so a
+            slot is rows x cols bytes, and the stage's transaction bytes count them so.
     """
 
     name: str
@@ -125,10 +128,16 @@ class Ring:
     depth: int
     rows: int
     cols: int
+    padded: bool = False
+
+    def __post_init__(self) -> None:
+        if self.padded and self.dtype is not DType.E2M1:
+            raise ValueError(f"Ring {self.name}: only e2m1 slots are padded (MX fp8 x fp4), got {self.dtype}")
 
     @property
     def slot_bytes(self) -> int:
-        return self.rows * self.cols * self.dtype.bits // 8  # (e2m1: two values a byte)
+        bits = 8 if self.padded else self.dtype.bits  # (e2m1: two values a byte, or one when padded)
+        return self.rows * self.cols * bits // 8
 
     @property
     def bytes(self) -> int:
@@ -378,8 +387,9 @@ class TmemScales:
     Attributes:
         a, b: the `ScaleBuffer`s of A's rows and B's columns, each filled by a `ScaleCopy` issued before the MMA.
         a_type, b_type: the operands' element formats as the instruction names them ("e4m3", "e5m2", "e2m1").
-        vec: elements of K one scale covers: 32 for MX (scale_vec::1X for fp8, 2X for fp4), 16 for NVFP4's e4m3
-            scales (kind::mxf4nvf4 scale_vec::4X); Gluon infers it from the scale buffers' dtype and shape."""
+        vec: elements of K one scale covers: 32 for MX (scale_vec::1X for fp8 and fp8 x fp4, 2X for fp4), 16 for
+            NVFP4's e4m3 scales (kind::mxf4nvf4 scale_vec::4X); Gluon infers it from the scale buffers' dtype and
+            shape."""
 
     a: str
     b: str
@@ -391,10 +401,7 @@ class TmemScales:
         for t in (self.a_type, self.b_type):
             if t not in ("e4m3", "e5m2", "e2m1"):
                 raise ValueError(f"TmemScales: expected an MX format ('e4m3', 'e5m2' or 'e2m1'), got {t!r}")
-        if (self.a_type == "e2m1") != (self.b_type == "e2m1"):
-            raise ValueError(f"TmemScales: MX fp4 x fp8 is not built (its fp4 operand is padded in shared memory): "
-                             f"got {self.a_type} x {self.b_type}")
-        if self.vec not in (16, 32) or (self.vec == 16 and self.a_type != "e2m1"):
+        if self.vec not in (16, 32) or (self.vec == 16 and (self.a_type, self.b_type) != ("e2m1", "e2m1")):
             raise ValueError(f"TmemScales: scales per 32 of K (MX) or per 16 with e2m1 operands (NVFP4), got "
                              f"{self.vec=} with {self.a_type} x {self.b_type}")
 

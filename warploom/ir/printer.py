@@ -153,7 +153,7 @@ def module(m: ir.Module) -> str:
         + (" exit_sync (a cluster barrier before exit)" if t.exit_sync else ""),
     ]
     for r in m.rings:
-        where = " in tensor memory" if r.in_tmem else ""
+        where = " in tensor memory" if r.in_tmem else " padded (one value a byte)" if r.padded else ""
         out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]{where}")
     for sb in m.tmem_scales:
         out.append(f"  scale buffer {sb.name}: {sb.tensor.value} {sb.dtype.value}[{sb.rows}x{sb.cols}] in tensor "

@@ -4,7 +4,8 @@ A complete module with scale buffers must satisfy (each violation is one message
 
 - **dtype:** an MX recipe's scale rings and buffers hold e8m0, NVFP4's e4m3, a row of BK / scale_k (32 or 16) a
   k-block; the scaled MMA names the operands' own formats (e4m3 / e5m2 / e2m1 as `GemmSpec.a_dtype` / `b_dtype`
-  say) and the recipe's scale vector (a scale per 32 of K for MX, per 16 for NVFP4: scale_vec::4X).
+  say) and the recipe's scale vector (a scale per 32 of K for MX, per 16 for NVFP4: scale_vec::4X); MX fp8 x fp4's
+  fp4 operand ring, and no other, is padded (`Ring.padded`: a value a byte, as kind::mxf8f6f4 reads it).
 - **producer and consumer:** each buffer is written by `ScaleCopy`s and read by scaled `TcMma`s, all issued by one
   partition (tcgen05 ops of one thread run in issue order: a copy after an MMA cannot overwrite what that MMA
   reads, one from another partition can); within a k-loop every scaled MMA has a copy into each buffer it reads
@@ -80,6 +81,12 @@ def _dtypes(m: ir.Module) -> list[str]:
                         f"takes one per {recipe.scale_k} of K ({m.tiling.bk // recipe.scale_k})")
     errs += [f"scale buffer {sb.name} holds {sb.dtype.value}; {recipe.value} scales are {want_dt.value}"
              for sb in m.tmem_scales if sb.dtype is not want_dt]
+    for r in m.rings:  # MX fp8 x fp4: kind::mxf8f6f4 reads the fp4 operand a value a byte, and only that one
+        want_pad = m.spec.mixed_fp4 and r.tensor in (ir.Tensor.A, ir.Tensor.B) and r.dtype is DType.E2M1
+        if r.padded != want_pad:
+            errs.append(f"ring {r.name} is {'' if r.padded else 'not '}padded; "
+                        + ("the fp4 operand of MX fp8 x fp4 lies a value a byte in shared memory (kind::mxf8f6f4)"
+                           if want_pad else "only MX fp8 x fp4's fp4 operand is (fp4 x fp4 reads packed pairs)"))
     want = (MX_FORMATS.get(m.spec.a_dtype), MX_FORMATS.get(m.spec.b_dtype))
     for p in m.partitions:
         for o, _ in ir.walk(p.body):

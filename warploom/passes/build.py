@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
-from warploom.planner import Plan
+from warploom.planner import Plan, scale_rows
 from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
 
@@ -55,9 +55,10 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     m_major = spec.a_layout is ALayout.M_MAJOR  # (an M-major A's slots are (BK, BM): its storage order)
     a_rows, a_cols = (plan.bk, plan.bm) if m_major else (plan.bm, plan.bk)
     a_coord = (ir.Axis.K, ir.Axis.M) if m_major else (ir.Axis.M, ir.Axis.K)
+    # MX fp8 x fp4: the fp4 operand's slots hold a value a byte (kind::mxf8f6f4 reads it so; `ir.Ring.padded`)
     rings: tuple[ir.Ring, ...] = (
-        ir.Ring("a_ring", ir.Tensor.A, spec.a_dtype, 1, a_rows, a_cols),
-        ir.Ring("b_ring", ir.Tensor.B, spec.b_dtype, 1, b_rows, b_cols),
+        ir.Ring("a_ring", ir.Tensor.A, spec.a_dtype, 1, a_rows, a_cols, padded=spec.mixed_fp4 and spec.fp4_a),
+        ir.Ring("b_ring", ir.Tensor.B, spec.b_dtype, 1, b_rows, b_cols, padded=spec.mixed_fp4 and spec.fp4_b),
     )
     blockwise = spec.scale.is_blockwise
     mx = spec.scale is ScaleRecipe.MX
@@ -65,12 +66,13 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     # sm_100a MX (rule 19, seed 001): the tensor cores apply the e8m0 scales themselves (tcgen05 block-scaled MMA),
     # so nothing is promoted; TMA copies each k-block's raw bytes, (BM, BK/32) and (BN, BK/32) in torch's blocked
     # layout, into slots of the A/B stage, which tcgen05.cp then reads.
-    # NVFP4 likewise, (BM, BK/16) and (BN, BK/16) e4m3 bytes.
+    # NVFP4 likewise, (BM, BK/16) and (BN, BK/16) e4m3 bytes. A tile narrower than 128 (rule 18's swapped decode:
+    # 16 or 32 tokens) takes the whole 128-row block its rows start (`scale_rows`), padded by to_blocked.
     native_mx = spec.scale.microscaled and plan.acc_buffers > 0
     if native_mx:
         sd = spec.scale.scale_dtype
-        rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, sd, 1, plan.bm, subs),
-                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, sd, 1, plan.bn, subs))
+        rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, sd, 1, scale_rows(plan.bm), subs),
+                  ir.Ring("sb_ring", ir.Tensor.SCALE_B, sd, 1, scale_rows(plan.bn), subs))
     elif blockwise:
         # The k-block's scales travel through the same stages as its A and B tiles (seed 001): one slot of
         # scale_a holds the tile's BM row scales; one of scale_b the tile's 128-column blocks' (or columns'); MX

@@ -97,33 +97,44 @@ def _gl_dtype(d: DType) -> Any:
             DType.E4M3: gl.float8e4nv, DType.E5M2: gl.float8e5, DType.E8M0: gl.uint8, DType.E2M1: gl.uint8}[d]
 
 
-def descriptor_blocks(m: ir.Module) -> dict[str, tuple[DType, list[int], tuple[tuple[int, int], ...]]]:
-    """Each TMA descriptor's element type, box (block) shape and cluster layout (`cga_bases`)."""
+Block = tuple[DType, list[int], tuple[tuple[int, int], ...], bool]
+
+
+def descriptor_blocks(m: ir.Module) -> dict[str, Block]:
+    """Each TMA descriptor's element type, box (block) shape, cluster layout (`cga_bases`) and whether its e2m1
+    values are padded to a byte each in shared memory (`ir.Ring.padded`: MX fp8 x fp4's fp4 operand)."""
     t, s = m.tiling, m.spec
     b_block = [t.bn, t.bk] if s.b_layout is BLayout.K_MAJOR else [t.bk, t.bn]
     a_block = [t.bk, t.bm] if s.a_layout is ALayout.M_MAJOR else [t.bm * t.cluster, t.bk]
-    if s.is_fp4:  # MX fp4: descriptors over the packed bytes, (rows, BK / 2)
-        a_block, b_block = [t.bm, t.bk // 2], [t.bn, t.bk // 2]
+    # MX fp4: descriptors over the packed bytes, (rows, BK / 2) (MX fp8 x fp4: the fp4 operand's)
+    if s.fp4_a:
+        a_block = [t.bm, t.bk // 2]
+    if s.fp4_b:
+        b_block = [t.bn, t.bk // 2]
     if t.b_per_group:  # (B's 3-D descriptor over (G, N, K) or (G, K, N): one group's block)
         b_block = [1, *b_block]
     split, whole = cga_bases(t.cluster, True), cga_bases(t.cluster, False)
-    blocks = {"a_desc": (s.a_dtype, a_block, split), "b_desc": (s.b_dtype, b_block, whole)}
+    padded = {r.tensor: r.padded for r in m.rings}
+    blocks: dict[str, Block] = {"a_desc": (s.a_dtype, a_block, split, padded.get(ir.Tensor.A, False)),
+                                "b_desc": (s.b_dtype, b_block, whole, padded.get(ir.Tensor.B, False))}
     for bf in m.buffers:
         if bf.tensor is ir.Tensor.C:
-            blocks[output_desc(bf.output)] = (bf.dtype, [bf.rows * t.cluster, bf.cols], split)
+            blocks[output_desc(bf.output)] = (bf.dtype, [bf.rows * t.cluster, bf.cols], split, False)
         elif bf.tensor is ir.Tensor.WORKSPACE:  # split-K: fp32 partial sums
-            blocks[WORKSPACE_DESC] = (bf.dtype, [bf.rows, bf.cols], ())
+            blocks[WORKSPACE_DESC] = (bf.dtype, [bf.rows, bf.cols], (), False)
         elif bf.tensor is ir.Tensor.OPERAND:
-            blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows, bf.cols], ())
+            blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows, bf.cols], (), False)
     for r in m.rings:
         if r.byte_scales:  # sm_100a MX / NVFP4: the k-block's 128x4 blocks of torch's blocked scales
-            blocks[scale_desc(r.tensor)] = (r.dtype, [r.rows // 128, r.cols // 4, 2, 256], ())
+            blocks[scale_desc(r.tensor)] = (r.dtype, [r.rows // 128, r.cols // 4, 2, 256], (), False)
     return blocks
 
 
-def shared_layout(dtype: DType, block: list[int], cga: tuple[tuple[int, int], ...] = ()) -> Any:
+def shared_layout(dtype: DType, block: list[int], cga: tuple[tuple[int, int], ...] = (), padded: bool = False) -> Any:
     from triton.experimental.gluon import language as gl
 
+    if padded:  # MX fp8 x fp4's fp4 operand: (rows, BK/2) bytes of pairs, a value a byte in shared memory
+        return gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(dtype), fp4_padded=True)
     # The blocked scales' 4-D boxes (MX e8m0, NVFP4 e4m3; no other descriptor has four dimensions): unswizzled, so a
     # slot viewed as (rows, 4) is a layout tcgen05.cp reads
     if dtype is DType.E8M0 or len(block) == 4:
@@ -142,9 +153,9 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
     blocks = descriptor_blocks(m)
     for p in src.params:
         if p in blocks:
-            d, blk, cga = blocks[p]
+            d, blk, cga, padded = blocks[p]
             # Exactly how Triton's JIT mangles a Gluon TensorDescriptor argument.
-            sig[p] = f"tensordesc<{_SIG[d]}[{', '.join(map(str, blk))}],{shared_layout(d, blk, cga)!r}>"
+            sig[p] = f"tensordesc<{_SIG[d]}[{', '.join(map(str, blk))}],{shared_layout(d, blk, cga, padded)!r}>"
         elif p in ("sa_ptr", "sb_ptr") and m.spec.scale is ScaleRecipe.MX:
             sig[p] = "*u8"  # e8m0 scales go as their bytes (runtime/launch.py)
         elif p in ("scale_a_ptr", "scale_b_ptr", "sa_ptr", "sb_ptr", *GLOBAL_PARAMS):

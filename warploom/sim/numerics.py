@@ -72,8 +72,9 @@ class Operands:
         global scales of A and B."""
         # (a grouped module's B is (G, K, N): its rows per group, (G, N, K) or (G, K, N))
         b_rows = b.transpose(-2, -1) if module.spec.b_layout is BLayout.K_MAJOR else b
-        if module.spec.is_fp4:  # MX fp4: the packed pairs of K as their (rows, K) values
-            a, b_rows = fp4.unpack(a), fp4.unpack(b_rows)
+        # MX fp4: the packed pairs of K as their (rows, K) values (MX fp8 x fp4: one operand's)
+        a = fp4.unpack(a) if module.spec.fp4_a else a
+        b_rows = fp4.unpack(b_rows) if module.spec.fp4_b else b_rows
         # sm_100a MX / NVFP4: torch's blocked scales, read back as padded (rows, K/32) (NVFP4: K/16) values
         if module.tmem_scales:
             kb = a.shape[1] // module.spec.scale.scale_k
@@ -197,8 +198,10 @@ class CtaData:
         if ins.scales:
             (sa, _), (sb, _) = ins.scales
             vec = self.m.spec.scale.scale_k
-            a = a * self.tmem_scales[sa].repeat_interleave(vec, dim=1)
-            b = b * self.tmem_scales[sb].repeat_interleave(vec, dim=1)  # (a K-major (BN, BK) slot)
+            # (the MMA reads its operands' rows of each buffer: a 16- or 32-row B, rule 18's tokens, the first rows
+            # of the 128 the copy brought)
+            a = a * self.tmem_scales[sa][:a.shape[0]].repeat_interleave(vec, dim=1)
+            b = b * self.tmem_scales[sb][:b.shape[0]].repeat_interleave(vec, dim=1)  # (a K-major (BN, BK) slot)
         prod = a @ (b.t() if self.k_major else b)
         tm = self.slots[ins.acc_ring]
         tm[ins.acc_slot] = tm[ins.acc_slot] + prod if ins.accumulate else prod

@@ -115,8 +115,11 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
         if t.dtype != want.torch:
             raise DTypeError(arg, f"{want.torch} as module {module.name} was planned for", str(t.dtype),
                              f"convert {arg} with {arg}.to({want.torch})")
-    if a.shape[1] != b.shape[0]:
-        raise ShapeError("b", f"shape ({a.shape[1]}, N)", f"shape {tuple(b.shape)}", "pass b as (K, N)")
+    # (K in values: an e2m1 operand's rows are K/2 bytes; MX fp8 x fp4 packs one operand only)
+    k, kb = a.shape[1] * (2 if spec.fp4_a else 1), b.shape[0] * (2 if spec.fp4_b else 1)
+    if k != kb:
+        rows = k // 2 if spec.fp4_b else k
+        raise ShapeError("b", f"shape ({rows}, N) for K = {k}", f"shape {tuple(b.shape)}", "pass b as (K, N)")
     if not module.tiling.splits_evenly(a.shape[1]):
         raise split_k_mismatch(module.tiling.bk, module.tiling.split_k, spec.k, a.shape[1])
     steps = {s for p in module.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
@@ -277,7 +280,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any =
                        "scale_a and scale_b exchanged, (N,) operands as (N, 1) and 2-D ones transposed)")
         raise
     m, k = a.shape
-    k *= 2 if module.spec.is_fp4 else 1  # (MX fp4: two values of K a byte)
+    k *= 2 if module.spec.fp4_a else 1  # (MX fp4: two values of K a byte)
     n = b.shape[1]
     t = module.tiling
     results = _outputs(module, n, m, out, outs) if t.swap_ab else _outputs(module, m, n, out, outs)  # (C: C^T's shape)
