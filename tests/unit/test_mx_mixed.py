@@ -17,9 +17,9 @@ from warploom.device import B200, H100_SXM
 from warploom.dtypes import DType
 from warploom.errors import DTypeError, ScaleError, ShapeError, UnsupportedError
 from warploom.ir import nodes as ir
-from warploom.ir import verify
 from warploom.ir.verify_scales import check_tmem_scales
 from warploom.spec import ScaleLayout, ScaleRecipe
+from warploom.targets import verify as target_verify
 
 M, N, K = 200, 272, 320
 
@@ -87,7 +87,7 @@ def test_the_verifier_names_a_missing_or_stray_padding() -> None:
     unpadded = replace(m, rings=tuple(replace(r, padded=False) for r in m.rings))
     assert any("ring b_ring is not padded; the fp4 operand of MX fp8 x fp4" in e for e in check_tmem_scales(unpadded))
     with pytest.raises(warploom.errors.VerificationError, match="b_ring is not padded"):
-        verify.check(unpadded, "test", B200)
+        target_verify(unpadded, "test", B200)  # (sm_100a's own rules, handed down by its declaration)
     fp4x4 = warploom.plan(_fp4(M), _fp4(N).t(), _e8m0(M), _e8m0(N), device=B200).module
     stray = replace(fp4x4, rings=tuple(replace(r, padded=r.name == "a_ring") for r in fp4x4.rings))
     assert any("a_ring is padded; only MX fp8 x fp4's" in e for e in check_tmem_scales(stray))
