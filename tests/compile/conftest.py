@@ -25,6 +25,8 @@ SPILLS_39 = {
     # 128x128 blocks of A (2026-11-27): the same promoted 128x256 mainloop as the blockwise kernels above
     "e4m3_blockwise_a128x128_1x128_planned": 120,
     "e4m3_blockwise_a128x128_128x128_planned": 8,
+    # the grouped blockwise kernel (rule 22, 2026-11-27): the same promoted 128x256 mainloop, scale_b per expert
+    "e4m3_blockwise_offsets_128x256": 52,
 }
 
 
