@@ -76,15 +76,13 @@ class ExploreReport:
         return "\n".join(lines)
 
 
-class _Linked:
-    """The CTAs of a stream-K launch as one state machine (`ir.Fixup` links them through workspace flags): the
-    explorer's interface of `Machine` over all of them. An action is (kind, (cta, x)) for a CTA's own (kind, x); a
-    partition is numbered across the CTAs, for the local-instruction reduction."""
+class _Several:
+    """Several CTAs' machines as one state machine, the explorer's interface of `Machine` over all of them: an action
+    is (kind, (cta, x)) for a CTA's own (kind, x); a partition is numbered across the CTAs, for the local-instruction
+    reduction (a local instruction touches no barrier or slot, so it commutes with the other CTAs' actions too)."""
 
-    def __init__(self, machines: list[Machine], state: StreamKState) -> None:
-        self.ms, self.state = machines, state
-        for mach in machines:
-            mach.sk = state
+    def __init__(self, machines: list[Machine]) -> None:
+        self.ms = machines
         self.agents = [(c, i) for c, mach in enumerate(machines) for i in range(len(mach.pc))]
         self.pc = [0] * len(self.agents)  # (only its length is read: _eager numbers the partitions by it)
 
@@ -95,6 +93,26 @@ class _Linked:
     def runnable(self, j: int) -> bool:
         c, i = self.agents[j]
         return self.ms[c].runnable(i)
+
+    def apply(self, act: Any) -> None:
+        kind, x = act
+        c, y = x if isinstance(x, tuple) else self.agents[x]
+        self.ms[c].apply((kind, y))
+
+    def describe(self, act: Any) -> str:
+        kind, x = act
+        c, y = x if isinstance(x, tuple) else self.agents[x]
+        return f"CTA {self.ms[c].prog.geo.pid}: {self.ms[c].describe((kind, y))}"
+
+
+class _Linked(_Several):
+    """The CTAs of a stream-K launch as one state machine (`ir.Fixup` links them through workspace flags)."""
+
+    def __init__(self, machines: list[Machine], state: StreamKState) -> None:
+        super().__init__(machines)
+        self.state = state
+        for mach in machines:
+            mach.sk = state
 
     def enabled(self) -> list[Any]:
         """The enabled actions, reduced: CTAs touch each other only through their fixup instructions, so where some
@@ -112,16 +130,6 @@ class _Linked:
         mach = self.ms[c]
         return kind == AGENT and isinstance(mach.prog.traces[i][mach.pc[i]], (PartialStoreI, FlagWaitI, PartialAddI))
 
-    def apply(self, act: Any) -> None:
-        kind, x = act
-        c, y = x if isinstance(x, tuple) else self.agents[x]
-        self.ms[c].apply((kind, y))
-
-    def describe(self, act: Any) -> str:
-        kind, x = act
-        c, y = x if isinstance(x, tuple) else self.agents[x]
-        return f"CTA {self.ms[c].prog.geo.pid}: {self.ms[c].describe((kind, y))}"
-
     def key(self) -> tuple[Any, ...]:
         return (tuple((mach.key(), tuple(tuple(sorted(a)) for a in mach.sk_acquired)) for mach in self.ms),
                 self.state.key())
@@ -138,45 +146,27 @@ class _Linked:
         self.state.report_lost(self.ms[0].sink)
 
 
-class _Cluster:
+class _Cluster(_Several):
     """The CTAs of one thread-block cluster (`ir.Tiling.cluster`, linked as sim/cluster.py links them: the lead's
     cluster barriers are every CTA's, its multicast copies land in every CTA) as one state machine, with the
     explorer's interface of `Machine`: every interleaving of the CTAs' actions is explored, as `run_cluster` samples
-    them. An action is (kind, (cta, x)); a partition is numbered across the CTAs, for the local-instruction
-    reduction (a local instruction touches no barrier or slot, so it commutes with the other CTAs' actions too).
-    Without a cluster barrier before exit (`ir.Tiling.exit_sync`), a CTA exits as soon as its partitions finish."""
+    them. Without a cluster barrier before exit (`ir.Tiling.exit_sync`), a CTA exits as soon as its partitions
+    finish."""
 
     def __init__(self, machines: list[Machine]) -> None:
-        self.ms = machines
+        super().__init__(machines)
         link(machines)
         self.early_exit = not machines[0].prog.module.tiling.exit_sync
-        self.agents = [(c, i) for c, mach in enumerate(machines) for i in range(len(mach.pc))]
-        self.pc = [0] * len(self.agents)  # (only its length is read: _eager numbers the partitions by it)
-
-    def local(self, j: int) -> bool:
-        c, i = self.agents[j]
-        return self.ms[c].local(i)
-
-    def runnable(self, j: int) -> bool:
-        c, i = self.agents[j]
-        return self.ms[c].runnable(i)
 
     def enabled(self) -> list[Any]:
         return [(kind, (c, x)) for c, mach in enumerate(self.ms) for kind, x in mach.enabled()]
 
     def apply(self, act: Any) -> None:
-        kind, x = act
-        c, y = x if isinstance(x, tuple) else self.agents[x]
-        self.ms[c].apply((kind, y))
+        super().apply(act)
         if self.early_exit:
             for mach in self.ms:
                 if not mach.exited and mach.done():
                     mach.leave()
-
-    def describe(self, act: Any) -> str:
-        kind, x = act
-        c, y = x if isinstance(x, tuple) else self.agents[x]
-        return f"CTA {self.ms[c].prog.geo.pid}: {self.ms[c].describe((kind, y))}"
 
     def key(self) -> tuple[Any, ...]:
         return tuple((mach.key(), mach.exited, tuple(sorted(mach.unobserved))) for mach in self.ms)
