@@ -86,17 +86,14 @@ def main() -> None:
     kk = compiled.kernel
     c = compiled.c_launch
     assert c is not None, "no C entry point: the direct launch falls back to Triton's launcher"
-    run = compiled.run
-
+    # (the C function in the installed Triton's argument order: runtime/launch.py's CEntry)
     def floor() -> None:
-        c(grid, 1, 1, stream, kk.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-          kk.packed_metadata, None, None, None, *flat)
+        c(grid, stream, kk.function, kk.packed_metadata, None, None, None, flat)
 
     def floor_hooks() -> None:  # what a launch passed before the empty-hook skip
         hooks = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         meta = kk.launch_metadata((grid,), stream, *largs)
-        c(grid, 1, 1, stream, kk.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
-          kk.packed_metadata, meta, *hooks, *flat)
+        c(grid, stream, kk.function, kk.packed_metadata, meta, *hooks, flat)
 
     calls: dict[str, Callable[[], Any]] = {
         "torch.matmul": lambda: torch.matmul(a, b),
