@@ -50,7 +50,8 @@ _LAZY = {
     "Kernel": "warploom.kernel", "Plan": "warploom.planner", "Accumulation": "warploom.spec",
     "ALayout": "warploom.spec", "BLayout": "warploom.spec", "GemmSpec": "warploom.spec", "ScaleRecipe": "warploom.spec",
     "Grouping": "warploom.spec", "ScaleLayout": "warploom.spec", "grouped_mm": "warploom.grouped",
-    "scaled_grouped_mm": "warploom.grouped", "quantize": "warploom.quantization", "QuantRecipe": "warploom.quantization",
+    "scaled_grouped_mm": "warploom.grouped", "quantize": "warploom.quantization",
+    "QuantRecipe": "warploom.quantization",
 }
 
 
