@@ -167,6 +167,10 @@ def test_in_epilogue_is_refused_with_the_fix() -> None:
         warploom.matmul(a, b, epilogue=lambda acc: warploom.quantize(acc, recipe="rowwise"))
     with pytest.raises(InputError, match="recipe: expected one of"):
         warploom.matmul(a, b, epilogue=lambda acc: warploom.quantize(acc, recipe="per_tensor"))
+    a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
+    one = torch.ones(())
+    with pytest.raises(UnsupportedError, match="not built yet"):
+        warploom.scaled_mm(a8, b8, one, one, use_fast_accum=True, epilogue=lambda acc: warploom.quantize(acc))
 
 
 def test_unfused_workaround_is_the_reference() -> None:
