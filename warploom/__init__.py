@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from warploom.grouped import grouped_mm, scaled_grouped_mm
     from warploom.kernel import Kernel
     from warploom.planner import Plan
+    from warploom.quantization import QuantRecipe, quantize
     from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
 
 # A Triton outside the supported range (gluon_api.SUPPORTED) is refused here, at import: TritonVersionError. (It
@@ -49,7 +50,8 @@ _LAZY = {
     "Kernel": "warploom.kernel", "Plan": "warploom.planner", "Accumulation": "warploom.spec",
     "ALayout": "warploom.spec", "BLayout": "warploom.spec", "GemmSpec": "warploom.spec", "ScaleRecipe": "warploom.spec",
     "Grouping": "warploom.spec", "ScaleLayout": "warploom.spec", "grouped_mm": "warploom.grouped",
-    "scaled_grouped_mm": "warploom.grouped",
+    "scaled_grouped_mm": "warploom.grouped", "quantize": "warploom.quantization",
+    "QuantRecipe": "warploom.quantization",
 }
 
 
@@ -77,8 +79,8 @@ if "torch" in sys.modules:
 __all__ = [
     "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "ALayout", "BLayout", "DType", "DTypeError",
     "DeviceError", "DeviceInfo", "GemmSpec", "Grouping", "InputError", "InternalError", "Kernel", "KernelHangError",
-    "Plan", "ScaleError",
+    "Plan", "QuantRecipe", "ScaleError",
     "ScaleLayout", "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError",
     "UnsupportedError", "VerificationError", "WarploomError", "__version__", "grouped_mm", "matmul", "plan",
-    "scaled_grouped_mm", "scaled_mm",
+    "quantize", "scaled_grouped_mm", "scaled_mm",
 ]

@@ -38,7 +38,7 @@ from warploom.epilogue import graph as eg
 from warploom.epilogue.builder import Builder
 from warploom.epilogue.classify import classify_all
 from warploom.epilogue.operands import ACC, OperandSpec
-from warploom.errors import InputError, UnsupportedError
+from warploom.errors import InputError, UnsupportedError, WarploomError
 
 SUPPORTED = (
     "+ - * / (with tensors or Python numbers on either side), ** and torch.pow/square/reciprocal with a constant "
@@ -153,6 +153,8 @@ def _trace(fn: Callable[..., Any], names: list[str]) -> tuple[fx.Graph, torch.nn
     except fx.proxy.TraceError as e:
         raise _unsupported("epilogue", "straight-line elementwise code", f"data-dependent control flow ({e})",
                             "replace `if`/`bool()` on tensor values with torch.where(cond, x, y)") from e
+    except WarploomError:  # fn called a warploom function that refused itself (warploom.quantize): its own words
+        raise
     except Exception as e:  # anything fn raised while being traced with proxies
         raise _unsupported("epilogue", f"a function of elementwise torch ops on acc and the operands: {SUPPORTED}",
                             f"{type(e).__name__} while tracing: {e}",

@@ -1,0 +1,122 @@
+"""`quantize(y, recipe="1x128")`: fp8 data and fp32 scales, ready to be the next GEMM's A (issue 27 item 3).
+
+DeepSeek-V3's activation recipe: one fp32 scale per row and per 128 columns. For a (M, N) `y` (any leading
+dimensions; the groups run along the last one)
+
+    s[r, j] = amax(|y[r, 128j : 128j + 128]|) / fp8_max          (M, ceil(N/128)) float32
+    q[r, c] = saturate_cast(y[r, c] / s[r, c // 128])             (M, N) float8
+
+with fp8_max 448 for float8_e4m3fn and 57344 for float8_e5m2. Ragged N: the last group's amax is over its valid
+columns only. The quotient is fp32 (IEEE division, as torch's CPU and CUDA kernels divide), then cast as every
+warploom fp8 store casts (`epilogue.reference.round_to`: round to nearest even, saturating to +-fp8_max, NaN kept),
+so rounding of s that lets |y / s| land a hair above fp8_max saturates instead of overflowing.
+`s` is exactly `scaled_mm`'s blockwise scale_a (`ScaleRecipe.BLOCKWISE_1X128_128X128` and `_1X128`: (M, ceil(K/128))
+with K = N), so ``warploom.scaled_mm(q, w, scale_a=s, scale_b=...)`` computes with the dequantized y.
+
+Zero groups: where amax / fp8_max is 0 (an all-zero group, or one whose amax is below fp8_max times fp32's smallest
+subnormal) s is 1, and q is y / 1 rounded to fp8, i.e. zeros. DeepSeek's reference kernel divides by 0 there (NaN
+data); sglang and TransformerEngine clamp amax to an epsilon, which gives a tiny scale instead: any positive scale
+dequantizes an all-zero group to zeros, and 1 keeps the scale tensor free of denormals. Non-finite input propagates:
+a NaN in a group makes its s NaN (so its q is NaN), an infinity makes s infinite (finite values of the group become 0,
+infinite ones NaN), as the other recipes' references do.
+
+`recipe="rowwise"` takes one group per row (s (M, 1), `scaled_mm`'s rowwise scale_a) on plain tensors.
+
+Inside a fused epilogue (``epilogue=lambda acc, bias: warploom.quantize(acc + bias)``) quantize is refused for now
+with `UnsupportedError`: the fused lowering (a (q, s) pair of outputs of different shapes, the 128-column amax taken
+across the epilogue's 64-column blocks before either is stored, a 128-multiple BN) is not built yet; the message
+names the workaround, quantizing the call's result with this function.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from warploom.dtypes import DType
+from warploom.errors import ArgumentTypeError, DTypeError, InputError, UnsupportedError, WarploomError
+
+GROUP = 128  # columns a 1x128 scale covers
+
+
+class QuantRecipe(enum.Enum):
+    """How `quantize` groups values under one scale. The value is the ``recipe=`` string."""
+
+    BLOCK_1X128 = "1x128"  # a scale per row and per 128 columns (DeepSeek-V3 activations)
+    ROWWISE = "rowwise"  # a scale per row (the whole last dimension)
+
+
+_RECIPES = ", ".join(repr(r.value) for r in QuantRecipe)
+_FP8 = {torch.float8_e4m3fn: DType.E4M3, torch.float8_e5m2: DType.E5M2}
+_INPUTS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
+             dtype: torch.dtype = torch.float8_e4m3fn) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pair (q, s): `y` quantized to `dtype` (float8_e4m3fn or float8_e5m2) with fp32 scales `s`, one per row
+    and per 128 columns for ``recipe="1x128"`` ((M, ceil(N/128))), one per row for ``"rowwise"`` ((M, 1)); the
+    module docstring gives the formulas and the zero-group convention (s = 1). y is float32, bfloat16 or float16,
+    at least 1-D; the groups run along its last dimension, on its device."""
+    r = parse_recipe(recipe)
+    fp8 = _fp8_dtype(dtype)
+    if isinstance(y, torch.fx.Proxy):
+        raise _in_epilogue(r)
+    if not isinstance(y, torch.Tensor):
+        raise ArgumentTypeError("y", "a torch.Tensor", type(y).__name__, "pass a tensor")
+    if y.dtype not in _INPUTS:
+        raise DTypeError("y", "torch.float32, torch.bfloat16 or torch.float16", str(y.dtype),
+                         "convert y with y.float() (an fp8 tensor is already quantized)")
+    if y.dim() == 0:
+        raise ArgumentTypeError("y", "a tensor of at least 1 dimension (groups run along the last)", "a 0-D tensor",
+                                "pass y.reshape(1, 1)")
+    from warploom.epilogue.graph import FP8_MAX
+    from warploom.epilogue.reference import round_to
+
+    x = y.float()
+    n = x.shape[-1]
+    width = GROUP if r is QuantRecipe.BLOCK_1X128 else max(n, 1)
+    groups = -(-n // width) if r is QuantRecipe.BLOCK_1X128 else 1
+    # Zero padding leaves each ragged group's amax its valid columns' (|.| >= 0; a NaN still wins, amax keeps NaN).
+    padded = F.pad(x, (0, groups * width - n))
+    amax = padded.abs().reshape(*x.shape[:-1], groups, width).amax(dim=-1)  # (..., groups)
+    s = amax / FP8_MAX[fp8]
+    s = torch.where(s == 0, torch.ones_like(s), s)  # the zero-group convention: no division by zero below
+    s_cols = s.repeat_interleave(width, dim=-1)[..., :n]  # (..., N): each column's group scale
+    return round_to(x / s_cols, fp8), s
+
+
+def parse_recipe(recipe: Any) -> QuantRecipe:
+    """`recipe` as a `QuantRecipe`, from the enum or its string; anything else is a user error naming the choices."""
+    if isinstance(recipe, QuantRecipe):
+        return recipe
+    if not isinstance(recipe, str):
+        raise ArgumentTypeError("recipe", f"a string, one of {_RECIPES}", type(recipe).__name__,
+                                'pass recipe="1x128"')
+    for r in QuantRecipe:
+        if r.value == recipe:
+            return r
+    raise InputError("recipe", f"one of {_RECIPES}", repr(recipe)[:80],
+                     'pass recipe="1x128" (a scale per row and 128 columns) or recipe="rowwise" (a scale per row)')
+
+
+def _fp8_dtype(dtype: Any) -> DType:
+    if dtype not in _FP8:
+        raise DTypeError("dtype", "torch.float8_e4m3fn or torch.float8_e5m2", str(dtype), "pass one of those")
+    return _FP8[dtype]
+
+
+def _in_epilogue(r: QuantRecipe) -> WarploomError:
+    """The refusal of quantize inside a fused epilogue (traced: `y` is a torch.fx Proxy), naming what works."""
+    fix = ("return the value itself (e.g. `return acc + bias`, out_dtype=torch.float32 or torch.bfloat16) and "
+           f"quantize the call's result: q, s = warploom.quantize(out, recipe={r.value!r})")
+    if r is QuantRecipe.ROWWISE:
+        got = ("recipe='rowwise', whose amax spans the whole row, across the tiles along N (one CTA holds "
+               "BN columns of it)")
+        return UnsupportedError(f"warploom.quantize in an epilogue: expected a tile-local recipe, got {got}. "
+                                f"Fix: {fix}, or use recipe='1x128' (a scale per 128 columns) outside the epilogue")
+    return UnsupportedError("warploom.quantize in an epilogue: expected elementwise epilogue code; a fused 1x128 "
+                            "quantization (q and its (M, ceil(N/128)) scales as two outputs) is not built yet. "
+                            f"Fix: {fix}")
