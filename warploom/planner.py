@@ -353,7 +353,7 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
     # of K, so a 128-deep k-block takes two chunks a row block (one (rows, 8) tcgen05_copy, two UTCCP) and one
     # tcgen05_mma_scaled, which Triton issues as two 64-deep kind::mxf4nvf4 MMAs, the second reading the buffer's
     # columns 4..7; half the k-blocks, waits and stage hand-offs of BK 64. K not a multiple of 128 keeps BK 64 (its
-    # last k-block would be half padding), as does a tile where two stages of 128 do not fit (below).
+    # last k-block would be half padding). Stages of 128 fit every NVFP4 tile (no fused epilogue: 6 at 128x256).
     bk = nvfp4_bk(spec) if spec.scale is ScaleRecipe.NVFP4 else 128 if spec.a_dtype.bits <= 8 else 64
     def fits(width: int) -> tuple[int, int, int]:
         """(stages that fit, epilogue blocks, staging bytes) at this width: one staging block per output and one per
@@ -374,8 +374,6 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
     # columns of 512; two would take all 512), so its epilogue does not overlap the mainloop. Not measured: no
     # sm_100a GPU is at hand.
     widths = (bn,) if bn is not None else (128,) if mx else (256, 128, 64)
-    if bk == 128 and spec.scale is ScaleRecipe.NVFP4 and all(fits(w)[0] < max(2, stages or 2) for w in widths):
-        bk = 64  # (NVFP4: two stages of 128 do not fit at any width; 64's half-size stages may)
     width = next((w for w in widths if fits(w)[0] >= (stages or 2)),
                  next((w for w in widths if fits(w)[0] >= 1), widths[-1]))
     fit, blocks, staging = fits(width)
