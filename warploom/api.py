@@ -4,8 +4,9 @@ Validation (`warploom.checks`) runs first in every path, including the fake (met
 so a bad argument fails while tracing too, and always before a kernel is planned or launched.
 
 CUDA tensors run the planned kernel on the GPU. CPU tensors run the same planned kernel (planned for an
-H100) on the CPU simulator, `warploom.sim`, up to `sim_max_flops()` (``WARPLOOM_SIM_MAX_FLOPS``): the
-result is what the schedule computes, with the true dtypes' rounding, and a protocol finding raises.
+H100; fp4 data, MX or NVFP4, for a B200, whose block-scaled MMA is the only one that takes it) on the CPU
+simulator, `warploom.sim`, up to `sim_max_flops()` (``WARPLOOM_SIM_MAX_FLOPS``): the result is what the schedule
+computes, with the true dtypes' rounding, and a protocol finding raises.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 
 from warploom import checks, eager
 from warploom.device import H100_SXM, DeviceInfo
+from warploom.dtypes import DType
 from warploom.errors import ArgumentTypeError, DeviceError, DTypeError, InputError, WarploomError
 from warploom.fused import fused_spec
 from warploom.kernel import Kernel, build
@@ -37,6 +39,13 @@ def device_for(t: torch.Tensor) -> DeviceInfo:
     if t.device.type == "cuda":
         return _cuda_device(t.device.index if t.device.index is not None else torch.cuda.current_device())
     return H100_SXM
+
+
+def sim_device(spec: GemmSpec) -> DeviceInfo:
+    """The device CPU tensors' kernel is planned for: an H100, or a B200 for fp4 data (sm_90a has no fp4 MMA)."""
+    from warploom.device import B200
+
+    return B200 if DType.E2M1 in (spec.a_dtype, spec.b_dtype) else H100_SXM
 
 
 @functools.cache
@@ -89,7 +98,7 @@ def _simulate(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any, sc
               bias: Any) -> torch.Tensor:
     """Run the planned kernel on the CPU simulator: every CTA, one seeded schedule, no timeline."""
     check_sim_size(spec)
-    kernel = _kernel(spec, device_for(a), a, b)
+    kernel = _kernel(spec, sim_device(spec), a, b)
     return kernel.simulate(a, b, scale_a, scale_b, bias, record=False).raise_for_findings().output
 
 
@@ -97,7 +106,7 @@ def _simulate_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: 
                     scale_a: Any = None, scale_b: Any = None) -> tuple[torch.Tensor, ...]:
     """`_simulate` for a spec with a fused epilogue: every output (blockwise scales, if any, positional)."""
     check_sim_size(spec)
-    kernel = build(spec, device_for(a))
+    kernel = build(spec, sim_device(spec))
     return kernel.simulate(a, b, scale_a, scale_b, operands=operands, record=False).raise_for_findings().outputs
 
 
@@ -257,16 +266,27 @@ def _scaled_fused(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
     return run_fused(spec, a, b, tensors, key)
 
 
+def _pair(scale: Any, global_scale: Any) -> Any:
+    """A scale argument as the checks and kernels take it: NVFP4's [block scales, global scale] pair where the custom
+    op got its global scale apart (its schema takes tensors, not lists), else the tensor alone."""
+    return scale if global_scale is None else [scale, global_scale]
+
+
 def _scaled_mm_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                     bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
-                    use_fast_accum: bool = False) -> torch.Tensor:
+                    use_fast_accum: bool = False, scale_a_global: torch.Tensor | None = None,
+                    scale_b_global: torch.Tensor | None = None) -> torch.Tensor:
+    """The op's real implementation. NVFP4's global scales come as `scale_a_global` and `scale_b_global` (the public
+    API's pairs split by `scaled_mm`) and are paired again here, so the checks and kernels see what the user passed."""
+    sa, sb = _pair(scale_a, scale_a_global), _pair(scale_b, scale_b_global)
     if out_dtype in _FP8_OUT:  # (an fp8 output is a fused epilogue's: `_result_epilogue`)
         fn, ops = _result_epilogue(None, {}, out_dtype, None)
         assert fn is not None
-        return _scaled_fused(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, fn, ops)
-    key = eager.key("scaled_mm", (a, b, scale_a, scale_b, bias), out_dtype, use_fast_accum)
-    return _run(key, lambda: checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum),
-                a, b, scale_a, scale_b, bias)
+        return _scaled_fused(a, b, sa, sb, bias, out_dtype, use_fast_accum, fn, ops)
+    key = eager.key("scaled_mm", (a, b, scale_a, scale_b, bias, scale_a_global, scale_b_global), out_dtype,
+                    use_fast_accum)
+    return _run(key, lambda: checks.scaled_mm_spec_cached(a, b, sa, sb, bias, out_dtype, use_fast_accum),
+                a, b, sa, sb, bias)
 
 
 _scaled_mm_op = torch.library.custom_op("warploom::scaled_mm", mutates_args=())(_scaled_mm_impl)
@@ -275,11 +295,14 @@ _scaled_mm_op = torch.library.custom_op("warploom::scaled_mm", mutates_args=())(
 @_scaled_mm_op.register_fake
 def _scaled_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                     bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
-                    use_fast_accum: bool = False) -> torch.Tensor:
-    if _static(a, b, scale_a, scale_b, bias):
-        out = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum).out_dtype
+                    use_fast_accum: bool = False, scale_a_global: torch.Tensor | None = None,
+                    scale_b_global: torch.Tensor | None = None) -> torch.Tensor:
+    if _static(a, b, scale_a, scale_b, bias, scale_a_global, scale_b_global):
+        out = checks.scaled_mm_spec(a, b, _pair(scale_a, scale_a_global), _pair(scale_b, scale_b_global), bias,
+                                    out_dtype, use_fast_accum).out_dtype
     else:
         out = checks.scaled_mm_dtypes(a, b, out_dtype)
+    # (M, N) for every recipe: fp4's a is (M, K/2) and b (K/2, N), two values of K a byte
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out.torch)
 
 
@@ -296,6 +319,18 @@ def _not_a_tensor(e: Exception, named: dict[str, Any], out_dtype: Any = None) ->
     if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
         raise DTypeError("out_dtype", "torch.bfloat16, torch.float16 or torch.float32", repr(out_dtype),
                          "pass one of those torch dtypes") from None
+
+
+def _named_scales(scale_a: Any, scale_b: Any) -> dict[str, Any]:
+    """The scale arguments by name for `_not_a_tensor`: NVFP4's pairs as their two parts, ``scale_a[0]`` and
+    ``scale_a[1]``, as the checks name them."""
+    named: dict[str, Any] = {}
+    for arg, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if isinstance(scale, (list, tuple)) and len(scale) == 2:
+            named |= {f"{arg}[0]": scale[0], f"{arg}[1]": scale[1]}
+        else:
+            named[arg] = scale
+    return named
 
 
 def _eager(*tensors: Any) -> bool:
@@ -364,11 +399,13 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         fn, ops = _result_epilogue(epilogue, operands, out_dtype, scale_result)
         if fn is not None:
             return _scaled_fused(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, fn, ops, scale_result)
-        if _eager(a, b, scale_a, scale_b, bias):
-            return _scaled_mm_impl(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
-        return torch.ops.warploom.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
+        # NVFP4's pairs [block scales, global scale] reach the op as two more tensors (its schema takes no lists)
+        (sa, ga), (sb, gb) = checks.scale_parts("scale_a", scale_a), checks.scale_parts("scale_b", scale_b)
+        if _eager(a, b, sa, sb, bias, ga, gb):
+            return _scaled_mm_impl(a, b, sa, sb, bias, out_dtype, use_fast_accum, ga, gb)
+        return torch.ops.warploom.scaled_mm(a, b, sa, sb, bias, out_dtype, use_fast_accum, ga, gb)
     except (AttributeError, TypeError, RuntimeError) as e:
-        _not_a_tensor(e, {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}, out_dtype)
+        _not_a_tensor(e, {"a": a, "b": b, **_named_scales(scale_a, scale_b), "bias": bias}, out_dtype)
         raise
 
 

@@ -349,9 +349,12 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
         raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (16, 32, 64, 128, 256), got "
                                f"{bm=} {bn=}. Fix: leave bm and bn to the planner")
     # 128 of K a k-block for 8-bit (128 bytes a row) and 4-bit inputs (64 bytes: MX fp4 keeps one 128x4 chunk of
-    # scales per k-block, what tcgen05.cp copies), 64 for 16-bit; NVFP4 64 (32 bytes a row): its 128x4 chunk of
-    # e4m3 scales covers 4 x 16 of K, one kind::mxf4nvf4 MMA
-    bk = 64 if spec.scale is ScaleRecipe.NVFP4 else 128 if spec.a_dtype.bits <= 8 else 64
+    # scales per k-block, what tcgen05.cp copies), 64 for 16-bit. NVFP4: a 128x4 chunk of e4m3 scales covers 4 x 16
+    # of K, so a 128-deep k-block takes two chunks a row block (one (rows, 8) tcgen05_copy, two UTCCP) and one
+    # tcgen05_mma_scaled, which Triton issues as two 64-deep kind::mxf4nvf4 MMAs, the second reading the buffer's
+    # columns 4..7; half the k-blocks, waits and stage hand-offs of BK 64. K not a multiple of 128 keeps BK 64 (its
+    # last k-block would be half padding). Stages of 128 fit every NVFP4 tile (no fused epilogue: 6 at 128x256).
+    bk = nvfp4_bk(spec) if spec.scale is ScaleRecipe.NVFP4 else 128 if spec.a_dtype.bits <= 8 else 64
     def fits(width: int) -> tuple[int, int, int]:
         """(stages that fit, epilogue blocks, staging bytes) at this width: one staging block per output and one per
         dense operand of a fused epilogue (passes/blackwell.py)."""
@@ -476,6 +479,15 @@ def scale_slot_bytes(spec: GemmSpec, bm: int, bn: int, bk: int) -> int:
     if spec.scale_layout is ScaleLayout.BLOCKED:  # sm_100a MX: the raw e8m0 bytes, as TMA copies them
         return subs * (scale_rows(bm) + scale_rows(bn))
     return 4 * subs * (bm + spec.scale.b_scales(bn))
+
+
+NVFP4_DEEP_BK = 128
+
+
+def nvfp4_bk(spec: GemmSpec) -> int:
+    """Rule 19's NVFP4 k-block: 128 (two 128x4 chunks of e4m3 scales a row block) when K is a multiple of 128,
+    else 64 (one chunk)."""
+    return NVFP4_DEEP_BK if spec.k % NVFP4_DEEP_BK == 0 else 64
 
 
 def scale_rows(rows: int) -> int:

@@ -117,26 +117,30 @@ def _nvfp4(m: int, n: int, k: int) -> GemmSpec:
 
 # One e8m0 scale per 32 of K (MX fp4): PTX's kind::mxf4 scale_vec::2X, 64 of K an instruction (two a 128-deep
 # k-block), spelled block32 by Triton 3.9. One e4m3 scale per 16 (NVFP4): kind::mxf4nvf4 scale_vec::4X (block16 under
-# Triton 3.9, checked there), one instruction a 64-deep k-block.
+# Triton 3.9, checked there), 64 of K an instruction: one a 64-deep k-block (K not a multiple of 128), two a 128-deep
+# one, whose (rows, 8) scale buffers take two 128x4 chunks a row block, each its own UTCCP.
 _MXF4 = r"kind::mxf4\.block_scale\.(scale_vec::2X|block32)\b"
 _NVF4 = r"kind::mxf4nvf4\.block_scale\.(scale_vec::4X|block16)\b"
 
 
-@pytest.mark.parametrize("spec,bn,copies,kind,mmas", [
-    pytest.param(_mx(1000, 520, 1056, a=DType.E2M1, b=DType.E2M1), 128, 2, _MXF4, 2, id="mxfp4_128x128_odd"),
-    pytest.param(_mx(4096, 4096, 4096, a=DType.E2M1, b=DType.E2M1), 256, 3, _MXF4, 2, id="mxfp4_128x256"),
-    pytest.param(_nvfp4(1000, 520, 1056), 128, 2, _NVF4, 1, id="nvfp4_128x128_odd"),
-    pytest.param(_nvfp4(4096, 4096, 4096), 256, 3, _NVF4, 1, id="nvfp4_128x256"),
+@pytest.mark.parametrize("spec,bn,bk,copies,kind,mmas", [
+    pytest.param(_mx(1000, 520, 1056, a=DType.E2M1, b=DType.E2M1), 128, 128, 2, _MXF4, 2, id="mxfp4_128x128_odd"),
+    pytest.param(_mx(4096, 4096, 4096, a=DType.E2M1, b=DType.E2M1), 256, 128, 3, _MXF4, 2, id="mxfp4_128x256"),
+    pytest.param(_nvfp4(1000, 520, 1056), 128, 64, 2, _NVF4, 1, id="nvfp4_128x128_odd"),
+    # BK 128: two chunks a row block, so twice the UTCCP (A's 2, B's 2 or 4) and two MMAs a k-block
+    pytest.param(_nvfp4(1000, 520, 1152), 128, 128, 4, _NVF4, 2, id="nvfp4_128x128_bk128_odd"),
+    pytest.param(_nvfp4(4096, 4096, 4096), 256, 128, 6, _NVF4, 2, id="nvfp4_128x256"),
 ])
-def test_fp4_compiles_to_block_scaled_utcomma(spec: GemmSpec, bn: int, copies: int, kind: str, mmas: int) -> None:
+def test_fp4_compiles_to_block_scaled_utcomma(spec: GemmSpec, bn: int, bk: int, copies: int, kind: str,
+                                              mmas: int) -> None:
     """MX fp4 and NVFP4 on seed 001's path: the packed operands' TMA boxes are (rows, BK/2) bytes, and the MMA is
     block-scaled UTCOMMA with its scales copied by tcgen05.cp. NVFP4's e4m3 scales (tensor-memory scale buffers of
-    float8e4nv, which tells Gluon the scale format) per 16 of K make it kind::mxf4nvf4 scale_vec::4X at BK 64; its
-    global scales multiply the accumulator in the epilogue."""
+    float8e4nv, which tells Gluon the scale format) per 16 of K make it kind::mxf4nvf4 scale_vec::4X, one MMA at
+    BK 64 and two at BK 128 (K a multiple of 128); its global scales multiply the accumulator in the epilogue."""
     from warploom.planner import plan_schedule
 
     plan = plan_schedule(spec, B200, bn=bn)
-    assert (plan.bk, plan.bn) == (64 if spec.scale is ScaleRecipe.NVFP4 else 128, bn)
+    assert (plan.bk, plan.bn) == (bk, bn)
     c = build(spec, B200, plan).compile()
     assert re.search(r"tcgen05\.mma\.cta_group::1\." + kind, c.ptx)
     assert c.block_scaled_mmas() == c.count("UTCOMMA") == mmas and c.count("UTCQMMA") == 0, c.summary()
@@ -151,16 +155,17 @@ def test_plain_fp8_mma_is_not_block_scaled() -> None:
     assert c.count("UTCQMMA") > 0 and c.block_scaled_mmas() == 0 and c.count("UTCCP") == 0
 
 
-@pytest.mark.parametrize("spec,tokens,kind,mma,mmas", [
-    pytest.param(_nvfp4(16, 4096, 4096), 16, _NVF4, "UTCOMMA", 1, id="nvfp4_swap_16x4096x4096"),
-    pytest.param(_nvfp4(24, 528, 1056), 32, _NVF4, "UTCOMMA", 1, id="nvfp4_swap_24x528x1056_odd"),
-    pytest.param(_mx(24, 4096, 4096), 32, r"kind::mxf8f6f4\.block_scale\b", "UTCQMMA", 4, id="mxfp8_swap_24"),
-    pytest.param(_mx(8, 4096, 4096, a=DType.E2M1, b=DType.E2M1), 16, _MXF4, "UTCOMMA", 2, id="mxfp4_swap_8"),
+@pytest.mark.parametrize("spec,tokens,kind,mma,mmas,copies", [
+    pytest.param(_nvfp4(16, 4096, 4096), 16, _NVF4, "UTCOMMA", 2, 4, id="nvfp4_swap_16x4096x4096"),
+    pytest.param(_nvfp4(24, 528, 1056), 32, _NVF4, "UTCOMMA", 1, 2, id="nvfp4_swap_24x528x1056_odd"),
+    pytest.param(_mx(24, 4096, 4096), 32, r"kind::mxf8f6f4\.block_scale\b", "UTCQMMA", 4, 2, id="mxfp8_swap_24"),
+    pytest.param(_mx(8, 4096, 4096, a=DType.E2M1, b=DType.E2M1), 16, _MXF4, "UTCOMMA", 2, 2, id="mxfp4_swap_8"),
 ])
-def test_block_scaled_decode_compiles_swapped(spec: GemmSpec, tokens: int, kind: str, mma: str, mmas: int) -> None:
+def test_block_scaled_decode_compiles_swapped(spec: GemmSpec, tokens: int, kind: str, mma: str, mmas: int,
+                                              copies: int) -> None:
     """Rule 18 with block scales: a 128-row tile of the weight by 16 or 32 tokens, the MMA's N the tokens, each
-    operand's scales one 128x4 chunk copied by tcgen05.cp (UTCCP: the tokens' a whole 128-row block, of which the
-    MMA reads the first rows), a block-scaled UTCOMMA / UTCQMMA of N = 16 or 32."""
+    operand's scales one 128x4 chunk a k-block (NVFP4 at BK 128: two) copied by tcgen05.cp (UTCCP: the tokens' a
+    whole 128-row block, of which the MMA reads the first rows), a block-scaled UTCOMMA / UTCQMMA of N = 16 or 32."""
     from warploom.planner import plan_schedule
 
     plan = plan_schedule(spec, B200)
@@ -168,7 +173,7 @@ def test_block_scaled_decode_compiles_swapped(spec: GemmSpec, tokens: int, kind:
     c = build(spec, B200, plan).compile()
     assert re.search(r"tcgen05\.mma\.cta_group::1\." + kind, c.ptx)
     assert c.block_scaled_mmas() == c.count(mma) == mmas, c.summary()
-    assert c.count("UTCCP") == 2, c.summary()
+    assert c.count("UTCCP") == copies, c.summary()
     assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
     assert c.smem_bytes <= B200.smem_per_block
 

@@ -18,6 +18,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 import warploom
+from warploom.dtypes import DType
+from warploom.reference import Inputs, make_inputs, reference
+from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleLayout, ScaleRecipe
 
 BF16, FP32, E4 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
 UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
@@ -136,3 +139,91 @@ def test_compile_dynamic_traces_through_the_fake_impl() -> None:
     with pytest.raises(warploom.DeviceError, match="^a: .*WARPLOOM_SIM_MAX_FLOPS"):
         f(big, big)
     torch._dynamo.reset()
+
+
+# NVFP4 (sm_100a; CPU tensors run on the simulator, planned for a B200): the public API's pairs [block scales, global
+# scale] reach the op as its scale_a_global and scale_b_global tensors.
+def nvfp4_args(m: int, n: int, k: int, device: str, bias: bool = False) -> tuple:
+    spec = GemmSpec(m, n, k, DType.E2M1, DType.E2M1, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.NVFP4,
+                    Accumulation.PROMOTED, DType.BF16 if bias else None, scale_layout=ScaleLayout.BLOCKED)
+    x = make_inputs(spec, m, n, k, seed=3)
+    t = [None if v is None else v.to(device) for v in (x.a, x.b, x.scale_a, x.scale_b, x.bias, x.global_a,
+                                                       x.global_b)]
+    return (t[0], t[1], t[2], t[3], t[4], BF16, False, t[5], t[6])
+
+
+@pytest.mark.parametrize("util", UTILS)
+def test_opcheck_nvfp4_on_meta(util: str) -> None:
+    args = nvfp4_args(200, 272, 320, "meta", bias=True)
+    assert torch.library.opcheck(SCALED_MM, args, test_utils=util) == {util: "SUCCESS"}
+
+
+@pytest.mark.parametrize("util", [u for u in UTILS if u != "test_schema"])
+def test_opcheck_nvfp4_on_cpu(util: str) -> None:
+    assert torch.library.opcheck(SCALED_MM, nvfp4_args(130, 144, 320, "cpu"), test_utils=util) == {util: "SUCCESS"}
+
+
+def _nvfp4_call(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, ga: torch.Tensor, sb: torch.Tensor,
+                gb: torch.Tensor) -> torch.Tensor:
+    return warploom.scaled_mm(a, b, [sa, ga], [sb, gb], out_dtype=FP32)
+
+
+def test_compile_nvfp4_traces_the_custom_op_without_graph_breaks() -> None:
+    # fullgraph=True: a graph break (the pairs, or a list the op's schema refused) fails the compile. The graph holds
+    # the op once, with the global scales as tensors; its result is the simulator's, against the dequantized product.
+    a, b, sa, sb, _, _, _, ga, gb = nvfp4_args(130, 144, 320, "cpu")
+    graphs: list[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, inputs: Any) -> Any:
+        graphs.append(gm)
+        return torch._dynamo.backends.debugging.aot_eager(gm, inputs)
+
+    torch._dynamo.reset()
+    try:
+        out = torch.compile(_nvfp4_call, backend=backend, fullgraph=True)(a, b, sa, ga, sb, gb)
+    finally:
+        torch._dynamo.reset()
+    (gm,) = graphs
+    calls = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert calls == [torch.ops.warploom.scaled_mm], calls
+    x = Inputs(a, b, sa, sb, None, ga, gb)
+    assert out.dtype == FP32 and out.shape == (130, 144)
+    torch.testing.assert_close(out, reference(x), rtol=1e-4, atol=1e-3)
+    assert torch.equal(out, warploom.scaled_mm(a, b, [sa, ga], [sb, gb], out_dtype=FP32))
+    # (the global scales are read: the compiled call with global_a doubled gives twice the product)
+    torch.testing.assert_close(_nvfp4_call(a, b, sa, ga * 2, sb, gb), out * 2, rtol=1e-5, atol=1e-4)
+
+
+def test_nvfp4_fake_tensors_and_meta_trace() -> None:
+    a, b, sa, sb, bias, _, _, ga, gb = nvfp4_args(200, 272, 320, "meta", bias=True)
+    out = warploom.scaled_mm(a, b, [sa, ga], [sb, gb], bias=bias)
+    assert (out.device.type, out.shape, out.dtype) == ("meta", (200, 272), BF16)
+    with FakeTensorMode() as mode:
+        fa, fb, fsa, fsb, fga, fgb = (mode.from_tensor(t) for t in (a, b, sa, sb, ga, gb))
+        fout = warploom.scaled_mm(fa, fb, [fsa, fga], [fsb, fgb])
+    assert isinstance(fout, FakeTensor) and fout.shape == (200, 272) and fout.dtype == BF16
+
+
+def test_nvfp4_bad_input_is_refused_as_before_through_the_op_and_its_fake() -> None:
+    a, b, sa, sb, _, _, _, ga, gb = nvfp4_args(64, 128, 256, "cpu")
+    for device in ("cpu", "meta"):
+        a, b, sa, sb, ga, gb = (t.to(device) for t in (a, b, sa, sb, ga, gb))
+        # a missing global scale: named by its place in the pair
+        with pytest.raises(warploom.ScaleError, match=r"^scale_b\[1\]: .*global scale"):
+            warploom.scaled_mm(a, b, [sa, ga], sb)
+        with pytest.raises(warploom.ScaleError, match=r"^scale_a\[1\]: .*global scale"):
+            torch.ops.warploom.scaled_mm(a, b, sa, sb, None, BF16, False, None, gb)
+        # a global scale of the wrong dtype, and a pair of three
+        with pytest.raises(warploom.ScaleError, match=r"^scale_a\[1\]: .*torch.float32"):
+            warploom.scaled_mm(a, b, [sa, ga.to(torch.float16)], [sb, gb])
+        with pytest.raises(warploom.ScaleError, match=r"^scale_a: .*two tensors"):
+            warploom.scaled_mm(a, b, [sa, ga, ga], [sb, gb])
+        # a pair's part that is not a tensor
+        with pytest.raises(warploom.ArgumentTypeError, match=r"^scale_a\[1\]: .*Python number"):
+            warploom.scaled_mm(a, b, [sa, 1.0], [sb, gb])
+        # a global scale with fp8 data
+        a8 = torch.empty(64, 256, dtype=E4, device=device)
+        b8 = torch.empty(128, 256, dtype=E4, device=device).t()
+        one = torch.ones((), device=device)
+        with pytest.raises(warploom.ScaleError, match=r"^scale_a: .*NVFP4's fp4 data only"):
+            warploom.scaled_mm(a8, b8, [one, ga], one)

@@ -135,8 +135,13 @@ def test_verification_error_is_raised_for_a_planted_bad_bk() -> None:
     from warploom.ir.verify import check
 
     m = _kernel().module
-    with pytest.raises(VerificationError, match="nvfp4 scales take a k-block of 64"):
-        check(replace(m, tiling=replace(m.tiling, bk=128)), "planted")
+    with pytest.raises(VerificationError, match="nvfp4 scales take a k-block of 64 or 128 elements of K: bk=256"):
+        check(replace(m, tiling=replace(m.tiling, bk=256)), "planted")
+    # a k-block of 128 whose stage brings one 128x4 chunk of scales (64 of K): the second chunk is never copied
+    errs = check_tmem_scales(replace(m, tiling=replace(m.tiling, bk=128)))
+    assert any("ring sa_ring holds 4 scales a row per k-block of 128; nvfp4 takes one per 16 of K (8)" in e
+               for e in errs), errs
+    assert any("scale buffer sa_tm holds 4 scales a row per k-block of 128" in e for e in errs), errs
 
 
 def test_nvfp4_with_a_fused_epilogue_is_refused() -> None:
@@ -156,7 +161,7 @@ def test_decode_nvfp4_plans_swapped(m: int, tokens: int) -> None:
     sa = to_blocked(torch.ones(m, k // NVFP4_BLOCK).to(torch.float8_e4m3fn))
     sb = to_blocked(torch.ones(n, k // NVFP4_BLOCK).to(torch.float8_e4m3fn))
     kern = warploom.plan(a, b, [sa, _global()], [sb, _global(2.0)], device=B200)
-    assert (kern.plan.swap_ab, kern.plan.bm, kern.plan.bn, kern.plan.bk) == (True, 128, tokens, 64)
+    assert (kern.plan.swap_ab, kern.plan.bm, kern.plan.bn, kern.plan.bk) == (True, 128, tokens, 128)
     mod = kern.module
     assert (mod.spec.m, mod.spec.n) == (n, m) and mod.tiling.swap_ab
     assert [(r.tensor, r.rows) for r in mod.rings if r.byte_scales] == [(ir.Tensor.SCALE_A, 128),
@@ -191,3 +196,33 @@ def test_only_blocked_block_scales_swap() -> None:
     mx_blocked = replace(mx_rows, m=16, scale_layout=ScaleLayout.BLOCKED)
     with pytest.raises(UnsupportedError, match="blocked layout is sm_100a's"):
         warploom.planner.plan_schedule(mx_blocked, H100_SXM)
+
+
+@pytest.mark.parametrize("k,bk", [(320, 64), (384, 128), (1056, 64), (4096, 128)])
+def test_nvfp4_k_block_is_128_where_k_is_a_multiple_of_128(k: int, bk: int) -> None:
+    """Planner rule 19: NVFP4 plans 128-deep k-blocks (two 128x4 chunks of e4m3 scales a row block, tensor-memory
+    buffers of 8 columns, one scaled MMA over them) where K is a multiple of 128, else 64 (one chunk)."""
+    a, b, sa, sb = _args(k)
+    kern = warploom.plan(a, b, [sa, _global()], [sb, _global()], device=B200)
+    assert kern.plan.bk == bk
+    m = kern.module
+    chunks = bk // 64
+    assert {(r.rows, r.cols, r.slot_bytes) for r in m.rings if r.byte_scales} == {(128, 4 * chunks, 512 * chunks)}
+    assert {(sb.cols, sb.columns) for sb in m.tmem_scales} == {(4 * chunks, 4 * chunks)}
+    assert check_tmem_scales(m) == []
+    # one copy per scale ring and one scaled MMA a k-block, whatever the depth (Triton splits them per chunk)
+    ops = [o for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, (ir.ScaleCopy, ir.TcMma))]
+    assert [type(o).__name__ for o in ops] == ["ScaleCopy", "ScaleCopy", "TcMma"]
+    src = kern.source
+    coord = "kk * 2" if chunks == 2 else "kk"
+    assert f"tma.async_copy_global_to_shared(scale_a_desc, [off_m // 128, {coord}, 0, 0]" in src
+    assert f"reshape((1, {chunks}, 32, 4, 4)).permute((0, 3, 2, 1, 4)).reshape((128, {4 * chunks}))" in src
+    assert f"allocate_tensor_memory(gl.float8e4nv, [128, {4 * chunks}], TensorMemoryScalesLayout())" in src
+
+
+def test_two_chunk_scale_buffers_are_nvfp4s_only() -> None:
+    with pytest.raises(ValueError, match=r"or two of NVFP4's e4m3, got \(128, 8\) e8m0"):
+        ir.ScaleBuffer("sa_tm", ir.Tensor.SCALE_A, 128, 8, 256, DType.E8M0)
+    with pytest.raises(ValueError, match=r"got \(128, 12\) e4m3"):
+        ir.ScaleBuffer("sa_tm", ir.Tensor.SCALE_A, 128, 12, 256, DType.E4M3)
+    assert ir.ScaleBuffer("sa_tm", ir.Tensor.SCALE_A, 256, 8, 256, DType.E4M3).columns == 16

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from warploom.backends import gluon_api
 from warploom.backends.gluon_sm90 import GluonSource, PartitionEmitter, lower, scale_desc, slot_index, use_acc
+from warploom.blocked import BLOCK_COLS
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 
@@ -69,20 +70,24 @@ class _Sm100Emitter(PartitionEmitter):
                 b.line(f"tcgen05_mma({o.a_ring}.index({s}), {self._b_view(o.b_ring, s, None)}, "
                        f"{o.acc_ring}.index({t}), use_acc={use}{done})", c)
             case ir.TmaLoad() if o.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
-                # MX / NVFP4: the (tile, k-block)'s 128x4 blocks of torch's blocked scales, a (BM/128, 1, 2, 256) box at
-                # [row block, k-block]; each block 512 contiguous bytes
+                # MX / NVFP4: the (tile, k-block)'s 128x4 blocks of torch's blocked scales, a (BM/128, chunks, 2, 256)
+                # box at [row block, k-block x chunks] (blocked.chunk_coord: NVFP4 at BK 128 takes two chunks a
+                # k-block); each block 512 contiguous bytes
                 s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 off = "off_m" if o.tensor is ir.Tensor.SCALE_A else "off_n"
-                b.line(f"{self.api.tma_load}({scale_desc(o.tensor)}, [{off} // 128, {self.kb}, 0, 0], "
+                chunks = self.m.ring(o.ring).cols // BLOCK_COLS
+                col = self.kb if chunks == 1 else f"{self.kb} * {chunks}"
+                b.line(f"{self.api.tma_load}({scale_desc(o.tensor)}, [{off} // 128, {col}, 0, 0], "
                        f"{o.barrier}_bars.index({s}), {o.ring}.index({s}))", c)
             case ir.ScaleCopy():
-                # The slot's blocks viewed as the (rows, 4) scales tcgen05.cp reads: row r of block i is byte
-                # (r % 32) * 16 + (r // 32) * 4 + c of it, so (i, 1, 2, 256) -> (i, 1, 32, 4, 4), permuted to
-                # (i, r // 32, r % 32, 1, c) and flattened
+                # The slot's blocks viewed as the (rows, 4 x chunks) scales tcgen05.cp reads: row r of block (i, j) is
+                # byte (r % 32) * 16 + (r // 32) * 4 + c of it, so (i, j, 2, 256) -> (i, j, 32, 4, 4), permuted to
+                # (i, r // 32, r % 32, j, c) and flattened (blocked.scale_box); Triton copies each 128x4 chunk with
+                # one tcgen05.cp into columns 4 j .. 4 j + 3 of the buffer
                 s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 r = self.m.ring(o.ring)
                 b.line(f"{o.ring}_s = {o.ring}.index({s}).reshape(({r.rows // 128}, {r.cols // 4}, 32, 4, 4))"
-                       f".permute((0, 3, 2, 1, 4)).reshape(({r.rows}, {r.cols}))", f"(rows, 4) {r.dtype.value}")
+                       f".permute((0, 3, 2, 1, 4)).reshape(({r.rows}, {r.cols}))", f"(rows, {r.cols}) {r.dtype.value}")
                 b.line(f"tcgen05_copy({o.ring}_s, {o.dst})", c)
             case ir.Commit():
                 s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)

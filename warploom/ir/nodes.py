@@ -183,7 +183,7 @@ class ScaleBuffer:
     Attributes:
         name: unique within the module.
         tensor: SCALE_A or SCALE_B.
-        rows, cols: (BM, BK/32) or (BN, BK/32) (NVFP4: BK/16).
+        rows, cols: (BM, BK/32) or (BN, BK/32) (NVFP4: BK/16, 4 or 8: one or two 128x4 chunks).
         col0: its first tensor-memory column (the accumulator ring takes columns 0 ... depth * cols).
         dtype: E8M0 (MX) or E4M3 (NVFP4)."""
 
@@ -199,15 +199,16 @@ class ScaleBuffer:
             raise ValueError(f"ScaleBuffer {self.name}: expected tensor SCALE_A or SCALE_B, got {self.tensor}")
         if self.dtype not in (DType.E8M0, DType.E4M3):
             raise ValueError(f"ScaleBuffer {self.name}: expected e8m0 (MX) or e4m3 (NVFP4) scales, got {self.dtype}")
-        if self.rows % 128 or self.cols != 4:
-            raise ValueError(f"ScaleBuffer {self.name}: expected whole 128x4 chunks (tcgen05.cp 32x128b.warpx4), "
-                             f"got ({self.rows}, {self.cols})")
+        # (NVFP4 at BK 128: two chunks a row block, (rows, 8); tcgen05.cp copies each chunk into 4 columns)
+        if self.rows % 128 or self.cols not in (4, 8) or self.cols == 8 and self.dtype is not DType.E4M3:
+            raise ValueError(f"ScaleBuffer {self.name}: expected whole 128x4 chunks (tcgen05.cp 32x128b.warpx4), one "
+                             f"a k-block, or two of NVFP4's e4m3, got ({self.rows}, {self.cols}) {self.dtype.value}")
 
     @property
     def columns(self) -> int:
         """Tensor-memory columns: a 128x4 chunk of scales takes 4 (tcgen05.cp .warpx4 broadcasts 32 rows x 16
-        bytes to the four 32-lane quarters)."""
-        return self.rows // 128 * 4
+        bytes to the four 32-lane quarters); NVFP4's two chunks a k-block 8."""
+        return self.rows // 128 * self.cols
 
 
 @dataclass(frozen=True)

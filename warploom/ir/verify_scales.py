@@ -3,9 +3,10 @@
 A complete module with scale buffers must satisfy (each violation is one message):
 
 - **dtype:** an MX recipe's scale rings and buffers hold e8m0, NVFP4's e4m3, a row of BK / scale_k (32 or 16) a
-  k-block; the scaled MMA names the operands' own formats (e4m3 / e5m2 / e2m1 as `GemmSpec.a_dtype` / `b_dtype`
-  say) and the recipe's scale vector (a scale per 32 of K for MX, per 16 for NVFP4: scale_vec::4X); MX fp8 x fp4's
-  fp4 operand ring, and no other, is padded (`Ring.padded`: a value a byte, as kind::mxf8f6f4 reads it).
+  k-block (NVFP4 at BK 128: 8, two 128x4 chunks); the scaled MMA names the operands' own formats (e4m3 / e5m2 /
+  e2m1 as `GemmSpec.a_dtype` / `b_dtype` say) and the recipe's scale vector (a scale per 32 of K for MX, per 16 for
+  NVFP4: scale_vec::4X); MX fp8 x fp4's fp4 operand ring, and no other, is padded (`Ring.padded`: a value a byte,
+  as kind::mxf8f6f4 reads it).
 - **producer and consumer:** each buffer is written by `ScaleCopy`s and read by scaled `TcMma`s, all issued by one
   partition (tcgen05 ops of one thread run in issue order: a copy after an MMA cannot overwrite what that MMA
   reads, one from another partition can); within a k-loop every scaled MMA has a copy into each buffer it reads
@@ -81,6 +82,11 @@ def _dtypes(m: ir.Module) -> list[str]:
                         f"takes one per {recipe.scale_k} of K ({m.tiling.bk // recipe.scale_k})")
     errs += [f"scale buffer {sb.name} holds {sb.dtype.value}; {recipe.value} scales are {want_dt.value}"
              for sb in m.tmem_scales if sb.dtype is not want_dt]
+    # (NVFP4 at BK 128: two 128x4 chunks a row block, columns 0..3 for the first 64 of K and 4..7 for the second,
+    # which the second of the two MMAs Triton issues reads)
+    errs += [f"scale buffer {sb.name} holds {sb.cols} scales a row per k-block of {m.tiling.bk}; {recipe.value} "
+             f"takes {m.tiling.bk // recipe.scale_k}" for sb in m.tmem_scales
+             if sb.cols * recipe.scale_k != m.tiling.bk]
     for r in m.rings:  # MX fp8 x fp4: kind::mxf8f6f4 reads the fp4 operand a value a byte, and only that one
         want_pad = m.spec.mixed_fp4 and r.tensor in (ir.Tensor.A, ir.Tensor.B) and r.dtype is DType.E2M1
         if r.padded != want_pad:

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from warploom import fp4
-from warploom.blocked import from_blocked
+from warploom import blocked, fp4
 from warploom.epilogue.reference import evaluate_tile
 from warploom.ir import nodes as ir
 from warploom.sim.program import LoadTmemI, MmaI, PromoteI, ScaleCopyI, Tag, TcMmaI
@@ -75,11 +74,10 @@ class Operands:
         # MX fp4: the packed pairs of K as their (rows, K) values (MX fp8 x fp4: one operand's)
         a = fp4.unpack(a) if module.spec.fp4_a else a
         b_rows = fp4.unpack(b_rows) if module.spec.fp4_b else b_rows
-        # sm_100a MX / NVFP4: torch's blocked scales, read back as padded (rows, K/32) (NVFP4: K/16) values
+        # sm_100a MX / NVFP4: torch's blocked scales stay flat, as the kernel's TMA boxes read them (`land`)
         if module.tmem_scales:
-            kb = a.shape[1] // module.spec.scale.scale_k
-            scale_a = None if scale_a is None else from_blocked(scale_a.float(), a.shape[0], kb)
-            scale_b = None if scale_b is None else from_blocked(scale_b.float(), b_rows.shape[0], kb)
+            scale_a = None if scale_a is None else scale_a.float().reshape(-1)
+            scale_b = None if scale_b is None else scale_b.float().reshape(-1)
         # Blockwise scales stay 2-D: (M, k-blocks) and (k-blocks, N-blocks or N), read per (tile, k-block).
         keep = module.spec.scale.is_blockwise
         t = module.tiling
@@ -125,15 +123,20 @@ class CtaData:
 
     def land(self, ring: str, slot: int, tag: Tag) -> None:
         t = self.slots[ring][slot]
-        # sm_100a MX / NVFP4: a TMA box of (rows, 4) scales
+        # sm_100a MX / NVFP4: a TMA box of the k-block's 128x4 blocks of torch's blocked scales (NVFP4 at BK 128:
+        # two a k-block), as tcgen05.cp reads them: (rows, 4 x blocks)
         if self.m.tmem_scales and tag.tensor in ("scale_a", "scale_b"):
             src = self.ops.scale_a if tag.tensor == "scale_a" else self.ops.scale_b
             assert src is not None
             # (TMA fills outside the padded tensor with zero bits: e8m0's 2**-127, e4m3's 0, against zero-filled A
             # and B)
             recipe = self.m.spec.scale
-            self.slots[ring][slot] = _block(src, tag.origin[0], tag.origin[1] // recipe.scale_k, t.shape[0],
-                                            t.shape[1], 2.0 ** -127 if recipe is ScaleRecipe.MX else 0.0)
+            rows = self.ops.a.shape[0] if tag.tensor == "scale_a" else self.ops.b_rows.shape[0]
+            chunks = t.shape[1] // blocked.BLOCK_COLS
+            col = blocked.chunk_coord(tag.origin[1] // self.m.tiling.bk, chunks)
+            self.slots[ring][slot] = blocked.scale_box(
+                src, rows, self.ops.a.shape[1] // recipe.scale_k, tag.origin[0] // blocked.BLOCK_ROWS, col,
+                t.shape[0], chunks, 2.0 ** -127 if recipe is ScaleRecipe.MX else 0.0)
             return
         if tag.tensor in ("scale_a", "scale_b"):
             self.slots[ring][slot] = self._scales(tag, t.shape[1])
@@ -188,8 +191,10 @@ class CtaData:
         accs[ins.acc] = accs[ins.acc] + prod if ins.use_acc else prod
 
     def scale_copy(self, ins: ScaleCopyI) -> None:
-        """sm_100a: tcgen05_copy of a (rows, 4) scale slot into a tensor-memory scale buffer."""
-        self.tmem_scales[ins.dst] = self.slots[ins.ring][ins.slot].clone()
+        """sm_100a: tcgen05_copy of a (rows, 4 x blocks) scale slot into a tensor-memory scale buffer: its first
+        columns (a slot of fewer blocks than the buffer leaves the rest as it was)."""
+        src = self.slots[ins.ring][ins.slot]
+        self.tmem_scales[ins.dst][:, :src.shape[1]] = src
 
     def tc_mma(self, ins: TcMmaI) -> None:
         """sm_100a: the tensor-memory accumulator slot (+)= A slot @ B slot, in fp32; block-scaled, each 32-deep
