@@ -3,9 +3,9 @@
 A `Declaration` gathers everything that differs between targets, which used to be spread over if-chains in the
 kernel, the pass list, the compile step and the CLI: the planner rule that plans it, its passes after
 `build_sequential`, its Gluon emitter, how it cross-compiles (Triton's `GPUTarget`), the IR ops its complete
-schedules may hold, the instruction counts its compile summary reports, and
-whether warploom launches its kernels. This package stands above the schedule IR, the planner, the passes, the
-backends and the runtime, and hands each what it needs (the pass list and the op set to `passes.run_pipeline` and
+schedules may hold, the verifier's rules of its own, the instruction counts its compile summary reports, and whether
+warploom launches its kernels. This package stands above the schedule IR, the planner, the passes, the backends and
+the runtime, and hands each what it needs (the pass list, the op set and the checks to `passes.run_pipeline` and
 `ir.verify.check`), so none of them imports it. A fourth target is one more module here and one more
 `warploom.target.Target`.
 """

@@ -16,14 +16,17 @@ from warploom.runtime.cross import cross_compile_cuda
 from warploom.target import Target
 from warploom.targets.declaration import Declaration
 
+# Triton's GPUTarget: CUDA compute capability 100, 32-thread warps.
+GPU = ("cuda", 100, 32)
+
 DECLARATION = Declaration(
     target=Target.SM100A,
     device=B200,
     plan=plan_blackwell,
     pipeline=pipeline_sm100,
     emit=lower_sm100,
-    compile=functools.partial(cross_compile_cuda, target=Target.SM100A, arch=100),
-    gpu=("cuda", 100, 32),
+    compile=functools.partial(cross_compile_cuda, target=Target.SM100A, arch=GPU[1]),
+    gpu=GPU,
     ops=frozenset({ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.TcMma, ir.ScaleCopy, ir.Commit, ir.LoadTmem,
                    ir.Epilogue, ir.StoreSmem, ir.FenceAsync, ir.TmaStore, ir.StoreWait, ir.Advance, ir.LoadOperand,
                    ir.PrefetchOperand, ir.ApplyEpilogue}),

@@ -27,14 +27,17 @@ def emit(m: ir.Module) -> GluonSource:
     return lower(m)
 
 
+# Triton's GPUTarget: CUDA compute capability 90, 32-thread warps.
+GPU = ("cuda", 90, 32)
+
 DECLARATION = Declaration(
     target=Target.SM90A,
     device=H100_SXM,
     plan=plan_schedule,
     pipeline=pipeline_sm90,
     emit=emit,
-    compile=functools.partial(cross_compile_cuda, target=Target.SM90A, arch=90),
-    gpu=("cuda", 90, 32),
+    compile=functools.partial(cross_compile_cuda, target=Target.SM90A, arch=GPU[1]),
+    gpu=GPU,
     ops=frozenset({ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.CopyScales, ir.Mma, ir.MmaWait, ir.Promote,
                    ir.ZeroAcc, ir.Epilogue, ir.StoreSmem, ir.FenceAsync, ir.TmaStore, ir.StoreWait, ir.Advance,
                    ir.SkipTiles, ir.LoadOperand, ir.PrefetchOperand, ir.ApplyEpilogue, ir.Fixup}),
