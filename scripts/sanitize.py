@@ -25,7 +25,7 @@ from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
 from warploom.device import DeviceInfo
 from warploom.kernel import Kernel, build
 from warploom.planner import Plan, plan_schedule
-from warploom.reference import make_inputs, reference, relative_error
+from warploom.reference import Inputs, make_inputs, reference, relative_error
 
 E4 = DType.E4M3
 # A scale-free error no correct kernel of these recipes comes near (bf16 and fp8 outputs round at ~1e-5).
@@ -116,22 +116,29 @@ def run_grouped() -> float:
     return relative_error(out.float(), want)
 
 
+def launch(kern: Kernel, x: Inputs) -> torch.Tensor:
+    """Run `kern` once on the current GPU on inputs `x` (CPU tensors, moved there) into a NaN-poisoned output."""
+    m, n = x.a.shape[0], x.b.shape[1]
+    out = torch.full((m, n), math.nan, device="cuda", dtype=kern.spec.out_dtype.torch)
+    sa, sb = x.scales()
+    kern.run(_cuda(x.a), _cuda(x.b), out, _cuda(sa), _cuda(sb), _cuda(x.bias))
+    torch.cuda.synchronize()
+    return out
+
+
+def case_kernel(name: str, device: DeviceInfo) -> Kernel:
+    """Case `name`'s kernel on `device`, its plan's family checked (`plan_of`)."""
+    return build(CASES[name].spec, device, plan_of(name, device))
+
+
 def run_case(name: str) -> float:
     """Build and run case `name` once on the current GPU into a NaN-poisoned output; its error against the fp32
     reference."""
     if name == GROUPED:
         return run_grouped()
     c = CASES[name]
-    device = DeviceInfo.current()
-    kern: Kernel = build(c.spec, device, plan_of(name, device))
-    m, n, k = c.shape
-    x = make_inputs(c.spec, m, n, k, seed=sum(c.shape))
-    want = reference(x)
-    out = torch.full((m, n), math.nan, device="cuda", dtype=c.spec.out_dtype.torch)
-    sa, sb = x.scales()
-    kern.run(_cuda(x.a), _cuda(x.b), out, _cuda(sa), _cuda(sb), _cuda(x.bias))
-    torch.cuda.synchronize()
-    return relative_error(out.float().cpu(), want)
+    x = make_inputs(c.spec, *c.shape, seed=sum(c.shape))
+    return relative_error(launch(case_kernel(name, DeviceInfo.current()), x).float().cpu(), reference(x))
 
 
 def main() -> None:

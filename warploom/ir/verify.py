@@ -626,9 +626,8 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
         where = f"partition {p.name}"
         if p.role is ir.Role.SEQUENTIAL:
             errs.append(f"{where} is still sequential: the partitioning pass did not run")
-        if p.role is ir.Role.WORKGROUP:
-            pass  # (gfx1250's own rules: check_gfx1250, which its declaration hands to `check`)
-        elif not _MIN_REGS <= p.regs <= _MAX_REGS or p.regs % 8:
+        # (a gfx1250 workgroup partition has no budget: check_gfx1250, which its declaration hands to `check`)
+        if p.role is not ir.Role.WORKGROUP and (not _MIN_REGS <= p.regs <= _MAX_REGS or p.regs % 8):
             errs.append(f"{where}: regs={p.regs}, expected a multiple of 8 in [{_MIN_REGS}, {_MAX_REGS}]")
         for body in _loop_bodies(p.body):
             _check_expect_tx(m, body, where, errs)
@@ -779,18 +778,23 @@ def _check_async(p: ir.Partition, errs: list[str]) -> None:
 Check = Callable[[ir.Module], list[str]]
 
 
+def problems(m: ir.Module, device: DeviceInfo, *, ops: frozenset[type] | None = None,
+             checks: Sequence[Check] = ()) -> list[str]:
+    """Every problem of a complete module: `complete`'s, an op outside its target's op set `ops` (when given), and
+    its target's own `checks`' (`warploom.targets` hands both down)."""
+    errs = complete(m, device)
+    if ops is not None:
+        errs += sorted({f"{type(o).__name__} in partition {p.name}: not an op of {m.target.with_article} schedule"
+                        for p in m.partitions for o, _ in ir.walk(p.body) if type(o) not in ops})
+    return errs + [e for c in checks for e in c(m)]
+
+
 def check(m: ir.Module, stage: str, device: DeviceInfo | None = None, *,
           ops: frozenset[type] | None = None, checks: Sequence[Check] = ()) -> ir.Module:
-    """Raise VerificationError listing every problem; `device` given means the module must be complete, and then
-    its target's op set `ops` (when given) holds every op it has and its target's own `checks` pass
-    (`warploom.targets.verify` passes the module's target's)."""
-    errs = structural(m) if device is None else complete(m, device)
-    if device is not None:
-        if ops is not None:
-            errs += sorted({f"{type(o).__name__} in partition {p.name}: not an op of {m.target.with_article} "
-                            "schedule" for p in m.partitions for o, _ in ir.walk(p.body) if type(o) not in ops})
-        for c in checks:
-            errs += c(m)
+    """Raise VerificationError listing every problem: the structural ones, or, `device` given (the module must be
+    complete), `problems`' with the target's op set `ops` and own `checks` (`warploom.targets.verify` passes the
+    module's target's)."""
+    errs = structural(m) if device is None else problems(m, device, ops=ops, checks=checks)
     if errs:
         raise VerificationError(stage, errs)
     return m

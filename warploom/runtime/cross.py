@@ -86,10 +86,6 @@ class Compiled:
                 "smem_bytes": self.smem_bytes, **mma}
 
 
-# The gfx1250 instructions a summary counts.
-GFX1250_COUNTS = ("v_wmma", "tensor_load_to_lds", "s_wait_tensorcnt", "s_barrier")
-
-
 def _gl_dtype(d: DType) -> Any:
     from triton.experimental.gluon import language as gl
 

@@ -61,14 +61,16 @@ def compile_schedule(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> tuple[ir
 
 
 def verify(m: ir.Module, stage: str, device: DeviceInfo | None = None) -> ir.Module:
-    """`ir.verify.check` with the module's target's op set and checks when `device` is given (a complete module)."""
+    """`ir.verify.check` with the module's target's op set and checks (used when `device` is given: a complete
+    module)."""
     d = declared(m.target)
-    return verify_module.check(m, stage, device, ops=d.ops if device else None, checks=d.checks if device else ())
+    return verify_module.check(m, stage, device, ops=d.ops, checks=d.checks)
 
 
 def problems(m: ir.Module, device: DeviceInfo) -> list[str]:
-    """Every problem of a complete module: `ir.verify.complete`'s and its target's own checks' (as a list)."""
-    return verify_module.complete(m, device) + [e for c in declared(m.target).checks for e in c(m)]
+    """Every problem of a complete module, as a list: `ir.verify.problems` with its target's op set and checks."""
+    d = declared(m.target)
+    return verify_module.problems(m, device, ops=d.ops, checks=d.checks)
 
 
 def emit(m: ir.Module) -> GluonSource:

@@ -10,7 +10,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.passes import pipeline_gfx1250
 from warploom.planner import plan_gfx1250
-from warploom.runtime.cross import GFX1250_COUNTS, cross_compile_gfx1250
+from warploom.runtime.cross import cross_compile_gfx1250
 from warploom.target import Target
 from warploom.targets.declaration import Declaration
 
@@ -25,7 +25,7 @@ DECLARATION = Declaration(
     ops=frozenset({ir.TdmLoad, ir.Wmma, ir.TdmWait, ir.SyncWarps, ir.Epilogue, ir.StoreTile, ir.Advance,
                    ir.LoadOperand, ir.ApplyEpilogue}),
     checks=(verify.check_gfx1250,),
-    counts=tuple(zip(GFX1250_COUNTS, ("wmma instructions", "Tensor Data Mover copies", "waits on TDM copies",
-                                      "workgroup barriers"), strict=True)),
+    counts=(("v_wmma", "wmma instructions"), ("tensor_load_to_lds", "Tensor Data Mover copies"),
+            ("s_wait_tensorcnt", "waits on TDM copies"), ("s_barrier", "workgroup barriers")),
     runs=False,
 )
