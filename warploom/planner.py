@@ -25,6 +25,7 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 22. grouped GEMMs: 128x256 from 256 rows a group, 64x128 to 64, else 128x128: docs/decisions/rule-22-grouped.md
 23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
 24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7): docs/decisions/rule-24-clusters.md
+25. a few tiles over a long K: split-K in up to 8 ranges: docs/decisions/rule-25-latency-split-k.md
 """
 
 from __future__ import annotations
@@ -776,6 +777,16 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                    f"by {tokens} of M, and the swapped problem has no such plan: {e}") from None
         return replace(plan, swap_ab=True)
 
+    if (stream_k is None and split_k is None and tail_split is None and not pingpong
+            and all(f is None for f in forced) and prefetch_operands is None and hoist_rows is None):
+        ranges = latency_split(spec, device)
+        if ranges > 1:
+            token = _TRACE.set(None)  # (as below: the forced call's own candidates are not this rule's)
+            try:
+                return plan_schedule(spec, device, bm=128, bn=128, group_m=group_m, scalar_columns=scalar_columns,
+                                     split_k=ranges, tail_split=1, swap_ab=False, stream_k=0)
+            finally:
+                _TRACE.reset(token)
     if (stream_k is None and not pingpong and all(f is None for f in forced) and prefetch_operands is None
             and hoist_rows is None and latency_tiles(spec, device)):
         token = _TRACE.set(None)  # (the forced call's own candidates are not this rule's)
@@ -964,7 +975,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             _note("128x256", "2-CTA clusters", cl_score,
                   f"{cl_tiles} cluster tiles of 256x256, {math.ceil(cl_tiles / (device.sm_count // 2))} round(s) of "
                   f"{device.sm_count // 2} clusters, B multicast" + ("" if aligned else ", rows unaligned"))
-            if cluster == 2 or cl_tiles >= device.sm_count // 2 and cl_score < CLUSTER_MARGIN * best[0]:
+            if cluster == 2 or (cl_tiles >= device.sm_count // 2 and cl_score < CLUSTER_MARGIN * best[0]
+                                and cta_kblocks(spec, cl_tiles, device) >= cluster_min_kblocks(spec)):
                 best = (cl_score, -cbm * cbn, cl_plan)
     if cluster == 2 and (best is None or best[2].cluster != 2):
         raise UnsupportedError(f"cluster=2 (rule 24): no 128x256 plan fits {spec.short()} with {stages=} on "
@@ -1026,6 +1038,71 @@ def latency_times(spec: GemmSpec, device: DeviceInfo) -> tuple[float, float, int
     return t64, t128, best[1]
 
 
+# Rule 25 (docs/decisions/rule-25-latency-split-k.md): with at most a quarter of the SMs' worth of 128x128 tiles and
+# a long K, split-K's ranges (one wave of units, then the reduce kernel) beat stream-K's few pieces and 64x64 tiles.
+# Priced in rule 23's microseconds: the units' start and k-blocks (or their bytes from L2) plus the reduce, a fixed
+# SPLIT_FIXED_US and SPLIT_RANGE_US a range (the workspace's partials written and summed), fitted to forced splits
+# of 4, 8 and 16 at six shapes (H100, bf16, CUDA graphs, session 26). It must beat 64x64 by SPLIT_MARGIN_64, whose
+# model reads high at 64 k-blocks (513x368x4096: modeled 14.2 us, ran 10.7; split in 8 ran 11.5), and 128x128 by
+# SPLIT_MARGIN_128. Ranges divide the k-blocks evenly (`_check_split_k`), at most SPLIT_MAX of them: the reduce's
+# cost grew faster than the k-loop shrank beyond 8.
+SPLIT_FIXED_US = 1.0
+SPLIT_RANGE_US = 0.3
+SPLIT_MARGIN_64 = 0.8
+SPLIT_MARGIN_128 = 0.95
+SPLIT_MAX = 8
+SPLIT_MIN_KBLOCKS = 32
+
+
+def split_time(spec: GemmSpec, ranges: int) -> float:
+    """Rule 25's modeled microseconds for 128x128 tiles split into `ranges` k-ranges (one wave of units)."""
+    row_bytes = spec.k * spec.a_dtype.bytes
+    tiles = math.ceil(spec.m / 128) * math.ceil(spec.n / 128)
+    return (LATENCY_START_US[128] + max(k_blocks(spec) / ranges * LATENCY_KBLOCK_US[128],
+                                        tiles * 256 * row_bytes / LATENCY_L2_BYTES_PER_US)
+            + SPLIT_FIXED_US + SPLIT_RANGE_US * ranges)
+
+
+def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
+    """Rule 25: into how many k-ranges (1: none) split-K cuts `spec`'s 128x128 tiles. Only rule 23's problems (more
+    than 64 rows, native accumulation, no bias or fused epilogue, K-major operands, sm_90a) with at most a quarter
+    of the SMs' worth of tiles and SPLIT_MIN_KBLOCKS k-blocks; the ranges divide the k-blocks, keep the units in one
+    wave and number at most SPLIT_MAX; chosen where `split_time` beats rule 23's 64x64 and 128x128 times by the
+    margins. (Beyond a quarter of the SMs the ranges that fit one wave are 2-3, and stream-K's pieces ran ahead:
+    2415x160x14336, 100x5264x3072.)"""
+    if not latency_kind(spec, device):
+        return 1
+    k_tiles = k_blocks(spec)
+    tiles = math.ceil(spec.m / 128) * math.ceil(spec.n / 128)
+    if tiles > device.sm_count // 4 or k_tiles < SPLIT_MIN_KBLOCKS:
+        return 1
+    options = [r for r in range(2, SPLIT_MAX + 1) if k_tiles % r == 0 and tiles * r <= device.sm_count]
+    if not options:
+        return 1
+    t, ranges = min((split_time(spec, r), r) for r in options)
+    t64, t128, pieces = latency_times(spec, device)
+    if math.ceil(spec.m / 64) * math.ceil(spec.n / 64) > device.sm_count:
+        t64 = math.inf  # rule 23 plans no 64x64 tiles beyond one wave
+    _note("128x128", f"split-K, {ranges} ranges", t,
+          f"{tiles * ranges} units of {k_tiles // ranges} k-blocks, then the reduce (rule 25, modeled us)")
+    _note("64x64", "latency tile", t64, "rule 23's model (rule 25 compares)")
+    _note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
+          "rule 23's model (rule 25 compares)")
+    if t < SPLIT_MARGIN_64 * t64 and t < SPLIT_MARGIN_128 * t128:
+        return ranges
+    return 1
+
+
+def latency_kind(spec: GemmSpec, device: DeviceInfo) -> bool:
+    """Whether `spec` is of the kind rules 23 and 25 were measured on: more than 64 rows (decode has rules 16 and
+    18), native accumulation (bf16, fp16, fp8 fast), no bias or fused epilogue, no blockwise scales, not grouped,
+    K-major A and B, on sm_90a."""
+    return not (spec.m <= 64 or spec.epilogue is not None or spec.bias_dtype is not None
+                or spec.accumulation is not Accumulation.NATIVE or spec.scale.is_blockwise or spec.grouped
+                or spec.a_layout is not ALayout.K_MAJOR or spec.b_layout is not BLayout.K_MAJOR
+                or not device.arch.startswith("sm_90"))
+
+
 def latency_stages(spec: GemmSpec) -> int:
     """Rule 23's ring depth for 64x64 tiles (LATENCY_STAGES by K)."""
     k_tiles = k_blocks(spec)
@@ -1038,10 +1115,7 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     tiles fit in one wave, where the latency model prices them below 128x128's best. (More 64x64 tiles than SMs
     turned L2-bound: 100x5264x3464 bf16, 166 tiles, ran at 0.36x torch against 0.58x for 42 of 128x128.
     Promoted fp8, a bias, fused epilogues and operands that are not K-major: not measured at these sizes.)"""
-    if (spec.m <= 64 or spec.epilogue is not None or spec.bias_dtype is not None
-            or spec.accumulation is not Accumulation.NATIVE or spec.scale.is_blockwise or spec.grouped
-            or spec.a_layout is not ALayout.K_MAJOR or spec.b_layout is not BLayout.K_MAJOR
-            or not device.arch.startswith("sm_90")):
+    if not latency_kind(spec, device):
         return False
     tiles64 = math.ceil(spec.m / 64) * math.ceil(spec.n / 64)
     if tiles64 > device.sm_count:
@@ -1136,6 +1210,24 @@ def _stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | N
 # model's misses cost 2-5% at 1168x6960x1104 bf16, 6320x6848x5648 bf16 and 4634x4976x3680 fp8; docs/decisions.)
 CLUSTER_UNALIGNED_GAIN = 1.27
 CLUSTER_MARGIN = 0.95
+# ...and only where each CTA runs enough k-blocks (its k-blocks per tile times the cluster tiles per cluster): with
+# few, its fixed costs (the ring's first fill, the epilogues, the cluster's handshakes) outweigh what B's halved
+# traffic saves. Side by side at 9 zoo shapes (session 26: graph timing, H100, Triton 3.9) clusters lost 5-23% for
+# bf16 at 3.5-29.5 k-blocks a CTA (1072x5728x80, 917x5184x608, 685x6144x1680, 1232x7504x720, 5344x2192x144,
+# 8666x816x160) and won from 36 (4310x1504x1528 and up, session 24); fp8 rowwise won from 13.6 (1232x7504x720 +13%,
+# 685x6144x1680 +6%, 1168x6960x1104 +13%) and was mixed below (14215x528x192 -10%, 917x5184x608 -8%,
+# 5344x2192x144 +9%). docs/decisions/rule-24-clusters.md has the table.
+CLUSTER_MIN_KBLOCKS = {1: 12, 2: 32}  # by the operands' element bytes
+
+
+def cluster_min_kblocks(spec: GemmSpec) -> int:
+    """Rule 24: the fewest k-blocks a CTA must run (`cta_kblocks`) for the planner to choose clusters for `spec`."""
+    return CLUSTER_MIN_KBLOCKS.get(spec.a_dtype.bytes, CLUSTER_MIN_KBLOCKS[2])
+
+
+def cta_kblocks(spec: GemmSpec, cluster_tiles: int, device: DeviceInfo) -> float:
+    """Rule 24: the k-blocks each CTA of a full grid of 2-CTA clusters runs over `cluster_tiles` cluster tiles."""
+    return k_blocks(spec) * cluster_tiles / (device.sm_count // 2)
 
 
 def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,

@@ -82,7 +82,9 @@ def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
     # Zero padding leaves each ragged group's amax its valid columns' (|.| >= 0; a NaN still wins, amax keeps NaN).
     padded = F.pad(x, (0, groups * width - n))
     amax = padded.abs().reshape(*x.shape[:-1], groups, width).amax(dim=-1)  # (..., groups)
-    s = amax / FP8_MAX[fp8]
+    # A tensor divisor: CUDA divides by a Python scalar as a product with its reciprocal, which rounds differently
+    # from the CPU's (and the reference's) IEEE division in the last bit.
+    s = amax / torch.full_like(amax, FP8_MAX[fp8])
     s = torch.where(s == 0, torch.ones_like(s), s)  # the zero-group convention: no division by zero below
     s_cols = s.repeat_interleave(width, dim=-1)[..., :n]  # (..., N): each column's group scale
     return round_to(x / s_cols, fp8), s

@@ -32,7 +32,7 @@ class TestPlannerChoices(expecttest.TestCase):
 753x216x800       64x64x64_s4_w4_g8                        64x64x128_s4_w4_g8
 73x104x3280       64x64x64_s8_w4_g8                        64x64x128_s4_w4_g8
 662x1096x3752     128x128x64_s6_w8_g8_p2_sk2g108           128x128x128_s6_w8_g8_p2
-469x88x4920       64x64x64_s8_w4_g8                        64x64x128_s8_w4_g8
+469x88x4920       128x128x64_s5_w8_g8_p2_k7                64x64x128_s8_w4_g8
 1679x2456x2000    128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
 13930x480x4328    128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
 494x1528x2496     128x128x64_s6_w8_g8_p2_sk2g96            128x128x128_s6_w8_g8_p2
@@ -44,7 +44,7 @@ class TestPlannerChoices(expecttest.TestCase):
 295x1536x6064     128x128x64_s6_w8_g8_p2_sk3g108           64x64x128_s8_w4_g8
 401x496x320       64x64x64_s4_w4_g8                        64x64x128_s4_w4_g8
 347x4776x1344     128x128x64_s6_w8_g8_p2                   128x128x128_s6_w8_g8_p2
-268x112x4944      64x64x64_s8_w4_g8                        64x64x128_s8_w4_g8
+268x112x4944      128x128x64_s5_w8_g8_p2_k6                64x64x128_s8_w4_g8
 3230x6336x240     128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
 1318x10440x1712   128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
 12108x160x14264   128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2

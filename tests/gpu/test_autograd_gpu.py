@@ -39,7 +39,8 @@ def test_a_plain_call_and_the_cpu_simulator_agree() -> None:
     b = torch.randn(136, 200, dtype=torch.bfloat16)
     grads = []
     for device in ("cpu", "cuda"):
-        x, y = a.to(device).requires_grad_(), b.to(device).requires_grad_()
+        # Fresh leaves on each device (a.to("cpu") is `a` itself, which the first pass would otherwise mark).
+        x, y = a.to(device).detach().requires_grad_(), b.to(device).detach().requires_grad_()
         warploom.matmul(x, y).float().square().sum().backward()
         assert x.grad is not None and y.grad is not None
         grads.append((x.grad.float().cpu(), y.grad.float().cpu()))

@@ -39,6 +39,26 @@ CHOICES = {
     (656, 8048, 5280): False,  # stream-K's shared last wave beats a whole wave and a part of clusters
     (4608, 4992, 3712): False,  # aligned rows
     (8192, 8192, 8192): False,
+    # Session 26's side by side: below CLUSTER_MIN_KBLOCKS a CTA (32 for bf16) clusters lost 5-23%.
+    (1072, 5728, 80): False,
+    (917, 5184, 608): False,
+    (1232, 7504, 720): False,
+    (5344, 2192, 144): False,
+    (8666, 816, 160): False,
+    (685, 6144, 1680): False,  # 29.5 k-blocks a CTA: 6% slower in clusters
+    (4634, 4976, 3680): True,  # 334 k-blocks a CTA: 3% faster in clusters
+    (9162, 2904, 632): True,  # 65 k-blocks a CTA (10 a tile): 0.81 -> 0.99 in the session-25 zoo
+}
+
+# The same for fp8 rowwise fast accumulation (K-major B, bf16 out), whose floor is 12 k-blocks a CTA.
+FP8_CHOICES = {
+    (1232, 7504, 720): True,  # +13%
+    (685, 6144, 1680): True,  # +6%
+    (1168, 6960, 1104): True,  # +13% (session 24)
+    (917, 5184, 608): False,  # 6.4 k-blocks a CTA: 8% slower in clusters
+    (14215, 528, 192): False,  # 10% slower
+    (5344, 2192, 144): False,  # the refit's miss: 9% faster in clusters at 5.7 k-blocks a CTA
+    (14312, 1920, 688): True,  # 41 k-blocks a CTA: 0.92 -> 1.09 in the session-25 zoo
 }
 
 
@@ -54,6 +74,14 @@ def test_rule24_choice_under_triton_39(shape: tuple[int, int, int]) -> None:
     if plan.cluster == 2:
         assert (plan.bm, plan.bn, plan.consumer_partitions, plan.stream_k, plan.split_k) == (128, 256, 2, 0, 1)
         assert plan.grid % 2 == 0 and plan.grid <= H100_SXM.sm_count
+
+
+@pytest.mark.parametrize("shape", list(FP8_CHOICES), ids=lambda s: "x".join(map(str, s)))
+def test_rule24_fp8_choice_under_triton_39(shape: tuple[int, int, int]) -> None:
+    spec = GemmSpec(*shape, a_dtype=E4, b_dtype=E4, scale=ScaleRecipe.ROWWISE)
+    with emitting_for("3.9"):
+        plan = plan_schedule(spec, H100_SXM)
+    assert (plan.cluster == 2) == FP8_CHOICES[shape], plan.short()
 
 
 @pytest.mark.parametrize("shape", list(CHOICES), ids=lambda s: "x".join(map(str, s)))

@@ -149,3 +149,51 @@ def test_tuner_sees_split_and_unsplit_plans() -> None:
     split = next(p for p in plans if p.split_k == 4)
     est = estimate(BW, H100_SXM, split)
     assert est.tiles == 32 * 4 and est.fits  # units, and the fp32 staging counted in shared memory
+
+
+# Rule 25 (planner.latency_split): (M, N, K) -> the split-K ranges the planner takes for bf16 (1: none), at the shapes
+# forced splits were measured at (H100, session 26; the comments give the graph ratio against torch).
+RULE25 = {
+    (191, 440, 14336): 8,  # 0.69 (stream-K in 4 pieces: 0.46)
+    (1881, 224, 14336): 4,  # 0.95 (stream-K: 0.80)
+    (268, 112, 4096): 8,  # 0.78 (64x64: 0.69)
+    (513, 368, 4096): 1,  # 64x64 0.92 (split in 8: 0.85)
+    (2415, 160, 14336): 1,  # 38 tiles: stream-K 0.76 (split in 4: 0.64, two waves)
+    (100, 5264, 3072): 1,  # 42 tiles: stream-K 0.54 (split in 4: 0.48)
+    (191, 440, 14496): 1,  # 227 k-blocks, a prime: no even ranges (stream-K keeps it)
+    (4096, 4096, 4096): 1,  # many tiles
+    (64, 8192, 8192): 1,  # decode is rules 16 and 18's
+}
+
+
+@pytest.mark.parametrize("shape", list(RULE25), ids=lambda s: "x".join(map(str, s)))
+def test_rule25_splits_few_tiles_over_long_k(shape: tuple[int, int, int]) -> None:
+    plan = plan_schedule(GemmSpec(*shape), H100_SXM)
+    assert plan.split_k == RULE25[shape], plan.short()
+    if plan.split_k > 1:
+        assert (plan.bm, plan.bn, plan.stream_k, plan.tail_split) == (128, 128, 0, 1)
+        tiles = -(-shape[0] // 128) * -(-shape[1] // 128)
+        assert tiles * plan.split_k <= H100_SXM.sm_count and -(-shape[2] // 64) % plan.split_k == 0
+
+
+@pytest.mark.parametrize("spec", [
+    GemmSpec(191, 440, 14336, bias_dtype=DType.BF16),
+    GemmSpec(191, 440, 14336, b_layout=BLayout.N_MAJOR),
+    GemmSpec(191, 440, 14336, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED),
+], ids=["bias", "n-major-b", "promoted"])
+def test_rule25_keeps_off_what_it_was_not_measured_on(spec: GemmSpec) -> None:
+    assert plan_schedule(spec, H100_SXM).split_k == 1
+
+
+def test_rule25_forced_options_win() -> None:
+    spec = GemmSpec(191, 440, 14336)
+    assert plan_schedule(spec, H100_SXM, split_k=1).split_k == 1
+    assert plan_schedule(spec, H100_SXM, stream_k=4).stream_k == 4
+    assert plan_schedule(spec, H100_SXM, bm=64, bn=64).split_k == 1
+
+
+def test_rule25_is_explained() -> None:
+    from warploom.planner import explain
+
+    text = explain(GemmSpec(191, 440, 14336), H100_SXM).text()
+    assert "split-K, 8 ranges" in text and "rule 25" in text
