@@ -119,8 +119,10 @@ class VerificationError(InternalError):
         super().__init__(f"schedule IR invalid after {stage}:\n{lines}")
 
 
-def split_k_mismatch(bk: int, split_k: int, planned_k: int, k: int) -> ShapeError:
-    """A split-K kernel (`ir.Tiling.split_k`) called with a K whose k-blocks do not split as planned."""
-    return ShapeError("a", f"K whose {bk}-element k-blocks split into {split_k} equal ranges, as this split-K "
-                           f"kernel was planned (for K = {planned_k})", f"K = {k}",
+def split_k_mismatch(bk: int, split_k: int, planned_k: int, k: int, uneven: bool = False) -> ShapeError:
+    """A split-K kernel (`ir.Tiling.split_k`) called with a K whose k-blocks do not split as planned: into equal
+    ranges, or (`ir.Tiling.uneven_split`) into ranges of at least one k-block each."""
+    how = f"at least {split_k} {bk}-element k-blocks, one for each of" if uneven else \
+        f"{bk}-element k-blocks that split into {split_k} equal ranges, as"
+    return ShapeError("a", f"K of {how} this split-K kernel's ranges (planned for K = {planned_k})", f"K = {k}",
                       "plan a kernel for this K (warploom.plan, or kernel.build with its spec)")

@@ -1044,8 +1044,10 @@ def latency_times(spec: GemmSpec, device: DeviceInfo) -> tuple[float, float, int
 # SPLIT_FIXED_US and SPLIT_RANGE_US a range (the workspace's partials written and summed), fitted to forced splits
 # of 4, 8 and 16 at six shapes (H100, bf16, CUDA graphs, session 26). It must beat 64x64 by SPLIT_MARGIN_64, whose
 # model reads high at 64 k-blocks (513x368x4096: modeled 14.2 us, ran 10.7; split in 8 ran 11.5), and 128x128 by
-# SPLIT_MARGIN_128. Ranges divide the k-blocks evenly (`_check_split_k`), at most SPLIT_MAX of them: the reduce's
-# cost grew faster than the k-loop shrank beyond 8.
+# SPLIT_MARGIN_128. At most SPLIT_MAX ranges: the reduce's cost grew faster than the k-loop shrank beyond 8. Counts
+# that divide the k-blocks come first (those were measured; the model prices 3-5 ranges below what ran best at
+# 513x368x4096 and 1881x224x14336); only where none does are the ranges unequal, priced by the longest
+# (`ir.Tiling.uneven_split`, which has run on the simulator and the compile tier only).
 SPLIT_FIXED_US = 1.0
 SPLIT_RANGE_US = 0.3
 SPLIT_MARGIN_64 = 0.8
@@ -1058,7 +1060,7 @@ def split_time(spec: GemmSpec, ranges: int) -> float:
     """Rule 25's modeled microseconds for 128x128 tiles split into `ranges` k-ranges (one wave of units)."""
     row_bytes = spec.k * spec.a_dtype.bytes
     tiles = math.ceil(spec.m / 128) * math.ceil(spec.n / 128)
-    return (LATENCY_START_US[128] + max(k_blocks(spec) / ranges * LATENCY_KBLOCK_US[128],
+    return (LATENCY_START_US[128] + max(math.ceil(k_blocks(spec) / ranges) * LATENCY_KBLOCK_US[128],
                                         tiles * 256 * row_bytes / LATENCY_L2_BYTES_PER_US)
             + SPLIT_FIXED_US + SPLIT_RANGE_US * ranges)
 
@@ -1066,9 +1068,10 @@ def split_time(spec: GemmSpec, ranges: int) -> float:
 def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
     """Rule 25: into how many k-ranges (1: none) split-K cuts `spec`'s 128x128 tiles. Only rule 23's problems (more
     than 64 rows, native accumulation, no bias or fused epilogue, K-major operands, sm_90a) with at most a quarter
-    of the SMs' worth of tiles and SPLIT_MIN_KBLOCKS k-blocks; the ranges divide the k-blocks, keep the units in one
-    wave and number at most SPLIT_MAX; chosen where `split_time` beats rule 23's 64x64 and 128x128 times by the
-    margins. (Beyond a quarter of the SMs the ranges that fit one wave are 2-3, and stream-K's pieces ran ahead:
+    of the SMs' worth of tiles and SPLIT_MIN_KBLOCKS k-blocks; the ranges keep the units in one wave and number at
+    most SPLIT_MAX, dividing the k-blocks where some count does (else unequal, the first taking one more:
+    `ir.Tiling.uneven_split`); chosen where `split_time` beats rule 23's 64x64 and 128x128 times by the margins.
+    (Beyond a quarter of the SMs the ranges that fit one wave are 2-3, and stream-K's pieces ran ahead:
     2415x160x14336, 100x5264x3072.)"""
     if not latency_kind(spec, device):
         return 1
@@ -1076,7 +1079,9 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
     tiles = math.ceil(spec.m / 128) * math.ceil(spec.n / 128)
     if tiles > device.sm_count // 4 or k_tiles < SPLIT_MIN_KBLOCKS:
         return 1
-    options = [r for r in range(2, SPLIT_MAX + 1) if k_tiles % r == 0 and tiles * r <= device.sm_count]
+    fits = [r for r in range(2, SPLIT_MAX + 1) if tiles * r <= device.sm_count]
+    # (equal ranges where some count divides the k-blocks: what was measured; unequal ones only where none does)
+    options = [r for r in fits if k_tiles % r == 0] or fits
     if not options:
         return 1
     t, ranges = min((split_time(spec, r), r) for r in options)
@@ -1084,7 +1089,8 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
     if math.ceil(spec.m / 64) * math.ceil(spec.n / 64) > device.sm_count:
         t64 = math.inf  # rule 23 plans no 64x64 tiles beyond one wave
     _note("128x128", f"split-K, {ranges} ranges", t,
-          f"{tiles * ranges} units of {k_tiles // ranges} k-blocks, then the reduce (rule 25, modeled us)")
+          f"{tiles * ranges} units of {k_tiles // ranges}" + (f"-{k_tiles // ranges + 1}" if k_tiles % ranges else "")
+          + " k-blocks, then the reduce (rule 25, modeled us)")
     _note("64x64", "latency tile", t64, "rule 23's model (rule 25 compares)")
     _note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
           "rule 23's model (rule 25 compares)")
@@ -1401,18 +1407,27 @@ def _rule15_tail(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, 
 
 def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_partition: bool | None,
                    what: str = "split_k") -> None:
-    """Split-K's limits (also a split-K tail's, `what` = "tail_split"): the k-blocks split evenly (every unit runs
-    the same count, so the producer's flat loop and the consumers' nested ones agree on ring uses), and the
-    partials are summed before anything that is not linear in the accumulator (the bias, a fused epilogue, the
-    output cast) could run."""
+    """Split-K's limits (also a split-K tail's, `what` = "tail_split"): a k-block for every range; ranges of equal
+    counts where the producer copies per-column scales of B in one flattened loop (`ScaleRecipe.per_column_b`),
+    which runs one count a unit, and for promoted accumulation, whose consumers spilled with unequal ones
+    (elsewhere they may differ by one: `ir.Tiling.uneven_split`); and the partials summed before anything that is
+    not linear in the accumulator (the bias, a fused epilogue, the output cast) could run."""
     from warploom.errors import UnsupportedError
 
     if split_k == 1:
         return
     k_tiles = max(1, math.ceil(spec.k / bk))
     problems = []
-    if split_k < 1 or k_tiles % split_k:
-        problems.append(f"{what}={split_k} must divide the {k_tiles} k-blocks of {bk}")
+    if split_k < 1 or split_k > k_tiles:
+        problems.append(f"{what}={split_k} must be at least 1 and at most the {k_tiles} k-blocks of {bk}")
+    elif k_tiles % split_k and spec.scale.per_column_b:
+        problems.append(f"{what}={split_k} must divide the {k_tiles} k-blocks of {bk} for {spec.scale.value} "
+                        "scales (their copier runs one count of k-blocks a range)")
+    elif k_tiles % split_k and spec.accumulation is Accumulation.PROMOTED:
+        # (the unit's range arithmetic beside the promotion's scale indexing spilled 16 bytes under Triton 3.9 at
+        # 128x128 blockwise, tests/compile)
+        problems.append(f"{what}={split_k} must divide the {k_tiles} k-blocks of {bk} for promoted accumulation "
+                        "(unequal ranges spill in its consumers)")
     if spec.bias_dtype is not None or spec.epilogue is not None:
         problems.append(f"a bias or a fused epilogue needs the whole sum (pass {what}=1)")
     if pingpong:

@@ -126,6 +126,11 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("bf16_decode_64x128_split2", mm(16, 8192, 8192), dict(bm=64, bn=128, split_k=2)),
     ("e4m3_rowwise_decode_64x128_split4", f8(64, 8192, 8192, RW), dict(bm=64, bn=128, split_k=4)),
     ("e4m3_blockwise_m128_128x128_split4", f8(128, 4096, 7168, BW, PROMOTED), dict(bm=128, bn=128, split_k=4)),
+    # ... in unequal ranges (ir.Tiling.uneven_split): 227 k-blocks in 6 and 5, a tail's 56 in 3. (Promoted
+    # accumulation is refused unequal ranges: blockwise 128x128 in 3 spilled 16 bytes under Triton 3.9.)
+    ("bf16_uneven_split6_191x440x14496", mm(191, 440, 14496), dict(bm=128, bn=128, split_k=6)),
+    ("e4m3_rowwise_uneven_split5", f8(191, 448, 14496, RW), dict(bm=128, bn=128, split_k=5)),
+    ("bf16_q_a_128x128_uneven_tail3", mm(4096, 2112, 7168), dict(bm=128, bn=128, tail_split=3)),
     # Stream-K (rule 21, forced): the last wave's tiles shared as k-block pieces; the fixup's partition barrier and
     # flag atomics (the planner's own choice at 384x752x5312 is stream-K too: tests/gpu/test_stream_k_gpu.py).
     ("bf16_stream_k4_384x752x5312", mm(384, 752, 5312), dict(bn=128, stream_k=4)),

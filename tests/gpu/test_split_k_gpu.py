@@ -95,3 +95,46 @@ def test_fp32_output_and_cuda_graph() -> None:
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, a.float() @ b.float(), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("m,n,k,split", [
+    (191, 440, 14496, 8),  # 227 k-blocks: ranges of 29 and 28 (rule 25's own plan at this shape)
+    (300, 520, 7 * 64 - 24, 3),  # 7 k-blocks, the last ragged: 3, 2, 2
+    (128, 256, 5 * 64, 4),  # 2, 1, 1, 1
+])
+def test_bf16_unequal_ranges(m: int, n: int, k: int, split: int) -> None:
+    """Split-K whose ranges differ by a k-block (`ir.Tiling.uneven_split`), against the fp32 product, repeatable,
+    and the same kernel at another K with fewer k-blocks (but one for each range)."""
+    torch.manual_seed(m + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    kern = _kernel(checks.matmul_spec(a, b, None), bm=128, bn=128, split_k=split)
+    assert kern.module.tiling.uneven_split and kern.plan.split_k == split
+    outs = []
+    for _ in range(2):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        kern.run(a, b, out)
+        outs.append(out)
+    torch.testing.assert_close(outs[0].float(), a.float() @ b.float(), atol=0.05 * k ** 0.5, rtol=0.02)
+    assert torch.equal(outs[0], outs[1])
+    k2 = split * 64 + 8
+    a2, b2 = a[:, :k2].contiguous(), b[:k2]
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a2, b2, out)
+    torch.testing.assert_close(out.float(), a2.float() @ b2.float(), atol=0.05 * k2 ** 0.5, rtol=0.02)
+
+
+def test_fp8_rowwise_unequal_ranges() -> None:
+    m, n, k = 191, 448, 14496
+    torch.manual_seed(5)
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa = torch.rand(m, 1, device="cuda") + 0.5
+    sb = torch.rand(1, n, device="cuda") + 0.5
+    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, True)
+    kern = _kernel(spec, bm=128, bn=128, split_k=5)
+    assert kern.module.tiling.uneven_split
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out, sa, sb)
+    a32, b32 = dequantized(a, b, sa, sb)
+    assert _err(out.float(), a32 @ b32) < 1e-4

@@ -11,6 +11,8 @@ import functools
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from warploom.device import H100_SXM
 from warploom.dtypes import DType
@@ -46,7 +48,15 @@ CASES = {
                                             split_k=3)),
     "tensorwise_promoted_k2": (TENSORWISE, Plan(bm=64, bn=128, bk=128, stages=2, consumer_warps=4, group_m=1,
                                                 grid=1, split_k=2)),
+    # Unequal ranges (ir.Tiling.uneven_split): K's k-blocks do not divide by split_k, the first ranges take one more.
+    "bf16_uneven_7_in_3": (replace(BF16_K, k=440), Plan(bm=64, bn=64, bk=64, stages=3, consumer_warps=4, group_m=2,
+                                                       grid=5, split_k=3)),
+    "rowwise_uneven_7_in_5": (replace(ROWWISE, k=896), Plan(bm=64, bn=128, bk=128, stages=2, consumer_warps=4,
+                                                           group_m=8, grid=4, split_k=5)),
+    "blockwise_uneven_8_in_3": (BW, Plan(bm=128, bn=128, bk=128, stages=3, consumer_warps=8, group_m=2, grid=7,
+                                         consumer_partitions=2, split_k=3)),
 }
+UNEVEN = [name for name in CASES if "uneven" in name]
 
 
 @functools.cache
@@ -145,3 +155,80 @@ def test_sampled_ctas_complete_the_first_and_last_tiles() -> None:
     tiles = {(t.off_m, t.off_n) for t in r.tiles}
     assert {(0, 0), ((-(-s.m // 64) - 1) * 64, (-(-s.n // 64) - 1) * 64)} <= tiles
     assert r.ok, (r.error, r.result.report.summary())
+
+
+def test_uneven_cases_are_built_uneven_and_even_ones_not() -> None:
+    assert {name for name in CASES if module(name).tiling.uneven_split} == set(UNEVEN)
+
+
+@pytest.mark.parametrize("name", UNEVEN)
+def test_uneven_ranges_cover_k_once(name: str) -> None:
+    """Each unit's k-blocks are its range's (ir.raster.split_range): the ranges of a tile cover every k-block of K
+    once, in order, the longer ones first; the simulator's sum check holds each unit to its own range."""
+    from warploom.ir.raster import split_range
+    from warploom.sim.program import Geometry
+
+    m = module(name)
+    t = m.tiling
+    blocks = -(-m.spec.k // t.bk)
+    ranges = [split_range(blocks, t.split_k, s) for s in range(t.split_k)]
+    assert [lo for lo, _ in ranges] == [sum(c for _, c in ranges[:s]) for s in range(t.split_k)]
+    assert sum(c for _, c in ranges) == blocks and max(c for _, c in ranges) - min(c for _, c in ranges) == 1
+    assert [c for _, c in ranges] == sorted((c for _, c in ranges), reverse=True)
+    geo = Geometry.of(m, m.spec.m, m.spec.n, m.spec.k, 0, t.grid)
+    assert all(geo.unit_range(u) == ranges[u.split] for u in geo.tiles)
+
+
+@pytest.mark.parametrize("name", UNEVEN)
+def test_uneven_kernel_runs_at_other_k(name: str) -> None:
+    """An uneven kernel takes any K with a k-block for each range (K is a run-time argument), ragged last
+    k-blocks included, and refuses fewer k-blocks than ranges before any launch."""
+    from warploom.errors import ShapeError
+
+    m = module(name)
+    s, t = m.spec, m.tiling
+    for k in (t.split_k * t.bk + 40, 2 * s.k + t.bk):  # a ragged K just past one block a range; a longer one
+        x = make_inputs(replace(s, k=k), s.m, s.n, k, seed=2)
+        res = simulate(m, x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=2)
+        assert res.ok, res.report.summary()
+        assert relative_error(res.output.float(), reference(x)) < 1e-5
+    k = (t.split_k - 1) * t.bk
+    x = make_inputs(replace(s, k=k), s.m, s.n, k, seed=2)
+    with pytest.raises(ShapeError, match=f"at least {t.split_k}"):
+        simulate(m, x.a, x.b, x.scale_a, x.scale_b, x.bias, seed=2)
+
+
+def test_a_unit_on_the_wrong_range_is_caught() -> None:
+    """Plant equal-range arithmetic in an uneven module's geometry (every unit reads k_blocks // split_k blocks from
+    split * that): the last k-block is never summed, which the simulator's sum check reports."""
+    from warploom.sim import program
+
+    m = module("bf16_uneven_7_in_3")
+    s = m.spec
+    x = make_inputs(s, s.m, s.n, s.k, seed=0)
+    good = program.Geometry.unit_range
+    try:
+        program.Geometry.unit_range = lambda self, t: (  # type: ignore[method-assign]
+            (t.split * (self.k_blocks // self.split_k), self.k_blocks // self.split_k) if self.split_k > 1
+            else (0, self.k_tiles))
+        res = simulate(m, x.a, x.b, seed=0)
+    finally:
+        program.Geometry.unit_range = good  # type: ignore[method-assign]
+    assert not res.ok or relative_error(res.output.float(), reference(x)) > 1e-3
+
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 130), n=st.integers(1, 70).map(lambda v: 8 * v), blocks=st.integers(2, 9),
+       ragged=st.integers(1, 8).map(lambda v: 8 * v), split=st.integers(2, 9), grid=st.integers(1, 7))
+def test_any_split_of_any_k_matches(m: int, n: int, blocks: int, ragged: int, split: int, grid: int) -> None:
+    """Split-K at random sizes, ranges equal or not, any grid: the simulator runs clean and matches fp32."""
+    split = min(split, blocks)
+    k = (blocks - 1) * 64 + ragged  # `blocks` k-blocks of 64, the last 8..64 wide
+    spec = GemmSpec(m, n, k)
+    mod = build(spec, H100_SXM, Plan(bm=64, bn=64, bk=64, stages=2, consumer_warps=4, group_m=2, grid=grid,
+                                     split_k=split)).module
+    assert mod.tiling.uneven_split == (blocks % split != 0)
+    x = make_inputs(spec, m, n, k, seed=blocks)
+    res = simulate(mod, x.a, x.b, seed=blocks)
+    assert res.ok, res.report.summary()
+    assert relative_error(res.output.float(), reference(x)) < 1e-5

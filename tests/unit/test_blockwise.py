@@ -14,7 +14,7 @@ import warploom
 from warploom import checks
 from warploom.device import H100_SXM
 from warploom.errors import ScaleError
-from warploom.planner import latency_tiles, plan_schedule, stage_bytes
+from warploom.planner import latency_split, latency_tiles, plan_schedule, stage_bytes
 from warploom.reference import Inputs, dequantized, reference, relative_error
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
@@ -193,8 +193,9 @@ def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple
         assert p.swap_ab and (p.bm, p.bn, p.stages) == (64, 16, 12)
     elif m <= 64:
         assert (p.bm, p.bn, p.stages) == (64, 64, 12)
-    else:  # rule 23: 64x64 where its latency model wins (one wave of them at most), else no 64-wide tile
-        assert (p.bn == 64) == latency_tiles(GemmSpec(m, n, k), H100_SXM)
+    else:  # rule 23: 64x64 where its latency model wins (one wave of them at most) and rule 25 does not split K
+        plain = GemmSpec(m, n, k)
+        assert (p.bn == 64) == (latency_split(plain, H100_SXM) == 1 and latency_tiles(plain, H100_SXM))
 
 
 @pytest.mark.parametrize("m,n,k,plan", [
@@ -214,14 +215,18 @@ def test_rule14_splits_k_for_few_tiles(m: int, n: int, k: int, plan: tuple[int, 
         p = plan_schedule(s, H100_SXM)
         assert (p.bm, p.bn, p.split_k) == plan
         assert p.grid == min(132, -(-m // p.bm) * -(-n // p.bn) * p.split_k)
-    # Not for a bias (summed once), MX (its scale partition), rowwise or bf16 (decode measured no gain).
+    # Not for a bias (summed once) or MX (its scale partition); rowwise and bf16 only by rule 25, above 64 rows
+    # (decode measured no gain from it).
     for other in (GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, warploom.DType.BF16, scale=BW,
                            accumulation=Accumulation.PROMOTED, bias_dtype=warploom.DType.BF16),
                   GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.MX,
-                           accumulation=Accumulation.PROMOTED),
-                  GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.ROWWISE),
-                  GemmSpec(m, n, k)):
+                           accumulation=Accumulation.PROMOTED)):
         assert plan_schedule(other, H100_SXM).split_k == 1
+    for native in (GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.ROWWISE),
+                   GemmSpec(m, n, k)):
+        ranges = latency_split(native, H100_SXM)
+        assert ranges == 1 or m > 64
+        assert plan_schedule(native, H100_SXM).split_k == ranges
 
 
 def test_scale_partition_is_forced_only_and_checked() -> None:

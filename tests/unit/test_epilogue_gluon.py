@@ -252,12 +252,20 @@ def test_tanh_gelu_cancels_to_zero_where_torch_does() -> None:
 def test_random_graphs_emulated(g: eg.EpilogueGraph) -> None:
     acc = special_acc()
     got, want = run_emitted(g, acc, operands(), DType.BF16), evaluate(g, acc, operands(), DType.BF16)
-    for x, y in zip(got, want, strict=True):
+    # How far a few fp32 ulp in the accumulator move each output: the graph's own conditioning (1 / gelu(x) near
+    # gelu's zero turns an ulp into a relative 1e-3), which fp32 outputs are allowed on top of their tolerance.
+    nudged = evaluate(g, acc * (1 + 4 * 2.0**-23), operands(), DType.BF16)
+    for x, y, z in zip(got, want, nudged, strict=True):
         assert x.dtype == y.dtype
         # Transcendental formulas differ from torch's by a few fp32 ulp, which a later cast can round either
         # way, so compare at the stored precision plus a little.
         tol = {BF16: 1e-2, FP16: 2e-3, E4M3: 0.13, torch.float8_e5m2: 0.26, torch.float32: 1e-5}[x.dtype]
-        torch.testing.assert_close(x.float(), y.float(), rtol=tol, atol=1e-5, equal_nan=True)
+        if x.dtype == torch.float32:
+            slack = (z - y).abs().nan_to_num(0.0, posinf=0.0, neginf=0.0)
+            close = ((x - y).abs() <= tol * y.abs() + 1e-5 + slack) | (x == y) | (x.isnan() & y.isnan())
+            assert bool(close.all()), (x[~close], y[~close], slack[~close])
+        else:
+            torch.testing.assert_close(x.float(), y.float(), rtol=tol, atol=1e-5, equal_nan=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -52,8 +52,9 @@ def test_planned_pipeline_verifies_clean_and_fits(spec: GemmSpec, sms: int) -> N
     cap = 12 if deep else max(LATENCY_STAGES) if latency_tiles(spec, device) else 6  # rule 23's ring
     assert 2 <= plan.stages <= cap and all(r.depth == plan.stages for r in m.rings)
     tiles = math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.bn)
-    # (a stream-K plan, rule 21, runs up to `stream_k` pieces of each tile of its last wave on CTAs of their own)
-    assert 1 <= plan.grid <= min(sms, max(1, tiles) * max(1, plan.stream_k))
+    # (a stream-K plan, rule 21, runs up to `stream_k` pieces of each tile of its last wave on CTAs of their own;
+    # a split-K plan, rules 14 and 25, its tiles' `split_k` ranges)
+    assert 1 <= plan.grid <= min(sms, max(1, tiles) * max(1, plan.stream_k, plan.split_k))
     assert plan.bk == (128 if spec.is_fp8 else 64)
     # 128-row tiles run one consumer partition per warpgroup, each owning a 64-row block; 64-row tiles one.
     cons = [p for p in m.partitions if p.role is ir.Role.CONSUMER]

@@ -29,7 +29,9 @@ def module(spec: GemmSpec, **kw: object) -> ir.Module:
 
 
 @pytest.mark.parametrize("spec,kw,match", [
-    (BW, dict(split_k=3), "must divide the 56 k-blocks"),
+    (replace(BW, scale=ScaleRecipe.BLOCKWISE_1X128_1X128), dict(split_k=3), "must divide the 56 k-blocks"),
+    (GemmSpec(128, 4096, 256), dict(split_k=5), "at most the 4 k-blocks"),
+    (BW, dict(split_k=3), "for promoted accumulation"),
     (GemmSpec(128, 4096, 7168, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE, bias_dtype=DType.BF16),
      dict(split_k=2), "bias or a fused epilogue"),
     (BW, dict(split_k=2, scale_partition=True), "scale partition"),
@@ -160,7 +162,8 @@ RULE25 = {
     (513, 368, 4096): 1,  # 64x64 0.92 (split in 8: 0.85)
     (2415, 160, 14336): 1,  # 38 tiles: stream-K 0.76 (split in 4: 0.64, two waves)
     (100, 5264, 3072): 1,  # 42 tiles: stream-K 0.54 (split in 4: 0.48)
-    (191, 440, 14496): 1,  # 227 k-blocks, a prime: no even ranges (stream-K keeps it)
+    (191, 440, 14496): 8,  # 227 k-blocks, a prime: unequal ranges of 29 and 28 (not yet run on a GPU)
+    (513, 368, 5160): 1,  # 81 k-blocks: 3 divides them, and the 3 ranges' model loses to 64x64
     (4096, 4096, 4096): 1,  # many tiles
     (64, 8192, 8192): 1,  # decode is rules 16 and 18's
 }
@@ -173,7 +176,11 @@ def test_rule25_splits_few_tiles_over_long_k(shape: tuple[int, int, int]) -> Non
     if plan.split_k > 1:
         assert (plan.bm, plan.bn, plan.stream_k, plan.tail_split) == (128, 128, 0, 1)
         tiles = -(-shape[0] // 128) * -(-shape[1] // 128)
-        assert tiles * plan.split_k <= H100_SXM.sm_count and -(-shape[2] // 64) % plan.split_k == 0
+        blocks = -(-shape[2] // 64)
+        assert tiles * plan.split_k <= H100_SXM.sm_count
+        # equal ranges wherever some count of 2..8 that fits one wave divides the k-blocks
+        divides = any(blocks % r == 0 and tiles * r <= H100_SXM.sm_count for r in range(2, 9))
+        assert (blocks % plan.split_k == 0) == divides
 
 
 @pytest.mark.parametrize("spec", [
@@ -197,3 +204,44 @@ def test_rule25_is_explained() -> None:
 
     text = explain(GemmSpec(191, 440, 14336), H100_SXM).text()
     assert "split-K, 8 ranges" in text and "rule 25" in text
+
+
+def _uneven_module() -> ir.Module:
+    spec = GemmSpec(300, 200, 7 * 64 - 24)  # 7 k-blocks of 64, the last ragged
+    return module(spec, bm=128, bn=128, split_k=3)
+
+
+def test_uneven_split_is_built_where_k_blocks_do_not_divide() -> None:
+    m = _uneven_module()
+    assert m.tiling.uneven_split and m.tiling.split_k == 3
+    assert not module(GemmSpec(300, 200, 6 * 64), bm=128, bn=128, split_k=3).tiling.uneven_split
+    assert m.tiling.splits_evenly(3 * 64) and not m.tiling.splits_evenly(2 * 64)  # a k-block for every range
+
+
+def test_uneven_split_gluon_computes_the_rasters_ranges() -> None:
+    """The emitted Gluon's k0 and k_tiles, evaluated as Python for every unit at several K, are exactly
+    `ir.raster.split_range`'s (the simulator runs that), and every partition that loops over units computes them."""
+    from warploom.ir.raster import split_range
+    from warploom.targets import emit
+
+    m = _uneven_module()
+    text = emit(m).text
+    lines = {ln.split("=", 1)[0].strip(): ln.split("=", 1)[1].split("#")[0].strip()
+             for ln in text.splitlines() if ln.strip().startswith(("k0 =", "k_tiles =", "k_all ="))}
+    assert set(lines) == {"k0", "k_tiles", "k_all"}
+    assert text.count("k0 = split * (k_all // SPLIT_K)") >= 2  # the producer and the consumers
+    for k in (3 * 64, 7 * 64 - 24, 11 * 64, 64 * 64 + 1):
+        blocks = -(-k // 64)
+        for split in range(3):
+            env = {"gl": type("gl", (), {"minimum": staticmethod(min), "cdiv": staticmethod(lambda a, b: -(-a // b))}),
+                   "K": k, "BK": 64, "SPLIT_K": 3, "split": split}
+            env["k_all"] = eval(lines["k_all"], env)  # noqa: S307 (our own generated expression)
+            env["k0"] = eval(lines["k0"], env)  # noqa: S307
+            assert (env["k0"], eval(lines["k_tiles"], env)) == split_range(blocks, 3, split)  # noqa: S307
+
+
+def test_equal_split_gluon_is_unchanged() -> None:
+    from warploom.targets import emit
+
+    text = emit(module(GemmSpec(300, 200, 6 * 64), bm=128, bn=128, split_k=3)).text
+    assert "k_tiles = gl.cdiv(K, BK) // SPLIT_K" in text and "k_all" not in text

@@ -57,7 +57,7 @@ def test_rule15_only_where_split_k_may_run() -> None:
 
 
 @pytest.mark.parametrize("kw,match", [
-    (dict(tail_split=3), "tail_split=3 must divide the 56 k-blocks"),
+    (dict(tail_split=57), "tail_split=57 must be at least 1 and at most the 56 k-blocks"),
     (dict(tail_split=2, split_k=2), "pass one of the two"),
     (dict(tail_split=2, pingpong=True, bn=128), "ping-pong"),
 ])

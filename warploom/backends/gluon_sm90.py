@@ -279,7 +279,10 @@ class PartitionEmitter:
             b.line("num_pid_m = gl.cdiv(M, BM)")
             b.line("num_pid_n = gl.cdiv(N, BN)")
             self._num_tiles()
-            if self.split:
+            if self.split and self.m.tiling.uneven_split:
+                b.line("k_all = gl.cdiv(K, BK)", "a tile's k-blocks; each unit takes its range of them")
+                b.line("num_units = num_tiles * SPLIT_K", "split-K: unit = split * num_tiles + tile")
+            elif self.split:
                 b.line("k_tiles = gl.cdiv(K, BK) // SPLIT_K", "k-blocks per work unit")
                 b.line("num_units = num_tiles * SPLIT_K", "split-K: unit = split * num_tiles + tile")
             else:
@@ -425,6 +428,10 @@ class PartitionEmitter:
         else:  # FLAT: over this CTA's tiles (split-K: work units) and their k-blocks
             var, what = ("unit", "units") if self.split else ("tile_id", "tiles")
             if self.m.spec.scale.per_column_b and any(isinstance(o, ir.CopyScales) for o, _ in ir.walk(lp.body)):
+                if self.m.tiling.uneven_split:
+                    raise NotImplementedError(f"sm_90a lowering of {self.m.name}: the flattened loop of a per-column "
+                                              "scale copier runs one count of k-blocks a unit; unequal split-K "
+                                              "ranges need the nest (planner: split_k must divide the k-blocks)")
                 # A partition copying a scale per column of B (1x128 x 1x128, MX) keeps the flat loop: in the nest the
                 # compiler hoists the copies' index vectors out of the k-loop, and at its 24 registers they spill
                 # (32-64 bytes, ptxas). Its k-steps are long (two 128-wide fp8 tiles and scales) beside the divisions.
@@ -455,7 +462,12 @@ class PartitionEmitter:
     def _unit_coords(self, unit: str) -> None:
         b = self.buf
         b.line(f"split = {unit} // num_tiles", "which k-range")
-        b.line("k0 = split * k_tiles", "its first k-block")
+        if self.m.tiling.uneven_split:  # (ir.raster.split_range: the first K % SPLIT_K ranges take one more)
+            b.line("k0 = split * (k_all // SPLIT_K) + gl.minimum(split, k_all % SPLIT_K)", "its first k-block")
+            b.line("k_tiles = (split + 1) * (k_all // SPLIT_K) + gl.minimum(split + 1, k_all % SPLIT_K) - k0",
+                   "its k-blocks (ranges differ by at most one)")
+        else:
+            b.line("k0 = split * k_tiles", "its first k-block")
         b.line(f"off_m, off_n = tile_coords({self.tile0}{unit} % num_tiles, num_pid_m, num_pid_n)")
 
     def _coord(self, axis: ir.Axis, tensor: ir.Tensor | None = None) -> str:

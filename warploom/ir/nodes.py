@@ -810,12 +810,18 @@ class Tiling:
         group_m: grouped raster: tiles run GROUP_M rows of tiles at a time, column by column, so that
             concurrently running CTAs share A and B tiles in L2.
         grid: the most CTAs launched (the SM count); each CTA loops over tiles pid, pid + grid, ...
-        split_k: 1, or split-K: each tile's k-blocks form `split_k` equal ranges and the persistent loops visit
+        split_k: 1, or split-K: each tile's k-blocks form `split_k` ranges and the persistent loops visit
             work units, unit u = split * tiles + tile (all tiles of range 0 first, each range in the grouped
-            order). TILES and FLAT loops run over units; a K loop over its unit's k_tiles / split_k k-blocks,
-            from split * k_tiles / split_k. Each unit's TMA stores go to slab `split` of the fp32 WORKSPACE
-            (rows split * Mp + m, Mp = M rounded up to BM, so a partial tile never reaches the next slab), and a
-            second kernel adds the slabs in order into C.
+            order). TILES and FLAT loops run over units; a K loop over its unit's range of k-blocks
+            (`ir.raster.split_range`: k_tiles / split_k of them from split * k_tiles / split_k when equal). Each
+            unit's TMA stores go to slab `split` of the fp32 WORKSPACE (rows split * Mp + m, Mp = M rounded up to
+            BM, so a partial tile never reaches the next slab), and a second kernel adds the slabs in order into C.
+        uneven_split: split-K's ranges need not be equal (`ir.raster.split_range`): the first K % split_k of them
+            take one k-block more than the rest, and the kernel runs at any K of at least split_k k-blocks. Off, the
+            ranges are equal (the kernel computes one count for every unit) and K's k-blocks must divide by
+            split_k. Built on where the planned K does not divide (passes/build.py), except for a producer that
+            copies per-column scales of B in one flattened loop (`ScaleRecipe.per_column_b`), which needs equal
+            counts.
         ranged: the kernel covers a range of C's tiles given at launch, tile ids tile_lo .. tile_hi - 1 of the
             grouped order (run-time arguments after M, N, K), rather than all of them: the loops run over that
             range (split-K: its units). A ranged split-K kernel's workspace is compact, one BM x BN box per
@@ -878,6 +884,7 @@ class Tiling:
     grouping: Grouping = Grouping.NONE
     cluster: int = 1
     exit_sync: bool = False
+    uneven_split: bool = False
 
     @property
     def grouped(self) -> bool:
@@ -903,9 +910,13 @@ class Tiling:
         return self.split_k * self.slab_rows(m), n
 
     def splits_evenly(self, k: int) -> bool:
-        """Whether K's k-blocks form `split_k` equal ranges (always without split-K). K is a run-time argument:
-        a split kernel run at another K than planned for would otherwise drop the remainder's k-blocks."""
-        return -(-k // self.bk) % self.split_k == 0 if k > 0 else True
+        """Whether this kernel can split K's k-blocks as it was built to (always without split-K). K is a run-time
+        argument: a kernel of equal ranges run at another K than planned for would otherwise drop the remainder's
+        k-blocks, and one of unequal ranges (`uneven_split`) needs a k-block for every range."""
+        if self.split_k == 1 or k <= 0:
+            return True
+        blocks = -(-k // self.bk)
+        return blocks >= self.split_k if self.uneven_split else blocks % self.split_k == 0
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,14 @@ class Span:
         return Span(0, cdiv(m, bm) * cdiv(n, bn))
 
 
+def split_range(k_blocks: int, split_k: int, split: int) -> tuple[int, int]:
+    """Split-K's k-range `split` of a tile's `k_blocks` k-blocks in `split_k` ranges: its first k-block and its
+    count. Ranges differ by at most one k-block, the longer first (`ir.Tiling.uneven_split`); equal where
+    `split_k` divides `k_blocks`."""
+    base, rest = divmod(k_blocks, split_k)
+    return split * base + min(split, rest), base + (split < rest)
+
+
 def tail_spans(tiles: int, grid: int, splits_evenly: bool = True) -> tuple[Span, Span]:
     """A data-parallel launch's tiles and its split-K tail's (`Plan.tail_split`): the whole waves of `grid` CTAs
     run tiles 0 .. (tiles // grid) * grid as whole tiles, the rest as split-K units (all of them when there are

@@ -500,15 +500,25 @@ def _check_grouped(m: ir.Module) -> list[str]:
 
 
 def _check_split_k(m: ir.Module) -> list[str]:
-    """Split-K (ir.Tiling): every unit runs the same number of k-blocks; the units store partial sums, so nothing
-    that is not linear in the accumulator may run before the reduction (bias, a fused epilogue, a cast); stores go
-    to the workspace exactly when the k-blocks are split; no ping-pong tile skipping (SkipTiles counts whole
-    tiles of k-blocks)."""
+    """Split-K (ir.Tiling): every range has a k-block, and units of one count unless the tiling says they differ
+    (`uneven_split`, only where K's k-blocks do not divide, and never with a per-column scale copier's flattened
+    loop); the units store partial sums, so nothing that is not linear in the accumulator may run before the
+    reduction (bias, a fused epilogue, a cast); stores go to the workspace exactly when the k-blocks are split; no
+    ping-pong tile skipping (SkipTiles counts whole tiles of k-blocks)."""
     t, errs = m.tiling, []
     splitting = t.split_k > 1
     k_tiles = max(1, -(-m.spec.k // t.bk))
-    if t.split_k < 1 or k_tiles % t.split_k:
-        errs.append(f"split_k={t.split_k} does not divide the {k_tiles} k-blocks: units would differ in length")
+    if t.split_k < 1 or t.split_k > k_tiles:
+        errs.append(f"split_k={t.split_k} for {k_tiles} k-blocks: every range needs one")
+    elif k_tiles % t.split_k and not t.uneven_split:
+        errs.append(f"split_k={t.split_k} does not divide the {k_tiles} k-blocks: units would differ in length "
+                    "(uneven_split is off)")
+    elif t.uneven_split and not k_tiles % t.split_k:
+        errs.append(f"uneven_split with split_k={t.split_k} dividing the {k_tiles} k-blocks (the equal ranges' "
+                    "kernel is built there)")
+    if t.uneven_split and (not splitting or m.spec.scale.per_column_b):
+        errs.append("uneven_split needs split-K and no per-column scales of B (their copier's flattened loop runs "
+                    "one count of k-blocks a unit)")
     for p in m.partitions:
         for o, _ in ir.walk(p.body):
             if isinstance(o, ir.TmaStore) and (o.tensor is ir.Tensor.WORKSPACE) != splitting:

@@ -144,6 +144,7 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     return ir.Module(
         name=kernel_name(spec, plan), spec=spec,
         tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid, plan.split_k, ranged=plan.tail_split > 1,
-                         swap_ab=plan.swap_ab, stream_k=plan.stream_k, grouping=spec.grouping),
+                         swap_ab=plan.swap_ab, stream_k=plan.stream_k, grouping=spec.grouping,
+                         uneven_split=plan.split_k > 1 and -(-spec.k // plan.bk) % plan.split_k != 0),
         partitions=(part,), rings=rings, target=plan.target,
     )

@@ -248,7 +248,8 @@ class Launcher:
             import torch
 
             if not self._tiling.splits_evenly(a.shape[1]):
-                raise split_k_mismatch(self._tiling.bk, split_k, self._planned_k, a.shape[1])
+                raise split_k_mismatch(self._tiling.bk, split_k, self._planned_k, a.shape[1],
+                                      self._tiling.uneven_split)
             workspace = torch.empty(self._tiling.workspace_shape(m, n, span.tiles if span else 0),
                                     dtype=torch.float32, device=out.device)
         call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs, workspace, span)

@@ -541,8 +541,8 @@ class Machine:
         if self.prog.module.tiling.grouping is Grouping.K_OFFSETS:  # its group's k-blocks, from the group's K start
             assert t.k_hi is not None
             return frozenset(t.k0 + kk * bk for kk in range(t.k_hi))
-        first = t.split * g.k_tiles
-        return frozenset((first + kk) * bk for kk in range(g.k_tiles))
+        first, count = g.unit_range(t)
+        return frozenset((first + kk) * bk for kk in range(count))
 
     def _sum_check(self, i: int, site: Site, acc: str, verb: str) -> None:
         if self.prog.geo.k_tiles == 0 or site.tile is None:

@@ -29,6 +29,7 @@ from warploom.ir.raster import (
     cta_tiles,
     group_tiles,
     k_group_tiles,
+    split_range,
     stream_k_units,
     tma_k_align,
 )
@@ -45,9 +46,11 @@ class Geometry:
         pid: the CTA's program id.
         grid: CTAs launched.
         tiles: this CTA's tiles in persistent order.
-        k_tiles: k-blocks per tile, ``cdiv(K, BK)``; with split-K, per work unit (that over split_k).
+        k_tiles: k-blocks per tile, ``cdiv(K, BK)``; with split-K, per work unit (that over split_k, rounded
+            down: `unit_range` gives each unit's own).
         rank: the CTA's rank in its cluster (`ir.Tiling.cluster`; pid % cluster): 0 is the lead, which alone
             issues multicast loads and waits on the cluster's barriers.
+        split_k: split-K's ranges a tile (`ir.Tiling.split_k`; 1 without).
     """
 
     m: int
@@ -58,6 +61,15 @@ class Geometry:
     tiles: tuple[TileRef, ...]
     k_tiles: int
     rank: int = 0
+    split_k: int = 1
+    k_blocks: int = 0
+
+    def unit_range(self, t: TileRef) -> tuple[int, int]:
+        """A split-K unit's first k-block in the tile and its count (`ir.raster.split_range` of `k_blocks`, the
+        tile's); (0, k_tiles) without split-K."""
+        if self.split_k == 1:
+            return 0, self.k_tiles
+        return split_range(self.k_blocks, self.split_k, t.split)
 
     @staticmethod
     def of(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int, span: Span | None = None,
@@ -81,7 +93,7 @@ class Geometry:
         return Geometry(m, n, k, pid, grid,
                         cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, launch_span(module, m, n, span),
                                   t.cluster),
-                        cdiv(k, t.bk) // t.split_k, pid % t.cluster)
+                        cdiv(k, t.bk) // t.split_k, pid % t.cluster, t.split_k, cdiv(k, t.bk))
 
 
 def launch_span(module: ir.Module, m: int, n: int, span: Span | None) -> Span | None:
@@ -485,7 +497,7 @@ class _Interp:
     def _kb(self, t: TileRef) -> int:
         """The current k-block's index in K: the loop's, from the work unit's first k-block with split-K."""
         assert self.k is not None
-        return t.split * self.geo.k_tiles + self.k
+        return self.geo.unit_range(t)[0] + self.k
 
     def _col0(self, acc: str) -> int:
         """Where a column-block accumulator sits in the tile (0 for a whole-tile one)."""
@@ -567,7 +579,7 @@ class _Interp:
 
     def _k_range(self, t: TileRef) -> tuple[int, int]:
         """The k-blocks a unit's K loop visits: all of them, or a stream-K unit's k_lo .. k_hi."""
-        return t.k_lo, self.geo.k_tiles if t.k_hi is None else t.k_hi
+        return t.k_lo, self.geo.unit_range(t)[1] if t.k_hi is None else t.k_hi
 
     def _use(self, cursor: str, offset: int) -> tuple[int, int]:
         if cursor not in self.depth:
@@ -649,9 +661,9 @@ class _Interp:
                     ring = m.ring(o.ring)
                     t = self._tile(text)
                     kk = (self.k or 0) + o.ahead  # (outside a k-loop: the tile's prologue, from k-block 0)
-                    if kk < self.geo.k_tiles:  # a block past the tile's end is predicated off: nothing issued
-                        origin = {ir.Axis.M: t.off_m, ir.Axis.N: t.off_n,
-                                  ir.Axis.K: (t.split * self.geo.k_tiles + kk) * m.tiling.bk}
+                    first, count = self.geo.unit_range(t)
+                    if kk < count:  # a block past the tile's end is predicated off: nothing issued
+                        origin = {ir.Axis.M: t.off_m, ir.Axis.N: t.off_n, ir.Axis.K: (first + kk) * m.tiling.bk}
                         tag = Tag(o.tensor.value, (o.coord[0].value, o.coord[1].value),
                                   (origin[o.coord[0]], origin[o.coord[1]]))
                         yield LoadI(site, o.ring, self._index(o.slot, ring.depth, text), tag, None, -1, ring.slot_bytes,

@@ -121,7 +121,8 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
         rows = k // 2 if spec.fp4_b else k
         raise ShapeError("b", f"shape ({rows}, N) for K = {k}", f"shape {tuple(b.shape)}", "pass b as (K, N)")
     if not module.tiling.splits_evenly(a.shape[1]):
-        raise split_k_mismatch(module.tiling.bk, module.tiling.split_k, spec.k, a.shape[1])
+        raise split_k_mismatch(module.tiling.bk, module.tiling.split_k, spec.k, a.shape[1],
+                               module.tiling.uneven_split)
     steps = {s for p in module.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
     scaled = steps & {ir.EpilogueStep.SCALE_TENSORWISE, ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_GLOBAL}
     if scaled and (scale_a is None or scale_b is None):
