@@ -138,6 +138,18 @@ if [ "$what" = sanitize ]; then
     done
   done
 fi
+if [ "$what" = splitk ]; then
+  # Rule 25 (split-K for a few tiles over a long K): split-K's GPU tests (unequal ranges included), then the planner's
+  # plan against no split (stream-K or rule 23's 64x64, as the planner falls back) at zoo shapes it splits, bf16 and
+  # fp8 rowwise fast. SPLITK_SIZES overrides the shapes.
+  python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_split_k_gpu.py -o addopts="" 2>&1 | tail -n 30 \
+    | tee "$OUT/splitk-tests.log"
+  rc=${PIPESTATUS[0]}
+  python3 scripts/sweep_plans.py --out "$OUT/splitk.json" --cases bf16,fp8 --rounds 3 \
+    --variants '[{}, {"split_k": 1}, {"bm": 64, "bn": 64, "stages": 8}]' \
+    --sizes "${SPLITK_SIZES:-192x448x14496,268x112x4944,1888x224x15088,128x2112x7168,128x4096x7168,469x96x4928}" \
+    2>&1 | tee "$OUT/splitk.log"
+fi
 if [ "$what" = rule24 ]; then
   # Rule 24 side by side (issue 23): the planner's plan against one CTA per tile at the zoo shapes where it plans
   # clusters and the session-25 zoo run (docs/benchmarks.md) suggests a miss or a gain. Needs Triton >= 3.7
