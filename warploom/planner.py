@@ -654,19 +654,20 @@ QUANT_BN = 128  # rule 26: a fused 1x128 quantization's tile width, one scale gr
 
 
 def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = None, pingpong: bool = False,
-                       split_k: int | None = None, tail_split: int | None = None, swap_ab: bool | None = None,
-                       stream_k: int | None = None, cluster: int | None = None) -> list[str]:
+                       partial_blocks: int | None = None, split_k: int | None = None, tail_split: int | None = None,
+                       swap_ab: bool | None = None, stream_k: int | None = None, cluster: int | None = None
+                       ) -> list[str]:
     """Rule 26: why a spec whose fused epilogue quantizes 1x128 (a `GroupAmax` in its graph) cannot be planned, if
     it cannot. Such a plan is sm_90a's cooperative 128-wide tile: each tile holds whole 128-column groups, so a
     group's amax is tile-local (LowerEpilogue folds the group's blocks before its scale and division), and none of
-    the schedules that cut a tile's sum or columns otherwise (split-K, a tail, stream-K, swap-AB, clusters)."""
+    the schedules that cut a tile's sum or columns otherwise (split-K, a tail, stream-K, swap-AB, clusters). Promoted
+    fp8 (and so the blockwise recipes) promotes a 128-wide tile into one accumulator, which holds the group whole."""
     out = []
     if device.blackwell or device.gfx1250:
         out.append(f"the fused quantization is built for sm_90a, not {device.name}")
-    if spec.accumulation is Accumulation.PROMOTED:
-        out.append("promoted fp8 accumulation (scaled_mm without use_fast_accum, blockwise scales) holds a tile in "
-                   "64-column accumulators, whose group amax is not built yet; pass use_fast_accum=True for "
-                   "tensorwise or rowwise scales")
+    if partial_blocks not in (None, 1):
+        out.append(f"partial_blocks={partial_blocks}: promoted fp8 in 128-column blocks keeps a group in one "
+                   "accumulator (the walk over a group's blocks stays in one)")
     if spec.grouped:
         out.append("a grouped GEMM")
     if _dense_operands(spec):
@@ -698,8 +699,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     from warploom.errors import UnsupportedError
 
     if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rule 26
-        problems = quantized_problems(spec, device, bn=bn, pingpong=pingpong, split_k=split_k, tail_split=tail_split,
-                                      swap_ab=swap_ab, stream_k=stream_k, cluster=cluster)
+        problems = quantized_problems(spec, device, bn=bn, pingpong=pingpong, partial_blocks=partial_blocks,
+                                      split_k=split_k, tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k,
+                                      cluster=cluster)
         if problems:
             raise UnsupportedError(f"warploom.quantize in a fused epilogue (1x128, rule 26) cannot run {spec.short()}: "
                                    f"{'; '.join(problems)}. Fix: drop the conflicting option, or return the value "

@@ -5,7 +5,8 @@ Each kernel stores q (fp8) through TMA and its (M, ceil(N/128)) scales by masked
 must keep its MMAs on the async tensor-core path, fit the H100's shared memory, keep wgmma unserialized and spill
 nothing (the spill budget of conftest.py: 0 unless a known Triton finding says otherwise). The planned tile (one
 128-column block: the group is the block) and forced blocks of 64 and 32 columns (the walk over a group's blocks)
-both compile; the generated code names the group's amax, its NaN-propagating combine and the scale store.
+both compile, for bf16, fp8 with fast accumulation and promoted fp8 (rowwise, and blockwise 1x128 x 128x128: the
+chained-fp8 layer); the generated code names the group's amax, its NaN-propagating combine and the scale store.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ def fp8_rowwise(m: int, n: int, k: int, fn: Callable[..., Any], **ops: torch.Ten
                          use_fast_accum=True, epilogue=fn, **ops)
 
 
+def fp8_blockwise(m: int, n: int, k: int, fn: Callable[..., Any]) -> Kernel:
+    kb, nb = -(-k // 128), -(-n // 128)
+    return warploom.plan(t(m, k).to(E4), t(n, k).to(E4).t(), t(kb, m).t(), t(kb, nb), out_dtype=BF16, epilogue=fn)
+
+
+def fp8_rowwise_promoted(m: int, n: int, k: int, fn: Callable[..., Any]) -> Kernel:
+    return warploom.plan(t(m, k).to(E4), t(n, k).to(E4).t(), t(m, 1), t(1, n), bias=t(n, dtype=BF16),
+                         use_fast_accum=False, epilogue=fn)
+
+
 def blocks(kernel: Kernel, subtiles: int) -> Kernel:
     """The planner's kernel with its epilogue forced into `subtiles` column blocks (the walk over a group)."""
     return build(kernel.spec, H100_SXM, dataclasses.replace(kernel.plan, epilogue_subtiles=subtiles))
@@ -53,6 +64,12 @@ CASES: dict[str, Callable[[], Kernel]] = {
     "bf16_bias_64col_blocks": lambda: blocks(bf16(300, 528, 256, lambda acc, shift: warploom.quantize(acc + shift),
                                                   shift=t(528)), 2),
     "bf16_plain_32col_blocks": lambda: blocks(bf16(129, 400, 640, lambda acc: warploom.quantize(acc)), 4),
+    # DeepSeek-V3's chain: a blockwise GEMM whose output is the next one's 1x128-quantized A (promoted: one 128-wide
+    # accumulator per consumer warpgroup holds the group)
+    "fp8_blockwise_planned": lambda: fp8_blockwise(296, 7168, 2048, lambda acc: warploom.quantize(acc)),
+    "fp8_blockwise_silu_64col_blocks": lambda: blocks(fp8_blockwise(
+        129, 528, 640, lambda acc: warploom.quantize(torch.nn.functional.silu(acc))), 2),
+    "fp8_rowwise_promoted_planned": lambda: fp8_rowwise_promoted(300, 528, 1024, lambda acc: warploom.quantize(acc)),
     "fp8_rowwise_bias_gelu_planned": lambda: fp8_rowwise(
         515, 400, 1152, lambda acc: warploom.quantize(torch.nn.functional.gelu(acc))),
 }

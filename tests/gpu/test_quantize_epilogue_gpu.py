@@ -4,7 +4,8 @@ The fused GEMM returns (q, s), fp8 data and (M, ceil(N/128)) fp32 scales, which 
 torch's value of the epilogue: bit for bit where the accumulator is exact (small integer inputs: every fp32 sum is
 exact in any order, and the kernel's IEEE divisions and saturating cast are the plain function's), within fp8 rounding
 otherwise. The pair then feeds `warploom.scaled_mm` as A and its blockwise 1x128 scale_a, the layer chain of a
-DeepSeek-style fp8 MLP, against torch's product of the dequantized operands. Written on 2026-11-27 without a GPU at
+DeepSeek-style fp8 MLP (a blockwise GEMM quantizing into the next), against torch's product of the dequantized
+operands. Written on 2026-11-27 without a GPU at
 hand (the simulator and compile tiers cover the same kernels); not run yet.
 """
 
@@ -89,6 +90,30 @@ def test_fused_pair_feeds_blockwise_scaled_mm(m: int, n1: int, n2: int, k: int) 
     a32, b32 = dequantized(q, w2, s, sb)
     assert scale_free_error(got.float(), a32 @ b32) < 1e-4
     assert scale_free_error(got.float(), (tq.float() * cols(ts, n1)) @ b32) < 1e-3
+
+
+@pytest.mark.parametrize("m,n1,n2,k", [(296, 7168, 2048, 2048), (1024, 2048, 7168, 7168)])
+def test_blockwise_chain(m: int, n1: int, n2: int, k: int) -> None:
+    """DeepSeek-V3's fp8 layer chain: a blockwise 1x128 x 128x128 GEMM (promoted) quantizes its output in the
+    epilogue, and the pair is the next blockwise GEMM's A, against torch's products of the dequantized operands."""
+    g = torch.Generator(device="cuda").manual_seed(m + n2)
+    kb1, kb2 = -(-k // 128), -(-n1 // 128)
+    x = torch.randn(m, k, device="cuda", generator=g).to(E4)
+    w1 = torch.randn(n1, k, device="cuda", generator=g).to(E4).t()
+    sx = torch.rand(kb1, m, device="cuda", generator=g).t() / 16 + 1 / 32
+    s1 = torch.rand(kb1, -(-n1 // 128), device="cuda", generator=g) / 16 + 1 / 32
+    q, s = warploom.scaled_mm(x, w1, sx, s1, out_dtype=BF16, epilogue=lambda acc: warploom.quantize(F.silu(acc)))
+    a32, b32 = dequantized(x, w1, sx, s1)
+    h = F.silu(a32 @ b32)
+    _, hs = warploom.quantize(h)
+    assert torch.allclose(s, hs, rtol=1e-3)
+    assert scale_free_error(q.float() * cols(s, n1), h) < 2e-3
+    w2 = torch.randn(n2, n1, device="cuda", generator=g).to(E4).t()
+    s2 = torch.rand(kb2, -(-n2 // 128), device="cuda", generator=g) / 16 + 1 / 32
+    got = warploom.scaled_mm(q, w2, s, s2, out_dtype=BF16)
+    qa, qb = dequantized(q, w2, s, s2)
+    assert scale_free_error(got.float(), qa @ qb) < 1e-4
+    assert scale_free_error(got.float(), h @ qb) < 2e-3
 
 
 def test_fp8_rowwise_fast_accum_quantized() -> None:

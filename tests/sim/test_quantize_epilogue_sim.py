@@ -23,6 +23,7 @@ import warploom
 from warploom import H100_SXM, sim
 from warploom.ir import nodes as ir
 from warploom.kernel import Kernel, build
+from warploom.reference import dequantized
 from warploom.sim.findings import FindingKind
 
 BF16, E4, E5 = torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2
@@ -80,6 +81,30 @@ def test_matmul_on_cpu_returns_the_pair() -> None:
     a, b, col = ints(m, k).to(BF16), ints(k, n).to(BF16), ints(m, 1, lo=1, hi=4)
     q, s = warploom.matmul(a, b, epilogue=lambda acc, col_s: warploom.quantize(F.relu(acc) * col_s), col_s=col)
     rq, rs = warploom.quantize((torch.relu(a.double() @ b.double()) * col.double()).float())
+    assert torch.equal(s, rs) and same_bytes(q, rq)
+
+
+@pytest.mark.parametrize("recipe", ["blockwise", "rowwise_promoted", "rowwise_fast"])
+def test_fp8_scaled_mm_quantized_bitwise(recipe: str) -> None:
+    """scaled_mm's epilogue quantized: blockwise 1x128 x 128x128 and rowwise scales promote a 128-wide tile into one
+    accumulator (rule 26's tile holds the group whole); fast accumulation keeps wgmma's. Power-of-two scales and
+    small integers keep every sum exact, so the bytes match the plain function's of torch's fp64 product."""
+    torch.manual_seed(5)
+    m, n, k = 200, 304, 384
+    a, b = ints(m, k).to(E4), ints(n, k).to(E4).t()
+    pow2 = lambda *shape: torch.exp2(torch.randint(-3, 3, shape).float())  # noqa: E731
+    fn = lambda acc: warploom.quantize(F.silu(acc))  # noqa: E731
+    if recipe == "blockwise":
+        sa, sb = pow2(k // 128, m).t(), pow2(k // 128, -(-n // 128))
+        q, s = warploom.scaled_mm(a, b, sa, sb, out_dtype=BF16, epilogue=fn)
+        a32, b32 = dequantized(a, b, sa, sb)
+        y = a32.double() @ b32.double()
+    else:
+        sa, sb, bias = pow2(m, 1), pow2(1, n), ints(n).to(BF16)
+        q, s = warploom.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=BF16, use_fast_accum=recipe == "rowwise_fast",
+                                  epilogue=fn)
+        y = a.double() @ b.double() * sa.double() * sb.double() + bias.double()
+    rq, rs = warploom.quantize(F.silu(y.float()))
     assert torch.equal(s, rs) and same_bytes(q, rq)
 
 

@@ -166,7 +166,8 @@ def test_planner_rule_26() -> None:
         assert (k.plan.bn, k.plan.swap_ab, k.plan.split_k, k.plan.stream_k, k.plan.tail_split) == (128, False, 1, 0, 1)
     spec = k.spec
     for forced, why in [({"bn": 64}, "bn=64: the tile must be 128 wide"), ({"stream_k": 2}, "stream_k=2"),
-                        ({"split_k": 2}, "split_k=2"), ({"swap_ab": True}, "swap_ab=True")]:
+                        ({"split_k": 2}, "split_k=2"), ({"swap_ab": True}, "swap_ab=True"),
+                        ({"partial_blocks": 2}, "partial_blocks=2: promoted fp8 in 128-column blocks")]:
         with pytest.raises(UnsupportedError, match=f"rule 26.*{why}.*Fix: drop the conflicting option"):
             plan_schedule(spec, H100_SXM, **forced)  # type: ignore[arg-type]
     with pytest.raises(UnsupportedError, match="built for sm_90a, not"):

@@ -174,7 +174,7 @@ class _Lower:
         if self.width > GROUP or GROUP % self.width or acc.col0 % GROUP or acc.cols % GROUP:
             raise ValueError(f"LowerEpilogue: a 1x128 quantization needs {GROUP}-column groups of whole blocks in "
                              f"one accumulator, but {acc.name} holds columns [{acc.col0}, {acc.col0 + acc.cols}) "
-                             f"in blocks of {self.width} (the planner's rule 26 plans 128-wide native tiles)")
+                             f"in blocks of {self.width} (the planner's rule 26 plans a 128-wide accumulator a tile)")
         return GROUP // self.width
 
     def _group(self, name: str, acc: ir.Accumulator, first: int, n: int) -> list[ir.Stmt]:
