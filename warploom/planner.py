@@ -655,8 +655,8 @@ QUANT_BN = 128  # rule 26: a fused 1x128 quantization's tile width, one scale gr
 
 def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = None, pingpong: bool = False,
                        partial_blocks: int | None = None, split_k: int | None = None, tail_split: int | None = None,
-                       swap_ab: bool | None = None, stream_k: int | None = None, cluster: int | None = None
-                       ) -> list[str]:
+                       swap_ab: bool | None = None, stream_k: int | None = None, cluster: int | None = None,
+                       prefetch_operands: bool | None = None) -> list[str]:
     """Rule 26: why a spec whose fused epilogue quantizes 1x128 (a `GroupAmax` in its graph) cannot be planned, if
     it cannot. Such a plan is sm_90a's cooperative 128-wide tile: each tile holds whole 128-column groups, so a
     group's amax is tile-local (LowerEpilogue folds the group's blocks before its scale and division), and none of
@@ -670,8 +670,9 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
                    "accumulator (the walk over a group's blocks stays in one)")
     if spec.grouped:
         out.append("a grouped GEMM")
-    if _dense_operands(spec):
-        out.append("a dense (M, N) epilogue operand (its staged copies follow one block at a time)")
+    if _dense_operands(spec) and prefetch_operands:
+        out.append("prefetch_operands=True: a dense operand's early copies follow the stores, which the walk over a "
+                   "group puts after every block's load")
     if bn is not None and bn != QUANT_BN:
         out.append(f"bn={bn}: the tile must be {QUANT_BN} wide (one scale group)")
     given = {"pingpong": pingpong or None, "split_k": None if split_k in (None, 1) else split_k,
@@ -701,12 +702,12 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rule 26
         problems = quantized_problems(spec, device, bn=bn, pingpong=pingpong, partial_blocks=partial_blocks,
                                       split_k=split_k, tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k,
-                                      cluster=cluster)
+                                      cluster=cluster, prefetch_operands=prefetch_operands)
         if problems:
             raise UnsupportedError(f"warploom.quantize in a fused epilogue (1x128, rule 26) cannot run {spec.short()}: "
                                    f"{'; '.join(problems)}. Fix: drop the conflicting option, or return the value "
                                    "itself and quantize the call's result with warploom.quantize")
-        bn, swap_ab, split_k, tail_split, stream_k, cluster = QUANT_BN, False, 1, 1, 0, 1
+        bn, swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = QUANT_BN, False, 1, 1, 0, 1, False
     if spec.grouped:  # rule 22
         return plan_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                             consumer_partitions=consumer_partitions, partial_blocks=partial_blocks)

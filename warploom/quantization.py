@@ -31,8 +31,8 @@ division by fp8_max, the zero-group `where` and the division of y, with q an fp8
 keeps each group in one 128-wide tile; the epilogue folds each column block's row amax into the group's before any
 block is divided (`ir.FoldAmax`), stores q by TMA and s by masked register stores (`ir.StoreScales`). Refused there,
 each naming the unfused fix (store fp32/bf16 and quantize the call's result with this function): `recipe="rowwise"`
-(its amax spans the tiles along N), dense (M, N) epilogue operands, grouped GEMMs, sm_100a and gfx1250. bf16/fp16
-GEMMs and fp8 ones (fast or promoted accumulation, tensorwise, rowwise or blockwise scales) quantize fused.
+(its amax spans the tiles along N), grouped GEMMs, sm_100a and gfx1250. bf16/fp16 GEMMs and fp8 ones (fast or
+promoted accumulation, tensorwise, rowwise or blockwise scales) quantize fused, with operands of every kind.
 """
 
 from __future__ import annotations

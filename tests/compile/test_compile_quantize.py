@@ -64,6 +64,10 @@ CASES: dict[str, Callable[[], Kernel]] = {
     "bf16_bias_64col_blocks": lambda: blocks(bf16(300, 528, 256, lambda acc, shift: warploom.quantize(acc + shift),
                                                   shift=t(528)), 2),
     "bf16_plain_32col_blocks": lambda: blocks(bf16(129, 400, 640, lambda acc: warploom.quantize(acc)), 4),
+    "bf16_residual_planned": lambda: bf16(300, 528, 256, lambda acc, res: warploom.quantize(acc + res),
+                                          res=t(300, 528, dtype=BF16)),
+    "bf16_residual_64col_blocks": lambda: blocks(bf16(300, 528, 256, lambda acc, res: warploom.quantize(acc + res),
+                                                      res=t(300, 528, dtype=BF16)), 2),
     # DeepSeek-V3's chain: a blockwise GEMM whose output is the next one's 1x128-quantized A (promoted: one 128-wide
     # accumulator per consumer warpgroup holds the group)
     "fp8_blockwise_planned": lambda: fp8_blockwise(296, 7168, 2048, lambda acc: warploom.quantize(acc)),

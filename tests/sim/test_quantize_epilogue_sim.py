@@ -74,6 +74,20 @@ def test_bitwise_against_plain_quantize(shape: tuple[int, int, int], subtiles: i
     assert same_bytes(q, rq)
 
 
+@pytest.mark.parametrize("subtiles", [None, 2], ids=["planned", "64col"])
+def test_dense_operand_bitwise(subtiles: int | None) -> None:
+    """A dense residual comes through its TMA staging buffer per block, each block's copy before its load, so the
+    walk loads every block of a group before the first division (the registers keep each block's values)."""
+    torch.manual_seed(6)
+    m, n, k = 200, 304, 256
+    a, b, res = ints(m, k).to(BF16), ints(k, n).to(BF16), ints(m, n, lo=-60, hi=61).to(BF16)
+    kern = kernel(a, b, lambda acc, res: warploom.quantize(acc + res), subtiles, res=res)
+    out = sim.simulate(kern.module, a, b, operands={"res": res}, outs=poisoned(kern, m, n), record=False)
+    assert out.ok, out.findings
+    rq, rs = warploom.quantize((a.double() @ b.double() + res.double()).float())
+    assert torch.equal(out.outputs[1], rs) and same_bytes(out.outputs[0], rq)
+
+
 def test_matmul_on_cpu_returns_the_pair() -> None:
     """`warploom.matmul` with CPU tensors simulates and returns (q, s) as the plain function would."""
     torch.manual_seed(1)

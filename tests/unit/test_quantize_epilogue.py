@@ -172,6 +172,8 @@ def test_planner_rule_26() -> None:
             plan_schedule(spec, H100_SXM, **forced)  # type: ignore[arg-type]
     with pytest.raises(UnsupportedError, match="built for sm_90a, not"):
         plan_schedule(spec, B200)
-    with pytest.raises(UnsupportedError, match=r"a dense \(M, N\) epilogue operand"):
-        warploom.plan(t(256, 64, dtype=BF16), t(64, 256, dtype=BF16),
-                      epilogue=lambda acc, r: warploom.quantize(acc + r), r=t(256, 256))
+    dense = warploom.plan(t(256, 64, dtype=BF16), t(64, 256, dtype=BF16),
+                          epilogue=lambda acc, r: warploom.quantize(acc + r), r=t(256, 256))
+    assert not dense.plan.prefetch_operands  # (a dense operand's copy stays right before its load: the walk's order)
+    with pytest.raises(UnsupportedError, match=r"prefetch_operands=True: a dense operand's early copies"):
+        plan_schedule(dense.spec, H100_SXM, prefetch_operands=True)
