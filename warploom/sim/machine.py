@@ -847,19 +847,19 @@ class Machine:
         tile = ins.site.tile
         assert tile is not None
         self._loaded_check(i, ins.site, ins.acc, ins.cols, "evaluates the epilogue on")
-        if ins.group is not None:
+        if ins.amax_cols is not None:
             got = self.folded[i]
-            need = set(range(*ins.group))
+            need = set(range(*ins.amax_cols))
             have = got[2] if got is not None and got[:2] == (ins.acc, tile.index) else frozenset()
             if not need <= have:
                 self._flag(FindingKind.AMAX_INCOMPLETE, ins.site,
                            f"{ins.site.where()} divides {ins.acc}[:, {ins.cols[0]}:{ins.cols[1]}] by its group's "
                            f"scale, but the amax holds {len(have & need)} of the group's {len(need)} columns "
-                           f"[{ins.group[0]}, {ins.group[1]}) of this tile: fold_amax every block of the group "
+                           f"[{ins.amax_cols[0]}, {ins.amax_cols[1]}) of this tile: fold_amax every block of the group "
                            "before its first apply_epilogue")
         self.applied[i] = (ins.acc, ins.cols, tile.index)
         if self.data is not None:
-            self.data.apply(i, ins.acc, ins.cols, ins.off_m, ins.off_n, ins.group is not None)
+            self.data.apply(i, ins.acc, ins.cols, ins.off_m, ins.off_n, ins.amax_cols is not None)
 
     def _loaded_check(self, i: int, site: Site, acc: str, cols: tuple[int, int], what: str) -> None:
         """Every graph operand loaded for this block in this tile (OPERAND_NOT_LOADED)."""

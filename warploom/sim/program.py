@@ -294,7 +294,7 @@ class ApplyI:
     off_n: int
     # A 1x128 quantization's: the output columns [start, stop) of the block's group within the accumulator, every
     # one of which a fold_amax of this tile must have folded in before the amax is read.
-    group: tuple[int, int] | None = None
+    amax_cols: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
