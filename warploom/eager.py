@@ -103,7 +103,10 @@ class PreparedFused:
         tensors = {"scale_a": scale_a, "scale_b": scale_b, "bias": bias, **operands}
         if self.bound is None:
             self.kernel.launcher  # noqa: B018 - built first: it refuses what may not launch before any allocation
-        outs = tuple(torch.empty(self.m, self.n, dtype=d, device=a.device) for d in self.out_dtypes)
+        # (M, N) each, but a fused 1x128 quantization's scales: (M, ceil(N/128))
+        shapes = self.kernel.spec.output_shapes(self.m, self.n)
+        outs = tuple(torch.empty(shape, dtype=d, device=a.device) for shape, d in zip(shapes, self.out_dtypes,
+                                                                                      strict=True))
         sa, sb = (scale_a, scale_b) if self.blockwise else (None, None)
         graph_operands = {n: tensors[n] for n in self.names}
         args = (a, b, outs[0], sa, sb)

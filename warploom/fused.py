@@ -23,6 +23,7 @@ from warploom.epilogue import memo, names
 from warploom.epilogue.capture import capture
 from warploom.epilogue.classify import classify, classify_all
 from warploom.epilogue.compose import with_prologue
+from warploom.epilogue.graph import OutputLayout
 from warploom.epilogue.operands import OperandKind
 from warploom.errors import AlignmentError, DeviceError, InputError
 from warploom.spec import GemmSpec
@@ -108,6 +109,8 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
         if s.kind is OperandKind.DENSE:
             tma_ok(s.name, tensors[s.name], 1, "a dense epilogue operand read by TMA")
     for j, dt in enumerate(spec.output_dtypes()):
+        if g.outputs[j].layout is OutputLayout.GROUPS:
+            continue  # (1x128 scales: masked register stores, not TMA)
         if spec.n % (TMA_ALIGN // dt.bytes):
             raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // dt.bytes} for the epilogue's output {j} "
                                  f"({dt.value}, rows of {TMA_ALIGN}-byte multiples for the TMA store)",

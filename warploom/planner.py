@@ -26,6 +26,7 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
 24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7): docs/decisions/rule-24-clusters.md
 25. a few tiles over a long K: split-K in up to 8 ranges: docs/decisions/rule-25-latency-split-k.md
+26. a fused 1x128 quantization: cooperative 128-wide tiles, whole tiles: docs/decisions/rule-26-fused-quantize.md
 """
 
 from __future__ import annotations
@@ -649,6 +650,38 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pi
     return min(cap, free // stage_bytes(spec, bm, bn, bk, scale_partition))
 
 
+QUANT_BN = 128  # rule 26: a fused 1x128 quantization's tile width, one scale group (256 would take rule 9's blocks)
+
+
+def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = None, pingpong: bool = False,
+                       partial_blocks: int | None = None, split_k: int | None = None, tail_split: int | None = None,
+                       swap_ab: bool | None = None, stream_k: int | None = None, cluster: int | None = None,
+                       prefetch_operands: bool | None = None) -> list[str]:
+    """Rule 26: why a spec whose fused epilogue quantizes 1x128 (a `GroupAmax` in its graph) cannot be planned, if
+    it cannot. Such a plan is sm_90a's cooperative 128-wide tile: each tile holds whole 128-column groups, so a
+    group's amax is tile-local (LowerEpilogue folds the group's blocks before its scale and division), and none of
+    the schedules that cut a tile's sum or columns otherwise (split-K, a tail, stream-K, swap-AB, clusters). Promoted
+    fp8 (and so the blockwise recipes) promotes a 128-wide tile into one accumulator, which holds the group whole."""
+    out = []
+    if device.blackwell or device.gfx1250:
+        out.append(f"the fused quantization is built for sm_90a, not {device.name}")
+    if partial_blocks not in (None, 1):
+        out.append(f"partial_blocks={partial_blocks}: promoted fp8 in 128-column blocks keeps a group in one "
+                   "accumulator (the walk over a group's blocks stays in one)")
+    if spec.grouped:
+        out.append("a grouped GEMM")
+    if _dense_operands(spec) and prefetch_operands:
+        out.append("prefetch_operands=True: a dense operand's early copies follow the stores, which the walk over a "
+                   "group puts after every block's load")
+    if bn is not None and bn != QUANT_BN:
+        out.append(f"bn={bn}: the tile must be {QUANT_BN} wide (one scale group)")
+    given = {"pingpong": pingpong or None, "split_k": None if split_k in (None, 1) else split_k,
+             "tail_split": None if tail_split in (None, 1) else tail_split, "swap_ab": swap_ab or None,
+             "stream_k": stream_k or None, "cluster": None if cluster in (None, 1) else cluster}
+    out += [f"{k}={v}" for k, v in given.items() if v is not None]
+    return out
+
+
 def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
                   stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
                   partial_blocks: int | None = None, hoist_rows: bool | None = None, scalar_columns: bool = True,
@@ -666,6 +699,15 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     per tile; 2: 2-CTA clusters multicasting B, refused where they cannot run)."""
     from warploom.errors import UnsupportedError
 
+    if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rule 26
+        problems = quantized_problems(spec, device, bn=bn, pingpong=pingpong, partial_blocks=partial_blocks,
+                                      split_k=split_k, tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k,
+                                      cluster=cluster, prefetch_operands=prefetch_operands)
+        if problems:
+            raise UnsupportedError(f"warploom.quantize in a fused epilogue (1x128, rule 26) cannot run {spec.short()}: "
+                                   f"{'; '.join(problems)}. Fix: drop the conflicting option, or return the value "
+                                   "itself and quantize the call's result with warploom.quantize")
+        bn, swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = QUANT_BN, False, 1, 1, 0, 1, False
     if spec.grouped:  # rule 22
         return plan_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                             consumer_partitions=consumer_partitions, partial_blocks=partial_blocks)

@@ -22,10 +22,17 @@ infinite ones NaN), as the other recipes' references do.
 
 `recipe="rowwise"` takes one group per row (s (M, 1), `scaled_mm`'s rowwise scale_a) on plain tensors.
 
-Inside a fused epilogue (``epilogue=lambda acc, bias: warploom.quantize(acc + bias)``) quantize is refused for now
-with `UnsupportedError`: the fused lowering (a (q, s) pair of outputs of different shapes, the 128-column amax taken
-across the epilogue's 64-column blocks before either is stored, a 128-multiple BN) is not built yet; the message
-names the workaround, quantizing the call's result with this function.
+Inside a fused epilogue (``epilogue=lambda acc, bias: warploom.quantize(acc + bias)``, on sm_90a) the 1x128 recipe
+runs in the GEMM's epilogue: the call returns the pair, q (M, N) fp8 and s (M, ceil(N/128)) fp32, with exactly these
+numerics. Traced, `quantize` records two calls (`quantized_data`, `quantized_scales`) that the capture lowers to the
+epilogue graph's `GroupAmax` node (the NaN-propagating amax of |y| over each 128-column group's valid columns), the
+division by fp8_max, the zero-group `where` and the division of y, with q an fp8 output and s a *groups* output
+(`OutputLayout.GROUPS`); they are to be returned as they are (computing with them is refused). The planner (rule 26)
+keeps each group in one 128-wide tile; the epilogue folds each column block's row amax into the group's before any
+block is divided (`ir.FoldAmax`), stores q by TMA and s by masked register stores (`ir.StoreScales`). Refused there,
+each naming the unfused fix (store fp32/bf16 and quantize the call's result with this function): `recipe="rowwise"`
+(its amax spans the tiles along N), grouped GEMMs, sm_100a and gfx1250. bf16/fp16 GEMMs and fp8 ones (fast or
+promoted accumulation, tensorwise, rowwise or blockwise scales) quantize fused, with operands of every kind.
 """
 
 from __future__ import annotations
@@ -62,8 +69,13 @@ def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
     at least 1-D; the groups run along its last dimension, on its device."""
     r = parse_recipe(recipe)
     fp8 = _fp8_dtype(dtype)
-    if isinstance(y, torch.fx.Proxy):
-        raise _in_epilogue(r)
+    if isinstance(y, torch.fx.Proxy):  # inside a fused epilogue, being traced (warploom.epilogue.capture)
+        if r is QuantRecipe.ROWWISE:
+            raise _in_epilogue(r)
+        # Two recorded calls, which the capture lowers to the graph's amax, scale and division (a Proxy each).
+        q: Any = y.tracer.create_proxy("call_function", quantized_data, (y, dtype), {})
+        s: Any = y.tracer.create_proxy("call_function", quantized_scales, (y, dtype), {})
+        return q, s
     if not isinstance(y, torch.Tensor):
         raise ArgumentTypeError("y", "a torch.Tensor", type(y).__name__, "pass a tensor")
     if y.dtype not in _INPUTS:
@@ -90,6 +102,17 @@ def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
     return round_to(x / s_cols, fp8), s
 
 
+def quantized_data(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """q of ``quantize(y, "1x128", dtype)``: the call a traced epilogue records (`epilogue.capture` lowers it to the
+    graph's group amax, scale and division; it is never run)."""
+    return quantize(y, QuantRecipe.BLOCK_1X128, dtype)[0]
+
+
+def quantized_scales(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """s of ``quantize(y, "1x128", dtype)``, as `quantized_data` is its q."""
+    return quantize(y, QuantRecipe.BLOCK_1X128, dtype)[1]
+
+
 def parse_recipe(recipe: Any) -> QuantRecipe:
     """`recipe` as a `QuantRecipe`, from the enum or its string; anything else is a user error naming the choices."""
     if isinstance(recipe, QuantRecipe):
@@ -111,14 +134,11 @@ def _fp8_dtype(dtype: Any) -> DType:
 
 
 def _in_epilogue(r: QuantRecipe) -> WarploomError:
-    """The refusal of quantize inside a fused epilogue (traced: `y` is a torch.fx Proxy), naming what works."""
+    """The refusal of a recipe that cannot run inside a fused epilogue (traced: `y` is a torch.fx Proxy), naming what
+    works: rowwise, whose amax spans the tiles along N."""
     fix = ("return the value itself (e.g. `return acc + bias`, out_dtype=torch.float32 or torch.bfloat16) and "
            f"quantize the call's result: q, s = warploom.quantize(out, recipe={r.value!r})")
-    if r is QuantRecipe.ROWWISE:
-        got = ("recipe='rowwise', whose amax spans the whole row, across the tiles along N (one CTA holds "
-               "BN columns of it)")
-        return UnsupportedError(f"warploom.quantize in an epilogue: expected a tile-local recipe, got {got}. "
-                                f"Fix: {fix}, or use recipe='1x128' (a scale per 128 columns) outside the epilogue")
-    return UnsupportedError("warploom.quantize in an epilogue: expected elementwise epilogue code; a fused 1x128 "
-                            "quantization (q and its (M, ceil(N/128)) scales as two outputs) is not built yet. "
-                            f"Fix: {fix}")
+    got = (f"recipe={r.value!r}, whose amax spans the whole row, across the tiles along N (one CTA holds BN columns "
+           "of it)")
+    return UnsupportedError(f"warploom.quantize in an epilogue: expected a tile-local recipe, got {got}. "
+                            f"Fix: {fix}, or use recipe='1x128' (a scale per 128 columns), which runs fused")

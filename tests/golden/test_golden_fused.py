@@ -12,6 +12,7 @@ Refresh after an intended change with ``EXPECTTEST_ACCEPT=1 pytest tests/golden`
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 from pathlib import Path
@@ -21,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 import warploom
-from warploom.kernel import Kernel
+from warploom import H100_SXM
+from warploom.kernel import Kernel, build
 
 EXPECTED = Path(__file__).parent / "expected"
 BF16, FP32, E4 = torch.bfloat16, torch.float32, torch.float8_e4m3fn
@@ -53,6 +55,16 @@ def bf16_two_outputs() -> Kernel:
     m, n, k = 296, 520, 1000
     return warploom.plan(t(m, k, dtype=BF16), t(n, k, dtype=BF16).t(), bias=t(n, dtype=BF16),
                          epilogue=lambda acc, bias: (F.silu(acc + bias), (acc + bias).float()))
+
+
+@functools.cache
+def bf16_quantize_64col() -> Kernel:
+    """warploom.quantize(acc + shift) (rule 26's 128-wide tile) with its epilogue forced into 64-column blocks: the
+    walk folds both blocks' amax before either is divided, then stores the group's scale column."""
+    m, n, k = 296, 528, 1000
+    kern = warploom.plan(t(m, k, dtype=BF16), t(n, k, dtype=BF16).t(), shift=t(n),
+                         epilogue=lambda acc, shift: warploom.quantize(acc + shift))
+    return build(kern.spec, H100_SXM, dataclasses.replace(kern.plan, epilogue_subtiles=2))
 
 
 def assert_golden_file(name: str, actual: str) -> None:
@@ -142,6 +154,11 @@ class TestFusedGluonGolden(expecttest.TestCase):
 
     def test_bf16_two_outputs(self) -> None:
         assert_golden_file("fused_bf16_two_outputs.gluon.txt", bf16_two_outputs().source)
+
+    def test_bf16_quantize_64col(self) -> None:
+        k = bf16_quantize_64col()
+        assert_golden_file("fused_bf16_quantize_64col.schedule.txt", k.schedule)
+        assert_golden_file("fused_bf16_quantize_64col.gluon.txt", k.source)
 
     def test_fp8_wide_gelu_residual(self) -> None:
         k = fp8_wide_gelu_residual()

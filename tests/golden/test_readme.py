@@ -57,13 +57,17 @@ PLANNED: list[Any] = []
 
 def _planned_instead(*args: Any, **kwargs: Any) -> torch.Tensor:
     """warploom.matmul / scaled_mm for a GPU block on meta tensors: check, plan and generate the kernel's Gluon
-    (warploom.plan takes the calls' arguments), and return an output of the call's shape."""
+    (warploom.plan takes the calls' arguments), and return the call's outputs: one tensor, or a tuple of one per
+    output of a fused epilogue, each of its shape and dtype."""
     import warploom
 
     kernel = warploom.plan(*args, **kwargs)
     assert "@gluon.jit" in kernel.source
     PLANNED.append(kernel)
-    return torch.empty(kernel.spec.m, kernel.spec.n, device="meta", dtype=kernel.spec.out_dtype.torch)
+    sp = kernel.spec
+    outs = tuple(torch.empty(shape, device="meta", dtype=d.torch)
+                 for shape, d in zip(sp.output_shapes(), sp.output_dtypes(), strict=True))
+    return outs[0] if len(outs) == 1 else outs
 
 
 def test_readme_has_python_blocks_of_both_kinds() -> None:

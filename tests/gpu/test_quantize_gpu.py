@@ -2,8 +2,9 @@
 
 A model that chains fp8 layers quantizes each GEMM's output with one fp32 scale per row and 128 columns
 (DeepSeek-V3's activations); the pair then is `scaled_mm`'s A and its BLOCKWISE_1X128_128X128 scale_a (M, ceil(K/128))
-with K = the first GEMM's N. Inside a fused epilogue quantize is refused for now (tests/unit/test_quantize.py); here
-the first GEMM stores fp32 and quantize runs after it, as the refusal's message says to.
+with K = the first GEMM's N. Here the first GEMM stores fp32 and quantize runs after it (the unfused way, which the
+refusals of rowwise and promoted fp8 in an epilogue name); the fused 1x128 pair:
+tests/gpu/test_quantize_epilogue_gpu.py.
 """
 
 from __future__ import annotations

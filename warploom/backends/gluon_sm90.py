@@ -16,6 +16,7 @@ from warploom.backends import gluon_api
 from warploom.backends.codebuf import CodeBuffer
 from warploom.backends.group_scan import group_helpers
 from warploom.dtypes import DType
+from warploom.epilogue.graph import GROUP, OutputLayout
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.spec import MX_BLOCK, SCALE_BLOCK, ALayout, BLayout, GemmSpec, ScaleRecipe
@@ -558,6 +559,10 @@ class PartitionEmitter:
                 b.line(f"{o.cursor} += {n}", c)
             case ir.ApplyEpilogue():
                 self.apply_epilogue(o)
+            case ir.FoldAmax():
+                self.fold_amax(o)
+            case ir.StoreScales():
+                self.store_scales(o)
             case ir.StoreWait():
                 b.line(f"tma.store_wait({o.pending})", c)
             case ir.StoreSmem() if o.output is not None:
@@ -752,9 +757,42 @@ class PartitionEmitter:
         b.line(f"ep_acc = gl.convert_layout({src}, ep_layout)", printer.op(o))
         operands = {s.name: f"{s.name}_{o.acc}_{o.part}" for s in g.operands}
         outs = [f"ep_out{j}" for j in range(len(g.outputs))]
-        for line in emit(g, "ep_acc", operands, outs, out_dtype=self.m.spec.out_dtype):
+        amax = "ep_amax" if g.group_amax() is not None else None
+        for line in emit(g, "ep_acc", operands, outs, out_dtype=self.m.spec.out_dtype, amax=amax):
             code, _, note = line.partition("  # ")
             b.line(code, note or None)
+
+    def fold_amax(self, o: ir.FoldAmax) -> None:
+        """A 1x128 quantization's block folded into its group's row amax (`ep_amax`, [rows]); the group's first
+        block starts it."""
+        from warploom.epilogue.gluon import emit_amax
+
+        b, g = self.buf, self.m.spec.epilogue
+        assert g is not None
+        _, cols_v = self._block_offsets(o.acc, o.part, o.parts)
+        src = self._column_block(o.acc, o.part, o.parts)
+        b.line(f"ep_acc = gl.convert_layout({src}, ep_layout)", printer.op(o))
+        operands = {s.name: f"{s.name}_{o.acc}_{o.part}" for s in g.operands}
+        for line in emit_amax(g, "ep_acc", operands, cols=cols_v, block="ep_block_amax"):
+            code, _, note = line.partition("  # ")
+            b.line(code, note or None)
+        a = self._acc(o.acc)
+        if (a.col0 + o.part * (a.cols // o.parts)) % GROUP == 0:
+            b.line("ep_amax = ep_block_amax", "the group's first block starts its amax")
+        else:
+            b.line("ep_amax = gl.maximum(ep_amax, ep_block_amax, propagate_nan=tl.PropagateNan.ALL)",
+                   "combined with the group's earlier blocks, NaN winning")
+
+    def store_scales(self, o: ir.StoreScales) -> None:
+        """A groups output's [rows, 1] values into column (block column) // 128 of its (M, ceil(N/128)) tensor, by
+        masked register stores (rows below M; a group past N, a 256-wide tile's second, stores nothing)."""
+        rows_v, _ = self._block_offsets(o.acc, o.part, o.parts)
+        _, col, _ = self._block_origin(o.acc, o.part, o.parts)
+        ptr, stride = f"c{o.output}_ptr", f"c{o.output}_stride_m"
+        b = self.buf
+        b.line(f"ep_group = ({col}) // {GROUP}" if " " in col else f"ep_group = {col} // {GROUP}", printer.op(o))
+        b.line(f"gl.store({ptr} + gl.expand_dims({rows_v}, 1) * {stride} + ep_group, ep_out{o.output}, "
+               f"mask=gl.expand_dims({rows_v} < M, 1) & (ep_group * {GROUP} < N))")
 
     def _staged(self, buffer: str, comment: str) -> tuple[str, str]:
         """The staging buffer a block is written to, and its comment: a swapped module's block goes to C transposed
@@ -932,6 +970,9 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
                 used[f"{o.buffer}_bar"] = None
             case ir.LoadOperand():
                 used[f"{o.operand}_ptr"] = None
+            case ir.StoreScales():
+                used[f"c{o.output}_ptr"] = None
+                used[f"c{o.output}_stride_m"] = None
             case ir.Fixup():
                 used.update(dict.fromkeys(SK_PARAMS))
             case ir.Epilogue():
@@ -974,7 +1015,8 @@ def kernel_params(m: ir.Module) -> tuple[str, ...]:
     """The kernel's run-time parameters: TMA descriptors, then scale and bias pointers, then sizes."""
     steps = {s for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
     ps = ["a_desc", "b_desc"]
-    ps += [WORKSPACE_DESC] if m.tiling.split_k > 1 else [output_desc(j) for j in range(len(m.spec.output_dtypes()))]
+    ps += [WORKSPACE_DESC] if m.tiling.split_k > 1 else [output_desc(j) for j in range(len(m.spec.output_dtypes()))
+                                                          if j not in scale_outputs(m)]
     if m.tmem_scales:  # sm_100a MX: TMA descriptors over torch's blocked scales (backends/gluon_sm100.py)
         ps += [scale_desc(ir.Tensor.SCALE_A), scale_desc(ir.Tensor.SCALE_B)]
     elif m.spec.scale.is_blockwise:
@@ -987,11 +1029,19 @@ def kernel_params(m: ir.Module) -> tuple[str, ...]:
         ps.append("bias_ptr")
     if m.spec.epilogue is not None:
         ps += [f"{s.name}_desc" if s.kind.value == "dense" else f"{s.name}_ptr" for s in m.spec.epilogue.operands]
+    ps += [p for j in scale_outputs(m) for p in (f"c{j}_ptr", f"c{j}_stride_m")]
     if m.tiling.stream_k:
         ps += SK_PARAMS
     if m.tiling.grouped:
         ps += GROUP_PARAMS
     return tuple(ps) + _sizes(m)
+
+
+def scale_outputs(m: ir.Module) -> tuple[int, ...]:
+    """The outputs a fused 1x128 quantization stores as scales (`OutputLayout.GROUPS`): a pointer and a row stride
+    each (``c1_ptr``, ``c1_stride_m``) rather than a TMA descriptor (ir.StoreScales)."""
+    g = m.spec.epilogue
+    return () if g is None else tuple(j for j, o in enumerate(g.outputs) if o.layout is OutputLayout.GROUPS)
 
 
 def prelude(m: ir.Module, header: str) -> CodeBuffer:
@@ -1028,6 +1078,12 @@ def prelude(m: ir.Module, header: str) -> CodeBuffer:
         b.line()
         b.line()
         b.lines(group_helpers(t.grouping))
+    if m.spec.epilogue is not None and m.spec.epilogue.group_amax() is not None:
+        from warploom.epilogue.gluon import NAN_MAX
+
+        b.line()
+        b.line()
+        b.lines("\n".join(NAN_MAX))
     return b
 
 

@@ -14,6 +14,7 @@ constants by the constant `reference.apply` computes. `finish` keeps what the ou
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
@@ -80,7 +81,7 @@ class Builder:
         new = {old: i for i, old in enumerate(sorted(live))}
         kept = tuple(remap(self.nodes[old], new) for old in sorted(live))
         used = {nd.name for nd in kept if isinstance(nd, eg.Operand)}
-        return eg.EpilogueGraph(kept, tuple(eg.Output(new[o.value], o.dtype) for o in outputs),
+        return eg.EpilogueGraph(kept, tuple(replace(o, value=new[o.value]) for o in outputs),
                                 tuple(s for s in self.specs if s.name in used))
 
 
@@ -100,5 +101,7 @@ def remap(nd: eg.Node, new: dict[int, int]) -> eg.Node:
             return eg.Clamp(new[nd.x], nd.lo, nd.hi)
         case eg.Pow():
             return eg.Pow(new[nd.x], nd.exponent)
+        case eg.GroupAmax():
+            return eg.GroupAmax(new[nd.x])
         case _:
             return nd

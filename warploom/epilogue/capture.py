@@ -39,6 +39,7 @@ from warploom.epilogue.builder import Builder
 from warploom.epilogue.classify import classify_all
 from warploom.epilogue.operands import ACC, OperandSpec
 from warploom.errors import InputError, UnsupportedError, WarploomError
+from warploom.quantization import quantized_data, quantized_scales
 
 SUPPORTED = (
     "+ - * / (with tensors or Python numbers on either side), ** and torch.pow/square/reciprocal with a constant "
@@ -198,6 +199,8 @@ class _Lowering(Builder):
         super().__init__(specs)
         self.root = root
         self.common: DType | None = None  # the current call's 16-bit compute dtype, if it has one
+        # warploom.quantize's results (fx node -> the output they are): returned as they are, never computed with
+        self.quantized: dict[fx.Node, eg.Output] = {}
 
     def num(self, x: _Arg, what: str) -> eg.Ref:
         """A float value: a traced tensor (a bool one becomes 1.0/0.0, as torch promotes it) or a number."""
@@ -258,6 +261,13 @@ class _Lowering(Builder):
         kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
         if node.op == "call_function" and node.target is builtins.getattr:
             return self._getattr(name, args)
+        used = [n for n in node.all_input_nodes if n in self.quantized]
+        if used:
+            raise _unsupported(f"epilogue op {name}", "warploom.quantize's (q, s) returned as they are",
+                               f"{name} computing with {_name(used[0])}'s result",
+                               "return q and s from the epilogue; compute before quantize, not after")
+        if node.op == "call_function" and node.target in _QUANTIZED:
+            return self._quantize(node, name, args)
         op = _FUNCTIONS.get(node.target) if node.op == "call_function" else _METHODS.get(str(node.target))  # type: ignore[arg-type]
         if op is None:
             method = str(node.target)
@@ -311,6 +321,24 @@ class _Lowering(Builder):
                 if isinstance(v, _Val) and v.meta.dtype.is_floating_point and v.meta.dtype != common else v
                 for k, v in p.items()}
 
+    def _quantize(self, node: fx.Node, name: str, args: tuple[_Arg, ...]) -> _Val:
+        """warploom.quantize(y, recipe="1x128") as graph nodes, with quantization.py's meaning: s = amax / fp8_max
+        per row and 128-column group (1 where that is 0), q = the saturating fp8 cast of y / s (the output's)."""
+        y, dtype = args
+        if not isinstance(y, _Val) or y.meta.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            got = f"a {y.meta.dtype} value" if isinstance(y, _Val) else f"{type(y).__name__} {y!r}"
+            raise _unsupported("warploom.quantize y", "a float32, bfloat16 or float16 value of the epilogue", got,
+                               "quantize acc, or a value computed from it")
+        fp8 = _CAST_DTYPES[dtype]
+        amax = self.add(eg.GroupAmax(y.ref))
+        ratio = self.add(eg.Binary(eg.BinaryOp.DIV, amax, self.const(eg.FP8_MAX[fp8])))
+        s = self.add(eg.Where(self.add(eg.Compare(eg.CompareOp.EQ, ratio, self.const(0.0))), self.const(1.0), ratio))
+        if node.target is _QUANTIZED[0]:
+            self.quantized[node] = eg.Output(self.add(eg.Binary(eg.BinaryOp.DIV, y.ref, s)), fp8)
+            return _Val(self.quantized[node].value, torch.empty(_M0, _N0, dtype=dtype, device="meta"))
+        self.quantized[node] = eg.Output(s, DType.FP32, eg.OutputLayout.GROUPS)
+        return _Val(s, torch.empty(_M0, 1, device="meta"))
+
     def _getattr(self, name: str, args: tuple[_Arg, ...]) -> _Arg:
         obj, attr = args[0], args[1]
         if isinstance(obj, _Val) and attr == "dtype":
@@ -330,7 +358,9 @@ class _Lowering(Builder):
             if not isinstance(v, _Val):
                 raise _unsupported(f"epilogue output {i}", "a tensor computed from acc or the operands",
                                     f"{type(item).__name__} {item!r}", "return tensors (a tuple for several outputs)")
-            if isinstance(item, fx.Node) and item in casts:
+            if isinstance(item, fx.Node) and item in self.quantized:
+                outputs.append(self.quantized[item])
+            elif isinstance(item, fx.Node) and item in casts:
                 ref, dt = casts[item]
                 outputs.append(eg.Output(ref, dt))
             elif v.meta.dtype == torch.bool:
@@ -602,4 +632,6 @@ _TABLE: list[_Op] = [
 ]
 
 _FUNCTIONS: dict[Callable[..., Any], _Op] = {f: op for op in _TABLE for f in op.functions}
+# warploom.quantize inside an epilogue records these two calls (quantization.py); `_Lowering._quantize` lowers them.
+_QUANTIZED = (quantized_data, quantized_scales)
 _METHODS: dict[str, _Op] = {m: op for op in _TABLE for m in op.methods}

@@ -10,6 +10,7 @@ reference all see one graph.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from warploom.epilogue import graph as eg
 from warploom.epilogue.builder import Builder, remap
@@ -34,4 +35,4 @@ def with_prologue(g: eg.EpilogueGraph, scale_a: OperandSpec | None, scale_b: Ope
     new: dict[int, int] = {}
     for i, nd in enumerate(g.nodes):
         new[i] = x if isinstance(nd, eg.Acc) else b.add(remap(nd, new))
-    return b.finish([eg.Output(new[o.value], o.dtype) for o in g.outputs])
+    return b.finish([replace(o, value=new[o.value]) for o in g.outputs])

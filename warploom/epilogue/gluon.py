@@ -166,37 +166,31 @@ def expr(nd: eg.Node, a: Sequence[str]) -> str:
             raise TypeError(f"{nd} is a leaf, not an op")
 
 
+# A group amax's combine (warploom.quantize in an epilogue): NaN wins, as in torch.amax; gl.max's maximum would drop it.
+NAN_MAX = ("@gluon.jit",
+           "def _nan_max(a, b):",
+           f"    return gl.maximum(a, b, {_NAN})")
+
+
 def emit(g: eg.EpilogueGraph, acc: str, operands: Mapping[str, str], outputs: Sequence[str], *,
-         out_dtype: DType, prefix: str = "ep_") -> list[str]:
-    """Lines computing each output of `g` into the variables `outputs`, [BM, BN] in its stored dtype.
+         out_dtype: DType, prefix: str = "ep_", amax: str | None = None) -> list[str]:
+    """Lines computing each output of `g` into the variables `outputs`, [BM, BN] in its stored dtype (a groups
+    output, 1x128 scales: [BM, 1], fp32).
 
     `acc` names the fp32 accumulator ([BM, BN]); `operands` maps each operand's name to the variable holding
     its fp32 registers (as `load_operand` writes them); `out_dtype` is the call's output dtype, for outputs
-    without their own. Temporaries are `prefix` + the printer's value number, so ``ep_3`` is ``%3``.
+    without their own; `amax` the [BM] group amax a graph with a `GroupAmax` reads (`emit_amax`'s). Temporaries
+    are `prefix` + the printer's value number, so ``ep_3`` is ``%3``.
     """
     if len(outputs) != len(g.outputs):
         raise ValueError(f"emit: {len(g.outputs)} outputs in the graph, {len(outputs)} names given")
-    missing = [s.name for s in g.operands if s.name not in operands]
-    if missing:
-        raise ValueError(f"emit: no register variable for operand(s) {missing}")
-    ns = printer.names(g)
-    spell: list[str] = []
-    lines: list[str] = []
-    for i, nd in enumerate(g.nodes):
-        match nd:
-            case eg.Acc():
-                spell.append(acc)
-            case eg.Operand():
-                spell.append(operands[nd.name])
-            case eg.Const():
-                spell.append(literal(nd.value))
-            case _:
-                var = prefix + ns[i].lstrip("%")
-                lines.append(f"{var} = {expr(nd, [spell[r] for r in eg.inputs(nd)])}  # {printer.line(g, i, ns)}")
-                spell.append(var)
-    kinds = g.kinds()
+    spell, lines = _values(g, acc, operands, prefix, amax, range(len(g.nodes)))
+    kinds, ns = g.kinds(), printer.names(g)
     for j, (o, name) in enumerate(zip(g.outputs, outputs, strict=True)):
         v = spell[o.value]
+        if o.layout is eg.OutputLayout.GROUPS:  # [BM, 1]: one value a row for the block's group
+            lines.append(f"{name} = {v}  # output {j}: {printer.output(o, ns)}")
+            continue
         if isinstance(g.nodes[o.value], eg.Const):
             v = f"gl.full_like({acc}, {v})"
         elif kinds[o.value] is not OperandKind.DENSE:
@@ -205,6 +199,53 @@ def emit(g: eg.EpilogueGraph, acc: str, operands: Mapping[str, str], outputs: Se
         how = "" if o.dtype is not None else f" as {dt.value} (out_dtype)"
         lines.append(f"{name} = {_cast(v, dt)}  # output {j}: {printer.output(o, ns)}{how}")
     return lines
+
+
+def emit_amax(g: eg.EpilogueGraph, acc: str, operands: Mapping[str, str], *, cols: str, block: str,
+              prefix: str = "ep_") -> list[str]:
+    """Lines computing a block's share of the graph's group amax into `block` ([BM], the rows' slice layout): the
+    nodes its `GroupAmax` reads, then each row's NaN-propagating max (`NAN_MAX`) of their magnitude over the
+    block's columns below N (`cols`: the block's [BN] output column indices). Columns past N never count: a
+    ragged last group's amax is over its valid columns, as `reference.group_amax` says."""
+    ref = g.group_amax()
+    if ref is None:
+        raise ValueError("emit_amax: the graph has no group amax")
+    spell, lines = _values(g, acc, operands, prefix, None, g.before_amax())
+    x = eg.inputs(g.nodes[ref])[0]
+    v = spell[x] if g.kinds()[x] is OperandKind.DENSE else f"gl.broadcast({spell[x]}, {acc})[0]"
+    lines.append(f"{block} = gl.reduce(gl.where(gl.expand_dims({cols} < N, 0), gl.abs({v}), 0.0), 1, _nan_max)"
+                 f"  # this block's row amax of {printer.names(g)[x]} (columns < N)")
+    return lines
+
+
+def _values(g: eg.EpilogueGraph, acc: str, operands: Mapping[str, str], prefix: str, amax: str | None,
+            which: Sequence[int]) -> tuple[list[str], list[str]]:
+    """Each node's spelling, and the lines computing the nodes in `which` (in order)."""
+    missing = [s.name for s in g.operands if s.name not in operands]
+    if missing:
+        raise ValueError(f"emit: no register variable for operand(s) {missing}")
+    ns = printer.names(g)
+    spell: list[str] = []
+    lines: list[str] = []
+    wanted = set(which)
+    for i, nd in enumerate(g.nodes):
+        match nd:
+            case eg.Acc():
+                spell.append(acc)
+            case eg.Operand():
+                spell.append(operands[nd.name])
+            case eg.Const():
+                spell.append(literal(nd.value))
+            case eg.GroupAmax():
+                if i in wanted and amax is None:
+                    raise ValueError("emit: the graph reads a group amax, but no amax variable was given")
+                spell.append(f"gl.expand_dims({amax}, 1)")  # [BM, 1]: the group's, folded over its blocks
+            case _:
+                var = prefix + ns[i].lstrip("%")
+                if i in wanted:
+                    lines.append(f"{var} = {expr(nd, [spell[r] for r in eg.inputs(nd)])}  # {printer.line(g, i, ns)}")
+                spell.append(var)
+    return spell, lines
 
 
 def load_operand(spec: OperandSpec, var: str, ptr: str, *, offs_m: str, offs_n: str, mask_m: str, mask_n: str,

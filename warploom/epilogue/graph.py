@@ -174,13 +174,25 @@ class Pow:
     exponent: float
 
 
-Node = Acc | Operand | Const | Unary | Binary | Compare | Where | Cast | Clamp | Pow
+@dataclass(frozen=True)
+class GroupAmax:
+    """The NaN-propagating maximum of ``|x|`` over the 128 output columns of each value's group (columns
+    ``128j .. 128j + 127``; a ragged last group only over the columns < N), per row: the amax of
+    ``warploom.quantize(y, recipe="1x128")``. Constant along a group's columns, so within a column block (which
+    never straddles a group) it varies along M only. At most one per graph."""
+
+    x: Ref
+
+
+GROUP = 128  # the output columns one GroupAmax group (and one 1x128 scale) covers
+
+Node = Acc | Operand | Const | Unary | Binary | Compare | Where | Cast | Clamp | Pow | GroupAmax
 
 
 def inputs(node: Node) -> tuple[Ref, ...]:
     """The refs a node reads, in order."""
     match node:
-        case Unary() | Cast() | Clamp() | Pow():
+        case Unary() | Cast() | Clamp() | Pow() | GroupAmax():
             return (node.x,)
         case Binary() | Compare():
             return (node.x, node.y)
@@ -195,6 +207,13 @@ class ValueType(enum.Enum):
     BOOL = "bool"
 
 
+class OutputLayout(enum.Enum):
+    """How an output covers the (M, N) result. The value is its text form."""
+
+    FULL = "full"  # (M, N): one value per element
+    GROUPS = "groups"  # (M, ceil(N/128)): one value per row and 128-column group (a 1x128 scale tensor)
+
+
 @dataclass(frozen=True)
 class Output:
     """One result of the epilogue.
@@ -202,14 +221,23 @@ class Output:
     Attributes:
         value: the node it is.
         dtype: the stored type, from a final ``.to(dtype)`` in the function; None for the call's out_dtype.
+        layout: FULL, or GROUPS for a value constant along each 128-column group, stored once per group (the
+            scales of ``warploom.quantize``), fp32.
     """
 
     value: Ref
     dtype: DType | None = None
+    layout: OutputLayout = OutputLayout.FULL
 
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in OUTPUT_DTYPES:
             raise ValueError(f"Output dtype {self.dtype}: expected one of {[d.value for d in OUTPUT_DTYPES]}")
+        if self.layout is OutputLayout.GROUPS and self.dtype is not DType.FP32:
+            raise ValueError(f"Output layout groups: expected dtype fp32 (scales), got {self.dtype}")
+
+    def shape(self, m: int, n: int) -> tuple[int, int]:
+        """The stored tensor's shape for an (M, N) result."""
+        return (m, -(-n // GROUP)) if self.layout is OutputLayout.GROUPS else (m, n)
 
     def resolve(self, out_dtype: DType) -> DType:
         """The stored dtype, given the call's out_dtype."""
@@ -256,6 +284,8 @@ class EpilogueGraph:
                     out.append(nd.kind)
                 case Const():
                     out.append(OperandKind.SCALAR)
+                case GroupAmax():
+                    out.append(OperandKind.COLUMN)  # (per row; constant along the block's columns)
                 case _:
                     k = OperandKind.SCALAR
                     for r in inputs(nd):
@@ -266,12 +296,33 @@ class EpilogueGraph:
     def transposed(self) -> EpilogueGraph:
         """The same function over the transposed output (planner rule 18): every row operand becomes a column
         one and back (`OperandSpec.transposed`); elementwise nodes do not care which axis is which."""
+        if self.group_amax() is not None:
+            raise ValueError("a graph with a group amax has no transpose: its groups run along N")
         nodes = tuple(replace(nd, kind=self.operand(nd.name).transposed().kind) if isinstance(nd, Operand) else nd
                       for nd in self.nodes)
         return EpilogueGraph(nodes, self.outputs, tuple(s.transposed() for s in self.operands))
 
     def uses_acc(self) -> bool:
         return any(isinstance(nd, Acc) for nd in self.nodes)
+
+    def group_amax(self) -> Ref | None:
+        """The `GroupAmax` node (at most one), if the graph has one."""
+        return next((i for i, nd in enumerate(self.nodes) if isinstance(nd, GroupAmax)), None)
+
+    def before_amax(self) -> tuple[Ref, ...]:
+        """The nodes the group amax's input reads (itself included), in order: what a block evaluates to fold its
+        share of the amax in, before any node that reads the amax."""
+        g = self.group_amax()
+        if g is None:
+            return ()
+        live: set[Ref] = set()
+        stack = [inputs(self.nodes[g])[0]]
+        while stack:
+            r = stack.pop()
+            if r not in live:
+                live.add(r)
+                stack.extend(inputs(self.nodes[r]))
+        return tuple(sorted(live))
 
 
 def _types(nodes: tuple[Node, ...]) -> list[ValueType]:
@@ -303,6 +354,10 @@ def _verify(g: EpilogueGraph) -> list[str]:
         for r, wb in zip(refs, want_bool, strict=True):
             if (types[r] is ValueType.BOOL) != wb:
                 problems.append(f"%{i} {type(nd).__name__}: input %{r} must be {'bool' if wb else 'a float'}")
+    amaxes = [i for i, nd in enumerate(g.nodes) if isinstance(nd, GroupAmax)]
+    if len(amaxes) > 1:
+        problems.append(f"group amax nodes {['%' + str(i) for i in amaxes]}: at most one per graph")
+    kinds = g.kinds() if not problems else ()
     if not g.outputs:
         problems.append("no outputs")
     for j, o in enumerate(g.outputs):
@@ -310,4 +365,7 @@ def _verify(g: EpilogueGraph) -> list[str]:
             problems.append(f"output {j}: %{o.value} is not a node")
         elif types[o.value] is not ValueType.FLOAT:
             problems.append(f"output {j}: %{o.value} is a bool, not a float")
+        elif o.layout is OutputLayout.GROUPS and kinds and kinds[o.value].varies_n:
+            problems.append(f"output {j}: a groups output must be constant along each group's columns (made of "
+                            f"the group amax, column operands and constants), but %{o.value} varies along N")
     return problems

@@ -67,6 +67,8 @@ def expr(nd: eg.Node, ns: tuple[str, ...]) -> str:
             return f"clamp {ns[nd.x]}, {', '.join(bounds)}"
         case eg.Pow():
             return f"pow {ns[nd.x]}, {literal(nd.exponent)}"
+        case eg.GroupAmax():
+            return f"group_amax {ns[nd.x]}"
         case _:
             raise TypeError(f"{nd} is a leaf; it has no expression")
 
@@ -78,7 +80,8 @@ def line(g: eg.EpilogueGraph, i: int, ns: tuple[str, ...] | None = None) -> str:
 
 
 def output(o: eg.Output, ns: tuple[str, ...]) -> str:
-    return ns[o.value] + ("" if o.dtype is None else f" as {o.dtype.value}")
+    layout = " per group" if o.layout is eg.OutputLayout.GROUPS else ""
+    return ns[o.value] + ("" if o.dtype is None else f" as {o.dtype.value}") + layout
 
 
 def header(g: eg.EpilogueGraph) -> str:

@@ -109,6 +109,10 @@ def apply(nd: eg.Node, xs: Sequence[torch.Tensor]) -> torch.Tensor:
             return torch.clamp(xs[0], min=nd.lo, max=nd.hi)
         case eg.Pow():
             return _pow(xs[0], nd.exponent)
+        case eg.GroupAmax() if xs[0].dim() == 0:
+            return xs[0].abs()  # a constant is its own group's amax (constant folding)
+        case eg.GroupAmax():
+            raise TypeError("group_amax needs the tile's columns: evaluate it with evaluate_tile")
         case _:
             raise TypeError(f"{nd} is a leaf, not an op")
 
@@ -119,18 +123,48 @@ def evaluate(g: eg.EpilogueGraph, acc: torch.Tensor, operands: Mapping[str, torc
     (M, N) tensor of its stored dtype (an output without one gets `out_dtype`, or stays fp32 when that is None).
     """
     m, n = acc.shape
-    return evaluate_tile(g, acc, operands, range(m), range(n), out_shape=(m, n), out_dtype=out_dtype)
+    outs = evaluate_tile(g, acc, operands, range(m), range(n), out_shape=(m, n), out_dtype=out_dtype)
+    # A groups output (a 1x128 scale) is constant along each group: one column per group, (M, ceil(N/128)).
+    return tuple(v[:, ::eg.GROUP].contiguous() if o.layout is eg.OutputLayout.GROUPS else v
+                 for o, v in zip(g.outputs, outs, strict=True))
+
+
+def group_amax(x: torch.Tensor, cols: tuple[int, int], n: int) -> torch.Tensor:
+    """`GroupAmax` of the (R, C) values `x` of output columns [c0, c1): per row, the NaN-propagating max of |x| over
+    each 128-column group's columns < `n`, broadcast back over the group's columns. The tile must hold every valid
+    column of each group it touches (else a `ValueError`: a block's share is folded in by the caller)."""
+    c0, c1 = cols
+    if c0 % eg.GROUP or (c1 % eg.GROUP and c1 < n):
+        raise ValueError(f"group_amax over columns [{c0}, {c1}) of N={n}: expected whole 128-column groups (or "
+                         "a ragged last one); fold the blocks' row amaxes with block_amax instead")
+    out = torch.empty_like(x)
+    for g0 in range(c0, c1, eg.GROUP):
+        out[:, g0 - c0:g0 - c0 + eg.GROUP] = block_amax(x[:, g0 - c0:g0 - c0 + eg.GROUP], g0, n)
+    return out
+
+
+def block_amax(x: torch.Tensor, col0: int, n: int) -> torch.Tensor:
+    """(R, 1): per row, the NaN-propagating max of |x| over the (R, C) block's columns below `n` (its first is
+    output column `col0`); 0 where none is (columns past N never count, as the kernel masks them)."""
+    valid = max(0, min(x.shape[1], n - col0))
+    if valid == 0:
+        return torch.zeros(x.shape[0], 1)
+    return x[:, :valid].abs().amax(dim=1, keepdim=True)  # (amax propagates NaN)
 
 
 def evaluate_tile(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, torch.Tensor],
                   rows: range | slice, cols: range | slice, *, out_shape: tuple[int, int],
-                  out_dtype: DType | None = None) -> tuple[torch.Tensor, ...]:
+                  out_dtype: DType | None = None, amax: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """`evaluate` on one tile: output rows `rows` and columns `cols` (step 1) of an `out_shape` (M, N) output.
 
     `acc_tile` is (len(rows), len(cols)). Each operand is read by its kind: a DENSE one as the matching tile,
     a COLUMN one as one value per row, a ROW one as one value per column, a SCALAR one as its single value.
     Rows or columns past the output's edge (a tile overhanging M or N) read as 0.0, as the GPU's masked loads
     do; the store drops those elements, so they never reach the result.
+
+    A `GroupAmax` is taken over the tile's own groups (which it must hold whole, `group_amax`), or is `amax`
+    ((R, 1): the group's row amax, folded over its blocks by the caller) when given. Every output comes back
+    (R, C); a groups output's value is constant along each group.
     """
     m, n = out_shape
     r0, r1 = _bounds(rows, m)
@@ -142,8 +176,32 @@ def evaluate_tile(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping
     if missing:
         raise InputError(missing[0], "a tensor for every operand of the epilogue graph",
                          f"operands {sorted(operands)}", f"pass {missing[0]}=...")
+    return _outputs(g, _values(g, acc_tile, operands, (m, n), (r0, r1), (c0, c1), amax), (r1 - r0, c1 - c0),
+                    out_dtype)
+
+
+def values_before_amax(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, torch.Tensor],
+                       rows: range, cols: range, *, out_shape: tuple[int, int]) -> torch.Tensor:
+    """The (R, C) value the graph's `GroupAmax` reads on one block (which need not hold a whole group): what a
+    block folds into its group's amax."""
+    ref = g.group_amax()
+    if ref is None:
+        raise ValueError("values_before_amax: the graph has no group amax")
+    r0, r1 = _bounds(rows, out_shape[0])
+    c0, c1 = _bounds(cols, out_shape[1])
+    vals = _values(g, acc_tile, operands, out_shape, (r0, r1), (c0, c1), None, stop=ref)
+    return vals[eg.inputs(g.nodes[ref])[0]].expand(r1 - r0, c1 - c0)
+
+
+def _values(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, torch.Tensor],
+            out_shape: tuple[int, int], rows: tuple[int, int], cols: tuple[int, int], amax: torch.Tensor | None,
+            stop: int | None = None) -> list[torch.Tensor]:
+    """Every node's value on the tile (up to node `stop`, excluded, when given)."""
+    (m, n), (r0, r1), (c0, c1) = out_shape, rows, cols
     vals: list[torch.Tensor] = []
-    for nd in g.nodes:
+    for i, nd in enumerate(g.nodes):
+        if i == stop:
+            break
         match nd:
             case eg.Acc():
                 vals.append(acc_tile.float())
@@ -152,9 +210,17 @@ def evaluate_tile(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping
                 vals.append(_operand_tile(spec, operands[nd.name], (m, n), (r0, r1), (c0, c1)))
             case eg.Const():
                 vals.append(const(nd.value))
+            case eg.GroupAmax() if amax is not None:
+                vals.append(amax.float().reshape(r1 - r0, 1))
+            case eg.GroupAmax():
+                vals.append(group_amax(vals[nd.x].expand(r1 - r0, c1 - c0), (c0, c1), n))
             case _:
                 vals.append(apply(nd, [vals[r] for r in eg.inputs(nd)]))
-    shape = (r1 - r0, c1 - c0)
+    return vals
+
+
+def _outputs(g: eg.EpilogueGraph, vals: list[torch.Tensor], shape: tuple[int, int],
+             out_dtype: DType | None) -> tuple[torch.Tensor, ...]:
     return tuple(round_to(vals[o.value].expand(shape), o.resolve(out_dtype or DType.FP32)).contiguous()
                  for o in g.outputs)
 

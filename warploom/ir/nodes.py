@@ -632,6 +632,32 @@ class ApplyEpilogue:
 
 
 @dataclass(frozen=True)
+class FoldAmax:
+    """Fused 1x128 quantization (a graph with a `GroupAmax`): evaluate the graph's nodes up to the amax's input on
+    column block `part` of `parts` of `acc` (with that block's operand registers), take each row's NaN-propagating
+    max of its magnitude over the block's columns below N, and fold it into the running amax of the block's
+    128-column group; a block that starts a group starts its amax. Every block of a group folds before any
+    ApplyEpilogue of the group reads the amax (so the scale and the division see the whole group)."""
+
+    acc: str
+    part: int
+    parts: int
+
+
+@dataclass(frozen=True)
+class StoreScales:
+    """Store epilogue output `output` (a groups output: one value per row and 128-column group) of the last
+    ApplyEpilogue, which computed column block `part` of `parts` of `acc`: the block's rows of its group's column,
+    by masked register stores (rows below M, a group below ceil(N/128)). Its (M, ceil(N/128)) rows are rarely
+    16-byte multiples, so not by TMA."""
+
+    acc: str
+    part: int
+    parts: int
+    output: int
+
+
+@dataclass(frozen=True)
 class StoreTile:
     """Write `acc`, cast to the output dtype, to C's tile at (tile m, tile n); out-of-bounds elements are dropped.
     On NVIDIA targets abstract: lowered by the epilogue pass to StoreSmem / FenceAsync / TmaStore. A gfx1250 module
@@ -743,7 +769,8 @@ class PrefetchOperand:
 Op = (
     Wait | Arrive | ArriveExpectTx | TmaLoad | CopyScales | Mma | MmaWait | Promote | ZeroAcc | Epilogue | StoreTile
     | StoreWait | StoreSmem | FenceAsync | TmaStore | Advance | SkipTiles | LoadOperand | PrefetchOperand
-    | ApplyEpilogue | TcMma | ScaleCopy | Commit | LoadTmem | TdmLoad | Wmma | TdmWait | SyncWarps | Fixup
+    | ApplyEpilogue | FoldAmax | StoreScales | TcMma | ScaleCopy | Commit | LoadTmem | TdmLoad | Wmma | TdmWait
+    | SyncWarps | Fixup
 )
 Stmt = Op | Loop
 

@@ -87,6 +87,12 @@ def op(o: ir.Op) -> str:
         case ir.ApplyEpilogue():
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
             return f"apply_epilogue {o.acc}{part}"
+        case ir.FoldAmax():
+            part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
+            return f"fold_amax {o.acc}{part}"
+        case ir.StoreScales():
+            part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
+            return f"store_scales out{o.output} of {o.acc}{part}"
         case ir.FenceAsync():
             return "fence_async_shared"
         case ir.TmaStore():

@@ -20,6 +20,7 @@ from typing import Any
 
 from warploom.device import TMEM_COLUMNS, DeviceInfo
 from warploom.dtypes import DType
+from warploom.epilogue.graph import GROUP, OutputLayout
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
@@ -28,6 +29,8 @@ from warploom.ir.verify_scales import check_tmem_scales
 from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, uncovered_rows
 from warploom.spec import SCALE_BLOCK, ScaleRecipe
 from warploom.target import Target
+
+GROUPS = OutputLayout.GROUPS
 
 _MAX_REGS = 256
 _MIN_REGS = 24
@@ -173,13 +176,18 @@ def structural(m: ir.Module) -> list[str]:
                         errs.append(f"{where}: promote {o.dst} without scales, but the recipe "
                                     f"{m.spec.scale.value} scales every k-block")
                 case (ir.Epilogue() | ir.StoreTile() | ir.ZeroAcc() | ir.LoadOperand() | ir.ApplyEpilogue()
-                      | ir.PrefetchOperand()):
+                      | ir.PrefetchOperand() | ir.FoldAmax() | ir.StoreScales()):
                     if o.acc not in accs:
                         errs.append(f"{where}: {line} of unknown accumulator {o.acc}")
                     _check_fused(m, o, where, line, errs)
                 case ir.StoreSmem() | ir.TmaStore():
                     if o.buffer not in {b.name for b in m.buffers}:
                         errs.append(f"{where}: {line} uses unknown buffer {o.buffer}")
+                    g = m.spec.epilogue
+                    if g is not None and o.output is not None and 0 <= o.output < len(g.outputs) and \
+                            g.outputs[o.output].layout is GROUPS:
+                        errs.append(f"{where}: {line}: output {o.output} is a groups output (1x128 scales), "
+                                    "stored by store_scales, not through a staging buffer")
                 case ir.Advance() | ir.SkipTiles():
                     if o.cursor not in curs:
                         errs.append(f"{where}: advances cursor {o.cursor!r} it does not own")
@@ -555,10 +563,15 @@ def _check_fused(m: ir.Module, o: ir.Op, where: str, line: str, errs: list[str])
     g = m.spec.epilogue
     if isinstance(o, ir.StoreTile) and o.output is not None and (g is None or not 0 <= o.output < len(g.outputs)):
         errs.append(f"{where}: {line} of epilogue output {o.output}, which the spec's graph does not have")
-    if not isinstance(o, (ir.LoadOperand, ir.ApplyEpilogue, ir.PrefetchOperand)):
+    if not isinstance(o, (ir.LoadOperand, ir.ApplyEpilogue, ir.PrefetchOperand, ir.FoldAmax, ir.StoreScales)):
         return
     if g is None:
         errs.append(f"{where}: {line} but the spec has no fused epilogue")
+    elif isinstance(o, ir.FoldAmax) and g.group_amax() is None:
+        errs.append(f"{where}: {line} but the epilogue graph has no group amax")
+    elif isinstance(o, ir.StoreScales) and (not 0 <= o.output < len(g.outputs)
+                                            or g.outputs[o.output].layout is not GROUPS):
+        errs.append(f"{where}: {line}: expected a groups output (1x128 scales) of the graph")
     elif isinstance(o, (ir.LoadOperand, ir.PrefetchOperand)) and o.operand not in {s.name for s in g.operands}:
         errs.append(f"{where}: {line}: the epilogue has no operand {o.operand!r}")
     if isinstance(o, (ir.LoadOperand, ir.PrefetchOperand)) and o.buffer is not None:
@@ -575,6 +588,7 @@ def _check_loaded(p: ir.Partition, m: ir.Module, errs: list[str]) -> None:
 
     def tile(body: tuple[ir.Stmt, ...]) -> None:
         loaded: set[tuple[str, str, int]] = set()
+        folded: set[tuple[str, int]] = set()  # (acc, part) blocks folded into their group's amax
         staged: dict[str, ir.PrefetchOperand] = {}  # a staging buffer's copy in flight
         for s in body:
             if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES:
@@ -592,14 +606,32 @@ def _check_loaded(p: ir.Partition, m: ir.Module, errs: list[str]) -> None:
                 loaded.add((s.operand, s.acc, s.part))
             elif isinstance(s, ir.LoadOperand):
                 loaded.add((s.operand, s.acc, s.part))
-            elif isinstance(s, ir.ApplyEpilogue):
+            elif isinstance(s, (ir.ApplyEpilogue, ir.FoldAmax)):
                 for spec in g.operands:
                     if (spec.name, s.acc, s.part) not in loaded:
                         errs.append(f"partition {p.name}: {printer.op(s)} before operand {spec.name} is loaded "
                                     "for that block")
+                if isinstance(s, ir.FoldAmax):
+                    folded.add((s.acc, s.part))
+                elif g.group_amax() is not None:
+                    missing = [j for j in _group_blocks(m, p, s) if (s.acc, j) not in folded]
+                    if missing:
+                        errs.append(f"partition {p.name}: {printer.op(s)} reads its group's amax before the "
+                                    f"fold_amax of block(s) {missing} of {s.acc}: the scale would miss columns")
 
     tile(p.body)
     _check_synced(p, errs)
+
+
+def _group_blocks(m: ir.Module, p: ir.Partition, o: ir.ApplyEpilogue) -> list[int]:
+    """The blocks of `o`'s accumulator in the same 128-column group as its block (a group never spans
+    accumulators: LowerEpilogue refuses those)."""
+    acc = next((a for a in p.accumulators if a.name == o.acc), None)
+    if acc is None:
+        return []
+    w = acc.cols // o.parts
+    group = (acc.col0 + o.part * w) // GROUP
+    return [j for j in range(o.parts) if (acc.col0 + j * w) // GROUP == group]
 
 
 def _check_synced(p: ir.Partition, errs: list[str]) -> None:
@@ -758,7 +790,7 @@ def _check_async(p: ir.Partition, errs: list[str]) -> None:
     """Abstractly run the body (each loop twice, to reach its steady state) counting wgmma in flight
     and TMA stores outstanding."""
     state = {"mma": 0, "store": 0}
-    reads_acc = (ir.Promote, ir.Epilogue, ir.StoreSmem, ir.StoreTile, ir.ZeroAcc, ir.ApplyEpilogue)
+    reads_acc = (ir.Promote, ir.Epilogue, ir.StoreSmem, ir.StoreTile, ir.ZeroAcc, ir.ApplyEpilogue, ir.FoldAmax)
 
     def run(body: tuple[ir.Stmt, ...]) -> None:
         for s in body:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from warploom.dtypes import DType
-from warploom.epilogue.graph import EpilogueGraph
+from warploom.epilogue.graph import GROUP, EpilogueGraph, OutputLayout
 from warploom.epilogue.operands import OperandKind
 from warploom.ir import nodes as ir
 from warploom.passes.util import rewrite
@@ -97,8 +97,11 @@ class LowerEpilogue:
             # Slot k of output j: the first slot keeps the single-buffer name.
             # A swapped module (rule 18) stages each block transposed: C's rows are its columns.
             shape = (width, rows) if t.swap_ab else (rows, width)
-            slots = tuple(tuple(ir.Buffer((base if j == 0 else f"{base}_{j}") + (f"_s{k}" if k else ""), target, d,
-                                          *shape, output=j) for j, d in enumerate(out_dtypes))
+            # A groups output (1x128 scales) goes out by register stores (ir.StoreScales): no staging buffer.
+            staged = [j for j in range(len(out_dtypes))
+                      if graph is None or j >= len(graph.outputs) or graph.outputs[j].layout is OutputLayout.FULL]
+            slots = tuple(tuple(ir.Buffer((base if j == 0 else f"{base}_{j}") + (f"_s{k}" if k else ""), target,
+                                          out_dtypes[j], *shape, output=j) for j in staged)
                           for k in range(self.staging_slots))
             # Dense operands come by TMA through buffers of their own: loaded straight into the wgmma
             # layout each thread would hold a 64-bit address per 4 bytes, and spill.
@@ -143,16 +146,67 @@ class _Lower:
                 out += self._store([ir.StoreSmem(o.acc, bufs[0].name, i, n)],
                                    [ir.TmaStore(bufs[0].name, bufs[0].tensor, part=j, parts=self.bn // w)])
                 continue
-            for s in self.graph.operands:
-                ring = self.dense.get(s.name)
-                buf = ring[j % len(ring)] if ring else None
-                if buf is not None:  # TMA into the staging buffer, waited for by the load; PrefetchOperands moves it
-                    out.append(ir.PrefetchOperand(s.name, o.acc, i, n, buf))
-                out.append(ir.LoadOperand(s.name, o.acc, i, n, operand_read(s.kind, self.scalar_columns), buf))
+            if self.graph.group_amax() is not None:
+                if i % self._group_blocks(acc):
+                    continue  # (the group's walk below, from its first block, stores this block)
+                out += self._group(o.acc, acc, i, n)
+                continue
+            out += self._loads(o.acc, i, n, j)
             out.append(ir.ApplyEpilogue(o.acc, i, n))
             out += self._store([ir.StoreSmem(o.acc, b.name, i, n, output=b.output) for b in bufs],
                                [ir.TmaStore(b.name, part=j, parts=self.bn // w, output=b.output) for b in bufs])
         return tuple(out)
+
+    def _loads(self, acc: str, i: int, n: int, j: int) -> list[ir.Stmt]:
+        """Block i of n's operand loads (j: its place in the tile)."""
+        assert self.graph is not None
+        out: list[ir.Stmt] = []
+        for s in self.graph.operands:
+            ring = self.dense.get(s.name)
+            buf = ring[j % len(ring)] if ring else None
+            if buf is not None:  # TMA into the staging buffer, waited for by the load; PrefetchOperands moves it
+                out.append(ir.PrefetchOperand(s.name, acc, i, n, buf))
+            out.append(ir.LoadOperand(s.name, acc, i, n, operand_read(s.kind, self.scalar_columns), buf))
+        return out
+
+    def _group_blocks(self, acc: ir.Accumulator) -> int:
+        """The blocks of one 128-column group (a fused 1x128 quantization's)."""
+        if self.width > GROUP or GROUP % self.width or acc.col0 % GROUP or acc.cols % GROUP:
+            raise ValueError(f"LowerEpilogue: a 1x128 quantization needs {GROUP}-column groups of whole blocks in "
+                             f"one accumulator, but {acc.name} holds columns [{acc.col0}, {acc.col0 + acc.cols}) "
+                             f"in blocks of {self.width} (the planner's rule 26 plans a 128-wide accumulator a tile)")
+        return GROUP // self.width
+
+    def _group(self, name: str, acc: ir.Accumulator, first: int, n: int) -> list[ir.Stmt]:
+        """The walk over one 128-column group from block `first`: every block's operands loaded and its share of
+        the amax folded in before any block divides by the group's scale, then each block applied and stored, and
+        after the group's last block its scale column:
+
+            load_operand bias for acc[cols 0/2] as per_col
+            fold_amax acc[cols 0/2]
+            load_operand bias for acc[cols 1/2] as per_col
+            fold_amax acc[cols 1/2]
+            apply_epilogue acc[cols 0/2]         # q of block 0: y / s with the whole group's s
+            ... store_smem / tma_store q
+            apply_epilogue acc[cols 1/2]
+            ... store_smem / tma_store q
+            store_scales out1 of acc[cols 1/2]   # s, one value per row: masked register stores
+        """
+        assert self.graph is not None
+        w, blocks = self.width, range(first, first + self._group_blocks(acc))
+        out: list[ir.Stmt] = []
+        for i in blocks:
+            out += self._loads(name, i, n, acc.col0 // w + i)
+            out.append(ir.FoldAmax(name, i, n))
+        for i in blocks:
+            j = acc.col0 // w + i
+            bufs = self.slots[j % len(self.slots)]
+            out.append(ir.ApplyEpilogue(name, i, n))
+            out += self._store([ir.StoreSmem(name, b.name, i, n, output=b.output) for b in bufs],
+                               [ir.TmaStore(b.name, part=j, parts=self.bn // w, output=b.output) for b in bufs])
+        out += [ir.StoreScales(name, blocks[-1], n, k) for k, o in enumerate(self.graph.outputs)
+                if o.layout is OutputLayout.GROUPS]
+        return out
 
     def _store(self, writes: list[ir.StoreSmem], stores: list[ir.TmaStore]) -> list[ir.Stmt]:
         """One block's staging writes and TMA stores, with the store wait that lets the writes reuse a slot.

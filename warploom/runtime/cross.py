@@ -165,6 +165,8 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
         elif p == "bias_ptr" and m.spec.epilogue is None:
             assert m.spec.bias_dtype is not None
             sig[p] = f"*{_SIG[m.spec.bias_dtype]}"
+        elif re.fullmatch(r"c\d+_ptr", p):  # (a fused 1x128 quantization's scales: gluon_sm90.scale_outputs)
+            sig[p] = "*fp32"
         elif p.endswith("_ptr"):
             assert m.spec.epilogue is not None
             sig[p] = f"*{_SIG[m.spec.epilogue.operand(p.removesuffix('_ptr')).dtype]}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,6 +125,10 @@ class Launcher:
                 self._args.append(scale_args[p])
             elif p in blocks:  # the tensor to describe (DirectLaunch makes the descriptor)
                 self._args.append(getters[p])
+            elif re.fullmatch(r"c\d+_(ptr|stride_m)", p):  # a fused 1x128 quantization's scales (its output j)
+                j = int(p[1:p.index("_")])
+                self._args.append(functools.partial(lambda j, c: c.extra_outs[j - 1], j) if p.endswith("_ptr")
+                                  else functools.partial(lambda j, c: c.extra_outs[j - 1].stride(0), j))
             elif p in SK_PARAMS:  # (before the fused operands: these end in _ptr too)
                 self._args.append(functools.partial(lambda i, c: self.stream_k_buffers(c.out.device)[i],
                                                     SK_PARAMS.index(p)))

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from warploom.epilogue.graph import GROUP
 from warploom.ir import nodes as ir
 from warploom.ir.raster import TMA_INNER_BYTES
 from warploom.ir.warps import WarpMask, affine_basis, uncovered_rows
@@ -64,6 +65,7 @@ from warploom.sim.program import (
     ExpectI,
     FenceI,
     FlagWaitI,
+    FoldI,
     LoadI,
     LoadOperandI,
     LoadTmemI,
@@ -75,6 +77,7 @@ from warploom.sim.program import (
     PromoteI,
     ScaleCopyI,
     Site,
+    StoreScalesI,
     StoreSmemI,
     StoreTileI,
     StoreWaitI,
@@ -161,6 +164,8 @@ class Machine:
         self.graph_operands = tuple(s.name for s in g.operands) if g is not None else ()
         self.loaded: list[dict[tuple[str, str, tuple[int, int]], int]] = [{} for _ in range(n)]
         self.applied: list[tuple[str, tuple[int, int], int] | None] = [None] * n
+        # A 1x128 quantization's running group amax, per partition: (acc, tile index, the output columns folded in).
+        self.folded: list[tuple[str, int, frozenset[int]] | None] = [None] * n
         # Per partition: each staging buffer's prefetched block not yet loaded, as (operand, cols, tile index).
         self.staged: list[dict[str, tuple[str, tuple[int, int], int]]] = [{} for _ in range(n)]
         # Per partition: what each register accumulator holds, as (tile index, the K origins of the k-blocks summed
@@ -227,7 +232,7 @@ class Machine:
         ins = tr[pc]
         if isinstance(ins, PromoteI):
             return ins.scales is None  # a blockwise promotion reads shared scale slots
-        if isinstance(ins, (ZeroI, EpilogueI, FenceI, LoadOperandI, PrefetchI, ApplyI)):
+        if isinstance(ins, (ZeroI, EpilogueI, FenceI, LoadOperandI, PrefetchI, ApplyI, FoldI, StoreScalesI)):
             return True
         if isinstance(ins, (StoreSmemI, TmaStoreI)):
             return ins.buffer in self.prog.private[i]
@@ -811,24 +816,65 @@ class Machine:
                        f"{old[0]}[:, {old[1][0]}:{old[1][1]}] of tile #{old[2]} no load_operand has read yet")
         self.staged[i][ins.buffer] = (ins.operand, ins.cols, tile.index)
 
+    def _fold(self, i: int, pc: int, ins: FoldI) -> None:
+        self._acc_check(i, ins.site, (ins.acc,), "reads")
+        self._sum_check(i, ins.site, ins.acc, "folds the group amax of")
+        self._loaded_check(i, ins.site, ins.acc, ins.cols, "folds the group amax of")
+        tile = ins.site.tile
+        assert tile is not None
+        cols = frozenset(range(ins.off_n, ins.off_n + ins.cols[1] - ins.cols[0]))
+        old = self.folded[i]
+        starts = ins.off_n % GROUP == 0  # the group's first block starts its amax
+        same = old is not None and old[:2] == (ins.acc, tile.index) and min(old[2]) // GROUP == ins.off_n // GROUP
+        self.folded[i] = (ins.acc, tile.index, cols if starts or not same or old is None else old[2] | cols)
+        if self.data is not None:
+            self.data.fold(i, ins.acc, ins.cols, ins.off_m, ins.off_n, starts)
+
+    def _store_scales(self, i: int, pc: int, ins: StoreScalesI) -> None:
+        tile = ins.site.tile
+        assert tile is not None
+        if self.applied[i] != (ins.acc, ins.cols, tile.index):
+            self._flag(FindingKind.EPILOGUE_NOT_APPLIED, ins.site,
+                       f"{ins.site.where()} stores the scales of {ins.acc}[:, {ins.cols[0]}:{ins.cols[1]}], but the "
+                       "last apply_epilogue computed another block: put the store_scales after that block's "
+                       "apply_epilogue")
+        if self.data is not None:
+            self.data.store_scales(i, ins.output, ins.off_m, ins.off_n)
+
     def _apply(self, i: int, pc: int, ins: ApplyI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
         self._sum_check(i, ins.site, ins.acc, "evaluates the epilogue on")
         tile = ins.site.tile
         assert tile is not None
-        block = f"{ins.acc}[:, {ins.cols[0]}:{ins.cols[1]}]"
+        self._loaded_check(i, ins.site, ins.acc, ins.cols, "evaluates the epilogue on")
+        if ins.amax_cols is not None:
+            got = self.folded[i]
+            need = set(range(*ins.amax_cols))
+            have = got[2] if got is not None and got[:2] == (ins.acc, tile.index) else frozenset()
+            if not need <= have:
+                self._flag(FindingKind.AMAX_INCOMPLETE, ins.site,
+                           f"{ins.site.where()} divides {ins.acc}[:, {ins.cols[0]}:{ins.cols[1]}] by its group's "
+                           f"scale, but the amax holds {len(have & need)} of the group's {len(need)} columns "
+                           f"[{ins.amax_cols[0]}, {ins.amax_cols[1]}) of this tile: fold_amax every block of the group "
+                           "before its first apply_epilogue")
+        self.applied[i] = (ins.acc, ins.cols, tile.index)
+        if self.data is not None:
+            self.data.apply(i, ins.acc, ins.cols, ins.off_m, ins.off_n, ins.amax_cols is not None)
+
+    def _loaded_check(self, i: int, site: Site, acc: str, cols: tuple[int, int], what: str) -> None:
+        """Every graph operand loaded for this block in this tile (OPERAND_NOT_LOADED)."""
+        tile = site.tile
+        assert tile is not None
+        block = f"{acc}[:, {cols[0]}:{cols[1]}]"
         for name in self.graph_operands:
-            at = self.loaded[i].get((name, ins.acc, ins.cols))
+            at = self.loaded[i].get((name, acc, cols))
             if at == tile.index:
                 continue
             why = ("no load_operand of it for that block ran before in this partition" if at is None else
                    f"its last load_operand for that block ran in tile #{at}, so the registers hold that tile's values")
-            self._flag(FindingKind.OPERAND_NOT_LOADED, ins.site,
-                       f"{ins.site.where()} evaluates the epilogue on {block} reading operand {name}, but {why}: "
-                       f"put a `load_operand {name}` for this block in the tile loop before the apply_epilogue")
-        self.applied[i] = (ins.acc, ins.cols, tile.index)
-        if self.data is not None:
-            self.data.apply(i, ins.acc, ins.cols, ins.off_m, ins.off_n)
+            self._flag(FindingKind.OPERAND_NOT_LOADED, site,
+                       f"{site.where()} {what} {block} reading operand {name}, but {why}: "
+                       f"put a `load_operand {name}` for this block in the tile loop before it")
 
     def _store_smem(self, i: int, pc: int, ins: StoreSmemI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
@@ -1148,6 +1194,7 @@ _EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
     EpilogueI: Machine._epilogue, StoreSmemI: Machine._store_smem, FenceI: Machine._fence,
     TmaStoreI: Machine._tma_store, StoreWaitI: Machine._store_wait, StoreTileI: Machine._store_tile,
     LoadOperandI: Machine._load_operand, PrefetchI: Machine._prefetch, ApplyI: Machine._apply,
+    FoldI: Machine._fold, StoreScalesI: Machine._store_scales,
     TcMmaI: Machine._tc_mma, ScaleCopyI: Machine._scale_copy, CommitI: Machine._commit, LoadTmemI: Machine._load_tmem,
     TdmWaitI: Machine._tdm_wait, SyncI: Machine._sync, PartialStoreI: Machine._sk_store, FlagWaitI: Machine._sk_wait,
     PartialAddI: Machine._sk_add,

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from warploom import blocked, fp4
-from warploom.epilogue.reference import evaluate_tile
+from warploom.epilogue.graph import GROUP, OutputLayout
+from warploom.epilogue.reference import block_amax, evaluate_tile, values_before_amax
 from warploom.ir import nodes as ir
 from warploom.sim.program import LoadTmemI, MmaI, PromoteI, ScaleCopyI, Tag, TcMmaI
 from warploom.spec import SCALE_BLOCK, ALayout, BLayout, ScaleRecipe
@@ -119,6 +120,8 @@ class CtaData:
         self.m_major = module.spec.a_layout is ALayout.M_MAJOR  # (A's slots hold (BK, BM) blocks)
         # Per partition: the outputs of its last apply_epilogue, each (rows, block cols) in its stored dtype.
         self.ep_outs: list[tuple[torch.Tensor, ...]] = [() for _ in module.partitions]
+        # Per partition: a 1x128 quantization's running group amax, (rows, 1), from its last fold_amax.
+        self.amax: list[torch.Tensor | None] = [None for _ in module.partitions]
         self.tmem_scales = {sb.name: torch.full((sb.rows, sb.cols), nan) for sb in module.tmem_scales}
 
     def land(self, ring: str, slot: int, tag: Tag) -> None:
@@ -274,7 +277,42 @@ class CtaData:
         out[:, c0:c1] = x
         self.accs[agent][acc] = out
 
-    def apply(self, agent: int, acc: str, cols: tuple[int, int], off_m: int, off_n: int) -> None:
+    def mn(self) -> tuple[int, int]:
+        """The result's (M, N): an (M, N) output's shape (a groups output, 1x128 scales, is (M, ceil(N/128)))."""
+        g = self.m.spec.epilogue
+        j = 0 if g is None else next(j for j, o in enumerate(g.outputs) if o.layout is OutputLayout.FULL)
+        m, n = self.ops.outs[j].shape
+        return m, n
+
+    def fold(self, agent: int, acc: str, cols: tuple[int, int], off_m: int, off_n: int, starts: bool) -> None:
+        """A 1x128 quantization's fold_amax: this block's row amax (over its columns below N) into the group's
+        running amax, or starting it (`starts`: the group's first block), NaN-propagating as torch.amax."""
+        g = self.m.spec.epilogue
+        assert g is not None
+        x = self.accs[agent][acc][:, cols[0]:cols[1]]
+        rows, width = x.shape
+        m, n = self.mn()
+        y = values_before_amax(g, x, self.ops.epilogue, range(off_m, off_m + rows), range(off_n, off_n + width),
+                               out_shape=(m, n))
+        b = block_amax(y, off_n, n)  # (rows, 1)
+        old = self.amax[agent]
+        self.amax[agent] = b if starts or old is None else torch.maximum(old, b)
+
+    def store_scales(self, agent: int, output: int, off_m: int, off_n: int) -> None:
+        """A groups output's values of the last apply_epilogue: the block's rows of its group's column, rows
+        below M (masked register stores)."""
+        outs = self.ep_outs[agent]
+        dst, writes = self.ops.outs[output], self.ops.writes[output]
+        col = off_n // GROUP
+        if output >= len(outs) or col >= dst.shape[1]:
+            return
+        v = outs[output][:, 0]
+        h = max(0, min(v.shape[0], dst.shape[0] - off_m))
+        dst[off_m:off_m + h, col] = v[:h].to(dst.dtype)
+        writes[off_m:off_m + h, col] += 1
+
+    def apply(self, agent: int, acc: str, cols: tuple[int, int], off_m: int, off_n: int,
+              grouped: bool = False) -> None:
         """The epilogue graph on columns `cols` of `acc`, which are output rows and columns from (off_m, off_n).
 
         Operands are read from their tensors at this block's offsets: global memory is read-only, so a
@@ -284,12 +322,15 @@ class CtaData:
         assert g is not None  # (program.py refuses apply_epilogue without a graph)
         x = self.accs[agent][acc][:, cols[0]:cols[1]]  # (rows, block cols) fp32
         rows, width = x.shape
-        m, n = self.ops.out.shape
+        m, n = self.mn()
         if self.m.tiling.swap_ab:  # (the outputs are C, the graph's coordinates C^T's)
             m, n = n, m
+        # A 1x128 quantization reads the running amax its folds left (NaN where none: the machine reports that).
+        amax = (self.amax[agent] if self.amax[agent] is not None else torch.full((rows, 1), float("nan"))) \
+            if grouped else None
         self.ep_outs[agent] = evaluate_tile(g, x, self.ops.epilogue, range(off_m, off_m + rows),
                                             range(off_n, off_n + width), out_shape=(m, n),
-                                            out_dtype=self.m.spec.out_dtype)
+                                            out_dtype=self.m.spec.out_dtype, amax=amax)
 
     def store_smem(self, agent: int, acc: str, buffer: str, cols: tuple[int, int], output: int | None = None,
                    transposed: bool = False) -> None:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from warploom.dtypes import DType
-from warploom.epilogue.graph import EpilogueGraph
+from warploom.epilogue.graph import GROUP, EpilogueGraph, OutputLayout
 from warploom.epilogue.operands import OperandSpec
 from warploom.errors import WarploomError
 from warploom.ir import nodes as ir
@@ -304,6 +304,32 @@ class ApplyI:
     cols: tuple[int, int]  # the accumulator's column block [start, stop)
     off_m: int
     off_n: int
+    # A 1x128 quantization's: the output columns [start, stop) of the block's group within the accumulator, every
+    # one of which a fold_amax of this tile must have folded in before the amax is read.
+    amax_cols: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FoldI:
+    """A fused 1x128 quantization's block folded into its group's running amax (ir.FoldAmax)."""
+
+    site: Site
+    acc: str
+    cols: tuple[int, int]  # the accumulator's column block [start, stop)
+    off_m: int
+    off_n: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreScalesI:
+    """A groups output's column of the block's group, stored from registers (ir.StoreScales)."""
+
+    site: Site
+    acc: str
+    cols: tuple[int, int]
+    off_m: int
+    off_n: int
+    output: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,7 +460,8 @@ class PartialAddI:
 
 
 Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI | FenceI
-         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | TcMmaI | ScaleCopyI | CommitI
+         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | FoldI | StoreScalesI | TcMmaI
+         | ScaleCopyI | CommitI
          | LoadTmemI | TdmWaitI | SyncI | PartialStoreI | FlagWaitI | PartialAddI)
 
 
@@ -768,10 +795,30 @@ class _Interp:
                     yield PrefetchI(site, o.operand, o.acc, cols, o.buffer)
                 case ir.ApplyEpilogue():
                     t = self._tile(text)
-                    self._graph(text)
+                    g = self._graph(text)
                     acc = self._acc(o.acc, text)
                     cols = self._block(acc, o.part, o.parts, text)
-                    yield ApplyI(site, o.acc, cols, t.off_m + self.row0, t.off_n + acc.col0 + cols[0])
+                    off_n = t.off_n + acc.col0 + cols[0]
+                    need = None
+                    if g.group_amax() is not None:
+                        g0 = off_n // GROUP * GROUP
+                        need = (max(g0, t.off_n + acc.col0), min(g0 + GROUP, t.off_n + acc.col0 + acc.cols))
+                    yield ApplyI(site, o.acc, cols, t.off_m + self.row0, off_n, need)
+                case ir.FoldAmax() | ir.StoreScales():
+                    t = self._tile(text)
+                    g = self._graph(text)
+                    if g.group_amax() is None:
+                        raise MalformedError(f"partition {self.p.name}: `{text}` needs a graph with a group amax")
+                    acc = self._acc(o.acc, text)
+                    cols = self._block(acc, o.part, o.parts, text)
+                    at = (t.off_m + self.row0, t.off_n + acc.col0 + cols[0])
+                    if isinstance(o, ir.FoldAmax):
+                        yield FoldI(site, o.acc, cols, *at)
+                    elif not 0 <= o.output < len(g.outputs) or g.outputs[o.output].layout is not OutputLayout.GROUPS:
+                        raise MalformedError(f"partition {self.p.name}: `{text}` stores output {o.output}, which is "
+                                             "not a groups output of the graph")
+                    else:
+                        yield StoreScalesI(site, o.acc, cols, *at, o.output)
                 case ir.StoreWait():
                     yield StoreWaitI(site, o.pending)
                 case ir.StoreTile():

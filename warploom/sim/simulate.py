@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from warploom.checks import scale_parts
+from warploom.epilogue.graph import GROUP, OutputLayout
 from warploom.epilogue.operands import OperandSpec
 from warploom.errors import DeviceError, DTypeError, InputError, ScaleError, ShapeError, split_k_mismatch
 from warploom.ir import nodes as ir
@@ -208,8 +209,10 @@ def _operand_tensor(spec: OperandSpec, t: Any) -> torch.Tensor:
 
 def _outputs(module: ir.Module, m: int, n: int, out: torch.Tensor | None,
              outs: Sequence[torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
-    """One (M, N) tensor per output: those given (checked), NaN-filled ones for the rest."""
+    """One (M, N) tensor per output (a 1x128 quantization's scales: (M, ceil(N/128))): those given (checked),
+    NaN-filled ones for the rest."""
     dtypes = module.spec.output_dtypes()
+    shapes = module.spec.output_shapes(m, n)
     if out is not None and outs is not None:
         raise InputError("out", "either out (output 0) or outs (every output), not both", "both",
                          "pass every output in outs")
@@ -221,11 +224,12 @@ def _outputs(module: ir.Module, m: int, n: int, out: torch.Tensor | None,
     result = []
     for j, dt in enumerate(dtypes):
         if j >= len(given):
-            result.append(torch.full((m, n), float("nan"), dtype=dt.torch))
+            result.append(torch.full(shapes[j], float("nan"), dtype=dt.torch))
             continue
         t, arg = given[j], "out" if out is not None else f"outs[{j}]"
-        if tuple(t.shape) != (m, n):
-            raise ShapeError(arg, f"shape ({m}, {n})", f"shape {tuple(t.shape)}", "pass an (M, N) output")
+        if tuple(t.shape) != shapes[j]:
+            raise ShapeError(arg, f"shape {shapes[j]}", f"shape {tuple(t.shape)}",
+                             f"pass a {shapes[j]} output (output {j}'s shape for M={m}, N={n})")
         if t.dtype != dt.torch:
             raise DTypeError(arg, f"{dt.torch}, the dtype of output {j}", str(t.dtype),
                              f"allocate it as torch.empty(({m}, {n}), dtype={dt.torch})")
@@ -351,11 +355,17 @@ def _coverage(module: ir.Module, m: int, n: int, k: int, grid: int, pids: tuple[
     if ops.ws_writes is not None:
         _workspace_coverage(module, m, n, grid, pids, ops.ws_writes, sink, span)
         return
+    g = module.spec.epilogue
+    grouped = [g is not None and j < len(g.outputs) and g.outputs[j].layout is OutputLayout.GROUPS
+               for j in range(len(ops.writes))]
     for pid in pids:
         for tile in stored_tiles(module, m, n, k, pid, grid, span):
             for j, writes in enumerate(ops.writes):
                 w = writes.t() if t.swap_ab else writes  # (in the module's coordinates)
-                got = w[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
+                if grouped[j]:  # (a 1x128 quantization's scales: the tile's rows of its groups' columns)
+                    got = w[tile.off_m:tile.off_m + t.bm, tile.off_n // GROUP:-(-(tile.off_n + t.bn) // GROUP)]
+                else:
+                    got = w[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
                 if not got.numel():  # (a cluster tile's rows past M: its CTA's stores are all clipped)
                     continue
                 lo, hi = int(got.min()), int(got.max())

@@ -1,0 +1,107 @@
+"""Compile-only tier for `warploom.quantize(y, recipe="1x128")` inside a fused epilogue (planner rule 26).
+
+Each kernel stores q (fp8) through TMA and its (M, ceil(N/128)) scales by masked register stores (`c1_ptr`,
+`c1_stride_m`), after folding each 128-column group's amax over its blocks. Cross-compiled for sm_90a on the CPU, it
+must keep its MMAs on the async tensor-core path, fit the H100's shared memory, keep wgmma unserialized and spill
+nothing (the spill budget of conftest.py: 0 unless a known Triton finding says otherwise). The planned tile (one
+128-column block: the group is the block) and forced blocks of 64 and 32 columns (the walk over a group's blocks)
+both compile, for bf16, fp8 with fast accumulation and promoted fp8 (rowwise, and blockwise 1x128 x 128x128: the
+chained-fp8 layer); the generated code names the group's amax, its NaN-propagating combine and the scale store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import warploom
+from warploom import H100_SXM
+from warploom.kernel import Kernel, build
+
+BF16, FP32, E4, E5 = torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.float8_e5m2
+SMEM_LIMIT = 232448  # H100 opt-in shared memory per block
+
+
+def t(*shape: int, dtype: torch.dtype = FP32) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def bf16(m: int, n: int, k: int, fn: Callable[..., Any], **ops: torch.Tensor) -> Kernel:
+    return warploom.plan(t(m, k, dtype=BF16), t(n, k, dtype=BF16).t(), epilogue=fn, **ops)
+
+
+def fp8_rowwise(m: int, n: int, k: int, fn: Callable[..., Any], **ops: torch.Tensor) -> Kernel:
+    return warploom.plan(t(m, k).to(E4), t(n, k).to(E4).t(), t(m, 1), t(1, n), bias=t(n, dtype=BF16),
+                         use_fast_accum=True, epilogue=fn, **ops)
+
+
+def fp8_blockwise(m: int, n: int, k: int, fn: Callable[..., Any]) -> Kernel:
+    kb, nb = -(-k // 128), -(-n // 128)
+    return warploom.plan(t(m, k).to(E4), t(n, k).to(E4).t(), t(kb, m).t(), t(kb, nb), out_dtype=BF16, epilogue=fn)
+
+
+def fp8_rowwise_promoted(m: int, n: int, k: int, fn: Callable[..., Any]) -> Kernel:
+    return warploom.plan(t(m, k).to(E4), t(n, k).to(E4).t(), t(m, 1), t(1, n), bias=t(n, dtype=BF16),
+                         use_fast_accum=False, epilogue=fn)
+
+
+def blocks(kernel: Kernel, subtiles: int) -> Kernel:
+    """The planner's kernel with its epilogue forced into `subtiles` column blocks (the walk over a group)."""
+    return build(kernel.spec, H100_SXM, dataclasses.replace(kernel.plan, epilogue_subtiles=subtiles))
+
+
+CASES: dict[str, Callable[[], Kernel]] = {
+    "bf16_bias_planned": lambda: bf16(300, 528, 256, lambda acc, shift: warploom.quantize(acc + shift),
+                                      shift=t(528)),
+    "bf16_silu_col_e5m2_planned": lambda: bf16(
+        77, 1040, 512, lambda acc, col_s: warploom.quantize(torch.nn.functional.silu(acc) * col_s, dtype=E5),
+        col_s=t(77, 1)),
+    "bf16_bias_64col_blocks": lambda: blocks(bf16(300, 528, 256, lambda acc, shift: warploom.quantize(acc + shift),
+                                                  shift=t(528)), 2),
+    "bf16_plain_32col_blocks": lambda: blocks(bf16(129, 400, 640, lambda acc: warploom.quantize(acc)), 4),
+    "bf16_residual_planned": lambda: bf16(300, 528, 256, lambda acc, res: warploom.quantize(acc + res),
+                                          res=t(300, 528, dtype=BF16)),
+    "bf16_residual_64col_blocks": lambda: blocks(bf16(300, 528, 256, lambda acc, res: warploom.quantize(acc + res),
+                                                      res=t(300, 528, dtype=BF16)), 2),
+    # DeepSeek-V3's chain: a blockwise GEMM whose output is the next one's 1x128-quantized A (promoted: one 128-wide
+    # accumulator per consumer warpgroup holds the group)
+    "fp8_blockwise_planned": lambda: fp8_blockwise(296, 7168, 2048, lambda acc: warploom.quantize(acc)),
+    "fp8_blockwise_silu_64col_blocks": lambda: blocks(fp8_blockwise(
+        129, 528, 640, lambda acc: warploom.quantize(torch.nn.functional.silu(acc))), 2),
+    "fp8_rowwise_promoted_planned": lambda: fp8_rowwise_promoted(300, 528, 1024, lambda acc: warploom.quantize(acc)),
+    "fp8_rowwise_bias_gelu_planned": lambda: fp8_rowwise(
+        515, 400, 1152, lambda acc: warploom.quantize(torch.nn.functional.gelu(acc))),
+}
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Generated sources go to a private directory, not the user's warploom cache."""
+    monkeypatch.setenv("WARPLOOM_CACHE_DIR", str(tmp_path))
+
+
+@pytest.mark.parametrize("make", [pytest.param(m, id=i) for i, m in CASES.items()])
+def test_quantize_epilogue_cross_compiles_for_sm90a(make: Callable[[], Kernel], spill_budget: int) -> None:
+    k = make()
+    assert k.spec.epilogue is not None and k.spec.epilogue.group_amax() is not None
+    assert k.plan.bn == 128
+    src = k.source
+    assert "ep_block_amax = gl.reduce(" in src and "_nan_max" in src  # the group amax, NaN winning
+    assert "gl.store(c1_ptr + gl.expand_dims(ep_rows, 1) * c1_stride_m + ep_group" in src  # the scale column
+    assert "c1_desc" not in src  # the scales are no TMA output
+    if k.plan.epilogue_subtiles > 1:  # the walk: later blocks combine with the group's earlier ones
+        assert "ep_amax = gl.maximum(ep_amax, ep_block_amax" in src
+    c = k.compile()
+    mma, other = ("QGMMA", "HGMMA") if k.spec.a_dtype.bits == 8 else ("HGMMA", "QGMMA")
+    s = c.summary()
+    assert c.target == "sm_90a"
+    assert c.count(mma) > 0, f"no {mma} in the SASS: {s}"
+    assert c.count(other) == 0, s
+    assert c.spills <= spill_budget, f"{k.module.name} spills {c.spills} bytes: {s}\n{c.ptxas_log}"
+    assert 0 < c.smem_bytes <= SMEM_LIMIT, s
+    assert not c.wgmma_serialized, c.ptxas_log

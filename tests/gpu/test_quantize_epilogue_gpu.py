@@ -1,0 +1,134 @@
+"""GPU tier: `warploom.quantize(y, recipe="1x128")` inside a fused epilogue (planner rule 26), on an H100.
+
+The fused GEMM returns (q, s), fp8 data and (M, ceil(N/128)) fp32 scales, which must be the plain function applied to
+torch's value of the epilogue: bit for bit where the accumulator is exact (small integer inputs: every fp32 sum is
+exact in any order, and the kernel's IEEE divisions and saturating cast are the plain function's), within fp8 rounding
+otherwise. The pair then feeds `warploom.scaled_mm` as A and its blockwise 1x128 scale_a, the layer chain of a
+DeepSeek-style fp8 MLP (a blockwise GEMM quantizing into the next), against torch's product of the dequantized
+operands. Written on 2026-11-27 without a GPU at
+hand (the simulator and compile tiers cover the same kernels); not run yet.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import warploom
+from warploom.reference import dequantized
+from warploom.reference import relative_error as scale_free_error
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU")
+
+E4, E5, BF16 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16
+
+
+def ints(*shape: int, g: torch.Generator, lo: int = -4, hi: int = 5) -> torch.Tensor:
+    return torch.randint(lo, hi, shape, device="cuda", generator=g).float()
+
+
+def same_bytes(x: torch.Tensor, y: torch.Tensor) -> bool:
+    return x.dtype == y.dtype and torch.equal(x.view(torch.uint8), y.view(torch.uint8))
+
+
+def cols(s: torch.Tensor, n: int) -> torch.Tensor:
+    """Each column's 1x128 scale: (M, N)."""
+    return s.repeat_interleave(128, dim=1)[:, :n]
+
+
+@pytest.mark.parametrize("fp8", [E4, E5], ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("m,n,k", [(300, 528, 256), (129, 144, 640), (1000, 4096, 1024), (33, 2064, 512)])
+def test_exact_inputs_match_the_plain_function_bitwise(m: int, n: int, k: int, fp8: torch.dtype) -> None:
+    """Into NaN-poisoned outputs through the kernel's own launch: every element written, the bytes the plain
+    quantize gives for the fp64 product (zero rows: s = 1, q = 0)."""
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a, b, shift = ints(m, k, g=g).to(BF16), ints(k, n, g=g).to(BF16), ints(n, g=g, lo=-40, hi=41)
+    a[m // 2] = 0  # (its row of the product is the shift alone)
+    kern = warploom.plan(a, b, epilogue=lambda acc, shift: warploom.quantize(acc + shift, dtype=fp8), shift=shift)
+    assert kern.plan.bn == 128
+    q = torch.full((m, n), float("nan"), device="cuda").to(fp8)
+    s = torch.full((m, -(-n // 128)), float("nan"), device="cuda")
+    kern.run(a, b, q, operands={"shift": shift}, extra_outs=(s,))
+    torch.cuda.synchronize()
+    rq, rs = warploom.quantize((a.double() @ b.double() + shift.double()).float(), dtype=fp8)
+    assert not s.isnan().any() and not q.float().isnan().any()
+    assert torch.equal(s, rs)
+    assert same_bytes(q, rq)
+
+
+def test_eager_calls_repeat_the_same_bytes() -> None:
+    """`warploom.matmul` returns the pair; the second call (the bound launch, eager.py) gives the same bytes."""
+    g = torch.Generator(device="cuda").manual_seed(7)
+    a, b, col = ints(512, 384, g=g).to(BF16), ints(384, 1040, g=g).to(BF16), ints(512, 1, g=g, lo=1, hi=4)
+    fn = lambda acc, col_s: warploom.quantize(F.relu(acc) * col_s)  # noqa: E731
+    q1, s1 = warploom.matmul(a, b, epilogue=fn, col_s=col)
+    q2, s2 = warploom.matmul(a, b, epilogue=fn, col_s=col)
+    rq, rs = warploom.quantize((torch.relu(a.double() @ b.double()) * col.double()).float())
+    assert torch.equal(s1, rs) and same_bytes(q1, rq)
+    assert torch.equal(s2, s1) and same_bytes(q2, q1)
+
+
+@pytest.mark.parametrize("m,n1,n2,k", [(296, 528, 272, 1024), (64, 7168, 2048, 512), (2048, 2048, 1024, 4096)])
+def test_fused_pair_feeds_blockwise_scaled_mm(m: int, n1: int, n2: int, k: int) -> None:
+    """(q, s) = x @ w1 + bias quantized in the epilogue; scaled_mm(q, w2, scale_a=s, ...) against torch's product of
+    the dequantized operands, and the quantized activation against torch's fp32 product within fp8 rounding."""
+    g = torch.Generator(device="cuda").manual_seed(m + n1)
+    x = torch.randn(m, k, device="cuda", generator=g).to(BF16)
+    w1 = (torch.randn(k, n1, device="cuda", generator=g) / k**0.5).to(BF16)
+    bias = torch.randn(n1, device="cuda", generator=g)
+    q, s = warploom.matmul(x, w1, epilogue=lambda acc, shift: warploom.quantize(acc + shift), shift=bias)
+    torch_out = x.float() @ w1.float() + bias
+    tq, ts = warploom.quantize(torch_out)
+    assert q.dtype == E4 and s.shape == (m, -(-n1 // 128)) and s.dtype == torch.float32
+    assert torch.allclose(s, ts, rtol=1e-4)  # the amax of nearly equal fp32 sums (the order differs)
+    assert scale_free_error(q.float() * cols(s, n1), torch_out) < 2e-3
+
+    w2 = (torch.randn(n2, n1, device="cuda", generator=g) * 2).to(E4).t()  # (K=n1, n2), K-major
+    sb = torch.rand(-(-n1 // 128), -(-n2 // 128), device="cuda", generator=g) + 0.5
+    got = warploom.scaled_mm(q, w2, s, sb, out_dtype=BF16)
+    a32, b32 = dequantized(q, w2, s, sb)
+    assert scale_free_error(got.float(), a32 @ b32) < 1e-4
+    assert scale_free_error(got.float(), (tq.float() * cols(ts, n1)) @ b32) < 1e-3
+
+
+@pytest.mark.parametrize("m,n1,n2,k", [(296, 7168, 2048, 2048), (1024, 2048, 7168, 7168)])
+def test_blockwise_chain(m: int, n1: int, n2: int, k: int) -> None:
+    """DeepSeek-V3's fp8 layer chain: a blockwise 1x128 x 128x128 GEMM (promoted) quantizes its output in the
+    epilogue, and the pair is the next blockwise GEMM's A, against torch's products of the dequantized operands."""
+    g = torch.Generator(device="cuda").manual_seed(m + n2)
+    kb1, kb2 = -(-k // 128), -(-n1 // 128)
+    x = torch.randn(m, k, device="cuda", generator=g).to(E4)
+    w1 = torch.randn(n1, k, device="cuda", generator=g).to(E4).t()
+    sx = torch.rand(kb1, m, device="cuda", generator=g).t() / 16 + 1 / 32
+    s1 = torch.rand(kb1, -(-n1 // 128), device="cuda", generator=g) / 16 + 1 / 32
+    q, s = warploom.scaled_mm(x, w1, sx, s1, out_dtype=BF16, epilogue=lambda acc: warploom.quantize(F.silu(acc)))
+    a32, b32 = dequantized(x, w1, sx, s1)
+    h = F.silu(a32 @ b32)
+    _, hs = warploom.quantize(h)
+    assert torch.allclose(s, hs, rtol=1e-3)
+    assert scale_free_error(q.float() * cols(s, n1), h) < 2e-3
+    w2 = torch.randn(n2, n1, device="cuda", generator=g).to(E4).t()
+    s2 = torch.rand(kb2, -(-n2 // 128), device="cuda", generator=g) / 16 + 1 / 32
+    got = warploom.scaled_mm(q, w2, s, s2, out_dtype=BF16)
+    qa, qb = dequantized(q, w2, s, s2)
+    assert scale_free_error(got.float(), qa @ qb) < 1e-4
+    assert scale_free_error(got.float(), h @ qb) < 2e-3
+
+
+def test_fp8_rowwise_fast_accum_quantized() -> None:
+    """scaled_mm (fp8 rowwise, use_fast_accum, bf16 bias) with a GELU quantized in its epilogue, against the plain
+    function applied to torch._scaled_mm's fp32 result run through the same GELU."""
+    g = torch.Generator(device="cuda").manual_seed(11)
+    m, n, k = 515, 400, 1152
+    a = torch.randn(m, k, device="cuda", generator=g).to(E4)
+    b = torch.randn(n, k, device="cuda", generator=g).to(E4).t()
+    sa = torch.rand(m, 1, device="cuda", generator=g) + 0.5
+    sb = torch.rand(1, n, device="cuda", generator=g) + 0.5
+    bias = torch.randn(n, device="cuda", generator=g).to(BF16)
+    q, s = warploom.scaled_mm(a, b, sa, sb, bias=bias, use_fast_accum=True,
+                              epilogue=lambda acc: warploom.quantize(F.gelu(acc)))
+    ref = F.gelu(torch._scaled_mm(a, b, sa, sb, out_dtype=torch.float32, use_fast_accum=True) + bias.float())
+    _, rs = warploom.quantize(ref)
+    assert torch.allclose(s, rs, rtol=1e-3)
+    assert scale_free_error(q.float() * cols(s, n), ref) < 2e-3
