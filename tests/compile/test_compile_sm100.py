@@ -202,3 +202,28 @@ def test_mx_fp8_x_fp4_compiles_to_kind_mxf8f6f4(spec: GemmSpec, swapped: bool) -
     assert c.count("UTCCP") == 2, c.summary()
     assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
     assert plan.stages * (plan.bm + plan.bn) * plan.bk <= c.smem_bytes <= B200.smem_per_block
+
+
+def _blockwise(m: int, n: int, k: int, recipe: ScaleRecipe = ScaleRecipe.BLOCKWISE_1X128_128X128,
+               bias: DType | None = None) -> GemmSpec:
+    return GemmSpec(m, n, k, E4, E4, BF16, K_MAJOR, recipe, Accumulation.PROMOTED, bias)
+
+
+@pytest.mark.parametrize("spec", [
+    pytest.param(_blockwise(4096, 7168, 7168), id="deepseek_1x128_128x128"),
+    pytest.param(_blockwise(300, 272, 1000, bias=BF16), id="1x128_128x128_odd_bias"),
+    pytest.param(_blockwise(256, 384, 1152, ScaleRecipe.BLOCKWISE_1X128_1X128), id="1x128_1x128"),
+])
+def test_fp32_blockwise_compiles_to_tcgen05_partials(spec: GemmSpec) -> None:
+    """fp32 blockwise on sm_100a (passes/blackwell_promote.py): each k-block's MMA (four plain, not block-scaled, fp8
+    UTCQMMA of K 32 at BK 128) writes a tensor-memory partial, which the 8-warp promoting partition reads (LDTM: two
+    64-column blocks), scales and adds in registers. No wgmma, no block-scaled MMA, no tcgen05.cp, no spills."""
+    kern = build(spec, B200)
+    assert kern.plan.promote_tmem
+    c = kern.compile()
+    assert c.count("UTCQMMA") == 4 and c.block_scaled_mmas() == 0, c.summary()
+    assert c.count("UTCCP") == 0 and c.count("HGMMA") == c.count("QGMMA") == 0, c.summary()
+    assert c.count("LDTM") == 2, c.summary()
+    assert c.spills == 0, c.ptxas_log
+    assert c.smem_bytes <= B200.smem_per_block
+    assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::f8f6f4", c.ptx), "expected plain fp8 tcgen05 MMAs"
