@@ -459,9 +459,9 @@ def _plan_blackwell_promoted(spec: GemmSpec, device: DeviceInfo, *, bm: int | No
                                f"beside the {staging}-byte staging buffer in {device.smem_per_block} bytes (2 to "
                                f"{fit}). Fix: another depth, or leave stages to the planner")
     tiles = max(1, math.ceil(spec.m / bm) * math.ceil(spec.n / bn))
-    # Eight promoting warps (two warpgroups, each half of every 64-column block): with four, one thread's 128
-    # accumulator registers and the partial's tcgen05.ld results (ptxas issues the blocks' loads together) spilled
-    # 128 bytes (Triton 3.6, ptxas for sm_100a); with eight, none at 168 registers.
+    # Eight promoting warps (two warpgroups, each half of every 64-column block): with four (128 accumulator
+    # registers a thread) ptxas spilled 128 bytes at 248 registers, with 64- and with 32-column partial blocks alike
+    # (Triton 3.6, ptxas for sm_100a); with eight, none at 168 registers.
     return Plan(bm=bm, bn=bn, bk=bk, stages=s, consumer_warps=_PROMOTING_WARPS, group_m=group_m,
                 grid=min(device.sm_count, tiles), consumer_regs=_BLACKWELL_EPILOGUE_REGS, epilogue_subtiles=blocks,
                 acc_buffers=PROMOTED_PARTIALS, promote_tmem=True, target=Target.SM100A)

@@ -34,7 +34,7 @@ released by its own arrival after its last promotion), so its empty barrier coun
 is read only after the commit that follows its MMA (`part_ready`), and its buffer is refilled only after the
 epilogue partition has loaded it into registers (`part_empty`). One 64-column block of the partial is in registers
 at a time beside the accumulator, over 8 warps (64 accumulator registers a thread): with 4 warps (128 a thread) ptxas
-issued the blocks' tensor-memory loads together and spilled.
+spilled 128 bytes, with 64- and with 32-column partial blocks alike.
 """
 
 from __future__ import annotations
