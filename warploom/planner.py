@@ -348,17 +348,18 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                                f"tiles that tcgen05.cp copies whole), got {spec.scale_layout.value} scales. Fix: pass "
                                "to_blocked(scale) for both scales, or plan row-major scales for an sm_90a device "
                                "(seed 000's scale partition, which would read them on sm_100a, is not built)")
-    if mx and bn not in (None, 16, 32, 128, 256):
-        raise UnsupportedError(f"sm_100a MX: bn in (16, 32, 128, 256) (tcgen05.cp copies B's scales in 128-row "
-                               f"chunks; a 16- or 32-wide tile copies one and reads its first rows), got {bn=}. Fix: "
-                               "leave bn to the planner")
+    if mx and bn not in (None, 16, 32, 64, 128, 256):
+        raise UnsupportedError(f"sm_100a MX: bn in (16, 32, 64, 128, 256) (tcgen05.cp copies B's scales in 128-row "
+                               f"chunks; a 16-, 32- or 64-wide tile copies one and reads its first rows), got {bn=}. "
+                               "Fix: leave bn to the planner")
     if mx and bn is not None and bn < 128 and spec.n > bn:
         # A narrow tile's scales are the first bn rows of the 128-row block at off_n // 128, which holds them only
         # for the tile at off_n = 0: a second tile's (rows bn ...) would need a copy from inside the block.
         raise UnsupportedError(f"sm_100a MX: a {bn}-wide tile reads its B scales from the first {bn} rows of a "
                                f"128-row tcgen05.cp chunk, so N must fit one tile, got N={spec.n} (rule 18 swaps "
-                               f"decode with the tokens as N: at most {SWAP_MAX_M}). Fix: bn=128, or leave bn to the "
-                               "planner")
+                               f"decode with the tokens as N: at most {SWAP_MAX_M}; a 64-wide tile over a wider N "
+                               "would need rows 64..127 of the chunk, which Triton 3.6 cannot address in a "
+                               "tensor-memory scale buffer). Fix: bn=128, or leave bn to the planner")
     bm = bm or 128
     if bm != 128 or bn not in (None, 16, 32, 64, 128, 256):
         raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (16, 32, 64, 128, 256), got "
