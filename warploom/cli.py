@@ -15,6 +15,7 @@ joins the JSON of a suite's shards (`--shard I/N`).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import replace
@@ -135,8 +136,11 @@ def _problem(m: int, n: int, k: int) -> Any:
     """The options that describe the GEMM: --m, --n, --k (with these defaults), --dtype, --fast-accum."""
     opts = [click.option(f"--{d}", type=click.IntRange(min=1), default=v, show_default=True)
             for d, v in (("m", m), ("n", n), ("k", k))] + [
-        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "mxfp8", "mxfp4", "nvfp4", "mxfp8xfp4"]),
+        click.option("--dtype", type=click.Choice(["bf16", "fp16", "fp8", "mxfp8", "mxfp4", "nvfp4", "mxfp8xfp4",
+                                                   "blockwise"]),
                      default="bf16", show_default=True, help="fp8: e4m3 with rowwise scales, as torch._scaled_mm; "
+                     "blockwise: e4m3 with DeepSeek's fp32 1x128 x 128x128 scales, promoted (--dtype fp8 --scales "
+                     "blockwise --no-fast-accum); "
                      "mxfp8 (e4m3) and mxfp4 (e2m1, two a byte): e8m0 scales per 32 of K in torch's blocked layout; "
                      "nvfp4 (e2m1): e4m3 scales per 16 of K, blocked, and an fp32 global scale each; mxfp8xfp4: an "
                      "e4m3 a with an e2m1 b, MX scales; sm_100a only"),
@@ -146,9 +150,15 @@ def _problem(m: int, n: int, k: int) -> Any:
     ]
 
     def apply(f: Any) -> Any:
+        @functools.wraps(f)
+        def command(**kw: Any) -> Any:
+            if kw["dtype"] == "blockwise":  # (a name for the recipe's three options)
+                kw.update(dtype="fp8", scales="blockwise", fast_accum=False)
+            return f(**kw)
+
         for opt in reversed(opts):
-            f = opt(f)
-        return f
+            command = opt(command)
+        return command
 
     return apply
 

@@ -144,6 +144,10 @@ class Plan:
             epilogue partition drains one while the MMA warp fills the next; 0: an sm_90a plan (registers).
         block_scaled: sm_100a MX fp8 (rule 19, seed 001): the tcgen05 block-scaled MMA applies the e8m0 scales; they
             ride the A/B stages and tcgen05.cp copies each stage's into tensor memory (passes/blackwell.py).
+        promote_tmem: sm_100a fp32 blockwise (rule 19, `promotion_path`): the `acc_buffers` tensor-memory buffers
+            hold each k-block's unscaled partial product, which the epilogue partition loads, multiplies by
+            scale_a[row] x scale_b[block] and adds into an fp32 accumulator in its registers
+            (passes/blackwell_promote.py); False: they hold the accumulators themselves.
         target: the compilation target (`warploom.target.Target`, declared in `warploom.targets`): sm_90a; sm_100a
             (rule 19, with `acc_buffers`); gfx1250 (rule 20): one software-pipelined partition of `consumer_warps`
             warps both copies (Tensor Data Mover) and computes (wmma) through a ring of `stages` slots; no producer,
@@ -189,6 +193,7 @@ class Plan:
     swap_ab: bool = False
     acc_buffers: int = 0
     block_scaled: bool = False
+    promote_tmem: bool = False
     target: Target = Target.SM90A
     stream_k: int = 0
     tdm_warps_a: int = 0
@@ -231,6 +236,9 @@ class Plan:
             raise ValueError(f"Plan(cluster={self.cluster}) runs whole tiles on sm_90a on an even grid: it takes no "
                              "split_k, tail_split, stream_k, pingpong or swap_ab, and grid="
                              f"{self.grid} must be a multiple of {self.cluster}")
+        if self.promote_tmem and self.target is not Target.SM100A:
+            raise ValueError(f"Plan(promote_tmem=True, target={self.target}): promotion through tensor-memory "
+                             "partials is sm_100a's")
         if self.tail_split > 1 and self.tail_stages < 1:
             raise ValueError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
                              "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
@@ -263,6 +271,7 @@ class Plan:
         ks = f"_k{self.split_k}" if self.split_k > 1 else ""
         ks += f"_t{self.tail_split}" if self.tail_split > 1 else ""
         tm = f"_tm{self.acc_buffers}" if self.acc_buffers else "_tdm" if self.target is Target.GFX1250 else ""
+        tm += "p" if self.promote_tmem else ""  # (sm_100a fp32 blockwise: the buffers hold partials)
         if self.tdm_warps_a or self.tdm_warps_b:
             tm += f"_wa{self.tdm_warps_a:x}b{self.tdm_warps_b:x}" + ("f" if self.tdm_fused else "")
         sk = f"_sk{self.stream_k}g{self.grid}" if self.stream_k else ""
@@ -318,14 +327,19 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
     # itself, so nothing is promoted; the scales ride the A/B stages and tcgen05.cp copies them to tensor memory.
     # NVFP4 takes the same path with e4m3 scales per 16 and its global scale in the epilogue.
     mx = spec.scale.microscaled
+    # fp32 blockwise (DeepSeek 1x128 x 128x128 and its kin): the block-scaled MMA takes only e8m0 / e4m3 scales, so
+    # these are promoted, through tensor-memory partials (`promotion_path`, passes/blackwell_promote.py).
+    promoted = spec.scale.is_blockwise and not mx
     problems = _native_problems(replace(spec, scale=ScaleRecipe.TENSORWISE, accumulation=Accumulation.NATIVE,
-                                        scale_layout=ScaleLayout.ROW_MAJOR, b_dtype=spec.a_dtype)) if mx \
-        else _native_problems(spec)
+                                        scale_layout=ScaleLayout.ROW_MAJOR, b_dtype=spec.a_dtype)) \
+        if mx or promoted else _native_problems(spec)
     if problems:
         raise UnsupportedError(f"sm_100a (planner rule 19) plans native accumulation with tensorwise, rowwise, MX "
-                               f"(fp8, fp4), NVFP4 or no scales so far; {spec.short()} has {'; '.join(problems)}. "
-                               "Issue 25 still lacks fp32 blockwise (1x128 x 128x128) scales and seed 000's scale "
-                               "partition. Fix: plan it for an sm_90a device (device=H100_SXM)")
+                               f"(fp8, fp4), NVFP4, fp32 blockwise (promoted) or no scales so far; {spec.short()} has "
+                               f"{'; '.join(problems)}. Issue 25 still lacks seed 000's scale partition. Fix: plan it "
+                               "for an sm_90a device (device=H100_SXM)")
+    if promoted:
+        return _plan_blackwell_promoted(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m)
     if spec.scale is ScaleRecipe.NVFP4 and spec.epilogue is not None:
         raise UnsupportedError("sm_100a NVFP4 with a fused epilogue: its global scales are an epilogue step of the "
                                "plain kernel, and a fused graph would not apply them. Fix: drop the epilogue and "
@@ -335,17 +349,18 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                                f"tiles that tcgen05.cp copies whole), got {spec.scale_layout.value} scales. Fix: pass "
                                "to_blocked(scale) for both scales, or plan row-major scales for an sm_90a device "
                                "(seed 000's scale partition, which would read them on sm_100a, is not built)")
-    if mx and bn not in (None, 16, 32, 128, 256):
-        raise UnsupportedError(f"sm_100a MX: bn in (16, 32, 128, 256) (tcgen05.cp copies B's scales in 128-row "
-                               f"chunks; a 16- or 32-wide tile copies one and reads its first rows), got {bn=}. Fix: "
-                               "leave bn to the planner")
+    if mx and bn not in (None, 16, 32, 64, 128, 256):
+        raise UnsupportedError(f"sm_100a MX: bn in (16, 32, 64, 128, 256) (tcgen05.cp copies B's scales in 128-row "
+                               f"chunks; a 16-, 32- or 64-wide tile copies one and reads its first rows), got {bn=}. "
+                               "Fix: leave bn to the planner")
     if mx and bn is not None and bn < 128 and spec.n > bn:
         # A narrow tile's scales are the first bn rows of the 128-row block at off_n // 128, which holds them only
         # for the tile at off_n = 0: a second tile's (rows bn ...) would need a copy from inside the block.
         raise UnsupportedError(f"sm_100a MX: a {bn}-wide tile reads its B scales from the first {bn} rows of a "
                                f"128-row tcgen05.cp chunk, so N must fit one tile, got N={spec.n} (rule 18 swaps "
-                               f"decode with the tokens as N: at most {SWAP_MAX_M}). Fix: bn=128, or leave bn to the "
-                               "planner")
+                               f"decode with the tokens as N: at most {SWAP_MAX_M}; a 64-wide tile over a wider N "
+                               "would need rows 64..127 of the chunk, which Triton 3.6 cannot address in a "
+                               "tensor-memory scale buffer). Fix: bn=128, or leave bn to the planner")
     bm = bm or 128
     if bm != 128 or bn not in (None, 16, 32, 64, 128, 256):
         raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (16, 32, 64, 128, 256), got "
@@ -392,6 +407,66 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                 prefetch_operands=dense if prefetch_operands is None else prefetch_operands,
                 acc_buffers=1 if mx and width == 256 else _BLACKWELL_BUFFERS, block_scaled=mx,
                 target=Target.SM100A)
+
+
+# Rule 19, fp32 blockwise: tensor-memory partials of 128x128 fp32 (128 columns each); four take all 512 columns.
+PROMOTED_PARTIALS = 4
+_PROMOTED_TILE = 128
+_PROMOTING_WARPS = 8
+
+
+def promotion_path(plan: Plan) -> str:
+    """Which way an sm_100a plan accumulates, and why (printed by `explain` and `warploom demo`)."""
+    if not plan.promote_tmem:
+        return ("native: the tcgen05 MMA accumulates in tensor memory (block-scaled MMAs apply e8m0 / e4m3 scales "
+                "themselves)" if plan.acc_buffers else "registers (sm_90a wgmma)")
+    cols = plan.acc_buffers * plan.bn
+    return (f"promoted through tensor memory: fp32 block scales are no power of two, so the block-scaled MMA (e8m0 "
+            f"scales) cannot apply them; each k-block's MMA writes a fresh {plan.bm}x{plan.bn} partial into one of "
+            f"{plan.acc_buffers} tensor-memory buffers ({cols} of 512 columns), which the epilogue partition loads, "
+            f"multiplies by scale_a[row] x scale_b[block] and adds into a register accumulator (over "
+            f"{plan.consumer_warps} warps, {plan.bm * plan.bn // (32 * plan.consumer_warps)} fp32 registers a "
+            "thread), as DeepGEMM's sm100 fp32-scale kernel does. The accumulator lives in registers, "
+            "not in a second tensor-memory buffer: that would cost a tcgen05.ld and a tcgen05.st of it every "
+            f"k-block, and the columns it takes would leave {plan.acc_buffers - 1} partials; {plan.acc_buffers} "
+            f"let the MMA warp run {plan.acc_buffers} k-blocks ahead, over the tile's stores. Not measured: no "
+            "sm_100a GPU is at hand")
+
+
+def _plan_blackwell_promoted(spec: GemmSpec, device: DeviceInfo, *, bm: int | None, bn: int | None,
+                             stages: int | None, group_m: int) -> Plan:
+    """Rule 19 for fp32 blockwise scales: 128x128 tiles, PROMOTED_PARTIALS tensor-memory partials, the accumulator
+    in the epilogue partition's registers (`promotion_path` says why)."""
+    from warploom.errors import UnsupportedError
+
+    if spec.epilogue is not None:
+        raise UnsupportedError(f"sm_100a fp32 blockwise ({spec.scale.value}) with a fused epilogue: its register "
+                               "accumulator and partial leave the promoting partition no registers for the graph. "
+                               "Fix: drop the epilogue and apply it to scaled_mm's result, or plan for an sm_90a "
+                               "device (device=H100_SXM)")
+    if (bm or _PROMOTED_TILE, bn or _PROMOTED_TILE) != (_PROMOTED_TILE, _PROMOTED_TILE):
+        raise UnsupportedError(f"sm_100a fp32 blockwise tiles are 128x128 (the accumulator lives in the 4-warp "
+                               "epilogue partition's registers: 64 columns a thread over 8 warps; 256 would "
+                               "spill), got "
+                               f"{bm=} {bn=}. Fix: leave bm and bn to the planner")
+    bm = bn = _PROMOTED_TILE
+    bk = 128  # one k-block per 128-deep scale block
+    blocks = bn // 64
+    staging = bm * (bn // blocks) * spec.out_dtype.bytes
+    barriers = 8 * 2 * (_MAX_STAGES + PROMOTED_PARTIALS)
+    fit = min(_MAX_STAGES, (device.smem_per_block - staging - barriers) // stage_bytes(spec, bm, bn, bk))
+    s = fit if stages is None else stages
+    if not 2 <= s <= fit:
+        raise UnsupportedError(f"sm_100a fp32 blockwise: {s} stages of {bm}x{bn}x{bk} (with their scales) do not fit "
+                               f"beside the {staging}-byte staging buffer in {device.smem_per_block} bytes (2 to "
+                               f"{fit}). Fix: another depth, or leave stages to the planner")
+    tiles = max(1, math.ceil(spec.m / bm) * math.ceil(spec.n / bn))
+    # Eight promoting warps (two warpgroups, each half of every 64-column block): with four (128 accumulator
+    # registers a thread) ptxas spilled 128 bytes at 248 registers, with 64- and with 32-column partial blocks alike
+    # (Triton 3.6, ptxas for sm_100a); with eight, none at 168 registers.
+    return Plan(bm=bm, bn=bn, bk=bk, stages=s, consumer_warps=_PROMOTING_WARPS, group_m=group_m,
+                grid=min(device.sm_count, tiles), consumer_regs=_BLACKWELL_EPILOGUE_REGS, epilogue_subtiles=blocks,
+                acc_buffers=PROMOTED_PARTIALS, promote_tmem=True, target=Target.SM100A)
 
 
 # Rule 20 (gfx1250): 4 warps, each a 64x64 quarter of a 128x128 tile; 3 stages (two blocks' copies in flight).
@@ -1001,7 +1076,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
             load_ahead=wide and not hoist, swap_ab=False, target=Target.SM90A, tdm_fused=False, stream_k=sk,
-            block_scaled=False,
+            block_scaled=False, promote_tmem=False,
             **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )
@@ -1376,6 +1451,8 @@ class Explanation:
         lines = [f"{self.spec.short()} on {self.device}: {self.plan.short()}"]
         if not self.candidates:
             lines.append("  (chosen by a rule without scoring: swap-AB decode, sm_100a, gfx1250 or forced options)")
+            if self.plan.promote_tmem:
+                lines.append(f"  accumulation: {promotion_path(self.plan)}")
             return "\n".join(lines)
         best = min(c.score for c in self.candidates)
         lines.append(f"  {'tile':8s} {'schedule':20s} {'score':>6s}  (1.00: the best; lower is faster)")

@@ -95,6 +95,8 @@ def _mx(m: int, n: int, k: int, a: DType = E4, b: DType = E4) -> GemmSpec:
     pytest.param(_mx(1000, 520, 1056), 128, 2, id="mxfp8_128x128_odd"),
     pytest.param(_mx(4096, 4096, 4096), 256, 3, id="mxfp8_128x256"),
     pytest.param(_mx(296, 528, 1024, a=E5), 128, 2, id="mxfp8_e5m2xe4m3_128x128"),
+    # bn=64 (forced, N <= 64): B's whole 128-row chunk copied, the N = 64 MMA reading its first rows
+    pytest.param(_mx(1000, 64, 1056), 64, 2, id="mxfp8_128x64_n64"),
 ])
 def test_mx_compiles_to_block_scaled_tcgen05(spec: GemmSpec, bn: int, copies: int) -> None:
     """Seed 001 on sm_100a: each k-block's scales ride the A/B stage (TMA, counted by its expect-tx), tcgen05.cp
@@ -130,6 +132,9 @@ _NVF4 = r"kind::mxf4nvf4\.block_scale\.(scale_vec::4X|block16)\b"
     # BK 128: two chunks a row block, so twice the UTCCP (A's 2, B's 2 or 4) and two MMAs a k-block
     pytest.param(_nvfp4(1000, 520, 1152), 128, 128, 4, _NVF4, 2, id="nvfp4_128x128_bk128_odd"),
     pytest.param(_nvfp4(4096, 4096, 4096), 256, 128, 6, _NVF4, 2, id="nvfp4_128x256"),
+    # bn=64 (forced, N <= 64): B's whole 128-row block of scales copied, the N = 64 MMA reading its first rows
+    pytest.param(_nvfp4(1000, 64, 1024), 64, 128, 4, _NVF4, 2, id="nvfp4_128x64_n64"),
+    pytest.param(_mx(520, 48, 1056, a=DType.E2M1, b=DType.E2M1), 64, 128, 2, _MXF4, 2, id="mxfp4_128x64_n48"),
 ])
 def test_fp4_compiles_to_block_scaled_utcomma(spec: GemmSpec, bn: int, bk: int, copies: int, kind: str,
                                               mmas: int) -> None:
@@ -202,3 +207,28 @@ def test_mx_fp8_x_fp4_compiles_to_kind_mxf8f6f4(spec: GemmSpec, swapped: bool) -
     assert c.count("UTCCP") == 2, c.summary()
     assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
     assert plan.stages * (plan.bm + plan.bn) * plan.bk <= c.smem_bytes <= B200.smem_per_block
+
+
+def _blockwise(m: int, n: int, k: int, recipe: ScaleRecipe = ScaleRecipe.BLOCKWISE_1X128_128X128,
+               bias: DType | None = None) -> GemmSpec:
+    return GemmSpec(m, n, k, E4, E4, BF16, K_MAJOR, recipe, Accumulation.PROMOTED, bias)
+
+
+@pytest.mark.parametrize("spec", [
+    pytest.param(_blockwise(4096, 7168, 7168), id="deepseek_1x128_128x128"),
+    pytest.param(_blockwise(300, 272, 1000, bias=BF16), id="1x128_128x128_odd_bias"),
+    pytest.param(_blockwise(256, 384, 1152, ScaleRecipe.BLOCKWISE_1X128_1X128), id="1x128_1x128"),
+])
+def test_fp32_blockwise_compiles_to_tcgen05_partials(spec: GemmSpec) -> None:
+    """fp32 blockwise on sm_100a (passes/blackwell_promote.py): each k-block's MMA (four plain, not block-scaled, fp8
+    UTCQMMA of K 32 at BK 128) writes a tensor-memory partial, which the 8-warp promoting partition reads (LDTM: two
+    64-column blocks), scales and adds in registers. No wgmma, no block-scaled MMA, no tcgen05.cp, no spills."""
+    kern = build(spec, B200)
+    assert kern.plan.promote_tmem
+    c = kern.compile()
+    assert c.count("UTCQMMA") == 4 and c.block_scaled_mmas() == 0, c.summary()
+    assert c.count("UTCCP") == 0 and c.count("HGMMA") == c.count("QGMMA") == 0, c.summary()
+    assert c.count("LDTM") == 2, c.summary()
+    assert c.spills == 0, c.ptxas_log
+    assert c.smem_bytes <= B200.smem_per_block
+    assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::f8f6f4", c.ptx), "expected plain fp8 tcgen05 MMAs"

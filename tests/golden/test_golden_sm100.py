@@ -27,6 +27,10 @@ SPECS = {
     # path at BK 64, the global scales multiplied in the epilogue.
     "sm100_nvfp4_blocked": GemmSpec(1000, 520, 1056, DType.E2M1, DType.E2M1, DType.BF16, BLayout.K_MAJOR,
                                     ScaleRecipe.NVFP4, Accumulation.PROMOTED, scale_layout=ScaleLayout.BLOCKED),
+    # DeepSeek's fp32 blockwise scales (1x128 x 128x128), promoted: each k-block's MMA into a tensor-memory partial,
+    # which the 8-warp epilogue partition loads, scales and adds into its register accumulator.
+    "sm100_fp8_blockwise_deepseek": GemmSpec(4096, 7168, 7168, E4, E4, DType.BF16, BLayout.K_MAJOR,
+                                             ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED),
 }
 
 
@@ -46,6 +50,9 @@ class TestSm100Golden(expecttest.TestCase):
 
     def test_nvfp4_gluon(self) -> None:
         assert_golden_file("sm100_nvfp4_blocked.gluon.txt", kernel("sm100_nvfp4_blocked").source)
+
+    def test_fp8_blockwise_promoted_gluon(self) -> None:
+        assert_golden_file("sm100_fp8_blockwise_deepseek.gluon.txt", kernel("sm100_fp8_blockwise_deepseek").source)
 
     def test_fused_gelu_residual_gluon(self) -> None:
         """Issue 4's epilogue on sm_100a: per 64-column block out of tensor memory, the residual by TMA."""

@@ -158,3 +158,16 @@ def test_demo_of_mx_for_sm_100a(tmp_path: Path, dtype: str, mma: str) -> None:
     assert int(counts[mma]) > 0 and int(counts["UTCCP"]) == 2, row
     r = CliRunner().invoke(main, ["demo", "--dtype", dtype, "--m", "300", "--n", "272", "--k", "544"])
     assert r.exit_code == 2 and ("sm_100a" in r.output or "B200" in r.output)  # (MX of this kind: sm_100a only)
+
+
+def test_demo_of_fp32_blockwise_for_sm_100a(tmp_path: Path) -> None:
+    """`warploom demo --target sm_100a --dtype blockwise`: DeepSeek's fp32 scales promoted through tensor-memory
+    partials: the plan says which path and why, the schedule shows the partial ring, the SASS summary plain fp8
+    tcgen05 MMAs (no UTCCP), and the CPU simulation matches the reference."""
+    out = invoke("demo", "--target", "sm_100a", "--dtype", "blockwise", "--m", "300", "--n", "272", "--k", "640",
+                 "--out-dir", str(tmp_path))
+    flat = " ".join(out.split())
+    assert "promoted through tensor memory" in flat and "part_tm" in out and "findings: none" in out
+    row = next(line for line in out.splitlines() if line.startswith("│ main"))
+    counts = dict(zip(("UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCCP"), row.split("│")[2:6], strict=True))
+    assert int(counts["UTCQMMA"]) == 4 and int(counts["UTCCP"]) == 0, row

@@ -85,3 +85,22 @@ def test_mx_decode_with_a_bias_runs_swapped() -> None:
     res = simulate(build(spec, B200, plan).module, x.a, x.b, sa, sb, x.bias, seed=1)
     assert not res.findings, res.findings
     torch.testing.assert_close(res.output.float(), reference(x).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("m,n,k,recipe,dtype", [
+    (300, 64, 1056, ScaleRecipe.MX, E4M3),     # MX fp8, 8.25 k-blocks
+    (200, 48, 544, ScaleRecipe.MX, E2M1),      # MX fp4, N short of the tile
+    (136, 64, 1024, ScaleRecipe.NVFP4, E2M1),  # NVFP4 at BK 128
+])
+def test_forced_64_wide_block_scaled_tile_against_the_dequantized_reference(m: int, n: int, k: int,
+                                                                            recipe: ScaleRecipe, dtype: DType) -> None:
+    """bn=64 (forced; N <= 64): the 64-wide MMA reads the first 64 rows of the whole 128-row block of B's scales the
+    stage holds, as the swapped 16- and 32-wide ones do."""
+    spec = _spec(m, n, k, recipe, dtype)
+    mod = build(spec, B200, plan_schedule(spec, B200, bn=64)).module
+    assert (mod.tiling.bn, mod.ring("sb_ring").rows, mod.ring("b_ring").rows) == (64, 128, 64)
+    x = make_inputs(spec, m, n, k, seed=m)
+    sa, sb = x.scales()
+    res = simulate(mod, x.a, x.b, sa, sb, seed=5)
+    assert not res.findings, res.findings
+    torch.testing.assert_close(res.output.float(), reference(x).to(torch.bfloat16).float(), rtol=1e-2, atol=1e-2)

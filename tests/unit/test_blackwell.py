@@ -56,8 +56,6 @@ def test_fp8_rowwise_bias_epilogue_per_block() -> None:
 @pytest.mark.parametrize("spec,what", [
     (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED),
      "use_fast_accum=True"),
-    (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
-              accumulation=Accumulation.PROMOTED), "blockwise_1x128_128x128 scales"),
 ])
 def test_refuses_what_is_not_planned(spec: GemmSpec, what: str) -> None:
     with pytest.raises(UnsupportedError, match=what):

@@ -173,13 +173,16 @@ def test_decode_nvfp4_plans_swapped(m: int, tokens: int) -> None:
 
 
 def test_a_narrow_block_scaled_tile_must_cover_n() -> None:
-    """A 16- or 32-wide tile reads its scales from the first rows of a 128-row block: only the tile at N = 0 can, so
-    a forced narrow tile over a wider N is refused by name, as is a 64-wide one."""
+    """A 16-, 32- or 64-wide tile reads its scales from the first rows of a 128-row block: only the tile at N = 0
+    can, so a forced narrow tile over a wider N is refused by name (a 64-wide one too); other widths are refused."""
     spec = _kernel().spec  # (200 x 272 x 320)
     with pytest.raises(UnsupportedError, match="N must fit one tile, got N=272"):
         warploom.planner.plan_schedule(spec, B200, bn=32)
-    with pytest.raises(UnsupportedError, match=r"bn in \(16, 32, 128, 256\).*bn=64"):
+    with pytest.raises(UnsupportedError, match="a 64-wide tile reads.*N must fit one tile, got N=272"):
         warploom.planner.plan_schedule(spec, B200, bn=64)
+    with pytest.raises(UnsupportedError, match=r"bn in \(16, 32, 64, 128, 256\).*bn=96"):
+        warploom.planner.plan_schedule(spec, B200, bn=96)
+    assert warploom.planner.plan_schedule(replace(spec, n=64), B200, bn=64).bn == 64
     with pytest.raises(UnsupportedError, match="swap_ab=True.*N must fit one tile"):
         warploom.planner.plan_schedule(replace(spec, m=40), B200, bn=16, swap_ab=True)
 

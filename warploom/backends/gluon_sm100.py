@@ -31,6 +31,8 @@ def _header(api: gluon_api.GluonApi, scales: bool = False) -> str:
 class _Sm100Emitter(PartitionEmitter):
     """The sm_90a partition emitter with the tcgen05 ops and the tensor-memory register layout."""
 
+    pins_promotion = False  # (fp32 blockwise promotes tensor-memory partials: no wgmma to order it against)
+
     def layouts(self) -> None:
         if not self.p.accumulators:
             return
@@ -94,8 +96,8 @@ class _Sm100Emitter(PartitionEmitter):
                 b.line(f"tcgen05_commit({o.barrier}_bars.index({s}))", c)
             case ir.LoadTmem():
                 t = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
-                a = self._acc(o.acc)
-                b.line(f"{o.acc} = {o.acc_ring}.index({t}).slice({a.col0}, {a.cols}).load(acc_layout)", c)
+                w = self.m.ring(o.acc_ring).cols // o.parts
+                b.line(f"{o.acc} = {o.acc_ring}.index({t}).slice({o.part * w}, {w}).load(acc_layout)", c)
             case _:
                 super().op(o)
 

@@ -245,6 +245,10 @@ def _maxnreg(m: ir.Module) -> int:
 class PartitionEmitter:
     """Emits one partition's function."""
 
+    # A scaled promotion ends with a wgmma wait that pins it before the next wgmma (`promote_scaled`); sm_100a's
+    # promoting partition issues no wgmma.
+    pins_promotion = True
+
     def __init__(self, m: ir.Module, p: ir.Partition, buf: CodeBuffer) -> None:
         self.m, self.p, self.buf = m, p, buf
         self.depth = {c.name: c.depth for c in p.cursors}
@@ -671,7 +675,8 @@ class PartitionEmitter:
         b.line(f"{o.dst} = {o.dst} + {o.src} * (gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0))", printer.op(o))
         # A wait with nothing in flight that names dst: LLVM would otherwise sink the FMAs below the next block's
         # wgmma, so two partials live at once and spill (1360 bytes at 128x256, ptxas); pinned, 0.
-        b.line(f"{o.dst} = warpgroup_mma_wait(0, deps=({o.dst},))", "keep the promotion before the next wgmma")
+        if self.pins_promotion:
+            b.line(f"{o.dst} = warpgroup_mma_wait(0, deps=({o.dst},))", "keep the promotion before the next wgmma")
 
     def _epilogue_width(self) -> int:
         """The column-block width of this partition's fused or per-block epilogue (0: none)."""

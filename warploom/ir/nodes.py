@@ -46,6 +46,9 @@ class Tensor(enum.Enum):
     SCALE_B = "scale_b"  # blockwise scales of B: per 128 columns (or per column) and k-block
     WORKSPACE = "workspace"  # split-K: fp32 partial sums, one (M rounded up to BM) x N slab per k-range
     ACC = "acc"  # sm_100a: fp32 accumulator tiles in tensor memory (a Ring of them, not shared memory)
+    # sm_100a fp32 blockwise: one k-block's unscaled fp32 product in tensor memory, which the promoting partition
+    # loads, scales and adds into its register accumulator (passes/blackwell_promote.py)
+    PARTIAL = "partial"
 
 
 class Axis(enum.Enum):
@@ -151,7 +154,7 @@ class Ring:
 
     @property
     def in_tmem(self) -> bool:
-        return self.tensor is Tensor.ACC
+        return self.tensor in (Tensor.ACC, Tensor.PARTIAL)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.ir.verify_cluster import check_cluster
+from warploom.ir.verify_promote import check_partials
 from warploom.ir.verify_scales import check_tmem_scales
 from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, uncovered_rows
 from warploom.spec import SCALE_BLOCK, ScaleRecipe
@@ -141,9 +142,14 @@ def structural(m: ir.Module) -> list[str]:
                     ring = ring_names.get(o.acc_ring)
                     if acc is None:
                         errs.append(f"{where}: load_tmem into unknown accumulator {o.acc}")
-                    elif ring is not None and o.parts >= 1 and (acc.col0, acc.cols) != (
-                            o.part * ring.cols // o.parts, ring.cols // o.parts):
-                        # (the backend slices at the accumulator's col0, the simulator at the block: they must agree)
+                    elif ring is not None and ring.tensor is ir.Tensor.PARTIAL and o.parts >= 1 and (
+                            acc.cols != ring.cols // o.parts):
+                        # (a partial's register block is reused for every block: only its width must agree)
+                        errs.append(f"{where}: load_tmem of block {o.part} of {o.parts} of {o.acc_ring} into {o.acc}, "
+                                    f"which is {acc.cols} columns wide, not {ring.cols // o.parts}")
+                    elif ring is not None and ring.tensor is not ir.Tensor.PARTIAL and o.parts >= 1 and (
+                            acc.col0, acc.cols) != (o.part * ring.cols // o.parts, ring.cols // o.parts):
+                        # (an accumulator's block must be the one it holds: the epilogue places it by its col0)
                         errs.append(f"{where}: load_tmem of block {o.part} of {o.parts} of {o.acc_ring} into {o.acc}, "
                                     f"which holds tile columns {acc.col0}..{acc.col0 + acc.cols - 1}")
                 case ir.CopyScales():
@@ -359,7 +365,8 @@ def _tmem_ring(rings: dict[str, ir.Ring], name: str, s: ir.Slot, what: str, slot
 def check_sm100(m: ir.Module) -> list[str]:
     """sm_100a's own rules of a complete module (its declaration, `warploom.targets`, hands them to `check`):
     tensor-memory rings fit the SM's 512 columns, hold whole BM x BN fp32 tiles of 128 rows (one CTA's tcgen05 MMA)
-    and overlap no scale buffer, and the scale buffers follow ir/verify_scales.py's rules."""
+    and overlap no scale buffer, the scale buffers follow ir/verify_scales.py's rules, and tensor-memory partials
+    ir/verify_promote.py's."""
     errs = []
     if m.tmem_columns > TMEM_COLUMNS:
         scales = " and scales" if m.tmem_scales else ""
@@ -374,7 +381,7 @@ def check_sm100(m: ir.Module) -> list[str]:
         if r.in_tmem and ((r.rows, r.cols) != (m.tiling.bm, m.tiling.bn) or r.rows != 128):
             errs.append(f"tensor-memory ring {r.name} holds ({r.rows}, {r.cols}) tiles; expected the (128, "
                         f"{m.tiling.bn}) tile")
-    return errs + check_tmem_scales(m)
+    return errs + check_tmem_scales(m) + check_partials(m)
 
 
 def check_gfx1250(m: ir.Module) -> list[str]:

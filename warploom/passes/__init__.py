@@ -16,6 +16,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.ir.warps import WarpMask
 from warploom.passes.blackwell import PlaceScaleCopies, SplitMma
+from warploom.passes.blackwell_promote import SplitMmaPromoted
 from warploom.passes.build import build_sequential
 from warploom.passes.cluster import ShareB
 from warploom.passes.epilogue import HoistOperands, LowerEpilogue, PrefetchOperands
@@ -79,8 +80,10 @@ def pipeline_sm100(plan: Plan) -> list[Pass]:
         PlaceScaleCopies(acc_columns=plan.acc_buffers * plan.bn),
         # The ready/empty handshake of the A/B stages; the consumer's wait and release mark what SplitMma moves.
         PlanRings(stages=plan.stages),
-        # The consumer becomes the MMA warp and the epilogue partition, around tensor-memory accumulators; the
-        # MMA's completion replaces the consumer's release of each stage.
+        # The consumer becomes the MMA warp and the epilogue partition, around tensor-memory accumulators (fp32
+        # blockwise: partials, which the epilogue partition promotes into registers); the MMA's completion
+        # replaces the consumer's release of each stage (blockwise: shares it with the promotion's).
+        SplitMmaPromoted(partials=plan.acc_buffers, epilogue_warps=plan.consumer_warps) if plan.promote_tmem else
         SplitMma(acc_buffers=plan.acc_buffers, subtiles=plan.epilogue_subtiles, scalar_columns=plan.scalar_columns),
         # After SplitMma made the epilogue partition's prefetches: the first block's dense operand copy moves to the
         # tile's start (it lands while the partition waits for the accumulator), later ones behind the store of the

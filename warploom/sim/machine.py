@@ -758,7 +758,9 @@ class Machine:
         self._read_slot(i, ins.site, ins.acc_ring, ins.slot, ins.tag)
         # (tensor memory's own sum is checked by the MMA warp's WRONG_TILE and ring checks: the block is that tile's)
         assert ins.site.tile is not None
-        self.acc_sum[i][ins.acc] = (ins.site.tile.index, self._full_sum(ins.site))
+        # (a partial holds its one k-block; an accumulator the tile's whole sum)
+        ks = self._full_sum(ins.site) if ins.k is None else frozenset({ins.k})
+        self.acc_sum[i][ins.acc] = (ins.site.tile.index, ks)
         if self.data is not None:
             self.data.load_tmem(i, ins)
 

@@ -431,6 +431,7 @@ class LoadTmemI:
     acc: str
     cols: tuple[int, int]
     tag: Tag
+    k: int | None = None  # a partial's (passes/blackwell_promote.py): the K origin of the one k-block it holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,6 +469,12 @@ Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI 
 def acc_tag(tile: TileRef) -> Tag:
     """What an sm_100a tensor-memory accumulator slot holds: the accumulator of the tile at this origin."""
     return Tag("acc", ("m", "n"), (tile.off_m, tile.off_n))
+
+
+def partial_tag(tile: TileRef, k: int) -> Tag:
+    """What an sm_100a tensor-memory partial slot holds (fp32 blockwise, passes/blackwell_promote.py): one k-block's
+    unscaled product for the tile at this origin."""
+    return Tag("partial", ("tile", "k"), (tile.tile_id, k))
 
 
 class MalformedError(WarploomError, ValueError):
@@ -836,10 +843,12 @@ class _Interp:
                     scales = () if o.scales is None else tuple(
                         (buf, tma_scale_tag(m, m.scale_buffer(buf).tensor, t, self._kb(t)))
                         for buf in (o.scales.a, o.scales.b))
+                    # (a tensor-memory partial holds one k-block's product, an accumulator the tile's)
+                    tag = partial_tag(t, self._kb(t)) if m.ring(o.acc_ring).tensor is ir.Tensor.PARTIAL else acc_tag(t)
                     yield TcMmaI(site, o.a_ring, o.b_ring, self._index(o.slot, m.ring(o.a_ring).depth, text),
                                  self._index(o.slot, m.ring(o.b_ring).depth, text), o.acc_ring,
                                  self._index(o.acc_slot, m.ring(o.acc_ring).depth, text), not overwrite, a_tag, b_tag,
-                                 acc_tag(t), o.release, ri, scales)
+                                 tag, o.release, ri, scales)
                 case ir.ScaleCopy():
                     t = self._tile_in_k(text)
                     ring = m.ring(o.ring)
@@ -867,8 +876,12 @@ class _Interp:
                         raise MalformedError(f"partition {self.p.name}: `{text}` loads column block {o.part} of "
                                              f"{o.parts} of a ({ring.rows}, {ring.cols}) accumulator into {o.acc}, "
                                              f"which is ({acc.rows}, {acc.cols})")
+                    tag, k0 = acc_tag(t), None
+                    if ring.tensor is ir.Tensor.PARTIAL:  # (read in the k-loop: this k-block's partial)
+                        kb = self._kb(self._tile_in_k(text))
+                        tag, k0 = partial_tag(t, kb), kb * m.tiling.bk
                     yield LoadTmemI(site, o.acc_ring, self._index(o.slot, ring.depth, text), o.acc,
-                                    (o.part * w, (o.part + 1) * w), acc_tag(t))
+                                    (o.part * w, (o.part + 1) * w), tag, k0)
                 case _:
                     raise MalformedError(f"partition {self.p.name}: the simulator has no meaning for `{text}`")
         except KeyError as e:  # an unknown ring, buffer or barrier name

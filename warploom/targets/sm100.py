@@ -1,6 +1,6 @@
 """sm_100a (Blackwell, planner rule 19): tcgen05 MMAs into tensor-memory accumulators, issued by an MMA warp; MX and
-NVFP4 scales copied into tensor memory (tcgen05.cp). Planned, simulated and cross-compiled; no Blackwell GPU is at
-hand to run it."""
+NVFP4 scales copied into tensor memory (tcgen05.cp); fp32 blockwise scales promoted from tensor-memory partials.
+Planned, simulated and cross-compiled; no Blackwell GPU is at hand to run it."""
 
 from __future__ import annotations
 
@@ -29,7 +29,9 @@ DECLARATION = Declaration(
     gpu=GPU,
     ops=frozenset({ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.TcMma, ir.ScaleCopy, ir.Commit, ir.LoadTmem,
                    ir.Epilogue, ir.StoreSmem, ir.FenceAsync, ir.TmaStore, ir.StoreWait, ir.Advance, ir.LoadOperand,
-                   ir.PrefetchOperand, ir.ApplyEpilogue}),
+                   ir.PrefetchOperand, ir.ApplyEpilogue,
+                   # fp32 blockwise (passes/blackwell_promote.py): cp.async scale copies, the promotion of partials
+                   ir.CopyScales, ir.ZeroAcc, ir.Promote}),
     checks=(verify.check_sm100,),
     counts=(("UTCHMMA", "16-bit tcgen05 MMAs"), ("UTCQMMA", "fp8 tcgen05 MMAs"),
             ("UTCOMMA", "fp4 tcgen05 MMAs"), ("UTCCP", "tcgen05.cp scale copies"), ("LDTM", "tensor-memory loads")),
