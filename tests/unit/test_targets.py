@@ -111,3 +111,25 @@ def test_a_targets_own_checks_are_handed_down() -> None:
     with pytest.raises(VerificationError, match="the SM has 512"):
         target_verify(wide, "handed down", B200)
     assert declared(Target.SM100A).checks and declared(Target.GFX1250).checks and not declared(Target.SM90A).checks
+
+
+def test_ops_derive_from_the_open_base_and_live_beside_their_target() -> None:
+    """Every op class of the IR derives from `ir.Op`; a target's own ops (ir/ops_<target>.py) are in its op set and
+    in no other target's, and everything else an op set holds is a shared op of ir/nodes.py."""
+    import inspect
+
+    from warploom.ir import nodes as ir
+    from warploom.ir import ops_gfx1250, ops_sm100
+
+    shared = {c for _, c in inspect.getmembers(ir, inspect.isclass)
+              if issubclass(c, ir.Op) and c is not ir.Op and c.__module__ == ir.__name__}
+    own = {Target.SM100A: ops_sm100.OWN_OPS, Target.GFX1250: ops_gfx1250.OWN_OPS, Target.SM90A: frozenset()}
+    assert {ir.TcMma, ir.TdmLoad, ir.Mma, ir.Wait} <= shared | own[Target.SM100A] | own[Target.GFX1250]
+    for target, ops in own.items():
+        ops_set = declared(target).ops
+        assert ops <= ops_set
+        assert ops_set - ops <= shared, sorted(c.__name__ for c in ops_set - ops - shared)
+        for other, theirs in own.items():
+            if other is not target:
+                assert not theirs & ops_set, (target, sorted(c.__name__ for c in theirs & ops_set))
+    assert not issubclass(ir.Loop, ir.Op) and not issubclass(ir.TmemScales, ir.Op)  # a loop and a value, not ops

@@ -18,7 +18,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from warploom.dtypes import DType
-from warploom.ir.warps import WarpMask
+from warploom.ir.base import Axis, Guard, Op, Slot, Tensor
+
+# The targets' own ops, gathered here so that `ir.TcMma` names the one class wherever the IR is read.
+from warploom.ir.ops_gfx1250 import SyncWarps as SyncWarps
+from warploom.ir.ops_gfx1250 import TdmLoad as TdmLoad
+from warploom.ir.ops_gfx1250 import TdmWait as TdmWait
+from warploom.ir.ops_gfx1250 import Wmma as Wmma
+from warploom.ir.ops_sm100 import Commit as Commit
+from warploom.ir.ops_sm100 import LoadTmem as LoadTmem
+from warploom.ir.ops_sm100 import ScaleCopy as ScaleCopy
+from warploom.ir.ops_sm100 import TcMma as TcMma
+from warploom.ir.ops_sm100 import TmemScales as TmemScales
 from warploom.spec import GemmSpec, Grouping
 from warploom.target import Target
 
@@ -33,38 +44,6 @@ class Role(enum.Enum):
     MMA = "mma"  # sm_100a: issues tcgen05 MMAs from the rings into tensor-memory accumulators (passes/blackwell.py)
     EPILOGUE = "epilogue"  # sm_100a: drains finished accumulators from tensor memory and stores the tiles
     WORKGROUP = "workgroup"  # gfx1250: every warp copies (TDM) and computes (wmma), pipelined (passes/gfx1250.py)
-
-
-class Tensor(enum.Enum):
-    """A global-memory tensor of the kernel."""
-
-    A = "A"
-    B = "B"
-    C = "C"
-    OPERAND = "operand"  # a fused epilogue's dense operand (Buffer.operand names it)
-    SCALE_A = "scale_a"  # blockwise scales of A: one fp32 per row and k-block
-    SCALE_B = "scale_b"  # blockwise scales of B: per 128 columns (or per column) and k-block
-    WORKSPACE = "workspace"  # split-K: fp32 partial sums, one (M rounded up to BM) x N slab per k-range
-    ACC = "acc"  # sm_100a: fp32 accumulator tiles in tensor memory (a Ring of them, not shared memory)
-    # sm_100a fp32 blockwise: one k-block's unscaled fp32 product in tensor memory, which the promoting partition
-    # loads, scales and adds into its register accumulator (passes/blackwell_promote.py)
-    PARTIAL = "partial"
-
-
-class Axis(enum.Enum):
-    """A problem dimension; a tile coordinate along it is ``index * block`` (BM, BN or BK)."""
-
-    M = "m"
-    N = "n"
-    K = "k"
-
-
-class Guard(enum.Enum):
-    """A condition on the innermost k-loop's iteration under which an op runs."""
-
-    ALWAYS = "always"
-    NOT_FIRST_K = "k > 0"
-    FIRST_K = "k == 0"
 
 
 class LoopKind(enum.Enum):
@@ -255,14 +234,6 @@ class Cursor:
 
 
 @dataclass(frozen=True)
-class Slot:
-    """Stage index ``(cursor + offset) % depth``."""
-
-    cursor: str
-    offset: int = 0
-
-
-@dataclass(frozen=True)
 class Parity:
     """Phase parity ``((cursor + offset) // depth) & 1``, xor 1 when `flip`.
 
@@ -281,7 +252,7 @@ class Parity:
 
 
 @dataclass(frozen=True)
-class Wait:
+class Wait(Op):
     """Block the partition until `barrier[slot]` has completed the phase of parity `parity`."""
 
     barrier: str
@@ -290,7 +261,7 @@ class Wait:
 
 
 @dataclass(frozen=True)
-class Arrive:
+class Arrive(Op):
     """One arrival (of `count`) on `barrier[slot]` by the partition, when `guard` holds."""
 
     barrier: str
@@ -300,7 +271,7 @@ class Arrive:
 
 
 @dataclass(frozen=True)
-class ArriveExpectTx:
+class ArriveExpectTx(Op):
     """One arrival on `barrier[slot]` that also raises its pending transaction count by `nbytes`.
 
     The phase then completes only after the arrivals and the `nbytes` of TMA traffic that name this
@@ -313,7 +284,7 @@ class ArriveExpectTx:
 
 
 @dataclass(frozen=True)
-class TmaLoad:
+class TmaLoad(Op):
     """Asynchronously copy one tile of `tensor` into `ring[slot]`.
 
     The tile's origin is (coord[0] index * block, coord[1] index * block) in the tensor's own index
@@ -342,7 +313,7 @@ class TmaLoad:
 
 
 @dataclass(frozen=True)
-class Mma:
+class Mma(Op):
     """``acc (+)= ring_a[slot] @ ring_b[slot]`` on the tensor cores (wgmma).
 
     B's slot is read as (K, N) whatever its storage order; with `n_cols`, only those of its N columns
@@ -364,150 +335,6 @@ class Mma:
 
 
 @dataclass(frozen=True)
-class TcMma:
-    """``acc_ring[acc_slot] (+)= a_ring[slot] @ b_ring[slot]`` on the tensor cores (sm_100a tcgen05), asynchronous.
-
-    One thread of the partition issues it; the tensor cores read the two smem slots and accumulate into the
-    tensor-memory accumulator in the background. It completes in issue order with the partition's other
-    tcgen05 MMAs; on completion it arrives once on `release[slot]` (the ring's empty barrier: the slots may be
-    refilled), if given. The accumulator is overwritten instead of added to when `overwrite` holds (FIRST_K: a
-    tile's first k-block). Its result is visible only through a `Commit` arrival issued after it.
-    """
-
-    a_ring: str
-    b_ring: str
-    slot: Slot
-    acc_ring: str
-    acc_slot: Slot
-    overwrite: Guard = Guard.FIRST_K
-    release: str | None = None
-    scales: TmemScales | None = None
-
-
-@dataclass(frozen=True)
-class TmemScales:
-    """The block scales a scaled `TcMma` (MX: tcgen05.mma ... kind::mxf8f6f4.block_scale) reads from tensor memory.
-
-    Attributes:
-        a, b: the `ScaleBuffer`s of A's rows and B's columns, each filled by a `ScaleCopy` issued before the MMA.
-        a_type, b_type: the operands' element formats as the instruction names them ("e4m3", "e5m2", "e2m1").
-        vec: elements of K one scale covers: 32 for MX (scale_vec::1X for fp8 and fp8 x fp4, 2X for fp4), 16 for
-            NVFP4's e4m3 scales (kind::mxf4nvf4 scale_vec::4X); Gluon infers it from the scale buffers' dtype and
-            shape."""
-
-    a: str
-    b: str
-    a_type: str
-    b_type: str
-    vec: int = 32
-
-    def __post_init__(self) -> None:
-        for t in (self.a_type, self.b_type):
-            if t not in ("e4m3", "e5m2", "e2m1"):
-                raise ValueError(f"TmemScales: expected an MX format ('e4m3', 'e5m2' or 'e2m1'), got {t!r}")
-        if self.vec not in (16, 32) or (self.vec == 16 and (self.a_type, self.b_type) != ("e2m1", "e2m1")):
-            raise ValueError(f"TmemScales: scales per 32 of K (MX) or per 16 with e2m1 operands (NVFP4), got "
-                             f"{self.vec=} with {self.a_type} x {self.b_type}")
-
-
-@dataclass(frozen=True)
-class ScaleCopy:
-    """sm_100a (seed 001): copy the stage's e8m0 scales `ring[slot]` (shared memory, the tcgen05.cp "blocked" layout
-    of 128x4 chunks) into tensor-memory scale buffer `dst` (tcgen05.cp), asynchronously.
-
-    It joins the issuing partition's in-order queue of tcgen05 ops, so it completes before any MMA issued after it
-    and after every MMA issued before it (which may still read `dst`). It reads `ring[slot]` until it completes: the
-    slot may be released only by the completion of an op issued after it (the scaled MMA's)."""
-
-    ring: str
-    slot: Slot
-    dst: str
-
-
-@dataclass(frozen=True)
-class Commit:
-    """Arrive once on `barrier[slot]` when every tcgen05 MMA this partition issued before has completed
-    (tcgen05.commit): a waiter on that phase may then read the accumulators they wrote."""
-
-    barrier: str
-    slot: Slot
-
-
-@dataclass(frozen=True)
-class LoadTmem:
-    """Copy column block `part` of `parts` of tensor-memory accumulator `acc_ring[slot]` into register accumulator
-    `acc` (fp32, the block's rows and columns; `acc`'s col0 places it). The slot must have been committed and the
-    commit's phase acquired by a wait; the registers stay valid after the slot is released."""
-
-    acc_ring: str
-    slot: Slot
-    acc: str
-    part: int = 0
-    parts: int = 1
-
-
-@dataclass(frozen=True)
-class TdmLoad:
-    """gfx1250: asynchronously copy one block of `tensor` into `ring[slot]` with the Tensor Data Mover.
-
-    The block is the current tile's at k-block ``k + ahead``, where k is the enclosing k-loop's k-block (0 outside a
-    k-loop: a tile's prologue); its origin is (coord[0] index * block, coord[1] index * block) in the tensor's own
-    index order, and elements out of bounds read as zero. A block past the tile's last k-block is not copied (the op
-    is predicated off: it issues nothing and counts nothing). Every warp of the partition copies its share of the
-    block and counts its own copies in flight; they complete in issue order, and only a `TdmWait` tells a warp its
-    own shares landed (a `SyncWarps` after it tells every warp that all of them did).
-
-    With `warps` (Triton >= 3.8's ``warp_used_hint``, ir/warps.py) only those warps issue it, the block re-tiled
-    over them; the others issue and count nothing. None: every warp issues its share. `fused` copies standing
-    next to each other (2 to 4, each with its own disjoint `warps`) are one fused copy (Triton 3.9's
-    ``tdm.async_load_fused``): each warp issues the instruction of the member that names it, as if apart."""
-
-    tensor: Tensor
-    ring: str
-    slot: Slot
-    coord: tuple[Axis, Axis]
-    ahead: int = 0
-    warps: WarpMask | None = None
-    fused: bool = False
-
-
-@dataclass(frozen=True)
-class Wmma:
-    """gfx1250: ``acc (+)= ring_a[slot] @ ring_b[slot]`` by the WMMA units, synchronous: each warp loads its operand
-    fragments from the two slots into registers and multiplies, so the slots have been read (by that warp) when it
-    returns. B's slot is read as (K, N) whatever its storage order. The accumulator is overwritten instead of added
-    to when `overwrite` holds (FIRST_K: a tile's first k-block)."""
-
-    a_ring: str
-    b_ring: str
-    slot: Slot
-    acc: str
-    overwrite: Guard = Guard.FIRST_K
-
-
-@dataclass(frozen=True)
-class TdmWait:
-    """gfx1250: wait until at most `pending` of this partition's TDM copies are in flight (each warp for its own
-    shares, oldest first) while k-block ``k + ahead`` of the tile exists, i.e. while later blocks' copies were
-    issued behind the one needed now; where it does not (the tile's last blocks: nothing was issued behind them),
-    wait until none is. Outside a k-loop it always waits for `pending`.
-
-    `warps` names the warps whose copies it retires (those the copies' masks name; None: every warp). The other
-    warps run it too (Gluon's control flow is uniform) but have nothing in flight, so it returns at once there."""
-
-    pending: int
-    ahead: int = 0
-    warps: WarpMask | None = None
-
-
-@dataclass(frozen=True)
-class SyncWarps:
-    """gfx1250: a barrier of all the partition's warps. Every warp's TDM shares that a `TdmWait` retired become
-    visible to all the warps (a slot is read whole), and every warp's earlier reads of shared memory are done
-    before any warp's later TDM copy may overwrite it."""
-
-
-@dataclass(frozen=True)
 class ColBlock:
     """Columns [start, start + cols) of the tile's N extent (of B's slot, for an Mma)."""
 
@@ -516,7 +343,7 @@ class ColBlock:
 
 
 @dataclass(frozen=True)
-class MmaWait:
+class MmaWait(Op):
     """Wait until at most `pending` async wgmma of this partition are in flight (oldest finish first)."""
 
     pending: int
@@ -535,7 +362,7 @@ class StageScales:
 
 
 @dataclass(frozen=True)
-class Promote:
+class Promote(Op):
     """``dst += src`` in fp32 registers (promotion of an fp8 partial accumulator), after its MmaWait.
 
     With `scales` (blockwise recipes): ``dst += src * sa[rows, None] * sb[None, cols]``, where sa is the stage's
@@ -548,7 +375,7 @@ class Promote:
 
 
 @dataclass(frozen=True)
-class CopyScales:
+class CopyScales(Op):
     """Asynchronously copy the current (tile, k-block)'s blockwise scales of `tensor` into `ring[slot]` with
     ordinary per-element copies (cp.async: any strides, no TMA alignment rule); elements outside the problem
     read as 0. With a `barrier`, the copies are tracked by `barrier[slot]`'s current phase: it cannot complete
@@ -566,14 +393,14 @@ class CopyScales:
 
 
 @dataclass(frozen=True)
-class ZeroAcc:
+class ZeroAcc(Op):
     """Set accumulator `acc` to zeros (a tile's start, for promoted accumulation)."""
 
     acc: str
 
 
 @dataclass(frozen=True)
-class Fixup:
+class Fixup(Op):
     """Stream-K (`Tiling.stream_k`): complete the current work unit's tile in accumulators `accs` across CTAs.
 
     It stands after the unit's mainloop (the final MMA wait) and before anything that reads the accumulators as
@@ -593,7 +420,7 @@ class Fixup:
 
 
 @dataclass(frozen=True)
-class Epilogue:
+class Epilogue(Op):
     """Apply `steps` to column block `part` of `parts` of `acc` in registers (fp32); parts = 1: all of it.
 
     Per block (LowerEpilogue with `block_steps`), the block's scale and bias vectors are the only ones live:
@@ -606,7 +433,7 @@ class Epilogue:
 
 
 @dataclass(frozen=True)
-class LoadOperand:
+class LoadOperand(Op):
     """Load fused-epilogue operand `operand` (of the spec's epilogue graph) for column block `part` of `parts`
     of accumulator `acc`'s columns (and the partition's rows) of the current tile into registers, read as
     `read`. Elements outside the problem read as 0. The registers stay valid until the next LoadOperand of
@@ -624,7 +451,7 @@ class LoadOperand:
 
 
 @dataclass(frozen=True)
-class ApplyEpilogue:
+class ApplyEpilogue(Op):
     """Evaluate the spec's epilogue graph on column block `part` of `parts` of `acc` (fp32) with the operand
     registers the preceding LoadOperand ops loaded for that block. Its outputs, each cast to its stored
     dtype, are held in registers for the StoreSmem ops that follow (until the next ApplyEpilogue)."""
@@ -635,7 +462,7 @@ class ApplyEpilogue:
 
 
 @dataclass(frozen=True)
-class FoldAmax:
+class FoldAmax(Op):
     """Fused 1x128 quantization (a graph with a `GroupAmax`): evaluate the graph's nodes up to the amax's input on
     column block `part` of `parts` of `acc` (with that block's operand registers), take each row's NaN-propagating
     max of its magnitude over the block's columns below N, and fold it into the running amax of the block's
@@ -648,7 +475,7 @@ class FoldAmax:
 
 
 @dataclass(frozen=True)
-class StoreScales:
+class StoreScales(Op):
     """Store epilogue output `output` (a groups output: one value per row and 128-column group) of the last
     ApplyEpilogue, which computed column block `part` of `parts` of `acc`: the block's rows of its group's column,
     by masked register stores (rows below M, a group below ceil(N/128)). Its (M, ceil(N/128)) rows are rarely
@@ -661,7 +488,7 @@ class StoreScales:
 
 
 @dataclass(frozen=True)
-class StoreTile:
+class StoreTile(Op):
     """Write `acc`, cast to the output dtype, to C's tile at (tile m, tile n); out-of-bounds elements are dropped.
     On NVIDIA targets abstract: lowered by the epilogue pass to StoreSmem / FenceAsync / TmaStore. A gfx1250 module
     keeps it: masked global stores straight from the registers. With `output` = j (gfx1250's fused epilogue), the
@@ -672,14 +499,14 @@ class StoreTile:
 
 
 @dataclass(frozen=True)
-class StoreWait:
+class StoreWait(Op):
     """Wait until at most `pending` of this partition's TMA stores are still reading shared memory."""
 
     pending: int = 0
 
 
 @dataclass(frozen=True)
-class StoreSmem:
+class StoreSmem(Op):
     """Generic-proxy store of column block `part` of `parts` of `acc` (columns [part * BN / parts,
     (part + 1) * BN / parts)), cast to `buffer`'s dtype, into `buffer` (all the partition's threads).
     With `output` set, the stored value is instead that epilogue output of the last ApplyEpilogue (which
@@ -693,13 +520,13 @@ class StoreSmem:
 
 
 @dataclass(frozen=True)
-class FenceAsync:
+class FenceAsync(Op):
     """fence.proxy.async: order this partition's earlier generic smem writes before later async-proxy
     (TMA, wgmma) reads of them."""
 
 
 @dataclass(frozen=True)
-class TmaStore:
+class TmaStore(Op):
     """Asynchronously copy `buffer` to column block `part` of `parts` of output `output`'s tile at (tile m,
     tile n), i.e. to origin (m * BM, n * BN + part * BN / parts); out-of-bounds elements are dropped.
     Output 0 is C; a fused epilogue with several outputs stores output j to the j-th output tensor. A split-K
@@ -733,14 +560,14 @@ class Loop:
 
 
 @dataclass(frozen=True)
-class Advance:
+class Advance(Op):
     """``cursor += 1``: the partition is done with the current slot of its ring."""
 
     cursor: str
 
 
 @dataclass(frozen=True)
-class SkipTiles:
+class SkipTiles(Op):
     """``cursor += tiles * k_tiles``: step over the ring uses of `tiles` whole tiles that another partition
     consumes (a ping-pong consumer skips the other consumer's tiles; the producer fills every tile's stages
     in order, so each consumer's slot and phase arithmetic must count them too)."""
@@ -750,7 +577,7 @@ class SkipTiles:
 
 
 @dataclass(frozen=True)
-class PrefetchOperand:
+class PrefetchOperand(Op):
     """Start the TMA copy of column block `part` of `parts` of dense fused-epilogue operand `operand` (the
     block `LoadOperand` with the same fields reads) for the current tile into `buffer`; it completes on the
     buffer's private mbarrier. The buffer must hold no block still to be loaded: each prefetch is followed
@@ -769,13 +596,7 @@ class PrefetchOperand:
     synced: bool = False
 
 
-Op = (
-    Wait | Arrive | ArriveExpectTx | TmaLoad | CopyScales | Mma | MmaWait | Promote | ZeroAcc | Epilogue | StoreTile
-    | StoreWait | StoreSmem | FenceAsync | TmaStore | Advance | SkipTiles | LoadOperand | PrefetchOperand
-    | ApplyEpilogue | FoldAmax | StoreScales | TcMma | ScaleCopy | Commit | LoadTmem | TdmLoad | Wmma | TdmWait
-    | SyncWarps | Fixup
-)
-Stmt = Op | Loop
+Stmt = Op | Loop  # (Op: the open base of every op, ir/base.py; a target's own ops: ir/ops_<target>.py)
 
 
 @dataclass(frozen=True)

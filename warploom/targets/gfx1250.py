@@ -7,7 +7,7 @@ from __future__ import annotations
 from warploom.backends.gluon_gfx1250 import lower_gfx1250
 from warploom.device import GFX1250
 from warploom.ir import nodes as ir
-from warploom.ir import verify
+from warploom.ir import ops_gfx1250, verify
 from warploom.passes import pipeline_gfx1250
 from warploom.planner import plan_gfx1250
 from warploom.runtime.cross import cross_compile_gfx1250
@@ -22,8 +22,7 @@ DECLARATION = Declaration(
     emit=lower_gfx1250,
     compile=cross_compile_gfx1250,
     gpu=("hip", "gfx1250", 32),
-    ops=frozenset({ir.TdmLoad, ir.Wmma, ir.TdmWait, ir.SyncWarps, ir.Epilogue, ir.StoreTile, ir.Advance,
-                   ir.LoadOperand, ir.ApplyEpilogue}),
+    ops=ops_gfx1250.OWN_OPS | {ir.Epilogue, ir.StoreTile, ir.Advance, ir.LoadOperand, ir.ApplyEpilogue},
     checks=(verify.check_gfx1250,),
     counts=(("v_wmma", "wmma instructions"), ("tensor_load_to_lds", "Tensor Data Mover copies"),
             ("s_wait_tensorcnt", "waits on TDM copies"), ("s_barrier", "workgroup barriers")),

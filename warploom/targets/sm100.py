@@ -9,7 +9,7 @@ import functools
 from warploom.backends.gluon_sm100 import lower_sm100
 from warploom.device import B200
 from warploom.ir import nodes as ir
-from warploom.ir import verify
+from warploom.ir import ops_sm100, verify
 from warploom.passes import pipeline_sm100
 from warploom.planner import plan_blackwell
 from warploom.runtime.cross import cross_compile_cuda
@@ -27,11 +27,12 @@ DECLARATION = Declaration(
     emit=lower_sm100,
     compile=functools.partial(cross_compile_cuda, target=Target.SM100A, arch=GPU[1]),
     gpu=GPU,
-    ops=frozenset({ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.TcMma, ir.ScaleCopy, ir.Commit, ir.LoadTmem,
-                   ir.Epilogue, ir.StoreSmem, ir.FenceAsync, ir.TmaStore, ir.StoreWait, ir.Advance, ir.LoadOperand,
-                   ir.PrefetchOperand, ir.ApplyEpilogue,
-                   # fp32 blockwise (passes/blackwell_promote.py): cp.async scale copies, the promotion of partials
-                   ir.CopyScales, ir.ZeroAcc, ir.Promote}),
+    ops=ops_sm100.OWN_OPS | {ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.Epilogue, ir.StoreSmem,
+                             ir.FenceAsync, ir.TmaStore, ir.StoreWait, ir.Advance, ir.LoadOperand,
+                             ir.PrefetchOperand, ir.ApplyEpilogue,
+                             # fp32 blockwise (passes/blackwell_promote.py): cp.async scale copies, the promotion of
+                             # partials
+                             ir.CopyScales, ir.ZeroAcc, ir.Promote},
     checks=(verify.check_sm100,),
     counts=(("UTCHMMA", "16-bit tcgen05 MMAs"), ("UTCQMMA", "fp8 tcgen05 MMAs"),
             ("UTCOMMA", "fp4 tcgen05 MMAs"), ("UTCCP", "tcgen05.cp scale copies"), ("LDTM", "tensor-memory loads")),
