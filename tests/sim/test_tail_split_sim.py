@@ -34,6 +34,9 @@ CASES = {
                                  **_P2)),
     "rowwise_fast_t4": (GemmSpec(260, 400, 512, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE),
                         Plan(bm=128, bn=128, bk=128, stages=2, group_m=8, grid=5, tail_split=4, tail_stages=2, **_P2)),
+    # A tail in unequal ranges (ir.Tiling.uneven_split): 11 k-blocks, the last ragged, in 3 ranges of 4, 4 and 3.
+    "bf16_64x64_uneven_t3": (GemmSpec(200, 328, 680), Plan(bm=64, bn=64, bk=64, stages=3, consumer_warps=4,
+                                                           group_m=2, grid=5, tail_split=3, tail_stages=3)),
     "blockwise_h2_t2": (GemmSpec(300, 520, 1024, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
                                  accumulation=Accumulation.PROMOTED),
                         Plan(bm=128, bn=256, bk=128, stages=2, group_m=2, grid=4, partial_blocks=2,
