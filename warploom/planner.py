@@ -757,6 +757,39 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
     return out
 
 
+# The planners of the other targets, by target: the rule, and which of sm_90a's schedule options it takes too (a
+# forced option it does not take is refused by name rather than ignored).
+_OTHER_RULES: dict[Target, tuple[str, frozenset[str]]] = {
+    Target.SM100A: ("rule 19", frozenset({"swap_ab", "prefetch_operands"})),
+    Target.GFX1250: ("rule 20", frozenset()),
+}
+
+
+def _plan_sm100(spec: GemmSpec, device: DeviceInfo, *, bm: int | None, bn: int | None, stages: int | None,
+                group_m: int, scalar_columns: bool, prefetch_operands: bool | None, swap_ab: bool | None,
+                split_forced: bool) -> Plan:
+    """Rule 19, with rule 18's swap-AB decode (C^T = B^T A^T, the weight's rows on tcgen05's 128) where it applies:
+    as on sm_90a, any forced tile, depth or split (1 on sm_100a) turns rule 18 off."""
+    from warploom.errors import UnsupportedError
+
+    if swap_ab is None:
+        swap_ab = all(f is None for f in (bm, bn, stages)) and not split_forced and swap_decode(spec)
+    if not swap_ab:
+        return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
+                              scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
+    if spec.swap_problems():
+        raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: "
+                               f"{'; '.join(spec.swap_problems())}; drop swap_ab")
+    tokens = bn or swap_tokens(spec.m)
+    try:
+        plan = plan_blackwell(spec.swapped(), device, bm=bm, bn=tokens, stages=stages, group_m=group_m,
+                              scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
+    except UnsupportedError as e:
+        raise UnsupportedError(f"swap_ab=True (rule 18) for {spec.short()}: its tiles of C^T are {bm or 128} rows of N "
+                               f"by {tokens} of M, and the swapped problem has no such plan: {e}") from None
+    return replace(plan, swap_ab=True)
+
+
 def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
                   stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
                   partial_blocks: int | None = None, hoist_rows: bool | None = None, scalar_columns: bool = True,
@@ -794,49 +827,26 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         raise UnsupportedError(f"tdm_warps={tdm_warps}: TDM warp masks (rule 20, seed 004) are gfx1250's; "
                                f"{device.name} has no TDM (sm_90a's producer already issues each TMA copy from one "
                                "elected thread). Fix: drop tdm_warps, or plan for device=GFX1250")
-    if stream_k and (device.gfx1250 or device.blackwell):
-        raise UnsupportedError(f"stream_k={stream_k} (rule 21) is built for sm_90a; {device.name} plans whole tiles. "
-                               "Fix: "
-                               "drop stream_k, or plan for an sm_90a device")
     if device.arch.startswith("gfx") and not device.gfx1250:
         raise UnsupportedError(f"{device.name} ({device.arch}): among AMD GPUs warploom plans gfx1250 only (rule 20). "
                                "Fix: plan for device=GFX1250 to inspect its schedule, or run on an sm_90a GPU")
-    if device.gfx1250:  # rule 20
-        hopper = {"consumer_partitions": consumer_partitions, "partial_blocks": partial_blocks,
-                  "pingpong": pingpong or None, "scale_partition": scale_partition,
-                  "split_k": None if split_k == 1 else split_k, "tail_split": None if tail_split == 1 else tail_split,
-                  "hoist_rows": hoist_rows, "swap_ab": swap_ab or None, "prefetch_operands": prefetch_operands}
-        if any(v is not None for v in hopper.values()):
-            given = ", ".join(f"{k}={v}" for k, v in hopper.items() if v is not None)
-            raise UnsupportedError(f"{given}: sm_90a schedule options; the gfx1250 schedule (rule 20) has none of "
-                                   "them. Fix: drop them, or plan for an sm_90a device")
-        return plan_gfx1250(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m, tdm_warps=tdm_warps)
-    if device.blackwell:  # rule 19
-        hopper = {"consumer_partitions": consumer_partitions, "partial_blocks": partial_blocks,
-                  "pingpong": pingpong or None, "scale_partition": scale_partition,
-                  "split_k": None if split_k == 1 else split_k, "tail_split": None if tail_split == 1 else tail_split,
-                  "hoist_rows": hoist_rows}
-        if any(v is not None for v in hopper.values()):
-            given = ", ".join(f"{k}={v}" for k, v in hopper.items() if v is not None)
-            raise UnsupportedError(f"{given}: sm_90a schedule options; the sm_100a schedule (rule 19) has none of "
-                                   "them. Fix: drop them, or plan for an sm_90a device")
-        if swap_ab is None:  # (as on sm_90a: any forced tile, depth or split turns rule 18 off)
-            swap_ab = all(f is None for f in (bm, bn, stages, split_k, tail_split)) and swap_decode(spec)
-        if swap_ab:  # rule 19 with rule 18: decode runs C^T = B^T A^T, the weight's rows on tcgen05's 128
-            if spec.swap_problems():
-                raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: "
-                                       f"{'; '.join(spec.swap_problems())}; drop swap_ab")
-            tokens = bn or swap_tokens(spec.m)
-            try:
-                plan = plan_blackwell(spec.swapped(), device, bm=bm, bn=tokens, stages=stages, group_m=group_m,
-                                      scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
-            except UnsupportedError as e:
-                raise UnsupportedError(f"swap_ab=True (rule 18) for {spec.short()}: its tiles of C^T are {bm or 128} "
-                                       f"rows of N by {tokens} of M, and the swapped problem has no such plan: {e}"
-                                       ) from None
-            return replace(plan, swap_ab=True)
-        return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
-                              scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
+    if device.target is not Target.SM90A:  # rules 19 and 20: their own planners, without sm_90a's options
+        given = {"consumer_partitions": consumer_partitions, "partial_blocks": partial_blocks,
+                 "pingpong": pingpong or None, "scale_partition": scale_partition,
+                 "split_k": None if split_k == 1 else split_k, "tail_split": None if tail_split == 1 else tail_split,
+                 "hoist_rows": hoist_rows, "stream_k": stream_k or None, "cluster": None if cluster == 1 else cluster,
+                 "swap_ab": swap_ab or None, "prefetch_operands": prefetch_operands}
+        rule, kept = _OTHER_RULES[device.target]
+        forced_here = {k: v for k, v in given.items() if v is not None and k not in kept}
+        if forced_here:
+            names = ", ".join(f"{k}={v}" for k, v in forced_here.items())
+            raise UnsupportedError(f"{names}: sm_90a schedule options; the {device.target} schedule ({rule}) has none "
+                                   "of them. Fix: drop them, or plan for an sm_90a device")
+        if device.gfx1250:
+            return plan_gfx1250(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m, tdm_warps=tdm_warps)
+        return _plan_sm100(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m, scalar_columns=scalar_columns,
+                           prefetch_operands=prefetch_operands, swap_ab=swap_ab,
+                           split_forced=split_k is not None or tail_split is not None)
     if spec.is_fp4:
         raise UnsupportedError(f"{device.name} (sm_90a) has no fp4 MMA: MX fp4 and NVFP4 (e2m1) plan for sm_100a's "
                                f"block-scaled tcgen05 MMA only, got {spec.scale.value} scales. Fix: plan for an "

@@ -10,7 +10,7 @@ import pytest
 
 from warploom import Accumulation, DType, GemmSpec, ScaleRecipe
 from warploom.device import B200, GFX1250, H100_SXM
-from warploom.errors import TargetError, VerificationError
+from warploom.errors import TargetError, UnsupportedError, VerificationError
 from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import Plan, plan_schedule
@@ -133,3 +133,16 @@ def test_ops_derive_from_the_open_base_and_live_beside_their_target() -> None:
             if other is not target:
                 assert not theirs & ops_set, (target, sorted(c.__name__ for c in theirs & ops_set))
     assert not issubclass(ir.Loop, ir.Op) and not issubclass(ir.TmemScales, ir.Op)  # a loop and a value, not ops
+
+
+@pytest.mark.parametrize("device,rule", [(B200, "rule 19"), (GFX1250, "rule 20")])
+@pytest.mark.parametrize("forced", [dict(cluster=2), dict(stream_k=2), dict(pingpong=True), dict(split_k=2),
+                                    dict(tail_split=2), dict(scale_partition=True), dict(hoist_rows=True)],
+                         ids=lambda d: next(iter(d)))
+def test_other_targets_refuse_sm90_options_by_name(device: object, rule: str, forced: dict) -> None:
+    """An sm_90a schedule option forced on another target's planner is refused by name, never ignored (a 2-CTA
+    cluster was planned as one CTA per tile there)."""
+    with pytest.raises(UnsupportedError, match=f"{next(iter(forced))}=.*the {device.target} schedule \\({rule}\\)"):
+        plan_schedule(GemmSpec(4096, 4096, 4096), device, **forced)  # type: ignore[arg-type]
+    assert plan_schedule(GemmSpec(4096, 4096, 4096), device, cluster=1, stream_k=0, split_k=1).target \
+        is device.target  # the values that mean "none" are no forcing
