@@ -26,7 +26,7 @@ from warploom.epilogue.compose import with_prologue
 from warploom.epilogue.graph import OutputLayout
 from warploom.epilogue.operands import OperandKind
 from warploom.errors import AlignmentError, DeviceError, InputError
-from warploom.spec import GemmSpec
+from warploom.spec import GemmSpec, Grouping
 
 # scaled_mm's own operands, in front of the user's (epilogue/compose.py).
 RESERVED = ("scale_a", "scale_b", "bias")
@@ -83,7 +83,8 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
                               f"move it with {name}.to(a.device)")
     if scale_a is not None:
         _no_reserved_parameter(epilogue)
-    user = classify_all(operands, out_shape, a.device)
+    # (an M-grouped call's operands may hold one value set per expert: classify.py's rule)
+    user = classify_all(operands, out_shape, a.device, spec.groups if spec.grouping is Grouping.OFFSETS else 0)
     g = capture(epilogue, user, out_shape=out_shape, device=a.device)
     tensors: dict[str, Any] = dict(operands)
     mainloop_scales: dict[str, Any] = {}

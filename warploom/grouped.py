@@ -46,8 +46,14 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     `epilogue` (M-grouped only): a function of the fp32 accumulator and `operands`, fused as `warploom.matmul`'s is
     (warploom/fused.py), with one output. Operands are shaped against the (total_M, N) result, so a per-row operand
     (total_M, 1) and a dense (total_M, N) one are indexed in the grouped row space (row r of a's);
-    a per-column (N,) one is shared by every group. E.g. an MoE layer's up projection with its SiLU-mul:
-    ``grouped_mm(x, w_up, offs, epilogue=lambda acc, gate: F.silu(gate) * acc, gate=x_gate)``."""
+    a per-column (N,) one is shared by every group. A per-expert one holds one value set per group: (G, N) or
+    (G, 1, N) adds row g along N to expert g's rows (an MoE layer's per-expert bias), (G,) or (G, 1, 1) gives them
+    value g (a per-expert output scale); (G, N) and (G,) mean that only where they do not already broadcast to
+    (total_M, N) (G == total_M, G == N), the 3-D forms always (epilogue/classify.py). E.g. an MoE layer's up
+    projection with its SiLU-mul: ``grouped_mm(x, w_up, offs, epilogue=lambda acc, gate: F.silu(gate) * acc,
+    gate=x_gate)``; with per-expert biases ``epilogue=lambda acc, bias: acc + bias, bias=b_up`` (b_up (G, N)).
+    torch._grouped_mm's own ``bias`` argument is refused by torch 2.11-2.13 ("Bias not supported yet"), so there is
+    no ``bias=`` here beyond such an operand."""
     call = grouped_call(a, b, offs, masked_m, out_dtype)
     if epilogue is None:
         if operands:
@@ -106,10 +112,7 @@ def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.
     dtype = spec.output_dtypes()[0].torch  # (out_dtype, or a fused epilogue's output's)
     if spec.m == 0 or spec.n == 0 or spec.k == 0:  # no kernel: an empty result, or a sum over nothing
         if spec.epilogue is not None and spec.m and spec.n:  # the epilogue of a zero accumulator
-            from warploom.epilogue.reference import evaluate
-
-            zero = torch.zeros((spec.m, spec.n), dtype=torch.float32, device=a.device)
-            return evaluate(spec.epilogue, zero, operands or {}, out_dtype=spec.out_dtype)[0]
+            return _zero_k_epilogue(call, operands or {})
         out = torch.zeros(call.out_shape, dtype=dtype, device=a.device)
         return out
     kernel = build(spec, device_for(a))
@@ -127,6 +130,26 @@ def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.
     with torch.cuda.device(a.device):
         _launcher(kernel)(a, call.b, call.bounds, out, scale_a, scale_b, operands)
     return out.reshape(call.out_shape)
+
+
+def _zero_k_epilogue(call: GroupedCall, operands: dict[str, Any]) -> torch.Tensor:
+    """K == 0: the epilogue of a zero accumulator, no kernel. With per-expert operands each group's rows read their
+    group's slice, so the bounds are read on the host here (only here: a degenerate call launches nothing)."""
+    from warploom.epilogue.reference import evaluate, evaluate_tile
+    from warploom.ir.raster import group_bounds
+
+    spec, dev = call.spec, call.a.device
+    g = spec.epilogue
+    assert g is not None
+    zero = torch.zeros((spec.m, spec.n), dtype=torch.float32, device=dev)
+    if not any(s.per_group for s in g.operands):
+        return evaluate(g, zero, operands, out_dtype=spec.out_dtype)[0]
+    out = torch.zeros((spec.m, spec.n), dtype=spec.output_dtypes()[0].torch, device=dev)
+    for grp, (s, e) in enumerate(group_bounds(spec.grouping, call.bounds.tolist(), spec.m)):
+        if e > s:
+            out[s:e] = evaluate_tile(g, zero[s:e], operands, range(s, e), range(spec.n), out_shape=(spec.m, spec.n),
+                                     out_dtype=spec.out_dtype, group=grp)[0]
+    return out
 
 
 @functools.lru_cache(maxsize=64)

@@ -99,3 +99,30 @@ def test_fused_epilogue_on_grouped_compiles(bm: int, bn: int) -> None:
     assert c.count("HGMMA") > 0 and c.spills == 0 and not c.wgmma_serialized, c.summary()
     assert c.smem_bytes <= SMEM_LIMIT
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx
+
+
+def _per_expert(bm: int, bn: int):  # noqa: ANN202
+    """An MoE down projection's epilogue: a (G, N) bf16 bias and a (G,) fp32 output scale per expert, a per-row
+    routing weight."""
+    import torch
+
+    from warploom.fused import fused_spec
+    from warploom.planner import plan_schedule
+
+    spec = GemmSpec(8192, 4096, 2048, grouping=OFF, groups=8)
+    ops = {"bias": torch.empty(8, 4096, dtype=torch.bfloat16), "scale": torch.empty(8), "weight": torch.empty(8192, 1)}
+    fs, _ = fused_spec(spec, torch.empty(8192, 2048, dtype=torch.bfloat16),
+                       lambda acc, bias, scale, weight: (acc + bias) * scale * weight, ops)
+    return build(fs, H100_SXM, plan_schedule(fs, H100_SXM, bm=bm, bn=bn))
+
+
+@pytest.mark.parametrize("bm,bn", [(128, 256), (128, 128), (64, 128)])
+def test_per_expert_epilogue_operands_compile(bm: int, bn: int, spill_budget: int) -> None:
+    """Per-expert operands read at the tile's group (``bias_ptr + grp * 4096``, ``scale_ptr + grp``): no spills, both
+    store paths."""
+    k = _per_expert(bm, bn)
+    assert "gl.load(bias_ptr + grp * 4096 + ep_cols_" in k.gluon.text and "gl.load(scale_ptr + grp)" in k.gluon.text
+    c = k.compile("sm_90a")
+    assert c.count("HGMMA") > 0 and c.spills <= spill_budget and not c.wgmma_serialized, c.summary()
+    assert c.smem_bytes <= SMEM_LIMIT
+    assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx

@@ -233,3 +233,38 @@ def test_fused_silu_mul_epilogue(experts: int, rows: int, n: int, k: int) -> Non
         end = _rows(offs)
         ref = fn(torch._grouped_mm(a, w, offs=offs).float(), gate, weight)
         assert _err(out[:end], ref[:end]) < 1e-2, f"routing {seed}"
+
+
+# ---- per-expert epilogue operands: a (G, N) bias and a (G,) output scale read at each tile's expert ----
+
+def _per_expert_ref(y: torch.Tensor, offs: torch.Tensor, bias: torch.Tensor, scale: torch.Tensor,
+                    weight: torch.Tensor) -> torch.Tensor:
+    """torch's own: the expert of each row from offs, its bias row and scale gathered, in fp32."""
+    rows = torch.arange(y.shape[0], device=y.device, dtype=offs.dtype)
+    e = torch.searchsorted(offs, rows, right=True).clamp(max=bias.shape[0] - 1)
+    return (y.float() + bias.reshape(bias.shape[0], -1).float()[e]) * scale.reshape(-1)[e, None] * weight
+
+
+@pytest.mark.parametrize("experts,rows,n,k", [(8, 8192, 4096, 2048), (32, 3000, 1536, 1024), (4, 100, 2048, 512)])
+@pytest.mark.parametrize("three_d", [False, True])
+def test_per_expert_bias_and_scale(experts: int, rows: int, n: int, k: int, three_d: bool) -> None:
+    def fn(acc: torch.Tensor, bias: torch.Tensor, scale: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return (acc + bias) * scale * weight
+
+    torch.manual_seed(experts)
+    offs = _routing(experts, experts, rows)
+    a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+    bias = torch.randn(experts, n, device="cuda", dtype=torch.bfloat16) * 8  # (large: a wrong expert's row shows)
+    scale = torch.rand(experts, device="cuda") * 3 + 0.25
+    if three_d:
+        bias, scale = bias.reshape(experts, 1, n), scale.reshape(experts, 1, 1)
+    weight = torch.rand(rows, 1, device="cuda")
+    graph, out = _graph(lambda: warploom.grouped_mm(a, w, offs, epilogue=fn, bias=bias, scale=scale, weight=weight))
+    for seed in (experts, experts + 1):  # (the captured routing, then another changed in place)
+        offs.copy_(_routing(seed, experts, rows))
+        graph.replay()
+        torch.cuda.synchronize()
+        end = _rows(offs)
+        ref = _per_expert_ref(torch._grouped_mm(a, w, offs=offs), offs, bias, scale, weight)
+        assert _err(out[:end], ref[:end]) < 1e-2, f"routing {seed}"

@@ -1,6 +1,6 @@
 """Grouped GEMMs on sm_90a (ir.Tiling.grouping): the group scan helpers and the partition emitter's differences.
 
-A grouped kernel is the sm_90a kernel with three changes, all here (and a fourth for blockwise fp8: the scale_b
+A grouped kernel is the sm_90a kernel with four changes, all here (and a fifth for blockwise fp8: the scale_b
 copy reads the tile's group's block, ``sb_ptr + grp * sb_stride_g``, of the (G, ceil(K/128), ceil(N/128)) scales;
 scale_a's rows are A's, a 3-D A's flattened, so its copy is the ungrouped one):
 
@@ -13,6 +13,8 @@ scale_a's rows are A's, a 3-D A's flattened, so its copy is the ungrouped one):
   the box's group and reads zeros, never the next group's rows. A is one 2-D descriptor over all rows: a tile's
   rows past its group's end read the next group's rows (or zeros past A), which only feed output rows that are
   dropped;
+- a per-expert epilogue operand (``OperandSpec.per_group``: a (G, N) bias, a (G,) scale) is read from the tile's
+  group's slice, ``bias_ptr + grp * stride``;
 - a TMA store of C is clipped at the group's last row: a column block whose rows all lie in the group is stored by
   TMA; one that crosses the group's end (a group's last, ragged tile) is read back from its staging buffer and
   stored by masked stores. One descriptor serves every group, so there is no device-side descriptor to build (that
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 from warploom.backends.codebuf import CodeBuffer
 from warploom.backends.gluon_sm90 import GluonSource, PartitionEmitter, lower, slot_index, store_desc
+from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.ir.raster import tma_k_align
@@ -76,6 +79,13 @@ class GroupedEmitter(PartitionEmitter):
                 self._clipped_store(o)
             case _:
                 super().op(o)
+
+    def operand_ptr(self, spec: OperandSpec) -> str:
+        # a per-expert operand ((G, N) bias, (G,) scale): the tile's group's slice, never a neighbour expert's
+        if not spec.per_group:
+            return super().operand_ptr(spec)
+        grp = "grp.to(gl.int64)" if spec.span() >= 2**31 else "grp"
+        return f"{spec.name}_ptr + {grp}" + (f" * {spec.group_stride}" if spec.group_stride != 1 else "")
 
     def _load_b(self, o: ir.TmaLoad) -> None:
         d = self.depth[o.slot.cursor]

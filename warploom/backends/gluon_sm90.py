@@ -17,6 +17,7 @@ from warploom.backends.codebuf import CodeBuffer
 from warploom.backends.group_scan import group_helpers
 from warploom.dtypes import DType
 from warploom.epilogue.graph import GROUP, OutputLayout
+from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.spec import MX_BLOCK, SCALE_BLOCK, ALayout, BLayout, GemmSpec, ScaleRecipe
@@ -708,7 +709,7 @@ class PartitionEmitter:
         g = self.m.spec.epilogue
         assert g is not None
         spec = g.operand(o.operand)
-        var, ptr = f"{o.operand}_{o.acc}_{o.part}", f"{o.operand}_ptr"
+        var, ptr = f"{o.operand}_{o.acc}_{o.part}", self.operand_ptr(spec)
         if o.buffer is not None:
             # The block's TMA copy was started by its prefetch_operand; the buffer's private mbarrier flips its
             # phase once per copy.
@@ -733,6 +734,10 @@ class PartitionEmitter:
                                 mask_n=f"{cols_v} < N", rs=str(rs), cs=str(cs))
         code, _, note = line.partition("  # ")
         self.buf.line(code, f"{printer.op(o)}: {note}" if note else printer.op(o))
+
+    def operand_ptr(self, spec: OperandSpec) -> str:
+        """Where a tile reads operand `spec` from (a grouped module's per-group operand: its group's slice)."""
+        return f"{spec.name}_ptr"
 
     def _block_origin(self, acc: str, part: int, parts: int) -> tuple[str, str, int]:
         """The output row and column where block `part` of `parts` of `acc` starts (expressions), and its width."""

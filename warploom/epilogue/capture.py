@@ -388,9 +388,10 @@ def _name(node: fx.Node) -> str:
 
 
 def _meta(s: OperandSpec) -> torch.Tensor:
-    """A meta tensor standing for operand `s`: its dtype and rank, canonical sizes by kind."""
+    """A meta tensor standing for operand `s`: its dtype and rank, canonical sizes by kind (a per-group operand's:
+    its one group's slice, as a tile reads it)."""
     shape = {0: (), 1: (_N0 if s.kind.varies_n else 1,),
-             2: (_M0 if s.kind.varies_m else 1, _N0 if s.kind.varies_n else 1)}[len(s.shape)]
+             2: (_M0 if s.kind.varies_m else 1, _N0 if s.kind.varies_n else 1)}[len(s.slice_shape()[0])]
     return torch.empty(shape, dtype=s.dtype.torch, device="meta")
 
 

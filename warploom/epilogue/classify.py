@@ -19,6 +19,17 @@ dimension does not vary). That is the cheaper kind to load (one vector per tile 
 unit-stride rule) and it is exact: with one output row, "the same value for every row" and "its own value per
 row" are the same statement. Likewise (M, 1) is a COLUMN when N == 1, and (1, 1) is a SCALAR.
 
+Grouped GEMMs (`groups` = G, an M-grouped call's experts; (M, N) is then the (total_M, N) result): an operand may
+also hold one value set per expert (`OperandSpec.per_group`), read at the tile's group g:
+
+    (G, 1, N) or (G, N)     ROW per group     row g added along N to the rows of expert g (a per-expert bias)
+    (G, 1, 1) or (G,)       SCALAR per group  value g (a per-expert output scale)
+
+The rule for shapes that could mean two things: a shape that broadcasts to (M, N) keeps that meaning, so (G, N) is
+per-expert only where G is neither 1 nor M, and (G,) only where G is neither 1 nor N; the 3-D forms never broadcast
+(an epilogue sees a 2-D output) and are per-expert always, so they are the way to say it when G == M or G == N. With
+G == 1 both meanings are one.
+
 Every function here reads only shapes, strides, dtypes and devices, so fake and meta tensors work. Sizes are
 taken as Python ints (symbolic sizes are not supported).
 """
@@ -36,10 +47,11 @@ from warploom.epilogue.operands import OPERAND_DTYPES, OperandKind, OperandSpec,
 from warploom.errors import AlignmentError, DeviceError, DTypeError, InputError, ShapeError
 
 
-def classify(name: str, t: Any, out_shape: tuple[int, int], device: Any = None) -> OperandSpec:
+def classify(name: str, t: Any, out_shape: tuple[int, int], device: Any = None, groups: int = 0) -> OperandSpec:
     """Classify operand tensor `t` (passed as ``name=t``) for an output of shape `out_shape` (M, N).
 
-    `device`, when given, is the device every operand must be on (the GEMM's inputs' device).
+    `device`, when given, is the device every operand must be on (the GEMM's inputs' device). `groups`, an M-grouped
+    call's expert count (0: not grouped), admits per-expert operands (module docstring).
     Raises DTypeError, DeviceError, ShapeError or AlignmentError naming `name`.
     """
     check_name(name)
@@ -59,13 +71,15 @@ def classify(name: str, t: Any, out_shape: tuple[int, int], device: Any = None) 
     shape = tuple(int(s) for s in t.shape)
     strides = tuple(int(s) for s in t.stride())
     got = f"shape {shape} with strides {strides}"
+    if groups and _read_per_group(shape, m, n, groups):
+        return _per_group(name, dtype, shape, strides, m, n, groups)
     if len(shape) > 2:
-        raise ShapeError(name, _expected(m, n), got, _fix(name, shape, m, n))
+        raise ShapeError(name, _expected(m, n, groups), got, _fix(name, shape, m, n, groups))
     # Right-align with (M, N), as torch broadcasting does: () -> (1, 1), (L,) -> (1, L).
     rows, cols = ((1, 1) + shape)[-2:]
     rs, cs = ((0, 0) + strides)[-2:]
     if rows not in (1, m) or cols not in (1, n):
-        raise ShapeError(name, _expected(m, n), got, _fix(name, shape, m, n))
+        raise ShapeError(name, _expected(m, n, groups), got, _fix(name, shape, m, n, groups))
     varies_m = rows == m and m > 1 and rs != 0
     varies_n = cols == n and n > 1 and cs != 0
     kind = OperandKind.of(varies_m, varies_n)
@@ -78,19 +92,55 @@ def classify(name: str, t: Any, out_shape: tuple[int, int], device: Any = None) 
     return OperandSpec(name, kind, dtype, shape, strides)
 
 
-def classify_all(operands: Mapping[str, Any], out_shape: tuple[int, int], device: Any = None
+def classify_all(operands: Mapping[str, Any], out_shape: tuple[int, int], device: Any = None, groups: int = 0
                  ) -> tuple[OperandSpec, ...]:
     """`classify` each ``name=tensor`` of `operands`, keeping their order."""
-    return tuple(classify(k, v, out_shape, device) for k, v in operands.items())
+    return tuple(classify(k, v, out_shape, device, groups) for k, v in operands.items())
 
 
-def _expected(m: int, n: int) -> str:
+def _read_per_group(shape: tuple[int, ...], m: int, n: int, groups: int) -> bool:
+    """Whether a grouped call reads `shape` per expert (the module docstring's rule): a 3-D one always; (G, N) and
+    (G,) where they do not already broadcast to (M, N)."""
+    if len(shape) == 3:
+        return True
+    if len(shape) == 2:
+        return shape == (groups, n) and groups not in (1, m)
+    return shape == (groups,) and groups not in (1, n)
+
+
+def _per_group(name: str, dtype: DType, shape: tuple[int, ...], strides: tuple[int, ...], m: int, n: int,
+               groups: int) -> OperandSpec:
+    """A per-expert operand: (G, N) or (G, 1, N) one row per group, (G,) or (G, 1, 1) one value per group."""
+    ok = shape in ((groups, n), (groups,), (groups, 1, n), (groups, 1, 1))
+    if not ok:
+        raise ShapeError(name, f"a per-expert epilogue operand of this {groups}-expert call: ({groups}, 1, {n}) or "
+                         f"({groups}, {n}) one row per expert, ({groups}, 1, 1) or ({groups},) one value per expert",
+                         f"shape {shape} with strides {strides}",
+                         f"give {name} one slice per expert of b ({groups}), e.g. {name}.reshape({groups}, 1, {n})"
+                         if len(shape) == 3 and shape[0] != groups else
+                         f"reshape {name} to ({groups}, 1, {n}) or ({groups}, 1, 1)")
+    row = len(shape) > 1 and shape[-1] == n and n > 1 and strides[-1] != 0
+    return OperandSpec(name, OperandKind.ROW if row else OperandKind.SCALAR, dtype, shape, strides, per_group=True)
+
+
+def _expected(m: int, n: int, groups: int = 0) -> str:
+    per_group = (f"; or per expert (of {groups}): ({groups}, 1, {n}) or ({groups}, {n}) one row each, ({groups}, 1, 1) "
+                 f"or ({groups},) one value each") if groups else ""
     return (f"an epilogue operand that broadcasts to the ({m}, {n}) output: ({m}, {n}) dense, ({m}, 1) per-row, "
-            f"({n},) or (1, {n}) per-column, or a single element")
+            f"({n},) or (1, {n}) per-column, or a single element{per_group}")
 
 
-def _fix(name: str, shape: tuple[int, ...], m: int, n: int) -> str:
-    """The likely mistake behind a shape that does not broadcast, and its fix."""
+def _fix(name: str, shape: tuple[int, ...], m: int, n: int, groups: int = 0) -> str:
+    """The likely mistake behind a shape that does not broadcast, and its fix (and, for a shape that would be one
+    row or value per expert, where such operands are taken)."""
+    fix = _shape_fix(name, shape, m, n)
+    if not groups and (len(shape) == 3 and shape[1:] in ((1, n), (1, 1)) or len(shape) == 2 and shape[1] == n):
+        fix += (f"; if {name} holds one row per expert, only warploom.grouped_mm's M-grouped call (a 2-D a with offs "
+                f"over a 3-D b) reads it so: here pass {name}[expert_of_row] ({m}, {n})")
+    return fix
+
+
+def _shape_fix(name: str, shape: tuple[int, ...], m: int, n: int) -> str:
     if len(shape) > 2:
         return (f"an epilogue sees one (M, N) output; reshape {name} to 2-D (e.g. {name}.reshape({m}, {n})) or "
                 "squeeze its size-1 dimensions")

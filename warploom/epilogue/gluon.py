@@ -256,17 +256,19 @@ def load_operand(spec: OperandSpec, var: str, ptr: str, *, offs_m: str, offs_n: 
     layout's slices (``gl.SliceLayout(1, layout)`` and ``gl.SliceLayout(0, layout)``), `mask_m`/`mask_n` their
     in-bounds masks, and `rs`/`cs` expressions for `spec.mn_strides()` (arguments or literals). Out-of-bounds
     rows and columns read 0.0, as `reference.evaluate_tile` says. An operand whose elements lie 2**31 or more
-    apart (`OperandSpec.span`) is addressed with 64-bit offsets, as its offsets would overflow int32.
+    apart (`OperandSpec.span`) is addressed with 64-bit offsets, as its offsets would overflow int32. A per-group
+    operand's `ptr` is its tile's group's slice (the grouped emitter's `operand_ptr`).
     """
     f32 = ".to(gl.float32)"
     if spec.span() >= 2**31:  # offsets past int32: the index vectors go 64-bit (only then: they cost registers)
         offs_m, offs_n = f"{offs_m}.to(gl.int64)", f"{offs_n}.to(gl.int64)"
+    mine = "the tile's group's " if spec.per_group else ""  # (`ptr` is then the group's slice)
     match spec.kind:
         case OperandKind.SCALAR:
-            return f"{var} = gl.load({ptr}){f32}  # {spec.name}: scalar"
+            return f"{var} = gl.load({ptr}){f32}  # {spec.name}: {mine}scalar"
         case OperandKind.ROW:
             return (f"{var} = gl.expand_dims(gl.load({ptr} + {offs_n} * {cs}, mask={mask_n}, other=0.0){f32}, 0)"
-                    f"  # {spec.name}: row, [1, BN]")
+                    f"  # {spec.name}: {mine}row, [1, BN]")
         case OperandKind.COLUMN:
             return (f"{var} = gl.expand_dims(gl.load({ptr} + {offs_m} * {rs}, mask={mask_m}, other=0.0){f32}, 1)"
                     f"  # {spec.name}: column, [BM, 1]")

@@ -3,6 +3,11 @@
 Plain data, no torch: the epilogue graph, the printer and the Gluon emitter read it; `classify.py` makes it
 from a user tensor. The kind decides what one output tile needs loaded: a DENSE operand a (BM, BN) tile, a
 COLUMN one BM values (one per output row), a ROW one BN values (one per output column), a SCALAR one value.
+
+A grouped GEMM's operand may hold one value set per expert (`OperandSpec.per_group`): its first dimension is the
+group, and a tile of group g reads slice g, a ROW (G, N) or (G, 1, N) its row g, a SCALAR (G,) or (G, 1, 1) its g-th
+value. The kind describes the slice, so the graph, its register shapes and its Gluon math are those of a plain row
+or scalar; only the load's base moves (``ptr + grp * group_stride``).
 """
 
 from __future__ import annotations
@@ -79,7 +84,10 @@ class OperandSpec:
         name: the keyword the user passed it under; also the epilogue function's parameter name.
         kind: how it varies over the (M, N) output.
         dtype: its element type (fp32, bf16 or fp16); the epilogue converts it to fp32 exactly.
-        shape, strides: the tensor's own shape and strides, in elements (0-, 1- or 2-D).
+        shape, strides: the tensor's own shape and strides, in elements (0-, 1- or 2-D; a per-group one's 1-, 2- or
+            3-D, its first dimension the group).
+        per_group: a grouped GEMM's per-expert operand: a tile of group g reads slice ``t[g]`` (its kind is the
+            slice's: ROW or SCALAR), at ``group_stride`` elements per group.
     """
 
     name: str
@@ -87,17 +95,30 @@ class OperandSpec:
     dtype: DType
     shape: tuple[int, ...]
     strides: tuple[int, ...]
+    per_group: bool = False
 
     def __post_init__(self) -> None:
         check_name(self.name)
-        if len(self.shape) != len(self.strides) or len(self.shape) > 2:
+        if len(self.shape) != len(self.strides) or len(self.shape) > 2 + self.per_group:
             raise ValueError(f"OperandSpec {self.name}: shape {self.shape} and strides {self.strides} must "
-                             "have the same length, at most 2")
+                             f"have the same length, at most {2 + self.per_group}")
+        if self.per_group and (not self.shape or self.kind.varies_m):
+            raise ValueError(f"OperandSpec {self.name}: a per-group operand is a row or a scalar per group, with "
+                             f"the group first; got {self.kind.value} of shape {self.shape}")
         if self.dtype not in OPERAND_DTYPES:
             raise ValueError(f"OperandSpec {self.name}: dtype {self.dtype} not in {OPERAND_DTYPES}")
         if self.kind is OperandKind.DENSE and self.mn_strides()[1] != 1:
             raise ValueError(f"OperandSpec {self.name}: a dense operand needs a unit inner stride, got "
                              f"{self.strides}")
+
+    @property
+    def group_stride(self) -> int:
+        """Elements between consecutive groups' slices of a per-group operand (0 for any other)."""
+        return self.strides[0] if self.per_group else 0
+
+    def slice_shape(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The shape and strides one tile reads: a per-group operand's one group's slice, any other's whole."""
+        return (self.shape[1:], self.strides[1:]) if self.per_group else (self.shape, self.strides)
 
     def span(self) -> int:
         """The distance in elements between the operand's first and last element (the largest offset a load
@@ -111,6 +132,8 @@ class OperandSpec:
         transposed, `GemmSpec.swap_problems` says so first)."""
         if self.kind is OperandKind.DENSE:
             raise ValueError(f"OperandSpec {self.name}: a dense operand read transposed has no unit inner stride")
+        if self.per_group:  # (grouped GEMMs never swap: GemmSpec.swap_problems)
+            raise ValueError(f"OperandSpec {self.name}: a per-group operand is never read transposed")
         kind = {OperandKind.ROW: OperandKind.COLUMN, OperandKind.COLUMN: OperandKind.ROW}.get(self.kind, self.kind)
         if len(self.shape) == 1:
             return OperandSpec(self.name, kind, self.dtype, (self.shape[0], 1), (self.strides[0], 0))
@@ -122,9 +145,10 @@ class OperandSpec:
         A stride is 0 along a dimension the operand does not vary along, whatever the tensor's own stride
         there (a size-1 dimension's stride is arbitrary in torch, and an expanded view's is already 0).
         """
-        if not self.shape:
+        shape, strides = self.slice_shape()  # (a per-group operand's: one group's slice, after its base)
+        if not shape:
             return (0, 0)
         # A 1-D operand is a row (N,): torch broadcasting aligns it with the output's last dimension.
-        rs = self.strides[0] if len(self.shape) == 2 else 0
-        cs = self.strides[-1]
+        rs = strides[0] if len(shape) == 2 else 0
+        cs = strides[-1]
         return (rs if self.kind.varies_m else 0, cs if self.kind.varies_n else 0)

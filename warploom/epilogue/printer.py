@@ -10,8 +10,9 @@ are numbered %0, %1, ... in definition order. For example::
       %3 = add %2, residual
       return %3, %0 as bf16
 
-The text depends only on the graph's structure, its operands' names, kinds and dtypes and its output dtypes,
-not on operand shapes or strides, so equal texts mean the same generated epilogue code.
+The text depends only on the graph's structure, its operands' names, kinds (a grouped GEMM's per-expert operand
+prints ``bias: row per group bf16``) and dtypes and its output dtypes, not on operand shapes or strides, so equal
+texts mean the same generated epilogue code.
 """
 
 from __future__ import annotations
@@ -85,7 +86,8 @@ def output(o: eg.Output, ns: tuple[str, ...]) -> str:
 
 
 def header(g: eg.EpilogueGraph) -> str:
-    ops = "".join(f", {s.name}: {s.kind.value} {s.dtype.value}" for s in g.operands)
+    ops = "".join(f", {s.name}: {s.kind.value}{' per group' if s.per_group else ''} {s.dtype.value}"
+                  for s in g.operands)
     return f"epilogue({ACC}{ops})"
 
 

@@ -123,6 +123,10 @@ def evaluate(g: eg.EpilogueGraph, acc: torch.Tensor, operands: Mapping[str, torc
     (M, N) tensor of its stored dtype (an output without one gets `out_dtype`, or stays fp32 when that is None).
     """
     m, n = acc.shape
+    per_group = [s.name for s in g.operands if s.per_group]
+    if per_group:  # (whose rows read which slice is the grouping's: evaluate_tile each group's rows)
+        raise ValueError(f"evaluate: per-group operands ({', '.join(per_group)}) need each group's rows apart: use "
+                         "evaluate_tile(..., group=g) on them")
     outs = evaluate_tile(g, acc, operands, range(m), range(n), out_shape=(m, n), out_dtype=out_dtype)
     # A groups output (a 1x128 scale) is constant along each group: one column per group, (M, ceil(N/128)).
     return tuple(v[:, ::eg.GROUP].contiguous() if o.layout is eg.OutputLayout.GROUPS else v
@@ -154,11 +158,13 @@ def block_amax(x: torch.Tensor, col0: int, n: int) -> torch.Tensor:
 
 def evaluate_tile(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, torch.Tensor],
                   rows: range | slice, cols: range | slice, *, out_shape: tuple[int, int],
-                  out_dtype: DType | None = None, amax: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+                  out_dtype: DType | None = None, amax: torch.Tensor | None = None, group: int = 0
+                  ) -> tuple[torch.Tensor, ...]:
     """`evaluate` on one tile: output rows `rows` and columns `cols` (step 1) of an `out_shape` (M, N) output.
 
     `acc_tile` is (len(rows), len(cols)). Each operand is read by its kind: a DENSE one as the matching tile,
-    a COLUMN one as one value per row, a ROW one as one value per column, a SCALAR one as its single value.
+    a COLUMN one as one value per row, a ROW one as one value per column, a SCALAR one as its single value; a
+    per-group one (a grouped GEMM's per-expert operand) from its slice `group`, the tile's group.
     Rows or columns past the output's edge (a tile overhanging M or N) read as 0.0, as the GPU's masked loads
     do; the store drops those elements, so they never reach the result.
 
@@ -176,8 +182,8 @@ def evaluate_tile(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping
     if missing:
         raise InputError(missing[0], "a tensor for every operand of the epilogue graph",
                          f"operands {sorted(operands)}", f"pass {missing[0]}=...")
-    return _outputs(g, _values(g, acc_tile, operands, (m, n), (r0, r1), (c0, c1), amax), (r1 - r0, c1 - c0),
-                    out_dtype)
+    return _outputs(g, _values(g, acc_tile, operands, (m, n), (r0, r1), (c0, c1), amax, group=group),
+                    (r1 - r0, c1 - c0), out_dtype)
 
 
 def values_before_amax(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, torch.Tensor],
@@ -195,8 +201,8 @@ def values_before_amax(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Ma
 
 def _values(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, torch.Tensor],
             out_shape: tuple[int, int], rows: tuple[int, int], cols: tuple[int, int], amax: torch.Tensor | None,
-            stop: int | None = None) -> list[torch.Tensor]:
-    """Every node's value on the tile (up to node `stop`, excluded, when given)."""
+            stop: int | None = None, group: int = 0) -> list[torch.Tensor]:
+    """Every node's value on the tile (up to node `stop`, excluded, when given) of group `group`."""
     (m, n), (r0, r1), (c0, c1) = out_shape, rows, cols
     vals: list[torch.Tensor] = []
     for i, nd in enumerate(g.nodes):
@@ -207,7 +213,7 @@ def _values(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, 
                 vals.append(acc_tile.float())
             case eg.Operand():
                 spec = g.operand(nd.name)
-                vals.append(_operand_tile(spec, operands[nd.name], (m, n), (r0, r1), (c0, c1)))
+                vals.append(_operand_tile(spec, operands[nd.name], (m, n), (r0, r1), (c0, c1), group))
             case eg.Const():
                 vals.append(const(nd.value))
             case eg.GroupAmax() if amax is not None:
@@ -235,8 +241,9 @@ def _bounds(r: range | slice, size: int) -> tuple[int, int]:
 
 
 def _operand_tile(spec: OperandSpec, t: torch.Tensor, out_shape: tuple[int, int], rows: tuple[int, int],
-                  cols: tuple[int, int]) -> torch.Tensor:
-    """The operand's values for one tile, in fp32: DENSE (R, C), COLUMN (R, 1), ROW (1, C), SCALAR (1, 1)."""
+                  cols: tuple[int, int], group: int = 0) -> torch.Tensor:
+    """The operand's values for one tile, in fp32: DENSE (R, C), COLUMN (R, 1), ROW (1, C), SCALAR (1, 1); a
+    per-group operand's from its slice `group`."""
     if tuple(t.shape) != spec.shape or tuple(t.stride()) != spec.strides:
         raise InputError(spec.name, f"the tensor classified as {spec.name} (shape {spec.shape}, strides "
                          f"{spec.strides})", f"shape {tuple(t.shape)}, strides {tuple(t.stride())}",
@@ -248,6 +255,10 @@ def _operand_tile(spec: OperandSpec, t: torch.Tensor, out_shape: tuple[int, int]
         r0, r1, m = 0, 1, 1
     if not spec.kind.varies_n:
         c0, c1, n = 0, 1, 1
+    if spec.per_group:  # the kernel's base pointer moves to the group's slice
+        if not 0 <= group < spec.shape[0]:
+            raise ValueError(f"operand {spec.name}: group {group} outside its {spec.shape[0]} per-group slices")
+        t = t[group]
     # The view the GPU addresses: element (i, j) at offset i * rs + j * cs.
     view = torch.as_strided(t, (m, n), spec.mn_strides(), t.storage_offset())
     out = torch.zeros(r1 - r0, c1 - c0, device=t.device)

@@ -44,7 +44,9 @@ def _epilogue_tag(spec: GemmSpec) -> str:
 
     from warploom.epilogue import printer
 
-    key = printer.text(spec.epilogue) + repr([(s.name, s.mn_strides()) for s in spec.epilogue.operands])
+    # (a per-group operand's group stride is compiled in too; only theirs, so other kernels keep their names)
+    key = printer.text(spec.epilogue) + repr([(s.name, s.mn_strides(), *((s.group_stride,) if s.per_group else ()))
+                                              for s in spec.epilogue.operands])
     return "_ep" + hashlib.sha1(key.encode()).hexdigest()[:10]
 
 

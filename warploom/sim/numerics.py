@@ -312,8 +312,9 @@ class CtaData:
         writes[off_m:off_m + h, col] += 1
 
     def apply(self, agent: int, acc: str, cols: tuple[int, int], off_m: int, off_n: int,
-              grouped: bool = False) -> None:
-        """The epilogue graph on columns `cols` of `acc`, which are output rows and columns from (off_m, off_n).
+              grouped: bool = False, group: int = 0) -> None:
+        """The epilogue graph on columns `cols` of `acc`, which are output rows and columns from (off_m, off_n),
+        of a tile of `group` (a grouped module's: the slice its per-group operands read).
 
         Operands are read from their tensors at this block's offsets: global memory is read-only, so a
         load_operand's registers hold exactly that unless the schedule loaded another block, which the machine
@@ -330,7 +331,7 @@ class CtaData:
             if grouped else None
         self.ep_outs[agent] = evaluate_tile(g, x, self.ops.epilogue, range(off_m, off_m + rows),
                                             range(off_n, off_n + width), out_shape=(m, n),
-                                            out_dtype=self.m.spec.out_dtype, amax=amax)
+                                            out_dtype=self.m.spec.out_dtype, amax=amax, group=group)
 
     def store_smem(self, agent: int, acc: str, buffer: str, cols: tuple[int, int], output: int | None = None,
                    transposed: bool = False) -> None:

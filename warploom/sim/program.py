@@ -307,6 +307,7 @@ class ApplyI:
     # A 1x128 quantization's: the output columns [start, stop) of the block's group within the accumulator, every
     # one of which a fold_amax of this tile must have folded in before the amax is read.
     amax_cols: tuple[int, int] | None = None
+    group: int = 0  # a grouped module's: the tile's group (the slice its per-group operands read)
 
 
 @dataclass(frozen=True, slots=True)
@@ -810,7 +811,7 @@ class _Interp:
                     if g.group_amax() is not None:
                         g0 = off_n // GROUP * GROUP
                         need = (max(g0, t.off_n + acc.col0), min(g0 + GROUP, t.off_n + acc.col0 + acc.cols))
-                    yield ApplyI(site, o.acc, cols, t.off_m + self.row0, off_n, need)
+                    yield ApplyI(site, o.acc, cols, t.off_m + self.row0, off_n, need, group=t.group)
                 case ir.FoldAmax() | ir.StoreScales():
                     t = self._tile(text)
                     g = self._graph(text)
