@@ -760,7 +760,7 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
 # The planners of the other targets, by target: the rule, and which of sm_90a's schedule options it takes too (a
 # forced option it does not take is refused by name rather than ignored).
 _OTHER_RULES: dict[Target, tuple[str, frozenset[str]]] = {
-    Target.SM100A: ("rule 19", frozenset({"swap_ab", "prefetch_operands"})),
+    Target.SM100A: ("rule 19", frozenset({"swap_ab", "prefetch_operands", "scalar_columns"})),
     Target.GFX1250: ("rule 20", frozenset()),
 }
 
@@ -835,7 +835,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                  "pingpong": pingpong or None, "scale_partition": scale_partition,
                  "split_k": None if split_k == 1 else split_k, "tail_split": None if tail_split == 1 else tail_split,
                  "hoist_rows": hoist_rows, "stream_k": stream_k or None, "cluster": None if cluster == 1 else cluster,
-                 "swap_ab": swap_ab or None, "prefetch_operands": prefetch_operands}
+                 "swap_ab": swap_ab or None, "prefetch_operands": prefetch_operands,
+                 "scalar_columns": None if scalar_columns else False}
         rule, kept = _OTHER_RULES[device.target]
         forced_here = {k: v for k, v in given.items() if v is not None and k not in kept}
         if forced_here:

@@ -137,11 +137,15 @@ def test_ops_derive_from_the_open_base_and_live_beside_their_target() -> None:
 
 @pytest.mark.parametrize("device,rule", [(B200, "rule 19"), (GFX1250, "rule 20")])
 @pytest.mark.parametrize("forced", [dict(cluster=2), dict(stream_k=2), dict(pingpong=True), dict(split_k=2),
-                                    dict(tail_split=2), dict(scale_partition=True), dict(hoist_rows=True)],
+                                    dict(tail_split=2), dict(scale_partition=True), dict(hoist_rows=True),
+                                    dict(scalar_columns=False)],
                          ids=lambda d: next(iter(d)))
 def test_other_targets_refuse_sm90_options_by_name(device: object, rule: str, forced: dict) -> None:
     """An sm_90a schedule option forced on another target's planner is refused by name, never ignored (a 2-CTA
-    cluster was planned as one CTA per tile there)."""
+    cluster was planned as one CTA per tile there); sm_100a's planner takes scalar_columns itself."""
+    if forced == {"scalar_columns": False} and device is B200:
+        assert plan_schedule(GemmSpec(4096, 4096, 4096), device, **forced).scalar_columns is False  # type: ignore
+        return
     with pytest.raises(UnsupportedError, match=f"{next(iter(forced))}=.*the {device.target} schedule \\({rule}\\)"):
         plan_schedule(GemmSpec(4096, 4096, 4096), device, **forced)  # type: ignore[arg-type]
     assert plan_schedule(GemmSpec(4096, 4096, 4096), device, cluster=1, stream_k=0, split_k=1).target \
