@@ -1153,17 +1153,25 @@ def latency_times(spec: GemmSpec, device: DeviceInfo) -> tuple[float, float, int
     tiles; pieces as rule 21 cuts them, each k-block SK_SLOWDOWN slower, SK_FIXUP_KBLOCKS per extra piece), and
     that count. Each is its start plus the longer of its k-blocks' latency and its tiles' operand bytes from L2."""
     k_tiles = k_blocks(spec)
-    row_bytes = spec.k * spec.a_dtype.bytes  # (one row of A or B: K elements)
-    tiles64 = math.ceil(spec.m / 64) * math.ceil(spec.n / 64)
-    t64 = LATENCY_START_US[64] + max(k_tiles * LATENCY_KBLOCK_US[64],
-                                     tiles64 * 128 * row_bytes / LATENCY_L2_BYTES_PER_US)
-    tiles = math.ceil(spec.m / 128) * math.ceil(spec.n / 128)
+    tiles = square_tiles(spec, 128)
     best = (float(k_tiles), 1)
     for p in (q for q in SK_PIECES if q <= k_tiles and tiles * q <= device.sm_count):
         best = min(best, (k_tiles / p * (1 + SK_SLOWDOWN) + (p - 1) * SK_FIXUP_KBLOCKS, p))
-    t128 = LATENCY_START_US[128] + max(best[0] * LATENCY_KBLOCK_US[128],
-                                       tiles * 256 * row_bytes / LATENCY_L2_BYTES_PER_US)
-    return t64, t128, best[1]
+    return latency_us(spec, 64, k_tiles), latency_us(spec, 128, best[0]), best[1]
+
+
+def square_tiles(spec: GemmSpec, size: int) -> int:
+    """How many size x size tiles C takes."""
+    return math.ceil(spec.m / size) * math.ceil(spec.n / size)
+
+
+def latency_us(spec: GemmSpec, size: int, kblocks: float) -> float:
+    """Rule 23's model of a CTA on a size x size tile (64 or 128) running `kblocks` k-blocks one after another: its
+    start plus the longer of those k-blocks' latency and every such tile's operand bytes from L2 (each tile reads
+    BM + BN rows of K)."""
+    row_bytes = spec.k * spec.a_dtype.bytes  # (one row of A or B: K elements)
+    return LATENCY_START_US[size] + max(kblocks * LATENCY_KBLOCK_US[size],
+                                        square_tiles(spec, size) * 2 * size * row_bytes / LATENCY_L2_BYTES_PER_US)
 
 
 # Rule 25 (docs/decisions/rule-25-latency-split-k.md): with at most a quarter of the SMs' worth of 128x128 tiles and
@@ -1186,11 +1194,7 @@ SPLIT_MIN_KBLOCKS = 32
 
 def split_time(spec: GemmSpec, ranges: int) -> float:
     """Rule 25's modeled microseconds for 128x128 tiles split into `ranges` k-ranges (one wave of units)."""
-    row_bytes = spec.k * spec.a_dtype.bytes
-    tiles = math.ceil(spec.m / 128) * math.ceil(spec.n / 128)
-    return (LATENCY_START_US[128] + max(math.ceil(k_blocks(spec) / ranges) * LATENCY_KBLOCK_US[128],
-                                        tiles * 256 * row_bytes / LATENCY_L2_BYTES_PER_US)
-            + SPLIT_FIXED_US + SPLIT_RANGE_US * ranges)
+    return latency_us(spec, 128, math.ceil(k_blocks(spec) / ranges)) + SPLIT_FIXED_US + SPLIT_RANGE_US * ranges
 
 
 def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
@@ -1204,7 +1208,7 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
     if not latency_kind(spec, device):
         return 1
     k_tiles = k_blocks(spec)
-    tiles = math.ceil(spec.m / 128) * math.ceil(spec.n / 128)
+    tiles = square_tiles(spec, 128)
     if tiles > device.sm_count // 4 or k_tiles < SPLIT_MIN_KBLOCKS:
         return 1
     fits = [r for r in range(2, SPLIT_MAX + 1) if tiles * r <= device.sm_count]
@@ -1214,7 +1218,7 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
         return 1
     t, ranges = min((split_time(spec, r), r) for r in options)
     t64, t128, pieces = latency_times(spec, device)
-    if math.ceil(spec.m / 64) * math.ceil(spec.n / 64) > device.sm_count:
+    if square_tiles(spec, 64) > device.sm_count:
         t64 = math.inf  # rule 23 plans no 64x64 tiles beyond one wave
     _note("128x128", f"split-K, {ranges} ranges", t,
           f"{tiles * ranges} units of {k_tiles // ranges}" + (f"-{k_tiles // ranges + 1}" if k_tiles % ranges else "")
@@ -1251,7 +1255,7 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     Promoted fp8, a bias, fused epilogues and operands that are not K-major: not measured at these sizes.)"""
     if not latency_kind(spec, device):
         return False
-    tiles64 = math.ceil(spec.m / 64) * math.ceil(spec.n / 64)
+    tiles64 = square_tiles(spec, 64)
     if tiles64 > device.sm_count:
         return False
     t64, t128, pieces = latency_times(spec, device)
