@@ -285,11 +285,11 @@ class PartitionEmitter:
             b.line("num_pid_m = gl.cdiv(M, BM)")
             b.line("num_pid_n = gl.cdiv(N, BN)")
             self._num_tiles()
-            if self.split and self.m.tiling.uneven_split:
-                b.line("k_all = gl.cdiv(K, BK)", "a tile's k-blocks; each unit takes its range of them")
-                b.line("num_units = num_tiles * SPLIT_K", "split-K: unit = split * num_tiles + tile")
-            elif self.split:
-                b.line("k_tiles = gl.cdiv(K, BK) // SPLIT_K", "k-blocks per work unit")
+            if self.split:
+                if self.m.tiling.uneven_split:
+                    b.line("k_all = gl.cdiv(K, BK)", "a tile's k-blocks; each unit takes its range of them")
+                else:
+                    b.line("k_tiles = gl.cdiv(K, BK) // SPLIT_K", "k-blocks per work unit")
                 b.line("num_units = num_tiles * SPLIT_K", "split-K: unit = split * num_tiles + tile")
             else:
                 b.line("k_tiles = gl.cdiv(K, BK)")
