@@ -60,6 +60,8 @@ CASES: dict[str, Case] = {
     "bf16_pingpong": Case(_bf16(1000, 1032, 776), (1000, 1032, 776), {"pingpong": True}, lambda p: p.pingpong),
     "bf16_split_k": Case(_bf16(300, 520, 4096), (300, 520, 4096), {"bm": 128, "bn": 128, "split_k": 4},
                          lambda p: p.split_k == 4),
+    "bf16_split_k_uneven": Case(_bf16(300, 520, 7 * 64 - 24), (300, 520, 7 * 64 - 24),
+                                {"bm": 128, "bn": 128, "split_k": 3}, lambda p: p.split_k == 3),  # (3, 2, 2)
     "bf16_tail": Case(_bf16(2000, 2056, 4608), (2000, 2056, 4608), {"bm": 128, "bn": 128, "tail_split": 2},
                       lambda p: p.tail_split == 2),
     "bf16_stream_k": Case(_bf16(384, 752, 5312), (384, 752, 5312), {"bn": 128, "stream_k": 3},
@@ -81,6 +83,7 @@ CASES: dict[str, Case] = {
 
 
 GROUPED = "bf16_grouped"  # (through warploom.grouped_mm: run_grouped)
+FUSED = "fp8_fused_quantize"  # (through warploom.plan with an epilogue: run_fused)
 
 
 def plan_of(name: str, device: DeviceInfo) -> Plan:
@@ -116,6 +119,33 @@ def run_grouped() -> float:
     return relative_error(out.float(), want)
 
 
+def run_fused() -> float:
+    """An fp8 rowwise GEMM whose epilogue adds a bias, applies gelu, adds a residual and quantizes the result to fp8
+    with 1x128 scales (rules 26 and the fused epilogue), into NaN-poisoned outputs, against the fp32 value of the
+    same epilogue, dequantized."""
+    import torch.nn.functional as F
+
+    import warploom
+
+    torch.manual_seed(7)
+    m, n, k = 300, 528, 1040
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    bias, res = torch.randn(n, device="cuda"), torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+
+    def ep(acc: Any, res: Any) -> Any:  # (acc holds the scaled product plus bias)
+        return warploom.quantize(F.gelu(acc) + res, dtype=torch.float8_e4m3fn)
+
+    kern = warploom.plan(a, b, sa, sb, bias=bias, epilogue=ep, res=res)
+    q = torch.full((m, n), math.nan, device="cuda").to(torch.float8_e4m3fn)
+    s = torch.full((m, -(-n // 128)), math.nan, device="cuda")
+    kern.run(a, b, q, operands={"scale_a": sa, "scale_b": sb, "bias": bias, "res": res}, extra_outs=(s,))
+    torch.cuda.synchronize()
+    want = F.gelu((a.float() * sa) @ (b.float() * sb) + bias) + res.float()
+    return relative_error(q.float() * s.repeat_interleave(128, dim=1)[:, :n], want)
+
+
 def launch(kern: Kernel, x: Inputs) -> torch.Tensor:
     """Run `kern` once on the current GPU on inputs `x` (CPU tensors, moved there) into a NaN-poisoned output."""
     m, n = x.a.shape[0], x.b.shape[1]
@@ -136,6 +166,8 @@ def run_case(name: str) -> float:
     reference."""
     if name == GROUPED:
         return run_grouped()
+    if name == FUSED:
+        return run_fused()
     c = CASES[name]
     x = make_inputs(c.spec, *c.shape, seed=sum(c.shape))
     return relative_error(launch(case_kernel(name, DeviceInfo.current()), x).float().cpu(), reference(x))
@@ -145,10 +177,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--list", action="store_true", help="the case names, one a line")
     ap.add_argument("--plans", action="store_true", help="each case's plan on an H100 (no GPU needed)")
-    ap.add_argument("--case", choices=sorted([*CASES, GROUPED]), help="run one case on the GPU")
+    ap.add_argument("--case", choices=sorted([*CASES, GROUPED, FUSED]), help="run one case on the GPU")
     args = ap.parse_args()
-    if args.list:
-        print("\n".join([*CASES, GROUPED]))
+    if args.list:  # (the cases this Triton can build: 2-CTA clusters need its Hopper TMA multicast)
+        from warploom.backends import gluon_api
+
+        multicast = gluon_api.for_triton(gluon_api.installed()).tma_multicast
+        print("\n".join([*(n for n, c in CASES.items() if multicast or not c.needs_multicast), GROUPED, FUSED]))
         return
     if args.plans:
         from warploom.device import H100_SXM

@@ -136,5 +136,4 @@ def test_fp8_rowwise_unequal_ranges() -> None:
     assert kern.module.tiling.uneven_split
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     kern.run(a, b, out, sa, sb)
-    a32, b32 = dequantized(a, b, sa, sb)
-    assert _err(out.float(), a32 @ b32) < 1e-4
+    assert _err(out.float(), (a.float() * sa) @ (b.float() * sb)) < 1e-4  # (dequantized is blockwise's)

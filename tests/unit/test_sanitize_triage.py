@@ -1,0 +1,133 @@
+"""scripts/sanitize_triage.py (the GPU sanitizer sweep's verdict): each report is sorted by the source lines it names,
+a kind counts as explained only where a control kernel reproduced it under the same tool in the same run, and
+anything else (another line, a wrong result, a crash) fails the sweep. CPU only: the logs are written here in the
+format compute-sanitizer prints."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "sanitize_triage.py"
+
+KERNEL = """\
+@gluon.jit
+def scales(sa_ring, ready, sa_ptr):
+    async_copy.async_copy_global_to_shared(sa_ring.index(p % STAGES), sa_ptr + idx)
+    async_copy.mbarrier_arrive(ready.index(p % STAGES))
+    sb_ring.index(q % 2).store(bits)
+
+
+@gluon.jit
+def consumer(sa_ring):
+    sa = sa_ring.index(c % STAGES).load(layout)
+    sb = sb_ring.index(q % 2).load(layout)
+    c_smem.store(acc)
+    other = c_smem.load(layout)
+
+
+@gluon.jit
+def kern(a_desc):
+    sa_ring = gl.allocate_shared_memory(gl.float32, [4, 128], layout)
+    gl.warp_specialize([
+        (consumer, (sa_ring,)),
+    ], [1], [24])
+"""
+# line numbers in KERNEL
+CP_ASYNC, ARRIVE, STORE, LOAD_SA, LOAD_SB, C_STORE, C_LOAD, DEF_KERN, WS = 3, 4, 5, 10, 11, 12, 13, 17, 19
+HEAD = "========= COMPUTE-SANITIZER\n"
+
+
+def race(pairs: list[tuple[str, int, str, int, int]], f: str = "wl_k.py") -> str:
+    """A racecheck log: one record per (first access, its line, other access, its line, hazards)."""
+    out = HEAD
+    for a, la, b, lb, n in pairs:
+        out += (f"========= Error: Race reported between {a} access at kern+0x10 in {f}:{la}\n"
+                f"=========     and {b} access at kern+0x20 in {f}:{lb} [{n} hazards]\n=========\n")
+    return out + f"========= RACECHECK SUMMARY: {len(pairs)} hazard displayed ({len(pairs)} errors, 0 warnings)\n"
+
+
+def sync(line: int, n: int, f: str = "wl_k.py") -> str:
+    rec = (f"========= Barrier error detected. Barrier overflow.\n=========     at kern+0x2480 in {f}:{line}\n"
+           "=========     by thread (320,0,0) in block (12,0,0)\n=========\n")
+    return HEAD + rec * n + f"========= ERROR SUMMARY: {n} errors\n"
+
+
+CLEAN = HEAD + "case: ok error 1e-06\n========= ERROR SUMMARY: 0 errors\n"
+CONTROLS = {
+    "control-racecheck-warp_specialize.log": race([("Read", DEF_KERN, "Write", WS, 3)]),
+    "control-racecheck-cp_async_mbarrier.log": race([("Write", CP_ASYNC, "Read", LOAD_SA, 9)]),
+    "control-racecheck-store_mbarrier.log": race([("Write", STORE, "Read", LOAD_SB, 9)]),
+    "control-synccheck-cp_async_mbarrier.log": sync(ARRIVE, 2),
+}
+
+
+def triage(tmp_path: Path, logs: dict[str, str], codes: dict[tuple[str, str], int] | None = None,
+           controls: dict[str, str] | None = None) -> tuple[int, str]:
+    out, src = tmp_path / "out", tmp_path / "src"
+    out.mkdir()
+    src.mkdir()
+    (src / "wl_k.py").write_text(KERNEL)
+    for name, text in {**(CONTROLS if controls is None else controls), **logs}.items():
+        (out / name).write_text(text)
+    rows = []
+    for name in logs:
+        _, tool, case = name[: -len(".log")].split("-", 2)
+        rows.append(f"{case}\t{tool}\t{(codes or {}).get((case, tool), 0)}")
+    (out / "sanitize.tsv").write_text("\n".join(rows) + "\n")
+    r = subprocess.run([sys.executable, str(SCRIPT), str(out), "--sources", str(src)], capture_output=True, text=True,
+                       check=False)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.returncode, r.stdout
+
+
+def test_clean_and_explained_reports_pass(tmp_path: Path) -> None:
+    code, text = triage(tmp_path, {
+        "sanitize-memcheck-a.log": CLEAN,
+        "sanitize-racecheck-a.log": race([("Read", DEF_KERN, "Write", DEF_KERN, 7), ("Read", WS, "Write", DEF_KERN, 2),
+                                          ("Write", CP_ASYNC, "Read", LOAD_SA, 40), ("Read", LOAD_SB, "Write", STORE, 5)]),
+        "sanitize-synccheck-a.log": sync(ARRIVE, 3),
+    })
+    assert code == 0, text
+    assert "| sanitize:a | racecheck | dispatch 9, ring-cp.async 40, ring-store 5 | 0 | explained by the controls |" in text
+    assert "| sanitize:a | synccheck | cp.async-arrive 3 | 0 | explained by the controls |" in text
+    assert "| sanitize:a | memcheck | none | 0 | clean |" in text
+
+
+@pytest.mark.parametrize("log,where", [
+    (race([("Write", C_STORE, "Read", C_LOAD, 4)]), f"wl_k.py:{C_STORE} / wl_k.py:{C_LOAD}"),  # not a ring
+    (race([("Write", CP_ASYNC, "Read", LOAD_SB, 4)]), f"wl_k.py:{CP_ASYNC} / wl_k.py:{LOAD_SB}"),  # another ring
+    (race([("Read", DEF_KERN, "Write", C_STORE, 4)]), f"wl_k.py:{DEF_KERN} / wl_k.py:{C_STORE}"),  # half dispatch
+    (race([("Read", DEF_KERN, "Write", WS, 4)], f="wl_other.py"), "wl_other.py"),  # a source we do not have
+], ids=["not-a-ring", "other-ring", "half-dispatch", "no-source"])
+def test_other_races_fail_and_are_located(tmp_path: Path, log: str, where: str) -> None:
+    code, text = triage(tmp_path, {"sanitize-racecheck-a.log": log})
+    assert code == 1
+    assert "| 4 | REPORT |" in text and f"unexplained at {where}" in text
+
+
+def test_a_kind_counts_only_where_its_control_reproduced_it(tmp_path: Path) -> None:
+    controls = {k: v for k, v in CONTROLS.items() if "cp_async" not in k}
+    code, text = triage(tmp_path, {"sanitize-racecheck-a.log": race([("Write", CP_ASYNC, "Read", LOAD_SA, 4)]),
+                                   "sanitize-synccheck-a.log": sync(ARRIVE, 1)}, controls=controls)
+    assert code == 1
+    assert "| sanitize:a | racecheck | ring-cp.async 4 | 4 | REPORT |" in text
+    assert "| sanitize:a | synccheck | cp.async-arrive 1 | 1 | REPORT |" in text
+
+
+def test_overflow_elsewhere_wrong_results_and_crashes_fail(tmp_path: Path) -> None:
+    code, text = triage(tmp_path, {
+        "sanitize-synccheck-a.log": sync(C_STORE, 1),
+        "sanitize-memcheck-b.log": CLEAN,
+        "sanitize-memcheck-c.log": HEAD + "Traceback (most recent call last):\n",
+        "sanitize-memcheck-d.log": HEAD + "=========     at kern+0x10 in wl_k.py:12\n========= ERROR SUMMARY: 1 error\n",
+    }, codes={("b", "memcheck"): 1})
+    assert code == 1
+    assert "| sanitize:a | synccheck | unexplained 1 | 1 | REPORT |" in text
+    assert "| sanitize:b | memcheck | none | 0 | WRONG RESULT |" in text
+    assert "| sanitize:c | memcheck | none | 0 | no summary (crashed or timed out) |" in text
+    assert "| sanitize:d | memcheck | unexplained 1 | 1 | REPORT |" in text
+    assert "4 case(s)" in text
