@@ -882,6 +882,16 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                    "Fix: "
                                    "drop stream_k (or the option that conflicts with it)")
         swap_ab = False
+    if (swap_ab is None and stream_k is None and split_k is None and tail_split is None and not pingpong
+            and all(f is None for f in forced) and prefetch_operands is None and hoist_rows is None):
+        ranges = decode_split(spec, device)
+        if ranges > 1:
+            token = _TRACE.set(None)  # (the forced call's own candidates are not this rule's)
+            try:
+                return plan_schedule(spec, device, bm=64, bn=64, group_m=group_m, scalar_columns=scalar_columns,
+                                     split_k=ranges, tail_split=1, swap_ab=False, stream_k=0)
+            finally:
+                _TRACE.reset(token)
     if swap_ab is None:
         swap_ab = not pingpong and all(f is None for f in forced) and swap_decode(spec)
     if swap_ab:
@@ -1231,14 +1241,73 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
     return 1
 
 
+# Rule 25 at decode sizes (`decode_split`, docs/decisions/rule-25-latency-split-k.md): M <= 64 over a long K on a few
+# 64-wide tiles runs each tile's k-blocks one after another on a handful of SMs. Split in ranges, each 64x64 unit
+# streams its share of B; the reduce sums partials of M x N, a few kilobytes. A 64-row tile's k-block at rule 16's
+# deep ring takes DECODE_KBLOCK_US (8x104x5240 and 2x104x1488 swapped, 0.094-0.112; rule 23's 64x64 at 8 stages,
+# 0.108-0.125), and no faster than the units stream B: DECODE_SM_BYTES_PER_US a CTA (those two shapes' 2 CTAs moved
+# 60-69 B/ns each), HBM_BYTES_PER_US in all (a device-to-device copy's rate).
+DECODE_KBLOCK_US = 0.11
+DECODE_SM_BYTES_PER_US = 60e3
+HBM_BYTES_PER_US = 3.0e6
+DECODE_SPLIT_MAX = 16
+DECODE_SPLIT_MIN_KBLOCKS = 24
+DECODE_SPLIT_MARGIN = 0.8
+# The reduce's traffic: each range's fp32 partials written and read back, at what rule 25's fit implies for its
+# 0.3 us a range at 191x440 (0.67 MB a range): what matters here is that decode's partials are small.
+SPLIT_REDUCE_BYTES_PER_US = 2.2e6
+
+
+def decode_time(spec: GemmSpec, tiles: int, ranges: int) -> float:
+    """Modeled microseconds of `tiles` 64-row tiles of a decode GEMM, each split in `ranges` k-ranges (1: whole; more:
+    plus the reduce): the start, then the longer of a range's k-blocks and the units streaming B."""
+    units = tiles * ranges
+    stream = spec.n * spec.k * spec.b_dtype.bytes / min(units * DECODE_SM_BYTES_PER_US, HBM_BYTES_PER_US)
+    loop = max(math.ceil(k_blocks(spec) / ranges) * DECODE_KBLOCK_US, stream)
+    reduce = 0.0 if ranges == 1 else (SPLIT_FIXED_US + ranges * spec.m * spec.n * 2 * DType.FP32.bytes
+                                      / SPLIT_REDUCE_BYTES_PER_US)
+    return LATENCY_START_US[64] + loop + reduce
+
+
+def decode_split(spec: GemmSpec, device: DeviceInfo) -> int:
+    """Rule 25 at decode sizes: into how many k-ranges (1: none) a decode GEMM's 64x64 tiles split. Decode (M <= 64)
+    of rule 23's kind otherwise (native accumulation, no bias or fused epilogue, not blockwise, not grouped, K-major
+    operands, sm_90a), on at most a quarter of the SMs' worth of 64-wide tiles and DECODE_SPLIT_MIN_KBLOCKS k-blocks;
+    at most DECODE_SPLIT_MAX ranges, the units in one wave (unequal ranges where none divides:
+    `ir.Tiling.uneven_split`); chosen where `decode_time` beats the whole tiles' (rules 16 and 18) by
+    DECODE_SPLIT_MARGIN."""
+    if not (0 < spec.m <= 64 and _latency_kind_beyond_rows(spec, device)):
+        return 1
+    k_tiles = k_blocks(spec)
+    tiles = math.ceil(spec.n / 64)
+    if tiles > device.sm_count // 4 or k_tiles < DECODE_SPLIT_MIN_KBLOCKS:
+        return 1
+    fits = [r for r in range(2, min(DECODE_SPLIT_MAX, k_tiles) + 1) if tiles * r <= device.sm_count]
+    if not fits:
+        return 1
+    t, ranges = min((decode_time(spec, tiles, r), r) for r in fits)
+    whole = decode_time(spec, tiles, 1)
+    _note("64x64", f"split-K, {ranges} ranges", t,
+          f"{tiles * ranges} units of {math.ceil(k_tiles / ranges)} k-blocks at most, then the reduce (rule 25 at "
+          "decode sizes, modeled us)")
+    _note("64-row", "whole tiles", whole, f"{tiles} CTAs streaming {k_tiles} k-blocks each (rule 25 compares)")
+    return ranges if t < DECODE_SPLIT_MARGIN * whole else 1
+
+
+def _latency_kind_beyond_rows(spec: GemmSpec, device: DeviceInfo) -> bool:
+    """`latency_kind` without its row bound: native accumulation, no bias or fused epilogue, no blockwise scales, not
+    grouped, K-major A and B, sm_90a."""
+    return not (spec.epilogue is not None or spec.bias_dtype is not None
+                or spec.accumulation is not Accumulation.NATIVE or spec.scale.is_blockwise or spec.grouped
+                or spec.a_layout is not ALayout.K_MAJOR or spec.b_layout is not BLayout.K_MAJOR
+                or not device.arch.startswith("sm_90"))
+
+
 def latency_kind(spec: GemmSpec, device: DeviceInfo) -> bool:
     """Whether `spec` is of the kind rules 23 and 25 were measured on: more than 64 rows (decode has rules 16 and
     18), native accumulation (bf16, fp16, fp8 fast), no bias or fused epilogue, no blockwise scales, not grouped,
     K-major A and B, on sm_90a."""
-    return not (spec.m <= 64 or spec.epilogue is not None or spec.bias_dtype is not None
-                or spec.accumulation is not Accumulation.NATIVE or spec.scale.is_blockwise or spec.grouped
-                or spec.a_layout is not ALayout.K_MAJOR or spec.b_layout is not BLayout.K_MAJOR
-                or not device.arch.startswith("sm_90"))
+    return spec.m > 64 and _latency_kind_beyond_rows(spec, device)
 
 
 def latency_stages(spec: GemmSpec) -> int:

@@ -14,7 +14,7 @@ import warploom
 from warploom import checks
 from warploom.device import H100_SXM
 from warploom.errors import ScaleError
-from warploom.planner import latency_split, latency_tiles, plan_schedule, stage_bytes
+from warploom.planner import decode_split, latency_split, latency_tiles, plan_schedule, stage_bytes
 from warploom.reference import Inputs, dequantized, reference, relative_error
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
@@ -215,8 +215,8 @@ def test_rule14_splits_k_for_few_tiles(m: int, n: int, k: int, plan: tuple[int, 
         p = plan_schedule(s, H100_SXM)
         assert (p.bm, p.bn, p.split_k) == plan
         assert p.grid == min(132, -(-m // p.bm) * -(-n // p.bn) * p.split_k)
-    # Not for a bias (summed once) or MX (its scale partition); rowwise and bf16 only by rule 25, above 64 rows
-    # (decode measured no gain from it).
+    # Not for a bias (summed once) or MX (its scale partition); rowwise and bf16 only by rule 25: `latency_split`
+    # above 64 rows, `decode_split` (64x64 units) at decode sizes.
     for other in (GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, warploom.DType.BF16, scale=BW,
                            accumulation=Accumulation.PROMOTED, bias_dtype=warploom.DType.BF16),
                   GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.MX,
@@ -224,8 +224,7 @@ def test_rule14_splits_k_for_few_tiles(m: int, n: int, k: int, plan: tuple[int, 
         assert plan_schedule(other, H100_SXM).split_k == 1
     for native in (GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.ROWWISE),
                    GemmSpec(m, n, k)):
-        ranges = latency_split(native, H100_SXM)
-        assert ranges == 1 or m > 64
+        ranges = latency_split(native, H100_SXM) if m > 64 else decode_split(native, H100_SXM)
         assert plan_schedule(native, H100_SXM).split_k == ranges
 
 

@@ -335,8 +335,10 @@ def test_swapped_decode_rule_18() -> None:
             assert verify.complete(module, H100_SXM) == []
             assert plan_schedule(spec, H100_SXM, swap_ab=True) == p
     # 64-row tiles would leave a thin last round: 128-row ones (two warpgroups, 6 stages), as measured.
-    for n, rows in ((9216, 128), (28672, 128), (14336, 64), (16384, 64), (8192, 64), (200, 64)):
-        p = plan_schedule(GemmSpec(16, n, 4096), H100_SXM)
+    # (N = 200 at K = 1024: at 4096 its 4 tiles' 64 k-blocks split instead, rule 25 at decode sizes)
+    for n, k, rows in ((9216, 4096, 128), (28672, 4096, 128), (14336, 4096, 64), (16384, 4096, 64),
+                       (8192, 4096, 64), (200, 1024, 64)):
+        p = plan_schedule(GemmSpec(16, n, k), H100_SXM)
         assert p.swap_ab and (p.bm, p.bn) == (rows, 16), n
         assert swap_rows(n, H100_SXM.sm_count) == rows
     p = plan_schedule(GemmSpec(16, 9216, 8192), H100_SXM)

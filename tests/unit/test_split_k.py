@@ -206,6 +206,57 @@ def test_rule25_is_explained() -> None:
     assert "split-K, 8 ranges" in text and "rule 25" in text
 
 
+# Rule 25 at decode sizes (`decode_split`): (M, N, K) -> ranges, bf16 (modeled us, whole -> split; not yet run split).
+DECODE_RANGES = {
+    (8, 104, 5240): 14,  # 2 tiles of 82 k-blocks (12.4 -> 5.1; whole ran 12.5, torch 6.9)
+    (43, 88, 7960): 16,  # 2 tiles of 125
+    (2, 104, 1488): 12,  # 24 k-blocks: the fewest it splits (6.0 -> 4.6; whole ran 5.6, torch 4.6)
+    (4, 816, 10392): 4,  # 13 tiles: more units stream B no faster once HBM binds
+    (30, 776, 1288): 1,  # 21 k-blocks
+    (16, 8192, 8192): 1,  # 128 tiles: more than a quarter of the SMs
+    (64, 2112, 7168): 1,  # 33 tiles: 2 ranges model 18.6 -> 15.5, short of the 20% margin
+    (65, 104, 5240): 1,  # past decode: rule 25's 128x128 (or 64x64) decides
+}
+
+
+@pytest.mark.parametrize("shape", list(DECODE_RANGES), ids=lambda s: "x".join(map(str, s)))
+def test_rule25_splits_decode_over_long_k(shape: tuple[int, int, int]) -> None:
+    from warploom.planner import decode_split
+
+    spec = GemmSpec(*shape)
+    plan = plan_schedule(spec, H100_SXM)
+    assert decode_split(spec, H100_SXM) == DECODE_RANGES[shape]
+    if DECODE_RANGES[shape] > 1:
+        assert (plan.bm, plan.bn, plan.split_k, plan.swap_ab, plan.stream_k) == (64, 64, DECODE_RANGES[shape], False, 0)
+        assert -(-shape[1] // 64) * plan.split_k <= H100_SXM.sm_count
+    else:
+        assert plan.split_k == 1 or shape[0] > 64
+
+
+@pytest.mark.parametrize("spec", [
+    GemmSpec(8, 104, 5240, bias_dtype=DType.BF16),
+    GemmSpec(8, 104, 5240, b_layout=BLayout.N_MAJOR),
+    GemmSpec(8, 112, 5248, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED),
+    GemmSpec(8, 128, 5248, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+             accumulation=Accumulation.PROMOTED),
+], ids=["bias", "n-major-b", "promoted", "blockwise"])
+def test_decode_split_keeps_off_what_rule_25_does_not_take(spec: GemmSpec) -> None:
+    from warploom.planner import decode_split
+
+    assert decode_split(spec, H100_SXM) == 1
+
+
+def test_decode_split_forced_options_win_and_it_is_explained() -> None:
+    from warploom.planner import explain
+
+    spec = GemmSpec(8, 104, 5240)
+    assert plan_schedule(spec, H100_SXM, split_k=1).split_k == 1
+    assert plan_schedule(spec, H100_SXM, swap_ab=True).swap_ab
+    assert plan_schedule(spec, H100_SXM, bm=64, bn=64).split_k == 1
+    text = explain(spec, H100_SXM).text()
+    assert "split-K, 14 ranges" in text and "rule 25 at decode sizes" in text
+
+
 def _uneven_module() -> ir.Module:
     spec = GemmSpec(300, 200, 7 * 64 - 24)  # 7 k-blocks of 64, the last ragged
     return module(spec, bm=128, bn=128, split_k=3)
