@@ -188,7 +188,7 @@ def _k_offsets(seed: int, groups: int, total_k: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     blocks = total_k // SCALE_BLOCK
     cuts = sorted(torch.randint(0, blocks + 1, (groups - 1,), generator=g).tolist())
-    cuts[int(torch.randint(0, groups - 1, (1,), generator=g))] = cuts[0]  # (at least two equal cuts: an empty group)
+    cuts[int(torch.randint(1, groups - 1, (1,), generator=g))] = cuts[0]  # (two equal cuts at least: an empty group)
     return torch.tensor(sorted(c * SCALE_BLOCK for c in cuts) + [total_k], dtype=torch.int32)
 
 
