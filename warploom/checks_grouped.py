@@ -208,8 +208,8 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
                     scale_a: Any, scale_b: Any, use_fast_accum: bool) -> GroupedCall:
     """torch._grouped_mm's K-grouped layout (the weight gradient): a (M, total_K), b (total_K, N) and int32 offs
     (G,), cumulative ends over K; result (G, M, N), zeros for an empty K range (`Grouping.K_OFFSETS`). fp8 takes
-    blockwise 1x128 x 128x128 scales only (`_k_blockwise_scales`); torch's rowwise (G * M,) and (G * N,) ones are
-    not built."""
+    blockwise 1x128 x 128x128 scales only (`_blockwise_scales` over total_K, offs on the 128 grid: `_k_block_offsets`);
+    torch's rowwise (G * M,) and (G * N,) ones are not built."""
     scaled = scale_a is not None or scale_b is not None
     if scaled and (scale_a.dim() != 2 or scale_b.dim() != 2):
         e = UnsupportedError(f"scale_b: expected 2-D blockwise scales in a 2-D x 2-D (K-grouped) fp8 call (scale_a "
