@@ -3,9 +3,11 @@ warploom.scaled_grouped_mm against torch._scaled_grouped_mm (fp8 rowwise, fast a
 loop over experts as the floor, (kind "fp8-blockwise", not in the default kinds) blockwise 1x128 x 128x128 scales
 against a loop of torch's blockwise torch._scaled_mm per expert (torch has no grouped one), and (kind "wgrad") the
 K-grouped weight gradient against torch._grouped_mm's 2-D x 2-D layout (dW[g] = dy[rows of g]^T @ x[rows of g]:
-a = dy^T (N, rows), b = x (rows, K) column-major, offs over rows), on MoE shapes: 8 experts / 8192 rows / N=4096 /
-K=7168 (issue 27's), 8 experts / 8192 rows / N=7168 / K=2048 (its down projection), and 32 experts / 16384 rows /
-N=2048 / K=7168 (a finer MoE).
+a = dy^T (N, rows), b = x (rows, K) column-major, offs over rows), (kind "wgrad-blockwise", not in the default kinds)
+its fp8 blockwise form (scale_a (N, rows/128), scale_b (rows/128, K/128), offs on the 128 grid) against
+torch._grouped_mm on the bf16 dequantized operands (torch has no fp8 blockwise K-grouped op), on MoE shapes:
+8 experts / 8192 rows / N=4096 / K=7168 (issue 27's), 8 experts / 8192 rows / N=7168 / K=2048 (its down
+projection), and 32 experts / 16384 rows / N=2048 / K=7168 (a finer MoE).
 A random routing with an empty expert and ragged edges, the same for every kernel; each output is checked against
 torch's before it is timed (rows of every expert). Times are CUDA-graph replays (kernel time, medians of
 triton.testing.do_bench over 10 calls a graph). Prints a table and writes JSON with --out.
@@ -77,6 +79,8 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
     offs = _routing(experts, rows)
     if kind == "wgrad":  # (ends at 16-row multiples, as MoE trainers pad them for torch's kernel)
         offs = offs // 16 * 16
+    if kind == "wgrad-blockwise":  # (ends on the 128 grid, as blockwise K-grouped GEMMs take them)
+        offs = offs // 128 * 128
     end = int(offs[-1])
     flops = 2 * end * n * k
     if kind == "wgrad":  # the weight gradient: (G, N, K) from the routed rows' dy (rows, N) and x (rows, K)
@@ -84,6 +88,17 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
         b = torch.randn(k, rows, device="cuda", dtype=torch.bfloat16).t()  # x (rows, K), column-major
         ours = lambda: warploom.grouped_mm(a, b, offs)  # noqa: E731
         theirs = lambda: torch._grouped_mm(a, b, offs=offs)  # noqa: E731
+        loop = None
+    elif kind == "wgrad-blockwise":  # dy^T (N, rows) and x (rows, K) in fp8 with 1x128 / 128x128 scales over rows
+        a = torch.randn(n, rows, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(k, rows, device="cuda").to(torch.float8_e4m3fn).t()
+        rb, kb = -(-rows // 128), -(-k // 128)
+        sa, sb = torch.rand(n, rb, device="cuda") + 0.5, torch.rand(rb, kb, device="cuda") + 0.5
+        da = (a.float() * sa.repeat_interleave(128, dim=1)[:, :rows]).bfloat16()
+        db = (b.float() * sb.repeat_interleave(128, 0)[:rows].repeat_interleave(128, 1)[:, :k]).bfloat16()
+        db = db.t().contiguous().t()  # (column-major, as torch's K-grouped op takes b)
+        ours = lambda: warploom.scaled_grouped_mm(a, b, sa, sb, offs)  # noqa: E731
+        theirs = lambda: torch._grouped_mm(da, db, offs=offs)  # noqa: E731
         loop = None
     elif kind == "bf16":
         a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
@@ -115,7 +130,7 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
         got, want = ours(), theirs()
     except Exception as e:  # (one kind failing leaves the others measured)
         return {"experts": experts, "rows": rows, "n": n, "k": k, "kind": kind, "error": f"{type(e).__name__}: {e}"}
-    err = _err(got, want) if kind == "wgrad" else _err(got[:end], want[:end])
+    err = _err(got, want) if kind.startswith("wgrad") else _err(got[:end], want[:end])
     row: dict[str, Any] = {"experts": experts, "rows": rows, "n": n, "k": k, "kind": kind, "err_vs_torch": err}
     if not err < 2e-2:
         row["error"] = f"mismatch against torch: relative error {err:.3g}; not timed"

@@ -135,7 +135,7 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
     if a_dt != b_dt:
         raise DTypeError("b", f"{a.dtype}, a's dtype", str(b.dtype), f"pass b.to({a.dtype})")
     if a.dim() == 2 and b.dim() == 2:
-        return _k_grouped_call(a, b, offs, masked_m, out_dtype, a_dt, scaled)
+        return _k_grouped_call(a, b, offs, masked_m, out_dtype, a_dt, scale_a, scale_b, use_fast_accum)
     if b.dim() != 3:
         raise ShapeError("b", "a 3-D (G, K, N) tensor of expert weights", f"{b.dim()}-D shape {tuple(b.shape)}",
                          "stack the experts' (K, N) weights")
@@ -189,7 +189,10 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
                              f"N = {n}", "pad N")
     recipe = ScaleRecipe.NONE
     if scaled and scale_b.dim() == 3:
-        recipe = _blockwise_scales(scale_a, scale_b, rows, groups, n, k, a.dim(), use_fast_accum)
+        kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+        recipe = _blockwise_scales(scale_a, scale_b, (rows, kb) if a.dim() == 2 else (groups, rows // groups, kb),
+                                   (groups, kb, nb), "one per row of a and 128-deep block of K",
+                                   "one per expert and 128x128 block of its (K, N) weight", use_fast_accum)
     elif scaled:
         recipe = ScaleRecipe.ROWWISE
         _rowwise_scales(scale_a, scale_b, rows, groups, n, a.dim())
@@ -202,14 +205,18 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
 
 
 def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, out_dtype: Any, a_dt: DType,
-                    scaled: bool) -> GroupedCall:
+                    scale_a: Any, scale_b: Any, use_fast_accum: bool) -> GroupedCall:
     """torch._grouped_mm's K-grouped layout (the weight gradient): a (M, total_K), b (total_K, N) and int32 offs
-    (G,), cumulative ends over K; result (G, M, N), zeros for an empty K range (`Grouping.K_OFFSETS`)."""
-    if scaled:
-        e = UnsupportedError(f"a: expected bf16 or fp16 operands in a 2-D x 2-D (K-grouped) call (fp8 K-grouped "
-                             f"GEMMs are not built), got {a.dtype}. Fix: use torch._scaled_grouped_mm, or "
-                             "warploom.grouped_mm on bf16 operands")
-        e.arg = "a"  # type: ignore[attr-defined]
+    (G,), cumulative ends over K; result (G, M, N), zeros for an empty K range (`Grouping.K_OFFSETS`). fp8 takes
+    blockwise 1x128 x 128x128 scales only (`_blockwise_scales` over total_K, offs on the 128 grid: `_k_block_offsets`);
+    torch's rowwise (G * M,) and (G * N,) ones are not built."""
+    scaled = scale_a is not None or scale_b is not None
+    if scaled and (scale_a.dim() != 2 or scale_b.dim() != 2):
+        e = UnsupportedError(f"scale_b: expected 2-D blockwise scales in a 2-D x 2-D (K-grouped) fp8 call (scale_a "
+                             f"(M, ceil(total_K/128)), scale_b (ceil(total_K/128), ceil(N/128)); rowwise K-grouped "
+                             f"GEMMs are not built), got shapes {tuple(scale_a.shape)} and {tuple(scale_b.shape)}. "
+                             "Fix: quantize blockwise (1x128 for a, 128x128 for b), or use torch._scaled_grouped_mm")
+        e.arg = "scale_b"  # type: ignore[attr-defined]
         raise e
     if masked_m is not None:
         raise InputError("masked_m", "None with a 2-D a and a 2-D b (a K-grouped call takes offs)", "a tensor",
@@ -230,20 +237,28 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
     es = b.element_size()
     if b.stride(0) == 1 and b.shape[0] > 0:  # torch's column-major b: a contiguous (N, total_K) seen as .t()
         layout, row = BLayout.K_MAJOR, b.stride(1)
-    elif b.stride(1) == 1:
+    elif b.stride(1) == 1 and not scaled:
         layout, row = BLayout.N_MAJOR, b.stride(0)
+    elif scaled:
+        raise AlignmentError("b", "a column-major (total_K, N) (a contiguous (N, total_K) seen as .t(): fp8 reads B "
+                             "K-major)", f"strides {tuple(b.stride())}", "pass b.t().contiguous().t()")
     else:
         raise AlignmentError("b", "a column-major (total_K, N) (a contiguous (N, total_K) seen as .t()) or a "
                              "contiguous one", f"strides {tuple(b.stride())}", "pass b.contiguous()")
     if b.numel() and (row * es) % TMA_ALIGN:
         raise AlignmentError("b", f"a row stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
                              f"{row * es} bytes", "pad total_K (or N) to a multiple of 16 bytes")
-    out = a_dt if out_dtype is None else DType.from_torch(out_dtype)
-    if out not in (DType.BF16, DType.FP16, DType.FP32):
-        raise DTypeError("out_dtype", "bf16, fp16 or fp32", str(out_dtype), "pass out_dtype=None (a's dtype)")
+    out = (DType.BF16 if scaled else a_dt) if out_dtype is None else DType.from_torch(out_dtype)
+    if out not in (DType.BF16, DType.FP16, DType.FP32) or (scaled and out is not DType.BF16):
+        raise DTypeError("out_dtype", "torch.bfloat16" if scaled else "bf16, fp16 or fp32", str(out_dtype),
+                         "pass out_dtype=torch.bfloat16" if scaled else "pass out_dtype=None (a's dtype)")
     if (n * out.bytes) % TMA_ALIGN:
         raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
                              f"N = {n}", "pad N")
+    kb, nb = -(-total_k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    if scaled:
+        _blockwise_scales(scale_a, scale_b, (m, kb), (kb, nb), "one per row of a and 128-deep block of total_K",
+                          "one per 128x128 block of b (total_K, N)", use_fast_accum)
     if offs.device.type == "cpu":  # (the values on CPU tensors only: module docstring)
         ends = [0, *offs.tolist()]
         bad = next((i for i in range(groups) if ends[i + 1] < ends[i]), None)
@@ -254,12 +269,29 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
         if ends[-1] > total_k:
             raise InputError("offs", f"a last offset of at most a's {total_k} columns (total_K)",
                              f"offs[-1] = {ends[-1]}", "pass offs ending within total_K")
-    spec = GemmSpec(m, n, total_k, a_dt, a_dt, out, layout, grouping=Grouping.K_OFFSETS, groups=groups)
+        if scaled:
+            _k_block_offsets(ends[1:], total_k)
+    recipe, acc = (ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED) if scaled else \
+        (ScaleRecipe.NONE, Accumulation.NATIVE)
+    spec = GemmSpec(m, n, total_k, a_dt, a_dt, out, layout, recipe, acc, grouping=Grouping.K_OFFSETS, groups=groups)
     return GroupedCall(spec, a, b, offs, (groups, m, n))
 
 
-def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, rows: int, groups: int, n: int, k: int,
-                      a_dim: int, use_fast_accum: bool) -> ScaleRecipe:
+def _k_block_offsets(ends: list[int], total_k: int) -> None:
+    """Blockwise K-grouped offs: every group's K range starts on a 128-column scale block (DeepGEMM's K-grouped
+    wgrad requires each group's K to be a multiple of 128 too), so each of its k-blocks is one block of scale_a's
+    columns and scale_b's rows, never two groups'. An end may be total_K itself (the last group's partial block,
+    read as zeros past total_K); the groups after it are then empty."""
+    bad = next((i for i, e in enumerate(ends) if e % SCALE_BLOCK and e != total_k), None)
+    if bad is not None:
+        raise InputError("offs", f"cumulative K ends that are multiples of {SCALE_BLOCK} (or total_K = {total_k}) "
+                         f"with blockwise scales: each group's k-blocks are whole {SCALE_BLOCK}-deep scale blocks",
+                         f"offs[{bad}] = {ends[bad]}", f"pad each group's K range to a multiple of {SCALE_BLOCK} "
+                         "(zero columns of a and rows of b), as DeepGEMM's K-grouped GEMM requires")
+
+
+def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, want_a: tuple[int, ...],
+                      want_b: tuple[int, ...], what_a: str, what_b: str, use_fast_accum: bool) -> ScaleRecipe:
     """DeepSeek-V3's blockwise recipe (`ScaleRecipe.BLOCKWISE_1X128_128X128`): fp32 scale_a (total_M, ceil(K/128))
     with a 2-D a (M-grouped), one per row of a and 128-deep block of K in the grouped row space (a row's own,
     whichever expert owns it), or (G, M_max, ceil(K/128)) with a 3-D a (masked or batched: a's rows); and scale_b
@@ -267,22 +299,20 @@ def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, rows: int, g
     128x128 scale_b per expert. Any strides are accepted (the kernel reads the scales element by element with their
     strides), so DeepGEMM's (G, ceil(N/128), ceil(K/128)) storage goes as ``scale_b.transpose(-2, -1)``, a view (a
     3-D scale_a is seen as (G * M_max, ceil(K/128)): a view where its strides allow, else a copy). K need not be a
-    multiple of 128: the last k-block is partial, as in the ungrouped kernel (TMA reads zeros past K)."""
-    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    multiple of 128: the last k-block is partial, as in the ungrouped kernel (TMA reads zeros past K). A K-grouped
+    call's scales are 2-D over the grouped K space (`_k_grouped_call`): scale_a (M, ceil(total_K/128)) and scale_b
+    (ceil(total_K/128), ceil(N/128)), a (ceil(N/128), ceil(total_K/128)) one going as ``scale_b.t()``."""
     if use_fast_accum:
         raise InputError("use_fast_accum", "False with blockwise scales (each 128-deep k-block's partial is "
                          "promoted with its own scales, so there is no fast-accumulation mode)", "True",
                          "pass use_fast_accum=False")
-    want_a = (rows, kb) if a_dim == 2 else (groups, rows // max(groups, 1), kb)
-    want_b = (groups, kb, nb)
-    for name, t, want, what in (("scale_a", scale_a, want_a, "one per row of a and 128-deep block of K"),
-                                ("scale_b", scale_b, want_b, "one per expert and 128x128 block of its (K, N) weight")):
+    for name, t, want, what in (("scale_a", scale_a, want_a, what_a), ("scale_b", scale_b, want_b, what_b)):
         if t.dtype != torch.float32:
             raise ScaleError(name, "float32 blockwise scales", str(t.dtype), f"pass {name}.float()")
         if tuple(t.shape) == want:
             continue
         fix = f"pass {name} with shape {want}"
-        if name == "scale_b" and tuple(t.shape) == (groups, nb, kb):  # DeepGEMM's (E, N/128, K/128)
+        if name == "scale_b" and tuple(t.shape) == (*want[:-2], want[-1], want[-2]):  # DeepGEMM's (E, N/128, K/128)
             fix = "pass scale_b.transpose(-2, -1), a view (any strides are accepted)"
         raise ScaleError(name, f"shape {want} (blockwise 1x128 x 128x128: {what})", f"shape {tuple(t.shape)}", fix)
     check_block_scales(scale_a, scale_b)

@@ -12,7 +12,8 @@ Layouts (``b`` is (G, K, N) but in the K-grouped one: G experts' weights, a (G, 
 - batched: ``a`` (G, M, K) without counts: every row.
 - K-grouped (the weight gradient): ``a`` (M, total_K), ``b`` 2-D (total_K, N) (torch's column-major one, or a
   contiguous one) and int32 cumulative K ends ``offs`` (G,): result (G, M, N), its block g
-  ``a[:, offs[g-1]:offs[g]] @ b[offs[g-1]:offs[g]]``, zeros for an empty K range (torch's). bf16/fp16 only.
+  ``a[:, offs[g-1]:offs[g]] @ b[offs[g-1]:offs[g]]``, zeros for an empty K range (torch's). bf16/fp16, and fp8
+  blockwise (`scaled_grouped_mm` with 2-D scales over total_K, every group's K range on the 128 grid).
 
 CUDA tensors launch the grouped kernel (ir.Tiling.grouping) with no host sync, so it can be captured in a CUDA
 graph; CPU tensors run the same planned kernel on the simulator (small problems, `api.sim_max_flops`). Arguments are
@@ -79,7 +80,13 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     (K, N) weight (any strides: DeepGEMM's (G, ceil(N/128), ceil(K/128)) goes as ``scale_b.transpose(-2, -1)``).
     Rows of expert g are ``sum over k-blocks kb of (a[rows, kb] @ b[g][kb, :]) * scale_a[rows, kb] *
     scale_b[g, kb, n // 128]``, each k-block's partial promoted into the fp32 accumulator with its scales
-    (use_fast_accum must be False)."""
+    (use_fast_accum must be False).
+
+    K-grouped blockwise (the weight gradient; a 2-D a (M, total_K), a 2-D b (total_K, N) column-major, offs over
+    K): scale_a (M, ceil(total_K/128)) and scale_b (ceil(total_K/128), ceil(N/128)) fp32 over the grouped K space;
+    result (G, M, N), block g ``sum over the 128-column blocks kb of group g's K range of (a[:, kb] @ b[kb, :]) *
+    scale_a[:, kb] * scale_b[kb, n // 128]``, zeros for an empty group. Every offs entry must be a multiple of 128
+    or total_K (DeepGEMM's rule; checked on CPU offs). Rowwise K-grouped scales are not built."""
     call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum)
     # (blockwise scales go with their strides, a 3-D scale_a over a's flattened rows; rowwise ones flattened, as the
     # epilogue reads them)

@@ -817,6 +817,13 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                    "itself and quantize the call's result with warploom.quantize")
         bn, swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = QUANT_BN, False, 1, 1, 0, 1, False
     if spec.grouped:  # rule 22
+        refused = {"pingpong": pingpong, "scale_partition": bool(scale_partition), "split_k": split_k not in (None, 1),
+                  "tail_split": tail_split not in (None, 1), "swap_ab": bool(swap_ab),
+                  "stream_k": stream_k not in (None, 0), "cluster": cluster not in (None, 1)}
+        if any(refused.values()):
+            raise UnsupportedError(f"grouped GEMMs (rule 22) run whole tiles of one group each, so {spec.short()} "
+                                   f"cannot take {', '.join(k for k, v in refused.items() if v)} (their tiles or "
+                                   "partitions are not a group's). Fix: drop them")
         return plan_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                             consumer_partitions=consumer_partitions, partial_blocks=partial_blocks)
     if stream_k is not None and stream_k not in (0, *range(2, 17)):

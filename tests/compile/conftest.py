@@ -27,6 +27,9 @@ SPILLS_39 = {
     "e4m3_blockwise_a128x128_128x128_planned": 8,
     # the grouped blockwise kernel (rule 22, 2026-11-27): the same promoted 128x256 mainloop, scale_b per expert
     "e4m3_blockwise_offsets_128x256": 52,
+    # its K-grouped twin (the weight gradient, 2026-11-27): the same mainloop beside the group's K range and A's
+    # zeroing; 3.9's ptxas without --regAllocOptLevel=2 spills nothing on it either (nor does 3.6's)
+    "e4m3_blockwise_k_grouped_128x256": 72,
     # a blockwise GEMM's fused 1x128 quantization walked in 64-column blocks (2026-11-27; its planned 128-column block
     # spills nothing under 3.9 either)
     "fp8_blockwise_silu_64col_blocks": 8,

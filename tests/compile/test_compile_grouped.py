@@ -59,22 +59,32 @@ K_CASES = [
     ("bf16_k_grouped_128x128", GemmSpec(200, 7168, 16384, grouping=Grouping.K_OFFSETS, groups=32)),
     ("fp16_nmajor_k_grouped", GemmSpec(1024, 1024, 8192, FP16, FP16, FP16, BLayout.N_MAJOR,
                                        grouping=Grouping.K_OFFSETS, groups=4)),
+    # blockwise fp8 weight gradients (DeepSeek-V3's MoE wgrad shapes: dy^T (hidden, tokens) x (tokens, inter))
+    ("e4m3_blockwise_k_grouped_128x256", _bw(2048, Grouping.K_OFFSETS)),
+    ("e4m3_blockwise_k_grouped_128x128", _bw(200, Grouping.K_OFFSETS)),
+    ("e4m3_blockwise_k_grouped_64x128", _bw(64, Grouping.K_OFFSETS)),
 ]
 
 
 @pytest.mark.parametrize("name,spec", K_CASES, ids=[c[0] for c in K_CASES])
-def test_k_grouped_compiles(name: str, spec: GemmSpec) -> None:
+def test_k_grouped_compiles(name: str, spec: GemmSpec, spill_budget: int) -> None:
     """The K-grouped weight gradient (Grouping.K_OFFSETS): 2-D descriptors for A and B, A's tail zeroed in its
-    slot before the wgmma, both store paths, no spills or serialized wgmma."""
+    slot before the wgmma, both store paths, no spills (but 3.9's known finding: conftest.py) or serialized wgmma;
+    blockwise fp8 runs QGMMA with its scales copied by cp.async from the group's K start, scale_b 2-D (no expert
+    stride)."""
     k = build(spec, H100_SXM)
     assert "k_group_tile(" in k.gluon.text and "(mk_cols >= k_skip) & (mk_cols < k_left)" in k.gluon.text
     c = k.compile("sm_90a")
-    assert c.count("HGMMA") > 0, c.summary()
-    assert c.spills == 0, c.summary()
+    assert c.count("QGMMA" if spec.is_fp8 else "HGMMA") > 0, c.summary()
+    assert c.spills <= spill_budget, c.summary()
     assert c.smem_bytes <= SMEM_LIMIT
     assert not c.wgmma_serialized
     assert "cp.async.bulk.tensor.3d" not in c.ptx and "cp.async.bulk.tensor.2d.shared" in c.ptx
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
+    if spec.is_fp8:
+        assert "cp.async.ca.shared.global" in c.ptx and "sb_stride_g" not in k.gluon.text
+        assert "(k_base // 128 + kk) * sa_stride_k" in k.gluon.text and "sa_ring_idx = (off_m - grp * M)" in \
+            k.gluon.text
 
 
 def _fused_gate_up(bm: int, bn: int):  # noqa: ANN202

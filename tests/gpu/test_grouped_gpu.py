@@ -1,7 +1,9 @@
 """GPU tier for grouped GEMMs (warploom.grouped_mm / scaled_grouped_mm, ir.Tiling.grouping): against
 torch._grouped_mm and torch._scaled_grouped_mm on random routings (empty experts, ragged edges), the masked and
 batched layouts against fp32 references, rows outside every expert untouched, and a CUDA graph captured once and
-replayed after the offsets changed in place (the tile-to-expert map is computed on the device)."""
+replayed after the offsets changed in place (the tile-to-expert map is computed on the device). The K-grouped
+blockwise fp8 tests (`test_k_grouped_blockwise_*`) were written without a GPU (session kgroup-blockwise): the
+simulator and compile tiers pass them, the device has not run them yet."""
 
 from __future__ import annotations
 
@@ -208,6 +210,76 @@ def test_k_grouped_cuda_graph_replays_with_changed_offsets() -> None:
         graph.replay()
         torch.cuda.synchronize()
         assert _err(out, _k_ref(a, b, offs)) < 1e-2, f"replay {seed}"
+
+
+# ---- K-grouped blockwise fp8 (1x128 x 128x128 over the grouped K space): written without a GPU, not yet run ----
+
+def _kbw_operands(m: int, n: int, total_k: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """fp8 a (M, total_K) and b (total_K, N) column-major (torch's: a contiguous (N, total_K) seen as .t()), fp32
+    scale_a (M, KB) and scale_b (KB, NB) spread over 2**-4 .. 2**4, so a neighbour block's scale is visibly wrong."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    kb, nb = -(-total_k // 128), -(-n // 128)
+    a = (torch.randn(m, total_k, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, total_k, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn).t()
+
+    def spread(shape: tuple[int, int]) -> torch.Tensor:
+        e = torch.randint(-4, 5, shape, device="cuda", generator=g).float()
+        return torch.exp2(e) * (torch.rand(shape, device="cuda", generator=g) + 0.5)
+
+    return a, b, spread((m, kb)), spread((kb, nb))
+
+
+def _kbw_ref(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor
+             ) -> torch.Tensor:
+    """fp32 (G, M, N): a per-group loop of torch products of the dequantized operands (a[:, k] * scale_a[:, k // 128],
+    b[k, n] * scale_b[k // 128, n // 128]) over each group's K range; zeros for an empty one."""
+    k, n = b.shape
+    da = a.float() * sa.repeat_interleave(128, dim=1)[:, :k]
+    db = b.float() * sb.repeat_interleave(128, dim=0)[:k].repeat_interleave(128, dim=1)[:, :n]
+    ends = [0, *offs.tolist()]
+    return torch.stack([da[:, s:e] @ db[s:e] for s, e in zip(ends[:-1], ends[1:], strict=True)])
+
+
+# (groups, M, N, total_K): 128x256, 128x128 and 64x128 tiles (rule 22 from M); total_K 6000 and N 1544 are not
+# multiples of 128 (the last group's last k-block is partial, the last scale block of N ragged)
+KBW_SHAPES = [(8, 2048, 4096, 8192), (32, 512, 1544, 6000), (4, 64, 7168, 1000)]
+
+
+@pytest.mark.parametrize("groups,m,n,total_k", KBW_SHAPES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_k_grouped_blockwise_against_dequantized(groups: int, m: int, n: int, total_k: int, seed: int) -> None:
+    """K-grouped blockwise fp8 (the weight gradient's recipe) against a per-group loop of fp32 torch products of the
+    dequantized operands: each group's K range on the 128 grid (the last at total_K), a quarter of them empty
+    (exact zeros, as torch's K-grouped op gives); every element finite (the result comes from torch.empty)."""
+    offs = _k_offsets(seed, groups, total_k, multiple=128)
+    a, b, sa, sb = _kbw_operands(m, n, total_k, seed)
+    out = warploom.scaled_grouped_mm(a, b, sa, sb, offs)
+    assert out.shape == (groups, m, n) and out.dtype == torch.bfloat16
+    ref = _kbw_ref(a, b, sa, sb, offs)
+    ends = [0, *offs.tolist()]
+    assert bool(out.isfinite().all())
+    for g in range(groups):
+        if ends[g + 1] == ends[g]:
+            assert bool((out[g] == 0).all()), f"empty group {g}: zeros"
+        else:
+            assert _err(out[g], ref[g]) < 1e-2, f"group {g}"
+
+
+def test_k_grouped_blockwise_scale_layouts_and_cuda_graph() -> None:
+    """scale_b stored (NB, KB) (DeepGEMM's order) as its .t() view and a column-major scale_a give the same result
+    as contiguous ones; a CUDA graph captured once replays with new offsets (the K ranges are read on the device)."""
+    groups, m, n, total_k = 8, 1024, 2048, 4096
+    a, b, sa, sb = _kbw_operands(m, n, total_k, 7)
+    offs = _k_offsets(0, groups, total_k, multiple=128)
+    plain = warploom.scaled_grouped_mm(a, b, sa, sb, offs)
+    strided = warploom.scaled_grouped_mm(a, b, sa.t().contiguous().t(), sb.t().contiguous().t(), offs)
+    assert torch.equal(plain, strided)
+    graph, out = _graph(lambda: warploom.scaled_grouped_mm(a, b, sa, sb, offs))
+    for seed in range(1, 4):
+        offs.copy_(_k_offsets(seed, groups, total_k, multiple=128))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _err(out, _kbw_ref(a, b, sa, sb, offs)) < 1e-2, f"replay {seed}"
 
 
 # ---- fused epilogues on M-grouped kernels (an MoE up projection's SiLU-mul, operands in the grouped row space) ----

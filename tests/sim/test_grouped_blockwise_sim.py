@@ -172,3 +172,119 @@ def test_planted_scale_bugs_are_caught(kind: str, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(program, "scale_tag", _mutant(kind, [s for s, _ in bounds], groups))
     res = simulate_grouped(mod, a, b, offs, sa, sb)
     assert _err(res.output, ref, rows) > 0.1, res.report.summary()
+
+
+# ---- K-grouped blockwise fp8 (the weight gradient): a (M, total_K) x b (total_K, N) -> (G, M, N), offs over K ----
+
+def _k_module(m: int, n: int, k: int, groups: int, bm: int = 128, bn: int = 128) -> ir.Module:
+    spec = GemmSpec(m, n, k, DType.E4M3, DType.E4M3, DType.BF16, scale=BW, accumulation=Accumulation.PROMOTED,
+                    grouping=Grouping.K_OFFSETS, groups=groups)
+    return build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=bm, bn=bn)).module
+
+
+def _k_offsets(seed: int, groups: int, total_k: int) -> torch.Tensor:
+    """Random cumulative K ends on the 128 grid, one group or more empty, the last at total_K (not a multiple of 128
+    in these tests, so the last group's last k-block is partial)."""
+    g = torch.Generator().manual_seed(seed)
+    blocks = total_k // SCALE_BLOCK
+    cuts = sorted(torch.randint(0, blocks + 1, (groups - 1,), generator=g).tolist())
+    cuts[int(torch.randint(1, groups - 1, (1,), generator=g))] = cuts[0]  # (two equal cuts at least: an empty group)
+    return torch.tensor(sorted(c * SCALE_BLOCK for c in cuts) + [total_k], dtype=torch.int32)
+
+
+def _k_operands(seed: int, m: int, n: int, k: int) -> tuple[torch.Tensor, ...]:
+    """fp8 a (M, total_K), b (total_K, N) column-major (torch's, a contiguous (N, total_K) seen as .t()), scale_a
+    (M, KB) and scale_b (KB, NB). Each k-block's scales sit at their own power of two, so a neighbour block's are off
+    by a factor of 2 or more."""
+    torch.manual_seed(seed)
+    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    step = (2.0 ** (torch.arange(kb, dtype=torch.float32) % 5))
+    a = (torch.randn(m, k) * 2).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k).to(torch.float8_e4m3fn).t()
+    return a, b, (torch.rand(m, kb) + 0.5) * step, (torch.rand(kb, nb) + 0.5) * step.reshape(-1, 1)
+
+
+def reference_k(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, offs: list[int]
+                ) -> torch.Tensor:
+    """fp64 (G, M, N): a and b dequantized (a[:, k] * scale_a[:, k // 128], b[k, n] * scale_b[k // 128, n // 128]),
+    then each group's product over its own K range, zeros for an empty one."""
+    m, k = a.shape
+    n = b.shape[1]
+    a64 = a.double() * sa.double().repeat_interleave(SCALE_BLOCK, dim=1)[:, :k]
+    sb64 = sb.double().repeat_interleave(SCALE_BLOCK, dim=0)[:k].repeat_interleave(SCALE_BLOCK, dim=1)[:, :n]
+    b64 = b.double() * sb64
+    ends = [0, *offs]
+    return torch.stack([a64[:, s:e] @ b64[s:e] for s, e in zip(ends, ends[1:], strict=False)])
+
+
+def _k_err(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((got.double() - ref).norm() / ref.norm().clamp(min=1e-30)).item()
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("bm,bn", [(128, 128), (64, 128), (128, 256)])
+def test_k_grouped_blockwise(seed: int, bm: int, bn: int) -> None:
+    """Random offsets (an empty group, the last group's K 720 - its start: a partial k-block), ragged N (264: two
+    128-column scale blocks and 8 columns), M not a tile multiple; the output starts NaN (simulate_grouped's) and
+    must come back finite everywhere, an empty group's block exactly 0 (torch's)."""
+    groups, m, n, k = 5, 96, 264, 720
+    offs = _k_offsets(seed, groups, k)
+    ends = [0, *offs.tolist()]
+    assert any(s == e for s, e in zip(ends, ends[1:], strict=False))
+    a, b, sa, sb = _k_operands(seed, m, n, k)
+    res = simulate_grouped(_k_module(m, n, k, groups, bm, bn), a, b, offs, sa, sb, seed=seed).raise_for_findings()
+    got = res.output.reshape(groups, m, n)
+    assert bool(got.isfinite().all())
+    ref = reference_k(a, b, sa, sb, offs.tolist())
+    assert _k_err(got, ref) < 1e-2  # bf16 output: ~2e-3
+    for g in range(groups):
+        if ends[g] == ends[g + 1]:
+            assert bool((got[g] == 0).all())
+        else:
+            assert _k_err(got[g], ref[g]) < 1e-2
+
+
+def test_k_grouped_blockwise_through_the_api() -> None:
+    """`warploom.scaled_grouped_mm` with a 2-D a and b on CPU runs the simulator: (G, M, N) bf16; a scale_b stored
+    (NB, KB) (DeepGEMM's order) goes as its .t() view, the same values; K a multiple of 128 with an empty last group
+    (its one k-block starts at total_K: its scale copies are masked, nothing read past the scales)."""
+    groups, m, n, k = 4, 72, 136, 512
+    offs = torch.tensor([128, 128, 512, 512], dtype=torch.int32)
+    a, b, sa, sb = _k_operands(4, m, n, k)
+    y = warploom.scaled_grouped_mm(a, b, sa, sb.t().contiguous().t(), offs=offs)
+    assert y.shape == (groups, m, n) and y.dtype == torch.bfloat16
+    assert _k_err(y, reference_k(a, b, sa, sb, offs.tolist())) < 1e-2
+    assert bool((y[1] == 0).all()) and bool((y[3] == 0).all())
+    assert torch.equal(y, warploom.scaled_grouped_mm(a, b, sa, sb, offs=offs))
+
+
+def _k_mutant(kind: str):  # noqa: ANN202
+    real = program.scale_tag
+
+    def tag(tensor: ir.Tensor, tile, k: int, grouped: bool = False):  # noqa: ANN001, ANN202
+        t = real(tensor, tile, k, grouped)
+        if kind == "scale_k_from_zero":  # every group's scale blocks counted from 0, not its K start
+            return program.Tag(t.tensor, t.axes, (t.origin[0], k))
+        if kind == "previous_group_block" and tile.k0:  # one scale block early: the previous group's last
+            return program.Tag(t.tensor, t.axes, (t.origin[0], t.origin[1] - 1))
+        if kind == "scale_a_at_c_rows" and tensor is ir.Tensor.SCALE_A:  # C's rows (g * M + r), not A's (r)
+            return program.Tag(t.tensor, t.axes, (tile.off_m, t.origin[1]))
+        return t
+
+    return tag
+
+
+@pytest.mark.parametrize("kind", ["scale_k_from_zero", "previous_group_block", "scale_a_at_c_rows"])
+def test_planted_k_grouped_scale_bugs_are_caught(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel whose scale copies count a group's k-blocks from 0 (rather than from its K start), read one block
+    early (the previous group's), or index scale_a at C's (G * M) rows rather than A's: the copies and promotions
+    agree on the wrong block (the same address arithmetic), so the tags match and the numerics catch it."""
+    groups, m, n, k = 4, 96, 264, 720
+    offs = torch.tensor([256, 256, 512, 720], dtype=torch.int32)
+    a, b, sa, sb = _k_operands(6, m, n, k)
+    mod, ref = _k_module(m, n, k, groups), reference_k(a, b, sa, sb, offs.tolist())
+    assert _k_err(simulate_grouped(mod, a, b, offs, sa, sb).raise_for_findings().output.reshape(groups, m, n),
+                  ref) < 1e-2
+    monkeypatch.setattr(program, "scale_tag", _k_mutant(kind))
+    res = simulate_grouped(mod, a, b, offs, sa, sb)
+    assert _k_err(res.output.reshape(groups, m, n), ref) > 0.1, res.report.summary()

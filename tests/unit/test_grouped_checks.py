@@ -10,6 +10,7 @@ import warploom
 from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
 from warploom.checks_grouped import grouped_call
 from warploom.errors import (
+    AlignmentError,
     ArgumentTypeError,
     DTypeError,
     InputError,
@@ -116,7 +117,7 @@ def test_k_grouped_call_gives_a_k_offsets_spec() -> None:
     ("past_total_k", "offs", InputError, "at most a's 96 columns"),
     ("decreasing", "offs", InputError, "non-decreasing"),
     ("k_mismatch", "b", ShapeError, "a's 96 columns"),
-    ("fp8", "a", UnsupportedError, "fp8 K-grouped"),
+    ("fp8_rowwise", "scale_b", UnsupportedError, "rowwise K-grouped GEMMs are not built"),
     ("masked_m", "masked_m", InputError, "takes offs"),
     ("offs_2d", "offs", ShapeError, "shape (G,)"),
 ])
@@ -129,7 +130,7 @@ def test_k_grouped_bad_input(case: str, arg: str, err: type, words: str) -> None
         offs = _offs(0, 40, 30, 96)
     elif case == "k_mismatch":
         b = torch.randn(N, 112).bfloat16().t()
-    elif case == "fp8":
+    elif case == "fp8_rowwise":
         a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
         kw = {"scale_a": torch.ones(4 * 32), "scale_b": torch.ones(4 * N)}
     elif case == "masked_m":
@@ -292,3 +293,110 @@ def test_rule22_blockwise_plans() -> None:
     with pytest.raises(ValueError, match="grouped GEMMs do not take blockwise_1x128_1x128 scales"):
         GemmSpec(64, 128, 128, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_1X128,
                  accumulation=Accumulation.PROMOTED, grouping=Grouping.OFFSETS, groups=2)
+
+
+# ---- K-grouped blockwise fp8 (the weight gradient): scale_a (M, KB) and scale_b (KB, NB) over total_K ----
+
+KB_K, NB_K = 3, 2  # k-blocks and N-blocks below: total_K = 320 (a partial last block), N = 136
+
+
+def _kbw(**over: object) -> dict:
+    m, total_k, n = 32, 320, 136
+    args: dict = {"a": torch.randn(m, total_k).to(torch.float8_e4m3fn),
+                  "b": torch.randn(n, total_k).to(torch.float8_e4m3fn).t(),  # torch's column-major (total_K, N)
+                  "offs": _offs(0, 128, 128, 320), "scale_a": torch.ones(m, KB_K), "scale_b": torch.ones(KB_K, NB_K)}
+    args.update(over)
+    return args
+
+
+def test_k_grouped_blockwise_call_gives_a_promoted_k_offsets_spec() -> None:
+    call = grouped_call(**_kbw())
+    s = call.spec
+    assert (s.grouping, s.scale, s.accumulation) == (Grouping.K_OFFSETS, ScaleRecipe.BLOCKWISE_1X128_128X128,
+                                                     Accumulation.PROMOTED)
+    assert (s.m, s.n, s.k, s.groups, s.out_dtype) == (32, 136, 320, 4, DType.BF16) and call.out_shape == (4, 32, 136)
+    # scale_b stored (NB, KB), DeepGEMM's order, as its .t() view: any strides
+    assert grouped_call(**_kbw(scale_b=torch.ones(NB_K, KB_K).t())).spec.scale is ScaleRecipe.BLOCKWISE_1X128_128X128
+
+
+@pytest.mark.parametrize("case,arg,err,words", [
+    ("offs_off_grid", "offs", InputError, "multiples of 128 (or total_K = 320)"),
+    ("scale_a_shape", "scale_a", ScaleError, "shape (32, 3)"),
+    ("scale_a_per_group", "scale_a", ScaleError, "shape (32, 3)"),
+    ("scale_b_shape", "scale_b", ScaleError, "shape (3, 2)"),
+    ("scale_b_deepgemm", "scale_b", ScaleError, "scale_b.transpose(-2, -1)"),
+    ("scale_b_per_group", "scale_b", UnsupportedError, "2-D blockwise scales"),
+    ("scale_a_bf16", "scale_a", ScaleError, "float32 blockwise scales"),
+    ("b_n_major", "b", AlignmentError, "fp8 reads B K-major"),
+    ("fast_accum", "use_fast_accum", InputError, "no fast-accumulation mode"),
+    ("out_fp16", "out_dtype", DTypeError, "torch.bfloat16"),
+])
+def test_k_grouped_blockwise_bad_input(case: str, arg: str, err: type, words: str) -> None:
+    args = _kbw()
+    if case == "offs_off_grid":
+        args["offs"] = _offs(0, 128, 200, 320)  # group 2 would start at 200, inside a scale block
+    elif case == "scale_a_shape":
+        args["scale_a"] = torch.ones(32, 2)  # total_K // 128 rather than ceil(total_K / 128)
+    elif case == "scale_a_per_group":
+        args["scale_a"] = torch.ones(4 * 32, KB_K)
+    elif case == "scale_b_shape":
+        args["scale_b"] = torch.ones(KB_K, 136)  # per column: not the recipe
+    elif case == "scale_b_deepgemm":
+        args["scale_b"] = torch.ones(NB_K, KB_K)
+    elif case == "scale_b_per_group":
+        args["scale_b"] = torch.ones(4, KB_K, NB_K)
+    elif case == "scale_a_bf16":
+        args["scale_a"] = torch.ones(32, KB_K).bfloat16()
+    elif case == "b_n_major":
+        args["b"] = args["b"].contiguous()
+    elif case == "fast_accum":
+        args["use_fast_accum"] = True
+    elif case == "out_fp16":
+        args["out_dtype"] = torch.float16
+    with pytest.raises(err) as e:
+        grouped_call(**args)
+    assert e.value.arg == arg and words in str(e.value) and "Fix:" in str(e.value)  # type: ignore[attr-defined]
+
+
+def test_k_grouped_blockwise_nothing_launches_on_bad_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    import warploom.grouped as grouped
+
+    monkeypatch.setattr(grouped, "build", lambda *a, **k: pytest.fail("planned before the checks"))
+    for bad, err in (({"offs": _offs(0, 100, 128, 320)}, InputError), ({"scale_a": torch.ones(32, 4)}, ScaleError)):
+        args = _kbw(**bad)
+        with pytest.raises(err, match=r"^(offs|scale_a): expected"):
+            warploom.scaled_grouped_mm(args.pop("a"), args.pop("b"), args.pop("scale_a"), args.pop("scale_b"),
+                                       **args)
+
+
+def _kbw_spec(m: int) -> GemmSpec:
+    return GemmSpec(m, 4096, 7168, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+                    accumulation=Accumulation.PROMOTED, grouping=Grouping.K_OFFSETS, groups=8)
+
+
+def test_rule22_k_grouped_blockwise_plans_and_forced_refusals() -> None:
+    """Rule 22's tile from M (one group's rows), BK 128 (a k-block is a scale block), the SM-count grid, 64x64 stored
+    blocks on 128x256 (rule 22's blockwise note); options a grouped kernel cannot take are refused by name."""
+    for m, tile in ((2048, (128, 256)), (200, (128, 128)), (64, (64, 128))):
+        p = plan_schedule(_kbw_spec(m), H100_SXM)
+        assert (p.bm, p.bn, p.bk, p.split_k, p.stream_k, p.grid) == (*tile, 128, 1, 0, H100_SXM.sm_count)
+        assert p.epilogue_subtiles == 4 or tile[1] != 256
+    for kw, name in (({"split_k": 2}, "split_k"), ({"stream_k": 2}, "stream_k"), ({"swap_ab": True}, "swap_ab"),
+                     ({"pingpong": True}, "pingpong"), ({"scale_partition": True}, "scale_partition"),
+                     ({"cluster": 2}, "cluster"), ({"tail_split": 2}, "tail_split")):
+        with pytest.raises(UnsupportedError, match=f"cannot take {name} .*Fix: drop them"):
+            plan_schedule(_kbw_spec(2048), H100_SXM, **kw)  # type: ignore[arg-type]
+
+
+def test_verifier_k_grouped_blockwise() -> None:
+    """The verifier passes a built K-grouped blockwise module and refuses it with split-K, or with rowwise scales
+    (`GemmSpec.grouped_problems`, which GemmSpec itself raises on construction)."""
+    from dataclasses import replace
+
+    from warploom.ir.verify import structural
+
+    m = build(_kbw_spec(2048), H100_SXM).module
+    assert not [e for e in structural(m) if "grouping" in e]
+    assert any("grouping with split-K" in e for e in structural(replace(m, tiling=replace(m.tiling, split_k=2))))
+    with pytest.raises(ValueError, match="rowwise scales in a K-grouped GEMM"):
+        replace(_kbw_spec(256), scale=ScaleRecipe.ROWWISE)

@@ -35,7 +35,9 @@ zeroes its rows of A's columns outside the group's K range in the slot it waited
 a partition barrier after the stores, so every thread's zeros are in the async proxy's view first); the B rows they
 meet are finite or not, 0 * inf being NaN (torch's kernel never reads them: see
 docs/decisions/k-grouped-and-gate-epilogue.md). An empty group runs one k-block of all-zero A, so its tile stores
-zeros (torch's result) by the path every tile takes. ir.raster.k_group_tiles is the same in Python.
+zeros (torch's result) by the path every tile takes. ir.raster.k_group_tiles is the same in Python. Blockwise fp8
+K-grouped scales are 2-D over the grouped K space, scale_a (M, KB) and scale_b (KB, NB): the copies read scale block
+``k_base // 128 + kk`` (each group's K range on the 128 grid, checks_grouped) at A's rows, masked past the last block.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.ir.raster import tma_k_align
-from warploom.spec import BLayout, Grouping
+from warploom.spec import SCALE_BLOCK, BLayout, Grouping
 
 
 class GroupedEmitter(PartitionEmitter):
@@ -120,6 +122,17 @@ class GroupedEmitter(PartitionEmitter):
 
 class KGroupedEmitter(GroupedEmitter):
     """A K-grouped module's partition (module docstring): the group's K range per tile, A's tail zeroed."""
+
+    def __init__(self, m: ir.Module, p: ir.Partition, buf: CodeBuffer) -> None:
+        super().__init__(m, p, buf)
+        # Blockwise scales over the grouped K space: scale_a (M, KB) at A's rows (C's less g * M), scale_b (KB, NB)
+        # shared by the groups; k-block kk of a tile is scale block k_base // 128 + kk (k_base is the group's K
+        # start, a multiple of 128 as checks_grouped requires), and an empty group's one k-block at k_base = K
+        # reads no scale past the last block (masked: zeros, times its all-zero A).
+        self.sa_row0 = "(off_m - grp * M)"
+        self.sb_base = "sb_ptr"
+        self.sk_block = f"(k_base // {SCALE_BLOCK} + kk)"
+        self.sk_mask = f"({self.sk_block} < gl.cdiv(K, {SCALE_BLOCK}))"
 
     def _num_tiles(self) -> None:
         self.buf.line("num_tiles = E * num_pid_m * num_pid_n", "K-grouped: every group has C's (M, N) tiles")

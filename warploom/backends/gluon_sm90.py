@@ -20,7 +20,7 @@ from warploom.epilogue.graph import GROUP, OutputLayout
 from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.spec import MX_BLOCK, SCALE_BLOCK, ALayout, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import MX_BLOCK, SCALE_BLOCK, ALayout, BLayout, GemmSpec, Grouping, ScaleRecipe
 
 _HEADER = """\
 from triton.experimental import gluon
@@ -44,8 +44,10 @@ GROUP_SCALE_PARAMS = ("sb_stride_g",)
 
 
 def scale_params(m: ir.Module) -> tuple[str, ...]:
-    """The blockwise scale parameters of `m`'s kernel (a grouped module's with scale_b's expert stride)."""
-    return SCALE_PARAMS + (GROUP_SCALE_PARAMS if m.tiling.grouped else ())
+    """The blockwise scale parameters of `m`'s kernel (an M-grouped module's with scale_b's expert stride; a
+    K-grouped module's scale_b is 2-D over the grouped K space, with none)."""
+    per_expert = m.tiling.grouped and m.tiling.grouping is not Grouping.K_OFFSETS
+    return SCALE_PARAMS + (GROUP_SCALE_PARAMS if per_expert else ())
 
 # Grouped raster (ir.Tiling.group_m): consecutive tile ids walk GROUP_M rows of tiles column by column.
 # warploom.ir.raster.tile_coords is the same function in Python, used by the simulator.
@@ -272,6 +274,9 @@ class PartitionEmitter:
         self.api = gluon_api.current()  # the installed Triton's spellings (backends/gluon_api.py)
         self.scale_b = "scale_b_ptr"  # rowwise scale_b's first column (a grouped module's: its group's row)
         self.sb_base = "sb_ptr"  # blockwise scale_b's first block (a grouped module's: its group's (KB, NB) block)
+        self.sa_row0 = "off_m"  # blockwise scale_a's first row: the tile's (a K-grouped module's: in A, not C)
+        self.sk_block = self.kb  # blockwise scales' k-block (a K-grouped module's: from its group's K start)
+        self.sk_mask = ""  # a further condition of the scale copies' mask (a K-grouped module's: k-blocks in scales)
 
     def params(self) -> list[str]:
         return partition_params(self.m, self.p)
@@ -609,19 +614,21 @@ class PartitionEmitter:
         # Offsets are 64-bit (`wide`) where the scales may reach 2^31 elements (`scale_offsets_wide`): their strides
         # are run-time arguments, and a column-major (M, K/128) scale_a puts k-block kk at kk * M.
         w = wide if scale_offsets_wide(self.m.spec) else _as_is
+        kb = self.sk_block
         if o.tensor is ir.Tensor.SCALE_A:
-            b.line(f"{idx} = off_m + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
+            b.line(f"{idx} = {self.sa_row0} + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
             # (128x128 blocks of A: each row copies its block's scale, so the ring is per row either way)
             row = f"({idx} // {SCALE_BLOCK})" if self.m.spec.scale.block_a else idx
-            ptr, mask = f"sa_ptr + {w(row)} * sa_stride_m + {w(self.kb)} * sa_stride_k", f"{idx} < M"
+            ptr, mask = f"sa_ptr + {w(row)} * sa_stride_m + {w(kb)} * sa_stride_k", f"{idx} < M"
         elif self.m.spec.scale.per_column_b:
             b.line(f"{idx} = off_n + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's columns")
-            ptr, mask = f"{self.sb_base} + {w(self.kb)} * sb_stride_k + {w(idx)} * sb_stride_n", f"{idx} < N"
+            ptr, mask = f"{self.sb_base} + {w(kb)} * sb_stride_k + {w(idx)} * sb_stride_n", f"{idx} < N"
         else:
             b.line(f"{idx} = off_n // {SCALE_BLOCK} + gl.arange(0, {ring.cols}, layout={o.ring}_copy)",
                    f"the tile's {SCALE_BLOCK}-column blocks of B")
-            ptr, mask = (f"{self.sb_base} + {w(self.kb)} * sb_stride_k + {w(idx)} * sb_stride_n",
+            ptr, mask = (f"{self.sb_base} + {w(kb)} * sb_stride_k + {w(idx)} * sb_stride_n",
                          f"{idx} < gl.cdiv(N, {SCALE_BLOCK})")
+        mask = f"({mask}) & {self.sk_mask}" if self.sk_mask else mask
         b.line(f"{self.api.cp_async}({o.ring}.index({slot}), {ptr}, mask={mask})",
                printer.op(o))
         if o.barrier is not None:

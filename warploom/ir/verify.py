@@ -494,9 +494,10 @@ def _check_grouped(m: ir.Module) -> list[str]:
 
     Allowed:   tiling(grouping=offsets or masked) over a bf16, fp8 rowwise or fp8 blockwise 1x128 x 128x128
                spec of that grouping, cooperative consumers;
-               tiling(grouping=k_offsets) over a bf16 or fp16 spec grouped=k_offsets.
+               tiling(grouping=k_offsets) over a bf16, fp16 or fp8 blockwise 1x128 x 128x128 spec
+               grouped=k_offsets.
     Forbidden: tiling(grouping=offsets, split_k=2); a ping-pong consumer's `for tiles[1::2]`; an sm_100a module;
-               an fp8 spec grouped=k_offsets (`GemmSpec.grouped_problems`); a per-group epilogue operand
+               an fp8 rowwise spec grouped=k_offsets (`GemmSpec.grouped_problems`); a per-group epilogue operand
                (`OperandSpec.per_group`) in a module that is not M-grouped, or of another group count."""
     t, errs = m.tiling, []
     if t.grouping is not m.spec.grouping:

@@ -44,17 +44,19 @@ class GroupedLauncher:
                  operands: Any = None) -> Any:
         """`a` (M, K), `b` (G, K, N), `bounds` (G,) int32 on the device, `out` (M, N) contiguous; K-grouped
         (Grouping.K_OFFSETS): `b` (total_K, N), `out` (G * M, N); `operands` a fused epilogue's, by graph name.
-        Rowwise scales flattened; blockwise ones (M, k-blocks) and (G, k-blocks, N-blocks), any strides."""
+        Rowwise scales flattened; blockwise ones (M, k-blocks) and (G, k-blocks, N-blocks) (K-grouped: (k-blocks,
+        N-blocks) over total_K), any strides."""
         args = {
             "a_desc": a, "b_desc": b.transpose(-2, -1) if self._k_major else b, "c_desc": out, "c_ptr": out,
             "group_ptr": bounds, "E": bounds.shape[0], "M": a.shape[0], "N": b.shape[-1], "K": a.shape[1],
             "scale_a_ptr": None if scale_a is None or self._blockwise else aligned_copy(scale_a),
             "scale_b_ptr": None if scale_b is None or self._blockwise else aligned_copy(scale_b),
         }
-        if self._blockwise:  # (E, k-blocks, N-blocks) scale_b and (M, k-blocks) scale_a, with their own strides
+        if self._blockwise:  # (M, k-blocks) scale_a and (E, k-blocks, N-blocks) scale_b (K-grouped: (k-blocks,
+            # N-blocks), no expert stride), with their own strides
             args |= {"sa_ptr": scale_a, "sb_ptr": scale_b, "sa_stride_m": scale_a.stride(0),
                      "sa_stride_k": scale_a.stride(1), "sb_stride_g": scale_b.stride(0),
-                     "sb_stride_k": scale_b.stride(1), "sb_stride_n": scale_b.stride(2)}
+                     "sb_stride_k": scale_b.stride(-2), "sb_stride_n": scale_b.stride(-1)}
         for name, t in (operands or {}).items():  # a fused epilogue's: dense ones by TMA, the rest by pointer
             args[f"{name}_desc"] = args[f"{name}_ptr"] = t
         self._main.launch(self._grid, [args[p] for p in self._params])

@@ -34,7 +34,7 @@ from warploom.ir.raster import (
     tma_k_align,
 )
 from warploom.ir.warps import WarpMask
-from warploom.spec import ALayout, BLayout, Grouping
+from warploom.spec import SCALE_BLOCK, ALayout, BLayout, Grouping
 
 
 @dataclass(frozen=True)
@@ -485,7 +485,15 @@ class MalformedError(WarploomError, ValueError):
 def scale_tag(tensor: ir.Tensor, tile: TileRef, k: int, grouped: bool = False) -> Tag:
     """The scales a (tile, k-block) needs: scale_a over the tile's rows, scale_b over its columns, at k-block k. A
     grouped module's (`grouped`) scale_b is its tile's group's (E, k-blocks, N-blocks) block; its scale_a is in the
-    grouped row space, so the tile's rows as they are (A's and C's)."""
+    grouped row space, so the tile's rows as they are (A's and C's). A K-grouped tile's (`tile.k_end` set) scales are
+    2-D over the grouped K space: scale_a (M, k-blocks) at A's rows (C's less the group's first, `row0`), scale_b
+    (k-blocks, N-blocks) shared by the groups, and its k-block k is scale block k0 // 128 + k (k0: the group's K
+    start, a multiple of 128 with blockwise scales)."""
+    if tile.k_end is not None:
+        kb = tile.k0 // SCALE_BLOCK + k
+        if tensor is ir.Tensor.SCALE_A:
+            return Tag("scale_a", ("m", "kb"), (tile.off_m - tile.row0, kb))
+        return Tag("scale_b", ("n", "kb"), (tile.off_n, kb))
     if tensor is ir.Tensor.SCALE_A:
         return Tag("scale_a", ("m", "kb"), (tile.off_m, k))
     return Tag("scale_b", ("n", "kb"), (tile.off_n, k), tile.group if grouped else None)
