@@ -87,12 +87,15 @@ def triage(tmp_path: Path, logs: dict[str, str], codes: dict[tuple[str, str], in
 def test_clean_and_explained_reports_pass(tmp_path: Path) -> None:
     code, text = triage(tmp_path, {
         "sanitize-memcheck-a.log": CLEAN,
-        "sanitize-racecheck-a.log": race([("Read", DEF_KERN, "Write", DEF_KERN, 7), ("Read", WS, "Write", DEF_KERN, 2),
-                                          ("Write", CP_ASYNC, "Read", LOAD_SA, 40), ("Read", LOAD_SB, "Write", STORE, 5)]),
+        "sanitize-racecheck-a.log": race([("Read", DEF_KERN, "Write", DEF_KERN, 7),
+                                          ("Read", WS, "Write", DEF_KERN, 2),
+                                          ("Write", CP_ASYNC, "Read", LOAD_SA, 40),
+                                          ("Read", LOAD_SB, "Write", STORE, 5)]),
         "sanitize-synccheck-a.log": sync(ARRIVE, 3),
     })
     assert code == 0, text
-    assert "| sanitize:a | racecheck | dispatch 9, ring-cp.async 40, ring-store 5 | 0 | explained by the controls |" in text
+    assert ("| sanitize:a | racecheck | dispatch 9, ring-cp.async 40, ring-store 5 | 0 | explained by the controls |"
+            in text)
     assert "| sanitize:a | synccheck | cp.async-arrive 3 | 0 | explained by the controls |" in text
     assert "| sanitize:a | memcheck | none | 0 | clean |" in text
 
@@ -123,7 +126,8 @@ def test_overflow_elsewhere_wrong_results_and_crashes_fail(tmp_path: Path) -> No
         "sanitize-synccheck-a.log": sync(C_STORE, 1),
         "sanitize-memcheck-b.log": CLEAN,
         "sanitize-memcheck-c.log": HEAD + "Traceback (most recent call last):\n",
-        "sanitize-memcheck-d.log": HEAD + "=========     at kern+0x10 in wl_k.py:12\n========= ERROR SUMMARY: 1 error\n",
+        "sanitize-memcheck-d.log": HEAD + ("=========     at kern+0x10 in wl_k.py:12\n"
+                                           "========= ERROR SUMMARY: 1 error\n"),
     }, codes={("b", "memcheck"): 1})
     assert code == 1
     assert "| sanitize:a | synccheck | unexplained 1 | 1 | REPORT |" in text
