@@ -1,4 +1,5 @@
-"""Fit planner rule 21's cost model (`SK_SLOWDOWN`, `SK_FIXUP_KBLOCKS` in warploom/planner.py) to measured sweeps.
+"""Fit planner rule 21's cost model (`SK_SLOWDOWN`, `SK_FIXUP_KBLOCKS` in warploom/planning/sm90_models.py) to
+measured sweeps.
 
     python3 scripts/fit_stream_k.py docs/data/stream-k-variants-bf16-2026-11-26-session22.json \
         docs/data/stream-k-variants-fp8-2026-11-26-session22.json

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from warploom.dtypes import DType
     from warploom.grouped import grouped_mm, scaled_grouped_mm
     from warploom.kernel import Kernel
-    from warploom.planner import Plan
+    from warploom.planning.plan import Plan
     from warploom.quantization import QuantRecipe, quantize
     from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
 
@@ -47,7 +47,7 @@ gluon_api.installed()
 _LAZY = {
     "matmul": "warploom.api", "plan": "warploom.api", "scaled_mm": "warploom.api",
     "H100_SXM": "warploom.device", "DeviceInfo": "warploom.device", "DType": "warploom.dtypes",
-    "Kernel": "warploom.kernel", "Plan": "warploom.planner", "Accumulation": "warploom.spec",
+    "Kernel": "warploom.kernel", "Plan": "warploom.planning.plan", "Accumulation": "warploom.spec",
     "ALayout": "warploom.spec", "BLayout": "warploom.spec", "GemmSpec": "warploom.spec", "ScaleRecipe": "warploom.spec",
     "Grouping": "warploom.spec", "ScaleLayout": "warploom.spec", "grouped_mm": "warploom.grouped",
     "scaled_grouped_mm": "warploom.grouped", "quantize": "warploom.quantization",

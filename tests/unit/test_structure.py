@@ -41,7 +41,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # gluon_api (the installed Triton's spellings) imports only errors and ir.warps; the planner asks it what the
     # installed Triton can emit.
     ("schedule IR", ("warploom.ir", "warploom.backends.gluon_api")),
-    ("planner", ("warploom.planner",)),
+    # Each target's planner rule and what the rules share (warploom.planner, above the targets, dispatches to them).
+    ("planning", ("warploom.planning",)),
     ("passes", ("warploom.passes",)),
     # warploom.epilogue's __init__ re-exports the whole package, its Gluon emitter included.
     ("backends", ("warploom.backends", "warploom.epilogue")),
@@ -49,6 +50,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("runtime", ("warploom.runtime", "warploom.epilogue.standalone")),
     # Each target's declaration: its planner rule, passes, emitter and compile step, handed down to the layers below.
     ("targets", ("warploom.targets",)),
+    # plan_schedule: what precedes any target's rule, then the device's target's rule, looked up in the registry.
+    ("planner", ("warploom.planner",)),
     ("simulator", ("warploom.sim",)),
     ("kernel", ("warploom.kernel",)),
     ("calls", ("warploom.eager", "warploom.fused")),

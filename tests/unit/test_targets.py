@@ -13,7 +13,7 @@ from warploom.device import B200, GFX1250, H100_SXM
 from warploom.errors import TargetError, UnsupportedError, VerificationError
 from warploom.ir import verify
 from warploom.kernel import build
-from warploom.planner import Plan, plan_schedule
+from warploom.planner import Plan, PlanOptions, plan_schedule
 from warploom.target import Target
 from warploom.targets import DECLARED, check_target, compile_schedule, declared, op_types
 
@@ -150,3 +150,21 @@ def test_other_targets_refuse_sm90_options_by_name(device: object, rule: str, fo
         plan_schedule(GemmSpec(4096, 4096, 4096), device, **forced)  # type: ignore[arg-type]
     assert plan_schedule(GemmSpec(4096, 4096, 4096), device, cluster=1, stream_k=0, split_k=1).target \
         is device.target  # the values that mean "none" are no forcing
+
+
+def test_planning_dispatches_through_the_declared_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each declaration names its target's planner rule (warploom/planning/), and plan_schedule calls the device's
+    target's, with the forced options as given."""
+    assert {t: d.plan.__module__ for t, d in DECLARED.items()} == {
+        Target.SM90A: "warploom.planning.sm90", Target.SM100A: "warploom.planning.sm100",
+        Target.GFX1250: "warploom.planning.gfx1250"}
+    seen: list[tuple[GemmSpec, object, PlanOptions]] = []
+    plan = plan_schedule(GemmSpec(256, 256, 256), GFX1250)
+
+    def rule(spec: GemmSpec, device: object, options: PlanOptions) -> Plan:
+        seen.append((spec, device, options))
+        return plan
+
+    monkeypatch.setitem(DECLARED, Target.GFX1250, replace(DECLARED[Target.GFX1250], plan=rule))
+    assert plan_schedule(GemmSpec(256, 256, 256), GFX1250, bn=64, stages=2) is plan
+    assert seen == [(GemmSpec(256, 256, 256), GFX1250, PlanOptions(bn=64, stages=2))]

@@ -28,7 +28,7 @@ from warploom.passes.registers import AssignRegisters
 from warploom.passes.rings import PlanRings
 from warploom.passes.scales import SplitScales
 from warploom.passes.split_consumers import SplitConsumers
-from warploom.planner import Plan
+from warploom.planning.plan import Plan
 from warploom.spec import GemmSpec
 
 Pass = Callable[[ir.Module], ir.Module]
@@ -112,7 +112,7 @@ def pipeline_gfx1250(plan: Plan) -> list[Pass]:
 
 @dataclass(frozen=True)
 class Trace:
-    """The module after each stage, for `warploom plan --trace` and the pass tests."""
+    """The module after each stage (`Kernel.trace`), for inspection and the pass tests."""
 
     stages: tuple[tuple[str, ir.Module], ...]
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
-from warploom.planner import Plan, scale_rows
+from warploom.planning.common import scale_rows
+from warploom.planning.plan import Plan
 from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
 

@@ -4,9 +4,10 @@ A `Declaration` gathers everything that differs between targets, which used to b
 kernel, the pass list, the compile step and the CLI: the planner rule that plans it, its passes after
 `build_sequential`, its Gluon emitter, how it cross-compiles (Triton's `GPUTarget`), the IR ops its complete
 schedules may hold, the verifier's rules of its own, the instruction counts its compile summary reports, and whether
-warploom launches its kernels. This package stands above the schedule IR, the planner, the passes, the backends and
-the runtime, and hands each what it needs (the pass list, the op set and the checks to `passes.run_pipeline` and
-`ir.verify.check`), so none of them imports it. A fourth target is one more module here and one more
+warploom launches its kernels. This package stands above the schedule IR, the planner's rules (`warploom.planning`),
+the passes, the backends and the runtime, and hands each what it needs (the pass list, the op set and the checks to
+`passes.run_pipeline` and `ir.verify.check`), so none of them imports it; `planner.plan_schedule`, above it, looks up
+the device's target here and calls its rule. A fourth target is one more module here and one more
 `warploom.target.Target`.
 """
 
@@ -21,7 +22,7 @@ from warploom.device import DeviceInfo
 from warploom.ir import nodes as ir
 from warploom.ir import verify as verify_module
 from warploom.passes import Trace, run_pipeline
-from warploom.planner import Plan
+from warploom.planning.plan import Plan
 from warploom.runtime.cross import Compiled
 from warploom.spec import GemmSpec
 from warploom.target import Target

@@ -10,7 +10,9 @@ from warploom.device import DeviceInfo
 from warploom.ir import nodes as ir
 from warploom.ir.verify import Check
 from warploom.passes import Pass
-from warploom.planner import Plan
+from warploom.planning.options import PlanOptions
+from warploom.planning.plan import Plan
+from warploom.spec import GemmSpec
 from warploom.target import Target
 
 if TYPE_CHECKING:
@@ -25,7 +27,8 @@ class Declaration:
     Attributes:
         target: which.
         device: the GPU its plans default to (`warploom.plan(..., device=...)` names it in errors).
-        plan: the planner rule that plans it (`planner.plan_schedule` dispatches to it by `DeviceInfo.target`).
+        plan: its planner rule (`warploom.planning.<target>.plan`), which `planner.plan_schedule` calls for a
+            device of this target with the options it was asked to force (`PlanOptions`).
         pipeline: its passes after `build_sequential`, in order, for a plan.
         emit: its Gluon emitter.
         compile: its cross-compile step (no GPU needed): the Gluon to a `Compiled` with SASS or AMDGCN.
@@ -39,7 +42,7 @@ class Declaration:
 
     target: Target
     device: DeviceInfo
-    plan: Callable[..., Plan]
+    plan: Callable[[GemmSpec, DeviceInfo, PlanOptions], Plan]
     pipeline: Callable[[Plan], list[Pass]]
     emit: Callable[[ir.Module], GluonSource]
     compile: Callable[[ir.Module, GluonSource], Compiled]

@@ -9,7 +9,7 @@ from warploom.device import GFX1250
 from warploom.ir import nodes as ir
 from warploom.ir import ops_gfx1250, verify
 from warploom.passes import pipeline_gfx1250
-from warploom.planner import plan_gfx1250
+from warploom.planning import gfx1250 as planning
 from warploom.runtime.cross import cross_compile_gfx1250
 from warploom.target import Target
 from warploom.targets.declaration import Declaration
@@ -17,7 +17,7 @@ from warploom.targets.declaration import Declaration
 DECLARATION = Declaration(
     target=Target.GFX1250,
     device=GFX1250,
-    plan=plan_gfx1250,
+    plan=planning.plan,
     pipeline=pipeline_gfx1250,
     emit=lower_gfx1250,
     compile=cross_compile_gfx1250,

@@ -11,7 +11,7 @@ from warploom.device import B200
 from warploom.ir import nodes as ir
 from warploom.ir import ops_sm100, verify
 from warploom.passes import pipeline_sm100
-from warploom.planner import plan_blackwell
+from warploom.planning import sm100 as planning
 from warploom.runtime.cross import cross_compile_cuda
 from warploom.target import Target
 from warploom.targets.declaration import Declaration
@@ -22,7 +22,7 @@ GPU = ("cuda", 100, 32)
 DECLARATION = Declaration(
     target=Target.SM100A,
     device=B200,
-    plan=plan_blackwell,
+    plan=planning.plan,
     pipeline=pipeline_sm100,
     emit=lower_sm100,
     compile=functools.partial(cross_compile_cuda, target=Target.SM100A, arch=GPU[1]),

@@ -9,7 +9,7 @@ from warploom.backends.gluon_sm90 import GluonSource
 from warploom.device import H100_SXM
 from warploom.ir import nodes as ir
 from warploom.passes import pipeline_sm90
-from warploom.planner import plan_schedule
+from warploom.planning import sm90 as planning
 from warploom.runtime.cross import cross_compile_cuda
 from warploom.target import Target
 from warploom.targets.declaration import Declaration
@@ -33,7 +33,7 @@ GPU = ("cuda", 90, 32)
 DECLARATION = Declaration(
     target=Target.SM90A,
     device=H100_SXM,
-    plan=plan_schedule,
+    plan=planning.plan,
     pipeline=pipeline_sm90,
     emit=emit,
     compile=functools.partial(cross_compile_cuda, target=Target.SM90A, arch=GPU[1]),

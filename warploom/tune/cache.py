@@ -89,7 +89,7 @@ def _plan_fields(plan: Plan) -> dict[str, Any]:
     return dataclasses.asdict(plan)
 
 
-# Plan's field annotations (strings: planner.py uses postponed annotations) and the JSON types they need; a
+# Plan's field annotations (strings: planning/plan.py uses postponed annotations) and the JSON types they need; a
 # bool is not an int here, though Python's isinstance says it is.
 _FIELD_TYPES: dict[str, type] = {"int": int, "bool": bool}
 

@@ -1,0 +1,4 @@
+"""The planner's pieces, below the target registry: a plan (`plan.py`), what several targets' rules share
+(`common.py`, `options.py`, `trace.py`), and each target's rule in its own module (`sm90.py` with its cost models in
+`sm90_models.py`, `sm100.py`, `gfx1250.py`), which its declaration (`warploom.targets`) names as its `plan`.
+`warploom.planner.plan_schedule`, above the registry, looks the device's target up and calls it."""

@@ -1,0 +1,80 @@
+"""The schedule options a caller may force on the planner (`PlanOptions`), as `plan_schedule` hands them to the
+device's target's rule, and the refusal of sm_90a's options by a target whose rule has none of them."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from warploom.errors import UnsupportedError
+from warploom.target import Target
+
+
+class TdmWarps(enum.Enum):
+    """Rule 20's choice of the warps that issue each TDM copy (seed 004; ir/warps.py). The value is the reason.
+
+    EVERY: every warp its share of both copies (no hint: Triton 3.6 and 3.7 have none). SPLIT: warp 0 issues A's
+    whole block and warp 1 B's, so each issuing warp has one copy per block in flight and the other warps only
+    compute. ONE: warp 0 issues both. FUSED: SPLIT's warps, each k-block's two copies issued as one fused copy."""
+
+    EVERY = ("every warp issues its share of A's and B's copies: the default, and all Triton < 3.8 can express; no "
+             "gfx1250 is at hand to measure a split against it")
+    SPLIT = "warp 0 issues A's copies and warp 1 B's (one wave each), the other warps only compute"
+    ONE = "warp 0 issues both copies, the other warps only compute"
+    FUSED = ("warp 0 loads A's block and warp 1 B's through one fused copy (tdm.async_load_fused), the other warps "
+             "only compute")
+
+    def masks(self) -> tuple[int, int]:
+        """(A's, B's) issuing-warp bitmasks; 0: every warp."""
+        return {TdmWarps.EVERY: (0, 0), TdmWarps.SPLIT: (0b0001, 0b0010), TdmWarps.ONE: (0b0001, 0b0001),
+                TdmWarps.FUSED: (0b0001, 0b0010)}[self]
+
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """What `plan_schedule` was asked to force (None, or the value that means "none": the rules decide).
+
+    Attributes:
+        bm, bn, stages, group_m: the tile, the ring's depth and the raster's group (every target's rule).
+        consumer_partitions, partial_blocks, hoist_rows, scalar_columns, prefetch_operands, pingpong,
+            scale_partition, split_k, tail_split, swap_ab, stream_k, cluster: sm_90a's schedule options
+            (`warploom.planner.plan_schedule` says what each does); sm_100a's rule takes swap_ab, prefetch_operands
+            and scalar_columns too.
+        tdm_warps: gfx1250's: the warps that issue each TDM copy.
+    """
+
+    bm: int | None = None
+    bn: int | None = None
+    stages: int | None = None
+    group_m: int = 8
+    consumer_partitions: int | None = None
+    partial_blocks: int | None = None
+    hoist_rows: bool | None = None
+    scalar_columns: bool = True
+    prefetch_operands: bool | None = None
+    pingpong: bool = False
+    scale_partition: bool | None = None
+    split_k: int | None = None
+    tail_split: int | None = None
+    swap_ab: bool | None = None
+    stream_k: int | None = None
+    tdm_warps: TdmWarps | None = None
+    cluster: int | None = None
+
+    def refuse_sm90_options(self, target: Target, rule: str, takes: frozenset[str] = frozenset()) -> None:
+        """Refuse, by name, each sm_90a schedule option forced on `target`'s `rule` that it does not take too
+        (never ignored: a 2-CTA cluster was once planned as one CTA per tile there)."""
+        given = {"consumer_partitions": self.consumer_partitions, "partial_blocks": self.partial_blocks,
+                 "pingpong": self.pingpong or None, "scale_partition": self.scale_partition,
+                 "split_k": None if self.split_k == 1 else self.split_k,
+                 "tail_split": None if self.tail_split == 1 else self.tail_split,
+                 "hoist_rows": self.hoist_rows, "stream_k": self.stream_k or None,
+                 "cluster": None if self.cluster == 1 else self.cluster, "swap_ab": self.swap_ab or None,
+                 "prefetch_operands": self.prefetch_operands,
+                 "scalar_columns": None if self.scalar_columns else False}
+        forced_here = {k: v for k, v in given.items() if v is not None and k not in takes}
+        if forced_here:
+            names = ", ".join(f"{k}={v}" for k, v in forced_here.items())
+            raise UnsupportedError(f"{names}: sm_90a schedule options; the {target} schedule ({rule}) has none "
+                                   "of them. Fix: drop them, or plan for an sm_90a device")

@@ -1,0 +1,256 @@
+"""A plan: one schedule's parameters (`Plan`), chosen by its target's planner rule (`warploom.planner.plan_schedule`)
+or given by hand, and how its work units fill the persistent grid (`wave_fill`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from warploom.spec import GemmSpec
+from warploom.target import Target
+
+# Rule 4's register budgets (setmaxnreg): the producer's and the consumers', at one CTA per SM.
+PRODUCER_REGS = 24
+CONSUMER_REGS = 240
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A schedule's parameters, chosen by `plan_schedule` or given by hand for measurement.
+
+    Attributes:
+        bm, bn, bk: tile sizes.
+        stages: depth of the A/B shared-memory rings.
+        consumer_warps: warps of the MMA consumer partition (4 per warpgroup; BM/64 warpgroups).
+        producer_warps: warps of the TMA producer partition.
+        producer_regs, consumer_regs: per-thread register budgets (setmaxnreg).
+        group_m: grouped raster size.
+        grid: persistent CTAs (at most one per SM).
+        epilogue_subtiles: column blocks the epilogue stores a tile in.
+        consumer_partitions: 1: one partition holds all consumer warpgroups (they release slots
+            together); 2: one partition per warpgroup, each owning a row block (passes/split_consumers.py).
+        partial_blocks: promoted fp8 only: column blocks of the accumulator, promoted one at a time
+            through a block-wide partial (2 lets a 256-wide tile promote within the register budget).
+        hoist_rows: fused epilogues only: load row-vector and scalar operands before the accumulator's
+            final wgmma wait, so their latency hides under the last MMAs (seed 003); False loads them
+            in the epilogue, for measurement.
+        scalar_columns: fused epilogues only: read a column-vector operand as one value per row; False
+            reads it as a full tile gather (the naive way), for measurement.
+        prefetch_operands: fused epilogues only: start each dense operand's TMA copy at the tile's start
+            (passes/epilogue.py PrefetchOperands); False starts it in the epilogue, just before its load. The
+            planner turns it on for the slotted 256-wide epilogue (rule 9) and leaves it off at 128 wide (there
+            measured 1-4% slower on the H100, docs/benchmarks.md 2026-11-23).
+        pingpong: two consumer warpgroups take whole BM x BN tiles in turn (seed 002), so one's epilogue
+            overlaps the other's mainloop; False: cooperative, both split each tile by rows.
+        block_epilogue: apply scales and bias per stored column block (passes/epilogue.py, block_steps)
+            rather than to the whole accumulator: rule 10 of the heuristic.
+        scale_partition: blockwise recipes only: copy the scales in a partition of their own into a ring of
+            `scale_stages` slots (passes/scales.py, seed 000) rather than through the A/B stages (rule 11).
+        scale_warps: warps of that partition.
+        split_k: split each tile's k-blocks into this many equal ranges, each a work unit of its own whose
+            fp32 partial goes to a workspace; a second kernel sums the partials in order (deterministic) into C.
+            More CTAs when the output has fewer tiles than SMs: rule 14 chooses it for small-M blockwise fp8.
+        tail_split: a split-K tail (rule 15): the tiles that fill whole waves of the grid run as whole tiles in
+            one kernel, the tiles left over (a last, mostly idle round) as split-K units over this many k-ranges
+            in a second; both are ranged kernels (`ir.Tiling.ranged`). 1: no tail, one kernel over all tiles.
+        tail_stages: the tail kernel's stages (its fp32 staging tile leaves less shared memory for the ring).
+        staging_slots: staging buffers per output that stored column blocks alternate through, so a block's smem
+            writes need wait only for the store `staging_slots` blocks back (1: every block waits for the last).
+            Must divide the tile's column blocks (`epilogue_subtiles`).
+        operand_slots: fused epilogues only: staging buffers per dense operand, so block j's TMA copy starts as
+            soon as block j - operand_slots has been read (with `prefetch_operands`, the first operand_slots
+            blocks' copies land under the mainloop).
+        load_ahead: fused epilogues only, with hoist_rows off: load block j + 1's row, column and scalar operands
+            before block j's math, so their latency hides under it (only two blocks' vectors are live).
+        swap_ab: run the transposed problem C^T = B^T A^T (rule 18, `GemmSpec.swapped`): the other fields are the
+            swapped problem's plan (bm tiles the problem's N, bn its M), and the kernel stores C transposed.
+        acc_buffers: sm_100a (rule 19): accumulators in tensor memory, this many BM x BN fp32 buffers, so the
+            epilogue partition drains one while the MMA warp fills the next; 0: an sm_90a plan (registers).
+        block_scaled: sm_100a MX fp8 (rule 19, seed 001): the tcgen05 block-scaled MMA applies the e8m0 scales; they
+            ride the A/B stages and tcgen05.cp copies each stage's into tensor memory (passes/blackwell.py).
+        promote_tmem: sm_100a fp32 blockwise (rule 19, `promotion_path`): the `acc_buffers` tensor-memory buffers
+            hold each k-block's unscaled partial product, which the epilogue partition loads, multiplies by
+            scale_a[row] x scale_b[block] and adds into an fp32 accumulator in its registers
+            (passes/blackwell_promote.py); False: they hold the accumulators themselves.
+        target: the compilation target (`warploom.target.Target`, declared in `warploom.targets`): sm_90a; sm_100a
+            (rule 19, with `acc_buffers`); gfx1250 (rule 20): one software-pipelined partition of `consumer_warps`
+            warps both copies (Tensor Data Mover) and computes (wmma) through a ring of `stages` slots; no producer,
+            no mbarriers.
+        tdm_warps_a, tdm_warps_b: gfx1250 (rule 20, seed 004): bitmasks of the warps that issue A's and B's copies
+            (Triton >= 3.8's ``warp_used_hint``); 0: every warp issues its share (today's default).
+        tdm_fused: gfx1250: each k-block's A and B copies are one fused copy (``tdm.async_load_fused``, Triton 3.9).
+        stream_k: rule 21: 0, or the tiles of the last, partial wave are shared out evenly as (tile, k-block)
+            iterations, each tile in at most this many pieces, and the pieces joined through an fp32 workspace in the
+            same kernel (`ir.Tiling.stream_k`); `grid` may then exceed the tiles.
+        cluster: rule 24 (sm_90a, Triton >= 3.7): 1, or 2 CTAs of a thread-block cluster stacked along M share B's
+            tile, which the lead CTA multicasts (`ir.Tiling.cluster`, passes/cluster.py); the consumer warpgroups
+            then split each tile by columns. `grid` stays the CTAs launched (an even number).
+    """
+
+    bm: int
+    bn: int
+    bk: int
+    stages: int
+    consumer_warps: int
+    group_m: int
+    grid: int
+    producer_warps: int = 1
+    producer_regs: int = PRODUCER_REGS
+    consumer_regs: int = CONSUMER_REGS
+    epilogue_subtiles: int = 1
+    consumer_partitions: int = 1
+    partial_blocks: int = 1
+    hoist_rows: bool = True
+    scalar_columns: bool = True
+    prefetch_operands: bool = False
+    pingpong: bool = False
+    block_epilogue: bool = False
+    scale_partition: bool = False
+    scale_warps: int = 1
+    scale_stages: int = 2
+    split_k: int = 1
+    tail_split: int = 1
+    tail_stages: int = 0
+    staging_slots: int = 1
+    operand_slots: int = 1
+    load_ahead: bool = False
+    swap_ab: bool = False
+    acc_buffers: int = 0
+    block_scaled: bool = False
+    promote_tmem: bool = False
+    target: Target = Target.SM90A
+    stream_k: int = 0
+    tdm_warps_a: int = 0
+    tdm_warps_b: int = 0
+    tdm_fused: bool = False
+    cluster: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target", Target.named(self.target, "Plan(target=...)"))  # (a cache gives its name)
+        if (self.acc_buffers > 0) != (self.target is Target.SM100A):
+            raise ValueError(f"Plan(acc_buffers={self.acc_buffers}, target={self.target}): tensor-memory accumulator "
+                             "buffers are sm_100a's and every sm_100a plan has at least one")
+        # Every count is checked here, once: a Plan from a cache file or a forced knob with group_m=0 would
+        # otherwise divide by zero in the raster, far from its cause.
+        positive = ("bm", "bn", "bk", "stages", "consumer_warps", "group_m", "grid", "epilogue_subtiles",
+                    "consumer_partitions", "partial_blocks", "scale_warps", "scale_stages", "split_k", "tail_split")
+        counts = ("producer_warps", "producer_regs", "consumer_regs", "tail_stages", "acc_buffers", "tdm_warps_a",
+                  "tdm_warps_b")
+        for name in positive + counts:
+            v, least = getattr(self, name), int(name in positive)
+            if type(v) is not int or v < least:
+                raise ValueError(f"Plan({name}={v!r}): expected an int >= {least}")
+        if self.staging_slots < 1 or self.epilogue_subtiles % self.staging_slots:
+            raise ValueError(f"Plan(staging_slots={self.staging_slots}) must divide epilogue_subtiles="
+                             f"{self.epilogue_subtiles}: a tile's blocks cycle through the slots, and the next tile "
+                             "must start on a slot whose store is the oldest in flight")
+        if self.operand_slots < 1:
+            raise ValueError(f"Plan(operand_slots={self.operand_slots}): expected at least 1")
+        if self.load_ahead and self.hoist_rows:
+            raise ValueError("Plan(load_ahead=True) loads each block's operands one block early; hoist_rows=True "
+                             "already loads them all before the final wgmma wait: pass hoist_rows=False")
+        if self.stream_k and (self.split_k > 1 or self.tail_split > 1 or self.pingpong or self.swap_ab):
+            raise ValueError(f"Plan(stream_k={self.stream_k}) shares whole tiles' k-blocks among CTAs itself: it takes "
+                             "no split_k, "
+                             "tail_split, pingpong or swap_ab")
+        if self.cluster not in (1, 2):
+            raise ValueError(f"Plan(cluster={self.cluster!r}): expected 1 or 2 CTAs per cluster")
+        if self.cluster > 1 and (self.split_k > 1 or self.tail_split > 1 or self.stream_k or self.pingpong
+                                 or self.swap_ab or self.target is not Target.SM90A or self.grid % self.cluster):
+            raise ValueError(f"Plan(cluster={self.cluster}) runs whole tiles on sm_90a on an even grid: it takes no "
+                             "split_k, tail_split, stream_k, pingpong or swap_ab, and grid="
+                             f"{self.grid} must be a multiple of {self.cluster}")
+        if self.promote_tmem and self.target is not Target.SM100A:
+            raise ValueError(f"Plan(promote_tmem=True, target={self.target}): promotion through tensor-memory "
+                             "partials is sm_100a's")
+        if self.tail_split > 1 and self.tail_stages < 1:
+            raise ValueError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
+                             "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
+
+    def units(self, m: int, n: int) -> int:
+        """Work units of an M x N output: its tiles (at least one), times the k-ranges of split-K. (A swapped plan's
+        tiles cover C^T: bm tiles N and bn tiles M.)"""
+        if self.swap_ab:
+            m, n = n, m
+        return max(1, math.ceil(m / self.bm) * math.ceil(n / self.bn)) * self.split_k
+
+    def tail(self) -> Plan:
+        """The plan of the split-K tail kernel of a plan with one (`tail_split`): the same tiles and warps, its
+        k-blocks in tail_split ranges."""
+        assert self.tail_split > 1 and self.split_k == 1, "only a data-parallel plan with a tail has a tail plan"
+        return replace(self, split_k=self.tail_split, stages=self.tail_stages)
+
+    def short(self) -> str:
+        sub = f"_e{self.epilogue_subtiles}" if self.epilogue_subtiles > 1 else ""
+        split = f"_p{self.consumer_partitions}" if self.consumer_partitions > 1 else ""
+        split += "_pp" if self.pingpong else ""
+        blocks = f"_h{self.partial_blocks}" if self.partial_blocks > 1 else ""
+        # (the kernel name keys the on-disk source cache, so the scale ring's depth and warps must appear)
+        sp = "" if not self.scale_partition else "_sp" if (self.scale_stages, self.scale_warps) == (2, 1) else \
+            f"_sp{self.scale_stages}w{self.scale_warps}"
+        ablate = (sp + ("" if self.hoist_rows else "_nohoist") + ("" if self.scalar_columns else "_nocolscalar")
+                  + ("_prefetch" if self.prefetch_operands else "") + ("_ahead" if self.load_ahead else "")
+                  + (f"_ss{self.staging_slots}" if self.staging_slots > 1 else "")
+                  + (f"_os{self.operand_slots}" if self.operand_slots > 1 else ""))
+        ks = f"_k{self.split_k}" if self.split_k > 1 else ""
+        ks += f"_t{self.tail_split}" if self.tail_split > 1 else ""
+        tm = f"_tm{self.acc_buffers}" if self.acc_buffers else "_tdm" if self.target is Target.GFX1250 else ""
+        tm += "p" if self.promote_tmem else ""  # (sm_100a fp32 blockwise: the buffers hold partials)
+        if self.tdm_warps_a or self.tdm_warps_b:
+            tm += f"_wa{self.tdm_warps_a:x}b{self.tdm_warps_b:x}" + ("f" if self.tdm_fused else "")
+        sk = f"_sk{self.stream_k}g{self.grid}" if self.stream_k else ""
+        sk += f"_c{self.cluster}" if self.cluster > 1 else ""
+        return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
+                f"{sub}{split}{blocks}{ks}{sk}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
+
+
+
+@dataclass(frozen=True)
+class WaveFill:
+    """How a plan's work units (tiles, or split-K units) fill the persistent grid, one unit per CTA at a time.
+
+    With `units` over `ctas` CTAs the kernel takes `rounds` = ceil(units / ctas) unit-times, of which
+    units / ctas do work on average: `efficiency`. The last round runs `last` units, so a problem just past a
+    whole number of waves leaves most SMs idle in it (wave quantization; issue 6 item 3). A plan with a split-K
+    tail (rule 15) runs `units` whole tiles in `rounds` full rounds, then `tail` tiles as tail * tail_split units
+    of 1/tail_split of a tile each."""
+
+    units: int
+    ctas: int
+    rounds: int
+    last: int
+    tail: int = 0
+    tail_split: int = 1
+
+    @property
+    def tail_rounds(self) -> int:
+        return -(-self.tail * self.tail_split // self.ctas)
+
+    @property
+    def waves(self) -> float:
+        return (self.units + self.tail) / self.ctas
+
+    @property
+    def efficiency(self) -> float:
+        return self.waves / (self.rounds + self.tail_rounds / self.tail_split)
+
+    def describe(self) -> str:
+        if self.tail_split > 1:
+            rounds = self.rounds + self.tail_rounds / self.tail_split
+            return (f"{self.units} whole tiles over {self.ctas} CTAs in {self.rounds} rounds, then {self.tail} tiles "
+                    f"as {self.tail * self.tail_split} split-K units of 1/{self.tail_split} tile in {self.tail_rounds} "
+                    f"round(s): {self.waves:.2f} waves of work in {rounds:.2f} rounds ({self.efficiency:.0%} of the "
+                    "CTA-time does work, before the tail's own cost)")
+        return (f"{self.units} work units over {self.ctas} CTAs: {self.waves:.2f} waves in {self.rounds} rounds, the "
+                f"last with {self.last} of {self.ctas} CTAs busy ({self.efficiency:.0%} of the CTA-time does work)")
+
+
+def wave_fill(spec: GemmSpec, plan: Plan) -> WaveFill:
+    """`plan`'s wave fill at `spec`'s size."""
+    units = plan.units(spec.m, spec.n)
+    ctas = min(plan.grid, units)
+    if plan.tail_split > 1:  # whole waves of tiles, then the rest split (runtime.launch, ir.raster.tail_spans)
+        whole, tail = divmod(units, plan.grid)
+        return WaveFill(whole * plan.grid, plan.grid, whole, plan.grid if whole else 0, tail, plan.tail_split)
+    rounds = -(-units // ctas)
+    return WaveFill(units, ctas, rounds, units - (rounds - 1) * ctas)

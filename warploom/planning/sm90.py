@@ -1,0 +1,640 @@
+"""sm_90a's planner rule: a TMA producer warp and wgmma consumer warpgroups, cooperative or ping-pong; every rule of
+`warploom.planner`'s list but 19 and 20 (the cost models they choose by in `sm90_models.py`). `plan` is the
+target's (its declaration's `plan`, `warploom.targets.sm90`); rule 22's grouped GEMMs (`plan_grouped`) come before
+it, in `plan_schedule`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from warploom.device import DeviceInfo
+from warploom.dtypes import DType
+from warploom.errors import UnsupportedError
+from warploom.planning.common import (
+    DECODE_STAGES,
+    MAX_STAGES,
+    SWAP_MAX_M,
+    SWAP_TOKENS,
+    dense_operands,
+    is_decode,
+    k_block,
+    k_blocks,
+    scale_slot_bytes,
+    stage_bytes,
+    swap_decode,
+    swap_tokens,
+)
+from warploom.planning.options import PlanOptions
+from warploom.planning.plan import CONSUMER_REGS, Plan
+from warploom.planning.sm90_models import (
+    CLUSTER_MARGIN,
+    SK_PIECES,
+    cluster_min_kblocks,
+    cluster_plan,
+    cluster_problems,
+    cta_kblocks,
+    decode_split,
+    latency_split,
+    latency_stages,
+    latency_tiles,
+    rule15_tail,
+    stream_k_grid,
+    stream_k_problems,
+    stream_k_score,
+    tail_score,
+)
+from warploom.planning.trace import collecting, note
+from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
+from warploom.target import Target
+
+# (BM, BN) candidates with their relative per-FLOP efficiency (step 3 of the heuristic: `warploom.planner`).
+TILES: tuple[tuple[int, int, float], ...] = (
+    (128, 256, 1.00),
+    (128, 128, 0.90),
+    (64, 256, 0.85),
+    (64, 128, 0.75),
+    # Chosen by rules 13 (small-M blockwise) and 16 (decode, with a deeper ring); otherwise only when forced.
+    (64, 64, 0.60),
+    # Rule 17: forced or tuned only (measured equal to 128x256).
+    (256, 128, 1.00),
+    # Rule 18's swapped decode tiles (the swapped problem's N is the tokens: 16 or 32), 64 or 128 rows of the
+    # weight (`swap_rows`).
+    (64, 16, 0.25),
+    (128, 16, 0.25),
+    (64, 32, 0.35),
+    (128, 32, 0.35),
+)
+# Rule 13's recipes: measured on the H100 (MX's 32-deep promotions were not, and keep 128-row tiles).
+_SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
+# Step 3: 128x128's efficiency where A's or B's rows are not multiples of 128 bytes (`rows_aligned`): 3000^3 bf16 ran
+# 128x256 in 3 rounds 17% faster than 128x128 in 5, while 3072^3 (aligned rows, the same tile counts) ran 128x128
+# 1-3% faster (H100, session 22).
+_MISALIGNED_128 = 0.72
+# A forced depth may go deeper, as far as shared memory holds (to measure deeper rings).
+_FORCED_MAX_STAGES = 16
+# Rule 17: four consumer warpgroups and the producer's: 4 x 128 x 112 + 128 x 24 = 60416 of the 65536 registers.
+_TALL_CONSUMER_REGS = 112
+
+
+def rows_aligned(spec: GemmSpec) -> bool:
+    """Whether A's and B's rows (as stored, contiguous: K elements, or N for an N-major B) are whole 128-byte lines."""
+    a_row = spec.k if spec.a_layout is ALayout.K_MAJOR else spec.m
+    b_row = spec.k if spec.b_layout is BLayout.K_MAJOR else spec.n
+    return a_row * spec.a_dtype.bits % 1024 == 0 and b_row * spec.b_dtype.bits % 1024 == 0
+
+
+
+def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: int = 128, block: bool = False,
+                      wide: bool = False) -> int:
+    # Ping-pong stores 128-wide tiles in halves too: its epilogue hides under the other warpgroup's mainloop,
+    # so the extra store wait costs little, and the smem saved buys a stage. A fused epilogue beside a whole
+    # 128x128 (64x256) accumulator works in quarters: in halves its temporaries spill (1544 bytes, ptxas).
+    if wide:
+        return FUSED_WIDE_BLOCKS  # rule 9
+    if (pingpong and fused and bm * bn >= 128 * 128) or block:
+        return 4  # (block: per-block rowwise scales and bias, 64 columns at a time; 128 still spill)
+    # Rule 17's 256x128 stores 64x64 halves per warpgroup: their staging (32 KiB) leaves room for a 4th stage.
+    return 2 if bn == 256 or (pingpong and bn == 128) or bm == 256 else 1
+
+
+FUSED_WIDE_BLOCKS = 8  # rule 9: 32-column blocks; in 4 blocks the erf GELU spilled 628-872 bytes (ptxas, session 15)
+FUSED_WIDE_SLOTS = 2  # rule 9: staging slots of the stores, and buffers of each dense operand
+
+
+def fused_wide(spec: GemmSpec, bn: int, pingpong: bool = False) -> bool:
+    """Rule 9: a fused epilogue on a 256-wide cooperative tile runs in FUSED_WIDE_BLOCKS slotted column blocks."""
+    return (spec.epilogue is not None and bn == 256 and not pingpong
+            and spec.accumulation is Accumulation.NATIVE)
+
+
+
+def epilogue_bytes(spec: GemmSpec, bm: int, bn: int, pingpong: bool = False, split_k: int = 1,
+                   prefetch: bool = True) -> int:
+    """The epilogue's staging buffers: for the TMA store (one column block of the tile per output, in each
+    staging slot), and for each dense operand of a fused epilogue (one block per operand slot, two for rule 9's
+    early copies unless `prefetch` is off; warploom.passes.epilogue). Ping-pong consumers each stage whole tiles
+    of their own: twice the buffers of cooperative ones, which share each tile's rows."""
+    wide = fused_wide(spec, bn, pingpong)
+    sub = epilogue_subtiles(bn, pingpong, spec.epilogue is not None, bm, block_epilogue(spec, bn, pingpong), wide)
+    slots, operand_slots = (FUSED_WIDE_SLOTS, FUSED_WIDE_SLOTS if prefetch else 1) if wide else (1, 1)
+    return _staging_bytes(spec, bm * bn // sub, 2 if pingpong else 1, slots, operand_slots, split_k)
+
+
+def plan_epilogue_bytes(spec: GemmSpec, plan: Plan) -> int:
+    """`epilogue_bytes` of the buffers `plan` itself declares: its blocks and slots, which may be forced by hand."""
+    return _staging_bytes(spec, plan.bm * plan.bn // plan.epilogue_subtiles, 2 if plan.pingpong else 1,
+                          plan.staging_slots, plan.operand_slots, plan.split_k)
+
+
+def _staging_bytes(spec: GemmSpec, block: int, copies: int, slots: int, operand_slots: int, split_k: int) -> int:
+    """`copies` x (`slots` staging blocks of `block` elements per output + `operand_slots` per dense operand)."""
+    # Split-K units stage their fp32 partials (the workspace's dtype), not the output.
+    outs = (DType.FP32,) if split_k > 1 else spec.output_dtypes()
+    per_elem = slots * sum(d.bytes for d in outs) + operand_slots * sum(d.bytes for d in dense_operands(spec))
+    return copies * block * per_elem
+
+
+
+# Rule 18's tile rows: a round of CTAs streaming the weight is bound by each SM's TMA rate (~44 B/ns, docs/benchmarks.md
+# session 17) until about this many CTAs saturate HBM (~3 TB/s); a round takes as long as this many CTAs would, or
+# as its CTAs, whichever is more.
+_HBM_CTAS = 68
+
+
+def swap_rows(n: int, sm_count: int) -> int:
+    """Rule 18: 64 or 128 rows of the weight (N) per swapped tile, whichever streams N in less modeled time: the
+    rounds of the persistent grid, each costing rows x max(its CTAs, _HBM_CTAS). 128 wins where 64-row tiles leave
+    a thin last round (N = 9216: 144 tiles, 12 in the second round; measured 0.86x torch against 1.07x, bf16 M =
+    16), 64 (ties too) where all fit in one."""
+    def cost(bm: int) -> int:
+        tiles, total = math.ceil(n / bm), 0
+        while tiles > 0:
+            ctas = min(tiles, sm_count)
+            total += bm * max(ctas, _HBM_CTAS)
+            tiles -= ctas
+        return total
+
+    return min((64, 128), key=cost)
+
+
+
+def _tall_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool, split_k: int | None,
+                   tail_split: int | None, consumer_partitions: int | None) -> list[str]:
+    """Rule 17: why a 256-row tile cannot run `spec` with these options (empty: it can). Its four warpgroups have 112
+    registers each: room for a 64x128 accumulator, not for a promoted partial beside it, nor measured with a fused
+    epilogue, split-K units or ping-pong."""
+    problems = []
+    if spec.accumulation is not Accumulation.NATIVE:
+        problems.append("promoted fp8 (a 64x128 partial beside the accumulator needs more than 112 registers)")
+    if spec.epilogue is not None:
+        problems.append("a fused epilogue (not built for four consumer warpgroups)")
+    if spec.bias_dtype is not None:
+        problems.append("a bias (rowwise scales with a bias spill 1040 bytes at 112 registers, ptxas)")
+    if pingpong:
+        problems.append("ping-pong")
+    if scale_partition:
+        problems.append("the scale partition")
+    if split_k not in (None, 1) or tail_split not in (None, 1):
+        problems.append("split-K")
+    if consumer_partitions not in (None, 4):
+        problems.append(f"consumer_partitions={consumer_partitions} (a 256-row tile runs one partition per "
+                        "warpgroup: 4)")
+    return problems
+
+
+def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,
+               scale_partition: bool = False, scale_stages: int = 2, split_k: int = 1, prefetch: bool = True,
+               cap: int | None = None) -> int:
+    """The most stages that fit in shared memory beside the epilogue (and the scale partition's ring), at most
+    `cap`: by default 6, or 12 for a decode GEMM's 64x64 tiles (rule 16) and a swapped one's 64x16 and 64x32 (rule
+    18, whose swapped problem has at most SWAP_MAX_M columns)."""
+    if cap is None:
+        # Rules 16 and 18 (a swapped decode problem's N is its tokens: at most SWAP_MAX_M).
+        decode = ((bm, bn) == (64, 64) and is_decode(spec, pingpong)
+                  or bm == 64 and bn in SWAP_TOKENS and spec.n <= SWAP_MAX_M and not pingpong)
+        cap = DECODE_STAGES if decode else MAX_STAGES
+    # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
+    free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong, split_k, prefetch) - 1024
+    if scale_partition:
+        free -= scale_stages * scale_slot_bytes(spec, bm, bn, bk)
+    return min(cap, free // stage_bytes(spec, bm, bn, bk, scale_partition))
+
+
+QUANT_BN = 128  # rule 26: a fused 1x128 quantization's tile width, one scale group (256 would take rule 9's blocks)
+
+
+def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = None, pingpong: bool = False,
+                       partial_blocks: int | None = None, split_k: int | None = None, tail_split: int | None = None,
+                       swap_ab: bool | None = None, stream_k: int | None = None, cluster: int | None = None,
+                       prefetch_operands: bool | None = None) -> list[str]:
+    """Rule 26: why a spec whose fused epilogue quantizes 1x128 (a `GroupAmax` in its graph) cannot be planned, if
+    it cannot. Such a plan is sm_90a's cooperative 128-wide tile: each tile holds whole 128-column groups, so a
+    group's amax is tile-local (LowerEpilogue folds the group's blocks before its scale and division), and none of
+    the schedules that cut a tile's sum or columns otherwise (split-K, a tail, stream-K, swap-AB, clusters). Promoted
+    fp8 (and so the blockwise recipes) promotes a 128-wide tile into one accumulator, which holds the group whole."""
+    out = []
+    if device.blackwell or device.gfx1250:
+        out.append(f"the fused quantization is built for sm_90a, not {device.name}")
+    if partial_blocks not in (None, 1):
+        out.append(f"partial_blocks={partial_blocks}: promoted fp8 in 128-column blocks keeps a group in one "
+                   "accumulator (the walk over a group's blocks stays in one)")
+    if spec.grouped:
+        out.append("a grouped GEMM")
+    if dense_operands(spec) and prefetch_operands:
+        out.append("prefetch_operands=True: a dense operand's early copies follow the stores, which the walk over a "
+                   "group puts after every block's load")
+    if bn is not None and bn != QUANT_BN:
+        out.append(f"bn={bn}: the tile must be {QUANT_BN} wide (one scale group)")
+    given = {"pingpong": pingpong or None, "split_k": None if split_k in (None, 1) else split_k,
+             "tail_split": None if tail_split in (None, 1) else tail_split, "swap_ab": swap_ab or None,
+             "stream_k": stream_k or None, "cluster": None if cluster in (None, 1) else cluster}
+    out += [f"{k}={v}" for k, v in given.items() if v is not None]
+    return out
+
+
+def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
+    """The sm_90a target's rule (its declaration's `plan`): rules 1-18 and 21-25 (and the refusal of an AMD GPU
+    other than gfx1250), after `warploom.planner.plan_schedule` ran rules 26 and 22 and the options' own checks
+    (a TDM warp choice is gfx1250's, refused there). Rule 18's swapped problem, rules 23 and 25's forced tiles and
+    rule 22's dense plan come back here with options of their own."""
+    o = options
+    bm, bn, stages, group_m, consumer_partitions = o.bm, o.bn, o.stages, o.group_m, o.consumer_partitions
+    partial_blocks, hoist_rows, scalar_columns, pingpong = o.partial_blocks, o.hoist_rows, o.scalar_columns, o.pingpong
+    prefetch_operands, scale_partition, split_k = o.prefetch_operands, o.scale_partition, o.split_k
+    tail_split, swap_ab, stream_k, cluster = o.tail_split, o.swap_ab, o.stream_k, o.cluster
+    if device.arch.startswith("gfx") and not device.gfx1250:
+        raise UnsupportedError(f"{device.name} ({device.arch}): among AMD GPUs warploom plans gfx1250 only (rule 20). "
+                               "Fix: plan for device=GFX1250 to inspect its schedule, or run on an sm_90a GPU")
+    if spec.is_fp4:
+        raise UnsupportedError(f"{device.name} (sm_90a) has no fp4 MMA: MX fp4 and NVFP4 (e2m1) plan for sm_100a's "
+                               f"block-scaled tcgen05 MMA only, got {spec.scale.value} scales. Fix: plan for an "
+                               "sm_100a device (device=B200), or quantize to torch.float8_e4m3fn with MX scales for "
+                               "sm_90a")
+    if spec.scale_layout is ScaleLayout.BLOCKED:
+        raise UnsupportedError(f"{device.name} (sm_90a) reads MX scales row-major, (M, K/32) and (N, K/32), element by "
+                               "element; torch's blocked layout is sm_100a's (tcgen05.cp). Fix: pass the scales before "
+                               "to_blocked, or plan for an sm_100a device (device=B200)")
+    forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
+    if cluster not in (None, 1, 2):
+        raise UnsupportedError(f"cluster={cluster!r}: expected None (rule 24 decides), 1 (one CTA per tile) or 2 "
+                               "(2-CTA clusters that multicast B)")
+    if cluster == 2:
+        problems = cluster_problems(spec, pingpong, scale_partition, split_k, tail_split, stream_k, swap_ab, bm, bn,
+                                    consumer_partitions)
+        if problems:
+            raise UnsupportedError(f"cluster=2 (rule 24) cannot run {spec.short()}: {'; '.join(problems)}. Fix: drop "
+                                   "cluster (or the option that conflicts with it)")
+        swap_ab, stream_k, split_k, tail_split = False, 0, 1, 1
+    if stream_k:
+        problems = stream_k_problems(spec, pingpong, scale_partition, split_k, tail_split, swap_ab, bm,
+                                      prefetch_operands)
+        prefetch_operands = False  # (a forced stream-K plan copies dense operands when its epilogue runs)
+        k_tiles = k_blocks(spec)
+        if stream_k > k_tiles:
+            fix = f"stream_k between 2 and {k_tiles}, or 0" if k_tiles >= 2 else "stream_k=0 (whole tiles)"
+            raise UnsupportedError(f"stream_k={stream_k} (rule 21) cuts a tile into more pieces than its {k_tiles} "
+                                   f"k-block(s) of K={spec.k}: a piece would have no k-block to add. Fix: pass {fix}")
+        if problems:
+            raise UnsupportedError(f"stream_k={stream_k} (rule 21) cannot run {spec.short()}: {'; '.join(problems)}. "
+                                   "Fix: "
+                                   "drop stream_k (or the option that conflicts with it)")
+        swap_ab = False
+    if (swap_ab is None and stream_k is None and split_k is None and tail_split is None and not pingpong
+            and all(f is None for f in forced) and prefetch_operands is None and hoist_rows is None):
+        ranges = decode_split(spec, device)
+        if ranges > 1:
+            with collecting(None):  # (the forced call's own candidates are not this rule's)
+                return plan(spec, device, PlanOptions(bm=64, bn=64, group_m=group_m, scalar_columns=scalar_columns,
+                                                      split_k=ranges, tail_split=1, swap_ab=False, stream_k=0))
+    if swap_ab is None:
+        swap_ab = not pingpong and all(f is None for f in forced) and swap_decode(spec)
+    if swap_ab:
+        problems = spec.swap_problems()
+        problems += ["ping-pong"] if pingpong else []
+        problems += ["split-K"] if split_k not in (None, 1) or tail_split not in (None, 1) else []
+        problems += ["the scale partition"] if scale_partition else []
+        if problems:
+            raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: {'; '.join(problems)}; "
+                                   "drop swap_ab")
+        tokens = bn or swap_tokens(spec.m)
+        rows = bm or swap_rows(spec.n, device.sm_count)
+        try:
+            swapped = plan(spec.swapped(), device, PlanOptions(
+                bm=rows, bn=tokens, stages=stages, group_m=group_m, consumer_partitions=consumer_partitions,
+                partial_blocks=partial_blocks, hoist_rows=hoist_rows, scalar_columns=scalar_columns,
+                prefetch_operands=prefetch_operands, split_k=1, tail_split=1, swap_ab=False, stream_k=0))
+        except UnsupportedError as e:
+            raise UnsupportedError(f"swap_ab=True (rule 18) for {spec.short()}: its tiles of C^T are {rows} rows of N "
+                                   f"by {tokens} of M, and the swapped problem has no such plan: {e}") from None
+        return replace(swapped, swap_ab=True)
+
+    if (stream_k is None and split_k is None and tail_split is None and not pingpong
+            and all(f is None for f in forced) and prefetch_operands is None and hoist_rows is None):
+        ranges = latency_split(spec, device)
+        if ranges > 1:
+            with collecting(None):  # (as below: the forced call's own candidates are not this rule's)
+                return plan(spec, device, PlanOptions(bm=128, bn=128, group_m=group_m, scalar_columns=scalar_columns,
+                                                      split_k=ranges, tail_split=1, swap_ab=False, stream_k=0))
+    if (stream_k is None and not pingpong and all(f is None for f in forced) and prefetch_operands is None
+            and hoist_rows is None and latency_tiles(spec, device)):
+        with collecting(None):  # (the forced call's own candidates are not this rule's)
+            return plan(spec, device, PlanOptions(bm=64, bn=64, stages=latency_stages(spec), group_m=group_m,
+                                                  scalar_columns=scalar_columns, split_k=1, tail_split=1,
+                                                  swap_ab=False, stream_k=0))
+
+    bk = k_block(spec)
+    if split_k is not None:
+        _check_split_k(spec, split_k, bk, pingpong, scale_partition)
+    if tail_split is not None and tail_split != 1:
+        if split_k not in (None, 1):
+            raise UnsupportedError(f"tail_split={tail_split} with split_k={split_k}: a split-K tail follows whole "
+                                   "tiles, and split-K splits them all; pass one of the two")
+        _check_split_k(spec, tail_split, bk, pingpong, scale_partition, what="tail_split")
+    if consumer_partitions not in (None, 1, 2, 4):
+        raise UnsupportedError(f"consumer_partitions={consumer_partitions!r}: expected 1 (one partition for all "
+                               "consumer warpgroups), 2 (one per warpgroup) or 4 (bm=256's four warpgroups); pass "
+                               "1, 2 or 4, or None to let the planner choose")
+    if consumer_partitions == 4 and bm != 256:
+        raise UnsupportedError("consumer_partitions=4 is for bm=256 (four consumer warpgroups); pass bm=256, or "
+                               "1 or 2 partitions")
+    if bm == 256:
+        tall = _tall_problems(spec, pingpong, bool(scale_partition), split_k, tail_split, consumer_partitions)
+        if tall:
+            raise UnsupportedError(f"bm=256 (rule 17's tile, four consumer warpgroups) does not support "
+                                   f"{'; '.join(tall)} for {spec.short()}; use bm=128")
+    if consumer_partitions == 2 and bm == 64:
+        raise UnsupportedError("consumer_partitions=2 needs two consumer warpgroups, but bm=64 has one; "
+                               "use bm=128 or consumer_partitions=1")
+    if partial_blocks not in (None, 1, 2, 4):
+        raise UnsupportedError(f"partial_blocks={partial_blocks!r}: expected 1 (promote the whole tile width), "
+                               "2 (two column halves) or 4 (quarters, forced only: measured 9-16% slower than 2 at "
+                               "128x256, session 19); pass 1, 2 or 4, or None to let the planner choose")
+    # hoist_rows None: hoisted row vectors of every column block stay live beside a ping-pong warpgroup's whole
+    # accumulator and spill (200 bytes at 128x128 in quarters; its epilogue overlaps the other's mainloop anyway),
+    # and beside the wide fused epilogue's 8 blocks (rule 9, which loads each block's one block ahead instead).
+    if pingpong and consumer_partitions == 1:
+        raise UnsupportedError("pingpong=True needs two consumer partitions (one warpgroup each), but "
+                               "consumer_partitions=1; pass consumer_partitions=2 or None")
+    if scale_partition is None:
+        # Rule 12: MX scales are single bytes, which cp.async (4, 8 or 16 bytes a copy) cannot move one by one:
+        # the scale partition loads them with ordinary loads and decodes them on the way.
+        scale_partition = spec.scale is ScaleRecipe.MX
+    if spec.scale is ScaleRecipe.MX and not scale_partition:
+        raise UnsupportedError("MX scales need the scale partition (cp.async cannot copy single bytes); drop "
+                               "scale_partition=False")
+    if scale_partition and not spec.scale.is_blockwise:
+        raise UnsupportedError(f"scale_partition=True needs blockwise scales, but {spec.short()} has "
+                               f"{spec.scale.value} ones; drop scale_partition")
+    if scale_partition and pingpong:
+        raise UnsupportedError("the scale partition (scale_partition=True, and always for MX scales) with "
+                               "pingpong=True is not built yet: a ping-pong consumer would have to skip the other's "
+                               "scale stages too; use one of the two")
+    # Rule 13, as measured: the plain cooperative kernel with its scales in the A/B stages.
+    small_blockwise = spec.scale in _SMALL_M_RECIPES and spec.m <= 128 and not pingpong and not scale_partition
+    decode = is_decode(spec, pingpong)
+    best: tuple[float, int, Plan] | None = None
+    aligned = rows_aligned(spec)
+    for cbm, cbn, eff in TILES:
+        if (bm is not None and cbm != bm) or (bn is not None and cbn != bn):
+            continue
+        if (cbm, cbn) == (128, 128) and not aligned:
+            eff = _MISALIGNED_128
+        if pingpong and not _pingpong_fits(spec, cbm, cbn, partial_blocks):
+            continue
+        if cbn == 64 and bn is None and not (small_blockwise or decode):
+            continue  # forced only: see TILES
+        if cbm == 256 and bm is None:
+            continue  # rule 17: forced (or tuned) only
+        if cbn in SWAP_TOKENS and bn is None:
+            continue  # rule 18: the swapped decode tile, forced (or by rule 18) only
+        if bm is None and cbm == 64 and spec.m > 64 and not small_blockwise:
+            continue  # a 64-row tile only pays when M itself is small
+        if cbm == 64 and consumer_partitions == 2 and not pingpong:
+            continue  # one warpgroup cannot be split in two row blocks
+        promoted = spec.accumulation is Accumulation.PROMOTED
+        # Promoted fp8 at 256 wide promotes in two column blocks: a 64x256 accumulator and a 64x256 partial
+        # per warpgroup would need 256 registers per thread, a 64x128 partial leaves room (192).
+        # Likewise a ping-pong warpgroup's whole 128x128 (64x256) accumulator.
+        wide = cbn == 256 or (pingpong and cbm * cbn >= 128 * 128)
+        blocks = (partial_blocks or (2 if wide else 1)) if promoted else 1
+        if promoted and cbn == 256 and blocks == 1:
+            continue  # acc + whole-width partial: 256 registers per thread
+        if bn is None and cbn == 256 and spec.scale is ScaleRecipe.MX:
+            continue  # rule 12: MX at 256 wide spills 248-440 bytes whatever the budgets (ptxas, 2026-11-23)
+        wide = fused_wide(spec, cbn, pingpong)
+        # Rule 9 copies a dense operand's blocks early, through two buffers each (forced off: one, as at 128 wide).
+        early = (wide and bool(dense_operands(spec))) if prefetch_operands is None else prefetch_operands
+        if bn is None and cbn == 256 and spec.epilogue is not None and not wide:
+            continue  # rule 9: promoted fp8 and ping-pong keep fused epilogues 128 wide
+        if (bn is None and promoted and cbn == 256 and spec.bias_dtype
+                and spec.out_dtype.bytes == 4 and not (spec.scale is ScaleRecipe.TENSORWISE
+                                                       and spec.bias_dtype.bytes == 4)):
+            continue  # fp32 output + bias on the promoted 256-wide tile spills 8-40 bytes (ptxas, 2026-11-22)
+        block = block_epilogue(spec, cbn, pingpong)
+        ks = split_k if split_k is not None else _rule14_split(spec, device, cbm, cbn, pingpong, scale_partition)
+        if tail_split is not None and tail_split > 1:
+            ks = 1  # a forced tail follows whole tiles: rule 14 does not split them
+        cap = _FORCED_MAX_STAGES if stages is not None else None  # (None: max_stages's own, rule 16's for decode)
+        fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, split_k=ks, prefetch=early, cap=cap)
+        if split_k is None and ks > 1 and stages is not None and stages > fit:
+            ks = 1  # a forced depth that only fits beside the output's staging tile, not the fp32 partials'
+            fit = max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, prefetch=early, cap=cap)
+        # Promoted fp8 measured 1-3% faster at 3 stages than at 4 (docs/benchmarks.md, sweeps of 2026-11-22).
+        s = (min(fit, 3) if promoted and cbn == 256 else fit) if stages is None else stages
+        if s < 1 or s > fit or (stages is None and s < 2):
+            continue  # a forced depth must still fit; chosen depths are at least double buffered
+        if wide and bn is None and stages is None and s < 3:
+            continue  # rule 9: the slotted wide epilogue was measured at 3-4 stages; with many outputs, 128 wide
+        tiles = max(1, math.ceil(spec.m / cbm) * math.ceil(spec.n / cbn)) * ks  # work units
+        # A unit of a split tile does 1/ks of its work (the reduction's cost is rule 14's thresholds).
+        score = math.ceil(tiles / device.sm_count) * cbm * cbn / eff / ks
+        ts, tail_s = 1, 0
+        if ks == 1 and tail_split is None and (decode and (cbm, cbn) == (64, 64) or cbm == 256):
+            ts = 1  # rules 16 and 17's tiles take no split-K tail: unmeasured there (rule 15's cost is 128x256's)
+        elif ks == 1:
+            ts = tail_split if tail_split is not None else rule15_tail(spec, device, cbm, cbn, bk, pingpong,
+                                                                         scale_partition, eff)
+        if ts > 1:
+            tail_s = min(s, max_stages(spec, device, cbm, cbn, bk, pingpong, scale_partition, split_k=ts))
+            if tail_s < 2 and tail_split is None:
+                ts = 1  # the tail's fp32 staging leaves no double-buffered ring
+            elif tail_s < 1:
+                continue
+        grid = min(device.sm_count, tiles)
+        if ts > 1:
+            score = tail_score(tiles, grid, ts, cbm * cbn / eff, math.ceil(spec.k / bk))
+        sk = 0
+        note(f"{cbm}x{cbn}", "split-K tail" if ts > 1 else "split-K" if ks > 1 else "whole tiles", score,
+              f"{tiles} units, {math.ceil(tiles / device.sm_count)} round(s) of {device.sm_count} CTAs"
+              + (f", the last wave's {tiles % device.sm_count} tiles in {ts} k-ranges" if ts > 1 else ""))
+        # (the planner's own choice: native accumulation only; promoted fp8's two column-block accumulators ran its
+        # fixup 40% slower at 6320x6848x5648, session 22, so it is forced only)
+        if (stream_k or stream_k is None and spec.accumulation is Accumulation.NATIVE) and ks == 1 \
+                and tiles % device.sm_count and not stream_k_problems(
+                spec, pingpong, scale_partition, split_k, tail_split, False, cbm, early):
+            k_tiles = math.ceil(spec.k / bk)
+            # (chosen by the planner only where every shared tile gets exactly `pieces` pieces: pieces that start
+            # at other k-blocks than whole pieces of their neighbours lost up to 30% in L2, session 22; and never
+            # more pieces than k-blocks, which would leave a CTA nothing to add to its tile)
+            for pieces in (stream_k,) if stream_k else (p for p in SK_PIECES if tiles % device.sm_count * p
+                                                          <= device.sm_count and p <= k_tiles):
+                sk_score = stream_k_score(tiles, k_tiles, device.sm_count, pieces, cbm * cbn / eff)
+                note(f"{cbm}x{cbn}", f"stream-K, {pieces} pieces", sk_score,
+                      f"{tiles // device.sm_count} whole wave(s), then {tiles % device.sm_count} tiles over "
+                      f"{min(device.sm_count, tiles % device.sm_count * pieces)} CTAs")
+                if stream_k or sk_score < score:
+                    sk, score, ts, tail_s = pieces, sk_score, 1, 0
+                    grid = stream_k_grid(tiles, device.sm_count, pieces)
+        # Rule 9: fused epilogues run their consumer warpgroups as one partition (its code once, not twice);
+        # the wide one loads vectors a block ahead instead of hoisting all 8 blocks' (which would spill).
+        # (Promoted fp8 keeps two: its promotions in the k-loop need each warpgroup to release slots on its own,
+        # measured 10% for plain promoted kernels; fused ones at one partition are unmeasured.)
+        fused_parts = 1 if spec.epilogue is not None and spec.accumulation is Accumulation.NATIVE else 2
+        hoist = hoist_rows if hoist_rows is not None else not (pingpong or wide)
+        candidate = Plan(
+            bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
+            group_m=group_m, grid=grid,
+            epilogue_subtiles=epilogue_subtiles(cbn, pingpong, spec.epilogue is not None, cbm, block, wide),
+            block_epilogue=block,
+            consumer_partitions=(2 if pingpong else 1 if cbm == 64 else 4 if cbm == 256
+                                 else (consumer_partitions or fused_parts)),
+            partial_blocks=blocks, hoist_rows=hoist, scalar_columns=scalar_columns,
+            prefetch_operands=early, pingpong=pingpong, scale_partition=scale_partition, split_k=ks,
+            tail_split=ts, tail_stages=tail_s,
+            staging_slots=FUSED_WIDE_SLOTS if wide else 1,
+            operand_slots=FUSED_WIDE_SLOTS if wide and early and dense_operands(spec) else 1,
+            load_ahead=wide and not hoist, swap_ab=False, target=Target.SM90A, tdm_fused=False, stream_k=sk,
+            block_scaled=False, promote_tmem=False,
+            **_mx_registers(spec, cbm, pingpong),
+            **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
+        )
+        key = (score, -cbm * cbn, candidate)
+        if cluster == 2:
+            key = (math.inf, 0, candidate)  # (forced: only rule 24's candidate below may win)
+        if best is None or key[:2] < best[:2]:
+            best = key
+        if (cbm, cbn) == (128, 256) and cluster != 1 and ks == 1 and ts == 1 and (cluster == 2 or not (
+                aligned or cluster_problems(spec, pingpong, scale_partition, split_k, tail_split, stream_k, swap_ab,
+                                            bm, bn, consumer_partitions))):
+            cl_plan, cl_score, cl_tiles = cluster_plan(candidate, spec, device, eff, aligned)
+            note("128x256", "2-CTA clusters", cl_score,
+                  f"{cl_tiles} cluster tiles of 256x256, {math.ceil(cl_tiles / (device.sm_count // 2))} round(s) of "
+                  f"{device.sm_count // 2} clusters, B multicast" + ("" if aligned else ", rows unaligned"))
+            if cluster == 2 or (cl_tiles >= device.sm_count // 2 and cl_score < CLUSTER_MARGIN * best[0]
+                                and cta_kblocks(spec, cl_tiles, device) >= cluster_min_kblocks(spec)):
+                best = (cl_score, -cbm * cbn, cl_plan)
+    if cluster == 2 and (best is None or best[2].cluster != 2):
+        raise UnsupportedError(f"cluster=2 (rule 24): no 128x256 plan fits {spec.short()} with {stages=} on "
+                               f"{device.name}. Fix: drop cluster or stages")
+    if best is None:
+        hint = ""
+        if pingpong:
+            hint = (": a ping-pong warpgroup holds a whole BM x BN fp32 accumulator, at most 128x128 (64x256), "
+                    "plus a promoted fp8 partial of at most half that")
+        if spec.accumulation is Accumulation.PROMOTED and bn == 256 and partial_blocks == 1:
+            hint = ": promoted fp8 at bn=256 needs partial_blocks=2 (a whole-width partial exceeds the registers)"
+        raise UnsupportedError(f"no tile shape fits {spec.short()} with {bm=} {bn=} {stages=} {partial_blocks=} "
+                               f"on {device.name}{hint}")
+    return best[2]
+
+
+
+def grouped_tile(rows_per_group: float) -> tuple[int, int]:
+    """Rule 22's tile for a grouped GEMM with this many rows per group on average (the planner cannot see the
+    routing: it changes every call, and reading it would sync the host). A group's last tile is partly empty, so
+    the tile grows with the rows: 128x256 from 256 rows (at most half a 128-row tile is lost per group, and the
+    wide tile reads A once per 256 columns), 64x128 for decode-sized groups of at most 64 rows (a 128-row tile
+    would compute at least half zeros), 128x128 in between. Not yet measured against each other on the H100."""
+    if rows_per_group >= 256:
+        return 128, 256
+    if rows_per_group <= 64:
+        return 64, 128
+    return 128, 128
+
+
+def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
+                 stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
+                 partial_blocks: int | None = None) -> Plan:
+    """Rule 22: a grouped GEMM's plan (`GemmSpec.grouping`). The tile is `grouped_tile`'s (or forced); the rest is
+    what the other rules give the same GEMM ungrouped at that tile (stages, registers, partitions, epilogue), with
+    whole tiles only (no split-K, tail, stream-K or swap: a grouped kernel's tiles are its groups') and the grid
+    at the SM count: the tile count is known on the device only, and CTAs without a tile exit at once."""
+    if device.blackwell or device.gfx1250:
+        raise UnsupportedError(f"grouped GEMMs (rule 22) are built for sm_90a; {device.name} is {device.arch}. Fix: "
+                               "plan for an sm_90a device (H100_SXM)")
+    # (a K-grouped spec's M is each group's rows already: its groups split K)
+    tile = grouped_tile(spec.m if spec.grouping is Grouping.K_OFFSETS else spec.m / max(spec.groups, 1))
+    bm, bn = bm or tile[0], bn or (tile[1] if bm in (None, tile[0]) else 128)
+    dense = replace(spec, grouping=Grouping.NONE, groups=0)
+    dense_plan = plan(dense, device, PlanOptions(bm=bm, bn=bn, stages=stages, group_m=group_m,
+                                                 consumer_partitions=consumer_partitions,
+                                                 partial_blocks=partial_blocks, split_k=1, tail_split=1,
+                                                 swap_ab=False, stream_k=0))
+    # Rule 10's per-block scales for fp8 rowwise on a 256-wide tile even without a bias: beside a grouped tile's
+    # group, origin and row end the whole-width scale vectors spilled 16 bytes (ptxas, 8192x4096x7168), per block none.
+    block = dense_plan.block_epilogue or (spec.scale is ScaleRecipe.ROWWISE and dense_plan.bn == 256)
+    # Blockwise fp8 on 128x256 stores 64x64 blocks, not 64x128: a group's ragged last tile reads its staged block
+    # back for the masked stores, and a 64x128 one beside the promoted mainloop's accumulator spilled 52 bytes
+    # (ptxas, Triton 3.6, 8192x4096x7168 over 8 experts); 64x64 ones, none.
+    subtiles = dense_plan.epilogue_subtiles
+    if spec.scale.is_blockwise and dense_plan.bn == 256:
+        subtiles = max(subtiles, 4)
+    return replace(dense_plan, grid=device.sm_count, block_epilogue=block, epilogue_subtiles=subtiles)
+
+
+
+def _rule14_split(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, pingpong: bool,
+                  scale_partition: bool | None) -> int:
+    """Rule 14: blockwise fp8 with M <= 128 on 128-wide tiles, when the tiles fill at most a third of the SMs and
+    K has at least 32 k-blocks, splits K into the most ranges (a divisor of the k-blocks, at most 8) that keep the
+    work units within one wave; otherwise 1."""
+    if (spec.scale not in _SMALL_M_RECIPES or spec.m > 128 or bn != 128 or spec.bias_dtype is not None
+            or spec.epilogue is not None or pingpong or scale_partition):
+        return 1
+    k_tiles = math.ceil(spec.k / 128)
+    tiles = math.ceil(spec.m / bm) * math.ceil(spec.n / bn)
+    if tiles > device.sm_count // 3 or k_tiles < 32:
+        return 1
+    return max(d for d in range(1, 9) if k_tiles % d == 0 and tiles * d <= device.sm_count)
+
+
+
+def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_partition: bool | None,
+                   what: str = "split_k") -> None:
+    """Split-K's limits (also a split-K tail's, `what` = "tail_split"): a k-block for every range; ranges of equal
+    counts where the producer copies per-column scales of B in one flattened loop (`ScaleRecipe.per_column_b`),
+    which runs one count a unit, and for promoted accumulation, whose consumers spilled with unequal ones
+    (elsewhere they may differ by one: `ir.Tiling.uneven_split`); and the partials summed before anything that is
+    not linear in the accumulator (the bias, a fused epilogue, the output cast) could run."""
+    if split_k == 1:
+        return
+    k_tiles = max(1, math.ceil(spec.k / bk))
+    problems = []
+    if split_k < 1 or split_k > k_tiles:
+        problems.append(f"{what}={split_k} must be at least 1 and at most the {k_tiles} k-blocks of {bk}")
+    elif k_tiles % split_k and spec.scale.per_column_b:
+        problems.append(f"{what}={split_k} must divide the {k_tiles} k-blocks of {bk} for {spec.scale.value} "
+                        "scales (their copier runs one count of k-blocks a range)")
+    elif k_tiles % split_k and spec.accumulation is Accumulation.PROMOTED:
+        # (the unit's range arithmetic beside the promotion's scale indexing spilled 16 bytes under Triton 3.9 at
+        # 128x128 blockwise, tests/compile)
+        problems.append(f"{what}={split_k} must divide the {k_tiles} k-blocks of {bk} for promoted accumulation "
+                        "(unequal ranges spill in its consumers)")
+    if spec.bias_dtype is not None or spec.epilogue is not None:
+        problems.append(f"a bias or a fused epilogue needs the whole sum (pass {what}=1)")
+    if pingpong:
+        problems.append("ping-pong consumers skip each other's tiles by whole k-loops (use pingpong=False)")
+    if scale_partition or spec.scale is ScaleRecipe.MX:
+        problems.append("the scale partition is not built for split-K units (use scale_partition=False; not MX)")
+    if problems:
+        raise UnsupportedError(f"{what}={split_k} for {spec.short()}: " + "; ".join(problems))
+
+
+def _mx_registers(spec: GemmSpec, bm: int, pingpong: bool) -> dict[str, int]:
+    """Rule 12's budgets: the scale partition decodes MX scales in registers; at 128x256 the kernel spilled 136 and
+    280 bytes with 24 and 32 for its warpgroup, none with 40 or 48 (ptxas, 2026-11-23). It shares that warpgroup
+    (and so its budget) with the producer. Beside two consumer warpgroups at 232, 40 is what keeps the default
+    partition (consumer0) at 232 too: Gluon gives it what is left of maxnreg (168) x 384 threads after the
+    workers' budgets, 224 with 48."""
+    if spec.scale is not ScaleRecipe.MX:
+        return {}
+    return {"producer_regs": 40, "consumer_regs": 232 if bm == 128 or pingpong else CONSUMER_REGS}
+
+
+def _pingpong_fits(spec: GemmSpec, bm: int, bn: int, partial_blocks: int | None) -> bool:
+    """Whether one warpgroup (128 threads) can hold a whole tile's accumulator: at most 128 fp32 registers a
+    thread (128x128 or 64x256), plus, for promoted fp8, a partial of one column block."""
+    regs = bm * bn // 128
+    if spec.accumulation is Accumulation.PROMOTED:
+        regs += regs // (partial_blocks or (2 if bn >= 128 else 1))
+    return bm * bn <= 128 * 128 and regs <= 192
+
+
+def block_epilogue(spec: GemmSpec, bn: int, pingpong: bool = False) -> bool:
+    """Rule 10: rowwise scales and a bias on a 256-wide cooperative tile (no fused epilogue) go per 64-column
+    block. Whole, the 256-wide scale_b and bias vectors beside the accumulator spill 272 bytes (ptxas), which
+    kept this common case on 128x128 tiles until 2026-11-23; per block, 0 bytes."""
+    return (bn == 256 and not pingpong and spec.scale is ScaleRecipe.ROWWISE and spec.bias_dtype is not None
+            and spec.epilogue is None and spec.accumulation is Accumulation.NATIVE)
+

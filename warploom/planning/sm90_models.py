@@ -1,0 +1,388 @@
+"""The cost models by which sm_90a's rule chooses between schedules, each fitted on the H100, and the limits of the
+schedules they choose: rule 15's split-K tail, rule 21's stream-K, rules 23 and 25's latency-bound few tiles
+(64x64 tiles, or split-K), rule 24's 2-CTA clusters. `planning.sm90` asks them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from warploom.device import DeviceInfo
+from warploom.dtypes import DType
+from warploom.planning.common import dense_operands, k_blocks
+from warploom.planning.plan import Plan
+from warploom.planning.trace import note
+from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
+
+# Rule 15: what a split-K tail costs beyond its share of the work (its launch, each unit's pipeline fill and fp32
+# store, the reduction): 8-10 us, whatever K, at 4096x2112x7168 (H100, scripts/exp/tail_parts.py, docs/benchmarks.md
+# 2026-11-23 session 14). A whole round of 128x256 tiles took 0.84 us per k-block there, fp8 (BK 128) and bf16
+# (BK 64) alike, so a round is priced at that per k-block: the tail's fixed cost weighs more as K shrinks.
+TAIL_COST_US = 9.0
+_ROUND_US_PER_KBLOCK = 0.84
+# Rule 15: no tail below 36 k-blocks (rounds of ~30 us). fp8 at 24 and 32 k-blocks (3072^3, 2048x7168x4096) ran
+# 4-8% slower with the tail than on 128x128 tiles without one; at 40-64 k-blocks (5120^3, 3072x3072x8192,
+# 4096x2112x7168) the tail won; bf16 at 48 and 64 tied (docs/benchmarks.md, session 20).
+_TAIL_MIN_KBLOCKS = 36
+
+
+# Rule 21's cost model (stream-K, `stream_k_score`), fitted to forced stream-K plans against whole-tile ones on the
+# H100 (docs/benchmarks.md, session 22; scripts/fit_stream_k.py refits it from docs/data, and a test keeps these within
+# 0.05 rounds of its least-squares fit): a shared tile's k-blocks run SK_SLOWDOWN slower than a whole wave's (its
+# pieces start at other k-blocks than their neighbours', so they share less in L2), and each piece beyond a tile's
+# first costs SK_FIXUP_KBLOCKS k-blocks (the contributor's fp32 partial store, the finisher's wait and load). The
+# planner tries SK_PIECES pieces per shared tile.
+SK_SLOWDOWN = 0.5
+SK_FIXUP_KBLOCKS = 8.0
+SK_PIECES = (2, 3, 4)
+
+
+# Rule 23's latency model (docs/decisions/rule-23-latency-tiles.md): where a problem has few tiles, each CTA's time
+# is a fixed start (launch, barriers, the ring's first fill, the epilogue) plus its k-blocks one after another, each
+# latency-bound rather than bound by the tensor cores. Fitted on the H100 (bf16, CUDA graphs; fp8's k-blocks of 128
+# bytes of K priced alike) with scripts/sweep_plans.py; per k-block: 128x128 at 6 stages, 64x64 at 4-8.
+LATENCY_START_US = {128: 4.2, 64: 3.35}
+LATENCY_KBLOCK_US = {128: 0.33, 64: 0.17}
+# ...but never faster than L2 delivers the tiles' operand bytes (each tile reads BM + BN rows of K): with many CTAs
+# streaming a long K, 64x64's doubled bytes per FLOP bind. The runs above sustained 5.6-7.6 TB/s from L2 at 72-120
+# CTAs (2415x160x14360 bf16 on 114 tiles of 64x64 ran at 0.50x torch, against 0.65x for 128x128 by stream-K).
+LATENCY_L2_BYTES_PER_US = 7.5e6
+# 64x64's ring: 4 stages, 8 from LATENCY_DEEP_KBLOCKS k-blocks on (long K hides more load latency; short K lost 5%
+# to the deeper ring's start at 8 stages).
+LATENCY_STAGES = (4, 8)
+LATENCY_DEEP_KBLOCKS = 32
+
+
+def latency_times(spec: GemmSpec, device: DeviceInfo) -> tuple[float, float, int]:
+    """Rule 23's modeled microseconds: 64x64 tiles whole, then 128x128 at its best count of stream-K pieces (1: whole
+    tiles; pieces as rule 21 cuts them, each k-block SK_SLOWDOWN slower, SK_FIXUP_KBLOCKS per extra piece), and
+    that count. Each is its start plus the longer of its k-blocks' latency and its tiles' operand bytes from L2."""
+    k_tiles = k_blocks(spec)
+    tiles = square_tiles(spec, 128)
+    best = (float(k_tiles), 1)
+    for p in (q for q in SK_PIECES if q <= k_tiles and tiles * q <= device.sm_count):
+        best = min(best, (k_tiles / p * (1 + SK_SLOWDOWN) + (p - 1) * SK_FIXUP_KBLOCKS, p))
+    return latency_us(spec, 64, k_tiles), latency_us(spec, 128, best[0]), best[1]
+
+
+def square_tiles(spec: GemmSpec, size: int) -> int:
+    """How many size x size tiles C takes."""
+    return math.ceil(spec.m / size) * math.ceil(spec.n / size)
+
+
+def latency_us(spec: GemmSpec, size: int, kblocks: float) -> float:
+    """Rule 23's model of a CTA on a size x size tile (64 or 128) running `kblocks` k-blocks one after another: its
+    start plus the longer of those k-blocks' latency and every such tile's operand bytes from L2 (each tile reads
+    BM + BN rows of K)."""
+    row_bytes = spec.k * spec.a_dtype.bytes  # (one row of A or B: K elements)
+    return LATENCY_START_US[size] + max(kblocks * LATENCY_KBLOCK_US[size],
+                                        square_tiles(spec, size) * 2 * size * row_bytes / LATENCY_L2_BYTES_PER_US)
+
+
+# Rule 25 (docs/decisions/rule-25-latency-split-k.md): with at most a quarter of the SMs' worth of 128x128 tiles and
+# a long K, split-K's ranges (one wave of units, then the reduce kernel) beat stream-K's few pieces and 64x64 tiles.
+# Priced in rule 23's microseconds: the units' start and k-blocks (or their bytes from L2) plus the reduce, a fixed
+# SPLIT_FIXED_US and SPLIT_RANGE_US a range (the workspace's partials written and summed), fitted to forced splits
+# of 4, 8 and 16 at six shapes (H100, bf16, CUDA graphs, session 26). It must beat 64x64 by SPLIT_MARGIN_64, whose
+# model reads high at 64 k-blocks (513x368x4096: modeled 14.2 us, ran 10.7; split in 8 ran 11.5), and 128x128 by
+# SPLIT_MARGIN_128. At most SPLIT_MAX ranges: the reduce's cost grew faster than the k-loop shrank beyond 8. Counts
+# that divide the k-blocks come first (those were measured; the model prices 3-5 ranges below what ran best at
+# 513x368x4096 and 1881x224x14336); only where none does are the ranges unequal, priced by the longest
+# (`ir.Tiling.uneven_split`, which has run on the simulator and the compile tier only).
+SPLIT_FIXED_US = 1.0
+SPLIT_RANGE_US = 0.3
+SPLIT_MARGIN_64 = 0.8
+SPLIT_MARGIN_128 = 0.95
+SPLIT_MAX = 8
+SPLIT_MIN_KBLOCKS = 32
+
+
+def split_time(spec: GemmSpec, ranges: int) -> float:
+    """Rule 25's modeled microseconds for 128x128 tiles split into `ranges` k-ranges (one wave of units)."""
+    return latency_us(spec, 128, math.ceil(k_blocks(spec) / ranges)) + SPLIT_FIXED_US + SPLIT_RANGE_US * ranges
+
+
+def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
+    """Rule 25: into how many k-ranges (1: none) split-K cuts `spec`'s 128x128 tiles. Only rule 23's problems (more
+    than 64 rows, native accumulation, no bias or fused epilogue, K-major operands, sm_90a) with at most a quarter
+    of the SMs' worth of tiles and SPLIT_MIN_KBLOCKS k-blocks; the ranges keep the units in one wave and number at
+    most SPLIT_MAX, dividing the k-blocks where some count does (else unequal, the first taking one more:
+    `ir.Tiling.uneven_split`); chosen where `split_time` beats rule 23's 64x64 and 128x128 times by the margins.
+    (Beyond a quarter of the SMs the ranges that fit one wave are 2-3, and stream-K's pieces ran ahead:
+    2415x160x14336, 100x5264x3072.)"""
+    if not latency_kind(spec, device):
+        return 1
+    k_tiles = k_blocks(spec)
+    tiles = square_tiles(spec, 128)
+    if tiles > device.sm_count // 4 or k_tiles < SPLIT_MIN_KBLOCKS:
+        return 1
+    fits = [r for r in range(2, SPLIT_MAX + 1) if tiles * r <= device.sm_count]
+    # (equal ranges where some count divides the k-blocks: what was measured; unequal ones only where none does)
+    options = [r for r in fits if k_tiles % r == 0] or fits
+    if not options:
+        return 1
+    t, ranges = min((split_time(spec, r), r) for r in options)
+    t64, t128, pieces = latency_times(spec, device)
+    if square_tiles(spec, 64) > device.sm_count:
+        t64 = math.inf  # rule 23 plans no 64x64 tiles beyond one wave
+    note("128x128", f"split-K, {ranges} ranges", t,
+          f"{tiles * ranges} units of {k_tiles // ranges}" + (f"-{k_tiles // ranges + 1}" if k_tiles % ranges else "")
+          + " k-blocks, then the reduce (rule 25, modeled us)")
+    note("64x64", "latency tile", t64, "rule 23's model (rule 25 compares)")
+    note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
+          "rule 23's model (rule 25 compares)")
+    if t < SPLIT_MARGIN_64 * t64 and t < SPLIT_MARGIN_128 * t128:
+        return ranges
+    return 1
+
+
+# Rule 25 at decode sizes (`decode_split`, docs/decisions/rule-25-latency-split-k.md): M <= 64 over a long K on a few
+# 64-wide tiles runs each tile's k-blocks one after another on a handful of SMs. Split in ranges, each 64x64 unit
+# streams its share of B; the reduce sums partials of M x N, a few kilobytes. A 64-row tile's k-block at rule 16's
+# deep ring takes DECODE_KBLOCK_US (8x104x5240 and 2x104x1488 swapped, 0.094-0.112; rule 23's 64x64 at 8 stages,
+# 0.108-0.125), and no faster than the units stream B: DECODE_SM_BYTES_PER_US a CTA (those two shapes' 2 CTAs moved
+# 60-69 B/ns each), HBM_BYTES_PER_US in all (a device-to-device copy's rate).
+DECODE_KBLOCK_US = 0.11
+DECODE_SM_BYTES_PER_US = 60e3
+HBM_BYTES_PER_US = 3.0e6
+DECODE_SPLIT_MAX = 16
+DECODE_SPLIT_MIN_KBLOCKS = 24
+DECODE_SPLIT_MARGIN = 0.8
+# The reduce's traffic: each range's fp32 partials written and read back, at what rule 25's fit implies for its
+# 0.3 us a range at 191x440 (0.67 MB a range): what matters here is that decode's partials are small.
+SPLIT_REDUCE_BYTES_PER_US = 2.2e6
+
+
+def decode_time(spec: GemmSpec, tiles: int, ranges: int) -> float:
+    """Modeled microseconds of `tiles` 64-row tiles of a decode GEMM, each split in `ranges` k-ranges (1: whole; more:
+    plus the reduce): the start, then the longer of a range's k-blocks and the units streaming B."""
+    units = tiles * ranges
+    stream = spec.n * spec.k * spec.b_dtype.bytes / min(units * DECODE_SM_BYTES_PER_US, HBM_BYTES_PER_US)
+    loop = max(math.ceil(k_blocks(spec) / ranges) * DECODE_KBLOCK_US, stream)
+    reduce = 0.0 if ranges == 1 else (SPLIT_FIXED_US + ranges * spec.m * spec.n * 2 * DType.FP32.bytes
+                                      / SPLIT_REDUCE_BYTES_PER_US)
+    return LATENCY_START_US[64] + loop + reduce
+
+
+def decode_split(spec: GemmSpec, device: DeviceInfo) -> int:
+    """Rule 25 at decode sizes: into how many k-ranges (1: none) a decode GEMM's 64x64 tiles split. Decode (M <= 64)
+    of rule 23's kind otherwise (native accumulation, no bias or fused epilogue, not blockwise, not grouped, K-major
+    operands, sm_90a), on at most a quarter of the SMs' worth of 64-wide tiles and DECODE_SPLIT_MIN_KBLOCKS k-blocks;
+    at most DECODE_SPLIT_MAX ranges, the units in one wave (unequal ranges where none divides:
+    `ir.Tiling.uneven_split`); chosen where `decode_time` beats the whole tiles' (rules 16 and 18) by
+    DECODE_SPLIT_MARGIN."""
+    if not (0 < spec.m <= 64 and _latency_kind_beyond_rows(spec, device)):
+        return 1
+    k_tiles = k_blocks(spec)
+    tiles = math.ceil(spec.n / 64)
+    if tiles > device.sm_count // 4 or k_tiles < DECODE_SPLIT_MIN_KBLOCKS:
+        return 1
+    fits = [r for r in range(2, min(DECODE_SPLIT_MAX, k_tiles) + 1) if tiles * r <= device.sm_count]
+    if not fits:
+        return 1
+    t, ranges = min((decode_time(spec, tiles, r), r) for r in fits)
+    whole = decode_time(spec, tiles, 1)
+    note("64x64", f"split-K, {ranges} ranges", t,
+         f"{tiles * ranges} units of {math.ceil(k_tiles / ranges)} k-blocks at most, then the reduce (rule 25 at "
+         "decode sizes, modeled us)")
+    note("64-row", "whole tiles", whole, f"{tiles} CTAs streaming {k_tiles} k-blocks each (rule 25 compares)")
+    return ranges if t < DECODE_SPLIT_MARGIN * whole else 1
+
+
+def _latency_kind_beyond_rows(spec: GemmSpec, device: DeviceInfo) -> bool:
+    """`latency_kind` without its row bound: native accumulation, no bias or fused epilogue, no blockwise scales, not
+    grouped, K-major A and B, sm_90a."""
+    return not (spec.epilogue is not None or spec.bias_dtype is not None
+                or spec.accumulation is not Accumulation.NATIVE or spec.scale.is_blockwise or spec.grouped
+                or spec.a_layout is not ALayout.K_MAJOR or spec.b_layout is not BLayout.K_MAJOR
+                or not device.arch.startswith("sm_90"))
+
+
+def latency_kind(spec: GemmSpec, device: DeviceInfo) -> bool:
+    """Whether `spec` is of the kind rules 23 and 25 were measured on: more than 64 rows (decode has rules 16 and
+    18, and `decode_split`), native accumulation (bf16, fp16, fp8 fast), no bias or fused epilogue, no blockwise
+    scales, not grouped, K-major A and B, on sm_90a."""
+    return spec.m > 64 and _latency_kind_beyond_rows(spec, device)
+
+
+def latency_stages(spec: GemmSpec) -> int:
+    """Rule 23's ring depth for 64x64 tiles (LATENCY_STAGES by K)."""
+    k_tiles = k_blocks(spec)
+    return LATENCY_STAGES[k_tiles >= LATENCY_DEEP_KBLOCKS]
+
+
+def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
+    """Rule 23: whether `spec` runs on 64x64 tiles (`latency_stages` deep): a GEMM of more than 64 rows (decode has
+    rules 16 and 18) with native accumulation (bf16, fp16, fp8 fast) and no bias or fused epilogue, whose 64x64
+    tiles fit in one wave, where the latency model prices them below 128x128's best. (More 64x64 tiles than SMs
+    turned L2-bound: 100x5264x3464 bf16, 166 tiles, ran at 0.36x torch against 0.58x for 42 of 128x128.
+    Promoted fp8, a bias, fused epilogues and operands that are not K-major: not measured at these sizes.)"""
+    if not latency_kind(spec, device):
+        return False
+    tiles64 = square_tiles(spec, 64)
+    if tiles64 > device.sm_count:
+        return False
+    t64, t128, pieces = latency_times(spec, device)
+    if t64 >= t128:
+        return False
+    k_tiles = k_blocks(spec)
+    note("64x64", f"latency tile, {latency_stages(spec)} stages", t64,
+          f"{tiles64} CTAs: {LATENCY_START_US[64]} us + {k_tiles} k-blocks x {LATENCY_KBLOCK_US[64]} us, or its "
+          "bytes from L2 (rule 23, modeled us)")
+    note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
+          f"{LATENCY_START_US[128]} us + its k-blocks x {LATENCY_KBLOCK_US[128]} us, or its bytes from L2 (rule 23, "
+          "modeled us)")
+    return True
+
+
+
+def stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,
+                       tail_split: int | None, swap_ab: bool | None, bm: int | None,
+                       prefetch_operands: bool | None = None) -> list[str]:
+    """Rule 21: why a stream-K plan cannot run `spec` with these options (empty: it can)."""
+    problems = []
+    if spec.epilogue is not None and prefetch_operands and dense_operands(spec):
+        # (a contributor skips its tile's epilogue, so a copy started at the tile's start would never be read)
+        problems.append("prefetch_operands=True (a dense operand's copy starts at the tile's start, before the "
+                        "fixup; pass prefetch_operands=False)")
+    if spec.scale.is_blockwise and spec.scale is not ScaleRecipe.BLOCKWISE_1X128_128X128:
+        problems.append(f"{spec.scale.value} scales (stream-K's blockwise recipe is 1x128 x 128x128)")
+    if pingpong:
+        problems.append("ping-pong (its consumers take whole tiles in turn)")
+    if scale_partition:
+        problems.append("the scale partition")
+    if split_k not in (None, 1) or tail_split not in (None, 1):
+        problems.append("split_k or tail_split (stream-K shares the k-blocks itself)")
+    if swap_ab:
+        problems.append("swap_ab (decode's swapped tiles)")
+    if bm not in (None, 128):
+        problems.append(f"bm={bm} (stream-K is built for 128-row tiles)")
+    return problems
+
+
+# Rule 24 (docs/decisions/rule-24-clusters.md): two CTAs of a cluster stacked along M share B's box, which the lead
+# multicasts. Where A's or B's rows are not whole 128-byte lines, each box row touches two L2 lines and 128x256 tiles
+# lose a fifth while the machine streams (bf16 4634x4968x3672: 457 TFLOP/s on one CTA per tile, 578 in clusters,
+# torch 630; H100, Triton 3.9); on aligned rows clusters ran 1-2% slower (4608x4992x3712, 8192^3). The gain needs
+# the L2 busy: with no whole wave of clusters (2848x736x3088: 36 cluster tiles) they lost 5%, and a whole wave and a
+# part against stream-K's shared part lost 10% (656x8048x5280). So the gain is counted on whole waves only (a last,
+# partial wave leaves L2 idle enough), and clusters are chosen for unaligned rows with at least one whole wave of
+# them, where that score beats the best one-CTA plan's by CLUSTER_MARGIN. (18 shapes, bf16 and fp8 rowwise: the
+# model's misses cost 2-5% at 1168x6960x1104 bf16, 6320x6848x5648 bf16 and 4634x4976x3680 fp8; docs/decisions.)
+CLUSTER_UNALIGNED_GAIN = 1.27
+CLUSTER_MARGIN = 0.95
+# ...and only where each CTA runs enough k-blocks (its k-blocks per tile times the cluster tiles per cluster): with
+# few, its fixed costs (the ring's first fill, the epilogues, the cluster's handshakes) outweigh what B's halved
+# traffic saves. Side by side at 9 zoo shapes (session 26: graph timing, H100, Triton 3.9) clusters lost 5-23% for
+# bf16 at 3.5-29.5 k-blocks a CTA (1072x5728x80, 917x5184x608, 685x6144x1680, 1232x7504x720, 5344x2192x144,
+# 8666x816x160) and won from 36 (4310x1504x1528 and up, session 24); fp8 rowwise won from 13.6 (1232x7504x720 +13%,
+# 685x6144x1680 +6%, 1168x6960x1104 +13%) and was mixed below (14215x528x192 -10%, 917x5184x608 -8%,
+# 5344x2192x144 +9%). docs/decisions/rule-24-clusters.md has the table.
+CLUSTER_MIN_KBLOCKS = {1: 12, 2: 32}  # by the operands' element bytes
+
+
+def cluster_min_kblocks(spec: GemmSpec) -> int:
+    """Rule 24: the fewest k-blocks a CTA must run (`cta_kblocks`) for the planner to choose clusters for `spec`."""
+    return CLUSTER_MIN_KBLOCKS.get(spec.a_dtype.bytes, CLUSTER_MIN_KBLOCKS[2])
+
+
+def cta_kblocks(spec: GemmSpec, cluster_tiles: int, device: DeviceInfo) -> float:
+    """Rule 24: the k-blocks each CTA of a full grid of 2-CTA clusters runs over `cluster_tiles` cluster tiles."""
+    return k_blocks(spec) * cluster_tiles / (device.sm_count // 2)
+
+
+def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,
+                     tail_split: int | None, stream_k: int | None, swap_ab: bool | None, bm: int | None,
+                     bn: int | None, consumer_partitions: int | None) -> list[str]:
+    """Rule 24: why 2-CTA clusters cannot run `spec` with these options (empty: they can)."""
+    from warploom.backends import gluon_api
+
+    problems = []
+    if not gluon_api.current().tma_multicast:
+        problems.append("this Triton's Hopper TMA has no multicast (Triton >= 3.7 has)")
+    if spec.a_layout is ALayout.M_MAJOR:
+        problems.append("an M-major A (each CTA's rows must be one box of A)")
+    if spec.epilogue is not None:
+        problems.append("a fused epilogue graph")
+    if spec.accumulation is Accumulation.PROMOTED or spec.scale.is_blockwise:
+        problems.append("promoted fp8 or blockwise scales (their partials and scale rings are per row block)")
+    if spec.grouped:
+        problems.append("a grouped GEMM")
+    if pingpong or scale_partition:
+        problems.append("ping-pong or the scale partition")
+    if split_k not in (None, 1) or tail_split not in (None, 1) or stream_k:
+        problems.append("split_k, tail_split or stream_k (a cluster runs whole tiles)")
+    if swap_ab:
+        problems.append("swap_ab")
+    if bm not in (None, 128) or bn not in (None, 256) or consumer_partitions not in (None, 2):
+        problems.append("a tile other than 128x256 with two consumer warpgroups")
+    return problems
+
+
+def cluster_plan(plan: Plan, spec: GemmSpec, device: DeviceInfo, eff: float,
+                 aligned: bool) -> tuple[Plan, float, int]:
+    """Rule 24's plan from the 128x256 `plan`, its score in step 3's units (rounds of the device's clusters over the
+    cluster tiles of 256 x 256, each CTA's 128x256; whole rounds at the unaligned rows' gain) and its cluster tiles."""
+    tiles = math.ceil(spec.m / 256) * math.ceil(spec.n / 256)
+    clusters = device.sm_count // 2
+    gain = 1.0 if aligned else CLUSTER_UNALIGNED_GAIN
+    score = (tiles // clusters / gain + (tiles % clusters > 0)) * 128 * 256 / eff
+    # Each warpgroup stores its 128-row column block in blocks half as wide as its 64-row block's were: the staging
+    # buffers take the shared memory they took, beside the same ring.
+    return replace(plan, cluster=2, consumer_partitions=2, epilogue_subtiles=2 * plan.epilogue_subtiles, stream_k=0,
+                   grid=2 * min(clusters, tiles)), score, tiles
+
+
+def stream_k_grid(tiles: int, sm_count: int, pieces: int) -> int:
+    """Rule 21's CTAs: every SM where the tiles fill a wave, else as many as the pieces need (`ir.Tiling.stream_k`)."""
+    return sm_count if tiles >= sm_count else min(sm_count, tiles * pieces)
+
+
+def stream_k_score(tiles: int, k_tiles: int, sm_count: int, pieces: int, area: float) -> float:
+    """Rule 21's score in step 3's units (rounds x BM * BN / efficiency): the whole waves, then the last wave's
+    tiles shared by min(SMs, tiles x pieces) CTAs: each CTA's share of a tile, SK_SLOWDOWN slower, plus
+    SK_FIXUP_KBLOCKS k-blocks for each piece beyond a tile's first."""
+    whole, rest = divmod(tiles, sm_count)
+    if not rest:
+        return whole * area
+    ctas = min(sm_count, rest * pieces)
+    fixup = (ctas / rest - 1) * SK_FIXUP_KBLOCKS / max(1, k_tiles)
+    return (whole + rest / ctas * (1 + SK_SLOWDOWN) + fixup) * area
+
+
+
+def tail_score(tiles: int, grid: int, tail_split: int, area: float, k_tiles: int) -> float:
+    """Rule 15's score of a plan with a split-K tail, in the units of step 3's (rounds x BM * BN / efficiency,
+    `area`): the whole rounds, the tail's rounds of 1/tail_split of a tile, and TAIL_COST_US in rounds of a
+    128x256 tile at this K (`_ROUND_US_PER_KBLOCK`). `grid` is the plan's (the launcher's tail_spans)."""
+    whole, tail = divmod(tiles, grid)
+    fixed = TAIL_COST_US / (_ROUND_US_PER_KBLOCK * max(1, k_tiles)) * 128 * 256 if tail else 0.0  # (no tail: none)
+    return (whole + math.ceil(tail * tail_split / grid) / tail_split) * area + fixed
+
+
+def rule15_tail(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool,
+                 scale_partition: bool | None, eff: float) -> int:
+    """Rule 15: where the tiles fill at least one whole wave, leave a last round at most half busy, and that round
+    idles at least 10% of the whole CTA-time (a few waves: at 27 waves a tail could save 2% at most, within what
+    its own cost is known to), run that round's tiles as split-K units over the most k-ranges (a divisor of the
+    k-blocks, at most 8, each range at least 4 k-blocks) that keep them in one wave, if K has at least
+    `_TAIL_MIN_KBLOCKS` k-blocks and its score (`tail_score`: a fixed cost that weighs more at short K) beats the
+    plain last round; otherwise 1. Only where split-K is
+    allowed (_check_split_k)."""
+    if (spec.bias_dtype is not None or spec.epilogue is not None or pingpong or scale_partition
+            or spec.scale is ScaleRecipe.MX):
+        return 1
+    tiles = math.ceil(spec.m / bm) * math.ceil(spec.n / bn)
+    whole, tail = divmod(tiles, device.sm_count)
+    k_tiles = math.ceil(spec.k / bk)
+    if whole == 0 or tail == 0 or (whole + tail / device.sm_count) / (whole + 1) >= 0.9:
+        return 1
+    if k_tiles < _TAIL_MIN_KBLOCKS:
+        return 1  # rounds under ~30 us: the tail's three launches cost more than the score's fixed cost says
+    ts = max((d for d in range(2, 9) if k_tiles % d == 0 and k_tiles // d >= 4 and tail * d <= device.sm_count),
+             default=1)
+    area = bm * bn / eff
+    if ts > 1 and tail_score(tiles, device.sm_count, ts, area, k_tiles) >= (whole + 1) * area:
+        return 1  # the tail's fixed cost outweighs the idle part of the last round at this K
+    return ts
+
