@@ -27,6 +27,7 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7): docs/decisions/rule-24-clusters.md
 25. a few tiles over a long K: split-K in up to 8 ranges: docs/decisions/rule-25-latency-split-k.md
 26. a fused 1x128 quantization: cooperative 128-wide tiles, whole tiles: docs/decisions/rule-26-fused-quantize.md
+27. a fused rowwise quantization: one tile spans N (N <= 256), whole tiles: docs/decisions/rule-27-fused-rowwise.md
 """
 
 from __future__ import annotations
@@ -726,17 +727,33 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pi
 
 
 QUANT_BN = 128  # rule 26: a fused 1x128 quantization's tile width, one scale group (256 would take rule 9's blocks)
+ROWWISE_MAX_N = 256  # rule 27: the widest N a fused rowwise quantization holds in one tile (128x256's accumulator)
+
+
+def rowwise_bn(n: int) -> int:
+    """Rule 27: a fused rowwise quantization's tile width, the narrowest of 128 and 256 that holds all of N."""
+    return QUANT_BN if n <= QUANT_BN else ROWWISE_MAX_N
+
+
+def _row_operands(spec: GemmSpec) -> list[str]:
+    """The epilogue operands that vary along N (per-column vectors, dense tiles): rule 27 keeps them at 128 wide."""
+    assert spec.epilogue is not None
+    return [s.name for s in spec.epilogue.operands if s.kind.varies_n]
 
 
 def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = None, pingpong: bool = False,
                        partial_blocks: int | None = None, split_k: int | None = None, tail_split: int | None = None,
                        swap_ab: bool | None = None, stream_k: int | None = None, cluster: int | None = None,
                        prefetch_operands: bool | None = None) -> list[str]:
-    """Rule 26: why a spec whose fused epilogue quantizes 1x128 (a `GroupAmax` in its graph) cannot be planned, if
-    it cannot. Such a plan is sm_90a's cooperative 128-wide tile: each tile holds whole 128-column groups, so a
-    group's amax is tile-local (LowerEpilogue folds the group's blocks before its scale and division), and none of
-    the schedules that cut a tile's sum or columns otherwise (split-K, a tail, stream-K, swap-AB, clusters). Promoted
-    fp8 (and so the blockwise recipes) promotes a 128-wide tile into one accumulator, which holds the group whole."""
+    """Rules 26 and 27: why a spec whose fused epilogue quantizes (a `GroupAmax` in its graph) cannot be planned, if
+    it cannot. Such a plan is sm_90a's cooperative tile, 128 wide for 1x128 (rule 26) and as wide as N for rowwise
+    (rule 27: 128, or 256 where N > 128): each tile holds whole groups, so a group's amax is tile-local
+    (LowerEpilogue folds the group's blocks before its scale and division), and none of the schedules that cut a
+    tile's sum or columns otherwise (split-K, a tail, stream-K, swap-AB, clusters). Promoted fp8 (and so the
+    blockwise recipes) promotes a 128-wide tile into one accumulator, which holds the group whole; a 256-wide one
+    into two 128-column halves, which would cut a rowwise group in two."""
+    assert spec.epilogue is not None
+    rowwise = spec.epilogue.rowwise()
     out = []
     if device.blackwell or device.gfx1250:
         out.append(f"the fused quantization is built for sm_90a, not {device.name}")
@@ -748,8 +765,20 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
     if _dense_operands(spec) and prefetch_operands:
         out.append("prefetch_operands=True: a dense operand's early copies follow the stores, which the walk over a "
                    "group puts after every block's load")
-    if bn is not None and bn != QUANT_BN:
-        out.append(f"bn={bn}: the tile must be {QUANT_BN} wide (one scale group)")
+    want = rowwise_bn(spec.n) if rowwise else QUANT_BN
+    if rowwise and spec.n > ROWWISE_MAX_N:
+        out.append(f"N={spec.n}: a rowwise scale's amax spans the whole row, and one tile holds at most "
+                   f"{ROWWISE_MAX_N} columns (rule 27; wider rows would need the amax across the row's tiles)")
+    elif rowwise and want > QUANT_BN and spec.accumulation is Accumulation.PROMOTED:
+        out.append(f"N={spec.n} with promoted fp8 accumulation: a 256-wide tile promotes into two 128-column "
+                   "accumulators, which would cut the row's amax in two (pass use_fast_accum=True, or N <= 128)")
+    elif rowwise and want > QUANT_BN and _row_operands(spec):
+        out.append(f"N={spec.n} with per-column or dense epilogue operands ({', '.join(_row_operands(spec))}): at "
+                   "256 wide every block's values of them stay live from its amax fold to its division, beside the "
+                   "whole accumulator, and spill (136-1296 bytes, ptxas); they run fused at N <= 128 only")
+    elif bn is not None and bn != want:
+        out.append(f"bn={bn}: the tile must be {want} wide (" + (f"the narrowest tile that holds N={spec.n})"
+                                                                  if rowwise else "one scale group)"))
     given = {"pingpong": pingpong or None, "split_k": None if split_k in (None, 1) else split_k,
              "tail_split": None if tail_split in (None, 1) else tail_split, "swap_ab": swap_ab or None,
              "stream_k": stream_k or None, "cluster": None if cluster in (None, 1) else cluster}
@@ -807,15 +836,20 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     per tile; 2: 2-CTA clusters multicasting B, refused where they cannot run)."""
     from warploom.errors import UnsupportedError
 
-    if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rule 26
+    if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rules 26 and 27
+        rowwise = spec.epilogue.rowwise()
         problems = quantized_problems(spec, device, bn=bn, pingpong=pingpong, partial_blocks=partial_blocks,
                                       split_k=split_k, tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k,
                                       cluster=cluster, prefetch_operands=prefetch_operands)
         if problems:
-            raise UnsupportedError(f"warploom.quantize in a fused epilogue (1x128, rule 26) cannot run {spec.short()}: "
+            rule = "rowwise, rule 27" if rowwise else "1x128, rule 26"
+            unfused = "recipe='rowwise'" if rowwise else "recipe='1x128'"
+            raise UnsupportedError(f"warploom.quantize in a fused epilogue ({rule}) cannot run {spec.short()}: "
                                    f"{'; '.join(problems)}. Fix: drop the conflicting option, or return the value "
-                                   "itself and quantize the call's result with warploom.quantize")
-        bn, swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = QUANT_BN, False, 1, 1, 0, 1, False
+                                   f"itself (out_dtype=torch.bfloat16 or torch.float32) and quantize the call's "
+                                   f"result with warploom.quantize(out, {unfused})")
+        bn = rowwise_bn(spec.n) if rowwise else QUANT_BN
+        swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = False, 1, 1, 0, 1, False
     if spec.grouped:  # rule 22
         return plan_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                             consumer_partitions=consumer_partitions, partial_blocks=partial_blocks)
@@ -1074,6 +1108,9 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         # measured 10% for plain promoted kernels; fused ones at one partition are unmeasured.)
         fused_parts = 1 if spec.epilogue is not None and spec.accumulation is Accumulation.NATIVE else 2
         hoist = hoist_rows if hoist_rows is not None else not (pingpong or wide)
+        # Rule 27's 256-wide rowwise walk loads each block right before its fold, every fold before any division:
+        # loads a block ahead (which go before the previous block's division) would follow their block's fold.
+        walks = spec.epilogue is not None and spec.epilogue.group_amax() is not None
         plan = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
             group_m=group_m, grid=grid,
@@ -1086,7 +1123,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and _dense_operands(spec) else 1,
-            load_ahead=wide and not hoist, swap_ab=False, target=Target.SM90A, tdm_fused=False, stream_k=sk,
+            load_ahead=wide and not hoist and not walks, swap_ab=False, target=Target.SM90A, tdm_fused=False,
+            stream_k=sk,
             block_scaled=False, promote_tmem=False,
             **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
