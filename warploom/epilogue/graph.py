@@ -174,6 +174,9 @@ class Pow:
     exponent: float
 
 
+GROUP = 128  # the output columns one 1x128 GroupAmax group (and one 1x128 scale) covers
+
+
 @dataclass(frozen=True)
 class GroupAmax:
     """The NaN-propagating maximum of ``|x|`` over the output columns of each value's group, per row: the amax of
@@ -188,7 +191,7 @@ class GroupAmax:
     """
 
     x: Ref
-    width: int | None = 128
+    width: int | None = GROUP
 
     def __post_init__(self) -> None:
         if self.width is not None and self.width < 1:
@@ -216,8 +219,6 @@ class GroupAmax:
         which the planner makes hold all of N (rule 27)."""
         return bn if self.width is None else self.width
 
-
-GROUP = 128  # the output columns one 1x128 GroupAmax group (and one 1x128 scale) covers
 
 Node = Acc | Operand | Const | Unary | Binary | Compare | Where | Cast | Clamp | Pow | GroupAmax
 
