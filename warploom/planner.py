@@ -767,15 +767,15 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
                    "group puts after every block's load")
     want = rowwise_bn(spec.n) if rowwise else QUANT_BN
     if rowwise and spec.n > ROWWISE_MAX_N:
-        out.append(f"N={spec.n}: a rowwise scale's amax spans the whole row, and one tile holds at most "
-                   f"{ROWWISE_MAX_N} columns (rule 27; wider rows would need the amax across the row's tiles)")
+        out.append(f"N={spec.n}: expected N <= {ROWWISE_MAX_N}, the columns one tile holds (a rowwise scale's amax "
+                   "spans the whole row; wider rows would need the amax across the row's tiles, not built)")
     elif rowwise and want > QUANT_BN and spec.accumulation is Accumulation.PROMOTED:
-        out.append(f"N={spec.n} with promoted fp8 accumulation: a 256-wide tile promotes into two 128-column "
-                   "accumulators, which would cut the row's amax in two (pass use_fast_accum=True, or N <= 128)")
+        out.append(f"N={spec.n} with promoted fp8 accumulation: expected N <= {QUANT_BN} or use_fast_accum=True (a "
+                   "256-wide tile promotes into two 128-column accumulators, which would cut the row's amax in two)")
     elif rowwise and want > QUANT_BN and _row_operands(spec):
-        out.append(f"N={spec.n} with per-column or dense epilogue operands ({', '.join(_row_operands(spec))}): at "
-                   "256 wide every block's values of them stay live from its amax fold to its division, beside the "
-                   "whole accumulator, and spill (136-1296 bytes, ptxas); they run fused at N <= 128 only")
+        out.append(f"N={spec.n} with per-column or dense epilogue operands ({', '.join(_row_operands(spec))}): "
+                   f"expected N <= {QUANT_BN} for them (at 256 wide every block's values of them stay live from its "
+                   "amax fold to its division, beside the whole accumulator, and spill 136-1296 bytes, ptxas)")
     elif bn is not None and bn != want:
         out.append(f"bn={bn}: the tile must be {want} wide (" + (f"the narrowest tile that holds N={spec.n})"
                                                                   if rowwise else "one scale group)"))

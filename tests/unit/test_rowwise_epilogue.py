@@ -18,7 +18,7 @@ from warploom.epilogue import graph as eg
 from warploom.epilogue import printer
 from warploom.epilogue.capture import capture
 from warploom.epilogue.reference import evaluate, group_amax
-from warploom.errors import UnsupportedError
+from warploom.errors import DTypeError, InputError, UnsupportedError
 from warploom.ir.verify import complete, structural
 from warploom.planner import plan_schedule
 
@@ -123,6 +123,19 @@ def test_planner_rule_27_takes_one_tile_across_n(m: int, n: int, bn: int) -> Non
     assert k.plan.cluster == 1 and not k.plan.pingpong
 
 
+def test_bad_input_names_the_argument() -> None:
+    """Rowwise's own mistakes, traced: each a warploom error that names the argument, what was expected and the fix."""
+    with pytest.raises(UnsupportedError, match="warploom.quantize y: expected a float32, bfloat16 or float16 value.*"
+                                               "Fix: quantize acc"):
+        capture(lambda acc: warploom.quantize(acc > 0, recipe="rowwise"), {}, out_shape=(4, 4))
+    with pytest.raises(DTypeError, match="dtype: expected torch.float8_e4m3fn or torch.float8_e5m2.*Fix"):
+        capture(lambda acc: warploom.quantize(acc, recipe="rowwise", dtype=BF16), {}, out_shape=(4, 4))
+    with pytest.raises(InputError, match="recipe: expected one of '1x128', 'rowwise'.*Fix"):
+        capture(lambda acc: warploom.quantize(acc, recipe="row"), {}, out_shape=(4, 4))
+    with pytest.raises(UnsupportedError, match=r"quantize's \(q, s\) returned as they are.*Fix: return q and s"):
+        capture(lambda acc: warploom.quantize(acc, recipe="rowwise")[1] + 1.0, {}, out_shape=(4, 4))
+
+
 def test_planner_rule_27_refuses_by_name() -> None:
     spec = warploom.plan(t(64, 512, dtype=BF16), t(512, 256, dtype=BF16), epilogue=rowwise).spec
     for forced, why in [({"bn": 128}, "bn=128: the tile must be 256 wide .the narrowest tile that holds N=256"),
@@ -134,14 +147,16 @@ def test_planner_rule_27_refuses_by_name() -> None:
     with pytest.raises(UnsupportedError, match="built for sm_90a, not"):
         plan_schedule(spec, B200)
     unfused = r"Fix: .*quantize the call's result with warploom.quantize\(out, recipe='rowwise'\)"
-    with pytest.raises(UnsupportedError, match="N=272: a rowwise scale's amax spans the whole row.*at most 256 "
-                                               f"columns.*{unfused}"):
+    with pytest.raises(UnsupportedError, match="N=272: expected N <= 256, the columns one tile holds .a rowwise "
+                                               f"scale's amax spans the whole row.*{unfused}"):
         warploom.plan(t(64, 512, dtype=BF16), t(512, 272, dtype=BF16), epilogue=rowwise)
-    with pytest.raises(UnsupportedError, match=f"N=256 with per-column or dense epilogue operands .shift.*{unfused}"):
+    with pytest.raises(UnsupportedError, match=f"N=256 with per-column or dense epilogue operands .shift.: expected "
+                                               f"N <= 128 for them.*{unfused}"):
         warploom.plan(t(64, 512, dtype=BF16), t(512, 256, dtype=BF16), shift=t(256),
                       epilogue=lambda acc, shift: warploom.quantize(acc + shift, recipe="rowwise"))
     fp8 = (t(64, 512).to(E4), t(256, 512).to(E4).t(), t(64, 1), t(1, 256))
-    with pytest.raises(UnsupportedError, match="N=256 with promoted fp8 accumulation: a 256-wide tile promotes"):
+    with pytest.raises(UnsupportedError, match="N=256 with promoted fp8 accumulation: expected N <= 128 or "
+                                               "use_fast_accum=True"):
         warploom.plan(*fp8, use_fast_accum=False, out_dtype=BF16, epilogue=rowwise)
     # N <= 128 takes what a 256-wide tile refuses: a bias row, promoted fp8
     k = warploom.plan(t(64, 512, dtype=BF16), t(512, 128, dtype=BF16), shift=t(128),
