@@ -140,6 +140,11 @@ ROWWISE: dict[str, Callable[[], Kernel]] = {
     "rowwise_fp8_rowwise_bias_n128": lambda: fp8_rowwise(515, 128, 1152, lambda acc: warploom.quantize(acc, **R)),
     "rowwise_fp8_promoted_n128": lambda: fp8_rowwise_promoted(300, 128, 1024, lambda acc: warploom.quantize(
         acc, **R)),
+    # decode (small M: 64-row tiles, one consumer warpgroup holding 64x256 or 64x128)
+    "rowwise_decode_bf16_silu_m16_n256": lambda: bf16(16, 256, 4096, lambda acc: warploom.quantize(
+        torch.nn.functional.silu(acc), **R)),
+    "rowwise_decode_fp8_rowwise_m16_n128": lambda: fp8_rowwise(16, 128, 7168, lambda acc: warploom.quantize(
+        acc, **R)),
 }
 
 

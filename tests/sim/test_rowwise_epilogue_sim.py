@@ -57,8 +57,9 @@ def check(k: Kernel, a: torch.Tensor, b: torch.Tensor, ops: dict[str, torch.Tens
     assert same_bytes(q, rq)
 
 
-# (M, N, K): ragged M; N below its tile (80 of 128, 208 of 256) or the whole tile (128, 256).
-SHAPES = [(200, 80, 256), (65, 128, 128), (129, 208, 192), (300, 256, 64)]
+# (M, N, K): ragged M; N below its tile (80 of 128, 208 of 256) or the whole tile (128, 256); decode (M = 9: a 64-row
+# tile, one warpgroup).
+SHAPES = [(200, 80, 256), (65, 128, 128), (129, 208, 192), (300, 256, 64), (9, 240, 320)]
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
