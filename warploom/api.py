@@ -136,7 +136,8 @@ def run_fused(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, operands: dict[s
 def _empty_fused(spec: GemmSpec, a: torch.Tensor, operands: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     """No kernel: an empty output, or K = 0 (the accumulator is zero) evaluated by the reference."""
     if spec.m == 0 or spec.n == 0:
-        return tuple(torch.empty(shape, dtype=d.torch, device=a.device)
+        # (a rowwise quantization's scales keep one column at N = 0: 1 a row, the zero-group scale, as quantize's)
+        return tuple(torch.ones(shape, dtype=d.torch, device=a.device)
                      for shape, d in zip(spec.output_shapes(), spec.output_dtypes(), strict=True))
     from warploom.epilogue.reference import evaluate
 

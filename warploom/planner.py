@@ -27,6 +27,7 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7): docs/decisions/rule-24-clusters.md
 25. a few tiles over a long K: split-K in up to 8 ranges: docs/decisions/rule-25-latency-split-k.md
 26. a fused 1x128 quantization: cooperative 128-wide tiles, whole tiles: docs/decisions/rule-26-fused-quantize.md
+27. a fused rowwise quantization: one tile spans N (N <= 256), whole tiles: docs/decisions/rule-27-fused-rowwise.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
 20: `planning/sm90.py`, its cost models in `planning/sm90_models.py`; rule 19: `planning/sm100.py`; rule 20:
@@ -63,6 +64,7 @@ from warploom.planning.sm90 import (
     FUSED_WIDE_BLOCKS,
     FUSED_WIDE_SLOTS,
     QUANT_BN,
+    ROWWISE_MAX_N,
     TILES,
     block_epilogue,
     epilogue_bytes,
@@ -74,6 +76,7 @@ from warploom.planning.sm90 import (
     plan_grouped,
     quantized_problems,
     rows_aligned,
+    rowwise_bn,
     swap_rows,
 )
 from warploom.planning.sm90_models import (
@@ -130,7 +133,7 @@ __all__ = [
     "DECODE_SPLIT_MARGIN", "DECODE_SPLIT_MAX", "DECODE_SPLIT_MIN_KBLOCKS", "FUSED_WIDE_BLOCKS", "FUSED_WIDE_SLOTS",
     "HBM_BYTES_PER_US",
     "LATENCY_DEEP_KBLOCKS", "LATENCY_KBLOCK_US", "LATENCY_L2_BYTES_PER_US", "LATENCY_STAGES", "LATENCY_START_US",
-    "NVFP4_DEEP_BK", "PROMOTED_PARTIALS", "QUANT_BN", "SK_FIXUP_KBLOCKS", "SK_PIECES", "SK_SLOWDOWN",
+    "NVFP4_DEEP_BK", "PROMOTED_PARTIALS", "QUANT_BN", "ROWWISE_MAX_N", "SK_FIXUP_KBLOCKS", "SK_PIECES", "SK_SLOWDOWN",
     "SPLIT_FIXED_US", "SPLIT_MARGIN_64", "SPLIT_MARGIN_128", "SPLIT_MAX", "SPLIT_MIN_KBLOCKS", "SPLIT_RANGE_US",
     "SPLIT_REDUCE_BYTES_PER_US",
     "SWAP_MAX_M", "SWAP_TOKENS", "TAIL_COST_US", "TILES", "Candidate", "Explanation", "Plan", "PlanOptions",
@@ -139,7 +142,7 @@ __all__ = [
     "epilogue_bytes", "epilogue_subtiles", "explain", "fused_wide", "grouped_tile", "is_decode",
     "k_block", "k_blocks", "latency_kind", "latency_split", "latency_stages", "latency_tiles", "latency_times",
     "latency_us", "max_stages", "nvfp4_bk", "plan_blackwell", "plan_epilogue_bytes", "plan_gfx1250", "plan_grouped",
-    "plan_schedule", "promotion_path", "quantized_problems", "rows_aligned", "scale_rows",
+    "plan_schedule", "promotion_path", "quantized_problems", "rows_aligned", "rowwise_bn", "scale_rows",
     "scale_slot_bytes", "split_time", "square_tiles", "stage_bytes", "stream_k_grid", "stream_k_score",
     "swap_decode", "swap_rows", "swap_tokens", "tail_score", "tdm_warps_reason", "wave_fill",
 ]
@@ -160,15 +163,20 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     most s pieces per shared tile, refused where it cannot run) and tdm_warps (gfx1250 only: `TdmWarps`, the warps
     that issue each TDM copy; None: every warp, as before seed 004) and cluster (None: rule 24 decides; 1: one CTA
     per tile; 2: 2-CTA clusters multicasting B, refused where they cannot run)."""
-    if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rule 26
+    if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rules 26 and 27
+        rowwise = spec.epilogue.rowwise()
         problems = quantized_problems(spec, device, bn=bn, pingpong=pingpong, partial_blocks=partial_blocks,
                                       split_k=split_k, tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k,
                                       cluster=cluster, prefetch_operands=prefetch_operands)
         if problems:
-            raise UnsupportedError(f"warploom.quantize in a fused epilogue (1x128, rule 26) cannot run {spec.short()}: "
+            rule = "rowwise, rule 27" if rowwise else "1x128, rule 26"
+            unfused = "recipe='rowwise'" if rowwise else "recipe='1x128'"
+            raise UnsupportedError(f"warploom.quantize in a fused epilogue ({rule}) cannot run {spec.short()}: "
                                    f"{'; '.join(problems)}. Fix: drop the conflicting option, or return the value "
-                                   "itself and quantize the call's result with warploom.quantize")
-        bn, swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = QUANT_BN, False, 1, 1, 0, 1, False
+                                   f"itself (out_dtype=torch.bfloat16 or torch.float32) and quantize the call's "
+                                   f"result with warploom.quantize(out, {unfused})")
+        bn = rowwise_bn(spec.n) if rowwise else QUANT_BN
+        swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = False, 1, 1, 0, 1, False
     if spec.grouped:  # rule 22
         return plan_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                             consumer_partitions=consumer_partitions, partial_blocks=partial_blocks)

@@ -20,19 +20,22 @@ dequantizes an all-zero group to zeros, and 1 keeps the scale tensor free of den
 a NaN in a group makes its s NaN (so its q is NaN), an infinity makes s infinite (finite values of the group become 0,
 infinite ones NaN), as the other recipes' references do.
 
-`recipe="rowwise"` takes one group per row (s (M, 1), `scaled_mm`'s rowwise scale_a) on plain tensors.
+`recipe="rowwise"` takes one group per row (s (M, 1), `scaled_mm`'s rowwise scale_a): the same formulas with the
+group the whole last dimension.
 
-Inside a fused epilogue (``epilogue=lambda acc, bias: warploom.quantize(acc + bias)``, on sm_90a) the 1x128 recipe
-runs in the GEMM's epilogue: the call returns the pair, q (M, N) fp8 and s (M, ceil(N/128)) fp32, with exactly these
-numerics. Traced, `quantize` records two calls (`quantized_data`, `quantized_scales`) that the capture lowers to the
-epilogue graph's `GroupAmax` node (the NaN-propagating amax of |y| over each 128-column group's valid columns), the
-division by fp8_max, the zero-group `where` and the division of y, with q an fp8 output and s a *groups* output
-(`OutputLayout.GROUPS`); they are to be returned as they are (computing with them is refused). The planner (rule 26)
-keeps each group in one 128-wide tile; the epilogue folds each column block's row amax into the group's before any
+Inside a fused epilogue (``epilogue=lambda acc, bias: warploom.quantize(acc + bias)``, on sm_90a) both recipes run in
+the GEMM's epilogue: the call returns the pair, q (M, N) fp8 and s fp32 ((M, ceil(N/128)) for 1x128, (M, 1) for
+rowwise), with exactly these numerics. Traced, `quantize` records two calls (`quantized_data`, `quantized_scales`)
+that the capture lowers to the epilogue graph's `GroupAmax` node (the NaN-propagating amax of |y| over each group's
+valid columns: 128 of them, or the row's), the division by fp8_max, the zero-group `where` and the division of y,
+with q an fp8 output and s a *groups* output (`OutputLayout.GROUPS`); they are to be returned as they are (computing
+with them is refused). The planner keeps each group in one tile (rule 26: 128-wide tiles for 1x128; rule 27: a tile
+as wide as N, at most 256, for rowwise); the epilogue folds each column block's row amax into the group's before any
 block is divided (`ir.FoldAmax`), stores q by TMA and s by masked register stores (`ir.StoreScales`). Refused there,
-each naming the unfused fix (store fp32/bf16 and quantize the call's result with this function): `recipe="rowwise"`
-(its amax spans the tiles along N), grouped GEMMs, sm_100a and gfx1250. bf16/fp16 GEMMs and fp8 ones (fast or
-promoted accumulation, tensorwise, rowwise or blockwise scales) quantize fused, with operands of every kind.
+each naming the unfused fix (store fp32/bf16 and quantize the call's result with this function): rowwise with
+N > 256 (its amax would span the tiles along N), grouped GEMMs, sm_100a and gfx1250. bf16/fp16 GEMMs and fp8 ones
+(fast or promoted accumulation, tensorwise, rowwise or blockwise scales) quantize fused, with operands of every kind
+(rowwise at N > 128: fast accumulation, as rule 27 says).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import torch
 import torch.nn.functional as F
 
 from warploom.dtypes import DType
-from warploom.errors import ArgumentTypeError, DTypeError, InputError, UnsupportedError, WarploomError
+from warploom.errors import ArgumentTypeError, DTypeError, InputError
 
 GROUP = 128  # columns a 1x128 scale covers
 
@@ -70,11 +73,9 @@ def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
     r = parse_recipe(recipe)
     fp8 = _fp8_dtype(dtype)
     if isinstance(y, torch.fx.Proxy):  # inside a fused epilogue, being traced (warploom.epilogue.capture)
-        if r is QuantRecipe.ROWWISE:
-            raise _in_epilogue(r)
         # Two recorded calls, which the capture lowers to the graph's amax, scale and division (a Proxy each).
-        q: Any = y.tracer.create_proxy("call_function", quantized_data, (y, dtype), {})
-        s: Any = y.tracer.create_proxy("call_function", quantized_scales, (y, dtype), {})
+        q: Any = y.tracer.create_proxy("call_function", quantized_data, (y, dtype, r.value), {})
+        s: Any = y.tracer.create_proxy("call_function", quantized_scales, (y, dtype, r.value), {})
         return q, s
     if not isinstance(y, torch.Tensor):
         raise ArgumentTypeError("y", "a torch.Tensor", type(y).__name__, "pass a tensor")
@@ -102,15 +103,15 @@ def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
     return round_to(x / s_cols, fp8), s
 
 
-def quantized_data(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """q of ``quantize(y, "1x128", dtype)``: the call a traced epilogue records (`epilogue.capture` lowers it to the
+def quantized_data(y: torch.Tensor, dtype: torch.dtype, recipe: str = "1x128") -> torch.Tensor:
+    """q of ``quantize(y, recipe, dtype)``: the call a traced epilogue records (`epilogue.capture` lowers it to the
     graph's group amax, scale and division; it is never run)."""
-    return quantize(y, QuantRecipe.BLOCK_1X128, dtype)[0]
+    return quantize(y, recipe, dtype)[0]
 
 
-def quantized_scales(y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """s of ``quantize(y, "1x128", dtype)``, as `quantized_data` is its q."""
-    return quantize(y, QuantRecipe.BLOCK_1X128, dtype)[1]
+def quantized_scales(y: torch.Tensor, dtype: torch.dtype, recipe: str = "1x128") -> torch.Tensor:
+    """s of ``quantize(y, recipe, dtype)``, as `quantized_data` is its q."""
+    return quantize(y, recipe, dtype)[1]
 
 
 def parse_recipe(recipe: Any) -> QuantRecipe:
@@ -131,14 +132,3 @@ def _fp8_dtype(dtype: Any) -> DType:
     if dtype not in _FP8:
         raise DTypeError("dtype", "torch.float8_e4m3fn or torch.float8_e5m2", str(dtype), "pass one of those")
     return _FP8[dtype]
-
-
-def _in_epilogue(r: QuantRecipe) -> WarploomError:
-    """The refusal of a recipe that cannot run inside a fused epilogue (traced: `y` is a torch.fx Proxy), naming what
-    works: rowwise, whose amax spans the tiles along N."""
-    fix = ("return the value itself (e.g. `return acc + bias`, out_dtype=torch.float32 or torch.bfloat16) and "
-           f"quantize the call's result: q, s = warploom.quantize(out, recipe={r.value!r})")
-    got = (f"recipe={r.value!r}, whose amax spans the whole row, across the tiles along N (one CTA holds BN columns "
-           "of it)")
-    return UnsupportedError(f"warploom.quantize in an epilogue: expected a tile-local recipe, got {got}. "
-                            f"Fix: {fix}, or use recipe='1x128' (a scale per 128 columns), which runs fused")

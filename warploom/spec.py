@@ -350,12 +350,12 @@ class GemmSpec:
         )
 
     def output_shapes(self, m: int | None = None, n: int | None = None) -> tuple[tuple[int, int], ...]:
-        """Each output's shape for an (M, N) result (default the spec's): (M, N), or (M, ceil(N/128)) for a fused
-        1x128 quantization's scales (`OutputLayout.GROUPS`)."""
+        """Each output's shape for an (M, N) result (default the spec's): (M, N), or a fused quantization's scales
+        (`OutputLayout.GROUPS`): (M, ceil(N/128)) for 1x128, (M, 1) for rowwise."""
         m, n = self.m if m is None else m, self.n if n is None else n
         if self.epilogue is None:
             return ((m, n),)
-        return tuple(o.shape(m, n) for o in self.epilogue.outputs)
+        return tuple(self.epilogue.output_shape(j, m, n) for j in range(len(self.epilogue.outputs)))
 
     def output_dtypes(self) -> tuple[DType, ...]:
         """The stored type of each output: out_dtype, or each fused-epilogue output's."""

@@ -1,4 +1,5 @@
-"""Compile-only tier for `warploom.quantize(y, recipe="1x128")` inside a fused epilogue (planner rule 26).
+"""Compile-only tier for `warploom.quantize(y, recipe="1x128")` inside a fused epilogue (planner rule 26), and
+`recipe="rowwise"` (rule 27) below.
 
 Each kernel stores q (fp8) through TMA and its (M, ceil(N/128)) scales by masked register stores (`c1_ptr`,
 `c1_stride_m`), after folding each 128-column group's amax over its blocks. Cross-compiled for sm_90a on the CPU, it
@@ -55,6 +56,20 @@ def blocks(kernel: Kernel, subtiles: int) -> Kernel:
     return build(kernel.spec, H100_SXM, dataclasses.replace(kernel.plan, epilogue_subtiles=subtiles))
 
 
+def compiles_clean(k: Kernel, spill_budget: int) -> None:
+    """Cross-compiled for sm_90a: its MMAs on the async tensor-core path, unserialized, within the H100's shared
+    memory and the spill budget."""
+    c = k.compile()
+    mma, other = ("QGMMA", "HGMMA") if k.spec.a_dtype.bits == 8 else ("HGMMA", "QGMMA")
+    s = c.summary()
+    assert c.target == "sm_90a"
+    assert c.count(mma) > 0, f"no {mma} in the SASS: {s}"
+    assert c.count(other) == 0, s
+    assert c.spills <= spill_budget, f"{k.module.name} spills {c.spills} bytes: {s}\n{c.ptxas_log}"
+    assert 0 < c.smem_bytes <= SMEM_LIMIT, s
+    assert not c.wgmma_serialized, c.ptxas_log
+
+
 CASES: dict[str, Callable[[], Kernel]] = {
     "bf16_bias_planned": lambda: bf16(300, 528, 256, lambda acc, shift: warploom.quantize(acc + shift),
                                       shift=t(528)),
@@ -96,12 +111,52 @@ def test_quantize_epilogue_cross_compiles_for_sm90a(make: Callable[[], Kernel], 
     assert "c1_desc" not in src  # the scales are no TMA output
     if k.plan.epilogue_subtiles > 1:  # the walk: later blocks combine with the group's earlier ones
         assert "ep_amax = gl.maximum(ep_amax, ep_block_amax" in src
-    c = k.compile()
-    mma, other = ("QGMMA", "HGMMA") if k.spec.a_dtype.bits == 8 else ("HGMMA", "QGMMA")
-    s = c.summary()
-    assert c.target == "sm_90a"
-    assert c.count(mma) > 0, f"no {mma} in the SASS: {s}"
-    assert c.count(other) == 0, s
-    assert c.spills <= spill_budget, f"{k.module.name} spills {c.spills} bytes: {s}\n{c.ptxas_log}"
-    assert 0 < c.smem_bytes <= SMEM_LIMIT, s
-    assert not c.wgmma_serialized, c.ptxas_log
+    compiles_clean(k, spill_budget)
+
+
+def fp8_tensorwise(m: int, n: int, k: int, fn: Callable[..., Any]) -> Kernel:
+    one = torch.empty((), device="meta")
+    return warploom.plan(t(m, k).to(E4), t(n, k).to(E4).t(), one, one, out_dtype=BF16, use_fast_accum=True,
+                         epilogue=fn)
+
+
+R: dict[str, Any] = {"recipe": "rowwise"}
+# Rule 27: one tile across N, 128 wide (N <= 128: every operand kind, promoted fp8) or 256 wide (N <= 256: rule 9's 8
+# blocks of 32 columns, column and scalar operands only; the fold's values pass an opaque copy so that they are not
+# kept live beside the accumulator until the division).
+ROWWISE: dict[str, Callable[[], Kernel]] = {
+    "rowwise_bf16_bias_n96": lambda: bf16(300, 96, 256, lambda acc, shift: warploom.quantize(acc + shift, **R),
+                                          shift=t(96)),
+    "rowwise_bf16_residual_n128": lambda: bf16(300, 128, 256, lambda acc, res: warploom.quantize(acc + res, **R),
+                                               res=t(300, 128, dtype=BF16)),
+    "rowwise_bf16_bias_32col_blocks_n128": lambda: blocks(bf16(
+        129, 128, 640, lambda acc, shift: warploom.quantize(acc + shift, **R), shift=t(128)), 4),
+    "rowwise_bf16_gelu_n256": lambda: bf16(300, 256, 512, lambda acc: warploom.quantize(
+        torch.nn.functional.gelu(acc), **R)),
+    "rowwise_bf16_silu_col_e5m2_n208": lambda: bf16(77, 208, 512, lambda acc, col_s: warploom.quantize(
+        torch.nn.functional.silu(acc) * col_s, dtype=E5, **R), col_s=t(77, 1)),
+    "rowwise_fp8_tensorwise_silu_n256": lambda: fp8_tensorwise(515, 256, 1152, lambda acc: warploom.quantize(
+        torch.nn.functional.silu(acc), **R)),
+    "rowwise_fp8_rowwise_bias_n128": lambda: fp8_rowwise(515, 128, 1152, lambda acc: warploom.quantize(acc, **R)),
+    "rowwise_fp8_promoted_n128": lambda: fp8_rowwise_promoted(300, 128, 1024, lambda acc: warploom.quantize(
+        acc, **R)),
+    # decode (small M: 64-row tiles, one consumer warpgroup holding 64x256 or 64x128)
+    "rowwise_decode_bf16_silu_m16_n256": lambda: bf16(16, 256, 4096, lambda acc: warploom.quantize(
+        torch.nn.functional.silu(acc), **R)),
+    "rowwise_decode_fp8_rowwise_m16_n128": lambda: fp8_rowwise(16, 128, 7168, lambda acc: warploom.quantize(
+        acc, **R)),
+}
+
+
+@pytest.mark.parametrize("make", [pytest.param(m, id=i) for i, m in ROWWISE.items()])
+def test_rowwise_epilogue_cross_compiles_for_sm90a(make: Callable[[], Kernel], spill_budget: int) -> None:
+    k = make()
+    assert k.spec.epilogue is not None and k.spec.epilogue.rowwise()
+    assert k.plan.bn == (128 if k.spec.n <= 128 else 256)
+    src = k.source
+    assert "ep_block_amax = gl.reduce(" in src and "_nan_max" in src  # the row's amax, NaN winning
+    assert "gl.store(c1_ptr + gl.expand_dims(ep_rows, 1) * c1_stride_m, ep_out1" in src  # the (M, 1) scales
+    assert "c1_desc" not in src and "ep_group" not in src
+    if k.plan.epilogue_subtiles > 1:  # the walk: later blocks combine with the row's earlier ones
+        assert "ep_amax = gl.maximum(ep_amax, ep_block_amax" in src
+    compiles_clean(k, spill_budget)

@@ -67,6 +67,15 @@ def bf16_quantize_64col() -> Kernel:
     return build(kern.spec, H100_SXM, dataclasses.replace(kern.plan, epilogue_subtiles=2))
 
 
+@functools.cache
+def bf16_rowwise_256() -> Kernel:
+    """warploom.quantize(silu(acc) * col_s, recipe="rowwise") at N = 240 (rule 27's 128x256 tile, rule 9's 8 blocks of
+    32): all 8 folds (each through the opaque copy) before any division, then the (M, 1) scale column."""
+    m, n, k = 296, 240, 1000
+    return warploom.plan(t(m, k, dtype=BF16), t(n, k, dtype=BF16).t(), col_s=t(m, 1),
+                         epilogue=lambda acc, col_s: warploom.quantize(F.silu(acc) * col_s, recipe="rowwise"))
+
+
 def assert_golden_file(name: str, actual: str) -> None:
     path = EXPECTED / name
     if expecttest.ACCEPT:
@@ -159,6 +168,12 @@ class TestFusedGluonGolden(expecttest.TestCase):
         k = bf16_quantize_64col()
         assert_golden_file("fused_bf16_quantize_64col.schedule.txt", k.schedule)
         assert_golden_file("fused_bf16_quantize_64col.gluon.txt", k.source)
+
+    def test_bf16_rowwise_256(self) -> None:
+        k = bf16_rowwise_256()
+        assert (k.plan.bn, k.plan.epilogue_subtiles, k.plan.load_ahead) == (256, 8, False)
+        assert_golden_file("fused_bf16_rowwise_256.schedule.txt", k.schedule)
+        assert_golden_file("fused_bf16_rowwise_256.gluon.txt", k.source)
 
     def test_fp8_wide_gelu_residual(self) -> None:
         k = fp8_wide_gelu_residual()

@@ -1,4 +1,5 @@
-"""GPU tier: `warploom.quantize(y, recipe="1x128")` inside a fused epilogue (planner rule 26), on an H100.
+"""GPU tier: `warploom.quantize(y, recipe="1x128")` inside a fused epilogue (planner rule 26), and `recipe="rowwise"`
+(rule 27, at the end: written without a GPU too, not run yet), on an H100.
 
 The fused GEMM returns (q, s), fp8 data and (M, ceil(N/128)) fp32 scales, which must be the plain function applied to
 torch's value of the epilogue: bit for bit where the accumulator is exact (small integer inputs: every fp32 sum is
@@ -132,3 +133,76 @@ def test_fp8_rowwise_fast_accum_quantized() -> None:
     _, rs = warploom.quantize(ref)
     assert torch.allclose(s, rs, rtol=1e-3)
     assert scale_free_error(q.float() * cols(s, n), ref) < 2e-3
+
+
+# Rowwise (planner rule 27): one tile across N (128 wide up to N = 128, 256 wide up to N = 256), (M, 1) scales.
+# Written on 2026-11-27 without a GPU at hand, like the tests above (tests/sim/test_rowwise_epilogue_sim.py and the
+# compile tier cover the same kernels); not run yet.
+ROWWISE = {"recipe": "rowwise"}
+
+
+@pytest.mark.parametrize("fp8", [E4, E5], ids=["e4m3", "e5m2"])
+@pytest.mark.parametrize("m,n,k", [(300, 96, 256), (129, 128, 640), (1000, 256, 1024), (33, 208, 512)])
+def test_rowwise_exact_inputs_match_the_plain_function_bitwise(m: int, n: int, k: int, fp8: torch.dtype) -> None:
+    """Into NaN-poisoned outputs through the kernel's own launch: every element written, the bytes the plain rowwise
+    quantize gives for the fp64 product (a zero row: s = 1, q = 0). A bias row up to N = 128; a column operand on
+    the 256-wide tile (which takes no per-column operand: rule 27)."""
+    g = torch.Generator(device="cuda").manual_seed(m + n + k)
+    a, b = ints(m, k, g=g).to(BF16), ints(k, n, g=g).to(BF16)
+    a[m // 2] = 0
+    if n <= 128:
+        op = ints(n, g=g, lo=-40, hi=41)
+        kern = warploom.plan(a, b, shift=op,
+                             epilogue=lambda acc, shift: warploom.quantize(acc + shift, dtype=fp8, **ROWWISE))
+        ops, want = {"shift": op}, a.double() @ b.double() + op.double()
+    else:
+        op = ints(m, 1, g=g, lo=-3, hi=4)
+        kern = warploom.plan(a, b, col_s=op,
+                             epilogue=lambda acc, col_s: warploom.quantize(acc * col_s, dtype=fp8, **ROWWISE))
+        ops, want = {"col_s": op}, a.double() @ b.double() * op.double()
+    assert kern.plan.bn == (128 if n <= 128 else 256)
+    q = torch.full((m, n), float("nan"), device="cuda").to(fp8)
+    s = torch.full((m, 1), float("nan"), device="cuda")
+    kern.run(a, b, q, operands=ops, extra_outs=(s,))
+    torch.cuda.synchronize()
+    rq, rs = warploom.quantize(want.float(), dtype=fp8, **ROWWISE)
+    assert not s.isnan().any() and not q.float().isnan().any()
+    assert s[m // 2].item() == 1.0
+    assert torch.equal(s, rs)
+    assert same_bytes(q, rq)
+
+
+def test_rowwise_eager_calls_repeat_the_same_bytes() -> None:
+    g = torch.Generator(device="cuda").manual_seed(8)
+    a, b = ints(512, 384, g=g).to(BF16), ints(384, 240, g=g).to(BF16)
+    fn = lambda acc: warploom.quantize(F.relu(acc), **ROWWISE)  # noqa: E731
+    q1, s1 = warploom.matmul(a, b, epilogue=fn)
+    q2, s2 = warploom.matmul(a, b, epilogue=fn)
+    rq, rs = warploom.quantize(torch.relu(a.double() @ b.double()).float(), **ROWWISE)
+    assert s1.shape == (512, 1) and torch.equal(s1, rs) and same_bytes(q1, rq)
+    assert torch.equal(s2, s1) and same_bytes(q2, q1)
+
+
+@pytest.mark.parametrize("m,n1,n2,k", [(296, 256, 2048, 1024), (64, 128, 7168, 512), (2048, 192, 1024, 4096)])
+def test_rowwise_pair_feeds_rowwise_scaled_mm(m: int, n1: int, n2: int, k: int) -> None:
+    """(q, s) = silu(x @ w1) quantized rowwise in the epilogue; ``scaled_mm(q, w2, scale_a=s, scale_b=(1, N2))`` (the
+    (M, 1) scales are its rowwise scale_a as they are) against torch._scaled_mm of the same pair and torch's product
+    of the dequantized operands, and the quantized activation against torch's fp32 value within fp8 rounding."""
+    g = torch.Generator(device="cuda").manual_seed(m + n1)
+    x = torch.randn(m, k, device="cuda", generator=g).to(BF16)
+    w1 = (torch.randn(k, n1, device="cuda", generator=g) / k**0.5).to(BF16)
+    q, s = warploom.matmul(x, w1, epilogue=lambda acc: warploom.quantize(F.silu(acc), **ROWWISE))
+    h = F.silu(x.float() @ w1.float())
+    _, hs = warploom.quantize(h, **ROWWISE)
+    assert q.dtype == E4 and s.shape == (m, 1) and s.dtype == torch.float32
+    assert torch.allclose(s, hs, rtol=1e-4)  # the amax of nearly equal fp32 sums (the order differs)
+    assert scale_free_error(q.float() * s, h) < 2e-3
+
+    w2 = (torch.randn(n2, n1, device="cuda", generator=g) * 2).to(E4).t()  # (K=n1, n2), K-major
+    sb = torch.rand(1, n2, device="cuda", generator=g) + 0.5
+    got = warploom.scaled_mm(q, w2, s, sb, out_dtype=BF16, use_fast_accum=True)
+    want = (q.float() * s) @ (w2.float() * sb)
+    assert scale_free_error(got.float(), want) < 1e-4
+    ref = torch._scaled_mm(q, w2, s, sb, out_dtype=BF16, use_fast_accum=True)
+    assert scale_free_error(got.float(), ref.float()) < 1e-4
+    assert scale_free_error(got.float(), h @ (w2.float() * sb)) < 2e-3

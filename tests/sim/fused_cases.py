@@ -3,6 +3,7 @@ and a two-output bf16 one with a column operand. Each target's test gives the mo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,26 @@ from warploom.sim import simulate
 
 # (fn, a, b, *scales, **plan kwargs) -> the module to simulate
 ModuleOf = Callable[..., ir.Module]
+
+
+def ints(*shape: int, lo: int = -4, hi: int = 5) -> torch.Tensor:
+    """Small integers as fp32: every sum of their products is exact in any order."""
+    return torch.randint(lo, hi, shape).to(torch.float32)
+
+
+def same_bytes(x: torch.Tensor, y: torch.Tensor) -> bool:
+    return x.dtype == y.dtype and torch.equal(x.view(torch.uint8), y.view(torch.uint8))
+
+
+def in_tiles(m: ir.Module, tile: Callable[[tuple[ir.Stmt, ...]], tuple[ir.Stmt, ...]]) -> ir.Module:
+    """`m` with `tile` applied to the body of every partition's tiles loop (the planted bugs of the quantization
+    tests: statements moved within a tile)."""
+    def part(p: ir.Partition) -> ir.Partition:
+        body = tuple(dataclasses.replace(s, body=tile(s.body))
+                     if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES else s for s in p.body)
+        return dataclasses.replace(p, body=body)
+
+    return dataclasses.replace(m, partitions=tuple(part(p) for p in m.partitions))
 
 
 def _err(x: torch.Tensor, ref: torch.Tensor) -> float:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from fused_cases import in_tiles, ints, same_bytes  # (pytest puts this folder on sys.path)
 
 import warploom
 from warploom import H100_SXM, sim
@@ -27,14 +28,6 @@ from warploom.reference import dequantized
 from warploom.sim.findings import FindingKind
 
 BF16, E4, E5 = torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2
-
-
-def ints(*shape: int, lo: int = -4, hi: int = 5) -> torch.Tensor:
-    return torch.randint(lo, hi, shape).to(torch.float32)
-
-
-def same_bytes(x: torch.Tensor, y: torch.Tensor) -> bool:
-    return x.dtype == y.dtype and torch.equal(x.view(torch.uint8), y.view(torch.uint8))
 
 
 def kernel(a: torch.Tensor, b: torch.Tensor, fn: Callable[..., Any], subtiles: int | None = None,
@@ -169,12 +162,7 @@ def _amax_over_64(m: ir.Module) -> ir.Module:
             out.append(s)
         return tuple(out)
 
-    def part(p: ir.Partition) -> ir.Partition:
-        body = tuple(dataclasses.replace(s, body=tile(s.body))
-                     if isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES else s for s in p.body)
-        return dataclasses.replace(p, body=body)
-
-    return dataclasses.replace(m, partitions=tuple(part(p) for p in m.partitions))
+    return in_tiles(m, tile)
 
 
 def test_planted_amax_over_64_columns_is_caught() -> None:

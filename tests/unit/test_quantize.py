@@ -152,13 +152,17 @@ def _bf16(m: int, n: int) -> torch.Tensor:
 
 
 def test_in_epilogue_refusals_name_the_fix() -> None:
-    """Inside a fused epilogue 1x128 quantization runs (tests/sim/test_quantize_epilogue_sim.py); what cannot run says
-    so and names the unfused way: rowwise (its amax spans the tiles along N) and an unknown recipe."""
+    """Inside a fused epilogue 1x128 and rowwise quantization run (tests/sim/test_quantize_epilogue_sim.py,
+    tests/sim/test_rowwise_epilogue_sim.py); what cannot run says so and names the unfused way: rowwise wider than
+    one tile (its amax would span the tiles along N) and an unknown recipe."""
     a, b = _bf16(64, 128), _bf16(128, 256)
     q, s = warploom.matmul(a, b, epilogue=lambda acc: warploom.quantize(acc, dtype=torch.float8_e5m2))
     assert q.dtype == torch.float8_e5m2 and s.shape == (64, 2)
-    with pytest.raises(UnsupportedError, match="rowwise.*spans the whole row.*recipe='1x128'"):
-        warploom.matmul(a, b, epilogue=lambda acc: warploom.quantize(acc, recipe="rowwise"))
+    q, s = warploom.matmul(a, b, epilogue=lambda acc: warploom.quantize(acc, recipe="rowwise"))
+    assert q.shape == (64, 256) and s.shape == (64, 1)
+    with pytest.raises(UnsupportedError, match="rowwise, rule 27.*N=384: expected N <= 256.*spans the whole row.*"
+                                               r"Fix: .*warploom.quantize\(out, recipe='rowwise'\)"):
+        warploom.matmul(a, _bf16(128, 384), epilogue=lambda acc: warploom.quantize(acc, recipe="rowwise"))
     with pytest.raises(InputError, match="recipe: expected one of"):
         warploom.matmul(a, b, epilogue=lambda acc: warploom.quantize(acc, recipe="per_tensor"))
 

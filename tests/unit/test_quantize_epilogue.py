@@ -48,7 +48,7 @@ epilogue(acc, shift: row fp32):
   return %5 as e4m3, %4 as fp32 per group
 """
     assert [o.layout for o in g.outputs] == [eg.OutputLayout.FULL, eg.OutputLayout.GROUPS]
-    assert g.outputs[1].shape(100, 300) == (100, 3) and g.outputs[0].shape(100, 300) == (100, 300)
+    assert g.output_shape(1, 100, 300) == (100, 3) and g.output_shape(0, 100, 300) == (100, 300)
     e5 = capture(lambda acc: warploom.quantize(acc, dtype=E5), {}, out_shape=(4, 4))
     assert "div %0, 57344.0" in printer.inline(e5) and e5.outputs[0].dtype is DType.E5M2
 

@@ -780,8 +780,8 @@ class PartitionEmitter:
             b.line(code, note or None)
 
     def fold_amax(self, o: ir.FoldAmax) -> None:
-        """A 1x128 quantization's block folded into its group's row amax (`ep_amax`, [rows]); the group's first
-        block starts it."""
+        """A fused quantization's block folded into its group's row amax (`ep_amax`, [rows]); the group's first
+        block (a rowwise quantization's: the tile's first) starts it."""
         from warploom.epilogue.gluon import emit_amax
 
         b, g = self.buf, self.m.spec.epilogue
@@ -789,12 +789,18 @@ class PartitionEmitter:
         _, cols_v = self._block_offsets(o.acc, o.part, o.parts)
         src = self._column_block(o.acc, o.part, o.parts)
         b.line(f"ep_acc = gl.convert_layout({src}, ep_layout)", printer.op(o))
+        if g.rowwise():
+            # An opaque copy: the fold's values must not be merged with the division's (same expressions of the
+            # same block), or every block's values stay live beside the accumulator until its division, past the
+            # 168 registers ptxas allots (688-1756 spilled bytes at 128x256, Triton 3.6); the division recomputes.
+            b.line("ep_acc = gl.inline_asm_elementwise(\"mov.b32 $0, $1;\", \"=r,r\", [ep_acc], dtype=gl.float32, "
+                   "is_pure=False, pack=1)", "(not common with apply_epilogue's values: recomputed there)")
         operands = {s.name: f"{s.name}_{o.acc}_{o.part}" for s in g.operands}
         for line in emit_amax(g, "ep_acc", operands, cols=cols_v, block="ep_block_amax"):
             code, _, note = line.partition("  # ")
             b.line(code, note or None)
         a = self._acc(o.acc)
-        if (a.col0 + o.part * (a.cols // o.parts)) % GROUP == 0:
+        if (a.col0 + o.part * (a.cols // o.parts)) % g.amax().tile_cols(self.m.tiling.bn) == 0:
             b.line("ep_amax = ep_block_amax", "the group's first block starts its amax")
         else:
             b.line("ep_amax = gl.maximum(ep_amax, ep_block_amax, propagate_nan=tl.PropagateNan.ALL)",
@@ -802,11 +808,17 @@ class PartitionEmitter:
 
     def store_scales(self, o: ir.StoreScales) -> None:
         """A groups output's [rows, 1] values into column (block column) // 128 of its (M, ceil(N/128)) tensor, by
-        masked register stores (rows below M; a group past N, a 256-wide tile's second, stores nothing)."""
+        masked register stores (rows below M; a group past N, a 256-wide tile's second, stores nothing); a rowwise
+        quantization's into its (M, 1) tensor's one column (its tile holds the whole row: rule 27)."""
         rows_v, _ = self._block_offsets(o.acc, o.part, o.parts)
-        _, col, _ = self._block_origin(o.acc, o.part, o.parts)
         ptr, stride = f"c{o.output}_ptr", f"c{o.output}_stride_m"
-        b = self.buf
+        b, g = self.buf, self.m.spec.epilogue
+        assert g is not None
+        if g.rowwise():
+            b.line(f"gl.store({ptr} + gl.expand_dims({rows_v}, 1) * {stride}, ep_out{o.output}, "
+                   f"mask=gl.expand_dims({rows_v} < M, 1))", printer.op(o))
+            return
+        _, col, _ = self._block_origin(o.acc, o.part, o.parts)
         b.line(f"ep_group = ({col}) // {GROUP}" if " " in col else f"ep_group = {col} // {GROUP}", printer.op(o))
         b.line(f"gl.store({ptr} + gl.expand_dims({rows_v}, 1) * {stride} + ep_group, ep_out{o.output}, "
                f"mask=gl.expand_dims({rows_v} < M, 1) & (ep_group * {GROUP} < N))")

@@ -102,6 +102,6 @@ def remap(nd: eg.Node, new: dict[int, int]) -> eg.Node:
         case eg.Pow():
             return eg.Pow(new[nd.x], nd.exponent)
         case eg.GroupAmax():
-            return eg.GroupAmax(new[nd.x])
+            return eg.GroupAmax(new[nd.x], nd.width)
         case _:
             return nd

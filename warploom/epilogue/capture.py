@@ -39,7 +39,7 @@ from warploom.epilogue.builder import Builder
 from warploom.epilogue.classify import classify_all
 from warploom.epilogue.operands import ACC, OperandSpec
 from warploom.errors import InputError, UnsupportedError, WarploomError
-from warploom.quantization import quantized_data, quantized_scales
+from warploom.quantization import QuantRecipe, quantized_data, quantized_scales
 
 SUPPORTED = (
     "+ - * / (with tensors or Python numbers on either side), ** and torch.pow/square/reciprocal with a constant "
@@ -322,15 +322,16 @@ class _Lowering(Builder):
                 for k, v in p.items()}
 
     def _quantize(self, node: fx.Node, name: str, args: tuple[_Arg, ...]) -> _Val:
-        """warploom.quantize(y, recipe="1x128") as graph nodes, with quantization.py's meaning: s = amax / fp8_max
-        per row and 128-column group (1 where that is 0), q = the saturating fp8 cast of y / s (the output's)."""
-        y, dtype = args
+        """warploom.quantize(y, recipe=...) as graph nodes, with quantization.py's meaning: s = amax / fp8_max per
+        row and group (1x128: 128 columns; rowwise: the row; 1 where that is 0), q = the saturating fp8 cast of
+        y / s (the output's)."""
+        y, dtype, recipe = args
         if not isinstance(y, _Val) or y.meta.dtype not in (torch.float32, torch.bfloat16, torch.float16):
             got = f"a {y.meta.dtype} value" if isinstance(y, _Val) else f"{type(y).__name__} {y!r}"
             raise _unsupported("warploom.quantize y", "a float32, bfloat16 or float16 value of the epilogue", got,
                                "quantize acc, or a value computed from it")
         fp8 = _CAST_DTYPES[dtype]
-        amax = self.add(eg.GroupAmax(y.ref))
+        amax = self.add(eg.GroupAmax(y.ref, None if recipe == QuantRecipe.ROWWISE.value else eg.GROUP))
         ratio = self.add(eg.Binary(eg.BinaryOp.DIV, amax, self.const(eg.FP8_MAX[fp8])))
         s = self.add(eg.Where(self.add(eg.Compare(eg.CompareOp.EQ, ratio, self.const(0.0))), self.const(1.0), ratio))
         if node.target is _QUANTIZED[0]:

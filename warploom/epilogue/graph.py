@@ -174,17 +174,51 @@ class Pow:
     exponent: float
 
 
+GROUP = 128  # the output columns one 1x128 GroupAmax group (and one 1x128 scale) covers
+
+
 @dataclass(frozen=True)
 class GroupAmax:
-    """The NaN-propagating maximum of ``|x|`` over the 128 output columns of each value's group (columns
-    ``128j .. 128j + 127``; a ragged last group only over the columns < N), per row: the amax of
-    ``warploom.quantize(y, recipe="1x128")``. Constant along a group's columns, so within a column block (which
-    never straddles a group) it varies along M only. At most one per graph."""
+    """The NaN-propagating maximum of ``|x|`` over the output columns of each value's group, per row: the amax of
+    ``warploom.quantize(y, recipe="1x128")`` (``width`` 128: columns ``128j .. 128j + 127``; a ragged last group only
+    over the columns < N) or of ``recipe="rowwise"`` (``width`` None: one group, the whole row's columns < N).
+    Constant along a group's columns, so within a column block (which never straddles a group) it varies along M
+    only. At most one per graph.
+
+    Attributes:
+        x: the value whose magnitude it takes.
+        width: the columns of a group, or None for the whole row (rowwise; a tile must then hold all of N).
+    """
 
     x: Ref
+    width: int | None = GROUP
 
+    def __post_init__(self) -> None:
+        if self.width is not None and self.width < 1:
+            raise ValueError(f"GroupAmax width={self.width}: expected a positive column count, or None (the row)")
 
-GROUP = 128  # the output columns one GroupAmax group (and one 1x128 scale) covers
+    def start(self, col: int) -> int:
+        """The first output column of column `col`'s group."""
+        return 0 if self.width is None else col // self.width * self.width
+
+    def span(self, col: int, n: int) -> tuple[int, int]:
+        """The output columns [lo, hi) of column `col`'s group, below N."""
+        lo = self.start(col)
+        return lo, n if self.width is None else min(lo + self.width, n)
+
+    def index(self, col: int) -> int:
+        """The group (the scale column) of output column `col`."""
+        return 0 if self.width is None else col // self.width
+
+    def groups(self, n: int) -> int:
+        """How many groups (scales) a row of N columns has: ceil(N / width), or 1 for the row."""
+        return 1 if self.width is None else -(-n // self.width)
+
+    def tile_cols(self, bn: int) -> int:
+        """The accumulator columns one group takes in a tile `bn` wide: its width, or (rowwise) the whole tile,
+        which the planner makes hold all of N (rule 27)."""
+        return bn if self.width is None else self.width
+
 
 Node = Acc | Operand | Const | Unary | Binary | Compare | Where | Cast | Clamp | Pow | GroupAmax
 
@@ -211,7 +245,9 @@ class OutputLayout(enum.Enum):
     """How an output covers the (M, N) result. The value is its text form."""
 
     FULL = "full"  # (M, N): one value per element
-    GROUPS = "groups"  # (M, ceil(N/128)): one value per row and 128-column group (a 1x128 scale tensor)
+    # (M, groups): one value per row and group of the graph's GroupAmax (1x128 scales: (M, ceil(N/128)); rowwise
+    # scales: (M, 1))
+    GROUPS = "groups"
 
 
 @dataclass(frozen=True)
@@ -221,8 +257,8 @@ class Output:
     Attributes:
         value: the node it is.
         dtype: the stored type, from a final ``.to(dtype)`` in the function; None for the call's out_dtype.
-        layout: FULL, or GROUPS for a value constant along each 128-column group, stored once per group (the
-            scales of ``warploom.quantize``), fp32.
+        layout: FULL, or GROUPS for a value constant along each group of the graph's `GroupAmax`, stored once
+            per group (the scales of ``warploom.quantize``), fp32.
     """
 
     value: Ref
@@ -234,10 +270,6 @@ class Output:
             raise ValueError(f"Output dtype {self.dtype}: expected one of {[d.value for d in OUTPUT_DTYPES]}")
         if self.layout is OutputLayout.GROUPS and self.dtype is not DType.FP32:
             raise ValueError(f"Output layout groups: expected dtype fp32 (scales), got {self.dtype}")
-
-    def shape(self, m: int, n: int) -> tuple[int, int]:
-        """The stored tensor's shape for an (M, N) result."""
-        return (m, -(-n // GROUP)) if self.layout is OutputLayout.GROUPS else (m, n)
 
     def resolve(self, out_dtype: DType) -> DType:
         """The stored dtype, given the call's out_dtype."""
@@ -309,6 +341,25 @@ class EpilogueGraph:
         """The `GroupAmax` node (at most one), if the graph has one."""
         return next((i for i, nd in enumerate(self.nodes) if isinstance(nd, GroupAmax)), None)
 
+    def amax(self) -> GroupAmax:
+        """The `GroupAmax` node itself (the graph must have one: `group_amax`)."""
+        ref = self.group_amax()
+        if ref is None:
+            raise ValueError("the epilogue graph has no group amax")
+        nd = self.nodes[ref]
+        assert isinstance(nd, GroupAmax)
+        return nd
+
+    def rowwise(self) -> bool:
+        """Whether the graph quantizes rowwise: its `GroupAmax` spans the whole row (planner rule 27)."""
+        return self.group_amax() is not None and self.amax().width is None
+
+    def output_shape(self, j: int, m: int, n: int) -> tuple[int, int]:
+        """Output j's stored shape for an (M, N) result: (M, N), or a groups output's (M, groups)."""
+        if self.outputs[j].layout is OutputLayout.GROUPS:
+            return m, self.amax().groups(n)
+        return m, n
+
     def before_amax(self) -> tuple[Ref, ...]:
         """The nodes the group amax's input reads (itself included), in order: what a block evaluates to fold its
         share of the amax in, before any node that reads the amax."""
@@ -365,6 +416,8 @@ def _verify(g: EpilogueGraph) -> list[str]:
             problems.append(f"output {j}: %{o.value} is not a node")
         elif types[o.value] is not ValueType.FLOAT:
             problems.append(f"output {j}: %{o.value} is a bool, not a float")
+        elif o.layout is OutputLayout.GROUPS and not amaxes:
+            problems.append(f"output {j}: a groups output needs the graph's group amax (its groups are the amax's)")
         elif o.layout is OutputLayout.GROUPS and kinds and kinds[o.value].varies_n:
             problems.append(f"output {j}: a groups output must be constant along each group's columns (made of "
                             f"the group amax, column operands and constants), but %{o.value} varies along N")

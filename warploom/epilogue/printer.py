@@ -69,7 +69,8 @@ def expr(nd: eg.Node, ns: tuple[str, ...]) -> str:
         case eg.Pow():
             return f"pow {ns[nd.x]}, {literal(nd.exponent)}"
         case eg.GroupAmax():
-            return f"group_amax {ns[nd.x]}"
+            return f"group_amax {ns[nd.x]}" + (", row" if nd.width is None else
+                                               "" if nd.width == eg.GROUP else f", width={nd.width}")
         case _:
             raise TypeError(f"{nd} is a leaf; it has no expression")
 

@@ -128,22 +128,36 @@ def evaluate(g: eg.EpilogueGraph, acc: torch.Tensor, operands: Mapping[str, torc
         raise ValueError(f"evaluate: per-group operands ({', '.join(per_group)}) need each group's rows apart: use "
                          "evaluate_tile(..., group=g) on them")
     outs = evaluate_tile(g, acc, operands, range(m), range(n), out_shape=(m, n), out_dtype=out_dtype)
-    # A groups output (a 1x128 scale) is constant along each group: one column per group, (M, ceil(N/128)).
-    return tuple(v[:, ::eg.GROUP].contiguous() if o.layout is eg.OutputLayout.GROUPS else v
+    # A groups output (a 1x128 or rowwise scale) is constant along each group: one column per group, (M, groups).
+    if g.group_amax() is None:
+        return outs
+    amax = g.amax()
+    return tuple(_first_columns(v, amax, n) if o.layout is eg.OutputLayout.GROUPS else v
                  for o, v in zip(g.outputs, outs, strict=True))
 
 
-def group_amax(x: torch.Tensor, cols: tuple[int, int], n: int) -> torch.Tensor:
+def _first_columns(v: torch.Tensor, amax: eg.GroupAmax, n: int) -> torch.Tensor:
+    """(M, groups): each group's first column; with N = 0 a rowwise group's zero-group scale, 1 (as
+    `warploom.quantize` gives it: one scale a row whatever N)."""
+    if amax.width is None:
+        return v[:, :1].contiguous() if n else torch.ones(v.shape[0], 1)
+    return v[:, ::amax.width].contiguous()
+
+
+def group_amax(x: torch.Tensor, cols: tuple[int, int], n: int, width: int | None = eg.GROUP) -> torch.Tensor:
     """`GroupAmax` of the (R, C) values `x` of output columns [c0, c1): per row, the NaN-propagating max of |x| over
-    each 128-column group's columns < `n`, broadcast back over the group's columns. The tile must hold every valid
-    column of each group it touches (else a `ValueError`: a block's share is folded in by the caller)."""
+    each group's columns < `n` (groups of `width` columns; None: the row), broadcast back over the group's columns.
+    The tile must hold every valid column of each group it touches (else a `ValueError`: a block's share is folded
+    in by the caller)."""
     c0, c1 = cols
-    if c0 % eg.GROUP or (c1 % eg.GROUP and c1 < n):
-        raise ValueError(f"group_amax over columns [{c0}, {c1}) of N={n}: expected whole 128-column groups (or "
-                         "a ragged last one); fold the blocks' row amaxes with block_amax instead")
+    w = width or max(n, c1)
+    if c0 % w or (c1 % w and c1 < n):
+        what = "the whole row" if width is None else f"whole {w}-column groups (or a ragged last one)"
+        raise ValueError(f"group_amax over columns [{c0}, {c1}) of N={n}: expected {what}; fold the blocks' row "
+                         "amaxes with block_amax instead")
     out = torch.empty_like(x)
-    for g0 in range(c0, c1, eg.GROUP):
-        out[:, g0 - c0:g0 - c0 + eg.GROUP] = block_amax(x[:, g0 - c0:g0 - c0 + eg.GROUP], g0, n)
+    for g0 in range(c0, c1, w):
+        out[:, g0 - c0:g0 - c0 + w] = block_amax(x[:, g0 - c0:g0 - c0 + w], g0, n)
     return out
 
 
@@ -219,7 +233,7 @@ def _values(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, 
             case eg.GroupAmax() if amax is not None:
                 vals.append(amax.float().reshape(r1 - r0, 1))
             case eg.GroupAmax():
-                vals.append(group_amax(vals[nd.x].expand(r1 - r0, c1 - c0), (c0, c1), n))
+                vals.append(group_amax(vals[nd.x].expand(r1 - r0, c1 - c0), (c0, c1), n, nd.width))
             case _:
                 vals.append(apply(nd, [vals[r] for r in eg.inputs(nd)]))
     return vals

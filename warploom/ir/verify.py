@@ -20,7 +20,7 @@ from typing import Any
 
 from warploom.device import TMEM_COLUMNS, DeviceInfo
 from warploom.dtypes import DType
-from warploom.epilogue.graph import GROUP, OutputLayout
+from warploom.epilogue.graph import OutputLayout
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
@@ -61,6 +61,7 @@ def structural(m: ir.Module) -> list[str]:
     errs += _check_swap(m)
     errs += _check_stream_k(m)
     errs += _check_grouped(m)
+    errs += _check_rowwise(m)
     errs += check_cluster(m)
     errs += _check_declared_target(m)
     for b in m.barriers:
@@ -192,7 +193,7 @@ def structural(m: ir.Module) -> list[str]:
                     g = m.spec.epilogue
                     if g is not None and o.output is not None and 0 <= o.output < len(g.outputs) and \
                             g.outputs[o.output].layout is GROUPS:
-                        errs.append(f"{where}: {line}: output {o.output} is a groups output (1x128 scales), "
+                        errs.append(f"{where}: {line}: output {o.output} is a groups output (scales), "
                                     "stored by store_scales, not through a staging buffer")
                 case ir.Advance() | ir.SkipTiles():
                     if o.cursor not in curs:
@@ -445,6 +446,25 @@ def _check_swap(m: ir.Module) -> list[str]:
     return errs
 
 
+def _check_rowwise(m: ir.Module) -> list[str]:
+    """A fused rowwise quantization's amax is the whole row's, folded within one tile (planner rule 27): the tile
+    must hold every column of N, whole (no split or swap cuts its sum or turns its rows).
+
+    Allowed:   N=200 at BN=256, whole tiles.
+    Forbidden: N=300 at BN=256 (two tiles along N would each scale by their half's amax)."""
+    g, t = m.spec.epilogue, m.tiling
+    if g is None or not g.rowwise():
+        return []
+    errs = []
+    if m.spec.n > t.bn:
+        errs.append(f"a rowwise quantization's tile must hold its whole row: N={m.spec.n} > BN={t.bn} (each tile "
+                    "along N would scale by its own columns' amax)")
+    if t.split_k > 1 or t.ranged or t.swap_ab:
+        errs.append("a rowwise quantization with split-K, a ranged kernel or swap-AB: its amax is of whole rows "
+                    "of the whole sum")
+    return errs
+
+
 def _check_stream_k(m: ir.Module) -> list[str]:
     """Stream-K (ir.Tiling.stream_k): whole tiles of its own, so no split-K, ranges, swap or ping-pong; a Fixup only
     there, directly in a tiles loop after its k-loop and before anything else reads the accumulators (the epilogue
@@ -586,7 +606,7 @@ def _check_fused(m: ir.Module, o: ir.Op, where: str, line: str, errs: list[str])
         errs.append(f"{where}: {line} but the epilogue graph has no group amax")
     elif isinstance(o, ir.StoreScales) and (not 0 <= o.output < len(g.outputs)
                                             or g.outputs[o.output].layout is not GROUPS):
-        errs.append(f"{where}: {line}: expected a groups output (1x128 scales) of the graph")
+        errs.append(f"{where}: {line}: expected a groups output (scales) of the graph")
     elif isinstance(o, (ir.LoadOperand, ir.PrefetchOperand)) and o.operand not in {s.name for s in g.operands}:
         errs.append(f"{where}: {line}: the epilogue has no operand {o.operand!r}")
     if isinstance(o, (ir.LoadOperand, ir.PrefetchOperand)) and o.buffer is not None:
@@ -639,14 +659,15 @@ def _check_loaded(p: ir.Partition, m: ir.Module, errs: list[str]) -> None:
 
 
 def _group_blocks(m: ir.Module, p: ir.Partition, o: ir.ApplyEpilogue) -> list[int]:
-    """The blocks of `o`'s accumulator in the same 128-column group as its block (a group never spans
-    accumulators: LowerEpilogue refuses those)."""
+    """The blocks of `o`'s accumulator in the same group as its block (128 columns, or a rowwise quantization's
+    whole tile; a group never spans accumulators: LowerEpilogue refuses those)."""
     acc = next((a for a in p.accumulators if a.name == o.acc), None)
-    if acc is None:
+    g = m.spec.epilogue
+    if acc is None or g is None:
         return []
-    w = acc.cols // o.parts
-    group = (acc.col0 + o.part * w) // GROUP
-    return [j for j in range(o.parts) if (acc.col0 + j * w) // GROUP == group]
+    w, amax = acc.cols // o.parts, g.amax()
+    group = amax.index(acc.col0 + o.part * w)
+    return [j for j in range(o.parts) if amax.index(acc.col0 + j * w) == group]
 
 
 def _check_synced(p: ir.Partition, errs: list[str]) -> None:

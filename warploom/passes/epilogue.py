@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from warploom.dtypes import DType
-from warploom.epilogue.graph import GROUP, EpilogueGraph, OutputLayout
+from warploom.epilogue.graph import EpilogueGraph, OutputLayout
 from warploom.epilogue.operands import OperandKind
 from warploom.ir import nodes as ir
 from warploom.passes.util import rewrite
@@ -170,17 +170,19 @@ class _Lower:
         return out
 
     def _group_blocks(self, acc: ir.Accumulator) -> int:
-        """The blocks of one 128-column group (a fused 1x128 quantization's)."""
-        if self.width > GROUP or GROUP % self.width or acc.col0 % GROUP or acc.cols % GROUP:
-            raise ValueError(f"LowerEpilogue: a 1x128 quantization needs {GROUP}-column groups of whole blocks in "
+        """The blocks of one group (a fused quantization's: 128 columns for 1x128, the whole tile for rowwise)."""
+        assert self.graph is not None
+        group = self.graph.amax().tile_cols(self.bn)
+        if self.width > group or group % self.width or acc.col0 % group or acc.cols % group:
+            raise ValueError(f"LowerEpilogue: a fused quantization needs {group}-column groups of whole blocks in "
                              f"one accumulator, but {acc.name} holds columns [{acc.col0}, {acc.col0 + acc.cols}) "
-                             f"in blocks of {self.width} (the planner's rule 26 plans a 128-wide accumulator a tile)")
-        return GROUP // self.width
+                             f"in blocks of {self.width} (the planner's rules 26 and 27 plan one accumulator a tile)")
+        return group // self.width
 
     def _group(self, name: str, acc: ir.Accumulator, first: int, n: int) -> list[ir.Stmt]:
-        """The walk over one 128-column group from block `first`: every block's operands loaded and its share of
-        the amax folded in before any block divides by the group's scale, then each block applied and stored, and
-        after the group's last block its scale column:
+        """The walk over one group (128 columns, or a rowwise quantization's whole tile) from block `first`: every
+        block's operands loaded and its share of the amax folded in before any block divides by the group's scale,
+        then each block applied and stored, and after the group's last block its scale column:
 
             load_operand bias for acc[cols 0/2] as per_col
             fold_amax acc[cols 0/2]

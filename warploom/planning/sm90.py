@@ -202,17 +202,33 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pi
 
 
 QUANT_BN = 128  # rule 26: a fused 1x128 quantization's tile width, one scale group (256 would take rule 9's blocks)
+ROWWISE_MAX_N = 256  # rule 27: the widest N a fused rowwise quantization holds in one tile (128x256's accumulator)
+
+
+def rowwise_bn(n: int) -> int:
+    """Rule 27: a fused rowwise quantization's tile width, the narrowest of 128 and 256 that holds all of N."""
+    return QUANT_BN if n <= QUANT_BN else ROWWISE_MAX_N
+
+
+def _row_operands(spec: GemmSpec) -> list[str]:
+    """The epilogue operands that vary along N (per-column vectors, dense tiles): rule 27 keeps them at 128 wide."""
+    assert spec.epilogue is not None
+    return [s.name for s in spec.epilogue.operands if s.kind.varies_n]
 
 
 def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = None, pingpong: bool = False,
                        partial_blocks: int | None = None, split_k: int | None = None, tail_split: int | None = None,
                        swap_ab: bool | None = None, stream_k: int | None = None, cluster: int | None = None,
                        prefetch_operands: bool | None = None) -> list[str]:
-    """Rule 26: why a spec whose fused epilogue quantizes 1x128 (a `GroupAmax` in its graph) cannot be planned, if
-    it cannot. Such a plan is sm_90a's cooperative 128-wide tile: each tile holds whole 128-column groups, so a
-    group's amax is tile-local (LowerEpilogue folds the group's blocks before its scale and division), and none of
-    the schedules that cut a tile's sum or columns otherwise (split-K, a tail, stream-K, swap-AB, clusters). Promoted
-    fp8 (and so the blockwise recipes) promotes a 128-wide tile into one accumulator, which holds the group whole."""
+    """Rules 26 and 27: why a spec whose fused epilogue quantizes (a `GroupAmax` in its graph) cannot be planned, if
+    it cannot. Such a plan is sm_90a's cooperative tile, 128 wide for 1x128 (rule 26) and as wide as N for rowwise
+    (rule 27: 128, or 256 where N > 128): each tile holds whole groups, so a group's amax is tile-local
+    (LowerEpilogue folds the group's blocks before its scale and division), and none of the schedules that cut a
+    tile's sum or columns otherwise (split-K, a tail, stream-K, swap-AB, clusters). Promoted fp8 (and so the
+    blockwise recipes) promotes a 128-wide tile into one accumulator, which holds the group whole; a 256-wide one
+    into two 128-column halves, which would cut a rowwise group in two."""
+    assert spec.epilogue is not None
+    rowwise = spec.epilogue.rowwise()
     out = []
     if device.blackwell or device.gfx1250:
         out.append(f"the fused quantization is built for sm_90a, not {device.name}")
@@ -224,8 +240,20 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
     if dense_operands(spec) and prefetch_operands:
         out.append("prefetch_operands=True: a dense operand's early copies follow the stores, which the walk over a "
                    "group puts after every block's load")
-    if bn is not None and bn != QUANT_BN:
-        out.append(f"bn={bn}: the tile must be {QUANT_BN} wide (one scale group)")
+    want = rowwise_bn(spec.n) if rowwise else QUANT_BN
+    if rowwise and spec.n > ROWWISE_MAX_N:
+        out.append(f"N={spec.n}: expected N <= {ROWWISE_MAX_N}, the columns one tile holds (a rowwise scale's amax "
+                   "spans the whole row; wider rows would need the amax across the row's tiles, not built)")
+    elif rowwise and want > QUANT_BN and spec.accumulation is Accumulation.PROMOTED:
+        out.append(f"N={spec.n} with promoted fp8 accumulation: expected N <= {QUANT_BN} or use_fast_accum=True (a "
+                   "256-wide tile promotes into two 128-column accumulators, which would cut the row's amax in two)")
+    elif rowwise and want > QUANT_BN and _row_operands(spec):
+        out.append(f"N={spec.n} with per-column or dense epilogue operands ({', '.join(_row_operands(spec))}): "
+                   f"expected N <= {QUANT_BN} for them (at 256 wide every block's values of them stay live from its "
+                   "amax fold to its division, beside the whole accumulator, and spill 136-1296 bytes, ptxas)")
+    elif bn is not None and bn != want:
+        out.append(f"bn={bn}: the tile must be {want} wide (" + (f"the narrowest tile that holds N={spec.n})"
+                                                                  if rowwise else "one scale group)"))
     given = {"pingpong": pingpong or None, "split_k": None if split_k in (None, 1) else split_k,
              "tail_split": None if tail_split in (None, 1) else tail_split, "swap_ab": swap_ab or None,
              "stream_k": stream_k or None, "cluster": None if cluster in (None, 1) else cluster}
@@ -472,6 +500,9 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         # measured 10% for plain promoted kernels; fused ones at one partition are unmeasured.)
         fused_parts = 1 if spec.epilogue is not None and spec.accumulation is Accumulation.NATIVE else 2
         hoist = hoist_rows if hoist_rows is not None else not (pingpong or wide)
+        # Rule 27's 256-wide rowwise walk loads each block right before its fold, every fold before any division:
+        # loads a block ahead (which go before the previous block's division) would follow their block's fold.
+        walks = spec.epilogue is not None and spec.epilogue.group_amax() is not None
         candidate = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
             group_m=group_m, grid=grid,
@@ -484,7 +515,8 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
             tail_split=ts, tail_stages=tail_s,
             staging_slots=FUSED_WIDE_SLOTS if wide else 1,
             operand_slots=FUSED_WIDE_SLOTS if wide and early and dense_operands(spec) else 1,
-            load_ahead=wide and not hoist, swap_ab=False, target=Target.SM90A, tdm_fused=False, stream_k=sk,
+            load_ahead=wide and not hoist and not walks, swap_ab=False, target=Target.SM90A, tdm_fused=False,
+            stream_k=sk,
             block_scaled=False, promote_tmem=False,
             **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),

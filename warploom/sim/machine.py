@@ -47,7 +47,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from warploom.epilogue.graph import GROUP
 from warploom.ir import nodes as ir
 from warploom.ir.raster import TMA_INNER_BYTES
 from warploom.ir.warps import WarpMask, affine_basis, uncovered_rows
@@ -162,9 +161,10 @@ class Machine:
         # functions of the partition's pc (its own program prefix), so `key` need not hold them.
         g = m.spec.epilogue
         self.graph_operands = tuple(s.name for s in g.operands) if g is not None else ()
+        self.amax_node = g.amax() if g is not None and g.group_amax() is not None else None  # (its groups)
         self.loaded: list[dict[tuple[str, str, tuple[int, int]], int]] = [{} for _ in range(n)]
         self.applied: list[tuple[str, tuple[int, int], int] | None] = [None] * n
-        # A 1x128 quantization's running group amax, per partition: (acc, tile index, the output columns folded in).
+        # A fused quantization's running group amax, per partition: (acc, tile index, the output columns folded in).
         self.folded: list[tuple[str, int, frozenset[int]] | None] = [None] * n
         # Per partition: each staging buffer's prefetched block not yet loaded, as (operand, cols, tile index).
         self.staged: list[dict[str, tuple[str, tuple[int, int], int]]] = [{} for _ in range(n)]
@@ -307,6 +307,7 @@ class Machine:
         c.step, c.k_steps = self.step, self.k_steps
         c.blocked_at = list(self.blocked_at)
         c.graph_operands = self.graph_operands
+        c.amax_node = self.amax_node
         c.loaded = [dict(d) for d in self.loaded]
         c.applied = list(self.applied)
         c.staged = [dict(d) for d in self.staged]
@@ -826,8 +827,10 @@ class Machine:
         assert tile is not None
         cols = frozenset(range(ins.off_n, ins.off_n + ins.cols[1] - ins.cols[0]))
         old = self.folded[i]
-        starts = ins.off_n % GROUP == 0  # the group's first block starts its amax
-        same = old is not None and old[:2] == (ins.acc, tile.index) and min(old[2]) // GROUP == ins.off_n // GROUP
+        a = self.amax_node
+        assert a is not None  # (program.py refuses fold_amax without a group amax)
+        starts = a.start(ins.off_n) == ins.off_n  # the group's first block starts its amax
+        same = old is not None and old[:2] == (ins.acc, tile.index) and a.index(min(old[2])) == a.index(ins.off_n)
         self.folded[i] = (ins.acc, tile.index, cols if starts or not same or old is None else old[2] | cols)
         if self.data is not None:
             self.data.fold(i, ins.acc, ins.cols, ins.off_m, ins.off_n, starts)

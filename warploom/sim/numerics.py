@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from warploom import blocked, fp4
-from warploom.epilogue.graph import GROUP, OutputLayout
+from warploom.epilogue.graph import OutputLayout
 from warploom.epilogue.reference import block_amax, evaluate_tile, values_before_amax
 from warploom.ir import nodes as ir
 from warploom.sim.program import LoadTmemI, MmaI, PromoteI, ScaleCopyI, Tag, TcMmaI
@@ -278,14 +278,14 @@ class CtaData:
         self.accs[agent][acc] = out
 
     def mn(self) -> tuple[int, int]:
-        """The result's (M, N): an (M, N) output's shape (a groups output, 1x128 scales, is (M, ceil(N/128)))."""
+        """The result's (M, N): an (M, N) output's shape (a groups output, a quantization's scales, is (M, groups))."""
         g = self.m.spec.epilogue
         j = 0 if g is None else next(j for j, o in enumerate(g.outputs) if o.layout is OutputLayout.FULL)
         m, n = self.ops.outs[j].shape
         return m, n
 
     def fold(self, agent: int, acc: str, cols: tuple[int, int], off_m: int, off_n: int, starts: bool) -> None:
-        """A 1x128 quantization's fold_amax: this block's row amax (over its columns below N) into the group's
+        """A fused quantization's fold_amax: this block's row amax (over its columns below N) into the group's
         running amax, or starting it (`starts`: the group's first block), NaN-propagating as torch.amax."""
         g = self.m.spec.epilogue
         assert g is not None
@@ -303,7 +303,9 @@ class CtaData:
         below M (masked register stores)."""
         outs = self.ep_outs[agent]
         dst, writes = self.ops.outs[output], self.ops.writes[output]
-        col = off_n // GROUP
+        g = self.m.spec.epilogue
+        assert g is not None
+        col = g.amax().index(off_n)
         if output >= len(outs) or col >= dst.shape[1]:
             return
         v = outs[output][:, 0]
@@ -326,7 +328,7 @@ class CtaData:
         m, n = self.mn()
         if self.m.tiling.swap_ab:  # (the outputs are C, the graph's coordinates C^T's)
             m, n = n, m
-        # A 1x128 quantization reads the running amax its folds left (NaN where none: the machine reports that).
+        # A fused quantization reads the running amax its folds left (NaN where none: the machine reports that).
         amax = (self.amax[agent] if self.amax[agent] is not None else torch.full((rows, 1), float("nan"))) \
             if grouped else None
         self.ep_outs[agent] = evaluate_tile(g, x, self.ops.epilogue, range(off_m, off_m + rows),

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from warploom.dtypes import DType
-from warploom.epilogue.graph import GROUP, EpilogueGraph, OutputLayout
+from warploom.epilogue.graph import EpilogueGraph, OutputLayout
 from warploom.epilogue.operands import OperandSpec
 from warploom.errors import WarploomError
 from warploom.ir import nodes as ir
@@ -304,7 +304,7 @@ class ApplyI:
     cols: tuple[int, int]  # the accumulator's column block [start, stop)
     off_m: int
     off_n: int
-    # A 1x128 quantization's: the output columns [start, stop) of the block's group within the accumulator, every
+    # A fused quantization's: the output columns [start, stop) of the block's group within the accumulator, every
     # one of which a fold_amax of this tile must have folded in before the amax is read.
     amax_cols: tuple[int, int] | None = None
     group: int = 0  # a grouped module's: the tile's group (the slice its per-group operands read)
@@ -312,7 +312,7 @@ class ApplyI:
 
 @dataclass(frozen=True, slots=True)
 class FoldI:
-    """A fused 1x128 quantization's block folded into its group's running amax (ir.FoldAmax)."""
+    """A fused quantization's block folded into its group's running amax (ir.FoldAmax)."""
 
     site: Site
     acc: str
@@ -816,9 +816,9 @@ class _Interp:
                     cols = self._block(acc, o.part, o.parts, text)
                     off_n = t.off_n + acc.col0 + cols[0]
                     need = None
-                    if g.group_amax() is not None:
-                        g0 = off_n // GROUP * GROUP
-                        need = (max(g0, t.off_n + acc.col0), min(g0 + GROUP, t.off_n + acc.col0 + acc.cols))
+                    if g.group_amax() is not None:  # (the group's columns within the accumulator, past N too)
+                        lo, hi = g.amax().span(off_n, t.off_n + acc.col0 + acc.cols)
+                        need = (max(lo, t.off_n + acc.col0), hi)
                     yield ApplyI(site, o.acc, cols, t.off_m + self.row0, off_n, need, group=t.group)
                 case ir.FoldAmax() | ir.StoreScales():
                     t = self._tile(text)

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from warploom.checks import scale_parts
-from warploom.epilogue.graph import GROUP, OutputLayout
+from warploom.epilogue.graph import OutputLayout
 from warploom.epilogue.operands import OperandSpec
 from warploom.errors import DeviceError, DTypeError, InputError, ScaleError, ShapeError, split_k_mismatch
 from warploom.ir import nodes as ir
@@ -209,7 +209,7 @@ def _operand_tensor(spec: OperandSpec, t: Any) -> torch.Tensor:
 
 def _outputs(module: ir.Module, m: int, n: int, out: torch.Tensor | None,
              outs: Sequence[torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
-    """One (M, N) tensor per output (a 1x128 quantization's scales: (M, ceil(N/128))): those given (checked),
+    """One (M, N) tensor per output (a quantization's scales: (M, groups)): those given (checked),
     NaN-filled ones for the rest."""
     dtypes = module.spec.output_dtypes()
     shapes = module.spec.output_shapes(m, n)
@@ -362,8 +362,10 @@ def _coverage(module: ir.Module, m: int, n: int, k: int, grid: int, pids: tuple[
         for tile in stored_tiles(module, m, n, k, pid, grid, span):
             for j, writes in enumerate(ops.writes):
                 w = writes.t() if t.swap_ab else writes  # (in the module's coordinates)
-                if grouped[j]:  # (a 1x128 quantization's scales: the tile's rows of its groups' columns)
-                    got = w[tile.off_m:tile.off_m + t.bm, tile.off_n // GROUP:-(-(tile.off_n + t.bn) // GROUP)]
+                if grouped[j]:  # (a quantization's scales: the tile's rows of its groups' columns)
+                    assert g is not None
+                    amax = g.amax()
+                    got = w[tile.off_m:tile.off_m + t.bm, amax.index(tile.off_n):amax.index(tile.off_n + t.bn - 1) + 1]
                 else:
                     got = w[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
                 if not got.numel():  # (a cluster tile's rows past M: its CTA's stores are all clipped)
