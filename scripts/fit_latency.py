@@ -4,9 +4,10 @@ price the few-tile plans measured on the H100, and whether they pick the plan th
     python3 scripts/fit_latency.py [docs/data/JSON ...]
 
 Reads `scripts/sweep_plans.py` JSON (default: the latency-tile and split-K sweeps in docs/data), models every row
-whose plan is one the models price (64x64 or 128x128 tiles, whole, stream-K pieces, split-K ranges; 64x64 split-K
-at M <= 64 by `decode_time`), and prints measured against modeled microseconds, then each shape's fastest plan
-against the model's pick among the plans measured there. A refit of the constants starts from this table.
+whose plan is one the models price (64x64 or 128x128 tiles, whole, stream-K pieces, split-K ranges; 64x64 tiles
+at M <= 64, whole or split, by `decode_time`), and prints measured against modeled microseconds, then each shape's
+fastest plan against the model's pick among the plans measured there. A refit of the constants starts from this
+table.
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ def modeled(spec: GemmSpec, plan: str) -> float | None:
     pieces, ranges = int(m.group(3) or 0), int(m.group(4) or 1)
     kb = k_blocks(spec)
     if (bm, bn) == (64, 64):
-        if ranges > 1:
-            return decode_time(spec, math.ceil(spec.m / 64) * math.ceil(spec.n / 64), ranges) if spec.m <= 64 else None
-        return latency_us(spec, 64, kb)
+        if spec.m <= 64:  # (rule 25 at decode sizes compares its ranges with the whole tiles in these terms)
+            return decode_time(spec, math.ceil(spec.n / 64), ranges)
+        return latency_us(spec, 64, kb) if ranges == 1 else None
     if (bm, bn) == (128, 128):
         if ranges > 1:
             return split_time(spec, ranges)

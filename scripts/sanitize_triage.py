@@ -4,7 +4,13 @@ no warploom schedule in it) produced a report of that kind under the same tool i
 
     python3 scripts/sanitize_triage.py OUT_DIR [--sources DIR ...] [--markdown FILE]
 
-Exit status 1 if any case has a report that is not explained (or a wrong result, or no summary line: a crash).
+Exit status 1 if any run (case or control) has a report that is not explained, a record it could not parse, a wrong
+result or no result line (each program prints "<name>: ok" or "WRONG"), or no summary line (a crash).
+
+What this cannot tell: a real race of an explained kind. racecheck names the two accesses of a ring race in whichever
+order it saw them, so the order cannot separate a ring handed over correctly from one whose consumer released it
+early; the rings' mbarrier protocol is checked instead by the verifier and by the simulator and its explorer, which
+model mbarrier phases exactly.
 
 The kinds (each one a pattern the tools are known to flag in correct kernels, the control names which):
 - `dispatch`: racecheck, both accesses on the kernel's `def` line or its `gl.warp_specialize(` line: Triton's dispatch
@@ -35,6 +41,8 @@ BARRIER = re.compile(r"Barrier error detected\. ([^.]+)\.")
 SUMMARY = re.compile(r"(?:ERROR SUMMARY: (\d+) errors?|RACECHECK SUMMARY: \d+ hazards? displayed \((\d+) errors?, "
                      r"(\d+) warnings?\))")
 RING = re.compile(r"\b(\w*ring)\b")
+# (scripts/sanitize.py's "<case>: ok error ..." and the controls' "<name> control: ok")
+RESULT = re.compile(r"^\w+(?: control)?: (ok|WRONG)\b")
 CONTROL_OF = {("racecheck", "dispatch"): "warp_specialize", ("racecheck", "ring-cp.async"): "cp_async_mbarrier",
               ("racecheck", "ring-store"): "store_mbarrier", ("synccheck", "cp.async-arrive"): "cp_async_mbarrier"}
 
@@ -108,15 +116,28 @@ def race_kind(src: Sources, a: tuple[str, str, int], b: tuple[str, str, int]) ->
     return "unexplained"
 
 
-def parse(path: Path, tool: str, src: Sources) -> tuple[list[Report], int | None]:
-    """The log's reports and the error count of its summary line (None: no summary, the program did not finish)."""
+@dataclass(frozen=True)
+class Log:
+    """What one log says: its reports, how many records it printed that were parsed (`records`), its summary's
+    count (None: no summary line, the program did not finish) and the program's own verdict line (`result`: "ok",
+    "WRONG", or None where it printed none)."""
+
+    reports: list[Report]
+    records: int
+    total: int | None
+    result: str | None
+
+
+def parse(path: Path, tool: str, src: Sources) -> Log:
+    """A log's reports, records, summary count and the program's verdict."""
     reports: list[Report] = []
-    total = None
+    total, result, records = None, None, 0
     first: tuple[str, str, int] | None = None
     barrier: str | None = None
     for line in path.read_text(errors="replace").splitlines():
         if m := RACE.search(line):
             first = (m.group(1), m.group(2), int(m.group(3)))
+            records += 1
         elif (m := RACE_AND.search(line)) and first is not None:
             other = (m.group(1), m.group(2), int(m.group(3)))
             reports.append(Report(race_kind(src, first, other), int(m.group(4)),
@@ -129,9 +150,12 @@ def parse(path: Path, tool: str, src: Sources) -> tuple[list[Report], int | None
             reports.append(Report("cp.async-arrive" if explained else "unexplained", 1,
                                   f"{m.group(1)}:{m.group(2)} {barrier or ''}".strip()))
             barrier = None
+            records += 1
         elif m := SUMMARY.search(line):
             total = int(m.group(1)) if m.group(1) is not None else int(m.group(2)) + int(m.group(3))
-    return reports, total
+        elif m := RESULT.match(line):
+            result = m.group(1)
+    return Log(reports, records, total, result)
 
 
 def main() -> None:
@@ -157,35 +181,39 @@ def main() -> None:
         if not m:
             continue
         role, tool, name = m.groups()
-        reports, total = parse(path, tool, src)
+        log = parse(path, tool, src)
         kinds: Counter[str] = Counter()
-        for r in reports:
+        for r in log.reports:
             kinds[r.kind] += r.count
-        if role == "control":
+        if role == "control" and log.result == "ok":  # (a control that computed wrongly explains nothing)
             seen.setdefault((tool, name), set()).update(k for k in kinds if k != "unexplained")
-        rows.append((role, name, tool, kinds, total, exits.get((name, tool)), reports))
+        rows.append((role, name, tool, kinds, log, exits.get((name, tool))))
     bad = 0
     table = ["| case | tool | reports by kind | unexplained | verdict |", "|---|---|---|---|---|"]
-    for role, name, tool, kinds, total, code, reports in rows:
+    for role, name, tool, kinds, log, code in rows:
         explained = {k: n for k, n in kinds.items()
                      if k != "unexplained" and k in seen.get((tool, CONTROL_OF.get((tool, k), "")), set())}
         unexplained = sum(kinds.values()) - sum(explained.values())
-        if total is None:
+        if log.total is None:
             verdict = "no summary (crashed or timed out)"
+        elif log.result != "ok" or code not in (None, 0, 99):
+            # (the result line, not the exit code: compute-sanitizer's --error-exitcode replaces the program's own
+            # whenever it reports anything, which every warp-specialized kernel gets under racecheck)
+            verdict = "WRONG RESULT" if log.result == "WRONG" else f"no result line (exit code {code})"
         elif role == "control":
             verdict = "control"
-        elif code == 1:
-            verdict = "WRONG RESULT"
-        elif unexplained or (total and not kinds):
+        elif log.records != log.total:
+            verdict = f"REPORT ({log.total - log.records} records not parsed)"
+        elif unexplained:
             verdict = "REPORT"
         else:
             verdict = "clean" if not kinds else "explained by the controls"
-        if role == "sanitize" and verdict not in ("clean", "explained by the controls"):
+        if verdict not in ("clean", "explained by the controls", "control"):
             bad += 1
         shown = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none"
         table.append(f"| {role}:{name} | {tool} | {shown} | {unexplained} | {verdict} |")
         where: Counter[str] = Counter()
-        for r in reports:
+        for r in log.reports:
             if r.kind == "unexplained" and role == "sanitize":
                 where[r.where] += r.count
         table += [f"|  | | unexplained at {w} | {n} | |" for w, n in where.most_common()]
@@ -193,7 +221,7 @@ def main() -> None:
     print(text)
     if args.markdown:
         args.markdown.write_text(text + "\n")
-    print(f"\n{bad} case(s) with a report the controls do not explain, a wrong result or a crash")
+    print(f"\n{bad} run(s) with a report the controls do not explain, a wrong result or a crash")
     sys.exit(1 if bad else 0)
 
 

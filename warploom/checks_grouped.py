@@ -212,11 +212,12 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
     torch's rowwise (G * M,) and (G * N,) ones are not built."""
     scaled = scale_a is not None or scale_b is not None
     if scaled and (scale_a.dim() != 2 or scale_b.dim() != 2):
-        e = UnsupportedError(f"scale_b: expected 2-D blockwise scales in a 2-D x 2-D (K-grouped) fp8 call (scale_a "
+        arg = "scale_a" if scale_a.dim() != 2 else "scale_b"
+        e = UnsupportedError(f"{arg}: expected 2-D blockwise scales in a 2-D x 2-D (K-grouped) fp8 call (scale_a "
                              f"(M, ceil(total_K/128)), scale_b (ceil(total_K/128), ceil(N/128)); rowwise K-grouped "
                              f"GEMMs are not built), got shapes {tuple(scale_a.shape)} and {tuple(scale_b.shape)}. "
                              "Fix: quantize blockwise (1x128 for a, 128x128 for b), or use torch._scaled_grouped_mm")
-        e.arg = "scale_b"  # type: ignore[attr-defined]
+        e.arg = arg  # type: ignore[attr-defined]
         raise e
     if masked_m is not None:
         raise InputError("masked_m", "None with a 2-D a and a 2-D b (a K-grouped call takes offs)", "a tensor",

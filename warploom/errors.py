@@ -119,6 +119,15 @@ class VerificationError(InternalError):
         super().__init__(f"schedule IR invalid after {stage}:\n{lines}")
 
 
+def rowwise_too_wide(bn: int, planned_n: int, n: int) -> ShapeError:
+    """A kernel quantizing rowwise in its epilogue (planner rule 27) called with more columns than its one tile
+    spans: the row's amax would come from each tile's part of it."""
+    return ShapeError("b", f"N <= {bn}, the columns of the one tile whose amax this kernel's rowwise quantization "
+                      f"takes (planned for N = {planned_n})", f"N = {n}",
+                      "plan a kernel for this N (warploom.plan), or return the value and quantize the result with "
+                      "warploom.quantize(out, recipe='rowwise')")
+
+
 def split_k_mismatch(bk: int, split_k: int, planned_k: int, k: int, uneven: bool = False) -> ShapeError:
     """A split-K kernel (`ir.Tiling.split_k`) called with a K whose k-blocks do not split as planned: into equal
     ranges, or (`ir.Tiling.uneven_split`) into ranges of at least one k-block each."""

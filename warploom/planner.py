@@ -25,7 +25,7 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 22. grouped GEMMs: 128x256 from 256 rows a group, 64x128 to 64, else 128x128: docs/decisions/rule-22-grouped.md
 23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
 24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7): docs/decisions/rule-24-clusters.md
-25. a few tiles over a long K: split-K in up to 8 ranges: docs/decisions/rule-25-latency-split-k.md
+25. a few tiles over a long K: split-K in up to 8 ranges (16 at decode sizes): docs/decisions/rule-25-latency-split-k.md
 26. a fused 1x128 quantization: cooperative 128-wide tiles, whole tiles: docs/decisions/rule-26-fused-quantize.md
 27. a fused rowwise quantization: one tile spans N (N <= 256), whole tiles: docs/decisions/rule-27-fused-rowwise.md
 
@@ -178,6 +178,13 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         bn = rowwise_bn(spec.n) if rowwise else QUANT_BN
         swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = False, 1, 1, 0, 1, False
     if spec.grouped:  # rule 22
+        refused = {"pingpong": pingpong, "scale_partition": bool(scale_partition), "split_k": split_k not in (None, 1),
+                   "tail_split": tail_split not in (None, 1), "swap_ab": bool(swap_ab),
+                   "stream_k": stream_k not in (None, 0), "cluster": cluster not in (None, 1)}
+        if any(refused.values()):
+            raise UnsupportedError(f"grouped GEMMs (rule 22) run whole tiles of one group each, so {spec.short()} "
+                                   f"cannot take {', '.join(k for k, v in refused.items() if v)} (their tiles or "
+                                   "partitions are not a group's). Fix: drop them")
         return plan_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                             consumer_partitions=consumer_partitions, partial_blocks=partial_blocks)
     if stream_k is not None and stream_k not in (0, *range(2, 17)):

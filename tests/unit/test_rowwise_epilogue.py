@@ -106,12 +106,25 @@ def test_lowering_walks_the_whole_tile_before_dividing() -> None:
 
 
 def test_verifier_refuses_a_row_wider_than_the_tile() -> None:
-    """A module whose rowwise tile does not hold all of N (as if planned for N = 256 and run at N = 300) would scale
-    each tile by its own columns' amax: the verifier names it."""
+    """A module whose rowwise tile does not hold all of N (as if planned for N = 300 on a 256-wide tile) would scale
+    each tile by its own columns' amax: the verifier names it. (Run-time N: test_a_wider_n_than_planned_is_refused.)"""
     m = warploom.plan(t(300, 64, dtype=BF16), t(64, 256, dtype=BF16), epilogue=rowwise).module
     assert not structural(m) + complete(m, H100_SXM)
     wide = dataclasses.replace(m, spec=dataclasses.replace(m.spec, n=300))
     assert any("rowwise quantization's tile must hold its whole row: N=300 > BN=256" in e for e in structural(wide))
+
+
+def test_a_wider_n_than_planned_is_refused() -> None:
+    """A kernel takes N at run time; a rowwise one no more columns than its one tile spans (a second tile along N
+    would scale by its own half row's amax and race on s), before any simulation or launch. Fewer columns run."""
+    from warploom.errors import ShapeError
+
+    kern = warploom.plan(t(40, 64, dtype=BF16), t(64, 208, dtype=BF16), epilogue=rowwise)
+    assert kern.plan.bn == 256
+    a = torch.randn(40, 64).to(BF16)
+    with pytest.raises(ShapeError, match=r"b: expected N <= 256.*planned for N = 208.*got N = 304.*Fix"):
+        kern.simulate(a, torch.randn(64, 304).to(BF16))
+    assert kern.simulate(a, torch.randn(64, 256).to(BF16)).ok
 
 
 @pytest.mark.parametrize(("m", "n", "bn"), [(16, 64, 128), (4096, 128, 128), (48, 144, 256), (4096, 256, 256)])

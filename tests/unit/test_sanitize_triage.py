@@ -41,22 +41,26 @@ CP_ASYNC, ARRIVE, STORE, LOAD_SA, LOAD_SB, C_STORE, C_LOAD, DEF_KERN, WS = 3, 4,
 HEAD = "========= COMPUTE-SANITIZER\n"
 
 
-def race(pairs: list[tuple[str, int, str, int, int]], f: str = "wl_k.py") -> str:
-    """A racecheck log: one record per (first access, its line, other access, its line, hazards)."""
-    out = HEAD
+OK = "case: ok error 1.00e-06\n"
+
+
+def race(pairs: list[tuple[str, int, str, int, int]], f: str = "wl_k.py", result: str = OK) -> str:
+    """A racecheck log: one record per (first access, its line, other access, its line, hazards), then the
+    program's verdict line."""
+    out = HEAD + result
     for a, la, b, lb, n in pairs:
         out += (f"========= Error: Race reported between {a} access at kern+0x10 in {f}:{la}\n"
                 f"=========     and {b} access at kern+0x20 in {f}:{lb} [{n} hazards]\n=========\n")
     return out + f"========= RACECHECK SUMMARY: {len(pairs)} hazard displayed ({len(pairs)} errors, 0 warnings)\n"
 
 
-def sync(line: int, n: int, f: str = "wl_k.py") -> str:
+def sync(line: int, n: int, f: str = "wl_k.py", result: str = OK) -> str:
     rec = (f"========= Barrier error detected. Barrier overflow.\n=========     at kern+0x2480 in {f}:{line}\n"
            "=========     by thread (320,0,0) in block (12,0,0)\n=========\n")
-    return HEAD + rec * n + f"========= ERROR SUMMARY: {n} errors\n"
+    return HEAD + rec * n + result + f"========= ERROR SUMMARY: {n} errors\n"
 
 
-CLEAN = HEAD + "case: ok error 1e-06\n========= ERROR SUMMARY: 0 errors\n"
+CLEAN = HEAD + OK + "========= ERROR SUMMARY: 0 errors\n"
 CONTROLS = {
     "control-racecheck-warp_specialize.log": race([("Read", DEF_KERN, "Write", WS, 3)]),
     "control-racecheck-cp_async_mbarrier.log": race([("Write", CP_ASYNC, "Read", LOAD_SA, 9)]),
@@ -125,12 +129,38 @@ def test_overflow_elsewhere_wrong_results_and_crashes_fail(tmp_path: Path) -> No
         "sanitize-synccheck-a.log": sync(C_STORE, 1),
         "sanitize-memcheck-b.log": CLEAN,
         "sanitize-memcheck-c.log": HEAD + "Traceback (most recent call last):\n",
-        "sanitize-memcheck-d.log": HEAD + f"=========     at kern+0x10 in wl_k.py:{C_STORE}\n"
-                                          "========= ERROR SUMMARY: 1 error\n",
+        "sanitize-memcheck-d.log": HEAD + f"=========     at kern+0x10 in wl_k.py:{C_STORE}\n" + OK
+                                          + "========= ERROR SUMMARY: 1 error\n",
     }, codes={("b", "memcheck"): 1})
     assert code == 1
     assert "| sanitize:a | synccheck | unexplained 1 | 1 | REPORT |" in text
-    assert "| sanitize:b | memcheck | none | 0 | WRONG RESULT |" in text
+    assert "| sanitize:b | memcheck | none | 0 | no result line (exit code 1) |" in text
     assert "| sanitize:c | memcheck | none | 0 | no summary (crashed or timed out) |" in text
     assert "| sanitize:d | memcheck | unexplained 1 | 1 | REPORT |" in text
-    assert "4 case(s)" in text
+    assert "4 run(s)" in text
+
+
+def test_a_wrong_result_under_a_report_and_records_left_unparsed_fail(tmp_path: Path) -> None:
+    """compute-sanitizer's exit code stands for its own reports (99), so the verdict comes from the program's line;
+    a record the triage cannot place (here: a race without source lines) counts against the summary's total."""
+    wrong = race([("Read", DEF_KERN, "Write", WS, 3)], result="case: WRONG error 4.10e-01\n")
+    unparsed = race([("Read", DEF_KERN, "Write", WS, 3)]).replace(
+        "RACECHECK SUMMARY: 1 hazard displayed (1 errors",
+        "RACECHECK SUMMARY: 2 hazards displayed (2 errors") + "========= Error: Race reported between odd lines\n"
+    code, text = triage(tmp_path, {"sanitize-racecheck-a.log": wrong, "sanitize-racecheck-b.log": unparsed,
+                                   "sanitize-synccheck-c.log": sync(ARRIVE, 2).replace(OK, "")},
+                        codes={("a", "racecheck"): 99, ("b", "racecheck"): 99, ("c", "synccheck"): 99})
+    assert code == 1
+    assert "| sanitize:a | racecheck | dispatch 3 | 0 | WRONG RESULT |" in text
+    assert "| sanitize:b | racecheck | dispatch 3 | 0 | REPORT (1 records not parsed) |" in text
+    assert "| sanitize:c | synccheck | cp.async-arrive 2 | 0 | no result line (exit code 99) |" in text
+
+
+def test_a_control_that_computed_wrongly_explains_nothing(tmp_path: Path) -> None:
+    controls = {**CONTROLS, "control-racecheck-warp_specialize.log": race([("Read", DEF_KERN, "Write", WS, 3)],
+                                                                          result="x control: WRONG\n")}
+    code, text = triage(tmp_path, {"sanitize-racecheck-a.log": race([("Read", DEF_KERN, "Write", WS, 3)])},
+                        controls=controls)
+    assert code == 1
+    assert "| control:warp_specialize | racecheck | dispatch 3 | 3 | WRONG RESULT |" in text
+    assert "| sanitize:a | racecheck | dispatch 3 | 3 | REPORT |" in text

@@ -216,6 +216,7 @@ DECODE_RANGES = {
     (16, 8192, 8192): 1,  # 128 tiles: more than a quarter of the SMs
     (64, 2112, 7168): 1,  # 33 tiles: 2 ranges model 18.6 -> 15.5, short of the 20% margin
     (65, 104, 5240): 1,  # past decode: rule 25's 128x128 (or 64x64) decides
+    (8, 0, 4096): 1,  # an empty output: nothing to split
 }
 
 

@@ -171,7 +171,7 @@ def decode_split(spec: GemmSpec, device: DeviceInfo) -> int:
     at most DECODE_SPLIT_MAX ranges, the units in one wave (unequal ranges where none divides:
     `ir.Tiling.uneven_split`); chosen where `decode_time` beats the whole tiles' (rules 16 and 18) by
     DECODE_SPLIT_MARGIN."""
-    if not (0 < spec.m <= 64 and _latency_kind_beyond_rows(spec, device)):
+    if not (0 < spec.m <= 64 and spec.n > 0 and _latency_kind_beyond_rows(spec, device)):
         return 1
     k_tiles = k_blocks(spec)
     tiles = math.ceil(spec.n / 64)

@@ -34,7 +34,7 @@ from triton.runtime.driver import driver
 
 from warploom.backends.gluon_api import GluonApi, LaunchAbi, compile_options, for_triton, installed
 from warploom.backends.gluon_sm90 import REDUCE_BLOCK, SK_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
-from warploom.errors import split_k_mismatch
+from warploom.errors import rowwise_too_wide, split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.ir.raster import Span, launch_grid, tail_spans
 from warploom.runtime.cross import descriptor_blocks, shared_layout
@@ -79,7 +79,9 @@ class Launcher:
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
         self._bm, self._bn, self._grid_max = m.tiling.bm, m.tiling.bn, m.tiling.grid
-        self._tiling, self._planned_k = m.tiling, m.spec.k
+        self._tiling, self._planned_k, self._planned_n = m.tiling, m.spec.k, m.spec.n
+        # (a rowwise quantizing epilogue takes its row's amax on one tile: no wider N than planned for, rule 27)
+        self._rowwise = m.spec.epilogue is not None and m.spec.epilogue.rowwise()
         # Stream-K (ir.Tiling.stream_k): the workspace and flags, made once per device (`stream_k_buffers`).
         self._sk_bufs: dict[int, tuple[Any, Any]] = {}
         # WARPLOOM_FAST_LAUNCH=0 keeps every call on Triton's JIT dispatch (an escape hatch, and the baseline
@@ -247,6 +249,8 @@ class Launcher:
     def _run(self, a: Any, b: Any, out: Any, scale_a: Any, scale_b: Any, bias: Any,
              operands: Mapping[str, Any] | None, extra_outs: Sequence[Any], span: Span | None) -> Any:
         m, n = self._mn(a, b)
+        if self._rowwise and n > self._bn:
+            raise rowwise_too_wide(self._bn, self._planned_n, n)
         split_k = self._tiling.split_k
         workspace = None
         if split_k > 1:

@@ -27,7 +27,15 @@ import torch
 from warploom.checks import scale_parts
 from warploom.epilogue.graph import OutputLayout
 from warploom.epilogue.operands import OperandSpec
-from warploom.errors import DeviceError, DTypeError, InputError, ScaleError, ShapeError, split_k_mismatch
+from warploom.errors import (
+    DeviceError,
+    DTypeError,
+    InputError,
+    ScaleError,
+    ShapeError,
+    rowwise_too_wide,
+    split_k_mismatch,
+)
 from warploom.ir import nodes as ir
 from warploom.ir.raster import Span, TileRef, cta_tiles, launch_grid, whole_tiles
 from warploom.sim.cluster import run_cluster, whole_clusters
@@ -124,6 +132,8 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
     if not module.tiling.splits_evenly(a.shape[1]):
         raise split_k_mismatch(module.tiling.bk, module.tiling.split_k, spec.k, a.shape[1],
                                module.tiling.uneven_split)
+    if spec.epilogue is not None and spec.epilogue.rowwise() and b.shape[1] > module.tiling.bn:
+        raise rowwise_too_wide(module.tiling.bn, spec.n, b.shape[1])
     steps = {s for p in module.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
     scaled = steps & {ir.EpilogueStep.SCALE_TENSORWISE, ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_GLOBAL}
     if scaled and (scale_a is None or scale_b is None):
