@@ -212,7 +212,7 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
     torch's rowwise (G * M,) and (G * N,) ones are not built."""
     scaled = scale_a is not None or scale_b is not None
     if scaled and (scale_a.dim() != 2 or scale_b.dim() != 2):
-        arg = "scale_a" if scale_a.dim() != 2 else "scale_b"
+        arg = "scale_b" if scale_b.dim() != 2 else "scale_a"
         e = UnsupportedError(f"{arg}: expected 2-D blockwise scales in a 2-D x 2-D (K-grouped) fp8 call (scale_a "
                              f"(M, ceil(total_K/128)), scale_b (ceil(total_K/128), ceil(N/128)); rowwise K-grouped "
                              f"GEMMs are not built), got shapes {tuple(scale_a.shape)} and {tuple(scale_b.shape)}. "

@@ -83,8 +83,10 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
                               f"move it with {name}.to(a.device)")
     if scale_a is not None:
         _no_reserved_parameter(epilogue)
-    # (an M-grouped call's operands may hold one value set per expert: classify.py's rule)
-    user = classify_all(operands, out_shape, a.device, spec.groups if spec.grouping is Grouping.OFFSETS else 0)
+    # (an M-grouped or masked call's operands may hold one value set per expert: classify.py's rule; a masked
+    # call's come flattened to its (G * M_max, N) rows, grouped.masked_operands)
+    groups = spec.groups if spec.grouping in (Grouping.OFFSETS, Grouping.MASKED) else 0
+    user = classify_all(operands, out_shape, a.device, groups)
     g = capture(epilogue, user, out_shape=out_shape, device=a.device)
     tensors: dict[str, Any] = dict(operands)
     mainloop_scales: dict[str, Any] = {}
@@ -95,8 +97,9 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
             # scaled accumulator, and only the bias is a graph operand. The scales travel beside the operands.
             mainloop_scales = {"scale_a": scale_a, "scale_b": scale_b}
         else:
+            # (a grouped call's scale_b comes (G, 1, N): one row per expert, grouped.scaled_grouped_mm)
             sa, sb = (classify("scale_a", scale_a, out_shape, a.device),
-                      classify("scale_b", scale_b, out_shape, a.device))
+                      classify("scale_b", scale_b, out_shape, a.device, groups))
             tensors.update(scale_a=scale_a, scale_b=scale_b)
         bs = classify("bias", bias, out_shape, a.device) if bias is not None else None
         g = with_prologue(g, sa, sb, bs)

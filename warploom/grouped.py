@@ -31,7 +31,7 @@ import torch
 
 from warploom.api import check_sim_size, device_for, require_cuda
 from warploom.checks_grouped import GroupedCall, grouped_call
-from warploom.errors import InputError, UnsupportedError, WarploomError
+from warploom.errors import InputError, ShapeError, UnsupportedError, WarploomError
 from warploom.fused import fused_spec
 from warploom.kernel import Kernel, build
 from warploom.spec import Grouping
@@ -44,29 +44,31 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     (over a 3-D b: M-grouped; over a 2-D b: K-grouped) or a 3-D a, and the masked layout with `masked_m` (module
     docstring). fp32 accumulation.
 
-    `epilogue` (M-grouped only): a function of the fp32 accumulator and `operands`, fused as `warploom.matmul`'s is
-    (warploom/fused.py), with one output. Operands are shaped against the (total_M, N) result, so a per-row operand
-    (total_M, 1) and a dense (total_M, N) one are indexed in the grouped row space (row r of a's);
-    a per-column (N,) one is shared by every group. A per-expert one holds one value set per group: (G, N) or
-    (G, 1, N) adds row g along N to expert g's rows (an MoE layer's per-expert bias), (G,) or (G, 1, 1) gives them
-    value g (a per-expert output scale); (G, N) and (G,) mean that only where they do not already broadcast to
-    (total_M, N) (G == total_M, G == N), the 3-D forms always (epilogue/classify.py). E.g. an MoE layer's up
-    projection with its SiLU-mul: ``grouped_mm(x, w_up, offs, epilogue=lambda acc, gate: F.silu(gate) * acc,
-    gate=x_gate)``; with per-expert biases ``epilogue=lambda acc, bias: acc + bias, bias=b_up`` (b_up (G, N)).
-    torch._grouped_mm's own ``bias`` argument is refused by torch 2.11-2.13 ("Bias not supported yet"), so there is
-    no ``bias=`` here beyond such an operand."""
+    `epilogue`: a function of the fp32 accumulator and `operands`, fused as `warploom.matmul`'s is
+    (warploom/fused.py), with one output, on every layout but the K-grouped one. M-grouped: operands are shaped
+    against the (total_M, N) result, so a per-row operand (total_M, 1) and a dense (total_M, N) one are indexed in
+    the grouped row space (row r of a's); a per-column (N,) one is shared by every group. A per-expert one holds one
+    value set per group: (G, N) or (G, 1, N) adds row g along N to expert g's rows (an MoE layer's per-expert bias),
+    (G,) or (G, 1, 1) gives them value g (a per-expert output scale); (G, N) and (G,) mean that only where they do not
+    already broadcast to (total_M, N) (G == total_M, G == N), the 3-D forms always (epilogue/classify.py). Masked and
+    batched (a 3-D a): operands are shaped against the (G, M_max, N) result with a leading expert dimension:
+    (G, M_max, N) dense, (G, M_max, 1) or (G, M_max) one value per row of each expert, the per-expert (G, 1, N),
+    (G, N), (G, 1, 1), (G,) and the shared (N,) as above (`masked_operands`); rows at or past masked_m[g] are never
+    written. E.g. an MoE layer's up projection with its SiLU-mul: ``grouped_mm(x, w_up, offs, epilogue=lambda acc,
+    gate: F.silu(gate) * acc, gate=x_gate)``; with per-expert biases ``epilogue=lambda acc, bias: acc + bias,
+    bias=b_up`` (b_up (G, N)). torch._grouped_mm's own ``bias`` argument is refused by torch 2.11-2.13 ("Bias not
+    supported yet"), so there is no ``bias=`` here beyond such an operand."""
     call = grouped_call(a, b, offs, masked_m, out_dtype)
     if epilogue is None:
-        if operands:
-            raise InputError(next(iter(operands)), "no epilogue operands without epilogue=", "an operand",
-                             "pass epilogue=fn whose parameters after acc name the operands, or drop them")
+        _no_operands(operands)
         return _run(call)
     return _run(*_fused(call, epilogue, operands))
 
 
 def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                       offs: torch.Tensor | None = None, *, masked_m: torch.Tensor | None = None,
-                      out_dtype: torch.dtype | None = torch.bfloat16, use_fast_accum: bool = False) -> torch.Tensor:
+                      out_dtype: torch.dtype | None = torch.bfloat16, use_fast_accum: bool = False,
+                      epilogue: Callable[..., Any] | None = None, **operands: Any) -> torch.Tensor:
     """fp8 (e4m3) grouped GEMM, bf16 out.
 
     Rowwise: ``torch._scaled_grouped_mm(a, b, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16,
@@ -86,23 +88,48 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     K): scale_a (M, ceil(total_K/128)) and scale_b (ceil(total_K/128), ceil(N/128)) fp32 over the grouped K space;
     result (G, M, N), block g ``sum over the 128-column blocks kb of group g's K range of (a[:, kb] @ b[kb, :]) *
     scale_a[:, kb] * scale_b[kb, n // 128]``, zeros for an empty group. Every offs entry must be a multiple of 128
-    or total_K (DeepGEMM's rule; checked on CPU offs). Rowwise K-grouped scales are not built."""
+    or total_K (DeepGEMM's rule; checked on CPU offs). Rowwise K-grouped scales are not built.
+
+    `epilogue` (M-grouped, masked and batched; rowwise, fast or not, and blockwise): fn(acc, **operands) gets the
+    fp32 scaled product, ``acc * scale_a * scale_b`` for rowwise scales (as `warploom.scaled_mm`'s fused epilogue
+    defines it; the scales join the graph in front of fn), the promoted blockwise sum for blockwise ones, and its one
+    result is stored. Operands are shaped as `grouped_mm`'s; scaled_mm's names scale_a, scale_b and bias are
+    reserved (neither an operand nor a parameter of fn may take them)."""
     call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum)
     # (blockwise scales go with their strides, a 3-D scale_a over a's flattened rows; rowwise ones flattened, as the
     # epilogue reads them)
-    return _run(call, scale_a.flatten(0, -2) if call.spec.scale.is_blockwise else scale_a.reshape(-1), scale_b)
+    sa = scale_a.flatten(0, -2) if call.spec.scale.is_blockwise else scale_a.reshape(-1)
+    if epilogue is None:
+        _no_operands(operands)
+        return _run(call, sa, scale_b)
+    if call.spec.scale.is_blockwise:  # (the mainloop's scales: they ride beside the graph's operands)
+        return _run(*_fused(call, epilogue, operands, scale_a=sa, scale_b=scale_b))
+    # rowwise: graph operands, scale_a a (total_M, 1) column, scale_b a (G, 1, N) row per expert (the 3-D form is
+    # per expert always, even where G == total_M: classify.py)
+    return _run(*_fused(call, epilogue, operands, scale_a=sa[:, None], scale_b=scale_b.unsqueeze(1)))
 
 
-def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, Any]
-           ) -> tuple[GroupedCall, None, None, dict[str, Any]]:
-    """`call` with its epilogue captured (`fused.fused_spec`), and the graph's operands by name."""
-    if call.spec.grouping is not Grouping.OFFSETS:
-        e = UnsupportedError(f"epilogue: expected an M-grouped call (a 2-D a with offs over a 3-D b) for a fused "
-                             f"epilogue, got a {call.spec.grouping.value} call. Fix: apply the function to the result")
+def _no_operands(operands: dict[str, Any]) -> None:
+    if operands:
+        raise InputError(next(iter(operands)), "no epilogue operands without epilogue=", "an operand",
+                         "pass epilogue=fn whose parameters after acc name the operands, or drop them")
+
+
+def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, Any], *, scale_a: Any = None,
+           scale_b: Any = None) -> tuple[GroupedCall, torch.Tensor | None, torch.Tensor | None, dict[str, Any]]:
+    """`call` with its epilogue captured (`fused.fused_spec`; rowwise scales in front of it), the mainloop's
+    blockwise scales if any, and the graph's operands by name."""
+    spec = call.spec
+    if spec.grouping is Grouping.K_OFFSETS:
+        e = UnsupportedError("epilogue: expected an M-grouped, masked or batched call (a 2-D a with offs over a 3-D "
+                             "b, or a 3-D a) for a fused epilogue, got a K-grouped one (2-D a and b). Fix: apply "
+                             "the function to the (G, M, N) result")
         e.arg = "epilogue"  # type: ignore[attr-defined]
         raise e
+    if spec.grouping is Grouping.MASKED:
+        operands = masked_operands(operands, spec.groups, spec.m // max(spec.groups, 1), spec.n)
     try:
-        spec, picked = fused_spec(call.spec, call.a, epilogue, operands)
+        spec, picked = fused_spec(spec, call.a, epilogue, operands, scale_a=scale_a, scale_b=scale_b)
     except WarploomError:
         raise
     except ValueError as err:  # GemmSpec's grouped_problems: an epilogue with several outputs
@@ -110,7 +137,56 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
                              "return one tensor")
         e.arg = "epilogue"  # type: ignore[attr-defined]
         raise e from None
-    return dataclasses.replace(call, spec=spec), None, None, picked
+    sa = sb = None
+    if spec.scale.is_blockwise:
+        sa, sb = picked.pop("scale_a"), picked.pop("scale_b")
+    return dataclasses.replace(call, spec=spec), sa, sb, picked
+
+
+def masked_operands(operands: dict[str, Any], groups: int, m_max: int, n: int) -> dict[str, Any]:
+    """A masked or batched call's epilogue operands, shaped against its (G, M_max, N) result, as the kernel reads
+    them: over its (G * M_max, N) rows, or per expert.
+
+        (G, M_max, N), (G, M_max, 1)   -> (G * M_max, N), (G * M_max, 1): dense, one value per row (a view where
+                                          the strides allow, else a copy)
+        (G, M_max)                      -> (G * M_max, 1): one value per row of each expert
+        (G, 1, N), (G, 1, 1), (G, N), (G,)  kept: per expert (classify.py)
+        (1, 1, N), (1, 1, 1)            -> (N,), (1,): shared by every row
+        (N,), (1, N), a single element; the flattened (G * M_max, N) and (G * M_max, 1)  kept
+
+    A 2-D (G, M_max) where M_max == N could be either per row or per expert and is refused with the fix (the 3-D
+    form), as is any other shape (a ShapeError naming the operand). A value that is not a tensor goes on to
+    classify, which says so."""
+    g, r, rows = groups, m_max, groups * m_max
+    expected = (f"an epilogue operand of the ({g}, {r}, {n}) result: ({g}, {r}, {n}) dense, ({g}, {r}, 1) or "
+                f"({g}, {r}) one value per row of each expert, ({g}, 1, {n}) or ({g}, {n}) one row per expert, "
+                f"({g}, 1, 1) or ({g},) one value per expert, ({n},) one value per column, or a single element")
+    out: dict[str, Any] = {}
+    for name, t in operands.items():
+        if not isinstance(t, torch.Tensor):
+            out[name] = t
+            continue
+        shape = tuple(int(d) for d in t.shape)
+        if len(shape) == 3 and shape[0] == g and shape[1] == 1:
+            out[name] = t  # per expert
+        elif len(shape) == 3 and shape[:2] == (g, r) and shape[2] in (1, n):
+            out[name] = t.reshape(rows, shape[2])
+        elif len(shape) == 3 and shape[:2] == (1, 1) and shape[2] in (1, n):
+            out[name] = t.reshape(shape[2])
+        elif shape == (g, r) and (r != n or r == 1):
+            out[name] = t.reshape(rows, 1)
+        elif shape == (g, r):
+            raise ShapeError(name, expected, f"shape {shape}, and M_max == N == {n}",
+                             f"say which: {name}.unsqueeze(1) ({g}, 1, {n}) for one row per expert, or "
+                             f"{name}.unsqueeze(-1) ({g}, {r}, 1) for one value per row")
+        elif shape in ((g, n), (1, n), (1, 1), (rows, n), (rows, 1), (n,), (1,), (g,), ()):
+            out[name] = t
+        else:
+            raise ShapeError(name, expected, f"shape {shape}",
+                             f"reshape {name} to one of those; one (M_max, N) operand shared by every expert goes "
+                             f"as {name}.expand({g}, {r}, {n})" if shape == (r, n) else
+                             f"reshape {name} to one of those shapes")
+    return out
 
 
 def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
@@ -119,7 +195,7 @@ def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.
     dtype = spec.output_dtypes()[0].torch  # (out_dtype, or a fused epilogue's output's)
     if spec.m == 0 or spec.n == 0 or spec.k == 0:  # no kernel: an empty result, or a sum over nothing
         if spec.epilogue is not None and spec.m and spec.n:  # the epilogue of a zero accumulator
-            return _zero_k_epilogue(call, operands or {})
+            return _zero_k_epilogue(call, operands or {}).reshape(call.out_shape)
         out = torch.zeros(call.out_shape, dtype=dtype, device=a.device)
         return out
     kernel = build(spec, device_for(a))

@@ -3,7 +3,9 @@ torch._grouped_mm and torch._scaled_grouped_mm on random routings (empty experts
 batched layouts against fp32 references, rows outside every expert untouched, and a CUDA graph captured once and
 replayed after the offsets changed in place (the tile-to-expert map is computed on the device). The K-grouped
 blockwise fp8 tests (`test_k_grouped_blockwise_*`) were written without a GPU (session kgroup-blockwise): the
-simulator and compile tiers pass them, the device has not run them yet."""
+simulator and compile tiers pass them, the device has not run them yet; nor the fused-epilogue tests on every layout
+and recipe (`test_fused_epilogue_*`, session grouped-epilogue), whose references were checked on CPU tensors with
+the simulator standing in for the launch."""
 
 from __future__ import annotations
 
@@ -340,3 +342,140 @@ def test_per_expert_bias_and_scale(experts: int, rows: int, n: int, k: int, thre
         end = _rows(offs)
         ref = _per_expert_ref(torch._grouped_mm(a, w, offs=offs), offs, bias, scale, weight)
         assert _err(out[:end], ref[:end]) < 1e-2, f"routing {seed}"
+
+
+# ---- fused epilogues on every grouped layout and recipe (session grouped-epilogue; written without a GPU: the
+# simulator and compile tiers pass the same kernels, the device has not run these yet) ----
+
+def _moe_fn(acc: torch.Tensor, gate: torch.Tensor, ebias: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """An MoE gate/up epilogue: SiLU of the gate times the product plus a per-expert bias, by each row's weight
+    (the bias is not named bias: scaled_mm's reserved names)."""
+    import torch.nn.functional as F
+
+    return F.silu(gate.float()) * (acc + ebias) * weight
+
+
+def _expert_of_rows(offs: torch.Tensor, rows: int) -> torch.Tensor:
+    return torch.searchsorted(offs, torch.arange(rows, device=offs.device, dtype=offs.dtype), right=True
+                              ).clamp(max=offs.shape[0] - 1)
+
+
+def _dequant_blockwise(x: torch.Tensor, s: torch.Tensor, rows_per_scale: int) -> torch.Tensor:
+    """fp8 x (..., R, C) times its 1x128 (rows_per_scale 1) or 128x128 (128) scales s (..., ceil(R/r), ceil(C/128)),
+    rounded to bf16 (torch._grouped_mm takes bf16 on CUDA; 2^-9 relative per element, far inside the tolerance)."""
+    r, c = x.shape[-2:]
+    full = s.repeat_interleave(rows_per_scale, -2)[..., :r, :].repeat_interleave(128, -1)[..., :c]
+    return (x.float() * full).bfloat16()
+
+
+@pytest.mark.parametrize("experts,rows,n,k", [(8, 8192, 4096, 7168), (32, 3000, 1536, 2048), (4, 100, 2048, 512)])
+@pytest.mark.parametrize("fast", [False, True])
+def test_fused_epilogue_fp8_rowwise(experts: int, rows: int, n: int, k: int, fast: bool) -> None:
+    """scaled_grouped_mm(..., epilogue=fn): fn's acc is the scaled product, against torch._scaled_grouped_mm
+    followed by fn in fp32, in a CUDA graph replayed with the offsets changed in place."""
+    torch.manual_seed(rows)
+    offs = _routing(rows, experts, rows)
+    a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn).transpose(-2, -1)
+    sa, sb = torch.rand(rows, device="cuda") + 0.5, torch.rand(experts, n, device="cuda") + 0.5
+    gate = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
+    ebias = torch.randn(experts, n, device="cuda", dtype=torch.bfloat16) * 8  # (large: a wrong expert's row shows)
+    weight = torch.rand(rows, 1, device="cuda")
+    graph, out = _graph(lambda: warploom.scaled_grouped_mm(a, w, sa, sb, offs, use_fast_accum=fast, epilogue=_moe_fn,
+                                                           gate=gate, ebias=ebias, weight=weight))
+    for seed in (rows, rows + 1):
+        offs.copy_(_routing(seed, experts, rows))
+        graph.replay()
+        torch.cuda.synchronize()
+        end = _rows(offs)
+        y = torch._scaled_grouped_mm(a, w, sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=fast)
+        ref = _moe_fn(y.float(), gate, ebias.float()[_expert_of_rows(offs, rows)], weight)
+        assert _err(out[:end], ref[:end]) < 2e-2, f"routing {seed}"
+
+
+@pytest.mark.parametrize("experts,rows,n,k", [(8, 8192, 4096, 7168), (32, 3000, 1536, 2048)])
+def test_fused_epilogue_fp8_blockwise(experts: int, rows: int, n: int, k: int) -> None:
+    """Blockwise 1x128 x 128x128 M-grouped with a fused epilogue, against torch._grouped_mm on the dequantized
+    operands (torch has no blockwise grouped op) followed by fn in fp32."""
+    torch.manual_seed(rows)
+    offs = _routing(rows + 2, experts, rows)
+    kb, nb = -(-k // 128), -(-n // 128)
+    a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn).transpose(-2, -1)
+    sa, sb = torch.rand(rows, kb, device="cuda") + 0.5, torch.rand(experts, kb, nb, device="cuda") + 0.5
+    gate = torch.randn(rows, n, device="cuda", dtype=torch.bfloat16)
+    ebias = torch.randn(experts, n, device="cuda", dtype=torch.bfloat16) * 8
+    weight = torch.rand(rows, 1, device="cuda")
+    out = warploom.scaled_grouped_mm(a, w, sa, sb, offs, epilogue=_moe_fn, gate=gate, ebias=ebias, weight=weight)
+    y = torch._grouped_mm(_dequant_blockwise(a, sa, 1), _dequant_blockwise(w, sb, 128), offs=offs)
+    ref = _moe_fn(y.float(), gate, ebias.float()[_expert_of_rows(offs, rows)], weight)
+    end = _rows(offs)
+    assert _err(out[:end], ref[:end]) < 2e-2
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "rowwise", "blockwise"])
+@pytest.mark.parametrize("cap", [64, 192])
+def test_fused_epilogue_masked(recipe: str, cap: int) -> None:
+    """The masked layout with a dense (G, M_max, N) gate, a per-row (G, M_max) weight and a per-expert (G, N) bias,
+    launched into a NaN-poisoned output: rows at or past a count stay NaN; the others against torch._grouped_mm
+    (3-D x 3-D, on bf16-dequantized operands for fp8) followed by fn in fp32."""
+    from warploom.checks_grouped import grouped_call
+    from warploom.grouped import _fused, _launcher
+    from warploom.kernel import build
+
+    experts, n, k = 8, 2048, 1024
+    torch.manual_seed(cap)
+    counts = torch.randint(1, cap, (experts,), dtype=torch.int32, device="cuda")
+    counts[0], counts[1] = 0, cap
+    gate = torch.randn(experts, cap, n, device="cuda", dtype=torch.bfloat16)
+    ebias = torch.randn(experts, n, device="cuda", dtype=torch.bfloat16) * 8
+    weight = torch.rand(experts, cap, device="cuda")
+    ops = {"gate": gate, "ebias": ebias, "weight": weight}
+    a = torch.randn(experts, cap, k, device="cuda")
+    w = torch.randn(experts, n, k, device="cuda").transpose(-2, -1)
+    if recipe == "bf16":
+        a, w = a.bfloat16(), w.bfloat16()
+        call, sa, sb, picked = _fused(grouped_call(a, w, None, counts), _moe_fn, ops)
+        y = torch._grouped_mm(a, w).float()
+    elif recipe == "rowwise":
+        a, w = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+        sa, sb = torch.rand(experts, cap, device="cuda") + 0.5, torch.rand(experts, n, device="cuda") + 0.5
+        y = torch._grouped_mm((a.float() * sa.reshape(experts, cap, 1)).bfloat16(),
+                              (w.float() * sb[:, None, :]).bfloat16())
+        call, sa, sb, picked = _fused(grouped_call(a, w, None, counts, torch.bfloat16, sa, sb, True), _moe_fn, ops,
+                                      scale_a=sa.reshape(-1, 1), scale_b=sb.unsqueeze(1))
+    else:
+        a, w = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+        sa = torch.rand(experts, cap, k // 128, device="cuda") + 0.5
+        sb = torch.rand(experts, k // 128, n // 128, device="cuda") + 0.5
+        y = torch._grouped_mm(_dequant_blockwise(a, sa, 1), _dequant_blockwise(w, sb, 128))
+        call, sa, sb, picked = _fused(grouped_call(a, w, None, counts, torch.bfloat16, sa, sb), _moe_fn, ops,
+                                      scale_a=sa.flatten(0, -2), scale_b=sb)
+    kern = build(call.spec, warploom.DeviceInfo.current())
+    out = torch.full((experts * cap, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    _launcher(kern)(call.a, call.b, counts, out, sa, sb, picked)
+    torch.cuda.synchronize()
+    out = out.reshape(experts, cap, n)
+    ref = _moe_fn(y.float(), gate, ebias.float()[:, None, :], weight[..., None])
+    for g in range(experts):
+        c = int(counts[g])
+        assert out[g, c:].isnan().all(), f"expert {g}: rows past its count written"
+        if c:
+            assert _err(out[g, :c], ref[g, :c]) < 2e-2, f"expert {g}"
+
+
+def test_fused_epilogue_batched_through_the_api() -> None:
+    """3-D x 3-D batched with (G, 1, N), (G, M, 1) and (N,) operands, against torch._grouped_mm then fn in fp32."""
+    import torch.nn.functional as F
+
+    experts, m, n, k = 8, 256, 2048, 1024
+    a = torch.randn(experts, m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+    bias, rows = torch.randn(experts, 1, n, device="cuda"), torch.rand(experts, m, 1, device="cuda")
+    cols = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+
+    def fn(acc: torch.Tensor, bias: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        return F.gelu(acc + bias) * rows + cols
+
+    out = warploom.grouped_mm(a, w, epilogue=fn, bias=bias, rows=rows, cols=cols)
+    assert _err(out, fn(torch._grouped_mm(a, w).float(), bias, rows, cols.float())) < 1e-2

@@ -279,8 +279,8 @@ def test_fused_epilogue_through_the_api_and_its_refusals() -> None:
                             gate=gate)
     ref = F.silu(gate.float()) * torch._grouped_mm(a, w.transpose(-2, -1), offs=offs).float()
     assert torch.allclose(y.float(), ref, atol=0.25, rtol=2e-2)
-    with pytest.raises(UnsupportedError, match="^epilogue: expected an M-grouped call"):
-        warploom.grouped_mm(a.reshape(4, 64, 64), w.transpose(-2, -1), epilogue=lambda acc: acc * 2)
+    with pytest.raises(UnsupportedError, match="^epilogue: expected an M-grouped, masked or batched call"):
+        warploom.grouped_mm(a.t().contiguous(), gate, offs, epilogue=lambda acc: acc * 2)  # (K-grouped: offs over K)
     with pytest.raises(UnsupportedError, match="^epilogue: expected a function with one output"):
         warploom.grouped_mm(a, w.transpose(-2, -1), offs, epilogue=lambda acc: (acc, acc * 2))
     with pytest.raises(InputError, match="^gate: expected no epilogue operands"):

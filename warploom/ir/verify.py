@@ -518,16 +518,18 @@ def _check_grouped(m: ir.Module) -> list[str]:
                grouped=k_offsets.
     Forbidden: tiling(grouping=offsets, split_k=2); a ping-pong consumer's `for tiles[1::2]`; an sm_100a module;
                an fp8 rowwise spec grouped=k_offsets (`GemmSpec.grouped_problems`); a per-group epilogue operand
-               (`OperandSpec.per_group`) in a module that is not M-grouped, or of another group count."""
+               (`OperandSpec.per_group`) in a module that is neither M-grouped nor masked, or of another group
+               count."""
     t, errs = m.tiling, []
     if t.grouping is not m.spec.grouping:
         errs.append(f"tiling grouping {t.grouping.value} but spec grouping {m.spec.grouping.value}")
     g = m.spec.epilogue
     per_group = [o for o in g.operands if o.per_group] if g is not None else []
-    if per_group and (t.grouping is not Grouping.OFFSETS or any(o.shape[0] != m.spec.groups for o in per_group)):
+    if per_group and (t.grouping not in (Grouping.OFFSETS, Grouping.MASKED)
+                      or any(o.shape[0] != m.spec.groups for o in per_group)):
         errs.append(f"per-group epilogue operands ({', '.join(o.name for o in per_group)}) outside an M-grouped "
-                    f"module of as many groups ({m.spec.groups}) as their first dimension: a tile reads the slice "
-                    "of its group")
+                    f"or masked module of as many groups ({m.spec.groups}) as their first dimension: a tile reads "
+                    "the slice of its group")
     if not t.grouped:
         return errs
     if t.split_k > 1 or t.ranged or t.stream_k or t.swap_ab:

@@ -577,7 +577,16 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
                                "plan for an sm_90a device (H100_SXM)")
     # (a K-grouped spec's M is each group's rows already: its groups split K)
     tile = grouped_tile(spec.m if spec.grouping is Grouping.K_OFFSETS else spec.m / max(spec.groups, 1))
+    if tile[1] == 256 and spec.epilogue is not None and not fused_wide(spec, 256):
+        # Rule 9: promoted fp8 keeps a fused epilogue 128 wide (fp8 rowwise promoted with a SiLU-mul epilogue at
+        # 128x256 spilled 1432 bytes: ptxas, Triton 3.6, 8192x4096x7168 over 8 experts)
+        tile = (tile[0], 128)
     bm, bn = bm or tile[0], bn or (tile[1] if bm in (None, tile[0]) else 128)
+    if consumer_partitions is None and spec.epilogue is not None and (bm, bn) == (128, 128):
+        # Rule 9 runs a fused epilogue's two warpgroups as one partition; beside a grouped tile's scan state (group,
+        # origin, row end) a dense gate and a per-expert bias spilled 88-92 bytes at 128x128 (ptxas, Triton 3.9,
+        # M-grouped and masked alike; 56 without --regAllocOptLevel=2); two partitions, none under 3.6 or 3.9.
+        consumer_partitions = 2
     dense = replace(spec, grouping=Grouping.NONE, groups=0)
     dense_plan = plan(dense, device, PlanOptions(bm=bm, bn=bn, stages=stages, group_m=group_m,
                                                  consumer_partitions=consumer_partitions,

@@ -63,8 +63,9 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
         raise ShapeError("b", f"{len(groups)} groups, one per bound", f"{b.shape[0]}", "pass one bound per group")
     rows = len(groups) * m if k_grouped else m
     result = torch.full((rows, n), float("nan"), dtype=module.spec.out_dtype.torch) if out is None else out
-    tensors = check_operands(module, operands, {"scale_a": scale_a, "scale_b": scale_b}, frozenset()) \
-        if module.spec.epilogue is not None else {}
+    # (blockwise scales are the mainloop's, never graph operands; rowwise ones are the graph's with an epilogue)
+    positional = {} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b}
+    tensors = check_operands(module, operands, positional, frozenset()) if module.spec.epilogue is not None else {}
     ops = Operands.of(module, a, b, scale_a, scale_b, None, (result,), tensors)
     pids = tuple(range(t.grid)) if ctas is None else tuple(ctas)
     sink = FindingSink()
