@@ -62,6 +62,13 @@ def test_row_major_scales_take_seed_000s_scale_partition_on_sm100a() -> None:
         warploom.planner.plan_schedule(warploom.plan(*_args(), device=B200).spec, B200, bn=64)
     with pytest.raises(UnsupportedError, match="row-major scales: bn in"):
         warploom.planner.plan_schedule(spec, B200, bn=256)
+    # bad row-major scales are still refused by name on this path
+    a, b, sa, sb = _args(blocked=False)
+    with pytest.raises(ScaleError, match="scale_a.*float8_e8m0fnu"):
+        warploom.plan(a, b, sa.view(torch.uint8).float(), sb, device=B200)
+    per16 = torch.full((N, K // 16), 127, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    with pytest.raises(ScaleError, match=r"scale_b.*\(272, 9\).*got shape \(272, 18\)"):
+        warploom.plan(a, b, sa, per16, device=B200)
 
 
 def test_bad_mx_scales_name_the_argument() -> None:
