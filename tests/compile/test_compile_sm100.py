@@ -232,3 +232,35 @@ def test_fp32_blockwise_compiles_to_tcgen05_partials(spec: GemmSpec) -> None:
     assert c.spills == 0, c.ptxas_log
     assert c.smem_bytes <= B200.smem_per_block
     assert re.search(r"tcgen05\.mma\.cta_group::1\.kind::f8f6f4", c.ptx), "expected plain fp8 tcgen05 MMAs"
+
+
+def _mx_rows(m: int, n: int, k: int, a: DType = E4, b: DType = E4) -> GemmSpec:
+    return GemmSpec(m, n, k, a, b, BF16, K_MAJOR, ScaleRecipe.MX, Accumulation.PROMOTED)
+
+
+@pytest.mark.parametrize("spec,bn,mma,mmas,kind", [
+    pytest.param(_mx_rows(1000, 520, 1056), None, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale",
+                 id="mxfp8_rows_128x128"),
+    pytest.param(_mx_rows(296, 528, 1024, a=E5), None, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale",
+                 id="mxfp8_rows_e5m2xe4m3"),
+    # a 64-wide tile over a wider N: each tile's own rows of scale_b (seed 001's chunk holds only the first 64)
+    pytest.param(_mx_rows(1000, 520, 1056), 64, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale", id="mxfp8_rows_128x64"),
+    pytest.param(_mx_rows(40, 200, 1056), 32, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale", id="mxfp8_rows_128x32"),
+    pytest.param(_mx_rows(1000, 520, 1056, a=DType.E2M1, b=DType.E2M1), None, "UTCOMMA", 2, _MXF4,
+                 id="mxfp4_rows_128x128"),
+])
+def test_scale_partition_compiles_to_block_scaled_tcgen05_without_copies(spec: GemmSpec, bn: int | None, mma: str,
+                                                                          mmas: int, kind: str) -> None:
+    """Seed 000 on sm_100a (row-major scales): the scale partition's tcgen05.st (STTM) fills the tensor-memory scale
+    buffers, so the MMAs are block-scaled with no tcgen05.cp (UTCCP) at all; nothing spills, the 4-warp scale
+    partition included."""
+    from warploom.planner import plan_schedule
+
+    plan = plan_schedule(spec, B200, bn=bn)
+    assert plan.scale_partition and plan.block_scaled and plan.bn == (bn or 128)
+    c = build(spec, B200, plan).compile()
+    assert re.search(r"tcgen05\.mma\.cta_group::1\." + kind, c.ptx)
+    assert c.block_scaled_mmas() == c.count(mma) == mmas, c.summary()
+    assert c.count("UTCCP") == 0 and c.count("STTM") > 0, c.summary()
+    assert c.count("LDTM") > 0 and c.spills == 0, c.ptxas_log
+    assert c.smem_bytes <= B200.smem_per_block

@@ -23,6 +23,10 @@ SPECS = {
     # tensor memory before each block-scaled MMA (tcgen05_mma_scaled), whose completion releases the stage.
     "sm100_mxfp8_blocked": GemmSpec(1000, 520, 1056, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX,
                                     Accumulation.PROMOTED, scale_layout=ScaleLayout.BLOCKED),
+    # MX fp8 with row-major scales (seed 000): a 4-warp scale partition loads them and tcgen05.st's them into two
+    # tensor-memory scale buffers; the block-scaled MMA releases a buffer when it completes.
+    "sm100_mxfp8_rows": GemmSpec(1000, 520, 1056, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX,
+                                 Accumulation.PROMOTED),
     # NVFP4: e2m1 data two a byte, e4m3 scales per 16 of K (tensor-memory scale buffers of float8e4nv) on the same
     # path at BK 64, the global scales multiplied in the epilogue.
     "sm100_nvfp4_blocked": GemmSpec(1000, 520, 1056, DType.E2M1, DType.E2M1, DType.BF16, BLayout.K_MAJOR,
@@ -47,6 +51,9 @@ class TestSm100Golden(expecttest.TestCase):
 
     def test_mxfp8_gluon(self) -> None:
         assert_golden_file("sm100_mxfp8_blocked.gluon.txt", kernel("sm100_mxfp8_blocked").source)
+
+    def test_mxfp8_scale_partition_gluon(self) -> None:
+        assert_golden_file("sm100_mxfp8_rows.gluon.txt", kernel("sm100_mxfp8_rows").source)
 
     def test_nvfp4_gluon(self) -> None:
         assert_golden_file("sm100_nvfp4_blocked.gluon.txt", kernel("sm100_nvfp4_blocked").source)

@@ -39,11 +39,36 @@ def test_blocked_scales_plan_for_sm100a() -> None:
     assert k.plan.block_scaled and k.module.tmem_scales
 
 
-def test_blocked_scales_refused_on_sm90a_and_row_major_on_sm100a() -> None:
+def test_blocked_scales_refused_on_sm90a() -> None:
     with pytest.raises(UnsupportedError, match="blocked layout is sm_100a's"):
         warploom.plan(*_args(), device=H100_SXM)
-    with pytest.raises(UnsupportedError, match="to_blocked"):
-        warploom.plan(*_args(blocked=False), device=B200)
+
+
+def test_row_major_scales_take_seed_000s_scale_partition_on_sm100a() -> None:
+    """Row-major MX scales plan on sm_100a through the scale partition (passes/blackwell_scales.py); explain says
+    which path and the tensor-memory trade."""
+    k = warploom.plan(*_args(blocked=False), device=B200)
+    assert k.plan.block_scaled and k.plan.scale_partition
+    assert (k.plan.bm, k.plan.bn, k.plan.acc_buffers) == (128, 128, 2)
+    assert not k.module.tmem_scales and k.module.tmem_columns == 272
+    text = warploom.planner.explain(k.spec, B200).text()
+    assert "seed 000" in text and "272 of 512" in text
+    blocked = warploom.plan(*_args(), device=B200)
+    assert not blocked.plan.scale_partition and "seed 001" in warploom.planner.explain(blocked.spec, B200).text()
+    # a narrow tile over a wider N: seed 001's chunk holds only the first rows, the scale partition loads any
+    spec = k.spec
+    assert warploom.planner.plan_schedule(spec, B200, bn=64).scale_partition
+    with pytest.raises(UnsupportedError, match="N must fit one tile"):
+        warploom.planner.plan_schedule(warploom.plan(*_args(), device=B200).spec, B200, bn=64)
+    with pytest.raises(UnsupportedError, match="row-major scales: bn in"):
+        warploom.planner.plan_schedule(spec, B200, bn=256)
+    # bad row-major scales are still refused by name on this path
+    a, b, sa, sb = _args(blocked=False)
+    with pytest.raises(ScaleError, match="scale_a.*float8_e8m0fnu"):
+        warploom.plan(a, b, sa.view(torch.uint8).float(), sb, device=B200)
+    per16 = torch.full((N, K // 16), 127, dtype=torch.uint8).view(torch.float8_e8m0fnu)
+    with pytest.raises(ScaleError, match=r"scale_b.*\(272, 9\).*got shape \(272, 18\)"):
+        warploom.plan(a, b, sa, per16, device=B200)
 
 
 def test_bad_mx_scales_name_the_argument() -> None:

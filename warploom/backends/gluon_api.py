@@ -132,6 +132,14 @@ class GluonApi:
         return f"get_tmem_reg_layout(gl.float32, [{rows}, {cols}], TensorMemoryLayout([{rows}, {cols}], " \
                f"col_stride=1), {warps})"
 
+    def tmem_scales_layout(self, buf: str, dtype: str, rows: int, cols: int, warps: int) -> str:
+        """The register layout in which `warps` warps store a (rows, cols) block of scales into tensor-memory scale
+        buffer `buf` (tcgen05.st into a TensorMemoryScalesLayout), a constexpr expression; from 3.8 the
+        descriptor's own, as `tmem_reg_layout`."""
+        if self.tmem_layout_from_type:
+            return f"{buf}.get_reg_layout({warps})"
+        return f"get_tmem_reg_layout({dtype}, [{rows}, {cols}], TensorMemoryScalesLayout(), {warps})"
+
     def tdm_pred(self, cond: str) -> str:
         """A TDM copy's ``pred=`` argument for the comparison `cond`."""
         return f"({cond}).to(gl.int32)" if self.tdm_pred_i32 else cond

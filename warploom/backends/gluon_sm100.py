@@ -11,15 +11,28 @@ the layout of the tcgen05 load instruction (`gluon_api.GluonApi.tmem_reg_layout`
 from __future__ import annotations
 
 from warploom.backends import gluon_api
-from warploom.backends.gluon_sm90 import GluonSource, PartitionEmitter, lower, scale_desc, slot_index, use_acc
+from warploom.backends.gluon_sm90 import (
+    GluonSource,
+    PartitionEmitter,
+    as_is,
+    lower,
+    scale_desc,
+    scale_offsets_wide,
+    slot_index,
+    tmem_buffers,
+    use_acc,
+    wide,
+)
 from warploom.blocked import BLOCK_COLS
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 
 
-def _header(api: gluon_api.GluonApi, scales: bool = False) -> str:
-    """The imports (what `GluonApi.tmem_reg_layout` needs is the Triton version's; MX adds the scaled ops)."""
-    scaled = ["TensorMemoryScalesLayout", "tcgen05_copy", "tcgen05_mma_scaled"] if scales else []
+def _header(api: gluon_api.GluonApi, scales: bool = False, copies: bool = True) -> str:
+    """The imports (what `GluonApi.tmem_reg_layout` needs is the Triton version's; MX adds the scaled ops, and seed
+    001's path, not `copies`, tcgen05_copy)."""
+    scaled = ["TensorMemoryScalesLayout", "tcgen05_mma_scaled", *(["tcgen05_copy"] if copies else [])] \
+        if scales else []
     names = sorted(["TensorMemoryLayout", "allocate_tensor_memory", "fence_async_shared", *api.blackwell_imports,
                     "mbarrier", "tcgen05_commit", "tcgen05_mma", "tma", *scaled])
     imports = "".join(f"    {n},\n" for n in names)
@@ -34,6 +47,15 @@ class _Sm100Emitter(PartitionEmitter):
     pins_promotion = False  # (fp32 blockwise promotes tensor-memory partials: no wgmma to order it against)
 
     def layouts(self) -> None:
+        stores = [o for o, _ in ir.walk(self.p.body) if isinstance(o, ir.StoreTmemScales)]
+        if stores:  # seed 000's scale partition: a k-block's (128, cols) scales as tcgen05.st takes them
+            r = self.m.ring(stores[0].ring)
+            lay = self.api.tmem_scales_layout(tmem_buffers(r)[0], r.dtype.gluon, r.rows, r.cols, self.p.warps)
+            self.buf.line(f"scale_layout: gl.constexpr = {lay}",
+                          comment="a k-block's scales of 128 rows, as tcgen05.st takes them from the threads")
+            self.buf.line(f"scale_rows = gl.arange(0, {r.rows}, layout=gl.SliceLayout(1, scale_layout))")
+            self.buf.line(f"scale_cols = gl.arange(0, {r.cols}, layout=gl.SliceLayout(0, scale_layout))")
+            self.buf.line(f"k_scales = gl.cdiv(K, {self.m.spec.scale.scale_k})", "scales a row of A or B")
         if not self.p.accumulators:
             return
         widths = {a.cols for a in self.p.accumulators}
@@ -63,6 +85,21 @@ class _Sm100Emitter(PartitionEmitter):
                 t = slot_index(o.acc_slot, self.depth[o.acc_slot.cursor], self.stages)
                 use = use_acc(o.overwrite)
                 done = f", mbarriers=[{o.release}_bars.index({s})]" if o.release else ""
+                if o.scales is not None and o.scales.slot is not None:
+                    # seed 000: the buffers are allocations of their own (`tmem_buffers`): a branch per slot, which
+                    # ptxas merges into one MMA reading the selected address
+                    sc, sl = o.scales, o.scales.slot
+                    q = slot_index(sl, self.depth[sl.cursor], self.stages)
+                    bars = f"{o.release}_bars.index({s}), " if o.release else ""
+                    done = f", mbarriers=[{bars}{o.release_scales}_bars.index({q})]" if o.release_scales else done
+                    sa, sb = tmem_buffers(self.m.ring(sc.a)), tmem_buffers(self.m.ring(sc.b))
+                    for j in range(len(sa)):
+                        head = "else" if j == len(sa) - 1 and j else f"{'if' if j == 0 else 'elif'} {q} == {j}"
+                        with b.block(head):
+                            b.line(f"tcgen05_mma_scaled({o.a_ring}.index({s}), {self._b_view(o.b_ring, s, None)}, "
+                                   f"{o.acc_ring}.index({t}), {sa[j]}, {sb[j]}, \"{sc.a_type}\", \"{sc.b_type}\", "
+                                   f"use_acc={use}{done})", c if j == 0 else None)
+                    return
                 if o.scales is not None:
                     sc = o.scales
                     b.line(f"tcgen05_mma_scaled({o.a_ring}.index({s}), {self._b_view(o.b_ring, s, None)}, "
@@ -91,6 +128,12 @@ class _Sm100Emitter(PartitionEmitter):
                 b.line(f"{o.ring}_s = {o.ring}.index({s}).reshape(({r.rows // 128}, {r.cols // 4}, 32, 4, 4))"
                        f".permute((0, 3, 2, 1, 4)).reshape(({r.rows}, {r.cols}))", f"(rows, {r.cols}) {r.dtype.value}")
                 b.line(f"tcgen05_copy({o.ring}_s, {o.dst})", c)
+            case ir.StoreTmemScales():
+                self._store_tmem_scales(o, c)
+            case ir.Arrive() if self.p.role is ir.Role.SCALES and self.p.warps > 1:
+                # the arrival is one thread's: every warp's tcgen05.st (each waited by tcgen05.wait::st) first
+                b.line(self.api.barrier, "every warp's scales stored before the arrival that publishes them")
+                super().op(o)
             case ir.Commit():
                 s = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
                 b.line(f"tcgen05_commit({o.barrier}_bars.index({s}))", c)
@@ -102,7 +145,33 @@ class _Sm100Emitter(PartitionEmitter):
                 super().op(o)
 
 
+    def _store_tmem_scales(self, o: ir.StoreTmemScales, c: str) -> None:
+        """Seed 000: the (tile, k-block)'s row-major scales by masked byte loads (any strides; 1.0, e8m0 127, outside
+        the problem and past a narrow tile's rows), then tcgen05.st into the slot's buffer."""
+        b, r = self.buf, self.m.ring(o.ring)
+        a_side = o.tensor is ir.Tensor.SCALE_A
+        pre, off, size, tile = ("sa", "off_m", "M", "BM") if a_side else ("sb", "off_n", "N", "BN")
+        stride = "sa_stride_m" if a_side else "sb_stride_n"
+        w = wide if scale_offsets_wide(self.m.spec) else as_is
+        rows, cols = f"{o.ring}_rows", f"{o.ring}_cols"
+        b.line(f"{rows} = {off} + scale_rows", "the tile's rows" if a_side else "the tile's columns of B")
+        b.line(f"{cols} = {self.kb} * {r.cols} + scale_cols", "this k-block's scales of each")
+        mask = f"({rows}[:, None] < {size}) & ({cols}[None, :] < k_scales)"
+        if r.rows > self.m.tiling.bn and not a_side:  # (a narrow tile: the buffer's rows past BN stay 1.0)
+            mask = f"(scale_rows[:, None] < {tile}) & {mask}"
+        b.line(f"{o.ring}_v = gl.load({pre}_ptr + {w(rows)}[:, None] * {stride} + {w(cols)}[None, :] * "
+               f"{pre}_stride_k, mask={mask}, other=127)", c)
+        q = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
+        bufs = tmem_buffers(r)
+        for j, buf in enumerate(bufs):
+            head = "else" if j == len(bufs) - 1 and j else f"{'if' if j == 0 else 'elif'} {q} == {j}"
+            with b.block(head):
+                b.line(f"{buf}.store({o.ring}_v)", f"tcgen05.st into {o.ring}[{j}]")
+
+
 def lower_sm100(m: ir.Module) -> GluonSource:
     """Generate Gluon source for a complete (verified) sm_100a module."""
     assert m.blackwell, f"{m.name} is an sm_90a module: backends/gluon_sm90.py lowers it"
-    return lower(m, _Sm100Emitter, _header(gluon_api.current(), scales=bool(m.tmem_scales)))
+    tmem_rings = any(r.tmem for r in m.rings)  # (seed 000's scale partition)
+    return lower(m, _Sm100Emitter, _header(gluon_api.current(), scales=bool(m.tmem_scales) or tmem_rings,
+                                           copies=not tmem_rings))

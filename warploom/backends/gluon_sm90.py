@@ -177,7 +177,7 @@ def wide(index: str) -> str:
     return f"({index}).to(gl.int64)"
 
 
-def _as_is(index: str) -> str:
+def as_is(index: str) -> str:
     """`index` (an expression) to multiply by a stride as it is: 32-bit (`wide`'s counterpart)."""
     return index if index.isidentifier() or _parenthesized(index) else f"({index})"
 
@@ -613,7 +613,7 @@ class PartitionEmitter:
         idx = f"{o.ring}_idx"
         # Offsets are 64-bit (`wide`) where the scales may reach 2^31 elements (`scale_offsets_wide`): their strides
         # are run-time arguments, and a column-major (M, K/128) scale_a puts k-block kk at kk * M.
-        w = wide if scale_offsets_wide(self.m.spec) else _as_is
+        w = wide if scale_offsets_wide(self.m.spec) else as_is
         kb = self.sk_block
         if o.tensor is ir.Tensor.SCALE_A:
             b.line(f"{idx} = {self.sa_row0} + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
@@ -657,7 +657,7 @@ class PartitionEmitter:
             # 64-bit offsets where they may pass 2^31 (`scale_offsets_wide`): M x K/32 e8m0 scales pass 2^31 bytes
             # with an A of 64 GiB, which an H100 holds.
             col = f"{self.kb} * {ring.rows} + j"  # the slice's column of the (M or N, K/32) scales
-            w = wide if scale_offsets_wide(self.m.spec) else _as_is
+            w = wide if scale_offsets_wide(self.m.spec) else as_is
             b.line(f"{pre}_bits = gl.load({pre}_ptr + {w(idx)} * {pre}_stride_{dim} + {w(col)} * {pre}_stride_k, "
                    f"mask=({idx} < {size}) & ({col} < K // {sk}), other=127).to(gl.float32)", "e8m0 bits (127: 1.0)")
             b.line(f"{o.ring}.index(({slot}) * {ring.rows} + j).store(gl.where({pre}_bits == 255.0, float('nan'), "
@@ -962,9 +962,17 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
                 used[o.acc_ring] = None
                 if o.release:
                     used[f"{o.release}_bars"] = None
-                if o.scales:
+                if o.release_scales:
+                    used[f"{o.release_scales}_bars"] = None
+                if o.scales and o.scales.slot is not None:  # seed 000: each buffer of the tensor-memory scale rings
+                    used.update(dict.fromkeys(n for r in (o.scales.a, o.scales.b) for n in tmem_buffers(m.ring(r))))
+                elif o.scales:
                     used[o.scales.a] = None
                     used[o.scales.b] = None
+            case ir.StoreTmemScales():
+                used.update(dict.fromkeys(tmem_buffers(m.ring(o.ring))))
+                prefix = "sa_" if o.tensor is ir.Tensor.SCALE_A else "sb_"
+                used.update(dict.fromkeys(n for n in scale_params(m) if n.startswith(prefix)))
             case ir.ScaleCopy():
                 used[o.ring] = None
                 used[o.dst] = None
@@ -1019,8 +1027,16 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
     return sorted(used, key=lambda n: order[n]) + list(_sizes(m))
 
 
+def tmem_buffers(r: ir.Ring) -> list[str]:
+    """The kernel's names for a ring's slots: one, the ring, except a tensor-memory scale ring's (seed 000), whose
+    slots are allocations of their own (Triton 3.6 and 3.9 refuse a multi-buffered TensorMemoryScalesLayout:
+    "Scales don't currently support multibuffering")."""
+    return [f"{r.name}{j}" for j in range(r.depth)] if r.tmem else [r.name]
+
+
 def _all_resources(m: ir.Module) -> list[str]:
-    return ([r.name for r in m.rings] + [s.name for s in m.tmem_scales] + [f"{b.name}_bars" for b in m.barriers]
+    return ([n for r in m.rings for n in tmem_buffers(r)] + [s.name for s in m.tmem_scales]
+            + [f"{b.name}_bars" for b in m.barriers]
             + [b.name for b in m.buffers]
             + [f"{b.name}_bar" for b in m.buffers if b.tensor is ir.Tensor.OPERAND]
             + [p for p in kernel_params(m) if p not in _sizes(m)])
@@ -1135,6 +1151,13 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                 b.line(f"{r.name} = allocate_tensor_memory(gl.float32, [{r.depth}, {r.rows}, {r.cols}], "
                        f"TensorMemoryLayout([{r.rows}, {r.cols}], col_stride=1))",
                        comment=f"ring {r.name}: {r.depth} x ({r.rows}, {r.cols}) fp32 in tensor memory")
+                continue
+            if r.tmem:  # sm_100a seed 000: each scale buffer its own allocation (`tmem_buffers`)
+                for n in tmem_buffers(r):
+                    b.line(f"{n} = allocate_tensor_memory({r.dtype.gluon}, [{r.rows}, {r.cols}], "
+                           "TensorMemoryScalesLayout())",
+                           comment=f"ring {r.name}, one of {r.depth}: ({r.rows}, {r.cols}) {r.dtype.value} scales in "
+                                   "tensor memory")
                 continue
             if r.byte_scales:  # sm_100a MX / NVFP4: TMA boxes of torch's blocked scales (backends/gluon_sm100.py)
                 desc = scale_desc(r.tensor)

@@ -28,6 +28,7 @@ from warploom.ir.ops_gfx1250 import Wmma as Wmma
 from warploom.ir.ops_sm100 import Commit as Commit
 from warploom.ir.ops_sm100 import LoadTmem as LoadTmem
 from warploom.ir.ops_sm100 import ScaleCopy as ScaleCopy
+from warploom.ir.ops_sm100 import StoreTmemScales as StoreTmemScales
 from warploom.ir.ops_sm100 import TcMma as TcMma
 from warploom.ir.ops_sm100 import TmemScales as TmemScales
 from warploom.spec import GemmSpec, Grouping
@@ -102,6 +103,9 @@ class Ring:
         padded: e2m1 only: the values lie one a byte in shared memory (MX fp8 x fp4's fp4 operand: tcgen05's
             kind::mxf8f6f4 reads fp4 so, and TMA unpacks each 8 bytes of pairs into 16, Triton's fp4_padded), so a
             slot is rows x cols bytes, and the stage's transaction bytes count them so.
+        tmem: sm_100a seed 000: a ring of block scales in tensor memory (TensorMemoryScalesLayout), (128, BK/32 or
+            BK/16) e8m0 or e4m3 a slot, which the scale partition fills by tcgen05.st (`StoreTmemScales`) and
+            scaled `TcMma`s read; each slot takes `rows // 128 * cols` of the 512 tensor-memory columns.
     """
 
     name: str
@@ -111,10 +115,17 @@ class Ring:
     rows: int
     cols: int
     padded: bool = False
+    tmem: bool = False
 
     def __post_init__(self) -> None:
         if self.padded and self.dtype is not DType.E2M1:
             raise ValueError(f"Ring {self.name}: only e2m1 slots are padded (MX fp8 x fp4), got {self.dtype}")
+        if self.tmem and (self.tensor not in (Tensor.SCALE_A, Tensor.SCALE_B)
+                          or self.dtype not in (DType.E8M0, DType.E4M3) or self.rows != 128
+                          or self.cols not in (4, 8)):
+            raise ValueError(f"Ring {self.name}: a tensor-memory scale ring holds (128, 4 or 8) e8m0 or e4m3 block "
+                             f"scales of SCALE_A or SCALE_B, got ({self.rows}, {self.cols}) {self.dtype.value} of "
+                             f"{self.tensor.value}")
 
     @property
     def slot_bytes(self) -> int:
@@ -129,11 +140,21 @@ class Ring:
     def byte_scales(self) -> bool:
         """sm_100a MX / NVFP4: a ring of one-byte block scales (e8m0 or e4m3) that TMA copies in torch's blocked
         layout and tcgen05.cp moves to tensor memory."""
-        return self.tensor in (Tensor.SCALE_A, Tensor.SCALE_B) and self.dtype in (DType.E8M0, DType.E4M3)
+        return self.tensor in (Tensor.SCALE_A, Tensor.SCALE_B) and self.dtype in (DType.E8M0, DType.E4M3) \
+            and not self.tmem
 
     @property
     def in_tmem(self) -> bool:
+        """A ring of tensor-memory accumulators (or partials); scale rings in tensor memory are `tmem`."""
         return self.tensor in (Tensor.ACC, Tensor.PARTIAL)
+
+    @property
+    def tmem_columns(self) -> int:
+        """Tensor-memory columns of all its slots: an fp32 accumulator a column per element of a row; a scale
+        slot 4 per 128x4 chunk (rows x 4 bytes over 128 lanes: 32-bit columns), as `ScaleBuffer.columns`."""
+        if self.in_tmem:
+            return self.depth * self.cols
+        return self.depth * (self.rows // 128) * self.cols if self.tmem else 0
 
 
 @dataclass(frozen=True)
@@ -819,7 +840,7 @@ class Module:
     def smem_bytes(self) -> int:
         """Shared memory of rings and buffers, plus 8 bytes per mbarrier (tensor-memory rings take none)."""
         return (
-            sum(r.bytes for r in self.rings if not r.in_tmem)
+            sum(r.bytes for r in self.rings if not (r.in_tmem or r.tmem))
             + sum(b.bytes for b in self.buffers)
             + 8 * sum(b.depth for b in self.barriers)
         )
@@ -842,7 +863,7 @@ class Module:
     @property
     def tmem_columns(self) -> int:
         """Tensor-memory columns the accumulator rings and the scale buffers take (sm_100a: at most 512 per SM)."""
-        return sum(r.depth * r.cols for r in self.rings if r.in_tmem) + sum(s.columns for s in self.tmem_scales)
+        return sum(r.tmem_columns for r in self.rings) + sum(s.columns for s in self.tmem_scales)
 
     def scale_buffer(self, name: str) -> ScaleBuffer:
         return _find(self.tmem_scales, name, "scale buffer")

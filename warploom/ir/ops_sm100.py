@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warploom.ir.base import Guard, Op, Slot
+from warploom.ir.base import Guard, Op, Slot, Tensor
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class TcMma(Op):
     overwrite: Guard = Guard.FIRST_K
     release: str | None = None
     scales: TmemScales | None = None
+    # seed 000: on completion also arrive on release_scales[scales.slot] (the TMEM scale buffers' empty barrier)
+    release_scales: str | None = None
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,9 @@ class TmemScales:
     """The block scales a scaled `TcMma` (MX: tcgen05.mma ... kind::mxf8f6f4.block_scale) reads from tensor memory.
 
     Attributes:
-        a, b: the `ScaleBuffer`s of A's rows and B's columns, each filled by a `ScaleCopy` issued before the MMA.
+        a, b: the `ScaleBuffer`s of A's rows and B's columns, each filled by a `ScaleCopy` issued before the MMA;
+            with `slot` (seed 000), the tensor-memory scale rings (`Ring.tmem`) that the scale partition's
+            `StoreTmemScales` fill, read at that slot.
         a_type, b_type: the operands' element formats as the instruction names them ("e4m3", "e5m2", "e2m1").
         vec: elements of K one scale covers: 32 for MX (scale_vec::1X for fp8 and fp8 x fp4, 2X for fp4), 16 for
             NVFP4's e4m3 scales (kind::mxf4nvf4 scale_vec::4X); Gluon infers it from the scale buffers' dtype and
@@ -45,6 +49,7 @@ class TmemScales:
     a_type: str
     b_type: str
     vec: int = 32
+    slot: Slot | None = None
 
     def __post_init__(self) -> None:
         for t in (self.a_type, self.b_type):
@@ -70,6 +75,20 @@ class ScaleCopy(Op):
 
 
 @dataclass(frozen=True)
+class StoreTmemScales(Op):
+    """sm_100a (seed 000): the scale partition loads the (tile, k-block)'s block scales of `tensor` (scale_a over the
+    tile's rows, scale_b over its columns; row-major, any strides) with ordinary loads and stores them from registers
+    into slot `slot` of the tensor-memory scale ring `ring` (tcgen05.st, then tcgen05.wait::st). Synchronous: when it
+    returns its own thread's stores are done; the partition's next arrival on `barrier[slot]` (after a barrier of
+    its warps) publishes them to the MMA warp, whose scaled MMA reads the slot and releases it when it completes."""
+
+    tensor: Tensor
+    ring: str
+    slot: Slot
+    barrier: str
+
+
+@dataclass(frozen=True)
 class Commit(Op):
     """Arrive once on `barrier[slot]` when every tcgen05 MMA this partition issued before has completed
     (tcgen05.commit): a waiter on that phase may then read the accumulators they wrote."""
@@ -92,4 +111,4 @@ class LoadTmem(Op):
 
 
 # This target's own ops (its declaration adds the shared ones its schedules hold).
-OWN_OPS: frozenset[type[Op]] = frozenset({TcMma, ScaleCopy, Commit, LoadTmem})
+OWN_OPS: frozenset[type[Op]] = frozenset({TcMma, ScaleCopy, StoreTmemScales, Commit, LoadTmem})

@@ -107,11 +107,16 @@ def op(o: ir.Op) -> str:
             rel = f", then arrive {o.release}[{slot(o.slot)}]" if o.release else ""
             ts = o.scales
             per = "" if ts is None or ts.vec == 32 else f", a scale per {ts.vec}"
-            by = f" scaled by {ts.a} x {ts.b} ({ts.a_type} x {ts.b_type}{per})" if ts else ""
+            at = "" if ts is None or ts.slot is None else f"[{slot(ts.slot)}]"
+            by = f" scaled by {ts.a}{at} x {ts.b}{at} ({ts.a_type} x {ts.b_type}{per})" if ts else ""
+            if o.release_scales and ts is not None and ts.slot is not None:
+                rel += f" and {o.release_scales}[{slot(ts.slot)}]"
             return (f"tcgen05_mma.async {o.acc_ring}[{slot(o.acc_slot)}] += {o.a_ring}[{slot(o.slot)}] @ "
                     f"{o.b_ring}[{slot(o.slot)}]{by}{ow}{rel}")
         case ir.ScaleCopy():
             return f"tcgen05_copy {o.ring}[{slot(o.slot)}] -> {o.dst}"
+        case ir.StoreTmemScales():
+            return f"store_tmem_scales {o.tensor.value}[tile, k] -> {o.ring}[{slot(o.slot)}] (for {o.barrier})"
         case ir.Commit():
             return f"tcgen05_commit {o.barrier}[{slot(o.slot)}]"
         case ir.LoadTmem():
@@ -159,7 +164,7 @@ def module(m: ir.Module) -> str:
         + (" exit_sync (a cluster barrier before exit)" if t.exit_sync else ""),
     ]
     for r in m.rings:
-        where = " in tensor memory" if r.in_tmem else " padded (one value a byte)" if r.padded else ""
+        where = " in tensor memory" if r.in_tmem or r.tmem else " padded (one value a byte)" if r.padded else ""
         out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]{where}")
     for sb in m.tmem_scales:
         out.append(f"  scale buffer {sb.name}: {sb.tensor.value} {sb.dtype.value}[{sb.rows}x{sb.cols}] in tensor "

@@ -26,7 +26,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.ir.verify_cluster import check_cluster
 from warploom.ir.verify_promote import check_partials
-from warploom.ir.verify_scales import check_tmem_scales
+from warploom.ir.verify_scales import check_scale_partition, check_tmem_scales
 from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, uncovered_rows
 from warploom.spec import SCALE_BLOCK, Grouping, ScaleRecipe
 from warploom.target import Target
@@ -129,9 +129,28 @@ def structural(m: ir.Module) -> list[str]:
                         _tmem_ring(ring_names, o.acc_ring, o.acc_slot, f"{where}: tcgen05 MMA into", slot, errs)
                         if o.release is not None and o.release not in bar_names:
                             errs.append(f"{where}: tcgen05 MMA releases unknown barrier {o.release}")
+                        if o.release_scales is not None and o.release_scales not in bar_names:
+                            errs.append(f"{where}: tcgen05 MMA releases unknown barrier {o.release_scales}")
+                        if o.scales is not None and o.scales.slot is not None:  # seed 000: tensor-memory scale rings
+                            for rn, t in ((o.scales.a, ir.Tensor.SCALE_A), (o.scales.b, ir.Tensor.SCALE_B)):
+                                r = ring_names.get(rn)
+                                if r is None or not r.tmem or r.tensor is not t:
+                                    errs.append(f"{where}: tcgen05 MMA scale operand {rn} is not a tensor-memory "
+                                                f"scale ring of {t.value}")
+                                else:
+                                    slot(o.scales.slot, r.depth, f"tcgen05 scale read of {rn}")
                         if p.role is not ir.Role.MMA:
                             errs.append(f"{where}: tcgen05 MMA in a {p.role.value} partition (one MMA warp issues "
                                         "them)")
+                case ir.StoreTmemScales():
+                    r = ring_names.get(o.ring)
+                    if r is None or not r.tmem or r.tensor is not o.tensor:
+                        errs.append(f"{where}: store_tmem_scales of {o.tensor.value} into {o.ring}, not a "
+                                    "tensor-memory scale ring of it")
+                    else:
+                        slot(o.slot, r.depth, f"store_tmem_scales into {r.name}")
+                    if o.barrier not in bar_names:
+                        errs.append(f"{where}: store_tmem_scales published by unknown barrier {o.barrier}")
                 case ir.Commit():
                     if o.barrier not in bar_names:
                         errs.append(f"{where}: tcgen05_commit to unknown barrier {o.barrier}")
@@ -375,6 +394,8 @@ def check_sm100(m: ir.Module) -> list[str]:
     # The accumulator ring takes columns 0 ... depth * cols; each scale buffer its own columns after them.
     spans = [(0, sum(r.depth * r.cols for r in m.rings if r.in_tmem), "the accumulators")]
     spans += [(b.col0, b.col0 + b.columns, f"scale buffer {b.name}") for b in m.tmem_scales]
+    # (seed 000's scale rings take no fixed columns: Triton allocates them after the accumulators, and
+    # tmem_columns counts them against 512 above)
     for i, (lo, hi, what) in enumerate(spans):
         errs += [f"tensor memory: {what} (columns {lo}..{hi - 1}) overlaps {w2} (columns {l2}..{h2 - 1})"
                  for l2, h2, w2 in spans[i + 1:] if lo < h2 and l2 < hi]
@@ -382,7 +403,7 @@ def check_sm100(m: ir.Module) -> list[str]:
         if r.in_tmem and ((r.rows, r.cols) != (m.tiling.bm, m.tiling.bn) or r.rows != 128):
             errs.append(f"tensor-memory ring {r.name} holds ({r.rows}, {r.cols}) tiles; expected the (128, "
                         f"{m.tiling.bn}) tile")
-    return errs + check_tmem_scales(m) + check_partials(m)
+    return errs + check_tmem_scales(m) + check_scale_partition(m) + check_partials(m)
 
 
 def check_gfx1250(m: ir.Module) -> list[str]:
@@ -728,6 +749,13 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
                     writers.setdefault(o.acc_ring, set()).add(p.name)
                     if o.release is not None:  # its completion arrives on the ring's empty barrier
                         arrivals.setdefault(o.release, set()).add(p.name)
+                    if o.release_scales is not None:  # seed 000: and on the scale buffers'
+                        arrivals.setdefault(o.release_scales, set()).add(p.name)
+                    if o.scales is not None and o.scales.slot is not None:
+                        readers.setdefault(o.scales.a, set()).add(p.name)
+                        readers.setdefault(o.scales.b, set()).add(p.name)
+                case ir.StoreTmemScales():
+                    writers.setdefault(o.ring, set()).add(p.name)
                 case ir.Commit():
                     arrivals.setdefault(o.barrier, set()).add(p.name)
                 case ir.LoadTmem():

@@ -161,3 +161,103 @@ def _tma_bytes(m: ir.Module) -> list[str]:
             errs += [f"partition {p.name}: arrive_expect_tx {e.barrier} announces {e.nbytes} bytes, but the stage's "
                      f"TMA loads (A, B and the scales) bring {want}" for e in expects if e.nbytes != want]
     return errs
+
+
+def check_scale_partition(m: ir.Module) -> list[str]:
+    """Seed 000's rules (a scale partition `StoreTmemScales` into tensor-memory scale rings, `Ring.tmem`); empty when
+    the module has none.
+
+    - **producer and consumer:** each scale ring is written by `StoreTmemScales` of one SCALES partition and read by
+      the scaled `TcMma`s (reading it at a slot) of the MMA partition, and the scales hold the recipe's dtype, BK /
+      scale_k a row.
+    - **not signalling early:** in the scale partition's loop the stores into a slot follow a wait on the rings'
+      empty barrier at that slot and precede the arrival on their ready barrier, which guards the rings.
+    - **released only by the MMA's completion:** each scaled MMA follows a wait on the ready barrier at its slot,
+      releases the slot by `release_scales` (the rings' empty barrier, arrived on as the MMA completes), and no
+      partition arrives on that empty barrier by hand (the tensor cores may still be reading the buffer).
+
+    Allowed (scale partition; MMA warp)::
+
+        wait scale_empty[q] ^1; store_tmem_scales sa_tm[q]; store_tmem_scales sb_tm[q]; arrive scale_ready[q]
+        wait scale_ready[q]; tcgen05_mma ... scaled by sa_tm[q] x sb_tm[q], then arrive empty[c], scale_empty[q]
+
+    Forbidden: ``arrive scale_ready[q]`` before the stores; no wait on ``scale_empty``; ``arrive scale_empty[q]``
+    after the MMA's issue; an MMA reading ``sa_tm[q]`` with no wait on ``scale_ready[q]``."""
+    rings = {r.name: r for r in m.rings if r.tmem}
+    if not rings:
+        return []
+    errs: list[str] = []
+    recipe = m.spec.scale
+    if not recipe.microscaled:
+        return [f"tensor-memory scale rings {sorted(rings)} in a module of {recipe.value} scales (MX's or NVFP4's)"]
+    for r in rings.values():
+        if r.dtype is not recipe.scale_dtype:
+            errs.append(f"scale ring {r.name} holds {r.dtype.value}; {recipe.value} scales are "
+                        f"{recipe.scale_dtype.value}")
+        if r.cols * recipe.scale_k != m.tiling.bk:
+            errs.append(f"scale ring {r.name} holds {r.cols} scales a row per k-block of {m.tiling.bk}; "
+                        f"{recipe.value} takes {m.tiling.bk // recipe.scale_k}")
+    bars = {b.name: b for b in m.barriers}
+    ready = {b.name for b in m.barriers if b.purpose is ir.Purpose.READY and set(b.rings) & set(rings)}
+    empty = {b.name for b in m.barriers if b.purpose is ir.Purpose.EMPTY and set(b.rings) & set(rings)}
+    writers: dict[str, set[str]] = {}
+    readers: dict[str, set[str]] = {}
+    for p in m.partitions:
+        for o, _ in ir.walk(p.body):
+            if isinstance(o, ir.StoreTmemScales):
+                writers.setdefault(o.ring, set()).add(p.name)
+                if p.role is not ir.Role.SCALES:
+                    errs.append(f"partition {p.name}: store_tmem_scales in a {p.role.value} partition (the scale "
+                                "partition's)")
+                if o.barrier not in ready or o.ring not in bars[o.barrier].rings:
+                    errs.append(f"partition {p.name}: store_tmem_scales into {o.ring} is published by {o.barrier}, "
+                                "not a ready barrier guarding it")
+            elif isinstance(o, ir.TcMma) and o.scales is not None and o.scales.slot is not None:
+                for b in (o.scales.a, o.scales.b):
+                    readers.setdefault(b, set()).add(p.name)
+                if o.release_scales not in empty:
+                    errs.append(f"partition {p.name}: the scaled MMA reading {o.scales.a} and {o.scales.b} releases "
+                                f"{o.release_scales}, not their empty barrier {sorted(empty)}: the buffers are free "
+                                "only when the MMA that reads them completes")
+            elif isinstance(o, ir.TcMma) and o.scales is not None:
+                errs.append(f"partition {p.name}: a scaled MMA reads scale buffers {o.scales.a}, {o.scales.b} "
+                            "without a slot in a module whose scales are the scale partition's")
+            elif isinstance(o, ir.Arrive) and o.barrier in empty:
+                errs.append(f"partition {p.name}: arrive {o.barrier} releases a tensor-memory scale buffer by hand; "
+                            "only the completion of the scaled MMA that reads it may (release_scales)")
+        for lp in _loops(p.body):
+            errs += _scale_loop(p, lp, ready, empty, rings)
+    for name in sorted(rings):
+        w, rd = writers.get(name, set()), readers.get(name, set())
+        if len(w) != 1:
+            errs.append(f"scale ring {name}: written by {sorted(w)}; expected one scale partition's store_tmem_scales")
+        if len(rd) != 1:
+            errs.append(f"scale ring {name}: read by {sorted(rd)}; expected the MMA warp's scaled MMAs")
+    return errs
+
+
+def _scale_loop(p: ir.Partition, lp: ir.Loop, ready: set[str], empty: set[str], rings: dict[str, ir.Ring]) -> list[str]:
+    """One loop body's order: waits before the stores or MMAs that need them, stores before their arrival."""
+    errs: list[str] = []
+    waited: set[tuple[str, ir.Slot]] = set()
+    stored: dict[ir.Slot, list[str]] = {}
+    for s in lp.body:
+        if isinstance(s, ir.Wait):
+            waited.add((s.barrier, s.slot))
+        elif isinstance(s, ir.StoreTmemScales):
+            if not any((b, s.slot) in waited for b in empty):
+                errs.append(f"partition {p.name}: store_tmem_scales into {s.ring}[{s.slot}] with no wait on "
+                            f"{sorted(empty)} at that slot before it in its loop: the MMA may still read the buffer")
+            stored.setdefault(s.slot, []).append(s.ring)
+        elif isinstance(s, ir.Arrive) and s.barrier in ready:
+            missing = sorted(set(rings) - set(stored.pop(s.slot, [])))
+            if missing:
+                errs.append(f"partition {p.name}: arrive {s.barrier}[{s.slot}] signals the MMA warp before "
+                            f"store_tmem_scales into {missing} at that slot in its loop")
+        elif isinstance(s, ir.TcMma) and s.scales is not None and s.scales.slot is not None:
+            if not any((b, s.scales.slot) in waited for b in ready):
+                errs.append(f"partition {p.name}: the scaled MMA reads {s.scales.a}[{s.scales.slot}] with no wait on "
+                            f"{sorted(ready)} at that slot before it in its loop")
+    errs += [f"partition {p.name}: store_tmem_scales into {rs} at {sl} is never signalled to the MMA warp in its "
+             "loop" for sl, rs in stored.items()]
+    return errs

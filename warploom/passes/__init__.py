@@ -17,6 +17,7 @@ from warploom.ir import verify
 from warploom.ir.warps import WarpMask
 from warploom.passes.blackwell import PlaceScaleCopies, SplitMma
 from warploom.passes.blackwell_promote import SplitMmaPromoted
+from warploom.passes.blackwell_scales import SCALE_PARTITION_REGS, PlaceScalePartition
 from warploom.passes.build import build_sequential
 from warploom.passes.cluster import ShareB
 from warploom.passes.epilogue import HoistOperands, LowerEpilogue, PrefetchOperands
@@ -89,11 +90,17 @@ def pipeline_sm100(plan: Plan) -> list[Pass]:
         # tile's start (it lands while the partition waits for the accumulator), later ones behind the store of the
         # block that last read the buffer. (HoistOperands has no mainloop to hide loads under here.)
         PrefetchOperands(enabled=plan.prefetch_operands),
+        # Row-major MX / NVFP4 scales (seed 000): a scale partition tcgen05.st's each k-block's scales into one of two
+        # tensor-memory buffers for the MMA warp, whose scaled MMA releases the buffer as it completes. After
+        # SplitMma, which made the MMA warp it feeds; it owns its barriers, so PlanRings has nothing to add.
+        PlaceScalePartition(enabled=plan.block_scaled and plan.scale_partition),
         # The producer's loop, flattened as on sm_90a.
         FlattenProducer(),
         # Last: the MMA warp and the producer issue only (one budget: they share a warpgroup), the epilogue
-        # partition holds a column block of the accumulator and its math.
-        AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs),
+        # partition holds a column block of the accumulator and its math; a scale partition (its own warpgroup)
+        # holds a k-block's scales and their addresses.
+        AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs,
+                        scales=SCALE_PARTITION_REGS if plan.block_scaled and plan.scale_partition else 0),
     ]
 
 

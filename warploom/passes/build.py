@@ -72,11 +72,14 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     # NVFP4 likewise, (BM, BK/16) and (BN, BK/16) e4m3 bytes. A tile narrower than 128 (rule 18's swapped decode:
     # 16 or 32 tokens) takes the whole 128-row block its rows start (`scale_rows`), padded by to_blocked.
     native_mx = spec.scale.microscaled and plan.acc_buffers > 0
-    if native_mx:
+    # Seed 000's path (row-major scales, `Plan.scale_partition`): the scales never enter the A/B stage; a scale
+    # partition loads them itself (passes/blackwell_scales.py).
+    staged = native_mx and not plan.scale_partition
+    if staged:
         sd = spec.scale.scale_dtype
         rings += (ir.Ring("sa_ring", ir.Tensor.SCALE_A, sd, 1, scale_rows(plan.bm), subs),
                   ir.Ring("sb_ring", ir.Tensor.SCALE_B, sd, 1, scale_rows(plan.bn), subs))
-    elif blockwise:
+    elif blockwise and not native_mx:
         # The k-block's scales travel through the same stages as its A and B tiles (seed 001): one slot of
         # scale_a holds the tile's BM row scales; one of scale_b the tile's 128-column blocks' (or columns'); MX
         # slots a row of each per 32-deep slice.
@@ -93,10 +96,10 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         ir.TmaLoad(ir.Tensor.A, "a_ring", c, a_coord),
         ir.TmaLoad(ir.Tensor.B, "b_ring", c, b_coord),
     ]
-    if native_mx:  # (loaded like A and B: the stage's one expect-tx counts their bytes too)
+    if staged:  # (loaded like A and B: the stage's one expect-tx counts their bytes too)
         k_body += [ir.TmaLoad(ir.Tensor.SCALE_A, "sa_ring", c, (ir.Axis.M, ir.Axis.K)),
                    ir.TmaLoad(ir.Tensor.SCALE_B, "sb_ring", c, (ir.Axis.N, ir.Axis.K))]
-    elif blockwise:
+    elif blockwise and not native_mx:
         # MX scales are single bytes: copied by ordinary loads (sync), not cp.async.
         k_body += [ir.CopyScales(ir.Tensor.SCALE_A, "sa_ring", c, sync=mx),
                    ir.CopyScales(ir.Tensor.SCALE_B, "sb_ring", c, sync=mx)]

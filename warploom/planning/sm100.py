@@ -79,7 +79,7 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
     if problems:
         raise UnsupportedError(f"sm_100a (planner rule 19) plans native accumulation with tensorwise, rowwise, MX "
                                f"(fp8, fp4), NVFP4, fp32 blockwise (promoted) or no scales so far; {spec.short()} has "
-                               f"{'; '.join(problems)}. Issue 25 still lacks seed 000's scale partition. Fix: plan it "
+                               f"{'; '.join(problems)}. Fix: plan it "
                                "for an sm_90a device (device=H100_SXM)")
     if promoted:
         return _plan_blackwell_promoted(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m)
@@ -87,23 +87,28 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
         raise UnsupportedError("sm_100a NVFP4 with a fused epilogue: its global scales are an epilogue step of the "
                                "plain kernel, and a fused graph would not apply them. Fix: drop the epilogue and "
                                "apply it to scaled_mm's result")
-    if mx and spec.scale_layout is not ScaleLayout.BLOCKED:
-        raise UnsupportedError(f"sm_100a MX reads its scales with TMA in torch's blocked layout (to_blocked: 128x4 "
-                               f"tiles that tcgen05.cp copies whole), got {spec.scale_layout.value} scales. Fix: pass "
-                               "to_blocked(scale) for both scales, or plan row-major scales for an sm_90a device "
-                               "(seed 000's scale partition, which would read them on sm_100a, is not built)")
-    if mx and bn not in (None, 16, 32, 64, 128, 256):
+    # Row-major MX scales (plain, unpadded, any stride; GemmSpec keeps NVFP4's blocked) take seed 000's path: a
+    # scale partition loads them with ordinary loads and tcgen05.st's them into two tensor-memory buffers
+    # (`scale_path`), so they never enter the A/B stage and a narrow tile's rows need no 128-row chunk.
+    rowwise_scales = mx and spec.scale_layout is not ScaleLayout.BLOCKED
+    if rowwise_scales and bn not in (None, 16, 32, 64, 128):
+        raise UnsupportedError(f"sm_100a MX with row-major scales: bn in (16, 32, 64, 128) (the scale "
+                               f"partition's tensor-memory buffers hold 128 rows of scales; a 256-wide tile's B "
+                               f"scales would need two), got {bn=}. Fix: leave bn to the planner, or pass "
+                               "to_blocked(scale) for both scales (seed 001's tcgen05.cp path takes 256)")
+    if mx and not rowwise_scales and bn not in (None, 16, 32, 64, 128, 256):
         raise UnsupportedError(f"sm_100a MX: bn in (16, 32, 64, 128, 256) (tcgen05.cp copies B's scales in 128-row "
                                f"chunks; a 16-, 32- or 64-wide tile copies one and reads its first rows), got {bn=}. "
                                "Fix: leave bn to the planner")
-    if mx and bn is not None and bn < 128 and spec.n > bn:
+    if mx and not rowwise_scales and bn is not None and bn < 128 and spec.n > bn:
         # A narrow tile's scales are the first bn rows of the 128-row block at off_n // 128, which holds them only
         # for the tile at off_n = 0: a second tile's (rows bn ...) would need a copy from inside the block.
         raise UnsupportedError(f"sm_100a MX: a {bn}-wide tile reads its B scales from the first {bn} rows of a "
                                f"128-row tcgen05.cp chunk, so N must fit one tile, got N={spec.n} (rule 18 swaps "
                                f"decode with the tokens as N: at most {SWAP_MAX_M}; a 64-wide tile over a wider N "
                                "would need rows 64..127 of the chunk, which Triton 3.6 cannot address in a "
-                               "tensor-memory scale buffer). Fix: bn=128, or leave bn to the planner")
+                               "tensor-memory scale buffer). Fix: bn=128, pass row-major scales (seed 000's scale "
+                               "partition loads any tile's rows), or leave bn to the planner")
     bm = bm or 128
     if bm != 128 or bn not in (None, 16, 32, 64, 128, 256):
         raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (16, 32, 64, 128, 256), got "
@@ -124,8 +129,8 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
         # A swapped decode tile (16 or 32 tokens wide) streams the weight: a deep ring, as rule 16's on sm_90a.
         cap = DECODE_STAGES if width <= 32 else MAX_STAGES
         barriers = 8 * 2 * (cap + _BLACKWELL_BUFFERS)
-        return (min(cap, (device.smem_per_block - staging - barriers) // stage_bytes(spec, bm, width, bk)),
-                blocks, staging)
+        return (min(cap, (device.smem_per_block - staging - barriers)
+                     // stage_bytes(spec, bm, width, bk, scale_partition=rowwise_scales)), blocks, staging)
 
     # 256 wide unless the stages and staging buffers do not fit (many outputs or dense operands): the widest tile
     # with two stages, else the widest with one.
@@ -149,7 +154,30 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                 hoist_rows=True, scalar_columns=scalar_columns,
                 prefetch_operands=dense if prefetch_operands is None else prefetch_operands,
                 acc_buffers=1 if mx and width == 256 else _BLACKWELL_BUFFERS, block_scaled=mx,
-                target=Target.SM100A)
+                scale_partition=rowwise_scales, scale_warps=4 if rowwise_scales else 1, target=Target.SM100A)
+
+
+def scale_path(plan: Plan, spec: GemmSpec | None = None) -> str:
+    """Which way an sm_100a block-scaled plan brings its scales to the MMA, and why, with the tensor-memory trade
+    (printed by `explain` and `warploom demo`)."""
+    if not plan.block_scaled:
+        return "no block scales"
+    cols = plan.bk // (spec.scale.scale_k if spec is not None else 32)
+    acc = plan.acc_buffers * plan.bn
+    if plan.scale_partition:
+        sc = 2 * 2 * cols
+        return (f"seed 000: row-major scales; a 4-warp scale partition loads each k-block's scales with ordinary "
+                f"loads and tcgen05.st's them into one of two tensor-memory buffers per operand, the scaled MMA "
+                f"releasing the buffer as it completes. Tensor memory: {plan.acc_buffers} accumulator(s) of "
+                f"{plan.bn} columns ({acc}) + 2 x 2 scale buffers of {cols} columns ({sc}) = {acc + sc} of 512; two "
+                f"accumulators (the epilogue drains one under the next tile's mainloop) and two scale buffers (the "
+                f"partition fills one while the MMA reads the other) fit at 128 wide, so the planner keeps "
+                f"{plan.bm}x{plan.bn} (256 wide would need all 512 columns for two accumulators). Not measured: no "
+                "sm_100a GPU is at hand")
+    sc = cols * (plan.bm // 128) + cols * max(1, plan.bn // 128)
+    return (f"seed 001: blocked (to_blocked) scales ride the A/B stage by TMA and tcgen05.cp copies them into one "
+            f"tensor-memory buffer per operand before each MMA (one thread's tcgen05 ops run in order, so one buffer "
+            f"suffices). Tensor memory: {plan.acc_buffers} accumulator(s) ({acc} columns) + scales ({sc}) of 512")
 
 
 # Rule 19, fp32 blockwise: tensor-memory partials of 128x128 fp32 (128 columns each); four take all 512 columns.

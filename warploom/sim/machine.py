@@ -684,7 +684,9 @@ class Machine:
         drained by the epilogue and released to this partition; later ones add to the fill this partition started
         for the same tile. The fill lands at the commit that follows."""
         self.k_steps += 1
-        for ring, si, tag in ((ins.a_ring, ins.a_slot, ins.a_tag), (ins.b_ring, ins.b_slot, ins.b_tag)):
+        # (seed 000: its tensor-memory scale slots are read the same way, acquired through scale_ready)
+        for ring, si, tag in ((ins.a_ring, ins.a_slot, ins.a_tag), (ins.b_ring, ins.b_slot, ins.b_tag),
+                              *ins.scale_slots):
             s = self._read_slot(i, ins.site, ring, si, tag)
             s.readers = s.readers + ((i, pc),)
         s = self.slots[ins.acc_ring][ins.acc_slot]
@@ -1100,7 +1102,8 @@ class Machine:
             if self.data is not None:
                 self.data.scale_copy(ins)
         elif isinstance(ins, TcMmaI):
-            for ring, si in ((ins.a_ring, ins.a_slot), (ins.b_ring, ins.b_slot)):
+            for ring, si in ((ins.a_ring, ins.a_slot), (ins.b_ring, ins.b_slot), *((r, j) for r, j, _ in
+                                                                                   ins.scale_slots)):
                 s = self.slots[ring][si]
                 s.readers = tuple(r for r in s.readers if r != (i, e.pc))
             self._scale_flags(ins.site, self.scales.mma_done(i, e.pc, ins.site.where(), ins.scales))
@@ -1113,6 +1116,8 @@ class Machine:
                 self.data.tc_mma(ins)
             if ins.release is not None:
                 self._arrive(i, e.pc, ArriveI(ins.site, ins.release, ins.release_index, 1))
+            if ins.release_scales is not None:  # seed 000: the scale buffers it read are free again
+                self._arrive(i, e.pc, ArriveI(ins.site, ins.release_scales, ins.release_scales_index, 1))
         else:
             for ring in self.bar_rings.get(ins.barrier, ()):
                 s = self.slots[ring][ins.index]

@@ -141,6 +141,14 @@ class CtaData:
                 src, rows, self.ops.a.shape[1] // recipe.scale_k, tag.origin[0] // blocked.BLOCK_ROWS, col,
                 t.shape[0], chunks, 2.0 ** -127 if recipe is ScaleRecipe.MX else 0.0)
             return
+        if self.m.ring(ring).tmem:  # seed 000: the scale partition's masked loads of row-major scales (1.0 outside)
+            src = self.ops.scale_a if tag.tensor == "scale_a" else self.ops.scale_b
+            assert src is not None
+            rows = self.m.tiling.bm if tag.tensor == "scale_a" else self.m.tiling.bn  # (a narrow tile: its bn rows)
+            box = _block(src, tag.origin[0], tag.origin[1] // self.m.spec.scale.scale_k, rows, t.shape[1], 1.0)
+            self.slots[ring][slot] = torch.ones(t.shape)
+            self.slots[ring][slot][:rows] = box
+            return
         if tag.tensor in ("scale_a", "scale_b"):
             self.slots[ring][slot] = self._scales(tag, t.shape[1])
             return
@@ -203,7 +211,12 @@ class CtaData:
         """sm_100a: the tensor-memory accumulator slot (+)= A slot @ B slot, in fp32; block-scaled, each 32-deep
         (NVFP4: 16-deep) slice of K of a row of A (of B) times that row's scale from its tensor-memory buffer."""
         a, b = self.slots[ins.a_ring][ins.a_slot], self.slots[ins.b_ring][ins.b_slot]
-        if ins.scales:
+        if ins.scale_slots:  # seed 000: the slots of the tensor-memory scale rings
+            (ra, ia, _), (rb, ib, _) = ins.scale_slots
+            vec = self.m.spec.scale.scale_k
+            a = a * self.slots[ra][ia][:a.shape[0]].repeat_interleave(vec, dim=1)
+            b = b * self.slots[rb][ib][:b.shape[0]].repeat_interleave(vec, dim=1)
+        elif ins.scales:
             (sa, _), (sb, _) = ins.scales
             vec = self.m.spec.scale.scale_k
             # (the MMA reads its operands' rows of each buffer: a 16- or 32-row B, rule 18's tokens, the first rows

@@ -398,6 +398,11 @@ class TcMmaI:
     release_index: int
     # block-scaled (seed 001): (tensor-memory scale buffer, the scales this (tile, k-block) needs) for A and B
     scales: tuple[tuple[str, Tag], ...] = ()
+    # block-scaled (seed 000): (tensor-memory scale ring, slot, the scales it must hold) for A and B, read like A
+    # and B until the MMA completes, which then arrives on release_scales[release_scales_index]
+    scale_slots: tuple[tuple[str, int, Tag], ...] = ()
+    release_scales: str | None = None
+    release_scales_index: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -849,15 +854,30 @@ class _Interp:
                     overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)
                     a_tag, b_tag = expected_tags(m, t, self._kb(t))
                     ri = -1 if o.release is None else self._index(o.slot, m.barrier(o.release).depth, text)
-                    scales = () if o.scales is None else tuple(
-                        (buf, tma_scale_tag(m, m.scale_buffer(buf).tensor, t, self._kb(t)))
-                        for buf in (o.scales.a, o.scales.b))
+                    scales: tuple[tuple[str, Tag], ...] = ()
+                    scale_slots: tuple[tuple[str, int, Tag], ...] = ()
+                    si = -1
+                    if o.scales is not None and o.scales.slot is not None:  # seed 000: tensor-memory scale rings
+                        si = self._index(o.scales.slot, m.ring(o.scales.a).depth, text)
+                        scale_slots = tuple((r, si, tma_scale_tag(m, m.ring(r).tensor, t, self._kb(t)))
+                                            for r in (o.scales.a, o.scales.b))
+                    elif o.scales is not None:
+                        scales = tuple((buf, tma_scale_tag(m, m.scale_buffer(buf).tensor, t, self._kb(t)))
+                                       for buf in (o.scales.a, o.scales.b))
                     # (a tensor-memory partial holds one k-block's product, an accumulator the tile's)
                     tag = partial_tag(t, self._kb(t)) if m.ring(o.acc_ring).tensor is ir.Tensor.PARTIAL else acc_tag(t)
                     yield TcMmaI(site, o.a_ring, o.b_ring, self._index(o.slot, m.ring(o.a_ring).depth, text),
                                  self._index(o.slot, m.ring(o.b_ring).depth, text), o.acc_ring,
                                  self._index(o.acc_slot, m.ring(o.acc_ring).depth, text), not overwrite, a_tag, b_tag,
-                                 tag, o.release, ri, scales)
+                                 tag, o.release, ri, scales, scale_slots, o.release_scales, si)
+                case ir.StoreTmemScales():
+                    # seed 000: ordinary loads and tcgen05.st, done when issued; the next arrival on the ready
+                    # barrier publishes them (as MX's synchronous copy_scales on sm_90a)
+                    t = self._tile_in_k(text)
+                    ring = m.ring(o.ring)
+                    slot = self._index(o.slot, ring.depth, text)
+                    yield LoadI(site, o.ring, slot, tma_scale_tag(m, o.tensor, t, self._kb(t)), o.barrier,
+                                self._index(o.slot, m.barrier(o.barrier).depth, text), 0, sync=True)
                 case ir.ScaleCopy():
                     t = self._tile_in_k(text)
                     ring = m.ring(o.ring)
