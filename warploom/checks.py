@@ -386,22 +386,39 @@ def scale_parts(arg: str, scale: Any) -> tuple[Any, Any]:
     return scale[0], scale[1]
 
 
-def _nvfp4_scales(a: Any, scale_a: Any, scale_b: Any, globals_: dict[str, Any], m: int, n: int, k: int) -> None:
-    """NVFP4 (sm_100a): e4m3 scales per 16 of K in torch's blocked layout, (M, K/16) and (N, K/16) padded to 128x4
-    tiles, each with a tensorwise fp32 global scale."""
+def _nvfp4_scales(a: Any, scale_a: Any, scale_b: Any, globals_: dict[str, Any], m: int, n: int,
+                  k: int) -> ScaleLayout:
+    """NVFP4 (sm_100a): e4m3 scales per 16 of K, both row-major (M, K/16) and (N, K/16) with any strides (seed 000's
+    scale partition loads them) or both in torch's blocked layout (padded to 128x4 tiles, tcgen05.cp's), each with a
+    tensorwise fp32 global scale. Returns their layout."""
+    kb = k // NVFP4_BLOCK
+    layouts = []
     for arg, t, rows in (("scale_a", scale_a, m), ("scale_b", scale_b, n)):
         if DType.from_torch(t.dtype) is not DType.E4M3:
             raise ScaleError(arg, f"torch.float8_e4m3fn block scales, one per {NVFP4_BLOCK} of K (NVFP4)",
                              f"dtype {t.dtype}", "pass both NVFP4 block scales as torch.float8_e4m3fn (MX fp4's "
                              "e8m0 scales per 32 take no global scale)")
         blocked = blocked_scales(rows, k, NVFP4_BLOCK)
+        if tuple(t.shape) == (rows, kb):
+            layouts.append(ScaleLayout.ROW_MAJOR)
+            continue
         if tuple(t.shape) != (blocked,) or (blocked > 1 and t.stride() != (1,)):
-            raise ScaleError(arg, f"NVFP4 scales per {NVFP4_BLOCK} of K in torch's blocked layout: to_blocked of "
-                             f"({rows}, {k // NVFP4_BLOCK}), a contiguous 1-D ({blocked},)",
+            raise ScaleError(arg, f"NVFP4 scales per {NVFP4_BLOCK} of K: ({rows}, {kb}), one per row and "
+                             f"{NVFP4_BLOCK} elements of K" + (" (a row of the (N, K) weight b.t())"
+                                                               if arg == "scale_b" else "")
+                             + f", any strides, or torch's blocked layout: to_blocked of them, a contiguous 1-D "
+                             f"({blocked},)",
                              f"shape {tuple(t.shape)} strides {tuple(t.stride())}"
                              + (f" (the blocked size of scales per {MX_BLOCK})"
-                                if t.numel() == blocked_scales(rows, k) else ""),
-                             f"quantize with one e4m3 scale per {NVFP4_BLOCK} of K and pass to_blocked() of them")
+                                if tuple(t.shape) == (blocked_scales(rows, k),) else
+                                f" (the shape of scales per {MX_BLOCK})"
+                                if tuple(t.shape) == (rows, k // MX_BLOCK) else ""),
+                             f"quantize with one e4m3 scale per {NVFP4_BLOCK} of K and pass the ({rows}, {kb}) "
+                             "scales or to_blocked() of them")
+        layouts.append(ScaleLayout.BLOCKED)
+    if layouts[0] is not layouts[1]:
+        raise ScaleError("scale_b", f"the layout of scale_a ({layouts[0].value})", layouts[1].value,
+                         "pass both NVFP4 scales row-major or both in the blocked layout")
     for arg, g in globals_.items():
         if g is None:
             raise ScaleError(arg, "NVFP4's pair [block scales, global scale]: a tensorwise fp32 global scale beside "
@@ -414,6 +431,7 @@ def _nvfp4_scales(a: Any, scale_a: Any, scale_b: Any, globals_: dict[str, Any], 
                              f"{g.dtype}", "pass torch.tensor([s], dtype=torch.float32, device=a.device)")
         same_device({"a": a, arg: g})
         no_neg_bit({arg: g})
+    return layouts[0]
 
 
 def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None, out_dtype: Any = None,
@@ -451,8 +469,9 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     if nvfp4 and db is not DType.E2M1:
         raise DTypeError("b", "torch.float4_e2m1fn_x2 like a (NVFP4 x NVFP4)", str(b.dtype),
                          "quantize b to NVFP4 too, or pass MX e8m0 scales for MX fp4 x fp8")
+    nvfp4_layout = None
     if nvfp4:  # NVFP4: e4m3 scales per 16 and a global scale each (torch's BlockWise1x16 with TensorWise)
-        _nvfp4_scales(a, scale_a, scale_b, {"scale_a[1]": global_a, "scale_b[1]": global_b}, m, n, k)
+        nvfp4_layout = _nvfp4_scales(a, scale_a, scale_b, {"scale_a[1]": global_a, "scale_b[1]": global_b}, m, n, k)
     else:
         for arg, g in (("scale_a", global_a), ("scale_b", global_b)):
             if g is not None:
@@ -464,7 +483,7 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
                 also = (f" (MX fp4), or NVFP4's [float8_e4m3fn scales per {NVFP4_BLOCK}, fp32 global scale]"
                         if da is db else " (MX fp8 x fp4)")
                 raise ScaleError(arg, f"torch.float8_e8m0fnu, one scale per {MX_BLOCK} of K{also}",
-                                 f"dtype {t.dtype}", "pass MX e8m0 scales in torch's blocked layout (to_blocked)"
+                                 f"dtype {t.dtype}", "pass MX e8m0 scales, row-major or to_blocked() of them"
                                  + (", or NVFP4's pairs" if da is db else ""))
     recipe = ScaleRecipe.NVFP4 if nvfp4 else _scale_recipe(scale_a, scale_b, m, n, k)
     if recipe.is_blockwise:
@@ -482,11 +501,7 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     # use_fast_accum says (within one 128-deep k-block the tensor core accumulates as torch's kernels do).
     acc = Accumulation.NATIVE if use_fast_accum and not recipe.is_blockwise else Accumulation.PROMOTED
     layout = mx_scale_layout(scale_a, scale_b, m, n, k) if recipe is ScaleRecipe.MX else \
-        ScaleLayout.BLOCKED if nvfp4 else ScaleLayout.ROW_MAJOR
-    if (da is DType.E2M1) != (db is DType.E2M1) and layout is not ScaleLayout.BLOCKED:
-        raise ScaleError("scale_a", "MX scales in torch's blocked layout (to_blocked) for MX fp8 x fp4, which only "
-                         "sm_100a's kind::mxf8f6f4 MMA runs", "row-major scales",
-                         "pass to_blocked(scale_a) and to_blocked(scale_b)")
+        nvfp4_layout or ScaleLayout.ROW_MAJOR
     return GemmSpec(m, n, k, da, db, out, BLayout.K_MAJOR, recipe, acc, bias_dt, scale_layout=layout)
 
 

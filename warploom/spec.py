@@ -147,9 +147,10 @@ class Grouping(enum.Enum):
 
 
 class ScaleLayout(enum.Enum):
-    """How MX scales are laid out in memory (`GemmSpec.scale_layout`).
+    """How MX and NVFP4 scales are laid out in memory (`GemmSpec.scale_layout`).
 
-    ROW_MAJOR: (M, K/32) and (N, K/32), any strides (the sm_90a path reads them element by element).
+    ROW_MAJOR: (M, K/32) and (N, K/32) (NVFP4: K/16), any strides (sm_90a and sm_100a's seed 000 scale partition read
+        them element by element).
     BLOCKED: torch's swizzled "blocked" layout (``to_blocked``, cuBLAS's SWIZZLE_32_4_4): rows padded to 128 and
         scales to 4 per row, each 128x4 block 512 contiguous bytes, the byte of row r and scale c at
         ``(r % 32) * 16 + (r // 32) * 4 + c``; blocks ordered by 128 rows, then by 4 scales. What sm_100a's
@@ -182,7 +183,8 @@ class GemmSpec:
         out_dtype: the output element type.
         b_layout: which dimension of B is contiguous (C is row-major).
         a_layout: which dimension of A is contiguous (M-major for 16-bit inputs only).
-        scale_layout: MX only: row-major (M, K/32) scales or torch's swizzled "blocked" ones (`ScaleLayout`).
+        scale_layout: MX and NVFP4 only: row-major (M, K/32) (NVFP4: K/16) scales or torch's swizzled "blocked"
+            ones (`ScaleLayout`).
         scale: the fp8 scale recipe (NONE for 16-bit inputs).
         accumulation: NATIVE or PROMOTED (fp8 only).
         bias_dtype: dtype of a (N,) bias added in the epilogue, or None.
@@ -232,13 +234,11 @@ class GemmSpec:
             raise ValueError("PROMOTED accumulation only applies to fp8 inputs")
         if self.scale_layout is ScaleLayout.BLOCKED and not self.scale.microscaled:
             raise ValueError(f"only MX and NVFP4 scales come in the blocked layout: {self.scale=}")
-        if self.mixed_fp4 and (self.scale is not ScaleRecipe.MX or self.scale_layout is not ScaleLayout.BLOCKED):
-            raise ValueError(f"GemmSpec: MX fp8 x fp4 (kind::mxf8f6f4) takes MX scales in the blocked layout, got "
+        if self.mixed_fp4 and self.scale is not ScaleRecipe.MX:
+            raise ValueError(f"GemmSpec: MX fp8 x fp4 (kind::mxf8f6f4) takes MX scales, got "
                              f"{self.a_dtype=} {self.b_dtype=} {self.scale=} {self.scale_layout=}")
-        if self.scale is ScaleRecipe.NVFP4 and (not (self.fp4_a and self.fp4_b)
-                                                or self.scale_layout is not ScaleLayout.BLOCKED):
-            raise ValueError(f"NVFP4 scales go with e2m1 inputs in the blocked layout: {self.a_dtype=} "
-                             f"{self.scale_layout=}")
+        if self.scale is ScaleRecipe.NVFP4 and not (self.fp4_a and self.fp4_b):
+            raise ValueError(f"NVFP4 scales go with e2m1 inputs: {self.a_dtype=} {self.b_dtype=}")
         if self.scale.is_blockwise and self.accumulation is not Accumulation.PROMOTED:
             raise ValueError("blockwise scales are applied at each k-block's promotion: accumulation must be PROMOTED")
         if (self.grouping is Grouping.NONE) != (self.groups == 0):

@@ -238,6 +238,10 @@ def _mx_rows(m: int, n: int, k: int, a: DType = E4, b: DType = E4) -> GemmSpec:
     return GemmSpec(m, n, k, a, b, BF16, K_MAJOR, ScaleRecipe.MX, Accumulation.PROMOTED)
 
 
+def _nvfp4_rows(m: int, n: int, k: int) -> GemmSpec:
+    return replace(_mx_rows(m, n, k, a=DType.E2M1, b=DType.E2M1), scale=ScaleRecipe.NVFP4)
+
+
 @pytest.mark.parametrize("spec,bn,mma,mmas,kind", [
     pytest.param(_mx_rows(1000, 520, 1056), None, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale",
                  id="mxfp8_rows_128x128"),
@@ -248,6 +252,14 @@ def _mx_rows(m: int, n: int, k: int, a: DType = E4, b: DType = E4) -> GemmSpec:
     pytest.param(_mx_rows(40, 200, 1056), 32, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale", id="mxfp8_rows_128x32"),
     pytest.param(_mx_rows(1000, 520, 1056, a=DType.E2M1, b=DType.E2M1), None, "UTCOMMA", 2, _MXF4,
                  id="mxfp4_rows_128x128"),
+    # NVFP4: (128, 8) e4m3 buffers at BK 128, the second of its two 64-deep MMAs reading columns 4..7; BK 64 (K not
+    # a multiple of 128): (128, 4) and one MMA; a 64-wide tile over a wider N
+    pytest.param(_nvfp4_rows(1000, 520, 1152), None, "UTCOMMA", 2, _NVF4, id="nvfp4_rows_128x128_bk128"),
+    pytest.param(_nvfp4_rows(1000, 520, 1056), None, "UTCOMMA", 1, _NVF4, id="nvfp4_rows_128x128_bk64"),
+    pytest.param(_nvfp4_rows(300, 200, 1024), 64, "UTCOMMA", 2, _NVF4, id="nvfp4_rows_128x64"),
+    # MX fp8 x fp4: kind::mxf8f6f4, four 32-deep MMAs a k-block, the fp4 operand a value a byte
+    pytest.param(_mx_rows(1000, 528, 1056, b=DType.E2M1), None, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale\b",
+                 id="mxfp8xmxfp4_rows_128x128"),
 ])
 def test_scale_partition_compiles_to_block_scaled_tcgen05_without_copies(spec: GemmSpec, bn: int | None, mma: str,
                                                                           mmas: int, kind: str) -> None:

@@ -31,6 +31,10 @@ SPECS = {
     # path at BK 64, the global scales multiplied in the epilogue.
     "sm100_nvfp4_blocked": GemmSpec(1000, 520, 1056, DType.E2M1, DType.E2M1, DType.BF16, BLayout.K_MAJOR,
                                     ScaleRecipe.NVFP4, Accumulation.PROMOTED, scale_layout=ScaleLayout.BLOCKED),
+    # NVFP4 with row-major scales (seed 000) at BK 128: (128, 8) e4m3 buffers, the MMA's two 64-deep halves reading
+    # columns 0..3 and 4..7 of them, the global scales in the epilogue.
+    "sm100_nvfp4_rows": GemmSpec(1000, 520, 1152, DType.E2M1, DType.E2M1, DType.BF16, BLayout.K_MAJOR,
+                                 ScaleRecipe.NVFP4, Accumulation.PROMOTED),
     # DeepSeek's fp32 blockwise scales (1x128 x 128x128), promoted: each k-block's MMA into a tensor-memory partial,
     # which the 8-warp epilogue partition loads, scales and adds into its register accumulator.
     "sm100_fp8_blockwise_deepseek": GemmSpec(4096, 7168, 7168, E4, E4, DType.BF16, BLayout.K_MAJOR,
@@ -54,6 +58,9 @@ class TestSm100Golden(expecttest.TestCase):
 
     def test_mxfp8_scale_partition_gluon(self) -> None:
         assert_golden_file("sm100_mxfp8_rows.gluon.txt", kernel("sm100_mxfp8_rows").source)
+
+    def test_nvfp4_scale_partition_gluon(self) -> None:
+        assert_golden_file("sm100_nvfp4_rows.gluon.txt", kernel("sm100_nvfp4_rows").source)
 
     def test_nvfp4_gluon(self) -> None:
         assert_golden_file("sm100_nvfp4_blocked.gluon.txt", kernel("sm100_nvfp4_blocked").source)

@@ -1,5 +1,6 @@
-"""sm_100a seed 000 in the simulator: row-major MX scales through a scale partition and two tensor-memory scale
-buffers (passes/blackwell_scales.py). Numerics against a dequantized fp32 reference on odd shapes (and a narrow
+"""sm_100a seed 000 in the simulator: row-major MX scales (fp8, fp4, fp8 x fp4; NVFP4's in
+test_scale_partition_nvfp4_sm100_sim.py) through a scale partition and two tensor-memory scale buffers
+(passes/blackwell_scales.py). Numerics against a dequantized fp32 reference on odd shapes (and a narrow
 tile over a wider N, which seed 001's tcgen05.cp path refuses), and planted bugs the simulator, the explorer and
 the verifier catch: a buffer overwritten before its MMA completes, the partition signalling before its stores,
 a flipped parity on the scale-buffer barrier, a buffer released by hand."""
@@ -77,6 +78,8 @@ def test_row_major_scales_take_the_scale_partition() -> None:
     (77, 200, 416, 64, E4, E4, False),     # a 64-wide tile over N = 200: every tile's own rows of scale_b
     (45, 40, 288, 32, E4, E5, True),       # a 32-wide tile, N past one tile
     (150, 136, 320, None, F4, F4, False),  # MX fp4 (kind::mxf4)
+    (300, 264, 544, None, E4, F4, False),  # MX fp8 x fp4 (kind::mxf8f6f4, the fp4 operand a value a byte)
+    (129, 200, 1056, 64, F4, E5, True),    # MX fp4 x fp8, strided scale views, a 64-wide tile over N = 200
 ])
 def test_numerics_match_dequantized_reference(m: int, n: int, k: int, bn: int | None, a: DType, b: DType,
                                               strided: bool) -> None:

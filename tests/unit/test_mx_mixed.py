@@ -1,5 +1,6 @@
 """MX fp8 x fp4 on sm_100a (issue 25's leftovers): a e4m3 (or e5m2) with e8m0 scales per 32 of K, b e2m1 packed two a
-byte with e8m0 scales per 32 (or the other way round), both scales in torch's blocked layout; one tcgen05
+byte with e8m0 scales per 32 (or the other way round), both scales in torch's blocked layout (or both row-major: seed
+000's scale partition, tests/sim/test_scale_partition_sm100_sim.py); one tcgen05
 kind::mxf8f6f4 MMA reads both, the fp4 operand a value a byte in shared memory (`ir.Ring.padded`). torch's scaled_mm
 has no mixed MX recipe, so this is warploom's own API: `warploom.plan(a, b, scale_a, scale_b)` with the dtypes mixed.
 The API and the planner, the IR, the verifier's rule, and bad input refused by name."""
@@ -101,8 +102,10 @@ def test_bad_mixed_input_names_the_argument() -> None:
         warploom.plan(a, b, sa, sb, device=H100_SXM)
     rows = torch.full((M, K // 32), 127, dtype=torch.uint8).view(torch.float8_e8m0fnu)
     cols = torch.full((N, K // 32), 127, dtype=torch.uint8).view(torch.float8_e8m0fnu)
-    with pytest.raises(ScaleError, match="scale_a: expected MX scales in torch's blocked layout.*MX fp8 x fp4"):
-        warploom.plan(a, b, rows, cols, device=B200)
+    # row-major scales take seed 000's scale partition (tests/sim/test_scale_partition_sm100_sim.py)
+    assert warploom.plan(a, b, rows, cols, device=B200).plan.scale_partition
+    with pytest.raises(ScaleError, match="scale_b: expected the layout of scale_a .row_major., got blocked"):
+        warploom.plan(a, b, rows, sb, device=B200)
     with pytest.raises(ScaleError, match=r"scale_b: expected torch.float8_e8m0fnu.*\(MX fp8 x fp4\)"):
         warploom.plan(a, b, sa, sb.view(torch.uint8).view(torch.float8_e4m3fn), device=B200)
     with pytest.raises(ShapeError, match=r"b: expected shape \(160, N\) to match a's K = 320"):
@@ -111,5 +114,5 @@ def test_bad_mixed_input_names_the_argument() -> None:
         g = torch.ones(1)
         s16 = to_blocked(torch.ones(M, K // 16).to(torch.float8_e4m3fn))
         warploom.plan(_fp4(M), torch.zeros(N, K, dtype=torch.float8_e4m3fn).t(), [s16, g], [s16, g], device=B200)
-    with pytest.raises(ValueError, match="MX fp8 x fp4 .* takes MX scales in the blocked layout"):
-        replace(warploom.plan(*_args(), device=B200).spec, scale_layout=ScaleLayout.ROW_MAJOR)
+    with pytest.raises(ValueError, match="MX fp8 x fp4 .* takes MX scales"):
+        replace(warploom.plan(*_args(), device=B200).spec, scale=ScaleRecipe.NVFP4)

@@ -123,10 +123,10 @@ def test_bad_nvfp4_input_names_the_argument() -> None:
         warploom.plan(e4a, e4b, [g, g], g, device=B200)
 
 
-def test_spec_refuses_nvfp4_without_fp4_or_blocked_scales() -> None:
+def test_spec_refuses_nvfp4_without_fp4() -> None:
+    """Row-major NVFP4 scales are seed 000's (tests/sim/test_scale_partition_nvfp4_sm100_sim.py)."""
     spec = _kernel().spec
-    with pytest.raises(ValueError, match="NVFP4 scales go with e2m1 inputs in the blocked layout"):
-        replace(spec, scale_layout=ScaleLayout.ROW_MAJOR)
+    assert replace(spec, scale_layout=ScaleLayout.ROW_MAJOR).scale is ScaleRecipe.NVFP4
     with pytest.raises(ValueError, match="NVFP4 scales go with e2m1 inputs"):
         replace(spec, a_dtype=DType.E4M3, b_dtype=DType.E4M3)
 

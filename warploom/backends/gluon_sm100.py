@@ -24,8 +24,10 @@ from warploom.backends.gluon_sm90 import (
     wide,
 )
 from warploom.blocked import BLOCK_COLS
+from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.ir import printer
+from warploom.ir.verify_scales import NVFP4_MMA_COLS
 
 
 def _header(api: gluon_api.GluonApi, scales: bool = False, copies: bool = True) -> str:
@@ -89,6 +91,10 @@ class _Sm100Emitter(PartitionEmitter):
                     # seed 000: the buffers are allocations of their own (`tmem_buffers`): a branch per slot, which
                     # ptxas merges into one MMA reading the selected address
                     sc, sl = o.scales, o.scales.slot
+                    # (NVFP4: Triton issues the k-block as 64-deep MMAs, each reading its own 4 scale columns; the
+                    # verifier refuses any other k_cols, so this is all a kernel can say)
+                    w = NVFP4_MMA_COLS
+                    assert sc.k_cols == tuple(range(0, len(sc.k_cols) * w, w)), f"{sc.k_cols=}: not Triton's"
                     q = slot_index(sl, self.depth[sl.cursor], self.stages)
                     bars = f"{o.release}_bars.index({s}), " if o.release else ""
                     done = f", mbarriers=[{bars}{o.release_scales}_bars.index({q})]" if o.release_scales else done
@@ -146,21 +152,22 @@ class _Sm100Emitter(PartitionEmitter):
 
 
     def _store_tmem_scales(self, o: ir.StoreTmemScales, c: str) -> None:
-        """Seed 000: the (tile, k-block)'s row-major scales by masked byte loads (any strides; 1.0, e8m0 127, outside
-        the problem and past a narrow tile's rows), then tcgen05.st into the slot's buffer."""
+        """Seed 000: the (tile, k-block)'s row-major scales by masked byte loads (any strides; 1.0 outside the problem
+        and past a narrow tile's rows: e8m0 bits 127, or NVFP4's e4m3 1.0), then tcgen05.st into the slot's buffer."""
         b, r = self.buf, self.m.ring(o.ring)
         a_side = o.tensor is ir.Tensor.SCALE_A
         pre, off, size, tile = ("sa", "off_m", "M", "BM") if a_side else ("sb", "off_n", "N", "BN")
         stride = "sa_stride_m" if a_side else "sb_stride_n"
         w = wide if scale_offsets_wide(self.m.spec) else as_is
         rows, cols = f"{o.ring}_rows", f"{o.ring}_cols"
+        one = "1.0" if r.dtype is DType.E4M3 else "127"  # (e8m0 loads as its bits, e4m3 as float8e4nv values)
         b.line(f"{rows} = {off} + scale_rows", "the tile's rows" if a_side else "the tile's columns of B")
         b.line(f"{cols} = {self.kb} * {r.cols} + scale_cols", "this k-block's scales of each")
         mask = f"({rows}[:, None] < {size}) & ({cols}[None, :] < k_scales)"
         if r.rows > self.m.tiling.bn and not a_side:  # (a narrow tile: the buffer's rows past BN stay 1.0)
             mask = f"(scale_rows[:, None] < {tile}) & {mask}"
         b.line(f"{o.ring}_v = gl.load({pre}_ptr + {w(rows)}[:, None] * {stride} + {w(cols)}[None, :] * "
-               f"{pre}_stride_k, mask={mask}, other=127)", c)
+               f"{pre}_stride_k, mask={mask}, other={one})", c)
         q = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
         bufs = tmem_buffers(r)
         for j, buf in enumerate(bufs):

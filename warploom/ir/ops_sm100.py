@@ -42,7 +42,11 @@ class TmemScales:
         a_type, b_type: the operands' element formats as the instruction names them ("e4m3", "e5m2", "e2m1").
         vec: elements of K one scale covers: 32 for MX (scale_vec::1X for fp8 and fp8 x fp4, 2X for fp4), 16 for
             NVFP4's e4m3 scales (kind::mxf4nvf4 scale_vec::4X); Gluon infers it from the scale buffers' dtype and
-            shape."""
+            shape.
+        k_cols: seed 000's NVFP4: the first scale column each 64-deep kind::mxf4nvf4 MMA of the k-block reads (4
+            columns, 64 of K, each), as Triton issues one tcgen05_mma_scaled: (0,) at BK 64, (0, 4) at BK 128 (the
+            second MMA, K 64..127, reads columns 4..7); check_scale_partition requires each MMA's own columns.
+            Empty: the scales of each slice of K are its own (seed 001, MX)."""
 
     a: str
     b: str
@@ -50,6 +54,7 @@ class TmemScales:
     b_type: str
     vec: int = 32
     slot: Slot | None = None
+    k_cols: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         for t in (self.a_type, self.b_type):
@@ -58,6 +63,9 @@ class TmemScales:
         if self.vec not in (16, 32) or (self.vec == 16 and (self.a_type, self.b_type) != ("e2m1", "e2m1")):
             raise ValueError(f"TmemScales: scales per 32 of K (MX) or per 16 with e2m1 operands (NVFP4), got "
                              f"{self.vec=} with {self.a_type} x {self.b_type}")
+        if self.k_cols and (self.vec != 16 or self.slot is None):
+            raise ValueError(f"TmemScales: k_cols name seed 000's NVFP4 64-deep MMAs (vec 16, a slot), got "
+                             f"{self.k_cols=} with {self.vec=} {self.slot=}")
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,8 @@ def op(o: ir.Op) -> str:
             ts = o.scales
             per = "" if ts is None or ts.vec == 32 else f", a scale per {ts.vec}"
             at = "" if ts is None or ts.slot is None else f"[{slot(ts.slot)}]"
+            if ts is not None and ts.k_cols:  # (seed 000's NVFP4: each 64-deep MMA's first scale column)
+                per += f", columns from {', '.join(map(str, ts.k_cols))}"
             by = f" scaled by {ts.a}{at} x {ts.b}{at} ({ts.a_type} x {ts.b_type}{per})" if ts else ""
             if o.release_scales and ts is not None and ts.slot is not None:
                 rel += f" and {o.release_scales}[{slot(ts.slot)}]"

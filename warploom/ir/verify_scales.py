@@ -30,9 +30,12 @@ from __future__ import annotations
 
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
+from warploom.spec import ScaleRecipe
 
 # The instruction's names for the MX operand formats.
 MX_FORMATS = {DType.E4M3: "e4m3", DType.E5M2: "e5m2", DType.E2M1: "e2m1"}
+# NVFP4's kind::mxf4nvf4 MMA is 64 deep: 4 e4m3 scale columns (per 16 of K) a row each.
+NVFP4_MMA_COLS = 4
 
 
 def check_tmem_scales(m: ir.Module) -> list[str]:
@@ -215,6 +218,7 @@ def check_scale_partition(m: ir.Module) -> list[str]:
             elif isinstance(o, ir.TcMma) and o.scales is not None and o.scales.slot is not None:
                 for b in (o.scales.a, o.scales.b):
                     readers.setdefault(b, set()).add(p.name)
+                errs += _k_cols(p, o.scales, m.tiling.bk, recipe)
                 if o.release_scales not in empty:
                     errs.append(f"partition {p.name}: the scaled MMA reading {o.scales.a} and {o.scales.b} releases "
                                 f"{o.release_scales}, not their empty barrier {sorted(empty)}: the buffers are free "
@@ -234,6 +238,20 @@ def check_scale_partition(m: ir.Module) -> list[str]:
         if len(rd) != 1:
             errs.append(f"scale ring {name}: read by {sorted(rd)}; expected the MMA warp's scaled MMAs")
     return errs
+
+
+def _k_cols(p: ir.Partition, sc: ir.TmemScales, bk: int, recipe: ScaleRecipe) -> list[str]:
+    """NVFP4: each 64-deep MMA of the k-block reads its own 4 scale columns (`TmemScales.k_cols`)."""
+    if recipe is not ScaleRecipe.NVFP4:
+        return [] if not sc.k_cols else [f"partition {p.name}: the scaled MMA names k_cols {sc.k_cols}, which only "
+                                         "NVFP4's 64-deep MMAs take"]
+    own = tuple(range(0, bk // recipe.scale_k, NVFP4_MMA_COLS))
+    if len(sc.k_cols) != len(own):
+        return [f"partition {p.name}: the scaled MMA reads {sc.a} and {sc.b} as {len(sc.k_cols)} 64-deep MMAs "
+                f"(k_cols {sc.k_cols}); a k-block of {bk} is {len(own)}"]
+    return [f"partition {p.name}: the scaled MMA's 64-deep MMA {j} (K {64 * j}..{64 * j + 63}) reads scale columns "
+            f"{c}..{c + NVFP4_MMA_COLS - 1} of {sc.a} and {sc.b}; its own are {o}..{o + NVFP4_MMA_COLS - 1}"
+            for j, (c, o) in enumerate(zip(sc.k_cols, own, strict=True)) if c != o]
 
 
 def _scale_loop(p: ir.Partition, lp: ir.Loop, ready: set[str], empty: set[str], rings: dict[str, ir.Ring]) -> list[str]:

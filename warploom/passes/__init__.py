@@ -17,7 +17,7 @@ from warploom.ir import verify
 from warploom.ir.warps import WarpMask
 from warploom.passes.blackwell import PlaceScaleCopies, SplitMma
 from warploom.passes.blackwell_promote import SplitMmaPromoted
-from warploom.passes.blackwell_scales import SCALE_PARTITION_REGS, PlaceScalePartition
+from warploom.passes.blackwell_scales import PlaceScalePartition
 from warploom.passes.build import build_sequential
 from warploom.passes.cluster import ShareB
 from warploom.passes.epilogue import HoistOperands, LowerEpilogue, PrefetchOperands
@@ -97,10 +97,9 @@ def pipeline_sm100(plan: Plan) -> list[Pass]:
         # The producer's loop, flattened as on sm_90a.
         FlattenProducer(),
         # Last: the MMA warp and the producer issue only (one budget: they share a warpgroup), the epilogue
-        # partition holds a column block of the accumulator and its math; a scale partition (its own warpgroup)
-        # holds a k-block's scales and their addresses.
-        AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs,
-                        scales=SCALE_PARTITION_REGS if plan.block_scaled and plan.scale_partition else 0),
+        # partition holds a column block of the accumulator and its math; sm_100a's scale partition (its own
+        # warpgroup) keeps the budget PlaceScalePartition sized to its k-block's scales and their addresses.
+        AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs),
     ]
 
 

@@ -25,16 +25,25 @@ from dataclasses import dataclass, replace
 
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
-from warploom.ir.verify_scales import MX_FORMATS
+from warploom.ir.verify_scales import MX_FORMATS, NVFP4_MMA_COLS
+from warploom.spec import ScaleRecipe
 
 # The two tensor-memory scale rings and their barriers.
 SCALE_RINGS = {ir.Tensor.SCALE_A: "sa_tm", ir.Tensor.SCALE_B: "sb_tm"}
 SCALE_READY, SCALE_EMPTY = "scale_ready", "scale_empty"
 SCALE_BUFFERS = 2  # double buffering: the partition fills one while the MMA reads the other
 SCALE_WARPS = 4  # a warpgroup: tcgen05.st reaches each warp's own 32 lanes
-# Its budget: a thread holds a k-block's 4 (NVFP4 at BK 128: 8) scales of a row, their addresses and masks
-# (ptxas: no spills at this budget, tests/compile/test_compile_sm100.py).
+# Its budget: a thread holds a k-block's scales of a row, their addresses and masks. ptxas for sm_100a, no spills
+# at these (tests/compile/test_compile_sm100.py): MX's 4 e8m0 bytes a row at 48 (Triton 3.6 and 3.9). NVFP4's e4m3
+# ones cost more: 4 (BK 64) spilled 116 bytes at 48 under 3.9, none at 64; 8 (BK 128) spilled 104 bytes at 48
+# under 3.6 (none at 64) and 148 at 96 under 3.9, none at 104. (Loading e4m3 as bytes and bitcasting spilled more.)
 SCALE_PARTITION_REGS = 48
+NVFP4_SCALE_PARTITION_REGS = {4: 64, 8: 104}
+
+
+def scale_partition_regs(dtype: DType, cols: int) -> int:
+    """The scale partition's register budget for `cols` scales of `dtype` a row a k-block."""
+    return NVFP4_SCALE_PARTITION_REGS[cols] if dtype is DType.E4M3 else SCALE_PARTITION_REGS
 
 
 @dataclass(frozen=True)
@@ -58,8 +67,11 @@ class PlaceScalePartition:
         ready = ir.Barriers(SCALE_READY, SCALE_BUFFERS, 1, tuple(SCALE_RINGS.values()), ir.Purpose.READY)
         empty = ir.Barriers(SCALE_EMPTY, SCALE_BUFFERS, 1, tuple(SCALE_RINGS.values()), ir.Purpose.EMPTY)
         q = ir.Slot("q")
+        # NVFP4: one 64-deep MMA per 4 scale columns, each reading its own (`TmemScales.k_cols`)
+        k_cols = tuple(range(0, cols, NVFP4_MMA_COLS)) if spec.scale is ScaleRecipe.NVFP4 else ()
         scales = ir.TmemScales(SCALE_RINGS[ir.Tensor.SCALE_A], SCALE_RINGS[ir.Tensor.SCALE_B],
-                               MX_FORMATS[spec.a_dtype], MX_FORMATS[spec.b_dtype], spec.scale.scale_k, slot=q)
+                               MX_FORMATS[spec.a_dtype], MX_FORMATS[spec.b_dtype], spec.scale.scale_k, slot=q,
+                               k_cols=k_cols)
 
         def mma_k(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
             out: list[ir.Stmt] = []
@@ -82,7 +94,7 @@ class PlaceScalePartition:
             ir.Advance("q"),
         )
         part = ir.Partition(
-            name="scales", role=ir.Role.SCALES, warps=SCALE_WARPS,
+            name="scales", role=ir.Role.SCALES, warps=SCALE_WARPS, regs=scale_partition_regs(dt, cols),
             body=(ir.Loop(ir.LoopKind.TILES, (ir.Loop(ir.LoopKind.K, k_body),)),),
             cursors=(ir.Cursor("q", SCALE_BUFFERS),),
         )

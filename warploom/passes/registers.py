@@ -11,15 +11,16 @@ from warploom.ir import nodes as ir
 class AssignRegisters:
     """Attributes:
     producer, consumer: per-thread registers (setmaxnreg takes multiples of 8 in [24, 256]).
-    scales: a scale partition's budget (0: the producer's; sm_100a seed 000's is a warpgroup of its own)."""
+    A scale partition whose pass set its budget keeps it (sm_100a seed 000's, a warpgroup of its own sized by its
+    scales a row: passes/blackwell_scales.py)."""
 
     producer: int
     consumer: int
-    scales: int = 0
 
     def __call__(self, m: ir.Module) -> ir.Module:
         # A scale partition only issues copies: the producer's budget.
         # sm_100a: the MMA warp only issues too; the epilogue partition holds accumulator blocks.
-        regs = {ir.Role.PRODUCER: self.producer, ir.Role.SCALES: self.scales or self.producer,
-                ir.Role.CONSUMER: self.consumer, ir.Role.MMA: self.producer, ir.Role.EPILOGUE: self.consumer}
-        return replace(m, partitions=tuple(replace(p, regs=regs[p.role]) for p in m.partitions))
+        regs = {ir.Role.PRODUCER: self.producer, ir.Role.SCALES: self.producer, ir.Role.CONSUMER: self.consumer,
+                ir.Role.MMA: self.producer, ir.Role.EPILOGUE: self.consumer}
+        return replace(m, partitions=tuple(
+            p if p.role is ir.Role.SCALES and p.regs else replace(p, regs=regs[p.role]) for p in m.partitions))

@@ -87,12 +87,13 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
         raise UnsupportedError("sm_100a NVFP4 with a fused epilogue: its global scales are an epilogue step of the "
                                "plain kernel, and a fused graph would not apply them. Fix: drop the epilogue and "
                                "apply it to scaled_mm's result")
-    # Row-major MX scales (plain, unpadded, any stride; GemmSpec keeps NVFP4's blocked) take seed 000's path: a
-    # scale partition loads them with ordinary loads and tcgen05.st's them into two tensor-memory buffers
-    # (`scale_path`), so they never enter the A/B stage and a narrow tile's rows need no 128-row chunk.
+    # Row-major MX and NVFP4 scales (plain, unpadded, any stride) take seed 000's path: a scale partition loads them
+    # with ordinary loads and tcgen05.st's them into two tensor-memory buffers (`scale_path`), so they never enter
+    # the A/B stage and a narrow tile's rows need no 128-row chunk. NVFP4 keeps its k-block (`nvfp4_bk`): at BK 128
+    # each buffer holds 8 e4m3 scales a row, of which the MMA's two 64-deep halves read columns 0..3 and 4..7.
     rowwise_scales = mx and spec.scale_layout is not ScaleLayout.BLOCKED
     if rowwise_scales and bn not in (None, 16, 32, 64, 128):
-        raise UnsupportedError(f"sm_100a MX with row-major scales: bn in (16, 32, 64, 128) (the scale "
+        raise UnsupportedError(f"sm_100a MX / NVFP4 with row-major scales: bn in (16, 32, 64, 128) (the scale "
                                f"partition's tensor-memory buffers hold 128 rows of scales; a 256-wide tile's B "
                                f"scales would need two), got {bn=}. Fix: leave bn to the planner, or pass "
                                "to_blocked(scale) for both scales (seed 001's tcgen05.cp path takes 256)")
@@ -166,14 +167,18 @@ def scale_path(plan: Plan, spec: GemmSpec | None = None) -> str:
     acc = plan.acc_buffers * plan.bn
     if plan.scale_partition:
         sc = 2 * 2 * cols
+        nv = "" if spec is None or spec.scale is not ScaleRecipe.NVFP4 else (
+            f" NVFP4: e4m3 scales per 16 of K, {cols} a row a k-block of {plan.bk}, read by {plan.bk // 64} "
+            "64-deep kind::mxf4nvf4 MMA(s), each its own 4 columns; the fp32 global scales multiply the accumulator "
+            "in the epilogue.")
         return (f"seed 000: row-major scales; a 4-warp scale partition loads each k-block's scales with ordinary "
                 f"loads and tcgen05.st's them into one of two tensor-memory buffers per operand, the scaled MMA "
                 f"releasing the buffer as it completes. Tensor memory: {plan.acc_buffers} accumulator(s) of "
                 f"{plan.bn} columns ({acc}) + 2 x 2 scale buffers of {cols} columns ({sc}) = {acc + sc} of 512; two "
                 f"accumulators (the epilogue drains one under the next tile's mainloop) and two scale buffers (the "
                 f"partition fills one while the MMA reads the other) fit at 128 wide, so the planner keeps "
-                f"{plan.bm}x{plan.bn} (256 wide would need all 512 columns for two accumulators). Not measured: no "
-                "sm_100a GPU is at hand")
+                f"{plan.bm}x{plan.bn} (256 wide would need all 512 columns for two accumulators).{nv} Not measured: "
+                "no sm_100a GPU is at hand")
     sc = cols * (plan.bm // 128) + cols * max(1, plan.bn // 128)
     return (f"seed 001: blocked (to_blocked) scales ride the A/B stage by TMA and tcgen05.cp copies them into one "
             f"tensor-memory buffer per operand before each MMA (one thread's tcgen05 ops run in order, so one buffer "

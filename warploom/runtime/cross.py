@@ -154,6 +154,8 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
             sig[p] = f"tensordesc<{_SIG[d]}[{', '.join(map(str, blk))}],{shared_layout(d, blk, cga, padded)!r}>"
         elif p in ("sa_ptr", "sb_ptr") and m.spec.scale is ScaleRecipe.MX:
             sig[p] = "*u8"  # e8m0 scales go as their bytes (runtime/launch.py)
+        elif p in ("sa_ptr", "sb_ptr") and m.spec.scale is ScaleRecipe.NVFP4:
+            sig[p] = "*fp8e4nv"  # row-major e4m3 scales (seed 000's scale partition) go as they are
         elif p in ("scale_a_ptr", "scale_b_ptr", "sa_ptr", "sb_ptr", *GLOBAL_PARAMS):
             sig[p] = "*fp32"
         elif p in SK_TYPES:

@@ -594,12 +594,12 @@ def _encode_descriptor(arg: _DescArg, meta: Any) -> list[Any]:
 
 def _scale_args(recipe: ScaleRecipe) -> dict[str, Callable[[Call], Any]]:
     """Blockwise scales go as they are: the kernel reads them element by element with their own strides. scale_b
-    is (k-blocks, N or N-blocks), except MX's (N, K/32), a row per column of B; MX scales go as their bytes, which
-    the kernel decodes (Triton has no e8m0 pointer type)."""
+    is (k-blocks, N or N-blocks), except MX's (N, K/32) and NVFP4's row-major (N, K/16), a row per column of B; MX
+    scales go as their bytes, which the kernel decodes (Triton has no e8m0 pointer type), NVFP4's e4m3 as they are."""
     import torch
 
     mx = recipe is ScaleRecipe.MX
-    kb = 1 if mx else 0  # scale_b's k dimension
+    kb = 1 if recipe.microscaled else 0  # scale_b's k dimension
 
     def ptr(t: Any) -> Any:
         return t.view(torch.uint8) if mx else t

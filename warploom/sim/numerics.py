@@ -23,6 +23,7 @@ from warploom import blocked, fp4
 from warploom.epilogue.graph import OutputLayout
 from warploom.epilogue.reference import block_amax, evaluate_tile, values_before_amax
 from warploom.ir import nodes as ir
+from warploom.ir.verify_scales import NVFP4_MMA_COLS
 from warploom.sim.program import LoadTmemI, MmaI, PromoteI, ScaleCopyI, Tag, TcMmaI
 from warploom.spec import SCALE_BLOCK, ALayout, BLayout, ScaleRecipe
 
@@ -214,8 +215,13 @@ class CtaData:
         if ins.scale_slots:  # seed 000: the slots of the tensor-memory scale rings
             (ra, ia, _), (rb, ib, _) = ins.scale_slots
             vec = self.m.spec.scale.scale_k
-            a = a * self.slots[ra][ia][:a.shape[0]].repeat_interleave(vec, dim=1)
-            b = b * self.slots[rb][ib][:b.shape[0]].repeat_interleave(vec, dim=1)
+            row_a, row_b = self.slots[ra][ia][:a.shape[0]], self.slots[rb][ib][:b.shape[0]]
+            if ins.k_cols:  # NVFP4: 64-deep MMA j (K 64j..) reads 4 columns from k_cols[j], as issued
+                w = NVFP4_MMA_COLS
+                row_a = torch.cat([row_a[:, c:c + w] for c in ins.k_cols], dim=1)
+                row_b = torch.cat([row_b[:, c:c + w] for c in ins.k_cols], dim=1)
+            a = a * row_a.repeat_interleave(vec, dim=1)
+            b = b * row_b.repeat_interleave(vec, dim=1)
         elif ins.scales:
             (sa, _), (sb, _) = ins.scales
             vec = self.m.spec.scale.scale_k

@@ -403,6 +403,8 @@ class TcMmaI:
     scale_slots: tuple[tuple[str, int, Tag], ...] = ()
     release_scales: str | None = None
     release_scales_index: int = -1
+    # seed 000's NVFP4: the first scale column each 64-deep MMA reads (ir.TmemScales.k_cols)
+    k_cols: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -869,7 +871,8 @@ class _Interp:
                     yield TcMmaI(site, o.a_ring, o.b_ring, self._index(o.slot, m.ring(o.a_ring).depth, text),
                                  self._index(o.slot, m.ring(o.b_ring).depth, text), o.acc_ring,
                                  self._index(o.acc_slot, m.ring(o.acc_ring).depth, text), not overwrite, a_tag, b_tag,
-                                 tag, o.release, ri, scales, scale_slots, o.release_scales, si)
+                                 tag, o.release, ri, scales, scale_slots, o.release_scales, si,
+                                 o.scales.k_cols if o.scales is not None else ())
                 case ir.StoreTmemScales():
                     # seed 000: ordinary loads and tcgen05.st, done when issued; the next arrival on the ready
                     # barrier publishes them (as MX's synchronous copy_scales on sm_90a)
