@@ -136,6 +136,14 @@ def test_planner_rule_27_takes_one_tile_across_n(m: int, n: int, bn: int) -> Non
     assert k.plan.cluster == 1 and not k.plan.pingpong
 
 
+def test_two_quantizations_in_one_epilogue_are_refused_by_name() -> None:
+    """A tile takes one amax: a second `warploom.quantize` among the outputs is a warploom error naming the
+    epilogue and the fix (it was a bare ValueError from the graph's own check)."""
+    with pytest.raises(UnsupportedError, match=r"epilogue: expected at most one warploom.quantize call.*got 2.*Fix"):
+        capture(lambda acc: (warploom.quantize(acc)[0], warploom.quantize(acc * 2, recipe="rowwise")[0]), {},
+                out_shape=(4, 4))
+
+
 def test_bad_input_names_the_argument() -> None:
     """Rowwise's own mistakes, traced: each a warploom error that names the argument, what was expected and the fix."""
     with pytest.raises(UnsupportedError, match="warploom.quantize y: expected a float32, bfloat16 or float16 value.*"

@@ -68,9 +68,8 @@ class Builder:
             return ref
         return self.add(eg.Cast(ref, dtype))
 
-    def finish(self, outputs: Sequence[eg.Output]) -> eg.EpilogueGraph:
-        """The graph of `outputs`: only the nodes they read, renumbered in order, and the operands those name
-        (in the builder's operand order)."""
+    def live(self, outputs: Sequence[eg.Output]) -> set[int]:
+        """The nodes `outputs` read, themselves included."""
         live: set[int] = set()
         stack = [o.value for o in outputs]
         while stack:
@@ -78,6 +77,12 @@ class Builder:
             if r not in live:
                 live.add(r)
                 stack.extend(eg.inputs(self.nodes[r]))
+        return live
+
+    def finish(self, outputs: Sequence[eg.Output]) -> eg.EpilogueGraph:
+        """The graph of `outputs`: only the nodes they read, renumbered in order, and the operands those name
+        (in the builder's operand order)."""
+        live = self.live(outputs)
         new = {old: i for i, old in enumerate(sorted(live))}
         kept = tuple(remap(self.nodes[old], new) for old in sorted(live))
         used = {nd.name for nd in kept if isinstance(nd, eg.Operand)}

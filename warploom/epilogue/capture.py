@@ -373,6 +373,11 @@ class _Lowering(Builder):
             if isinstance(self.nodes[o.value], eg.Const):
                 raise _unsupported(f"epilogue output {i}", "a tensor computed from acc or the operands",
                                     "a constant", "return a value that depends on acc or an operand")
+        amaxes = sum(isinstance(self.nodes[r], eg.GroupAmax) for r in self.live(outputs))
+        if amaxes > 1:
+            raise _unsupported("epilogue", "at most one warploom.quantize call (a tile takes one amax)",
+                               f"{amaxes} quantized values", "quantize one value in the epilogue and any other with "
+                               "warploom.quantize on the call's result")
         return self.finish(outputs)
 
 
