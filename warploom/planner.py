@@ -70,6 +70,7 @@ from warploom.planning.sm90 import (
     epilogue_bytes,
     epilogue_subtiles,
     fused_wide,
+    gate_up_problems,
     grouped_tile,
     max_stages,
     plan_epilogue_bytes,
@@ -142,7 +143,8 @@ __all__ = [
     "epilogue_bytes", "epilogue_subtiles", "explain", "fused_wide", "grouped_tile", "is_decode",
     "k_block", "k_blocks", "latency_kind", "latency_split", "latency_stages", "latency_tiles", "latency_times",
     "latency_us", "max_stages", "nvfp4_bk", "plan_blackwell", "plan_epilogue_bytes", "plan_gfx1250", "plan_grouped",
-    "plan_schedule", "promotion_path", "scale_path", "quantized_problems", "rows_aligned", "rowwise_bn", "scale_rows",
+    "plan_schedule", "promotion_path", "scale_path", "gate_up_problems",
+    "quantized_problems", "rows_aligned", "rowwise_bn", "scale_rows",
     "scale_slot_bytes", "split_time", "square_tiles", "stage_bytes", "stream_k_grid", "stream_k_score",
     "swap_decode", "swap_rows", "swap_tokens", "tail_score", "tdm_warps_reason", "wave_fill",
 ]
@@ -177,6 +179,17 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                    f"result with warploom.quantize(out, {unfused})")
         bn = rowwise_bn(spec.n) if rowwise else QUANT_BN
         swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = False, 1, 1, 0, 1, False
+    block = spec.epilogue.gate_up() if spec.epilogue is not None else None
+    if block is not None:  # rule 28
+        problems = gate_up_problems(spec, device, bn=bn, pingpong=pingpong, partial_blocks=partial_blocks,
+                                    split_k=split_k, tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k,
+                                    cluster=cluster)
+        if problems:
+            raise UnsupportedError(f"warploom.silu_mul_interleaved in a fused epilogue (block={block}, rule 28) cannot "
+                                   f"run {spec.short()}: {'; '.join(problems)}. Fix: drop the conflicting option, "
+                                   "or run the GEMM unfused and call warploom.silu_mul_interleaved(out, "
+                                   f"block={block}) on its result")
+        bn, swap_ab, split_k, tail_split, stream_k, cluster, partial_blocks = 2 * block, False, 1, 1, 0, 1, None
     if spec.grouped:  # rule 22
         refused = {"pingpong": pingpong, "scale_partition": bool(scale_partition), "split_k": split_k not in (None, 1),
                    "tail_split": tail_split not in (None, 1), "swap_ab": bool(swap_ab),

@@ -866,7 +866,8 @@ class Machine:
                            "before its first apply_epilogue")
         self.applied[i] = (ins.acc, ins.cols, tile.index)
         if self.data is not None:
-            self.data.apply(i, ins.acc, ins.cols, ins.off_m, ins.off_n, ins.amax_cols is not None, ins.group)
+            self.data.apply(i, ins.acc, ins.cols, ins.off_m, ins.off_n, ins.amax_cols is not None, ins.group,
+                            up_cols=ins.up_cols)
 
     def _loaded_check(self, i: int, site: Site, acc: str, cols: tuple[int, int], what: str) -> None:
         """Every graph operand loaded for this block in this tile (OPERAND_NOT_LOADED)."""

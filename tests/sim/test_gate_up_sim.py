@@ -1,0 +1,120 @@
+"""The one-GEMM gate/up form on the CPU simulator: ``matmul(x, interleave_gate_up(w1, w3).T, epilogue=lambda acc:
+silu_mul_interleaved(acc, block=B))`` against ``F.silu(x @ w1.T) * (x @ w3.T)`` in fp32.
+
+Every kernel is planned (rule 28 pins BN = 2B), simulated into NaN-poisoned (M, I') outputs (the coverage check and
+no NaN left say every element was written once), on ragged M and I not a multiple of B (the helper zero-pads the
+last pair, whose padded result columns must be exactly 0). fp8 rowwise scaled_mm takes scale_b interleaved like the
+weight. A planted bug, the pair's halves swapped (silu of the up columns times the gate columns), is caught by the
+verifier and by the numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.nn.functional as F
+from fused_cases import in_tiles  # (pytest puts this folder on sys.path)
+
+import warploom
+from warploom import H100_SXM, sim
+from warploom.ir import nodes as ir
+from warploom.ir import verify
+from warploom.kernel import Kernel
+
+BF16, E4 = torch.bfloat16, torch.float8_e4m3fn
+
+
+def simulated(k: Kernel, a: torch.Tensor, b: torch.Tensor, **ops: torch.Tensor) -> torch.Tensor:
+    """The kernel's (M, N / 2) result, simulated into a NaN-poisoned output."""
+    m, n = k.spec.m, k.spec.n
+    out = torch.full((m, n // 2), float("nan")).to(k.spec.output_dtypes()[0].torch)
+    res = sim.simulate(k.module, a, b, operands=ops, outs=(out,), record=False)
+    assert res.ok, res.findings
+    assert res.outputs[0] is out and not out.float().isnan().any()
+    return out
+
+
+def close(got: torch.Tensor, want: torch.Tensor, i: int) -> None:
+    """got's first I columns are want to bf16's rounding; its padded ones exactly 0."""
+    torch.testing.assert_close(got[:, :i].float(), want, rtol=2 ** -7, atol=1e-3 * want.abs().max().item())
+    assert torch.equal(got[:, i:].float(), torch.zeros_like(got[:, i:].float()))
+
+
+# (M, I, K, block): ragged M (77 of 128 rows; 9, a decode batch); I a multiple of the block (256 of 128), not (100 of
+# 64: pairs 0 and 1, the second padded from 36 rows; 200 of 128), and one pair only (40 of 32)
+SHAPES = [(77, 100, 64, 64), (300, 200, 128, 128), (9, 40, 96, 32), (130, 256, 64, 128)]
+
+
+@pytest.mark.parametrize(("m", "i", "k", "block"), SHAPES)
+def test_bf16_against_fp32_reference(m: int, i: int, k: int, block: int) -> None:
+    torch.manual_seed(m + i)
+    x, w1, w3 = torch.randn(m, k).to(BF16), torch.randn(i, k).to(BF16), torch.randn(i, k).to(BF16)
+    w = warploom.interleave_gate_up(w1, w3, block=block)
+    kern = warploom.plan(x, w.T, epilogue=lambda acc: warploom.silu_mul_interleaved(acc, block=block))
+    assert kern.plan.bn == 2 * block and kern.spec.output_shapes() == ((m, w.shape[0] // 2),)
+    want = F.silu(x.float() @ w1.float().T) * (x.float() @ w3.float().T)
+    close(simulated(kern, x, w.T), want, i)
+
+
+def test_matmul_api_and_the_helper_agree() -> None:
+    """warploom.matmul on CPU tensors (the simulator) equals the unfused GEMM followed by silu_mul_interleaved."""
+    torch.manual_seed(1)
+    x, w1, w3 = torch.randn(50, 64).to(BF16), torch.randn(70, 64).to(BF16), torch.randn(70, 64).to(BF16)
+    w = warploom.interleave_gate_up(w1, w3, block=64)
+    y = warploom.matmul(x, w.T, epilogue=lambda acc: warploom.silu_mul_interleaved(acc, block=64))
+    h = x.float() @ w.float().T
+    assert y.shape == (50, 128) and y.dtype == BF16  # (I = 70 padded to 128)
+    want = warploom.silu_mul_interleaved(h, block=64)
+    torch.testing.assert_close(y.float(), want, rtol=2 ** -7, atol=1e-3 * want.abs().max().item())
+
+
+def test_per_row_operand_on_the_half_width_result() -> None:
+    """A column operand (per row: the same on both halves) multiplies the result."""
+    torch.manual_seed(2)
+    x, w1, w3, s = torch.randn(90, 64).to(BF16), torch.randn(128, 64).to(BF16), torch.randn(128, 64).to(BF16), \
+        torch.rand(90, 1) + 0.5
+    w = warploom.interleave_gate_up(w1, w3, block=64)
+    kern = warploom.plan(x, w.T, epilogue=lambda acc, s: warploom.silu_mul_interleaved(acc, block=64) * s, s=s)
+    want = F.silu(x.float() @ w1.float().T) * (x.float() @ w3.float().T) * s
+    close(simulated(kern, x, w.T, s=s), want, 128)
+
+
+@pytest.mark.parametrize(("block", "fast"), [(64, True), (64, False), (128, True)])
+def test_fp8_rowwise_scale_b_interleaved(block: int, fast: bool) -> None:
+    """scaled_mm fp8 rowwise: scale_b is per column of the interleaved weight (interleave_gate_up(s1, s3, dim=-1)),
+    applied on each side before the halves pair; promoted accumulation at block 64 (one 128-wide accumulator)."""
+    torch.manual_seed(block)
+    m, i, k = 77, 200, 256
+    x, w1, w3 = torch.randn(m, k).to(E4), torch.randn(i, k).to(E4), torch.randn(i, k).to(E4)
+    sa, s1, s3 = torch.rand(m, 1) + 0.5, torch.rand(i) + 0.5, torch.rand(i) + 0.5
+    w = warploom.interleave_gate_up(w1, w3, block=block)
+    sb = warploom.interleave_gate_up(s1, s3, block=block, dim=-1)[None]  # (1, N)
+    fn = lambda acc: warploom.silu_mul_interleaved(acc, block=block)  # noqa: E731
+    kern = warploom.plan(x, w.T, sa, sb, out_dtype=BF16, use_fast_accum=fast, epilogue=fn)
+    assert kern.plan.bn == 2 * block
+    xs = x.float() * sa
+    want = F.silu(xs @ (w1.float() * s1[:, None]).T) * (xs @ (w3.float() * s3[:, None]).T)
+    close(simulated(kern, x, w.T, scale_a=sa, scale_b=sb), want, i)
+
+
+def swapped_halves(m: ir.Module) -> ir.Module:
+    """The planted bug: each pair's gate and up blocks trade places (silu(up) * gate)."""
+    def tile(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        return tuple(dataclasses.replace(s, part=s.up, up=s.part) if isinstance(s, ir.ApplyEpilogue) else s
+                     for s in body)
+    return in_tiles(m, tile)
+
+
+def test_planted_swapped_halves_are_caught() -> None:
+    torch.manual_seed(3)
+    x, w1, w3 = torch.randn(77, 64).to(BF16), torch.randn(128, 64).to(BF16), torch.randn(128, 64).to(BF16)
+    w = warploom.interleave_gate_up(w1, w3, block=64)
+    kern = warploom.plan(x, w.T, epilogue=lambda acc: warploom.silu_mul_interleaved(acc, block=64))
+    bad = swapped_halves(kern.module)
+    assert any("up block" in p for p in verify.problems(bad, H100_SXM))
+    out = torch.full((77, 128), float("nan")).to(BF16)
+    sim.simulate(bad, x, w.T, outs=(out,), record=False)
+    want = F.silu(x.float() @ w1.float().T) * (x.float() @ w3.float().T)
+    assert not torch.allclose(out.float(), want, rtol=2 ** -7, atol=1e-3 * want.abs().max().item())
