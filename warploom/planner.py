@@ -28,12 +28,15 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 25. a few tiles over a long K: split-K in up to 8 ranges (16 at decode sizes): docs/decisions/rule-25-latency-split-k.md
 26. a fused 1x128 quantization: cooperative 128-wide tiles, whole tiles: docs/decisions/rule-26-fused-quantize.md
 27. a fused rowwise quantization: one tile spans N (N <= 256), whole tiles: docs/decisions/rule-27-fused-rowwise.md
+28. a fused gate/up epilogue (silu_mul_interleaved): BN = 2 * block, whole tiles:
+    docs/decisions/k-grouped-and-gate-epilogue.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
 20: `planning/sm90.py`, its cost models in `planning/sm90_models.py`; rule 19: `planning/sm100.py`; rule 20:
 `planning/gfx1250.py`), which the target's declaration (`warploom.targets`) names as its `plan`. `plan_schedule`
-stands above the registry: it runs what comes before any target's rule (rule 26's fused quantization, rule 22's
-grouped GEMMs, the options' own checks) and calls the device's target's. The names below are re-exported from
+stands above the registry: it runs what comes before any target's rule (rule 26's fused quantization, rule 28's
+gate/up pairs, rule 22's grouped GEMMs, the options' own checks) and calls the device's target's. The names below are
+re-exported from
 `warploom.planning`, so `warploom.planner.X` stays the public spelling.
 """
 

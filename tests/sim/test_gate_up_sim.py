@@ -118,3 +118,52 @@ def test_planted_swapped_halves_are_caught() -> None:
     sim.simulate(bad, x, w.T, outs=(out,), record=False)
     want = F.silu(x.float() @ w1.float().T) * (x.float() @ w3.float().T)
     assert not torch.allclose(out.float(), want, rtol=2 ** -7, atol=1e-3 * want.abs().max().item())
+
+
+def grouped_reference(x: torch.Tensor, w1: torch.Tensor, w3: torch.Tensor, ends: list[int],
+                      sa: torch.Tensor | None = None, s1: torch.Tensor | None = None,
+                      s3: torch.Tensor | None = None) -> torch.Tensor:
+    """Each expert's rows through its own gate and up weights (scaled per row and per column where given)."""
+    out, start = [], 0
+    for g, end in enumerate(ends):
+        xs = x[start:end].float() * (1 if sa is None else sa[start:end, None])
+        gw = w1[g].float() * (1 if s1 is None else s1[g][:, None])
+        uw = w3[g].float() * (1 if s3 is None else s3[g][:, None])
+        out.append(F.silu(xs @ gw.T) * (xs @ uw.T))
+        start = end
+    return torch.cat(out)
+
+
+def test_grouped_bf16_clipped_per_expert() -> None:
+    """M-grouped: 3 experts, one empty, a tile crossing an expert's end (masked half-width stores)."""
+    torch.manual_seed(4)
+    ends, i, k = [50, 50, 170], 100, 64
+    x, w1, w3 = torch.randn(170, k).to(BF16), torch.randn(3, i, k).to(BF16), torch.randn(3, i, k).to(BF16)
+    w = warploom.interleave_gate_up(w1, w3, block=64)
+    y = warploom.grouped_mm(x, w.transpose(-2, -1), torch.tensor(ends, dtype=torch.int32),
+                            epilogue=lambda acc: warploom.silu_mul_interleaved(acc, block=64))
+    assert y.shape == (170, 128)
+    close(y, grouped_reference(x, w1, w3, ends), i)
+
+
+def test_grouped_fp8_rowwise_scale_b_per_expert_interleaved() -> None:
+    torch.manual_seed(5)
+    ends, i, k = [70, 200, 260], 128, 128
+    x, w1, w3 = torch.randn(260, k).to(E4), torch.randn(3, i, k).to(E4), torch.randn(3, i, k).to(E4)
+    sa, s1, s3 = torch.rand(260) + 0.5, torch.rand(3, i) + 0.5, torch.rand(3, i) + 0.5
+    w = warploom.interleave_gate_up(w1, w3, block=64)
+    sb = warploom.interleave_gate_up(s1, s3, block=64, dim=-1)  # (experts, N)
+    y = warploom.scaled_grouped_mm(x, w.transpose(-2, -1), sa, sb, torch.tensor(ends, dtype=torch.int32),
+                                   use_fast_accum=True,
+                                   epilogue=lambda acc: warploom.silu_mul_interleaved(acc, block=64))
+    close(y, grouped_reference(x, w1, w3, ends, sa, s1, s3), i)
+
+
+def test_grouped_k_zero_is_the_epilogue_of_zero_per_expert() -> None:
+    """K = 0 launches nothing: the (M, N / 2) result is the graph at a zero accumulator, each expert's rows with its
+    own per-expert operand."""
+    fn = lambda acc, ew: warploom.silu_mul_interleaved(acc, block=64) + ew  # noqa: E731
+    y = warploom.grouped_mm(torch.zeros(20, 0).to(BF16), torch.zeros(2, 0, 128).to(BF16),
+                            torch.tensor([5, 20], dtype=torch.int32), epilogue=fn, ew=torch.tensor([1.0, 2.0]))
+    assert y.shape == (20, 64)
+    assert torch.equal(y.float(), torch.cat([torch.ones(5, 64), torch.full((15, 64), 2.0)]))

@@ -276,8 +276,9 @@ def gate_up_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = Non
     out = []
     if device.blackwell or device.gfx1250:
         out.append(f"the gate/up epilogue is built for sm_90a, not {device.name}")
-    if spec.grouped:
-        out.append("a grouped GEMM (the one-GEMM gate/up form of grouped_mm is not built)")
+    if spec.grouped and spec.grouping is not Grouping.OFFSETS:
+        out.append(f"a {spec.grouping.value} grouped GEMM (the one-GEMM gate/up form is built for the M-grouped "
+                   "layout, offs over M, only)")
     if spec.n % (2 * block):
         out.append(f"N={spec.n}: expected a multiple of 2 * block = {2 * block} (whole gate/up pairs, as "
                    "interleave_gate_up writes them)")
