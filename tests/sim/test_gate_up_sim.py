@@ -4,8 +4,9 @@ silu_mul_interleaved(acc, block=B))`` against ``F.silu(x @ w1.T) * (x @ w3.T)`` 
 Every kernel is planned (rule 28 pins BN = 2B), simulated into NaN-poisoned (M, I') outputs (the coverage check and
 no NaN left say every element was written once), on ragged M and I not a multiple of B (the helper zero-pads the
 last pair, whose padded result columns must be exactly 0). fp8 rowwise scaled_mm takes scale_b interleaved like the
-weight. A planted bug, the pair's halves swapped (silu of the up columns times the gate columns), is caught by the
-verifier and by the numbers.
+weight; the M-grouped form stores each expert's rows only. Two planted bugs are caught: the pair's halves swapped
+(silu of the up columns times the gate columns), by the verifier and by the numbers, and the up block's scale_b never
+loaded, by the verifier and the simulator (OPERAND_NOT_LOADED).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from warploom import H100_SXM, sim
 from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import Kernel
+from warploom.sim.findings import FindingKind
 
 BF16, E4 = torch.bfloat16, torch.float8_e4m3fn
 
@@ -167,3 +169,20 @@ def test_grouped_k_zero_is_the_epilogue_of_zero_per_expert() -> None:
                             torch.tensor([5, 20], dtype=torch.int32), epilogue=fn, ew=torch.tensor([1.0, 2.0]))
     assert y.shape == (20, 64)
     assert torch.equal(y.float(), torch.cat([torch.ones(5, 64), torch.full((15, 64), 2.0)]))
+
+
+def test_planted_missing_up_block_scale_load_is_caught() -> None:
+    """fp8 rowwise: scale_b loaded for the gate block only (the up block's per-column scales missing)."""
+    torch.manual_seed(6)
+    x, w = torch.randn(64, 128).to(E4), torch.randn(256, 128).to(E4)
+    sa, sb = torch.rand(64, 1) + 0.5, torch.rand(1, 256) + 0.5
+    kern = warploom.plan(x, w.T, sa, sb, out_dtype=BF16, use_fast_accum=True,
+                         epilogue=lambda acc: warploom.silu_mul_interleaved(acc, block=64))
+
+    def tile(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+        ups = {s.up for s in body if isinstance(s, ir.ApplyEpilogue)}
+        return tuple(s for s in body if not (isinstance(s, ir.LoadOperand) and s.part in ups))
+    bad = in_tiles(kern.module, tile)
+    assert any("for its up block" in p for p in verify.problems(bad, H100_SXM))
+    res = sim.simulate(bad, x, w.T, operands={"scale_a": sa, "scale_b": sb}, record=False)
+    assert any(f.kind is FindingKind.OPERAND_NOT_LOADED and "pairs its up block" in f.message for f in res.findings)

@@ -182,3 +182,31 @@ def test_masked_grouped_layout_is_refused_by_name() -> None:
     with pytest.raises(warploom.UnsupportedError, match=r"rule 28.*masked grouped GEMM.*M-grouped layout"):
         warploom.grouped_mm(torch.randn(2, 16, 32).to(BF16), w.transpose(-2, -1),
                             masked_m=torch.tensor([3, 16], dtype=torch.int32), epilogue=silu_mul(64))
+
+
+def test_emitted_pair_runs_as_the_reference() -> None:
+    """The emitted statements of a scaled gate/up graph, run with torch standing in for ``gl`` (test_epilogue_gluon's
+    TorchGl) on one pair of blocks, equal `evaluate_tile`: scale_b read at each side's columns."""
+    from test_epilogue_gluon import TorchGl, TorchTl  # (pytest puts this folder on sys.path)
+
+    from warploom.dtypes import DType
+    from warploom.epilogue.classify import classify
+    from warploom.epilogue.compose import with_prologue
+    from warploom.epilogue.gluon import emit
+    from warploom.epilogue.reference import evaluate_tile
+
+    m, n, b = 6, 256, 64
+    sa, sb, s = torch.rand(m, 1) + 0.5, torch.rand(1, n) + 0.5, torch.rand(m, 1)
+    user = capture(lambda acc, s: warploom.silu_mul_interleaved(acc, block=b) * s, {"s": s}, out_shape=(m, n))
+    g = with_prologue(user, classify("scale_a", sa, (m, n)), classify("scale_b", sb, (m, n)), None)
+    acc = torch.randn(m, n) * 4
+    # result columns 64..127: pair 1, gate columns 128..191, up columns 192..255
+    env = {"gate": acc[:, 128:192].clone(), "up": acc[:, 192:256].clone(), "sa": sa, "s_v": s,
+           "sb_g": sb[:, 128:192], "sb_u": sb[:, 192:256]}
+    lines = emit(g, "gate", {"scale_a": "sa", "scale_b": "sb_g", "s": "s_v"}, ["out"], out_dtype=DType.FP32,
+                 up="up", up_operands={"scale_b": "sb_u"})
+    exec("\n".join(lines), {"gl": TorchGl, "tl": TorchTl}, env)
+    (want,) = evaluate_tile(g, acc[:, 128:192], {"scale_a": sa, "scale_b": sb, "s": s}, range(m), range(64, 128),
+                            out_shape=(m, n // 2), up_tile=acc[:, 192:256])
+    torch.testing.assert_close(env["out"], want, rtol=4e-6, atol=1e-6)
+    assert torch.equal(want, (F.silu(acc * sa * sb)[:, 128:192] * (acc * sa * sb)[:, 192:256] * s))

@@ -264,13 +264,13 @@ def _gate_up_values(g: eg.EpilogueGraph, gate: str, up: str, operands: Mapping[s
     (acc = `up`, suffix ``_u``), then the half-space nodes on the halves."""
     gate_spell, gate_lines = _values(g, gate, operands, prefix, None, _sides(g))
     up_spell, up_lines = _values(g, up, up_operands, prefix, None, _sides(g), suffix="_u")
-    ns = printer.names(g)
+    ns, halved = printer.names(g), g.halved()
     spell: list[str] = []
     lines = gate_lines + up_lines
     for i, nd in enumerate(g.nodes):
         if isinstance(nd, eg.GateUpHalf):
             spell.append((gate_spell if nd.half is eg.Half.GATE else up_spell)[nd.x])
-        elif g.halved()[i]:
+        elif halved[i]:
             var = prefix + ns[i].lstrip("%")
             lines.append(f"{var} = {expr(nd, [spell[r] for r in eg.inputs(nd)])}  # {printer.line(g, i, ns)}")
             spell.append(var)
