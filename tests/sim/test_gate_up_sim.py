@@ -186,3 +186,18 @@ def test_planted_missing_up_block_scale_load_is_caught() -> None:
     assert any("for its up block" in p for p in verify.problems(bad, H100_SXM))
     res = sim.simulate(bad, x, w.T, operands={"scale_a": sa, "scale_b": sb}, record=False)
     assert any(f.kind is FindingKind.OPERAND_NOT_LOADED and "pairs its up block" in f.message for f in res.findings)
+
+
+def test_fp8_blockwise_with_the_interleaved_weights_own_scales() -> None:
+    """Blockwise 1x128 x 128x128 at block 64 (one promoted 128-wide accumulator): scale_b is the interleaved weight's
+    own (K/128, N/128) blocks, each covering one gate block and its up block (quantize after interleaving)."""
+    torch.manual_seed(8)
+    m, k, n = 100, 256, 384
+    x, w = torch.randn(m, k).to(E4), torch.randn(n, k).to(E4)
+    sa, sb = torch.rand(k // 128, m).t() + 0.5, torch.rand(k // 128, n // 128) + 0.5  # (sa: M-major, as torch's)
+    y = warploom.scaled_mm(x, w.T, sa, sb, out_dtype=BF16,
+                           epilogue=lambda acc: warploom.silu_mul_interleaved(acc, block=64))
+    xs = (x.float().reshape(m, k // 128, 128) * sa[:, :, None]).reshape(m, k)
+    ws = (w.float().reshape(n // 128, 128, k // 128, 128) * sb.t()[:, None, :, None]).reshape(n, k)
+    want = warploom.silu_mul_interleaved(xs @ ws.T, block=64)
+    close(y, want, n // 2)
