@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from warploom.api import matmul, plan, scaled_mm
     from warploom.device import H100_SXM, DeviceInfo
     from warploom.dtypes import DType
+    from warploom.gate_up import deinterleave_gate_up, interleave_gate_up, silu_mul_interleaved
     from warploom.grouped import grouped_mm, scaled_grouped_mm
     from warploom.kernel import Kernel
     from warploom.planning.plan import Plan
@@ -51,7 +52,8 @@ _LAZY = {
     "ALayout": "warploom.spec", "BLayout": "warploom.spec", "GemmSpec": "warploom.spec", "ScaleRecipe": "warploom.spec",
     "Grouping": "warploom.spec", "ScaleLayout": "warploom.spec", "grouped_mm": "warploom.grouped",
     "scaled_grouped_mm": "warploom.grouped", "quantize": "warploom.quantization",
-    "QuantRecipe": "warploom.quantization",
+    "QuantRecipe": "warploom.quantization", "interleave_gate_up": "warploom.gate_up",
+    "deinterleave_gate_up": "warploom.gate_up", "silu_mul_interleaved": "warploom.gate_up",
 }
 
 
@@ -81,6 +83,6 @@ __all__ = [
     "DeviceError", "DeviceInfo", "GemmSpec", "Grouping", "InputError", "InternalError", "Kernel", "KernelHangError",
     "Plan", "QuantRecipe", "ScaleError",
     "ScaleLayout", "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError",
-    "UnsupportedError", "VerificationError", "WarploomError", "__version__", "grouped_mm", "matmul", "plan",
-    "quantize", "scaled_grouped_mm", "scaled_mm",
+    "UnsupportedError", "VerificationError", "WarploomError", "__version__", "deinterleave_gate_up", "grouped_mm",
+    "interleave_gate_up", "matmul", "plan", "quantize", "scaled_grouped_mm", "scaled_mm", "silu_mul_interleaved",
 ]

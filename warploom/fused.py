@@ -25,7 +25,7 @@ from warploom.epilogue.classify import classify, classify_all
 from warploom.epilogue.compose import with_prologue
 from warploom.epilogue.graph import OutputLayout
 from warploom.epilogue.operands import OperandKind
-from warploom.errors import AlignmentError, DeviceError, InputError
+from warploom.errors import AlignmentError, DeviceError, InputError, ShapeError
 from warploom.spec import GemmSpec, Grouping
 
 # scaled_mm's own operands, in front of the user's (epilogue/compose.py).
@@ -106,6 +106,12 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
         if bias is not None:
             tensors["bias"] = bias
     spec = dataclasses.replace(spec, epilogue=g)
+    block = g.gate_up()
+    if block is not None and spec.n % (2 * block):
+        raise ShapeError("b", f"N a multiple of 2 * block = {2 * block} for silu_mul_interleaved(acc, block={block}) "
+                         "(whole gate/up pairs: a tile 2 * block wide holds one gate block and its up block)",
+                         f"N = {spec.n}", "interleave the weights with warploom.interleave_gate_up(w1, w3, "
+                         f"block={block}), which zero-pads I to whole blocks, and pass the same block to the epilogue")
     picked = {**{s.name: tensors[s.name] for s in g.operands}, **mainloop_scales}
     if spec.flops == 0:  # no kernel runs (api.run_fused's empty result): TMA's rules do not apply
         return spec, picked

@@ -195,24 +195,26 @@ def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.
     dtype = spec.output_dtypes()[0].torch  # (out_dtype, or a fused epilogue's output's)
     if spec.m == 0 or spec.n == 0 or spec.k == 0:  # no kernel: an empty result, or a sum over nothing
         if spec.epilogue is not None and spec.m and spec.n:  # the epilogue of a zero accumulator
-            return _zero_k_epilogue(call, operands or {}).reshape(call.out_shape)
+            return _zero_k_epilogue(call, operands or {}).reshape(*call.out_shape[:-1], -1)
         out = torch.zeros(call.out_shape, dtype=dtype, device=a.device)
         return out
     kernel = build(spec, device_for(a))
     rows = spec.groups * spec.m if spec.grouping is Grouping.K_OFFSETS else spec.m  # (C's: K-grouped, G blocks of M)
+    width = spec.output_shapes(rows, spec.n)[0][1]  # (N, or a gate/up epilogue's N / 2)
+    shape = (*call.out_shape[:-1], width)
     if a.device.type == "cpu":
         from warploom.sim.grouped import simulate_grouped
 
         check_sim_size(spec)
-        out = torch.zeros((rows, spec.n), dtype=dtype)  # (rows outside every group: unspecified; zeros here)
+        out = torch.zeros((rows, width), dtype=dtype)  # (rows outside every group: unspecified; zeros here)
         simulate_grouped(kernel.module, a, call.b, call.bounds, scale_a, scale_b, out=out,
                          operands=operands).raise_for_findings()
-        return out.reshape(call.out_shape)
+        return out.reshape(shape)
     require_cuda(a)
-    out = torch.empty((rows, spec.n), dtype=dtype, device=a.device)
+    out = torch.empty((rows, width), dtype=dtype, device=a.device)
     with torch.cuda.device(a.device):
         _launcher(kernel)(a, call.b, call.bounds, out, scale_a, scale_b, operands)
-    return out.reshape(call.out_shape)
+    return out.reshape(shape)
 
 
 def _zero_k_epilogue(call: GroupedCall, operands: dict[str, Any]) -> torch.Tensor:
@@ -227,11 +229,16 @@ def _zero_k_epilogue(call: GroupedCall, operands: dict[str, Any]) -> torch.Tenso
     zero = torch.zeros((spec.m, spec.n), dtype=torch.float32, device=dev)
     if not any(s.per_group for s in g.operands):
         return evaluate(g, zero, operands, out_dtype=spec.out_dtype)[0]
-    out = torch.zeros((spec.m, spec.n), dtype=spec.output_dtypes()[0].torch, device=dev)
+    # (a gate/up graph's (M, N / 2) result: one interleave block's pair at a time, both halves zero)
+    block = g.gate_up()
+    width = spec.n // 2 if block else spec.n
+    out = torch.zeros((spec.m, width), dtype=spec.output_dtypes()[0].torch, device=dev)
     for grp, (s, e) in enumerate(group_bounds(spec.grouping, call.bounds.tolist(), spec.m)):
-        if e > s:
-            out[s:e] = evaluate_tile(g, zero[s:e], operands, range(s, e), range(spec.n), out_shape=(spec.m, spec.n),
-                                     out_dtype=spec.out_dtype, group=grp)[0]
+        for c in range(0, width, block or width) if e > s else ():
+            w = min(block or width, width - c)
+            out[s:e, c:c + w] = evaluate_tile(g, zero[s:e, :w], operands, range(s, e), range(c, c + w),
+                                              out_shape=(spec.m, width), out_dtype=spec.out_dtype, group=grp,
+                                              up_tile=zero[s:e, :w] if block else None)[0]
     return out
 
 

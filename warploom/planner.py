@@ -28,12 +28,15 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 25. a few tiles over a long K: split-K in up to 8 ranges (16 at decode sizes): docs/decisions/rule-25-latency-split-k.md
 26. a fused 1x128 quantization: cooperative 128-wide tiles, whole tiles: docs/decisions/rule-26-fused-quantize.md
 27. a fused rowwise quantization: one tile spans N (N <= 256), whole tiles: docs/decisions/rule-27-fused-rowwise.md
+28. a fused gate/up epilogue (silu_mul_interleaved): BN = 2 * block, whole tiles:
+    docs/decisions/k-grouped-and-gate-epilogue.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
 20: `planning/sm90.py`, its cost models in `planning/sm90_models.py`; rule 19: `planning/sm100.py`; rule 20:
 `planning/gfx1250.py`), which the target's declaration (`warploom.targets`) names as its `plan`. `plan_schedule`
-stands above the registry: it runs what comes before any target's rule (rule 26's fused quantization, rule 22's
-grouped GEMMs, the options' own checks) and calls the device's target's. The names below are re-exported from
+stands above the registry: it runs what comes before any target's rule (rule 26's fused quantization, rule 28's
+gate/up pairs, rule 22's grouped GEMMs, the options' own checks) and calls the device's target's. The names below are
+re-exported from
 `warploom.planning`, so `warploom.planner.X` stays the public spelling.
 """
 
@@ -70,6 +73,7 @@ from warploom.planning.sm90 import (
     epilogue_bytes,
     epilogue_subtiles,
     fused_wide,
+    gate_up_problems,
     grouped_tile,
     max_stages,
     plan_epilogue_bytes,
@@ -142,7 +146,8 @@ __all__ = [
     "epilogue_bytes", "epilogue_subtiles", "explain", "fused_wide", "grouped_tile", "is_decode",
     "k_block", "k_blocks", "latency_kind", "latency_split", "latency_stages", "latency_tiles", "latency_times",
     "latency_us", "max_stages", "nvfp4_bk", "plan_blackwell", "plan_epilogue_bytes", "plan_gfx1250", "plan_grouped",
-    "plan_schedule", "promotion_path", "scale_path", "quantized_problems", "rows_aligned", "rowwise_bn", "scale_rows",
+    "plan_schedule", "promotion_path", "scale_path", "gate_up_problems",
+    "quantized_problems", "rows_aligned", "rowwise_bn", "scale_rows",
     "scale_slot_bytes", "split_time", "square_tiles", "stage_bytes", "stream_k_grid", "stream_k_score",
     "swap_decode", "swap_rows", "swap_tokens", "tail_score", "tdm_warps_reason", "wave_fill",
 ]
@@ -177,6 +182,17 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                    f"result with warploom.quantize(out, {unfused})")
         bn = rowwise_bn(spec.n) if rowwise else QUANT_BN
         swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = False, 1, 1, 0, 1, False
+    block = spec.epilogue.gate_up() if spec.epilogue is not None else None
+    if block is not None:  # rule 28
+        problems = gate_up_problems(spec, device, bn=bn, pingpong=pingpong, partial_blocks=partial_blocks,
+                                    split_k=split_k, tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k,
+                                    cluster=cluster)
+        if problems:
+            raise UnsupportedError(f"warploom.silu_mul_interleaved in a fused epilogue (block={block}, rule 28) cannot "
+                                   f"run {spec.short()}: {'; '.join(problems)}. Fix: drop the conflicting option, "
+                                   "or run the GEMM unfused and call warploom.silu_mul_interleaved(out, "
+                                   f"block={block}) on its result")
+        bn, swap_ab, split_k, tail_split, stream_k, cluster, partial_blocks = 2 * block, False, 1, 1, 0, 1, None
     if spec.grouped:  # rule 22
         refused = {"pingpong": pingpong, "scale_partition": bool(scale_partition), "split_k": split_k not in (None, 1),
                    "tail_split": tail_split not in (None, 1), "swap_ab": bool(swap_ab),

@@ -102,7 +102,9 @@ class GroupedEmitter(PartitionEmitter):
         the buffer is written again)."""
         b, c = self.buf, printer.op(o)
         buf = self.m.buffer(o.buffer)
-        col = "off_n" if o.part == 0 else f"off_n + {o.part} * (BN // {o.parts})"
+        n0 = "off_n // 2" if o.halved else "off_n"  # (a gate/up result: (M, N / 2), BN / 2 a tile)
+        col = n0 if o.part == 0 else f"{n0} + {o.part} * (BN // {o.parts})"
+        width = "(N // 2)" if o.halved else "N"  # C's row length
         row = f"off_m + {self.row0}" if self.row0 else "off_m"
         with b.block(f"if {row} + {buf.rows} <= row_end", comment="the block's rows all in the group: TMA"):
             b.line(f"{self.api.tma_store}({store_desc(o)}, [{row}, {col}], {o.buffer})", c)
@@ -115,8 +117,9 @@ class GroupedEmitter(PartitionEmitter):
             b.line(f"st_vals = {o.buffer}.load(st_layout)")
             b.line(f"st_rows = {row} + gl.arange(0, {buf.rows}, layout=gl.SliceLayout(1, st_layout))")
             b.line(f"st_cols = {col} + gl.arange(0, {buf.cols}, layout=gl.SliceLayout(0, st_layout))")
-            b.line("gl.store(c_ptr + st_rows.to(gl.int64)[:, None] * N + st_cols[None, :], st_vals, "
-                   "mask=(st_rows < row_end)[:, None] & (st_cols < N)[None, :])", c + " (clipped at the group's end)")
+            b.line(f"gl.store(c_ptr + st_rows.to(gl.int64)[:, None] * {width} + st_cols[None, :], st_vals, "
+                   f"mask=(st_rows < row_end)[:, None] & (st_cols < {width})[None, :])",
+                   c + " (clipped at the group's end)")
             b.line(self.api.barrier, "every read done before the buffer is written again")
 
 

@@ -586,7 +586,8 @@ class PartitionEmitter:
             case ir.FenceAsync():
                 b.line("fence_async_shared()", c)
             case ir.TmaStore():
-                col = "off_n" if o.part == 0 else f"off_n + {o.part} * (BN // {o.parts})"
+                n0 = "off_n // 2" if o.halved else "off_n"  # (a gate/up result: (M, N / 2), BN / 2 a tile)
+                col = n0 if o.part == 0 else f"{n0} + {o.part} * (BN // {o.parts})"
                 row = f"off_m + {self.row0}" if self.row0 else "off_m"
                 if o.tensor is ir.Tensor.WORKSPACE and self.m.tiling.ranged:  # compact: unit u's box at rows u * BM
                     row = f"unit * BM + {self.row0}" if self.row0 else "unit * BM"
@@ -775,7 +776,14 @@ class PartitionEmitter:
         operands = {s.name: f"{s.name}_{o.acc}_{o.part}" for s in g.operands}
         outs = [f"ep_out{j}" for j in range(len(g.outputs))]
         amax = "ep_amax" if g.group_amax() is not None else None
-        for line in emit(g, "ep_acc", operands, outs, out_dtype=self.m.spec.out_dtype, amax=amax):
+        up, up_operands = None, None
+        if o.up is not None:  # a gate/up pair: the same result columns' up block, from the tile's right half
+            up = "ep_up"
+            b.line(f"ep_up = gl.convert_layout({self._column_block(o.acc, o.up, o.parts)}, ep_layout)",
+                   "the pair's up columns")
+            up_operands = {s.name: f"{s.name}_{o.acc}_{o.up}" for s in g.operands if s.kind.varies_n}
+        for line in emit(g, "ep_acc", operands, outs, out_dtype=self.m.spec.out_dtype, amax=amax, up=up,
+                         up_operands=up_operands):
             code, _, note = line.partition("  # ")
             b.line(code, note or None)
 

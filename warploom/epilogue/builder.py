@@ -108,5 +108,7 @@ def remap(nd: eg.Node, new: dict[int, int]) -> eg.Node:
             return eg.Pow(new[nd.x], nd.exponent)
         case eg.GroupAmax():
             return eg.GroupAmax(new[nd.x], nd.width)
+        case eg.GateUpHalf():
+            return eg.GateUpHalf(new[nd.x], nd.half, nd.block)
         case _:
             return nd

@@ -39,6 +39,7 @@ from warploom.epilogue.builder import Builder
 from warploom.epilogue.classify import classify_all
 from warploom.epilogue.operands import ACC, OperandSpec
 from warploom.errors import InputError, UnsupportedError, WarploomError
+from warploom.gate_up import gate_half, up_half
 from warploom.quantization import QuantRecipe, quantized_data, quantized_scales
 
 SUPPORTED = (
@@ -268,6 +269,8 @@ class _Lowering(Builder):
                                "return q and s from the epilogue; compute before quantize, not after")
         if node.op == "call_function" and node.target in _QUANTIZED:
             return self._quantize(node, name, args)
+        if node.op == "call_function" and node.target in _HALVES:
+            return self._half(name, args, _HALVES[node.target])
         op = _FUNCTIONS.get(node.target) if node.op == "call_function" else _METHODS.get(str(node.target))  # type: ignore[arg-type]
         if op is None:
             method = str(node.target)
@@ -340,6 +343,16 @@ class _Lowering(Builder):
         self.quantized[node] = eg.Output(s, DType.FP32, eg.OutputLayout.GROUPS)
         return _Val(s, torch.empty(_M0, 1, device="meta"))
 
+    def _half(self, name: str, args: tuple[_Arg, ...], half: eg.Half) -> _Val:
+        """warploom.silu_mul_interleaved's gate or up half of acc (a value over N) as a `GateUpHalf`."""
+        h, block = args
+        if not isinstance(h, _Val) or not isinstance(self.nodes[h.ref], eg.Acc):
+            raise _unsupported("warploom.silu_mul_interleaved h", "the accumulator acc itself (the interleaved "
+                               "gate/up GEMM's result)", f"{type(h).__name__} {h!r}" if not isinstance(h, _Val)
+                               else "a value computed from it", "call silu_mul_interleaved(acc, block=...) first, "
+                               "and compute on its (M, N / 2) result")
+        return _Val(self.add(eg.GateUpHalf(h.ref, half, block)), h.meta)
+
     def _getattr(self, name: str, args: tuple[_Arg, ...]) -> _Arg:
         obj, attr = args[0], args[1]
         if isinstance(obj, _Val) and attr == "dtype":
@@ -378,6 +391,13 @@ class _Lowering(Builder):
             raise _unsupported("epilogue", "at most one warploom.quantize call (a tile takes one amax)",
                                f"{amaxes} quantized values", "quantize one value in the epilogue and any other with "
                                "warploom.quantize on the call's result")
+        if any(isinstance(nd, eg.GateUpHalf) for nd in self.nodes):
+            try:
+                return self.finish(outputs)
+            except ValueError as e:  # (the graph's own check of the gate/up spaces, in the user's words)
+                raise _unsupported("epilogue", "values computed from silu_mul_interleaved(acc, block=...)'s (M, N / 2) "
+                                   "result, per-row operands and scalars only", str(e).replace("\n", " "),
+                                   "compute on the result of silu_mul_interleaved, not on acc beside it") from e
         return self.finish(outputs)
 
 
@@ -641,4 +661,6 @@ _TABLE: list[_Op] = [
 _FUNCTIONS: dict[Callable[..., Any], _Op] = {f: op for op in _TABLE for f in op.functions}
 # warploom.quantize inside an epilogue records these two calls (quantization.py); `_Lowering._quantize` lowers them.
 _QUANTIZED = (quantized_data, quantized_scales)
+# warploom.silu_mul_interleaved records these two (gate_up.py); `_Lowering._half` lowers them.
+_HALVES = {gate_half: eg.Half.GATE, up_half: eg.Half.UP}
 _METHODS: dict[str, _Op] = {m: op for op in _TABLE for m in op.methods}

@@ -173,7 +173,8 @@ NAN_MAX = ("@gluon.jit",
 
 
 def emit(g: eg.EpilogueGraph, acc: str, operands: Mapping[str, str], outputs: Sequence[str], *,
-         out_dtype: DType, prefix: str = "ep_", amax: str | None = None) -> list[str]:
+         out_dtype: DType, prefix: str = "ep_", amax: str | None = None, up: str | None = None,
+         up_operands: Mapping[str, str] | None = None) -> list[str]:
     """Lines computing each output of `g` into the variables `outputs`, [BM, BN] in its stored dtype (a groups
     output, 1x128 scales: [BM, 1], fp32).
 
@@ -181,10 +182,19 @@ def emit(g: eg.EpilogueGraph, acc: str, operands: Mapping[str, str], outputs: Se
     its fp32 registers (as `load_operand` writes them); `out_dtype` is the call's output dtype, for outputs
     without their own; `amax` the [BM] group amax a graph with a `GroupAmax` reads (`emit_amax`'s). Temporaries
     are `prefix` + the printer's value number, so ``ep_3`` is ``%3``.
+
+    A gate/up graph (`EpilogueGraph.gate_up`): `acc` is the gate block, `up` the up block of the same result
+    columns and `up_operands` the operands (those over N) loaded at the up block; the nodes over N are computed on
+    each side (the up side's temporaries end in ``_u``), each `GateUpHalf` is its side's value.
     """
     if len(outputs) != len(g.outputs):
         raise ValueError(f"emit: {len(g.outputs)} outputs in the graph, {len(outputs)} names given")
-    spell, lines = _values(g, acc, operands, prefix, amax, range(len(g.nodes)))
+    if g.gate_up() is not None:
+        if up is None:
+            raise ValueError("emit: a gate/up graph needs the up block's variable (up=)")
+        spell, lines = _gate_up_values(g, acc, up, operands, {**operands, **(up_operands or {})}, prefix)
+    else:
+        spell, lines = _values(g, acc, operands, prefix, amax, range(len(g.nodes)))
     kinds, ns = g.kinds(), printer.names(g)
     for j, (o, name) in enumerate(zip(g.outputs, outputs, strict=True)):
         v = spell[o.value]
@@ -219,7 +229,7 @@ def emit_amax(g: eg.EpilogueGraph, acc: str, operands: Mapping[str, str], *, col
 
 
 def _values(g: eg.EpilogueGraph, acc: str, operands: Mapping[str, str], prefix: str, amax: str | None,
-            which: Sequence[int]) -> tuple[list[str], list[str]]:
+            which: Sequence[int], suffix: str = "") -> tuple[list[str], list[str]]:
     """Each node's spelling, and the lines computing the nodes in `which` (in order)."""
     missing = [s.name for s in g.operands if s.name not in operands]
     if missing:
@@ -241,11 +251,38 @@ def _values(g: eg.EpilogueGraph, acc: str, operands: Mapping[str, str], prefix: 
                     raise ValueError("emit: the graph reads a group amax, but no amax variable was given")
                 spell.append(f"gl.expand_dims({amax}, 1)")  # [BM, 1]: the group's, folded over its blocks
             case _:
-                var = prefix + ns[i].lstrip("%")
+                var = prefix + ns[i].lstrip("%") + suffix
                 if i in wanted:
                     lines.append(f"{var} = {expr(nd, [spell[r] for r in eg.inputs(nd)])}  # {printer.line(g, i, ns)}")
                 spell.append(var)
     return spell, lines
+
+
+def _gate_up_values(g: eg.EpilogueGraph, gate: str, up: str, operands: Mapping[str, str],
+                    up_operands: Mapping[str, str], prefix: str) -> tuple[list[str], list[str]]:
+    """A gate/up graph's spellings and lines: the nodes over N on the gate side (acc = `gate`) and on the up side
+    (acc = `up`, suffix ``_u``), then the half-space nodes on the halves."""
+    gate_spell, gate_lines = _values(g, gate, operands, prefix, None, _sides(g))
+    up_spell, up_lines = _values(g, up, up_operands, prefix, None, _sides(g), suffix="_u")
+    ns, halved = printer.names(g), g.halved()
+    spell: list[str] = []
+    lines = gate_lines + up_lines
+    for i, nd in enumerate(g.nodes):
+        if isinstance(nd, eg.GateUpHalf):
+            spell.append((gate_spell if nd.half is eg.Half.GATE else up_spell)[nd.x])
+        elif halved[i]:
+            var = prefix + ns[i].lstrip("%")
+            lines.append(f"{var} = {expr(nd, [spell[r] for r in eg.inputs(nd)])}  # {printer.line(g, i, ns)}")
+            spell.append(var)
+        else:
+            spell.append(gate_spell[i])
+    return spell, lines
+
+
+def _sides(g: eg.EpilogueGraph) -> list[int]:
+    """The computed nodes a gate/up graph evaluates on each side: those not over the halves."""
+    halved = g.halved()
+    return [i for i in range(len(g.nodes)) if not halved[i]]
 
 
 def load_operand(spec: OperandSpec, var: str, ptr: str, *, offs_m: str, offs_n: str, mask_m: str, mask_n: str,

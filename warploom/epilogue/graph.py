@@ -220,13 +220,52 @@ class GroupAmax:
         return bn if self.width is None else self.width
 
 
-Node = Acc | Operand | Const | Unary | Binary | Compare | Where | Cast | Clamp | Pow | GroupAmax
+class Half(enum.Enum):
+    """Which half of an interleaved gate/up pair (`GateUpHalf`). The value is its text form."""
+
+    GATE = "gate"
+    UP = "up"
+
+
+@dataclass(frozen=True)
+class GateUpHalf:
+    """One half of a value over interleaved gate/up columns (``warploom.silu_mul_interleaved``, issue 27): the
+    GEMM's N = 2 I' columns hold gate block 0, up block 0, gate block 1, ... of `block` columns each
+    (``warploom.interleave_gate_up``), and this node is `x` at the gate (or up) columns, a value over the I' result
+    columns: result column c is x's column ``2 * block * (c // block) + c % block`` (+ block for UP).
+
+    Nodes that read a half are over the I' columns too (the graph's *half space*); they may also read values
+    constant along N (column operands, scalars), never one over N (acc, a row or dense operand): that would pair
+    columns of two spaces. A graph with halves stores only half-space outputs, (M, N / 2) each, and a tile BN =
+    2 * block wide holds one gate block and its up block (the planner pins BN so).
+
+    Attributes:
+        x: a value over the N columns (acc, or acc scaled per column: scaled_mm's prologue).
+        half: GATE or UP.
+        block: the interleave block, one of ``warploom.gate_up.BLOCKS``.
+    """
+
+    x: Ref
+    half: Half
+    block: int
+
+    def __post_init__(self) -> None:
+        if self.block < 1:
+            raise ValueError(f"GateUpHalf block={self.block}: expected a positive column count")
+
+    def source(self, col: int) -> int:
+        """The column of x that result column `col` reads."""
+        b = self.block
+        return 2 * b * (col // b) + col % b + (b if self.half is Half.UP else 0)
+
+
+Node = Acc | Operand | Const | Unary | Binary | Compare | Where | Cast | Clamp | Pow | GroupAmax | GateUpHalf
 
 
 def inputs(node: Node) -> tuple[Ref, ...]:
     """The refs a node reads, in order."""
     match node:
-        case Unary() | Cast() | Clamp() | Pow() | GroupAmax():
+        case Unary() | Cast() | Clamp() | Pow() | GroupAmax() | GateUpHalf():
             return (node.x,)
         case Binary() | Compare():
             return (node.x, node.y)
@@ -330,6 +369,8 @@ class EpilogueGraph:
         one and back (`OperandSpec.transposed`); elementwise nodes do not care which axis is which."""
         if self.group_amax() is not None:
             raise ValueError("a graph with a group amax has no transpose: its groups run along N")
+        if self.gate_up() is not None:
+            raise ValueError("a graph with gate/up halves has no transpose: its pairs run along N")
         nodes = tuple(replace(nd, kind=self.operand(nd.name).transposed().kind) if isinstance(nd, Operand) else nd
                       for nd in self.nodes)
         return EpilogueGraph(nodes, self.outputs, tuple(s.transposed() for s in self.operands))
@@ -354,10 +395,24 @@ class EpilogueGraph:
         """Whether the graph quantizes rowwise: its `GroupAmax` spans the whole row (planner rule 27)."""
         return self.group_amax() is not None and self.amax().width is None
 
+    def gate_up(self) -> int | None:
+        """The interleave block of the graph's `GateUpHalf` nodes (all share one), or None without them."""
+        return next((nd.block for nd in self.nodes if isinstance(nd, GateUpHalf)), None)
+
+    def halved(self) -> tuple[bool, ...]:
+        """Per node, whether it is over the I' result columns of a gate/up graph (a `GateUpHalf`, or reads one)."""
+        out: list[bool] = []
+        for nd in self.nodes:
+            out.append(isinstance(nd, GateUpHalf) or any(out[r] for r in inputs(nd)))
+        return tuple(out)
+
     def output_shape(self, j: int, m: int, n: int) -> tuple[int, int]:
-        """Output j's stored shape for an (M, N) result: (M, N), or a groups output's (M, groups)."""
+        """Output j's stored shape for an (M, N) result: (M, N), a groups output's (M, groups), or a gate/up
+        graph's (M, N / 2)."""
         if self.outputs[j].layout is OutputLayout.GROUPS:
             return m, self.amax().groups(n)
+        if self.gate_up() is not None:
+            return m, n // 2
         return m, n
 
     def before_amax(self) -> tuple[Ref, ...]:
@@ -421,4 +476,33 @@ def _verify(g: EpilogueGraph) -> list[str]:
         elif o.layout is OutputLayout.GROUPS and kinds and kinds[o.value].varies_n:
             problems.append(f"output {j}: a groups output must be constant along each group's columns (made of "
                             f"the group amax, column operands and constants), but %{o.value} varies along N")
+    if not problems:
+        problems += _verify_gate_up(g, kinds)
+    return problems
+
+
+def _verify_gate_up(g: EpilogueGraph, kinds: tuple[OperandKind, ...]) -> list[str]:
+    """A gate/up graph's spaces: halves of values over N, of one block; no node pairing a half with a value over
+    N; half-space outputs only; no group amax."""
+    halves = [i for i, nd in enumerate(g.nodes) if isinstance(nd, GateUpHalf)]
+    if not halves:
+        return []
+    problems: list[str] = []
+    blocks = sorted({nd.block for nd in g.nodes if isinstance(nd, GateUpHalf)})
+    if len(blocks) > 1:
+        problems.append(f"gate/up halves of blocks {blocks}: one interleave block per graph")
+    if g.group_amax() is not None:
+        problems.append("a group amax beside gate/up halves: quantizing the half-width result is not built")
+    halved = g.halved()
+    for i, nd in enumerate(g.nodes):
+        if isinstance(nd, GateUpHalf):
+            if halved[nd.x] or not kinds[nd.x].varies_n:
+                problems.append(f"%{i}: a gate/up half of %{nd.x}, which is not a value over the N columns")
+        elif halved[i] and any(not halved[r] and kinds[r].varies_n for r in inputs(nd)):
+            problems.append(f"%{i} {type(nd).__name__}: pairs a gate/up half (over N / 2 columns) with a value over "
+                            "the N columns")
+    for j, o in enumerate(g.outputs):
+        if not halved[o.value]:
+            problems.append(f"output {j}: %{o.value} is not over the gate/up halves' columns (every output of a "
+                            "gate/up graph is (M, N / 2))")
     return problems

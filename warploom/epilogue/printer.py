@@ -71,6 +71,8 @@ def expr(nd: eg.Node, ns: tuple[str, ...]) -> str:
         case eg.GroupAmax():
             return f"group_amax {ns[nd.x]}" + (", row" if nd.width is None else
                                                "" if nd.width == eg.GROUP else f", width={nd.width}")
+        case eg.GateUpHalf():
+            return f"{nd.half.value}_half {ns[nd.x]}, block={nd.block}"
         case _:
             raise TypeError(f"{nd} is a leaf; it has no expression")
 

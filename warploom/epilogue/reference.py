@@ -127,6 +127,19 @@ def evaluate(g: eg.EpilogueGraph, acc: torch.Tensor, operands: Mapping[str, torc
     if per_group:  # (whose rows read which slice is the grouping's: evaluate_tile each group's rows)
         raise ValueError(f"evaluate: per-group operands ({', '.join(per_group)}) need each group's rows apart: use "
                          "evaluate_tile(..., group=g) on them")
+    b = g.gate_up()
+    if b is not None:  # (M, N / 2): one interleave block's pair at a time
+        if n % (2 * b):
+            raise ShapeError("acc", f"N a multiple of 2 * block = {2 * b} (whole gate/up pairs)", f"N={n}",
+                             "interleave the weights with warploom.interleave_gate_up(w1, w3, block=...)")
+        pairs = [evaluate_tile(g, acc[:, 2 * b * k:2 * b * k + b], operands, range(m), range(b * k, b * (k + 1)),
+                               out_shape=(m, n // 2), out_dtype=out_dtype,
+                               up_tile=acc[:, 2 * b * k + b:2 * b * (k + 1)])
+                 for k in range(n // (2 * b))]
+        if not pairs:  # N = 0: (M, 0) outputs
+            return evaluate_tile(g, acc, operands, range(m), range(0), out_shape=(m, 0), out_dtype=out_dtype,
+                                 up_tile=acc)
+        return tuple(torch.cat(blocks, dim=1) for blocks in zip(*pairs, strict=True))
     outs = evaluate_tile(g, acc, operands, range(m), range(n), out_shape=(m, n), out_dtype=out_dtype)
     # A groups output (a 1x128 or rowwise scale) is constant along each group: one column per group, (M, groups).
     if g.group_amax() is None:
@@ -172,8 +185,8 @@ def block_amax(x: torch.Tensor, col0: int, n: int) -> torch.Tensor:
 
 def evaluate_tile(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, torch.Tensor],
                   rows: range | slice, cols: range | slice, *, out_shape: tuple[int, int],
-                  out_dtype: DType | None = None, amax: torch.Tensor | None = None, group: int = 0
-                  ) -> tuple[torch.Tensor, ...]:
+                  out_dtype: DType | None = None, amax: torch.Tensor | None = None, group: int = 0,
+                  up_tile: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """`evaluate` on one tile: output rows `rows` and columns `cols` (step 1) of an `out_shape` (M, N) output.
 
     `acc_tile` is (len(rows), len(cols)). Each operand is read by its kind: a DENSE one as the matching tile,
@@ -196,6 +209,13 @@ def evaluate_tile(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping
     if missing:
         raise InputError(missing[0], "a tensor for every operand of the epilogue graph",
                          f"operands {sorted(operands)}", f"pass {missing[0]}=...")
+    if g.gate_up() is not None:
+        if up_tile is None or up_tile.shape != acc_tile.shape:
+            raise ShapeError("up_tile", f"the up columns' accumulator tile, shape {tuple(acc_tile.shape)}",
+                             "None" if up_tile is None else f"shape {tuple(up_tile.shape)}",
+                             "pass the accumulator at the up columns paired with acc_tile's gate columns")
+        vals = _gate_up_values(g, acc_tile, up_tile, operands, (m, n), (r0, r1), (c0, c1), group)
+        return _outputs(g, vals, (r1 - r0, c1 - c0), out_dtype)
     return _outputs(g, _values(g, acc_tile, operands, (m, n), (r0, r1), (c0, c1), amax, group=group),
                     (r1 - r0, c1 - c0), out_dtype)
 
@@ -217,25 +237,66 @@ def _values(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, 
             out_shape: tuple[int, int], rows: tuple[int, int], cols: tuple[int, int], amax: torch.Tensor | None,
             stop: int | None = None, group: int = 0) -> list[torch.Tensor]:
     """Every node's value on the tile (up to node `stop`, excluded, when given) of group `group`."""
-    (m, n), (r0, r1), (c0, c1) = out_shape, rows, cols
     vals: list[torch.Tensor] = []
     for i, nd in enumerate(g.nodes):
         if i == stop:
             break
-        match nd:
-            case eg.Acc():
-                vals.append(acc_tile.float())
-            case eg.Operand():
-                spec = g.operand(nd.name)
-                vals.append(_operand_tile(spec, operands[nd.name], (m, n), (r0, r1), (c0, c1), group))
-            case eg.Const():
-                vals.append(const(nd.value))
-            case eg.GroupAmax() if amax is not None:
-                vals.append(amax.float().reshape(r1 - r0, 1))
-            case eg.GroupAmax():
-                vals.append(group_amax(vals[nd.x].expand(r1 - r0, c1 - c0), (c0, c1), n, nd.width))
-            case _:
-                vals.append(apply(nd, [vals[r] for r in eg.inputs(nd)]))
+        vals.append(_value(g, nd, vals, acc_tile, operands, out_shape, rows, cols, amax, group))
+    return vals
+
+
+def _value(g: eg.EpilogueGraph, nd: eg.Node, vals: list[torch.Tensor], acc_tile: torch.Tensor,
+           operands: Mapping[str, torch.Tensor], out_shape: tuple[int, int], rows: tuple[int, int],
+           cols: tuple[int, int], amax: torch.Tensor | None, group: int) -> torch.Tensor:
+    """Node `nd`'s value on the tile, its inputs' being `vals`."""
+    (m, n), (r0, r1), (c0, c1) = out_shape, rows, cols
+    match nd:
+        case eg.Acc():
+            return acc_tile.float()
+        case eg.Operand():
+            return _operand_tile(g.operand(nd.name), operands[nd.name], (m, n), (r0, r1), (c0, c1), group)
+        case eg.Const():
+            return const(nd.value)
+        case eg.GroupAmax() if amax is not None:
+            return amax.float().reshape(r1 - r0, 1)
+        case eg.GroupAmax():
+            return group_amax(vals[nd.x].expand(r1 - r0, c1 - c0), (c0, c1), n, nd.width)
+        case _:
+            return apply(nd, [vals[r] for r in eg.inputs(nd)])
+
+
+def _gate_up_values(g: eg.EpilogueGraph, gate_tile: torch.Tensor, up_tile: torch.Tensor,
+                    operands: Mapping[str, torch.Tensor], out_shape: tuple[int, int], rows: tuple[int, int],
+                    cols: tuple[int, int], group: int) -> list[torch.Tensor]:
+    """A gate/up graph's values on result columns `cols` (one interleave block's, or part of one) of the (M, I')
+    result: the nodes over N on the gate tile at the gate columns and on the up tile at the up columns, each
+    `GateUpHalf` picking its side, the half-space nodes on those."""
+    (m, n), (c0, c1) = out_shape, cols
+    b = g.gate_up()
+    assert b is not None
+    if c1 > c0 and c0 // b != (c1 - 1) // b:
+        raise ValueError(f"gate/up tile columns [{c0}, {c1}): expected columns of one {b}-column interleave block")
+    halved = g.halved()
+    # per side: its accumulator tile, its columns of the (M, N) product, and its values of the nodes over N
+    sides: dict[eg.Half, tuple[torch.Tensor, tuple[int, int], list[torch.Tensor]]] = {}
+    for h, tile in ((eg.Half.GATE, gate_tile), (eg.Half.UP, up_tile)):
+        f0 = eg.GateUpHalf(0, h, b).source(c0)
+        sides[h] = (tile, (f0, f0 + c1 - c0), [])
+    side_vals: dict[eg.Half, list[torch.Tensor]] = {h: v for h, (_, _, v) in sides.items()}
+    vals: list[torch.Tensor] = []
+    for i, nd in enumerate(g.nodes):
+        if isinstance(nd, eg.GateUpHalf):
+            v = side_vals[nd.half][nd.x]
+        elif halved[i]:
+            v = apply(nd, [vals[r] for r in eg.inputs(nd)])
+        else:  # over N (or constant along it): on each side's columns of the (M, N = 2 I') product
+            for tile, full, out in sides.values():
+                out.append(_value(g, nd, out, tile, operands, (m, 2 * n), rows, full, None, group))
+            v = side_vals[eg.Half.GATE][i]
+        if halved[i]:
+            for out in side_vals.values():
+                out.append(v)  # (never read on a side: no node over N reads a half)
+        vals.append(v)
     return vals
 
 

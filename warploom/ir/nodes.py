@@ -475,11 +475,16 @@ class LoadOperand(Op):
 class ApplyEpilogue(Op):
     """Evaluate the spec's epilogue graph on column block `part` of `parts` of `acc` (fp32) with the operand
     registers the preceding LoadOperand ops loaded for that block. Its outputs, each cast to its stored
-    dtype, are held in registers for the StoreSmem ops that follow (until the next ApplyEpilogue)."""
+    dtype, are held in registers for the StoreSmem ops that follow (until the next ApplyEpilogue).
+
+    A gate/up graph (`EpilogueGraph.gate_up`) pairs two blocks: `part` holds the gate columns and `up` the up
+    columns of the same result columns (the tile's left and right halves, block i and i + parts / 2); its outputs
+    are the result's block `part` (a half-width `TmaStore`)."""
 
     acc: str
     part: int
     parts: int
+    up: int | None = None
 
 
 @dataclass(frozen=True)
@@ -551,13 +556,16 @@ class TmaStore(Op):
     """Asynchronously copy `buffer` to column block `part` of `parts` of output `output`'s tile at (tile m,
     tile n), i.e. to origin (m * BM, n * BN + part * BN / parts); out-of-bounds elements are dropped.
     Output 0 is C; a fused epilogue with several outputs stores output j to the j-th output tensor. A split-K
-    unit's store (`tensor` WORKSPACE) goes to its k-range's slab of the workspace instead (`Tiling.split_k`)."""
+    unit's store (`tensor` WORKSPACE) goes to its k-range's slab of the workspace instead (`Tiling.split_k`).
+    `halved`: a gate/up epilogue's (M, N / 2) output, whose tile n starts at n * BN / 2 (origin
+    (m * BM, n * BN / 2 + part * BN / parts), part < parts / 2)."""
 
     buffer: str
     tensor: Tensor = Tensor.C
     part: int = 0
     parts: int = 1
     output: int = 0
+    halved: bool = False
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,8 @@ def op(o: ir.Op) -> str:
             return f"prefetch_operand {o.operand} for {o.acc}{part} into {o.buffer}{synced}"
         case ir.ApplyEpilogue():
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
-            return f"apply_epilogue {o.acc}{part}"
+            up = "" if o.up is None else f" with up {o.acc}[cols {o.up}/{o.parts}]"
+            return f"apply_epilogue {o.acc}{part}{up}"
         case ir.FoldAmax():
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
             return f"fold_amax {o.acc}{part}"
@@ -97,7 +98,8 @@ def op(o: ir.Op) -> str:
             return "fence_async_shared"
         case ir.TmaStore():
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
-            return f"tma_store {o.buffer} -> {output_name(o.tensor, o.output)}[m, n]{part}"
+            n = "n/2" if o.halved else "n"
+            return f"tma_store {o.buffer} -> {output_name(o.tensor, o.output)}[m, {n}]{part}"
         case ir.Advance():
             return f"advance {o.cursor}"
         case ir.SkipTiles():

@@ -210,6 +210,11 @@ def structural(m: ir.Module) -> list[str]:
                     if o.buffer not in {b.name for b in m.buffers}:
                         errs.append(f"{where}: {line} uses unknown buffer {o.buffer}")
                     g = m.spec.epilogue
+                    halved = g is not None and g.gate_up() is not None and o.output is not None
+                    if isinstance(o, ir.TmaStore) and o.halved != halved:
+                        errs.append(f"{where}: {line}: " + ("a gate/up graph's output is (M, N / 2): its store "
+                                                            "must be halved" if halved else
+                                                            "a halved store of a full-width output"))
                     if g is not None and o.output is not None and 0 <= o.output < len(g.outputs) and \
                             g.outputs[o.output].layout is GROUPS:
                         errs.append(f"{where}: {line}: output {o.output} is a groups output (scales), "
@@ -632,6 +637,12 @@ def _check_fused(m: ir.Module, o: ir.Op, where: str, line: str, errs: list[str])
         errs.append(f"{where}: {line}: expected a groups output (scales) of the graph")
     elif isinstance(o, (ir.LoadOperand, ir.PrefetchOperand)) and o.operand not in {s.name for s in g.operands}:
         errs.append(f"{where}: {line}: the epilogue has no operand {o.operand!r}")
+    elif isinstance(o, ir.ApplyEpilogue) and (o.up is None) != (g.gate_up() is None):
+        errs.append(f"{where}: {line}: " + ("a gate/up graph's block needs its up block (`with up`)" if o.up is None
+                                            else "an up block, but the graph has no gate/up halves"))
+    elif isinstance(o, ir.ApplyEpilogue) and o.up is not None and o.up != o.part + o.parts // 2:
+        errs.append(f"{where}: {line}: expected the gate block in the tile's left half and its up block "
+                    f"{o.part + o.parts // 2} (the same columns of the right half)")
     if isinstance(o, (ir.LoadOperand, ir.PrefetchOperand)) and o.buffer is not None:
         buf = next((b for b in m.buffers if b.name == o.buffer), None)
         if buf is None or buf.tensor is not ir.Tensor.OPERAND or buf.operand != o.operand:
@@ -669,6 +680,10 @@ def _check_loaded(p: ir.Partition, m: ir.Module, errs: list[str]) -> None:
                     if (spec.name, s.acc, s.part) not in loaded:
                         errs.append(f"partition {p.name}: {printer.op(s)} before operand {spec.name} is loaded "
                                     "for that block")
+                    up = s.up if isinstance(s, ir.ApplyEpilogue) else None
+                    if up is not None and spec.kind.varies_n and (spec.name, s.acc, up) not in loaded:
+                        errs.append(f"partition {p.name}: {printer.op(s)} before operand {spec.name} is loaded "
+                                    "for its up block")
                 if isinstance(s, ir.FoldAmax):
                     folded.add((s.acc, s.part))
                 elif g.group_amax() is not None:

@@ -90,9 +90,15 @@ class LowerEpilogue:
             # One column block per store; an accumulator narrower than that (column-block accumulators)
             # is stored whole.
             width = min([t.bn // n] + [accs[o.acc].cols for o, _ in ir.walk(p.body) if isinstance(o, ir.StoreTile)])
-            if (t.bn // width) % self.staging_slots:
+            # A gate/up epilogue pairs the tile's left (gate) and right (up) halves: blocks of at most BN / 2,
+            # half of which are stored (each the result of a pair).
+            paired = graph is not None and graph.gate_up() is not None
+            if paired:
+                width = min(width, t.bn // 2)
+            stored = t.bn // width // (2 if paired else 1)
+            if stored % self.staging_slots:
                 raise ValueError(f"LowerEpilogue(staging_slots={self.staging_slots}) does not divide the tile's "
-                                 f"{t.bn // width} stored blocks: the next tile would reuse a slot whose store is "
+                                 f"{stored} stored blocks: the next tile would reuse a slot whose store is "
                                  "not the oldest in flight")
             # Slot k of output j: the first slot keeps the single-buffer name.
             # A swapped module (rule 18) stages each block transposed: C's rows are its columns.
@@ -146,6 +152,10 @@ class _Lower:
                 out += self._store([ir.StoreSmem(o.acc, bufs[0].name, i, n)],
                                    [ir.TmaStore(bufs[0].name, bufs[0].tensor, part=j, parts=self.bn // w)])
                 continue
+            if self.graph.gate_up() is not None:
+                if i < n // 2:
+                    out += self._pair(o.acc, acc, i, n)
+                continue
             if self.graph.group_amax() is not None:
                 if i % self._group_blocks(acc):
                     continue  # (the group's walk below, from its first block, stores this block)
@@ -168,6 +178,29 @@ class _Lower:
                 out.append(ir.PrefetchOperand(s.name, acc, i, n, buf))
             out.append(ir.LoadOperand(s.name, acc, i, n, operand_read(s.kind, self.scalar_columns), buf))
         return out
+
+    def _pair(self, name: str, acc: ir.Accumulator, i: int, n: int) -> list[ir.Stmt]:
+        """Gate/up block i of n (i < n / 2): its operands (those over N at the up block too), the graph on the pair
+        (block i's gate columns, block i + n / 2's up columns), and its result stored at the tile's n * BN / 2:
+
+            load_operand scale_b for acc[cols 0/2] as per_col
+            load_operand scale_b for acc[cols 1/2] as per_col
+            apply_epilogue acc[cols 0/2] with up acc[cols 1/2]
+            ... store_smem / tma_store c_smem -> C[m, n/2][cols 0/2]
+        """
+        assert self.graph is not None
+        if acc.col0 or acc.cols != self.bn:
+            raise ValueError(f"LowerEpilogue: a gate/up epilogue pairs the tile's halves in one accumulator, but "
+                             f"{name} holds columns [{acc.col0}, {acc.col0 + acc.cols}) of {self.bn} (the planner's "
+                             "rule 28 plans one accumulator a tile)")
+        up = i + n // 2
+        out = self._loads(name, i, n, i)
+        out += [ir.LoadOperand(s.name, name, up, n, operand_read(s.kind, self.scalar_columns))
+                for s in self.graph.operands if s.kind.varies_n]
+        out.append(ir.ApplyEpilogue(name, i, n, up=up))
+        bufs = self.slots[i % len(self.slots)]
+        return out + self._store([ir.StoreSmem(name, b.name, i, n, output=b.output) for b in bufs],
+                                 [ir.TmaStore(b.name, part=i, parts=n, output=b.output, halved=True) for b in bufs])
 
     def _group_blocks(self, acc: ir.Accumulator) -> int:
         """The blocks of one group (a fused quantization's: 128 columns for 1x128, the whole tile for rowwise)."""

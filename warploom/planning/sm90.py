@@ -261,6 +261,41 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
     return out
 
 
+def gate_up_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = None, pingpong: bool = False,
+                     partial_blocks: int | None = None, split_k: int | None = None, tail_split: int | None = None,
+                     swap_ab: bool | None = None, stream_k: int | None = None,
+                     cluster: int | None = None) -> list[str]:
+    """Rule 28: why a spec whose fused epilogue pairs interleaved gate/up halves (`EpilogueGraph.gate_up`) cannot
+    be planned, if it cannot. Such a plan is sm_90a's cooperative tile BN = 2 * block wide (the interleave block,
+    `warploom.interleave_gate_up`'s): each tile then holds one gate block and its up block, in one accumulator
+    (a promoted 256-wide tile has two, which would put them apart), whole (no split-K, tail, stream-K, swap-AB,
+    cluster or ping-pong: their tiles or sums are not a pair's)."""
+    assert spec.epilogue is not None
+    block = spec.epilogue.gate_up()
+    assert block is not None
+    out = []
+    if device.blackwell or device.gfx1250:
+        out.append(f"the gate/up epilogue is built for sm_90a, not {device.name}")
+    if spec.grouped and spec.grouping is not Grouping.OFFSETS:
+        out.append(f"a {spec.grouping.value} grouped GEMM (the one-GEMM gate/up form is built for the M-grouped "
+                   "layout, offs over M, only)")
+    if spec.n % (2 * block):
+        out.append(f"N={spec.n}: expected a multiple of 2 * block = {2 * block} (whole gate/up pairs, as "
+                   "interleave_gate_up writes them)")
+    if 2 * block > QUANT_BN and spec.accumulation is Accumulation.PROMOTED:
+        out.append(f"block={block} with promoted fp8 accumulation: a {2 * block}-wide tile promotes into two "
+                   f"{QUANT_BN}-column accumulators, one gate and one up; use block=64 or use_fast_accum=True")
+    if bn is not None and bn != 2 * block:
+        out.append(f"bn={bn}: the tile must be 2 * block = {2 * block} wide (one gate block and its up block)")
+    if partial_blocks not in (None, 1):
+        out.append(f"partial_blocks={partial_blocks}: the pair's blocks must share one accumulator")
+    given = {"pingpong": pingpong or None, "split_k": None if split_k in (None, 1) else split_k,
+             "tail_split": None if tail_split in (None, 1) else tail_split, "swap_ab": swap_ab or None,
+             "stream_k": stream_k or None, "cluster": None if cluster in (None, 1) else cluster}
+    out += [f"{k}={v}" for k, v in given.items() if v is not None]
+    return out
+
+
 def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     """The sm_90a target's rule (its declaration's `plan`): rules 1-18 and 21-25 (and the refusal of an AMD GPU
     other than gfx1250), after `warploom.planner.plan_schedule` ran rules 26 and 22 and the options' own checks

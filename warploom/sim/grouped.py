@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
+from warploom.epilogue.graph import GateUpHalf, Half
 from warploom.errors import ShapeError
 from warploom.ir import nodes as ir
 from warploom.ir.raster import TileRef, group_bounds
@@ -62,7 +63,8 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     if not k_grouped and len(groups) != b.shape[0]:
         raise ShapeError("b", f"{len(groups)} groups, one per bound", f"{b.shape[0]}", "pass one bound per group")
     rows = len(groups) * m if k_grouped else m
-    result = torch.full((rows, n), float("nan"), dtype=module.spec.out_dtype.torch) if out is None else out
+    width = module.spec.output_shapes(rows, n)[0][1]  # (N, or a gate/up epilogue's N / 2)
+    result = torch.full((rows, width), float("nan"), dtype=module.spec.out_dtype.torch) if out is None else out
     # (blockwise scales are the mainloop's, never graph operands; rowwise ones are the graph's with an epilogue)
     positional = {} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b}
     tensors = check_operands(module, operands, positional, frozenset()) if module.spec.epilogue is not None else {}
@@ -129,6 +131,9 @@ def grouped_coverage(module: ir.Module, m: int, n: int, k: int, groups: tuple[tu
                      pids: tuple[int, ...], writes: torch.Tensor, sink: FindingSink) -> None:
     """Every element of the simulated tiles' group rows stored exactly once, every other element of C never."""
     want, tiles = expected_writes(module, m, n, k, groups, pids)
+    block = module.spec.epilogue.gate_up() if module.spec.epilogue is not None else None
+    if block is not None:  # a gate/up result's column c is stored by the tile holding its gate column
+        want = want[:, [GateUpHalf(0, Half.GATE, block).source(c) for c in range(n // 2)]]
     bad = writes != want
     if not bool(bad.any()):
         return

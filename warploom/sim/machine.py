@@ -161,6 +161,8 @@ class Machine:
         # functions of the partition's pc (its own program prefix), so `key` need not hold them.
         g = m.spec.epilogue
         self.graph_operands = tuple(s.name for s in g.operands) if g is not None else ()
+        # (a gate/up graph's operands over N: read at each pair's up block too)
+        self.up_operands = tuple(s.name for s in g.operands if s.kind.varies_n) if g is not None else ()
         self.amax_node = g.amax() if g is not None and g.group_amax() is not None else None  # (its groups)
         self.loaded: list[dict[tuple[str, str, tuple[int, int]], int]] = [{} for _ in range(n)]
         self.applied: list[tuple[str, tuple[int, int], int] | None] = [None] * n
@@ -307,6 +309,7 @@ class Machine:
         c.step, c.k_steps = self.step, self.k_steps
         c.blocked_at = list(self.blocked_at)
         c.graph_operands = self.graph_operands
+        c.up_operands = self.up_operands
         c.amax_node = self.amax_node
         c.loaded = [dict(d) for d in self.loaded]
         c.applied = list(self.applied)
@@ -854,6 +857,8 @@ class Machine:
         tile = ins.site.tile
         assert tile is not None
         self._loaded_check(i, ins.site, ins.acc, ins.cols, "evaluates the epilogue on")
+        if ins.up_cols is not None:
+            self._loaded_check(i, ins.site, ins.acc, ins.up_cols, "pairs its up block", self.up_operands)
         if ins.amax_cols is not None:
             got = self.folded[i]
             need = set(range(*ins.amax_cols))
@@ -866,14 +871,16 @@ class Machine:
                            "before its first apply_epilogue")
         self.applied[i] = (ins.acc, ins.cols, tile.index)
         if self.data is not None:
-            self.data.apply(i, ins.acc, ins.cols, ins.off_m, ins.off_n, ins.amax_cols is not None, ins.group)
+            self.data.apply(i, ins.acc, ins.cols, ins.off_m, ins.off_n, ins.amax_cols is not None, ins.group,
+                            up_cols=ins.up_cols)
 
-    def _loaded_check(self, i: int, site: Site, acc: str, cols: tuple[int, int], what: str) -> None:
-        """Every graph operand loaded for this block in this tile (OPERAND_NOT_LOADED)."""
+    def _loaded_check(self, i: int, site: Site, acc: str, cols: tuple[int, int], what: str,
+                      names: tuple[str, ...] | None = None) -> None:
+        """Every graph operand (or those `names`) loaded for this block in this tile (OPERAND_NOT_LOADED)."""
         tile = site.tile
         assert tile is not None
         block = f"{acc}[:, {cols[0]}:{cols[1]}]"
-        for name in self.graph_operands:
+        for name in self.graph_operands if names is None else names:
             at = self.loaded[i].get((name, acc, cols))
             if at == tile.index:
                 continue

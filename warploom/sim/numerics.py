@@ -333,7 +333,7 @@ class CtaData:
         writes[off_m:off_m + h, col] += 1
 
     def apply(self, agent: int, acc: str, cols: tuple[int, int], off_m: int, off_n: int,
-              grouped: bool = False, group: int = 0) -> None:
+              grouped: bool = False, group: int = 0, up_cols: tuple[int, int] | None = None) -> None:
         """The epilogue graph on columns `cols` of `acc`, which are output rows and columns from (off_m, off_n),
         of a tile of `group` (a grouped module's: the slice its per-group operands read).
 
@@ -350,9 +350,11 @@ class CtaData:
         # A fused quantization reads the running amax its folds left (NaN where none: the machine reports that).
         amax = (self.amax[agent] if self.amax[agent] is not None else torch.full((rows, 1), float("nan"))) \
             if grouped else None
+        # A gate/up pair: x the gate block, `up` its up block, off_n and (m, n) the (M, N / 2) result's.
+        up = None if up_cols is None else self.accs[agent][acc][:, up_cols[0]:up_cols[1]]
         self.ep_outs[agent] = evaluate_tile(g, x, self.ops.epilogue, range(off_m, off_m + rows),
                                             range(off_n, off_n + width), out_shape=(m, n),
-                                            out_dtype=self.m.spec.out_dtype, amax=amax, group=group)
+                                            out_dtype=self.m.spec.out_dtype, amax=amax, group=group, up_tile=up)
 
     def store_smem(self, agent: int, acc: str, buffer: str, cols: tuple[int, int], output: int | None = None,
                    transposed: bool = False) -> None:

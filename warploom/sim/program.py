@@ -308,6 +308,9 @@ class ApplyI:
     # one of which a fold_amax of this tile must have folded in before the amax is read.
     amax_cols: tuple[int, int] | None = None
     group: int = 0  # a grouped module's: the tile's group (the slice its per-group operands read)
+    # A gate/up graph's: the accumulator's up block paired with `cols` (the gate block); off_n is then the result's
+    # column (of its N / 2).
+    up_cols: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -797,7 +800,7 @@ class _Interp:
                                              f"({buf.dtype.value}) to {'the workspace' if ws else 'output'} "
                                              f"{'' if ws else o.output}, which is {want.value}")
                     # A split-K unit's box in the workspace: ir.raster.cta_tiles says where.
-                    r0, c0 = (t.ws_m, t.ws_n) if ws else (t.off_m, t.off_n)
+                    r0, c0 = (t.ws_m, t.ws_n) if ws else (t.off_m, t.off_n // 2 if o.halved else t.off_n)
                     r0, c0 = r0 + self.row0, c0 + o.part * (m.tiling.bn // o.parts)
                     if m.tiling.swap_ab:  # C's rows are this module's columns
                         r0, c0 = c0, r0
@@ -826,7 +829,11 @@ class _Interp:
                     if g.group_amax() is not None:  # (the group's columns within the accumulator, past N too)
                         lo, hi = g.amax().span(off_n, t.off_n + acc.col0 + acc.cols)
                         need = (max(lo, t.off_n + acc.col0), hi)
-                    yield ApplyI(site, o.acc, cols, t.off_m + self.row0, off_n, need, group=t.group)
+                    up = None
+                    if o.up is not None:  # a gate/up pair: the result's columns start at the tile's n * BN / 2
+                        up = self._block(acc, o.up, o.parts, text)
+                        off_n = t.off_n // 2 + acc.col0 + cols[0]
+                    yield ApplyI(site, o.acc, cols, t.off_m + self.row0, off_n, need, group=t.group, up_cols=up)
                 case ir.FoldAmax() | ir.StoreScales():
                     t = self._tile(text)
                     g = self._graph(text)
