@@ -17,6 +17,7 @@ from warploom.errors import (
     InputError,
     InternalError,
     KernelHangError,
+    PlanError,
     ResourceError,
     ScaleError,
     ShapeError,
@@ -81,7 +82,7 @@ if "torch" in sys.modules:
 __all__ = [
     "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "ALayout", "BLayout", "DType", "DTypeError",
     "DeviceError", "DeviceInfo", "GemmSpec", "Grouping", "InputError", "InternalError", "Kernel", "KernelHangError",
-    "Plan", "QuantRecipe", "ScaleError",
+    "Plan", "PlanError", "QuantRecipe", "ScaleError",
     "ScaleLayout", "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError",
     "UnsupportedError", "VerificationError", "WarploomError", "__version__", "deinterleave_gate_up", "grouped_mm",
     "interleave_gate_up", "matmul", "plan", "quantize", "scaled_grouped_mm", "scaled_mm", "silu_mul_interleaved",

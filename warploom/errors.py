@@ -69,6 +69,11 @@ class TargetError(WarploomError, ValueError):
     """An unknown compilation target name."""
 
 
+class PlanError(WarploomError, ValueError):
+    """A `Plan` whose fields contradict each other or a count out of range (a forced plan, a tuning-cache entry);
+    the message names the field and what it must be."""
+
+
 class ResourceError(WarploomError, RuntimeError):
     """A resource warploom needs could not be had (device memory for a workspace); nothing was launched."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from warploom.errors import PlanError
 from warploom.spec import GemmSpec
 from warploom.target import Target
 
@@ -130,7 +131,7 @@ class Plan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "target", Target.named(self.target, "Plan(target=...)"))  # (a cache gives its name)
         if (self.acc_buffers > 0) != (self.target is Target.SM100A):
-            raise ValueError(f"Plan(acc_buffers={self.acc_buffers}, target={self.target}): tensor-memory accumulator "
+            raise PlanError(f"Plan(acc_buffers={self.acc_buffers}, target={self.target}): tensor-memory accumulator "
                              "buffers are sm_100a's and every sm_100a plan has at least one")
         # Every count is checked here, once: a Plan from a cache file or a forced knob with group_m=0 would
         # otherwise divide by zero in the raster, far from its cause.
@@ -141,32 +142,32 @@ class Plan:
         for name in positive + counts:
             v, least = getattr(self, name), int(name in positive)
             if type(v) is not int or v < least:
-                raise ValueError(f"Plan({name}={v!r}): expected an int >= {least}")
+                raise PlanError(f"Plan({name}={v!r}): expected an int >= {least}")
         if self.staging_slots < 1 or self.epilogue_subtiles % self.staging_slots:
-            raise ValueError(f"Plan(staging_slots={self.staging_slots}) must divide epilogue_subtiles="
+            raise PlanError(f"Plan(staging_slots={self.staging_slots}) must divide epilogue_subtiles="
                              f"{self.epilogue_subtiles}: a tile's blocks cycle through the slots, and the next tile "
                              "must start on a slot whose store is the oldest in flight")
         if self.operand_slots < 1:
-            raise ValueError(f"Plan(operand_slots={self.operand_slots}): expected at least 1")
+            raise PlanError(f"Plan(operand_slots={self.operand_slots}): expected at least 1")
         if self.load_ahead and self.hoist_rows:
-            raise ValueError("Plan(load_ahead=True) loads each block's operands one block early; hoist_rows=True "
+            raise PlanError("Plan(load_ahead=True) loads each block's operands one block early; hoist_rows=True "
                              "already loads them all before the final wgmma wait: pass hoist_rows=False")
         if self.stream_k and (self.split_k > 1 or self.tail_split > 1 or self.pingpong or self.swap_ab):
-            raise ValueError(f"Plan(stream_k={self.stream_k}) shares whole tiles' k-blocks among CTAs itself: it takes "
+            raise PlanError(f"Plan(stream_k={self.stream_k}) shares whole tiles' k-blocks among CTAs itself: it takes "
                              "no split_k, "
                              "tail_split, pingpong or swap_ab")
         if self.cluster not in (1, 2):
-            raise ValueError(f"Plan(cluster={self.cluster!r}): expected 1 or 2 CTAs per cluster")
+            raise PlanError(f"Plan(cluster={self.cluster!r}): expected 1 or 2 CTAs per cluster")
         if self.cluster > 1 and (self.split_k > 1 or self.tail_split > 1 or self.stream_k or self.pingpong
                                  or self.swap_ab or self.target is not Target.SM90A or self.grid % self.cluster):
-            raise ValueError(f"Plan(cluster={self.cluster}) runs whole tiles on sm_90a on an even grid: it takes no "
+            raise PlanError(f"Plan(cluster={self.cluster}) runs whole tiles on sm_90a on an even grid: it takes no "
                              "split_k, tail_split, stream_k, pingpong or swap_ab, and grid="
                              f"{self.grid} must be a multiple of {self.cluster}")
         if self.promote_tmem and self.target is not Target.SM100A:
-            raise ValueError(f"Plan(promote_tmem=True, target={self.target}): promotion through tensor-memory "
+            raise PlanError(f"Plan(promote_tmem=True, target={self.target}): promotion through tensor-memory "
                              "partials is sm_100a's")
         if self.tail_split > 1 and self.tail_stages < 1:
-            raise ValueError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
+            raise PlanError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
                              "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
 
     def units(self, m: int, n: int) -> int:
