@@ -62,6 +62,8 @@ CASES: dict[str, Case] = {
                          lambda p: p.split_k == 4),
     "bf16_split_k_uneven": Case(_bf16(300, 520, 7 * 64 - 24), (300, 520, 7 * 64 - 24),
                                 {"bm": 128, "bn": 128, "split_k": 3}, lambda p: p.split_k == 3),  # (3, 2, 2)
+    "bf16_decode_split": Case(_bf16(8, 104, 5240), (8, 104, 5240), {},
+                              lambda p: p.bm == 64 and p.split_k > 1 and not p.swap_ab),  # (rule 25 at decode sizes)
     "bf16_tail": Case(_bf16(2000, 2056, 4608), (2000, 2056, 4608), {"bm": 128, "bn": 128, "tail_split": 2},
                       lambda p: p.tail_split == 2),
     "bf16_stream_k": Case(_bf16(384, 752, 5312), (384, 752, 5312), {"bn": 128, "stream_k": 3},
