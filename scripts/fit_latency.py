@@ -22,13 +22,7 @@ from dataclasses import dataclass
 
 from warploom.dtypes import DType
 from warploom.planning.common import k_blocks
-from warploom.planning.sm90_models import (
-    SK_FIXUP_KBLOCKS,
-    SK_SLOWDOWN,
-    decode_time,
-    latency_us,
-    split_time,
-)
+from warploom.planning.sm90_models import decode_time, latency_us, piece_kblocks, split_time
 from warploom.spec import GemmSpec, ScaleRecipe
 
 DEFAULT = ["docs/data/latency-tiles-*.json", "docs/data/splitk-*.json"]
@@ -69,9 +63,7 @@ def modeled(spec: GemmSpec, plan: str) -> float | None:
     if (bm, bn) == (128, 128):
         if ranges > 1:
             return split_time(spec, ranges)
-        if pieces:
-            return latency_us(spec, 128, kb / pieces * (1 + SK_SLOWDOWN) + (pieces - 1) * SK_FIXUP_KBLOCKS)
-        return latency_us(spec, 128, kb)
+        return latency_us(spec, 128, piece_kblocks(kb, pieces or 1))
     return None
 
 

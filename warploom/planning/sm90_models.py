@@ -53,15 +53,23 @@ LATENCY_STAGES = (4, 8)
 LATENCY_DEEP_KBLOCKS = 32
 
 
+def piece_kblocks(k_tiles: int, pieces: int) -> float:
+    """Rule 23's k-blocks one after another for a 128x128 tile cut into `pieces` stream-K pieces (1: whole): a
+    piece's share, SK_SLOWDOWN slower, plus SK_FIXUP_KBLOCKS for each piece beyond the first."""
+    if pieces == 1:
+        return float(k_tiles)
+    return k_tiles / pieces * (1 + SK_SLOWDOWN) + (pieces - 1) * SK_FIXUP_KBLOCKS
+
+
 def latency_times(spec: GemmSpec, device: DeviceInfo) -> tuple[float, float, int]:
     """Rule 23's modeled microseconds: 64x64 tiles whole, then 128x128 at its best count of stream-K pieces (1: whole
     tiles; pieces as rule 21 cuts them, each k-block SK_SLOWDOWN slower, SK_FIXUP_KBLOCKS per extra piece), and
     that count. Each is its start plus the longer of its k-blocks' latency and its tiles' operand bytes from L2."""
     k_tiles = k_blocks(spec)
     tiles = square_tiles(spec, 128)
-    best = (float(k_tiles), 1)
+    best = (piece_kblocks(k_tiles, 1), 1)
     for p in (q for q in SK_PIECES if q <= k_tiles and tiles * q <= device.sm_count):
-        best = min(best, (k_tiles / p * (1 + SK_SLOWDOWN) + (p - 1) * SK_FIXUP_KBLOCKS, p))
+        best = min(best, (piece_kblocks(k_tiles, p), p))
     return latency_us(spec, 64, k_tiles), latency_us(spec, 128, best[0]), best[1]
 
 
