@@ -162,8 +162,8 @@ if [ "$what" = splitk ]; then
     --sizes "${SPLITK_MID_SIZES:-2416x160x14368,112x5264x3472,1440x1408x7168}" 2>&1 | tee "$OUT/splitk-mid.log"
   # Rule 25 at decode sizes (`decode_split`): 64x64 units in k-ranges against the whole swapped or 64-row tiles.
   python3 scripts/sweep_plans.py --out "$OUT/splitk-decode.json" --cases bf16,fp8 --rounds 5 \
-    --variants '[{}, {"split_k": 1}, {"swap_ab": true}]' \
-    --sizes "${SPLITK_DECODE_SIZES:-8x104x5248,43x88x7968,2x104x1488,21x96x3984,4x816x10400,1x816x2272,11x1408x3456,64x2112x7168}" \
+    --variants '[{}, {"split_k": 1}, {"swap_ab": true}, {"split_k": 4}, {"split_k": 6}, {"split_k": 8}]' \
+    --sizes "${SPLITK_DECODE_SIZES:-8x104x5248,43x88x7968,2x104x1488,21x96x3984,4x816x10400,1x816x2272,11x1408x3456,64x2112x7168,8x112x9344,16x128x8192}" \
     2>&1 | tee "$OUT/splitk-decode.log"
 fi
 if [ "$what" = rule24 ]; then

@@ -156,9 +156,13 @@ HBM_BYTES_PER_US = 3.0e6
 DECODE_SPLIT_MAX = 16
 DECODE_SPLIT_MIN_KBLOCKS = 24
 DECODE_SPLIT_MARGIN = 0.8
-# The reduce's traffic: each range's fp32 partials written and read back, at what rule 25's fit implies for its
-# 0.3 us a range at 191x440 (0.67 MB a range): what matters here is that decode's partials are small.
-SPLIT_REDUCE_BYTES_PER_US = 2.2e6
+# The split's own cost: the reduce kernel's launch and start, and per range its units' partials and the reduce's
+# reads of them. Fitted to the forced splits of 3-16 ranges at seven decode shapes (H100, bf16, CUDA graphs,
+# session 28; docs/data/splitk-decode-*): beyond the units' start and k-blocks each ran DECODE_SPLIT_FIXED_US plus
+# DECODE_SPLIT_RANGE_US a range (residuals within 1 us). The first fit priced the partials by their bytes alone, a
+# few kilobytes, and split 2 and 21-row shapes into 12-16 ranges that ran 12-67% slower than whole tiles.
+DECODE_SPLIT_FIXED_US = 2.0
+DECODE_SPLIT_RANGE_US = 0.37
 
 
 def decode_time(spec: GemmSpec, tiles: int, ranges: int) -> float:
@@ -167,8 +171,7 @@ def decode_time(spec: GemmSpec, tiles: int, ranges: int) -> float:
     units = tiles * ranges
     stream = spec.n * spec.k * spec.b_dtype.bytes / min(units * DECODE_SM_BYTES_PER_US, HBM_BYTES_PER_US)
     loop = max(math.ceil(k_blocks(spec) / ranges) * DECODE_KBLOCK_US, stream)
-    reduce = 0.0 if ranges == 1 else (SPLIT_FIXED_US + ranges * spec.m * spec.n * 2 * DType.FP32.bytes
-                                      / SPLIT_REDUCE_BYTES_PER_US)
+    reduce = 0.0 if ranges == 1 else DECODE_SPLIT_FIXED_US + DECODE_SPLIT_RANGE_US * ranges
     return LATENCY_START_US[64] + loop + reduce
 
 
