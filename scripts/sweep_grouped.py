@@ -1,0 +1,105 @@
+"""Grouped GEMM plans side by side on the GPU (issue 27's bf16 target): the planner's grouped plan against forced
+variants of it (Plan fields replaced after planning, as scripts/sweep_plans.py does), torch._grouped_mm, a loop of
+torch.mm over the experts and warploom's dense kernel on the same total rows (what a grouped kernel could reach).
+Each output is checked against torch._grouped_mm's before it is timed; times are CUDA-graph replays.
+
+    PYTHONPATH=. python3 scripts/sweep_grouped.py --out sweep-grouped.json \
+        [--shapes 8x8192x4096x7168] [--variants '[{}, {"stages": 5}]']
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+from typing import Any
+
+import torch
+
+import warploom
+from warploom.checks_grouped import grouped_call
+from warploom.device import DeviceInfo
+from warploom.kernel import build
+from warploom.planner import plan_schedule
+from warploom.reference import relative_error
+from warploom.runtime.launch_grouped import GroupedLauncher
+from warploom.runtime.timing import time_graph
+
+SHAPES = "8x8192x4096x7168,8x8192x7168x2048,32x16384x2048x7168"
+VARIANTS = ('[{}, {"stages": 3}, {"bn": 128, "stages": 6}, {"group_m": 1}, {"group_m": 16}, {"epilogue_subtiles": 4}, '
+            '{"bn": 128, "consumer_partitions": 2}]')
+
+
+def routing(experts: int, rows: int, seed: int = 0) -> torch.Tensor:
+    """bench_grouped.py's routing: random expert sizes, expert 0 empty, ragged ends (cumulative int32 offsets)."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.rand(experts, generator=g) + 0.25
+    w[0] = 0
+    counts = (w / w.sum() * rows).floor().long()
+    counts[-1] += rows - int(counts.sum())
+    return counts.cumsum(0).to(torch.int32).cuda()
+
+
+def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo) -> list[dict[str, Any]]:
+    """One EXPERTSxROWSxNxK shape: the baselines, then each variant checked and timed."""
+    e, rows, n, k = (int(x) for x in text.split("x"))
+    torch.manual_seed(0)
+    offs = routing(e, rows)
+    a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
+    b = w.transpose(1, 2)
+    want = torch._grouped_mm(a, b, offs=offs)
+    flops = 2 * rows * n * k
+    torch_ms = time_graph(lambda: torch._grouped_mm(a, b, offs=offs))
+    ends = [0, *offs.tolist()]
+
+    def loop() -> None:
+        for g in range(e):
+            if ends[g + 1] > ends[g]:
+                torch.mm(a[ends[g]:ends[g + 1]], b[g])
+
+    loop_ms = time_graph(loop)
+    bd = w[1].t().contiguous().t()  # (one expert's weight as a K-major (K, N) operand of the dense GEMM)
+    dense_ms = time_graph(lambda: warploom.matmul(a, bd))
+    print(f"{text}: torch._grouped_mm {torch_ms:.3f} ms ({flops / torch_ms / 1e9:.0f} TFLOP/s), loop of torch.mm "
+          f"{loop_ms:.3f}, warploom dense {rows}x{n}x{k} {dense_ms:.3f}", flush=True)
+    call = grouped_call(a, b, offs, None, None)
+    found = []
+    for kw in variants:
+        try:
+            plan = dataclasses.replace(plan_schedule(call.spec, dev), **kw)
+            kern = build(call.spec, dev, plan)
+            launch = GroupedLauncher(kern.module, kern.gluon)
+            out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            launch(a, b, call.bounds, out)
+            err = relative_error(out, want)
+            if not err < 1e-2:
+                raise AssertionError(f"error {err:.3e} against torch._grouped_mm")
+            ms = time_graph(functools.partial(launch, a, b, call.bounds, out))
+        except Exception as ex:  # noqa: BLE001 (a variant that does not build or run is reported, not fatal)
+            print(f"  {json.dumps(kw):40} failed: {type(ex).__name__}: {str(ex)[:200]}", flush=True)
+            continue
+        found.append({"shape": text, "variant": kw, "plan": plan.short(), "ms": ms, "torch_ms": torch_ms,
+                      "loop_ms": loop_ms, "dense_ms": dense_ms, "err": err})
+        print(f"  {json.dumps(kw):40} {plan.short():32} {ms:.3f} ms {flops / ms / 1e9:5.0f} TFLOP/s "
+              f"x torch {torch_ms / ms:.3f}, x loop {loop_ms / ms:.3f}, x dense {dense_ms / ms:.3f}", flush=True)
+    return found
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="sweep-grouped.json")
+    ap.add_argument("--shapes", default=SHAPES, help="EXPERTSxROWSxNxK, comma-separated")
+    ap.add_argument("--variants", default=VARIANTS, help="JSON list of Plan fields to replace after planning")
+    args = ap.parse_args()
+    dev = DeviceInfo.current()
+    rows: list[dict[str, Any]] = []
+    for text in args.shapes.split(","):
+        rows += sweep_shape(text, json.loads(args.variants), dev)
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
