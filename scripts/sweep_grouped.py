@@ -31,21 +31,23 @@ VARIANTS = ('[{}, {"stages": 3}, {"bn": 128, "stages": 6}, {"group_m": 1}, {"gro
             '{"bn": 128, "consumer_partitions": 2}]')
 
 
-def routing(experts: int, rows: int, seed: int = 0) -> torch.Tensor:
-    """bench_grouped.py's routing: random expert sizes, expert 0 empty, ragged ends (cumulative int32 offsets)."""
+def routing(experts: int, rows: int, seed: int = 0, align: int = 1) -> torch.Tensor:
+    """bench_grouped.py's routing: random expert sizes, expert 0 empty, ragged ends (cumulative int32 offsets); with
+    `align`, every expert's count a multiple of it (the last takes what is left), as DeepGEMM's contiguous layout
+    pads them: the same tiles as the dense GEMM where `align` is the tile's rows, so the two compare directly."""
     g = torch.Generator().manual_seed(seed)
     w = torch.rand(experts, generator=g) + 0.25
     w[0] = 0
-    counts = (w / w.sum() * rows).floor().long()
+    counts = (w / w.sum() * rows).floor().long() // align * align
     counts[-1] += rows - int(counts.sum())
     return counts.cumsum(0).to(torch.int32).cuda()
 
 
-def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo) -> list[dict[str, Any]]:
+def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo, align: int = 1) -> list[dict[str, Any]]:
     """One EXPERTSxROWSxNxK shape: the baselines, then each variant checked and timed."""
     e, rows, n, k = (int(x) for x in text.split("x"))
     torch.manual_seed(0)
-    offs = routing(e, rows)
+    offs = routing(e, rows, align=align)
     a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
     b = w.transpose(1, 2)
@@ -60,9 +62,11 @@ def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo) -> l
                 torch.mm(a[ends[g]:ends[g + 1]], b[g])
 
     loop_ms = time_graph(loop)
-    bd = w[1].t().contiguous().t()  # (one expert's weight as a K-major (K, N) operand of the dense GEMM)
+    bd = w[1].t()  # (one expert's weight as a K-major (K, N) operand of the dense GEMM)
     dense_ms = time_graph(lambda: warploom.matmul(a, bd))
-    print(f"{text}: torch._grouped_mm {torch_ms:.3f} ms ({flops / torch_ms / 1e9:.0f} TFLOP/s), loop of torch.mm "
+    counts = ", ".join(str(hi - lo) for lo, hi in zip(ends[:-1], ends[1:], strict=True))
+    print(f"{text} (counts {counts}): torch._grouped_mm {torch_ms:.3f} ms ({flops / torch_ms / 1e9:.0f} TFLOP/s), "
+          "loop of torch.mm "
           f"{loop_ms:.3f}, warploom dense {rows}x{n}x{k} {dense_ms:.3f}", flush=True)
     call = grouped_call(a, b, offs, None, None)
     found = []
@@ -80,8 +84,8 @@ def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo) -> l
         except Exception as ex:  # noqa: BLE001 (a variant that does not build or run is reported, not fatal)
             print(f"  {json.dumps(kw):40} failed: {type(ex).__name__}: {str(ex)[:200]}", flush=True)
             continue
-        found.append({"shape": text, "variant": kw, "plan": plan.short(), "ms": ms, "torch_ms": torch_ms,
-                      "loop_ms": loop_ms, "dense_ms": dense_ms, "err": err})
+        found.append({"shape": text, "align": align, "variant": kw, "plan": plan.short(), "ms": ms,
+                      "torch_ms": torch_ms, "loop_ms": loop_ms, "dense_ms": dense_ms, "err": err})
         print(f"  {json.dumps(kw):40} {plan.short():32} {ms:.3f} ms {flops / ms / 1e9:5.0f} TFLOP/s "
               f"x torch {torch_ms / ms:.3f}, x loop {loop_ms / ms:.3f}, x dense {dense_ms / ms:.3f}", flush=True)
     return found
@@ -92,11 +96,13 @@ def main() -> None:
     ap.add_argument("--out", default="sweep-grouped.json")
     ap.add_argument("--shapes", default=SHAPES, help="EXPERTSxROWSxNxK, comma-separated")
     ap.add_argument("--variants", default=VARIANTS, help="JSON list of Plan fields to replace after planning")
+    ap.add_argument("--align", default="1", help="comma-separated row alignments of the routing to run each shape at")
     args = ap.parse_args()
     dev = DeviceInfo.current()
     rows: list[dict[str, Any]] = []
     for text in args.shapes.split(","):
-        rows += sweep_shape(text, json.loads(args.variants), dev)
+        for align in (int(x) for x in args.align.split(",")):
+            rows += sweep_shape(text, json.loads(args.variants), dev, align)
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
 
