@@ -100,6 +100,8 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
         ours = lambda: warploom.scaled_grouped_mm(a, b, sa, sb, offs)  # noqa: E731
         theirs = lambda: torch._grouped_mm(da, db, offs=offs)  # noqa: E731
         loop = None
+    elif kind.startswith("masked"):  # decode: (E, rows / E, K) at capacity rows / E, each expert's count <= it
+        return _masked_case(experts, rows, n, k, fp8=kind == "masked-fp8")
     elif kind == "bf16":
         a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16)
@@ -146,6 +148,56 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
     return row
 
 
+def _masked_case(experts: int, rows: int, n: int, k: int, fp8: bool) -> dict[str, Any]:
+    """The masked decode layout (DeepGEMM's): a (E, M_max, K) A of capacity M_max = rows / E with a count of valid
+    rows per expert (random in 1..M_max, one expert empty), bf16 or fp8 rowwise. Decode reads every expert's weight
+    once, so what counts is bandwidth: the bytes the kernel must move (B, the valid rows of A and C) over its time,
+    against a device-to-device copy's (read + write of as many bytes as B) in the same run (issue 27: within 90%).
+    torch's comparator is its batched torch._grouped_mm / _scaled_grouped_mm over all M_max rows."""
+    cap = rows // experts
+    g = torch.Generator().manual_seed(0)
+    counts = torch.randint(1, cap + 1, (experts,), generator=g, dtype=torch.int32)
+    counts[0] = 0
+    counts = counts.cuda()
+    kind = "masked-fp8" if fp8 else "masked"
+    if fp8:
+        a = torch.randn(experts, cap, k, device="cuda").to(torch.float8_e4m3fn)
+        w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn)
+        sa, sb = torch.rand(experts * cap, device="cuda") + 0.5, torch.rand(experts, n, device="cuda") + 0.5
+        ours = lambda: warploom.scaled_grouped_mm(a, w.transpose(-2, -1), sa.view(experts, cap), sb,  # noqa: E731
+                                                  masked_m=counts, use_fast_accum=True)
+        theirs = lambda: torch._scaled_grouped_mm(a, w.transpose(-2, -1), sa.view(experts, cap), sb,  # noqa: E731
+                                                  out_dtype=torch.bfloat16, use_fast_accum=True)
+    else:
+        a = torch.randn(experts, cap, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16)
+        ours = lambda: warploom.grouped_mm(a, w.transpose(-2, -1), masked_m=counts)  # noqa: E731
+        theirs = lambda: torch._grouped_mm(a, w.transpose(-2, -1))  # noqa: E731
+    row: dict[str, Any] = {"experts": experts, "rows": rows, "n": n, "k": k, "kind": kind}
+    try:
+        got, want = ours(), theirs()
+    except Exception as e:  # (one kind failing leaves the others measured)
+        return {**row, "error": f"{type(e).__name__}: {e}"}
+    valid = torch.arange(cap, device="cuda")[None, :] < counts[:, None]
+    row["err_vs_torch"] = err = _err(got[valid], want[valid])
+    if not err < 2e-2:
+        return {**row, "error": f"mismatch against torch: relative error {err:.3g}; not timed"}
+    row["warploom_ms"] = _time_graph(ours)
+    row["torch_ms"] = _time_graph(theirs)
+    src = torch.empty(w.numel() * w.element_size(), device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    row["copy_ms"] = _time_graph(lambda: dst.copy_(src))
+    valid_rows = int(counts.sum())
+    moved = w.numel() * w.element_size() + valid_rows * k * a.element_size() + valid_rows * n * 2
+    row["warploom_gbs"] = moved / row["warploom_ms"] / 1e6
+    row["copy_gbs"] = 2 * src.numel() / row["copy_ms"] / 1e6
+    row["of_copy"] = row["warploom_gbs"] / row["copy_gbs"]
+    flops = 2 * valid_rows * n * k
+    row["warploom_tflops"], row["torch_tflops"] = flops / row["warploom_ms"] / 1e9, flops / row["torch_ms"] / 1e9
+    row["speedup"] = row["torch_ms"] / row["warploom_ms"]
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="grouped.json")
@@ -166,6 +218,8 @@ def main() -> None:
                 print(f"{shape:>24} {kind:>9} {row['error']}")
                 continue
             loop = f"{row['loop_tflops']:8.0f}" if "loop_tflops" in row else f"{'-':>8}"
+            if "of_copy" in row:  # (masked decode: bandwidth against a copy's)
+                loop += f"  {row['warploom_gbs']:.0f} GB/s, {row['of_copy']:.2f} of a copy's {row['copy_gbs']:.0f}"
             print(f"{shape:>24} {kind:>9} {row['warploom_tflops']:12.0f} {row['torch_tflops']:9.0f} {loop} "
                   f"{row['speedup']:8.3f} {row['err_vs_torch']:9.2e}  ({time.time() - t0:.0f} s)")
             with open(args.out, "w") as f:  # (after every case: a timeout keeps what ran)

@@ -102,6 +102,13 @@ if [ "$what" = grouped ]; then
     | tee "$OUT/grouped-tests.log"
   rc=${PIPESTATUS[0]}
   python3 scripts/bench_grouped.py --out "$OUT/grouped.json" ${GROUPED_ARGS:-} 2>&1 | tee "$OUT/grouped.log"
+  # Masked decode (64 rows of capacity an expert) against a copy's bandwidth, and the grouped plans side by side
+  # (the planner's against forced variants, torch, a loop of torch.mm and the dense GEMM; counts ragged and aligned).
+  python3 scripts/bench_grouped.py --out "$OUT/grouped-masked.json" --kinds masked,masked-fp8 \
+    --shapes "${MASKED_SHAPES:-8x512x4096x7168,32x2048x4096x7168,8x512x7168x2048,32x2048x7168x2048}" 2>&1 \
+    | tee "$OUT/grouped-masked.log"
+  python3 scripts/sweep_grouped.py --out "$OUT/sweep-grouped.json" --align 1,128 ${SWEEP_GROUPED_ARGS:-} 2>&1 \
+    | tee "$OUT/sweep-grouped.log"
 fi
 if [ "$what" = moe ]; then
   # A DeepSeek-V3-like MoE FFN forward (issue 27 item 5): warploom's grouped GEMMs against torch's in the same layer,
