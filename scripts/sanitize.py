@@ -28,6 +28,9 @@ from warploom.planner import Plan, plan_schedule
 from warploom.reference import Inputs, make_inputs, reference, relative_error
 
 E4 = DType.E4M3
+# Where the public-API cases (SPECIAL) run: the GPU; tests/unit/test_sanitize_cases.py runs them on the CPU
+# simulator to check their references.
+DEVICE = "cuda"
 # A scale-free error no correct kernel of these recipes comes near (bf16 and fp8 outputs round at ~1e-5).
 TOLERANCE = 1e-3
 
@@ -84,10 +87,6 @@ CASES: dict[str, Case] = {
 }
 
 
-GROUPED = "bf16_grouped"  # (through warploom.grouped_mm: run_grouped)
-FUSED = "fp8_fused_quantize"  # (through warploom.plan with an epilogue: run_fused)
-
-
 def plan_of(name: str, device: DeviceInfo) -> Plan:
     """The case's plan on `device`, its family checked (a `ValueError` naming the case if the planner no longer
     gives it)."""
@@ -103,6 +102,11 @@ def _cuda(x: Any) -> Any:
     return x.cuda() if isinstance(x, torch.Tensor) else x
 
 
+def _sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
 def run_grouped() -> float:
     """A bf16 M-grouped GEMM (rule 22) over 5 experts with ragged offsets and an empty expert, against a loop of
     fp32 products."""
@@ -110,11 +114,11 @@ def run_grouped() -> float:
 
     torch.manual_seed(5)
     rows = [300, 0, 77, 512, 129]
-    offs = torch.tensor(rows, device="cuda").cumsum(0).to(torch.int32)
-    a = torch.randn(sum(rows), 1000, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(len(rows), 520, 1000, device="cuda", dtype=torch.bfloat16)
+    offs = torch.tensor(rows, device=DEVICE).cumsum(0).to(torch.int32)
+    a = torch.randn(sum(rows), 1000, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(len(rows), 520, 1000, device=DEVICE, dtype=torch.bfloat16)
     out = warploom.grouped_mm(a, w.transpose(-2, -1), offs)
-    torch.cuda.synchronize()
+    _sync()
     starts = [0, *offs.tolist()[:-1]]
     ends = offs.tolist()
     want = torch.cat([a[s:e].float() @ w[g].float().t() for g, (s, e) in enumerate(zip(starts, ends, strict=True))])
@@ -131,21 +135,108 @@ def run_fused() -> float:
 
     torch.manual_seed(7)
     m, n, k = 300, 528, 1040
-    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
-    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
-    bias, res = torch.randn(n, device="cuda"), torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(m, k, device=DEVICE).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device=DEVICE).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1, device=DEVICE) + 0.5, torch.rand(1, n, device=DEVICE) + 0.5
+    bias, res = torch.randn(n, device=DEVICE), torch.randn(m, n, device=DEVICE, dtype=torch.bfloat16)
 
     def ep(acc: Any, res: Any) -> Any:  # (acc holds the scaled product plus bias)
         return warploom.quantize(F.gelu(acc) + res, dtype=torch.float8_e4m3fn)
 
     kern = warploom.plan(a, b, sa, sb, bias=bias, epilogue=ep, res=res)
-    q = torch.full((m, n), math.nan, device="cuda").to(torch.float8_e4m3fn)
-    s = torch.full((m, -(-n // 128)), math.nan, device="cuda")
+    q = torch.full((m, n), math.nan, device=DEVICE).to(torch.float8_e4m3fn)
+    s = torch.full((m, -(-n // 128)), math.nan, device=DEVICE)
     kern.run(a, b, q, operands={"scale_a": sa, "scale_b": sb, "bias": bias, "res": res}, extra_outs=(s,))
-    torch.cuda.synchronize()
+    _sync()
     want = F.gelu((a.float() * sa) @ (b.float() * sb) + bias) + res.float()
     return relative_error(q.float() * s.repeat_interleave(128, dim=1)[:, :n], want)
+
+
+def run_rowwise_quantize() -> float:
+    """A bf16 GEMM whose epilogue quantizes each row to fp8 (rule 27: one 256-wide tile across N = 208), against the
+    fp32 product dequantized."""
+    import warploom
+
+    torch.manual_seed(11)
+    m, n, k = 300, 208, 1000
+    a = torch.randn(m, k, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(k, n, device=DEVICE, dtype=torch.bfloat16)
+    q, s = warploom.matmul(a, b, epilogue=lambda acc: warploom.quantize(acc, dtype=torch.float8_e4m3fn,
+                                                                        recipe="rowwise"))
+    _sync()
+    return relative_error(q.float() * s, a.float() @ b.float())
+
+
+def run_gate_up() -> float:
+    """The one-GEMM gate/up form (rule 28): bf16 weights interleaved in blocks of 64, the SiLU-mul epilogue writing
+    the (M, I) result, against torch's two fp32 GEMMs."""
+    import torch.nn.functional as F
+
+    import warploom
+
+    torch.manual_seed(13)
+    m, i, k, block = 77, 320, 1000, 64
+    x = torch.randn(m, k, device=DEVICE, dtype=torch.bfloat16)
+    w1, w3 = (torch.randn(i, k, device=DEVICE).div(k ** 0.5).to(torch.bfloat16) for _ in range(2))
+    w = warploom.interleave_gate_up(w1, w3, block=block)
+    y = warploom.matmul(x, w.T, epilogue=lambda acc: warploom.silu_mul_interleaved(acc, block=block))
+    _sync()
+    return relative_error(y[:, :i].float(), F.silu(x.float() @ w1.float().T) * (x.float() @ w3.float().T))
+
+
+def run_grouped_epilogue() -> float:
+    """An fp8 rowwise M-grouped GEMM with a fused per-expert bias and SiLU over 4 experts with ragged offsets and
+    an empty expert, against a loop of fp32 products."""
+    import torch.nn.functional as F
+
+    import warploom
+
+    torch.manual_seed(17)
+    rows, n, k = [200, 0, 77, 300], 528, 1024
+    offs = torch.tensor(rows, device=DEVICE).cumsum(0).to(torch.int32)
+    a = torch.randn(sum(rows), k, device=DEVICE).to(torch.float8_e4m3fn)
+    w = torch.randn(len(rows), n, k, device=DEVICE).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(sum(rows), device=DEVICE) + 0.5, torch.rand(len(rows), n, device=DEVICE) + 0.5
+    bias = torch.randn(len(rows), n, device=DEVICE)
+    out = warploom.scaled_grouped_mm(a, w.transpose(-2, -1), sa, sb, offs,
+                                     epilogue=lambda acc, eb: F.silu(acc + eb), eb=bias)
+    _sync()
+    starts = [0, *offs.tolist()[:-1]]
+    want = torch.cat([F.silu((a[s:e].float() * sa[s:e, None]) @ (w[g].float() * sb[g][:, None]).t() + bias[g])
+                      for g, (s, e) in enumerate(zip(starts, offs.tolist(), strict=True))])
+    return relative_error(out.float(), want)
+
+
+def run_k_grouped_blockwise() -> float:
+    """The weight gradient's K-grouped blockwise fp8 GEMM over 4 groups on the 128 grid (one empty), against
+    per-group fp32 products of the dequantized operands."""
+    import warploom
+
+    torch.manual_seed(19)
+    m, n, ends = 192, 400, [256, 256, 640, 1008]
+    total = ends[-1]
+    offs = torch.tensor(ends, device=DEVICE, dtype=torch.int32)
+    a = torch.randn(m, total, device=DEVICE).to(torch.float8_e4m3fn)
+    b = torch.randn(n, total, device=DEVICE).to(torch.float8_e4m3fn).t()
+    kb = -(-total // 128)
+    sa, sb = torch.rand(m, kb, device=DEVICE) + 0.5, torch.rand(kb, -(-n // 128), device=DEVICE) + 0.5
+    out = warploom.scaled_grouped_mm(a, b, sa, sb, offs)
+    _sync()
+    da = a.float() * sa.repeat_interleave(128, dim=1)[:, :total]
+    db = b.float() * sb.repeat_interleave(128, dim=0)[:total].repeat_interleave(128, dim=1)[:, :n]
+    want = torch.stack([da[:, s:e] @ db[s:e] for s, e in zip([0, *ends[:-1]], ends, strict=True)])
+    return relative_error(out.float(), want)
+
+
+# Cases run through the public API (their kernels' plans are the planner's for those calls).
+SPECIAL: dict[str, Callable[[], float]] = {
+    "bf16_grouped": run_grouped,
+    "fp8_fused_quantize": run_fused,
+    "bf16_rowwise_quantize": run_rowwise_quantize,
+    "bf16_gate_up": run_gate_up,
+    "fp8_grouped_epilogue": run_grouped_epilogue,
+    "fp8_k_grouped_blockwise": run_k_grouped_blockwise,
+}
 
 
 def launch(kern: Kernel, x: Inputs) -> torch.Tensor:
@@ -166,10 +257,8 @@ def case_kernel(name: str, device: DeviceInfo) -> Kernel:
 def run_case(name: str) -> float:
     """Build and run case `name` once on the current GPU into a NaN-poisoned output; its error against the fp32
     reference."""
-    if name == GROUPED:
-        return run_grouped()
-    if name == FUSED:
-        return run_fused()
+    if name in SPECIAL:
+        return SPECIAL[name]()
     c = CASES[name]
     x = make_inputs(c.spec, *c.shape, seed=sum(c.shape))
     return relative_error(launch(case_kernel(name, DeviceInfo.current()), x).float().cpu(), reference(x))
@@ -179,13 +268,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--list", action="store_true", help="the case names, one a line")
     ap.add_argument("--plans", action="store_true", help="each case's plan on an H100 (no GPU needed)")
-    ap.add_argument("--case", choices=sorted([*CASES, GROUPED, FUSED]), help="run one case on the GPU")
+    ap.add_argument("--case", choices=sorted([*CASES, *SPECIAL]), help="run one case on the GPU")
     args = ap.parse_args()
     if args.list:  # (the cases this Triton can build: 2-CTA clusters need its Hopper TMA multicast)
         from warploom.backends import gluon_api
 
         multicast = gluon_api.for_triton(gluon_api.installed()).tma_multicast
-        print("\n".join([*(n for n, c in CASES.items() if multicast or not c.needs_multicast), GROUPED, FUSED]))
+        print("\n".join([*(n for n, c in CASES.items() if multicast or not c.needs_multicast), *SPECIAL]))
         return
     if args.plans:
         from warploom.device import H100_SXM

@@ -35,3 +35,13 @@ def test_the_cases_cover_every_family() -> None:
     assert any(p.stream_k for p in ps) and any(p.swap_ab for p in ps) and any(p.cluster > 1 for p in ps)
     recipes = {sanitize.CASES[n].spec.scale for n in plans}
     assert len(recipes) >= 5  # none, tensorwise, rowwise, blockwise, MX
+
+
+# (fp8_fused_quantize launches through Kernel.run, which needs a GPU; tests/sim covers its kernel)
+@pytest.mark.parametrize("name", [n for n in sanitize.SPECIAL if n != "fp8_fused_quantize"])
+def test_public_api_cases_are_right_on_the_simulator(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cases run through warploom's public calls compute, on the CPU simulator, what their references say (so
+    a wrong reference cannot pass as a sanitizer finding on the GPU, nor a right one hide a wrong kernel)."""
+    monkeypatch.setattr(sanitize, "DEVICE", "cpu")
+    monkeypatch.setenv("WARPLOOM_SIM_MAX_FLOPS", str(2 * 10 ** 9))
+    assert sanitize.SPECIAL[name]() < sanitize.TOLERANCE
