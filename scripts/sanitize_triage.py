@@ -21,6 +21,12 @@ The kinds (each one a pattern the tools are known to flag in correct kernels, th
 - `ring-store`: the same with plain stores and a thread barrier before the arrival; control `store_mbarrier`.
 - `cp.async-arrive`: synccheck's "Barrier overflow" on `async_copy.mbarrier_arrive` (the tx-count arrival Triton
   lowers it to); control `cp_async_mbarrier`.
+
+Under some drivers synccheck also aborts the kernel after those reports ("unspecified launch failure": the program
+prints no result line). Such a run passes only where (a) every report is of a kind whose control, in the same run,
+reported it and was aborted likewise, and (b) the same case computed the right result under memcheck, which does not
+abort it; its verdict says so. An abort with any other report, without an aborted control, or without a right
+memcheck result fails.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ SUMMARY = re.compile(r"(?:ERROR SUMMARY: (\d+) errors?|RACECHECK SUMMARY: \d+ ha
 RING = re.compile(r"\b(\w*ring)\b")
 # (scripts/sanitize.py's "<case>: ok error ..." and the controls' "<name> control: ok")
 RESULT = re.compile(r"^\w+(?: control)?: (ok|WRONG)\b")
+ABORT = "unspecified launch failure"  # (the CUDA error a kernel the tool stopped raises at the next synchronize)
 CONTROL_OF = {("racecheck", "dispatch"): "warp_specialize", ("racecheck", "ring-cp.async"): "cp_async_mbarrier",
               ("racecheck", "ring-store"): "store_mbarrier", ("synccheck", "cp.async-arrive"): "cp_async_mbarrier"}
 
@@ -119,19 +126,20 @@ def race_kind(src: Sources, a: tuple[str, str, int], b: tuple[str, str, int]) ->
 @dataclass(frozen=True)
 class Log:
     """What one log says: its reports, how many records it printed that were parsed (`records`), its summary's
-    count (None: no summary line, the program did not finish) and the program's own verdict line (`result`: "ok",
-    "WRONG", or None where it printed none)."""
+    count (None: no summary line, the program did not finish), the program's own verdict line (`result`: "ok",
+    "WRONG", or None where it printed none) and whether its kernel was aborted (`aborted`: the tool stopped it)."""
 
     reports: list[Report]
     records: int
     total: int | None
     result: str | None
+    aborted: bool = False
 
 
 def parse(path: Path, tool: str, src: Sources) -> Log:
     """A log's reports, records, summary count and the program's verdict."""
     reports: list[Report] = []
-    total, result, records = None, None, 0
+    total, result, records, aborted = None, None, 0, False
     first: tuple[str, str, int] | None = None
     barrier: str | None = None
     for line in path.read_text(errors="replace").splitlines():
@@ -155,7 +163,14 @@ def parse(path: Path, tool: str, src: Sources) -> Log:
             total = int(m.group(1)) if m.group(1) is not None else int(m.group(2)) + int(m.group(3))
         elif m := RESULT.match(line):
             result = m.group(1)
-    return Log(reports, records, total, result)
+        elif ABORT in line:
+            aborted = True
+    return Log(reports, records, total, result, aborted)
+
+
+def _tool_abort(log: Log, kinds: Counter[str]) -> bool:
+    """The tool stopped the kernel after reports all of known kinds: no result line, the abort's CUDA error."""
+    return log.result is None and log.aborted and bool(kinds) and "unexplained" not in kinds
 
 
 def main() -> None:
@@ -175,6 +190,8 @@ def main() -> None:
             case, tool, code = row.split("\t")
             exits[(case, tool)] = int(code)
     seen: dict[tuple[str, str], set[str]] = {}
+    aborts: dict[tuple[str, str], set[str]] = {}  # (tool, control): the kinds it reported before the tool aborted it
+    memcheck: dict[str, str | None] = {}  # case: its result line under memcheck
     rows = []
     for path in sorted(args.out.iterdir()):
         m = LOG.match(path.name)
@@ -187,6 +204,11 @@ def main() -> None:
             kinds[r.kind] += r.count
         if role == "control" and log.result == "ok":  # (a control that computed wrongly explains nothing)
             seen.setdefault((tool, name), set()).update(k for k in kinds if k != "unexplained")
+        if role == "control" and _tool_abort(log, kinds):
+            seen.setdefault((tool, name), set()).update(kinds)
+            aborts.setdefault((tool, name), set()).update(kinds)
+        if role == "sanitize" and tool == "memcheck":
+            memcheck[name] = log.result
         rows.append((role, name, tool, kinds, log, exits.get((name, tool))))
     bad = 0
     table = ["| case | tool | reports by kind | unexplained | verdict |", "|---|---|---|---|---|"]
@@ -194,8 +216,14 @@ def main() -> None:
         explained = {k: n for k, n in kinds.items()
                      if k != "unexplained" and k in seen.get((tool, CONTROL_OF.get((tool, k), "")), set())}
         unexplained = sum(kinds.values()) - sum(explained.values())
+        control_aborts = all(k in aborts.get((tool, CONTROL_OF.get((tool, k), "")), set()) for k in kinds)
         if log.total is None:
             verdict = "no summary (crashed or timed out)"
+        elif role == "control" and _tool_abort(log, kinds):
+            verdict = "control (aborted by the tool)"
+        elif (role == "sanitize" and _tool_abort(log, kinds) and code in (None, 99) and not unexplained
+              and control_aborts and memcheck.get(name) == "ok"):
+            verdict = "aborted by the tool as its control was (right under memcheck)"
         elif log.result != "ok" or code not in (None, 0, 99):
             # (the result line, not the exit code: compute-sanitizer's --error-exitcode replaces the program's own
             # whenever it reports anything, which every warp-specialized kernel gets under racecheck)
@@ -208,7 +236,8 @@ def main() -> None:
             verdict = "REPORT"
         else:
             verdict = "clean" if not kinds else "explained by the controls"
-        if verdict not in ("clean", "explained by the controls", "control"):
+        if verdict not in ("clean", "explained by the controls", "control", "control (aborted by the tool)",
+                           "aborted by the tool as its control was (right under memcheck)"):
             bad += 1
         shown = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none"
         table.append(f"| {role}:{name} | {tool} | {shown} | {unexplained} | {verdict} |")

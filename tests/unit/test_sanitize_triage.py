@@ -164,3 +164,40 @@ def test_a_control_that_computed_wrongly_explains_nothing(tmp_path: Path) -> Non
     assert code == 1
     assert "| control:warp_specialize | racecheck | dispatch 3 | 3 | WRONG RESULT |" in text
     assert "| sanitize:a | racecheck | dispatch 3 | 3 | REPORT |" in text
+
+
+ABORTED = ("Traceback (most recent call last):\ntorch.AcceleratorError: CUDA error: unspecified launch failure\n"
+           "========= Target application returned an error\n")
+
+
+def aborted_sync(line: int, n: int) -> str:
+    """A synccheck log whose kernel the tool stopped after its reports: no result line, the abort's CUDA error."""
+    return sync(line, n, result=ABORTED)
+
+
+def test_a_tool_abort_passes_only_as_its_control_was_and_right_under_memcheck(tmp_path: Path) -> None:
+    """Under some drivers synccheck aborts kernels after cp.async's barrier reports. A case so aborted passes where
+    its control was aborted likewise in the run and memcheck saw its result right; otherwise it fails."""
+    controls = {**CONTROLS, "control-synccheck-cp_async_mbarrier.log": aborted_sync(ARRIVE, 2)}
+    logs = {"sanitize-synccheck-a.log": aborted_sync(ARRIVE, 3), "sanitize-memcheck-a.log": CLEAN,
+            "sanitize-synccheck-b.log": aborted_sync(ARRIVE, 3),
+            "sanitize-memcheck-b.log": CLEAN.replace(OK, "case: WRONG error 4.10e-01\n"),
+            "sanitize-synccheck-c.log": aborted_sync(ARRIVE, 3),  # (no memcheck run of c)
+            "sanitize-synccheck-d.log": aborted_sync(C_STORE, 1), "sanitize-memcheck-d.log": CLEAN}
+    codes = {(c, "synccheck"): 99 for c in "abcd"} | {("b", "memcheck"): 1}
+    code, text = triage(tmp_path, logs, codes=codes, controls=controls)
+    assert code == 1
+    assert "| control:cp_async_mbarrier | synccheck | cp.async-arrive 2 | 0 | control (aborted by the tool) |" in text
+    assert ("| sanitize:a | synccheck | cp.async-arrive 3 | 0 | aborted by the tool as its control was (right under "
+            "memcheck) |") in text
+    assert "| sanitize:b | synccheck | cp.async-arrive 3 | 0 | no result line (exit code 99) |" in text
+    assert "| sanitize:c | synccheck | cp.async-arrive 3 | 0 | no result line (exit code 99) |" in text
+    assert "| sanitize:d | synccheck | unexplained 1 | 1 | no result line (exit code 99) |" in text
+    assert "4 run(s)" in text  # (b, c and d, and b's wrong memcheck result)
+
+
+def test_a_tool_abort_fails_where_the_control_finished(tmp_path: Path) -> None:
+    code, text = triage(tmp_path, {"sanitize-synccheck-a.log": aborted_sync(ARRIVE, 3),
+                                   "sanitize-memcheck-a.log": CLEAN}, codes={("a", "synccheck"): 99})
+    assert code == 1
+    assert "| sanitize:a | synccheck | cp.async-arrive 3 | 0 | no result line (exit code 99) |" in text
