@@ -126,9 +126,9 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("bf16_decode_64x128_split2", mm(16, 8192, 8192), dict(bm=64, bn=128, split_k=2)),
     ("e4m3_rowwise_decode_64x128_split4", f8(64, 8192, 8192, RW), dict(bm=64, bn=128, split_k=4)),
     ("e4m3_blockwise_m128_128x128_split4", f8(128, 4096, 7168, BW, PROMOTED), dict(bm=128, bn=128, split_k=4)),
-    # Rule 25 at decode sizes (planned): 64x64 units, 82 and 73 k-blocks in 5 unequal ranges.
-    ("bf16_decode_planned_split5", mm(8, 104, 5240), {}),
-    ("e4m3_rowwise_decode_planned_split5", f8(8, 112, 9344, RW), {}),
+    # Rule 25 at decode sizes (planned): 64x64 units, 82 k-blocks in 7 unequal ranges, 73 in 8.
+    ("bf16_decode_planned_split7", mm(8, 104, 5240), {}),
+    ("e4m3_rowwise_decode_planned_split8", f8(8, 112, 9344, RW), {}),
     # ... in unequal ranges (ir.Tiling.uneven_split): 227 k-blocks in 6 and 5, a tail's 56 in 3. (Promoted
     # accumulation is refused unequal ranges: blockwise 128x128 in 3 spilled 16 bytes under Triton 3.9.)
     ("bf16_uneven_split6_191x440x14496", mm(191, 440, 14496), dict(bm=128, bn=128, split_k=6)),

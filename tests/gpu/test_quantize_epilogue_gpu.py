@@ -145,8 +145,8 @@ ROWWISE = {"recipe": "rowwise"}
 @pytest.mark.parametrize("m,n,k", [(300, 96, 256), (129, 128, 640), (1000, 256, 1024), (33, 208, 512)])
 def test_rowwise_exact_inputs_match_the_plain_function_bitwise(m: int, n: int, k: int, fp8: torch.dtype) -> None:
     """Into NaN-poisoned outputs through the kernel's own launch: every element written, the bytes the plain rowwise
-    quantize gives for the fp64 product (a zero row: s = 1, q = 0, where no bias row makes it nonzero). A bias row up to N = 128; a column operand on
-    the 256-wide tile (which takes no per-column operand: rule 27)."""
+    quantize gives for the fp64 product (a zero row: s = 1, q = 0, where no bias row makes it nonzero). A bias row
+    up to N = 128; a column operand on the 256-wide tile (which takes no per-column operand: rule 27)."""
     g = torch.Generator(device="cuda").manual_seed(m + n + k)
     a, b = ints(m, k, g=g).to(BF16), ints(k, n, g=g).to(BF16)
     a[m // 2] = 0

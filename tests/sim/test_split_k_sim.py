@@ -56,9 +56,9 @@ CASES = {
     "blockwise_uneven_8_in_3": (BW, Plan(bm=128, bn=128, bk=128, stages=3, consumer_warps=8, group_m=2, grid=7,
                                          consumer_partitions=2, split_k=3)),
     # Rule 25 at decode sizes (`decode_split`), the planner's own plans: 64x64 units of a few rows in a few ranges.
-    "decode_planned_k5": (GemmSpec(8, 104, 5120), None),
-    "decode_planned_uneven_82_in_5": (GemmSpec(8, 104, 5240), None),
-    "decode_rowwise_planned_uneven_73_in_5": (GemmSpec(5, 96, 9344, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE),
+    "decode_planned_k8": (GemmSpec(8, 104, 5120), None),
+    "decode_planned_uneven_82_in_7": (GemmSpec(8, 104, 5240), None),
+    "decode_rowwise_planned_uneven_73_in_7": (GemmSpec(5, 96, 9344, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE),
                                               None),
 }
 UNEVEN = [name for name in CASES if "uneven" in name]
@@ -168,8 +168,8 @@ def test_uneven_cases_are_built_uneven_and_even_ones_not() -> None:
 
 def test_decode_cases_are_the_planners_split() -> None:
     """The decode cases are rule 25's own plans at decode sizes (`decode_split`): 64x64 units, the counts named."""
-    for name, ranges in (("decode_planned_k5", 5), ("decode_planned_uneven_82_in_5", 5),
-                         ("decode_rowwise_planned_uneven_73_in_5", 5)):
+    for name, ranges in (("decode_planned_k8", 8), ("decode_planned_uneven_82_in_7", 7),
+                         ("decode_rowwise_planned_uneven_73_in_7", 7)):
         t = module(name).tiling
         assert (t.bm, t.bn, t.split_k, t.swap_ab) == (64, 64, ranges, False)
 

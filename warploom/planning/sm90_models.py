@@ -8,7 +8,6 @@ import math
 from dataclasses import replace
 
 from warploom.device import DeviceInfo
-from warploom.dtypes import DType
 from warploom.planning.common import dense_operands, k_blocks
 from warploom.planning.plan import Plan
 from warploom.planning.trace import note
@@ -153,16 +152,16 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
 DECODE_KBLOCK_US = 0.11
 DECODE_SM_BYTES_PER_US = 60e3
 HBM_BYTES_PER_US = 3.0e6
-DECODE_SPLIT_MAX = 16
+DECODE_SPLIT_MAX = 8
 DECODE_SPLIT_MIN_KBLOCKS = 24
-DECODE_SPLIT_MARGIN = 0.8
+DECODE_SPLIT_MARGIN = 0.9
 # The split's own cost: the reduce kernel's launch and start, and per range its units' partials and the reduce's
-# reads of them. Fitted to the forced splits of 3-16 ranges at seven decode shapes (H100, bf16, CUDA graphs,
-# session 28; docs/data/splitk-decode-*): beyond the units' start and k-blocks each ran DECODE_SPLIT_FIXED_US plus
-# DECODE_SPLIT_RANGE_US a range (residuals within 1 us). The first fit priced the partials by their bytes alone, a
-# few kilobytes, and split 2 and 21-row shapes into 12-16 ranges that ran 12-67% slower than whole tiles.
-DECODE_SPLIT_FIXED_US = 2.0
-DECODE_SPLIT_RANGE_US = 0.37
+# reads of them. Fitted to forced splits of 3-8 ranges at nine decode shapes (H100, bf16, CUDA graphs, session 28;
+# docs/data/splitk-decode-*session28*), beyond the units' start and k-blocks: DECODE_SPLIT_FIXED_US plus
+# DECODE_SPLIT_RANGE_US a range (rms 1.1 us). 6-8 ranges ran best; 12-16 ran 10-70% slower than 8 (hence
+# DECODE_SPLIT_MAX), which the first fit, pricing the partials by their bytes alone, had chosen.
+DECODE_SPLIT_FIXED_US = 3.1
+DECODE_SPLIT_RANGE_US = 0.135
 
 
 def decode_time(spec: GemmSpec, tiles: int, ranges: int) -> float:
