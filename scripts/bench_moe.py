@@ -12,12 +12,16 @@ The layer (`moe_forward`), for T tokens of width D, E experts of intermediate wi
              intermediate; "bf16-unfused" runs torch's form with warploom's GEMMs;
   down       y = h @ w2[e] (R, D), one grouped GEMM;
   combine    out[token] += weight * y[row] (index_add_).
+The "-gateup" kinds run warploom's gate/up as one grouped GEMM of N = 2I over the experts' weights interleaved in
+blocks of 128 rows, 64 for fp8 (`warploom.interleave_gate_up`, once, outside the timed layer) with the SiLU-mul
+fused into its epilogue (`warploom.silu_mul_interleaved`, planner rule 28): A is read once, no (R, 2I) intermediate
+is written; "fp8-gateup" interleaves the rowwise weight scales likewise.
 Only the grouped GEMMs (and the fused SiLU-mul) differ between the two versions (`Gemms`); routing, dispatch and
 the combine are the same torch code. fp8 ("fp8"): rowwise e4m3 (amax per row of the activations, per output channel of
 each expert's weights, scale = amax / 448), the activations quantized before each GEMM by the same torch code.
 
     PYTHONPATH=. python3 scripts/bench_moe.py --out moe.json [--experts 8,32] [--tokens 4096] \
-        [--kinds bf16,bf16-unfused,fp8]
+        [--kinds bf16,bf16-unfused,bf16-gateup,fp8,fp8-gateup]
 """
 
 from __future__ import annotations
@@ -39,19 +43,26 @@ E4M3_MAX = 448.0
 HIDDEN, INTER = 7168, 2048
 # Relative error of warploom's layer against torch's: bf16 differs by GEMM rounding only; fp8 also where that
 # rounding moves a value of h across an e4m3 rounding boundary before the down GEMM (one e4m3 step, 6%, rarely).
-TOLERANCE = {"bf16": 2e-2, "bf16-unfused": 2e-2, "fp8": 4e-2}
+TOLERANCE = {"bf16": 2e-2, "bf16-unfused": 2e-2, "bf16-gateup": 2e-2, "fp8": 4e-2, "fp8-gateup": 4e-2}
+# The gate/up interleave's block (rule 28: BN = 2 * block); the intermediate width must be a multiple of it. fp8
+# with exact (promoted) accumulation, as torch's layer runs it, takes 64: a 256-wide tile promotes into two
+# 128-column accumulators, and a gate/up pair may not span them (rule 28).
+GATE_UP_BLOCK = {"bf16": 128, "fp8": 64}
 
 
 @dataclass(frozen=True)
 class Gemms:
     """The layer's grouped GEMMs, ``mm(a, w, offs)`` with a (R, K), w (E, N, K) as stored, offs (E,) int32; fp8
     ones take the quantized pair (data, per-row scales) for a and for w. `gate_up`, if given, computes
-    ``silu(a @ w13[:, :I]^T) * (a @ w13[:, I:]^T)`` (R, I) from a and w13 itself (bf16)."""
+    ``silu(a @ w13[:, :I]^T) * (a @ w13[:, I:]^T)`` (R, I) from a and w13 itself (bf16), or with `interleaved` from
+    a (or its fp8 pair) and the interleaved weights (or their fp8 pair)."""
 
     name: str
     fp8: bool
     mm: Callable[..., torch.Tensor]
     gate_up: Callable[..., torch.Tensor] | None = None
+    interleaved: bool = False  # (gate_up takes the interleaved weights: `Layer.interleaved`)
+    block: int = 0  # (their block)
 
 
 def torch_gemms(fp8: bool) -> Gemms:
@@ -61,12 +72,24 @@ def torch_gemms(fp8: bool) -> Gemms:
     return Gemms("torch", False, lambda a, w, offs: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs))
 
 
-def warploom_gemms(fp8: bool, fused: bool = True) -> Gemms:
+def warploom_gemms(fp8: bool, fused: bool = True, interleaved: bool = False) -> Gemms:
     import warploom
 
-    if fp8:  # (scaled_grouped_mm takes no fused epilogue yet: the SiLU-mul stays torch's)
-        return Gemms("warploom", True, lambda a, sa, w, sw, offs: warploom.scaled_grouped_mm(
-            a, w.transpose(-2, -1), sa, sw, offs))
+    block = GATE_UP_BLOCK["fp8" if fp8 else "bf16"]
+
+    def silu_mul_il(acc: torch.Tensor) -> torch.Tensor:
+        return warploom.silu_mul_interleaved(acc, block=block)
+
+    if fp8:
+        def mm8(a: torch.Tensor, sa: torch.Tensor, w: torch.Tensor, sw: torch.Tensor, offs: torch.Tensor,
+                **epilogue: Any) -> torch.Tensor:
+            return warploom.scaled_grouped_mm(a, w.transpose(-2, -1), sa, sw, offs, **epilogue)
+
+        def gate_up8(a: torch.Tensor, sa: torch.Tensor, w: torch.Tensor, sw: torch.Tensor,
+                     offs: torch.Tensor) -> torch.Tensor:
+            return mm8(a, sa, w, sw, offs, epilogue=silu_mul_il)
+
+        return Gemms("warploom", True, mm8, gate_up8 if interleaved else None, interleaved, block)
 
     def mm(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **epilogue: Any) -> torch.Tensor:
         return warploom.grouped_mm(a, w.transpose(-2, -1), offs, **epilogue)
@@ -75,6 +98,11 @@ def warploom_gemms(fp8: bool, fused: bool = True) -> Gemms:
         inter = w13.shape[1] // 2
         return mm(a, w13[:, inter:], offs, epilogue=silu_mul, gate=mm(a, w13[:, :inter], offs))
 
+    def gate_up_il(a: torch.Tensor, w13_il: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        return mm(a, w13_il, offs, epilogue=silu_mul_il)
+
+    if interleaved:
+        return Gemms("warploom", False, mm, gate_up_il, True, block)
     return Gemms("warploom", False, mm, gate_up if fused else None)
 
 
@@ -102,6 +130,19 @@ class Layer:
     w13_q: tuple[torch.Tensor, torch.Tensor]
     w2_q: tuple[torch.Tensor, torch.Tensor]
 
+    def interleaved(self, block: int) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """w13 and its fp8 pair with gate and up interleaved in blocks of `block` rows (the scales likewise), for
+        the one-GEMM gate/up (`warploom.interleave_gate_up`)."""
+        import warploom
+
+        inter = self.w2.shape[2]
+
+        def il(t: torch.Tensor, dim: int) -> torch.Tensor:
+            gate, up = t.narrow(dim, 0, inter), t.narrow(dim, inter, inter)
+            return warploom.interleave_gate_up(gate, up, block=block, dim=dim)
+
+        return il(self.w13, -2), (il(self.w13_q[0], -2), il(self.w13_q[1], -1))
+
     @staticmethod
     def random(experts: int, hidden: int, inter: int, device: str, seed: int = 0) -> Layer:
         g = torch.Generator(device=device).manual_seed(seed)  # (on the device: 32 experts' weights are 2 G values)
@@ -126,17 +167,26 @@ def route(x: torch.Tensor, router: torch.Tensor, top_k: int) -> tuple[torch.Tens
     return order // top_k, weight.flatten()[order], counts.cumsum(0).to(torch.int32)
 
 
-def moe_forward(x: torch.Tensor, layer: Layer, gemms: Gemms, top_k: int) -> torch.Tensor:
-    """The layer's output (T, D) bf16 for tokens x (T, D) bf16 (module docstring)."""
+def moe_forward(x: torch.Tensor, layer: Layer, gemms: Gemms, top_k: int,
+                interleaved: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
+    """The layer's output (T, D) bf16 for tokens x (T, D) bf16 (module docstring); `interleaved`: the layer's
+    `interleaved()` weights, which gemms with `interleaved` take (made once, outside the timed call)."""
     token, weight, offs = route(x, layer.router, top_k)
     xs = x[token]  # (R, D)
     inter = layer.w2.shape[2]
+    if gemms.interleaved and interleaved is None:
+        interleaved = layer.interleaved(gemms.block)
     if gemms.fp8:
-        h = gemms.mm(*quantize_rows(xs), *layer.w13_q, offs)  # (R, 2I)
-        h = F.silu(h[:, :inter]) * h[:, inter:]  # (R, I)
+        if gemms.gate_up is not None and interleaved is not None:
+            h = gemms.gate_up(*quantize_rows(xs), *interleaved[1], offs)  # (R, I), SiLU-mul fused
+        else:
+            h = gemms.mm(*quantize_rows(xs), *layer.w13_q, offs)  # (R, 2I)
+            h = F.silu(h[:, :inter]) * h[:, inter:]  # (R, I)
         y = gemms.mm(*quantize_rows(h), *layer.w2_q, offs)  # (R, D)
     else:
-        if gemms.gate_up is not None:
+        if gemms.gate_up is not None and interleaved is not None:
+            h = gemms.gate_up(xs, interleaved[0], offs)
+        elif gemms.gate_up is not None:
             h = gemms.gate_up(xs, layer.w13, offs)
         else:
             h = gemms.mm(xs, layer.w13, offs)
@@ -157,12 +207,13 @@ def case(experts: int, tokens: int, kind: str, hidden: int = HIDDEN, inter: int 
          device: str = "cuda", time_it: bool = True) -> dict[str, Any]:
     """One layer configuration (top_k 0: E / 4): warploom's layer against torch's, checked, then (`time_it`)
     timed."""
-    fp8, fused = kind == "fp8", kind == "bf16"
+    fp8, fused, interleaved = kind.startswith("fp8"), kind == "bf16", kind.endswith("-gateup")
     layer = Layer.random(experts, hidden, inter, device)
     x = torch.randn(tokens, hidden, generator=torch.Generator().manual_seed(1)).to(device, torch.bfloat16)
     k = top_k or max(1, experts // 4)
-    ours, theirs = warploom_gemms(fp8, fused), torch_gemms(fp8)
-    run_ours = lambda: moe_forward(x, layer, ours, k)  # noqa: E731
+    ours, theirs = warploom_gemms(fp8, fused, interleaved), torch_gemms(fp8)
+    weights = layer.interleaved(ours.block) if interleaved else None  # (once: a model stores its weights so)
+    run_ours = lambda: moe_forward(x, layer, ours, k, weights)  # noqa: E731
     run_theirs = lambda: moe_forward(x, layer, theirs, k)  # noqa: E731
     # per token, 2 * (2I + I) * D multiply-adds in each of its k experts (the router's (T, D, E) left out)
     flops = 2 * tokens * k * 3 * inter * hidden
@@ -193,8 +244,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", default="moe.json")
     ap.add_argument("--experts", default="8,32", help="expert counts, comma-separated")
     ap.add_argument("--tokens", type=int, default=4096)
-    ap.add_argument("--kinds", default="bf16,bf16-unfused,fp8",
-                    help="bf16 (warploom's SiLU-mul fused), bf16-unfused, fp8 (rowwise)")
+    ap.add_argument("--kinds", default="bf16,bf16-unfused,bf16-gateup,fp8,fp8-gateup",
+                    help="bf16 (warploom's SiLU-mul fused into the up GEMM), bf16-unfused, bf16-gateup (one "
+                         "interleaved gate/up GEMM, SiLU-mul fused), fp8 (rowwise), fp8-gateup")
     ap.add_argument("--hidden", type=int, default=HIDDEN)
     ap.add_argument("--inter", type=int, default=INTER)
     ap.add_argument("--top-k", type=int, default=0, help="experts per token (default: experts / 4)")

@@ -30,7 +30,8 @@ TINY = {"experts": 4, "hidden": 64, "inter": 32}
 
 def test_parse_defaults_and_lists() -> None:
     args = moe.parse([])
-    assert (args.experts, args.kinds, args.tokens, args.top_k) == ([8, 32], ["bf16", "bf16-unfused", "fp8"], 4096, 0)
+    assert (args.experts, args.kinds, args.tokens, args.top_k) == (
+        [8, 32], ["bf16", "bf16-unfused", "bf16-gateup", "fp8", "fp8-gateup"], 4096, 0)
     args = moe.parse(["--experts", "4", "--kinds", "fp8", "--top-k", "3"])
     assert (args.experts, args.kinds, args.top_k) == ([4], ["fp8"], 3)
 
@@ -119,3 +120,39 @@ def test_warploom_layer_on_cpu_matches_torch_fp8() -> None:
     want = moe.moe_forward(x, layer, _emulated_fp8(), 2)
     assert moe.relative_error(ours, want) < moe.TOLERANCE["fp8"]
     assert moe.relative_error(ours, _loop_layer(x, layer, 2)) < 0.1  # fp8 against the bf16 layer: loosely
+
+
+# The gate/up interleave's block is 128 rows (fp8: 64): the one-GEMM kinds need I a multiple of it.
+TINY_IL = {"experts": 4, "hidden": 128, "inter": 128}
+
+
+def test_gateup_layer_runs_one_interleaved_gemm_and_matches_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """"bf16-gateup": one grouped GEMM of N = 2I over the interleaved weights with the SiLU-mul in its epilogue,
+    then down; the same layer as the per-expert fp32 loop."""
+    import warploom
+
+    calls: list[tuple[int, bool]] = []
+    real = warploom.grouped_mm
+
+    def spy(a, b, offs, **kw):  # noqa: ANN001, ANN003, ANN202
+        calls.append((b.shape[-1], "epilogue" in kw))
+        return real(a, b, offs, **kw)
+
+    monkeypatch.setattr(warploom, "grouped_mm", spy)
+    layer = moe.Layer.random(device="cpu", **TINY_IL)
+    x = torch.randn(16, 128).bfloat16()
+    got = moe.moe_forward(x, layer, moe.warploom_gemms(False, interleaved=True), 2, layer.interleaved(128))
+    assert calls == [(256, True), (128, False)]  # gate/up (N = 2I) with the epilogue, down (N = D)
+    assert moe.relative_error(got, _loop_layer(x, layer, 2)) < 1e-2
+    row = moe.case(4, 16, "bf16-gateup", hidden=128, inter=128, top_k=2, device="cpu", time_it=False)
+    assert "error" not in row and row["err_vs_torch"] < 1e-2, row
+
+
+def test_fp8_gateup_layer_matches_torch_fp8() -> None:
+    """"fp8-gateup": the rowwise fp8 weights and their scales interleaved, the SiLU-mul fused, against torch's fp8
+    layer (emulated on the CPU)."""
+    layer = moe.Layer.random(device="cpu", **TINY_IL)
+    x = torch.randn(16, 128).bfloat16()
+    ours = moe.moe_forward(x, layer, moe.warploom_gemms(True, interleaved=True), 2, layer.interleaved(64))
+    want = moe.moe_forward(x, layer, _emulated_fp8(), 2)
+    assert moe.relative_error(ours, want) < moe.TOLERANCE["fp8-gateup"]
