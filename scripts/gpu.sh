@@ -173,6 +173,13 @@ if [ "$what" = splitk ]; then
     --sizes "${SPLITK_DECODE_SIZES:-8x104x5248,43x88x7968,2x104x1488,21x96x3984,4x816x10400,1x816x2272,11x1408x3456,64x2112x7168,8x112x9344,16x128x8192}" \
     2>&1 | tee "$OUT/splitk-decode.log"
 fi
+if [ "$what" = large ]; then
+  # The large shapes below issue 24's floor (session 28's full suite: 0.92-0.93 of torch), the planner's plan
+  # against ping-pong consumers (one warpgroup's epilogue beside the other's mainloop: short K) and stream-K.
+  python3 scripts/sweep_plans.py --out "$OUT/large.json" --cases bf16,fp8 --rounds 5 \
+    --variants '[{}, {"pingpong": true}, {"stream_k": 2}, {"bn": 256, "stream_k": 2}, {"bn": 256, "tail_split": 2}]' \
+    --sizes "${LARGE_SIZES:-2048x2048x2048,4096x7168x2048,4096x2112x7168}" 2>&1 | tee "$OUT/large.log"
+fi
 if [ "$what" = rule24 ]; then
   # Rule 24 side by side (issue 23): the planner's plan against one CTA per tile at the zoo shapes where it plans
   # clusters and the session-25 zoo run (docs/benchmarks.md) suggests a miss or a gain. Needs Triton >= 3.7
