@@ -6,8 +6,11 @@ multicast, building one is refused with the version it needs."""
 from __future__ import annotations
 
 import pytest
+import torch
+import torch.nn.functional as F
 
-from warploom import H100_SXM, BLayout, DType, GemmSpec, ScaleRecipe, UnsupportedError
+import warploom
+from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, ScaleRecipe, UnsupportedError
 from warploom.backends import gluon_api
 from warploom.kernel import build
 from warploom.planner import plan_schedule
@@ -21,14 +24,50 @@ MATRIX = {
     "e4m3_rowwise_bias_out_fp32": GemmSpec(2000, 2112, 1008, E4, E4, DType.FP32, scale=ScaleRecipe.ROWWISE,
                                            bias_dtype=DType.BF16),
     "e4m3_tensorwise": GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE),
+    # promoted fp8 (each warpgroup's 128 columns in two 64-column accumulators) and blockwise scales (each CTA
+    # copies its own rows' scale_a and the cluster tile's scale_b)
+    "e4m3_rowwise_promoted": GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                                      accumulation=Accumulation.PROMOTED),
+    "e4m3_tensorwise_promoted": GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE,
+                                         accumulation=Accumulation.PROMOTED),
+    "e4m3_blockwise_128x128": GemmSpec(4000, 7168, 7168, E4, E4, DType.BF16,
+                                       scale=ScaleRecipe.BLOCKWISE_1X128_128X128, accumulation=Accumulation.PROMOTED),
+    "e4m3_blockwise_1x128": GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_1X128,
+                                     accumulation=Accumulation.PROMOTED),
 }
+
+
+def _meta(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _fused_bf16() -> GemmSpec:
+    """Rule 9's wide fused epilogue (a row bias, a dense residual, a column scale) on ragged bf16 rows."""
+    m, n, k = 4634, 4968, 3672
+    return warploom.plan(_meta(m, k, dtype=torch.bfloat16), _meta(k, n, dtype=torch.bfloat16),
+                         epilogue=lambda acc, shift, res, col: F.gelu(acc + shift) * col + res,
+                         shift=_meta(n, dtype=torch.bfloat16), res=_meta(m, n, dtype=torch.bfloat16),
+                         col=_meta(m, 1)).spec
+
+
+def _fused_fp8() -> GemmSpec:
+    """fp8 rowwise fast with scaled_mm's bias, then a GELU and a residual, and a second fp32 output."""
+    m, n, k = 2000, 2112, 1008
+    return warploom.plan(_meta(m, k).to(torch.float8_e4m3fn), _meta(n, k).to(torch.float8_e4m3fn).t(), _meta(m, 1),
+                         _meta(1, n), bias=_meta(n, dtype=torch.bfloat16), use_fast_accum=True,
+                         epilogue=lambda acc, res: (F.gelu(acc) + res, acc.float()),
+                         res=_meta(m, n, dtype=torch.bfloat16)).spec
+
+
+FUSED = {"fused_bf16_gelu_residual_col": _fused_bf16, "fused_e4m3_rowwise_gelu_two_outputs": _fused_fp8}
+
 MULTICAST = gluon_api.for_triton(gluon_api.installed()).tma_multicast
 
 
 @pytest.mark.skipif(not MULTICAST, reason="Triton < 3.7: no Hopper multicast (the refusal is tested below)")
-@pytest.mark.parametrize("name", list(MATRIX))
+@pytest.mark.parametrize("name", list(MATRIX) + list(FUSED))
 def test_cluster_kernels_cross_compile(name: str, spill_budget: int) -> None:
-    spec = MATRIX[name]
+    spec = MATRIX[name] if name in MATRIX else FUSED[name]()
     k = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, cluster=2))
     c = k.compile()
     s = c.summary()

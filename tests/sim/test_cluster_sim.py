@@ -9,13 +9,25 @@ import dataclasses
 
 import pytest
 import torch
+from test_fused_epilogue_sim import (  # (pytest puts this folder on sys.path)
+    Case,
+    assert_matches,
+    bf16_case,
+    fp8_case,
+    gelu_fn,
+    gelu_operands,
+)
 
 import warploom
+from warploom import Accumulation, DType, GemmSpec, ScaleRecipe
+from warploom.backends.gluon_api import emitting_for
 from warploom.device import H100_SXM
 from warploom.ir import nodes as ir
 from warploom.ir.raster import cta_tiles, launch_grid
+from warploom.kernel import build
 from warploom.passes.cluster import CLUSTER_EMPTY
 from warploom.passes.util import filter_ops, rewrite
+from warploom.planner import plan_schedule
 from warploom.reference import make_inputs, relative_error
 from warploom.sim import FindingKind, check_protocol, explore, representative_ctas, simulate
 from warploom.sim.cluster import whole_clusters
@@ -250,3 +262,95 @@ def test_no_cta_exits_before_its_cluster_is_done() -> None:
             assert f.cta % 2 == 0 and f"of CTA {f.cta + 1} arrives on CTA {f.cta}'s {CLUSTER_EMPTY}[" in f.message
             assert f.partition.startswith("consumer") and "exited" in f.message
     assert simulate(module, a, b, seed=0).ok
+
+
+# Rule 24 beyond native accumulation (forced: `cluster=2`): promoted fp8 (each warpgroup's 128 columns in two
+# 64-column accumulators, SplitConsumers._columns), blockwise scales (each CTA copies its own rows' scale_a and the
+# tile's scale_b) and fused epilogue graphs (rule 9's blocks, each CTA its rows of every dense operand's block).
+PROMOTED = {
+    "rowwise": ScaleRecipe.ROWWISE,
+    "tensorwise": ScaleRecipe.TENSORWISE,
+    "blockwise_128x128": ScaleRecipe.BLOCKWISE_1X128_128X128,
+    "blockwise_1x128": ScaleRecipe.BLOCKWISE_1X128_1X128,
+}
+RAGGED = (300, 520, 392)  # the second cluster tile's rank 1 lies wholly past M; N and K not tile multiples
+
+
+def _forced(spec: GemmSpec, **options: object) -> ir.Module:
+    with emitting_for("3.9"):
+        plan = plan_schedule(spec, H100_SXM, **options)  # type: ignore[arg-type]
+    return build(spec, H100_SXM, plan).module
+
+
+def _promoted(recipe: ScaleRecipe) -> GemmSpec:
+    return GemmSpec(*RAGGED, DType.E4M3, DType.E4M3, DType.BF16, scale=recipe, accumulation=Accumulation.PROMOTED)
+
+
+@pytest.mark.parametrize("name", list(PROMOTED))
+def test_promoted_and_blockwise_clusters(name: str) -> None:
+    """Each CTA's rows against the fp32 reference (blockwise: the dequantized operands' product), every element
+    written, and the same bits as one CTA per 128x256 tile (each column block promotes the same partials)."""
+    spec = _promoted(PROMOTED[name])
+    module = _forced(spec, cluster=2)
+    assert module.tiling.cluster == 2
+    cons = [p for p in module.partitions if p.role is ir.Role.CONSUMER]
+    assert [[(a.col0, a.cols) for a in p.accumulators] for p in cons] == [[(0, 64), (64, 64), (0, 64)],
+                                                                          [(128, 64), (192, 64), (0, 64)]]
+    x = make_inputs(spec, *RAGGED)
+    for seed in range(2):
+        got = compare(module, x, seed=seed)
+        assert got.ok and got.error < 1e-5, got.result.report.summary()
+        assert not got.result.output.isnan().any()
+    plain = compare(_forced(spec, cluster=1, bm=128, bn=256), x)
+    assert plain.ok and torch.equal(got.result.output, plain.result.output)
+
+
+def _fused_cases() -> dict[str, Case]:
+    m, n, k = RAGGED
+    return {"bf16_gelu_residual": bf16_case(m, n, k, gelu_fn, gelu_operands(m, n, False)),
+            "fp8_rowwise_bias_gelu_residual": fp8_case(m, n, k, ScaleRecipe.ROWWISE)}
+
+
+@pytest.mark.parametrize("name", ["bf16_gelu_residual", "fp8_rowwise_bias_gelu_residual"])
+def test_fused_epilogue_clusters(name: str) -> None:
+    """A fused epilogue graph (rule 9's 128x256 blocks, a dense residual copied by TMA into each CTA's block) in a
+    cluster: NaN-poisoned outputs against the user's function on the fp64 product, and the same bits as one CTA
+    per tile."""
+    case = _fused_cases()[name]
+    with emitting_for("3.9"):
+        plan = plan_schedule(case.spec, H100_SXM, cluster=2)
+    module, res = case.run(plan)
+    assert module.tiling.cluster == 2 and any(b.tensor is ir.Tensor.OPERAND for b in module.buffers)
+    assert_matches(case, res)
+    _, plain = case.run(plan_schedule(case.spec, H100_SXM, cluster=1, bm=128, bn=256))
+    assert all(torch.equal(x, y) for x, y in zip(res.outputs, plain.outputs, strict=True))
+
+
+NEW_PATHS = {"promoted_rowwise": lambda: _forced(_promoted(ScaleRecipe.ROWWISE), cluster=2),
+             "blockwise_128x128": lambda: _forced(_promoted(ScaleRecipe.BLOCKWISE_1X128_128X128), cluster=2),
+             "fused_bf16": lambda: build(_fused_cases()["bf16_gelu_residual"].spec, H100_SXM, _fused_plan()).module}
+
+
+def _fused_plan() -> warploom.Plan:
+    with emitting_for("3.9"):
+        return plan_schedule(_fused_cases()["bf16_gelu_residual"].spec, H100_SXM, cluster=2)
+
+
+@pytest.mark.parametrize("name", list(NEW_PATHS))
+def test_new_paths_must_release_b_to_the_cluster(name: str) -> None:
+    """Planted on each new path: one consumer warpgroup's releases on the cluster barrier dropped. The lead's
+    next multicast waits for a release that never comes: DEADLOCK, named on the cluster barrier."""
+    module = NEW_PATHS[name]()
+    m, n, k = RAGGED
+    parts = tuple(dataclasses.replace(p, body=filter_ops(p.body, lambda o: not (
+        isinstance(o, ir.Arrive) and o.barrier == CLUSTER_EMPTY))) if p.name == "consumer1" else p
+        for p in module.partitions)
+    assert parts != module.partitions
+    found = check_protocol(dataclasses.replace(module, partitions=parts), m, n, k, seeds=range(2),
+                           raise_on_finding=False)
+    assert any(f.kind is K.DEADLOCK and CLUSTER_EMPTY in f.message for f in found.findings), found.findings
+    # ...and without the cluster barrier before exit the other CTA's last releases come after the lead exits
+    no_sync = dataclasses.replace(module, tiling=dataclasses.replace(module.tiling, exit_sync=False))
+    found = check_protocol(no_sync, m, n, k, seeds=range(2), raise_on_finding=False)
+    assert {f.kind for f in found.findings} == {K.WRITE_AFTER_EXIT}, found.findings
+    assert check_protocol(module, m, n, k, seeds=range(2)).ok

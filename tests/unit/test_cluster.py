@@ -10,15 +10,19 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 from warploom import H100_SXM, Accumulation, ALayout, BLayout, DType, GemmSpec, ScaleRecipe, UnsupportedError
 from warploom.backends import gluon_sm90
 from warploom.backends.gluon_api import emitting_for
+from warploom.epilogue import capture
 from warploom.ir import nodes as ir
 from warploom.ir import printer, verify
 from warploom.passes.cluster import CLUSTER_EMPTY
 from warploom.planner import Plan, plan_schedule
 from warploom.runtime.cross import descriptor_blocks
+from warploom.spec import Grouping
 from warploom.targets import compile_schedule
 
 E4 = DType.E4M3
@@ -66,6 +70,37 @@ def bf16(m: int, n: int, k: int) -> GemmSpec:
     return GemmSpec(m, n, k, b_layout=BLayout.N_MAJOR)
 
 
+def fused(spec: GemmSpec) -> GemmSpec:
+    """`spec` with a fused epilogue graph: GELU of the product plus a dense residual."""
+    res = torch.empty(spec.m, spec.n, dtype=torch.bfloat16, device="meta")
+    return replace(spec, epilogue=capture(lambda acc, res: F.gelu(acc) + res, {"res": res},
+                                          out_shape=(spec.m, spec.n)))
+
+
+# Recipes rule 24 runs when forced but does not choose (no sweep has measured them in clusters): at the shape where
+# bf16 takes clusters (unaligned rows, 334 k-blocks a CTA) they plan one CTA per tile unforced.
+FORCED_ONLY = {
+    "fp8_rowwise_promoted": GemmSpec(4634, 4968, 3680, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                                     accumulation=Accumulation.PROMOTED),
+    "fp8_blockwise": GemmSpec(4634, 4968, 3680, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+                              accumulation=Accumulation.PROMOTED),
+    "bf16_fused": fused(bf16(4634, 4968, 3672)),
+}
+
+
+@pytest.mark.parametrize("name", list(FORCED_ONLY))
+def test_new_recipes_are_clustered_when_forced_only(name: str) -> None:
+    spec = FORCED_ONLY[name]
+    with emitting_for("3.9"):
+        assert plan_schedule(bf16(4634, 4968, 3672), H100_SXM).cluster == 2  # (the measured recipe)
+        assert plan_schedule(spec, H100_SXM).cluster == 1
+        forced = plan_schedule(spec, H100_SXM, cluster=2)
+    assert (forced.cluster, forced.bm, forced.bn, forced.consumer_partitions) == (2, 128, 256, 2)
+    m, _ = compile_schedule(spec, forced, H100_SXM)
+    assert verify.complete(m, H100_SXM) == []
+    assert m.smem_bytes <= H100_SXM.smem_per_block
+
+
 @pytest.mark.parametrize("shape", list(CHOICES), ids=lambda s: "x".join(map(str, s)))
 def test_rule24_choice_under_triton_39(shape: tuple[int, int, int]) -> None:
     with emitting_for("3.9"):
@@ -94,10 +129,10 @@ def test_no_cluster_under_triton_36(shape: tuple[int, int, int]) -> None:
 
 @pytest.mark.parametrize("spec,why", [
     (GemmSpec(4096, 4096, 4096, a_layout=ALayout.M_MAJOR), "M-major A"),
-    (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE,
-              accumulation=Accumulation.PROMOTED), "promoted fp8"),
-    (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
-              accumulation=Accumulation.PROMOTED), "blockwise"),
+    (fused(GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                    accumulation=Accumulation.PROMOTED)), "fused epilogue graph with promoted fp8.*use_fast_accum"),
+    (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE, grouping=Grouping.OFFSETS,
+              groups=4), "grouped"),
 ])
 def test_forced_cluster_refused_with_the_reason(spec: GemmSpec, why: str) -> None:
     with emitting_for("3.9"), pytest.raises(UnsupportedError, match=why):
@@ -260,3 +295,41 @@ def test_other_recipes_build(spec: GemmSpec) -> None:
     m = cluster_module(spec)
     assert verify.complete(m, H100_SXM) == []
     assert m.smem_bytes <= H100_SXM.smem_per_block
+
+
+def test_promoted_columns_split_in_64_column_blocks() -> None:
+    """Promoted fp8 in a cluster: warpgroup i holds columns 128i.. in two 128x64 accumulators and a 128x64 partial
+    (192 registers a thread, as the row split's 64x128 blocks), and issues only its blocks' wgmma and promotions."""
+    m = cluster_module(FORCED_ONLY["fp8_rowwise_promoted"])
+    cons = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
+    for i, p in enumerate(cons):
+        assert [(a.name, a.rows, a.cols, a.col0) for a in p.accumulators] == [
+            (f"acc{2 * i}", 128, 64, 128 * i), (f"acc{2 * i + 1}", 128, 64, 128 * i + 64), ("partial", 128, 64, 0)]
+        mmas = [o.n_cols for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma)]
+        assert mmas == [ir.ColBlock(128 * i, 64), ir.ColBlock(128 * i + 64, 64)]
+        assert sum(isinstance(o, ir.MmaWait) for o, _ in ir.walk(p.body)) == 2
+        assert {o.dst for o, _ in ir.walk(p.body) if isinstance(o, ir.Promote)} == {f"acc{2 * i}", f"acc{2 * i + 1}"}
+
+
+def test_blockwise_scale_rings_in_a_cluster_under_triton_39() -> None:
+    """Each CTA copies its own rows' scale_a (the ring's slot split between the CTAs) and the tile's scale_b
+    whole (broadcast: cp.async has no multicast)."""
+    with emitting_for("3.9"):
+        t = gluon_sm90.lower(cluster_module(FORCED_ONLY["fp8_blockwise"])).text
+    assert "sa_ring = gl.allocate_shared_memory(gl.float32, [3, 256], gl.SwizzledSharedLayout(1, 1, 1, [0], " \
+           "cga_layout=[[1]]))" in t
+    assert "sb_ring = gl.allocate_shared_memory(gl.float32, [3, 2], gl.SwizzledSharedLayout(1, 1, 1, [0], " \
+           "cga_layout=[[0]]))" in t
+    assert "sa_ring_idx = off_m + gl.arange(0, 256, layout=sa_ring_copy)" in t
+    assert "gl.BlockedLayout([4], [32], [1], [0], cga_layout=[[1]])" in t  # (4 a thread: one CTA's 128 rows)
+
+
+def test_fused_operands_in_a_cluster() -> None:
+    """A dense operand's block is every CTA's rows (its descriptor split as C's), its private barrier one per CTA,
+    and each CTA expects its own rows' bytes."""
+    m = cluster_module(FORCED_ONLY["bf16_fused"])
+    assert descriptor_blocks(m)["res_desc"][1:] == ([256, 16], ((1, 0),), False)
+    with emitting_for("3.9"):
+        t = gluon_sm90.lower(m).text
+    assert "res_smem0_bar = mbarrier.allocate_mbarrier()" in t
+    assert "mbarrier.expect(res_smem0_bar, 4096)" in t  # (128 rows x 16 columns x 2 bytes: one CTA's)

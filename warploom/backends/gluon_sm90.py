@@ -168,6 +168,18 @@ def cga(cluster: int, split: bool = True) -> str:
     return f", cga_layout={[list(b) for b in bases]}" if bases else ""
 
 
+def cga_scales(cluster: int, tensor: ir.Tensor, rank: int) -> str:
+    """The ``cga_layout`` argument of a blockwise scale ring's slot or its copies' index vector (`rank` 1) in a
+    cluster stacked along M: scale_a's slots hold the cluster tile's rows, each CTA its own (split along the last
+    dimension), scale_b's the tile's columns, which every CTA copies whole for itself (broadcast: cp.async has no
+    multicast). "" with no cluster."""
+    if cluster == 1:
+        return ""
+    split = 1 if tensor is ir.Tensor.SCALE_A else 0
+    bases = [[0] * (rank - 1) + [split << i] for i in range(cluster.bit_length() - 1)]
+    return f", cga_layout={bases}"
+
+
 def wide(index: str) -> str:
     """`index` (an expression) as a 64-bit integer, to multiply by a stride: Triton passes an int argument below 2^31
     as i32 and an i32 product wraps silently, so an element offset into a tensor of 2^31 elements or more needs one
@@ -306,7 +318,8 @@ class PartitionEmitter:
                 if isinstance(o, ir.CopyScales):
                     r = self.m.ring(o.ring)
                     per = max(1, r.cols // (32 * self.p.warps))
-                    lay = f"gl.BlockedLayout([{per}], [32], [{self.p.warps}], [0])"
+                    lay = (f"gl.BlockedLayout([{per}], [32], [{self.p.warps}], [0]"
+                           f"{cga_scales(self.cluster, r.tensor, 1)})")
                     what = f"{r.cols}" if r.rows == 1 else f"{r.rows} slices x {r.cols}"
                     b.line(f"{o.ring}_copy: gl.constexpr = {lay}",
                            comment=f"{what} scales of a stage over the warps' threads")
@@ -617,7 +630,9 @@ class PartitionEmitter:
         w = wide if scale_offsets_wide(self.m.spec) else as_is
         kb = self.sk_block
         if o.tensor is ir.Tensor.SCALE_A:
-            b.line(f"{idx} = {self.sa_row0} + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
+            # (a cluster's program copies the cluster tile's rows, each CTA its own: cga_scales)
+            b.line(f"{idx} = {self.sa_row0} + gl.arange(0, {ring.cols * self.cluster}, layout={o.ring}_copy)",
+                   "the tile's rows")
             # (128x128 blocks of A: each row copies its block's scale, so the ring is per row either way)
             row = f"({idx} // {SCALE_BLOCK})" if self.m.spec.scale.block_a else idx
             ptr, mask = f"sa_ptr + {w(row)} * sa_stride_m + {w(kb)} * sa_stride_k", f"{idx} < M"
@@ -758,7 +773,8 @@ class PartitionEmitter:
         row, col, w = self._block_origin(o.acc, o.part, o.parts)
         g = self.m.spec.epilogue
         assert g is not None
-        nbytes = self.rows * w * g.operand(o.operand).dtype.bytes
+        # (a cluster's program loads every CTA's rows: each CTA's barrier expects its own block's bytes)
+        nbytes = self.rows // self.cluster * w * g.operand(o.operand).dtype.bytes
         b, buf = self.buf, o.buffer
         if not o.synced:  # (else the TMA store just before did both: ir.PrefetchOperand)
             b.line(self.api.barrier, "every thread has read the buffer's previous block ...")
@@ -1176,8 +1192,10 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                 continue
             if r.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
                 # One fp32 row a slot (MX: a row per slice, slot s's at rows s * slices ...).
-                b.line(f"{r.name} = gl.allocate_shared_memory(gl.float32, [{r.depth * r.rows}, {r.cols}], "
-                       "gl.SwizzledSharedLayout(1, 1, 1, [0]))",
+                cols = r.cols * t.cluster if r.tensor is ir.Tensor.SCALE_A else r.cols  # (every CTA's rows)
+                # (the layout is a slot's, rank 1: the leading dimension indexes slots)
+                b.line(f"{r.name} = gl.allocate_shared_memory(gl.float32, [{r.depth * r.rows}, {cols}], "
+                       f"gl.SwizzledSharedLayout(1, 1, 1, [0]{cga_scales(t.cluster, r.tensor, 1)}))",
                        comment=f"ring {r.name}: {r.depth} x {'' if r.rows == 1 else f'{r.rows} slices x '}"
                                f"{r.cols} fp32 scales")
                 continue
@@ -1216,8 +1234,10 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                         b.line(f"mbarrier.init({br.name}_bars.index(i), count={br.count})")
         for bf in m.buffers:
             if bf.tensor is ir.Tensor.OPERAND:
-                b.line(f"{bf.name}_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())",
-                       comment=f"TMA completion of {bf.name}, private to its load_operand ops")
+                alloc = ("mbarrier.allocate_mbarrier()" if t.cluster > 1  # (one per CTA of a cluster)
+                         else "gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())")
+                b.line(f"{bf.name}_bar = {alloc}", comment=f"TMA completion of {bf.name}, private to its "
+                                                          "load_operand ops")
                 b.line(f"mbarrier.init({bf.name}_bar, count=1)")
         b.line("fence_async_shared()", comment="make the mbarrier inits visible to the async proxy")
         b.line(comment="argument tuples stay inline: binding one to a variable turns constexprs into tensors")

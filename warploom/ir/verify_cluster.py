@@ -5,7 +5,8 @@ be refilled only when every CTA released it. Statically that means:
 
 - a cluster is 1 or 2 CTAs, on sm_90a, for whole tiles (no split-K, ranged launch, stream-K, swap or grouping), with
   a K-major A (each CTA's rows of the cluster tile are one box of A's) and consumers that split tiles by columns,
-  never by rows (a row block of a warpgroup is not one block of the cluster's A box), and no fused epilogue graph;
+  never by rows (a row block of a warpgroup is not one block of the cluster's A box). Promoted fp8, blockwise scales
+  and fused epilogue graphs are per CTA already (each CTA promotes, copies scale_a for and stores its own rows);
 - every load of B is multicast, and nothing else is; a multicast is the lead's alone (`TmaLoad.lead_only`: a copy of
   every CTA would write each slot, and bring its bytes to each barrier, once per CTA);
 - the module ends with a cluster barrier (`Tiling.exit_sync`): no CTA exits while the other may still arrive on its
@@ -50,8 +51,6 @@ def check_cluster(m: ir.Module) -> list[str]:
                     "whole tiles of C")
     if m.spec.a_layout is ALayout.M_MAJOR:
         errs.append(f"cluster={t.cluster} with an M-major A: each CTA's rows of the cluster tile must be one box of A")
-    if m.spec.epilogue is not None:
-        errs.append(f"cluster={t.cluster} with a fused epilogue graph: its operand loads are not laid out per CTA")
     for p in m.partitions:
         if p.rows is not None:
             errs.append(f"partition {p.name} computes a row block of each tile in a cluster's module: split the "

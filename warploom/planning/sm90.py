@@ -30,6 +30,7 @@ from warploom.planning.plan import CONSUMER_REGS, Plan
 from warploom.planning.sm90_models import (
     CLUSTER_MARGIN,
     SK_PIECES,
+    cluster_measured,
     cluster_min_kblocks,
     cluster_plan,
     cluster_problems,
@@ -569,7 +570,8 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
                   f"{cl_tiles} cluster tiles of 256x256, {math.ceil(cl_tiles / (device.sm_count // 2))} round(s) of "
                   f"{device.sm_count // 2} clusters, B multicast" + ("" if aligned else ", rows unaligned"))
             if cluster == 2 or (cl_tiles >= device.sm_count // 2 and cl_score < CLUSTER_MARGIN * best[0]
-                                and cta_kblocks(spec, cl_tiles, device) >= cluster_min_kblocks(spec)):
+                                and cta_kblocks(spec, cl_tiles, device) >= cluster_min_kblocks(spec)
+                                and cluster_measured(spec)):
                 best = (cl_score, -cbm * cbn, cl_plan)
     if cluster == 2 and (best is None or best[2].cluster != 2):
         raise UnsupportedError(f"cluster=2 (rule 24): no 128x256 plan fits {spec.short()} with {stages=} on "

@@ -119,7 +119,8 @@ def descriptor_blocks(m: ir.Module) -> dict[str, Block]:
         elif bf.tensor is ir.Tensor.WORKSPACE:  # split-K: fp32 partial sums
             blocks[WORKSPACE_DESC] = (bf.dtype, [bf.rows, bf.cols], (), False)
         elif bf.tensor is ir.Tensor.OPERAND:
-            blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows, bf.cols], (), False)
+            # (a cluster's dense operand: every CTA its rows of the cluster tile's block, as C)
+            blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows * t.cluster, bf.cols], split, False)
     for r in m.rings:
         if r.byte_scales:  # sm_100a MX / NVFP4: the k-block's 128x4 blocks of torch's blocked scales
             blocks[scale_desc(r.tensor)] = (r.dtype, [r.rows // 128, r.cols // 4, 2, 256], (), False)

@@ -132,7 +132,9 @@ def _judged(output: torch.Tensor, x: Inputs, tiles: tuple[TileRef, ...], bm: int
     m, n = output.shape
     if len(tiles) == cdiv(m, bm) * cdiv(n, bn):  # one large matmul: ~10x faster than one per tile
         return output.float(), reference(x)
-    parts = [(slice(tile.off_m, tile.off_m + bm), slice(tile.off_n, tile.off_n + bn)) for tile in tiles]
+    # (a cluster tile's rank may lie wholly past M: nothing of it is C's)
+    parts = [(slice(tile.off_m, tile.off_m + bm), slice(tile.off_n, tile.off_n + bn)) for tile in tiles
+             if tile.off_m < m and tile.off_n < n]
     out = torch.cat([output[r, c].float().reshape(-1) for r, c in parts])
     if is_blockwise(x):
         # Blockwise scales index by k-block and by 128 columns (or column), not by the tile's own rows and
