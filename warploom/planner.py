@@ -159,7 +159,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                   prefetch_operands: bool | None = None, pingpong: bool = False,
                   scale_partition: bool | None = None, split_k: int | None = None,
                   tail_split: int | None = None, swap_ab: bool | None = None,
-                  stream_k: int | None = None, tdm_warps: TdmWarps | None = None, cluster: int | None = None) -> Plan:
+                  stream_k: int | None = None, tdm_warps: TdmWarps | None = None,
+                  cluster: int | str | None = None) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
     split_k (1: never split; None: rule 14 decides), tail_split (1: no split-K tail; None: rule 15 decides) and
     swap_ab (None: rule 18 decides, when nothing about the tile, depth or partitions is forced; True: plan the
@@ -167,7 +168,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     128 x 16 on sm_100a (rule 19)) and stream_k (None: rule 21 decides; 0: none; s >= 2: a stream-K plan with at
     most s pieces per shared tile, refused where it cannot run) and tdm_warps (gfx1250 only: `TdmWarps`, the warps
     that issue each TDM copy; None: every warp, as before seed 004) and cluster (None: rule 24 decides; 1: one CTA
-    per tile; 2: 2-CTA clusters multicasting B, refused where they cannot run)."""
+    per tile; 2 or "2x1": 2-CTA clusters along M multicasting B; "1x2": along N multicasting A; refused where they
+    cannot run)."""
     if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rules 26 and 27
         rowwise = spec.epilogue.rowwise()
         problems = quantized_problems(spec, device, bn=bn, pingpong=pingpong, partial_blocks=partial_blocks,

@@ -1,7 +1,8 @@
 """Compile-only tier for 2-CTA clusters (planner rule 24): under Triton >= 3.7 each kernel cross-compiles for sm_90a
-as a cluster of 2 (``.reqnctapercluster 2``) whose B copies are TMA multicasts and which ends with a cluster barrier,
-with its MMAs on the async tensor-core path, no spill and no serialized wgmma; under Triton 3.6, which has no Hopper
-multicast, building one is refused with the version it needs."""
+as a cluster of 2 (``.reqnctapercluster 2``) whose B copies (1x2: A's) are TMA multicasts and which ends with a
+cluster barrier, with its MMAs on the async tensor-core path, no spill (but the known 3.9 blockwise findings,
+conftest.py) and no serialized wgmma; under Triton 3.6, which has no Hopper multicast, building one is refused with
+the version it needs."""
 
 from __future__ import annotations
 
@@ -60,20 +61,28 @@ def _fused_fp8() -> GemmSpec:
 
 
 FUSED = {"fused_bf16_gelu_residual_col": _fused_bf16, "fused_e4m3_rowwise_gelu_two_outputs": _fused_fp8}
+# 1x2 clusters (ShareA, cluster="1x2"): A multicast, B's and C's boxes split along N
+ALONG_N = {
+    "1x2_bf16_nmajor_unaligned": GemmSpec(4634, 4968, 3672, b_layout=BLayout.N_MAJOR),
+    "1x2_bf16_kmajor_ragged": GemmSpec(300, 528, 200),
+    "1x2_e4m3_rowwise": GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE),
+    "1x2_e4m3_tensorwise": GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE),
+}
 
 MULTICAST = gluon_api.for_triton(gluon_api.installed()).tma_multicast
 
 
 @pytest.mark.skipif(not MULTICAST, reason="Triton < 3.7: no Hopper multicast (the refusal is tested below)")
-@pytest.mark.parametrize("name", list(MATRIX) + list(FUSED))
+@pytest.mark.parametrize("name", list(MATRIX) + list(FUSED) + list(ALONG_N))
 def test_cluster_kernels_cross_compile(name: str, spill_budget: int) -> None:
-    spec = MATRIX[name] if name in MATRIX else FUSED[name]()
-    k = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, cluster=2))
+    spec = MATRIX[name] if name in MATRIX else FUSED[name]() if name in FUSED else ALONG_N[name]
+    k = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, cluster="1x2" if name in ALONG_N else 2))
+    assert k.module.tiling.cluster_n == (name in ALONG_N)
     c = k.compile()
     s = c.summary()
     mma, other = ("QGMMA", "HGMMA") if spec.is_fp8 else ("HGMMA", "QGMMA")
     assert ".reqnctapercluster 2" in c.ptx, "a cluster of 2 CTAs"
-    assert c.ptx.count(".multicast::cluster") >= 1, "B's box multicast by the lead CTA"
+    assert c.ptx.count(".multicast::cluster") >= 1, "B's box (1x2: A's) multicast by the lead CTA"
     # ir.Tiling.exit_sync, which the lowering does not emit: Triton ends the kernel with a cluster barrier (a
     # non-relaxed arrive and its wait; the relaxed pair after the mbarrier inits is another)
     assert "barrier.cluster.arrive.aligned;" in c.ptx and "barrier.cluster.wait" in c.ptx, "a cluster barrier at exit"
@@ -85,5 +94,6 @@ def test_cluster_kernels_cross_compile(name: str, spill_budget: int) -> None:
 
 @pytest.mark.skipif(MULTICAST, reason="this Triton has Hopper multicast (the kernels are compiled above)")
 def test_cluster_refused_without_multicast() -> None:
-    with pytest.raises(UnsupportedError, match=r"Triton >= 3\.7"):
-        plan_schedule(MATRIX["bf16_nmajor_unaligned"], H100_SXM, cluster=2)
+    for knob in (2, "1x2"):
+        with pytest.raises(UnsupportedError, match=r"Triton >= 3\.7"):
+            plan_schedule(MATRIX["bf16_nmajor_unaligned"], H100_SXM, cluster=knob)

@@ -2,7 +2,8 @@
 the cluster's lead CTA into both CTAs' slots. Checked against fp32 references on shapes that are not tile multiples
 (ragged cluster tiles, a last cluster tile with one CTA's rows past M, rows that are not 128-byte lines), for bf16
 with either B layout, fp16, and fp8 rowwise (fast accumulation, with a bias into fp32) and tensorwise; forced, promoted
-fp8 (rowwise, tensorwise), blockwise fp8 (both recipes) and fused epilogue graphs (bf16, fp8 rowwise fast);
+fp8 (rowwise, tensorwise), blockwise fp8 (both recipes) and fused epilogue graphs (bf16, fp8 rowwise fast); and 1x2
+clusters (cluster="1x2": two CTAs along N, A multicast) for bf16 and fp8 rowwise and tensorwise;
 repeatable bit for bit, in a CUDA graph, and the planner's own choice where rows are unaligned. Under Triton 3.6
 (no Hopper multicast) the module is skipped: warploom plans no clusters there (tests/unit/test_cluster.py)."""
 
@@ -33,10 +34,10 @@ pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier
 SHAPES = [(300, 528, 200), (384, 1008, 1000), (2000, 2112, 1008), (4634, 4976, 3672), (130, 272, 64)]
 
 
-def _kernel(spec: object) -> Kernel:
+def _kernel(spec: object, knob: int | str = 2) -> Kernel:
     dev = DeviceInfo.current()
-    kern = build(spec, dev, plan_schedule(spec, dev, cluster=2))  # type: ignore[arg-type]
-    assert kern.module.tiling.cluster == 2
+    kern = build(spec, dev, plan_schedule(spec, dev, cluster=knob))  # type: ignore[arg-type]
+    assert kern.module.tiling.cluster == 2 and kern.module.tiling.cluster_n == (knob == "1x2")
     return kern
 
 
@@ -195,3 +196,47 @@ def test_fused_fp8_rowwise(m: int, n: int, k: int) -> None:
     assert torch.equal(replayed(lambda: kern.run(a, b, again, operands=ops), again), out)
     ref = fn((a.float() @ b.float()) * sa * sb + bias.float(), res.float())
     torch.testing.assert_close(out.float(), ref, atol=6e-2, rtol=2e-2)
+
+
+# 1x2 (ShareA): one cluster tile of 128 x 512 and ragged ones; rank 1 of the last cluster tile past N (528 = 512 + 16);
+# many cluster tiles on unaligned rows; M a single 128-row tile.
+ALONG_N = [(300, 528, 200), (384, 1008, 1000), (2000, 2112, 1008), (4634, 4976, 3672), (100, 1300, 64)]
+
+
+@pytest.mark.parametrize("b_k_major", [False, True])
+@pytest.mark.parametrize("m,n,k", ALONG_N)
+def test_1x2_bf16(m: int, n: int, k: int, b_k_major: bool) -> None:
+    torch.manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t() if b_k_major else \
+        torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    out = _run(_kernel(checks.matmul_spec(a, b, None), "1x2"), m, n, torch.bfloat16, a, b)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+
+
+@pytest.mark.parametrize("recipe", ["rowwise_fast", "tensorwise", "rowwise_fp32"])
+@pytest.mark.parametrize("m,n,k", ALONG_N[:4])
+def test_1x2_fp8(recipe: str, m: int, n: int, k: int) -> None:
+    torch.manual_seed(m + 3 * n)
+    k = -(-k // 16) * 16
+    a, b = fp8_pair(m, n, k)
+    sa, sb = fp8_scales(m, n, recipe == "tensorwise")
+    out_dtype = torch.float32 if "fp32" in recipe else torch.bfloat16
+    kern = _kernel(checks.scaled_mm_spec(a, b, sa, sb, None, out_dtype, True), "1x2")
+    out = _run(kern, m, n, out_dtype, a, b, sa, sb)
+    assert _err(out, (a.float() @ b.float()) * sa * sb) < 1e-3
+
+
+def test_1x2_in_a_cuda_graph() -> None:
+    """The 1x2 kernel replayed in a CUDA graph over a poisoned output gives the eager launch's bits."""
+    torch.manual_seed(2)
+    m, n, k = 4634, 4968, 3672
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    kern = _kernel(checks.matmul_spec(a, b, None), "1x2")
+    eager = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, eager)
+    out = torch.empty_like(eager)
+    replayed(lambda: kern.run(a, b, out), out)
+    assert torch.equal(out, eager) and not out.isnan().any()
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)

@@ -333,3 +333,132 @@ def test_fused_operands_in_a_cluster() -> None:
         t = gluon_sm90.lower(m).text
     assert "res_smem0_bar = mbarrier.allocate_mbarrier()" in t
     assert "mbarrier.expect(res_smem0_bar, 4096)" in t  # (128 rows x 16 columns x 2 bytes: one CTA's)
+
+
+
+# 1x2 clusters (ShareA): forced only (`cluster="1x2"`); the planner's own choice stays 2x1 (CHOICES above).
+def along_n_module(spec: GemmSpec | None = None) -> ir.Module:
+    spec = spec or bf16(4634, 4968, 3672)
+    with emitting_for("3.9"):
+        plan = plan_schedule(spec, H100_SXM, cluster="1x2")
+    assert plan.cluster == 2 and plan.cluster_n and plan.short().endswith("_c1x2")
+    m, _ = compile_schedule(spec, plan, H100_SXM)
+    return m
+
+
+def test_the_1x2_module_shares_a() -> None:
+    m = along_n_module()
+    assert m.tiling.cluster_n and m.tiling.cluster_mn == (1, 2) and m.tiling.exit_sync
+    assert m.barrier(CLUSTER_EMPTY).rings == ("a_ring",)
+    loads = [o for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.TmaLoad)]
+    assert {(o.tensor, o.multicast) for o in loads} == {(ir.Tensor.A, True), (ir.Tensor.B, False)}
+    cons = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
+    assert [p.rows for p in cons] == [ir.RowBlock(0, 64), ir.RowBlock(64, 64)]  # (the row split kept)
+    assert "cluster=1x2 (CTAs along N sharing A)" in printer.module(m)
+    assert verify.complete(m, H100_SXM) == []
+    blocks = descriptor_blocks(m)
+    assert blocks["a_desc"][1:] == ([128, 64], ((0, 0),), False)  # every CTA A's whole box
+    assert blocks["b_desc"][1:] == ([64, 512], ((0, 1),), False)  # each CTA its columns of B's
+    assert blocks["c_desc"][1:] == ([64, 512], ((0, 1),), False)  # a warpgroup's whole 64-row block
+    k_major = descriptor_blocks(along_n_module(GemmSpec(2000, 2112, 1008)))
+    assert k_major["b_desc"][1:] == ([512, 64], ((1, 0),), False)
+
+
+def test_the_1x2_choice_and_refusals() -> None:
+    with emitting_for("3.9"):
+        for shape, clustered in CHOICES.items():
+            plan = plan_schedule(bf16(*shape), H100_SXM)
+            assert not plan.cluster_n and (plan.cluster == 2) == clustered
+        for spec, why in [(FORCED_ONLY["fp8_rowwise_promoted"], "promoted fp8 .* 1x2 cluster.*use cluster=2"),
+                          (FORCED_ONLY["bf16_fused"], "fused epilogue graph.* 1x2"),
+                          (GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                                    bias_dtype=DType.BF16), "rowwise scales with a bias")]:
+            with pytest.raises(UnsupportedError, match=f"cluster='1x2' .*{why}"):
+                plan_schedule(spec, H100_SXM, cluster="1x2")
+        with pytest.raises(UnsupportedError, match=r"cluster='2x2': expected .*\"1x2\" \(along N, multicasting A\)"):
+            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster="2x2")
+        assert plan_schedule(bf16(4634, 4968, 3672), H100_SXM, cluster="2x1") == \
+            plan_schedule(bf16(4634, 4968, 3672), H100_SXM, cluster=2)
+    with pytest.raises(ValueError, match="cluster_n"):
+        Plan(bm=128, bn=256, bk=64, stages=4, consumer_warps=8, group_m=8, grid=132, cluster_n=True)
+
+
+ALONG_N_CORRUPTIONS: dict[str, tuple[Callable[[ir.Module], ir.Module], str]] = {
+    "A multicast by both CTAs": (lambda m: _multicast(m, ir.Tensor.A, True, lead_only=False),
+                                 "issued by every CTA of the cluster"),
+    "B multicast in a 1x2 cluster": (lambda m: _multicast(m, ir.Tensor.B, True), "A's loads, and only A's"),
+    "A not multicast": (lambda m: _multicast(m, ir.Tensor.A, False), "A's loads, and only A's"),
+    "a consumer does not release A to the cluster": (
+        lambda m: _drop(m, lambda p: p.name == "consumer1",
+                        lambda o: isinstance(o, ir.Arrive) and o.barrier == CLUSTER_EMPTY),
+        "reads a_ring but does not release it on cluster_empty"),
+    "column-block wgmma": (
+        lambda m: replace(m, partitions=tuple(replace(p, body=_rewrite_mma(p.body)) for p in m.partitions)),
+        "reads a column block of B's slot in a 1x2 cluster"),
+    "cluster_n without a cluster": (lambda m: replace(m, tiling=replace(m.tiling, cluster=1)),
+                                    "cluster_n .* in a module without a cluster"),
+}
+
+
+def _rewrite_mma(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    from warploom.passes.util import rewrite
+
+    return rewrite(body, lambda o: (replace(o, n_cols=ir.ColBlock(0, 128)),) if isinstance(o, ir.Mma) else (o,))
+
+
+@pytest.mark.parametrize("name", list(ALONG_N_CORRUPTIONS))
+def test_verifier_reports_1x2(name: str) -> None:
+    corrupt, pattern = ALONG_N_CORRUPTIONS[name]
+    errs = verify.complete(corrupt(along_n_module()), H100_SXM)
+    assert any(re.search(pattern, e) for e in errs), errs
+
+
+def test_generated_1x2_gluon_under_triton_39() -> None:
+    with emitting_for("3.9"):
+        src = gluon_sm90.lower(along_n_module())
+    t = src.text
+    assert src.num_ctas == 2
+    assert "BM = gl.constexpr(128)" in t and "BN = gl.constexpr(512)" in t  # the program's tile: the cluster's
+    assert "tma.async_load(a_desc, [off_m, kk * BK], ready_bars.index(p % STAGES), a_ring.index(p % STAGES), " \
+           "multicast=True)" in t
+    assert "tma.async_load(b_desc, [kk * BK, off_n], ready_bars.index(p % STAGES), b_ring.index(p % STAGES))" in t
+    assert "cga_layout=[[0, 1]]" in t and "acc = gl.zeros([64, 512], gl.float32, acc_layout)" in t
+    assert "b_ring = gl.allocate_shared_memory(b_desc.dtype, [3, 64, 512], b_desc.layout)" in t
+    assert "c_smem1 = gl.allocate_shared_memory(c_desc.dtype, [64, 512], c_desc.layout)" in t
+    assert "tma.async_store(c_desc, [off_m + 64, off_n], c_smem1)" in t
+
+
+def _sweep_spec(case: str, m: int, n: int, k: int) -> GemmSpec:
+    """The spec scripts/sweep_plans.py's `case` builds on the GPU, from its dtypes alone (no tensors)."""
+    fp8 = {"fp8": (ScaleRecipe.ROWWISE, Accumulation.NATIVE), "fp8-exact": (ScaleRecipe.ROWWISE,
+                                                                            Accumulation.PROMOTED),
+           "blockwise": (ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED),
+           "fp8-gelu": (ScaleRecipe.ROWWISE, Accumulation.NATIVE)}
+    if case in fp8:
+        scale, acc = fp8[case]
+        spec = GemmSpec(m, n, k, E4, E4, DType.BF16, scale=scale, accumulation=acc,
+                        bias_dtype=DType.BF16 if case == "fp8-gelu" else None)
+    else:
+        spec = GemmSpec(m, n, k)
+    return fused(spec) if case.endswith("-gelu") else spec
+
+
+@pytest.mark.parametrize("shape", [(4634, 4968, 3672), (14312, 1920, 688), (16384, 1024, 3672), (4096, 7168, 7168)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_sweep_cluster_variants_plan(shape: tuple[int, int, int]) -> None:
+    """Every variant of `scripts/gpu.sh clusters` (sweep_plans --variants clusters) plans its cluster form under
+    Triton 3.9 at the target's default shapes, so the lead's run measures what it names."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import sweep_plans
+
+    for case, variants in sweep_plans.CLUSTER_VARIANTS.items():
+        spec = _sweep_spec(case, *shape)
+        for kw in variants:
+            with emitting_for("3.9"):
+                plan = plan_schedule(spec, H100_SXM, **kw)
+            if "cluster" in kw:
+                assert (plan.cluster, plan.cluster_n) == ({1: 1, 2: 2, "1x2": 2}[kw["cluster"]],
+                                                          kw["cluster"] == "1x2"), (case, kw)
