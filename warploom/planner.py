@@ -24,7 +24,8 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 21. stream-K: the last wave's tiles shared as 2-4 k-block pieces, a fixup: docs/decisions/rule-21-stream-k.md
 22. grouped GEMMs: 128x256 from 256 rows a group, 64x128 to 64, else 128x128: docs/decisions/rule-22-grouped.md
 23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
-24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7): docs/decisions/rule-24-clusters.md
+24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7; 1x2 sharing A, promoted, blockwise
+    and fused clusters when forced): docs/decisions/rule-24-clusters.md
 25. a few tiles over a long K: split-K in up to 8 ranges (16 at decode sizes): docs/decisions/rule-25-latency-split-k.md
 26. a fused 1x128 quantization: cooperative 128-wide tiles, whole tiles: docs/decisions/rule-26-fused-quantize.md
 27. a fused rowwise quantization: one tile spans N (N <= 256), whole tiles: docs/decisions/rule-27-fused-rowwise.md

@@ -375,6 +375,8 @@ def test_the_1x2_choice_and_refusals() -> None:
                                     bias_dtype=DType.BF16), "rowwise scales with a bias")]:
             with pytest.raises(UnsupportedError, match=f"cluster='1x2' .*{why}"):
                 plan_schedule(spec, H100_SXM, cluster="1x2")
+        with pytest.raises(UnsupportedError, match=r"cluster='1x2' .*stages=4: expected at most 3 .*stages <= 3"):
+            plan_schedule(bf16(4634, 4968, 3672), H100_SXM, cluster="1x2", stages=4)
         with pytest.raises(UnsupportedError, match=r"cluster='2x2': expected .*\"1x2\" \(along N, multicasting A\)"):
             plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster="2x2")
         assert plan_schedule(bf16(4634, 4968, 3672), H100_SXM, cluster="2x1") == \
@@ -394,10 +396,22 @@ ALONG_N_CORRUPTIONS: dict[str, tuple[Callable[[ir.Module], ir.Module], str]] = {
         "reads a_ring but does not release it on cluster_empty"),
     "column-block wgmma": (
         lambda m: replace(m, partitions=tuple(replace(p, body=_rewrite_mma(p.body)) for p in m.partitions)),
-        "reads a column block of B's slot in a 1x2 cluster"),
+        "takes a column block of the tile .* in a 1x2 cluster"),
+    "column-block stores": (
+        lambda m: replace(m, partitions=tuple(replace(p, body=_halve_stores(p.body)) for p in m.partitions)),
+        "takes a column block of the tile .* in a 1x2 cluster"),
+    "blockwise scale ring in 1x2": (
+        lambda m: replace(m, rings=m.rings + (ir.Ring("sa_ring", ir.Tensor.SCALE_A, DType.FP32, 3, 1, 128),)),
+        "sa_ring in a 1x2 cluster's module: .* Fix: cluster=2"),
     "cluster_n without a cluster": (lambda m: replace(m, tiling=replace(m.tiling, cluster=1)),
                                     "cluster_n .* in a module without a cluster"),
 }
+
+
+def _halve_stores(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    from warploom.passes.util import rewrite
+
+    return rewrite(body, lambda o: (replace(o, parts=2),) if isinstance(o, ir.StoreSmem | ir.TmaStore) else (o,))
 
 
 def _rewrite_mma(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:

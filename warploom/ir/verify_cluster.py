@@ -11,7 +11,9 @@ released it. Statically that means:
   its own rows);
 - every load of the shared operand is multicast, and nothing else is; a multicast is the lead's alone
   (`TmaLoad.lead_only`: a copy of every CTA would write each slot, and bring its bytes to each barrier, once per CTA);
-- a 1x2 cluster's consumers read B's slots whole (no `Mma.n_cols`): a column block is not one block of its B box;
+- a 1x2 cluster's consumers read B's slots whole (no `Mma.n_cols`) and take no column block of a tile (no op with
+  `parts` > 1): a column block is not one block of its B or C box; and it has no scale ring or operand buffer
+  (their layouts are the 2x1 form's);
 - the module ends with a cluster barrier (`Tiling.exit_sync`): no CTA exits while the other may still arrive on its
   barriers;
 - each multicast ring is guarded by an EMPTY cluster barrier (`Barriers.cluster`), which the producer waits on, with
@@ -57,15 +59,22 @@ def check_cluster(m: ir.Module) -> list[str]:
     if m.spec.a_layout is ALayout.M_MAJOR:
         errs.append(f"cluster={t.cluster} with an M-major A: each CTA's rows of the cluster tile must be one box of A")
     tensor = ir.Tensor.A if t.cluster_n else ir.Tensor.B  # (the operand every CTA of the cluster reads whole)
+    per_cta = [r.name for r in m.rings if r.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B)] + [
+        bf.name for bf in m.buffers if bf.tensor is ir.Tensor.OPERAND]
+    if t.cluster_n and per_cta:
+        errs.append(f"{', '.join(per_cta)} in a 1x2 cluster's module: blockwise scale rings and fused-epilogue "
+                    "operand buffers are laid out for 2x1 clusters only (each CTA's rows). Fix: cluster=2")
     for p in m.partitions:
         if p.rows is not None and not t.cluster_n:
             errs.append(f"partition {p.name} computes a row block of each tile in a cluster's module: split the "
                         "consumers by columns (a warpgroup's rows are not one block of the cluster's A box)")
-        cols = [o for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma) and o.n_cols is not None]
+        cols = [o for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma) and o.n_cols is not None
+                or getattr(o, "parts", 1) > 1]
         if cols and t.cluster_n:
-            errs.append(f"partition {p.name}: {printer.op(cols[0])} reads a column block of B's slot in a 1x2 "
-                        "cluster's module: split the consumers by rows (a column block is not one block of the "
-                        "cluster's B box)")
+            errs.append(f"partition {p.name}: {printer.op(cols[0])} takes a column block of the tile (of B's slot or "
+                        "of the accumulator) in a 1x2 cluster's module: a column block is not one block of the "
+                        "cluster's B or C box. Fix: split the consumers by rows and store their rows whole "
+                        "(epilogue_subtiles=1)")
     for p in m.partitions:
         for o, _ in ir.walk(p.body):
             if isinstance(o, ir.TmaLoad) and (o.tensor is tensor) != o.multicast:

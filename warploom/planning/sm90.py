@@ -581,9 +581,11 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
                   f"{cl_tiles} cluster tiles of {'128x512' if along_n else '256x256'}, "
                   f"{math.ceil(cl_tiles / (device.sm_count // 2))} round(s) of {device.sm_count // 2} clusters, "
                   f"{'A' if along_n else 'B'} multicast" + ("" if aligned else ", rows unaligned"))
-            if cluster == 2 and cl_plan.stages < 1:
-                raise UnsupportedError(f"cluster={knob!r} (rule 24): no stage of {spec.short()} fits beside a 1x2 "
-                                       f"cluster's whole-row staging on {device.name}. Fix: use cluster=2 (2x1)")
+            if along_n and (whole_rows < 1 or stages is not None and stages > whole_rows):
+                raise UnsupportedError(f"cluster={knob!r} (rule 24) with stages={stages}: expected at most "
+                                       f"{whole_rows} stages of {spec.short()} beside a 1x2 cluster's whole-row "
+                                       f"staging on {device.name}. Fix: pass stages <= {whole_rows}, or use "
+                                       "cluster=2 (2x1)")
             if cluster == 2 or (cl_tiles >= device.sm_count // 2 and cl_score < CLUSTER_MARGIN * best[0]
                                 and cta_kblocks(spec, cl_tiles, device) >= cluster_min_kblocks(spec)
                                 and cluster_measured(spec)):
