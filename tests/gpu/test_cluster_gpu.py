@@ -97,7 +97,7 @@ def test_planner_choice_and_cuda_graph() -> None:
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     kern = build(checks.matmul_spec(a, b, None), DeviceInfo.current())
-    assert kern.plan.cluster == 2, kern.plan.short()
+    assert kern.plan.cluster == 2 and not kern.plan.cluster_n, kern.plan.short()  # (2x1: rule 24 plans no 1x2)
     eager = warploom.matmul(a, b)
     out = torch.empty_like(eager)
     replayed(lambda: kern.run(a, b, out), out)
