@@ -188,4 +188,16 @@ if [ "$what" = rule24 ]; then
     --sizes "${RULE24_SIZES:-1072x5728x80,14215x528x192,8666x816x160,917x5184x608,685x6144x1680,1232x7504x720,9162x2912x640,4634x4976x3680,5344x2192x144}" \
     2>&1 | tee "$OUT/rule24.log"
 fi
+if [ "$what" = clusters ]; then
+  # Rule 24's cluster forms side by side (scripts/sweep_plans.py --variants clusters): the planner's plan, one CTA per
+  # tile, 2x1 sharing B and 1x2 sharing A (bf16, fp8 rowwise fast), and 2x1 for promoted fp8, blockwise fp8 and
+  # fused epilogues, which the planner clusters only when forced until this measures them. Shapes: unaligned rows
+  # both sides (4634x4968x3672), only A's rows unaligned (14312x1920x688, where 2x1 won in session 25), tall with
+  # few columns and A unaligned (16384x1024x3672: A's traffic dominates), aligned blockwise-sized (4096x7168x7168).
+  # Needs Triton >= 3.7 (TRITON_PARTS). CLUSTER_SIZES overrides the shapes.
+  python3 scripts/sweep_plans.py --out "$OUT/clusters.json" --variants clusters --rounds 3 \
+    --cases bf16,fp8,fp8-exact,blockwise,bf16-gelu,fp8-gelu \
+    --sizes "${CLUSTER_SIZES:-4634x4968x3672,14312x1920x688,16384x1024x3672,4096x7168x7168}" \
+    2>&1 | tee "$OUT/clusters.log"
+fi
 exit $rc

@@ -84,6 +84,13 @@ CASES: dict[str, Case] = {
     "fp8_mx": Case(_fp8(300, 528, 1024, ScaleRecipe.MX, promoted=True), (300, 528, 1024)),
     "bf16_cluster": Case(_bf16(4634, 4968, 1000), (4634, 4968, 1000), {"cluster": 2}, lambda p: p.cluster == 2,
                          needs_multicast=True),
+    "bf16_cluster_1x2": Case(_bf16(300, 1300, 1000), (300, 1300, 1000), {"cluster": "1x2"},
+                             lambda p: p.cluster == 2 and p.cluster_n, needs_multicast=True),
+    "fp8_cluster_promoted": Case(_fp8(300, 528, 1024, ScaleRecipe.ROWWISE, promoted=True), (300, 528, 1024),
+                                 {"cluster": 2}, lambda p: p.cluster == 2 and p.partial_blocks == 4,
+                                 needs_multicast=True),
+    "fp8_cluster_blockwise": Case(_fp8(300, 528, 1040, ScaleRecipe.BLOCKWISE_1X128_128X128, promoted=True),
+                                  (300, 528, 1040), {"cluster": 2}, lambda p: p.cluster == 2, needs_multicast=True),
 }
 
 

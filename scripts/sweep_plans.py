@@ -3,6 +3,7 @@
     python3 scripts/sweep_plans.py --out sweep.json [--sizes 4096,8192] [--cases bf16,fp8,fp8-exact]
     python3 scripts/sweep_plans.py --variants tail --sizes 4096x2112x7168 --cases bf16,fp8,fp8-exact,blockwise
     python3 scripts/sweep_plans.py --variants partitions --cases bf16,fp8,fp8-exact,fp8-bias,blockwise
+    python3 scripts/sweep_plans.py --variants clusters --sizes 4634x4968x3672 --cases bf16,fp8,bf16-gelu,fp8-gelu
 
 Each variant's output is checked against an fp32 reference before it is timed; times are CUDA-graph
 replays of 10 launches (kernel time without host overhead), ratios against torch in the same run,
@@ -53,6 +54,13 @@ TAIL_VARIANTS: dict[str, list[dict[str, Any]]] = {c: _TAIL for c in ("bf16", "fp
 _PARTS = [{}, {"consumer_partitions": 1}]
 PARTITION_VARIANTS: dict[str, list[dict[str, Any]]] = {
     c: _PARTS for c in ("bf16", "fp8", "fp8-exact", "fp8-bias", "blockwise")}
+# --variants clusters: rule 24's forms side by side (the planner's choice, one CTA per tile, 2x1 sharing B, 1x2
+# sharing A); promoted fp8, blockwise and fused epilogues run 2x1 only (1x2 refuses their column blocks).
+_CLUSTERS = [{}, {"cluster": 1}, {"cluster": 2}, {"cluster": "1x2"}]
+_CLUSTERS_2X1 = [{}, {"cluster": 1}, {"cluster": 2}]
+CLUSTER_VARIANTS: dict[str, list[dict[str, Any]]] = {
+    "bf16": _CLUSTERS, "fp8": _CLUSTERS, "fp8-exact": _CLUSTERS_2X1, "blockwise": _CLUSTERS_2X1,
+    "bf16-gelu": _CLUSTERS_2X1, "fp8-gelu": _CLUSTERS_2X1}
 
 
 def err(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -61,6 +69,50 @@ def err(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def case(name: str, size: tuple[int, int, int]) -> tuple[Any, tuple[Any, ...], Any, Any]:
+    """(spec, (a, b, scale_a, scale_b, bias, graph operands or None), the fp32 reference, torch's call)."""
+    m, n, k = size
+    if name.endswith("-gelu"):
+        return _fused_case(name, size)
+    spec, ins, ref, theirs = _plain_case(name, size)
+    return spec, (*ins, None), ref, theirs
+
+
+def _fused_case(name: str, size: tuple[int, int, int]) -> tuple[Any, tuple[Any, ...], Any, Any]:
+    """A fused epilogue (rule 9's wide blocks): bf16 (+ bias, GELU, + residual), or fp8 rowwise fast with scaled_mm's
+    bias, then GELU and a residual; torch runs the GEMM, then the epilogue's ops eagerly."""
+    import torch.nn.functional as F
+
+    import warploom
+
+    m, n, k = size
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    if name == "bf16-gelu":
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+
+        def fn(acc: Any, bias: Any, residual: Any) -> Any:
+            return F.gelu(acc + bias) + residual
+
+        ops = {"bias": bias, "residual": res}
+        spec = warploom.plan(a, b, epilogue=fn, **ops).spec
+        return spec, (a, b, None, None, None, ops), fn(a.float() @ b.float(), bias.float(), res.float()), \
+            lambda: fn(torch.matmul(a, b), bias, res)
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+
+    def gelu_res(acc: Any, residual: Any) -> Any:
+        return F.gelu(acc) + residual
+
+    spec = warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True, epilogue=gelu_res, residual=res).spec
+    ops = {"scale_a": sa, "scale_b": sb, "bias": bias, "residual": res}
+    ref = gelu_res((a.float() @ b.float()) * sa * sb + bias.float(), res.float())
+    return spec, (a, b, None, None, None, ops), ref, lambda: gelu_res(torch._scaled_mm(
+        a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=True), res)
+
+
+def _plain_case(name: str, size: tuple[int, int, int]) -> tuple[Any, tuple[Any, ...], Any, Any]:
     m, n, k = size
     if name == "bf16":
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -105,10 +157,11 @@ def main() -> None:
     dev = DeviceInfo.current()
     if args.variants.startswith("["):
         variants: dict[str, list[dict[str, Any]]] = {c: json.loads(args.variants) for c in args.cases.split(",")}
-    elif args.variants in ("schedules", "tail", "partitions"):
-        variants = {"tail": TAIL_VARIANTS, "partitions": PARTITION_VARIANTS}.get(args.variants, VARIANTS)
+    elif args.variants in ("schedules", "tail", "partitions", "clusters"):
+        variants = {"tail": TAIL_VARIANTS, "partitions": PARTITION_VARIANTS,
+                    "clusters": CLUSTER_VARIANTS}.get(args.variants, VARIANTS)
     else:
-        ap.error(f"--variants {args.variants!r}: expected schedules, tail, partitions or a JSON list")
+        ap.error(f"--variants {args.variants!r}: expected schedules, tail, partitions, clusters or a JSON list")
     rows = []
     for name in args.cases.split(","):
         for text in args.sizes.split(","):
@@ -120,7 +173,8 @@ def main() -> None:
             except WarploomError as e:  # e.g. fp8 at an N that is not a multiple of 16, which torch refuses too
                 print(f"{name:6} {s:>20} skipped: {e}")
                 continue
-            a, b, sa, sb, bias = ins
+            a, b, sa, sb, bias, ops = ins
+            graph = {"operands": ops} if ops else {}  # (a fused epilogue's operands, scaled_mm's among them)
             torch_err = err(theirs(), ref)
             runs: list[tuple[dict[str, Any], Any, Any]] = []
             for kw in variants[name]:
@@ -129,7 +183,7 @@ def main() -> None:
                     planned = dataclasses.replace(plan_schedule(spec, dev, **forced), **kw.get("plan", {}))
                     kern = build(spec, dev, planned)
                     out = torch.full((m, n), float("nan"), device="cuda", dtype=spec.out_dtype.torch)
-                    kern.run(a, b, out, sa, sb, bias)
+                    kern.run(a, b, out, sa, sb, bias, **graph)
                     finish_within(f"{name} {s} {kern.plan.short()}")
                     e = err(out, ref)
                     if not e < 1e-3:
@@ -149,7 +203,7 @@ def main() -> None:
             for _ in range(args.rounds):
                 t_torch = graph_ms(theirs)
                 for (_, kern, out), row in zip(runs, mine, strict=True):
-                    t = graph_ms(functools.partial(kern.run, a, b, out, sa, sb, bias))
+                    t = graph_ms(functools.partial(kern.run, a, b, out, sa, sb, bias, **graph))
                     row["ratios"].append(t_torch / t)
                     row.setdefault("ms", []).append(t)
                     row.setdefault("torch_ms", []).append(t_torch)

@@ -188,7 +188,7 @@ class Kernel:
         for name, module, span, picked in zip(("main", "tail"), self.modules, self.spans(m, n, k), picks, strict=True):
             if span.tiles:
                 t = module.tiling
-                grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster)
+                grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
                 out.append(Launch(name, module, span, grid, in_grid(picked, grid)))
         return tuple(out)
 

@@ -24,7 +24,8 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 21. stream-K: the last wave's tiles shared as 2-4 k-block pieces, a fixup: docs/decisions/rule-21-stream-k.md
 22. grouped GEMMs: 128x256 from 256 rows a group, 64x128 to 64, else 128x128: docs/decisions/rule-22-grouped.md
 23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
-24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7): docs/decisions/rule-24-clusters.md
+24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7; 1x2 sharing A, promoted, blockwise
+    and fused clusters when forced): docs/decisions/rule-24-clusters.md
 25. a few tiles over a long K: split-K in up to 8 ranges (16 at decode sizes): docs/decisions/rule-25-latency-split-k.md
 26. a fused 1x128 quantization: cooperative 128-wide tiles, whole tiles: docs/decisions/rule-26-fused-quantize.md
 27. a fused rowwise quantization: one tile spans N (N <= 256), whole tiles: docs/decisions/rule-27-fused-rowwise.md
@@ -161,7 +162,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                   prefetch_operands: bool | None = None, pingpong: bool = False,
                   scale_partition: bool | None = None, split_k: int | None = None,
                   tail_split: int | None = None, swap_ab: bool | None = None,
-                  stream_k: int | None = None, tdm_warps: TdmWarps | None = None, cluster: int | None = None) -> Plan:
+                  stream_k: int | None = None, tdm_warps: TdmWarps | None = None,
+                  cluster: int | str | None = None) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
     split_k (1: never split; None: rule 14 decides), tail_split (1: no split-K tail; None: rule 15 decides) and
     swap_ab (None: rule 18 decides, when nothing about the tile, depth or partitions is forced; True: plan the
@@ -169,7 +171,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     128 x 16 on sm_100a (rule 19)) and stream_k (None: rule 21 decides; 0: none; s >= 2: a stream-K plan with at
     most s pieces per shared tile, refused where it cannot run) and tdm_warps (gfx1250 only: `TdmWarps`, the warps
     that issue each TDM copy; None: every warp, as before seed 004) and cluster (None: rule 24 decides; 1: one CTA
-    per tile; 2: 2-CTA clusters multicasting B, refused where they cannot run)."""
+    per tile; 2 or "2x1": 2-CTA clusters along M multicasting B; "1x2": along N multicasting A; refused where they
+    cannot run)."""
     if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rules 26 and 27
         rowwise = spec.epilogue.rowwise()
         problems = quantized_problems(spec, device, bn=bn, pingpong=pingpong, partial_blocks=partial_blocks,

@@ -1,7 +1,9 @@
 """GPU tier for 2-CTA clusters (Plan.cluster, planner rule 24, Triton >= 3.7): two CTAs stacked along M, B multicast by
 the cluster's lead CTA into both CTAs' slots. Checked against fp32 references on shapes that are not tile multiples
 (ragged cluster tiles, a last cluster tile with one CTA's rows past M, rows that are not 128-byte lines), for bf16
-with either B layout, fp16, and fp8 rowwise (fast accumulation, with a bias into fp32) and tensorwise;
+with either B layout, fp16, and fp8 rowwise (fast accumulation, with a bias into fp32) and tensorwise; forced, promoted
+fp8 (rowwise, tensorwise), blockwise fp8 (both recipes) and fused epilogue graphs (bf16, fp8 rowwise fast); and 1x2
+clusters (cluster="1x2": two CTAs along N, A multicast) for bf16 and fp8 rowwise and tensorwise;
 repeatable bit for bit, in a CUDA graph, and the planner's own choice where rows are unaligned. Under Triton 3.6
 (no Hopper multicast) the module is skipped: warploom plans no clusters there (tests/unit/test_cluster.py)."""
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from graphs import replayed
 from operands import fp8_pair, fp8_scales
 
@@ -17,6 +20,7 @@ from warploom.backends import gluon_api
 from warploom.device import DeviceInfo
 from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
+from warploom.reference import dequantized
 from warploom.reference import relative_error as _err
 
 pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU"),
@@ -30,10 +34,10 @@ pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier
 SHAPES = [(300, 528, 200), (384, 1008, 1000), (2000, 2112, 1008), (4634, 4976, 3672), (130, 272, 64)]
 
 
-def _kernel(spec: object) -> Kernel:
+def _kernel(spec: object, knob: int | str = 2) -> Kernel:
     dev = DeviceInfo.current()
-    kern = build(spec, dev, plan_schedule(spec, dev, cluster=2))  # type: ignore[arg-type]
-    assert kern.module.tiling.cluster == 2
+    kern = build(spec, dev, plan_schedule(spec, dev, cluster=knob))  # type: ignore[arg-type]
+    assert kern.module.tiling.cluster == 2 and kern.module.tiling.cluster_n == (knob == "1x2")
     return kern
 
 
@@ -93,9 +97,146 @@ def test_planner_choice_and_cuda_graph() -> None:
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
     kern = build(checks.matmul_spec(a, b, None), DeviceInfo.current())
-    assert kern.plan.cluster == 2, kern.plan.short()
+    assert kern.plan.cluster == 2 and not kern.plan.cluster_n, kern.plan.short()  # (2x1: rule 24 plans no 1x2)
     eager = warploom.matmul(a, b)
     out = torch.empty_like(eager)
     replayed(lambda: kern.run(a, b, out), out)
     assert torch.equal(out, eager)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "tensorwise"])
+@pytest.mark.parametrize("m,n,k", SHAPES[:4])
+def test_fp8_promoted(recipe: str, m: int, n: int, k: int) -> None:
+    """Promoted fp8 (each warpgroup's 128 columns in two 64-column accumulators) against the fp32 product."""
+    torch.manual_seed(m + 2 * n)
+    k = -(-k // 16) * 16
+    a, b = fp8_pair(m, n, k)
+    sa, sb = fp8_scales(m, n, recipe == "tensorwise")
+    kern = _kernel(checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, False))
+    assert kern.plan.partial_blocks == 4
+    out = _run(kern, m, n, torch.bfloat16, a, b, sa, sb)
+    assert _err(out, (a.float() @ b.float()) * sa * sb) < 1e-3
+
+
+def _blockwise_scales(rows: int, cols: int, seed: int) -> torch.Tensor:
+    """Positive scales over 2**-4..2**4, column-major (torch's layout for 1x128 scales)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    s = torch.exp2(torch.randint(-4, 5, (rows, cols), device="cuda", generator=g).float())
+    return (s * (torch.rand(rows, cols, device="cuda", generator=g) + 0.5)).t().contiguous().t()
+
+
+@pytest.mark.parametrize("recipe", ["128x128", "1x128"])
+@pytest.mark.parametrize("m,n,k", [(300, 528, 1024), (2000, 2112, 1008), (4096, 7168, 7168)])
+def test_blockwise(recipe: str, m: int, n: int, k: int) -> None:
+    """Blockwise fp8: each CTA copies its own rows' scale_a, and the tile's scale_b for itself."""
+    kb, nb = -(-k // 128), -(-n // 128)
+    torch.manual_seed(k)
+    a, b = fp8_pair(m, n, k)
+    sa, sb = _blockwise_scales(m, kb, 1), _blockwise_scales(kb, nb if recipe == "128x128" else n, 2)
+    kern = _kernel(checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, False))
+    out = _run(kern, m, n, torch.bfloat16, a, b, sa, sb)
+    da, db = dequantized(a, b, sa, sb)
+    assert _err(out.float(), da @ db) < 1e-3
+
+
+def _fused_kernel(kern: Kernel) -> Kernel:
+    """The planned fused kernel `kern` (warploom.plan's) rebuilt with its cluster forced."""
+    return _kernel(kern.spec)
+
+
+@pytest.mark.parametrize("m,n,k", [(300, 528, 200), (2000, 2112, 1008), (4634, 4968, 3672)])
+def test_fused_bf16(m: int, n: int, k: int) -> None:
+    """Rule 9's wide fused epilogue (a row bias, a dense residual, a column scale; two outputs) in clusters."""
+    import warploom
+
+    torch.manual_seed(n)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    ops = {"shift": torch.randn(n, device="cuda", dtype=torch.bfloat16),
+           "res": torch.randn(m, n, device="cuda", dtype=torch.bfloat16), "col": torch.rand(m, 1, device="cuda") + 0.5}
+
+    def fn(acc: torch.Tensor, shift: torch.Tensor, res: torch.Tensor, col: torch.Tensor) -> object:
+        return F.gelu(acc + shift) * col + res, (acc + shift).float()
+
+    kern = _fused_kernel(warploom.plan(a, b, epilogue=fn, **ops))
+    outs = []
+    for _ in range(2):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        out1 = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+        kern.run(a, b, out, operands=ops, extra_outs=(out1,))
+        outs.append((out, out1))
+    ref = fn(a.float() @ b.float(), **{k_: v.float() for k_, v in ops.items()})
+    for j, (got, want) in enumerate(zip(outs[0], ref, strict=True)):  # type: ignore[arg-type]
+        assert torch.equal(got, outs[1][j]) and not got.isnan().any(), f"output {j}"
+        torch.testing.assert_close(got.float(), want.float(), atol=6e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("m,n,k", [(300, 528, 672), (2000, 2112, 1008)])
+def test_fused_fp8_rowwise(m: int, n: int, k: int) -> None:
+    """fp8 rowwise fast with scaled_mm's bias, then the user's GELU and residual, in clusters."""
+    import warploom
+
+    torch.manual_seed(m)
+    a, b = fp8_pair(m, n, k)
+    sa, sb = fp8_scales(m, n, False)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+
+    def fn(acc: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return F.gelu(acc) + residual
+
+    kern = _fused_kernel(warploom.plan(a, b, sa, sb, bias=bias, use_fast_accum=True, epilogue=fn, residual=res))
+    ops = {"scale_a": sa, "scale_b": sb, "bias": bias, "residual": res}
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out, operands=ops)
+    assert not out.isnan().any(), "every element of C written"
+    # the same bits again, replayed in a CUDA graph over a poisoned output
+    again = torch.empty_like(out)
+    assert torch.equal(replayed(lambda: kern.run(a, b, again, operands=ops), again), out)
+    ref = fn((a.float() @ b.float()) * sa * sb + bias.float(), res.float())
+    torch.testing.assert_close(out.float(), ref, atol=6e-2, rtol=2e-2)
+
+
+# 1x2 (ShareA): one cluster tile of 128 x 512 and ragged ones; rank 1 of the last cluster tile past N (528 = 512 + 16);
+# many cluster tiles on unaligned rows; M a single 128-row tile.
+ALONG_N = [(300, 528, 200), (384, 1008, 1000), (2000, 2112, 1008), (4634, 4976, 3672), (100, 1300, 64)]
+
+
+@pytest.mark.parametrize("b_k_major", [False, True])
+@pytest.mark.parametrize("m,n,k", ALONG_N)
+def test_1x2_bf16(m: int, n: int, k: int, b_k_major: bool) -> None:
+    torch.manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t() if b_k_major else \
+        torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    out = _run(_kernel(checks.matmul_spec(a, b, None), "1x2"), m, n, torch.bfloat16, a, b)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+
+
+@pytest.mark.parametrize("recipe", ["rowwise_fast", "tensorwise", "rowwise_fp32"])
+@pytest.mark.parametrize("m,n,k", ALONG_N[:4])
+def test_1x2_fp8(recipe: str, m: int, n: int, k: int) -> None:
+    torch.manual_seed(m + 3 * n)
+    k = -(-k // 16) * 16
+    a, b = fp8_pair(m, n, k)
+    sa, sb = fp8_scales(m, n, recipe == "tensorwise")
+    out_dtype = torch.float32 if "fp32" in recipe else torch.bfloat16
+    kern = _kernel(checks.scaled_mm_spec(a, b, sa, sb, None, out_dtype, True), "1x2")
+    out = _run(kern, m, n, out_dtype, a, b, sa, sb)
+    assert _err(out, (a.float() @ b.float()) * sa * sb) < 1e-3
+
+
+def test_1x2_in_a_cuda_graph() -> None:
+    """The 1x2 kernel replayed in a CUDA graph over a poisoned output gives the eager launch's bits."""
+    torch.manual_seed(2)
+    m, n, k = 4634, 4968, 3672
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    kern = _kernel(checks.matmul_spec(a, b, None), "1x2")
+    eager = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, eager)
+    out = torch.empty_like(eager)
+    replayed(lambda: kern.run(a, b, out), out)
+    assert torch.equal(out, eager) and not out.isnan().any()
     torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)

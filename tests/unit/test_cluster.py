@@ -10,15 +10,19 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
+import torch
+import torch.nn.functional as F
 
 from warploom import H100_SXM, Accumulation, ALayout, BLayout, DType, GemmSpec, ScaleRecipe, UnsupportedError
 from warploom.backends import gluon_sm90
 from warploom.backends.gluon_api import emitting_for
+from warploom.epilogue import capture
 from warploom.ir import nodes as ir
 from warploom.ir import printer, verify
 from warploom.passes.cluster import CLUSTER_EMPTY
 from warploom.planner import Plan, plan_schedule
 from warploom.runtime.cross import descriptor_blocks
+from warploom.spec import Grouping
 from warploom.targets import compile_schedule
 
 E4 = DType.E4M3
@@ -66,6 +70,37 @@ def bf16(m: int, n: int, k: int) -> GemmSpec:
     return GemmSpec(m, n, k, b_layout=BLayout.N_MAJOR)
 
 
+def fused(spec: GemmSpec) -> GemmSpec:
+    """`spec` with a fused epilogue graph: GELU of the product plus a dense residual."""
+    res = torch.empty(spec.m, spec.n, dtype=torch.bfloat16, device="meta")
+    return replace(spec, epilogue=capture(lambda acc, res: F.gelu(acc) + res, {"res": res},
+                                          out_shape=(spec.m, spec.n)))
+
+
+# Recipes rule 24 runs when forced but does not choose (no sweep has measured them in clusters): at the shape where
+# bf16 takes clusters (unaligned rows, 334 k-blocks a CTA) they plan one CTA per tile unforced.
+FORCED_ONLY = {
+    "fp8_rowwise_promoted": GemmSpec(4634, 4968, 3680, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                                     accumulation=Accumulation.PROMOTED),
+    "fp8_blockwise": GemmSpec(4634, 4968, 3680, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+                              accumulation=Accumulation.PROMOTED),
+    "bf16_fused": fused(bf16(4634, 4968, 3672)),
+}
+
+
+@pytest.mark.parametrize("name", list(FORCED_ONLY))
+def test_new_recipes_are_clustered_when_forced_only(name: str) -> None:
+    spec = FORCED_ONLY[name]
+    with emitting_for("3.9"):
+        assert plan_schedule(bf16(4634, 4968, 3672), H100_SXM).cluster == 2  # (the measured recipe)
+        assert plan_schedule(spec, H100_SXM).cluster == 1
+        forced = plan_schedule(spec, H100_SXM, cluster=2)
+    assert (forced.cluster, forced.bm, forced.bn, forced.consumer_partitions) == (2, 128, 256, 2)
+    m, _ = compile_schedule(spec, forced, H100_SXM)
+    assert verify.complete(m, H100_SXM) == []
+    assert m.smem_bytes <= H100_SXM.smem_per_block
+
+
 @pytest.mark.parametrize("shape", list(CHOICES), ids=lambda s: "x".join(map(str, s)))
 def test_rule24_choice_under_triton_39(shape: tuple[int, int, int]) -> None:
     with emitting_for("3.9"):
@@ -94,10 +129,10 @@ def test_no_cluster_under_triton_36(shape: tuple[int, int, int]) -> None:
 
 @pytest.mark.parametrize("spec,why", [
     (GemmSpec(4096, 4096, 4096, a_layout=ALayout.M_MAJOR), "M-major A"),
-    (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE,
-              accumulation=Accumulation.PROMOTED), "promoted fp8"),
-    (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
-              accumulation=Accumulation.PROMOTED), "blockwise"),
+    (fused(GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                    accumulation=Accumulation.PROMOTED)), "fused epilogue graph with promoted fp8.*use_fast_accum"),
+    (GemmSpec(4096, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE, grouping=Grouping.OFFSETS,
+              groups=4), "grouped"),
 ])
 def test_forced_cluster_refused_with_the_reason(spec: GemmSpec, why: str) -> None:
     with emitting_for("3.9"), pytest.raises(UnsupportedError, match=why):
@@ -260,3 +295,184 @@ def test_other_recipes_build(spec: GemmSpec) -> None:
     m = cluster_module(spec)
     assert verify.complete(m, H100_SXM) == []
     assert m.smem_bytes <= H100_SXM.smem_per_block
+
+
+def test_promoted_columns_split_in_64_column_blocks() -> None:
+    """Promoted fp8 in a cluster: warpgroup i holds columns 128i.. in two 128x64 accumulators and a 128x64 partial
+    (192 registers a thread, as the row split's 64x128 blocks), and issues only its blocks' wgmma and promotions."""
+    m = cluster_module(FORCED_ONLY["fp8_rowwise_promoted"])
+    cons = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
+    for i, p in enumerate(cons):
+        assert [(a.name, a.rows, a.cols, a.col0) for a in p.accumulators] == [
+            (f"acc{2 * i}", 128, 64, 128 * i), (f"acc{2 * i + 1}", 128, 64, 128 * i + 64), ("partial", 128, 64, 0)]
+        mmas = [o.n_cols for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma)]
+        assert mmas == [ir.ColBlock(128 * i, 64), ir.ColBlock(128 * i + 64, 64)]
+        assert sum(isinstance(o, ir.MmaWait) for o, _ in ir.walk(p.body)) == 2
+        assert {o.dst for o, _ in ir.walk(p.body) if isinstance(o, ir.Promote)} == {f"acc{2 * i}", f"acc{2 * i + 1}"}
+
+
+def test_blockwise_scale_rings_in_a_cluster_under_triton_39() -> None:
+    """Each CTA copies its own rows' scale_a (the ring's slot split between the CTAs) and the tile's scale_b
+    whole (broadcast: cp.async has no multicast)."""
+    with emitting_for("3.9"):
+        t = gluon_sm90.lower(cluster_module(FORCED_ONLY["fp8_blockwise"])).text
+    assert "sa_ring = gl.allocate_shared_memory(gl.float32, [3, 256], gl.SwizzledSharedLayout(1, 1, 1, [0], " \
+           "cga_layout=[[1]]))" in t
+    assert "sb_ring = gl.allocate_shared_memory(gl.float32, [3, 2], gl.SwizzledSharedLayout(1, 1, 1, [0], " \
+           "cga_layout=[[0]]))" in t
+    assert "sa_ring_idx = off_m + gl.arange(0, 256, layout=sa_ring_copy)" in t
+    assert "gl.BlockedLayout([4], [32], [1], [0], cga_layout=[[1]])" in t  # (4 a thread: one CTA's 128 rows)
+
+
+def test_fused_operands_in_a_cluster() -> None:
+    """A dense operand's block is every CTA's rows (its descriptor split as C's), its private barrier one per CTA,
+    and each CTA expects its own rows' bytes."""
+    m = cluster_module(FORCED_ONLY["bf16_fused"])
+    assert descriptor_blocks(m)["res_desc"][1:] == ([256, 16], ((1, 0),), False)
+    with emitting_for("3.9"):
+        t = gluon_sm90.lower(m).text
+    assert "res_smem0_bar = mbarrier.allocate_mbarrier()" in t
+    assert "mbarrier.expect(res_smem0_bar, 4096)" in t  # (128 rows x 16 columns x 2 bytes: one CTA's)
+
+
+
+# 1x2 clusters (ShareA): forced only (`cluster="1x2"`); the planner's own choice stays 2x1 (CHOICES above).
+def along_n_module(spec: GemmSpec | None = None) -> ir.Module:
+    spec = spec or bf16(4634, 4968, 3672)
+    with emitting_for("3.9"):
+        plan = plan_schedule(spec, H100_SXM, cluster="1x2")
+    assert plan.cluster == 2 and plan.cluster_n and plan.short().endswith("_c1x2")
+    m, _ = compile_schedule(spec, plan, H100_SXM)
+    return m
+
+
+def test_the_1x2_module_shares_a() -> None:
+    m = along_n_module()
+    assert m.tiling.cluster_n and m.tiling.cluster_mn == (1, 2) and m.tiling.exit_sync
+    assert m.barrier(CLUSTER_EMPTY).rings == ("a_ring",)
+    loads = [o for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.TmaLoad)]
+    assert {(o.tensor, o.multicast) for o in loads} == {(ir.Tensor.A, True), (ir.Tensor.B, False)}
+    cons = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
+    assert [p.rows for p in cons] == [ir.RowBlock(0, 64), ir.RowBlock(64, 64)]  # (the row split kept)
+    assert "cluster=1x2 (CTAs along N sharing A)" in printer.module(m)
+    assert verify.complete(m, H100_SXM) == []
+    blocks = descriptor_blocks(m)
+    assert blocks["a_desc"][1:] == ([128, 64], ((0, 0),), False)  # every CTA A's whole box
+    assert blocks["b_desc"][1:] == ([64, 512], ((0, 1),), False)  # each CTA its columns of B's
+    assert blocks["c_desc"][1:] == ([64, 512], ((0, 1),), False)  # a warpgroup's whole 64-row block
+    k_major = descriptor_blocks(along_n_module(GemmSpec(2000, 2112, 1008)))
+    assert k_major["b_desc"][1:] == ([512, 64], ((1, 0),), False)
+
+
+def test_the_1x2_choice_and_refusals() -> None:
+    with emitting_for("3.9"):
+        for shape, clustered in CHOICES.items():
+            plan = plan_schedule(bf16(*shape), H100_SXM)
+            assert not plan.cluster_n and (plan.cluster == 2) == clustered
+        for spec, why in [(FORCED_ONLY["fp8_rowwise_promoted"], "promoted fp8 .* 1x2 cluster.*use cluster=2"),
+                          (FORCED_ONLY["bf16_fused"], "fused epilogue graph.* 1x2"),
+                          (GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                                    bias_dtype=DType.BF16), "rowwise scales with a bias")]:
+            with pytest.raises(UnsupportedError, match=f"cluster='1x2' .*{why}"):
+                plan_schedule(spec, H100_SXM, cluster="1x2")
+        with pytest.raises(UnsupportedError, match=r"cluster='1x2' .*stages=4: expected at most 3 .*stages <= 3"):
+            plan_schedule(bf16(4634, 4968, 3672), H100_SXM, cluster="1x2", stages=4)
+        with pytest.raises(UnsupportedError, match=r"cluster='2x2': expected .*\"1x2\" \(along N, multicasting A\)"):
+            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster="2x2")
+        assert plan_schedule(bf16(4634, 4968, 3672), H100_SXM, cluster="2x1") == \
+            plan_schedule(bf16(4634, 4968, 3672), H100_SXM, cluster=2)
+    with pytest.raises(ValueError, match="cluster_n"):
+        Plan(bm=128, bn=256, bk=64, stages=4, consumer_warps=8, group_m=8, grid=132, cluster_n=True)
+
+
+ALONG_N_CORRUPTIONS: dict[str, tuple[Callable[[ir.Module], ir.Module], str]] = {
+    "A multicast by both CTAs": (lambda m: _multicast(m, ir.Tensor.A, True, lead_only=False),
+                                 "issued by every CTA of the cluster"),
+    "B multicast in a 1x2 cluster": (lambda m: _multicast(m, ir.Tensor.B, True), "A's loads, and only A's"),
+    "A not multicast": (lambda m: _multicast(m, ir.Tensor.A, False), "A's loads, and only A's"),
+    "a consumer does not release A to the cluster": (
+        lambda m: _drop(m, lambda p: p.name == "consumer1",
+                        lambda o: isinstance(o, ir.Arrive) and o.barrier == CLUSTER_EMPTY),
+        "reads a_ring but does not release it on cluster_empty"),
+    "column-block wgmma": (
+        lambda m: replace(m, partitions=tuple(replace(p, body=_rewrite_mma(p.body)) for p in m.partitions)),
+        "takes a column block of the tile .* in a 1x2 cluster"),
+    "column-block stores": (
+        lambda m: replace(m, partitions=tuple(replace(p, body=_halve_stores(p.body)) for p in m.partitions)),
+        "takes a column block of the tile .* in a 1x2 cluster"),
+    "blockwise scale ring in 1x2": (
+        lambda m: replace(m, rings=m.rings + (ir.Ring("sa_ring", ir.Tensor.SCALE_A, DType.FP32, 3, 1, 128),)),
+        "sa_ring in a 1x2 cluster's module: .* Fix: cluster=2"),
+    "cluster_n without a cluster": (lambda m: replace(m, tiling=replace(m.tiling, cluster=1)),
+                                    "cluster_n .* in a module without a cluster"),
+}
+
+
+def _halve_stores(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    from warploom.passes.util import rewrite
+
+    return rewrite(body, lambda o: (replace(o, parts=2),) if isinstance(o, ir.StoreSmem | ir.TmaStore) else (o,))
+
+
+def _rewrite_mma(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:
+    from warploom.passes.util import rewrite
+
+    return rewrite(body, lambda o: (replace(o, n_cols=ir.ColBlock(0, 128)),) if isinstance(o, ir.Mma) else (o,))
+
+
+@pytest.mark.parametrize("name", list(ALONG_N_CORRUPTIONS))
+def test_verifier_reports_1x2(name: str) -> None:
+    corrupt, pattern = ALONG_N_CORRUPTIONS[name]
+    errs = verify.complete(corrupt(along_n_module()), H100_SXM)
+    assert any(re.search(pattern, e) for e in errs), errs
+
+
+def test_generated_1x2_gluon_under_triton_39() -> None:
+    with emitting_for("3.9"):
+        src = gluon_sm90.lower(along_n_module())
+    t = src.text
+    assert src.num_ctas == 2
+    assert "BM = gl.constexpr(128)" in t and "BN = gl.constexpr(512)" in t  # the program's tile: the cluster's
+    assert "tma.async_load(a_desc, [off_m, kk * BK], ready_bars.index(p % STAGES), a_ring.index(p % STAGES), " \
+           "multicast=True)" in t
+    assert "tma.async_load(b_desc, [kk * BK, off_n], ready_bars.index(p % STAGES), b_ring.index(p % STAGES))" in t
+    assert "cga_layout=[[0, 1]]" in t and "acc = gl.zeros([64, 512], gl.float32, acc_layout)" in t
+    assert "b_ring = gl.allocate_shared_memory(b_desc.dtype, [3, 64, 512], b_desc.layout)" in t
+    assert "c_smem1 = gl.allocate_shared_memory(c_desc.dtype, [64, 512], c_desc.layout)" in t
+    assert "tma.async_store(c_desc, [off_m + 64, off_n], c_smem1)" in t
+
+
+def _sweep_spec(case: str, m: int, n: int, k: int) -> GemmSpec:
+    """The spec scripts/sweep_plans.py's `case` builds on the GPU, from its dtypes alone (no tensors)."""
+    fp8 = {"fp8": (ScaleRecipe.ROWWISE, Accumulation.NATIVE), "fp8-exact": (ScaleRecipe.ROWWISE,
+                                                                            Accumulation.PROMOTED),
+           "blockwise": (ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED),
+           "fp8-gelu": (ScaleRecipe.ROWWISE, Accumulation.NATIVE)}
+    if case in fp8:
+        scale, acc = fp8[case]
+        spec = GemmSpec(m, n, k, E4, E4, DType.BF16, scale=scale, accumulation=acc,
+                        bias_dtype=DType.BF16 if case == "fp8-gelu" else None)
+    else:
+        spec = GemmSpec(m, n, k)
+    return fused(spec) if case.endswith("-gelu") else spec
+
+
+@pytest.mark.parametrize("shape", [(4634, 4968, 3672), (14312, 1920, 688), (16384, 1024, 3672), (4096, 7168, 7168)],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_sweep_cluster_variants_plan(shape: tuple[int, int, int]) -> None:
+    """Every variant of `scripts/gpu.sh clusters` (sweep_plans --variants clusters) plans its cluster form under
+    Triton 3.9 at the target's default shapes, so the lead's run measures what it names."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import sweep_plans
+
+    for case, variants in sweep_plans.CLUSTER_VARIANTS.items():
+        spec = _sweep_spec(case, *shape)
+        for kw in variants:
+            with emitting_for("3.9"):
+                plan = plan_schedule(spec, H100_SXM, **kw)
+            if "cluster" in kw:
+                assert (plan.cluster, plan.cluster_n) == ({1: 1, 2: 2, "1x2": 2}[kw["cluster"]],
+                                                          kw["cluster"] == "1x2"), (case, kw)

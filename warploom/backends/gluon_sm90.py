@@ -155,17 +155,31 @@ def _instr_n(bm: int, bn: int, warps: int) -> int:
     return n
 
 
-def cga_bases(cluster: int, split: bool) -> tuple[tuple[int, int], ...]:
+def cga_bases(cluster: int, split: bool, along_n: bool = False) -> tuple[tuple[int, int], ...]:
     """A 2-D tile's CTA layout in a cluster of `cluster` CTAs stacked along M (ir.Tiling.cluster): each CTA its own
     rows of the cluster tile (`split`: A, accumulators, C), or every CTA the whole (B, which the lead CTA
-    multicasts); none without a cluster."""
-    return tuple(((1 << i) if split else 0, 0) for i in range(cluster.bit_length() - 1))
+    multicasts); none without a cluster. `along_n` (ir.Tiling.cluster_n): the CTAs stand along N, each its own
+    columns (`split` on the second dimension: B N-major, accumulators, C), or every CTA A's whole."""
+    step = 1 if split else 0
+    return tuple((0, step << i) if along_n else (step << i, 0) for i in range(cluster.bit_length() - 1))
 
 
-def cga(cluster: int, split: bool = True) -> str:
+def cga(cluster: int, split: bool = True, along_n: bool = False) -> str:
     """A layout's ``cga_layout`` argument (`cga_bases`), "" with no cluster."""
-    bases = cga_bases(cluster, split)
+    bases = cga_bases(cluster, split, along_n)
     return f", cga_layout={[list(b) for b in bases]}" if bases else ""
+
+
+def cga_scales(cluster: int, tensor: ir.Tensor, rank: int) -> str:
+    """The ``cga_layout`` argument of a blockwise scale ring's slot or its copies' index vector (`rank` 1) in a
+    cluster stacked along M: scale_a's slots hold the cluster tile's rows, each CTA its own (split along the last
+    dimension), scale_b's the tile's columns, which every CTA copies whole for itself (broadcast: cp.async has no
+    multicast). "" with no cluster."""
+    if cluster == 1:
+        return ""
+    split = 1 if tensor is ir.Tensor.SCALE_A else 0
+    bases = [[0] * (rank - 1) + [split << i] for i in range(cluster.bit_length() - 1)]
+    return f", cga_layout={bases}"
 
 
 def wide(index: str) -> str:
@@ -260,8 +274,10 @@ class PartitionEmitter:
                                               and o.is_async))
         # A partition with a row block computes rows [row0, row0 + rows) of each tile.
         # A cluster's program computes the cluster tile's rows (ir.Tiling.cluster), each CTA its own share of them.
-        self.cluster = m.tiling.cluster
-        self.row0, self.rows = (p.rows.start, p.rows.rows) if p.rows else (0, m.tiling.bm * self.cluster)
+        # (a 1x2 cluster's, ir.Tiling.cluster_n: the cluster tile's columns, each CTA its own, every CTA its rows)
+        self.cluster, self.along_n = m.tiling.cluster, m.tiling.cluster_n
+        rows_m = 1 if self.along_n else self.cluster  # CTAs along M
+        self.row0, self.rows = (p.rows.start, p.rows.rows) if p.rows else (0, m.tiling.bm * rows_m)
         # Epilogue index vectors already computed in the current tile (ep_rows, ..., and offs_m / offs_n where they hold
         # the partition's rows / the whole tile's columns).
         self._offsets: set[str] = set()
@@ -306,7 +322,8 @@ class PartitionEmitter:
                 if isinstance(o, ir.CopyScales):
                     r = self.m.ring(o.ring)
                     per = max(1, r.cols // (32 * self.p.warps))
-                    lay = f"gl.BlockedLayout([{per}], [32], [{self.p.warps}], [0])"
+                    lay = (f"gl.BlockedLayout([{per}], [32], [{self.p.warps}], [0]"
+                           f"{cga_scales(self.cluster, r.tensor, 1)})")
                     what = f"{r.cols}" if r.rows == 1 else f"{r.rows} slices x {r.cols}"
                     b.line(f"{o.ring}_copy: gl.constexpr = {lay}",
                            comment=f"{what} scales of a stage over the warps' threads")
@@ -331,16 +348,19 @@ class PartitionEmitter:
         n = _instr_n(self.rows, min(a.cols for a in self.p.accumulators), self.p.warps)
         bits = self.m.spec.a_dtype.bytes * 8
         b.line(f"acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
-               f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {n}, {256 // bits}]{cga(self.cluster)})",
-               comment="wgmma accumulator: each warpgroup owns 64 rows" + (", each CTA its rows of the cluster tile"
-                                                                          if self.cluster > 1 else ""))
+               f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {n}, {256 // bits}]"
+               f"{cga(self.cluster, along_n=self.along_n)})",
+               comment="wgmma accumulator: each warpgroup owns 64 rows" + (
+                   "" if self.cluster == 1 else f", each CTA its {'columns' if self.along_n else 'rows'} of the "
+                                                "cluster tile"))
         for a in self.p.accumulators:
-            b.line(f"{a.name} = gl.zeros([{a.rows * self.cluster}, {a.cols}], gl.float32, acc_layout)")
+            b.line(f"{a.name} = gl.zeros({self._acc_shape(a)}, gl.float32, acc_layout)")
         width = self._epilogue_width()
         if width:
             en = _instr_n(self.rows, width, self.p.warps)
             b.line(f"ep_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
-                   f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {en}, {256 // bits}]{cga(self.cluster)})",
+                   f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {en}, {256 // bits}]"
+                   f"{cga(self.cluster, along_n=self.along_n)})",
                    comment="one column block of the accumulator, as the fused epilogue computes it")
 
     def body(self, stmts: tuple[ir.Stmt, ...]) -> None:
@@ -557,7 +577,7 @@ class PartitionEmitter:
                 self.copy_scales(o)
             case ir.ZeroAcc():
                 a = self._acc(o.acc)
-                b.line(f"{o.acc} = gl.zeros([{a.rows * self.cluster}, {a.cols}], gl.float32, acc_layout)", c)
+                b.line(f"{o.acc} = gl.zeros({self._acc_shape(a)}, gl.float32, acc_layout)", c)
             case ir.Epilogue():
                 self.epilogue(o)
             case ir.LoadOperand():
@@ -617,7 +637,9 @@ class PartitionEmitter:
         w = wide if scale_offsets_wide(self.m.spec) else as_is
         kb = self.sk_block
         if o.tensor is ir.Tensor.SCALE_A:
-            b.line(f"{idx} = {self.sa_row0} + gl.arange(0, {ring.cols}, layout={o.ring}_copy)", "the tile's rows")
+            # (a cluster's program copies the cluster tile's rows, each CTA its own: cga_scales)
+            b.line(f"{idx} = {self.sa_row0} + gl.arange(0, {ring.cols * self.cluster}, layout={o.ring}_copy)",
+                   "the tile's rows")
             # (128x128 blocks of A: each row copies its block's scale, so the ring is per row either way)
             row = f"({idx} // {SCALE_BLOCK})" if self.m.spec.scale.block_a else idx
             ptr, mask = f"sa_ptr + {w(row)} * sa_stride_m + {w(kb)} * sa_stride_k", f"{idx} < M"
@@ -758,7 +780,8 @@ class PartitionEmitter:
         row, col, w = self._block_origin(o.acc, o.part, o.parts)
         g = self.m.spec.epilogue
         assert g is not None
-        nbytes = self.rows * w * g.operand(o.operand).dtype.bytes
+        # (a cluster's program loads every CTA's rows: each CTA's barrier expects its own block's bytes)
+        nbytes = self.rows // self.cluster * w * g.operand(o.operand).dtype.bytes
         b, buf = self.buf, o.buffer
         if not o.synced:  # (else the TMA store just before did both: ir.PrefetchOperand)
             b.line(self.api.barrier, "every thread has read the buffer's previous block ...")
@@ -864,6 +887,10 @@ class PartitionEmitter:
                 frontier = nxt
         bits = "_".join("hi" if part >> (levels - 1 - j) & 1 else "lo" for j in range(levels))
         return f"{acc}_{bits}"
+
+    def _acc_shape(self, a: ir.Accumulator) -> str:
+        """Accumulator `a`'s shape in the program: a cluster's holds every CTA's rows (or, 1x2, columns) of it."""
+        return f"[{a.rows}, {a.cols * self.cluster}]" if self.along_n else f"[{a.rows * self.cluster}, {a.cols}]"
 
     def _acc(self, name: str) -> ir.Accumulator:
         return next(x for x in self.p.accumulators if x.name == name)
@@ -1114,7 +1141,8 @@ def prelude(m: ir.Module, header: str) -> CodeBuffer:
             b.line(line, comment="fused epilogue: tl.PropagateNan")
     b.line()
     # (a cluster's program tiles the cluster tile: BM is its rows, the CTAs' together; ir.Tiling.cluster)
-    consts: tuple[tuple[str, int], ...] = (("BM", t.bm * t.cluster), ("BN", t.bn), ("BK", t.bk),
+    cm, cn = t.cluster_mn
+    consts: tuple[tuple[str, int], ...] = (("BM", t.bm * cm), ("BN", t.bn * cn), ("BK", t.bk),
                                            ("STAGES", m.rings[0].depth), ("GROUP_M", t.group_m))
     consts += (("SPLIT_K", t.split_k),) if t.split_k > 1 else ()
     consts += (("SK_SPLIT", t.stream_k),) if t.stream_k else ()
@@ -1144,6 +1172,7 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
     """Generate Gluon source for a complete (verified) module; backends/gluon_sm100.py passes its own partition
     emitter and imports for sm_100a modules."""
     t = m.tiling
+    cm, cn = t.cluster_mn
     b = prelude(m, header)
     for p in m.partitions:
         b.line()
@@ -1176,16 +1205,21 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                 continue
             if r.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B):
                 # One fp32 row a slot (MX: a row per slice, slot s's at rows s * slices ...).
-                b.line(f"{r.name} = gl.allocate_shared_memory(gl.float32, [{r.depth * r.rows}, {r.cols}], "
-                       "gl.SwizzledSharedLayout(1, 1, 1, [0]))",
+                cols = r.cols * t.cluster if r.tensor is ir.Tensor.SCALE_A else r.cols  # (every CTA's rows)
+                # (the layout is a slot's, rank 1: the leading dimension indexes slots)
+                b.line(f"{r.name} = gl.allocate_shared_memory(gl.float32, [{r.depth * r.rows}, {cols}], "
+                       f"gl.SwizzledSharedLayout(1, 1, 1, [0]{cga_scales(t.cluster, r.tensor, 1)}))",
                        comment=f"ring {r.name}: {r.depth} x {'' if r.rows == 1 else f'{r.rows} slices x '}"
                                f"{r.cols} fp32 scales")
                 continue
             desc = f"{r.tensor.value.lower()}_desc"
             # (a grouped module's B slots are (1, rows, cols): its 3-D descriptor's box, one group's block)
-            rows = r.rows * t.cluster if r.tensor is ir.Tensor.A else r.rows  # (a cluster's A box: every CTA's rows)
+            # (a cluster's A box holds every CTA's rows; a 1x2 cluster's B box every CTA's columns)
+            rows, cols = r.rows * cm if r.tensor is ir.Tensor.A else r.rows, r.cols
+            if r.tensor is ir.Tensor.B and cn > 1:
+                rows, cols = (rows * cn, cols) if m.spec.b_layout is BLayout.K_MAJOR else (rows, cols * cn)
             box = f"1, {rows}" if t.b_per_group and r.tensor is ir.Tensor.B else f"{rows}"
-            cols = r.cols * r.dtype.bits // 8 if r.dtype is DType.E2M1 else r.cols  # (MX fp4: two values a byte)
+            cols = cols * r.dtype.bits // 8 if r.dtype is DType.E2M1 else cols  # (MX fp4: two values a byte)
             b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {box}, {cols}], "
                    f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}"
                                              + (" padded, a value a byte (fp4_padded)" if r.padded else ""))
@@ -1198,7 +1232,7 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
         for bf in m.buffers:
             desc = {ir.Tensor.C: output_desc(bf.output), ir.Tensor.OPERAND: f"{bf.operand}_desc",
                     ir.Tensor.WORKSPACE: WORKSPACE_DESC}.get(bf.tensor, f"{bf.tensor.value.lower()}_desc")
-            b.line(f"{bf.name} = gl.allocate_shared_memory({desc}.dtype, [{bf.rows * t.cluster}, {bf.cols}], "
+            b.line(f"{bf.name} = gl.allocate_shared_memory({desc}.dtype, [{bf.rows * cm}, {bf.cols * cn}], "
                    f"{desc}.layout)", comment=f"buffer {bf.name}: ({bf.rows}, {bf.cols}) {bf.dtype.value}"
                                               + (" per CTA" if t.cluster > 1 else ""))
         for br in m.barriers:
@@ -1216,8 +1250,10 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                         b.line(f"mbarrier.init({br.name}_bars.index(i), count={br.count})")
         for bf in m.buffers:
             if bf.tensor is ir.Tensor.OPERAND:
-                b.line(f"{bf.name}_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())",
-                       comment=f"TMA completion of {bf.name}, private to its load_operand ops")
+                alloc = ("mbarrier.allocate_mbarrier()" if t.cluster > 1  # (one per CTA of a cluster)
+                         else "gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())")
+                b.line(f"{bf.name}_bar = {alloc}", comment=f"TMA completion of {bf.name}, private to its "
+                                                          "load_operand ops")
                 b.line(f"mbarrier.init({bf.name}_bar, count=1)")
         b.line("fence_async_shared()", comment="make the mbarrier inits visible to the async proxy")
         b.line(comment="argument tuples stay inline: binding one to a variable turns constexprs into tensors")

@@ -743,6 +743,9 @@ class Tiling:
             the rows r * BM .. of one *cluster tile* of cluster * BM x BN: tile ids, the raster and the persistent
             loops count cluster tiles (M in units of cluster * BM), and the launch has grid // cluster clusters.
             B's box is the same for every CTA of a cluster, so it is multicast (`TmaLoad.multicast`).
+        cluster_n: the cluster's CTAs stand side by side along N instead (1x2, planner rule 24's ShareA): a cluster
+            tile is BM x (cluster * BN), rank r computes its columns r * BN .., tile ids and loops count cluster tiles
+            (N in units of cluster * BN), and A's box, the same for every CTA, is the one multicast.
         exit_sync: a cluster's CTAs end with a cluster barrier (barrier.cluster arrive and wait, after all their
             partitions): none exits while another may still multicast into its shared memory or arrive on its
             barriers (the lead's cluster barriers collect the other CTA's releases of the last stages, which no
@@ -763,8 +766,14 @@ class Tiling:
     stream_k: int = 0
     grouping: Grouping = Grouping.NONE
     cluster: int = 1
+    cluster_n: bool = False
     exit_sync: bool = False
     uneven_split: bool = False
+
+    @property
+    def cluster_mn(self) -> tuple[int, int]:
+        """The cluster's CTAs along M and along N: (cluster, 1), or (1, cluster) with `cluster_n`."""
+        return (1, self.cluster) if self.cluster_n else (self.cluster, 1)
 
     @property
     def grouped(self) -> bool:

@@ -145,14 +145,16 @@ def tail_spans(tiles: int, grid: int, splits_evenly: bool = True) -> tuple[Span,
 
 
 def launch_grid(m: int, n: int, bm: int, bn: int, grid: int, split_k: int = 1, span: Span | None = None,
-                stream_k: int = 0, cluster: int = 1) -> int:
+                stream_k: int = 0, cluster: int = 1, cluster_n: bool = False) -> int:
     """CTAs launched, as `warploom.runtime.launch` does: the planned grid, capped by the work units (tiles, or a
     ranged launch's `span` of them, times the k-ranges with split-K); a stream-K kernel's is the planned grid. A
-    cluster's (`ir.Tiling.cluster`): whole clusters, grid // cluster of them capped by the cluster tiles."""
+    cluster's (`ir.Tiling.cluster`): whole clusters, grid // cluster of them capped by the cluster tiles (of
+    cluster * BM rows, or with `cluster_n` of cluster * BN columns)."""
     if stream_k:
         return grid
     if cluster > 1:
-        return cluster * launch_grid(m, n, cluster * bm, bn, grid // cluster, split_k, span)
+        cm, cn = (1, cluster) if cluster_n else (cluster, 1)
+        return cluster * launch_grid(m, n, cm * bm, cn * bn, grid // cluster, split_k, span)
     tiles = cdiv(m, bm) * cdiv(n, bn) if span is None else span.tiles
     return min(grid, tiles * split_k)
 
@@ -163,7 +165,8 @@ def in_grid(ctas: Iterable[int] | None, grid: int) -> tuple[int, ...]:
 
 
 def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: int,
-              split_k: int = 1, span: Span | None = None, cluster: int = 1) -> tuple[TileRef, ...]:
+              split_k: int = 1, span: Span | None = None, cluster: int = 1,
+              cluster_n: bool = False) -> tuple[TileRef, ...]:
     """The tiles CTA `pid` of a `grid`-CTA persistent launch visits, in order (tile_id = pid, pid + grid, ...).
     With split-K, the work units u = pid, pid + grid, ...: tile u % tiles, k-range u // tiles; unit (split s,
     tile) stores its partial at rows s * Mp + off_m, columns off_n of the workspace (Mp: M rounded up to BM).
@@ -173,7 +176,12 @@ def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: in
 
     A cluster's CTA (`ir.Tiling.cluster`; pid = cluster id * cluster + rank) visits its cluster's cluster tiles of
     (cluster * BM) x BN, cluster id, cluster id + grid // cluster, ..., each at its rank's BM rows (pid_m counts
-    BM-row tiles)."""
+    BM-row tiles). With `cluster_n` (1x2: `ir.Tiling.cluster_n`) the cluster tiles are BM x (cluster * BN), each CTA
+    at its rank's BN columns (pid_n counts BN-column tiles)."""
+    if cluster > 1 and cluster_n:
+        c, rank = divmod(pid, cluster)
+        return tuple(replace(u, pid_n=u.pid_n * cluster + rank, off_n=u.off_n + rank * bn)
+                     for u in cta_tiles(c, m, n, bm, cluster * bn, group_m, grid // cluster, split_k, span))
     if cluster > 1:
         c, rank = divmod(pid, cluster)
         return tuple(replace(u, pid_m=u.pid_m * cluster + rank, off_m=u.off_m + rank * bm, ws_m=u.ws_m + rank * bm)

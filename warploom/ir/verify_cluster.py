@@ -1,13 +1,19 @@
 """The verifier's rules for a cluster's modules (`ir.Tiling.cluster`, planner rule 24, passes/cluster.py).
 
-A cluster's CTAs stack along M and share B: the lead CTA multicasts B's box into every CTA's slot, so the slot may
-be refilled only when every CTA released it. Statically that means:
+A cluster's CTAs stack along M and share B (ShareB), or stand along N and share A (ShareA, `Tiling.cluster_n`): the
+lead CTA multicasts the shared operand's box into every CTA's slot, so the slot may be refilled only when every CTA
+released it. Statically that means:
 
 - a cluster is 1 or 2 CTAs, on sm_90a, for whole tiles (no split-K, ranged launch, stream-K, swap or grouping), with
-  a K-major A (each CTA's rows of the cluster tile are one box of A's) and consumers that split tiles by columns,
-  never by rows (a row block of a warpgroup is not one block of the cluster's A box), and no fused epilogue graph;
-- every load of B is multicast, and nothing else is; a multicast is the lead's alone (`TmaLoad.lead_only`: a copy of
-  every CTA would write each slot, and bring its bytes to each barrier, once per CTA);
+  a K-major A (each CTA's rows of the cluster tile are one box of A's); a 2x1 cluster's consumers split tiles by
+  columns, never by rows (a row block of a warpgroup is not one block of the cluster's A box). Promoted fp8,
+  blockwise scales and fused epilogue graphs are per CTA already (each CTA promotes, copies scale_a for and stores
+  its own rows);
+- every load of the shared operand is multicast, and nothing else is; a multicast is the lead's alone
+  (`TmaLoad.lead_only`: a copy of every CTA would write each slot, and bring its bytes to each barrier, once per CTA);
+- a 1x2 cluster's consumers read B's slots whole (no `Mma.n_cols`) and take no column block of a tile (no op with
+  `parts` > 1): a column block is not one block of its B or C box; and it has no scale ring or operand buffer
+  (their layouts are the 2x1 form's);
 - the module ends with a cluster barrier (`Tiling.exit_sync`): no CTA exits while the other may still arrive on its
   barriers;
 - each multicast ring is guarded by an EMPTY cluster barrier (`Barriers.cluster`), which the producer waits on, with
@@ -31,6 +37,8 @@ def check_cluster(m: ir.Module) -> list[str]:
     shared = [b for b in m.barriers if b.cluster]
     multicast = [(p, o) for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.TmaLoad) and o.multicast]
     if t.cluster == 1:
+        if t.cluster_n:
+            errs.append("cluster_n (CTAs along N) in a module without a cluster")
         errs += [f"barrier {b.name} is a cluster's (held by the lead CTA) in a module without a cluster"
                  for b in shared]
         errs += [f"partition {p.name}: {printer.op(o)} multicasts in a module without a cluster" for p, o in multicast]
@@ -50,17 +58,29 @@ def check_cluster(m: ir.Module) -> list[str]:
                     "whole tiles of C")
     if m.spec.a_layout is ALayout.M_MAJOR:
         errs.append(f"cluster={t.cluster} with an M-major A: each CTA's rows of the cluster tile must be one box of A")
-    if m.spec.epilogue is not None:
-        errs.append(f"cluster={t.cluster} with a fused epilogue graph: its operand loads are not laid out per CTA")
+    tensor = ir.Tensor.A if t.cluster_n else ir.Tensor.B  # (the operand every CTA of the cluster reads whole)
+    per_cta = [r.name for r in m.rings if r.tensor in (ir.Tensor.SCALE_A, ir.Tensor.SCALE_B)] + [
+        bf.name for bf in m.buffers if bf.tensor is ir.Tensor.OPERAND]
+    if t.cluster_n and per_cta:
+        errs.append(f"{', '.join(per_cta)} in a 1x2 cluster's module: blockwise scale rings and fused-epilogue "
+                    "operand buffers are laid out for 2x1 clusters only (each CTA's rows). Fix: cluster=2")
     for p in m.partitions:
-        if p.rows is not None:
+        if p.rows is not None and not t.cluster_n:
             errs.append(f"partition {p.name} computes a row block of each tile in a cluster's module: split the "
                         "consumers by columns (a warpgroup's rows are not one block of the cluster's A box)")
+        cols = [o for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma) and o.n_cols is not None
+                or getattr(o, "parts", 1) > 1]
+        if cols and t.cluster_n:
+            errs.append(f"partition {p.name}: {printer.op(cols[0])} takes a column block of the tile (of B's slot or "
+                        "of the accumulator) in a 1x2 cluster's module: a column block is not one block of the "
+                        "cluster's B or C box. Fix: split the consumers by rows and store their rows whole "
+                        "(epilogue_subtiles=1)")
     for p in m.partitions:
         for o, _ in ir.walk(p.body):
-            if isinstance(o, ir.TmaLoad) and (o.tensor is ir.Tensor.B) != o.multicast:
-                errs.append(f"partition {p.name}: {printer.op(o)} in a cluster's module: B's loads, and only B's, "
-                            "are multicast (every CTA of the cluster reads the same B box)")
+            if isinstance(o, ir.TmaLoad) and (o.tensor is tensor) != o.multicast:
+                errs.append(f"partition {p.name}: {printer.op(o)} in a cluster's module: {tensor.value}'s loads, and "
+                            f"only {tensor.value}'s, are multicast (every CTA of the cluster reads the same "
+                            f"{tensor.value} box)")
     for p, o in multicast:
         if not o.lead_only:
             errs.append(f"partition {p.name}: {printer.op(o)} is issued by every CTA of the cluster: each slot would "
@@ -100,7 +120,7 @@ def _release_errors(m: ir.Module, shared: ir.Barriers, ring: str) -> list[str]:
     own = {b.name for b in m.barriers if b.purpose is ir.Purpose.EMPTY and not b.cluster and ring in b.rings}
     errs = []
     for p in m.partitions:
-        if not any(isinstance(o, ir.Mma) and o.b_ring == ring for o, _ in ir.walk(p.body)):
+        if not any(isinstance(o, ir.Mma) and ring in (o.a_ring, o.b_ring) for o, _ in ir.walk(p.body)):
             continue
         arrives = [(o, d) for o, d in ir.walk(p.body) if isinstance(o, ir.Arrive)]
         mine = sorted((o.guard.value, o.slot.offset, d) for o, d in arrives if o.barrier in own)

@@ -19,7 +19,7 @@ from warploom.passes.blackwell import PlaceScaleCopies, SplitMma
 from warploom.passes.blackwell_promote import SplitMmaPromoted
 from warploom.passes.blackwell_scales import PlaceScalePartition
 from warploom.passes.build import build_sequential
-from warploom.passes.cluster import ShareB
+from warploom.passes.cluster import ShareA, ShareB
 from warploom.passes.epilogue import HoistOperands, LowerEpilogue, PrefetchOperands
 from warploom.passes.gfx1250 import PipelineTdm
 from warploom.passes.partition import SplitProducer
@@ -50,10 +50,12 @@ def pipeline_sm90(plan: Plan) -> list[Pass]:
         PipelineMma(),
         # After the consumer's final k-loop exists, so every warpgroup gets the same pipelined program;
         # before epilogue lowering, which gives each storing partition its own staging buffer.
-        SplitConsumers(partitions=plan.consumer_partitions, pingpong=plan.pingpong, by_columns=plan.cluster > 1),
-        # A cluster's B multicast (rule 24): after SplitConsumers, whose arrivals on the empty barrier the cluster's
-        # barrier repeats (with the same count), and after PlanRings made the waits and arrivals it pairs.
-        ShareB(cluster=plan.cluster),
+        SplitConsumers(partitions=plan.consumer_partitions, pingpong=plan.pingpong,
+                       by_columns=plan.cluster > 1 and not plan.cluster_n),
+        # A cluster's B multicast (rule 24; or A's, 1x2): after SplitConsumers, whose arrivals on the empty barrier
+        # the cluster's barrier repeats (with the same count), and after PlanRings made the waits and arrivals it
+        # pairs.
+        ShareA(cluster=plan.cluster) if plan.cluster_n else ShareB(cluster=plan.cluster),
         # After all producer ops exist: flattening must see the final loop body.
         FlattenProducer(),
         # Independent of the mainloop; last of the body rewrites so the staging buffer is declared once.

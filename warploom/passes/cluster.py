@@ -1,4 +1,5 @@
-"""Clusters: two CTAs stacked along M share B's tile, which the lead CTA multicasts (planner rule 24).
+"""Clusters: two CTAs stacked along M share B's tile, which the lead CTA multicasts (planner rule 24's ShareB); or
+two CTAs side by side along N share A's (ShareA, `ir.Tiling.cluster_n`), the mirror image.
 
 Two CTAs of a Hopper thread-block cluster that compute the rows 0:BM and BM:2BM of one cluster tile read the
 same B box every k-block. Multicast lets the cluster's lead CTA (rank 0) copy it once: TMA writes it into both
@@ -20,6 +21,11 @@ still guards its own A slot:
 
 and every CTA ends with a cluster barrier (`ir.Tiling.exit_sync`): the other CTA's releases of the last stages
 arrive on the lead's barrier after the lead's last wait on it, so the lead must not exit before they came.
+
+ShareA is the same protocol with A's ring in B's place: CTA r computes columns r * BN of a BM x (2 * BN) cluster tile,
+loads its own B box and the lead multicasts A's. Its consumer warpgroups keep the row split (SplitConsumers'
+default): a warpgroup's rows are one block of A's box, which every CTA holds whole, while a column block would not
+be one block of the cluster's B box (the mirror of ShareB's reason for splitting by columns).
 """
 
 from __future__ import annotations
@@ -40,28 +46,45 @@ class ShareB:
     cluster: int = 1
 
     def __call__(self, m: ir.Module) -> ir.Module:
-        if self.cluster == 1:
-            return m
-        empty = m.barrier("empty")
-        shared = ir.Barriers(CLUSTER_EMPTY, empty.depth, empty.count, tuple(r.name for r in m.rings
-                                                                            if r.tensor is ir.Tensor.B),
-                             ir.Purpose.EMPTY, cluster=True)
+        return share(m, self.cluster, ir.Tensor.B)
 
-        def producer(o: ir.Op) -> tuple[ir.Stmt, ...]:
-            if isinstance(o, ir.Wait) and o.barrier == empty.name:
-                return o, replace(o, barrier=CLUSTER_EMPTY)
-            if isinstance(o, ir.TmaLoad) and o.tensor is ir.Tensor.B:
-                return (replace(o, multicast=True),)
-            return (o,)
 
-        def consumer(o: ir.Op) -> tuple[ir.Stmt, ...]:
-            if isinstance(o, ir.Arrive) and o.barrier == empty.name:
-                return o, replace(o, barrier=CLUSTER_EMPTY)
-            return (o,)
+@dataclass(frozen=True)
+class ShareA:
+    """Attributes:
+    cluster: CTAs per cluster along N (1: no cluster, the module is unchanged)."""
 
-        parts = tuple(replace(p, body=rewrite(p.body, producer if p.role is ir.Role.PRODUCER else consumer))
-                      for p in m.partitions)
-        # (exit_sync: the lead's cluster barrier takes the other CTA's releases of the last stages after the lead's
-        # last wait on it, so no CTA may exit before every CTA of the cluster is done)
-        return replace(m, tiling=replace(m.tiling, cluster=self.cluster, exit_sync=True), partitions=parts,
-                       barriers=m.barriers + (shared,))
+    cluster: int = 1
+
+    def __call__(self, m: ir.Module) -> ir.Module:
+        return share(m, self.cluster, ir.Tensor.A)
+
+
+def share(m: ir.Module, cluster: int, tensor: ir.Tensor) -> ir.Module:
+    """`m` with `tensor`'s loads multicast by the lead of `cluster` CTAs (B: stacked along M; A: along N), guarded
+    by an EMPTY cluster barrier every consumer also releases, and a cluster barrier before exit."""
+    if cluster == 1:
+        return m
+    empty = m.barrier("empty")
+    shared = ir.Barriers(CLUSTER_EMPTY, empty.depth, empty.count, tuple(r.name for r in m.rings
+                                                                        if r.tensor is tensor),
+                         ir.Purpose.EMPTY, cluster=True)
+
+    def producer(o: ir.Op) -> tuple[ir.Stmt, ...]:
+        if isinstance(o, ir.Wait) and o.barrier == empty.name:
+            return o, replace(o, barrier=CLUSTER_EMPTY)
+        if isinstance(o, ir.TmaLoad) and o.tensor is tensor:
+            return (replace(o, multicast=True),)
+        return (o,)
+
+    def consumer(o: ir.Op) -> tuple[ir.Stmt, ...]:
+        if isinstance(o, ir.Arrive) and o.barrier == empty.name:
+            return o, replace(o, barrier=CLUSTER_EMPTY)
+        return (o,)
+
+    parts = tuple(replace(p, body=rewrite(p.body, producer if p.role is ir.Role.PRODUCER else consumer))
+                  for p in m.partitions)
+    # (exit_sync: the lead's cluster barrier takes the other CTA's releases of the last stages after the lead's
+    # last wait on it, so no CTA may exit before every CTA of the cluster is done)
+    tiling = replace(m.tiling, cluster=cluster, cluster_n=tensor is ir.Tensor.A, exit_sync=True)
+    return replace(m, tiling=tiling, partitions=parts, barriers=m.barriers + (shared,))

@@ -72,25 +72,36 @@ class SplitConsumers:
         return _cooperative(m, cons, split)
 
     def _columns(self, m: ir.Module, cons: ir.Partition) -> ir.Module:
-        """Warpgroup i computes columns [i * BN / n, (i + 1) * BN / n) of every tile: its accumulator is that
-        column block (`Accumulator.col0`), its wgmma reads that block of B's slot (`Mma.n_cols`), and the epilogue
-        stores the block where it belongs (passes/epilogue.py places a block by its accumulator's col0)."""
+        """Warpgroup i computes columns [i * BN / n, (i + 1) * BN / n) of every tile. One whole-tile accumulator
+        becomes that column block (`Accumulator.col0`), and its wgmma reads that block of B's slot (`Mma.n_cols`).
+        Accumulators already in column blocks (promoted fp8's, `Plan.partial_blocks`) go whole to the warpgroup
+        whose block holds them, with every op on them (the partial's wgmma into them by its `n_cols`, their
+        promotions, zeroing, epilogues and stores); each warpgroup keeps the block-wide partial. The epilogue stores
+        each block where it belongs (passes/epilogue.py places a block by its accumulator's col0)."""
         n = self.partitions
         cols = m.tiling.bn // n
         accs = cons.accumulators
-        if cons.warps % n or cons.warps // n != 4 or cols % 64 or len(accs) != 1 or accs[0].cols != m.tiling.bn:
+        tile_accs = [a for a in accs if a.name != PARTIAL]
+        whole = len(tile_accs) == 1 and tile_accs[0].cols == m.tiling.bn
+        in_blocks = all(a.col0 // cols == (a.col0 + a.cols - 1) // cols for a in tile_accs)
+        if cons.warps % n or cons.warps // n != 4 or cols % 64 or not (len(accs) == 1 if whole else in_blocks):
             raise ValueError(f"cannot split a {cons.warps}-warp consumer of {m.tiling.bn}-column tiles (one whole-tile "
-                             f"accumulator) into {n} warpgroups of column blocks of at least 64")
+                             f"accumulator, or column blocks within {cols} columns) into {n} warpgroups of column "
+                             "blocks of at least 64")
         split = []
         for i in range(n):
             block = ir.ColBlock(i * cols, cols)
+            if whole:
+                def own(o: ir.Op, block: ir.ColBlock = block) -> tuple[ir.Stmt, ...]:
+                    return (replace(o, n_cols=block),) if isinstance(o, ir.Mma) else (o,)
 
-            def own(o: ir.Op, block: ir.ColBlock = block) -> tuple[ir.Stmt, ...]:
-                return (replace(o, n_cols=block),) if isinstance(o, ir.Mma) else (o,)
-
+                mine: tuple[ir.Accumulator, ...] = (replace(accs[0], cols=cols, col0=i * cols),)
+                body = rewrite(cons.body, own)
+            else:
+                mine = tuple(a for a in accs if a.name == PARTIAL or a.col0 // cols == i)
+                body = _only(cons.body, {a.name for a in mine}, block)
             split.append(replace(cons, name=f"{cons.name}{i}", warps=4, default=cons.default and i == 0,
-                                 accumulators=(replace(accs[0], cols=cols, col0=i * cols),),
-                                 body=rewrite(cons.body, own)))
+                                 accumulators=mine, body=body))
         return _cooperative(m, cons, split)
 
     def _pingpong(self, m: ir.Module, cons: ir.Partition) -> ir.Module:
@@ -131,6 +142,34 @@ class SplitConsumers:
             parts.extend(split if p is cons else (p,))
         # Each slot use is read, and released, by one partition: the empty barriers keep their count.
         return replace(m, partitions=tuple(parts), barriers=m.barriers + turns)
+
+
+PARTIAL = "partial"  # promoted fp8's block-wide partial accumulator (passes/build.py)
+
+
+def _only(body: tuple[ir.Stmt, ...], accs: set[str], block: ir.ColBlock) -> tuple[ir.Stmt, ...]:
+    """`body` without the ops on accumulators outside `accs` (a partial's wgmma counts as its `n_cols`' block
+    within `block`), nor the wgmma waits that followed a dropped wgmma (promoted fp8: wgmma, wait, promote)."""
+    out: list[ir.Stmt] = []
+    dropped = False
+    for s in body:
+        if isinstance(s, ir.Loop):
+            out.append(replace(s, body=_only(s.body, accs, block)))
+            dropped = False
+            continue
+        if isinstance(s, ir.Mma) and s.acc == PARTIAL:
+            assert s.n_cols is not None, "a partial of column blocks reads its block of B"
+            keep = block.start <= s.n_cols.start < block.start + block.cols
+        elif isinstance(s, ir.MmaWait):
+            keep = not dropped
+        else:
+            named = s.dst if isinstance(s, ir.Promote) else getattr(s, "acc", None)
+            keep = named is None or named in accs
+        if not isinstance(s, ir.MmaWait):
+            dropped = not keep and isinstance(s, ir.Mma)
+        if keep:
+            out.append(s)
+    return tuple(out)
 
 
 def _cooperative(m: ir.Module, cons: ir.Partition, split: list[ir.Partition] | tuple[ir.Partition, ...]) -> ir.Module:

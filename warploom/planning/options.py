@@ -60,7 +60,7 @@ class PlanOptions:
     swap_ab: bool | None = None
     stream_k: int | None = None
     tdm_warps: TdmWarps | None = None
-    cluster: int | None = None
+    cluster: int | str | None = None
 
     def refuse_sm90_options(self, target: Target, rule: str, takes: frozenset[str] = frozenset()) -> None:
         """Refuse, by name, each sm_90a schedule option forced on `target`'s `rule` that it does not take too

@@ -88,6 +88,8 @@ class Plan:
         cluster: rule 24 (sm_90a, Triton >= 3.7): 1, or 2 CTAs of a thread-block cluster stacked along M share B's
             tile, which the lead CTA multicasts (`ir.Tiling.cluster`, passes/cluster.py); the consumer warpgroups
             then split each tile by columns. `grid` stays the CTAs launched (an even number).
+        cluster_n: with cluster 2, the CTAs stand side by side along N instead (1x2) and share A's tile (passes/
+            cluster.py ShareA, `ir.Tiling.cluster_n`); the consumer warpgroups keep the row split.
     """
 
     bm: int
@@ -127,6 +129,7 @@ class Plan:
     tdm_warps_b: int = 0
     tdm_fused: bool = False
     cluster: int = 1
+    cluster_n: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target", Target.named(self.target, "Plan(target=...)"))  # (a cache gives its name)
@@ -163,6 +166,8 @@ class Plan:
             raise PlanError(f"Plan(cluster={self.cluster}) runs whole tiles on sm_90a on an even grid: it takes no "
                              "split_k, tail_split, stream_k, pingpong or swap_ab, and grid="
                              f"{self.grid} must be a multiple of {self.cluster}")
+        if self.cluster_n and self.cluster == 1:
+            raise PlanError("Plan(cluster_n=True) places a cluster's CTAs along N: it needs cluster=2")
         if self.promote_tmem and self.target is not Target.SM100A:
             raise PlanError(f"Plan(promote_tmem=True, target={self.target}): promotion through tensor-memory "
                              "partials is sm_100a's")
@@ -202,7 +207,7 @@ class Plan:
         if self.tdm_warps_a or self.tdm_warps_b:
             tm += f"_wa{self.tdm_warps_a:x}b{self.tdm_warps_b:x}" + ("f" if self.tdm_fused else "")
         sk = f"_sk{self.stream_k}g{self.grid}" if self.stream_k else ""
-        sk += f"_c{self.cluster}" if self.cluster > 1 else ""
+        sk += (f"_c1x{self.cluster}" if self.cluster_n else f"_c{self.cluster}") if self.cluster > 1 else ""
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
                 f"{sub}{split}{blocks}{ks}{sk}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
 

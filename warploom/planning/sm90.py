@@ -30,6 +30,7 @@ from warploom.planning.plan import CONSUMER_REGS, Plan
 from warploom.planning.sm90_models import (
     CLUSTER_MARGIN,
     SK_PIECES,
+    cluster_measured,
     cluster_min_kblocks,
     cluster_plan,
     cluster_problems,
@@ -185,20 +186,28 @@ def _tall_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool, split_
 
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,
                scale_partition: bool = False, scale_stages: int = 2, split_k: int = 1, prefetch: bool = True,
-               cap: int | None = None) -> int:
+               cap: int | None = None, subtiles: int | None = None) -> int:
     """The most stages that fit in shared memory beside the epilogue (and the scale partition's ring), at most
     `cap`: by default 6, or 12 for a decode GEMM's 64x64 tiles (rule 16) and a swapped one's 64x16 and 64x32 (rule
-    18, whose swapped problem has at most SWAP_MAX_M columns)."""
+    18, whose swapped problem has at most SWAP_MAX_M columns). `subtiles`: the epilogue's blocks a tile, when not
+    `epilogue_subtiles`' (a 1x2 cluster's warpgroups store whole rows: 1)."""
     if cap is None:
         # Rules 16 and 18 (a swapped decode problem's N is its tokens: at most SWAP_MAX_M).
         decode = ((bm, bn) == (64, 64) and is_decode(spec, pingpong)
                   or bm == 64 and bn in SWAP_TOKENS and spec.n <= SWAP_MAX_M and not pingpong)
         cap = DECODE_STAGES if decode else MAX_STAGES
     # 1 KiB reserve covers the mbarriers and alignment padding between allocations.
-    free = device.smem_per_block - epilogue_bytes(spec, bm, bn, pingpong, split_k, prefetch) - 1024
+    staging = (epilogue_bytes(spec, bm, bn, pingpong, split_k, prefetch) if subtiles is None
+               else _staging_bytes(spec, bm * bn // subtiles, 1, 1, 1, split_k))
+    free = device.smem_per_block - staging - 1024
     if scale_partition:
         free -= scale_stages * scale_slot_bytes(spec, bm, bn, bk)
     return min(cap, free // stage_bytes(spec, bm, bn, bk, scale_partition))
+
+
+# Rule 24's forced cluster knob (`plan_schedule(cluster=...)`): its value -> CTAs per cluster; "1x2" puts them along
+# N (ShareA), every other 2 along M (ShareB).
+CLUSTER_KNOBS: dict[int | str | None, int | None] = {None: None, 1: 1, 2: 2, "2x1": 2, "1x2": 2}
 
 
 QUANT_BN = 128  # rule 26: a fused 1x128 quantization's tile width, one scale group (256 would take rule 9's blocks)
@@ -218,7 +227,7 @@ def _row_operands(spec: GemmSpec) -> list[str]:
 
 def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = None, pingpong: bool = False,
                        partial_blocks: int | None = None, split_k: int | None = None, tail_split: int | None = None,
-                       swap_ab: bool | None = None, stream_k: int | None = None, cluster: int | None = None,
+                       swap_ab: bool | None = None, stream_k: int | None = None, cluster: int | str | None = None,
                        prefetch_operands: bool | None = None) -> list[str]:
     """Rules 26 and 27: why a spec whose fused epilogue quantizes (a `GroupAmax` in its graph) cannot be planned, if
     it cannot. Such a plan is sm_90a's cooperative tile, 128 wide for 1x128 (rule 26) and as wide as N for rowwise
@@ -264,7 +273,7 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
 def gate_up_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = None, pingpong: bool = False,
                      partial_blocks: int | None = None, split_k: int | None = None, tail_split: int | None = None,
                      swap_ab: bool | None = None, stream_k: int | None = None,
-                     cluster: int | None = None) -> list[str]:
+                     cluster: int | str | None = None) -> list[str]:
     """Rule 28: why a spec whose fused epilogue pairs interleaved gate/up halves (`EpilogueGraph.gate_up`) cannot
     be planned, if it cannot. Such a plan is sm_90a's cooperative tile BN = 2 * block wide (the interleave block,
     `warploom.interleave_gate_up`'s): each tile then holds one gate block and its up block, in one accumulator
@@ -305,7 +314,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     bm, bn, stages, group_m, consumer_partitions = o.bm, o.bn, o.stages, o.group_m, o.consumer_partitions
     partial_blocks, hoist_rows, scalar_columns, pingpong = o.partial_blocks, o.hoist_rows, o.scalar_columns, o.pingpong
     prefetch_operands, scale_partition, split_k = o.prefetch_operands, o.scale_partition, o.split_k
-    tail_split, swap_ab, stream_k, cluster = o.tail_split, o.swap_ab, o.stream_k, o.cluster
+    tail_split, swap_ab, stream_k, knob = o.tail_split, o.swap_ab, o.stream_k, o.cluster
     if device.arch.startswith("gfx") and not device.gfx1250:
         raise UnsupportedError(f"{device.name} ({device.arch}): among AMD GPUs warploom plans gfx1250 only (rule 20). "
                                "Fix: plan for device=GFX1250 to inspect its schedule, or run on an sm_90a GPU")
@@ -319,15 +328,16 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
                                "element; torch's blocked layout is sm_100a's (tcgen05.cp). Fix: pass the scales before "
                                "to_blocked, or plan for an sm_100a device (device=B200)")
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
-    if cluster not in (None, 1, 2):
-        raise UnsupportedError(f"cluster={cluster!r}: expected None (rule 24 decides), 1 (one CTA per tile) or 2 "
-                               "(2-CTA clusters that multicast B)")
+    if knob not in CLUSTER_KNOBS:
+        raise UnsupportedError(f"cluster={knob!r}: expected None (rule 24 decides), 1 (one CTA per tile), 2 or "
+                               "\"2x1\" (2-CTA clusters along M that multicast B) or \"1x2\" (along N, multicasting A)")
+    along_n, cluster = knob == "1x2", CLUSTER_KNOBS[knob]
     if cluster == 2:
         problems = cluster_problems(spec, pingpong, scale_partition, split_k, tail_split, stream_k, swap_ab, bm, bn,
-                                    consumer_partitions)
+                                    consumer_partitions, along_n)
         if problems:
-            raise UnsupportedError(f"cluster=2 (rule 24) cannot run {spec.short()}: {'; '.join(problems)}. Fix: drop "
-                                   "cluster (or the option that conflicts with it)")
+            raise UnsupportedError(f"cluster={knob!r} (rule 24) cannot run {spec.short()}: {'; '.join(problems)}. "
+                                   "Fix: drop cluster (or the option that conflicts with it)")
         swap_ab, stream_k, split_k, tail_split = False, 0, 1, 1
     if stream_k:
         problems = stream_k_problems(spec, pingpong, scale_partition, split_k, tail_split, swap_ab, bm,
@@ -552,7 +562,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
             operand_slots=FUSED_WIDE_SLOTS if wide and early and dense_operands(spec) else 1,
             load_ahead=wide and not hoist and not walks, swap_ab=False, target=Target.SM90A, tdm_fused=False,
             stream_k=sk,
-            block_scaled=False, promote_tmem=False,
+            block_scaled=False, promote_tmem=False, cluster_n=False,
             **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )
@@ -564,15 +574,24 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         if (cbm, cbn) == (128, 256) and cluster != 1 and ks == 1 and ts == 1 and (cluster == 2 or not (
                 aligned or cluster_problems(spec, pingpong, scale_partition, split_k, tail_split, stream_k, swap_ab,
                                             bm, bn, consumer_partitions))):
-            cl_plan, cl_score, cl_tiles = cluster_plan(candidate, spec, device, eff, aligned)
-            note("128x256", "2-CTA clusters", cl_score,
-                  f"{cl_tiles} cluster tiles of 256x256, {math.ceil(cl_tiles / (device.sm_count // 2))} round(s) of "
-                  f"{device.sm_count // 2} clusters, B multicast" + ("" if aligned else ", rows unaligned"))
+            # (1x2: its warpgroups store whole 64x256 blocks, twice the staging of the row split's halves)
+            whole_rows = max_stages(spec, device, cbm, cbn, bk, cap=cap, subtiles=1)
+            cl_plan, cl_score, cl_tiles = cluster_plan(candidate, spec, device, eff, aligned, along_n, whole_rows)
+            note("128x256", "2-CTA clusters" + (" along N" if along_n else ""), cl_score,
+                  f"{cl_tiles} cluster tiles of {'128x512' if along_n else '256x256'}, "
+                  f"{math.ceil(cl_tiles / (device.sm_count // 2))} round(s) of {device.sm_count // 2} clusters, "
+                  f"{'A' if along_n else 'B'} multicast" + ("" if aligned else ", rows unaligned"))
+            if along_n and (whole_rows < 1 or stages is not None and stages > whole_rows):
+                raise UnsupportedError(f"cluster={knob!r} (rule 24) with stages={stages}: expected at most "
+                                       f"{whole_rows} stages of {spec.short()} beside a 1x2 cluster's whole-row "
+                                       f"staging on {device.name}. Fix: pass stages <= {whole_rows}, or use "
+                                       "cluster=2 (2x1)")
             if cluster == 2 or (cl_tiles >= device.sm_count // 2 and cl_score < CLUSTER_MARGIN * best[0]
-                                and cta_kblocks(spec, cl_tiles, device) >= cluster_min_kblocks(spec)):
+                                and cta_kblocks(spec, cl_tiles, device) >= cluster_min_kblocks(spec)
+                                and cluster_measured(spec)):
                 best = (cl_score, -cbm * cbn, cl_plan)
     if cluster == 2 and (best is None or best[2].cluster != 2):
-        raise UnsupportedError(f"cluster=2 (rule 24): no 128x256 plan fits {spec.short()} with {stages=} on "
+        raise UnsupportedError(f"cluster={knob!r} (rule 24): no 128x256 plan fits {spec.short()} with {stages=} on "
                                f"{device.name}. Fix: drop cluster or stages")
     if best is None:
         hint = ""

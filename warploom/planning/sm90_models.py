@@ -289,6 +289,8 @@ CLUSTER_MARGIN = 0.95
 # 685x6144x1680 +6%, 1168x6960x1104 +13%) and was mixed below (14215x528x192 -10%, 917x5184x608 -8%,
 # 5344x2192x144 +9%). docs/decisions/rule-24-clusters.md has the table.
 CLUSTER_MIN_KBLOCKS = {1: 12, 2: 32}  # by the operands' element bytes
+# Promoted fp8 in a cluster: each consumer warpgroup's 128 columns in two 64-column accumulators (`cluster_plan`).
+CLUSTER_PROMOTED_BLOCKS = 4
 
 
 def cluster_min_kblocks(spec: GemmSpec) -> int:
@@ -301,23 +303,42 @@ def cta_kblocks(spec: GemmSpec, cluster_tiles: int, device: DeviceInfo) -> float
     return k_blocks(spec) * cluster_tiles / (device.sm_count // 2)
 
 
+def cluster_measured(spec: GemmSpec) -> bool:
+    """Rule 24: whether the planner may choose clusters for `spec` unforced: the recipes its evidence was measured on
+    (native accumulation without a fused epilogue graph). Promoted fp8, blockwise scales and fused epilogues run in
+    clusters when forced (`cluster=2`) until a sweep measures them (scripts/gpu.sh clusters)."""
+    return spec.accumulation is Accumulation.NATIVE and spec.epilogue is None  # (blockwise scales are promoted)
+
+
 def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,
                      tail_split: int | None, stream_k: int | None, swap_ab: bool | None, bm: int | None,
-                     bn: int | None, consumer_partitions: int | None) -> list[str]:
-    """Rule 24: why 2-CTA clusters cannot run `spec` with these options (empty: they can)."""
+                     bn: int | None, consumer_partitions: int | None, along_n: bool = False) -> list[str]:
+    """Rule 24: why 2-CTA clusters (along N sharing A: `along_n`) cannot run `spec` with these options (empty: they
+    can)."""
     from warploom.backends import gluon_api
 
     problems = []
+    if along_n:
+        # A 1x2 cluster's program splits every tile's columns between its CTAs, so whatever cuts a tile's columns
+        # within a CTA (promoted fp8's column-block partials, a fused epilogue's or rule 10's column blocks) would
+        # cut across them instead; its C stores go in whole 256-wide rows of each warpgroup.
+        if spec.accumulation is Accumulation.PROMOTED:
+            problems.append("promoted fp8 or blockwise scales in a 1x2 cluster (their column-block partials would "
+                            "cut across the CTAs' columns; use cluster=2, the 2x1 form)")
+        if spec.epilogue is not None or spec.scale is ScaleRecipe.ROWWISE and spec.bias_dtype is not None:
+            problems.append("a fused epilogue graph, or rowwise scales with a bias (rule 10's column blocks), in a "
+                            "1x2 cluster (their column blocks would cut across the CTAs' columns; use cluster=2, the "
+                            "2x1 form)")
     if not gluon_api.current().tma_multicast:
         problems.append("this Triton's Hopper TMA has no multicast (Triton >= 3.7 has)")
     if spec.a_layout is ALayout.M_MAJOR:
         problems.append("an M-major A (each CTA's rows must be one box of A)")
-    if spec.epilogue is not None:
-        problems.append("a fused epilogue graph")
-    if spec.accumulation is Accumulation.PROMOTED or spec.scale.is_blockwise:
-        problems.append("promoted fp8 or blockwise scales (their partials and scale rings are per row block)")
     if spec.grouped:
         problems.append("a grouped GEMM")
+    if spec.epilogue is not None and spec.accumulation is Accumulation.PROMOTED:
+        # (rule 9 keeps a promoted fp8 fused epilogue 128 wide, where the cluster's 128x256 tile spilled)
+        problems.append("a fused epilogue graph with promoted fp8 accumulation (rule 9 keeps it on 128-wide tiles; "
+                        "use use_fast_accum=True)")
     if pingpong or scale_partition:
         problems.append("ping-pong or the scale partition")
     if split_k not in (None, 1) or tail_split not in (None, 1) or stream_k:
@@ -329,18 +350,30 @@ def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | Non
     return problems
 
 
-def cluster_plan(plan: Plan, spec: GemmSpec, device: DeviceInfo, eff: float,
-                 aligned: bool) -> tuple[Plan, float, int]:
+def cluster_plan(plan: Plan, spec: GemmSpec, device: DeviceInfo, eff: float, aligned: bool,
+                 along_n: bool = False, stages: int = 0) -> tuple[Plan, float, int]:
     """Rule 24's plan from the 128x256 `plan`, its score in step 3's units (rounds of the device's clusters over the
-    cluster tiles of 256 x 256, each CTA's 128x256; whole rounds at the unaligned rows' gain) and its cluster tiles."""
-    tiles = math.ceil(spec.m / 256) * math.ceil(spec.n / 256)
+    cluster tiles of 256 x 256, each CTA's 128x256; whole rounds at the unaligned rows' gain) and its cluster tiles.
+
+    `along_n`: the 1x2 form (ShareA), cluster tiles of 128 x 512 sharing A, scored the same way at the same gain
+    (unmeasured: the planner plans it only when forced, `cluster="1x2"`). Its warpgroups keep their 64-row blocks
+    and store them whole (`epilogue_subtiles` 1: a column block would cut across the CTAs), so its staging takes
+    twice the row split's, in `stages` (the most that fit beside it)."""
+    tiles = (math.ceil(spec.m / 128) * math.ceil(spec.n / 512) if along_n
+             else math.ceil(spec.m / 256) * math.ceil(spec.n / 256))
     clusters = device.sm_count // 2
     gain = 1.0 if aligned else CLUSTER_UNALIGNED_GAIN
     score = (tiles // clusters / gain + (tiles % clusters > 0)) * 128 * 256 / eff
+    if along_n:
+        return replace(plan, cluster=2, cluster_n=True, consumer_partitions=2, epilogue_subtiles=1, stream_k=0,
+                       stages=min(plan.stages, stages), grid=2 * min(clusters, tiles)), score, tiles
     # Each warpgroup stores its 128-row column block in blocks half as wide as its 64-row block's were: the staging
-    # buffers take the shared memory they took, beside the same ring.
+    # buffers take the shared memory they took, beside the same ring. Promoted fp8 promotes each warpgroup's 128
+    # columns in two 64-column blocks (CLUSTER_PROMOTED_BLOCKS): a 128x128 accumulator and a 128x128 partial would
+    # take 256 registers a thread; two 128x64 blocks and a 128x64 partial take the 192 of the row split's.
+    blocks = CLUSTER_PROMOTED_BLOCKS if spec.accumulation is Accumulation.PROMOTED else plan.partial_blocks
     return replace(plan, cluster=2, consumer_partitions=2, epilogue_subtiles=2 * plan.epilogue_subtiles, stream_k=0,
-                   grid=2 * min(clusters, tiles)), score, tiles
+                   partial_blocks=blocks, grid=2 * min(clusters, tiles)), score, tiles
 
 
 def stream_k_grid(tiles: int, sm_count: int, pieces: int) -> int:

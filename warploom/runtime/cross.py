@@ -100,8 +100,9 @@ def descriptor_blocks(m: ir.Module) -> dict[str, Block]:
     """Each TMA descriptor's element type, box (block) shape, cluster layout (`cga_bases`) and whether its e2m1
     values are padded to a byte each in shared memory (`ir.Ring.padded`: MX fp8 x fp4's fp4 operand)."""
     t, s = m.tiling, m.spec
-    b_block = [t.bn, t.bk] if s.b_layout is BLayout.K_MAJOR else [t.bk, t.bn]
-    a_block = [t.bk, t.bm] if s.a_layout is ALayout.M_MAJOR else [t.bm * t.cluster, t.bk]
+    cm, cn = t.cluster_mn
+    b_block = [t.bn * cn, t.bk] if s.b_layout is BLayout.K_MAJOR else [t.bk, t.bn * cn]
+    a_block = [t.bk, t.bm] if s.a_layout is ALayout.M_MAJOR else [t.bm * cm, t.bk]
     # MX fp4: descriptors over the packed bytes, (rows, BK / 2) (MX fp8 x fp4: the fp4 operand's)
     if s.fp4_a:
         a_block = [t.bm, t.bk // 2]
@@ -109,17 +110,21 @@ def descriptor_blocks(m: ir.Module) -> dict[str, Block]:
         b_block = [t.bn, t.bk // 2]
     if t.b_per_group:  # (B's 3-D descriptor over (G, N, K) or (G, K, N): one group's block)
         b_block = [1, *b_block]
-    split, whole = cga_bases(t.cluster, True), cga_bases(t.cluster, False)
+    split, whole = cga_bases(t.cluster, True, t.cluster_n), cga_bases(t.cluster, False, t.cluster_n)
+    # (a 1x2 cluster's: A whole in every CTA, B's columns split, a K-major B box's along its first dimension)
+    a_cga, b_cga = (whole, cga_bases(t.cluster, True, s.b_layout is not BLayout.K_MAJOR)) if t.cluster_n else \
+        (split, whole)
     padded = {r.tensor: r.padded for r in m.rings}
-    blocks: dict[str, Block] = {"a_desc": (s.a_dtype, a_block, split, padded.get(ir.Tensor.A, False)),
-                                "b_desc": (s.b_dtype, b_block, whole, padded.get(ir.Tensor.B, False))}
+    blocks: dict[str, Block] = {"a_desc": (s.a_dtype, a_block, a_cga, padded.get(ir.Tensor.A, False)),
+                                "b_desc": (s.b_dtype, b_block, b_cga, padded.get(ir.Tensor.B, False))}
     for bf in m.buffers:
         if bf.tensor is ir.Tensor.C:
-            blocks[output_desc(bf.output)] = (bf.dtype, [bf.rows * t.cluster, bf.cols], split, False)
+            blocks[output_desc(bf.output)] = (bf.dtype, [bf.rows * cm, bf.cols * cn], split, False)
         elif bf.tensor is ir.Tensor.WORKSPACE:  # split-K: fp32 partial sums
             blocks[WORKSPACE_DESC] = (bf.dtype, [bf.rows, bf.cols], (), False)
         elif bf.tensor is ir.Tensor.OPERAND:
-            blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows, bf.cols], (), False)
+            # (a cluster's dense operand: every CTA its rows of the cluster tile's block, as C)
+            blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows * cm, bf.cols * cn], split, False)
     for r in m.rings:
         if r.byte_scales:  # sm_100a MX / NVFP4: the k-block's 128x4 blocks of torch's blocked scales
             blocks[scale_desc(r.tensor)] = (r.dtype, [r.rows // 128, r.cols // 4, 2, 256], (), False)

@@ -167,7 +167,8 @@ class Launcher:
         if self._tiling.stream_k:
             return self._grid_max
         cluster = self._tiling.cluster
-        return launch_grid(m, n, self._bm, self._bn, self._grid_max, split_k, span, cluster=cluster) // cluster
+        return launch_grid(m, n, self._bm, self._bn, self._grid_max, split_k, span, cluster=cluster,
+                           cluster_n=self._tiling.cluster_n) // cluster
 
     def stream_k_buffers(self, device: Any) -> tuple[Any, Any]:
         """A stream-K kernel's fp32 workspace (one BM x BN slot per CTA) and int32 flags (one per CTA and consumer

@@ -94,7 +94,7 @@ def sample_ctas(module: ir.Module, m: int, n: int, span: Span | None = None) -> 
     launch covers `span` (default: all of C)."""
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
     c = t.cluster  # (a cluster's tiles are cluster tiles, its CTAs visit them together: whole clusters run)
     tiles = cdiv(m, c * t.bm) * cdiv(n, t.bn) if span is None else span.tiles
     if not tiles:
@@ -132,7 +132,9 @@ def _judged(output: torch.Tensor, x: Inputs, tiles: tuple[TileRef, ...], bm: int
     m, n = output.shape
     if len(tiles) == cdiv(m, bm) * cdiv(n, bn):  # one large matmul: ~10x faster than one per tile
         return output.float(), reference(x)
-    parts = [(slice(tile.off_m, tile.off_m + bm), slice(tile.off_n, tile.off_n + bn)) for tile in tiles]
+    # (a cluster tile's rank may lie wholly past M: nothing of it is C's)
+    parts = [(slice(tile.off_m, tile.off_m + bm), slice(tile.off_n, tile.off_n + bn)) for tile in tiles
+             if tile.off_m < m and tile.off_n < n]
     out = torch.cat([output[r, c].float().reshape(-1) for r, c in parts])
     if is_blockwise(x):
         # Blockwise scales index by k-block and by 128 columns (or column), not by the tile's own rows and
@@ -183,7 +185,8 @@ def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, 
     t = module.tiling
     if t.swap_ab:
         m, n = n, m
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, stream_k=t.stream_k, cluster=t.cluster)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, stream_k=t.stream_k, cluster=t.cluster,
+                       cluster_n=t.cluster_n)
     # (split-K: a tile of C is final only once every k-range's unit of it was simulated)
     tiles = completed_tiles(module, m, n, grid, res.report.ctas)
     error = math.nan  # also when no tile was simulated: nothing was shown correct

@@ -92,7 +92,7 @@ class Geometry:
                                                                t.stream_k), cdiv(k, t.bk))
         return Geometry(m, n, k, pid, grid,
                         cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, launch_span(module, m, n, span),
-                                  t.cluster),
+                                  t.cluster, t.cluster_n),
                         cdiv(k, t.bk) // t.split_k, pid % t.cluster, t.split_k, cdiv(k, t.bk))
 
 

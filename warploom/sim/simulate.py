@@ -301,7 +301,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any =
     results = _outputs(module, n, m, out, outs) if t.swap_ab else _outputs(module, m, n, out, outs)  # (C: C^T's shape)
     span = launch_span(module, m, n, span)
     ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors, span.tiles if span else 0, globals_)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
     # A stream-K launch runs whole: its CTAs' fixups link them (ir.Fixup), so a sample would wait forever.
     pids = tuple(range(grid)) if ctas is None or t.stream_k else tuple(ctas)
     for p in pids:
@@ -410,7 +410,7 @@ def stored_tiles(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int,
     t = module.tiling
     if t.stream_k:
         return tuple(u for u in Geometry.of(module, m, n, k, pid, grid).tiles if u.stores())
-    return cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span, t.cluster)
+    return cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span, t.cluster, t.cluster_n)
 
 
 def run_linked(machines: list[Machine], rng: random.Random, sink: FindingSink) -> None:
@@ -444,7 +444,7 @@ def completed_tiles(module: ir.Module, m: int, n: int, grid: int, pids: Iterable
     was); without, every tile they visit."""
     t = module.tiling
     units = tuple(u for pid in pids for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span,
-                                                       t.cluster))
+                                                       t.cluster, t.cluster_n))
     return whole_tiles(units, t.split_k)
 
 
@@ -468,12 +468,13 @@ def representative_ctas(module: ir.Module, m: int, n: int, span: Span | None = N
     module's: every CTA of one cluster per distinct tile count (its CTAs wait on each other)."""
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
     if t.stream_k:
         return tuple(range(grid))  # (linked by their fixups: all of them run)
     seen: dict[int, int] = {}
     for pid in range(0, grid, t.cluster):  # (a cluster's CTAs visit as many tiles as its lead)
-        seen.setdefault(len(cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span, t.cluster)), pid)
+        tiles = cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span, t.cluster, t.cluster_n)
+        seen.setdefault(len(tiles), pid)
     return whole_clusters(module, seen.values())
 
 
@@ -506,7 +507,7 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
     """
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster)
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
     pids = representative_ctas(module, m, n, span) if ctas is None else whole_clusters(module, ctas)
     seeds = tuple(seeds)
     sink = FindingSink()
