@@ -179,6 +179,11 @@ if [ "$what" = large ]; then
   python3 scripts/sweep_plans.py --out "$OUT/large.json" --cases bf16,fp8 --rounds 5 \
     --variants '[{}, {"pingpong": true}, {"stream_k": 2}, {"bn": 256, "stream_k": 2}, {"bn": 256, "tail_split": 2}]' \
     --sizes "${LARGE_SIZES:-2048x2048x2048,4096x7168x2048,4096x2112x7168}" 2>&1 | tee "$OUT/large.log"
+  # Ping-pong against the planner's cooperative plan at the zoo's short-K shapes of at least a wave of 128x128 tiles.
+  python3 scripts/sweep_plans.py --out "$OUT/pingpong.json" --cases fp8,bf16 --rounds 5 \
+    --variants '[{}, {"pingpong": true}]' \
+    --sizes "${PINGPONG_SIZES:-917x5184x608,1064x5696x1168,4756x2688x1840,2986x6384x2224,1161x12624x2176,4096x4096x2048,8192x8192x1024,8192x4096x1536,14242x3888x3264}" \
+    2>&1 | tee "$OUT/pingpong.log"
 fi
 if [ "$what" = rule24 ]; then
   # Rule 24 side by side (issue 23): the planner's plan against one CTA per tile at the zoo shapes where it plans
