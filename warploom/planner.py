@@ -26,11 +26,12 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
 24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7; 1x2 sharing A, promoted, blockwise
     and fused clusters when forced): docs/decisions/rule-24-clusters.md
-25. a few tiles over a long K: split-K in up to 8 ranges (16 at decode sizes): docs/decisions/rule-25-latency-split-k.md
+25. a few tiles over a long K: split-K in up to 8 ranges (also decode): docs/decisions/rule-25-latency-split-k.md
 26. a fused 1x128 quantization: cooperative 128-wide tiles, whole tiles: docs/decisions/rule-26-fused-quantize.md
 27. a fused rowwise quantization: one tile spans N (N <= 256), whole tiles: docs/decisions/rule-27-fused-rowwise.md
 28. a fused gate/up epilogue (silu_mul_interleaved): BN = 2 * block, whole tiles:
     docs/decisions/k-grouped-and-gate-epilogue.md
+30. fp8 rowwise fast accumulation, at most 16 k-blocks: ping-pong 128x128: docs/decisions/rule-30-short-k-pingpong.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
 20: `planning/sm90.py`, its cost models in `planning/sm90_models.py`; rule 19: `planning/sm100.py`; rule 20:
@@ -67,6 +68,7 @@ from warploom.planning.plan import Plan, WaveFill, wave_fill
 from warploom.planning.sm90 import (
     FUSED_WIDE_BLOCKS,
     FUSED_WIDE_SLOTS,
+    PINGPONG_MAX_KBLOCKS,
     QUANT_BN,
     ROWWISE_MAX_N,
     TILES,
@@ -82,6 +84,7 @@ from warploom.planning.sm90 import (
     quantized_problems,
     rows_aligned,
     rowwise_bn,
+    short_k_pingpong,
     swap_rows,
 )
 from warploom.planning.sm90_models import (
@@ -139,7 +142,8 @@ __all__ = [
     "DECODE_SPLIT_MARGIN", "DECODE_SPLIT_MAX", "DECODE_SPLIT_MIN_KBLOCKS", "FUSED_WIDE_BLOCKS", "FUSED_WIDE_SLOTS",
     "HBM_BYTES_PER_US",
     "LATENCY_DEEP_KBLOCKS", "LATENCY_KBLOCK_US", "LATENCY_L2_BYTES_PER_US", "LATENCY_STAGES", "LATENCY_START_US",
-    "NVFP4_DEEP_BK", "PROMOTED_PARTIALS", "QUANT_BN", "ROWWISE_MAX_N", "SK_FIXUP_KBLOCKS", "SK_PIECES", "SK_SLOWDOWN",
+    "NVFP4_DEEP_BK", "PINGPONG_MAX_KBLOCKS",
+    "PROMOTED_PARTIALS", "QUANT_BN", "ROWWISE_MAX_N", "SK_FIXUP_KBLOCKS", "SK_PIECES", "SK_SLOWDOWN",
     "SPLIT_FIXED_US", "SPLIT_MARGIN_64", "SPLIT_MARGIN_128", "SPLIT_MAX", "SPLIT_MIN_KBLOCKS", "SPLIT_RANGE_US",
     "DECODE_SPLIT_FIXED_US",
     "DECODE_SPLIT_RANGE_US",
@@ -150,7 +154,7 @@ __all__ = [
     "k_block", "k_blocks", "latency_kind", "latency_split", "latency_stages", "latency_tiles", "latency_times",
     "latency_us", "max_stages", "nvfp4_bk", "plan_blackwell", "plan_epilogue_bytes", "plan_gfx1250", "plan_grouped",
     "plan_schedule", "promotion_path", "scale_path", "gate_up_problems",
-    "quantized_problems", "rows_aligned", "rowwise_bn", "scale_rows",
+    "quantized_problems", "rows_aligned", "rowwise_bn", "scale_rows", "short_k_pingpong",
     "scale_slot_bytes", "split_time", "square_tiles", "stage_bytes", "stream_k_grid", "stream_k_score",
     "swap_decode", "swap_rows", "swap_tokens", "tail_score", "tdm_warps_reason", "wave_fill",
 ]

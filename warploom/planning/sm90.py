@@ -602,7 +602,35 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
             hint = ": promoted fp8 at bn=256 needs partial_blocks=2 (a whole-width partial exceeds the registers)"
         raise UnsupportedError(f"no tile shape fits {spec.short()} with {bm=} {bn=} {stages=} {partial_blocks=} "
                                f"on {device.name}{hint}")
+    if (not pingpong and all(f is None for f in forced) and stream_k is None and knob is None
+            and prefetch_operands is None and hoist_rows is None and short_k_pingpong(spec, best[2], device)):
+        with collecting(None):  # (the forced call's own candidates are not this rule's)
+            pp = plan(spec, device, PlanOptions(pingpong=True, group_m=group_m, scalar_columns=scalar_columns))
+        note("128x128", "ping-pong (rule 30)", best[0],
+             f"{k_blocks(spec)} k-blocks a tile: one warpgroup's epilogue runs beside the other's mainloop")
+        return pp
     return best[2]
+
+
+# Rule 30 (docs/decisions/rule-30-short-k-pingpong.md): fp8 rowwise with fast accumulation over a short K runs
+# ping-pong consumers on 128x128 tiles. At PINGPONG_MAX_KBLOCKS k-blocks or fewer a cooperative 128x256 tile's
+# epilogue is a large part of its time and stalls both warpgroups; ping-pong runs one warpgroup's epilogue beside the
+# other's mainloop (H100, Triton 3.9, session 28: +3-10% at five such shapes, -2.5% at 17 k-blocks).
+PINGPONG_MAX_KBLOCKS = 16
+
+
+def short_k_pingpong(spec: GemmSpec, chosen: Plan, device: DeviceInfo) -> bool:
+    """Rule 30: whether the planner's cooperative plan `chosen` gives way to ping-pong 128x128. fp8 rowwise, fast
+    accumulation, no bias or fused epilogue, not grouped (what was measured); rows that are whole 128-byte lines
+    (`rows_aligned`: on unaligned rows 128x128 pays for partial lines, and ping-pong ran 20-35% slower than rule 24's
+    clusters at four such shapes); `chosen` 128x256 whole tiles in one CTA; at most PINGPONG_MAX_KBLOCKS k-blocks; at
+    least a wave of 128x128 tiles."""
+    return (spec.a_dtype.bits == 8 and spec.scale is ScaleRecipe.ROWWISE and spec.accumulation is Accumulation.NATIVE
+            and spec.bias_dtype is None and spec.epilogue is None and not spec.grouped and rows_aligned(spec)
+            and (chosen.bm, chosen.bn) == (128, 256) and chosen.cluster == 1 and not chosen.stream_k
+            and chosen.split_k == 1 and chosen.tail_split == 1 and not chosen.swap_ab
+            and k_blocks(spec) <= PINGPONG_MAX_KBLOCKS
+            and math.ceil(spec.m / 128) * math.ceil(spec.n / 128) >= device.sm_count)
 
 
 
