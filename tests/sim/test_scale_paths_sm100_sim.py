@@ -255,6 +255,31 @@ def test_swapped_row_major_decode_matches_the_dequantized_reference(spec: GemmSp
     _check_numerics(spec, mod, seed=2, strided=strided)
 
 
+def test_swapped_row_major_decode_with_a_bias() -> None:
+    """A bias (one per column of C) swaps as a row vector of C^T beside the partition's swapped scales."""
+    spec = replace(_spec(20, 272, 544), bias_dtype=DType.BF16)
+    mod = _module(spec)
+    assert mod.tiling.swap_ab and (mod.tiling.bn, mod.spec.m) == (32, 272)
+    x, w, sa, sb = _inputs(spec, seed=6)
+    bias = torch.randn(272, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
+    res = simulate(mod, x, w, sa, sb, bias, seed=2)
+    assert not res.findings, res.findings
+    da, db = dequantized(x, w, sa, sb)
+    ref = (da.double() @ db.double() + bias.double()).to(torch.bfloat16).double()
+    assert _error(res.output, ref) < 1e-2
+
+
+def test_swapped_partition_explores_clean_and_a_flipped_parity_is_found() -> None:
+    """Every schedule of a small swapped module (the kernel's own sizes: 128 rows of the weight, 16 tokens) is clean;
+    a flipped parity on the MMA warp's scale_ready wait is found."""
+    mod = _module(_spec(16, 128, 512), stages=2, swap_ab=True, bn=16)
+    assert mod.tiling.swap_ab and mod.tiling.bn == 16
+    assert not explore(mod, 128, 16, 512, max_states=40_000).findings
+    flipped = _edit(mod, ir.Role.MMA, lambda s: [replace(s, parity=ir.Parity("q", flip=True))]
+                    if isinstance(s, ir.Wait) and s.barrier == "scale_ready" else [s])
+    assert explore(flipped, 128, 16, 512, max_states=40_000).findings
+
+
 def test_swapped_scales_keep_their_operands() -> None:
     """The swap trades the scales' roles with the operands': the kernel scales its A (the problem's B) by its
     scale_a ring (the problem's scale_b). Planted: the MMA scales A by the SCALE_B ring and B by the SCALE_A one.
