@@ -22,7 +22,7 @@ Which scales come this way is the planner's (`planning.sm100.scale_partition_rul
 ones (`StoreTmemScales.blocked`: loaded at `warploom.blocked.offset`) where tcgen05.cp cannot serve the tile (a tile
 narrower than 128 over a wider N) or where forced. A 256-wide tile's B buffers hold 256 rows (two 128-row chunks,
 twice the columns; `scale_rows`), which its MMA reads whole; swap-AB decode needs nothing here (the swapped spec's
-scale_a is the problem's scale_b, which the launcher and the simulator pass in its place).
+scale_a is the problem's scale_b, which the simulator passes in its place; warploom launches no sm_100a kernel).
 """
 
 from __future__ import annotations
