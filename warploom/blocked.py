@@ -9,6 +9,8 @@ to tcgen05.cp as they are: `scale_box` is what one such copy brings, the simulat
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 BLOCK_ROWS, BLOCK_COLS = 128, 4  # one block: what one tcgen05.cp 32x128b.warpx4 copies (512 bytes)
@@ -29,6 +31,15 @@ def from_blocked(flat: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     rp, cp = -(-rows // 128) * 128, -(-cols // 4) * 4
     blocks = flat.reshape(rp // 128, cp // 4, 32, 4, 4).permute(0, 3, 2, 1, 4)  # (row block, r//32, r%32, col block, c)
     return blocks.reshape(rp, cp)
+
+
+def offset(r: Any, c: Any, cols: int | Any) -> Any:
+    """Where the scale of row `r` and column `c` of a (rows, `cols`) matrix lies in its blocked layout (ints or
+    integer tensors alike): block (r // 128, c // 4), of cdiv(cols, 4) a block row, 512 bytes each; inside it
+    ``(r % 32) * 16 + (r % 128 // 32) * 4 + c % 4``. Seed 000's scale partition loads blocked scales at these
+    offsets (backends/gluon_sm100.py writes the same expression; the simulator gathers with this function)."""
+    return ((r // BLOCK_ROWS) * ((cols + BLOCK_COLS - 1) // BLOCK_COLS) + c // BLOCK_COLS) * 512 \
+        + (r % 32) * 16 + (r % BLOCK_ROWS // 32) * 4 + c % BLOCK_COLS
 
 
 def chunk_coord(k_block: int, chunks: int) -> int:

@@ -299,8 +299,9 @@ class GemmSpec:
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
 
-    def swap_problems(self) -> list[str]:
-        """Why this problem cannot run swapped (`swapped`); empty when it can."""
+    def swap_problems(self, tmem_scales: bool = False) -> list[str]:
+        """Why this problem cannot run swapped (`swapped`); empty when it can. `tmem_scales`: for sm_100a, whose
+        seed 000 scale partition reads row-major MX / NVFP4 scales of A and of B alike."""
         problems = []
         if self.b_layout is not BLayout.K_MAJOR:
             problems.append("an N-major B (its (N, K) rows would be the swapped A, which must be K-contiguous)")
@@ -313,24 +314,27 @@ class GemmSpec:
             problems.append(f"a dense epilogue operand ({', '.join(dense)}: its rows are contiguous in C, so C^T's "
                             "would be strided)")
         # MX and NVFP4 scales in torch's blocked layout are laid out alike for A's rows and B's (each (rows, K/32)
-        # or (rows, K/16) in 128x4 blocks), so they trade sides whole; fp32 blockwise blocks and row-major MX scales
-        # (sm_90a's, read per 128 columns of B or per column) do not.
-        if self.scale.is_blockwise and self.scale_layout is not ScaleLayout.BLOCKED:
+        # or (rows, K/16) in 128x4 blocks), so they trade sides whole; so do row-major ones ((M, K/32) and
+        # (N, K/32)) on sm_100a, whose scale partition reads both operands' rows the same way. fp32 blockwise blocks
+        # and sm_90a's row-major MX scales (its swapped kernel would need scale_b's rows per row of A, not built)
+        # do not.
+        row_scales = tmem_scales and self.scale.microscaled
+        if self.scale.is_blockwise and self.scale_layout is not ScaleLayout.BLOCKED and not row_scales:
             problems.append("blockwise scales other than MX's or NVFP4's in torch's blocked layout (their blocks are "
                             "laid out for A and B, not swapped)")
         if self.grouped:
             problems.append("a grouped GEMM (its groups split A's rows)")
         return problems
 
-    def swapped(self) -> GemmSpec:
+    def swapped(self, tmem_scales: bool = False) -> GemmSpec:
         """The transposed problem a swap-AB plan runs (planner rule 18): C^T (N, M) = B^T (N, K) @ A^T (K, M).
 
         B's (N, K) rows, K-contiguous, are the new A; A's (M, K) rows are a K-major new B. Rowwise scales trade
         sides (scale_b, one per column of C, is one per row of C^T); tensorwise ones commute, as NVFP4's global
         scales do; MX and NVFP4 block scales in the blocked layout trade sides whole; a fused epilogue's
         row and column operands trade kinds (`EpilogueGraph.transposed`). See `swap_problems` for what cannot
-        swap."""
-        problems = self.swap_problems()
+        swap (`tmem_scales`: sm_100a's, where row-major MX / NVFP4 scales trade sides too)."""
+        problems = self.swap_problems(tmem_scales)
         if problems:
             raise ValueError(f"{self.short()} cannot run swapped: {'; '.join(problems)}")
         return replace(self, m=self.n, n=self.m, a_dtype=self.b_dtype, b_dtype=self.a_dtype,

@@ -242,34 +242,71 @@ def _nvfp4_rows(m: int, n: int, k: int) -> GemmSpec:
     return replace(_mx_rows(m, n, k, a=DType.E2M1, b=DType.E2M1), scale=ScaleRecipe.NVFP4)
 
 
-@pytest.mark.parametrize("spec,bn,mma,mmas,kind", [
-    pytest.param(_mx_rows(1000, 520, 1056), None, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale",
+def _blocked(spec: GemmSpec) -> GemmSpec:
+    return replace(spec, scale_layout=ScaleLayout.BLOCKED)
+
+
+@pytest.mark.parametrize("spec,forced,tile,mma,mmas,kind", [
+    pytest.param(_mx_rows(1000, 520, 1056), {}, (False, 128), "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale",
                  id="mxfp8_rows_128x128"),
-    pytest.param(_mx_rows(296, 528, 1024, a=E5), None, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale",
+    pytest.param(_mx_rows(296, 528, 1024, a=E5), {}, (False, 128), "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale",
                  id="mxfp8_rows_e5m2xe4m3"),
     # a 64-wide tile over a wider N: each tile's own rows of scale_b (seed 001's chunk holds only the first 64)
-    pytest.param(_mx_rows(1000, 520, 1056), 64, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale", id="mxfp8_rows_128x64"),
-    pytest.param(_mx_rows(40, 200, 1056), 32, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale", id="mxfp8_rows_128x32"),
-    pytest.param(_mx_rows(1000, 520, 1056, a=DType.E2M1, b=DType.E2M1), None, "UTCOMMA", 2, _MXF4,
+    pytest.param(_mx_rows(1000, 520, 1056), dict(bn=64), (False, 64), "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale",
+                 id="mxfp8_rows_128x64"),
+    pytest.param(_mx_rows(40, 200, 1056), dict(bn=32), (False, 32), "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale",
+                 id="mxfp8_rows_128x32"),
+    pytest.param(_mx_rows(1000, 520, 1056, a=DType.E2M1, b=DType.E2M1), {}, (False, 128), "UTCOMMA", 2, _MXF4,
                  id="mxfp4_rows_128x128"),
     # NVFP4: (128, 8) e4m3 buffers at BK 128, the second of its two 64-deep MMAs reading columns 4..7; BK 64 (K not
     # a multiple of 128): (128, 4) and one MMA; a 64-wide tile over a wider N
-    pytest.param(_nvfp4_rows(1000, 520, 1152), None, "UTCOMMA", 2, _NVF4, id="nvfp4_rows_128x128_bk128"),
-    pytest.param(_nvfp4_rows(1000, 520, 1056), None, "UTCOMMA", 1, _NVF4, id="nvfp4_rows_128x128_bk64"),
-    pytest.param(_nvfp4_rows(300, 200, 1024), 64, "UTCOMMA", 2, _NVF4, id="nvfp4_rows_128x64"),
+    pytest.param(_nvfp4_rows(1000, 520, 1152), {}, (False, 128), "UTCOMMA", 2, _NVF4,
+                 id="nvfp4_rows_128x128_bk128"),
+    pytest.param(_nvfp4_rows(1000, 520, 1056), {}, (False, 128), "UTCOMMA", 1, _NVF4,
+                 id="nvfp4_rows_128x128_bk64"),
+    pytest.param(_nvfp4_rows(300, 200, 1024), dict(bn=64), (False, 64), "UTCOMMA", 2, _NVF4,
+                 id="nvfp4_rows_128x64"),
     # MX fp8 x fp4: kind::mxf8f6f4, four 32-deep MMAs a k-block, the fp4 operand a value a byte
-    pytest.param(_mx_rows(1000, 528, 1056, b=DType.E2M1), None, "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale\b",
-                 id="mxfp8xmxfp4_rows_128x128"),
+    pytest.param(_mx_rows(1000, 528, 1056, b=DType.E2M1), {}, (False, 128), "UTCQMMA", 4,
+                 r"kind::mxf8f6f4\.block_scale\b", id="mxfp8xmxfp4_rows_128x128"),
+    # blocked scales through the partition: a 64-wide tile over a wider N (tcgen05.cp cannot serve it), or forced
+    pytest.param(_blocked(_mx_rows(1000, 520, 1056)), dict(bn=64), (False, 64), "UTCQMMA", 4,
+                 r"kind::mxf8f6f4\.block_scale", id="mxfp8_blocked_128x64"),
+    pytest.param(_blocked(_nvfp4_rows(300, 200, 1152)), dict(bn=64), (False, 64), "UTCOMMA", 2, _NVF4,
+                 id="nvfp4_blocked_128x64_bk128"),
+    pytest.param(_blocked(_mx_rows(1000, 520, 1056, a=DType.E2M1, b=DType.E2M1)), dict(scale_partition=True),
+                 (False, 128), "UTCOMMA", 2, _MXF4, id="mxfp4_blocked_forced_128x128"),
+    # swap-AB decode with row-major scales: 128 rows of the weight by 16 or 32 tokens
+    pytest.param(_mx_rows(8, 4096, 4096), {}, (True, 16), "UTCQMMA", 4, r"kind::mxf8f6f4\.block_scale",
+                 id="mxfp8_rows_swap_8"),
+    pytest.param(_mx_rows(24, 4096, 4096, a=DType.E2M1, b=DType.E2M1), {}, (True, 32), "UTCOMMA", 2, _MXF4,
+                 id="mxfp4_rows_swap_24"),
+    pytest.param(_nvfp4_rows(16, 4096, 4096), {}, (True, 16), "UTCOMMA", 2, _NVF4, id="nvfp4_rows_swap_16"),
+    pytest.param(_mx_rows(12, 4096, 4096, b=DType.E2M1), {}, (True, 16), "UTCQMMA", 4,
+                 r"kind::mxf8f6f4\.block_scale\b", id="mxfp8xmxfp4_rows_swap_12"),
+    # 256 wide: one accumulator, B's scale buffers of 256 rows
+    pytest.param(_mx_rows(1000, 520, 1056), dict(bn=256), (False, 256), "UTCQMMA", 4,
+                 r"kind::mxf8f6f4\.block_scale", id="mxfp8_rows_128x256"),
+    pytest.param(_nvfp4_rows(1000, 520, 1152), dict(bn=256), (False, 256), "UTCOMMA", 2, _NVF4,
+                 id="nvfp4_rows_128x256_bk128"),
+    pytest.param(_nvfp4_rows(1000, 520, 1056), dict(bn=256), (False, 256), "UTCOMMA", 1, _NVF4,
+                 id="nvfp4_rows_128x256_bk64"),
+    pytest.param(_blocked(_mx_rows(1000, 520, 1056)), dict(bn=256, scale_partition=True), (False, 256), "UTCQMMA",
+                 4, r"kind::mxf8f6f4\.block_scale", id="mxfp8_blocked_forced_128x256"),
 ])
-def test_scale_partition_compiles_to_block_scaled_tcgen05_without_copies(spec: GemmSpec, bn: int | None, mma: str,
-                                                                          mmas: int, kind: str) -> None:
-    """Seed 000 on sm_100a (row-major scales): the scale partition's tcgen05.st (STTM) fills the tensor-memory scale
-    buffers, so the MMAs are block-scaled with no tcgen05.cp (UTCCP) at all; nothing spills, the 4-warp scale
-    partition included."""
+def test_scale_partition_compiles_to_block_scaled_tcgen05_without_copies(spec: GemmSpec, forced: dict[str, Any],
+                                                                          tile: tuple[bool, int], mma: str, mmas: int,
+                                                                          kind: str) -> None:
+    """Seed 000 on sm_100a: the scale partition's tcgen05.st (STTM) fills the tensor-memory scale buffers, so the
+    MMAs are block-scaled (UTCQMMA / UTCOMMA of the recipe's kind) with no tcgen05.cp (UTCCP) at all; nothing spills,
+    the 4-warp scale partition included. Row-major scales at 128, 64 and 32 wide; blocked ones loaded at their
+    blocked addresses (a narrow tile over a wider N, or forced); swap-AB decode with row-major scales; 256-wide tiles
+    (one accumulator, 256-row B scale buffers)."""
     from warploom.planner import plan_schedule
 
-    plan = plan_schedule(spec, B200, bn=bn)
-    assert plan.scale_partition and plan.block_scaled and plan.bn == (bn or 128)
+    plan = plan_schedule(spec, B200, **forced)
+    assert plan.scale_partition and plan.block_scaled and (plan.swap_ab, plan.bn) == tile
+    assert plan.acc_buffers == (1 if plan.bn == 256 else 2)
     c = build(spec, B200, plan).compile()
     assert re.search(r"tcgen05\.mma\.cta_group::1\." + kind, c.ptx)
     assert c.block_scaled_mmas() == c.count(mma) == mmas, c.summary()

@@ -35,6 +35,10 @@ SPECS = {
     # columns 0..3 and 4..7 of them, the global scales in the epilogue.
     "sm100_nvfp4_rows": GemmSpec(1000, 520, 1152, DType.E2M1, DType.E2M1, DType.BF16, BLayout.K_MAJOR,
                                  ScaleRecipe.NVFP4, Accumulation.PROMOTED),
+    # Decode with row-major MX scales (seed 000, swap-AB): C^T = B^T A^T on 128x16 tiles, the partition's scale_a the
+    # problem's scale_b (the weight's), a narrow tile's rows of scale_b past its 16 tokens 1.0.
+    "sm100_mxfp8_rows_swap": GemmSpec(8, 4096, 4096, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX,
+                                      Accumulation.PROMOTED),
     # DeepSeek's fp32 blockwise scales (1x128 x 128x128), promoted: each k-block's MMA into a tensor-memory partial,
     # which the 8-warp epilogue partition loads, scales and adds into its register accumulator.
     "sm100_fp8_blockwise_deepseek": GemmSpec(4096, 7168, 7168, E4, E4, DType.BF16, BLayout.K_MAJOR,
@@ -44,6 +48,16 @@ SPECS = {
 
 def kernel(name: str) -> Kernel:
     return build(SPECS[name], B200)
+
+
+def blocked_partition_256() -> Kernel:
+    """MX fp8 with blocked scales forced onto seed 000's partition at 128x256: the loads at their blocked addresses
+    (warploom.blocked.offset), B's (256, 4) buffers in a layout of their own, one accumulator."""
+    from warploom.planner import plan_schedule
+
+    spec = GemmSpec(1000, 520, 1056, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX, Accumulation.PROMOTED,
+                    scale_layout=ScaleLayout.BLOCKED)
+    return build(spec, B200, plan_schedule(spec, B200, bn=256, scale_partition=True))
 
 
 class TestSm100Golden(expecttest.TestCase):
@@ -61,6 +75,12 @@ class TestSm100Golden(expecttest.TestCase):
 
     def test_nvfp4_scale_partition_gluon(self) -> None:
         assert_golden_file("sm100_nvfp4_rows.gluon.txt", kernel("sm100_nvfp4_rows").source)
+
+    def test_mxfp8_scale_partition_swap_gluon(self) -> None:
+        assert_golden_file("sm100_mxfp8_rows_swap.gluon.txt", kernel("sm100_mxfp8_rows_swap").source)
+
+    def test_mxfp8_blocked_scale_partition_256_gluon(self) -> None:
+        assert_golden_file("sm100_mxfp8_blocked_partition_256.gluon.txt", blocked_partition_256().source)
 
     def test_nvfp4_gluon(self) -> None:
         assert_golden_file("sm100_nvfp4_blocked.gluon.txt", kernel("sm100_nvfp4_blocked").source)

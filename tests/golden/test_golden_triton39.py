@@ -64,6 +64,8 @@ CASES: dict[str, Callable[[], Kernel]] = {
     "sm100_fp8_fused_gelu_residual": lambda: issue4_kernel(B200),
     # seed 000's scale partition: the scales' tcgen05.st layout from the buffer's own descriptor
     "sm100_mxfp8_rows": lambda: test_golden_sm100.kernel("sm100_mxfp8_rows"),
+    # ... and B's (256, 4) buffers' layout from theirs
+    "sm100_mxfp8_blocked_partition_256": test_golden_sm100.blocked_partition_256,
     # the wmma layout's warp bases, the TDM copies' int32 predicate, the barrier
     "gfx1250_bf16_4096_kmajor": lambda: test_golden_gfx1250.kernel("gfx1250_bf16_4096_kmajor"),
     "gfx1250_fp8_rowwise_bias": lambda: test_golden_gfx1250.kernel("gfx1250_fp8_rowwise_bias"),

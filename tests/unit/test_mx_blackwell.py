@@ -56,12 +56,18 @@ def test_row_major_scales_take_seed_000s_scale_partition_on_sm100a() -> None:
     blocked = warploom.plan(*_args(), device=B200)
     assert not blocked.plan.scale_partition and "seed 001" in warploom.planner.explain(blocked.spec, B200).text()
     # a narrow tile over a wider N: seed 001's chunk holds only the first rows, the scale partition loads any
+    # (blocked ones too, at their blocked addresses); forcing tcgen05.cp there, or on row-major scales, is refused
     spec = k.spec
     assert warploom.planner.plan_schedule(spec, B200, bn=64).scale_partition
-    with pytest.raises(UnsupportedError, match="N must fit one tile"):
-        warploom.planner.plan_schedule(warploom.plan(*_args(), device=B200).spec, B200, bn=64)
-    with pytest.raises(UnsupportedError, match="row-major scales: bn in"):
-        warploom.planner.plan_schedule(spec, B200, bn=256)
+    assert warploom.planner.plan_schedule(blocked.spec, B200, bn=64).scale_partition
+    with pytest.raises(UnsupportedError, match="scale_partition=False .* reads its B scales from inside a 128-row"):
+        warploom.planner.plan_schedule(blocked.spec, B200, bn=64, scale_partition=False)
+    with pytest.raises(UnsupportedError, match="scale_partition=False .*row-major scales are not in torch's blocked"):
+        warploom.planner.plan_schedule(spec, B200, scale_partition=False)
+    # 256 wide: one accumulator beside the scale buffers (A's 2 x 4 columns, B's 2 x 8): 280 of 512
+    wide = warploom.planner.plan_schedule(spec, B200, bn=256)
+    assert wide.scale_partition and wide.acc_buffers == 1
+    assert "280 of 512" in warploom.planner.scale_path(wide, spec)
     # bad row-major scales are still refused by name on this path
     a, b, sa, sb = _args(blocked=False)
     with pytest.raises(ScaleError, match="scale_a.*float8_e8m0fnu"):

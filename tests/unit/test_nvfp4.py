@@ -172,29 +172,36 @@ def test_decode_nvfp4_plans_swapped(m: int, tokens: int) -> None:
     assert steps == {ir.EpilogueStep.SCALE_GLOBAL}
 
 
-def test_a_narrow_block_scaled_tile_must_cover_n() -> None:
-    """A 16-, 32- or 64-wide tile reads its scales from the first rows of a 128-row block: only the tile at N = 0
-    can, so a forced narrow tile over a wider N is refused by name (a 64-wide one too); other widths are refused."""
+def test_a_narrow_blocked_tile_over_a_wider_n_takes_the_scale_partition() -> None:
+    """A 16-, 32- or 64-wide tile reads its scales from the first rows of a 128-row block: seed 001's tcgen05.cp
+    serves only the tile at N = 0, so a forced narrow tile over a wider N takes seed 000's scale partition, which
+    loads each tile's own rows from the blocked layout (`scale_partition_rule`); forcing seed 001 there is refused
+    by name, and so are other widths."""
     spec = _kernel().spec  # (200 x 272 x 320)
-    with pytest.raises(UnsupportedError, match="N must fit one tile, got N=272"):
-        warploom.planner.plan_schedule(spec, B200, bn=32)
-    with pytest.raises(UnsupportedError, match="a 64-wide tile reads.*N must fit one tile, got N=272"):
-        warploom.planner.plan_schedule(spec, B200, bn=64)
+    for bn in (32, 64):
+        plan = warploom.planner.plan_schedule(spec, B200, bn=bn)
+        assert plan.scale_partition and plan.bn == bn
+    with pytest.raises(UnsupportedError, match="scale_partition=False .* at bn=64: a 64-wide tile over N=272"):
+        warploom.planner.plan_schedule(spec, B200, bn=64, scale_partition=False)
     with pytest.raises(UnsupportedError, match=r"bn in \(16, 32, 64, 128, 256\).*bn=96"):
         warploom.planner.plan_schedule(spec, B200, bn=96)
-    assert warploom.planner.plan_schedule(replace(spec, n=64), B200, bn=64).bn == 64
-    with pytest.raises(UnsupportedError, match="swap_ab=True.*N must fit one tile"):
-        warploom.planner.plan_schedule(replace(spec, m=40), B200, bn=16, swap_ab=True)
+    assert not warploom.planner.plan_schedule(replace(spec, n=64), B200, bn=64).scale_partition  # (N fits one tile)
+    swapped = warploom.planner.plan_schedule(replace(spec, m=40), B200, bn=16, swap_ab=True)
+    assert swapped.swap_ab and swapped.scale_partition  # (40 tokens over 16-wide tiles)
 
 
 def test_only_blocked_block_scales_swap() -> None:
-    """MX scales row-major (sm_90a's) and fp32 blockwise ones keep their sides; blocked MX and NVFP4 swap."""
+    """MX scales row-major (on sm_90a) and fp32 blockwise ones keep their sides; blocked MX and NVFP4 swap, and so do
+    row-major ones on sm_100a (`tmem_scales`: its scale partition reads both operands' rows alike)."""
     spec = _kernel().spec
     assert spec.swap_problems() == []
     assert replace(spec, m=16).swapped().scale_layout is ScaleLayout.BLOCKED
     mx_rows = replace(spec, a_dtype=DType.E4M3, b_dtype=DType.E4M3, scale=ScaleRecipe.MX,
                       scale_layout=ScaleLayout.ROW_MAJOR)
     assert any("blocked layout" in p for p in mx_rows.swap_problems())
+    # sm_100a's scale partition reads row-major scales of A and of B alike: they trade sides there
+    assert mx_rows.swap_problems(tmem_scales=True) == []
+    assert mx_rows.swapped(tmem_scales=True).scale_layout is ScaleLayout.ROW_MAJOR
     # sm_90a refuses blocked scales before rule 18 looks at them
     mx_blocked = replace(mx_rows, m=16, scale_layout=ScaleLayout.BLOCKED)
     with pytest.raises(UnsupportedError, match="blocked layout is sm_100a's"):

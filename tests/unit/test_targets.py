@@ -142,7 +142,8 @@ def test_ops_derive_from_the_open_base_and_live_beside_their_target() -> None:
                          ids=lambda d: next(iter(d)))
 def test_other_targets_refuse_sm90_options_by_name(device: object, rule: str, forced: dict) -> None:
     """An sm_90a schedule option forced on another target's planner is refused by name, never ignored (a 2-CTA
-    cluster was planned as one CTA per tile there); sm_100a's planner takes scalar_columns itself."""
+    cluster was planned as one CTA per tile there); sm_100a's planner takes scalar_columns itself, and
+    scale_partition for MX / NVFP4 block scales only (refused here, on bf16)."""
     if forced == {"scalar_columns": False} and device is B200:
         assert plan_schedule(GemmSpec(4096, 4096, 4096), device, **forced).scalar_columns is False  # type: ignore
         return

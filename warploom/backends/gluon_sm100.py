@@ -50,13 +50,17 @@ class _Sm100Emitter(PartitionEmitter):
 
     def layouts(self) -> None:
         stores = [o for o, _ in ir.walk(self.p.body) if isinstance(o, ir.StoreTmemScales)]
-        if stores:  # seed 000's scale partition: a k-block's (128, cols) scales as tcgen05.st takes them
-            r = self.m.ring(stores[0].ring)
+        # seed 000's scale partition: a k-block's (128, cols) scales as tcgen05.st takes them; a 256-wide tile's B
+        # scales (256, cols), in a layout of their own (`_scale_names`)
+        for rows in sorted({self.m.ring(o.ring).rows for o in stores}):
+            r = next(self.m.ring(o.ring) for o in stores if self.m.ring(o.ring).rows == rows)
+            lay_name, rows_name, cols_name = _scale_names(rows)
             lay = self.api.tmem_scales_layout(tmem_buffers(r)[0], r.dtype.gluon, r.rows, r.cols, self.p.warps)
-            self.buf.line(f"scale_layout: gl.constexpr = {lay}",
-                          comment="a k-block's scales of 128 rows, as tcgen05.st takes them from the threads")
-            self.buf.line(f"scale_rows = gl.arange(0, {r.rows}, layout=gl.SliceLayout(1, scale_layout))")
-            self.buf.line(f"scale_cols = gl.arange(0, {r.cols}, layout=gl.SliceLayout(0, scale_layout))")
+            self.buf.line(f"{lay_name}: gl.constexpr = {lay}",
+                          comment=f"a k-block's scales of {rows} rows, as tcgen05.st takes them from the threads")
+            self.buf.line(f"{rows_name} = gl.arange(0, {r.rows}, layout=gl.SliceLayout(1, {lay_name}))")
+            self.buf.line(f"{cols_name} = gl.arange(0, {r.cols}, layout=gl.SliceLayout(0, {lay_name}))")
+        if stores:
             self.buf.line(f"k_scales = gl.cdiv(K, {self.m.spec.scale.scale_k})", "scales a row of A or B")
         if not self.p.accumulators:
             return
@@ -160,20 +164,36 @@ class _Sm100Emitter(PartitionEmitter):
         stride = "sa_stride_m" if a_side else "sb_stride_n"
         w = wide if scale_offsets_wide(self.m.spec) else as_is
         rows, cols = f"{o.ring}_rows", f"{o.ring}_cols"
+        _, rows_name, cols_name = _scale_names(r.rows)
         one = "1.0" if r.dtype is DType.E4M3 else "127"  # (e8m0 loads as its bits, e4m3 as float8e4nv values)
-        b.line(f"{rows} = {off} + scale_rows", "the tile's rows" if a_side else "the tile's columns of B")
-        b.line(f"{cols} = {self.kb} * {r.cols} + scale_cols", "this k-block's scales of each")
+        b.line(f"{rows} = {off} + {rows_name}", "the tile's rows" if a_side else "the tile's columns of B")
+        b.line(f"{cols} = {self.kb} * {r.cols} + {cols_name}", "this k-block's scales of each")
         mask = f"({rows}[:, None] < {size}) & ({cols}[None, :] < k_scales)"
         if r.rows > self.m.tiling.bn and not a_side:  # (a narrow tile: the buffer's rows past BN stay 1.0)
-            mask = f"(scale_rows[:, None] < {tile}) & {mask}"
-        b.line(f"{o.ring}_v = gl.load({pre}_ptr + {w(rows)}[:, None] * {stride} + {w(cols)}[None, :] * "
-               f"{pre}_stride_k, mask={mask}, other={one})", c)
+            mask = f"({rows_name}[:, None] < {tile}) & {mask}"
+        if o.blocked:
+            # torch's blocked layout (to_blocked), flat: 128x4 blocks of 512 bytes, cdiv(k_scales, 4) a block row;
+            # row r, scale c at (r % 32) * 16 + (r % 128 // 32) * 4 + c % 4 of its block (warploom.blocked.offset)
+            rr, cc = f"{w(rows)}[:, None]", f"{w(cols)}[None, :]"
+            at = (f"({rr} // 128 * gl.cdiv(k_scales, 4) + {cc} // 4) * 512 + {rr} % 32 * 16 + {rr} % 128 // 32 * 4 "
+                  f"+ {cc} % 4")
+            b.line(f"{o.ring}_v = gl.load({pre}_ptr + {at}, mask={mask}, other={one})", c)
+        else:
+            b.line(f"{o.ring}_v = gl.load({pre}_ptr + {w(rows)}[:, None] * {stride} + {w(cols)}[None, :] * "
+                   f"{pre}_stride_k, mask={mask}, other={one})", c)
         q = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
         bufs = tmem_buffers(r)
         for j, buf in enumerate(bufs):
             head = "else" if j == len(bufs) - 1 and j else f"{'if' if j == 0 else 'elif'} {q} == {j}"
             with b.block(head):
                 b.line(f"{buf}.store({o.ring}_v)", f"tcgen05.st into {o.ring}[{j}]")
+
+
+def _scale_names(rows: int) -> tuple[str, str, str]:
+    """The scale partition's register layout and row and column index names for buffers of `rows` rows (128: the
+    plain names; a 256-wide tile's B buffers theirs)."""
+    sfx = "" if rows == 128 else f"_{rows}"
+    return f"scale_layout{sfx}", f"scale_rows{sfx}", f"scale_cols{sfx}"
 
 
 def lower_sm100(m: ir.Module) -> GluonSource:

@@ -20,7 +20,7 @@ from warploom.epilogue.graph import GROUP, OutputLayout
 from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.spec import MX_BLOCK, SCALE_BLOCK, ALayout, BLayout, GemmSpec, Grouping, ScaleRecipe
+from warploom.spec import MX_BLOCK, SCALE_BLOCK, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
 
 _HEADER = """\
 from triton.experimental import gluon
@@ -43,9 +43,16 @@ SCALE_PARAMS = ("sa_ptr", "sb_ptr", "sa_stride_m", "sa_stride_k", "sb_stride_k",
 GROUP_SCALE_PARAMS = ("sb_stride_g",)
 
 
+# sm_100a's scale partition over blocked scales (flat, contiguous: `warploom.blocked.offset`) takes no strides.
+BLOCKED_SCALE_PARAMS = ("sa_ptr", "sb_ptr")
+
+
 def scale_params(m: ir.Module) -> tuple[str, ...]:
     """The blockwise scale parameters of `m`'s kernel (an M-grouped module's with scale_b's expert stride; a
-    K-grouped module's scale_b is 2-D over the grouped K space, with none)."""
+    K-grouped module's scale_b is 2-D over the grouped K space, with none; blocked MX / NVFP4 scales, which
+    sm_100a's scale partition loads, are flat, with none)."""
+    if m.spec.scale_layout is ScaleLayout.BLOCKED:
+        return BLOCKED_SCALE_PARAMS
     per_expert = m.tiling.grouped and m.tiling.grouping is not Grouping.K_OFFSETS
     return SCALE_PARAMS + (GROUP_SCALE_PARAMS if per_expert else ())
 

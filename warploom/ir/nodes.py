@@ -104,8 +104,9 @@ class Ring:
             kind::mxf8f6f4 reads fp4 so, and TMA unpacks each 8 bytes of pairs into 16, Triton's fp4_padded), so a
             slot is rows x cols bytes, and the stage's transaction bytes count them so.
         tmem: sm_100a seed 000: a ring of block scales in tensor memory (TensorMemoryScalesLayout), (128, BK/32 or
-            BK/16) e8m0 or e4m3 a slot, which the scale partition fills by tcgen05.st (`StoreTmemScales`) and
-            scaled `TcMma`s read; each slot takes `rows // 128 * cols` of the 512 tensor-memory columns.
+            BK/16) e8m0 or e4m3 a slot (B's of a 256-wide tile: (256, ...), two 128-row chunks), which the scale
+            partition fills by tcgen05.st (`StoreTmemScales`) and scaled `TcMma`s read; each slot takes
+            `rows // 128 * cols` of the 512 tensor-memory columns.
     """
 
     name: str
@@ -120,12 +121,13 @@ class Ring:
     def __post_init__(self) -> None:
         if self.padded and self.dtype is not DType.E2M1:
             raise ValueError(f"Ring {self.name}: only e2m1 slots are padded (MX fp8 x fp4), got {self.dtype}")
+        rows = (128, 256) if self.tensor is Tensor.SCALE_B else (128,)  # (a 256-wide tile's B: two 128-row chunks)
         if self.tmem and (self.tensor not in (Tensor.SCALE_A, Tensor.SCALE_B)
-                          or self.dtype not in (DType.E8M0, DType.E4M3) or self.rows != 128
+                          or self.dtype not in (DType.E8M0, DType.E4M3) or self.rows not in rows
                           or self.cols not in (4, 8)):
             raise ValueError(f"Ring {self.name}: a tensor-memory scale ring holds (128, 4 or 8) e8m0 or e4m3 block "
-                             f"scales of SCALE_A or SCALE_B, got ({self.rows}, {self.cols}) {self.dtype.value} of "
-                             f"{self.tensor.value}")
+                             f"scales of SCALE_A or SCALE_B (SCALE_B's also (256, 4 or 8)), got ({self.rows}, "
+                             f"{self.cols}) {self.dtype.value} of {self.tensor.value}")
 
     @property
     def slot_bytes(self) -> int:

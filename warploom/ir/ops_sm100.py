@@ -85,15 +85,22 @@ class ScaleCopy(Op):
 @dataclass(frozen=True)
 class StoreTmemScales(Op):
     """sm_100a (seed 000): the scale partition loads the (tile, k-block)'s block scales of `tensor` (scale_a over the
-    tile's rows, scale_b over its columns; row-major, any strides) with ordinary loads and stores them from registers
-    into slot `slot` of the tensor-memory scale ring `ring` (tcgen05.st, then tcgen05.wait::st). Synchronous: when it
-    returns its own thread's stores are done; the partition's next arrival on `barrier[slot]` (after a barrier of
-    its warps) publishes them to the MMA warp, whose scaled MMA reads the slot and releases it when it completes."""
+    tile's rows, scale_b over its columns; row-major, any strides, or `blocked`) with ordinary loads and stores them
+    from registers into slot `slot` of the tensor-memory scale ring `ring` (tcgen05.st, then tcgen05.wait::st).
+    Synchronous: when it returns its own thread's stores are done; the partition's next arrival on `barrier[slot]`
+    (after a barrier of its warps) publishes them to the MMA warp, whose scaled MMA reads the slot and releases it
+    when it completes.
+
+    Attributes:
+        blocked: the scales are in torch's blocked layout (``to_blocked``): the element of row r and scale c lies at
+            `warploom.blocked.offset` (a tile narrower than 128 over a wider N, which tcgen05.cp cannot serve:
+            `planning.sm100.scale_partition_rule`); False: row-major with the tensor's strides."""
 
     tensor: Tensor
     ring: str
     slot: Slot
     barrier: str
+    blocked: bool = False
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,8 @@ def op(o: ir.Op) -> str:
         case ir.ScaleCopy():
             return f"tcgen05_copy {o.ring}[{slot(o.slot)}] -> {o.dst}"
         case ir.StoreTmemScales():
-            return f"store_tmem_scales {o.tensor.value}[tile, k] -> {o.ring}[{slot(o.slot)}] (for {o.barrier})"
+            src = " (blocked)" if o.blocked else ""
+            return f"store_tmem_scales {o.tensor.value}[tile, k]{src} -> {o.ring}[{slot(o.slot)}] (for {o.barrier})"
         case ir.Commit():
             return f"tcgen05_commit {o.barrier}[{slot(o.slot)}]"
         case ir.LoadTmem():

@@ -462,7 +462,7 @@ def _check_swap(m: ir.Module) -> list[str]:
             for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) and wrong in o.steps]
     if not t.swap_ab:
         return errs
-    errs += [f"swap_ab with {p}" for p in m.spec.swap_problems()]
+    errs += [f"swap_ab with {p}" for p in m.spec.swap_problems(tmem_scales=m.blackwell)]
     if t.split_k > 1 or t.ranged:
         errs.append("swap_ab with split-K or a ranged kernel (its stores are whole tiles of C)")
     for bf in m.buffers:

@@ -28,9 +28,10 @@ only. Tensor-memory column overlaps and the 512-column budget are `verify.check_
 
 from __future__ import annotations
 
+from warploom.blocked import BLOCK_ROWS
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
-from warploom.spec import ScaleRecipe
+from warploom.spec import ScaleLayout, ScaleRecipe
 
 # The instruction's names for the MX operand formats.
 MX_FORMATS = {DType.E4M3: "e4m3", DType.E5M2: "e5m2", DType.E2M1: "e2m1"}
@@ -172,7 +173,8 @@ def check_scale_partition(m: ir.Module) -> list[str]:
 
     - **producer and consumer:** each scale ring is written by `StoreTmemScales` of one SCALES partition and read by
       the scaled `TcMma`s (reading it at a slot) of the MMA partition, and the scales hold the recipe's dtype, BK /
-      scale_k a row.
+      scale_k a row, a row per row of the operand's tile (128; B's of a 256-wide tile 256), loaded in the spec's
+      layout (`StoreTmemScales.blocked`); the MMA scales A by the SCALE_A ring and B by the SCALE_B one.
     - **not signalling early:** in the scale partition's loop the stores into a slot follow a wait on the rings'
       empty barrier at that slot and precede the arrival on their ready barrier, which guards the rings.
     - **released only by the MMA's completion:** each scaled MMA follows a wait on the ready barrier at its slot,
@@ -200,6 +202,13 @@ def check_scale_partition(m: ir.Module) -> list[str]:
         if r.cols * recipe.scale_k != m.tiling.bk:
             errs.append(f"scale ring {r.name} holds {r.cols} scales a row per k-block of {m.tiling.bk}; "
                         f"{recipe.value} takes {m.tiling.bk // recipe.scale_k}")
+        # (the MMA reads a scale row per row of its operand: B's of a 256-wide tile are two 128-row chunks)
+        tile = m.tiling.bm if r.tensor is ir.Tensor.SCALE_A else m.tiling.bn
+        chunks = -(-tile // BLOCK_ROWS) * BLOCK_ROWS
+        if r.rows != chunks:
+            errs.append(f"scale ring {r.name} holds {r.rows} rows of scales; the MMA reads {tile} rows of "
+                        f"{r.tensor.value} (a buffer of {chunks})")
+    blocked = m.spec.scale_layout is ScaleLayout.BLOCKED
     bars = {b.name: b for b in m.barriers}
     ready = {b.name for b in m.barriers if b.purpose is ir.Purpose.READY and set(b.rings) & set(rings)}
     empty = {b.name for b in m.barriers if b.purpose is ir.Purpose.EMPTY and set(b.rings) & set(rings)}
@@ -209,6 +218,10 @@ def check_scale_partition(m: ir.Module) -> list[str]:
         for o, _ in ir.walk(p.body):
             if isinstance(o, ir.StoreTmemScales):
                 writers.setdefault(o.ring, set()).add(p.name)
+                if o.blocked != blocked:
+                    errs.append(f"partition {p.name}: store_tmem_scales reads {o.tensor.value} as "
+                                f"{'blocked' if o.blocked else 'row-major'}, but the spec's scales are "
+                                f"{m.spec.scale_layout.value}")
                 if p.role is not ir.Role.SCALES:
                     errs.append(f"partition {p.name}: store_tmem_scales in a {p.role.value} partition (the scale "
                                 "partition's)")
@@ -218,6 +231,13 @@ def check_scale_partition(m: ir.Module) -> list[str]:
             elif isinstance(o, ir.TcMma) and o.scales is not None and o.scales.slot is not None:
                 for b in (o.scales.a, o.scales.b):
                     readers.setdefault(b, set()).add(p.name)
+                # (A's rows scale by scale_a: in a swapped module, the kernel's A is the problem's B, and its
+                # scale_a ring holds the problem's scale_b)
+                roles = [(side, b) for side, b, t in (("A", o.scales.a, ir.Tensor.SCALE_A),
+                                                      ("B", o.scales.b, ir.Tensor.SCALE_B))
+                         if b in rings and rings[b].tensor is not t]
+                errs += [f"partition {p.name}: the scaled MMA scales {side} by {b}, which holds "
+                         f"{rings[b].tensor.value}: each operand's rows take their own scales" for side, b in roles]
                 errs += _k_cols(p, o.scales, m.tiling.bk, recipe)
                 if o.release_scales not in empty:
                     errs.append(f"partition {p.name}: the scaled MMA reading {o.scales.a} and {o.scales.b} releases "

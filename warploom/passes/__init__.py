@@ -31,6 +31,7 @@ from warploom.passes.scales import SplitScales
 from warploom.passes.split_consumers import SplitConsumers
 from warploom.planning.plan import Plan
 from warploom.spec import GemmSpec
+from warploom.target import Target
 
 Pass = Callable[[ir.Module], ir.Module]
 
@@ -130,7 +131,7 @@ def run_pipeline(spec: GemmSpec, plan: Plan, device: DeviceInfo, passes: Sequenc
     """build_sequential, then `passes` (the plan's target's, `warploom.targets`), each verified; then the complete
     module against `device`, the target's op set `ops` and its own `checks` (`verify.check`)."""
     if plan.swap_ab:  # rule 18: the module runs the transposed problem, and stores its tiles into C transposed
-        spec = spec.swapped()
+        spec = spec.swapped(tmem_scales=plan.target is Target.SM100A)
     m = verify.check(build_sequential(spec, plan), "build_sequential")
     stages = [("build_sequential", m)]
     for p in passes:

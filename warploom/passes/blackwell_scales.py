@@ -17,6 +17,12 @@ completes, so the MMA stays asynchronous and the partition fills the other buffe
 Four warps, because a tensor-memory load or store reaches only the 32 lanes of its warp's quarter, so 128 rows
 need a warpgroup (Triton's tcgen05 register layouts require 4 warps). It runs after SplitMma, which made the MMA
 warp; the module must have no seed-001 scale copies (the planner builds none when it plans this path).
+
+Which scales come this way is the planner's (`planning.sm100.scale_partition_rule`): row-major ones always, blocked
+ones (`StoreTmemScales.blocked`: loaded at `warploom.blocked.offset`) where tcgen05.cp cannot serve the tile (a tile
+narrower than 128 over a wider N) or where forced. A 256-wide tile's B buffers hold 256 rows (two 128-row chunks,
+twice the columns; `scale_rows`), which its MMA reads whole; swap-AB decode needs nothing here (the swapped spec's
+scale_a is the problem's scale_b, which the simulator passes in its place; warploom launches no sm_100a kernel).
 """
 
 from __future__ import annotations
@@ -26,24 +32,38 @@ from dataclasses import dataclass, replace
 from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.ir.verify_scales import MX_FORMATS, NVFP4_MMA_COLS
-from warploom.spec import ScaleRecipe
+from warploom.planning.common import scale_rows
+from warploom.planning.sm100 import SCALE_BUFFERS
+from warploom.spec import ScaleLayout, ScaleRecipe
 
 # The two tensor-memory scale rings and their barriers.
 SCALE_RINGS = {ir.Tensor.SCALE_A: "sa_tm", ir.Tensor.SCALE_B: "sb_tm"}
 SCALE_READY, SCALE_EMPTY = "scale_ready", "scale_empty"
-SCALE_BUFFERS = 2  # double buffering: the partition fills one while the MMA reads the other
+# (SCALE_BUFFERS, the double buffering: the partition fills one while the MMA reads the other; the planner's)
 SCALE_WARPS = 4  # a warpgroup: tcgen05.st reaches each warp's own 32 lanes
-# Its budget: a thread holds a k-block's scales of a row, their addresses and masks. ptxas for sm_100a, no spills
-# at these (tests/compile/test_compile_sm100.py): MX's 4 e8m0 bytes a row at 48 (Triton 3.6 and 3.9). NVFP4's e4m3
-# ones cost more: 4 (BK 64) spilled 116 bytes at 48 under 3.9, none at 64; 8 (BK 128) spilled 104 bytes at 48
-# under 3.6 (none at 64) and 148 at 96 under 3.9, none at 104. (Loading e4m3 as bytes and bitcasting spilled more.)
-SCALE_PARTITION_REGS = 48
-NVFP4_SCALE_PARTITION_REGS = {4: 64, 8: 104}
+# Its budget: a thread holds a k-block's scales of a row, their addresses and masks; ptxas for sm_100a spilled nothing
+# at these under Triton 3.6 and 3.9 (tests/compile/test_compile_sm100.py), keyed by (scale dtype, scales a row a
+# k-block, rows of B's buffer, blocked source). Row-major at 128 rows: MX's 4 e8m0 bytes at 48; NVFP4's e4m3 cost
+# more: 4 (BK 64) spilled 116 bytes at 48 under 3.9, none at 64; 8 (BK 128) 104 bytes at 48 under 3.6 and 148 at 96
+# under 3.9, none at 104 (loading e4m3 as bytes and bitcasting spilled more). Blocked addresses (`blocked.offset`)
+# cost MX 16 spilled bytes at 48 (3.6), none at 56. A 256-wide tile's B scales are two rows a thread: row-major MX
+# spilled 288 bytes at 48, 88 at 64, 24 at 72 (3.6), none at 80; blocked MX and NVFP4 at BK 64 8 at 80 (3.6), none
+# at 88; NVFP4 at BK 128 48 at 104, none at 136.
+_E8, _E4 = DType.E8M0, DType.E4M3
+SCALE_PARTITION_REGS = {
+    (_E8, 4, 128, False): 48, (_E8, 4, 128, True): 56,
+    (_E4, 4, 128, False): 64, (_E4, 4, 128, True): 64,
+    (_E4, 8, 128, False): 104, (_E4, 8, 128, True): 104,
+    (_E8, 4, 256, False): 80, (_E8, 4, 256, True): 88,
+    (_E4, 4, 256, False): 80, (_E4, 4, 256, True): 88,
+    (_E4, 8, 256, False): 136, (_E4, 8, 256, True): 136,
+}
 
 
-def scale_partition_regs(dtype: DType, cols: int) -> int:
-    """The scale partition's register budget for `cols` scales of `dtype` a row a k-block."""
-    return NVFP4_SCALE_PARTITION_REGS[cols] if dtype is DType.E4M3 else SCALE_PARTITION_REGS
+def scale_partition_regs(dtype: DType, cols: int, b_rows: int = 128, blocked: bool = False) -> int:
+    """The scale partition's register budget for `cols` scales of `dtype` a row a k-block, B's buffers `b_rows`
+    rows (256: a 256-wide tile's), loaded row-major or at `blocked` addresses."""
+    return SCALE_PARTITION_REGS[(dtype, cols, b_rows, blocked)]
 
 
 @dataclass(frozen=True)
@@ -62,13 +82,16 @@ class PlaceScalePartition:
         spec, t = m.spec, m.tiling
         cols = t.bk // spec.scale.scale_k  # (MX: BK/32; NVFP4: BK/16)
         dt = DType.E4M3 if spec.scale.scale_dtype is DType.E4M3 else DType.E8M0
-        rings = tuple(ir.Ring(name, tensor, dt, SCALE_BUFFERS, 128, cols, tmem=True)
+        # (128, cols) a buffer; B's of a 256-wide tile (256, cols): two 128-row chunks, 2 x cols columns
+        rows = {ir.Tensor.SCALE_A: scale_rows(t.bm), ir.Tensor.SCALE_B: scale_rows(t.bn)}
+        rings = tuple(ir.Ring(name, tensor, dt, SCALE_BUFFERS, rows[tensor], cols, tmem=True)
                       for tensor, name in SCALE_RINGS.items())
         ready = ir.Barriers(SCALE_READY, SCALE_BUFFERS, 1, tuple(SCALE_RINGS.values()), ir.Purpose.READY)
         empty = ir.Barriers(SCALE_EMPTY, SCALE_BUFFERS, 1, tuple(SCALE_RINGS.values()), ir.Purpose.EMPTY)
         q = ir.Slot("q")
         # NVFP4: one 64-deep MMA per 4 scale columns, each reading its own (`TmemScales.k_cols`)
         k_cols = tuple(range(0, cols, NVFP4_MMA_COLS)) if spec.scale is ScaleRecipe.NVFP4 else ()
+        blocked = spec.scale_layout is ScaleLayout.BLOCKED  # (loaded at their blocked addresses: scale_partition_rule)
         scales = ir.TmemScales(SCALE_RINGS[ir.Tensor.SCALE_A], SCALE_RINGS[ir.Tensor.SCALE_B],
                                MX_FORMATS[spec.a_dtype], MX_FORMATS[spec.b_dtype], spec.scale.scale_k, slot=q,
                                k_cols=k_cols)
@@ -89,12 +112,14 @@ class PlaceScalePartition:
         mma = next(p for p in m.partitions if p.role is ir.Role.MMA)
         k_body: tuple[ir.Stmt, ...] = (
             ir.Wait(SCALE_EMPTY, q, ir.Parity("q", flip=True)),
-            *(ir.StoreTmemScales(tensor, name, q, SCALE_READY) for tensor, name in SCALE_RINGS.items()),
+            *(ir.StoreTmemScales(tensor, name, q, SCALE_READY, blocked=blocked)
+              for tensor, name in SCALE_RINGS.items()),
             ir.Arrive(SCALE_READY, q),
             ir.Advance("q"),
         )
         part = ir.Partition(
-            name="scales", role=ir.Role.SCALES, warps=SCALE_WARPS, regs=scale_partition_regs(dt, cols),
+            name="scales", role=ir.Role.SCALES, warps=SCALE_WARPS,
+            regs=scale_partition_regs(dt, cols, rows[ir.Tensor.SCALE_B], blocked),
             body=(ir.Loop(ir.LoopKind.TILES, (ir.Loop(ir.LoopKind.K, k_body),)),),
             cursors=(ir.Cursor("q", SCALE_BUFFERS),),
         )

@@ -95,16 +95,18 @@ def swap_tokens(m: int) -> int:
     return next((w for w in SWAP_TOKENS if m <= w), SWAP_TOKENS[-1])
 
 
-def swap_decode(spec: GemmSpec) -> bool:
+def swap_decode(spec: GemmSpec, tmem_scales: bool = False) -> bool:
     """Rule 18: whether the planner runs `spec` swapped (C^T = B^T A^T on 16- or 32-wide tiles): a decode GEMM of at
     most SWAP_MAX_M rows that can swap (`GemmSpec.swap_problems`; a fused epilogue too, unless it reads a dense
-    operand)."""
-    return 0 < spec.m <= SWAP_MAX_M and (is_decode(spec) or _block_scaled_decode(spec)) and not spec.swap_problems()
+    operand). `tmem_scales`: sm_100a's (rule 19), where MX / NVFP4 swap with row-major scales too."""
+    return (0 < spec.m <= SWAP_MAX_M and (is_decode(spec) or _block_scaled_decode(spec, tmem_scales))
+            and not spec.swap_problems(tmem_scales))
 
 
-def _block_scaled_decode(spec: GemmSpec) -> bool:
-    """Rule 18 on sm_100a (rule 19): MX or NVFP4 with scales in torch's blocked layout at decode sizes. Their
-    `accumulation` says PROMOTED, but the tcgen05 block-scaled MMA applies the scales and accumulates in fp32 itself
-    (nothing is promoted), so the problem streams B as rule 16's decode does. (Only sm_100a plans blocked scales.)"""
-    return spec.m <= 64 and spec.scale_layout is ScaleLayout.BLOCKED
+def _block_scaled_decode(spec: GemmSpec, tmem_scales: bool) -> bool:
+    """Rule 18 on sm_100a (rule 19): MX or NVFP4 at decode sizes, with scales in torch's blocked layout (seed 001)
+    or, `tmem_scales`, row-major (seed 000's scale partition). Their `accumulation` says PROMOTED, but the tcgen05
+    block-scaled MMA applies the scales and accumulates in fp32 itself (nothing is promoted), so the problem streams
+    B as rule 16's decode does. (Only sm_100a plans blocked scales.)"""
+    return spec.m <= 64 and (spec.scale_layout is ScaleLayout.BLOCKED or tmem_scales and spec.scale.microscaled)
 

@@ -47,8 +47,9 @@ class Plan:
             rather than to the whole accumulator: rule 10 of the heuristic.
         scale_partition: blockwise recipes: copy the scales in a partition of their own into a ring of
             `scale_stages` slots (passes/scales.py, seed 000) rather than through the A/B stages (rule 11).
-            sm_100a MX / NVFP4 (`block_scaled`): row-major scales, which a 4-warp partition tcgen05.st's into two
-            tensor-memory buffers (passes/blackwell_scales.py, `scale_path`) instead of tcgen05.cp from the stage.
+            sm_100a MX / NVFP4 (`block_scaled`): a 4-warp partition tcgen05.st's the scales into two tensor-memory
+            buffers (passes/blackwell_scales.py, `scale_path`) instead of tcgen05.cp from the stage: row-major
+            scales always, blocked ones where `planning.sm100.scale_partition_rule` says (or forced).
         scale_warps: warps of that partition.
         split_k: split each tile's k-blocks into this many equal ranges, each a work unit of its own whose
             fp32 partial goes to a workspace; a second kernel sums the partials in order (deterministic) into C.

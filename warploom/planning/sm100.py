@@ -7,12 +7,11 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from warploom.device import DeviceInfo
+from warploom.device import TMEM_COLUMNS, DeviceInfo
 from warploom.errors import UnsupportedError
 from warploom.planning.common import (
     DECODE_STAGES,
     MAX_STAGES,
-    SWAP_MAX_M,
     dense_operands,
     native_problems,
     nvfp4_bk,
@@ -25,8 +24,9 @@ from warploom.planning.plan import Plan
 from warploom.spec import Accumulation, GemmSpec, ScaleLayout, ScaleRecipe
 from warploom.target import Target
 
-# The sm_90a schedule options rule 19 takes too (any other forced one is refused by name).
-TAKES = frozenset({"swap_ab", "prefetch_operands", "scalar_columns"})
+# The sm_90a schedule options rule 19 takes too (any other forced one is refused by name). scale_partition picks
+# MX / NVFP4's scale path (`scale_partition_rule`).
+TAKES = frozenset({"swap_ab", "prefetch_operands", "scalar_columns", "scale_partition"})
 
 
 def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
@@ -36,19 +36,25 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     options.refuse_sm90_options(Target.SM100A, "rule 19", TAKES)
     bm, bn, stages, group_m, swap_ab = options.bm, options.bn, options.stages, options.group_m, options.swap_ab
     scalar_columns, prefetch_operands = options.scalar_columns, options.prefetch_operands
+    scale_partition = options.scale_partition
     if swap_ab is None:
         split_forced = options.split_k is not None or options.tail_split is not None
-        swap_ab = all(f is None for f in (bm, bn, stages)) and not split_forced and swap_decode(spec)
+        swap_ab = all(f is None for f in (bm, bn, stages)) and not split_forced and swap_decode(spec, tmem_scales=True)
     if not swap_ab:
         return plan_blackwell(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
-                              scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
-    if spec.swap_problems():
+                              scalar_columns=scalar_columns, prefetch_operands=prefetch_operands,
+                              scale_partition=scale_partition)
+    # (row-major MX / NVFP4 scales swap too here: the scale partition reads scale_a's (M, K/32) rows and scale_b's
+    # (N, K/32) rows alike, so the swapped kernel's scale_a is the problem's scale_b; `GemmSpec.swap_problems`)
+    problems = spec.swap_problems(tmem_scales=True)
+    if problems:
         raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: "
-                               f"{'; '.join(spec.swap_problems())}; drop swap_ab")
+                               f"{'; '.join(problems)}; drop swap_ab")
     tokens = bn or swap_tokens(spec.m)
     try:
-        swapped = plan_blackwell(spec.swapped(), device, bm=bm, bn=tokens, stages=stages, group_m=group_m,
-                                 scalar_columns=scalar_columns, prefetch_operands=prefetch_operands)
+        swapped = plan_blackwell(spec.swapped(tmem_scales=True), device, bm=bm, bn=tokens, stages=stages,
+                                 group_m=group_m, scalar_columns=scalar_columns, prefetch_operands=prefetch_operands,
+                                 scale_partition=scale_partition)
     except UnsupportedError as e:
         raise UnsupportedError(f"swap_ab=True (rule 18) for {spec.short()}: its tiles of C^T are {bm or 128} rows of N "
                                f"by {tokens} of M, and the swapped problem has no such plan: {e}") from None
@@ -63,7 +69,7 @@ _BLACKWELL_EPILOGUE_REGS = 232
 
 def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
                    stages: int | None = None, group_m: int = 8, scalar_columns: bool = True,
-                   prefetch_operands: bool | None = None) -> Plan:
+                   prefetch_operands: bool | None = None, scale_partition: bool | None = None) -> Plan:
     """Rule 19: the plan of a plain GEMM on an sm_100a device (tensor-memory accumulators, an MMA warp, an epilogue
     partition). Raises UnsupportedError, naming what to change, for what the sm_100a schedule does not cover yet."""
     # MX fp8 (seed 001): the tcgen05 block-scaled MMA applies the e8m0 scales per 32 of K and accumulates in fp32
@@ -81,35 +87,20 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                                f"(fp8, fp4), NVFP4, fp32 blockwise (promoted) or no scales so far; {spec.short()} has "
                                f"{'; '.join(problems)}. Fix: plan it "
                                "for an sm_90a device (device=H100_SXM)")
+    if scale_partition is not None and not mx:
+        raise UnsupportedError(f"scale_partition={scale_partition}: the sm_100a schedule (rule 19) takes it only for "
+                               f"MX / NVFP4 block scales (it picks how they reach tensor memory); {spec.short()} has "
+                               f"{'no' if spec.scale is ScaleRecipe.NONE else spec.scale.value} scales. Fix: drop "
+                               "scale_partition")
     if promoted:
         return _plan_blackwell_promoted(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m)
     if spec.scale is ScaleRecipe.NVFP4 and spec.epilogue is not None:
         raise UnsupportedError("sm_100a NVFP4 with a fused epilogue: its global scales are an epilogue step of the "
                                "plain kernel, and a fused graph would not apply them. Fix: drop the epilogue and "
                                "apply it to scaled_mm's result")
-    # Row-major MX and NVFP4 scales (plain, unpadded, any stride) take seed 000's path: a scale partition loads them
-    # with ordinary loads and tcgen05.st's them into two tensor-memory buffers (`scale_path`), so they never enter
-    # the A/B stage and a narrow tile's rows need no 128-row chunk. NVFP4 keeps its k-block (`nvfp4_bk`): at BK 128
-    # each buffer holds 8 e4m3 scales a row, of which the MMA's two 64-deep halves read columns 0..3 and 4..7.
-    rowwise_scales = mx and spec.scale_layout is not ScaleLayout.BLOCKED
-    if rowwise_scales and bn not in (None, 16, 32, 64, 128):
-        raise UnsupportedError(f"sm_100a MX / NVFP4 with row-major scales: bn in (16, 32, 64, 128) (the scale "
-                               f"partition's tensor-memory buffers hold 128 rows of scales; a 256-wide tile's B "
-                               f"scales would need two), got {bn=}. Fix: leave bn to the planner, or pass "
-                               "to_blocked(scale) for both scales (seed 001's tcgen05.cp path takes 256)")
-    if mx and not rowwise_scales and bn not in (None, 16, 32, 64, 128, 256):
-        raise UnsupportedError(f"sm_100a MX: bn in (16, 32, 64, 128, 256) (tcgen05.cp copies B's scales in 128-row "
-                               f"chunks; a 16-, 32- or 64-wide tile copies one and reads its first rows), got {bn=}. "
-                               "Fix: leave bn to the planner")
-    if mx and not rowwise_scales and bn is not None and bn < 128 and spec.n > bn:
-        # A narrow tile's scales are the first bn rows of the 128-row block at off_n // 128, which holds them only
-        # for the tile at off_n = 0: a second tile's (rows bn ...) would need a copy from inside the block.
-        raise UnsupportedError(f"sm_100a MX: a {bn}-wide tile reads its B scales from the first {bn} rows of a "
-                               f"128-row tcgen05.cp chunk, so N must fit one tile, got N={spec.n} (rule 18 swaps "
-                               f"decode with the tokens as N: at most {SWAP_MAX_M}; a 64-wide tile over a wider N "
-                               "would need rows 64..127 of the chunk, which Triton 3.6 cannot address in a "
-                               "tensor-memory scale buffer). Fix: bn=128, pass row-major scales (seed 000's scale "
-                               "partition loads any tile's rows), or leave bn to the planner")
+    # Seed 000 or seed 001 (`scale_partition_rule`): row-major scales always take the scale partition; blocked ones
+    # tcgen05.cp from the A/B stage, unless the tile's scale rows are not the first of the 128-row chunk it copies.
+    partition = mx and scale_partition_rule(spec, bn, scale_partition)
     bm = bm or 128
     if bm != 128 or bn not in (None, 16, 32, 64, 128, 256):
         raise UnsupportedError(f"sm_100a tiles: bm=128 (one CTA's tcgen05 MMA) and bn in (16, 32, 64, 128, 256), got "
@@ -131,14 +122,14 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
         cap = DECODE_STAGES if width <= 32 else MAX_STAGES
         barriers = 8 * 2 * (cap + _BLACKWELL_BUFFERS)
         return (min(cap, (device.smem_per_block - staging - barriers)
-                     // stage_bytes(spec, bm, width, bk, scale_partition=rowwise_scales)), blocks, staging)
+                     // stage_bytes(spec, bm, width, bk, scale_partition=partition)), blocks, staging)
 
     # 256 wide unless the stages and staging buffers do not fit (many outputs or dense operands): the widest tile
     # with two stages, else the widest with one.
     # MX: 128 wide by default, so two accumulators (256 columns) leave tensor memory for the scale buffers and the
-    # epilogue drains one tile under the next one's mainloop; a forced 256 gets one accumulator (256 + 12 scale
-    # columns of 512; two would take all 512), so its epilogue does not overlap the mainloop. Not measured: no
-    # sm_100a GPU is at hand.
+    # epilogue drains one tile under the next one's mainloop; a forced 256 gets one accumulator (`tmem_budget`: two
+    # would take all 512 columns before the scales), so its epilogue does not overlap the mainloop. Not measured:
+    # no sm_100a GPU is at hand.
     widths = (bn,) if bn is not None else (128,) if mx else (256, 128, 64)
     width = next((w for w in widths if fits(w)[0] >= (stages or 2)),
                  next((w for w in widths if fits(w)[0] >= 1), widths[-1]))
@@ -150,39 +141,116 @@ def plan_blackwell(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None,
                                "fewer stages, a narrower bn, or fewer outputs or dense operands")
     tiles = max(1, math.ceil(spec.m / bm) * math.ceil(spec.n / width))
     dense = bool(dense_operands(spec))
+    acc_buffers = tmem_budget(spec, bm, width, bk, partition)[0] if mx else _BLACKWELL_BUFFERS
     return Plan(bm=bm, bn=width, bk=bk, stages=s, consumer_warps=4, group_m=group_m,
                 grid=min(device.sm_count, tiles), consumer_regs=_BLACKWELL_EPILOGUE_REGS, epilogue_subtiles=blocks,
                 hoist_rows=True, scalar_columns=scalar_columns,
                 prefetch_operands=dense if prefetch_operands is None else prefetch_operands,
-                acc_buffers=1 if mx and width == 256 else _BLACKWELL_BUFFERS, block_scaled=mx,
-                scale_partition=rowwise_scales, scale_warps=4 if rowwise_scales else 1, target=Target.SM100A)
+                acc_buffers=acc_buffers, block_scaled=mx, scale_partition=partition, scale_warps=4 if partition else 1,
+                target=Target.SM100A)
+
+
+SCALE_BUFFERS = 2  # seed 000: the partition fills one buffer while the MMA reads the other (passes/blackwell_scales.py)
+
+
+def scale_partition_rule(spec: GemmSpec, bn: int | None, forced: bool | None = None) -> bool:
+    """Rule 19's scale path for MX / NVFP4 (issue 25): True for seed 000's scale partition, False for seed 001's
+    tcgen05.cp from the A/B stage. `forced` is the caller's ``scale_partition`` (None: this rule decides).
+
+    - **Row-major scales: the partition, always.** tcgen05.cp copies 128x4 chunks of torch's blocked layout from
+      shared memory; row-major bytes are not in it (padding and swizzling them would be a pass over the scales
+      per call, per expert for MoE). Forcing seed 001 on them is refused by name.
+    - **Blocked scales: tcgen05.cp, unless the tile's rows are not the first rows of a chunk.** Seed 001's scales
+      ride the A/B stage under its one barrier, so they are fetched `stages` k-blocks ahead of their MMA (up to 6;
+      12 for decode) and the MMA warp copies them asynchronously in issue order; the partition's loads run only
+      its two buffers ahead, with their global-memory latency between a buffer's release and its refill, and take
+      a warpgroup of 48 to 104 registers. What seed 001 wastes is at most (128 - BN) x 4 bytes of a stage for a
+      narrow tile (448 of the 18,944 of a swapped MX fp8 decode stage at N = 16: 2.4%), and tensor memory gains
+      nothing from the partition either: its tcgen05.st writes all 128 lanes of the buffer too. So blocked scales
+      take the partition only where tcgen05.cp cannot serve the tile: a 16-, 32- or 64-wide tile over an N wider
+      than the tile (every tile but the first reads rows inside a 128-row chunk, which Triton cannot address in a
+      tensor-memory scale buffer; the partition loads the tile's own rows from the blocked layout). Forcing
+      ``scale_partition=True`` takes it anywhere (the partition reads the blocked layout at any tile); forcing
+      False where tcgen05.cp cannot serve the tile is refused by name.
+
+    Not measured (no sm_100a GPU): the rule rests on the lookahead and the bytes above, not on timings."""
+    row_major = spec.scale_layout is not ScaleLayout.BLOCKED
+    narrow = bn is not None and bn < 128 and spec.n > bn
+    if forced is False and (row_major or narrow):
+        why = ("row-major scales are not in torch's blocked layout, whose 128x4 chunks tcgen05.cp copies" if row_major
+               else f"a {bn}-wide tile over N={spec.n} reads its B scales from inside a 128-row tcgen05.cp chunk "
+               "(rows 64..127 for every second 64-wide tile), which Triton cannot address in a tensor-memory scale "
+               "buffer")
+        raise UnsupportedError(f"scale_partition=False (seed 001's tcgen05.cp path) on sm_100a for {spec.short()}"
+                               f"{f' at bn={bn}' if bn else ''}: {why}. Fix: drop scale_partition (the planner "
+                               "takes seed 000's scale partition here)"
+                               + ("" if row_major else ", or bn=128"))
+    if forced is not None:
+        return forced
+    return row_major or narrow
+
+
+def scale_columns(spec: GemmSpec, bm: int, bn: int, bk: int, partition: bool) -> int:
+    """Tensor-memory columns of an MX / NVFP4 plan's scale buffers: BK / scale_k 32-bit columns per 128 rows of each
+    operand's tile (a 256-wide B tile: two 128-row chunks, twice the columns), two buffers each on seed 000's
+    path (`SCALE_BUFFERS`), one on seed 001's (one thread's tcgen05.cp and MMA run in issue order)."""
+    cols = bk // spec.scale.scale_k
+    return (SCALE_BUFFERS if partition else 1) * cols * (-(-bm // 128) + -(-bn // 128))
+
+
+def tmem_budget(spec: GemmSpec, bm: int, bn: int, bk: int, partition: bool) -> tuple[int, int]:
+    """(accumulators, columns used) of an MX / NVFP4 plan's tensor memory: two BN-column fp32 accumulators (the
+    epilogue drains one under the next tile's mainloop) where they fit beside the scale buffers in TMEM_COLUMNS,
+    else one. At 128 wide: 256 + 16 (MX) of 512 with the partition; at 256 wide two accumulators take all 512, so
+    one: 256 + 24 (MX, partition: A's 2 x 4 and B's 2 x 8), 256 + 48 (NVFP4 at BK 128). Raises UnsupportedError,
+    naming the columns, where not even one fits."""
+    sc = scale_columns(spec, bm, bn, bk, partition)
+    for accs in (_BLACKWELL_BUFFERS, 1):
+        if accs * bn + sc <= TMEM_COLUMNS:
+            return accs, accs * bn + sc
+    raise UnsupportedError(f"sm_100a {spec.scale.value}: a {bm}x{bn} tile's fp32 accumulator ({bn} columns) and its "
+                           f"scale buffers ({sc} columns) exceed tensor memory's {TMEM_COLUMNS} columns. Fix: a "
+                           "narrower bn, or leave bn to the planner")
 
 
 def scale_path(plan: Plan, spec: GemmSpec | None = None) -> str:
-    """Which way an sm_100a block-scaled plan brings its scales to the MMA, and why, with the tensor-memory trade
-    (printed by `explain` and `warploom demo`)."""
+    """Which way an sm_100a block-scaled plan brings its scales to the MMA, and why (`scale_partition_rule`), with
+    the tensor-memory columns it uses (printed by `explain` and `warploom demo`)."""
     if not plan.block_scaled:
         return "no block scales"
     cols = plan.bk // (spec.scale.scale_k if spec is not None else 32)
     acc = plan.acc_buffers * plan.bn
+    b_chunks = -(-plan.bn // 128)
+    swap = " (swap-AB decode: the kernel's A is the problem's B and its scale_a the problem's scale_b)" \
+        if plan.swap_ab else ""
     if plan.scale_partition:
-        sc = 2 * 2 * cols
+        sc = SCALE_BUFFERS * cols * (1 + b_chunks)
+        blocked = spec is not None and spec.scale_layout is ScaleLayout.BLOCKED
+        n = 0 if spec is None else spec.m if plan.swap_ab else spec.n  # (the kernel's N)
+        why = (f"a {plan.bn}-wide tile over N={n} reads rows inside a 128-row chunk, which tcgen05.cp cannot serve"
+               if plan.bn < 128 and n > plan.bn else "as forced (scale_partition=True)")
+        src = (f"blocked (to_blocked) scales ({why}); the partition loads the tile's own rows at their blocked "
+               "addresses" if blocked else "row-major scales (tcgen05.cp copies only the blocked layout)")
         nv = "" if spec is None or spec.scale is not ScaleRecipe.NVFP4 else (
             f" NVFP4: e4m3 scales per 16 of K, {cols} a row a k-block of {plan.bk}, read by {plan.bk // 64} "
             "64-deep kind::mxf4nvf4 MMA(s), each its own 4 columns; the fp32 global scales multiply the accumulator "
             "in the epilogue.")
-        return (f"seed 000: row-major scales; a 4-warp scale partition loads each k-block's scales with ordinary "
+        accs = ("two accumulators (the epilogue drains one under the next tile's mainloop)" if plan.acc_buffers > 1
+                else f"one accumulator (two of {plan.bn} columns would take all 512 before the scales, so the "
+                "epilogue does not overlap the next tile's mainloop)")
+        return (f"seed 000: {src}; a 4-warp scale partition loads each k-block's scales with ordinary "
                 f"loads and tcgen05.st's them into one of two tensor-memory buffers per operand, the scaled MMA "
-                f"releasing the buffer as it completes. Tensor memory: {plan.acc_buffers} accumulator(s) of "
-                f"{plan.bn} columns ({acc}) + 2 x 2 scale buffers of {cols} columns ({sc}) = {acc + sc} of 512; two "
-                f"accumulators (the epilogue drains one under the next tile's mainloop) and two scale buffers (the "
-                f"partition fills one while the MMA reads the other) fit at 128 wide, so the planner keeps "
-                f"{plan.bm}x{plan.bn} (256 wide would need all 512 columns for two accumulators).{nv} Not measured: "
-                "no sm_100a GPU is at hand")
-    sc = cols * (plan.bm // 128) + cols * max(1, plan.bn // 128)
-    return (f"seed 001: blocked (to_blocked) scales ride the A/B stage by TMA and tcgen05.cp copies them into one "
-            f"tensor-memory buffer per operand before each MMA (one thread's tcgen05 ops run in order, so one buffer "
-            f"suffices). Tensor memory: {plan.acc_buffers} accumulator(s) ({acc} columns) + scales ({sc}) of 512")
+                f"releasing the buffer as it completes{swap}. Tensor memory: {plan.acc_buffers} accumulator(s) of "
+                f"{plan.bn} columns ({acc}) + 2 x ({cols} + {cols * b_chunks}) scale columns ({sc}) = {acc + sc} of "
+                f"512: {accs}, and two scale buffers (the partition fills one while the MMA reads the other).{nv} "
+                "Not measured: no sm_100a GPU is at hand")
+    sc = cols * (plan.bm // 128) + cols * b_chunks
+    return (f"seed 001: blocked (to_blocked) scales ride the A/B stage by TMA, fetched as many k-blocks ahead as the "
+            f"ring's stages, and tcgen05.cp copies them into one tensor-memory buffer per operand before each MMA "
+            f"(one thread's tcgen05 ops run in order, so one buffer suffices){swap}; the planner keeps this path for "
+            f"blocked scales wherever the tile's rows start a 128-row chunk (seed 000's partition would run only "
+            f"two buffers ahead). Tensor memory: {plan.acc_buffers} accumulator(s) ({acc} columns) + scales ({sc}) "
+            f"= {acc + sc} of 512")
 
 
 # Rule 19, fp32 blockwise: tensor-memory partials of 128x128 fp32 (128 columns each); four take all 512 columns.

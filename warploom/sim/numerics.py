@@ -25,7 +25,7 @@ from warploom.epilogue.reference import block_amax, evaluate_tile, values_before
 from warploom.ir import nodes as ir
 from warploom.ir.verify_scales import NVFP4_MMA_COLS
 from warploom.sim.program import LoadTmemI, MmaI, PromoteI, ScaleCopyI, Tag, TcMmaI
-from warploom.spec import SCALE_BLOCK, ALayout, BLayout, ScaleRecipe
+from warploom.spec import SCALE_BLOCK, ALayout, BLayout, ScaleLayout, ScaleRecipe
 
 
 @dataclass
@@ -142,11 +142,21 @@ class CtaData:
                 src, rows, self.ops.a.shape[1] // recipe.scale_k, tag.origin[0] // blocked.BLOCK_ROWS, col,
                 t.shape[0], chunks, 2.0 ** -127 if recipe is ScaleRecipe.MX else 0.0)
             return
-        if self.m.ring(ring).tmem:  # seed 000: the scale partition's masked loads of row-major scales (1.0 outside)
+        if self.m.ring(ring).tmem:  # seed 000: the scale partition's masked loads (1.0 outside)
             src = self.ops.scale_a if tag.tensor == "scale_a" else self.ops.scale_b
             assert src is not None
             rows = self.m.tiling.bm if tag.tensor == "scale_a" else self.m.tiling.bn  # (a narrow tile: its bn rows)
-            box = _block(src, tag.origin[0], tag.origin[1] // self.m.spec.scale.scale_k, rows, t.shape[1], 1.0)
+            r0, c0 = tag.origin[0], tag.origin[1] // self.m.spec.scale.scale_k
+            if self.m.spec.scale_layout is ScaleLayout.BLOCKED:  # (flat: gathered at the kernel's blocked offsets)
+                total = self.ops.a.shape[0] if tag.tensor == "scale_a" else self.ops.b_rows.shape[0]
+                k_scales = -(-self.ops.a.shape[1] // self.m.spec.scale.scale_k)
+                r = torch.arange(r0, r0 + rows)[:, None]
+                c = torch.arange(c0, c0 + t.shape[1])[None, :]
+                inside = (r < total) & (c < k_scales)
+                at = torch.where(inside, blocked.offset(r, c, k_scales), 0)
+                box = torch.where(inside, src.reshape(-1)[at], 1.0)
+            else:
+                box = _block(src, r0, c0, rows, t.shape[1], 1.0)
             self.slots[ring][slot] = torch.ones(t.shape)
             self.slots[ring][slot][:rows] = box
             return
