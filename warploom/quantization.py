@@ -85,7 +85,6 @@ def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
     if y.dim() == 0:
         raise ArgumentTypeError("y", "a tensor of at least 1 dimension (groups run along the last)", "a 0-D tensor",
                                 "pass y.reshape(1, 1)")
-    from warploom.epilogue.graph import FP8_MAX
     from warploom.epilogue.reference import round_to
 
     x = y.float()
@@ -95,12 +94,28 @@ def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
     # Zero padding leaves each ragged group's amax its valid columns' (|.| >= 0; a NaN still wins, amax keeps NaN).
     padded = F.pad(x, (0, groups * width - n))
     amax = padded.abs().reshape(*x.shape[:-1], groups, width).amax(dim=-1)  # (..., groups)
-    # A tensor divisor: CUDA divides by a Python scalar as a product with its reciprocal, which rounds differently
-    # from the CPU's (and the reference's) IEEE division in the last bit.
-    s = amax / torch.full_like(amax, FP8_MAX[fp8])
-    s = torch.where(s == 0, torch.ones_like(s), s)  # the zero-group convention: no division by zero below
+    s = scale_of(amax, fp8)
     s_cols = s.repeat_interleave(width, dim=-1)[..., :n]  # (..., N): each column's group scale
     return round_to(x / s_cols, fp8), s
+
+
+def scale_of(amax: torch.Tensor, fp8: DType) -> torch.Tensor:
+    """The fp32 scales of groups whose amax is `amax`: amax / fp8_max, 1 where that is 0 (the module docstring)."""
+    from warploom.epilogue.graph import FP8_MAX
+
+    # A tensor divisor: CUDA divides by a Python scalar as a product with its reciprocal, which rounds differently
+    # from the CPU's (and the reference's) IEEE division in the last bit.
+    s = amax.float() / torch.full_like(amax.float(), FP8_MAX[fp8])
+    return torch.where(s == 0, torch.ones_like(s), s)  # the zero-group convention: no division by zero below
+
+
+def cast_rows(y: torch.Tensor, amax: torch.Tensor, fp8: DType) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, s) of ``quantize(y, recipe="rowwise")`` for fp32 y (M, N) whose rows' amax is `amax` (M, 1), taken
+    elsewhere: planner rule 29's cast pass (the tiles along N each added their columns' share of the amax)."""
+    from warploom.epilogue.reference import round_to
+
+    s = scale_of(amax.reshape(-1, 1), fp8)
+    return round_to(y.float() / s, fp8), s
 
 
 def quantized_data(y: torch.Tensor, dtype: torch.dtype, recipe: str = "1x128") -> torch.Tensor:

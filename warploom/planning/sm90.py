@@ -11,6 +11,7 @@ from dataclasses import replace
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
 from warploom.errors import UnsupportedError
+from warploom.planning.amax_pass import amax_pass_bn, amax_pass_problem
 from warploom.planning.common import (
     DECODE_STAGES,
     MAX_STAGES,
@@ -240,20 +241,25 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
     if dense_operands(spec) and prefetch_operands:
         out.append("prefetch_operands=True: a dense operand's early copies follow the stores, which the walk over a "
                    "group puts after every block's load")
-    want = rowwise_bn(spec.n) if rowwise else QUANT_BN
-    if rowwise and spec.n > ROWWISE_MAX_N:
-        out.append(f"N={spec.n}: expected N <= {ROWWISE_MAX_N}, the columns one tile holds (a rowwise scale's amax "
-                   "spans the whole row; wider rows would need the amax across the row's tiles, not built)")
-    elif rowwise and want > QUANT_BN and spec.accumulation is Accumulation.PROMOTED:
+    two_pass = rowwise and spec.n > ROWWISE_MAX_N  # rule 29 (planning/amax_pass.py)
+    want = amax_pass_bn(spec) if two_pass else rowwise_bn(spec.n) if rowwise else QUANT_BN
+    problem = amax_pass_problem(spec) if two_pass else None
+    # (rule 29's fold and division run in different kernels: rule 27's limits on what stays live between them do
+    # not apply to it)
+    one_pass_wide = rowwise and not two_pass and want > QUANT_BN
+    if problem is not None:
+        out.append(problem)
+    elif one_pass_wide and spec.accumulation is Accumulation.PROMOTED:
         out.append(f"N={spec.n} with promoted fp8 accumulation: expected N <= {QUANT_BN} or use_fast_accum=True (a "
                    "256-wide tile promotes into two 128-column accumulators, which would cut the row's amax in two)")
-    elif rowwise and want > QUANT_BN and _row_operands(spec):
+    elif one_pass_wide and _row_operands(spec):
         out.append(f"N={spec.n} with per-column or dense epilogue operands ({', '.join(_row_operands(spec))}): "
                    f"expected N <= {QUANT_BN} for them (at 256 wide every block's values of them stay live from its "
                    "amax fold to its division, beside the whole accumulator, and spill 136-1296 bytes, ptxas)")
     elif bn is not None and bn != want:
-        out.append(f"bn={bn}: the tile must be {want} wide (" + (f"the narrowest tile that holds N={spec.n})"
-                                                                  if rowwise else "one scale group)"))
+        why = ("rule 29's tile for N > 256)" if two_pass else f"the narrowest tile that holds N={spec.n})" if rowwise
+               else "one scale group)")
+        out.append(f"bn={bn}: the tile must be {want} wide ({why}")
     given = {"pingpong": pingpong or None, "split_k": None if split_k in (None, 1) else split_k,
              "tail_split": None if tail_split in (None, 1) else tail_split, "swap_ab": swap_ab or None,
              "stream_k": stream_k or None, "cluster": None if cluster in (None, 1) else cluster}
@@ -552,7 +558,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
             operand_slots=FUSED_WIDE_SLOTS if wide and early and dense_operands(spec) else 1,
             load_ahead=wide and not hoist and not walks, swap_ab=False, target=Target.SM90A, tdm_fused=False,
             stream_k=sk,
-            block_scaled=False, promote_tmem=False,
+            block_scaled=False, promote_tmem=False, amax_pass=False,
             **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )
