@@ -48,7 +48,7 @@ from dataclasses import dataclass, replace
 
 from warploom.device import DeviceInfo
 from warploom.errors import UnsupportedError
-from warploom.planning.amax_pass import AMAX_PASS_BN, amax_pass_bn, amax_pass_problem, amax_pass_spec
+from warploom.planning.amax_pass import AMAX_PASS_BNS, amax_pass_bn, amax_pass_problem, amax_pass_spec
 from warploom.planning.common import (
     NVFP4_DEEP_BK,
     SWAP_MAX_M,
@@ -136,7 +136,7 @@ from warploom.spec import GemmSpec
 from warploom.targets import declared
 
 __all__ = [
-    "AMAX_PASS_BN",
+    "AMAX_PASS_BNS",
     "CLUSTER_MARGIN", "CLUSTER_MIN_KBLOCKS", "CLUSTER_UNALIGNED_GAIN", "DECODE_KBLOCK_US", "DECODE_SM_BYTES_PER_US",
     "DECODE_SPLIT_MARGIN", "DECODE_SPLIT_MAX", "DECODE_SPLIT_MIN_KBLOCKS", "FUSED_WIDE_BLOCKS", "FUSED_WIDE_SLOTS",
     "HBM_BYTES_PER_US",
@@ -187,7 +187,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                    f"{'; '.join(problems)}. Fix: drop the conflicting option, or return the value "
                                    f"itself (out_dtype=torch.bfloat16 or torch.float32) and quantize the call's "
                                    f"result with warploom.quantize(out, {unfused})")
-        bn = amax_pass_bn(spec) if two_pass else rowwise_bn(spec.n) if rowwise else QUANT_BN
+        bn = (bn or amax_pass_bn(spec)) if two_pass else rowwise_bn(spec.n) if rowwise else QUANT_BN
         swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = False, 1, 1, 0, 1, False
     block = spec.epilogue.gate_up() if spec.epilogue is not None else None
     if block is not None:  # rule 28

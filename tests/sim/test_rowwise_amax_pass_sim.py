@@ -22,13 +22,20 @@ import torch.nn.functional as F
 from fused_cases import in_tiles, ints, same_bytes  # (pytest puts this folder on sys.path)
 
 import warploom
-from warploom import sim
+from warploom import H100_SXM, sim
 from warploom.ir import nodes as ir
-from warploom.kernel import Kernel
+from warploom.kernel import Kernel, build
+from warploom.planner import plan_schedule
 from warploom.sim.findings import FindingKind
 
 BF16, E4, E5 = torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2
 R = {"recipe": "rowwise"}
+
+
+def wide(k: Kernel) -> Kernel:
+    """The kernel on rule 9's 128x256 tiles (8 blocks of 32 columns a tile), as rule 29 plans large problems whose
+    graph is acc alone; the planner gives these small problems 128x128 (one block a tile)."""
+    return build(k.spec, H100_SXM, plan_schedule(k.spec, H100_SXM, bn=256))
 
 
 def poisoned(m: int, n: int, fp8: torch.dtype = E4) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,8 +77,19 @@ def test_bitwise_against_plain_quantize(shape: tuple[int, int, int], fp8: torch.
     a, b, col = ints(m, k).to(BF16), ints(k, n).to(BF16), ints(m, 1, lo=-3, hi=4)
     kern = warploom.plan(a, b, col_s=col,
                          epilogue=lambda acc, col_s: warploom.quantize(acc * col_s - 3.0, dtype=fp8, **R))
-    assert kern.plan.bn == 256
+    assert kern.plan.bn == 128  # (a graph with operands: 128 wide, rows 64 at decode sizes)
     check(kern, a, b, {"col_s": col}, ((a.double() @ b.double()) * col.double() - 3.0).float(), fp8)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
+def test_bitwise_on_256_wide_tiles(shape: tuple[int, int, int]) -> None:
+    """acc alone on 128x256 tiles: each tile folds its 8 blocks' row amax, then adds it to the row's."""
+    torch.manual_seed(sum(shape) + 1)
+    m, n, k = shape
+    a, b = ints(m, k).to(BF16), ints(k, n).to(BF16)
+    kern = wide(warploom.plan(a, b, epilogue=lambda acc: warploom.quantize(F.gelu(acc), **R)))
+    assert (kern.plan.bn, kern.plan.epilogue_subtiles) == (256, 8)
+    check(kern, a, b, {}, F.gelu(a.double() @ b.double()).float())
 
 
 def test_row_and_dense_operands_bitwise() -> None:
@@ -98,7 +116,7 @@ def test_fp8_scaled_mm_quantized_bitwise(fast: bool) -> None:
     sa, sb, bias = pow2(m, 1), pow2(1, n), ints(n).to(BF16)
     fn = lambda acc: warploom.quantize(F.silu(acc), **R)  # noqa: E731
     kern = warploom.plan(a, b, sa, sb, bias=bias, out_dtype=BF16, use_fast_accum=fast, epilogue=fn)
-    assert kern.plan.amax_pass and kern.plan.bn == (256 if fast else 128)
+    assert kern.plan.amax_pass and kern.plan.bn == 128
     q, s = warploom.scaled_mm(a, b, sa, sb, bias=bias, out_dtype=BF16, use_fast_accum=fast, epilogue=fn)
     y = a.double() @ b.double() * sa.double() * sb.double() + bias.double()
     rq, rs = warploom.quantize(F.silu(y.float()), **R)
@@ -149,7 +167,7 @@ def _planted_case() -> tuple[Kernel, torch.Tensor, torch.Tensor]:
     m, n, k = 128, 600, 64
     a, b = ints(m, k, lo=1, hi=3).to(BF16), ints(k, n, lo=1, hi=3).to(BF16)
     b[:, 480:512] = (b[:, 480:512].float() * 16).to(BF16)
-    kern = warploom.plan(a, b, epilogue=lambda acc: warploom.quantize(acc, **R))
+    kern = wide(warploom.plan(a, b, epilogue=lambda acc: warploom.quantize(acc, **R)))
     assert kern.plan.amax_pass and kern.plan.bn == 256
     return kern, a, b
 

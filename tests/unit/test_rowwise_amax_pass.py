@@ -21,7 +21,7 @@ from warploom.errors import UnsupportedError
 from warploom.ir import nodes as ir
 from warploom.ir import printer as ir_printer
 from warploom.ir.verify import structural
-from warploom.kernel import Kernel
+from warploom.kernel import Kernel, build
 from warploom.planner import explain, plan_schedule
 
 BF16, E4, E5 = torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2
@@ -35,18 +35,34 @@ def rowwise(acc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return warploom.quantize(acc * 2.0, recipe="rowwise")
 
 
-def bf16(m: int, n: int, k: int = 512, fn: object = rowwise, **ops: torch.Tensor) -> Kernel:
-    return warploom.plan(t(m, k, dtype=BF16), t(n, k, dtype=BF16).t(), epilogue=fn, **ops)
+def bf16(m: int, n: int, k: int = 512, fn: object = rowwise, bn: int | None = None, **ops: torch.Tensor) -> Kernel:
+    """The planner's kernel, or with the tile's width forced to `bn` (rule 9's 128x256 in 8 blocks at 256)."""
+    kern = warploom.plan(t(m, k, dtype=BF16), t(n, k, dtype=BF16).t(), epilogue=fn, **ops)
+    return kern if bn is None else build(kern.spec, H100_SXM, plan_schedule(kern.spec, H100_SXM, bn=bn))
 
 
-@pytest.mark.parametrize("n", [264, 1544, 4096, 7168])
-def test_wider_than_a_tile_takes_rule_29(n: int) -> None:
-    k = bf16(1000, n)
-    assert k.plan.amax_pass and k.plan.bn == 256 and k.module.amax_pass == ir.AmaxPass(DType.E4M3)
-    assert "_amax" in k.module.name  # (another kernel, another cache entry)
-    text = explain(k.spec, H100_SXM).text()
-    assert f"rowwise quantization, rule 29: N={n} > 256 spans 256-wide tiles" in text
+@pytest.mark.parametrize("m, n, k, bn", [(1000, 264, 512, 128), (1000, 1544, 1024, 128), (8192, 7168, 7168, 256),
+                                          (16, 4096, 2048, 64)])
+def test_wider_than_a_tile_takes_rule_29(m: int, n: int, k: int, bn: int) -> None:
+    """The first pass takes the tile the rules give its epilogue (acc alone): 128x128, rule 9's 128x256 for a large
+    problem, rule 16's 64x64 at decode sizes."""
+    kern = bf16(m, n, k)
+    assert kern.plan.amax_pass and kern.plan.bn == bn and kern.module.amax_pass == ir.AmaxPass(DType.E4M3)
+    assert "_amax" in kern.module.name  # (another kernel, another cache entry)
+    text = explain(kern.spec, H100_SXM).text()
+    assert f"rowwise quantization, rule 29: N={n} > 256 spans {bn}-wide tiles" in text
     assert "atomic max; a cast kernel then writes q and s" in text
+
+
+def test_operands_and_promoted_fp8_take_128_wide_tiles() -> None:
+    """At 256 wide a graph with operands spills (planning/amax_pass.py), and promoted fp8 would promote into two
+    accumulators: 128 wide, whatever the rules would give acc alone."""
+    assert bf16(8192, 7168, 7168).plan.bn == 256
+    assert bf16(8192, 7168, 7168, fn=lambda acc, col_s: warploom.quantize(acc * col_s, recipe="rowwise"),
+                col_s=t(8192, 1)).plan.bn == 128
+    fp8 = (t(8192, 7168).to(E4), t(7168, 7168).to(E4).t(), torch.empty((), device="meta"),
+           torch.empty((), device="meta"))
+    assert warploom.plan(*fp8, out_dtype=BF16, use_fast_accum=True, epilogue=rowwise).plan.bn == 128
 
 
 @pytest.mark.parametrize("n", [128, 208, 256])
@@ -60,13 +76,13 @@ def test_one_tile_keeps_rule_27(n: int) -> None:
 def test_first_pass_graph_and_ir() -> None:
     """The first pass stores y (the quantized value) in fp32 and folds its amax, which no output reads; each tile
     folds, computes and stores every block in turn, then publishes its rows' amax once."""
-    k = bf16(300, 600, fn=lambda acc, col_s: warploom.quantize(acc * col_s, recipe="rowwise", dtype=E5),
-             col_s=t(300, 1))
+    k = bf16(300, 600, fn=lambda acc: warploom.quantize(torch.nn.functional.silu(acc), recipe="rowwise", dtype=E5),
+             bn=256)
     g = k.module.spec.epilogue
     assert g is not None and k.spec.epilogue is not None
     assert printer.text(g) == """\
-epilogue(acc, col_s: column fp32):
-  %0 = mul acc, col_s
+epilogue(acc):
+  %0 = silu acc
   %1 = group_amax %0, row
   return %0 as fp32
 """
@@ -92,7 +108,7 @@ def test_promoted_fp8_takes_128_wide_tiles() -> None:
 
 
 def test_gluon_of_both_passes() -> None:
-    k = bf16(300, 1000)
+    k = bf16(300, 1000, bn=256)
     src = k.source
     assert "gl.atomic_max(amax_ptr + ep_rows, ep_amax.to(gl.int32, bitcast=True), mask=ep_rows < M" in src
     assert "inline_asm_elementwise" not in src  # (rule 27's opaque copy: here the fold and the store share y)
@@ -129,7 +145,7 @@ def _moved_atomic(m: ir.Module) -> ir.Module:
 
 
 def test_verifier_catches_planted_first_passes() -> None:
-    m = bf16(300, 600).module
+    m = bf16(300, 600, bn=256).module
     assert structural(m) == []
     assert any("fold_amax of acc blocks [0, 1, 2, 3, 4, 5, 6, 7] with no atomic_amax after them" in e
                for e in structural(_without(m, ir.AtomicAmax)))
@@ -147,7 +163,7 @@ def test_refusals_name_the_argument_and_the_fix() -> None:
                                                rf"the outputs \(q fp8, s\).*got \(e4m3, groups, bf16\).*{unfused}"):
         bf16(64, 608, fn=lambda acc: (*warploom.quantize(acc, recipe="rowwise"), acc.to(BF16)))
     spec = bf16(64, 600).spec
-    for forced, why in [({"bn": 128}, r"bn=128: the tile must be 256 wide .rule 29's tile for N > 256"),
+    for forced, why in [({"bn": 64}, r"bn=64: rule 29's tile must be 128 or 256 wide"),
                         ({"stream_k": 2}, "stream_k=2"), ({"split_k": 2}, "split_k=2"),
                         ({"swap_ab": True}, "swap_ab=True"), ({"pingpong": True}, "pingpong=True"),
                         ({"cluster": 2}, "cluster=2")]:
@@ -155,3 +171,7 @@ def test_refusals_name_the_argument_and_the_fix() -> None:
             plan_schedule(spec, H100_SXM, **forced)  # type: ignore[arg-type]
     with pytest.raises(UnsupportedError, match="built for sm_90a, not"):
         plan_schedule(spec, B200)
+    col = bf16(64, 600, fn=lambda acc, col_s: warploom.quantize(acc * col_s, recipe="rowwise"), col_s=t(64, 1)).spec
+    with pytest.raises(UnsupportedError, match=r"bn=256: rule 29's tile must be 128 wide .promoted fp8, or a graph "
+                                               "with operands"):
+        plan_schedule(col, H100_SXM, bn=256)

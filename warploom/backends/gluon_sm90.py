@@ -802,7 +802,7 @@ class PartitionEmitter:
         _, cols_v = self._block_offsets(o.acc, o.part, o.parts)
         src = self._column_block(o.acc, o.part, o.parts)
         b.line(f"ep_acc = gl.convert_layout({src}, ep_layout)", printer.op(o))
-        if g.rowwise() and self.m.amax_pass is None:
+        if g.rowwise() and self.m.amax_pass is None:  # (rule 29's first pass: the fold and the store share y)
             # An opaque copy: the fold's values must not be merged with the division's (same expressions of the
             # same block), or every block's values stay live beside the accumulator until its division, past the
             # 168 registers ptxas allots (688-1756 spilled bytes at 128x256, Triton 3.6); the division recomputes.

@@ -3,8 +3,8 @@
 Rule 27 keeps a row in one tile (N <= 256). Wider rows need the amax of every tile along N before any value is
 divided, so the plan says where it is reduced (docs/decisions/rule-29-rowwise-amax-pass.md):
 
-- pass 1, the GEMM on ordinary fused tiles (`amax_pass_bn`: rule 9's 128x256, or 128 wide for promoted fp8, whose
-  warpgroups promote into one 128-wide accumulator each): each block of a tile computes y (the value quantized),
+- pass 1, the GEMM on ordinary fused tiles (`amax_pass_bn`: the tile rules 1-9 choose for the first pass's epilogue,
+  128x128 or rule 9's 128x256; 128 wide for promoted fp8 and for graphs with operands, which spill at 256 wide): each block of a tile computes y (the value quantized),
   folds its row amax into the tile's (ir.FoldAmax) and stores y, fp32, to an (M, N) workspace by TMA; after its last
   block the tile adds its rows' amax to an (M,) fp32 workspace by an atomic max (ir.AtomicAmax);
 - pass 2, the cast kernel (one program a row): s = amax / fp8_max (1 where 0), q = the saturating cast of y / s.
@@ -20,14 +20,24 @@ from dataclasses import replace
 
 from warploom.spec import Accumulation, GemmSpec
 
-AMAX_PASS_BN = 256  # rule 29's tile width at fast accumulation: rule 9's fused 128x256 (8 blocks of 32 columns)
-AMAX_PASS_PROMOTED_BN = 128  # promoted fp8: one 128-wide accumulator a consumer warpgroup (rule 26's tile)
+AMAX_PASS_NARROW_BN = 128  # rule 29's tile where a 256-wide one spills (below), or promotes into two accumulators
+AMAX_PASS_BNS = (128, 256)  # the widths a first pass may take
 
 
-def amax_pass_bn(spec: GemmSpec) -> int:
-    """Rule 29's tile width: 256, or 128 for promoted fp8 (a 256-wide tile would promote into two accumulators,
-    which `LowerEpilogue` does not walk a row's fold across)."""
-    return AMAX_PASS_PROMOTED_BN if spec.accumulation is Accumulation.PROMOTED else AMAX_PASS_BN
+def amax_pass_bn(spec: GemmSpec) -> int | None:
+    """Rule 29's tile width: None (the target rule's own choice for the first pass: rules 1-9 score its tiles as any
+    fused epilogue's, 128x256 for large problems), or 128 where 256 does not run well:
+
+    - promoted fp8: a 256-wide tile promotes into two accumulators, and a tile's fold walks one;
+    - a graph reading any operand (scaled_mm's scales and bias among them): at 128x256 the block's operand values,
+      y and its fold do not fit beside the accumulator's 128 of the consumer's 168 registers. ptxas spilled 16-184
+      bytes under Triton 3.6 (silu(acc) * col_s; scaled_mm's rowwise scales and bias with a SiLU; whichever order
+      the fold, the store and an opaque copy took) and 36 under 3.9 for tensorwise fp8 scalars with a GELU, where
+      128x128 spills nothing. acc alone (any elementwise function of it) spills nothing at 256 wide."""
+    assert spec.epilogue is not None
+    if spec.accumulation is Accumulation.PROMOTED or spec.epilogue.operands:
+        return AMAX_PASS_NARROW_BN
+    return None
 
 
 def amax_pass_spec(spec: GemmSpec) -> GemmSpec:

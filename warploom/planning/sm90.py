@@ -11,7 +11,7 @@ from dataclasses import replace
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
 from warploom.errors import UnsupportedError
-from warploom.planning.amax_pass import amax_pass_bn, amax_pass_problem
+from warploom.planning.amax_pass import AMAX_PASS_BNS, amax_pass_bn, amax_pass_problem
 from warploom.planning.common import (
     DECODE_STAGES,
     MAX_STAGES,
@@ -242,7 +242,8 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
         out.append("prefetch_operands=True: a dense operand's early copies follow the stores, which the walk over a "
                    "group puts after every block's load")
     two_pass = rowwise and spec.n > ROWWISE_MAX_N  # rule 29 (planning/amax_pass.py)
-    want = amax_pass_bn(spec) if two_pass else rowwise_bn(spec.n) if rowwise else QUANT_BN
+    want = rowwise_bn(spec.n) if rowwise else QUANT_BN
+    widths = (AMAX_PASS_BNS if amax_pass_bn(spec) is None else (amax_pass_bn(spec),)) if two_pass else (want,)
     problem = amax_pass_problem(spec) if two_pass else None
     # (rule 29's fold and division run in different kernels: rule 27's limits on what stays live between them do
     # not apply to it)
@@ -256,9 +257,12 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
         out.append(f"N={spec.n} with per-column or dense epilogue operands ({', '.join(_row_operands(spec))}): "
                    f"expected N <= {QUANT_BN} for them (at 256 wide every block's values of them stay live from its "
                    "amax fold to its division, beside the whole accumulator, and spill 136-1296 bytes, ptxas)")
-    elif bn is not None and bn != want:
-        why = ("rule 29's tile for N > 256)" if two_pass else f"the narrowest tile that holds N={spec.n})" if rowwise
-               else "one scale group)")
+    elif two_pass and bn is not None and bn not in widths:
+        out.append(f"bn={bn}: rule 29's tile must be " + (" or ".join(map(str, widths)) + " wide" if len(widths) > 1
+                                                          else f"{widths[0]} wide (promoted fp8, or a graph with "
+                                                          "operands: amax_pass_bn)"))
+    elif not two_pass and bn is not None and bn != want:
+        why = f"the narrowest tile that holds N={spec.n})" if rowwise else "one scale group)"
         out.append(f"bn={bn}: the tile must be {want} wide ({why}")
     given = {"pingpong": pingpong or None, "split_k": None if split_k in (None, 1) else split_k,
              "tail_split": None if tail_split in (None, 1) else tail_split, "swap_ab": swap_ab or None,
@@ -543,7 +547,9 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         hoist = hoist_rows if hoist_rows is not None else not (pingpong or wide)
         # Rule 27's 256-wide rowwise walk loads each block right before its fold, every fold before any division:
         # loads a block ahead (which go before the previous block's division) would follow their block's fold.
-        walks = spec.epilogue is not None and spec.epilogue.group_amax() is not None
+        # (rule 29's first pass walks nothing: each block folds and stores in turn, so its loads may go ahead)
+        # (rule 29's first pass walks nothing: each block folds and stores in turn, so its loads may go ahead)
+        walks = spec.epilogue is not None and spec.epilogue.reads_amax()
         candidate = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
             group_m=group_m, grid=grid,
