@@ -4,9 +4,10 @@ Rule 27 keeps a row in one tile (N <= 256). Wider rows need the amax of every ti
 divided, so the plan says where it is reduced (docs/decisions/rule-29-rowwise-amax-pass.md):
 
 - pass 1, the GEMM on ordinary fused tiles (`amax_pass_bn`: the tile rules 1-9 choose for the first pass's epilogue,
-  128x128 or rule 9's 128x256; 128 wide for promoted fp8 and for graphs with operands, which spill at 256 wide): each block of a tile computes y (the value quantized),
-  folds its row amax into the tile's (ir.FoldAmax) and stores y, fp32, to an (M, N) workspace by TMA; after its last
-  block the tile adds its rows' amax to an (M,) fp32 workspace by an atomic max (ir.AtomicAmax);
+  128x128 or rule 9's 128x256; 128 wide for promoted fp8 and for graphs with operands, which spill at 256 wide):
+  each block of a tile computes y (the value quantized), folds its row amax into the tile's (ir.FoldAmax) and
+  stores y, fp32, to an (M, N) workspace by TMA; after its last block the tile adds its rows' amax to an (M,) fp32
+  workspace by an atomic max (ir.AtomicAmax);
 - pass 2, the cast kernel (one program a row): s = amax / fp8_max (1 where 0), q = the saturating cast of y / s.
 
 Only graphs that store exactly the pair, ``return warploom.quantize(y, recipe="rowwise")``, take it
