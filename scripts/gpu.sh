@@ -166,6 +166,16 @@ if [ "$what" = splitk ]; then
     --sizes "${SPLITK_DECODE_SIZES:-8x104x5248,43x88x7968,2x104x1488,21x96x3984,4x816x10400,1x816x2272,11x1408x3456,64x2112x7168}" \
     2>&1 | tee "$OUT/splitk-decode.log"
 fi
+if [ "$what" = quantize ]; then
+  # Fused fp8 quantization (issue 27 item 3; rules 26, 27 and 29): its GPU tests, then the rowwise benchmark in one
+  # run with CUDA graphs: fused against the warploom GEMM + torch's amax and cast and torch.mm + the same, at N in
+  # 128..7168, M in 128..8192, K 2048 and 7168, bf16 and fp8 rowwise (QUANTIZE_ARGS narrows it, e.g. "--cases bf16
+  # --k 2048 --no-variants"). The issue's target: fused >= 1.3x the GEMM followed by torch's amax and cast.
+  python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_quantize_epilogue_gpu.py -o addopts="" 2>&1 \
+    | tail -n 30 | tee "$OUT/quantize-tests.log"
+  rc=${PIPESTATUS[0]}
+  python3 scripts/bench_quantize.py --out "$OUT/quantize.json" ${QUANTIZE_ARGS:-} 2>&1 | tee "$OUT/quantize.log"
+fi
 if [ "$what" = rule24 ]; then
   # Rule 24 side by side (issue 23): the planner's plan against one CTA per tile at the zoo shapes where it plans
   # clusters and the session-25 zoo run (docs/benchmarks.md) suggests a miss or a gain. Needs Triton >= 3.7
