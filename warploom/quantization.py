@@ -31,9 +31,11 @@ valid columns: 128 of them, or the row's), the division by fp8_max, the zero-gro
 with q an fp8 output and s a *groups* output (`OutputLayout.GROUPS`); they are to be returned as they are (computing
 with them is refused). The planner keeps each group in one tile (rule 26: 128-wide tiles for 1x128; rule 27: a tile
 as wide as N, at most 256, for rowwise); the epilogue folds each column block's row amax into the group's before any
-block is divided (`ir.FoldAmax`), stores q by TMA and s by masked register stores (`ir.StoreScales`). Refused there,
-each naming the unfused fix (store fp32/bf16 and quantize the call's result with this function): rowwise with
-N > 256 (its amax would span the tiles along N), grouped GEMMs, sm_100a and gfx1250. bf16/fp16 GEMMs and fp8 ones
+block is divided (`ir.FoldAmax`), stores q by TMA and s by masked register stores (`ir.StoreScales`). Rowwise with
+N > 256 (the amax spans the tiles along N) runs in two passes (rule 29): the GEMM stores y (fp32) to a workspace and
+adds each tile's row amax to an (M,) amax by an atomic max (`ir.AtomicAmax`), then a cast kernel computes q and s
+(`cast_rows`'s numbers). Refused there, each naming the unfused fix (store fp32/bf16 and quantize the call's result
+with this function): rule 29 with outputs beside the pair, grouped GEMMs, sm_100a and gfx1250. bf16/fp16 GEMMs and fp8 ones
 (fast or promoted accumulation, tensorwise, rowwise or blockwise scales) quantize fused, with operands of every kind
 (rowwise at N > 128: fast accumulation, as rule 27 says).
 """
