@@ -285,7 +285,6 @@ class Launcher:
                                                                 self._tiling.slab_rows(m)])
         return out
 
-
     def _two_passes(self, a: Any, b: Any, q: Any, scale_a: Any, scale_b: Any, bias: Any,
                     operands: Mapping[str, Any] | None, extra_outs: Sequence[Any], m: int, n: int) -> Any:
         """Planner rule 29: the first pass stores y (fp32) to a workspace and adds each tile's row amax to an (M,)
