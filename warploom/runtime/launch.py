@@ -295,6 +295,11 @@ class Launcher:
         import torch
 
         assert self._cast is not None
+        if len(extra_outs) != 1:
+            from warploom.errors import InputError
+
+            raise InputError("extra_outs", "(s,): the (M, 1) fp32 scales, beside q as out", f"{len(extra_outs)} "
+                             "tensor(s)", "pass extra_outs=(torch.empty(M, 1, dtype=torch.float32, device=q.device),)")
         s = extra_outs[0]
         try:
             # y's rows padded to 16 bytes (TMA's row rule; N itself need not be a multiple of 4)
