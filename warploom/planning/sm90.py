@@ -227,7 +227,8 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
     (LowerEpilogue folds the group's blocks before its scale and division), and none of the schedules that cut a
     tile's sum or columns otherwise (split-K, a tail, stream-K, swap-AB, clusters). Promoted fp8 (and so the
     blockwise recipes) promotes a 128-wide tile into one accumulator, which holds the group whole; a 256-wide one
-    into two 128-column halves, which would cut a rowwise group in two."""
+    into two 128-column halves, which would cut a rowwise group in two. Rowwise with N > 256 is rule 29's two passes
+    (`planning/amax_pass.py`): a graph storing the quantize pair alone, on the tile `amax_pass_bn` allows."""
     assert spec.epilogue is not None
     rowwise = spec.epilogue.rowwise()
     out = []
@@ -547,7 +548,6 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         hoist = hoist_rows if hoist_rows is not None else not (pingpong or wide)
         # Rule 27's 256-wide rowwise walk loads each block right before its fold, every fold before any division:
         # loads a block ahead (which go before the previous block's division) would follow their block's fold.
-        # (rule 29's first pass walks nothing: each block folds and stores in turn, so its loads may go ahead)
         # (rule 29's first pass walks nothing: each block folds and stores in turn, so its loads may go ahead)
         walks = spec.epilogue is not None and spec.epilogue.reads_amax()
         candidate = Plan(
