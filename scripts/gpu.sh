@@ -185,6 +185,16 @@ if [ "$what" = large ]; then
     --sizes "${PINGPONG_SIZES:-917x5184x608,1064x5696x1168,4756x2688x1840,2986x6384x2224,1161x12624x2176,4096x4096x2048,8192x8192x1024,8192x4096x1536,14242x3888x3264}" \
     2>&1 | tee "$OUT/pingpong.log"
 fi
+if [ "$what" = quantize ]; then
+  # Fused fp8 quantization (issue 27 item 3; rules 26, 27 and 29): its GPU tests, then the rowwise benchmark in one
+  # run with CUDA graphs: fused against the warploom GEMM + torch's amax and cast and torch.mm + the same, at N in
+  # 128..7168, M in 128..8192, K 2048 and 7168, bf16 and fp8 rowwise (QUANTIZE_ARGS narrows it, e.g. "--cases bf16
+  # --k 2048 --no-variants"). The issue's target: fused >= 1.3x the GEMM followed by torch's amax and cast.
+  python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_quantize_epilogue_gpu.py -o addopts="" 2>&1 \
+    | tail -n 30 | tee "$OUT/quantize-tests.log"
+  rc=${PIPESTATUS[0]}
+  python3 scripts/bench_quantize.py --out "$OUT/quantize.json" ${QUANTIZE_ARGS:-} 2>&1 | tee "$OUT/quantize.log"
+fi
 if [ "$what" = rule24 ]; then
   # Rule 24 side by side (issue 23): the planner's plan against one CTA per tile at the zoo shapes where it plans
   # clusters and the session-25 zoo run (docs/benchmarks.md) suggests a miss or a gain. Needs Triton >= 3.7

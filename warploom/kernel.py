@@ -94,6 +94,15 @@ class Kernel:
             raise ValueError(f"{self.plan.short()} has no split-K tail (Plan.tail_split is 1)")
         return _compiled(self, check_target(self.device.arch if target is None else target, self.tail), tail=True)
 
+    def compile_cast(self) -> Compiled:
+        """Cross-compile a rule 29 plan's cast kernel (`ir.Module.amax_pass`: the second pass, which quantizes the
+        first pass's workspace) for sm_90a, as `compile` does the GEMM."""
+        from warploom.runtime.cross import cross_compile_cast
+
+        if self.module.amax_pass is None:
+            raise ValueError(f"{self.plan.short()} has no cast kernel (Plan.amax_pass is off: planner rule 29)")
+        return cross_compile_cast(self.module, self.gluon)
+
     def run(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
             operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
         """Launch on the GPU holding the tensors (already validated against `spec`).

@@ -31,6 +31,8 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 27. a fused rowwise quantization: one tile spans N (N <= 256), whole tiles: docs/decisions/rule-27-fused-rowwise.md
 28. a fused gate/up epilogue (silu_mul_interleaved): BN = 2 * block, whole tiles:
     docs/decisions/k-grouped-and-gate-epilogue.md
+29. a fused rowwise quantization with N > 256: an atomic row amax across the tiles, then a cast kernel:
+    docs/decisions/rule-29-rowwise-amax-pass.md
 30. fp8 rowwise fast accumulation, at most 16 k-blocks: ping-pong 128x128: docs/decisions/rule-30-short-k-pingpong.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
@@ -44,10 +46,11 @@ re-exported from
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from warploom.device import DeviceInfo
 from warploom.errors import UnsupportedError
+from warploom.planning.amax_pass import AMAX_PASS_BNS, amax_pass_bn, amax_pass_problem, amax_pass_spec
 from warploom.planning.common import (
     NVFP4_DEEP_BK,
     SWAP_MAX_M,
@@ -138,6 +141,7 @@ from warploom.spec import GemmSpec
 from warploom.targets import declared
 
 __all__ = [
+    "AMAX_PASS_BNS",
     "CLUSTER_MARGIN", "CLUSTER_MIN_KBLOCKS", "CLUSTER_UNALIGNED_GAIN", "DECODE_KBLOCK_US", "DECODE_SM_BYTES_PER_US",
     "DECODE_SPLIT_MARGIN", "DECODE_SPLIT_MAX", "DECODE_SPLIT_MIN_KBLOCKS", "FUSED_WIDE_BLOCKS", "FUSED_WIDE_SLOTS",
     "HBM_BYTES_PER_US",
@@ -153,7 +157,8 @@ __all__ = [
     "epilogue_bytes", "epilogue_subtiles", "explain", "fused_wide", "grouped_tile", "is_decode",
     "k_block", "k_blocks", "latency_kind", "latency_split", "latency_stages", "latency_tiles", "latency_times",
     "latency_us", "max_stages", "nvfp4_bk", "plan_blackwell", "plan_epilogue_bytes", "plan_gfx1250", "plan_grouped",
-    "plan_schedule", "promotion_path", "scale_path", "gate_up_problems",
+    "plan_schedule", "promotion_path", "scale_path", "gate_up_problems", "amax_pass_bn", "amax_pass_problem",
+    "amax_pass_spec",
     "quantized_problems", "rows_aligned", "rowwise_bn", "scale_rows", "short_k_pingpong",
     "scale_slot_bytes", "split_time", "square_tiles", "stage_bytes", "stream_k_grid", "stream_k_score",
     "swap_decode", "swap_rows", "swap_tokens", "tail_score", "tdm_warps_reason", "wave_fill",
@@ -177,19 +182,21 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     that issue each TDM copy; None: every warp, as before seed 004) and cluster (None: rule 24 decides; 1: one CTA
     per tile; 2 or "2x1": 2-CTA clusters along M multicasting B; "1x2": along N multicasting A; refused where they
     cannot run)."""
-    if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rules 26 and 27
+    two_pass = False  # rule 29: a rowwise quantization across tiles along N, in two passes
+    if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rules 26, 27 and 29
         rowwise = spec.epilogue.rowwise()
+        two_pass = rowwise and spec.n > ROWWISE_MAX_N
         problems = quantized_problems(spec, device, bn=bn, pingpong=pingpong, partial_blocks=partial_blocks,
                                       split_k=split_k, tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k,
                                       cluster=cluster, prefetch_operands=prefetch_operands)
         if problems:
-            rule = "rowwise, rule 27" if rowwise else "1x128, rule 26"
+            rule = "rowwise, rule 29" if two_pass else "rowwise, rule 27" if rowwise else "1x128, rule 26"
             unfused = "recipe='rowwise'" if rowwise else "recipe='1x128'"
             raise UnsupportedError(f"warploom.quantize in a fused epilogue ({rule}) cannot run {spec.short()}: "
                                    f"{'; '.join(problems)}. Fix: drop the conflicting option, or return the value "
                                    f"itself (out_dtype=torch.bfloat16 or torch.float32) and quantize the call's "
                                    f"result with warploom.quantize(out, {unfused})")
-        bn = rowwise_bn(spec.n) if rowwise else QUANT_BN
+        bn = (bn or amax_pass_bn(spec)) if two_pass else rowwise_bn(spec.n) if rowwise else QUANT_BN
         swap_ab, split_k, tail_split, stream_k, cluster, prefetch_operands = False, 1, 1, 0, 1, False
     block = spec.epilogue.gate_up() if spec.epilogue is not None else None
     if block is not None:  # rule 28
@@ -225,6 +232,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                           prefetch_operands=prefetch_operands, pingpong=pingpong, scale_partition=scale_partition,
                           split_k=split_k, tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k,
                           tdm_warps=tdm_warps, cluster=cluster)
+    if two_pass:  # rule 29: the target's rule plans the first pass (its y staged and stored in fp32)
+        return replace(declared(device.target).plan(amax_pass_spec(spec), device, options), amax_pass=True)
     return declared(device.target).plan(spec, device, options)  # (its target's rule: warploom.planning)
 
 
@@ -239,6 +248,14 @@ class Explanation:
 
     def text(self) -> str:
         lines = [f"{self.spec.short()} on {self.device}: {self.plan.short()}"]
+        g = self.spec.epilogue
+        if g is not None and g.rowwise():  # which of the rowwise quantization's paths (rules 27 and 29)
+            n, bn = self.spec.n, self.plan.bn
+            lines.append(f"  rowwise quantization, rule 29: N={n} > {ROWWISE_MAX_N} spans {bn}-wide tiles, so each "
+                         "tile stores y (fp32) to a workspace and adds its rows' amax to an (M,) amax by an atomic "
+                         "max; a cast kernel then writes q and s" if self.plan.amax_pass else
+                         f"  rowwise quantization, rule 27: one {bn}-wide tile holds N={n}, its amax taken in the "
+                         "tile (one pass)")
         if not self.candidates:
             lines.append("  (chosen by a rule without scoring: swap-AB decode, sm_100a, gfx1250 or forced options)")
             if self.plan.promote_tmem:

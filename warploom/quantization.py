@@ -31,11 +31,13 @@ valid columns: 128 of them, or the row's), the division by fp8_max, the zero-gro
 with q an fp8 output and s a *groups* output (`OutputLayout.GROUPS`); they are to be returned as they are (computing
 with them is refused). The planner keeps each group in one tile (rule 26: 128-wide tiles for 1x128; rule 27: a tile
 as wide as N, at most 256, for rowwise); the epilogue folds each column block's row amax into the group's before any
-block is divided (`ir.FoldAmax`), stores q by TMA and s by masked register stores (`ir.StoreScales`). Refused there,
-each naming the unfused fix (store fp32/bf16 and quantize the call's result with this function): rowwise with
-N > 256 (its amax would span the tiles along N), grouped GEMMs, sm_100a and gfx1250. bf16/fp16 GEMMs and fp8 ones
-(fast or promoted accumulation, tensorwise, rowwise or blockwise scales) quantize fused, with operands of every kind
-(rowwise at N > 128: fast accumulation, as rule 27 says).
+block is divided (`ir.FoldAmax`), stores q by TMA and s by masked register stores (`ir.StoreScales`). Rowwise with
+N > 256 (the amax spans the tiles along N) runs in two passes (rule 29): the GEMM stores y (fp32) to a workspace and
+adds each tile's row amax to an (M,) amax by an atomic max (`ir.AtomicAmax`), then a cast kernel computes q and s
+(`cast_rows`'s numbers). Refused there, each naming the unfused fix (store fp32/bf16 and quantize the call's result
+with this function): rule 29 with outputs beside the pair, grouped GEMMs, sm_100a and gfx1250. bf16/fp16 GEMMs and
+fp8 ones (fast or promoted accumulation, tensorwise, rowwise or blockwise scales) quantize fused, with operands of
+every kind (rowwise at 128 < N <= 256: fast accumulation, column and scalar operands, as rule 27 says).
 """
 
 from __future__ import annotations
@@ -85,7 +87,6 @@ def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
     if y.dim() == 0:
         raise ArgumentTypeError("y", "a tensor of at least 1 dimension (groups run along the last)", "a 0-D tensor",
                                 "pass y.reshape(1, 1)")
-    from warploom.epilogue.graph import FP8_MAX
     from warploom.epilogue.reference import round_to
 
     x = y.float()
@@ -95,12 +96,28 @@ def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
     # Zero padding leaves each ragged group's amax its valid columns' (|.| >= 0; a NaN still wins, amax keeps NaN).
     padded = F.pad(x, (0, groups * width - n))
     amax = padded.abs().reshape(*x.shape[:-1], groups, width).amax(dim=-1)  # (..., groups)
-    # A tensor divisor: CUDA divides by a Python scalar as a product with its reciprocal, which rounds differently
-    # from the CPU's (and the reference's) IEEE division in the last bit.
-    s = amax / torch.full_like(amax, FP8_MAX[fp8])
-    s = torch.where(s == 0, torch.ones_like(s), s)  # the zero-group convention: no division by zero below
+    s = scale_of(amax, fp8)
     s_cols = s.repeat_interleave(width, dim=-1)[..., :n]  # (..., N): each column's group scale
     return round_to(x / s_cols, fp8), s
+
+
+def scale_of(amax: torch.Tensor, fp8: DType) -> torch.Tensor:
+    """The fp32 scales of groups whose amax is `amax`: amax / fp8_max, 1 where that is 0 (the module docstring)."""
+    from warploom.epilogue.graph import FP8_MAX
+
+    # A tensor divisor: CUDA divides by a Python scalar as a product with its reciprocal, which rounds differently
+    # from the CPU's (and the reference's) IEEE division in the last bit.
+    s = amax.float() / torch.full_like(amax.float(), FP8_MAX[fp8])
+    return torch.where(s == 0, torch.ones_like(s), s)  # the zero-group convention: no division by zero below
+
+
+def cast_rows(y: torch.Tensor, amax: torch.Tensor, fp8: DType) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q, s) of ``quantize(y, recipe="rowwise")`` for fp32 y (M, N) whose rows' amax is `amax` (M, 1), taken
+    elsewhere: planner rule 29's cast pass (the tiles along N each added their columns' share of the amax)."""
+    from warploom.epilogue.reference import round_to
+
+    s = scale_of(amax.reshape(-1, 1), fp8)
+    return round_to(y.float() / s, fp8), s
 
 
 def quantized_data(y: torch.Tensor, dtype: torch.dtype, recipe: str = "1x128") -> torch.Tensor:

@@ -13,6 +13,7 @@ chained-fp8 layer); the generated code names the group's amax, its NaN-propagati
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -160,3 +161,44 @@ def test_rowwise_epilogue_cross_compiles_for_sm90a(make: Callable[[], Kernel], s
     if k.plan.epilogue_subtiles > 1:  # the walk: later blocks combine with the row's earlier ones
         assert "ep_amax = gl.maximum(ep_amax, ep_block_amax" in src
     compiles_clean(k, spill_budget)
+
+
+# Rule 29: rowwise across the tiles along N (N > 256), two kernels: the GEMM on its 256-wide tiles (128 for promoted
+# fp8), each block folded and stored as fp32 y, the tile's row amax added by an atomic max; then the cast kernel.
+# Row and dense operands run here (rule 27 refuses them at 256 wide: the division is another kernel's).
+AMAX_PASS: dict[str, Callable[[], Kernel]] = {
+    "amax_pass_bf16_n7168": lambda: bf16(2048, 7168, 2048, lambda acc: warploom.quantize(acc, **R)),
+    "amax_pass_bf16_silu_128x256": lambda: bf16(8192, 7168, 7168, lambda acc: warploom.quantize(
+        torch.nn.functional.silu(acc), **R)),
+    "amax_pass_fp8_tensorwise_gelu": lambda: fp8_tensorwise(8192, 4096, 7168, lambda acc: warploom.quantize(
+        torch.nn.functional.gelu(acc), **R)),
+    "amax_pass_bf16_silu_col_e5m2_n1544": lambda: bf16(1000, 1544, 1024, lambda acc, col_s: warploom.quantize(
+        torch.nn.functional.silu(acc) * col_s, dtype=E5, **R), col_s=t(1000, 1)),
+    "amax_pass_bf16_bias_residual_n4096": lambda: bf16(
+        1000, 4096, 1024, lambda acc, shift, res: warploom.quantize(acc + shift + res, **R), shift=t(4096),
+        res=t(1000, 4096, dtype=BF16)),
+    "amax_pass_fp8_rowwise_bias_silu_n4096": lambda: fp8_rowwise(4096, 4096, 7168, lambda acc: warploom.quantize(
+        torch.nn.functional.silu(acc), **R)),
+    "amax_pass_fp8_promoted_n1536": lambda: fp8_rowwise_promoted(2048, 1536, 2048, lambda acc: warploom.quantize(
+        acc, **R)),
+    "amax_pass_decode_bf16_m16_n7168": lambda: bf16(16, 7168, 2048, lambda acc: warploom.quantize(acc, **R)),
+}
+
+
+@pytest.mark.parametrize("make", [pytest.param(m, id=i) for i, m in AMAX_PASS.items()])
+def test_amax_pass_cross_compiles_for_sm90a(make: Callable[[], Kernel], spill_budget: int) -> None:
+    k = make()
+    assert k.plan.amax_pass and k.module.amax_pass is not None
+    assert k.spec.epilogue is not None
+    narrow = k.spec.accumulation.value == "promoted" or bool(k.spec.epilogue.operands)
+    # (128 where rule 29 narrows it: amax_pass_bn; else the rules' own tile: 64x64 at decode sizes, 128x256 large)
+    assert k.plan.bn == 128 if narrow else k.plan.bn in (64, 128, 256)
+    compiles_clean(k, spill_budget)
+    ptx = k.compile().ptx
+    # the row amax, an integer max of its bits (3.9 emits the reduction form, its result unused: red.global)
+    assert re.search(r"\b(atom|red)\.global\.[a-z.]*max\.s32", ptx), "no atomic max in the PTX"
+    cast = k.compile_cast()
+    assert cast.spills == 0 and cast.registers > 0, cast.ptxas_log
+    assert "div.rn.f32" in cast.ptx  # s and y / s, IEEE-rounded
+    fp8 = "e5m2" if k.module.amax_pass.fp8.value == "e5m2" else "e4m3"
+    assert f"cvt.rn.satfinite.{fp8}x2.f32" in cast.ptx  # the saturating cast

@@ -26,6 +26,17 @@ def same_bytes(x: torch.Tensor, y: torch.Tensor) -> bool:
     return x.dtype == y.dtype and torch.equal(x.view(torch.uint8), y.view(torch.uint8))
 
 
+def rowwise_within_fp8_rounding(q: torch.Tensor, s: torch.Tensor, y: torch.Tensor) -> None:
+    """A fused rowwise (q, s) of bf16 normal inputs against the plain quantize of the fp64 value `y`: sums differ in
+    the last fp32 bits, so q may round the other way at a tie. Each row's dequantized q * s must lie within half an
+    e4m3 step (2^-4 of its amax) of `y`, and s within a few ulps of the plain function's."""
+    from warploom.quantization import quantize
+
+    _, rs = quantize(y, recipe="rowwise")
+    torch.testing.assert_close(s, rs, rtol=1e-5, atol=0)
+    assert bool(((q.float() * s - y).abs() <= rs * 448.0 * 2.0**-4 + 1e-6).all())
+
+
 def in_tiles(m: ir.Module, tile: Callable[[tuple[ir.Stmt, ...]], tuple[ir.Stmt, ...]]) -> ir.Module:
     """`m` with `tile` applied to the body of every partition's tiles loop (the planted bugs of the quantization
     tests: statements moved within a tile)."""

@@ -153,16 +153,19 @@ def _bf16(m: int, n: int) -> torch.Tensor:
 
 def test_in_epilogue_refusals_name_the_fix() -> None:
     """Inside a fused epilogue 1x128 and rowwise quantization run (tests/sim/test_quantize_epilogue_sim.py,
-    tests/sim/test_rowwise_epilogue_sim.py); what cannot run says so and names the unfused way: rowwise wider than
-    one tile (its amax would span the tiles along N) and an unknown recipe."""
+    tests/sim/test_rowwise_epilogue_sim.py), rowwise wider than one tile too (rule 29's two passes); what cannot run
+    says so and names the unfused way: a rule 29 graph with another output beside the pair, and an unknown recipe."""
     a, b = _bf16(64, 128), _bf16(128, 256)
     q, s = warploom.matmul(a, b, epilogue=lambda acc: warploom.quantize(acc, dtype=torch.float8_e5m2))
     assert q.dtype == torch.float8_e5m2 and s.shape == (64, 2)
     q, s = warploom.matmul(a, b, epilogue=lambda acc: warploom.quantize(acc, recipe="rowwise"))
     assert q.shape == (64, 256) and s.shape == (64, 1)
-    with pytest.raises(UnsupportedError, match="rowwise, rule 27.*N=384: expected N <= 256.*spans the whole row.*"
+    # rowwise wider than a tile runs in two passes (rule 29) and stores the pair only: a third output is refused
+    q, s = warploom.matmul(a, _bf16(128, 384), epilogue=lambda acc: warploom.quantize(acc, recipe="rowwise"))
+    assert q.shape == (64, 384) and s.shape == (64, 1)
+    with pytest.raises(UnsupportedError, match="rowwise, rule 29.*N=384 > 256 takes rule 29's two passes.*"
                                                r"Fix: .*warploom.quantize\(out, recipe='rowwise'\)"):
-        warploom.matmul(a, _bf16(128, 384), epilogue=lambda acc: warploom.quantize(acc, recipe="rowwise"))
+        warploom.matmul(a, _bf16(128, 384), epilogue=lambda acc: (*warploom.quantize(acc, recipe="rowwise"), acc))
     with pytest.raises(InputError, match="recipe: expected one of"):
         warploom.matmul(a, b, epilogue=lambda acc: warploom.quantize(acc, recipe="per_tensor"))
 

@@ -168,9 +168,12 @@ def test_planner_rule_27_refuses_by_name() -> None:
     with pytest.raises(UnsupportedError, match="built for sm_90a, not"):
         plan_schedule(spec, B200)
     unfused = r"Fix: .*quantize the call's result with warploom.quantize\(out, recipe='rowwise'\)"
-    with pytest.raises(UnsupportedError, match="N=272: expected N <= 256, the columns one tile holds .a rowwise "
-                                               f"scale's amax spans the whole row.*{unfused}"):
-        warploom.plan(t(64, 512, dtype=BF16), t(512, 272, dtype=BF16), epilogue=rowwise)
+    # N > 256 is rule 29's (tests/unit/test_rowwise_amax_pass.py), which stores the quantize pair only
+    assert warploom.plan(t(64, 512, dtype=BF16), t(512, 272, dtype=BF16), epilogue=rowwise).plan.amax_pass
+    with pytest.raises(UnsupportedError, match=r"rowwise, rule 29.*N=272 > 256 takes rule 29's two passes.*expected "
+                                               rf"the outputs \(q fp8, s\).*got \(bf16, e4m3, groups\).*{unfused}"):
+        warploom.plan(t(64, 512, dtype=BF16), t(512, 272, dtype=BF16),
+                      epilogue=lambda acc: (acc.to(BF16), *warploom.quantize(acc, recipe="rowwise")))
     with pytest.raises(UnsupportedError, match=f"N=256 with per-column or dense epilogue operands .shift.: expected "
                                                f"N <= 128 for them.*{unfused}"):
         warploom.plan(t(64, 512, dtype=BF16), t(512, 256, dtype=BF16), shift=t(256),

@@ -138,6 +138,8 @@ class GluonSource:
         maxnreg: the kernel-wide register cap that lets setmaxnreg redistribute registers.
         reduce_kernel: split-K only: the ``@gluon.jit`` function in `text` that adds the workspace's partial sums
             in order and casts them into C (`REDUCE_PARAMS`; one program per `REDUCE_BLOCK` elements).
+        cast_kernel: planner rule 29 only (`ir.Module.amax_pass`): the ``@gluon.jit`` function in `text` that
+            quantizes the first pass's fp32 workspace by its rows' amax (`gluon_cast.CAST_PARAMS`; a program a row).
         num_ctas: the CTAs of a cluster (`ir.Tiling.cluster`): a Gluon program is then a cluster, its shapes are the
             cluster tile's and its layouts say how the CTAs share them (`cga_layout`, `cga`).
     """
@@ -149,6 +151,7 @@ class GluonSource:
     maxnreg: int
     reduce_kernel: str | None = None  # split-K: the kernel that sums the workspace's slabs into C
     num_ctas: int = 1  # CTAs per cluster (ir.Tiling.cluster): each program of the launch is a cluster
+    cast_kernel: str | None = None  # rule 29: the kernel that quantizes the first pass's workspace (gluon_cast)
 
 
 def _instr_n(bm: int, bn: int, warps: int) -> int:
@@ -600,6 +603,8 @@ class PartitionEmitter:
                 self.fold_amax(o)
             case ir.StoreScales():
                 self.store_scales(o)
+            case ir.AtomicAmax():
+                self.atomic_amax(o)
             case ir.StoreWait():
                 b.line(f"tma.store_wait({o.pending})", c)
             case ir.StoreSmem() if o.output is not None:
@@ -827,7 +832,7 @@ class PartitionEmitter:
         _, cols_v = self._block_offsets(o.acc, o.part, o.parts)
         src = self._column_block(o.acc, o.part, o.parts)
         b.line(f"ep_acc = gl.convert_layout({src}, ep_layout)", printer.op(o))
-        if g.rowwise():
+        if g.rowwise() and self.m.amax_pass is None:  # (rule 29's first pass: the fold and the store share y)
             # An opaque copy: the fold's values must not be merged with the division's (same expressions of the
             # same block), or every block's values stay live beside the accumulator until its division, past the
             # 168 registers ptxas allots (688-1756 spilled bytes at 128x256, Triton 3.6); the division recomputes.
@@ -843,6 +848,16 @@ class PartitionEmitter:
         else:
             b.line("ep_amax = gl.maximum(ep_amax, ep_block_amax, propagate_nan=tl.PropagateNan.ALL)",
                    "combined with the group's earlier blocks, NaN winning")
+
+    def atomic_amax(self, o: ir.AtomicAmax) -> None:
+        """Rule 29's first pass: the tile's row amax (`ep_amax`, >= 0 or a positive NaN) added to the (M,) amax
+        workspace by a signed 32-bit max of its bits, which orders non-negative floats as floats and puts NaN above
+        +inf. Relaxed: the cast kernel reads the workspace after this launch ends."""
+        rows_v = "ep_rows"
+        if rows_v not in self._offsets:  # (every fold of the tile defined it)
+            rows_v, _ = self._block_offsets(o.acc, 0, 1)
+        self.buf.line(f"gl.atomic_max(amax_ptr + {rows_v}, ep_amax.to(gl.int32, bitcast=True), mask={rows_v} < M, "
+                      "sem=\"relaxed\")", printer.op(o))
 
     def store_scales(self, o: ir.StoreScales) -> None:
         """A groups output's [rows, 1] values into column (block column) // 128 of its (M, ceil(N/128)) tensor, by
@@ -1052,6 +1067,8 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
             case ir.StoreScales():
                 used[f"c{o.output}_ptr"] = None
                 used[f"c{o.output}_stride_m"] = None
+            case ir.AtomicAmax():
+                used["amax_ptr"] = None
             case ir.Fixup():
                 used.update(dict.fromkeys(SK_PARAMS))
             case ir.Epilogue():
@@ -1117,6 +1134,8 @@ def kernel_params(m: ir.Module) -> tuple[str, ...]:
     if m.spec.epilogue is not None:
         ps += [f"{s.name}_desc" if s.kind.value == "dense" else f"{s.name}_ptr" for s in m.spec.epilogue.operands]
     ps += [p for j in scale_outputs(m) for p in (f"c{j}_ptr", f"c{j}_stride_m")]
+    if m.amax_pass is not None:  # rule 29's first pass: the (M,) row amax its tiles add to
+        ps.append("amax_ptr")
     if m.tiling.stream_k:
         ps += SK_PARAMS
     if m.tiling.grouped:
@@ -1279,7 +1298,13 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
     if t.split_k > 1:
         reduce = f"{m.name}_reduce"
         _emit_reduce(b, reduce, m.spec.out_dtype, t)
-    return GluonSource(b.text(), m.name, params, m.default_partition.warps, _maxnreg(m), reduce, t.cluster)
+    cast = None
+    if m.amax_pass is not None:  # rule 29's second pass
+        from warploom.backends.gluon_cast import emit_cast
+
+        cast = f"{m.name}_cast"
+        emit_cast(b, cast, m.amax_pass)
+    return GluonSource(b.text(), m.name, params, m.default_partition.warps, _maxnreg(m), reduce, t.cluster, cast)
 
 
 def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:

@@ -136,6 +136,11 @@ def _pow(x: str, e: float) -> str:
     return special.get(e, f"gl.extra.libdevice.pow({x}, {literal(e)})")
 
 
+def cast_to(x: str, dtype: DType) -> str:
+    """`x` (fp32) converted to `dtype` as every warploom store converts (`_cast`): rule 29's cast kernel's q."""
+    return _cast(x, dtype)
+
+
 def _cast(x: str, dtype: DType) -> str:
     """`x` (fp32) converted to `dtype`: round to nearest even; fp8 saturating to +-its largest finite value."""
     if dtype is DType.FP32:

@@ -395,6 +395,46 @@ class EpilogueGraph:
         """Whether the graph quantizes rowwise: its `GroupAmax` spans the whole row (planner rule 27)."""
         return self.group_amax() is not None and self.amax().width is None
 
+    def reads_amax(self) -> bool:
+        """Whether an output reads the group amax (a quantization's q and s do; rule 29's first pass, `amax_pass`,
+        stores the value the amax is of and publishes the amax itself, so none of its outputs does)."""
+        ref = self.group_amax()
+        return ref is not None and ref in self.live_nodes([o.value for o in self.outputs])
+
+    def live_nodes(self, roots: list[Ref]) -> set[Ref]:
+        """`roots` and every node they read, transitively."""
+        live: set[Ref] = set()
+        stack = list(roots)
+        while stack:
+            r = stack.pop()
+            if r not in live:
+                live.add(r)
+                stack.extend(inputs(self.nodes[r]))
+        return live
+
+    def quantized_pair(self) -> tuple[DType, int] | None:
+        """(fp8 dtype, amax's input) where the graph stores exactly a rowwise ``warploom.quantize`` pair (q, s): an fp8
+        output then its groups output, as ``return warploom.quantize(y, recipe="rowwise")`` traces; else None.
+        Planner rule 29 runs such a graph in two passes (`amax_pass`, then the cast kernel)."""
+        if not self.rowwise() or len(self.outputs) != 2:
+            return None
+        q, s = self.outputs
+        if q.dtype not in FP8_MAX or q.layout is not OutputLayout.FULL or s.layout is not OutputLayout.GROUPS:
+            return None
+        return q.dtype, inputs(self.amax())[0]
+
+    def amax_pass(self) -> EpilogueGraph:
+        """Rule 29's first pass of a rowwise quantization (`quantized_pair`): the nodes up to the group amax, one
+        output, y (the value the amax is of) in fp32. A tile stores y to the fp32 workspace and folds its columns'
+        row amax, which it publishes by an atomic max (ir.AtomicAmax); the cast kernel then divides y by the row's
+        scale. y in fp32 is every value the graph computes exactly (a bf16 y is an fp32 value rounded to bf16), so the
+        two passes give the one-pass graph's bits."""
+        pair = self.quantized_pair()
+        ref = self.group_amax()
+        if pair is None or ref is None:
+            raise ValueError("amax_pass: expected a graph that stores exactly a rowwise quantize pair (q, s)")
+        return EpilogueGraph(self.nodes[:ref + 1], (Output(pair[1], DType.FP32),), self.operands)
+
     def gate_up(self) -> int | None:
         """The interleave block of the graph's `GateUpHalf` nodes (all share one), or None without them."""
         return next((nd.block for nd in self.nodes if isinstance(nd, GateUpHalf)), None)
@@ -421,14 +461,7 @@ class EpilogueGraph:
         g = self.group_amax()
         if g is None:
             return ()
-        live: set[Ref] = set()
-        stack = [inputs(self.nodes[g])[0]]
-        while stack:
-            r = stack.pop()
-            if r not in live:
-                live.add(r)
-                stack.extend(inputs(self.nodes[r]))
-        return tuple(sorted(live))
+        return tuple(sorted(self.live_nodes([inputs(self.nodes[g])[0]])))
 
 
 def _types(nodes: tuple[Node, ...]) -> list[ValueType]:

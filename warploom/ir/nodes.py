@@ -516,6 +516,41 @@ class StoreScales(Op):
 
 
 @dataclass(frozen=True)
+class AtomicAmax(Op):
+    """Rule 29's first pass (`Module.amax_pass`): publish the running row amax the tile's FoldAmax ops left for
+    `acc`'s rows (the tile's columns of each row; the partition's row block) by an atomic max into the fp32 (M,)
+    amax workspace, rows below M. The amax is >= 0 or NaN (|y|; a positive NaN), so the max is a signed 32-bit
+    integer max of the float bits (NaN above +inf: a NaN wins, as in torch.amax). Once per tile, after every block
+    of the tile folded; the cast kernel reads the workspace after the whole launch."""
+
+    acc: str
+
+
+@dataclass(frozen=True)
+class AmaxPass:
+    """Planner rule 29: the module is the first of two passes of a fused rowwise quantization whose rows span
+    tiles along N (N > 256). Its spec's graph is `EpilogueGraph.amax_pass`: each tile stores y (fp32) to its one
+    output, the (M, N) fp32 workspace, by TMA, folds its columns' row amax (FoldAmax) and adds it to the (M,) amax
+    workspace (AtomicAmax), which the launch zeroes before it. The second pass, the cast kernel
+    (`backends.gluon_sm90`'s ``<name>_cast``, `CAST_PARAMS`), runs one program per row: s = amax / fp8_max (1 where
+    0), q = the saturating `fp8` cast of y / s (warploom.quantization.cast_rows).
+
+    Attributes:
+        fp8: the quantized dtype (E4M3 or E5M2).
+        chunk: the columns a cast program converts per step of its loop along the row.
+    """
+
+    fp8: DType
+    chunk: int = 1024
+
+    def __post_init__(self) -> None:
+        if self.fp8 not in (DType.E4M3, DType.E5M2):
+            raise ValueError(f"AmaxPass fp8={self.fp8}: expected e4m3 or e5m2")
+        if self.chunk < 128 or self.chunk & (self.chunk - 1):
+            raise ValueError(f"AmaxPass chunk={self.chunk}: expected a power of two >= 128 (4 warps' lanes)")
+
+
+@dataclass(frozen=True)
 class StoreTile(Op):
     """Write `acc`, cast to the output dtype, to C's tile at (tile m, tile n); out-of-bounds elements are dropped.
     On NVIDIA targets abstract: lowered by the epilogue pass to StoreSmem / FenceAsync / TmaStore. A gfx1250 module
@@ -821,6 +856,7 @@ class Module:
         rings, buffers, barriers: shared-memory and mbarrier declarations.
         tmem_scales: sm_100a block-scale buffers in tensor memory (seed 001: `ScaleCopy` fills them).
         target: the compilation target, the plan's (`Plan.target`); the verifier checks the structure agrees.
+        amax_pass: planner rule 29's first pass of a rowwise quantization across tiles (`AmaxPass`), or None.
         partitions: the warp groups; exactly one is `default`.
         num_warps: warps of the default partition (Gluon's ``num_warps``).
     """
@@ -834,6 +870,7 @@ class Module:
     barriers: tuple[Barriers, ...] = field(default=())
     tmem_scales: tuple[ScaleBuffer, ...] = ()
     target: Target = Target.SM90A
+    amax_pass: AmaxPass | None = None
 
     def ring(self, name: str) -> Ring:
         return _find(self.rings, name, "ring")

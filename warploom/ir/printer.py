@@ -94,6 +94,8 @@ def op(o: ir.Op) -> str:
         case ir.StoreScales():
             part = "" if o.parts == 1 else f"[cols {o.part}/{o.parts}]"
             return f"store_scales out{o.output} of {o.acc}{part}"
+        case ir.AtomicAmax():
+            return f"atomic_amax {o.acc} -> amax[m]"
         case ir.FenceAsync():
             return "fence_async_shared"
         case ir.TmaStore():
@@ -169,6 +171,9 @@ def module(m: ir.Module) -> str:
             f" cluster={t.cluster} (CTAs along M sharing B)") if t.cluster > 1 else "")
         + (" exit_sync (a cluster barrier before exit)" if t.exit_sync else ""),
     ]
+    if m.amax_pass is not None:  # (rule 29: C is the workspace of y, the cast kernel runs after the launch)
+        out.append(f"  amax_pass: C is y's fp32 (M, N) workspace, amax the (M,) row amax (zeroed per call); then "
+                   f"cast q = {m.amax_pass.fp8.value}(y / s), s = amax / fp8_max, {m.amax_pass.chunk} columns a step")
     for r in m.rings:
         where = " in tensor memory" if r.in_tmem or r.tmem else " padded (one value a byte)" if r.padded else ""
         out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]{where}")

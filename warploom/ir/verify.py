@@ -24,6 +24,7 @@ from warploom.epilogue.graph import OutputLayout
 from warploom.errors import VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
+from warploom.ir.verify_amax import check_amax_pass
 from warploom.ir.verify_cluster import check_cluster
 from warploom.ir.verify_promote import check_partials
 from warploom.ir.verify_scales import check_scale_partition, check_tmem_scales
@@ -62,6 +63,7 @@ def structural(m: ir.Module) -> list[str]:
     errs += _check_stream_k(m)
     errs += _check_grouped(m)
     errs += _check_rowwise(m)
+    errs += check_amax_pass(m)
     errs += check_cluster(m)
     errs += _check_declared_target(m)
     for b in m.barriers:
@@ -476,13 +478,14 @@ def _check_rowwise(m: ir.Module) -> list[str]:
     """A fused rowwise quantization's amax is the whole row's, folded within one tile (planner rule 27): the tile
     must hold every column of N, whole (no split or swap cuts its sum or turns its rows).
 
-    Allowed:   N=200 at BN=256, whole tiles.
-    Forbidden: N=300 at BN=256 (two tiles along N would each scale by their half's amax)."""
+    Allowed:   N=200 at BN=256, whole tiles; N=300 at BN=256 in rule 29's first pass (`ir.Module.amax_pass`: its
+               tiles add their columns' amax to the row's by an atomic max, and a cast kernel divides after them).
+    Forbidden: N=300 at BN=256 otherwise (two tiles along N would each scale by their half's amax)."""
     g, t = m.spec.epilogue, m.tiling
     if g is None or not g.rowwise():
         return []
     errs = []
-    if m.spec.n > t.bn:
+    if m.spec.n > t.bn and m.amax_pass is None:
         errs.append(f"a rowwise quantization's tile must hold its whole row: N={m.spec.n} > BN={t.bn} (each tile "
                     "along N would scale by its own columns' amax)")
     if t.split_k > 1 or t.ranged or t.swap_ab:
@@ -686,7 +689,7 @@ def _check_loaded(p: ir.Partition, m: ir.Module, errs: list[str]) -> None:
                                     "for its up block")
                 if isinstance(s, ir.FoldAmax):
                     folded.add((s.acc, s.part))
-                elif g.group_amax() is not None:
+                elif g.reads_amax():  # (rule 29's first pass computes y, which does not read it)
                     missing = [j for j in _group_blocks(m, p, s) if (s.acc, j) not in folded]
                     if missing:
                         errs.append(f"partition {p.name}: {printer.op(s)} reads its group's amax before the "

@@ -52,7 +52,18 @@ def _epilogue_tag(spec: GemmSpec) -> str:
 
 
 def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
-    """The one-partition program for `spec` with `plan`'s tiling (rings of depth 1, synchronous ops)."""
+    """The one-partition program for `spec` with `plan`'s tiling (rings of depth 1, synchronous ops). A rule 29 plan
+    (`Plan.amax_pass`) builds the first pass: its module's spec is `amax_pass_spec(spec)` (y, fp32, its one output)
+    and `ir.Module.amax_pass` names the cast kernel that follows."""
+    amax_pass = None
+    if plan.amax_pass:
+        from warploom.planning.amax_pass import amax_pass_spec
+
+        pair = spec.epilogue.quantized_pair() if spec.epilogue is not None else None
+        if pair is None:
+            raise ValueError("build_sequential: Plan(amax_pass=True) needs a graph that stores exactly a rowwise "
+                             "quantize pair (planner rule 29)")
+        spec, amax_pass = amax_pass_spec(spec), ir.AmaxPass(pair[0])
     b_rows, b_cols = (plan.bn, plan.bk) if spec.b_layout is BLayout.K_MAJOR else (plan.bk, plan.bn)
     b_coord = (ir.Axis.N, ir.Axis.K) if spec.b_layout is BLayout.K_MAJOR else (ir.Axis.K, ir.Axis.N)
     m_major = spec.a_layout is ALayout.M_MAJOR  # (an M-major A's slots are (BK, BM): its storage order)
@@ -148,9 +159,10 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         accumulators=tuple(accs), cursors=(cur,),
     )
     return ir.Module(
-        name=kernel_name(spec, plan), spec=spec,
+        # (rule 29: the cast kernel's fp8 type is not in the first pass's spec, so the name says it)
+        name=kernel_name(spec, plan) + (f"_{amax_pass.fp8.value}" if amax_pass else ""), spec=spec,
         tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid, plan.split_k, ranged=plan.tail_split > 1,
                          swap_ab=plan.swap_ab, stream_k=plan.stream_k, grouping=spec.grouping,
                          uneven_split=plan.split_k > 1 and -(-spec.k // plan.bk) % plan.split_k != 0),
-        partitions=(part,), rings=rings, target=plan.target,
+        partitions=(part,), rings=rings, target=plan.target, amax_pass=amax_pass,
     )

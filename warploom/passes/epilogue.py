@@ -119,7 +119,7 @@ class LowerEpilogue:
             steps = {o.acc: o.steps for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue)} if self.block_steps \
                 else {}
             lower = _Lower(graph, slots, accs, t.bn, width, self.scalar_columns,
-                           {k: tuple(b.name for b in v) for k, v in dense.items()}, steps)
+                           {k: tuple(b.name for b in v) for k, v in dense.items()}, steps, m.amax_pass is not None)
             parts.append(replace(p, body=rewrite(p.body, lower) + (ir.StoreWait(0),)))
         return replace(m, buffers=m.buffers + tuple(buffers), partitions=tuple(parts))
 
@@ -134,6 +134,7 @@ class _Lower:
     scalar_columns: bool
     dense: dict[str, tuple[str, ...]]  # per dense operand, its staging slots
     steps: dict[str, tuple[ir.EpilogueStep, ...]]  # per accumulator: its epilogue, applied per block
+    amax_pass: bool = False  # rule 29's first pass (ir.Module.amax_pass): fold, apply and store each block in turn
 
     def __call__(self, o: ir.Op) -> tuple[ir.Stmt, ...]:
         if isinstance(o, ir.Epilogue) and o.acc in self.steps:
@@ -155,6 +156,11 @@ class _Lower:
             if self.graph.gate_up() is not None:
                 if i < n // 2:
                     out += self._pair(o.acc, acc, i, n)
+                continue
+            if self.amax_pass:
+                out += self._amax_block(o.acc, i, n, j)
+                if i == n - 1:
+                    out.append(ir.AtomicAmax(o.acc))
                 continue
             if self.graph.group_amax() is not None:
                 if i % self._group_blocks(acc):
@@ -242,6 +248,26 @@ class _Lower:
         out += [ir.StoreScales(name, blocks[-1], n, k) for k, o in enumerate(self.graph.outputs)
                 if o.layout is OutputLayout.GROUPS]
         return out
+
+    def _amax_block(self, name: str, i: int, n: int, j: int) -> list[ir.Stmt]:
+        """Rule 29's first pass, block i of n (j: its place in the tile): its operands, its share of the row amax
+        folded into the tile's, y computed and stored (fp32) to the workspace, which is this module's C. No block
+        waits for another: nothing here divides by the amax (the cast kernel does, after the launch), and after the
+        tile's last block one atomic_amax publishes the tile's row amax:
+
+            load_operand bias for acc[cols 0/8] as per_col
+            fold_amax acc[cols 0/8]
+            apply_epilogue acc[cols 0/8]         # y
+            ... store_smem / tma_store y -> C[m, n][cols 0/8]
+            ...
+            atomic_amax acc -> amax[m]
+        """
+        bufs = self.slots[j % len(self.slots)]
+        out = self._loads(name, i, n, j)
+        out += [ir.FoldAmax(name, i, n), ir.ApplyEpilogue(name, i, n)]
+        return out + self._store([ir.StoreSmem(name, b.name, i, n, output=b.output) for b in bufs],
+                                 [ir.TmaStore(b.name, part=j, parts=self.bn // self.width, output=b.output)
+                                  for b in bufs])
 
     def _store(self, writes: list[ir.StoreSmem], stores: list[ir.TmaStore]) -> list[ir.Stmt]:
         """One block's staging writes and TMA stores, with the store wait that lets the writes reuse a slot.

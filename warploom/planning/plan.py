@@ -91,6 +91,9 @@ class Plan:
             then split each tile by columns. `grid` stays the CTAs launched (an even number).
         cluster_n: with cluster 2, the CTAs stand side by side along N instead (1x2) and share A's tile (passes/
             cluster.py ShareA, `ir.Tiling.cluster_n`); the consumer warpgroups keep the row split.
+        amax_pass: rule 29 (planning/amax_pass.py): the kernel is the first of two passes of a fused rowwise
+            quantization across the tiles along N (fp32 y to a workspace, an atomic row amax), which a cast kernel
+            follows (`ir.AmaxPass`); the other fields plan that first pass.
     """
 
     bm: int
@@ -131,6 +134,7 @@ class Plan:
     tdm_fused: bool = False
     cluster: int = 1
     cluster_n: bool = False
+    amax_pass: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target", Target.named(self.target, "Plan(target=...)"))  # (a cache gives its name)
@@ -172,6 +176,10 @@ class Plan:
         if self.promote_tmem and self.target is not Target.SM100A:
             raise PlanError(f"Plan(promote_tmem=True, target={self.target}): promotion through tensor-memory "
                              "partials is sm_100a's")
+        if self.amax_pass and (self.split_k > 1 or self.tail_split > 1 or self.stream_k or self.pingpong
+                               or self.swap_ab or self.cluster > 1 or self.target is not Target.SM90A):
+            raise PlanError("Plan(amax_pass=True) is rule 29's first pass of a rowwise quantization on sm_90a's whole "
+                             "tiles: it takes no split_k, tail_split, stream_k, pingpong, swap_ab or cluster")
         if self.tail_split > 1 and self.tail_stages < 1:
             raise PlanError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
                              "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
@@ -209,6 +217,7 @@ class Plan:
             tm += f"_wa{self.tdm_warps_a:x}b{self.tdm_warps_b:x}" + ("f" if self.tdm_fused else "")
         sk = f"_sk{self.stream_k}g{self.grid}" if self.stream_k else ""
         sk += (f"_c1x{self.cluster}" if self.cluster_n else f"_c{self.cluster}") if self.cluster > 1 else ""
+        sk += "_amax" if self.amax_pass else ""  # (rule 29's first pass: a kernel of another name)
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
                 f"{sub}{split}{blocks}{ks}{sk}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
 

@@ -11,6 +11,7 @@ from dataclasses import replace
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
 from warploom.errors import UnsupportedError
+from warploom.planning.amax_pass import AMAX_PASS_BNS, amax_pass_bn, amax_pass_problem
 from warploom.planning.common import (
     DECODE_STAGES,
     MAX_STAGES,
@@ -235,7 +236,8 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
     (LowerEpilogue folds the group's blocks before its scale and division), and none of the schedules that cut a
     tile's sum or columns otherwise (split-K, a tail, stream-K, swap-AB, clusters). Promoted fp8 (and so the
     blockwise recipes) promotes a 128-wide tile into one accumulator, which holds the group whole; a 256-wide one
-    into two 128-column halves, which would cut a rowwise group in two."""
+    into two 128-column halves, which would cut a rowwise group in two. Rowwise with N > 256 is rule 29's two passes
+    (`planning/amax_pass.py`): a graph storing the quantize pair alone, on the tile `amax_pass_bn` allows."""
     assert spec.epilogue is not None
     rowwise = spec.epilogue.rowwise()
     out = []
@@ -249,20 +251,29 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
     if dense_operands(spec) and prefetch_operands:
         out.append("prefetch_operands=True: a dense operand's early copies follow the stores, which the walk over a "
                    "group puts after every block's load")
+    two_pass = rowwise and spec.n > ROWWISE_MAX_N  # rule 29 (planning/amax_pass.py)
     want = rowwise_bn(spec.n) if rowwise else QUANT_BN
-    if rowwise and spec.n > ROWWISE_MAX_N:
-        out.append(f"N={spec.n}: expected N <= {ROWWISE_MAX_N}, the columns one tile holds (a rowwise scale's amax "
-                   "spans the whole row; wider rows would need the amax across the row's tiles, not built)")
-    elif rowwise and want > QUANT_BN and spec.accumulation is Accumulation.PROMOTED:
+    widths = (AMAX_PASS_BNS if amax_pass_bn(spec) is None else (amax_pass_bn(spec),)) if two_pass else (want,)
+    problem = amax_pass_problem(spec) if two_pass else None
+    # (rule 29's fold and division run in different kernels: rule 27's limits on what stays live between them do
+    # not apply to it)
+    one_pass_wide = rowwise and not two_pass and want > QUANT_BN
+    if problem is not None:
+        out.append(problem)
+    elif one_pass_wide and spec.accumulation is Accumulation.PROMOTED:
         out.append(f"N={spec.n} with promoted fp8 accumulation: expected N <= {QUANT_BN} or use_fast_accum=True (a "
                    "256-wide tile promotes into two 128-column accumulators, which would cut the row's amax in two)")
-    elif rowwise and want > QUANT_BN and _row_operands(spec):
+    elif one_pass_wide and _row_operands(spec):
         out.append(f"N={spec.n} with per-column or dense epilogue operands ({', '.join(_row_operands(spec))}): "
                    f"expected N <= {QUANT_BN} for them (at 256 wide every block's values of them stay live from its "
                    "amax fold to its division, beside the whole accumulator, and spill 136-1296 bytes, ptxas)")
-    elif bn is not None and bn != want:
-        out.append(f"bn={bn}: the tile must be {want} wide (" + (f"the narrowest tile that holds N={spec.n})"
-                                                                  if rowwise else "one scale group)"))
+    elif two_pass and bn is not None and bn not in widths:
+        out.append(f"bn={bn}: rule 29's tile must be " + (" or ".join(map(str, widths)) + " wide" if len(widths) > 1
+                                                          else f"{widths[0]} wide (promoted fp8, or a graph with "
+                                                          "operands: amax_pass_bn)"))
+    elif not two_pass and bn is not None and bn != want:
+        why = f"the narrowest tile that holds N={spec.n})" if rowwise else "one scale group)"
+        out.append(f"bn={bn}: the tile must be {want} wide ({why}")
     given = {"pingpong": pingpong or None, "split_k": None if split_k in (None, 1) else split_k,
              "tail_split": None if tail_split in (None, 1) else tail_split, "swap_ab": swap_ab or None,
              "stream_k": stream_k or None, "cluster": None if cluster in (None, 1) else cluster}
@@ -547,7 +558,8 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         hoist = hoist_rows if hoist_rows is not None else not (pingpong or wide)
         # Rule 27's 256-wide rowwise walk loads each block right before its fold, every fold before any division:
         # loads a block ahead (which go before the previous block's division) would follow their block's fold.
-        walks = spec.epilogue is not None and spec.epilogue.group_amax() is not None
+        # (rule 29's first pass walks nothing: each block folds and stores in turn, so its loads may go ahead)
+        walks = spec.epilogue is not None and spec.epilogue.reads_amax()
         candidate = Plan(
             bm=cbm, bn=cbn, bk=bk, stages=s, consumer_warps=8 if pingpong else 4 * (cbm // 64),
             group_m=group_m, grid=grid,
@@ -562,7 +574,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
             operand_slots=FUSED_WIDE_SLOTS if wide and early and dense_operands(spec) else 1,
             load_ahead=wide and not hoist and not walks, swap_ab=False, target=Target.SM90A, tdm_fused=False,
             stream_k=sk,
-            block_scaled=False, promote_tmem=False, cluster_n=False,
+            block_scaled=False, promote_tmem=False, cluster_n=False, amax_pass=False,
             **_mx_registers(spec, cbm, pingpong),
             **({"consumer_regs": _TALL_CONSUMER_REGS} if cbm == 256 else {}),
         )

@@ -163,6 +163,8 @@ def signature(m: ir.Module, src: GluonSource) -> dict[str, str]:
             sig[p] = "*fp8e4nv"  # row-major e4m3 scales (seed 000's scale partition) go as they are
         elif p in ("scale_a_ptr", "scale_b_ptr", "sa_ptr", "sb_ptr", *GLOBAL_PARAMS):
             sig[p] = "*fp32"
+        elif p == "amax_ptr":  # rule 29's row amax: the int32 bits of non-negative floats (ir.AtomicAmax)
+            sig[p] = "*i32"
         elif p in SK_TYPES:
             sig[p] = SK_TYPES[p]
         elif p == "group_ptr":
@@ -199,8 +201,6 @@ def _cuobjdump() -> str:
 def cross_compile_cuda(m: ir.Module, src: GluonSource, *, target: str, arch: int) -> Compiled:
     """An NVIDIA kernel (Triton's compute capability `arch`, ptxas's --gpu-name `target`) to PTX, cubin and SASS,
     with ptxas's register and spill report."""
-    import triton
-    from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
     fn = load(src.text, src.kernel)
@@ -209,6 +209,31 @@ def cross_compile_cuda(m: ir.Module, src: GluonSource, *, target: str, arch: int
     ast = GluonASTSource(fn, signature(m, src), {}, attrs)
     options = gluon_api.compile_options(num_warps=src.num_warps, num_stages=1, num_ctas=src.num_ctas,
                                            maxnreg=src.maxnreg)
+    if src.reduce_kernel is not None:
+        _compile_reduce(m, src, options)
+    return _assemble(ast, options, target, arch)
+
+
+def cross_compile_cast(m: ir.Module, src: GluonSource, *, target: str = "sm_90a", arch: int = 90) -> Compiled:
+    """Rule 29's cast kernel (`GluonSource.cast_kernel`, backends/gluon_cast.py) to PTX, cubin and SASS, with ptxas's
+    register and spill report, as `cross_compile_cuda` does the module's own kernel."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from warploom.backends.gluon_cast import CAST_PARAMS, CAST_WARPS
+
+    assert m.amax_pass is not None and src.cast_kernel is not None, f"{m.name} has no cast kernel (rule 29)"
+    sig = {p: "i32" for p in CAST_PARAMS}
+    sig.update(ws_ptr="*fp32", amax_ptr="*i32", q_ptr=f"*{_SIG[m.amax_pass.fp8]}", s_ptr="*fp32")
+    attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(CAST_PARAMS) if p in ("ws_ptr", "amax_ptr")}
+    options = gluon_api.compile_options(num_warps=CAST_WARPS, num_stages=1)
+    return _assemble(GluonASTSource(load(src.text, src.cast_kernel), sig, {}, attrs), options, target, arch)
+
+
+def _assemble(ast: Any, options: dict[str, Any], target: str, arch: int) -> Compiled:
+    """`ast` compiled by Triton for compute capability `arch`, re-assembled by ptxas -v for its report."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
     ck = triton.compile(ast, target=GPUTarget("cuda", arch, 32), options=options)
     ptx, cubin = ck.asm["ptx"], ck.asm["cubin"]
     with tempfile.TemporaryDirectory() as d:
@@ -223,8 +248,6 @@ def cross_compile_cuda(m: ir.Module, src: GluonSource, *, target: str, arch: int
         log = r.stdout + r.stderr
         sass = subprocess.run([_cuobjdump(), "-sass", cubin_path], capture_output=True, text=True,
                               check=True).stdout
-    if src.reduce_kernel is not None:
-        _compile_reduce(m, src, options)
     regs = re.search(r"Used (\d+) registers", log)
     spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
     return Compiled(

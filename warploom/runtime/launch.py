@@ -33,6 +33,7 @@ from triton.knobs import HookChain
 from triton.runtime.driver import driver
 
 from warploom.backends.gluon_api import GluonApi, LaunchAbi, compile_options, for_triton, installed
+from warploom.backends.gluon_cast import CAST_WARPS
 from warploom.backends.gluon_sm90 import REDUCE_BLOCK, SK_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.errors import rowwise_too_wide, split_k_mismatch
 from warploom.ir import nodes as ir
@@ -58,6 +59,7 @@ class Call:
     extra_outs: Sequence[Any] = ()
     workspace: Any = None  # split-K: the fp32 partial sums (ir.Tiling.workspace_shape)
     span: Any = None  # a ranged kernel's tiles (ir.raster.Span)
+    amax: Any = None  # rule 29's first pass: the (M,) int32 row amax workspace, zeroed for the call
 
 
 class Launcher:
@@ -81,7 +83,8 @@ class Launcher:
         self._bm, self._bn, self._grid_max = m.tiling.bm, m.tiling.bn, m.tiling.grid
         self._tiling, self._planned_k, self._planned_n = m.tiling, m.spec.k, m.spec.n
         # (a rowwise quantizing epilogue takes its row's amax on one tile: no wider N than planned for, rule 27)
-        self._rowwise = m.spec.epilogue is not None and m.spec.epilogue.rowwise()
+        # (rule 29's first pass, ir.Module.amax_pass, spans the tiles along N: any N)
+        self._rowwise = m.spec.epilogue is not None and m.spec.epilogue.rowwise() and m.amax_pass is None
         # Stream-K (ir.Tiling.stream_k): the workspace and flags, made once per device (`stream_k_buffers`).
         self._sk_bufs: dict[int, tuple[Any, Any]] = {}
         # WARPLOOM_FAST_LAUNCH=0 keeps every call on Triton's JIT dispatch (an escape hatch, and the baseline
@@ -98,6 +101,10 @@ class Launcher:
         self._reduce = None
         if src.reduce_kernel:  # split-K's second kernel: every argument a pointer or an integer
             self._reduce = DirectLaunch(load(src.text, src.reduce_kernel), compile_options(num_warps=4), {}, fast)
+        self._cast = None
+        if src.cast_kernel:  # rule 29's second pass (backends/gluon_cast.py): pointers and integers too
+            self._cast = DirectLaunch(load(src.text, src.cast_kernel), compile_options(num_warps=CAST_WARPS), {},
+                                      fast)
         # A swapped module (rule 18, ir.Tiling.swap_ab) runs C^T = B^T A^T: a call's tensors are the problem's, so
         # its A descriptor is over B's (N, K) rows, its B (K-major) over A's (M, K) rows, and its output tiles go to
         # C through a descriptor over C itself with (BN, BM) boxes; scales trade places, and M and N.
@@ -131,6 +138,8 @@ class Launcher:
                 j = int(p[1:p.index("_")])
                 self._args.append(functools.partial(lambda j, c: c.extra_outs[j - 1], j) if p.endswith("_ptr")
                                   else functools.partial(lambda j, c: c.extra_outs[j - 1].stride(0), j))
+            elif p == "amax_ptr":  # rule 29's row amax workspace (before the fused operands: it ends in _ptr)
+                self._args.append(lambda c: c.amax)
             elif p in SK_PARAMS:  # (before the fused operands: these end in _ptr too)
                 self._args.append(functools.partial(lambda i, c: self.stream_k_buffers(c.out.device)[i],
                                                     SK_PARAMS.index(p)))
@@ -199,7 +208,7 @@ class Launcher:
     @property
     def can_bind(self) -> bool:
         """Whether `bind` can ever give a launch: single-launch kernels only (not split-K, ranged or with a tail)."""
-        return not (self._tiling.ranged or self._tiling.split_k > 1 or self._tail is not None)
+        return not (self._tiling.ranged or self._tiling.split_k > 1 or self._tail is not None or self._cast is not None)
 
     def bind(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
              operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Bound | None:
@@ -252,6 +261,8 @@ class Launcher:
         m, n = self._mn(a, b)
         if self._rowwise and n > self._bn:
             raise rowwise_too_wide(self._bn, self._planned_n, n)
+        if self._cast is not None:
+            return self._two_passes(a, b, out, scale_a, scale_b, bias, operands, extra_outs, m, n)
         split_k = self._tiling.split_k
         workspace = None
         if split_k > 1:
@@ -274,6 +285,37 @@ class Launcher:
                 self._reduce.launch(-(-m * n // REDUCE_BLOCK), [workspace, out, out.stride(0), out.stride(1), m, n,
                                                                 self._tiling.slab_rows(m)])
         return out
+
+    def _two_passes(self, a: Any, b: Any, q: Any, scale_a: Any, scale_b: Any, bias: Any,
+                    operands: Mapping[str, Any] | None, extra_outs: Sequence[Any], m: int, n: int) -> Any:
+        """Planner rule 29: the first pass stores y (fp32) to a workspace and adds each tile's row amax to an (M,)
+        amax workspace; the cast kernel then writes q (`q`, the call's first output) and s (its second). Both
+        workspaces are allocated per call: the amax must start at zero for every call, and torch.zeros is a memset
+        that a CUDA graph replays (inside a capture both come from the graph's pool), so nothing of one call reaches
+        the next, on any stream."""
+        import torch
+
+        assert self._cast is not None
+        if len(extra_outs) != 1:
+            from warploom.errors import InputError
+
+            raise InputError("extra_outs", "(s,): the (M, 1) fp32 scales, beside q as out", f"{len(extra_outs)} "
+                             "tensor(s)", "pass extra_outs=(torch.empty(M, 1, dtype=torch.float32, device=q.device),)")
+        s = extra_outs[0]
+        try:
+            # y's rows padded to 16 bytes (TMA's row rule; N itself need not be a multiple of 4)
+            ws = torch.empty(m, -(-n // 4) * 4, dtype=torch.float32, device=q.device)[:, :n]
+            amax = torch.zeros(m, dtype=torch.int32, device=q.device)
+        except torch.cuda.OutOfMemoryError as e:
+            from warploom.errors import ResourceError
+
+            raise ResourceError(f"rule 29's workspace: {m * n * 4 + m * 4} bytes on {q.device} could not be "
+                                "allocated (out of memory). Fix: free GPU memory, or return the value and quantize "
+                                "it with warploom.quantize(out, recipe='rowwise')") from e
+        call = Call(a, b, ws, scale_a, scale_b, bias, operands or {}, (), None, None, amax)
+        self._main.launch(self._grid(m, n, 1, None), [g(call) for g in self._args])
+        self._cast.launch(m, [ws, ws.stride(0), amax, q, q.stride(0), s, s.stride(0), m, n])
+        return q
 
 
 def stream_k_workspace_bytes(t: ir.Tiling) -> int:

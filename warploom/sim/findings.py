@@ -41,8 +41,12 @@ class FindingKind(enum.Enum):
     OPERAND_STAGING = ("a dense operand's staging buffer is out of step: a load_operand through it without its "
                        "prefetch_operand (on the GPU it waits forever), a prefetch over a block no load has read "
                        "yet, or a load of another block than the one prefetched")
-    AMAX_INCOMPLETE = ("a 1x128 quantization's apply_epilogue reads its group's amax before every block of the "
-                       "group was folded in (fold_amax): the scale misses columns, as an amax over 64 of 128 would")
+    AMAX_INCOMPLETE = ("a fused quantization's scale reads an amax that misses columns of its group: an "
+                       "apply_epilogue before every block of the group was folded in (fold_amax), as an amax over 64 "
+                       "of 128 would; in rule 29's two passes an atomic_amax before every block of its tile folded, "
+                       "or the cast pass reading a row's amax before every tile along N added its columns")
+    AMAX_STALE = ("rule 29's amax workspace is not zero when the first pass starts: an earlier call's row amax would "
+                  "win the atomic max and scale this call's rows (the workspace must be zeroed per call)")
     EPILOGUE_NOT_APPLIED = ("store_smem of an epilogue output whose block no apply_epilogue of this tile computed: "
                             "the buffer gets no value, or another block's")
     UNSYNCED_WARPS = ("gfx1250: a slot is read after a tdm_wait but with no sync_warps since (each warp waits only for "

@@ -58,6 +58,7 @@ from warploom.sim.numerics import CtaData
 from warploom.sim.program import (
     ApplyI,
     ArriveI,
+    AtomicI,
     CommitI,
     CtaProgram,
     EpilogueI,
@@ -234,7 +235,8 @@ class Machine:
         ins = tr[pc]
         if isinstance(ins, PromoteI):
             return ins.scales is None  # a blockwise promotion reads shared scale slots
-        if isinstance(ins, (ZeroI, EpilogueI, FenceI, LoadOperandI, PrefetchI, ApplyI, FoldI, StoreScalesI)):
+        if isinstance(ins, (ZeroI, EpilogueI, FenceI, LoadOperandI, PrefetchI, ApplyI, FoldI, StoreScalesI,
+                            AtomicI)):  # (an atomic max commutes with every other CTA's)
             return True
         if isinstance(ins, (StoreSmemI, TmaStoreI)):
             return ins.buffer in self.prog.private[i]
@@ -834,11 +836,30 @@ class Machine:
         old = self.folded[i]
         a = self.amax_node
         assert a is not None  # (program.py refuses fold_amax without a group amax)
-        starts = a.start(ins.off_n) == ins.off_n  # the group's first block starts its amax
         same = old is not None and old[:2] == (ins.acc, tile.index) and a.index(min(old[2])) == a.index(ins.off_n)
+        # The group's first block starts its amax, as does a tile's first fold (rule 29's tiles along N each fold
+        # their own columns of the row, from the tile's first block: the Gluon's `ep_amax = ep_block_amax`).
+        starts = a.start(ins.off_n) == ins.off_n or not same
         self.folded[i] = (ins.acc, tile.index, cols if starts or not same or old is None else old[2] | cols)
         if self.data is not None:
             self.data.fold(i, ins.acc, ins.cols, ins.off_m, ins.off_n, starts)
+
+    def _atomic(self, i: int, pc: int, ins: AtomicI) -> None:
+        """Rule 29: the tile's row amax into the amax workspace; every column the accumulator holds below N must have
+        been folded in this tile first (else AMAX_INCOMPLETE: the columns left out never reach the row's amax)."""
+        tile = ins.site.tile
+        assert tile is not None
+        got = self.folded[i]
+        have = got[2] if got is not None and got[:2] == (ins.acc, tile.index) else frozenset()
+        n = self.prog.geo.n
+        need = set(range(ins.cols[0], min(ins.cols[1], n)))
+        if not need <= have:
+            self._flag(FindingKind.AMAX_INCOMPLETE, ins.site,
+                       f"{ins.site.where()} adds {ins.acc}'s row amax to the amax workspace, but it holds "
+                       f"{len(have & need)} of the tile's {len(need)} columns [{ins.cols[0]}, {min(ins.cols[1], n)}): "
+                       "fold_amax every block of the tile before its atomic_amax")
+        if self.data is not None:
+            self.data.atomic_amax(i, ins.off_m, len(have & need))
 
     def _store_scales(self, i: int, pc: int, ins: StoreScalesI) -> None:
         tile = ins.site.tile
@@ -1211,7 +1232,7 @@ _EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
     EpilogueI: Machine._epilogue, StoreSmemI: Machine._store_smem, FenceI: Machine._fence,
     TmaStoreI: Machine._tma_store, StoreWaitI: Machine._store_wait, StoreTileI: Machine._store_tile,
     LoadOperandI: Machine._load_operand, PrefetchI: Machine._prefetch, ApplyI: Machine._apply,
-    FoldI: Machine._fold, StoreScalesI: Machine._store_scales,
+    FoldI: Machine._fold, StoreScalesI: Machine._store_scales, AtomicI: Machine._atomic,
     TcMmaI: Machine._tc_mma, ScaleCopyI: Machine._scale_copy, CommitI: Machine._commit, LoadTmemI: Machine._load_tmem,
     TdmWaitI: Machine._tdm_wait, SyncI: Machine._sync, PartialStoreI: Machine._sk_store, FlagWaitI: Machine._sk_wait,
     PartialAddI: Machine._sk_add,

@@ -46,6 +46,8 @@ class Operands:
             `evaluate_tile` reads them through their `OperandSpec`).
         workspace, ws_writes: split-K only: the (split_k * Mp, N) fp32 partial sums, NaN until stored, and the
             count of the stores that wrote each element (`ir.Tiling.split_k`).
+        amax, amax_cols: rule 29's first pass only (`ir.Module.amax_pass`): the (M,) fp32 row amax workspace the
+            tiles' atomic_amax ops add to (as the launch finds it), and per row the columns added to it so far.
     """
 
     a: torch.Tensor
@@ -59,6 +61,8 @@ class Operands:
     workspace: torch.Tensor | None = None
     ws_writes: torch.Tensor | None = None
     globals_: torch.Tensor | None = None
+    amax: torch.Tensor | None = None
+    amax_cols: torch.Tensor | None = None
 
     @property
     def out(self) -> torch.Tensor:
@@ -327,6 +331,21 @@ class CtaData:
         old = self.amax[agent]
         self.amax[agent] = b if starts or old is None else torch.maximum(old, b)
 
+    def atomic_amax(self, agent: int, off_m: int, cols: int) -> None:
+        """Rule 29's atomic_amax: the partition's running row amax (its rows below M) maxed into the amax workspace,
+        NaN winning (the kernel's integer max of the bits puts NaN above +inf), and `cols` columns counted in."""
+        amax, count = self.ops.amax, self.ops.amax_cols
+        assert amax is not None and count is not None
+        v = self.amax[agent]
+        if v is None:  # (no fold in this tile: nothing to add; the machine reports it)
+            return
+        h = max(0, min(v.shape[0], amax.shape[0] - off_m))
+        old = amax[off_m:off_m + h]
+        new = v[:h, 0]
+        amax[off_m:off_m + h] = torch.where(torch.isnan(old) | torch.isnan(new), float("nan"),
+                                            torch.maximum(old, new))
+        count[off_m:off_m + h] += cols
+
     def store_scales(self, agent: int, output: int, off_m: int, off_n: int) -> None:
         """A groups output's values of the last apply_epilogue: the block's rows of its group's column, rows
         below M (masked register stores)."""
@@ -360,6 +379,8 @@ class CtaData:
         # A fused quantization reads the running amax its folds left (NaN where none: the machine reports that).
         amax = (self.amax[agent] if self.amax[agent] is not None else torch.full((rows, 1), float("nan"))) \
             if grouped else None
+        if amax is None and g.group_amax() is not None:  # (rule 29's first pass: no output reads it)
+            amax = torch.zeros(rows, 1)
         # A gate/up pair: x the gate block, `up` its up block, off_n and (m, n) the (M, N / 2) result's.
         up = None if up_cols is None else self.accs[agent][acc][:, up_cols[0]:up_cols[1]]
         self.ep_outs[agent] = evaluate_tile(g, x, self.ops.epilogue, range(off_m, off_m + rows),

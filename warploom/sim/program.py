@@ -325,6 +325,16 @@ class FoldI:
 
 
 @dataclass(frozen=True, slots=True)
+class AtomicI:
+    """Rule 29's first pass: the tile's running row amax of `acc` added to the amax workspace (ir.AtomicAmax)."""
+
+    site: Site
+    acc: str
+    off_m: int
+    cols: tuple[int, int]  # the output columns [start, stop) the accumulator holds in this tile
+
+
+@dataclass(frozen=True, slots=True)
 class StoreScalesI:
     """A groups output's column of the block's group, stored from registers (ir.StoreScales)."""
 
@@ -472,7 +482,8 @@ class PartialAddI:
 
 
 Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI | FenceI
-         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | FoldI | StoreScalesI | TcMmaI
+         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | FoldI | StoreScalesI | AtomicI
+         | TcMmaI
          | ScaleCopyI | CommitI
          | LoadTmemI | TdmWaitI | SyncI | PartialStoreI | FlagWaitI | PartialAddI)
 
@@ -826,7 +837,7 @@ class _Interp:
                     cols = self._block(acc, o.part, o.parts, text)
                     off_n = t.off_n + acc.col0 + cols[0]
                     need = None
-                    if g.group_amax() is not None:  # (the group's columns within the accumulator, past N too)
+                    if g.reads_amax():  # (the group's columns within the accumulator, past N too)
                         lo, hi = g.amax().span(off_n, t.off_n + acc.col0 + acc.cols)
                         need = (max(lo, t.off_n + acc.col0), hi)
                     up = None
@@ -849,6 +860,13 @@ class _Interp:
                                              "not a groups output of the graph")
                     else:
                         yield StoreScalesI(site, o.acc, cols, *at, o.output)
+                case ir.AtomicAmax():
+                    t = self._tile(text)
+                    acc = self._acc(o.acc, text)
+                    if m.amax_pass is None:
+                        raise MalformedError(f"partition {self.p.name}: `{text}` outside a rule 29 first pass")
+                    col0 = t.off_n + acc.col0
+                    yield AtomicI(site, o.acc, t.off_m + self.row0, (col0, col0 + acc.cols))
                 case ir.StoreWait():
                     yield StoreWaitI(site, o.pending)
                 case ir.StoreTile():

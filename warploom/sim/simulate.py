@@ -38,6 +38,7 @@ from warploom.errors import (
 )
 from warploom.ir import nodes as ir
 from warploom.ir.raster import Span, TileRef, cta_tiles, launch_grid, whole_tiles
+from warploom.sim import cast_pass
 from warploom.sim.cluster import run_cluster, whole_clusters
 from warploom.sim.events import TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, ProtocolError, SimFinding
@@ -132,7 +133,8 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
     if not module.tiling.splits_evenly(a.shape[1]):
         raise split_k_mismatch(module.tiling.bk, module.tiling.split_k, spec.k, a.shape[1],
                                module.tiling.uneven_split)
-    if spec.epilogue is not None and spec.epilogue.rowwise() and b.shape[1] > module.tiling.bn:
+    if spec.epilogue is not None and spec.epilogue.rowwise() and b.shape[1] > module.tiling.bn \
+            and module.amax_pass is None:  # (rule 29's first pass spans the tiles along N)
         raise rowwise_too_wide(module.tiling.bn, spec.n, b.shape[1])
     steps = {s for p in module.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
     scaled = steps & {ir.EpilogueStep.SCALE_TENSORWISE, ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_GLOBAL}
@@ -258,7 +260,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any =
              scale_b: Any = None, bias: torch.Tensor | None = None, *,
              operands: Mapping[str, torch.Tensor] | None = None, outs: Sequence[torch.Tensor] | None = None,
              seed: int = 0, ctas: Iterable[int] | None = None, out: torch.Tensor | None = None,
-             record: bool = True, span: Span | None = None) -> SimResult:
+             record: bool = True, span: Span | None = None, amax: torch.Tensor | None = None) -> SimResult:
     """Run `module` on the CPU for ``a (M, K) @ b (K, N)`` under one random schedule, checking the protocol.
 
     A swapped module (`ir.Tiling.swap_ab`, planner rule 18) takes the problem's tensors, as its launcher does: its
@@ -275,6 +277,11 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any =
     first to see unwritten tiles); the outputs not given are made NaN-filled. The module need not pass the static
     verifier: mutated modules are simulated as written. A ranged module (`ir.Tiling.ranged`) runs the launch over
     `span`'s tiles (default: all of C); the rest of the outputs stays as it was.
+
+    Rule 29's first pass (`ir.Module.amax_pass`) runs with the cast pass after it (sim/cast_pass.py): its outputs
+    are the call's (q, s) (`out` is q, `outs` both), its own output, y's workspace, stays internal, and `amax` is
+    the (M,) fp32 amax workspace as the launch finds it (default: zeros, as the launcher allocates it per call; a
+    kept one is written in place, and is AMAX_STALE unless zero).
     """
     t0 = time.perf_counter()
     (scale_a, global_a), (scale_b, global_b) = scale_parts("scale_a", scale_a), scale_parts("scale_b", scale_b)
@@ -298,6 +305,10 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any =
     k *= 2 if module.spec.fp4_a else 1  # (MX fp4: two values of K a byte)
     n = b.shape[1]
     t = module.tiling
+    cast = module.amax_pass
+    final = cast_pass.final_outputs(cast, m, n, out, outs) if cast is not None else None
+    if final is not None:  # (rule 29: the first pass writes y's workspace, the cast pass the call's outputs)
+        out = outs = None
     results = _outputs(module, n, m, out, outs) if t.swap_ab else _outputs(module, m, n, out, outs)  # (C: C^T's shape)
     span = launch_span(module, m, n, span)
     ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors, span.tiles if span else 0, globals_)
@@ -310,6 +321,8 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any =
     if t.cluster > 1:  # (a cluster's CTAs wait on each other: whole clusters run)
         pids = whole_clusters(module, pids)
     sink = FindingSink()
+    if cast is not None:
+        ops = cast_pass.start(ops, amax, m, sink)
     rng = random.Random(seed)
     steps = k_steps = 0
     events: list[TimelineEvent] = []
@@ -353,6 +366,9 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any =
             boxes = None if len(ran) == grid else [(u.off_m, u.off_n, t.bm, t.bn)
                                                    for u in completed_tiles(module, m, n, grid, ran)]
             reduce_splits(ops.workspace, t.split_k, results[0], boxes)
+    if cast is not None and final is not None:  # the cast kernel, after the whole first pass
+        cast_pass.run(cast, ops, results[0], final, n, sink)
+        results = final
     report = SimReport(module.name, seed, pids, steps, k_steps, sink.findings(), tuple(events),
                        time.perf_counter() - t0)
     return SimResult(results, report)

@@ -1,0 +1,51 @@
+"""Planner rule 29's second pass: the cast kernel that quantizes the first pass's fp32 workspace (`ir.AmaxPass`).
+
+The first pass (the GEMM) stored y (M, N) fp32 to the workspace and added each tile's row amax to the (M,) amax
+workspace (int32 bits of non-negative floats, `ir.AtomicAmax`). After it, one program a row computes exactly what
+`warploom.quantization.cast_rows` (and so ``quantize(y, recipe="rowwise")``) does:
+
+    s = amax / fp8_max            (IEEE division: gl.div_rn), 1 where that is 0
+    q = saturating fp8 cast of y / s   (div_rn, then NaN-propagating clamp to +-fp8_max, then cvt.rn)
+
+and stores s into the (M, 1) scale tensor and q into the (M, N) fp8 output by plain masked stores (no TMA: q's rows
+need not be 16-byte multiples). A row is read in chunks of `AmaxPass.chunk` columns (4 warps, 16-byte loads of fp32
+at 1024), 64-bit offsets (the workspace may pass 2^31 elements).
+"""
+
+from __future__ import annotations
+
+from warploom.backends.codebuf import CodeBuffer
+from warploom.epilogue.gluon import cast_to
+from warploom.epilogue.graph import FP8_MAX
+from warploom.ir import nodes as ir
+
+# The cast kernel's parameters: the workspace and its row stride (padded to 16-byte rows), the amax workspace, q and
+# its row stride, s and its row stride, M, N.
+CAST_PARAMS = ("ws_ptr", "ws_stride_m", "amax_ptr", "q_ptr", "q_stride_m", "s_ptr", "s_stride_m", "M", "N")
+CAST_WARPS = 4
+
+
+def emit_cast(b: CodeBuffer, name: str, p: ir.AmaxPass) -> None:
+    """The ``@gluon.jit`` cast kernel `name` of a first pass whose quantized dtype and chunk `p` gives (module
+    docstring); launched with M programs."""
+    per_thread = p.chunk // (32 * CAST_WARPS)
+    b.line()
+    b.line()
+    b.line("@gluon.jit")
+    with b.block(f"def {name}({', '.join(CAST_PARAMS)})",
+                 comment=f"rule 29's cast pass: q = {p.fp8.value}(y / s), s = amax / fp8_max, a program a row"):
+        b.line(f"layout: gl.constexpr = gl.BlockedLayout([{per_thread}], [32], [{CAST_WARPS}], [0])")
+        b.line("row = gl.program_id(0).to(gl.int64)", "64-bit: the workspace and q may pass 2^31 elements")
+        b.line(f"cols = gl.arange(0, {p.chunk}, layout=layout)")
+        b.line("amax = gl.load(amax_ptr + row + cols * 0).to(gl.float32, bitcast=True)",
+               "the row's amax (its int32 bits), in every lane")
+        b.line(f"s = gl.div_rn(amax, gl.full([{p.chunk}], {FP8_MAX[p.fp8]!r}, gl.float32, layout))",
+               "amax / fp8_max, IEEE-rounded")
+        b.line("s = gl.where(s == 0.0, 1.0, s)", "a zero row's scale is 1 (warploom.quantization)")
+        b.line("gl.store(s_ptr + row * s_stride_m + cols, s, mask=cols == 0)")
+        with b.block(f"for c0 in range(0, N, {p.chunk})"):
+            b.line("c = c0 + cols")
+            b.line("mask = c < N")
+            b.line("y = gl.load(ws_ptr + row * ws_stride_m + c, mask=mask, other=0.0)")
+            b.line(f"q = {cast_to('gl.div_rn(y, s)', p.fp8)}", "saturating, NaN kept")
+            b.line("gl.store(q_ptr + row * q_stride_m + c, q, mask=mask)")
