@@ -33,7 +33,8 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
     docs/decisions/k-grouped-and-gate-epilogue.md
 29. a fused rowwise quantization with N > 256: an atomic row amax across the tiles, then a cast kernel:
     docs/decisions/rule-29-rowwise-amax-pass.md
-30. fp8 rowwise fast accumulation, at most 16 k-blocks: ping-pong 128x128: docs/decisions/rule-30-short-k-pingpong.md
+30. fp8 rowwise fast accumulation, at most 16 k-blocks, Triton >= 3.9: ping-pong 128x128:
+    docs/decisions/rule-30-short-k-pingpong.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
 20: `planning/sm90.py`, its cost models in `planning/sm90_models.py`; rule 19: `planning/sm100.py`; rule 20:
@@ -72,6 +73,7 @@ from warploom.planning.sm90 import (
     FUSED_WIDE_BLOCKS,
     FUSED_WIDE_SLOTS,
     PINGPONG_MAX_KBLOCKS,
+    PINGPONG_MIN_TRITON,
     QUANT_BN,
     ROWWISE_MAX_N,
     TILES,
@@ -146,7 +148,7 @@ __all__ = [
     "DECODE_SPLIT_MARGIN", "DECODE_SPLIT_MAX", "DECODE_SPLIT_MIN_KBLOCKS", "FUSED_WIDE_BLOCKS", "FUSED_WIDE_SLOTS",
     "HBM_BYTES_PER_US",
     "LATENCY_DEEP_KBLOCKS", "LATENCY_KBLOCK_US", "LATENCY_L2_BYTES_PER_US", "LATENCY_STAGES", "LATENCY_START_US",
-    "NVFP4_DEEP_BK", "PINGPONG_MAX_KBLOCKS",
+    "NVFP4_DEEP_BK", "PINGPONG_MAX_KBLOCKS", "PINGPONG_MIN_TRITON",
     "PROMOTED_PARTIALS", "QUANT_BN", "ROWWISE_MAX_N", "SK_FIXUP_KBLOCKS", "SK_PIECES", "SK_SLOWDOWN",
     "SPLIT_FIXED_US", "SPLIT_MARGIN_64", "SPLIT_MARGIN_128", "SPLIT_MAX", "SPLIT_MIN_KBLOCKS", "SPLIT_RANGE_US",
     "DECODE_SPLIT_FIXED_US",

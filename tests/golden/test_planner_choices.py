@@ -50,7 +50,7 @@ class TestPlannerChoices(expecttest.TestCase):
 12108x160x14264   128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
 87x640x72         64x64x64_s4_w4_g8                        64x64x128_s4_w4_g8
 5699x2888x14160   128x256x64_s4_w8_g8_e2_p2_t6             128x256x128_s4_w8_g8_e2_p2_t3
-5556x12336x1272   128x256x64_s4_w8_g8_e2_p2                128x128x128_s6_w8_g8_e2_p2_pp_nohoist
+5556x12336x1272   128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
 15348x4072x440    128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
 14215x520x184     128x256x64_s4_w8_g8_e2_p2                128x256x128_s4_w8_g8_e2_p2
 97x848x192        64x64x64_s4_w4_g8                        64x64x128_s4_w4_g8

@@ -627,8 +627,11 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
 # Rule 30 (docs/decisions/rule-30-short-k-pingpong.md): fp8 rowwise with fast accumulation over a short K runs
 # ping-pong consumers on 128x128 tiles. At PINGPONG_MAX_KBLOCKS k-blocks or fewer a cooperative 128x256 tile's
 # epilogue is a large part of its time and stalls both warpgroups; ping-pong runs one warpgroup's epilogue beside the
-# other's mainloop (H100, Triton 3.9, session 28: +3-10% at five such shapes, -2.5% at 17 k-blocks).
+# other's mainloop (H100, Triton 3.9, session 28: +3-10% at five such shapes, -2.5% at 17 k-blocks). Under Triton 3.6
+# the same kernel ran 9% slower than the cooperative one at 4096x7168x2048 (session 10), so the rule needs
+# PINGPONG_MIN_TRITON, the version it was measured under (3.7 and 3.8 were not).
 PINGPONG_MAX_KBLOCKS = 16
+PINGPONG_MIN_TRITON = (3, 9)
 
 
 def short_k_pingpong(spec: GemmSpec, chosen: Plan, device: DeviceInfo) -> bool:
@@ -636,14 +639,17 @@ def short_k_pingpong(spec: GemmSpec, chosen: Plan, device: DeviceInfo) -> bool:
     accumulation, no bias or fused epilogue, not grouped (what was measured); rows that are whole 128-byte lines
     (`rows_aligned`: on unaligned rows 128x128 pays for partial lines, and ping-pong ran 20-35% slower than rule 24's
     clusters at four such shapes); `chosen` 128x256 whole tiles in one CTA; at most PINGPONG_MAX_KBLOCKS k-blocks; at
-    least a wave of 128x128 tiles."""
-    return (spec.a_dtype.bits == 8 and spec.scale is ScaleRecipe.ROWWISE and spec.accumulation is Accumulation.NATIVE
+    least a wave of 128x128 tiles; the installed Triton at least PINGPONG_MIN_TRITON."""
+    from warploom.backends import gluon_api
+
+    return (gluon_api.current().triton >= PINGPONG_MIN_TRITON
+            and spec.a_dtype.bits == 8 and spec.scale is ScaleRecipe.ROWWISE
+            and spec.accumulation is Accumulation.NATIVE
             and spec.bias_dtype is None and spec.epilogue is None and not spec.grouped and rows_aligned(spec)
             and (chosen.bm, chosen.bn) == (128, 256) and chosen.cluster == 1 and not chosen.stream_k
             and chosen.split_k == 1 and chosen.tail_split == 1 and not chosen.swap_ab
             and k_blocks(spec) <= PINGPONG_MAX_KBLOCKS
             and math.ceil(spec.m / 128) * math.ceil(spec.n / 128) >= device.sm_count)
-
 
 
 def grouped_tile(rows_per_group: float) -> tuple[int, int]:
