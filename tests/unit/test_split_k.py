@@ -160,8 +160,8 @@ RULE25 = {
     (1881, 224, 14336): 4,  # 0.95 (stream-K: 0.80)
     (268, 112, 4096): 8,  # 0.78 (64x64: 0.69)
     (513, 368, 4096): 1,  # 64x64 0.92 (split in 8: 0.85)
-    (2415, 160, 14336): 1,  # 38 tiles: stream-K 0.76 (split in 4: 0.64, two waves)
-    (100, 5264, 3072): 1,  # 42 tiles: stream-K 0.54 (split in 4: 0.48)
+    (2415, 160, 14336): 2,  # 38 tiles: stream-K 0.76 (split in 4: 0.64, two waves; 2416x160x14368 in 2-3: 0.74-0.78)
+    (100, 5264, 3072): 2,  # 42 tiles: stream-K 0.54 (split in 4: 0.48; 112x5264x3472 in 2: 0.62, stream-K 0.58)
     (191, 440, 14496): 8,  # 227 k-blocks, a prime: unequal ranges of 29 and 28 (not yet run on a GPU)
     (513, 368, 5160): 1,  # 81 k-blocks: 3 divides them, and the 3 ranges' model loses to 64x64
     (4096, 4096, 4096): 1,  # many tiles

@@ -86,8 +86,9 @@ def latency_us(spec: GemmSpec, size: int, kblocks: float) -> float:
                                         square_tiles(spec, size) * 2 * size * row_bytes / LATENCY_L2_BYTES_PER_US)
 
 
-# Rule 25 (docs/decisions/rule-25-latency-split-k.md): with at most a quarter of the SMs' worth of 128x128 tiles and
-# a long K, split-K's ranges (one wave of units, then the reduce kernel) beat stream-K's few pieces and 64x64 tiles.
+# Rule 25 (docs/decisions/rule-25-latency-split-k.md): with at most half the SMs' worth of 128x128 tiles
+# (SPLIT_MAX_TILES_OF_SMS) and a long K, split-K's ranges (one wave of units, then the reduce kernel) beat stream-K's
+# few pieces and 64x64 tiles.
 # Priced in rule 23's microseconds: the units' start and k-blocks (or their bytes from L2) plus the reduce, a fixed
 # SPLIT_FIXED_US and SPLIT_RANGE_US a range (the workspace's partials written and summed), fitted to forced splits
 # of 4, 8 and 16 at six shapes (H100, bf16, CUDA graphs, session 26). It must beat 64x64 by SPLIT_MARGIN_64, whose
@@ -102,6 +103,10 @@ SPLIT_MARGIN_64 = 0.8
 SPLIT_MARGIN_128 = 0.95
 SPLIT_MAX = 8
 SPLIT_MIN_KBLOCKS = 32
+# Up to half the SMs' worth of tiles (2-3 ranges then fit one wave): at 2416x160x14368 (38 tiles) and 112x5264x3472
+# (42) 2-3 ranges ran 0-13% faster than stream-K's pieces in two sessions (H100, Triton 3.9, sessions 27-28); session
+# 26's splits there were of 4-16 ranges, more than one wave, and ran behind stream-K.
+SPLIT_MAX_TILES_OF_SMS = 0.5
 
 
 def split_time(spec: GemmSpec, ranges: int) -> float:
@@ -111,17 +116,16 @@ def split_time(spec: GemmSpec, ranges: int) -> float:
 
 def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
     """Rule 25: into how many k-ranges (1: none) split-K cuts `spec`'s 128x128 tiles. Only rule 23's problems (more
-    than 64 rows, native accumulation, no bias or fused epilogue, K-major operands, sm_90a) with at most a quarter
-    of the SMs' worth of tiles and SPLIT_MIN_KBLOCKS k-blocks; the ranges keep the units in one wave and number at
-    most SPLIT_MAX, dividing the k-blocks where some count does (else unequal, the first taking one more:
-    `ir.Tiling.uneven_split`); chosen where `split_time` beats rule 23's 64x64 and 128x128 times by the margins.
-    (Beyond a quarter of the SMs the ranges that fit one wave are 2-3, and stream-K's pieces ran ahead:
-    2415x160x14336, 100x5264x3072.)"""
+    than 64 rows, native accumulation, no bias or fused epilogue, K-major operands, sm_90a) with at most
+    SPLIT_MAX_TILES_OF_SMS of the SMs' worth of tiles and SPLIT_MIN_KBLOCKS k-blocks; the ranges keep the units in
+    one wave and number at most SPLIT_MAX, dividing the k-blocks where some count does (else unequal, the first
+    taking one more: `ir.Tiling.uneven_split`); chosen where `split_time` beats rule 23's 64x64 and 128x128 times
+    by the margins."""
     if not latency_kind(spec, device):
         return 1
     k_tiles = k_blocks(spec)
     tiles = square_tiles(spec, 128)
-    if tiles > device.sm_count // 4 or k_tiles < SPLIT_MIN_KBLOCKS:
+    if tiles > device.sm_count * SPLIT_MAX_TILES_OF_SMS or k_tiles < SPLIT_MIN_KBLOCKS:
         return 1
     fits = [r for r in range(2, SPLIT_MAX + 1) if tiles * r <= device.sm_count]
     # (equal ranges where some count divides the k-blocks: what was measured; unequal ones only where none does)
