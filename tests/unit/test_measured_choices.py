@@ -31,11 +31,6 @@ KNOWN_MISSES = {
         "rule 30 leaves unaligned rows out: one shape of evidence (rule-30 doc)",
     ("rule24-2026-11-27-session26.json", "fp8", "5344x2192x144"):
         "rule 24's k-block floor gives up this shape's 9% (rule-24 doc)",
-    ("splitk-2026-11-27-session27.json", "bf16", "128x4096x7168"):
-        "M = 128 on nearly a wave of 64x64 tiles: the L2 term underprices them (rule-25 doc, issue 23)",
-    ("splitk-2026-11-27-session27.json", "fp8", "128x4096x7168"): "as bf16 128x4096x7168",
-    ("splitk-2026-11-27-session28.json", "bf16", "128x4096x7168"): "as session 27's",
-    ("splitk-2026-11-27-session28.json", "fp8", "128x4096x7168"): "as session 27's",
     ("splitk-mid-2026-11-27-session28.json", "fp8", "2416x160x14368"):
         "2 unequal ranges where 3 ran 5.0% faster (session 27: 4.2%): the model prices more units no faster",
     ("stream-k-variants-fp8-2026-11-26-session22.json", "fp8", "656x8048x5280"):

@@ -107,6 +107,12 @@ SPLIT_MIN_KBLOCKS = 32
 # (42) 2-3 ranges ran 0-13% faster than stream-K's pieces in two sessions (H100, Triton 3.9, sessions 27-28); session
 # 26's splits there were of 4-16 ranges, more than one wave, and ran behind stream-K.
 SPLIT_MAX_TILES_OF_SMS = 0.5
+# At most two 64-row blocks (M <= LATENCY_SHARED_ROWS) whose 64x64 tiles fit one wave: rule 23's 64x64 tiles ran
+# ahead of the split and of 128x128 stream-K every time (128x4096x7168 bf16 0.93 against 0.77 and 0.71, fp8 1.68-1.74
+# against 1.11 and 1.06; 128x2112x7168 bf16 0.79 against 0.77 and 0.70; sessions 27-28): their operand rows are
+# shared across concurrent tiles in L2 at rates (9.7-14 TB/s equivalent) rule 23's L2 term does not price, and
+# raising it broke other shapes. There rule 23 takes 64x64 whatever the model says, and rule 25 does not split.
+LATENCY_SHARED_ROWS = 128
 
 
 def split_time(spec: GemmSpec, ranges: int) -> float:
@@ -127,6 +133,8 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
     tiles = square_tiles(spec, 128)
     if tiles > device.sm_count * SPLIT_MAX_TILES_OF_SMS or k_tiles < SPLIT_MIN_KBLOCKS:
         return 1
+    if spec.m <= LATENCY_SHARED_ROWS and square_tiles(spec, 64) <= device.sm_count:
+        return 1  # (rule 23's 64x64 tiles over at most two row blocks, one wave: LATENCY_SHARED_ROWS)
     fits = [r for r in range(2, SPLIT_MAX + 1) if tiles * r <= device.sm_count]
     # (equal ranges where some count divides the k-blocks: what was measured; unequal ones only where none does)
     options = [r for r in fits if k_tiles % r == 0] or fits
@@ -228,7 +236,8 @@ def latency_stages(spec: GemmSpec) -> int:
 def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     """Rule 23: whether `spec` runs on 64x64 tiles (`latency_stages` deep): a GEMM of more than 64 rows (decode has
     rules 16 and 18) with native accumulation (bf16, fp16, fp8 fast) and no bias or fused epilogue, whose 64x64
-    tiles fit in one wave, where the latency model prices them below 128x128's best. (More 64x64 tiles than SMs
+    tiles fit in one wave, where the latency model prices them below 128x128's best or M <= LATENCY_SHARED_ROWS
+    (two 64-row blocks: measured ahead whatever the model said). (More 64x64 tiles than SMs
     turned L2-bound: 100x5264x3464 bf16, 166 tiles, ran at 0.36x torch against 0.58x for 42 of 128x128.
     Promoted fp8, a bias, fused epilogues and operands that are not K-major: not measured at these sizes.)"""
     if not latency_kind(spec, device):
@@ -237,7 +246,7 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     if tiles64 > device.sm_count:
         return False
     t64, t128, pieces = latency_times(spec, device)
-    if t64 >= t128:
+    if t64 >= t128 and spec.m > LATENCY_SHARED_ROWS:
         return False
     k_tiles = k_blocks(spec)
     note("64x64", f"latency tile, {latency_stages(spec)} stages", t64,
