@@ -234,3 +234,13 @@ def test_planted_amax_workspace_kept_between_calls_is_caught() -> None:
     third = run(kern, a, small, {}, amax=kept)
     assert third.ok, third.findings
     assert torch.equal(third.outputs[1], rs) and same_bytes(third.outputs[0], rq)
+
+
+def test_a_q_with_strided_columns_is_refused_as_the_launcher_refuses_it() -> None:
+    """The cast kernel writes q[row, c] at row * q.stride(0) + c (backends/gluon_cast.py): a q whose columns are not
+    at unit stride (a transposed view) is refused by name, as the launcher refuses it, not written as torch would."""
+    a, b = ints(70, 32).to(BF16), ints(32, 304).to(BF16)
+    kern = warploom.plan(a, b, epilogue=lambda acc: warploom.quantize(acc, **R))
+    q = torch.full((304, 70), float("nan")).to(E4).t()
+    with pytest.raises(warploom.errors.AlignmentError, match=r"outs\[0\]: expected q's columns at unit stride"):
+        sim.simulate(kern.module, a, b, outs=(q, torch.empty(70, 1)), record=False)

@@ -100,3 +100,24 @@ def test_other_short_names_still_work(name: str) -> None:
     torch.testing.assert_close(out.float(), a.float() @ b.float() + 0.5 * r.float(), atol=0.1, rtol=0.02)
     for dev in (H100_SXM, B200, GFX1250):
         assert warploom.plan(m(48, 64), m(64, 64), device=dev, epilogue=fn, **{name: m(48, 64)}).source
+
+
+def test_the_generated_names_cover_rule_29s_first_pass() -> None:
+    """Rule 29's first pass (a rowwise quantization with N > 256) takes the amax workspace as `amax_ptr` beside the
+    operands' pointers: its names are generated ones. (Its cast kernel, after it in the module, takes no operand.)"""
+    k = warploom.plan(m(200, 256), m(256, 600), zz=m(200, 1), yy=m(600),
+                      epilogue=lambda acc, zz, yy: warploom.quantize(acc * zz + yy, recipe="rowwise"))
+    assert k.module.amax_pass is not None and k.gluon.cast_kernel is not None
+    seen = identifiers(k.source[:k.source.index(f"def {k.gluon.cast_kernel}(")])
+    fixed = {i for i in seen if not i.startswith(OPERANDS + INTERNAL + ("warploom_",)) and not keyword.iskeyword(i)}
+    missing = sorted(i for i in fixed if i not in names.GENERATED and not names._NUMBERED.fullmatch(i))
+    assert missing == [], f"add these generated names to warploom/epilogue/names.py: {missing}"
+
+
+def test_an_operand_named_amax_is_refused_by_name() -> None:
+    """An operand `amax` would be `amax_ptr` twice in rule 29's first pass (the kernel would not load: a duplicate
+    argument), and the launcher would pass the amax workspace for both."""
+    fn = lambda acc, amax: warploom.quantize(acc * amax, recipe="rowwise")  # noqa: E731
+    with pytest.raises(InputError) as ei:
+        warploom.plan(m(200, 256), m(256, 600), amax=m(200, 1), epilogue=fn)
+    assert ei.value.arg == "amax" and "Fix: rename the operand" in str(ei.value)

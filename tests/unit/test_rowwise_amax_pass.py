@@ -17,7 +17,7 @@ from warploom import H100_SXM
 from warploom.device import B200
 from warploom.dtypes import DType
 from warploom.epilogue import printer
-from warploom.errors import UnsupportedError
+from warploom.errors import DTypeError, InputError, UnsupportedError
 from warploom.ir import nodes as ir
 from warploom.ir import printer as ir_printer
 from warploom.ir.verify import structural
@@ -175,3 +175,42 @@ def test_refusals_name_the_argument_and_the_fix() -> None:
     with pytest.raises(UnsupportedError, match=r"bn=256: rule 29's tile must be 128 wide .promoted fp8, or a graph "
                                                "with operands"):
         plan_schedule(col, H100_SXM, bn=256)
+
+
+class _Recorder:
+    """A DirectLaunch stand-in: the launches a call would make, recorded (no GPU here)."""
+
+    def __init__(self, calls: list[str], name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def launch(self, grid: int, args: list[object]) -> None:
+        self.calls.append(self.name)
+
+
+@pytest.mark.parametrize("bad, arg, match", [
+    ("q_transposed", "out", r"out: expected q's columns at unit stride .*got strides \(1, 300\)"),
+    ("q_e5m2", "out", r"out: expected torch.float8_e4m3fn.*got torch.float8_e5m2"),
+    ("q_short", "out", r"out: expected shape \(300, 1000\).*got \(300, 999\)"),
+    ("s_bf16", "extra_outs[0]", r"extra_outs\[0\]: expected torch.float32.*got torch.bfloat16"),
+    ("s_flat", "extra_outs[0]", r"extra_outs\[0\]: expected shape \(300, 1\).*got \(300,\)"),
+    ("s_elsewhere", "extra_outs[0]", r"extra_outs\[0\]: expected a tensor on cpu, where a is, got a tensor on meta"),
+])
+def test_kernel_run_refuses_outputs_the_cast_kernel_cannot_write(bad: str, arg: str, match: str) -> None:
+    """The cast kernel stores q by row stride alone (unit column stride) in the plan's fp8 type and s as (M, 1) fp32:
+    any other q or s, or one on another device than A's, is refused by name before either launch. (A transposed q
+    was written with its row stride 1 by every row, overlapping: silently wrong bytes, where rule 27's TMA
+    descriptor refuses it.)"""
+    k = bf16(300, 1000)
+    calls: list[str] = []
+    launcher = k.launcher
+    launcher._main, launcher._cast = _Recorder(calls, "main"), _Recorder(calls, "cast")
+    a, b = torch.zeros(300, 512, dtype=BF16), torch.zeros(1000, 512, dtype=BF16).t()
+    q, s = torch.empty(300, 1000, dtype=E4), torch.empty(300, 1)
+    q = {"q_transposed": torch.empty(1000, 300, dtype=E4).t(), "q_e5m2": q.to(E5),
+         "q_short": q[:, :999]}.get(bad, q)
+    s = {"s_bf16": s.to(BF16), "s_flat": s.reshape(300), "s_elsewhere": s.to("meta")}.get(bad, s)
+    with pytest.raises(DTypeError if bad in ("q_e5m2", "s_bf16") else InputError, match=match) as e:
+        k.run(a, b, q, extra_outs=(s,))
+    assert e.value.arg == arg and calls == []
+    k.run(a, b, torch.empty(300, 1000, dtype=E4), extra_outs=(torch.empty(300, 1),))  # (what it takes)
+    assert calls == ["main", "cast"]

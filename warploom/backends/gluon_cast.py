@@ -14,9 +14,13 @@ at 1024), 64-bit offsets (the workspace may pass 2^31 elements).
 
 from __future__ import annotations
 
+from typing import Any
+
 from warploom.backends.codebuf import CodeBuffer
+from warploom.dtypes import DType
 from warploom.epilogue.gluon import cast_to
 from warploom.epilogue.graph import FP8_MAX
+from warploom.errors import AlignmentError, DeviceError, DTypeError, ShapeError
 from warploom.ir import nodes as ir
 
 # The cast kernel's parameters: the workspace and its row stride (padded to 16-byte rows), the amax workspace, q and
@@ -49,3 +53,30 @@ def emit_cast(b: CodeBuffer, name: str, p: ir.AmaxPass) -> None:
             b.line("y = gl.load(ws_ptr + row * ws_stride_m + c, mask=mask, other=0.0)")
             b.line(f"q = {cast_to('gl.div_rn(y, s)', p.fp8)}", "saturating, NaN kept")
             b.line("gl.store(q_ptr + row * q_stride_m + c, q, mask=mask)")
+
+
+def check_outputs(fp8: DType, m: int, n: int, q: Any, s: Any, names: tuple[str, str], device: Any) -> None:
+    """Refuse, before any launch, outputs the cast kernel cannot write as they are (`names`: the arguments q and s
+    came as): it stores q (M, N) in `fp8` at q's row stride with its columns at unit stride, and s (M, 1) fp32 at
+    s's row stride (`CAST_PARAMS` carry no other stride), both on `device` (A's: where both passes run and the amax
+    workspace is zeroed)."""
+    import torch
+
+    for name, t, shape, dt in ((names[0], q, (m, n), fp8.torch), (names[1], s, (m, 1), torch.float32)):
+        if t.device != device:
+            raise DeviceError(name, f"a tensor on {device}, where a is", f"a tensor on {t.device}",
+                              f"allocate it on {device}")
+        if t.dtype != dt:
+            raise DTypeError(name, str(dt), str(t.dtype), f"allocate it as torch.empty({shape}, dtype={dt})")
+        if tuple(t.shape) != shape:
+            raise ShapeError(name, f"shape {shape}", f"{tuple(t.shape)}",
+                             f"allocate it as torch.empty({shape}, dtype={dt})")
+    unit_columns(q, names[0])
+
+
+def unit_columns(q: Any, name: str) -> None:
+    """Refuse a q whose columns are not at unit stride: the cast kernel writes q[row, c] at row * stride(0) + c."""
+    if q.dim() == 2 and q.shape[0] > 0 and q.shape[1] > 1 and q.stride(1) != 1:
+        raise AlignmentError(name, "q's columns at unit stride (the cast kernel of rule 29 stores each row's columns "
+                             "contiguously, at q's row stride)", f"strides {tuple(q.stride())}",
+                             "pass a row-major q, torch.empty(M, N, dtype=...), and copy it where it is to go")

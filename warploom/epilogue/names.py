@@ -31,6 +31,7 @@ GENERATED = frozenset("""
     SK_SPLIT dp_tiles grid it0 it1 k_hi k_lo n_dp q sk_cols sk_ctas sk_flags_ptr sk_last sk_offs sk_owner sk_range
     sk_rows sk_tiles sk_unit sk_ws_ptr total u
     _nan_max ep_amax ep_block_amax ep_group
+    amax_ptr
 """.split())
 
 # Numbered or composed generated names: accumulator halves and parts, extra outputs, output staging buffers,

@@ -33,7 +33,7 @@ from triton.knobs import HookChain
 from triton.runtime.driver import driver
 
 from warploom.backends.gluon_api import GluonApi, LaunchAbi, compile_options, for_triton, installed
-from warploom.backends.gluon_cast import CAST_WARPS
+from warploom.backends.gluon_cast import CAST_WARPS, check_outputs
 from warploom.backends.gluon_sm90 import REDUCE_BLOCK, SK_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
 from warploom.errors import rowwise_too_wide, split_k_mismatch
 from warploom.ir import nodes as ir
@@ -102,6 +102,7 @@ class Launcher:
         if src.reduce_kernel:  # split-K's second kernel: every argument a pointer or an integer
             self._reduce = DirectLaunch(load(src.text, src.reduce_kernel), compile_options(num_warps=4), {}, fast)
         self._cast = None
+        self._cast_fp8 = m.amax_pass.fp8 if m.amax_pass is not None else None  # (q's dtype: the cast kernel's)
         if src.cast_kernel:  # rule 29's second pass (backends/gluon_cast.py): pointers and integers too
             self._cast = DirectLaunch(load(src.text, src.cast_kernel), compile_options(num_warps=CAST_WARPS), {},
                                       fast)
@@ -302,6 +303,9 @@ class Launcher:
             raise InputError("extra_outs", "(s,): the (M, 1) fp32 scales, beside q as out", f"{len(extra_outs)} "
                              "tensor(s)", "pass extra_outs=(torch.empty(M, 1, dtype=torch.float32, device=q.device),)")
         s = extra_outs[0]
+        assert self._cast_fp8 is not None
+        # (the cast kernel takes q's and s's row strides alone: anything else would be written elsewhere, silently)
+        check_outputs(self._cast_fp8, m, n, q, s, ("out", "extra_outs[0]"), a.device)
         try:
             # y's rows padded to 16 bytes (TMA's row rule; N itself need not be a multiple of 4)
             ws = torch.empty(m, -(-n // 4) * 4, dtype=torch.float32, device=q.device)[:, :n]

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 import torch
 
+from warploom.backends.gluon_cast import unit_columns
 from warploom.errors import InputError, ShapeError
 from warploom.ir import nodes as ir
 from warploom.quantization import cast_rows
@@ -38,6 +39,8 @@ def final_outputs(p: ir.AmaxPass, m: int, n: int, out: torch.Tensor | None,
         if t.dtype != dt or tuple(t.shape) != shape:
             raise ShapeError(f"outs[{j}]", f"{dt} of shape {shape}", f"{t.dtype} of shape {tuple(t.shape)}",
                              f"allocate it as torch.empty({shape}, dtype={dt})")
+    if given:  # (the cast kernel writes q's columns at unit stride: the launcher refuses any other q, as here)
+        unit_columns(given[0], "outs[0]")
     q = given[0] if given else torch.full((m, n), float("nan")).to(p.fp8.torch)
     s = given[1] if len(given) > 1 else torch.full((m, 1), float("nan"))
     return q, s
