@@ -2,9 +2,13 @@
 variants of it (Plan fields replaced after planning, as scripts/sweep_plans.py does), torch._grouped_mm, a loop of
 torch.mm over the experts and warploom's dense kernel on the same total rows (what a grouped kernel could reach).
 Each output is checked against torch._grouped_mm's before it is timed; times are CUDA-graph replays.
+`--forced` passes plan_schedule options to every variant's planning (e.g. '{"stream_k": 2}', refused by name where
+they cannot run); the default variants include forced stream-K's Plan fields, {"stream_k": 2} and {"stream_k": 4}
+(the last round's tiles shared as k-block pieces; the same plan plan_schedule(stream_k=...) gives,
+tests/sim/test_grouped_stream_k_sim.py).
 
     PYTHONPATH=. python3 scripts/sweep_grouped.py --out sweep-grouped.json \
-        [--shapes 8x8192x4096x7168] [--variants '[{}, {"stages": 5}]']
+        [--shapes 8x8192x4096x7168] [--variants '[{}, {"stages": 5}]'] [--forced '{"stream_k": 2}']
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from warploom.runtime.timing import time_graph
 
 SHAPES = "8x8192x4096x7168,8x8192x7168x2048,32x16384x2048x7168"
 VARIANTS = ('[{}, {"stages": 3}, {"bn": 128, "stages": 6}, {"group_m": 1}, {"group_m": 16}, {"epilogue_subtiles": 4}, '
-            '{"bn": 128, "consumer_partitions": 2}]')
+            '{"bn": 128, "consumer_partitions": 2}, {"stream_k": 2}, {"stream_k": 4}]')
 
 
 def routing(experts: int, rows: int, seed: int = 0, align: int = 1) -> torch.Tensor:
@@ -43,8 +47,10 @@ def routing(experts: int, rows: int, seed: int = 0, align: int = 1) -> torch.Ten
     return counts.cumsum(0).to(torch.int32).cuda()
 
 
-def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo, align: int = 1) -> list[dict[str, Any]]:
-    """One EXPERTSxROWSxNxK shape: the baselines, then each variant checked and timed."""
+def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo, align: int = 1,
+                forced: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One EXPERTSxROWSxNxK shape: the baselines, then each variant (Plan fields replaced after planning with
+    `forced`, plan_schedule's options) checked and timed."""
     e, rows, n, k = (int(x) for x in text.split("x"))
     torch.manual_seed(0)
     offs = routing(e, rows, align=align)
@@ -72,7 +78,7 @@ def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo, alig
     found = []
     for kw in variants:
         try:
-            plan = dataclasses.replace(plan_schedule(call.spec, dev), **kw)
+            plan = dataclasses.replace(plan_schedule(call.spec, dev, **(forced or {})), **kw)
             kern = build(call.spec, dev, plan)
             launch = GroupedLauncher(kern.module, kern.gluon)
             out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -84,8 +90,8 @@ def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo, alig
         except Exception as ex:  # noqa: BLE001 (a variant that does not build or run is reported, not fatal)
             print(f"  {json.dumps(kw):40} failed: {type(ex).__name__}: {str(ex)[:200]}", flush=True)
             continue
-        found.append({"shape": text, "align": align, "variant": kw, "plan": plan.short(), "ms": ms,
-                      "torch_ms": torch_ms, "loop_ms": loop_ms, "dense_ms": dense_ms, "err": err})
+        found.append({"shape": text, "align": align, "variant": kw, "forced": forced or {}, "plan": plan.short(),
+                      "ms": ms, "torch_ms": torch_ms, "loop_ms": loop_ms, "dense_ms": dense_ms, "err": err})
         print(f"  {json.dumps(kw):40} {plan.short():32} {ms:.3f} ms {flops / ms / 1e9:5.0f} TFLOP/s "
               f"x torch {torch_ms / ms:.3f}, x loop {loop_ms / ms:.3f}, x dense {dense_ms / ms:.3f}", flush=True)
     return found
@@ -97,12 +103,13 @@ def main() -> None:
     ap.add_argument("--shapes", default=SHAPES, help="EXPERTSxROWSxNxK, comma-separated")
     ap.add_argument("--variants", default=VARIANTS, help="JSON list of Plan fields to replace after planning")
     ap.add_argument("--align", default="1", help="comma-separated row alignments of the routing to run each shape at")
+    ap.add_argument("--forced", default="{}", help="JSON object of plan_schedule options for every variant's plan")
     args = ap.parse_args()
     dev = DeviceInfo.current()
     rows: list[dict[str, Any]] = []
     for text in args.shapes.split(","):
         for align in (int(x) for x in args.align.split(",")):
-            rows += sweep_shape(text, json.loads(args.variants), dev, align)
+            rows += sweep_shape(text, json.loads(args.variants), dev, align, json.loads(args.forced))
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
 

@@ -215,20 +215,20 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                    "or run the GEMM unfused and call warploom.silu_mul_interleaved(out, "
                                    f"block={block}) on its result")
         bn, swap_ab, split_k, tail_split, stream_k, cluster, partial_blocks = 2 * block, False, 1, 1, 0, 1, None
-    if spec.grouped:  # rule 22
+    if stream_k is not None and stream_k not in (0, *range(2, 17)):
+        raise UnsupportedError(f"stream_k={stream_k!r}: expected None (the planner decides), 0 (no stream-K) or the "
+                               "most pieces a shared tile is cut into, 2 to 16")
+    if spec.grouped:  # rule 22 (stream-K forced only: plan_grouped)
         refused = {"pingpong": pingpong, "scale_partition": bool(scale_partition), "split_k": split_k not in (None, 1),
                    "tail_split": tail_split not in (None, 1), "swap_ab": bool(swap_ab),
-                   "stream_k": stream_k not in (None, 0), "cluster": cluster not in (None, 1)}
+                   "cluster": cluster not in (None, 1)}
         if any(refused.values()):
-            raise UnsupportedError(f"grouped GEMMs (rule 22) run whole tiles of one group each, so {spec.short()} "
+            raise UnsupportedError(f"grouped GEMMs (rule 22) run tiles of one group each, so {spec.short()} "
                                    f"cannot take {', '.join(k for k, v in refused.items() if v)} (their tiles or "
                                    "partitions are not a group's). Fix: drop them")
         return plan_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
-                            consumer_partitions=consumer_partitions, partial_blocks=partial_blocks)
-    if stream_k is not None and stream_k not in (0, *range(2, 17)):
-        raise UnsupportedError(f"stream_k={stream_k!r}: expected None (the planner decides), 0 (no stream-K) or the "
-                               "most "
-                               "pieces a shared tile is cut into, 2 to 16")
+                            consumer_partitions=consumer_partitions, partial_blocks=partial_blocks,
+                            stream_k=stream_k)
     if tdm_warps not in (None, TdmWarps.EVERY) and not device.gfx1250:
         raise UnsupportedError(f"tdm_warps={tdm_warps}: TDM warp masks (rule 20, seed 004) are gfx1250's; "
                                f"{device.name} has no TDM (sm_90a's producer already issues each TMA copy from one "

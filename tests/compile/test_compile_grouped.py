@@ -136,3 +136,39 @@ def test_per_expert_epilogue_operands_compile(bm: int, bn: int, spill_budget: in
     assert c.count("HGMMA") > 0 and c.spills <= spill_budget and not c.wgmma_serialized, c.summary()
     assert c.smem_bytes <= SMEM_LIMIT
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx
+
+
+SK_CASES = [
+    # stream-K over the group scan (forced; rule 22 keeps whole tiles by default): the measured MoE shape's
+    # 128x256 plan in 2 and 4 pieces, the masked layout, and fp8 on its 128x128 stream-K tile (rowwise fast and
+    # promoted, blockwise; at 128x256 the rowwise fixup spilled 876 bytes under Triton 3.9)
+    ("bf16_offsets_128x256_sk2", GemmSpec(8192, 4096, 7168, grouping=OFF, groups=8), 2),
+    ("bf16_offsets_128x256_sk4", GemmSpec(8192, 4096, 7168, grouping=OFF, groups=8), 4),
+    ("bf16_masked_128x128_sk2", GemmSpec(8 * 128, 4096, 7168, grouping=MASK, groups=8), 2),
+    ("e4m3_rowwise_fast_offsets_sk3", _rw(8192, Accumulation.NATIVE), 3),
+    ("e4m3_rowwise_promoted_offsets_sk2", _rw(8192, Accumulation.PROMOTED), 2),
+    ("e4m3_blockwise_offsets_sk2", _bw(8192), 2),
+]
+
+
+@pytest.mark.parametrize("name,spec,pieces", SK_CASES, ids=[c[0] for c in SK_CASES])
+def test_grouped_stream_k_compiles(name: str, spec: GemmSpec, pieces: int, spill_budget: int) -> None:
+    """A grouped stream-K kernel: the units' tiles placed by group_tile, the fixup's flag atomics and fp32
+    workspace stores and loads beside both store paths; no spills or serialized wgmma, shared memory as planned."""
+    from warploom.planner import plan_schedule
+
+    k = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, stream_k=pieces))
+    assert k.module.tiling.stream_k == pieces and k.module.tiling.grid == H100_SXM.sm_count
+    assert k.module.tiling.bn == 128 or not spec.is_fp8
+    text = k.gluon.text
+    assert "sk_range(pid, num_tiles, k_tiles)" in text and "num_tiles = group_count(" in text
+    assert text.count("grp, off_m, off_n, row_end = group_tile(tile_id, ") >= 2  # (producer and consumers)
+    c = k.compile("sm_90a")
+    assert c.count("QGMMA" if spec.is_fp8 else "HGMMA") > 0, c.summary()
+    assert c.spills <= spill_budget, c.summary()
+    assert c.smem_bytes <= SMEM_LIMIT
+    assert not c.wgmma_serialized
+    assert "atom.global.gpu.release.exch" in c.ptx, "the contributor's flag release"
+    assert "ld.global.gpu.acquire" in c.ptx, "the finisher's flag acquire"
+    assert "ld.global.cg" in c.ptx, "the finisher's workspace loads"
+    assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores

@@ -1,7 +1,9 @@
 """GPU tier for grouped GEMMs (warploom.grouped_mm / scaled_grouped_mm, ir.Tiling.grouping): against
 torch._grouped_mm and torch._scaled_grouped_mm on random routings (empty experts, ragged edges), the masked and
 batched layouts against fp32 references, rows outside every expert untouched, and a CUDA graph captured once and
-replayed after the offsets changed in place (the tile-to-expert map is computed on the device). The K-grouped
+replayed after the offsets changed in place (the tile-to-expert map is computed on the device); forced stream-K
+plans (`test_stream_k_*`: NaN-poisoned, bitwise repeatable, flags reset, graph replays that change the last round's
+shared tiles; written without a GPU, session gsk). The K-grouped
 blockwise fp8 tests (`test_k_grouped_blockwise_*`) were written without a GPU (session kgroup-blockwise): the
 simulator and compile tiers pass them, the device has not run them yet; nor the fused-epilogue tests on every layout
 and recipe (`test_fused_epilogue_*`, session grouped-epilogue), whose references were checked on CPU tensors with
@@ -480,3 +482,127 @@ def test_fused_epilogue_batched_through_the_api() -> None:
 
     out = warploom.grouped_mm(a, w, epilogue=fn, bias=bias, rows=rows, cols=cols)
     assert _err(out, fn(torch._grouped_mm(a, w).float(), bias, rows, cols.float())) < 1e-2
+
+
+# ---- stream-K over the group scan (forced: Plan.stream_k on an M-grouped or masked plan; written without a GPU,
+# session gsk: the simulator and compile tiers pass the same kernels) ----
+
+# the measured MoE routing (8 experts, 8192 rows, expert 0 empty): 1088 tiles of 128x256, 8 rounds of 132 and 32
+MOE_COUNTS = [0, 1646, 547, 617, 901, 1429, 1196, 1856]
+
+
+def _sk_launch(spec: object, pieces: int):  # noqa: ANN202
+    from warploom.kernel import build
+    from warploom.planner import plan_schedule
+    from warploom.runtime.launch_grouped import GroupedLauncher
+
+    dev = warploom.DeviceInfo.current()
+    # (bm=128: stream-K's tile rows; rule 22 picks 64-row tiles at <= 64 rows a group, which it refuses)
+    kern = build(spec, dev, plan_schedule(spec, dev, bm=128, stream_k=pieces))  # type: ignore[arg-type]
+    assert kern.module.tiling.stream_k == pieces and kern.module.tiling.grid == dev.sm_count
+    return GroupedLauncher(kern.module, kern.gluon)
+
+
+def _sk_twice(launch, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, rows: int, n: int,  # noqa: ANN001
+              *scales: torch.Tensor) -> torch.Tensor:
+    """Two launches into NaN-poisoned outputs: the same bits (the fixup's order is fixed), every flag reset."""
+    outs = []
+    for _ in range(2):
+        out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        launch(a, b, offs, out, *scales)
+        outs.append(out)
+    torch.cuda.synchronize()
+    _, flags = launch.stream_k_buffers(outs[0].device)
+    assert int(flags.abs().sum()) == 0, "every flag a contributor released was reset by its finisher"
+    end = int(offs[-1])
+    assert torch.equal(outs[0][:end], outs[1][:end]), "bitwise repeatable"
+    assert outs[0][end:].isnan().all(), "rows past offs[-1] untouched"
+    return outs[0]
+
+
+@pytest.mark.parametrize("pieces", [2, 3, 4])
+@pytest.mark.parametrize("experts,rows,n,k,counts", [
+    (8, 8192, 4096, 7168, MOE_COUNTS),  # the measured shape: 32 tiles of a 9th round shared
+    (8, 8192, 4096, 1024, [0, 1024, 1024, 1024, 1024, 1024, 1024, 2048]),  # aligned: 1024 tiles, 100 shared
+    (4, 100, 4096, 512, [0, 37, 0, 63]),  # 64 tiles, fewer than SMs: all shared, past grid x pieces at 3 and 4
+    (16, 3000, 1536, 2048, None),  # random routings, empty experts
+])
+def test_stream_k_against_torch_grouped_mm(pieces: int, experts: int, rows: int, n: int, k: int,
+                                           counts: list[int] | None) -> None:
+    from warploom.checks_grouped import grouped_call
+
+    torch.manual_seed(pieces + k)
+    offs = (torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32).cuda() if counts is not None
+            else _routing(pieces, experts, rows))
+    a = torch.randn(rows + 64, k, device="cuda", dtype=torch.bfloat16)  # 64 rows past offs[-1]
+    w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+    call = grouped_call(a, w, offs)
+    out = _sk_twice(_sk_launch(call.spec, pieces), call.a, call.b, offs, rows + 64, n)
+    end = _rows(offs)
+    assert _err(out[:end], torch._grouped_mm(a, w, offs=offs)[:end]) < 1e-2
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_stream_k_fp8_rowwise(fast: bool) -> None:
+    from warploom.checks_grouped import grouped_call
+
+    experts, rows, n, k = 8, 8192, 4096, 7168
+    offs = torch.tensor(MOE_COUNTS, dtype=torch.int32).cumsum(0).to(torch.int32).cuda()
+    a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
+    w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn).transpose(-2, -1)
+    sa, sb = torch.rand(rows, device="cuda") + 0.5, torch.rand(experts, n, device="cuda") + 0.5
+    call = grouped_call(a, w, offs, None, torch.bfloat16, sa, sb, fast)
+    out = _sk_twice(_sk_launch(call.spec, 2), call.a, call.b, offs, rows, n, sa, sb)
+    ref = torch._scaled_grouped_mm(a, w, sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=fast)
+    assert _err(out, ref) < 2e-2
+
+
+def test_stream_k_masked() -> None:
+    from warploom.checks_grouped import grouped_call
+
+    experts, cap, n, k = 8, 192, 4096, 2048
+    a = torch.randn(experts, cap, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16)
+    counts = torch.tensor([0, 192, 33, 140, 1, 192, 100, 64], dtype=torch.int32, device="cuda")
+    call = grouped_call(a, w.transpose(-2, -1), None, counts)
+    launch = _sk_launch(call.spec, 3)
+    out = torch.full((experts * cap, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    launch(call.a, call.b, counts, out)
+    torch.cuda.synchronize()
+    out = out.reshape(experts, cap, n)
+    for g in range(experts):
+        c = int(counts[g])
+        assert out[g, c:].isnan().all(), f"expert {g}: rows past its count written"
+        if c:
+            assert _err(out[g, :c], a[g, :c].float() @ w[g].float().t()) < 1e-2, f"expert {g}"
+
+
+def test_stream_k_cuda_graph_replays_with_changed_offsets() -> None:
+    """Captured once; the routings replayed change the tile count on the device, so the last round's shared tiles
+    (none, some, past the grid x pieces limit) change between replays, the workspace and flags the same."""
+    from warploom.checks_grouped import grouped_call
+
+    experts, rows, n, k = 8, 8192, 4096, 2048
+    a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16).transpose(-2, -1)
+    offs = torch.tensor(MOE_COUNTS, dtype=torch.int32).cumsum(0).to(torch.int32).cuda()
+    call = grouped_call(a, w, offs)
+    launch = _sk_launch(call.spec, 2)
+    out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    graph, _ = _graph(lambda: launch(call.a, call.b, offs, out))
+    routings = [MOE_COUNTS, [0, 1024, 1024, 1024, 1024, 1024, 1024, 2048], [0, 0, 5, 0, 0, 0, 0, 0],
+                [8192, 0, 0, 0, 0, 0, 0, 0]]
+    routings += [torch.diff(_routing(s, experts, rows).cpu(), prepend=torch.zeros(1, dtype=torch.int32)).tolist()
+                 for s in (1, 2)]
+    for i, counts in enumerate(routings):
+        offs.copy_(torch.tensor(counts, dtype=torch.int32).cumsum(0).to(torch.int32))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        end = _rows(offs)
+        assert out[end:].isnan().all(), f"replay {i}"
+        assert _err(out[:end], torch._grouped_mm(a, w, offs=offs)[:end]) < 1e-2, f"replay {i}"
+        first = out[:end].clone()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out[:end], first), f"replay {i}: bitwise repeatable"

@@ -381,11 +381,14 @@ def test_rule22_k_grouped_blockwise_plans_and_forced_refusals() -> None:
         p = plan_schedule(_kbw_spec(m), H100_SXM)
         assert (p.bm, p.bn, p.bk, p.split_k, p.stream_k, p.grid) == (*tile, 128, 1, 0, H100_SXM.sm_count)
         assert p.epilogue_subtiles == 4 or tile[1] != 256
-    for kw, name in (({"split_k": 2}, "split_k"), ({"stream_k": 2}, "stream_k"), ({"swap_ab": True}, "swap_ab"),
+    for kw, name in (({"split_k": 2}, "split_k"), ({"swap_ab": True}, "swap_ab"),
                      ({"pingpong": True}, "pingpong"), ({"scale_partition": True}, "scale_partition"),
                      ({"cluster": 2}, "cluster"), ({"tail_split": 2}, "tail_split")):
         with pytest.raises(UnsupportedError, match=f"cannot take {name} .*Fix: drop them"):
             plan_schedule(_kbw_spec(2048), H100_SXM, **kw)  # type: ignore[arg-type]
+    # (stream-K runs M-grouped and masked GEMMs only: a K-grouped tile's k-blocks are its group's K range)
+    with pytest.raises(UnsupportedError, match=r"stream_k=2 .*K-grouped.*Fix: drop stream_k"):
+        plan_schedule(_kbw_spec(2048), H100_SXM, stream_k=2)
 
 
 def test_verifier_k_grouped_blockwise() -> None:

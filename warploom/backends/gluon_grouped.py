@@ -23,6 +23,11 @@ scale_a's rows are A's, a 3-D A's flattened, so its copy is the ungrouped one):
 
 warploom.ir.raster.group_tiles is the same scan in Python.
 
+Stream-K (ir.Tiling.stream_k, M-grouped and masked, forced only) adds nothing here: the sm_90a unit loop splits the
+scan's ``num_tiles`` (``sk_range``) and places each unit's tile id through `_tile_coords`, so a piece, its
+contributor's partial and its finisher's fixup and clipped stores all see the tile's group, origin and row end
+(ir.raster.group_stream_k_units in Python).
+
 A K-grouped module (Grouping.K_OFFSETS, the weight gradient) differs again (`KGroupedEmitter`): every group has C's
 (M, N) tiles, so the tile count and a tile's group are arithmetic; each tile loads its group's K range from offs
 (``k_group_tile``) and runs ``max(1, cdiv(k_end - k_base, BK))`` k-blocks from k_base, the group's K start rounded

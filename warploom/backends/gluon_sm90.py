@@ -384,8 +384,8 @@ class PartitionEmitter:
         b = self.buf
         b.line("tile_id, k_lo, k_hi = sk_unit(u, pid, dp_tiles, it0, it1, k_tiles)",
                "this unit's tile and its k-blocks k_lo .. k_hi")
-        if self.p.role is not ir.Role.MMA:
-            b.line("off_m, off_n = tile_coords(tile_id, num_pid_m, num_pid_n)")
+        if self.p.role is not ir.Role.MMA:  # (a grouped module's: its group, origin and row end, `group_tile`)
+            self._tile_coords("tile_id")
 
     def _sk_tile_body(self, body: tuple[ir.Stmt, ...]) -> None:
         """A stream-K unit's body: the ops up to its Fixup, the fixup, then the rest only where this unit is not a

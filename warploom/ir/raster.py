@@ -201,29 +201,39 @@ def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: in
     return tuple(out)
 
 
-def stream_k_units(pid: int, m: int, n: int, k_tiles: int, bm: int, bn: int, group_m: int, grid: int,
-                   pieces: int) -> tuple[TileRef, ...]:
-    """The work units CTA `pid` of a stream-K launch visits, in order (`ir.Tiling.stream_k`): line for line the
-    Gluon helpers ``sk_range``, ``sk_unit`` and ``sk_owner`` (backends/gluon_sm90.py). Whole tiles first, then its
-    iterations of the last wave's tiles, cut at tile edges; a finisher unit (k-block 0, ending early) lists the CTAs
-    holding the rest of its tile in `peers`, in k order."""
-    num_pid_m, num_pid_n = cdiv(m, bm), cdiv(n, bn)
-    tiles = num_pid_m * num_pid_n
+def stream_k_pieces(pid: int, tiles: int, k_tiles: int, grid: int,
+                    pieces: int) -> tuple[tuple[int, int, int, tuple[int, ...]], ...]:
+    """CTA `pid`'s work units of a stream-K launch over `tiles` tile ids, as (tile_id, k_lo, k_hi, peers): line for
+    line the Gluon helpers ``sk_range``, ``sk_unit`` and ``sk_owner`` (backends/gluon_sm90.py). Whole tiles first
+    (pid, pid + grid, ... below the whole waves), then its iterations of the last wave's tiles, cut at tile edges; a
+    finisher unit (k-block 0, ending early) lists the CTAs holding the rest of its tile in `peers`, in k order. Only
+    tile ids: a dense launch places them by the raster (`stream_k_units`), a grouped one by its group scan
+    (`group_stream_k_units`), as the kernels' ``tile_coords`` and ``group_tile`` do."""
     sk_tiles = tiles % grid
     dp_tiles = tiles - sk_tiles
     ctas = min(grid, sk_tiles * pieces)
     total = sk_tiles * k_tiles
-    out: list[TileRef] = []
-    for tile_id in range(pid, dp_tiles, grid):
-        pm, pn = tile_coords(tile_id, num_pid_m, num_pid_n, group_m)
-        out.append(TileRef(len(out), tile_id, pm, pn, pm * bm, pn * bn, k_hi=k_tiles))
+    out: list[tuple[int, int, int, tuple[int, ...]]] = [(tile_id, 0, k_tiles, ()) for tile_id in range(pid, dp_tiles,
+                                                                                                         grid)]
     it0, it1 = (pid * total // ctas, (pid + 1) * total // ctas) if pid < ctas else (total, total)
     for t in range(it0 // k_tiles, (it1 - 1) // k_tiles + 1) if it1 > it0 else ():
         k_lo, k_hi = max(it0 - t * k_tiles, 0), min(it1 - t * k_tiles, k_tiles)
         last = ((t + 1) * k_tiles * ctas - 1) // total
         peers = tuple(range(pid + 1, last + 1)) if k_lo == 0 and k_hi < k_tiles else ()
-        pm, pn = tile_coords(dp_tiles + t, num_pid_m, num_pid_n, group_m)
-        out.append(TileRef(len(out), dp_tiles + t, pm, pn, pm * bm, pn * bn, k_lo=k_lo, k_hi=k_hi, peers=peers))
+        out.append((dp_tiles + t, k_lo, k_hi, peers))
+    return tuple(out)
+
+
+def stream_k_units(pid: int, m: int, n: int, k_tiles: int, bm: int, bn: int, group_m: int, grid: int,
+                   pieces: int) -> tuple[TileRef, ...]:
+    """The work units CTA `pid` of a stream-K launch visits, in order (`ir.Tiling.stream_k`): `stream_k_pieces` over
+    C's tiles, each placed by the grouped raster."""
+    num_pid_m, num_pid_n = cdiv(m, bm), cdiv(n, bn)
+    out = []
+    for i, (tile_id, k_lo, k_hi, peers) in enumerate(stream_k_pieces(pid, num_pid_m * num_pid_n, k_tiles, grid,
+                                                                     pieces)):
+        pm, pn = tile_coords(tile_id, num_pid_m, num_pid_n, group_m)
+        out.append(TileRef(i, tile_id, pm, pn, pm * bm, pn * bn, k_lo=k_lo, k_hi=k_hi, peers=peers))
     return tuple(out)
 
 
@@ -247,22 +257,65 @@ def group_bounds(grouping: Grouping, values: Iterable[int], m: int) -> tuple[tup
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class GroupScan:
+    """A grouped launch's tile ids over its groups (`ir.Tiling.grouping`, M-grouped or masked): group g's tiles are
+    ids firsts[g] .. firsts[g] + its tiles, `count` in all (the kernel's ``group_count``).
+
+    Attributes:
+        bounds: each group's rows [start, end) (`group_bounds`).
+        firsts: each group's first tile id.
+        count: the launch's tiles.
+        n, bm, bn, group_m: C's columns, the tile and the raster's GROUP_M.
+    """
+
+    bounds: tuple[tuple[int, int], ...]
+    firsts: tuple[int, ...]
+    count: int
+    n: int
+    bm: int
+    bn: int
+    group_m: int
+
+    @staticmethod
+    def of(bounds: tuple[tuple[int, int], ...], n: int, bm: int, bn: int, group_m: int) -> GroupScan:
+        firsts, seen = [], 0
+        for start, end in bounds:
+            firsts.append(seen)
+            seen += cdiv(end - start, bm) * cdiv(n, bn)
+        return GroupScan(bounds, tuple(firsts), seen, n, bm, bn, group_m)
+
+    def place(self, tile_id: int, index: int, k_lo: int = 0, k_hi: int | None = None,
+              peers: tuple[int, ...] = ()) -> TileRef:
+        """Tile `tile_id` as the kernel's ``group_tile`` places it: its group (the one whose tile ids hold it), its
+        origin in the grouped raster within the group, the group's row end; a CTA's `index`-th unit, k-blocks
+        `k_lo` .. `k_hi` (stream-K: `peers` a finisher's)."""
+        g = max(j for j, f in enumerate(self.firsts) if f <= tile_id and self.bounds[j][1] > self.bounds[j][0])
+        start, end = self.bounds[g]
+        pm, pn = tile_coords(tile_id - self.firsts[g], cdiv(end - start, self.bm), cdiv(self.n, self.bn),
+                             self.group_m)
+        return TileRef(index, tile_id, pm, pn, start + pm * self.bm, pn * self.bn, k_lo=k_lo, k_hi=k_hi, peers=peers,
+                       group=g, row_end=end)
+
+
 def group_tiles(pid: int, bounds: tuple[tuple[int, int], ...], n: int, bm: int, bn: int, group_m: int,
                 grid: int) -> tuple[TileRef, ...]:
     """The tiles CTA `pid` of a grouped launch visits (tile ids pid, pid + grid, ... over every group's tiles, a
     group's consecutive, in the grouped raster within it): the kernel's ``group_tile``."""
-    num_pid_n = cdiv(n, bn)
-    firsts, seen = [], 0
-    for start, end in bounds:
-        firsts.append(seen)
-        seen += cdiv(end - start, bm) * num_pid_n
-    out = []
-    for i, tile_id in enumerate(range(pid, seen, grid)):
-        g = max(j for j, f in enumerate(firsts) if f <= tile_id and cdiv(bounds[j][1] - bounds[j][0], bm) > 0)
-        start, end = bounds[g]
-        pm, pn = tile_coords(tile_id - firsts[g], cdiv(end - start, bm), num_pid_n, group_m)
-        out.append(TileRef(i, tile_id, pm, pn, start + pm * bm, pn * bn, group=g, row_end=end))
-    return tuple(out)
+    scan = GroupScan.of(bounds, n, bm, bn, group_m)
+    return tuple(scan.place(tile_id, index=i) for i, tile_id in enumerate(range(pid, scan.count, grid)))
+
+
+def group_stream_k_units(pid: int, bounds: tuple[tuple[int, int], ...], n: int, k_tiles: int, bm: int, bn: int,
+                         group_m: int, grid: int, pieces: int) -> tuple[TileRef, ...]:
+    """The work units CTA `pid` of a grouped stream-K launch visits (`ir.Tiling.stream_k` with `grouping`):
+    `stream_k_pieces` over the launch's tile ids, the count the group scan's (known on the device only, so the
+    split is the run time's, as the kernel's ``sk_range(pid, group_count(...), k_tiles)``), each unit placed by
+    ``group_tile``: its group, origin and the group's row end."""
+    scan = GroupScan.of(bounds, n, bm, bn, group_m)
+    return tuple(scan.place(tile_id, index=i, k_lo=k_lo, k_hi=k_hi, peers=peers)
+                 for i, (tile_id, k_lo, k_hi, peers) in enumerate(stream_k_pieces(pid, scan.count, k_tiles, grid,
+                                                                                  pieces)))
 
 
 def k_group_tiles(pid: int, bounds: tuple[tuple[int, int], ...], m: int, n: int, bm: int, bn: int, bk: int,

@@ -537,18 +537,20 @@ def _check_stream_k(m: ir.Module) -> list[str]:
 
 
 def _check_grouped(m: ir.Module) -> list[str]:
-    """A grouped module (ir.Tiling.grouping) runs whole tiles of one group each, on sm_90a: its tile ids come from the
-    group scan, so no split-K, ranges, stream-K, swap or ping-pong (their tile arithmetic counts C's tiles); the
-    spec's grouping matches the tiling's, and the spec is one a grouped kernel takes (`GemmSpec.grouped_problems`).
+    """A grouped module (ir.Tiling.grouping) runs tiles of one group each, on sm_90a: its tile ids come from the
+    group scan, so no split-K, ranges, swap or ping-pong (their tile arithmetic counts C's tiles); stream-K only
+    M-grouped or masked (its units are tile ids and k-blocks, each placed by the scan; every tile has K's k-blocks);
+    the spec's grouping matches the tiling's, and the spec is one a grouped kernel takes
+    (`GemmSpec.grouped_problems`).
 
     Allowed:   tiling(grouping=offsets or masked) over a bf16, fp8 rowwise or fp8 blockwise 1x128 x 128x128
-               spec of that grouping, cooperative consumers;
+               spec of that grouping, cooperative consumers; with stream_k=2..16 too;
                tiling(grouping=k_offsets) over a bf16, fp16 or fp8 blockwise 1x128 x 128x128 spec
                grouped=k_offsets.
-    Forbidden: tiling(grouping=offsets, split_k=2); a ping-pong consumer's `for tiles[1::2]`; an sm_100a module;
-               an fp8 rowwise spec grouped=k_offsets (`GemmSpec.grouped_problems`); a per-group epilogue operand
-               (`OperandSpec.per_group`) in a module that is neither M-grouped nor masked, or of another group
-               count."""
+    Forbidden: tiling(grouping=offsets, split_k=2); tiling(grouping=k_offsets, stream_k=2); a ping-pong
+               consumer's `for tiles[1::2]`; an sm_100a module; an fp8 rowwise spec grouped=k_offsets
+               (`GemmSpec.grouped_problems`); a per-group epilogue operand (`OperandSpec.per_group`) in a module that
+               is neither M-grouped nor masked, or of another group count."""
     t, errs = m.tiling, []
     if t.grouping is not m.spec.grouping:
         errs.append(f"tiling grouping {t.grouping.value} but spec grouping {m.spec.grouping.value}")
@@ -561,8 +563,11 @@ def _check_grouped(m: ir.Module) -> list[str]:
                     "the slice of its group")
     if not t.grouped:
         return errs
-    if t.split_k > 1 or t.ranged or t.stream_k or t.swap_ab:
-        errs.append("grouping with split-K, a ranged launch, stream-K or swap_ab (their tiles are C's, not a group's)")
+    if t.split_k > 1 or t.ranged or t.swap_ab:
+        errs.append("grouping with split-K, a ranged launch or swap_ab (their tiles are C's, not a group's)")
+    if t.stream_k and t.grouping is Grouping.K_OFFSETS:
+        errs.append("stream-K in a K-grouped module (its tiles' k-blocks are their groups' K ranges, not one count "
+                    "for every tile as stream-K's shares need)")
     errs += [f"grouping with {p}" for p in m.spec.grouped_problems()]
     if m.blackwell or m.gfx1250:
         errs.append("grouping on sm_100a or gfx1250 (built for sm_90a only)")

@@ -354,15 +354,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         problems = stream_k_problems(spec, pingpong, scale_partition, split_k, tail_split, swap_ab, bm,
                                       prefetch_operands)
         prefetch_operands = False  # (a forced stream-K plan copies dense operands when its epilogue runs)
-        k_tiles = k_blocks(spec)
-        if stream_k > k_tiles:
-            fix = f"stream_k between 2 and {k_tiles}, or 0" if k_tiles >= 2 else "stream_k=0 (whole tiles)"
-            raise UnsupportedError(f"stream_k={stream_k} (rule 21) cuts a tile into more pieces than its {k_tiles} "
-                                   f"k-block(s) of K={spec.k}: a piece would have no k-block to add. Fix: pass {fix}")
-        if problems:
-            raise UnsupportedError(f"stream_k={stream_k} (rule 21) cannot run {spec.short()}: {'; '.join(problems)}. "
-                                   "Fix: "
-                                   "drop stream_k (or the option that conflicts with it)")
+        refuse_stream_k(spec, stream_k, problems)
         swap_ab = False
     if (swap_ab is None and stream_k is None and split_k is None and tail_split is None and not pingpong
             and all(f is None for f in forced) and prefetch_operands is None and hoist_rows is None):
@@ -665,22 +657,50 @@ def grouped_tile(rows_per_group: float) -> tuple[int, int]:
     return 128, 128
 
 
+def refuse_stream_k(spec: GemmSpec, stream_k: int, problems: list[str]) -> None:
+    """Rule 21's refusals of a forced `stream_k`: more pieces than a tile's k-blocks (a piece with none would leave
+    its finisher waiting), or `problems` (`stream_k_problems`), each an UnsupportedError with the fix."""
+    k_tiles = k_blocks(spec)
+    if stream_k > k_tiles:
+        fix = f"stream_k between 2 and {k_tiles}, or 0" if k_tiles >= 2 else "stream_k=0 (whole tiles)"
+        raise UnsupportedError(f"stream_k={stream_k} (rule 21) cuts a tile into more pieces than its {k_tiles} "
+                               f"k-block(s) of K={spec.k}: a piece would have no k-block to add. Fix: pass {fix}")
+    if problems:
+        raise UnsupportedError(f"stream_k={stream_k} (rule 21) cannot run {spec.short()}: {'; '.join(problems)}. "
+                               "Fix: drop stream_k (or the option that conflicts with it)")
+
+
 def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
                  stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
-                 partial_blocks: int | None = None) -> Plan:
+                 partial_blocks: int | None = None, stream_k: int | None = None) -> Plan:
     """Rule 22: a grouped GEMM's plan (`GemmSpec.grouping`). The tile is `grouped_tile`'s (or forced); the rest is
     what the other rules give the same GEMM ungrouped at that tile (stages, registers, partitions, epilogue), with
-    whole tiles only (no split-K, tail, stream-K or swap: a grouped kernel's tiles are its groups') and the grid
-    at the SM count: the tile count is known on the device only, and CTAs without a tile exit at once."""
+    whole tiles (no split-K, tail or swap: a grouped kernel's tiles are its groups') and the grid at the SM count:
+    the tile count is known on the device only, and CTAs without a tile exit at once.
+
+    `stream_k` (forced only; None and 0: whole tiles): an M-grouped or masked plan whose last, partial round of
+    tiles is shared as (tile, k-block) pieces, at most `stream_k` a tile, split on the device from the scan's tile
+    count (rule 21's kernel over the group scan's tile ids). Not the default: its gain is unmeasured (the model,
+    docs/decisions/rule-22-grouped.md: at most the last round's idle share)."""
     if device.blackwell or device.gfx1250:
         raise UnsupportedError(f"grouped GEMMs (rule 22) are built for sm_90a; {device.name} is {device.arch}. Fix: "
                                "plan for an sm_90a device (H100_SXM)")
+    if stream_k and spec.grouping is Grouping.K_OFFSETS:
+        raise UnsupportedError(f"stream_k={stream_k} (rule 21) cannot run {spec.short()}: a K-grouped GEMM's tiles "
+                               "run their groups' K ranges, not one count of k-blocks to share. Fix: drop stream_k "
+                               "(stream-K runs M-grouped and masked grouped GEMMs)")
     # (a K-grouped spec's M is each group's rows already: its groups split K)
     tile = grouped_tile(spec.m if spec.grouping is Grouping.K_OFFSETS else spec.m / max(spec.groups, 1))
     if tile[1] == 256 and spec.epilogue is not None and not fused_wide(spec, 256):
         # Rule 9: promoted fp8 keeps a fused epilogue 128 wide (fp8 rowwise promoted with a SiLU-mul epilogue at
         # 128x256 spilled 1432 bytes: ptxas, Triton 3.6, 8192x4096x7168 over 8 experts)
         tile = (tile[0], 128)
+    if stream_k and spec.a_dtype.bytes == 1 and tile[1] == 256:
+        # fp8 stream-K keeps 128 wide: the grouped fp8 rowwise 128x256 kernel's fixup beside its per-block scales and
+        # the tile's group, origin and row end spilled 876 bytes (ptxas, Triton 3.9, 8192x4096x7168 over 8 experts;
+        # the dense one 64), 128x128 none (3.6 spilled nothing at either)
+        tile = (tile[0], 128)
+    forced_bm = bm
     bm, bn = bm or tile[0], bn or (tile[1] if bm in (None, tile[0]) else 128)
     if consumer_partitions is None and spec.epilogue is not None and (bm, bn) == (128, 128):
         # Rule 9 runs a fused epilogue's two warpgroups as one partition; beside a grouped tile's scan state (group,
@@ -688,10 +708,18 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
         # M-grouped and masked alike; 56 without --regAllocOptLevel=2); two partitions, none under 3.6 or 3.9.
         consumer_partitions = 2
     dense = replace(spec, grouping=Grouping.NONE, groups=0)
+    # (stream-K: no dense operand copied at the tile's start, which a contributor would skip, as rule 21's)
     dense_plan = plan(dense, device, PlanOptions(bm=bm, bn=bn, stages=stages, group_m=group_m,
                                                  consumer_partitions=consumer_partitions,
                                                  partial_blocks=partial_blocks, split_k=1, tail_split=1,
-                                                 swap_ab=False, stream_k=0))
+                                                 swap_ab=False, stream_k=0,
+                                                 prefetch_operands=False if stream_k else None))
+    if stream_k:
+        problems = stream_k_problems(spec, False, None, None, None, False, dense_plan.bm)
+        if forced_bm is None and dense_plan.bm != 128:  # (rule 22's tile, not the caller's)
+            problems = [p.replace(f"bm={dense_plan.bm} (", f"bm={dense_plan.bm}, rule 22's tile at "
+                                  f"{spec.m // max(spec.groups, 1)} rows a group (pass bm=128; ") for p in problems]
+        refuse_stream_k(spec, stream_k, problems)
     # Rule 10's per-block scales for fp8 rowwise on a 256-wide tile even without a bias: beside a grouped tile's
     # group, origin and row end the whole-width scale vectors spilled 16 bytes (ptxas, 8192x4096x7168), per block none.
     block = dense_plan.block_epilogue or (spec.scale is ScaleRecipe.ROWWISE and dense_plan.bn == 256)
@@ -701,7 +729,8 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     subtiles = dense_plan.epilogue_subtiles
     if spec.scale.is_blockwise and dense_plan.bn == 256:
         subtiles = max(subtiles, 4)
-    return replace(dense_plan, grid=device.sm_count, block_epilogue=block, epilogue_subtiles=subtiles)
+    return replace(dense_plan, grid=device.sm_count, block_epilogue=block, epilogue_subtiles=subtiles,
+                   stream_k=stream_k or 0)
 
 
 

@@ -86,7 +86,7 @@ class Launcher:
         # (rule 29's first pass, ir.Module.amax_pass, spans the tiles along N: any N)
         self._rowwise = m.spec.epilogue is not None and m.spec.epilogue.rowwise() and m.amax_pass is None
         # Stream-K (ir.Tiling.stream_k): the workspace and flags, made once per device (`stream_k_buffers`).
-        self._sk_bufs: dict[int, tuple[Any, Any]] = {}
+        self.stream_k_buffers = StreamKBuffers(m.tiling)
         # WARPLOOM_FAST_LAUNCH=0 keeps every call on Triton's JIT dispatch (an escape hatch, and the baseline
         # scripts/profile_host.py measures against).
         fast = os.environ.get("WARPLOOM_FAST_LAUNCH", "1") != "0" if fast is None else fast
@@ -179,28 +179,6 @@ class Launcher:
         cluster = self._tiling.cluster
         return launch_grid(m, n, self._bm, self._bn, self._grid_max, split_k, span, cluster=cluster,
                            cluster_n=self._tiling.cluster_n) // cluster
-
-    def stream_k_buffers(self, device: Any) -> tuple[Any, Any]:
-        """A stream-K kernel's fp32 workspace (one BM x BN slot per CTA) and int32 flags (one per CTA and consumer
-        partition, zero between launches: each finisher resets the flags it consumed) on `device`, made on first
-        use and kept. Launches of one kernel share them, so they must not run concurrently on two streams."""
-        import torch
-
-        key = device.index if device.index is not None else torch.cuda.current_device()
-        bufs = self._sk_bufs.get(key)
-        if bufs is None:
-            t = self._tiling
-            try:
-                bufs = (torch.empty(t.grid * t.bm, t.bn, dtype=torch.float32, device=device),
-                        torch.zeros(t.grid * 4, dtype=torch.int32, device=device))
-            except torch.cuda.OutOfMemoryError as e:
-                from warploom.errors import ResourceError
-
-                raise ResourceError(f"stream-K workspace: {stream_k_workspace_bytes(t)} bytes on {device} could not "
-                                    "be allocated (out of memory). Fix: free GPU memory, or plan with "
-                                    "stream_k=0 (warploom.planner.plan_schedule)") from e
-            self._sk_bufs[key] = bufs
-        return bufs
 
     def _mn(self, a: Any, b: Any) -> tuple[int, int]:
         """The kernel's M and N for a call's A and B: a swapped kernel's are the problem's N and M."""
@@ -320,6 +298,37 @@ class Launcher:
         self._main.launch(self._grid(m, n, 1, None), [g(call) for g in self._args])
         self._cast.launch(m, [ws, ws.stride(0), amax, q, q.stride(0), s, s.stride(0), m, n])
         return q
+
+
+class StreamKBuffers:
+    """A stream-K kernel's fp32 workspace (one BM x BN slot per CTA) and int32 flags (one per CTA and consumer
+    partition, zero between launches: each finisher resets the flags it consumed), by device: called with a device,
+    they are made on first use and kept. Launches of one kernel share them, so they must not run concurrently on two
+    streams. A CTA contributes at most one partial a launch (its first shared unit), so grid slots suffice whatever
+    the tile count: a grouped kernel's, known on the device only, too."""
+
+    def __init__(self, tiling: ir.Tiling) -> None:
+        self._tiling = tiling
+        self._bufs: dict[int, tuple[Any, Any]] = {}
+
+    def __call__(self, device: Any) -> tuple[Any, Any]:
+        import torch
+
+        key = device.index if device.index is not None else torch.cuda.current_device()
+        bufs = self._bufs.get(key)
+        if bufs is None:
+            t = self._tiling
+            try:
+                bufs = (torch.empty(t.grid * t.bm, t.bn, dtype=torch.float32, device=device),
+                        torch.zeros(t.grid * 4, dtype=torch.int32, device=device))
+            except torch.cuda.OutOfMemoryError as e:
+                from warploom.errors import ResourceError
+
+                raise ResourceError(f"stream-K workspace: {stream_k_workspace_bytes(t)} bytes on {device} could not "
+                                    "be allocated (out of memory). Fix: free GPU memory, or plan with "
+                                    "stream_k=0 (warploom.planner.plan_schedule)") from e
+            self._bufs[key] = bufs
+        return bufs
 
 
 def stream_k_workspace_bytes(t: ir.Tiling) -> int:

@@ -5,8 +5,10 @@ its (G, N, K) (K-major) or (G, K, N) storage, C's 2-D one and C's pointer (the c
 and G, the rowwise scales (or the blockwise ones with their strides, scale_b's expert stride too), then M, N, K.
 Nothing is read from the bounds on the host, so a launch can be captured in a CUDA graph and replayed after the
 bounds changed in place. The grid is the planned one (the SM count): the kernel finds its tile count on the device,
-and CTAs without a tile exit. Launches go through `DirectLaunch`, as the other kernels' do (the first through
-Triton's JIT, later ones directly).
+and CTAs without a tile exit. A stream-K kernel (ir.Tiling.stream_k) also takes its fp32 workspace and int32 flags
+(`StreamKBuffers`: a slot and flags per CTA, the most a launch can use whatever its routing; made once per device,
+the flags left zero by each launch's finishers, so a graph replays them as they are). Launches go through
+`DirectLaunch`, as the other kernels' do (the first through Triton's JIT, later ones directly).
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from __future__ import annotations
 from typing import Any
 
 from warploom.backends.gluon_api import compile_options
-from warploom.backends.gluon_sm90 import GluonSource
+from warploom.backends.gluon_sm90 import SK_PARAMS, GluonSource
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
-from warploom.runtime.launch import DescSlot, DirectLaunch, aligned_copy
+from warploom.runtime.launch import DescSlot, DirectLaunch, StreamKBuffers, aligned_copy
 from warploom.runtime.loader import load
 from warploom.spec import BLayout
 
@@ -37,6 +39,9 @@ class GroupedLauncher:
         self._grid = m.tiling.grid
         self._k_major = m.spec.b_layout is BLayout.K_MAJOR
         self._blockwise = m.spec.scale.is_blockwise
+        # Stream-K (ir.Tiling.stream_k): the kernel splits the last round from its own tile count, so the workspace
+        # is the worst case's, a slot per CTA (every CTA contributes at most one partial), kept per device.
+        self.stream_k_buffers = StreamKBuffers(m.tiling) if m.tiling.stream_k else None
         self._main = DirectLaunch(load(src.text, src.kernel), compile_options(num_warps=src.num_warps,
                                                                          maxnreg=src.maxnreg), descs, True)
 
@@ -59,5 +64,7 @@ class GroupedLauncher:
                      "sb_stride_k": scale_b.stride(-2), "sb_stride_n": scale_b.stride(-1)}
         for name, t in (operands or {}).items():  # a fused epilogue's: dense ones by TMA, the rest by pointer
             args[f"{name}_desc"] = args[f"{name}_ptr"] = t
+        if self.stream_k_buffers is not None:
+            args |= dict(zip(SK_PARAMS, self.stream_k_buffers(out.device), strict=True))
         self._main.launch(self._grid, [args[p] for p in self._params])
         return out

@@ -1,7 +1,9 @@
 """Grouped GEMMs on the simulator (ir.Tiling.grouping): the launch over (group, tile) pairs and its coverage check.
 
-The CTAs run as `simulate` runs them (one after another, each under random scheduling, exact mbarriers); what
-differs is where the tiles come from (`raster.group_tiles`, from the group bounds the kernel scans), that B is read
+The CTAs run as `simulate` runs them (one after another, each under random scheduling, exact mbarriers; a stream-K
+launch's together, `run_linked`, its fixups checked as a dense launch's); what
+differs is where the tiles come from (`raster.group_tiles`, from the group bounds the kernel scans; stream-K's units
+`raster.group_stream_k_units`, the same scan's tile ids shared as the dense kernel's), that B is read
 per group and C's stores are clipped at each group's end row, and the coverage check: every element of a group's
 rows is stored exactly once, and nothing else of C at all, so a tile that writes into the next group's rows (or
 past the last group) is reported as OUTPUT_COVERAGE with its rows.
@@ -25,7 +27,7 @@ from warploom.sim.machine import Machine
 from warploom.sim.numerics import CtaData, Operands
 from warploom.sim.program import CtaProgram, Geometry, MalformedError
 from warploom.sim.scheduler import run_random
-from warploom.sim.simulate import SimReport, SimResult, check_operands
+from warploom.sim.simulate import SimReport, SimResult, check_operands, run_linked
 from warploom.spec import Grouping
 
 
@@ -69,7 +71,8 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     positional = {} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b}
     tensors = check_operands(module, operands, positional, frozenset()) if module.spec.epilogue is not None else {}
     ops = Operands.of(module, a, b, scale_a, scale_b, None, (result,), tensors)
-    pids = tuple(range(t.grid)) if ctas is None else tuple(ctas)
+    # (a stream-K launch runs whole: its CTAs' fixups link them, ir.Fixup, so a sample would wait forever)
+    pids = tuple(range(t.grid)) if ctas is None or t.stream_k else tuple(ctas)
     sink = FindingSink()
     rng = random.Random(seed)
     steps = k_steps = 0
@@ -78,19 +81,24 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # (tile-sized products: threads cost more than they give, as in sim.simulate)
     try:
+        machines: list[Machine] = []
         for pid in pids:
             try:
                 prog = CtaProgram.build(module, Geometry.of(module, m, n, k, pid, t.grid, groups=groups))
             except MalformedError as e:
                 sink.add(SimFinding(FindingKind.MALFORMED, str(e), pid))
                 break
-            mach = Machine(prog, sink, CtaData(module, ops, len(module.partitions)), record=record)
-            run_random(mach, rng)
+            machines.append(Machine(prog, sink, CtaData(module, ops, len(module.partitions)), record=record))
+            if not t.stream_k:
+                run_random(machines[-1], rng)
+        if t.stream_k and machines:  # (together, once all are built: a finisher waits on later CTAs' partials)
+            run_linked(machines, rng, sink)
+        for mach in machines:
             steps += mach.step
             k_steps += mach.k_steps
             events.extend(mach.events or ())
             if mach.done():
-                ran.append(pid)
+                ran.append(mach.prog.geo.pid)
     finally:
         torch.set_num_threads(threads)
     grouped_coverage(module, m, n, k, groups, tuple(ran), ops.writes[0], sink)
@@ -113,7 +121,7 @@ def expected_writes(module: ir.Module, m: int, n: int, k: int, groups: tuple[tup
         for start, end in row_groups:
             want[start:end] = 1
         return want, tiles
-    for tile in tiles:
+    for tile in (x for x in tiles if x.stores()):  # (a stream-K contributor stores a partial, not its tile)
         end = min(tile.off_m + t.bm, tile.row_end if tile.row_end is not None else m)
         want[tile.off_m:end, tile.off_n:tile.off_n + t.bn] += 1
     return want, tiles

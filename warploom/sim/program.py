@@ -27,6 +27,7 @@ from warploom.ir.raster import (
     TileRef,
     cdiv,
     cta_tiles,
+    group_stream_k_units,
     group_tiles,
     k_group_tiles,
     split_range,
@@ -85,6 +86,9 @@ class Geometry:
                 return Geometry(m, n, k, pid, grid, k_group_tiles(pid, groups, m, n, t.bm, t.bn, t.bk,
                                                                   tma_k_align(module.spec.a_dtype), t.group_m,
                                                                   grid), cdiv(k, t.bk))
+            if t.stream_k:  # (the split over the group scan's tile count, as the kernel's sk_range)
+                return Geometry(m, n, k, pid, grid, group_stream_k_units(pid, groups, n, cdiv(k, t.bk), t.bm, t.bn,
+                                                                         t.group_m, grid, t.stream_k), cdiv(k, t.bk))
             return Geometry(m, n, k, pid, grid, group_tiles(pid, groups, n, t.bm, t.bn, t.group_m, grid),
                             cdiv(k, t.bk))
         if t.stream_k:
