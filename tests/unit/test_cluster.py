@@ -399,6 +399,17 @@ def test_replan_keeps_a_1x2_plan() -> None:
             assert replan(spec, H100_SXM, two) == two
 
 
+def test_forced_partial_blocks_in_a_2x1_cluster() -> None:
+    """Promoted fp8 in a 2x1 cluster promotes in CLUSTER_PROMOTED_BLOCKS (4) column blocks: another forced
+    partial_blocks is refused, naming the option, rather than silently replaced by 4."""
+    spec = FORCED_ONLY["fp8_rowwise_promoted"]
+    with emitting_for("3.9"):
+        assert plan_schedule(spec, H100_SXM, cluster=2, partial_blocks=4).partial_blocks == 4
+        for blocks in (1, 2):
+            with pytest.raises(UnsupportedError, match=rf"cluster=2 .*partial_blocks={blocks}.*expected 4.*Fix"):
+                plan_schedule(spec, H100_SXM, cluster=2, partial_blocks=blocks)
+
+
 ALONG_N_CORRUPTIONS: dict[str, tuple[Callable[[ir.Module], ir.Module], str]] = {
     "A multicast by both CTAs": (lambda m: _multicast(m, ir.Tensor.A, True, lead_only=False),
                                  "issued by every CTA of the cluster"),
