@@ -399,6 +399,15 @@ def test_replan_keeps_a_1x2_plan() -> None:
             assert replan(spec, H100_SXM, two) == two
 
 
+
+def test_a_bool_cluster_knob_is_refused() -> None:
+    """cluster=True is not a cluster shape: refused (it equals 1 as a dict key, so it planned one CTA per tile, even
+    where rule 24 clusters unforced), as is cluster=False."""
+    with emitting_for("3.9"):
+        for knob in (True, False):
+            with pytest.raises(UnsupportedError, match=rf"cluster={knob}: expected None .*\"1x2\""):
+                plan_schedule(bf16(4634, 4968, 3672), H100_SXM, cluster=knob)
+
 def test_forced_partial_blocks_in_a_2x1_cluster() -> None:
     """Promoted fp8 in a 2x1 cluster promotes in CLUSTER_PROMOTED_BLOCKS (4) column blocks: another forced
     partial_blocks is refused, naming the option, rather than silently replaced by 4."""

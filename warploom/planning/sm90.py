@@ -340,7 +340,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
                                "element; torch's blocked layout is sm_100a's (tcgen05.cp). Fix: pass the scales before "
                                "to_blocked, or plan for an sm_100a device (device=B200)")
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
-    if knob not in CLUSTER_KNOBS:
+    if isinstance(knob, bool) or knob not in CLUSTER_KNOBS:  # (True == 1 as a key: it planned one CTA per tile)
         raise UnsupportedError(f"cluster={knob!r}: expected None (rule 24 decides), 1 (one CTA per tile), 2 or "
                                "\"2x1\" (2-CTA clusters along M that multicast B) or \"1x2\" (along N, multicasting A)")
     along_n, cluster = knob == "1x2", CLUSTER_KNOBS[knob]
