@@ -431,3 +431,28 @@ def test_explorer_finds_a_1x2_deadlock() -> None:
     bad = explore(_drop(module, ir.Role.CONSUMER, ir.Arrive, CLUSTER_EMPTY), m, n, k, max_states=100_000,
                   stop_at_first=True)
     assert K.DEADLOCK in bad.kinds() and bad.counterexample, bad.summary()
+
+
+def test_along_n_sample_holds_the_last_cluster_tile() -> None:
+    """`sample_ctas` of a 1x2 module counts its cluster tiles of 128 x 512 (not 2x1's 256 x 256), so that the cluster
+    of the last, ragged cluster tile is sampled (1000 x 528: 8 x 2 cluster tiles, the corner's in cluster 15)."""
+    m, n, k = 1000, 528, 72
+    module = _along_n(m, n, k, grid=64)
+    t = module.tiling
+    grid = launch_grid(m, n, t.bm, t.bn, t.grid, cluster=2, cluster_n=True)
+    ctas = sample_ctas(module, m, n)
+    corner = {p for p in range(grid) for u in cta_tiles(p, m, n, t.bm, t.bn, t.group_m, grid, cluster=2,
+                                                         cluster_n=True) if u.pid_m == 7 and u.pid_n >= 2}
+    assert corner == {30, 31} and corner <= set(ctas), ctas
+
+
+@pytest.mark.parametrize("m,n,k,along_n", [(100, 2048, 192, True), (100, 2048, 64, True), (2000, 256, 256, False)])
+def test_the_lead_may_multicast_the_same_box_again(m: int, n: int, k: int, along_n: bool) -> None:
+    """A cluster that visits tiles sharing the multicast box (1x2: tiles of the same rows, M <= 128; 2x1: of the same
+    columns, N <= 256) refills a released slot with the box it held before: the lead's legitimate next fill, not a
+    second copy of the same fill (DOUBLE_WRITE is a copy from another CTA)."""
+    module = _along_n(m, n, k, grid=2) if along_n else _module(m, n, k, grid=2)
+    a, b = _inputs(m, n, k)
+    res = simulate(module, a, b)
+    assert res.ok, res.report.summary()
+    assert relative_error(res.output.float(), a.double().matmul(b.double()).float()) < 1e-5

@@ -385,6 +385,40 @@ def test_the_1x2_choice_and_refusals() -> None:
         Plan(bm=128, bn=256, bk=64, stages=4, consumer_warps=8, group_m=8, grid=132, cluster_n=True)
 
 
+
+def test_replan_keeps_a_1x2_plan() -> None:
+    """`replan` (the tune cache's check that a cached plan still builds) forces a 1x2 plan's cluster as "1x2": forced
+    as cluster=2 it built the 2x1 plan instead, so a cached 1x2 winner was never valid."""
+    from warploom.tune.candidates import replan
+
+    with emitting_for("3.9"):
+        for spec in (bf16(4634, 4968, 3672), GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE)):
+            plan = plan_schedule(spec, H100_SXM, cluster="1x2")
+            assert replan(spec, H100_SXM, plan) == plan
+            two = plan_schedule(spec, H100_SXM, cluster=2)
+            assert replan(spec, H100_SXM, two) == two
+
+
+
+def test_a_bool_cluster_knob_is_refused() -> None:
+    """cluster=True is not a cluster shape: refused (it equals 1 as a dict key, so it planned one CTA per tile, even
+    where rule 24 clusters unforced), as is cluster=False."""
+    with emitting_for("3.9"):
+        for knob in (True, False):
+            with pytest.raises(UnsupportedError, match=rf"cluster={knob}: expected None .*\"1x2\""):
+                plan_schedule(bf16(4634, 4968, 3672), H100_SXM, cluster=knob)
+
+def test_forced_partial_blocks_in_a_2x1_cluster() -> None:
+    """Promoted fp8 in a 2x1 cluster promotes in CLUSTER_PROMOTED_BLOCKS (4) column blocks: another forced
+    partial_blocks is refused, naming the option, rather than silently replaced by 4."""
+    spec = FORCED_ONLY["fp8_rowwise_promoted"]
+    with emitting_for("3.9"):
+        assert plan_schedule(spec, H100_SXM, cluster=2, partial_blocks=4).partial_blocks == 4
+        for blocks in (1, 2):
+            with pytest.raises(UnsupportedError, match=rf"cluster=2 .*partial_blocks={blocks}.*expected 4.*Fix"):
+                plan_schedule(spec, H100_SXM, cluster=2, partial_blocks=blocks)
+
+
 ALONG_N_CORRUPTIONS: dict[str, tuple[Callable[[ir.Module], ir.Module], str]] = {
     "A multicast by both CTAs": (lambda m: _multicast(m, ir.Tensor.A, True, lead_only=False),
                                  "issued by every CTA of the cluster"),

@@ -30,6 +30,7 @@ from warploom.planning.options import PlanOptions
 from warploom.planning.plan import CONSUMER_REGS, Plan
 from warploom.planning.sm90_models import (
     CLUSTER_MARGIN,
+    CLUSTER_PROMOTED_BLOCKS,
     SK_PIECES,
     cluster_measured,
     cluster_min_kblocks,
@@ -339,7 +340,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
                                "element; torch's blocked layout is sm_100a's (tcgen05.cp). Fix: pass the scales before "
                                "to_blocked, or plan for an sm_100a device (device=B200)")
     forced = (bm, bn, stages, consumer_partitions, partial_blocks, scale_partition, split_k, tail_split)
-    if knob not in CLUSTER_KNOBS:
+    if isinstance(knob, bool) or knob not in CLUSTER_KNOBS:  # (True == 1 as a key: it planned one CTA per tile)
         raise UnsupportedError(f"cluster={knob!r}: expected None (rule 24 decides), 1 (one CTA per tile), 2 or "
                                "\"2x1\" (2-CTA clusters along M that multicast B) or \"1x2\" (along N, multicasting A)")
     along_n, cluster = knob == "1x2", CLUSTER_KNOBS[knob]
@@ -349,6 +350,12 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         if problems:
             raise UnsupportedError(f"cluster={knob!r} (rule 24) cannot run {spec.short()}: {'; '.join(problems)}. "
                                    "Fix: drop cluster (or the option that conflicts with it)")
+        if spec.accumulation is Accumulation.PROMOTED and partial_blocks not in (None, CLUSTER_PROMOTED_BLOCKS):
+            # (cluster_plan promotes each warpgroup's 128 columns in 64-column blocks: 128-column ones would not fit)
+            raise UnsupportedError(f"cluster={knob!r} (rule 24) with partial_blocks={partial_blocks}: expected "
+                                   f"{CLUSTER_PROMOTED_BLOCKS} (promoted fp8 in a cluster promotes each warpgroup's "
+                                   "128 columns in two 64-column blocks). Fix: drop partial_blocks (or pass "
+                                   f"{CLUSTER_PROMOTED_BLOCKS}), or drop cluster")
         swap_ab, stream_k, split_k, tail_split = False, 0, 1, 1
     if stream_k:
         problems = stream_k_problems(spec, pingpong, scale_partition, split_k, tail_split, swap_ab, bm,

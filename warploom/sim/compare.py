@@ -96,7 +96,8 @@ def sample_ctas(module: ir.Module, m: int, n: int, span: Span | None = None) -> 
     span = launch_span(module, m, n, span)
     grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
     c = t.cluster  # (a cluster's tiles are cluster tiles, its CTAs visit them together: whole clusters run)
-    tiles = cdiv(m, c * t.bm) * cdiv(n, t.bn) if span is None else span.tiles
+    cm, cn = t.cluster_mn  # (a 1x2 cluster's tiles: BM x 2 BN)
+    tiles = cdiv(m, cm * t.bm) * cdiv(n, cn * t.bn) if span is None else span.tiles
     if not tiles:
         return ()
     last = (tiles * t.split_k - 1) % (grid // c) * c

@@ -484,9 +484,11 @@ class Machine:
         dst = self if into is None else into
         s = dst.slots[ins.ring][ins.slot]
         name = f"{ins.ring}[{ins.slot}]" if into is None else f"CTA {into.prog.geo.pid}'s {ins.ring}[{ins.slot}]"
-        # The same box again in the same slot (a cluster's multicast issued by more than the lead): one finding for
-        # the copy that should not be, in place of the overwrite findings it implies.
-        double = ins.multicast and s.fill >= 0 and s.tag == ins.tag
+        # The same box again in the same slot from another CTA's copy (a cluster's multicast issued by more than the
+        # lead): one finding for the copy that should not be, in place of the overwrite findings it implies. (The
+        # same CTA's copy of the same box is its next fill of the released slot: a cluster's consecutive tiles may
+        # share the multicast box, and `_fill` checks that refill like any other.)
+        double = ins.multicast and s.fill >= 0 and s.tag == ins.tag and s.source != self.prog.geo.pid
         if double:
             self._flag(FindingKind.DOUBLE_WRITE, ins.site,
                        f"{ins.site.where()} of CTA {self.prog.geo.pid} multicasts {ins.tag} into {name}, which CTA "

@@ -124,6 +124,8 @@ def replan(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Plan:
     `UnsupportedError` when the planner rejects it (e.g. a cached plan whose depth no longer fits).
     """
     forced: dict[str, Any] = {name: getattr(plan, name) for name in _forcible()}
+    if plan.cluster_n:  # (a 1x2 cluster's knob: cluster=2 alone plans the 2x1 form)
+        forced["cluster"] = f"1x{plan.cluster}"
     return plan_schedule(spec, device, **forced)
 
 
