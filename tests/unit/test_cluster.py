@@ -510,3 +510,23 @@ def test_sweep_cluster_variants_plan(shape: tuple[int, int, int]) -> None:
             if "cluster" in kw:
                 assert (plan.cluster, plan.cluster_n) == ({1: 1, 2: 2, "1x2": 2}[kw["cluster"]],
                                                           kw["cluster"] == "1x2"), (case, kw)
+
+
+def test_explain_says_why_rule_24_passes_over_a_cluster() -> None:
+    """`explain` lists a scored cluster candidate the rule does not take with its reason (a promoted spec: forced
+    only; too few k-blocks a CTA), and a taken one without."""
+    from warploom import checks
+    from warploom.planner import explain
+
+    def bf16(m: int, n: int, k: int) -> GemmSpec:
+        return checks.matmul_spec(torch.empty(m, k, dtype=torch.bfloat16),
+                                  torch.empty(n, k, dtype=torch.bfloat16).t(), None)
+
+    promoted = GemmSpec(4634, 4976, 3680, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                        accumulation=Accumulation.PROMOTED)
+    with emitting_for("3.9"):
+        taken, short_k, forced_only = (explain(s, H100_SXM) for s in (bf16(4634, 4968, 3672), bf16(917, 5184, 608),
+                                                                       promoted))
+    assert taken.plan.cluster == 2 and "not taken" not in taken.text()
+    assert short_k.plan.cluster == 1 and "not taken: 13 k-blocks a CTA, under the floor of 32" in short_k.text()
+    assert forced_only.plan.cluster == 1 and "not taken: forced only for promoted" in forced_only.text()

@@ -588,18 +588,25 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
             # (1x2: its warpgroups store whole 64x256 blocks, twice the staging of the row split's halves)
             whole_rows = max_stages(spec, device, cbm, cbn, bk, cap=cap, subtiles=1)
             cl_plan, cl_score, cl_tiles = cluster_plan(candidate, spec, device, eff, aligned, along_n, whole_rows)
+            # (why rule 24 passes it over unforced: `explain` says so beside its score)
+            kblocks, floor = cta_kblocks(spec, cl_tiles, device), cluster_min_kblocks(spec)
+            passed_over = [why for why, holds in (
+                (f"under a whole wave of {device.sm_count // 2} clusters", cl_tiles < device.sm_count // 2),
+                (f"not {100 - round(100 * CLUSTER_MARGIN)}% ahead of the best", cl_score >= CLUSTER_MARGIN * best[0]),
+                (f"{kblocks:.0f} k-blocks a CTA, under the floor of {floor}", kblocks < floor),
+                ("forced only for promoted or blockwise fp8 and fused epilogues (not measured)",
+                 not cluster_measured(spec))) if holds]
             note("128x256", "2-CTA clusters" + (" along N" if along_n else ""), cl_score,
                   f"{cl_tiles} cluster tiles of {'128x512' if along_n else '256x256'}, "
                   f"{math.ceil(cl_tiles / (device.sm_count // 2))} round(s) of {device.sm_count // 2} clusters, "
-                  f"{'A' if along_n else 'B'} multicast" + ("" if aligned else ", rows unaligned"))
+                  f"{'A' if along_n else 'B'} multicast" + ("" if aligned else ", rows unaligned")
+                  + (f"; not taken: {'; '.join(passed_over)}" if passed_over and cluster != 2 else ""))
             if along_n and (whole_rows < 1 or stages is not None and stages > whole_rows):
                 raise UnsupportedError(f"cluster={knob!r} (rule 24) with stages={stages}: expected at most "
                                        f"{whole_rows} stages of {spec.short()} beside a 1x2 cluster's whole-row "
                                        f"staging on {device.name}. Fix: pass stages <= {whole_rows}, or use "
                                        "cluster=2 (2x1)")
-            if cluster == 2 or (cl_tiles >= device.sm_count // 2 and cl_score < CLUSTER_MARGIN * best[0]
-                                and cta_kblocks(spec, cl_tiles, device) >= cluster_min_kblocks(spec)
-                                and cluster_measured(spec)):
+            if cluster == 2 or not passed_over:
                 best = (cl_score, -cbm * cbn, cl_plan)
     if cluster == 2 and (best is None or best[2].cluster != 2):
         raise UnsupportedError(f"cluster={knob!r} (rule 24): no 128x256 plan fits {spec.short()} with {stages=} on "
