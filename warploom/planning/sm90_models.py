@@ -251,7 +251,9 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     k_tiles = k_blocks(spec)
     note("64x64", f"latency tile, {latency_stages(spec)} stages", t64,
           f"{tiles64} CTAs: {LATENCY_START_US[64]} us + {k_tiles} k-blocks x {LATENCY_KBLOCK_US[64]} us, or its "
-          "bytes from L2 (rule 23, modeled us)")
+          "bytes from L2 (rule 23, modeled us)"
+          + (f"; chosen over the model at M <= {LATENCY_SHARED_ROWS} (LATENCY_SHARED_ROWS: measured ahead)"
+             if t64 >= t128 else ""))
     note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
           f"{LATENCY_START_US[128]} us + its k-blocks x {LATENCY_KBLOCK_US[128]} us, or its bytes from L2 (rule 23, "
           "modeled us)")
