@@ -166,6 +166,7 @@ RULE25 = {
     (513, 368, 5160): 1,  # 81 k-blocks: 3 divides them, and the 3 ranges' model loses to 64x64
     (4096, 4096, 4096): 1,  # many tiles
     (64, 8192, 8192): 1,  # decode is rules 16 and 18's
+    (1000, 0, 8192): 1,  # an empty output: nothing to split (as `decode_split`)
 }
 
 

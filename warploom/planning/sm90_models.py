@@ -127,7 +127,7 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
     one wave and number at most SPLIT_MAX, dividing the k-blocks where some count does (else unequal, the first
     taking one more: `ir.Tiling.uneven_split`); chosen where `split_time` beats rule 23's 64x64 and 128x128 times
     by the margins."""
-    if not latency_kind(spec, device):
+    if not latency_kind(spec, device) or spec.n == 0:  # (an empty output: nothing to split, as `decode_split`)
         return 1
     k_tiles = k_blocks(spec)
     tiles = square_tiles(spec, 128)
