@@ -148,10 +148,17 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
     return row
 
 
+def masked_bytes(counts: torch.Tensor, n: int, k: int, a_bytes: int, b_bytes: int) -> int:
+    """The bytes a masked decode GEMM must move: the weights (N x K) of the experts with valid rows (an empty one has
+    no tiles, so its weight is never read), their valid rows of A (K each) and of C (N each, bf16)."""
+    used, valid_rows = int((counts > 0).sum()), int(counts.sum())
+    return used * n * k * b_bytes + valid_rows * k * a_bytes + valid_rows * n * 2
+
+
 def _masked_case(experts: int, rows: int, n: int, k: int, fp8: bool) -> dict[str, Any]:
     """The masked decode layout (DeepGEMM's): a (E, M_max, K) A of capacity M_max = rows / E with a count of valid
     rows per expert (random in 1..M_max, one expert empty), bf16 or fp8 rowwise. Decode reads every expert's weight
-    once, so what counts is bandwidth: the bytes the kernel must move (B, the valid rows of A and C) over its time,
+    once, so what counts is bandwidth: the bytes the kernel must move (`masked_bytes`) over its time,
     against a device-to-device copy's (read + write of as many bytes as B) in the same run (issue 27: within 90%).
     torch's comparator is its batched torch._grouped_mm / _scaled_grouped_mm over all M_max rows."""
     cap = rows // experts
@@ -188,7 +195,7 @@ def _masked_case(experts: int, rows: int, n: int, k: int, fp8: bool) -> dict[str
     dst = torch.empty_like(src)
     row["copy_ms"] = _time_graph(lambda: dst.copy_(src))
     valid_rows = int(counts.sum())
-    moved = w.numel() * w.element_size() + valid_rows * k * a.element_size() + valid_rows * n * 2
+    moved = masked_bytes(counts, n, k, a.element_size(), w.element_size())
     row["warploom_gbs"] = moved / row["warploom_ms"] / 1e6
     row["copy_gbs"] = 2 * src.numel() / row["copy_ms"] / 1e6
     row["of_copy"] = row["warploom_gbs"] / row["copy_gbs"]

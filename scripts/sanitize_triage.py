@@ -24,8 +24,10 @@ The kinds (each one a pattern the tools are known to flag in correct kernels, th
 
 Under some drivers synccheck also aborts the kernel after those reports ("unspecified launch failure": the program
 prints no result line). Such a run passes only where (a) every report is of a kind whose control, in the same run,
-reported it and was aborted likewise, and (b) the same case computed the right result under memcheck, which does not
-abort it; its verdict says so. An abort with any other report, without an aborted control, or without a right
+reported it and was aborted likewise, (b) the same case computed the right result under memcheck, which does not
+abort it, and (c) every record its summary counts was read (those reports, and the abort's own "Program hit ...
+unspecified launch failure" at the host's next call): a record it cannot read fails it, as it fails a run that
+finished; its verdict says so. An abort with any other report, without an aborted control, or without a right
 memcheck result fails.
 """
 
@@ -134,12 +136,13 @@ class Log:
     total: int | None
     result: str | None
     aborted: bool = False
+    host_aborts: int = 0  # (the abort's own "Program hit ... unspecified launch failure" records, in `total` too)
 
 
 def parse(path: Path, tool: str, src: Sources) -> Log:
     """A log's reports, records, summary count and the program's verdict."""
     reports: list[Report] = []
-    total, result, records, aborted = None, None, 0, False
+    total, result, records, aborted, host_aborts = None, None, 0, False, 0
     first: tuple[str, str, int] | None = None
     barrier: str | None = None
     for line in path.read_text(errors="replace").splitlines():
@@ -165,7 +168,9 @@ def parse(path: Path, tool: str, src: Sources) -> Log:
             result = m.group(1)
         elif ABORT in line:
             aborted = True
-    return Log(reports, records, total, result, aborted)
+            if "Program hit " in line:
+                host_aborts += 1
+    return Log(reports, records, total, result, aborted, host_aborts)
 
 
 def _tool_abort(log: Log, kinds: Counter[str]) -> bool:
@@ -222,7 +227,8 @@ def main() -> None:
         elif role == "control" and _tool_abort(log, kinds):
             verdict = "control (aborted by the tool)"
         elif (role == "sanitize" and _tool_abort(log, kinds) and code in (None, 99) and not unexplained
-              and control_aborts and memcheck.get(name) == "ok"):
+              and control_aborts and memcheck.get(name) == "ok" and log.records + log.host_aborts == log.total):
+            # (every record of the summary read: the explained reports and the abort's own host-side error)
             verdict = "aborted by the tool as its control was (right under memcheck)"
         elif log.result != "ok" or code not in (None, 0, 99):
             # (the result line, not the exit code: compute-sanitizer's --error-exitcode replaces the program's own

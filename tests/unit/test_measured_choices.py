@@ -8,6 +8,7 @@ sweeps' calls went through."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,7 @@ def _checked() -> dict[tuple[str, str, str], tuple[str, float, float]]:
             spec = _spec(case, *(dims if len(dims) == 3 else dims * 3))
             if spec is None:
                 continue
-            with emitting_for("3.9" if triton.startswith("3.9") else "3.6"):
+            with emitting_for(".".join(triton.split(".")[:2])):  # (the sweep's major.minor: rule 24 from 3.7)
                 planned = plan_schedule(spec, H100_SXM).short()
             mine = [r["ratio"] for r in runs if r["plan"] == planned]
             if mine:
@@ -101,3 +102,15 @@ def test_the_known_misses_are_still_misses(checked: dict[Any, tuple[str, float, 
     """A known miss that is no longer planned as it was measured, or no longer slow, leaves the list."""
     stale = [key for key in KNOWN_MISSES if key not in checked or checked[key][1] >= MARGIN * checked[key][2]]
     assert not stale, f"take these off KNOWN_MISSES (the planner's plan there changed or is no longer slow): {stale}"
+
+
+@pytest.mark.parametrize("triton", ["3.7.1", "3.8.0"])
+def test_a_sweep_is_planned_under_its_own_triton(triton: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep run under Triton 3.7 or 3.8 is planned under that version, not 3.6's: rule 24 clusters from 3.7 on, so
+    under 3.6's planning its cluster plan would be paired with the unclustered row (or the shape dropped)."""
+    size, plans = "4634x4968x3672", {"3.6": "128x256x64_s4_w8_g8_e2_p2", "3.7+": "128x256x64_s4_w8_g8_e4_p2_c2"}
+    rows = [{"case": "bf16", "size": size, "variant": {}, "plan": plans["3.7+"], "ratio": 1.0},
+            {"case": "bf16", "size": size, "variant": {"cluster": 1}, "plan": plans["3.6"], "ratio": 0.5}]
+    (tmp_path / "sweep.json").write_text(json.dumps({"env": {"triton": triton}, "rows": rows}))
+    monkeypatch.setattr(sys.modules[__name__], "DATA", tmp_path)
+    assert _checked() == {("sweep.json", "bf16", size): (plans["3.7+"], 1.0, 1.0)}

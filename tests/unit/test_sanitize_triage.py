@@ -201,3 +201,29 @@ def test_a_tool_abort_fails_where_the_control_finished(tmp_path: Path) -> None:
                                    "sanitize-memcheck-a.log": CLEAN}, codes={("a", "synccheck"): 99})
     assert code == 1
     assert "| sanitize:a | synccheck | cp.async-arrive 3 | 0 | no result line (exit code 99) |" in text
+
+
+# (compute-sanitizer's record of the abort's CUDA error at the host's next call, counted in its ERROR SUMMARY)
+HOST_ABORT = ('========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on '
+              "CUDA API call to cudaStreamSynchronize.\n"
+              "=========     Saved host backtrace up to driver entry point at error\n=========\n")
+# (a record that names no source line: a kernel's own fault under synccheck, which the parser cannot read)
+UNPARSED = ("========= Illegal instruction\n=========     at kern+0x3f0\n"
+            "=========     by thread (0,0,0) in block (3,0,0)\n")
+
+
+def test_a_tool_abort_with_records_not_parsed_fails(tmp_path: Path) -> None:
+    """An aborted run passes only where every record of its summary is one of the explained reports or the abort's
+    own host-side error: a record the triage cannot read (the kernel's own fault, say) fails as it does unaborted."""
+    controls = {**CONTROLS, "control-synccheck-cp_async_mbarrier.log": aborted_sync(ARRIVE, 2)}
+    parsed_and_host = aborted_sync(ARRIVE, 3).replace("ERROR SUMMARY: 3 errors", "ERROR SUMMARY: 4 errors")
+    with_fault = aborted_sync(ARRIVE, 3).replace("ERROR SUMMARY: 3 errors", "ERROR SUMMARY: 4 errors")
+    logs = {"sanitize-synccheck-a.log": parsed_and_host.replace(ABORTED, ABORTED + HOST_ABORT),
+            "sanitize-memcheck-a.log": CLEAN,
+            "sanitize-synccheck-b.log": with_fault.replace(ABORTED, UNPARSED + ABORTED),
+            "sanitize-memcheck-b.log": CLEAN}
+    code, text = triage(tmp_path, logs, codes={(c, "synccheck"): 99 for c in "ab"}, controls=controls)
+    assert ("| sanitize:a | synccheck | cp.async-arrive 3 | 0 | aborted by the tool as its control was (right under "
+            "memcheck) |") in text
+    assert "| sanitize:b | synccheck | cp.async-arrive 3 | 0 | no result line (exit code 99) |" in text
+    assert code == 1 and "1 run(s)" in text

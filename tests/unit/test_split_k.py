@@ -166,6 +166,7 @@ RULE25 = {
     (513, 368, 5160): 1,  # 81 k-blocks: 3 divides them, and the 3 ranges' model loses to 64x64
     (4096, 4096, 4096): 1,  # many tiles
     (64, 8192, 8192): 1,  # decode is rules 16 and 18's
+    (1000, 0, 8192): 1,  # an empty output: nothing to split (as `decode_split`)
 }
 
 
@@ -204,6 +205,19 @@ def test_rule25_is_explained() -> None:
 
     text = explain(GemmSpec(191, 440, 14336), H100_SXM).text()
     assert "split-K, 8 ranges" in text and "rule 25" in text
+
+
+def test_rule23s_shared_rows_say_why_64x64_beat_the_model() -> None:
+    """At M <= LATENCY_SHARED_ROWS rule 23 takes 64x64 where its model prices 128x128 lower (128x4096x7168: 128x128
+    stream-K modeled 1.00, 64x64 1.33): `explain` ranks by the model, so the 64x64 row must say why it won."""
+    from warploom.planner import explain
+
+    e = explain(GemmSpec(128, 4096, 7168), H100_SXM)
+    assert (e.plan.bm, e.plan.bn, e.plan.split_k) == (64, 64, 1)
+    row = next(line for line in e.text().splitlines() if line.strip().startswith("64x64"))
+    assert "LATENCY_SHARED_ROWS" in row, e.text()
+    # (where the model itself prices 64x64 lower, the row says nothing of it)
+    assert "LATENCY_SHARED_ROWS" not in explain(GemmSpec(128, 2112, 7168), H100_SXM).text()
 
 
 # Rule 25 at decode sizes (`decode_split`): (M, N, K) -> ranges, bf16. The split's cost is fitted to forced splits of

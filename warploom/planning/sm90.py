@@ -633,7 +633,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
 # Rule 30 (docs/decisions/rule-30-short-k-pingpong.md): fp8 rowwise with fast accumulation over a short K runs
 # ping-pong consumers on 128x128 tiles. At PINGPONG_MAX_KBLOCKS k-blocks or fewer a cooperative 128x256 tile's
 # epilogue is a large part of its time and stalls both warpgroups; ping-pong runs one warpgroup's epilogue beside the
-# other's mainloop (H100, Triton 3.9, session 28: +3-10% at five such shapes, -2.5% at 17 k-blocks). Under Triton 3.6
+# other's mainloop (H100, Triton 3.9, session 28: +0.5-10% at five such shapes, -2.5% at 17 k-blocks). Under Triton 3.6
 # the same kernel ran 9% slower than the cooperative one at 4096x7168x2048 (session 10), so the rule needs
 # PINGPONG_MIN_TRITON, the version it was measured under (3.7 and 3.8 were not).
 PINGPONG_MAX_KBLOCKS = 16

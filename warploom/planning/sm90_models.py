@@ -127,7 +127,7 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
     one wave and number at most SPLIT_MAX, dividing the k-blocks where some count does (else unequal, the first
     taking one more: `ir.Tiling.uneven_split`); chosen where `split_time` beats rule 23's 64x64 and 128x128 times
     by the margins."""
-    if not latency_kind(spec, device):
+    if not latency_kind(spec, device) or spec.n == 0:  # (an empty output: nothing to split, as `decode_split`)
         return 1
     k_tiles = k_blocks(spec)
     tiles = square_tiles(spec, 128)
@@ -251,7 +251,9 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     k_tiles = k_blocks(spec)
     note("64x64", f"latency tile, {latency_stages(spec)} stages", t64,
           f"{tiles64} CTAs: {LATENCY_START_US[64]} us + {k_tiles} k-blocks x {LATENCY_KBLOCK_US[64]} us, or its "
-          "bytes from L2 (rule 23, modeled us)")
+          "bytes from L2 (rule 23, modeled us)"
+          + (f"; chosen over the model at M <= {LATENCY_SHARED_ROWS} (LATENCY_SHARED_ROWS: measured ahead)"
+             if t64 >= t128 else ""))
     note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
           f"{LATENCY_START_US[128]} us + its k-blocks x {LATENCY_KBLOCK_US[128]} us, or its bytes from L2 (rule 23, "
           "modeled us)")
