@@ -44,7 +44,10 @@ def test_short_k_fp8_rowwise_runs_pingpong(shape: tuple[int, int, int]) -> None:
     rowwise(4096, 4096, 2048, bias_dtype=DType.BF16),  # a bias: not measured
     GemmSpec(4096, 4096, 2048, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE),  # tensorwise: not measured
     GemmSpec(4096, 4096, 1024),  # bf16: ping-pong ran slower
-], ids=["17-kblocks", "long-k", "unaligned", "under-a-wave", "promoted", "bias", "tensorwise", "bf16"])
+    GemmSpec(4096, 4096, 2048, DType.E5M2, DType.E5M2, DType.BF16, scale=ScaleRecipe.ROWWISE),  # e5m2: not measured
+    GemmSpec(4096, 4096, 2048, E4, E4, DType.FP32, scale=ScaleRecipe.ROWWISE),  # fp32 out: not measured
+], ids=["17-kblocks", "long-k", "unaligned", "under-a-wave", "promoted", "bias", "tensorwise", "bf16", "e5m2",
+        "fp32-out"])
 def test_what_rule_30_does_not_cover_keeps_its_plan(spec: GemmSpec) -> None:
     assert not plan_schedule(spec, H100_SXM).pingpong
 

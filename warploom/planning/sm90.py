@@ -641,15 +641,16 @@ PINGPONG_MIN_TRITON = (3, 9)
 
 
 def short_k_pingpong(spec: GemmSpec, chosen: Plan, device: DeviceInfo) -> bool:
-    """Rule 30: whether the planner's cooperative plan `chosen` gives way to ping-pong 128x128. fp8 rowwise, fast
-    accumulation, no bias or fused epilogue, not grouped (what was measured); rows that are whole 128-byte lines
-    (`rows_aligned`: on unaligned rows 128x128 pays for partial lines, and ping-pong ran 20-35% slower than rule 24's
-    clusters at four such shapes); `chosen` 128x256 whole tiles in one CTA; at most PINGPONG_MAX_KBLOCKS k-blocks; at
-    least a wave of 128x128 tiles; the installed Triton at least PINGPONG_MIN_TRITON."""
+    """Rule 30: whether the planner's cooperative plan `chosen` gives way to ping-pong 128x128. e4m3 rowwise into
+    bf16, fast accumulation, no bias or fused epilogue, not grouped (what was measured); rows that are whole 128-byte
+    lines (`rows_aligned`: on unaligned rows 128x128 pays for partial lines, and ping-pong ran 20-35% slower than rule
+    24's clusters at four such shapes); `chosen` 128x256 whole tiles in one CTA; at most PINGPONG_MAX_KBLOCKS
+    k-blocks; at least a wave of 128x128 tiles; the installed Triton at least PINGPONG_MIN_TRITON."""
     from warploom.backends import gluon_api
 
     return (gluon_api.current().triton >= PINGPONG_MIN_TRITON
-            and spec.a_dtype.bits == 8 and spec.scale is ScaleRecipe.ROWWISE
+            and spec.a_dtype is DType.E4M3 and spec.b_dtype is DType.E4M3 and spec.out_dtype is DType.BF16
+            and spec.scale is ScaleRecipe.ROWWISE
             and spec.accumulation is Accumulation.NATIVE
             and spec.bias_dtype is None and spec.epilogue is None and not spec.grouped and rows_aligned(spec)
             and (chosen.bm, chosen.bn) == (128, 256) and chosen.cluster == 1 and not chosen.stream_k
