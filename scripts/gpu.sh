@@ -109,6 +109,11 @@ if [ "$what" = grouped ]; then
     | tee "$OUT/grouped-masked.log"
   python3 scripts/sweep_grouped.py --out "$OUT/sweep-grouped.json" --align 1,128 ${SWEEP_GROUPED_ARGS:-} 2>&1 \
     | tee "$OUT/sweep-grouped.log"
+  # Masked decode against a copy's bandwidth, whole tiles against stream-K's pieces evening out the last round.
+  python3 scripts/sweep_grouped.py --out "$OUT/sweep-masked.json" --masked \
+    --shapes "${MASKED_SHAPES:-8x512x4096x7168,32x2048x4096x7168,8x512x7168x2048}" \
+    --variants '[{}, {"bn": 64}, {"bn": 256}, {"bm": 128}, {"bm": 128, "stream_k": 2}, {"bm": 128, "stream_k": 4}]' \
+    2>&1 | tee "$OUT/sweep-masked.log"
 fi
 if [ "$what" = moe ]; then
   # A DeepSeek-V3-like MoE FFN forward (issue 27 item 5): warploom's grouped GEMMs against torch's in the same layer,

@@ -97,6 +97,58 @@ def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo, alig
     return found
 
 
+def sweep_masked(text: str, variants: list[dict[str, Any]], dev: DeviceInfo,
+                 forced: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One EXPERTSxROWSxNxK shape in the masked decode layout (capacity ROWS / EXPERTS rows an expert, bench_grouped's
+    counts: random in 1..capacity, expert 0 empty), bf16: each variant's bandwidth (`bench_grouped.masked_bytes`
+    over its time) against a device-to-device copy's in the same run, and its time against torch's batched
+    torch._grouped_mm over every row. A decode launch's tiles quantize on the SMs (7 experts x 4096 columns are 224
+    tiles of 128 for 132 SMs), which stream-K's pieces can even out. Here each variant is plan_schedule's options
+    (not Plan fields: stream-K is refused on 64-row tiles, so it goes as `{"stream_k": 2, "bm": 128}`)."""
+    from bench_grouped import masked_bytes  # (scripts/ is on the path)
+
+    e, rows, n, k = (int(x) for x in text.split("x"))
+    cap = rows // e
+    counts = torch.randint(1, cap + 1, (e,), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
+    counts[0] = 0
+    counts = counts.cuda()
+    torch.manual_seed(0)
+    a3 = torch.randn(e, cap, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
+    b = w.transpose(1, 2)
+    want = torch._grouped_mm(a3, b)
+    valid = torch.arange(cap, device="cuda")[None, :] < counts[:, None]
+    torch_ms = time_graph(lambda: torch._grouped_mm(a3, b))
+    src = torch.empty(w.numel() * w.element_size(), device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    copy_gbs = 2 * src.numel() / time_graph(lambda: dst.copy_(src)) / 1e6
+    moved = masked_bytes(counts.cpu(), n, k, 2, 2)
+    print(f"{text} masked (capacity {cap}, counts {counts.tolist()}): torch batched {torch_ms:.3f} ms, a copy "
+          f"{copy_gbs:.0f} GB/s", flush=True)
+    call = grouped_call(a3, b, None, counts, None)
+    found = []
+    for kw in variants:
+        try:
+            plan = plan_schedule(call.spec, dev, **{**(forced or {}), **kw})
+            kern = build(call.spec, dev, plan)
+            launch = GroupedLauncher(kern.module, kern.gluon)
+            out = torch.full((e * cap, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+            launch(call.a, call.b, call.bounds, out)
+            err = relative_error(out.view(e, cap, n)[valid], want[valid])
+            if not err < 1e-2:
+                raise AssertionError(f"error {err:.3e} against torch._grouped_mm")
+            ms = time_graph(functools.partial(launch, call.a, call.b, call.bounds, out))
+        except Exception as ex:  # noqa: BLE001 (a variant that does not build or run is reported, not fatal)
+            print(f"  {json.dumps(kw):40} failed: {type(ex).__name__}: {str(ex)[:200]}", flush=True)
+            continue
+        gbs = moved / ms / 1e6
+        found.append({"shape": text, "masked": cap, "variant": kw, "forced": forced or {}, "plan": plan.short(),
+                      "ms": ms, "torch_ms": torch_ms, "gbs": gbs, "copy_gbs": copy_gbs, "err": err})
+        print(f"  {json.dumps(kw):40} {plan.short():32} {ms:.3f} ms {gbs:5.0f} GB/s, {gbs / copy_gbs:.2f} of a "
+              f"copy's, x torch {torch_ms / ms:.3f}", flush=True)
+    return found
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="sweep-grouped.json")
@@ -104,11 +156,16 @@ def main() -> None:
     ap.add_argument("--variants", default=VARIANTS, help="JSON list of Plan fields to replace after planning")
     ap.add_argument("--align", default="1", help="comma-separated row alignments of the routing to run each shape at")
     ap.add_argument("--forced", default="{}", help="JSON object of plan_schedule options for every variant's plan")
+    ap.add_argument("--masked", action="store_true",
+                    help="the masked decode layout instead (ROWS / EXPERTS rows of capacity an expert; --align unused; "
+                         "--variants are then plan_schedule options)")
     args = ap.parse_args()
     dev = DeviceInfo.current()
     rows: list[dict[str, Any]] = []
     for text in args.shapes.split(","):
-        for align in (int(x) for x in args.align.split(",")):
+        if args.masked:
+            rows += sweep_masked(text, json.loads(args.variants), dev, json.loads(args.forced))
+        for align in () if args.masked else (int(x) for x in args.align.split(",")):
             rows += sweep_shape(text, json.loads(args.variants), dev, align, json.loads(args.forced))
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)
