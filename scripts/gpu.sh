@@ -210,7 +210,9 @@ if [ "$what" = rule24 ]; then
 fi
 if [ "$what" = clusters ]; then
   # Rule 24's cluster forms side by side (scripts/sweep_plans.py --variants clusters): the planner's plan, one CTA per
-  # tile, 2x1 sharing B and 1x2 sharing A (bf16, fp8 rowwise fast), and 2x1 for promoted fp8, blockwise fp8 and
+  # tile, 2x1 sharing B and 1x2 sharing A, ping-pong in one CTA and in 2x1 clusters (bf16, fp8 rowwise fast; issue
+  # 24: rule 30's unaligned shapes 1064x5696x1168,4756x2688x1840 through CLUSTER_SIZES), and 2x1 for promoted fp8,
+  # blockwise fp8 and
   # fused epilogues, which the planner clusters only when forced until this measures them. Shapes: unaligned rows
   # both sides (4634x4968x3672), only A's rows unaligned (14312x1920x688, where 2x1 won in session 25), tall with
   # few columns and A unaligned (16384x1024x3672: A's traffic dominates), aligned blockwise-sized (4096x7168x7168).

@@ -55,8 +55,10 @@ _PARTS = [{}, {"consumer_partitions": 1}]
 PARTITION_VARIANTS: dict[str, list[dict[str, Any]]] = {
     c: _PARTS for c in ("bf16", "fp8", "fp8-exact", "fp8-bias", "blockwise")}
 # --variants clusters: rule 24's forms side by side (the planner's choice, one CTA per tile, 2x1 sharing B, 1x2
-# sharing A); promoted fp8, blockwise and fused epilogues run 2x1 only (1x2 refuses their column blocks).
-_CLUSTERS = [{}, {"cluster": 1}, {"cluster": 2}, {"cluster": "1x2"}]
+# sharing A; and, native accumulation, ping-pong in one CTA and in 2x1 clusters, issue 24); promoted fp8, blockwise
+# and fused epilogues run 2x1 cooperative only (1x2 refuses their column blocks, ping-pong clusters native ones).
+_CLUSTERS = [{}, {"cluster": 1}, {"cluster": 2}, {"cluster": "1x2"}, {"pingpong": True},
+             {"pingpong": True, "cluster": 2}]
 _CLUSTERS_2X1 = [{}, {"cluster": 1}, {"cluster": 2}]
 CLUSTER_VARIANTS: dict[str, list[dict[str, Any]]] = {
     "bf16": _CLUSTERS, "fp8": _CLUSTERS, "fp8-exact": _CLUSTERS_2X1, "blockwise": _CLUSTERS_2X1,

@@ -69,15 +69,28 @@ ALONG_N = {
     "1x2_e4m3_tensorwise": GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE),
 }
 
+# 2x1 clusters of ping-pong consumers (issue 24, forced: pingpong=True, cluster=2): each warpgroup's whole 128x128 tile
+PINGPONG = {
+    "pp_bf16_nmajor_unaligned": GemmSpec(4634, 4968, 3672, b_layout=BLayout.N_MAJOR),
+    "pp_bf16_kmajor_ragged": GemmSpec(300, 528, 200),
+    "pp_e4m3_rowwise": GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE),
+    "pp_e4m3_tensorwise": GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE),
+    "pp_e4m3_rowwise_bias_out_fp32": GemmSpec(2000, 2112, 1008, E4, E4, DType.FP32, scale=ScaleRecipe.ROWWISE,
+                                              bias_dtype=DType.BF16),
+}
+
 MULTICAST = gluon_api.for_triton(gluon_api.installed()).tma_multicast
 
 
 @pytest.mark.skipif(not MULTICAST, reason="Triton < 3.7: no Hopper multicast (the refusal is tested below)")
-@pytest.mark.parametrize("name", list(MATRIX) + list(FUSED) + list(ALONG_N))
+@pytest.mark.parametrize("name", list(MATRIX) + list(FUSED) + list(ALONG_N) + list(PINGPONG))
 def test_cluster_kernels_cross_compile(name: str, spill_budget: int) -> None:
-    spec = MATRIX[name] if name in MATRIX else FUSED[name]() if name in FUSED else ALONG_N[name]
-    k = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, cluster="1x2" if name in ALONG_N else 2))
+    spec = (MATRIX[name] if name in MATRIX else FUSED[name]() if name in FUSED else ALONG_N[name] if name in ALONG_N
+            else PINGPONG[name])
+    k = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, cluster="1x2" if name in ALONG_N else 2,
+                                            pingpong=name in PINGPONG))
     assert k.module.tiling.cluster_n == (name in ALONG_N)
+    assert k.plan.pingpong == (name in PINGPONG)
     c = k.compile()
     s = c.summary()
     mma, other = ("QGMMA", "HGMMA") if spec.is_fp8 else ("HGMMA", "QGMMA")

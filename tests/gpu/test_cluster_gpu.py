@@ -3,7 +3,9 @@ the cluster's lead CTA into both CTAs' slots. Checked against fp32 references on
 (ragged cluster tiles, a last cluster tile with one CTA's rows past M, rows that are not 128-byte lines), for bf16
 with either B layout, fp16, and fp8 rowwise (fast accumulation, with a bias into fp32) and tensorwise; forced, promoted
 fp8 (rowwise, tensorwise), blockwise fp8 (both recipes) and fused epilogue graphs (bf16, fp8 rowwise fast); and 1x2
-clusters (cluster="1x2": two CTAs along N, A multicast) for bf16 and fp8 rowwise and tensorwise;
+clusters (cluster="1x2": two CTAs along N, A multicast) for bf16 and fp8 rowwise and tensorwise; 2x1 clusters of
+ping-pong consumers (pingpong=True, cluster=2, issue 24) for bf16 and fp8 rowwise and tensorwise, bit-equal to
+ping-pong in one CTA;
 repeatable bit for bit, in a CUDA graph, and the planner's own choice where rows are unaligned. Under Triton 3.6
 (no Hopper multicast) the module is skipped: warploom plans no clusters there (tests/unit/test_cluster.py)."""
 
@@ -34,10 +36,11 @@ pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier
 SHAPES = [(300, 528, 200), (384, 1008, 1000), (2000, 2112, 1008), (4634, 4976, 3672), (130, 272, 64)]
 
 
-def _kernel(spec: object, knob: int | str = 2) -> Kernel:
+def _kernel(spec: object, knob: int | str = 2, pingpong: bool = False) -> Kernel:
     dev = DeviceInfo.current()
-    kern = build(spec, dev, plan_schedule(spec, dev, cluster=knob))  # type: ignore[arg-type]
+    kern = build(spec, dev, plan_schedule(spec, dev, cluster=knob, pingpong=pingpong))  # type: ignore[arg-type]
     assert kern.module.tiling.cluster == 2 and kern.module.tiling.cluster_n == (knob == "1x2")
+    assert kern.plan.pingpong == pingpong
     return kern
 
 
@@ -240,3 +243,59 @@ def test_1x2_in_a_cuda_graph() -> None:
     replayed(lambda: kern.run(a, b, out), out)
     assert torch.equal(out, eager) and not out.isnan().any()
     torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+
+
+# 2x1 clusters of ping-pong consumers (issue 24): each warpgroup's whole 128x128 tile, both CTAs the same tiles offset
+# by 128 rows. (130, 272, 64): rank 1 of the only cluster tile row holds 2 rows; (100, 272, 136): none.
+PINGPONG = [(300, 528, 200), (2000, 2112, 1008), (4634, 4976, 3672), (130, 272, 64), (100, 272, 136)]
+
+
+def _one_cta(kern: Kernel) -> Kernel:
+    """`kern`'s ping-pong plan in one CTA per tile: the same tiles, k-blocks and order, so the same bits."""
+    dev = DeviceInfo.current()
+    one = build(kern.spec, dev, plan_schedule(kern.spec, dev, cluster=1, pingpong=True))
+    assert one.plan.cluster == 1 and one.plan.pingpong and (one.plan.bm, one.plan.bn) == (kern.plan.bm, kern.plan.bn)
+    return one
+
+
+@pytest.mark.parametrize("b_k_major", [False, True])
+@pytest.mark.parametrize("m,n,k", PINGPONG)
+def test_pingpong_bf16(m: int, n: int, k: int, b_k_major: bool) -> None:
+    torch.manual_seed(m + 5 * n + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t() if b_k_major else \
+        torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    kern = _kernel(checks.matmul_spec(a, b, None), pingpong=True)
+    out = _run(kern, m, n, torch.bfloat16, a, b)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+    assert torch.equal(out, _run(_one_cta(kern), m, n, torch.bfloat16, a, b))
+
+
+@pytest.mark.parametrize("recipe", ["rowwise_fast", "tensorwise", "rowwise_bias_fp32"])
+@pytest.mark.parametrize("m,n,k", PINGPONG)
+def test_pingpong_fp8(recipe: str, m: int, n: int, k: int) -> None:
+    torch.manual_seed(m + 7 * n)
+    k = -(-k // 16) * 16
+    a, b = fp8_pair(m, n, k)
+    sa, sb = fp8_scales(m, n, recipe == "tensorwise")
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if "bias" in recipe else None
+    out_dtype = torch.float32 if "fp32" in recipe else torch.bfloat16
+    kern = _kernel(checks.scaled_mm_spec(a, b, sa, sb, bias, out_dtype, True), pingpong=True)
+    out = _run(kern, m, n, out_dtype, a, b, sa, sb, bias)
+    ref = (a.float() @ b.float()) * sa * sb + (bias.float() if bias is not None else 0)
+    assert _err(out, ref) < 1e-3
+    assert torch.equal(out, _run(_one_cta(kern), m, n, out_dtype, a, b, sa, sb, bias))
+
+
+def test_pingpong_in_a_cuda_graph() -> None:
+    """The ping-pong cluster kernel replayed in a CUDA graph over a poisoned output gives the eager launch's bits."""
+    torch.manual_seed(3)
+    m, n, k = 4634, 4968, 3672
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+    kern = _kernel(checks.matmul_spec(a, b, None), pingpong=True)
+    eager = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, eager)
+    out = torch.empty_like(eager)
+    replayed(lambda: kern.run(a, b, out), out)
+    assert torch.equal(out, eager) and not out.isnan().any()

@@ -510,6 +510,9 @@ def test_sweep_cluster_variants_plan(shape: tuple[int, int, int]) -> None:
             if "cluster" in kw:
                 assert (plan.cluster, plan.cluster_n) == ({1: 1, 2: 2, "1x2": 2}[kw["cluster"]],
                                                           kw["cluster"] == "1x2"), (case, kw)
+            if "pingpong" in kw:
+                assert plan.pingpong and (plan.bm, plan.bn) == (128, 128), (case, kw)
+    assert {"pingpong": True, "cluster": 2} in sweep_plans.CLUSTER_VARIANTS["bf16"]
 
 
 def test_explain_says_why_rule_24_passes_over_a_cluster() -> None:

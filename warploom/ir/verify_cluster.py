@@ -11,6 +11,9 @@ released it. Statically that means:
   its own rows);
 - every load of the shared operand is multicast, and nothing else is; a multicast is the lead's alone
   (`TmaLoad.lead_only`: a copy of every CTA would write each slot, and bring its bytes to each barrier, once per CTA);
+- ping-pong consumers (each warpgroup whole tiles in turn, passes/split_consumers.py; issue 24) run in 2x1 clusters
+  only: both CTAs walk the same tile sequence offset by BM rows, so each slot holds the same B box in both; a 1x2
+  cluster's ping-pong tiles would be side by side along N, which nothing lowers;
 - a 1x2 cluster's consumers read B's slots whole (no `Mma.n_cols`) and take no column block of a tile (no op with
   `parts` > 1): a column block is not one block of its B or C box; and it has no scale ring or operand buffer
   (their layouts are the 2x1 form's);
@@ -18,7 +21,9 @@ released it. Statically that means:
   barriers;
 - each multicast ring is guarded by an EMPTY cluster barrier (`Barriers.cluster`), which the producer waits on, with
   the load's slot, before the load in the same loop body, and on which every partition that reads the ring
-  arrives, as often as on the CTA's own EMPTY barrier;
+  arrives, as often as on the CTA's own EMPTY barrier, and whose count per CTA is that barrier's (each slot use
+  releases the same on both: one arrival of the ping-pong warpgroup that read it, or one of each cooperative
+  warpgroup);
 - cluster barriers exist only in a cluster's modules.
 
 The protocol itself (no copy into a slot another CTA still reads, no phase passed early) is the simulator's to
@@ -64,6 +69,11 @@ def check_cluster(m: ir.Module) -> list[str]:
     if t.cluster_n and per_cta:
         errs.append(f"{', '.join(per_cta)} in a 1x2 cluster's module: blockwise scale rings and fused-epilogue "
                     "operand buffers are laid out for 2x1 clusters only (each CTA's rows). Fix: cluster=2")
+    pingpong = [p.name for p in m.partitions if p.role is ir.Role.CONSUMER and _takes_turns(p)]
+    if pingpong and t.cluster_n:
+        errs.append(f"partitions {', '.join(pingpong)} take tiles in turn (ping-pong) in a 1x2 cluster's module: "
+                    "ping-pong clusters are built 2x1 only (the CTAs along M sharing B). Fix: cluster=2, or "
+                    "pingpong=False")
     for p in m.partitions:
         if p.rows is not None and not t.cluster_n:
             errs.append(f"partition {p.name} computes a row block of each tile in a cluster's module: split the "
@@ -100,6 +110,11 @@ def check_cluster(m: ir.Module) -> list[str]:
     return errs
 
 
+def _takes_turns(p: ir.Partition) -> bool:
+    """Whether `p` is a ping-pong consumer: its tiles loop steps over the other warpgroups' tiles."""
+    return any(isinstance(s, ir.Loop) and s.kind is ir.LoopKind.TILES and s.step > 1 for s in p.body)
+
+
 def _waited_before(body: tuple[ir.Stmt, ...], barrier: str, load: ir.TmaLoad) -> bool:
     """Whether `load` stands in a loop body after a wait on `barrier` with the load's slot."""
     waited = False
@@ -118,7 +133,10 @@ def _waited_before(body: tuple[ir.Stmt, ...], barrier: str, load: ir.TmaLoad) ->
 def _release_errors(m: ir.Module, shared: ir.Barriers, ring: str) -> list[str]:
     """Every partition that reads `ring` arrives on the cluster barrier `shared` as often as on its own EMPTY ones."""
     own = {b.name for b in m.barriers if b.purpose is ir.Purpose.EMPTY and not b.cluster and ring in b.rings}
-    errs = []
+    errs = [f"{shared.name} counts {shared.count} arrival(s) a CTA, {b.name} {b.count}: each CTA's consumers release "
+            f"every use of a {ring} slot as often on both, so the lead would "
+            f"{'refill it early' if shared.count < b.count else 'wait forever to refill it'}. Fix: count={b.count}"
+            for b in m.barriers if b.name in own and b.count != shared.count]
     for p in m.partitions:
         if not any(isinstance(o, ir.Mma) and ring in (o.a_ring, o.b_ring) for o, _ in ir.walk(p.body)):
             continue

@@ -52,10 +52,10 @@ def pipeline_sm90(plan: Plan) -> list[Pass]:
         # After the consumer's final k-loop exists, so every warpgroup gets the same pipelined program;
         # before epilogue lowering, which gives each storing partition its own staging buffer.
         SplitConsumers(partitions=plan.consumer_partitions, pingpong=plan.pingpong,
-                       by_columns=plan.cluster > 1 and not plan.cluster_n),
+                       by_columns=plan.cluster > 1 and not plan.cluster_n and not plan.pingpong),
         # A cluster's B multicast (rule 24; or A's, 1x2): after SplitConsumers, whose arrivals on the empty barrier
-        # the cluster's barrier repeats (with the same count), and after PlanRings made the waits and arrivals it
-        # pairs.
+        # the cluster's barrier repeats (with the same count: ping-pong's one release a slot use, the cooperative
+        # split's one per warpgroup), and after PlanRings made the waits and arrivals it pairs.
         ShareA(cluster=plan.cluster) if plan.cluster_n else ShareB(cluster=plan.cluster),
         # After all producer ops exist: flattening must see the final loop body.
         FlattenProducer(),

@@ -22,6 +22,10 @@ still guards its own A slot:
 and every CTA ends with a cluster barrier (`ir.Tiling.exit_sync`): the other CTA's releases of the last stages
 arrive on the lead's barrier after the lead's last wait on it, so the lead must not exit before they came.
 
+With ping-pong consumers (forced `pingpong=True, cluster=2`, issue 24) SplitConsumers has given each warpgroup whole
+tiles in turn, and the warpgroup that read a slot use releases it once: the cluster barrier repeats that release and
+count (one a CTA). Both CTAs walk the same cluster tiles in the same order, so a slot holds the same B box in both.
+
 ShareA is the same protocol with A's ring in B's place: CTA r computes columns r * BN of a BM x (2 * BN) cluster tile,
 loads its own B box and the lead multicasts A's. Its consumer warpgroups keep the row split (SplitConsumers'
 default): a warpgroup's rows are one block of A's box, which every CTA holds whole, while a column block would not

@@ -89,8 +89,10 @@ class Plan:
         cluster: rule 24 (sm_90a, Triton >= 3.7): 1, or 2 CTAs of a thread-block cluster stacked along M share B's
             tile, which the lead CTA multicasts (`ir.Tiling.cluster`, passes/cluster.py); the consumer warpgroups
             then split each tile by columns. `grid` stays the CTAs launched (an even number).
+            With `pingpong` (issue 24, forced only) each warpgroup keeps whole tiles: both CTAs run the same tile
+            sequence, offset by BM rows, so each ring slot holds the same B box in both.
         cluster_n: with cluster 2, the CTAs stand side by side along N instead (1x2) and share A's tile (passes/
-            cluster.py ShareA, `ir.Tiling.cluster_n`); the consumer warpgroups keep the row split.
+            cluster.py ShareA, `ir.Tiling.cluster_n`); the consumer warpgroups keep the row split. No ping-pong.
         amax_pass: rule 29 (planning/amax_pass.py): the kernel is the first of two passes of a fused rowwise
             quantization across the tiles along N (fp32 y to a workspace, an atomic row amax), which a cast kernel
             follows (`ir.AmaxPass`); the other fields plan that first pass.
@@ -166,13 +168,16 @@ class Plan:
                              "tail_split, pingpong or swap_ab")
         if self.cluster not in (1, 2):
             raise PlanError(f"Plan(cluster={self.cluster!r}): expected 1 or 2 CTAs per cluster")
-        if self.cluster > 1 and (self.split_k > 1 or self.tail_split > 1 or self.stream_k or self.pingpong
+        if self.cluster > 1 and (self.split_k > 1 or self.tail_split > 1 or self.stream_k
                                  or self.swap_ab or self.target is not Target.SM90A or self.grid % self.cluster):
             raise PlanError(f"Plan(cluster={self.cluster}) runs whole tiles on sm_90a on an even grid: it takes no "
-                             "split_k, tail_split, stream_k, pingpong or swap_ab, and grid="
+                             "split_k, tail_split, stream_k or swap_ab, and grid="
                              f"{self.grid} must be a multiple of {self.cluster}")
         if self.cluster_n and self.cluster == 1:
             raise PlanError("Plan(cluster_n=True) places a cluster's CTAs along N: it needs cluster=2")
+        if self.cluster_n and self.pingpong:
+            raise PlanError("Plan(cluster_n=True, pingpong=True): ping-pong clusters are built 2x1 only (the CTAs "
+                             "along M sharing B). Fix: cluster_n=False, or pingpong=False")
         if self.promote_tmem and self.target is not Target.SM100A:
             raise PlanError(f"Plan(promote_tmem=True, target={self.target}): promotion through tensor-memory "
                              "partials is sm_100a's")

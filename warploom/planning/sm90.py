@@ -582,9 +582,11 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
             key = (math.inf, 0, candidate)  # (forced: only rule 24's candidate below may win)
         if best is None or key[:2] < best[:2]:
             best = key
-        if (cbm, cbn) == (128, 256) and cluster != 1 and ks == 1 and ts == 1 and (cluster == 2 or not (
+        if (cbm, cbn) == ((128, 128) if pingpong else (128, 256)) and cluster != 1 and ks == 1 and ts == 1 and (
+                cluster == 2 or not pingpong and not (
                 aligned or cluster_problems(spec, pingpong, scale_partition, split_k, tail_split, stream_k, swap_ab,
                                             bm, bn, consumer_partitions))):
+            # (ping-pong clusters are forced only: unmeasured, issue 24; `pingpong` is itself forced)
             # (1x2: its warpgroups store whole 64x256 blocks, twice the staging of the row split's halves)
             whole_rows = max_stages(spec, device, cbm, cbn, bk, cap=cap, subtiles=1)
             cl_plan, cl_score, cl_tiles = cluster_plan(candidate, spec, device, eff, aligned, along_n, whole_rows)
@@ -596,8 +598,9 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
                 (f"{kblocks:.0f} k-blocks a CTA, under the floor of {floor}", kblocks < floor),
                 ("forced only for promoted or blockwise fp8 and fused epilogues (not measured)",
                  not cluster_measured(spec))) if holds]
-            note("128x256", "2-CTA clusters" + (" along N" if along_n else ""), cl_score,
-                  f"{cl_tiles} cluster tiles of {'128x512' if along_n else '256x256'}, "
+            note(f"{cbm}x{cbn}", "2-CTA clusters" + (" along N" if along_n else " of ping-pong consumers" if pingpong
+                                                     else ""), cl_score,
+                  f"{cl_tiles} cluster tiles of {'128x512' if along_n else f'{2 * cbm}x{cbn}'}, "
                   f"{math.ceil(cl_tiles / (device.sm_count // 2))} round(s) of {device.sm_count // 2} clusters, "
                   f"{'A' if along_n else 'B'} multicast" + ("" if aligned else ", rows unaligned")
                   + (f"; not taken: {'; '.join(passed_over)}" if passed_over and cluster != 2 else ""))
@@ -609,7 +612,8 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
             if cluster == 2 or not passed_over:
                 best = (cl_score, -cbm * cbn, cl_plan)
     if cluster == 2 and (best is None or best[2].cluster != 2):
-        raise UnsupportedError(f"cluster={knob!r} (rule 24): no 128x256 plan fits {spec.short()} with {stages=} on "
+        raise UnsupportedError(f"cluster={knob!r} (rule 24): no {'128x128 ping-pong' if pingpong else '128x256'} plan "
+                               f"fits {spec.short()} with {stages=} on "
                                f"{device.name}. Fix: drop cluster or stages")
     if best is None:
         hint = ""

@@ -354,31 +354,45 @@ def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | Non
         # (rule 9 keeps a promoted fp8 fused epilogue 128 wide, where the cluster's 128x256 tile spilled)
         problems.append("a fused epilogue graph with promoted fp8 accumulation (rule 9 keeps it on 128-wide tiles; "
                         "use use_fast_accum=True)")
-    if pingpong or scale_partition:
-        problems.append("ping-pong or the scale partition")
+    if scale_partition:
+        problems.append("the scale partition")
+    if pingpong and along_n:
+        problems.append("ping-pong in a 1x2 cluster (built 2x1 only, sharing B: use cluster=2)")
+    elif pingpong and (spec.accumulation is Accumulation.PROMOTED or spec.epilogue is not None):
+        # (built and simulated for native accumulation only: promoted fp8's and a fused graph's ping-pong clusters
+        # have no simulator, compile or GPU tests yet)
+        problems.append("ping-pong with promoted fp8, blockwise scales or a fused epilogue graph (ping-pong clusters "
+                        "run native accumulation only: use use_fast_accum=True and no epilogue, or pingpong=False)")
     if split_k not in (None, 1) or tail_split not in (None, 1) or stream_k:
         problems.append("split_k, tail_split or stream_k (a cluster runs whole tiles)")
     if swap_ab:
         problems.append("swap_ab")
-    if bm not in (None, 128) or bn not in (None, 256) or consumer_partitions not in (None, 2):
+    if pingpong and (bm not in (None, 128) or bn not in (None, 128)):
+        problems.append("a ping-pong tile other than 128x128 (each warpgroup's whole tile)")
+    elif not pingpong and (bm not in (None, 128) or bn not in (None, 256) or consumer_partitions not in (None, 2)):
         problems.append("a tile other than 128x256 with two consumer warpgroups")
     return problems
 
 
 def cluster_plan(plan: Plan, spec: GemmSpec, device: DeviceInfo, eff: float, aligned: bool,
                  along_n: bool = False, stages: int = 0) -> tuple[Plan, float, int]:
-    """Rule 24's plan from the 128x256 `plan`, its score in step 3's units (rounds of the device's clusters over the
-    cluster tiles of 256 x 256, each CTA's 128x256; whole rounds at the unaligned rows' gain) and its cluster tiles.
+    """Rule 24's plan from the 128x256 `plan` (or, ping-pong, the 128x128 one), its score in step 3's units (rounds of
+    the device's clusters over the cluster tiles of 2 BM x BN, each CTA's BM x BN; whole rounds at the unaligned rows'
+    gain) and its cluster tiles.
 
     `along_n`: the 1x2 form (ShareA), cluster tiles of 128 x 512 sharing A, scored the same way at the same gain
     (unmeasured: the planner plans it only when forced, `cluster="1x2"`). Its warpgroups keep their 64-row blocks
     and store them whole (`epilogue_subtiles` 1: a column block would cut across the CTAs), so its staging takes
     twice the row split's, in `stages` (the most that fit beside it)."""
     tiles = (math.ceil(spec.m / 128) * math.ceil(spec.n / 512) if along_n
-             else math.ceil(spec.m / 256) * math.ceil(spec.n / 256))
+             else math.ceil(spec.m / (2 * plan.bm)) * math.ceil(spec.n / plan.bn))
     clusters = device.sm_count // 2
     gain = 1.0 if aligned else CLUSTER_UNALIGNED_GAIN
-    score = (tiles // clusters / gain + (tiles % clusters > 0)) * 128 * 256 / eff
+    score = (tiles // clusters / gain + (tiles % clusters > 0)) * plan.bm * plan.bn / eff
+    if plan.pingpong:
+        # Ping-pong (forced only): each warpgroup keeps its whole 128x128 tile, and both CTAs run the same tile
+        # sequence offset by BM rows, so its consumers, stages and staging stay the one-CTA plan's.
+        return replace(plan, cluster=2, grid=2 * min(clusters, tiles)), score, tiles
     if along_n:
         return replace(plan, cluster=2, cluster_n=True, consumer_partitions=2, epilogue_subtiles=1, stream_k=0,
                        stages=min(plan.stages, stages), grid=2 * min(clusters, tiles)), score, tiles
