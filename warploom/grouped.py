@@ -13,7 +13,8 @@ Layouts (``b`` is (G, K, N) but in the K-grouped one: G experts' weights, a (G, 
 - K-grouped (the weight gradient): ``a`` (M, total_K), ``b`` 2-D (total_K, N) (torch's column-major one, or a
   contiguous one) and int32 cumulative K ends ``offs`` (G,): result (G, M, N), its block g
   ``a[:, offs[g-1]:offs[g]] @ b[offs[g-1]:offs[g]]``, zeros for an empty K range (torch's). bf16/fp16, and fp8
-  blockwise (`scaled_grouped_mm` with 2-D scales over total_K, every group's K range on the 128 grid).
+  blockwise (`scaled_grouped_mm` with 2-D scales over total_K, every group's K range on the 128 grid) and rowwise
+  (torch's 1-D (G * M,) and (G * N,) scales).
 
 CUDA tensors launch the grouped kernel (ir.Tiling.grouping) with no host sync, so it can be captured in a CUDA
 graph; CPU tensors run the same planned kernel on the simulator (small problems, `api.sim_max_flops`). Arguments are
@@ -91,7 +92,9 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     K): scale_a (M, ceil(total_K/128)) and scale_b (ceil(total_K/128), ceil(N/128)) fp32 over the grouped K space;
     result (G, M, N), block g ``sum over the 128-column blocks kb of group g's K range of (a[:, kb] @ b[kb, :]) *
     scale_a[:, kb] * scale_b[kb, n // 128]``, zeros for an empty group. Every offs entry must be a multiple of 128
-    or total_K (DeepGEMM's rule; checked on CPU offs). Rowwise K-grouped scales are not built.
+    or total_K (DeepGEMM's rule; checked on CPU offs). K-grouped rowwise: torch's 1-D scale_a (G * M,) and scale_b
+    (G * N,), one per row and column of each group's (M, N) block (each group quantizes its own K slice); offs
+    anywhere.
 
     `epilogue` (every layout; rowwise, fast or not, and blockwise): fn(acc, **operands) gets the
     fp32 scaled product, ``acc * scale_a * scale_b`` for rowwise scales (as `warploom.scaled_mm`'s fused epilogue
@@ -99,6 +102,8 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     result is stored. Operands are shaped as `grouped_mm`'s; scaled_mm's names scale_a, scale_b and bias are
     reserved (neither an operand nor a parameter of fn may take them)."""
     call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum)
+    if call.spec.grouping is Grouping.K_OFFSETS and not call.spec.scale.is_blockwise:  # (torch's (G * N,): per group)
+        scale_b = scale_b.reshape(call.spec.groups, call.spec.n)
     # (blockwise scales go with their strides, a 3-D scale_a over a's flattened rows; rowwise ones flattened, as the
     # epilogue reads them)
     sa = scale_a.flatten(0, -2) if call.spec.scale.is_blockwise else scale_a.reshape(-1)

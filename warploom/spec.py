@@ -263,10 +263,6 @@ class GemmSpec:
             problems.append("a fused epilogue but one with one output")
         if self.a_layout is not ALayout.K_MAJOR:
             problems.append("an M-major A")
-        if self.grouping is Grouping.K_OFFSETS and self.scale not in (ScaleRecipe.NONE,
-                                                                      ScaleRecipe.BLOCKWISE_1X128_128X128):
-            problems.append(f"{self.scale.value} scales in a K-grouped GEMM (bf16/fp16 and fp8 blockwise 1x128 x "
-                            "128x128 only)")
         return problems
 
     @property

@@ -63,6 +63,9 @@ K_CASES = [
     ("e4m3_blockwise_k_grouped_128x256", _bw(2048, Grouping.K_OFFSETS)),
     ("e4m3_blockwise_k_grouped_128x128", _bw(200, Grouping.K_OFFSETS)),
     ("e4m3_blockwise_k_grouped_64x128", _bw(64, Grouping.K_OFFSETS)),
+    # rowwise fp8 weight gradients (torch's (G * M,) and (G * N,) scales), fast and promoted
+    ("e4m3_rowwise_fast_k_grouped_128x256", _rw(2048, Accumulation.NATIVE, Grouping.K_OFFSETS)),
+    ("e4m3_rowwise_promoted_k_grouped_128x128", _rw(200, Accumulation.PROMOTED, Grouping.K_OFFSETS)),
 ]
 
 
@@ -81,7 +84,7 @@ def test_k_grouped_compiles(name: str, spec: GemmSpec, spill_budget: int) -> Non
     assert not c.wgmma_serialized
     assert "cp.async.bulk.tensor.3d" not in c.ptx and "cp.async.bulk.tensor.2d.shared" in c.ptx
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
-    if spec.is_fp8:
+    if spec.scale.is_blockwise:
         assert "cp.async.ca.shared.global" in c.ptx and "sb_stride_g" not in k.gluon.text
         assert "(k_base // 128 + kk) * sa_stride_k" in k.gluon.text and "sa_ring_idx = (off_m - grp * M)" in \
             k.gluon.text
@@ -188,8 +191,12 @@ def _k_fused(spec: GemmSpec):  # noqa: ANN202
     g, m, n = spec.groups, spec.m, spec.n
     ops = {"grad": torch.empty(g, m, n), "lr": torch.empty(g), "row": torch.empty(g, m),
            "col": torch.empty(g, n, dtype=torch.bfloat16)}
+    # (rowwise scales join the graph as scaled_grouped_mm passes them: a (G * M, 1) column, a (G, 1, N) row)
+    scales = {"scale_a": torch.empty(g * m, 1), "scale_b": torch.empty(g, 1, n)} if spec.scale is ScaleRecipe.ROWWISE \
+        else {}
     fs, _ = fused_spec(dataclasses.replace(spec, out_dtype=FP32), torch.empty(0, dtype=spec.a_dtype.torch),
-                       lambda acc, grad, lr, row, col: grad + acc * lr * row * col, masked_operands(ops, g, m, n))
+                       lambda acc, grad, lr, row, col: grad + acc * lr * row * col, masked_operands(ops, g, m, n),
+                       **scales)
     return build(fs, H100_SXM)
 
 
@@ -198,6 +205,7 @@ K_FUSED = [
     ("bf16_k_grouped_fused_large", GemmSpec(2048, 4096, 65536, grouping=Grouping.K_OFFSETS, groups=8)),
     ("bf16_k_grouped_fused_small", GemmSpec(200, 7168, 16384, grouping=Grouping.K_OFFSETS, groups=32)),
     ("e4m3_blockwise_k_grouped_fused", _bw(2048, Grouping.K_OFFSETS)),
+    ("e4m3_rowwise_k_grouped_fused", _rw(2048, Accumulation.PROMOTED, Grouping.K_OFFSETS)),
 ]
 
 

@@ -5,10 +5,12 @@ g], C (G, M, N)), on the simulator against fp64 per-group references:
   accumulating into an fp32 (G, M, N) gradient with a per-group scalar, a per-(group, row) and a per-(group, column)
   vector and a shared (N,) one, fp32 out; and the bf16 forms (G, M, 1), (G, 1, N), (G, 1, 1), bf16 out;
 - fp8 blockwise (offsets on the 128 grid, an empty group, a partial last block): ``acc`` the promoted sum;
+- fp8 rowwise (torch's (G * M,) and (G * N,) scales, fast and promoted, ends anywhere), unfused and fused: ``acc``
+  the scaled product, the scales the graph's operands (scale_b the tile's group's);
 - an empty group's block is the epilogue of 0 (torch's zero product, then the function), and total_K = 0 runs no
   kernel but gives the same;
-- two planted bugs the numerics catch: the epilogue reading the next group's per-group operands, and reading
-  another group's rows of the dense and per-row operands.
+- three planted bugs the numerics catch: the epilogue reading the next group's per-group operands (and so rowwise
+  scale_b), and reading another group's rows of the dense and per-row operands.
 
 Modules are made by the API's own path (`grouped._fused` on a checked call) and simulated into a NaN-poisoned
 output; the API tests go through `warploom.grouped_mm` / `scaled_grouped_mm` on CPU tensors.
@@ -82,11 +84,14 @@ def _reference(products: list[torch.Tensor], ops: dict[str, torch.Tensor]) -> to
 
 def _sim(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, ops: dict[str, Any], fn: Callable[..., Any],
          bm: int, bn: int, *, out_dtype: torch.dtype | None = None, scale_a: Any = None, scale_b: Any = None,
-         seed: int = 0) -> torch.Tensor:
-    """The API's checks and fusion (`grouped._fused`), the kernel planned at bm x bn, simulated into a NaN-poisoned
-    (G * M, N) output, returned (G, M, N)."""
-    call = grouped_call(a, b, offs, None, out_dtype, scale_a, scale_b)
-    if scale_a is not None:
+         fast: bool = False, seed: int = 0) -> torch.Tensor:
+    """The API's checks and fusion (`grouped._fused`, rowwise scales as scaled_grouped_mm passes them: a (G * M, 1)
+    column and a (G, 1, N) row per group), the kernel planned at bm x bn, simulated into a NaN-poisoned (G * M, N)
+    output, returned (G, M, N)."""
+    call = grouped_call(a, b, offs, None, out_dtype, scale_a, scale_b, fast)
+    if scale_a is not None and scale_a.dim() == 1:
+        call, sa, sb, picked = _fused(call, fn, ops, scale_a=scale_a[:, None], scale_b=scale_b.reshape(G, 1, N))
+    elif scale_a is not None:
         call, sa, sb, picked = _fused(call, fn, ops, scale_a=scale_a, scale_b=scale_b)
     else:
         call, sa, sb, picked = _fused(call, fn, ops)
@@ -161,6 +166,63 @@ def test_fp8_blockwise_accumulate(bm: int, bn: int) -> None:
     assert _err(got, ref) < 1e-5
     for g in range(G):
         assert _err(got[g], ref[g]) < 1e-5
+
+
+def _fp8_rowwise(seed: int) -> tuple[torch.Tensor, ...]:
+    """fp8 a (M, total_K), b (total_K, N) column-major, torch's rowwise K-grouped scale_a (G * M,) and scale_b
+    (G * N,), each group's far from its neighbours' (a neighbour's scale shows)."""
+    torch.manual_seed(seed)
+    a = (torch.randn(M, K8) * 2).to(torch.float8_e4m3fn)
+    b = torch.randn(N, K8).to(torch.float8_e4m3fn).t()
+    steps = torch.arange(1, G + 1, dtype=torch.float32)
+    return a, b, ((torch.rand(G, M) + 0.5) * steps[:, None]).reshape(-1), ((torch.rand(G, N) + 0.5) / steps[:, None]
+                                                                          ).reshape(-1)
+
+
+def _rowwise_products(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor
+                      ) -> list[torch.Tensor]:
+    """Each group's fp64 product scaled by its own rows' and columns' scales."""
+    sa64, sb64 = sa.double().reshape(G, M, 1), sb.double().reshape(G, 1, N)
+    return [(a[:, s:e].double() @ b[s:e].double()) * sa64[g] * sb64[g] for g, (s, e) in enumerate(_ranges(offs))]
+
+
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("bm,bn", [(64, 128), (128, 128), (128, 256)])
+def test_fp8_rowwise(fast: bool, bm: int, bn: int) -> None:
+    """Rowwise fp8 K-grouped (torch's (G * M,) and (G * N,) scales, ends not 16-column multiples, an empty group):
+    the scaled product unfused, through the API, then fused into the update (fp32 out by ``.float()``), NaN-poisoned,
+    against fp64."""
+    offs = torch.tensor([100, 100, 333, K8], dtype=torch.int32)
+    a, b, sa, sb = _fp8_rowwise(bm + bn)
+    prods = _rowwise_products(a, b, sa, sb, offs)
+    y = warploom.scaled_grouped_mm(a, b, sa, sb, offs=offs, use_fast_accum=fast)
+    assert y.shape == (G, M, N) and y.dtype == torch.bfloat16
+    assert _err(y, torch.stack(prods)) < 5e-3 and bool((y[1] == 0).all())
+    ops = _operands(bm, bf16=False)
+    fn = lambda acc, grad, lr, row, col, shared: _accumulate(acc, grad, lr, row, col, shared).float()  # noqa: E731
+    got = _sim(a, b, offs, ops, fn, bm, bn, scale_a=sa, scale_b=sb, fast=fast)
+    ref = _reference(prods, ops)
+    assert got.dtype == torch.float32 and _err(got, ref) < 1e-5
+    for g in range(G):
+        assert _err(got[g], ref[g]) < 1e-5
+
+
+def test_planted_bug_rowwise_scales_of_the_next_group_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rowwise scale_b is the graph's per-group (G, 1, N) row: read at group g + 1, every group's columns get a
+    neighbour's scales, which the numerics catch (the product itself right)."""
+    offs = torch.tensor([100, 100, 333, K8], dtype=torch.int32)
+    a, b, sa, sb = _fp8_rowwise(9)
+    ops = {"grad": torch.zeros(G, M, N)}
+    ref = torch.stack(_rowwise_products(a, b, sa, sb, offs))
+    fn = lambda acc, grad: (grad + acc).float()  # noqa: E731
+    assert _err(_sim(a, b, offs, ops, fn, 128, 128, scale_a=sa, scale_b=sb), ref) < 1e-5
+    real = program.ApplyI
+
+    def next_group(*args, group: int = 0, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        return real(*args, group=(group + 1) % G, **kwargs)
+
+    monkeypatch.setattr(program, "ApplyI", next_group)
+    assert _err(_sim(a, b, offs, ops, fn, 128, 128, scale_a=sa, scale_b=sb), ref) > 0.05
 
 
 def test_through_the_api_against_torch() -> None:
