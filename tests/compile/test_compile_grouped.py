@@ -77,6 +77,9 @@ def test_k_grouped_compiles(name: str, spec: GemmSpec, spill_budget: int) -> Non
     stride)."""
     k = build(spec, H100_SXM)
     assert "k_group_tile(" in k.gluon.text and "(mk_cols >= k_skip) & (mk_cols < k_left)" in k.gluon.text
+    if spec.scale is ScaleRecipe.ROWWISE:  # scale_a at C's rows, masked at the group's row end (M is one group's rows)
+        loads = [line for line in k.gluon.text.splitlines() if "gl.load(scale_a_ptr + " in line]
+        assert loads and all(" < row_end" in line for line in loads), loads
     c = k.compile("sm_90a")
     assert c.count("QGMMA" if spec.is_fp8 else "HGMMA") > 0, c.summary()
     assert c.spills <= spill_budget, c.summary()
