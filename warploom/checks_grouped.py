@@ -28,7 +28,7 @@ from warploom.checks import (
     same_device,
 )
 from warploom.dtypes import DType
-from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError, UnsupportedError
+from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError
 from warploom.spec import SCALE_BLOCK, Accumulation, BLayout, GemmSpec, Grouping, ScaleRecipe
 
 _16BIT = (DType.BF16, DType.FP16)
@@ -195,7 +195,7 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
                                    "one per expert and 128x128 block of its (K, N) weight", use_fast_accum)
     elif scaled:
         recipe = ScaleRecipe.ROWWISE
-        _rowwise_scales(scale_a, scale_b, rows, groups, n, a.dim())
+        _rowwise_scales(scale_a, scale_b, (rows,) if a.dim() == 2 else (groups, cap), (groups, n))
     _cpu_values(offs, masked_m, rows, cap)
     # (blockwise always promotes: `_blockwise_scales` refuses use_fast_accum=True)
     spec = GemmSpec(rows, n, k, a_dt, b_dt, out, layout, recipe,
@@ -208,17 +208,16 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
                     scale_a: Any, scale_b: Any, use_fast_accum: bool) -> GroupedCall:
     """torch._grouped_mm's K-grouped layout (the weight gradient): a (M, total_K), b (total_K, N) and int32 offs
     (G,), cumulative ends over K; result (G, M, N), zeros for an empty K range (`Grouping.K_OFFSETS`). fp8 takes
-    blockwise 1x128 x 128x128 scales only (`_blockwise_scales` over total_K, offs on the 128 grid: `_k_block_offsets`);
-    torch's rowwise (G * M,) and (G * N,) ones are not built."""
+    blockwise 1x128 x 128x128 scales (2-D: `_blockwise_scales` over total_K, offs on the 128 grid: `_k_block_offsets`)
+    or torch's rowwise (G * M,) and (G * N,) ones (1-D: one per row and column of each group's result)."""
     scaled = scale_a is not None or scale_b is not None
-    if scaled and (scale_a.dim() != 2 or scale_b.dim() != 2):
-        arg = "scale_b" if scale_b.dim() != 2 else "scale_a"
-        e = UnsupportedError(f"{arg}: expected 2-D blockwise scales in a 2-D x 2-D (K-grouped) fp8 call (scale_a "
-                             f"(M, ceil(total_K/128)), scale_b (ceil(total_K/128), ceil(N/128)); rowwise K-grouped "
-                             f"GEMMs are not built), got shapes {tuple(scale_a.shape)} and {tuple(scale_b.shape)}. "
-                             "Fix: quantize blockwise (1x128 for a, 128x128 for b), or use torch._scaled_grouped_mm")
-        e.arg = arg  # type: ignore[attr-defined]
-        raise e
+    rowwise = scaled and scale_a.dim() == 1 and scale_b.dim() == 1
+    if scaled and not rowwise and (scale_a.dim() != 2 or scale_b.dim() != 2):
+        arg = "scale_a" if scale_a.dim() not in (1, 2) else "scale_b"
+        raise ScaleError(arg, "rowwise scales, both 1-D (scale_a (G * M,), scale_b (G * N,)), or blockwise ones, both "
+                         "2-D (scale_a (M, ceil(total_K/128)), scale_b (ceil(total_K/128), ceil(N/128))), in a 2-D x "
+                         "2-D (K-grouped) fp8 call", f"shapes {tuple(scale_a.shape)} and {tuple(scale_b.shape)}",
+                         "pass both scales of one recipe")
     if masked_m is not None:
         raise InputError("masked_m", "None with a 2-D a and a 2-D b (a K-grouped call takes offs)", "a tensor",
                          "drop masked_m and pass offs, the cumulative K ends")
@@ -257,7 +256,10 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
         raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
                              f"N = {n}", "pad N")
     kb, nb = -(-total_k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
-    if scaled:
+    if rowwise:
+        _rowwise_scales(scale_a, scale_b, (groups * m,), (groups * n,),
+                        "one per row and per column of each group's (M, N) result")
+    elif scaled:
         _blockwise_scales(scale_a, scale_b, (m, kb), (kb, nb), "one per row of a and 128-deep block of total_K",
                           "one per 128x128 block of b (total_K, N)", use_fast_accum)
     if offs.device.type == "cpu":  # (the values on CPU tensors only: module docstring)
@@ -270,10 +272,11 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
         if ends[-1] > total_k:
             raise InputError("offs", f"a last offset of at most a's {total_k} columns (total_K)",
                              f"offs[-1] = {ends[-1]}", "pass offs ending within total_K")
-        if scaled:
+        if scaled and not rowwise:
             _k_block_offsets(ends[1:], total_k)
-    recipe, acc = (ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED) if scaled else \
-        (ScaleRecipe.NONE, Accumulation.NATIVE)
+    recipe, acc = (ScaleRecipe.NONE, Accumulation.NATIVE) if not scaled else \
+        (ScaleRecipe.ROWWISE, Accumulation.NATIVE if use_fast_accum else Accumulation.PROMOTED) if rowwise else \
+        (ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED)
     spec = GemmSpec(m, n, total_k, a_dt, a_dt, out, layout, recipe, acc, grouping=Grouping.K_OFFSETS, groups=groups)
     return GroupedCall(spec, a, b, offs, (groups, m, n))
 
@@ -320,15 +323,16 @@ def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, want_a: tupl
     return ScaleRecipe.BLOCKWISE_1X128_128X128
 
 
-def _rowwise_scales(scale_a: Any, scale_b: Any, rows: int, groups: int, n: int, a_dim: int) -> None:
+def _rowwise_scales(scale_a: Any, scale_b: Any, want_a: tuple[int, ...], want_b: tuple[int, ...],
+                    what: str = "one per row of a / per column of each expert") -> None:
     """torch._scaled_grouped_mm's rowwise recipe: fp32 scale_a, one per row of a ((M,), or (G, M_max) with a 3-D a),
-    and scale_b (G, N), one per column of each expert."""
-    want_a = (rows,) if a_dim == 2 else (groups, rows // max(groups, 1))
-    for name, t, want in (("scale_a", scale_a, want_a), ("scale_b", scale_b, (groups, n))):
+    and scale_b (G, N), one per column of each expert; a K-grouped call's (G * M,) and (G * N,), one per row and
+    column of each group's (M, N) result (each group quantizes its own K slice)."""
+    for name, t, want in (("scale_a", scale_a, want_a), ("scale_b", scale_b, want_b)):
         if t.dtype != torch.float32:
             raise ScaleError(name, "float32 rowwise scales", str(t.dtype), f"pass {name}.float()")
         if tuple(t.shape) != want:
-            raise ScaleError(name, f"shape {want} (rowwise: one per row of a / per column of each expert)",
-                             f"shape {tuple(t.shape)}", f"pass {name} with shape {want}")
+            raise ScaleError(name, f"shape {want} (rowwise: {what})", f"shape {tuple(t.shape)}",
+                             f"pass {name} with shape {want}")
         if not t.is_contiguous():
             raise ScaleError(name, "a contiguous tensor", f"strides {tuple(t.stride())}", f"pass {name}.contiguous()")

@@ -73,7 +73,8 @@ def _flat(extra: tuple[Any, ...]) -> list[Any]:
 
 def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], operands: Mapping[str, Any], *,
                 scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> tuple[GemmSpec, dict[str, Any]]:
-    out_shape = (spec.m, spec.n)
+    # (C's rows: a K-grouped call's G blocks of M, its operands flattened to them by grouped.masked_operands)
+    out_shape = (spec.groups * spec.m if spec.grouping is Grouping.K_OFFSETS else spec.m, spec.n)
     for name, t in operands.items():
         names.check(name)
         if name in RESERVED and scale_a is not None:
@@ -84,9 +85,9 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
                               f"move it with {name}.to(a.device)")
     if scale_a is not None:
         _no_reserved_parameter(epilogue)
-    # (an M-grouped or masked call's operands may hold one value set per expert: classify.py's rule; a masked
-    # call's come flattened to its (G * M_max, N) rows, grouped.masked_operands)
-    groups = spec.groups if spec.grouping in (Grouping.OFFSETS, Grouping.MASKED) else 0
+    # (a grouped call's operands may hold one value set per group: classify.py's rule; a masked or K-grouped
+    # call's come flattened to its (G * M, N) rows, grouped.masked_operands)
+    groups = spec.groups if spec.grouped else 0
     user = classify_all(operands, out_shape, a.device, groups)
     g = capture(epilogue, user, out_shape=out_shape, device=a.device)
     tensors: dict[str, Any] = dict(operands)

@@ -13,7 +13,8 @@ Layouts (``b`` is (G, K, N) but in the K-grouped one: G experts' weights, a (G, 
 - K-grouped (the weight gradient): ``a`` (M, total_K), ``b`` 2-D (total_K, N) (torch's column-major one, or a
   contiguous one) and int32 cumulative K ends ``offs`` (G,): result (G, M, N), its block g
   ``a[:, offs[g-1]:offs[g]] @ b[offs[g-1]:offs[g]]``, zeros for an empty K range (torch's). bf16/fp16, and fp8
-  blockwise (`scaled_grouped_mm` with 2-D scales over total_K, every group's K range on the 128 grid).
+  blockwise (`scaled_grouped_mm` with 2-D scales over total_K, every group's K range on the 128 grid) and rowwise
+  (torch's 1-D (G * M,) and (G * N,) scales).
 
 CUDA tensors launch the grouped kernel (ir.Tiling.grouping) with no host sync, so it can be captured in a CUDA
 graph; CPU tensors run the same planned kernel on the simulator (small problems, `api.sim_max_flops`). Arguments are
@@ -34,7 +35,7 @@ from warploom.checks_grouped import GroupedCall, grouped_call
 from warploom.errors import InputError, ShapeError, UnsupportedError, WarploomError
 from warploom.fused import fused_spec
 from warploom.kernel import Kernel, build
-from warploom.spec import Grouping
+from warploom.spec import GemmSpec, Grouping
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *,
@@ -45,7 +46,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     docstring). fp32 accumulation.
 
     `epilogue`: a function of the fp32 accumulator and `operands`, fused as `warploom.matmul`'s is
-    (warploom/fused.py), with one output, on every layout but the K-grouped one. M-grouped: operands are shaped
+    (warploom/fused.py), with one output, on every layout. M-grouped: operands are shaped
     against the (total_M, N) result, so a per-row operand (total_M, 1) and a dense (total_M, N) one are indexed in
     the grouped row space (row r of a's); a per-column (N,) one is shared by every group. A per-expert one holds one
     value set per group: (G, N) or (G, 1, N) adds row g along N to expert g's rows (an MoE layer's per-expert bias),
@@ -54,8 +55,11 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     batched (a 3-D a): operands are shaped against the (G, M_max, N) result with a leading expert dimension:
     (G, M_max, N) dense, (G, M_max, 1) or (G, M_max) one value per row of each expert, the per-expert (G, 1, N),
     (G, N), (G, 1, 1), (G,) and the shared (N,) as above (`masked_operands`); rows at or past masked_m[g] are never
-    written. E.g. an MoE layer's up projection with its SiLU-mul: ``grouped_mm(x, w_up, offs, epilogue=lambda acc,
-    gate: F.silu(gate) * acc, gate=x_gate)``; with per-expert biases ``epilogue=lambda acc, bias: acc + bias,
+    written. K-grouped: operands shaped against the (G, M, N) result as the masked layout's (M one group's rows); an
+    empty group (no K range) gives fn(0, its operands), e.g. a weight gradient accumulated into the one held,
+    ``grouped_mm(dy_t, x, offs, out_dtype=torch.float32, epilogue=lambda acc, grad: grad + acc, grad=dw)``. E.g. an
+    MoE layer's up projection with its SiLU-mul: ``grouped_mm(x, w_up, offs, epilogue=lambda acc, gate:
+    F.silu(gate) * acc, gate=x_gate)``; with per-expert biases ``epilogue=lambda acc, bias: acc + bias,
     bias=b_up`` (b_up (G, N)). torch._grouped_mm's own ``bias`` argument is refused by torch 2.11-2.13 ("Bias not
     supported yet"), so there is no ``bias=`` here beyond such an operand."""
     call = grouped_call(a, b, offs, masked_m, out_dtype)
@@ -88,14 +92,18 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     K): scale_a (M, ceil(total_K/128)) and scale_b (ceil(total_K/128), ceil(N/128)) fp32 over the grouped K space;
     result (G, M, N), block g ``sum over the 128-column blocks kb of group g's K range of (a[:, kb] @ b[kb, :]) *
     scale_a[:, kb] * scale_b[kb, n // 128]``, zeros for an empty group. Every offs entry must be a multiple of 128
-    or total_K (DeepGEMM's rule; checked on CPU offs). Rowwise K-grouped scales are not built.
+    or total_K (DeepGEMM's rule; checked on CPU offs). K-grouped rowwise: torch's 1-D scale_a (G * M,) and scale_b
+    (G * N,), one per row and column of each group's (M, N) block (each group quantizes its own K slice); offs
+    anywhere.
 
-    `epilogue` (M-grouped, masked and batched; rowwise, fast or not, and blockwise): fn(acc, **operands) gets the
+    `epilogue` (every layout; rowwise, fast or not, and blockwise): fn(acc, **operands) gets the
     fp32 scaled product, ``acc * scale_a * scale_b`` for rowwise scales (as `warploom.scaled_mm`'s fused epilogue
     defines it; the scales join the graph in front of fn), the promoted blockwise sum for blockwise ones, and its one
     result is stored. Operands are shaped as `grouped_mm`'s; scaled_mm's names scale_a, scale_b and bias are
     reserved (neither an operand nor a parameter of fn may take them)."""
     call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum)
+    if call.spec.grouping is Grouping.K_OFFSETS and not call.spec.scale.is_blockwise:  # (torch's (G * N,): per group)
+        scale_b = scale_b.reshape(call.spec.groups, call.spec.n)
     # (blockwise scales go with their strides, a 3-D scale_a over a's flattened rows; rowwise ones flattened, as the
     # epilogue reads them)
     sa = scale_a.flatten(0, -2) if call.spec.scale.is_blockwise else scale_a.reshape(-1)
@@ -120,14 +128,12 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
     """`call` with its epilogue captured (`fused.fused_spec`; rowwise scales in front of it), the mainloop's
     blockwise scales if any, and the graph's operands by name."""
     spec = call.spec
-    if spec.grouping is Grouping.K_OFFSETS:
-        e = UnsupportedError("epilogue: expected an M-grouped, masked or batched call (a 2-D a with offs over a 3-D "
-                             "b, or a 3-D a) for a fused epilogue, got a K-grouped one (2-D a and b). Fix: apply "
-                             "the function to the (G, M, N) result")
-        e.arg = "epilogue"  # type: ignore[attr-defined]
-        raise e
+    # (a masked or K-grouped call's operands are shaped against its (G, M, N) result, the kernel reading C's
+    # (G * M, N) rows: a masked call's M is all groups' rows, a K-grouped one's one group's)
     if spec.grouping is Grouping.MASKED:
         operands = masked_operands(operands, spec.groups, spec.m // max(spec.groups, 1), spec.n)
+    elif spec.grouping is Grouping.K_OFFSETS:
+        operands = masked_operands(operands, spec.groups, spec.m, spec.n)
     try:
         spec, picked = fused_spec(spec, call.a, epilogue, operands, scale_a=scale_a, scale_b=scale_b)
     except WarploomError:
@@ -145,7 +151,7 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
 
 def masked_operands(operands: dict[str, Any], groups: int, m_max: int, n: int) -> dict[str, Any]:
     """A masked or batched call's epilogue operands, shaped against its (G, M_max, N) result, as the kernel reads
-    them: over its (G * M_max, N) rows, or per expert.
+    them: over its (G * M_max, N) rows, or per expert. A K-grouped call's alike, M_max its M (C is (G * M, N)).
 
         (G, M_max, N), (G, M_max, 1)   -> (G * M_max, N), (G * M_max, 1): dense, one value per row (a view where
                                           the strides allow, else a copy)
@@ -199,7 +205,7 @@ def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.
         out = torch.zeros(call.out_shape, dtype=dtype, device=a.device)
         return out
     kernel = build(spec, device_for(a))
-    rows = spec.groups * spec.m if spec.grouping is Grouping.K_OFFSETS else spec.m  # (C's: K-grouped, G blocks of M)
+    rows = _c_rows(spec)
     width = spec.output_shapes(rows, spec.n)[0][1]  # (N, or a gate/up epilogue's N / 2)
     shape = (*call.out_shape[:-1], width)
     if a.device.type == "cpu":
@@ -217,27 +223,36 @@ def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.
     return out.reshape(shape)
 
 
+def _c_rows(spec: GemmSpec) -> int:
+    """C's rows: the grouped row space, or a K-grouped call's G blocks of M."""
+    return spec.groups * spec.m if spec.grouping is Grouping.K_OFFSETS else spec.m
+
+
 def _zero_k_epilogue(call: GroupedCall, operands: dict[str, Any]) -> torch.Tensor:
     """K == 0: the epilogue of a zero accumulator, no kernel. With per-expert operands each group's rows read their
-    group's slice, so the bounds are read on the host here (only here: a degenerate call launches nothing)."""
+    group's slice, so the bounds are read on the host here (only here: a degenerate call launches nothing); a
+    K-grouped call's groups are C's blocks of M rows, every one of them empty-K."""
     from warploom.epilogue.reference import evaluate, evaluate_tile
     from warploom.ir.raster import group_bounds
 
     spec, dev = call.spec, call.a.device
     g = spec.epilogue
     assert g is not None
-    zero = torch.zeros((spec.m, spec.n), dtype=torch.float32, device=dev)
+    rows = _c_rows(spec)
+    zero = torch.zeros((rows, spec.n), dtype=torch.float32, device=dev)
     if not any(s.per_group for s in g.operands):
         return evaluate(g, zero, operands, out_dtype=spec.out_dtype)[0]
     # (a gate/up graph's (M, N / 2) result: one interleave block's pair at a time, both halves zero)
     block = g.gate_up()
     width = spec.n // 2 if block else spec.n
-    out = torch.zeros((spec.m, width), dtype=spec.output_dtypes()[0].torch, device=dev)
-    for grp, (s, e) in enumerate(group_bounds(spec.grouping, call.bounds.tolist(), spec.m)):
+    out = torch.zeros((rows, width), dtype=spec.output_dtypes()[0].torch, device=dev)
+    row_groups = ([(i * spec.m, (i + 1) * spec.m) for i in range(spec.groups)] if spec.grouping is Grouping.K_OFFSETS
+                  else group_bounds(spec.grouping, call.bounds.tolist(), spec.m))
+    for grp, (s, e) in enumerate(row_groups):
         for c in range(0, width, block or width) if e > s else ():
             w = min(block or width, width - c)
             out[s:e, c:c + w] = evaluate_tile(g, zero[s:e, :w], operands, range(s, e), range(c, c + w),
-                                              out_shape=(spec.m, width), out_dtype=spec.out_dtype, group=grp,
+                                              out_shape=(rows, width), out_dtype=spec.out_dtype, group=grp,
                                               up_tile=zero[s:e, :w] if block else None)[0]
     return out
 

@@ -259,14 +259,10 @@ class GemmSpec:
             problems.append(f"{self.scale.value} scales (bf16/fp16, fp8 rowwise and blockwise 1x128 x 128x128 only)")
         if self.bias_dtype is not None:
             problems.append("a bias (torch._scaled_grouped_mm takes none either)")
-        if self.epilogue is not None and (self.grouping is Grouping.K_OFFSETS or len(self.epilogue.outputs) != 1):
-            problems.append("a fused epilogue but one with one output on an M-grouped, masked or batched GEMM")
+        if self.epilogue is not None and len(self.epilogue.outputs) != 1:
+            problems.append("a fused epilogue but one with one output")
         if self.a_layout is not ALayout.K_MAJOR:
             problems.append("an M-major A")
-        if self.grouping is Grouping.K_OFFSETS and self.scale not in (ScaleRecipe.NONE,
-                                                                      ScaleRecipe.BLOCKWISE_1X128_128X128):
-            problems.append(f"{self.scale.value} scales in a K-grouped GEMM (bf16/fp16 and fp8 blockwise 1x128 x "
-                            "128x128 only)")
         return problems
 
     @property

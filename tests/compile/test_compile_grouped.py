@@ -63,6 +63,9 @@ K_CASES = [
     ("e4m3_blockwise_k_grouped_128x256", _bw(2048, Grouping.K_OFFSETS)),
     ("e4m3_blockwise_k_grouped_128x128", _bw(200, Grouping.K_OFFSETS)),
     ("e4m3_blockwise_k_grouped_64x128", _bw(64, Grouping.K_OFFSETS)),
+    # rowwise fp8 weight gradients (torch's (G * M,) and (G * N,) scales), fast and promoted
+    ("e4m3_rowwise_fast_k_grouped_128x256", _rw(2048, Accumulation.NATIVE, Grouping.K_OFFSETS)),
+    ("e4m3_rowwise_promoted_k_grouped_128x128", _rw(200, Accumulation.PROMOTED, Grouping.K_OFFSETS)),
 ]
 
 
@@ -74,6 +77,9 @@ def test_k_grouped_compiles(name: str, spec: GemmSpec, spill_budget: int) -> Non
     stride)."""
     k = build(spec, H100_SXM)
     assert "k_group_tile(" in k.gluon.text and "(mk_cols >= k_skip) & (mk_cols < k_left)" in k.gluon.text
+    if spec.scale is ScaleRecipe.ROWWISE:  # scale_a at C's rows, masked at the group's row end (M is one group's rows)
+        loads = [line for line in k.gluon.text.splitlines() if "gl.load(scale_a_ptr + " in line]
+        assert loads and all(" < row_end" in line for line in loads), loads
     c = k.compile("sm_90a")
     assert c.count("QGMMA" if spec.is_fp8 else "HGMMA") > 0, c.summary()
     assert c.spills <= spill_budget, c.summary()
@@ -81,7 +87,7 @@ def test_k_grouped_compiles(name: str, spec: GemmSpec, spill_budget: int) -> Non
     assert not c.wgmma_serialized
     assert "cp.async.bulk.tensor.3d" not in c.ptx and "cp.async.bulk.tensor.2d.shared" in c.ptx
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
-    if spec.is_fp8:
+    if spec.scale.is_blockwise:
         assert "cp.async.ca.shared.global" in c.ptx and "sb_stride_g" not in k.gluon.text
         assert "(k_base // 128 + kk) * sa_stride_k" in k.gluon.text and "sa_ring_idx = (off_m - grp * M)" in \
             k.gluon.text
@@ -171,4 +177,55 @@ def test_grouped_stream_k_compiles(name: str, spec: GemmSpec, pieces: int, spill
     assert "atom.global.gpu.release.exch" in c.ptx, "the contributor's flag release"
     assert "ld.global.gpu.acquire" in c.ptx, "the finisher's flag acquire"
     assert "ld.global.cg" in c.ptx, "the finisher's workspace loads"
+    assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
+
+
+def _k_fused(spec: GemmSpec):  # noqa: ANN202
+    """A weight gradient's update fused into its K-grouped kernel: an fp32 (G, M, N) gradient accumulated into (by
+    TMA), a per-group learning rate (G,), a per-(group, row) (G, M) and a per-(group, column) (G, N) bf16 factor, as
+    the API maps them (grouped.masked_operands over the (G, M, N) result), fp32 out."""
+    import dataclasses
+
+    import torch
+
+    from warploom.fused import fused_spec
+    from warploom.grouped import masked_operands
+
+    g, m, n = spec.groups, spec.m, spec.n
+    ops = {"grad": torch.empty(g, m, n), "lr": torch.empty(g), "row": torch.empty(g, m),
+           "col": torch.empty(g, n, dtype=torch.bfloat16)}
+    # (rowwise scales join the graph as scaled_grouped_mm passes them: a (G * M, 1) column, a (G, 1, N) row)
+    scales = {"scale_a": torch.empty(g * m, 1), "scale_b": torch.empty(g, 1, n)} if spec.scale is ScaleRecipe.ROWWISE \
+        else {}
+    fs, _ = fused_spec(dataclasses.replace(spec, out_dtype=FP32), torch.empty(0, dtype=spec.a_dtype.torch),
+                       lambda acc, grad, lr, row, col: grad + acc * lr * row * col, masked_operands(ops, g, m, n),
+                       **scales)
+    return build(fs, H100_SXM)
+
+
+FP32 = DType.FP32
+K_FUSED = [
+    ("bf16_k_grouped_fused_large", GemmSpec(2048, 4096, 65536, grouping=Grouping.K_OFFSETS, groups=8)),
+    ("bf16_k_grouped_fused_small", GemmSpec(200, 7168, 16384, grouping=Grouping.K_OFFSETS, groups=32)),
+    ("e4m3_blockwise_k_grouped_fused", _bw(2048, Grouping.K_OFFSETS)),
+    ("e4m3_rowwise_k_grouped_fused", _rw(2048, Accumulation.PROMOTED, Grouping.K_OFFSETS)),
+]
+
+
+@pytest.mark.parametrize("name,spec", K_FUSED, ids=[c[0] for c in K_FUSED])
+def test_k_grouped_fused_epilogue_compiles(name: str, spec: GemmSpec, spill_budget: int) -> None:
+    """A fused epilogue on the K-grouped weight gradient: per-group operands at the tile's group (``lr_ptr + grp``,
+    ``col_ptr + grp * N``), per-row ones masked at the group's row end in C's (G * M) rows (not at M, one group's
+    rows: that would read zeros for every group but the first), the gradient by TMA; no spills (but 3.9's known
+    finding: conftest.py), both store paths."""
+    k = _k_fused(spec)
+    text = k.gluon.text
+    assert "k_group_tile(" in text and "gl.load(lr_ptr + grp)" in text and f"col_ptr + grp * {spec.n}" in text
+    assert "gl.load(row_ptr + ep_rows * 1, mask=ep_rows < row_end" in text and "ep_rows < M," not in text
+    assert "grad_desc" in text
+    c = k.compile("sm_90a")
+    assert c.count("QGMMA" if spec.is_fp8 else "HGMMA") > 0, c.summary()
+    assert c.spills <= spill_budget, c.summary()
+    assert c.smem_bytes <= SMEM_LIMIT
+    assert not c.wgmma_serialized
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores

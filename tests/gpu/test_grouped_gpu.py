@@ -6,8 +6,9 @@ plans (`test_stream_k_*`: NaN-poisoned, bitwise repeatable, flags reset, graph r
 shared tiles; written without a GPU, session gsk). The K-grouped
 blockwise fp8 tests (`test_k_grouped_blockwise_*`) were written without a GPU (session kgroup-blockwise): the
 simulator and compile tiers pass them, the device has not run them yet; nor the fused-epilogue tests on every layout
-and recipe (`test_fused_epilogue_*`, session grouped-epilogue), whose references were checked on CPU tensors with
-the simulator standing in for the launch."""
+and recipe (`test_fused_epilogue_*`, session grouped-epilogue) and on the K-grouped weight gradient
+(`test_k_grouped_*fused*`, session kgep), whose references were checked on CPU tensors with the simulator standing in
+for the launch."""
 
 from __future__ import annotations
 
@@ -161,6 +162,16 @@ def _k_offsets(seed: int, groups: int, total_k: int, multiple: int = 1) -> torch
     return ends.to(torch.int32).cuda()
 
 
+def _check_k_groups(out: torch.Tensor, ref: torch.Tensor, offs: torch.Tensor) -> None:
+    """Each group's (M, N) block of `out` against `ref`'s, an empty group's exactly 0 (torch's)."""
+    ends = [0, *offs.tolist()]
+    for g in range(offs.shape[0]):
+        if ends[g + 1] == ends[g]:
+            assert bool((out[g] == 0).all()), f"empty group {g}: zeros"
+        else:
+            assert _err(out[g], ref[g]) < 1e-2, f"group {g}"
+
+
 def _k_ref(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
     ends = [0, *offs.tolist()]
     return torch.stack([a[:, s:e].float() @ b[s:e].float() for s, e in zip(ends[:-1], ends[1:], strict=True)])
@@ -178,13 +189,7 @@ def test_k_grouped_bf16_against_fp32(groups: int, m: int, n: int, total_k: int, 
     b = torch.randn(n, total_k, device="cuda", dtype=torch.bfloat16).t()  # torch's column-major (total_K, N)
     out = warploom.grouped_mm(a, b, offs)
     assert out.shape == (groups, m, n)
-    ref = _k_ref(a, b, offs)
-    ends = [0, *offs.tolist()]
-    for g in range(groups):
-        if ends[g + 1] == ends[g]:
-            assert bool((out[g] == 0).all()), f"empty group {g}: zeros"
-        else:
-            assert _err(out[g], ref[g]) < 1e-2, f"group {g}"
+    _check_k_groups(out, _k_ref(a, b, offs), offs)
 
 
 def test_k_grouped_against_torch_grouped_mm() -> None:
@@ -260,14 +265,8 @@ def test_k_grouped_blockwise_against_dequantized(groups: int, m: int, n: int, to
     a, b, sa, sb = _kbw_operands(m, n, total_k, seed)
     out = warploom.scaled_grouped_mm(a, b, sa, sb, offs)
     assert out.shape == (groups, m, n) and out.dtype == torch.bfloat16
-    ref = _kbw_ref(a, b, sa, sb, offs)
-    ends = [0, *offs.tolist()]
     assert bool(out.isfinite().all())
-    for g in range(groups):
-        if ends[g + 1] == ends[g]:
-            assert bool((out[g] == 0).all()), f"empty group {g}: zeros"
-        else:
-            assert _err(out[g], ref[g]) < 1e-2, f"group {g}"
+    _check_k_groups(out, _kbw_ref(a, b, sa, sb, offs), offs)
 
 
 def test_k_grouped_blockwise_scale_layouts_and_cuda_graph() -> None:
@@ -285,6 +284,171 @@ def test_k_grouped_blockwise_scale_layouts_and_cuda_graph() -> None:
         graph.replay()
         torch.cuda.synchronize()
         assert _err(out, _kbw_ref(a, b, sa, sb, offs)) < 1e-2, f"replay {seed}"
+
+
+# ---- fused epilogues on the K-grouped weight gradient (session kgep: written without a GPU, not yet run) ----
+
+def _kf_launch(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, ops: dict[str, torch.Tensor], fn,  # noqa: ANN001
+               out_dtype: torch.dtype | None = None, scale_a: torch.Tensor | None = None,
+               scale_b: torch.Tensor | None = None, fast: bool = False) -> torch.Tensor:
+    """The API's path (the checks, `grouped._fused`, the kernel; rowwise scales as scaled_grouped_mm passes them, a
+    (G * M, 1) column and a (G, 1, N) row) launched into a NaN-poisoned (G * M, N) output, returned (G, M, N): an
+    element the kernel did not store stays NaN."""
+    from warploom.checks_grouped import grouped_call
+    from warploom.grouped import _fused, _launcher
+    from warploom.kernel import build
+
+    call = grouped_call(a, b, offs, None, out_dtype, scale_a, scale_b, fast)
+    if scale_a is not None and scale_a.dim() == 1:  # rowwise: the graph's operands
+        scale_a, scale_b = scale_a[:, None], scale_b.reshape(call.spec.groups, 1, call.spec.n)
+    call, sa, sb, picked = _fused(call, fn, ops, scale_a=scale_a, scale_b=scale_b)
+    kern = build(call.spec, warploom.DeviceInfo.current())
+    groups, m, n = call.out_shape
+    out = torch.full((groups * m, n), float("nan"), device="cuda", dtype=call.spec.output_dtypes()[0].torch)
+    _launcher(kern)(call.a, call.b, call.bounds, out, sa, sb, picked)
+    torch.cuda.synchronize()
+    return out.reshape(groups, m, n)
+
+
+def _kf_operands(groups: int, m: int, n: int, seed: int) -> dict[str, torch.Tensor]:
+    """An update's operands against the (G, M, N) result: an fp32 gradient, a per-group rate, per-(group, row) and
+    per-(group, column) bf16 factors, per-group values far apart (a neighbour group's would show)."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return {"grad": torch.randn(groups, m, n, device="cuda", generator=g),
+            "lr": torch.arange(1, groups + 1, device="cuda", dtype=torch.float32) * 0.5,
+            "row": (torch.rand(groups, m, device="cuda", generator=g) + 0.5).bfloat16(),
+            "col": (torch.randn(groups, n, device="cuda", generator=g)
+                    + torch.arange(groups, device="cuda")[:, None]).bfloat16()}
+
+
+def _kf_fn(acc, grad, lr, row, col):  # noqa: ANN001, ANN201
+    return grad + acc * lr * row * col
+
+
+def _kf_ref(y: torch.Tensor, ops: dict[str, torch.Tensor]) -> torch.Tensor:
+    """`_kf_fn` in fp32 on the (G, M, N) per-group products `y`, each operand broadcast at its group."""
+    groups = y.shape[0]
+    return (ops["grad"] + y * ops["lr"].reshape(groups, 1, 1) * ops["row"].float()[..., None]
+            * ops["col"].float()[:, None, :])
+
+
+@pytest.mark.parametrize("groups,m,n,total_k", K_SHAPES)
+def test_k_grouped_fused_update_fp32(groups: int, m: int, n: int, total_k: int) -> None:
+    """bf16 weight gradient with its update fused, fp32 out, NaN-poisoned: every element stored; against a torch loop
+    of fp32 per-group products (ends at any column, empty groups: exactly grad, the function of 0)."""
+    offs = _k_offsets(groups, groups, total_k)
+    torch.manual_seed(groups)
+    a = torch.randn(m, total_k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, total_k, device="cuda", dtype=torch.bfloat16).t()
+    ops = _kf_operands(groups, m, n, groups)
+    out = _kf_launch(a, b, offs, ops, _kf_fn, torch.float32)
+    assert out.dtype == torch.float32 and bool(out.isfinite().all())
+    ref = _kf_ref(_k_ref(a, b, offs), ops)
+    ends = [0, *offs.tolist()]
+    for g in range(groups):
+        if ends[g + 1] == ends[g]:
+            assert torch.equal(out[g], ops["grad"][g]), f"empty group {g}: grad + 0"
+        else:
+            assert _err(out[g], ref[g]) < 1e-3, f"group {g}"
+
+
+def test_k_grouped_fused_accumulate_bf16_through_the_api() -> None:
+    """The framework's accumulation, ``grouped_mm(a, b, offs, epilogue=lambda acc, grad: grad + acc, grad=grad)``
+    with a bf16 (G, M, N) gradient: bf16 out, against fp32 torch."""
+    groups, m, n, total_k = 8, 1024, 2048, 5000
+    offs = _k_offsets(5, groups, total_k)
+    a = torch.randn(m, total_k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, total_k, device="cuda", dtype=torch.bfloat16).t()
+    grad = torch.randn(groups, m, n, device="cuda", dtype=torch.bfloat16) * 30
+    out = warploom.grouped_mm(a, b, offs, epilogue=lambda acc, grad: grad + acc, grad=grad)
+    assert out.shape == (groups, m, n) and out.dtype == torch.bfloat16
+    assert _err(out, grad.float() + _k_ref(a, b, offs)) < 1e-2
+
+
+@pytest.mark.parametrize("groups,m,n,total_k", KBW_SHAPES)
+def test_k_grouped_blockwise_fused_update(groups: int, m: int, n: int, total_k: int) -> None:
+    """Blockwise fp8 K-grouped with the update fused (acc the promoted sum), fp32 out by the function's .float(),
+    NaN-poisoned, against the dequantized fp32 loop."""
+    offs = _k_offsets(groups + 1, groups, total_k, multiple=128)
+    a, b, sa, sb = _kbw_operands(m, n, total_k, groups)
+    ops = _kf_operands(groups, m, n, groups + 1)
+    out = _kf_launch(a, b, offs, ops, lambda acc, grad, lr, row, col: _kf_fn(acc, grad, lr, row, col).float(),
+                     scale_a=sa, scale_b=sb)
+    assert out.dtype == torch.float32 and bool(out.isfinite().all())
+    ref = _kf_ref(_kbw_ref(a, b, sa, sb, offs), ops)
+    for g in range(groups):
+        assert _err(out[g], ref[g]) < 1e-2, f"group {g}"
+
+
+def test_k_grouped_fused_cuda_graph_replays_with_changed_offsets() -> None:
+    """A fused K-grouped call captured once, replayed after the offsets changed in place: each replay's K ranges
+    (and so which groups are empty) are the new ones; the per-group operands stay at their groups."""
+    groups, m, n, total_k = 8, 1024, 1024, 4000
+    a = torch.randn(m, total_k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, total_k, device="cuda", dtype=torch.bfloat16).t()
+    ops = _kf_operands(groups, m, n, 3)
+    offs = _k_offsets(0, groups, total_k)
+    graph, out = _graph(lambda: warploom.grouped_mm(a, b, offs, out_dtype=torch.float32, epilogue=_kf_fn, **ops))
+    for seed in range(1, 4):
+        offs.copy_(_k_offsets(seed, groups, total_k))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert bool(out.isfinite().all()), f"replay {seed}: an element not stored"
+        assert _err(out, _kf_ref(_k_ref(a, b, offs), ops)) < 1e-3, f"replay {seed}"
+
+
+def _krw_operands(groups: int, m: int, n: int, total_k: int, seed: int) -> tuple[torch.Tensor, ...]:
+    """fp8 a (M, total_K), b (total_K, N) column-major, torch's rowwise K-grouped scales scale_a (G * M,) and
+    scale_b (G * N,) fp32."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = (torch.randn(m, total_k, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    b = (torch.randn(n, total_k, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn).t()
+    return (a, b, torch.rand(groups * m, device="cuda", generator=g) + 0.5,
+            torch.rand(groups * n, device="cuda", generator=g) + 0.5)
+
+
+def _krw_ref(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor
+             ) -> torch.Tensor:
+    """fp32 (G, M, N): each group's product scaled by its own rows' (sa[g * M + r]) and columns' (sb[g * N + c])."""
+    groups, m, n = offs.shape[0], a.shape[0], b.shape[1]
+    return _k_ref(a, b, offs) * sa.reshape(groups, m, 1) * sb.reshape(groups, 1, n)
+
+
+@pytest.mark.parametrize("groups,m,n,total_k", KBW_SHAPES)
+@pytest.mark.parametrize("fast", [False, True])
+def test_k_grouped_rowwise(groups: int, m: int, n: int, total_k: int, fast: bool) -> None:
+    """Rowwise fp8 K-grouped (session kgep): unfused against the fp32 loop (empty groups exactly 0), then with the
+    update fused, fp32 out by ``.float()``, NaN-poisoned."""
+    offs = _k_offsets(groups + 2, groups, total_k, multiple=16)
+    a, b, sa, sb = _krw_operands(groups, m, n, total_k, groups)
+    out = warploom.scaled_grouped_mm(a, b, sa, sb, offs, use_fast_accum=fast)
+    y = _krw_ref(a, b, sa, sb, offs)
+    _check_k_groups(out, y, offs)
+    ops = _kf_operands(groups, m, n, groups + 3)
+    fused = _kf_launch(a, b, offs, ops, lambda acc, grad, lr, row, col: _kf_fn(acc, grad, lr, row, col).float(),
+                       scale_a=sa, scale_b=sb, fast=fast)
+    assert fused.dtype == torch.float32 and bool(fused.isfinite().all())
+    ref = _kf_ref(y, ops)
+    for g in range(groups):
+        assert _err(fused[g], ref[g]) < 1e-3, f"group {g}"
+
+
+def test_k_grouped_rowwise_cuda_graph() -> None:
+    """A rowwise fused K-grouped call captured once, replayed with new offsets."""
+    groups, m, n, total_k = 8, 1024, 2048, 4096
+    a, b, sa, sb = _krw_operands(groups, m, n, total_k, 5)
+    grad = torch.randn(groups, m, n, device="cuda")
+    offs = _k_offsets(0, groups, total_k, multiple=16)
+    graph, out = _graph(lambda: warploom.scaled_grouped_mm(a, b, sa, sb, offs, epilogue=lambda acc, grad:
+                                                           (grad + acc).float(), grad=grad))
+    for seed in range(1, 4):
+        offs.copy_(_k_offsets(seed, groups, total_k, multiple=16))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert bool(out.isfinite().all()), f"replay {seed}"
+        assert _err(out, grad + _krw_ref(a, b, sa, sb, offs)) < 1e-3, f"replay {seed}"
 
 
 # ---- fused epilogues on M-grouped kernels (an MoE up projection's SiLU-mul, operands in the grouped row space) ----

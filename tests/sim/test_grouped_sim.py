@@ -279,8 +279,9 @@ def test_fused_epilogue_through_the_api_and_its_refusals() -> None:
                             gate=gate)
     ref = F.silu(gate.float()) * torch._grouped_mm(a, w.transpose(-2, -1), offs=offs).float()
     assert torch.allclose(y.float(), ref, atol=0.25, rtol=2e-2)
-    with pytest.raises(UnsupportedError, match="^epilogue: expected an M-grouped, masked or batched call"):
-        warploom.grouped_mm(a.t().contiguous(), gate, offs, epilogue=lambda acc: acc * 2)  # (K-grouped: offs over K)
+    at = a.t().contiguous()  # (K-grouped, offs over K: fused too, tests/sim/test_k_grouped_epilogue_sim.py)
+    yk = warploom.grouped_mm(at, gate, offs, epilogue=lambda acc: acc * 2)
+    assert torch.allclose(yk.float(), torch._grouped_mm(at, gate, offs=offs).float() * 2, atol=0.25, rtol=2e-2)
     with pytest.raises(UnsupportedError, match="^epilogue: expected a function with one output"):
         warploom.grouped_mm(a, w.transpose(-2, -1), offs, epilogue=lambda acc: (acc, acc * 2))
     with pytest.raises(InputError, match="^gate: expected no epilogue operands"):

@@ -117,7 +117,8 @@ def test_k_grouped_call_gives_a_k_offsets_spec() -> None:
     ("past_total_k", "offs", InputError, "at most a's 96 columns"),
     ("decreasing", "offs", InputError, "non-decreasing"),
     ("k_mismatch", "b", ShapeError, "a's 96 columns"),
-    ("fp8_rowwise", "scale_b", UnsupportedError, "rowwise K-grouped GEMMs are not built"),
+    ("fp8_rowwise_shape", "scale_b", ScaleError, f"shape ({4 * N},) (rowwise: one per row and per column of each"),
+    ("fp8_mixed_recipes", "scale_b", ScaleError, "both 1-D"),
     ("masked_m", "masked_m", InputError, "takes offs"),
     ("offs_2d", "offs", ShapeError, "shape (G,)"),
 ])
@@ -130,9 +131,10 @@ def test_k_grouped_bad_input(case: str, arg: str, err: type, words: str) -> None
         offs = _offs(0, 40, 30, 96)
     elif case == "k_mismatch":
         b = torch.randn(N, 112).bfloat16().t()
-    elif case == "fp8_rowwise":
+    elif case.startswith("fp8"):
         a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
-        kw = {"scale_a": torch.ones(4 * 32), "scale_b": torch.ones(4 * N)}
+        kw = {"scale_a": torch.ones(4 * 32),
+              "scale_b": torch.ones(4 * N + 1) if case == "fp8_rowwise_shape" else torch.ones(1, 1)}
     elif case == "masked_m":
         kw = {"masked_m": _offs(1, 2, 3, 4)}
     elif case == "offs_2d":
@@ -140,6 +142,16 @@ def test_k_grouped_bad_input(case: str, arg: str, err: type, words: str) -> None
     with pytest.raises(err) as e:
         grouped_call(a, b, offs, **kw)
     assert e.value.arg == arg and words in str(e.value) and "Fix:" in str(e.value)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_k_grouped_rowwise_call(fast: bool) -> None:
+    """torch's rowwise K-grouped scales, scale_a (G * M,) and scale_b (G * N,): a rowwise spec, promoted unless
+    use_fast_accum; offs anywhere (no 128 grid)."""
+    a, b = (t.to(torch.float8_e4m3fn) for t in _kab())
+    call = grouped_call(a, b, _offs(0, 40, 40, 96), None, None, torch.ones(4 * 32), torch.ones(4 * N), fast)
+    assert call.spec.scale is ScaleRecipe.ROWWISE and call.spec.grouping is Grouping.K_OFFSETS
+    assert call.spec.accumulation is (Accumulation.NATIVE if fast else Accumulation.PROMOTED)
 
 
 def test_a_2d_b_beside_a_3d_a_is_a_shape_mistake() -> None:
@@ -325,7 +337,7 @@ def test_k_grouped_blockwise_call_gives_a_promoted_k_offsets_spec() -> None:
     ("scale_a_per_group", "scale_a", ScaleError, "shape (32, 3)"),
     ("scale_b_shape", "scale_b", ScaleError, "shape (3, 2)"),
     ("scale_b_deepgemm", "scale_b", ScaleError, "scale_b.transpose(-2, -1)"),
-    ("scale_b_per_group", "scale_b", UnsupportedError, "2-D blockwise scales"),
+    ("scale_b_per_group", "scale_b", ScaleError, "both 2-D"),
     ("scale_a_bf16", "scale_a", ScaleError, "float32 blockwise scales"),
     ("b_n_major", "b", AlignmentError, "fp8 reads B K-major"),
     ("fast_accum", "use_fast_accum", InputError, "no fast-accumulation mode"),
@@ -392,8 +404,7 @@ def test_rule22_k_grouped_blockwise_plans_and_forced_refusals() -> None:
 
 
 def test_verifier_k_grouped_blockwise() -> None:
-    """The verifier passes a built K-grouped blockwise module and refuses it with split-K, or with rowwise scales
-    (`GemmSpec.grouped_problems`, which GemmSpec itself raises on construction)."""
+    """The verifier passes a built K-grouped blockwise module (and a rowwise one) and refuses it with split-K."""
     from dataclasses import replace
 
     from warploom.ir.verify import structural
@@ -401,5 +412,5 @@ def test_verifier_k_grouped_blockwise() -> None:
     m = build(_kbw_spec(2048), H100_SXM).module
     assert not [e for e in structural(m) if "grouping" in e]
     assert any("grouping with split-K" in e for e in structural(replace(m, tiling=replace(m.tiling, split_k=2))))
-    with pytest.raises(ValueError, match="rowwise scales in a K-grouped GEMM"):
-        replace(_kbw_spec(256), scale=ScaleRecipe.ROWWISE)
+    rw = build(replace(_kbw_spec(256), scale=ScaleRecipe.ROWWISE), H100_SXM).module
+    assert not [e for e in structural(rw) if "grouping" in e]

@@ -9,7 +9,7 @@ import torch
 
 import warploom
 from warploom import H100_SXM, Accumulation, DType, GemmSpec, Grouping, ScaleRecipe
-from warploom.errors import InputError, ShapeError, UnsupportedError
+from warploom.errors import DTypeError, InputError, ShapeError, UnsupportedError
 from warploom.fused import fused_spec
 from warploom.grouped import masked_operands
 from warploom.planner import plan_schedule
@@ -70,16 +70,54 @@ def test_masked_per_row_or_per_expert_ambiguity_is_refused() -> None:
         warploom.grouped_mm(a, b, epilogue=lambda acc, x: acc * x, x=torch.randn(G, N))
 
 
-def test_epilogue_with_several_outputs_and_k_grouped_are_refused() -> None:
+def test_epilogue_with_several_outputs_is_refused() -> None:
     a, b, counts = _masked()
     with _raises(UnsupportedError, "epilogue", "one output"):
         warploom.grouped_mm(a, b, masked_m=counts, epilogue=lambda acc: (acc, acc * 2))
     with _raises(UnsupportedError, "epilogue", "one output"):  # a fused 1x128 quantization: data and scales
         warploom.grouped_mm(a, b, masked_m=counts, epilogue=lambda acc: warploom.quantize(acc, recipe="1x128"))
-    offs = torch.tensor([64, 128], dtype=torch.int32)
-    with _raises(UnsupportedError, "epilogue", "K-grouped"):
-        warploom.grouped_mm(torch.randn(N, K).bfloat16(), torch.randn(K, N).bfloat16(), offs,
-                            epilogue=lambda acc: acc * 2)
+    with _raises(UnsupportedError, "epilogue", "one output"):  # (K-grouped alike)
+        warploom.grouped_mm(*_k_grouped(), epilogue=lambda acc: (acc, acc * 2))
+
+
+def _k_grouped() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A K-grouped call's a (M_MAX, K), b (K, N) and offs over K (G groups, one empty): result (G, M_MAX, N)."""
+    return (torch.randn(M_MAX, K).bfloat16(), torch.randn(K, N).bfloat16(),
+            torch.tensor([40, 40, 100, K], dtype=torch.int32))
+
+
+def test_k_grouped_operand_shapes_that_fit_no_layout() -> None:
+    """A K-grouped call's operands are shaped against its (G, M, N) result, as masked_operands maps a masked one's:
+    an (M, N) gradient without the group dimension, a wrong row count, a wrong group count, a 4-D one, an integer
+    dtype are refused naming the operand, with the shapes taken and the fix."""
+    a, b, offs = _k_grouped()
+    fn = lambda acc, x: acc + x  # noqa: E731
+    with _raises(ShapeError, "x", f"({G}, {M_MAX}, {N}) dense", f"x.expand({G}, {M_MAX}, {N})"):
+        warploom.grouped_mm(a, b, offs, epilogue=fn, x=torch.randn(M_MAX, N))
+    with _raises(ShapeError, "x", f"({G}, {M_MAX}, 1)", "reshape x"):
+        warploom.grouped_mm(a, b, offs, epilogue=fn, x=torch.randn(G, M_MAX + 1, N))
+    with _raises(ShapeError, "x", f"({G}, 1, 1) or ({G},)"):
+        warploom.grouped_mm(a, b, offs, epilogue=fn, x=torch.randn(G + 1))
+    with _raises(ShapeError, "x"):
+        warploom.grouped_mm(a, b, offs, epilogue=fn, x=torch.randn(1, G, M_MAX, N))
+    with _raises(DTypeError, "x", "x.float()"):
+        warploom.grouped_mm(a, b, offs, epilogue=fn, x=torch.ones(G, M_MAX, N, dtype=torch.int32))
+    fa, fb = a.to(E4), torch.randn(N, K).to(E4).t()
+    sa, sb = torch.rand(M_MAX, 1), torch.rand(1, 1)
+    offs8 = torch.tensor([0, 0, 0, K], dtype=torch.int32)
+    with _raises(ShapeError, "x", f"({G}, {M_MAX}, {N}) dense"):  # (blockwise fp8 alike)
+        warploom.scaled_grouped_mm(fa, fb, sa, sb, offs=offs8, epilogue=fn, x=torch.randn(G, N, M_MAX))
+    with _raises(InputError, "scale_a", "rename"):  # (scaled_mm's names stay reserved)
+        warploom.scaled_grouped_mm(fa, fb, sa, sb, offs=offs8, epilogue=lambda acc, scale_a: acc * scale_a,
+                                   scale_a_=torch.rand(G))
+
+
+def test_k_grouped_operands_map_as_masked_ones() -> None:
+    """masked_operands over (G, M, N): dense and per-row ones flattened to C's (G * M) rows, per-group ones kept."""
+    ops = {"d": torch.randn(G, M_MAX, N), "r": torch.randn(G, M_MAX), "c": torch.randn(G, N), "s": torch.randn(G)}
+    got = masked_operands(ops, G, M_MAX, N)
+    assert got["d"].shape == (G * M_MAX, N) and got["r"].shape == (G * M_MAX, 1)
+    assert got["c"] is ops["c"] and got["s"] is ops["s"]
 
 
 def _rowwise() -> dict[str, torch.Tensor]:

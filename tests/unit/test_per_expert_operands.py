@@ -134,11 +134,11 @@ def test_operand_spec_validates_per_group() -> None:
         OperandSpec("x", ROW, DType.FP32, (G, N), (N, 1), per_group=True).transposed()
 
 
-def test_the_verifier_refuses_a_per_group_operand_outside_an_m_grouped_module() -> None:
+def test_the_verifier_refuses_a_per_group_operand_outside_a_grouped_module() -> None:
     s = OperandSpec("bias", ROW, DType.FP32, (G, N), (N, 1), per_group=True)
     g = capture(lambda acc, bias: acc + bias, (s,))
     with pytest.raises(VerificationError,
-                       match=r"per-group epilogue operands \(bias\) outside an M-grouped or masked module"):
+                       match=r"per-group epilogue operands \(bias\) outside a grouped module"):
         build(GemmSpec(M, N, 64, epilogue=g), H100_SXM)
 
 

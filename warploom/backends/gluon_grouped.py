@@ -141,6 +141,7 @@ class KGroupedEmitter(GroupedEmitter):
         self.sb_base = "sb_ptr"
         self.sk_block = f"(k_base // {SCALE_BLOCK} + kk)"
         self.sk_mask = f"({self.sk_block} < gl.cdiv(K, {SCALE_BLOCK}))"
+        self.operand_rows = "row_end"  # (per-row and dense operands, rowwise scale_a: C's (G * M) rows, not M)
 
     def _num_tiles(self) -> None:
         self.buf.line("num_tiles = E * num_pid_m * num_pid_n", "K-grouped: every group has C's (M, N) tiles")

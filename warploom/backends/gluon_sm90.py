@@ -301,6 +301,9 @@ class PartitionEmitter:
         self.scale_b = "scale_b_ptr"  # rowwise scale_b's first column (a grouped module's: its group's row)
         self.sb_base = "sb_ptr"  # blockwise scale_b's first block (a grouped module's: its group's (KB, NB) block)
         self.sa_row0 = "off_m"  # blockwise scale_a's first row: the tile's (a K-grouped module's: in A, not C)
+        # where C's rows end for an epilogue operand or rowwise scale_a read at them (a K-grouped module's M is one
+        # group's rows, C's the groups' G * M: its tile's rows end at its group's, row_end)
+        self.operand_rows = "M"
         self.sk_block = self.kb  # blockwise scales' k-block (a K-grouped module's: from its group's K start)
         self.sk_mask = ""  # a further condition of the scale copies' mask (a K-grouped module's: k-blocks in scales)
 
@@ -769,10 +772,11 @@ class PartitionEmitter:
             # where the operand's elements lie 2^31 or more apart (as epilogue.gluon.load_operand's).
             r, c = (wide(rows_v), wide(cols_v)) if spec.span() >= 2**31 else (rows_v, cols_v)
             line = (f"{var} = gl.load({ptr} + gl.expand_dims({r} * {rs}, 1) + gl.expand_dims({c} * {cs}, 0), "
-                    f"mask=gl.expand_dims({rows_v} < M, 1) & gl.expand_dims({cols_v} < N, 0), other=0.0)"
+                    f"mask=gl.expand_dims({rows_v} < {self.operand_rows}, 1) & gl.expand_dims({cols_v} < N, 0), "
+                    "other=0.0)"
                     f".to(gl.float32)  # {spec.name}: {spec.kind.value} read as a tile, [rows, cols]")
         else:
-            line = load_operand(spec, var, ptr, offs_m=rows_v, offs_n=cols_v, mask_m=f"{rows_v} < M",
+            line = load_operand(spec, var, ptr, offs_m=rows_v, offs_n=cols_v, mask_m=f"{rows_v} < {self.operand_rows}",
                                 mask_n=f"{cols_v} < N", rs=str(rs), cs=str(cs))
         code, _, note = line.partition("  # ")
         self.buf.line(code, f"{printer.op(o)}: {note}" if note else printer.op(o))
@@ -944,14 +948,15 @@ class PartitionEmitter:
                 case ir.EpilogueStep.SCALE_GLOBAL:
                     b.line(f"{acc} = {acc} * (gl.load(global_a_ptr) * gl.load(global_b_ptr))", s.value)
                 case ir.EpilogueStep.SCALE_ROWWISE:
-                    b.line("scale_a = gl.load(scale_a_ptr + offs_m, mask=offs_m < M, other=0.0)")
+                    b.line(f"scale_a = gl.load(scale_a_ptr + offs_m, mask=offs_m < {self.operand_rows}, other=0.0)")
                     b.line(f"scale_b = gl.load({self.scale_b} + offs_n, mask=offs_n < N, other=0.0)")
                     b.line(f"{acc} = {acc} * gl.expand_dims(scale_a, 1) * gl.expand_dims(scale_b, 0)", s.value)
                 case ir.EpilogueStep.ADD_BIAS:
                     b.line("bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)")
                     b.line(f"{acc} = {acc} + gl.expand_dims(bias, 0)", s.value)
                 case ir.EpilogueStep.ADD_ROW_BIAS:
-                    b.line("bias = gl.load(bias_ptr + offs_m, mask=offs_m < M, other=0.0).to(gl.float32)")
+                    b.line(f"bias = gl.load(bias_ptr + offs_m, mask=offs_m < {self.operand_rows}, other=0.0)"
+                           ".to(gl.float32)")
                     b.line(f"{acc} = {acc} + gl.expand_dims(bias, 1)", s.value)
 
 
@@ -969,14 +974,16 @@ class PartitionEmitter:
                 case ir.EpilogueStep.SCALE_GLOBAL:
                     b.line(f"{blk} = {blk} * (gl.load(global_a_ptr) * gl.load(global_b_ptr))", s.value)
                 case ir.EpilogueStep.SCALE_ROWWISE:
-                    b.line(f"{blk} = {blk} * gl.expand_dims(gl.load(scale_a_ptr + {rows_v}, mask={rows_v} < M, "
+                    b.line(f"{blk} = {blk} * gl.expand_dims(gl.load(scale_a_ptr + {rows_v}, "
+                           f"mask={rows_v} < {self.operand_rows}, "
                            f"other=0.0), 1) * gl.expand_dims(gl.load({self.scale_b} + {cols_v}, mask={cols_v} < N, "
                            "other=0.0), 0)", s.value)
                 case ir.EpilogueStep.ADD_BIAS:
                     b.line(f"{blk} = {blk} + gl.expand_dims(gl.load(bias_ptr + {cols_v}, mask={cols_v} < N, "
                            "other=0.0).to(gl.float32), 0)", s.value)
                 case ir.EpilogueStep.ADD_ROW_BIAS:
-                    b.line(f"{blk} = {blk} + gl.expand_dims(gl.load(bias_ptr + {rows_v}, mask={rows_v} < M, "
+                    b.line(f"{blk} = {blk} + gl.expand_dims(gl.load(bias_ptr + {rows_v}, "
+                           f"mask={rows_v} < {self.operand_rows}, "
                            "other=0.0).to(gl.float32), 1)", s.value)
 
 

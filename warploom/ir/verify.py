@@ -545,21 +545,21 @@ def _check_grouped(m: ir.Module) -> list[str]:
 
     Allowed:   tiling(grouping=offsets or masked) over a bf16, fp8 rowwise or fp8 blockwise 1x128 x 128x128
                spec of that grouping, cooperative consumers; with stream_k=2..16 too;
-               tiling(grouping=k_offsets) over a bf16, fp16 or fp8 blockwise 1x128 x 128x128 spec
-               grouped=k_offsets.
+               tiling(grouping=k_offsets) over a bf16, fp16, fp8 rowwise or fp8 blockwise 1x128 x 128x128 spec
+               grouped=k_offsets; on any of them a fused epilogue with one output, its per-group operands of
+               the module's group count.
     Forbidden: tiling(grouping=offsets, split_k=2); tiling(grouping=k_offsets, stream_k=2); a ping-pong
-               consumer's `for tiles[1::2]`; an sm_100a module; an fp8 rowwise spec grouped=k_offsets
-               (`GemmSpec.grouped_problems`); a per-group epilogue operand (`OperandSpec.per_group`) in a module that
-               is neither M-grouped nor masked, or of another group count."""
+               consumer's `for tiles[1::2]`; an sm_100a module; a spec `GemmSpec.grouped_problems` refuses; a
+               per-group epilogue operand (`OperandSpec.per_group`) in a module that is not grouped, or of another
+               group count."""
     t, errs = m.tiling, []
     if t.grouping is not m.spec.grouping:
         errs.append(f"tiling grouping {t.grouping.value} but spec grouping {m.spec.grouping.value}")
     g = m.spec.epilogue
     per_group = [o for o in g.operands if o.per_group] if g is not None else []
-    if per_group and (t.grouping not in (Grouping.OFFSETS, Grouping.MASKED)
-                      or any(o.shape[0] != m.spec.groups for o in per_group)):
-        errs.append(f"per-group epilogue operands ({', '.join(o.name for o in per_group)}) outside an M-grouped "
-                    f"or masked module of as many groups ({m.spec.groups}) as their first dimension: a tile reads "
+    if per_group and (not t.grouped or any(o.shape[0] != m.spec.groups for o in per_group)):
+        errs.append(f"per-group epilogue operands ({', '.join(o.name for o in per_group)}) outside a grouped "
+                    f"module of as many groups ({m.spec.groups}) as their first dimension: a tile reads "
                     "the slice of its group")
     if not t.grouped:
         return errs

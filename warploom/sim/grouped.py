@@ -41,10 +41,10 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     ops take it (a K-major module's (G, N, K) storage seen through ``.transpose(-2, -1)``); `bounds` the group bounds
     the kernel reads (OFFSETS: offs, MASKED: masked_m). A K-grouped module (Grouping.K_OFFSETS) takes a 2-D b
     (total_K, N) and offs over K: C (G * M, N), its block g ``a[:, K range of g] @ b[K range of g]``. Rowwise
-    scales: scale_a (M,), scale_b (G, N); blockwise 1x128 x 128x128 ones: scale_a (M, ceil(K/128)), scale_b
-    (G, ceil(K/128), ceil(N/128)), a tile reading its group's block of scale_b (K-grouped: scale_a (M, KB), scale_b
-    (KB, NB) over total_K, `program.scale_tag`). `out` (C's rows, N), if given, is
-    written in place (rows outside every group keep what they held); else a NaN-filled one is made. `ctas` picks
+    scales: scale_a (M,) (K-grouped: (G * M,), C's rows), scale_b (G, N); blockwise 1x128 x 128x128 ones: scale_a
+    (M, ceil(K/128)), scale_b (G, ceil(K/128), ceil(N/128)), a tile reading its group's block of scale_b
+    (K-grouped: scale_a (M, KB), scale_b (KB, NB) over total_K, `program.scale_tag`). `out` (C's rows, N), if given,
+    is written in place (rows outside every group keep what they held); else a NaN-filled one is made. `ctas` picks
     program ids of the launch (default all); `operands` a fused epilogue's, by graph name, indexed in the grouped
     row space (a row operand's row r is A's and C's row r), as `sim.simulate` takes them."""
     t0 = time.perf_counter()
