@@ -168,7 +168,7 @@ if [ "$what" = splitk ]; then
     --variants '[{}, {"split_k": 1}, {"bm": 64, "bn": 64, "stages": 8}]' \
     --sizes "${SPLITK_SIZES:-192x448x14496,268x112x4944,1888x224x15088,128x2112x7168,128x4096x7168,469x96x4928}" \
     2>&1 | tee "$OUT/splitk.log"
-  # Between a quarter and a half of the SMs' tiles rule 25 keeps stream-K: 2 and 3 ranges there, not yet measured.
+  # Between a quarter and a half of the SMs' tiles rule 25 splits in 2-3 ranges (session 28): both against its plan.
   python3 scripts/sweep_plans.py --out "$OUT/splitk-mid.json" --cases bf16,fp8 --rounds 3 \
     --variants '[{}, {"bm": 128, "bn": 128, "split_k": 2}, {"bm": 128, "bn": 128, "split_k": 3}]' \
     --sizes "${SPLITK_MID_SIZES:-2416x160x14368,112x5264x3472,1440x1408x7168}" 2>&1 | tee "$OUT/splitk-mid.log"

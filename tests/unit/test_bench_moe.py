@@ -82,8 +82,9 @@ def test_warploom_layer_on_cpu_matches_torch_bf16(kind: str) -> None:
     assert "error" not in row and row["err_vs_torch"] < 1e-2, row
 
 
-def test_bf16_layer_fuses_the_silu_mul(monkeypatch: pytest.MonkeyPatch) -> None:
-    """warploom's "bf16" layer: the gate GEMM, then the up GEMM with silu(gate) * acc as its epilogue, then down."""
+@pytest.fixture
+def grouped_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, bool]]:
+    """Each warploom.grouped_mm call's (N, whether it took an epilogue), in order."""
     import warploom
 
     calls: list[tuple[int, bool]] = []
@@ -94,10 +95,15 @@ def test_bf16_layer_fuses_the_silu_mul(monkeypatch: pytest.MonkeyPatch) -> None:
         return real(a, b, offs, **kw)
 
     monkeypatch.setattr(warploom, "grouped_mm", spy)
+    return calls
+
+
+def test_bf16_layer_fuses_the_silu_mul(grouped_calls: list[tuple[int, bool]]) -> None:
+    """warploom's "bf16" layer: the gate GEMM, then the up GEMM with silu(gate) * acc as its epilogue, then down."""
     layer = moe.Layer.random(device="cpu", **TINY)
     x = torch.randn(16, 64).bfloat16()
     fused = moe.moe_forward(x, layer, moe.warploom_gemms(False), 2)
-    assert calls == [(32, False), (32, True), (64, False)]  # gate (N = I), up with the epilogue, down (N = D)
+    assert grouped_calls == [(32, False), (32, True), (64, False)]  # gate (N = I), up with the epilogue, down (N = D)
     assert moe.relative_error(fused, _loop_layer(x, layer, 2)) < 1e-2
 
 
@@ -126,23 +132,13 @@ def test_warploom_layer_on_cpu_matches_torch_fp8() -> None:
 TINY_IL = {"experts": 4, "hidden": 128, "inter": 128}
 
 
-def test_gateup_layer_runs_one_interleaved_gemm_and_matches_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gateup_layer_runs_one_interleaved_gemm_and_matches_the_loop(grouped_calls: list[tuple[int, bool]]) -> None:
     """"bf16-gateup": one grouped GEMM of N = 2I over the interleaved weights with the SiLU-mul in its epilogue,
     then down; the same layer as the per-expert fp32 loop."""
-    import warploom
-
-    calls: list[tuple[int, bool]] = []
-    real = warploom.grouped_mm
-
-    def spy(a, b, offs, **kw):  # noqa: ANN001, ANN003, ANN202
-        calls.append((b.shape[-1], "epilogue" in kw))
-        return real(a, b, offs, **kw)
-
-    monkeypatch.setattr(warploom, "grouped_mm", spy)
     layer = moe.Layer.random(device="cpu", **TINY_IL)
     x = torch.randn(16, 128).bfloat16()
     got = moe.moe_forward(x, layer, moe.warploom_gemms(False, interleaved=True), 2, layer.interleaved(128))
-    assert calls == [(256, True), (128, False)]  # gate/up (N = 2I) with the epilogue, down (N = D)
+    assert grouped_calls == [(256, True), (128, False)]  # gate/up (N = 2I) with the epilogue, down (N = D)
     assert moe.relative_error(got, _loop_layer(x, layer, 2)) < 1e-2
     row = moe.case(4, 16, "bf16-gateup", hidden=128, inter=128, top_k=2, device="cpu", time_it=False)
     assert "error" not in row and row["err_vs_torch"] < 1e-2, row
