@@ -6,6 +6,8 @@ the version it needs."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -100,6 +102,13 @@ def test_cluster_kernels_cross_compile(name: str, spill_budget: int) -> None:
     # non-relaxed arrive and its wait; the relaxed pair after the mbarrier inits is another)
     assert "barrier.cluster.arrive.aligned;" in c.ptx and "barrier.cluster.wait" in c.ptx, "a cluster barrier at exit"
     assert c.count(mma) > 0 and c.count(other) == 0, s
+    if name in PINGPONG:
+        # The cluster EMPTY barrier counts 1 arrival a CTA (the ping-pong warpgroup that read the slot use), which
+        # Triton's two-CTA barrier scales by the CTAs sharing it: 2 on the lead, as the simulator's protocol; every
+        # other ping-pong barrier (ready, empty, turns) counts 1. Only the lead waits on it and multicasts.
+        inits = re.findall(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], (\d+);", c.ptx)
+        assert inits.count("2") == k.plan.stages and set(inits) == {"1", "2"}, inits
+        assert "mbarrier.arrive.shared::cluster.b64" in c.ptx, "each warpgroup's release on the lead's barrier"
     assert c.spills <= spill_budget, f"{k.module.name} spills {c.spills} bytes: {s}\n{c.ptxas_log}"
     if spill_budget:  # (the known 3.9 finding, conftest.py: the same PTX without --regAllocOptLevel=2 spills nothing)
         assert _spills_without_flags(c.ptx) == 0
