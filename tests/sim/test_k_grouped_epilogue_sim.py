@@ -288,3 +288,19 @@ def test_planted_bug_other_groups_rows_is_caught(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(program, "ApplyI", other_rows)
     assert _err(_sim(a, b, offs, ops, _accumulate, 128, 128, out_dtype=torch.float32), ref) > 0.05
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+def test_fp8_zero_total_k_is_the_epilogue_of_zero(recipe: str) -> None:
+    """fp8 total_K = 0 with torch's column-major b (an (N, 0) seen as .t()): no kernel, zeros unfused and fn(0,
+    operands) fused, as bf16's (it was refused as a b that is not column-major: its K-major test needed rows)."""
+    a = torch.empty(M, 0, dtype=torch.float8_e4m3fn)
+    b = torch.empty(N, 0, dtype=torch.float8_e4m3fn).t()
+    offs = torch.zeros(G, dtype=torch.int32)
+    sa, sb = (torch.rand(G * M) + 0.5, torch.rand(G * N) + 0.5) if recipe == "rowwise" else \
+        (torch.empty(M, 0), torch.empty(0, -(-N // BLOCK)))
+    y = warploom.scaled_grouped_mm(a, b, sa, sb, offs=offs)
+    assert y.shape == (G, M, N) and bool((y == 0).all())
+    s = torch.rand(G, 1, N) + 0.5
+    y = warploom.scaled_grouped_mm(a, b, sa, sb, offs=offs, epilogue=lambda acc, s: acc * s + s, s=s)
+    assert y.shape == (G, M, N) and torch.allclose(y.float(), s.expand(G, M, N).bfloat16().float())
