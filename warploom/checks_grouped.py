@@ -237,8 +237,8 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
     es = b.element_size()
     if b.stride(0) == 1 and b.shape[0] > 0:  # torch's column-major b: a contiguous (N, total_K) seen as .t()
         layout, row = BLayout.K_MAJOR, b.stride(1)
-    elif scaled and b.shape[0] == 0:  # (total_K = 0: no kernel reads b, so its strides say nothing; fp8's is K-major)
-        layout, row = BLayout.K_MAJOR, b.stride(1)
+    elif b.shape[0] == 0:  # (total_K = 0, e.g. torch's column-major b sliced to no rows: no kernel reads b)
+        layout, row = (BLayout.K_MAJOR, b.stride(1)) if scaled else (BLayout.N_MAJOR, b.stride(0))
     elif b.stride(1) == 1 and not scaled:
         layout, row = BLayout.N_MAJOR, b.stride(0)
     elif scaled:
