@@ -24,6 +24,7 @@ from warploom.checks import (
     check_dtype,
     check_tensors,
     fast_accum,
+    is_fake,
     no_neg_bit,
     same_device,
 )
@@ -108,6 +109,7 @@ def _b_layout(b: torch.Tensor, fp8: bool) -> BLayout:
         if (stride * es) % TMA_ALIGN and b.numel():
             raise AlignmentError("b", f"a {what} stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
                                  f"{stride * es} bytes", "pad K and N to multiples of 16 bytes")
+    _base_aligned("b", b)
     return layout
 
 
@@ -116,6 +118,14 @@ def _row_aligned(arg: str, t: torch.Tensor) -> None:
         raise AlignmentError(arg, f"contiguous rows whose stride is a multiple of {TMA_ALIGN} bytes (TMA rule)",
                              f"strides {tuple(t.stride())}", f"pass {arg}.contiguous() with K padded to "
                              f"{TMA_ALIGN // t.element_size()} elements")
+    _base_aligned(arg, t)
+
+
+def _base_aligned(arg: str, t: torch.Tensor) -> None:
+    """A TMA descriptor's base address must be 16-byte aligned (else its encode fails at the launch)."""
+    if t.numel() and t.device.type != "meta" and not is_fake(t) and t.data_ptr() % TMA_ALIGN:
+        raise AlignmentError(arg, f"a base address aligned to {TMA_ALIGN} bytes (TMA rule)",
+                             f"address {t.data_ptr():#x}", f"pass {arg}.clone()")
 
 
 def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dtype: Any = None,
@@ -250,6 +260,7 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
     if b.numel() and (row * es) % TMA_ALIGN:
         raise AlignmentError("b", f"a row stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
                              f"{row * es} bytes", "pad total_K (or N) to a multiple of 16 bytes")
+    _base_aligned("b", b)
     out = (DType.BF16 if scaled else a_dt) if out_dtype is None else DType.from_torch(out_dtype)
     if out not in (DType.BF16, DType.FP16, DType.FP32) or (scaled and out is not DType.BF16):
         raise DTypeError("out_dtype", "torch.bfloat16" if scaled else "bf16, fp16 or fp32", str(out_dtype),
