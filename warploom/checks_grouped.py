@@ -97,6 +97,8 @@ def _b_layout(b: torch.Tensor, fp8: bool) -> BLayout:
     es = b.element_size()
     if b.stride(1) == 1 and b.shape[1] > 0:
         layout, row = BLayout.K_MAJOR, b.stride(2)
+    elif b.shape[1] == 0:  # (K = 0: no kernel reads b, so its strides say nothing)
+        layout, row = (BLayout.K_MAJOR, b.stride(2)) if fp8 else (BLayout.N_MAJOR, b.stride(1))
     elif b.stride(2) == 1 and not fp8:
         layout, row = BLayout.N_MAJOR, b.stride(1)
     else:

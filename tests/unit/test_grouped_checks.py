@@ -432,3 +432,12 @@ def test_m_grouped_base_address_off_the_16_byte_grid(arg: str) -> None:
     with pytest.raises(AlignmentError) as e:
         grouped_call(a, b.transpose(-2, -1), _offs(50, 100))
     assert e.value.arg == arg and "a base address aligned to 16 bytes" in str(e.value)  # type: ignore[attr-defined]
+
+
+def test_m_grouped_fp8_zero_k_takes_torchs_k_major_b() -> None:
+    """fp8 M-grouped K = 0 with torch's b, a (G, N, 0) seen as .transpose(-2, -1): zeros, no kernel (it was refused
+    as a b that is not K-major, the fix naming the b passed: the K-major test needed K rows)."""
+    a = torch.empty(100, 0, dtype=torch.float8_e4m3fn)
+    b = torch.empty(2, N, 0, dtype=torch.float8_e4m3fn).transpose(-2, -1)
+    y = warploom.scaled_grouped_mm(a, b, torch.ones(100), torch.ones(2, N), _offs(50, 100))
+    assert y.shape == (100, N) and bool((y == 0).all())
