@@ -24,6 +24,7 @@ from warploom.checks import (
     check_dtype,
     check_tensors,
     fast_accum,
+    is_fake,
     no_neg_bit,
     same_device,
 )
@@ -96,6 +97,8 @@ def _b_layout(b: torch.Tensor, fp8: bool) -> BLayout:
     es = b.element_size()
     if b.stride(1) == 1 and b.shape[1] > 0:
         layout, row = BLayout.K_MAJOR, b.stride(2)
+    elif b.shape[1] == 0:  # (K = 0: no kernel reads b, so its strides say nothing)
+        layout, row = (BLayout.K_MAJOR, b.stride(2)) if fp8 else (BLayout.N_MAJOR, b.stride(1))
     elif b.stride(2) == 1 and not fp8:
         layout, row = BLayout.N_MAJOR, b.stride(1)
     else:
@@ -108,6 +111,7 @@ def _b_layout(b: torch.Tensor, fp8: bool) -> BLayout:
         if (stride * es) % TMA_ALIGN and b.numel():
             raise AlignmentError("b", f"a {what} stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
                                  f"{stride * es} bytes", "pad K and N to multiples of 16 bytes")
+    _base_aligned("b", b)
     return layout
 
 
@@ -116,6 +120,14 @@ def _row_aligned(arg: str, t: torch.Tensor) -> None:
         raise AlignmentError(arg, f"contiguous rows whose stride is a multiple of {TMA_ALIGN} bytes (TMA rule)",
                              f"strides {tuple(t.stride())}", f"pass {arg}.contiguous() with K padded to "
                              f"{TMA_ALIGN // t.element_size()} elements")
+    _base_aligned(arg, t)
+
+
+def _base_aligned(arg: str, t: torch.Tensor) -> None:
+    """A TMA descriptor's base address must be 16-byte aligned (else its encode fails at the launch)."""
+    if t.numel() and t.device.type != "meta" and not is_fake(t) and t.data_ptr() % TMA_ALIGN:
+        raise AlignmentError(arg, f"a base address aligned to {TMA_ALIGN} bytes (TMA rule)",
+                             f"address {t.data_ptr():#x}", f"pass {arg}.clone()")
 
 
 def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dtype: Any = None,
@@ -237,6 +249,8 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
     es = b.element_size()
     if b.stride(0) == 1 and b.shape[0] > 0:  # torch's column-major b: a contiguous (N, total_K) seen as .t()
         layout, row = BLayout.K_MAJOR, b.stride(1)
+    elif b.shape[0] == 0:  # (total_K = 0, e.g. torch's column-major b sliced to no rows: no kernel reads b)
+        layout, row = (BLayout.K_MAJOR, b.stride(1)) if scaled else (BLayout.N_MAJOR, b.stride(0))
     elif b.stride(1) == 1 and not scaled:
         layout, row = BLayout.N_MAJOR, b.stride(0)
     elif scaled:
@@ -248,6 +262,7 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
     if b.numel() and (row * es) % TMA_ALIGN:
         raise AlignmentError("b", f"a row stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
                              f"{row * es} bytes", "pad total_K (or N) to a multiple of 16 bytes")
+    _base_aligned("b", b)
     out = (DType.BF16 if scaled else a_dt) if out_dtype is None else DType.from_torch(out_dtype)
     if out not in (DType.BF16, DType.FP16, DType.FP32) or (scaled and out is not DType.BF16):
         raise DTypeError("out_dtype", "torch.bfloat16" if scaled else "bf16, fp16 or fp32", str(out_dtype),

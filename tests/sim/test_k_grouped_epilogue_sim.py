@@ -288,3 +288,30 @@ def test_planted_bug_other_groups_rows_is_caught(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(program, "ApplyI", other_rows)
     assert _err(_sim(a, b, offs, ops, _accumulate, 128, 128, out_dtype=torch.float32), ref) > 0.05
+
+
+def test_zero_total_k_of_a_sliced_column_major_b() -> None:
+    """bf16 total_K = 0 with torch's column-major b sliced to no rows (strides (1, K)): no kernel, fn(0, operands)
+    (it was refused as a b that is neither column-major nor contiguous: the K-major test needed rows)."""
+    a, b = torch.empty(M, 0, dtype=torch.bfloat16), torch.empty(N, K, dtype=torch.bfloat16).t()[:0]
+    s = torch.rand(G, 1, N) + 0.5
+    y = warploom.grouped_mm(a, b, torch.zeros(G, dtype=torch.int32), epilogue=lambda acc, s: acc * s + s, s=s)
+    assert y.shape == (G, M, N) and torch.allclose(y.float(), s.expand(G, M, N).bfloat16().float())
+
+
+@pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
+@pytest.mark.parametrize("sliced", [False, True])
+def test_fp8_zero_total_k_is_the_epilogue_of_zero(recipe: str, sliced: bool) -> None:
+    """fp8 total_K = 0 with torch's column-major b (an (N, 0) seen as .t(), or a column-major b sliced to no rows):
+    no kernel, zeros unfused and fn(0, operands) fused, as bf16's (it was refused as a b that is not column-major:
+    its K-major test needed rows)."""
+    a = torch.empty(M, 0, dtype=torch.float8_e4m3fn)
+    b = torch.empty(N, K8 if sliced else 0, dtype=torch.float8_e4m3fn).t()[:0]
+    offs = torch.zeros(G, dtype=torch.int32)
+    sa, sb = (torch.rand(G * M) + 0.5, torch.rand(G * N) + 0.5) if recipe == "rowwise" else \
+        (torch.empty(M, 0), torch.empty(0, -(-N // BLOCK)))
+    y = warploom.scaled_grouped_mm(a, b, sa, sb, offs=offs)
+    assert y.shape == (G, M, N) and bool((y == 0).all())
+    s = torch.rand(G, 1, N) + 0.5
+    y = warploom.scaled_grouped_mm(a, b, sa, sb, offs=offs, epilogue=lambda acc, s: acc * s + s, s=s)
+    assert y.shape == (G, M, N) and torch.allclose(y.float(), s.expand(G, M, N).bfloat16().float())

@@ -121,6 +121,9 @@ def test_k_grouped_call_gives_a_k_offsets_spec() -> None:
     ("fp8_mixed_recipes", "scale_b", ScaleError, "both 1-D"),
     ("masked_m", "masked_m", InputError, "takes offs"),
     ("offs_2d", "offs", ShapeError, "shape (G,)"),
+    # (a base off the 16-byte grid: the TMA descriptor's encode would fail at the launch, a non-warploom error)
+    ("a_base", "a", AlignmentError, "a base address aligned to 16 bytes"),
+    ("b_base", "b", AlignmentError, "a base address aligned to 16 bytes"),
 ])
 def test_k_grouped_bad_input(case: str, arg: str, err: type, words: str) -> None:
     a, b = _kab()
@@ -139,6 +142,10 @@ def test_k_grouped_bad_input(case: str, arg: str, err: type, words: str) -> None
         kw = {"masked_m": _offs(1, 2, 3, 4)}
     elif case == "offs_2d":
         offs = offs.reshape(2, 2)
+    elif case == "a_base":  # (rows of 104 elements, 16-byte strides, but 3 elements in)
+        a = torch.randn(32, 104).bfloat16()[:, 3:99]
+    elif case == "b_base":
+        b = torch.randn(N, 104).bfloat16().t()[3:99]
     with pytest.raises(err) as e:
         grouped_call(a, b, offs, **kw)
     assert e.value.arg == arg and words in str(e.value) and "Fix:" in str(e.value)  # type: ignore[attr-defined]
@@ -414,3 +421,23 @@ def test_verifier_k_grouped_blockwise() -> None:
     assert any("grouping with split-K" in e for e in structural(replace(m, tiling=replace(m.tiling, split_k=2))))
     rw = build(replace(_kbw_spec(256), scale=ScaleRecipe.ROWWISE), H100_SXM).module
     assert not [e for e in structural(rw) if "grouping" in e]
+
+
+@pytest.mark.parametrize("arg", ["a", "b"])
+def test_m_grouped_base_address_off_the_16_byte_grid(arg: str) -> None:
+    """An M-grouped a or (G, K, N) b 3 elements into its storage (strides on the 16-byte grid): an AlignmentError
+    naming it before any launch, as matmul's (the TMA descriptor's encode fails at the launch otherwise)."""
+    a = torch.randn(100, 104).bfloat16()[:, 3:67] if arg == "a" else torch.randn(100, 64).bfloat16()
+    b = torch.randn(2, N, 104).bfloat16()[..., 3:67] if arg == "b" else torch.randn(2, N, 64).bfloat16()
+    with pytest.raises(AlignmentError) as e:
+        grouped_call(a, b.transpose(-2, -1), _offs(50, 100))
+    assert e.value.arg == arg and "a base address aligned to 16 bytes" in str(e.value)  # type: ignore[attr-defined]
+
+
+def test_m_grouped_fp8_zero_k_takes_torchs_k_major_b() -> None:
+    """fp8 M-grouped K = 0 with torch's b, a (G, N, 0) seen as .transpose(-2, -1): zeros, no kernel (it was refused
+    as a b that is not K-major, the fix naming the b passed: the K-major test needed K rows)."""
+    a = torch.empty(100, 0, dtype=torch.float8_e4m3fn)
+    b = torch.empty(2, N, 0, dtype=torch.float8_e4m3fn).transpose(-2, -1)
+    y = warploom.scaled_grouped_mm(a, b, torch.ones(100), torch.ones(2, N), _offs(50, 100))
+    assert y.shape == (100, N) and bool((y == 0).all())

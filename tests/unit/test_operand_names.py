@@ -121,3 +121,56 @@ def test_an_operand_named_amax_is_refused_by_name() -> None:
     with pytest.raises(InputError) as ei:
         warploom.plan(m(200, 256), m(256, 600), amax=m(200, 1), epilogue=fn)
     assert ei.value.arg == "amax" and "Fix: rename the operand" in str(ei.value)
+
+
+def grouped_kernels() -> Iterator[str]:
+    """Grouped kernels' sources with fused epilogues (M-grouped, masked, K-grouped bf16, rowwise and blockwise fp8),
+    operands zz dense, yy per group, xx per row."""
+    from warploom.checks_grouped import grouped_call
+    from warploom.grouped import _fused
+    from warploom.kernel import build
+
+    fn = lambda acc, zz, yy, xx: acc * yy + zz * xx  # noqa: E731
+    g, mm, n, k = 4, 256, 256, 512
+    offs = torch.tensor([64, 64, 200, mm], dtype=torch.int32)
+    kw8 = dict(scale_a=torch.ones(mm), scale_b=torch.ones(g, n))
+    for a, b, sc, ops in (
+            (torch.empty(mm, k, dtype=BF16), torch.empty(g, n, k, dtype=BF16).transpose(-2, -1), {},
+             dict(zz=torch.empty(mm, n), yy=torch.empty(g, n), xx=torch.empty(mm, 1))),
+            (torch.empty(mm, k, dtype=E4), torch.empty(g, n, k, dtype=E4).transpose(-2, -1), kw8,
+             dict(zz=torch.empty(mm, n), yy=torch.empty(g, n), xx=torch.empty(mm, 1)))):
+        call = grouped_call(a, b, offs, None, None, sc.get("scale_a"), sc.get("scale_b"))
+        sa, sb = (sc["scale_a"][:, None], sc["scale_b"]) if sc else (None, None)
+        yield build(_fused(call, fn, ops, scale_a=sa, scale_b=sb)[0].spec, H100_SXM).gluon.text
+    koffs = torch.tensor([100, 100, 300, k], dtype=torch.int32)
+    kops = dict(zz=torch.empty(g, mm, n), yy=torch.empty(g), xx=torch.empty(g, mm, 1))
+    for dt, sa, sb in ((BF16, None, None), (E4, torch.ones(g * mm), torch.ones(g * n)),
+                       (E4, torch.ones(mm, k // 128), torch.ones(k // 128, n // 128))):
+        a, b = torch.empty(mm, k, dtype=dt), torch.empty(n, k, dtype=dt).t()
+        offs_k = torch.tensor([128, 128, 384, k], dtype=torch.int32) if sa is not None and sa.dim() == 2 else koffs
+        call = grouped_call(a, b, offs_k, None, None, sa, sb)
+        if sa is not None and sa.dim() == 1:
+            sa, sb = sa[:, None], sb.reshape(g, 1, n)
+        yield build(_fused(call, fn, kops, scale_a=sa, scale_b=sb)[0].spec, H100_SXM).gluon.text
+
+
+def test_the_generated_names_cover_grouped_kernels() -> None:
+    """A grouped kernel's own names (group_ptr, grp, row_end, the K-grouped K range and A-tail names, the clipped
+    store's) are generated ones: an operand `group` would be `group_ptr` twice (a kernel that does not load, on the
+    GPU only) or, dense by TMA, the launcher would pass the operand as the group bounds."""
+    seen: set[str] = set()
+    for src in grouped_kernels():
+        seen |= identifiers(src)
+    fixed = {i for i in seen if not i.startswith(OPERANDS + INTERNAL + ("warploom_",)) and not keyword.iskeyword(i)}
+    missing = sorted(i for i in fixed if i not in names.GENERATED and not names._NUMBERED.fullmatch(i))
+    assert missing == [], f"add these generated names to warploom/epilogue/names.py: {missing}"
+
+
+@pytest.mark.parametrize("shape", [(4, 32, 48), (4,)])
+def test_an_operand_named_group_is_refused_in_a_k_grouped_call(shape: tuple[int, ...]) -> None:
+    a, b = torch.randn(32, 64).to(BF16), torch.randn(48, 64).to(BF16).t()
+    fn = lambda acc, group: acc * group  # noqa: E731
+    with pytest.raises(InputError) as ei:
+        warploom.grouped_mm(a, b, torch.tensor([16, 16, 40, 64], dtype=torch.int32), out_dtype=torch.float32,
+                            epilogue=fn, group=torch.ones(*shape))
+    assert ei.value.arg == "group" and "Fix: rename the operand" in str(ei.value)
