@@ -430,8 +430,11 @@ def test_k_grouped_rowwise(groups: int, m: int, n: int, total_k: int, fast: bool
                        scale_a=sa, scale_b=sb, fast=fast)
     assert fused.dtype == torch.float32 and bool(fused.isfinite().all())
     ref = _kf_ref(y, ops)
+    # (fast accumulation keeps fewer bits in the tensor cores over K up to 8192: the unfused check's 1e-2; promoted
+    # accumulation is fp32's)
+    tol = 1e-2 if fast else 1e-3
     for g in range(groups):
-        assert _err(fused[g], ref[g]) < 1e-3, f"group {g}"
+        assert _err(fused[g], ref[g]) < tol, f"group {g}"
 
 
 def test_k_grouped_rowwise_cuda_graph() -> None:
