@@ -32,13 +32,23 @@ from warploom.runtime.timing import time_graph as _time_graph
 SHAPES = [(8, 8192, 4096, 7168), (8, 8192, 7168, 2048), (32, 16384, 2048, 7168)]
 
 
-def _routing(experts: int, rows: int, seed: int = 0) -> torch.Tensor:
+def routing(experts: int, rows: int, seed: int = 0, align: int = 1) -> torch.Tensor:
+    """A random routing's cumulative int32 offsets on the GPU: random expert sizes, expert 0 empty, ragged ends; with
+    `align`, every expert's count a multiple of it (the last takes what is left), as DeepGEMM's contiguous layout
+    pads them (scripts/sweep_grouped.py: the dense GEMM's tiles where `align` is the tile's rows)."""
     g = torch.Generator().manual_seed(seed)
     w = torch.rand(experts, generator=g) + 0.25
     w[0] = 0  # an empty expert
-    counts = (w / w.sum() * rows).floor().long()
+    counts = (w / w.sum() * rows).floor().long() // align * align
     counts[-1] += rows - int(counts.sum())
     return counts.cumsum(0).to(torch.int32).cuda()
+
+
+def masked_counts(experts: int, cap: int, seed: int = 0) -> torch.Tensor:
+    """The masked layout's valid rows per expert (int32, on the CPU): random in 1..cap, expert 0 empty."""
+    counts = torch.randint(1, cap + 1, (experts,), generator=torch.Generator().manual_seed(seed), dtype=torch.int32)
+    counts[0] = 0
+    return counts
 
 
 def _loop(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> Callable[[], Any]:
@@ -76,7 +86,7 @@ def _blockwise_loop(a: torch.Tensor, w: torch.Tensor, sa: torch.Tensor, sb: torc
 
 def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
     torch.manual_seed(0)
-    offs = _routing(experts, rows)
+    offs = routing(experts, rows)
     if kind == "wgrad":  # (ends at 16-row multiples, as MoE trainers pad them for torch's kernel)
         offs = offs // 16 * 16
     if kind == "wgrad-blockwise":  # (ends on the 128 grid, as blockwise K-grouped GEMMs take them)
@@ -162,10 +172,7 @@ def _masked_case(experts: int, rows: int, n: int, k: int, fp8: bool) -> dict[str
     against a device-to-device copy's (read + write of as many bytes as B) in the same run (issue 27: within 90%).
     torch's comparator is its batched torch._grouped_mm / _scaled_grouped_mm over all M_max rows."""
     cap = rows // experts
-    g = torch.Generator().manual_seed(0)
-    counts = torch.randint(1, cap + 1, (experts,), generator=g, dtype=torch.int32)
-    counts[0] = 0
-    counts = counts.cuda()
+    counts = masked_counts(experts, cap).cuda()
     kind = "masked-fp8" if fp8 else "masked"
     if fp8:
         a = torch.randn(experts, cap, k, device="cuda").to(torch.float8_e4m3fn)

@@ -17,9 +17,11 @@ import argparse
 import dataclasses
 import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from bench_grouped import masked_bytes, masked_counts, routing  # (scripts/ is on the path)
 
 import warploom
 from warploom.checks_grouped import grouped_call
@@ -35,16 +37,19 @@ VARIANTS = ('[{}, {"stages": 3}, {"bn": 128, "stages": 6}, {"group_m": 1}, {"gro
             '{"bn": 128, "consumer_partitions": 2}, {"stream_k": 2}, {"stream_k": 4}]')
 
 
-def routing(experts: int, rows: int, seed: int = 0, align: int = 1) -> torch.Tensor:
-    """bench_grouped.py's routing: random expert sizes, expert 0 empty, ragged ends (cumulative int32 offsets); with
-    `align`, every expert's count a multiple of it (the last takes what is left), as DeepGEMM's contiguous layout
-    pads them: the same tiles as the dense GEMM where `align` is the tile's rows, so the two compare directly."""
-    g = torch.Generator().manual_seed(seed)
-    w = torch.rand(experts, generator=g) + 0.25
-    w[0] = 0
-    counts = (w / w.sum() * rows).floor().long() // align * align
-    counts[-1] += rows - int(counts.sum())
-    return counts.cumsum(0).to(torch.int32).cuda()
+def checked_ms(spec: Any, dev: DeviceInfo, plan: Any, args: tuple[torch.Tensor, ...], shape: tuple[int, int],
+               compared: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> tuple[float, float]:
+    """`plan`'s grouped kernel run once on `args` (a, b, bounds) into a NaN-poisoned bf16 output of `shape`, its error
+    (`compared(out)` gives what to judge against torch's) checked, then timed: (ms, error); AssertionError where the
+    error is not below 1e-2."""
+    kern = build(spec, dev, plan)
+    launch = GroupedLauncher(kern.module, kern.gluon)
+    out = torch.full(shape, float("nan"), device="cuda", dtype=torch.bfloat16)
+    launch(*args, out)
+    err = relative_error(*compared(out))
+    if not err < 1e-2:
+        raise AssertionError(f"error {err:.3e} against torch._grouped_mm")
+    return time_graph(functools.partial(launch, *args, out)), err
 
 
 def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo, align: int = 1,
@@ -79,14 +84,7 @@ def sweep_shape(text: str, variants: list[dict[str, Any]], dev: DeviceInfo, alig
     for kw in variants:
         try:
             plan = dataclasses.replace(plan_schedule(call.spec, dev, **(forced or {})), **kw)
-            kern = build(call.spec, dev, plan)
-            launch = GroupedLauncher(kern.module, kern.gluon)
-            out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            launch(a, b, call.bounds, out)
-            err = relative_error(out, want)
-            if not err < 1e-2:
-                raise AssertionError(f"error {err:.3e} against torch._grouped_mm")
-            ms = time_graph(functools.partial(launch, a, b, call.bounds, out))
+            ms, err = checked_ms(call.spec, dev, plan, (a, b, call.bounds), (rows, n), lambda out: (out, want))
         except Exception as ex:  # noqa: BLE001 (a variant that does not build or run is reported, not fatal)
             print(f"  {json.dumps(kw):40} failed: {type(ex).__name__}: {str(ex)[:200]}", flush=True)
             continue
@@ -105,13 +103,9 @@ def sweep_masked(text: str, variants: list[dict[str, Any]], dev: DeviceInfo,
     torch._grouped_mm over every row. A decode launch's tiles quantize on the SMs (7 experts x 4096 columns are 224
     tiles of 128 for 132 SMs), which stream-K's pieces can even out. Here each variant is plan_schedule's options
     (not Plan fields: stream-K is refused on 64-row tiles, so it goes as `{"stream_k": 2, "bm": 128}`)."""
-    from bench_grouped import masked_bytes  # (scripts/ is on the path)
-
     e, rows, n, k = (int(x) for x in text.split("x"))
     cap = rows // e
-    counts = torch.randint(1, cap + 1, (e,), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
-    counts[0] = 0
-    counts = counts.cuda()
+    counts = masked_counts(e, cap).cuda()
     torch.manual_seed(0)
     a3 = torch.randn(e, cap, k, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
@@ -130,14 +124,8 @@ def sweep_masked(text: str, variants: list[dict[str, Any]], dev: DeviceInfo,
     for kw in variants:
         try:
             plan = plan_schedule(call.spec, dev, **{**(forced or {}), **kw})
-            kern = build(call.spec, dev, plan)
-            launch = GroupedLauncher(kern.module, kern.gluon)
-            out = torch.full((e * cap, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-            launch(call.a, call.b, call.bounds, out)
-            err = relative_error(out.view(e, cap, n)[valid], want[valid])
-            if not err < 1e-2:
-                raise AssertionError(f"error {err:.3e} against torch._grouped_mm")
-            ms = time_graph(functools.partial(launch, call.a, call.b, call.bounds, out))
+            ms, err = checked_ms(call.spec, dev, plan, (call.a, call.b, call.bounds), (e * cap, n),
+                                 lambda out: (out.view(e, cap, n)[valid], want[valid]))
         except Exception as ex:  # noqa: BLE001 (a variant that does not build or run is reported, not fatal)
             print(f"  {json.dumps(kw):40} failed: {type(ex).__name__}: {str(ex)[:200]}", flush=True)
             continue
