@@ -133,8 +133,8 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
     tiles = square_tiles(spec, 128)
     if tiles > device.sm_count * SPLIT_MAX_TILES_OF_SMS or k_tiles < SPLIT_MIN_KBLOCKS:
         return 1
-    if spec.m <= LATENCY_SHARED_ROWS and square_tiles(spec, 64) <= device.sm_count:
-        return 1  # (rule 23's 64x64 tiles over at most two row blocks, one wave: LATENCY_SHARED_ROWS)
+    if shared_row_tiles(spec, device):
+        return 1  # (rule 23's 64x64 tiles take it)
     fits = [r for r in range(2, SPLIT_MAX + 1) if tiles * r <= device.sm_count]
     # (equal ranges where some count divides the k-blocks: what was measured; unequal ones only where none does)
     options = [r for r in fits if k_tiles % r == 0] or fits
@@ -233,6 +233,12 @@ def latency_stages(spec: GemmSpec) -> int:
     return LATENCY_STAGES[k_tiles >= LATENCY_DEEP_KBLOCKS]
 
 
+def shared_row_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
+    """Whether `spec`'s 64x64 tiles lie over at most two row blocks (M <= LATENCY_SHARED_ROWS) and fit one wave: there
+    rule 23 takes them whatever its model says, and rule 25 does not split."""
+    return spec.m <= LATENCY_SHARED_ROWS and square_tiles(spec, 64) <= device.sm_count
+
+
 def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     """Rule 23: whether `spec` runs on 64x64 tiles (`latency_stages` deep): a GEMM of more than 64 rows (decode has
     rules 16 and 18) with native accumulation (bf16, fp16, fp8 fast) and no bias or fused epilogue, whose 64x64
@@ -246,7 +252,7 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     if tiles64 > device.sm_count:
         return False
     t64, t128, pieces = latency_times(spec, device)
-    if t64 >= t128 and spec.m > LATENCY_SHARED_ROWS:
+    if t64 >= t128 and not shared_row_tiles(spec, device):
         return False
     k_tiles = k_blocks(spec)
     note("64x64", f"latency tile, {latency_stages(spec)} stages", t64,
