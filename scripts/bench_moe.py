@@ -54,15 +54,14 @@ GATE_UP_BLOCK = {"bf16": 128, "fp8": 64}
 class Gemms:
     """The layer's grouped GEMMs, ``mm(a, w, offs)`` with a (R, K), w (E, N, K) as stored, offs (E,) int32; fp8
     ones take the quantized pair (data, per-row scales) for a and for w. `gate_up`, if given, computes
-    ``silu(a @ w13[:, :I]^T) * (a @ w13[:, I:]^T)`` (R, I) from a and w13 itself (bf16), or with `interleaved` from
-    a (or its fp8 pair) and the interleaved weights (or their fp8 pair)."""
+    ``silu(a @ w13[:, :I]^T) * (a @ w13[:, I:]^T)`` (R, I) from a and w13 itself (bf16), or, where `block` is set,
+    from a (or its fp8 pair) and the weights interleaved in blocks of `block` rows (or their fp8 pair)."""
 
     name: str
     fp8: bool
     mm: Callable[..., torch.Tensor]
     gate_up: Callable[..., torch.Tensor] | None = None
-    interleaved: bool = False  # (gate_up takes the interleaved weights: `Layer.interleaved`)
-    block: int = 0  # (their block)
+    block: int = 0  # (gate_up's interleave block, `Layer.interleaved`; 0: it takes w13 as stored)
 
 
 def torch_gemms(fp8: bool) -> Gemms:
@@ -89,7 +88,7 @@ def warploom_gemms(fp8: bool, fused: bool = True, interleaved: bool = False) -> 
                      offs: torch.Tensor) -> torch.Tensor:
             return mm8(a, sa, w, sw, offs, epilogue=silu_mul_il)
 
-        return Gemms("warploom", True, mm8, gate_up8 if interleaved else None, interleaved, block)
+        return Gemms("warploom", True, mm8, gate_up8, block) if interleaved else Gemms("warploom", True, mm8)
 
     def mm(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, **epilogue: Any) -> torch.Tensor:
         return warploom.grouped_mm(a, w.transpose(-2, -1), offs, **epilogue)
@@ -102,7 +101,7 @@ def warploom_gemms(fp8: bool, fused: bool = True, interleaved: bool = False) -> 
         return mm(a, w13_il, offs, epilogue=silu_mul_il)
 
     if interleaved:
-        return Gemms("warploom", False, mm, gate_up_il, True, block)
+        return Gemms("warploom", False, mm, gate_up_il, block)
     return Gemms("warploom", False, mm, gate_up if fused else None)
 
 
@@ -170,21 +169,21 @@ def route(x: torch.Tensor, router: torch.Tensor, top_k: int) -> tuple[torch.Tens
 def moe_forward(x: torch.Tensor, layer: Layer, gemms: Gemms, top_k: int,
                 interleaved: tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
     """The layer's output (T, D) bf16 for tokens x (T, D) bf16 (module docstring); `interleaved`: the layer's
-    `interleaved()` weights, which gemms with `interleaved` take (made once, outside the timed call)."""
+    `interleaved()` weights, which gemms with a `block` take (made once, outside the timed call)."""
     token, weight, offs = route(x, layer.router, top_k)
     xs = x[token]  # (R, D)
     inter = layer.w2.shape[2]
-    if gemms.interleaved and interleaved is None:
+    if gemms.block and interleaved is None:
         interleaved = layer.interleaved(gemms.block)
     if gemms.fp8:
-        if gemms.gate_up is not None and interleaved is not None:
+        if gemms.gate_up is not None and interleaved is not None and gemms.block:
             h = gemms.gate_up(*quantize_rows(xs), *interleaved[1], offs)  # (R, I), SiLU-mul fused
         else:
             h = gemms.mm(*quantize_rows(xs), *layer.w13_q, offs)  # (R, 2I)
             h = F.silu(h[:, :inter]) * h[:, inter:]  # (R, I)
         y = gemms.mm(*quantize_rows(h), *layer.w2_q, offs)  # (R, D)
     else:
-        if gemms.gate_up is not None and interleaved is not None:
+        if gemms.gate_up is not None and interleaved is not None and gemms.block:
             h = gemms.gate_up(xs, interleaved[0], offs)
         elif gemms.gate_up is not None:
             h = gemms.gate_up(xs, layer.w13, offs)
