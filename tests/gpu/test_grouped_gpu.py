@@ -209,7 +209,8 @@ def test_k_grouped_fp16_n_major() -> None:
 
 
 def test_k_grouped_cuda_graph_replays_with_changed_offsets() -> None:
-    groups, m, n, total_k = 8, 1024, 1024, 4000
+    # (M != N: a (G, M) operand at M == N would be ambiguous, per row or per group's columns, and is refused)
+    groups, m, n, total_k = 8, 1024, 1040, 4000
     a = torch.randn(m, total_k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, total_k, device="cuda", dtype=torch.bfloat16).t()
     offs = _k_offsets(0, groups, total_k)
@@ -383,7 +384,8 @@ def test_k_grouped_blockwise_fused_update(groups: int, m: int, n: int, total_k: 
 def test_k_grouped_fused_cuda_graph_replays_with_changed_offsets() -> None:
     """A fused K-grouped call captured once, replayed after the offsets changed in place: each replay's K ranges
     (and so which groups are empty) are the new ones; the per-group operands stay at their groups."""
-    groups, m, n, total_k = 8, 1024, 1024, 4000
+    # (M != N: a (G, M) operand at M == N would be ambiguous, per row or per group's columns, and is refused)
+    groups, m, n, total_k = 8, 1024, 1040, 4000
     a = torch.randn(m, total_k, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, total_k, device="cuda", dtype=torch.bfloat16).t()
     ops = _kf_operands(groups, m, n, 3)
