@@ -218,7 +218,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     if stream_k is not None and stream_k not in (0, *range(2, 17)):
         raise UnsupportedError(f"stream_k={stream_k!r}: expected None (the planner decides), 0 (no stream-K) or the "
                                "most pieces a shared tile is cut into, 2 to 16")
-    if spec.grouped:  # rule 22 (stream-K forced only: plan_grouped)
+    if spec.grouped:  # rule 22 (stream-K where plan_grouped's last round is under half full, or forced)
         refused = {"pingpong": pingpong, "scale_partition": bool(scale_partition), "split_k": split_k not in (None, 1),
                    "tail_split": tail_split not in (None, 1), "swap_ab": bool(swap_ab),
                    "cluster": cluster not in (None, 1)}

@@ -265,10 +265,11 @@ def test_refusals_name_the_option_and_the_fix() -> None:
     k_spec = GemmSpec(2048, 4096, 65536, grouping=Grouping.K_OFFSETS, groups=8)
     with pytest.raises(UnsupportedError, match=r"stream_k=2 .*K-grouped.*Fix: drop stream_k"):
         plan_schedule(k_spec, H100_SXM, stream_k=2)
-    assert plan_schedule(spec, H100_SXM).stream_k == 0, "rule 22 keeps whole tiles unless stream-K is forced"
     # fp8 stream-K keeps 128-wide tiles (its 128x256 fixup spilled under Triton 3.9); bf16 and a forced bn keep theirs
     fp8 = GemmSpec(8192, 4096, 7168, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
                    grouping=Grouping.OFFSETS, groups=8)
+    assert plan_schedule(spec, H100_SXM, stream_k=0).stream_k == 0, "stream_k=0 keeps whole tiles"
+    assert plan_schedule(fp8, H100_SXM).stream_k == 0, "fp8 shares no last round unless stream-K is forced"
     assert (plan_schedule(fp8, H100_SXM).bn, plan_schedule(fp8, H100_SXM, stream_k=2).bn) == (256, 128)
     assert plan_schedule(fp8, H100_SXM, stream_k=2, bn=256).bn == 256
     assert plan_schedule(spec, H100_SXM, stream_k=2).bn == 256

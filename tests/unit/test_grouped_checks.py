@@ -179,11 +179,38 @@ def test_rule22_tiles() -> None:
     assert grouped_tile(1024) == (128, 256) and grouped_tile(128) == (128, 128) and grouped_tile(40) == (64, 128)
     spec = GemmSpec(8192, 4096, 7168, grouping=Grouping.OFFSETS, groups=8)
     plan = plan_schedule(spec, H100_SXM)
-    assert (plan.bm, plan.bn, plan.split_k, plan.tail_split, plan.stream_k, plan.swap_ab) == (128, 256, 1, 1, 0, False)
+    # (its expected last round, (64 + 8 / 2) x 16 = 1088 tiles on 132 SMs, is a quarter full: stream-K in 4 pieces)
+    assert (plan.bm, plan.bn, plan.split_k, plan.tail_split, plan.stream_k, plan.swap_ab) == (128, 256, 1, 1, 4, False)
     assert plan.grid == H100_SXM.sm_count
     k = build(spec, H100_SXM)
     assert k.module.tiling.grouping is Grouping.OFFSETS and "grouped_offsets" in k.module.name
     assert "group_tile(" in k.source and "reshape([BN, BK])" in k.source
+
+
+@pytest.mark.parametrize("groups,m,n,k,pieces", [
+    (8, 8192, 4096, 7168, 4),    # 1088 expected tiles: 0.24 of a last round, 112 k-blocks (measured 0.761 / 0.817 ms)
+    (8, 8192, 7168, 2048, 2),    # 1904: 0.42, 32 k-blocks (0.398 / 0.412; 4 pieces 0.418)
+    (32, 16384, 2048, 7168, 0),  # 1152: 0.73 (whole tiles 0.863 ms, 2 pieces 0.940)
+    (8, 512, 4096, 7168, 0),     # 64 rows a group: rule 22's 64-row tile, no stream-K at it
+    (2, 256, 512, 4096, 0),      # 6 tiles: under one round, nothing after a full one to even out
+])
+def test_rule22_last_round_stream_k(groups: int, m: int, n: int, k: int, pieces: int) -> None:
+    """Rule 22 shares a bf16 M-grouped GEMM's last round as stream-K pieces where the expected round (rows' tiles plus
+    half a tile a group) is under half full, as measured on the H100 (session 29)."""
+    plan = plan_schedule(GemmSpec(m, n, k, grouping=Grouping.OFFSETS, groups=groups), H100_SXM)
+    assert plan.stream_k == pieces
+
+
+def test_rule22_last_round_stream_k_only_where_measured() -> None:
+    """fp8, masked layouts and fused epilogues keep whole tiles by default (unmeasured or measured slower) and still
+    take a forced stream_k; stream_k=0 keeps whole tiles where the default would share."""
+    shape = dict(m=8192, n=4096, k=7168, groups=8)
+    fp8 = GemmSpec(**shape, a_dtype=DType.E4M3, b_dtype=DType.E4M3, out_dtype=DType.BF16, scale=ScaleRecipe.ROWWISE,
+                   grouping=Grouping.OFFSETS)
+    masked = GemmSpec(**shape, grouping=Grouping.MASKED)
+    assert plan_schedule(fp8, H100_SXM).stream_k == 0 and plan_schedule(masked, H100_SXM).stream_k == 0
+    assert plan_schedule(fp8, H100_SXM, stream_k=2).stream_k == 2
+    assert plan_schedule(GemmSpec(**shape, grouping=Grouping.OFFSETS), H100_SXM, stream_k=0).stream_k == 0
 
 
 def test_rule22_fp8_rowwise_block_epilogue_and_refusals() -> None:

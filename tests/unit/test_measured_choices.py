@@ -30,6 +30,9 @@ MARGIN = 0.95
 KNOWN_MISSES = {
     ("pingpong-triton39-2026-11-27-session28.json", "fp8", "917x5184x608"):
         "rule 30 leaves unaligned rows out: one shape of evidence (rule-30 doc)",
+    ("pingpong-triton39-2026-11-27-session29.json", "fp8", "917x5184x608"):
+        "the same shape again (1.160 against 1.049): unaligned rows with 5 k-blocks, where ping-pong lost by 17-32% at "
+        "the four unaligned shapes of 10-26 k-blocks in the same run (rule-30 doc)",
     ("rule24-2026-11-27-session26.json", "fp8", "5344x2192x144"):
         "rule 24's k-block floor gives up this shape's 9% (rule-24 doc)",
     ("splitk-mid-2026-11-27-session28.json", "fp8", "2416x160x14368"):

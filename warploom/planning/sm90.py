@@ -676,6 +676,38 @@ def grouped_tile(rows_per_group: float) -> tuple[int, int]:
     return 128, 128
 
 
+# Rule 22's last round (H100, Triton 3.9, session 29, bf16 over ragged routings): stream-K's k-block pieces beat whole
+# tiles where the expected last round is under half full (8 experts x 8192 rows, N=4096 K=7168, a quarter full:
+# 0.761 ms against 0.817 in 4 pieces; N=7168 K=2048, 0.42 full: 0.398 against 0.412 in 2) and lost where it is
+# three quarters full (32 experts x 16384 rows, N=2048 K=7168: 0.925 against 0.863). Four pieces paid off at 112
+# k-blocks and lost at 32, where two did.
+GROUPED_SK_MAX_FILL = 0.5
+GROUPED_SK4_MIN_KBLOCKS = 64
+
+
+def expected_grouped_tiles(spec: GemmSpec, bm: int, bn: int) -> float:
+    """An M-grouped GEMM's expected tile count on `bm` x `bn` tiles: the rows' own tiles plus half a tile a group
+    for each group's ragged last one (the planner cannot see the routing; a uniform remainder wastes half a tile)."""
+    return (math.ceil(spec.m / bm) + spec.groups / 2) * math.ceil(spec.n / bn)
+
+
+def last_round_stream_k(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int) -> int:
+    """Rule 22's default stream-K pieces for an M-grouped bf16/fp16 GEMM (0: whole tiles): where the expected last
+    round of tiles (`expected_grouped_tiles`) fills under GROUPED_SK_MAX_FILL of the SMs after at least one full
+    round, its tiles are shared in 4 pieces (at least GROUPED_SK4_MIN_KBLOCKS k-blocks) or 2. Masked layouts keep
+    whole tiles (its 64-row tiles beat every 128-row variant, stream-K included, by 3-12%, session 29), as do fp8
+    and fused epilogues (unmeasured with it)."""
+    if (spec.grouping is not Grouping.OFFSETS or spec.a_dtype.bytes != 2 or spec.epilogue is not None
+            or spec.bias_dtype is not None or spec.groups < 1 or bm != 128):
+        return 0
+    rounds = expected_grouped_tiles(spec, bm, bn) / device.sm_count
+    fill = rounds - math.floor(rounds)
+    if rounds < 1 or not 0 < fill < GROUPED_SK_MAX_FILL:
+        return 0
+    pieces = 4 if k_blocks(spec) >= GROUPED_SK4_MIN_KBLOCKS else 2
+    return pieces if pieces <= k_blocks(spec) else 0
+
+
 def refuse_stream_k(spec: GemmSpec, stream_k: int, problems: list[str]) -> None:
     """Rule 21's refusals of a forced `stream_k`: more pieces than a tile's k-blocks (a piece with none would leave
     its finisher waiting), or `problems` (`stream_k_problems`), each an UnsupportedError with the fix."""
@@ -697,10 +729,10 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     whole tiles (no split-K, tail or swap: a grouped kernel's tiles are its groups') and the grid at the SM count:
     the tile count is known on the device only, and CTAs without a tile exit at once.
 
-    `stream_k` (forced only; None and 0: whole tiles): an M-grouped or masked plan whose last, partial round of
-    tiles is shared as (tile, k-block) pieces, at most `stream_k` a tile, split on the device from the scan's tile
-    count (rule 21's kernel over the group scan's tile ids). Not the default: its gain is unmeasured (the model,
-    docs/decisions/rule-22-grouped.md: at most the last round's idle share)."""
+    `stream_k` (0: whole tiles; None: `last_round_stream_k`'s choice): an M-grouped or masked plan whose last,
+    partial round of tiles is shared as (tile, k-block) pieces, at most `stream_k` a tile, split on the device from
+    the scan's tile count (rule 21's kernel over the group scan's tile ids). The default shares it for bf16/fp16
+    M-grouped GEMMs whose expected last round is under half full, as measured (docs/decisions/rule-22-grouped.md)."""
     if device.blackwell or device.gfx1250:
         raise UnsupportedError(f"grouped GEMMs (rule 22) are built for sm_90a; {device.name} is {device.arch}. Fix: "
                                "plan for an sm_90a device (H100_SXM)")
@@ -721,6 +753,10 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
         tile = (tile[0], 128)
     forced_bm = bm
     bm, bn = bm or tile[0], bn or (tile[1] if bm in (None, tile[0]) else 128)
+    if stream_k is None:
+        stream_k = last_round_stream_k(spec, device, bm, bn)
+        if stream_k and stream_k_problems(spec, False, None, None, None, False, bm):
+            stream_k = 0
     if consumer_partitions is None and spec.epilogue is not None and (bm, bn) == (128, 128):
         # Rule 9 runs a fused epilogue's two warpgroups as one partition; beside a grouped tile's scan state (group,
         # origin, row end) a dense gate and a per-expert bias spilled 88-92 bytes at 128x128 (ptxas, Triton 3.9,
