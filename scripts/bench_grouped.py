@@ -51,6 +51,32 @@ def masked_counts(experts: int, cap: int, seed: int = 0) -> torch.Tensor:
     return counts
 
 
+def operands(fp8: bool, a_rows: tuple[int, ...], experts: int, n: int, k: int,
+             device: str = "cuda") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """Random operands of a grouped GEMM (from torch's global generator, in this order): A (*a_rows, K), the experts'
+    weights W (E, N, K) (B is ``W.transpose(-2, -1)``, K-major) and, with `fp8`, rowwise fp32 scales in [0.5, 1.5):
+    scale_a `a_rows` (one per row of A), scale_b (E, N) (one per column of each expert's). bf16 without `fp8`
+    (no scales: None, None); e4m3 with it (normals cast, as torch's tests quantize). scripts/sweep_grouped.py's
+    cases draw theirs here too."""
+    if not fp8:
+        return (torch.randn(*a_rows, k, device=device, dtype=torch.bfloat16),
+                torch.randn(experts, n, k, device=device, dtype=torch.bfloat16), None, None)
+    a = torch.randn(*a_rows, k, device=device).to(torch.float8_e4m3fn)
+    w = torch.randn(experts, n, k, device=device).to(torch.float8_e4m3fn)
+    return a, w, torch.rand(*a_rows, device=device) + 0.5, torch.rand(experts, n, device=device) + 0.5
+
+
+def torch_grouped(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None,
+                  scale_b: torch.Tensor | None = None, offs: torch.Tensor | None = None,
+                  fast: bool = False) -> Callable[[], torch.Tensor]:
+    """torch's grouped op on these operands, as a call to time: torch._grouped_mm without scales,
+    torch._scaled_grouped_mm (bf16 out, `fast` its use_fast_accum) with rowwise ones; `offs` None for a 3-D a."""
+    if scale_a is None or scale_b is None:
+        return lambda: torch._grouped_mm(a, b, offs=offs)
+    return lambda: torch._scaled_grouped_mm(a, b, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16,
+                                            use_fast_accum=fast)
+
+
 def _loop(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> Callable[[], Any]:
     """A Python loop over experts (the offsets read once on the host, outside the timed call)."""
     ends = [0, *offs.tolist()]
@@ -113,11 +139,10 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
     elif kind.startswith("masked"):  # decode: (E, rows / E, K) at capacity rows / E, each expert's count <= it
         return _masked_case(experts, rows, n, k, fp8=kind == "masked-fp8")
     elif kind == "bf16":
-        a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16)
+        a, w, _, _ = operands(False, (rows,), experts, n, k)
         b = w.transpose(-2, -1)
         ours = lambda: warploom.grouped_mm(a, b, offs)  # noqa: E731
-        theirs = lambda: torch._grouped_mm(a, b, offs=offs)  # noqa: E731
+        theirs = torch_grouped(a, b, offs=offs)
         loop = _loop(a, w, offs)
     elif kind == "fp8-blockwise":  # DeepSeek-V3's recipe: scale_a (rows, K/128), scale_b (G, K/128, N/128)
         a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
@@ -130,13 +155,10 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
         loop = None
     else:
         fast = kind == "fp8-fast"
-        a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
-        w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn)
+        a, w, sa, sb = operands(True, (rows,), experts, n, k)
         b = w.transpose(-2, -1)
-        sa, sb = torch.rand(rows, device="cuda") + 0.5, torch.rand(experts, n, device="cuda") + 0.5
         ours = lambda: warploom.scaled_grouped_mm(a, b, sa, sb, offs, use_fast_accum=fast)  # noqa: E731
-        theirs = lambda: torch._scaled_grouped_mm(a, b, sa, sb, offs=offs, out_dtype=torch.bfloat16,  # noqa: E731
-                                                  use_fast_accum=fast)
+        theirs = torch_grouped(a, b, sa, sb, offs, fast)
         loop = None
     try:
         got, want = ours(), theirs()
@@ -174,19 +196,13 @@ def _masked_case(experts: int, rows: int, n: int, k: int, fp8: bool) -> dict[str
     cap = rows // experts
     counts = masked_counts(experts, cap).cuda()
     kind = "masked-fp8" if fp8 else "masked"
-    if fp8:
-        a = torch.randn(experts, cap, k, device="cuda").to(torch.float8_e4m3fn)
-        w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn)
-        sa, sb = torch.rand(experts * cap, device="cuda") + 0.5, torch.rand(experts, n, device="cuda") + 0.5
-        ours = lambda: warploom.scaled_grouped_mm(a, w.transpose(-2, -1), sa.view(experts, cap), sb,  # noqa: E731
-                                                  masked_m=counts, use_fast_accum=True)
-        theirs = lambda: torch._scaled_grouped_mm(a, w.transpose(-2, -1), sa.view(experts, cap), sb,  # noqa: E731
-                                                  out_dtype=torch.bfloat16, use_fast_accum=True)
+    a, w, sa, sb = operands(fp8, (experts, cap), experts, n, k)
+    b = w.transpose(-2, -1)
+    if sa is not None and sb is not None:
+        ours = lambda: warploom.scaled_grouped_mm(a, b, sa, sb, masked_m=counts, use_fast_accum=True)  # noqa: E731
     else:
-        a = torch.randn(experts, cap, k, device="cuda", dtype=torch.bfloat16)
-        w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16)
-        ours = lambda: warploom.grouped_mm(a, w.transpose(-2, -1), masked_m=counts)  # noqa: E731
-        theirs = lambda: torch._grouped_mm(a, w.transpose(-2, -1))  # noqa: E731
+        ours = lambda: warploom.grouped_mm(a, b, masked_m=counts)  # noqa: E731
+    theirs = torch_grouped(a, b, sa, sb, fast=True)
     row: dict[str, Any] = {"experts": experts, "rows": rows, "n": n, "k": k, "kind": kind}
     try:
         got, want = ours(), theirs()

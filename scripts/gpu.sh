@@ -109,11 +109,21 @@ if [ "$what" = grouped ]; then
     | tee "$OUT/grouped-masked.log"
   python3 scripts/sweep_grouped.py --out "$OUT/sweep-grouped.json" --align 1,128 ${SWEEP_GROUPED_ARGS:-} 2>&1 \
     | tee "$OUT/sweep-grouped.log"
-  # Masked decode against a copy's bandwidth, whole tiles against stream-K's pieces evening out the last round.
-  python3 scripts/sweep_grouped.py --out "$OUT/sweep-masked.json" --masked \
-    --shapes "${MASKED_SHAPES:-8x512x4096x7168,32x2048x4096x7168,8x512x7168x2048}" \
-    --variants '[{}, {"bn": 64}, {"bn": 256}, {"bm": 128}, {"bm": 128, "stream_k": 2}, {"bm": 128, "stream_k": 4}]' \
-    2>&1 | tee "$OUT/sweep-masked.log"
+  # fp8 rowwise, promoted and fast accumulation (issue 27: >= 1.2x torch._scaled_grouped_mm), against torch's and the
+  # dense fp8 kernel on the same rows; then stream-K, forced at planning (the planner keeps fp8 stream-K tiles 128
+  # wide, which a Plan field replaced on its 128x256 plan would not).
+  python3 scripts/sweep_grouped.py --out "$OUT/sweep-grouped-fp8.json" --case fp8,fp8-fast ${SWEEP_GROUPED_FP8_ARGS:-} \
+    2>&1 | tee "$OUT/sweep-grouped-fp8.log"
+  python3 scripts/sweep_grouped.py --out "$OUT/sweep-grouped-fp8-sk.json" --case fp8,fp8-fast \
+    --forced '{"stream_k": 2}' --variants '[{}, {"stream_k": 4}]' 2>&1 | tee "$OUT/sweep-grouped-fp8-sk.log"
+  # Masked decode against a copy's bandwidth, whole tiles against stream-K's pieces evening out the last round; bf16,
+  # then fp8 with fast accumulation (bench_grouped's masked-fp8: 0.85-0.89 of a copy's at 8 experts, the target 0.9).
+  masked_shapes=${MASKED_SHAPES:-8x512x4096x7168,32x2048x4096x7168,8x512x7168x2048}
+  masked_variants='[{}, {"bn": 64}, {"bn": 256}, {"bm": 128}, {"bm": 128, "stream_k": 2}, {"bm": 128, "stream_k": 4}]'
+  python3 scripts/sweep_grouped.py --out "$OUT/sweep-masked.json" --masked --shapes "$masked_shapes" \
+    --variants "$masked_variants" 2>&1 | tee "$OUT/sweep-masked.log"
+  python3 scripts/sweep_grouped.py --out "$OUT/sweep-masked-fp8.json" --masked --case fp8-fast \
+    --shapes "$masked_shapes" --variants "$masked_variants" 2>&1 | tee "$OUT/sweep-masked-fp8.log"
 fi
 if [ "$what" = moe ]; then
   # A DeepSeek-V3-like MoE FFN forward (issue 27 item 5): warploom's grouped GEMMs against torch's in the same layer,
