@@ -26,7 +26,7 @@ from warploom.epilogue.compose import with_prologue
 from warploom.epilogue.graph import OutputLayout
 from warploom.epilogue.operands import OperandKind
 from warploom.errors import AlignmentError, DeviceError, InputError, ShapeError
-from warploom.planning.sm90 import ROWWISE_MAX_N
+from warploom.planning.sm90 import two_passes
 from warploom.spec import GemmSpec, Grouping
 
 # scaled_mm's own operands, in front of the user's (epilogue/compose.py).
@@ -121,7 +121,7 @@ def _fused_spec(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any], o
         if s.kind is OperandKind.DENSE:
             tma_ok(s.name, tensors[s.name], 1, "a dense epilogue operand read by TMA")
     # Rule 29's cast kernel stores q by plain stores (the first pass's workspace is padded to 16-byte rows).
-    cast = g.rowwise() and spec.n > ROWWISE_MAX_N and g.quantized_pair() is not None
+    cast = two_passes(spec)
     for j, dt in enumerate(spec.output_dtypes()):
         if g.outputs[j].layout is OutputLayout.GROUPS or cast:
             continue  # (1x128 scales: masked register stores, not TMA)

@@ -31,8 +31,8 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 27. a fused rowwise quantization: one tile spans N (N <= 256), whole tiles: docs/decisions/rule-27-fused-rowwise.md
 28. a fused gate/up epilogue (silu_mul_interleaved): BN = 2 * block, whole tiles:
     docs/decisions/k-grouped-and-gate-epilogue.md
-29. a fused rowwise quantization with N > 256: an atomic row amax across the tiles, then a cast kernel:
-    docs/decisions/rule-29-rowwise-amax-pass.md
+29. a fused rowwise quantization with N > 256 (or N <= 256 that rule 27's tile cannot hold): an atomic row amax
+    across the tiles, then a cast kernel: docs/decisions/rule-29-rowwise-amax-pass.md
 30. fp8 rowwise fast accumulation, at most 16 k-blocks, Triton >= 3.9: ping-pong 128x128:
     docs/decisions/rule-30-short-k-pingpong.md
 
@@ -91,6 +91,8 @@ from warploom.planning.sm90 import (
     rowwise_bn,
     short_k_pingpong,
     swap_rows,
+    two_passes,
+    wide_row_problem,
 )
 from warploom.planning.sm90_models import (
     CLUSTER_MARGIN,
@@ -167,7 +169,8 @@ __all__ = [
     "amax_pass_spec",
     "quantized_problems", "rows_aligned", "rowwise_bn", "scale_rows", "short_k_pingpong",
     "scale_slot_bytes", "split_time", "square_tiles", "stage_bytes", "stream_k_grid", "stream_k_score",
-    "swap_decode", "swap_rows", "swap_tokens", "tail_score", "tdm_warps_reason", "wave_fill",
+    "swap_decode", "swap_rows", "swap_tokens", "tail_score", "tdm_warps_reason", "two_passes", "wave_fill",
+    "wide_row_problem",
 ]
 
 
@@ -191,7 +194,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     two_pass = False  # rule 29: a rowwise quantization across tiles along N, in two passes
     if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rules 26, 27 and 29
         rowwise = spec.epilogue.rowwise()
-        two_pass = rowwise and spec.n > ROWWISE_MAX_N
+        two_pass = two_passes(spec)
         problems = quantized_problems(spec, device, bn=bn, pingpong=pingpong, partial_blocks=partial_blocks,
                                       split_k=split_k, tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k,
                                       cluster=cluster, prefetch_operands=prefetch_operands)
@@ -257,9 +260,12 @@ class Explanation:
         g = self.spec.epilogue
         if g is not None and g.rowwise():  # which of the rowwise quantization's paths (rules 27 and 29)
             n, bn = self.spec.n, self.plan.bn
-            lines.append(f"  rowwise quantization, rule 29: N={n} > {ROWWISE_MAX_N} spans {bn}-wide tiles, so each "
-                         "tile stores y (fp32) to a workspace and adds its rows' amax to an (M,) amax by an atomic "
-                         "max; a cast kernel then writes q and s" if self.plan.amax_pass else
+            wide = wide_row_problem(self.spec)
+            why = (f"N={n} > {ROWWISE_MAX_N}" if wide is None else
+                   f"rule 27's one {ROWWISE_MAX_N}-wide tile cannot hold N={n} with {wide}, so the row")
+            lines.append(f"  rowwise quantization, rule 29: {why} spans {bn}-wide tiles: each tile stores y (fp32) to "
+                         "a workspace and adds its rows' amax to an (M,) amax by an atomic max; a cast kernel then "
+                         "writes q and s" if self.plan.amax_pass else
                          f"  rowwise quantization, rule 27: one {bn}-wide tile holds N={n}, its amax taken in the "
                          "tile (one pass)")
         if not self.candidates:

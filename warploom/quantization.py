@@ -34,10 +34,12 @@ as wide as N, at most 256, for rowwise); the epilogue folds each column block's 
 block is divided (`ir.FoldAmax`), stores q by TMA and s by masked register stores (`ir.StoreScales`). Rowwise with
 N > 256 (the amax spans the tiles along N) runs in two passes (rule 29): the GEMM stores y (fp32) to a workspace and
 adds each tile's row amax to an (M,) amax by an atomic max (`ir.AtomicAmax`), then a cast kernel computes q and s
-(`cast_rows`'s numbers). Refused there, each naming the unfused fix (store fp32/bf16 and quantize the call's result
-with this function): rule 29 with outputs beside the pair, grouped GEMMs, sm_100a and gfx1250. bf16/fp16 GEMMs and
-fp8 ones (fast or promoted accumulation, tensorwise, rowwise or blockwise scales) quantize fused, with operands of
-every kind (rowwise at 128 < N <= 256: fast accumulation, column and scalar operands, as rule 27 says).
+(`cast_rows`'s numbers); so does 128 < N <= 256 where rule 27's 256-wide tile cannot run (below). Refused there, each
+naming the unfused fix (store fp32/bf16 and quantize the call's result with this function): rule 29 with outputs beside
+the pair, grouped GEMMs, sm_100a and gfx1250. bf16/fp16 GEMMs and fp8 ones (fast or promoted accumulation, tensorwise,
+rowwise or blockwise scales) quantize fused, with operands of every kind (rowwise at 128 < N <= 256 in one pass: fast
+accumulation, column and scalar operands, as rule 27 says; per-column or dense operands and promoted fp8 there take rule
+29's two passes, if the pair is the graph's only output).
 """
 
 from __future__ import annotations

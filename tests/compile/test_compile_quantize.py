@@ -165,7 +165,8 @@ def test_rowwise_epilogue_cross_compiles_for_sm90a(make: Callable[[], Kernel], s
 
 # Rule 29: rowwise across the tiles along N (N > 256), two kernels: the GEMM on its 256-wide tiles (128 for promoted
 # fp8), each block folded and stored as fp32 y, the tile's row amax added by an atomic max; then the cast kernel.
-# Row and dense operands run here (rule 27 refuses them at 256 wide: the division is another kernel's).
+# Row and dense operands run here (rule 27 refuses them at 256 wide: the division is another kernel's), and so do
+# rows of 128 < N <= 256 that rule 27's tile cannot hold (`sm90.two_passes`).
 AMAX_PASS: dict[str, Callable[[], Kernel]] = {
     "amax_pass_bf16_n7168": lambda: bf16(2048, 7168, 2048, lambda acc: warploom.quantize(acc, **R)),
     "amax_pass_bf16_silu_128x256": lambda: bf16(8192, 7168, 7168, lambda acc: warploom.quantize(
@@ -182,6 +183,13 @@ AMAX_PASS: dict[str, Callable[[], Kernel]] = {
     "amax_pass_fp8_promoted_n1536": lambda: fp8_rowwise_promoted(2048, 1536, 2048, lambda acc: warploom.quantize(
         acc, **R)),
     "amax_pass_decode_bf16_m16_n7168": lambda: bf16(16, 7168, 2048, lambda acc: warploom.quantize(acc, **R)),
+    # N <= 256 where rule 27's 256-wide tile cannot run (per-column scale_b or a dense operand; promoted fp8): 128 wide
+    "amax_pass_fp8_rowwise_n256": lambda: fp8_rowwise(128, 256, 2048, lambda acc: warploom.quantize(acc, **R)),
+    "amax_pass_fp8_rowwise_m300_n240": lambda: fp8_rowwise(300, 240, 1008, lambda acc: warploom.quantize(acc, **R)),
+    "amax_pass_fp8_promoted_n256": lambda: fp8_rowwise_promoted(512, 256, 2048, lambda acc: warploom.quantize(
+        acc, **R)),
+    "amax_pass_bf16_residual_n256": lambda: bf16(300, 256, 512, lambda acc, res: warploom.quantize(acc + res, **R),
+                                                 res=t(300, 256, dtype=BF16)),
 }
 
 

@@ -1,6 +1,7 @@
-"""Planner rule 29 on the CPU simulator: a fused rowwise quantization whose rows span tiles along N (N > 256), in
-two passes (the GEMM stores y to an fp32 workspace and adds each tile's row amax to an (M,) amax by an atomic max;
-the cast kernel then divides), against the plain function.
+"""Planner rule 29 on the CPU simulator: a fused rowwise quantization whose rows span tiles along N (N > 256, or
+N <= 256 with what rule 27's 256-wide tile cannot hold), in two passes (the GEMM stores y to an fp32 workspace and
+adds each tile's row amax to an (M,) amax by an atomic max; the cast kernel then divides), against the plain
+function.
 
 The pair (q, s) must be exactly ``warploom.quantize(reference, recipe="rowwise")`` of the epilogue's value computed
 by torch in fp64: with small integer inputs every sum is exact in any order, and y reaches the cast pass in fp32, so
@@ -121,6 +122,38 @@ def test_fp8_scaled_mm_quantized_bitwise(fast: bool) -> None:
     y = a.double() @ b.double() * sa.double() * sb.double() + bias.double()
     rq, rs = warploom.quantize(F.silu(y.float()), **R)
     assert s.shape == (m, 1) and torch.equal(s, rs) and same_bytes(q, rq)
+
+
+NARROW = [(128, 256, 2048), (300, 240, 1008)]
+
+
+@pytest.mark.parametrize("shape", NARROW, ids=["x".join(map(str, s)) for s in NARROW])
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "promoted"])
+def test_fp8_scaled_mm_rows_rule_27_cannot_hold_bitwise(shape: tuple[int, int, int], fast: bool) -> None:
+    """N <= 256 with scaled_mm's per-column scale_b (the H100 benchmark's call, refused until 2026-11-27): rule 27's
+    256-wide tile cannot take it, so rule 29's two passes run on 128-wide tiles (N = 240: one whole tile and 112
+    columns of another; M = 300 ragged)."""
+    torch.manual_seed(sum(shape))
+    pow2 = lambda *shape: torch.exp2(torch.randint(-3, 3, shape).float())  # noqa: E731
+    m, n, k = shape
+    a, b = ints(m, k, lo=-2, hi=3).to(E4), ints(n, k, lo=-2, hi=3).to(E4).t()
+    sa, sb = pow2(m, 1), pow2(1, n)
+    fn = lambda acc: warploom.quantize(acc, **R)  # noqa: E731
+    kern = warploom.plan(a, b, sa, sb, out_dtype=BF16, use_fast_accum=fast, epilogue=fn)
+    assert kern.plan.amax_pass and kern.plan.bn == 128
+    q, s = warploom.scaled_mm(a, b, sa, sb, out_dtype=BF16, use_fast_accum=fast, epilogue=fn)
+    rq, rs = warploom.quantize((a.double() @ b.double() * sa.double() * sb.double()).float(), **R)
+    assert s.shape == (m, 1) and torch.equal(s, rs) and same_bytes(q, rq)
+
+
+def test_dense_operand_at_256_bitwise() -> None:
+    """bf16 with a dense residual at N = 256 (rule 27 refuses it at 256 wide): rule 29's 128-wide tiles."""
+    torch.manual_seed(9)
+    m, n, k = 130, 256, 64
+    a, b, res = ints(m, k).to(BF16), ints(k, n).to(BF16), ints(m, n, lo=-60, hi=61).to(BF16)
+    kern = warploom.plan(a, b, res=res, epilogue=lambda acc, res: warploom.quantize(F.relu(acc) + res, **R))
+    assert kern.plan.bn == 128
+    check(kern, a, b, {"res": res}, (torch.relu(a.double() @ b.double()) + res.double()).float())
 
 
 def test_zero_and_nan_rows_follow_the_plain_convention() -> None:

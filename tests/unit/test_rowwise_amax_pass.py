@@ -1,6 +1,7 @@
-"""Planner rule 29: a fused rowwise quantization across the tiles along N (N > 256), in two passes. The planner's
-choice (and `explain`'s words), the first pass's graph and IR (`ir.AtomicAmax`, `ir.AmaxPass`), the verifier's
-rules for it, the generated Gluon of both kernels, and what is refused by name. The numbers are the simulator
+"""Planner rule 29: a fused rowwise quantization across the tiles along N (N > 256, or a row rule 27's 256-wide tile
+cannot hold), in two passes. The planner's choice (and `explain`'s words), the first pass's graph and IR
+(`ir.AtomicAmax`, `ir.AmaxPass`), the verifier's rules for it, the generated Gluon of both kernels, and what is
+refused by name. The numbers are the simulator
 tier's (tests/sim/test_rowwise_amax_pass_sim.py), the machine code the compile tier's
 (tests/compile/test_compile_quantize.py).
 """
@@ -71,6 +72,31 @@ def test_one_tile_keeps_rule_27(n: int) -> None:
     assert not k.plan.amax_pass and k.module.amax_pass is None and k.plan.bn == (128 if n <= 128 else 256)
     assert f"rule 27: one {k.plan.bn}-wide tile holds N={n}" in explain(k.spec, H100_SXM).text()
     assert "atomic_amax" not in k.schedule
+
+
+def test_rows_rule_27_cannot_hold_take_rule_29() -> None:
+    """128 < N <= 256 where rule 27's 256-wide tile cannot run: per-column or dense operands (they spill) or promoted
+    fp8 (two accumulators). A graph storing the pair alone takes rule 29's passes on 128-wide tiles instead of a
+    refusal (scaled_mm's rowwise scale_b at N = 256 was refused on the H100, 2026-11-27); `explain` says why."""
+    fp8 = (t(128, 2048).to(E4), t(256, 2048).to(E4).t(), t(128, 1), t(1, 256))
+    kern = warploom.plan(*fp8, out_dtype=BF16, use_fast_accum=True, epilogue=rowwise)
+    assert kern.plan.amax_pass and kern.plan.bn == 128 and kern.module.amax_pass == ir.AmaxPass(DType.E4M3)
+    text = explain(kern.spec, H100_SXM).text()
+    assert ("rowwise quantization, rule 29: rule 27's one 256-wide tile cannot hold N=256 with per-column or dense "
+            "epilogue operands (scale_b)") in text
+    assert "so the row spans 128-wide tiles: each tile stores y (fp32)" in text
+    dense = bf16(300, 240, 1008, fn=lambda acc, res: warploom.quantize(acc + res, recipe="rowwise"),
+                 res=t(300, 240, dtype=BF16))
+    assert dense.plan.amax_pass and dense.plan.bn == 128
+    promoted = warploom.plan(t(64, 512).to(E4), t(208, 512).to(E4).t(), torch.empty((), device="meta"),
+                             torch.empty((), device="meta"), out_dtype=BF16, epilogue=rowwise)
+    assert promoted.plan.amax_pass and promoted.plan.bn == 128
+    assert "N=208 with promoted fp8 accumulation" in explain(promoted.spec, H100_SXM).text()
+    # per-row operands fit rule 27's tile, as does acc alone; forcing rule 27's width names rule 29's
+    assert not bf16(64, 256, fn=lambda acc, col_s: warploom.quantize(acc * col_s, recipe="rowwise"),
+                    col_s=t(64, 1)).plan.amax_pass
+    with pytest.raises(UnsupportedError, match=r"rowwise, rule 29.*bn=256: rule 29's tile must be 128 wide"):
+        plan_schedule(kern.spec, H100_SXM, bn=256)
 
 
 def test_first_pass_graph_and_ir() -> None:

@@ -1,7 +1,9 @@
-"""Planner rule 29: a fused rowwise quantization whose rows span tiles along N (N > 256) runs in two passes.
+"""Planner rule 29: a fused rowwise quantization whose rows span tiles along N runs in two passes.
 
-Rule 27 keeps a row in one tile (N <= 256). Wider rows need the amax of every tile along N before any value is
-divided, so the plan says where it is reduced (docs/decisions/rule-29-rowwise-amax-pass.md):
+Rule 27 keeps a row in one tile (N <= 256). Wider rows, and rows of 128 < N <= 256 whose 256-wide tile rule 27
+cannot run (promoted fp8, per-column or dense operands: `sm90.wide_row_problem`; they take 128-wide tiles here),
+need the amax of every tile along N before any value is divided, so the plan says where it is reduced
+(docs/decisions/rule-29-rowwise-amax-pass.md):
 
 - pass 1, the GEMM on ordinary fused tiles (`amax_pass_bn`: the tile rules 1-9 choose for the first pass's epilogue,
   128x128 or rule 9's 128x256; 128 wide for promoted fp8 and for graphs with operands, which spill at 256 wide):
@@ -48,14 +50,20 @@ def amax_pass_spec(spec: GemmSpec) -> GemmSpec:
     return replace(spec, epilogue=spec.epilogue.amax_pass())
 
 
+def amax_pass_outputs(spec: GemmSpec) -> str:
+    """What rule 29's two passes store (the quantize pair alone) against what `spec`'s graph stores."""
+    g = spec.epilogue
+    assert g is not None
+    got = ", ".join(f"{'groups' if o.layout.value == 'groups' else (o.dtype.value if o.dtype else 'out_dtype')}"
+                    for o in g.outputs)
+    return f"expected the outputs (q fp8, s), as `return warploom.quantize(y, recipe='rowwise')` gives, got ({got})"
+
+
 def amax_pass_problem(spec: GemmSpec) -> str | None:
     """Why a rowwise quantization wider than a tile cannot take rule 29's two passes, if it cannot."""
     g = spec.epilogue
     assert g is not None
     if g.quantized_pair() is not None:
         return None
-    got = ", ".join(f"{'groups' if o.layout.value == 'groups' else (o.dtype.value if o.dtype else 'out_dtype')}"
-                    for o in g.outputs)
     return (f"N={spec.n} > 256 takes rule 29's two passes (an atomic row amax across the tiles along N, then a cast "
-            f"kernel), which store the quantize pair only: expected the outputs (q fp8, s), as `return "
-            f"warploom.quantize(y, recipe='rowwise')` gives, got ({got})")
+            f"kernel), which store the quantize pair only: {amax_pass_outputs(spec)}")

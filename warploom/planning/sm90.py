@@ -11,7 +11,13 @@ from dataclasses import replace
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
 from warploom.errors import UnsupportedError
-from warploom.planning.amax_pass import AMAX_PASS_BNS, amax_pass_bn, amax_pass_problem
+from warploom.planning.amax_pass import (
+    AMAX_PASS_BNS,
+    AMAX_PASS_NARROW_BN,
+    amax_pass_bn,
+    amax_pass_outputs,
+    amax_pass_problem,
+)
 from warploom.planning.common import (
     DECODE_STAGES,
     MAX_STAGES,
@@ -227,6 +233,34 @@ def _row_operands(spec: GemmSpec) -> list[str]:
     return [s.name for s in spec.epilogue.operands if s.kind.varies_n]
 
 
+def wide_row_problem(spec: GemmSpec) -> str | None:
+    """Why rule 27's one 256-wide tile cannot hold a rowwise row of 128 < N <= 256, if it cannot: promoted fp8 (two
+    accumulators) or operands that vary along N (they spill). `two_passes` sends such a row to rule 29."""
+    assert spec.epilogue is not None
+    if not QUANT_BN < spec.n <= ROWWISE_MAX_N:
+        return None
+    if spec.accumulation is Accumulation.PROMOTED:
+        return ("promoted fp8 accumulation (a 256-wide tile promotes into two 128-column accumulators, which would "
+                "cut the row's amax in two)")
+    if _row_operands(spec):
+        return (f"per-column or dense epilogue operands ({', '.join(_row_operands(spec))}) (at 256 wide every "
+                "block's values of them stay live from its amax fold to its division, beside the whole accumulator, "
+                "and spill 136-1296 bytes, ptxas)")
+    return None
+
+
+def two_passes(spec: GemmSpec) -> bool:
+    """Rule 29 rather than rule 27: whether a fused rowwise quantization runs in two passes (planning/amax_pass.py).
+    Every N > 256 does (no tile holds the row); so does 128 < N <= 256 where rule 27's 256-wide tile cannot run
+    (`wide_row_problem`) and the graph stores the quantize pair alone, as rule 29's passes do (its fold and its
+    division run in different kernels, on 128-wide tiles: `amax_pass_bn`). Any other graph stays rule 27's, which
+    refuses it by name."""
+    g = spec.epilogue
+    if g is None or not g.rowwise():
+        return False
+    return spec.n > ROWWISE_MAX_N or (wide_row_problem(spec) is not None and g.quantized_pair() is not None)
+
+
 def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = None, pingpong: bool = False,
                        partial_blocks: int | None = None, split_k: int | None = None, tail_split: int | None = None,
                        swap_ab: bool | None = None, stream_k: int | None = None, cluster: int | str | None = None,
@@ -237,8 +271,9 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
     (LowerEpilogue folds the group's blocks before its scale and division), and none of the schedules that cut a
     tile's sum or columns otherwise (split-K, a tail, stream-K, swap-AB, clusters). Promoted fp8 (and so the
     blockwise recipes) promotes a 128-wide tile into one accumulator, which holds the group whole; a 256-wide one
-    into two 128-column halves, which would cut a rowwise group in two. Rowwise with N > 256 is rule 29's two passes
-    (`planning/amax_pass.py`): a graph storing the quantize pair alone, on the tile `amax_pass_bn` allows."""
+    into two 128-column halves, which would cut a rowwise group in two. Rowwise with N > 256, or with 128 < N <= 256
+    where rule 27's 256-wide tile cannot run (`wide_row_problem`), is rule 29's two passes (`two_passes`,
+    `planning/amax_pass.py`): a graph storing the quantize pair alone, on the tile `amax_pass_bn` allows."""
     assert spec.epilogue is not None
     rowwise = spec.epilogue.rowwise()
     out = []
@@ -252,22 +287,20 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
     if dense_operands(spec) and prefetch_operands:
         out.append("prefetch_operands=True: a dense operand's early copies follow the stores, which the walk over a "
                    "group puts after every block's load")
-    two_pass = rowwise and spec.n > ROWWISE_MAX_N  # rule 29 (planning/amax_pass.py)
+    two_pass = two_passes(spec)  # rule 29 (planning/amax_pass.py)
     want = rowwise_bn(spec.n) if rowwise else QUANT_BN
     widths = (AMAX_PASS_BNS if amax_pass_bn(spec) is None else (amax_pass_bn(spec),)) if two_pass else (want,)
     problem = amax_pass_problem(spec) if two_pass else None
     # (rule 29's fold and division run in different kernels: rule 27's limits on what stays live between them do
-    # not apply to it)
-    one_pass_wide = rowwise and not two_pass and want > QUANT_BN
+    # not apply to it; a wide row rule 27 cannot hold reaches here only where rule 29 cannot take it either)
+    wide = wide_row_problem(spec) if rowwise and not two_pass else None
     if problem is not None:
         out.append(problem)
-    elif one_pass_wide and spec.accumulation is Accumulation.PROMOTED:
-        out.append(f"N={spec.n} with promoted fp8 accumulation: expected N <= {QUANT_BN} or use_fast_accum=True (a "
-                   "256-wide tile promotes into two 128-column accumulators, which would cut the row's amax in two)")
-    elif one_pass_wide and _row_operands(spec):
-        out.append(f"N={spec.n} with per-column or dense epilogue operands ({', '.join(_row_operands(spec))}): "
-                   f"expected N <= {QUANT_BN} for them (at 256 wide every block's values of them stay live from its "
-                   "amax fold to its division, beside the whole accumulator, and spill 136-1296 bytes, ptxas)")
+    elif wide is not None:
+        fast = " or use_fast_accum=True" if spec.accumulation is Accumulation.PROMOTED else ""
+        out.append(f"N={spec.n} with {wide}: expected N <= {QUANT_BN}{fast} for rule 27's one tile, or (for rule "
+                   f"29's two passes, which take such rows on {AMAX_PASS_NARROW_BN}-wide tiles) a graph that stores "
+                   f"the quantize pair alone: {amax_pass_outputs(spec)}")
     elif two_pass and bn is not None and bn not in widths:
         out.append(f"bn={bn}: rule 29's tile must be " + (" or ".join(map(str, widths)) + " wide" if len(widths) > 1
                                                           else f"{widths[0]} wide (promoted fp8, or a graph with "
