@@ -1,6 +1,9 @@
 """scripts/bench_moe.py's CPU-checkable parts: its arguments, the routing (offs as torch's grouped ops want them),
 and the MoE layer at a tiny size on the CPU: torch's grouped ops against a per-expert loop, and warploom's grouped
-GEMMs (the simulator) against torch's layer, bf16 and fp8 rowwise."""
+GEMMs (the simulator) against torch's layer, bf16 and fp8 rowwise; fp8 blockwise: the 1x128 and 128x128
+quantization (shapes, scale layouts, values), the float reference of the dequantized layer, torch's per-expert
+_scaled_mm loop (its call form against torch's stride checks, with a CPU stand-in for the kernel), and warploom's
+layer, two-GEMM and one-GEMM, against the reference."""
 
 from __future__ import annotations
 
@@ -30,8 +33,9 @@ TINY = {"experts": 4, "hidden": 64, "inter": 32}
 
 def test_parse_defaults_and_lists() -> None:
     args = moe.parse([])
-    assert (args.experts, args.kinds, args.tokens, args.top_k) == (
-        [8, 32], ["bf16", "bf16-unfused", "bf16-gateup", "fp8", "fp8-gateup"], 4096, 0)
+    assert (args.experts, args.kinds, args.tokens, args.top_k) == ([8, 32], [
+        "bf16", "bf16-unfused", "bf16-gateup", "fp8", "fp8-gateup", "fp8-blockwise", "fp8-blockwise-gateup"], 4096, 0)
+    assert set(moe.KINDS) == set(moe.TOLERANCE)
     args = moe.parse(["--experts", "4", "--kinds", "fp8", "--top-k", "3"])
     assert (args.experts, args.kinds, args.top_k) == ([4], ["fp8"], 3)
 
@@ -71,7 +75,7 @@ def _loop_layer(x: torch.Tensor, layer, top_k: int) -> torch.Tensor:
 def test_torch_layer_on_cpu_matches_a_loop_over_experts() -> None:
     layer = moe.Layer.random(device="cpu", **TINY)
     x = torch.randn(16, 64).bfloat16()
-    got = moe.moe_forward(x, layer, moe.torch_gemms(False), 2)
+    got = moe.moe_forward(x, layer, moe.torch_gemms(moe.Recipe.BF16), 2)
     assert got.shape == x.shape and got.dtype == torch.bfloat16
     assert moe.relative_error(got, _loop_layer(x, layer, 2)) < 1e-2
 
@@ -102,28 +106,16 @@ def test_bf16_layer_fuses_the_silu_mul(grouped_calls: list[tuple[int, bool]]) ->
     """warploom's "bf16" layer: the gate GEMM, then the up GEMM with silu(gate) * acc as its epilogue, then down."""
     layer = moe.Layer.random(device="cpu", **TINY)
     x = torch.randn(16, 64).bfloat16()
-    fused = moe.moe_forward(x, layer, moe.warploom_gemms(False), 2)
+    fused = moe.moe_forward(x, layer, moe.warploom_gemms(), 2)
     assert grouped_calls == [(32, False), (32, True), (64, False)]  # gate (N = I), up with the epilogue, down (N = D)
     assert moe.relative_error(fused, _loop_layer(x, layer, 2)) < 1e-2
-
-
-def _emulated_fp8() -> object:
-    """torch._scaled_grouped_mm has no CPU kernel: the same product from the dequantized operands in fp32."""
-    def mm(a, sa, w, sw, offs):
-        a32 = a.float() * sa[:, None]
-        w32 = w.float() * sw[:, :, None]
-        ends, out = [0, *offs.tolist()], torch.zeros(a.shape[0], w.shape[1])
-        for g in range(w.shape[0]):
-            out[ends[g]:ends[g + 1]] = a32[ends[g]:ends[g + 1]] @ w32[g].t()
-        return out.bfloat16()
-    return moe.Gemms("emulated", True, mm)
 
 
 def test_warploom_layer_on_cpu_matches_torch_fp8() -> None:
     layer = moe.Layer.random(device="cpu", **TINY)
     x = torch.randn(16, 64).bfloat16()
-    ours = moe.moe_forward(x, layer, moe.warploom_gemms(True), 2)
-    want = moe.moe_forward(x, layer, _emulated_fp8(), 2)
+    ours = moe.moe_forward(x, layer, moe.warploom_gemms(moe.Recipe.ROWWISE, moe.Form.UNFUSED), 2)
+    want = moe.moe_forward(x, layer, moe.reference_gemms(moe.Recipe.ROWWISE), 2)  # (torch's has no CPU kernel)
     assert moe.relative_error(ours, want) < moe.TOLERANCE["fp8"]
     assert moe.relative_error(ours, _loop_layer(x, layer, 2)) < 0.1  # fp8 against the bf16 layer: loosely
 
@@ -137,7 +129,8 @@ def test_gateup_layer_runs_one_interleaved_gemm_and_matches_the_loop(grouped_cal
     then down; the same layer as the per-expert fp32 loop."""
     layer = moe.Layer.random(device="cpu", **TINY_IL)
     x = torch.randn(16, 128).bfloat16()
-    got = moe.moe_forward(x, layer, moe.warploom_gemms(False, interleaved=True), 2, layer.interleaved(128))
+    got = moe.moe_forward(x, layer, moe.warploom_gemms(moe.Recipe.BF16, moe.Form.ONE_GEMM), 2,
+                          layer.interleaved(128))
     assert grouped_calls == [(256, True), (128, False)]  # gate/up (N = 2I) with the epilogue, down (N = D)
     assert moe.relative_error(got, _loop_layer(x, layer, 2)) < 1e-2
     row = moe.case(4, 16, "bf16-gateup", hidden=128, inter=128, top_k=2, device="cpu", time_it=False)
@@ -146,9 +139,141 @@ def test_gateup_layer_runs_one_interleaved_gemm_and_matches_the_loop(grouped_cal
 
 def test_fp8_gateup_layer_matches_torch_fp8() -> None:
     """"fp8-gateup": the rowwise fp8 weights and their scales interleaved, the SiLU-mul fused, against torch's fp8
-    layer (emulated on the CPU)."""
+    layer (its dequantized float layer on the CPU)."""
     layer = moe.Layer.random(device="cpu", **TINY_IL)
     x = torch.randn(16, 128).bfloat16()
-    ours = moe.moe_forward(x, layer, moe.warploom_gemms(True, interleaved=True), 2, layer.interleaved(64))
-    want = moe.moe_forward(x, layer, _emulated_fp8(), 2)
+    ours = moe.moe_forward(x, layer, moe.warploom_gemms(moe.Recipe.ROWWISE, moe.Form.ONE_GEMM), 2,
+                           layer.interleaved(64, moe.Recipe.ROWWISE))
+    want = moe.moe_forward(x, layer, moe.reference_gemms(moe.Recipe.ROWWISE), 2)
     assert moe.relative_error(ours, want) < moe.TOLERANCE["fp8-gateup"]
+
+
+# fp8 blockwise (DeepSeek-V3's recipe): activations 1x128, weights 128x128. Scale blocks are 128 wide: the two-GEMM
+# form cuts w13's scales at I, so I is a multiple of 128.
+TINY_BW = {"experts": 4, "hidden": 128, "inter": 256}
+
+
+def test_quantize_blocks_shapes_layouts_and_values() -> None:
+    """Each block's scale is its amax / 448 (ragged blocks: their valid values'), the data its values over it in
+    e4m3, and dequantize inverts it to e4m3's precision; activations' 1x128 scales come column-major."""
+    torch.manual_seed(0)
+    w = torch.randn(3, 300, 200).bfloat16()  # (E, N, K), both ragged against 128
+    data, scale = moe.quantize_blocks(w, 128)
+    assert data.shape == w.shape and data.dtype == torch.float8_e4m3fn and scale.shape == (3, 3, 2)
+    assert scale.dtype == torch.float32
+    blk = w[1, 256:300, 128:200].float()  # (expert 1, the ragged corner block)
+    torch.testing.assert_close(scale[1, 2, 1], blk.abs().amax() / 448)
+    want = (blk / scale[1, 2, 1]).to(torch.float8_e4m3fn)
+    torch.testing.assert_close(data[1, 256:300, 128:200].float(), want.float())
+    back = moe.dequantize(data, scale, 128)
+    full = moe.dequantize(torch.ones(w.shape).to(torch.float8_e4m3fn), scale, 128)  # (each value's block scale)
+    assert ((back - w.float()).abs() <= w.float().abs() / 16 + full * 2**-9).all()  # (3 mantissa bits; subnormals)
+
+    x = torch.randn(40, 300).bfloat16()  # (R, K)
+    q, s = moe.quantize_1x128(x)
+    assert q.shape == x.shape and s.shape == (40, 3) and s.stride() == (1, 40)  # (torch's and DeepGEMM's layout)
+    torch.testing.assert_close(s[:, 2], x[:, 256:].float().abs().amax(-1) / 448)
+    assert moe.relative_error(moe.dequantize(q, s, 1), x) < 0.05
+
+
+def test_blockwise_weights_halves_and_interleave() -> None:
+    """Layer.blockwise stores (E, N/128, K/128) scales; halves() cuts w13 and its scales at I; the interleaved
+    blockwise w13 is the interleaved bf16 weight quantized (each scale block one gate and one up block)."""
+    import warploom
+
+    layer = moe.Layer.random(device="cpu", **TINY_BW)
+    (w13, s13), (w2, s2) = layer.weights(moe.Recipe.BLOCKWISE)
+    assert (w13.shape, s13.shape, w2.shape, s2.shape) == ((4, 512, 128), (4, 4, 1), (4, 128, 256), (4, 1, 2))
+    gate, up = moe.halves((w13, s13), 128)
+    assert [t.shape for t in (*gate, *up)] == [(4, 256, 128), (4, 2, 1)] * 2
+    torch.testing.assert_close(moe.dequantize(*up, 128), moe.dequantize(w13, s13, 128)[:, 256:])
+    with pytest.raises(ValueError, match="multiple of 128"):
+        moe.halves(moe.quantize_blocks(torch.randn(2, 192, 128), 128), 128)  # (I = 96: a scale block spans both)
+    il, s_il = layer.interleaved(64, moe.Recipe.BLOCKWISE)
+    assert il.shape == (4, 512, 128) and s_il.shape == (4, 4, 1)
+    g, u = warploom.deinterleave_gate_up(moe.dequantize(il, s_il, 128), block=64)
+    assert moe.relative_error(g, layer.w13[:, :256]) < 0.05 and moe.relative_error(u, layer.w13[:, 256:]) < 0.05
+
+
+def test_blockwise_reference_is_the_dequantized_product() -> None:
+    """reference_gemms' mm: expert g's rows of a * scale_a[r, k // 128] times (w[g] * scale_b[g, n // 128,
+    k // 128])^T, written here element-index by element-index."""
+    torch.manual_seed(1)
+    a, w = torch.randn(20, 256).bfloat16(), torch.randn(3, 130, 256).bfloat16()
+    (qa, sa), (qw, sw) = moe.quantize_1x128(a), moe.quantize_blocks(w, 128)
+    offs = torch.tensor([5, 5, 20], dtype=torch.int32)
+    got = moe.reference_gemms(moe.Recipe.BLOCKWISE).mm(qa, sa, qw, sw, offs)
+    k, n = torch.arange(256), torch.arange(130)
+    da = qa.float() * sa[:, k // 128]
+    want = torch.cat([da[:5] @ (qw[0].float() * sw[0][n // 128][:, k // 128]).t(),
+                      da[5:] @ (qw[2].float() * sw[2][n // 128][:, k // 128]).t()])
+    torch.testing.assert_close(got, want)
+
+
+def _torch_scaled_mm_on_cpu(a, b, scale_a, scale_b, out_dtype):  # noqa: ANN001, ANN202
+    """A CPU stand-in for torch._scaled_mm's 1x128 x 128x128 path that first checks what torch's CUDA build checks
+    (ScaledBlas.cpp: scale_a (M, K/128) strides (1, M), b column-major, scale_b (K/128, N/128) column-major)."""
+    (m, k), n = a.shape, b.shape[1]
+    assert b.stride(0) == 1, "b: column-major (K, N)"
+
+    def strides(t: torch.Tensor) -> list[int | None]:
+        return [st if size > 1 else None for size, st in zip(t.shape, t.stride(), strict=True)]  # (torch's too)
+
+    kb, nb = -(-k // 128), -(-n // 128)
+    assert scale_a.shape == (m, kb) and strides(scale_a) == strides(torch.empty(kb, m).t()), scale_a.stride()
+    assert scale_b.shape == (kb, nb) and strides(scale_b) == strides(torch.empty(nb, kb).t()), scale_b.stride()
+    da = moe.dequantize(a, scale_a, 1)
+    db = moe.dequantize(b.t(), scale_b.t(), 128).t()
+    return (da @ db).to(out_dtype)
+
+
+def test_torch_blockwise_loop_calls_scaled_mm_as_torch_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's blockwise layer (one _scaled_mm per non-empty expert over host row ends) passes torch's stride checks
+    and, with a CPU stand-in for the kernel, is the dequantized layer."""
+    monkeypatch.setattr(torch, "_scaled_mm", _torch_scaled_mm_on_cpu)
+    layer = moe.Layer.random(device="cpu", **{**TINY_BW, "hidden": 256})  # (K = 256: two scale blocks along K)
+    x = torch.randn(16, 256).bfloat16()
+    ends = [0, *moe.route(x, layer.router, 2)[2].tolist()]
+    got = moe.moe_forward(x, layer, moe.torch_blockwise_gemms(ends), 2)
+    want = moe.moe_forward(x, layer, moe.reference_gemms(moe.Recipe.BLOCKWISE), 2)
+    assert moe.relative_error(got, want) < moe.TOLERANCE["fp8-blockwise"]
+    assert moe.relative_error(got, _loop_layer(x, layer, 2)) < 0.1  # fp8 against the bf16 layer: loosely
+
+
+@pytest.fixture
+def scaled_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, bool]]:
+    """Each warploom.scaled_grouped_mm call's (N, scale_b's dimensions, whether it took an epilogue), in order."""
+    import warploom
+
+    calls: list[tuple[int, int, bool]] = []
+    real = warploom.scaled_grouped_mm
+
+    def spy(a, b, sa, sb, offs, **kw):  # noqa: ANN001, ANN003, ANN202
+        calls.append((b.shape[-1], sb.dim(), "epilogue" in kw))
+        return real(a, b, sa, sb, offs, **kw)
+
+    monkeypatch.setattr(warploom, "scaled_grouped_mm", spy)
+    return calls
+
+
+@pytest.mark.parametrize("kind,want_calls", [
+    ("fp8-blockwise", [(256, 3, False), (256, 3, True), (128, 3, False)]),  # gate, up with the SiLU-mul, down
+    ("fp8-blockwise-gateup", [(512, 3, True), (128, 3, False)])])  # interleaved gate/up (N = 2I) fused, down
+def test_blockwise_layer_on_cpu_matches_the_dequantized_layer(kind: str, want_calls: list[tuple[int, int, bool]],
+                                                              scaled_calls: list[tuple[int, int, bool]]) -> None:
+    """warploom's blockwise layers (the simulator) against the float layer of their dequantized operands, with the
+    SiLU-mul fused; torch's loop has no CPU kernel, which the row says rather than failing."""
+    row = moe.case(4, 16, kind, hidden=128, inter=256, top_k=2, device="cpu", time_it=False)
+    assert "error" not in row and row["err_vs_reference"] < moe.TOLERANCE[kind], row
+    assert scaled_calls == want_calls  # (the reference and torch's loop call no warploom GEMM)
+    assert "torch_err_vs_reference" in row or "torch_error" in row
+
+
+def test_summary_says_what_torch_ran() -> None:
+    """A blockwise row's line names torch's per-expert loop (or why it did not run) and the bf16 grouped time."""
+    base = {"warploom_ms": 2.0, "torch_bf16_ms": 3.0, "speedup_vs_bf16": 1.5, "err_vs_reference": 0.01}
+    line = moe.summary({**base, "torch_ms": 4.0, "speedup": 2.0})
+    assert "4.000" in line and "per-expert _scaled_mm loop" in line and "bf16 grouped 3.000 ms, x 1.500" in line
+    line = moe.summary({**base, "torch_error": "RuntimeError: no blockwise kernel"})
+    assert "no blockwise kernel" in line and "-" in line
+    assert "bf16 grouped" not in moe.summary({"warploom_ms": 1.0, "torch_ms": 1.0, "speedup": 1.0, "err_vs_torch": 0})
