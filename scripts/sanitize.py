@@ -132,6 +132,31 @@ def run_grouped() -> float:
     return relative_error(out.float(), want)
 
 
+def run_grouped_stream_k() -> float:
+    """Rule 22's own stream-K (`last_round_stream_k`): a bf16 M-grouped GEMM whose expected last round is under half
+    full, so the planner shares it in pieces, over 3 experts with an empty one (280 tiles of 128x256: two rounds and
+    16 tiles, each in 2 pieces), against a loop of fp32 products."""
+    import warploom
+    from warploom.checks_grouped import grouped_call
+    from warploom.device import DeviceInfo
+    from warploom.planner import plan_schedule
+
+    torch.manual_seed(23)
+    rows, n, k = [0, 1950, 2350], 2048, 1024
+    offs = torch.tensor(rows, device=DEVICE).cumsum(0).to(torch.int32)
+    a = torch.randn(sum(rows), k, device=DEVICE, dtype=torch.bfloat16)
+    w = torch.randn(len(rows), n, k, device=DEVICE, dtype=torch.bfloat16)
+    b = w.transpose(-2, -1)
+    plan = plan_schedule(grouped_call(a, b, offs, None, torch.bfloat16).spec, DeviceInfo.current())
+    assert plan.stream_k == 2, f"the case wants rule 22's stream-K, the planner gave {plan.short()}"
+    out = warploom.grouped_mm(a, b, offs)
+    _sync()
+    starts = [0, *offs.tolist()[:-1]]
+    want = torch.cat([a[s:e].float() @ w[g].float().t() for g, (s, e) in enumerate(zip(starts, offs.tolist(),
+                                                                                         strict=True))])
+    return relative_error(out.float(), want)
+
+
 def run_fused() -> float:
     """An fp8 rowwise GEMM whose epilogue adds a bias, applies gelu, adds a residual and quantizes the result to fp8
     with 1x128 scales (rules 26 and the fused epilogue), into NaN-poisoned outputs, against the fp32 value of the
@@ -238,6 +263,7 @@ def run_k_grouped_blockwise() -> float:
 # Cases run through the public API (their kernels' plans are the planner's for those calls).
 SPECIAL: dict[str, Callable[[], float]] = {
     "bf16_grouped": run_grouped,
+    "bf16_grouped_stream_k": run_grouped_stream_k,
     "fp8_fused_quantize": run_fused,
     "bf16_rowwise_quantize": run_rowwise_quantize,
     "bf16_gate_up": run_gate_up,
