@@ -210,6 +210,15 @@ if [ "$what" = quantize ]; then
   rc=${PIPESTATUS[0]}
   python3 scripts/bench_quantize.py --out "$OUT/quantize.json" ${QUANTIZE_ARGS:-} 2>&1 | tee "$OUT/quantize.log"
 fi
+if [ "$what" = skwaves ]; then
+  # Stream-K with a whole wave joining the shared tiles (ir.Tiling.sk_waves, forced only; issue 23): the planner's plan
+  # against classic stream-K and sk_waves=1 (128x256 and 128x128) at zoo shapes whose tiles fill just over whole waves
+  # (685x6136x1680: 144 tiles of 128x256, 0.60x torch in session 29's zoo). SKWAVES_SIZES overrides the shapes.
+  python3 scripts/sweep_plans.py --out "$OUT/skwaves.json" --cases bf16,fp8 --rounds 3 \
+    --variants '[{}, {"stream_k": 2, "cluster": 1, "tail_split": 1}, {"stream_k": 2, "sk_waves": 1, "cluster": 1, "tail_split": 1}, {"bn": 128, "stream_k": 2, "sk_waves": 1, "cluster": 1, "tail_split": 1}]' \
+    --sizes "${SKWAVES_SIZES:-685x6136x1680,1256x1720x11240,1057x2048x7112,342x13104x424,1232x7496x720,7206x1200x1008,676x8712x248}" \
+    2>&1 | tee "$OUT/skwaves.log"
+fi
 if [ "$what" = rule24 ]; then
   # Rule 24 side by side (issue 23): the planner's plan against one CTA per tile at the zoo shapes where it plans
   # clusters and the session-25 zoo run (docs/benchmarks.md) suggests a miss or a gain. Needs Triton >= 3.7

@@ -181,7 +181,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                   scale_partition: bool | None = None, split_k: int | None = None,
                   tail_split: int | None = None, swap_ab: bool | None = None,
                   stream_k: int | None = None, tdm_warps: TdmWarps | None = None,
-                  cluster: int | str | None = None) -> Plan:
+                  cluster: int | str | None = None, sk_waves: int = 0) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
     split_k (1: never split; None: rule 14 decides), tail_split (1: no split-K tail; None: rule 15 decides) and
     swap_ab (None: rule 18 decides, when nothing about the tile, depth or partitions is forced; True: plan the
@@ -190,7 +190,20 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     most s pieces per shared tile, refused where it cannot run) and tdm_warps (gfx1250 only: `TdmWarps`, the warps
     that issue each TDM copy; None: every warp, as before seed 004) and cluster (None: rule 24 decides; 1: one CTA
     per tile; 2 or "2x1": 2-CTA clusters along M multicasting B; "1x2": along N multicasting A; refused where they
-    cannot run)."""
+    cannot run) and sk_waves (1, with a forced stream_k: one whole wave joins the shared tiles, `Plan.sk_waves`;
+    forced only, unmeasured)."""
+    if sk_waves:
+        if sk_waves != 1 or not stream_k:
+            raise UnsupportedError(f"sk_waves={sk_waves!r} (with stream_k={stream_k!r}): expected 1 with a forced "
+                                   "stream_k of 2 to 16 (a whole wave joins the tiles stream-K shares). Fix: pass "
+                                   "stream_k=2 with sk_waves=1, or drop sk_waves")
+        plan = plan_schedule(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
+                             consumer_partitions=consumer_partitions, partial_blocks=partial_blocks,
+                             hoist_rows=hoist_rows, scalar_columns=scalar_columns, prefetch_operands=prefetch_operands,
+                             pingpong=pingpong, scale_partition=scale_partition, split_k=split_k,
+                             tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k, tdm_warps=tdm_warps,
+                             cluster=cluster)
+        return replace(plan, sk_waves=sk_waves)
     two_pass = False  # rule 29: a rowwise quantization across tiles along N, in two passes
     if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rules 26, 27 and 29
         rowwise = spec.epilogue.rowwise()

@@ -12,6 +12,7 @@ import torch
 import warploom
 from warploom import checks
 from warploom.device import H100_SXM
+from warploom.ir import printer
 from warploom.ir.raster import cdiv, stream_k_units
 from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
@@ -23,13 +24,10 @@ from warploom.sim.program import CtaProgram, FlagWaitI, Geometry, PartialAddI, P
 from warploom.sim.simulate import run_linked
 
 
-@pytest.mark.parametrize("m,n,k_tiles,grid,pieces", [
-    (1000, 700, 13, 132, 2), (3000, 3000, 47, 132, 4), (384, 752, 83, 72, 4), (130, 272, 13, 24, 4),
-    (4100, 4104, 32, 132, 3), (256, 384, 16, 12, 2), (640, 640, 5, 40, 16), (2000, 2112, 8, 132, 3)])
-def test_units_cover_every_k_block_once_and_name_their_finisher(m: int, n: int, k_tiles: int, grid: int,
-                                                                pieces: int) -> None:
-    bm, bn = 128, 256
-    units = {pid: stream_k_units(pid, m, n, k_tiles, bm, bn, 8, grid, pieces) for pid in range(grid)}
+def _covered(units: dict[int, tuple], tiles: int, k_tiles: int) -> dict[int, list[tuple[int, int, int]]]:
+    """Each tile's pieces (k_lo, k_hi, pid) in k order, after checking what every stream-K launch must hold: every
+    k-block of every tile once, contiguous; a CTA contributes at most one partial, in its first shared unit (one
+    workspace slot per CTA); only a CTA's last unit waits; a tile's finisher waits on every other piece."""
     covered: dict[int, list[tuple[int, int, int]]] = {}
     for pid, us in units.items():
         shared = [u for u in us if (u.k_lo, u.k_hi) != (0, k_tiles)]  # after its whole tiles
@@ -38,7 +36,6 @@ def test_units_cover_every_k_block_once_and_name_their_finisher(m: int, n: int, 
         assert all(not u.peers for u in us[:-1]), "only a CTA's last unit waits on others"
         for u in us:
             covered.setdefault(u.tile_id, []).append((u.k_lo, u.k_hi or k_tiles, pid))
-    tiles = cdiv(m, bm) * cdiv(n, bn)
     assert sorted(covered) == list(range(tiles))
     for tile_id, pieces_of in covered.items():
         pieces_of.sort()
@@ -46,8 +43,41 @@ def test_units_cover_every_k_block_once_and_name_their_finisher(m: int, n: int, 
         assert pieces_of[-1][1] == k_tiles
         first = next(u for u in units[pieces_of[0][2]] if u.tile_id == tile_id)
         assert first.peers == tuple(pid for _, _, pid in pieces_of[1:]), "the finisher waits on every other piece"
+    return covered
+
+
+@pytest.mark.parametrize("m,n,k_tiles,grid,pieces", [
+    (1000, 700, 13, 132, 2), (3000, 3000, 47, 132, 4), (384, 752, 83, 72, 4), (130, 272, 13, 24, 4),
+    (4100, 4104, 32, 132, 3), (256, 384, 16, 12, 2), (640, 640, 5, 40, 16), (2000, 2112, 8, 132, 3)])
+def test_units_cover_every_k_block_once_and_name_their_finisher(m: int, n: int, k_tiles: int, grid: int,
+                                                                pieces: int) -> None:
+    units = {pid: stream_k_units(pid, m, n, k_tiles, 128, 256, 8, grid, pieces) for pid in range(grid)}
+    for pieces_of in _covered(units, cdiv(m, 128) * cdiv(n, 256), k_tiles).values():
         if len(pieces_of) > 1:  # a shared tile of the last wave: at most `pieces` pieces while CTAs are left
             assert len(pieces_of) <= pieces + 1
+
+
+@pytest.mark.parametrize("m,n,k_tiles,grid", [
+    (1000, 700, 13, 20), (3000, 3000, 47, 132), (2000, 2112, 8, 132), (4100, 4104, 32, 60), (1000, 700, 13, 48),
+    (384, 752, 83, 72)])
+def test_a_whole_wave_joins_the_shared_tiles(m: int, n: int, k_tiles: int, grid: int) -> None:
+    """sk_waves=1 (`ir.Tiling.sk_waves`): one whole wave fewer runs data-parallel, its tiles shared with the last
+    wave's by every CTA in equal runs of k-blocks; still every k-block of every tile once, one partial per CTA, the
+    finisher waiting on the rest; where the tiles fill whole waves (or less than one), nothing changes."""
+    bm, bn, pieces = 128, 256, 2
+    tiles = cdiv(m, bm) * cdiv(n, bn)
+    units = {pid: stream_k_units(pid, m, n, k_tiles, bm, bn, 8, grid, pieces, waves=1) for pid in range(grid)}
+    _covered(units, tiles, k_tiles)
+    if tiles % grid and tiles > grid:
+        shared = tiles % grid + grid  # the partial wave's tiles and the last whole wave's
+        for pid, us in units.items():
+            dp = list(range(pid, tiles - shared, grid))
+            assert [(u.tile_id, u.k_lo, u.k_hi or k_tiles) for u in us[:len(dp)]] == [(t, 0, k_tiles) for t in dp], \
+                "the whole waves before the shared tiles, one fewer than without sk_waves"
+            assert sum((u.k_hi or k_tiles) - u.k_lo for u in us[len(dp):]) <= -(-shared * k_tiles // grid), \
+                "the shared k-blocks in equal runs"
+    else:
+        assert units == {pid: stream_k_units(pid, m, n, k_tiles, bm, bn, 8, grid, pieces) for pid in range(grid)}
 
 
 def _bf16(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,6 +99,49 @@ def test_bf16_numerics(m: int, n: int, k: int, pieces: int, bn: int) -> None:
     res = kern.simulate(a, b, out=out, record=False)
     assert not res.report.findings, res.report.findings
     torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+
+
+@pytest.mark.parametrize("m,n,k,grid", [(1000, 696, 1000, 20), (520, 904, 1552, 12)])
+def test_bf16_numerics_with_a_whole_wave_shared(m: int, n: int, k: int, grid: int) -> None:
+    """sk_waves=1 on a grid smaller than the tiles (the simulator runs every CTA): 2 and 3 whole waves and a partial
+    one, the last whole wave shared with it, against the fp32 product into a NaN-poisoned output."""
+    a, b = _bf16(m, n, k)
+    spec = checks.matmul_spec(a.to("meta"), b.to("meta"), None)
+    plan = dataclasses.replace(plan_schedule(spec, H100_SXM, stream_k=2, bn=128, sk_waves=1), grid=grid)
+    assert plan.sk_waves == 1 and "_sk2w1g" in plan.short()
+    kern = build(spec, H100_SXM, plan)
+    assert "sk_waves=1" in printer.module(kern.module)
+    assert "SK_WAVES = gl.constexpr(1)" in kern.source and "sk_tiles + SK_WAVES * grid" in kern.source
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    res = kern.simulate(a, b, out=out, record=False)
+    assert not res.report.findings, res.report.findings
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+
+
+def test_fp8_rowwise_numerics_with_a_whole_wave_shared() -> None:
+    m, n, k = 700, 528, 1552
+    torch.manual_seed(4)
+    a = torch.randn(m, k).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1) + 0.5, torch.rand(1, n) + 0.5
+    spec = checks.scaled_mm_spec(a.to("meta"), b.to("meta"), sa.to("meta"), sb.to("meta"), None, torch.bfloat16, True)
+    plan = dataclasses.replace(plan_schedule(spec, H100_SXM, stream_k=2, bn=128, sk_waves=1), grid=10)
+    res = build(spec, H100_SXM, plan).simulate(a, b, sa, sb, record=False)
+    assert not res.report.findings, res.report.findings
+    assert relative_error(res.outputs[0], (a.float() @ b.float()) * sa * sb) < 1e-3
+
+
+def test_sk_waves_refusals() -> None:
+    spec = checks.matmul_spec(torch.empty(1000, 1000, device="meta", dtype=torch.bfloat16),
+                              torch.empty(1000, 696, device="meta", dtype=torch.bfloat16), None)
+    with pytest.raises(warploom.errors.UnsupportedError, match=r"sk_waves=1 \(with stream_k=None\).*Fix: pass"):
+        plan_schedule(spec, H100_SXM, sk_waves=1)
+    with pytest.raises(warploom.errors.UnsupportedError, match="sk_waves=2"):
+        plan_schedule(spec, H100_SXM, stream_k=2, sk_waves=2)
+    from warploom.errors import PlanError
+
+    with pytest.raises(PlanError, match="sk_waves"):
+        dataclasses.replace(plan_schedule(spec, H100_SXM), stream_k=0, sk_waves=1)
 
 
 @pytest.mark.parametrize("recipe", ["rowwise_fast", "rowwise_exact", "tensorwise", "rowwise_bias"])

@@ -118,6 +118,14 @@ def sk_owner(t, k_tiles, dp_tiles, num_tiles):
     return ((t + 1) * k_tiles * sk_ctas - 1) // (sk_tiles * k_tiles)
 """
 
+# ir.Tiling.sk_waves: SK_WAVES whole waves join a partial last wave's tiles in the shared region.
+_SK_REGION = "    sk_tiles = num_tiles % grid\n"
+_SK_REGION_WAVES = _SK_REGION + """\
+    if sk_tiles > 0:
+        sk_tiles = gl.minimum(sk_tiles + SK_WAVES * grid, num_tiles)
+"""
+assert _SK_REGION in _STREAM_K
+
 # Stream-K's fp32 workspace (grid x BM x BN) and int32 flags (grid x consumer partitions): a few million elements
 # whatever the problem, so their offsets stay 32-bit.
 SK_PARAMS = ("sk_ws_ptr", "sk_flags_ptr")
@@ -1179,6 +1187,7 @@ def prelude(m: ir.Module, header: str) -> CodeBuffer:
                                            ("STAGES", m.rings[0].depth), ("GROUP_M", t.group_m))
     consts += (("SPLIT_K", t.split_k),) if t.split_k > 1 else ()
     consts += (("SK_SPLIT", t.stream_k),) if t.stream_k else ()
+    consts += (("SK_WAVES", t.sk_waves),) if t.sk_waves else ()
     for name, val in consts:
         b.line(f"{name} = gl.constexpr({val})")
     b.line()
@@ -1187,7 +1196,7 @@ def prelude(m: ir.Module, header: str) -> CodeBuffer:
     if t.stream_k:
         b.line()
         b.line()
-        b.lines(_STREAM_K)
+        b.lines(_STREAM_K if not t.sk_waves else _STREAM_K.replace(_SK_REGION, _SK_REGION_WAVES))
     if t.grouped:
         b.line()
         b.line()

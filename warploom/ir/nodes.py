@@ -760,6 +760,9 @@ class Tiling:
             edges. K loops run over the unit's k-blocks (guards count from k_lo); a `Fixup` joins the pieces of a
             split tile through an fp32 workspace of G BM x BN slots and a flag per slot and consumer partition. The
             launch grid is the planned grid even where it exceeds the tiles.
+        sk_waves: with stream_k, 0 or 1 whole waves that join the shared region: S = T % G + sk_waves * G tiles
+            (at most T; none where T % G is 0), so the data-parallel waves are one fewer and every CTA takes
+            S * k_tiles / G iterations, whose pieces need not start at a neighbour's k-block.
         grouping: a grouped GEMM (`spec.Grouping`, the experts of a mixture-of-experts layer): the TILES and FLAT
             loops visit (group, tile) pairs, tile ids 0 .. T - 1 over all groups, T = sum over groups of
             cdiv(rows_g, BM) * cdiv(N, BN), a group's tiles consecutive and in the grouped raster within it. The
@@ -802,6 +805,7 @@ class Tiling:
     ranged: bool = False
     swap_ab: bool = False
     stream_k: int = 0
+    sk_waves: int = 0
     grouping: Grouping = Grouping.NONE
     cluster: int = 1
     cluster_n: bool = False

@@ -167,6 +167,7 @@ def module(m: ir.Module) -> str:
         + (f" split_k={t.split_k}" if t.split_k > 1 else "") + (" ranged" if t.ranged else "")
         + (" swap_ab (stores C transposed)" if t.swap_ab else "")
         + (f" stream_k={t.stream_k} (the last wave's tiles in up to {t.stream_k} pieces)" if t.stream_k else "")
+        + (f" sk_waves={t.sk_waves} (and {t.sk_waves} whole wave shared with them)" if t.sk_waves else "")
         + ((f" cluster=1x{t.cluster} (CTAs along N sharing A)" if t.cluster_n else
             f" cluster={t.cluster} (CTAs along M sharing B)") if t.cluster > 1 else "")
         + (" exit_sync (a cluster barrier before exit)" if t.exit_sync else ""),

@@ -201,15 +201,18 @@ def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: in
     return tuple(out)
 
 
-def stream_k_pieces(pid: int, tiles: int, k_tiles: int, grid: int,
-                    pieces: int) -> tuple[tuple[int, int, int, tuple[int, ...]], ...]:
+def stream_k_pieces(pid: int, tiles: int, k_tiles: int, grid: int, pieces: int,
+                    waves: int = 0) -> tuple[tuple[int, int, int, tuple[int, ...]], ...]:
     """CTA `pid`'s work units of a stream-K launch over `tiles` tile ids, as (tile_id, k_lo, k_hi, peers): line for
     line the Gluon helpers ``sk_range``, ``sk_unit`` and ``sk_owner`` (backends/gluon_sm90.py). Whole tiles first
     (pid, pid + grid, ... below the whole waves), then its iterations of the last wave's tiles, cut at tile edges; a
     finisher unit (k-block 0, ending early) lists the CTAs holding the rest of its tile in `peers`, in k order. Only
     tile ids: a dense launch places them by the raster (`stream_k_units`), a grouped one by its group scan
-    (`group_stream_k_units`), as the kernels' ``tile_coords`` and ``group_tile`` do."""
+    (`group_stream_k_units`), as the kernels' ``tile_coords`` and ``group_tile`` do. `waves` whole waves join the
+    shared tiles where there is a partial wave (`ir.Tiling.sk_waves`)."""
     sk_tiles = tiles % grid
+    if sk_tiles:
+        sk_tiles = min(tiles, sk_tiles + waves * grid)
     dp_tiles = tiles - sk_tiles
     ctas = min(grid, sk_tiles * pieces)
     total = sk_tiles * k_tiles
@@ -225,13 +228,13 @@ def stream_k_pieces(pid: int, tiles: int, k_tiles: int, grid: int,
 
 
 def stream_k_units(pid: int, m: int, n: int, k_tiles: int, bm: int, bn: int, group_m: int, grid: int,
-                   pieces: int) -> tuple[TileRef, ...]:
+                   pieces: int, waves: int = 0) -> tuple[TileRef, ...]:
     """The work units CTA `pid` of a stream-K launch visits, in order (`ir.Tiling.stream_k`): `stream_k_pieces` over
     C's tiles, each placed by the grouped raster."""
     num_pid_m, num_pid_n = cdiv(m, bm), cdiv(n, bn)
     out = []
     for i, (tile_id, k_lo, k_hi, peers) in enumerate(stream_k_pieces(pid, num_pid_m * num_pid_n, k_tiles, grid,
-                                                                     pieces)):
+                                                                     pieces, waves)):
         pm, pn = tile_coords(tile_id, num_pid_m, num_pid_n, group_m)
         out.append(TileRef(i, tile_id, pm, pn, pm * bm, pn * bn, k_lo=k_lo, k_hi=k_hi, peers=peers))
     return tuple(out)
@@ -307,7 +310,7 @@ def group_tiles(pid: int, bounds: tuple[tuple[int, int], ...], n: int, bm: int, 
 
 
 def group_stream_k_units(pid: int, bounds: tuple[tuple[int, int], ...], n: int, k_tiles: int, bm: int, bn: int,
-                         group_m: int, grid: int, pieces: int) -> tuple[TileRef, ...]:
+                         group_m: int, grid: int, pieces: int, waves: int = 0) -> tuple[TileRef, ...]:
     """The work units CTA `pid` of a grouped stream-K launch visits (`ir.Tiling.stream_k` with `grouping`):
     `stream_k_pieces` over the launch's tile ids, the count the group scan's (known on the device only, so the
     split is the run time's, as the kernel's ``sk_range(pid, group_count(...), k_tiles)``), each unit placed by
@@ -315,7 +318,7 @@ def group_stream_k_units(pid: int, bounds: tuple[tuple[int, int], ...], n: int, 
     scan = GroupScan.of(bounds, n, bm, bn, group_m)
     return tuple(scan.place(tile_id, index=i, k_lo=k_lo, k_hi=k_hi, peers=peers)
                  for i, (tile_id, k_lo, k_hi, peers) in enumerate(stream_k_pieces(pid, scan.count, k_tiles, grid,
-                                                                                  pieces)))
+                                                                                  pieces, waves)))
 
 
 def k_group_tiles(pid: int, bounds: tuple[tuple[int, int], ...], m: int, n: int, bm: int, bn: int, bk: int,

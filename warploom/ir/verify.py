@@ -500,11 +500,15 @@ def _check_stream_k(m: ir.Module) -> list[str]:
     must see the tile's whole sum, and a contributor skips what follows it), naming accumulators the partition owns;
     the workspace's int32 offsets (grid x BM x BN) in range; no more pieces than a tile has k-blocks."""
     t, errs = m.tiling, []
+    if t.sk_waves and not t.stream_k:
+        errs.append(f"sk_waves={t.sk_waves} without stream_k: only stream-K shares a region of tiles")
     if t.stream_k:
         if t.stream_k < 2:
             errs.append(f"stream_k={t.stream_k}: a shared tile is cut into at least 2 pieces")
         if t.split_k > 1 or t.ranged or t.swap_ab:
             errs.append("stream_k with split-K, a ranged launch or swap_ab (stream-K units cover whole tiles of C)")
+        if t.sk_waves not in (0, 1):
+            errs.append(f"sk_waves={t.sk_waves}: 0, or 1 whole wave joining the shared region")
         if t.grid * t.bm * t.bn >= 2**31:
             errs.append(f"stream_k: a workspace of {t.grid} x {t.bm} x {t.bn} fp32 passes 32-bit offsets")
         k_tiles = -(-m.spec.k // t.bk)

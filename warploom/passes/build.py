@@ -162,7 +162,7 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         # (rule 29: the cast kernel's fp8 type is not in the first pass's spec, so the name says it)
         name=kernel_name(spec, plan) + (f"_{amax_pass.fp8.value}" if amax_pass else ""), spec=spec,
         tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid, plan.split_k, ranged=plan.tail_split > 1,
-                         swap_ab=plan.swap_ab, stream_k=plan.stream_k, grouping=spec.grouping,
+                         swap_ab=plan.swap_ab, stream_k=plan.stream_k, sk_waves=plan.sk_waves, grouping=spec.grouping,
                          uneven_split=plan.split_k > 1 and -(-spec.k // plan.bk) % plan.split_k != 0),
         partitions=(part,), rings=rings, target=plan.target, amax_pass=amax_pass,
     )

@@ -86,6 +86,9 @@ class Plan:
         stream_k: rule 21: 0, or the tiles of the last, partial wave are shared out evenly as (tile, k-block)
             iterations, each tile in at most this many pieces, and the pieces joined through an fp32 workspace in the
             same kernel (`ir.Tiling.stream_k`); `grid` may then exceed the tiles.
+        sk_waves: with `stream_k`, 0, or 1: one whole wave of tiles joins the last, partial one in the shared region
+            (`ir.Tiling.sk_waves`), so every CTA runs about (rest + grid) / grid tiles' k-blocks instead of one whole
+            tile and then a share of the rest (forced only: issue 23's lever for tiles just over a whole wave).
         cluster: rule 24 (sm_90a, Triton >= 3.7): 1, or 2 CTAs of a thread-block cluster stacked along M share B's
             tile, which the lead CTA multicasts (`ir.Tiling.cluster`, passes/cluster.py); the consumer warpgroups
             then split each tile by columns. `grid` stays the CTAs launched (an even number).
@@ -131,6 +134,7 @@ class Plan:
     promote_tmem: bool = False
     target: Target = Target.SM90A
     stream_k: int = 0
+    sk_waves: int = 0
     tdm_warps_a: int = 0
     tdm_warps_b: int = 0
     tdm_fused: bool = False
@@ -166,6 +170,9 @@ class Plan:
             raise PlanError(f"Plan(stream_k={self.stream_k}) shares whole tiles' k-blocks among CTAs itself: it takes "
                              "no split_k, "
                              "tail_split, pingpong or swap_ab")
+        if self.sk_waves not in (0, 1) or (self.sk_waves and not self.stream_k):
+            raise PlanError(f"Plan(sk_waves={self.sk_waves!r}): expected 0, or 1 with stream_k (the whole wave it adds "
+                             "to stream-K's shared region)")
         if self.cluster not in (1, 2):
             raise PlanError(f"Plan(cluster={self.cluster!r}): expected 1 or 2 CTAs per cluster")
         if self.cluster > 1 and (self.split_k > 1 or self.tail_split > 1 or self.stream_k
@@ -220,7 +227,7 @@ class Plan:
         tm += "p" if self.promote_tmem else ""  # (sm_100a fp32 blockwise: the buffers hold partials)
         if self.tdm_warps_a or self.tdm_warps_b:
             tm += f"_wa{self.tdm_warps_a:x}b{self.tdm_warps_b:x}" + ("f" if self.tdm_fused else "")
-        sk = f"_sk{self.stream_k}g{self.grid}" if self.stream_k else ""
+        sk = f"_sk{self.stream_k}{f'w{self.sk_waves}' if self.sk_waves else ''}g{self.grid}" if self.stream_k else ""
         sk += (f"_c1x{self.cluster}" if self.cluster_n else f"_c{self.cluster}") if self.cluster > 1 else ""
         sk += "_amax" if self.amax_pass else ""  # (rule 29's first pass: a kernel of another name)
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"

@@ -88,12 +88,13 @@ class Geometry:
                                                                   grid), cdiv(k, t.bk))
             if t.stream_k:  # (the split over the group scan's tile count, as the kernel's sk_range)
                 return Geometry(m, n, k, pid, grid, group_stream_k_units(pid, groups, n, cdiv(k, t.bk), t.bm, t.bn,
-                                                                         t.group_m, grid, t.stream_k), cdiv(k, t.bk))
+                                                                         t.group_m, grid, t.stream_k, t.sk_waves),
+                                cdiv(k, t.bk))
             return Geometry(m, n, k, pid, grid, group_tiles(pid, groups, n, t.bm, t.bn, t.group_m, grid),
                             cdiv(k, t.bk))
         if t.stream_k:
             return Geometry(m, n, k, pid, grid, stream_k_units(pid, m, n, cdiv(k, t.bk), t.bm, t.bn, t.group_m, grid,
-                                                               t.stream_k), cdiv(k, t.bk))
+                                                               t.stream_k, t.sk_waves), cdiv(k, t.bk))
         return Geometry(m, n, k, pid, grid,
                         cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, launch_span(module, m, n, span),
                                   t.cluster, t.cluster_n),
