@@ -139,7 +139,13 @@ from warploom.planning.sm90_models import (
     stream_k_score,
     tail_score,
 )
-from warploom.planning.sm100 import PROMOTED_PARTIALS, plan_blackwell, promotion_path, scale_path
+from warploom.planning.sm100 import (
+    PROMOTED_PARTIALS,
+    grouped_path,
+    plan_blackwell,
+    promotion_path,
+    scale_path,
+)
 from warploom.planning.trace import Candidate, collecting
 from warploom.spec import GemmSpec
 from warploom.targets import declared
@@ -163,8 +169,8 @@ __all__ = [
     "epilogue_bytes", "epilogue_subtiles", "explain", "fused_wide", "grouped_tile", "is_decode",
     "k_block", "k_blocks", "latency_kind", "latency_split", "latency_stages", "latency_tiles", "latency_times",
     "latency_us", "max_stages", "nvfp4_bk", "plan_blackwell", "plan_epilogue_bytes", "plan_gfx1250", "plan_grouped",
-    "plan_schedule", "promotion_path", "scale_path", "gate_up_problems", "amax_pass_bn", "amax_pass_problem",
-    "amax_pass_spec",
+    "plan_schedule", "promotion_path", "scale_path", "grouped_path", "gate_up_problems", "amax_pass_bn",
+    "amax_pass_problem", "amax_pass_spec",
     "quantized_problems", "rows_aligned", "rowwise_bn", "scale_rows", "short_k_pingpong",
     "scale_slot_bytes", "split_time", "square_tiles", "stage_bytes", "stream_k_grid", "stream_k_score",
     "swap_decode", "swap_rows", "swap_tokens", "tail_score", "tdm_warps_reason", "wave_fill",
@@ -268,6 +274,8 @@ class Explanation:
                 lines.append(f"  accumulation: {promotion_path(self.plan)}")
             if self.plan.block_scaled:
                 lines.append(f"  scales: {scale_path(self.plan, self.spec)}")
+            if self.spec.grouped and self.plan.acc_buffers:  # (sm_100a: tensor-memory accumulators)
+                lines.append(f"  grouped: {grouped_path(self.spec, self.plan)}")
             return "\n".join(lines)
         best = min(c.score for c in self.candidates)
         lines.append(f"  {'tile':8s} {'schedule':20s} {'score':>6s}  (1.00: the best; lower is faster)")

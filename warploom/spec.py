@@ -255,14 +255,39 @@ class GemmSpec:
     def grouped_problems(self) -> list[str]:
         """What a grouped kernel does not (yet) take; empty when this spec's other fields are all it takes."""
         problems = []
-        if self.scale not in (ScaleRecipe.NONE, ScaleRecipe.ROWWISE, ScaleRecipe.BLOCKWISE_1X128_128X128):
-            problems.append(f"{self.scale.value} scales (bf16/fp16, fp8 rowwise and blockwise 1x128 x 128x128 only)")
+        if self.scale not in (ScaleRecipe.NONE, ScaleRecipe.ROWWISE, ScaleRecipe.BLOCKWISE_1X128_128X128,
+                              ScaleRecipe.MX):
+            problems.append(f"{self.scale.value} scales (bf16/fp16, fp8 rowwise and blockwise 1x128 x 128x128, and "
+                            "MX fp8 on sm_100a, only)")
         if self.bias_dtype is not None:
             problems.append("a bias (torch._scaled_grouped_mm takes none either)")
         if self.epilogue is not None and len(self.epilogue.outputs) != 1:
             problems.append("a fused epilogue but one with one output")
         if self.a_layout is not ALayout.K_MAJOR:
             problems.append("an M-major A")
+        return problems
+
+    def sm90_grouped_problems(self) -> list[str]:
+        """What the sm_90a grouped kernel does not take, beside `grouped_problems`: MX scales (sm_100a's block-scaled
+        MMA applies them; sm_90a would promote them, which no grouped kernel does)."""
+        return [f"{self.scale.value} scales (grouped MX GEMMs are built for sm_100a only)"] \
+            if self.scale.microscaled else []
+
+    def sm100_grouped_problems(self) -> list[str]:
+        """What the sm_100a grouped kernel (rule 22 on sm_100a) does not take yet, beside `grouped_problems`: M-grouped
+        (offs) only; bf16 / fp16, or MX fp8 with row-major scales (seed 000's scale partition reads each tile's
+        expert's rows unpadded); no fused epilogue."""
+        problems = []
+        if self.grouping is not Grouping.OFFSETS:
+            problems.append(f"{self.grouping.value} grouping (M-grouped offs only on sm_100a so far)")
+        if self.scale is ScaleRecipe.MX and self.scale_layout is ScaleLayout.BLOCKED:
+            problems.append("MX scales in the blocked layout (row-major, unpadded per-expert scales only)")
+        elif self.scale not in (ScaleRecipe.NONE, ScaleRecipe.MX):
+            problems.append(f"{self.scale.value} scales (bf16 / fp16, or MX fp8 with row-major scales, on sm_100a)")
+        if self.scale is ScaleRecipe.MX and self.is_fp4:
+            problems.append("fp4 operands (MX fp8 only so far)")
+        if self.epilogue is not None:
+            problems.append("a fused epilogue (the sm_100a grouped epilogue stores the product only so far)")
         return problems
 
     @property

@@ -211,8 +211,8 @@ def scale_offsets_wide(spec: GemmSpec) -> bool:
     the spec's sizes, with room for strides padded up to 4x (cuBLAS's scale layouts round rows up to 4), reaches
     2^31 elements. Only then: 64-bit address math in the copying partitions costs registers, which spill there."""
     s, m, n, k = spec.scale, spec.m, spec.n, spec.k
-    if s is ScaleRecipe.MX:
-        most = max(m, n) * -(-k // MX_BLOCK)
+    if s is ScaleRecipe.MX:  # (a grouped spec's scale_b holds every expert's N rows)
+        most = max(m, n * max(spec.groups, 1)) * -(-k // MX_BLOCK)
     elif s.is_blockwise:
         kb = -(-k // SCALE_BLOCK)
         most = max(s.a_scales(m), s.b_scales(n)) * kb

@@ -149,6 +149,8 @@ class CtaData:
         if self.m.ring(ring).tmem:  # seed 000: the scale partition's masked loads (1.0 outside)
             src = self.ops.scale_a if tag.tensor == "scale_a" else self.ops.scale_b
             assert src is not None
+            if tag.group is not None:  # a grouped module's scale_b (G, N, K/v): its tile's expert's rows
+                src = src[tag.group]
             rows = self.m.tiling.bm if tag.tensor == "scale_a" else self.m.tiling.bn  # (a narrow tile: its bn rows)
             r0, c0 = tag.origin[0], tag.origin[1] // self.m.spec.scale.scale_k
             if self.m.spec.scale_layout is ScaleLayout.BLOCKED:  # (flat: gathered at the kernel's blocked offsets)
