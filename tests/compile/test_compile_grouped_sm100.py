@@ -1,11 +1,13 @@
 """Compile tier for M-grouped GEMMs on sm_100a (rule 22 on sm_100a; backends/gluon_sm100.py's grouped emitter):
-each cross-compiles for sm_100a with Triton's Blackwell ptxas, issues tcgen05 MMAs (UTCHMMA for bf16 / fp16, the
-block-scaled UTCQMMA of kind::mxf8f6f4 for MX fp8, whose scales the partition tcgen05.st's: STTM, no UTCCP), reads
-its accumulators from tensor memory (LDTM), loads B through its 3-D descriptor, has both store paths (TMA inside a
-group, masked global stores across its end), does not spill and fits the B200's shared memory. Nothing runs: no
-sm_100a GPU is at hand."""
+each cross-compiles for sm_100a with Triton's Blackwell ptxas, issues tcgen05 MMAs (UTCHMMA for bf16 / fp16; the
+block-scaled UTCQMMA of kind::mxf8f6f4 for MX fp8 and UTCOMMA of kind::mxf4 for MX fp4, whose scales the partition
+tcgen05.st's: STTM, no UTCCP), reads its accumulators from tensor memory (LDTM), loads B through its 3-D descriptor,
+has both store paths (TMA inside a group, masked global stores across its end), does not spill and fits the B200's
+shared memory. Nothing runs: no sm_100a GPU is at hand."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -16,8 +18,8 @@ from warploom.kernel import build
 OFF, E4 = Grouping.OFFSETS, DType.E4M3
 
 
-def _mx(m: int, n: int, k: int, groups: int = 8) -> GemmSpec:
-    return GemmSpec(m, n, k, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX, Accumulation.PROMOTED,
+def _mx(m: int, n: int, k: int, groups: int = 8, dt: DType = E4) -> GemmSpec:
+    return GemmSpec(m, n, k, dt, dt, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX, Accumulation.PROMOTED,
                     grouping=OFF, groups=groups)
 
 
@@ -28,6 +30,7 @@ CASES = [
                                      grouping=OFF, groups=8), 256),
     ("mxfp8_offsets_128x128", _mx(8192, 4096, 7168), 128),
     ("mxfp8_offsets_decode", _mx(8 * 48, 4096, 7168), 128),  # 48 rows an expert: most of each tile past its end
+    ("mxfp4_offsets_128x128", _mx(8192, 4096, 7168, dt=DType.E2M1), 128),
 ]
 
 
@@ -39,8 +42,11 @@ def test_grouped_sm100_compiles(name: str, spec: GemmSpec, bn: int) -> None:
     assert c.target == "sm_100a"
     assert c.count("HGMMA") == c.count("QGMMA") == 0  # no wgmma: sm_100a has none
     if spec.scale is ScaleRecipe.MX:
-        assert "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale" in c.ptx
-        assert c.block_scaled_mmas() == c.count("UTCQMMA") == 4, c.summary()  # BK = 128: four 32-deep MMAs
+        # MX fp8: kind::mxf8f6f4, four 32-deep MMAs a 128-deep k-block; MX fp4: kind::mxf4, two 64-deep ones
+        kind, mma, mmas = (r"kind::mxf4\.block_scale", "UTCOMMA", 2) if spec.is_fp4 else \
+            (r"kind::mxf8f6f4\.block_scale", "UTCQMMA", 4)
+        assert re.search(r"tcgen05\.mma\.cta_group::1\." + kind, c.ptx)
+        assert c.block_scaled_mmas() == c.count(mma) == mmas, c.summary()
         assert c.count("UTCCP") == 0 and c.count("STTM") > 0, c.summary()  # seed 000: tcgen05.st, no tcgen05.cp
         assert "(sb_ptr + grp * sb_stride_g)" in k.gluon.text  # scale_b at the tile's expert, unpadded
     else:

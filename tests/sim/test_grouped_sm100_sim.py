@@ -28,7 +28,7 @@ from warploom.sim import program
 from warploom.sim.findings import FindingKind
 from warploom.sim.grouped import simulate_grouped
 
-E4 = DType.E4M3
+E4, F4 = DType.E4M3, DType.E2M1
 
 
 def _err(got: torch.Tensor, ref: torch.Tensor, rows: torch.Tensor) -> float:
@@ -37,19 +37,25 @@ def _err(got: torch.Tensor, ref: torch.Tensor, rows: torch.Tensor) -> float:
     return ((g - r).norm() / r.norm().clamp(min=1e-6)).item()
 
 
-def _mx_spec(m: int, n: int, k: int, groups: int) -> GemmSpec:
-    return GemmSpec(m, n, k, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX, Accumulation.PROMOTED,
+def _mx_spec(m: int, n: int, k: int, groups: int, dt: DType = E4) -> GemmSpec:
+    return GemmSpec(m, n, k, dt, dt, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX, Accumulation.PROMOTED,
                     grouping=Grouping.OFFSETS, groups=groups)
 
 
-def _mx_inputs(m: int, n: int, k: int, groups: int, seed: int,
-               strided: bool = False) -> tuple[torch.Tensor, ...]:
+def _mx_inputs(m: int, n: int, k: int, groups: int, seed: int, strided: bool = False,
+               dt: DType = E4) -> tuple[torch.Tensor, ...]:
     """e4m3 a (M, K), b (G, K, N) (a (G, N, K) weight seen transposed), e8m0 scale_a (M, K/32) and scale_b
     (G, N, K/32), row-major and unpadded; `strided`: scale views with a row stride past K/32 and a column stride of
-    2 (any strides)."""
+    2 (any strides). MX fp4 (`dt` E2M1): every e2m1 code, two a byte along K: a (M, K/2), b (G, K/2, N)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(m, k, generator=g).to(torch.float8_e4m3fn)
-    w = torch.randn(groups, n, k, generator=g).to(torch.float8_e4m3fn)
+
+    def data(*shape: int) -> torch.Tensor:
+        if dt is F4:
+            return torch.randint(0, 256, (*shape[:-1], shape[-1] // 2), generator=g,
+                                 dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+        return torch.randn(*shape, generator=g).to(dt.torch)
+
+    x, w = data(m, k), data(groups, n, k)
 
     def scales(*rows: int) -> torch.Tensor:
         cols = k // 32 * (2 if strided else 1) + (3 if strided else 0)
@@ -63,26 +69,29 @@ def _mx_reference(x: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.
                   bounds: tuple[tuple[int, int], ...]) -> torch.Tensor:
     """The fp32 product of the dequantized operands in each group's rows (NaN elsewhere)."""
     out = torch.full((x.shape[0], b.shape[2]), float("nan"))
+    fp4 = x.dtype == torch.float4_e2m1fn_x2  # (dequantized unpacks packed pairs itself)
     for g, (s, e) in enumerate(bounds):
-        da, db = dequantized(x[s:e].float(), b[g].float(), sa[s:e], sb[g])
+        da, db = dequantized(x[s:e] if fp4 else x[s:e].float(), b[g] if fp4 else b[g].float(), sa[s:e], sb[g])
         out[s:e] = da @ db
     return out
 
 
-@pytest.mark.parametrize("seed,m,n,k,groups,strided", [
-    (0, 300, 200, 544, 5, False),   # a last k-block of one 32-deep slice, N not a tile multiple
-    (1, 419, 136, 1056, 7, True),   # strided scale views (any strides), more experts
-    (2, 96, 264, 288, 3, False),    # decode-sized groups: 128-row tiles mostly past each group's end
+@pytest.mark.parametrize("seed,m,n,k,groups,strided,dt", [
+    (0, 300, 200, 544, 5, False, E4),   # a last k-block of one 32-deep slice, N not a tile multiple
+    (1, 419, 136, 1056, 7, True, E4),   # strided scale views (any strides), more experts
+    (2, 96, 264, 288, 3, False, E4),    # decode-sized groups: 128-row tiles mostly past each group's end
+    (3, 300, 200, 640, 5, False, F4),   # MX fp4 (kind::mxf4): K in values, two a byte; a partial last k-block
+    (4, 211, 136, 1024, 6, True, F4),   # MX fp4, strided scale views
 ])
-def test_mx_fp8_numerics_per_expert_row_major_scales(seed: int, m: int, n: int, k: int, groups: int,
-                                                     strided: bool) -> None:
+def test_mx_numerics_per_expert_row_major_scales(seed: int, m: int, n: int, k: int, groups: int, strided: bool,
+                                                 dt: DType) -> None:
     offs = routing(seed, groups, m)
-    spec = _mx_spec(m, n, k, groups)
+    spec = _mx_spec(m, n, k, groups, dt)
     plan = plan_schedule(spec, B200, stages=3)
     assert plan.block_scaled and plan.scale_partition and (plan.bm, plan.bn) == (128, 128)
     mod = build(spec, B200, plan).module
     assert {r.name for r in mod.rings if r.tmem} == {"sa_tm", "sb_tm"} and not mod.tmem_scales
-    x, b, sa, sb = _mx_inputs(m, n, k, groups, seed, strided)
+    x, b, sa, sb = _mx_inputs(m, n, k, groups, seed, strided, dt)
     res = simulate_grouped(mod, x, b, offs, sa, sb, seed=seed).raise_for_findings()
     bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
     rows = valid_rows(bounds, m)
@@ -169,6 +178,9 @@ def test_refusals_name_what_is_not_built() -> None:
         plan_schedule(GemmSpec(**shape, grouping=Grouping.K_OFFSETS), B200)
     with pytest.raises(UnsupportedError, match="stream-K is not built on sm_100a"):
         plan_schedule(GemmSpec(**shape, grouping=Grouping.OFFSETS), B200, stream_k=2)
+    mixed = dataclasses.replace(_mx_spec(1024, 256, 256, 4), b_dtype=F4)
+    with pytest.raises(UnsupportedError, match="MX fp8 x fp4"):
+        plan_schedule(mixed, B200)
     blocked = dataclasses.replace(_mx_spec(1024, 256, 256, 4), scale_layout=warploom.ScaleLayout.BLOCKED)
     with pytest.raises(UnsupportedError, match="blocked layout"):
         plan_schedule(blocked, B200)

@@ -97,7 +97,7 @@ class GroupedEmitter(PartitionEmitter):
     def _load_b(self, o: ir.TmaLoad) -> None:
         d = self.depth[o.slot.cursor]
         slot = slot_index(o.slot, d, self.stages)
-        coord = ", ".join(["grp", *(self._coord(a) for a in o.coord)])
+        coord = ", ".join(["grp", *(self._coord(a, ir.Tensor.B) for a in o.coord)])  # (sm_100a fp4: K in bytes)
         self.buf.line(f"{self.api.tma_load}(b_desc, [{coord}], {o.barrier}_bars.index({slot}), "
                       f"{o.ring}.index({slot}))", printer.op(o) + " (the tile's group)")
 

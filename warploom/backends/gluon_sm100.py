@@ -30,6 +30,7 @@ from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.ir.verify_scales import NVFP4_MMA_COLS
+from warploom.spec import BLayout
 
 
 def _header(api: gluon_api.GluonApi, scales: bool = False, copies: bool = True) -> str:
@@ -217,6 +218,13 @@ class _GroupedSm100Emitter(GroupedEmitter, _Sm100Emitter):
         super().__init__(m, p, buf)
         grp = "grp.to(gl.int64)" if scale_offsets_wide(m.spec) else "grp"
         self.sb_base = f"(sb_ptr + {grp} * sb_stride_g)"  # (MX: the tile's expert's scale rows)
+
+    def _b_slot(self, ring: str, slot: str) -> str:
+        # the 3-D box's one group as (BN, BK) (MX fp4: (BN, BK // 2) packed bytes, the descriptor's K)
+        assert self.m.spec.b_layout is BLayout.K_MAJOR or not self.m.spec.fp4_b, "fp4 B is K-major"
+        if self.m.spec.fp4_b:
+            return f"{ring}.index({slot}).reshape([BN, BK // 2])"
+        return super()._b_slot(ring, slot)
 
 
 def lower_sm100(m: ir.Module) -> GluonSource:

@@ -59,6 +59,7 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
         raise ShapeError("b", f"(G, {a.shape[1] if a.dim() == 2 else 'K'}, N) beside a 2-D a",
                          f"a {tuple(a.shape)}, b {tuple(b.shape)}", "pass a as (M, K) and b as (G, K, N)")
     m, k = a.shape
+    k *= 2 if module.spec.fp4_a else 1  # (sm_100a MX fp4: K in values, two a byte of a and b)
     n = b.shape[-1]
     values = bounds.tolist() if isinstance(bounds, torch.Tensor) else list(bounds)
     groups = group_bounds(t.grouping, values, k if k_grouped else m)
