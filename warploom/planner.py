@@ -22,7 +22,8 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 19. sm_100a: tcgen05 into two tensor-memory accumulators, a 4-warp epilogue partition: docs/decisions/rule-19-sm100a.md
 20. gfx1250: one 4-warp partition, TDM copies and wmma, software-pipelined, 128x128: docs/decisions/rule-20-gfx1250.md
 21. stream-K: the last wave's tiles shared as 2-4 k-block pieces, a fixup: docs/decisions/rule-21-stream-k.md
-22. grouped GEMMs: 128x256 from 256 rows a group, 64x128 to 64, else 128x128: docs/decisions/rule-22-grouped.md
+22. grouped GEMMs: 128x256 from 256 rows a group, 64x128 to 64, else 128x128 (sm_100a: 128 rows always):
+    docs/decisions/rule-22-grouped.md
 23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
 24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7; 1x2 sharing A, promoted, blockwise
     and fused clusters when forced): docs/decisions/rule-24-clusters.md

@@ -1,4 +1,5 @@
 """Grouped GEMMs on sm_90a (ir.Tiling.grouping): the group scan helpers and the partition emitter's differences.
+(sm_100a's M-grouped kernel, backends/gluon_sm100.py, takes `GroupedEmitter`'s methods around its tcgen05 ops.)
 
 A grouped kernel is the sm_90a kernel with four changes, all here (and a fifth for blockwise fp8: the scale_b
 copy reads the tile's group's block, ``sb_ptr + grp * sb_stride_g``, of the (G, ceil(K/128), ceil(N/128)) scales;

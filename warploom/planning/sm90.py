@@ -733,7 +733,10 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     `stream_k` (0: whole tiles; None: `last_round_stream_k`'s choice): an M-grouped or masked plan whose last,
     partial round of tiles is shared as (tile, k-block) pieces, at most `stream_k` a tile, split on the device from
     the scan's tile count (rule 21's kernel over the group scan's tile ids). The default shares it for bf16/fp16
-    M-grouped GEMMs whose expected last round is under half full, as measured (docs/decisions/rule-22-grouped.md)."""
+    M-grouped GEMMs whose expected last round is under half full, as measured (docs/decisions/rule-22-grouped.md).
+
+    A Blackwell device's grouped plan is `plan_blackwell_grouped`'s (rule 22 on sm_100a); MX scales, which only
+    sm_100a's grouped kernel takes, are refused on sm_90a by name."""
     if device.gfx1250:
         raise UnsupportedError(f"grouped GEMMs (rule 22) are built for sm_90a and sm_100a; {device.name} is "
                                f"{device.arch}. Fix: plan for an sm_90a device (H100_SXM) or an sm_100a one (B200)")
