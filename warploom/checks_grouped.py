@@ -140,8 +140,11 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
     no_neg_bit(named)
     same_device(named)
     fast_accum(use_fast_accum)
-    allowed = (DType.E4M3,) if scaled else _16BIT
-    fix = "quantize to torch.float8_e4m3fn with rowwise or blockwise scales" if scaled else "pass bf16 or fp16 tensors"
+    # (MX fp4, torch.float4_e2m1fn_x2 two values of K a byte, goes with e8m0 scales: `_mx_scales`)
+    mx = scaled and DType.E8M0 in (DType.from_torch(scale_a.dtype), DType.from_torch(scale_b.dtype))
+    allowed = (DType.E4M3, DType.E2M1) if mx else (DType.E4M3,) if scaled else _16BIT
+    fix = "quantize to torch.float8_e4m3fn with rowwise or blockwise scales (or MX e8m0 ones, also for " \
+        "torch.float4_e2m1fn_x2)" if scaled else "pass bf16 or fp16 tensors"
     a_dt = check_dtype("a", a, allowed, fix)
     b_dt = check_dtype("b", b, allowed, fix)
     if a_dt != b_dt:
@@ -200,7 +203,8 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
         raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
                              f"N = {n}", "pad N")
     recipe = ScaleRecipe.NONE
-    if scaled and DType.E8M0 in (DType.from_torch(scale_a.dtype), DType.from_torch(scale_b.dtype)):
+    if mx:
+        k *= 2 if a_dt is DType.E2M1 else 1  # (MX fp4: a (M, K/2) and b (G, K/2, N) bytes, K counted in values)
         recipe = _mx_scales(scale_a, scale_b, a.dim(), rows, groups, n, k)
     elif scaled and scale_b.dim() == 3:
         kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
@@ -342,11 +346,11 @@ def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, want_a: tupl
 
 def _mx_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, a_dim: int, rows: int, groups: int, n: int,
                k: int) -> ScaleRecipe:
-    """MX fp8 (`ScaleRecipe.MX`, sm_100a): e8m0 scales per 32 of K, row-major and unpadded, any strides: scale_a
-    (total_M, K/32), one per row of a in the grouped row space (a row's own, whichever expert owns it), and scale_b
-    (G, N, K/32), one per row of each expert's (N, K) weight and 32 of K. M-grouped (a 2-D a with offs) only; K a
-    multiple of 32. The scale partition reads each tile's expert's rows at their strides (`sb_ptr + grp *
-    sb_stride_g`), so nothing is padded or swizzled per expert."""
+    """MX fp8 and MX fp4 (`ScaleRecipe.MX`, sm_100a; `k` in values): e8m0 scales per 32 of K, row-major and
+    unpadded, any strides: scale_a (total_M, K/32), one per row of a in the grouped row space (a row's own, whichever
+    expert owns it), and scale_b (G, N, K/32), one per row of each expert's (N, K) weight and 32 of K. M-grouped (a
+    2-D a with offs) only; K a multiple of 32. The scale partition reads each tile's expert's rows at their strides
+    (`sb_ptr + grp * sb_stride_g`), so nothing is padded or swizzled per expert."""
     kb = k // MX_BLOCK
     if a_dim != 2:
         raise ScaleError("scale_a", "MX scales with a 2-D (total_M, K) a and offs (M-grouped; masked and batched MX "

@@ -17,7 +17,7 @@ from grouped_cases import routing, valid_rows  # (pytest puts this folder on sys
 import warploom
 from warploom import Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
 from warploom.device import B200
-from warploom.errors import InputError, ScaleError, UnsupportedError
+from warploom.errors import DTypeError, InputError, ScaleError, UnsupportedError
 from warploom.ir import nodes as ir
 from warploom.ir.raster import group_bounds
 from warploom.ir.verify import structural
@@ -99,11 +99,13 @@ def test_mx_numerics_per_expert_row_major_scales(seed: int, m: int, n: int, k: i
     assert res.output[~rows].isnan().all()
 
 
-def test_mx_fp8_through_scaled_grouped_mm_on_cpu() -> None:
-    """CPU tensors run the kernel planned for a B200 (sm_90a's grouped kernel has no MX) on the simulator."""
+@pytest.mark.parametrize("dt", [E4, F4], ids=lambda d: d.value)
+def test_mx_through_scaled_grouped_mm_on_cpu(dt: DType) -> None:
+    """CPU tensors run the kernel planned for a B200 (sm_90a's grouped kernel has no MX) on the simulator; MX fp4
+    as torch.float4_e2m1fn_x2, a (M, K/2) and b (G, K/2, N), K counted in values by the scales."""
     groups, m, n, k = 4, 260, 136, 320
     offs = torch.tensor([33, 33, 200, 250], dtype=torch.int32)
-    x, b, sa, sb = _mx_inputs(m, n, k, groups, 5)
+    x, b, sa, sb = _mx_inputs(m, n, k, groups, 5, dt=dt)
     y = warploom.scaled_grouped_mm(x, b, sa, sb, offs)
     bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
     assert y.shape == (m, n) and _err(y, _mx_reference(x, b, sa, sb, bounds), valid_rows(bounds, m)) < 1e-2
@@ -211,6 +213,11 @@ def test_bad_mx_scales_are_named() -> None:
     for (s_a, s_b), err, msg in cases:
         with pytest.raises(err, match=msg):
             warploom.scaled_grouped_mm(x, b, s_a, s_b, offs)
+    x4, b4, sa4, sb4 = _mx_inputs(m, n, k, groups, 0, dt=F4)
+    with pytest.raises(ScaleError, match=r"scale_a: expected shape \(260, 10\) .*got shape \(260, 5\)"):
+        warploom.scaled_grouped_mm(x4, b4, sa4[:, :5], sb4, offs)  # (per 64 of K: fp4's K is twice its bytes)
+    with pytest.raises(DTypeError, match="a: expected dtype in .*float4_e2m1fn_x2.*MX e8m0"):
+        warploom.scaled_grouped_mm(x4, b4, sa4.float(), sb4.float(), offs)
     x3 = x[:256].reshape(groups, 64, k)
     with pytest.raises(InputError, match="scale_a: expected MX scales with a 2-D"):
         warploom.scaled_grouped_mm(x3, b, sa[:256], sb, masked_m=torch.full((groups,), 64, dtype=torch.int32))
