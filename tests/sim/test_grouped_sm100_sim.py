@@ -170,6 +170,47 @@ def test_planted_expert_edge_bugs_are_caught(kind: str, monkeypatch: pytest.Monk
         assert _err(res.output, ref, rows) > 0.1
 
 
+# ---- NVFP4: e4m3 scales per 16 of K, per expert, and a global scale of B per expert ----------------------------
+
+@pytest.mark.parametrize("m,n,k,bk", [
+    (300, 200, 1152, 128),  # BK 128: (128, 8) scale buffers, two 64-deep MMAs a k-block
+    (211, 136, 704, 64),    # K not a multiple of 128: BK 64, (128, 4) buffers
+])
+def test_nvfp4_numerics_per_expert_scales_and_global_scales(m: int, n: int, k: int, bk: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    groups = 5
+    offs = routing(bk, groups, m)
+    spec = dataclasses.replace(_mx_spec(m, n, k, groups, F4), scale=ScaleRecipe.NVFP4)
+    plan = plan_schedule(spec, B200, stages=3)
+    assert plan.scale_partition and (plan.bn, plan.bk) == (128, bk)
+    mod = build(spec, B200, plan).module
+    g = torch.Generator().manual_seed(bk)
+    x, b, _, _ = _mx_inputs(m, n, k, groups, bk, dt=F4)
+    sa = (torch.rand(m, k // 16, generator=g) * 2 + 0.25).to(torch.float8_e4m3fn)
+    sb = (torch.rand(groups, n, k // 16, generator=g) * 2 + 0.25).to(torch.float8_e4m3fn)
+    ga, gb = torch.tensor([0.7]), torch.rand(groups, generator=g) + 0.5  # (A's one; B's one per expert)
+    res = simulate_grouped(mod, x, b, offs, sa, sb, seed=1, globals_=(ga, gb)).raise_for_findings()
+    bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
+    ref = _mx_reference(x, b, sa, sb, bounds) * ga
+    for grp, (s, e) in enumerate(bounds):
+        ref[s:e] *= gb[grp]
+    rows = valid_rows(bounds, m)
+    assert _err(res.output, ref, rows) < 1e-2 and res.output[~rows].isnan().all()
+    with pytest.raises(ScaleError, match="globals_: expected NVFP4's global scales"):
+        simulate_grouped(mod, x, b, offs, sa, sb, globals_=(ga, gb[:1]))
+    # planted: the epilogue multiplying every expert's rows by expert 0's global scale (global_b_ptr, no + grp)
+    from warploom.sim import numerics
+
+    real = numerics.CtaData.epilogue
+
+    def first_expert(self, agent, acc, steps, off_m, off_n, block=None, group=0):  # noqa: ANN001, ANN202
+        return real(self, agent, acc, steps, off_m, off_n, block, 0)
+
+    monkeypatch.setattr(numerics.CtaData, "epilogue", first_expert)
+    bad = simulate_grouped(mod, x, b, offs, sa, sb, seed=1, globals_=(ga, gb))
+    assert _err(bad.output, ref, rows) > 0.05
+
+
 # ---- what is not built on sm_100a yet: refused by name ----------------------------------------------------------
 
 def test_refusals_name_what_is_not_built() -> None:

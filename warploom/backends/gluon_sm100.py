@@ -208,16 +208,18 @@ class _GroupedSm100Emitter(GroupedEmitter, _Sm100Emitter):
     masked read-back of its staging buffer. The MMA warp walks the scan's tile count only (it addresses its rings,
     never a tile's group or rows).
 
-    MX fp8 (seed 000's scale partition): scale_a (total_M, K/32) is in the grouped row space, so the partition loads
-    the tile's rows as they are (rows past the group's end read the next expert's scales and feed only dropped
-    rows); scale_b (G, N, K/32), row-major and unpadded, is read at the tile's expert, ``sb_ptr + grp *
+    MX and NVFP4 (seed 000's scale partition): scale_a (total_M, K/v) is in the grouped row space, so the partition
+    loads the tile's rows as they are (rows past the group's end read the next expert's scales and feed only dropped
+    rows); scale_b (G, N, K/v), row-major and unpadded, is read at the tile's expert, ``sb_ptr + grp *
     sb_stride_g``, by the same masked loads and tcgen05.st as the dense kernel's (tcgen05.cp would need each
-    expert's scales padded and swizzled into 128x4 chunks)."""
+    expert's scales padded and swizzled into 128x4 chunks). NVFP4's global scale of B is per expert, (G,) fp32,
+    multiplied in the epilogue at ``global_b_ptr + grp``; A's is one for all rows."""
 
     def __init__(self, m: ir.Module, p: ir.Partition, buf: CodeBuffer) -> None:
         super().__init__(m, p, buf)
         grp = "grp.to(gl.int64)" if scale_offsets_wide(m.spec) else "grp"
-        self.sb_base = f"(sb_ptr + {grp} * sb_stride_g)"  # (MX: the tile's expert's scale rows)
+        self.sb_base = f"(sb_ptr + {grp} * sb_stride_g)"  # (MX / NVFP4: the tile's expert's scale rows)
+        self.global_b = "global_b_ptr + grp"  # (NVFP4: the tile's expert's global scale of B, (G,) fp32)
 
     def _b_slot(self, ring: str, slot: str) -> str:
         # the 3-D box's one group as (BN, BK) (MX fp4: (BN, BK // 2) packed bytes, the descriptor's K)

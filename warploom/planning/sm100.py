@@ -352,8 +352,11 @@ def grouped_path(spec: GemmSpec, plan: Plan) -> str:
            f"{rows:.0f} rows a group on average: 128 rows (tcgen05's), {plan.bn} wide "
            + ("(block scales keep rule 19's 128: two accumulators beside the scale buffers)" if spec.scale.microscaled
               else f"({'from' if plan.bn == 256 else 'under'} {GROUPED_WIDE_ROWS} rows a group)"))
-    scales = (" MX scales: scale_a in the grouped row space, scale_b (G, N, K/32) read at the tile's expert "
-              "(sb_ptr + grp * sb_stride_g) by seed 000's scale partition, unpadded." if spec.scale.microscaled else "")
+    v = spec.scale.scale_k if spec.scale.microscaled else 0
+    nv = " NVFP4's global scale of B per expert, (G,), in the epilogue." if spec.scale is ScaleRecipe.NVFP4 else ""
+    scales = (f" {spec.scale.value} scales: scale_a in the grouped row space, scale_b (G, N, K/{v}) read at the "
+              f"tile's expert (sb_ptr + grp * sb_stride_g) by seed 000's scale partition, unpadded.{nv}"
+              if spec.scale.microscaled else "")
     return (f"rule 22 on sm_100a: {why}; whole tiles over the (group, tile) pairs of the on-device scan of offs, "
             f"the grid at the {plan.grid} SMs, B through a 3-D descriptor at [group, n, k], C's stores clipped at "
             f"each group's last row (a ragged last tile's blocks read back and stored masked).{scales} Not measured: "
