@@ -355,6 +355,9 @@ def _mx_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, a_dim: int, rows: i
     if a_dim != 2:
         raise ScaleError("scale_a", "MX scales with a 2-D (total_M, K) a and offs (M-grouped; masked and batched MX "
                          "calls are not built)", f"a {a_dim}-D a", "pass a as (total_M, K) with offs")
+    if k % MX_BLOCK:
+        raise ShapeError("a", f"K a multiple of {MX_BLOCK} for MX scales (one per {MX_BLOCK} elements of K)",
+                         f"K = {k}", f"pad K with zeros to a multiple of {MX_BLOCK}")
     for name, t, want, what in (("scale_a", scale_a, (rows, kb), "one per row of a and 32 of K"),
                                 ("scale_b", scale_b, (groups, n, kb), "one per expert, row of its (N, K) weight "
                                  "and 32 of K")):
@@ -362,9 +365,6 @@ def _mx_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, a_dim: int, rows: i
             raise ScaleError(name, "torch.float8_e8m0fnu like the other scale (MX)", f"dtype {t.dtype}",
                              "pass both scales as torch.float8_e8m0fnu (MX), or both as float32 (rowwise or "
                              "blockwise)")
-        if k % MX_BLOCK:
-            raise ShapeError("a", f"K a multiple of {MX_BLOCK} for MX scales (one per {MX_BLOCK} elements of K)",
-                             f"K = {k}", f"pad K with zeros to a multiple of {MX_BLOCK}")
         if tuple(t.shape) != want:
             raise ScaleError(name, f"shape {want} (MX, row-major: {what})", f"shape {tuple(t.shape)}",
                              f"pass {name} with shape {want} (any strides)")

@@ -268,9 +268,9 @@ class GemmSpec:
         return problems
 
     def sm90_grouped_problems(self) -> list[str]:
-        """What the sm_90a grouped kernel does not take, beside `grouped_problems`: MX scales (sm_100a's block-scaled
-        MMA applies them; sm_90a would promote them, which no grouped kernel does)."""
-        return [f"{self.scale.value} scales (grouped MX GEMMs are built for sm_100a only)"] \
+        """What the sm_90a grouped kernel does not take, beside `grouped_problems`: MX and NVFP4 scales (sm_100a's
+        block-scaled MMA applies them; sm_90a would promote them, which no grouped kernel does)."""
+        return [f"{self.scale.value} scales (grouped MX and NVFP4 GEMMs are built for sm_100a only)"] \
             if self.scale.microscaled else []
 
     def sm100_grouped_problems(self) -> list[str]:
@@ -287,8 +287,8 @@ class GemmSpec:
             problems.append(f"{self.scale.value} scales (bf16 / fp16, or MX fp8 / fp4 and NVFP4 with row-major "
                             "scales, on sm_100a)")
         if self.mixed_fp4:
-            problems.append("MX fp8 x fp4 (its fp4 operand's padded 3-D box is not built; MX fp8 or MX fp4 both "
-                            "ways)")
+            problems.append("MX fp8 x fp4 (its fp4 operand's padded 3-D box is not built; MX fp8 or MX fp4 on both "
+                            "operands)")
         if self.epilogue is not None:
             problems.append("a fused epilogue (the sm_100a grouped epilogue stores the product only so far)")
         return problems

@@ -311,7 +311,6 @@ def _plan_blackwell_promoted(spec: GemmSpec, device: DeviceInfo, *, bm: int | No
                 acc_buffers=PROMOTED_PARTIALS, promote_tmem=True, target=Target.SM100A)
 
 
-
 # Rule 22 on sm_100a: a grouped GEMM's tile from its rows per group, every tile 128 rows (tcgen05's M).
 GROUPED_WIDE_ROWS = 256
 
@@ -335,9 +334,12 @@ def plan_blackwell_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None
     if stream_k:
         problems.append(f"stream_k={stream_k} (stream-K is not built on sm_100a)")
     if problems:
+        # (sm_90a runs every other grouped GEMM, but not block-scaled ones: those need what sm_100a takes)
+        fix = (f"pass row-major scales (scale_b (G, N, K/{spec.scale.scale_k})) on an M-grouped call with offs, "
+               "without stream_k or an epilogue, and MX fp8 or fp4 on both operands" if spec.scale.microscaled
+               else "plan it for an sm_90a device (device=H100_SXM)")
         raise UnsupportedError(f"grouped GEMMs (rule 22) on sm_100a ({device.name}) do not take "
-                               f"{'; '.join(problems)}: {spec.short()}. Fix: plan it for an sm_90a device "
-                               "(device=H100_SXM)")
+                               f"{'; '.join(problems)}: {spec.short()}. Fix: {fix}")
     width = bn or grouped_width(spec, spec.m / max(spec.groups, 1))
     dense = replace(spec, grouping=Grouping.NONE, groups=0)
     dense_plan = plan_blackwell(dense, device, bm=bm, bn=width, stages=stages, group_m=group_m)
