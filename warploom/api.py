@@ -42,10 +42,12 @@ def device_for(t: torch.Tensor) -> DeviceInfo:
 
 
 def sim_device(spec: GemmSpec) -> DeviceInfo:
-    """The device CPU tensors' kernel is planned for: an H100, or a B200 for fp4 data (sm_90a has no fp4 MMA)."""
+    """The device CPU tensors' kernel is planned for: an H100, or a B200 for fp4 data (sm_90a has no fp4 MMA) and
+    grouped MX GEMMs (sm_90a's grouped kernel has no MX)."""
     from warploom.device import B200
 
-    return B200 if DType.E2M1 in (spec.a_dtype, spec.b_dtype) else H100_SXM
+    mx_grouped = spec.grouped and spec.scale.microscaled
+    return B200 if DType.E2M1 in (spec.a_dtype, spec.b_dtype) or mx_grouped else H100_SXM
 
 
 @functools.cache

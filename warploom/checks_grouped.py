@@ -30,7 +30,7 @@ from warploom.checks import (
 )
 from warploom.dtypes import DType
 from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError
-from warploom.spec import SCALE_BLOCK, Accumulation, BLayout, GemmSpec, Grouping, ScaleRecipe
+from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, BLayout, GemmSpec, Grouping, ScaleRecipe
 
 _16BIT = (DType.BF16, DType.FP16)
 
@@ -140,8 +140,11 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
     no_neg_bit(named)
     same_device(named)
     fast_accum(use_fast_accum)
-    allowed = (DType.E4M3,) if scaled else _16BIT
-    fix = "quantize to torch.float8_e4m3fn with rowwise or blockwise scales" if scaled else "pass bf16 or fp16 tensors"
+    # (MX fp4, torch.float4_e2m1fn_x2 two values of K a byte, goes with e8m0 scales: `_mx_scales`)
+    mx = scaled and DType.E8M0 in (DType.from_torch(scale_a.dtype), DType.from_torch(scale_b.dtype))
+    allowed = (DType.E4M3, DType.E2M1) if mx else (DType.E4M3,) if scaled else _16BIT
+    fix = "quantize to torch.float8_e4m3fn with rowwise or blockwise scales (or MX e8m0 ones, also for " \
+        "torch.float4_e2m1fn_x2)" if scaled else "pass bf16 or fp16 tensors"
     a_dt = check_dtype("a", a, allowed, fix)
     b_dt = check_dtype("b", b, allowed, fix)
     if a_dt != b_dt:
@@ -200,7 +203,10 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
         raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
                              f"N = {n}", "pad N")
     recipe = ScaleRecipe.NONE
-    if scaled and scale_b.dim() == 3:
+    if mx:
+        k *= 2 if a_dt is DType.E2M1 else 1  # (MX fp4: a (M, K/2) and b (G, K/2, N) bytes, K counted in values)
+        recipe = _mx_scales(scale_a, scale_b, a.dim(), rows, groups, n, k)
+    elif scaled and scale_b.dim() == 3:
         kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
         recipe = _blockwise_scales(scale_a, scale_b, (rows, kb) if a.dim() == 2 else (groups, rows // groups, kb),
                                    (groups, kb, nb), "one per row of a and 128-deep block of K",
@@ -336,6 +342,33 @@ def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, want_a: tupl
         raise ScaleError(name, f"shape {want} (blockwise 1x128 x 128x128: {what})", f"shape {tuple(t.shape)}", fix)
     check_block_scales(scale_a, scale_b)
     return ScaleRecipe.BLOCKWISE_1X128_128X128
+
+
+def _mx_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, a_dim: int, rows: int, groups: int, n: int,
+               k: int) -> ScaleRecipe:
+    """MX fp8 and MX fp4 (`ScaleRecipe.MX`, sm_100a; `k` in values): e8m0 scales per 32 of K, row-major and
+    unpadded, any strides: scale_a (total_M, K/32), one per row of a in the grouped row space (a row's own, whichever
+    expert owns it), and scale_b (G, N, K/32), one per row of each expert's (N, K) weight and 32 of K. M-grouped (a
+    2-D a with offs) only; K a multiple of 32. The scale partition reads each tile's expert's rows at their strides
+    (`sb_ptr + grp * sb_stride_g`), so nothing is padded or swizzled per expert."""
+    kb = k // MX_BLOCK
+    if a_dim != 2:
+        raise ScaleError("scale_a", "MX scales with a 2-D (total_M, K) a and offs (M-grouped; masked and batched MX "
+                         "calls are not built)", f"a {a_dim}-D a", "pass a as (total_M, K) with offs")
+    if k % MX_BLOCK:
+        raise ShapeError("a", f"K a multiple of {MX_BLOCK} for MX scales (one per {MX_BLOCK} elements of K)",
+                         f"K = {k}", f"pad K with zeros to a multiple of {MX_BLOCK}")
+    for name, t, want, what in (("scale_a", scale_a, (rows, kb), "one per row of a and 32 of K"),
+                                ("scale_b", scale_b, (groups, n, kb), "one per expert, row of its (N, K) weight "
+                                 "and 32 of K")):
+        if DType.from_torch(t.dtype) is not DType.E8M0:
+            raise ScaleError(name, "torch.float8_e8m0fnu like the other scale (MX)", f"dtype {t.dtype}",
+                             "pass both scales as torch.float8_e8m0fnu (MX), or both as float32 (rowwise or "
+                             "blockwise)")
+        if tuple(t.shape) != want:
+            raise ScaleError(name, f"shape {want} (MX, row-major: {what})", f"shape {tuple(t.shape)}",
+                             f"pass {name} with shape {want} (any strides)")
+    return ScaleRecipe.MX
 
 
 def _rowwise_scales(scale_a: Any, scale_b: Any, want_a: tuple[int, ...], want_b: tuple[int, ...],

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from warploom.api import check_sim_size, device_for, require_cuda
+from warploom.api import check_sim_size, device_for, require_cuda, sim_device
 from warploom.checks_grouped import GroupedCall, grouped_call
 from warploom.errors import InputError, ShapeError, UnsupportedError, WarploomError
 from warploom.fused import fused_spec
@@ -204,7 +204,7 @@ def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.
             return _zero_k_epilogue(call, operands or {}).reshape(*call.out_shape[:-1], -1)
         out = torch.zeros(call.out_shape, dtype=dtype, device=a.device)
         return out
-    kernel = build(spec, device_for(a))
+    kernel = build(spec, sim_device(spec) if a.device.type == "cpu" else device_for(a))
     rows = _c_rows(spec)
     width = spec.output_shapes(rows, spec.n)[0][1]  # (N, or a gate/up epilogue's N / 2)
     shape = (*call.out_shape[:-1], width)

@@ -22,7 +22,8 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 19. sm_100a: tcgen05 into two tensor-memory accumulators, a 4-warp epilogue partition: docs/decisions/rule-19-sm100a.md
 20. gfx1250: one 4-warp partition, TDM copies and wmma, software-pipelined, 128x128: docs/decisions/rule-20-gfx1250.md
 21. stream-K: the last wave's tiles shared as 2-4 k-block pieces, a fixup: docs/decisions/rule-21-stream-k.md
-22. grouped GEMMs: 128x256 from 256 rows a group, 64x128 to 64, else 128x128: docs/decisions/rule-22-grouped.md
+22. grouped GEMMs: 128x256 from 256 rows a group, 64x128 to 64, else 128x128 (sm_100a: 128 rows always):
+    docs/decisions/rule-22-grouped.md
 23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
 24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7; 1x2 sharing A, promoted, blockwise
     and fused clusters when forced): docs/decisions/rule-24-clusters.md
@@ -141,7 +142,13 @@ from warploom.planning.sm90_models import (
     stream_k_score,
     tail_score,
 )
-from warploom.planning.sm100 import PROMOTED_PARTIALS, plan_blackwell, promotion_path, scale_path
+from warploom.planning.sm100 import (
+    PROMOTED_PARTIALS,
+    grouped_path,
+    plan_blackwell,
+    promotion_path,
+    scale_path,
+)
 from warploom.planning.trace import Candidate, collecting
 from warploom.spec import GemmSpec
 from warploom.targets import declared
@@ -165,8 +172,8 @@ __all__ = [
     "epilogue_bytes", "epilogue_subtiles", "explain", "fused_wide", "grouped_tile", "is_decode",
     "k_block", "k_blocks", "latency_kind", "latency_split", "latency_stages", "latency_tiles", "latency_times",
     "latency_us", "max_stages", "nvfp4_bk", "plan_blackwell", "plan_epilogue_bytes", "plan_gfx1250", "plan_grouped",
-    "plan_schedule", "promotion_path", "scale_path", "gate_up_problems", "amax_pass_bn", "amax_pass_problem",
-    "amax_pass_spec",
+    "plan_schedule", "promotion_path", "scale_path", "grouped_path", "gate_up_problems", "amax_pass_bn",
+    "amax_pass_problem", "amax_pass_spec",
     "quantized_problems", "rows_aligned", "rowwise_bn", "scale_rows", "short_k_pingpong",
     "scale_slot_bytes", "split_time", "square_tiles", "stage_bytes", "stream_k_grid", "stream_k_score",
     "swap_decode", "swap_rows", "swap_tokens", "tail_score", "tdm_warps_reason", "two_passes", "wave_fill",
@@ -287,6 +294,8 @@ class Explanation:
                 lines.append(f"  accumulation: {promotion_path(self.plan)}")
             if self.plan.block_scaled:
                 lines.append(f"  scales: {scale_path(self.plan, self.spec)}")
+            if self.spec.grouped and self.plan.acc_buffers:  # (sm_100a: tensor-memory accumulators)
+                lines.append(f"  grouped: {grouped_path(self.spec, self.plan)}")
             return "\n".join(lines)
         best = min(c.score for c in self.candidates)
         lines.append(f"  {'tile':8s} {'schedule':20s} {'score':>6s}  (1.00: the best; lower is faster)")

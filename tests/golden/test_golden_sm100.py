@@ -9,7 +9,7 @@ from __future__ import annotations
 import expecttest
 from test_golden import assert_golden_file, issue4_kernel  # (pytest puts this folder on sys.path)
 
-from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleLayout, ScaleRecipe
+from warploom import Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
 from warploom.device import B200
 from warploom.kernel import Kernel, build
 
@@ -43,6 +43,11 @@ SPECS = {
     # which the 8-warp epilogue partition loads, scales and adds into its register accumulator.
     "sm100_fp8_blockwise_deepseek": GemmSpec(4096, 7168, 7168, E4, E4, DType.BF16, BLayout.K_MAJOR,
                                              ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED),
+    # An M-grouped MX fp8 GEMM (rule 22 on sm_100a): the group scan's tile loop, B at [group, n, k], C clipped at
+    # each group's last row, and the scale partition loading each tile's expert's row-major scale_b at
+    # sb_ptr + grp * sb_stride_g (unpadded per-expert scales: what tcgen05.cp's 128x4 chunks cannot read).
+    "sm100_mxfp8_grouped_rows": GemmSpec(8192, 4096, 7168, E4, E4, DType.BF16, BLayout.K_MAJOR, ScaleRecipe.MX,
+                                         Accumulation.PROMOTED, grouping=Grouping.OFFSETS, groups=8),
 }
 
 
@@ -84,6 +89,9 @@ class TestSm100Golden(expecttest.TestCase):
 
     def test_nvfp4_gluon(self) -> None:
         assert_golden_file("sm100_nvfp4_blocked.gluon.txt", kernel("sm100_nvfp4_blocked").source)
+
+    def test_mxfp8_grouped_scale_partition_gluon(self) -> None:
+        assert_golden_file("sm100_mxfp8_grouped_rows.gluon.txt", kernel("sm100_mxfp8_grouped_rows").source)
 
     def test_fp8_blockwise_promoted_gluon(self) -> None:
         assert_golden_file("sm100_fp8_blockwise_deepseek.gluon.txt", kernel("sm100_fp8_blockwise_deepseek").source)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from grouped_cases import valid_rows  # (pytest puts this folder on sys.path)
 
 import warploom
 from warploom import H100_SXM, Accumulation, DType, GemmSpec, Grouping, ScaleRecipe
@@ -66,13 +67,6 @@ def reference(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tens
     return out
 
 
-def _rows(bounds: tuple[tuple[int, int], ...], m: int) -> torch.Tensor:
-    rows = torch.zeros(m, dtype=torch.bool)
-    for s, e in bounds:
-        rows[s:e] = True
-    return rows
-
-
 def _err(got: torch.Tensor, ref: torch.Tensor, rows: torch.Tensor) -> float:
     """Relative Frobenius error over the experts' rows: scale-free, whatever the scales' magnitudes."""
     g, r = got.double()[rows], ref[rows]
@@ -89,7 +83,7 @@ def test_blockwise_offsets(seed: int, bm: int, bn: int) -> None:
     assert any(s == e for s, e in bounds)  # an empty expert
     a, b, sa, sb = _operands(seed, groups, m, n, k)
     res = simulate_grouped(_module(m, n, k, groups, bm, bn), a, b, offs, sa, sb, seed=seed).raise_for_findings()
-    rows = _rows(bounds, m)
+    rows = valid_rows(bounds, m)
     assert _err(res.output, reference(a, b, sa, sb, bounds), rows) < 1e-2  # bf16 output: ~4e-3
     assert res.output[~rows].isnan().all()  # rows of no expert (past offs[-1]): never stored
 
@@ -101,7 +95,7 @@ def test_blockwise_k_multiple_of_128_and_one_expert() -> None:
         t = torch.tensor(offs, dtype=torch.int32)
         res = simulate_grouped(_module(m, n, k, groups), a, b, t, sa, sb).raise_for_findings()
         bounds = group_bounds(Grouping.OFFSETS, offs, m)
-        assert _err(res.output, reference(a, b, sa, sb, bounds), _rows(bounds, m)) < 1e-2
+        assert _err(res.output, reference(a, b, sa, sb, bounds), valid_rows(bounds, m)) < 1e-2
 
 
 def test_blockwise_through_the_api_with_deepgemm_scale_layout() -> None:
@@ -114,7 +108,7 @@ def test_blockwise_through_the_api_with_deepgemm_scale_layout() -> None:
     y = warploom.scaled_grouped_mm(a, b, sa, deepgemm.transpose(-2, -1), offs=offs)
     assert y.shape == (m, n) and y.dtype == torch.bfloat16
     bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
-    assert _err(y, reference(a, b, sa, sb, bounds), _rows(bounds, m)) < 1e-2
+    assert _err(y, reference(a, b, sa, sb, bounds), valid_rows(bounds, m)) < 1e-2
     assert torch.equal(y, warploom.scaled_grouped_mm(a, b, sa, sb.contiguous(), offs=offs))
 
 
@@ -131,14 +125,14 @@ def test_blockwise_masked_and_batched(bm: int) -> None:
     mod = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=bm, bn=128)).module
     res = simulate_grouped(mod, a2, b, counts, sa2, sb).raise_for_findings()
     bounds = group_bounds(Grouping.MASKED, counts.tolist(), groups * cap)  # (rows g * cap .. g * cap + count)
-    rows = _rows(bounds, groups * cap)
+    rows = valid_rows(bounds, groups * cap)
     ref = reference(a2, b, sa2, sb, bounds)
     assert _err(res.output, ref, rows) < 1e-2 and res.output[~rows].isnan().all()
     y = warploom.scaled_grouped_mm(a, b, sa, sb, masked_m=counts)
     assert y.shape == (groups, cap, n) and _err(y.reshape(groups * cap, n), ref, rows) < 1e-2
     full = group_bounds(Grouping.MASKED, [cap] * groups, groups * cap)
     yb = warploom.scaled_grouped_mm(a, b, sa, sb)
-    assert _err(yb.reshape(groups * cap, n), reference(a2, b, sa2, sb, full), _rows(full, groups * cap)) < 1e-2
+    assert _err(yb.reshape(groups * cap, n), reference(a2, b, sa2, sb, full), valid_rows(full, groups * cap)) < 1e-2
 
 
 # ---- planted bugs at expert edges in the scales: the scale twin (sim.program.scale_tag) mutated ----
@@ -167,7 +161,7 @@ def test_planted_scale_bugs_are_caught(kind: str, monkeypatch: pytest.MonkeyPatc
     mod = _module(m, n, k, groups)
     a, b, sa, sb = _operands(5, groups, m, n, k)
     bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
-    ref, rows = reference(a, b, sa, sb, bounds), _rows(bounds, m)
+    ref, rows = reference(a, b, sa, sb, bounds), valid_rows(bounds, m)
     assert _err(simulate_grouped(mod, a, b, offs, sa, sb).raise_for_findings().output, ref, rows) < 1e-2
     monkeypatch.setattr(program, "scale_tag", _mutant(kind, [s for s, _ in bounds], groups))
     res = simulate_grouped(mod, a, b, offs, sa, sb)

@@ -10,9 +10,11 @@ import dataclasses
 import pytest
 import torch
 import torch.nn.functional as F
+from grouped_cases import routing, valid_rows  # (pytest puts this folder on sys.path)
 
 import warploom
 from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
+from warploom.device import B200, DeviceInfo
 from warploom.errors import InputError, UnsupportedError
 from warploom.fused import fused_spec
 from warploom.ir.raster import group_bounds
@@ -23,66 +25,54 @@ from warploom.sim.findings import FindingKind
 from warploom.sim.grouped import reference_grouped, reference_k_grouped, simulate_grouped
 
 
-def _routing(seed: int, groups: int, rows: int) -> torch.Tensor:
-    """Random cumulative offsets over `rows`: some experts empty, ends not multiples of any tile."""
-    g = torch.Generator().manual_seed(seed)
-    counts = torch.randint(0, 2 * rows // groups, (groups,), generator=g)
-    counts[torch.randperm(groups, generator=g)[: max(1, groups // 4)]] = 0  # empty experts
-    offs = counts.cumsum(0).clamp(max=rows)
-    return offs.to(torch.int32)
-
-
 def _close(got: torch.Tensor, ref: torch.Tensor, rows: torch.Tensor, tol: float) -> None:
     g, r = got.float()[rows], ref[rows]
     err = ((g - r).norm() / r.norm().clamp(min=1e-6)).item()
     assert err < tol, err
 
 
-def _valid_rows(bounds: tuple[tuple[int, int], ...], m: int) -> torch.Tensor:
-    rows = torch.zeros(m, dtype=torch.bool)
-    for s, e in bounds:
-        rows[s:e] = True
-    return rows
-
-
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("bm,bn", [(128, 128), (64, 128), (128, 256)])
-def test_offsets_bf16_k_major(seed: int, bm: int, bn: int) -> None:
+@pytest.mark.parametrize("device,bm,bn", [(H100_SXM, 128, 128), (H100_SXM, 64, 128), (H100_SXM, 128, 256),
+                                          # sm_100a (rule 22 there): tcgen05 into tensor memory, same edges
+                                          (B200, 128, 128), (B200, 128, 256)], ids=lambda v: getattr(v, "arch", v))
+def test_offsets_bf16_k_major(seed: int, device: DeviceInfo, bm: int, bn: int) -> None:
     groups, m, n, k = 6, 400, 272, 160
-    offs = _routing(seed, groups, m)
+    offs = routing(seed, groups, m)
     spec = GemmSpec(m, n, k, grouping=Grouping.OFFSETS, groups=groups)
-    mod = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=bm, bn=bn)).module
+    mod = build(spec, device, plan_schedule(spec, device, bm=bm, bn=bn)).module
+    assert mod.target == device.target
     torch.manual_seed(seed)
     a = torch.randn(m, k).bfloat16()
     b = torch.randn(groups, n, k).bfloat16().transpose(-2, -1)
     res = simulate_grouped(mod, a, b, offs, seed=seed).raise_for_findings()
     bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
     ref = reference_grouped(a, b, bounds)
-    rows = _valid_rows(bounds, m)
+    rows = valid_rows(bounds, m)
     _close(res.output, ref, rows, 1e-2)
     assert res.output[~rows].isnan().all()  # rows past offs[-1] (and of no expert) untouched
     torch_ref = torch._grouped_mm(a, b, offs=offs)
     assert torch.allclose(res.output.float()[rows], torch_ref.float()[rows], atol=0.25, rtol=2e-2)
 
 
-def test_offsets_fp16_n_major_and_fp32_out() -> None:
+@pytest.mark.parametrize("device", [H100_SXM, B200], ids=lambda d: d.arch)
+def test_offsets_fp16_n_major_and_fp32_out(device: DeviceInfo) -> None:
     groups, m, n, k = 4, 300, 136, 200
     offs = torch.tensor([0, 129, 129, 300], dtype=torch.int32)
     for out in (DType.FP16, DType.FP32):
         spec = GemmSpec(m, n, k, DType.FP16, DType.FP16, out, BLayout.N_MAJOR, grouping=Grouping.OFFSETS,
                         groups=groups)
-        mod = build(spec, H100_SXM).module
+        mod = build(spec, device).module
         a = torch.randn(m, k).half()
         b = torch.randn(groups, k, n).half()  # contiguous (G, K, N): N-major
         res = simulate_grouped(mod, a, b, offs).raise_for_findings()
         bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
-        _close(res.output, reference_grouped(a, b, bounds), _valid_rows(bounds, m), 1e-2)
+        _close(res.output, reference_grouped(a, b, bounds), valid_rows(bounds, m), 1e-2)
 
 
 @pytest.mark.parametrize("acc", [Accumulation.NATIVE, Accumulation.PROMOTED])
 def test_offsets_fp8_rowwise(acc: Accumulation) -> None:
     groups, m, n, k = 5, 330, 256, 256
-    offs = _routing(7, groups, m)
+    offs = routing(7, groups, m)
     spec = GemmSpec(m, n, k, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE, accumulation=acc,
                     grouping=Grouping.OFFSETS, groups=groups)
     mod = build(spec, H100_SXM).module
@@ -91,7 +81,7 @@ def test_offsets_fp8_rowwise(acc: Accumulation) -> None:
     sa, sb = torch.rand(m) + 0.5, torch.rand(groups, n) + 0.5  # scale_b per expert: a wrong row shows
     res = simulate_grouped(mod, a, b, offs, sa, sb).raise_for_findings()
     bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
-    _close(res.output, reference_grouped(a, b, bounds, sa, sb), _valid_rows(bounds, m), 1e-2)
+    _close(res.output, reference_grouped(a, b, bounds, sa, sb), valid_rows(bounds, m), 1e-2)
 
 
 def test_masked_and_batched_through_the_api() -> None:
@@ -151,7 +141,7 @@ def test_planted_expert_edge_bugs_are_caught(kind: str, monkeypatch: pytest.Monk
     monkeypatch.setattr(program, "group_tiles", _mutant(kind))
     res = simulate_grouped(mod, a, b, offs)
     ref = reference_grouped(a, b, bounds)
-    rows = _valid_rows(bounds, m)
+    rows = valid_rows(bounds, m)
     wrong = not torch.allclose(res.output.float()[rows], ref[rows], atol=0.5, rtol=5e-2)
     if kind == "next_expert_b":  # tags agree (both sides read the mutated group): the numerics catch it
         assert wrong
@@ -257,7 +247,7 @@ def _gate_up(acc, gate, weight, bias):  # noqa: ANN001, ANN202
 @pytest.mark.parametrize("bm,bn", [(128, 128), (64, 128), (128, 256)])
 def test_fused_epilogue_on_offsets(seed: int, bm: int, bn: int) -> None:
     groups, m, n, k = 5, 330, 256, 128
-    offs = _routing(seed, groups, m)
+    offs = routing(seed, groups, m)
     torch.manual_seed(seed)
     a, w = torch.randn(m, k).bfloat16(), torch.randn(groups, n, k).bfloat16()
     ops = {"gate": torch.randn(m, n).bfloat16(), "weight": torch.rand(m, 1), "bias": torch.randn(n)}
@@ -265,7 +255,7 @@ def test_fused_epilogue_on_offsets(seed: int, bm: int, bn: int) -> None:
     mod = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=bm, bn=bn)).module
     res = simulate_grouped(mod, a, w.transpose(-2, -1), offs, seed=seed, operands=picked).raise_for_findings()
     bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
-    rows = _valid_rows(bounds, m)
+    rows = valid_rows(bounds, m)
     ref = _gate_up(reference_grouped(a, w.transpose(-2, -1), bounds), **ops)
     _close(res.output, ref, rows, 1e-2)
     assert res.output[~rows].isnan().all()  # rows of no expert: untouched by the clipped stores

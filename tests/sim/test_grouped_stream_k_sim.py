@@ -12,8 +12,8 @@ import random
 
 import pytest
 import torch
+from grouped_cases import valid_rows
 from test_grouped_blockwise_sim import _operands, reference  # (pytest puts this folder on sys.path)
-from test_grouped_sim import _valid_rows
 
 from warploom import H100_SXM, Accumulation, DType, GemmSpec, Grouping, ScaleRecipe
 from warploom.errors import UnsupportedError, VerificationError
@@ -102,7 +102,7 @@ def test_bf16_offsets_numerics(grid: int, pieces: int, shared: int) -> None:
     b = torch.randn(len(COUNTS), N, K).bfloat16().transpose(-2, -1)
     res = simulate_grouped(mod, a, b, offs, seed=grid).raise_for_findings()
     bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
-    rows = _valid_rows(bounds, m)
+    rows = valid_rows(bounds, m)
     ref = reference_grouped(a, b, bounds)
     torch.testing.assert_close(res.output.float()[rows], ref[rows], atol=0.15, rtol=0.02)
     assert res.output[~rows].isnan().all()
@@ -162,7 +162,7 @@ def test_fp8_rowwise_per_expert_scales(acc: Accumulation) -> None:
     sa, sb = torch.rand(m) + 0.5, torch.rand(len(COUNTS), N) + 0.5
     res = simulate_grouped(mod, a, b, offs, sa, sb).raise_for_findings()
     bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
-    rows = _valid_rows(bounds, m)
+    rows = valid_rows(bounds, m)
     ref = reference_grouped(a, b, bounds, sa, sb)
     assert ((res.output.float()[rows] - ref[rows]).norm() / ref[rows].norm()).item() < 1e-2
 
@@ -179,7 +179,7 @@ def test_blockwise_fp8_scale_b_of_the_units_expert() -> None:
     a, b, sa, sb = _operands(4, len(counts), m, N, k)
     res = simulate_grouped(mod, a, b, offs, sa, sb).raise_for_findings()
     bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
-    rows = _valid_rows(bounds, m)
+    rows = valid_rows(bounds, m)
     ref = reference(a, b, sa, sb, bounds)
     assert ((res.output.double()[rows] - ref[rows]).norm() / ref[rows].norm()).item() < 1e-2
 
@@ -202,7 +202,7 @@ def test_planted_piece_of_the_wrong_expert_is_caught(monkeypatch: pytest.MonkeyP
     that counted its group from the wrong tile id, would): its partial is the next expert's weights' product, and
     the finisher's sum is wrong where the clean launch's is right."""
     kern, a, b, offs, bounds, m = _bug_setup()
-    rows = _valid_rows(bounds, m)
+    rows = valid_rows(bounds, m)
     ref = reference_grouped(a, b, bounds)
     clean = simulate_grouped(kern.module, a, b, offs).raise_for_findings()
     torch.testing.assert_close(clean.output.float()[rows], ref[rows], atol=0.15, rtol=0.02)

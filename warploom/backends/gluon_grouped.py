@@ -1,4 +1,5 @@
 """Grouped GEMMs on sm_90a (ir.Tiling.grouping): the group scan helpers and the partition emitter's differences.
+(sm_100a's M-grouped kernel, backends/gluon_sm100.py, takes `GroupedEmitter`'s methods around its tcgen05 ops.)
 
 A grouped kernel is the sm_90a kernel with four changes, all here (and a fifth for blockwise fp8: the scale_b
 copy reads the tile's group's block, ``sb_ptr + grp * sb_stride_g``, of the (G, ceil(K/128), ceil(N/128)) scales;
@@ -97,7 +98,7 @@ class GroupedEmitter(PartitionEmitter):
     def _load_b(self, o: ir.TmaLoad) -> None:
         d = self.depth[o.slot.cursor]
         slot = slot_index(o.slot, d, self.stages)
-        coord = ", ".join(["grp", *(self._coord(a) for a in o.coord)])
+        coord = ", ".join(["grp", *(self._coord(a, ir.Tensor.B) for a in o.coord)])  # (sm_100a fp4: K in bytes)
         self.buf.line(f"{self.api.tma_load}(b_desc, [{coord}], {o.barrier}_bars.index({slot}), "
                       f"{o.ring}.index({slot}))", printer.op(o) + " (the tile's group)")
 

@@ -11,6 +11,8 @@ the layout of the tcgen05 load instruction (`gluon_api.GluonApi.tmem_reg_layout`
 from __future__ import annotations
 
 from warploom.backends import gluon_api
+from warploom.backends.codebuf import CodeBuffer
+from warploom.backends.gluon_grouped import GroupedEmitter
 from warploom.backends.gluon_sm90 import (
     GluonSource,
     PartitionEmitter,
@@ -28,6 +30,7 @@ from warploom.dtypes import DType
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.ir.verify_scales import NVFP4_MMA_COLS
+from warploom.spec import BLayout
 
 
 def _header(api: gluon_api.GluonApi, scales: bool = False, copies: bool = True) -> str:
@@ -178,8 +181,9 @@ class _Sm100Emitter(PartitionEmitter):
             at = (f"({rr} // 128 * gl.cdiv(k_scales, 4) + {cc} // 4) * 512 + {rr} % 32 * 16 + {rr} % 128 // 32 * 4 "
                   f"+ {cc} % 4")
             b.line(f"{o.ring}_v = gl.load({pre}_ptr + {at}, mask={mask}, other={one})", c)
-        else:
-            b.line(f"{o.ring}_v = gl.load({pre}_ptr + {w(rows)}[:, None] * {stride} + {w(cols)}[None, :] * "
+        else:  # (a grouped module's scale_b: its tile's expert's (N, K/v) rows, `sb_base`)
+            base = f"{pre}_ptr" if a_side else self.sb_base
+            b.line(f"{o.ring}_v = gl.load({base} + {w(rows)}[:, None] * {stride} + {w(cols)}[None, :] * "
                    f"{pre}_stride_k, mask={mask}, other={one})", c)
         q = slot_index(o.slot, self.depth[o.slot.cursor], self.stages)
         bufs = tmem_buffers(r)
@@ -196,9 +200,40 @@ def _scale_names(rows: int) -> tuple[str, str, str]:
     return f"scale_layout{sfx}", f"scale_rows{sfx}", f"scale_cols{sfx}"
 
 
+class _GroupedSm100Emitter(GroupedEmitter, _Sm100Emitter):
+    """An M-grouped sm_100a module's partition (rule 22 on sm_100a): sm_90a's grouped tile loop over the group scan,
+    B at [group, n, k] through its 3-D descriptor and C's stores clipped at the group's last row
+    (backends/gluon_grouped.py), around the tcgen05 ops. The epilogue partition reads each column block from tensor
+    memory into registers and stages it as the sm_90a consumer does, so a group's ragged last tile takes the same
+    masked read-back of its staging buffer. The MMA warp walks the scan's tile count only (it addresses its rings,
+    never a tile's group or rows).
+
+    MX and NVFP4 (seed 000's scale partition): scale_a (total_M, K/v) is in the grouped row space, so the partition
+    loads the tile's rows as they are (rows past the group's end read the next expert's scales and feed only dropped
+    rows); scale_b (G, N, K/v), row-major and unpadded, is read at the tile's expert, ``sb_ptr + grp *
+    sb_stride_g``, by the same masked loads and tcgen05.st as the dense kernel's (tcgen05.cp would need each
+    expert's scales padded and swizzled into 128x4 chunks). NVFP4's global scale of B is per expert, (G,) fp32,
+    multiplied in the epilogue at ``global_b_ptr + grp``; A's is one for all rows."""
+
+    def __init__(self, m: ir.Module, p: ir.Partition, buf: CodeBuffer) -> None:
+        super().__init__(m, p, buf)
+        grp = "grp.to(gl.int64)" if scale_offsets_wide(m.spec) else "grp"
+        self.sb_base = f"(sb_ptr + {grp} * sb_stride_g)"  # (MX / NVFP4: the tile's expert's scale rows)
+        self.global_b = "global_b_ptr + grp"  # (NVFP4: the tile's expert's global scale of B, (G,) fp32)
+
+    def _b_slot(self, ring: str, slot: str) -> str:
+        # the 3-D box's one group as (BN, BK) (MX fp4: (BN, BK // 2) packed bytes, the descriptor's K)
+        assert self.m.spec.b_layout is BLayout.K_MAJOR or not self.m.spec.fp4_b, "fp4 B is K-major"
+        if self.m.spec.fp4_b:
+            return f"{ring}.index({slot}).reshape([BN, BK // 2])"
+        return super()._b_slot(ring, slot)
+
+
 def lower_sm100(m: ir.Module) -> GluonSource:
-    """Generate Gluon source for a complete (verified) sm_100a module."""
+    """Generate Gluon source for a complete (verified) sm_100a module (a grouped one's partitions through
+    `_GroupedSm100Emitter`)."""
     assert m.blackwell, f"{m.name} is an sm_90a module: backends/gluon_sm90.py lowers it"
     tmem_rings = any(r.tmem for r in m.rings)  # (seed 000's scale partition)
-    return lower(m, _Sm100Emitter, _header(gluon_api.current(), scales=bool(m.tmem_scales) or tmem_rings,
+    emitter = _GroupedSm100Emitter if m.tiling.grouped else _Sm100Emitter
+    return lower(m, emitter, _header(gluon_api.current(), scales=bool(m.tmem_scales) or tmem_rings,
                                            copies=not tmem_rings))

@@ -20,7 +20,7 @@ from warploom.epilogue.graph import GROUP, OutputLayout
 from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.spec import MX_BLOCK, SCALE_BLOCK, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
+from warploom.spec import SCALE_BLOCK, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout
 
 _HEADER = """\
 from triton.experimental import gluon
@@ -219,8 +219,8 @@ def scale_offsets_wide(spec: GemmSpec) -> bool:
     the spec's sizes, with room for strides padded up to 4x (cuBLAS's scale layouts round rows up to 4), reaches
     2^31 elements. Only then: 64-bit address math in the copying partitions costs registers, which spill there."""
     s, m, n, k = spec.scale, spec.m, spec.n, spec.k
-    if s is ScaleRecipe.MX:
-        most = max(m, n) * -(-k // MX_BLOCK)
+    if s.microscaled:  # MX, NVFP4 (a grouped spec's scale_b holds every expert's N rows)
+        most = max(m, n * max(spec.groups, 1)) * -(-k // s.scale_k)
     elif s.is_blockwise:
         kb = -(-k // SCALE_BLOCK)
         most = max(s.a_scales(m), s.b_scales(n)) * kb
@@ -308,6 +308,7 @@ class PartitionEmitter:
         self.api = gluon_api.current()  # the installed Triton's spellings (backends/gluon_api.py)
         self.scale_b = "scale_b_ptr"  # rowwise scale_b's first column (a grouped module's: its group's row)
         self.sb_base = "sb_ptr"  # blockwise scale_b's first block (a grouped module's: its group's (KB, NB) block)
+        self.global_b = "global_b_ptr"  # NVFP4's global scale of B (a grouped sm_100a module's: its expert's)
         self.sa_row0 = "off_m"  # blockwise scale_a's first row: the tile's (a K-grouped module's: in A, not C)
         # where C's rows end for an epilogue operand or rowwise scale_a read at them (a K-grouped module's M is one
         # group's rows, C's the groups' G * M: its tile's rows end at its group's, row_end)
@@ -954,7 +955,7 @@ class PartitionEmitter:
                 case ir.EpilogueStep.SCALE_TENSORWISE:
                     b.line(f"{acc} = {acc} * (gl.load(scale_a_ptr) * gl.load(scale_b_ptr))", s.value)
                 case ir.EpilogueStep.SCALE_GLOBAL:
-                    b.line(f"{acc} = {acc} * (gl.load(global_a_ptr) * gl.load(global_b_ptr))", s.value)
+                    b.line(f"{acc} = {acc} * (gl.load(global_a_ptr) * gl.load({self.global_b}))", s.value)
                 case ir.EpilogueStep.SCALE_ROWWISE:
                     b.line(f"scale_a = gl.load(scale_a_ptr + offs_m, mask=offs_m < {self.operand_rows}, other=0.0)")
                     b.line(f"scale_b = gl.load({self.scale_b} + offs_n, mask=offs_n < N, other=0.0)")
@@ -980,7 +981,7 @@ class PartitionEmitter:
                 case ir.EpilogueStep.SCALE_TENSORWISE:
                     b.line(f"{blk} = {blk} * (gl.load(scale_a_ptr) * gl.load(scale_b_ptr))", s.value)
                 case ir.EpilogueStep.SCALE_GLOBAL:
-                    b.line(f"{blk} = {blk} * (gl.load(global_a_ptr) * gl.load(global_b_ptr))", s.value)
+                    b.line(f"{blk} = {blk} * (gl.load(global_a_ptr) * gl.load({self.global_b}))", s.value)
                 case ir.EpilogueStep.SCALE_ROWWISE:
                     b.line(f"{blk} = {blk} * gl.expand_dims(gl.load(scale_a_ptr + {rows_v}, "
                            f"mask={rows_v} < {self.operand_rows}, "

@@ -573,8 +573,14 @@ def _check_grouped(m: ir.Module) -> list[str]:
         errs.append("stream-K in a K-grouped module (its tiles' k-blocks are their groups' K ranges, not one count "
                     "for every tile as stream-K's shares need)")
     errs += [f"grouping with {p}" for p in m.spec.grouped_problems()]
-    if m.blackwell or m.gfx1250:
-        errs.append("grouping on sm_100a or gfx1250 (built for sm_90a only)")
+    if m.gfx1250:
+        errs.append("grouping on gfx1250 (built for sm_90a and sm_100a only)")
+    if not m.blackwell:
+        errs += [f"grouping on {m.target} with {p}" for p in m.spec.sm90_grouped_problems()]
+    if m.blackwell:  # (rule 22 on sm_100a: M-grouped, whole tiles)
+        errs += [f"grouping on sm_100a with {p}" for p in m.spec.sm100_grouped_problems()]
+        if t.stream_k:
+            errs.append("stream-K in a grouped sm_100a module (not built on sm_100a)")
     for p in m.partitions:
         for loop in _loops(p.body):
             if loop.kind is ir.LoopKind.TILES and loop.step != 1:

@@ -21,7 +21,7 @@ from warploom.planning.common import (
 )
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
-from warploom.spec import Accumulation, GemmSpec, ScaleLayout, ScaleRecipe
+from warploom.spec import Accumulation, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
 from warploom.target import Target
 
 # The sm_90a schedule options rule 19 takes too (any other forced one is refused by name). scale_partition picks
@@ -310,3 +310,56 @@ def _plan_blackwell_promoted(spec: GemmSpec, device: DeviceInfo, *, bm: int | No
                 grid=min(device.sm_count, tiles), consumer_regs=_BLACKWELL_EPILOGUE_REGS, epilogue_subtiles=blocks,
                 acc_buffers=PROMOTED_PARTIALS, promote_tmem=True, target=Target.SM100A)
 
+
+# Rule 22 on sm_100a: a grouped GEMM's tile from its rows per group, every tile 128 rows (tcgen05's M).
+GROUPED_WIDE_ROWS = 256
+
+
+def grouped_width(spec: GemmSpec, rows_per_group: float) -> int:
+    """Rule 22's tile width on sm_100a: 256 from `GROUPED_WIDE_ROWS` rows a group, as on sm_90a (at most half a
+    128-row tile is lost per group, and the wide tile reads A once per 256 columns), else 128; always 128 for MX /
+    NVFP4, rule 19's width for block scales (two accumulators beside the scale buffers). No 64-row tile: tcgen05's
+    one-CTA MMA is 128 rows here (`plan_blackwell`), so decode-sized groups keep 128 rows, half of them past the
+    group's end at 64 rows a group. Not measured: no sm_100a GPU is at hand."""
+    return 256 if rows_per_group >= GROUPED_WIDE_ROWS and not spec.scale.microscaled else 128
+
+
+def plan_blackwell_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None, bn: int | None,
+                           stages: int | None, group_m: int, stream_k: int | None) -> Plan:
+    """Rule 22 on sm_100a: an M-grouped GEMM's plan is rule 19's for the same GEMM ungrouped at `grouped_width`'s
+    tile (or the forced one), with the grid at the SM count (the tile count is known on the device only; CTAs
+    without a tile exit at once). Whole tiles: no stream-K (not built on sm_100a). Refuses by name what the sm_100a
+    grouped kernel does not take (`GemmSpec.sm100_grouped_problems`)."""
+    problems = spec.sm100_grouped_problems()
+    if stream_k:
+        problems.append(f"stream_k={stream_k} (stream-K is not built on sm_100a)")
+    if problems:
+        # (sm_90a runs every other grouped GEMM, but not block-scaled ones: those need what sm_100a takes)
+        fix = (f"pass row-major scales (scale_b (G, N, K/{spec.scale.scale_k})) on an M-grouped call with offs, "
+               "without stream_k or an epilogue, and MX fp8 or fp4 on both operands" if spec.scale.microscaled
+               else "plan it for an sm_90a device (device=H100_SXM)")
+        raise UnsupportedError(f"grouped GEMMs (rule 22) on sm_100a ({device.name}) do not take "
+                               f"{'; '.join(problems)}: {spec.short()}. Fix: {fix}")
+    width = bn or grouped_width(spec, spec.m / max(spec.groups, 1))
+    dense = replace(spec, grouping=Grouping.NONE, groups=0)
+    dense_plan = plan_blackwell(dense, device, bm=bm, bn=width, stages=stages, group_m=group_m)
+    return replace(dense_plan, grid=device.sm_count)
+
+
+def grouped_path(spec: GemmSpec, plan: Plan) -> str:
+    """Why an sm_100a grouped plan has its tile (rule 22 on sm_100a, `grouped_width`), and what its kernel does per
+    group (printed by `explain`)."""
+    rows = spec.m / max(spec.groups, 1)
+    why = (f"forced bn={plan.bn}" if plan.bn != grouped_width(spec, rows) else
+           f"{rows:.0f} rows a group on average: 128 rows (tcgen05's), {plan.bn} wide "
+           + ("(block scales keep rule 19's 128: two accumulators beside the scale buffers)" if spec.scale.microscaled
+              else f"({'from' if plan.bn == 256 else 'under'} {GROUPED_WIDE_ROWS} rows a group)"))
+    v = spec.scale.scale_k if spec.scale.microscaled else 0
+    nv = " NVFP4's global scale of B per expert, (G,), in the epilogue." if spec.scale is ScaleRecipe.NVFP4 else ""
+    scales = (f" {spec.scale.value} scales: scale_a in the grouped row space, scale_b (G, N, K/{v}) read at the "
+              f"tile's expert (sb_ptr + grp * sb_stride_g) by seed 000's scale partition, unpadded.{nv}"
+              if spec.scale.microscaled else "")
+    return (f"rule 22 on sm_100a: {why}; whole tiles over the (group, tile) pairs of the on-device scan of offs, "
+            f"the grid at the {plan.grid} SMs, B through a 3-D descriptor at [group, n, k], C's stores clipped at "
+            f"each group's last row (a ragged last tile's blocks read back and stored masked).{scales} Not measured: "
+            "no sm_100a GPU is at hand")

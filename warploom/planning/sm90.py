@@ -53,6 +53,7 @@ from warploom.planning.sm90_models import (
     stream_k_score,
     tail_score,
 )
+from warploom.planning.sm100 import plan_blackwell_grouped
 from warploom.planning.trace import collecting, note
 from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
 from warploom.target import Target
@@ -765,10 +766,20 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     `stream_k` (0: whole tiles; None: `last_round_stream_k`'s choice): an M-grouped or masked plan whose last,
     partial round of tiles is shared as (tile, k-block) pieces, at most `stream_k` a tile, split on the device from
     the scan's tile count (rule 21's kernel over the group scan's tile ids). The default shares it for bf16/fp16
-    M-grouped GEMMs whose expected last round is under half full, as measured (docs/decisions/rule-22-grouped.md)."""
-    if device.blackwell or device.gfx1250:
-        raise UnsupportedError(f"grouped GEMMs (rule 22) are built for sm_90a; {device.name} is {device.arch}. Fix: "
-                               "plan for an sm_90a device (H100_SXM)")
+    M-grouped GEMMs whose expected last round is under half full, as measured (docs/decisions/rule-22-grouped.md).
+
+    A Blackwell device's grouped plan is `plan_blackwell_grouped`'s (rule 22 on sm_100a); MX scales, which only
+    sm_100a's grouped kernel takes, are refused on sm_90a by name."""
+    if device.gfx1250:
+        raise UnsupportedError(f"grouped GEMMs (rule 22) are built for sm_90a and sm_100a; {device.name} is "
+                               f"{device.arch}. Fix: plan for an sm_90a device (H100_SXM) or an sm_100a one (B200)")
+    if device.blackwell:
+        return plan_blackwell_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
+                                      stream_k=stream_k)
+    if spec.sm90_grouped_problems():
+        raise UnsupportedError(f"grouped GEMMs (rule 22) on {device.name} do not take "
+                               f"{'; '.join(spec.sm90_grouped_problems())}: {spec.short()}. Fix: plan it for an "
+                               "sm_100a device (device=B200)")
     if stream_k and spec.grouping is Grouping.K_OFFSETS:
         raise UnsupportedError(f"stream_k={stream_k} (rule 21) cannot run {spec.short()}: a K-grouped GEMM's tiles "
                                "run their groups' K ranges, not one count of k-blocks to share. Fix: drop stream_k "

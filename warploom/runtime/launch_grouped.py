@@ -28,10 +28,18 @@ class GroupedLauncher:
     """Launches one grouped kernel on already-checked tensors (`checks_grouped.grouped_call`)."""
 
     def __init__(self, m: ir.Module, src: GluonSource) -> None:
+        """An sm_100a grouped module (rule 22 on sm_100a) is refused as `launch.Launcher` refuses dense ones:
+        warploom cross-compiles and simulates it but has not run it on a GPU."""
+        if not m.tiling.grouped:
+            raise ValueError(f"{m.name}: GroupedLauncher runs grouped modules only (launch.Launcher runs the rest)")
+        if m.target != "sm_90a":
+            from warploom.errors import TargetError
+            raise TargetError(f"{m.name} is {m.target.with_article} grouped kernel, which warploom cross-compiles and "
+                              f"simulates but has not run on {m.target.with_article} GPU yet (none is at hand). Fix: "
+                              f"Kernel.compile('{m.target}') to inspect it, warploom.sim.grouped.simulate_grouped to "
+                              "run it on the CPU, or plan for the sm_90a GPU you run on")
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-        if m.target != "sm_90a" or not m.tiling.grouped:
-            raise ValueError(f"{m.name}: GroupedLauncher runs grouped sm_90a modules only")
         blocks = descriptor_blocks(m)
         descs = {i: DescSlot(blocks[p][1], shared_layout(*blocks[p]), TensorDescriptor)
                  for i, p in enumerate(src.params) if p in blocks}

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 import torch
 
 from warploom.epilogue.graph import GateUpHalf, Half
-from warploom.errors import ShapeError
+from warploom.errors import ScaleError, ShapeError
 from warploom.ir import nodes as ir
 from warploom.ir.raster import TileRef, group_bounds
 from warploom.sim.events import TimelineEvent
@@ -28,13 +28,14 @@ from warploom.sim.numerics import CtaData, Operands
 from warploom.sim.program import CtaProgram, Geometry, MalformedError
 from warploom.sim.scheduler import run_random
 from warploom.sim.simulate import SimReport, SimResult, check_operands, run_linked
-from warploom.spec import Grouping
+from warploom.spec import Grouping, ScaleRecipe
 
 
 def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds: torch.Tensor | Iterable[int],
                      scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None, *, seed: int = 0,
                      ctas: Iterable[int] | None = None, out: torch.Tensor | None = None,
-                     record: bool = False, operands: Mapping[str, torch.Tensor] | None = None) -> SimResult:
+                     record: bool = False, operands: Mapping[str, torch.Tensor] | None = None,
+                     globals_: tuple[torch.Tensor, torch.Tensor] | None = None) -> SimResult:
     """Run grouped `module` on the CPU: ``C[rows of g] = A[rows of g] @ b[g]`` for every group g.
 
     `a` is (M, K) (a MASKED module's (G, M_max, K) flattened to (G * M_max, K)); `b` is (G, K, N) as torch's grouped
@@ -46,7 +47,8 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     (K-grouped: scale_a (M, KB), scale_b (KB, NB) over total_K, `program.scale_tag`). `out` (C's rows, N), if given,
     is written in place (rows outside every group keep what they held); else a NaN-filled one is made. `ctas` picks
     program ids of the launch (default all); `operands` a fused epilogue's, by graph name, indexed in the grouped
-    row space (a row operand's row r is A's and C's row r), as `sim.simulate` takes them."""
+    row space (a row operand's row r is A's and C's row r), as `sim.simulate` takes them. NVFP4 (sm_100a): e4m3
+    scale_a (M, K/16) and scale_b (G, N, K/16), and `globals_` (A's (1,), B's (G,) per expert) fp32."""
     t0 = time.perf_counter()
     t = module.tiling
     if not t.grouped:
@@ -59,6 +61,7 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
         raise ShapeError("b", f"(G, {a.shape[1] if a.dim() == 2 else 'K'}, N) beside a 2-D a",
                          f"a {tuple(a.shape)}, b {tuple(b.shape)}", "pass a as (M, K) and b as (G, K, N)")
     m, k = a.shape
+    k *= 2 if module.spec.fp4_a else 1  # (sm_100a MX fp4: K in values, two a byte of a and b)
     n = b.shape[-1]
     values = bounds.tolist() if isinstance(bounds, torch.Tensor) else list(bounds)
     groups = group_bounds(t.grouping, values, k if k_grouped else m)
@@ -70,7 +73,12 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     # (blockwise scales are the mainloop's, never graph operands; rowwise ones are the graph's with an epilogue)
     positional = {} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b}
     tensors = check_operands(module, operands, positional, frozenset()) if module.spec.epilogue is not None else {}
-    ops = Operands.of(module, a, b, scale_a, scale_b, None, (result,), tensors)
+    nvfp4 = module.spec.scale is ScaleRecipe.NVFP4
+    if nvfp4 and (globals_ is None or globals_[1].numel() != len(groups)):
+        raise ScaleError("globals_", f"NVFP4's global scales: A's one and one per expert of B ({len(groups)})",
+                         "None" if globals_ is None else f"{globals_[1].numel()} of B",
+                         "pass globals_=(global_a (1,), global_b (G,))")
+    ops = Operands.of(module, a, b, scale_a, scale_b, None, (result,), tensors, globals_=globals_ if nvfp4 else None)
     # (a stream-K launch runs whole: its CTAs' fixups link them, ir.Fixup, so a sample would wait forever)
     pids = tuple(range(t.grid)) if ctas is None or t.stream_k else tuple(ctas)
     sink = FindingSink()

@@ -39,7 +39,8 @@ class Operands:
         scale_a, scale_b: flattened fp32 scales, or None; blockwise scales stay 2-D (M, k-blocks) and
             (k-blocks, N-blocks or N); a 128x128 scale_a (M-blocks, k-blocks).
         bias: (N,) fp32 bias, or None.
-        globals_: NVFP4: (2,) fp32, the global scales of A and B (ir.EpilogueStep.SCALE_GLOBAL), or None.
+        globals_: NVFP4: (2,) fp32, the global scales of A and B (ir.EpilogueStep.SCALE_GLOBAL), or None (a grouped
+            module's (1 + G,): A's, then each expert's of B).
         outs: the (M, N) outputs, each in its dtype (`GemmSpec.output_dtypes`), written by TMA stores; 0 is C.
         writes: per output, the (M, N) count of the stores that wrote each element.
         epilogue: a fused epilogue's operand tensors by graph name, as passed (their own dtypes and strides:
@@ -97,7 +98,7 @@ class Operands:
             None if bias is None else bias.float(), outs,
             tuple(torch.zeros(o.shape, dtype=torch.int16) for o in outs), epilogue,
             ws, None if ws is None else torch.zeros(ws.shape, dtype=torch.int16),
-            None if globals_ is None else torch.cat([g.reshape(1).float() for g in globals_]),
+            None if globals_ is None else torch.cat([g.reshape(-1).float() for g in globals_]),
         )
 
 
@@ -149,6 +150,8 @@ class CtaData:
         if self.m.ring(ring).tmem:  # seed 000: the scale partition's masked loads (1.0 outside)
             src = self.ops.scale_a if tag.tensor == "scale_a" else self.ops.scale_b
             assert src is not None
+            if tag.group is not None:  # a grouped module's scale_b (G, N, K/v): its tile's expert's rows
+                src = src[tag.group]
             rows = self.m.tiling.bm if tag.tensor == "scale_a" else self.m.tiling.bn  # (a narrow tile: its bn rows)
             r0, c0 = tag.origin[0], tag.origin[1] // self.m.spec.scale.scale_k
             if self.m.spec.scale_layout is ScaleLayout.BLOCKED:  # (flat: gathered at the kernel's blocked offsets)
@@ -294,7 +297,7 @@ class CtaData:
                 x = x * (ops.scale_a[0] * ops.scale_b[0])
             elif s is ir.EpilogueStep.SCALE_GLOBAL:
                 assert ops.globals_ is not None
-                x = x * (ops.globals_[0] * ops.globals_[1])
+                x = x * (ops.globals_[0] * ops.globals_[1 + group])  # (a grouped module's: its expert's of B)
             elif s is ir.EpilogueStep.SCALE_ROWWISE:
                 assert ops.scale_a is not None and ops.scale_b is not None
                 sa = _masked(ops.scale_a, off_m, rows, in_m)

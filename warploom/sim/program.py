@@ -529,7 +529,9 @@ def tma_scale_tag(module: ir.Module, tensor: ir.Tensor, tile: TileRef, k: int) -
     """The block of TMA-loaded (sm_100a MX) scales a (tile, k-block) needs, as its `TmaLoad` tags it."""
     if tensor is ir.Tensor.SCALE_A:
         return Tag(tensor.value, ("m", "k"), (tile.off_m, k * module.tiling.bk))
-    return Tag(tensor.value, ("n", "k"), (tile.off_n, k * module.tiling.bk))
+    # (a grouped module's scale_b (G, N, K/v): its tile's expert's rows; scale_a is in the grouped row space)
+    group = tile.group if module.tiling.grouped else None
+    return Tag(tensor.value, ("n", "k"), (tile.off_n, k * module.tiling.bk), group)
 
 
 def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
