@@ -19,7 +19,11 @@ fused into its epilogue (`warploom.silu_mul_interleaved`, planner rule 28): A is
 is written; "fp8-gateup" interleaves the rowwise weight scales likewise.
 Only the grouped GEMMs (and the fused SiLU-mul) differ between the two versions (`Gemms`); routing, dispatch, the
 activations' quantization and the combine are the same torch code. fp8 comes in two recipes (`Recipe`), e4m3 with
-scale = amax / 448 over each group, the activations quantized before each GEMM:
+scale = amax / 448 over each group, the activations quantized before each GEMM: x once per token before the
+dispatch (its fp8 rows then gathered; a row's scales are its own, so this is x_sorted's quantization on 1/k of the
+rows), h after the gate/up. The quantization is three passes over the tensor's size (`quantize_blocks`: the amax
+read from the bf16 values, the fp32 quotient, its e4m3 cast); warploom has no faster one for this layer (a grouped
+GEMM's epilogue refuses warploom.quantize, and warploom.quantize outside one is its torch reference).
   "fp8"            rowwise: a scale per row of the activations, per output channel of each expert's weights;
   "fp8-blockwise"  DeepSeek-V3's: a scale per row and 128 columns of the activations (1x128), per 128x128 block of
                    each expert's (N, K) weights, each k-block's partial promoted with its scales.
@@ -241,23 +245,27 @@ def silu_mul(acc: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rowwise e4m3 over the last dimension: (data, scale) with t ~ data * scale, scale = amax / 448 (fp32)."""
-    amax = t.float().abs().amax(dim=-1, keepdim=True).clamp(min=1e-12)
-    scale = amax / E4M3_MAX
-    data = (t.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-    return data, scale.squeeze(-1).contiguous()
+    """Rowwise e4m3 over the last dimension: (data, scale) with t ~ data * scale, scale = amax / 448 (fp32).
+    Three passes over t's size (`quantize_blocks`'s): the amax read from t itself, the fp32 quotient, its cast."""
+    data, scale = quantize_blocks(t.unsqueeze(-2), 1, t.shape[-1])
+    return data.squeeze(-2), scale.reshape(t.shape[:-1])
 
 
 def quantize_blocks(t: torch.Tensor, rows: int, cols: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
     """e4m3 in blocks of rows x cols over the last two dimensions (M, N): (data, scale) with t ~ data * scale over
     each block, scale (..., ceil(M/rows), ceil(N/cols)) = amax / 448 (fp32); ragged blocks take their valid values'
-    amax (zero padding)."""
+    amax (zero padding). It serves the timed layers (the activations, before each GEMM), so it makes no fp32 copy of
+    t: the amax is one reduction over t as it is (max |t| is one of t's values, exact in its dtype), then one fp32
+    quotient (t / scale, t's values widened exactly) and its cast, unclamped: |t| <= amax makes the quotient at most
+    448 times (1 + 2^-22), which e4m3 rounds to 448."""
     m, n = t.shape[-2:]
-    p = F.pad(t.float(), (0, -n % cols, 0, -m % rows))
+    ragged = bool(m % rows or n % cols)
+    p = F.pad(t, (0, -n % cols, 0, -m % rows)) if ragged else t
     blocks = p.unflatten(-1, (-1, cols)).unflatten(-3, (-1, rows))  # (..., MB, rows, NB, cols)
-    scale = blocks.abs().amax(dim=(-3, -1)).clamp(min=1e-12) / E4M3_MAX  # (..., MB, NB)
-    data = (blocks / scale[..., :, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-    return data.flatten(-2).flatten(-3, -2)[..., :m, :n].contiguous(), scale
+    amax = torch.linalg.vector_norm(blocks, float("inf"), dim=(-3, -1)).float()  # (..., MB, NB)
+    scale = amax.clamp(min=1e-12) / E4M3_MAX
+    data = (blocks / scale[..., :, None, :, None]).to(torch.float8_e4m3fn).flatten(-2).flatten(-3, -2)
+    return (data[..., :m, :n].contiguous() if ragged else data), scale
 
 
 def quantize_1x128(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -265,6 +273,21 @@ def quantize_1x128(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     (1, R): DeepGEMM's and torch's layout, read down a tile's rows)."""
     data, scale = quantize_blocks(t, 1)
     return data, scale.t().contiguous().t()
+
+
+def dispatched(ops: tuple[torch.Tensor, ...], token: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rows `token` of an activation's operands as `ACTIVATION` made them (x's, quantized once per token:
+    a rowwise or 1x128 scale is a row's own, so quantizing before the gather is quantizing after it, on 1/k of the
+    rows): each tensor's rows gathered, fp8 data as bytes, outer-dim-major scales kept so."""
+    out = []
+    for t in ops:
+        if t.dtype == torch.float8_e4m3fn:
+            out.append(t.view(torch.uint8)[token].view(t.dtype))
+        elif t.dim() == 2 and t.stride(0) == 1 and t.shape[1] > 1:  # (1x128 scales, (T, K/128) strides (1, T))
+            out.append(torch.index_select(t.t(), 1, token).t())
+        else:
+            out.append(t[token])
+    return tuple(out)
 
 
 def dequantize(data: torch.Tensor, scale: torch.Tensor, rows: int, cols: int = BLOCK) -> torch.Tensor:
@@ -350,22 +373,22 @@ def moe_forward(x: torch.Tensor, layer: Layer, gemms: Gemms, top_k: int,
     """The layer's output (T, D) bf16 for tokens x (T, D) bf16 (module docstring); `interleaved`: the layer's
     `interleaved()` w13 in gemms' recipe, which gemms with a `block` take (made once, outside the timed call)."""
     token, weight, offs = route(x, layer.router, top_k)
-    xs = x[token]  # (R, D)
     inter = layer.w2.shape[2]
     act = ACTIVATION[gemms.recipe]
+    xs = dispatched(act(x), token)  # (R, D): x's rows (or their fp8 pair) sorted by expert
     w13, w2 = layer.weights(gemms.recipe)
     if gemms.gate_up is not None and gemms.block:
         if interleaved is None:
             interleaved = layer.interleaved(gemms.block, gemms.recipe)
-        h = gemms.gate_up(*act(xs), *interleaved, offs)  # (R, I), SiLU-mul fused
+        h = gemms.gate_up(*xs, *interleaved, offs)  # (R, I), SiLU-mul fused
     elif gemms.gate_up is not None:
-        h = gemms.gate_up(*act(xs), *w13, offs)
+        h = gemms.gate_up(*xs, *w13, offs)
     else:
-        h = gemms.mm(*act(xs), *w13, offs)  # (R, 2I)
+        h = gemms.mm(*xs, *w13, offs)  # (R, 2I)
         h = F.silu(h[:, :inter]) * h[:, inter:]  # (R, I)
     y = gemms.mm(*act(h), *w2, offs)  # (R, D)
     out = torch.zeros_like(x, dtype=torch.float32)
-    out.index_add_(0, token, y.float() * weight[:, None])
+    out.index_add_(0, token, y * weight[:, None])  # (bf16 y times fp32 weights: fp32, one kernel)
     return out.to(x.dtype)
 
 
