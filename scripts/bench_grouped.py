@@ -77,10 +77,11 @@ def torch_grouped(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None
                                             use_fast_accum=fast)
 
 
-def _loop(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> Callable[[], Any]:
-    """A Python loop over experts (the offsets read once on the host, outside the timed call)."""
+def torch_loop(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, device: str = "cuda") -> Callable[[], Any]:
+    """A Python loop of torch.mm over experts (the offsets read once on the host, outside the timed call), into one
+    output it returns (NaN-poisoned: rows it leaves are seen), as a call to check and time."""
     ends = [0, *offs.tolist()]
-    out = torch.empty(a.shape[0], w.shape[1], device="cuda", dtype=torch.bfloat16)
+    out = torch.full((a.shape[0], w.shape[1]), float("nan"), device=device, dtype=torch.bfloat16)
 
     def run() -> torch.Tensor:
         for g in range(w.shape[0]):
@@ -91,23 +92,17 @@ def _loop(a: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> Callable[[], 
     return run
 
 
-def _blockwise_loop(a: torch.Tensor, w: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor,
-                    offs: torch.Tensor) -> Callable[[], Any]:
+def blockwise_loop(a: torch.Tensor, w: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor,
+                   offs: torch.Tensor) -> Callable[[], Any]:
     """torch's blockwise (1x128 x 128x128) torch._scaled_mm per expert, the offsets read once on the host: torch has
-    no grouped blockwise kernel, so this loop is what it offers (it raises where this torch has no blockwise one)."""
-    ends = [0, *offs.tolist()]
-    out = torch.empty(a.shape[0], w.shape[1], device="cuda", dtype=torch.bfloat16)
-    sa_t = sa.t().contiguous().t()  # (outer-dim-major, as torch's 1x128 scales must be)
-    sbs = [sb[g].t().contiguous().t() for g in range(w.shape[0])]
+    no grouped blockwise kernel, so this loop is what it offers (it raises where this torch has no blockwise one).
+    The call form is bench_moe's (`torch_blockwise_gemms`): each expert's rows a window of a multiple of 16 rows
+    (cuBLASLt refuses ragged M), its scale_a copied to strides (1, M), scale_b (K/128, N/128) column-major."""
+    from bench_moe import torch_blockwise_gemms  # (scripts/ is on the path)
 
-    def run() -> torch.Tensor:
-        for g in range(w.shape[0]):
-            s, e = ends[g], ends[g + 1]
-            if e > s:
-                out[s:e] = torch._scaled_mm(a[s:e], w[g].t(), sa_t[s:e], sbs[g], out_dtype=torch.bfloat16)
-        return out
-
-    return run
+    mm = torch_blockwise_gemms([0, *offs.tolist()]).mm
+    sw = sb.transpose(1, 2).contiguous()  # ((G, N/128, K/128): each expert's transposed is column-major)
+    return lambda: mm(a, sa, w, sw, offs)
 
 
 def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
@@ -143,7 +138,7 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
         b = w.transpose(-2, -1)
         ours = lambda: warploom.grouped_mm(a, b, offs)  # noqa: E731
         theirs = torch_grouped(a, b, offs=offs)
-        loop = _loop(a, w, offs)
+        loop = torch_loop(a, w, offs)
     elif kind == "fp8-blockwise":  # DeepSeek-V3's recipe: scale_a (rows, K/128), scale_b (G, K/128, N/128)
         a = torch.randn(rows, k, device="cuda").to(torch.float8_e4m3fn)
         w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn)
@@ -151,7 +146,7 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
         kb, nb = -(-k // 128), -(-n // 128)
         sa, sb = torch.rand(rows, kb, device="cuda") + 0.5, torch.rand(experts, kb, nb, device="cuda") + 0.5
         ours = lambda: warploom.scaled_grouped_mm(a, b, sa, sb, offs)  # noqa: E731
-        theirs = _blockwise_loop(a, w, sa, sb, offs)
+        theirs = blockwise_loop(a, w, sa, sb, offs)
         loop = None
     else:
         fast = kind == "fp8-fast"
@@ -171,8 +166,10 @@ def _case(experts: int, rows: int, n: int, k: int, kind: str) -> dict[str, Any]:
         return row
     row["warploom_ms"] = _time_graph(ours)
     row["torch_ms"] = _time_graph(theirs)
-    if loop is not None:
-        row["loop_ms"] = _time_graph(loop)
+    if loop is not None:  # (checked too: torch's rows)
+        row["loop_err"] = loop_err = _err(loop()[:end], want[:end])
+        if loop_err < 2e-2:
+            row["loop_ms"] = _time_graph(loop)
     for key in ("warploom", "torch", "loop"):
         if f"{key}_ms" in row:
             row[f"{key}_tflops"] = flops / row[f"{key}_ms"] / 1e9

@@ -19,7 +19,11 @@ fused into its epilogue (`warploom.silu_mul_interleaved`, planner rule 28): A is
 is written; "fp8-gateup" interleaves the rowwise weight scales likewise.
 Only the grouped GEMMs (and the fused SiLU-mul) differ between the two versions (`Gemms`); routing, dispatch, the
 activations' quantization and the combine are the same torch code. fp8 comes in two recipes (`Recipe`), e4m3 with
-scale = amax / 448 over each group, the activations quantized before each GEMM:
+scale = amax / 448 over each group, the activations quantized before each GEMM: x once per token before the
+dispatch (its fp8 rows then gathered; a row's scales are its own, so this is x_sorted's quantization on 1/k of the
+rows), h after the gate/up. The quantization is three passes over the tensor's size (`quantize_blocks`: the amax
+read from the bf16 values, the fp32 quotient, its e4m3 cast); warploom has no faster one for this layer (a grouped
+GEMM's epilogue refuses warploom.quantize, and warploom.quantize outside one is its torch reference).
   "fp8"            rowwise: a scale per row of the activations, per output channel of each expert's weights;
   "fp8-blockwise"  DeepSeek-V3's: a scale per row and 128 columns of the activations (1x128), per 128x128 block of
                    each expert's (N, K) weights, each k-block's partial promoted with its scales.
@@ -34,8 +38,12 @@ rowwise fp32 or MXFP8 scales, 2.11 to 2.13), so torch's layer is a per-expert lo
 1x128 x 128x128 scales (`torch_blockwise_gemms`; the call bench_blockwise.py times: scale_a outer-dim-major, copied
 per expert to the stride torch checks, scale_b column-major) over row counts read on the host once before capture:
 the loop needs them there, the graph replays the same routing (x is fixed), and a real layer would pay a host sync
-for them. Both layers are checked against the float layer of the dequantized operands (`reference_gemms`: fp32
-products per expert), and torch's bf16 grouped layer is timed beside them as a second reference (torch_bf16_ms).
+for them. cuBLASLt's blockwise path refuses ragged row counts (CUBLAS_STATUS_NOT_SUPPORTED on the H100), so each
+expert's call runs on a window of a multiple of 16 rows around its rows (128 where this torch refuses 16: the row's
+"torch_layer" says which), the extra rows computed and dropped. Both layers are checked against the float layer of
+the dequantized operands (`reference_gemms`: fp32 products per expert), and torch's bf16 grouped layer, checked
+loosely against it too, is timed beside them as a second reference (torch_bf16_ms); a torch layer that fails its
+check is not timed.
 
     PYTHONPATH=. python3 scripts/bench_moe.py --out moe.json [--experts 8,32] [--tokens 4096] \
         [--kinds bf16,bf16-unfused,bf16-gateup,fp8,fp8-gateup,fp8-blockwise,fp8-blockwise-gateup]
@@ -57,6 +65,10 @@ import torch.nn.functional as F
 
 E4M3_MAX = 448.0
 BLOCK = 128  # a blockwise scale's reach: 128 columns of an activation row, 128x128 of a weight
+# torch's per-expert blockwise _scaled_mm runs on windows of a multiple of this many rows (`torch_blockwise_gemms`);
+# `case` falls back to TORCH_BLOCKWISE_FALLBACK's windows where this torch refuses those too.
+TORCH_BLOCKWISE_ROWS = 16
+TORCH_BLOCKWISE_FALLBACK = 128
 
 
 class Recipe(enum.Enum):
@@ -93,6 +105,9 @@ HIDDEN, INTER = 7168, 2048
 # rounding boundary before the down GEMM (one e4m3 step, 6%, rarely).
 TOLERANCE = {"bf16": 2e-2, "bf16-unfused": 2e-2, "bf16-gateup": 2e-2, "fp8": 4e-2, "fp8-gateup": 4e-2,
              "fp8-blockwise": 4e-2, "fp8-blockwise-gateup": 4e-2}
+# torch's bf16 layer against the fp8 layers' dequantized float layer (blockwise: its second reference): they differ
+# by the operands' e4m3 quantization, a few percent.
+BF16_VS_FP8 = 0.1
 # The gate/up interleave's block (rule 28: BN = 2 * block); the intermediate width must be a multiple of it. fp8
 # with exact (promoted) accumulation, as torch's layer runs it, takes 64: a 256-wide tile promotes into two
 # 128-column accumulators, and a gate/up pair may not span them (rule 28).
@@ -124,14 +139,32 @@ def torch_gemms(recipe: Recipe) -> Gemms:
     raise ValueError(f"torch has no grouped {recipe.value} op: use torch_blockwise_gemms(ends)")
 
 
-def torch_blockwise_gemms(ends: list[int]) -> Gemms:
+def torch_blockwise_gemms(ends: list[int], rows: int = 0) -> Gemms:
     """torch's blockwise layer: one torch._scaled_mm (1x128 x 128x128) per non-empty expert over the rows
     ends[g] .. ends[g + 1] (cumulative row ends read on the host, a leading 0), as bench_blockwise.py calls it:
     scale_a (M_e, K/128) with strides (1, M_e) (torch's check: outer-dim-major, each expert's copied to it), scale_b
-    (K/128, N/128) column-major (the (N/128, K/128) storage transposed). offs is ignored."""
+    (K/128, N/128) column-major (the (N/128, K/128) storage transposed). offs is ignored.
+    cuBLASLt's blockwise path refuses a routing's ragged row counts (CUBLAS_STATUS_NOT_SUPPORTED from its heuristic on
+    the H100), so each call takes a window of `rows` (default TORCH_BLOCKWISE_ROWS) multiples around the expert's
+    rows: the rows after them (before them at A's end; zero rows appended where A has fewer than a window), computed
+    with the expert's weights and dropped, as a trainer pads each expert's rows for torch's kernels. A window costs
+    torch at most rows - 1 extra rows an expert and no copy of A."""
+    pad = rows or TORCH_BLOCKWISE_ROWS
+
     def mm(a: torch.Tensor, sa: torch.Tensor, w: torch.Tensor, sw: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-        outs = [torch._scaled_mm(a[s:e], w[g].t(), sa[s:e].t().contiguous().t(), sw[g].t(), out_dtype=torch.bfloat16)
-                for g, (s, e) in enumerate(zip(ends[:-1], ends[1:], strict=True)) if e > s]
+        outs = []
+        for g, (s, e) in enumerate(zip(ends[:-1], ends[1:], strict=True)):
+            if e == s:
+                continue
+            span = -(-(e - s) // pad) * pad
+            lo = max(0, min(s, a.shape[0] - span))  # (the window [lo, lo + span) holds [s, e))
+            aw, sw_a = a[lo:lo + span], sa[lo:lo + span]
+            if aw.shape[0] < span:  # (A has fewer rows than one window: zero rows, unit scales)
+                aw = torch.cat([aw.view(torch.uint8), aw.new_zeros(span - aw.shape[0], a.shape[1], dtype=torch.uint8)]
+                               ).view(a.dtype)
+                sw_a = torch.cat([sw_a, sw_a.new_ones(span - sw_a.shape[0], sa.shape[1])])
+            out = torch._scaled_mm(aw, w[g].t(), sw_a.t().contiguous().t(), sw[g].t(), out_dtype=torch.bfloat16)
+            outs.append(out[s - lo:e - lo])
         return torch.cat(outs)
 
     return Gemms("torch-loop", Recipe.BLOCKWISE, mm)
@@ -212,23 +245,27 @@ def silu_mul(acc: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rowwise e4m3 over the last dimension: (data, scale) with t ~ data * scale, scale = amax / 448 (fp32)."""
-    amax = t.float().abs().amax(dim=-1, keepdim=True).clamp(min=1e-12)
-    scale = amax / E4M3_MAX
-    data = (t.float() / scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-    return data, scale.squeeze(-1).contiguous()
+    """Rowwise e4m3 over the last dimension: (data, scale) with t ~ data * scale, scale = amax / 448 (fp32).
+    Three passes over t's size (`quantize_blocks`'s): the amax read from t itself, the fp32 quotient, its cast."""
+    data, scale = quantize_blocks(t.unsqueeze(-2), 1, t.shape[-1])
+    return data.squeeze(-2), scale.reshape(t.shape[:-1])
 
 
 def quantize_blocks(t: torch.Tensor, rows: int, cols: int = BLOCK) -> tuple[torch.Tensor, torch.Tensor]:
     """e4m3 in blocks of rows x cols over the last two dimensions (M, N): (data, scale) with t ~ data * scale over
     each block, scale (..., ceil(M/rows), ceil(N/cols)) = amax / 448 (fp32); ragged blocks take their valid values'
-    amax (zero padding)."""
+    amax (zero padding). It serves the timed layers (the activations, before each GEMM), so it makes no fp32 copy of
+    t: the amax is one reduction over t as it is (max |t| is one of t's values, exact in its dtype), then one fp32
+    quotient (t / scale, t's values widened exactly) and its cast, unclamped: |t| <= amax makes the quotient at most
+    448 times (1 + 2^-22), which e4m3 rounds to 448."""
     m, n = t.shape[-2:]
-    p = F.pad(t.float(), (0, -n % cols, 0, -m % rows))
+    ragged = bool(m % rows or n % cols)
+    p = F.pad(t, (0, -n % cols, 0, -m % rows)) if ragged else t
     blocks = p.unflatten(-1, (-1, cols)).unflatten(-3, (-1, rows))  # (..., MB, rows, NB, cols)
-    scale = blocks.abs().amax(dim=(-3, -1)).clamp(min=1e-12) / E4M3_MAX  # (..., MB, NB)
-    data = (blocks / scale[..., :, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-    return data.flatten(-2).flatten(-3, -2)[..., :m, :n].contiguous(), scale
+    amax = torch.linalg.vector_norm(blocks, float("inf"), dim=(-3, -1)).float()  # (..., MB, NB)
+    scale = amax.clamp(min=1e-12) / E4M3_MAX
+    data = (blocks / scale[..., :, None, :, None]).to(torch.float8_e4m3fn).flatten(-2).flatten(-3, -2)
+    return (data[..., :m, :n].contiguous() if ragged else data), scale
 
 
 def quantize_1x128(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -236,6 +273,21 @@ def quantize_1x128(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     (1, R): DeepGEMM's and torch's layout, read down a tile's rows)."""
     data, scale = quantize_blocks(t, 1)
     return data, scale.t().contiguous().t()
+
+
+def dispatched(ops: tuple[torch.Tensor, ...], token: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The rows `token` of an activation's operands as `ACTIVATION` made them (x's, quantized once per token:
+    a rowwise or 1x128 scale is a row's own, so quantizing before the gather is quantizing after it, on 1/k of the
+    rows): each tensor's rows gathered, fp8 data as bytes, outer-dim-major scales kept so."""
+    out = []
+    for t in ops:
+        if t.dtype == torch.float8_e4m3fn:
+            out.append(t.view(torch.uint8)[token].view(t.dtype))
+        elif t.dim() == 2 and t.stride(0) == 1 and t.shape[1] > 1:  # (1x128 scales, (T, K/128) strides (1, T))
+            out.append(torch.index_select(t.t(), 1, token).t())
+        else:
+            out.append(t[token])
+    return tuple(out)
 
 
 def dequantize(data: torch.Tensor, scale: torch.Tensor, rows: int, cols: int = BLOCK) -> torch.Tensor:
@@ -321,22 +373,22 @@ def moe_forward(x: torch.Tensor, layer: Layer, gemms: Gemms, top_k: int,
     """The layer's output (T, D) bf16 for tokens x (T, D) bf16 (module docstring); `interleaved`: the layer's
     `interleaved()` w13 in gemms' recipe, which gemms with a `block` take (made once, outside the timed call)."""
     token, weight, offs = route(x, layer.router, top_k)
-    xs = x[token]  # (R, D)
     inter = layer.w2.shape[2]
     act = ACTIVATION[gemms.recipe]
+    xs = dispatched(act(x), token)  # (R, D): x's rows (or their fp8 pair) sorted by expert
     w13, w2 = layer.weights(gemms.recipe)
     if gemms.gate_up is not None and gemms.block:
         if interleaved is None:
             interleaved = layer.interleaved(gemms.block, gemms.recipe)
-        h = gemms.gate_up(*act(xs), *interleaved, offs)  # (R, I), SiLU-mul fused
+        h = gemms.gate_up(*xs, *interleaved, offs)  # (R, I), SiLU-mul fused
     elif gemms.gate_up is not None:
-        h = gemms.gate_up(*act(xs), *w13, offs)
+        h = gemms.gate_up(*xs, *w13, offs)
     else:
-        h = gemms.mm(*act(xs), *w13, offs)  # (R, 2I)
+        h = gemms.mm(*xs, *w13, offs)  # (R, 2I)
         h = F.silu(h[:, :inter]) * h[:, inter:]  # (R, I)
     y = gemms.mm(*act(h), *w2, offs)  # (R, D)
     out = torch.zeros_like(x, dtype=torch.float32)
-    out.index_add_(0, token, y.float() * weight[:, None])
+    out.index_add_(0, token, y * weight[:, None])  # (bf16 y times fp32 weights: fp32, one kernel)
     return out.to(x.dtype)
 
 
@@ -367,14 +419,31 @@ def case(experts: int, tokens: int, kind: str, hidden: int = HIDDEN, inter: int 
         want = moe_forward(x, layer, reference_gemms(recipe, ours.block), k, weights)
         err = row["err_vs_reference"] = relative_error(run_ours(), want)
         ends = [0, *route(x, layer.router, k)[2].tolist()]  # (the loop's row counts, on the host before capture)
-        loop = torch_blockwise_gemms(ends)
-        row["torch_layer"] = "per-expert torch._scaled_mm loop, 1x128 x 128x128, row counts read on the host"
-        try:
-            row["torch_err_vs_reference"] = relative_error(moe_forward(x, layer, loop, k), want)
-            theirs["torch"] = lambda: moe_forward(x, layer, loop, k)
-        except (RuntimeError, NotImplementedError, ValueError) as e:  # (no blockwise _scaled_mm here: CPU torch)
-            row["torch_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-        theirs["torch_bf16"] = lambda: moe_forward(x, layer, torch_gemms(Recipe.BF16), k)
+        for pad in (TORCH_BLOCKWISE_ROWS, TORCH_BLOCKWISE_FALLBACK):  # (the first window this torch runs)
+            row["torch_layer"] = (f"per-expert torch._scaled_mm loop, 1x128 x 128x128, row counts read on the host, "
+                                  f"each expert's rows a window of a multiple of {pad} (cuBLASLt refuses ragged M; "
+                                  f"the extra rows computed and dropped)")
+            loop = torch_blockwise_gemms(ends, pad)
+            try:
+                torch_err = row["torch_err_vs_reference"] = relative_error(moe_forward(x, layer, loop, k), want)
+            except (RuntimeError, NotImplementedError, ValueError) as e:  # (no blockwise _scaled_mm: CPU torch)
+                row["torch_error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+                continue
+            row.pop("torch_error", None)
+            if torch_err < TOLERANCE[kind]:
+                theirs["torch"] = functools.partial(moe_forward, x, layer, loop, k)
+            else:  # (torch's layer is timed only where it is checked)
+                row["torch_error"] = f"torch's layer against the dequantized float layer: relative error " \
+                                     f"{torch_err:.3g}; not timed"
+            break
+        # torch's bf16 grouped layer, a second reference: checked loosely against the same float layer (bf16 against
+        # the fp8 operands' product: their quantization error, a few percent) before it is timed.
+        bf16_layer = functools.partial(moe_forward, x, layer, torch_gemms(Recipe.BF16), k)
+        row["torch_bf16_err_vs_reference"] = bf16_err = relative_error(bf16_layer(), want)
+        if bf16_err < BF16_VS_FP8:
+            theirs["torch_bf16"] = bf16_layer
+        else:
+            row["torch_bf16_error"] = f"relative error {bf16_err:.3g} against the dequantized layer; not timed"
     else:
         theirs["torch"] = lambda: moe_forward(x, layer, torch_gemms(recipe), k)
         err = row["err_vs_torch"] = relative_error(run_ours(), theirs["torch"]())

@@ -127,7 +127,8 @@ if [ "$what" = grouped ]; then
 fi
 if [ "$what" = moe ]; then
   # A DeepSeek-V3-like MoE FFN forward (issue 27 item 5): warploom's grouped GEMMs against torch's in the same layer,
-  # 8 and 32 experts, bf16 and fp8 rowwise, each checked against torch's layer, then timed as CUDA-graph replays.
+  # 8 and 32 experts, bf16 and fp8 rowwise (checked against torch's layer) and fp8 blockwise (against the dequantized
+  # float layer, torch's per-expert _scaled_mm loop too), then timed as CUDA-graph replays.
   python3 scripts/bench_moe.py --out "$OUT/moe.json" ${MOE_ARGS:-} 2>&1 | tee "$OUT/moe.log"
   rc=${PIPESTATUS[0]}
 fi

@@ -36,7 +36,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-from bench_grouped import masked_bytes, masked_counts, operands, routing, torch_grouped  # (scripts/ is on the path)
+from bench_grouped import (  # (scripts/ is on the path)
+    masked_bytes,
+    masked_counts,
+    operands,
+    routing,
+    torch_grouped,
+    torch_loop,
+)
 
 import warploom
 from warploom.checks_grouped import grouped_call
@@ -135,6 +142,26 @@ def dense_call(a: torch.Tensor, w: torch.Tensor, sa: torch.Tensor | None, sb: to
     return lambda: warploom.scaled_mm(a, bd, sa[:, None], sb[1][None, :], use_fast_accum=case.fast)
 
 
+def dense_reference(a: torch.Tensor, w: torch.Tensor, sa: torch.Tensor | None,
+                    sb: torch.Tensor | None) -> torch.Tensor:
+    """What `dense_call` computes, in fp32: A's rows times expert 1's weight (fp8: dequantized rowwise)."""
+    out = a.float() @ w[1].float().t()
+    return out if sa is None or sb is None else out * sa[:, None] * sb[1]
+
+
+def checked_baseline(base: dict[str, Any], key: str, call: Callable[[], torch.Tensor], want: torch.Tensor) -> None:
+    """A baseline beside torch's op (the bf16 loop, the dense kernel) checked as the variants are (relative error
+    below 1e-2 against `want`) and then timed: `key`_ms and `key`_err in `base`, or `key`_error where it does not
+    run or match (not timed; the variants still are)."""
+    try:
+        err = relative_error(call()[:want.shape[0]], want)
+        if not err < 1e-2:
+            raise AssertionError(f"error {err:.3e} against its reference; not timed")
+        base[f"{key}_ms"], base[f"{key}_err"] = time_graph(call), err
+    except Exception as ex:  # noqa: BLE001 (a baseline that fails is reported beside the variants)
+        base[f"{key}_error"] = f"{type(ex).__name__}: {ex}"
+
+
 def sweep_shape(text: str, case: Case, variants: list[dict[str, Any]], dev: DeviceInfo, align: int = 1,
                 forced: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One EXPERTSxROWSxNxK shape in `case`: the baselines (torch's grouped op, the dense kernel on the same rows;
@@ -151,18 +178,16 @@ def sweep_shape(text: str, case: Case, variants: list[dict[str, Any]], dev: Devi
     base: dict[str, Any] = {"shape": text, "case": case.value, "align": align, "torch_ms": time_graph(theirs)}
     ends = [0, *offs.tolist()]
     if not case.fp8:
-        def loop() -> None:
-            for g in range(e):
-                if ends[g + 1] > ends[g]:
-                    torch.mm(a[ends[g]:ends[g + 1]], b[g])
-
-        base["loop_ms"] = time_graph(loop)
-    base["dense_ms"] = time_graph(dense_call(a, w, sa, sb, case))
+        checked_baseline(base, "loop", torch_loop(a, w, offs), want)
+    checked_baseline(base, "dense", dense_call(a, w, sa, sb, case), dense_reference(a, w, sa, sb))
     counts = ", ".join(str(hi - lo) for lo, hi in zip(ends[:-1], ends[1:], strict=True))
     torch_ms = base["torch_ms"]
-    looped = f", loop of torch.mm {base['loop_ms']:.3f}" if "loop_ms" in base else ""
+    looped = "".join(f", {what} {base[key + '_ms']:.3f}" if key + "_ms" in base else
+                     f", {what}: {base.get(key + '_error', '')[:120]}" for key, what in
+                     (("loop", "loop of torch.mm"), ("dense", f"warploom dense {rows}x{n}x{k}"))
+                     if key == "dense" or case is Case.BF16)
     print(f"{text} {case.value} (counts {counts}): torch {torch_ms:.3f} ms ({flops / torch_ms / 1e9:.0f} TFLOP/s)"
-          f"{looped}, warploom dense {rows}x{n}x{k} {base['dense_ms']:.3f}", flush=True)
+          f"{looped}", flush=True)
     call = grouped_call(a, b, offs, None, torch.bfloat16, sa, sb, case.fast)  # (scaled_grouped_mm's)
     scales = launch_scales(sa, sb)
     found = []

@@ -69,3 +69,25 @@ def test_torch_grouped_calls_torch_op_of_the_recipe(monkeypatch: pytest.MonkeyPa
     assert [(c["offs"], c["out_dtype"], c["use_fast_accum"]) for c in seen] == \
         [(offs, torch.bfloat16, False), (offs, torch.bfloat16, True)]
     assert all(c["args"][2] is sa and c["args"][3] is sb for c in seen)
+
+
+def test_blockwise_loop_calls_torch_on_its_accepted_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fp8-blockwise kind's torch loop (bench_moe's per-expert call): each _scaled_mm on a window of a multiple of
+    16 rows (cuBLASLt refuses ragged M) with scale_a (M, K/128) strides (1, M) (torch's 1x128 check; a slice of the
+    whole scale_a has strides (1, rows)) and scale_b (K/128, N/128) column-major; the rows of every expert out."""
+    calls: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []
+
+    def spy(a, b, scale_a, scale_b, out_dtype):  # noqa: ANN001, ANN202
+        calls.append((a.shape[0], scale_a.stride(), scale_b.stride()))
+        return torch.zeros(a.shape[0], b.shape[1], dtype=out_dtype)
+
+    monkeypatch.setattr(torch, "_scaled_mm", spy)
+    e, rows, n, k = 3, 40, 256, 256
+    a = torch.randn(rows, k).to(torch.float8_e4m3fn)
+    w = torch.randn(e, n, k).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(rows, k // 128) + 0.5, torch.rand(e, k // 128, n // 128) + 0.5
+    offs = torch.tensor([0, 7, 40], dtype=torch.int32)
+    out = bench.blockwise_loop(a, w, sa, sb, offs)()
+    assert out.shape == (rows, n)
+    assert [(m, st_a) for m, st_a, _ in calls] == [(16, (1, 16)), (48, (1, 48))]
+    assert all(st_b == (1, k // 128) for _, _, st_b in calls)

@@ -132,3 +132,29 @@ def test_sweep_launch_arguments_give_torchs_product(masked: bool) -> None:
             assert relative_error(out[lo:hi].float(), want) < 1e-3, (case, g)
         dense = sweep.dense_call(a2, w, None if sa is None else sa.reshape(-1), sb, case)()
         assert relative_error(dense.float(), a2.float() @ w[1].float().t() * scale_a[:, None] * scale_b[1]) < 1e-3
+
+
+def test_baselines_are_checked_before_they_are_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep's baselines beside torch's op (the bf16 loop of torch.mm, warploom's dense kernel) are each checked
+    before timing, as the variants are: a loop whose rows are torch's, a dense product against A times expert 1's
+    weight in fp32 (fp8: dequantized); a wrong one is an error in the row, not a time."""
+    timed: list[object] = []
+    monkeypatch.setattr(sweep, "time_graph", lambda fn: timed.append(fn) or 0.25)
+    call, (a, w, sa, sb) = _call(sweep.Case.FP8)
+    a2 = a.reshape(E * CAP, K)
+    sa2 = sa.reshape(-1) if sa is not None else None
+    dense = sweep.dense_call(a2, w, sa2, sb, sweep.Case.FP8)
+    base: dict[str, object] = {}
+    sweep.checked_baseline(base, "dense", dense, sweep.dense_reference(a2, w, sa2, sb))
+    assert base["dense_ms"] == 0.25 and base["dense_err"] < 1e-3 and timed == [dense]
+    base = {}
+    sweep.checked_baseline(base, "dense", lambda: torch.zeros(E * CAP, N), sweep.dense_reference(a2, w, sa2, sb))
+    assert "dense_ms" not in base and "against" in base["dense_error"] and len(timed) == 1
+
+    ab, wb, _, _ = bench.operands(False, (E * CAP,), E, N, K, device="cpu")
+    offs = torch.tensor([0, 10, 40, E * CAP], dtype=torch.int32)
+    loop = bench.torch_loop(ab, wb, offs, device="cpu")
+    want = torch.cat([ab[lo:hi].float() @ wb[g].float().t() for g, (lo, hi) in enumerate([(0, 0), (0, 10), (10, 40),
+                                                                                           (40, E * CAP)])])
+    sweep.checked_baseline(base, "loop", loop, want)
+    assert base["loop_ms"] == 0.25 and base["loop_err"] < 1e-2
