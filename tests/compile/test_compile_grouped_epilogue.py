@@ -149,3 +149,16 @@ def test_grouped_quantize_epilogue_compiles(name: str, make: Callable[[], Kernel
     assert c.smem_bytes <= SMEM_LIMIT
     assert not c.wgmma_serialized
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
+
+
+def test_grouped_rowwise_quantize_at_one_tile_compiles() -> None:
+    """Rowwise where one 128-wide tile holds the row (N = 128, an MoE router-sized output): its (M, 1) scale stores
+    are clipped at the group's end row as 1x128's are."""
+    spec = GemmSpec(8192, 128, K, grouping=OFF, groups=G)
+    fs, _ = fused_spec(spec, torch.empty(1, K, dtype=torch.bfloat16), lambda acc: warploom.quantize(
+        acc, recipe="rowwise"), {})
+    k = build(fs, H100_SXM)
+    assert k.plan.bn == 128
+    assert "c1_stride_m, ep_out1, mask=gl.expand_dims(ep_rows < row_end, 1))" in k.gluon.text, k.gluon.text
+    c = k.compile("sm_90a")
+    assert c.spills == 0 and not c.wgmma_serialized, c.summary()
