@@ -31,9 +31,12 @@ GEMM's epilogue refuses warploom.quantize, and warploom.quantize outside one is 
 fp8 blockwise. warploom's "fp8-blockwise" layer fuses the SiLU-mul as "bf16" does (two blockwise grouped GEMMs of
 N = I, the up GEMM's epilogue silu(gate) * acc); "fp8-blockwise-gateup" runs the one-GEMM form at block 64 (a promoted
 tile is 128 columns, one accumulator, rule 28) over the bf16 weights interleaved first and then quantized, so each
-128-row scale block covers one gate block and its up block. h is quantized 1x128 by the same torch code as x: a
-grouped GEMM's fused epilogue returns one tensor, so warploom.quantize's (q, s) pair is refused there, and the down
-GEMM reads h after a separate quantization pass. torch has no grouped blockwise op (torch._scaled_grouped_mm takes
+128-row scale block covers one gate block and its up block. Those two quantize h 1x128 by the same torch code as x,
+a separate pass before the down GEMM; "fp8-blockwise-fusedq" is "fp8-blockwise" with h quantized in the up GEMM's
+epilogue instead (``warploom.quantize(silu(gate) * acc, recipe="1x128")``: the grouped GEMM returns the (q, s) pair,
+q (R, I) e4m3 and s (R, I/128) fp32, which the down GEMM takes as its A and blockwise scale_a), so no quantization
+pass runs for h; torch's layer is unchanged (it quantizes h with the bench's torch code, as every kind's does), and
+the row says so (`h_quantized`). torch has no grouped blockwise op (torch._scaled_grouped_mm takes
 rowwise fp32 or MXFP8 scales, 2.11 to 2.13), so torch's layer is a per-expert loop of torch._scaled_mm with
 1x128 x 128x128 scales (`torch_blockwise_gemms`; the call bench_blockwise.py times: scale_a outer-dim-major, copied
 per expert to the stride torch checks, scale_b column-major) over row counts read on the host once before capture:
@@ -46,7 +49,7 @@ loosely against it too, is timed beside them as a second reference (torch_bf16_m
 check is not timed.
 
     PYTHONPATH=. python3 scripts/bench_moe.py --out moe.json [--experts 8,32] [--tokens 4096] \
-        [--kinds bf16,bf16-unfused,bf16-gateup,fp8,fp8-gateup,fp8-blockwise,fp8-blockwise-gateup]
+        [--kinds bf16,bf16-unfused,bf16-gateup,fp8,fp8-gateup,fp8-blockwise,fp8-blockwise-gateup,fp8-blockwise-fusedq]
 """
 
 from __future__ import annotations
@@ -89,13 +92,16 @@ class Form(enum.Enum):
     UNFUSED = "unfused"  # one GEMM over w13 (R, 2I), then the SiLU-mul in torch
     TWO_GEMMS = "two GEMMs"  # the gate GEMM, then the up GEMM with silu(gate) * acc as its epilogue
     ONE_GEMM = "one GEMM"  # one GEMM over the interleaved weights, silu_mul_interleaved as its epilogue (rule 28)
+    # TWO_GEMMS with h quantized 1x128 in the up GEMM's epilogue: it returns (q, s), which the down GEMM takes
+    QUANTIZED = "two GEMMs, h quantized in the epilogue"
 
 
 # Each kind (--kinds): its recipe and warploom's form of the gate/up.
 KINDS = {"bf16": (Recipe.BF16, Form.TWO_GEMMS), "bf16-unfused": (Recipe.BF16, Form.UNFUSED),
          "bf16-gateup": (Recipe.BF16, Form.ONE_GEMM), "fp8": (Recipe.ROWWISE, Form.UNFUSED),
          "fp8-gateup": (Recipe.ROWWISE, Form.ONE_GEMM), "fp8-blockwise": (Recipe.BLOCKWISE, Form.TWO_GEMMS),
-         "fp8-blockwise-gateup": (Recipe.BLOCKWISE, Form.ONE_GEMM)}
+         "fp8-blockwise-gateup": (Recipe.BLOCKWISE, Form.ONE_GEMM),
+         "fp8-blockwise-fusedq": (Recipe.BLOCKWISE, Form.QUANTIZED)}
 
 # DeepSeek-V3's widths: hidden 7168, an expert's intermediate 2048; it routes each token to 8 of 256 experts, here
 # to E / 4 of E (8 experts: 2, 32: 8), so 4096 tokens give each expert about 1024 rows, as DeepSeek's do at 32k.
@@ -104,7 +110,7 @@ HIDDEN, INTER = 7168, 2048
 # operands): bf16 differs by GEMM rounding only; fp8 also where that rounding moves a value of h across an e4m3
 # rounding boundary before the down GEMM (one e4m3 step, 6%, rarely).
 TOLERANCE = {"bf16": 2e-2, "bf16-unfused": 2e-2, "bf16-gateup": 2e-2, "fp8": 4e-2, "fp8-gateup": 4e-2,
-             "fp8-blockwise": 4e-2, "fp8-blockwise-gateup": 4e-2}
+             "fp8-blockwise": 4e-2, "fp8-blockwise-gateup": 4e-2, "fp8-blockwise-fusedq": 4e-2}
 # torch's bf16 layer against the fp8 layers' dequantized float layer (blockwise: its second reference): they differ
 # by the operands' e4m3 quantization, a few percent.
 BF16_VS_FP8 = 0.1
@@ -120,12 +126,13 @@ class Gemms:
     scales); ``mm(*a, *w, offs)`` with a (R, K), w (E, N, K) as stored, offs (E,) int32 (rowwise scales (R,) and
     (E, N), blockwise (R, K/128) and (E, N/128, K/128)). `gate_up`, if given, computes
     ``silu(a @ w13[:, :I]^T) * (a @ w13[:, I:]^T)`` (R, I) from a and w13 (``gate_up(*a, *w13, offs)``), or, where
-    `block` is set, from a and the weights interleaved in blocks of `block` rows (`Layer.interleaved`)."""
+    `block` is set, from a and the weights interleaved in blocks of `block` rows (`Layer.interleaved`); or h already
+    quantized 1x128, its (q, s) pair (warploom's "fp8-blockwise-fusedq")."""
 
     name: str
     recipe: Recipe
     mm: Callable[..., torch.Tensor]
-    gate_up: Callable[..., torch.Tensor] | None = None
+    gate_up: Callable[..., torch.Tensor | tuple[torch.Tensor, torch.Tensor]] | None = None
     block: int = 0  # (gate_up's interleave block, `Layer.interleaved`; 0: it takes w13 as stored)
 
 
@@ -212,18 +219,21 @@ def warploom_gemms(recipe: Recipe = Recipe.BF16, form: Form = Form.TWO_GEMMS) ->
         a, w = ops_
         return warploom.grouped_mm(a, w.transpose(-2, -1), offs, **epilogue)
 
-    def gate_up(*ops: torch.Tensor) -> torch.Tensor:
+    def gate_up(*ops: torch.Tensor) -> Any:
         n = 2 if fp8 else 1  # (a's operands: the tensor, or its fp8 pair)
         a, w13, offs = ops[:n], ops[n:-1], ops[-1]
         gate, up = halves(w13, BLOCK if recipe is Recipe.BLOCKWISE else 1)
-        return mm(*a, *up, offs, epilogue=silu_mul, gate=mm(*a, *gate, offs))
+        fn = silu_mul_quantized if form is Form.QUANTIZED else silu_mul
+        return mm(*a, *up, offs, epilogue=fn, gate=mm(*a, *gate, offs))
 
     def gate_up_il(*ops: torch.Tensor) -> torch.Tensor:
         return mm(*ops, epilogue=lambda acc: warploom.silu_mul_interleaved(acc, block=block))
 
     if form is Form.ONE_GEMM:
         return Gemms("warploom", recipe, mm, gate_up_il, block)
-    return Gemms("warploom", recipe, mm, gate_up if form is Form.TWO_GEMMS else None)
+    if form is Form.QUANTIZED and recipe is not Recipe.BLOCKWISE:
+        raise ValueError(f"h quantized in the epilogue is the 1x128 recipe's: {recipe.value} takes another h")
+    return Gemms("warploom", recipe, mm, gate_up if form in (Form.TWO_GEMMS, Form.QUANTIZED) else None)
 
 
 def halves(w13: tuple[torch.Tensor, ...], rows: int = 1) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
@@ -242,6 +252,14 @@ def halves(w13: tuple[torch.Tensor, ...], rows: int = 1) -> tuple[tuple[torch.Te
 def silu_mul(acc: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
     """The up GEMM's fused epilogue: silu(gate) times its fp32 accumulator."""
     return F.silu(gate.float()) * acc
+
+
+def silu_mul_quantized(acc: torch.Tensor, gate: torch.Tensor) -> Any:
+    """The up GEMM's fused epilogue returning h quantized 1x128: (q (R, I) e4m3, s (R, I/128) fp32), the down GEMM's
+    A and blockwise scale_a."""
+    import warploom
+
+    return warploom.quantize(silu_mul(acc, gate), recipe="1x128")
 
 
 def quantize_rows(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -386,7 +404,8 @@ def moe_forward(x: torch.Tensor, layer: Layer, gemms: Gemms, top_k: int,
     else:
         h = gemms.mm(*xs, *w13, offs)  # (R, 2I)
         h = F.silu(h[:, :inter]) * h[:, inter:]  # (R, I)
-    y = gemms.mm(*act(h), *w2, offs)  # (R, D)
+    # (h quantized in the gate/up GEMM's epilogue: its (q, s) pair as it is; else this recipe's quantization)
+    y = gemms.mm(*(h if isinstance(h, tuple) else act(h)), *w2, offs)  # (R, D)
     out = torch.zeros_like(x, dtype=torch.float32)
     out.index_add_(0, token, y * weight[:, None])  # (bf16 y times fp32 weights: fp32, one kernel)
     return out.to(x.dtype)
@@ -419,6 +438,9 @@ def case(experts: int, tokens: int, kind: str, hidden: int = HIDDEN, inter: int 
         want = moe_forward(x, layer, reference_gemms(recipe, ours.block), k, weights)
         err = row["err_vs_reference"] = relative_error(run_ours(), want)
         ends = [0, *route(x, layer.router, k)[2].tolist()]  # (the loop's row counts, on the host before capture)
+        if form is Form.QUANTIZED:
+            row["h_quantized"] = ("warploom: 1x128 in the up GEMM's epilogue (no pass for h); torch: unchanged, by "
+                                  "the bench's torch code before the down GEMM")
         for pad in (TORCH_BLOCKWISE_ROWS, TORCH_BLOCKWISE_FALLBACK):  # (the first window this torch runs)
             row["torch_layer"] = (f"per-expert torch._scaled_mm loop, 1x128 x 128x128, row counts read on the host, "
                                   f"each expert's rows a window of a multiple of {pad} (cuBLASLt refuses ragged M; "
@@ -480,7 +502,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="bf16 (warploom's SiLU-mul fused into the up GEMM), bf16-unfused, bf16-gateup (one "
                          "interleaved gate/up GEMM, SiLU-mul fused), fp8 (rowwise), fp8-gateup, fp8-blockwise "
                          "(1x128 x 128x128, SiLU-mul fused; torch: a per-expert _scaled_mm loop), "
-                         "fp8-blockwise-gateup")
+                         "fp8-blockwise-gateup, fp8-blockwise-fusedq (fp8-blockwise with h quantized in "
+                         "warploom's up GEMM's epilogue; torch's layer unchanged)")
     ap.add_argument("--hidden", type=int, default=HIDDEN)
     ap.add_argument("--inter", type=int, default=INTER)
     ap.add_argument("--top-k", type=int, default=0, help="experts per token (default: experts / 4)")
@@ -502,6 +525,8 @@ def summary(row: dict[str, Any]) -> str:
     if "torch_bf16_ms" in row:
         line += (f"  (vs the dequantized layer; torch: {row.get('torch_error') or 'a per-expert _scaled_mm loop'}; "
                  f"torch bf16 grouped {row['torch_bf16_ms']:.3f} ms, x {row['speedup_vs_bf16']:.3f})")
+    if "h_quantized" in row:
+        line += f"  (h quantized: {row['h_quantized']})"
     return line
 
 

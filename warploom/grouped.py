@@ -32,15 +32,17 @@ import torch
 
 from warploom.api import check_sim_size, device_for, require_cuda, sim_device
 from warploom.checks_grouped import GroupedCall, grouped_call
+from warploom.epilogue.graph import OutputLayout
 from warploom.errors import InputError, ShapeError, UnsupportedError, WarploomError
 from warploom.fused import fused_spec
 from warploom.kernel import Kernel, build
+from warploom.planning.sm90 import grouped_quantize_problems
 from warploom.spec import GemmSpec, Grouping
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *,
                masked_m: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
-               epilogue: Callable[..., Any] | None = None, **operands: Any) -> torch.Tensor:
+               epilogue: Callable[..., Any] | None = None, **operands: Any) -> Any:
     """bf16/fp16 grouped GEMM: ``torch._grouped_mm(a, b, offs=offs, out_dtype=out_dtype)`` for a 2-D a with offs
     (over a 3-D b: M-grouped; over a 2-D b: K-grouped) or a 3-D a, and the masked layout with `masked_m` (module
     docstring). fp32 accumulation.
@@ -61,7 +63,14 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     MoE layer's up projection with its SiLU-mul: ``grouped_mm(x, w_up, offs, epilogue=lambda acc, gate:
     F.silu(gate) * acc, gate=x_gate)``; with per-expert biases ``epilogue=lambda acc, bias: acc + bias,
     bias=b_up`` (b_up (G, N)). torch._grouped_mm's own ``bias`` argument is refused by torch 2.11-2.13 ("Bias not
-    supported yet"), so there is no ``bias=`` here beyond such an operand."""
+    supported yet"), so there is no ``bias=`` here beyond such an operand.
+
+    An epilogue returning ``warploom.quantize(y, recipe="1x128")`` (M-grouped and masked/batched; rule 26 on rule
+    22's tiles) returns the pair (q, s): q shaped as the result in fp8, s fp32 with one scale per 128 columns of each
+    row, (total_M, ceil(N/128)) or (G, M_max, ceil(N/128)), computed on the tile, rows of no group unwritten (s is
+    `scaled_grouped_mm`'s blockwise scale_a for the next GEMM, K = N), e.g. an fp8 MoE layer's gate/up GEMM
+    ``epilogue=lambda acc, gate: warploom.quantize(F.silu(gate) * acc)``. ``recipe="rowwise"`` only where N <= 128
+    (one tile holds the row); wider, quantize the result with warploom.quantize."""
     call = grouped_call(a, b, offs, masked_m, out_dtype)
     if epilogue is None:
         _no_operands(operands)
@@ -72,7 +81,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
 def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                       offs: torch.Tensor | None = None, *, masked_m: torch.Tensor | None = None,
                       out_dtype: torch.dtype | None = torch.bfloat16, use_fast_accum: bool = False,
-                      epilogue: Callable[..., Any] | None = None, **operands: Any) -> torch.Tensor:
+                      epilogue: Callable[..., Any] | None = None, **operands: Any) -> Any:
     """fp8 (e4m3) grouped GEMM, bf16 out.
 
     Rowwise: ``torch._scaled_grouped_mm(a, b, scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16,
@@ -99,8 +108,9 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     `epilogue` (every layout; rowwise, fast or not, and blockwise): fn(acc, **operands) gets the
     fp32 scaled product, ``acc * scale_a * scale_b`` for rowwise scales (as `warploom.scaled_mm`'s fused epilogue
     defines it; the scales join the graph in front of fn), the promoted blockwise sum for blockwise ones, and its one
-    result is stored. Operands are shaped as `grouped_mm`'s; scaled_mm's names scale_a, scale_b and bias are
-    reserved (neither an operand nor a parameter of fn may take them)."""
+    result is stored, or the pair of ``warploom.quantize(y, recipe="1x128")`` (`grouped_mm` says how). Operands are
+    shaped as `grouped_mm`'s; scaled_mm's names scale_a, scale_b and bias are reserved (neither an operand nor a
+    parameter of fn may take them)."""
     call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum)
     if call.spec.grouping is Grouping.K_OFFSETS and not call.spec.scale.is_blockwise:  # (torch's (G * N,): per group)
         scale_b = scale_b.reshape(call.spec.groups, call.spec.n)
@@ -139,10 +149,19 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
     except WarploomError:
         raise
     except ValueError as err:  # GemmSpec's grouped_problems: an epilogue with several outputs
-        e = UnsupportedError(f"epilogue: expected a function with one output on a grouped GEMM, got {err}. Fix: "
-                             "return one tensor")
+        e = UnsupportedError(f"epilogue: expected a function with one output on a grouped GEMM, or one returning "
+                             f"warploom.quantize(y, recipe='1x128'), got {err}. Fix: return one tensor")
         e.arg = "epilogue"  # type: ignore[attr-defined]
         raise e from None
+    g = spec.epilogue
+    if g is not None and g.group_amax() is not None and grouped_quantize_problems(spec):
+        recipe = "rowwise" if g.rowwise() else "1x128"
+        e = UnsupportedError(f"epilogue: expected warploom.quantize(y, recipe='1x128') on an M-grouped or masked "
+                             f"GEMM (rowwise where N <= 128), got {'; '.join(grouped_quantize_problems(spec))}. Fix: "
+                             f"return y itself (out_dtype=torch.bfloat16 or torch.float32) and quantize the call's "
+                             f"result with warploom.quantize(out, recipe='{recipe}')")
+        e.arg = "epilogue"  # type: ignore[attr-defined]
+        raise e
     sa = sb = None
     if spec.scale.is_blockwise:
         sa, sb = picked.pop("scale_a"), picked.pop("scale_b")
@@ -196,31 +215,42 @@ def masked_operands(operands: dict[str, Any], groups: int, m_max: int, n: int) -
 
 
 def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
-         operands: dict[str, Any] | None = None) -> torch.Tensor:
+         operands: dict[str, Any] | None = None) -> Any:
+    """The result, or a fused quantization's pair (q, s): q shaped as the result, s with one scale per 128 columns
+    (rowwise: one) of each of its rows, (total_M, ceil(N/128)) or (G, M_max, ceil(N/128))."""
     spec, a = call.spec, call.a
-    dtype = spec.output_dtypes()[0].torch  # (out_dtype, or a fused epilogue's output's)
+    rows = _c_rows(spec)
+    # (out_dtype, or a fused epilogue's outputs': N wide, a gate/up one's N / 2, a quantization's scales a group's)
+    dtypes = [d.torch for d in spec.output_dtypes()]
+    shapes = spec.output_shapes(rows, spec.n)
     if spec.m == 0 or spec.n == 0 or spec.k == 0:  # no kernel: an empty result, or a sum over nothing
         if spec.epilogue is not None and spec.m and spec.n:  # the epilogue of a zero accumulator
-            return _zero_k_epilogue(call, operands or {}).reshape(*call.out_shape[:-1], -1)
-        out = torch.zeros(call.out_shape, dtype=dtype, device=a.device)
-        return out
+            outs = _zero_k_epilogue(call, operands or {})
+        else:  # (an empty quantization's scales: 1, the zero-group scale, as api's)
+            fill = [torch.ones if j else torch.zeros for j in range(len(shapes))]
+            outs = tuple(f(shape, dtype=dt, device=a.device) for f, shape, dt in zip(fill, shapes, dtypes, strict=True))
+        return _shaped(call, outs)
     kernel = build(spec, sim_device(spec) if a.device.type == "cpu" else device_for(a))
-    rows = _c_rows(spec)
-    width = spec.output_shapes(rows, spec.n)[0][1]  # (N, or a gate/up epilogue's N / 2)
-    shape = (*call.out_shape[:-1], width)
     if a.device.type == "cpu":
         from warploom.sim.grouped import simulate_grouped
 
         check_sim_size(spec)
-        out = torch.zeros((rows, width), dtype=dtype)  # (rows outside every group: unspecified; zeros here)
-        simulate_grouped(kernel.module, a, call.b, call.bounds, scale_a, scale_b, out=out,
+        # (rows outside every group: unspecified; zeros here)
+        outs = tuple(torch.zeros(shape, dtype=dt) for shape, dt in zip(shapes, dtypes, strict=True))
+        simulate_grouped(kernel.module, a, call.b, call.bounds, scale_a, scale_b, out=outs,
                          operands=operands).raise_for_findings()
-        return out.reshape(shape)
+        return _shaped(call, outs)
     require_cuda(a)
-    out = torch.empty((rows, width), dtype=dtype, device=a.device)
+    outs = tuple(torch.empty(shape, dtype=dt, device=a.device) for shape, dt in zip(shapes, dtypes, strict=True))
     with torch.cuda.device(a.device):
-        _launcher(kernel)(a, call.b, call.bounds, out, scale_a, scale_b, operands)
-    return out.reshape(shape)
+        _launcher(kernel)(a, call.b, call.bounds, outs[0], scale_a, scale_b, operands, outs[1:])
+    return _shaped(call, outs)
+
+
+def _shaped(call: GroupedCall, outs: tuple[torch.Tensor, ...]) -> Any:
+    """C's (rows, width) outputs in the call's result shape ((G, M_max, width) for a 3-D a); one, or a tuple."""
+    shaped = tuple(o.reshape(*call.out_shape[:-1], o.shape[-1]) for o in outs)
+    return shaped[0] if len(shaped) == 1 else shaped
 
 
 def _c_rows(spec: GemmSpec) -> int:
@@ -228,11 +258,11 @@ def _c_rows(spec: GemmSpec) -> int:
     return spec.groups * spec.m if spec.grouping is Grouping.K_OFFSETS else spec.m
 
 
-def _zero_k_epilogue(call: GroupedCall, operands: dict[str, Any]) -> torch.Tensor:
+def _zero_k_epilogue(call: GroupedCall, operands: dict[str, Any]) -> tuple[torch.Tensor, ...]:
     """K == 0: the epilogue of a zero accumulator, no kernel. With per-expert operands each group's rows read their
     group's slice, so the bounds are read on the host here (only here: a degenerate call launches nothing); a
     K-grouped call's groups are C's blocks of M rows, every one of them empty-K."""
-    from warploom.epilogue.reference import evaluate, evaluate_tile
+    from warploom.epilogue.reference import evaluate, evaluate_tile, group_columns
     from warploom.ir.raster import group_bounds
 
     spec, dev = call.spec, call.a.device
@@ -241,20 +271,26 @@ def _zero_k_epilogue(call: GroupedCall, operands: dict[str, Any]) -> torch.Tenso
     rows = _c_rows(spec)
     zero = torch.zeros((rows, spec.n), dtype=torch.float32, device=dev)
     if not any(s.per_group for s in g.operands):
-        return evaluate(g, zero, operands, out_dtype=spec.out_dtype)[0]
-    # (a gate/up graph's (M, N / 2) result: one interleave block's pair at a time, both halves zero)
+        return evaluate(g, zero, operands, out_dtype=spec.out_dtype)
+    # (a gate/up graph's (M, N / 2) result: one interleave block's pair at a time, both halves zero; a quantization's
+    # whole rows at once, its scales one column a group)
     block = g.gate_up()
     width = spec.n // 2 if block else spec.n
-    out = torch.zeros((rows, width), dtype=spec.output_dtypes()[0].torch, device=dev)
+    outs = tuple(torch.zeros(shape, dtype=dt.torch, device=dev)
+                 for shape, dt in zip(spec.output_shapes(rows, spec.n), spec.output_dtypes(), strict=True))
     row_groups = ([(i * spec.m, (i + 1) * spec.m) for i in range(spec.groups)] if spec.grouping is Grouping.K_OFFSETS
                   else group_bounds(spec.grouping, call.bounds.tolist(), spec.m))
     for grp, (s, e) in enumerate(row_groups):
         for c in range(0, width, block or width) if e > s else ():
             w = min(block or width, width - c)
-            out[s:e, c:c + w] = evaluate_tile(g, zero[s:e, :w], operands, range(s, e), range(c, c + w),
-                                              out_shape=(rows, width), out_dtype=spec.out_dtype, group=grp,
-                                              up_tile=zero[s:e, :w] if block else None)[0]
-    return out
+            vals = evaluate_tile(g, zero[s:e, :w], operands, range(s, e), range(c, c + w), out_shape=(rows, width),
+                                 out_dtype=spec.out_dtype, group=grp, up_tile=zero[s:e, :w] if block else None)
+            for out, o, v in zip(outs, g.outputs, vals, strict=True):
+                if o.layout is OutputLayout.GROUPS:
+                    out[s:e] = group_columns(v, g.amax(), width)
+                else:
+                    out[s:e, c:c + w] = v
+    return outs
 
 
 @functools.lru_cache(maxsize=64)

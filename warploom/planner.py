@@ -28,7 +28,8 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7; 1x2 sharing A, promoted, blockwise
     and fused clusters when forced): docs/decisions/rule-24-clusters.md
 25. a few tiles over a long K: split-K in up to 8 ranges (also decode): docs/decisions/rule-25-latency-split-k.md
-26. a fused 1x128 quantization: cooperative 128-wide tiles, whole tiles: docs/decisions/rule-26-fused-quantize.md
+26. a fused 1x128 quantization: cooperative 128-wide tiles, whole tiles (grouped: M-grouped and masked, on rule
+    22's tile rows): docs/decisions/rule-26-fused-quantize.md
 27. a fused rowwise quantization: one tile spans N (N <= 256), whole tiles: docs/decisions/rule-27-fused-rowwise.md
 28. a fused gate/up epilogue (silu_mul_interleaved): BN = 2 * block, whole tiles:
     docs/decisions/k-grouped-and-gate-epilogue.md

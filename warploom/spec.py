@@ -261,8 +261,8 @@ class GemmSpec:
                             "MX and NVFP4 on sm_100a, only)")
         if self.bias_dtype is not None:
             problems.append("a bias (torch._scaled_grouped_mm takes none either)")
-        if self.epilogue is not None and len(self.epilogue.outputs) != 1:
-            problems.append("a fused epilogue but one with one output")
+        if self.epilogue is not None and len(self.epilogue.outputs) != 1 and not self.epilogue.stores_pair():
+            problems.append("a fused epilogue with several outputs but a warploom.quantize pair (q, s)")
         if self.a_layout is not ALayout.K_MAJOR:
             problems.append("an M-major A")
         return problems

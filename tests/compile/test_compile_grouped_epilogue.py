@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import warploom
 from warploom import H100_SXM, Accumulation, DType, GemmSpec, Grouping, ScaleRecipe
 from warploom.fused import fused_spec
 from warploom.grouped import masked_operands
@@ -106,3 +107,58 @@ def test_grouped_fused_epilogue_compiles(name: str, make: Callable[[], Kernel], 
     assert c.smem_bytes <= SMEM_LIMIT
     assert not c.wgmma_serialized
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
+
+
+def _quantize_gate(acc, gate):  # noqa: ANN001, ANN202
+    """The fp8 MoE gate/up GEMM's epilogue: SiLU-mul quantized 1x128 for the down GEMM's blockwise scale_a."""
+    return warploom.quantize(F.silu(gate.float()) * acc, recipe="1x128")
+
+
+def _quantize(acc):  # noqa: ANN001, ANN202
+    return warploom.quantize(acc, recipe="1x128")
+
+
+QUANT_CASES: list[tuple[str, Callable[[], Kernel]]] = [
+    ("bf16_offsets_quantize", lambda: _kernel(_spec(8192, OFF), _quantize, {})),
+    ("bf16_offsets_silu_mul_quantize",
+     lambda: _kernel(_spec(8192, OFF), _quantize_gate, {"gate": torch.empty(8192, N, dtype=torch.bfloat16)})),
+    ("e4m3_rowwise_fast_offsets_silu_mul_quantize",
+     lambda: _kernel(_spec(8192, OFF, ROW), _quantize_gate, {"gate": torch.empty(8192, N, dtype=torch.bfloat16)})),
+    ("e4m3_blockwise_offsets_silu_mul_quantize",
+     lambda: _kernel(_spec(8192, OFF, BLOCK, PROMOTED), _quantize_gate,
+                     {"gate": torch.empty(8192, N, dtype=torch.bfloat16)})),
+    ("bf16_masked_decode_quantize_64x128", lambda: _kernel(_spec(8 * 64, MASK), _quantize, {})),
+    ("e4m3_blockwise_masked_silu_mul_quantize",
+     lambda: _kernel(_spec(8 * 128, MASK, BLOCK, PROMOTED), _quantize_gate,
+                     {"gate": torch.empty(G, 128, N, dtype=torch.bfloat16)})),
+]
+
+
+@pytest.mark.parametrize("name,make", QUANT_CASES, ids=[c[0] for c in QUANT_CASES])
+def test_grouped_quantize_epilogue_compiles(name: str, make: Callable[[], Kernel], spill_budget: int) -> None:
+    """Rule 26 on rule 22's tiles: 128 wide, q stored by TMA inside a group and masked across its end, the scales by
+    masked register stores clipped at the group's end row (row_end, not M)."""
+    k = make()
+    assert k.plan.bn == 128
+    text = k.gluon.text
+    assert "group_tile(" in text and "c1_ptr" in text
+    assert "< row_end, 1) & (ep_group * 128 < N)" in text, text  # (the scale stores clipped as C's)
+    c = k.compile("sm_90a")
+    assert c.count("QGMMA" if k.module.spec.is_fp8 else "HGMMA") > 0, c.summary()
+    assert c.spills <= spill_budget, c.summary()
+    assert c.smem_bytes <= SMEM_LIMIT
+    assert not c.wgmma_serialized
+    assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
+
+
+def test_grouped_rowwise_quantize_at_one_tile_compiles() -> None:
+    """Rowwise where one 128-wide tile holds the row (N = 128, an MoE router-sized output): its (M, 1) scale stores
+    are clipped at the group's end row as 1x128's are."""
+    spec = GemmSpec(8192, 128, K, grouping=OFF, groups=G)
+    fs, _ = fused_spec(spec, torch.empty(1, K, dtype=torch.bfloat16), lambda acc: warploom.quantize(
+        acc, recipe="rowwise"), {})
+    k = build(fs, H100_SXM)
+    assert k.plan.bn == 128
+    assert "c1_stride_m, ep_out1, mask=gl.expand_dims(ep_rows < row_end, 1))" in k.gluon.text, k.gluon.text
+    c = k.compile("sm_90a")
+    assert c.spills == 0 and not c.wgmma_serialized, c.summary()

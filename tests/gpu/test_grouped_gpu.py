@@ -775,3 +775,106 @@ def test_stream_k_cuda_graph_replays_with_changed_offsets() -> None:
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out[:end], first), f"replay {i}: bitwise repeatable"
+
+
+def _quantize_silu_mul(acc: torch.Tensor, gate: torch.Tensor):  # noqa: ANN202
+    """The fp8 MoE gate/up GEMM's epilogue: h = silu(gate) * acc quantized 1x128 (DeepSeek's activation layout)."""
+    import torch.nn.functional as F
+
+    return warploom.quantize(F.silu(gate.float()) * acc, recipe="1x128")
+
+
+def _within_fp8_rounding(q: torch.Tensor, s: torch.Tensor, y: torch.Tensor) -> None:
+    """A fused 1x128 (q, s) of random inputs against the plain quantize of the fp32 reference `y`: sums differ in the
+    last bits, so s within a few ulps (relative 1e-2 for the product's own error) and each group's dequantized q * s
+    within an e4m3 step (2^-3 of its amax) of `y`."""
+    n = y.shape[-1]
+    _, rs = warploom.quantize(y, recipe="1x128")
+    assert torch.allclose(s, rs, rtol=1e-2, atol=0), (s - rs).abs().max()
+    full = s.repeat_interleave(128, dim=-1)[..., :n]
+    assert bool(((q.float() * full - y).abs() <= rs.repeat_interleave(128, dim=-1)[..., :n] * 448 * 2.0**-3).all())
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "blockwise"])
+@pytest.mark.parametrize("experts,rows,n,k", [(8, 8192, 2048, 7168), (32, 3000, 1536, 2048), (4, 100, 2048, 512)])
+def test_fused_quantize_offsets(recipe: str, experts: int, rows: int, n: int, k: int) -> None:
+    """An M-grouped GEMM whose epilogue returns warploom.quantize(silu(gate) * acc, recipe="1x128"), launched into
+    NaN-poisoned q and s with 64 rows past offs[-1]: those stay NaN in both (the scale stores are clipped at each
+    group's end as C's are); the others against the plain quantize of torch's grouped product then the same
+    function in fp32, in a CUDA graph replayed with the offsets changed in place; s feeds the down GEMM's blockwise
+    scale_a. Written without a GPU (session gq): the simulator and compile tiers pass the same kernels."""
+    import torch.nn.functional as F
+
+    from warploom.checks_grouped import grouped_call
+    from warploom.grouped import _fused, _launcher
+    from warploom.kernel import build
+
+    torch.manual_seed(rows)
+    offs = _routing(rows + 5, experts, rows)
+    total, kb, nb = rows + 64, -(-k // 128), -(-n // 128)
+    gate = torch.randn(total, n, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(total, k, device="cuda")
+    w = torch.randn(experts, n, k, device="cuda").transpose(-2, -1)
+    if recipe == "bf16":
+        a, w = a.bfloat16(), w.bfloat16()
+        call, sa, sb, picked = _fused(grouped_call(a, w, offs, None), _quantize_silu_mul, {"gate": gate})
+        product = lambda: torch._grouped_mm(a, w, offs=offs).float()  # noqa: E731
+    else:
+        a, w = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+        sa = torch.rand(total, kb, device="cuda") + 0.5
+        sb = torch.rand(experts, kb, nb, device="cuda") + 0.5
+        a_deq, w_deq = _dequant_blockwise(a, sa, 1), _dequant_blockwise(w, sb, 128)
+        call, sa, sb, picked = _fused(grouped_call(a, w, offs, None, torch.bfloat16, sa, sb), _quantize_silu_mul,
+                                      {"gate": gate}, scale_a=sa, scale_b=sb)
+        product = lambda: torch._grouped_mm(a_deq, w_deq, offs=offs).float()  # noqa: E731
+    kern = build(call.spec, warploom.DeviceInfo.current())
+    q = torch.full((total, n), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+    s = torch.full((total, nb), float("nan"), device="cuda")
+    launch = lambda: _launcher(kern)(call.a, call.b, offs, q, sa, sb, picked, (s,))  # noqa: E731
+    graph, _ = _graph(launch)
+    for seed in (rows + 5, rows + 6):
+        offs.copy_(_routing(seed, experts, rows))
+        graph.replay()
+        torch.cuda.synchronize()
+        end = _rows(offs)
+        assert q[rows:].float().isnan().all() and s[rows:].isnan().all(), "rows past offs[-1] written"
+        y = F.silu(gate[:end].float()) * product()[:end]
+        _within_fp8_rounding(q[:end], s[:end], y)
+    # the layer chain: (q, s) is the down GEMM's blockwise A and scale_a (K = n)
+    w_down = torch.randn(experts, 512, n, device="cuda").to(torch.float8_e4m3fn).transpose(-2, -1)
+    sb_down = torch.rand(experts, nb, 4, device="cuda") + 0.5
+    out = warploom.scaled_grouped_mm(q, w_down, s, sb_down, offs)
+    ref = torch._grouped_mm(_dequant_blockwise(q, s, 1), _dequant_blockwise(w_down, sb_down, 128), offs=offs)
+    assert _err(out[:end], ref[:end]) < 2e-2
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "blockwise"])
+@pytest.mark.parametrize("cap", [64, 192])
+def test_fused_quantize_masked_through_the_api(recipe: str, cap: int) -> None:
+    """The masked layout's quantized pair through the API: q (G, M_max, N) and s (G, M_max, ceil(N/128)), each
+    expert's rows below its count against the plain quantize of torch's product then the function in fp32."""
+    import torch.nn.functional as F
+
+    experts, n, k = 8, 2048, 1024
+    torch.manual_seed(cap)
+    counts = torch.randint(1, cap, (experts,), dtype=torch.int32, device="cuda")
+    counts[0], counts[1] = 0, cap
+    gate = torch.randn(experts, cap, n, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(experts, cap, k, device="cuda")
+    w = torch.randn(experts, n, k, device="cuda").transpose(-2, -1)
+    if recipe == "bf16":
+        a, w = a.bfloat16(), w.bfloat16()
+        q, s = warploom.grouped_mm(a, w, masked_m=counts, epilogue=_quantize_silu_mul, gate=gate)
+        y = torch._grouped_mm(a, w).float()
+    else:
+        a, w = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+        sa = torch.rand(experts, cap, k // 128, device="cuda") + 0.5
+        sb = torch.rand(experts, k // 128, n // 128, device="cuda") + 0.5
+        q, s = warploom.scaled_grouped_mm(a, w, sa, sb, masked_m=counts, epilogue=_quantize_silu_mul, gate=gate)
+        y = torch._grouped_mm(_dequant_blockwise(a, sa, 1), _dequant_blockwise(w, sb, 128)).float()
+    torch.cuda.synchronize()
+    assert q.shape == (experts, cap, n) and s.shape == (experts, cap, n // 128)
+    for g in range(experts):
+        c = int(counts[g])
+        if c:
+            _within_fp8_rounding(q[g, :c], s[g, :c], F.silu(gate[g, :c].float()) * y[g, :c])

@@ -35,7 +35,8 @@ TINY = {"experts": 4, "hidden": 64, "inter": 32}
 def test_parse_defaults_and_lists() -> None:
     args = moe.parse([])
     assert (args.experts, args.kinds, args.tokens, args.top_k) == ([8, 32], [
-        "bf16", "bf16-unfused", "bf16-gateup", "fp8", "fp8-gateup", "fp8-blockwise", "fp8-blockwise-gateup"], 4096, 0)
+        "bf16", "bf16-unfused", "bf16-gateup", "fp8", "fp8-gateup", "fp8-blockwise", "fp8-blockwise-gateup",
+        "fp8-blockwise-fusedq"], 4096, 0)
     assert set(moe.KINDS) == set(moe.TOLERANCE)
     args = moe.parse(["--experts", "4", "--kinds", "fp8", "--top-k", "3"])
     assert (args.experts, args.kinds, args.top_k) == ([4], ["fp8"], 3)
@@ -264,7 +265,8 @@ def scaled_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, bool]]
 
 @pytest.mark.parametrize("kind,want_calls", [
     ("fp8-blockwise", [(256, 3, False), (256, 3, True), (128, 3, False)]),  # gate, up with the SiLU-mul, down
-    ("fp8-blockwise-gateup", [(512, 3, True), (128, 3, False)])])  # interleaved gate/up (N = 2I) fused, down
+    ("fp8-blockwise-gateup", [(512, 3, True), (128, 3, False)]),  # interleaved gate/up (N = 2I) fused, down
+    ("fp8-blockwise-fusedq", [(256, 3, False), (256, 3, True), (128, 3, False)])])  # up's epilogue quantizes h
 def test_blockwise_layer_on_cpu_matches_the_dequantized_layer(kind: str, want_calls: list[tuple[int, int, bool]],
                                                               scaled_calls: list[tuple[int, int, bool]]) -> None:
     """warploom's blockwise layers (the simulator) against the float layer of their dequantized operands, with the
@@ -273,6 +275,36 @@ def test_blockwise_layer_on_cpu_matches_the_dequantized_layer(kind: str, want_ca
     assert "error" not in row and row["err_vs_reference"] < moe.TOLERANCE[kind], row
     assert scaled_calls == want_calls  # (the reference and torch's loop call no warploom GEMM)
     assert "torch_err_vs_reference" in row or "torch_error" in row
+    assert ("h_quantized" in row) == (kind == "fp8-blockwise-fusedq")
+
+
+def test_fused_quantization_feeds_the_down_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp8-blockwise-fusedq: the up GEMM returns warploom.quantize's (q, s) pair, which the down GEMM takes as it is
+    (no torch quantization of h in warploom's layer; torch's layer keeps its own), and the row's line says so."""
+    import warploom
+
+    seen: list[tuple[torch.dtype, tuple[int, ...]]] = []
+    real = warploom.scaled_grouped_mm
+
+    def spy(a, b, sa, sb, offs, **kw):  # noqa: ANN001, ANN003, ANN202
+        out = real(a, b, sa, sb, offs, **kw)
+        seen.append((a.dtype, tuple(sa.shape)))
+        return out
+
+    monkeypatch.setattr(warploom, "scaled_grouped_mm", spy)
+    quantized = []
+    monkeypatch.setattr(moe, "quantize_1x128", lambda t: quantized.append(t.shape) or moe.quantize_blocks(t, 1))
+    monkeypatch.setitem(moe.ACTIVATION, moe.Recipe.BLOCKWISE, moe.quantize_1x128)
+    layer = moe.Layer.random(4, 128, 256, "cpu")
+    x = torch.randn(16, 128).bfloat16()
+    moe.moe_forward(x, layer, moe.warploom_gemms(moe.Recipe.BLOCKWISE, moe.Form.QUANTIZED), 2)
+    assert quantized == [(16, 128)]  # (x alone, once a token before its dispatch: h came quantized from the up GEMM)
+    assert seen[-1] == (torch.float8_e4m3fn, (32, 2))  # the down GEMM's A and scale_a: the epilogue's (q, s)
+    with pytest.raises(ValueError, match="1x128 recipe's"):
+        moe.warploom_gemms(moe.Recipe.ROWWISE, moe.Form.QUANTIZED)
+    line = moe.summary({"warploom_ms": 1.0, "torch_ms": 1.0, "speedup": 1.0, "err_vs_reference": 0,
+                        "h_quantized": "warploom: in the epilogue; torch: unchanged"})
+    assert "h quantized: warploom: in the epilogue; torch: unchanged" in line
 
 
 def test_summary_says_what_torch_ran() -> None:

@@ -74,10 +74,19 @@ def test_epilogue_with_several_outputs_is_refused() -> None:
     a, b, counts = _masked()
     with _raises(UnsupportedError, "epilogue", "one output"):
         warploom.grouped_mm(a, b, masked_m=counts, epilogue=lambda acc: (acc, acc * 2))
-    with _raises(UnsupportedError, "epilogue", "one output"):  # a fused 1x128 quantization: data and scales
-        warploom.grouped_mm(a, b, masked_m=counts, epilogue=lambda acc: warploom.quantize(acc, recipe="1x128"))
     with _raises(UnsupportedError, "epilogue", "one output"):  # (K-grouped alike)
         warploom.grouped_mm(*_k_grouped(), epilogue=lambda acc: (acc, acc * 2))
+
+
+def test_quantize_epilogue_refusals_name_the_unfused_fix() -> None:
+    """A fused quantization runs 1x128 on the M-grouped and masked layouts (tests/sim/test_grouped_quantize_sim.py);
+    K-grouped, and rowwise across more than one tile's N, are refused before any build with the unfused form."""
+    with _raises(UnsupportedError, "epilogue", "a K-grouped GEMM", "warploom.quantize(out, recipe='1x128')"):
+        warploom.grouped_mm(*_k_grouped(), epilogue=lambda acc: warploom.quantize(acc, recipe="1x128"))
+    a, b = torch.randn(G * M_MAX, K).bfloat16(), torch.randn(G, K, 144).bfloat16()
+    offs = torch.tensor([10, 10, 100, 150], dtype=torch.int32)
+    with _raises(UnsupportedError, "epilogue", "N=144 > 128", "warploom.quantize(out, recipe='rowwise')"):
+        warploom.grouped_mm(a, b, offs, epilogue=lambda acc: warploom.quantize(acc, recipe="rowwise"))
 
 
 def _k_grouped() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -66,6 +66,8 @@ class GroupedEmitter(PartitionEmitter):
         # blockwise scale_b (E, ceil(K/128), ceil(N/128)): the tile's group's block, never a neighbour expert's
         # (scale_a is in the grouped row space: a tile's rows are A's, whichever expert, so off_m as it is)
         self.sb_base = "(sb_ptr + grp * sb_stride_g)"
+        # a quantization's scales (ir.StoreScales) are clipped at the group's last row as C's stores are
+        self.store_rows = "row_end"
 
     def _num_tiles(self) -> None:
         self.buf.line("num_tiles = group_count(group_ptr, E, M, num_pid_n)",

@@ -313,6 +313,7 @@ class PartitionEmitter:
         # where C's rows end for an epilogue operand or rowwise scale_a read at them (a K-grouped module's M is one
         # group's rows, C's the groups' G * M: its tile's rows end at its group's, row_end)
         self.operand_rows = "M"
+        self.store_rows = "M"  # where C's rows end for a masked register store (a grouped module's: the group's end)
         self.sk_block = self.kb  # blockwise scales' k-block (a K-grouped module's: from its group's K start)
         self.sk_mask = ""  # a further condition of the scale copies' mask (a K-grouped module's: k-blocks in scales)
 
@@ -874,7 +875,8 @@ class PartitionEmitter:
 
     def store_scales(self, o: ir.StoreScales) -> None:
         """A groups output's [rows, 1] values into column (block column) // 128 of its (M, ceil(N/128)) tensor, by
-        masked register stores (rows below M; a group past N, a 256-wide tile's second, stores nothing); a rowwise
+        masked register stores (rows below M, a grouped module's below its group's end row, as C's clipped stores;
+        a group past N, a 256-wide tile's second, stores nothing); a rowwise
         quantization's into its (M, 1) tensor's one column (its tile holds the whole row: rule 27)."""
         rows_v, _ = self._block_offsets(o.acc, o.part, o.parts)
         ptr, stride = f"c{o.output}_ptr", f"c{o.output}_stride_m"
@@ -882,12 +884,12 @@ class PartitionEmitter:
         assert g is not None
         if g.rowwise():
             b.line(f"gl.store({ptr} + gl.expand_dims({rows_v}, 1) * {stride}, ep_out{o.output}, "
-                   f"mask=gl.expand_dims({rows_v} < M, 1))", printer.op(o))
+                   f"mask=gl.expand_dims({rows_v} < {self.store_rows}, 1))", printer.op(o))
             return
         _, col, _ = self._block_origin(o.acc, o.part, o.parts)
         b.line(f"ep_group = ({col}) // {GROUP}" if " " in col else f"ep_group = {col} // {GROUP}", printer.op(o))
         b.line(f"gl.store({ptr} + gl.expand_dims({rows_v}, 1) * {stride} + ep_group, ep_out{o.output}, "
-               f"mask=gl.expand_dims({rows_v} < M, 1) & (ep_group * {GROUP} < N))")
+               f"mask=gl.expand_dims({rows_v} < {self.store_rows}, 1) & (ep_group * {GROUP} < N))")
 
     def _staged(self, buffer: str, comment: str) -> tuple[str, str]:
         """The staging buffer a block is written to, and its comment: a swapped module's block goes to C transposed

@@ -412,16 +412,23 @@ class EpilogueGraph:
                 stack.extend(inputs(self.nodes[r]))
         return live
 
-    def quantized_pair(self) -> tuple[DType, int] | None:
-        """(fp8 dtype, amax's input) where the graph stores exactly a rowwise ``warploom.quantize`` pair (q, s): an fp8
-        output then its groups output, as ``return warploom.quantize(y, recipe="rowwise")`` traces; else None.
-        Planner rule 29 runs such a graph in two passes (`amax_pass`, then the cast kernel)."""
-        if not self.rowwise() or len(self.outputs) != 2:
-            return None
+    def stores_pair(self) -> bool:
+        """Whether the graph stores exactly a ``warploom.quantize`` pair (q, s), either recipe: an fp8 output then
+        its groups output, as ``return warploom.quantize(y, ...)`` traces (a grouped GEMM takes no other several
+        outputs: `GemmSpec.grouped_problems`)."""
+        if self.group_amax() is None or len(self.outputs) != 2:
+            return False
         q, s = self.outputs
-        if q.dtype not in FP8_MAX or q.layout is not OutputLayout.FULL or s.layout is not OutputLayout.GROUPS:
+        return q.dtype in FP8_MAX and q.layout is OutputLayout.FULL and s.layout is OutputLayout.GROUPS
+
+    def quantized_pair(self) -> tuple[DType, int] | None:
+        """(fp8 dtype, amax's input) where the graph stores exactly a rowwise ``warploom.quantize`` pair (q, s)
+        (`stores_pair`), as ``return warploom.quantize(y, recipe="rowwise")`` traces; else None. Planner rule 29 runs
+        such a graph in two passes (`amax_pass`, then the cast kernel)."""
+        q = self.outputs[0].dtype
+        if not self.rowwise() or not self.stores_pair() or q is None:
             return None
-        return q.dtype, inputs(self.amax())[0]
+        return q, inputs(self.amax())[0]
 
     def amax_pass(self) -> EpilogueGraph:
         """Rule 29's first pass of a rowwise quantization (`quantized_pair`): the nodes up to the group amax, one

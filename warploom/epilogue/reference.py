@@ -145,11 +145,11 @@ def evaluate(g: eg.EpilogueGraph, acc: torch.Tensor, operands: Mapping[str, torc
     if g.group_amax() is None:
         return outs
     amax = g.amax()
-    return tuple(_first_columns(v, amax, n) if o.layout is eg.OutputLayout.GROUPS else v
+    return tuple(group_columns(v, amax, n) if o.layout is eg.OutputLayout.GROUPS else v
                  for o, v in zip(g.outputs, outs, strict=True))
 
 
-def _first_columns(v: torch.Tensor, amax: eg.GroupAmax, n: int) -> torch.Tensor:
+def group_columns(v: torch.Tensor, amax: eg.GroupAmax, n: int) -> torch.Tensor:
     """(M, groups): each group's first column; with N = 0 a rowwise group's zero-group scale, 1 (as
     `warploom.quantize` gives it: one scale a row whatever N)."""
     if amax.width is None:
@@ -221,15 +221,15 @@ def evaluate_tile(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping
 
 
 def values_before_amax(g: eg.EpilogueGraph, acc_tile: torch.Tensor, operands: Mapping[str, torch.Tensor],
-                       rows: range, cols: range, *, out_shape: tuple[int, int]) -> torch.Tensor:
+                       rows: range, cols: range, *, out_shape: tuple[int, int], group: int = 0) -> torch.Tensor:
     """The (R, C) value the graph's `GroupAmax` reads on one block (which need not hold a whole group): what a
-    block folds into its group's amax."""
+    block folds into its group's amax; per-group operands from slice `group` (a grouped tile's)."""
     ref = g.group_amax()
     if ref is None:
         raise ValueError("values_before_amax: the graph has no group amax")
     r0, r1 = _bounds(rows, out_shape[0])
     c0, c1 = _bounds(cols, out_shape[1])
-    vals = _values(g, acc_tile, operands, out_shape, (r0, r1), (c0, c1), None, stop=ref)
+    vals = _values(g, acc_tile, operands, out_shape, (r0, r1), (c0, c1), None, stop=ref, group=group)
     return vals[eg.inputs(g.nodes[ref])[0]].expand(r1 - r0, c1 - c0)
 
 

@@ -284,7 +284,7 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
         out.append(f"partial_blocks={partial_blocks}: promoted fp8 in 128-column blocks keeps a group in one "
                    "accumulator (the walk over a group's blocks stays in one)")
     if spec.grouped:
-        out.append("a grouped GEMM")
+        out += grouped_quantize_problems(spec)
     if dense_operands(spec) and prefetch_operands:
         out.append("prefetch_operands=True: a dense operand's early copies follow the stores, which the walk over a "
                    "group puts after every block's load")
@@ -313,6 +313,23 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
              "tail_split": None if tail_split in (None, 1) else tail_split, "swap_ab": swap_ab or None,
              "stream_k": stream_k or None, "cluster": None if cluster in (None, 1) else cluster}
     out += [f"{k}={v}" for k, v in given.items() if v is not None]
+    return out
+
+
+def grouped_quantize_problems(spec: GemmSpec) -> list[str]:
+    """Rule 26 on rule 22's grouped GEMMs: an M-grouped or masked (batched) GEMM quantizes 1x128 on its 128-wide
+    tiles as a dense one does, each group's scales stored at the rows C's are (clipped at the group's last row), and
+    rowwise where N <= 128 (rule 27's one 128-wide tile holds the row). A wider row spans tiles, which rule 27's
+    256-wide tile and rule 29's two passes would need on the grouped kernel too (neither is built); the K-grouped
+    layout's quantization is not built either."""
+    assert spec.epilogue is not None
+    out = []
+    if spec.epilogue.rowwise() and spec.n > QUANT_BN:
+        out.append(f"recipe='rowwise' on a grouped GEMM with N={spec.n} > {QUANT_BN} (the row's amax spans more than "
+                   "one 128-wide tile: rule 27's 256-wide tile and rule 29's two passes are built for dense GEMMs "
+                   "only; a grouped GEMM quantizes 1x128, or rowwise where one tile holds the row)")
+    if spec.grouping is Grouping.K_OFFSETS:
+        out.append("a K-grouped GEMM (the fused quantization runs on the M-grouped and masked layouts)")
     return out
 
 
@@ -804,8 +821,11 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     if consumer_partitions is None and spec.epilogue is not None and (bm, bn) == (128, 128):
         # Rule 9 runs a fused epilogue's two warpgroups as one partition; beside a grouped tile's scan state (group,
         # origin, row end) a dense gate and a per-expert bias spilled 88-92 bytes at 128x128 (ptxas, Triton 3.9,
-        # M-grouped and masked alike; 56 without --regAllocOptLevel=2); two partitions, none under 3.6 or 3.9.
-        consumer_partitions = 2
+        # M-grouped and masked alike; 56 without --regAllocOptLevel=2); two partitions, none under 3.6 or 3.9. A
+        # fused quantization is the other way round: one partition, as every 128-wide one (a SiLU-mul gate quantized
+        # 1x128 at 8192x4096x7168 over 8 experts spilled 8 bytes in two with fp8 rowwise fast under Triton 3.6, 36
+        # with promoted blockwise under 3.9, whatever the walk's blocks; none in one).
+        consumer_partitions = 1 if spec.epilogue.group_amax() is not None else 2
     dense = replace(spec, grouping=Grouping.NONE, groups=0)
     # (stream-K: no dense operand copied at the tile's start, which a contributor would skip, as rule 21's)
     dense_plan = plan(dense, device, PlanOptions(bm=bm, bn=bn, stages=stages, group_m=group_m,

@@ -13,6 +13,7 @@ the flags left zero by each launch's finishers, so a graph replays them as they 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from warploom.backends.gluon_api import compile_options
@@ -54,11 +55,12 @@ class GroupedLauncher:
                                                                          maxnreg=src.maxnreg), descs, True)
 
     def __call__(self, a: Any, b: Any, bounds: Any, out: Any, scale_a: Any = None, scale_b: Any = None,
-                 operands: Any = None) -> Any:
+                 operands: Any = None, extra_outs: Sequence[Any] = ()) -> Any:
         """`a` (M, K), `b` (G, K, N), `bounds` (G,) int32 on the device, `out` (M, N) contiguous; K-grouped
-        (Grouping.K_OFFSETS): `b` (total_K, N), `out` (G * M, N); `operands` a fused epilogue's, by graph name.
-        Rowwise scales flattened; blockwise ones (M, k-blocks) and (G, k-blocks, N-blocks) (K-grouped: (k-blocks,
-        N-blocks) over total_K), any strides."""
+        (Grouping.K_OFFSETS): `b` (total_K, N), `out` (G * M, N); `operands` a fused epilogue's, by graph name, and
+        its outputs after the first in `extra_outs` (a fused quantization's scales, (M, ceil(N/128)), by pointer and
+        row stride, `gluon_sm90.scale_outputs`). Rowwise scales flattened; blockwise ones (M, k-blocks) and
+        (G, k-blocks, N-blocks) (K-grouped: (k-blocks, N-blocks) over total_K), any strides."""
         args = {
             "a_desc": a, "b_desc": b.transpose(-2, -1) if self._k_major else b, "c_desc": out, "c_ptr": out,
             "group_ptr": bounds, "E": bounds.shape[0], "M": a.shape[0], "N": b.shape[-1], "K": a.shape[1],
@@ -70,6 +72,8 @@ class GroupedLauncher:
             args |= {"sa_ptr": scale_a, "sb_ptr": scale_b, "sa_stride_m": scale_a.stride(0),
                      "sa_stride_k": scale_a.stride(1), "sb_stride_g": scale_b.stride(0),
                      "sb_stride_k": scale_b.stride(-2), "sb_stride_n": scale_b.stride(-1)}
+        for j, t in enumerate(extra_outs, start=1):  # (a scale output's pointer and row stride)
+            args |= {f"c{j}_ptr": t, f"c{j}_stride_m": t.stride(0)}
         for name, t in (operands or {}).items():  # a fused epilogue's: dense ones by TMA, the rest by pointer
             args[f"{name}_desc"] = args[f"{name}_ptr"] = t
         if self.stream_k_buffers is not None:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-from warploom.epilogue.graph import GateUpHalf, Half
+from warploom.epilogue.graph import GateUpHalf, Half, OutputLayout
 from warploom.errors import ScaleError, ShapeError
 from warploom.ir import nodes as ir
 from warploom.ir.raster import TileRef, group_bounds
@@ -33,7 +33,7 @@ from warploom.spec import Grouping, ScaleRecipe
 
 def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds: torch.Tensor | Iterable[int],
                      scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None, *, seed: int = 0,
-                     ctas: Iterable[int] | None = None, out: torch.Tensor | None = None,
+                     ctas: Iterable[int] | None = None, out: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
                      record: bool = False, operands: Mapping[str, torch.Tensor] | None = None,
                      globals_: tuple[torch.Tensor, torch.Tensor] | None = None) -> SimResult:
     """Run grouped `module` on the CPU: ``C[rows of g] = A[rows of g] @ b[g]`` for every group g.
@@ -45,7 +45,8 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     scales: scale_a (M,) (K-grouped: (G * M,), C's rows), scale_b (G, N); blockwise 1x128 x 128x128 ones: scale_a
     (M, ceil(K/128)), scale_b (G, ceil(K/128), ceil(N/128)), a tile reading its group's block of scale_b
     (K-grouped: scale_a (M, KB), scale_b (KB, NB) over total_K, `program.scale_tag`). `out` (C's rows, N), if given,
-    is written in place (rows outside every group keep what they held); else a NaN-filled one is made. `ctas` picks
+    is written in place (rows outside every group keep what they held); else a NaN-filled one is made; a fused
+    quantization's pair (q, s) takes a tuple of both (s (C's rows, ceil(N/128)), stored clipped as C is). `ctas` picks
     program ids of the launch (default all); `operands` a fused epilogue's, by graph name, indexed in the grouped
     row space (a row operand's row r is A's and C's row r), as `sim.simulate` takes them. NVFP4 (sm_100a): e4m3
     scale_a (M, K/16) and scale_b (G, N, K/16), and `globals_` (A's (1,), B's (G,) per expert) fp32."""
@@ -68,8 +69,13 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     if not k_grouped and len(groups) != b.shape[0]:
         raise ShapeError("b", f"{len(groups)} groups, one per bound", f"{b.shape[0]}", "pass one bound per group")
     rows = len(groups) * m if k_grouped else m
-    width = module.spec.output_shapes(rows, n)[0][1]  # (N, or a gate/up epilogue's N / 2)
-    result = torch.full((rows, width), float("nan"), dtype=module.spec.out_dtype.torch) if out is None else out
+    # (N, or a gate/up epilogue's N / 2; a quantization's scales (rows, ceil(N/128)) beside q)
+    shapes, dtypes = module.spec.output_shapes(rows, n), module.spec.output_dtypes()
+    results = tuple(torch.full(shape, float("nan")).to(dt.torch) for shape, dt in zip(shapes, dtypes, strict=True)) \
+        if out is None else out if isinstance(out, tuple) else (out,)
+    if len(results) != len(shapes):
+        raise ShapeError("out", f"{len(shapes)} output tensor(s), shaped {', '.join(map(str, shapes))}",
+                         f"{len(results)}", "pass a tuple with one tensor per output of the epilogue")
     # (blockwise scales are the mainloop's, never graph operands; rowwise ones are the graph's with an epilogue)
     positional = {} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b}
     tensors = check_operands(module, operands, positional, frozenset()) if module.spec.epilogue is not None else {}
@@ -78,7 +84,7 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
         raise ScaleError("globals_", f"NVFP4's global scales: A's one and one per expert of B ({len(groups)})",
                          "None" if globals_ is None else f"{globals_[1].numel()} of B",
                          "pass globals_=(global_a (1,), global_b (G,))")
-    ops = Operands.of(module, a, b, scale_a, scale_b, None, (result,), tensors, globals_=globals_ if nvfp4 else None)
+    ops = Operands.of(module, a, b, scale_a, scale_b, None, results, tensors, globals_=globals_ if nvfp4 else None)
     # (a stream-K launch runs whole: its CTAs' fixups link them, ir.Fixup, so a sample would wait forever)
     pids = tuple(range(t.grid)) if ctas is None or t.stream_k else tuple(ctas)
     sink = FindingSink()
@@ -109,10 +115,11 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
                 ran.append(mach.prog.geo.pid)
     finally:
         torch.set_num_threads(threads)
-    grouped_coverage(module, m, n, k, groups, tuple(ran), ops.writes[0], sink)
+    for j, writes in enumerate(ops.writes):
+        grouped_coverage(module, m, n, k, groups, tuple(ran), writes, sink, j)
     report = SimReport(module.name, seed, pids, steps, k_steps, sink.findings(), tuple(events),
                        time.perf_counter() - t0)
-    return SimResult((result,), report)
+    return SimResult(results, report)
 
 
 def expected_writes(module: ir.Module, m: int, n: int, k: int, groups: tuple[tuple[int, int], ...],
@@ -144,12 +151,17 @@ def c_groups(module: ir.Module, m: int, groups: tuple[tuple[int, int], ...]) -> 
 
 
 def grouped_coverage(module: ir.Module, m: int, n: int, k: int, groups: tuple[tuple[int, int], ...],
-                     pids: tuple[int, ...], writes: torch.Tensor, sink: FindingSink) -> None:
-    """Every element of the simulated tiles' group rows stored exactly once, every other element of C never."""
+                     pids: tuple[int, ...], writes: torch.Tensor, sink: FindingSink, output: int = 0) -> None:
+    """Every element of the simulated tiles' group rows stored exactly once, every other element of C never; of a
+    quantization's scales (`output` a groups output), each group's column in those rows."""
     want, tiles = expected_writes(module, m, n, k, groups, pids)
-    block = module.spec.epilogue.gate_up() if module.spec.epilogue is not None else None
+    g = module.spec.epilogue
+    block = g.gate_up() if g is not None else None
     if block is not None:  # a gate/up result's column c is stored by the tile holding its gate column
         want = want[:, [GateUpHalf(0, Half.GATE, block).source(c) for c in range(n // 2)]]
+    if g is not None and g.outputs[output].layout is OutputLayout.GROUPS:  # scale c: by the tile holding its group
+        amax = g.amax()
+        want = want[:, [c * (amax.width or n) for c in range(amax.groups(n))]]
     bad = writes != want
     if not bool(bad.any()):
         return
@@ -158,8 +170,9 @@ def grouped_coverage(module: ir.Module, m: int, n: int, k: int, groups: tuple[tu
     owner = next((g for g, (s, e) in enumerate(c_groups(module, m, groups)[1]) if s <= r < e), None)
     where = f"group {owner}'s" if owner is not None else "no group's"
     tile = next((x for x in tiles if x.off_m <= r < x.off_m + module.tiling.bm), None)
+    name = "C" if output == 0 else f"output {output}"
     sink.add(SimFinding(FindingKind.OUTPUT_COVERAGE,
-                        f"C rows {rows[0]}..{rows[-1]} ({len(rows)} rows; row {r} is {where}): stored "
+                        f"{name} rows {rows[0]}..{rows[-1]} ({len(rows)} rows; row {r} is {where}): stored "
                         f"{int(writes[r].max())} times where {int(want[r].max())} was expected (a grouped store must "
                         "write its group's rows once and never another group's)", -1,
                         tile=None if tile is None else str(tile)))

@@ -844,7 +844,7 @@ class Machine:
         starts = a.start(ins.off_n) == ins.off_n or not same
         self.folded[i] = (ins.acc, tile.index, cols if starts or not same or old is None else old[2] | cols)
         if self.data is not None:
-            self.data.fold(i, ins.acc, ins.cols, ins.off_m, ins.off_n, starts)
+            self.data.fold(i, ins.acc, ins.cols, ins.off_m, ins.off_n, starts, ins.group)
 
     def _atomic(self, i: int, pc: int, ins: AtomicI) -> None:
         """Rule 29: the tile's row amax into the amax workspace; every column the accumulator holds below N must have
@@ -872,7 +872,7 @@ class Machine:
                        "last apply_epilogue computed another block: put the store_scales after that block's "
                        "apply_epilogue")
         if self.data is not None:
-            self.data.store_scales(i, ins.output, ins.off_m, ins.off_n)
+            self.data.store_scales(i, ins.output, ins.off_m, ins.off_n, ins.row_end)
 
     def _apply(self, i: int, pc: int, ins: ApplyI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "reads")

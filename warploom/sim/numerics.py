@@ -320,16 +320,18 @@ class CtaData:
         m, n = self.ops.outs[j].shape
         return m, n
 
-    def fold(self, agent: int, acc: str, cols: tuple[int, int], off_m: int, off_n: int, starts: bool) -> None:
+    def fold(self, agent: int, acc: str, cols: tuple[int, int], off_m: int, off_n: int, starts: bool,
+             group: int = 0) -> None:
         """A fused quantization's fold_amax: this block's row amax (over its columns below N) into the group's
-        running amax, or starting it (`starts`: the group's first block), NaN-propagating as torch.amax."""
+        running amax, or starting it (`starts`: the group's first block), NaN-propagating as torch.amax. `group`: a
+        grouped module's tile's (the slice its per-group operands read, as `apply`'s)."""
         g = self.m.spec.epilogue
         assert g is not None
         x = self.accs[agent][acc][:, cols[0]:cols[1]]
         rows, width = x.shape
         m, n = self.mn()
         y = values_before_amax(g, x, self.ops.epilogue, range(off_m, off_m + rows), range(off_n, off_n + width),
-                               out_shape=(m, n))
+                               out_shape=(m, n), group=group)
         b = block_amax(y, off_n, n)  # (rows, 1)
         old = self.amax[agent]
         self.amax[agent] = b if starts or old is None else torch.maximum(old, b)
@@ -349,9 +351,9 @@ class CtaData:
                                             torch.maximum(old, new))
         count[off_m:off_m + h] += cols
 
-    def store_scales(self, agent: int, output: int, off_m: int, off_n: int) -> None:
+    def store_scales(self, agent: int, output: int, off_m: int, off_n: int, row_end: int | None = None) -> None:
         """A groups output's values of the last apply_epilogue: the block's rows of its group's column, rows
-        below M (masked register stores)."""
+        below M (masked register stores), a grouped module's below its group's end row (as `tma_store` clips C)."""
         outs = self.ep_outs[agent]
         dst, writes = self.ops.outs[output], self.ops.writes[output]
         g = self.m.spec.epilogue
@@ -360,7 +362,7 @@ class CtaData:
         if output >= len(outs) or col >= dst.shape[1]:
             return
         v = outs[output][:, 0]
-        h = max(0, min(v.shape[0], dst.shape[0] - off_m))
+        h = max(0, min(v.shape[0], dst.shape[0] - off_m, v.shape[0] if row_end is None else row_end - off_m))
         dst[off_m:off_m + h, col] = v[:h].to(dst.dtype)
         writes[off_m:off_m + h, col] += 1
 

@@ -327,6 +327,7 @@ class FoldI:
     cols: tuple[int, int]  # the accumulator's column block [start, stop)
     off_m: int
     off_n: int
+    group: int = 0  # a grouped module's tile's group (the slice its per-group operands read), as ApplyI's
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,6 +350,7 @@ class StoreScalesI:
     off_m: int
     off_n: int
     output: int
+    row_end: int | None = None  # a grouped module's: rows from here on are not written (the group's end), as C's
 
 
 @dataclass(frozen=True, slots=True)
@@ -861,12 +863,12 @@ class _Interp:
                     cols = self._block(acc, o.part, o.parts, text)
                     at = (t.off_m + self.row0, t.off_n + acc.col0 + cols[0])
                     if isinstance(o, ir.FoldAmax):
-                        yield FoldI(site, o.acc, cols, *at)
+                        yield FoldI(site, o.acc, cols, *at, group=t.group)
                     elif not 0 <= o.output < len(g.outputs) or g.outputs[o.output].layout is not OutputLayout.GROUPS:
                         raise MalformedError(f"partition {self.p.name}: `{text}` stores output {o.output}, which is "
                                              "not a groups output of the graph")
                     else:
-                        yield StoreScalesI(site, o.acc, cols, *at, o.output)
+                        yield StoreScalesI(site, o.acc, cols, *at, o.output, t.row_end)
                 case ir.AtomicAmax():
                     t = self._tile(text)
                     acc = self._acc(o.acc, text)
