@@ -43,5 +43,6 @@ def test_public_api_cases_are_right_on_the_simulator(name: str, monkeypatch: pyt
     """The cases run through warploom's public calls compute, on the CPU simulator, what their references say (so
     a wrong reference cannot pass as a sanitizer finding on the GPU, nor a right one hide a wrong kernel)."""
     monkeypatch.setattr(sanitize, "DEVICE", "cpu")
-    monkeypatch.setenv("WARPLOOM_SIM_MAX_FLOPS", str(2 * 10 ** 9))
+    # (bf16_grouped_stream_k's 4300x2048x1024, 1.8e10 FLOPs, is what the sanitizers ran on the H100: about 8 s here)
+    monkeypatch.setenv("WARPLOOM_SIM_MAX_FLOPS", str(2 * 10 ** 10))
     assert sanitize.SPECIAL[name]() < sanitize.TOLERANCE
