@@ -137,8 +137,8 @@ def run_grouped_stream_k() -> float:
     full, so the planner shares it in pieces, over 3 experts with an empty one (272 tiles of 128x256: two rounds and
     8 tiles, each in 2 pieces), against a loop of fp32 products."""
     import warploom
+    from warploom.api import device_for
     from warploom.checks_grouped import grouped_call
-    from warploom.device import H100_SXM, DeviceInfo
     from warploom.planner import plan_schedule
 
     torch.manual_seed(23)
@@ -147,8 +147,7 @@ def run_grouped_stream_k() -> float:
     a = torch.randn(sum(rows), k, device=DEVICE, dtype=torch.bfloat16)
     w = torch.randn(len(rows), n, k, device=DEVICE, dtype=torch.bfloat16)
     b = w.transpose(-2, -1)
-    dev = DeviceInfo.current() if a.is_cuda else H100_SXM  # (on the CPU the simulator runs the H100's plan)
-    plan = plan_schedule(grouped_call(a, b, offs, None, torch.bfloat16).spec, dev)
+    plan = plan_schedule(grouped_call(a, b, offs, None, torch.bfloat16).spec, device_for(a))  # (grouped_mm's device)
     assert plan.stream_k == 2, f"the case wants rule 22's stream-K, the planner gave {plan.short()}"
     out = warploom.grouped_mm(a, b, offs)
     _sync()

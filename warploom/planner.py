@@ -85,6 +85,7 @@ from warploom.planning.sm90 import (
     fused_wide,
     gate_up_problems,
     grouped_tile,
+    last_round,
     max_stages,
     plan_epilogue_bytes,
     plan_grouped,
@@ -151,7 +152,7 @@ from warploom.planning.sm100 import (
     scale_path,
 )
 from warploom.planning.trace import Candidate, collecting
-from warploom.spec import GemmSpec
+from warploom.spec import GemmSpec, Grouping
 from warploom.targets import declared
 
 __all__ = [
@@ -170,7 +171,7 @@ __all__ = [
     "SWAP_MAX_M", "SWAP_TOKENS", "TAIL_COST_US", "TILES", "Candidate", "Explanation", "Plan", "PlanOptions",
     "TdmWarps", "WaveFill", "block_epilogue", "cluster_min_kblocks", "cluster_plan", "cluster_problems",
     "cta_kblocks", "decode_split", "decode_time",
-    "epilogue_bytes", "epilogue_subtiles", "explain", "fused_wide", "grouped_tile", "is_decode",
+    "epilogue_bytes", "epilogue_subtiles", "explain", "fused_wide", "grouped_reason", "grouped_tile", "is_decode",
     "k_block", "k_blocks", "latency_kind", "latency_split", "latency_stages", "latency_tiles", "latency_times",
     "latency_us", "max_stages", "nvfp4_bk", "plan_blackwell", "plan_epilogue_bytes", "plan_gfx1250", "plan_grouped",
     "plan_schedule", "promotion_path", "scale_path", "grouped_path", "gate_up_problems", "amax_pass_bn",
@@ -275,9 +276,12 @@ class Explanation:
     device: str
     plan: Plan
     candidates: tuple[Candidate, ...]
+    grouped: str = ""  # rule 22's last round, chosen without scoring (`grouped_reason`): what and why
 
     def text(self) -> str:
         lines = [f"{self.spec.short()} on {self.device}: {self.plan.short()}"]
+        if self.grouped:  # (the candidates below are the ungrouped problem's: rule 22 plans on them)
+            lines.append(f"  {self.grouped}")
         g = self.spec.epilogue
         if g is not None and g.rowwise():  # which of the rowwise quantization's paths (rules 27 and 29)
             n, bn = self.spec.n, self.plan.bn
@@ -311,5 +315,17 @@ def explain(spec: GemmSpec, device: DeviceInfo, **forced: object) -> Explanation
     trace: list[Candidate] = []
     with collecting(trace):
         plan = plan_schedule(spec, device, **forced)  # type: ignore[arg-type]
-    return Explanation(spec, device.name, plan, tuple(trace))
+    return Explanation(spec, device.name, plan, tuple(trace), grouped_reason(spec, device, plan))
+
+
+def grouped_reason(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> str:
+    """Rule 22's last round in `explain`'s words: whole tiles or stream-K pieces, and why (`last_round`), or that a
+    forced `stream_k` differs from that; "" for an ungrouped problem."""
+    if not spec.grouped:
+        return ""
+    if spec.grouping is Grouping.K_OFFSETS:
+        return "rule 22: whole tiles (a K-grouped GEMM's tiles run their groups' K ranges: no stream-K)"
+    pieces, why = last_round(spec, device, plan.bm, plan.bn)
+    chosen = f"stream-K in {plan.stream_k} pieces" if plan.stream_k else "whole tiles"
+    return f"rule 22: {why}" if plan.stream_k == pieces else f"rule 22: {chosen}, forced (by default {why})"
 

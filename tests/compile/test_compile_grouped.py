@@ -145,7 +145,7 @@ def test_per_expert_epilogue_operands_compile(bm: int, bn: int, spill_budget: in
 
 
 SK_CASES = [
-    # stream-K over the group scan (forced; rule 22 keeps whole tiles by default): the measured MoE shape's
+    # stream-K over the group scan (forced; rule 22's default at the first shape is 4 pieces): the measured MoE shape's
     # 128x256 plan in 2 and 4 pieces, the masked layout, and fp8 on its 128x128 stream-K tile (rowwise fast and
     # promoted, blockwise; at 128x256 the rowwise fixup spilled 876 bytes under Triton 3.9)
     ("bf16_offsets_128x256_sk2", GemmSpec(8192, 4096, 7168, grouping=OFF, groups=8), 2),

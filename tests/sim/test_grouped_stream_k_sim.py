@@ -184,6 +184,39 @@ def test_blockwise_fp8_scale_b_of_the_units_expert() -> None:
     assert ((res.output.double()[rows] - ref[rows]).norm() / ref[rows].norm()).item() < 1e-2
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_rule22_default_plan_over_changing_routings(seed: int) -> None:
+    """The planner's own stream-K plan (rule 22's default at 132 CTAs, not forced): 4 experts over 150 row tiles and
+    two 256-wide columns (N = 300, the last ragged; K = 200, 4 k-blocks, the last partial) expect 304 tiles, 2.3
+    rounds, so the last is shared in 2 pieces. Two random routings, one with an empty expert, through the same
+    module (a CUDA graph replayed after the offsets changed in place): each against fp32, the launch's flags all
+    consumed (no lost or unsynced partial)."""
+    m, n, k, groups = 128 * 150, 300, 200, 4
+    spec = GemmSpec(m, n, k, grouping=Grouping.OFFSETS, groups=groups)
+    plan = plan_schedule(spec, H100_SXM)
+    assert (plan.bm, plan.bn, plan.stream_k, plan.grid) == (128, 256, 2, H100_SXM.sm_count)
+    mod = build(spec, H100_SXM).module
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    a = torch.randn(m, k).bfloat16()
+    b = torch.randn(groups, n, k).bfloat16().transpose(-2, -1)
+    for empty in (rng.randrange(groups), None):
+        cuts = sorted(rng.randrange(m - 500, m + 1) if g == groups - 1 else rng.randrange(m) for g in range(groups))
+        counts = [hi - lo for lo, hi in zip([0, *cuts[:-1]], cuts, strict=True)]
+        if empty is not None:
+            counts[(empty + 1) % groups] += counts[empty]
+            counts[empty] = 0
+        offs = _offs(counts)
+        bounds = group_bounds(Grouping.OFFSETS, offs.tolist(), m)
+        scan = GroupScan.of(bounds, n, 128, 256, 8)
+        assert scan.count % H100_SXM.sm_count, "a partial last round: some tiles in pieces"
+        res = simulate_grouped(mod, a, b, offs, seed=seed).raise_for_findings()
+        rows = valid_rows(bounds, m)
+        ref = reference_grouped(a, b, bounds)
+        torch.testing.assert_close(res.output.float()[rows], ref[rows], atol=0.15, rtol=0.02)
+        assert res.output[~rows].isnan().all()
+
+
 # ---- planted bugs -------------------------------------------------------------------------------------------------
 
 def _bug_setup() -> tuple[Kernel, torch.Tensor, torch.Tensor, torch.Tensor, tuple[tuple[int, int], ...], int]:

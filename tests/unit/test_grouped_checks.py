@@ -20,7 +20,7 @@ from warploom.errors import (
     WarploomError,
 )
 from warploom.kernel import build
-from warploom.planner import grouped_tile, plan_schedule
+from warploom.planner import explain, grouped_tile, plan_schedule
 
 G, K, N = 4, 64, 128
 
@@ -211,6 +211,31 @@ def test_rule22_last_round_stream_k_only_where_measured() -> None:
     assert plan_schedule(fp8, H100_SXM).stream_k == 0 and plan_schedule(masked, H100_SXM).stream_k == 0
     assert plan_schedule(fp8, H100_SXM, stream_k=2).stream_k == 2
     assert plan_schedule(GemmSpec(**shape, grouping=Grouping.OFFSETS), H100_SXM, stream_k=0).stream_k == 0
+
+
+def test_rule22_explain_says_why_the_last_round_is_shared_or_not() -> None:
+    """`explain` names rule 22's last-round choice and its arithmetic: its scored candidates are the ungrouped
+    problem's (whole tiles only), so without this line a default stream-K plan read as whole tiles."""
+    def text(spec: GemmSpec, **forced: object) -> str:
+        return explain(spec, H100_SXM, **forced).text()
+
+    shared = text(GemmSpec(8192, 4096, 7168, grouping=Grouping.OFFSETS, groups=8))
+    assert "sk4" in shared.splitlines()[0]
+    assert ("rule 22: 1088 tiles expected (the rows' 64 plus half a tile for each of 8 groups, times 16 columns of "
+            "tiles) on 132 SMs: the last of 9 rounds 0.24 full, under 0.5: shared as stream-K in 4 pieces "
+            "(112 k-blocks)") in shared
+    whole = text(GemmSpec(16384, 2048, 7168, grouping=Grouping.OFFSETS, groups=32))
+    assert "the last of 9 rounds 0.73 full, not under 0.5: whole tiles" in whole
+    assert "under one round: whole tiles" in text(GemmSpec(256, 512, 4096, grouping=Grouping.OFFSETS, groups=2))
+    fp8 = GemmSpec(8192, 4096, 7168, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                   grouping=Grouping.OFFSETS, groups=8)
+    assert "rule 22: whole tiles: the last round is shared by default only for bf16/fp16" in text(fp8)
+    assert "rule 22: stream-K in 2 pieces, forced (by default whole tiles:" in text(fp8, stream_k=2)
+    assert "rule 22: whole tiles, forced (by default 1088 tiles expected" in text(
+        GemmSpec(8192, 4096, 7168, grouping=Grouping.OFFSETS, groups=8), stream_k=0)
+    assert "rule 22: whole tiles (a K-grouped GEMM" in text(GemmSpec(2048, 4096, 65536, grouping=Grouping.K_OFFSETS,
+                                                                      groups=8))
+    assert "rule 22" not in text(GemmSpec(8192, 4096, 7168))
 
 
 def test_rule22_fp8_rowwise_block_epilogue_and_refusals() -> None:

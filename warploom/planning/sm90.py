@@ -747,16 +747,31 @@ def last_round_stream_k(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int) ->
     round of tiles (`expected_grouped_tiles`) fills under GROUPED_SK_MAX_FILL of the SMs after at least one full
     round, its tiles are shared in 4 pieces (at least GROUPED_SK4_MIN_KBLOCKS k-blocks) or 2. Masked layouts keep
     whole tiles (its 64-row tiles beat every 128-row variant, stream-K included, by 3-12%, session 29), as do fp8
-    and fused epilogues (unmeasured with it)."""
+    and fused epilogues (unmeasured with it). `last_round` says why."""
+    return last_round(spec, device, bm, bn)[0]
+
+
+def last_round(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int) -> tuple[int, str]:
+    """`last_round_stream_k`'s pieces and why, in `explain`'s words."""
     if (spec.grouping is not Grouping.OFFSETS or spec.a_dtype.bytes != 2 or spec.epilogue is not None
             or spec.bias_dtype is not None or spec.groups < 1 or bm != 128):
-        return 0
-    rounds = expected_grouped_tiles(spec, bm, bn) / device.sm_count
+        return 0, ("whole tiles: the last round is shared by default only for bf16/fp16 M-grouped GEMMs on 128-row "
+                   "tiles without a fused epilogue (stream_k=s forces it)")
+    tiles = expected_grouped_tiles(spec, bm, bn)
+    rounds = tiles / device.sm_count
     fill = rounds - math.floor(rounds)
-    if rounds < 1 or not 0 < fill < GROUPED_SK_MAX_FILL:
-        return 0
+    why = (f"{tiles:g} tiles expected (the rows' {math.ceil(spec.m / bm)} plus half a tile for each of {spec.groups} "
+           f"groups, times {math.ceil(spec.n / bn)} columns of tiles) on {device.sm_count} SMs")
+    if rounds < 1:
+        return 0, f"{why}: under one round: whole tiles"
+    last = f"{why}: the last of {math.ceil(rounds)} rounds {fill:.2f} full"
+    if not 0 < fill < GROUPED_SK_MAX_FILL:
+        return 0, f"{last}, not under {GROUPED_SK_MAX_FILL}: whole tiles"
     pieces = 4 if k_blocks(spec) >= GROUPED_SK4_MIN_KBLOCKS else 2
-    return pieces if pieces <= k_blocks(spec) else 0
+    if pieces > k_blocks(spec):
+        return 0, f"{last}, but {k_blocks(spec)} k-block(s) cannot be cut in {pieces}: whole tiles"
+    return pieces, (f"{last}, under {GROUPED_SK_MAX_FILL}: shared as stream-K in {pieces} pieces "
+                    f"({k_blocks(spec)} k-blocks)")
 
 
 def refuse_stream_k(spec: GemmSpec, stream_k: int, problems: list[str]) -> None:
