@@ -190,6 +190,7 @@ def test_rule22_tiles() -> None:
 @pytest.mark.parametrize("groups,m,n,k,pieces", [
     (8, 8192, 4096, 7168, 4),    # 1088 expected tiles: 0.24 of a last round, 112 k-blocks (measured 0.761 / 0.817 ms)
     (8, 8192, 7168, 2048, 2),    # 1904: 0.42, 32 k-blocks (0.398 / 0.412; 4 pieces 0.418)
+    (8, 8192, 5120, 7168, 2),    # 1360: 0.30, 112 k-blocks, but 40 tiles in 4 pieces exceed the SMs (rule 21)
     (32, 16384, 2048, 7168, 0),  # 1152: 0.73 (whole tiles 0.863 ms, 2 pieces 0.940)
     (8, 512, 4096, 7168, 0),     # 64 rows a group: rule 22's 64-row tile, no stream-K at it
     (2, 256, 512, 4096, 0),      # 6 tiles: under one round, nothing after a full one to even out

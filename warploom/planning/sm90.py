@@ -745,7 +745,8 @@ def expected_grouped_tiles(spec: GemmSpec, bm: int, bn: int) -> float:
 def last_round_stream_k(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int) -> int:
     """Rule 22's default stream-K pieces for an M-grouped bf16/fp16 GEMM (0: whole tiles): where the expected last
     round of tiles (`expected_grouped_tiles`) fills under GROUPED_SK_MAX_FILL of the SMs after at least one full
-    round, its tiles are shared in 4 pieces (at least GROUPED_SK4_MIN_KBLOCKS k-blocks) or 2. Masked layouts keep
+    round, its tiles are shared in 4 pieces (at least GROUPED_SK4_MIN_KBLOCKS k-blocks, and the expected last round's
+    tiles in 4 within the SMs) or 2. Masked layouts keep
     whole tiles (its 64-row tiles beat every 128-row variant, stream-K included, by 3-12%, session 29), as do fp8
     and fused epilogues (unmeasured with it). `last_round` says why."""
     return last_round(spec, device, bm, bn)[0]
@@ -767,7 +768,10 @@ def last_round(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int) -> tuple[in
     last = f"{why}: the last of {math.ceil(rounds)} rounds {fill:.2f} full"
     if not 0 < fill < GROUPED_SK_MAX_FILL:
         return 0, f"{last}, not under {GROUPED_SK_MAX_FILL}: whole tiles"
-    pieces = 4 if k_blocks(spec) >= GROUPED_SK4_MIN_KBLOCKS else 2
+    # (4 pieces only where the expected last round's tiles in 4 still fit the SMs, so each shared tile gets exactly
+    # 4: pieces starting at other k-blocks than their neighbours' lost up to 30% in L2, rule 21's session 22)
+    rest = math.ceil(fill * device.sm_count)
+    pieces = 4 if k_blocks(spec) >= GROUPED_SK4_MIN_KBLOCKS and rest * 4 <= device.sm_count else 2
     if pieces > k_blocks(spec):
         return 0, f"{last}, but {k_blocks(spec)} k-block(s) cannot be cut in {pieces}: whole tiles"
     return pieces, (f"{last}, under {GROUPED_SK_MAX_FILL}: shared as stream-K in {pieces} pieces "
