@@ -17,7 +17,7 @@ from grouped_cases import routing, valid_rows  # (pytest puts this folder on sys
 import warploom
 from warploom import Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
 from warploom.device import B200
-from warploom.errors import DTypeError, InputError, ScaleError, UnsupportedError
+from warploom.errors import DTypeError, InputError, ScaleError, ShapeError, UnsupportedError
 from warploom.ir import nodes as ir
 from warploom.ir.raster import group_bounds
 from warploom.ir.verify import structural
@@ -262,3 +262,26 @@ def test_bad_mx_scales_are_named() -> None:
     x3 = x[:256].reshape(groups, 64, k)
     with pytest.raises(InputError, match="scale_a: expected MX scales with a 2-D"):
         warploom.scaled_grouped_mm(x3, b, sa[:256], sb, masked_m=torch.full((groups,), 64, dtype=torch.int32))
+
+
+# ---- review (session 29): bad input named before anything runs --------------------------------------------------
+
+def test_mx_use_fast_accum_is_refused_by_name() -> None:
+    """MX has no fast-accumulation mode (the block-scaled MMA applies each 32-deep block's scales): refused as
+    blockwise is, not a GemmSpec ValueError."""
+    groups, m, n, k = 4, 260, 136, 320
+    offs = torch.tensor([33, 33, 200, 250], dtype=torch.int32)
+    for dt in (E4, F4):
+        x, b, sa, sb = _mx_inputs(m, n, k, groups, 0, dt=dt)
+        with pytest.raises(InputError, match="use_fast_accum: expected False with MX scales"):
+            warploom.scaled_grouped_mm(x, b, sa, sb, offs, use_fast_accum=True)
+
+
+def test_no_experts_is_a_named_shape_error() -> None:
+    """b with G = 0 experts: a ShapeError naming b, not GemmSpec's ValueError (bf16 and MX alike)."""
+    x = torch.randn(64, 64).bfloat16()
+    with pytest.raises(ShapeError, match="b: expected at least one expert"):
+        warploom.grouped_mm(x, torch.randn(0, 64, 64).bfloat16().transpose(-2, -1), torch.zeros(0, dtype=torch.int32))
+    x8, b8, sa, sb = _mx_inputs(64, 64, 64, 1, 0)
+    with pytest.raises(ShapeError, match="b: expected at least one expert"):
+        warploom.scaled_grouped_mm(x8, b8[:0], sa, sb[:0], torch.zeros(0, dtype=torch.int32))
