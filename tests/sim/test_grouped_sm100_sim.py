@@ -277,6 +277,38 @@ def test_mx_use_fast_accum_is_refused_by_name() -> None:
             warploom.scaled_grouped_mm(x, b, sa, sb, offs, use_fast_accum=True)
 
 
+def test_simulate_grouped_names_bad_block_scales() -> None:
+    """simulate_grouped checks an MX / NVFP4 module's scales against a, b and the bounds before it runs: its masked
+    loads would read a short scale_a as ones and index a 2-D scale_b by expert, silently or with an IndexError."""
+    groups, m, n, k = 4, 260, 136, 320
+    offs = torch.tensor([33, 33, 200, 250], dtype=torch.int32)
+    spec = _mx_spec(m, n, k, groups)
+    mod = build(spec, B200, plan_schedule(spec, B200, stages=3)).module
+    x, b, sa, sb = _mx_inputs(m, n, k, groups, 0)
+    cases = [
+        ((None, sb), r"scale_a: expected e8m0 scales of shape \(260, 10\)"),
+        ((sa, None), r"scale_b: expected e8m0 scales of shape \(4, 136, 10\)"),
+        ((sa[:100], sb), r"scale_a: expected .*\(260, 10\).*got shape \(100, 10\)"),
+        ((sa, sb[0]), r"scale_b: expected .*\(4, 136, 10\).*got shape \(136, 10\)"),
+        ((sa, sb[:3]), r"scale_b: expected .*\(4, 136, 10\).*got shape \(3, 136, 10\)"),
+        ((sa, sb[..., :5]), r"scale_b: expected .*\(4, 136, 10\).*got shape \(4, 136, 5\)"),
+        ((sa, sb.float()), r"scale_b: expected e8m0 .*got dtype torch.float32"),
+    ]
+    for (s_a, s_b), msg in cases:
+        with pytest.raises(ScaleError, match=msg):
+            simulate_grouped(mod, x, b, offs, s_a, s_b)
+    # NVFP4: A's global scale is one for all rows (a (G,) one would be read as B's, shifted by one expert)
+    nv = dataclasses.replace(_mx_spec(m, n, k, groups, F4), scale=ScaleRecipe.NVFP4)
+    nmod = build(nv, B200, plan_schedule(nv, B200, stages=3)).module
+    x4, b4, _, _ = _mx_inputs(m, n, k, groups, 0, dt=F4)
+    s4a, s4b = torch.ones(m, k // 16).to(torch.float8_e4m3fn), torch.ones(groups, n, k // 16).to(torch.float8_e4m3fn)
+    with pytest.raises(ScaleError, match=r"globals_: expected .*A's one .*got 4 of A"):
+        simulate_grouped(nmod, x4, b4, offs, s4a, s4b, globals_=(torch.ones(groups), torch.ones(groups)))
+    with pytest.raises(ScaleError, match=r"scale_a: expected e4m3 scales of shape \(260, 20\)"):
+        simulate_grouped(nmod, x4, b4, offs, s4a.view(torch.uint8).view(torch.float8_e8m0fnu), s4b,
+                         globals_=(torch.ones(1), torch.ones(groups)))
+
+
 def test_no_experts_is_a_named_shape_error() -> None:
     """b with G = 0 experts: a ShapeError naming b, not GemmSpec's ValueError (bf16 and MX alike)."""
     x = torch.randn(64, 64).bfloat16()
