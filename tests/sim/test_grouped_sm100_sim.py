@@ -317,3 +317,16 @@ def test_no_experts_is_a_named_shape_error() -> None:
     x8, b8, sa, sb = _mx_inputs(64, 64, 64, 1, 0)
     with pytest.raises(ShapeError, match="b: expected at least one expert"):
         warploom.scaled_grouped_mm(x8, b8[:0], sa, sb[:0], torch.zeros(0, dtype=torch.int32))
+
+
+def test_forced_sm90_options_are_refused_not_ignored_on_sm100a() -> None:
+    """consumer_partitions, partial_blocks and scale_partition=False forced on a grouped sm_100a plan are refused by
+    name (its plan has one epilogue partition and reads per-expert scales through the scale partition only), as
+    rule 19 refuses them on a dense one, never dropped."""
+    bf16 = GemmSpec(1024, 256, 256, grouping=Grouping.OFFSETS, groups=4)
+    for spec, kw in ((bf16, {"consumer_partitions": 2}), (bf16, {"partial_blocks": 2}),
+                     (_mx_spec(1024, 256, 256, 4), {"consumer_partitions": 2}),
+                     (_mx_spec(1024, 256, 256, 4), {"scale_partition": False})):
+        name = next(iter(kw))
+        with pytest.raises(UnsupportedError, match=f"{name}"):
+            plan_schedule(spec, B200, **kw)
