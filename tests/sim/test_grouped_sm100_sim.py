@@ -330,3 +330,24 @@ def test_forced_sm90_options_are_refused_not_ignored_on_sm100a() -> None:
         name = next(iter(kw))
         with pytest.raises(UnsupportedError, match=f"{name}"):
             plan_schedule(spec, B200, **kw)
+
+
+def test_grouped_scale_arguments_follow_each_recipes_layout() -> None:
+    """What the grouped launcher binds to the kernel's scale parameters (`grouped_scale_args`), which neither the
+    simulator (it indexes scale_b by expert, row and column) nor the verifier sees: blockwise scale_b is (G, k-blocks,
+    N-blocks), MX / NVFP4's (G, N, K/v), so sb_stride_n and sb_stride_k swap; MX's e8m0 go as bytes, as the dense
+    launcher passes them. Strided views tell the strides apart. (sm_100a launches are refused until one has run.)"""
+    from warploom.runtime.launch_grouped import grouped_scale_args
+
+    _, _, sa, sb = _mx_inputs(300, 136, 320, 4, 0, strided=True)
+    args = grouped_scale_args(ScaleRecipe.MX, sa, sb)
+    assert (args["sb_stride_g"], args["sb_stride_n"], args["sb_stride_k"]) == sb.stride() != tuple(sorted(sb.stride()))
+    assert (args["sa_stride_m"], args["sa_stride_k"]) == sa.stride()
+    assert args["sa_ptr"].dtype == args["sb_ptr"].dtype == torch.uint8
+    assert args["sb_ptr"].data_ptr() == sb.data_ptr() and args["sb_ptr"].stride() == sb.stride()
+    s4 = sb.view(torch.uint8).view(torch.float8_e4m3fn)
+    nv = grouped_scale_args(ScaleRecipe.NVFP4, sa.view(torch.uint8).view(torch.float8_e4m3fn), s4)
+    assert (nv["sb_stride_n"], nv["sb_stride_k"]) == s4.stride()[1:] and nv["sb_ptr"].dtype == torch.float8_e4m3fn
+    bw_b = torch.ones(4, 8, 16)[:, :, ::2]  # (G, k-blocks, N-blocks), strided
+    bw = grouped_scale_args(ScaleRecipe.BLOCKWISE_1X128_128X128, torch.ones(300, 8), bw_b)
+    assert (bw["sb_stride_g"], bw["sb_stride_k"], bw["sb_stride_n"]) == bw_b.stride()
