@@ -376,6 +376,7 @@ def _mx_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, a_dim: int, rows: i
         if tuple(t.shape) != want:
             raise ScaleError(name, f"shape {want} (MX, row-major: {what})", f"shape {tuple(t.shape)}",
                              f"pass {name} with shape {want} (any strides)")
+    check_block_scales(scale_a, scale_b)  # (32-bit offsets unless the spec's sizes need more: `scale_offsets_wide`)
     return ScaleRecipe.MX
 
 

@@ -351,3 +351,22 @@ def test_grouped_scale_arguments_follow_each_recipes_layout() -> None:
     bw_b = torch.ones(4, 8, 16)[:, :, ::2]  # (G, k-blocks, N-blocks), strided
     bw = grouped_scale_args(ScaleRecipe.BLOCKWISE_1X128_128X128, torch.ones(300, 8), bw_b)
     assert (bw["sb_stride_g"], bw["sb_stride_k"], bw["sb_stride_n"]) == bw_b.stride()
+
+
+def test_mx_scales_spanning_2_31_elements_are_refused() -> None:
+    """The scale partition addresses scale_b at ``grp * sb_stride_g + n * sb_stride_n + k * sb_stride_k`` in 32 bits
+    unless the spec's sizes need 64 (`scale_offsets_wide`): a strided view whose expert stride reaches past 2**31
+    elements would wrap there, so it is refused by name, as dense MX and grouped blockwise scales are
+    (`checks.check_block_scales`). Meta tensors: nothing is allocated."""
+    from warploom.checks_grouped import grouped_call
+
+    g, m, n, k = 4, 256, 128, 256
+    a = torch.empty(m, k, device="meta", dtype=torch.float8_e4m3fn)
+    b = torch.empty(g, n, k, device="meta", dtype=torch.float8_e4m3fn).transpose(-2, -1)
+    offs = torch.empty(g, device="meta", dtype=torch.int32)
+    sa = torch.empty(m, k // 32, device="meta", dtype=torch.float8_e8m0fnu)
+    big = torch.empty(g, 2**30, device="meta", dtype=torch.float8_e8m0fnu)
+    sb = big.as_strided((g, n, k // 32), (2**30, k // 32, 1))
+    assert grouped_call(a, b, offs, None, None, sa, sb.contiguous()).spec.scale is ScaleRecipe.MX
+    with pytest.raises(ScaleError, match="scale_b: expected a scale tensor spanning fewer than 2"):
+        grouped_call(a, b, offs, None, None, sa, sb)
