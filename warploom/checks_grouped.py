@@ -155,6 +155,9 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
         raise ShapeError("b", "a 3-D (G, K, N) tensor of expert weights", f"{b.dim()}-D shape {tuple(b.shape)}",
                          "stack the experts' (K, N) weights")
     groups, k, n = b.shape
+    if groups == 0:  # (GemmSpec: a grouped spec has a group)
+        raise ShapeError("b", "at least one expert: (G, K, N) with G >= 1", f"shape {tuple(b.shape)}",
+                         "pass b with one (K, N) weight per expert, and offs or masked_m with one entry each")
     if offs is not None and masked_m is not None:
         raise InputError("masked_m", "either offs (a 2-D a) or masked_m (a 3-D a), not both", "both",
                          "drop one of them")
@@ -205,7 +208,7 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
     recipe = ScaleRecipe.NONE
     if mx:
         k *= 2 if a_dt is DType.E2M1 else 1  # (MX fp4: a (M, K/2) and b (G, K/2, N) bytes, K counted in values)
-        recipe = _mx_scales(scale_a, scale_b, a.dim(), rows, groups, n, k)
+        recipe = _mx_scales(scale_a, scale_b, a.dim(), rows, groups, n, k, use_fast_accum)
     elif scaled and scale_b.dim() == 3:
         kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
         recipe = _blockwise_scales(scale_a, scale_b, (rows, kb) if a.dim() == 2 else (groups, rows // groups, kb),
@@ -345,13 +348,18 @@ def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, want_a: tupl
 
 
 def _mx_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, a_dim: int, rows: int, groups: int, n: int,
-               k: int) -> ScaleRecipe:
+               k: int, use_fast_accum: bool = False) -> ScaleRecipe:
     """MX fp8 and MX fp4 (`ScaleRecipe.MX`, sm_100a; `k` in values): e8m0 scales per 32 of K, row-major and
     unpadded, any strides: scale_a (total_M, K/32), one per row of a in the grouped row space (a row's own, whichever
     expert owns it), and scale_b (G, N, K/32), one per row of each expert's (N, K) weight and 32 of K. M-grouped (a
-    2-D a with offs) only; K a multiple of 32. The scale partition reads each tile's expert's rows at their strides
-    (`sb_ptr + grp * sb_stride_g`), so nothing is padded or swizzled per expert."""
+    2-D a with offs) only; K a multiple of 32; no use_fast_accum (refused as blockwise's is). The scale partition
+    reads each tile's expert's rows at their strides (`sb_ptr + grp * sb_stride_g`), so nothing is padded or swizzled
+    per expert."""
     kb = k // MX_BLOCK
+    if use_fast_accum:
+        raise InputError("use_fast_accum", "False with MX scales (the block-scaled MMA applies each 32-deep block's "
+                         "scales and accumulates in fp32 itself, so there is no fast-accumulation mode)", "True",
+                         "pass use_fast_accum=False")
     if a_dim != 2:
         raise ScaleError("scale_a", "MX scales with a 2-D (total_M, K) a and offs (M-grouped; masked and batched MX "
                          "calls are not built)", f"a {a_dim}-D a", "pass a as (total_M, K) with offs")
@@ -368,6 +376,7 @@ def _mx_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, a_dim: int, rows: i
         if tuple(t.shape) != want:
             raise ScaleError(name, f"shape {want} (MX, row-major: {what})", f"shape {tuple(t.shape)}",
                              f"pass {name} with shape {want} (any strides)")
+    check_block_scales(scale_a, scale_b)  # (32-bit offsets unless the spec's sizes need more: `scale_offsets_wide`)
     return ScaleRecipe.MX
 
 

@@ -253,7 +253,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                                    "partitions are not a group's). Fix: drop them")
         return plan_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
                             consumer_partitions=consumer_partitions, partial_blocks=partial_blocks,
-                            stream_k=stream_k)
+                            stream_k=stream_k, scale_partition=scale_partition)
     if tdm_warps not in (None, TdmWarps.EVERY) and not device.gfx1250:
         raise UnsupportedError(f"tdm_warps={tdm_warps}: TDM warp masks (rule 20, seed 004) are gfx1250's; "
                                f"{device.name} has no TDM (sm_90a's producer already issues each TMA copy from one "

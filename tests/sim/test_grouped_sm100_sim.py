@@ -17,7 +17,7 @@ from grouped_cases import routing, valid_rows  # (pytest puts this folder on sys
 import warploom
 from warploom import Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
 from warploom.device import B200
-from warploom.errors import DTypeError, InputError, ScaleError, UnsupportedError
+from warploom.errors import DTypeError, InputError, ScaleError, ShapeError, UnsupportedError
 from warploom.ir import nodes as ir
 from warploom.ir.raster import group_bounds
 from warploom.ir.verify import structural
@@ -262,3 +262,111 @@ def test_bad_mx_scales_are_named() -> None:
     x3 = x[:256].reshape(groups, 64, k)
     with pytest.raises(InputError, match="scale_a: expected MX scales with a 2-D"):
         warploom.scaled_grouped_mm(x3, b, sa[:256], sb, masked_m=torch.full((groups,), 64, dtype=torch.int32))
+
+
+# ---- review (session 29): bad input named before anything runs --------------------------------------------------
+
+def test_mx_use_fast_accum_is_refused_by_name() -> None:
+    """MX has no fast-accumulation mode (the block-scaled MMA applies each 32-deep block's scales): refused as
+    blockwise is, not a GemmSpec ValueError."""
+    groups, m, n, k = 4, 260, 136, 320
+    offs = torch.tensor([33, 33, 200, 250], dtype=torch.int32)
+    for dt in (E4, F4):
+        x, b, sa, sb = _mx_inputs(m, n, k, groups, 0, dt=dt)
+        with pytest.raises(InputError, match="use_fast_accum: expected False with MX scales"):
+            warploom.scaled_grouped_mm(x, b, sa, sb, offs, use_fast_accum=True)
+
+
+def test_simulate_grouped_names_bad_block_scales() -> None:
+    """simulate_grouped checks an MX / NVFP4 module's scales against a, b and the bounds before it runs: its masked
+    loads would read a short scale_a as ones and index a 2-D scale_b by expert, silently or with an IndexError."""
+    groups, m, n, k = 4, 260, 136, 320
+    offs = torch.tensor([33, 33, 200, 250], dtype=torch.int32)
+    spec = _mx_spec(m, n, k, groups)
+    mod = build(spec, B200, plan_schedule(spec, B200, stages=3)).module
+    x, b, sa, sb = _mx_inputs(m, n, k, groups, 0)
+    cases = [
+        ((None, sb), r"scale_a: expected e8m0 scales of shape \(260, 10\)"),
+        ((sa, None), r"scale_b: expected e8m0 scales of shape \(4, 136, 10\)"),
+        ((sa[:100], sb), r"scale_a: expected .*\(260, 10\).*got shape \(100, 10\)"),
+        ((sa, sb[0]), r"scale_b: expected .*\(4, 136, 10\).*got shape \(136, 10\)"),
+        ((sa, sb[:3]), r"scale_b: expected .*\(4, 136, 10\).*got shape \(3, 136, 10\)"),
+        ((sa, sb[..., :5]), r"scale_b: expected .*\(4, 136, 10\).*got shape \(4, 136, 5\)"),
+        ((sa, sb.float()), r"scale_b: expected e8m0 .*got dtype torch.float32"),
+    ]
+    for (s_a, s_b), msg in cases:
+        with pytest.raises(ScaleError, match=msg):
+            simulate_grouped(mod, x, b, offs, s_a, s_b)
+    # NVFP4: A's global scale is one for all rows (a (G,) one would be read as B's, shifted by one expert)
+    nv = dataclasses.replace(_mx_spec(m, n, k, groups, F4), scale=ScaleRecipe.NVFP4)
+    nmod = build(nv, B200, plan_schedule(nv, B200, stages=3)).module
+    x4, b4, _, _ = _mx_inputs(m, n, k, groups, 0, dt=F4)
+    s4a, s4b = torch.ones(m, k // 16).to(torch.float8_e4m3fn), torch.ones(groups, n, k // 16).to(torch.float8_e4m3fn)
+    with pytest.raises(ScaleError, match=r"globals_: expected .*A's one .*got 4 of A"):
+        simulate_grouped(nmod, x4, b4, offs, s4a, s4b, globals_=(torch.ones(groups), torch.ones(groups)))
+    with pytest.raises(ScaleError, match=r"scale_a: expected e4m3 scales of shape \(260, 20\)"):
+        simulate_grouped(nmod, x4, b4, offs, s4a.view(torch.uint8).view(torch.float8_e8m0fnu), s4b,
+                         globals_=(torch.ones(1), torch.ones(groups)))
+
+
+def test_no_experts_is_a_named_shape_error() -> None:
+    """b with G = 0 experts: a ShapeError naming b, not GemmSpec's ValueError (bf16 and MX alike)."""
+    x = torch.randn(64, 64).bfloat16()
+    with pytest.raises(ShapeError, match="b: expected at least one expert"):
+        warploom.grouped_mm(x, torch.randn(0, 64, 64).bfloat16().transpose(-2, -1), torch.zeros(0, dtype=torch.int32))
+    x8, b8, sa, sb = _mx_inputs(64, 64, 64, 1, 0)
+    with pytest.raises(ShapeError, match="b: expected at least one expert"):
+        warploom.scaled_grouped_mm(x8, b8[:0], sa, sb[:0], torch.zeros(0, dtype=torch.int32))
+
+
+def test_forced_sm90_options_are_refused_not_ignored_on_sm100a() -> None:
+    """consumer_partitions, partial_blocks and scale_partition=False forced on a grouped sm_100a plan are refused by
+    name (its plan has one epilogue partition and reads per-expert scales through the scale partition only), as
+    rule 19 refuses them on a dense one, never dropped."""
+    bf16 = GemmSpec(1024, 256, 256, grouping=Grouping.OFFSETS, groups=4)
+    for spec, kw in ((bf16, {"consumer_partitions": 2}), (bf16, {"partial_blocks": 2}),
+                     (_mx_spec(1024, 256, 256, 4), {"consumer_partitions": 2}),
+                     (_mx_spec(1024, 256, 256, 4), {"scale_partition": False})):
+        name = next(iter(kw))
+        with pytest.raises(UnsupportedError, match=f"{name}"):
+            plan_schedule(spec, B200, **kw)
+
+
+def test_grouped_scale_arguments_follow_each_recipes_layout() -> None:
+    """What the grouped launcher binds to the kernel's scale parameters (`grouped_scale_args`), which neither the
+    simulator (it indexes scale_b by expert, row and column) nor the verifier sees: blockwise scale_b is (G, k-blocks,
+    N-blocks), MX / NVFP4's (G, N, K/v), so sb_stride_n and sb_stride_k swap; MX's e8m0 go as bytes, as the dense
+    launcher passes them. Strided views tell the strides apart. (sm_100a launches are refused until one has run.)"""
+    from warploom.runtime.launch_grouped import grouped_scale_args
+
+    _, _, sa, sb = _mx_inputs(300, 136, 320, 4, 0, strided=True)
+    args = grouped_scale_args(ScaleRecipe.MX, sa, sb)
+    assert (args["sb_stride_g"], args["sb_stride_n"], args["sb_stride_k"]) == sb.stride() != tuple(sorted(sb.stride()))
+    assert (args["sa_stride_m"], args["sa_stride_k"]) == sa.stride()
+    assert args["sa_ptr"].dtype == args["sb_ptr"].dtype == torch.uint8
+    assert args["sb_ptr"].data_ptr() == sb.data_ptr() and args["sb_ptr"].stride() == sb.stride()
+    s4 = sb.view(torch.uint8).view(torch.float8_e4m3fn)
+    nv = grouped_scale_args(ScaleRecipe.NVFP4, sa.view(torch.uint8).view(torch.float8_e4m3fn), s4)
+    assert (nv["sb_stride_n"], nv["sb_stride_k"]) == s4.stride()[1:] and nv["sb_ptr"].dtype == torch.float8_e4m3fn
+    bw_b = torch.ones(4, 8, 16)[:, :, ::2]  # (G, k-blocks, N-blocks), strided
+    bw = grouped_scale_args(ScaleRecipe.BLOCKWISE_1X128_128X128, torch.ones(300, 8), bw_b)
+    assert (bw["sb_stride_g"], bw["sb_stride_k"], bw["sb_stride_n"]) == bw_b.stride()
+
+
+def test_mx_scales_spanning_2_31_elements_are_refused() -> None:
+    """The scale partition addresses scale_b at ``grp * sb_stride_g + n * sb_stride_n + k * sb_stride_k`` in 32 bits
+    unless the spec's sizes need 64 (`scale_offsets_wide`): a strided view whose expert stride reaches past 2**31
+    elements would wrap there, so it is refused by name, as dense MX and grouped blockwise scales are
+    (`checks.check_block_scales`). Meta tensors: nothing is allocated."""
+    from warploom.checks_grouped import grouped_call
+
+    g, m, n, k = 4, 256, 128, 256
+    a = torch.empty(m, k, device="meta", dtype=torch.float8_e4m3fn)
+    b = torch.empty(g, n, k, device="meta", dtype=torch.float8_e4m3fn).transpose(-2, -1)
+    offs = torch.empty(g, device="meta", dtype=torch.int32)
+    sa = torch.empty(m, k // 32, device="meta", dtype=torch.float8_e8m0fnu)
+    big = torch.empty(g, 2**30, device="meta", dtype=torch.float8_e8m0fnu)
+    sb = big.as_strided((g, n, k // 32), (2**30, k // 32, 1))
+    assert grouped_call(a, b, offs, None, None, sa, sb.contiguous()).spec.scale is ScaleRecipe.MX
+    with pytest.raises(ScaleError, match="scale_b: expected a scale tensor spanning fewer than 2"):
+        grouped_call(a, b, offs, None, None, sa, sb)

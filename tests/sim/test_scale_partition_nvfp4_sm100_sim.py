@@ -162,3 +162,14 @@ def test_bad_row_major_nvfp4_scales_are_refused_by_name() -> None:
     with pytest.raises(ScaleError, match=r"scale_b: expected the layout of scale_a \(row_major\), got blocked.*"
                                          r"both NVFP4 scales row-major or both in the blocked layout"):
         warploom.plan(x, w, [sa, g], [to_blocked(sb), g], device=B200)
+
+
+def test_a_global_scale_of_more_than_one_element_is_named() -> None:
+    """The global scales are tensorwise: a (2,) one is refused by name, not read as A's and then B's (the simulator
+    concatenates them, a grouped module's B's per expert)."""
+    mod = _module(300, 200, 1152)
+    x, w, sa, sb = _inputs(300, 200, 1152)
+    with pytest.raises(ScaleError, match=r"scale_a: expected a one-element fp32 global scale.*got 2 elements"):
+        simulate(mod, x, w, [sa, torch.tensor([GA, 9.0])], [sb, torch.tensor([GB])])
+    with pytest.raises(ScaleError, match=r"scale_b: expected a one-element fp32 global scale.*got 3 elements"):
+        simulate(mod, x, w, [sa, torch.tensor([GA])], [sb, torch.tensor([GB, 1.0, 1.0])])

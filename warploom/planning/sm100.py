@@ -325,14 +325,28 @@ def grouped_width(spec: GemmSpec, rows_per_group: float) -> int:
 
 
 def plan_blackwell_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None, bn: int | None,
-                           stages: int | None, group_m: int, stream_k: int | None) -> Plan:
+                           stages: int | None, group_m: int, stream_k: int | None,
+                           consumer_partitions: int | None = None, partial_blocks: int | None = None,
+                           scale_partition: bool | None = None) -> Plan:
     """Rule 22 on sm_100a: an M-grouped GEMM's plan is rule 19's for the same GEMM ungrouped at `grouped_width`'s
     tile (or the forced one), with the grid at the SM count (the tile count is known on the device only; CTAs
     without a tile exit at once). Whole tiles: no stream-K (not built on sm_100a). Refuses by name what the sm_100a
-    grouped kernel does not take (`GemmSpec.sm100_grouped_problems`)."""
+    grouped kernel does not take (`GemmSpec.sm100_grouped_problems`), and the sm_90a options forced on it (never
+    ignored: its one epilogue partition, and per-expert scales through the scale partition only)."""
     problems = spec.sm100_grouped_problems()
     if stream_k:
         problems.append(f"stream_k={stream_k} (stream-K is not built on sm_100a)")
+    # (forced options this plan has no use for: refused, never dropped, as `PlanOptions.refuse_sm90_options` does)
+    forced = [f"{k}={v}" for k, v in (("consumer_partitions", consumer_partitions),
+                                      ("partial_blocks", partial_blocks)) if v is not None]
+    if scale_partition is False:
+        forced.append("scale_partition=False")
+    if forced:
+        why = ("options the sm_100a grouped kernel has no use for: it has rule 19's one epilogue partition (no sm_90a "
+               "consumer partitions or partial blocks) and reads per-expert scales through the scale partition only")
+        if not problems:
+            raise UnsupportedError(f"{', '.join(forced)}: {why} ({spec.short()} on {device.name}). Fix: drop them")
+        problems.append(f"{', '.join(forced)} ({why})")
     if problems:
         # (sm_90a runs every other grouped GEMM, but not block-scaled ones: those need what sm_100a takes)
         fix = (f"pass row-major scales (scale_b (G, N, K/{spec.scale.scale_k})) on an M-grouped call with offs, "

@@ -793,7 +793,8 @@ def refuse_stream_k(spec: GemmSpec, stream_k: int, problems: list[str]) -> None:
 
 def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, bn: int | None = None,
                  stages: int | None = None, group_m: int = 8, consumer_partitions: int | None = None,
-                 partial_blocks: int | None = None, stream_k: int | None = None) -> Plan:
+                 partial_blocks: int | None = None, stream_k: int | None = None,
+                 scale_partition: bool | None = None) -> Plan:
     """Rule 22: a grouped GEMM's plan (`GemmSpec.grouping`). The tile is `grouped_tile`'s (or forced); the rest is
     what the other rules give the same GEMM ungrouped at that tile (stages, registers, partitions, epilogue), with
     whole tiles (no split-K, tail or swap: a grouped kernel's tiles are its groups') and the grid at the SM count:
@@ -804,14 +805,16 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     the scan's tile count (rule 21's kernel over the group scan's tile ids). The default shares it for bf16/fp16
     M-grouped GEMMs whose expected last round is under half full, as measured (docs/decisions/rule-22-grouped.md).
 
-    A Blackwell device's grouped plan is `plan_blackwell_grouped`'s (rule 22 on sm_100a); MX scales, which only
-    sm_100a's grouped kernel takes, are refused on sm_90a by name."""
+    A Blackwell device's grouped plan is `plan_blackwell_grouped`'s (rule 22 on sm_100a), which refuses the sm_90a
+    options forced here (`consumer_partitions`, `partial_blocks`) and a `scale_partition` forced off by name; MX
+    scales, which only sm_100a's grouped kernel takes, are refused on sm_90a by name."""
     if device.gfx1250:
         raise UnsupportedError(f"grouped GEMMs (rule 22) are built for sm_90a and sm_100a; {device.name} is "
                                f"{device.arch}. Fix: plan for an sm_90a device (H100_SXM) or an sm_100a one (B200)")
     if device.blackwell:
         return plan_blackwell_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
-                                      stream_k=stream_k)
+                                      stream_k=stream_k, consumer_partitions=consumer_partitions,
+                                      partial_blocks=partial_blocks, scale_partition=scale_partition)
     if spec.sm90_grouped_problems():
         raise UnsupportedError(f"grouped GEMMs (rule 22) on {device.name} do not take "
                                f"{'; '.join(spec.sm90_grouped_problems())}: {spec.short()}. Fix: plan it for an "

@@ -22,7 +22,7 @@ from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
 from warploom.runtime.launch import DescSlot, DirectLaunch, StreamKBuffers, aligned_copy
 from warploom.runtime.loader import load
-from warploom.spec import BLayout
+from warploom.spec import BLayout, ScaleRecipe
 
 
 class GroupedLauncher:
@@ -48,6 +48,7 @@ class GroupedLauncher:
         self._grid = m.tiling.grid
         self._k_major = m.spec.b_layout is BLayout.K_MAJOR
         self._blockwise = m.spec.scale.is_blockwise
+        self._recipe = m.spec.scale
         # Stream-K (ir.Tiling.stream_k): the kernel splits the last round from its own tile count, so the workspace
         # is the worst case's, a slot per CTA (every CTA contributes at most one partial), kept per device.
         self.stream_k_buffers = StreamKBuffers(m.tiling) if m.tiling.stream_k else None
@@ -67,11 +68,8 @@ class GroupedLauncher:
             "scale_a_ptr": None if scale_a is None or self._blockwise else aligned_copy(scale_a),
             "scale_b_ptr": None if scale_b is None or self._blockwise else aligned_copy(scale_b),
         }
-        if self._blockwise:  # (M, k-blocks) scale_a and (E, k-blocks, N-blocks) scale_b (K-grouped: (k-blocks,
-            # N-blocks), no expert stride), with their own strides
-            args |= {"sa_ptr": scale_a, "sb_ptr": scale_b, "sa_stride_m": scale_a.stride(0),
-                     "sa_stride_k": scale_a.stride(1), "sb_stride_g": scale_b.stride(0),
-                     "sb_stride_k": scale_b.stride(-2), "sb_stride_n": scale_b.stride(-1)}
+        if self._blockwise:
+            args |= grouped_scale_args(self._recipe, scale_a, scale_b)
         for j, t in enumerate(extra_outs, start=1):  # (a scale output's pointer and row stride)
             args |= {f"c{j}_ptr": t, f"c{j}_stride_m": t.stride(0)}
         for name, t in (operands or {}).items():  # a fused epilogue's: dense ones by TMA, the rest by pointer
@@ -80,3 +78,21 @@ class GroupedLauncher:
             args |= dict(zip(SK_PARAMS, self.stream_k_buffers(out.device), strict=True))
         self._main.launch(self._grid, [args[p] for p in self._params])
         return out
+
+
+def grouped_scale_args(recipe: ScaleRecipe, scale_a: Any, scale_b: Any) -> dict[str, Any]:
+    """The scale parameters of a grouped kernel whose scales it reads element by element, with their own strides:
+    blockwise scale_a (M, k-blocks) and scale_b (G, k-blocks, N-blocks) (K-grouped: (k-blocks, N-blocks), no expert
+    stride); sm_100a's MX / NVFP4 scale_a (M, K/v) and scale_b (G, N, K/v), a row per column of B, so N's stride is
+    scale_b's second to last and K's its last, as `launch._scale_args` takes the dense ones; MX's e8m0 as their bytes
+    (Triton has no e8m0 pointer type)."""
+    import torch
+
+    kb = -1 if recipe.microscaled else -2  # scale_b's k dimension
+
+    def ptr(t: Any) -> Any:
+        return t.view(torch.uint8) if recipe is ScaleRecipe.MX else t
+
+    return {"sa_ptr": ptr(scale_a), "sb_ptr": ptr(scale_b), "sa_stride_m": scale_a.stride(0),
+            "sa_stride_k": scale_a.stride(1), "sb_stride_g": scale_b.stride(0),
+            "sb_stride_k": scale_b.stride(kb), "sb_stride_n": scale_b.stride(-3 - kb)}

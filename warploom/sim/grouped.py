@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
+from warploom.dtypes import DType
 from warploom.epilogue.graph import GateUpHalf, Half, OutputLayout
 from warploom.errors import ScaleError, ShapeError
 from warploom.ir import nodes as ir
@@ -80,9 +81,11 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     positional = {} if module.spec.scale.is_blockwise else {"scale_a": scale_a, "scale_b": scale_b}
     tensors = check_operands(module, operands, positional, frozenset()) if module.spec.epilogue is not None else {}
     nvfp4 = module.spec.scale is ScaleRecipe.NVFP4
-    if nvfp4 and (globals_ is None or globals_[1].numel() != len(groups)):
+    if module.spec.scale.microscaled:
+        _check_block_scales(module, scale_a, scale_b, m, n, k, len(groups))
+    if nvfp4 and (globals_ is None or globals_[0].numel() != 1 or globals_[1].numel() != len(groups)):
         raise ScaleError("globals_", f"NVFP4's global scales: A's one and one per expert of B ({len(groups)})",
-                         "None" if globals_ is None else f"{globals_[1].numel()} of B",
+                         "None" if globals_ is None else f"{globals_[0].numel()} of A and {globals_[1].numel()} of B",
                          "pass globals_=(global_a (1,), global_b (G,))")
     ops = Operands.of(module, a, b, scale_a, scale_b, None, results, tensors, globals_=globals_ if nvfp4 else None)
     # (a stream-K launch runs whole: its CTAs' fixups link them, ir.Fixup, so a sample would wait forever)
@@ -120,6 +123,27 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     report = SimReport(module.name, seed, pids, steps, k_steps, sink.findings(), tuple(events),
                        time.perf_counter() - t0)
     return SimResult(results, report)
+
+
+def _check_block_scales(module: ir.Module, scale_a: torch.Tensor | None, scale_b: torch.Tensor | None, m: int, n: int,
+                        k: int, groups: int) -> None:
+    """An MX / NVFP4 module's scales (sm_100a, row-major, any strides), as `checks_grouped` holds the API's: scale_a
+    (M, K/v) in the grouped row space and scale_b (G, N, K/v), one (N, K/v) block per expert, in the recipe's dtype.
+    The partition's masked loads would otherwise read a short tensor's missing entries as ones, and a 2-D scale_b's
+    rows as experts."""
+    recipe = module.spec.scale
+    want = DType.E8M0 if recipe is ScaleRecipe.MX else DType.E4M3
+    cols = -(-k // recipe.scale_k)
+    for name, t, shape, what in (("scale_a", scale_a, (m, cols), "one per row of a"),
+                                 ("scale_b", scale_b, (groups, n, cols),
+                                  "one per expert and row of its (N, K) weight")):
+        expected = f"{want.value} scales of shape {shape} ({recipe.value}: {what} and {recipe.scale_k} of K)"
+        if t is None:
+            raise ScaleError(name, expected, "None", f"pass {name}")
+        if t.dtype != want.torch:
+            raise ScaleError(name, expected, f"dtype {t.dtype}", f"pass {name} as {want.torch}")
+        if tuple(t.shape) != shape:
+            raise ScaleError(name, expected, f"shape {tuple(t.shape)}", f"pass {name} with shape {shape}")
 
 
 def expected_writes(module: ir.Module, m: int, n: int, k: int, groups: tuple[tuple[int, int], ...],

@@ -145,6 +145,10 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
         raise ScaleError("scale_a", "NVFP4's pairs [block scales, global scale], as the module's epilogue multiplies "
                          "by the global scales", "no global scale of each",
                          "pass scale_a=[block scales, global_a] and scale_b=[block scales, global_b]")
+    for arg, g in zip(("scale_a", "scale_b"), globals_, strict=True) if globals_ is not None else ():
+        if g.numel() != 1:  # (tensorwise: Operands.of concatenates them, so a longer one would shift the other)
+            raise ScaleError(arg, "a one-element fp32 global scale (NVFP4's pair [block scales, global scale])",
+                             f"{g.numel()} elements", f"pass {arg}=[block scales, torch.tensor([global])]")
     if spec.scale.is_blockwise and (scale_a is None or scale_b is None):
         raise ScaleError("scale_a" if scale_a is None else "scale_b",
                          f"both blockwise scales: module {module.name} applies them in its mainloop", "None",
