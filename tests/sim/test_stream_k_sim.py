@@ -80,6 +80,24 @@ def test_a_whole_wave_joins_the_shared_tiles(m: int, n: int, k_tiles: int, grid:
         assert units == {pid: stream_k_units(pid, m, n, k_tiles, bm, bn, 8, grid, pieces) for pid in range(grid)}
 
 
+@pytest.mark.parametrize("k_tiles", [2, 3, 5])
+def test_a_whole_wave_joins_the_shared_tiles_over_every_small_launch(k_tiles: int) -> None:
+    """sk_waves=1 over every grid up to 12 and tile count up to 4 grids + 2 (just over whole waves, under one wave,
+    whole waves), few k-blocks so that a CTA's range spans 3+ tiles (a middle one whole, k_lo 0 and k_hi k_tiles):
+    every k-block once, one partial per CTA, only a last unit waits, and on exactly the later CTAs' pieces (peers
+    above it: no CTA's wait can close a cycle)."""
+    for grid in range(1, 13):
+        for tiles in range(1, 4 * grid + 3):
+            for pieces in range(2, k_tiles + 1):
+                units = {pid: stream_k_units(pid, 128 * tiles, 128, k_tiles, 128, 128, 8, grid, pieces, waves=1)
+                         for pid in range(grid)}
+                _covered(units, tiles, k_tiles)
+                assert all(q > pid for pid, us in units.items() for u in us for q in u.peers)
+                if tiles % grid == 0 or tiles < grid:
+                    assert units == {pid: stream_k_units(pid, 128 * tiles, 128, k_tiles, 128, 128, 8, grid, pieces)
+                                     for pid in range(grid)}
+
+
 def _bf16(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     torch.manual_seed(m * 7 + n + k)
     return torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16().t()
