@@ -746,9 +746,9 @@ def last_round_stream_k(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int) ->
     """Rule 22's default stream-K pieces for an M-grouped bf16/fp16 GEMM (0: whole tiles): where the expected last
     round of tiles (`expected_grouped_tiles`) fills under GROUPED_SK_MAX_FILL of the SMs after at least one full
     round, its tiles are shared in 4 pieces (at least GROUPED_SK4_MIN_KBLOCKS k-blocks, and the expected last round's
-    tiles in 4 within the SMs) or 2. Masked layouts keep
-    whole tiles (its 64-row tiles beat every 128-row variant, stream-K included, by 3-12%, session 29), as do fp8
-    and fused epilogues (unmeasured with it). `last_round` says why."""
+    tiles in 4 within the SMs) or 2. Masked layouts keep whole tiles (its 64-row tiles beat every 128-row variant,
+    stream-K included, by 3-12%, session 29), as do fp8 and fused epilogues (unmeasured with it). `last_round` says
+    why."""
     return last_round(spec, device, bm, bn)[0]
 
 
