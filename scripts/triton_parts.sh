@@ -23,6 +23,6 @@ chmod +x "$t"/backends/nvidia/bin/*
 ln -sf ptxas "$t/backends/nvidia/bin/ptxas-blackwell"
 grep -qx '/.tw/' .git/info/exclude || echo '/.tw/' >> .git/info/exclude
 rm -rf .tw && mkdir .tw
-tar -C "$tree" -cf - . | xz -6 -T0 | split -b 56M - .tw/part_
+tar -C "$tree" -cf - . | xz -6 -T0 | split -b 50M - .tw/part_
 rm -rf "$tree"
 ls -la .tw
