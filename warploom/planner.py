@@ -17,7 +17,8 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 14. split-K for small-M blockwise whose tiles fill at most a third of the SMs: docs/decisions/rule-14-split-k.md
 15. a split-K tail for a thin last wave (not below 36 k-blocks): docs/decisions/rule-15-split-k-tail.md
 16. decode (M <= 64) scores 64x64 tiles with a ring of up to 12 stages: docs/decisions/rule-16-decode-tiles.md
-17. 256x128 tiles with four consumer warpgroups: forced or tuned only: docs/decisions/rule-17-tall-tiles.md
+17. 256x128 tiles with four consumer warpgroups: at long K (16-bit operands, >= 96 k-blocks) a candidate a little
+    behind 128x256, otherwise forced or tuned only: docs/decisions/rule-17-tall-tiles.md
 18. swap-AB decode at M <= 32: C^T = B^T A^T on 16- or 32-token tiles: docs/decisions/rule-18-swap-ab-decode.md
 19. sm_100a: tcgen05 into two tensor-memory accumulators, a 4-warp epilogue partition: docs/decisions/rule-19-sm100a.md
 20. gfx1250: one 4-warp partition, TDM copies and wmma, software-pipelined, 128x128: docs/decisions/rule-20-gfx1250.md

@@ -81,6 +81,22 @@ _SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1
 # 128x256 in 3 rounds 17% faster than 128x128 in 5, while 3072^3 (aligned rows, the same tile counts) ran 128x128
 # 1-3% faster (H100, session 22).
 _MISALIGNED_128 = 0.72
+# Step 3: 128x128's efficiency for 16-bit operands at long K (`LONG_K_BLOCKS` k-blocks or more). With every SM on a
+# 128x128 tile, a k-block took about as long as 128x256's at half the SMs: 168x8424x12040 ran 66 tiles of 128x256 9%
+# faster than 132 of 128x128, 1057x2048x7112 72 of 128x256 27% faster than 144 of 128x128 with a split-K tail, while
+# at K = 768-3720 128x128 kept its lead (H100, session 30, docs/data/tall-tiles-*-session30.json).
+_LONG_K_128 = 0.45
+LONG_K_BLOCKS = 96
+# Rule 17's 256x128 joins the planner's own candidates in that regime, a little behind 128x256 so that 128x256 keeps
+# the ties: 10837x360x8728 ran 129 tiles of 256x128 28% faster than 255 of 128x128 (the best before) and 40% faster
+# than 128x256's stream-K, while at 1057x2048x7112 (80 tiles of 256x128 against 72 of 128x256) it lost 20% (session 30).
+_LONG_K_256 = 0.95
+
+
+def long_k_16bit(spec: GemmSpec, bk: int) -> bool:
+    """Step 3's long-K regime: 16-bit operands with at least `LONG_K_BLOCKS` k-blocks, where 128x128 tiles lose their
+    per-FLOP efficiency and rule 17's 256x128 is a candidate."""
+    return spec.a_dtype.bits == 16 and math.ceil(spec.k / bk) >= LONG_K_BLOCKS
 # A forced depth may go deeper, as far as shared memory holds (to measure deeper rings).
 _FORCED_MAX_STAGES = 16
 # Rule 17: four consumer warpgroups and the producer's: 4 x 128 x 112 + 128 x 24 = 60416 of the 65536 registers.
@@ -514,12 +530,17 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
             continue
         if (cbm, cbn) == (128, 128) and not aligned:
             eff = _MISALIGNED_128
+        if (cbm, cbn) == (128, 128) and long_k_16bit(spec, bk):
+            eff = min(eff, _LONG_K_128)
+        if cbm == 256 and bm is None:
+            if not long_k_16bit(spec, bk) or _tall_problems(spec, pingpong, bool(scale_partition), split_k,
+                                                            tail_split, consumer_partitions):
+                continue  # rule 17: otherwise forced (or tuned) only
+            eff = _LONG_K_256
         if pingpong and not _pingpong_fits(spec, cbm, cbn, partial_blocks):
             continue
         if cbn == 64 and bn is None and not (small_blockwise or decode):
             continue  # forced only: see TILES
-        if cbm == 256 and bm is None:
-            continue  # rule 17: forced (or tuned) only
         if cbn in SWAP_TOKENS and bn is None:
             continue  # rule 18: the swapped decode tile, forced (or by rule 18) only
         if bm is None and cbm == 64 and spec.m > 64 and not small_blockwise:
