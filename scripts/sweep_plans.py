@@ -215,6 +215,7 @@ def main() -> None:
                 print(f"{name:10s} {s:>14s} {row['plan']:38s} ratio {row['ratio']:.3f} "
                       f"[{min(row['ratios']):.3f}-{max(row['ratios']):.3f}] {row['tflops']:.0f} TFLOP/s "
                       f"err {row['err']:.2e} (torch {torch_err:.2e})", flush=True)
+            _write(args.out, rows)  # after every shape: a call cut by its time limit keeps what it measured
     _write(args.out, rows)
 
 
