@@ -11,6 +11,7 @@ import torch
 from operands import fp8_scales
 
 import warploom
+import warploom.api  # registers torch.ops.warploom.*, whichever of torch and warploom a session imported first
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU")
 

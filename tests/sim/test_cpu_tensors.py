@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import warploom
+import warploom.api  # registers torch.ops.warploom.*, whichever of torch and warploom a session imported first
 from warploom.reference import relative_error
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32

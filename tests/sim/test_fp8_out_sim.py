@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import warploom
+import warploom.api  # registers torch.ops.warploom.*, whichever of torch and warploom a session imported first
 
 E4, E5, BF16, FP16, FP32 = torch.float8_e4m3fn, torch.float8_e5m2, torch.bfloat16, torch.float16, torch.float32
 FP8_MAX = {E4: 448.0, E5: 57344.0}

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import warploom
+import warploom.api  # registers torch.ops.warploom.*, whichever of torch and warploom a session imported first
 from warploom import AlignmentError, DeviceError, DTypeError, InputError, ScaleError, ShapeError
 from warploom.errors import TargetError
 

@@ -18,6 +18,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 import warploom
+import warploom.api  # registers torch.ops.warploom.*, whichever of torch and warploom a session imported first
 from warploom.dtypes import DType
 from warploom.reference import Inputs, make_inputs, reference
 from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleLayout, ScaleRecipe
