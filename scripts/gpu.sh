@@ -242,4 +242,27 @@ if [ "$what" = clusters ]; then
     --sizes "${CLUSTER_SIZES:-4634x4968x3672,14312x1920x688,16384x1024x3672,4096x7168x7168}" \
     2>&1 | tee "$OUT/clusters.log"
 fi
+if [ "$what" = longk ]; then
+  # Rule 3's long-K regime (16-bit operands, >= 96 k-blocks; docs/decisions/rule-03-tile-wave-score.md): the
+  # planner's plan against 128x128 (as planned before session 30), 128x256 whole tiles, rule 17's 256x128 and a 2x1
+  # cluster (Triton >= 3.7: TRITON_PARTS; the cluster variant is refused and reported under 3.6). LONGK_SIZES
+  # overrides the shapes.
+  python3 scripts/sweep_plans.py --out "$OUT/longk.json" --cases bf16 --rounds 3 \
+    --variants '[{}, {"bm": 128, "bn": 128}, {"bm": 128, "bn": 256, "stream_k": 0, "tail_split": 1}, {"bm": 256, "bn": 128}, {"cluster": 2}]' \
+    --sizes "${LONGK_SIZES:-12108x160x14272,1256x1720x11240,1057x2048x7112,168x8424x12040,10837x360x8728,6097x1560x13680,2007x2008x12112}" \
+    2>&1 | tee "$OUT/longk.log"
+fi
+if [ "$what" = smallsplit ]; then
+  # Split-K for the zoo's few-tile bf16 shapes over a long K, where rule 23's 64x64 tiles leave most SMs idle
+  # (122x712x7784: 24 CTAs, 0.52x torch in session 30's zoo): 64x64 and 128x128 tiles split in k-ranges against the
+  # planner's plan. One sweep per shape (each has its own split counts).
+  for spec in '122x712x7784|[{}, {"bm": 64, "bn": 64, "split_k": 4}, {"bm": 64, "bn": 64, "split_k": 5}, {"bm": 128, "bn": 128, "split_k": 8}]' \
+      '459x112x2632|[{}, {"bm": 128, "bn": 128, "split_k": 7}, {"bm": 64, "bn": 64, "split_k": 6}]' \
+      '513x368x5160|[{}, {"bm": 64, "bn": 64, "split_k": 2}, {"bm": 128, "bn": 128, "split_k": 6}]' \
+      '1895x136x3704|[{}, {"bm": 128, "bn": 128, "split_k": 2}]'; do
+    size=${spec%%|*}
+    python3 scripts/sweep_plans.py --out "$OUT/smallsplit-$size.json" --cases bf16 --rounds 3 --sizes "$size" \
+      --variants "${spec#*|}" 2>&1 | tee -a "$OUT/smallsplit.log"
+  done
+fi
 exit $rc

@@ -201,7 +201,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     that issue each TDM copy; None: every warp, as before seed 004) and cluster (None: rule 24 decides; 1: one CTA
     per tile; 2 or "2x1": 2-CTA clusters along M multicasting B; "1x2": along N multicasting A; refused where they
     cannot run) and sk_waves (1, with a forced stream_k: one whole wave joins the shared tiles, `Plan.sk_waves`;
-    forced only, unmeasured)."""
+    forced only: it lost at all seven zoo shapes measured, session 30)."""
     if sk_waves:
         if sk_waves != 1 or not stream_k:
             raise UnsupportedError(f"sk_waves={sk_waves!r} (with stream_k={stream_k!r}): expected 1 with a forced "
