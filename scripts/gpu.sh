@@ -249,7 +249,7 @@ if [ "$what" = longk ]; then
   # overrides the shapes.
   python3 scripts/sweep_plans.py --out "$OUT/longk.json" --cases bf16 --rounds 3 \
     --variants '[{}, {"bm": 128, "bn": 128}, {"bm": 128, "bn": 256, "stream_k": 0, "tail_split": 1}, {"bm": 256, "bn": 128}, {"cluster": 2}]' \
-    --sizes "${LONGK_SIZES:-12108x160x14272,1256x1720x11240,1057x2048x7112,168x8424x12040,10837x360x8728,6097x1560x13680,2007x2008x12112}" \
+    --sizes "${LONGK_SIZES:-12108x160x14264,1256x1720x11240,1057x2048x7112,168x8424x12040,10837x360x8728,6097x1560x13680,2007x2008x12112}" \
     2>&1 | tee "$OUT/longk.log"
 fi
 if [ "$what" = smallsplit ]; then
