@@ -51,7 +51,12 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("fp16_swap_128x32_forced_out_fp32", mm(24, 4096, 4096, FP16, out=FP32), dict(bm=128, swap_ab=True)),
     ("bf16_out_fp32", mm(4096, 4096, 4096, out=FP32), {}),
     ("bf16_out_fp16_nmajor", mm(4097, 264, 8192, layout=N_MAJOR, out=FP16), {}),
-    # Rule 17 (forced only): 256x128 with four consumer warpgroups at 112 registers each.
+    # Rules 3 and 17 at long K (16-bit operands, >= 96 k-blocks): the planner's 256x128 (N = 360 in three columns),
+    # with an fp32 output (3 stages), and 128x256's stream-K where M = 168 leaves two row tiles.
+    ("bf16_long_k_256x128_planned", mm(10837, 360, 8728), {}),
+    ("bf16_long_k_256x128_out_fp32_planned", mm(10837, 360, 8728, out=FP32), {}),
+    ("bf16_long_k_128x256_stream_k_planned", mm(168, 8424, 12040), {}),
+    # Rule 17 (forced): 256x128 with four consumer warpgroups at 112 registers each.
     ("bf16_short_k_256x128", mm(4096, 7168, 2048), dict(bm=256)),
     ("fp16_256x128_nmajor_odd", mm(2000, 4104, 1000, FP16, N_MAJOR), dict(bm=256, bn=128)),
     ("e4m3_rowwise_256x128_forced", f8(4096, 4096, 4096, RW), dict(bm=256, bn=128)),
