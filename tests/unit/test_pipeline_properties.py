@@ -56,10 +56,12 @@ def test_planned_pipeline_verifies_clean_and_fits(spec: GemmSpec, sms: int) -> N
     # a split-K plan, rules 14 and 25, its tiles' `split_k` ranges)
     assert 1 <= plan.grid <= min(sms, max(1, tiles) * max(1, plan.stream_k, plan.split_k))
     assert plan.bk == (128 if spec.is_fp8 else 64)
-    # 128-row tiles run one consumer partition per warpgroup, each owning a 64-row block; 64-row tiles one.
+    # 128- and 256-row tiles (rule 17's, at long K) run one consumer partition per warpgroup, each owning a 64-row
+    # block; 64-row tiles one.
     cons = [p for p in m.partitions if p.role is ir.Role.CONSUMER]
     assert plan.consumer_partitions == len(cons) == plan.bm // 64
-    assert [p.rows for p in cons] == ([None] if plan.bm == 64 else [ir.RowBlock(0, 64), ir.RowBlock(64, 64)])
+    assert [p.rows for p in cons] == ([None] if plan.bm == 64 else
+                                      [ir.RowBlock(64 * i, 64) for i in range(plan.bm // 64)])
     assert m.barrier("empty").count == len(cons) and m.barrier("ready").count == 1
     # Only promoted fp8 splits its accumulator into column blocks, and a 256-wide tile must (registers).
     promoted = spec.accumulation is Accumulation.PROMOTED
