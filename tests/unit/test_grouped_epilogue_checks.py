@@ -89,6 +89,16 @@ def test_quantize_epilogue_refusals_name_the_unfused_fix() -> None:
         warploom.grouped_mm(a, b, offs, epilogue=lambda acc: warploom.quantize(acc, recipe="rowwise"))
 
 
+def test_quantize_scales_without_their_data_are_refused() -> None:
+    """s alone (a kernel stores its first output as C: s had no pointer, the simulator found no C and stopped) or
+    before q is refused by name, with the fix, before any build; q alone runs (tests/sim/test_grouped_quantize_sim)."""
+    a, b, counts = _masked()
+    with _raises(UnsupportedError, "epilogue output 0", "q first", "warploom.quantize(y)"):
+        warploom.grouped_mm(a, b, masked_m=counts, epilogue=lambda acc: warploom.quantize(acc)[1])
+    with _raises(UnsupportedError, "epilogue output 0", "q first"):
+        warploom.grouped_mm(a, b, masked_m=counts, epilogue=lambda acc: warploom.quantize(acc)[::-1])
+
+
 def _k_grouped() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A K-grouped call's a (M_MAX, K), b (K, N) and offs over K (G groups, one empty): result (G, M_MAX, N)."""
     return (torch.randn(M_MAX, K).bfloat16(), torch.randn(K, N).bfloat16(),

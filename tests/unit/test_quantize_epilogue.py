@@ -102,6 +102,11 @@ def test_graph_checks_itself() -> None:
 def test_results_are_returned_as_they_are() -> None:
     with pytest.raises(UnsupportedError, match=r"quantize's \(q, s\) returned as they are.*compute before quantize"):
         capture(lambda acc: warploom.quantize(acc)[1] * 2, {}, out_shape=(4, 4))
+    # s alone, or before q: a kernel stores its first output as C (the launchers give a scale output after it a
+    # pointer; s first went to q's memory on the dense launcher, and alone had none)
+    for fn in (lambda acc: warploom.quantize(acc)[1], lambda acc: warploom.quantize(acc, recipe="rowwise")[::-1]):
+        with pytest.raises(UnsupportedError, match=r"^epilogue output 0: expected .*q first.*Fix: return "):
+            capture(fn, {}, out_shape=(4, 4))
     with pytest.raises(UnsupportedError, match="warploom.quantize y: expected a float32, bfloat16 or float16 value"):
         capture(lambda acc: warploom.quantize(acc > 0), {}, out_shape=(4, 4))
     with pytest.raises(DTypeError, match="dtype: expected torch.float8_e4m3fn or torch.float8_e5m2"):

@@ -386,6 +386,13 @@ class _Lowering(Builder):
             if isinstance(self.nodes[o.value], eg.Const):
                 raise _unsupported(f"epilogue output {i}", "a tensor computed from acc or the operands",
                                     "a constant", "return a value that depends on acc or an operand")
+        if outputs[0].layout is eg.OutputLayout.GROUPS:
+            # A kernel stores its first output as C (by TMA) and a scale output after it by pointer: s alone had no
+            # pointer (the grouped launcher) or C's own (the simulator), s first was given q's memory (the dense one)
+            raise _unsupported("epilogue output 0", "warploom.quantize's q first, then its scales s",
+                               "the scales s" + (" alone" if len(outputs) == 1 else " before q"),
+                               "return warploom.quantize(y) as it is, (q, s), and drop q after the call if only s "
+                               "is wanted")
         amaxes = sum(isinstance(self.nodes[r], eg.GroupAmax) for r in self.live(outputs))
         if amaxes > 1:
             raise _unsupported("epilogue", "at most one warploom.quantize call (a tile takes one amax)",
