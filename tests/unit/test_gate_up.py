@@ -153,6 +153,16 @@ def test_graph_refuses_two_blocks_and_full_outputs() -> None:
         eg.EpilogueGraph(nodes, (eg.Output(1), eg.Output(0)))
 
 
+def test_quantizing_the_gate_up_result_is_refused_with_the_fusing_form() -> None:
+    """quantize(silu_mul_interleaved(acc)) is not built; the error must not send the user back to what they wrote
+    (the graph's own check said "compute on the result of silu_mul_interleaved"), but to the two forms that run."""
+    want = (r"^epilogue: expected silu_mul_interleaved\(acc, block=\.\.\.\) or warploom.quantize, not both"
+            r".*Fix: return silu_mul_interleaved.*gate as an operand")
+    with pytest.raises(warploom.UnsupportedError, match=want):
+        warploom.plan(meta(300, 512), meta(768, 512).t(),
+                      epilogue=lambda acc: warploom.quantize(warploom.silu_mul_interleaved(acc, block=128)))
+
+
 def test_rule_28_pins_the_tile_and_the_schedule_pairs_halves() -> None:
     k = warploom.plan(meta(300, 512), meta(768, 512).t(), epilogue=silu_mul(128))
     assert (k.plan.bn, k.plan.split_k, k.plan.swap_ab, k.plan.stream_k) == (256, 1, False, 0)

@@ -399,6 +399,14 @@ class _Lowering(Builder):
                                f"{amaxes} quantized values", "quantize one value in the epilogue and any other with "
                                "warploom.quantize on the call's result")
         if any(isinstance(nd, eg.GateUpHalf) for nd in self.nodes):
+            if amaxes:  # (its own words: the graph's check below would send the user to what they just did)
+                raise _unsupported("epilogue", "silu_mul_interleaved(acc, block=...) or warploom.quantize, not both "
+                                   "(quantizing the half-width gate/up result in the epilogue is not built)",
+                                   "warploom.quantize of silu_mul_interleaved's result",
+                                   "return silu_mul_interleaved(acc, block=...) and quantize the call's result with "
+                                   "warploom.quantize(h, recipe=...), or pass the gate as an operand of its own "
+                                   "(epilogue=lambda acc, gate: warploom.quantize(torch.nn.functional.silu(gate) * "
+                                   "acc, recipe=...)), which fuses")
             try:
                 return self.finish(outputs)
             except ValueError as e:  # (the graph's own check of the gate/up spaces, in the user's words)
