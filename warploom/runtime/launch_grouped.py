@@ -26,7 +26,7 @@ from warploom.backends.gluon_cast import CAST_WARPS, check_outputs
 from warploom.backends.gluon_sm90 import SK_PARAMS, GluonSource
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
-from warploom.runtime.launch import DescSlot, DirectLaunch, StreamKBuffers, aligned_copy
+from warploom.runtime.launch import DescSlot, DirectLaunch, StreamKBuffers, aligned_copy, amax_workspaces
 from warploom.runtime.loader import load
 from warploom.spec import BLayout, ScaleRecipe
 
@@ -104,8 +104,6 @@ class GroupedLauncher:
         """Planner rule 29 on a grouped GEMM: the first pass stores y (fp32) to a per-call workspace and adds each
         tile's row amax, clipped at its group's end row, to a zeroed (M,) amax; the cast kernel then writes q and s
         in the rows of some group (launch.Launcher._two_passes says why both workspaces are per call)."""
-        import torch
-
         from warploom.errors import InputError
 
         assert self._cast is not None and self._cast_fp8 is not None
@@ -115,10 +113,10 @@ class GroupedLauncher:
         s = extra_outs[0]
         m, n = a.shape[0], b.shape[-1]
         check_outputs(self._cast_fp8, m, n, q, s, ("out", "extra_outs[0]"), a.device)
-        # (N is a multiple of 4 for every grouped call, checks_grouped: y's fp32 rows are 16-byte multiples, and the
-        # clipped stores' row stride, N, is the workspace's)
-        ws = torch.empty(m, n, dtype=torch.float32, device=q.device)
-        amax = torch.zeros(m, dtype=torch.int32, device=q.device)
+        # (N is a multiple of 4 on every grouped call, checks_grouped: the workspace's row stride is N, which the
+        # clipped stores' masked path assumes)
+        assert n % 4 == 0, f"N={n}: a grouped call's N is a multiple of 4 (checks_grouped)"
+        ws, amax = amax_workspaces(m, n, q.device)
         self._launch(a, b, bounds, ws, scale_a, scale_b, operands, (), amax)
         self._cast.launch(m, [ws, ws.stride(0), amax, q, q.stride(0), s, s.stride(0), m, n, bounds,
                               bounds.shape[0]])
