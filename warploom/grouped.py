@@ -36,7 +36,8 @@ from warploom.epilogue.graph import OutputLayout
 from warploom.errors import InputError, ShapeError, UnsupportedError, WarploomError
 from warploom.fused import fused_spec
 from warploom.kernel import Kernel, build
-from warploom.planning.sm90 import grouped_quantize_problems
+from warploom.planning.amax_pass import amax_pass_problem
+from warploom.planning.sm90 import grouped_quantize_problems, two_passes
 from warploom.spec import GemmSpec, Grouping
 
 
@@ -69,8 +70,10 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     22's tiles) returns the pair (q, s): q shaped as the result in fp8, s fp32 with one scale per 128 columns of each
     row, (total_M, ceil(N/128)) or (G, M_max, ceil(N/128)), computed on the tile, rows of no group unwritten (s is
     `scaled_grouped_mm`'s blockwise scale_a for the next GEMM, K = N), e.g. an fp8 MoE layer's gate/up GEMM
-    ``epilogue=lambda acc, gate: warploom.quantize(F.silu(gate) * acc)``. ``recipe="rowwise"`` only where N <= 128
-    (one tile holds the row); wider, quantize the result with warploom.quantize."""
+    ``epilogue=lambda acc, gate: warploom.quantize(F.silu(gate) * acc)``. ``recipe="rowwise"`` returns q and s
+    (total_M, 1) or (G, M_max, 1), as the dense recipe's: on one tile where N <= 128, wider in planner rule 29's two
+    passes (the GEMM stores y in fp32 and each tile adds its rows' amax, clipped at its group's end; a cast kernel
+    then quantizes the rows of some group), for ``return warploom.quantize(y, recipe="rowwise")`` alone."""
     call = grouped_call(a, b, offs, masked_m, out_dtype)
     if epilogue is None:
         _no_operands(operands)
@@ -154,10 +157,15 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
         e.arg = "epilogue"  # type: ignore[attr-defined]
         raise e from None
     g = spec.epilogue
-    if g is not None and g.group_amax() is not None and grouped_quantize_problems(spec):
+    problems = grouped_quantize_problems(spec) if g is not None and g.group_amax() is not None else []
+    if g is not None and two_passes(spec):  # (rule 29: the pair alone)
+        problems += [p for p in (amax_pass_problem(spec),) if p is not None]
+    if problems:
+        assert g is not None
         recipe = "rowwise" if g.rowwise() else "1x128"
-        e = UnsupportedError(f"epilogue: expected warploom.quantize(y, recipe='1x128') on an M-grouped or masked "
-                             f"GEMM (rowwise where N <= 128), got {'; '.join(grouped_quantize_problems(spec))}. Fix: "
+        e = UnsupportedError(f"epilogue: expected warploom.quantize(y, recipe='1x128' or 'rowwise') on an M-grouped "
+                             f"or masked GEMM (rowwise wider than 128 as `return warploom.quantize(y, "
+                             f"recipe='rowwise')` alone), got {'; '.join(problems)}. Fix: "
                              f"return y itself (out_dtype=torch.bfloat16 or torch.float32) and quantize the call's "
                              f"result with warploom.quantize(out, recipe='{recipe}')")
         e.arg = "epilogue"  # type: ignore[attr-defined]
@@ -217,7 +225,8 @@ def masked_operands(operands: dict[str, Any], groups: int, m_max: int, n: int) -
 def _run(call: GroupedCall, scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
          operands: dict[str, Any] | None = None) -> Any:
     """The result, or a fused quantization's pair (q, s): q shaped as the result, s with one scale per 128 columns
-    (rowwise: one) of each of its rows, (total_M, ceil(N/128)) or (G, M_max, ceil(N/128))."""
+    (rowwise: one) of each of its rows, (total_M, ceil(N/128)) or (G, M_max, ceil(N/128)). (A rule 29 kernel's
+    module stores y's workspace; its launcher and `simulate_grouped` take the call's (q, s) and run the cast.)"""
     spec, a = call.spec, call.a
     rows = _c_rows(spec)
     # (out_dtype, or a fused epilogue's outputs': N wide, a gate/up one's N / 2, a quantization's scales a group's)

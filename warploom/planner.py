@@ -59,6 +59,7 @@ from warploom.planning.common import (
     NVFP4_DEEP_BK,
     SWAP_MAX_M,
     SWAP_TOKENS,
+    dense_operands,
     is_decode,
     k_block,
     k_blocks,
@@ -252,9 +253,19 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
             raise UnsupportedError(f"grouped GEMMs (rule 22) run tiles of one group each, so {spec.short()} "
                                    f"cannot take {', '.join(k for k, v in refused.items() if v)} (their tiles or "
                                    "partitions are not a group's). Fix: drop them")
-        return plan_grouped(spec, device, bm=bm, bn=bn, stages=stages, group_m=group_m,
-                            consumer_partitions=consumer_partitions, partial_blocks=partial_blocks,
-                            stream_k=stream_k, scale_partition=scale_partition)
+        # (rule 29 on a grouped GEMM: rule 22 plans the first pass, its y staged and stored in fp32)
+        grouped = plan_grouped(amax_pass_spec(spec) if two_pass else spec, device, bm=bm, bn=bn, stages=stages,
+                               group_m=group_m, consumer_partitions=consumer_partitions,
+                               partial_blocks=partial_blocks, stream_k=stream_k, scale_partition=scale_partition)
+        if not two_pass:
+            return grouped
+        if spec.is_fp8 and dense_operands(spec) and grouped.epilogue_subtiles == 1:
+            # fp8 with a dense operand (an MoE gate) stores y in 64-column blocks: beside the grouped tile's scan
+            # state and its scales the 128-column block spilled 108-116 bytes (ptxas, Triton 3.9, silu(gate) * acc at
+            # 8192x4096x7168 over 8 experts: rowwise fast, blockwise), blocks of 64, 32 or 16, or two consumer
+            # partitions, none; 3.6 spilled nothing either way, nor bf16 at 128 under both.
+            grouped = replace(grouped, epilogue_subtiles=2)
+        return replace(grouped, amax_pass=True)
     if tdm_warps not in (None, TdmWarps.EVERY) and not device.gfx1250:
         raise UnsupportedError(f"tdm_warps={tdm_warps}: TDM warp masks (rule 20, seed 004) are gfx1250's; "
                                f"{device.name} has no TDM (sm_90a's producer already issues each TMA copy from one "
@@ -287,7 +298,8 @@ class Explanation:
         if g is not None and g.rowwise():  # which of the rowwise quantization's paths (rules 27 and 29)
             n, bn = self.spec.n, self.plan.bn
             wide = wide_row_problem(self.spec)
-            why = (f"N={n} > {ROWWISE_MAX_N}" if wide is None else
+            why = (f"a grouped GEMM's N={n} > {QUANT_BN} (rule 27's {ROWWISE_MAX_N}-wide tile is dense-only)"
+                   if self.spec.grouped else f"N={n} > {ROWWISE_MAX_N}" if wide is None else
                    f"rule 27's one {ROWWISE_MAX_N}-wide tile cannot hold N={n} with {wide}, so the row")
             lines.append(f"  rowwise quantization, rule 29: {why} spans {bn}-wide tiles: each tile stores y (fp32) to "
                          "a workspace and adds its rows' amax to an (M,) amax by an atomic max; a cast kernel then "

@@ -3,10 +3,12 @@ like any other): fp8 rowwise (fast and promoted) and blockwise M-grouped kernels
 blockwise), each with an MoE epilogue (a dense gate read by TMA, a per-expert bias, a per-row or per-expert scale).
 Each compiles for sm_90a with its wgmma (HGMMA or QGMMA) unserialized, no spills (but Triton 3.9's known finding,
 conftest.py), within the H100's shared memory, and with both store paths (TMA inside a group, masked stores across
-its end)."""
+its end). So do the fused quantizations: 1x128, rowwise on one tile, and rowwise across tiles in rule 29's two passes
+(the first pass and its cast kernel)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +22,7 @@ from warploom.fused import fused_spec
 from warploom.grouped import masked_operands
 from warploom.kernel import Kernel, build
 from warploom.planner import plan_schedule
+from warploom.runtime.cross import Compiled
 
 SMEM_LIMIT = 232448
 G, N, K = 8, 4096, 7168
@@ -143,12 +146,19 @@ def test_grouped_quantize_epilogue_compiles(name: str, make: Callable[[], Kernel
     text = k.gluon.text
     assert "group_tile(" in text and "c1_ptr" in text
     assert "< row_end, 1) & (ep_group * 128 < N)" in text, text  # (the scale stores clipped as C's)
+    _compiles_clean(k, spill_budget)
+
+
+def _compiles_clean(k: Kernel, spill_budget: int) -> Compiled:
+    """Compiled for sm_90a: its wgmma unserialized, no spills (but known findings), within shared memory, with both
+    store paths (TMA inside a group, masked stores across its end)."""
     c = k.compile("sm_90a")
     assert c.count("QGMMA" if k.module.spec.is_fp8 else "HGMMA") > 0, c.summary()
     assert c.spills <= spill_budget, c.summary()
     assert c.smem_bytes <= SMEM_LIMIT
     assert not c.wgmma_serialized
     assert "st.global" in c.ptx and "cp.async.bulk.tensor.2d.global.shared" in c.ptx  # masked and TMA stores
+    return c
 
 
 def test_grouped_rowwise_quantize_at_one_tile_compiles() -> None:
@@ -162,3 +172,52 @@ def test_grouped_rowwise_quantize_at_one_tile_compiles() -> None:
     assert "c1_stride_m, ep_out1, mask=gl.expand_dims(ep_rows < row_end, 1))" in k.gluon.text, k.gluon.text
     c = k.compile("sm_90a")
     assert c.spills == 0 and not c.wgmma_serialized, c.summary()
+
+
+def _rowwise(acc):  # noqa: ANN001, ANN202
+    return warploom.quantize(acc, recipe="rowwise")
+
+
+def _rowwise_gate(acc, gate):  # noqa: ANN001, ANN202
+    return warploom.quantize(F.silu(gate.float()) * acc, recipe="rowwise")
+
+
+AMAX_PASS_CASES: list[tuple[str, Callable[[], Kernel]]] = [
+    ("bf16_offsets_128x256", lambda: _kernel(_spec(8192, OFF), _rowwise, {})),
+    ("bf16_offsets_silu_mul", lambda: _kernel(_spec(8192, OFF), _rowwise_gate,
+                                              {"gate": torch.empty(8192, N, dtype=torch.bfloat16)})),
+    ("e4m3_rowwise_fast_offsets", lambda: _kernel(_spec(8192, OFF, ROW), _rowwise, {})),
+    ("e4m3_rowwise_promoted_offsets", lambda: _kernel(_spec(8192, OFF, ROW, PROMOTED), _rowwise, {})),
+    ("e4m3_rowwise_fast_offsets_silu_mul", lambda: _kernel(_spec(8192, OFF, ROW), _rowwise_gate,
+                                                           {"gate": torch.empty(8192, N, dtype=torch.bfloat16)})),
+    ("e4m3_rowwise_promoted_offsets_silu_mul", lambda: _kernel(_spec(8192, OFF, ROW, PROMOTED), _rowwise_gate,
+                                                               {"gate": torch.empty(8192, N, dtype=torch.bfloat16)})),
+    ("e4m3_blockwise_offsets_silu_mul", lambda: _kernel(_spec(8192, OFF, BLOCK, PROMOTED), _rowwise_gate,
+                                                        {"gate": torch.empty(8192, N, dtype=torch.bfloat16)})),
+    ("bf16_masked_decode_64x128", lambda: _kernel(_spec(8 * 64, MASK), _rowwise, {})),
+    ("e4m3_blockwise_masked", lambda: _kernel(_spec(8 * 128, MASK, BLOCK, PROMOTED), _rowwise, {})),
+    ("bf16_masked_silu_mul", lambda: _kernel(_spec(8 * 128, MASK), _rowwise_gate,
+                                             {"gate": torch.empty(G, 128, N, dtype=torch.bfloat16)})),
+]
+
+
+@pytest.mark.parametrize("name,make", AMAX_PASS_CASES, ids=[c[0] for c in AMAX_PASS_CASES])
+def test_grouped_amax_pass_compiles(name: str, make: Callable[[], Kernel], spill_budget: int) -> None:
+    """Rule 29 on rule 22's tiles (rowwise, N = 4096 > 128; session 30, g29): the first pass stores y by C's clipped
+    stores and adds its rows' amax masked at the group's end row (row_end, not M); the cast kernel reads the bounds
+    and casts the rows of some group. Both compile for sm_90a: no spills, the wgmma unserialized, within shared
+    memory, the atomic max in the PTX."""
+    k = make()
+    assert k.plan.amax_pass and k.module.amax_pass is not None
+    assert k.plan.bn == (256 if name.endswith("128x256") else 128)
+    # (fp8 with a dense gate: y in 64-column blocks, which spill nothing under 3.9 where 128 spilled 108-116 bytes)
+    if k.module.spec.is_fp8 and "silu_mul" in name:
+        assert k.plan.epilogue_subtiles == 2
+    text = k.gluon.text
+    assert "group_tile(" in text and "mask=ep_rows < row_end, sem=\"relaxed\")" in text, text
+    assert "owned = row_owned(row, group_ptr, E, M)" in text
+    c = _compiles_clean(k, spill_budget)
+    assert re.search(r"\b(atom|red)\.global\.[a-z.]*max\.s32", c.ptx), "no atomic max in the PTX"
+    cast = k.compile_cast()
+    assert cast.spills == 0 and cast.registers > 0, cast.ptxas_log
+    assert "div.rn.f32" in cast.ptx and "cvt.rn.satfinite.e4m3x2.f32" in cast.ptx

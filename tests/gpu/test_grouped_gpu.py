@@ -862,6 +862,99 @@ def test_fused_quantize_offsets(recipe: str, experts: int, rows: int, n: int, k:
     assert _err(out[:end], ref[:end]) < 2e-2
 
 
+def _quantize_rowwise_silu_mul(acc: torch.Tensor, gate: torch.Tensor):  # noqa: ANN202
+    """The same gate/up epilogue quantized rowwise: N > 128 takes planner rule 29's two passes on a grouped GEMM."""
+    import torch.nn.functional as F
+
+    return warploom.quantize(F.silu(gate.float()) * acc, recipe="rowwise")
+
+
+def _rowwise_within_fp8_rounding(q: torch.Tensor, s: torch.Tensor, y: torch.Tensor) -> None:
+    """A fused rowwise (q, s) of random inputs against the plain quantize of the fp32 reference `y`: s (rows, 1)
+    within 1e-2 relative (the sums' order), each row's dequantized q * s within an e4m3 step (2^-3 of its amax)."""
+    _, rs = warploom.quantize(y, recipe="rowwise")
+    assert torch.allclose(s, rs, rtol=1e-2, atol=0), (s - rs).abs().max()
+    assert bool(((q.float() * s - y).abs() <= rs * 448 * 2.0**-3).all())
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "blockwise"])
+@pytest.mark.parametrize("experts,rows,n,k", [(8, 8192, 2048, 7168), (32, 3000, 1536, 2048), (4, 100, 304, 512)])
+def test_fused_rowwise_amax_pass_offsets(recipe: str, experts: int, rows: int, n: int, k: int) -> None:
+    """Planner rule 29 on an M-grouped GEMM (rowwise, N > 128): the epilogue returns warploom.quantize(silu(gate) *
+    acc, recipe="rowwise"), launched into NaN-poisoned q (total, N) and s (total, 1) with 64 rows past offs[-1]:
+    those stay NaN in both (the cast kernel casts the rows of some group only); the others against the plain
+    quantize of the fp32 product then the function, in a CUDA graph replayed with the offsets changed in place (the
+    amax workspace zeroed per replay: a row amax left from the first routing would scale the second's rows).
+    Written without a GPU (session 30, g29): the simulator and compile tiers pass the same kernels."""
+    import torch.nn.functional as F
+
+    from warploom.checks_grouped import grouped_call
+    from warploom.grouped import _fused, _launcher
+    from warploom.kernel import build
+
+    torch.manual_seed(rows)
+    offs = _routing(rows + 7, experts, rows)
+    total, kb, nb = rows + 64, -(-k // 128), -(-n // 128)
+    gate = torch.randn(total, n, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(total, k, device="cuda")
+    w = torch.randn(experts, n, k, device="cuda").transpose(-2, -1)
+    if recipe == "bf16":
+        a, w = a.bfloat16(), w.bfloat16()
+        call, sa, sb, picked = _fused(grouped_call(a, w, offs, None), _quantize_rowwise_silu_mul, {"gate": gate})
+        product = lambda: _grouped_fp32(a.float(), w.float(), offs)  # noqa: E731
+    else:
+        a, w = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+        sa = torch.rand(total, kb, device="cuda") + 0.5
+        sb = torch.rand(experts, kb, nb, device="cuda") + 0.5
+        a_deq, w_deq = _dequant_blockwise(a, sa, 1, torch.float32), _dequant_blockwise(w, sb, 128, torch.float32)
+        call, sa, sb, picked = _fused(grouped_call(a, w, offs, None, torch.bfloat16, sa, sb),
+                                      _quantize_rowwise_silu_mul, {"gate": gate}, scale_a=sa, scale_b=sb)
+        product = lambda: _grouped_fp32(a_deq, w_deq, offs)  # noqa: E731
+    kern = build(call.spec, warploom.DeviceInfo.current())
+    assert kern.plan.amax_pass
+    q = torch.full((total, n), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+    s = torch.full((total, 1), float("nan"), device="cuda")
+    launch = lambda: _launcher(kern)(call.a, call.b, offs, q, sa, sb, picked, (s,))  # noqa: E731
+    graph, _ = _graph(launch)
+    for seed in (rows + 7, rows + 8):
+        offs.copy_(_routing(seed, experts, rows))
+        graph.replay()
+        torch.cuda.synchronize()
+        end = _rows(offs)
+        assert q[rows:].float().isnan().all() and s[rows:].isnan().all(), "rows past offs[-1] written"
+        y = F.silu(gate[:end].float()) * product()[:end]
+        _rowwise_within_fp8_rounding(q[:end], s[:end], y)
+
+
+@pytest.mark.parametrize("recipe", ["bf16", "rowwise"])
+def test_fused_rowwise_amax_pass_masked_through_the_api(recipe: str) -> None:
+    """Rule 29 on the masked layout through the API: q (G, M_max, N) and s (G, M_max, 1), each expert's rows below
+    its count against the plain quantize of the fp32 product; rows at or past a count never written."""
+    experts, cap, n, k = 8, 192, 1536, 1024
+    torch.manual_seed(cap)
+    counts = torch.randint(1, cap, (experts,), dtype=torch.int32, device="cuda")
+    counts[0], counts[1] = 0, cap
+    a = torch.randn(experts, cap, k, device="cuda")
+    w = torch.randn(experts, n, k, device="cuda").transpose(-2, -1)
+    fn = lambda acc: warploom.quantize(acc, recipe="rowwise")  # noqa: E731
+    if recipe == "bf16":
+        a, w = a.bfloat16(), w.bfloat16()
+        q, s = warploom.grouped_mm(a, w, masked_m=counts, epilogue=fn)
+        y = a.float() @ w.float()
+    else:
+        a, w = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+        sa = torch.rand(experts, cap, device="cuda") + 0.5
+        sb = torch.rand(experts, n, device="cuda") + 0.5
+        q, s = warploom.scaled_grouped_mm(a, w, sa, sb, masked_m=counts, epilogue=fn)
+        y = (a.float() @ w.float()) * sa[..., None] * sb[:, None, :]
+    torch.cuda.synchronize()
+    assert q.shape == (experts, cap, n) and s.shape == (experts, cap, 1)
+    for g in range(experts):
+        c = int(counts[g])
+        if c:
+            _rowwise_within_fp8_rounding(q[g, :c], s[g, :c], y[g, :c])
+
+
 @pytest.mark.parametrize("recipe", ["bf16", "blockwise"])
 @pytest.mark.parametrize("cap", [64, 192])
 def test_fused_quantize_masked_through_the_api(recipe: str, cap: int) -> None:

@@ -79,14 +79,13 @@ def test_epilogue_with_several_outputs_is_refused() -> None:
 
 
 def test_quantize_epilogue_refusals_name_the_unfused_fix() -> None:
-    """A fused quantization runs 1x128 on the M-grouped and masked layouts (tests/sim/test_grouped_quantize_sim.py);
-    K-grouped, and rowwise across more than one tile's N, are refused before any build with the unfused form."""
+    """A fused quantization runs 1x128 and rowwise on the M-grouped and masked layouts
+    (tests/sim/test_grouped_quantize_sim.py; rowwise across more than one tile's N by rule 29,
+    tests/sim/test_grouped_amax_pass_sim.py); K-grouped is refused before any build with the unfused form."""
     with _raises(UnsupportedError, "epilogue", "a K-grouped GEMM", "warploom.quantize(out, recipe='1x128')"):
         warploom.grouped_mm(*_k_grouped(), epilogue=lambda acc: warploom.quantize(acc, recipe="1x128"))
-    a, b = torch.randn(G * M_MAX, K).bfloat16(), torch.randn(G, K, 144).bfloat16()
-    offs = torch.tensor([10, 10, 100, 150], dtype=torch.int32)
-    with _raises(UnsupportedError, "epilogue", "N=144 > 128", "warploom.quantize(out, recipe='rowwise')"):
-        warploom.grouped_mm(a, b, offs, epilogue=lambda acc: warploom.quantize(acc, recipe="rowwise"))
+    with _raises(UnsupportedError, "epilogue", "a K-grouped GEMM", "warploom.quantize(out, recipe='rowwise')"):
+        warploom.grouped_mm(*_k_grouped(), epilogue=lambda acc: warploom.quantize(acc, recipe="rowwise"))
 
 
 def test_quantize_scales_without_their_data_are_refused() -> None:

@@ -10,6 +10,12 @@ workspace (int32 bits of non-negative floats, `ir.AtomicAmax`). After it, one pr
 and stores s into the (M, 1) scale tensor and q into the (M, N) fp8 output by plain masked stores (no TMA: q's rows
 need not be 16-byte multiples). A row is read in chunks of `AmaxPass.chunk` columns (4 warps, 16-byte loads of fp32
 at 1024), 64-bit offsets (the workspace may pass 2^31 elements).
+
+A grouped first pass's (M-grouped or masked, `ir.Tiling.grouping`) cast kernel also takes the group bounds and G
+(`cast_params`): a program whose row is no group's (past offs[-1], at or past a masked count) stores nothing, so
+those rows of q and s keep what they held, as the grouped kernel's own outputs do. Whether a row is owned comes from
+the bounds on the device by the group scan's own rule (`group_scan.row_owner_helper`), so nothing is read on the
+host and a CUDA graph replays with other bounds.
 """
 
 from __future__ import annotations
@@ -17,37 +23,59 @@ from __future__ import annotations
 from typing import Any
 
 from warploom.backends.codebuf import CodeBuffer
+from warploom.backends.group_scan import row_owner_helper
 from warploom.dtypes import DType
 from warploom.epilogue.gluon import cast_to
 from warploom.epilogue.graph import FP8_MAX
 from warploom.errors import AlignmentError, DeviceError, DTypeError, ShapeError
 from warploom.ir import nodes as ir
+from warploom.spec import Grouping
 
 # The cast kernel's parameters: the workspace and its row stride (padded to 16-byte rows), the amax workspace, q and
 # its row stride, s and its row stride, M, N.
 CAST_PARAMS = ("ws_ptr", "ws_stride_m", "amax_ptr", "q_ptr", "q_stride_m", "s_ptr", "s_stride_m", "M", "N")
+CAST_GROUP_PARAMS = ("group_ptr", "E")  # a grouped first pass's: the bounds (int32) and G
 CAST_WARPS = 4
 
 
-def emit_cast(b: CodeBuffer, name: str, p: ir.AmaxPass) -> None:
+def cast_params(grouping: Grouping = Grouping.NONE) -> tuple[str, ...]:
+    """The cast kernel's parameters: `CAST_PARAMS`, and a grouped first pass's bounds after them."""
+    return CAST_PARAMS + (CAST_GROUP_PARAMS if grouping is not Grouping.NONE else ())
+
+
+def emit_cast(b: CodeBuffer, name: str, p: ir.AmaxPass, grouping: Grouping = Grouping.NONE) -> None:
     """The ``@gluon.jit`` cast kernel `name` of a first pass whose quantized dtype and chunk `p` gives (module
-    docstring); launched with M programs."""
+    docstring); launched with M programs. A grouped one's (`grouping` M-grouped or masked) casts the rows of some
+    group only."""
+    if grouping is Grouping.K_OFFSETS:
+        raise ValueError("emit_cast: a K-grouped GEMM has no fused quantization (rule 26 on rule 22's M-grouped and "
+                         "masked layouts)")
+    grouped = grouping is not Grouping.NONE
     per_thread = p.chunk // (32 * CAST_WARPS)
+    if grouped:
+        b.line()
+        b.line()
+        b.lines(row_owner_helper(grouping))
     b.line()
     b.line()
     b.line("@gluon.jit")
-    with b.block(f"def {name}({', '.join(CAST_PARAMS)})",
+    with b.block(f"def {name}({', '.join(cast_params(grouping))})",
                  comment=f"rule 29's cast pass: q = {p.fp8.value}(y / s), s = amax / fp8_max, a program a row"):
         b.line(f"layout: gl.constexpr = gl.BlockedLayout([{per_thread}], [32], [{CAST_WARPS}], [0])")
         b.line("row = gl.program_id(0).to(gl.int64)", "64-bit: the workspace and q may pass 2^31 elements")
         b.line(f"cols = gl.arange(0, {p.chunk}, layout=layout)")
+        width, s_mask = "N", "cols == 0"
+        if grouped:
+            b.line("owned = row_owned(row, group_ptr, E, M)", "rows of no group: q and s left as they were")
+            b.line("width = N * owned.to(gl.int32)", "the columns this program casts: N, or none")
+            width, s_mask = "width", "(cols == 0) & owned"
         b.line("amax = gl.load(amax_ptr + row + cols * 0).to(gl.float32, bitcast=True)",
                "the row's amax (its int32 bits), in every lane")
         b.line(f"s = gl.div_rn(amax, gl.full([{p.chunk}], {FP8_MAX[p.fp8]!r}, gl.float32, layout))",
                "amax / fp8_max, IEEE-rounded")
         b.line("s = gl.where(s == 0.0, 1.0, s)", "a zero row's scale is 1 (warploom.quantization)")
-        b.line("gl.store(s_ptr + row * s_stride_m + cols, s, mask=cols == 0)")
-        with b.block(f"for c0 in range(0, N, {p.chunk})"):
+        b.line(f"gl.store(s_ptr + row * s_stride_m + cols, s, mask={s_mask})")
+        with b.block(f"for c0 in range(0, {width}, {p.chunk})"):
             b.line("c = c0 + cols")
             b.line("mask = c < N")
             b.line("y = gl.load(ws_ptr + row * ws_stride_m + c, mask=mask, other=0.0)")

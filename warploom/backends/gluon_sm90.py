@@ -866,12 +866,13 @@ class PartitionEmitter:
     def atomic_amax(self, o: ir.AtomicAmax) -> None:
         """Rule 29's first pass: the tile's row amax (`ep_amax`, >= 0 or a positive NaN) added to the (M,) amax
         workspace by a signed 32-bit max of its bits, which orders non-negative floats as floats and puts NaN above
-        +inf. Relaxed: the cast kernel reads the workspace after this launch ends."""
+        +inf; rows below M, a grouped module's below its group's end row (a ragged tile's other rows are the next
+        group's, or no group's). Relaxed: the cast kernel reads the workspace after this launch ends."""
         rows_v = "ep_rows"
         if rows_v not in self._offsets:  # (every fold of the tile defined it)
             rows_v, _ = self._block_offsets(o.acc, 0, 1)
-        self.buf.line(f"gl.atomic_max(amax_ptr + {rows_v}, ep_amax.to(gl.int32, bitcast=True), mask={rows_v} < M, "
-                      "sem=\"relaxed\")", printer.op(o))
+        self.buf.line(f"gl.atomic_max(amax_ptr + {rows_v}, ep_amax.to(gl.int32, bitcast=True), "
+                      f"mask={rows_v} < {self.store_rows}, sem=\"relaxed\")", printer.op(o))
 
     def store_scales(self, o: ir.StoreScales) -> None:
         """A groups output's [rows, 1] values into column (block column) // 128 of its (M, ceil(N/128)) tensor, by
@@ -1322,7 +1323,7 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
         from warploom.backends.gluon_cast import emit_cast
 
         cast = f"{m.name}_cast"
-        emit_cast(b, cast, m.amax_pass)
+        emit_cast(b, cast, m.amax_pass, m.tiling.grouping)
     return GluonSource(b.text(), m.name, params, m.default_partition.warps, _maxnreg(m), reduce, t.cluster, cast)
 
 

@@ -39,6 +39,23 @@ def k_group_tile(tile_id, group_ptr, M, K, num_pid_m, num_pid_n):
 """
 
 
+def row_owner_helper(grouping: Grouping) -> str:
+    """The ``@gluon.jit`` helper rule 29's grouped cast kernel asks whether a row of C is some group's (the scan's
+    own bounds, so it casts exactly the rows the first pass's tiles stored)."""
+    step = "\n".join("    " + line for line in _BOUNDS[grouping].splitlines())
+    return f"""\
+@gluon.jit
+def row_owned(row, group_ptr, E, M):
+    # whether C's row `row` is some group's, from the group bounds on the device (rows of none are never written)
+    owned = row < 0
+    end = 0
+    for g in range(E):
+{step}
+        owned = owned | ((row >= start) & (row < end))
+    return owned
+"""
+
+
 def group_helpers(grouping: Grouping) -> str:
     """The ``@gluon.jit`` scan helpers of a grouped module, for its grouping."""
     if grouping is Grouping.K_OFFSETS:

@@ -12,6 +12,10 @@ need the amax of every tile along N before any value is divided, so the plan say
   workspace by an atomic max (ir.AtomicAmax);
 - pass 2, the cast kernel (one program a row): s = amax / fp8_max (1 where 0), q = the saturating cast of y / s.
 
+A grouped GEMM (M-grouped or masked) takes it at every rowwise N > 128 (rule 27's 256-wide tile is dense-only): rule
+22 plans its first pass, whose atomic max stops at each group's end row, and its cast kernel casts the rows of some
+group only (docs/decisions/rule-29-rowwise-amax-pass.md, "Grouped GEMMs").
+
 Only graphs that store exactly the pair, ``return warploom.quantize(y, recipe="rowwise")``, take it
 (`EpilogueGraph.quantized_pair`): any other output would be a third thing for pass 1 to store. Whole tiles only, as
 rules 26 and 27 (`warploom.planning.sm90.quantized_problems` refuses the rest by name).
@@ -65,5 +69,6 @@ def amax_pass_problem(spec: GemmSpec) -> str | None:
     assert g is not None
     if g.quantized_pair() is not None:
         return None
-    return (f"N={spec.n} > 256 takes rule 29's two passes (an atomic row amax across the tiles along N, then a cast "
+    wide = f"a grouped GEMM's N={spec.n} > 128" if spec.grouped else f"N={spec.n} > 256"
+    return (f"{wide} takes rule 29's two passes (an atomic row amax across the tiles along N, then a cast "
             f"kernel), which store the quantize pair only: {amax_pass_outputs(spec)}")

@@ -275,6 +275,8 @@ def two_passes(spec: GemmSpec) -> bool:
     g = spec.epilogue
     if g is None or not g.rowwise():
         return False
+    if spec.grouped:  # (rule 27's 256-wide tile is built for dense GEMMs: a grouped row past one tile takes rule 29)
+        return spec.n > QUANT_BN and spec.grouping is not Grouping.K_OFFSETS
     return spec.n > ROWWISE_MAX_N or (wide_row_problem(spec) is not None and g.quantized_pair() is not None)
 
 
@@ -335,18 +337,14 @@ def quantized_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = N
 def grouped_quantize_problems(spec: GemmSpec) -> list[str]:
     """Rule 26 on rule 22's grouped GEMMs: an M-grouped or masked (batched) GEMM quantizes 1x128 on its 128-wide
     tiles as a dense one does, each group's scales stored at the rows C's are (clipped at the group's last row), and
-    rowwise where N <= 128 (rule 27's one 128-wide tile holds the row). A wider row spans tiles, which rule 27's
-    256-wide tile and rule 29's two passes would need on the grouped kernel too (neither is built); the K-grouped
-    layout's quantization is not built either."""
+    rowwise where N <= 128 (rule 27's one 128-wide tile holds the row). A wider row takes rule 29's two passes
+    (`two_passes`: the grouped kernel's tiles add their rows' amax, clipped at the group's end, then a cast kernel
+    over the rows of some group), a graph storing the quantize pair alone (`amax_pass_problem`, in
+    `quantized_problems`). The K-grouped layout's quantization is not built."""
     assert spec.epilogue is not None
-    out = []
-    if spec.epilogue.rowwise() and spec.n > QUANT_BN:
-        out.append(f"recipe='rowwise' on a grouped GEMM with N={spec.n} > {QUANT_BN} (the row's amax spans more than "
-                   "one 128-wide tile: rule 27's 256-wide tile and rule 29's two passes are built for dense GEMMs "
-                   "only; a grouped GEMM quantizes 1x128, or rowwise where one tile holds the row)")
     if spec.grouping is Grouping.K_OFFSETS:
-        out.append("a K-grouped GEMM (the fused quantization runs on the M-grouped and masked layouts)")
-    return out
+        return ["a K-grouped GEMM (the fused quantization runs on the M-grouped and masked layouts)"]
+    return []
 
 
 def gate_up_problems(spec: GemmSpec, device: DeviceInfo, *, bn: int | None = None, pingpong: bool = False,

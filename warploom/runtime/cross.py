@@ -219,12 +219,15 @@ def cross_compile_cast(m: ir.Module, src: GluonSource, *, target: str = "sm_90a"
     register and spill report, as `cross_compile_cuda` does the module's own kernel."""
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    from warploom.backends.gluon_cast import CAST_PARAMS, CAST_WARPS
+    from warploom.backends.gluon_cast import CAST_WARPS, cast_params
 
     assert m.amax_pass is not None and src.cast_kernel is not None, f"{m.name} has no cast kernel (rule 29)"
-    sig = {p: "i32" for p in CAST_PARAMS}
+    params = cast_params(m.tiling.grouping)  # (a grouped first pass's: the bounds and G too)
+    sig = {p: "i32" for p in params}
     sig.update(ws_ptr="*fp32", amax_ptr="*i32", q_ptr=f"*{_SIG[m.amax_pass.fp8]}", s_ptr="*fp32")
-    attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(CAST_PARAMS) if p in ("ws_ptr", "amax_ptr")}
+    if "group_ptr" in params:
+        sig["group_ptr"] = "*i32"
+    attrs = {(i,): [["tt.divisibility", 16]] for i, p in enumerate(params) if p in ("ws_ptr", "amax_ptr")}
     options = gluon_api.compile_options(num_warps=CAST_WARPS, num_stages=1)
     return _assemble(GluonASTSource(load(src.text, src.cast_kernel), sig, {}, attrs), options, target, arch)
 

@@ -272,8 +272,6 @@ class Launcher:
         workspaces are allocated per call: the amax must start at zero for every call, and torch.zeros is a memset
         that a CUDA graph replays (inside a capture both come from the graph's pool), so nothing of one call reaches
         the next, on any stream."""
-        import torch
-
         assert self._cast is not None
         if len(extra_outs) != 1:
             from warploom.errors import InputError
@@ -284,20 +282,28 @@ class Launcher:
         assert self._cast_fp8 is not None
         # (the cast kernel takes q's and s's row strides alone: anything else would be written elsewhere, silently)
         check_outputs(self._cast_fp8, m, n, q, s, ("out", "extra_outs[0]"), a.device)
-        try:
-            # y's rows padded to 16 bytes (TMA's row rule; N itself need not be a multiple of 4)
-            ws = torch.empty(m, -(-n // 4) * 4, dtype=torch.float32, device=q.device)[:, :n]
-            amax = torch.zeros(m, dtype=torch.int32, device=q.device)
-        except torch.cuda.OutOfMemoryError as e:
-            from warploom.errors import ResourceError
-
-            raise ResourceError(f"rule 29's workspace: {m * n * 4 + m * 4} bytes on {q.device} could not be "
-                                "allocated (out of memory). Fix: free GPU memory, or return the value and quantize "
-                                "it with warploom.quantize(out, recipe='rowwise')") from e
+        ws, amax = amax_workspaces(m, n, q.device)
         call = Call(a, b, ws, scale_a, scale_b, bias, operands or {}, (), None, None, amax)
         self._main.launch(self._grid(m, n, 1, None), [g(call) for g in self._args])
         self._cast.launch(m, [ws, ws.stride(0), amax, q, q.stride(0), s, s.stride(0), m, n])
         return q
+
+
+def amax_workspaces(m: int, n: int, device: Any) -> tuple[Any, Any]:
+    """Rule 29's per-call workspaces on `device`: y's (M, N) fp32, its rows padded to 16 bytes (TMA's row rule; N
+    itself need not be a multiple of 4; a grouped call's always is, so its row stride is N), and the (M,) int32 row
+    amax, zeroed. Out of memory is a ResourceError with the unfused fix."""
+    import torch
+
+    try:
+        ws = torch.empty(m, -(-n // 4) * 4, dtype=torch.float32, device=device)[:, :n]
+        return ws, torch.zeros(m, dtype=torch.int32, device=device)
+    except torch.cuda.OutOfMemoryError as e:
+        from warploom.errors import ResourceError
+
+        raise ResourceError(f"rule 29's workspace: {m * n * 4 + m * 4} bytes on {device} could not be allocated (out "
+                            "of memory). Fix: free GPU memory, or return the value and quantize it with "
+                            "warploom.quantize(out, recipe='rowwise')") from e
 
 
 class StreamKBuffers:

@@ -9,6 +9,11 @@ and CTAs without a tile exit. A stream-K kernel (ir.Tiling.stream_k) also takes 
 (`StreamKBuffers`: a slot and flags per CTA, the most a launch can use whatever its routing; made once per device,
 the flags left zero by each launch's finishers, so a graph replays them as they are). Launches go through
 `DirectLaunch`, as the other kernels' do (the first through Triton's JIT, later ones directly).
+
+Planner rule 29's grouped first pass (`ir.Module.amax_pass`) runs as `launch.Launcher._two_passes` runs the dense
+one: y's (M, N) fp32 workspace and the (M,) amax workspace allocated per call (the amax zeroed: a memset a CUDA
+graph replays), the first pass storing y there, then the cast kernel, one program a row of C, which also reads the
+bounds and casts the rows of some group only (backends/gluon_cast.py): rows of none keep what q and s held.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from warploom.backends.gluon_api import compile_options
+from warploom.backends.gluon_cast import CAST_WARPS, check_outputs
 from warploom.backends.gluon_sm90 import SK_PARAMS, GluonSource
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
-from warploom.runtime.launch import DescSlot, DirectLaunch, StreamKBuffers, aligned_copy
+from warploom.runtime.launch import DescSlot, DirectLaunch, StreamKBuffers, aligned_copy, amax_workspaces
 from warploom.runtime.loader import load
 from warploom.spec import BLayout, ScaleRecipe
 
@@ -54,6 +60,11 @@ class GroupedLauncher:
         self.stream_k_buffers = StreamKBuffers(m.tiling) if m.tiling.stream_k else None
         self._main = DirectLaunch(load(src.text, src.kernel), compile_options(num_warps=src.num_warps,
                                                                          maxnreg=src.maxnreg), descs, True)
+        self._cast = None  # rule 29's second pass: pointers and integers only
+        self._cast_fp8 = m.amax_pass.fp8 if m.amax_pass is not None else None
+        if src.cast_kernel:
+            self._cast = DirectLaunch(load(src.text, src.cast_kernel), compile_options(num_warps=CAST_WARPS), {},
+                                      True)
 
     def __call__(self, a: Any, b: Any, bounds: Any, out: Any, scale_a: Any = None, scale_b: Any = None,
                  operands: Any = None, extra_outs: Sequence[Any] = ()) -> Any:
@@ -61,7 +72,14 @@ class GroupedLauncher:
         (Grouping.K_OFFSETS): `b` (total_K, N), `out` (G * M, N); `operands` a fused epilogue's, by graph name, and
         its outputs after the first in `extra_outs` (a fused quantization's scales, (M, ceil(N/128)), by pointer and
         row stride, `gluon_sm90.scale_outputs`). Rowwise scales flattened; blockwise ones (M, k-blocks) and
-        (G, k-blocks, N-blocks) (K-grouped: (k-blocks, N-blocks) over total_K), any strides."""
+        (G, k-blocks, N-blocks) (K-grouped: (k-blocks, N-blocks) over total_K), any strides. Rule 29's two passes:
+        `out` is q (M, N) fp8 and `extra_outs` (s,), s (M, 1) fp32 (module docstring)."""
+        if self._cast is not None:
+            return self._two_passes(a, b, bounds, out, scale_a, scale_b, operands, extra_outs)
+        return self._launch(a, b, bounds, out, scale_a, scale_b, operands, extra_outs)
+
+    def _launch(self, a: Any, b: Any, bounds: Any, out: Any, scale_a: Any, scale_b: Any, operands: Any,
+                extra_outs: Sequence[Any], amax: Any = None) -> Any:
         args = {
             "a_desc": a, "b_desc": b.transpose(-2, -1) if self._k_major else b, "c_desc": out, "c_ptr": out,
             "group_ptr": bounds, "E": bounds.shape[0], "M": a.shape[0], "N": b.shape[-1], "K": a.shape[1],
@@ -74,10 +92,35 @@ class GroupedLauncher:
             args |= {f"c{j}_ptr": t, f"c{j}_stride_m": t.stride(0)}
         for name, t in (operands or {}).items():  # a fused epilogue's: dense ones by TMA, the rest by pointer
             args[f"{name}_desc"] = args[f"{name}_ptr"] = t
+        if amax is not None:  # rule 29's first pass: the (M,) row amax its tiles add to
+            args["amax_ptr"] = amax
         if self.stream_k_buffers is not None:
             args |= dict(zip(SK_PARAMS, self.stream_k_buffers(out.device), strict=True))
         self._main.launch(self._grid, [args[p] for p in self._params])
         return out
+
+    def _two_passes(self, a: Any, b: Any, bounds: Any, q: Any, scale_a: Any, scale_b: Any, operands: Any,
+                    extra_outs: Sequence[Any]) -> Any:
+        """Planner rule 29 on a grouped GEMM: the first pass stores y (fp32) to a per-call workspace and adds each
+        tile's row amax, clipped at its group's end row, to a zeroed (M,) amax; the cast kernel then writes q and s
+        in the rows of some group (launch.Launcher._two_passes says why both workspaces are per call)."""
+        from warploom.errors import InputError
+
+        assert self._cast is not None and self._cast_fp8 is not None
+        if len(extra_outs) != 1:
+            raise InputError("extra_outs", "(s,): the (M, 1) fp32 scales, beside q as out", f"{len(extra_outs)} "
+                             "tensor(s)", "pass extra_outs=(torch.empty(M, 1, dtype=torch.float32, device=q.device),)")
+        s = extra_outs[0]
+        m, n = a.shape[0], b.shape[-1]
+        check_outputs(self._cast_fp8, m, n, q, s, ("out", "extra_outs[0]"), a.device)
+        # (N is a multiple of 4 on every grouped call, checks_grouped: the workspace's row stride is N, which the
+        # clipped stores' masked path assumes)
+        assert n % 4 == 0, f"N={n}: a grouped call's N is a multiple of 4 (checks_grouped)"
+        ws, amax = amax_workspaces(m, n, q.device)
+        self._launch(a, b, bounds, ws, scale_a, scale_b, operands, (), amax)
+        self._cast.launch(m, [ws, ws.stride(0), amax, q, q.stride(0), s, s.stride(0), m, n, bounds,
+                              bounds.shape[0]])
+        return q
 
 
 def grouped_scale_args(recipe: ScaleRecipe, scale_a: Any, scale_b: Any) -> dict[str, Any]:

@@ -63,16 +63,26 @@ def start(ops: Operands, amax: torch.Tensor | None, m: int, sink: FindingSink) -
 
 
 def run(p: ir.AmaxPass, ops: Operands, y: torch.Tensor, final: tuple[torch.Tensor, torch.Tensor], n: int,
-        sink: FindingSink) -> None:
+        sink: FindingSink, rows: torch.Tensor | None = None) -> None:
     """The cast pass after the first pass's launch: every row's amax must hold its N columns; q and s written into
-    `final` from the workspace `y` and the amax as they are."""
+    `final` from the workspace `y` and the amax as they are. A grouped module's (`rows`: (M,) bool, the rows of some
+    group) casts those rows only, as its cast kernel does (backends/gluon_cast.py), and no other row's amax may have
+    been added to (a tile's atomic_amax not clipped at its group's end row: OUTPUT_COVERAGE)."""
     assert ops.amax is not None and ops.amax_cols is not None
-    short = (ops.amax_cols != n).nonzero().flatten()
+    owned = torch.ones(ops.amax.shape[0], dtype=torch.bool) if rows is None else rows
+    short = ((ops.amax_cols != n) & owned).nonzero().flatten()
     if short.numel():
         r = int(short[0])
         sink.add(SimFinding(FindingKind.AMAX_INCOMPLETE, f"the cast pass reads the amax of {short.numel()} row(s) "
-                            f"that miss columns (row {r}: {int(ops.amax_cols[r])} of N={n} added): every tile along "
-                            "N must add its atomic_amax before the cast kernel runs", CAST, partition="cast"))
-    q, s = cast_rows(y, ops.amax.reshape(-1, 1), p.fp8)
-    final[0].copy_(q)
-    final[1].copy_(s)
+                            f"that miss columns or hold others (row {r}: {int(ops.amax_cols[r])} of N={n} added): "
+                            "every tile along N must add its atomic_amax, and only its own group's rows, before the "
+                            "cast kernel runs", CAST, partition="cast"))
+    stray = ((ops.amax_cols != 0) & ~owned).nonzero().flatten()
+    if stray.numel():
+        r = int(stray[0])
+        sink.add(SimFinding(FindingKind.OUTPUT_COVERAGE, f"the amax workspace's rows of no group were added to "
+                            f"({stray.numel()} row(s); row {r}: {int(ops.amax_cols[r])} columns): an atomic_amax must "
+                            "stop at its group's end row", CAST, partition="cast"))
+    q, s = cast_rows(y[owned], ops.amax[owned].reshape(-1, 1), p.fp8)
+    final[0][owned] = q
+    final[1][owned] = s

@@ -6,7 +6,8 @@ differs is where the tiles come from (`raster.group_tiles`, from the group bound
 `raster.group_stream_k_units`, the same scan's tile ids shared as the dense kernel's), that B is read
 per group and C's stores are clipped at each group's end row, and the coverage check: every element of a group's
 rows is stored exactly once, and nothing else of C at all, so a tile that writes into the next group's rows (or
-past the last group) is reported as OUTPUT_COVERAGE with its rows.
+past the last group) is reported as OUTPUT_COVERAGE with its rows. A rule 29 first pass's atomic amax is clipped
+at its group's end row as C's stores are, and its cast pass casts the rows of some group only (`cast_pass.run`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from warploom.epilogue.graph import GateUpHalf, Half, OutputLayout
 from warploom.errors import ScaleError, ShapeError
 from warploom.ir import nodes as ir
 from warploom.ir.raster import TileRef, group_bounds
+from warploom.sim import cast_pass
 from warploom.sim.events import TimelineEvent
 from warploom.sim.findings import FindingKind, FindingSink, SimFinding
 from warploom.sim.machine import Machine
@@ -47,7 +49,10 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     (M, ceil(K/128)), scale_b (G, ceil(K/128), ceil(N/128)), a tile reading its group's block of scale_b
     (K-grouped: scale_a (M, KB), scale_b (KB, NB) over total_K, `program.scale_tag`). `out` (C's rows, N), if given,
     is written in place (rows outside every group keep what they held); else a NaN-filled one is made; a fused
-    quantization's pair (q, s) takes a tuple of both (s (C's rows, ceil(N/128)), stored clipped as C is). `ctas` picks
+    quantization's pair (q, s) takes a tuple of both (s (C's rows, ceil(N/128)), stored clipped as C is). A rule 29
+    first pass (`ir.Module.amax_pass`) runs with its cast pass after it (sim/cast_pass.py), over the rows of some
+    group: `out` is then the call's (q, s) (s (C's rows, 1)), y's workspace internal, the amax workspace zeroed (as
+    the launcher's per-call one). `ctas` picks
     program ids of the launch (default all); `operands` a fused epilogue's, by graph name, indexed in the grouped
     row space (a row operand's row r is A's and C's row r), as `sim.simulate` takes them. NVFP4 (sm_100a): e4m3
     scale_a (M, K/16) and scale_b (G, N, K/16), and `globals_` (A's (1,), B's (G,) per expert) fp32."""
@@ -72,6 +77,12 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     rows = len(groups) * m if k_grouped else m
     # (N, or a gate/up epilogue's N / 2; a quantization's scales (rows, ceil(N/128)) beside q)
     shapes, dtypes = module.spec.output_shapes(rows, n), module.spec.output_dtypes()
+    cast = module.amax_pass
+    final = None
+    if cast is not None:  # rule 29: the first pass writes y's workspace, the cast pass the call's (q, s)
+        given = out if isinstance(out, tuple) else None
+        final = cast_pass.final_outputs(cast, rows, n, out if isinstance(out, torch.Tensor) else None, given)
+        out = None
     results = tuple(torch.full(shape, float("nan")).to(dt.torch) for shape, dt in zip(shapes, dtypes, strict=True)) \
         if out is None else out if isinstance(out, tuple) else (out,)
     if len(results) != len(shapes):
@@ -91,6 +102,8 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
     # (a stream-K launch runs whole: its CTAs' fixups link them, ir.Fixup, so a sample would wait forever)
     pids = tuple(range(t.grid)) if ctas is None or t.stream_k else tuple(ctas)
     sink = FindingSink()
+    if cast is not None:
+        ops = cast_pass.start(ops, None, rows, sink)
     rng = random.Random(seed)
     steps = k_steps = 0
     events: list[TimelineEvent] = []
@@ -120,6 +133,12 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
         torch.set_num_threads(threads)
     for j, writes in enumerate(ops.writes):
         grouped_coverage(module, m, n, k, groups, tuple(ran), writes, sink, j)
+    if cast is not None and final is not None:  # (after the whole launch, over the rows of some group)
+        owned = torch.zeros(rows, dtype=torch.bool)
+        for start, end in groups:
+            owned[start:end] = True
+        cast_pass.run(cast, ops, results[0], final, n, sink, owned)
+        results = final
     report = SimReport(module.name, seed, pids, steps, k_steps, sink.findings(), tuple(events),
                        time.perf_counter() - t0)
     return SimResult(results, report)

@@ -861,7 +861,7 @@ class Machine:
                        f"{len(have & need)} of the tile's {len(need)} columns [{ins.cols[0]}, {min(ins.cols[1], n)}): "
                        "fold_amax every block of the tile before its atomic_amax")
         if self.data is not None:
-            self.data.atomic_amax(i, ins.off_m, len(have & need))
+            self.data.atomic_amax(i, ins.off_m, len(have & need), ins.row_end)
 
     def _store_scales(self, i: int, pc: int, ins: StoreScalesI) -> None:
         tile = ins.site.tile

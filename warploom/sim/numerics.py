@@ -336,15 +336,16 @@ class CtaData:
         old = self.amax[agent]
         self.amax[agent] = b if starts or old is None else torch.maximum(old, b)
 
-    def atomic_amax(self, agent: int, off_m: int, cols: int) -> None:
-        """Rule 29's atomic_amax: the partition's running row amax (its rows below M) maxed into the amax workspace,
-        NaN winning (the kernel's integer max of the bits puts NaN above +inf), and `cols` columns counted in."""
+    def atomic_amax(self, agent: int, off_m: int, cols: int, row_end: int | None = None) -> None:
+        """Rule 29's atomic_amax: the partition's running row amax (its rows below M, a grouped module's below its
+        group's end row, as C's stores are clipped) maxed into the amax workspace, NaN winning (the kernel's integer
+        max of the bits puts NaN above +inf), and `cols` columns counted in."""
         amax, count = self.ops.amax, self.ops.amax_cols
         assert amax is not None and count is not None
         v = self.amax[agent]
         if v is None:  # (no fold in this tile: nothing to add; the machine reports it)
             return
-        h = max(0, min(v.shape[0], amax.shape[0] - off_m))
+        h = max(0, min(v.shape[0], amax.shape[0] - off_m, v.shape[0] if row_end is None else row_end - off_m))
         old = amax[off_m:off_m + h]
         new = v[:h, 0]
         amax[off_m:off_m + h] = torch.where(torch.isnan(old) | torch.isnan(new), float("nan"),

@@ -338,6 +338,7 @@ class AtomicI:
     acc: str
     off_m: int
     cols: tuple[int, int]  # the output columns [start, stop) the accumulator holds in this tile
+    row_end: int | None = None  # a grouped module's: rows from here on are another group's (none added), as C's
 
 
 @dataclass(frozen=True, slots=True)
@@ -875,7 +876,7 @@ class _Interp:
                     if m.amax_pass is None:
                         raise MalformedError(f"partition {self.p.name}: `{text}` outside a rule 29 first pass")
                     col0 = t.off_n + acc.col0
-                    yield AtomicI(site, o.acc, t.off_m + self.row0, (col0, col0 + acc.cols))
+                    yield AtomicI(site, o.acc, t.off_m + self.row0, (col0, col0 + acc.cols), t.row_end)
                 case ir.StoreWait():
                     yield StoreWaitI(site, o.pending)
                 case ir.StoreTile():
