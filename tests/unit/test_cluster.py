@@ -13,7 +13,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from warploom import H100_SXM, Accumulation, ALayout, BLayout, DType, GemmSpec, ScaleRecipe, UnsupportedError
+from warploom import (
+    H100_SXM,
+    Accumulation,
+    ALayout,
+    BLayout,
+    DeviceInfo,
+    DType,
+    GemmSpec,
+    ScaleRecipe,
+    UnsupportedError,
+)
 from warploom.backends import gluon_sm90
 from warploom.backends.gluon_api import emitting_for
 from warploom.epilogue import capture
@@ -147,6 +157,16 @@ def test_forced_cluster_conflicts() -> None:
             plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, stream_k=2)
         with pytest.raises(UnsupportedError, match="128x256"):
             plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, bn=128)
+
+
+def test_one_sm_device_runs_no_cluster() -> None:
+    """A 2-CTA cluster runs on two SMs: on a one-SM device (the property tests' smallest) rule 24 scores no clusters
+    (it divided by its zero clusters: ZeroDivisionError under Triton 3.9), and a forced cluster is refused by name."""
+    one = DeviceInfo("one SM", "sm_90a", 1, H100_SXM.smem_per_block)
+    with emitting_for("3.9"):
+        assert plan_schedule(bf16(3000, 3000, 3000), one).cluster == 1
+        with pytest.raises(UnsupportedError, match="has 1 SM"):
+            plan_schedule(bf16(3000, 3000, 3000), one, cluster=2)
 
 
 @pytest.mark.parametrize("fields", [dict(cluster=3), dict(cluster=2, stream_k=2), dict(cluster=2, grid=131),

@@ -393,9 +393,10 @@ def test_swapped_decode_rule_18() -> None:
 
 
 def test_forced_256_row_tiles_run_four_consumer_warpgroups() -> None:
-    """Rule 17 (docs/benchmarks.md session 17): a 256x128 tile, forced (never the planner's choice: measured equal
-    to 128x256), runs four 64-row consumer partitions at 112 registers, 64x64 epilogue halves and 4 stages; it is
-    refused where its registers or structure were not built for it, with the reason."""
+    """Rule 17 (docs/benchmarks.md session 17): a 256x128 tile, forced (at these K never the planner's choice:
+    measured equal to 128x256; at long K it is, test_measured_choices), runs four 64-row consumer partitions at 112
+    registers, 64x64 epilogue halves and 4 stages; it is refused where its registers or structure were not built for
+    it, with the reason."""
     for spec in (GemmSpec(4096, 7168, 2048), GemmSpec(8192, 8192, 1024, DType.FP16, DType.FP16, DType.FP16),
                  GemmSpec(1100, 648, 584, b_layout=BLayout.N_MAJOR), fp8(4096, 4096, 4096)):
         assert plan_schedule(spec, H100_SXM).bm != 256, spec.short()

@@ -66,7 +66,8 @@ TILES: tuple[tuple[int, int, float], ...] = (
     (64, 128, 0.75),
     # Chosen by rules 13 (small-M blockwise) and 16 (decode, with a deeper ring); otherwise only when forced.
     (64, 64, 0.60),
-    # Rule 17: forced or tuned only (measured equal to 128x256).
+    # Rule 17: forced or tuned only (measured equal to 128x256), but at long K for 16-bit operands (`long_k_16bit`,
+    # scored at `_LONG_K_256`).
     (256, 128, 1.00),
     # Rule 18's swapped decode tiles (the swapped problem's N is the tokens: 16 or 32), 64 or 128 rows of the
     # weight (`swap_rows`).
@@ -84,7 +85,7 @@ _MISALIGNED_128 = 0.72
 # Step 3: 128x128's efficiency for 16-bit operands at long K (`LONG_K_BLOCKS` k-blocks or more). With every SM on a
 # 128x128 tile, a k-block took about as long as 128x256's at half the SMs: 168x8424x12040 ran 66 tiles of 128x256 9%
 # faster than 132 of 128x128, 1057x2048x7112 72 of 128x256 27% faster than 144 of 128x128 with a split-K tail, while
-# at K = 768-3720 128x128 kept its lead (H100, session 30, docs/data/tall-tiles-*-session30.json).
+# at K = 768-5120 128x128 kept its lead (H100, session 30, docs/data/tall-tiles-*-session30.json).
 _LONG_K_128 = 0.45
 LONG_K_BLOCKS = 96
 # Rule 17's 256x128 joins the planner's own candidates in that regime, a little behind 128x256 so that 128x256 keeps
@@ -412,6 +413,8 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     if cluster == 2:
         problems = cluster_problems(spec, pingpong, scale_partition, split_k, tail_split, stream_k, swap_ab, bm, bn,
                                     consumer_partitions, along_n)
+        if device.sm_count < 2:
+            problems.append(f"{device.name} has {device.sm_count} SM (a 2-CTA cluster runs on two)")
         if problems:
             raise UnsupportedError(f"cluster={knob!r} (rule 24) cannot run {spec.short()}: {'; '.join(problems)}. "
                                    "Fix: drop cluster (or the option that conflicts with it)")
@@ -653,7 +656,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         if best is None or key[:2] < best[:2]:
             best = key
         if (cbm, cbn) == ((128, 128) if pingpong else (128, 256)) and cluster != 1 and ks == 1 and ts == 1 and (
-                cluster == 2 or not pingpong and not (
+                cluster == 2 or not pingpong and device.sm_count >= 2 and not (  # (a cluster needs two SMs)
                 aligned or cluster_problems(spec, pingpong, scale_partition, split_k, tail_split, stream_k, swap_ab,
                                             bm, bn, consumer_partitions))):
             # (ping-pong clusters are forced only: unmeasured, issue 24; `pingpong` is itself forced)

@@ -55,9 +55,10 @@ class SearchSpace:
         group_m: raster group sizes (GROUP_M = 1 measured 7% slower: not tried).
         consumer_partitions: 1 or 2 consumer partitions (2 needs BM = 128); 4 for BM = 256 (planner rule 17: four
             consumer warpgroups, plain native GEMMs only, measured equal to 128x256 on average, so only the tuner
-            or a forced plan runs it). The cost model (tune/cost.py) estimates such a plan with rowwise scales at
-            136 registers against its 112 and cuts it, although ptxas compiled one without spills: conservative, so
-            the tuner tries it for 16-bit and tensorwise fp8 GEMMs.
+            or a forced plan runs it, but at long K for 16-bit operands, where the planner takes it). The cost model
+            (tune/cost.py) estimates such a plan with rowwise scales at 136 registers against its 112 and cuts it,
+            although ptxas compiled one without spills: conservative, so the tuner tries it for 16-bit and
+            tensorwise fp8 GEMMs.
         partial_blocks: promoted fp8's promotion column blocks (ignored for other specs).
         pingpong: whether the two consumer warpgroups take whole tiles in turn. Only (False,) by default:
             ping-pong schedules are new and not yet measured on the H100; pass (False, True) to try them.
