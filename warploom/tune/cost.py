@@ -30,7 +30,8 @@ import math
 from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
-from warploom.planner import FUSED_WIDE_BLOCKS, TILES, Plan, plan_epilogue_bytes, stage_bytes, tail_score
+from warploom.planner import FUSED_WIDE_BLOCKS, Plan, plan_epilogue_bytes, stage_bytes, tail_score
+from warploom.planning.sm90 import tile_efficiency
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 # Addresses, loop counters, barrier phases and the row-scale fragment of a consumer thread (an estimate: the
@@ -42,8 +43,6 @@ _WG_ROWS, _WG_THREADS = 64, 128
 _FUSED_BLOCK = 128
 # Shared memory the planner keeps back for mbarriers and alignment padding (planner.max_stages).
 _SMEM_RESERVE = 1024
-# The planner's measured per-FLOP efficiency of each tile shape, shared so that the two never disagree.
-_TILE_EFFICIENCY = {(bm, bn): eff for bm, bn, eff in TILES}
 
 
 @dataclass(frozen=True)
@@ -123,7 +122,8 @@ def estimate(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Estimate:
     # Split-K: tiles x k-ranges work units, each 1/split_k of a tile's work (the planner's score, rule 14).
     tiles = plan.units(spec.m, spec.n)
     waves = math.ceil(tiles / device.sm_count)
-    eff = _TILE_EFFICIENCY.get((plan.bm, plan.bn), min(_TILE_EFFICIENCY.values())) * plan.split_k
+    # (the planner's per-FLOP efficiency of the tile shape for this spec, so that the two never disagree)
+    eff = tile_efficiency(spec, plan.bm, plan.bn) * plan.split_k
     area = plan.bm * plan.bn / eff
     time, fill = waves * area, tiles / (waves * device.sm_count)
     if plan.tail_split > 1:  # rule 15: whole waves of the plan's grid, then the rest as split-K units (as launched)
