@@ -29,7 +29,7 @@ from warploom.checks import (
     same_device,
 )
 from warploom.dtypes import DType
-from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError
+from warploom.errors import AlignmentError, ArgumentTypeError, DTypeError, InputError, ScaleError, ShapeError
 from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, BLayout, GemmSpec, Grouping, ScaleRecipe
 
 _16BIT = (DType.BF16, DType.FP16)
@@ -131,10 +131,18 @@ def _base_aligned(arg: str, t: torch.Tensor) -> None:
 
 
 def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dtype: Any = None,
-                 scale_a: Any = None, scale_b: Any = None, use_fast_accum: bool = False) -> GroupedCall:
-    """Check a grouped call and give its spec; `scale_a`/`scale_b` given means fp8 (`scaled_grouped_mm`): rowwise,
-    or blockwise 1x128 x 128x128 where scale_b is 3-D (`_blockwise_scales`)."""
-    scaled = scale_a is not None or scale_b is not None
+                 scale_a: Any = None, scale_b: Any = None, use_fast_accum: bool = False, *,
+                 scaled: bool | None = None) -> GroupedCall:
+    """Check a grouped call and give its spec; `scale_a`/`scale_b` given means fp8 (`scaled_grouped_mm`, which
+    passes `scaled=True`, so that its scales missing are refused rather than read as a 16-bit call): rowwise, or
+    blockwise 1x128 x 128x128 where scale_b is 3-D (`_blockwise_scales`)."""
+    if scaled is None:
+        scaled = scale_a is not None or scale_b is not None
+    if scaled and scale_a is None and scale_b is None:
+        raise ArgumentTypeError("scale_a", "float32 scales for both fp8 operands: rowwise (one per row of a and per "
+                                "column of each expert) or blockwise 1x128 x 128x128", "None for scale_a and scale_b",
+                                "pass the scales the fp8 quantization gave, or call warploom.grouped_mm for bf16 or "
+                                "fp16 tensors")
     named = {"a": a, "b": b} | ({"scale_a": scale_a, "scale_b": scale_b} if scaled else {})
     check_tensors(named)
     no_neg_bit(named)

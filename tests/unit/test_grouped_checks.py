@@ -498,3 +498,14 @@ def test_m_grouped_fp8_zero_k_takes_torchs_k_major_b() -> None:
     b = torch.empty(2, N, 0, dtype=torch.float8_e4m3fn).transpose(-2, -1)
     y = warploom.scaled_grouped_mm(a, b, torch.ones(100), torch.ones(2, N), _offs(50, 100))
     assert y.shape == (100, N) and bool((y == 0).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16])
+def test_scaled_grouped_mm_without_scales_is_refused(dtype: torch.dtype) -> None:
+    """scaled_grouped_mm(a, b, None, None, offs) was read as a 16-bit call: fp8 tensors were refused naming a with
+    "pass bf16 or fp16 tensors", and bf16 ones silently computed an unscaled grouped_mm (found by
+    tests/unit/test_props_bad_input_grouped.py). The scales missing are named, before anything is built."""
+    a, b = _ab()
+    with pytest.raises(ArgumentTypeError, match=r"^scale_a: expected float32 scales .* got None for scale_a and "
+                       r"scale_b\. Fix: .*warploom.grouped_mm"):
+        warploom.scaled_grouped_mm(a.to(dtype), b.to(dtype), None, None, _offs(10, 10, 60, 100))  # type: ignore
