@@ -83,6 +83,9 @@ def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
         return q, s
     if not isinstance(y, torch.Tensor):
         raise ArgumentTypeError("y", "a torch.Tensor", type(y).__name__, "pass a tensor")
+    if y.layout is not torch.strided:  # (a sparse y would fail in F.pad or reshape below, a torch error)
+        raise ArgumentTypeError("y", "a dense (strided) torch.Tensor", f"a tensor of layout {y.layout}",
+                                "pass y.to_dense()")
     if y.dtype not in _INPUTS:
         raise DTypeError("y", "torch.float32, torch.bfloat16 or torch.float16", str(y.dtype),
                          "convert y with y.float() (an fp8 tensor is already quantized)")
