@@ -364,6 +364,13 @@ def _mx_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, a_dim: int, rows: i
     reads each tile's expert's rows at their strides (`sb_ptr + grp * sb_stride_g`), so nothing is padded or swizzled
     per expert."""
     kb = k // MX_BLOCK
+    # (the dtypes first: one e8m0 scale beside a float32 one is a scale mistake, not an MX call to refuse for its
+    # use_fast_accum, layout or K)
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if DType.from_torch(t.dtype) is not DType.E8M0:
+            raise ScaleError(name, "torch.float8_e8m0fnu like the other scale (MX)", f"dtype {t.dtype}",
+                             "pass both scales as torch.float8_e8m0fnu (MX), or both as float32 (rowwise or "
+                             "blockwise)")
     if use_fast_accum:
         raise InputError("use_fast_accum", "False with MX scales (the block-scaled MMA applies each 32-deep block's "
                          "scales and accumulates in fp32 itself, so there is no fast-accumulation mode)", "True",
@@ -377,10 +384,6 @@ def _mx_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, a_dim: int, rows: i
     for name, t, want, what in (("scale_a", scale_a, (rows, kb), "one per row of a and 32 of K"),
                                 ("scale_b", scale_b, (groups, n, kb), "one per expert, row of its (N, K) weight "
                                  "and 32 of K")):
-        if DType.from_torch(t.dtype) is not DType.E8M0:
-            raise ScaleError(name, "torch.float8_e8m0fnu like the other scale (MX)", f"dtype {t.dtype}",
-                             "pass both scales as torch.float8_e8m0fnu (MX), or both as float32 (rowwise or "
-                             "blockwise)")
         if tuple(t.shape) != want:
             raise ScaleError(name, f"shape {want} (MX, row-major: {what})", f"shape {tuple(t.shape)}",
                              f"pass {name} with shape {want} (any strides)")

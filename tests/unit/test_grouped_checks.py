@@ -509,3 +509,17 @@ def test_scaled_grouped_mm_without_scales_is_refused(dtype: torch.dtype) -> None
     with pytest.raises(ArgumentTypeError, match=r"^scale_a: expected float32 scales .* got None for scale_a and "
                        r"scale_b\. Fix: .*warploom.grouped_mm"):
         warploom.scaled_grouped_mm(a.to(dtype), b.to(dtype), None, None, _offs(10, 10, 60, 100))  # type: ignore
+
+
+@pytest.mark.parametrize("layout", ["m", "batched"])
+def test_one_e8m0_scale_beside_a_float32_one_is_a_scale_mistake(layout: str) -> None:
+    """One scale e8m0 and the other float32 took the MX path, whose first checks refused the call for K not a
+    multiple of 32 (naming a) or use_fast_accum=True (naming use_fast_accum), as if MX were meant (found by
+    tests/unit/test_props_bad_input_grouped.py). The scales' dtypes are checked first, naming a scale."""
+    k = 16
+    a8 = torch.randn(*((100,) if layout == "m" else (G, 25)), k).to(torch.float8_e4m3fn)
+    b8 = torch.randn(G, N, k).to(torch.float8_e4m3fn).transpose(-2, -1)
+    sa = torch.ones(a8.shape[:-1]).to(torch.float8_e8m0fnu)
+    offs = _offs(10, 10, 60, 100) if layout == "m" else None
+    with pytest.raises(ScaleError, match=r"^scale_b: expected torch.float8_e8m0fnu like the other scale"):
+        grouped_call(a8, b8, offs, None, None, sa, torch.ones(G, N), layout == "batched")
