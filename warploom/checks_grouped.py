@@ -115,6 +115,17 @@ def _b_layout(b: torch.Tensor, fp8: bool) -> BLayout:
     return layout
 
 
+def _out_dtype(out_dtype: Any, a_dt: DType, scaled: bool) -> DType:
+    """The result's dtype: bf16 for fp8 (None or torch.bfloat16), else a's, fp16 or fp32."""
+    # (a torch.dtype only: anything else, a list say, is no key of DType.from_torch's table)
+    out = (DType.BF16 if scaled else a_dt) if out_dtype is None else \
+        DType.from_torch(out_dtype) if isinstance(out_dtype, torch.dtype) else None
+    if out not in (DType.BF16, DType.FP16, DType.FP32) or (scaled and out is not DType.BF16):
+        raise DTypeError("out_dtype", "torch.bfloat16" if scaled else "bf16, fp16 or fp32", repr(out_dtype)[:80],
+                         "pass out_dtype=torch.bfloat16" if scaled else "pass out_dtype=None (a's dtype)")
+    return out
+
+
 def _row_aligned(arg: str, t: torch.Tensor) -> None:
     if t.numel() and (t.stride(-1) != 1 or (t.stride(-2) * t.element_size()) % TMA_ALIGN):
         raise AlignmentError(arg, f"contiguous rows whose stride is a multiple of {TMA_ALIGN} bytes (TMA rule)",
@@ -206,10 +217,7 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
                          "pass b as (G, K, N) (a (G, N, K) weight as .transpose(-2, -1))")
     _row_aligned("a", a2)
     layout = _b_layout(b, scaled)
-    out = DType.BF16 if out_dtype is None and scaled else a_dt if out_dtype is None else DType.from_torch(out_dtype)
-    if out not in (DType.BF16, DType.FP16, DType.FP32) or (scaled and out is not DType.BF16):
-        raise DTypeError("out_dtype", "torch.bfloat16" if scaled else "bf16, fp16 or fp32", str(out_dtype),
-                         "pass out_dtype=torch.bfloat16" if scaled else "pass out_dtype=None (a's dtype)")
+    out = _out_dtype(out_dtype, a_dt, scaled)
     if (n * out.bytes) % TMA_ALIGN:
         raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
                              f"N = {n}", "pad N")
@@ -280,10 +288,7 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
         raise AlignmentError("b", f"a row stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
                              f"{row * es} bytes", "pad total_K (or N) to a multiple of 16 bytes")
     _base_aligned("b", b)
-    out = (DType.BF16 if scaled else a_dt) if out_dtype is None else DType.from_torch(out_dtype)
-    if out not in (DType.BF16, DType.FP16, DType.FP32) or (scaled and out is not DType.BF16):
-        raise DTypeError("out_dtype", "torch.bfloat16" if scaled else "bf16, fp16 or fp32", str(out_dtype),
-                         "pass out_dtype=torch.bfloat16" if scaled else "pass out_dtype=None (a's dtype)")
+    out = _out_dtype(out_dtype, a_dt, scaled)
     if (n * out.bytes) % TMA_ALIGN:
         raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
                              f"N = {n}", "pad N")

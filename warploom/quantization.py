@@ -151,6 +151,6 @@ def parse_recipe(recipe: Any) -> QuantRecipe:
 
 
 def _fp8_dtype(dtype: Any) -> DType:
-    if dtype not in _FP8:
+    if not isinstance(dtype, torch.dtype) or dtype not in _FP8:  # (a list is no key of _FP8: a TypeError)
         raise DTypeError("dtype", "torch.float8_e4m3fn or torch.float8_e5m2", str(dtype), "pass one of those")
     return _FP8[dtype]

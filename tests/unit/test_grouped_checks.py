@@ -523,3 +523,16 @@ def test_one_e8m0_scale_beside_a_float32_one_is_a_scale_mistake(layout: str) -> 
     offs = _offs(10, 10, 60, 100) if layout == "m" else None
     with pytest.raises(ScaleError, match=r"^scale_b: expected torch.float8_e8m0fnu like the other scale"):
         grouped_call(a8, b8, offs, None, None, sa, torch.ones(G, N), layout == "batched")
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_out_dtype_that_is_no_dtype_is_named(scaled: bool) -> None:
+    """out_dtype=[torch.bfloat16] (unhashable) raised a bare TypeError from DType.from_torch's table (found by
+    tests/unit/test_props_bad_input_grouped.py)."""
+    a, b = _ab()
+    sc = (torch.ones(100), torch.ones(G, N)) if scaled else (None, None)
+    if scaled:
+        a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    for bad in ([torch.bfloat16], "bf16"):
+        with pytest.raises(DTypeError, match=r"^out_dtype: expected .*, got .*bf.*\. Fix: pass out_dtype="):
+            grouped_call(a, b, _offs(10, 10, 60, 100), None, bad, *sc)

@@ -146,6 +146,9 @@ def test_bad_inputs() -> None:
     with pytest.raises(ArgumentTypeError, match="0-D"):
         warploom.quantize(torch.tensor(1.0))
 
+    with pytest.raises(DTypeError, match=r"^dtype: expected torch.float8_e4m3fn or torch.float8_e5m2"):
+        warploom.quantize(y, dtype=[torch.float8_e4m3fn])  # type: ignore[arg-type]  (a TypeError: unhashable)
+
 
 @pytest.mark.parametrize("recipe", ["1x128", "rowwise"])
 def test_sparse_y_is_refused_naming_it(recipe: str) -> None:
