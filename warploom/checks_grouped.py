@@ -343,10 +343,6 @@ def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, want_a: tupl
     multiple of 128: the last k-block is partial, as in the ungrouped kernel (TMA reads zeros past K). A K-grouped
     call's scales are 2-D over the grouped K space (`_k_grouped_call`): scale_a (M, ceil(total_K/128)) and scale_b
     (ceil(total_K/128), ceil(N/128)), a (ceil(N/128), ceil(total_K/128)) one going as ``scale_b.t()``."""
-    if use_fast_accum:
-        raise InputError("use_fast_accum", "False with blockwise scales (each 128-deep k-block's partial is "
-                         "promoted with its own scales, so there is no fast-accumulation mode)", "True",
-                         "pass use_fast_accum=False")
     for name, t, want, what in (("scale_a", scale_a, want_a, what_a), ("scale_b", scale_b, want_b, what_b)):
         if t.dtype != torch.float32:
             raise ScaleError(name, "float32 blockwise scales", str(t.dtype), f"pass {name}.float()")
@@ -356,6 +352,11 @@ def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, want_a: tupl
         if name == "scale_b" and tuple(t.shape) == (*want[:-2], want[-1], want[-2]):  # DeepGEMM's (E, N/128, K/128)
             fix = "pass scale_b.transpose(-2, -1), a view (any strides are accepted)"
         raise ScaleError(name, f"shape {want} (blockwise 1x128 x 128x128: {what})", f"shape {tuple(t.shape)}", fix)
+    # (after the shapes: a rowwise call with fast accumulation whose scale_b is 3-D by mistake is a scale mistake)
+    if use_fast_accum:
+        raise InputError("use_fast_accum", "False with blockwise scales (each 128-deep k-block's partial is "
+                         "promoted with its own scales, so there is no fast-accumulation mode)", "True",
+                         "pass use_fast_accum=False")
     check_block_scales(scale_a, scale_b)
     return ScaleRecipe.BLOCKWISE_1X128_128X128
 

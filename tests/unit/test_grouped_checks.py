@@ -536,3 +536,12 @@ def test_out_dtype_that_is_no_dtype_is_named(scaled: bool) -> None:
     for bad in ([torch.bfloat16], "bf16"):
         with pytest.raises(DTypeError, match=r"^out_dtype: expected .*, got .*bf.*\. Fix: pass out_dtype="):
             grouped_call(a, b, _offs(10, 10, 60, 100), None, bad, *sc)
+
+
+def test_rowwise_fast_accum_with_a_3d_scale_b_is_a_scale_mistake() -> None:
+    """A rowwise call with use_fast_accum=True whose scale_b came 3-D ((G, N, 1)) was refused for use_fast_accum
+    ("False with blockwise scales"), not for the scale (found by tests/unit/test_props_bad_input_grouped.py): the
+    blockwise shapes are checked before use_fast_accum."""
+    args = _bw(scale_a=torch.ones(100), scale_b=torch.ones(G, 136, 1), use_fast_accum=True)
+    with pytest.raises(ScaleError, match=r"^scale_a: expected shape \(100, 3\)"):
+        grouped_call(**args)
