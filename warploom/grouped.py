@@ -138,6 +138,12 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
     """`call` with its epilogue captured (`fused.fused_spec`; rowwise scales in front of it), the mainloop's
     blockwise scales if any, and the graph's operands by name."""
     spec = call.spec
+    if spec.scale.microscaled:  # (else refused by the planner, in words that name no argument)
+        e = UnsupportedError("epilogue: expected no fused epilogue on an MX grouped GEMM (it runs on sm_100a only, "
+                             "whose grouped epilogue stores the product only so far), got one. Fix: drop epilogue= "
+                             "and apply it to the call's result")
+        e.arg = "epilogue"  # type: ignore[attr-defined]
+        raise e
     # (a masked or K-grouped call's operands are shaped against its (G, M, N) result, the kernel reading C's
     # (G * M, N) rows: a masked call's M is all groups' rows, a K-grouped one's one group's)
     if spec.grouping is Grouping.MASKED:
