@@ -50,7 +50,8 @@ def _no_build() -> Iterator[None]:
 
 class Call:
     """One call: the entry point ("grouped_mm", "scaled_grouped_mm" or "quantize"), its arguments by name, the
-    problem's layout ("m", "masked", "batched", "k"; "y" for quantize) and recipe ("none", "rowwise", "blockwise"),
+    problem's layout ("m", "masked", "batched", "k"; "y" for quantize) and recipe ("none", "rowwise", "blockwise",
+    "mx"),
     its sizes (G, M, N, K: M a's rows, M_max for a 3-D a), and the names a correct refusal may start with.
     (No dataclass: hypothesis would print its tensors whole.)"""
 
@@ -114,11 +115,13 @@ def _ends(draw: st.DrawFn, groups: int, total: int, grid: int = 1) -> list[int]:
 @st.composite
 def grouped(draw: st.DrawFn) -> Call:
     """A valid grouped problem: G experts, N and K 16-aligned, bf16 (b K- or N-major) or fp8 (b K-major) with rowwise
-    or blockwise scales, optionally a fused epilogue adding a per-column operand x (N,)."""
+    or blockwise scales (or M-grouped MX e8m0 ones, K 32-aligned), maybe out_dtype, optionally a fused epilogue adding
+    a per-column operand x (N,)."""
     device = draw(st.sampled_from(["cpu", "meta"]))
     layout = draw(st.sampled_from(["m", "masked", "batched", "k"]))
-    recipe = draw(st.sampled_from(["none", "rowwise", "blockwise"]))
-    g, n, k = draw(st.integers(1, 4)), 16 * draw(st.integers(1, 4)), 16 * draw(st.integers(1, 4))
+    recipe = draw(st.sampled_from(["none", "rowwise", "blockwise"] + (["mx"] if layout == "m" else [])))
+    g, n, k = draw(st.integers(1, 4)), 16 * draw(st.integers(1, 4)), (32 if recipe == "mx" else 16) * draw(
+        st.integers(1, 4 if recipe != "mx" else 2))
     m = draw(st.integers(1, 40)) if layout in ("m", "k") else draw(st.integers(1, 12))
     dt = E4 if recipe != "none" else draw(st.sampled_from([BF16, BF16, torch.float16]))
     k_major = recipe != "none" or draw(st.booleans())
@@ -139,11 +142,17 @@ def grouped(draw: st.DrawFn) -> Call:
         sa, sb = {"m": ((m,), (g, n)), "k": ((g * m,), (g * n,))}.get(layout, ((g, m), (g, n)))
     elif recipe == "blockwise":
         sa, sb = {"m": ((m, kb), (g, kb, nb)), "k": ((m, kb), (kb, nb))}.get(layout, ((g, m, kb), (g, kb, nb)))
+    elif recipe == "mx":
+        sa, sb = (m, k // 32), (g, n, k // 32)
     if recipe != "none":
-        args["scale_a"], args["scale_b"] = torch.ones(sa, device=device), torch.ones(sb, device=device)
+        sdt = torch.float8_e8m0fnu if recipe == "mx" else torch.float32
+        args["scale_a"], args["scale_b"] = (torch.ones(s, device=device).to(sdt) for s in (sa, sb))
         if recipe == "rowwise" and draw(st.booleans()):
             args["use_fast_accum"] = True
-    if draw(st.booleans()):
+    out = draw(st.sampled_from([DROP, None, BF16] + ([torch.float16, torch.float32] if recipe == "none" else [])))
+    if out is not DROP:
+        args["out_dtype"] = out
+    if recipe != "mx" and draw(st.booleans()):  # (MX grouped GEMMs take no epilogue: "MX epilogue")
         args["epilogue"] = lambda acc, x: acc + x
         args["x"] = _t((n,), BF16, device)
     fn = "grouped_mm" if recipe == "none" else "scaled_grouped_mm"
@@ -207,13 +216,13 @@ def quantize_mistake(draw: st.DrawFn) -> Call:
 
 
 GROUPED_KINDS = ["a dtype", "b dtype", "mixed 16-bit", "fp8 without scales", "scales None", "offs dtype",
-                 "offs not a tensor", "offs values", "offs length", "offs 2-D", "offs device", "offs missing",
-                 "offs with a 3-D a", "rank", "K mismatch", "experts mismatch", "a strides", "b strides",
-                 "base address", "N unaligned", "masked_m", "masked_m values", "masked_m with 2-D a",
+                 "offs not a tensor", "offs values", "offs length", "offs empty", "offs 2-D", "offs device",
+                 "offs missing", "offs with a 3-D a", "rank", "K mismatch", "experts mismatch", "a strides",
+                 "b strides", "base address", "N unaligned", "masked_m", "masked_m values", "masked_m with 2-D a",
                  "both bounds", "scale shape", "scale dtype", "scale device", "scale not a tensor", "scale strides",
-                 "mixed recipes", "use_fast_accum", "bias", "out_dtype", "operand", "unknown operand",
-                 "stray operand", "operand name", "negated view", "epilogue body", "epilogue not callable",
-                 "quantize epilogue"]
+                 "mixed recipes", "use_fast_accum", "MX K", "MX epilogue", "bias", "out_dtype", "operand",
+                 "unknown operand", "stray operand", "operand name", "negated view", "epilogue body",
+                 "epilogue not callable", "quantize epilogue"]
 
 
 def _kinds(c: Call, bound: str | None) -> list[str]:
@@ -221,7 +230,8 @@ def _kinds(c: Call, bound: str | None) -> list[str]:
     other devices: checks_grouped's docstring)."""
     g, scaled, cpu, x = c.dims[0], c.recipe != "none", c.device == "cpu", "x" in c.args
     takes = {"mixed 16-bit": not scaled, "offs dtype": bound, "offs not a tensor": bound, "offs 2-D": bound,
-             "offs device": bound, "offs values": "offs" in c.args and cpu, "offs missing": "offs" in c.args,
+             "offs empty": bound, "offs device": bound, "offs values": "offs" in c.args and cpu,
+             "offs missing": "offs" in c.args,
              # (a K-grouped call's offs gives its group count: a mistake only where the rowwise scales are per group)
              "offs length": bound and (c.layout != "k" or c.recipe == "rowwise"),
              "offs with a 3-D a": c.layout in ("masked", "batched"), "experts mismatch": c.layout != "k",
@@ -230,8 +240,8 @@ def _kinds(c: Call, bound: str | None) -> list[str]:
              "masked_m with 2-D a": c.layout in ("m", "k"), "both bounds": c.layout == "masked",
              "scale shape": scaled, "scale dtype": scaled, "scale device": scaled, "scale not a tensor": scaled,
              "scale strides": c.recipe == "rowwise" and c.layout == "m" and g > 1,  # (blockwise: any strides)
-             "mixed recipes": scaled, "use_fast_accum": scaled, "operand": x, "unknown operand": x,
-             "quantize epilogue": c.layout == "k"}
+             "mixed recipes": scaled, "use_fast_accum": scaled, "MX K": c.recipe == "mx",
+             "MX epilogue": c.recipe == "mx", "operand": x, "unknown operand": x, "quantize epilogue": c.layout == "k"}
     return [kind for kind in GROUPED_KINDS if takes.get(kind, True)]
 
 
@@ -286,6 +296,8 @@ def grouped_mistake(draw: st.DrawFn) -> Call:  # noqa: C901, PLR0911, PLR0912 - 
         values = sorted(min(i, k if c.layout == "k" else m) for i in range(bad))
         names = ("scale_a", "scale_b") if c.layout == "k" else (bound, "b")
         return c.replace(bound, _i32(values, dev), f"{bound} of {bad} entries", names)
+    if kind == "offs empty":
+        return c.replace(bound, _i32([], dev), f"{bound} empty", (bound, "b"))
     if kind == "offs 2-D":
         return c.replace(bound, c.args[bound].reshape(1, g), f"{bound} (1, G)")
     if kind == "offs device":
@@ -344,7 +356,7 @@ def grouped_mistake(draw: st.DrawFn) -> Call:  # noqa: C901, PLR0911, PLR0912 - 
         flat = torch.zeros(x.numel() + 16, dtype=x.dtype)[1:1 + x.numel()]
         return c.replace(arg, flat.as_strided(x.shape, x.stride()), f"{arg} base address off the grid")
     if kind == "N unaligned":
-        n2 = n - draw(st.integers(1, 7))
+        n2 = n - draw(st.sampled_from([1, 3, 5, 7]))  # (odd: off the 16-byte grid for a 16- or 32-bit result)
         return c.replace("b", _t((g, n2, k), b.dtype, dev).transpose(-2, -1), f"N = {n2}", ("b",))
     if kind == "masked_m":
         if c.layout == "batched":
@@ -370,7 +382,8 @@ def grouped_mistake(draw: st.DrawFn) -> Call:  # noqa: C901, PLR0911, PLR0912 - 
         return c.replace(arg, torch.ones(bad, device=dev), f"{arg} shape {bad}", ("scale_a", "scale_b"))
     if kind == "scale dtype":
         arg = draw(st.sampled_from(["scale_a", "scale_b"]))
-        bad = draw(st.sampled_from([torch.float64, BF16, torch.float16, torch.int32, torch.float8_e8m0fnu]))
+        bad = draw(st.sampled_from([torch.float64, BF16, torch.float16, torch.int32,
+                                    torch.float32 if c.recipe == "mx" else torch.float8_e8m0fnu]))
         return c.replace(arg, c.args[arg].to(bad), f"{arg} {bad}", ("scale_a", "scale_b"))
     if kind == "scale device":
         arg = draw(st.sampled_from(["scale_a", "scale_b"]))
@@ -381,20 +394,32 @@ def grouped_mistake(draw: st.DrawFn) -> Call:  # noqa: C901, PLR0911, PLR0912 - 
     if kind == "scale strides":
         return c.replace("scale_b", torch.ones(n, g, device=dev).t(), "scale_b column-major")
     if kind == "mixed recipes":
-        other = {"rowwise": (torch.ones(m, 1, 1), torch.ones(g, 1, 1)), "blockwise": (torch.ones(3), torch.ones(2))}
+        other = {"rowwise": (torch.ones(m, 1, 1), torch.ones(g, 1, 1)), "blockwise": (torch.ones(3), torch.ones(2)),
+                 "mx": (torch.ones(m, k // 32), torch.ones(g, n, k // 32))}  # (MX's shapes, float32)
         arg = draw(st.sampled_from(["scale_a", "scale_b"]))
         bad = other[c.recipe][arg == "scale_b"].to(dev)
         return c.replace(arg, bad, f"{arg} of another recipe", ("scale_a", "scale_b"))
     if kind == "use_fast_accum":
-        bad = True if c.recipe == "blockwise" else draw(st.sampled_from(["yes", None, 1, [True]]))
+        bad = True if c.recipe in ("blockwise", "mx") else draw(st.sampled_from(["yes", None, 1, [True]]))
         return c.replace("use_fast_accum", bad, f"use_fast_accum={bad!r}")
     if kind == "bias":  # torch's bias: refused (scaled_mm's reserved name, or an operand with no epilogue)
-        c2 = c.replace("bias", _t((n,), BF16, dev), "bias")
+        c2 = c.replace("bias", _t((n,), BF16, dev), "bias", ("bias", "epilogue") if c.recipe == "mx" else ("bias",))
         if scaled and draw(st.booleans()):
             c2.args["epilogue"] = lambda acc, bias: acc + bias
         elif not scaled:
             c2.args.pop("epilogue", None)
             c2.args.pop("x", None)
+        return c2
+    if kind == "MX K":  # (one e8m0 scale per 32 of K)
+        k2 = 16 * draw(st.sampled_from([1, 3]))
+        c2 = c.replace("a", _t((m, k2), a.dtype, dev), f"MX with K = {k2}", ("a",))
+        c2.args["b"] = _t((g, n, k2), b.dtype, dev).transpose(-2, -1)
+        c2.args["scale_a"] = torch.ones(m, 1, device=dev).to(torch.float8_e8m0fnu)
+        c2.args["scale_b"] = torch.ones(g, n, 1, device=dev).to(torch.float8_e8m0fnu)
+        return c2
+    if kind == "MX epilogue":
+        c2 = c.replace("epilogue", lambda acc, x: acc + x, "an epilogue on MX")
+        c2.args["x"] = _t((n,), BF16, dev)
         return c2
     if kind == "out_dtype":
         bad = draw(st.sampled_from([torch.int32, torch.int8, torch.bool, torch.complex64, torch.float64, E4, "bf16",
@@ -402,11 +427,12 @@ def grouped_mistake(draw: st.DrawFn) -> Call:  # noqa: C901, PLR0911, PLR0912 - 
         return c.replace("out_dtype", bad, f"out_dtype {bad}")
     if kind == "operand":
         how = draw(st.sampled_from(["a string", "a list", "wrong shape", "4-D", "wrong device", "integer",
-                                    "wrong experts"]))
+                                    "wrong experts", "dense, a row too many"]))
         bad = {"a string": "hello", "a list": [1.0] * n, "wrong shape": _t((n + 3,), BF16, dev),
                "4-D": _t((1, 1, 1, n), BF16, dev) if c.layout in ("m",) else _t((1, g, m, n, 1), BF16, dev),
                "wrong device": _t((n,), BF16, _other(dev)), "integer": torch.ones(n, dtype=I32, device=dev),
-               "wrong experts": _t((g + 1, 1, n), BF16, dev)}[how]
+               "wrong experts": _t((g + 1, 1, n), BF16, dev),
+               "dense, a row too many": _t((m + 1, n) if c.layout == "m" else (g, m + 1, n), BF16, dev)}[how]
         return c.replace("x", bad, f"operand {how}")
     if kind == "operand name":  # (names the generated kernel uses itself, scaled_mm's own, or no identifier)
         name = draw(st.sampled_from(["c", "ep_cols", "sa", "sb", "c1", "1x", "lambda", "x-y"] +
@@ -465,6 +491,7 @@ def test_an_invalid_grouped_input_raises_a_warploom_error_naming_it(call: Call) 
     except WarploomError as e:
         assert isinstance(e, (ValueError, TypeError)), f"{call.mistake}: {type(e).__name__} is no ValueError/TypeError"
         assert _names_first(str(e), call.names), f"{call.mistake}: the message does not name {call.names}: {e}"
+        assert "expected" in str(e) and "Fix: " in str(e), f"{call.mistake}: no expected or no fix: {e}"
         COUNTS["clear"] += 1
         return
     except Exception as e:
