@@ -5,10 +5,10 @@ never a result. test_props_bad_input.py says the same of matmul, scaled_mm and p
 Each example is a small valid problem with one mistake drawn from MISTAKES. The grouped problems take every layout
 (M-grouped 2-D a with offs over a 3-D b; masked 3-D a with masked_m; 3-D x 3-D batched; K-grouped 2-D x 2-D with
 offs), bf16 or fp8 (rowwise or blockwise 1x128 x 128x128 scales), with or without a fused epilogue; the quantize
-problems a y, a recipe and an fp8 dtype. `warploom.grouped.build` is replaced by one that raises `Accepted`, so a
-mistake that got past the checks says so (meta tensors would otherwise fail later in require_cuda, naming `a`), and
-nothing is simulated. test_valid_problems_are_accepted runs the same problems unmistaken; a few of them through the
-CPU simulator too. COUNTS tallies what was tried (printed with -s).
+problems a y, a recipe and an fp8 dtype. `warploom.grouped.build` is replaced by one that plans the spec and raises
+`Accepted`, so a mistake that got past the checks says so (meta tensors would otherwise fail later in require_cuda,
+naming `a`), and nothing is simulated. test_valid_problems_are_accepted runs the same problems unmistaken; a few of
+them through the CPU simulator too. COUNTS tallies what was tried (printed with -s).
 """
 
 from __future__ import annotations
@@ -26,8 +26,11 @@ from props import examples, figures
 
 import warploom
 import warploom.grouped
+from warploom.device import DeviceInfo
 from warploom.errors import WarploomError
+from warploom.planner import plan_schedule
 from warploom.quantization import QuantRecipe
+from warploom.spec import GemmSpec
 
 BF16, E4 = torch.bfloat16, torch.float8_e4m3fn
 I32 = torch.int32
@@ -36,12 +39,14 @@ _figures = figures('invalid grouped inputs', COUNTS)
 
 
 class Accepted(Exception):  # noqa: N818 - not an error: the checks passed and a kernel was about to be built
-    """Raised by the stand-in for `warploom.grouped.build`: every check passed."""
+    """Raised by the stand-in for `warploom.grouped.build`: every check passed, and the planner planned the spec."""
 
 
 @contextmanager
 def _no_build() -> Iterator[None]:
-    def accepted(*args: Any, **kwargs: Any) -> None:
+    def accepted(spec: GemmSpec, device: DeviceInfo, *args: Any, **kwargs: Any) -> None:
+        # (planned: a call the planner refuses was let through the checks, and its refusal names no argument)
+        plan_schedule(spec, device)
         raise Accepted
 
     with mock.patch.object(warploom.grouped, "build", accepted):
@@ -119,7 +124,9 @@ def grouped(draw: st.DrawFn) -> Call:
     a per-column operand x (N,)."""
     device = draw(st.sampled_from(["cpu", "meta"]))
     layout = draw(st.sampled_from(["m", "masked", "batched", "k"]))
-    recipe = draw(st.sampled_from(["none", "rowwise", "blockwise"] + (["mx"] if layout == "m" else [])))
+    # (MX: M-grouped, on CPU, whose kernel is planned for a B200; meta tensors plan for an H100, which has no MX)
+    mx = ["mx"] if layout == "m" and device == "cpu" else []
+    recipe = draw(st.sampled_from(["none", "rowwise", "blockwise", *mx]))
     g, n, k = draw(st.integers(1, 4)), 16 * draw(st.integers(1, 4)), (32 if recipe == "mx" else 16) * draw(
         st.integers(1, 4 if recipe != "mx" else 2))
     m = draw(st.integers(1, 40)) if layout in ("m", "k") else draw(st.integers(1, 12))
