@@ -2,10 +2,11 @@
 raises a warploom error that is a ValueError or TypeError and names the argument first; never another exception,
 never a result. test_props_bad_input.py says the same of matmul, scaled_mm and plan.
 
-Each example is a small valid problem with one mistake drawn from MISTAKES. The grouped problems take every layout
-(M-grouped 2-D a with offs over a 3-D b; masked 3-D a with masked_m; 3-D x 3-D batched; K-grouped 2-D x 2-D with
-offs), bf16 or fp8 (rowwise or blockwise 1x128 x 128x128 scales), with or without a fused epilogue; the quantize
-problems a y, a recipe and an fp8 dtype. `warploom.grouped.build` is replaced by one that plans the spec and raises
+Each example is a small valid problem with one mistake: a kind from GROUPED_KINDS that the problem can take
+(`_kinds`), or one of quantize's. The grouped problems take every layout (M-grouped 2-D a with offs over a 3-D b;
+masked 3-D a with masked_m; 3-D x 3-D batched; K-grouped 2-D x 2-D with offs), bf16 or fp8 (rowwise or blockwise
+1x128 x 128x128 scales; MX e8m0 ones M-grouped), with or without a fused epilogue; the quantize problems a y, a
+recipe and an fp8 dtype. `warploom.grouped.build` is replaced by one that plans the spec and raises
 `Accepted`, so a mistake that got past the checks says so (meta tensors would otherwise fail later in require_cuda,
 naming `a`), and nothing is simulated. test_valid_problems_are_accepted runs the same problems unmistaken; a few of
 them through the CPU simulator too. COUNTS tallies what was tried (printed with -s).
@@ -127,8 +128,8 @@ def grouped(draw: st.DrawFn) -> Call:
     # (MX: M-grouped, on CPU, whose kernel is planned for a B200; meta tensors plan for an H100, which has no MX)
     mx = ["mx"] if layout == "m" and device == "cpu" else []
     recipe = draw(st.sampled_from(["none", "rowwise", "blockwise", *mx]))
-    g, n, k = draw(st.integers(1, 4)), 16 * draw(st.integers(1, 4)), (32 if recipe == "mx" else 16) * draw(
-        st.integers(1, 4 if recipe != "mx" else 2))
+    kq = 32 if recipe == "mx" else 16  # (MX: one e8m0 scale per 32 of K)
+    g, n, k = draw(st.integers(1, 4)), 16 * draw(st.integers(1, 4)), kq * draw(st.integers(1, 64 // kq))
     m = draw(st.integers(1, 40)) if layout in ("m", "k") else draw(st.integers(1, 12))
     dt = E4 if recipe != "none" else draw(st.sampled_from([BF16, BF16, torch.float16]))
     k_major = recipe != "none" or draw(st.booleans())
