@@ -464,9 +464,11 @@ def grouped_mistake(draw: st.DrawFn) -> Call:  # noqa: C901, PLR0911, PLR0912 - 
         return c2
     if kind == "epilogue body":
         body = draw(st.sampled_from(["None", "()", "[]", "'x'", "acc.sum()", "acc[:, :1]", "acc.reshape(-1)",
-                                     "acc.unsqueeze(0)", "(acc, None)", "warploom.quantize(acc, recipe='1x64')"]))
+                                     "acc.unsqueeze(0)", "(acc, None)", "warploom.quantize(acc, recipe='1x64')",
+                                     "warploom.quantize(acc, recipe=5)", "warploom.quantize(acc, dtype=torch.int8)",
+                                     "warploom.quantize(acc)[0] + 1"]))
         c2 = c.replace("epilogue", eval(f"lambda acc: {body}"), f"epilogue returns {body}",  # noqa: S307
-                       ("epilogue", "recipe"))
+                       ("epilogue", "recipe", "dtype"))
         c2.args.pop("x", None)
         return c2
     if kind == "epilogue not callable":
