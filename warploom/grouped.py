@@ -186,15 +186,15 @@ def masked_operands(operands: dict[str, Any], groups: int, m_max: int, n: int) -
         (N,), (1, N), a single element; the flattened (G * M_max, N) and (G * M_max, 1)  kept
 
     A 2-D (G, M_max) where M_max == N could be either per row or per expert and is refused with the fix (the 3-D
-    form), as is any other shape (a ShapeError naming the operand). A value that is not a tensor goes on to
-    classify, which says so."""
+    form), as is any other shape (a ShapeError naming the operand). A value that is not a tensor, or not a dense one,
+    goes on to classify, which says so."""
     g, r, rows = groups, m_max, groups * m_max
     expected = (f"an epilogue operand of the ({g}, {r}, {n}) result: ({g}, {r}, {n}) dense, ({g}, {r}, 1) or "
                 f"({g}, {r}) one value per row of each expert, ({g}, 1, {n}) or ({g}, {n}) one row per expert, "
                 f"({g}, 1, 1) or ({g},) one value per expert, ({n},) one value per column, or a single element")
     out: dict[str, Any] = {}
     for name, t in operands.items():
-        if not isinstance(t, torch.Tensor):
+        if not isinstance(t, torch.Tensor) or t.layout is not torch.strided:  # (sparse: no reshape; classify says)
             out[name] = t
             continue
         shape = tuple(int(d) for d in t.shape)

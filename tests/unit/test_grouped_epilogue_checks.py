@@ -198,3 +198,23 @@ def test_mx_epilogue_is_refused_naming_it() -> None:
     offs = torch.tensor([10, 10, 100, G * M_MAX], dtype=torch.int32)
     with _raises(UnsupportedError, "epilogue", "MX grouped GEMM", "drop epilogue="):
         warploom.scaled_grouped_mm(a, b, sa, sb, offs, epilogue=lambda acc: acc * 2)
+
+
+@pytest.mark.parametrize("layout", ["m", "masked"])
+def test_sparse_operand_is_refused_naming_it(layout: str) -> None:
+    """A sparse epilogue operand raised torch's RuntimeError: its data pointer read for the memo key (fused._meta,
+    matmul alike), or, masked, its reshape in masked_operands (found by tests/unit/test_props_bad_input_grouped.py)."""
+    from warploom.errors import ArgumentTypeError
+
+    if layout == "m":
+        a, b = torch.randn(G * M_MAX, K).bfloat16(), torch.randn(G, K, N).bfloat16()
+        kw: dict = {"offs": torch.tensor([10, 10, 100, G * M_MAX], dtype=torch.int32)}
+        x = torch.randn(G * M_MAX, N).to_sparse()
+    else:
+        a, b, counts = _masked()
+        kw, x = {"masked_m": counts}, torch.randn(G, M_MAX, N).to_sparse()
+    with _raises(ArgumentTypeError, "x", "dense (strided)", "x.to_dense()"):
+        warploom.grouped_mm(a, b, epilogue=lambda acc, x: acc + x, x=x, **kw)
+    with _raises(ArgumentTypeError, "x", "dense (strided)"):  # (matmul's epilogue alike)
+        warploom.matmul(torch.randn(16, K).bfloat16(), torch.randn(K, N).bfloat16(), epilogue=lambda acc, x: acc + x,
+                        x=torch.randn(N).to_sparse())
