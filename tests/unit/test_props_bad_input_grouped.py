@@ -435,12 +435,13 @@ def grouped_mistake(draw: st.DrawFn) -> Call:  # noqa: C901, PLR0911, PLR0912 - 
         return c.replace("out_dtype", bad, f"out_dtype {bad}")
     if kind == "operand":
         how = draw(st.sampled_from(["a string", "a list", "wrong shape", "4-D", "wrong device", "integer",
-                                    "wrong experts", "dense, a row too many"]))
+                                    "wrong experts", "dense, a row too many", "sparse"]))
         bad = {"a string": "hello", "a list": [1.0] * n, "wrong shape": _t((n + 3,), BF16, dev),
                "4-D": _t((1, 1, 1, n), BF16, dev) if c.layout in ("m",) else _t((1, g, m, n, 1), BF16, dev),
                "wrong device": _t((n,), BF16, _other(dev)), "integer": torch.ones(n, dtype=I32, device=dev),
                "wrong experts": _t((g + 1, 1, n), BF16, dev),
-               "dense, a row too many": _t((m + 1, n) if c.layout == "m" else (g, m + 1, n), BF16, dev)}[how]
+               "dense, a row too many": _t((m + 1, n) if c.layout == "m" else (g, m + 1, n), BF16, dev),
+               "sparse": torch.zeros((m, n) if c.layout == "m" else (g, m, n)).to_sparse()}[how]
         return c.replace("x", bad, f"operand {how}")
     if kind == "operand name":  # (names the generated kernel uses itself, scaled_mm's own, or no identifier)
         name = draw(st.sampled_from(["c", "ep_cols", "sa", "sb", "c1", "1x", "lambda", "x-y"] +
