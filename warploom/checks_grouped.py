@@ -29,7 +29,7 @@ from warploom.checks import (
     same_device,
 )
 from warploom.dtypes import DType
-from warploom.errors import AlignmentError, DTypeError, InputError, ScaleError, ShapeError
+from warploom.errors import AlignmentError, ArgumentTypeError, DTypeError, InputError, ScaleError, ShapeError
 from warploom.spec import MX_BLOCK, SCALE_BLOCK, Accumulation, BLayout, GemmSpec, Grouping, ScaleRecipe
 
 _16BIT = (DType.BF16, DType.FP16)
@@ -115,6 +115,17 @@ def _b_layout(b: torch.Tensor, fp8: bool) -> BLayout:
     return layout
 
 
+def _out_dtype(out_dtype: Any, a_dt: DType, scaled: bool) -> DType:
+    """The result's dtype: bf16 for fp8 (None or torch.bfloat16), else a's, fp16 or fp32."""
+    # (a torch.dtype only: anything else, a list say, is no key of DType.from_torch's table)
+    out = (DType.BF16 if scaled else a_dt) if out_dtype is None else \
+        DType.from_torch(out_dtype) if isinstance(out_dtype, torch.dtype) else None
+    if out not in (DType.BF16, DType.FP16, DType.FP32) or (scaled and out is not DType.BF16):
+        raise DTypeError("out_dtype", "torch.bfloat16" if scaled else "bf16, fp16 or fp32", repr(out_dtype)[:80],
+                         "pass out_dtype=torch.bfloat16" if scaled else "pass out_dtype=None (a's dtype)")
+    return out
+
+
 def _row_aligned(arg: str, t: torch.Tensor) -> None:
     if t.numel() and (t.stride(-1) != 1 or (t.stride(-2) * t.element_size()) % TMA_ALIGN):
         raise AlignmentError(arg, f"contiguous rows whose stride is a multiple of {TMA_ALIGN} bytes (TMA rule)",
@@ -131,10 +142,18 @@ def _base_aligned(arg: str, t: torch.Tensor) -> None:
 
 
 def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dtype: Any = None,
-                 scale_a: Any = None, scale_b: Any = None, use_fast_accum: bool = False) -> GroupedCall:
-    """Check a grouped call and give its spec; `scale_a`/`scale_b` given means fp8 (`scaled_grouped_mm`): rowwise,
-    or blockwise 1x128 x 128x128 where scale_b is 3-D (`_blockwise_scales`)."""
-    scaled = scale_a is not None or scale_b is not None
+                 scale_a: Any = None, scale_b: Any = None, use_fast_accum: bool = False, *,
+                 scaled: bool | None = None) -> GroupedCall:
+    """Check a grouped call and give its spec; `scale_a`/`scale_b` given means fp8 (`scaled_grouped_mm`, which
+    passes `scaled=True`, so that its scales missing are refused rather than read as a 16-bit call): rowwise, or
+    blockwise 1x128 x 128x128 where scale_b is 3-D (`_blockwise_scales`)."""
+    if scaled is None:
+        scaled = scale_a is not None or scale_b is not None
+    if scaled and scale_a is None and scale_b is None:
+        raise ArgumentTypeError("scale_a", "float32 scales for both fp8 operands: rowwise (one per row of a and per "
+                                "column of each expert) or blockwise 1x128 x 128x128", "None for scale_a and scale_b",
+                                "pass the scales the fp8 quantization gave, or call warploom.grouped_mm for bf16 or "
+                                "fp16 tensors")
     named = {"a": a, "b": b} | ({"scale_a": scale_a, "scale_b": scale_b} if scaled else {})
     check_tensors(named)
     no_neg_bit(named)
@@ -198,10 +217,7 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
                          "pass b as (G, K, N) (a (G, N, K) weight as .transpose(-2, -1))")
     _row_aligned("a", a2)
     layout = _b_layout(b, scaled)
-    out = DType.BF16 if out_dtype is None and scaled else a_dt if out_dtype is None else DType.from_torch(out_dtype)
-    if out not in (DType.BF16, DType.FP16, DType.FP32) or (scaled and out is not DType.BF16):
-        raise DTypeError("out_dtype", "torch.bfloat16" if scaled else "bf16, fp16 or fp32", str(out_dtype),
-                         "pass out_dtype=torch.bfloat16" if scaled else "pass out_dtype=None (a's dtype)")
+    out = _out_dtype(out_dtype, a_dt, scaled)
     if (n * out.bytes) % TMA_ALIGN:
         raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
                              f"N = {n}", "pad N")
@@ -272,10 +288,7 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
         raise AlignmentError("b", f"a row stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
                              f"{row * es} bytes", "pad total_K (or N) to a multiple of 16 bytes")
     _base_aligned("b", b)
-    out = (DType.BF16 if scaled else a_dt) if out_dtype is None else DType.from_torch(out_dtype)
-    if out not in (DType.BF16, DType.FP16, DType.FP32) or (scaled and out is not DType.BF16):
-        raise DTypeError("out_dtype", "torch.bfloat16" if scaled else "bf16, fp16 or fp32", str(out_dtype),
-                         "pass out_dtype=torch.bfloat16" if scaled else "pass out_dtype=None (a's dtype)")
+    out = _out_dtype(out_dtype, a_dt, scaled)
     if (n * out.bytes) % TMA_ALIGN:
         raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} (the output's rows, TMA rule)",
                              f"N = {n}", "pad N")
@@ -330,10 +343,6 @@ def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, want_a: tupl
     multiple of 128: the last k-block is partial, as in the ungrouped kernel (TMA reads zeros past K). A K-grouped
     call's scales are 2-D over the grouped K space (`_k_grouped_call`): scale_a (M, ceil(total_K/128)) and scale_b
     (ceil(total_K/128), ceil(N/128)), a (ceil(N/128), ceil(total_K/128)) one going as ``scale_b.t()``."""
-    if use_fast_accum:
-        raise InputError("use_fast_accum", "False with blockwise scales (each 128-deep k-block's partial is "
-                         "promoted with its own scales, so there is no fast-accumulation mode)", "True",
-                         "pass use_fast_accum=False")
     for name, t, want, what in (("scale_a", scale_a, want_a, what_a), ("scale_b", scale_b, want_b, what_b)):
         if t.dtype != torch.float32:
             raise ScaleError(name, "float32 blockwise scales", str(t.dtype), f"pass {name}.float()")
@@ -343,6 +352,11 @@ def _blockwise_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, want_a: tupl
         if name == "scale_b" and tuple(t.shape) == (*want[:-2], want[-1], want[-2]):  # DeepGEMM's (E, N/128, K/128)
             fix = "pass scale_b.transpose(-2, -1), a view (any strides are accepted)"
         raise ScaleError(name, f"shape {want} (blockwise 1x128 x 128x128: {what})", f"shape {tuple(t.shape)}", fix)
+    # (after the shapes: a rowwise call with fast accumulation whose scale_b is 3-D by mistake is a scale mistake)
+    if use_fast_accum:
+        raise InputError("use_fast_accum", "False with blockwise scales (each 128-deep k-block's partial is "
+                         "promoted with its own scales, so there is no fast-accumulation mode)", "True",
+                         "pass use_fast_accum=False")
     check_block_scales(scale_a, scale_b)
     return ScaleRecipe.BLOCKWISE_1X128_128X128
 
@@ -356,6 +370,13 @@ def _mx_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, a_dim: int, rows: i
     reads each tile's expert's rows at their strides (`sb_ptr + grp * sb_stride_g`), so nothing is padded or swizzled
     per expert."""
     kb = k // MX_BLOCK
+    # (the dtypes first: one e8m0 scale beside a float32 one is a scale mistake, not an MX call to refuse for its
+    # use_fast_accum, layout or K)
+    for name, t in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if DType.from_torch(t.dtype) is not DType.E8M0:
+            raise ScaleError(name, "torch.float8_e8m0fnu like the other scale (MX)", f"dtype {t.dtype}",
+                             "pass both scales as torch.float8_e8m0fnu (MX), or both as float32 (rowwise or "
+                             "blockwise)")
     if use_fast_accum:
         raise InputError("use_fast_accum", "False with MX scales (the block-scaled MMA applies each 32-deep block's "
                          "scales and accumulates in fp32 itself, so there is no fast-accumulation mode)", "True",
@@ -369,10 +390,6 @@ def _mx_scales(scale_a: torch.Tensor, scale_b: torch.Tensor, a_dim: int, rows: i
     for name, t, want, what in (("scale_a", scale_a, (rows, kb), "one per row of a and 32 of K"),
                                 ("scale_b", scale_b, (groups, n, kb), "one per expert, row of its (N, K) weight "
                                  "and 32 of K")):
-        if DType.from_torch(t.dtype) is not DType.E8M0:
-            raise ScaleError(name, "torch.float8_e8m0fnu like the other scale (MX)", f"dtype {t.dtype}",
-                             "pass both scales as torch.float8_e8m0fnu (MX), or both as float32 (rowwise or "
-                             "blockwise)")
         if tuple(t.shape) != want:
             raise ScaleError(name, f"shape {want} (MX, row-major: {what})", f"shape {tuple(t.shape)}",
                              f"pass {name} with shape {want} (any strides)")

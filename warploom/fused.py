@@ -62,7 +62,8 @@ def _meta(t: Any) -> Any:
     if t is None or isinstance(t, (bool, int, float)):
         return memo.value_key(t)
     if isinstance(t, torch.Tensor):
-        return tensor_meta(t) if is_real(t) else _UNCACHEABLE  # a meta or fake tensor has no address to check
+        # (a meta or fake tensor has no address to check; a sparse one no storage: `classify` refuses it)
+        return tensor_meta(t) if is_real(t) and t.layout is torch.strided else _UNCACHEABLE
     return _UNCACHEABLE
 
 

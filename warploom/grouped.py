@@ -114,7 +114,7 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     result is stored, or the pair of ``warploom.quantize(y, recipe="1x128")`` (`grouped_mm` says how). Operands are
     shaped as `grouped_mm`'s; scaled_mm's names scale_a, scale_b and bias are reserved (neither an operand nor a
     parameter of fn may take them)."""
-    call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum)
+    call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum, scaled=True)
     if call.spec.grouping is Grouping.K_OFFSETS and not call.spec.scale.is_blockwise:  # (torch's (G * N,): per group)
         scale_b = scale_b.reshape(call.spec.groups, call.spec.n)
     # (blockwise scales go with their strides, a 3-D scale_a over a's flattened rows; rowwise ones flattened, as the
@@ -141,6 +141,12 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
     """`call` with its epilogue captured (`fused.fused_spec`; rowwise scales in front of it), the mainloop's
     blockwise scales if any, and the graph's operands by name."""
     spec = call.spec
+    if spec.scale.microscaled:  # (else refused by the planner, in words that name no argument)
+        e = UnsupportedError("epilogue: expected no fused epilogue on an MX grouped GEMM (it runs on sm_100a only, "
+                             "whose grouped epilogue stores the product only so far), got one. Fix: drop epilogue= "
+                             "and apply it to the call's result")
+        e.arg = "epilogue"  # type: ignore[attr-defined]
+        raise e
     # (a masked or K-grouped call's operands are shaped against its (G, M, N) result, the kernel reading C's
     # (G * M, N) rows: a masked call's M is all groups' rows, a K-grouped one's one group's)
     if spec.grouping is Grouping.MASKED:
@@ -188,15 +194,15 @@ def masked_operands(operands: dict[str, Any], groups: int, m_max: int, n: int) -
         (N,), (1, N), a single element; the flattened (G * M_max, N) and (G * M_max, 1)  kept
 
     A 2-D (G, M_max) where M_max == N could be either per row or per expert and is refused with the fix (the 3-D
-    form), as is any other shape (a ShapeError naming the operand). A value that is not a tensor goes on to
-    classify, which says so."""
+    form), as is any other shape (a ShapeError naming the operand). A value that is not a tensor, or not a dense one,
+    goes on to classify, which says so."""
     g, r, rows = groups, m_max, groups * m_max
     expected = (f"an epilogue operand of the ({g}, {r}, {n}) result: ({g}, {r}, {n}) dense, ({g}, {r}, 1) or "
                 f"({g}, {r}) one value per row of each expert, ({g}, 1, {n}) or ({g}, {n}) one row per expert, "
                 f"({g}, 1, 1) or ({g},) one value per expert, ({n},) one value per column, or a single element")
     out: dict[str, Any] = {}
     for name, t in operands.items():
-        if not isinstance(t, torch.Tensor):
+        if not isinstance(t, torch.Tensor) or t.layout is not torch.strided:  # (sparse: no reshape; classify says)
             out[name] = t
             continue
         shape = tuple(int(d) for d in t.shape)

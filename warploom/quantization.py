@@ -83,6 +83,9 @@ def quantize(y: Any, recipe: str | QuantRecipe = "1x128",
         return q, s
     if not isinstance(y, torch.Tensor):
         raise ArgumentTypeError("y", "a torch.Tensor", type(y).__name__, "pass a tensor")
+    if y.layout is not torch.strided:  # (a sparse y would fail in F.pad or reshape below, a torch error)
+        raise ArgumentTypeError("y", "a dense (strided) torch.Tensor", f"a tensor of layout {y.layout}",
+                                "pass y.to_dense()")
     if y.dtype not in _INPUTS:
         raise DTypeError("y", "torch.float32, torch.bfloat16 or torch.float16", str(y.dtype),
                          "convert y with y.float() (an fp8 tensor is already quantized)")
@@ -148,6 +151,6 @@ def parse_recipe(recipe: Any) -> QuantRecipe:
 
 
 def _fp8_dtype(dtype: Any) -> DType:
-    if dtype not in _FP8:
+    if not isinstance(dtype, torch.dtype) or dtype not in _FP8:  # (a list is no key of _FP8: a TypeError)
         raise DTypeError("dtype", "torch.float8_e4m3fn or torch.float8_e5m2", str(dtype), "pass one of those")
     return _FP8[dtype]

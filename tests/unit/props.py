@@ -9,9 +9,12 @@ from __future__ import annotations
 import collections
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
+
+from warploom.errors import WarploomError
 
 PROFILE_ENV = "WARPLOOM_HYPOTHESIS_PROFILE"
 NIGHTLY_FACTOR = 20
@@ -34,3 +37,29 @@ def figures(name: str, counts: collections.Counter[str]) -> Callable[[], Iterato
         print(f"\n{name}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
 
     return report
+
+
+def names_first(msg: str, names: tuple[str, ...]) -> bool:
+    """Whether an error message names one of `names` first (``name: expected ...``)."""
+    # (a scale given as a list of two is read as NVFP4's [block scales, global scale] pair, whose parts the checks name
+    # scale_a[0] and scale_a[1]: api._named_scales)
+    return any(msg.startswith(f"{name}: ") or msg.startswith(f"{name} ") or msg.startswith(f"{name}[")
+               for name in names)
+
+
+def refused(call: Callable[[], Any], mistake: str, names: tuple[str, ...],
+            counts: collections.Counter[str]) -> WarploomError:
+    """The error `call`, which holds one `mistake`, raised: a warploom error that is a ValueError or TypeError and
+    names one of `names` first. Another exception, or a result, fails the property (the bad-input suites)."""
+    counts["tried"] += 1
+    event(mistake)
+    try:
+        out = call()
+    except WarploomError as e:
+        assert isinstance(e, (ValueError, TypeError)), f"{mistake}: {type(e).__name__} is no ValueError/TypeError"
+        assert names_first(str(e), names), f"{mistake}: the message does not name {names}: {e}"
+        counts["clear"] += 1
+        return e
+    except Exception as e:
+        raise AssertionError(f"{mistake}: {type(e).__name__}: {e}") from e
+    raise AssertionError(f"{mistake}: accepted, returned {type(out).__name__}")

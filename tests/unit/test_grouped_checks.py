@@ -498,3 +498,50 @@ def test_m_grouped_fp8_zero_k_takes_torchs_k_major_b() -> None:
     b = torch.empty(2, N, 0, dtype=torch.float8_e4m3fn).transpose(-2, -1)
     y = warploom.scaled_grouped_mm(a, b, torch.ones(100), torch.ones(2, N), _offs(50, 100))
     assert y.shape == (100, N) and bool((y == 0).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.bfloat16])
+def test_scaled_grouped_mm_without_scales_is_refused(dtype: torch.dtype) -> None:
+    """scaled_grouped_mm(a, b, None, None, offs) was read as a 16-bit call: fp8 tensors were refused naming a with
+    "pass bf16 or fp16 tensors", and bf16 ones silently computed an unscaled grouped_mm (found by
+    tests/unit/test_props_bad_input_grouped.py). The scales missing are named, before anything is built."""
+    a, b = _ab()
+    with pytest.raises(ArgumentTypeError, match=r"^scale_a: expected float32 scales .* got None for scale_a and "
+                       r"scale_b\. Fix: .*warploom.grouped_mm"):
+        warploom.scaled_grouped_mm(a.to(dtype), b.to(dtype), None, None, _offs(10, 10, 60, 100))  # type: ignore
+
+
+@pytest.mark.parametrize("layout", ["m", "batched"])
+def test_one_e8m0_scale_beside_a_float32_one_is_a_scale_mistake(layout: str) -> None:
+    """One scale e8m0 and the other float32 took the MX path, whose first checks refused the call for K not a
+    multiple of 32 (naming a) or use_fast_accum=True (naming use_fast_accum), as if MX were meant (found by
+    tests/unit/test_props_bad_input_grouped.py). The scales' dtypes are checked first, naming a scale."""
+    k = 16
+    a8 = torch.randn(*((100,) if layout == "m" else (G, 25)), k).to(torch.float8_e4m3fn)
+    b8 = torch.randn(G, N, k).to(torch.float8_e4m3fn).transpose(-2, -1)
+    sa = torch.ones(a8.shape[:-1]).to(torch.float8_e8m0fnu)
+    offs = _offs(10, 10, 60, 100) if layout == "m" else None
+    with pytest.raises(ScaleError, match=r"^scale_b: expected torch.float8_e8m0fnu like the other scale"):
+        grouped_call(a8, b8, offs, None, None, sa, torch.ones(G, N), layout == "batched")
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_out_dtype_that_is_no_dtype_is_named(scaled: bool) -> None:
+    """out_dtype=[torch.bfloat16] (unhashable) raised a bare TypeError from DType.from_torch's table (found by
+    tests/unit/test_props_bad_input_grouped.py)."""
+    a, b = _ab()
+    sc = (torch.ones(100), torch.ones(G, N)) if scaled else (None, None)
+    if scaled:
+        a, b = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    for bad in ([torch.bfloat16], "bf16"):
+        with pytest.raises(DTypeError, match=r"^out_dtype: expected .*, got .*bf.*\. Fix: pass out_dtype="):
+            grouped_call(a, b, _offs(10, 10, 60, 100), None, bad, *sc)
+
+
+def test_rowwise_fast_accum_with_a_3d_scale_b_is_a_scale_mistake() -> None:
+    """A rowwise call with use_fast_accum=True whose scale_b came 3-D ((G, N, 1)) was refused for use_fast_accum
+    ("False with blockwise scales"), not for the scale (found by tests/unit/test_props_bad_input_grouped.py): the
+    blockwise shapes are checked before use_fast_accum."""
+    args = _bw(scale_a=torch.ones(100), scale_b=torch.ones(G, 136, 1), use_fast_accum=True)
+    with pytest.raises(ScaleError, match=r"^scale_a: expected shape \(100, 3\)"):
+        grouped_call(**args)

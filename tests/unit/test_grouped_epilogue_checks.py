@@ -195,3 +195,35 @@ def test_rule22_promoted_fused_epilogue_keeps_128_wide(scale: ScaleRecipe, acc: 
     fs, _ = fused_spec(fast, a, lambda acc, w: acc * w, ops, scale_a=torch.empty(8192, 1),
                        scale_b=torch.empty(8, 1, 4096))
     assert plan_schedule(fs, H100_SXM).bn == 256
+
+
+def test_mx_epilogue_is_refused_naming_it() -> None:
+    """An MX grouped GEMM with a fused epilogue passed the checks and was refused by the sm_100a planner in words
+    naming no argument ("grouped GEMMs (rule 22) on sm_100a ... do not take a fused epilogue"), after planning began
+    (found by tests/unit/test_props_bad_input_grouped.py): now refused before any build, naming epilogue."""
+    e8 = torch.float8_e8m0fnu
+    a, b = torch.randn(G * M_MAX, K).to(E4), torch.randn(G, N, K).to(E4).transpose(-2, -1)
+    sa, sb = torch.ones(G * M_MAX, K // 32).to(e8), torch.ones(G, N, K // 32).to(e8)
+    offs = torch.tensor([10, 10, 100, G * M_MAX], dtype=torch.int32)
+    with _raises(UnsupportedError, "epilogue", "MX grouped GEMM", "drop epilogue="):
+        warploom.scaled_grouped_mm(a, b, sa, sb, offs, epilogue=lambda acc: acc * 2)
+
+
+@pytest.mark.parametrize("layout", ["m", "masked"])
+def test_sparse_operand_is_refused_naming_it(layout: str) -> None:
+    """A sparse epilogue operand raised torch's RuntimeError: its data pointer read for the memo key (fused._meta,
+    matmul alike), or, masked, its reshape in masked_operands (found by tests/unit/test_props_bad_input_grouped.py)."""
+    from warploom.errors import ArgumentTypeError
+
+    if layout == "m":
+        a, b = torch.randn(G * M_MAX, K).bfloat16(), torch.randn(G, K, N).bfloat16()
+        kw: dict = {"offs": torch.tensor([10, 10, 100, G * M_MAX], dtype=torch.int32)}
+        x = torch.randn(G * M_MAX, N).to_sparse()
+    else:
+        a, b, counts = _masked()
+        kw, x = {"masked_m": counts}, torch.randn(G, M_MAX, N).to_sparse()
+    with _raises(ArgumentTypeError, "x", "dense (strided)", "x.to_dense()"):
+        warploom.grouped_mm(a, b, epilogue=lambda acc, x: acc + x, x=x, **kw)
+    with _raises(ArgumentTypeError, "x", "dense (strided)"):  # (matmul's epilogue alike)
+        warploom.matmul(torch.randn(16, K).bfloat16(), torch.randn(K, N).bfloat16(), epilogue=lambda acc, x: acc + x,
+                        x=torch.randn(N).to_sparse())

@@ -146,6 +146,18 @@ def test_bad_inputs() -> None:
     with pytest.raises(ArgumentTypeError, match="0-D"):
         warploom.quantize(torch.tensor(1.0))
 
+    with pytest.raises(DTypeError, match=r"^dtype: expected torch.float8_e4m3fn or torch.float8_e5m2"):
+        warploom.quantize(y, dtype=[torch.float8_e4m3fn])  # type: ignore[arg-type]  (a TypeError: unhashable)
+
+
+@pytest.mark.parametrize("recipe", ["1x128", "rowwise"])
+def test_sparse_y_is_refused_naming_it(recipe: str) -> None:
+    """A sparse y raised torch's NotImplementedError (1x128: fill_ in F.pad) or RuntimeError (rowwise: reshape)
+    rather than a warploom error (found by tests/unit/test_props_bad_input_grouped.py)."""
+    with pytest.raises(ArgumentTypeError, match=r"^y: expected a dense \(strided\) torch.Tensor, got a tensor of "
+                       r"layout torch.sparse_coo. Fix: pass y.to_dense\(\)"):
+        warploom.quantize(torch.randn(4, 130).to_sparse(), recipe=recipe)
+
 
 def _bf16(m: int, n: int) -> torch.Tensor:
     return torch.randn(m, n).to(torch.bfloat16)

@@ -44,7 +44,7 @@ import torch
 from warploom.checks import no_neg_bit
 from warploom.dtypes import DType
 from warploom.epilogue.operands import OPERAND_DTYPES, OperandKind, OperandSpec, check_name
-from warploom.errors import AlignmentError, DeviceError, DTypeError, InputError, ShapeError
+from warploom.errors import AlignmentError, ArgumentTypeError, DeviceError, DTypeError, InputError, ShapeError
 
 
 def classify(name: str, t: Any, out_shape: tuple[int, int], device: Any = None, groups: int = 0) -> OperandSpec:
@@ -60,6 +60,9 @@ def classify(name: str, t: Any, out_shape: tuple[int, int], device: Any = None, 
         raise InputError(name, "an epilogue operand that is a torch.Tensor", f"{type(t).__name__} {t!r}"[:80],
                          f"pass {name}=torch.tensor(...) on the inputs' device, or write the constant into the "
                          "epilogue function")
+    if t.layout is not torch.strided:  # (a sparse tensor has no storage to read: torch's RuntimeError further on)
+        raise ArgumentTypeError(name, "a dense (strided) epilogue operand", f"a tensor of layout {t.layout}",
+                                f"pass {name}.to_dense()")
     dtype = DType.from_torch(t.dtype)
     if dtype not in OPERAND_DTYPES:
         raise DTypeError(name, "an epilogue operand of dtype torch.float32, torch.bfloat16 or torch.float16",
