@@ -929,7 +929,13 @@ def test_fused_rowwise_amax_pass_offsets(recipe: str, experts: int, rows: int, n
 @pytest.mark.parametrize("recipe", ["bf16", "rowwise"])
 def test_fused_rowwise_amax_pass_masked_through_the_api(recipe: str) -> None:
     """Rule 29 on the masked layout through the API: q (G, M_max, N) and s (G, M_max, 1), each expert's rows below
-    its count against the plain quantize of the fp32 product; rows at or past a count never written."""
+    its count against the plain quantize of the fp32 product; then the same kernel launched into NaN-poisoned q and s
+    (the API's are torch.empty): rows at or past a count never written (the cast kernel's masked `row_owned`), the
+    others the API's bytes."""
+    from warploom.checks_grouped import grouped_call
+    from warploom.grouped import _fused, _launcher
+    from warploom.kernel import build
+
     experts, cap, n, k = 8, 192, 1536, 1024
     torch.manual_seed(cap)
     counts = torch.randint(1, cap, (experts,), dtype=torch.int32, device="cuda")
@@ -941,18 +947,33 @@ def test_fused_rowwise_amax_pass_masked_through_the_api(recipe: str) -> None:
         a, w = a.bfloat16(), w.bfloat16()
         q, s = warploom.grouped_mm(a, w, masked_m=counts, epilogue=fn)
         y = a.float() @ w.float()
+        call, sa2, sb2, picked = _fused(grouped_call(a, w, None, counts), fn, {})
     else:
         a, w = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
         sa = torch.rand(experts, cap, device="cuda") + 0.5
         sb = torch.rand(experts, n, device="cuda") + 0.5
         q, s = warploom.scaled_grouped_mm(a, w, sa, sb, masked_m=counts, epilogue=fn)
         y = (a.float() @ w.float()) * sa[..., None] * sb[:, None, :]
+        # (as scaled_grouped_mm fuses it: the rowwise scales in front of fn)
+        call, sa2, sb2, picked = _fused(grouped_call(a, w, None, counts, torch.bfloat16, sa, sb, False), fn, {},
+                                        scale_a=sa.reshape(-1)[:, None], scale_b=sb.unsqueeze(1))
     torch.cuda.synchronize()
     assert q.shape == (experts, cap, n) and s.shape == (experts, cap, 1)
     for g in range(experts):
         c = int(counts[g])
         if c:
             _rowwise_within_fp8_rounding(q[g, :c], s[g, :c], y[g, :c])
+    kern = build(call.spec, warploom.DeviceInfo.current())
+    assert kern.plan.amax_pass
+    pq = torch.full((experts * cap, n), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+    ps = torch.full((experts * cap, 1), float("nan"), device="cuda")
+    _launcher(kern)(call.a, call.b, counts, pq, sa2, sb2, picked, (ps,))
+    torch.cuda.synchronize()
+    pq, ps = pq.reshape(experts, cap, n), ps.reshape(experts, cap, 1)
+    for g in range(experts):
+        c = int(counts[g])
+        assert pq[g, c:].float().isnan().all() and ps[g, c:].isnan().all(), f"expert {g}: rows past {c} written"
+        assert torch.equal(pq[g, :c].view(torch.uint8), q[g, :c].view(torch.uint8)) and torch.equal(ps[g, :c], s[g, :c])
 
 
 @pytest.mark.parametrize("recipe", ["bf16", "blockwise"])
