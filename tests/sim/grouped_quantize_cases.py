@@ -11,8 +11,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from fused_cases import ints
+from fused_cases import ints, same_bytes
 
+import warploom
 from warploom.checks_grouped import GroupedCall, grouped_call
 from warploom.grouped import _fused
 
@@ -101,3 +102,13 @@ def fused_call(a: torch.Tensor, w: torch.Tensor, bounds: torch.Tensor, fn: Calla
     if sa is not None and sb is not None:
         return _fused(call, fn, ops, scale_a=sa.reshape(-1, 1), scale_b=sb.unsqueeze(1))
     return _fused(call, fn, ops)
+
+
+def check_quantized(q: torch.Tensor, s: torch.Tensor, y: torch.Tensor, recipe: str) -> None:
+    """Rows of a group (y's rows that are not NaN): q's bytes and s the plain `warploom.quantize(y, recipe)`'s; rows of
+    none: both still NaN (never written)."""
+    owned = ~y[:, 0].isnan()
+    rq, rs = warploom.quantize(y[owned], recipe=recipe)
+    assert torch.equal(s[owned], rs)
+    assert same_bytes(q[owned], rq)
+    assert bool(s[~owned].isnan().all()) and bool(q[~owned].float().isnan().all())

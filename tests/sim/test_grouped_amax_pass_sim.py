@@ -22,7 +22,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fused_cases import in_tiles, same_bytes  # (pytest puts this folder on sys.path)
-from grouped_quantize_cases import BF16, E4, M_MAX, G, N, fused_call, inputs, random_bounds, reference, scales
+from grouped_quantize_cases import (
+    BF16,
+    E4,
+    M_MAX,
+    G,
+    N,
+    check_quantized,
+    fused_call,
+    inputs,
+    random_bounds,
+    reference,
+    scales,
+)
 
 import warploom
 from warploom import H100_SXM
@@ -71,12 +83,7 @@ def _sim(a: torch.Tensor, w: torch.Tensor, bounds: torch.Tensor, fn: Callable[..
 
 
 def _check(q: torch.Tensor, s: torch.Tensor, y: torch.Tensor) -> None:
-    """Rows of a group: q's bytes and s the plain rowwise quantize's; rows of none: both still NaN (never written)."""
-    owned = ~y[:, 0].isnan()
-    rq, rs = warploom.quantize(y[owned], **R)
-    assert torch.equal(s[owned], rs)
-    assert same_bytes(q[owned], rq)
-    assert bool(s[~owned].isnan().all()) and bool(q[~owned].float().isnan().all())
+    check_quantized(q, s, y, "rowwise")
 
 
 RECIPES = ["bf16", "rowwise_fast", "rowwise_promoted", "blockwise"]

@@ -20,7 +20,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 from fused_cases import same_bytes  # (pytest puts this folder on sys.path)
-from grouped_quantize_cases import E4, M_MAX, G, N, fused_call, inputs, random_bounds, reference, scales
+from grouped_quantize_cases import (
+    E4,
+    M_MAX,
+    G,
+    N,
+    check_quantized,
+    fused_call,
+    inputs,
+    random_bounds,
+    reference,
+    scales,
+)
 
 import warploom
 from warploom import H100_SXM
@@ -56,12 +67,7 @@ def _sim(a: torch.Tensor, w: torch.Tensor, bounds: torch.Tensor, fn: Callable[..
 
 
 def _check(q: torch.Tensor, s: torch.Tensor, y: torch.Tensor) -> None:
-    """Rows of a group: q's bytes and s the plain quantize's; rows of none: both still NaN (never written)."""
-    owned = ~y[:, 0].isnan()
-    rq, rs = warploom.quantize(y[owned], recipe="1x128")
-    assert torch.equal(s[owned], rs)
-    assert same_bytes(q[owned], rq)
-    assert bool(s[~owned].isnan().all()) and bool(q[~owned].float().isnan().all())
+    check_quantized(q, s, y, "1x128")
 
 
 RECIPES = ["bf16", "rowwise_fast", "rowwise_promoted", "blockwise"]

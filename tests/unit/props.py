@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import torch
 from hypothesis import HealthCheck, event, settings
 
 from warploom.errors import WarploomError
@@ -63,3 +64,11 @@ def refused(call: Callable[[], Any], mistake: str, names: tuple[str, ...],
     except Exception as e:
         raise AssertionError(f"{mistake}: {type(e).__name__}: {e}") from e
     raise AssertionError(f"{mistake}: accepted, returned {type(out).__name__}")
+
+
+def show_arg(x: Any) -> str:
+    """An argument as a failing example prints it: a tensor by shape, strides, dtype and device (not its values)."""
+    if isinstance(x, torch.Tensor):
+        return f"Tensor({tuple(x.shape)}, stride={x.stride() if x.layout is torch.strided else '-'}, " \
+               f"{x.dtype}, {x.device.type})"
+    return repr(x)[:60]

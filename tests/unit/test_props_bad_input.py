@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from props import examples, figures, refused
+from props import examples, figures, refused, show_arg
 
 import warploom
 
@@ -34,14 +34,8 @@ class Call:
         self.kw, self.names, self.mistake = kw or {}, names, mistake
 
     def __repr__(self) -> str:
-        def show(x: Any) -> str:
-            if isinstance(x, torch.Tensor):
-                return f"Tensor({tuple(x.shape)}, stride={x.stride() if x.layout is torch.strided else '-'}, " \
-                       f"{x.dtype}, {x.device.type})"
-            return repr(x)[:60]
-
-        args = ", ".join(f"{n}={show(getattr(self, n))}" for n in ("a", "b", "scale_a", "scale_b"))
-        kw = ", ".join(f"{k}={show(v)}" for k, v in self.kw.items())
+        args = ", ".join(f"{n}={show_arg(getattr(self, n))}" for n in ("a", "b", "scale_a", "scale_b"))
+        kw = ", ".join(f"{k}={show_arg(v)}" for k, v in self.kw.items())
         return f"{self.fn}({args}, {kw}) [{self.mistake}; expected to name {self.names}]"
 
     def __call__(self) -> Any:

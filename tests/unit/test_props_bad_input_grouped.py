@@ -23,7 +23,7 @@ from unittest import mock
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from props import examples, figures, refused
+from props import examples, figures, refused, show_arg
 
 import warploom
 import warploom.grouped
@@ -67,13 +67,7 @@ class Call:
         self.names, self.mistake = names, mistake
 
     def __repr__(self) -> str:
-        def show(x: Any) -> str:
-            if isinstance(x, torch.Tensor):
-                return f"Tensor({tuple(x.shape)}, stride={x.stride() if x.layout is torch.strided else '-'}, " \
-                       f"{x.dtype}, {x.device.type})"
-            return repr(x)[:60]
-
-        args = ", ".join(f"{k}={show(v)}" for k, v in self.args.items())
+        args = ", ".join(f"{k}={show_arg(v)}" for k, v in self.args.items())
         return f"{self.fn}({args}) [{self.layout}, {self.recipe}: {self.mistake}; expected to name {self.names}]"
 
     def __call__(self) -> Any:
