@@ -51,8 +51,8 @@ _LAZY = {
     "H100_SXM": "warploom.device", "DeviceInfo": "warploom.device", "DType": "warploom.dtypes",
     "Kernel": "warploom.kernel", "Plan": "warploom.planning.plan", "Accumulation": "warploom.spec",
     "ALayout": "warploom.spec", "BLayout": "warploom.spec", "GemmSpec": "warploom.spec", "ScaleRecipe": "warploom.spec",
-    "Grouping": "warploom.spec", "ScaleLayout": "warploom.spec", "grouped_mm": "warploom.grouped",
-    "scaled_grouped_mm": "warploom.grouped", "quantize": "warploom.quantization",
+    "Grouping": "warploom.spec", "ScaleLayout": "warploom.spec", "grouped_mm": "warploom.api",
+    "scaled_grouped_mm": "warploom.api", "quantize": "warploom.quantization",
     "QuantRecipe": "warploom.quantization", "interleave_gate_up": "warploom.gate_up",
     "deinterleave_gate_up": "warploom.gate_up", "silu_mul_interleaved": "warploom.gate_up",
 }
@@ -72,7 +72,8 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
 
-# The custom ops torch.ops.warploom.matmul and .scaled_mm are registered when warploom.api is imported. A program
+# The custom ops torch.ops.warploom.matmul, .scaled_mm, .grouped_mm and .scaled_grouped_mm are registered when
+# warploom.api is imported (it imports warploom.grouped, and the grouped names come through it). A program
 # that imported torch before warploom gets them at `import warploom`, as it always did (the API costs ~0.1 s more
 # then); otherwise the first use of the API registers them.
 if "torch" in sys.modules:

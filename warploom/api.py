@@ -1,4 +1,5 @@
-"""Public entry points: `matmul`, `scaled_mm` (torch.library custom ops) and `plan`.
+"""Public entry points: `matmul`, `scaled_mm` (torch.library custom ops) and `plan`; importing it registers the
+grouped custom ops too (warploom/grouped.py).
 
 Validation (`warploom.checks`) runs first in every path, including the fake (meta) implementations,
 so a bad argument fails while tracing too, and always before a kernel is planned or launched.
@@ -11,19 +12,21 @@ computes, with the true dtypes' rounding, and a protocol finding raises.
 
 from __future__ import annotations
 
-import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from warploom import checks, eager
-from warploom.device import H100_SXM, DeviceInfo
-from warploom.dtypes import DType
-from warploom.errors import ArgumentTypeError, DeviceError, DTypeError, InputError, WarploomError
+from warploom.device import DeviceInfo
+from warploom.errors import ArgumentTypeError, DTypeError, InputError, WarploomError
 from warploom.fused import fused_spec
+
+# (the grouped entry points, here for `warploom.grouped_mm`: importing them registers their custom ops,
+# torch.ops.warploom.grouped_mm and .scaled_grouped_mm, with this module's, whichever name a program uses first)
+from warploom.grouped import grouped_mm, scaled_grouped_mm  # noqa: F401
 from warploom.kernel import Kernel, build
+from warploom.placement import check_sim_size, device_for, require_cuda, sim_device, skip_dispatcher
 from warploom.spec import GemmSpec
 
 
@@ -33,27 +36,6 @@ def _fused(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any] | None,
         raise InputError(next(iter(operands)), "epilogue operands together with epilogue=fn",
                          "operands but no epilogue", "pass epilogue=lambda acc, ...: ..., or drop the operands")
     return fused_spec(spec, a, epilogue, operands, **scaled)
-
-
-def device_for(t: torch.Tensor) -> DeviceInfo:
-    if t.device.type == "cuda":
-        return _cuda_device(t.device.index if t.device.index is not None else torch.cuda.current_device())
-    return H100_SXM
-
-
-def sim_device(spec: GemmSpec) -> DeviceInfo:
-    """The device CPU tensors' kernel is planned for: an H100, or a B200 for fp4 data (sm_90a has no fp4 MMA) and
-    grouped MX GEMMs (sm_90a's grouped kernel has no MX)."""
-    from warploom.device import B200
-
-    mx_grouped = spec.grouped and spec.scale.microscaled
-    return B200 if DType.E2M1 in (spec.a_dtype, spec.b_dtype) or mx_grouped else H100_SXM
-
-
-@functools.cache
-def _cuda_device(index: int) -> DeviceInfo:
-    with torch.cuda.device(index):
-        return DeviceInfo.current()
 
 
 def _empty_result(spec: GemmSpec, a: torch.Tensor, bias: Any = None) -> torch.Tensor | None:
@@ -67,33 +49,6 @@ def _empty_result(spec: GemmSpec, a: torch.Tensor, bias: Any = None) -> torch.Te
             out = out + bias.float()
         return out.to(out_dtype)
     return None
-
-
-def require_cuda(a: torch.Tensor) -> None:
-    if a.device.type != "cuda":
-        raise DeviceError("a", "CUDA tensors (an sm_90a GPU runs warploom's kernels)", f"a tensor on {a.device}",
-                          "move the tensors to the GPU with .cuda(), or use warploom.plan(...) to plan, "
-                          "inspect and cross-compile without one")
-
-
-SIM_MAX_FLOPS_ENV = "WARPLOOM_SIM_MAX_FLOPS"
-# On a 2-core CPU machine 512^3 takes ~0.08 s on the simulator (every tile-sized wgmma is a torch matmul: 3-4
-# GFLOP/s at this size, less at smaller ones), and 4096^3 would take tens of seconds, too long for a call that looks
-# like a matmul.
-SIM_MAX_FLOPS = 2 * 512**3
-
-
-def sim_max_flops() -> int:
-    """The largest problem (2*M*N*K) CPU tensors run on the simulator: ``WARPLOOM_SIM_MAX_FLOPS``, or 2*512^3."""
-    raw = os.environ.get(SIM_MAX_FLOPS_ENV, "").strip()
-    if not raw:
-        return SIM_MAX_FLOPS
-    try:
-        return int(raw)
-    except ValueError:
-        raise InputError(SIM_MAX_FLOPS_ENV, "an integer number of FLOPs (2*M*N*K), e.g. 2147483648",
-                         repr(raw), f"set {SIM_MAX_FLOPS_ENV} to an integer, or unset it for the default "
-                         f"{SIM_MAX_FLOPS}") from None
 
 
 def _simulate(spec: GemmSpec, a: torch.Tensor, b: torch.Tensor, scale_a: Any, scale_b: Any,
@@ -146,15 +101,6 @@ def _empty_fused(spec: GemmSpec, a: torch.Tensor, operands: dict[str, Any]) -> t
     assert spec.epilogue is not None
     acc = torch.zeros((spec.m, spec.n), dtype=torch.float32, device=a.device)
     return tuple(evaluate(spec.epilogue, acc, operands, out_dtype=spec.out_dtype))
-
-
-def check_sim_size(spec: GemmSpec) -> None:
-    limit = sim_max_flops()
-    if spec.flops > limit:
-        raise DeviceError("a", f"CUDA tensors, or CPU tensors of at most {limit:,} FLOPs (2*M*N*K) for the CPU "
-                               "simulator", f"CPU tensors of {spec.m}x{spec.n}x{spec.k} ({spec.flops:,} FLOPs)",
-                          "move the tensors to an sm_90a GPU with .cuda() (large sizes need a GPU), or raise the "
-                          f"simulator's limit with {SIM_MAX_FLOPS_ENV}={spec.flops} (it runs a few GFLOP/s)")
 
 
 def _run(key: tuple[Any, ...] | None, make_spec: Callable[[], GemmSpec], a: torch.Tensor, b: torch.Tensor,
@@ -337,21 +283,6 @@ def _named_scales(scale_a: Any, scale_b: Any) -> dict[str, Any]:
     return named
 
 
-def _eager(*tensors: Any) -> bool:
-    """Whether to skip the custom-op dispatcher: not while torch.compile traces, and not when autograd
-    must see the op. The dispatcher costs ~80 us a call on the H100 host, as much as a 4096^3 fp8 GEMM."""
-    if torch.compiler.is_compiling() or torch._C._len_torch_dispatch_stack() > 0:
-        return False
-    a = tensors[0]
-    if not a.is_cuda or checks.is_fake(a):  # (is_cuda: a.device.type builds a device object, ~0.4 us)
-        return False
-    if torch.is_grad_enabled():
-        for t in tensors:
-            if t is not None and t.requires_grad:
-                return False
-    return True
-
-
 def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = None,
            epilogue: Callable[..., Any] | None = None, **operands: Any) -> Any:
     """``a @ b`` for bf16/fp16 (fp32 accumulation). `out_dtype` defaults to a's dtype.
@@ -368,7 +299,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
                 return hit(a, b, None, None, None, operands)
             spec, tensors = _fused(checks.matmul_spec_cached(a, b, out_dtype), a, epilogue, operands)
             return run_fused(spec, a, b, tensors, key)
-        if _eager(a, b):
+        if skip_dispatcher(a, b):
             return _matmul_impl(a, b, out_dtype)
         return torch.ops.warploom.matmul(a, b, out_dtype)
     except (AttributeError, TypeError, RuntimeError) as e:
@@ -405,7 +336,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
             return _scaled_fused(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, fn, ops, scale_result)
         # NVFP4's pairs [block scales, global scale] reach the op as two more tensors (its schema takes no lists)
         (sa, ga), (sb, gb) = checks.scale_parts("scale_a", scale_a), checks.scale_parts("scale_b", scale_b)
-        if _eager(a, b, sa, sb, bias, ga, gb):
+        if skip_dispatcher(a, b, sa, sb, bias, ga, gb):
             return _scaled_mm_impl(a, b, sa, sb, bias, out_dtype, use_fast_accum, ga, gb)
         return torch.ops.warploom.scaled_mm(a, b, sa, sb, bias, out_dtype, use_fast_accum, ga, gb)
     except (AttributeError, TypeError, RuntimeError) as e:

@@ -67,13 +67,14 @@ def _bounds(name: str, t: Any, groups: int, device: torch.device) -> None:
     if t.device != device:
         raise InputError(name, f"a tensor on {device}, a's device", f"a tensor on {t.device}",
                          f"move it with {name}.to(a.device)")
-    if t.device.type == "cuda" and (t.stride(0) != 1 or t.data_ptr() % 4):
+    if t.device.type == "cuda" and (t.stride(0) != 1 or not is_fake(t) and t.data_ptr() % 4):
         raise AlignmentError(name, "a contiguous tensor", f"stride {t.stride(0)}", f"pass {name}.contiguous()")
 
 
 def _cpu_values(offs: torch.Tensor | None, masked_m: torch.Tensor | None, rows: int, cap: int) -> None:
-    """The bounds' values, on CPU tensors only (module docstring: on CUDA this would sync the host)."""
-    if offs is not None and offs.device.type == "cpu" and offs.numel():
+    """The bounds' values, on CPU tensors only (module docstring: on CUDA this would sync the host; fake tensors,
+    a custom op's while tracing, have none)."""
+    if offs is not None and _has_values(offs) and offs.numel():
         steps = offs[1:] - offs[:-1]
         if bool((steps < 0).any()) or int(offs[0]) < 0:
             i = int((steps < 0).nonzero()[0]) + 1 if bool((steps < 0).any()) else 0
@@ -83,11 +84,15 @@ def _cpu_values(offs: torch.Tensor | None, masked_m: torch.Tensor | None, rows: 
         if int(offs[-1]) > rows:
             raise InputError("offs", f"a last offset of at most a's {rows} rows",
                              f"offs[-1] = {int(offs[-1])}", "pass offs ending at the rows of a the experts own")
-    if masked_m is not None and masked_m.device.type == "cpu" and masked_m.numel():
+    if masked_m is not None and _has_values(masked_m) and masked_m.numel():
         hi, lo = int(masked_m.max()), int(masked_m.min())
         if hi > cap or lo < 0:
             raise InputError("masked_m", f"counts in [0, {cap}] (a's capacity M_max per expert)",
                              f"counts from {lo} to {hi}", f"clamp them: masked_m.clamp(0, {cap})")
+
+
+def _has_values(t: torch.Tensor) -> bool:
+    return t.device.type == "cpu" and not is_fake(t)
 
 
 def _b_layout(b: torch.Tensor, fp8: bool) -> BLayout:
@@ -149,6 +154,14 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
     blockwise 1x128 x 128x128 where scale_b is 3-D (`_blockwise_scales`)."""
     if scaled is None:
         scaled = scale_a is not None or scale_b is not None
+    a_dt, mx = _dtypes(a, b, scale_a, scale_b, use_fast_accum, scaled)
+    if a.dim() == 2 and b.dim() == 2:
+        return _k_grouped_call(a, b, offs, masked_m, out_dtype, a_dt, scale_a, scale_b, use_fast_accum)
+    return _in_grouped_call(a, b, offs, masked_m, out_dtype, a_dt, mx, scale_a, scale_b, use_fast_accum, scaled)
+
+
+def _dtypes(a: Any, b: Any, scale_a: Any, scale_b: Any, use_fast_accum: Any, scaled: bool) -> tuple[DType, bool]:
+    """The argument, device and dtype checks of a grouped call (no sizes): a's dtype, and whether it is MX."""
     if scaled and scale_a is None and scale_b is None:
         raise ArgumentTypeError("scale_a", "float32 scales for both fp8 operands: rowwise (one per row of a and per "
                                 "column of each expert) or blockwise 1x128 x 128x128", "None for scale_a and scale_b",
@@ -168,8 +181,40 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
     b_dt = check_dtype("b", b, allowed, fix)
     if a_dt != b_dt:
         raise DTypeError("b", f"{a.dtype}, a's dtype", str(b.dtype), f"pass b.to({a.dtype})")
-    if a.dim() == 2 and b.dim() == 2:
-        return _k_grouped_call(a, b, offs, masked_m, out_dtype, a_dt, scale_a, scale_b, use_fast_accum)
+    return a_dt, mx
+
+
+def grouped_result(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dtype: Any = None,
+                   scale_a: Any = None, scale_b: Any = None, use_fast_accum: bool = False, *,
+                   scaled: bool) -> tuple[tuple[Any, ...], torch.dtype]:
+    """The result's shape and dtype, for the custom ops' fake implementations: with plain int sizes every check of
+    `grouped_call` (no bound values: fake tensors have none), else, on symbolic sizes, the dtype and rank checks
+    only (strides and sizes wait for the real call), as `checks.matmul_dtypes`."""
+    if all(isinstance(d, int) for t in (a, b, offs, masked_m, scale_a, scale_b) if isinstance(t, torch.Tensor)
+           for d in (*t.shape, *t.stride())):
+        call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum, scaled=scaled)
+        return call.out_shape, call.spec.out_dtype.torch
+    a_dt, _ = _dtypes(a, b, scale_a, scale_b, use_fast_accum, scaled)
+    out = _out_dtype(out_dtype, a_dt, scaled).torch
+    if a.dim() == 2 and b.dim() == 2:  # K-grouped: (G, M, N)
+        if not isinstance(offs, torch.Tensor):
+            raise InputError("offs", "the (G,) int32 cumulative K ends of a 2-D x 2-D (K-grouped) call", "None",
+                             "pass offs=k_counts.cumsum(0).to(torch.int32)")
+        return (offs.shape[0], a.shape[0], b.shape[1]), out
+    if b.dim() != 3:
+        raise ShapeError("b", "a 3-D (G, K, N) tensor of expert weights", f"{b.dim()}-D shape {tuple(b.shape)}",
+                         "stack the experts' (K, N) weights")
+    if a.dim() == 2:  # M-grouped: (total_M, N)
+        return (a.shape[0], b.shape[2]), out
+    if a.dim() == 3:  # masked or batched: (G, M_max, N)
+        return (a.shape[0], a.shape[1], b.shape[2]), out
+    raise ShapeError("a", "a 2-D (total_M, K) tensor with offs, or a 3-D (G, M_max, K) one",
+                     f"{a.dim()}-D shape {tuple(a.shape)}", "reshape a")
+
+
+def _in_grouped_call(a: Any, b: Any, offs: Any, masked_m: Any, out_dtype: Any, a_dt: DType, mx: bool,
+                     scale_a: Any, scale_b: Any, use_fast_accum: bool, scaled: bool) -> GroupedCall:
+    """`grouped_call` past its dtype checks, for a 3-D b: M-grouped, masked or batched."""
     if b.dim() != 3:
         raise ShapeError("b", "a 3-D (G, K, N) tensor of expert weights", f"{b.dim()}-D shape {tuple(b.shape)}",
                          "stack the experts' (K, N) weights")
@@ -235,7 +280,7 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
         _rowwise_scales(scale_a, scale_b, (rows,) if a.dim() == 2 else (groups, cap), (groups, n))
     _cpu_values(offs, masked_m, rows, cap)
     # (blockwise always promotes: `_blockwise_scales` refuses use_fast_accum=True)
-    spec = GemmSpec(rows, n, k, a_dt, b_dt, out, layout, recipe,
+    spec = GemmSpec(rows, n, k, a_dt, a_dt, out, layout, recipe,
                     Accumulation.NATIVE if not scaled or use_fast_accum else Accumulation.PROMOTED,
                     grouping=grouping, groups=groups)
     return GroupedCall(spec, a2, b, bounds, out_shape)
@@ -299,7 +344,7 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
     elif scaled:
         _blockwise_scales(scale_a, scale_b, (m, kb), (kb, nb), "one per row of a and 128-deep block of total_K",
                           "one per 128x128 block of b (total_K, N)", use_fast_accum)
-    if offs.device.type == "cpu":  # (the values on CPU tensors only: module docstring)
+    if _has_values(offs):  # (the values on CPU tensors only: module docstring)
         ends = [0, *offs.tolist()]
         bad = next((i for i in range(groups) if ends[i + 1] < ends[i]), None)
         if bad is not None:

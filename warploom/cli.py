@@ -92,9 +92,9 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
     A size warploom refuses (e.g. fp8 with N not a multiple of 16) is a usage error, printed without a traceback.
     """
     import warploom
-    from warploom.api import sim_max_flops
     from warploom.errors import InternalError, UnsupportedError, WarploomError
     from warploom.kernel import build
+    from warploom.placement import sim_max_flops
     from warploom.planner import plan_schedule
 
     try:
@@ -344,7 +344,7 @@ def _plan_table(kern: Kernel) -> Any:
 def _run_sim(con: Any, kern: Kernel, seed: int, timeline: Path | None, title: str, *,
              exit_on_failure: bool = True) -> bool:
     """Simulate `kern` at its size on random data: every CTA when small, else `sample_ctas`; compare with torch."""
-    from warploom.api import SIM_MAX_FLOPS_ENV, sim_max_flops
+    from warploom.placement import SIM_MAX_FLOPS_ENV, sim_max_flops
     from warploom.reference import make_inputs
     from warploom.sim import compare_kernel, draw_timeline, sample_kernel_ctas
     from warploom.sim.compare import TOLERANCE

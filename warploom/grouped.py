@@ -17,7 +17,7 @@ Layouts (``b`` is (G, K, N) but in the K-grouped one: G experts' weights, a (G, 
   (torch's 1-D (G * M,) and (G * N,) scales).
 
 CUDA tensors launch the grouped kernel (ir.Tiling.grouping) with no host sync, so it can be captured in a CUDA
-graph; CPU tensors run the same planned kernel on the simulator (small problems, `api.sim_max_flops`). Arguments are
+graph; CPU tensors run the same planned kernel on the simulator (small problems, `sim_max_flops`). Arguments are
 checked first (`checks_grouped`); the bounds' values only on CPU tensors (its docstring says why).
 """
 
@@ -30,12 +30,13 @@ from typing import Any
 
 import torch
 
-from warploom.api import check_sim_size, device_for, require_cuda, sim_device
-from warploom.checks_grouped import GroupedCall, grouped_call
+from warploom.checks import fast_accum, no_neg_bit
+from warploom.checks_grouped import GroupedCall, grouped_call, grouped_result
 from warploom.epilogue.graph import OutputLayout
 from warploom.errors import InputError, ShapeError, UnsupportedError, WarploomError
 from warploom.fused import fused_spec
 from warploom.kernel import Kernel, build
+from warploom.placement import check_sim_size, device_for, require_cuda, sim_device, skip_dispatcher
 from warploom.planning.amax_pass import amax_pass_problem
 from warploom.planning.sm90 import grouped_quantize_problems, two_passes
 from warploom.spec import GemmSpec, Grouping
@@ -74,11 +75,17 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     (total_M, 1) or (G, M_max, 1), as the dense recipe's: on one tile where N <= 128, wider in planner rule 29's two
     passes (the GEMM stores y in fp32 and each tile adds its rows' amax, clipped at its group's end; a cast kernel
     then quantizes the rows of some group), for ``return warploom.quantize(y, recipe="rowwise")`` alone."""
-    call = grouped_call(a, b, offs, masked_m, out_dtype)
-    if epilogue is None:
+    if epilogue is None:  # (the custom op: see `_grouped_mm_impl`)
         _no_operands(operands)
-        return _run(call)
-    return _run(*_fused(call, epilogue, operands))
+        _no_neg_view({"a": a, "b": b})
+        try:
+            if skip_dispatcher(a, b, offs, masked_m):
+                return _grouped_mm_impl(a, b, offs, masked_m, out_dtype)
+            return torch.ops.warploom.grouped_mm(a, b, offs, masked_m, out_dtype)
+        except (AttributeError, TypeError, RuntimeError) as e:
+            _refused(e, lambda: grouped_call(a, b, offs, masked_m, out_dtype))
+            raise
+    return _run(*_fused(grouped_call(a, b, offs, masked_m, out_dtype), epilogue, operands))
 
 
 def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
@@ -114,20 +121,98 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     result is stored, or the pair of ``warploom.quantize(y, recipe="1x128")`` (`grouped_mm` says how). Operands are
     shaped as `grouped_mm`'s; scaled_mm's names scale_a, scale_b and bias are reserved (neither an operand nor a
     parameter of fn may take them)."""
-    call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum, scaled=True)
-    if call.spec.grouping is Grouping.K_OFFSETS and not call.spec.scale.is_blockwise:  # (torch's (G * N,): per group)
-        scale_b = scale_b.reshape(call.spec.groups, call.spec.n)
-    # (blockwise scales go with their strides, a 3-D scale_a over a's flattened rows; rowwise ones flattened, as the
-    # epilogue reads them)
-    sa = scale_a.flatten(0, -2) if call.spec.scale.is_blockwise else scale_a.reshape(-1)
-    if epilogue is None:
+    if epilogue is None:  # (the custom op: see `_grouped_mm_impl`)
         _no_operands(operands)
-        return _run(call, sa, scale_b)
+        fast_accum(use_fast_accum)  # (before the dispatcher, which casts None to False and fails on a string)
+        _no_neg_view({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b})
+        try:
+            if skip_dispatcher(a, b, scale_a, scale_b, offs, masked_m):
+                return _scaled_grouped_mm_impl(a, b, scale_a, scale_b, offs, masked_m, out_dtype, use_fast_accum)
+            return torch.ops.warploom.scaled_grouped_mm(a, b, scale_a, scale_b, offs, masked_m, out_dtype,
+                                                        use_fast_accum)
+        except (AttributeError, TypeError, RuntimeError) as e:
+            _refused(e, lambda: grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum,
+                                             scaled=True))
+            raise
+    call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum, scaled=True)
+    sa, scale_b = _mainloop_scales(call, scale_a, scale_b)
     if call.spec.scale.is_blockwise:  # (the mainloop's scales: they ride beside the graph's operands)
         return _run(*_fused(call, epilogue, operands, scale_a=sa, scale_b=scale_b))
     # rowwise: graph operands, scale_a a (total_M, 1) column, scale_b a (G, 1, N) row per expert (the 3-D form is
     # per expert always, even where G == total_M: classify.py)
     return _run(*_fused(call, epilogue, operands, scale_a=sa[:, None], scale_b=scale_b.unsqueeze(1)))
+
+
+def _mainloop_scales(call: GroupedCall, scale_a: torch.Tensor,
+                     scale_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The scales as the kernel reads them: blockwise ones with their strides, a 3-D scale_a over a's flattened rows;
+    rowwise ones flattened, as the epilogue reads them, a K-grouped call's scale_b (torch's (G * N,)) per group."""
+    if call.spec.grouping is Grouping.K_OFFSETS and not call.spec.scale.is_blockwise:
+        scale_b = scale_b.reshape(call.spec.groups, call.spec.n)
+    return (scale_a.flatten(0, -2) if call.spec.scale.is_blockwise else scale_a.reshape(-1)), scale_b
+
+
+# The plain calls (no epilogue) are torch.library custom ops, torch.ops.warploom.grouped_mm and .scaled_grouped_mm, as
+# `warploom.matmul` is (api.py): torch.compile traces them and FakeTensorMode runs them through the fake
+# implementations, which answer with the result's shape and dtype (`checks_grouped.grouped_result`). Calls with an
+# epilogue go straight to the kernel (fused.py says why). Registered when warploom.api is imported (it imports this
+# module).
+def _grouped_mm_impl(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None,
+                     masked_m: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    out = _run(grouped_call(a, b, offs, masked_m, out_dtype))
+    assert isinstance(out, torch.Tensor)  # (no epilogue: one result)
+    return out
+
+
+_grouped_mm_op = torch.library.custom_op("warploom::grouped_mm", mutates_args=())(_grouped_mm_impl)
+
+
+@_grouped_mm_op.register_fake
+def _grouped_mm_fake(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None,
+                     masked_m: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    shape, dtype = grouped_result(a, b, offs, masked_m, out_dtype, scaled=False)
+    return a.new_empty(shape, dtype=dtype)
+
+
+def _scaled_grouped_mm_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                            offs: torch.Tensor | None = None, masked_m: torch.Tensor | None = None,
+                            out_dtype: torch.dtype | None = torch.bfloat16,
+                            use_fast_accum: bool = False) -> torch.Tensor:
+    call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum, scaled=True)
+    out = _run(call, *_mainloop_scales(call, scale_a, scale_b))
+    assert isinstance(out, torch.Tensor)
+    return out
+
+
+_scaled_grouped_mm_op = torch.library.custom_op("warploom::scaled_grouped_mm", mutates_args=())(
+    _scaled_grouped_mm_impl)
+
+
+@_scaled_grouped_mm_op.register_fake
+def _scaled_grouped_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
+                            offs: torch.Tensor | None = None, masked_m: torch.Tensor | None = None,
+                            out_dtype: torch.dtype | None = torch.bfloat16,
+                            use_fast_accum: bool = False) -> torch.Tensor:
+    shape, dtype = grouped_result(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum, scaled=True)
+    return a.new_empty(shape, dtype=dtype)
+
+
+def _no_neg_view(named: dict[str, Any]) -> None:
+    """A negated view is refused on every path, as the direct one (CUDA, `skip_dispatcher`) must refuse it: the
+    dispatcher would resolve it. (Not while torch.compile traces, whose graph's dispatcher resolves it.)"""
+    if not torch.compiler.is_compiling():
+        no_neg_bit(named)
+
+
+def _refused(e: Exception, check: Callable[[], Any]) -> None:
+    """After a call failed with a Python or torch error (an argument the op's dispatcher could not take: None, a
+    list, a string out_dtype), raise the warploom error the checks give for it, naming the argument, if any."""
+    if isinstance(e, WarploomError):
+        return
+    try:
+        check()
+    except WarploomError as err:
+        raise err from None
 
 
 def _no_operands(operands: dict[str, Any]) -> None:

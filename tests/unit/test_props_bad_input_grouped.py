@@ -7,9 +7,10 @@ Each example is a small valid problem with one mistake: a kind from GROUPED_KIND
 masked 3-D a with masked_m; 3-D x 3-D batched; K-grouped 2-D x 2-D with offs), bf16 or fp8 (rowwise or blockwise
 1x128 x 128x128 scales; MX e8m0 ones M-grouped), with or without a fused epilogue; the quantize problems a y, a
 recipe and an fp8 dtype. `warploom.grouped.build` is replaced by one that plans the spec and raises
-`Accepted`, so a mistake that got past the checks says so (meta tensors would otherwise fail later in require_cuda,
-naming `a`), and nothing is simulated. test_valid_problems_are_accepted runs the same problems unmistaken; a few of
-them through the CPU simulator too. COUNTS tallies what was tried (printed with -s).
+`Accepted`, so a mistake that got past the checks says so, and nothing is simulated; on meta tensors, which the
+custom ops (no epilogue) answer with their fake implementations, `grouped.grouped_result` is replaced alike.
+test_valid_problems_are_accepted runs the same problems unmistaken; a few of them through the CPU simulator too.
+COUNTS tallies what was tried (printed with -s).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from props import examples, figures, refused, show_arg
 
 import warploom
 import warploom.grouped
+from warploom.api import device_for
+from warploom.checks_grouped import grouped_call
 from warploom.device import DeviceInfo
 from warploom.planner import plan_schedule
 from warploom.quantization import QuantRecipe
@@ -49,7 +52,14 @@ def _no_build() -> Iterator[None]:
         plan_schedule(spec, device)
         raise Accepted("the checks passed and the planner planned it")
 
-    with mock.patch.object(warploom.grouped, "build", accepted):
+    def fake_accepted(*args: Any, **kwargs: Any) -> None:
+        # (meta tensors reach the custom ops' fake implementations, which check as the real call does but build
+        # nothing: the same stand-in there)
+        call = grouped_call(*args, **kwargs)
+        accepted(call.spec, device_for(call.a))
+
+    with mock.patch.object(warploom.grouped, "build", accepted), \
+            mock.patch.object(warploom.grouped, "grouped_result", fake_accepted):
         yield
 
 

@@ -55,7 +55,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("planner", ("warploom.planner",)),
     ("simulator", ("warploom.sim",)),
     ("kernel", ("warploom.kernel",)),
-    ("calls", ("warploom.eager", "warploom.fused")),
+    ("calls", ("warploom.eager", "warploom.fused", "warploom.placement")),
     ("tuning", ("warploom.tune",)),
     ("API", ("warploom.api", "warploom.grouped")),
     ("tools", ("warploom", "warploom.bench", "warploom.benchsuite", "warploom.cli", "warploom.__main__")),

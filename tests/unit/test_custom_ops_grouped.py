@@ -1,0 +1,228 @@
+"""The grouped custom ops, torch.ops.warploom.grouped_mm and .scaled_grouped_mm, without a GPU: opcheck on meta and
+CPU tensors (the real implementation runs the simulator: tiny problems), fake tensors, and a torch.compile trace.
+
+As in test_custom_ops.py, test_schema is left out for fp8 on CPU (its SchemaCheckMode compares fp8 tensors with a
+multiply torch's CPU backend lacks).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+import warploom
+import warploom.api  # noqa: F401  (registers torch.ops.warploom.*, whichever of torch and warploom came first)
+
+BF16, FP32, E4, I32 = torch.bfloat16, torch.float32, torch.float8_e4m3fn, torch.int32
+UTILS = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+GROUPED = torch.ops.warploom.grouped_mm.default
+SCALED = torch.ops.warploom.scaled_grouped_mm.default
+
+
+def _offs(device: str, *ends: int) -> torch.Tensor:
+    return torch.tensor(ends, dtype=I32).to(device)
+
+
+def m_grouped(device: str, out_dtype: torch.dtype | None = None) -> tuple:
+    """a (total_M, K) with offs over b (G, K, N): (total_M, N)."""
+    a, b = torch.randn(80, 64).to(BF16), torch.randn(3, 64, 128).to(BF16)
+    return (a.to(device), b.to(device), _offs(device, 16, 16, 72), None, out_dtype)
+
+
+def masked(device: str) -> tuple:
+    """a (G, M_max, K) with masked_m: (G, M_max, N)."""
+    a, b = torch.randn(2, 32, 64).to(BF16), torch.randn(2, 64, 128).to(BF16)
+    return (a.to(device), b.to(device), None, _offs(device, 32, 5), None)
+
+
+def batched(device: str) -> tuple:
+    """a (G, M, K) x b (G, K, N), every row: (G, M, N)."""
+    a, b = torch.randn(2, 24, 64).to(BF16), torch.randn(2, 64, 128).to(BF16).transpose(-2, -1).contiguous()
+    return (a.to(device), b.transpose(-2, -1).to(device), None, None, FP32)
+
+
+def k_grouped(device: str) -> tuple:
+    """a (M, total_K) x b (total_K, N) column-major with offs over K: (G, M, N)."""
+    a, b = torch.randn(32, 96).to(BF16), torch.randn(128, 96).to(BF16)
+    return (a.to(device), b.to(device).t(), _offs(device, 40, 40, 96), None, None)
+
+
+def _fp8(*shape: int) -> torch.Tensor:
+    return (torch.randn(*shape) * 0.5).to(E4)
+
+
+def rowwise(device: str, fast: bool = False) -> tuple:
+    """fp8 M-grouped rowwise: scale_a (total_M,), scale_b (G, N)."""
+    a, b = _fp8(80, 64), _fp8(3, 128, 64).transpose(-2, -1)
+    sa, sb = torch.rand(80) + 0.5, torch.rand(3, 128) + 0.5
+    return tuple(t.to(device) for t in (a, b, sa, sb, _offs("cpu", 16, 40, 80))) + (None, BF16, fast)
+
+
+def blockwise(device: str) -> tuple:
+    """fp8 M-grouped blockwise: scale_a (total_M, ceil(K/128)), scale_b (G, ceil(K/128), ceil(N/128))."""
+    a, b = _fp8(64, 256), _fp8(2, 128, 256).transpose(-2, -1)
+    sa, sb = torch.rand(64, 2) + 0.5, torch.rand(2, 2, 1) + 0.5
+    return tuple(t.to(device) for t in (a, b, sa, sb, _offs("cpu", 24, 64))) + (None, BF16, False)
+
+
+def masked_blockwise(device: str) -> tuple:
+    """fp8 masked blockwise: a (G, M_max, K), scale_a (G, M_max, ceil(K/128))."""
+    a, b = _fp8(2, 32, 128), _fp8(2, 128, 128).transpose(-2, -1)
+    sa, sb = torch.rand(2, 32, 1) + 0.5, torch.rand(2, 1, 1) + 0.5
+    return tuple(t.to(device) for t in (a, b, sa, sb)) + (None, _offs(device, 7, 32), BF16, False)
+
+
+def k_grouped_blockwise(device: str) -> tuple:
+    """fp8 K-grouped blockwise: scale_a (M, ceil(total_K/128)), scale_b (ceil(total_K/128), ceil(N/128))."""
+    a, b = _fp8(32, 256), _fp8(128, 256).t()
+    sa, sb = torch.rand(32, 2) + 0.5, torch.rand(2, 1) + 0.5
+    return tuple(t.to(device) for t in (a, b, sa, sb, _offs("cpu", 128, 256))) + (None, BF16, False)
+
+
+def k_grouped_rowwise(device: str) -> tuple:
+    """fp8 K-grouped rowwise: torch's scale_a (G * M,) and scale_b (G * N,)."""
+    a, b = _fp8(32, 96), _fp8(128, 96).t()
+    sa, sb = torch.rand(2 * 32) + 0.5, torch.rand(2 * 128) + 0.5
+    return tuple(t.to(device) for t in (a, b, sa, sb, _offs("cpu", 40, 96))) + (None, BF16, False)
+
+
+BF16_CASES: list[Callable[[str], tuple]] = [m_grouped, masked, batched, k_grouped]
+FP8_CASES: list[Callable[[str], tuple]] = [rowwise, blockwise, masked_blockwise, k_grouped_blockwise,
+                                           k_grouped_rowwise]
+
+
+@pytest.mark.parametrize("util", UTILS)
+@pytest.mark.parametrize("case", BF16_CASES + FP8_CASES, ids=lambda f: f.__name__)
+def test_opcheck_on_meta(case: Callable[[str], tuple], util: str) -> None:
+    op = GROUPED if case in BF16_CASES else SCALED
+    assert torch.library.opcheck(op, case("meta"), test_utils=util) == {util: "SUCCESS"}
+
+
+@pytest.mark.parametrize("util", UTILS)
+@pytest.mark.parametrize("case", BF16_CASES, ids=lambda f: f.__name__)
+def test_opcheck_grouped_mm_on_cpu(case: Callable[[str], tuple], util: str) -> None:
+    torch.manual_seed(0)
+    assert torch.library.opcheck(GROUPED, case("cpu"), test_utils=util) == {util: "SUCCESS"}
+
+
+@pytest.mark.parametrize("util", [u for u in UTILS if u != "test_schema"])
+@pytest.mark.parametrize("case", FP8_CASES, ids=lambda f: f.__name__)
+def test_opcheck_scaled_grouped_mm_on_cpu(case: Callable[[str], tuple], util: str) -> None:
+    torch.manual_seed(0)
+    assert torch.library.opcheck(SCALED, case("cpu"), test_utils=util) == {util: "SUCCESS"}
+
+
+def _public(case: Callable[[str], tuple], device: str, fake: bool = False) -> Any:
+    """The public function's call for a case's op arguments; `fake`: as fake tensors of the same sizes and strides
+    on `device` (under FakeTensorMode, which makes fake CUDA tensors without a GPU)."""
+    args = case("cpu" if fake else device)
+    if fake:
+        args = tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
+                     if isinstance(t, torch.Tensor) else t for t in args)
+    if case in BF16_CASES:
+        a, b, offs, masked_m, out_dtype = args
+        return warploom.grouped_mm(a, b, offs, masked_m=masked_m, out_dtype=out_dtype)
+    a, b, sa, sb, offs, masked_m, out_dtype, fast = args
+    return warploom.scaled_grouped_mm(a, b, sa, sb, offs, masked_m=masked_m, out_dtype=out_dtype,
+                                      use_fast_accum=fast)
+
+
+SHAPES = {m_grouped: ((80, 128), BF16), masked: ((2, 32, 128), BF16), batched: ((2, 24, 128), FP32),
+          k_grouped: ((3, 32, 128), BF16), rowwise: ((80, 128), BF16), blockwise: ((64, 128), BF16),
+          masked_blockwise: ((2, 32, 128), BF16), k_grouped_blockwise: ((2, 32, 128), BF16),
+          k_grouped_rowwise: ((2, 32, 128), BF16)}
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("case", BF16_CASES + FP8_CASES, ids=lambda f: f.__name__)
+def test_fake_tensors_get_the_result_shape_and_never_touch_storage(case: Callable[[str], tuple],
+                                                                   device: str) -> None:
+    # An MoE model run under FakeTensorMode (torch.compile, export, shape propagation): fake CUDA tensors need no GPU,
+    # and warploom must neither read a data pointer (torch warns that this "will error") nor read offs' values.
+    torch.set_warn_always(True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with FakeTensorMode():
+                out = _public(case, device, fake=True)
+    finally:
+        torch.set_warn_always(False)
+    assert isinstance(out, FakeTensor) and out.device.type == device
+    assert (tuple(out.shape), out.dtype) == SHAPES[case]
+
+
+@pytest.mark.parametrize("case", BF16_CASES + FP8_CASES, ids=lambda f: f.__name__)
+def test_meta_tensors_get_meta_results(case: Callable[[str], tuple]) -> None:
+    out = _public(case, "meta")
+    assert (out.device.type, tuple(out.shape), out.dtype) == ("meta", *SHAPES[case])
+
+
+def test_bad_input_on_meta_is_refused_naming_the_argument() -> None:
+    a, b, offs, _, _ = m_grouped("meta")
+    with pytest.raises(warploom.DTypeError, match="^offs: "):
+        warploom.grouped_mm(a, b, offs.long())
+    with pytest.raises(warploom.ShapeError, match="^b: "):
+        warploom.grouped_mm(a, b[:, :32], offs)
+    with pytest.raises(warploom.DTypeError, match="^out_dtype: "):
+        warploom.grouped_mm(a, b, offs, out_dtype="bf16")  # type: ignore[arg-type]
+    with pytest.raises(warploom.ArgumentTypeError, match="^a: "):
+        warploom.grouped_mm(None, b, offs)  # type: ignore[arg-type]
+    with pytest.raises(warploom.InputError, match="^offs: "):
+        warploom.grouped_mm(a, b, [16, 16, 72])  # type: ignore[arg-type]
+    with pytest.raises(warploom.DTypeError, match="^b: "):
+        torch.ops.warploom.grouped_mm(a, b.half(), offs)
+    sa8, sb8, offs8 = rowwise("meta")[2:5]
+    a8, b8 = rowwise("meta")[:2]
+    with pytest.raises(warploom.ScaleError, match="^scale_b: "):
+        warploom.scaled_grouped_mm(a8, b8, sa8, sb8[:, :64], offs8)
+    with pytest.raises(warploom.ArgumentTypeError, match="^use_fast_accum: "):
+        warploom.scaled_grouped_mm(a8, b8, sa8, sb8, offs8, use_fast_accum="no")  # type: ignore[arg-type]
+    with pytest.raises(warploom.ArgumentTypeError, match="^scale_a: "):
+        warploom.scaled_grouped_mm(a8, b8, None, sb8, offs8)  # type: ignore[arg-type]
+    with pytest.raises(warploom.DTypeError, match="^out_dtype: "):
+        torch.ops.warploom.scaled_grouped_mm(a8, b8, sa8, sb8, offs8, None, FP32, False)
+
+
+def _moe(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    h = warploom.grouped_mm(x, w, offs)
+    return warploom.grouped_mm(torch.relu(h), w2, offs, out_dtype=FP32)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph_traces_grouped_mm_and_matches_eager(dynamic: bool) -> None:
+    torch.manual_seed(0)
+    x, w, offs = m_grouped("cpu")[:3]
+    w2 = torch.randn(3, 128, 64).to(BF16)
+    graphs: list[torch.fx.GraphModule] = []
+
+    def backend(gm: torch.fx.GraphModule, inputs: Any) -> Any:
+        graphs.append(gm)
+        return torch._dynamo.backends.debugging.aot_eager(gm, inputs)
+
+    torch._dynamo.reset()
+    try:
+        out = torch.compile(_moe, backend=backend, fullgraph=True, dynamic=dynamic)(x, w, offs, w2)
+    finally:
+        torch._dynamo.reset()
+    (gm,) = graphs
+    calls = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert calls.count(torch.ops.warploom.grouped_mm) == 2, calls
+    assert out.dtype == FP32 and out.shape == (80, 64)
+    assert torch.equal(out, _moe(x, w, offs, w2))
+
+
+def test_compile_fullgraph_traces_scaled_grouped_mm() -> None:
+    torch.manual_seed(0)
+    a, b, sa, sb, offs, _, _, _ = blockwise("cpu")
+    f = torch.compile(lambda *t: warploom.scaled_grouped_mm(*t), backend="aot_eager", fullgraph=True)
+    torch._dynamo.reset()
+    try:
+        out = f(a, b, sa, sb, offs)
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(out, warploom.scaled_grouped_mm(a, b, sa, sb, offs))
