@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from traced import compile_keeping_graphs  # (pytest puts this folder on sys.path)
 
 import warploom
 import warploom.api  # registers torch.ops.warploom.*, whichever of torch and warploom a session imported first
@@ -173,17 +174,7 @@ def test_compile_nvfp4_traces_the_custom_op_without_graph_breaks() -> None:
     # fullgraph=True: a graph break (the pairs, or a list the op's schema refused) fails the compile. The graph holds
     # the op once, with the global scales as tensors; its result is the simulator's, against the dequantized product.
     a, b, sa, sb, _, _, _, ga, gb = nvfp4_args(130, 144, 320, "cpu")
-    graphs: list[torch.fx.GraphModule] = []
-
-    def backend(gm: torch.fx.GraphModule, inputs: Any) -> Any:
-        graphs.append(gm)
-        return torch._dynamo.backends.debugging.aot_eager(gm, inputs)
-
-    torch._dynamo.reset()
-    try:
-        out = torch.compile(_nvfp4_call, backend=backend, fullgraph=True)(a, b, sa, ga, sb, gb)
-    finally:
-        torch._dynamo.reset()
+    out, graphs = compile_keeping_graphs(_nvfp4_call, a, b, sa, ga, sb, gb)
     (gm,) = graphs
     calls = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert calls == [torch.ops.warploom.scaled_mm], calls

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from traced import compile_keeping_graphs  # (pytest puts this folder on sys.path)
 
 import warploom
 import warploom.api  # noqa: F401  (registers torch.ops.warploom.*, whichever of torch and warploom came first)
@@ -198,17 +199,7 @@ def test_compile_fullgraph_traces_grouped_mm_and_matches_eager(dynamic: bool) ->
     torch.manual_seed(0)
     x, w, offs = m_grouped("cpu")[:3]
     w2 = torch.randn(3, 128, 64).to(BF16)
-    graphs: list[torch.fx.GraphModule] = []
-
-    def backend(gm: torch.fx.GraphModule, inputs: Any) -> Any:
-        graphs.append(gm)
-        return torch._dynamo.backends.debugging.aot_eager(gm, inputs)
-
-    torch._dynamo.reset()
-    try:
-        out = torch.compile(_moe, backend=backend, fullgraph=True, dynamic=dynamic)(x, w, offs, w2)
-    finally:
-        torch._dynamo.reset()
+    out, graphs = compile_keeping_graphs(_moe, x, w, offs, w2, dynamic=dynamic)
     (gm,) = graphs
     calls = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert calls.count(torch.ops.warploom.grouped_mm) == 2, calls
