@@ -174,6 +174,41 @@ def _grouped_mm_fake(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None
     return a.new_empty(shape, dtype=dtype)
 
 
+def _grouped_mm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    a, b, offs, masked_m, _ = inputs
+    ctx.layout = ("masked" if masked_m is not None else "k_grouped" if offs is not None and a.dim() == 2
+                  and b.dim() == 2 else "m_grouped" if offs is not None else "batched")
+    ctx.save_for_backward(a, b, offs)
+
+
+def _grouped_mm_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    """The gradients of an M-grouped or batched ``grouped_mm`` through warploom's grouped kernels, in a's dtype (the
+    incoming gradient cast to it, as `_matmul_backward`): M-grouped, grad_a = grouped_mm(grad, b^T, offs) with the rows
+    of no group zeroed (the kernel leaves them unwritten) and grad_b = the K-grouped grouped_mm(a^T, grad, offs),
+    the weight gradient's own layout (offs over the tokens); batched, the two 3-D products. a^T is copied: the
+    K-grouped kernel reads A K-major. Masked and K-grouped calls have no backward yet (refused by name)."""
+    a, b, offs = ctx.saved_tensors
+    if ctx.layout in ("masked", "k_grouped"):
+        raise UnsupportedError(f"backward of a {ctx.layout.replace('_', '-')} grouped_mm: expected an M-grouped (offs "
+                               "over a's rows) or batched call, the layouts whose backward is built. Fix: compute "
+                               "the gradients with warploom.grouped_mm calls of your own, or call torch._grouped_mm")
+    g = grad.to(a.dtype).contiguous()  # (autograd may hand in an expanded gradient, e.g. a sum's)
+    ga = gb = None
+    if ctx.needs_input_grad[0]:
+        ga = torch.ops.warploom.grouped_mm(g, b.transpose(-2, -1), offs if ctx.layout == "m_grouped" else None, None,
+                                           a.dtype)
+        if ctx.layout == "m_grouped":  # (rows past offs[-1] belong to no group: their gradient is zero)
+            owned = torch.arange(a.shape[0], device=a.device) < offs[-1].to(torch.int64)
+            ga = torch.where(owned[:, None], ga, torch.zeros((), dtype=ga.dtype, device=ga.device))
+    if ctx.needs_input_grad[1]:
+        gb = torch.ops.warploom.grouped_mm(a.transpose(-2, -1).contiguous(), g,
+                                           offs if ctx.layout == "m_grouped" else None, None, b.dtype)
+    return ga, gb, None, None, None
+
+
+_grouped_mm_op.register_autograd(_grouped_mm_backward, setup_context=_grouped_mm_setup)
+
+
 def _scaled_grouped_mm_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                             offs: torch.Tensor | None = None, masked_m: torch.Tensor | None = None,
                             out_dtype: torch.dtype | None = torch.bfloat16,

@@ -217,3 +217,52 @@ def test_compile_fullgraph_traces_scaled_grouped_mm() -> None:
     finally:
         torch._dynamo.reset()
     assert torch.equal(out, warploom.scaled_grouped_mm(a, b, sa, sb, offs))
+
+
+def _ref_grads(x: torch.Tensor, w: torch.Tensor, bounds: list[int] | None, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """fp32 gradients of sum(grouped product * g): M-grouped over `bounds` (rows past the last bound in no group),
+    or batched (bounds None)."""
+    xr, wr = x.detach().float().requires_grad_(), w.detach().float().requires_grad_()
+    if bounds is None:
+        y = xr @ wr
+    else:
+        y = torch.zeros(x.shape[0], w.shape[-1])
+        for e in range(w.shape[0]):
+            y[bounds[e]:bounds[e + 1]] = xr[bounds[e]:bounds[e + 1]] @ wr[e]
+    (y * g).sum().backward()
+    assert xr.grad is not None and wr.grad is not None
+    return xr.grad, wr.grad
+
+
+@pytest.mark.parametrize("layout", ["m_grouped", "batched"])
+def test_backward_through_warploom_kernels_against_fp32(layout: str) -> None:
+    """grouped_mm's autograd: grad_a by grouped_mm(grad, b^T) (rows of no group zero), grad_b by the K-grouped
+    weight-gradient kernel (M-grouped) or the 3-D product (batched), on the simulator, against fp32 autograd of the
+    per-expert loop; b passed as a transposed view, as a model's (experts, N, K) weights are."""
+    torch.manual_seed(1)
+    if layout == "m_grouped":
+        x = torch.randn(56, 64).to(BF16).requires_grad_()
+        offs, bounds = torch.tensor([10, 10, 40], dtype=torch.int32), [0, 10, 10, 40]
+    else:
+        x = torch.randn(3, 24, 64).to(BF16).requires_grad_()
+        offs, bounds = None, None
+    w = torch.randn(3, 48, 64).to(BF16).requires_grad_()
+    g = torch.randn(*x.shape[:-1], 48)
+    if layout == "m_grouped":
+        g[40:] = 0  # (rows of no group: the forward leaves them unwritten, their gradient is zero either way)
+    y = warploom.grouped_mm(x, w.transpose(-2, -1), offs)
+    (y.float() * g).sum().backward()
+    rx, rw = _ref_grads(x, w.transpose(-2, -1), bounds, g)
+    assert x.grad is not None and w.grad is not None and x.grad.dtype == BF16
+    torch.testing.assert_close(x.grad.float(), rx, atol=0.15, rtol=0.02)
+    torch.testing.assert_close(w.grad.float(), rw.transpose(-2, -1), atol=0.15, rtol=0.02)
+    if layout == "m_grouped":
+        assert torch.equal(x.grad[40:], torch.zeros_like(x.grad[40:]))
+
+
+def test_backward_of_a_masked_call_is_refused_by_name() -> None:
+    x = torch.randn(3, 16, 64).to(BF16).requires_grad_()
+    w = torch.randn(3, 64, 48).to(BF16)
+    y = warploom.grouped_mm(x, w, masked_m=torch.tensor([16, 0, 5], dtype=torch.int32))
+    with pytest.raises(warploom.UnsupportedError, match=r"backward of a masked grouped_mm: expected an M-grouped"):
+        y.float().sum().backward()
