@@ -1006,3 +1006,22 @@ def test_fused_quantize_masked_through_the_api(recipe: str, cap: int) -> None:
         c = int(counts[g])
         if c:
             _within_fp8_rounding(q[g, :c], s[g, :c], F.silu(gate[g, :c].float()) * y[g, :c])
+
+
+def test_backward_against_torch_grouped_mm() -> None:
+    """grouped_mm's autograd (M-grouped, offs from a random routing, 64 rows past offs[-1]) against torch._grouped_mm's
+    own backward: grad_a through the M-grouped kernel (rows of no group zero), grad_b through the K-grouped one.
+    Written without a GPU (session 30): the CPU tier checks the same backward on the simulator."""
+    torch.manual_seed(3)
+    experts, rows, n, k = 8, 4096, 1024, 2048
+    offs = _routing(7, experts, rows)
+    x = torch.randn(rows + 64, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(experts, n, k, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(rows + 64, n, device="cuda", dtype=torch.bfloat16)
+    g[rows:] = 0
+    warploom.grouped_mm(x, w.transpose(-2, -1), offs).backward(g)
+    xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    torch._grouped_mm(xr, wr.transpose(-2, -1), offs=offs).backward(g)
+    end = _rows(offs)
+    assert _err(x.grad[:end], xr.grad[:end]) < 1e-2 and bool((x.grad[end:] == 0).all())
+    assert _err(w.grad, wr.grad) < 1e-2
