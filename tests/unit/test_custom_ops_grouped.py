@@ -240,8 +240,8 @@ def test_backward_through_warploom_kernels_against_fp32(layout: str) -> None:
     weight-gradient kernel (M-grouped) or the 3-D product (batched), on the simulator, against fp32 autograd of the
     per-expert loop; b passed as a transposed view, as a model's (experts, N, K) weights are."""
     torch.manual_seed(1)
-    if layout == "m_grouped":
-        x = torch.randn(56, 64).to(BF16).requires_grad_()
+    if layout == "m_grouped":  # (53 rows: a^T's rows are padded to 16 bytes for the weight gradient's kernel)
+        x = torch.randn(53, 64).to(BF16).requires_grad_()
         offs, bounds = torch.tensor([10, 10, 40], dtype=torch.int32), [0, 10, 10, 40]
     else:
         x = torch.randn(3, 24, 64).to(BF16).requires_grad_()
