@@ -201,15 +201,14 @@ def _grouped_mm_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | N
             owned = torch.arange(a.shape[0], device=a.device) < offs[-1].to(torch.int64)
             ga = torch.where(owned[:, None], ga, torch.zeros((), dtype=ga.dtype, device=ga.device))
     if ctx.needs_input_grad[1]:
-        if ctx.layout == "m_grouped":
-            # (a^T's rows are the tokens: padded with zero tokens to 16 bytes for TMA, past offs[-1], in no group)
-            rows = -(-a.shape[0] // (16 // a.element_size())) * (16 // a.element_size())
-            a_t = a.new_zeros(a.shape[1], rows)
-            a_t[:, :a.shape[0]] = a.t()
-            g_k = g if rows == a.shape[0] else torch.cat([g, g.new_zeros(rows - a.shape[0], g.shape[1])])
-            gb = torch.ops.warploom.grouped_mm(a_t, g_k, offs, None, b.dtype)
-        else:
-            gb = torch.ops.warploom.grouped_mm(a.transpose(-2, -1).contiguous(), g, None, None, b.dtype)
+        # (a^T's rows run over the tokens: padded with zero tokens to 16 bytes for TMA; M-grouped, they lie past
+        # offs[-1], in no group; batched, zero rows add nothing)
+        tokens = a.shape[-2]
+        rows = -(-tokens // (16 // a.element_size())) * (16 // a.element_size())
+        a_t = a.new_zeros(*a.shape[:-2], a.shape[-1], rows)
+        a_t[..., :tokens] = a.transpose(-2, -1)
+        g_k = g if rows == tokens else torch.cat([g, g.new_zeros(*g.shape[:-2], rows - tokens, g.shape[-1])], -2)
+        gb = torch.ops.warploom.grouped_mm(a_t, g_k, offs if ctx.layout == "m_grouped" else None, None, b.dtype)
     return ga, gb, None, None, None
 
 
