@@ -92,25 +92,6 @@ LONG_K_BLOCKS = 96
 # the ties: 10837x360x8728 ran 129 tiles of 256x128 28% faster than 255 of 128x128 (the best before) and 40% faster
 # than 128x256's stream-K, while at 1057x2048x7112 (80 tiles of 256x128 against 72 of 128x256) it lost 20% (session 30).
 _LONG_K_256 = 0.95
-
-
-def long_k_16bit(spec: GemmSpec, bk: int) -> bool:
-    """Step 3's long-K regime: 16-bit operands with at least `LONG_K_BLOCKS` k-blocks, where 128x128 tiles lose their
-    per-FLOP efficiency and rule 17's 256x128 is a candidate."""
-    return spec.a_dtype.bits == 16 and math.ceil(spec.k / bk) >= LONG_K_BLOCKS
-
-
-def tile_efficiency(spec: GemmSpec, bm: int, bn: int) -> float:
-    """Step 3's per-FLOP efficiency of a BM x BN tile for `spec`: `TILES`' measured value, 128x128's at rows that are
-    not whole 128-byte lines (`_MISALIGNED_128`) and at long K (`_LONG_K_128`), 256x128's there (`_LONG_K_256`). The
-    planner scores its candidates and the tuner's cost model its plans by it, so the two never disagree."""
-    eff = next((e for tbm, tbn, e in TILES if (tbm, tbn) == (bm, bn)), min(e for _, _, e in TILES))
-    long_k = long_k_16bit(spec, k_block(spec))
-    if (bm, bn) == (128, 128):
-        eff = min(_MISALIGNED_128 if not rows_aligned(spec) else eff, _LONG_K_128 if long_k else eff)
-    if bm == 256 and long_k:
-        eff = _LONG_K_256
-    return eff
 # A forced depth may go deeper, as far as shared memory holds (to measure deeper rings).
 _FORCED_MAX_STAGES = 16
 # Rule 17: four consumer warpgroups and the producer's: 4 x 128 x 112 + 128 x 24 = 60416 of the 65536 registers.
@@ -122,6 +103,27 @@ def rows_aligned(spec: GemmSpec) -> bool:
     a_row = spec.k if spec.a_layout is ALayout.K_MAJOR else spec.m
     b_row = spec.k if spec.b_layout is BLayout.K_MAJOR else spec.n
     return a_row * spec.a_dtype.bits % 1024 == 0 and b_row * spec.b_dtype.bits % 1024 == 0
+
+
+def long_k_16bit(spec: GemmSpec) -> bool:
+    """Step 3's long-K regime: 16-bit operands with at least `LONG_K_BLOCKS` k-blocks, where 128x128 tiles lose their
+    per-FLOP efficiency and rule 17's 256x128 is a candidate."""
+    return spec.a_dtype.bits == 16 and k_blocks(spec) >= LONG_K_BLOCKS
+
+
+def tile_efficiency(spec: GemmSpec, bm: int, bn: int) -> float:
+    """Step 3's per-FLOP efficiency of a BM x BN tile for `spec`: `TILES`' measured value, 128x128's at rows that are
+    not whole 128-byte lines (`_MISALIGNED_128`) and at long K (`_LONG_K_128`), 256x128's there (`_LONG_K_256`). The
+    planner scores its candidates and the tuner's cost model its plans by it, so the two never disagree."""
+    eff = next((e for tbm, tbn, e in TILES if (tbm, tbn) == (bm, bn)), min(e for _, _, e in TILES))
+    if (bm, bn) == (128, 128):
+        if not rows_aligned(spec):
+            eff = _MISALIGNED_128
+        if long_k_16bit(spec):
+            eff = min(eff, _LONG_K_128)
+    if bm == 256 and long_k_16bit(spec):
+        eff = _LONG_K_256
+    return eff
 
 
 
@@ -543,7 +545,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         if (bm is not None and cbm != bm) or (bn is not None and cbn != bn):
             continue
         eff = tile_efficiency(spec, cbm, cbn)
-        if cbm == 256 and bm is None and (not long_k_16bit(spec, bk) or _tall_problems(
+        if cbm == 256 and bm is None and (not long_k_16bit(spec) or _tall_problems(
                 spec, pingpong, bool(scale_partition), split_k, tail_split, consumer_partitions)):
             continue  # rule 17: otherwise forced (or tuned) only
         if pingpong and not _pingpong_fits(spec, cbm, cbn, partial_blocks):
