@@ -135,16 +135,11 @@ def _matmul_impl(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None
 _matmul_op = torch.library.custom_op("warploom::matmul", mutates_args=())(_matmul_impl)
 
 
-def _static(*tensors: Any) -> bool:
-    """Whether every size and stride is a plain int (then the full checks can run on fake tensors)."""
-    return all(isinstance(d, int) for t in tensors if t is not None for d in (*t.shape, *t.stride()))
-
-
 # With symbolic sizes the fake implementations check dtypes and shapes only: under tracing, sizes may be symbolic and
 # tensors have no storage, so stride and address checks wait for the real call.
 @_matmul_op.register_fake
 def _matmul_fake(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    if _static(a, b):
+    if checks.static_sizes(a, b):
         out = checks.matmul_spec(a, b, out_dtype).out_dtype
     else:
         out = checks.matmul_dtypes(a, b, out_dtype)
@@ -247,7 +242,7 @@ def _scaled_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
                     bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,
                     use_fast_accum: bool = False, scale_a_global: torch.Tensor | None = None,
                     scale_b_global: torch.Tensor | None = None) -> torch.Tensor:
-    if _static(a, b, scale_a, scale_b, bias, scale_a_global, scale_b_global):
+    if checks.static_sizes(a, b, scale_a, scale_b, bias, scale_a_global, scale_b_global):
         out = checks.scaled_mm_spec(a, b, _pair(scale_a, scale_a_global), _pair(scale_b, scale_b_global), bias,
                                     out_dtype, use_fast_accum).out_dtype
     else:

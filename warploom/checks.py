@@ -114,6 +114,12 @@ def no_neg_bit(named: dict[str, Any]) -> None:
                              f"pass {arg}.resolve_neg()")
 
 
+def static_sizes(*tensors: Any) -> bool:
+    """Whether every size and stride of the tensors among `tensors` is a plain int: then a custom op's fake
+    implementation runs the full checks; under tracing, symbolic sizes leave strides and sizes for the real call."""
+    return all(isinstance(d, int) for t in tensors if isinstance(t, torch.Tensor) for d in (*t.shape, *t.stride()))
+
+
 def is_fake(t: Any) -> bool:
     # A plain torch.Tensor is never fake (FakeTensor subclasses it): the type check spares the eager path the
     # cached import and isinstance (~0.13 us a tensor).

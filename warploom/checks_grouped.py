@@ -27,6 +27,7 @@ from warploom.checks import (
     is_fake,
     no_neg_bit,
     same_device,
+    static_sizes,
 )
 from warploom.dtypes import DType
 from warploom.errors import AlignmentError, ArgumentTypeError, DTypeError, InputError, ScaleError, ShapeError
@@ -190,8 +191,7 @@ def grouped_result(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_d
     """The result's shape and dtype, for the custom ops' fake implementations: with plain int sizes every check of
     `grouped_call` (no bound values: fake tensors have none), else, on symbolic sizes, the dtype and rank checks
     only (strides and sizes wait for the real call), as `checks.matmul_dtypes`."""
-    if all(isinstance(d, int) for t in (a, b, offs, masked_m, scale_a, scale_b) if isinstance(t, torch.Tensor)
-           for d in (*t.shape, *t.stride())):
+    if static_sizes(a, b, offs, masked_m, scale_a, scale_b):
         call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum, scaled=scaled)
         return call.out_shape, call.spec.out_dtype.torch
     a_dt, _ = _dtypes(a, b, scale_a, scale_b, use_fast_accum, scaled)

@@ -290,8 +290,8 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
         raise e from None
     g = spec.epilogue
     problems = grouped_quantize_problems(spec) if g is not None and g.group_amax() is not None else []
-    if g is not None and two_passes(spec):  # (rule 29: the pair alone)
-        problems += [p for p in (amax_pass_problem(spec),) if p is not None]
+    if g is not None and two_passes(spec) and (pair := amax_pass_problem(spec)) is not None:
+        problems.append(pair)  # (rule 29 stores the quantize pair alone)
     if problems:
         assert g is not None
         recipe = "rowwise" if g.rowwise() else "1x128"
