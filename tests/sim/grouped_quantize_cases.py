@@ -112,3 +112,20 @@ def check_quantized(q: torch.Tensor, s: torch.Tensor, y: torch.Tensor, recipe: s
     assert torch.equal(s[owned], rs)
     assert same_bytes(q[owned], rq)
     assert bool(s[~owned].isnan().all()) and bool(q[~owned].float().isnan().all())
+
+
+# The recipes of the bitwise tests (`bitwise_case`): bf16, fp8 rowwise with fast or promoted accumulation, blockwise.
+RECIPES = ["bf16", "rowwise_fast", "rowwise_promoted", "blockwise"]
+
+
+def bitwise_case(recipe: str, masked: bool, gated: bool, plain: Callable[..., Any],
+                 gate_fn: Callable[..., Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Callable[..., Any],
+                                                      dict[str, Any], torch.Tensor]:
+    """One case of the quantize sims' bitwise tests, seeded by its place among them: a, w, the bounds, the epilogue
+    (`plain` quantizing acc, or `gate_fn` silu(gate) * acc with the gate operand), its operands, and the fp32 y the
+    kernel should have quantized (NaN on rows of no group)."""
+    seed = RECIPES.index(recipe) * 4 + 2 * masked + gated
+    a, w, gate = inputs(seed, recipe, masked)
+    bounds = random_bounds(seed, masked)
+    fn, ops = (gate_fn, {"gate": gate}) if gated else (plain, {})
+    return a, w, bounds, fn, ops, reference(a, w, bounds, recipe, masked, gate if gated else None)

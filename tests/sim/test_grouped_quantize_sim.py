@@ -23,12 +23,13 @@ from fused_cases import same_bytes  # (pytest puts this folder on sys.path)
 from grouped_quantize_cases import (
     E4,
     M_MAX,
+    RECIPES,
     G,
     N,
+    bitwise_case,
     check_quantized,
     fused_call,
     inputs,
-    random_bounds,
     reference,
     scales,
 )
@@ -70,20 +71,14 @@ def _check(q: torch.Tensor, s: torch.Tensor, y: torch.Tensor) -> None:
     check_quantized(q, s, y, "1x128")
 
 
-RECIPES = ["bf16", "rowwise_fast", "rowwise_promoted", "blockwise"]
-
-
 @pytest.mark.parametrize("gated", [False, True], ids=["quantize", "silu_mul"])
 @pytest.mark.parametrize("masked", [False, True], ids=["offsets", "masked"])
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_bitwise_against_plain_quantize(recipe: str, masked: bool, gated: bool) -> None:
-    seed = RECIPES.index(recipe) * 4 + 2 * masked + gated
-    a, w, gate = inputs(seed, recipe, masked)
-    bounds = random_bounds(seed, masked)
-    fn, ops = (_silu_mul, {"gate": gate}) if gated else (_quantize, {})
+    a, w, bounds, fn, ops, y = bitwise_case(recipe, masked, gated, _quantize, _silu_mul)
     q, s, bm, bn = _sim(a, w, bounds, fn, ops, recipe, masked)
     assert bn == 128  # (rule 26: one scale group a tile)
-    _check(q, s, reference(a, w, bounds, recipe, masked, gate if gated else None))
+    _check(q, s, y)
 
 
 @pytest.mark.parametrize("bm", [64, 128])
