@@ -265,4 +265,31 @@ if [ "$what" = smallsplit ]; then
       --variants "${spec#*|}" 2>&1 | tee -a "$OUT/smallsplit.log"
   done
 fi
+if [ "$what" = split64 ]; then
+  # Rule 25's 64x64 split-K (session 31): the zoo's and rule 25's measured shapes whose plan it changed, the planner's
+  # plan ({}) against the other count or plan measured there, bf16 then fp8 rowwise (fast accumulation).
+  for spec in 'bf16|191x440x14336|[{}, {"bm": 128, "bn": 128, "split_k": 8}]' \
+      'bf16|268x112x4096|[{}, {"bm": 128, "bn": 128, "split_k": 8}]' \
+      'bf16|73x104x3280|[{}, {"bm": 64, "bn": 64, "split_k": 1}]' \
+      'bf16|469x88x4920|[{}, {"bm": 64, "bn": 64, "split_k": 5}]' \
+      'bf16|268x112x4944|[{}, {"bm": 64, "bn": 64, "split_k": 6}]' \
+      'bf16|325x96x10232|[{}, {"bm": 64, "bn": 64, "split_k": 7}]' \
+      'bf16|80x576x3552|[{}, {"bm": 64, "bn": 64, "split_k": 4}]' \
+      'bf16|191x440x14496|[{}, {"bm": 64, "bn": 64, "split_k": 4}]' \
+      'fp8|469x96x4928|[{}, {"bm": 64, "bn": 64, "split_k": 5}]' \
+      'fp8|268x112x4944|[{}, {"bm": 64, "bn": 64, "split_k": 5}]' \
+      'fp8|325x96x10240|[{}, {"bm": 64, "bn": 64, "split_k": 6}]' \
+      'fp8|192x448x14496|[{}, {"bm": 64, "bn": 64, "split_k": 4}]'; do
+    IFS='|' read -r case size variants <<< "$spec"
+    python3 scripts/sweep_plans.py --out "$OUT/split64-$case-$size.json" --cases "$case" --rounds 3 --sizes "$size" \
+      --variants "$variants" 2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/split64.log"
+  done
+fi
+if [ "$what" = clusterlongk ]; then
+  # Rule 24 under a whole wave at a long K (session 31; Triton >= 3.7): the planner's clusters against one CTA a tile.
+  for size in 527x4680x6416 12108x160x14264 1057x2048x7112; do
+    python3 scripts/sweep_plans.py --out "$OUT/clusterlongk-$size.json" --cases bf16 --rounds 3 --sizes "$size" \
+      --variants '[{}, {"cluster": 1}]' 2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/clusterlongk.log"
+  done
+fi
 exit $rc

@@ -137,3 +137,35 @@ def test_fp8_rowwise_unequal_ranges() -> None:
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     kern.run(a, b, out, sa, sb)
     assert _err(out.float(), (a.float() * sa) @ (b.float() * sb)) < 1e-4  # (dequantized is blockwise's)
+
+
+@pytest.mark.parametrize("dtype,m,n,k", [
+    ("bf16", 122, 712, 7784),  # M <= 128: 24 tiles of 64x64 in 5 unequal ranges
+    ("bf16", 459, 112, 2632),  # 16 tiles in 6 equal ranges
+    ("fp8", 268, 112, 4944),  # fp8 rowwise fast: 10 tiles in 7 unequal ranges
+])
+def test_rule25_planned_64x64_splits(dtype: str, m: int, n: int, k: int) -> None:
+    """Rule 25's 64x64 split-K as the planner plans it (nothing forced): right against the fp32 product on a
+    poisoned output, and the same bits on a second run."""
+    torch.manual_seed(m * n)
+    if dtype == "bf16":
+        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+        spec, scales, ref = checks.matmul_spec(a, b, None), (), a.float() @ b.float()
+    else:
+        a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+        b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+        spec, scales = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, True), (sa, sb)
+        ref = (a.float() * sa) @ (b.float() * sb)
+    kern = _kernel(spec)
+    assert (kern.plan.bm, kern.plan.bn) == (64, 64) and kern.plan.split_k > 1, kern.plan.short()
+    outs = []
+    for _ in range(2):
+        out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        kern.run(a, b, out, *scales)
+        outs.append(out)
+    assert _err(outs[0].float(), ref) < 1e-4
+    if dtype == "bf16":
+        torch.testing.assert_close(outs[0].float(), ref, atol=0.05 * k ** 0.5, rtol=0.02)
+    assert torch.equal(outs[0], outs[1])

@@ -193,9 +193,11 @@ def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple
         assert p.swap_ab and (p.bm, p.bn, p.stages) == (64, 16, 12)
     elif m <= 64:
         assert (p.bm, p.bn, p.stages) == (64, 64, 12)
-    else:  # rule 23: 64x64 where its latency model wins (one wave of them at most) and rule 25 does not split K
+    else:  # rule 23: 64x64 where its latency model wins (one wave of them at most), or rule 25 splits 64x64 tiles
         plain = GemmSpec(m, n, k)
-        assert (p.bn == 64) == (latency_split(plain, H100_SXM) == 1 and latency_tiles(plain, H100_SXM))
+        split = latency_split(plain, H100_SXM)
+        tiles64 = split.size == 64 if split.ranges > 1 else latency_tiles(plain, H100_SXM)
+        assert (p.bn == 64) == tiles64 and p.split_k == split.ranges
 
 
 @pytest.mark.parametrize("m,n,k,plan", [
@@ -224,7 +226,7 @@ def test_rule14_splits_k_for_few_tiles(m: int, n: int, k: int, plan: tuple[int, 
         assert plan_schedule(other, H100_SXM).split_k == 1
     for native in (GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.ROWWISE),
                    GemmSpec(m, n, k)):
-        ranges = latency_split(native, H100_SXM) if m > 64 else decode_split(native, H100_SXM)
+        ranges = latency_split(native, H100_SXM).ranges if m > 64 else decode_split(native, H100_SXM)
         assert plan_schedule(native, H100_SXM).split_k == ranges
 
 

@@ -36,12 +36,14 @@ from warploom.planning.options import PlanOptions
 from warploom.planning.plan import CONSUMER_REGS, Plan
 from warploom.planning.sm90_models import (
     CLUSTER_MARGIN,
+    CLUSTER_PARTIAL_MAX_PAD,
     CLUSTER_PROMOTED_BLOCKS,
     SK_PIECES,
     cluster_measured,
     cluster_min_kblocks,
     cluster_plan,
     cluster_problems,
+    cluster_row_pad,
     cta_kblocks,
     decode_split,
     latency_split,
@@ -477,11 +479,12 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
 
     if (stream_k is None and split_k is None and tail_split is None and not pingpong
             and all(f is None for f in forced) and prefetch_operands is None and hoist_rows is None):
-        ranges = latency_split(spec, device)
-        if ranges > 1:
+        split = latency_split(spec, device)
+        if split.ranges > 1:
             with collecting(None):  # (as below: the forced call's own candidates are not this rule's)
-                return plan(spec, device, PlanOptions(bm=128, bn=128, group_m=group_m, scalar_columns=scalar_columns,
-                                                      split_k=ranges, tail_split=1, swap_ab=False, stream_k=0))
+                return plan(spec, device, PlanOptions(bm=split.size, bn=split.size, group_m=group_m,
+                                                      scalar_columns=scalar_columns, split_k=split.ranges,
+                                                      tail_split=1, swap_ab=False, stream_k=0))
     if (stream_k is None and not pingpong and all(f is None for f in forced) and prefetch_operands is None
             and hoist_rows is None and latency_tiles(spec, device)):
         with collecting(None):  # (the forced call's own candidates are not this rule's)
@@ -672,11 +675,15 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
             # (ping-pong clusters are forced only: unmeasured, issue 24; `pingpong` is itself forced)
             # (1x2: its warpgroups store whole 64x256 blocks, twice the staging of the row split's halves)
             whole_rows = max_stages(spec, device, cbm, cbn, bk, cap=cap, subtiles=1)
-            cl_plan, cl_score, cl_tiles = cluster_plan(candidate, spec, device, eff, aligned, along_n, whole_rows)
+            # (a partial wave's gain: at a long K, on cluster tiles that pad M little)
+            partial = long_k_16bit(spec) and cluster_row_pad(spec) <= CLUSTER_PARTIAL_MAX_PAD
+            cl_plan, cl_score, cl_tiles = cluster_plan(candidate, spec, device, eff, aligned, along_n, whole_rows,
+                                                       partial)
             # (why rule 24 passes it over unforced: `explain` says so beside its score)
             kblocks, floor = cta_kblocks(spec, cl_tiles, device), cluster_min_kblocks(spec)
             passed_over = [why for why, holds in (
-                (f"under a whole wave of {device.sm_count // 2} clusters", cl_tiles < device.sm_count // 2),
+                (f"under a whole wave of {device.sm_count // 2} clusters (and not a long K on tiles that pad M "
+                 f"by at most {CLUSTER_PARTIAL_MAX_PAD:.0%})", cl_tiles < device.sm_count // 2 and not partial),
                 (f"not {100 - round(100 * CLUSTER_MARGIN)}% ahead of the best", cl_score >= CLUSTER_MARGIN * best[0]),
                 (f"{kblocks:.0f} k-blocks a CTA, under the floor of {floor}", kblocks < floor),
                 ("forced only for promoted or blockwise fp8 and fused epilogues (not measured)",

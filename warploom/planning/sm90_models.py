@@ -5,7 +5,7 @@ schedules they choose: rule 15's split-K tail, rule 21's stream-K, rules 23 and 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from warploom.device import DeviceInfo
 from warploom.planning.common import dense_operands, k_blocks
@@ -111,48 +111,84 @@ SPLIT_MAX_TILES_OF_SMS = 0.5
 # ahead of the split and of 128x128 stream-K every time (128x4096x7168 bf16 0.93 against 0.77 and 0.71, fp8 1.68-1.74
 # against 1.11 and 1.06; 128x2112x7168 bf16 0.79 against 0.77 and 0.70; sessions 27-28): their operand rows are
 # shared across concurrent tiles in L2 at rates (9.7-14 TB/s equivalent) rule 23's L2 term does not price, and
-# raising it broke other shapes. There rule 23 takes 64x64 whatever the model says, and rule 25 does not split.
+# raising it broke other shapes. There rule 23 takes 64x64 whatever the model says, and rule 25 splits only 64x64.
 LATENCY_SHARED_ROWS = 128
+# 64x64 tiles split too (session 31, H100, bf16, Triton 3.6): where a long K runs on a few 64x64 tiles, ranges of
+# them fill the machine as 128x128's do. 122x712x7784 (24 tiles, M <= 128) ran 0.87x torch in 5 ranges against
+# 0.52x whole; 459x112x2632 (16 tiles) 1.00x in 6 against 0.66x; 1895x136x3704 (90 tiles: no room) none.
+# Their count: the most ranges modeled within SPLIT_TIE_64 of the best. Near the L2 floor, which more ranges do not
+# lower, the range cost makes the model prefer few ranges, but more ran faster: 5 over 4 at 122x712x7784 (modeled
+# 2.5% slower), 6 over 5 at 459x112x2632 (2.8%) -- as 4 over 3 did at 1881x224x14336 on 128x128 (rule-25 doc).
+SPLIT_TIE_64 = 1.05
 
 
-def split_time(spec: GemmSpec, ranges: int) -> float:
-    """Rule 25's modeled microseconds for 128x128 tiles split into `ranges` k-ranges (one wave of units)."""
-    return latency_us(spec, 128, math.ceil(k_blocks(spec) / ranges)) + SPLIT_FIXED_US + SPLIT_RANGE_US * ranges
+def split_time(spec: GemmSpec, ranges: int, size: int = 128) -> float:
+    """Rule 25's modeled microseconds for size x size tiles (128 or 64) split into `ranges` k-ranges (one wave of
+    units): the longest range's start and k-blocks (or the tiles' bytes from L2), then the reduce."""
+    return latency_us(spec, size, math.ceil(k_blocks(spec) / ranges)) + SPLIT_FIXED_US + SPLIT_RANGE_US * ranges
 
 
-def latency_split(spec: GemmSpec, device: DeviceInfo) -> int:
-    """Rule 25: into how many k-ranges (1: none) split-K cuts `spec`'s 128x128 tiles. Only rule 23's problems (more
-    than 64 rows, native accumulation, no bias or fused epilogue, K-major operands, sm_90a) with at most
-    SPLIT_MAX_TILES_OF_SMS of the SMs' worth of tiles and SPLIT_MIN_KBLOCKS k-blocks; the ranges keep the units in
-    one wave and number at most SPLIT_MAX, dividing the k-blocks where some count does (else unequal, the first
-    taking one more: `ir.Tiling.uneven_split`); chosen where `split_time` beats rule 23's 64x64 and 128x128 times
-    by the margins."""
-    if not latency_kind(spec, device) or spec.n == 0:  # (an empty output: nothing to split, as `decode_split`)
-        return 1
-    k_tiles = k_blocks(spec)
+@dataclass(frozen=True)
+class LatencySplit:
+    """Rule 25's choice: `size` x `size` tiles (128 or 64) split into `ranges` k-ranges; ranges 1: no split."""
+
+    size: int = 128
+    ranges: int = 1
+
+
+NO_SPLIT = LatencySplit()
+
+
+def _split_candidates(spec: GemmSpec, device: DeviceInfo, k_tiles: int) -> list[tuple[float, int, int]]:
+    """Rule 25's splits as (modeled us, tile size, ranges): 128x128 (not at shared rows, where 64x64 tiles ran ahead
+    of any 128x128 plan) with counts that divide the k-blocks first, and 64x64 with any count; each in one wave of
+    at most SPLIT_MAX units per tile."""
+    found = []
     tiles = square_tiles(spec, 128)
-    if tiles > device.sm_count * SPLIT_MAX_TILES_OF_SMS or k_tiles < SPLIT_MIN_KBLOCKS:
-        return 1
-    if shared_row_tiles(spec, device):
-        return 1  # (rule 23's 64x64 tiles take it)
-    fits = [r for r in range(2, SPLIT_MAX + 1) if tiles * r <= device.sm_count]
-    # (equal ranges where some count divides the k-blocks: what was measured; unequal ones only where none does)
-    options = [r for r in fits if k_tiles % r == 0] or fits
-    if not options:
-        return 1
-    t, ranges = min((split_time(spec, r), r) for r in options)
+    if tiles <= device.sm_count * SPLIT_MAX_TILES_OF_SMS and not shared_row_tiles(spec, device):
+        fits = [r for r in range(2, SPLIT_MAX + 1) if tiles * r <= device.sm_count]
+        # (equal ranges where some count divides the k-blocks: unequal 128x128 ones took too few ranges, below)
+        found += [(split_time(spec, r), 128, r) for r in ([r for r in fits if k_tiles % r == 0] or fits)]
+    tiles64 = square_tiles(spec, 64)
+    times64 = {r: split_time(spec, r, 64) for r in range(2, SPLIT_MAX + 1) if tiles64 * r <= device.sm_count}
+    if times64:
+        # (the most ranges near the best: see SPLIT_TIE_64)
+        near = max(r for r, t in times64.items() if t <= min(times64.values()) * SPLIT_TIE_64)
+        found.append((times64[near], 64, near))
+    return found
+
+
+def latency_split(spec: GemmSpec, device: DeviceInfo) -> LatencySplit:
+    """Rule 25: which tiles split-K cuts into how many k-ranges (`NO_SPLIT`: none). Only rule 23's problems (more
+    than 64 rows, native accumulation, no bias or fused epilogue, K-major operands, sm_90a) with SPLIT_MIN_KBLOCKS
+    k-blocks whose units fit one wave: 128x128 tiles (at most SPLIT_MAX_TILES_OF_SMS of the SMs' worth; dividing
+    the k-blocks where some count does, else unequal, the first taking one more: `ir.Tiling.uneven_split`) or
+    64x64 tiles (any count; at shared rows the only split). Chosen where `split_time` beats rule 23's 64x64 and
+    128x128 times by the margins."""
+    if not latency_kind(spec, device) or spec.n == 0:  # (an empty output: nothing to split, as `decode_split`)
+        return NO_SPLIT
+    k_tiles = k_blocks(spec)
+    if k_tiles < SPLIT_MIN_KBLOCKS:
+        return NO_SPLIT
+    found = _split_candidates(spec, device, k_tiles)
+    if not found:
+        return NO_SPLIT
+    t, size, ranges = min(found)
     t64, t128, pieces = latency_times(spec, device)
     if square_tiles(spec, 64) > device.sm_count:
         t64 = math.inf  # rule 23 plans no 64x64 tiles beyond one wave
-    note("128x128", f"split-K, {ranges} ranges", t,
-          f"{tiles * ranges} units of {k_tiles // ranges}" + (f"-{k_tiles // ranges + 1}" if k_tiles % ranges else "")
+    if shared_row_tiles(spec, device):
+        t128 = math.inf  # (rule 23 takes 64x64 there whatever its model says of 128x128)
+    units = square_tiles(spec, size) * ranges
+    note(f"{size}x{size}", f"split-K, {ranges} ranges", t,
+          f"{units} units of {k_tiles // ranges}" + (f"-{k_tiles // ranges + 1}" if k_tiles % ranges else "")
           + " k-blocks, then the reduce (rule 25, modeled us)")
     note("64x64", "latency tile", t64, "rule 23's model (rule 25 compares)")
     note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
           "rule 23's model (rule 25 compares)")
     if t < SPLIT_MARGIN_64 * t64 and t < SPLIT_MARGIN_128 * t128:
-        return ranges
-    return 1
+        return LatencySplit(size, ranges)
+    return NO_SPLIT
 
 
 # Rule 25 at decode sizes (`decode_split`, docs/decisions/rule-25-latency-split-k.md): M <= 64 over a long K on a few
@@ -235,7 +271,7 @@ def latency_stages(spec: GemmSpec) -> int:
 
 def shared_row_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     """Whether `spec`'s 64x64 tiles lie over at most two row blocks (M <= LATENCY_SHARED_ROWS) and fit one wave: there
-    rule 23 takes them whatever its model says, and rule 25 does not split."""
+    rule 23 takes them whatever its model says, and rule 25 splits only 64x64 tiles."""
     return spec.m <= LATENCY_SHARED_ROWS and square_tiles(spec, 64) <= device.sm_count
 
 
@@ -310,6 +346,20 @@ CLUSTER_MARGIN = 0.95
 # 685x6144x1680 +6%, 1168x6960x1104 +13%) and was mixed below (14215x528x192 -10%, 917x5184x608 -8%,
 # 5344x2192x144 +9%). docs/decisions/rule-24-clusters.md has the table.
 CLUSTER_MIN_KBLOCKS = {1: 12, 2: 32}  # by the operands' element bytes
+# Partial waves: at a long K (step 3's long-K regime, 16-bit operands) a partial wave of clusters gains too, where
+# its 256-row cluster tiles pad M by at most CLUSTER_PARTIAL_MAX_PAD more than 128-row tiles do (`cluster_row_pad`).
+# Under one wave (bf16, H100, Triton 3.9, session 31; clusters against one CTA a tile): 12108x160x14264 (48 cluster
+# tiles, 223 k-blocks, pad 1%) 0.82x torch against 0.64x; 1256x1720x11240 (pad 0) and 2007x2008x12112 (pad 0) even;
+# 1057x2048x7112 (pad 11%) 0.81-0.84x against 0.78-0.80x; 527x4680x6416 (pad 20%: 19 of its 114 CTAs have no rows)
+# 0.75x against 0.83x. 2848x736x3088's loss above had 48 k-blocks.
+CLUSTER_PARTIAL_MAX_PAD = 0.05
+
+
+def cluster_row_pad(spec: GemmSpec) -> float:
+    """Rule 24: how many more rows of M a cluster's 256-row tiles cover than 128-row tiles do, as a fraction."""
+    return math.ceil(spec.m / 256) * 256 / max(1, math.ceil(spec.m / 128) * 128) - 1
+
+
 # Promoted fp8 in a cluster: each consumer warpgroup's 128 columns in two 64-column accumulators (`cluster_plan`).
 CLUSTER_PROMOTED_BLOCKS = 4
 
@@ -381,7 +431,7 @@ def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | Non
 
 
 def cluster_plan(plan: Plan, spec: GemmSpec, device: DeviceInfo, eff: float, aligned: bool,
-                 along_n: bool = False, stages: int = 0) -> tuple[Plan, float, int]:
+                 along_n: bool = False, stages: int = 0, partial_gains: bool = False) -> tuple[Plan, float, int]:
     """Rule 24's plan from the 128x256 `plan` (or, ping-pong, the 128x128 one), its score in step 3's units (rounds of
     the device's clusters over the cluster tiles of 2 BM x BN, each CTA's BM x BN; whole rounds at the unaligned rows'
     gain) and its cluster tiles.
@@ -389,12 +439,15 @@ def cluster_plan(plan: Plan, spec: GemmSpec, device: DeviceInfo, eff: float, ali
     `along_n`: the 1x2 form (ShareA), cluster tiles of 128 x 512 sharing A, scored the same way at the same gain
     (unmeasured: the planner plans it only when forced, `cluster="1x2"`). Its warpgroups keep their 64-row blocks
     and store them whole (`epilogue_subtiles` 1: a column block would cut across the CTAs), so its staging takes
-    twice the row split's, in `stages` (the most that fit beside it)."""
+    twice the row split's, in `stages` (the most that fit beside it).
+
+    `partial_gains`: a partial wave gains too ('Partial waves' beside CLUSTER_PARTIAL_MAX_PAD)."""
     tiles = (math.ceil(spec.m / 128) * math.ceil(spec.n / 512) if along_n
              else math.ceil(spec.m / (2 * plan.bm)) * math.ceil(spec.n / plan.bn))
     clusters = device.sm_count // 2
     gain = 1.0 if aligned else CLUSTER_UNALIGNED_GAIN
-    score = (tiles // clusters / gain + (tiles % clusters > 0)) * plan.bm * plan.bn / eff
+    partial_gain = gain if partial_gains else 1.0
+    score = (tiles // clusters / gain + (tiles % clusters > 0) / partial_gain) * plan.bm * plan.bn / eff
     if plan.pingpong:
         # Ping-pong (forced only): each warpgroup keeps its whole 128x128 tile, and both CTAs run the same tile
         # sequence offset by BM rows, so its consumers, stages and staging stay the one-CTA plan's.
