@@ -292,4 +292,17 @@ if [ "$what" = clusterlongk ]; then
       --variants '[{}, {"cluster": 1}]' 2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/clusterlongk.log"
   done
 fi
+if [ "$what" = narrow ]; then
+  # Issue 23's worst zoo shapes that no rule has moved yet: narrow N over a tall M (one wave of 128x128 tiles with most
+  # of each tile's columns empty), and 917x5184x600 (168 tiles of 128x256): the planner's plan against the menu's
+  # other tiles and a 2-range split (session 31, exploratory).
+  for spec in '10050x80x1280|[{}, {"bm": 64, "bn": 128}, {"bm": 128, "bn": 128, "split_k": 2}]' \
+      '5600x264x1160|[{}, {"bm": 64, "bn": 128}, {"bm": 128, "bn": 128, "split_k": 2}]' \
+      '1806x88x1672|[{}, {"bm": 64, "bn": 128}, {"bm": 128, "bn": 128}]' \
+      '917x5184x600|[{}, {"bm": 256, "bn": 128}, {"bm": 128, "bn": 128, "stream_k": 2}]'; do
+    size=${spec%%|*}
+    python3 scripts/sweep_plans.py --out "$OUT/narrow-$size.json" --cases bf16 --rounds 3 --sizes "$size" \
+      --variants "${spec#*|}" 2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/narrow.log"
+  done
+fi
 exit $rc
