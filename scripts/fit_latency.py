@@ -5,9 +5,8 @@ price the few-tile plans measured on the H100, and whether they pick the plan th
 
 Reads `scripts/sweep_plans.py` JSON (default: the latency-tile and split-K sweeps in docs/data), models every row
 whose plan is one the models price (64x64 or 128x128 tiles, whole, stream-K pieces, split-K ranges; 64x64 tiles
-at M <= 64, whole or split, by `decode_time`), and prints measured against modeled microseconds, then each shape's
-fastest plan against the model's pick among the plans measured there. A refit of the constants starts from this
-table.
+at M <= 64, whole or split, by `decode_time`; split above M = 64 by `split_time` at 64), and prints measured against
+modeled microseconds, then each shape's fastest plan against the model's pick among the plans measured there. A refit of the constants starts from this table.
 """
 
 from __future__ import annotations
@@ -25,7 +24,8 @@ from warploom.planning.common import k_blocks
 from warploom.planning.sm90_models import decode_time, latency_us, piece_kblocks, split_time
 from warploom.spec import GemmSpec, ScaleRecipe
 
-DEFAULT = ["docs/data/latency-tiles-*.json", "docs/data/splitk-*.json"]
+DEFAULT = ["docs/data/latency-tiles-*.json", "docs/data/splitk-*.json", "docs/data/smallsplit-*.json",
+           "docs/data/split64-*.json"]
 PLAN = re.compile(r"^(\d+)x(\d+)x\d+_s\d+_w\d+_g\d+(?:_p2)?(?:_sk(\d+)g\d+)?(?:_k(\d+))?$")
 
 
@@ -59,7 +59,7 @@ def modeled(spec: GemmSpec, plan: str) -> float | None:
     if (bm, bn) == (64, 64):
         if spec.m <= 64:  # (rule 25 at decode sizes compares its ranges with the whole tiles in these terms)
             return decode_time(spec, math.ceil(spec.n / 64), ranges)
-        return latency_us(spec, 64, kb) if ranges == 1 else None
+        return latency_us(spec, 64, kb) if ranges == 1 else split_time(spec, ranges, 64)
     if (bm, bn) == (128, 128):
         if ranges > 1:
             return split_time(spec, ranges)

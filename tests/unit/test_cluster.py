@@ -121,6 +121,44 @@ def test_rule24_choice_under_triton_39(shape: tuple[int, int, int]) -> None:
         assert plan.grid % 2 == 0 and plan.grid <= H100_SXM.sm_count
 
 
+# Under one whole wave of clusters, at a long K (16-bit, >= 96 k-blocks): clusters where 256-row cluster tiles pad M
+# by at most CLUSTER_PARTIAL_MAX_PAD (session 31, bf16 K-major; ratios against torch, clusters vs one CTA a tile).
+PARTIAL_WAVE_CHOICES = {
+    (12108, 160, 14264): True,  # 48 cluster tiles, pad 1.5%: 0.818 vs 0.642
+    (1256, 1720, 11240): True,  # pad 1.9%: 0.690 vs 0.697 (even)
+    (1057, 2048, 7112): False,  # pad 21%: 0.807 vs 0.784 (given up)
+    (527, 4680, 6416): False,  # pad 46%: 0.748 vs 0.825
+    (168, 8424, 12040): False,  # pad 52%: 0.726 vs stream-K's 0.767
+    (2848, 736, 3088): False,  # 48 k-blocks, not a long K: 5% slower in clusters (session 24)
+}
+
+
+@pytest.mark.parametrize("shape", list(PARTIAL_WAVE_CHOICES), ids=lambda s: "x".join(map(str, s)))
+def test_rule24_partial_wave_at_long_k(shape: tuple[int, int, int]) -> None:
+    from warploom.planner import explain
+
+    with emitting_for("3.9"):
+        e = explain(GemmSpec(*shape), H100_SXM)
+    assert (e.plan.cluster == 2) == PARTIAL_WAVE_CHOICES[shape], e.plan.short()
+    row = next(line for line in e.text().splitlines() if "2-CTA clusters" in line)
+    if e.plan.cluster == 2:
+        assert "the partial wave gains too" in row, row
+    elif shape[2] >= 96 * 64:
+        assert "256-row tiles pad M by" in row, row
+
+
+def test_cluster_row_pad_and_an_empty_m() -> None:
+    from warploom.planning.sm90_models import cluster_row_pad
+
+    assert cluster_row_pad(GemmSpec(256, 64, 64)) == 0.0
+    assert cluster_row_pad(GemmSpec(168, 64, 64)) == pytest.approx(256 / 168 - 1)
+    assert cluster_row_pad(GemmSpec(0, 64, 64)) == 0.0
+    # (an empty M with unaligned rows under 3.9 planned a cluster of grid 0, which Plan refuses)
+    with emitting_for("3.9"):
+        plan = plan_schedule(GemmSpec(0, 8200, 4096), H100_SXM)
+    assert plan.grid >= 1
+
+
 @pytest.mark.parametrize("shape", list(FP8_CHOICES), ids=lambda s: "x".join(map(str, s)))
 def test_rule24_fp8_choice_under_triton_39(shape: tuple[int, int, int]) -> None:
     spec = GemmSpec(*shape, a_dtype=E4, b_dtype=E4, scale=ScaleRecipe.ROWWISE)

@@ -164,7 +164,7 @@ RULE25 = {
     (100, 5264, 3072): (128, 2),  # 42 tiles: stream-K 0.54 (in 4: 0.48; 112x5264x3472 in 2: 0.62, stream-K 0.58)
     (191, 440, 14496): (64, 6),  # 227 k-blocks, a prime: unequal ranges of 38 and 37 (1.00; in 4: 0.89)
     (513, 368, 5160): (128, 1),  # 81 k-blocks: 3 divides them, and the 3 ranges' model loses to 64x64 (a known miss)
-    (122, 712, 7784): (64, 5),  # M <= 128: only 64x64 splits (0.87; in 4: 0.84; whole: 0.52)
+    (122, 712, 7784): (64, 5),  # M <= 128, 64x64 tiles in one wave: only 64x64 splits (0.87; in 4: 0.84; whole: 0.52)
     (459, 112, 2632): (64, 6),  # 1.01 (in 5: 0.94; whole: 0.66)
     (128, 4096, 7168): (128, 1),  # shared rows whose 64x64 tiles fill the machine: no room to split them
     (4096, 4096, 4096): (128, 1),  # many tiles
@@ -208,7 +208,7 @@ def test_rule25_is_explained() -> None:
     from warploom.planner import explain
 
     text = explain(GemmSpec(191, 440, 14336), H100_SXM).text()
-    assert "split-K, 6 ranges" in text and "rule 25" in text
+    assert "64x64    split-K, 6 ranges" in text and "rule 25" in text
     assert "split-K, 4 ranges" in explain(GemmSpec(1881, 224, 14336), H100_SXM).text()
 
 

@@ -899,14 +899,16 @@ def _cluster_step(s: _Search, t: _Tile, candidate: Plan, best: _Best) -> _Best:
     # (1x2: its warpgroups store whole 64x256 blocks, twice the staging of the row split's halves)
     whole_rows = max_stages(spec, device, cbm, cbn, s.bk, cap=s.cap, subtiles=1)
     # (a partial wave's gain: at a long K, on cluster tiles that pad M little)
-    partial = long_k_16bit(spec) and cluster_row_pad(spec) <= CLUSTER_PARTIAL_MAX_PAD
+    long_k, pad = long_k_16bit(spec), cluster_row_pad(spec)
+    partial = long_k and pad <= CLUSTER_PARTIAL_MAX_PAD
     cl_plan, cl_score, cl_tiles = cluster_plan(candidate, spec, device, t.eff, s.aligned, along_n, whole_rows,
                                                partial)
     # (why rule 24 passes it over unforced: `explain` says so beside its score)
     kblocks, floor = cta_kblocks(spec, cl_tiles, device), cluster_min_kblocks(spec)
     passed_over = [why for why, holds in (
-        (f"under a whole wave of {device.sm_count // 2} clusters (and not a long K on tiles that pad M "
-         f"by at most {CLUSTER_PARTIAL_MAX_PAD:.0%})", cl_tiles < device.sm_count // 2 and not partial),
+        (f"under a whole wave of {device.sm_count // 2} clusters"
+         + (f" (a long K, but 256-row tiles pad M by {pad:.0%}, over {CLUSTER_PARTIAL_MAX_PAD:.0%})" if long_k
+            else ""), cl_tiles < device.sm_count // 2 and not partial),
         (f"not {100 - round(100 * CLUSTER_MARGIN)}% ahead of the best", cl_score >= CLUSTER_MARGIN * best[0]),
         (f"{kblocks:.0f} k-blocks a CTA, under the floor of {floor}", kblocks < floor),
         ("forced only for promoted or blockwise fp8 and fused epilogues (not measured)",
@@ -916,6 +918,8 @@ def _cluster_step(s: _Search, t: _Tile, candidate: Plan, best: _Best) -> _Best:
          f"{cl_tiles} cluster tiles of {'128x512' if along_n else f'{2 * cbm}x{cbn}'}, "
          f"{math.ceil(cl_tiles / (device.sm_count // 2))} round(s) of {device.sm_count // 2} clusters, "
          f"{'A' if along_n else 'B'} multicast" + ("" if s.aligned else ", rows unaligned")
+         + (f", a long K: the partial wave gains too (M padded {pad:.1%})"
+            if partial and cl_tiles < device.sm_count // 2 else "")
          + (f"; not taken: {'; '.join(passed_over)}" if passed_over and cluster != 2 else ""))
     if along_n and (whole_rows < 1 or o.stages is not None and o.stages > whole_rows):
         raise UnsupportedError(f"cluster={o.cluster!r} (rule 24) with stages={o.stages}: expected at most "

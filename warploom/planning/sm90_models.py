@@ -86,17 +86,17 @@ def latency_us(spec: GemmSpec, size: int, kblocks: float) -> float:
                                         square_tiles(spec, size) * 2 * size * row_bytes / LATENCY_L2_BYTES_PER_US)
 
 
-# Rule 25 (docs/decisions/rule-25-latency-split-k.md): with at most half the SMs' worth of 128x128 tiles
-# (SPLIT_MAX_TILES_OF_SMS) and a long K, split-K's ranges (one wave of units, then the reduce kernel) beat stream-K's
-# few pieces and 64x64 tiles.
+# Rule 25 (docs/decisions/rule-25-latency-split-k.md): with few tiles (at most half the SMs' worth of 128x128 ones,
+# SPLIT_MAX_TILES_OF_SMS, or 64x64 ones whose ranges fit one wave) and a long K, split-K's ranges (one wave of units,
+# then the reduce kernel) beat stream-K's few pieces and whole 64x64 tiles.
 # Priced in rule 23's microseconds: the units' start and k-blocks (or their bytes from L2) plus the reduce, a fixed
 # SPLIT_FIXED_US and SPLIT_RANGE_US a range (the workspace's partials written and summed), fitted to forced splits
 # of 4, 8 and 16 at six shapes (H100, bf16, CUDA graphs, session 26). It must beat 64x64 by SPLIT_MARGIN_64, whose
 # model reads high at 64 k-blocks (513x368x4096: modeled 14.2 us, ran 10.7; split in 8 ran 11.5), and 128x128 by
 # SPLIT_MARGIN_128. At most SPLIT_MAX ranges: the reduce's cost grew faster than the k-loop shrank beyond 8. Counts
-# that divide the k-blocks come first (those were measured; the model prices 3-5 ranges below what ran best at
-# 513x368x4096 and 1881x224x14336); only where none does are the ranges unequal, priced by the longest
-# (`ir.Tiling.uneven_split`, which has run on the simulator and the compile tier only).
+# of 128x128 tiles that divide the k-blocks come first (those were measured; the model prices 3-5 ranges below what
+# ran best at 513x368x4096 and 1881x224x14336); only where none does are the ranges unequal, priced by the longest
+# (`ir.Tiling.uneven_split`); 64x64 tiles take any count (SPLIT_TIE_64).
 SPLIT_FIXED_US = 1.0
 SPLIT_RANGE_US = 0.3
 SPLIT_MARGIN_64 = 0.8
@@ -153,8 +153,9 @@ def _split_candidates(spec: GemmSpec, device: DeviceInfo, k_tiles: int) -> list[
     times64 = {r: split_time(spec, r, 64) for r in range(2, SPLIT_MAX + 1) if tiles64 * r <= device.sm_count}
     if times64:
         # (the most ranges near the best: see SPLIT_TIE_64)
-        near = max(r for r, t in times64.items() if t <= min(times64.values()) * SPLIT_TIE_64)
-        found.append((times64[near], 64, near))
+        # (and 64x64 competes at its best time: the tie picks a count, not the tile)
+        fastest = min(times64.values())
+        found.append((fastest, 64, max(r for r, t in times64.items() if t <= fastest * SPLIT_TIE_64)))
     return found
 
 
@@ -182,10 +183,12 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> LatencySplit:
     units = square_tiles(spec, size) * ranges
     note(f"{size}x{size}", f"split-K, {ranges} ranges", t,
           f"{units} units of {k_tiles // ranges}" + (f"-{k_tiles // ranges + 1}" if k_tiles % ranges else "")
-          + " k-blocks, then the reduce (rule 25, modeled us)")
+          + " k-blocks, then the reduce (rule 25, modeled us"
+          + (f"; the most ranges within {SPLIT_TIE_64 - 1:.0%} of the fastest count" if size == 64 else "") + ")")
     note("64x64", "latency tile", t64, "rule 23's model (rule 25 compares)")
-    note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
-          "rule 23's model (rule 25 compares)")
+    if math.isfinite(t128):  # (at shared rows rule 25 weighs no 128x128 plan)
+        note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
+              "rule 23's model (rule 25 compares)")
     if t < SPLIT_MARGIN_64 * t64 and t < SPLIT_MARGIN_128 * t128:
         return LatencySplit(size, ranges)
     return NO_SPLIT
@@ -346,18 +349,19 @@ CLUSTER_MARGIN = 0.95
 # 685x6144x1680 +6%, 1168x6960x1104 +13%) and was mixed below (14215x528x192 -10%, 917x5184x608 -8%,
 # 5344x2192x144 +9%). docs/decisions/rule-24-clusters.md has the table.
 CLUSTER_MIN_KBLOCKS = {1: 12, 2: 32}  # by the operands' element bytes
-# Partial waves: at a long K (step 3's long-K regime, 16-bit operands) a partial wave of clusters gains too, where
-# its 256-row cluster tiles pad M by at most CLUSTER_PARTIAL_MAX_PAD more than 128-row tiles do (`cluster_row_pad`).
-# Under one wave (bf16, H100, Triton 3.9, session 31; clusters against one CTA a tile): 12108x160x14264 (48 cluster
-# tiles, 223 k-blocks, pad 1%) 0.82x torch against 0.64x; 1256x1720x11240 (pad 0) and 2007x2008x12112 (pad 0) even;
-# 1057x2048x7112 (pad 11%) 0.81-0.84x against 0.78-0.80x; 527x4680x6416 (pad 20%: 19 of its 114 CTAs have no rows)
-# 0.75x against 0.83x. 2848x736x3088's loss above had 48 k-blocks.
+# Partial waves: at a long K (step 3's long-K regime, 16-bit operands) a partial wave of clusters under one whole wave
+# gains too, where its 256-row cluster tiles pad M by at most CLUSTER_PARTIAL_MAX_PAD (`cluster_row_pad`). Measured
+# under one wave (bf16, H100, Triton 3.9, session 31; clusters against one CTA a tile): 12108x160x14264 (48 cluster
+# tiles, 223 k-blocks, pad 1.5%) 0.82x torch against 0.64x; 1256x1720x11240 (pad 1.9%) and 2007x2008x12112 (2.0%)
+# even; 1057x2048x7112 (pad 21%) 0.81-0.84x against 0.78-0.80x; 527x4680x6416 (pad 46%: 19 of its 114 CTAs have no
+# rows) 0.75x against 0.83x; 168x8424x12040 (pad 52%) 0.73x against stream-K's 0.77x. 2848x736x3088's loss above had
+# 48 k-blocks. A partial round after whole waves still counts at no gain: not measured.
 CLUSTER_PARTIAL_MAX_PAD = 0.05
 
 
 def cluster_row_pad(spec: GemmSpec) -> float:
-    """Rule 24: how many more rows of M a cluster's 256-row tiles cover than 128-row tiles do, as a fraction."""
-    return math.ceil(spec.m / 256) * 256 / max(1, math.ceil(spec.m / 128) * 128) - 1
+    """Rule 24: the rows a cluster's 256-row tiles add beyond M, as a fraction of M (0 for an empty M)."""
+    return math.ceil(spec.m / 256) * 256 / spec.m - 1 if spec.m else 0.0
 
 
 # Promoted fp8 in a cluster: each consumer warpgroup's 128 columns in two 64-column accumulators (`cluster_plan`).
@@ -441,27 +445,27 @@ def cluster_plan(plan: Plan, spec: GemmSpec, device: DeviceInfo, eff: float, ali
     and store them whole (`epilogue_subtiles` 1: a column block would cut across the CTAs), so its staging takes
     twice the row split's, in `stages` (the most that fit beside it).
 
-    `partial_gains`: a partial wave gains too ('Partial waves' beside CLUSTER_PARTIAL_MAX_PAD)."""
+    `partial_gains`: a partial wave under one whole wave gains too ('Partial waves' beside CLUSTER_PARTIAL_MAX_PAD)."""
     tiles = (math.ceil(spec.m / 128) * math.ceil(spec.n / 512) if along_n
              else math.ceil(spec.m / (2 * plan.bm)) * math.ceil(spec.n / plan.bn))
     clusters = device.sm_count // 2
     gain = 1.0 if aligned else CLUSTER_UNALIGNED_GAIN
-    partial_gain = gain if partial_gains else 1.0
+    partial_gain = gain if partial_gains and tiles < clusters else 1.0
     score = (tiles // clusters / gain + (tiles % clusters > 0) / partial_gain) * plan.bm * plan.bn / eff
     if plan.pingpong:
         # Ping-pong (forced only): each warpgroup keeps its whole 128x128 tile, and both CTAs run the same tile
         # sequence offset by BM rows, so its consumers, stages and staging stay the one-CTA plan's.
-        return replace(plan, cluster=2, grid=2 * min(clusters, tiles)), score, tiles
+        return replace(plan, cluster=2, grid=2 * max(1, min(clusters, tiles))), score, tiles
     if along_n:
         return replace(plan, cluster=2, cluster_n=True, consumer_partitions=2, epilogue_subtiles=1, stream_k=0,
-                       stages=min(plan.stages, stages), grid=2 * min(clusters, tiles)), score, tiles
+                       stages=min(plan.stages, stages), grid=2 * max(1, min(clusters, tiles))), score, tiles
     # Each warpgroup stores its 128-row column block in blocks half as wide as its 64-row block's were: the staging
     # buffers take the shared memory they took, beside the same ring. Promoted fp8 promotes each warpgroup's 128
     # columns in two 64-column blocks (CLUSTER_PROMOTED_BLOCKS): a 128x128 accumulator and a 128x128 partial would
     # take 256 registers a thread; two 128x64 blocks and a 128x64 partial take the 192 of the row split's.
     blocks = CLUSTER_PROMOTED_BLOCKS if spec.accumulation is Accumulation.PROMOTED else plan.partial_blocks
     return replace(plan, cluster=2, consumer_partitions=2, epilogue_subtiles=2 * plan.epilogue_subtiles, stream_k=0,
-                   partial_blocks=blocks, grid=2 * min(clusters, tiles)), score, tiles
+                   partial_blocks=blocks, grid=2 * max(1, min(clusters, tiles))), score, tiles
 
 
 def stream_k_grid(tiles: int, sm_count: int, pieces: int) -> int:
