@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +231,14 @@ def test_torch_refusing_its_fused_bias_adds_it_apart(monkeypatch: pytest.MonkeyP
     r = run_case(c, Options(device="cpu"), FakeTimer())
     assert r.ok, r.failure
     assert r.torch is not None and r.torch.err < 1e-5  # the bias was added: torch's output matches the reference
+    # The row says so, through the JSON and in the report.
+    assert r.torch_note == bench_run.BIAS_APART
+    res = replace(results(), rows=(r,))
+    assert Results.from_json(json.loads(json.dumps(res.to_json()))).rows[0].torch_note == bench_run.BIAS_APART
+    from warploom.benchsuite.report import markdown
+
+    assert f"128×192×256 (t): {bench_run.BIAS_APART}" in markdown(res, H100_SXM)
+    assert "torch_note" not in results().to_json()["rows"][0]  # (unnoted rows write what they always wrote)
 
     def broken(**x: Any) -> Any:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

@@ -24,6 +24,7 @@ from warploom.benchsuite.tables import (
     ratio_text,
     shape_text,
     tflops_text,
+    torch_notes,
 )
 
 # "Large": at least 2 * 2048^3 FLOPs, where launch and host costs vanish next to the kernel: squares from 2048,
@@ -104,6 +105,7 @@ def markdown(results: Results, peaks: Peaks, plot: str | None = None) -> str:
     failed = [r for r in results.rows if not r.ok]
     if failed:
         lines += ["", f"Failed or mismatched: {len(failed)} of {len(results.rows)} rows (left out of the summary)."]
+    lines += torch_notes(results.rows)
     return "\n".join(lines) + "\n"
 
 

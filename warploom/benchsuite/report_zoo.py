@@ -25,6 +25,7 @@ from warploom.benchsuite.tables import (
     ratio_text,
     shape_text,
     tflops_text,
+    torch_notes,
 )
 
 WORST = 10  # rows per op in the worst table
@@ -93,7 +94,7 @@ def markdown(results: Results, peaks: Peaks, plot: str | None = None) -> str:
                   "| # | M×N×K | shape | GFLOP | ratio | graph ratio | warploom TFLOP/s | torch TFLOP/s "
                   "| % roofline warploom / torch | plan |", "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [_worst_row(i, r, peaks) for i, r in enumerate(s.worst, 1)]
-    lines += _failed(results.rows)
+    lines += _failed(results.rows) + torch_notes(results.rows)
     return "\n".join(lines) + "\n"
 
 

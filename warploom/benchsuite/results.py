@@ -78,7 +78,9 @@ class Row:
         case: what ran. ours / torch / compiled: warploom, torch eager, and torch.compile of the same torch
         function (None when not run, or when the case failed first). compile_s: torch.compile's first call.
         plan: warploom's schedule (Plan.short()). ok: warploom's output matched (see run.check). failure:
-        why the case did not finish or did not match ('' when ok).
+        why the case did not finish or did not match ('' when ok). torch_note: how torch's contender differed
+        from its usual call ('' when it did not; e.g. the bias added by a second kernel where cuBLASLt refused
+        the fused one).
     """
 
     case: Case
@@ -89,6 +91,7 @@ class Row:
     plan: str = ""
     ok: bool = True
     failure: str = ""
+    torch_note: str = ""
 
     @property
     def ratio(self) -> float | None:
@@ -254,6 +257,8 @@ def _row_json(r: Row) -> dict[str, Any]:
         "ours": _m_json(r.ours), "torch": _m_json(r.torch), "compiled": _m_json(r.compiled),
         "compile_s": r.compile_s, "plan": r.plan, "ok": r.ok, "failure": r.failure,
     }
+    if r.torch_note:  # (only where there is one: files before it read the same)
+        out["torch_note"] = r.torch_note
     # Derived, for readers of the raw file only.
     out["derived"] = {"ratio": r.ratio, "graph_ratio": r.graph_ratio, "compile_ratio": r.compile_ratio,
                       "ours_tflops": r.tflops(r.ours), "torch_tflops": r.tflops(r.torch)}
@@ -344,5 +349,7 @@ def _row_from(d: Any, where: str) -> Row:
     compile_s = _get(d, "compile_s", "number?", where)
     if compile_s is not None:
         _in_range(f"{where}.compile_s", compile_s, 0, MAX_MS / 1e3, "a time in s")
+    note = _get(d, "torch_note", "string", where) if isinstance(d, dict) and "torch_note" in d else ""
     return Row(Case(Op(_get(d, "op", "string", where)), shape), ours, theirs, compiled, _opt(compile_s),
-               _get(d, "plan", "string", where), _get(d, "ok", "bool", where), _get(d, "failure", "string", where))
+               _get(d, "plan", "string", where), _get(d, "ok", "bool", where), _get(d, "failure", "string", where),
+               note)

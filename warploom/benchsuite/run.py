@@ -208,17 +208,21 @@ def check(case: Case, ours: Any, theirs: torch.Tensor, ref: torch.Tensor) -> str
     return ""
 
 
-def torch_contender(case: Case, x: dict[str, torch.Tensor]) -> tuple[Callable[..., Any], torch.Tensor]:
-    """torch's function for `case` and its output on `x`: `TORCH_FNS`' own, or for the fused case, where cuBLASLt
-    refuses the shape's bias epilogue, `torch_fused_bias_apart` (a library refusing its own fused form is not a
-    failure of the case; torch's time then includes the extra kernel, as a user's code would)."""
+BIAS_APART = "bias added by a second kernel (cuBLASLt refused its bias epilogue here)"
+
+
+def torch_contender(case: Case, x: dict[str, torch.Tensor]) -> tuple[Callable[..., Any], torch.Tensor, str]:
+    """torch's function for `case`, its output on `x` and a note ('' for `TORCH_FNS`' own): for the fused case,
+    where cuBLASLt refuses the shape's bias epilogue, `torch_fused_bias_apart` and `BIAS_APART` (a library refusing
+    its own fused form is not a failure of the case; torch's time then includes the extra kernel, as a user's code
+    would, and the row says so)."""
     fn = TORCH_FNS[case.op]
     try:
-        return fn, fn(**x)
+        return fn, fn(**x), ""
     except RuntimeError as e:
         if case.op is not Op.FUSED_EPILOGUE or "CUBLAS_STATUS_NOT_SUPPORTED" not in str(e):
             raise
-    return torch_fused_bias_apart, torch_fused_bias_apart(**x)
+    return torch_fused_bias_apart, torch_fused_bias_apart(**x), BIAS_APART
 
 
 def _sync(device: str) -> None:
@@ -246,7 +250,7 @@ def run_case(case: Case, opts: Options, timer: Timer | None = None, compiler: Co
         raise  # the GPU stays busy: the suite stops (its rows so far are saved)
     except Exception as e:  # a warploom error (or crash) on this shape; the suite goes on
         return Row(case, None, None, ok=False, failure=f"{type(e).__name__}: {e}")
-    torch_fn, theirs = torch_contender(case, x)
+    torch_fn, theirs, torch_note = torch_contender(case, x)
     failure = check(case, out, theirs, ref)
     graph = opts.graph or case.shape.group is Group.DECODE
     ours_m = _measure(timer, functools.partial(fn, *args, **kw), graph, err(out, ref))
@@ -259,7 +263,8 @@ def run_case(case: Case, opts: Options, timer: Timer | None = None, compiler: Co
         _sync(opts.device)
         compile_s = time.perf_counter() - t0
         compiled = _measure(timer, functools.partial(cfn, **x), graph, err(c_out, ref))
-    return Row(case, ours_m, torch_m, compiled, compile_s, plan, ok=not failure, failure=failure)
+    return Row(case, ours_m, torch_m, compiled, compile_s, plan, ok=not failure, failure=failure,
+               torch_note=torch_note)
 
 
 def measure_copy_tbps(timer: Timer | None = None, nbytes: int = 2**30) -> float:

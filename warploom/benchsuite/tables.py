@@ -80,3 +80,12 @@ def header(results: Results, peaks: Peaks) -> list[str]:
 def cell(text: str) -> str:
     """Text safe inside a markdown table cell: one line, no column bars."""
     return " ".join(text.split()).replace("|", "\\|")[:200]
+
+
+def torch_notes(rows: Sequence[Row]) -> list[str]:
+    """The lines saying where torch's contender differed from its usual call (`Row.torch_note`); none if nowhere."""
+    noted = [r for r in rows if r.torch_note]
+    if not noted:
+        return []
+    return ["", f"torch's contender differed at {len(noted)} of {len(rows)} rows (its time includes the difference):",
+            ""] + [f"- {r.case.op.label} {shape_text(r.case)} ({r.case.shape.name}): {r.torch_note}" for r in noted]
