@@ -40,11 +40,12 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
     docs/decisions/rule-30-short-k-pingpong.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
-20: `planning/sm90.py`, its cost models in `planning/sm90_models.py`; rule 19: `planning/sm100.py`; rule 20:
-`planning/gfx1250.py`), which the target's declaration (`warploom.targets`) names as its `plan`. `plan_schedule`
-stands above the registry: it runs what comes before any target's rule (rule 26's fused quantization, rule 28's
-gate/up pairs, rule 22's grouped GEMMs, the options' own checks) and calls the device's target's. The names below are
-re-exported from
+20: `planning/sm90.py`, its tile menu in `planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py`, its
+fused epilogues' limits (rules 26-29) in `planning/sm90_fused.py`, rule 22's grouped GEMMs in
+`planning/sm90_grouped.py`; rule 19: `planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the target's
+declaration (`warploom.targets`) names as its `plan`. `plan_schedule` stands above the registry: it runs what comes
+before any target's rule (rule 26's fused quantization, rule 28's gate/up pairs, rule 22's grouped GEMMs, the
+options' own checks) and calls the device's target's. The names below are re-exported from
 `warploom.planning`, so `warploom.planner.X` stays the public spelling.
 """
 
@@ -73,32 +74,17 @@ from warploom.planning.common import (
 from warploom.planning.gfx1250 import plan_gfx1250, tdm_warps_reason
 from warploom.planning.options import PlanOptions, TdmWarps
 from warploom.planning.plan import Plan, WaveFill, wave_fill
-from warploom.planning.sm90 import (
-    FUSED_WIDE_BLOCKS,
-    FUSED_WIDE_SLOTS,
-    PINGPONG_MAX_KBLOCKS,
-    PINGPONG_MIN_TRITON,
+from warploom.planning.sm90 import PINGPONG_MAX_KBLOCKS, PINGPONG_MIN_TRITON, short_k_pingpong
+from warploom.planning.sm90_fused import (
     QUANT_BN,
     ROWWISE_MAX_N,
-    TILES,
-    block_epilogue,
-    epilogue_bytes,
-    epilogue_subtiles,
-    fused_wide,
     gate_up_problems,
-    grouped_tile,
-    last_round,
-    max_stages,
-    plan_epilogue_bytes,
-    plan_grouped,
     quantized_problems,
-    rows_aligned,
     rowwise_bn,
-    short_k_pingpong,
-    swap_rows,
     two_passes,
     wide_row_problem,
 )
+from warploom.planning.sm90_grouped import grouped_tile, last_round, plan_grouped
 from warploom.planning.sm90_models import (
     CLUSTER_MARGIN,
     CLUSTER_MIN_KBLOCKS,
@@ -145,6 +131,19 @@ from warploom.planning.sm90_models import (
     stream_k_grid,
     stream_k_score,
     tail_score,
+)
+from warploom.planning.sm90_tiles import (
+    FUSED_WIDE_BLOCKS,
+    FUSED_WIDE_SLOTS,
+    TILES,
+    block_epilogue,
+    epilogue_bytes,
+    epilogue_subtiles,
+    fused_wide,
+    max_stages,
+    plan_epilogue_bytes,
+    rows_aligned,
+    swap_rows,
 )
 from warploom.planning.sm100 import (
     PROMOTED_PARTIALS,
