@@ -6,7 +6,8 @@ price the few-tile plans measured on the H100, and whether they pick the plan th
 Reads `scripts/sweep_plans.py` JSON (default: the latency-tile and split-K sweeps in docs/data), models every row
 whose plan is one the models price (64x64 or 128x128 tiles, whole, stream-K pieces, split-K ranges; 64x64 tiles
 at M <= 64, whole or split, by `decode_time`; split above M = 64 by `split_time` at 64), and prints measured against
-modeled microseconds, then each shape's fastest plan against the model's pick among the plans measured there. A refit of the constants starts from this table.
+modeled microseconds, then each shape's fastest plan against the model's pick among the plans measured there. A
+refit of the constants starts from this table.
 """
 
 from __future__ import annotations

@@ -209,7 +209,8 @@ def _plan_swapped(spec: GemmSpec, device: DeviceInfo, o: PlanOptions) -> Plan:
         swapped = plan(spec.swapped(), device, PlanOptions(
             bm=rows, bn=tokens, stages=o.stages, group_m=o.group_m, consumer_partitions=o.consumer_partitions,
             partial_blocks=o.partial_blocks, hoist_rows=o.hoist_rows, scalar_columns=o.scalar_columns,
-            prefetch_operands=o.prefetch_operands, split_k=1, tail_split=1, swap_ab=False, stream_k=0))
+            prefetch_operands=o.prefetch_operands, split_k=1, tail_split=1, swap_ab=False, stream_k=0,
+            cluster=1))  # (a swapped plan runs one CTA a tile: rule 24 would cluster the swapped problem's tiles)
     except UnsupportedError as e:
         raise UnsupportedError(f"swap_ab=True (rule 18) for {spec.short()}: its tiles of C^T are {rows} rows of N "
                                f"by {tokens} of M, and the swapped problem has no such plan: {e}") from None
