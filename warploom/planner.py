@@ -40,13 +40,13 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
     docs/decisions/rule-30-short-k-pingpong.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
-20: `planning/sm90.py`, its tile menu in `planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py`, its
-fused epilogues' limits (rules 26-29) in `planning/sm90_fused.py`, rule 22's grouped GEMMs in
-`planning/sm90_grouped.py`; rule 19: `planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the target's
-declaration (`warploom.targets`) names as its `plan`. `plan_schedule` stands above the registry: it runs what comes
-before any target's rule (rule 26's fused quantization, rule 28's gate/up pairs, rule 22's grouped GEMMs, the
-options' own checks) and calls the device's target's. The names below are re-exported from
-`warploom.planning`, so `warploom.planner.X` stays the public spelling.
+20: `planning/sm90.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90_search.py`, its tile menu in
+`planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py`, its fused epilogues' limits (rules 26-29) in
+`planning/sm90_fused.py`, rule 22's grouped GEMMs in `planning/sm90_grouped.py`; rule 19: `planning/sm100.py`; rule
+20: `planning/gfx1250.py`), which the target's declaration (`warploom.targets`) names as its `plan`. `plan_schedule`
+stands above the registry: it runs what comes before any target's rule (rule 26's fused quantization, rule 28's
+gate/up pairs, rule 22's grouped GEMMs, the options' own checks) and calls the device's target's. The names below are
+re-exported from `warploom.planning`, so `warploom.planner.X` stays the public spelling.
 """
 
 from __future__ import annotations
