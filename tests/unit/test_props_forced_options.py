@@ -46,7 +46,8 @@ OPTIONS = {
 @st.composite
 def problem(draw: st.DrawFn) -> tuple[str, tuple[int, int, int], dict[str, object]]:
     """A recipe, a shape (rows not always whole 128-byte lines; decode-sized M too) and 1-4 forced options."""
-    recipe = draw(st.sampled_from(["bf16", "fp8_fast", "fp8_exact", "fp8_blockwise"]))
+    recipe = draw(st.sampled_from(["bf16", "bf16_m_major_a", "bf16_n_major_b", "bf16_fp32_out", "fp8_fast",
+                                   "fp8_fast_bias", "fp8_exact", "fp8_blockwise"]))
     m = draw(st.one_of(st.integers(1, 64), st.integers(65, 12000)))
     n = draw(st.integers(1, 800)) * 16
     k = draw(st.integers(1, 900)) * 16
@@ -57,16 +58,23 @@ def problem(draw: st.DrawFn) -> tuple[str, tuple[int, int, int], dict[str, objec
 def _spec(recipe: str, shape: tuple[int, int, int]) -> GemmSpec:
     """The spec `warploom.plan` builds for the recipe on empty CPU tensors (B column-major, as torch wants fp8's)."""
     m, n, k = shape
-    if recipe == "bf16":
-        return warploom.plan(torch.empty(m, k, dtype=torch.bfloat16),
-                             torch.empty(n, k, dtype=torch.bfloat16).t(), device=H100_SXM).spec
+    if recipe.startswith("bf16"):
+        if recipe == "bf16_m_major_a":
+            m = -(-m // 8) * 8  # (an M-major A's rows are M long: whole 16 bytes, TMA's rule)
+        a = torch.empty(k, m, dtype=torch.bfloat16).t() if recipe == "bf16_m_major_a" else torch.empty(
+            m, k, dtype=torch.bfloat16)
+        b = torch.empty(k, n, dtype=torch.bfloat16) if recipe == "bf16_n_major_b" else torch.empty(
+            n, k, dtype=torch.bfloat16).t()
+        out = torch.float32 if recipe == "bf16_fp32_out" else None
+        return warploom.plan(a, b, out_dtype=out, device=H100_SXM).spec
     a = torch.empty(m, k).to(torch.float8_e4m3fn)
     b = torch.empty(n, k).to(torch.float8_e4m3fn).t()
     if recipe == "fp8_blockwise":  # 1x128 x 128x128, scale_a outer-dim-major as torch wants
         sa = torch.empty(-(-k // 128), m).t()
         sb = torch.empty(-(-n // 128), -(-k // 128)).t()
         return warploom.plan(a, b, sa, sb, device=H100_SXM).spec
-    return warploom.plan(a, b, torch.ones(m, 1), torch.ones(1, n), use_fast_accum=recipe == "fp8_fast",
+    bias = torch.empty(n, dtype=torch.bfloat16) if recipe == "fp8_fast_bias" else None
+    return warploom.plan(a, b, torch.ones(m, 1), torch.ones(1, n), use_fast_accum=recipe != "fp8_exact", bias=bias,
                          device=H100_SXM).spec
 
 
