@@ -22,6 +22,17 @@ export WARPLOOM_CACHE_DIR=${WARPLOOM_CACHE_DIR:-/tmp/warploom-cache}
 python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" \
   | tee "$OUT/env.txt"
 what=${1:-all}
+# One sweep per shape, each with its own variants: `sweep_each NAME 'case|MxNxK|variants' ...` writes
+# $OUT/NAME-case-MxNxK.json per spec and one $OUT/NAME.log.
+sweep_each() {
+  local name=$1 spec case size variants
+  shift
+  for spec in "$@"; do
+    IFS='|' read -r case size variants <<< "$spec"
+    python3 scripts/sweep_plans.py --out "$OUT/$name-$case-$size.json" --cases "$case" --rounds 3 --sizes "$size" \
+      --variants "$variants" 2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/$name.log"
+  done
+}
 rc=0
 if [ "$what" = all ] || [ "$what" = test ]; then
   # TEST_FILES narrows the run (a call is limited to 10 minutes: under a carried Triton, whose first compiles are
@@ -256,20 +267,17 @@ if [ "$what" = smallsplit ]; then
   # Split-K for the zoo's few-tile bf16 shapes over a long K, where rule 23's 64x64 tiles leave most SMs idle
   # (122x712x7784: 24 CTAs, 0.52x torch in session 30's zoo): 64x64 and 128x128 tiles split in k-ranges against the
   # planner's plan. One sweep per shape (each has its own split counts).
-  for spec in '122x712x7784|[{}, {"bm": 64, "bn": 64, "split_k": 4}, {"bm": 64, "bn": 64, "split_k": 5}, {"bm": 128, "bn": 128, "split_k": 8}]' \
-      '459x112x2632|[{}, {"bm": 128, "bn": 128, "split_k": 7}, {"bm": 64, "bn": 64, "split_k": 6}]' \
-      '513x368x5160|[{}, {"bm": 64, "bn": 64, "split_k": 2}, {"bm": 128, "bn": 128, "split_k": 6}]' \
-      '1895x136x3704|[{}, {"bm": 128, "bn": 128, "split_k": 2}]'; do
-    size=${spec%%|*}
-    python3 scripts/sweep_plans.py --out "$OUT/smallsplit-$size.json" --cases bf16 --rounds 3 --sizes "$size" \
-      --variants "${spec#*|}" 2>&1 | tee -a "$OUT/smallsplit.log"
-  done
+  sweep_each smallsplit \
+    'bf16|122x712x7784|[{}, {"bm": 64, "bn": 64, "split_k": 4}, {"bm": 64, "bn": 64, "split_k": 5}, {"bm": 128, "bn": 128, "split_k": 8}]' \
+    'bf16|459x112x2632|[{}, {"bm": 128, "bn": 128, "split_k": 7}, {"bm": 64, "bn": 64, "split_k": 6}]' \
+    'bf16|513x368x5160|[{}, {"bm": 64, "bn": 64, "split_k": 2}, {"bm": 128, "bn": 128, "split_k": 6}]' \
+    'bf16|1895x136x3704|[{}, {"bm": 128, "bn": 128, "split_k": 2}]'
 fi
 if [ "$what" = split64 ]; then
   # Rule 25's 64x64 split-K (session 31): the zoo's and rule 25's measured shapes whose plan it changed, the planner's
   # plan ({}) against the other count or plan measured there, bf16 then fp8 rowwise (fast accumulation). (Session 31
   # ran the 64x64 whole baselines at 6 stages; rule 23's plan has 8, as forced here now.)
-  for spec in 'bf16|191x440x14336|[{}, {"bm": 128, "bn": 128, "split_k": 8}]' \
+  sweep_each split64 'bf16|191x440x14336|[{}, {"bm": 128, "bn": 128, "split_k": 8}]' \
       'bf16|268x112x4096|[{}, {"bm": 128, "bn": 128, "split_k": 8}]' \
       'bf16|73x104x3280|[{}, {"bm": 64, "bn": 64, "stages": 8, "split_k": 1}]' \
       'bf16|469x88x4920|[{}, {"bm": 64, "bn": 64, "split_k": 5}]' \
@@ -280,30 +288,20 @@ if [ "$what" = split64 ]; then
       'fp8|469x96x4928|[{}, {"bm": 64, "bn": 64, "split_k": 5}]' \
       'fp8|268x112x4944|[{}, {"bm": 64, "bn": 64, "split_k": 5}]' \
       'fp8|325x96x10240|[{}, {"bm": 64, "bn": 64, "split_k": 6}]' \
-      'fp8|192x448x14496|[{}, {"bm": 64, "bn": 64, "split_k": 4}]'; do
-    IFS='|' read -r case size variants <<< "$spec"
-    python3 scripts/sweep_plans.py --out "$OUT/split64-$case-$size.json" --cases "$case" --rounds 3 --sizes "$size" \
-      --variants "$variants" 2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/split64.log"
-  done
+      'fp8|192x448x14496|[{}, {"bm": 64, "bn": 64, "split_k": 4}]'
 fi
 if [ "$what" = clusterlongk ]; then
   # Rule 24 under a whole wave at a long K (session 31; Triton >= 3.7): the planner's clusters against one CTA a tile.
-  for size in 527x4680x6416 12108x160x14264 1057x2048x7112; do
-    python3 scripts/sweep_plans.py --out "$OUT/clusterlongk-$size.json" --cases bf16 --rounds 3 --sizes "$size" \
-      --variants '[{}, {"cluster": 1}]' 2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/clusterlongk.log"
-  done
+  sweep_each clusterlongk 'bf16|527x4680x6416|[{}, {"cluster": 1}]' 'bf16|12108x160x14264|[{}, {"cluster": 1}]' \
+    'bf16|1057x2048x7112|[{}, {"cluster": 1}]'
 fi
 if [ "$what" = narrow ]; then
   # Issue 23's worst zoo shapes that no rule has moved yet: narrow N over a tall M (one wave of 128x128 tiles with most
   # of each tile's columns empty), and 917x5184x600 (168 tiles of 128x256): the planner's plan against the menu's
   # other tiles and a 2-range split (session 31, exploratory).
-  for spec in '10050x80x1280|[{}, {"bm": 64, "bn": 128}, {"bm": 128, "bn": 128, "split_k": 2}]' \
-      '5600x264x1160|[{}, {"bm": 64, "bn": 128}, {"bm": 128, "bn": 128, "split_k": 2}]' \
-      '1806x88x1672|[{}, {"bm": 64, "bn": 128}, {"bm": 128, "bn": 128}]' \
-      '917x5184x600|[{}, {"bm": 256, "bn": 128}, {"bm": 128, "bn": 128, "stream_k": 2}]'; do
-    size=${spec%%|*}
-    python3 scripts/sweep_plans.py --out "$OUT/narrow-$size.json" --cases bf16 --rounds 3 --sizes "$size" \
-      --variants "${spec#*|}" 2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/narrow.log"
-  done
+  sweep_each narrow 'bf16|10050x80x1280|[{}, {"bm": 64, "bn": 128}, {"bm": 128, "bn": 128, "split_k": 2}]' \
+    'bf16|5600x264x1160|[{}, {"bm": 64, "bn": 128}, {"bm": 128, "bn": 128, "split_k": 2}]' \
+    'bf16|1806x88x1672|[{}, {"bm": 64, "bn": 128}, {"bm": 128, "bn": 128}]' \
+    'bf16|917x5184x600|[{}, {"bm": 256, "bn": 128}, {"bm": 128, "bn": 128, "stream_k": 2}]'
 fi
 exit $rc
