@@ -807,6 +807,58 @@ def _within_fp8_rounding(q: torch.Tensor, s: torch.Tensor, y: torch.Tensor) -> N
     assert bool(((q.float() * full - y).abs() <= rs.repeat_interleave(128, dim=-1)[..., :n] * 448 * 2.0**-3).all())
 
 
+def _fused_gate_up(recipe: str, experts: int, rows: int, n: int, k: int, seed: int, fn, s_cols: int,  # noqa: ANN001
+                   bf16_product):  # noqa: ANN001, ANN202
+    """An M-grouped gate/up GEMM of `recipe` (bf16, or blockwise fp8 with its fp32 dequantized reference) whose
+    epilogue `fn` returns a quantized pair, routed by `seed` over `rows` of `rows + 64`: its kernel, a launch into
+    NaN-poisoned q (rows + 64, N) and s (rows + 64, s_cols), those two, the offsets (changed in place between graph
+    replays), the gate and the fp32 product as a function (`bf16_product(a, w, offs)` for bf16)."""
+    from warploom.checks_grouped import grouped_call
+    from warploom.grouped import _fused, _launcher
+    from warploom.kernel import build
+
+    torch.manual_seed(rows)
+    offs = _routing(seed, experts, rows)
+    total, kb, nb = rows + 64, -(-k // 128), -(-n // 128)
+    gate = torch.randn(total, n, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(total, k, device="cuda")
+    w = torch.randn(experts, n, k, device="cuda").transpose(-2, -1)
+    if recipe == "bf16":
+        a, w = a.bfloat16(), w.bfloat16()
+        call, sa, sb, picked = _fused(grouped_call(a, w, offs, None), fn, {"gate": gate})
+        product = lambda: bf16_product(a, w, offs)  # noqa: E731
+    else:
+        a, w = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
+        sa = torch.rand(total, kb, device="cuda") + 0.5
+        sb = torch.rand(experts, kb, nb, device="cuda") + 0.5
+        # the reference in fp32: the bf16 rounding of _grouped_mm's inputs and output moves a group's amax by up to
+        # 1% at the worst of 10^5 groups, more than the fused kernel's own error
+        a_deq, w_deq = _dequant_blockwise(a, sa, 1, torch.float32), _dequant_blockwise(w, sb, 128, torch.float32)
+        call, sa, sb, picked = _fused(grouped_call(a, w, offs, None, torch.bfloat16, sa, sb), fn, {"gate": gate},
+                                      scale_a=sa, scale_b=sb)
+        product = lambda: _grouped_fp32(a_deq, w_deq, offs)  # noqa: E731
+    kern = build(call.spec, warploom.DeviceInfo.current())
+    q = torch.full((total, n), float("nan"), device="cuda").to(torch.float8_e4m3fn)
+    s = torch.full((total, s_cols), float("nan"), device="cuda")
+    launch = lambda: _launcher(kern)(call.a, call.b, offs, q, sa, sb, picked, (s,))  # noqa: E731
+    return kern, launch, q, s, offs, gate, product
+
+
+def _replay_routings(launch, q: torch.Tensor, s: torch.Tensor, offs: torch.Tensor, seeds: tuple[int, ...],  # noqa: ANN001
+                     experts: int, rows: int, check) -> int:  # noqa: ANN001
+    """`launch` captured in a CUDA graph, replayed once per routing of `seeds` written into `offs` in place: rows
+    past offs[-1] stay NaN in q and s, and `check(end)` checks the rest; the last routing's end row."""
+    graph, _ = _graph(launch)
+    for seed in seeds:
+        offs.copy_(_routing(seed, experts, rows))
+        graph.replay()
+        torch.cuda.synchronize()
+        end = _rows(offs)
+        assert q[rows:].float().isnan().all() and s[rows:].isnan().all(), "rows past offs[-1] written"
+        check(end)
+    return end
+
+
 @pytest.mark.parametrize("recipe", ["bf16", "blockwise"])
 @pytest.mark.parametrize("experts,rows,n,k", [(8, 8192, 2048, 7168), (32, 3000, 1536, 2048), (4, 100, 2048, 512)])
 def test_fused_quantize_offsets(recipe: str, experts: int, rows: int, n: int, k: int) -> None:
@@ -817,43 +869,12 @@ def test_fused_quantize_offsets(recipe: str, experts: int, rows: int, n: int, k:
     scale_a. Written without a GPU (session gq): the simulator and compile tiers pass the same kernels."""
     import torch.nn.functional as F
 
-    from warploom.checks_grouped import grouped_call
-    from warploom.grouped import _fused, _launcher
-    from warploom.kernel import build
-
-    torch.manual_seed(rows)
-    offs = _routing(rows + 5, experts, rows)
-    total, kb, nb = rows + 64, -(-k // 128), -(-n // 128)
-    gate = torch.randn(total, n, device="cuda", dtype=torch.bfloat16)
-    a = torch.randn(total, k, device="cuda")
-    w = torch.randn(experts, n, k, device="cuda").transpose(-2, -1)
-    if recipe == "bf16":
-        a, w = a.bfloat16(), w.bfloat16()
-        call, sa, sb, picked = _fused(grouped_call(a, w, offs, None), _quantize_silu_mul, {"gate": gate})
-        product = lambda: torch._grouped_mm(a, w, offs=offs).float()  # noqa: E731
-    else:
-        a, w = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
-        sa = torch.rand(total, kb, device="cuda") + 0.5
-        sb = torch.rand(experts, kb, nb, device="cuda") + 0.5
-        # the reference in fp32: the bf16 rounding of _grouped_mm's inputs and output moves a group's amax by up to
-        # 1% at the worst of 10^5 groups, more than the fused kernel's own error
-        a_deq, w_deq = _dequant_blockwise(a, sa, 1, torch.float32), _dequant_blockwise(w, sb, 128, torch.float32)
-        call, sa, sb, picked = _fused(grouped_call(a, w, offs, None, torch.bfloat16, sa, sb), _quantize_silu_mul,
-                                      {"gate": gate}, scale_a=sa, scale_b=sb)
-        product = lambda: _grouped_fp32(a_deq, w_deq, offs)  # noqa: E731
-    kern = build(call.spec, warploom.DeviceInfo.current())
-    q = torch.full((total, n), float("nan"), device="cuda").to(torch.float8_e4m3fn)
-    s = torch.full((total, nb), float("nan"), device="cuda")
-    launch = lambda: _launcher(kern)(call.a, call.b, offs, q, sa, sb, picked, (s,))  # noqa: E731
-    graph, _ = _graph(launch)
-    for seed in (rows + 5, rows + 6):
-        offs.copy_(_routing(seed, experts, rows))
-        graph.replay()
-        torch.cuda.synchronize()
-        end = _rows(offs)
-        assert q[rows:].float().isnan().all() and s[rows:].isnan().all(), "rows past offs[-1] written"
-        y = F.silu(gate[:end].float()) * product()[:end]
-        _within_fp8_rounding(q[:end], s[:end], y)
+    nb = -(-n // 128)
+    _, launch, q, s, offs, gate, product = _fused_gate_up(
+        recipe, experts, rows, n, k, rows + 5, _quantize_silu_mul, nb,
+        lambda a, w, offs: torch._grouped_mm(a, w, offs=offs).float())
+    end = _replay_routings(launch, q, s, offs, (rows + 5, rows + 6), experts, rows, lambda end: _within_fp8_rounding(
+        q[:end], s[:end], F.silu(gate[:end].float()) * product()[:end]))
     # the layer chain: (q, s) is the down GEMM's blockwise A and scale_a (K = n)
     w_down = torch.randn(experts, 512, n, device="cuda").to(torch.float8_e4m3fn).transpose(-2, -1)
     sb_down = torch.rand(experts, nb, 4, device="cuda") + 0.5
@@ -888,42 +909,12 @@ def test_fused_rowwise_amax_pass_offsets(recipe: str, experts: int, rows: int, n
     Written without a GPU (session 30, g29): the simulator and compile tiers pass the same kernels."""
     import torch.nn.functional as F
 
-    from warploom.checks_grouped import grouped_call
-    from warploom.grouped import _fused, _launcher
-    from warploom.kernel import build
-
-    torch.manual_seed(rows)
-    offs = _routing(rows + 7, experts, rows)
-    total, kb, nb = rows + 64, -(-k // 128), -(-n // 128)
-    gate = torch.randn(total, n, device="cuda", dtype=torch.bfloat16)
-    a = torch.randn(total, k, device="cuda")
-    w = torch.randn(experts, n, k, device="cuda").transpose(-2, -1)
-    if recipe == "bf16":
-        a, w = a.bfloat16(), w.bfloat16()
-        call, sa, sb, picked = _fused(grouped_call(a, w, offs, None), _quantize_rowwise_silu_mul, {"gate": gate})
-        product = lambda: _grouped_fp32(a.float(), w.float(), offs)  # noqa: E731
-    else:
-        a, w = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
-        sa = torch.rand(total, kb, device="cuda") + 0.5
-        sb = torch.rand(experts, kb, nb, device="cuda") + 0.5
-        a_deq, w_deq = _dequant_blockwise(a, sa, 1, torch.float32), _dequant_blockwise(w, sb, 128, torch.float32)
-        call, sa, sb, picked = _fused(grouped_call(a, w, offs, None, torch.bfloat16, sa, sb),
-                                      _quantize_rowwise_silu_mul, {"gate": gate}, scale_a=sa, scale_b=sb)
-        product = lambda: _grouped_fp32(a_deq, w_deq, offs)  # noqa: E731
-    kern = build(call.spec, warploom.DeviceInfo.current())
+    kern, launch, q, s, offs, gate, product = _fused_gate_up(
+        recipe, experts, rows, n, k, rows + 7, _quantize_rowwise_silu_mul, 1,
+        lambda a, w, offs: _grouped_fp32(a.float(), w.float(), offs))
     assert kern.plan.amax_pass
-    q = torch.full((total, n), float("nan"), device="cuda").to(torch.float8_e4m3fn)
-    s = torch.full((total, 1), float("nan"), device="cuda")
-    launch = lambda: _launcher(kern)(call.a, call.b, offs, q, sa, sb, picked, (s,))  # noqa: E731
-    graph, _ = _graph(launch)
-    for seed in (rows + 7, rows + 8):
-        offs.copy_(_routing(seed, experts, rows))
-        graph.replay()
-        torch.cuda.synchronize()
-        end = _rows(offs)
-        assert q[rows:].float().isnan().all() and s[rows:].isnan().all(), "rows past offs[-1] written"
-        y = F.silu(gate[:end].float()) * product()[:end]
-        _rowwise_within_fp8_rounding(q[:end], s[:end], y)
+    _replay_routings(launch, q, s, offs, (rows + 7, rows + 8), experts, rows, lambda end: _rowwise_within_fp8_rounding(
+        q[:end], s[:end], F.silu(gate[:end].float()) * product()[:end]))
 
 
 @pytest.mark.parametrize("recipe", ["bf16", "rowwise"])
