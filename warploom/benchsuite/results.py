@@ -349,7 +349,7 @@ def _row_from(d: Any, where: str) -> Row:
     compile_s = _get(d, "compile_s", "number?", where)
     if compile_s is not None:
         _in_range(f"{where}.compile_s", compile_s, 0, MAX_MS / 1e3, "a time in s")
-    note = _get(d, "torch_note", "string", where) if isinstance(d, dict) and "torch_note" in d else ""
+    note = _get(d, "torch_note", "string", where) if "torch_note" in d else ""  # (optional: newer files only)
     return Row(Case(Op(_get(d, "op", "string", where)), shape), ours, theirs, compiled, _opt(compile_s),
                _get(d, "plan", "string", where), _get(d, "ok", "bool", where), _get(d, "failure", "string", where),
                note)

@@ -152,8 +152,7 @@ def _split_candidates(spec: GemmSpec, device: DeviceInfo, k_tiles: int) -> list[
     tiles64 = square_tiles(spec, 64)
     times64 = {r: split_time(spec, r, 64) for r in range(2, SPLIT_MAX + 1) if tiles64 * r <= device.sm_count}
     if times64:
-        # (the most ranges near the best: see SPLIT_TIE_64)
-        # (and 64x64 competes at its best time: the tie picks a count, not the tile)
+        # (the most ranges near the best, SPLIT_TIE_64; 64x64 competes at its best time: the tie picks a count)
         fastest = min(times64.values())
         found.append((fastest, 64, max(r for r, t in times64.items() if t <= fastest * SPLIT_TIE_64)))
     return found
