@@ -38,15 +38,18 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
     across the tiles, then a cast kernel: docs/decisions/rule-29-rowwise-amax-pass.md
 30. fp8 rowwise fast accumulation, at most 16 k-blocks, Triton >= 3.9: ping-pong 128x128:
     docs/decisions/rule-30-short-k-pingpong.md
+31. N one tile wide, at most 3/4 of a 128- or 256-wide tile: a narrow tile, its wgmma in power-of-two column blocks
+    of round_up(N, 16) only: docs/decisions/rule-31-narrow-tiles.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
 20: `planning/sm90.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90_search.py`, its tile menu in
-`planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py`, its fused epilogues' limits (rules 26-29) in
-`planning/sm90_fused.py`, rule 22's grouped GEMMs in `planning/sm90_grouped.py`; rule 19: `planning/sm100.py`; rule
-20: `planning/gfx1250.py`), which the target's declaration (`warploom.targets`) names as its `plan`. `plan_schedule`
-stands above the registry: it runs what comes before any target's rule (rule 26's fused quantization, rule 28's
-gate/up pairs, rule 22's grouped GEMMs, the options' own checks) and calls the device's target's. The names below are
-re-exported from `warploom.planning`, so `warploom.planner.X` stays the public spelling.
+`planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py`, rule 31's narrow tile in
+`planning/sm90_narrow.py`, its fused epilogues' limits (rules 26-29) in `planning/sm90_fused.py`, rule 22's grouped
+GEMMs in `planning/sm90_grouped.py`; rule 19: `planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the
+target's declaration (`warploom.targets`) names as its `plan`. `plan_schedule` stands above the registry: it runs what
+comes before any target's rule (rule 26's fused quantization, rule 28's gate/up pairs, rule 22's grouped GEMMs, the
+options' own checks) and calls the device's target's. The names below are re-exported from `warploom.planning`, so
+`warploom.planner.X` stays the public spelling.
 """
 
 from __future__ import annotations
@@ -305,6 +308,10 @@ class Explanation:
                          "writes q and s" if self.plan.amax_pass else
                          f"  rowwise quantization, rule 27: one {bn}-wide tile holds N={n}, its amax taken in the "
                          "tile (one pass)")
+        if self.plan.n_blocks:
+            blocks = self.plan.n_blocks
+            lines.append(f"  narrow tile, rule 31: N={self.spec.n} fills {sum(blocks)} of the tile's {self.plan.bn} "
+                         f"columns: wgmma over those only, in blocks {'+'.join(map(str, blocks))}")
         if not self.candidates:
             lines.append("  (chosen by a rule without scoring: swap-AB decode, sm_100a, gfx1250 or forced options)")
             if self.plan.promote_tmem:

@@ -33,6 +33,9 @@ KNOWN_MISSES = {
     ("pingpong-triton39-2026-11-27-session29.json", "fp8", "917x5184x608"):
         "the same shape again (1.160 against 1.049): unaligned rows with 5 k-blocks, where ping-pong lost by 17-32% at "
         "the four unaligned shapes of 10-26 k-blocks in the same run (rule-30 doc)",
+    ("narrow31-2026-11-28-session32.json", "bf16", "2090x96x7792"):
+        "64x128 tiles in 4 split-K ranges with rule 31's 64+32 blocks (0.829) over rule 23's 64x64 (0.652): an "
+        "exploratory variant, measured without its whole-tile baseline, not a candidate of rules 23-25 (rule-31 doc)",
     ("rule24-2026-11-27-session26.json", "fp8", "5344x2192x144"):
         "rule 24's k-block floor gives up this shape's 9% (rule-24 doc)",
     ("smallsplit-2026-11-27-session31.json", "bf16", "513x368x5160"):

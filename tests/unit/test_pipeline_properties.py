@@ -71,8 +71,11 @@ def test_planned_pipeline_verifies_clean_and_fits(spec: GemmSpec, sms: int) -> N
     promoted = spec.accumulation is Accumulation.PROMOTED
     assert plan.partial_blocks == (2 if promoted and plan.bn == 256 else 1)
     accs = [a for a in cons[0].accumulators if a.name != "partial"]
+    # ...and rule 31's narrow tile adds one accumulator per column block of its first N columns, in order.
+    narrow = [(sum(plan.n_blocks[:i]), w) for i, w in enumerate(plan.n_blocks)]
     assert [(a.col0, a.cols) for a in accs] == [(i * plan.bn // plan.partial_blocks, plan.bn // plan.partial_blocks)
-                                               for i in range(plan.partial_blocks)]
+                                               for i in range(plan.partial_blocks)] + narrow
+    assert not plan.n_blocks or plan.bn >= 128 and spec.n <= sum(plan.n_blocks) <= 0.75 * plan.bn
     # The expect-tx of a stage is exactly the bytes of one slot of every ring.
     txs = [o for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.ArriveExpectTx)]
     assert [t.nbytes for t in txs] == [sum(r.slot_bytes for r in m.rings)]

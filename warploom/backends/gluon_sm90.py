@@ -9,6 +9,7 @@ one compiled kernel serves every problem size with the same spec kind and plan.
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -368,7 +369,8 @@ class PartitionEmitter:
         b = self.buf
         if not self.p.accumulators:
             return
-        n = _instr_n(self.rows, min(a.cols for a in self.p.accumulators), self.p.warps)
+        narrow = self._narrow()
+        n = _instr_n(self.rows, min(a.cols for a in self.p.accumulators if a.name not in narrow), self.p.warps)
         bits = self.m.spec.a_dtype.bytes * 8
         b.line(f"acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
                f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {n}, {256 // bits}]"
@@ -376,8 +378,16 @@ class PartitionEmitter:
                comment="wgmma accumulator: each warpgroup owns 64 rows" + (
                    "" if self.cluster == 1 else f", each CTA its {'columns' if self.along_n else 'rows'} of the "
                                                 "cluster tile"))
+        for w in sorted({a.cols for a in narrow.values()}, reverse=True):
+            b.line(f"acc_layout_n{w}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
+                   f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {w}, {256 // bits}])",
+                   comment=f"a narrow tile's {w}-column block: its own wgmma N")
+        joined = {o.acc for o, _ in ir.walk(self.p.body) if isinstance(o, ir.JoinAcc)}
         for a in self.p.accumulators:
-            b.line(f"{a.name} = gl.zeros({self._acc_shape(a)}, gl.float32, acc_layout)")
+            if a.name in joined:
+                continue  # (set by the join in each tile before anything reads it: carried through no loop)
+            layout = f"acc_layout_n{a.cols}" if a.name in narrow else "acc_layout"
+            b.line(f"{a.name} = gl.zeros({self._acc_shape(a)}, gl.float32, {layout})")
         width = self._epilogue_width()
         if width:
             en = _instr_n(self.rows, width, self.p.warps)
@@ -385,6 +395,37 @@ class PartitionEmitter:
                    f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {en}, {256 // bits}]"
                    f"{cga(self.cluster, along_n=self.along_n)})",
                    comment="one column block of the accumulator, as the fused epilogue computes it")
+
+    def _narrow(self) -> dict[str, ir.Accumulator]:
+        """A narrow tile's block accumulators (ir.Tiling.n_blocks: the parts of the partition's JoinAcc)."""
+        parts = [n for o, _ in ir.walk(self.p.body) if isinstance(o, ir.JoinAcc) for n in o.parts]
+        return {n: self._acc(n) for n in parts}
+
+    def join(self, o: ir.JoinAcc) -> None:
+        """`o.acc` = its blocks side by side, padded with zeros to the tile's width: halves joined pairwise
+        (``gl.join``, then the pair's columns laid out one after the other), each block within one half since the
+        widths are powers of two, widest first. The result holds each thread's columns where the whole tile's
+        accumulator layout has them, so the final conversion moves no data."""
+        b = self.buf
+        parts = [self._acc(n) for n in o.parts]
+        count = itertools.count()
+
+        def build(inside: list[ir.Accumulator], base: int, width: int) -> str:
+            if len(inside) == 1 and inside[0].cols == width:
+                return inside[0].name
+            half = width // 2
+            left = build([a for a in inside if a.col0 < base + half], base, half)
+            right_parts = [a for a in inside if a.col0 >= base + half]
+            # (the right half's layout, derived by earlier joins, lists the same registers in another order)
+            right = (f"gl.convert_layout({build(right_parts, base + half, half)}, {left}.type.layout)" if right_parts
+                     else f"gl.zeros_like({left})")
+            name = f"join{next(count)}"
+            b.line(f"{name} = gl.join({left}, {right}).permute(0, 2, 1).reshape([{self.rows}, {width}])",
+                   f"columns {base}..{base + width - 1}")
+            return name
+
+        whole = build(parts, 0, self.m.tiling.bn)
+        b.line(f"{o.acc} = gl.convert_layout({whole}, acc_layout)", printer.op(o))
 
     def body(self, stmts: tuple[ir.Stmt, ...]) -> None:
         for s in stmts:
@@ -436,7 +477,11 @@ class PartitionEmitter:
                         b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, acc_layout))")
                         b.line(f"sk_offs = (q * BM + {self.row0} + sk_rows)[:, None] * BN + ({a.col0} + sk_cols)"
                                "[None, :]")
-                        b.line(f"{name} = {name} + gl.load(sk_ws_ptr + sk_offs, cache_modifier=\".cg\")")
+                        # A weak load: this thread's acquire above orders it after the contributor's release (PTX's
+                        # memory model), so it needs no .cg. As .cg (LDG.STRONG.GPU in SASS) these loads made
+                        # 685x6136x1680 under sk_waves=1 11% slower (H100, archive/exp/sk_anatomy.py); evict_first: a
+                        # slot is read once.
+                        b.line(f"{name} = {name} + gl.load(sk_ws_ptr + sk_offs, eviction_policy=\"evict_first\")")
                     b.line(f"gl.atomic_xchg(sk_flags_ptr + q * {parts} + {part}, 0, sem=\"relaxed\", scope=\"gpu\")",
                            "reset for the next launch")
             self.body(body[at + 1:])
@@ -598,6 +643,8 @@ class PartitionEmitter:
                            "keep the promotion before the next wgmma")
             case ir.CopyScales():
                 self.copy_scales(o)
+            case ir.JoinAcc():
+                self.join(o)
             case ir.ZeroAcc():
                 a = self._acc(o.acc)
                 b.line(f"{o.acc} = gl.zeros({self._acc_shape(a)}, gl.float32, acc_layout)", c)

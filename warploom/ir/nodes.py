@@ -423,6 +423,17 @@ class ZeroAcc(Op):
 
 
 @dataclass(frozen=True)
+class JoinAcc(Op):
+    """Accumulator `acc` (the whole BN-wide tile) from the narrow tile's column-block accumulators `parts`
+    (`Tiling.n_blocks`): each at its `Accumulator.col0`, zeros in the columns past the last. Those columns lie at
+    or past N (a narrow tile is the only one along N), so its stores clip them; everything after the join (the
+    epilogue, the stores) sees an ordinary tile."""
+
+    acc: str
+    parts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Fixup(Op):
     """Stream-K (`Tiling.stream_k`): complete the current work unit's tile in accumulators `accs` across CTAs.
 
@@ -795,6 +806,12 @@ class Tiling:
             >= 3.7) inserts a cluster barrier before the return of every kernel of more than one CTA. Set by
             ShareB; the verifier wants it exactly in a cluster's modules, and the simulator (sim/cluster.py) lets a
             CTA without it exit when its own partitions finish (WRITE_AFTER_EXIT).
+        n_blocks: a *narrow tile* (planner rule 31), or () for a whole one: the wgmma cover only the tile's first
+            sum(n_blocks) columns, in column blocks of these widths (powers of two: Triton's tensors must be), one
+            accumulator and one wgmma each per k-block, joined into the whole tile (`JoinAcc`) before the epilogue.
+            cuBLAS picks widths like 80 or 88 for such N; two power-of-two wgmma (64 + 16) do that work in 80
+            columns where one 128-wide would spend 128. The columns past sum(n_blocks) are never computed, so the
+            module is correct only for N <= sum(n_blocks): one tile along N (the launch refuses a wider N).
     """
 
     bm: int
@@ -812,6 +829,7 @@ class Tiling:
     cluster_n: bool = False
     exit_sync: bool = False
     uneven_split: bool = False
+    n_blocks: tuple[int, ...] = ()
 
     @property
     def cluster_mn(self) -> tuple[int, int]:

@@ -144,6 +144,8 @@ def op(o: ir.Op) -> str:
             return "sync_warps"
         case ir.Fixup():
             return f"fixup {', '.join(o.accs)}"
+        case ir.JoinAcc():
+            return f"join {o.acc} <- {', '.join(o.parts)} (zeros past them)"
     raise TypeError(f"unknown op {o!r}")
 
 
@@ -170,7 +172,9 @@ def module(m: ir.Module) -> str:
         + (f" sk_waves={t.sk_waves} (and {t.sk_waves} whole wave shared with them)" if t.sk_waves else "")
         + ((f" cluster=1x{t.cluster} (CTAs along N sharing A)" if t.cluster_n else
             f" cluster={t.cluster} (CTAs along M sharing B)") if t.cluster > 1 else "")
-        + (" exit_sync (a cluster barrier before exit)" if t.exit_sync else ""),
+        + (" exit_sync (a cluster barrier before exit)" if t.exit_sync else "")
+        + (f" n_blocks={'+'.join(map(str, t.n_blocks))} (a narrow tile: wgmma over its first "
+           f"{sum(t.n_blocks)} columns)" if t.n_blocks else ""),
     ]
     if m.amax_pass is not None:  # (rule 29: C is the workspace of y, the cast kernel runs after the launch)
         out.append(f"  amax_pass: C is y's fp32 (M, N) workspace, amax the (M,) row amax (zeroed per call); then "

@@ -26,6 +26,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.ir.verify_amax import check_amax_pass
 from warploom.ir.verify_cluster import check_cluster
+from warploom.ir.verify_narrow import check_narrow
 from warploom.ir.verify_promote import check_partials
 from warploom.ir.verify_scales import check_scale_partition, check_tmem_scales
 from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, uncovered_rows
@@ -61,6 +62,7 @@ def structural(m: ir.Module) -> list[str]:
     errs += _check_split_k(m)
     errs += _check_swap(m)
     errs += _check_stream_k(m)
+    errs += check_narrow(m)
     errs += _check_grouped(m)
     errs += _check_rowwise(m)
     errs += check_amax_pass(m)
@@ -889,7 +891,8 @@ def _check_async(p: ir.Partition, errs: list[str]) -> None:
     """Abstractly run the body (each loop twice, to reach its steady state) counting wgmma in flight
     and TMA stores outstanding."""
     state = {"mma": 0, "store": 0}
-    reads_acc = (ir.Promote, ir.Epilogue, ir.StoreSmem, ir.StoreTile, ir.ZeroAcc, ir.ApplyEpilogue, ir.FoldAmax)
+    reads_acc = (ir.Promote, ir.Epilogue, ir.StoreSmem, ir.StoreTile, ir.ZeroAcc, ir.ApplyEpilogue, ir.FoldAmax,
+                 ir.JoinAcc)
 
     def run(body: tuple[ir.Stmt, ...]) -> None:
         for s in body:

@@ -127,6 +127,13 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
                 k_body += [ir.Mma("a_ring", "b_ring", c, "partial", overwrite=ir.Guard.ALWAYS, n_cols=cols,
                                   k_cols=k_cols),
                            ir.Promote("partial", acc.name, scales)]
+    elif plan.n_blocks:
+        # Rule 31's narrow tile: one accumulator and one wgmma per column block of B's slot, joined after the loop.
+        starts = [sum(plan.n_blocks[:i]) for i in range(len(plan.n_blocks))]
+        narrow = [ir.Accumulator(f"acc_n{i}", plan.bm, w, c0)
+                  for i, (w, c0) in enumerate(zip(plan.n_blocks, starts, strict=True))]
+        accs += narrow
+        k_body += [ir.Mma("a_ring", "b_ring", c, a.name, n_cols=ir.ColBlock(a.col0, a.cols)) for a in narrow]
     else:
         k_body.append(ir.Mma("a_ring", "b_ring", c, "acc"))
     k_body.append(ir.Advance("c"))
@@ -146,6 +153,8 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
 
     tile_body: list[ir.Stmt] = [ir.ZeroAcc(a.name) for a in accs[:blocks]] if promoted else []
     tile_body.append(ir.Loop(ir.LoopKind.K, tuple(k_body)))
+    if plan.n_blocks and not promoted:  # (promoted: the verifier refuses the plan, naming the promotion)
+        tile_body.append(ir.JoinAcc("acc", tuple(a.name for a in accs[1:])))
     if plan.stream_k:  # rule 21: the unit's k-blocks are part of the tile's; join them before anything reads the sum
         tile_body.append(ir.Fixup(tuple(a.name for a in accs[:blocks])))
     for a in accs[:blocks]:
@@ -163,6 +172,7 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
         name=kernel_name(spec, plan) + (f"_{amax_pass.fp8.value}" if amax_pass else ""), spec=spec,
         tiling=ir.Tiling(plan.bm, plan.bn, plan.bk, plan.group_m, plan.grid, plan.split_k, ranged=plan.tail_split > 1,
                          swap_ab=plan.swap_ab, stream_k=plan.stream_k, sk_waves=plan.sk_waves, grouping=spec.grouping,
-                         uneven_split=plan.split_k > 1 and -(-spec.k // plan.bk) % plan.split_k != 0),
+                         uneven_split=plan.split_k > 1 and -(-spec.k // plan.bk) % plan.split_k != 0,
+                         n_blocks=plan.n_blocks),
         partitions=(part,), rings=rings, target=plan.target, amax_pass=amax_pass,
     )

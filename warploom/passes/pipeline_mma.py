@@ -2,7 +2,8 @@
 
 Native accumulation keeps one wgmma in flight: after issuing k-block k's wgmma, `wgmma_wait 1`
 guarantees k-block k-1's wgmma finished, so slot c-1 (not c) is released. After the k-loop,
-`wgmma_wait 0` drains the last one and releases its slot before the accumulator is read.
+`wgmma_wait 0` drains the last one and releases its slot before the accumulator is read. A narrow tile
+(rule 31) issues one wgmma per column block: `wgmma_wait n` after the k-block's n keeps them in flight alike.
 
 Promoted fp8 accumulation reads the partial right after each wgmma, so it waits for 0 in flight and
 releases the slot after the k-block's last wgmma (with column-block accumulators there is one wgmma
@@ -49,12 +50,17 @@ def _k_loop(loop: ir.Loop, serial: bool) -> tuple[ir.Stmt, ...]:
     mma = next(s for s in loop.body if isinstance(s, ir.Mma))
     cur = mma.slot.cursor
     promoted = mma.overwrite is ir.Guard.ALWAYS or serial
+    # A narrow tile's k-block (rule 31) issues one wgmma per column block: all of them, then a wait that leaves
+    # only this k-block's in flight, so the previous k-block's slot is released once.
+    mmas = [s for s in loop.body if isinstance(s, ir.Mma)]
     body: list[ir.Stmt] = []
     for s in loop.body:
         if isinstance(s, ir.Mma):
             body.append(replace(s, is_async=True))
-            body.append(ir.MmaWait(0 if promoted else 1))
-            if not promoted:
+            if promoted:
+                body.append(ir.MmaWait(0))
+            elif s is mmas[-1]:
+                body.append(ir.MmaWait(len(mmas)))
                 body.append(ir.Arrive("empty", ir.Slot(cur, -1), guard=ir.Guard.NOT_FIRST_K))
         elif isinstance(s, ir.Arrive) and s.barrier == "empty" and not promoted:
             continue  # replaced by the deferred release above and after the loop

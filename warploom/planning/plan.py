@@ -99,6 +99,9 @@ class Plan:
         amax_pass: rule 29 (planning/amax_pass.py): the kernel is the first of two passes of a fused rowwise
             quantization across the tiles along N (fp32 y to a workspace, an atomic row amax), which a cast kernel
             follows (`ir.AmaxPass`); the other fields plan that first pass.
+        n_blocks: rule 31: () for a whole tile, or a *narrow tile*: the wgmma cover only the tile's first
+            sum(n_blocks) columns, in blocks of these widths (powers of two from 16, widest first), for a problem
+            whose N (at most that sum, less than BN) is one tile along N (`ir.Tiling.n_blocks`).
     """
 
     bm: int
@@ -141,6 +144,7 @@ class Plan:
     cluster: int = 1
     cluster_n: bool = False
     amax_pass: bool = False
+    n_blocks: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "target", Target.named(self.target, "Plan(target=...)"))  # (a cache gives its name)
@@ -192,6 +196,17 @@ class Plan:
                                or self.swap_ab or self.cluster > 1 or self.target is not Target.SM90A):
             raise PlanError("Plan(amax_pass=True) is rule 29's first pass of a rowwise quantization on sm_90a's whole "
                              "tiles: it takes no split_k, tail_split, stream_k, pingpong, swap_ab or cluster")
+        object.__setattr__(self, "n_blocks", tuple(self.n_blocks))  # (JSON and sweeps give a list)
+        if self.n_blocks:
+            b = self.n_blocks
+            if any(type(w) is not int or w < 16 or w & (w - 1) for w in b) or list(b) != sorted(b, reverse=True) \
+                    or sum(b) >= self.bn:
+                raise PlanError(f"Plan(n_blocks={b}): expected powers of two from 16, widest first, covering fewer "
+                                f"than bn={self.bn} columns (e.g. (64, 16) for N = 80 at bn=128)")
+            if (self.pingpong or self.swap_ab or self.cluster > 1 or self.amax_pass or self.partial_blocks > 1
+                    or self.target is not Target.SM90A):
+                raise PlanError(f"Plan(n_blocks={b}) is rule 31's narrow tile: sm_90a tiles of cooperative consumers, "
+                                 "so no pingpong, swap_ab, cluster, amax_pass or partial_blocks")
         if self.tail_split > 1 and self.tail_stages < 1:
             raise PlanError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
                              "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
@@ -230,6 +245,7 @@ class Plan:
         sk = f"_sk{self.stream_k}{f'w{self.sk_waves}' if self.sk_waves else ''}g{self.grid}" if self.stream_k else ""
         sk += (f"_c1x{self.cluster}" if self.cluster_n else f"_c{self.cluster}") if self.cluster > 1 else ""
         sk += "_amax" if self.amax_pass else ""  # (rule 29's first pass: a kernel of another name)
+        sk += f"_n{'_'.join(map(str, self.n_blocks))}" if self.n_blocks else ""  # (rule 31; in an identifier)
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
                 f"{sub}{split}{blocks}{ks}{sk}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
 

@@ -27,6 +27,7 @@ from warploom.planning.sm90_models import (
     latency_tiles,
     stream_k_problems,
 )
+from warploom.planning.sm90_narrow import narrow
 from warploom.planning.sm90_search import CLUSTER_KNOBS, Best, Search, search
 from warploom.planning.sm90_tiles import rows_aligned, swap_rows, tall_problems
 from warploom.planning.trace import collecting, note
@@ -34,6 +35,13 @@ from warploom.spec import Accumulation, GemmSpec, ScaleLayout, ScaleRecipe
 
 
 def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
+    """`_plan`'s plan, on rule 31's narrow tile (`sm90_narrow.narrow`) where N leaves most of its one tile's columns
+    empty and nothing about the tile was forced."""
+    chosen = _plan(spec, device, options)
+    return chosen if _forces_tile(options) else narrow(spec, chosen)
+
+
+def _plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     """The sm_90a target's rule (its declaration's `plan`): rules 1-18 and 21-25 (and the refusal of an AMD GPU
     other than gfx1250), after `warploom.planner.plan_schedule` ran rules 26 and 22 and the options' own checks
     (a TDM warp choice is gfx1250's, refused there). Rule 18's swapped problem, rules 23 and 25's forced tiles and

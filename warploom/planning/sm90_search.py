@@ -310,6 +310,9 @@ def _tile_plan(s: Search, t: _Tile, stages: int, ks: int, ts: int, tail_s: int, 
     # loads a block ahead (which go before the previous block's division) would follow their block's fold.
     # (rule 29's first pass walks nothing: each block folds and stores in turn, so its loads may go ahead)
     walks = spec.epilogue is not None and spec.epilogue.reads_amax()
+    registers = mx_registers(spec, t.bm, pingpong)  # (rule 12's MX budgets never meet rule 17's 256-row tile)
+    if t.bm == 256:
+        registers["consumer_regs"] = _TALL_CONSUMER_REGS
     return Plan(
         bm=t.bm, bn=t.bn, bk=s.bk, stages=stages, consumer_warps=8 if pingpong else 4 * (t.bm // 64),
         group_m=o.group_m, grid=grid,
@@ -325,8 +328,7 @@ def _tile_plan(s: Search, t: _Tile, stages: int, ks: int, ts: int, tail_s: int, 
         load_ahead=t.wide and not hoist and not walks, swap_ab=False, target=Target.SM90A, tdm_fused=False,
         stream_k=sk,
         block_scaled=False, promote_tmem=False, cluster_n=False, amax_pass=False,
-        **mx_registers(spec, t.bm, pingpong),
-        **({"consumer_regs": _TALL_CONSUMER_REGS} if t.bm == 256 else {}),
+        **registers,
     )
 
 

@@ -7,6 +7,7 @@ chooses among these tiles; the tuner's cost model (`warploom.tune.cost`) prices 
 from __future__ import annotations
 
 import math
+from typing import TypedDict
 
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
@@ -205,15 +206,22 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pi
     return min(cap, free // stage_bytes(spec, bm, bn, bk, scale_partition))
 
 
-def mx_registers(spec: GemmSpec, bm: int, pingpong: bool) -> dict[str, int]:
+class Registers(TypedDict, total=False):
+    """Register budgets a rule sets on a Plan (`Plan.producer_regs`, `Plan.consumer_regs`), passed as its keywords."""
+
+    producer_regs: int
+    consumer_regs: int
+
+
+def mx_registers(spec: GemmSpec, bm: int, pingpong: bool) -> Registers:
     """Rule 12's budgets: the scale partition decodes MX scales in registers; at 128x256 the kernel spilled 136 and
     280 bytes with 24 and 32 for its warpgroup, none with 40 or 48 (ptxas, 2026-11-23). It shares that warpgroup
     (and so its budget) with the producer. Beside two consumer warpgroups at 232, 40 is what keeps the default
     partition (consumer0) at 232 too: Gluon gives it what is left of maxnreg (168) x 384 threads after the
     workers' budgets, 224 with 48."""
     if spec.scale is not ScaleRecipe.MX:
-        return {}
-    return {"producer_regs": 40, "consumer_regs": 232 if bm == 128 or pingpong else CONSUMER_REGS}
+        return Registers()
+    return Registers(producer_regs=40, consumer_regs=232 if bm == 128 or pingpong else CONSUMER_REGS)
 
 
 def pingpong_fits(spec: GemmSpec, bm: int, bn: int, partial_blocks: int | None) -> bool:

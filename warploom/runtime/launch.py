@@ -35,7 +35,7 @@ from triton.runtime.driver import driver
 from warploom.backends.gluon_api import GluonApi, LaunchAbi, compile_options, for_triton, installed
 from warploom.backends.gluon_cast import CAST_WARPS, check_outputs
 from warploom.backends.gluon_sm90 import REDUCE_BLOCK, SK_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
-from warploom.errors import rowwise_too_wide, split_k_mismatch
+from warploom.errors import narrow_too_wide, rowwise_too_wide, split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.ir.raster import Span, launch_grid, tail_spans
 from warploom.runtime.cross import descriptor_blocks, shared_layout
@@ -240,6 +240,8 @@ class Launcher:
         m, n = self._mn(a, b)
         if self._rowwise and n > self._bn:
             raise rowwise_too_wide(self._bn, self._planned_n, n)
+        if self._tiling.n_blocks and n > sum(self._tiling.n_blocks):
+            raise narrow_too_wide(sum(self._tiling.n_blocks), self._planned_n, n)
         if self._cast is not None:
             return self._two_passes(a, b, out, scale_a, scale_b, bias, operands, extra_outs, m, n)
         split_k = self._tiling.split_k

@@ -272,6 +272,14 @@ class CtaData:
         # The kernel multiplies the scales first, then adds with one FMA; here the product and sum round apart.
         accs[ins.dst] = accs[ins.dst] + accs[ins.src] * factor
 
+    def join(self, agent: int, acc: str, parts: tuple[tuple[str, int], ...]) -> None:
+        """A narrow tile's block accumulators at their columns of `acc`, zeros past them (ir.JoinAcc)."""
+        accs = self.accs[agent]
+        whole = torch.zeros_like(accs[acc])
+        for name, c0 in parts:
+            whole[:, c0:c0 + accs[name].shape[1]] = accs[name]
+        accs[acc] = whole
+
     def zero(self, agent: int, acc: str) -> None:
         self.accs[agent][acc] = torch.zeros_like(self.accs[agent][acc])
 

@@ -267,6 +267,13 @@ class ZeroI:
 
 
 @dataclass(frozen=True, slots=True)
+class JoinI:
+    site: Site
+    acc: str
+    parts: tuple[tuple[str, int], ...]  # a narrow tile's block accumulators, each with its first column in acc
+
+
+@dataclass(frozen=True, slots=True)
 class EpilogueI:
     site: Site
     acc: str
@@ -489,8 +496,9 @@ class PartialAddI:
     flag: tuple[int, int]
 
 
-Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI | FenceI
-         | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | FoldI | StoreScalesI | AtomicI
+Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | JoinI | EpilogueI | StoreSmemI
+         | FenceI | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | FoldI | StoreScalesI
+         | AtomicI
          | TcMmaI
          | ScaleCopyI | CommitI
          | LoadTmemI | TdmWaitI | SyncI | PartialStoreI | FlagWaitI | PartialAddI)
@@ -789,6 +797,8 @@ class _Interp:
                     yield PromoteI(site, o.src, o.dst)
                 case ir.ZeroAcc():
                     yield ZeroI(site, o.acc)
+                case ir.JoinAcc():
+                    yield JoinI(site, o.acc, tuple((n, self._acc(n, text).col0) for n in o.parts))
                 case ir.Epilogue():
                     t = self._tile(text)
                     cols = self._block(self._acc(o.acc, text), o.part, o.parts, text)

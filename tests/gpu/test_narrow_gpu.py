@@ -1,0 +1,77 @@
+"""GPU tier for rule 31's narrow tiles (`ir.Tiling.n_blocks`): wgmma over power-of-two column blocks of N only, joined
+into the tile before the epilogue. Against fp32 references (bf16 by assert_close, fp8 by a scale-free error), outputs
+poisoned with NaN, shapes that are not tile multiples: forced blocks on every schedule that takes them, the planner's
+own choice through the public API, and a CUDA graph replay."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+import warploom
+from warploom import checks
+from warploom.device import DeviceInfo
+from warploom.kernel import build
+from warploom.planner import plan_schedule
+
+pytestmark = [pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU"),
+              pytest.mark.timeout(300, method="thread")]
+
+
+def _scale_free(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((x.double() - ref.double()).abs().max() / ref.double().abs().max())
+
+
+@pytest.mark.parametrize("m,n,k,kw,blocks", [
+    (10050, 80, 1280, dict(bm=128, bn=128), (64, 16)),
+    (3000, 72, 520, dict(bm=64, bn=128), (64, 16)),
+    (3794, 152, 1440, dict(bm=64, bn=256), (128, 32)),
+    (1000, 176, 264, dict(bm=128, bn=256), (128, 32, 16)),
+    (2090, 96, 7792, dict(bm=64, bn=128, split_k=4), (64, 32)),
+    (4990, 144, 2056, dict(bm=128, bn=256, stream_k=3), (128, 16)),
+])
+def test_bf16_forced(m: int, n: int, k: int, kw: dict, blocks: tuple[int, ...]) -> None:
+    torch.manual_seed(m + n)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    dev = DeviceInfo.current()
+    spec = checks.matmul_spec(a, b, None)
+    kern = build(spec, dev, replace(plan_schedule(spec, dev, **kw), n_blocks=blocks))
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["", "bias"])
+def test_fp8_rowwise_planned(bias: bool) -> None:
+    """The planner's own narrow plan, through warploom.scaled_mm, inside a CUDA graph."""
+    torch.manual_seed(3)
+    m, n, k = 10050, 80, 1280
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    bv = torch.randn(n, device="cuda", dtype=torch.bfloat16) if bias else None
+    assert warploom.plan(a, b, sa, sb, bias=bv, use_fast_accum=True).plan.n_blocks == (64, 16)
+    ref = (a.float() @ b.float()) * sa * sb + (bv.float() if bv is not None else 0)
+    out = warploom.scaled_mm(a, b, sa, sb, bias=bv, out_dtype=torch.bfloat16, use_fast_accum=True)
+    assert _scale_free(out, ref) < 1e-2
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = warploom.scaled_mm(a, b, sa, sb, bias=bv, out_dtype=torch.bfloat16, use_fast_accum=True)
+    y.fill_(float("nan"))
+    g.replay()
+    assert torch.equal(y, out)
+
+
+def test_bf16_planned_and_a_wider_n_refused() -> None:
+    torch.manual_seed(4)
+    a = torch.randn(13332, 5120, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(72, 5120, device="cuda", dtype=torch.bfloat16).t()
+    assert warploom.plan(a, b).plan.n_blocks == (64, 16)
+    torch.testing.assert_close(warploom.matmul(a, b).float(), a.float() @ b.float(), atol=0.5, rtol=0.02)
+    kern = build(checks.matmul_spec(a, b, None), DeviceInfo.current())
+    wide = torch.randn(100, 5120, device="cuda", dtype=torch.bfloat16).t()
+    with pytest.raises(warploom.ShapeError, match="narrow-tile kernel computes"):
+        kern.run(a, wide, torch.empty(13332, 100, device="cuda", dtype=torch.bfloat16))

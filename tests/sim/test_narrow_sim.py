@@ -1,0 +1,91 @@
+"""Rule 31's narrow tiles (`ir.Tiling.n_blocks`) on the CPU simulator: every schedule that takes one (whole tiles of
+one or two consumer warpgroups, 128- and 256-wide, split-K, stream-K, fp8 rowwise with a bias, a fused epilogue)
+runs clean of protocol findings and computes the product. Random data against an fp32 reference (bf16 by
+`assert_close` at bf16's tolerance, fp8 by a scale-free error), outputs poisoned with NaN beforehand, shapes that are
+not tile multiples. Each case first checks that the plan is narrow and the blocks cover N."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import warploom
+from warploom import H100_SXM, DType, GemmSpec, ScaleRecipe
+from warploom.kernel import build
+from warploom.planner import plan_schedule
+
+E4 = DType.E4M3
+
+CASES = {
+    # (M, N, K), forced plan options, column blocks
+    "128x128_80": ((300, 80, 200), {"bm": 128, "bn": 128}, (64, 16)),
+    "128x128_72_one_kblock": ((130, 72, 64), {"bm": 128, "bn": 128}, (64, 16)),
+    "64x128_96": ((200, 90, 130), {"bm": 64, "bn": 128}, (64, 32)),
+    "64x256_152": ((130, 152, 100), {"bm": 64, "bn": 256}, (128, 32)),
+    "128x256_176_three_blocks": ((260, 176, 300), {"bm": 128, "bn": 256}, (128, 32, 16)),
+    "128x256_1_column": ((140, 1, 70), {"bm": 128, "bn": 256}, (16,)),
+    "split_k3": ((300, 80, 700), {"bm": 128, "bn": 128, "split_k": 3}, (64, 16)),
+    "stream_k2": ((700, 96, 640), {"bm": 128, "bn": 128, "stream_k": 2}, (64, 32)),
+}
+
+
+def narrow(spec: GemmSpec, options: dict[str, object], blocks: tuple[int, ...]):  # type: ignore[no-untyped-def]
+    plan = replace(plan_schedule(spec, H100_SXM, **options), n_blocks=blocks)  # type: ignore[arg-type]
+    kern = build(spec, H100_SXM, plan)
+    assert kern.module.tiling.n_blocks == blocks and spec.n <= sum(blocks) < plan.bn
+    return kern
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bf16(case: str) -> None:
+    (m, n, k), options, blocks = CASES[case]
+    torch.manual_seed(0)
+    kern = narrow(GemmSpec(m, n, k), options, blocks)
+    a, b = torch.randn(m, k).bfloat16(), torch.randn(k, n).bfloat16()
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    r = kern.simulate(a, b, out=out)
+    assert r.ok, r.findings[:3]
+    torch.testing.assert_close(r.output.float(), a.float() @ b.float(), atol=0.1, rtol=1.6e-2)
+
+
+def scale_free(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """The largest error over the largest magnitude of the reference: independent of the data's scale."""
+    return float((x.double() - ref.double()).abs().max() / ref.double().abs().max())
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["", "bias"])
+def test_fp8_rowwise(bias: bool) -> None:
+    torch.manual_seed(1)
+    m, n, k = 260, 80, 300
+    spec = GemmSpec(m, n, k, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE, bias_dtype=DType.BF16 if bias else None)
+    kern = narrow(spec, {"bm": 128, "bn": 128}, (64, 16))
+    a = torch.randn(m, k).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1) + 0.5, torch.rand(1, n) + 0.5
+    bv = torch.randn(n).bfloat16() if bias else None
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    r = kern.simulate(a, b, sa, sb, bv, out=out)
+    assert r.ok, r.findings[:3]
+    ref = (a.float() @ b.float()) * sa * sb + (bv.float() if bv is not None else 0)
+    assert scale_free(r.output, ref) < 1e-2
+
+
+def test_fused_epilogue() -> None:
+    """A fused bias + GELU + residual (forced: the rule leaves fused epilogues whole) sees the joined tile."""
+    torch.manual_seed(2)
+    m, n, k = 200, 80, 136
+    a, b = torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16().t()  # (B K-major: the narrow tile's)
+    ops = {"bias": torch.randn(n).bfloat16(), "residual": torch.randn(m, n).bfloat16()}
+
+    def fn(acc, bias, residual):  # type: ignore[no-untyped-def]
+        return F.gelu(acc + bias) + residual
+
+    spec = warploom.plan(a, b, epilogue=fn, **ops).spec
+    kern = narrow(spec, {"bm": 128, "bn": 128}, (64, 16))
+    r = kern.simulate(a, b, operands=ops)
+    assert r.ok, r.findings[:3]
+    want = fn(a.float() @ b.float(), ops["bias"].float(), ops["residual"].float())
+    torch.testing.assert_close(r.output.float(), want, atol=0.1, rtol=1.6e-2)

@@ -1,0 +1,75 @@
+"""The verifier's checks of a narrow tile (ir.Tiling.n_blocks, planner rule 31): its column blocks, the options it
+excludes, and the consumers' block accumulators, their wgmma and their join."""
+
+from __future__ import annotations
+
+from warploom.ir import nodes as ir
+from warploom.ir import printer
+from warploom.spec import Accumulation, BLayout
+
+
+def check_narrow(m: ir.Module) -> list[str]:
+    """A narrow tile (ir.Tiling.n_blocks, planner rule 31): column blocks of powers of two from 16 to 256, widest
+    first, covering less than BN and at least the spec's N (the columns past them are never computed); a K-major B
+    (its slot is sliced by rows, N), native accumulation (promotion adds into column blocks of its own), no swap,
+    cluster or grouping; split-K, stream-K and the epilogue, fused or not, see the joined tile as any other, since the
+    join stands before anything that reads the sum. Each consumer partition then
+    has one accumulator per block, at the block's columns, that its k-loop's wgmma write (one per block, reading
+    that block of B's slot), and a `JoinAcc` of exactly those blocks, in order, into a whole-tile accumulator before
+    anything reads it; a JoinAcc appears only here.
+
+    Allowed:   tiling(bm=128, bn=128, n_blocks=(64, 16)) over N = 80 (or 72), bf16 or fp8 rowwise fast, with split-K,
+               stream-K or a fused epilogue too, consumers
+               `mma acc_n0 <- b_ring[c][cols 0:64]`, `mma acc_n1 <- b_ring[c][cols 64:80]`, then `join acc <-
+               acc_n0, acc_n1` after the k-loop's final wait.
+    Forbidden: n_blocks=(64, 24) (not a power of two); (16, 64) (not widest first); (64, 64) at bn=128 (the whole
+               tile); N = 96 with (64, 16); with swap_ab or a cluster; an N-major B; promoted fp8; a JoinAcc in
+               a whole tile's module or before the k-loop."""
+    t, errs = m.tiling, []
+    blocks = t.n_blocks
+    joins = [(p, o) for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.JoinAcc)]
+    if not blocks:
+        errs += [f"partition {p.name}: {printer.op(o)} in a module without n_blocks (a whole tile)" for p, o in joins]
+        return errs
+    spec = m.spec
+    if any(b < 16 or b > 256 or b & (b - 1) for b in blocks) or list(blocks) != sorted(blocks, reverse=True):
+        errs.append(f"n_blocks={blocks}: powers of two from 16 to 256, widest first")
+    width = sum(blocks)
+    if width >= t.bn:
+        errs.append(f"n_blocks={blocks}: {width} columns, not fewer than the tile's {t.bn} (a whole tile)")
+    if spec.n > width:
+        errs.append(f"n_blocks={blocks}: N={spec.n} is wider than the {width} columns the blocks compute")
+    if spec.b_layout is not BLayout.K_MAJOR:
+        errs.append("n_blocks with an N-major B (a block of its slot would be a slice of the swizzled rows)")
+    if spec.accumulation is not Accumulation.NATIVE:
+        errs.append("n_blocks with promoted accumulation (its column blocks are the promotion's own)")
+    if t.swap_ab or t.cluster > 1 or t.grouped:
+        errs.append("n_blocks with swap_ab, a cluster or a grouped GEMM")
+    starts = [sum(blocks[:i]) for i in range(len(blocks))]
+    for p in m.partitions:
+        if p.role not in (ir.Role.CONSUMER, ir.Role.SEQUENTIAL):
+            continue
+        mine = [o for q, o in joins if q is p]
+        if len(mine) != 1:
+            errs.append(f"partition {p.name}: {len(mine)} joins of the narrow tile's blocks (one after its k-loop)")
+            continue
+        join = mine[0]
+        accs = {a.name: a for a in p.accumulators}
+        parts = [accs.get(n) for n in join.parts]
+        want = list(zip(starts, blocks, strict=True))
+        if any(a is None for a in parts) or [(a.col0, a.cols) for a in parts if a] != want:
+            errs.append(f"partition {p.name}: {printer.op(join)}: its parts must be accumulators at the blocks' "
+                        f"columns {list(zip(starts, blocks, strict=True))}")
+        whole = accs.get(join.acc)
+        if whole is None or (whole.col0, whole.cols) != (0, t.bn):
+            errs.append(f"partition {p.name}: {printer.op(join)} into an accumulator that is not the whole tile")
+        mmas = [o for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma)]
+        got = sorted((o.acc, None if o.n_cols is None else (o.n_cols.start, o.n_cols.cols)) for o in mmas)
+        if got != sorted(zip(join.parts, want, strict=False)):
+            errs.append(f"partition {p.name}: the k-loop's wgmma must write each block's accumulator from that "
+                        f"block of B's slot, once each (got {got})")
+        order = list(ir.walk(p.body))
+        at = next(i for i, (o, _) in enumerate(order) if o is join)
+        if ir.LoopKind.K in order[at][1] or any(isinstance(o, ir.Mma) for o, _ in order[at:]):
+            errs.append(f"partition {p.name}: {printer.op(join)} must follow its tile's k-loop, outside it")
+    return errs

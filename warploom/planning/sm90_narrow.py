@@ -1,0 +1,70 @@
+"""Planner rule 31 (docs/decisions/rule-31-narrow-tiles.md): a narrow tile where N is one tile's columns but far
+fewer than the tile's BN. Its wgmma cover only round_up(N, 16) columns, in power-of-two column blocks (Triton's
+tensors and TMA boxes must be powers of two; a wgmma's N need only be a multiple of 8), joined into the whole tile
+before the epilogue (`ir.Tiling.n_blocks`, `ir.JoinAcc`).
+
+Why: cuBLAS fits its tile's width to N (its kernels on the H100 are named for widths like 80, 88, 104 and 144:
+docs/data/torch-kernels-2026-11-28-session32.json), so at N = 80 it spends 80 columns of tensor-core work where a
+128-wide tile spends 128. Measured against the same tile whole (H100, session 32,
+docs/data/narrow31-2026-11-28-session32.json), the narrow tile gained 0.4-2.6% at six of seven shapes and lost 0.6%
+at one, within its rounds' spread: those shapes are bound by their operands' traffic more than by the tensor cores,
+so the gain is small."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from warploom.planning.plan import Plan
+from warploom.spec import Accumulation, BLayout, GemmSpec
+from warploom.target import Target
+
+# At most this fraction of the tile's columns, in at most this many blocks: each block's wgmma reads the A slot
+# again from shared memory, and nothing nearer BN (less work saved) was measured.
+NARROW_MAX_FILL = 0.75
+NARROW_MAX_BLOCKS = 3
+# 128- and 256-wide tiles only: 64x64 tiles are rules 16, 23 and 25's, chosen where latency, not the tensor cores,
+# bounds a tile.
+NARROW_MIN_BN = 128
+
+
+def narrow_blocks(n: int, bn: int) -> tuple[int, ...]:
+    """Rule 31's column blocks for N columns of a BN-wide tile: round_up(N, 16) as powers of two from 16, widest
+    first (80: 64 + 16), or () where that is more than NARROW_MAX_FILL of BN or takes more than NARROW_MAX_BLOCKS."""
+    width = -(-n // 16) * 16
+    blocks = tuple(1 << i for i in range(width.bit_length() - 1, 3, -1) if width >> i & 1)
+    if not 0 < width <= NARROW_MAX_FILL * bn or len(blocks) > NARROW_MAX_BLOCKS:
+        return ()
+    return blocks
+
+
+def narrow_problems(spec: GemmSpec, plan: Plan) -> list[str]:
+    """Why `plan` cannot run `spec` on a narrow tile (empty: it can). Forced through `Plan.n_blocks`, the verifier
+    allows a fused epilogue too; the rule leaves fused epilogues whole (unmeasured)."""
+    problems = []
+    if plan.target is not Target.SM90A:
+        problems.append(f"target {plan.target} (sm_90a's wgmma only)")
+    if spec.n >= plan.bn:
+        problems.append(f"N = {spec.n}: more than one tile of {plan.bn} columns")
+    if plan.bn < NARROW_MIN_BN:
+        problems.append(f"a {plan.bn}-column tile (rules 16, 23 and 25's few-tile and decode tiles, bound by latency)")
+    if spec.accumulation is not Accumulation.NATIVE:
+        problems.append("promoted accumulation (its column blocks are the promotion's)")
+    if spec.b_layout is not BLayout.K_MAJOR:
+        problems.append("an N-major B (a block of its slot would cut its swizzled rows)")
+    if spec.epilogue is not None:
+        problems.append("a fused epilogue (not measured narrow)")
+    if spec.grouped:
+        problems.append("a grouped GEMM")
+    if plan.pingpong or plan.swap_ab or plan.cluster > 1 or plan.amax_pass or plan.partial_blocks > 1:
+        problems.append("ping-pong, swap-AB, a cluster, rule 29's first pass or promoted column blocks")
+    return problems
+
+
+def narrow(spec: GemmSpec, plan: Plan) -> Plan:
+    """Rule 31: `plan` on a narrow tile where N leaves at least a quarter of its tile's columns empty."""
+    if plan.n_blocks or narrow_problems(spec, plan):
+        return plan
+    blocks = narrow_blocks(spec.n, plan.bn)
+    if not blocks:
+        return plan
+    return replace(plan, n_blocks=blocks)
