@@ -304,4 +304,17 @@ if [ "$what" = narrow ]; then
     'bf16|1806x88x1672|[{}, {"bm": 64, "bn": 128}, {"bm": 128, "bn": 128}]' \
     'bf16|917x5184x600|[{}, {"bm": 256, "bn": 128}, {"bm": 128, "bn": 128, "stream_k": 2}]'
 fi
+if [ "$what" = narrow31 ]; then
+  # Rule 31's narrow tiles (session 32): the planner's narrow plan ({}) against the same tile whole (n_blocks=[]) at
+  # the shapes the rule changes, then, exploratory, narrow 256-wide tiles against the planner's plan where N is over
+  # 128 (two 128-wide tiles along N today) or the plan is rule 23's 64x64.
+  whole='{"plan": {"n_blocks": []}}'
+  sweep_each narrow31 "bf16|10050x80x1280|[{}, $whole]" "bf16|13332x72x5120|[{}, $whole]" \
+    "bf16|10047x176x72|[{}, $whole]" "bf16|12108x160x14264|[{}, $whole]" "fp8|10050x80x1280|[{}, $whole]" \
+    "fp8|13332x80x5120|[{}, $whole]" \
+    'bf16|3794x152x1440|[{}, {"bm": 64, "bn": 256, "plan": {"n_blocks": [128, 32]}}, {"bm": 128, "bn": 256, "plan": {"n_blocks": [128, 32]}}]' \
+    "bf16|4990x144x7856|[{}, $whole, {\"bm\": 64, \"bn\": 256, \"plan\": {\"n_blocks\": [128, 16]}}]" \
+    'bf16|2090x96x7792|[{}, {"bm": 64, "bn": 128, "split_k": 4, "plan": {"n_blocks": [64, 32]}}]' \
+    'bf16|1895x136x3704|[{}, {"bm": 64, "bn": 256, "plan": {"n_blocks": [128, 16]}}]'
+fi
 exit $rc
