@@ -317,4 +317,15 @@ if [ "$what" = narrow31 ]; then
     'bf16|2090x96x7792|[{}, {"bm": 64, "bn": 128, "split_k": 4, "plan": {"n_blocks": [64, 32]}}]' \
     'bf16|1895x136x3704|[{}, {"bm": 64, "bn": 256, "plan": {"n_blocks": [128, 16]}}]'
 fi
+if [ "$what" = narrowcluster ]; then
+  # Is a narrow N over a tall M bound by the bytes each SM's TMA copies rather than by its tensor cores (session 32:
+  # rule 31's narrow wgmma gained 0.4-2.6%; cuBLAS runs 10050x80x1280 in 1x4 clusters, which multicast B)? The
+  # planner's plan against 2-CTA clusters along M, which multicast B: rule 24's cooperative 128x256 cluster tile
+  # (spending 3.2x the wgmma work at N = 80) and its ping-pong 128x128 one; along N for 3794x152x1440 (Triton >= 3.7:
+  # TRITON_PARTS).
+  sweep_each narrowcluster 'bf16|10050x80x1280|[{}, {"cluster": 2}, {"cluster": 2, "pingpong": true}]' \
+    'bf16|13332x72x5120|[{}, {"cluster": 2}, {"cluster": 2, "pingpong": true}]' \
+    'bf16|3794x152x1440|[{}, {"cluster": 2}, {"cluster": "1x2"}]' \
+    'fp8|10050x80x1280|[{}, {"cluster": 2}, {"cluster": 2, "pingpong": true}]'
+fi
 exit $rc

@@ -194,7 +194,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                   scale_partition: bool | None = None, split_k: int | None = None,
                   tail_split: int | None = None, swap_ab: bool | None = None,
                   stream_k: int | None = None, tdm_warps: TdmWarps | None = None,
-                  cluster: int | str | None = None, sk_waves: int = 0) -> Plan:
+                  cluster: int | str | None = None, sk_waves: int = 0,
+                  n_blocks: tuple[int, ...] | None = None) -> Plan:
     """Pick a Plan for `spec` on `device`; any of bm/bn/stages may be forced (for tests and ablations), and
     split_k (1: never split; None: rule 14 decides), tail_split (1: no split-K tail; None: rule 15 decides) and
     swap_ab (None: rule 18 decides, when nothing about the tile, depth or partitions is forced; True: plan the
@@ -204,7 +205,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     that issue each TDM copy; None: every warp, as before seed 004) and cluster (None: rule 24 decides; 1: one CTA
     per tile; 2 or "2x1": 2-CTA clusters along M multicasting B; "1x2": along N multicasting A; refused where they
     cannot run) and sk_waves (1, with a forced stream_k: one whole wave joins the shared tiles, `Plan.sk_waves`;
-    forced only: it lost at all seven zoo shapes measured, session 30)."""
+    forced only: it lost at all seven zoo shapes measured, session 30) and n_blocks (None: rule 31 decides; (): a whole
+    tile; e.g. (64, 16): a narrow tile's wgmma column blocks, refused where they cannot run)."""
     if sk_waves:
         if sk_waves != 1 or not stream_k:
             raise UnsupportedError(f"sk_waves={sk_waves!r} (with stream_k={stream_k!r}): expected 1 with a forced "
@@ -215,7 +217,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                              hoist_rows=hoist_rows, scalar_columns=scalar_columns, prefetch_operands=prefetch_operands,
                              pingpong=pingpong, scale_partition=scale_partition, split_k=split_k,
                              tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k, tdm_warps=tdm_warps,
-                             cluster=cluster)
+                             cluster=cluster, n_blocks=n_blocks)
         return replace(plan, sk_waves=sk_waves)
     two_pass = False  # rule 29: a rowwise quantization across tiles along N, in two passes
     if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rules 26, 27 and 29
@@ -250,7 +252,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     if spec.grouped:  # rule 22 (stream-K where plan_grouped's last round is under half full, or forced)
         refused = {"pingpong": pingpong, "scale_partition": bool(scale_partition), "split_k": split_k not in (None, 1),
                    "tail_split": tail_split not in (None, 1), "swap_ab": bool(swap_ab),
-                   "cluster": cluster not in (None, 1)}
+                   "cluster": cluster not in (None, 1), "n_blocks": bool(n_blocks)}
         if any(refused.values()):
             raise UnsupportedError(f"grouped GEMMs (rule 22) run tiles of one group each, so {spec.short()} "
                                    f"cannot take {', '.join(k for k, v in refused.items() if v)} (their tiles or "
@@ -276,7 +278,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                           partial_blocks=partial_blocks, hoist_rows=hoist_rows, scalar_columns=scalar_columns,
                           prefetch_operands=prefetch_operands, pingpong=pingpong, scale_partition=scale_partition,
                           split_k=split_k, tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k,
-                          tdm_warps=tdm_warps, cluster=cluster)
+                          tdm_warps=tdm_warps, cluster=cluster,
+                          n_blocks=None if n_blocks is None else tuple(n_blocks))
     if two_pass:  # rule 29: the target's rule plans the first pass (its y staged and stored in fp32)
         return replace(declared(device.target).plan(amax_pass_spec(spec), device, options), amax_pass=True)
     return declared(device.target).plan(spec, device, options)  # (its target's rule: warploom.planning)

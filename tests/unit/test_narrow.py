@@ -9,14 +9,16 @@ from dataclasses import replace
 import pytest
 import torch
 
-from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
-from warploom.errors import PlanError, ShapeError, VerificationError
+from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
+from warploom.device import B200
+from warploom.errors import PlanError, ShapeError, UnsupportedError, VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
 from warploom.passes.util import rewrite
 from warploom.planner import explain, plan_schedule
 from warploom.planning.sm90_narrow import narrow_blocks
+from warploom.tune.candidates import replan
 
 E4 = DType.E4M3
 
@@ -121,10 +123,64 @@ def test_explain_names_the_rule() -> None:
 
 
 def test_launch_refuses_a_wider_n() -> None:
-    """The kernel computes 80 columns: called with N = 100 it would leave 20 unwritten, so the launch refuses it,
-    naming b, before anything runs (CPU tensors: no GPU needed to reach the check)."""
+    """The kernel computes 80 columns: called with N = 100 it would store zeros in the other 20, so the launch refuses
+    it, naming b, before anything runs (CPU tensors: no GPU needed to reach the check); the simulator too."""
     kern = build(GemmSpec(10050, 80, 1280), H100_SXM)
     a = torch.empty(10050, 1280, dtype=torch.bfloat16)
     b = torch.empty(100, 1280, dtype=torch.bfloat16).t()
     with pytest.raises(ShapeError, match=r"^b: expected N <= 80, the columns this narrow-tile kernel computes"):
         kern.launcher(a, b, torch.empty(10050, 100, dtype=torch.bfloat16))
+    small = build(GemmSpec(200, 80, 128), H100_SXM, narrow_plan(GemmSpec(200, 80, 128), (64, 16), bm=128, bn=128))
+    with pytest.raises(ShapeError, match=r"^b: expected N <= 80"):
+        small.simulate(torch.randn(200, 128).bfloat16(), torch.randn(128, 96).bfloat16())
+
+
+def test_forced_blocks() -> None:
+    """plan_schedule(n_blocks=...): the blocks on the planner's tile (with a forced tile too), () keeps it whole, and
+    blocks that cannot run are refused by name; other targets and grouped GEMMs refuse the option."""
+    spec = GemmSpec(10050, 80, 1280)
+    assert plan_schedule(spec, H100_SXM, n_blocks=()).n_blocks == ()
+    assert plan_schedule(spec, H100_SXM, bm=64, bn=128, n_blocks=(64, 16)).n_blocks == (64, 16)
+    with pytest.raises(UnsupportedError, match=r"N = 100 is wider than the blocks' 80 columns"):
+        plan_schedule(GemmSpec(10050, 100, 1280), H100_SXM, n_blocks=(64, 16))
+    with pytest.raises(UnsupportedError, match="an N-major B"):
+        plan_schedule(GemmSpec(10050, 80, 1280, b_layout=BLayout.N_MAJOR), H100_SXM, n_blocks=(64, 16))
+    with pytest.raises(UnsupportedError, match="n_blocks"):
+        plan_schedule(GemmSpec(8192, 80, 1024, grouping=Grouping.OFFSETS, groups=8), H100_SXM, n_blocks=(64, 16))
+    with pytest.raises(UnsupportedError, match="n_blocks"):
+        plan_schedule(spec, B200, n_blocks=(64, 16))
+
+
+def test_a_cached_narrow_plan_replans_to_itself() -> None:
+    """The tuner's cache keeps a plan only where forcing its knobs plans it again (`replan`): a narrow default too."""
+    spec = GemmSpec(4096, 80, 4096)
+    plan = plan_schedule(spec, H100_SXM)
+    assert plan.n_blocks and replan(spec, H100_SXM, plan) == plan
+
+
+def test_verifier_finds_a_join_after_the_store_and_one_in_the_producer() -> None:
+    def late(o: ir.Op) -> tuple[ir.Op, ...]:
+        if isinstance(o, ir.JoinAcc):
+            return ()
+        if isinstance(o, ir.TmaStore):
+            return (o, ir.JoinAcc("acc", ("acc_n0", "acc_n1")))
+        return (o,)
+
+    assert any("before anything that reads acc" in e for e in _edited(late))
+    spec = GemmSpec(300, 80, 200)
+    m = build(spec, H100_SXM, narrow_plan(spec, (64, 16), bm=128, bn=128)).module
+    parts = tuple(replace(p, body=p.body + (ir.JoinAcc("acc", ("acc_n0",)),)) if p.role is ir.Role.PRODUCER else p
+                  for p in m.partitions)
+    assert any("in a producer partition" in e for e in verify.complete(replace(m, partitions=parts), H100_SXM))
+
+
+def test_verifier_reports_rather_than_raises() -> None:
+    """An extra whole-width wgmma on a block, and blocks that are not ints: findings, not exceptions."""
+    def extra(o: ir.Op) -> tuple[ir.Op, ...]:
+        return (o, replace(o, n_cols=None)) if isinstance(o, ir.Mma) and o.acc == "acc_n0" else (o,)
+
+    assert any("once each" in e for e in _edited(extra))
+    spec = GemmSpec(300, 80, 200)
+    m = build(spec, H100_SXM, narrow_plan(spec, (64, 16), bm=128, bn=128)).module
+    bad = replace(m, tiling=replace(m.tiling, n_blocks=(64.0, 16)))  # type: ignore[arg-type]
+    assert any("powers of two" in e for e in verify.complete(bad, H100_SXM))

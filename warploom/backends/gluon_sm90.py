@@ -477,8 +477,10 @@ class PartitionEmitter:
                         b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, acc_layout))")
                         b.line(f"sk_offs = (q * BM + {self.row0} + sk_rows)[:, None] * BN + ({a.col0} + sk_cols)"
                                "[None, :]")
-                        # A weak load: this thread's acquire above orders it after the contributor's release (PTX's
-                        # memory model), so it needs no .cg. As .cg (LDG.STRONG.GPU in SASS) these loads made
+                        # A weak load, ordered after the contributor's partial by the flag's acquire: Triton issues
+                        # that scalar atomic from one thread and broadcasts its value through shared memory behind a
+                        # barrier of the partition, so every thread's load follows the acquire in PTX's causality
+                        # order (acquire, then the CTA barrier). As .cg (LDG.STRONG.GPU in SASS) these loads made
                         # 685x6136x1680 under sk_waves=1 11% slower (H100, archive/exp/sk_anatomy.py); evict_first: a
                         # slot is read once.
                         b.line(f"{name} = {name} + gl.load(sk_ws_ptr + sk_offs, eviction_policy=\"evict_first\")")

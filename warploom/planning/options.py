@@ -38,7 +38,7 @@ class PlanOptions:
     Attributes:
         bm, bn, stages, group_m: the tile, the ring's depth and the raster's group (every target's rule).
         consumer_partitions, partial_blocks, hoist_rows, scalar_columns, prefetch_operands, pingpong,
-            scale_partition, split_k, tail_split, swap_ab, stream_k, cluster: sm_90a's schedule options
+            scale_partition, split_k, tail_split, swap_ab, stream_k, cluster, n_blocks: sm_90a's schedule options
             (`warploom.planner.plan_schedule` says what each does); sm_100a's rule takes swap_ab, prefetch_operands
             and scalar_columns too.
         tdm_warps: gfx1250's: the warps that issue each TDM copy.
@@ -61,6 +61,7 @@ class PlanOptions:
     stream_k: int | None = None
     tdm_warps: TdmWarps | None = None
     cluster: int | str | None = None
+    n_blocks: tuple[int, ...] | None = None
 
     def refuse_sm90_options(self, target: Target, rule: str, takes: frozenset[str] = frozenset()) -> None:
         """Refuse, by name, each sm_90a schedule option forced on `target`'s `rule` that it does not take too
@@ -72,7 +73,7 @@ class PlanOptions:
                  "hoist_rows": self.hoist_rows, "stream_k": self.stream_k or None,
                  "cluster": None if self.cluster == 1 else self.cluster, "swap_ab": self.swap_ab or None,
                  "prefetch_operands": self.prefetch_operands,
-                 "scalar_columns": None if self.scalar_columns else False}
+                 "scalar_columns": None if self.scalar_columns else False, "n_blocks": self.n_blocks or None}
         forced_here = {k: v for k, v in given.items() if v is not None and k not in takes}
         if forced_here:
             names = ", ".join(f"{k}={v}" for k, v in forced_here.items())

@@ -27,7 +27,7 @@ from warploom.planning.sm90_models import (
     latency_tiles,
     stream_k_problems,
 )
-from warploom.planning.sm90_narrow import narrow
+from warploom.planning.sm90_narrow import forced_narrow, narrow
 from warploom.planning.sm90_search import CLUSTER_KNOBS, Best, Search, search
 from warploom.planning.sm90_tiles import rows_aligned, swap_rows, tall_problems
 from warploom.planning.trace import collecting, note
@@ -36,8 +36,10 @@ from warploom.spec import Accumulation, GemmSpec, ScaleLayout, ScaleRecipe
 
 def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     """`_plan`'s plan, on rule 31's narrow tile (`sm90_narrow.narrow`) where N leaves most of its one tile's columns
-    empty and nothing about the tile was forced."""
+    empty and nothing about the tile was forced, or on the blocks forced (`options.n_blocks`; () keeps it whole)."""
     chosen = _plan(spec, device, options)
+    if options.n_blocks is not None:
+        return forced_narrow(spec, chosen, options.n_blocks)
     return chosen if _forces_tile(options) else narrow(spec, chosen)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from warploom.errors import UnsupportedError
 from warploom.planning.plan import Plan
 from warploom.spec import Accumulation, BLayout, GemmSpec
 from warploom.target import Target
@@ -37,34 +38,46 @@ def narrow_blocks(n: int, bn: int) -> tuple[int, ...]:
     return blocks
 
 
-def narrow_problems(spec: GemmSpec, plan: Plan) -> list[str]:
-    """Why `plan` cannot run `spec` on a narrow tile (empty: it can). Forced through `Plan.n_blocks`, the verifier
-    allows a fused epilogue too; the rule leaves fused epilogues whole (unmeasured)."""
+def narrow_problems(spec: GemmSpec, plan: Plan, blocks: tuple[int, ...]) -> list[str]:
+    """Why `plan` cannot run `spec` on a narrow tile of these blocks at all (empty: it can), what the verifier
+    refuses too (ir/verify_narrow.py)."""
     problems = []
     if plan.target is not Target.SM90A:
         problems.append(f"target {plan.target} (sm_90a's wgmma only)")
-    if spec.n >= plan.bn:
-        problems.append(f"N = {spec.n}: more than one tile of {plan.bn} columns")
-    if plan.bn < NARROW_MIN_BN:
-        problems.append(f"a {plan.bn}-column tile (rules 16, 23 and 25's few-tile and decode tiles, bound by latency)")
+    if spec.n > sum(blocks):
+        problems.append(f"N = {spec.n} is wider than the blocks' {sum(blocks)} columns")
     if spec.accumulation is not Accumulation.NATIVE:
         problems.append("promoted accumulation (its column blocks are the promotion's)")
     if spec.b_layout is not BLayout.K_MAJOR:
         problems.append("an N-major B (a block of its slot would cut its swizzled rows)")
-    if spec.epilogue is not None:
-        problems.append("a fused epilogue (not measured narrow)")
+    if spec.epilogue is not None and spec.epilogue.gate_up() is not None:
+        problems.append("a gate/up epilogue (it pairs the tile's halves, the right one past the blocks)")
     if spec.grouped:
         problems.append("a grouped GEMM")
-    if plan.pingpong or plan.swap_ab or plan.cluster > 1 or plan.amax_pass or plan.partial_blocks > 1:
-        problems.append("ping-pong, swap-AB, a cluster, rule 29's first pass or promoted column blocks")
+    for name, on in (("ping-pong", plan.pingpong), ("swap-AB", plan.swap_ab), ("a cluster", plan.cluster > 1),
+                     ("rule 29's first pass", plan.amax_pass), ("promoted column blocks", plan.partial_blocks > 1)):
+        if on:
+            problems.append(name)
     return problems
 
 
 def narrow(spec: GemmSpec, plan: Plan) -> Plan:
-    """Rule 31: `plan` on a narrow tile where N leaves at least a quarter of its tile's columns empty."""
-    if plan.n_blocks or narrow_problems(spec, plan):
+    """Rule 31: `plan` on a narrow tile where N is one 128- or 256-wide tile's and leaves at least a quarter of its
+    columns empty, but for a fused epilogue (not measured narrow)."""
+    if plan.n_blocks or spec.n >= plan.bn or plan.bn < NARROW_MIN_BN or spec.epilogue is not None:
         return plan
     blocks = narrow_blocks(spec.n, plan.bn)
-    if not blocks:
+    if not blocks or narrow_problems(spec, plan, blocks):
         return plan
     return replace(plan, n_blocks=blocks)
+
+
+def forced_narrow(spec: GemmSpec, plan: Plan, blocks: tuple[int, ...]) -> Plan:
+    """`plan_schedule(n_blocks=...)`: `plan` on these blocks (() keeps it whole), refused by name where it cannot
+    run them."""
+    problems = narrow_problems(spec, plan, blocks) if blocks else []
+    if problems:
+        raise UnsupportedError(f"n_blocks={blocks} (rule 31's narrow tile) cannot run {spec.short()} on "
+                               f"{plan.short()}: {'; '.join(problems)}. Fix: drop n_blocks, or pass blocks that "
+                               "cover N")
+    return replace(plan, n_blocks=tuple(blocks))

@@ -33,6 +33,7 @@ from warploom.errors import (
     InputError,
     ScaleError,
     ShapeError,
+    narrow_too_wide,
     rowwise_too_wide,
     split_k_mismatch,
 )
@@ -136,6 +137,8 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
     if spec.epilogue is not None and spec.epilogue.rowwise() and b.shape[1] > module.tiling.bn \
             and module.amax_pass is None:  # (rule 29's first pass spans the tiles along N)
         raise rowwise_too_wide(module.tiling.bn, spec.n, b.shape[1])
+    if module.tiling.n_blocks and b.shape[1] > sum(module.tiling.n_blocks):  # (as the launch refuses it)
+        raise narrow_too_wide(sum(module.tiling.n_blocks), spec.n, b.shape[1])
     steps = {s for p in module.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
     scaled = steps & {ir.EpilogueStep.SCALE_TENSORWISE, ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_GLOBAL}
     if scaled and (scale_a is None or scale_b is None):
