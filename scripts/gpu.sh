@@ -328,4 +328,16 @@ if [ "$what" = narrowcluster ]; then
     'bf16|3794x152x1440|[{}, {"cluster": 2}, {"cluster": "1x2"}]' \
     'fp8|10050x80x1280|[{}, {"cluster": 2}, {"cluster": 2, "pingpong": true}]'
 fi
+if [ "$what" = narrowsplit ]; then
+  # 64-row tiles in split-K ranges at narrow N over a long K, the shape of cuBLAS's choices there (session 32: 2090x96x7792
+  # ran 0.829 as 64x128 in 4 ranges with narrow blocks against the planned 64x64's 0.652, without this baseline): the
+  # planner's plan, then the same 64-row split whole and narrow (n_blocks). Each split count fills about one wave.
+  sweep_each narrowsplit \
+    'bf16|2090x96x7792|[{}, {"bm": 64, "bn": 128, "split_k": 4, "n_blocks": []}, {"bm": 64, "bn": 128, "split_k": 4, "n_blocks": [64, 32]}]' \
+    'bf16|2986x112x3728|[{}, {"bm": 64, "bn": 128, "split_k": 2, "n_blocks": []}, {"bm": 64, "bn": 128, "split_k": 2, "n_blocks": [64, 32, 16]}]' \
+    'bf16|1895x136x3704|[{}, {"bm": 64, "bn": 256, "split_k": 4, "n_blocks": []}, {"bm": 64, "bn": 256, "split_k": 4, "n_blocks": [128, 16]}]' \
+    'bf16|2415x160x14360|[{}, {"bm": 64, "bn": 256, "split_k": 3, "n_blocks": []}, {"bm": 64, "bn": 256, "split_k": 3, "n_blocks": [128, 32]}]' \
+    'bf16|3794x152x1440|[{}, {"bm": 64, "bn": 256, "split_k": 2, "n_blocks": []}, {"bm": 64, "bn": 256, "split_k": 2, "n_blocks": [128, 32]}]' \
+    'bf16|469x88x4920|[{}, {"bm": 64, "bn": 128, "split_k": 8, "n_blocks": []}, {"bm": 64, "bn": 128, "split_k": 8, "n_blocks": [64, 32]}]'
+fi
 exit $rc
