@@ -11,6 +11,8 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import warploom
 from warploom import H100_SXM, DType, GemmSpec, ScaleRecipe
@@ -89,3 +91,31 @@ def test_fused_epilogue() -> None:
     assert r.ok, r.findings[:3]
     want = fn(a.float() @ b.float(), ops["bias"].float(), ops["residual"].float())
     torch.testing.assert_close(r.output.float(), want, atol=0.1, rtol=1.6e-2)
+
+
+@settings(max_examples=12, deadline=None)
+@given(m=st.integers(1, 300), n=st.integers(1, 176), k=st.integers(1, 40).map(lambda v: 8 * v),
+       bm=st.sampled_from([64, 128]), schedule=st.sampled_from(["whole", "split_k", "stream_k"]),
+       grid=st.integers(1, 5), seed=st.integers(0, 99))
+def test_any_narrow_tile_matches(m: int, n: int, k: int, bm: int, schedule: str, grid: int, seed: int) -> None:
+    """Rule 31's blocks for any N up to 176 (a 128- or 256-wide tile, whichever holds it with blocks), any M and K,
+    whole tiles, split-K or stream-K on a small persistent grid: the simulator runs clean and matches fp32."""
+    bn = 128 if n <= 96 else 256
+    width = -(-n // 16) * 16
+    blocks = tuple(1 << i for i in range(width.bit_length() - 1, 3, -1) if width >> i & 1)
+    k_blocks = -(-k // 64)
+    extra = {"whole": {}, "split_k": {"split_k": min(2, k_blocks)}, "stream_k": {"stream_k": 2}}[schedule]
+    if schedule == "stream_k":  # (stream-K is built for 128-row tiles, and cuts a tile in at least 2 k-blocks)
+        bm = 128
+        if k_blocks < 2:
+            extra = {}
+    spec = GemmSpec(m, n, k)
+    plan = replace(plan_schedule(spec, H100_SXM, bm=bm, bn=bn, n_blocks=blocks, **extra),  # type: ignore[arg-type]
+                   grid=grid if schedule != "stream_k" else max(grid, 2))
+    kern = build(spec, H100_SXM, plan)
+    assert kern.module.tiling.n_blocks == blocks
+    torch.manual_seed(seed)
+    a, b = torch.randn(m, k).bfloat16(), torch.randn(k, n).bfloat16()
+    r = kern.simulate(a, b, out=torch.full((m, n), float("nan"), dtype=torch.bfloat16))
+    assert r.ok, r.findings[:3]
+    torch.testing.assert_close(r.output.float(), a.float() @ b.float(), atol=0.1, rtol=1.6e-2)
