@@ -323,6 +323,23 @@ class GemmSpec:
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
 
+    def narrow_problems(self, width: int) -> list[str]:
+        """Why this problem cannot run on a narrow tile whose wgmma cover `width` columns (planner rule 31,
+        `ir.Tiling.n_blocks`); empty when it can. The planner refuses a forced one by these and the verifier checks a
+        module by them."""
+        problems = []
+        if self.n > width:
+            problems.append(f"N = {self.n} is wider than the blocks' {width} columns")
+        if self.accumulation is not Accumulation.NATIVE:
+            problems.append("promoted accumulation (its column blocks are the promotion's)")
+        if self.b_layout is not BLayout.K_MAJOR:
+            problems.append("an N-major B (a block of its slot would cut its swizzled rows)")
+        if self.epilogue is not None and self.epilogue.gate_up() is not None:
+            problems.append("a gate/up epilogue (it pairs the tile's halves, the right one past the blocks)")
+        if self.grouped:
+            problems.append("a grouped GEMM")
+        return problems
+
     def swap_problems(self, tmem_scales: bool = False) -> list[str]:
         """Why this problem cannot run swapped (`swapped`); empty when it can. `tmem_scales`: for sm_100a, whose
         seed 000 scale partition reads row-major MX / NVFP4 scales of A and of B alike."""

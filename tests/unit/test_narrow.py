@@ -53,7 +53,7 @@ def test_plan_refuses_pingpong() -> None:
 
 
 @pytest.mark.parametrize(("spec", "match"), [
-    (GemmSpec(300, 100, 200), "N=100 is wider than the 80 columns"),
+    (GemmSpec(300, 100, 200), "N = 100 is wider than the blocks' 80 columns"),
     (GemmSpec(300, 80, 200, b_layout=BLayout.N_MAJOR), "N-major B"),
     (fp8(300, 80, 256, accumulation=Accumulation.PROMOTED), "promoted accumulation"),
 ])

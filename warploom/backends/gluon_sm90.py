@@ -369,7 +369,9 @@ class PartitionEmitter:
         b = self.buf
         if not self.p.accumulators:
             return
-        narrow = self._narrow()
+        # A narrow tile's block accumulators (the parts of the partition's join) and the join's whole tile.
+        joins = [o for o, _ in ir.walk(self.p.body) if isinstance(o, ir.JoinAcc)]
+        narrow = {n: self._acc(n) for j in joins for n in j.parts}
         n = _instr_n(self.rows, min(a.cols for a in self.p.accumulators if a.name not in narrow), self.p.warps)
         bits = self.m.spec.a_dtype.bytes * 8
         b.line(f"acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
@@ -382,7 +384,7 @@ class PartitionEmitter:
             b.line(f"acc_layout_n{w}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
                    f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {w}, {256 // bits}])",
                    comment=f"a narrow tile's {w}-column block: its own wgmma N")
-        joined = {o.acc for o, _ in ir.walk(self.p.body) if isinstance(o, ir.JoinAcc)}
+        joined = {j.acc for j in joins}
         for a in self.p.accumulators:
             if a.name in joined:
                 continue  # (set by the join in each tile before anything reads it: carried through no loop)
@@ -395,11 +397,6 @@ class PartitionEmitter:
                    f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {en}, {256 // bits}]"
                    f"{cga(self.cluster, along_n=self.along_n)})",
                    comment="one column block of the accumulator, as the fused epilogue computes it")
-
-    def _narrow(self) -> dict[str, ir.Accumulator]:
-        """A narrow tile's block accumulators (ir.Tiling.n_blocks: the parts of the partition's JoinAcc)."""
-        parts = [n for o, _ in ir.walk(self.p.body) if isinstance(o, ir.JoinAcc) for n in o.parts]
-        return {n: self._acc(n) for n in parts}
 
     def join(self, o: ir.JoinAcc) -> None:
         """`o.acc` = its blocks side by side, padded with zeros to the tile's width: halves joined pairwise

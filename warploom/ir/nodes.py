@@ -365,6 +365,17 @@ class ColBlock:
     cols: int
 
 
+def column_blocks(widths: tuple[int, ...]) -> tuple[ColBlock, ...]:
+    """A narrow tile's column blocks (`Tiling.n_blocks`): the widths side by side from column 0."""
+    return tuple(ColBlock(sum(widths[:i]), w) for i, w in enumerate(widths))
+
+
+def narrow_widths(widths: tuple[int, ...]) -> bool:
+    """Whether `widths` can be a narrow tile's blocks: ints, powers of two from 16 to 256, widest first."""
+    return all(type(w) is int and 16 <= w <= 256 and not w & (w - 1) for w in widths) \
+        and list(widths) == sorted(widths, reverse=True)
+
+
 @dataclass(frozen=True)
 class MmaWait(Op):
     """Wait until at most `pending` async wgmma of this partition are in flight (oldest finish first)."""

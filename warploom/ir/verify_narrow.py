@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from warploom.ir import nodes as ir
 from warploom.ir import printer
-from warploom.spec import Accumulation, BLayout
 
 
 def check_narrow(m: ir.Module) -> list[str]:
@@ -34,25 +33,16 @@ def check_narrow(m: ir.Module) -> list[str]:
         errs += [f"partition {p.name}: {printer.op(o)} in a module without n_blocks (a whole tile)" for p, o in joins]
         return errs
     spec = m.spec
-    if any(type(b) is not int or b < 16 or b > 256 or b & (b - 1) for b in blocks) \
-            or list(blocks) != sorted(blocks, reverse=True):
+    if not ir.narrow_widths(blocks):
         errs.append(f"n_blocks={blocks}: powers of two from 16 to 256, widest first")
         return errs
     width = sum(blocks)
     if width >= t.bn:
         errs.append(f"n_blocks={blocks}: {width} columns, not fewer than the tile's {t.bn} (a whole tile)")
-    if spec.n > width:
-        errs.append(f"n_blocks={blocks}: N={spec.n} is wider than the {width} columns the blocks compute")
-    if spec.b_layout is not BLayout.K_MAJOR:
-        errs.append("n_blocks with an N-major B (a block of its slot would be a slice of the swizzled rows)")
-    if spec.accumulation is not Accumulation.NATIVE:
-        errs.append("n_blocks with promoted accumulation (its column blocks are the promotion's own)")
-    if spec.epilogue is not None and spec.epilogue.gate_up() is not None:
-        errs.append("n_blocks with a gate/up epilogue (it pairs the tile's halves; the right one lies past the blocks)")
+    errs += [f"n_blocks={blocks} with {p}" for p in spec.narrow_problems(width)]
     if t.swap_ab or t.cluster > 1 or t.grouped:
         errs.append("n_blocks with swap_ab, a cluster or a grouped GEMM")
-    starts = [sum(blocks[:i]) for i in range(len(blocks))]
-    want = list(zip(starts, blocks, strict=True))
+    want = [(cb.start, cb.cols) for cb in ir.column_blocks(blocks)]
     for p in m.partitions:
         mine = [o for q, o in joins if q is p]
         if p.role not in (ir.Role.CONSUMER, ir.Role.SEQUENTIAL):

@@ -129,11 +129,10 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
                            ir.Promote("partial", acc.name, scales)]
     elif plan.n_blocks:
         # Rule 31's narrow tile: one accumulator and one wgmma per column block of B's slot, joined after the loop.
-        starts = [sum(plan.n_blocks[:i]) for i in range(len(plan.n_blocks))]
-        narrow = [ir.Accumulator(f"acc_n{i}", plan.bm, w, c0)
-                  for i, (w, c0) in enumerate(zip(plan.n_blocks, starts, strict=True))]
+        columns = ir.column_blocks(plan.n_blocks)
+        narrow = [ir.Accumulator(f"acc_n{i}", plan.bm, cb.cols, cb.start) for i, cb in enumerate(columns)]
         accs += narrow
-        k_body += [ir.Mma("a_ring", "b_ring", c, a.name, n_cols=ir.ColBlock(a.col0, a.cols)) for a in narrow]
+        k_body += [ir.Mma("a_ring", "b_ring", c, a.name, n_cols=cb) for a, cb in zip(narrow, columns, strict=True)]
     else:
         k_body.append(ir.Mma("a_ring", "b_ring", c, "acc"))
     k_body.append(ir.Advance("c"))

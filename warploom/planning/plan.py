@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, replace
 
 from warploom.errors import PlanError
+from warploom.ir.nodes import narrow_widths
 from warploom.spec import GemmSpec
 from warploom.target import Target
 
@@ -199,8 +200,7 @@ class Plan:
         object.__setattr__(self, "n_blocks", tuple(self.n_blocks))  # (JSON and sweeps give a list)
         if self.n_blocks:
             b = self.n_blocks
-            if any(type(w) is not int or w < 16 or w & (w - 1) for w in b) or list(b) != sorted(b, reverse=True) \
-                    or sum(b) >= self.bn:
+            if not narrow_widths(b) or sum(b) >= self.bn:
                 raise PlanError(f"Plan(n_blocks={b}): expected powers of two from 16, widest first, covering fewer "
                                 f"than bn={self.bn} columns (e.g. (64, 16) for N = 80 at bn=128)")
             if (self.pingpong or self.swap_ab or self.cluster > 1 or self.amax_pass or self.partial_blocks > 1

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from warploom.errors import UnsupportedError
 from warploom.planning.plan import Plan
-from warploom.spec import Accumulation, BLayout, GemmSpec
+from warploom.spec import GemmSpec
 from warploom.target import Target
 
 # At most this fraction of the tile's columns, in at most this many blocks: each block's wgmma reads the A slot
@@ -41,19 +41,8 @@ def narrow_blocks(n: int, bn: int) -> tuple[int, ...]:
 def narrow_problems(spec: GemmSpec, plan: Plan, blocks: tuple[int, ...]) -> list[str]:
     """Why `plan` cannot run `spec` on a narrow tile of these blocks at all (empty: it can), what the verifier
     refuses too (ir/verify_narrow.py)."""
-    problems = []
-    if plan.target is not Target.SM90A:
-        problems.append(f"target {plan.target} (sm_90a's wgmma only)")
-    if spec.n > sum(blocks):
-        problems.append(f"N = {spec.n} is wider than the blocks' {sum(blocks)} columns")
-    if spec.accumulation is not Accumulation.NATIVE:
-        problems.append("promoted accumulation (its column blocks are the promotion's)")
-    if spec.b_layout is not BLayout.K_MAJOR:
-        problems.append("an N-major B (a block of its slot would cut its swizzled rows)")
-    if spec.epilogue is not None and spec.epilogue.gate_up() is not None:
-        problems.append("a gate/up epilogue (it pairs the tile's halves, the right one past the blocks)")
-    if spec.grouped:
-        problems.append("a grouped GEMM")
+    problems = [] if plan.target is Target.SM90A else [f"target {plan.target} (sm_90a's wgmma only)"]
+    problems += spec.narrow_problems(sum(blocks))
     for name, on in (("ping-pong", plan.pingpong), ("swap-AB", plan.swap_ab), ("a cluster", plan.cluster > 1),
                      ("rule 29's first pass", plan.amax_pass), ("promoted column blocks", plan.partial_blocks > 1)):
         if on:
