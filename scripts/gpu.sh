@@ -340,4 +340,12 @@ if [ "$what" = narrowsplit ]; then
     'bf16|3794x152x1440|[{}, {"bm": 64, "bn": 256, "split_k": 2, "n_blocks": []}, {"bm": 64, "bn": 256, "split_k": 2, "n_blocks": [128, 32]}]' \
     'bf16|469x88x4920|[{}, {"bm": 64, "bn": 128, "split_k": 8, "n_blocks": []}, {"bm": 64, "bn": 128, "split_k": 8, "n_blocks": [64, 32]}]'
 fi
+if [ "$what" = fitted ]; then
+  # Rule 32's fitted tiles (session 33): the planner's plan ({}) against the plan before the rule (the 128x256 tile it
+  # replaced, planned as before: whole, stream-K or, under Triton >= 3.7, rule 24's 2-CTA cluster). FITTED_SIZES
+  # overrides the shapes; under TRITON_PARTS (3.9.0) this is the first measurement against clusters.
+  python3 scripts/sweep_plans.py --out "$OUT/fitted.json" --cases bf16 --rounds 3 --variants '[{}, {"bm": 128, "bn": 256}]' \
+    --sizes "${FITTED_SIZES:-1679x2456x2000,3838x576x2768,3097x920x2920,1253x2024x688,3000x3000x3000,1536x1536x1536,685x6136x1680,656x8048x5280,14215x520x184,385x5904x192}" \
+    2>&1 | grep -v "nanobind\|leaked\|^ - " | tee "$OUT/fitted.log"
+fi
 exit $rc

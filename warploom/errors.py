@@ -133,13 +133,6 @@ def rowwise_too_wide(bn: int, planned_n: int, n: int) -> ShapeError:
                       "warploom.quantize(out, recipe='rowwise')")
 
 
-def narrow_too_wide(width: int, planned_n: int, n: int) -> ShapeError:
-    """A narrow-tile kernel (planner rule 31, `ir.Tiling.n_blocks`) called with more columns than its wgmma cover:
-    the columns past them would never be computed."""
-    return ShapeError("b", f"N <= {width}, the columns this narrow-tile kernel computes (planned for N = {planned_n})",
-                      f"N = {n}", "plan a kernel for this N (warploom.plan, or kernel.build with its spec)")
-
-
 def split_k_mismatch(bk: int, split_k: int, planned_k: int, k: int, uneven: bool = False) -> ShapeError:
     """A split-K kernel (`ir.Tiling.split_k`) called with a K whose k-blocks do not split as planned: into equal
     ranges, or (`ir.Tiling.uneven_split`) into ranges of at least one k-block each."""

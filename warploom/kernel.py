@@ -184,7 +184,7 @@ class Kernel:
 
         t = self.module.tiling
         assert self.tail is not None
-        return tail_spans(-(-m // t.bm) * -(-n // t.bn), t.grid, self.tail.tiling.splits_evenly(k))
+        return tail_spans(-(-m // t.bm) * -(-n // t.tile_n), t.grid, self.tail.tiling.splits_evenly(k))
 
     def launches(self, m: int, n: int, k: int, ctas: Iterable[int] | None = None,
                  tail_ctas: Iterable[int] | None = None) -> tuple[Launch, ...]:
@@ -197,7 +197,7 @@ class Kernel:
         for name, module, span, picked in zip(("main", "tail"), self.modules, self.spans(m, n, k), picks, strict=True):
             if span.tiles:
                 t = module.tiling
-                grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
+                grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
                 out.append(Launch(name, module, span, grid, in_grid(picked, grid)))
         return tuple(out)
 

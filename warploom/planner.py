@@ -40,15 +40,18 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
     docs/decisions/rule-30-short-k-pingpong.md
 31. N one tile wide, at most 3/4 of a 128- or 256-wide tile: a narrow tile, its wgmma in power-of-two column blocks
     of round_up(N, 16) only: docs/decisions/rule-31-narrow-tiles.md
+32. 16-bit operands whose tiles quantize badly: a tile fitted to the shape, 128, 192 or 256 rows by any multiple of
+    16 columns in power-of-two blocks, where it takes fewer rounds or less area: docs/decisions/rule-32-fitted-tiles.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
 20: `planning/sm90.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90_search.py`, its tile menu in
 `planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py`, rule 31's narrow tile in
-`planning/sm90_narrow.py`, its fused epilogues' limits (rules 26-29) in `planning/sm90_fused.py`, rule 22's grouped
-GEMMs in `planning/sm90_grouped.py`; rule 19: `planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the
-target's declaration (`warploom.targets`) names as its `plan`. `plan_schedule` stands above the registry: it runs what
-comes before any target's rule (rule 26's fused quantization, rule 28's gate/up pairs, rule 22's grouped GEMMs, the
-options' own checks) and calls the device's target's. The names below are re-exported from `warploom.planning`, so
+`planning/sm90_narrow.py`, rule 32's fitted tile in `planning/sm90_fitted.py`, its fused epilogues' limits (rules
+26-29) in `planning/sm90_fused.py`, rule 22's grouped GEMMs in `planning/sm90_grouped.py`; rule 19:
+`planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the target's declaration (`warploom.targets`) names as
+its `plan`. `plan_schedule` stands above the registry: it runs what comes before any target's rule (rule 26's fused
+quantization, rule 28's gate/up pairs, rule 22's grouped GEMMs, the options' own checks) and calls the device's
+target's. The names below are re-exported from `warploom.planning`, so
 `warploom.planner.X` stays the public spelling.
 """
 

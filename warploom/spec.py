@@ -323,19 +323,16 @@ class GemmSpec:
     def flops(self) -> int:
         return 2 * self.m * self.n * self.k
 
-    def narrow_problems(self, width: int) -> list[str]:
-        """Why this problem cannot run on a narrow tile whose wgmma cover `width` columns (planner rule 31,
-        `ir.Tiling.n_blocks`); empty when it can. The planner refuses a forced one by these and the verifier checks a
-        module by them."""
+    def narrow_problems(self) -> list[str]:
+        """Why this problem cannot run on a narrow or fitted tile (planner rules 31 and 32, `ir.Tiling.n_blocks`);
+        empty when it can. The planner refuses a forced one by these and the verifier checks a module by them."""
         problems = []
-        if self.n > width:
-            problems.append(f"N = {self.n} is wider than the blocks' {width} columns")
+        if self.epilogue is not None:
+            problems.append("a fused epilogue (its blocks are staged and stored at one width)")
         if self.accumulation is not Accumulation.NATIVE:
             problems.append("promoted accumulation (its column blocks are the promotion's)")
         if self.b_layout is not BLayout.K_MAJOR:
             problems.append("an N-major B (a block of its slot would cut its swizzled rows)")
-        if self.epilogue is not None and self.epilogue.gate_up() is not None:
-            problems.append("a gate/up epilogue (it pairs the tile's halves, the right one past the blocks)")
         if self.grouped:
             problems.append("a grouped GEMM")
         return problems

@@ -1,7 +1,9 @@
-"""GPU tier for rule 31's narrow tiles (`ir.Tiling.n_blocks`): wgmma over power-of-two column blocks of N only, joined
-into the tile before the epilogue. Against fp32 references (bf16 by assert_close, fp8 by a scale-free error), outputs
-poisoned with NaN, shapes that are not tile multiples: forced blocks on every schedule that takes them, the planner's
-own choice through the public API, and a CUDA graph replay."""
+"""GPU tier for rules 31 and 32's narrow and fitted tiles (`ir.Tiling.n_blocks`): tiles of tile_n = sum(blocks)
+columns, each power-of-two column block its own wgmma, accumulator, B box and stores, and rule 32's 192-row tiles (A
+in 64-row boxes). Against fp32 references (bf16 by assert_close, fp8 by a scale-free error), outputs poisoned with
+NaN, shapes that are not tile multiples and many tiles along N (where a store past a tile's tile_n columns would
+overwrite its neighbour's): forced blocks on every schedule that takes them, the planner's own choice through the
+public API, and CUDA graph replays."""
 
 from __future__ import annotations
 
@@ -31,6 +33,13 @@ def _scale_free(x: torch.Tensor, ref: torch.Tensor) -> float:
     (1000, 176, 264, dict(bm=128, bn=256), (128, 32, 16)),
     (2090, 96, 7792, dict(bm=64, bn=128, split_k=4), (64, 32)),
     (4990, 144, 2056, dict(bm=128, bn=256, stream_k=3), (128, 16)),
+    # fitted tiles, many along N (rule 32)
+    (1679, 2456, 2000, dict(bm=192, bn=256, stream_k=0, cluster=1), (128, 64)),
+    (1000, 1000, 520, dict(bm=192, bn=256, stream_k=0, cluster=1), (128, 32, 16)),
+    (777, 1104, 304, dict(bm=128, bn=256, stream_k=0, cluster=1), (128, 16)),
+    (900, 712, 3000, dict(bm=128, bn=128, split_k=3), (64, 32, 16)),
+    (2000, 904, 2048, dict(bm=128, bn=256, stream_k=2), (128, 32)),
+    (600, 1000, 264, dict(bm=256, bn=128, stream_k=0, cluster=1), (64, 32, 16)),
 ])
 def test_bf16_forced(m: int, n: int, k: int, kw: dict, blocks: tuple[int, ...]) -> None:
     torch.manual_seed(m + n)
@@ -65,13 +74,54 @@ def test_fp8_rowwise_planned(bias: bool) -> None:
     assert torch.equal(y, out)
 
 
-def test_bf16_planned_and_a_wider_n_refused() -> None:
+def test_bf16_planned_narrow_runs_a_wider_n() -> None:
+    """Rule 31's narrow plan for N = 72; the same kernel on N = 504 runs seven 80-column tiles along N."""
     torch.manual_seed(4)
     a = torch.randn(13332, 5120, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(72, 5120, device="cuda", dtype=torch.bfloat16).t()
     assert warploom.plan(a, b).plan.n_blocks == (64, 16)
     torch.testing.assert_close(warploom.matmul(a, b).float(), a.float() @ b.float(), atol=0.5, rtol=0.02)
     kern = build(checks.matmul_spec(a, b, None), DeviceInfo.current())
-    wide = torch.randn(100, 5120, device="cuda", dtype=torch.bfloat16).t()
-    with pytest.raises(warploom.ShapeError, match="narrow-tile kernel computes"):
-        kern.run(a, wide, torch.empty(13332, 100, device="cuda", dtype=torch.bfloat16))
+    wide = torch.randn(504, 5120, device="cuda", dtype=torch.bfloat16).t()
+    out = torch.full((13332, 504), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, wide, out)
+    torch.testing.assert_close(out.float(), a.float() @ wide.float(), atol=0.5, rtol=0.02)
+
+
+@pytest.mark.parametrize("m,n,k,want", [
+    (1679, 2456, 2000, (192, (128, 64))),
+    (3838, 576, 2768, (128, (128, 16))),
+    (1536, 1536, 1536, (128, (128, 16))),
+])
+def test_bf16_rule32_planned_in_a_graph(m: int, n: int, k: int, want: tuple[int, tuple[int, ...]]) -> None:
+    """Rule 32's own fitted plans through warploom.matmul, eager and replayed in a CUDA graph."""
+    torch.manual_seed(m)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    plan = warploom.plan(a, b).plan
+    assert (plan.bm, plan.n_blocks) == want
+    out = warploom.matmul(a, b)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.5, rtol=0.02)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = warploom.matmul(a, b)
+    y.fill_(float("nan"))
+    g.replay()
+    assert torch.equal(y, out)
+
+
+def test_fp8_rowwise_bias_fitted_forced() -> None:
+    """fp8 rowwise with a bias on forced fitted tiles (rule 32 plans 16-bit operands only)."""
+    torch.manual_seed(5)
+    m, n, k = 1500, 1008, 1024
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    bv = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    dev = DeviceInfo.current()
+    spec = checks.scaled_mm_spec(a, b, sa, sb, bv, torch.bfloat16, True)
+    kern = build(spec, dev, plan_schedule(spec, dev, bm=128, bn=256, stream_k=0, cluster=1, n_blocks=(128, 32)))
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out, sa, sb, bv)
+    ref = (a.float() @ b.float()) * sa * sb + bv.float()
+    assert _scale_free(out, ref) < 1e-2

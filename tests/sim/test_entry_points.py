@@ -48,7 +48,7 @@ def test_sampled_comparison_judges_only_the_sampled_tiles() -> None:
     spec = GemmSpec(1000, 1000, 256)
     kernel = build(spec, H100_SXM, replace(plan_schedule(spec, H100_SXM), grid=5))
     ctas = sample_ctas(kernel.module, spec.m, spec.n)
-    tiles = -(-spec.m // kernel.plan.bm) * -(-spec.n // kernel.plan.bn)
+    tiles = -(-spec.m // kernel.plan.bm) * -(-spec.n // kernel.plan.tile_n)
     assert 0 in ctas and (tiles - 1) % 5 in ctas
     assert set(representative_ctas(kernel.module, spec.m, spec.n)) <= set(ctas)
     cmp = compare(kernel.module, make_inputs(spec, spec.m, spec.n, spec.k), ctas=ctas)

@@ -74,12 +74,15 @@ def check_args(k: Kernel, args: dict[str, Any], grid: tuple[int, ...], a: torch.
     m, kk = a.shape
     n = b.shape[1]
     assert (args["M"], args["N"], args["K"]) == (m, n, kk)
-    tiles = math.ceil(m / k.plan.bm) * math.ceil(n / k.plan.bn)
+    tiles = math.ceil(m / k.plan.bm) * math.ceil(n / k.plan.tile_n)
     assert grid == (min(k.plan.grid, tiles),)
     assert list(args["a_desc"].shape) == [m, kk]
     b_rows = [n, kk] if k.spec.b_layout.value == "k_major" else [kk, n]
-    assert list(args["b_desc"].shape) == b_rows
-    assert list(args["c_desc"].shape) == [m, n]
+    # (a fitted tile's B and C go by a descriptor per block width too: b_desc_w64, c_desc_w16, ...)
+    b_descs = [v for name, v in args.items() if name == "b_desc" or name.startswith("b_desc_w")]
+    c_descs = [v for name, v in args.items() if name == "c_desc" or name.startswith("c_desc_w")]
+    assert b_descs and all(list(d.shape) == b_rows for d in b_descs)
+    assert c_descs and all(list(d.shape) == [m, n] for d in c_descs)
     # cross.py compiles every *_ptr argument with tt.divisibility=16: the launcher must honour that promise.
     for name, v in args.items():
         if name.endswith("_ptr"):

@@ -1,17 +1,18 @@
-"""Planner rule 31's narrow tile (`ir.Tiling.n_blocks`): its column blocks, what a Plan and the verifier refuse, the
-planner's choice, and the launch's refusal of an N wider than the blocks compute. The simulator's numerics are in
-tests/sim/test_narrow_sim.py, the compiled wgmma in tests/compile/test_compile_narrow.py."""
+"""Planner rule 31's narrow tile and the column blocks it shares with rule 32's fitted tiles (`ir.Tiling.n_blocks`):
+the blocks, what a Plan and the verifier refuse (planted bugs among them), the planner's choice. Rule 32's own choice
+is tests/unit/test_fitted.py; the simulator's numerics are in tests/sim/test_narrow_sim.py, the compiled wgmma in
+tests/compile/test_compile_narrow.py."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 import pytest
-import torch
 
 from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
 from warploom.device import B200
-from warploom.errors import PlanError, ShapeError, UnsupportedError, VerificationError
+from warploom.epilogue import graph as eg
+from warploom.errors import PlanError, UnsupportedError, VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
@@ -41,19 +42,27 @@ def narrow_plan(spec: GemmSpec, blocks: tuple[int, ...], **forced: object):  # t
     return replace(plan_schedule(spec, H100_SXM, **forced), n_blocks=blocks)  # type: ignore[arg-type]
 
 
+def test_plan_tile_n_counts_units() -> None:
+    """A fitted plan's tiles are tile_n = sum(n_blocks) columns wide: its units count them, and the planner's grid."""
+    spec = GemmSpec(1000, 1000, 256)
+    plan = plan_schedule(spec, H100_SXM, bm=128, bn=256, stream_k=0, n_blocks=(128, 32, 16))
+    assert plan.tile_n == 176 and plan.units(1000, 1000) == 8 * 6 and plan.grid == 48
+
+
 @pytest.mark.parametrize("blocks", [(64, 24), (16, 64), (64, 64), (8,), (128,)])
 def test_plan_refuses_blocks(blocks: tuple[int, ...]) -> None:
     with pytest.raises(PlanError, match="n_blocks"):
         narrow_plan(GemmSpec(300, 80, 200), blocks, bm=128, bn=128)
 
 
-def test_plan_refuses_pingpong() -> None:
-    with pytest.raises(PlanError, match="rule 31's narrow tile"):
+def test_plan_refuses_pingpong_and_a_tail() -> None:
+    with pytest.raises(PlanError, match="rule 31's narrow or rule 32's fitted tile"):
         narrow_plan(fp8(300, 80, 256), (64, 16), pingpong=True)
+    with pytest.raises(PlanError, match="the tail's reduction writes whole BN-wide tiles"):
+        replace(plan_schedule(GemmSpec(4096, 2112, 7168), H100_SXM, tail_split=2), n_blocks=(128, 64))
 
 
 @pytest.mark.parametrize(("spec", "match"), [
-    (GemmSpec(300, 100, 200), "N = 100 is wider than the blocks' 80 columns"),
     (GemmSpec(300, 80, 200, b_layout=BLayout.N_MAJOR), "N-major B"),
     (fp8(300, 80, 256, accumulation=Accumulation.PROMOTED), "promoted accumulation"),
 ])
@@ -71,14 +80,9 @@ def _edited(fn):  # type: ignore[no-untyped-def]
     return verify.complete(replace(m, partitions=parts), H100_SXM)
 
 
-def test_verifier_finds_a_missing_join() -> None:
-    found = _edited(lambda o: () if isinstance(o, ir.JoinAcc) else (o,))
-    assert any("0 joins of the narrow tile's blocks" in e for e in found)
-
-
-def test_verifier_finds_blocks_joined_out_of_order() -> None:
-    found = _edited(lambda o: (replace(o, parts=o.parts[::-1]),) if isinstance(o, ir.JoinAcc) else (o,))
-    assert any("its parts must be accumulators at the blocks' columns" in e for e in found)
+def test_verifier_finds_a_missing_block_wgmma() -> None:
+    found = _edited(lambda o: () if isinstance(o, ir.Mma) and o.acc == "acc_n1" else (o,))
+    assert any("one wgmma per block accumulator" in e for e in found)
 
 
 def test_verifier_finds_a_block_read_from_the_wrong_columns() -> None:
@@ -87,15 +91,42 @@ def test_verifier_finds_a_block_read_from_the_wrong_columns() -> None:
             return (replace(o, n_cols=ir.ColBlock(48, 16)),)
         return (o,)
 
-    assert any("from that block of B's slot" in e for e in _edited(shift))
+    assert any("must read its accumulator's block of B's slot" in e for e in _edited(shift))
 
 
-def test_verifier_finds_a_join_in_a_whole_tile() -> None:
+def test_verifier_finds_a_store_past_tile_n() -> None:
+    """The 16-wide block's store widened to a 32-wide box at column 64 would write columns 80..95, the next tile's."""
+    spec = GemmSpec(300, 200, 200)
+    m = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=128, bn=128, n_blocks=(64, 16))).module
+    assert verify.complete(m, H100_SXM) == []
+    bufs = tuple(replace(b, cols=32) if b.alias else b for b in m.buffers)
+    found = verify.complete(replace(m, buffers=bufs), H100_SXM)
+    assert any("writes columns [64, 96) of the tile, across its blocks" in e for e in found)
+
+
+def test_verifier_finds_a_whole_b_box() -> None:
+    """B copied as one box of the slot's rows: it would read the next tile's rows past tile_n."""
+    found = _edited_all(lambda o: (replace(o, blocks=()),) if isinstance(o, ir.TmaLoad) and o.blocks else (o,))
+    assert any("must copy exactly the tile's blocks of B's rows" in e for e in found)
+
+
+def _edited_all(fn):  # type: ignore[no-untyped-def]
+    """A narrow module with `fn` applied to every partition's ops, and the verifier's findings."""
     spec = GemmSpec(300, 80, 200)
-    m = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=128, bn=128)).module
-    parts = tuple(replace(p, body=p.body + (ir.JoinAcc("acc", ("acc",)),)) if p.role is ir.Role.CONSUMER else p
-                  for p in m.partitions)
-    assert any("in a module without n_blocks" in e for e in verify.complete(replace(m, partitions=parts), H100_SXM))
+    m = build(spec, H100_SXM, narrow_plan(spec, (64, 16), bm=128, bn=128)).module
+    return verify.complete(replace(m, partitions=tuple(replace(p, body=rewrite(p.body, fn)) for p in m.partitions)),
+                           H100_SXM)
+
+
+def test_verifier_finds_a_fused_epilogue_and_a_ranged_launch() -> None:
+    spec = GemmSpec(300, 80, 200)
+    m = build(spec, H100_SXM, narrow_plan(spec, (64, 16), bm=128, bn=128)).module
+    assert any("ranged launch" in e for e in verify.complete(replace(m, tiling=replace(m.tiling, ranged=True)),
+                                                           H100_SXM))
+    gelu = eg.EpilogueGraph((eg.Acc(), eg.Unary(eg.UnaryOp.GELU_TANH, 0)), (eg.Output(1),))
+    fused = replace(spec, epilogue=gelu)
+    with pytest.raises(VerificationError, match="a fused epilogue"):
+        build(fused, H100_SXM, narrow_plan(fused, (64, 16), bm=128, bn=128))
 
 
 @pytest.mark.parametrize(("spec", "blocks"), [
@@ -103,7 +134,7 @@ def test_verifier_finds_a_join_in_a_whole_tile() -> None:
     (GemmSpec(13332, 72, 5120), (64, 16)),
     (GemmSpec(10047, 176, 72), (128, 32, 16)),  # 128x256 tiles
     (fp8(10050, 80, 1280), (64, 16)),
-    (GemmSpec(7268, 104, 392), ()),  # 112 of 128 columns: too few saved
+    (GemmSpec(7268, 104, 392), (64, 16)),  # 112 of 128 columns: too few saved for rule 31, but rule 32's 80-wide
     (GemmSpec(4096, 4096, 4096), ()),  # many tiles along N
     (GemmSpec(300, 80, 200), ()),  # rule 23's 64x64 tiles
     (fp8(16, 4096, 4096), ()),  # rule 18's swap
@@ -122,27 +153,13 @@ def test_explain_names_the_rule() -> None:
         explain(GemmSpec(10050, 80, 1280), H100_SXM).text()
 
 
-def test_launch_refuses_a_wider_n() -> None:
-    """The kernel computes 80 columns: called with N = 100 it would store zeros in the other 20, so the launch refuses
-    it, naming b, before anything runs (CPU tensors: no GPU needed to reach the check); the simulator too."""
-    kern = build(GemmSpec(10050, 80, 1280), H100_SXM)
-    a = torch.empty(10050, 1280, dtype=torch.bfloat16)
-    b = torch.empty(100, 1280, dtype=torch.bfloat16).t()
-    with pytest.raises(ShapeError, match=r"^b: expected N <= 80, the columns this narrow-tile kernel computes"):
-        kern.launcher(a, b, torch.empty(10050, 100, dtype=torch.bfloat16))
-    small = build(GemmSpec(200, 80, 128), H100_SXM, narrow_plan(GemmSpec(200, 80, 128), (64, 16), bm=128, bn=128))
-    with pytest.raises(ShapeError, match=r"^b: expected N <= 80"):
-        small.simulate(torch.randn(200, 128).bfloat16(), torch.randn(128, 96).bfloat16())
-
-
 def test_forced_blocks() -> None:
     """plan_schedule(n_blocks=...): the blocks on the planner's tile (with a forced tile too), () keeps it whole, and
     blocks that cannot run are refused by name; other targets and grouped GEMMs refuse the option."""
     spec = GemmSpec(10050, 80, 1280)
     assert plan_schedule(spec, H100_SXM, n_blocks=()).n_blocks == ()
     assert plan_schedule(spec, H100_SXM, bm=64, bn=128, n_blocks=(64, 16)).n_blocks == (64, 16)
-    with pytest.raises(UnsupportedError, match=r"N = 100 is wider than the blocks' 80 columns"):
-        plan_schedule(GemmSpec(10050, 100, 1280), H100_SXM, n_blocks=(64, 16))
+    assert plan_schedule(GemmSpec(10050, 100, 1280), H100_SXM, n_blocks=(64, 16)).units(10050, 100) == 79 * 2
     with pytest.raises(UnsupportedError, match="an N-major B"):
         plan_schedule(GemmSpec(10050, 80, 1280, b_layout=BLayout.N_MAJOR), H100_SXM, n_blocks=(64, 16))
     with pytest.raises(UnsupportedError, match="n_blocks"):
@@ -158,28 +175,12 @@ def test_a_cached_narrow_plan_replans_to_itself() -> None:
     assert plan.n_blocks and replan(spec, H100_SXM, plan) == plan
 
 
-def test_verifier_finds_a_join_after_the_store_and_one_in_the_producer() -> None:
-    def late(o: ir.Op) -> tuple[ir.Op, ...]:
-        if isinstance(o, ir.JoinAcc):
-            return ()
-        if isinstance(o, ir.TmaStore):
-            return (o, ir.JoinAcc("acc", ("acc_n0", "acc_n1")))
-        return (o,)
-
-    assert any("before anything that reads acc" in e for e in _edited(late))
-    spec = GemmSpec(300, 80, 200)
-    m = build(spec, H100_SXM, narrow_plan(spec, (64, 16), bm=128, bn=128)).module
-    parts = tuple(replace(p, body=p.body + (ir.JoinAcc("acc", ("acc_n0",)),)) if p.role is ir.Role.PRODUCER else p
-                  for p in m.partitions)
-    assert any("in a producer partition" in e for e in verify.complete(replace(m, partitions=parts), H100_SXM))
-
-
 def test_verifier_reports_rather_than_raises() -> None:
     """An extra whole-width wgmma on a block, and blocks that are not ints: findings, not exceptions."""
     def extra(o: ir.Op) -> tuple[ir.Op, ...]:
         return (o, replace(o, n_cols=None)) if isinstance(o, ir.Mma) and o.acc == "acc_n0" else (o,)
 
-    assert any("once each" in e for e in _edited(extra))
+    assert any("must read its accumulator's block of B's slot" in e for e in _edited(extra))
     spec = GemmSpec(300, 80, 200)
     m = build(spec, H100_SXM, narrow_plan(spec, (64, 16), bm=128, bn=128)).module
     bad = replace(m, tiling=replace(m.tiling, n_blocks=(64.0, 16)))  # type: ignore[arg-type]

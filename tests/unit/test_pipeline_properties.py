@@ -55,7 +55,7 @@ def test_planned_pipeline_verifies_clean_and_fits(spec: GemmSpec, sms: int) -> N
     deep = (plan.bm, plan.bn) == (64, 64) and is_decode(spec) or plan.swap_ab  # rules 16 and 18
     cap = 12 if deep else max(LATENCY_STAGES) if latency_tiles(spec, device) else 6  # rule 23's ring
     assert 2 <= plan.stages <= cap and all(r.depth == plan.stages for r in m.rings)
-    tiles = math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.bn)
+    tiles = math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.tile_n)
     # (a stream-K plan, rule 21, runs up to `stream_k` pieces of each tile of its last wave on CTAs of their own;
     # a split-K plan, rules 14 and 25, its tiles' `split_k` ranges)
     assert 1 <= plan.grid <= min(sms, max(1, tiles) * max(1, plan.stream_k, plan.split_k))
@@ -71,11 +71,13 @@ def test_planned_pipeline_verifies_clean_and_fits(spec: GemmSpec, sms: int) -> N
     promoted = spec.accumulation is Accumulation.PROMOTED
     assert plan.partial_blocks == (2 if promoted and plan.bn == 256 else 1)
     accs = [a for a in cons[0].accumulators if a.name != "partial"]
-    # ...and rule 31's narrow tile adds one accumulator per column block of its first N columns, in order.
+    # ...and rules 31 and 32's narrow and fitted tiles have one accumulator per column block instead, in order.
     narrow = [(sum(plan.n_blocks[:i]), w) for i, w in enumerate(plan.n_blocks)]
-    assert [(a.col0, a.cols) for a in accs] == [(i * plan.bn // plan.partial_blocks, plan.bn // plan.partial_blocks)
-                                               for i in range(plan.partial_blocks)] + narrow
-    assert not plan.n_blocks or plan.bn >= 128 and spec.n <= sum(plan.n_blocks) <= 0.75 * plan.bn
+    whole = [(i * plan.bn // plan.partial_blocks, plan.bn // plan.partial_blocks) for i in range(plan.partial_blocks)]
+    assert [(a.col0, a.cols) for a in accs] == (narrow if plan.n_blocks else whole)
+    # (rule 31: N within the blocks, at most 3/4 of the tile; rule 32: 16-bit operands, two or three blocks)
+    assert not plan.n_blocks or plan.bn >= 128 and (spec.n <= sum(plan.n_blocks) <= 0.75 * plan.bn or (
+        spec.a_dtype.bits == 16 and 2 <= len(plan.n_blocks) <= 3 and sum(plan.n_blocks) < plan.bn))
     # The expect-tx of a stage is exactly the bytes of one slot of every ring.
     txs = [o for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.ArriveExpectTx)]
     assert [t.nbytes for t in txs] == [sum(r.slot_bytes for r in m.rings)]

@@ -235,10 +235,15 @@ def test_rowwise_bias_avoidance_does_not_apply_to_column_blocks() -> None:
     assert (plan_schedule(spec, H100_SXM).bn, plan_schedule(spec, H100_SXM).partial_blocks) == (256, 2)
 
 
-@pytest.mark.parametrize("split", [0, 3, "2", 8])
+@pytest.mark.parametrize("split", [0, 5, "2", 8])
 def test_bad_consumer_partitions_are_refused(split: object) -> None:
-    with pytest.raises(UnsupportedError, match="consumer_partitions=.*expected 1 .*, 2 .* or 4"):
+    with pytest.raises(UnsupportedError, match="consumer_partitions=.*expected 1 .*, 2 .*, 3 or 4"):
         plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, consumer_partitions=split)  # type: ignore[arg-type]
+
+
+def test_three_consumer_partitions_are_bm_192s() -> None:
+    with pytest.raises(UnsupportedError, match="consumer_partitions=3 is for bm=192"):
+        plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, consumer_partitions=3)
 
 
 def test_two_consumer_partitions_need_two_warpgroups() -> None:

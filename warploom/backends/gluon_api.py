@@ -91,6 +91,8 @@ class GluonApi:
             third (which the NVIDIA one does not read).
         tma_multicast: whether a Hopper TMA load takes ``multicast=True`` into a cluster's broadcast layout, and
             `mbarrier.allocate_mbarrier` the cluster's barriers (3.7: a 2-CTA cluster shares B, planner rule 24).
+        smem_reinterpret: the shared-memory descriptor's method that views its memory as another shape and layout
+            (a fitted tile's narrow staging buffers, `ir.Buffer.alias`).
     """
 
     triton: tuple[int, int]
@@ -108,6 +110,7 @@ class GluonApi:
     launch_abi: LaunchAbi
     tensordesc_launch_args: bool
     tma_multicast: bool
+    smem_reinterpret: str
 
     def wmma_layout(self, warps_m: int, warps_n: int, instr: tuple[int, int, int]) -> str:
         """A gfx1250 wmma accumulator layout over `warps_m` x `warps_n` warps (each a power of two).
@@ -195,6 +198,7 @@ _CHANGES: tuple[tuple[tuple[int, int], str, Any, Any], ...] = (
     ((3, 8), "pin_promotion", False, True),
     ((3, 8), "tdm_warp_hint", False, True),
     ((3, 9), "tdm_fused", False, True),
+    ((3, 9), "smem_reinterpret", "_reinterpret", "reinterpret"),
 )
 
 

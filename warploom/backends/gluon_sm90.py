@@ -9,7 +9,6 @@ one compiled kernel serves every problem size with the same spec kind and plan.
 
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass
 
@@ -328,7 +327,7 @@ class PartitionEmitter:
                      comment=f"{self.p.role.value}: {self.p.warps} warps, {self.p.regs} registers"):
             b.line("pid = gl.program_id(0)")
             b.line("num_pid_m = gl.cdiv(M, BM)")
-            b.line("num_pid_n = gl.cdiv(N, BN)")
+            b.line(f"num_pid_n = gl.cdiv(N, {'TN' if self.m.tiling.n_blocks else 'BN'})")
             self._num_tiles()
             if self.split:
                 if self.m.tiling.uneven_split:
@@ -369,27 +368,23 @@ class PartitionEmitter:
         b = self.buf
         if not self.p.accumulators:
             return
-        # A narrow tile's block accumulators (the parts of the partition's join) and the join's whole tile.
-        joins = [o for o, _ in ir.walk(self.p.body) if isinstance(o, ir.JoinAcc)]
-        narrow = {n: self._acc(n) for j in joins for n in j.parts}
-        n = _instr_n(self.rows, min(a.cols for a in self.p.accumulators if a.name not in narrow), self.p.warps)
+        # A narrow or fitted tile's block accumulators (ir.Tiling.n_blocks): each in the layout of its own wgmma N.
+        narrow = bool(self.m.tiling.n_blocks)
         bits = self.m.spec.a_dtype.bytes * 8
-        b.line(f"acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
-               f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {n}, {256 // bits}]"
-               f"{cga(self.cluster, along_n=self.along_n)})",
-               comment="wgmma accumulator: each warpgroup owns 64 rows" + (
-                   "" if self.cluster == 1 else f", each CTA its {'columns' if self.along_n else 'rows'} of the "
-                                                "cluster tile"))
-        for w in sorted({a.cols for a in narrow.values()}, reverse=True):
+        if not narrow:
+            n = _instr_n(self.rows, min(a.cols for a in self.p.accumulators), self.p.warps)
+            b.line(f"acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
+                   f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {n}, {256 // bits}]"
+                   f"{cga(self.cluster, along_n=self.along_n)})",
+                   comment="wgmma accumulator: each warpgroup owns 64 rows" + (
+                       "" if self.cluster == 1 else f", each CTA its {'columns' if self.along_n else 'rows'} of the "
+                                                    "cluster tile"))
+        for w in sorted({a.cols for a in self.p.accumulators}, reverse=True) if narrow else ():
             b.line(f"acc_layout_n{w}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
                    f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {w}, {256 // bits}])",
-                   comment=f"a narrow tile's {w}-column block: its own wgmma N")
-        joined = {j.acc for j in joins}
+                   comment=f"a {w}-column block of the tile: its own wgmma N")
         for a in self.p.accumulators:
-            if a.name in joined:
-                continue  # (set by the join in each tile before anything reads it: carried through no loop)
-            layout = f"acc_layout_n{a.cols}" if a.name in narrow else "acc_layout"
-            b.line(f"{a.name} = gl.zeros({self._acc_shape(a)}, gl.float32, {layout})")
+            b.line(f"{a.name} = gl.zeros({self._acc_shape(a)}, gl.float32, {self._layout(a)})")
         width = self._epilogue_width()
         if width:
             en = _instr_n(self.rows, width, self.p.warps)
@@ -397,32 +392,6 @@ class PartitionEmitter:
                    f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {en}, {256 // bits}]"
                    f"{cga(self.cluster, along_n=self.along_n)})",
                    comment="one column block of the accumulator, as the fused epilogue computes it")
-
-    def join(self, o: ir.JoinAcc) -> None:
-        """`o.acc` = its blocks side by side, padded with zeros to the tile's width: halves joined pairwise
-        (``gl.join``, then the pair's columns laid out one after the other), each block within one half since the
-        widths are powers of two, widest first. The result holds each thread's columns where the whole tile's
-        accumulator layout has them, so the final conversion moves no data."""
-        b = self.buf
-        parts = [self._acc(n) for n in o.parts]
-        count = itertools.count()
-
-        def build(inside: list[ir.Accumulator], base: int, width: int) -> str:
-            if len(inside) == 1 and inside[0].cols == width:
-                return inside[0].name
-            half = width // 2
-            left = build([a for a in inside if a.col0 < base + half], base, half)
-            right_parts = [a for a in inside if a.col0 >= base + half]
-            # (the right half's layout, derived by earlier joins, lists the same registers in another order)
-            right = (f"gl.convert_layout({build(right_parts, base + half, half)}, {left}.type.layout)" if right_parts
-                     else f"gl.zeros_like({left})")
-            name = f"join{next(count)}"
-            b.line(f"{name} = gl.join({left}, {right}).permute(0, 2, 1).reshape([{self.rows}, {width}])",
-                   f"columns {base}..{base + width - 1}")
-            return name
-
-        whole = build(parts, 0, self.m.tiling.bn)
-        b.line(f"{o.acc} = gl.convert_layout({whole}, acc_layout)", printer.op(o))
 
     def body(self, stmts: tuple[ir.Stmt, ...]) -> None:
         for s in stmts:
@@ -452,11 +421,15 @@ class PartitionEmitter:
         rows = self.rows
         part = self.row0 // rows  # this partition's flag among the CTA's (one per consumer partition)
         parts = self.m.tiling.bm // rows
-        b.line(f"sk_rows = gl.arange(0, {rows}, layout=gl.SliceLayout(1, acc_layout))", printer.op(fx))
+        narrow = bool(self.m.tiling.n_blocks)  # (each block in its own layout: its rows' offsets too)
+        if not narrow:
+            b.line(f"sk_rows = gl.arange(0, {rows}, layout=gl.SliceLayout(1, acc_layout))", printer.op(fx))
         with b.block("if k_lo > 0", comment="a contributor: its partial to this CTA's workspace slot, then its flag"):
             for name in fx.accs:
                 a = self._acc(name)
-                b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, acc_layout))")
+                if narrow:
+                    b.line(f"sk_rows = gl.arange(0, {rows}, layout=gl.SliceLayout(1, {self._layout(a)}))")
+                b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, {self._layout(a)}))")
                 b.line(f"sk_offs = (pid * BM + {self.row0} + sk_rows)[:, None] * BN + ({a.col0} + sk_cols)[None, :]")
                 b.line(f"gl.store(sk_ws_ptr + sk_offs, {name})")
             b.line(self.api.barrier, "every thread's partial stored before the flag is released")
@@ -471,7 +444,9 @@ class PartitionEmitter:
                         b.line("pass")
                     for name in fx.accs:
                         a = self._acc(name)
-                        b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, acc_layout))")
+                        if narrow:
+                            b.line(f"sk_rows = gl.arange(0, {rows}, layout=gl.SliceLayout(1, {self._layout(a)}))")
+                        b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, {self._layout(a)}))")
                         b.line(f"sk_offs = (q * BM + {self.row0} + sk_rows)[:, None] * BN + ({a.col0} + sk_cols)"
                                "[None, :]")
                         # A weak load, ordered after the contributor's partial by the flag's acquire: Triton issues
@@ -579,6 +554,9 @@ class PartitionEmitter:
     def _b_view(self, ring: str, slot: str, cols: ir.ColBlock | None, k_cols: ir.ColBlock | None = None) -> str:
         k_major = self.m.spec.b_layout is BLayout.K_MAJOR
         view = self._b_slot(ring, slot)
+        blocks = self.m.ring(ring).blocks
+        if blocks and cols is not None:  # (a fitted tile's B: each block its own buffer, `ir.Ring.blocks`)
+            view, cols = f"{block_buffer(ring, blocks.index(cols))}.index({slot})", None
         if cols is not None:  # a column block of N: dim 0 of a K-major (BN, BK) slot, dim 1 of (BK, BN)
             view += f".slice({cols.start}, {cols.cols}{'' if k_major else ', dim=1'})"
         if k_cols is not None:  # a slice of K: dim 1 of a K-major slot, dim 0 of (BK, BN)
@@ -614,6 +592,26 @@ class PartitionEmitter:
                 if o.multicast and not o.lead_only:  # (a broadcast layout's multicast is issued by the lead alone)
                     raise NotImplementedError(f"sm_90a lowering of {c}: a multicast issued by every CTA")
                 mc = ", multicast=True" if o.multicast else ""
+                if o.blocks:  # (a fitted tile's B: each block of rows by a box of its width, ir.TmaLoad.blocks)
+                    assert o.tensor is ir.Tensor.B and o.coord[0] is ir.Axis.N and not o.multicast, c
+                    n0, rest = self._coord(o.coord[0], o.tensor), self._coord(o.coord[1], o.tensor)
+                    stored = self.m.ring(o.ring).blocks
+                    for cb in o.blocks:
+                        at = f"{n0} + {cb.start}" if cb.start else n0
+                        dst = f"{block_buffer(o.ring, stored.index(cb))}.index({s})" if stored else \
+                            f"{o.ring}.index({s}).slice({cb.start}, {cb.cols})"
+                        b.line(f"{self.api.tma_load}({load_desc(o, cb)}, [{at}, {rest}], {o.barrier}_bars.index({s}), "
+                               f"{dst})", c + f" (rows {cb.start}..{cb.start + cb.cols - 1})")
+                    return
+                boxes = self.m.ring(o.ring).boxes
+                if boxes > 1:  # (a 192-row slot: three 64-row buffers, a box each, at rows 64 i of the tile)
+                    assert o.tensor is ir.Tensor.A and o.coord[0] is ir.Axis.M and not o.multicast, c
+                    rest = ", ".join(self._coord(a, o.tensor) for a in o.coord[1:])
+                    m0 = self._coord(o.coord[0], o.tensor)
+                    for i in range(boxes):
+                        b.line(f"{self.api.tma_load}({desc}, [{m0} + {64 * i}, {rest}], {o.barrier}_bars.index({s}), "
+                               f"{o.ring}.index(({s}) * {boxes} + {i}))", c + f" (rows {64 * i}..{64 * i + 63})")
+                    return
                 b.line(f"{self.api.tma_load}({desc}, [{coord}], {o.barrier}_bars.index({s}), {o.ring}.index({s}){mc})",
                        c)
             case ir.Mma():
@@ -621,7 +619,11 @@ class PartitionEmitter:
                 use = use_acc(o.overwrite, self.k_first)
                 a_view = f"{o.a_ring}.index({s})"
                 m_major = self.m.spec.a_layout is ALayout.M_MAJOR  # (an M-major A's slot is (BK, BM))
-                if self.p.rows:  # this warpgroup's rows of the A tile
+                boxes = self.m.ring(o.a_ring).boxes
+                if boxes > 1:  # (a 192-row slot's three 64-row buffers: this warpgroup's is its own)
+                    assert self.p.rows is not None and self.rows == 64, c
+                    a_view = f"{o.a_ring}.index(({s}) * {boxes} + {self.row0 // 64})"
+                elif self.p.rows:  # this warpgroup's rows of the A tile
                     a_view += f".slice({self.row0}, {self.rows}{', dim=1' if m_major else ''})"
                 if m_major:
                     a_view += ".permute((1, 0))"  # read MN-major as (rows, BK)
@@ -642,11 +644,9 @@ class PartitionEmitter:
                            "keep the promotion before the next wgmma")
             case ir.CopyScales():
                 self.copy_scales(o)
-            case ir.JoinAcc():
-                self.join(o)
             case ir.ZeroAcc():
                 a = self._acc(o.acc)
-                b.line(f"{o.acc} = gl.zeros({self._acc_shape(a)}, gl.float32, acc_layout)", c)
+                b.line(f"{o.acc} = gl.zeros({self._acc_shape(a)}, gl.float32, {self._layout(a)})", c)
             case ir.Epilogue():
                 self.epilogue(o)
             case ir.LoadOperand():
@@ -688,7 +688,7 @@ class PartitionEmitter:
                 if self.m.tiling.swap_ab:  # C's rows are this module's columns (ir.Tiling.swap_ab)
                     row, col = col, row
                     c = re.sub(r"\b(C\d*)\[m, n\]", r"\1[n, m]", c)  # (C1, C2, ...: a fused epilogue's outputs)
-                b.line(f"{self.api.tma_store}({store_desc(o)}, [{row}, {col}], {o.buffer})", c)
+                b.line(f"{self.api.tma_store}({buffer_desc(self.m.buffer(o.buffer))}, [{row}, {col}], {o.buffer})", c)
             case ir.Advance():
                 b.line(f"{o.cursor} += 1", c)
             case _:
@@ -979,6 +979,10 @@ class PartitionEmitter:
     def _acc(self, name: str) -> ir.Accumulator:
         return next(x for x in self.p.accumulators if x.name == name)
 
+    def _layout(self, a: ir.Accumulator) -> str:
+        """Accumulator `a`'s register layout: a narrow or fitted tile's block's own (`layouts`), else acc_layout."""
+        return f"acc_layout_n{a.cols}" if self.m.tiling.n_blocks else "acc_layout"
+
     def epilogue(self, o: ir.Epilogue) -> None:
         if o.parts > 1:
             self._block_epilogue(o)
@@ -989,12 +993,12 @@ class PartitionEmitter:
         if ir.EpilogueStep.SCALE_ROWWISE in steps or ir.EpilogueStep.ADD_ROW_BIAS in steps:
             row = f"off_m + {self.row0}" if self.row0 else "off_m"
             b.line(f"offs_m = {row} + gl.arange(0, {'BM' if self.p.rows is None else self.rows}, "
-                   "layout=gl.SliceLayout(1, acc_layout))")
+                   f"layout=gl.SliceLayout(1, {self._layout(a)}))")
             self._offsets.add("offs_m")
         if ir.EpilogueStep.SCALE_ROWWISE in steps or ir.EpilogueStep.ADD_BIAS in steps:
             col = f"off_n + {a.col0}" if a.col0 else "off_n"
             width = "BN" if a.cols == self.m.tiling.bn else str(a.cols)
-            b.line(f"offs_n = {col} + gl.arange(0, {width}, layout=gl.SliceLayout(0, acc_layout))")
+            b.line(f"offs_n = {col} + gl.arange(0, {width}, layout=gl.SliceLayout(0, {self._layout(a)}))")
             if (a.col0, a.cols) == (0, self.m.tiling.bn):
                 self._offsets.add("offs_n")
             else:
@@ -1065,19 +1069,46 @@ def store_desc(o: ir.TmaStore) -> str:
     return WORKSPACE_DESC if o.tensor is ir.Tensor.WORKSPACE else output_desc(o.output)
 
 
+def block_buffer(ring: str, j: int) -> str:
+    """The shared buffer of block j of a ring stored in blocks (`ir.Ring.blocks`: a fitted tile's B)."""
+    return f"{ring}_n{j}"
+
+
+def ring_buffers(m: ir.Module, ring: str) -> list[str]:
+    """The shared buffers that hold `ring`: itself, or one per block (`ir.Ring.blocks`)."""
+    blocks = m.ring(ring).blocks
+    return [block_buffer(ring, j) for j in range(len(blocks))] if blocks else [ring]
+
+
+def load_desc(o: ir.TmaLoad, block: ir.ColBlock | None = None) -> str:
+    """The descriptor a TMA load copies through: its tensor's, or a fitted tile's B block's, of that block's width
+    (`ir.TmaLoad.blocks`)."""
+    desc = f"{o.tensor.value.lower()}_desc"
+    return f"{desc}_w{block.cols}" if block is not None else desc
+
+
+def buffer_desc(bf: ir.Buffer) -> str:
+    """The descriptor of staging buffer `bf`'s TMA stores or loads (its box is the buffer): an output's, the split-K
+    workspace's or a dense operand's; a narrow block's (`ir.Buffer.alias`) one of its own width."""
+    desc = {ir.Tensor.C: output_desc(bf.output), ir.Tensor.OPERAND: f"{bf.operand}_desc",
+            ir.Tensor.WORKSPACE: WORKSPACE_DESC}.get(bf.tensor, f"{bf.tensor.value.lower()}_desc")
+    return f"{desc}_w{bf.cols}" if bf.alias else desc
+
+
 def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
     """A partition function's parameters: the descriptors, smem and pointers its ops use, then M, N, K."""
     used: dict[str, None] = {}
     for o, _ in ir.walk(p.body):
         match o:
             case ir.TmaLoad():
-                used[f"{o.tensor.value.lower()}_desc"] = None
-                used[o.ring] = None
+                for cb in o.blocks or (None,):
+                    used[load_desc(o, cb)] = None
+                used |= dict.fromkeys(ring_buffers(m, o.ring))
                 if o.barrier:
                     used[f"{o.barrier}_bars"] = None
             case ir.Mma():
                 used[o.a_ring] = None
-                used[o.b_ring] = None
+                used |= dict.fromkeys(ring_buffers(m, o.b_ring))
             case ir.TcMma():
                 used[o.a_ring] = None
                 used[o.b_ring] = None
@@ -1116,7 +1147,7 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
             case ir.StoreSmem():
                 used[o.buffer] = None
             case ir.TmaStore():
-                used[store_desc(o)] = None
+                used[buffer_desc(m.buffer(o.buffer))] = None
                 used[o.buffer] = None
                 if m.tiling.grouped:  # (a tile crossing its group's last row stores through masked stores)
                     used["c_ptr"] = None
@@ -1154,7 +1185,9 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
 def tmem_buffers(r: ir.Ring) -> list[str]:
     """The kernel's names for a ring's slots: one, the ring, except a tensor-memory scale ring's (seed 000), whose
     slots are allocations of their own (Triton 3.6 and 3.9 refuse a multi-buffered TensorMemoryScalesLayout:
-    "Scales don't currently support multibuffering")."""
+    "Scales don't currently support multibuffering"); and a ring stored in blocks (`ir.Ring.blocks`), one per block."""
+    if r.blocks:
+        return [block_buffer(r.name, j) for j in range(len(r.blocks))]
     return [f"{r.name}{j}" for j in range(r.depth)] if r.tmem else [r.name]
 
 
@@ -1175,6 +1208,12 @@ def _sizes(m: ir.Module) -> tuple[str, ...]:
 GLOBAL_PARAMS = ["global_a_ptr", "global_b_ptr"]
 
 
+def b_blocks(m: ir.Module) -> tuple[ir.ColBlock, ...]:
+    """The blocks B's TMA loads copy (`ir.TmaLoad.blocks`), or () for whole slots."""
+    return next((o.blocks for p in m.partitions for o, _ in ir.walk(p.body)
+                 if isinstance(o, ir.TmaLoad) and o.tensor is ir.Tensor.B), ())
+
+
 def scale_desc(t: ir.Tensor) -> str:
     """The kernel parameter of a TMA-loaded scale tensor (sm_100a MX)."""
     return f"{t.value}_desc"
@@ -1183,9 +1222,11 @@ def scale_desc(t: ir.Tensor) -> str:
 def kernel_params(m: ir.Module) -> tuple[str, ...]:
     """The kernel's run-time parameters: TMA descriptors, then scale and bias pointers, then sizes."""
     steps = {s for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
-    ps = ["a_desc", "b_desc"]
+    # (a fitted tile's B goes by a descriptor per block width: ir.TmaLoad.blocks)
+    ps = ["a_desc", *(dict.fromkeys(f"b_desc_w{w}" for w in m.tiling.n_blocks) if b_blocks(m) else ["b_desc"])]
     ps += [WORKSPACE_DESC] if m.tiling.split_k > 1 else [output_desc(j) for j in range(len(m.spec.output_dtypes()))
                                                           if j not in scale_outputs(m)]
+    ps += list(dict.fromkeys(buffer_desc(bf) for bf in m.buffers if bf.alias))  # (a fitted tile's narrow blocks)
     if m.tmem_scales:  # sm_100a MX: TMA descriptors over torch's blocked scales (backends/gluon_sm100.py)
         ps += [scale_desc(ir.Tensor.SCALE_A), scale_desc(ir.Tensor.SCALE_B)]
     elif m.spec.scale.is_blockwise:
@@ -1235,6 +1276,7 @@ def prelude(m: ir.Module, header: str) -> CodeBuffer:
     cm, cn = t.cluster_mn
     consts: tuple[tuple[str, int], ...] = (("BM", t.bm * cm), ("BN", t.bn * cn), ("BK", t.bk),
                                            ("STAGES", m.rings[0].depth), ("GROUP_M", t.group_m))
+    consts += (("TN", t.tile_n),) if t.n_blocks else ()  # (a narrow or fitted tile's columns: its stride along N)
     consts += (("SPLIT_K", t.split_k),) if t.split_k > 1 else ()
     consts += (("SK_SPLIT", t.stream_k),) if t.stream_k else ()
     consts += (("SK_WAVES", t.sk_waves),) if t.sk_waves else ()
@@ -1242,7 +1284,7 @@ def prelude(m: ir.Module, header: str) -> CodeBuffer:
         b.line(f"{name} = gl.constexpr({val})")
     b.line()
     b.line()
-    b.lines(_RASTER)
+    b.lines(_RASTER.replace("pid_n * BN", "pid_n * TN") if t.n_blocks else _RASTER)
     if t.stream_k:
         b.line()
         b.line()
@@ -1305,6 +1347,8 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                                f"{r.cols} fp32 scales")
                 continue
             desc = f"{r.tensor.value.lower()}_desc"
+            if r.tensor is ir.Tensor.B and b_blocks(m):  # (copied by blocks: the widest one's descriptor, same layout)
+                desc = f"b_desc_w{max(cb.cols for cb in b_blocks(m))}"
             # (a grouped module's B slots are (1, rows, cols): its 3-D descriptor's box, one group's block)
             # (a cluster's A box holds every CTA's rows; a 1x2 cluster's B box every CTA's columns)
             rows, cols = r.rows * cm if r.tensor is ir.Tensor.A else r.rows, r.cols
@@ -1312,7 +1356,17 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                 rows, cols = (rows * cn, cols) if m.spec.b_layout is BLayout.K_MAJOR else (rows, cols * cn)
             box = f"1, {rows}" if t.b_per_group and r.tensor is ir.Tensor.B else f"{rows}"
             cols = cols * r.dtype.bits // 8 if r.dtype is DType.E2M1 else cols  # (MX fp4: two values a byte)
-            b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{r.depth}, {box}, {cols}], "
+            depth = r.depth
+            if r.boxes > 1:  # (rule 32's 192-row slot: three 64-row buffers, `ir.Ring.boxes`)
+                depth, box = r.depth * r.boxes, f"{rows // r.boxes}"
+            if r.blocks:  # (a fitted tile's B: a buffer per block of rows, `ir.Ring.blocks`)
+                for j, cb in enumerate(r.blocks):
+                    b.line(f"{block_buffer(r.name, j)} = gl.allocate_shared_memory(b_desc_w{cb.cols}.dtype, "
+                           f"[{r.depth}, {cb.cols}, {cols}], b_desc_w{cb.cols}.layout)",
+                           comment=f"ring {r.name}'s rows {cb.start}..{cb.start + cb.cols - 1}: {r.depth} x "
+                                   f"({cb.cols}, {r.cols}) {r.dtype.value}")
+                continue
+            b.line(f"{r.name} = gl.allocate_shared_memory({desc}.dtype, [{depth}, {box}, {cols}], "
                    f"{desc}.layout)", comment=f"ring {r.name}: {r.depth} x ({box}, {r.cols}) {r.dtype.value}"
                                              + (" padded, a value a byte (fp4_padded)" if r.padded else ""))
         # sm_100a MX / NVFP4: the tcgen05 scale operands (TensorMemoryScalesLayout); their dtype tells Gluon the
@@ -1322,8 +1376,12 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                    "TensorMemoryScalesLayout())",
                    comment=f"scale buffer {sb.name}: ({sb.rows}, {sb.cols}) {sb.dtype.value} in tensor memory")
         for bf in m.buffers:
-            desc = {ir.Tensor.C: output_desc(bf.output), ir.Tensor.OPERAND: f"{bf.operand}_desc",
-                    ir.Tensor.WORKSPACE: WORKSPACE_DESC}.get(bf.tensor, f"{bf.tensor.value.lower()}_desc")
+            desc = buffer_desc(bf)
+            if bf.alias:  # (a narrow block's staging, in the memory of its partition's widest: ir.Buffer.alias)
+                view = gluon_api.current().smem_reinterpret
+                b.line(f"{bf.name} = {bf.alias}.{view}({desc}.dtype, [{bf.rows * cm}, {bf.cols * cn}], {desc}.layout)",
+                       comment=f"buffer {bf.name}: ({bf.rows}, {bf.cols}) {bf.dtype.value} in {bf.alias}'s memory")
+                continue
             b.line(f"{bf.name} = gl.allocate_shared_memory({desc}.dtype, [{bf.rows * cm}, {bf.cols * cn}], "
                    f"{desc}.layout)", comment=f"buffer {bf.name}: ({bf.rows}, {bf.cols}) {bf.dtype.value}"
                                               + (" per CTA" if t.cluster > 1 else ""))

@@ -100,6 +100,8 @@ class Ring:
         dtype: element type.
         depth: number of slots (pipeline stages).
         rows, cols: one slot's tile shape, e.g. (BM, BK) for A.
+        blocks: a fitted tile's B ring (`Tiling.n_blocks`): a slot stores only these blocks of its rows (B's N),
+            each as a buffer of its own (powers of two), so tile_n < BN rows take tile_n rows of shared memory.
         padded: e2m1 only: the values lie one a byte in shared memory (MX fp8 x fp4's fp4 operand: tcgen05's
             kind::mxf8f6f4 reads fp4 so, and TMA unpacks each 8 bytes of pairs into 16, Triton's fp4_padded), so a
             slot is rows x cols bytes, and the stage's transaction bytes count them so.
@@ -117,8 +119,11 @@ class Ring:
     cols: int
     padded: bool = False
     tmem: bool = False
+    blocks: tuple[ColBlock, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.blocks and (self.tensor is not Tensor.B or sum(cb.cols for cb in self.blocks) > self.rows):
+            raise ValueError(f"Ring {self.name}: row blocks are a fitted tile's B ring's, within its {self.rows} rows")
         if self.padded and self.dtype is not DType.E2M1:
             raise ValueError(f"Ring {self.name}: only e2m1 slots are padded (MX fp8 x fp4), got {self.dtype}")
         rows = (128, 256) if self.tensor is Tensor.SCALE_B else (128,)  # (a 256-wide tile's B: two 128-row chunks)
@@ -130,9 +135,22 @@ class Ring:
                              f"{self.cols}) {self.dtype.value} of {self.tensor.value}")
 
     @property
-    def slot_bytes(self) -> int:
+    def boxes(self) -> int:
+        """The 64-row boxes one slot is stored and copied as: 1, or rows // 64 where rows is not a power of two
+        (rule 32's 192-row A tile: Triton's shared buffers and TMA boxes must be powers of two, so the slot is three
+        64-row buffers, each filled by a TMA box of its own; the verifier admits this for A's ring only)."""
+        return 1 if self.rows & (self.rows - 1) == 0 else self.rows // 64
+
+    @property
+    def row_bytes(self) -> int:
+        """One row of a slot."""
         bits = 8 if self.padded else self.dtype.bits  # (e2m1: two values a byte, or one when padded)
-        return self.rows * self.cols * bits // 8
+        return self.cols * bits // 8
+
+    @property
+    def slot_bytes(self) -> int:
+        """The shared memory of one slot: its rows, or its `blocks`' rows only."""
+        return (sum(cb.cols for cb in self.blocks) if self.blocks else self.rows) * self.row_bytes
 
     @property
     def bytes(self) -> int:
@@ -165,7 +183,10 @@ class Buffer:
 
     `output` numbers the kernel output it stages (a fused epilogue may have several; 0 is C); a buffer of
     tensor OPERAND stages the dense epilogue operand `operand` on its way from global memory (TMA) to
-    registers."""
+    registers. A buffer with an `alias` stages a narrow or fitted tile's column block narrower than the tile's
+    stores (`Tiling.n_blocks`) in the memory of that (wider) buffer of its partition, which it takes no memory
+    beside: each of its writes waits for every store before it (so none still reads the memory), and its TMA
+    stores go through a descriptor of its own width (c_desc_w32)."""
 
     name: str
     tensor: Tensor
@@ -174,6 +195,7 @@ class Buffer:
     cols: int
     output: int = 0
     operand: str | None = None
+    alias: str | None = None
 
     @property
     def bytes(self) -> int:
@@ -324,6 +346,10 @@ class TmaLoad(Op):
     layout lowers it. False says every CTA issues the whole copy: each slot is then written `cluster` times and each
     barrier receives `cluster` times the box's bytes. No schedule warploom builds does that; it is expressible so
     that the verifier (ir/verify_cluster.py) and the simulator (DOUBLE_WRITE) can be shown to catch it.
+
+    `blocks` (a narrow or fitted tile's B, `Tiling.n_blocks`): only these blocks of the slot's rows (B's N) are
+    copied, each by a TMA box of its own width, and the transaction is their bytes; the slot's other rows keep
+    whatever they held (no wgmma reads them). A box of the slot's whole rows would read tile_n..BN, the next tile's.
     """
 
     tensor: Tensor
@@ -333,6 +359,7 @@ class TmaLoad(Op):
     barrier: str | None = None
     multicast: bool = False
     lead_only: bool = True
+    blocks: tuple[ColBlock, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -363,6 +390,11 @@ class ColBlock:
 
     start: int
     cols: int
+
+
+def load_bytes(ring: Ring, load: TmaLoad) -> int:
+    """The bytes TMA load `load` into `ring` brings: a slot's rows, or its `blocks`' rows only."""
+    return (sum(cb.cols for cb in load.blocks) if load.blocks else ring.rows) * ring.row_bytes
 
 
 def column_blocks(widths: tuple[int, ...]) -> tuple[ColBlock, ...]:
@@ -431,17 +463,6 @@ class ZeroAcc(Op):
     """Set accumulator `acc` to zeros (a tile's start, for promoted accumulation)."""
 
     acc: str
-
-
-@dataclass(frozen=True)
-class JoinAcc(Op):
-    """Accumulator `acc` (the whole BN-wide tile) from the narrow tile's column-block accumulators `parts`
-    (`Tiling.n_blocks`): each at its `Accumulator.col0`, zeros in the columns past the last. Those columns lie at
-    or past N (a narrow tile is the only one along N), so its stores clip them; everything after the join (the
-    epilogue, the stores) sees an ordinary tile."""
-
-    acc: str
-    parts: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -817,12 +838,13 @@ class Tiling:
             >= 3.7) inserts a cluster barrier before the return of every kernel of more than one CTA. Set by
             ShareB; the verifier wants it exactly in a cluster's modules, and the simulator (sim/cluster.py) lets a
             CTA without it exit when its own partitions finish (WRITE_AFTER_EXIT).
-        n_blocks: a *narrow tile* (planner rule 31), or () for a whole one: the wgmma cover only the tile's first
-            sum(n_blocks) columns, in column blocks of these widths (powers of two: Triton's tensors must be), one
-            accumulator and one wgmma each per k-block, joined into the whole tile (`JoinAcc`) before the epilogue.
-            cuBLAS picks widths like 80 or 88 for such N; two power-of-two wgmma (64 + 16) do that work in 80
-            columns where one 128-wide would spend 128. The columns past sum(n_blocks) are never computed, so the
-            module is correct only for N <= sum(n_blocks): one tile along N (the launch refuses a wider N).
+        n_blocks: a *narrow or fitted tile* (planner rules 31 and 32), or () for a whole one: the tile covers
+            tile_n = sum(n_blocks) columns of C (its stride along N), in column blocks of these widths (powers of
+            two: Triton's tensors and boxes must be), each with its own accumulator (`Accumulator.col0`), wgmma per
+            k-block, epilogue and stores (boxes of the block's width, so no store reaches the next tile's columns).
+            cuBLAS fits its tiles to the shape with widths like 80, 176 or 208; power-of-two blocks (64 + 16,
+            128 + 32 + 16) do that work without computing or storing the columns past tile_n. B's slot still holds
+            BN rows (the box reads past tile_n, into the next tile's rows of B, which no wgmma reads).
     """
 
     bm: int
@@ -841,6 +863,12 @@ class Tiling:
     exit_sync: bool = False
     uneven_split: bool = False
     n_blocks: tuple[int, ...] = ()
+
+    @property
+    def tile_n(self) -> int:
+        """The columns of C one tile covers, and so its stride along N: sum(n_blocks) for a narrow or fitted tile,
+        BN otherwise (the raster, the grid and every store's origin count tiles of BM x tile_n)."""
+        return sum(self.n_blocks) if self.n_blocks else self.bn
 
     @property
     def cluster_mn(self) -> tuple[int, int]:
@@ -932,7 +960,7 @@ class Module:
         """Shared memory of rings and buffers, plus 8 bytes per mbarrier (tensor-memory rings take none)."""
         return (
             sum(r.bytes for r in self.rings if not (r.in_tmem or r.tmem))
-            + sum(b.bytes for b in self.buffers)
+            + sum(b.bytes for b in self.buffers if b.alias is None)
             + 8 * sum(b.depth for b in self.barriers)
         )
 

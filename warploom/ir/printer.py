@@ -144,8 +144,6 @@ def op(o: ir.Op) -> str:
             return "sync_warps"
         case ir.Fixup():
             return f"fixup {', '.join(o.accs)}"
-        case ir.JoinAcc():
-            return f"join {o.acc} <- {', '.join(o.parts)} (zeros past them)"
     raise TypeError(f"unknown op {o!r}")
 
 

@@ -880,7 +880,7 @@ def _check_expect_tx(m: ir.Module, body: tuple[ir.Stmt, ...], where: str, errs: 
         if isinstance(s, ir.ArriveExpectTx):
             expected[s.barrier] = expected.get(s.barrier, 0) + s.nbytes
         elif isinstance(s, ir.TmaLoad) and s.barrier is not None:
-            loaded[s.barrier] = loaded.get(s.barrier, 0) + m.ring(s.ring).slot_bytes
+            loaded[s.barrier] = loaded.get(s.barrier, 0) + ir.load_bytes(m.ring(s.ring), s)
     for b in sorted(set(expected) | set(loaded)):
         if expected.get(b, 0) != loaded.get(b, 0):
             errs.append(f"{where}: expect-tx on {b} announces {expected.get(b, 0)} bytes but the loads "
@@ -891,8 +891,7 @@ def _check_async(p: ir.Partition, errs: list[str]) -> None:
     """Abstractly run the body (each loop twice, to reach its steady state) counting wgmma in flight
     and TMA stores outstanding."""
     state = {"mma": 0, "store": 0}
-    reads_acc = (ir.Promote, ir.Epilogue, ir.StoreSmem, ir.StoreTile, ir.ZeroAcc, ir.ApplyEpilogue, ir.FoldAmax,
-                 ir.JoinAcc)
+    reads_acc = (ir.Promote, ir.Epilogue, ir.StoreSmem, ir.StoreTile, ir.ZeroAcc, ir.ApplyEpilogue, ir.FoldAmax)
 
     def run(body: tuple[ir.Stmt, ...]) -> None:
         for s in body:

@@ -69,10 +69,15 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     m_major = spec.a_layout is ALayout.M_MAJOR  # (an M-major A's slots are (BK, BM): its storage order)
     a_rows, a_cols = (plan.bk, plan.bm) if m_major else (plan.bm, plan.bk)
     a_coord = (ir.Axis.K, ir.Axis.M) if m_major else (ir.Axis.M, ir.Axis.K)
+    # A narrow or fitted tile (rules 31 and 32) copies and keeps only its blocks of B's rows (`ir.TmaLoad.blocks`,
+    # `ir.Ring.blocks`); with promoted accumulation or an N-major B the verifier refuses the plan, naming them.
+    b_blocks = ir.column_blocks(plan.n_blocks) if (plan.n_blocks and spec.accumulation is Accumulation.NATIVE
+                                                   and spec.b_layout is BLayout.K_MAJOR) else ()
     # MX fp8 x fp4: the fp4 operand's slots hold a value a byte (kind::mxf8f6f4 reads it so; `ir.Ring.padded`)
     rings: tuple[ir.Ring, ...] = (
         ir.Ring("a_ring", ir.Tensor.A, spec.a_dtype, 1, a_rows, a_cols, padded=spec.mixed_fp4 and spec.fp4_a),
-        ir.Ring("b_ring", ir.Tensor.B, spec.b_dtype, 1, b_rows, b_cols, padded=spec.mixed_fp4 and spec.fp4_b),
+        ir.Ring("b_ring", ir.Tensor.B, spec.b_dtype, 1, b_rows, b_cols, padded=spec.mixed_fp4 and spec.fp4_b,
+                blocks=b_blocks),
     )
     blockwise = spec.scale.is_blockwise
     mx = spec.scale is ScaleRecipe.MX
@@ -105,7 +110,7 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
     accs = [ir.Accumulator("acc" if blocks == 1 else f"acc{i}", plan.bm, width, i * width) for i in range(blocks)]
     k_body: list[ir.Stmt] = [
         ir.TmaLoad(ir.Tensor.A, "a_ring", c, a_coord),
-        ir.TmaLoad(ir.Tensor.B, "b_ring", c, b_coord),
+        ir.TmaLoad(ir.Tensor.B, "b_ring", c, b_coord, blocks=b_blocks),
     ]
     if staged:  # (loaded like A and B: the stage's one expect-tx counts their bytes too)
         k_body += [ir.TmaLoad(ir.Tensor.SCALE_A, "sa_ring", c, (ir.Axis.M, ir.Axis.K)),
@@ -128,11 +133,12 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
                                   k_cols=k_cols),
                            ir.Promote("partial", acc.name, scales)]
     elif plan.n_blocks:
-        # Rule 31's narrow tile: one accumulator and one wgmma per column block of B's slot, joined after the loop.
+        # Rules 31 and 32's narrow and fitted tiles: one accumulator and one wgmma per column block of B's slot,
+        # each block then finished (stream-K's fixup, the epilogue, the stores) on its own.
         columns = ir.column_blocks(plan.n_blocks)
-        narrow = [ir.Accumulator(f"acc_n{i}", plan.bm, cb.cols, cb.start) for i, cb in enumerate(columns)]
-        accs += narrow
-        k_body += [ir.Mma("a_ring", "b_ring", c, a.name, n_cols=cb) for a, cb in zip(narrow, columns, strict=True)]
+        accs = [ir.Accumulator(f"acc_n{i}", plan.bm, cb.cols, cb.start) for i, cb in enumerate(columns)]
+        blocks = len(accs)
+        k_body += [ir.Mma("a_ring", "b_ring", c, a.name, n_cols=cb) for a, cb in zip(accs, columns, strict=True)]
     else:
         k_body.append(ir.Mma("a_ring", "b_ring", c, "acc"))
     k_body.append(ir.Advance("c"))
@@ -152,8 +158,6 @@ def build_sequential(spec: GemmSpec, plan: Plan) -> ir.Module:
 
     tile_body: list[ir.Stmt] = [ir.ZeroAcc(a.name) for a in accs[:blocks]] if promoted else []
     tile_body.append(ir.Loop(ir.LoopKind.K, tuple(k_body)))
-    if plan.n_blocks and not promoted:  # (promoted: the verifier refuses the plan, naming the promotion)
-        tile_body.append(ir.JoinAcc("acc", tuple(a.name for a in accs[1:])))
     if plan.stream_k:  # rule 21: the unit's k-blocks are part of the tile's; join them before anything reads the sum
         tile_body.append(ir.Fixup(tuple(a.name for a in accs[:blocks])))
     for a in accs[:blocks]:

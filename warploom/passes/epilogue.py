@@ -28,7 +28,7 @@ final wgmma wait.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from warploom.dtypes import DType
 from warploom.epilogue.graph import EpilogueGraph, OutputLayout
@@ -87,9 +87,13 @@ class LowerEpilogue:
             base = "c_smem" if len(storing) == 1 else f"c_smem{storing.index(p)}"
             rows = p.rows.rows if p.rows else t.bm
             accs = {a.name: a for a in p.accumulators}
+            stored_accs = [accs[o.acc] for o, _ in ir.walk(p.body) if isinstance(o, ir.StoreTile)]
             # One column block per store; an accumulator narrower than that (column-block accumulators)
-            # is stored whole.
-            width = min([t.bn // n] + [accs[o.acc].cols for o, _ in ir.walk(p.body) if isinstance(o, ir.StoreTile)])
+            # is stored whole. A narrow or fitted tile's blocks (rules 31 and 32) each store in boxes of their own
+            # width (at most the store's), through a staging buffer of that width: a box as wide as the widest
+            # block's would reach past the tile's tile_n columns, into the next tile's.
+            own = {a.name: min(t.bn // n, a.cols) for a in stored_accs} if t.n_blocks else {}
+            width = max(own.values()) if own else min([t.bn // n] + [a.cols for a in stored_accs])
             # A gate/up epilogue pairs the tile's left (gate) and right (up) halves: blocks of at most BN / 2,
             # half of which are stored (each the result of a pair).
             paired = graph is not None and graph.gate_up() is not None
@@ -115,11 +119,16 @@ class LowerEpilogue:
                                              ir.Tensor.OPERAND, s.dtype, rows, width, operand=s.name)
                                    for k in range(self.operand_slots))
                      for s in (graph.operands if graph else ()) if s.kind is OperandKind.DENSE}
-            buffers.extend([b for slot in slots for b in slot] + [b for ring in dense.values() for b in ring])
+            narrow = {w: ir.Buffer(f"{base}_w{w}", target, out_dtypes[0], *((w, rows) if t.swap_ab else (rows, w)),
+                                   alias=slots[0][0].name)
+                      for w in sorted(set(own.values()) - {width}, reverse=True)}
+            buffers.extend([b for slot in slots for b in slot] + list(narrow.values())
+                           + [b for ring in dense.values() for b in ring])
             steps = {o.acc: o.steps for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue)} if self.block_steps \
                 else {}
             lower = _Lower(graph, slots, accs, t.bn, width, self.scalar_columns,
-                           {k: tuple(b.name for b in v) for k, v in dense.items()}, steps, m.amax_pass is not None)
+                           {k: tuple(b.name for b in v) for k, v in dense.items()}, steps, m.amax_pass is not None,
+                           own, narrow)
             parts.append(replace(p, body=rewrite(p.body, lower) + (ir.StoreWait(0),)))
         return replace(m, buffers=m.buffers + tuple(buffers), partitions=tuple(parts))
 
@@ -135,18 +144,20 @@ class _Lower:
     dense: dict[str, tuple[str, ...]]  # per dense operand, its staging slots
     steps: dict[str, tuple[ir.EpilogueStep, ...]]  # per accumulator: its epilogue, applied per block
     amax_pass: bool = False  # rule 29's first pass (ir.Module.amax_pass): fold, apply and store each block in turn
+    own: dict[str, int] = field(default_factory=dict)  # a narrow or fitted tile's blocks: each one's store width
+    narrow: dict[int, ir.Buffer] = field(default_factory=dict)  # ...and the staging buffer of each width but `width`
 
     def __call__(self, o: ir.Op) -> tuple[ir.Stmt, ...]:
         if isinstance(o, ir.Epilogue) and o.acc in self.steps:
             return ()  # moves into the stores below, one block at a time
         if not isinstance(o, ir.StoreTile):
             return (o,)
-        acc, w = self.accs[o.acc], self.width
+        acc, w = self.accs[o.acc], self.own.get(o.acc, self.width)
         n = acc.cols // w
         out: list[ir.Stmt] = []
         for i in range(n):
             j = acc.col0 // w + i  # the block's place in the tile: it picks the slots
-            bufs = self.slots[j % len(self.slots)]
+            bufs = self.slots[j % len(self.slots)] if w == self.width else (self.narrow[w],)
             if self.graph is None:
                 if o.acc in self.steps:
                     out.append(ir.Epilogue(o.acc, self.steps[o.acc], i, n))

@@ -52,8 +52,8 @@ class PlanRings:
                          ir.Barriers(f"{g}empty", depth[g], 1, names, ir.Purpose.EMPTY))
         # Only TMA bytes count as transactions (A's, B's and sm_100a MX's scales); cp.async scale copies hold the
         # phase by other means.
-        tma = {o.ring for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.TmaLoad)}
-        stage_bytes = sum(r.slot_bytes for r in rings if r.name in tma)
+        tma = {o.ring: o for p in m.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.TmaLoad)}
+        stage_bytes = sum(ir.load_bytes(r, tma[r.name]) for r in rings if r.name in tma)
         parts = []
         for p in m.partitions:
             # A cursor indexes the rings of one group: it gets that group's depth.

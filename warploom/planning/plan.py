@@ -100,9 +100,9 @@ class Plan:
         amax_pass: rule 29 (planning/amax_pass.py): the kernel is the first of two passes of a fused rowwise
             quantization across the tiles along N (fp32 y to a workspace, an atomic row amax), which a cast kernel
             follows (`ir.AmaxPass`); the other fields plan that first pass.
-        n_blocks: rule 31: () for a whole tile, or a *narrow tile*: the wgmma cover only the tile's first
-            sum(n_blocks) columns, in blocks of these widths (powers of two from 16, widest first), for a problem
-            whose N (at most that sum, less than BN) is one tile along N (`ir.Tiling.n_blocks`).
+        n_blocks: rules 31 and 32: () for a whole tile, or a *narrow or fitted tile* of sum(n_blocks) < bn columns
+            (`tile_n`, its stride along N), in blocks of these widths (powers of two from 16, widest first), each
+            with its own wgmma, B box and stores (`ir.Tiling.n_blocks`).
     """
 
     bm: int
@@ -205,8 +205,11 @@ class Plan:
                                 f"than bn={self.bn} columns (e.g. (64, 16) for N = 80 at bn=128)")
             if (self.pingpong or self.swap_ab or self.cluster > 1 or self.amax_pass or self.partial_blocks > 1
                     or self.target is not Target.SM90A):
-                raise PlanError(f"Plan(n_blocks={b}) is rule 31's narrow tile: sm_90a tiles of cooperative consumers, "
-                                 "so no pingpong, swap_ab, cluster, amax_pass or partial_blocks")
+                raise PlanError(f"Plan(n_blocks={b}) is rule 31's narrow or rule 32's fitted tile: sm_90a tiles of "
+                                 "cooperative consumers, so no pingpong, swap_ab, cluster, amax_pass or partial_blocks")
+            if self.tail_split > 1:
+                raise PlanError(f"Plan(n_blocks={b}) with tail_split={self.tail_split}: the tail's reduction writes "
+                                "whole BN-wide tiles, past a fitted tile's columns")
         if self.tail_split > 1 and self.tail_stages < 1:
             raise PlanError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
                              "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
@@ -216,7 +219,13 @@ class Plan:
         tiles cover C^T: bm tiles N and bn tiles M.)"""
         if self.swap_ab:
             m, n = n, m
-        return max(1, math.ceil(m / self.bm) * math.ceil(n / self.bn)) * self.split_k
+        return max(1, math.ceil(m / self.bm) * math.ceil(n / self.tile_n)) * self.split_k
+
+    @property
+    def tile_n(self) -> int:
+        """A tile's columns of C, its stride along N: sum(n_blocks) for a narrow or fitted tile, else bn
+        (`ir.Tiling.tile_n`)."""
+        return sum(self.n_blocks) if self.n_blocks else self.bn
 
     def tail(self) -> Plan:
         """The plan of the split-K tail kernel of a plan with one (`tail_split`): the same tiles and warps, its

@@ -18,6 +18,7 @@ from warploom.errors import UnsupportedError
 from warploom.planning.common import k_block, k_blocks, swap_decode, swap_tokens
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
+from warploom.planning.sm90_fitted import fitted
 from warploom.planning.sm90_models import (
     CLUSTER_PROMOTED_BLOCKS,
     cluster_problems,
@@ -37,10 +38,19 @@ from warploom.spec import Accumulation, GemmSpec, ScaleLayout, ScaleRecipe
 def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     """`_plan`'s plan, on rule 31's narrow tile (`sm90_narrow.narrow`) where N leaves most of its one tile's columns
     empty and nothing about the tile was forced, or on the blocks forced (`options.n_blocks`; () keeps it whole)."""
+    if options.n_blocks:  # (a forced depth is the blocks' ring's, which keeps only their rows of B: checked there)
+        chosen = _plan(spec, device, replace(options, stages=None))
+        return forced_narrow(spec, device, chosen, options.n_blocks, options.stages)
     chosen = _plan(spec, device, options)
     if options.n_blocks is not None:
-        return forced_narrow(spec, chosen, options.n_blocks)
-    return chosen if _forces_tile(options) else narrow(spec, chosen)
+        return forced_narrow(spec, device, chosen, ())
+    if _forces_tile(options):
+        return chosen
+    chosen = narrow(spec, device, chosen)
+    if options.pingpong or any(f is not None for f in (options.stream_k, options.cluster, options.swap_ab)):
+        return chosen  # (rule 32 fits whole tiles: a forced schedule stands)
+    return fitted(spec, device, chosen,
+                  lambda bm, bn: _plan(spec, device, replace(options, bm=bm, bn=bn, stream_k=0, cluster=1)))
 
 
 def _plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
@@ -219,18 +229,20 @@ def _check_forced(spec: GemmSpec, o: PlanOptions, bk: int) -> bool:
             raise UnsupportedError(f"tail_split={tail_split} with split_k={split_k}: a split-K tail follows whole "
                                    "tiles, and split-K splits them all; pass one of the two")
         _check_split_k(spec, tail_split, bk, o.pingpong, o.scale_partition, what="tail_split")
-    if consumer_partitions not in (None, 1, 2, 4):
+    if consumer_partitions not in (None, 1, 2, 3, 4):
         raise UnsupportedError(f"consumer_partitions={consumer_partitions!r}: expected 1 (one partition for all "
-                               "consumer warpgroups), 2 (one per warpgroup) or 4 (bm=256's four warpgroups); pass "
-                               "1, 2 or 4, or None to let the planner choose")
-    if consumer_partitions == 4 and bm != 256:
-        raise UnsupportedError("consumer_partitions=4 is for bm=256 (four consumer warpgroups); pass bm=256, or "
+                               "consumer warpgroups), 2 (one per warpgroup), 3 or 4 (bm=192's or bm=256's "
+                               "warpgroups); pass 1, 2, 3 or 4, or None to let the planner choose")
+    if consumer_partitions in (3, 4) and bm != 64 * consumer_partitions:
+        raise UnsupportedError(f"consumer_partitions={consumer_partitions} is for bm={64 * consumer_partitions} "
+                               f"({consumer_partitions} consumer warpgroups); pass bm={64 * consumer_partitions}, or "
                                "1 or 2 partitions")
-    if bm == 256:
-        tall = tall_problems(spec, o.pingpong, bool(o.scale_partition), split_k, tail_split, consumer_partitions)
+    if bm in (192, 256):
+        tall = tall_problems(spec, o.pingpong, bool(o.scale_partition), split_k, tail_split, consumer_partitions,
+                             bm)
         if tall:
-            raise UnsupportedError(f"bm=256 (rule 17's tile, four consumer warpgroups) does not support "
-                                   f"{'; '.join(tall)} for {spec.short()}; use bm=128")
+            raise UnsupportedError(f"bm={bm} (rule {17 if bm == 256 else 32}'s tile, {bm // 64} consumer "
+                                   f"warpgroups) does not support {'; '.join(tall)} for {spec.short()}; use bm=128")
     if consumer_partitions == 2 and bm == 64:
         raise UnsupportedError("consumer_partitions=2 needs two consumer warpgroups, but bm=64 has one; "
                                "use bm=128 or consumer_partitions=1")

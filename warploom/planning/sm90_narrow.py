@@ -1,7 +1,7 @@
 """Planner rule 31 (docs/decisions/rule-31-narrow-tiles.md): a narrow tile where N is one tile's columns but far
 fewer than the tile's BN. Its wgmma cover only round_up(N, 16) columns, in power-of-two column blocks (Triton's
-tensors and TMA boxes must be powers of two; a wgmma's N need only be a multiple of 8), joined into the whole tile
-before the epilogue (`ir.Tiling.n_blocks`, `ir.JoinAcc`).
+tensors and TMA boxes must be powers of two; a wgmma's N need only be a multiple of 8), each block with its own
+accumulator, B box and stores (`ir.Tiling.n_blocks`); `with_blocks` also fits rule 32's tiles (`sm90_fitted.py`).
 
 Why: cuBLAS fits its tile's width to N (its kernels on the H100 are named for widths like 80, 88, 104 and 144:
 docs/data/torch-kernels-2026-11-28-session32.json), so at N = 80 it spends 80 columns of tensor-core work where a
@@ -14,8 +14,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from warploom.device import DeviceInfo
 from warploom.errors import UnsupportedError
 from warploom.planning.plan import Plan
+from warploom.planning.sm90_models import stream_k_grid
+from warploom.planning.sm90_search import FORCED_MAX_STAGES
+from warploom.planning.sm90_tiles import max_stages
 from warploom.spec import GemmSpec
 from warploom.target import Target
 
@@ -42,15 +46,45 @@ def narrow_problems(spec: GemmSpec, plan: Plan, blocks: tuple[int, ...]) -> list
     """Why `plan` cannot run `spec` on a narrow tile of these blocks at all (empty: it can), what the verifier
     refuses too (ir/verify_narrow.py)."""
     problems = [] if plan.target is Target.SM90A else [f"target {plan.target} (sm_90a's wgmma only)"]
-    problems += spec.narrow_problems(sum(blocks))
+    problems += spec.narrow_problems()
     for name, on in (("ping-pong", plan.pingpong), ("swap-AB", plan.swap_ab), ("a cluster", plan.cluster > 1),
+                     ("a split-K tail (its reduction writes whole tiles)", plan.tail_split > 1),
                      ("rule 29's first pass", plan.amax_pass), ("promoted column blocks", plan.partial_blocks > 1)):
         if on:
             problems.append(name)
     return problems
 
 
-def narrow(spec: GemmSpec, plan: Plan) -> Plan:
+def with_blocks(spec: GemmSpec, device: DeviceInfo, plan: Plan, blocks: tuple[int, ...],
+                stages: int | None = None) -> Plan:
+    """`plan` on these column blocks, its grid counted again in tiles of sum(blocks) columns (`Plan.tile_n`): as many
+    CTAs as work units up to the SMs, or stream-K's (`stream_k_grid`); the ring as deep as shared memory holds now
+    that a stage keeps only the blocks' rows of B (`ir.Ring.blocks`), never shallower, and the stores in blocks half
+    as wide where that buys a stage (their staging buffer halves too); or `stages` deep where those hold it."""
+    fitted = replace(plan, n_blocks=tuple(blocks))
+    units = fitted.units(spec.m, spec.n)
+    grid = stream_k_grid(units, device.sm_count, plan.stream_k) if plan.stream_k else min(device.sm_count, units)
+    subtiles = plan.epilogue_subtiles
+
+    def depth(sub: int) -> int:
+        return max_stages(spec, device, plan.bm, plan.bn, plan.bk, plan.pingpong, plan.scale_partition,
+                          split_k=plan.split_k, prefetch=plan.prefetch_operands, subtiles=sub, b_rows=fitted.tile_n,
+                          cap=None if stages is None else FORCED_MAX_STAGES)
+
+    # (a store of at least 64 columns: a block narrower than that is stored whole anyway)
+    halved = subtiles * 2 if plan.bn // (subtiles * 2) >= 64 else subtiles
+    if stages is None:
+        deepest, sub = max((depth(subtiles), -subtiles), (depth(halved), -halved), (plan.stages, -subtiles))
+        return replace(fitted, grid=grid, stages=deepest, epilogue_subtiles=-sub)
+    sub = subtiles if depth(subtiles) >= stages else halved
+    if depth(sub) < stages:
+        raise UnsupportedError(f"stages={stages} with n_blocks={blocks}: at most {depth(halved)} stages of "
+                               f"{spec.short()} fit beside the {plan.bm}x{plan.bn} tile's staging. Fix: pass fewer "
+                               "stages, or none")
+    return replace(fitted, grid=grid, stages=stages, epilogue_subtiles=sub)
+
+
+def narrow(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Plan:
     """Rule 31: `plan` on a narrow tile where N is one 128- or 256-wide tile's and leaves at least a quarter of its
     columns empty, but for a fused epilogue (not measured narrow)."""
     if plan.n_blocks or spec.n >= plan.bn or plan.bn < NARROW_MIN_BN or spec.epilogue is not None:
@@ -58,15 +92,15 @@ def narrow(spec: GemmSpec, plan: Plan) -> Plan:
     blocks = narrow_blocks(spec.n, plan.bn)
     if not blocks or narrow_problems(spec, plan, blocks):
         return plan
-    return replace(plan, n_blocks=blocks)
+    return with_blocks(spec, device, plan, blocks)
 
 
-def forced_narrow(spec: GemmSpec, plan: Plan, blocks: tuple[int, ...]) -> Plan:
+def forced_narrow(spec: GemmSpec, device: DeviceInfo, plan: Plan, blocks: tuple[int, ...],
+                  stages: int | None = None) -> Plan:
     """`plan_schedule(n_blocks=...)`: `plan` on these blocks (() keeps it whole), refused by name where it cannot
     run them."""
     problems = narrow_problems(spec, plan, blocks) if blocks else []
     if problems:
         raise UnsupportedError(f"n_blocks={blocks} (rule 31's narrow tile) cannot run {spec.short()} on "
-                               f"{plan.short()}: {'; '.join(problems)}. Fix: drop n_blocks, or pass blocks that "
-                               "cover N")
-    return replace(plan, n_blocks=tuple(blocks))
+                               f"{plan.short()}: {'; '.join(problems)}. Fix: drop n_blocks")
+    return with_blocks(spec, device, plan, tuple(blocks), stages) if blocks else replace(plan, n_blocks=())

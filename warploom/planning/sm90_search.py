@@ -52,9 +52,10 @@ from warploom.target import Target
 # Rule 13's recipes: measured on the H100 (MX's 32-deep promotions were not, and keep 128-row tiles).
 _SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
 # A forced depth may go deeper, as far as shared memory holds (to measure deeper rings).
-_FORCED_MAX_STAGES = 16
-# Rule 17: four consumer warpgroups and the producer's: 4 x 128 x 112 + 128 x 24 = 60416 of the 65536 registers.
-_TALL_CONSUMER_REGS = 112
+FORCED_MAX_STAGES = 16
+# Rule 17: four consumer warpgroups and the producer's: 4 x 128 x 112 + 128 x 24 = 60416 of the 65536 registers;
+# rule 32's three: 3 x 128 x 160 + 128 x 24 = 64512.
+_TALL_CONSUMER_REGS = {256: 112, 192: 160}
 
 
 # Rule 24's forced cluster knob (`plan_schedule(cluster=...)`): its value -> CTAs per cluster; "1x2" puts them along
@@ -99,7 +100,7 @@ class Search:
             small_blockwise=(spec.scale in _SMALL_M_RECIPES and spec.m <= 128 and not o.pingpong
                              and not scale_partition),
             decode=is_decode(spec, o.pingpong), aligned=rows_aligned(spec),
-            cap=_FORCED_MAX_STAGES if o.stages is not None else None)  # (None: max_stages's own, rule 16's for decode)
+            cap=FORCED_MAX_STAGES if o.stages is not None else None)  # (None: max_stages's own, rule 16's for decode)
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,8 @@ def _tile(s: Search, cbm: int, cbn: int) -> _Tile | None:
     if (bm is not None and cbm != bm) or (bn is not None and cbn != bn):
         return None
     eff = tile_efficiency(spec, cbm, cbn)
+    if cbm == 192 and bm is None:
+        return None  # rule 32's fitted tile: forced, or chosen by rule 32 with its columns fitted
     if cbm == 256 and bm is None and (not long_k_16bit(spec) or tall_problems(
             spec, pingpong, bool(s.scale_partition), o.split_k, o.tail_split, o.consumer_partitions)):
         return None  # rule 17: otherwise forced (or tuned) only
@@ -218,7 +221,7 @@ def _tail(s: Search, t: _Tile, ks: int, depth: int) -> tuple[int, int] | None:
     (its k-ranges, its stages); (1, 0) for none. None where a forced tail's fp32 staging leaves no stage."""
     spec, o = s.spec, s.o
     ts, tail_s = 1, 0
-    if ks == 1 and o.tail_split is None and (s.decode and (t.bm, t.bn) == (64, 64) or t.bm == 256):
+    if ks == 1 and o.tail_split is None and (s.decode and (t.bm, t.bn) == (64, 64) or t.bm >= 192):
         ts = 1  # rules 16 and 17's tiles take no split-K tail: unmeasured there (rule 15's cost is 128x256's)
     elif ks == 1:
         ts = o.tail_split if o.tail_split is not None else rule15_tail(spec, s.device, t.bm, t.bn, s.bk, o.pingpong,
@@ -311,14 +314,14 @@ def _tile_plan(s: Search, t: _Tile, stages: int, ks: int, ts: int, tail_s: int, 
     # (rule 29's first pass walks nothing: each block folds and stores in turn, so its loads may go ahead)
     walks = spec.epilogue is not None and spec.epilogue.reads_amax()
     registers = mx_registers(spec, t.bm, pingpong)  # (rule 12's MX budgets never meet rule 17's 256-row tile)
-    if t.bm == 256:
-        registers["consumer_regs"] = _TALL_CONSUMER_REGS
+    if t.bm >= 192:
+        registers["consumer_regs"] = _TALL_CONSUMER_REGS[t.bm]
     return Plan(
         bm=t.bm, bn=t.bn, bk=s.bk, stages=stages, consumer_warps=8 if pingpong else 4 * (t.bm // 64),
         group_m=o.group_m, grid=grid,
         epilogue_subtiles=epilogue_subtiles(t.bn, pingpong, spec.epilogue is not None, t.bm, block, t.wide),
         block_epilogue=block,
-        consumer_partitions=(2 if pingpong else 1 if t.bm == 64 else 4 if t.bm == 256
+        consumer_partitions=(2 if pingpong else 1 if t.bm == 64 else t.bm // 64 if t.bm >= 192
                              else (o.consumer_partitions or fused_parts)),
         partial_blocks=t.partial_blocks, hoist_rows=hoist, scalar_columns=o.scalar_columns,
         prefetch_operands=t.early, pingpong=pingpong, scale_partition=s.scale_partition, split_k=ks,

@@ -36,6 +36,10 @@ TILES: tuple[tuple[int, int, float], ...] = (
     # Rule 17: forced or tuned only (measured equal to 128x256), but at long K for 16-bit operands (`long_k_16bit`,
     # scored at `_LONG_K_256`).
     (256, 128, 1.00),
+    # Rule 32's fitted tiles: three consumer warpgroups (160 registers each), forced or by rule 32 only, their
+    # columns fitted by n_blocks (a whole 64x256 accumulator a warpgroup would not fit 160 registers).
+    (192, 128, 1.00),
+    (192, 256, 1.00),
     # Rule 18's swapped decode tiles (the swapped problem's N is the tokens: 16 or 32), 64 or 128 rows of the
     # weight (`swap_rows`).
     (64, 16, 0.25),
@@ -99,7 +103,7 @@ def epilogue_subtiles(bn: int, pingpong: bool = False, fused: bool = False, bm: 
     if (pingpong and fused and bm * bn >= 128 * 128) or block:
         return 4  # (block: per-block rowwise scales and bias, 64 columns at a time; 128 still spill)
     # Rule 17's 256x128 stores 64x64 halves per warpgroup: their staging (32 KiB) leaves room for a 4th stage.
-    return 2 if bn == 256 or (pingpong and bn == 128) or bm == 256 else 1
+    return 2 if bn == 256 or (pingpong and bn == 128) or bm >= 192 else 1
 
 
 FUSED_WIDE_BLOCKS = 8  # rule 9: 32-column blocks; in 4 blocks the erf GELU spilled 628-872 bytes (ptxas, session 15)
@@ -162,13 +166,13 @@ def swap_rows(n: int, sm_count: int) -> int:
 
 
 def tall_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool, split_k: int | None,
-                   tail_split: int | None, consumer_partitions: int | None) -> list[str]:
-    """Rule 17: why a 256-row tile cannot run `spec` with these options (empty: it can). Its four warpgroups have 112
-    registers each: room for a 64x128 accumulator, not for a promoted partial beside it, nor measured with a fused
-    epilogue, split-K units or ping-pong."""
+                   tail_split: int | None, consumer_partitions: int | None, bm: int = 256) -> list[str]:
+    """Rules 17 and 32: why a 256- or 192-row tile cannot run `spec` with these options (empty: it can). Its four
+    warpgroups have 112 registers each (three: 160), room for a 64x128 accumulator (64x208), not for a promoted partial
+    beside it, nor measured with a fused epilogue, split-K units or ping-pong."""
     problems = []
     if spec.accumulation is not Accumulation.NATIVE:
-        problems.append("promoted fp8 (a 64x128 partial beside the accumulator needs more than 112 registers)")
+        problems.append("promoted fp8 (a partial beside the accumulator needs more registers than each warpgroup's)")
     if spec.epilogue is not None:
         problems.append("a fused epilogue (not built for four consumer warpgroups)")
     if spec.bias_dtype is not None:
@@ -179,19 +183,22 @@ def tall_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool, split_k
         problems.append("the scale partition")
     if split_k not in (None, 1) or tail_split not in (None, 1):
         problems.append("split-K")
-    if consumer_partitions not in (None, 4):
-        problems.append(f"consumer_partitions={consumer_partitions} (a 256-row tile runs one partition per "
-                        "warpgroup: 4)")
+    if bm == 192 and spec.a_layout is not ALayout.K_MAJOR:
+        problems.append("an M-major A (a 192-row slot is copied as 64-row boxes of A's K-major rows)")
+    if consumer_partitions not in (None, bm // 64):
+        problems.append(f"consumer_partitions={consumer_partitions} (a {bm}-row tile runs one partition per "
+                        f"warpgroup: {bm // 64})")
     return problems
 
 
 def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pingpong: bool = False,
                scale_partition: bool = False, scale_stages: int = 2, split_k: int = 1, prefetch: bool = True,
-               cap: int | None = None, subtiles: int | None = None) -> int:
+               cap: int | None = None, subtiles: int | None = None, b_rows: int | None = None) -> int:
     """The most stages that fit in shared memory beside the epilogue (and the scale partition's ring), at most
     `cap`: by default 6, or 12 for a decode GEMM's 64x64 tiles (rule 16) and a swapped one's 64x16 and 64x32 (rule
     18, whose swapped problem has at most SWAP_MAX_M columns). `subtiles`: the epilogue's blocks a tile, when not
-    `epilogue_subtiles`' (a 1x2 cluster's warpgroups store whole rows: 1)."""
+    `epilogue_subtiles`' (a 1x2 cluster's warpgroups store whole rows: 1). `b_rows`: B's rows a stage keeps, when
+    not bn (a fitted tile's tile_n, `ir.Ring.blocks`)."""
     if cap is None:
         # Rules 16 and 18 (a swapped decode problem's N is its tokens: at most SWAP_MAX_M).
         decode = ((bm, bn) == (64, 64) and is_decode(spec, pingpong)
@@ -203,7 +210,7 @@ def max_stages(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, bk: int, pi
     free = device.smem_per_block - staging - 1024
     if scale_partition:
         free -= scale_stages * scale_slot_bytes(spec, bm, bn, bk)
-    return min(cap, free // stage_bytes(spec, bm, bn, bk, scale_partition))
+    return min(cap, free // stage_bytes(spec, bm, bn if b_rows is None else b_rows, bk, scale_partition))
 
 
 class Registers(TypedDict, total=False):

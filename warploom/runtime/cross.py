@@ -19,10 +19,10 @@ from warploom.backends.gluon_sm90 import (
     GLOBAL_PARAMS,
     RANGED_REDUCE_PARAMS,
     REDUCE_PARAMS,
-    WORKSPACE_DESC,
     GluonSource,
+    b_blocks,
+    buffer_desc,
     cga_bases,
-    output_desc,
     scale_desc,
 )
 from warploom.dtypes import DType
@@ -110,6 +110,8 @@ def descriptor_blocks(m: ir.Module) -> dict[str, Block]:
         b_block = [t.bn, t.bk // 2]
     if t.b_per_group:  # (B's 3-D descriptor over (G, N, K) or (G, K, N): one group's block)
         b_block = [1, *b_block]
+    if t.bm & (t.bm - 1):  # (rule 32's 192-row tile: A copied as 64-row boxes, `ir.Ring.boxes`)
+        a_block = [64, t.bk]
     split, whole = cga_bases(t.cluster, True, t.cluster_n), cga_bases(t.cluster, False, t.cluster_n)
     # (a 1x2 cluster's: A whole in every CTA, B's columns split, a K-major B box's along its first dimension)
     a_cga, b_cga = (whole, cga_bases(t.cluster, True, s.b_layout is not BLayout.K_MAJOR)) if t.cluster_n else \
@@ -117,11 +119,13 @@ def descriptor_blocks(m: ir.Module) -> dict[str, Block]:
     padded = {r.tensor: r.padded for r in m.rings}
     blocks: dict[str, Block] = {"a_desc": (s.a_dtype, a_block, a_cga, padded.get(ir.Tensor.A, False)),
                                 "b_desc": (s.b_dtype, b_block, b_cga, padded.get(ir.Tensor.B, False))}
+    for cb in b_blocks(m):  # (a fitted tile's B: a box per block width, ir.TmaLoad.blocks; K-major B only)
+        blocks[f"b_desc_w{cb.cols}"] = (s.b_dtype, [cb.cols, t.bk], b_cga, False)
     for bf in m.buffers:
         if bf.tensor is ir.Tensor.C:
-            blocks[output_desc(bf.output)] = (bf.dtype, [bf.rows * cm, bf.cols * cn], split, False)
+            blocks[buffer_desc(bf)] = (bf.dtype, [bf.rows * cm, bf.cols * cn], split, False)
         elif bf.tensor is ir.Tensor.WORKSPACE:  # split-K: fp32 partial sums
-            blocks[WORKSPACE_DESC] = (bf.dtype, [bf.rows, bf.cols], (), False)
+            blocks[buffer_desc(bf)] = (bf.dtype, [bf.rows, bf.cols], (), False)
         elif bf.tensor is ir.Tensor.OPERAND:
             # (a cluster's dense operand: every CTA its rows of the cluster tile's block, as C)
             blocks[f"{bf.operand}_desc"] = (bf.dtype, [bf.rows * cm, bf.cols * cn], split, False)

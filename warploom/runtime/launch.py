@@ -34,8 +34,15 @@ from triton.runtime.driver import driver
 
 from warploom.backends.gluon_api import GluonApi, LaunchAbi, compile_options, for_triton, installed
 from warploom.backends.gluon_cast import CAST_WARPS, check_outputs
-from warploom.backends.gluon_sm90 import REDUCE_BLOCK, SK_PARAMS, WORKSPACE_DESC, GluonSource, output_desc
-from warploom.errors import narrow_too_wide, rowwise_too_wide, split_k_mismatch
+from warploom.backends.gluon_sm90 import (
+    REDUCE_BLOCK,
+    SK_PARAMS,
+    WORKSPACE_DESC,
+    GluonSource,
+    buffer_desc,
+    output_desc,
+)
+from warploom.errors import rowwise_too_wide, split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.ir.raster import Span, launch_grid, tail_spans
 from warploom.runtime.cross import descriptor_blocks, shared_layout
@@ -81,6 +88,7 @@ class Launcher:
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
         self._bm, self._bn, self._grid_max = m.tiling.bm, m.tiling.bn, m.tiling.grid
+        self._tn = m.tiling.tile_n  # (a tile's columns of C: its stride along N, ir.Tiling.tile_n)
         self._tiling, self._planned_k, self._planned_n = m.tiling, m.spec.k, m.spec.n
         # (a rowwise quantizing epilogue takes its row's amax on one tile: no wider N than planned for, rule 27)
         # (rule 29's first pass, ir.Module.amax_pass, spans the tiles along N: any N)
@@ -118,15 +126,20 @@ class Launcher:
             "c_desc": lambda c: c.out,
             WORKSPACE_DESC: lambda c: c.workspace,
         }
+        # A fitted tile's B goes by a descriptor per block width (ir.TmaLoad.blocks), over B as b_desc would be.
+        getters |= {p: getters["b_desc"] for p in src.params if p.startswith("b_desc_w")}
         for j in range(1, len(m.spec.output_dtypes())):
             getters[output_desc(j)] = functools.partial(lambda j, c: c.extra_outs[j - 1], j)
         for bf in m.buffers:
             if bf.tensor is ir.Tensor.OPERAND:
                 getters[f"{bf.operand}_desc"] = functools.partial(lambda name, c: c.operands[name], bf.operand)
+            elif bf.alias:  # (a fitted tile's narrower block: C or the workspace, through a box of its width)
+                getters[buffer_desc(bf)] = getters[WORKSPACE_DESC if bf.tensor is ir.Tensor.WORKSPACE else "c_desc"]
         # A descriptor's tensor as a view of one whose address it shares, where the getter makes a view (B's
         # transpose): a bound launch looks encodings up by address and skips the view (~1.3 us) when it finds one.
         self._bases: dict[int, Callable[[Call], Any]] = {
-            i: (lambda c: c.b) for i, p in enumerate(src.params) if p == ("a_desc" if swap else "b_desc") and k_major}
+            i: (lambda c: c.b) for i, p in enumerate(src.params)
+            if (p == "a_desc" if swap else p == "b_desc" or p.startswith("b_desc_w")) and k_major}
         fused = m.spec.epilogue is not None
         scale_args = _scale_args(m.spec.scale) if m.spec.scale.is_blockwise else {}
         self._args: list[Callable[[Call], Any]] = []
@@ -168,6 +181,8 @@ class Launcher:
                        "bias_ptr": (5, True)}
             if m.spec.scale.is_blockwise and m.spec.scale is not ScaleRecipe.MX:
                 direct |= {"sa_ptr": (3, False), "sb_ptr": (4, False)}
+        # (a fitted tile's per-width descriptors: over B, and over C, as b_desc's and c_desc's)
+        direct |= {p: direct[p[:6]] for p in src.params if p.startswith(("b_desc_w", "c_desc_w"))}
         self._positional = {i: direct[p] for i, p in enumerate(src.params) if p in direct}
         self._tail = None if tail is None else Launcher(*tail, fast=fast)
 
@@ -177,7 +192,7 @@ class Launcher:
         if self._tiling.stream_k:
             return self._grid_max
         cluster = self._tiling.cluster
-        return launch_grid(m, n, self._bm, self._bn, self._grid_max, split_k, span, cluster=cluster,
+        return launch_grid(m, n, self._bm, self._tn, self._grid_max, split_k, span, cluster=cluster,
                            cluster_n=self._tiling.cluster_n) // cluster
 
     def _mn(self, a: Any, b: Any) -> tuple[int, int]:
@@ -225,7 +240,7 @@ class Launcher:
                 operands: Mapping[str, Any] | None, extra_outs: Sequence[Any]) -> Any:
         if not self._tiling.ranged:
             return self._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, None)
-        tiles = -(-a.shape[0] // self._bm) * -(-b.shape[1] // self._bn)
+        tiles = -(-a.shape[0] // self._bm) * -(-b.shape[1] // self._tn)
         if self._tail is None:  # a ranged kernel on its own covers all of C
             return self._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, Span(0, tiles))
         whole, rest = tail_spans(tiles, self._grid_max, self._tail._tiling.splits_evenly(a.shape[1]))
@@ -240,8 +255,6 @@ class Launcher:
         m, n = self._mn(a, b)
         if self._rowwise and n > self._bn:
             raise rowwise_too_wide(self._bn, self._planned_n, n)
-        if self._tiling.n_blocks and n > sum(self._tiling.n_blocks):
-            raise narrow_too_wide(sum(self._tiling.n_blocks), self._planned_n, n)
         if self._cast is not None:
             return self._two_passes(a, b, out, scale_a, scale_b, bias, operands, extra_outs, m, n)
         split_k = self._tiling.split_k

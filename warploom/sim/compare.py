@@ -94,10 +94,10 @@ def sample_ctas(module: ir.Module, m: int, n: int, span: Span | None = None) -> 
     launch covers `span` (default: all of C)."""
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
+    grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
     c = t.cluster  # (a cluster's tiles are cluster tiles, its CTAs visit them together: whole clusters run)
     cm, cn = t.cluster_mn  # (a 1x2 cluster's tiles: BM x 2 BN)
-    tiles = cdiv(m, cm * t.bm) * cdiv(n, cn * t.bn) if span is None else span.tiles
+    tiles = cdiv(m, cm * t.bm) * cdiv(n, cn * t.tile_n) if span is None else span.tiles
     if not tiles:
         return ()
     last = (tiles * t.split_k - 1) % (grid // c) * c
@@ -169,7 +169,7 @@ def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None
     t = kern.module.tiling
     error = math.nan
     if tiles:
-        out, ref = _judged(res.output, x, tuple(tiles), t.bm, t.bn)
+        out, ref = _judged(res.output, x, tuple(tiles), t.bm, t.tile_n)
         if not out.isnan().any():
             error = relative_error(out, ref)
     return Comparison(res, launches[0].grid if launches else 0, tuple(tiles), error, time.perf_counter() - t0,
@@ -186,15 +186,15 @@ def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, 
     t = module.tiling
     if t.swap_ab:
         m, n = n, m
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, stream_k=t.stream_k, cluster=t.cluster,
+    grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, stream_k=t.stream_k, cluster=t.cluster,
                        cluster_n=t.cluster_n)
     # (split-K: a tile of C is final only once every k-range's unit of it was simulated)
     tiles = completed_tiles(module, m, n, grid, res.report.ctas)
     error = math.nan  # also when no tile was simulated: nothing was shown correct
     if tiles:
-        judged, bm, bn = tiles, t.bm, t.bn
+        judged, bm, bn = tiles, t.bm, t.tile_n
         if t.swap_ab:  # (each tile of C^T at (off_m, off_n) is C's at (off_n, off_m))
-            judged, bm, bn = tuple(replace(u, off_m=u.off_n, off_n=u.off_m) for u in tiles), t.bn, t.bm
+            judged, bm, bn = tuple(replace(u, off_m=u.off_n, off_n=u.off_m) for u in tiles), t.tile_n, t.bm
         out, ref = _judged(res.output, x, judged, bm, bn)
         if not out.isnan().any():
             error = relative_error(out, ref)

@@ -277,7 +277,7 @@ def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_
     """
     t0 = time.perf_counter()
     t = module.tiling
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, stream_k=t.stream_k, cluster=t.cluster,
+    grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, stream_k=t.stream_k, cluster=t.cluster,
                        cluster_n=t.cluster_n)
     pids = representative_ctas(module, m, n) if ctas is None else tuple(ctas)
     pids = whole_clusters(module, pids)  # (a cluster's CTAs wait on each other: none is explored alone)

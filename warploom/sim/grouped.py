@@ -181,7 +181,7 @@ def expected_writes(module: ir.Module, m: int, n: int, k: int, groups: tuple[tup
         return want, tiles
     for tile in (x for x in tiles if x.stores()):  # (a stream-K contributor stores a partial, not its tile)
         end = min(tile.off_m + t.bm, tile.row_end if tile.row_end is not None else m)
-        want[tile.off_m:end, tile.off_n:tile.off_n + t.bn] += 1
+        want[tile.off_m:end, tile.off_n:tile.off_n + t.tile_n] += 1
     return want, tiles
 
 

@@ -66,7 +66,6 @@ from warploom.sim.program import (
     FenceI,
     FlagWaitI,
     FoldI,
-    JoinI,
     LoadI,
     LoadOperandI,
     LoadTmemI,
@@ -236,7 +235,7 @@ class Machine:
         ins = tr[pc]
         if isinstance(ins, PromoteI):
             return ins.scales is None  # a blockwise promotion reads shared scale slots
-        if isinstance(ins, (ZeroI, JoinI, EpilogueI, FenceI, LoadOperandI, PrefetchI, ApplyI, FoldI, StoreScalesI,
+        if isinstance(ins, (ZeroI, EpilogueI, FenceI, LoadOperandI, PrefetchI, ApplyI, FoldI, StoreScalesI,
                             AtomicI)):  # (an atomic max commutes with every other CTA's)
             return True
         if isinstance(ins, (StoreSmemI, TmaStoreI)):
@@ -794,18 +793,6 @@ class Machine:
         assert ins.site.tile is not None
         self.acc_sum[i][ins.acc] = (ins.site.tile.index, frozenset())
 
-    def _join(self, i: int, pc: int, ins: JoinI) -> None:
-        """A narrow tile's blocks into the whole tile's accumulator: it holds their sum where they all hold the same
-        one (else a foreign sum, which the epilogue's check reports)."""
-        names = tuple(n for n, _ in ins.parts)
-        self._acc_check(i, ins.site, names, "joins")
-        if self.data is not None:
-            self.data.join(i, ins.acc, ins.parts)
-        assert ins.site.tile is not None
-        held = {self.acc_sum[i].get(n) for n in names}
-        one = held.pop() if len(held) == 1 else None
-        self.acc_sum[i][ins.acc] = one if one is not None else (ins.site.tile.index, frozenset({_FOREIGN}))
-
     def _epilogue(self, i: int, pc: int, ins: EpilogueI) -> None:
         self._acc_check(i, ins.site, (ins.acc,), "reads")
         self._sum_check(i, ins.site, ins.acc, "scales")
@@ -1244,7 +1231,6 @@ _TDM = "its TDM copies"  # SlotState.land_barrier of a slot filled by gfx1250's 
 _EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
     WaitI: Machine._wait, ArriveI: Machine._arrive, ExpectI: Machine._arrive, LoadI: Machine._load,
     MmaI: Machine._mma, MmaWaitI: Machine._mma_wait, PromoteI: Machine._promote, ZeroI: Machine._zero,
-    JoinI: Machine._join,
     EpilogueI: Machine._epilogue, StoreSmemI: Machine._store_smem, FenceI: Machine._fence,
     TmaStoreI: Machine._tma_store, StoreWaitI: Machine._store_wait, StoreTileI: Machine._store_tile,
     LoadOperandI: Machine._load_operand, PrefetchI: Machine._prefetch, ApplyI: Machine._apply,

@@ -177,6 +177,11 @@ class CtaData:
         if tag.k_end is not None:  # a K-grouped module's A (m, k): the columns outside its group's K range are zeroed
             block[:, max(0, tag.k_end - tag.origin[1]):] = 0.0
             block[:, :max(0, tag.k_start - tag.origin[1])] = 0.0
+        if tag.rows:  # a fitted tile's B blocks (ir.TmaLoad.blocks): the rows between and past them are not copied
+            copied = torch.zeros(block.shape[0], dtype=torch.bool)
+            for first, rows in tag.rows:
+                copied[first:first + rows] = True
+            block[~copied] = float("nan")
         self.slots[ring][slot] = block
 
     def _scales(self, tag: Tag, n: int) -> torch.Tensor:
@@ -271,14 +276,6 @@ class CtaData:
             factor = sa[:, None] * sb[c0 // SCALE_BLOCK]
         # The kernel multiplies the scales first, then adds with one FMA; here the product and sum round apart.
         accs[ins.dst] = accs[ins.dst] + accs[ins.src] * factor
-
-    def join(self, agent: int, acc: str, parts: tuple[tuple[str, int], ...]) -> None:
-        """A narrow tile's block accumulators at their columns of `acc`, zeros past them (ir.JoinAcc)."""
-        accs = self.accs[agent]
-        whole = torch.zeros_like(accs[acc])
-        for name, c0 in parts:
-            whole[:, c0:c0 + accs[name].shape[1]] = accs[name]
-        accs[acc] = whole
 
     def zero(self, agent: int, acc: str) -> None:
         self.accs[agent][acc] = torch.zeros_like(self.accs[agent][acc])

@@ -83,21 +83,21 @@ class Geometry:
             if groups is None:
                 raise ValueError(f"module {module.name} is grouped (ir.Tiling.grouping): pass its group bounds")
             if t.grouping is Grouping.K_OFFSETS:  # (each tile's k-blocks: its own k_hi)
-                return Geometry(m, n, k, pid, grid, k_group_tiles(pid, groups, m, n, t.bm, t.bn, t.bk,
+                return Geometry(m, n, k, pid, grid, k_group_tiles(pid, groups, m, n, t.bm, t.tile_n, t.bk,
                                                                   tma_k_align(module.spec.a_dtype), t.group_m,
                                                                   grid), cdiv(k, t.bk))
             if t.stream_k:  # (the split over the group scan's tile count, as the kernel's sk_range)
-                return Geometry(m, n, k, pid, grid, group_stream_k_units(pid, groups, n, cdiv(k, t.bk), t.bm, t.bn,
+                return Geometry(m, n, k, pid, grid, group_stream_k_units(pid, groups, n, cdiv(k, t.bk), t.bm, t.tile_n,
                                                                          t.group_m, grid, t.stream_k, t.sk_waves),
                                 cdiv(k, t.bk))
-            return Geometry(m, n, k, pid, grid, group_tiles(pid, groups, n, t.bm, t.bn, t.group_m, grid),
+            return Geometry(m, n, k, pid, grid, group_tiles(pid, groups, n, t.bm, t.tile_n, t.group_m, grid),
                             cdiv(k, t.bk))
         if t.stream_k:
-            return Geometry(m, n, k, pid, grid, stream_k_units(pid, m, n, cdiv(k, t.bk), t.bm, t.bn, t.group_m, grid,
-                                                               t.stream_k, t.sk_waves), cdiv(k, t.bk))
+            units = stream_k_units(pid, m, n, cdiv(k, t.bk), t.bm, t.tile_n, t.group_m, grid, t.stream_k, t.sk_waves)
+            return Geometry(m, n, k, pid, grid, units, cdiv(k, t.bk))
         return Geometry(m, n, k, pid, grid,
-                        cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, launch_span(module, m, n, span),
-                                  t.cluster, t.cluster_n),
+                        cta_tiles(pid, m, n, t.bm, t.tile_n, t.group_m, grid, t.split_k,
+                                  launch_span(module, m, n, span), t.cluster, t.cluster_n),
                         cdiv(k, t.bk) // t.split_k, pid % t.cluster, t.split_k, cdiv(k, t.bk))
 
 
@@ -109,7 +109,7 @@ def launch_span(module: ir.Module, m: int, n: int, span: Span | None) -> Span | 
         if span is not None:
             raise ValueError(f"module {module.name} is not ranged (ir.Tiling.ranged): it takes no tile span")
         return None
-    return Span.whole(m, n, t.bm, t.bn) if span is None else span
+    return Span.whole(m, n, t.bm, t.tile_n) if span is None else span
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +125,15 @@ class Tag:
     # carries them.
     k_end: int | None = None
     k_start: int = 0
+    # A narrow or fitted tile's B (ir.TmaLoad.blocks): only these (first row, rows) blocks of the box are copied; the
+    # slot's other rows hold nothing a wgmma may read (NaN in the simulator's data).
+    rows: tuple[tuple[int, int], ...] = ()
 
     def __str__(self) -> str:
         g = "" if self.group is None else f"g={self.group}, "
         e = "" if self.k_end is None else f", {self.k_start}<=k<{self.k_end}"
-        return f"{self.tensor}[{g}{self.axes[0]}={self.origin[0]}, {self.axes[1]}={self.origin[1]}{e}]"
+        r = "" if not self.rows else f", rows {'+'.join(f'{a}..{a + n - 1}' for a, n in self.rows)}"
+        return f"{self.tensor}[{g}{self.axes[0]}={self.origin[0]}, {self.axes[1]}={self.origin[1]}{e}{r}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,13 +268,6 @@ class PromoteI:
 class ZeroI:
     site: Site
     acc: str
-
-
-@dataclass(frozen=True, slots=True)
-class JoinI:
-    site: Site
-    acc: str
-    parts: tuple[tuple[str, int], ...]  # a narrow tile's block accumulators, each with its first column in acc
 
 
 @dataclass(frozen=True, slots=True)
@@ -496,7 +493,7 @@ class PartialAddI:
     flag: tuple[int, int]
 
 
-Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | JoinI | EpilogueI | StoreSmemI
+Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI
          | FenceI | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | FoldI | StoreScalesI
          | AtomicI
          | TcMmaI
@@ -556,8 +553,9 @@ def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
     a = Tag("A", ("k", "m"), (k * bk, tile.off_m)) if module.spec.a_layout is ALayout.M_MAJOR else \
         Tag("A", ("m", "k"), (tile.off_m, k * bk))
     g = tile.group if module.tiling.grouped else None  # (a grouped module reads the tile's group's B)
-    if module.spec.b_layout is BLayout.K_MAJOR:
-        return a, Tag("B", ("n", "k"), (tile.off_n, k * bk), g)
+    if module.spec.b_layout is BLayout.K_MAJOR:  # (a fitted tile's: its blocks of B's rows, ir.TmaLoad.blocks)
+        rows = tuple((cb.start, cb.cols) for cb in ir.column_blocks(module.tiling.n_blocks))
+        return a, Tag("B", ("n", "k"), (tile.off_n, k * bk), g, rows=rows)
     return a, Tag("B", ("k", "n"), (k * bk, tile.off_n), g)
 
 
@@ -735,10 +733,10 @@ class _Interp:
                     k_end = t.k_end if k_grouped and o.tensor is ir.Tensor.A else None
                     tag = Tag(o.tensor.value, (o.coord[0].value, o.coord[1].value),
                               (origin[o.coord[0]], origin[o.coord[1]]), group, k_end,
-                              t.k_start if k_end is not None else 0)
+                              t.k_start if k_end is not None else 0, tuple((cb.start, cb.cols) for cb in o.blocks))
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
-                    yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ring.slot_bytes, multicast=o.multicast)
+                    yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ir.load_bytes(ring, o), multicast=o.multicast)
                 case ir.TdmLoad():
                     ring = m.ring(o.ring)
                     t = self._tile(text)
@@ -797,8 +795,6 @@ class _Interp:
                     yield PromoteI(site, o.src, o.dst)
                 case ir.ZeroAcc():
                     yield ZeroI(site, o.acc)
-                case ir.JoinAcc():
-                    yield JoinI(site, o.acc, tuple((n, self._acc(n, text).col0) for n in o.parts))
                 case ir.Epilogue():
                     t = self._tile(text)
                     cols = self._block(self._acc(o.acc, text), o.part, o.parts, text)

@@ -33,7 +33,6 @@ from warploom.errors import (
     InputError,
     ScaleError,
     ShapeError,
-    narrow_too_wide,
     rowwise_too_wide,
     split_k_mismatch,
 )
@@ -137,8 +136,6 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
     if spec.epilogue is not None and spec.epilogue.rowwise() and b.shape[1] > module.tiling.bn \
             and module.amax_pass is None:  # (rule 29's first pass spans the tiles along N)
         raise rowwise_too_wide(module.tiling.bn, spec.n, b.shape[1])
-    if module.tiling.n_blocks and b.shape[1] > sum(module.tiling.n_blocks):  # (as the launch refuses it)
-        raise narrow_too_wide(sum(module.tiling.n_blocks), spec.n, b.shape[1])
     steps = {s for p in module.partitions for o, _ in ir.walk(p.body) if isinstance(o, ir.Epilogue) for s in o.steps}
     scaled = steps & {ir.EpilogueStep.SCALE_TENSORWISE, ir.EpilogueStep.SCALE_ROWWISE, ir.EpilogueStep.SCALE_GLOBAL}
     if scaled and (scale_a is None or scale_b is None):
@@ -319,7 +316,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any =
     results = _outputs(module, n, m, out, outs) if t.swap_ab else _outputs(module, m, n, out, outs)  # (C: C^T's shape)
     span = launch_span(module, m, n, span)
     ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors, span.tiles if span else 0, globals_)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
+    grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
     # A stream-K launch runs whole: its CTAs' fixups link them (ir.Fixup), so a sample would wait forever.
     pids = tuple(range(grid)) if ctas is None or t.stream_k else tuple(ctas)
     for p in pids:
@@ -370,7 +367,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any =
             reduce_span(ops.workspace, t.split_k, results[0], [(u.tile_id - span.lo, u.off_m, u.off_n) for u in done],
                         span.tiles)
         else:
-            boxes = None if len(ran) == grid else [(u.off_m, u.off_n, t.bm, t.bn)
+            boxes = None if len(ran) == grid else [(u.off_m, u.off_n, t.bm, t.tile_n)
                                                    for u in completed_tiles(module, m, n, grid, ran)]
             reduce_splits(ops.workspace, t.split_k, results[0], boxes)
     if cast is not None and final is not None:  # the cast kernel, after the whole first pass
@@ -398,9 +395,10 @@ def _coverage(module: ir.Module, m: int, n: int, k: int, grid: int, pids: tuple[
                 if grouped[j]:  # (a quantization's scales: the tile's rows of its groups' columns)
                     assert g is not None
                     amax = g.amax()
-                    got = w[tile.off_m:tile.off_m + t.bm, amax.index(tile.off_n):amax.index(tile.off_n + t.bn - 1) + 1]
+                    cols = slice(amax.index(tile.off_n), amax.index(tile.off_n + t.tile_n - 1) + 1)
+                    got = w[tile.off_m:tile.off_m + t.bm, cols]
                 else:
-                    got = w[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.bn]
+                    got = w[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.tile_n]
                 if not got.numel():  # (a cluster tile's rows past M: its CTA's stores are all clipped)
                     continue
                 lo, hi = int(got.min()), int(got.max())
@@ -433,7 +431,7 @@ def stored_tiles(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int,
     t = module.tiling
     if t.stream_k:
         return tuple(u for u in Geometry.of(module, m, n, k, pid, grid).tiles if u.stores())
-    return cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span, t.cluster, t.cluster_n)
+    return cta_tiles(pid, m, n, t.bm, t.tile_n, t.group_m, grid, t.split_k, span, t.cluster, t.cluster_n)
 
 
 def run_linked(machines: list[Machine], rng: random.Random, sink: FindingSink) -> None:
@@ -466,7 +464,7 @@ def completed_tiles(module: ir.Module, m: int, n: int, grid: int, pids: Iterable
     of each: with split-K only those whose every k-range's unit ran (the reduction leaves the rest of C as it
     was); without, every tile they visit."""
     t = module.tiling
-    units = tuple(u for pid in pids for u in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span,
+    units = tuple(u for pid in pids for u in cta_tiles(pid, m, n, t.bm, t.tile_n, t.group_m, grid, t.split_k, span,
                                                        t.cluster, t.cluster_n))
     return whole_tiles(units, t.split_k)
 
@@ -476,9 +474,9 @@ def _workspace_coverage(module: ir.Module, m: int, n: int, grid: int, pids: tupl
     """Split-K: every element of each work unit's box in the workspace stored exactly once."""
     t = module.tiling
     for pid in pids:
-        for unit in cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span):
+        for unit in cta_tiles(pid, m, n, t.bm, t.tile_n, t.group_m, grid, t.split_k, span):
             r0, c0 = unit.ws_m, unit.ws_n
-            got = writes[r0:r0 + t.bm, c0:c0 + t.bn]
+            got = writes[r0:r0 + t.bm, c0:c0 + t.tile_n]
             lo, hi = int(got.min()), int(got.max())
             if lo != 1 or hi != 1:
                 sink.add(SimFinding(FindingKind.OUTPUT_COVERAGE,
@@ -491,12 +489,12 @@ def representative_ctas(module: ir.Module, m: int, n: int, span: Span | None = N
     module's: every CTA of one cluster per distinct tile count (its CTAs wait on each other)."""
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
+    grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
     if t.stream_k:
         return tuple(range(grid))  # (linked by their fixups: all of them run)
     seen: dict[int, int] = {}
     for pid in range(0, grid, t.cluster):  # (a cluster's CTAs visit as many tiles as its lead)
-        tiles = cta_tiles(pid, m, n, t.bm, t.bn, t.group_m, grid, t.split_k, span, t.cluster, t.cluster_n)
+        tiles = cta_tiles(pid, m, n, t.bm, t.tile_n, t.group_m, grid, t.split_k, span, t.cluster, t.cluster_n)
         seen.setdefault(len(tiles), pid)
     return whole_clusters(module, seen.values())
 
@@ -530,7 +528,7 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
     """
     t = module.tiling
     span = launch_span(module, m, n, span)
-    grid = launch_grid(m, n, t.bm, t.bn, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
+    grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
     pids = representative_ctas(module, m, n, span) if ctas is None else whole_clusters(module, ctas)
     seeds = tuple(seeds)
     sink = FindingSink()

@@ -1,0 +1,122 @@
+"""Planner rule 32's fitted tiles (docs/decisions/rule-32-fitted-tiles.md): the candidates and their scores, the
+planner's choice on a fixed table of shapes (a golden table: a change to the rule shows here in review), where the
+rule stands aside, its 192-row tiles (three consumer warpgroups, A in 64-row boxes: `ir.Ring.boxes`) and what the
+verifier refuses of them. Numerics are tests/sim/test_narrow_sim.py's; the compiled kernels
+tests/compile/test_compile_narrow.py's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from warploom import H100_SXM, DType, GemmSpec, ScaleRecipe
+from warploom.errors import UnsupportedError
+from warploom.ir import nodes as ir
+from warploom.ir import verify
+from warploom.kernel import build
+from warploom.planner import explain, plan_schedule
+from warploom.planning.sm90_fitted import blocks_of, candidates
+from warploom.spec import ALayout
+
+# (M, N, K) -> the planner's plan, short form. The fitted ones measured on the H100 in session 33 (ratio to torch,
+# CUDA graphs, before -> after): 1679x2456x2000 0.59 -> 0.85, 3838x576x2768 0.60 -> 0.97, 3097x920x2920
+# 0.69 -> 0.74, 1253x2024x688 0.75 -> 0.89, 3000^3 0.69 -> 0.84, 1536^3 0.78 -> 1.03.
+GOLDEN = {
+    (1679, 2456, 2000): "192x256x64_s4_w12_g8_e4_p3_n128_64",
+    (3838, 576, 2768): "128x256x64_s6_w8_g8_e4_p2_n128_16",
+    (3097, 920, 2920): "128x256x64_s5_w8_g8_e4_p2_n128_64",
+    (1253, 2024, 688): "128x256x64_s5_w8_g8_e2_p2_n128_32",
+    (3000, 3000, 3000): "192x256x64_s4_w12_g8_e4_p3_n128_64",
+    (1536, 1536, 1536): "128x256x64_s6_w8_g8_e4_p2_n128_16",
+    # (no fitted tile: more rounds, or at a long K no fewer, or no gain)
+    (2188, 4312, 760): "128x256x64_s4_w8_g8_e2_p2",
+    (527, 4680, 6416): "128x256x64_s4_w8_g8_e2_p2",
+    (4096, 4096, 4096): "128x256x64_s4_w8_g8_e2_p2",
+    (8192, 8192, 8192): "128x256x64_s4_w8_g8_e2_p2",
+    (5000, 5000, 5000): "128x256x64_s4_w8_g8_e2_p2_sk4g132",
+    (777, 4096, 4096): "128x256x64_s4_w8_g8_e2_p2",
+    # (rule 31's narrow tile, and rules 23 and 25's latency tiles, come first)
+    (10050, 80, 1280): "128x128x64_s6_w8_g8_p2_n64_16",
+    (300, 80, 200): "64x64x64_s4_w4_g8",
+}
+
+
+@pytest.mark.parametrize("mnk", GOLDEN)
+def test_golden_choices(mnk: tuple[int, int, int]) -> None:
+    assert plan_schedule(GemmSpec(*mnk), H100_SXM).short() == GOLDEN[mnk]
+
+
+@pytest.mark.parametrize(("width", "blocks"), [(176, (128, 32, 16)), (192, (128, 64)), (80, (64, 16)),
+                                               (208, (128, 64, 16)), (240, (128, 64, 32, 16))])
+def test_blocks_of(width: int, blocks: tuple[int, ...]) -> None:
+    assert blocks_of(width) == blocks
+
+
+def test_candidates_count_rounds_and_blocks() -> None:
+    """At 1679x2456 a 192x192 tile makes 117 tiles, one round; 128x256's 140 make two. No candidate is a single
+    power-of-two block (the other rules' menu) or of more than three blocks, none wider than its rows' registers
+    hold."""
+    fits = {(f.bm, f.blocks): f for f in candidates(GemmSpec(1679, 2456, 2000), H100_SXM)}
+    f = fits[(192, (128, 64))]
+    assert (f.tiles, f.rounds, f.bn) == (117, 1, 256)
+    assert all(1 < len(b) <= 3 for _, b in fits)
+    assert max(sum(b) for bm, b in fits if bm == 256) <= 128 and max(sum(b) for bm, b in fits if bm == 192) <= 224
+
+
+def test_explain_names_the_rule() -> None:
+    text = explain(GemmSpec(1679, 2456, 2000), H100_SXM).text()
+    assert "fitted tile (rule 32)" in text and "117 tiles of 192x192 (128+64), 1 round(s)" in text
+
+
+@pytest.mark.parametrize(("spec", "forced"), [
+    (GemmSpec(1679, 2456, 2000, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE), {}),  # fp8
+    (GemmSpec(1679, 2456, 2000), {"stream_k": 2}),
+    (GemmSpec(1679, 2456, 2000), {"bm": 128, "bn": 256}),
+    (GemmSpec(1679, 2456, 2000), {"cluster": 1}),
+])
+def test_rule_stands_aside(spec: GemmSpec, forced: dict[str, object]) -> None:
+    assert plan_schedule(spec, H100_SXM, **forced).n_blocks == ()  # type: ignore[arg-type]
+
+
+def test_an_m_major_a_keeps_128_rows() -> None:
+    """A 192-row slot is copied as 64-row boxes of K-major rows: an M-major A (a backward pass's x.t()) gets a fitted
+    tile of 128 rows instead, and a forced 192-row one is refused by name."""
+    spec = GemmSpec(1679, 2456, 2000, a_layout=ALayout.M_MAJOR)
+    plan = plan_schedule(spec, H100_SXM)
+    assert (plan.bm, plan.n_blocks) == (128, (128, 16))
+    with pytest.raises(UnsupportedError, match="an M-major A"):
+        plan_schedule(spec, H100_SXM, bm=192, bn=128)
+
+
+def test_192_row_tile() -> None:
+    """bm=192: three consumer partitions of one warpgroup each at 160 registers, A's ring stored as 64-row boxes;
+    the other partition counts and options rule 17's 256-row tile refuses are refused by name."""
+    spec = GemmSpec(1679, 2456, 2000)
+    plan = plan_schedule(spec, H100_SXM, bm=192, bn=128, stream_k=0)
+    assert (plan.consumer_partitions, plan.consumer_warps, plan.consumer_regs) == (3, 12, 160)
+    m = build(spec, H100_SXM, plan).module
+    assert m.ring("a_ring").boxes == 3 and m.ring("b_ring").boxes == 1
+    assert [p.rows.rows for p in m.partitions if p.rows] == [64, 64, 64]
+    with pytest.raises(UnsupportedError, match="consumer_partitions=3 is for bm=192"):
+        plan_schedule(spec, H100_SXM, bm=128, bn=128, consumer_partitions=3)
+    with pytest.raises(UnsupportedError, match="bm=192 .* does not support split-K"):
+        plan_schedule(spec, H100_SXM, bm=192, bn=128, split_k=2)
+
+
+def test_verifier_refuses_boxes_of_other_rings_and_rows() -> None:
+    """A 192-row ring other than A's, and a warpgroup whose rows span two boxes: findings, not a kernel."""
+    spec = GemmSpec(600, 500, 256)
+    m = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=192, bn=128, stream_k=0)).module
+    assert verify.complete(m, H100_SXM) == []
+    rings = tuple(replace(r, rows=192) if r.tensor is ir.Tensor.B else r for r in m.rings)
+    assert any("only a K-major A's ring" in e for e in verify.complete(replace(m, rings=rings), H100_SXM))
+    parts = tuple(replace(p, rows=ir.RowBlock(32, 64)) if p.rows and p.rows.start == 64 else p for p in m.partitions)
+    assert any("its rows are not one box" in e for e in verify.complete(replace(m, partitions=parts), H100_SXM))
+
+
+def test_ring_blocks_are_b_rows_only() -> None:
+    with pytest.raises(ValueError, match="row blocks are a fitted tile's B ring's"):
+        ir.Ring("a_ring", ir.Tensor.A, DType.BF16, 4, 128, 64, blocks=(ir.ColBlock(0, 64),))
+    r = ir.Ring("b_ring", ir.Tensor.B, DType.BF16, 4, 256, 64, blocks=ir.column_blocks((128, 32, 16)))
+    assert r.slot_bytes == 176 * 64 * 2 and r.bytes == 4 * 176 * 64 * 2

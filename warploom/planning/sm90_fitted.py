@@ -1,0 +1,123 @@
+"""Planner rule 32 (docs/decisions/rule-32-fitted-tiles.md): a tile fitted to the shape, as cuBLAS fits its own.
+
+Why: the zoo's worst bf16 shapes quantize badly on power-of-two tiles. 1679x2456x2000 makes 140 tiles of 128x256
+for 132 SMs: two rounds, the second 6% full. cuBLAS runs it on 192 x 176 tiles (126: one round; its kernel names,
+`scripts/torch_kernels.py`, docs/data/torch-kernels-2026-11-28-session33.json), and on widths like 88, 112, 184
+or 208 elsewhere. A fitted tile here is BM = 128, 192 (three consumer warpgroups, A copied in 64-row boxes:
+`ir.Ring.boxes`) or 256 rows by tile_n columns, any multiple of 16 up to 256, in at most three power-of-two column
+blocks (`ir.Tiling.n_blocks`: each block its own wgmma, accumulator, B box and stores).
+
+The choice is by rounds of the persistent grid: each candidate's time is its rounds (tiles over the SMs, rounded up)
+times its tile's area, each column block beyond the first adding BLOCK_COST of the tile's (a block's wgmma reads the
+A slot again from shared memory). The plan the other rules chose is priced the same way (stream-K by rule 21's
+model), and the fitted tile replaces it only FIT_MARGIN ahead: measured on the H100 (session 33,
+docs/data/fitted-*-session33.json), fitted tiles gained 4-42% where they cut a round or most of a tile's padding,
+and lost where they cut neither."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from warploom.device import DeviceInfo
+from warploom.planning.common import k_blocks
+from warploom.planning.plan import Plan
+from warploom.planning.sm90_models import stream_k_score
+from warploom.planning.sm90_narrow import narrow_problems, with_blocks
+from warploom.planning.sm90_tiles import long_k_16bit, rows_aligned, tall_problems, tile_efficiency
+from warploom.planning.trace import note
+from warploom.spec import GemmSpec
+
+# Each column block beyond a tile's first costs this fraction of the tile's time (its wgmma reads A's slot again).
+BLOCK_COST = 0.1
+# Per-FLOP efficiency of a tile under 128 columns (a warpgroup's wgmma reads more shared memory per FLOP), as
+# step 3's menu prices 64- against 128-wide tiles; and where A's or B's rows are not whole 128-byte lines, a tile at
+# most 128 wide is priced as step 3 prices 128x128 there (`sm90_tiles._MISALIGNED_128` against its 0.90).
+NARROW_EFFICIENCY = 0.8
+MISALIGNED_FACTOR = 0.8
+# A fitted tile must be this far ahead of the plan the other rules chose.
+FIT_MARGIN = 0.92
+# The widest tile_n a tile of these rows holds in its warpgroups' registers (64 x tile_n fp32 a warpgroup: 112
+# registers at 256 rows, 160 at 192, 240 at 128).
+MAX_WIDTH = {128: 256, 192: 224, 256: 128}
+MAX_BLOCKS = 3
+# At least this fraction of a wave of the plan's tiles: every gain measured had 40 tiles or more (a few tiles are
+# bound by their k-loop's latency, rules 23 and 25's regime, where a smaller tile's area saves nothing measured).
+MIN_WAVE = 0.25
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A fitted candidate: `bm` x `tile_n` in power-of-two `blocks` (widest first) of a `bn`-wide slot (the next
+    power of two), its tiles, rounds and score."""
+
+    bm: int
+    bn: int
+    blocks: tuple[int, ...]
+    tiles: int
+    rounds: int
+    score: float
+
+
+def blocks_of(width: int) -> tuple[int, ...]:
+    """`width` (a multiple of 16) as power-of-two blocks, widest first: 176 -> (128, 32, 16)."""
+    return tuple(1 << i for i in range(width.bit_length() - 1, 3, -1) if width >> i & 1)
+
+
+def candidates(spec: GemmSpec, device: DeviceInfo) -> list[Fit]:
+    """Every fitted tile rule 32 may choose for `spec`, scored (rounds x area x the blocks' cost / efficiency)."""
+    fits = []
+    for bm, widest in MAX_WIDTH.items():
+        for width in range(64, widest + 1, 16):
+            blocks = blocks_of(width)
+            if len(blocks) > MAX_BLOCKS or len(blocks) == 1:
+                continue  # (one block is a whole power-of-two tile: the other rules' menu)
+            tiles = math.ceil(spec.m / bm) * math.ceil(spec.n / width)
+            rounds = math.ceil(tiles / device.sm_count)
+            eff = (1.0 if width >= 128 else NARROW_EFFICIENCY) * (
+                1.0 if width > 128 or rows_aligned(spec) else MISALIGNED_FACTOR)
+            score = rounds * bm * width * (1 + BLOCK_COST * (len(blocks) - 1)) / eff
+            fits.append(Fit(bm, 1 << (width - 1).bit_length(), blocks, tiles, rounds, score))
+    return fits
+
+
+def current_score(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> float:
+    """`plan`'s time in rule 32's units: its rounds times its tile's area, or rule 21's stream-K model."""
+    tiles = plan.units(spec.m, spec.n)
+    area = plan.bm * plan.bn / tile_efficiency(spec, plan.bm, plan.bn)
+    if plan.stream_k:
+        return stream_k_score(tiles, k_blocks(spec), device.sm_count, plan.stream_k, area)
+    return math.ceil(tiles / device.sm_count) * area
+
+
+def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan, build: Callable[[int, int], Plan]) -> Plan:
+    """Rule 32: `plan` replaced by the best fitted tile where one scores FIT_MARGIN ahead of it, for 16-bit operands'
+    whole-tile, stream-K or 2-CTA cluster plans (rule 24's, priced as its tiles one CTA each: the cluster's gain on
+    rows that are not whole 128-byte lines is smaller than a round, unmeasured against fitted tiles) of 128 or 256
+    rows that a narrow tile (rule 31), a split or a swap did not take (fp8 was not measured on fitted tiles: forced
+    only); `build(bm, bn)` plans that tile whole, one CTA a tile (the planner's own depth and partitions), which the
+    blocks then fit."""
+    if (plan.n_blocks or plan.split_k > 1 or plan.tail_split > 1 or plan.swap_ab or plan.pingpong or plan.bm < 128
+            or spec.a_dtype.bits != 16 or narrow_problems(spec, replace(plan, cluster=1), (64,))
+            or plan.units(spec.m, spec.n) < device.sm_count * MIN_WAVE):
+        return plan
+    now = current_score(spec, device, plan)
+    # Never more rounds than the plan's tiles take (more, narrower tiles lost: 2188x4312x760 on 4 rounds of 128x160
+    # against 3 of 128x256, 0.76 against 0.83), and at a long K fewer (bound by the operands' bytes from L2, where
+    # fewer FLOPs a byte lost the area saved: 527x4680x6416 on one round of 128x192 against one of 128x256, 0.78
+    # against 0.85).
+    rounds = math.ceil(plan.units(spec.m, spec.n) / device.sm_count)
+    most = rounds - 1 if long_k_16bit(spec) else rounds
+    fits = [f for f in candidates(spec, device) if f.rounds <= most
+            and not (f.bm >= 192 and tall_problems(spec, False, False, None, None, None, f.bm))]
+    if not fits:
+        return plan
+    best = min(fits, key=lambda f: (f.score, len(f.blocks), -f.bm))
+    note(f"{best.bm}x{sum(best.blocks)}", "fitted tile (rule 32)", best.score,
+         f"{best.tiles} tiles of {best.bm}x{sum(best.blocks)} ({'+'.join(map(str, best.blocks))}), {best.rounds} "
+         f"round(s), against the plan's {plan.units(spec.m, spec.n)} units"
+         + ("" if best.score < FIT_MARGIN * now else f"; not taken: not {100 - round(100 * FIT_MARGIN)}% ahead"))
+    if best.score >= FIT_MARGIN * now:
+        return plan
+    return with_blocks(spec, device, build(best.bm, best.bn), best.blocks)
