@@ -117,7 +117,7 @@ def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan, build: Callable[[int,
     note(f"{best.bm}x{sum(best.blocks)}", "fitted tile (rule 32)", best.score,
          f"{best.tiles} tiles of {best.bm}x{sum(best.blocks)} ({'+'.join(map(str, best.blocks))}), {best.rounds} "
          f"round(s), against the plan's {plan.units(spec.m, spec.n)} units"
-         + ("" if best.score < FIT_MARGIN * now else f"; not taken: not {100 - round(100 * FIT_MARGIN)}% ahead"))
+         + ("" if best.score < FIT_MARGIN * now else f"; the plan kept: not {100 - round(100 * FIT_MARGIN)}% ahead"))
     if best.score >= FIT_MARGIN * now:
         return plan
     return with_blocks(spec, device, build(best.bm, best.bn), best.blocks)
