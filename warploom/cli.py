@@ -402,9 +402,9 @@ def _explore(con: Any, kern: Kernel, stages: int | None, max_states: int) -> boo
     t = small.module.tiling
     ks = max(2, -(-(depth + 1) // 2))  # 2 tiles of ks k-blocks: more k-blocks in all than ring slots
     con.rule("[bold]explore every schedule")
-    con.print(f"one CTA, 2 tiles of {t.bm}x{t.bn}, {ks} k-blocks each, {depth} stages (problem {t.bm}x{2 * t.bn}x"
-              f"{ks * t.bk})")
-    r = explore(small.module, t.bm, 2 * t.bn, ks * t.bk, max_states=max_states)
+    con.print(f"one CTA, 2 tiles of {t.bm}x{t.tile_n}, {ks} k-blocks each, {depth} stages (problem "
+              f"{t.bm}x{2 * t.tile_n}x{ks * t.bk})")
+    r = explore(small.module, t.bm, 2 * t.tile_n, ks * t.bk, max_states=max_states)
     con.print(r.summary(), highlight=False, markup=False)
     con.print(f"states: {r.states}")
     if small.tail is None:

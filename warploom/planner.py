@@ -317,7 +317,11 @@ class Explanation:
         if self.plan.n_blocks:
             blocks = self.plan.n_blocks
             lines.append(f"  narrow tile, rule 31: N={self.spec.n} fills {sum(blocks)} of the tile's {self.plan.bn} "
-                         f"columns: wgmma over those only, in blocks {'+'.join(map(str, blocks))}")
+                         f"columns: wgmma over those only, in blocks {'+'.join(map(str, blocks))}"
+                         if self.spec.n <= sum(blocks) else
+                         f"  fitted tile, rule 32: {self.plan.units(self.spec.m, self.spec.n)} tiles of "
+                         f"{self.plan.bm}x{sum(blocks)} (blocks {'+'.join(map(str, blocks))} of a "
+                         f"{self.plan.bn}-wide slot)")
         if not self.candidates:
             lines.append("  (chosen by a rule without scoring: swap-AB decode, sm_100a, gfx1250 or forced options)")
             if self.plan.promote_tmem:

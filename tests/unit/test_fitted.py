@@ -11,13 +11,14 @@ from dataclasses import replace
 import pytest
 
 from warploom import H100_SXM, DType, GemmSpec, ScaleRecipe
-from warploom.errors import UnsupportedError
+from warploom.errors import PlanError, UnsupportedError
 from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import explain, plan_schedule
 from warploom.planning.sm90_fitted import blocks_of, candidates
 from warploom.spec import ALayout
+from warploom.tune.cost import estimate
 
 # (M, N, K) -> the planner's plan, short form. The fitted ones measured on the H100 in session 33 (ratio to torch,
 # CUDA graphs, before -> after): 1679x2456x2000 0.59 -> 0.85, 3838x576x2768 0.60 -> 0.97, 3097x920x2920
@@ -120,3 +121,28 @@ def test_ring_blocks_are_b_rows_only() -> None:
         ir.Ring("a_ring", ir.Tensor.A, DType.BF16, 4, 128, 64, blocks=(ir.ColBlock(0, 64),))
     r = ir.Ring("b_ring", ir.Tensor.B, DType.BF16, 4, 256, 64, blocks=ir.column_blocks((128, 32, 16)))
     assert r.slot_bytes == 176 * 64 * 2 and r.bytes == 4 * 176 * 64 * 2
+
+
+def test_hand_made_plans_that_would_break_are_refused() -> None:
+    """A reviewer's finds: staging slots beside aliased narrow staging (a write would race the store still reading
+    the memory), a 192-row tile on one partition (its warpgroups read one 64-row box each), and a whole 192x256 tile
+    (64x256 fp32 a warpgroup does not fit 160 registers: ptxas refuses it)."""
+    spec = GemmSpec(300, 400, 200)
+    plan = plan_schedule(spec, H100_SXM, bm=128, bn=256, stream_k=0, cluster=1, n_blocks=(128, 32, 16))
+    with pytest.raises(PlanError, match="staging_slots=2"):
+        replace(plan, epilogue_subtiles=4, staging_slots=2)
+    fitted = plan_schedule(GemmSpec(1679, 2456, 2000), H100_SXM)
+    with pytest.raises(PlanError, match="consumer_partitions=1"):
+        replace(fitted, consumer_partitions=1)
+    with pytest.raises(UnsupportedError, match="hold at most 224 of a 256-wide slot's columns; pass n_blocks"):
+        plan_schedule(GemmSpec(2000, 2000, 2000), H100_SXM, bm=192, bn=256)
+
+
+def test_explain_and_the_tuner_see_the_fitted_tile() -> None:
+    """`explain` names rule 32's tile; the tuner's cost model counts a fitted ring's tile_n rows of B (its shared
+    memory fits) and tiles of tile_n columns."""
+    spec = GemmSpec(1679, 2456, 2000)
+    assert "fitted tile, rule 32: 117 tiles of 192x192 (blocks 128+64 of a 256-wide slot)" in \
+        explain(spec, H100_SXM).text()
+    est = estimate(spec, H100_SXM, plan_schedule(spec, H100_SXM))
+    assert est.smem_bytes <= est.smem_limit and est.why_not() is None, est

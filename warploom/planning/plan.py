@@ -210,6 +210,13 @@ class Plan:
             if self.tail_split > 1:
                 raise PlanError(f"Plan(n_blocks={b}) with tail_split={self.tail_split}: the tail's reduction writes "
                                 "whole BN-wide tiles, past a fitted tile's columns")
+            if self.staging_slots > 1:
+                raise PlanError(f"Plan(n_blocks={b}) with staging_slots={self.staging_slots}: a narrow block's staging "
+                                "shares the first slot's memory (ir.Buffer.alias), which only one slot keeps free "
+                                "before each write")
+        if self.bm == 192 and (self.consumer_partitions != 3 or self.pingpong):
+            raise PlanError(f"Plan(bm=192) with consumer_partitions={self.consumer_partitions}: rule 32's 192-row tile "
+                            "runs one cooperative partition per warpgroup (3), each reading its own 64-row box of A")
         if self.tail_split > 1 and self.tail_stages < 1:
             raise PlanError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
                              "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")

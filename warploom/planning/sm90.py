@@ -49,8 +49,8 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     chosen = narrow(spec, device, chosen)
     if options.pingpong or any(f is not None for f in (options.stream_k, options.cluster, options.swap_ab)):
         return chosen  # (rule 32 fits whole tiles: a forced schedule stands)
-    return fitted(spec, device, chosen,
-                  lambda bm, bn: _plan(spec, device, replace(options, bm=bm, bn=bn, stream_k=0, cluster=1)))
+    return fitted(spec, device, chosen, lambda bm, bn, blocks: _plan(
+        spec, device, replace(options, bm=bm, bn=bn, stream_k=0, cluster=1, n_blocks=blocks)))
 
 
 def _plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
@@ -287,6 +287,9 @@ def _choose(spec: GemmSpec, device: DeviceInfo, options: PlanOptions, o: PlanOpt
                     "plus a promoted fp8 partial of at most half that")
         if spec.accumulation is Accumulation.PROMOTED and bn == 256 and partial_blocks == 1:
             hint = ": promoted fp8 at bn=256 needs partial_blocks=2 (a whole-width partial exceeds the registers)"
+        if o.bm == 192 and bn == 256:
+            hint = (": a 192-row tile's warpgroups (160 registers) hold at most 224 of a 256-wide slot's columns; "
+                    "pass n_blocks (e.g. (128, 64)) or bn=128")
         raise UnsupportedError(f"no tile shape fits {spec.short()} with bm={o.bm!r} bn={bn!r} stages={stages!r} "
                                f"partial_blocks={partial_blocks!r} on {device.name}{hint}")
     if (not pingpong and not _forces_tile(options) and o.stream_k is None and o.cluster is None

@@ -91,13 +91,14 @@ def current_score(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> float:
     return math.ceil(tiles / device.sm_count) * area
 
 
-def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan, build: Callable[[int, int], Plan]) -> Plan:
+def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan,
+           build: Callable[[int, int, tuple[int, ...]], Plan]) -> Plan:
     """Rule 32: `plan` replaced by the best fitted tile where one scores FIT_MARGIN ahead of it, for 16-bit operands'
     whole-tile, stream-K or 2-CTA cluster plans (rule 24's, priced as its tiles one CTA each: the cluster's gain on
     rows that are not whole 128-byte lines is smaller than a round, unmeasured against fitted tiles) of 128 or 256
     rows that a narrow tile (rule 31), a split or a swap did not take (fp8 was not measured on fitted tiles: forced
-    only); `build(bm, bn)` plans that tile whole, one CTA a tile (the planner's own depth and partitions), which the
-    blocks then fit."""
+    only); `build(bm, bn, blocks)` plans that tile whole, one CTA a tile (the planner's own depth and partitions),
+    which the blocks then fit."""
     if (plan.n_blocks or plan.split_k > 1 or plan.tail_split > 1 or plan.swap_ab or plan.pingpong or plan.bm < 128
             or spec.a_dtype.bits != 16 or narrow_problems(spec, replace(plan, cluster=1), (64,))
             or plan.units(spec.m, spec.n) < device.sm_count * MIN_WAVE):
@@ -120,4 +121,4 @@ def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan, build: Callable[[int,
          + ("" if best.score < FIT_MARGIN * now else f"; the plan kept: not {100 - round(100 * FIT_MARGIN)}% ahead"))
     if best.score >= FIT_MARGIN * now:
         return plan
-    return with_blocks(spec, device, build(best.bm, best.bn), best.blocks)
+    return with_blocks(spec, device, build(best.bm, best.bn, best.blocks), best.blocks)

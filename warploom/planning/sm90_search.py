@@ -154,8 +154,8 @@ def _tile(s: Search, cbm: int, cbn: int) -> _Tile | None:
     if (bm is not None and cbm != bm) or (bn is not None and cbn != bn):
         return None
     eff = tile_efficiency(spec, cbm, cbn)
-    if cbm == 192 and bm is None:
-        return None  # rule 32's fitted tile: forced, or chosen by rule 32 with its columns fitted
+    if cbm == 192 and (bm is None or cbn == 256 and sum(o.n_blocks or (256,)) > 224):
+        return None  # rule 32's fitted tile: forced, or chosen by rule 32, its columns fitted within 160 registers
     if cbm == 256 and bm is None and (not long_k_16bit(spec) or tall_problems(
             spec, pingpong, bool(s.scale_partition), o.split_k, o.tail_split, o.consumer_partitions)):
         return None  # rule 17: otherwise forced (or tuned) only

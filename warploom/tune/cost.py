@@ -94,7 +94,7 @@ class Estimate:
 def consumer_registers(spec: GemmSpec, plan: Plan) -> int:
     """Estimated registers per consumer thread (module docstring, item 2)."""
     rows = plan.bm if plan.pingpong else _WG_ROWS  # the rows of each tile one warpgroup accumulates
-    acc = rows * plan.bn // _WG_THREADS  # (rows, BN) fp32 over 128 threads
+    acc = rows * plan.tile_n // _WG_THREADS  # (rows, BN) fp32 over 128 threads (a fitted tile's: its tile_n columns)
     promoted = spec.accumulation is Accumulation.PROMOTED
     mainloop = rows * (plan.bn // plan.partial_blocks) // _WG_THREADS if promoted else 0
     if spec.epilogue is not None:
@@ -106,7 +106,7 @@ def consumer_registers(spec: GemmSpec, plan: Plan) -> int:
         block = min(block, _FUSED_BLOCK)
         epilogue = 2 * rows * block // _WG_THREADS  # two live (rows, block) temporaries
     else:
-        block = plan.bn // plan.partial_blocks if promoted else plan.bn
+        block = plan.bn // plan.partial_blocks if promoted else plan.tile_n
         vectors = int(spec.scale is ScaleRecipe.ROWWISE) + int(spec.bias_dtype is not None)
         epilogue = vectors * block // 4  # a (block,) vector in the wgmma layout: 2 of every 8 columns per thread
     return acc + max(mainloop, epilogue) + _FIXED_REGS
@@ -114,7 +114,7 @@ def consumer_registers(spec: GemmSpec, plan: Plan) -> int:
 
 def estimate(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Estimate:
     """The cost model's view of `plan` for `spec` on `device`."""
-    ring = plan.stages * stage_bytes(spec, plan.bm, plan.bn, plan.bk)
+    ring = plan.stages * stage_bytes(spec, plan.bm, plan.tile_n, plan.bk)  # (a fitted tile keeps tile_n rows of B)
     smem = ring + plan_epilogue_bytes(spec, plan)
     # setmaxnreg works per warpgroup: a 1-warp producer still holds a warpgroup's registers (ir/verify.py).
     padded = -(-plan.producer_warps // 4) * 4
@@ -124,7 +124,7 @@ def estimate(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Estimate:
     waves = math.ceil(tiles / device.sm_count)
     # (the planner's per-FLOP efficiency of the tile shape for this spec, so that the two never disagree)
     eff = tile_efficiency(spec, plan.bm, plan.bn) * plan.split_k
-    area = plan.bm * plan.bn / eff
+    area = plan.bm * plan.tile_n / eff
     time, fill = waves * area, tiles / (waves * device.sm_count)
     if plan.tail_split > 1:  # rule 15: whole waves of the plan's grid, then the rest as split-K units (as launched)
         time = tail_score(tiles, plan.grid, plan.tail_split, area, math.ceil(spec.k / plan.bk))
