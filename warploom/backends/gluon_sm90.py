@@ -379,10 +379,11 @@ class PartitionEmitter:
                    comment="wgmma accumulator: each warpgroup owns 64 rows" + (
                        "" if self.cluster == 1 else f", each CTA its {'columns' if self.along_n else 'rows'} of the "
                                                     "cluster tile"))
-        for w in sorted({a.cols for a in self.p.accumulators}, reverse=True) if narrow else ():
-            b.line(f"acc_layout_n{w}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
-                   f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {w}, {256 // bits}])",
-                   comment=f"a {w}-column block of the tile: its own wgmma N")
+        else:
+            for w in sorted({a.cols for a in self.p.accumulators}, reverse=True):
+                b.line(f"acc_layout_n{w}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
+                       f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {w}, {256 // bits}])",
+                       comment=f"a {w}-column block of the tile: its own wgmma N")
         for a in self.p.accumulators:
             b.line(f"{a.name} = gl.zeros({self._acc_shape(a)}, gl.float32, {self._layout(a)})")
         width = self._epilogue_width()
@@ -1074,12 +1075,6 @@ def block_buffer(ring: str, j: int) -> str:
     return f"{ring}_n{j}"
 
 
-def ring_buffers(m: ir.Module, ring: str) -> list[str]:
-    """The shared buffers that hold `ring`: itself, or one per block (`ir.Ring.blocks`)."""
-    blocks = m.ring(ring).blocks
-    return [block_buffer(ring, j) for j in range(len(blocks))] if blocks else [ring]
-
-
 def load_desc(o: ir.TmaLoad, block: ir.ColBlock | None = None) -> str:
     """The descriptor a TMA load copies through: its tensor's, or a fitted tile's B block's, of that block's width
     (`ir.TmaLoad.blocks`)."""
@@ -1103,12 +1098,12 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
             case ir.TmaLoad():
                 for cb in o.blocks or (None,):
                     used[load_desc(o, cb)] = None
-                used |= dict.fromkeys(ring_buffers(m, o.ring))
+                used |= dict.fromkeys(tmem_buffers(m.ring(o.ring)))
                 if o.barrier:
                     used[f"{o.barrier}_bars"] = None
             case ir.Mma():
                 used[o.a_ring] = None
-                used |= dict.fromkeys(ring_buffers(m, o.b_ring))
+                used |= dict.fromkeys(tmem_buffers(m.ring(o.b_ring)))
             case ir.TcMma():
                 used[o.a_ring] = None
                 used[o.b_ring] = None
@@ -1183,9 +1178,10 @@ def partition_params(m: ir.Module, p: ir.Partition) -> list[str]:
 
 
 def tmem_buffers(r: ir.Ring) -> list[str]:
-    """The kernel's names for a ring's slots: one, the ring, except a tensor-memory scale ring's (seed 000), whose
-    slots are allocations of their own (Triton 3.6 and 3.9 refuse a multi-buffered TensorMemoryScalesLayout:
-    "Scales don't currently support multibuffering"); and a ring stored in blocks (`ir.Ring.blocks`), one per block."""
+    """The kernel's names for a ring's buffers (every ring's, in shared or tensor memory): one, the ring, except a
+    tensor-memory scale ring's (seed 000), whose slots are allocations of their own (Triton 3.6 and 3.9 refuse a
+    multi-buffered TensorMemoryScalesLayout: "Scales don't currently support multibuffering"), and a ring stored in
+    blocks (`ir.Ring.blocks`: a fitted tile's B), one per block."""
     if r.blocks:
         return [block_buffer(r.name, j) for j in range(len(r.blocks))]
     return [f"{r.name}{j}" for j in range(r.depth)] if r.tmem else [r.name]

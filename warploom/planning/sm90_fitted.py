@@ -100,7 +100,7 @@ def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan,
     only); `build(bm, bn, blocks)` plans that tile whole, one CTA a tile (the planner's own depth and partitions),
     which the blocks then fit."""
     if (plan.n_blocks or plan.split_k > 1 or plan.tail_split > 1 or plan.swap_ab or plan.pingpong or plan.bm < 128
-            or spec.a_dtype.bits != 16 or narrow_problems(spec, replace(plan, cluster=1), (64,))
+            or spec.a_dtype.bits != 16 or narrow_problems(spec, replace(plan, cluster=1))
             or plan.units(spec.m, spec.n) < device.sm_count * MIN_WAVE):
         return plan
     now = current_score(spec, device, plan)

@@ -42,9 +42,9 @@ def narrow_blocks(n: int, bn: int) -> tuple[int, ...]:
     return blocks
 
 
-def narrow_problems(spec: GemmSpec, plan: Plan, blocks: tuple[int, ...]) -> list[str]:
-    """Why `plan` cannot run `spec` on a narrow tile of these blocks at all (empty: it can), what the verifier
-    refuses too (ir/verify_narrow.py)."""
+def narrow_problems(spec: GemmSpec, plan: Plan) -> list[str]:
+    """Why `plan` cannot run `spec` on column blocks at all (empty: it can), what the verifier refuses too
+    (ir/verify_narrow.py)."""
     problems = [] if plan.target is Target.SM90A else [f"target {plan.target} (sm_90a's wgmma only)"]
     problems += spec.narrow_problems()
     for name, on in (("ping-pong", plan.pingpong), ("swap-AB", plan.swap_ab), ("a cluster", plan.cluster > 1),
@@ -90,7 +90,7 @@ def narrow(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Plan:
     if plan.n_blocks or spec.n >= plan.bn or plan.bn < NARROW_MIN_BN or spec.epilogue is not None:
         return plan
     blocks = narrow_blocks(spec.n, plan.bn)
-    if not blocks or narrow_problems(spec, plan, blocks):
+    if not blocks or narrow_problems(spec, plan):
         return plan
     return with_blocks(spec, device, plan, blocks)
 
@@ -99,7 +99,7 @@ def forced_narrow(spec: GemmSpec, device: DeviceInfo, plan: Plan, blocks: tuple[
                   stages: int | None = None) -> Plan:
     """`plan_schedule(n_blocks=...)`: `plan` on these blocks (() keeps it whole), refused by name where it cannot
     run them."""
-    problems = narrow_problems(spec, plan, blocks) if blocks else []
+    problems = narrow_problems(spec, plan) if blocks else []
     if problems:
         raise UnsupportedError(f"n_blocks={blocks} (rule 31's narrow tile) cannot run {spec.short()} on "
                                f"{plan.short()}: {'; '.join(problems)}. Fix: drop n_blocks")
