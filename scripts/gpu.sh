@@ -348,4 +348,50 @@ if [ "$what" = fitted ]; then
     --sizes "${FITTED_SIZES:-1679x2456x2000,3838x576x2768,3097x920x2920,1253x2024x688,3000x3000x3000,1536x1536x1536,685x6136x1680,656x8048x5280,14215x520x184,385x5904x192}" \
     2>&1 | grep -v "nanobind\|leaked\|^ - " | tee "$OUT/fitted.log"
 fi
+if [ "$what" = fitlongk ]; then
+  # Rule 32 at a long K (session 34): forced fitted tiles that keep the plan's rounds (or cut them), against the
+  # planner's plan, at the zoo's long-K shapes, aligned (K a multiple of 64) and not.
+  sweep_each fitlongk \
+    'bf16|1256x1720x11200|[{}, {"bm": 128, "bn": 256, "n_blocks": [128, 16]}, {"bm": 192, "bn": 128, "n_blocks": [64, 32]}]' \
+    'bf16|1256x1720x11240|[{}, {"bm": 128, "bn": 256, "n_blocks": [128, 16]}]' \
+    'bf16|3841x840x4816|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 16]}, {"bm": 128, "bn": 256, "n_blocks": [128, 64, 32]}]' \
+    'bf16|6097x1560x13680|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 64, 16]}]' \
+    'bf16|527x4680x6416|[{}, {"bm": 192, "bn": 128, "n_blocks": [64, 32, 16]}]' \
+    'bf16|4619x2064x13392|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 64, 16]}]' \
+    'bf16|428x9016x5832|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 64, 16]}, {"bm": 128, "bn": 256, "tail_split": 1, "n_blocks": [128, 64, 16]}]'
+fi
+if [ "$what" = l2floor ]; then
+  # Rule 32's L2 floor (session 34): the zoo's bf16 shapes whose plan it changed, the planner's plan ({}) against the
+  # plan before it, forced.
+  sweep_each l2floor \
+    'bf16|13930x480x4328|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|276x7224x1040|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": [128, 32, 16]}]' \
+    'bf16|1477x744x7464|[{}, {"bm": 128, "bn": 256, "stream_k": 3, "n_blocks": []}]' \
+    'bf16|270x7168x256|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": [128, 32, 16]}]' \
+    'bf16|10837x360x8728|[{}, {"bm": 256, "bn": 128, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|527x4680x6416|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|6097x1560x13680|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|1867x10448x14768|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|119x10568x13848|[{}, {"bm": 128, "bn": 256, "stream_k": 3, "n_blocks": []}]' \
+    'bf16|2637x1904x6464|[{}, {"bm": 128, "bn": 256, "stream_k": 3, "n_blocks": []}]' \
+    'bf16|203x5528x5272|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": [128, 16]}]' \
+    'bf16|1029x14960x4536|[{}, {"bm": 128, "bn": 256, "stream_k": 4, "n_blocks": []}]' \
+    'bf16|1712x15576x4728|[{}, {"bm": 128, "bn": 256, "stream_k": 2, "n_blocks": []}]' \
+    'bf16|3841x840x4816|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|168x8424x12040|[{}, {"bm": 128, "bn": 256, "stream_k": 2, "n_blocks": []}]' \
+    'bf16|4619x2064x13392|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|12209x2152x10808|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|265x10920x14120|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|3601x10144x7064|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|15493x1664x4296|[{}, {"bm": 128, "bn": 256, "stream_k": 2, "n_blocks": []}]'
+fi
+if [ "$what" = l2large ]; then
+  # Rule 32's L2 floor on large aligned shapes (session 34): 192x192 against the 128x256 plan before the floor.
+  sweep_each l2large \
+    'bf16|4096x10240x8192|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|4096x28672x4096|[{}, {"bm": 128, "bn": 256, "stream_k": 3, "n_blocks": []}]' \
+    'bf16|7202x4384x9472|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|1867x10448x14768|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 32]}]' \
+    'bf16|203x5528x5272|[{}, {"bm": 128, "bn": 256, "n_blocks": [128, 16]}]'
+fi
 exit $rc

@@ -59,7 +59,8 @@ def test_an_output_path_under_a_file(tmp_path: Path, option: str) -> None:
 def test_plan_command_explains_its_choice() -> None:
     """`warploom plan --explain` (issue 23): the plan, and every candidate the planner scored with its score; here
     at a thin last wave (656x8048x5280: 192 x 128x256 tiles, two rounds, the second 45% full) stream-K (rule 21)
-    scores ahead of whole tiles, and rule 32's fitted 128x192 tile (252 tiles) ahead of both."""
+    scores ahead of whole tiles, and rule 32's fitted 128x192 tile (252 tiles, bound by L2 at this K) is priced and
+    passed over (measured 2% ahead of the stream-K plan: the floor's one miss, docs/benchmarks.md session 34)."""
     from click.testing import CliRunner
 
     from warploom.cli import main
@@ -69,8 +70,8 @@ def test_plan_command_explains_its_choice() -> None:
     assert res.exit_code == 0, res.output
     assert "stream-K" in res.output and "whole tiles" in res.output
     lines = [ln for ln in res.output.splitlines() if ln.startswith("  128x")]
-    assert lines and "fitted tile (rule 32)" in lines[0] and "1.00" in lines[0], lines
-    assert "stream-K" in lines[1] and "whole tiles" in lines[2], lines
+    assert lines and "stream-K" in lines[0] and "1.00" in lines[0], lines
+    assert "whole tiles" in lines[1] and any("fitted tile (rule 32)" in ln for ln in lines[2:]), lines
 
 
 def test_demo_timeline_inside_its_own_out_dir_is_a_usage_error(tmp_path: Path) -> None:

@@ -16,13 +16,21 @@ from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import explain, plan_schedule
-from warploom.planning.sm90_fitted import blocks_of, candidates
+from warploom.planning.sm90_fitted import (
+    L2_BYTES_PER_US,
+    L2_BYTES_PER_US_16B_ROWS,
+    blocks_of,
+    candidates,
+    l2_floor,
+    sector_aligned,
+)
 from warploom.spec import ALayout
 from warploom.tune.cost import estimate
 
 # (M, N, K) -> the planner's plan, short form. The fitted ones measured on the H100 in session 33 (ratio to torch,
 # CUDA graphs, before -> after): 1679x2456x2000 0.59 -> 0.85, 3838x576x2768 0.60 -> 0.97, 3097x920x2920
-# 0.69 -> 0.74, 1253x2024x688 0.75 -> 0.89, 3000^3 0.69 -> 0.84, 1536^3 0.78 -> 1.03.
+# 0.69 -> 0.74, 1253x2024x688 0.75 -> 0.89, 3000^3 0.69 -> 0.84, 1536^3 0.78 -> 1.03; and where the L2 floor
+# (`l2_floor`, session 34) takes one at a long K: 4619x2064x13392 0.77 -> 0.90, 3841x840x4816 0.67 -> 0.94.
 GOLDEN = {
     (1679, 2456, 2000): "192x256x64_s4_w12_g8_e4_p3_n128_64",
     (3838, 576, 2768): "128x256x64_s6_w8_g8_e4_p2_n128_16",
@@ -30,12 +38,18 @@ GOLDEN = {
     (1253, 2024, 688): "128x256x64_s5_w8_g8_e2_p2_n128_32",
     (3000, 3000, 3000): "192x256x64_s4_w12_g8_e4_p3_n128_64",
     (1536, 1536, 1536): "128x256x64_s6_w8_g8_e4_p2_n128_16",
-    # (no fitted tile: more rounds, or at a long K no fewer, or no gain)
+    (4619, 2064, 13392): "192x256x64_s4_w12_g8_e4_p3_n128_64_16",
+    (3841, 840, 4816): "192x256x64_s4_w12_g8_e2_p3_n128_16",
+    # (5000^3's rows are only 16-byte aligned, where the floor binds 128x256's full waves: not measured)
+    (5000, 5000, 5000): "192x256x64_s3_w12_g8_e2_p3_n128_64_32",
+    # (no fitted tile: more rounds, or no gain, or L2 bound: 527x4680x6416's 128x192 ran 0.78 against 0.83 and
+    # 1256x1720x11240's 128x144 0.55 against 0.68; at 16-byte aligned rows rule 21's stream-K stays)
     (2188, 4312, 760): "128x256x64_s4_w8_g8_e2_p2",
     (527, 4680, 6416): "128x256x64_s4_w8_g8_e2_p2",
+    (1256, 1720, 11240): "128x256x64_s4_w8_g8_e2_p2",
+    (1477, 744, 7464): "128x256x64_s4_w8_g8_e2_p2_sk3g108",
     (4096, 4096, 4096): "128x256x64_s4_w8_g8_e2_p2",
     (8192, 8192, 8192): "128x256x64_s4_w8_g8_e2_p2",
-    (5000, 5000, 5000): "128x256x64_s4_w8_g8_e2_p2_sk4g132",
     (777, 4096, 4096): "128x256x64_s4_w8_g8_e2_p2",
     # (rule 31's narrow tile, and rules 23 and 25's latency tiles, come first)
     (10050, 80, 1280): "128x128x64_s6_w8_g8_p2_n64_16",
@@ -146,3 +160,29 @@ def test_explain_and_the_tuner_see_the_fitted_tile() -> None:
         explain(spec, H100_SXM).text()
     est = estimate(spec, H100_SXM, plan_schedule(spec, H100_SXM))
     assert est.smem_bytes <= est.smem_limit and est.why_not() is None, est
+
+
+@pytest.mark.parametrize("k,aligned", [(4800, True), (4816, True), (11240, False), (5000, False)])
+def test_sector_aligned(k: int, aligned: bool) -> None:
+    """Rows of 2k bytes start on 32-byte L2 sectors where k is a multiple of 16 bf16 elements."""
+    assert sector_aligned(GemmSpec(1024, 1024, k)) is aligned
+
+
+def test_l2_floor() -> None:
+    """Each CTA's rows of A and B a k-block, over L2's bytes a microsecond: none under L2_MIN_KBLOCKS k-blocks,
+    L2_BYTES_PER_US / L2_BYTES_PER_US_16B_ROWS times more where rows are 16-byte aligned."""
+    assert l2_floor(GemmSpec(4096, 4096, 2048), 132, 128, 256) == 0.0
+    aligned, unaligned = l2_floor(GemmSpec(4096, 4096, 11200), 132, 128, 256), \
+        l2_floor(GemmSpec(4096, 4096, 11240), 132, 128, 256)
+    assert aligned > 128 * 256  # (a full wave of 128x256 is L2 bound at a long K)
+    assert unaligned == pytest.approx(aligned * L2_BYTES_PER_US / L2_BYTES_PER_US_16B_ROWS)
+    assert l2_floor(GemmSpec(4096, 4096, 11200), 66, 128, 256) == pytest.approx(aligned / 2)
+
+
+def test_a_split_k_tail_is_replaced() -> None:
+    """428x9016x5832: rule 15 planned 144 tiles of 128x256 with their last round in 4 k-ranges (0.65x torch); rule 32
+    prices that tail and fits 123 tiles of 192x224 in one round (192x208 measured 0.75x), planned without a tail."""
+    spec = GemmSpec(428, 9016, 5832)
+    assert plan_schedule(spec, H100_SXM, n_blocks=()).tail_split == 4
+    p = plan_schedule(spec, H100_SXM)
+    assert (p.bm, p.tile_n, p.tail_split, p.units(428, 9016)) == (192, 224, 1, 123)

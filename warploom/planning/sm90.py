@@ -50,7 +50,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     if options.pingpong or any(f is not None for f in (options.stream_k, options.cluster, options.swap_ab)):
         return chosen  # (rule 32 fits whole tiles: a forced schedule stands)
     return fitted(spec, device, chosen, lambda bm, bn, blocks: _plan(
-        spec, device, replace(options, bm=bm, bn=bn, stream_k=0, cluster=1, n_blocks=blocks)))
+        spec, device, replace(options, bm=bm, bn=bn, stream_k=0, tail_split=1, cluster=1, n_blocks=blocks)))
 
 
 def _plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:

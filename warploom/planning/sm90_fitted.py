@@ -10,9 +10,14 @@ blocks (`ir.Tiling.n_blocks`: each block its own wgmma, accumulator, B box and s
 The choice is by rounds of the persistent grid: each candidate's time is its rounds (tiles over the SMs, rounded up)
 times its tile's area, each column block beyond the first adding BLOCK_COST of the tile's (a block's wgmma reads the
 A slot again from shared memory). The plan the other rules chose is priced the same way (stream-K by rule 21's
-model), and the fitted tile replaces it only FIT_MARGIN ahead: measured on the H100 (session 33,
-docs/data/fitted-*-session33.json), fitted tiles gained 4-42% where they cut a round or most of a tile's padding,
-and lost where they cut neither."""
+model, rule 15's split-K tail by its own), and the fitted tile replaces it only FIT_MARGIN ahead: measured on the
+H100 (session 33, docs/data/fitted-*-session33.json), fitted tiles gained 4-42% where they cut a round or most of a
+tile's padding, and lost where they cut neither.
+
+A round is never faster than L2 delivers its tiles' operands (`l2_floor`): every CTA reads BM + tile_n rows of K, so
+a narrower tile on more SMs reads more bytes a FLOP, and where rows are only 16-byte aligned each 128-byte box row
+touches five 32-byte sectors instead of four, and L2 delivers half (session 34, docs/data/fitlongk-*-session34.json).
+"""
 
 from __future__ import annotations
 
@@ -23,11 +28,11 @@ from dataclasses import dataclass, replace
 from warploom.device import DeviceInfo
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_models import stream_k_score
+from warploom.planning.sm90_models import stream_k_score, tail_score
 from warploom.planning.sm90_narrow import narrow_problems, with_blocks
-from warploom.planning.sm90_tiles import long_k_16bit, rows_aligned, tall_problems, tile_efficiency
+from warploom.planning.sm90_tiles import rows_aligned, tall_problems, tile_efficiency
 from warploom.planning.trace import note
-from warploom.spec import GemmSpec
+from warploom.spec import ALayout, BLayout, GemmSpec
 
 # Each column block beyond a tile's first costs this fraction of the tile's time (its wgmma reads A's slot again).
 BLOCK_COST = 0.1
@@ -36,6 +41,20 @@ BLOCK_COST = 0.1
 # most 128 wide is priced as step 3 prices 128x128 there (`sm90_tiles._MISALIGNED_128` against its 0.90).
 NARROW_EFFICIENCY = 0.8
 MISALIGNED_FACTOR = 0.8
+# `l2_floor`: what L2 delivers to the SMs, in bytes a microsecond, where rows start on 32-byte sectors and where they
+# are only 16-byte aligned, against an SM's 16-bit wgmma FLOPs a microsecond (989 TFLOP/s over 132 SMs). Fitted to
+# forced fitted tiles against the plans before them (H100, bf16, session 34, docs/data/fitlongk-*, l2floor-* and
+# l2large-*-session34.json): 1256x1720x11200 on 120 tiles of 128x144 sustained 8.7 TB/s and ran 25% faster than on
+# 70 of 128x256, while at K = 11240 (rows of 22480 bytes) the same tiles sustained 5.1 TB/s and ran 19% slower. Of the
+# 32 plan pairs measured there the model orders all but 656x8048x5280 (fitted 2% ahead of its stream-K) and three
+# within 1% as measured.
+L2_BYTES_PER_US = 9e6
+L2_BYTES_PER_US_16B_ROWS = 5e6
+SM_FLOPS_PER_US = 7.49e6
+# ...counted from L2_MIN_KBLOCKS k-blocks a tile (measured from 64: 4096x28672x4096 +2%, 67-74 k-blocks +5% to
+# +15%): a shorter k-loop spends more of its time on the ring's fill and the epilogue, where the other rules'
+# measurements stand.
+L2_MIN_KBLOCKS = 64
 # A fitted tile must be this far ahead of the plan the other rules chose.
 FIT_MARGIN = 0.92
 # The widest tile_n a tile of these rows holds in its warpgroups' registers (64 x tile_n fp32 a warpgroup: 112
@@ -77,7 +96,8 @@ def candidates(spec: GemmSpec, device: DeviceInfo) -> list[Fit]:
             rounds = math.ceil(tiles / device.sm_count)
             eff = (1.0 if width >= 128 else NARROW_EFFICIENCY) * (
                 1.0 if width > 128 or rows_aligned(spec) else MISALIGNED_FACTOR)
-            score = rounds * bm * width * (1 + BLOCK_COST * (len(blocks) - 1)) / eff
+            area = bm * width * (1 + BLOCK_COST * (len(blocks) - 1)) / eff
+            score = rounds * max(area, l2_floor(spec, min(tiles, device.sm_count), bm, width))
             fits.append(Fit(bm, 1 << (width - 1).bit_length(), blocks, tiles, rounds, score))
     return fits
 
@@ -86,35 +106,59 @@ def current_score(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> float:
     """`plan`'s time in rule 32's units: its rounds times its tile's area, or rule 21's stream-K model."""
     tiles = plan.units(spec.m, spec.n)
     area = plan.bm * plan.bn / tile_efficiency(spec, plan.bm, plan.bn)
+    # (a 2-CTA cluster's lead multicasts the shared operand's box: each CTA brings half of it from L2)
+    rows_a, rows_b = plan.bm / (2 if plan.cluster_n else 1), plan.bn / (2 if plan.cluster > 1 and not plan.cluster_n
+                                                                      else 1)
+    floored = max(area, l2_floor(spec, min(tiles, device.sm_count), rows_a, rows_b))
     if plan.stream_k:
-        return stream_k_score(tiles, k_blocks(spec), device.sm_count, plan.stream_k, area)
+        # (the floor on its whole waves: rule 21's slowdown of a shared tile was fitted with L2's share in it)
+        return stream_k_score(tiles, k_blocks(spec), device.sm_count, plan.stream_k, area) \
+            + tiles // device.sm_count * (floored - area)
+    area = floored
+    if plan.tail_split > 1:
+        return tail_score(tiles, plan.grid, plan.tail_split, area, k_blocks(spec))
     return math.ceil(tiles / device.sm_count) * area
+
+
+def sector_aligned(spec: GemmSpec) -> bool:
+    """Whether A's and B's rows (as stored) start on 32-byte L2 sectors: a 128-byte box row then touches four."""
+    a_row = spec.k if spec.a_layout is ALayout.K_MAJOR else spec.m
+    b_row = spec.k if spec.b_layout is BLayout.K_MAJOR else spec.n
+    return a_row * spec.a_dtype.bits % 256 == 0 and b_row * spec.b_dtype.bits % 256 == 0
+
+
+def l2_floor(spec: GemmSpec, ctas: int, rows_a: float, rows_b: float) -> float:
+    """The least time of a round of `ctas` CTAs, in rule 32's units (a tile's area: its FLOPs a k-block over 128): the
+    time L2 takes to deliver each CTA's rows of A and of B for a k-block (0 under L2_MIN_KBLOCKS)."""
+    if k_blocks(spec) < L2_MIN_KBLOCKS:
+        return 0.0
+    bandwidth = L2_BYTES_PER_US if sector_aligned(spec) else L2_BYTES_PER_US_16B_ROWS
+    return ctas * (rows_a + rows_b) * SM_FLOPS_PER_US / bandwidth
 
 
 def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan,
            build: Callable[[int, int, tuple[int, ...]], Plan]) -> Plan:
     """Rule 32: `plan` replaced by the best fitted tile where one scores FIT_MARGIN ahead of it, for 16-bit operands'
-    whole-tile, stream-K or 2-CTA cluster plans (rule 24's, priced as its tiles one CTA each: the cluster's gain on
-    rows that are not whole 128-byte lines is smaller than a round, unmeasured against fitted tiles) of 128 or 256
-    rows that a narrow tile (rule 31), a split or a swap did not take (fp8 was not measured on fitted tiles: forced
-    only); `build(bm, bn, blocks)` plans that tile whole, one CTA a tile (the planner's own depth and partitions),
-    which the blocks then fit."""
-    if (plan.n_blocks or plan.split_k > 1 or plan.tail_split > 1 or plan.swap_ab or plan.pingpong or plan.bm < 128
-            or spec.a_dtype.bits != 16 or narrow_problems(spec, replace(plan, cluster=1))
+    whole-tile, stream-K, split-K tail (rule 15's) or 2-CTA cluster plans (rule 24's, priced as its tiles one CTA each
+    but for L2, where each CTA brings half the multicast operand: at 1679x2456x2000 192x192 ran 0.92x against the
+    cluster's 0.57x, Triton 3.9.0, session 34) of 128 or 256 rows that a narrow tile (rule 31), a split or a swap did
+    not take (fp8 was not measured on fitted tiles: forced only); `build(bm, bn, blocks)` plans that tile whole, one
+    CTA a tile (the planner's own depth and partitions), which the blocks then fit."""
+    if (plan.n_blocks or plan.split_k > 1 or plan.swap_ab or plan.pingpong or plan.bm < 128
+            or spec.a_dtype.bits != 16 or narrow_problems(spec, replace(plan, cluster=1, tail_split=1))
             or plan.units(spec.m, spec.n) < device.sm_count * MIN_WAVE):
         return plan
     now = current_score(spec, device, plan)
     # Never more rounds than the plan's tiles take (more, narrower tiles lost: 2188x4312x760 on 4 rounds of 128x160
-    # against 3 of 128x256, 0.76 against 0.83), and at a long K fewer (bound by the operands' bytes from L2, where
-    # fewer FLOPs a byte lost the area saved: 527x4680x6416 on one round of 128x192 against one of 128x256, 0.78
-    # against 0.85).
+    # against 3 of 128x256, 0.76 against 0.83). At a long K the operands' bytes from L2 bind (`l2_floor`: 527x4680x6416
+    # on one round of 128x192 ran 0.78 against 128x256's 0.85, and its one round of 192x112 0.86 against 0.81).
     rounds = math.ceil(plan.units(spec.m, spec.n) / device.sm_count)
-    most = rounds - 1 if long_k_16bit(spec) else rounds
-    fits = [f for f in candidates(spec, device) if f.rounds <= most
+    fits = [f for f in candidates(spec, device) if f.rounds <= rounds
             and not (f.bm >= 192 and tall_problems(spec, False, False, None, None, None, f.bm))]
     if not fits:
         return plan
-    best = min(fits, key=lambda f: (f.score, len(f.blocks), -f.bm))
+    # (a tie, to rounding, goes to fewer blocks, then more rows: 14215x520x184's 192x192 and 128x176 price alike)
+    best = min(fits, key=lambda f: (round(f.score, 3), len(f.blocks), -f.bm))
     note(f"{best.bm}x{sum(best.blocks)}", "fitted tile (rule 32)", best.score,
          f"{best.tiles} tiles of {best.bm}x{sum(best.blocks)} ({'+'.join(map(str, best.blocks))}), {best.rounds} "
          f"round(s), against the plan's {plan.units(spec.m, spec.n)} units"
