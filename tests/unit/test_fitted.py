@@ -21,9 +21,11 @@ from warploom.planning.sm90_fitted import (
     L2_BYTES_PER_US_16B_ROWS,
     blocks_of,
     candidates,
+    current_score,
     l2_floor,
     sector_aligned,
 )
+from warploom.planning.sm90_models import stream_k_score
 from warploom.spec import ALayout
 from warploom.tune.cost import estimate
 
@@ -168,13 +170,19 @@ def test_sector_aligned(k: int, aligned: bool) -> None:
     assert sector_aligned(GemmSpec(1024, 1024, k)) is aligned
 
 
+def test_sector_aligned_m_major_a() -> None:
+    """An M-major A's rows are M long: K no longer decides for A."""
+    assert sector_aligned(GemmSpec(1024, 1024, 4096, a_layout=ALayout.M_MAJOR))
+    assert not sector_aligned(GemmSpec(1000, 1024, 4096, a_layout=ALayout.M_MAJOR))
+
+
 def test_l2_floor() -> None:
     """Each CTA's rows of A and B a k-block, over L2's bytes a microsecond: none under L2_MIN_KBLOCKS k-blocks,
     L2_BYTES_PER_US / L2_BYTES_PER_US_16B_ROWS times more where rows are 16-byte aligned."""
     assert l2_floor(GemmSpec(4096, 4096, 2048), 132, 128, 256) == 0.0
     aligned, unaligned = l2_floor(GemmSpec(4096, 4096, 11200), 132, 128, 256), \
         l2_floor(GemmSpec(4096, 4096, 11240), 132, 128, 256)
-    assert aligned > 128 * 256  # (a full wave of 128x256 is L2 bound at a long K)
+    assert aligned == pytest.approx(132 * (128 + 256) * 7.49e6 / 9e6)  # (a full wave of 128x256 is L2 bound)
     assert unaligned == pytest.approx(aligned * L2_BYTES_PER_US / L2_BYTES_PER_US_16B_ROWS)
     assert l2_floor(GemmSpec(4096, 4096, 11200), 66, 128, 256) == pytest.approx(aligned / 2)
 
@@ -186,3 +194,31 @@ def test_a_split_k_tail_is_replaced() -> None:
     assert plan_schedule(spec, H100_SXM, n_blocks=()).tail_split == 4
     p = plan_schedule(spec, H100_SXM)
     assert (p.bm, p.tile_n, p.tail_split, p.units(428, 9016)) == (192, 224, 1, 123)
+
+
+def test_current_score_floors_whole_waves_and_halves_a_clusters_b() -> None:
+    """The plan's price: stream-K's whole waves at least the L2 floor, its shared wave by rule 21's model alone; a
+    2-CTA cluster's CTAs each bring half of B's rows."""
+    spec = GemmSpec(656, 8048, 5280)  # 192 tiles of 128x256: one whole wave, then 60 shared by 120 CTAs
+    p = plan_schedule(spec, H100_SXM)
+    assert p.stream_k == 2
+    area = 128 * 256.0
+    floor = l2_floor(spec, 132, 128, 256)
+    assert floor > area
+    assert current_score(spec, H100_SXM, p) == pytest.approx(
+        stream_k_score(192, 83, 132, 2, area) + (floor - area))
+    spec = GemmSpec(4619, 2064, 13392)
+    whole = plan_schedule(spec, H100_SXM, n_blocks=())
+    assert (whole.bm, whole.bn, whole.cluster, whole.units(4619, 2064)) == (128, 256, 1, 333)
+    clustered = replace(whole, cluster=2, consumer_partitions=2, epilogue_subtiles=4)
+    assert current_score(spec, H100_SXM, whole) == pytest.approx(3 * l2_floor(spec, 132, 128, 256))
+    assert current_score(spec, H100_SXM, clustered) == pytest.approx(
+        3 * max(area, l2_floor(spec, 132, 128, 128)))
+
+
+def test_explain_compares_with_the_floor() -> None:
+    """The rule's explain line gives the fitted tile's time as a fraction of the plan's, both with L2's floor (the
+    table's other rows are the search's scores, without it)."""
+    text = explain(GemmSpec(428, 9016, 5832), H100_SXM).text()
+    line = next(ln for ln in text.splitlines() if "fitted tile (rule 32)" in ln)
+    assert "of its time with" in text and "192x224" in line, text

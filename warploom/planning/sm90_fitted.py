@@ -16,7 +16,8 @@ tile's padding, and lost where they cut neither.
 
 A round is never faster than L2 delivers its tiles' operands (`l2_floor`): every CTA reads BM + tile_n rows of K, so
 a narrower tile on more SMs reads more bytes a FLOP, and where rows are only 16-byte aligned each 128-byte box row
-touches five 32-byte sectors instead of four, and L2 delivers half (session 34, docs/data/fitlongk-*-session34.json).
+touches five 32-byte sectors instead of four, and L2 delivers about half (session 34,
+docs/data/fitlongk-*-session34.json). The constants are the H100 SXM's, measured; other sm_90a parts are not.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ MISALIGNED_FACTOR = 0.8
 # l2large-*-session34.json): 1256x1720x11200 on 120 tiles of 128x144 sustained 8.7 TB/s and ran 25% faster than on
 # 70 of 128x256, while at K = 11240 (rows of 22480 bytes) the same tiles sustained 5.1 TB/s and ran 19% slower. Of the
 # 32 plan pairs measured there the model orders all but 656x8048x5280 (fitted 2% ahead of its stream-K) and three
-# within 1% as measured.
+# within 1% as measured; seven of them have 16-byte rows (192x224 or 192x208 against 128x256 or stream-K: +5-33%).
 L2_BYTES_PER_US = 9e6
 L2_BYTES_PER_US_16B_ROWS = 5e6
 SM_FLOPS_PER_US = 7.49e6
@@ -97,31 +98,40 @@ def candidates(spec: GemmSpec, device: DeviceInfo) -> list[Fit]:
             eff = (1.0 if width >= 128 else NARROW_EFFICIENCY) * (
                 1.0 if width > 128 or rows_aligned(spec) else MISALIGNED_FACTOR)
             area = bm * width * (1 + BLOCK_COST * (len(blocks) - 1)) / eff
-            score = rounds * max(area, l2_floor(spec, min(tiles, device.sm_count), bm, width))
+            score = rounds_time(spec, device, tiles, area, bm, width)
             fits.append(Fit(bm, 1 << (width - 1).bit_length(), blocks, tiles, rounds, score))
     return fits
 
 
+def rounds_time(spec: GemmSpec, device: DeviceInfo, tiles: int, area: float, rows_a: float, rows_b: float) -> float:
+    """`tiles` whole tiles of `area` on the persistent grid, in rule 32's units: each round its tile's area, or the
+    time L2 takes to deliver a round's CTAs their rows (`l2_floor`). A last, partial round is priced as a whole one:
+    priced at its own CTAs' floor, the model kept 128x256 at 13930x480x4328, 1867x10448x14768 and 4096x10240x8192,
+    where the fitted tile measured 3-5% faster (session 34)."""
+    return math.ceil(tiles / device.sm_count) * max(area, l2_floor(spec, min(tiles, device.sm_count), rows_a, rows_b))
+
+
 def current_score(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> float:
-    """`plan`'s time in rule 32's units: its rounds times its tile's area, or rule 21's stream-K model."""
+    """`plan`'s time in rule 32's units: its rounds (`rounds_time`), rule 21's stream-K model with the L2 floor on its
+    whole waves (its shared tiles' slowdown was fitted with L2's share in it), or rule 15's tail model on rounds at
+    least as long as the floor (the tail's units spread over the grid's CTAs)."""
     tiles = plan.units(spec.m, spec.n)
     area = plan.bm * plan.bn / tile_efficiency(spec, plan.bm, plan.bn)
-    # (a 2-CTA cluster's lead multicasts the shared operand's box: each CTA brings half of it from L2)
-    rows_a, rows_b = plan.bm / (2 if plan.cluster_n else 1), plan.bn / (2 if plan.cluster > 1 and not plan.cluster_n
-                                                                      else 1)
-    floored = max(area, l2_floor(spec, min(tiles, device.sm_count), rows_a, rows_b))
+    # (rule 24's 2x1 cluster: the lead multicasts B's box, so a CTA brings half of B's rows from L2 on average; a 1x2
+    # cluster is only ever forced, and a forced schedule never reaches rule 32)
+    rows_b = plan.bn / 2 if plan.cluster > 1 else plan.bn
     if plan.stream_k:
-        # (the floor on its whole waves: rule 21's slowdown of a shared tile was fitted with L2's share in it)
         return stream_k_score(tiles, k_blocks(spec), device.sm_count, plan.stream_k, area) \
-            + tiles // device.sm_count * (floored - area)
-    area = floored
+            + tiles // device.sm_count * (max(area, l2_floor(spec, device.sm_count, plan.bm, rows_b)) - area)
     if plan.tail_split > 1:
-        return tail_score(tiles, plan.grid, plan.tail_split, area, k_blocks(spec))
-    return math.ceil(tiles / device.sm_count) * area
+        return tail_score(tiles, plan.grid, plan.tail_split,
+                          max(area, l2_floor(spec, min(tiles, plan.grid), plan.bm, rows_b)), k_blocks(spec))
+    return rounds_time(spec, device, tiles, area, plan.bm, rows_b)
 
 
 def sector_aligned(spec: GemmSpec) -> bool:
-    """Whether A's and B's rows (as stored) start on 32-byte L2 sectors: a 128-byte box row then touches four."""
+    """Whether A's and B's rows (as stored) start on 32-byte L2 sectors: a 128-byte box row then touches four, and
+    five where they do not (TMA takes rows of 16-byte multiples: warploom's checks refuse others)."""
     a_row = spec.k if spec.a_layout is ALayout.K_MAJOR else spec.m
     b_row = spec.k if spec.b_layout is BLayout.K_MAJOR else spec.n
     return a_row * spec.a_dtype.bits % 256 == 0 and b_row * spec.b_dtype.bits % 256 == 0
@@ -140,8 +150,8 @@ def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan,
            build: Callable[[int, int, tuple[int, ...]], Plan]) -> Plan:
     """Rule 32: `plan` replaced by the best fitted tile where one scores FIT_MARGIN ahead of it, for 16-bit operands'
     whole-tile, stream-K, split-K tail (rule 15's) or 2-CTA cluster plans (rule 24's, priced as its tiles one CTA each
-    but for L2, where each CTA brings half the multicast operand: at 1679x2456x2000 192x192 ran 0.92x against the
-    cluster's 0.57x, Triton 3.9.0, session 34) of 128 or 256 rows that a narrow tile (rule 31), a split or a swap did
+    but for L2, where a CTA brings half of the multicast B on average: at 1679x2456x2000 192x192 ran 0.92x against the
+    cluster's 0.57x, Triton 3.9.0, session 34) of 128 or 256 rows that a narrow tile (rule 31), split-K or a swap did
     not take (fp8 was not measured on fitted tiles: forced only); `build(bm, bn, blocks)` plans that tile whole, one
     CTA a tile (the planner's own depth and partitions), which the blocks then fit."""
     if (plan.n_blocks or plan.split_k > 1 or plan.swap_ab or plan.pingpong or plan.bm < 128
@@ -159,9 +169,12 @@ def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan,
         return plan
     # (a tie, to rounding, goes to fewer blocks, then more rows: 14215x520x184's 192x192 and 128x176 price alike)
     best = min(fits, key=lambda f: (round(f.score, 3), len(f.blocks), -f.bm))
+    # (the explain table's other rows are the search's scores, without the L2 floor: the line says how the two
+    # compare with it)
     note(f"{best.bm}x{sum(best.blocks)}", "fitted tile (rule 32)", best.score,
          f"{best.tiles} tiles of {best.bm}x{sum(best.blocks)} ({'+'.join(map(str, best.blocks))}), {best.rounds} "
-         f"round(s), against the plan's {plan.units(spec.m, spec.n)} units"
+         f"round(s), against the plan's {plan.units(spec.m, spec.n)} units: {best.score / now:.2f} of its time with "
+         "L2's floor"
          + ("" if best.score < FIT_MARGIN * now else f"; the plan kept: not {100 - round(100 * FIT_MARGIN)}% ahead"))
     if best.score >= FIT_MARGIN * now:
         return plan
