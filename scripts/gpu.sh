@@ -394,4 +394,15 @@ if [ "$what" = l2large ]; then
     'bf16|1867x10448x14768|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 32]}]' \
     'bf16|203x5528x5272|[{}, {"bm": 128, "bn": 256, "n_blocks": [128, 16]}]'
 fi
+if [ "$what" = l2unmeasured ]; then
+  # Rule 32's L2 floor where session 34 changed a plan without measuring it (the first four are suite or zoo shapes):
+  # the planner's plan against the plan before the floor, forced. Under TRITON_PARTS also against rule 24's clusters.
+  sweep_each l2unmeasured \
+    'bf16|4096x2112x7168|[{}, {"bm": 128, "bn": 256, "n_blocks": []}]' \
+    'bf16|4096x57344x8192|[{}, {"bm": 128, "bn": 256, "stream_k": 3, "n_blocks": []}]' \
+    'bf16|5699x2888x14160|[{}, {"bm": 128, "bn": 256, "n_blocks": []}]' \
+    'bf16|6567x6888x6016|[{}, {"bm": 128, "bn": 256, "stream_k": 0, "n_blocks": []}]' \
+    'bf16|1024x2048x4096|[{}, {"bm": 128, "bn": 128, "n_blocks": []}]' \
+    'bf16|5000x5000x5000|[{}, {"bm": 128, "bn": 256, "stream_k": 4, "n_blocks": []}]'
+fi
 exit $rc

@@ -353,6 +353,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, 
     if device is not None and not isinstance(device, DeviceInfo):
         raise ArgumentTypeError("device", "a warploom.DeviceInfo", f"{type(device).__name__} {device!r}",
                                 "pass warploom.device.H100_SXM, B200 or GFX1250 (or DeviceInfo(...) for another GPU)")
+    checks.fast_accum(use_fast_accum)  # (a string would be true: refused even where no scales read it)
     if scale_a is None and scale_b is None:
         spec = checks.matmul_spec(a, b, out_dtype)
         if bias is not None and epilogue is None:  # the kernel would not read it: refuse, never drop it

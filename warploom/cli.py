@@ -152,6 +152,11 @@ def _problem(m: int, n: int, k: int) -> Any:
     def apply(f: Any) -> Any:
         @functools.wraps(f)
         def command(**kw: Any) -> Any:
+            given = click.get_current_context().get_parameter_source("scales")
+            if kw["dtype"] in ("bf16", "fp16") and given is not click.core.ParameterSource.DEFAULT:
+                # (16-bit inputs have no scales: a --scales given with them would be ignored without a word)
+                raise click.UsageError(f"--scales {kw['scales']} goes with --dtype fp8; --dtype {kw['dtype']} has no "
+                                       "scales. Fix: drop --scales, or pass --dtype fp8")
             if kw["dtype"] == "blockwise":  # (a name for the recipe's three options)
                 kw.update(dtype="fp8", scales="blockwise", fast_accum=False)
             return f(**kw)

@@ -281,9 +281,10 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
         operands = masked_operands(operands, spec.groups, spec.m, spec.n)
     try:
         spec, picked = fused_spec(spec, call.a, epilogue, operands, scale_a=scale_a, scale_b=scale_b)
-    except WarploomError:
-        raise
-    except ValueError as err:  # GemmSpec's grouped_problems: an epilogue with several outputs
+    except WarploomError as err:
+        if getattr(err, "arg", None) != "grouping":
+            raise
+        # (GemmSpec's grouped_problems: an epilogue with several outputs)
         e = UnsupportedError(f"epilogue: expected a function with one output on a grouped GEMM, or one returning "
                              f"warploom.quantize(y, recipe='1x128'), got {err}. Fix: return one tensor")
         e.arg = "epilogue"  # type: ignore[attr-defined]

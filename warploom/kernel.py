@@ -105,12 +105,13 @@ class Kernel:
 
     def run(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
             operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
-        """Launch on the GPU holding the tensors (already validated against `spec`).
+        """Launch on the GPU holding the tensors, checked against `spec` first (`_check_call`).
 
         With a fused epilogue, `operands` maps each of the graph's operand names to its tensor (for scaled_mm
         including scale_a, scale_b and bias), and `extra_outs` are the outputs after `out`."""
-        _check_bias(self.spec, bias)
-        return self.launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
+        launcher = self.launcher  # (a kernel of a target warploom has not run is refused first, by the launcher)
+        _check_call(self.spec, a, b, scale_a, scale_b, bias, layouts=True)
+        return launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
 
     @functools.cached_property
     def launcher(self) -> Any:
@@ -133,9 +134,16 @@ class Kernel:
         tail's timeline after the first's (its partitions named ``tail:...``).
         """
         from warploom.sim import simulate
+        from warploom.sim.simulate import ints
 
-        _check_bias(self.spec, bias)
-        ctas = None if ctas is None else tuple(ctas)  # (read once per launch: an iterator would run out)
+        _check_call(self.spec, a, b, scale_a, scale_b, bias)
+        if a.device.type != "cpu":
+            from warploom.errors import DeviceError
+
+            raise DeviceError("a", "CPU tensors: the simulator runs on the CPU", f"a tensor on {a.device}",
+                              "pass a.cpu() and b.cpu() (Kernel.run launches on the GPU)")
+        ctas = None if ctas is None else ints("ctas", ctas)  # (read once per launch: an iterator would run out)
+        tail_ctas = None if tail_ctas is None else ints("tail_ctas", tail_ctas)
         if self.tail is not None:
             assert operands is None and bias is None, "a split-K tail has no bias or fused epilogue (planner)"
             launches = self.launches(a.shape[0], b.shape[1], a.shape[1], ctas, tail_ctas)
@@ -163,9 +171,10 @@ class Kernel:
         unless `raise_on_finding` is False. See `warploom.sim.check_protocol`.
         """
         from warploom.sim import CheckReport, check_protocol
+        from warploom.sim.simulate import ints
 
         s = self.module.spec  # (a swapped kernel's: the sizes its module runs at)
-        seeds, ctas = tuple(seeds), (None if ctas is None else tuple(ctas))  # read once per launch
+        seeds, ctas = ints("seeds", seeds), (None if ctas is None else ints("ctas", ctas))  # read once per launch
         if self.tail is None:
             return check_protocol(self.module, s.m, s.n, s.k, seeds=seeds, ctas=ctas,
                                   raise_on_finding=raise_on_finding)
@@ -212,6 +221,56 @@ class Launch:
     span: Span
     grid: int
     ctas: tuple[int, ...]
+
+
+def _check_call(spec: GemmSpec, a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any, layouts: bool = False) -> None:
+    """`Kernel.run`'s and `Kernel.simulate`'s arguments against the spec the kernel was planned for, before anything
+    runs: the inputs' dtypes, scales of the kernel's recipe (none for an unscaled kernel) and, for a launch
+    (`layouts`), A's and B's layouts, whose TMA descriptors the kernel was built for (the simulator reads either).
+    Anything else would be dropped or read along the wrong axis without a word. M, N and K are the kernel's run-time
+    arguments, and the simulator runs shapes TMA would refuse (`warploom.checks` refuses those for the public calls).
+    (A grouped or fused kernel's operands are checked where they are bound: the grouped launch, the fused epilogue.)"""
+    from warploom import checks
+    from warploom.dtypes import DType
+    from warploom.errors import ScaleError
+    from warploom.spec import ALayout, BLayout, ScaleRecipe
+
+    _check_bias(spec, bias)
+    checks.check_tensors({"a": a, "b": b})
+    if spec.grouped or spec.epilogue is not None:
+        return
+    fix = "plan a kernel for these tensors (warploom.plan with them), or pass tensors like the planned ones"
+    for arg, t, want in (("a", a, spec.a_dtype), ("b", b, spec.b_dtype)):
+        have = DType.from_torch(t.dtype)
+        if have is not want:
+            raise InputError(arg, f"a_dtype {want.value} (the kernel was planned for {spec.short()})"
+                             if arg == "a" else f"b_dtype {want.value} (the kernel was planned for {spec.short()})",
+                             f"{arg}_dtype {have.value if have else t.dtype}", fix)
+    if layouts and a.dim() == 2 and b.dim() == 2 and min(*a.shape, *b.shape) > 1:
+        a_have = ALayout.K_MAJOR if a.stride(1) == 1 else ALayout.M_MAJOR if a.stride(0) == 1 else None
+        b_have = BLayout.K_MAJOR if b.stride(0) == 1 else BLayout.N_MAJOR if b.stride(1) == 1 else None
+        for arg, have_l, want_l in (("a", a_have, spec.a_layout), ("b", b_have, spec.b_layout)):
+            if have_l is not None and have_l is not want_l:
+                raise InputError(arg, f"{arg}_layout {want_l.value} (the kernel was planned for {spec.short()})",
+                                 f"{arg}_layout {have_l.value}", fix)
+    if spec.scale is ScaleRecipe.NONE:
+        for name, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
+            if scale is not None:
+                raise InputError(name, f"None: this kernel was planned for {spec.short()}, without scales",
+                                 f"a {type(scale).__name__}", "plan a kernel with the scales (warploom.plan(a, b, "
+                                 "scale_a, scale_b)), or pass none")
+        return
+    for name, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if scale is None:
+            raise ScaleError(name, f"the {spec.scale.value} scales the kernel was planned for ({spec.short()})",
+                             "None", f"pass {name}")
+    if spec.scale.microscaled or spec.scale is ScaleRecipe.NVFP4 or a.dim() != 2 or b.dim() != 2:
+        return  # (MX and NVFP4 scales come blocked and in pairs: the simulator's operands check them)
+    checks.check_tensors({"scale_a": scale_a, "scale_b": scale_b})
+    got = checks._scale_recipe(scale_a, scale_b, a.shape[0], b.shape[1], a.shape[1])
+    if got is not spec.scale:
+        raise InputError("scale_a, scale_b", f"scale {spec.scale.value}, as the kernel was planned for "
+                         f"({spec.short()})", f"scale {got.value}", fix)
 
 
 def _check_bias(spec: GemmSpec, bias: Any) -> None:

@@ -78,7 +78,7 @@ from warploom.planning.common import (
     swap_tokens,
 )
 from warploom.planning.gfx1250 import plan_gfx1250, tdm_warps_reason
-from warploom.planning.options import PlanOptions, TdmWarps
+from warploom.planning.options import PlanOptions, TdmWarps, check_arguments
 from warploom.planning.plan import Plan, WaveFill, wave_fill
 from warploom.planning.sm90 import PINGPONG_MAX_KBLOCKS, PINGPONG_MIN_TRITON, short_k_pingpong
 from warploom.planning.sm90_fused import (
@@ -210,6 +210,12 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     cannot run) and sk_waves (1, with a forced stream_k: one whole wave joins the shared tiles, `Plan.sk_waves`;
     forced only: it lost at all seven zoo shapes measured, session 30) and n_blocks (None: rule 31 decides; (): a whole
     tile; e.g. (64, 16): a narrow tile's wgmma column blocks, refused where they cannot run)."""
+    check_arguments(spec, device, {
+        "bm": bm, "bn": bn, "stages": stages, "group_m": group_m, "consumer_partitions": consumer_partitions,
+        "partial_blocks": partial_blocks, "hoist_rows": hoist_rows, "scalar_columns": scalar_columns,
+        "prefetch_operands": prefetch_operands, "pingpong": pingpong, "scale_partition": scale_partition,
+        "split_k": split_k, "tail_split": tail_split, "swap_ab": swap_ab, "stream_k": stream_k, "tdm_warps": tdm_warps,
+        "sk_waves": sk_waves, "n_blocks": n_blocks})
     if sk_waves:
         if sk_waves != 1 or not stream_k:
             raise UnsupportedError(f"sk_waves={sk_waves!r} (with stream_k={stream_k!r}): expected 1 with a forced "

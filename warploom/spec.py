@@ -215,37 +215,69 @@ class GemmSpec:
     scale_layout: ScaleLayout = ScaleLayout.ROW_MAJOR
 
     def __post_init__(self) -> None:
-        # Internal consistency only; user-facing checks with fixes live in warploom.checks.
+        # A spec built by hand (warploom.GemmSpec is public) is checked like the calls' tensors: by field, with a fix.
+        # (warploom.checks derives specs from tensors and refuses those mistakes first, by the tensors' names.)
+        from warploom.errors import ArgumentTypeError, InputError
+
+        for name in ("m", "n", "k", "groups"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ArgumentTypeError(name, "an int", f"{type(value).__name__} {value!r}", f"pass {name} as an int")
+        for name, kind in (("a_dtype", DType), ("b_dtype", DType), ("out_dtype", DType), ("scale", ScaleRecipe),
+                           ("accumulation", Accumulation), ("b_layout", BLayout), ("a_layout", ALayout),
+                           ("grouping", Grouping), ("scale_layout", ScaleLayout)):
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                raise ArgumentTypeError(name, f"a warploom {kind.__name__}", f"{type(value).__name__} {value!r}",
+                                        f"pass e.g. {name}={kind.__name__}.{next(iter(kind)).name}")
+
+        def refuse(arg: str, expected: str, got: str, fix: str) -> None:
+            raise InputError(arg, expected, got, fix)
+
         if min(self.m, self.n, self.k) < 0:
-            raise ValueError(f"GemmSpec sizes must be >= 0, got {self.m=} {self.n=} {self.k=}")
+            refuse("m, n, k", "sizes >= 0 (GemmSpec sizes must be >= 0)", f"{self.m}, {self.n}, {self.k}",
+                   "pass non-negative sizes")
         if self.a_dtype.block_scaled != self.b_dtype.block_scaled:
-            raise ValueError(f"GemmSpec mixes fp8 and 16-bit inputs: {self.a_dtype=} {self.b_dtype=}")
+            refuse("b_dtype", f"a dtype of a's kind: a GemmSpec never mixes fp8 and 16-bit inputs (a_dtype "
+                   f"{self.a_dtype.value})", self.b_dtype.value, "pass both 16-bit (and equal) or both fp8/fp4")
         if not self.a_dtype.block_scaled and self.a_dtype != self.b_dtype:
-            raise ValueError(f"GemmSpec 16-bit inputs must match: {self.a_dtype=} {self.b_dtype=}")
+            refuse("b_dtype", f"{self.a_dtype.value}: 16-bit inputs must match", self.b_dtype.value,
+                   f"pass b_dtype=DType.{self.a_dtype.name}")
         if self.a_dtype == DType.FP32:
-            raise ValueError("GemmSpec inputs cannot be fp32")
+            refuse("a_dtype", "bf16, fp16, fp8 or fp4: inputs cannot be fp32", "fp32",
+                   "pass bf16 inputs (torch.matmul computes fp32 itself)")
         if self.is_fp8 and self.b_layout is not BLayout.K_MAJOR:
-            raise ValueError("fp8 wgmma reads both operands K-major: b_layout must be K_MAJOR")
+            refuse("b_layout", "K_MAJOR: fp8 wgmma reads both operands K-major", self.b_layout.value,
+                   "pass b_layout=BLayout.K_MAJOR (b as b_nk.t())")
         if self.is_fp8 and self.a_layout is not ALayout.K_MAJOR:
-            raise ValueError("fp8 wgmma reads both operands K-major: a_layout must be K_MAJOR")
+            refuse("a_layout", "K_MAJOR: fp8 wgmma reads both operands K-major", self.a_layout.value,
+                   "pass a_layout=ALayout.K_MAJOR (a row-major)")
         if self.is_fp8 == (self.scale is ScaleRecipe.NONE):
-            raise ValueError(f"fp8 inputs need a scale recipe and 16-bit inputs none: {self.scale=}")
+            refuse("scale", "a scale recipe for fp8 inputs, and none for 16-bit ones (fp8 inputs need a scale "
+                   "recipe and 16-bit inputs none)", self.scale.value,
+                   "pass scale=ScaleRecipe.ROWWISE (or another recipe) with fp8, ScaleRecipe.NONE with bf16/fp16")
         if self.accumulation is Accumulation.PROMOTED and not self.is_fp8:
-            raise ValueError("PROMOTED accumulation only applies to fp8 inputs")
+            refuse("accumulation", "NATIVE: PROMOTED accumulation only applies to fp8 inputs", "promoted",
+                   "pass accumulation=Accumulation.NATIVE")
         if self.scale_layout is ScaleLayout.BLOCKED and not self.scale.microscaled:
-            raise ValueError(f"only MX and NVFP4 scales come in the blocked layout: {self.scale=}")
+            refuse("scale_layout", "ROW_MAJOR: only MX and NVFP4 scales come in the blocked layout",
+                   f"blocked with {self.scale.value} scales", "pass scale_layout=ScaleLayout.ROW_MAJOR")
         if self.mixed_fp4 and self.scale is not ScaleRecipe.MX:
-            raise ValueError(f"GemmSpec: MX fp8 x fp4 (kind::mxf8f6f4) takes MX scales, got "
-                             f"{self.a_dtype=} {self.b_dtype=} {self.scale=} {self.scale_layout=}")
+            refuse("scale", "MX: MX fp8 x fp4 (kind::mxf8f6f4) takes MX scales",
+                   f"{self.scale.value} ({self.a_dtype.value} x {self.b_dtype.value})", "pass scale=ScaleRecipe.MX")
         if self.scale is ScaleRecipe.NVFP4 and not (self.fp4_a and self.fp4_b):
-            raise ValueError(f"NVFP4 scales go with e2m1 inputs: {self.a_dtype=} {self.b_dtype=}")
+            refuse("a_dtype, b_dtype", "e2m1 both: NVFP4 scales go with e2m1 inputs",
+                   f"{self.a_dtype.value} x {self.b_dtype.value}", "pass e2m1 inputs, or scale=ScaleRecipe.MX")
         if self.scale.is_blockwise and self.accumulation is not Accumulation.PROMOTED:
-            raise ValueError("blockwise scales are applied at each k-block's promotion: accumulation must be PROMOTED")
-        if (self.grouping is Grouping.NONE) != (self.groups == 0):
-            raise ValueError(f"GemmSpec: a grouped spec has groups >= 1, an ordinary one 0: {self.grouping=} "
-                             f"{self.groups=}")
+            refuse("accumulation", "PROMOTED: blockwise scales are applied at each k-block's promotion (accumulation "
+                   "must be PROMOTED)",
+                   self.accumulation.value, "pass accumulation=Accumulation.PROMOTED")
+        if (self.grouping is Grouping.NONE) != (self.groups == 0) or self.groups < 0:
+            refuse("groups", "a grouped spec has groups >= 1, an ordinary one 0", f"{self.groups} with grouping "
+                   f"{self.grouping.value}", "pass groups=E (the experts) with a grouping, or 0 without")
         if self.grouped and self.grouped_problems():
-            raise ValueError(f"GemmSpec: grouped GEMMs do not take {'; '.join(self.grouped_problems())}")
+            refuse("grouping", "a spec a grouped kernel takes", f"{self.grouping.value}, but grouped GEMMs do not take "
+                   f"{'; '.join(self.grouped_problems())}", "drop those fields, or plan the GEMMs one by one")
 
     @property
     def grouped(self) -> bool:

@@ -487,3 +487,92 @@ def test_cli_short_help_and_version() -> None:
     assert CliRunner().invoke(main, ["-h"]).exit_code == 0
     res = CliRunner().invoke(main, ["--version"])
     assert res.exit_code == 0 and "0.1.0" in res.output
+
+
+# A Kernel's own calls (Kernel.run / Kernel.simulate) take tensors for the spec it was planned for: anything else was
+# once dropped or read along the wrong axis without a word (a probe of the API, session 34).
+def _meta(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def _rowwise_kernel() -> Any:
+    return warploom.plan(_meta(128, 256, dtype=E4), _meta(128, 256, dtype=E4).t(), _meta(128, 1, dtype=FP32),
+                         _meta(1, 128, dtype=FP32))
+
+
+@pytest.mark.parametrize("call", [
+    # a blockwise kernel given scale_a of rowwise shape
+    lambda: warploom.plan(_meta(128, 256, dtype=E4), _meta(128, 256, dtype=E4).t(), _meta(128, 2, dtype=FP32),
+                          _meta(2, 1, dtype=FP32)).simulate(t(128, 256, dtype=E4), col_major(256, 128),
+                                                            torch.rand(128, 1), torch.rand(2, 1)),
+    # a rowwise kernel given its scales swapped
+    lambda: _rowwise_kernel().simulate(t(128, 256, dtype=E4), col_major(256, 128), torch.rand(1, 128),
+                                       torch.rand(128, 1)),
+])
+def test_kernel_refuses_scales_of_another_shape(call: Callable[[], Any]) -> None:
+    with pytest.raises(ScaleError, match="Fix:"):
+        call()
+
+
+def test_kernel_refuses_scales_of_another_recipe() -> None:
+    tensorwise = warploom.plan(_meta(128, 256, dtype=E4), _meta(128, 256, dtype=E4).t(), _meta(dtype=FP32),
+                               _meta(dtype=FP32))
+    with pytest.raises(InputError, match=r"^scale_a, scale_b: expected scale tensorwise.*got scale rowwise"):
+        tensorwise.simulate(t(128, 256, dtype=E4), col_major(256, 128), torch.rand(128, 1), torch.rand(1, 128))
+    assert _rowwise_kernel().simulate(t(128, 256, dtype=E4), col_major(256, 128), torch.rand(128, 1) + 0.5,
+                                      torch.rand(1, 128) + 0.5).output.isfinite().all()
+
+
+def test_kernel_refuses_scales_it_would_drop_and_tensors_of_another_layout() -> None:
+    k = warploom.plan(_meta(128, 256), _meta(128, 256).t())
+    a, b = t(128, 256), t(128, 256).t()
+    with pytest.raises(InputError, match="^scale_a: expected None.*without scales.*Fix:"):
+        k.simulate(a, b, torch.tensor(2.0), torch.tensor(3.0))
+    with pytest.raises(InputError, match="^b: expected b_layout k_major.*got b_layout n_major"):
+        k.run(a, t(256, 128), t(128, 128))  # (checked before the launch: no GPU needed to refuse it)
+    with pytest.raises(InputError, match="^a: expected a_dtype bf16.*got a_dtype fp16"):
+        k.simulate(a.half(), b.half())
+    with pytest.raises(TypeError, match="^a: expected a torch.Tensor"):
+        k.simulate(None, b)
+
+
+def test_simulator_refuses_program_ids_and_seeds_by_name() -> None:
+    k = warploom.plan(_meta(512, 512), _meta(512, 512).t())
+    a, b = t(512, 512), t(512, 512).t()
+    grid = k.plan.grid
+    with pytest.raises(InputError, match=rf"^ctas: expected program ids in \[0, {grid}\).*got \[999\]"):
+        k.simulate(a, b, ctas=[999])
+    with pytest.raises(InputError, match="^ctas: expected program ids"):
+        k.check_protocol(ctas=[-1])
+    for bad in ("0", 0, [0.5]):
+        with pytest.raises(TypeError, match="^ctas: expected"):
+            k.simulate(a, b, ctas=bad)
+    with pytest.raises(TypeError, match="^seeds: expected an iterable of ints.*Fix: pass seeds=\\[3\\]"):
+        k.check_protocol(seeds=3)
+
+
+@pytest.mark.parametrize("kw,error,name", [
+    ({"stream_k": 2.0}, TypeError, "stream_k"), ({"stages": "4"}, TypeError, "stages"),
+    ({"n_blocks": 64}, TypeError, "n_blocks"), ({"pingpong": "no"}, TypeError, "pingpong"),
+    ({"swap_ab": "yes"}, TypeError, "swap_ab"), ({"bm": 0}, InputError, "bm"), ({"stages": -1}, InputError, "stages"),
+    ({"stages": 0}, InputError, "stages"), ({"partial_blocks": 0}, InputError, "partial_blocks"),
+    ({"split_k": True}, TypeError, "split_k"),
+])
+def test_plan_schedule_checks_its_options(kw: dict[str, Any], error: type[Exception], name: str) -> None:
+    from warploom import H100_SXM, GemmSpec
+    from warploom.planner import plan_schedule
+
+    with pytest.raises(error, match=f"^{name}: expected.*Fix:"):
+        plan_schedule(GemmSpec(512, 512, 512), H100_SXM, **kw)
+    with pytest.raises(TypeError, match="^spec: expected a warploom.GemmSpec"):
+        plan_schedule((512, 512, 512), H100_SXM)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="^device: expected a warploom.DeviceInfo"):
+        plan_schedule(GemmSpec(512, 512, 512), "H100")  # type: ignore[arg-type]
+
+
+def test_kernel_simulate_wants_cpu_tensors_and_plan_a_bool_flag() -> None:
+    k = warploom.plan(_meta(128, 256), _meta(128, 256).t())
+    with pytest.raises(DeviceError, match="^a: expected CPU tensors.*Fix: pass a.cpu()"):
+        k.simulate(_meta(128, 256), _meta(128, 256).t())
+    with pytest.raises(TypeError, match="^use_fast_accum: expected a bool"):
+        warploom.plan(_meta(128, 256), _meta(128, 256).t(), use_fast_accum="yes")

@@ -26,6 +26,8 @@ def usage_error(args: list[str], match: str, env: dict[str, str] | None = None) 
     (["sim", "--timeline", "picture.txt"], "picture file ending in .png"),
     (["sim", "--timeline", "no/such/dir/t.png"], "does not exist"),
     (["demo", "--m", "1048576", "--n", "1048576", "--k", "1048576"], "Pick a smaller problem"),
+    (["plan", "--dtype", "bf16", "--scales", "blockwise"], "--scales blockwise goes with --dtype fp8"),
+    (["sim", "--scales", "tensorwise"], "Fix: drop --scales"),
 ])
 def test_bad_values_are_usage_errors(args: list[str], match: str) -> None:
     usage_error(args, match)

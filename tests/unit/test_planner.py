@@ -149,7 +149,7 @@ def test_forced_single_stage_is_planned() -> None:
     assert plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM).stages >= 2
 
 
-@pytest.mark.parametrize("kwargs", [dict(stages=7), dict(stages=0), dict(bm=512), dict(bn=64), dict(bm=32, bn=128),
+@pytest.mark.parametrize("kwargs", [dict(stages=7), dict(bm=512), dict(bn=64), dict(bm=32, bn=128),
                                     dict(bm=256, bn=256)], ids=str)
 def test_impossible_forced_parameters_raise_unsupported(kwargs: dict) -> None:
     with pytest.raises(UnsupportedError, match="no tile shape fits"):
@@ -237,9 +237,15 @@ def test_rowwise_bias_avoidance_does_not_apply_to_column_blocks() -> None:
     assert (plan_schedule(spec, H100_SXM).bn, plan_schedule(spec, H100_SXM).partial_blocks) == (256, 2)
 
 
-@pytest.mark.parametrize("split", [0, 5, "2", 8])
+@pytest.mark.parametrize("split", [5, 8])
 def test_bad_consumer_partitions_are_refused(split: object) -> None:
     with pytest.raises(UnsupportedError, match="consumer_partitions=.*expected 1 .*, 2 .*, 3 or 4"):
+        plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, consumer_partitions=split)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("split,error", [(0, ValueError), ("2", TypeError)])
+def test_consumer_partitions_of_the_wrong_kind_are_named(split: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="^consumer_partitions: expected .*Fix:"):
         plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, consumer_partitions=split)  # type: ignore[arg-type]
 
 
@@ -256,7 +262,7 @@ def test_two_consumer_partitions_need_two_warpgroups() -> None:
     assert (p.bm, p.consumer_partitions) == (128, 2)
 
 
-@pytest.mark.parametrize("blocks", [0, 3, 8])
+@pytest.mark.parametrize("blocks", [3, 8])  # (0: not a positive int, refused by name: test_bad_input.py)
 def test_bad_partial_blocks_are_refused(blocks: int) -> None:
     # 3 blocks of a 256-wide tile would leave column 255 outside every accumulator.
     with pytest.raises(UnsupportedError, match=r"partial_blocks=.*expected 1 .*, 2 .* or 4"):

@@ -70,3 +70,19 @@ def test_short_names_distinguish_recipe_dtype_and_size() -> None:
     names = [v.short() for v in variants]
     assert len(set(names)) == len(names), names
     assert base.short() == "e4m3xe4m3->bf16 rowwise 64x64x64 b=k_major"
+
+
+def test_hand_built_specs_are_checked_by_field() -> None:
+    """warploom.GemmSpec is public: a field of the wrong kind is named with its fix (never an AttributeError), and
+    a grouping's count must be at least one group."""
+    import torch
+
+    from warploom.errors import ArgumentTypeError, InputError
+    from warploom.spec import Grouping
+
+    with pytest.raises(ArgumentTypeError, match="^m: expected an int, got str '4096'. Fix:"):
+        GemmSpec("4096", 8, 8)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match="^a_dtype: expected a warploom DType.*Fix: pass e.g. a_dtype=DType"):
+        GemmSpec(8, 8, 8, torch.bfloat16)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="^groups: expected a grouped spec has groups >= 1"):
+        GemmSpec(8, 8, 8, grouping=Grouping.OFFSETS, groups=-1)

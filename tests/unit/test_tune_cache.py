@@ -361,7 +361,7 @@ def test_plan_fields_are_validated_at_construction() -> None:
                        ("consumer_warps", True), ("acc_buffers", -1)):
         with pytest.raises(ValueError, match=rf"Plan\({field}="):
             dataclasses.replace(PLAN, **{field: bad})
-    with pytest.raises(ValueError, match="group_m=0"):
+    with pytest.raises(ValueError, match="^group_m: expected a positive int, got 0"):
         plan_schedule(SPEC, H100_SXM, group_m=0)
 
 

@@ -5,9 +5,53 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
-from warploom.errors import UnsupportedError
+from warploom.errors import ArgumentTypeError, InputError, UnsupportedError
 from warploom.target import Target
+
+# `plan_schedule`'s keyword options by the type each takes (None: the rules decide, where the signature allows it).
+_COUNTS = ("bm", "bn", "stages", "group_m", "consumer_partitions", "partial_blocks", "split_k", "tail_split")
+_FLAGS = ("hoist_rows", "scalar_columns", "prefetch_operands", "pingpong", "scale_partition", "swap_ab")
+
+
+def check_arguments(spec: Any, device: Any, options: dict[str, Any]) -> None:
+    """`plan_schedule`'s arguments by type and sign, before any rule reads them: a string taken for a flag would turn
+    it on, a float stream_k would reach the kernel's name, and a wrong spec or device would fail deep in a rule."""
+    from warploom.device import DeviceInfo
+    from warploom.spec import GemmSpec
+
+    if not isinstance(spec, GemmSpec):
+        raise ArgumentTypeError("spec", "a warploom.GemmSpec", f"{type(spec).__name__} {spec!r}",
+                                "pass warploom.GemmSpec(m, n, k, ...), or call warploom.plan(a, b) with tensors")
+    if not isinstance(device, DeviceInfo):
+        raise ArgumentTypeError("device", "a warploom.DeviceInfo", f"{type(device).__name__} {device!r}",
+                                "pass warploom.device.H100_SXM, B200 or GFX1250 (or DeviceInfo(...) for another GPU)")
+    for name in (*_COUNTS, "stream_k", "sk_waves"):
+        value = options.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentTypeError(name, "an int" + ("" if name in ("group_m", "sk_waves") else " or None"),
+                                    f"{type(value).__name__} {value!r}", f"pass {name} as an int, or leave it out")
+        if value < (0 if name in ("stream_k", "sk_waves") else 1):
+            raise InputError(name, "a positive int" if name in _COUNTS else "0 or more", str(value),
+                             f"pass a {'positive' if name in _COUNTS else 'non-negative'} {name}, or leave it out")
+    for name in _FLAGS:
+        value = options.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise ArgumentTypeError(name, "True, False or None" if name not in ("scalar_columns", "pingpong")
+                                    else "True or False", f"{type(value).__name__} {value!r}",
+                                    f"pass {name}=True or {name}=False")
+    blocks = options.get("n_blocks")
+    if blocks is not None and (isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__")
+                               or any(isinstance(w, bool) or not isinstance(w, int) for w in blocks)):
+        raise ArgumentTypeError("n_blocks", "a tuple of column-block widths (e.g. (128, 32)), () or None",
+                                f"{type(blocks).__name__} {blocks!r}", "pass n_blocks=(128, 32), or leave it out")
+    warps = options.get("tdm_warps")
+    if warps is not None and not isinstance(warps, TdmWarps):
+        raise ArgumentTypeError("tdm_warps", "a warploom.planning.options.TdmWarps or None",
+                                f"{type(warps).__name__} {warps!r}", "pass e.g. tdm_warps=TdmWarps.SPLIT")
 
 
 class TdmWarps(enum.Enum):

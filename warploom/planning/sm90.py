@@ -291,7 +291,8 @@ def _choose(spec: GemmSpec, device: DeviceInfo, options: PlanOptions, o: PlanOpt
             hint = (": a 192-row tile's warpgroups (160 registers) hold at most 224 of a 256-wide slot's columns; "
                     "pass n_blocks (e.g. (128, 64)) or bn=128")
         raise UnsupportedError(f"no tile shape fits {spec.short()} with bm={o.bm!r} bn={bn!r} stages={stages!r} "
-                               f"partial_blocks={partial_blocks!r} on {device.name}{hint}")
+                               f"partial_blocks={partial_blocks!r} on {device.name}{hint}. Fix: leave them out for "
+                               "the planner's choice, or force a tile among `warploom plan --explain`'s candidates")
     if (not pingpong and not _forces_tile(options) and o.stream_k is None and o.cluster is None
             and o.prefetch_operands is None and o.hoist_rows is None and short_k_pingpong(spec, best[2], device)):
         with collecting(None):  # (the forced call's own candidates are not this rule's)

@@ -28,6 +28,7 @@ from warploom.checks import scale_parts
 from warploom.epilogue.graph import OutputLayout
 from warploom.epilogue.operands import OperandSpec
 from warploom.errors import (
+    ArgumentTypeError,
     DeviceError,
     DTypeError,
     InputError,
@@ -318,10 +319,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any =
     ops = Operands.of(module, a, b, scale_a, scale_b, bias, results, tensors, span.tiles if span else 0, globals_)
     grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
     # A stream-K launch runs whole: its CTAs' fixups link them (ir.Fixup), so a sample would wait forever.
-    pids = tuple(range(grid)) if ctas is None or t.stream_k else tuple(ctas)
-    for p in pids:
-        if not 0 <= p < grid:
-            raise ValueError(f"ctas: program id {p} is outside the launched grid [0, {grid})")
+    pids = tuple(range(grid)) if ctas is None or t.stream_k else program_ids("ctas", ctas, grid)
     if t.cluster > 1:  # (a cluster's CTAs wait on each other: whole clusters run)
         pids = whole_clusters(module, pids)
     sink = FindingSink()
@@ -516,6 +514,29 @@ class CheckReport:
         return not self.findings
 
 
+def ints(name: str, values: Any) -> tuple[int, ...]:
+    """`values` (an iterable of ints: program ids or seeds) as a tuple, or an error naming `name`."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ArgumentTypeError(name, "an iterable of ints (e.g. range(4) or [0, 3])", f"{type(values).__name__} "
+                                f"{values!r}", f"pass {name}=[{values!r}]" if isinstance(values, int) else
+                                f"pass a list of ints as {name}")
+    out = tuple(values)
+    bad = next((v for v in out if isinstance(v, bool) or not isinstance(v, int)), None)
+    if bad is not None:
+        raise ArgumentTypeError(name, "ints", f"{type(bad).__name__} {bad!r} among them", f"pass {name} as ints")
+    return out
+
+
+def program_ids(name: str, ctas: Any, grid: int) -> tuple[int, ...]:
+    """`ctas` as program ids of a launch of `grid` CTAs, or an error naming the ones outside it."""
+    pids = ints(name, ctas)
+    outside = [p for p in pids if not 0 <= p < grid]
+    if outside:
+        raise InputError(name, f"program ids in [0, {grid}) (the launch's grid)", f"{outside}",
+                         f"pass ids below {grid}, or {name}=None for every CTA")
+    return pids
+
+
 def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable[int] = range(4),
                    ctas: Iterable[int] | None = None, raise_on_finding: bool = True,
                    span: Span | None = None) -> CheckReport:
@@ -529,8 +550,9 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
     t = module.tiling
     span = launch_span(module, m, n, span)
     grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
-    pids = representative_ctas(module, m, n, span) if ctas is None else whole_clusters(module, ctas)
-    seeds = tuple(seeds)
+    pids = representative_ctas(module, m, n, span) if ctas is None else whole_clusters(
+        module, program_ids("ctas", ctas, grid))
+    seeds = ints("seeds", seeds)
     sink = FindingSink()
     steps = 0
     if t.stream_k:
