@@ -285,8 +285,9 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
         if getattr(err, "arg", None) != "grouping":
             raise
         # (GemmSpec's grouped_problems: an epilogue with several outputs)
-        e = UnsupportedError(f"epilogue: expected a function with one output on a grouped GEMM, or one returning "
-                             f"warploom.quantize(y, recipe='1x128'), got {err}. Fix: return one tensor")
+        e = UnsupportedError("epilogue: expected a function with one output on a grouped GEMM, or one returning "
+                             "warploom.quantize(y, recipe='1x128'), got one with several outputs. Fix: return one "
+                             "tensor")
         e.arg = "epilogue"  # type: ignore[attr-defined]
         raise e from None
     g = spec.epilogue

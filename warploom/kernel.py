@@ -178,9 +178,11 @@ class Kernel:
         if self.tail is None:
             return check_protocol(self.module, s.m, s.n, s.k, seeds=seeds, ctas=ctas,
                                   raise_on_finding=raise_on_finding)
-        reports = [check_protocol(launch.module, s.m, s.n, s.k, seeds=seeds, ctas=ctas,
+        # (each launch takes the ids of `ctas` in its own grid, as `simulate`'s do: the tail's grid is smaller)
+        reports = [check_protocol(launch.module, s.m, s.n, s.k, seeds=seeds,
+                                  ctas=None if ctas is None else launch.ctas,
                                   raise_on_finding=raise_on_finding, span=launch.span)
-                   for launch in self.launches(s.m, s.n, s.k)]
+                   for launch in self.launches(s.m, s.n, s.k, ctas)]
         if not reports:  # an empty output launches nothing
             return CheckReport(self.module.name, tuple(seeds), (), 0, ())
         return CheckReport(" + ".join(r.module for r in reports), reports[0].seeds,

@@ -576,3 +576,18 @@ def test_kernel_simulate_wants_cpu_tensors_and_plan_a_bool_flag() -> None:
         k.simulate(_meta(128, 256), _meta(128, 256).t())
     with pytest.raises(TypeError, match="^use_fast_accum: expected a bool"):
         warploom.plan(_meta(128, 256), _meta(128, 256).t(), use_fast_accum="yes")
+
+
+def test_check_protocol_takes_each_launchs_own_ids() -> None:
+    """A split-K tail's launches take the ids of `ctas` in their own grids (the tail's is smaller), and stream-K runs
+    every CTA: neither refuses an id the first launch has."""
+    from warploom import H100_SXM, GemmSpec
+    from warploom.kernel import build
+    from warploom.planner import plan_schedule
+
+    spec = GemmSpec(2000, 2056, 4608)
+    tailed = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=128, bn=128, tail_split=2))
+    assert tailed.check_protocol(seeds=[0], ctas=[131]).ctas == (131,)
+    spec = GemmSpec(384, 752, 5312)
+    streamed = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bn=128, stream_k=3))
+    assert len(streamed.check_protocol(seeds=[0], ctas=[10**6]).ctas) == streamed.plan.grid

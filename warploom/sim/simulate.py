@@ -550,8 +550,9 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
     t = module.tiling
     span = launch_span(module, m, n, span)
     grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
+    # (stream-K runs every CTA whatever `ctas` says, below: its ids are only type-checked)
     pids = representative_ctas(module, m, n, span) if ctas is None else whole_clusters(
-        module, program_ids("ctas", ctas, grid))
+        module, ints("ctas", ctas) if t.stream_k else program_ids("ctas", ctas, grid))
     seeds = ints("seeds", seeds)
     sink = FindingSink()
     steps = 0
