@@ -31,7 +31,7 @@ from warploom.version import __version__
 
 if TYPE_CHECKING:
     from warploom.api import matmul, plan, scaled_mm
-    from warploom.device import H100_SXM, DeviceInfo
+    from warploom.device import H100_SXM, H200, DeviceInfo
     from warploom.dtypes import DType
     from warploom.gate_up import deinterleave_gate_up, interleave_gate_up, silu_mul_interleaved
     from warploom.grouped import grouped_mm, scaled_grouped_mm
@@ -48,7 +48,8 @@ gluon_api.installed()
 # command line's `--help` and `--version`, does not wait for torch and Triton.
 _LAZY = {
     "matmul": "warploom.api", "plan": "warploom.api", "scaled_mm": "warploom.api",
-    "H100_SXM": "warploom.device", "DeviceInfo": "warploom.device", "DType": "warploom.dtypes",
+    "H100_SXM": "warploom.device", "H200": "warploom.device", "DeviceInfo": "warploom.device",
+    "DType": "warploom.dtypes",
     "Kernel": "warploom.kernel", "Plan": "warploom.planning.plan", "Accumulation": "warploom.spec",
     "ALayout": "warploom.spec", "BLayout": "warploom.spec", "GemmSpec": "warploom.spec", "ScaleRecipe": "warploom.spec",
     "Grouping": "warploom.spec", "ScaleLayout": "warploom.spec", "grouped_mm": "warploom.api",
@@ -81,7 +82,8 @@ if "torch" in sys.modules:
 
 
 __all__ = [
-    "H100_SXM", "Accumulation", "AlignmentError", "ArgumentTypeError", "ALayout", "BLayout", "DType", "DTypeError",
+    "H100_SXM", "H200", "Accumulation", "AlignmentError", "ArgumentTypeError", "ALayout", "BLayout", "DType",
+    "DTypeError",
     "DeviceError", "DeviceInfo", "GemmSpec", "Grouping", "InputError", "InternalError", "Kernel", "KernelHangError",
     "Plan", "PlanError", "QuantRecipe", "ScaleError",
     "ScaleLayout", "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError",

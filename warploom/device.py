@@ -17,6 +17,8 @@ class DeviceInfo:
         sm_count: streaming multiprocessors; the persistent grid has at most this many CTAs.
         smem_per_block: the most dynamic shared memory one CTA may use (bytes).
         regs_per_sm: 32-bit registers per SM; warp-specialized register budgets must fit in it.
+        l2_bytes: the L2 cache, as the driver reports it; it tells apart parts of one architecture whose L2 delivers
+            at different rates (the H100 SXM's 50 MiB and the H200's 60 MiB: rule 32's `l2_floor`).
     """
 
     name: str
@@ -24,6 +26,7 @@ class DeviceInfo:
     sm_count: int
     smem_per_block: int
     regs_per_sm: int = 65536
+    l2_bytes: int = 50 * 2**20
 
     @staticmethod
     def current() -> DeviceInfo:
@@ -36,7 +39,8 @@ class DeviceInfo:
         if torch.version.hip:  # ROCm: the gfx name (e.g. "gfx1250:sramecc+:xnack-" -> "gfx1250")
             arch = str(getattr(props, "gcnArchName", "gfx")).split(":")[0]
         smem = int(getattr(props, "shared_memory_per_block_optin", H100_SXM.smem_per_block))
-        return DeviceInfo(props.name, arch, props.multi_processor_count, smem)
+        l2 = int(getattr(props, "L2_cache_size", H100_SXM.l2_bytes))
+        return DeviceInfo(props.name, arch, props.multi_processor_count, smem, l2_bytes=l2)
 
 
     @property
@@ -58,6 +62,9 @@ class DeviceInfo:
 
 # The H100 SXM that warploom is measured on: 132 SMs, 227 KiB of opt-in shared memory per block.
 H100_SXM = DeviceInfo("NVIDIA H100 80GB HBM3", "sm_90a", 132, 232448)
+# The H200 (SXM): the H100's chip with 60 MiB of L2 enabled (and faster HBM). warploom's GPU sessions since 2026-11-28
+# run on one.
+H200 = DeviceInfo("NVIDIA H200", "sm_90a", 132, 232448, l2_bytes=60 * 2**20)
 # Tensor memory per SM on sm_100a: 512 columns of 32-bit cells (the planner's and the verifier's budget for
 # accumulators and MX scale buffers).
 TMEM_COLUMNS = 512

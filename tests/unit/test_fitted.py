@@ -10,19 +10,20 @@ from dataclasses import replace
 
 import pytest
 
-from warploom import H100_SXM, DType, GemmSpec, ScaleRecipe
+from warploom import H100_SXM, H200, DeviceInfo, DType, GemmSpec, ScaleRecipe
 from warploom.errors import PlanError, UnsupportedError
 from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import explain, plan_schedule
 from warploom.planning.sm90_fitted import (
-    L2_BYTES_PER_US,
-    L2_BYTES_PER_US_16B_ROWS,
+    H100_L2,
+    H200_L2,
     blocks_of,
     candidates,
     current_score,
     l2_floor,
+    l2_rates,
     sector_aligned,
 )
 from warploom.planning.sm90_models import stream_k_score
@@ -178,13 +179,40 @@ def test_sector_aligned_m_major_a() -> None:
 
 def test_l2_floor() -> None:
     """Each CTA's rows of A and B a k-block, over L2's bytes a microsecond: none under L2_MIN_KBLOCKS k-blocks,
-    L2_BYTES_PER_US / L2_BYTES_PER_US_16B_ROWS times more where rows are 16-byte aligned."""
-    assert l2_floor(GemmSpec(4096, 4096, 2048), 132, 128, 256) == 0.0
-    aligned, unaligned = l2_floor(GemmSpec(4096, 4096, 11200), 132, 128, 256), \
-        l2_floor(GemmSpec(4096, 4096, 11240), 132, 128, 256)
+    `L2Rates.sectors / halves` times more where rows are 16-byte aligned."""
+    assert l2_floor(GemmSpec(4096, 4096, 2048), H100_SXM, 132, 128, 256) == 0.0
+    aligned, unaligned = l2_floor(GemmSpec(4096, 4096, 11200), H100_SXM, 132, 128, 256), \
+        l2_floor(GemmSpec(4096, 4096, 11240), H100_SXM, 132, 128, 256)
     assert aligned == pytest.approx(132 * (128 + 256) * 7.49e6 / 9e6)  # (a full wave of 128x256 is L2 bound)
-    assert unaligned == pytest.approx(aligned * L2_BYTES_PER_US / L2_BYTES_PER_US_16B_ROWS)
-    assert l2_floor(GemmSpec(4096, 4096, 11200), 66, 128, 256) == pytest.approx(aligned / 2)
+    assert unaligned == pytest.approx(aligned * H100_L2.sectors / H100_L2.halves)
+    assert l2_floor(GemmSpec(4096, 4096, 11200), H100_SXM, 66, 128, 256) == pytest.approx(aligned / 2)
+
+
+@pytest.mark.parametrize("k,rate", [(11200, "lines"), (11216, "sectors"), (11240, "halves")])
+def test_l2_floor_per_part(k: int, rate: str) -> None:
+    """The H200's L2 feeds rows of whole 128-byte lines faster than the H100's (12 TB/s against 9) and rows that are
+    not at the H100's rates; a part is told by its L2's size, and one of another size is priced as an H100."""
+    spec = GemmSpec(4096, 4096, k)
+    h100, h200 = (l2_floor(spec, d, 132, 128, 256) for d in (H100_SXM, H200))
+    assert h100 == pytest.approx(132 * (128 + 256) * 7.49e6 / getattr(H100_L2, rate))
+    assert h200 == pytest.approx(132 * (128 + 256) * 7.49e6 / getattr(H200_L2, rate))
+    assert (h200 < h100) is (rate == "lines")
+    assert l2_rates(DeviceInfo("H100 PCIe", "sm_90a", 114, 232448)) is H100_L2
+    assert l2_rates(replace(H100_SXM, l2_bytes=64 * 2**20)) is H200_L2
+
+
+@pytest.mark.parametrize("mnk,h100,h200", [
+    # (the H200's measured pairs, session 35: 128x128 0.98 against 128x160's 0.80; 128x256's split-K tail 0.91
+    # against 192x176's 0.88; at 16-byte rows both parts keep the fitted tile)
+    ((1024, 2048, 4096), "128x256x64_s5_w8_g8_e2_p2_n128_32", "128x128x64_s6_w8_g8_p2"),
+    ((4096, 2112, 7168), "192x256x64_s4_w12_g8_e4_p3_n128_32_16", "128x256x64_s4_w8_g8_e2_p2_t4"),
+    ((5699, 2888, 14160), "192x256x64_s3_w12_g8_e2_p3_n128_64_32", "192x256x64_s3_w12_g8_e2_p3_n128_64_32"),
+])
+def test_plans_per_part(mnk: tuple[int, int, int], h100: str, h200: str) -> None:
+    """Where rows are whole lines and the H100's floor made 128x256 or 128x128 on every SM L2-bound, the H200 keeps
+    them."""
+    spec = GemmSpec(*mnk)
+    assert (plan_schedule(spec, H100_SXM).short(), plan_schedule(spec, H200).short()) == (h100, h200)
 
 
 def test_a_split_k_tail_is_replaced() -> None:
@@ -203,7 +231,7 @@ def test_current_score_floors_whole_waves_and_halves_a_clusters_b() -> None:
     p = plan_schedule(spec, H100_SXM)
     assert p.stream_k == 2
     area = 128 * 256.0
-    floor = l2_floor(spec, 132, 128, 256)
+    floor = l2_floor(spec, H100_SXM, 132, 128, 256)
     assert floor > area
     assert current_score(spec, H100_SXM, p) == pytest.approx(
         stream_k_score(192, 83, 132, 2, area) + (floor - area))
@@ -211,9 +239,9 @@ def test_current_score_floors_whole_waves_and_halves_a_clusters_b() -> None:
     whole = plan_schedule(spec, H100_SXM, n_blocks=())
     assert (whole.bm, whole.bn, whole.cluster, whole.units(4619, 2064)) == (128, 256, 1, 333)
     clustered = replace(whole, cluster=2, consumer_partitions=2, epilogue_subtiles=4)
-    assert current_score(spec, H100_SXM, whole) == pytest.approx(3 * l2_floor(spec, 132, 128, 256))
+    assert current_score(spec, H100_SXM, whole) == pytest.approx(3 * l2_floor(spec, H100_SXM, 132, 128, 256))
     assert current_score(spec, H100_SXM, clustered) == pytest.approx(
-        3 * max(area, l2_floor(spec, 132, 128, 128)))
+        3 * max(area, l2_floor(spec, H100_SXM, 132, 128, 128)))
 
 
 def test_explain_compares_with_the_floor() -> None:

@@ -1,9 +1,9 @@
-"""The planner against every plan sweep measured on the H100 (docs/data/*.json written by scripts/sweep_plans.py):
-where today's planner picks a plan that a sweep timed, it must be within MARGIN of the fastest plan timed at that
-shape, under the Triton version the sweep ran with. The misses we know of are listed with their reason, and each
-must still be a miss (a planner change that fixes one must take it off the list; one that breaks another shape
-fails here before it reaches a GPU). CPU only: the specs are built from empty CPU tensors by the same checks the
-sweeps' calls went through."""
+"""The planner against every plan sweep measured on the H100 or the H200 (docs/data/*.json written by
+scripts/sweep_plans.py): where today's planner, planning for the sweep's GPU, picks a plan that the sweep timed, it
+must be within MARGIN of the fastest plan timed at that shape, under the Triton version the sweep ran with. The misses
+we know of are listed with their reason, and each must still be a miss (a planner change that fixes one must take it
+off the list; one that breaks another shape fails here before it reaches a GPU). CPU only: the specs are built from
+empty CPU tensors by the same checks the sweeps' calls went through."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import torch
 
 from warploom import checks
 from warploom.backends.gluon_api import emitting_for
-from warploom.device import H100_SXM
+from warploom.device import H100_SXM, H200, DeviceInfo
 from warploom.planner import plan_schedule
 from warploom.spec import GemmSpec
 
@@ -36,6 +36,9 @@ KNOWN_MISSES = {
     ("narrow31-2026-11-28-session32.json", "bf16", "2090x96x7792"):
         "64x128 tiles in 4 split-K ranges with rule 31's 64+32 blocks (0.829) over rule 23's 64x64 (0.652): an "
         "exploratory variant, measured without its whole-tile baseline, not a candidate of rules 23-25 (rule-31 doc)",
+    ("l2floor-h200-2026-11-28-session35.json", "bf16", "2637x1904x6464"):
+        "the H200's 12 TB/s on whole lines gives 128x256's tiles back elsewhere (+1.7-4%, 1024x2048x4096 +15%) and "
+        "here prices 128x160 ahead of 192x224, which ran 5.6% faster (rule-32 doc)",
     ("rule24-2026-11-27-session26.json", "fp8", "5344x2192x144"):
         "rule 24's k-block floor gives up this shape's 9% (rule-24 doc)",
     ("smallsplit-2026-11-27-session31.json", "bf16", "513x368x5160"):
@@ -59,8 +62,13 @@ def _spec(case: str, m: int, n: int, k: int) -> GemmSpec | None:
     return None
 
 
-def _sweeps() -> list[tuple[str, str, list[dict[str, Any]]]]:
-    """(file name, Triton version, rows) of every sweep_plans JSON in docs/data."""
+def _device(name: str) -> DeviceInfo:
+    """The part a sweep ran on, by the name its env gives (the H100 SXM where none is given)."""
+    return H200 if "H200" in name else H100_SXM
+
+
+def _sweeps() -> list[tuple[str, str, DeviceInfo, list[dict[str, Any]]]]:
+    """(file name, Triton version, device, rows) of every sweep_plans JSON in docs/data."""
     out = []
     for path in sorted(DATA.glob("*.json")):
         try:
@@ -69,7 +77,8 @@ def _sweeps() -> list[tuple[str, str, list[dict[str, Any]]]]:
             continue
         rows = data.get("rows") if isinstance(data, dict) else None
         if rows and isinstance(rows[0], dict) and "variant" in rows[0] and "case" in rows[0]:
-            out.append((path.name, str(data.get("env", {}).get("triton", "3.6")), rows))
+            env = data.get("env", {})
+            out.append((path.name, str(env.get("triton", "3.6")), _device(str(env.get("device", ""))), rows))
     return out
 
 
@@ -77,7 +86,7 @@ def _checked() -> dict[tuple[str, str, str], tuple[str, float, float]]:
     """(file, case, size) -> (the planner's plan, its measured ratio, the best measured ratio), where the planner's
     plan was timed."""
     out = {}
-    for name, triton, rows in _sweeps():
+    for name, triton, device, rows in _sweeps():
         shapes: dict[tuple[str, str], list[dict[str, Any]]] = {}
         for r in rows:
             if "ratio" in r:
@@ -88,7 +97,7 @@ def _checked() -> dict[tuple[str, str, str], tuple[str, float, float]]:
             if spec is None:
                 continue
             with emitting_for(".".join(triton.split(".")[:2])):  # (the sweep's major.minor: rule 24 from 3.7)
-                planned = plan_schedule(spec, H100_SXM).short()
+                planned = plan_schedule(spec, device).short()
             mine = [r["ratio"] for r in runs if r["plan"] == planned]
             if mine:
                 out[(name, case, size)] = (planned, max(mine), max(r["ratio"] for r in runs))

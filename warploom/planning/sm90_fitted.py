@@ -17,7 +17,8 @@ tile's padding, and lost where they cut neither.
 A round is never faster than L2 delivers its tiles' operands (`l2_floor`): every CTA reads BM + tile_n rows of K, so
 a narrower tile on more SMs reads more bytes a FLOP, and where rows are only 16-byte aligned each 128-byte box row
 touches five 32-byte sectors instead of four, and L2 delivers about half (session 34,
-docs/data/fitlongk-*-session34.json). The constants are the H100 SXM's, measured; other sm_90a parts are not.
+docs/data/fitlongk-*-session34.json). The rates are the part's (`L2Rates`): measured on the H100 SXM and on the H200,
+told apart by their L2's size; another part is priced as an H100.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from warploom.device import DeviceInfo
+from warploom.device import H200, DeviceInfo
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
 from warploom.planning.sm90_models import stream_k_score, tail_score
@@ -42,15 +43,36 @@ BLOCK_COST = 0.1
 # most 128 wide is priced as step 3 prices 128x128 there (`sm90_tiles._MISALIGNED_128` against its 0.90).
 NARROW_EFFICIENCY = 0.8
 MISALIGNED_FACTOR = 0.8
-# `l2_floor`: what L2 delivers to the SMs, in bytes a microsecond, where rows start on 32-byte sectors and where they
-# are only 16-byte aligned, against an SM's 16-bit wgmma FLOPs a microsecond (989 TFLOP/s over 132 SMs). Fitted to
-# forced fitted tiles against the plans before them (H100, bf16, session 34, docs/data/fitlongk-*, l2floor-* and
-# l2large-*-session34.json): 1256x1720x11200 on 120 tiles of 128x144 sustained 8.7 TB/s and ran 25% faster than on
-# 70 of 128x256, while at K = 11240 (rows of 22480 bytes) the same tiles sustained 5.1 TB/s and ran 19% slower. Of the
-# 32 plan pairs measured there the model orders all but 656x8048x5280 (fitted 2% ahead of its stream-K) and three
-# within 1% as measured; seven of them have 16-byte rows (192x224 or 192x208 against 128x256 or stream-K: +5-33%).
-L2_BYTES_PER_US = 9e6
-L2_BYTES_PER_US_16B_ROWS = 5e6
+
+
+@dataclass(frozen=True)
+class L2Rates:
+    """What L2 delivers to the SMs in `l2_floor`, in bytes a microsecond, where A's and B's rows are whole 128-byte
+    lines, where they start on 32-byte sectors, and where they are only 16-byte aligned."""
+
+    lines: float
+    sectors: float
+    halves: float
+
+
+# The H100 SXM's, fitted to forced fitted tiles against the plans before them (bf16, session 34, docs/data/fitlongk-*,
+# l2floor-* and l2large-*-session34.json): 1256x1720x11200 on 120 tiles of 128x144 sustained 8.7 TB/s and ran 25%
+# faster than on 70 of 128x256, while at K = 11240 (rows of 22480 bytes) the same tiles sustained 5.1 TB/s and ran
+# 19% slower. Of the 32 plan pairs measured there the model orders all but 656x8048x5280 (fitted 2% ahead of its
+# stream-K) and three within 1% as measured; seven of them have 16-byte rows (192x224 or 192x208 against 128x256 or
+# stream-K: +5-33%).
+H100_L2 = L2Rates(lines=9e6, sectors=9e6, halves=5e6)
+# The H200's (60 MiB of L2 against 50): the same pairs and six more, remeasured there (session 35,
+# docs/data/l2floor-h200-2026-11-28-session35.log). On rows of whole lines the H100's rate made 128x256 on every SM
+# L2-bound, and the fitted tiles it chose lost 2-18% (1024x2048x4096 128x160 against 128x128: 0.80 against 0.98;
+# 4096x57344x8192 192x192 against 128x256's stream-K: 0.97 against 1.01); 128x128 there fed its SMs 10 TB/s with its
+# ring's fill and epilogue in the time. At 12 TB/s the planner takes back 128x256 or 128x128 at 1024x2048x4096 and
+# at four of the suite's large shapes (+1.7% to +4% at three of them, -0.6% at 4096x10240x8192), and 128x144 at
+# 1256x1720x11200 (+3.4%); it loses 2637x1904x6464 (128x160 5.6% behind 192x224) and 7202x4384x9472 (128x256 4.9%
+# behind 192x192). Rows that are not whole lines kept the H100's rates (3841x840x4816: 192x144 0.92 against
+# 128x256's 0.76).
+H200_L2 = L2Rates(lines=12e6, sectors=9e6, halves=5e6)
+# An SM's 16-bit wgmma FLOPs a microsecond (989 TFLOP/s over 132 SMs), the floor's unit against the tile's area.
 SM_FLOPS_PER_US = 7.49e6
 # ...counted from L2_MIN_KBLOCKS k-blocks a tile (measured from 64: 4096x28672x4096 +2%, 67-74 k-blocks +5% to
 # +15%): a shorter k-loop spends more of its time on the ring's fill and the epilogue, where the other rules'
@@ -108,7 +130,8 @@ def rounds_time(spec: GemmSpec, device: DeviceInfo, tiles: int, area: float, row
     time L2 takes to deliver a round's CTAs their rows (`l2_floor`). A last, partial round is priced as a whole one:
     priced at its own CTAs' floor, the model kept 128x256 at 13930x480x4328, 1867x10448x14768 and 4096x10240x8192,
     where the fitted tile measured 3-5% faster (session 34)."""
-    return math.ceil(tiles / device.sm_count) * max(area, l2_floor(spec, min(tiles, device.sm_count), rows_a, rows_b))
+    floor = l2_floor(spec, device, min(tiles, device.sm_count), rows_a, rows_b)
+    return math.ceil(tiles / device.sm_count) * max(area, floor)
 
 
 def current_score(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> float:
@@ -122,10 +145,10 @@ def current_score(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> float:
     rows_b = plan.bn / 2 if plan.cluster > 1 else plan.bn
     if plan.stream_k:
         return stream_k_score(tiles, k_blocks(spec), device.sm_count, plan.stream_k, area) \
-            + tiles // device.sm_count * (max(area, l2_floor(spec, device.sm_count, plan.bm, rows_b)) - area)
+            + tiles // device.sm_count * (max(area, l2_floor(spec, device, device.sm_count, plan.bm, rows_b)) - area)
     if plan.tail_split > 1:
         return tail_score(tiles, plan.grid, plan.tail_split,
-                          max(area, l2_floor(spec, min(tiles, plan.grid), plan.bm, rows_b)), k_blocks(spec))
+                          max(area, l2_floor(spec, device, min(tiles, plan.grid), plan.bm, rows_b)), k_blocks(spec))
     return rounds_time(spec, device, tiles, area, plan.bm, rows_b)
 
 
@@ -137,12 +160,18 @@ def sector_aligned(spec: GemmSpec) -> bool:
     return a_row * spec.a_dtype.bits % 256 == 0 and b_row * spec.b_dtype.bits % 256 == 0
 
 
-def l2_floor(spec: GemmSpec, ctas: int, rows_a: float, rows_b: float) -> float:
+def l2_rates(device: DeviceInfo) -> L2Rates:
+    """`device`'s L2 rates: the H200's for an L2 of 60 MiB or more, else the H100 SXM's."""
+    return H200_L2 if device.l2_bytes >= H200.l2_bytes else H100_L2
+
+
+def l2_floor(spec: GemmSpec, device: DeviceInfo, ctas: int, rows_a: float, rows_b: float) -> float:
     """The least time of a round of `ctas` CTAs, in rule 32's units (a tile's area: its FLOPs a k-block over 128): the
     time L2 takes to deliver each CTA's rows of A and of B for a k-block (0 under L2_MIN_KBLOCKS)."""
     if k_blocks(spec) < L2_MIN_KBLOCKS:
         return 0.0
-    bandwidth = L2_BYTES_PER_US if sector_aligned(spec) else L2_BYTES_PER_US_16B_ROWS
+    rates = l2_rates(device)
+    bandwidth = rates.lines if rows_aligned(spec) else rates.sectors if sector_aligned(spec) else rates.halves
     return ctas * (rows_a + rows_b) * SM_FLOPS_PER_US / bandwidth
 
 
