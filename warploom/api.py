@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from warploom import checks, eager
-from warploom.device import DeviceInfo
-from warploom.errors import ArgumentTypeError, DTypeError, InputError, WarploomError
+from warploom.device import DeviceInfo, check_device
+from warploom.errors import DTypeError, InputError, WarploomError
 from warploom.fused import fused_spec
 
 # (the grouped entry points, here for `warploom.grouped_mm`: importing them registers their custom ops,
@@ -350,9 +350,8 @@ def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, 
     epilogue is given as to `matmul`; `Kernel.run` then takes its operands by name (``operands=``; for
     scaled_mm scale_a, scale_b and bias among them).
     """
-    if device is not None and not isinstance(device, DeviceInfo):
-        raise ArgumentTypeError("device", "a warploom.DeviceInfo", f"{type(device).__name__} {device!r}",
-                                "pass warploom.device.H100_SXM, B200 or GFX1250 (or DeviceInfo(...) for another GPU)")
+    if device is not None:
+        check_device(device)
     checks.fast_accum(use_fast_accum)  # (a string would be true: refused even where no scales read it)
     if scale_a is None and scale_b is None:
         spec = checks.matmul_spec(a, b, out_dtype)

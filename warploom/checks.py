@@ -144,28 +144,47 @@ def same_device(named: dict[str, Any]) -> None:
                               f"move {k} with {k}.to({first}.device)")
 
 
-def _a_layout(a: Any) -> ALayout:
-    """A 16-bit A's layout: row-major (K contiguous), or column-major (M contiguous: `x.t()` of a contiguous x), which
-    wgmma reads transposed from shared memory."""
+def a_layout_of(a: Any) -> ALayout | None:
+    """A's layout as its strides give it: row-major (K contiguous), column-major (M contiguous: `x.t()` of a
+    contiguous x, which wgmma reads transposed from shared memory), or None (no unit stride). A size-1 dimension has
+    an arbitrary stride: the other decides."""
     if a.stride(1) == 1 or a.size(1) == 1:
         return ALayout.K_MAJOR
     if a.stride(0) == 1 or a.size(0) == 1:
         return ALayout.M_MAJOR
-    raise AlignmentError("a", "row-major or column-major a (one unit stride)", f"strides {tuple(a.stride())}",
-                         "pass a.contiguous()")
+    return None
 
 
-def _b_layout(b: Any, fp8: bool) -> BLayout:
-    # A size-1 dimension has an arbitrary stride; decide by the other one.
+def b_layout_of(b: Any) -> BLayout | None:
+    """B's (K, N) layout as its strides give it: K contiguous (torch's column-major b, `w.t()`), N contiguous, or
+    None; a size-1 dimension as in `a_layout_of`."""
     if b.stride(0) == 1 or b.size(0) == 1:
         return BLayout.K_MAJOR
     if b.stride(1) == 1 or b.size(1) == 1:
-        if fp8:
-            raise AlignmentError("b", "column-major b (b.t() contiguous), as fp8 wgmma reads B K-major",
-                                 f"a row-major b with strides {tuple(b.stride())}", "pass b.t().contiguous().t()")
         return BLayout.N_MAJOR
-    raise AlignmentError("b", "row-major or column-major b (one unit stride)", f"strides {tuple(b.stride())}",
-                         "pass b.contiguous()")
+    return None
+
+
+def _a_layout(a: Any) -> ALayout:
+    """A 16-bit A's layout (`a_layout_of`), refused where no stride is a unit one (TMA needs one)."""
+    layout = a_layout_of(a)
+    if layout is None:
+        raise AlignmentError("a", "row-major or column-major a (one unit stride)", f"strides {tuple(a.stride())}",
+                             "pass a.contiguous()")
+    return layout
+
+
+def _b_layout(b: Any, fp8: bool) -> BLayout:
+    """B's layout (`b_layout_of`), refused where no stride is a unit one, and N-major for fp8 (fp8 wgmma reads B
+    K-major only)."""
+    layout = b_layout_of(b)
+    if layout is None:
+        raise AlignmentError("b", "row-major or column-major b (one unit stride)", f"strides {tuple(b.stride())}",
+                             "pass b.contiguous()")
+    if layout is BLayout.N_MAJOR and fp8:
+        raise AlignmentError("b", "column-major b (b.t() contiguous), as fp8 wgmma reads B K-major",
+                             f"a row-major b with strides {tuple(b.stride())}", "pass b.t().contiguous().t()")
+    return layout
 
 
 def _check_ab(a: Any, b: Any) -> None:
@@ -261,6 +280,27 @@ def mx_scale_layout(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> Scale
     return layouts[0]
 
 
+_FP32_RECIPES = (ScaleRecipe.ROWWISE, ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128,
+                 ScaleRecipe.BLOCKWISE_128X128_128X128, ScaleRecipe.BLOCKWISE_128X128_1X128)
+
+
+def recipe_scale_shapes(recipe: ScaleRecipe, m: int, n: int, k: int) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """The (scale_a, scale_b) shapes that fp32 scales of `recipe` take at M x N x K (none for tensorwise, whose scales
+    are one element each, or for the block-scaled MX and NVFP4 recipes). torch.nn.functional.scaled_mm pads a
+    128x128 scale_b's K-blocks to a multiple of 4 (its L4): accepted, the padding rows are never read."""
+    kb, nb, mb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK), -(-m // SCALE_BLOCK)
+    padded = -(-kb // 4) * 4
+    rows = {ScaleRecipe.BLOCKWISE_1X128_128X128: m, ScaleRecipe.BLOCKWISE_1X128_1X128: m,
+            ScaleRecipe.BLOCKWISE_128X128_128X128: mb, ScaleRecipe.BLOCKWISE_128X128_1X128: mb}
+    if recipe is ScaleRecipe.ROWWISE:
+        return (((m, 1), (1, n)),)
+    if recipe in (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_128X128_128X128):
+        return (((rows[recipe], kb), (kb, nb)), ((rows[recipe], kb), (padded, nb)))
+    if recipe in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.BLOCKWISE_128X128_1X128):
+        return (((rows[recipe], kb), (kb, n)),)
+    return ()
+
+
 def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRecipe:
     if DType.E8M0 in (DType.from_torch(scale_a.dtype), DType.from_torch(scale_b.dtype)):
         return _mx_recipe(scale_a, scale_b, m, n, k)
@@ -272,22 +312,12 @@ def _scale_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRe
     if scale_a.numel() == 1 and scale_b.numel() == 1:
         return ScaleRecipe.TENSORWISE
     sa, sb = tuple(scale_a.shape), tuple(scale_b.shape)
-    # With K <= 128 the 1x128 x 1x128 shapes are the rowwise ones, and so is their meaning.
-    if sa == (m, 1) and sb == (1, n):
-        return ScaleRecipe.ROWWISE
-    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
-    # torch.nn.functional.scaled_mm pads the K-blocks of a 128x128 scale_b to a multiple of 4 (its L4): accepted,
-    # the padding rows are never read.
-    padded = -(-kb // 4) * 4
-    # (A's rows are checked first: with M = 1 a 128x128 scale_a is the 1x128 one, and means the same.)
-    mb = -(-m // SCALE_BLOCK)
-    for rows, recipes in ((m, (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)),
-                          (mb, (ScaleRecipe.BLOCKWISE_128X128_128X128, ScaleRecipe.BLOCKWISE_128X128_1X128))):
-        if sa == (rows, kb):
-            if sb in ((kb, nb), (padded, nb)):
-                return recipes[0]
-            if sb == (kb, n):
-                return recipes[1]
+    # (In this order: with K <= 128 the 1x128 x 1x128 shapes are the rowwise ones, and so is their meaning; with
+    # M = 1 a 128x128 scale_a is the 1x128 one, and means the same.)
+    for recipe in _FP32_RECIPES:
+        if (sa, sb) in recipe_scale_shapes(recipe, m, n, k):
+            return recipe
+    kb, nb, mb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK), -(-m // SCALE_BLOCK)
     raise ScaleError(
         "scale_a" if sa not in ((m, 1), (m, kb), (mb, kb)) else "scale_b",
         f"tensorwise scales (one element each); rowwise scale_a ({m}, 1) and scale_b (1, {n}); or blockwise "

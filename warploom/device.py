@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from warploom.errors import ArgumentTypeError
 from warploom.target import Target
 
 
@@ -75,3 +76,12 @@ B200 = DeviceInfo("NVIDIA B200", "sm_100a", 148, 232448)
 # compute units for the persistent grid (warploom has no gfx1250 to read the count from: pass your own DeviceInfo).
 # warploom plans and cross-compiles for it; none is at hand to run on.
 GFX1250 = DeviceInfo("AMD gfx1250", "gfx1250", 256, 327680)
+
+
+def check_device(device: object) -> DeviceInfo:
+    """`device` if it is a `DeviceInfo`; a warploom error naming it otherwise (a name or a torch.device would fail deep
+    in a planner rule). `plan_schedule` and `warploom.plan` both check theirs here."""
+    if not isinstance(device, DeviceInfo):
+        raise ArgumentTypeError("device", "a warploom.DeviceInfo", f"{type(device).__name__} {device!r}",
+                                "pass warploom.H100_SXM, H200, B200 or GFX1250 (or DeviceInfo(...) for another GPU)")
+    return device

@@ -235,7 +235,7 @@ def _check_call(spec: GemmSpec, a: Any, b: Any, scale_a: Any, scale_b: Any, bias
     from warploom import checks
     from warploom.dtypes import DType
     from warploom.errors import ScaleError
-    from warploom.spec import ALayout, BLayout, ScaleRecipe
+    from warploom.spec import ScaleRecipe
 
     _check_bias(spec, bias)
     checks.check_tensors({"a": a, "b": b})
@@ -248,10 +248,9 @@ def _check_call(spec: GemmSpec, a: Any, b: Any, scale_a: Any, scale_b: Any, bias
             raise InputError(arg, f"a_dtype {want.value} (the kernel was planned for {spec.short()})"
                              if arg == "a" else f"b_dtype {want.value} (the kernel was planned for {spec.short()})",
                              f"{arg}_dtype {have.value if have else t.dtype}", fix)
-    if layouts and a.dim() == 2 and b.dim() == 2 and min(*a.shape, *b.shape) > 1:
-        a_have = ALayout.K_MAJOR if a.stride(1) == 1 else ALayout.M_MAJOR if a.stride(0) == 1 else None
-        b_have = BLayout.K_MAJOR if b.stride(0) == 1 else BLayout.N_MAJOR if b.stride(1) == 1 else None
-        for arg, have_l, want_l in (("a", a_have, spec.a_layout), ("b", b_have, spec.b_layout)):
+    if layouts and a.dim() == 2 and b.dim() == 2 and min(*a.shape, *b.shape) > 1:  # (size 1: either layout)
+        for arg, have_l, want_l in (("a", checks.a_layout_of(a), spec.a_layout),
+                                    ("b", checks.b_layout_of(b), spec.b_layout)):
             if have_l is not None and have_l is not want_l:
                 raise InputError(arg, f"{arg}_layout {want_l.value} (the kernel was planned for {spec.short()})",
                                  f"{arg}_layout {have_l.value}", fix)
@@ -269,8 +268,12 @@ def _check_call(spec: GemmSpec, a: Any, b: Any, scale_a: Any, scale_b: Any, bias
     if spec.scale.microscaled or spec.scale is ScaleRecipe.NVFP4 or a.dim() != 2 or b.dim() != 2:
         return  # (MX and NVFP4 scales come blocked and in pairs: the simulator's operands check them)
     checks.check_tensors({"scale_a": scale_a, "scale_b": scale_b})
-    got = checks._scale_recipe(scale_a, scale_b, a.shape[0], b.shape[1], a.shape[1])
-    if got is not spec.scale:
+    m, n, k = a.shape[0], b.shape[1], a.shape[1]
+    got = checks._scale_recipe(scale_a, scale_b, m, n, k)
+    # (scales whose shapes are the spec's recipe's at this size mean the same: a 128x128 scale_a at M = 1 is the
+    # 1x128 one, 1x128 scales at K <= 128 are the rowwise ones, and the kernel reads them as its recipe's)
+    shapes = (tuple(scale_a.shape), tuple(scale_b.shape))
+    if got is not spec.scale and shapes not in checks.recipe_scale_shapes(spec.scale, m, n, k):
         raise InputError("scale_a, scale_b", f"scale {spec.scale.value}, as the kernel was planned for "
                          f"({spec.short()})", f"scale {got.value}", fix)
 

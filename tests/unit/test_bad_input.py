@@ -412,7 +412,12 @@ def test_missing_or_python_number_scales() -> None:
 @pytest.mark.parametrize("device", ["H100", "B200", 0])
 def test_plan_device_given_as_a_name(device: Any) -> None:
     raises(warploom.ArgumentTypeError, "device", lambda: warploom.plan(t(64, 64), t(64, 64), device=device),
-           match="warploom.device.H100_SXM")
+           match="warploom.H100_SXM, H200")
+    # (plan_schedule refuses it with the same words: one check, device.check_device)
+    from warploom.planner import plan_schedule
+
+    raises(warploom.ArgumentTypeError, "device", lambda: plan_schedule(warploom.GemmSpec(64, 64, 64), device),
+           match="warploom.H100_SXM, H200")
 
 
 def test_a_bias_the_kernel_would_not_read_is_refused() -> None:
@@ -521,6 +526,34 @@ def test_kernel_refuses_scales_of_another_recipe() -> None:
         tensorwise.simulate(t(128, 256, dtype=E4), col_major(256, 128), torch.rand(128, 1), torch.rand(1, 128))
     assert _rowwise_kernel().simulate(t(128, 256, dtype=E4), col_major(256, 128), torch.rand(128, 1) + 0.5,
                                       torch.rand(1, 128) + 0.5).output.isfinite().all()
+
+
+@pytest.mark.parametrize("recipe_shapes,m,k", [
+    # a 128x128 x 128x128 kernel run at M = 1: its (1, K/128) scale_a is also the 1x128 shape, and means the same
+    (((2, 2), (2, 2)), 1, 256),
+    # a 1x128 x 1x128 kernel run at K = 128: its (M, 1) and (1, N) scales are also the rowwise shapes
+    (((256, 2), (2, 256)), 64, 128),
+])
+def test_kernel_takes_scales_that_mean_its_recipe(recipe_shapes: tuple[tuple[int, int], tuple[int, int]], m: int,
+                                                  k: int) -> None:
+    """Scales whose shapes are the kernel's recipe's at the size it runs at are its recipe's, though a call with them
+    alone would be planned for another (`checks.recipe_scale_shapes`): taken, and the product right."""
+    (sa, sb) = recipe_shapes
+    kern = warploom.plan(_meta(256, 256, dtype=E4), _meta(256, 256, dtype=E4).t(), _meta(*sa, dtype=FP32),
+                         _meta(*sb, dtype=FP32))
+    n = 256
+    a, b = t(m, k, dtype=E4), col_major(k, n)
+    kb = -(-k // 128)
+    scale_a = torch.rand(1 if kern.spec.scale.value.startswith("blockwise_128x128") else m, kb) + 0.5
+    scale_b = torch.rand(kb, 2 if kern.spec.scale.value.endswith("128x128") else n) + 0.5
+    out = kern.simulate(a, b, scale_a, scale_b).output.double()
+    rows = scale_a.repeat_interleave(128, 0)[:m] if scale_a.shape[0] < m else scale_a
+    sa_full = rows.repeat_interleave(128, 1)[:, :k].double()
+    cols = scale_b.repeat_interleave(128, 1)[:, :n] if scale_b.shape[1] < n else scale_b
+    sb_full = cols.repeat_interleave(128, 0)[:k].double()
+    ref = (a.double() * sa_full) @ (b.double() * sb_full)
+    err = 1 - 2 * (out * ref).sum() / (out * out + ref * ref).sum()
+    assert err < 1e-4, err
 
 
 def test_kernel_refuses_scales_it_would_drop_and_tensors_of_another_layout() -> None:
