@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from warploom.dtypes import DType
+from warploom.errors import ArgumentTypeError, InputError
 
 if TYPE_CHECKING:
     from warploom.epilogue.graph import EpilogueGraph
@@ -173,6 +174,13 @@ class Accumulation(enum.Enum):
     PROMOTED = "promoted"
 
 
+# GemmSpec's enum fields and their types (`GemmSpec.__post_init__` checks each).
+_FIELD_KINDS: tuple[tuple[str, type[enum.Enum]], ...] = (
+    ("a_dtype", DType), ("b_dtype", DType), ("out_dtype", DType), ("scale", ScaleRecipe),
+    ("accumulation", Accumulation), ("b_layout", BLayout), ("a_layout", ALayout), ("grouping", Grouping),
+    ("scale_layout", ScaleLayout))
+
+
 @dataclass(frozen=True)
 class GemmSpec:
     """One GEMM problem: C (M, N) = epilogue(A (M, K) @ B (K, N)).
@@ -216,18 +224,15 @@ class GemmSpec:
 
     def __post_init__(self) -> None:
         # A spec built by hand (warploom.GemmSpec is public) is checked like the calls' tensors: by field, with a fix.
-        # (warploom.checks derives specs from tensors and refuses those mistakes first, by the tensors' names.)
-        from warploom.errors import ArgumentTypeError, InputError
-
+        # (warploom.checks derives specs from tensors and refuses those mistakes first, by the tensors' names. The
+        # eager grouped calls build a spec per call: the common case takes one type test a field.)
         for name in ("m", "n", "k", "groups"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ArgumentTypeError(name, "an int", f"{type(value).__name__} {value!r}", f"pass {name} as an int")
-        for name, kind in (("a_dtype", DType), ("b_dtype", DType), ("out_dtype", DType), ("scale", ScaleRecipe),
-                           ("accumulation", Accumulation), ("b_layout", BLayout), ("a_layout", ALayout),
-                           ("grouping", Grouping), ("scale_layout", ScaleLayout)):
+        for name, kind in _FIELD_KINDS:
             value = getattr(self, name)
-            if not isinstance(value, kind):
+            if type(value) is not kind:
                 raise ArgumentTypeError(name, f"a warploom {kind.__name__}", f"{type(value).__name__} {value!r}",
                                         f"pass e.g. {name}={kind.__name__}.{next(iter(kind)).name}")
 
@@ -246,17 +251,18 @@ class GemmSpec:
         if self.a_dtype == DType.FP32:
             refuse("a_dtype", "bf16, fp16, fp8 or fp4: inputs cannot be fp32", "fp32",
                    "pass bf16 inputs (torch.matmul computes fp32 itself)")
-        if self.is_fp8 and self.b_layout is not BLayout.K_MAJOR:
+        fp8 = self.a_dtype.block_scaled
+        if fp8 and self.b_layout is not BLayout.K_MAJOR:
             refuse("b_layout", "K_MAJOR: fp8 wgmma reads both operands K-major", self.b_layout.value,
                    "pass b_layout=BLayout.K_MAJOR (b as b_nk.t())")
-        if self.is_fp8 and self.a_layout is not ALayout.K_MAJOR:
+        if fp8 and self.a_layout is not ALayout.K_MAJOR:
             refuse("a_layout", "K_MAJOR: fp8 wgmma reads both operands K-major", self.a_layout.value,
                    "pass a_layout=ALayout.K_MAJOR (a row-major)")
-        if self.is_fp8 == (self.scale is ScaleRecipe.NONE):
+        if fp8 == (self.scale is ScaleRecipe.NONE):
             refuse("scale", "a scale recipe for fp8 inputs, and none for 16-bit ones (fp8 inputs need a scale "
                    "recipe and 16-bit inputs none)", self.scale.value,
                    "pass scale=ScaleRecipe.ROWWISE (or another recipe) with fp8, ScaleRecipe.NONE with bf16/fp16")
-        if self.accumulation is Accumulation.PROMOTED and not self.is_fp8:
+        if self.accumulation is Accumulation.PROMOTED and not fp8:
             refuse("accumulation", "NATIVE: PROMOTED accumulation only applies to fp8 inputs", "promoted",
                    "pass accumulation=Accumulation.NATIVE")
         if self.scale_layout is ScaleLayout.BLOCKED and not self.scale.microscaled:
