@@ -94,6 +94,9 @@ def test_peaks_for_prefers_the_given_bandwidth_then_the_measured_copy() -> None:
     assert report.peaks_for(env, 4.4).bandwidth_tbps == 4.4
     assert report.peaks_for(Environment("d", "t", "tr", "date")).bandwidth_tbps == 3.0
     assert report.peaks_for(env).bf16_tflops == H100_SXM.bf16_tflops
+    # (the report names the run's GPU: an H200 run's peaks are the H200's)
+    assert report.peaks_for(dataclasses.replace(env, device="NVIDIA H200")).name == "H200"
+    assert report.peaks_for(env).name == "H100 SXM"
 
 
 def test_plot_is_written(tmp_path: Path) -> None:

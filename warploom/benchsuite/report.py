@@ -13,7 +13,7 @@ from pathlib import Path
 
 from warploom.benchsuite import roofline
 from warploom.benchsuite.results import Environment, Results, Row
-from warploom.benchsuite.roofline import H100_SXM, Peaks
+from warploom.benchsuite.roofline import H100_SXM, H200, Peaks
 from warploom.benchsuite.shapes import Case, Op, Suite
 from warploom.benchsuite.tables import (
     cell,
@@ -37,9 +37,10 @@ def is_large(case: Case) -> bool:
 
 
 def peaks_for(env: Environment, bandwidth_tbps: float | None = None) -> Peaks:
-    """H100 SXM compute peaks, with the bandwidth given, else the run's measured copy, else the default."""
+    """The run's GPU's compute peaks (the H200's where its device says so, else the H100 SXM's), with the bandwidth
+    given, else the run's measured copy, else the default."""
     bw = bandwidth_tbps or env.copy_tbps or roofline.DEFAULT_BANDWIDTH_TBPS
-    return dataclasses.replace(H100_SXM, bandwidth_tbps=bw)
+    return dataclasses.replace(H200 if "H200" in env.device else H100_SXM, bandwidth_tbps=bw)
 
 
 @dataclass(frozen=True)

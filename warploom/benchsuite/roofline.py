@@ -38,8 +38,10 @@ class Peaks:
             raise ValueError(f"Expected positive peaks but got {self}")
 
 
-# Datasheet dense peaks of the H100 SXM (the H200 has the same tensor cores, more bandwidth: pass it measured).
+# Datasheet dense peaks of the H100 SXM, and of the H200, which has the same tensor cores and more bandwidth (a run
+# measures its copy bandwidth: `report.peaks_for`).
 H100_SXM = Peaks("H100 SXM", bf16_tflops=989.0, fp8_tflops=1979.0)
+H200 = Peaks("H200", bf16_tflops=989.0, fp8_tflops=1979.0)
 
 
 class Bound(enum.Enum):
