@@ -405,4 +405,19 @@ if [ "$what" = l2unmeasured ]; then
     'bf16|1024x2048x4096|[{}, {"bm": 128, "bn": 128, "n_blocks": []}]' \
     'bf16|5000x5000x5000|[{}, {"bm": 128, "bn": 256, "stream_k": 4, "n_blocks": []}]'
 fi
+if [ "$what" = h200rates ]; then
+  # Rule 32's L2 rates on the H200 (session 35): the 7 zoo and suite shapes whose plan they change there, the
+  # planner's plan against the H100's plan (forced), in one run.
+  sweep_each h200rates \
+    'bf16|2637x1904x6464|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 64, 32]}]' \
+    'bf16|7202x4384x9472|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 64]}]' \
+    'bf16|6567x6888x6016|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 64]}]' \
+    'bf16|4096x28672x4096|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 64]}]' \
+    'bf16|4096x10240x8192|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 64]}]' \
+    'bf16|4096x57344x8192|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 64]}]' \
+    'bf16|4096x2112x7168|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 32, 16]}]'
+fi
+# Everything written under $OUT, packed as one file named to sort first: a device call may hand back only a few files,
+# and a sweep writes one a shape.
+(cd "$OUT" && tar czf 0-all.tgz --exclude=0-all.tgz . 2>/dev/null)
 exit $rc
