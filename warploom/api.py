@@ -33,6 +33,10 @@ from warploom.spec import GemmSpec
 def _fused(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any] | None, operands: dict[str, Any],
            **scaled: Any) -> tuple[GemmSpec, dict[str, Any]]:
     if epilogue is None:
+        if "out" in operands:  # (torch's out= habit: warploom's calls return a new tensor)
+            raise InputError("out", "no out= (warploom's calls return their result in a new tensor; keyword "
+                             "arguments beside epilogue=fn are its operands)", "out=",
+                             "drop out= and use the result: y = warploom.matmul(a, b)")
         raise InputError(next(iter(operands)), "epilogue operands together with epilogue=fn",
                          "operands but no epilogue", "pass epilogue=lambda acc, ...: ..., or drop the operands")
     return fused_spec(spec, a, epilogue, operands, **scaled)
@@ -253,14 +257,17 @@ def _scaled_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
 
 def _not_a_tensor(e: Exception, named: dict[str, Any], out_dtype: Any = None) -> None:
     """After a call failed with a Python or torch error, raise the warploom error for an argument that is not a dense
-    tensor (None, a list, a NumPy array, a number, a sparse tensor) if there is one, or for an out_dtype the custom
-    op's dispatcher could not cast (a string). Checked only once a call has failed: the
+    tensor (None, a list, a NumPy array, a number, a sparse tensor) or is a negated view if there is one, or for an
+    out_dtype the custom op's dispatcher could not cast (a string). Checked only once a call has failed: the
     eager path reads tensor attributes before any check, and a check there would cost every call."""
     if isinstance(e, WarploomError):
         return
     bad = checks.not_a_tensor(named, optional=("bias",))
     if bad is not None:
         raise bad from None
+    # (the dispatcher resolves a negated view before the op runs, and has no negation for fp8: its error is the
+    # negated view's)
+    checks.no_neg_bit({arg: t for arg, t in named.items() if isinstance(t, torch.Tensor)})
     if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
         raise DTypeError("out_dtype", "torch.bfloat16, torch.float16 or torch.float32", repr(out_dtype),
                          "pass one of those torch dtypes") from None
@@ -325,6 +332,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     Small CPU problems run on the simulator (module docstring), which accumulates fp8 in fp32 either way.
     """
     checks.fast_accum(use_fast_accum)  # (before the dispatcher, which casts None to False and fails on a string)
+    if out_dtype is None:  # (the default, as warploom.plan and scaled_grouped_mm take None; the op's schema has none)
+        out_dtype = torch.bfloat16
     try:
         fn, ops = _result_epilogue(epilogue, operands, out_dtype, scale_result)
         if fn is not None:

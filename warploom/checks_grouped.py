@@ -59,12 +59,18 @@ def _bounds(name: str, t: Any, groups: int, device: torch.device) -> None:
     if not isinstance(t, torch.Tensor):
         raise InputError(name, "an int32 tensor of shape (G,)", type(t).__name__,
                          f"pass {name} as torch.tensor([...], dtype=torch.int32, device=a.device)")
+    if t.layout is not torch.strided:  # (the kernel reads its storage; a sparse tensor has none to read)
+        raise InputError(name, "a dense int32 tensor", f"a {t.layout} tensor", f"pass {name}.to_dense()")
+    no_neg_bit({name: t})  # (the kernel would read the values un-negated)
     if t.dtype != torch.int32:
         raise DTypeError(name, "torch.int32 (as torch._grouped_mm takes it)", str(t.dtype),
                          f"pass {name}.to(torch.int32)")
     if t.dim() != 1 or t.shape[0] != groups:
+        fix = (f"pass one {name} entry per expert, or b with {t.shape[0]} experts" if t.dim() == 1 else
+               f"pass {name} as a 1-D tensor ({name}.reshape(-1))" if t.numel() == groups else
+               f"pass a 1-D {name} of one entry per expert")
         raise ShapeError(name, f"shape ({groups},): one entry per group of b (b is (G, K, N) with G = {groups})",
-                         f"shape {tuple(t.shape)}", f"pass one {name} entry per expert, or b with {t.numel()} experts")
+                         f"shape {tuple(t.shape)}", fix)
     if t.device != device:
         raise InputError(name, f"a tensor on {device}, a's device", f"a tensor on {t.device}",
                          f"move it with {name}.to(a.device)")
@@ -168,6 +174,12 @@ def _dtypes(a: Any, b: Any, scale_a: Any, scale_b: Any, use_fast_accum: Any, sca
                                 "column of each expert) or blockwise 1x128 x 128x128", "None for scale_a and scale_b",
                                 "pass the scales the fp8 quantization gave, or call warploom.grouped_mm for bf16 or "
                                 "fp16 tensors")
+    for name, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if scaled and scale is None:  # (a grouped call has no tensorwise recipe: torch.ones(()) would be refused)
+            raise ArgumentTypeError(name, "a float32 torch.Tensor (rowwise: one per row of a, one per column of each "
+                                    "expert; or blockwise 1x128 x 128x128)", "None",
+                                    f"pass {name} as the fp8 quantization gave it (torch.ones of the rowwise shape "
+                                    "for no scaling)")
     named = {"a": a, "b": b} | ({"scale_a": scale_a, "scale_b": scale_b} if scaled else {})
     check_tensors(named)
     no_neg_bit(named)
@@ -270,14 +282,22 @@ def _in_grouped_call(a: Any, b: Any, offs: Any, masked_m: Any, out_dtype: Any, a
     if mx:
         k *= 2 if a_dt is DType.E2M1 else 1  # (MX fp4: a (M, K/2) and b (G, K/2, N) bytes, K counted in values)
         recipe = _mx_scales(scale_a, scale_b, a.dim(), rows, groups, n, k, use_fast_accum)
-    elif scaled and scale_b.dim() == 3:
-        kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
-        recipe = _blockwise_scales(scale_a, scale_b, (rows, kb) if a.dim() == 2 else (groups, rows // groups, kb),
-                                   (groups, kb, nb), "one per row of a and 128-deep block of K",
-                                   "one per expert and 128x128 block of its (K, N) weight", use_fast_accum)
     elif scaled:
-        recipe = ScaleRecipe.ROWWISE
-        _rowwise_scales(scale_a, scale_b, (rows,) if a.dim() == 2 else (groups, cap), (groups, n))
+        kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+        block_a, row_a = (rows, kb) if a.dim() == 2 else (groups, rows // groups, kb), \
+            (rows,) if a.dim() == 2 else (groups, cap)
+        # (the recipe is the one a scale's shape says, so that the error names the scale that does not fit it: a
+        # blockwise scale_b, or DeepGEMM's transposed one, beside a rowwise scale_a is scale_a's mistake, and a 3-D
+        # (G, 1, N) scale_b beside a rowwise scale_a is scale_b's; failing both, a 3-D scale_b says blockwise)
+        sa, sb = tuple(scale_a.shape), tuple(scale_b.shape)
+        if sb in ((groups, kb, nb), (groups, nb, kb)) or sa == block_a or (
+                sa != row_a and sb != (groups, n) and scale_b.dim() == 3):
+            recipe = _blockwise_scales(scale_a, scale_b, block_a, (groups, kb, nb),
+                                       "one per row of a and 128-deep block of K",
+                                       "one per expert and 128x128 block of its (K, N) weight", use_fast_accum)
+        else:
+            recipe = ScaleRecipe.ROWWISE
+            _rowwise_scales(scale_a, scale_b, row_a, (groups, n))
     _cpu_values(offs, masked_m, rows, cap)
     # (blockwise always promotes: `_blockwise_scales` refuses use_fast_accum=True)
     spec = GemmSpec(rows, n, k, a_dt, a_dt, out, layout, recipe,

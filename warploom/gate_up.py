@@ -29,7 +29,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from warploom.errors import ArgumentTypeError, InputError, ShapeError
+from warploom.errors import ArgumentTypeError, DTypeError, InputError, ShapeError
 
 # Interleave blocks a fused gate/up epilogue can be planned for: BN / 2 for the sm_90a tile widths 64, 128, 256.
 BLOCKS = (32, 64, 128)
@@ -94,7 +94,10 @@ def silu_mul_interleaved(h: torch.Tensor, *, block: int, rows: int | None = None
         gate: Any = h.tracer.create_proxy("call_function", gate_half, (h, block), {})
         up: Any = h.tracer.create_proxy("call_function", up_half, (h, block), {})
         return F.silu(gate) * up
-    d, _ = _pairs(h, block, -1, "h")
+    d, _ = _pairs(h, block, -1, "h", "pass the GEMM's result h (..., 2 I'), interleaved along its last dimension")
+    if h.dtype not in (torch.float32, torch.bfloat16, torch.float16):  # (an int h would be truncated, silently)
+        raise DTypeError("h", "torch.float32, torch.bfloat16 or torch.float16 (a GEMM's result)", str(h.dtype),
+                         "pass the GEMM's result, or h.float()")
     gate, up = deinterleave_gate_up(h.float(), block=block, dim=d, rows=rows)
     return (F.silu(gate) * up).to(h.dtype)
 
@@ -111,19 +114,25 @@ def up_half(h: torch.Tensor, block: int) -> torch.Tensor:
     return deinterleave_gate_up(h, block=block, dim=d)[1]
 
 
-def _dim(t: torch.Tensor, dim: int, name: str) -> int:
+def _dim(t: torch.Tensor, dim: int, name: str, fix: str | None = None) -> int:
+    """`dim` of t, made non-negative; `fix` is the advice where the caller takes no dim= (silu_mul_interleaved)."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise ArgumentTypeError("dim", "an int", f"{type(dim).__name__} {dim!r}",
+                                "pass dim=-2 for weights (I, K) or (G, I, K), dim=-1 for a (1, I) or (I,) scale")
+    if t.layout is not torch.strided:  # (reshape and stack have no sparse forms: refused by name, not by torch)
+        raise InputError(name, "a dense (strided) tensor", f"a {t.layout} tensor", f"pass {name}.to_dense()")
     if not -t.dim() <= dim < t.dim():
-        raise ShapeError(name, f"a tensor with a dimension dim={dim}", f"shape {tuple(t.shape)}",
+        raise ShapeError(name, f"a tensor with a dimension dim={dim}", f"shape {tuple(t.shape)}", fix or
                          "pass dim=-2 for weights (I, K) or (G, I, K), dim=-1 for a (1, I) or (I,) scale")
     return dim % t.dim()
 
 
-def _pairs(t: torch.Tensor, block: int, dim: int, name: str) -> tuple[int, int]:
+def _pairs(t: torch.Tensor, block: int, dim: int, name: str, fix: str | None = None) -> tuple[int, int]:
     """`dim` made non-negative, and how many (gate, up) block pairs t holds along it."""
     check_block(block)
     if not isinstance(t, torch.Tensor):
         raise ArgumentTypeError(name, "a torch.Tensor", type(t).__name__, f"pass {name} as a tensor")
-    d = _dim(t, dim, name)
+    d = _dim(t, dim, name, fix)
     n = t.shape[d]
     if n == 0 or n % (2 * block):
         raise ShapeError(name, f"a multiple of 2 * block = {2 * block} along dim={dim} (gate and up blocks of "
@@ -146,6 +155,6 @@ def _rows(t: torch.Tensor, d: int, rows: int | None, block: int) -> torch.Tensor
         return t
     padded = t.shape[d]
     if isinstance(rows, bool) or not isinstance(rows, int) or not padded - block < rows <= padded:
-        raise InputError("rows", f"an int I with {padded} - block < I <= {padded} (the unpadded I)", repr(rows),
+        raise InputError("rows", f"an int I with {padded - block} < I <= {padded} (the unpadded I)", repr(rows),
                          "pass the gate projection's row count, w1.shape[-2]")
     return t.narrow(d, 0, rows)

@@ -624,3 +624,79 @@ def test_check_protocol_takes_each_launchs_own_ids() -> None:
     spec = GemmSpec(384, 752, 5312)
     streamed = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bn=128, stream_k=3))
     assert len(streamed.check_protocol(seeds=[0], ctas=[10**6]).ctas) == streamed.plan.grid
+
+
+# Found by a probe of the grouped, gate/up and scaled entry points (session 35): each was a raw torch or Python error,
+# a silently truncated result, or a message that blamed another argument.
+def test_scaled_mm_takes_out_dtype_none_as_its_default() -> None:
+    a, b = t(37, 48, dtype=E4), col_major(48, 32)
+    assert warploom.scaled_mm(a, b, torch.ones(()), torch.ones(()), out_dtype=None).dtype == BF16
+
+
+def test_negated_fp8_views_are_refused_by_name() -> None:
+    a, b = t(37, 48, dtype=E4), col_major(48, 32)
+    raises(InputError, "a", lambda: warploom.scaled_mm(torch._neg_view(a), b, torch.ones(()), torch.ones(())),
+           match="resolve_neg()")
+
+
+def test_matmul_has_no_out() -> None:
+    raises(InputError, "out", lambda: warploom.matmul(t(37, 48), t(48, 24), out=torch.empty(37, 24, dtype=BF16)),
+           match="use the result")
+
+
+@pytest.mark.parametrize("call,arg,match", [
+    (lambda w: warploom.interleave_gate_up(w, w, block=32, dim=1.0), "dim", "an int"),
+    (lambda w: warploom.interleave_gate_up(w, w, block=32, dim=None), "dim", "an int"),
+    (lambda w: warploom.deinterleave_gate_up(torch.randn(192, 24), block=32, dim=0.0), "dim", "an int"),
+    (lambda w: warploom.interleave_gate_up(w.to_sparse(), w.to_sparse(), block=32), "w1", "to_dense()"),
+    (lambda w: warploom.silu_mul_interleaved(torch.randn(5, 128).to_sparse(), block=32), "h", "to_dense()"),
+    (lambda w: warploom.silu_mul_interleaved(torch.tensor(1.0), block=32), "h", "interleaved along its last"),
+    (lambda w: warploom.deinterleave_gate_up(torch.randn(192, 24), block=32, rows=3), "rows", "64 < I <= 96"),
+])
+def test_gate_up_helpers_refuse_by_name(call: Callable[[torch.Tensor], Any], arg: str, match: str) -> None:
+    e = raises((InputError, ShapeError, TypeError), arg, lambda: call(torch.randn(70, 24)), match=match)
+    assert arg != "h" or "dim=" not in str(e).split("Fix:")[1], e  # (silu_mul_interleaved takes no dim=)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool, torch.complex64, E4])
+def test_silu_mul_interleaved_refuses_what_it_would_truncate(dtype: torch.dtype) -> None:
+    h = torch.full((1, 64), 3.0).to(dtype)
+    raises(DTypeError, "h", lambda: warploom.silu_mul_interleaved(h, block=32), match="float32")
+
+
+def _grouped_fp8() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    a = t(37, 48, dtype=E4)
+    b = torch.randn(3, 40, 48).to(E4).transpose(-2, -1)
+    return a, b, torch.tensor([10, 20, 37], dtype=torch.int32)
+
+
+@pytest.mark.parametrize("sa,sb,arg,match", [
+    ((37,), (3, 1, 40), "scale_b", "expected shape (3, 40) (rowwise"),  # (a 3-D scale_b beside a rowwise scale_a)
+    ((37, 1), (3, 40), "scale_b", "expected shape (3, 1, 1) (blockwise"),  # (a blockwise scale_a, a rowwise scale_b)
+])
+def test_grouped_scales_blame_the_scale_that_does_not_fit(sa: tuple[int, ...], sb: tuple[int, ...], arg: str,
+                                                          match: str) -> None:
+    a, b, offs = _grouped_fp8()
+    raises(ScaleError, arg, lambda: warploom.scaled_grouped_mm(a, b, torch.ones(sa), torch.ones(sb), offs),
+           match=match)
+
+
+def test_grouped_missing_scale_fix_is_one_it_takes() -> None:
+    a, b, offs = _grouped_fp8()
+    e = raises(TypeError, "scale_a", lambda: warploom.scaled_grouped_mm(a, b, None, torch.ones(3, 40), offs))
+    assert "torch.ones((), " not in str(e), e  # (a grouped call has no tensorwise recipe)
+
+
+def test_grouped_bounds_refused_by_name() -> None:
+    from warploom.checks_grouped import _bounds
+
+    a, b, offs = t(40, 64), torch.randn(3, 64, 64, dtype=BF16), torch.tensor([10, 25, 40], dtype=torch.int32)
+    raises(InputError, "offs", lambda: warploom.grouped_mm(a, b, offs.to_sparse()), match="to_dense()")
+    k_offs = torch.tensor([10, 100, 192], dtype=torch.int32).to_sparse()
+    raises(InputError, "offs", lambda: warploom.grouped_mm(t(20, 192), t(192, 64), k_offs), match="to_dense()")
+    raises(ShapeError, "offs", lambda: warploom.grouped_mm(a, b, offs[None]), match="offs.reshape(-1)")
+    e = raises(ShapeError, "offs", lambda: warploom.grouped_mm(a, b, torch.tensor(40, dtype=torch.int32)))
+    assert "experts" not in str(e).split("Fix:")[1], e
+    # (a negated view reaches the CUDA kernel's pointer un-negated: the bounds' check refuses it; on the CPU the
+    # dispatcher resolves it first)
+    raises(InputError, "offs", lambda: _bounds("offs", torch._neg_view(-offs), 3, offs.device), match="resolve_neg")

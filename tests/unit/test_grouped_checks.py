@@ -540,8 +540,8 @@ def test_out_dtype_that_is_no_dtype_is_named(scaled: bool) -> None:
 
 def test_rowwise_fast_accum_with_a_3d_scale_b_is_a_scale_mistake() -> None:
     """A rowwise call with use_fast_accum=True whose scale_b came 3-D ((G, N, 1)) was refused for use_fast_accum
-    ("False with blockwise scales"), not for the scale (found by tests/unit/test_props_bad_input_grouped.py): the
-    blockwise shapes are checked before use_fast_accum."""
+    ("False with blockwise scales"), not for the scale (found by tests/unit/test_props_bad_input_grouped.py); its
+    rowwise scale_a says the recipe, so scale_b is the one named (session 35: it was scale_a, for blockwise)."""
     args = _bw(scale_a=torch.ones(100), scale_b=torch.ones(G, 136, 1), use_fast_accum=True)
-    with pytest.raises(ScaleError, match=r"^scale_a: expected shape \(100, 3\)"):
+    with pytest.raises(ScaleError, match=r"^scale_b: expected shape \(4, 136\) \(rowwise"):
         grouped_call(**args)
