@@ -84,7 +84,7 @@ def silu_mul_interleaved(h: torch.Tensor, *, block: int, rows: int | None = None
     The fused kernel's meaning: each value in fp32 (a bf16 h is widened, as the accumulator is), the result in h's
     dtype. Inside a fused epilogue, ``warploom.matmul(x, w.T, epilogue=lambda acc: silu_mul_interleaved(acc,
     block=B))``, h is the accumulator and the kernel stores the (M, N / 2) result: the graph's two `GateUpHalf`
-    nodes and the SiLU-mul on them (docs/architecture.md, fused epilogues)."""
+    nodes and the SiLU-mul on them (docs/fused-epilogues.md)."""
     if isinstance(h, torch.fx.Proxy):  # traced inside a fused epilogue (warploom.epilogue.capture)
         check_block(block)
         if rows is not None:
