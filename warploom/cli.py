@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -152,12 +153,24 @@ def _problem(m: int, n: int, k: int) -> Any:
     def apply(f: Any) -> Any:
         @functools.wraps(f)
         def command(**kw: Any) -> Any:
-            given = click.get_current_context().get_parameter_source("scales")
-            if kw["dtype"] in ("bf16", "fp16") and given is not click.core.ParameterSource.DEFAULT:
-                # (16-bit inputs have no scales: a --scales given with them would be ignored without a word)
-                raise click.UsageError(f"--scales {kw['scales']} goes with --dtype fp8; --dtype {kw['dtype']} has no "
-                                       "scales. Fix: drop --scales, or pass --dtype fp8")
-            if kw["dtype"] == "blockwise":  # (a name for the recipe's three options)
+            ctx = click.get_current_context()
+            given = ctx.get_parameter_source("scales") is not click.core.ParameterSource.DEFAULT
+            accum = ctx.get_parameter_source("fast_accum") is not click.core.ParameterSource.DEFAULT
+            dtype = kw["dtype"]
+            # (an option the dtype does not read would be ignored without a word: 16-bit inputs have no scales, and
+            # blockwise and the block-scaled dtypes set their own)
+            if dtype != "fp8" and given:
+                raise click.UsageError(f"--scales {kw['scales']} goes with --dtype fp8; --dtype {dtype} "
+                                       + ("has no scales" if dtype in ("bf16", "fp16") else "sets its own") +
+                                       ". Fix: drop --scales, or pass --dtype fp8")
+            if accum and (dtype in ("bf16", "fp16", "mxfp8", "mxfp4", "nvfp4", "mxfp8xfp4")
+                          or dtype == "blockwise" and kw["fast_accum"]):
+                raise click.UsageError(f"--{'' if kw['fast_accum'] else 'no-'}fast-accum goes with --dtype fp8; "
+                                       f"--dtype {dtype} " + (
+                                           "always promotes" if dtype == "blockwise" else
+                                           "accumulates in fp32 itself" if dtype not in ("bf16", "fp16") else
+                                           "has no fp8 accumulation") + ". Fix: drop it, or pass --dtype fp8")
+            if dtype == "blockwise":  # (a name for the recipe's three options)
                 kw.update(dtype="fp8", scales="blockwise", fast_accum=False)
             return f(**kw)
 
@@ -176,7 +189,19 @@ def _creatable(ctx: click.Context, param: click.Parameter, value: Path | None) -
     above = next((p for p in value.absolute().parents if p.exists()), None)
     if above is not None and not above.is_dir():
         raise click.BadParameter(f"{str(above)!r} is a file, so {str(value)!r} cannot be made under it", ctx, param)
+    if above is not None and not _can_write_in(above):  # (/proc, a read-only mount: found after the run)
+        raise click.BadParameter(f"{str(above)!r} is not writable, so {str(value)!r} cannot be made under it; "
+                                 "pick a path you can write", ctx, param)
     return value
+
+
+def _can_write_in(directory: Path) -> bool:
+    """Whether a file can be made in `directory`, by making one (permission bits say nothing for root, or of /proc)."""
+    try:
+        with tempfile.TemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
 
 
 # matplotlib's savefig picks the format by suffix; checked before any work, as is the directory it goes into.
@@ -198,8 +223,14 @@ def _timeline_path(ctx: click.Context, param: click.Parameter, value: Path | Non
     if value is None:
         return None
     _picture(ctx, param, value)
-    if not value.resolve().parent.is_dir():
+    parent = value.resolve().parent
+    if parent.exists() and not parent.is_dir():
+        raise click.BadParameter(f"{str(value.parent)!r} is a file, not a directory", ctx, param)
+    if not parent.is_dir():
         raise click.BadParameter(f"the directory {str(value.parent)!r} does not exist; create it first", ctx, param)
+    if not _can_write_in(parent):
+        raise click.BadParameter(f"the directory {str(value.parent)!r} is not writable; pick a path you can write",
+                                 ctx, param)
     return value
 
 

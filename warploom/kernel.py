@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from warploom.backends.gluon_sm90 import GluonSource
 from warploom.device import DeviceInfo
-from warploom.errors import InputError
+from warploom.errors import InputError, UnsupportedError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.passes import Trace
@@ -90,8 +90,8 @@ class Kernel:
 
     def compile_tail(self, target: str | None = None) -> Compiled:
         """Cross-compile a split-K tail's kernel (`tail`), as `compile` does the main one."""
-        if self.tail is None:
-            raise ValueError(f"{self.plan.short()} has no split-K tail (Plan.tail_split is 1)")
+        self._require_tail("compile_tail")
+        assert self.tail is not None
         return _compiled(self, check_target(self.device.arch if target is None else target, self.tail), tail=True)
 
     def compile_cast(self) -> Compiled:
@@ -100,8 +100,17 @@ class Kernel:
         from warploom.runtime.cross import cross_compile_cast
 
         if self.module.amax_pass is None:
-            raise ValueError(f"{self.plan.short()} has no cast kernel (Plan.amax_pass is off: planner rule 29)")
+            raise UnsupportedError(f"compile_cast: expected a kernel with a cast pass (planner rule 29's fused rowwise "
+                                   f"quantization), got {self.plan.short()}, which has none. Fix: call compile() for "
+                                   "its one kernel")
         return cross_compile_cast(self.module, self.gluon)
+
+    def _require_tail(self, method: str) -> None:
+        """Refuse a split-K tail's method on a kernel without one (a plain assertion said nothing of the fix)."""
+        if self.tail is None:
+            raise UnsupportedError(f"{method}: expected a kernel with a split-K tail (Plan.tail_split > 1), got "
+                                   f"{self.plan.short()}, which launches once. Fix: use compile(), simulate() and "
+                                   "plan.grid for its one launch")
 
     def run(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
             operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
@@ -111,6 +120,13 @@ class Kernel:
         including scale_a, scale_b and bias), and `extra_outs` are the outputs after `out`."""
         launcher = self.launcher  # (a kernel of a target warploom has not run is refused first, by the launcher)
         _check_call(self.spec, a, b, scale_a, scale_b, bias, layouts=True)
+        # (a meta tensor has no memory to launch on; CPU ones reach the launcher, whose host path the unit tests drive
+        # with recorded launches)
+        # (extra outputs: the launcher checks them against a's device)
+        _check_devices("meta", {"a": a, "b": b, "out": out, "scale_a": scale_a, "scale_b": scale_b, "bias": bias},
+                       refuse=True)
+        if operands is None and not extra_outs and not self.spec.grouped:  # (a fused epilogue's outputs and a grouped
+            _check_out(self.spec, a, b, out)                                  # call's are their launchers' to check)
         return launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
 
     @functools.cached_property
@@ -137,11 +153,10 @@ class Kernel:
         from warploom.sim.simulate import ints
 
         _check_call(self.spec, a, b, scale_a, scale_b, bias)
-        if a.device.type != "cpu":
-            from warploom.errors import DeviceError
-
-            raise DeviceError("a", "CPU tensors: the simulator runs on the CPU", f"a tensor on {a.device}",
-                              "pass a.cpu() and b.cpu() (Kernel.run launches on the GPU)")
+        _check_devices("cpu", {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias, "out": out,
+                               **dict(operands or {})})
+        if out is not None and operands is None:
+            _check_out(self.spec, a, b, out)
         ctas = None if ctas is None else ints("ctas", ctas)  # (read once per launch: an iterator would run out)
         tail_ctas = None if tail_ctas is None else ints("tail_ctas", tail_ctas)
         if self.tail is not None:
@@ -171,10 +186,17 @@ class Kernel:
         unless `raise_on_finding` is False. See `warploom.sim.check_protocol`.
         """
         from warploom.sim import CheckReport, check_protocol
-        from warploom.sim.simulate import ints
+        from warploom.sim.simulate import ints, program_ids
 
         s = self.module.spec  # (a swapped kernel's: the sizes its module runs at)
         seeds, ctas = ints("seeds", seeds), (None if ctas is None else ints("ctas", ctas))  # read once per launch
+        for name, picked in (("seeds", seeds), ("ctas", ctas)):
+            if picked is not None and not picked:  # (nothing would run: a report of no findings would mean nothing)
+                raise InputError(name, "at least one", "an empty selection",
+                                 f"pass {name}=[0], or leave it out" + (" for one CTA of each tile count"
+                                                                         if name == "ctas" else ""))
+        if self.tail is not None and ctas is not None:  # (ids past every launch's grid: as a plain kernel refuses them)
+            program_ids("ctas", ctas, max((launch.grid for launch in self.launches(s.m, s.n, s.k)), default=0))
         if self.tail is None:
             return check_protocol(self.module, s.m, s.n, s.k, seeds=seeds, ctas=ctas,
                                   raise_on_finding=raise_on_finding)
@@ -193,8 +215,10 @@ class Kernel:
         """A split-K tail plan's two launches at M x N x K, as `runtime.launch` splits them."""
         from warploom.ir.raster import tail_spans
 
-        t = self.module.tiling
+        self._require_tail("spans")
         assert self.tail is not None
+        _sizes(m, n, k)
+        t = self.module.tiling
         return tail_spans(-(-m // t.bm) * -(-n // t.tile_n), t.grid, self.tail.tiling.splits_evenly(k))
 
     def launches(self, m: int, n: int, k: int, ctas: Iterable[int] | None = None,
@@ -203,6 +227,7 @@ class Kernel:
         and the program ids of `ctas` it has (`tail_ctas` for the tail's, by default `ctas`; all when None)."""
         from warploom.ir.raster import in_grid, launch_grid
 
+        self._require_tail("launches")
         picks = (ctas, ctas if tail_ctas is None else tail_ctas)
         out = []
         for name, module, span, picked in zip(("main", "tail"), self.modules, self.spans(m, n, k), picks, strict=True):
@@ -276,6 +301,49 @@ def _check_call(spec: GemmSpec, a: Any, b: Any, scale_a: Any, scale_b: Any, bias
     if got is not spec.scale and shapes not in checks.recipe_scale_shapes(spec.scale, m, n, k):
         raise InputError("scale_a, scale_b", f"scale {spec.scale.value}, as the kernel was planned for "
                          f"({spec.short()})", f"scale {got.value}", fix)
+
+
+def _check_devices(kind: str, named: Mapping[str, Any], refuse: bool = False) -> None:
+    """Every tensor among `named` on a `kind` device (the simulator reads CPU tensors), or with `refuse` none on it (a
+    launch has no memory to read of a meta tensor): a tensor elsewhere failed deep in torch or Triton."""
+    from warploom.errors import DeviceError
+
+    for arg, t in named.items():
+        if not hasattr(t, "device"):
+            continue
+        if refuse and t.device.type == kind:
+            raise DeviceError(arg, "a CUDA tensor: Kernel.run launches on the GPU", f"a tensor on {t.device}",
+                              f"pass {arg} with its data on the GPU (Kernel.simulate runs CPU tensors)")
+        if not refuse and t.device.type != kind:
+            raise DeviceError(arg, f"a {kind.upper()} tensor: the simulator runs on the CPU", f"a tensor on {t.device}",
+                              f"pass {arg}.{kind}() (Kernel.run launches on the GPU)")
+
+
+def _check_out(spec: GemmSpec, a: Any, b: Any, out: Any) -> None:
+    """`out` as the kernel writes it: a tensor of the result's shape and the spec's output dtype, each element its
+    own memory (an expanded view would be written through one element many times)."""
+    import torch
+
+    from warploom.errors import ArgumentTypeError
+
+    if not isinstance(out, torch.Tensor):
+        raise ArgumentTypeError("out", "a torch.Tensor to write the result into", type(out).__name__,
+                                "pass torch.empty(M, N, dtype=..., device=a.device)")
+    want = (a.shape[0], b.shape[1]) if a.dim() == 2 and b.dim() == 2 else tuple(out.shape)
+    dtype = spec.out_dtype.torch
+    if tuple(out.shape) != want or out.dtype != dtype:
+        raise InputError("out", f"shape {want} and dtype {dtype}", f"shape {tuple(out.shape)} and dtype {out.dtype}",
+                         f"pass torch.empty({want[0]}, {want[-1]}, dtype={dtype}, device=a.device)")
+    if out.numel() and torch._debug_has_internal_overlap(out) == 1:  # (1: overlaps for certain)
+        raise InputError("out", "a tensor whose elements do not overlap", f"strides {tuple(out.stride())}",
+                         "pass a fresh torch.empty(...) (not an expanded view)")
+
+
+def _sizes(m: Any, n: Any, k: Any) -> None:
+    """M, N and K as ints >= 0 (a float or a negative size made nonsense spans)."""
+    for name, v in (("m", m), ("n", n), ("k", k)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise InputError(name, "an int >= 0", repr(v), f"pass {name} as a non-negative int")
 
 
 def _check_bias(spec: GemmSpec, bias: Any) -> None:

@@ -605,8 +605,10 @@ def test_plan_schedule_checks_its_options(kw: dict[str, Any], error: type[Except
 
 def test_kernel_simulate_wants_cpu_tensors_and_plan_a_bool_flag() -> None:
     k = warploom.plan(_meta(128, 256), _meta(128, 256).t())
-    with pytest.raises(DeviceError, match="^a: expected CPU tensors.*Fix: pass a.cpu()"):
+    with pytest.raises(DeviceError, match="^a: expected a CPU tensor.*Fix: pass a.cpu()"):
         k.simulate(_meta(128, 256), _meta(128, 256).t())
+    with pytest.raises(DeviceError, match="^b: expected a CPU tensor.*Fix: pass b.cpu()"):  # (every tensor's device)
+        k.simulate(t(128, 256), _meta(128, 256).t())
     with pytest.raises(TypeError, match="^use_fast_accum: expected a bool"):
         warploom.plan(_meta(128, 256), _meta(128, 256).t(), use_fast_accum="yes")
 
@@ -700,3 +702,79 @@ def test_grouped_bounds_refused_by_name() -> None:
     # (a negated view reaches the CUDA kernel's pointer un-negated: the bounds' check refuses it; on the CPU the
     # dispatcher resolves it first)
     raises(InputError, "offs", lambda: _bounds("offs", torch._neg_view(-offs), 3, offs.device), match="resolve_neg")
+
+
+# Found by a probe of the Kernel methods and the CLI (session 35).
+def test_kernel_methods_of_a_launch_it_does_not_have_are_refused_by_name() -> None:
+    k = warploom.plan(t(128, 128), t(128, 128).t())
+    for call, name in ((lambda: k.spans(128, 128, 128), "spans"), (lambda: k.launches(128, 128, 128), "launches"),
+                       (lambda: k.compile_tail(), "compile_tail"), (lambda: k.compile_cast(), "compile_cast")):
+        with pytest.raises(warploom.errors.UnsupportedError, match=rf"^{name}: expected a kernel with .*Fix: "):
+            call()
+
+
+def test_kernel_sizes_outputs_and_devices_are_checked() -> None:
+    from warploom import H100_SXM, GemmSpec
+    from warploom.kernel import build
+    from warploom.planner import plan_schedule
+
+    spec = GemmSpec(256, 256, 512)
+    tail = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, tail_split=2))
+    raises(InputError, "m", lambda: tail.spans(-128, 256, 512))
+    raises(InputError, "m", lambda: tail.spans(256.5, 256, 512))  # type: ignore[arg-type]
+    # (a tail kernel's ids past every grid, and an empty selection, check nothing: refused as a plain kernel's are)
+    raises(InputError, "ctas", lambda: tail.check_protocol(seeds=[0], ctas=[999]), match="program ids in [0, ")
+    raises(InputError, "seeds", lambda: tail.check_protocol(seeds=[]))
+    raises(InputError, "ctas", lambda: tail.check_protocol(ctas=[]))
+    k = warploom.plan(t(128, 128), t(128, 128).t())
+    a, b = t(128, 128), t(128, 128).t()
+    raises(InputError, "out", lambda: k.simulate(a, b, out=torch.empty(1, 128, dtype=BF16).expand(128, 128)),
+           match="do not overlap")
+    raises(InputError, "out", lambda: k.simulate(a, b, out=torch.empty(128, 64, dtype=BF16)), match="shape (128, 128)")
+    raises(DeviceError, "out", lambda: k.run(a, b, torch.empty(128, 128, dtype=BF16, device="meta")))
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["plan", "--dtype", "blockwise", "--scales", "mx"], "--dtype blockwise sets its own"),
+    (["plan", "--dtype", "blockwise", "--fast-accum"], "always promotes"),
+    (["plan", "--dtype", "mxfp8", "--target", "sm_100a", "--scales", "tensorwise"], "--dtype mxfp8 sets its own"),
+    (["plan", "--dtype", "bf16", "--no-fast-accum"], "has no fp8 accumulation"),
+    (["sim", "--m", "64", "--n", "64", "--k", "64", "--timeline", "/proc/x.png"], "is not writable"),
+    (["demo", "--out-dir", "/proc/x"], "is not writable"),
+    (["sim", "--m", "64", "--n", "64", "--k", "64", "--timeline", "README.md/x.png"], "is a file, not a directory"),
+])
+def test_cli_refuses_options_it_would_drop_or_paths_it_cannot_write(argv: list[str], match: str) -> None:
+    from click.testing import CliRunner
+
+    from warploom.cli import main
+
+    r = CliRunner().invoke(main, argv)
+    assert r.exit_code == 2 and match in r.output, r.output
+
+
+@pytest.mark.parametrize("kw,error,name", [
+    ({"limit": "x"}, InputError, "limit"), ({"limit": 0}, InputError, "limit"), ({"limit": 2.5}, InputError, "limit"),
+    ({"min_gain": float("nan")}, InputError, "min_gain"), ({"min_gain": -1.0}, InputError, "min_gain"),
+    ({"min_gain": "x"}, InputError, "min_gain"), ({"plans": [1]}, InputError, "plans"),
+    ({"plans": []}, InputError, "plans"), ({"space": "x"}, TypeError, "space"),
+    ({"strides": "abc"}, TypeError, "strides"), ({"cache": "/tmp"}, TypeError, "cache"),
+])
+def test_autotune_checks_its_arguments_before_any_work(kw: dict[str, Any], error: type[Exception], name: str) -> None:
+    """Found by a probe (session 35): these failed deep in the search, or made tuning meaningless (min_gain -1 keeps
+    the default unless a candidate runs twice as fast), and an empty plans list read as a warploom bug."""
+    from warploom import H100_SXM, GemmSpec
+    from warploom.tune.autotune import Harness, autotune
+
+    out = torch.zeros(1)
+    called: list[object] = []
+    h = Harness(lambda p: (called.append(p), lambda: None)[1], (out,), (out,), lambda c: 1.0)
+    raises(error, name, lambda: autotune(GemmSpec(256, 256, 256), H100_SXM, h, progress=False, **kw))
+    assert called == []
+    raises(TypeError, "spec", lambda: autotune(None, H100_SXM, h))  # type: ignore[arg-type]
+
+
+def test_the_tuning_cache_refuses_a_root_that_is_no_path() -> None:
+    from warploom.tune import cache
+
+    raises(TypeError, "root", lambda: cache.Cache(5))  # type: ignore[arg-type]
+    raises(TypeError, "root", lambda: cache.clear_cache(5))  # type: ignore[arg-type]

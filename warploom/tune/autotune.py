@@ -161,6 +161,7 @@ def autotune(spec: GemmSpec, device: DeviceInfo, harness: Harness, *, strides: t
     WARPLOOM_AUTOTUNE_VERBOSE) prints the chosen schedule and the trials to stderr. With WARPLOOM_AUTOTUNE=0,
     or an empty problem, the planner's default comes back untried.
     """
+    _check_arguments(spec, device, limit, space, plans, min_gain, strides, cache)
     if not settings.enabled() or spec.flops == 0:
         result = TuneResult(spec, plan_schedule(spec, device), Source.DEFAULT)
     else:
@@ -170,6 +171,37 @@ def autotune(spec: GemmSpec, device: DeviceInfo, harness: Harness, *, strides: t
     if settings.verbose() if verbose is None else verbose:
         print(result.table(), file=sys.stderr)
     return result
+
+
+def _check_arguments(spec: Any, device: Any, limit: Any, space: Any, plans: Any, min_gain: Any, strides: Any,
+                     cache: Any) -> None:
+    """`autotune`'s arguments by type and range, before any input is made or any candidate planned (a string limit
+    or a plan that is not a Plan failed deep in the search; a min_gain outside [0, 1) makes the search meaningless)."""
+    from warploom.device import check_device
+    from warploom.errors import ArgumentTypeError, InputError
+
+    if not isinstance(spec, GemmSpec):
+        raise ArgumentTypeError("spec", "a warploom.GemmSpec", type(spec).__name__, "pass warploom.GemmSpec(m, n, k, "
+                                "...), or tune with tune_matmul / tune_scaled_mm on tensors")
+    check_device(device)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InputError("limit", "an int >= 1 (candidates to time)", repr(limit), "pass limit=8, or leave it out")
+    if not isinstance(space, SearchSpace):
+        raise ArgumentTypeError("space", "a warploom.tune.SearchSpace", type(space).__name__,
+                                "pass SearchSpace(...), or leave it out")
+    if plans is not None and (isinstance(plans, (str, bytes)) or not all(isinstance(p, Plan) for p in plans)
+                              or not len(plans)):
+        raise InputError("plans", "a non-empty sequence of warploom.Plan (the first the baseline)", repr(plans)[:80],
+                         "pass [plan_schedule(spec, device), ...], or leave plans out for the cost model's")
+    if isinstance(min_gain, bool) or not isinstance(min_gain, (int, float)) or not 0 <= min_gain < 1:
+        raise InputError("min_gain", "a fraction in [0, 1) of the baseline's time", repr(min_gain),
+                         "pass min_gain=0.01, or leave it out")
+    if not isinstance(strides, tuple) or not all(isinstance(st, tuple) for st in strides):
+        raise ArgumentTypeError("strides", "a tuple of the tensors' stride tuples", repr(strides)[:80],
+                                "pass tuple(t.stride() for t in (a, b)), or leave it out")
+    if cache is not None and not isinstance(cache, Cache):
+        raise ArgumentTypeError("cache", "a warploom.tune.Cache or None", type(cache).__name__,
+                                "pass Cache(path), or leave it out")
 
 
 def _lookup_or_tune(spec: GemmSpec, device: DeviceInfo, harness: Harness, strides: tuple[tuple[int, ...], ...],

@@ -172,6 +172,11 @@ class Cache:
     """The cache directory ``<root>/autotune``; `root` defaults to `settings.cache_root()` when used."""
 
     def __init__(self, root: Path | str | None = None) -> None:
+        if root is not None and not isinstance(root, (str, Path)):  # (os.PathLike's TypeError named no argument)
+            from warploom.errors import ArgumentTypeError
+
+            raise ArgumentTypeError("root", "a directory path (str or pathlib.Path) or None", type(root).__name__,
+                                    "pass the cache's directory, or None for the configured one")
         self._root = Path(root) if root is not None else None
 
     @property
