@@ -563,6 +563,9 @@ def bench(suite: str, ops: tuple[Op, ...] | None, groups: tuple[Group, ...] | No
     if merge or merge_files:
         if not merge or not merge_files or out is None or report is not None:
             raise click.UsageError("merge shards with: warploom bench --merge a.json b.json ... --out all.json")
+        if any(f.resolve() == out.resolve() for f in merge_files):  # (the merged file would replace a shard)
+            raise click.BadParameter(f"{str(out)!r} is one of the shards merged; write the merge to a new file",
+                                     param_hint="--out")
         try:
             results = merge_results([Results.load(f) for f in merge_files], [str(f) for f in merge_files])
         except (ResultsFormatError, MergeError) as e:

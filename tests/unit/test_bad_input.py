@@ -742,6 +742,8 @@ def test_kernel_sizes_outputs_and_devices_are_checked() -> None:
     (["sim", "--m", "64", "--n", "64", "--k", "64", "--timeline", "/proc/x.png"], "is not writable"),
     (["demo", "--out-dir", "/proc/x"], "is not writable"),
     (["sim", "--m", "64", "--n", "64", "--k", "64", "--timeline", "README.md/x.png"], "is a file, not a directory"),
+    (["bench", "--merge", "docs/data/zoo-2-of-8-h200-2026-11-28-session35.json", "--out",
+      "docs/data/zoo-2-of-8-h200-2026-11-28-session35.json"], "is one of the shards merged"),
 ])
 def test_cli_refuses_options_it_would_drop_or_paths_it_cannot_write(argv: list[str], match: str) -> None:
     from click.testing import CliRunner
