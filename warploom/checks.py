@@ -288,16 +288,16 @@ def recipe_scale_shapes(recipe: ScaleRecipe, m: int, n: int, k: int) -> tuple[tu
     """The (scale_a, scale_b) shapes that fp32 scales of `recipe` take at M x N x K (none for tensorwise, whose scales
     are one element each, or for the block-scaled MX and NVFP4 recipes). torch.nn.functional.scaled_mm pads a
     128x128 scale_b's K-blocks to a multiple of 4 (its L4): accepted, the padding rows are never read."""
-    kb, nb, mb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK), -(-m // SCALE_BLOCK)
-    padded = -(-kb // 4) * 4
-    rows = {ScaleRecipe.BLOCKWISE_1X128_128X128: m, ScaleRecipe.BLOCKWISE_1X128_1X128: m,
-            ScaleRecipe.BLOCKWISE_128X128_128X128: mb, ScaleRecipe.BLOCKWISE_128X128_1X128: mb}
+    kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+    # (scale_a's rows: one a row of A, or one per 128 rows)
+    rows = -(-m // SCALE_BLOCK) if recipe in (ScaleRecipe.BLOCKWISE_128X128_128X128,
+                                              ScaleRecipe.BLOCKWISE_128X128_1X128) else m
     if recipe is ScaleRecipe.ROWWISE:
         return (((m, 1), (1, n)),)
     if recipe in (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_128X128_128X128):
-        return (((rows[recipe], kb), (kb, nb)), ((rows[recipe], kb), (padded, nb)))
+        return (((rows, kb), (kb, nb)), ((rows, kb), (-(-kb // 4) * 4, nb)))
     if recipe in (ScaleRecipe.BLOCKWISE_1X128_1X128, ScaleRecipe.BLOCKWISE_128X128_1X128):
-        return (((rows[recipe], kb), (kb, n)),)
+        return (((rows, kb), (kb, n)),)
     return ()
 
 

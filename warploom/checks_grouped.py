@@ -174,12 +174,12 @@ def _dtypes(a: Any, b: Any, scale_a: Any, scale_b: Any, use_fast_accum: Any, sca
                                 "column of each expert) or blockwise 1x128 x 128x128", "None for scale_a and scale_b",
                                 "pass the scales the fp8 quantization gave, or call warploom.grouped_mm for bf16 or "
                                 "fp16 tensors")
-    for name, scale in (("scale_a", scale_a), ("scale_b", scale_b)):
-        if scaled and scale is None:  # (a grouped call has no tensorwise recipe: torch.ones(()) would be refused)
-            raise ArgumentTypeError(name, "a float32 torch.Tensor (rowwise: one per row of a, one per column of each "
-                                    "expert; or blockwise 1x128 x 128x128)", "None",
-                                    f"pass {name} as the fp8 quantization gave it (torch.ones of the rowwise shape "
-                                    "for no scaling)")
+    missing = next((name for name, t in (("scale_a", scale_a), ("scale_b", scale_b)) if t is None), None)
+    if scaled and missing:  # (a grouped call has no tensorwise recipe: check_tensors' torch.ones(()) would be refused)
+        raise ArgumentTypeError(missing, "a float32 torch.Tensor (rowwise: one per row of a, one per column of each "
+                                "expert; or blockwise 1x128 x 128x128)", "None",
+                                f"pass {missing} as the fp8 quantization gave it (torch.ones of the rowwise shape for "
+                                "no scaling)")
     named = {"a": a, "b": b} | ({"scale_a": scale_a, "scale_b": scale_b} if scaled else {})
     check_tensors(named)
     no_neg_bit(named)

@@ -121,10 +121,8 @@ class Kernel:
         launcher = self.launcher  # (a kernel of a target warploom has not run is refused first, by the launcher)
         _check_call(self.spec, a, b, scale_a, scale_b, bias, layouts=True)
         # (a meta tensor has no memory to launch on; CPU ones reach the launcher, whose host path the unit tests drive
-        # with recorded launches)
-        # (extra outputs: the launcher checks them against a's device)
-        _check_devices("meta", {"a": a, "b": b, "out": out, "scale_a": scale_a, "scale_b": scale_b, "bias": bias},
-                       refuse=True)
+        # with recorded launches; extra outputs the launcher checks against a's device)
+        _check_devices({"a": a, "b": b, "out": out, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}, launch=True)
         if operands is None and not extra_outs and not self.spec.grouped:  # (a fused epilogue's outputs and a grouped
             _check_out(self.spec, a, b, out)                                  # call's are their launchers' to check)
         return launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
@@ -153,8 +151,8 @@ class Kernel:
         from warploom.sim.simulate import ints
 
         _check_call(self.spec, a, b, scale_a, scale_b, bias)
-        _check_devices("cpu", {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias, "out": out,
-                               **dict(operands or {})})
+        _check_devices({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias, "out": out,
+                        **dict(operands or {})}, launch=False)
         if out is not None and operands is None:
             _check_out(self.spec, a, b, out)
         ctas = None if ctas is None else ints("ctas", ctas)  # (read once per launch: an iterator would run out)
@@ -195,16 +193,17 @@ class Kernel:
                 raise InputError(name, "at least one", "an empty selection",
                                  f"pass {name}=[0], or leave it out" + (" for one CTA of each tile count"
                                                                          if name == "ctas" else ""))
-        if self.tail is not None and ctas is not None:  # (ids past every launch's grid: as a plain kernel refuses them)
-            program_ids("ctas", ctas, max((launch.grid for launch in self.launches(s.m, s.n, s.k)), default=0))
         if self.tail is None:
             return check_protocol(self.module, s.m, s.n, s.k, seeds=seeds, ctas=ctas,
                                   raise_on_finding=raise_on_finding)
+        launches = self.launches(s.m, s.n, s.k, ctas)
+        if ctas is not None:  # (ids past every launch's grid: refused as a plain kernel refuses them)
+            program_ids("ctas", ctas, max((launch.grid for launch in launches), default=0))
         # (each launch takes the ids of `ctas` in its own grid, as `simulate`'s do: the tail's grid is smaller)
         reports = [check_protocol(launch.module, s.m, s.n, s.k, seeds=seeds,
                                   ctas=None if ctas is None else launch.ctas,
                                   raise_on_finding=raise_on_finding, span=launch.span)
-                   for launch in self.launches(s.m, s.n, s.k, ctas)]
+                   for launch in launches]
         if not reports:  # an empty output launches nothing
             return CheckReport(self.module.name, tuple(seeds), (), 0, ())
         return CheckReport(" + ".join(r.module for r in reports), reports[0].seeds,
@@ -303,20 +302,20 @@ def _check_call(spec: GemmSpec, a: Any, b: Any, scale_a: Any, scale_b: Any, bias
                          f"({spec.short()})", f"scale {got.value}", fix)
 
 
-def _check_devices(kind: str, named: Mapping[str, Any], refuse: bool = False) -> None:
-    """Every tensor among `named` on a `kind` device (the simulator reads CPU tensors), or with `refuse` none on it (a
-    launch has no memory to read of a meta tensor): a tensor elsewhere failed deep in torch or Triton."""
+def _check_devices(named: Mapping[str, Any], launch: bool) -> None:
+    """The tensors among `named` where a launch (`launch`) or the simulator can read them: a launch none on the meta
+    device (no memory), the simulator all on the CPU. A tensor elsewhere failed deep in torch or Triton."""
     from warploom.errors import DeviceError
 
     for arg, t in named.items():
         if not hasattr(t, "device"):
             continue
-        if refuse and t.device.type == kind:
+        if launch and t.device.type == "meta":
             raise DeviceError(arg, "a CUDA tensor: Kernel.run launches on the GPU", f"a tensor on {t.device}",
                               f"pass {arg} with its data on the GPU (Kernel.simulate runs CPU tensors)")
-        if not refuse and t.device.type != kind:
-            raise DeviceError(arg, f"a {kind.upper()} tensor: the simulator runs on the CPU", f"a tensor on {t.device}",
-                              f"pass {arg}.{kind}() (Kernel.run launches on the GPU)")
+        if not launch and t.device.type != "cpu":
+            raise DeviceError(arg, "a CPU tensor: the simulator runs on the CPU", f"a tensor on {t.device}",
+                              f"pass {arg}.cpu() (Kernel.run launches on the GPU)")
 
 
 def _check_out(spec: GemmSpec, a: Any, b: Any, out: Any) -> None:

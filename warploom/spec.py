@@ -236,54 +236,57 @@ class GemmSpec:
                 raise ArgumentTypeError(name, f"a warploom {kind.__name__}", f"{type(value).__name__} {value!r}",
                                         f"pass e.g. {name}={kind.__name__}.{next(iter(kind)).name}")
 
-        def refuse(arg: str, expected: str, got: str, fix: str) -> None:
-            raise InputError(arg, expected, got, fix)
-
         if min(self.m, self.n, self.k) < 0:
-            refuse("m, n, k", "sizes >= 0 (GemmSpec sizes must be >= 0)", f"{self.m}, {self.n}, {self.k}",
-                   "pass non-negative sizes")
+            raise InputError("m, n, k", "sizes >= 0 (GemmSpec sizes must be >= 0)", f"{self.m}, {self.n}, {self.k}",
+                             "pass non-negative sizes")
         if self.a_dtype.block_scaled != self.b_dtype.block_scaled:
-            refuse("b_dtype", f"a dtype of a's kind: a GemmSpec never mixes fp8 and 16-bit inputs (a_dtype "
-                   f"{self.a_dtype.value})", self.b_dtype.value, "pass both 16-bit (and equal) or both fp8/fp4")
+            raise InputError("b_dtype", f"a dtype of a's kind: a GemmSpec never mixes fp8 and 16-bit inputs (a_dtype "
+                             f"{self.a_dtype.value})", self.b_dtype.value,
+                             "pass both 16-bit (and equal) or both fp8/fp4")
         if not self.a_dtype.block_scaled and self.a_dtype != self.b_dtype:
-            refuse("b_dtype", f"{self.a_dtype.value}: 16-bit inputs must match", self.b_dtype.value,
-                   f"pass b_dtype=DType.{self.a_dtype.name}")
+            raise InputError("b_dtype", f"{self.a_dtype.value}: 16-bit inputs must match", self.b_dtype.value,
+                             f"pass b_dtype=DType.{self.a_dtype.name}")
         if self.a_dtype == DType.FP32:
-            refuse("a_dtype", "bf16, fp16, fp8 or fp4: inputs cannot be fp32", "fp32",
-                   "pass bf16 inputs (torch.matmul computes fp32 itself)")
+            raise InputError("a_dtype", "bf16, fp16, fp8 or fp4: inputs cannot be fp32", "fp32",
+                             "pass bf16 inputs (torch.matmul computes fp32 itself)")
         fp8 = self.a_dtype.block_scaled
         if fp8 and self.b_layout is not BLayout.K_MAJOR:
-            refuse("b_layout", "K_MAJOR: fp8 wgmma reads both operands K-major", self.b_layout.value,
-                   "pass b_layout=BLayout.K_MAJOR (b as b_nk.t())")
+            raise InputError("b_layout", "K_MAJOR: fp8 wgmma reads both operands K-major", self.b_layout.value,
+                             "pass b_layout=BLayout.K_MAJOR (b as b_nk.t())")
         if fp8 and self.a_layout is not ALayout.K_MAJOR:
-            refuse("a_layout", "K_MAJOR: fp8 wgmma reads both operands K-major", self.a_layout.value,
-                   "pass a_layout=ALayout.K_MAJOR (a row-major)")
+            raise InputError("a_layout", "K_MAJOR: fp8 wgmma reads both operands K-major", self.a_layout.value,
+                             "pass a_layout=ALayout.K_MAJOR (a row-major)")
         if fp8 == (self.scale is ScaleRecipe.NONE):
-            refuse("scale", "a scale recipe for fp8 inputs, and none for 16-bit ones (fp8 inputs need a scale "
-                   "recipe and 16-bit inputs none)", self.scale.value,
-                   "pass scale=ScaleRecipe.ROWWISE (or another recipe) with fp8, ScaleRecipe.NONE with bf16/fp16")
+            raise InputError("scale", "a scale recipe for fp8 inputs, and none for 16-bit ones (fp8 inputs need a "
+                             "scale recipe and 16-bit inputs none)", self.scale.value,
+                             "pass scale=ScaleRecipe.ROWWISE (or another recipe) with fp8, ScaleRecipe.NONE with "
+                             "bf16/fp16")
         if self.accumulation is Accumulation.PROMOTED and not fp8:
-            refuse("accumulation", "NATIVE: PROMOTED accumulation only applies to fp8 inputs", "promoted",
-                   "pass accumulation=Accumulation.NATIVE")
+            raise InputError("accumulation", "NATIVE: PROMOTED accumulation only applies to fp8 inputs", "promoted",
+                             "pass accumulation=Accumulation.NATIVE")
         if self.scale_layout is ScaleLayout.BLOCKED and not self.scale.microscaled:
-            refuse("scale_layout", "ROW_MAJOR: only MX and NVFP4 scales come in the blocked layout",
-                   f"blocked with {self.scale.value} scales", "pass scale_layout=ScaleLayout.ROW_MAJOR")
+            raise InputError("scale_layout", "ROW_MAJOR: only MX and NVFP4 scales come in the blocked layout",
+                             f"blocked with {self.scale.value} scales", "pass scale_layout=ScaleLayout.ROW_MAJOR")
         if self.mixed_fp4 and self.scale is not ScaleRecipe.MX:
-            refuse("scale", "MX: MX fp8 x fp4 (kind::mxf8f6f4) takes MX scales",
-                   f"{self.scale.value} ({self.a_dtype.value} x {self.b_dtype.value})", "pass scale=ScaleRecipe.MX")
+            raise InputError("scale", "MX: MX fp8 x fp4 (kind::mxf8f6f4) takes MX scales",
+                             f"{self.scale.value} ({self.a_dtype.value} x {self.b_dtype.value})",
+                             "pass scale=ScaleRecipe.MX")
         if self.scale is ScaleRecipe.NVFP4 and not (self.fp4_a and self.fp4_b):
-            refuse("a_dtype, b_dtype", "e2m1 both: NVFP4 scales go with e2m1 inputs",
-                   f"{self.a_dtype.value} x {self.b_dtype.value}", "pass e2m1 inputs, or scale=ScaleRecipe.MX")
+            raise InputError("a_dtype, b_dtype", "e2m1 both: NVFP4 scales go with e2m1 inputs",
+                             f"{self.a_dtype.value} x {self.b_dtype.value}",
+                             "pass e2m1 inputs, or scale=ScaleRecipe.MX")
         if self.scale.is_blockwise and self.accumulation is not Accumulation.PROMOTED:
-            refuse("accumulation", "PROMOTED: blockwise scales are applied at each k-block's promotion (accumulation "
-                   "must be PROMOTED)",
-                   self.accumulation.value, "pass accumulation=Accumulation.PROMOTED")
+            raise InputError("accumulation", "PROMOTED: blockwise scales are applied at each k-block's promotion "
+                             "(accumulation must be PROMOTED)", self.accumulation.value,
+                             "pass accumulation=Accumulation.PROMOTED")
         if (self.grouping is Grouping.NONE) != (self.groups == 0) or self.groups < 0:
-            refuse("groups", "a grouped spec has groups >= 1, an ordinary one 0", f"{self.groups} with grouping "
-                   f"{self.grouping.value}", "pass groups=E (the experts) with a grouping, or 0 without")
-        if self.grouped and self.grouped_problems():
-            refuse("grouping", "a spec a grouped kernel takes", f"{self.grouping.value}, but grouped GEMMs do not take "
-                   f"{'; '.join(self.grouped_problems())}", "drop those fields, or plan the GEMMs one by one")
+            raise InputError("groups", "a grouped spec has groups >= 1, an ordinary one 0",
+                             f"{self.groups} with grouping {self.grouping.value}",
+                             "pass groups=E (the experts) with a grouping, or 0 without")
+        problems = self.grouped_problems() if self.grouped else []
+        if problems:
+            raise InputError("grouping", "a spec a grouped kernel takes", f"{self.grouping.value}, but grouped GEMMs "
+                             f"do not take {'; '.join(problems)}", "drop those fields, or plan the GEMMs one by one")
 
     @property
     def grouped(self) -> bool:
@@ -441,3 +444,13 @@ class GemmSpec:
         if self.epilogue is None:
             return (self.out_dtype,)
         return tuple(o.resolve(self.out_dtype) for o in self.epilogue.outputs)
+
+
+def check_spec(spec: object) -> GemmSpec:
+    """`spec` if it is a `GemmSpec`; a warploom error naming it otherwise (a tuple of sizes would fail deep in a rule).
+    `plan_schedule` and `autotune` both check theirs here."""
+    if not isinstance(spec, GemmSpec):
+        raise ArgumentTypeError("spec", "a warploom.GemmSpec", f"{type(spec).__name__} {spec!r}",
+                                "pass warploom.GemmSpec(m, n, k, ...), or start from tensors (warploom.plan(a, b), "
+                                "tune_matmul(a, b))")
+    return spec

@@ -19,11 +19,9 @@ def check_arguments(spec: Any, device: Any, options: dict[str, Any]) -> None:
     """`plan_schedule`'s arguments by type and sign, before any rule reads them: a string taken for a flag would turn
     it on, a float stream_k would reach the kernel's name, and a wrong spec or device would fail deep in a rule."""
     from warploom.device import check_device
-    from warploom.spec import GemmSpec
+    from warploom.spec import check_spec
 
-    if not isinstance(spec, GemmSpec):
-        raise ArgumentTypeError("spec", "a warploom.GemmSpec", f"{type(spec).__name__} {spec!r}",
-                                "pass warploom.GemmSpec(m, n, k, ...), or call warploom.plan(a, b) with tensors")
+    check_spec(spec)
     check_device(device)
     for name in (*_COUNTS, "stream_k", "sk_waves"):
         value = options.get(name)

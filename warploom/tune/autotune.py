@@ -179,10 +179,9 @@ def _check_arguments(spec: Any, device: Any, limit: Any, space: Any, plans: Any,
     or a plan that is not a Plan failed deep in the search; a min_gain outside [0, 1) makes the search meaningless)."""
     from warploom.device import check_device
     from warploom.errors import ArgumentTypeError, InputError
+    from warploom.spec import check_spec
 
-    if not isinstance(spec, GemmSpec):
-        raise ArgumentTypeError("spec", "a warploom.GemmSpec", type(spec).__name__, "pass warploom.GemmSpec(m, n, k, "
-                                "...), or tune with tune_matmul / tune_scaled_mm on tensors")
+    check_spec(spec)
     check_device(device)
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise InputError("limit", "an int >= 1 (candidates to time)", repr(limit), "pass limit=8, or leave it out")
