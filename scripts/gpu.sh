@@ -417,6 +417,24 @@ if [ "$what" = h200rates ]; then
     'bf16|4096x57344x8192|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 64]}]' \
     'bf16|4096x2112x7168|[{}, {"bm": 192, "bn": 256, "n_blocks": [128, 32, 16]}]'
 fi
+if [ "$what" = width8 ]; then
+  # Rule 33's narrowest width (session 36): 64x8 (forced; cuBLAS runs it at 141x136x1624) against the planner's 64x16
+  # or 64x32 at the shapes where rule 33 measured its largest gains and losses.
+  sweep_each width8 \
+    'bf16|141x136x1624|[{}, {"bm": 64, "bn": 8}]' 'bf16|366x104x888|[{}, {"bm": 64, "bn": 8}]' \
+    'bf16|142x336x1208|[{}, {"bm": 64, "bn": 8}]' 'bf16|547x64x608|[{}, {"bm": 64, "bn": 8}]' \
+    'bf16|88x80x560|[{}, {"bm": 64, "bn": 8}]' 'bf16|253x136x104|[{}, {"bm": 64, "bn": 8}]' \
+    'bf16|87x640x72|[{}, {"bm": 64, "bn": 8}]' 'bf16|73x104x3280|[{}, {"bm": 64, "bn": 8}, {"bm": 64, "bn": 16}]'
+fi
+if [ "$what" = ring34fp8 ]; then
+  # Rule 34 on fp8 rowwise fast (session 36: measured on bf16 only): the planner's cut ring against the depth before.
+  for d in 6:1110x1296x128,118x6288x96,208x3472x64,2606x288x160,6444x224x240 \
+           4:114x1200x160,118x832x128,121x112x80,1353x256x80,2255x176x176,270x7168x256,385x5904x192,401x496x320,68x416x336,82x2576x64,93x880x144,97x848x192 \
+           12:26x224x240,33x3120x368,48x272x160,8x224x672; do
+    python3 scripts/sweep_plans.py --out "$OUT/ring34fp8-${d%%:*}.json" --cases fp8 --rounds 3 --sizes "${d#*:}" \
+      --variants "[{}, {\"plan\": {\"stages\": ${d%%:*}}}]" 2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/ring34fp8.log"
+  done
+fi
 # Everything written under $OUT, packed as one file named to sort first: a device call may hand back only a few files,
 # and a sweep writes one a shape.
 (cd "$OUT" && tar czf 0-all.tgz --exclude=0-all.tgz . 2>/dev/null)

@@ -42,11 +42,16 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
     of round_up(N, 16) only: docs/decisions/rule-31-narrow-tiles.md
 32. 16-bit operands whose tiles quantize badly: a tile fitted to the shape, 128, 192 or 256 rows by any multiple of
     16 columns in power-of-two blocks, where it takes fewer rounds or less area: docs/decisions/rule-32-fitted-tiles.md
+33. rule 23's 64-row tiles 16 or 32 wide (16-bit operands) where a width model prices them faster, filling at most 80%
+    of the SMs: docs/decisions/rule-33-latency-width.md
+34. where each CTA runs one work unit, a ring no deeper than the unit's k-blocks (at least 2):
+    docs/decisions/rule-34-ring-depth.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
 20: `planning/sm90.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90_search.py`, its tile menu in
 `planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py`, rule 31's narrow tile in
-`planning/sm90_narrow.py`, rule 32's fitted tile in `planning/sm90_fitted.py`, its fused epilogues' limits (rules
+`planning/sm90_narrow.py`, rule 32's fitted tile in `planning/sm90_fitted.py`, rule 34's ring depth in
+`planning/sm90_ring.py`, its fused epilogues' limits (rules
 26-29) in `planning/sm90_fused.py`, rule 22's grouped GEMMs in `planning/sm90_grouped.py`; rule 19:
 `planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the target's declaration (`warploom.targets`) names as
 its `plan`. `plan_schedule` stands above the registry: it runs what comes before any target's rule (rule 26's fused

@@ -48,6 +48,12 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     ("bf16_swap_128x16_forced", mm(16, 4096, 4096), dict(bm=128, bn=16, swap_ab=True)),
     ("bf16_64x16_unswapped_forced", mm(4096, 16, 4096), dict(bm=64, bn=16)),
     ("bf16_swap_64x32_27x1000x520", mm(27, 1000, 520), {}),
+    # Rule 33: rule 23's 64-row tiles 16 or 32 wide (planned), and 8 wide (wgmma's narrowest, forced only); rule 34
+    # cuts the ring of one-tile CTAs to their k-blocks (2 at 43x216x104).
+    ("bf16_latency_64x16_planned", mm(141, 136, 1624), {}),
+    ("fp16_latency_64x32_planned", mm(2232, 80, 904, FP16), {}),
+    ("bf16_64x8_forced", mm(141, 136, 1624), dict(bm=64, bn=8)),
+    ("bf16_ring_cut_43x216x104", mm(43, 216, 104), {}),
     ("fp16_swap_128x32_forced_out_fp32", mm(24, 4096, 4096, FP16, out=FP32), dict(bm=128, swap_ab=True)),
     ("bf16_out_fp32", mm(4096, 4096, 4096, out=FP32), {}),
     ("bf16_out_fp16_nmajor", mm(4097, 264, 8192, layout=N_MAJOR, out=FP16), {}),

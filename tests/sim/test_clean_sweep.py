@@ -252,7 +252,7 @@ TWO_SMS = replace(H100_SXM, sm_count=2)
 @pytest.mark.parametrize("spec,short", [
     (GemmSpec(300, 120, 200), "192x256x64_s4_w12_g8_e2_p3_n128_16"),  # (rule 32: 2 fitted tiles, one round)
     (GemmSpec(300, 500, 200), "128x256x64_s4_w8_g8_e2_p2"),
-    (GemmSpec(60, 260, 200, b_layout=BLayout.N_MAJOR), "64x256x64_s5_w4_g8_e2"),
+    (GemmSpec(60, 260, 200, b_layout=BLayout.N_MAJOR), "64x256x64_s4_w4_g8_e2"),  # (rule 34: 4 k-blocks)
     (spec_of(DType.E4M3, 384, scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED, bias=DType.BF16, m=200, n=112),
      "128x128x128_s6_w8_g8_p2"),
     (spec_of(DType.E4M3, 384, scale=ScaleRecipe.ROWWISE, acc=Accumulation.PROMOTED, bias=DType.BF16, m=300, n=500),

@@ -556,6 +556,14 @@ def test_kernel_takes_scales_that_mean_its_recipe(recipe_shapes: tuple[tuple[int
     assert err < 1e-4, err
 
 
+def test_kernel_run_refuses_cpu_tensors_before_any_launch() -> None:
+    """Kernel.run on CPU tensors (the simulator's) once reached Triton's driver, which said "0 active drivers" on a
+    machine without a GPU: refused by name, with the simulator as the fix."""
+    kern = warploom.plan(_meta(128, 256), _meta(128, 256).t())
+    with pytest.raises(InputError, match=r"^a: expected a tensor on a CUDA GPU.*Fix: .*Kernel.simulate"):
+        kern.run(t(128, 256), col_major(256, 128, dtype=BF16), torch.empty(128, 128, dtype=BF16))
+
+
 def test_kernel_refuses_scales_it_would_drop_and_tensors_of_another_layout() -> None:
     k = warploom.plan(_meta(128, 256), _meta(128, 256).t())
     a, b = t(128, 256), t(128, 256).t()

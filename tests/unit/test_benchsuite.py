@@ -177,8 +177,8 @@ class FakeTimer:
 
 
 # The planner's choice at 128x192x256 (rule 23 takes 64x64 tiles where fast accumulation has no bias or epilogue).
-PLANS = {Op.MATMUL_BF16: "64x64x64_s4_w4_g8", Op.SCALED_MM_FP8_ROWWISE_FAST: "64x64x128_s4_w4_g8",
-         Op.SCALED_MM_FP8_ROWWISE_EXACT: "128x128x128_s6_w8_g8_p2", Op.SCALED_MM_FP8_TENSORWISE: "64x64x128_s4_w4_g8",
+PLANS = {Op.MATMUL_BF16: "64x16x64_s4_w4_g8", Op.SCALED_MM_FP8_ROWWISE_FAST: "64x64x128_s2_w4_g8",
+         Op.SCALED_MM_FP8_ROWWISE_EXACT: "128x128x128_s6_w8_g8_p2", Op.SCALED_MM_FP8_TENSORWISE: "64x64x128_s2_w4_g8",
          Op.FUSED_EPILOGUE: "128x128x128_s5_w8_g8"}
 
 

@@ -54,9 +54,9 @@ GOLDEN = {
     (4096, 4096, 4096): "128x256x64_s4_w8_g8_e2_p2",
     (8192, 8192, 8192): "128x256x64_s4_w8_g8_e2_p2",
     (777, 4096, 4096): "128x256x64_s4_w8_g8_e2_p2",
-    # (rule 31's narrow tile, and rules 23 and 25's latency tiles, come first)
+    # (rule 31's narrow tile, and rules 23, 25 and 33's latency tiles, come first)
     (10050, 80, 1280): "128x128x64_s6_w8_g8_p2_n64_16",
-    (300, 80, 200): "64x64x64_s4_w4_g8",
+    (300, 80, 200): "64x16x64_s4_w4_g8",
 }
 
 

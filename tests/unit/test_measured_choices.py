@@ -39,6 +39,16 @@ KNOWN_MISSES = {
     ("l2floor-h200-2026-11-28-session35.json", "bf16", "2637x1904x6464"):
         "the H200's 12 TB/s on whole lines gives 128x256's tiles back elsewhere (+1.7-4%, 1024x2048x4096 +15%) and "
         "here prices 128x160 ahead of 192x224, which ran 5.6% faster (rule-32 doc)",
+    ("latency-width-h200-2026-11-28-session36-a.json", "bf16", "2244x360x2000"):
+        "64x64 over 1.6 waves (216 tiles, 0.806) beat rule 25's 128x128 in 2 ranges (0.725); rule 23 plans no 64x64 "
+        "tiles beyond one wave (100x5264x3464 on 166 of them ran 0.36x torch: rule-23 doc)",
+    ("latency-width-h200-2026-11-28-session36-a.json", "bf16", "73x104x3280"):
+        "rule 25 splits 64x64 in 8 ranges (0.727) where 64x16 whole ran 0.829: rule 33 widths only the tiles rule 25 "
+        "leaves whole (rule-33 doc)",
+    ("latency-width-h200-2026-11-28-session36-a.json", "bf16", "1806x88x1672"):
+        "64x32 ran 14% faster; rule 33's model prices 64x64 ahead (rule-33 doc)",
+    ("latency-width-h200-2026-11-28-session36-b.json", "bf16", "753x216x800"):
+        "64x32 ran 5% faster; rule 33's model prices 64x64 ahead (rule-33 doc)",
     ("rule24-2026-11-27-session26.json", "fp8", "5344x2192x144"):
         "rule 24's k-block floor gives up this shape's 9% (rule-24 doc)",
     ("smallsplit-2026-11-27-session31.json", "bf16", "513x368x5160"):

@@ -151,7 +151,7 @@ CORRUPTIONS: dict[str, tuple[Callable[[Path], object], str]] = {
     "empty": (lambda p: p.write_bytes(b""), "not valid JSON"),
     "binary": (lambda p: p.write_bytes(b"\xff\xfe\x00garbage"), "not valid JSON"),
     "not an object": (lambda p: p.write_text("[1, 2]"), "not a JSON object"),
-    "tampered plan": (_rewrite(_set_plan(stages=2), keep_checksum=True), "checksum mismatch"),
+    "tampered plan": (_rewrite(_set_plan(stages=PLAN.stages + 1), keep_checksum=True), "checksum mismatch"),
     "tampered checksum": (_rewrite(lambda b: b.update(checksum="0" * 64), keep_checksum=True), "checksum mismatch"),
     "old schema": (_rewrite(lambda b: b.update(schema=0)), "schema 0"),
     "missing field": (_rewrite(lambda b: b.pop("trials")), "'trials' is missing"),

@@ -21,14 +21,17 @@ from warploom.planning.plan import Plan
 from warploom.planning.sm90_fitted import fitted
 from warploom.planning.sm90_models import (
     CLUSTER_PROMOTED_BLOCKS,
+    WIDTH_STAGES,
     cluster_problems,
     decode_split,
     latency_split,
     latency_stages,
     latency_tiles,
+    latency_width,
     stream_k_problems,
 )
 from warploom.planning.sm90_narrow import forced_narrow, narrow
+from warploom.planning.sm90_ring import ring_to_k
 from warploom.planning.sm90_search import CLUSTER_KNOBS, Best, Search, search
 from warploom.planning.sm90_tiles import rows_aligned, swap_rows, tall_problems
 from warploom.planning.trace import collecting, note
@@ -45,12 +48,13 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     if options.n_blocks is not None:
         return forced_narrow(spec, device, chosen, ())
     if _forces_tile(options):
-        return chosen
+        return chosen if options.stages is not None else ring_to_k(spec, chosen)
     chosen = narrow(spec, device, chosen)
-    if options.pingpong or any(f is not None for f in (options.stream_k, options.cluster, options.swap_ab)):
-        return chosen  # (rule 32 fits whole tiles: a forced schedule stands)
-    return fitted(spec, device, chosen, lambda bm, bn, blocks: _plan(
-        spec, device, replace(options, bm=bm, bn=bn, stream_k=0, tail_split=1, cluster=1, n_blocks=blocks)))
+    if not (options.pingpong or any(f is not None for f in (options.stream_k, options.cluster, options.swap_ab))):
+        # (rule 32 fits whole tiles: a forced schedule stands)
+        chosen = fitted(spec, device, chosen, lambda bm, bn, blocks: _plan(
+            spec, device, replace(options, bm=bm, bn=bn, stream_k=0, tail_split=1, cluster=1, n_blocks=blocks)))
+    return ring_to_k(spec, chosen)
 
 
 def _plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
@@ -206,13 +210,16 @@ def _latency_split(spec: GemmSpec, device: DeviceInfo, options: PlanOptions, o: 
 
 
 def _latency_tiles(spec: GemmSpec, device: DeviceInfo, options: PlanOptions, o: PlanOptions) -> Plan | None:
-    """Rule 23 (`latency_tiles`): whole 64x64 tiles in `latency_stages`' ring, where no tile, depth, stream-K,
-    ping-pong or operand choice is forced."""
+    """Rule 23 (`latency_tiles`): whole 64-row tiles, where no tile, depth, stream-K, ping-pong or operand choice is
+    forced: 64 wide in `latency_stages`' ring, or 16 or 32 wide in WIDTH_STAGES' where rule 33 (`latency_width`)
+    prices them faster."""
     if (o.stream_k is not None or o.pingpong or _forces_tile(options) or o.prefetch_operands is not None
             or o.hoist_rows is not None or not latency_tiles(spec, device)):
         return None
+    width = latency_width(spec, device)
+    stages = latency_stages(spec) if width == 64 else WIDTH_STAGES
     with collecting(None):  # (the forced call's own candidates are not this rule's)
-        return plan(spec, device, PlanOptions(bm=64, bn=64, stages=latency_stages(spec), group_m=o.group_m,
+        return plan(spec, device, PlanOptions(bm=64, bn=width, stages=stages, group_m=o.group_m,
                                               scalar_columns=o.scalar_columns, split_k=1, tail_split=1,
                                               swap_ab=False, stream_k=0))
 

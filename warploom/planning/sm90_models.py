@@ -305,6 +305,49 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
 
 
 
+# Rule 33 (docs/decisions/rule-33-latency-width.md): rule 23's 64-row tiles 16 or 32 columns wide where 64-wide ones
+# leave SMs idle. A 64-row tile's k-block is bound by what its one CTA loads (64 + BN rows of K), so narrower tiles
+# over more SMs finish sooner, until their operand bytes from L2 (A read once per column of tiles) bind. Each width is
+# priced as rule 23 prices 64x64, a start plus the longer of its k-blocks and its tiles' bytes from L2, with
+# constants of its own, fitted on the H200 (bf16, CUDA graphs; 64x16, 64x32 and 64x64 forced at 19 of the zoo's few-tile
+# shapes, one wave each, rms 9%: docs/data/latency-width-h200-2026-11-28-session36-*.json). They choose the width
+# only: rule 23's own model still decides 64-row tiles against 128x128. 16-bit operands only (fp8's not measured).
+# Narrow tiles fill at most WIDTH_MAX_TILES_OF_SMS of the SMs: at 108-132 CTAs they lost to 64x64 at all eight shapes
+# measured (401x496x320 -1.6%, 596x416x152 -4.3%, 513x368x5160 -9%, 108x2072x2984 -21%), and won at 105 (2232x80x904).
+# They run a ring of WIDTH_STAGES, the depth they were measured at.
+LATENCY_WIDTHS = (16, 32, 64)
+WIDTH_MAX_TILES_OF_SMS = 0.8
+WIDTH_STAGES = 6
+WIDTH_START_US = {16: 3.03, 32: 3.03, 64: 3.44}
+WIDTH_KBLOCK_US = {16: 0.116, 32: 0.124, 64: 0.129}
+WIDTH_L2_BYTES_PER_US = 6.0e6
+
+
+def width_us(spec: GemmSpec, width: int) -> float:
+    """Rule 33's modeled microseconds for 64 x `width` tiles, each CTA running all of K: its start plus the longer of
+    its k-blocks and every tile's operand bytes (64 + `width` rows of K) from L2."""
+    tiles = math.ceil(spec.m / 64) * math.ceil(spec.n / width)
+    row_bytes = spec.k * spec.a_dtype.bytes
+    return WIDTH_START_US[width] + max(k_blocks(spec) * WIDTH_KBLOCK_US[width],
+                                       tiles * (64 + width) * row_bytes / WIDTH_L2_BYTES_PER_US)
+
+
+def latency_width(spec: GemmSpec, device: DeviceInfo) -> int:
+    """Rule 33: how wide rule 23's 64-row tiles are, 16, 32 or 64 (`LATENCY_WIDTHS`): the fastest by `width_us`
+    among 64 (whose tiles rule 23 fits in one wave) and the narrower widths whose tiles fill at most
+    WIDTH_MAX_TILES_OF_SMS of the SMs; 64 on a tie, and for operands other than 16-bit ones."""
+    if spec.a_dtype.bytes != 2 or spec.b_dtype.bytes != 2:
+        return 64
+    rows = math.ceil(spec.m / 64)
+    times = {w: width_us(spec, w) for w in LATENCY_WIDTHS
+             if w == 64 or rows * math.ceil(spec.n / w) <= device.sm_count * WIDTH_MAX_TILES_OF_SMS}
+    best = min(times, key=lambda w: (times[w], -w))
+    for w, t in times.items():
+        note(f"64x{w}", "latency tile width", t, f"{rows * math.ceil(spec.n / w)} CTAs (rule 33, modeled us"
+             + (", chosen)" if w == best else ")"))
+    return best
+
+
 def stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,
                        tail_split: int | None, swap_ab: bool | None, bm: int | None,
                        prefetch_operands: bool | None = None) -> list[str]:
