@@ -165,6 +165,8 @@ def _tile(s: Search, cbm: int, cbn: int) -> _Tile | None:
         return None  # forced only: see TILES
     if cbn in SWAP_TOKENS and bn is None:
         return None  # rule 18: the swapped decode tile, forced (or by rule 18) only
+    if cbn < min(SWAP_TOKENS) and bn is None:
+        return None  # 64x8: forced only (see TILES)
     if bm is None and cbm == 64 and spec.m > 64 and not s.small_blockwise:
         return None  # a 64-row tile only pays when M itself is small
     if cbm == 64 and o.consumer_partitions == 2 and not pingpong:
