@@ -37,7 +37,17 @@ def _fused(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any] | None,
             raise InputError("out", "no out= (warploom's calls return their result in a new tensor; keyword "
                              "arguments beside epilogue=fn are its operands)", "out=",
                              "drop out= and use the result: y = warploom.matmul(a, b)")
-        raise InputError(next(iter(operands)), "epilogue operands together with epilogue=fn",
+        import inspect
+
+        from warploom.planner import plan_schedule
+
+        name = next(iter(operands))
+        if name in inspect.signature(plan_schedule).parameters:  # (a schedule option, not an operand)
+            raise InputError(name, "epilogue operands only: keyword arguments here are an epilogue's tensors",
+                             f"{name}={operands[name]!r}, a plan_schedule option", "plan with the option: "
+                             f"kernel = warploom.kernel.build(spec, device, warploom.planner.plan_schedule(spec, "
+                             f"device, {name}=...)), spec from warploom.checks.matmul_spec(a, b)")
+        raise InputError(name, "epilogue operands together with epilogue=fn",
                          "operands but no epilogue", "pass epilogue=lambda acc, ...: ..., or drop the operands")
     return fused_spec(spec, a, epilogue, operands, **scaled)
 

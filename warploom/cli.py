@@ -86,38 +86,70 @@ def main() -> None:
 
 
 def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int | None = None,
-             scales: str = "rowwise", device: Any = None) -> Kernel:
+             scales: str = "rowwise", device: Any = None, allocates: bool = True) -> Kernel:
     """The kernel warploom plans for an H100 (or this machine's GPU, or `device`) for the problem; `stages` forces
     the depth.
 
     A size warploom refuses (e.g. fp8 with N not a multiple of 16) is a usage error, printed without a traceback.
     """
     import warploom
-    from warploom.errors import InternalError, UnsupportedError, WarploomError
+    from warploom.errors import InternalError, WarploomError
     from warploom.kernel import build
     from warploom.placement import sim_max_flops
-    from warploom.planner import plan_schedule
 
     try:
         sim_max_flops()  # a bad WARPLOOM_SIM_MAX_FLOPS is a usage error before any work, not after planning
     except WarploomError as e:
         raise click.UsageError(str(e)) from None
-    _check_memory(m, n, k)
+    if allocates:  # (`plan` only plans: its tensors are meta ones)
+        _check_memory(m, n, k)
     a, b, sa, sb = _tensors(m, n, k, dtype, "meta", scales)
     try:
         kern = warploom.plan(a, b, sa, sb, use_fast_accum=fast_accum, device=device)
     except WarploomError as e:
         if isinstance(e, InternalError):
             raise
-        raise click.UsageError(str(e)) from None
+        raise click.UsageError(_in_cli_words(str(e))) from None
     if stages is None:
         return kern
-    try:
-        # (forcing the depth alone would turn rule 18 off: keep the planner's swap decision)
-        return build(kern.spec, kern.device, plan_schedule(kern.spec, kern.device, stages=stages,
-                                                           swap_ab=kern.plan.swap_ab))
-    except UnsupportedError as e:
-        raise click.BadParameter(str(e), param_hint="--stages") from None
+
+    def deep(depth: int) -> Kernel | None:
+        """The planned kernel (its tile, split and swap) at `depth` stages, or None where that does not fit."""
+        try:
+            return build(kern.spec, kern.device, replace(kern.plan, stages=depth))
+        except WarploomError:
+            return None
+
+    # (only the depth changes: re-planning with it forced picked another tile, or dropped a split)
+    forced = deep(stages)
+    if forced is None:
+        most = next((d for d in range(stages - 1, 1, -1) if deep(d) is not None), None)
+        raise click.BadParameter(f"{stages} stages of the planned {kern.plan.short()} do not fit "
+                                 f"{kern.device.name}'s shared memory"
+                                 + (f": pass --stages {most} or fewer" if most else "")
+                                 + f" (planned: {kern.plan.stages})", param_hint="--stages")
+    return forced
+
+
+# The Python API's spellings in the planner's messages, as this command line spells them.
+_CLI_WORDS = (
+    ("pass the scales before to_blocked, or plan for an sm_100a device (device=B200)",
+     "pass --dtype fp8 --scales mx (MX scales row-major, as sm_90a reads them), or --target sm_100a"),
+    ("plan for an sm_100a device (device=B200)", "pass --target sm_100a"),
+    ("plan it for an sm_90a device (device=H100_SXM)", "pass --target sm_90a"),
+    ("(device=B200)", "(--target sm_100a)"), ("(device=H100_SXM)", "(--target sm_90a)"),
+    ("(device=GFX1250)", "(--target gfx1250)"),
+    ("pass use_fast_accum=True", "pass --fast-accum"), ("pass use_fast_accum=False", "pass --no-fast-accum"),
+    ("quantize to torch.float8_e4m3fn with MX scales for sm_90a", "pass --dtype fp8 --scales mx for sm_90a"),
+)
+
+
+def _in_cli_words(message: str) -> str:
+    """`message` with the Python API's fixes spelt as this command line's options (a CLI user cannot pass
+    device=B200)."""
+    for api, cli in _CLI_WORDS:
+        message = message.replace(api, cli)
+    return message
 
 
 def _check_memory(m: int, n: int, k: int) -> None:
@@ -170,6 +202,11 @@ def _problem(m: int, n: int, k: int) -> Any:
                                            "always promotes" if dtype == "blockwise" else
                                            "accumulates in fp32 itself" if dtype not in ("bf16", "fp16") else
                                            "has no fp8 accumulation") + ". Fix: drop it, or pass --dtype fp8")
+            if dtype == "fp8" and accum and kw["fast_accum"] and kw["scales"] in ("blockwise", "blockwise-1x128", "mx"):
+                # (the recipe promotes per block: fast accumulation was dropped without a word)
+                raise click.UsageError(f"--fast-accum with --scales {kw['scales']}: that recipe applies its scales "
+                                       "per block of K itself, so fast accumulation does not apply (it was ignored). "
+                                       "Fix: drop --fast-accum")
             if dtype == "blockwise":  # (a name for the recipe's three options)
                 kw.update(dtype="fp8", scales="blockwise", fast_accum=False)
             return f(**kw)
@@ -179,6 +216,23 @@ def _problem(m: int, n: int, k: int) -> Any:
         return command
 
     return apply
+
+
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    """A float option that is a number (FloatRange lets NaN through: it compares false with every bound)."""
+    if value is not None and value != value:
+        raise click.BadParameter("expected a number, got nan: pass e.g. 3.0", ctx, param)
+    return value
+
+
+class _PathGiven(click.Path):
+    """click.Path that refuses an empty string (Path("") is ".": a file written as the current directory failed after
+    the run, and an --out-dir of "" wrote into the current directory)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"expected a path, got {value!r}: pass a file or directory name", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def _creatable(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
@@ -234,13 +288,13 @@ def _timeline_path(ctx: click.Context, param: click.Parameter, value: Path | Non
     return value
 
 
-_TIMELINE = click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), default=None,
+_TIMELINE = click.option("--timeline", type=_PathGiven(dir_okay=False, path_type=Path), default=None,
                          callback=_timeline_path, help="write the simulation's timeline picture (PNG) here")
 
 
 @main.command()
 @_problem(4096, 4096, 4096)
-@click.option("--out-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("out"), show_default=True,
+@click.option("--out-dir", type=_PathGiven(file_okay=False, path_type=Path), default=Path("out"), show_default=True,
               callback=_creatable)
 @_TIMELINE
 @click.option("--target", type=click.Choice(["sm_90a", "sm_100a", "gfx1250"]), default="sm_90a", show_default=True,
@@ -315,7 +369,7 @@ def plan_command(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: s
 
     con = Console()
     kern = _planned(m, n, k, dtype, fast_accum, scales=scales,
-                    device={"sm_100a": B200, "gfx1250": GFX1250}.get(target))
+                    device={"sm_100a": B200, "gfx1250": GFX1250}.get(target), allocates=False)
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(f"{kern.plan.short()}  ({kern.module.name})", highlight=False)
     con.print(_plan_table(kern))
@@ -328,7 +382,8 @@ def plan_command(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: s
 
 @main.command()
 @_problem(256, 256, 512)
-@click.option("--stages", type=click.IntRange(min=1), default=None, help="force the ring depth [default: planned]")
+@click.option("--stages", type=click.IntRange(min=2), default=None,
+              help="the ring depth of the planned kernel [default: planned]")
 @click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
               help="the data's and the schedule's random seed")
 @_TIMELINE
@@ -510,7 +565,7 @@ def _enum_list(kind: Any) -> Any:
     return parse
 
 
-_PATH = click.Path(dir_okay=False, path_type=Path)
+_PATH = _PathGiven(dir_okay=False, path_type=Path)
 
 
 def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> Shard | None:
@@ -531,7 +586,8 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> Sha
 @click.option("--compile", "use_compile", is_flag=True,
               help="also time torch.compile(mode='max-autotune-no-cudagraphs') (~40 s per case)")
 @click.option("--graph", is_flag=True, help="CUDA-graph timing for every shape (decode shapes always)")
-@click.option("--seed", default=0, show_default=True, help="the inputs' random seed")
+@click.option("--seed", type=click.IntRange(0, 2**63 - 1), default=0, show_default=True,
+              help="the inputs' random seed")
 @click.option("--shard", default=None, callback=_shard,
               help="I/N: run only every N-th case from the I-th (0-based); merge the shards' JSON with --merge")
 @click.option("--merge", is_flag=True, help="merge the results files given as arguments (shards of one run) "
@@ -544,7 +600,7 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> Sha
 @click.option("--plot", type=_PATH, default=None, callback=_plot_path, help="write the plot (PNG) here")
 @click.option("--markdown", "markdown_out", type=_PATH, default=None, callback=_creatable,
               help="write the markdown section for docs/benchmarks.md here")
-@click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True, max=1e6), default=None, callback=_finite,
               help="memory roof in TB/s [default: the run's measured copy bandwidth, else 3.0]")
 def bench(suite: str, ops: tuple[Op, ...] | None, groups: tuple[Group, ...] | None, use_compile: bool, graph: bool,
           seed: int, shard: Shard | None, merge: bool, merge_files: tuple[Path, ...], out: Path | None,

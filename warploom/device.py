@@ -84,4 +84,21 @@ def check_device(device: object) -> DeviceInfo:
     if not isinstance(device, DeviceInfo):
         raise ArgumentTypeError("device", "a warploom.DeviceInfo", f"{type(device).__name__} {device!r}",
                                 "pass warploom.H100_SXM, H200, B200 or GFX1250 (or DeviceInfo(...) for another GPU)")
+    # (a zero SM count divided a model, and an arch no target has was planned as sm_90a's without a word)
+    for field, low in (("sm_count", 1), ("smem_per_block", 1), ("regs_per_sm", 1), ("l2_bytes", 0)):
+        value = getattr(device, field)
+        fix = f"pass DeviceInfo(..., {field}=...) as the GPU reports it (DeviceInfo.current())"
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentTypeError(f"device.{field}", f"an int >= {low}", f"{type(value).__name__} {value!r}", fix)
+        if value < low:
+            from warploom.errors import InputError
+
+            raise InputError(f"device.{field}", f"an int >= {low}", str(value), fix)
+    arch = device.arch
+    if not isinstance(arch, str) or not arch.startswith(("sm_90", "sm_10", "gfx")):
+        from warploom.errors import UnsupportedError
+
+        raise UnsupportedError(f"device.arch: warploom plans sm_90a (Hopper), sm_100a (Blackwell) and gfx1250 (AMD), "
+                               f"got {arch!r} ({device.name}). Fix: run on an H100, H200 or B200, or plan for one of "
+                               "them (device=warploom.H100_SXM) to inspect its schedule")
     return device

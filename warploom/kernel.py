@@ -261,8 +261,8 @@ def _check_call(spec: GemmSpec, a: Any, b: Any, scale_a: Any, scale_b: Any, bias
     from warploom.errors import ScaleError
     from warploom.spec import ScaleRecipe
 
-    _check_bias(spec, bias)
     checks.check_tensors({"a": a, "b": b})
+    _check_bias(spec, bias, b.shape[-1] if b.dim() == 2 else None)
     if spec.grouped or spec.epilogue is not None:
         return
     fix = "plan a kernel for these tensors (warploom.plan with them), or pass tensors like the planned ones"
@@ -289,8 +289,19 @@ def _check_call(spec: GemmSpec, a: Any, b: Any, scale_a: Any, scale_b: Any, bias
         if scale is None:
             raise ScaleError(name, f"the {spec.scale.value} scales the kernel was planned for ({spec.short()})",
                              "None", f"pass {name}")
+    if spec.scale is ScaleRecipe.MX and a.dim() == 2 and b.dim() == 2:
+        # (MX scales: e8m0, (M, K/32) and (N, K/32) row-major or both blocked, as the kernel was planned; an fp4 A
+        # holds two elements a byte)
+        checks.check_tensors({"scale_a": scale_a, "scale_b": scale_b})
+        k = a.shape[1] * (2 if spec.a_dtype is DType.E2M1 else 1)
+        checks._mx_recipe(scale_a, scale_b, a.shape[0], b.shape[1], k)
+        layout = checks.mx_scale_layout(scale_a, scale_b, a.shape[0], b.shape[1], k)
+        if layout is not spec.scale_layout:
+            raise ScaleError("scale_a, scale_b", f"MX scales in the {spec.scale_layout.value} layout the kernel was "
+                             f"planned for ({spec.short()})", f"the {layout.value} layout", fix)
+        return
     if spec.scale.microscaled or spec.scale is ScaleRecipe.NVFP4 or a.dim() != 2 or b.dim() != 2:
-        return  # (MX and NVFP4 scales come blocked and in pairs: the simulator's operands check them)
+        return  # (NVFP4's scales come in pairs: the simulator's operands check them)
     checks.check_tensors({"scale_a": scale_a, "scale_b": scale_b})
     m, n, k = a.shape[0], b.shape[1], a.shape[1]
     got = checks._scale_recipe(scale_a, scale_b, m, n, k)
@@ -336,6 +347,25 @@ def _check_out(spec: GemmSpec, a: Any, b: Any, out: Any) -> None:
     if out.numel() and torch._debug_has_internal_overlap(out) == 1:  # (1: overlaps for certain)
         raise InputError("out", "a tensor whose elements do not overlap", f"strides {tuple(out.stride())}",
                          "pass a fresh torch.empty(...) (not an expanded view)")
+    for arg, t in (("a", a), ("b", b)):  # (the kernel reads them while it writes out: a shared byte was clobbered)
+        if _spans_overlap(out, t):
+            raise InputError("out", f"memory apart from {arg}'s", f"a view overlapping {arg}",
+                             "pass a fresh torch.empty(...) for out")
+
+
+def _spans_overlap(x: Any, y: Any) -> bool:
+    """Whether two tensors' byte spans (first to last element) in one storage intersect."""
+    if not (x.numel() and y.numel()) or x.device != y.device or x.device.type == "meta":
+        return False
+    if x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr():
+        return False
+
+    def span(t: Any) -> tuple[int, int]:
+        lo = t.data_ptr()
+        return lo, lo + (sum((d - 1) * st for d, st in zip(t.shape, t.stride(), strict=True)) + 1) * t.element_size()
+
+    (x0, x1), (y0, y1) = span(x), span(y)
+    return x0 < y1 and y0 < x1
 
 
 def _sizes(m: Any, n: Any, k: Any) -> None:
@@ -345,13 +375,38 @@ def _sizes(m: Any, n: Any, k: Any) -> None:
             raise InputError(name, "an int >= 0", repr(v), f"pass {name} as a non-negative int")
 
 
-def _check_bias(spec: GemmSpec, bias: Any) -> None:
-    """A bias given to a kernel planned without one would be silently dropped: refuse it. (With a fused epilogue
-    the simulator and launcher say where its bias goes: a graph operand.)"""
-    if bias is not None and spec.bias_dtype is None and spec.epilogue is None:
-        raise InputError("bias", "None: this kernel was planned without a bias", f"a tensor of shape "
-                         f"{tuple(getattr(bias, 'shape', ()))}", "plan the kernel with the bias (warploom.plan(a, b, "
-                         "scale_a, scale_b, bias=bias), or epilogue=lambda acc, bias: acc + bias, bias=bias)")
+def _check_bias(spec: GemmSpec, bias: Any, n: int | None) -> None:
+    """A bias given to a kernel planned without one would be silently dropped, and one longer than N or of another
+    dtype read in part or reinterpreted: refuse them. A fused epilogue's bias is a graph operand, never positional
+    (a positional one beside the operands was dropped)."""
+    from warploom import checks
+    from warploom.dtypes import DType
+    from warploom.errors import DTypeError, ShapeError
+
+    if bias is None:
+        if spec.bias_dtype is not None and spec.epilogue is None and not spec.grouped:
+            raise InputError("bias", f"the ({'N' if n is None else n},) {spec.bias_dtype.value} bias the kernel was "
+                             f"planned with ({spec.short()})", "None", "pass the bias, or plan a kernel without one")
+        return
+    shape = tuple(getattr(bias, "shape", ()))
+    if spec.epilogue is not None:
+        raise InputError("bias", "None: a fused kernel takes its bias as an operand of its epilogue",
+                         f"a tensor of shape {shape}", "pass it in operands={'bias': bias} (the epilogue's name for "
+                         "it), as warploom.plan(..., epilogue=fn, bias=bias) planned it")
+    if spec.bias_dtype is None:
+        raise InputError("bias", "None: this kernel was planned without a bias", f"a tensor of shape {shape}",
+                         "plan the kernel with the bias (warploom.plan(a, b, scale_a, scale_b, bias=bias), or "
+                         "epilogue=lambda acc, bias: acc + bias, bias=bias)")
+    if spec.grouped:
+        return  # (a grouped bias, one row an expert, is the grouped launch's to check)
+    checks.check_tensors({"bias": bias})
+    if n is not None and shape != (n,):
+        raise ShapeError("bias", f"shape ({n},): one value a column of the output", f"shape {shape}",
+                         f"pass a 1-D bias of {n} elements")
+    have = DType.from_torch(bias.dtype)
+    if have is not spec.bias_dtype:
+        raise DTypeError("bias", f"{spec.bias_dtype.value}, the bias dtype the kernel was planned with",
+                         f"{have.value if have else bias.dtype}", f"pass bias.to({spec.bias_dtype.torch})")
 
 
 def _merged(results: list[SimResult]) -> SimResult:

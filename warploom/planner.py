@@ -164,7 +164,7 @@ from warploom.planning.sm100 import (
     scale_path,
 )
 from warploom.planning.trace import Candidate, collecting
-from warploom.spec import GemmSpec, Grouping
+from warploom.spec import Accumulation, GemmSpec, Grouping
 from warploom.targets import declared
 
 __all__ = [
@@ -215,6 +215,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     cannot run) and sk_waves (1, with a forced stream_k: one whole wave joins the shared tiles, `Plan.sk_waves`;
     forced only: it lost at all seven zoo shapes measured, session 30) and n_blocks (None: rule 31 decides; (): a whole
     tile; e.g. (64, 16): a narrow tile's wgmma column blocks, refused where they cannot run)."""
+    if n_blocks is not None and not isinstance(n_blocks, (tuple, str, bytes)) and hasattr(n_blocks, "__iter__"):
+        n_blocks = tuple(n_blocks)  # (a generator checked by iterating it would reach the rules empty)
     check_arguments(spec, device, {
         "bm": bm, "bn": bn, "stages": stages, "group_m": group_m, "consumer_partitions": consumer_partitions,
         "partial_blocks": partial_blocks, "hoist_rows": hoist_rows, "scalar_columns": scalar_columns,
@@ -233,6 +235,10 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                              tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k, tdm_warps=tdm_warps,
                              cluster=cluster, n_blocks=n_blocks)
         return replace(plan, sk_waves=sk_waves)
+    # (what the caller forced, before rules 26-29 set some of them: rule 22 refuses those it does not read)
+    unread_by_22 = {"hoist_rows": hoist_rows is not None, "scalar_columns": not scalar_columns,
+                    "prefetch_operands": prefetch_operands is not None,
+                    "tdm_warps": tdm_warps not in (None, TdmWarps.EVERY)}
     two_pass = False  # rule 29: a rowwise quantization across tiles along N, in two passes
     if spec.epilogue is not None and spec.epilogue.group_amax() is not None:  # rules 26, 27 and 29
         rowwise = spec.epilogue.rowwise()
@@ -263,10 +269,15 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
     if stream_k is not None and stream_k not in (0, *range(2, 17)):
         raise UnsupportedError(f"stream_k={stream_k!r}: expected None (the planner decides), 0 (no stream-K) or the "
                                "most pieces a shared tile is cut into, 2 to 16")
+    if partial_blocks not in (None, 1) and spec.accumulation is not Accumulation.PROMOTED:
+        # (column blocks are promoted fp8's partial sums: elsewhere the option was dropped without a word)
+        raise UnsupportedError(f"partial_blocks={partial_blocks!r}: promoted fp8's column blocks (use_fast_accum="
+                               f"False); {spec.short()} accumulates natively, in one block. Fix: drop partial_blocks")
     if spec.grouped:  # rule 22 (stream-K where plan_grouped's last round is under half full, or forced)
         refused = {"pingpong": pingpong, "scale_partition": bool(scale_partition), "split_k": split_k not in (None, 1),
                    "tail_split": tail_split not in (None, 1), "swap_ab": bool(swap_ab),
-                   "cluster": cluster not in (None, 1), "n_blocks": bool(n_blocks)}
+                   "cluster": cluster not in (None, 1), "n_blocks": bool(n_blocks),
+                   **unread_by_22}  # (options rule 22 does not read: they were dropped without a word)
         if any(refused.values()):
             raise UnsupportedError(f"grouped GEMMs (rule 22) run tiles of one group each, so {spec.short()} "
                                    f"cannot take {', '.join(k for k, v in refused.items() if v)} (their tiles or "

@@ -93,7 +93,8 @@ def test_sim_command(tmp_path: Path) -> None:
     png = tmp_path / "t.png"
     out = invoke("sim", "--m", "130", "--n", "200", "--k", "96", "--stages", "2", "--timeline", str(png),
                  "--explore")
-    assert "_s2_" in out and "CTAs simulated: 4 of 4" in out and "findings: none" in out
+    # (the planned 64x16 tiles, rule 33, at the depth asked: 3 x 13 of them)
+    assert "64x16x64_s2_" in out and "CTAs simulated: 39 of 39" in out and "findings: none" in out
     assert float(re.search(r"\(x²\+y²\)\): (\S+)", out).group(1)) < 1e-5  # type: ignore[union-attr]
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "(complete)" in out and re.search(r"states: \d+", out)
@@ -117,8 +118,8 @@ def test_sim_command_scale_recipes(scales: str, recipe: str) -> None:
 
 
 def test_sim_command_refuses_bad_sizes_and_stages_without_a_traceback() -> None:
-    r = CliRunner().invoke(main, ["sim", "--stages", "9"])
-    assert r.exit_code == 2 and "--stages" in r.output
+    r = CliRunner().invoke(main, ["sim", "--stages", "40"])  # (more than the planned tile's ring fits)
+    assert r.exit_code == 2 and "--stages" in r.output and "or fewer" in r.output
     r = CliRunner().invoke(main, ["sim", "--dtype", "fp8", "--n", "1000"])
     assert r.exit_code == 2 and "b: expected K and N multiples of 16" in r.output
 

@@ -788,3 +788,96 @@ def test_the_tuning_cache_refuses_a_root_that_is_no_path() -> None:
 
     raises(TypeError, "root", lambda: cache.Cache(5))  # type: ignore[arg-type]
     raises(TypeError, "root", lambda: cache.clear_cache(5))  # type: ignore[arg-type]
+
+
+# A Kernel's calls against what it was planned for, found by an API probe (session 36): each was run, and came out
+# wrong without a word (MX scales of another shape: error 0.76; a longer bias read in part; a positional bias beside a
+# fused kernel's operands dropped; an out overlapping a written while a was read).
+def _mx_kernel() -> Any:
+    return warploom.plan(_meta(64, 256, dtype=E4), _meta(128, 256, dtype=E4).t(),
+                         _meta(64, 8, dtype=torch.float8_e8m0fnu), _meta(128, 8, dtype=torch.float8_e8m0fnu))
+
+
+def _e8m0(*shape: int) -> torch.Tensor:
+    return torch.ones(shape).to(torch.float8_e8m0fnu)
+
+
+@pytest.mark.parametrize("scales,err,match", [
+    ((_e8m0(8, 64), _e8m0(128, 8)), ScaleError, r"^scale_a: expected MX scales of shape \(64, 8\)"),
+    ((_e8m0(64, 16), _e8m0(128, 8)), ScaleError, r"^scale_a: expected MX scales of shape \(64, 8\)"),
+    ((torch.ones(64, 8), torch.ones(128, 8)), ScaleError, r"^scale_a: expected torch.float8_e8m0fnu"),
+    # both in torch's blocked layout (sm_100a's), to a kernel planned for row-major ones (sm_90a's)
+    ((_e8m0(1024), _e8m0(1024)), ScaleError, r"^scale_a, scale_b: expected MX scales in the row_major"),
+])
+def test_kernel_refuses_mx_scales_of_another_shape_or_layout(scales: tuple[torch.Tensor, torch.Tensor],
+                                                              err: type, match: str) -> None:
+    with pytest.raises(err, match=match):
+        _mx_kernel().simulate(t(64, 256, dtype=E4), col_major(256, 128), *scales)
+
+
+def _bias_kernel() -> Any:
+    return warploom.plan(_meta(64, 256, dtype=E4), _meta(128, 256, dtype=E4).t(), _meta(64, 1, dtype=FP32),
+                         _meta(1, 128, dtype=FP32), bias=_meta(128))
+
+
+@pytest.mark.parametrize("bias,err,match", [
+    (torch.randn(144).to(BF16), ShapeError, r"^bias: expected shape \(128,\)"),
+    (torch.randn(128, 1).to(BF16), ShapeError, r"^bias: expected shape \(128,\)"),
+    (torch.ones(128, dtype=torch.int32), DTypeError, r"^bias: expected bf16"),
+    (torch.randn(128, dtype=torch.float64), DTypeError, r"^bias: expected bf16"),
+    (None, InputError, r"^bias: expected the \(128,\) bf16 bias"),
+])
+def test_kernel_refuses_a_bias_it_would_misread(bias: Any, err: type, match: str) -> None:
+    with pytest.raises(err, match=match):
+        _bias_kernel().simulate(t(64, 256, dtype=E4), col_major(256, 128), torch.rand(64, 1) + 0.5,
+                                torch.rand(1, 128) + 0.5, bias)
+
+
+def test_kernel_refuses_a_positional_bias_beside_a_fused_epilogue() -> None:
+    r = t(64, 128)
+    kern = warploom.plan(_meta(64, 256), _meta(128, 256).t(), epilogue=lambda acc, r: acc + r, r=_meta(64, 128))
+    with pytest.raises(InputError, match=r"^bias: expected None: a fused kernel takes its bias as an operand"):
+        kern.simulate(t(64, 256), col_major(256, 128, dtype=BF16), bias=torch.full((128,), 100.0).to(BF16),
+                      operands={"r": r})
+
+
+def test_kernel_refuses_an_out_overlapping_its_inputs() -> None:
+    kern = warploom.plan(_meta(64, 256), _meta(128, 256).t())
+    buf = t(64, 256)
+    with pytest.raises(InputError, match=r"^out: expected memory apart from a's"):
+        kern.simulate(buf, col_major(256, 128, dtype=BF16), out=buf[:, :128])
+
+
+def test_plan_schedule_reads_a_generator_of_blocks_once_and_refuses_none_flags() -> None:
+    from warploom import H100_SXM, GemmSpec
+    from warploom.errors import ArgumentTypeError
+    from warploom.planner import plan_schedule
+
+    plan = plan_schedule(GemmSpec(1024, 80, 1024), H100_SXM, bm=128, bn=128, n_blocks=(w for w in (64, 16)))
+    assert plan.n_blocks == (64, 16)
+    for flag in ("scalar_columns", "pingpong"):
+        with pytest.raises(ArgumentTypeError, match=f"^{flag}: expected True or False, got NoneType"):
+            plan_schedule(GemmSpec(1024, 1024, 1024), H100_SXM, **{flag: None})
+
+
+def test_plan_names_a_schedule_option_given_as_an_operand() -> None:
+    with pytest.raises(InputError, match=r"^stages: expected epilogue operands only.*Fix: .*plan_schedule"):
+        warploom.plan(_meta(64, 64), _meta(64, 64).t(), stages=3)
+
+
+@pytest.mark.parametrize("field,value,err,match", [
+    ("sm_count", 0, InputError, r"^device.sm_count: expected an int >= 1, got 0"),
+    ("sm_count", "132", TypeError, r"^device.sm_count: expected an int >= 1, got str"),
+    ("l2_bytes", -1, InputError, r"^device.l2_bytes"),
+    ("arch", "sm_80", ValueError, r"^device.arch: warploom plans sm_90a .*got 'sm_80'.*Fix:"),
+    ("arch", None, ValueError, r"^device.arch: .*got None"),
+])
+def test_plan_refuses_a_device_it_cannot_plan_for(field: str, value: Any, err: type, match: str) -> None:
+    """A zero SM count once divided a model by zero, and an A100's sm_80 was planned as sm_90a without a word."""
+    from dataclasses import replace
+
+    from warploom import H100_SXM, GemmSpec
+    from warploom.planner import plan_schedule
+
+    with pytest.raises(err, match=match):
+        plan_schedule(GemmSpec(256, 256, 256), replace(H100_SXM, **{field: value}))

@@ -89,3 +89,49 @@ def test_demo_timeline_inside_its_own_out_dir_is_a_usage_error(tmp_path: Path) -
     assert res.exit_code == 2, res.output
     assert "--out-dir" in res.output and "timeline.png" in res.output
     assert not target.exists()
+
+
+# A CLI probe (session 36): empty paths (Path("") is "."), a NaN roof, seeds and shard digits bench took, and an
+# accumulation flag a recipe ignored, each accepted until a traceback or a wrong run.
+@pytest.mark.parametrize("args,match", [
+    (["demo", "--out-dir", ""], "expected a path, got ''"),
+    (["sim", "--timeline", ""], "expected a path, got ''"),
+    (["bench", "--suite", "quick", "--out", ""], "expected a path, got ''"),
+    (["bench", "--seed", "-1"], "--seed"),
+    (["bench", "--seed", str(10**23)], "--seed"),
+    (["bench", "--shard", "²/4"], "Expected a shard I/N"),
+    (["bench", "--shard", "٣/٤"], "Expected a shard I/N"),
+    (["bench", "--bandwidth", "nan"], "expected a number, got nan"),
+    (["plan", "--dtype", "fp8", "--scales", "blockwise", "--fast-accum"], "Fix: drop --fast-accum"),
+    (["plan", "--dtype", "fp8", "--scales", "mx", "--fast-accum"], "Fix: drop --fast-accum"),
+    (["sim", "--stages", "1"], "--stages"),
+    (["sim", "--stages", "40"], "pass --stages"),
+])
+def test_more_bad_values_are_usage_errors(args: list[str], match: str) -> None:
+    usage_error(args, match)
+
+
+def test_sim_stages_changes_only_the_depth() -> None:
+    """`sim --stages` once re-planned with the depth forced: another tile, a split-K dropped."""
+    res = CliRunner().invoke(main, ["sim", "--m", "8", "--n", "8", "--k", "65536", "--stages", "12"],
+                             terminal_width=200)
+    assert res.exit_code == 0, res.output
+    assert "64x64x64_s12_w4_g8_k8" in res.output, res.output
+
+
+@pytest.mark.parametrize("args,match", [
+    (["plan", "--dtype", "mxfp8"], "Fix: pass --dtype fp8 --scales mx"),
+    (["plan", "--dtype", "mxfp4"], "Fix: pass --target sm_100a"),
+    (["plan", "--dtype", "fp8", "--no-fast-accum", "--target", "sm_100a"], "Fix: pass --target sm_90a"),
+])
+def test_fixes_are_spelt_as_options(args: list[str], match: str) -> None:
+    """The planner's messages name Python arguments (device=B200, use_fast_accum=True); on the command line they
+    name the options."""
+    res = CliRunner().invoke(main, args, terminal_width=400)
+    assert res.exit_code == 2 and match in res.output and "device=" not in res.output, res.output
+
+
+def test_plan_of_a_problem_larger_than_this_host() -> None:
+    """`plan` plans on meta tensors: this machine's memory does not bound it (sim and demo allocate, and check)."""
+    res = CliRunner().invoke(main, ["plan", "--m", "65536", "--n", "65536", "--k", "65536"], terminal_width=200)
+    assert res.exit_code == 0, res.output

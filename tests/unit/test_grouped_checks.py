@@ -459,7 +459,10 @@ def test_rule22_k_grouped_blockwise_plans_and_forced_refusals() -> None:
         assert p.epilogue_subtiles == 4 or tile[1] != 256
     for kw, name in (({"split_k": 2}, "split_k"), ({"swap_ab": True}, "swap_ab"),
                      ({"pingpong": True}, "pingpong"), ({"scale_partition": True}, "scale_partition"),
-                     ({"cluster": 2}, "cluster"), ({"tail_split": 2}, "tail_split")):
+                     ({"cluster": 2}, "cluster"), ({"tail_split": 2}, "tail_split"),
+                     # (options rule 22 never read, dropped without a word until session 36)
+                     ({"hoist_rows": False}, "hoist_rows"), ({"scalar_columns": False}, "scalar_columns"),
+                     ({"prefetch_operands": True}, "prefetch_operands")):
         with pytest.raises(UnsupportedError, match=f"cannot take {name} .*Fix: drop them"):
             plan_schedule(_kbw_spec(2048), H100_SXM, **kw)  # type: ignore[arg-type]
     # (stream-K runs M-grouped and masked GEMMs only: a K-grouped tile's k-blocks are its group's K range)

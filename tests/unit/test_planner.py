@@ -190,10 +190,12 @@ def test_promoted_128_wide_tiles_keep_one_partial() -> None:
 @pytest.mark.parametrize("spec", [fp8(4096, 4096, 4096), fp8(4096, 4096, 4096, scale=ScaleRecipe.TENSORWISE),
                                   GemmSpec(4096, 4096, 4096)], ids=lambda s: s.short())
 def test_native_accumulation_keeps_one_block(spec: GemmSpec) -> None:
-    # Column blocks are a promoted-fp8 device: fast accumulation and 16-bit inputs never get them,
-    # even when asked.
+    # Column blocks are a promoted-fp8 device: fast accumulation and 16-bit inputs never get them, and asking is
+    # refused by name (it was dropped without a word until session 36's API probe).
     assert plan_schedule(spec, H100_SXM).partial_blocks == 1
-    assert plan_schedule(spec, H100_SXM, partial_blocks=2).partial_blocks == 1
+    assert plan_schedule(spec, H100_SXM, partial_blocks=1).partial_blocks == 1
+    with pytest.raises(UnsupportedError, match=r"^partial_blocks=2: promoted fp8's column blocks.*Fix: drop"):
+        plan_schedule(spec, H100_SXM, partial_blocks=2)
     assert "_h" not in plan_schedule(spec, H100_SXM).short()
 
 

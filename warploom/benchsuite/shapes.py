@@ -287,7 +287,8 @@ class Shard:
     @staticmethod
     def parse(text: str) -> Shard:
         index, sep, count = text.strip().partition("/")
-        if not sep or not index.isdigit() or not count.isdigit():
+        # (ASCII digits only: str.isdigit also takes "²" and other scripts' digits)
+        if not sep or not (index.isascii() and index.isdigit() and count.isascii() and count.isdigit()):
             raise ValueError(f"Expected a shard I/N such as 0/4 but got {text!r}")
         return Shard(int(index), int(count))
 

@@ -35,7 +35,7 @@ def check_arguments(spec: Any, device: Any, options: dict[str, Any]) -> None:
                              f"pass a {'positive' if name in _COUNTS else 'non-negative'} {name}, or leave it out")
     for name in _FLAGS:
         value = options.get(name)
-        if value is not None and not isinstance(value, bool):
+        if (value is not None or name in ("scalar_columns", "pingpong")) and not isinstance(value, bool):
             raise ArgumentTypeError(name, "True, False or None" if name not in ("scalar_columns", "pingpong")
                                     else "True or False", f"{type(value).__name__} {value!r}",
                                     f"pass {name}=True or {name}=False")
