@@ -20,13 +20,14 @@ import re
 import statistics
 from dataclasses import dataclass
 
+from warploom.device import H200
 from warploom.planning import sm90_models as models
 from warploom.planning.common import k_blocks
 from warploom.spec import GemmSpec
 
 DEFAULT = ["docs/data/latency-width-*.json"]
 PLAN = re.compile(r"^64x(16|32|64)x64_s(\d+)_w4_g8$")
-SMS = 132
+SMS = H200.sm_count  # (the sweeps ran on an H200)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from warploom.errors import ArgumentTypeError
+from warploom.errors import ArgumentTypeError, InputError, UnsupportedError
 from warploom.target import Target
 
 
@@ -91,13 +91,9 @@ def check_device(device: object) -> DeviceInfo:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ArgumentTypeError(f"device.{field}", f"an int >= {low}", f"{type(value).__name__} {value!r}", fix)
         if value < low:
-            from warploom.errors import InputError
-
             raise InputError(f"device.{field}", f"an int >= {low}", str(value), fix)
     arch = device.arch
     if not isinstance(arch, str) or not arch.startswith(("sm_90", "sm_10", "gfx")):
-        from warploom.errors import UnsupportedError
-
         raise UnsupportedError(f"device.arch: warploom plans sm_90a (Hopper), sm_100a (Blackwell) and gfx1250 (AMD), "
                                f"got {arch!r} ({device.name}). Fix: run on an H100, H200 or B200, or plan for one of "
                                "them (device=warploom.H100_SXM) to inspect its schedule")

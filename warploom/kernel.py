@@ -355,6 +355,8 @@ def _check_out(spec: GemmSpec, a: Any, b: Any, out: Any) -> None:
 
 def _spans_overlap(x: Any, y: Any) -> bool:
     """Whether two tensors' byte spans (first to last element) in one storage intersect."""
+    from warploom.epilogue.operands import element_span
+
     if not (x.numel() and y.numel()) or x.device != y.device or x.device.type == "meta":
         return False
     if x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr():
@@ -362,7 +364,7 @@ def _spans_overlap(x: Any, y: Any) -> bool:
 
     def span(t: Any) -> tuple[int, int]:
         lo = t.data_ptr()
-        return lo, lo + (sum((d - 1) * st for d, st in zip(t.shape, t.stride(), strict=True)) + 1) * t.element_size()
+        return lo, lo + (element_span(tuple(t.shape), tuple(t.stride())) + 1) * t.element_size()
 
     (x0, x1), (y0, y1) = span(x), span(y)
     return x0 < y1 and y0 < x1

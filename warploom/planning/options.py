@@ -13,6 +13,7 @@ from warploom.target import Target
 # `plan_schedule`'s keyword options by the type each takes (None: the rules decide, where the signature allows it).
 _COUNTS = ("bm", "bn", "stages", "group_m", "consumer_partitions", "partial_blocks", "split_k", "tail_split")
 _FLAGS = ("hoist_rows", "scalar_columns", "prefetch_operands", "pingpong", "scale_partition", "swap_ab")
+_BOOL_ONLY = ("scalar_columns", "pingpong")  # (flags whose signature default is a bool: None is no choice there)
 
 
 def check_arguments(spec: Any, device: Any, options: dict[str, Any]) -> None:
@@ -35,10 +36,9 @@ def check_arguments(spec: Any, device: Any, options: dict[str, Any]) -> None:
                              f"pass a {'positive' if name in _COUNTS else 'non-negative'} {name}, or leave it out")
     for name in _FLAGS:
         value = options.get(name)
-        if (value is not None or name in ("scalar_columns", "pingpong")) and not isinstance(value, bool):
-            raise ArgumentTypeError(name, "True, False or None" if name not in ("scalar_columns", "pingpong")
-                                    else "True or False", f"{type(value).__name__} {value!r}",
-                                    f"pass {name}=True or {name}=False")
+        if (value is not None or name in _BOOL_ONLY) and not isinstance(value, bool):
+            raise ArgumentTypeError(name, "True or False" if name in _BOOL_ONLY else "True, False or None",
+                                    f"{type(value).__name__} {value!r}", f"pass {name}=True or {name}=False")
     blocks = options.get("n_blocks")
     if blocks is not None and (isinstance(blocks, (str, bytes)) or not hasattr(blocks, "__iter__")
                                or any(isinstance(w, bool) or not isinstance(w, int) for w in blocks)):

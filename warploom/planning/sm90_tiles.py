@@ -42,8 +42,8 @@ TILES: tuple[tuple[int, int, float], ...] = (
     (192, 256, 1.00),
     # Rule 18's swapped decode tiles (the swapped problem's N is the tokens: 16 or 32), 64 or 128 rows of the
     # weight (`swap_rows`); rule 33 takes 64x16 and 64x32 unswapped. 64x8, wgmma's narrowest, is forced only: cuBLAS
-    # runs 64x8 tiles where rule 33 takes 64x16 (141x136x1624), but here they ran no better than 64x16 at any of eight
-    # shapes (H200, session 36, docs/decisions/rule-33-latency-width.md).
+    # runs 64x8 tiles where rule 33 takes 64x16 (141x136x1624), but here they ran no better than 64x16 at eight shapes
+    # beyond the rounds' spread (H200, session 36, docs/decisions/rule-33-latency-width.md).
     (64, 8, 0.15),
     (64, 16, 0.25),
     (128, 16, 0.25),

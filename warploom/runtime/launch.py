@@ -42,7 +42,7 @@ from warploom.backends.gluon_sm90 import (
     buffer_desc,
     output_desc,
 )
-from warploom.errors import InputError, rowwise_too_wide, split_k_mismatch
+from warploom.errors import DeviceError, rowwise_too_wide, split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.ir.raster import Span, launch_grid, tail_spans
 from warploom.runtime.cross import descriptor_blocks, shared_layout
@@ -230,7 +230,7 @@ class Launcher:
         # Triton launches on the current device; the kernel belongs on the tensors' (torch's rule for its ops).
         dev = a.get_device()
         if dev < 0 and getattr(self._main, "on_gpu", False):  # (a test's stand-in takes CPU tensors)
-            raise InputError("a", "a tensor on a CUDA GPU: Kernel.run launches there", f"a tensor on {a.device}",
+            raise DeviceError("a", "a tensor on a CUDA GPU: Kernel.run launches there", f"a tensor on {a.device}",
                              "move a, b and out to the GPU (.cuda()), or run Kernel.simulate(a, b) on the CPU "
                              "simulator")
         if dev >= 0 and dev != driver.active.get_current_device():
