@@ -435,6 +435,23 @@ if [ "$what" = ring34fp8 ]; then
       --variants "[{}, {\"plan\": {\"stages\": ${d%%:*}}}]" 2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/ring34fp8.log"
   done
 fi
+if [ "$what" = skuneven ]; then
+  # Stream-K with uneven pieces (issue 23): large, few-wave zoo shapes, the planner's plan against 128x256 and 128x128
+  # tiles shared by all 132 CTAs (sk_waves=1 adds a whole wave to the shared region where the tiles fill one).
+  python3 scripts/sweep_plans.py --out "$OUT/skuneven.json" --cases bf16 --rounds 2 \
+    --sizes 1256x1720x11240,3097x920x2920,685x6136x1680,917x5184x600,428x9016x5832,405x1424x6576,289x1536x15712,2415x160x14360,1881x224x15080,3841x840x4816,1057x2048x7112,527x4680x6416,4619x1408x1352,4619x2064x13392,168x8424x12040,2577x512x3720,1029x14960x4536,3601x10144x7064 \
+    --variants '[{}, {"bm":128,"bn":256,"stream_k":2}, {"bm":128,"bn":256,"stream_k":2,"sk_waves":1}, {"bm":128,"bn":128,"stream_k":2,"sk_waves":1}]' \
+    2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/skuneven.log"
+fi
+if [ "$what" = clusterlarge ]; then
+  # Issue 23/24: cuBLAS runs every large zoo shape warploom trails in a 2-8 CTA cluster (session 37's profile), nearly
+  # all at rows that are not whole 128-byte lines. Rule 24's clusters against one CTA a tile there; run it with
+  # TRITON_PARTS (Triton >= 3.7: Hopper TMA multicast), as 3.6.0 refuses the forced clusters.
+  python3 scripts/sweep_plans.py --out "$OUT/clusterlarge.json" --cases bf16 --rounds 2 \
+    --sizes 1256x1720x11240,3097x920x2920,917x5184x600,428x9016x5832,405x1424x6576,1057x2048x7112,527x4680x6416,4619x1408x1352,1029x14960x4536,3841x840x4816 \
+    --variants '[{}, {"cluster":1}, {"cluster":2}, {"cluster":"1x2"}]' \
+    2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/clusterlarge.log"
+fi
 # Everything written under $OUT, packed as one file named to sort first: a device call may hand back only a few files,
 # and a sweep writes one a shape.
 (cd "$OUT" && tar czf 0-all.tgz --exclude=0-all.tgz . 2>/dev/null)

@@ -20,6 +20,7 @@ from warploom.errors import (
     InputError,
     ScaleError,
     ShapeError,
+    SizeRule,
 )
 from warploom.spec import (
     MX_BLOCK,
@@ -35,6 +36,11 @@ from warploom.spec import (
 
 TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
 _16BIT = (DType.BF16, DType.FP16)
+# The sizes of a and b along each dimension: a (M, K), b (K, N).
+_DIMS = {"a": ("M", "K"), "b": ("K", "N")}
+# e2m1 data packs two values of K a byte in rows of whole 16 bytes, MX's scales one per 32 of them.
+FP4_K = SizeRule("K", MX_BLOCK, f"two e2m1 values a byte: TMA's rows of whole {TMA_ALIGN} bytes hold "
+                 f"{2 * TMA_ALIGN} values of K, as many as one MX scale covers")
 
 
 def not_a_tensor(named: dict[str, Any], optional: tuple[str, ...] = ()) -> ArgumentTypeError | None:
@@ -95,10 +101,17 @@ def tma_ok(arg: str, t: Any, inner: int, what: str) -> None:
                              f"pass {arg}.contiguous()" if inner == 1 else f"pass {arg}.t().contiguous().t()")
     # TMA descriptors need every outer stride 16-byte aligned, even along a size-1 dimension.
     if (t.stride(outer) * esize) % TMA_ALIGN:
+        dtype = DType.from_torch(t.dtype)
+        rule = None
+        # (where the stride is the size, as in a contiguous a or b, that size breaks the rule; packed e2m1's is half
+        # of K)
+        if arg in _DIMS and t.stride(outer) == t.size(inner) and dtype is not None and dtype is not DType.E2M1:
+            rule = SizeRule(_DIMS[arg][inner], TMA_ALIGN // esize,
+                            f"TMA's rows of whole {TMA_ALIGN} bytes: {TMA_ALIGN // esize} {dtype.value} values")
         raise AlignmentError(
             arg, f"a dim-{outer} stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
             f"stride {t.stride(outer)} elements = {t.stride(outer) * esize} bytes",
-            f"pad dim {inner} of {arg} to a multiple of {TMA_ALIGN // esize} elements",
+            f"pad dim {inner} of {arg} to a multiple of {TMA_ALIGN // esize} elements", rule,
         )
     if t.device.type != "meta" and not is_fake(t) and t.data_ptr() % TMA_ALIGN:
         raise AlignmentError(arg, f"a base address aligned to {TMA_ALIGN} bytes (TMA rule)",
@@ -199,7 +212,9 @@ def _out_aligned(n: int, out: DType) -> None:
     if n % (TMA_ALIGN // out.bytes):
         raise AlignmentError("b", f"N a multiple of {TMA_ALIGN // out.bytes} for {out.value} output rows of "
                              f"{TMA_ALIGN}-byte multiples (TMA store)", f"N = {n}",
-                             "pad b's N dimension and slice the result")
+                             "pad b's N dimension and slice the result",
+                             SizeRule("N", TMA_ALIGN // out.bytes, f"the {out.value} output's rows, which TMA "
+                                      f"stores in whole {TMA_ALIGN} bytes"))
 
 
 def matmul_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
@@ -246,7 +261,8 @@ def _mx_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRecip
                              "pass both scales as torch.float8_e8m0fnu, or both as float32 for the other recipes")
     if k % MX_BLOCK:
         raise ShapeError("a", f"K a multiple of {MX_BLOCK} for MX scales (one per {MX_BLOCK} elements of K)",
-                         f"K = {k}", f"pad K with zeros to a multiple of {MX_BLOCK}")
+                         f"K = {k}", f"pad K with zeros to a multiple of {MX_BLOCK}",
+                         SizeRule("K", MX_BLOCK, f"MX scales, one per {MX_BLOCK} values of K"))
     mx_scale_layout(scale_a, scale_b, m, n, k)
     return ScaleRecipe.MX
 
@@ -491,11 +507,13 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
                              f"bytes for TMA, MX's one e8m0 scale per {MX_BLOCK}): K/2 a multiple of "
                              f"{MX_BLOCK // 2}",
                              f"{arg}.shape[{1 if arg == 'a' else 0}] = {k // 2} (K = {k})",
-                             f"pad K with zeros to a multiple of {MX_BLOCK} before packing")
+                             f"pad K with zeros to a multiple of {MX_BLOCK} before packing", FP4_K)
     for arg, size in (("a", k), ("b", n)):
         if size % 16:
+            dim = "K" if arg == "a" else "N"
             raise ShapeError(arg, "K and N multiples of 16 for fp8 (as torch._scaled_mm requires)",
-                             f"{'K' if arg == 'a' else 'N'} = {size}", "pad with zeros to a multiple of 16")
+                             f"{dim} = {size}", "pad with zeros to a multiple of 16",
+                             SizeRule(dim, 16, "fp8's K and N, as torch._scaled_mm requires"))
     named = {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}
     same_device(named)
     no_neg_bit(named)

@@ -28,7 +28,9 @@ import click
 from warploom.benchsuite.shapes import Group, Op, Shard, Suite
 
 if TYPE_CHECKING:
+    from warploom.errors import SizeRule
     from warploom.kernel import Kernel
+    from warploom.sim.explore import ExploreReport
 
 
 # fp8 scale recipes by --scales: (scale_a shape, scale_b shape) as functions of (m, n, k); e8m0 for MX.
@@ -90,10 +92,12 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
     """The kernel warploom plans for an H100 (or this machine's GPU, or `device`) for the problem; `stages` forces
     the depth.
 
-    A size warploom refuses (e.g. fp8 with N not a multiple of 16) is a usage error, printed without a traceback.
+    A size warploom refuses (e.g. fp8 with N not a multiple of 16) is a usage error, printed without a traceback and
+    named by its option (--n) with the nearest sizes that pass (`_size_message`).
     """
     import warploom
-    from warploom.errors import InternalError, WarploomError
+    from warploom.checks import FP4_K
+    from warploom.errors import InputError, InternalError, WarploomError
     from warploom.kernel import build
     from warploom.placement import sim_max_flops
 
@@ -101,6 +105,9 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
         sim_max_flops()  # a bad WARPLOOM_SIM_MAX_FLOPS is a usage error before any work, not after planning
     except WarploomError as e:
         raise click.UsageError(str(e)) from None
+    sizes = {"M": m, "N": n, "K": k}
+    if dtype in _FP4 and k % 2:  # (two values a byte: K // 2 bytes of an odd K would plan K - 1, or K = 0)
+        raise click.UsageError(_size_message(FP4_K, sizes))
     if allocates:  # (`plan` only plans: its tensors are meta ones)
         _check_memory(m, n, k)
     a, b, sa, sb = _tensors(m, n, k, dtype, "meta", scales)
@@ -109,7 +116,9 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
     except WarploomError as e:
         if isinstance(e, InternalError):
             raise
-        raise click.UsageError(_in_cli_words(str(e))) from None
+        # (a size this command line chose the tensors for: named as the option typed, not as a's stride)
+        rule = e.rule if isinstance(e, InputError) else None
+        raise click.UsageError(_in_cli_words(str(e)) if rule is None else _size_message(rule, sizes)) from None
     if stages is None:
         return kern
 
@@ -129,6 +138,22 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
                                  + (f": pass --stages {most} or fewer" if most else "")
                                  + f" (planned: {kern.plan.stages})", param_hint="--stages")
     return forced
+
+
+# The dtypes whose data packs two e2m1 values of K a byte (`_tensors` makes K // 2 bytes a row).
+_FP4 = ("mxfp4", "nvfp4", "mxfp8xfp4")
+# The GEMM's sizes (`SizeRule.dim`) as this command line's options.
+_SIZE_OPTIONS = {"M": "--m", "N": "--n", "K": "--k"}
+
+
+def _size_message(rule: SizeRule, sizes: dict[str, int]) -> str:
+    """A size rule broken, named by the option typed (`sizes`: M, N and K as given), with the nearest sizes that
+    keep it: the error the API raises names a's or b's stride, which no command-line user wrote."""
+    option, value = _SIZE_OPTIONS[rule.dim], sizes[rule.dim]
+    below, above = value // rule.multiple * rule.multiple, -(-value // rule.multiple) * rule.multiple
+    nearest = " or ".join(f"{option} {v}" for v in (below, above) if v > 0)
+    return (f"{option} {value}: expected a multiple of {rule.multiple} ({rule.why}), got {value}. "
+            f"Fix: pass {nearest}")
 
 
 # The Python API's spellings in the planner's messages, as this command line spells them.
@@ -392,7 +417,10 @@ def plan_command(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: s
               help="--explore's bound on distinct states")
 def sim(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, stages: int | None, seed: int,
         timeline: Path | None, explore: bool, max_states: int) -> None:
-    """Run the planned kernel on the CPU simulator on random data and compare with torch; no GPU needed."""
+    """Run the planned kernel on the CPU simulator on random data and compare with torch; no GPU needed.
+
+    Exits 1 on a finding or a mismatch, and where --explore stopped at --max-states (inconclusive).
+    """
     from rich.console import Console
 
     con = Console()
@@ -400,10 +428,17 @@ def sim(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, stage
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(f"{kern.plan.short()}  ({kern.module.name})", highlight=False)
     ok = _run_sim(con, kern, seed, timeline, "simulate", exit_on_failure=False)
+    cut = False
     if explore:
-        ok = _explore(con, kern, stages, max_states) and ok
+        reports = _explore(con, kern, stages, max_states)
+        ok = all(r.ok for r in reports) and ok
+        cut = any(r.bound_hit for r in reports)
     if not ok:
         sys.exit("the simulation found a problem")
+    if cut:  # (no finding among the schedules seen is no verdict on those beyond the bound: not a pass)
+        sys.exit(f"inconclusive: --explore stopped at --max-states {max_states} before it had seen every schedule "
+                 f"(none of those it saw had a finding). Fix: pass a larger --max-states, e.g. --max-states "
+                 f"{4 * max_states}")
 
 
 # The cross-compile table's other columns in words, per target (the instruction counts' words are the target's
@@ -477,8 +512,9 @@ def _run_sim(con: Any, kern: Kernel, seed: int, timeline: Path | None, title: st
     return cmp.ok
 
 
-def _explore(con: Any, kern: Kernel, stages: int | None, max_states: int) -> bool:
-    """Every schedule of one CTA of the same plan on 2 tiles whose k-blocks wrap the ring (protocol only).
+def _explore(con: Any, kern: Kernel, stages: int | None, max_states: int) -> list[ExploreReport]:
+    """Every schedule of one CTA of the same plan on 2 tiles whose k-blocks wrap the ring (protocol only); the
+    reports, the split-K tail's too, each cut where it reached `max_states` states (`ExploreReport.bound_hit`).
 
     Unless forced, the ring is cut to 3 stages, which already wrap across the tile boundary: 3 explore
     completely in about a second, 6 pass 200,000 states. Tile shape, partitions and epilogue stay the plan's.
@@ -496,17 +532,24 @@ def _explore(con: Any, kern: Kernel, stages: int | None, max_states: int) -> boo
     con.print(f"one CTA, 2 tiles of {t.bm}x{t.tile_n}, {ks} k-blocks each, {depth} stages (problem "
               f"{t.bm}x{2 * t.tile_n}x{ks * t.bk})")
     r = explore(small.module, t.bm, 2 * t.tile_n, ks * t.bk, max_states=max_states)
-    con.print(r.summary(), highlight=False, markup=False)
-    con.print(f"states: {r.states}")
+    _print_explored(con, r, max_states)
     if small.tail is None:
-        return r.ok
+        return [r]
     # The split-K tail: one tile as units of 2 k-blocks in each of its k-ranges, all in the one CTA (more k-blocks
     # than ring slots again; two tiles' units pass the default bound of states).
     ts = small.tail.tiling.split_k
     con.print(f"split-K tail: 1 tile x {ts} k-ranges of 2 k-blocks (problem {t.bm}x{t.bn}x{2 * ts * t.bk})")
     tail = explore(small.tail, t.bm, t.bn, 2 * ts * t.bk, max_states=max_states)
-    con.print(tail.summary(), highlight=False, markup=False)
-    return r.ok and tail.ok
+    _print_explored(con, tail, max_states)
+    return [r, tail]
+
+
+def _print_explored(con: Any, r: ExploreReport, max_states: int) -> None:
+    con.print(r.summary(), highlight=False, markup=False)
+    con.print(f"states: {r.states}")
+    if r.bound_hit:
+        con.print(f"[bold yellow]cut at --max-states {max_states}[/]: the schedules past the bound were not explored",
+                  highlight=False)
 
 
 def _run_gpu(con: Any, m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str = "rowwise") -> None:

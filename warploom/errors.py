@@ -7,6 +7,8 @@ in `InternalError`, so a bug report never reads like a user error.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 
 class WarploomError(Exception):
     """Base of all warploom errors."""
@@ -16,15 +18,38 @@ def _msg(arg: str, expected: str, got: str, fix: str) -> str:
     return f"{arg}: expected {expected}, got {got}. Fix: {fix}"
 
 
+@dataclass(frozen=True)
+class SizeRule:
+    """The rule on one of the GEMM's sizes that an `InputError` broke, for a caller that chose the sizes rather than
+    the tensors: the command line names its option (``--k``) and the nearest sizes that pass, not ``a``'s stride.
+
+    Attributes:
+        dim: the size, ``"M"``, ``"N"`` or ``"K"``.
+        multiple: what it must be a multiple of.
+        why: the rule's reason, naming no tensor ("fp8's K and N, as torch._scaled_mm requires").
+    """
+
+    dim: str
+    multiple: int
+    why: str
+
+    def __post_init__(self) -> None:
+        if self.dim not in ("M", "N", "K") or self.multiple < 1:
+            raise ValueError(f"SizeRule: expected dim M, N or K and a multiple >= 1, got {self.dim!r}, "
+                             f"{self.multiple}")
+
+
 class InputError(WarploomError, ValueError):
     """A tensor argument is unusable: shape, stride, alignment, device, layout or size.
 
     Attributes:
         arg: the argument's name, as the user wrote it (``a``, ``scale_b``, ...).
+        rule: the size rule broken, where one of the GEMM's sizes is what is wrong (else None).
     """
 
-    def __init__(self, arg: str, expected: str, got: str, fix: str) -> None:
+    def __init__(self, arg: str, expected: str, got: str, fix: str, rule: SizeRule | None = None) -> None:
         self.arg = arg
+        self.rule = rule
         super().__init__(_msg(arg, expected, got, fix))
 
 
@@ -122,6 +147,13 @@ class VerificationError(InternalError):
         self.problems = problems
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"schedule IR invalid after {stage}:\n{lines}")
+
+
+def plan_field(field: str, value: object, expected: str, fix: str, got: str | None = None) -> PlanError:
+    """A `Plan` field the lowering cannot run, in a plan written or edited by hand (`Plan.__post_init__`, and
+    `planning.plan_check` against the spec and the GPU): the message names the field, what it must be, what it is
+    (`got`, by default its value) and the fix."""
+    return PlanError(_msg(f"Plan({field}={value!r})", expected, repr(value) if got is None else got, fix))
 
 
 def rowwise_too_wide(bn: int, planned_n: int, n: int) -> ShapeError:

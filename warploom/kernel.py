@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from warploom.backends.gluon_sm90 import GluonSource
-from warploom.device import DeviceInfo
-from warploom.errors import InputError, UnsupportedError
+from warploom.device import DeviceInfo, check_device
+from warploom.errors import ArgumentTypeError, InputError, UnsupportedError
 from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.passes import Trace
@@ -27,6 +27,15 @@ if TYPE_CHECKING:  # warploom.sim is imported when used: importing warploom stay
 
 # Set to 1 to run the simulator's protocol checks on every kernel `build` plans (see `build`).
 SIM_CHECK_ENV = "WARPLOOM_SIM_CHECK"
+# The largest problem the simulator runs whole (`sim_max_flops`). On a 2-core CPU machine 512^3 takes ~0.08 s on the
+# simulator (every tile-sized wgmma is a torch matmul: 3-4 GFLOP/s at this size, less at smaller ones), and 4096^3
+# would take tens of seconds, too long for a call that looks like a matmul.
+SIM_MAX_FLOPS_ENV = "WARPLOOM_SIM_MAX_FLOPS"
+SIM_MAX_FLOPS = 2 * 512**3
+# `Kernel.simulate` of every CTA, a call made for the simulator's sake, runs up to this many times that limit (2*2048^3
+# by default: seconds at the 2-3 GFLOP/s it runs whole problems at; tests/sim runs some of 2 GFLOP in under one).
+# Past it a call ran for minutes (8192^3) or an hour (16384^3) without a word.
+SIM_KERNEL_FACTOR = 64
 
 
 @dataclass(frozen=True)
@@ -141,25 +150,32 @@ class Kernel:
                  tail_ctas: Iterable[int] | None = None) -> SimResult:
         """Run this kernel's schedule on the CPU simulator for CPU tensors ``a (M, K) @ b (K, N)``.
 
-        Any M, N, K (they are run-time arguments of the kernel, as on the GPU). `ctas` picks program ids
-        of the persistent grid (default: all); tiles of the others stay NaN. See `warploom.sim.simulate`.
+        Any M, N, K (they are run-time arguments of the kernel, as on the GPU). `ctas` picks distinct program ids
+        of the persistent grid (default: all, up to SIM_KERNEL_FACTOR x `sim_max_flops()`, WARPLOOM_SIM_MAX_FLOPS);
+        tiles of the others stay NaN. See `warploom.sim.simulate`.
         With a split-K tail both launches run, as on the GPU: `ctas` picks in the first and `tail_ctas` in the
-        tail's (default: `ctas` there too; ids past a launch's grid are dropped). The report merges theirs, the
-        tail's timeline after the first's (its partitions named ``tail:...``).
+        tail's (default: `ctas` there too; ids past a launch's grid are dropped, ids past both refused). The report
+        merges theirs, the tail's timeline after the first's (its partitions named ``tail:...``).
         """
         from warploom.sim import simulate
-        from warploom.sim.simulate import ints
+        from warploom.sim.simulate import ints, program_ids
 
         _check_call(self.spec, a, b, scale_a, scale_b, bias)
         _check_devices({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias, "out": out,
                         **dict(operands or {})}, launch=False)
         if out is not None and operands is None:
             _check_out(self.spec, a, b, out)
-        ctas = None if ctas is None else ints("ctas", ctas)  # (read once per launch: an iterator would run out)
-        tail_ctas = None if tail_ctas is None else ints("tail_ctas", tail_ctas)
+        # (read once per launch: an iterator would run out)
+        ctas = None if ctas is None else ints("ctas", ctas, distinct=True)
+        tail_ctas = None if tail_ctas is None else ints("tail_ctas", tail_ctas, distinct=True)
+        if ctas is None and a.dim() == 2 and b.dim() == 2:
+            _check_sim_size(a.shape[0], b.shape[1], a.shape[1] * (2 if self.spec.fp4_a else 1))
         if self.tail is not None:
             assert operands is None and bias is None, "a split-K tail has no bias or fused epilogue (planner)"
             launches = self.launches(a.shape[0], b.shape[1], a.shape[1], ctas, tail_ctas)
+            for name, picked in (("ctas", ctas), ("tail_ctas", tail_ctas)):  # (ids past every launch's grid ran
+                if picked is not None:                                        # nothing, and found nothing)
+                    program_ids(name, picked, max((launch.grid for launch in launches), default=0))
             if not launches:  # an empty output: nothing launches, as on the GPU
                 return simulate(self.module, a, b, scale_a, scale_b, seed=seed, ctas=(), out=out, record=record,
                                 span=self.spans(a.shape[0], b.shape[1], a.shape[1])[0])
@@ -187,7 +203,8 @@ class Kernel:
         from warploom.sim.simulate import ints, program_ids
 
         s = self.module.spec  # (a swapped kernel's: the sizes its module runs at)
-        seeds, ctas = ints("seeds", seeds), (None if ctas is None else ints("ctas", ctas))  # read once per launch
+        seeds = ints("seeds", seeds)  # (read once per launch)
+        ctas = None if ctas is None else ints("ctas", ctas, distinct=True)
         for name, picked in (("seeds", seeds), ("ctas", ctas)):
             if picked is not None and not picked:  # (nothing would run: a report of no findings would mean nothing)
                 raise InputError(name, "at least one", "an empty selection",
@@ -334,8 +351,6 @@ def _check_out(spec: GemmSpec, a: Any, b: Any, out: Any) -> None:
     own memory (an expanded view would be written through one element many times)."""
     import torch
 
-    from warploom.errors import ArgumentTypeError
-
     if not isinstance(out, torch.Tensor):
         raise ArgumentTypeError("out", "a torch.Tensor to write the result into", type(out).__name__,
                                 "pass torch.empty(M, N, dtype=..., device=a.device)")
@@ -368,6 +383,33 @@ def _spans_overlap(x: Any, y: Any) -> bool:
 
     (x0, x1), (y0, y1) = span(x), span(y)
     return x0 < y1 and y0 < x1
+
+
+def sim_max_flops() -> int:
+    """The largest problem (2*M*N*K) the simulator runs whole: ``WARPLOOM_SIM_MAX_FLOPS``, or 2*512^3. CPU tensors
+    to warploom.matmul (`placement.check_sim_size`) and `Kernel.simulate` of every CTA are refused above it, and
+    ``warploom sim`` simulates a sample of CTAs instead."""
+    raw = os.environ.get(SIM_MAX_FLOPS_ENV, "").strip()
+    if not raw:
+        return SIM_MAX_FLOPS
+    try:
+        return int(raw)
+    except ValueError:
+        raise InputError(SIM_MAX_FLOPS_ENV, "an integer number of FLOPs (2*M*N*K), e.g. 2147483648",
+                         repr(raw), f"set {SIM_MAX_FLOPS_ENV} to an integer, or unset it for the default "
+                         f"{SIM_MAX_FLOPS}") from None
+
+
+def _check_sim_size(m: int, n: int, k: int) -> None:
+    """Every CTA of an M x N x K problem on the simulator: at most SIM_KERNEL_FACTOR times `sim_max_flops()`, the
+    limit `warploom.matmul` and ``warploom sim`` keep to on the CPU."""
+    limit, flops = SIM_KERNEL_FACTOR * sim_max_flops(), 2 * m * n * k
+    if flops > limit:
+        raise InputError("ctas", f"a sample of program ids for a problem over {limit:,} FLOPs (2*M*N*K; "
+                         f"{SIM_KERNEL_FACTOR} x {SIM_MAX_FLOPS_ENV}), the most Kernel.simulate runs whole",
+                         f"None (every CTA) at {m}x{n}x{k} ({flops:,} FLOPs)",
+                         f"pass ctas (and tail_ctas) from warploom.sim.sample_kernel_ctas(kernel, {m}, {n}, {k}), "
+                         f"simulate a smaller shape, or raise {SIM_MAX_FLOPS_ENV} (the simulator runs a few GFLOP/s)")
 
 
 def _sizes(m: Any, n: Any, k: Any) -> None:
@@ -445,7 +487,13 @@ def build(spec: GemmSpec, device: DeviceInfo, plan: Plan | None = None) -> Kerne
     checks at the spec's size (one CTA per distinct tile count, 2 schedules), and a finding raises
     `warploom.sim.ProtocolError`. A debugging aid: read on a cache miss only, so a launch pays nothing.
     """
-    plan = plan or plan_schedule(spec, device)
+    if plan is None:
+        plan = plan_schedule(spec, device)
+    else:  # (a hand-written plan's fields are checked against the spec and device by compile_schedule)
+        check_device(device)
+        if not isinstance(plan, Plan):
+            raise ArgumentTypeError("plan", "a warploom Plan", f"{type(plan).__name__} {plan!r}",
+                                    "pass plan_schedule(spec, device), or dataclasses.replace(...) of one")
     module, trace = compile_schedule(spec, plan, device)
     tail = compile_schedule(spec, plan.tail(), device)[0] if plan.tail_split > 1 else None
     kernel = Kernel(spec, plan, device, module, trace, tail)

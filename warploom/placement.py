@@ -4,7 +4,6 @@ the custom ops' dispatcher. Shared by the plain API (api.py) and the grouped one
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import torch
@@ -12,7 +11,8 @@ import torch
 from warploom import checks
 from warploom.device import H100_SXM, DeviceInfo
 from warploom.dtypes import DType
-from warploom.errors import DeviceError, InputError
+from warploom.errors import DeviceError
+from warploom.kernel import SIM_MAX_FLOPS_ENV, sim_max_flops
 from warploom.spec import GemmSpec
 
 
@@ -42,26 +42,6 @@ def require_cuda(a: torch.Tensor) -> None:
         raise DeviceError("a", "CUDA tensors (an sm_90a GPU runs warploom's kernels)", f"a tensor on {a.device}",
                           "move the tensors to the GPU with .cuda(), or use warploom.plan(...) to plan, "
                           "inspect and cross-compile without one")
-
-
-SIM_MAX_FLOPS_ENV = "WARPLOOM_SIM_MAX_FLOPS"
-# On a 2-core CPU machine 512^3 takes ~0.08 s on the simulator (every tile-sized wgmma is a torch matmul: 3-4
-# GFLOP/s at this size, less at smaller ones), and 4096^3 would take tens of seconds, too long for a call that looks
-# like a matmul.
-SIM_MAX_FLOPS = 2 * 512**3
-
-
-def sim_max_flops() -> int:
-    """The largest problem (2*M*N*K) CPU tensors run on the simulator: ``WARPLOOM_SIM_MAX_FLOPS``, or 2*512^3."""
-    raw = os.environ.get(SIM_MAX_FLOPS_ENV, "").strip()
-    if not raw:
-        return SIM_MAX_FLOPS
-    try:
-        return int(raw)
-    except ValueError:
-        raise InputError(SIM_MAX_FLOPS_ENV, "an integer number of FLOPs (2*M*N*K), e.g. 2147483648",
-                         repr(raw), f"set {SIM_MAX_FLOPS_ENV} to an integer, or unset it for the default "
-                         f"{SIM_MAX_FLOPS}") from None
 
 
 def check_sim_size(spec: GemmSpec) -> None:

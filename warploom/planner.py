@@ -46,12 +46,14 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
     of the SMs: docs/decisions/rule-33-latency-width.md
 34. where each CTA runs one work unit, a ring no deeper than the unit's k-blocks (at least 2):
     docs/decisions/rule-34-ring-depth.md
+35. at most 7 k-blocks, 16-bit operands on 128-row tiles at most 128 wide: one wave of 64x128 tiles instead, within
+    90% of the SMs: docs/decisions/rule-35-short-k-rows64.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
 20: `planning/sm90.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90_search.py`, its tile menu in
 `planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py`, rule 31's narrow tile in
 `planning/sm90_narrow.py`, rule 32's fitted tile in `planning/sm90_fitted.py`, rule 34's ring depth in
-`planning/sm90_ring.py`, its fused epilogues' limits (rules
+`planning/sm90_ring.py`, rule 35's 64x128 tiles in `planning/sm90_rows64.py`, its fused epilogues' limits (rules
 26-29) in `planning/sm90_fused.py`, rule 22's grouped GEMMs in `planning/sm90_grouped.py`; rule 19:
 `planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the target's declaration (`warploom.targets`) names as
 its `plan`. `plan_schedule` stands above the registry: it runs what comes before any target's rule (rule 26's fused
@@ -234,6 +236,10 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
                              pingpong=pingpong, scale_partition=scale_partition, split_k=split_k,
                              tail_split=tail_split, swap_ab=swap_ab, stream_k=stream_k, tdm_warps=tdm_warps,
                              cluster=cluster, n_blocks=n_blocks)
+        if not plan.stream_k:  # (the rules planned whole tiles: a wave that joins no shared tiles)
+            raise UnsupportedError(f"sk_waves={sk_waves} with stream_k={stream_k}: the plan for {spec.short()} has no "
+                                   f"stream-K region ({plan.short()}: its tiles fill whole waves, or another rule "
+                                   "planned them whole) for a wave to join. Fix: drop sk_waves")
         return replace(plan, sk_waves=sk_waves)
     # (what the caller forced, before rules 26-29 set some of them: rule 22 refuses those it does not read)
     unread_by_22 = {"hoist_rows": hoist_rows is not None, "scalar_columns": not scalar_columns,
@@ -268,7 +274,8 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         bn, swap_ab, split_k, tail_split, stream_k, cluster, partial_blocks = 2 * block, False, 1, 1, 0, 1, None
     if stream_k is not None and stream_k not in (0, *range(2, 17)):
         raise UnsupportedError(f"stream_k={stream_k!r}: expected None (the planner decides), 0 (no stream-K) or the "
-                               "most pieces a shared tile is cut into, 2 to 16")
+                               "most pieces a shared tile is cut into, 2 to 16. Fix: pass one of those (e.g. "
+                               "stream_k=2), or leave stream_k out")
     if partial_blocks not in (None, 1) and spec.accumulation is not Accumulation.PROMOTED:
         # (column blocks are promoted fp8's partial sums: elsewhere the option was dropped without a word)
         raise UnsupportedError(f"partial_blocks={partial_blocks!r}: promoted fp8's column blocks (use_fast_accum="

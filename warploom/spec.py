@@ -93,6 +93,15 @@ class ScaleRecipe(enum.Enum):
         return {ScaleRecipe.MX: MX_BLOCK, ScaleRecipe.NVFP4: NVFP4_BLOCK}.get(self, SCALE_BLOCK)
 
     @property
+    def k_blocks(self) -> tuple[int, ...]:
+        """The k-blocks (BK) a kernel of a blockwise recipe takes: one SCALE_BLOCK of K, whose scales each k-block's
+        partial is promoted with (MX: four 32-deep slices of it); NVFP4's 64 or 128, one or two 128x4 chunks of e4m3
+        scales of 16 of K each (ir/verify_scales.py checks the chunks). () for the others: any."""
+        if not self.is_blockwise:
+            return ()
+        return (64, 128) if self is ScaleRecipe.NVFP4 else (SCALE_BLOCK,)
+
+    @property
     def microscaled(self) -> bool:
         """Whether the scales are single-byte block scales the tensor core applies (MX's e8m0, NVFP4's e4m3)."""
         return self in (ScaleRecipe.MX, ScaleRecipe.NVFP4)

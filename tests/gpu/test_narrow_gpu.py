@@ -126,24 +126,38 @@ def test_fp8_rowwise_bias_fitted_forced() -> None:
     assert _scale_free(out, ref) < 1e-2
 
 
-@pytest.mark.parametrize("m,n,k,width", [
-    (141, 136, 1624, 16), (547, 64, 608, 16), (88, 80, 560, 16), (253, 136, 104, 16), (121, 112, 80, 16),
-    (2232, 80, 904, 32), (284, 312, 984, 32), (1210, 128, 184, 32), (100, 944, 448, 32),
-])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_latency_width_planned(m: int, n: int, k: int, width: int, dtype: torch.dtype) -> None:
-    """Rule 33's 64x16 and 64x32 latency tiles as the planner takes them (the plan checked, so the test cannot pass on
-    64x64): warploom.matmul against an fp32 reference, and its kernel replayed in a CUDA graph over a poisoned
-    output."""
+def _planned_matches_fp32(m: int, n: int, k: int, dtype: torch.dtype, want: tuple[object, ...],
+                          fields: tuple[str, ...]) -> None:
+    """The planner's plan for bf16/fp16 M x N x K has `fields` equal to `want` (so the test cannot pass on another
+    tile); then warploom.matmul against an fp32 reference, and the plan's kernel replayed in a CUDA graph over a
+    poisoned output."""
     torch.manual_seed(m * 7 + n)
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(n, k, device="cuda", dtype=dtype).t()
     dev = DeviceInfo.current()
     spec = checks.matmul_spec(a, b, None)
     planned = plan_schedule(spec, dev)
-    assert (planned.bm, planned.bn, planned.split_k) == (64, width, 1), planned.short()
+    assert tuple(getattr(planned, f) for f in fields) == want, planned.short()
     ref = a.float() @ b.float()
     torch.testing.assert_close(warploom.matmul(a, b).float(), ref, atol=0.15, rtol=0.02)
     kern = build(spec, dev, planned)
     out = torch.empty((m, n), device="cuda", dtype=dtype)
     torch.testing.assert_close(replayed(lambda: kern.run(a, b, out), out).float(), ref, atol=0.15, rtol=0.02)
+
+
+@pytest.mark.parametrize("m,n,k,width", [
+    (141, 136, 1624, 16), (547, 64, 608, 16), (88, 80, 560, 16), (253, 136, 104, 16), (121, 112, 80, 16),
+    (2232, 80, 904, 32), (284, 312, 984, 32), (1210, 128, 184, 32), (100, 944, 448, 32),
+])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_latency_width_planned(m: int, n: int, k: int, width: int, dtype: torch.dtype) -> None:
+    """Rule 33's 64x16 and 64x32 latency tiles as the planner takes them."""
+    _planned_matches_fp32(m, n, k, dtype, (64, width, 1), ("bm", "bn", "split_k"))
+
+
+@pytest.mark.parametrize("m,n,k", [(5113, 120, 200), (1072, 464, 200), (118, 6288, 96), (208, 3472, 64),
+                                   (7268, 104, 392), (1700, 392, 136)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_short_k_rows64_planned(m: int, n: int, k: int, dtype: torch.dtype) -> None:
+    """Rule 35's 64x128 tiles at short K as the planner takes them."""
+    _planned_matches_fp32(m, n, k, dtype, (64, 128, (), 1), ("bm", "bn", "n_blocks", "split_k"))

@@ -16,7 +16,7 @@ import pytest
 
 from warploom.device import H100_SXM
 from warploom.dtypes import DType
-from warploom.errors import VerificationError
+from warploom.errors import PlanError, VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import printer, verify
 from warploom.kernel import build
@@ -204,7 +204,11 @@ def test_verifier_rejects_copies_after_expect() -> None:
 
 
 def test_verifier_rejects_k_blocks_other_than_128() -> None:
+    m = build(spec(*SIZE), H100_SXM, P1).module
     with pytest.raises(VerificationError, match="bk=64, expected 128"):
+        verify.check(replace(m, tiling=replace(m.tiling, bk=64)), "planted")
+    # (a plan with that k-block is refused first, naming the field: planning/plan_check.py)
+    with pytest.raises(PlanError, match=r"^Plan\(bk=64\): expected 128: .*Fix: bk=128"):
         build(spec(*SIZE), H100_SXM, replace(P1, bk=64))
 
 

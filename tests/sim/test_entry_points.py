@@ -107,13 +107,17 @@ def test_sim_command_samples_ctas_above_the_limit(monkeypatch: pytest.MonkeyPatc
     assert re.search(r"CTAs simulated: [1-3] of \d+", out)
 
 
-@pytest.mark.parametrize("scales,recipe", [("blockwise", "blockwise_1x128_128x128"),
-                                           ("blockwise-1x128", "blockwise_1x128_1x128"), ("mx", "mx"),
-                                           ("tensorwise", "tensorwise")])
-def test_sim_command_scale_recipes(scales: str, recipe: str) -> None:
-    out = invoke("sim", "--dtype", "fp8", "--scales", scales, "--m", "200", "--n", "256", "--k", "640", "--explore",
-                 "--max-states", "20000")
-    assert recipe in out and "findings: none" in out
+@pytest.mark.parametrize("scales,recipe,complete", [("blockwise", "blockwise_1x128_128x128", True),
+                                                    ("blockwise-1x128", "blockwise_1x128_1x128", True),
+                                                    ("mx", "mx", False), ("tensorwise", "tensorwise", True)])
+def test_sim_command_scale_recipes(scales: str, recipe: str, complete: bool) -> None:
+    """At 2 stages 20,000 states explore the blockwise recipes whole (16,000); MX's scale partition takes 166,000
+    (half a minute), so its exploration is cut at the bound: inconclusive, exit 1."""
+    r = CliRunner().invoke(main, ["sim", "--dtype", "fp8", "--scales", scales, "--m", "200", "--n", "256", "--k", "640",
+                                  "--stages", "2", "--explore", "--max-states", "20000"])
+    out = r.output
+    assert r.exit_code == (0 if complete else 1), out
+    assert recipe in out and "findings: none" in out and ("inconclusive" in out) is not complete
     assert float(re.search(r"\(x²\+y²\)\): (\S+)", out).group(1)) < 1e-5  # type: ignore[union-attr]
 
 
@@ -121,7 +125,7 @@ def test_sim_command_refuses_bad_sizes_and_stages_without_a_traceback() -> None:
     r = CliRunner().invoke(main, ["sim", "--stages", "40"])  # (more than the planned tile's ring fits)
     assert r.exit_code == 2 and "--stages" in r.output and "or fewer" in r.output
     r = CliRunner().invoke(main, ["sim", "--dtype", "fp8", "--n", "1000"])
-    assert r.exit_code == 2 and "b: expected K and N multiples of 16" in r.output
+    assert r.exit_code == 2 and "--n 1000: expected a multiple of 16" in r.output
 
 
 def test_demo_without_a_gpu_simulates(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -172,3 +176,12 @@ def test_demo_of_fp32_blockwise_for_sm_100a(tmp_path: Path) -> None:
     row = next(line for line in out.splitlines() if line.startswith("│ main"))
     counts = dict(zip(("UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCCP"), row.split("│")[2:6], strict=True))
     assert int(counts["UTCQMMA"]) == 4 and int(counts["UTCCP"]) == 0, row
+
+
+def test_sim_explore_cut_at_its_bound_is_inconclusive() -> None:
+    """An exploration the state bound cut (a bad-input probe, session 37) once exited 0 like a complete one: a
+    finding past the bound would go unseen. It says so, exits 1 and names the option that raises the bound."""
+    r = CliRunner().invoke(main, ["sim", "--m", "64", "--n", "64", "--k", "64", "--explore", "--max-states", "50"])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
+    assert "bound hit: incomplete" in r.output and "cut at --max-states 50" in r.output
+    assert "inconclusive" in r.output and "Fix: pass a larger --max-states, e.g. --max-states 200" in r.output

@@ -11,7 +11,7 @@ import torch
 import warploom
 from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
 from warploom.device import B200, H100_SXM
-from warploom.errors import TargetError, UnsupportedError, VerificationError
+from warploom.errors import PlanError, TargetError, UnsupportedError, VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
@@ -95,7 +95,9 @@ def test_verifier_tensor_memory_rules() -> None:
     acc = m.ring("acc_tm")
     three = replace(plan_schedule(GemmSpec(4096, 4096, 4096), B200), acc_buffers=3)
     with pytest.raises(VerificationError, match="768 columns of accumulators, the SM has 512"):
-        build(GemmSpec(4096, 4096, 4096), B200, three)
+        target_verify(replace(m, rings=tuple(replace(r, depth=3) if r.in_tmem else r for r in m.rings)), "deep", B200)
+    with pytest.raises(PlanError, match=r"^Plan\(acc_buffers=3\): expected .*512 columns.*Fix: acc_buffers=2"):
+        build(GemmSpec(4096, 4096, 4096), B200, three)  # (refused before the verifier, naming the field)
     with pytest.raises(VerificationError, match="for NVIDIA H100"):
         verify.check(m, "test", H100_SXM)  # a tensor-memory schedule for a GPU without tensor memory
     with pytest.raises(VerificationError, match="no wgmma"):

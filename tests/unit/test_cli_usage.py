@@ -135,3 +135,24 @@ def test_plan_of_a_problem_larger_than_this_host() -> None:
     """`plan` plans on meta tensors: this machine's memory does not bound it (sim and demo allocate, and check)."""
     res = CliRunner().invoke(main, ["plan", "--m", "65536", "--n", "65536", "--k", "65536"], terminal_width=200)
     assert res.exit_code == 0, res.output
+
+
+# A bad-input probe (session 37): a size a rule refuses was named as a's or b's stride ("a: expected a dim-0 stride
+# that is a multiple of 16 bytes"), tensors no command-line user wrote; and an odd K of packed fp4 planned K - 1 (or
+# K = 0) without a word. The option typed is named now, with the nearest sizes that pass.
+@pytest.mark.parametrize("args,fix", [
+    (["plan", "--dtype", "fp8", "--k", "100"], "--k 100: expected a multiple of 16 (fp8's K and N"),
+    (["plan", "--dtype", "fp8", "--k", "100"], "Fix: pass --k 96 or --k 112"),
+    (["plan", "--dtype", "fp8", "--n", "100"], "Fix: pass --n 96 or --n 112"),
+    (["plan", "--dtype", "bf16", "--k", "100"], "--k 100: expected a multiple of 8 (TMA's rows of whole 16 bytes"),
+    (["sim", "--dtype", "fp16", "--k", "4"], "Fix: pass --k 8"),
+    (["demo", "--dtype", "bf16", "--n", "7"], "--n 7: expected a multiple of 8 (the bf16 output's rows"),
+    (["plan", "--dtype", "fp8", "--scales", "mx", "--no-fast-accum", "--k", "48"], "Fix: pass --k 32 or --k 64"),
+    (["plan", "--dtype", "nvfp4", "--target", "sm_100a", "--k", "48"], "Fix: pass --k 32 or --k 64"),
+    (["plan", "--dtype", "mxfp4", "--target", "sm_100a", "--k", "97"], "Fix: pass --k 96 or --k 128"),
+    (["plan", "--dtype", "mxfp8xfp4", "--target", "sm_100a", "--k", "1"], "Fix: pass --k 32"),
+])
+def test_size_errors_name_the_option_typed(args: list[str], fix: str) -> None:
+    res = CliRunner().invoke(main, args, terminal_width=400)
+    assert res.exit_code == 2 and fix in res.output, res.output
+    assert not any(word in res.output for word in ("a: ", "b: ", "stride", "pad ")), res.output

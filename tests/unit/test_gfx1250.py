@@ -12,7 +12,7 @@ import torch
 import warploom
 from warploom import Accumulation, BLayout, DType, GemmSpec, ScaleRecipe
 from warploom.device import B200, GFX1250, H100_SXM
-from warploom.errors import TargetError, UnsupportedError, VerificationError
+from warploom.errors import PlanError, TargetError, UnsupportedError, VerificationError
 from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
@@ -171,11 +171,18 @@ def test_verifier_pipeline_rules(name: str, edit: object, message: str) -> None:
 
 def test_verifier_counts_the_lds_padding() -> None:
     """LDS rows carry 16 bytes of padding per 128: 19 stages of 64x64 bf16 fit unpadded (311296 bytes) but not
-    padded (350208 of 327680), and the compiled kernel would need the padded size."""
+    padded (350208 of 327680), and the compiled kernel would need the padded size. `build` refuses such a plan
+    first, naming the depth that fits (planning/plan_check.py)."""
+    from warploom.passes import run_pipeline
+    from warploom.targets import declared
+
     spec = GemmSpec(4096, 4096, 4096)
     plan = replace(plan_schedule(spec, GFX1250, bm=64, bn=64, stages=17), stages=19)
     with pytest.raises(VerificationError, match="shared memory 350208 bytes exceeds the 327680"):
+        target_verify(run_pipeline(spec, plan, declared(Target.GFX1250).pipeline(plan))[0], "deep", GFX1250)
+    with pytest.raises(PlanError, match=r"^Plan\(stages=19\): expected at most 17 stages.*350208 bytes") as e:
         build(spec, GFX1250, plan)
+    assert "Fix: stages=17" in str(e.value)
     assert build(spec, GFX1250).module.lds_bytes == 3 * 2 * 128 * (128 + 16)
 
 

@@ -1,6 +1,7 @@
 """Property: `warploom.plan` with any combination of forced planner options (tile, depth, partitions, split-K, its
-tail, stream-K, swap-AB, ping-pong, clusters, the scale partition) either plans or refuses with an UnsupportedError
-that says why; never another exception (a PlanError here is a planner bug: it built a plan its own checks reject).
+tail, stream-K, swap-AB, ping-pong, clusters, the scale partition, column blocks) either plans or refuses with an
+UnsupportedError that says why and ends with what to pass instead ("Fix:"); never another exception (a PlanError here
+is a planner bug: it built a plan its own checks reject).
 
 Under both ends of the Triton range: 3.6 (no clusters) and 3.9 (clusters and rule 30), through `emitting_for`, which
 changes what the planner may choose without the other Triton installed. CPU tensors only; nothing is simulated.
@@ -40,6 +41,8 @@ OPTIONS = {
     "cluster": st.sampled_from([1, 2, "2x1", "1x2"]),
     "hoist_rows": st.booleans(),
     "prefetch_operands": st.booleans(),
+    "scale_partition": st.booleans(),
+    "n_blocks": st.sampled_from([(), (64, 16), (128, 32)]),
 }
 
 
@@ -92,6 +95,7 @@ def test_forced_options_plan_or_refuse_clearly(triton: str,
             plan_schedule(spec, H100_SXM, **kw)  # type: ignore[arg-type]
         except UnsupportedError as e:
             assert len(str(e)) > 20, repr(e)  # (a reason, not an empty refusal)
+            assert "Fix: " in str(e), repr(e)  # (and what to pass instead)
             COUNTS["refused"] += 1
             return
     COUNTS["planned"] += 1

@@ -51,10 +51,11 @@ def test_an_op_outside_the_targets_set_is_refused() -> None:
     spec = SPECS[0]
     plan = plan_schedule(spec, H100_SXM)
     sm100 = declared(Target.SM100A)
-    with pytest.raises(VerificationError, match="Mma in partition .*not an op of an sm_90a schedule"):
-        from warploom.passes import run_pipeline
+    from warploom.passes import run_pipeline
 
-        run_pipeline(spec, plan, H100_SXM, declared(Target.SM90A).pipeline(plan), ops=sm100.ops)
+    m, _ = run_pipeline(spec, plan, declared(Target.SM90A).pipeline(plan))
+    with pytest.raises(VerificationError, match="Mma in partition .*not an op of an sm_90a schedule"):
+        verify.check(m, "pipeline end", H100_SXM, ops=sm100.ops)
 
 
 def test_the_structure_must_agree_with_the_declared_target() -> None:

@@ -736,6 +736,10 @@ class RowBlock:
     rows: int
 
 
+# setmaxnreg's range: a partition's per-thread register budget is a multiple of 8 in [MIN_REGS, MAX_REGS].
+MIN_REGS, MAX_REGS = 24, 256
+
+
 @dataclass(frozen=True)
 class Partition:
     """A group of warps running one program.
@@ -1001,6 +1005,12 @@ class Module:
     def lds_bytes(self) -> int:
         """gfx1250: the LDS the rings take with each slot row's LDS_ROW_PAD bytes of padding."""
         return sum(r.depth * r.rows * (r.cols * r.dtype.bytes + LDS_ROW_PAD) for r in self.rings)
+
+    @property
+    def shared_bytes(self) -> int:
+        """The shared memory a CTA allocates, which `DeviceInfo.smem_per_block` bounds: gfx1250's LDS, padded rows
+        and all, or sm_90a's and sm_100a's smem."""
+        return self.lds_bytes if self.gfx1250 else self.smem_bytes
 
     def with_partition(self, part: Partition) -> Module:
         """This module with the partition of the same name replaced."""

@@ -30,13 +30,10 @@ from warploom.ir.verify_narrow import check_narrow
 from warploom.ir.verify_promote import check_partials
 from warploom.ir.verify_scales import check_scale_partition, check_tmem_scales
 from warploom.ir.warps import WarpMask, affine_basis, axis_aligned, fewest_copies, uncovered_rows
-from warploom.spec import SCALE_BLOCK, Grouping, ScaleRecipe
+from warploom.spec import SCALE_BLOCK, Grouping
 from warploom.target import Target
 
 GROUPS = OutputLayout.GROUPS
-
-_MAX_REGS = 256
-_MIN_REGS = 24
 
 
 def structural(m: ir.Module) -> list[str]:
@@ -52,10 +49,8 @@ def structural(m: ir.Module) -> list[str]:
         errs.append(f"exactly one default partition expected, got {defaults}")
     ring_names = {r.name: r for r in m.rings}
     bar_names = {b.name: b for b in m.barriers}
-    # (NVFP4's k-block is 64 or 128: one or two 128x4 chunks of e4m3 scales, 4 x 16 of K each;
-    # ir/verify_scales.py checks the chunks)
-    bks = (64, 128) if m.spec.scale is ScaleRecipe.NVFP4 else (SCALE_BLOCK,)
-    if m.spec.scale.is_blockwise and m.tiling.bk not in bks:
+    bks = m.spec.scale.k_blocks
+    if bks and m.tiling.bk not in bks:
         want = " or ".join(map(str, bks))
         errs.append(f"{m.spec.scale.value} scales take a k-block of {want} elements of K: bk={m.tiling.bk}, "
                     f"expected {want}")
@@ -763,8 +758,8 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
         if p.role is ir.Role.SEQUENTIAL:
             errs.append(f"{where} is still sequential: the partitioning pass did not run")
         # (a gfx1250 workgroup partition has no budget: check_gfx1250, which its declaration hands to `check`)
-        if p.role is not ir.Role.WORKGROUP and (not _MIN_REGS <= p.regs <= _MAX_REGS or p.regs % 8):
-            errs.append(f"{where}: regs={p.regs}, expected a multiple of 8 in [{_MIN_REGS}, {_MAX_REGS}]")
+        if p.role is not ir.Role.WORKGROUP and (not ir.MIN_REGS <= p.regs <= ir.MAX_REGS or p.regs % 8):
+            errs.append(f"{where}: regs={p.regs}, expected a multiple of 8 in [{ir.MIN_REGS}, {ir.MAX_REGS}]")
         for body in _loop_bodies(p.body):
             _check_expect_tx(m, body, where, errs)
         for o, _ in ir.walk(p.body):
@@ -837,7 +832,7 @@ def complete(m: ir.Module, device: DeviceInfo) -> list[str]:
             errs.append(f"barrier {b.name} expects {b.count} arrivals per phase but {per_phase} partitions "
                         f"arrive ({sorted(ar)}){alternate}")
     errs += _check_device_target(m, device)
-    smem = m.lds_bytes if m.gfx1250 else m.smem_bytes
+    smem = m.shared_bytes
     if smem > device.smem_per_block:
         errs.append(f"shared memory {smem} bytes exceeds the {device.smem_per_block} of {device.name}")
     # setmaxnreg works per warpgroup: the last warpgroup's padding warps hold registers too, and small workers

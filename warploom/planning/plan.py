@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from warploom.errors import PlanError
-from warploom.ir.nodes import narrow_widths
+from warploom.errors import PlanError, plan_field
+from warploom.ir.nodes import MAX_REGS, MIN_REGS, narrow_widths
 from warploom.spec import GemmSpec
 from warploom.target import Target
 
@@ -161,7 +161,9 @@ class Plan:
         for name in positive + counts:
             v, least = getattr(self, name), int(name in positive)
             if type(v) is not int or v < least:
-                raise PlanError(f"Plan({name}={v!r}): expected an int >= {least}")
+                raise plan_field(name, v, f"an int >= {least}", f"pass {name} as an int >= {least}, or leave it to "
+                                 "plan_schedule")
+        self._check_lowering()
         if self.staging_slots < 1 or self.epilogue_subtiles % self.staging_slots:
             raise PlanError(f"Plan(staging_slots={self.staging_slots}) must divide epilogue_subtiles="
                              f"{self.epilogue_subtiles}: a tile's blocks cycle through the slots, and the next tile "
@@ -220,6 +222,33 @@ class Plan:
         if self.tail_split > 1 and self.tail_stages < 1:
             raise PlanError(f"Plan(tail_split={self.tail_split}) needs tail_stages >= 1: the tail kernel's ring depth "
                              "(the planner sets it; by hand, at most what fits beside its fp32 staging tile)")
+
+    def _check_lowering(self) -> None:
+        """What every target's lowering needs of the tile and the warps, whatever the problem (`plan_check` checks
+        the plan against its spec and GPU): a plan edited by hand (``replace(plan, bk=100)``) failed deep in a pass,
+        the Gluon emitter or Triton's compiler."""
+        for name in ("bm", "bn", "bk"):
+            v = getattr(self, name)
+            if v & (v - 1) and not (name == "bm" and v == 192):  # (rule 32's 192 rows are three 64-row boxes of A)
+                raise plan_field(name, v, "a power of two (Triton's block shapes are)" + (", or 192" if name == "bm"
+                                                                                          else ""),
+                                 f"{name}={1 << (v.bit_length() - 1)}, or leave the tile to plan_schedule")
+        if self.consumer_warps % 4:  # (wgmma, a tcgen05 epilogue's tensor-memory loads and wmma take warpgroups)
+            raise plan_field("consumer_warps", self.consumer_warps, "a multiple of 4: whole warpgroups",
+                             "consumer_warps=4 * (bm // 64) on sm_90a (8 with pingpong), as plan_schedule sets it")
+        if self.target is Target.GFX1250:
+            return  # (one partition of consumer_warps: no producer or scale warps, no setmaxnreg budgets)
+        for name in ("producer_warps", "scale_warps"):
+            v = getattr(self, name)
+            if v < 1 or v & (v - 1):  # (Triton's warp_specialize refuses other partition sizes)
+                raise plan_field(name, v, "a power of two of warps (1, 2, 4, ...): a partition's size",
+                                 f"{name}=1" if name == "producer_warps" else f"{name}=4 (sm_100a) or 1 (sm_90a)")
+        for name in ("producer_regs", "consumer_regs"):
+            v = getattr(self, name)
+            if not MIN_REGS <= v <= MAX_REGS or v % 8:
+                raise plan_field(name, v, f"a multiple of 8 in [{MIN_REGS}, {MAX_REGS}]: a setmaxnreg budget",
+                                 f"{name}={PRODUCER_REGS if name == 'producer_regs' else CONSUMER_REGS}, as "
+                                 "plan_schedule sets it")
 
     def units(self, m: int, n: int) -> int:
         """Work units of an M x N output: its tiles (at least one), times the k-ranges of split-K. (A swapped plan's

@@ -49,7 +49,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     problems = spec.swap_problems(tmem_scales=True)
     if problems:
         raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: "
-                               f"{'; '.join(problems)}; drop swap_ab")
+                               f"{'; '.join(problems)}. Fix: drop swap_ab")
     tokens = bn or swap_tokens(spec.m)
     try:
         swapped = plan_blackwell(spec.swapped(tmem_scales=True), device, bm=bm, bn=tokens, stages=stages,
@@ -57,7 +57,8 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
                                  scale_partition=scale_partition)
     except UnsupportedError as e:
         raise UnsupportedError(f"swap_ab=True (rule 18) for {spec.short()}: its tiles of C^T are {bm or 128} rows of N "
-                               f"by {tokens} of M, and the swapped problem has no such plan: {e}") from None
+                               f"by {tokens} of M, and the swapped problem has no such plan: {e}; or drop "
+                               "swap_ab") from None
     return replace(swapped, swap_ab=True)
 
 

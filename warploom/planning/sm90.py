@@ -10,6 +10,7 @@ target's (its declaration's `plan`, `warploom.targets.sm90`); every rule of `war
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from warploom.device import DeviceInfo
@@ -32,6 +33,7 @@ from warploom.planning.sm90_models import (
 )
 from warploom.planning.sm90_narrow import forced_narrow, narrow
 from warploom.planning.sm90_ring import ring_to_k
+from warploom.planning.sm90_rows64 import ROWS64_BM, ROWS64_BN, short_k_rows64
 from warploom.planning.sm90_search import CLUSTER_KNOBS, Best, Search, search
 from warploom.planning.sm90_tiles import rows_aligned, swap_rows, tall_problems
 from warploom.planning.trace import collecting, note
@@ -40,7 +42,8 @@ from warploom.spec import Accumulation, GemmSpec, ScaleLayout, ScaleRecipe
 
 def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     """`_plan`'s plan, on rule 31's narrow tile (`sm90_narrow.narrow`) where N leaves most of its one tile's columns
-    empty and nothing about the tile was forced, or on the blocks forced (`options.n_blocks`; () keeps it whole)."""
+    empty and nothing about the tile was forced, or on the blocks forced (`options.n_blocks`; () keeps it whole);
+    then rule 32's fitted tile, rule 35's 64x128 tiles at short K and rule 34's ring depth where nothing was forced."""
     if options.n_blocks:  # (a forced depth is the blocks' ring's, which keeps only their rows of B: checked there)
         chosen = _plan(spec, device, replace(options, stages=None))
         return forced_narrow(spec, device, chosen, options.n_blocks, options.stages)
@@ -54,6 +57,8 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         # (rule 32 fits whole tiles: a forced schedule stands)
         chosen = fitted(spec, device, chosen, lambda bm, bn, blocks: _plan(
             spec, device, replace(options, bm=bm, bn=bn, stream_k=0, tail_split=1, cluster=1, n_blocks=blocks)))
+        if short_k_rows64(spec, device, chosen):  # (rule 35: planned as if the 64x128 tile were forced)
+            chosen = _plan(spec, device, replace(options, bm=ROWS64_BM, bn=ROWS64_BN))
     return ring_to_k(spec, chosen)
 
 
@@ -98,6 +103,21 @@ def _forces_tile(options: PlanOptions) -> bool:
                                        options.tail_split))
 
 
+def _or_drop(o: PlanOptions, names: tuple[str, ...], problems: Callable[[PlanOptions], list[str]]) -> str:
+    """The other half of a refusal's fix: ", or drop x=1, y=2", the forced options among `names` without each of
+    which `problems` (the refusal's reasons, for these options) reads differently, where dropping them all leaves no
+    reason; "" where a reason is the problem's own (its dtype, layout, epilogue or device), which only dropping the
+    refused option mends."""
+    default = PlanOptions()
+    forced = [n for n in names if getattr(o, n) != getattr(default, n)]
+    without = replace(o, **{n: getattr(default, n) for n in forced})
+    before = problems(o)
+    named = [n for n in forced if problems(replace(o, **{n: getattr(default, n)})) != before]
+    if not named or problems(without):
+        return ""
+    return ", or drop " + ", ".join(f"{n}={getattr(o, n)!r}" for n in named)
+
+
 def _refuse_device(spec: GemmSpec, device: DeviceInfo) -> None:
     """What sm_90a cannot run at all: an AMD GPU other than gfx1250 (rule 20's), fp4 (no fp4 MMA) and MX scales in
     torch's blocked layout (sm_100a's)."""
@@ -122,16 +142,22 @@ def _cluster_options(spec: GemmSpec, device: DeviceInfo, o: PlanOptions) -> Plan
     knob = o.cluster
     if isinstance(knob, bool) or knob not in CLUSTER_KNOBS:  # (True == 1 as a key: it planned one CTA per tile)
         raise UnsupportedError(f"cluster={knob!r}: expected None (rule 24 decides), 1 (one CTA per tile), 2 or "
-                               "\"2x1\" (2-CTA clusters along M that multicast B) or \"1x2\" (along N, multicasting A)")
+                               "\"2x1\" (2-CTA clusters along M that multicast B) or \"1x2\" (along N, multicasting A)."
+                               " Fix: pass one of those, or leave cluster out")
     if CLUSTER_KNOBS[knob] != 2:
         return o
-    problems = cluster_problems(spec, o.pingpong, o.scale_partition, o.split_k, o.tail_split, o.stream_k, o.swap_ab,
-                                o.bm, o.bn, o.consumer_partitions, knob == "1x2")
-    if device.sm_count < 2:
-        problems.append(f"{device.name} has {device.sm_count} SM (a 2-CTA cluster runs on two)")
+
+    def reasons(q: PlanOptions) -> list[str]:
+        one_sm = f"{device.name} has {device.sm_count} SM (a 2-CTA cluster runs on two)"
+        return cluster_problems(spec, q.pingpong, q.scale_partition, q.split_k, q.tail_split, q.stream_k, q.swap_ab,
+                                q.bm, q.bn, q.consumer_partitions, knob == "1x2") + [one_sm] * (device.sm_count < 2)
+
+    problems = reasons(o)
     if problems:
         raise UnsupportedError(f"cluster={knob!r} (rule 24) cannot run {spec.short()}: {'; '.join(problems)}. "
-                               "Fix: drop cluster (or the option that conflicts with it)")
+                               "Fix: drop cluster (or pass cluster=1)" + _or_drop(o, (
+                                   "pingpong", "scale_partition", "split_k", "tail_split", "stream_k", "swap_ab", "bm",
+                                   "bn", "consumer_partitions"), reasons))
     if spec.accumulation is Accumulation.PROMOTED and o.partial_blocks not in (None, CLUSTER_PROMOTED_BLOCKS):
         # (cluster_plan promotes each warpgroup's 128 columns in 64-column blocks: 128-column ones would not fit)
         raise UnsupportedError(f"cluster={knob!r} (rule 24) with partial_blocks={o.partial_blocks}: expected "
@@ -145,9 +171,13 @@ def _stream_k_options(spec: GemmSpec, o: PlanOptions) -> PlanOptions:
     """Rule 21's refusals of a forced `stream_k` (`refuse_stream_k`). A stream-K plan is never swapped."""
     if not o.stream_k:
         return o
-    problems = stream_k_problems(spec, o.pingpong, o.scale_partition, o.split_k, o.tail_split, o.swap_ab, o.bm,
-                                 o.prefetch_operands)
-    refuse_stream_k(spec, o.stream_k, problems)
+
+    def reasons(q: PlanOptions) -> list[str]:
+        return stream_k_problems(spec, q.pingpong, q.scale_partition, q.split_k, q.tail_split, q.swap_ab, q.bm,
+                                 q.prefetch_operands)
+
+    refuse_stream_k(spec, o.stream_k, reasons(o), _or_drop(o, (
+        "pingpong", "scale_partition", "split_k", "tail_split", "swap_ab", "bm", "prefetch_operands"), reasons))
     # (a forced stream-K plan copies dense operands when its epilogue runs)
     return replace(o, prefetch_operands=False, swap_ab=False)
 
@@ -175,13 +205,16 @@ def _decode_split(spec: GemmSpec, device: DeviceInfo, options: PlanOptions, o: P
 def _plan_swapped(spec: GemmSpec, device: DeviceInfo, o: PlanOptions) -> Plan:
     """Rule 18: C^T = B^T A^T, planned as its own problem (`GemmSpec.swapped`) on tiles of `swap_rows` rows of N by
     `swap_tokens` of M (or the forced bm and bn), refused with ping-pong, split-K or the scale partition."""
-    problems = spec.swap_problems()
-    problems += ["ping-pong"] if o.pingpong else []
-    problems += ["split-K"] if o.split_k not in (None, 1) or o.tail_split not in (None, 1) else []
-    problems += ["the scale partition"] if o.scale_partition else []
+    def reasons(q: PlanOptions) -> list[str]:
+        return (spec.swap_problems() + (["ping-pong"] if q.pingpong else [])
+                + (["split-K"] if q.split_k not in (None, 1) or q.tail_split not in (None, 1) else [])
+                + (["the scale partition"] if q.scale_partition else []))
+
+    problems = reasons(o)
     if problems:
-        raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: {'; '.join(problems)}; "
-                               "drop swap_ab")
+        raise UnsupportedError(f"swap_ab=True (rule 18) cannot run {spec.short()}: {'; '.join(problems)}. "
+                               "Fix: drop swap_ab" + _or_drop(o, ("pingpong", "split_k", "tail_split",
+                                                                  "scale_partition"), reasons))
     tokens = o.bn or swap_tokens(spec.m)
     rows = o.bm or swap_rows(spec.n, device.sm_count)
     try:
@@ -191,8 +224,10 @@ def _plan_swapped(spec: GemmSpec, device: DeviceInfo, o: PlanOptions) -> Plan:
             prefetch_operands=o.prefetch_operands, split_k=1, tail_split=1, swap_ab=False, stream_k=0,
             cluster=1))  # (a swapped plan runs one CTA a tile: rule 24 would cluster the swapped problem's tiles)
     except UnsupportedError as e:
+        # (the swapped problem's refusal names its fix, for the options as passed: dropping swap_ab is another)
         raise UnsupportedError(f"swap_ab=True (rule 18) for {spec.short()}: its tiles of C^T are {rows} rows of N "
-                               f"by {tokens} of M, and the swapped problem has no such plan: {e}") from None
+                               f"by {tokens} of M, and the swapped problem has no such plan: {e}; or drop "
+                               "swap_ab") from None
     return replace(swapped, swap_ab=True)
 
 
@@ -234,47 +269,57 @@ def _check_forced(spec: GemmSpec, o: PlanOptions, bk: int) -> bool:
     if tail_split is not None and tail_split != 1:
         if split_k not in (None, 1):
             raise UnsupportedError(f"tail_split={tail_split} with split_k={split_k}: a split-K tail follows whole "
-                                   "tiles, and split-K splits them all; pass one of the two")
+                                   "tiles, and split-K splits them all. Fix: pass one of the two (drop tail_split, "
+                                   "or drop split_k)")
         _check_split_k(spec, tail_split, bk, o.pingpong, o.scale_partition, what="tail_split")
     if consumer_partitions not in (None, 1, 2, 3, 4):
         raise UnsupportedError(f"consumer_partitions={consumer_partitions!r}: expected 1 (one partition for all "
                                "consumer warpgroups), 2 (one per warpgroup), 3 or 4 (bm=192's or bm=256's "
-                               "warpgroups); pass 1, 2, 3 or 4, or None to let the planner choose")
+                               "warpgroups). Fix: pass 1, 2, 3 or 4, or None to let the planner choose")
     if consumer_partitions in (3, 4) and bm != 64 * consumer_partitions:
         raise UnsupportedError(f"consumer_partitions={consumer_partitions} is for bm={64 * consumer_partitions} "
-                               f"({consumer_partitions} consumer warpgroups); pass bm={64 * consumer_partitions}, or "
-                               "1 or 2 partitions")
+                               f"({consumer_partitions} consumer warpgroups). Fix: pass bm={64 * consumer_partitions}, "
+                               "or consumer_partitions=1 or 2")
     if bm in (192, 256):
-        tall = tall_problems(spec, o.pingpong, bool(o.scale_partition), split_k, tail_split, consumer_partitions,
-                             bm)
+        def reasons(q: PlanOptions) -> list[str]:
+            return tall_problems(spec, q.pingpong, bool(q.scale_partition), q.split_k, q.tail_split,
+                                 q.consumer_partitions, bm)
+
+        tall = reasons(o)
         if tall:
             raise UnsupportedError(f"bm={bm} (rule {17 if bm == 256 else 32}'s tile, {bm // 64} consumer "
-                                   f"warpgroups) does not support {'; '.join(tall)} for {spec.short()}; use bm=128")
+                                   f"warpgroups) does not support {'; '.join(tall)} for {spec.short()}. Fix: use "
+                                   "bm=128 (or drop bm)" + _or_drop(o, ("pingpong", "split_k", "tail_split",
+                                                                        "consumer_partitions", "scale_partition"),
+                                                                    reasons))
     if consumer_partitions == 2 and bm == 64:
-        raise UnsupportedError("consumer_partitions=2 needs two consumer warpgroups, but bm=64 has one; "
+        raise UnsupportedError("consumer_partitions=2 needs two consumer warpgroups, but bm=64 has one. Fix: "
                                "use bm=128 or consumer_partitions=1")
     if o.partial_blocks not in (None, 1, 2, 4):
         raise UnsupportedError(f"partial_blocks={o.partial_blocks!r}: expected 1 (promote the whole tile width), "
                                "2 (two column halves) or 4 (quarters, forced only: measured 9-16% slower than 2 at "
-                               "128x256, session 19); pass 1, 2 or 4, or None to let the planner choose")
+                               "128x256, session 19). Fix: pass 1, 2 or 4, or None to let the planner choose")
     if o.pingpong and consumer_partitions == 1:
         raise UnsupportedError("pingpong=True needs two consumer partitions (one warpgroup each), but "
-                               "consumer_partitions=1; pass consumer_partitions=2 or None")
+                               "consumer_partitions=1. Fix: pass consumer_partitions=2 or None, or drop pingpong")
     scale_partition = o.scale_partition
     if scale_partition is None:
         # Rule 12: MX scales are single bytes, which cp.async (4, 8 or 16 bytes a copy) cannot move one by one:
         # the scale partition loads them with ordinary loads and decodes them on the way.
         scale_partition = spec.scale is ScaleRecipe.MX
     if spec.scale is ScaleRecipe.MX and not scale_partition:
-        raise UnsupportedError("MX scales need the scale partition (cp.async cannot copy single bytes); drop "
-                               "scale_partition=False")
+        raise UnsupportedError("MX scales need the scale partition (cp.async cannot copy single bytes), got "
+                               "scale_partition=False. Fix: drop scale_partition=False")
     if scale_partition and not spec.scale.is_blockwise:
         raise UnsupportedError(f"scale_partition=True needs blockwise scales, but {spec.short()} has "
-                               f"{spec.scale.value} ones; drop scale_partition")
+                               f"{'no' if spec.scale is ScaleRecipe.NONE else spec.scale.value} scales. Fix: drop "
+                               "scale_partition")
     if scale_partition and o.pingpong:
         raise UnsupportedError("the scale partition (scale_partition=True, and always for MX scales) with "
                                "pingpong=True is not built yet: a ping-pong consumer would have to skip the other's "
-                               "scale stages too; use one of the two")
+                               "scale stages too. Fix: use one of the two: drop pingpong"
+                               + (" (MX scales always take the scale partition)" if spec.scale is ScaleRecipe.MX
+                                  else ", or drop scale_partition"))
     return scale_partition
 
 
@@ -339,9 +384,10 @@ def short_k_pingpong(spec: GemmSpec, chosen: Plan, device: DeviceInfo) -> bool:
             and math.ceil(spec.m / 128) * math.ceil(spec.n / 128) >= device.sm_count)
 
 
-def refuse_stream_k(spec: GemmSpec, stream_k: int, problems: list[str]) -> None:
+def refuse_stream_k(spec: GemmSpec, stream_k: int, problems: list[str], or_drop: str = "") -> None:
     """Rule 21's refusals of a forced `stream_k`: more pieces than a tile's k-blocks (a piece with none would leave
-    its finisher waiting), or `problems` (`stream_k_problems`), each an UnsupportedError with the fix."""
+    its finisher waiting), or `problems` (`stream_k_problems`), each an UnsupportedError with the fix (`or_drop`:
+    the conflicting options, `_or_drop`'s)."""
     k_tiles = k_blocks(spec)
     if stream_k > k_tiles:
         fix = f"stream_k between 2 and {k_tiles}, or 0" if k_tiles >= 2 else "stream_k=0 (whole tiles)"
@@ -349,7 +395,7 @@ def refuse_stream_k(spec: GemmSpec, stream_k: int, problems: list[str]) -> None:
                                f"k-block(s) of K={spec.k}: a piece would have no k-block to add. Fix: pass {fix}")
     if problems:
         raise UnsupportedError(f"stream_k={stream_k} (rule 21) cannot run {spec.short()}: {'; '.join(problems)}. "
-                               "Fix: drop stream_k (or the option that conflicts with it)")
+                               "Fix: drop stream_k" + or_drop)
 
 
 def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_partition: bool | None,
@@ -362,22 +408,38 @@ def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_
     if split_k == 1:
         return
     k_tiles = max(1, math.ceil(spec.k / bk))
-    problems = []
+    problems: list[str] = []
+    changes: list[str] = []  # (what else, all together, lets the split run)
+    own = False  # (a reason of the problem's own, which only dropping the split mends)
     if split_k < 1 or split_k > k_tiles:
         problems.append(f"{what}={split_k} must be at least 1 and at most the {k_tiles} k-blocks of {bk}")
-    elif k_tiles % split_k and spec.scale.per_column_b:
-        problems.append(f"{what}={split_k} must divide the {k_tiles} k-blocks of {bk} for {spec.scale.value} "
-                        "scales (their copier runs one count of k-blocks a range)")
-    elif k_tiles % split_k and spec.accumulation is Accumulation.PROMOTED:
-        # (the unit's range arithmetic beside the promotion's scale indexing spilled 16 bytes under Triton 3.9 at
-        # 128x128 blockwise, tests/compile)
-        problems.append(f"{what}={split_k} must divide the {k_tiles} k-blocks of {bk} for promoted accumulation "
-                        "(unequal ranges spill in its consumers)")
+        own = k_tiles < 2
+        changes.append(f"{what} between 2 and {k_tiles}")
+    elif k_tiles % split_k and (spec.scale.per_column_b or spec.accumulation is Accumulation.PROMOTED):
+        # (promoted: the unit's range arithmetic beside the promotion's scale indexing spilled 16 bytes under
+        # Triton 3.9 at 128x128 blockwise, tests/compile)
+        why = (f"for {spec.scale.value} scales (their copier runs one count of k-blocks a range)"
+               if spec.scale.per_column_b else "for promoted accumulation (unequal ranges spill in its consumers)")
+        problems.append(f"{what}={split_k} must divide the {k_tiles} k-blocks of {bk} {why}")
+        changes.append(f"a {what} that divides {k_tiles} (e.g. {_divisors(k_tiles)})")
     if spec.bias_dtype is not None or spec.epilogue is not None:
-        problems.append(f"a bias or a fused epilogue needs the whole sum (pass {what}=1)")
+        problems.append("a bias or a fused epilogue needs the whole sum")
+        own = True
     if pingpong:
-        problems.append("ping-pong consumers skip each other's tiles by whole k-loops (use pingpong=False)")
-    if scale_partition or spec.scale is ScaleRecipe.MX:
-        problems.append("the scale partition is not built for split-K units (use scale_partition=False; not MX)")
+        problems.append("ping-pong consumers skip each other's tiles by whole k-loops")
+        changes.append("pingpong=False")
+    if spec.scale is ScaleRecipe.MX:
+        problems.append("the scale partition, which MX scales always take, is not built for split-K units")
+        own = True
+    elif scale_partition:
+        problems.append("the scale partition is not built for split-K units")
+        changes.append("scale_partition=False")
     if problems:
-        raise UnsupportedError(f"{what}={split_k} for {spec.short()}: " + "; ".join(problems))
+        other = "" if own or not changes else f", or pass {' with '.join(changes)}"
+        raise UnsupportedError(f"{what}={split_k} for {spec.short()}: {'; '.join(problems)}. Fix: drop {what}"
+                               + other)
+
+
+def _divisors(n: int) -> str:
+    """The first four split counts above 1 that divide `n` k-blocks ("2, 4, 7, 8" for 56)."""
+    return ", ".join(str(d) for d in [d for d in range(2, n + 1) if n % d == 0][:4])

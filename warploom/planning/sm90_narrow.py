@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from warploom.device import DeviceInfo
 from warploom.errors import UnsupportedError
+from warploom.ir.nodes import narrow_widths
 from warploom.planning.plan import Plan
 from warploom.planning.sm90_models import stream_k_grid
 from warploom.planning.sm90_search import FORCED_MAX_STAGES
@@ -100,6 +101,12 @@ def forced_narrow(spec: GemmSpec, device: DeviceInfo, plan: Plan, blocks: tuple[
     """`plan_schedule(n_blocks=...)`: `plan` on these blocks (() keeps it whole), refused by name where it cannot
     run them."""
     problems = narrow_problems(spec, plan) if blocks else []
+    if blocks and (not narrow_widths(blocks) or sum(blocks) >= plan.bn):  # (`Plan`'s own check, with the fix)
+        suggested = narrow_blocks(spec.n, plan.bn)
+        raise UnsupportedError(f"n_blocks={blocks}: expected powers of two from 16, widest first, covering fewer "
+                               f"than the {plan.short()} tile's bn={plan.bn} columns. Fix: "
+                               + (f"pass n_blocks={suggested} (rule 31's for N = {spec.n}), or " if suggested else "")
+                               + "drop n_blocks" + (" (or pass a wider bn)" if sum(blocks) >= plan.bn else ""))
     if problems:
         raise UnsupportedError(f"n_blocks={blocks} (rule 31's narrow tile) cannot run {spec.short()} on "
                                f"{plan.short()}: {'; '.join(problems)}. Fix: drop n_blocks")

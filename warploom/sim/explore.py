@@ -24,7 +24,7 @@ from warploom.sim.cluster import link, whole_clusters
 from warploom.sim.findings import FindingKind, FindingSink, SimFinding
 from warploom.sim.machine import AGENT, Action, Machine, StreamKState
 from warploom.sim.program import CtaProgram, FlagWaitI, Geometry, MalformedError, PartialAddI, PartialStoreI
-from warploom.sim.simulate import representative_ctas
+from warploom.sim.simulate import program_ids, representative_ctas
 
 Path = tuple[Action, "Path"] | None  # a linked list of actions, newest first
 
@@ -279,7 +279,7 @@ def explore(module: ir.Module, m: int, n: int, k: int, *, max_states: int = 200_
     t = module.tiling
     grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, stream_k=t.stream_k, cluster=t.cluster,
                        cluster_n=t.cluster_n)
-    pids = representative_ctas(module, m, n) if ctas is None else tuple(ctas)
+    pids = representative_ctas(module, m, n) if ctas is None else program_ids("ctas", ctas, grid)
     pids = whole_clusters(module, pids)  # (a cluster's CTAs wait on each other: none is explored alone)
     sink = FindingSink()
     searches: list[_CtaSearch] = []

@@ -30,7 +30,7 @@ from warploom.sim.machine import Machine
 from warploom.sim.numerics import CtaData, Operands
 from warploom.sim.program import CtaProgram, Geometry, MalformedError
 from warploom.sim.scheduler import run_random
-from warploom.sim.simulate import SimReport, SimResult, check_operands, run_linked
+from warploom.sim.simulate import SimReport, SimResult, check_operands, program_ids, run_linked
 from warploom.spec import Grouping, ScaleRecipe
 
 
@@ -100,7 +100,7 @@ def simulate_grouped(module: ir.Module, a: torch.Tensor, b: torch.Tensor, bounds
                          "pass globals_=(global_a (1,), global_b (G,))")
     ops = Operands.of(module, a, b, scale_a, scale_b, None, results, tensors, globals_=globals_ if nvfp4 else None)
     # (a stream-K launch runs whole: its CTAs' fixups link them, ir.Fixup, so a sample would wait forever)
-    pids = tuple(range(t.grid)) if ctas is None or t.stream_k else tuple(ctas)
+    pids = tuple(range(t.grid)) if ctas is None or t.stream_k else program_ids("ctas", ctas, t.grid)
     sink = FindingSink()
     if cast is not None:
         ops = cast_pass.start(ops, None, rows, sink)

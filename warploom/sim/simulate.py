@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -514,8 +515,9 @@ class CheckReport:
         return not self.findings
 
 
-def ints(name: str, values: Any) -> tuple[int, ...]:
-    """`values` (an iterable of ints: program ids or seeds) as a tuple, or an error naming `name`."""
+def ints(name: str, values: Any, distinct: bool = False) -> tuple[int, ...]:
+    """`values` (an iterable of ints: program ids or seeds) as a tuple, or an error naming `name`; `distinct`: each
+    once (a program id twice ran its CTA twice, whose tiles were then reported stored twice)."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
         raise ArgumentTypeError(name, "an iterable of ints (e.g. range(4) or [0, 3])", f"{type(values).__name__} "
                                 f"{values!r}", f"pass {name}=[{values!r}]" if isinstance(values, int) else
@@ -524,12 +526,16 @@ def ints(name: str, values: Any) -> tuple[int, ...]:
     bad = next((v for v in out if isinstance(v, bool) or not isinstance(v, int)), None)
     if bad is not None:
         raise ArgumentTypeError(name, "ints", f"{type(bad).__name__} {bad!r} among them", f"pass {name} as ints")
+    twice = sorted(v for v, seen in Counter(out).items() if seen > 1) if distinct else []
+    if twice:
+        raise InputError(name, "distinct program ids (a CTA runs once a launch)", f"{twice} more than once",
+                         f"pass each once: {name}={sorted(set(out))}")
     return out
 
 
 def program_ids(name: str, ctas: Any, grid: int) -> tuple[int, ...]:
-    """`ctas` as program ids of a launch of `grid` CTAs, or an error naming the ones outside it."""
-    pids = ints(name, ctas)
+    """`ctas` as distinct program ids of a launch of `grid` CTAs, or an error naming the ones outside it."""
+    pids = ints(name, ctas, distinct=True)
     outside = [p for p in pids if not 0 <= p < grid]
     if outside:
         raise InputError(name, f"program ids in [0, {grid}) (the launch's grid)", f"{outside}",
@@ -552,7 +558,7 @@ def check_protocol(module: ir.Module, m: int, n: int, k: int, *, seeds: Iterable
     grid = launch_grid(m, n, t.bm, t.tile_n, t.grid, t.split_k, span, t.stream_k, t.cluster, t.cluster_n)
     # (stream-K runs every CTA whatever `ctas` says, below: its ids are only type-checked)
     pids = representative_ctas(module, m, n, span) if ctas is None else whole_clusters(
-        module, ints("ctas", ctas) if t.stream_k else program_ids("ctas", ctas, grid))
+        module, ints("ctas", ctas, distinct=True) if t.stream_k else program_ids("ctas", ctas, grid))
     seeds = ints("seeds", seeds)
     sink = FindingSink()
     steps = 0

@@ -5,8 +5,8 @@ kernel, the pass list, the compile step and the CLI: the planner rule that plans
 `build_sequential`, its Gluon emitter, how it cross-compiles (Triton's `GPUTarget`), the IR ops its complete
 schedules may hold, the verifier's rules of its own, the instruction counts its compile summary reports, and whether
 warploom launches its kernels. This package stands above the schedule IR, the planner's rules (`warploom.planning`),
-the passes, the backends and the runtime, and hands each what it needs (the pass list, the op set and the checks to
-`passes.run_pipeline` and `ir.verify.check`), so none of them imports it; `planner.plan_schedule`, above it, looks up
+the passes, the backends and the runtime, and hands each what it needs (the pass list to `passes.run_pipeline`, the
+op set and the checks to `ir.verify.check`), so none of them imports it; `planner.plan_schedule`, above it, looks up
 the device's target here and calls its rule. A fourth target is one more module here and one more
 `warploom.target.Target`.
 """
@@ -23,6 +23,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import verify as verify_module
 from warploom.passes import Trace, run_pipeline
 from warploom.planning.plan import Plan
+from warploom.planning.plan_check import check_fits, check_plan
 from warploom.runtime.cross import Compiled
 from warploom.spec import GemmSpec
 from warploom.target import Target
@@ -55,10 +56,28 @@ def check_target(target: str, module: ir.Module | None = None) -> Target:
 
 
 def compile_schedule(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> tuple[ir.Module, Trace]:
-    """The verified module of `plan` for `spec`: build_sequential, then its target's passes, each verified, then
-    the complete module against the device, the target's op set and its own checks."""
+    """The verified module of `plan` for `spec`: the plan against the spec and device, build_sequential, then its
+    target's passes, each verified, then the module's resources against the device, then the complete module
+    against the device, the target's op set and its own checks."""
+    # A plan's mistakes are the user's (a PlanError naming the field), a module the verifier rejects warploom's.
+    check_plan(spec, plan, device)
     d = declared(plan.target)
-    return run_pipeline(spec, plan, device, d.pipeline(plan), ops=d.ops, checks=d.checks)
+    m, trace = run_pipeline(spec, plan, d.pipeline(plan))
+    check_fits(plan, m, device, lambda: _deepest(spec, plan, device))
+    verify_module.check(m, "pipeline end", device, ops=d.ops, checks=d.checks)
+    return m, trace
+
+
+def _deepest(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> int:
+    """The most stages below `plan`'s whose module fits the device's shared memory (0: none), built again at each
+    depth (a millisecond or two: the error path only)."""
+    least = 2 if plan.target is Target.GFX1250 else 1  # (gfx1250's pipeline reads one slot while it fills another)
+    for stages in range(plan.stages - 1, least - 1, -1):
+        smaller = replace(plan, stages=stages)
+        m, _ = run_pipeline(spec, smaller, declared(plan.target).pipeline(smaller))
+        if m.shared_bytes <= device.smem_per_block:
+            return stages
+    return 0
 
 
 def verify(m: ir.Module, stage: str, device: DeviceInfo | None = None) -> ir.Module:
