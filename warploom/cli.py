@@ -100,6 +100,7 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
     from warploom.errors import InputError, InternalError, WarploomError
     from warploom.kernel import build
     from warploom.placement import sim_max_flops
+    from warploom.planning.sm90_search import FORCED_MAX_STAGES
 
     try:
         sim_max_flops()  # a bad WARPLOOM_SIM_MAX_FLOPS is a usage error before any work, not after planning
@@ -132,7 +133,7 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
     # (only the depth changes: re-planning with it forced picked another tile, or dropped a split)
     forced = deep(stages)
     if forced is None:
-        most = next((d for d in range(stages - 1, 1, -1) if deep(d) is not None), None)
+        most = next((d for d in range(min(stages - 1, FORCED_MAX_STAGES), 1, -1) if deep(d) is not None), None)
         raise click.BadParameter(f"{stages} stages of the planned {kern.plan.short()} do not fit "
                                  f"{kern.device.name}'s shared memory"
                                  + (f": pass --stages {most} or fewer" if most else "")

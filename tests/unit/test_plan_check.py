@@ -97,3 +97,15 @@ def test_build_names_a_plan_or_device_of_the_wrong_kind() -> None:
         build(SPEC, H100_SXM, (128,))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"^device: expected a warploom.DeviceInfo, got str 'H100'.*Fix:"):
         build(SPEC, "H100", plan_schedule(SPEC, H100_SXM))  # type: ignore[arg-type]
+
+
+def test_a_huge_forced_depth_is_refused_with_the_deepest_that_fits() -> None:
+    """The deepest depth is found by bisection: a forced 10**30 stages (a command line's digits) once counted down."""
+    spec = GemmSpec(4096, 4096, 4096)
+    plan = plan_schedule(spec, H100_SXM)
+    with pytest.raises(PlanError, match=r"Plan\(stages=10{30}\).*Fix: stages=(\d+)") as e:
+        build(spec, H100_SXM, replace(plan, stages=10**30))
+    deepest = int(str(e.value).split("Fix: stages=")[1].split(",")[0])
+    build(spec, H100_SXM, replace(plan, stages=deepest))  # (the fix builds, one more stage does not)
+    with pytest.raises(PlanError):
+        build(spec, H100_SXM, replace(plan, stages=deepest + 1))

@@ -51,7 +51,7 @@ BIAS = GemmSpec(4096, 4096, 4096, E4, E4, BF16, BLayout.K_MAJOR, ScaleRecipe.ROW
      "scale_partition"),
     (MX, dict(scale_partition=False), "3.9", "Fix: drop scale_partition=False"),
     (BIG, dict(bn=16, n_blocks=(64, 16)), "3.9", "Fix: drop n_blocks (or pass a wider bn)"),
-    (GemmSpec(8, 4096, 4096), dict(stream_k=2, sk_waves=1), "3.9", "Fix: drop sk_waves"),
+    (GemmSpec(1536, 2816, 4096), dict(stream_k=2, sk_waves=1), "3.9", "Fix: drop sk_waves"),
 ], ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) if isinstance(v, dict) else
    v if v in ("3.6", "3.9") else "")
 def test_refusals_of_forced_options_say_what_to_pass(spec: GemmSpec, kw: dict[str, Any], triton: str,
@@ -60,3 +60,11 @@ def test_refusals_of_forced_options_say_what_to_pass(spec: GemmSpec, kw: dict[st
         plan_schedule(spec, H100_SXM, **kw)
     message = str(e.value)
     assert message.endswith(fix[:-1]) if fix.endswith("$") else fix in message, message
+
+
+def test_forced_stream_k_on_decode_tiles_is_refused_not_dropped() -> None:
+    """Rule 16's 64-row decode tiles take no stream-K: a forced stream_k was silently planned away."""
+    spec = GemmSpec(8, 4096, 4096)
+    with pytest.raises(UnsupportedError, match=r"stream_k=2 \(rule 21\).*128-row tiles only\. Fix: drop stream_k"):
+        plan_schedule(spec, H100_SXM, stream_k=2)
+    assert plan_schedule(spec, H100_SXM, stream_k=2, bm=128).stream_k == 2  # (the fix it names plans)

@@ -69,15 +69,21 @@ def compile_schedule(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> tuple[ir
 
 
 def _deepest(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> int:
-    """The most stages below `plan`'s whose module fits the device's shared memory (0: none), built again at each
-    depth (a millisecond or two: the error path only)."""
+    """The most stages below `plan`'s whose module fits the device's shared memory (0: none), by bisection over the
+    depth (a module's shared memory grows with its stages), each depth built again (a millisecond or two: the error
+    path only; a forced depth may be any int, 10**30 among them)."""
     least = 2 if plan.target is Target.GFX1250 else 1  # (gfx1250's pipeline reads one slot while it fills another)
-    for stages in range(plan.stages - 1, least - 1, -1):
+
+    def fits(stages: int) -> bool:
         smaller = replace(plan, stages=stages)
         m, _ = run_pipeline(spec, smaller, declared(plan.target).pipeline(smaller))
-        if m.shared_bytes <= device.smem_per_block:
-            return stages
-    return 0
+        return m.shared_bytes <= device.smem_per_block
+
+    lo, hi = least - 1, plan.stages - 1  # (lo fits, or is below the least depth; the answer is in lo..hi)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo if lo >= least else 0
 
 
 def verify(m: ir.Module, stage: str, device: DeviceInfo | None = None) -> ir.Module:
