@@ -100,7 +100,7 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
     from warploom.errors import InputError, InternalError, WarploomError
     from warploom.kernel import build
     from warploom.placement import sim_max_flops
-    from warploom.planning.sm90_search import FORCED_MAX_STAGES
+    from warploom.targets import deepest_stages
 
     try:
         sim_max_flops()  # a bad WARPLOOM_SIM_MAX_FLOPS is a usage error before any work, not after planning
@@ -123,22 +123,15 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
     if stages is None:
         return kern
 
-    def deep(depth: int) -> Kernel | None:
-        """The planned kernel (its tile, split and swap) at `depth` stages, or None where that does not fit."""
-        try:
-            return build(kern.spec, kern.device, replace(kern.plan, stages=depth))
-        except WarploomError:
-            return None
-
     # (only the depth changes: re-planning with it forced picked another tile, or dropped a split)
-    forced = deep(stages)
-    if forced is None:
-        most = next((d for d in range(min(stages - 1, FORCED_MAX_STAGES), 1, -1) if deep(d) is not None), None)
+    try:
+        return build(kern.spec, kern.device, replace(kern.plan, stages=stages))
+    except WarploomError:  # (the depth's rings overflow shared memory: the deepest that fits, as build finds it)
+        most = deepest_stages(kern.spec, replace(kern.plan, stages=stages), kern.device)
         raise click.BadParameter(f"{stages} stages of the planned {kern.plan.short()} do not fit "
                                  f"{kern.device.name}'s shared memory"
-                                 + (f": pass --stages {most} or fewer" if most else "")
-                                 + f" (planned: {kern.plan.stages})", param_hint="--stages")
-    return forced
+                                 + (f": pass --stages {most} or fewer" if most >= 2 else "")
+                                 + f" (planned: {kern.plan.stages})", param_hint="--stages") from None
 
 
 # The dtypes whose data packs two e2m1 values of K a byte (`_tensors` makes K // 2 bytes a row).

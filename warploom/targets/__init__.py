@@ -63,12 +63,12 @@ def compile_schedule(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> tuple[ir
     check_plan(spec, plan, device)
     d = declared(plan.target)
     m, trace = run_pipeline(spec, plan, d.pipeline(plan))
-    check_fits(plan, m, device, lambda: _deepest(spec, plan, device))
+    check_fits(plan, m, device, lambda: deepest_stages(spec, plan, device))
     verify_module.check(m, "pipeline end", device, ops=d.ops, checks=d.checks)
     return m, trace
 
 
-def _deepest(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> int:
+def deepest_stages(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> int:
     """The most stages below `plan`'s whose module fits the device's shared memory (0: none), by bisection over the
     depth (a module's shared memory grows with its stages), each depth built again (a millisecond or two: the error
     path only; a forced depth may be any int, 10**30 among them)."""
