@@ -46,21 +46,22 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
     of the SMs: docs/decisions/rule-33-latency-width.md
 34. where each CTA runs one work unit, a ring no deeper than the unit's k-blocks (at least 2):
     docs/decisions/rule-34-ring-depth.md
-35. at most 7 k-blocks, 16-bit operands on 128-row tiles at most 128 wide: one wave of 64x128 tiles instead, within
-    90% of the SMs: docs/decisions/rule-35-short-k-rows64.md
+35. at most 80 k-blocks, rule 23's kind on 128-row tiles at most 128 wide, whole or K split in two: one wave of
+    64x128 tiles instead, within 90% of the SMs: docs/decisions/rule-35-short-k-rows64.md
+36. 16-bit operands of rule 23's kind, 64 < N <= 128, at least 64 k-blocks: one column of 64-row tiles across N, K
+    split in up to 4 ranges to fill the SMs: docs/decisions/rule-36-one-column-split.md
 
-Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and
-20: `planning/sm90.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90_search.py`, its tile menu in
+Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and 20:
+`planning/sm90.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90_search.py`, its tile menu in
 `planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py`, rule 31's narrow tile in
 `planning/sm90_narrow.py`, rule 32's fitted tile in `planning/sm90_fitted.py`, rule 34's ring depth in
-`planning/sm90_ring.py`, rule 35's 64x128 tiles in `planning/sm90_rows64.py`, its fused epilogues' limits (rules
-26-29) in `planning/sm90_fused.py`, rule 22's grouped GEMMs in `planning/sm90_grouped.py`; rule 19:
-`planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the target's declaration (`warploom.targets`) names as
-its `plan`. `plan_schedule` stands above the registry: it runs what comes before any target's rule (rule 26's fused
-quantization, rule 28's gate/up pairs, rule 22's grouped GEMMs, the options' own checks) and calls the device's
-target's. The names below are re-exported from `warploom.planning`, so
-`warploom.planner.X` stays the public spelling.
-"""
+`planning/sm90_ring.py`, rule 35's 64x128 tiles in `planning/sm90_rows64.py`, rule 36's column in
+`planning/sm90_column.py`, its fused epilogues' limits (rules 26-29) in `planning/sm90_fused.py`, rule 22's grouped
+GEMMs in `planning/sm90_grouped.py`; rule 19: `planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the target's
+declaration (`warploom.targets`) names as its `plan`. `plan_schedule` stands above the registry: it runs what comes
+before any target's rule (rule 26's fused quantization, rule 28's gate/up pairs, rule 22's grouped GEMMs, the options'
+own checks) and calls the device's target's. The names below are re-exported from `warploom.planning`, so
+`warploom.planner.X` stays the public spelling. """
 
 from __future__ import annotations
 

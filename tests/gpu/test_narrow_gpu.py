@@ -156,8 +156,38 @@ def test_latency_width_planned(m: int, n: int, k: int, width: int, dtype: torch.
 
 
 @pytest.mark.parametrize("m,n,k", [(5113, 120, 200), (1072, 464, 200), (118, 6288, 96), (208, 3472, 64),
-                                   (7268, 104, 392), (1700, 392, 136)])
+                                   (7268, 104, 392), (1700, 392, 136), (2244, 360, 2000), (146, 3672, 4008),
+                                   (6262, 120, 2120)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_short_k_rows64_planned(m: int, n: int, k: int, dtype: torch.dtype) -> None:
-    """Rule 35's 64x128 tiles at short K as the planner takes them."""
+def test_one_wave_rows64_planned(m: int, n: int, k: int, dtype: torch.dtype) -> None:
+    """Rule 35's 64x128 tiles in one wave as the planner takes them, at short K and in place of split-K."""
     _planned_matches_fp32(m, n, k, dtype, (64, 128, (), 1), ("bm", "bn", "n_blocks", "split_k"))
+
+
+@pytest.mark.parametrize("m,n,k", [(405, 1424, 6576), (118, 6288, 96), (2240, 368, 2000), (6256, 128, 2112)])
+def test_one_wave_rows64_fp8_planned(m: int, n: int, k: int) -> None:
+    """Rule 35's 64x128 tiles for fp8 rowwise with fast accumulation, as the planner takes them: warploom.scaled_mm
+    against the fp32 reference of the dequantized product, and the plan's kernel over a poisoned output."""
+    torch.manual_seed(m + n)
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, True)
+    planned = plan_schedule(spec, DeviceInfo.current())
+    assert (planned.bm, planned.bn, planned.n_blocks, planned.split_k) == (64, 128, (), 1), planned.short()
+    ref = (a.float() @ b.float()) * sa * sb
+    got = warploom.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
+    assert _scale_free(got, ref) < 1e-2
+    kern = build(spec, DeviceInfo.current(), planned)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out, sa, sb, None)
+    assert _scale_free(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("m,n,k,ranges,blocks", [(2048, 96, 4096, 4, (64, 32)), (2048, 128, 4096, 4, ()),
+                                                 (4096, 96, 7168, 2, (64, 32)), (1597, 80, 4192, 4, (64, 16))])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_one_column_split_planned(m: int, n: int, k: int, ranges: int, blocks: tuple[int, ...],
+                                  dtype: torch.dtype) -> None:
+    """Rule 36's one column of 64-row tiles across N, K split in ranges, as the planner takes it."""
+    _planned_matches_fp32(m, n, k, dtype, (64, 128, ranges, blocks), ("bm", "bn", "split_k", "n_blocks"))

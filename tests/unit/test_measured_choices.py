@@ -33,15 +33,9 @@ KNOWN_MISSES = {
     ("pingpong-triton39-2026-11-27-session29.json", "fp8", "917x5184x608"):
         "the same shape again (1.160 against 1.049): unaligned rows with 5 k-blocks, where ping-pong lost by 17-32% at "
         "the four unaligned shapes of 10-26 k-blocks in the same run (rule-30 doc)",
-    ("narrow31-2026-11-28-session32.json", "bf16", "2090x96x7792"):
-        "64x128 tiles in 4 split-K ranges with rule 31's 64+32 blocks (0.829) over rule 23's 64x64 (0.652): an "
-        "exploratory variant, measured without its whole-tile baseline, not a candidate of rules 23-25 (rule-31 doc)",
     ("l2floor-h200-2026-11-28-session35.json", "bf16", "2637x1904x6464"):
         "the H200's 12 TB/s on whole lines gives 128x256's tiles back elsewhere (+1.7-4%, 1024x2048x4096 +15%) and "
         "here prices 128x160 ahead of 192x224, which ran 5.6% faster (rule-32 doc)",
-    ("latency-width-h200-2026-11-28-session36-a.json", "bf16", "2244x360x2000"):
-        "64x64 over 1.6 waves (216 tiles, 0.806) beat rule 25's 128x128 in 2 ranges (0.725); rule 23 plans no 64x64 "
-        "tiles beyond one wave (100x5264x3464 on 166 of them ran 0.36x torch: rule-23 doc)",
     ("latency-width-h200-2026-11-28-session36-a.json", "bf16", "73x104x3280"):
         "rule 25 splits 64x64 in 8 ranges (0.727) where 64x16 whole ran 0.829: rule 33 widths only the tiles rule 25 "
         "leaves whole (rule-33 doc)",
@@ -49,6 +43,18 @@ KNOWN_MISSES = {
         "64x32 ran 14% faster; rule 33's model prices 64x64 ahead (rule-33 doc)",
     ("latency-width-h200-2026-11-28-session36-b.json", "bf16", "753x216x800"):
         "64x32 ran 5% faster; rule 33's model prices 64x64 ahead (rule-33 doc)",
+    ("rows64long-h200-2026-11-28-session38.json", "bf16", "295x1536x6064"):
+        "64x128 in 2 split-K ranges (120 CTAs, 0.867) over 128x128 in 3 (108, 0.797); the same change lost 11% and 24% "
+        "at 549x656x5920 and 1881x224x15080: rule 35 replaces splits of 2 only (rule-35 doc)",
+    ("rows64long-h200-2026-11-28-session38.json", "bf16", "289x1536x15712"):
+        "64x128 in 2 split-K ranges (0.851) over 128x128 in 3 (0.804), as at 295x1536x6064 (rule-35 doc)",
+    ("clusterlarge-triton39-h200-2026-11-28-session38.json", "bf16", "3097x920x2920"):
+        "rule 32's 128x192 (0.846) over rule 24's 2x1 cluster of 128x256 (0.896): rule 32 prices the cluster's tiles "
+        "one CTA each, with half of B from L2 only past 64 k-blocks (rule-32 doc); at 4619x1408x1352 it keeps the "
+        "cluster, which ran 22% faster than 128x256 alone",
+    ("router-h200-2026-11-28-session38.json", "bf16", "1024x256x4096"):
+        "two columns of 64x128 tiles in 4 split-K ranges (0.997) over rule 23's 64x64 whole (0.893): rule 36 takes one "
+        "column, N <= 128, and this was the one wider shape timed (rule-36 doc)",
     ("rule24-2026-11-27-session26.json", "fp8", "5344x2192x144"):
         "rule 24's k-block floor gives up this shape's 9% (rule-24 doc)",
     ("smallsplit-2026-11-27-session31.json", "bf16", "513x368x5160"):

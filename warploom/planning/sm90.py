@@ -19,6 +19,7 @@ from warploom.errors import UnsupportedError
 from warploom.planning.common import k_block, k_blocks, swap_decode, swap_tokens
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
+from warploom.planning.sm90_column import COLUMN_BM, COLUMN_BN, one_column_split
 from warploom.planning.sm90_fitted import fitted
 from warploom.planning.sm90_models import (
     CLUSTER_PROMOTED_BLOCKS,
@@ -33,17 +34,18 @@ from warploom.planning.sm90_models import (
 )
 from warploom.planning.sm90_narrow import forced_narrow, narrow
 from warploom.planning.sm90_ring import ring_to_k
-from warploom.planning.sm90_rows64 import ROWS64_BM, ROWS64_BN, short_k_rows64
+from warploom.planning.sm90_rows64 import ROWS64_BM, ROWS64_BN, one_wave_rows64, rows64_tiles
 from warploom.planning.sm90_search import CLUSTER_KNOBS, Best, Search, search
 from warploom.planning.sm90_tiles import rows_aligned, swap_rows, tall_problems
-from warploom.planning.trace import collecting, note
+from warploom.planning.trace import collecting, note, overrule
 from warploom.spec import Accumulation, GemmSpec, ScaleLayout, ScaleRecipe
 
 
 def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     """`_plan`'s plan, on rule 31's narrow tile (`sm90_narrow.narrow`) where N leaves most of its one tile's columns
     empty and nothing about the tile was forced, or on the blocks forced (`options.n_blocks`; () keeps it whole);
-    then rule 32's fitted tile, rule 35's 64x128 tiles at short K and rule 34's ring depth where nothing was forced."""
+    then rule 32's fitted tile, rule 35's 64x128 tiles in one wave, rule 36's one column of split 64-row tiles
+    and rule 34's ring depth where nothing was forced."""
     if options.n_blocks:  # (a forced depth is the blocks' ring's, which keeps only their rows of B: checked there)
         chosen = _plan(spec, device, replace(options, stages=None))
         return forced_narrow(spec, device, chosen, options.n_blocks, options.stages)
@@ -62,8 +64,21 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         # (rule 32 fits whole tiles: a forced schedule stands)
         chosen = fitted(spec, device, chosen, lambda bm, bn, blocks: _plan(
             spec, device, replace(options, bm=bm, bn=bn, stream_k=0, tail_split=1, cluster=1, n_blocks=blocks)))
-        if short_k_rows64(spec, device, chosen):  # (rule 35: planned as if the 64x128 tile were forced)
-            chosen = _plan(spec, device, replace(options, bm=ROWS64_BM, bn=ROWS64_BN))
+        if one_wave_rows64(spec, device, chosen):  # (rule 35: planned as if the 64x128 tile were forced)
+            overrule(f"{ROWS64_BM}x{ROWS64_BN}", "one wave (rule 35)",
+                     f"{rows64_tiles(spec)} tiles in place of {chosen.short()} ({chosen.grid} CTAs): measured faster "
+                     "where 64x128 tiles fit one wave of the SMs")
+            with collecting(None):  # (its forced tile's own score is not a candidate)
+                chosen = _plan(spec, device, replace(options, bm=ROWS64_BM, bn=ROWS64_BN))
+        column = one_column_split(spec, device, chosen)
+        if column is not None:  # (rule 36: planned as if the tile, split and blocks were forced)
+            split, blocks = column
+            overrule(f"{COLUMN_BM}x{spec.n if blocks else COLUMN_BN}", f"one column, {split} ranges (rule 36)",
+                     f"{math.ceil(spec.m / COLUMN_BM)} row blocks x {split} ranges in place of {chosen.short()} "
+                     f"({chosen.grid} CTAs): A read once, on the SMs")
+            with collecting(None):
+                tile = _plan(spec, device, replace(options, bm=COLUMN_BM, bn=COLUMN_BN, split_k=split))
+            return forced_narrow(spec, device, tile, blocks) if blocks else ring_to_k(spec, tile)
     return ring_to_k(spec, chosen)
 
 

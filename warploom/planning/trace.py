@@ -36,6 +36,15 @@ def note(tile: str, kind: str, score: float, why: str) -> None:
         trace.append(Candidate(tile, kind, score, why))
 
 
+def overrule(tile: str, kind: str, why: str) -> None:
+    """Record a plan a measured rule took over the scored candidates (rule 35), listed first: scored just below the
+    best so far, as the rule's measurements rank it."""
+    trace = _TRACE.get()
+    if trace is not None:
+        best = min((c.score for c in trace), default=1.0)
+        trace.append(Candidate(tile, kind, best * (1 - 1e-9), why))
+
+
 @contextmanager
 def collecting(trace: list[Candidate] | None) -> Iterator[None]:
     """Within it, `note` appends to `trace` (None: drops what it is given, as a rule's inner forced call does)."""
