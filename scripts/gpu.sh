@@ -452,6 +452,19 @@ if [ "$what" = clusterlarge ]; then
     --variants '[{}, {"cluster":1}, {"cluster":2}, {"cluster":"1x2"}]' \
     2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/clusterlarge.log"
 fi
+if [ "$what" = column36 ]; then
+  # Rule 36's open questions (docs/decisions/rule-36-one-column-split.md): fp8 fast on one column of 64-row tiles split
+  # in ranges (its k-block is 128 bytes as bf16's: from 8192 of K), 3 ranges (34-44 row blocks), and N of 129-256 in
+  # two columns (1024x256x4096 gained 12% on 64x128 in 4 ranges, one shape).
+  python3 scripts/sweep_plans.py --out "$OUT/column36-fp8.json" --cases fp8 --rounds 3 \
+    --sizes 2048x96x8192,2048x128x8192,4096x128x8192,1024x96x12288 \
+    --variants '[{}, {"bm":64,"bn":128,"split_k":2}, {"bm":64,"bn":128,"split_k":4}]' \
+    2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/column36.log"
+  python3 scripts/sweep_plans.py --out "$OUT/column36-bf16.json" --cases bf16 --rounds 3 \
+    --sizes 2560x128x7168,2816x96x4096,1024x192x7168,2048x256x4096,1536x256x7168 \
+    --variants '[{}, {"bm":64,"bn":128,"split_k":2}, {"bm":64,"bn":128,"split_k":3}, {"bm":64,"bn":128,"split_k":4}]' \
+    2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/column36.log"
+fi
 # Everything written under $OUT, packed as one file named to sort first: a device call may hand back only a few files,
 # and a sweep writes one a shape.
 (cd "$OUT" && tar czf 0-all.tgz --exclude=0-all.tgz . 2>/dev/null)
