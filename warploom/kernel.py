@@ -134,6 +134,8 @@ class Kernel:
         _check_devices({"a": a, "b": b, "out": out, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}, launch=True)
         if operands is None and not extra_outs and not self.spec.grouped:  # (a fused epilogue's outputs and a grouped
             _check_out(self.spec, a, b, out)                                  # call's are their launchers' to check)
+        if self.module.spec.epilogue is not None and not self.spec.grouped:
+            _check_fused_operands(self.module, a, operands)
         return launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
 
     @functools.cached_property
@@ -264,6 +266,26 @@ class Launch:
     span: Span
     grid: int
     ctas: tuple[int, ...]
+
+
+def _check_fused_operands(module: Any, a: Any, operands: Any) -> None:
+    """A launch's fused-epilogue operands against the graph the kernel was captured with, as the simulator checks
+    them (names, dtypes, shapes, strides), on a's device: the launcher reads each by name and passes its storage, so
+    a missing one was a bare KeyError and a wrong one an out-of-bounds or silently wrong read. A swapped kernel's
+    (rule 18) are checked as its graph reads them (`OperandSpec.transposed`)."""
+    from warploom.errors import DTypeError, InputError
+    from warploom.sim.simulate import _transposed, check_operands
+
+    given = operands
+    if module.tiling.swap_ab and isinstance(operands, Mapping):
+        given = {name: _transposed(t) for name, t in operands.items()}
+    try:
+        check_operands(module, given, {}, frozenset(), device=a.device)
+    except (InputError, DTypeError) as e:
+        if module.tiling.swap_ab:
+            e.add_note("(a swapped kernel, planner rule 18: checked as C^T's kernel reads them, (N,) operands as "
+                       "(N, 1) and 2-D ones transposed)")
+        raise
 
 
 def _check_call(spec: GemmSpec, a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any, layouts: bool = False) -> None:

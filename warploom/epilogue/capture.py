@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from warploom.dtypes import DType
 from warploom.epilogue import graph as eg
+from warploom.epilogue import names as names_
 from warploom.epilogue.builder import Builder
 from warploom.epilogue.classify import classify_all
 from warploom.epilogue.operands import ACC, OperandSpec
@@ -120,9 +121,13 @@ def _check_signature(fn: Callable[..., Any], names: list[str]) -> None:
         if p.kind in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL):
             continue
         if p.name not in names and p.default is inspect.Parameter.empty:
+            # (a parameter `b`, `c` or `out_dtype` can never be fed: `b=` is matmul's own argument, `c=` is refused
+            # as a name the kernel uses, so "pass b=..." sent the user to a Python TypeError or a second refusal)
+            fix = (f"rename the parameter, e.g. {p.name}_in, and pass {p.name}_in=... to the call ({p.name!r} is an "
+                   "argument of the call itself or a name the generated kernel uses)" if names_.unpassable(p.name)
+                   else f"pass {p.name}=... to the call, or give the parameter a default")
             raise InputError(p.name, f"an operand {p.name}=tensor, since the epilogue takes a parameter {p.name}",
-                             f"operands ({', '.join(names)})" if names else "no operands",
-                             f"pass {p.name}=... to the call, or give the parameter a default")
+                             f"operands ({', '.join(names)})" if names else "no operands", fix)
     for n in names:
         if n not in rest and not has_var_kw:
             raise InputError(n, f"an operand the epilogue takes (its parameters: {sig})", f"{n}=...",
@@ -249,8 +254,10 @@ class _Lowering(Builder):
         t = getattr(self.root, str(node.target))
         if not isinstance(t, torch.Tensor) or t.dim() != 0 or not (t.dtype.is_floating_point or
                                                                     t.dtype == torch.bool):
-            raise _unsupported("epilogue constant", "a Python number (or a 0-D float tensor)",
-                                f"a tensor of shape {tuple(getattr(t, 'shape', ()))}",
+            # (the dtype too: a 0-D int or bool tensor was refused as "a tensor of shape ()", the shape it has)
+            got = (f"a {t.dtype} tensor of shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else
+                   f"{type(t).__name__}")
+            raise _unsupported("epilogue constant", "a Python number (or a 0-D float tensor)", got,
                                 "pass tensors as operands (name=tensor) instead of capturing them")
         # float(item) is exact for every float dtype up to fp32; a float64 constant rounds to fp32 where used.
         v: float | bool = bool(t.item()) if t.dtype == torch.bool else float(t.item())
@@ -360,12 +367,26 @@ class _Lowering(Builder):
         raise _unsupported(f"epilogue attribute .{attr}", "only .dtype of a tensor value",
                             f".{attr}", "sizes are not known to the epilogue; compute them outside and pass numbers")
 
+    def _no_dropped_quantize(self, items: list[Any]) -> None:
+        """Refuse a warploom.quantize call none of whose results the epilogue returns: quantize changes nothing in
+        place, so ``warploom.quantize(y); return y`` stored y unquantized without a word (the dead call dropped)."""
+        returned = {item for item in items if isinstance(item, fx.Node)}
+        calls: dict[tuple[Any, ...], bool] = {}  # a call's (y, dtype, recipe), as its q and s nodes both record it
+        for nd in self.quantized:
+            calls[nd.args] = calls.get(nd.args, False) or nd in returned
+        if not all(calls.values()):
+            raise _unsupported("epilogue", "warploom.quantize's result (q, s) returned from the epilogue (it "
+                               "quantizes nothing in place)", "a warploom.quantize call whose q and s the epilogue "
+                               "drops", "return it, e.g. epilogue=lambda acc: warploom.quantize(acc), or delete the "
+                               "call to store the unquantized value")
+
     def _finish(self, result: Any, env: dict[fx.Node, _Arg], casts: dict[fx.Node, tuple[eg.Ref, DType]]
                 ) -> eg.EpilogueGraph:
         items = list(result) if isinstance(result, (tuple, list)) else [result]
         if not items:
             raise _unsupported("epilogue", "a function returning a tensor, or a tuple of tensors (the outputs)",
                                 f"an empty {type(result).__name__}", "return acc (or the values to store)")
+        self._no_dropped_quantize(items)
         outputs: list[eg.Output] = []
         for i, item in enumerate(items):
             v = env.get(item) if isinstance(item, fx.Node) else None
@@ -521,6 +542,11 @@ def _clamp(b: _Lowering, p: dict[str, _Arg], name: str) -> eg.Ref:
     lo, hi = p.get("min"), p.get("max")
     if lo is None and hi is None:
         raise _unsupported(f"epilogue op {name}", "at least one of min= and max=", "neither", "pass min= or max=")
+    for k, v in (("min", lo), ("max", hi)):
+        # (torch's meta kernel takes a complex bound for a real tensor; float() below then failed with a TypeError)
+        if v is not None and not isinstance(v, (_Val, bool, int, float)):
+            raise _unsupported(f"epilogue op {name}", f"{k}= a real Python number or a tensor value",
+                               f"{k}={v!r}", f"pass a real number, e.g. {k}=0.0")
     if isinstance(lo, _Val):
         x, lo = b.add(eg.Binary(eg.BinaryOp.MAXIMUM, x, b.num(lo, name))), None
     if lo is not None or (hi is not None and not isinstance(hi, _Val)):

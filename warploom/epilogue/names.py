@@ -46,6 +46,19 @@ DERIVED = ("_ptr", "_desc", "_smem", "_smem0", "_smem_bar", "_smem_phase", "_sme
            "_smem_s1_bar", "_smem_s1_phase", "_acc_0", "_acc0_0")
 
 
+# Keyword arguments that warploom's calls with an epilogue (matmul, scaled_mm, plan, grouped_mm, scaled_grouped_mm)
+# take for themselves: a tensor passed under one of these names goes to the call, never to the epilogue (in at least
+# one of those calls; a renamed parameter works in all of them).
+CALL_KEYWORDS = frozenset({"a", "b", "offs", "masked_m", "out_dtype", "use_fast_accum", "scale_result", "device",
+                           "epilogue"})
+
+
+def unpassable(name: str) -> bool:
+    """Whether no operand can ever be passed under `name`: a call's own keyword, or a name `check` refuses. An
+    epilogue parameter so named must be renamed, whatever the call passes."""
+    return name in CALL_KEYWORDS or not name.isidentifier() or keyword.iskeyword(name) or generated(name)
+
+
 def generated(name: str) -> bool:
     """Whether `name`, or an identifier the emitters derive from an operand of that name, is a generated one."""
     return any(n in GENERATED or _NUMBERED.fullmatch(n) for n in (name + d for d in DERIVED))

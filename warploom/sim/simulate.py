@@ -162,9 +162,14 @@ def _check_args(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: An
 
 
 def check_operands(module: ir.Module, operands: Mapping[str, torch.Tensor] | None,
-                    positional: dict[str, Any], steps: frozenset[ir.EpilogueStep]) -> dict[str, torch.Tensor]:
-    """The fused epilogue's operand tensors by graph name, each checked against its `OperandSpec`."""
+                    positional: dict[str, Any], steps: frozenset[ir.EpilogueStep],
+                    device: torch.device | None = None) -> dict[str, torch.Tensor]:
+    """The fused epilogue's operand tensors by graph name, each checked against its `OperandSpec`: on the CPU for
+    the simulator, or on `device` for a launch (`Kernel.run`)."""
     g = module.spec.epilogue
+    if operands is not None and not isinstance(operands, Mapping):
+        raise InputError("operands", "a mapping of the epilogue graph's operand names to tensors",
+                         type(operands).__name__, "pass operands={'name': tensor, ...}")
     given = dict(operands or {})
     specs = {s.name: s for s in g.operands} if g is not None else {}
     if g is not None and not steps:  # the scales and bias, if any, are graph operands: a positional one is unread
@@ -188,7 +193,7 @@ def check_operands(module: ir.Module, operands: Mapping[str, torch.Tensor] | Non
             raise InputError(name, f"a tensor for the epilogue graph's operand {name} ({spec.kind.value}, "
                              f"{spec.dtype.value}, shape {spec.shape})", "none",
                              f"pass operands={{..., '{name}': tensor}}")
-        given[name] = _operand_tensor(spec, given[name])
+        given[name] = _operand_tensor(spec, given[name], device)
     return given
 
 
@@ -200,14 +205,18 @@ def _transposed(t: Any) -> Any:
     return t.unsqueeze(1) if t.dim() == 1 else t.t() if t.dim() == 2 else t
 
 
-def _operand_tensor(spec: OperandSpec, t: Any) -> torch.Tensor:
-    """`t` as the kernel reads it: with the planned strides, which it must have where they matter."""
+def _operand_tensor(spec: OperandSpec, t: Any, device: torch.device | None = None) -> torch.Tensor:
+    """`t` as the kernel reads it: with the planned strides, which it must have where they matter; on the CPU, or
+    on `device` (a launch's)."""
     name = spec.name
     if not isinstance(t, torch.Tensor):
         raise InputError(name, "a torch.Tensor", type(t).__name__, f"pass {name} as a tensor")
-    if t.device.type != "cpu":
+    if device is None and t.device.type != "cpu":
         raise DeviceError(name, "a CPU tensor (the simulator runs on the CPU)", f"a tensor on {t.device}",
                           f"move it with {name}.cpu()")
+    if device is not None and t.device != device:
+        raise DeviceError(name, f"a tensor on {device}, where a is", f"a tensor on {t.device}",
+                          f"move it with {name}.to(a.device)")
     if t.dtype != spec.dtype.torch:
         raise DTypeError(name, f"{spec.dtype.torch}, as the epilogue graph was captured with", str(t.dtype),
                          f"convert it with {name}.to({spec.dtype.torch})")
