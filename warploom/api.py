@@ -316,6 +316,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
 
     With ``epilogue=fn``, the result is ``fn(acc, **operands)`` computed inside the kernel on the fp32
     accumulator (a tuple if fn returns several tensors); `out_dtype` is the type of outputs fn does not cast.
+    A fused call has no backward: with grad enabled, an input that requires grad is refused.
     On CUDA tensors the kernel runs on the GPU; small CPU problems run on the simulator (module docstring).
     """
     try:
