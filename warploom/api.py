@@ -211,25 +211,12 @@ def _result_epilogue(epilogue: Callable[..., Any] | None, operands: dict[str, An
     return _times_scale_result, {"scale_result": scale_result}
 
 
-def _no_grad_through_epilogue(tensors: dict[str, Any]) -> None:
-    """A fused epilogue's kernel has no backward. On the GPU its result would carry no gradient (and the CPU
-    simulator's would, through its torch ops), so a call that asks for one is refused, before the eager cache whose
-    key does not read requires_grad."""
-    if not torch.is_grad_enabled():
-        return
-    for name, t in tensors.items():
-        if isinstance(t, torch.Tensor) and t.requires_grad:
-            raise InputError(name, "tensors that do not require grad with epilogue= (a fused epilogue's kernel has "
-                             "no backward)", f"{name}.requires_grad=True", "apply the epilogue to the "
-                             "unfused result in torch (warploom.matmul has a backward), or call under "
-                             f"torch.no_grad(), or pass {name}.detach()")
-
-
 def _scaled_fused(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, bias: Any,
                   out_dtype: Any, use_fast_accum: bool, epilogue: Callable[..., Any], operands: dict[str, Any],
                   scale_result: Any = None) -> Any:
     """scaled_mm through a fused epilogue: the user's, or the fp8 output's (`_result_epilogue`)."""
-    _no_grad_through_epilogue({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias, **operands})
+    checks.no_grad_through_epilogue({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias,
+                                     **operands}, "the call without it")
     key = eager.fused_key("scaled_mm+", epilogue, (a, b, scale_a, scale_b, bias), operands, out_dtype, use_fast_accum)
     hit = eager.get(key)
     if hit is not None:
@@ -321,7 +308,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out_dtype: torch.dtype | None = 
     """
     try:
         if epilogue is not None or operands:
-            _no_grad_through_epilogue({"a": a, "b": b, **operands})
+            checks.no_grad_through_epilogue({"a": a, "b": b, **operands},
+                                            "warploom.matmul(a, b) (which has a backward)")
             key = eager.fused_key("matmul+", epilogue, (a, b), operands, out_dtype)
             hit = eager.get(key)
             if hit is not None:

@@ -607,3 +607,17 @@ def scaled_mm_spec_cached(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any 
             or not all(is_real(t) for t in ts if t is not None):  # (NVFP4's scale pairs: checked every time)
         return make()
     return _remembered(("scaled_mm", *map(tensor_meta, ts), out_dtype, use_fast_accum), make)
+
+
+def no_grad_through_epilogue(tensors: dict[str, Any], unfused: str) -> None:
+    """A fused epilogue's kernel has no backward, and the fused calls bypass the custom ops' autograd: on the GPU the
+    result would carry no gradient, silently (the CPU simulator's would, through its torch ops). So a call that asks
+    for one is refused, before any cache whose key does not read requires_grad. `unfused` names the call without the
+    epilogue, which has a backward, for the fix."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise InputError(name, "tensors that do not require grad with epilogue= (a fused epilogue's kernel has "
+                             "no backward)", f"{name}.requires_grad=True", f"call under torch.no_grad() or pass "
+                             f"{name}.detach(), or apply the epilogue in torch to the result of {unfused}")

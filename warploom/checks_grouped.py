@@ -163,6 +163,14 @@ def grouped_call(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dty
         scaled = scale_a is not None or scale_b is not None
     a_dt, mx = _dtypes(a, b, scale_a, scale_b, use_fast_accum, scaled)
     if a.dim() == 2 and b.dim() == 2:
+        if mx:  # (not built: `_k_grouped_call` would ask for scale_a.float(), which a fp4 a then fails again)
+            name, t = ("scale_a", scale_a) if DType.from_torch(scale_a.dtype) is DType.E8M0 else \
+                ("scale_b", scale_b)
+            raise ScaleError(name, "float32 rowwise or blockwise scales with a 2-D a and a 2-D b (K-grouped): MX "
+                             "e8m0 scales go with a 2-D (total_M, K) a, a 3-D (G, K, N) b and offs (M-grouped); "
+                             "K-grouped MX calls are not built", f"dtype {t.dtype}",
+                             "quantize a and b to torch.float8_e4m3fn with float32 blockwise 1x128 x 128x128 or "
+                             "rowwise scales for the K-grouped GEMM")
         return _k_grouped_call(a, b, offs, masked_m, out_dtype, a_dt, scale_a, scale_b, use_fast_accum)
     return _in_grouped_call(a, b, offs, masked_m, out_dtype, a_dt, mx, scale_a, scale_b, use_fast_accum, scaled)
 
@@ -181,6 +189,7 @@ def _dtypes(a: Any, b: Any, scale_a: Any, scale_b: Any, use_fast_accum: Any, sca
                                 f"pass {missing} as the fp8 quantization gave it (torch.ones of the rowwise shape for "
                                 "no scaling)")
     named = {"a": a, "b": b} | ({"scale_a": scale_a, "scale_b": scale_b} if scaled else {})
+    _no_tensor_lists(named)
     check_tensors(named)
     no_neg_bit(named)
     same_device(named)
@@ -195,6 +204,19 @@ def _dtypes(a: Any, b: Any, scale_a: Any, scale_b: Any, use_fast_accum: Any, sca
     if a_dt != b_dt:
         raise DTypeError("b", f"{a.dtype}, a's dtype", str(b.dtype), f"pass b.to({a.dtype})")
     return a_dt, mx
+
+
+def _no_tensor_lists(named: dict[str, Any]) -> None:
+    """A list of per-expert tensors where one stacked tensor goes (``[w0, w1, ...]`` as b): check_tensors' fix,
+    torch.as_tensor, fails on a list of tensors of more than one element, so the fix here says how to stack them."""
+    for name, t in named.items():
+        if not isinstance(t, (list, tuple)) or not t or not all(isinstance(x, torch.Tensor) for x in t):
+            continue
+        fix = {"a": "torch.cat(a) with offs (a 2-D (total_M, K) a), or torch.stack(a) (a 3-D (G, M_max, K) a)",
+               "b": "torch.stack(b) of the (K, N) weights, or torch.stack(ws).transpose(-2, -1) of (N, K) ones "
+                    "(fp8 reads B K-major: the latter)"}.get(name, f"torch.stack({name})")
+        raise ArgumentTypeError(name, "one torch.Tensor holding every expert's", f"a {type(t).__name__} of "
+                                f"{len(t)} tensors", f"pass {fix}")
 
 
 def grouped_result(a: Any, b: Any, offs: Any = None, masked_m: Any = None, out_dtype: Any = None,

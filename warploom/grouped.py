@@ -24,13 +24,14 @@ checked first (`checks_grouped`); the bounds' values only on CPU tensors (its do
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from warploom.checks import fast_accum, no_neg_bit
+from warploom.checks import fast_accum, no_grad_through_epilogue, no_neg_bit
 from warploom.checks_grouped import GroupedCall, grouped_call, grouped_result
 from warploom.epilogue.graph import OutputLayout
 from warploom.errors import InputError, ShapeError, UnsupportedError, WarploomError
@@ -76,7 +77,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     passes (the GEMM stores y in fp32 and each tile adds its rows' amax, clipped at its group's end; a cast kernel
     then quantizes the rows of some group), for ``return warploom.quantize(y, recipe="rowwise")`` alone."""
     if epilogue is None:  # (the custom op: see `_grouped_mm_impl`)
-        _no_operands(operands)
+        _no_operands(operands, ("offs", "masked_m", "out_dtype", "epilogue"))
         _no_neg_view({"a": a, "b": b})
         try:
             if skip_dispatcher(a, b, offs, masked_m):
@@ -85,6 +86,8 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
         except (AttributeError, TypeError, RuntimeError) as e:
             _refused(e, lambda: grouped_call(a, b, offs, masked_m, out_dtype))
             raise
+    no_grad_through_epilogue({"a": a, "b": b, **operands}, "the call without it (warploom.grouped_mm's M-grouped "
+                             "and batched calls have a backward)")
     return _run(*_fused(grouped_call(a, b, offs, masked_m, out_dtype), epilogue, operands))
 
 
@@ -122,7 +125,7 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
     shaped as `grouped_mm`'s; scaled_mm's names scale_a, scale_b and bias are reserved (neither an operand nor a
     parameter of fn may take them)."""
     if epilogue is None:  # (the custom op: see `_grouped_mm_impl`)
-        _no_operands(operands)
+        _no_operands(operands, ("offs", "masked_m", "out_dtype", "use_fast_accum", "epilogue"))
         fast_accum(use_fast_accum)  # (before the dispatcher, which casts None to False and fails on a string)
         _no_neg_view({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b})
         try:
@@ -134,6 +137,8 @@ def scaled_grouped_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, s
             _refused(e, lambda: grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum,
                                              scaled=True))
             raise
+    no_grad_through_epilogue({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, **operands},
+                             "the call without it")
     call = grouped_call(a, b, offs, masked_m, out_dtype, scale_a, scale_b, use_fast_accum, scaled=True)
     sa, scale_b = _mainloop_scales(call, scale_a, scale_b)
     if call.spec.scale.is_blockwise:  # (the mainloop's scales: they ride beside the graph's operands)
@@ -229,6 +234,25 @@ _scaled_grouped_mm_op = torch.library.custom_op("warploom::scaled_grouped_mm", m
     _scaled_grouped_mm_impl)
 
 
+def _scaled_grouped_mm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    pass  # (the backward refuses: it needs nothing saved)
+
+
+def _scaled_grouped_mm_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    """fp8 grouped GEMMs have no backward: refused by name, rather than torch's bare "no autograd formula was
+    registered" RuntimeError (an fp8 a cast from a tensor that requires grad carries it here)."""
+    names = [n for n, need in zip(("a", "b", "scale_a", "scale_b"), ctx.needs_input_grad, strict=False) if need]
+    raise UnsupportedError(f"backward of scaled_grouped_mm: expected no gradient through the fp8 grouped GEMM (its "
+                           f"backward is not built), got one asked for {', '.join(names)} "
+                           f"({names[0] if names else 'a'}.requires_grad=True). Fix: pass the fp8 tensors and "
+                           "scales .detach()ed, or call under torch.no_grad(); train through warploom.grouped_mm in "
+                           "bf16, which has a backward for M-grouped and batched calls, or quantize the gradients "
+                           "and call warploom.scaled_grouped_mm for them yourself")
+
+
+_scaled_grouped_mm_op.register_autograd(_scaled_grouped_mm_backward, setup_context=_scaled_grouped_mm_setup)
+
+
 @_scaled_grouped_mm_op.register_fake
 def _scaled_grouped_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                             offs: torch.Tensor | None = None, masked_m: torch.Tensor | None = None,
@@ -256,9 +280,14 @@ def _refused(e: Exception, check: Callable[[], Any]) -> None:
         raise err from None
 
 
-def _no_operands(operands: dict[str, Any]) -> None:
+def _no_operands(operands: dict[str, Any], params: tuple[str, ...]) -> None:
+    """Keyword arguments without an epilogue: epilogue operands, or (more often) a misspelt parameter, ``offsets=``
+    or ``fast_accum=``, whose fix is the parameter's name rather than an epilogue."""
     if operands:
-        raise InputError(next(iter(operands)), "no epilogue operands without epilogue=", "an operand",
+        name = next(iter(operands))
+        near = difflib.get_close_matches(name, params, n=1)
+        raise InputError(name, "no epilogue operands without epilogue=", "an operand",
+                         (f"did you mean {near[0]}=? Else " if near else "") +
                          "pass epilogue=fn whose parameters after acc name the operands, or drop them")
 
 

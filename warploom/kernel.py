@@ -274,11 +274,11 @@ def _check_fused_operands(module: Any, a: Any, operands: Any) -> None:
     a missing one was a bare KeyError and a wrong one an out-of-bounds or silently wrong read. A swapped kernel's
     (rule 18) are checked as its graph reads them (`OperandSpec.transposed`)."""
     from warploom.errors import DTypeError, InputError
-    from warploom.sim.simulate import _transposed, check_operands
+    from warploom.sim.simulate import check_operands, transposed_operand
 
     given = operands
     if module.tiling.swap_ab and isinstance(operands, Mapping):
-        given = {name: _transposed(t) for name, t in operands.items()}
+        given = {name: transposed_operand(t) for name, t in operands.items()}
     try:
         check_operands(module, given, {}, frozenset(), device=a.device)
     except (InputError, DTypeError) as e:

@@ -197,7 +197,7 @@ def check_operands(module: ir.Module, operands: Mapping[str, torch.Tensor] | Non
     return given
 
 
-def _transposed(t: Any) -> Any:
+def transposed_operand(t: Any) -> Any:
     """A problem's epilogue operand as a swapped module's graph reads it (`OperandSpec.transposed`): a 1-D (N,) row
     as an (N, 1) column, a 2-D one transposed, a scalar as it is (anything else is left for the checks to refuse)."""
     if not isinstance(t, torch.Tensor):
@@ -304,7 +304,7 @@ def simulate(module: ir.Module, a: torch.Tensor, b: torch.Tensor, scale_a: Any =
     if module.tiling.swap_ab:  # from here on everything is in the module's own terms
         a, b, scale_a, scale_b = b.t(), a.t(), scale_b, scale_a
         # A fused epilogue's operands as its graph reads them (OperandSpec.transposed): same storage.
-        operands = {name: _transposed(t) for name, t in (operands or {}).items()}
+        operands = {name: transposed_operand(t) for name, t in (operands or {}).items()}
     try:
         ep_steps = _check_args(module, a, b, scale_a, scale_b, bias, globals_)
         # Blockwise scales are the mainloop's, never graph operands: only the bias may be one.
