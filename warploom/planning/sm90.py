@@ -76,9 +76,9 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
             overrule(f"{COLUMN_BM}x{spec.n if blocks else COLUMN_BN}", f"one column, {split} ranges (rule 36)",
                      f"{math.ceil(spec.m / COLUMN_BM)} row blocks x {split} ranges in place of {chosen.short()} "
                      f"({chosen.grid} CTAs): A read once, on the SMs")
-            with collecting(None):
-                tile = _plan(spec, device, replace(options, bm=COLUMN_BM, bn=COLUMN_BN, split_k=split))
-            return forced_narrow(spec, device, tile, blocks) if blocks else ring_to_k(spec, tile)
+            with collecting(None):  # (the forced path itself, as plan_schedule(bm=, bn=, split_k=, n_blocks=) takes it)
+                return plan(spec, device, replace(options, bm=COLUMN_BM, bn=COLUMN_BN, split_k=split,
+                                                  n_blocks=blocks or None))
     return ring_to_k(spec, chosen)
 
 
