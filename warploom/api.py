@@ -253,6 +253,23 @@ def _scaled_mm_impl(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
 _scaled_mm_op = torch.library.custom_op("warploom::scaled_mm", mutates_args=())(_scaled_mm_impl)
 
 
+def _scaled_mm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    pass  # (the backward refuses: it needs nothing saved)
+
+
+def _scaled_mm_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+    """fp8 GEMMs have no backward (`checks.no_backward`): the forward runs on tensors that require grad (scales held
+    as parameters, an fp8 a cast from an activation), as torch._scaled_mm's does; a backward through it is refused."""
+    raise checks.no_backward("scaled_mm", ("a", "b", "scale_a", "scale_b", "bias", None, None, "scale_a", "scale_b"),
+                             ctx.needs_input_grad, "the fp8 GEMM", "pass the fp8 tensors, scales and bias "
+                             ".detach()ed, or call under torch.no_grad() (torch._scaled_mm has no backward either); "
+                             "to train through the GEMM, call warploom.matmul on the dequantized bf16 tensors, which "
+                             "has a backward")
+
+
+_scaled_mm_op.register_autograd(_scaled_mm_backward, setup_context=_scaled_mm_setup)
+
+
 @_scaled_mm_op.register_fake
 def _scaled_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor,
                     bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16,

@@ -21,6 +21,7 @@ from warploom.errors import (
     ScaleError,
     ShapeError,
     SizeRule,
+    UnsupportedError,
 )
 from warploom.spec import (
     MX_BLOCK,
@@ -30,8 +31,10 @@ from warploom.spec import (
     ALayout,
     BLayout,
     GemmSpec,
+    Grouping,
     ScaleLayout,
     ScaleRecipe,
+    oversized,
 )
 
 TMA_ALIGN = 16  # bytes: TMA needs 16-byte aligned base addresses and non-inner strides
@@ -116,6 +119,31 @@ def tma_ok(arg: str, t: Any, inner: int, what: str) -> None:
     if t.device.type != "meta" and not is_fake(t) and t.data_ptr() % TMA_ALIGN:
         raise AlignmentError(arg, f"a base address aligned to {TMA_ALIGN} bytes (TMA rule)",
                              f"address {t.data_ptr():#x}", f"pass {arg}.clone()")
+
+
+def indexable(m: int, n: int, k: int, grouping: Grouping = Grouping.NONE, groups: int = 0,
+              scale: ScaleRecipe = ScaleRecipe.NONE) -> None:
+    """Refuse a problem whose sizes its kernels cannot index (`spec.oversized`: 32-bit sizes and coordinates),
+    naming the tensor the size belongs to; a size of 0 needs no kernel and passes."""
+    big = oversized(m, n, k, grouping, groups, scale)
+    if big is None:
+        return
+    name, value, most = big
+    why = "the kernels index rows, columns and K with 32-bit integers (Triton's i32 sizes, TMA's signed 32-bit " \
+        "coordinates)"
+    arg, fix = {
+        "M": ("a", f"split a's rows (every group's, in a grouped call) across calls of at most {most} rows and "
+              "concatenate the results"),
+        "N": ("b", f"split b's columns across calls of at most {most} and concatenate the results along the last "
+              "dimension"),
+        "K": ("a", f"split K into chunks of at most {most}, one call each (a[:, k0:k1] with b's rows k0:k1), and "
+              "add the results in float32"),
+        "G * M": ("offs", f"split the groups across calls of at most {most // m} groups each"),
+        "G * N": ("scale_b", f"split the experts across calls of at most {most // n} experts each"),
+    }[name]
+    if name == "G * N":
+        why = "the kernel offsets a grouped rowwise scale_b's rows by grp * N in 32 bits"
+    raise InputError(arg, f"{name} at most {most}: {why}", f"{name} = {value}", fix)
 
 
 def no_neg_bit(named: dict[str, Any]) -> None:
@@ -244,6 +272,7 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
         # No kernel runs (an empty output, or K = 0: zeros), so TMA's rules do not apply: torch's result, any strides.
         layout = BLayout.K_MAJOR if b.stride(0) == 1 else BLayout.N_MAJOR
         return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout)
+    indexable(a.shape[0], b.shape[1], a.shape[1])
     a_layout = _a_layout(a)
     tma_ok("a", a, 1 if a_layout is ALayout.K_MAJOR else 0, "a")
     layout = _b_layout(b, fp8=False)
@@ -514,6 +543,7 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
             raise ShapeError(arg, "K and N multiples of 16 for fp8 (as torch._scaled_mm requires)",
                              f"{dim} = {size}", "pad with zeros to a multiple of 16",
                              SizeRule(dim, 16, "fp8's K and N, as torch._scaled_mm requires"))
+    indexable(m, n, k)
     named = {"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias}
     same_device(named)
     no_neg_bit(named)
@@ -621,3 +651,16 @@ def no_grad_through_epilogue(tensors: dict[str, Any], unfused: str) -> None:
             raise InputError(name, "tensors that do not require grad with epilogue= (a fused epilogue's kernel has "
                              "no backward)", f"{name}.requires_grad=True", f"call under torch.no_grad() or pass "
                              f"{name}.detach(), or apply the epilogue in torch to the result of {unfused}")
+
+
+def no_backward(op: str, names: tuple[str | None, ...], needs_input_grad: tuple[bool, ...], what: str,
+                fix: str) -> UnsupportedError:
+    """The error an fp8 op's backward raises (`scaled_mm`, `scaled_grouped_mm`): torch._scaled_mm and
+    torch._scaled_grouped_mm have no derivative either, so the forward runs on tensors that require grad, as torch's
+    does, and a backward through its result is refused by name, rather than with torch's bare "no autograd formula
+    was registered" RuntimeError. `names` are the op's inputs in order (None for a non-tensor, a name twice where one
+    argument reached the op as two tensors), `what` the GEMM without a backward, `fix` what to do."""
+    asked = list(dict.fromkeys(n for n, need in zip(names, needs_input_grad, strict=False) if n and need))
+    return UnsupportedError(f"backward of {op}: expected no gradient through {what} (its backward is not built), got "
+                            f"one asked for {', '.join(asked)} ({asked[0] if asked else 'a'}.requires_grad=True). "
+                            f"Fix: {fix}")

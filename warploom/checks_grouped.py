@@ -24,6 +24,7 @@ from warploom.checks import (
     check_dtype,
     check_tensors,
     fast_accum,
+    indexable,
     is_fake,
     no_neg_bit,
     same_device,
@@ -119,6 +120,18 @@ def _b_layout(b: torch.Tensor, fp8: bool) -> BLayout:
         raise AlignmentError("b", want, f"strides {tuple(b.stride())}",
                              "pass w.transpose(-2, -1) of a contiguous (G, N, K) weight" if fp8 else
                              "pass b.contiguous()")
+    if b.stride(0) == 0 and b.shape[0] > 1 and b.numel():
+        # An expanded b (``w.expand(G, K, N)``, or a 1-expert tensor's .expand) shares one weight among the experts.
+        # B's 3-D TMA descriptor takes the expert stride as its outermost stride, and the CUDA driver documents each
+        # tensor-map stride as nesting the ones inside it (cuTensorMapEncodeTiled: globalStrides[i] =
+        # globalStrides[i - 1] * (globalDim[i] + padding[i])), which 0 breaks: the launch would fail to encode it or
+        # read past the contract, though the simulator and torch._grouped_mm read such a b by its strides. (A
+        # size-1 dimension's stride is never stepped: any multiple of 16 bytes, as a 2-D operand's.)
+        fix = "b.contiguous()" if layout is BLayout.N_MAJOR else \
+            "b.transpose(-2, -1).contiguous().transpose(-2, -1) (each expert its own copy, K-major as before)"
+        raise AlignmentError("b", "a nonzero expert stride: each expert's (K, N) weight in its own memory (B's 3-D "
+                             "TMA descriptor steps from one expert to the next by it)",
+                             f"strides {tuple(b.stride())}, an expanded tensor", f"pass {fix}")
     for what, stride in (("row", row), ("expert", b.stride(0))):
         if (stride * es) % TMA_ALIGN and b.numel():
             raise AlignmentError("b", f"a {what} stride that is a multiple of {TMA_ALIGN} bytes (TMA rule)",
@@ -320,6 +333,7 @@ def _in_grouped_call(a: Any, b: Any, offs: Any, masked_m: Any, out_dtype: Any, a
         else:
             recipe = ScaleRecipe.ROWWISE
             _rowwise_scales(scale_a, scale_b, row_a, (groups, n))
+    indexable(rows, n, k, grouping, groups, recipe)
     _cpu_values(offs, masked_m, rows, cap)
     # (blockwise always promotes: `_blockwise_scales` refuses use_fast_accum=True)
     spec = GemmSpec(rows, n, k, a_dt, a_dt, out, layout, recipe,
@@ -401,6 +415,7 @@ def _k_grouped_call(a: torch.Tensor, b: torch.Tensor, offs: Any, masked_m: Any, 
     recipe, acc = (ScaleRecipe.NONE, Accumulation.NATIVE) if not scaled else \
         (ScaleRecipe.ROWWISE, Accumulation.NATIVE if use_fast_accum else Accumulation.PROMOTED) if rowwise else \
         (ScaleRecipe.BLOCKWISE_1X128_128X128, Accumulation.PROMOTED)
+    indexable(m, n, total_k, Grouping.K_OFFSETS, groups, recipe)
     spec = GemmSpec(m, n, total_k, a_dt, a_dt, out, layout, recipe, acc, grouping=Grouping.K_OFFSETS, groups=groups)
     return GroupedCall(spec, a, b, offs, (groups, m, n))
 

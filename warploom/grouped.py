@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from warploom.checks import fast_accum, no_grad_through_epilogue, no_neg_bit
+from warploom.checks import fast_accum, no_backward, no_grad_through_epilogue, no_neg_bit
 from warploom.checks_grouped import GroupedCall, grouped_call, grouped_result
 from warploom.epilogue.graph import OutputLayout
 from warploom.errors import InputError, ShapeError, UnsupportedError, WarploomError
@@ -239,15 +239,13 @@ def _scaled_grouped_mm_setup(ctx: Any, inputs: tuple[Any, ...], output: torch.Te
 
 
 def _scaled_grouped_mm_backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-    """fp8 grouped GEMMs have no backward: refused by name, rather than torch's bare "no autograd formula was
-    registered" RuntimeError (an fp8 a cast from a tensor that requires grad carries it here)."""
-    names = [n for n, need in zip(("a", "b", "scale_a", "scale_b"), ctx.needs_input_grad, strict=False) if need]
-    raise UnsupportedError(f"backward of scaled_grouped_mm: expected no gradient through the fp8 grouped GEMM (its "
-                           f"backward is not built), got one asked for {', '.join(names)} "
-                           f"({names[0] if names else 'a'}.requires_grad=True). Fix: pass the fp8 tensors and "
-                           "scales .detach()ed, or call under torch.no_grad(); train through warploom.grouped_mm in "
-                           "bf16, which has a backward for M-grouped and batched calls, or quantize the gradients "
-                           "and call warploom.scaled_grouped_mm for them yourself")
+    """fp8 grouped GEMMs have no backward (`checks.no_backward`; an fp8 a cast from a tensor that requires grad
+    carries it here)."""
+    raise no_backward("scaled_grouped_mm", ("a", "b", "scale_a", "scale_b"), ctx.needs_input_grad,
+                      "the fp8 grouped GEMM", "pass the fp8 tensors and scales .detach()ed, or call under "
+                      "torch.no_grad(); train through warploom.grouped_mm in bf16, which has a backward for M-grouped "
+                      "and batched calls, or quantize the gradients and call warploom.scaled_grouped_mm for them "
+                      "yourself")
 
 
 _scaled_grouped_mm_op.register_autograd(_scaled_grouped_mm_backward, setup_context=_scaled_grouped_mm_setup)

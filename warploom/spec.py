@@ -183,6 +183,35 @@ class Accumulation(enum.Enum):
     PROMOTED = "promoted"
 
 
+# The kernels index rows, columns and K with 32-bit integers: Triton passes the sizes as i32 (runtime/cross.py's
+# `signature`; at 2^31 or more its JIT would specialize them i64, a kernel no cross-compile checked), a TMA or TDM
+# copy's coordinates are signed 32-bit, and a tile count is ``gl.cdiv(M, BM)``, which adds BM - 1 to M in i32 first.
+# A tile spans at most 256 along any dimension (BM and BN: `planning.plan_check`; BK 128 or less), so every size up
+# to 2^31 - 256 keeps each coordinate, tile end and cdiv sum below 2^31. Element offsets (row * stride) are 64-bit
+# wherever a tensor may reach 2^31 elements (tests/unit/test_wide_offsets.py), so element counts are not bounded:
+# M * K = 2^40 passes. (Tile counts, cdiv(M, BM) * cdiv(N, BN), stay below 2^31 for any C a GPU holds: 2^31 tiles
+# of at least 64 x 8 are 2^40 elements.)
+MAX_SIZE = 2**31 - 256
+# A grouped rowwise scale_b (G, N) is offset by ``grp * N`` in i32 (test_wide_offsets.py's NARROW): below 2^31.
+MAX_GROUPED_SCALES = 2**31
+
+
+def oversized(m: int, n: int, k: int, grouping: Grouping = Grouping.NONE, groups: int = 0,
+              scale: ScaleRecipe = ScaleRecipe.NONE) -> tuple[str, int, int] | None:
+    """The first size of a problem that its kernels cannot index, as (name, value, the most it may be): M, N or K
+    (`MAX_SIZE`); a K-grouped problem's G * M rows of C (its tiles' row origin is ``grp * M + off_m``); a grouped
+    rowwise scale_b's G * N elements (`MAX_GROUPED_SCALES`). None when all fit, or when the problem is empty (no
+    kernel runs)."""
+    if m == 0 or n == 0 or k == 0:
+        return None
+    sizes = [("M", m, MAX_SIZE), ("N", n, MAX_SIZE), ("K", k, MAX_SIZE)]
+    if grouping is Grouping.K_OFFSETS:
+        sizes.append(("G * M", groups * m, MAX_SIZE))
+    if grouping is not Grouping.NONE and scale is ScaleRecipe.ROWWISE:
+        sizes.append(("G * N", groups * n, MAX_GROUPED_SCALES))
+    return next(((name, value, most) for name, value, most in sizes if value > most), None)
+
+
 # GemmSpec's enum fields and their types (`GemmSpec.__post_init__` checks each).
 _FIELD_KINDS: tuple[tuple[str, type[enum.Enum]], ...] = (
     ("a_dtype", DType), ("b_dtype", DType), ("out_dtype", DType), ("scale", ScaleRecipe),
@@ -292,6 +321,12 @@ class GemmSpec:
             raise InputError("groups", "a grouped spec has groups >= 1, an ordinary one 0",
                              f"{self.groups} with grouping {self.grouping.value}",
                              "pass groups=E (the experts) with a grouping, or 0 without")
+        big = oversized(self.m, self.n, self.k, self.grouping, self.groups, self.scale)
+        if big is not None:  # (the calls' checks refuse it first, naming the tensor: `checks.indexable`)
+            name, value, most = big
+            raise InputError({"M": "m", "N": "n", "K": "k"}.get(name, "groups"), f"{name} at most {most} (the "
+                             "kernels index with 32-bit integers: spec.MAX_SIZE)", f"{name} = {value}",
+                             f"split the problem along {name} into problems of at most {most} each")
         problems = self.grouped_problems() if self.grouped else []
         if problems:
             raise InputError("grouping", "a spec a grouped kernel takes", f"{self.grouping.value}, but grouped GEMMs "

@@ -15,7 +15,8 @@ import torch
 from test_bad_input import raises
 
 import warploom
-from warploom.errors import ArgumentTypeError, InputError, ScaleError, UnsupportedError
+from warploom.checks_grouped import grouped_call
+from warploom.errors import AlignmentError, ArgumentTypeError, InputError, ScaleError, UnsupportedError
 
 BF16, E4, E8 = torch.bfloat16, torch.float8_e4m3fn, torch.float8_e8m0fnu
 G, M, N, K = 3, 40, 32, 64
@@ -140,3 +141,34 @@ def test_an_epilogue_operand_without_an_epilogue_suggests_no_parameter() -> None
     a, b = _ab()
     e = raises(InputError, "bias", lambda: warploom.grouped_mm(a, b, _offs(10, 20, 40), bias=torch.randn(N)))
     assert "did you mean" not in str(e), e
+
+
+# An expanded b, one weight for every expert (stride 0 along G), was accepted: the simulator reads it by its strides,
+# but B's 3-D TMA descriptor cannot take a zero stride (the driver's tensor-map strides nest). Refused, with a copy
+# that keeps b's layout and runs.
+@pytest.mark.parametrize("how", ["w.t().expand", "a 1-expert b expanded"])
+def test_an_expanded_b_is_refused_with_a_copy_that_runs(how: str) -> None:
+    torch.manual_seed(0)
+    a = torch.randn(M, K).to(BF16)
+    if how == "w.t().expand":  # K-major: the (N, K) weight's transpose, as a model holds it
+        w = torch.randn(N, K).to(BF16).t()
+        b, fix = w.expand(G, K, N), "b.transpose(-2, -1).contiguous().transpose(-2, -1)"
+    else:  # N-major: a contiguous (1, K, N) expanded to G experts
+        one = torch.randn(1, K, N).to(BF16)
+        w, b, fix = one[0], one.expand(G, K, N), "b.contiguous()"
+    offs = _offs(10, 20, 40)
+    e = raises(AlignmentError, "b", lambda: warploom.grouped_mm(a, b, offs), match="a nonzero expert stride")
+    assert f"got strides {tuple(b.stride())}, an expanded tensor. Fix: pass {fix}" in str(e), e
+    fixed = b.transpose(-2, -1).contiguous().transpose(-2, -1) if "transpose" in fix else b.contiguous()
+    assert fixed.stride(0) != 0 and fixed.stride() != b.stride()
+    torch.testing.assert_close(warploom.grouped_mm(a, fixed, offs).float(), a.float() @ w.float(), atol=0.1,
+                               rtol=0.02)
+
+
+def test_an_expanded_fp8_b_is_refused_with_a_k_major_copy() -> None:
+    a8, b8 = _ab(E4)
+    b = b8[:1].expand(G, K, N)  # (one expert's (N, K) weight seen K-major, shared)
+    args = (torch.ones(M), torch.ones(G, N), _offs(10, 20, 40))
+    raises(AlignmentError, "b", lambda: warploom.scaled_grouped_mm(a8, b, *args),
+           match="b.transpose(-2, -1).contiguous().transpose(-2, -1)")
+    grouped_call(a8, b.transpose(-2, -1).contiguous().transpose(-2, -1), args[2], None, None, *args[:2], scaled=True)
