@@ -465,6 +465,12 @@ if [ "$what" = column36 ]; then
     --variants '[{}, {"bm":64,"bn":128,"split_k":2}, {"bm":64,"bn":128,"split_k":3}, {"bm":64,"bn":128,"split_k":4}]' \
     2>&1 | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/column36.log"
 fi
+if [ "$what" = fitcluster ]; then
+  # Session 38's hand-written fitted tiles inside 2x1 clusters (archive/exp/fitted_cluster, Triton >= 3.7): numbers
+  # against fp32, then time against torch, the planner's plan and the one-CTA fitted tile, at the large shapes.
+  python3 archive/exp/fitted_cluster/run.py --out "$OUT/fitcluster.json" ${FITCLUSTER_ARGS:-} 2>&1 \
+    | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/fitcluster.log"
+fi
 # Everything written under $OUT, packed as one file named to sort first: a device call may hand back only a few files,
 # and a sweep writes one a shape.
 (cd "$OUT" && tar czf 0-all.tgz --exclude=0-all.tgz . 2>/dev/null)

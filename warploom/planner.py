@@ -50,18 +50,22 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
     64x128 tiles instead, within 90% of the SMs: docs/decisions/rule-35-short-k-rows64.md
 36. 16-bit operands of rule 23's kind, 64 < N <= 128, at least 64 k-blocks: one column of 64-row tiles across N, K
     split in up to 4 ranges to fill the SMs: docs/decisions/rule-36-one-column-split.md
+37. Triton >= 3.7, 16-bit or fp8 fast operands on rows not whole lines, at least 45 (fp8: 23) k-blocks, a 128-row
+    plan: a fitted tile (128 + 16 or 128 + 64) in a 2x1 cluster where its cluster tiles fill one round (65%; fp8 80%):
+    docs/decisions/rule-37-fitted-clusters.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and 20:
 `planning/sm90.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90_search.py`, its tile menu in
 `planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py`, rule 31's narrow tile in
 `planning/sm90_narrow.py`, rule 32's fitted tile in `planning/sm90_fitted.py`, rule 34's ring depth in
 `planning/sm90_ring.py`, rule 35's 64x128 tiles in `planning/sm90_rows64.py`, rule 36's column in
-`planning/sm90_column.py`, its fused epilogues' limits (rules 26-29) in `planning/sm90_fused.py`, rule 22's grouped
-GEMMs in `planning/sm90_grouped.py`; rule 19: `planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the target's
-declaration (`warploom.targets`) names as its `plan`. `plan_schedule` stands above the registry: it runs what comes
-before any target's rule (rule 26's fused quantization, rule 28's gate/up pairs, rule 22's grouped GEMMs, the options'
-own checks) and calls the device's target's. The names below are re-exported from `warploom.planning`, so
-`warploom.planner.X` stays the public spelling. """
+`planning/sm90_column.py`, rule 37's fitted clusters in `planning/sm90_fitted_cluster.py`, its fused epilogues' limits
+(rules 26-29) in `planning/sm90_fused.py`, rule 22's grouped GEMMs in `planning/sm90_grouped.py`; rule 19:
+`planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the target's declaration (`warploom.targets`) names as its
+`plan`. `plan_schedule` stands above the registry: it runs what comes before any target's rule (rule 26's fused
+quantization, rule 28's gate/up pairs, rule 22's grouped GEMMs, the options' own checks) and calls the device's
+target's. The names below are re-exported from `warploom.planning`, so `warploom.planner.X` stays the public
+spelling. """
 
 from __future__ import annotations
 
@@ -351,7 +355,9 @@ class Explanation:
                          if self.spec.n <= sum(blocks) else
                          f"  fitted tile, rule 32: {self.plan.units(self.spec.m, self.spec.n)} tiles of "
                          f"{self.plan.bm}x{sum(blocks)} (blocks {'+'.join(map(str, blocks))} of a "
-                         f"{self.plan.bn}-wide slot)")
+                         f"{self.plan.bn}-wide slot)"
+                         + (f", in 2x1 clusters (rule 37): each CTA 64 rows of every 128 of a "
+                            f"{2 * self.plan.bm}-row cluster tile, B multicast" if self.plan.cluster > 1 else ""))
         if not self.candidates:
             lines.append("  (chosen by a rule without scoring: swap-AB decode, sm_100a, gfx1250 or forced options)")
             if self.plan.promote_tmem:
@@ -364,8 +370,15 @@ class Explanation:
         best = min(c.score for c in self.candidates)
         lines.append(f"  {'tile':8s} {'schedule':20s} {'score':>6s}  (1.00: the best; lower is faster)")
         for c in sorted(self.candidates, key=lambda c: c.score):
-            lines.append(f"  {c.tile:8s} {c.kind:20s} {c.score / best:6.2f}  {c.why}")
+            lines.append(f"  {c.tile:8s} {c.kind:20s} {c.score / best:6.2f}  {c.why}"
+                         + (f"; {c.verdict}" if c.verdict else ""))
         return "\n".join(lines)
+
+    @property
+    def chosen(self) -> Candidate | None:
+        """The candidate that is the plan: the one the rules took last (each later rule's choice marks the one before
+        replaced); None where a rule chose without scoring."""
+        return next((c for c in self.candidates if c.final), None)
 
 
 def explain(spec: GemmSpec, device: DeviceInfo, **forced: object) -> Explanation:

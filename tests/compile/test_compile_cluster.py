@@ -140,3 +140,33 @@ def test_cluster_refused_without_multicast() -> None:
     for knob in (2, "1x2"):
         with pytest.raises(UnsupportedError, match=r"Triton >= 3\.7"):
             plan_schedule(MATRIX["bf16_nmajor_unaligned"], H100_SXM, cluster=knob)
+
+
+# Fitted tiles in 2x1 clusters (rule 37, ir.Tiling.interleaved): B's block boxes each multicast by the lead, A copied
+# as one box per consumer warpgroup, the hand-written kernel's form (archive/exp/fitted_cluster).
+FITTED = {
+    "fitted_bf16_128_16": (GemmSpec(1256, 1720, 11240), (128, 16)),
+    "fitted_bf16_128_64": (GemmSpec(3097, 920, 2920), (128, 64)),
+    "fitted_bf16_three_blocks": (GemmSpec(2000, 2112, 1008), (128, 64, 16)),
+    "fitted_e4m3_rowwise": (GemmSpec(2000, 2112, 1008, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE), (128, 16)),
+}
+
+
+@pytest.mark.skipif(not MULTICAST, reason="Triton < 3.7: no Hopper multicast")
+@pytest.mark.parametrize("name", list(FITTED))
+def test_fitted_cluster_kernels_cross_compile(name: str) -> None:
+    spec, blocks = FITTED[name]
+    k = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, cluster=2, bm=128, bn=256, n_blocks=blocks))
+    assert k.module.tiling.interleaved
+    c = k.compile()
+    s = c.summary()
+    assert ".reqnctapercluster 2" in c.ptx, "a cluster of 2 CTAs"
+    loads = re.findall(r"UTMALDG[^\n]*", c.sass)
+    # (each B block's box multicast by the lead; A's two boxes, one per warpgroup, each CTA's own)
+    assert sum("MULTICAST" in line for line in loads) == len(blocks), loads
+    assert len(loads) == len(blocks) + 2, loads
+    mma, other = ("QGMMA", "HGMMA") if spec.is_fp8 else ("HGMMA", "QGMMA")
+    assert c.count(mma) > 0 and c.count(other) == 0, s
+    assert c.spills == 0, f"{k.module.name} spills {c.spills} bytes: {s}\n{c.ptxas_log}"
+    assert k.module.smem_bytes <= c.smem_bytes <= H100_SXM.smem_per_block, s
+    assert not c.wgmma_serialized, c.ptxas_log

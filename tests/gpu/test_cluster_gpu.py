@@ -308,3 +308,59 @@ def test_pingpong_in_a_cuda_graph() -> None:
     out = torch.empty_like(eager)
     replayed(lambda: kern.run(a, b, out), out)
     assert torch.equal(out, eager) and not out.isnan().any()
+
+
+# 2x1 clusters of fitted tiles (n_blocks with cluster=2, ir.Tiling.interleaved): each CTA holds its rows of the
+# cluster tile in 64-row blocks, one per consumer warpgroup, and the lead multicasts each of B's block boxes. Ragged
+# cluster tiles, rows that are not 128-byte lines, a last cluster tile whose second CTA's rows lie past M, three blocks.
+FITTED = [(300, 528, 200, (128, 16)), (1256, 1720, 1000, (128, 16)), (3097, 920, 2920, (128, 64)),
+          (130, 200, 64, (128, 32)), (2000, 2112, 1008, (128, 64, 16))]
+
+
+def _fitted(spec: object, blocks: tuple[int, ...], cluster: int = 2) -> Kernel:
+    dev = DeviceInfo.current()
+    kern = build(spec, dev, plan_schedule(spec, dev, cluster=cluster, bm=128, bn=256,  # type: ignore[arg-type]
+                                          n_blocks=blocks))
+    assert kern.module.tiling.interleaved == (cluster == 2) and kern.plan.n_blocks == blocks
+    return kern
+
+
+@pytest.mark.parametrize("m,n,k,blocks", FITTED)
+def test_fitted_bf16(m: int, n: int, k: int, blocks: tuple[int, ...]) -> None:
+    """Against fp32, and bit for bit against the same fitted tile in one CTA (the same k order per element)."""
+    torch.manual_seed(m + n + k)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    spec = checks.matmul_spec(a, b, None)
+    out = _run(_fitted(spec, blocks), m, n, torch.bfloat16, a, b)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+    assert torch.equal(out, _run(_fitted(spec, blocks, cluster=1), m, n, torch.bfloat16, a, b))
+
+
+@pytest.mark.parametrize("recipe", ["rowwise_fast", "tensorwise", "rowwise_bias_fp32"])
+@pytest.mark.parametrize("m,n,k,blocks", [(300, 528, 208, (128, 16)), (1256, 1728, 1008, (128, 16)),
+                                          (3097, 928, 2928, (128, 64))])  # (fp8: N a multiple of 16, as torch's)
+def test_fitted_fp8(recipe: str, m: int, n: int, k: int, blocks: tuple[int, ...]) -> None:
+    torch.manual_seed(m + 3 * n)
+    k = -(-k // 16) * 16
+    a, b = fp8_pair(m, n, k)
+    sa, sb = fp8_scales(m, n, recipe == "tensorwise")
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if "bias" in recipe else None
+    out_dtype = torch.float32 if "fp32" in recipe else torch.bfloat16
+    out = _run(_fitted(checks.scaled_mm_spec(a, b, sa, sb, bias, out_dtype, True), blocks), m, n, out_dtype, a, b,
+               sa, sb, bias)
+    ref = (a.float() @ b.float()) * sa * sb + (bias.float() if bias is not None else 0)
+    assert _err(out, ref) < 1e-3
+
+
+def test_fitted_in_a_cuda_graph() -> None:
+    torch.manual_seed(5)
+    m, n, k = 1256, 1720, 2000
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    kern = _fitted(checks.matmul_spec(a, b, None), (128, 16))
+    eager = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, eager)
+    out = torch.empty_like(eager)
+    replayed(lambda: kern.run(a, b, out), out)
+    assert torch.equal(out, eager) and not out.isnan().any()

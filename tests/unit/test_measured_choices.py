@@ -48,10 +48,6 @@ KNOWN_MISSES = {
         "at 549x656x5920 and 1881x224x15080: rule 35 replaces splits of 2 only (rule-35 doc)",
     ("rows64long-h200-2026-11-28-session38.json", "bf16", "289x1536x15712"):
         "64x128 in 2 split-K ranges (0.851) over 128x128 in 3 (0.804), as at 295x1536x6064 (rule-35 doc)",
-    ("clusterlarge-triton39-h200-2026-11-28-session38.json", "bf16", "3097x920x2920"):
-        "rule 32's 128x192 (0.846) over rule 24's 2x1 cluster of 128x256 (0.896): rule 32 prices the cluster's tiles "
-        "one CTA each, with half of B from L2 only past 64 k-blocks (rule-32 doc); at 4619x1408x1352 it keeps the "
-        "cluster, which ran 22% faster than 128x256 alone",
     ("router-h200-2026-11-28-session38.json", "bf16", "1024x256x4096"):
         "two columns of 64x128 tiles in 4 split-K ranges (0.997) over rule 23's 64x64 whole (0.893): rule 36 takes one "
         "column, N <= 128, and this was the one wider shape timed (rule-36 doc)",

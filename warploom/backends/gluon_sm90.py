@@ -20,6 +20,7 @@ from warploom.epilogue.graph import GROUP, OutputLayout
 from warploom.epilogue.operands import OperandSpec
 from warploom.ir import nodes as ir
 from warploom.ir import printer
+from warploom.ir.nodes import INTERLEAVE
 from warploom.spec import SCALE_BLOCK, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout
 
 _HEADER = """\
@@ -296,6 +297,11 @@ class PartitionEmitter:
         self.cluster, self.along_n = m.tiling.cluster, m.tiling.cluster_n
         rows_m = 1 if self.along_n else self.cluster  # CTAs along M
         self.row0, self.rows = (p.rows.start, p.rows.rows) if p.rows else (0, m.tiling.bm * rows_m)
+        # (where the CTAs interleave 64-row blocks, ir.Tiling.interleaved, a warpgroup's block in the program is every
+        # CTA's: rows 128 w .. of the cluster tile, each CTA its 64, as its A box and its C boxes split them)
+        self.box = p.rows.start // INTERLEAVE if p.rows else 0  # (its box of A's slot, where a slot is boxes)
+        if p.rows and m.tiling.interleaved:
+            self.row0, self.rows = p.rows.start * self.cluster, p.rows.rows * self.cluster
         # Epilogue index vectors already computed in the current tile (ep_rows, ..., and offs_m / offs_n where they hold
         # the partition's rows / the whole tile's columns).
         self._offsets: set[str] = set()
@@ -382,8 +388,10 @@ class PartitionEmitter:
         else:
             for w in sorted({a.cols for a in self.p.accumulators}, reverse=True):
                 b.line(f"acc_layout_n{w}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
-                       f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {w}, {256 // bits}])",
-                       comment=f"a {w}-column block of the tile: its own wgmma N")
+                       f"warps_per_cta=[{self.p.warps}, 1], instr_shape=[16, {w}, {256 // bits}]"
+                       f"{cga(self.cluster, along_n=self.along_n)})",
+                       comment=f"a {w}-column block of the tile: its own wgmma N"
+                       + ("" if self.cluster == 1 else ", each CTA its rows of the warpgroup's block"))
         for a in self.p.accumulators:
             b.line(f"{a.name} = gl.zeros({self._acc_shape(a)}, gl.float32, {self._layout(a)})")
         width = self._epilogue_width()
@@ -594,7 +602,7 @@ class PartitionEmitter:
                     raise NotImplementedError(f"sm_90a lowering of {c}: a multicast issued by every CTA")
                 mc = ", multicast=True" if o.multicast else ""
                 if o.blocks:  # (a fitted tile's B: each block of rows by a box of its width, ir.TmaLoad.blocks)
-                    assert o.tensor is ir.Tensor.B and o.coord[0] is ir.Axis.N and not o.multicast, c
+                    assert o.tensor is ir.Tensor.B and o.coord[0] is ir.Axis.N, c
                     n0, rest = self._coord(o.coord[0], o.tensor), self._coord(o.coord[1], o.tensor)
                     stored = self.m.ring(o.ring).blocks
                     for cb in o.blocks:
@@ -602,16 +610,21 @@ class PartitionEmitter:
                         dst = f"{block_buffer(o.ring, stored.index(cb))}.index({s})" if stored else \
                             f"{o.ring}.index({s}).slice({cb.start}, {cb.cols})"
                         b.line(f"{self.api.tma_load}({load_desc(o, cb)}, [{at}, {rest}], {o.barrier}_bars.index({s}), "
-                               f"{dst})", c + f" (rows {cb.start}..{cb.start + cb.cols - 1})")
+                               f"{dst}{mc})", c + f" (rows {cb.start}..{cb.start + cb.cols - 1})")
                     return
                 boxes = self.m.ring(o.ring).boxes
                 if boxes > 1:  # (a 192-row slot: three 64-row buffers, a box each, at rows 64 i of the tile)
                     assert o.tensor is ir.Tensor.A and o.coord[0] is ir.Axis.M and not o.multicast, c
                     rest = ", ".join(self._coord(a, o.tensor) for a in o.coord[1:])
                     m0 = self._coord(o.coord[0], o.tensor)
+                    # (interleaved CTAs, ir.Tiling.interleaved: box i is every CTA's block i, 64 rows each, so the
+                    # cluster's boxes stand 64 * cluster rows apart)
+                    step = INTERLEAVE * (self.cluster if self.m.tiling.interleaved else 1)
                     for i in range(boxes):
-                        b.line(f"{self.api.tma_load}({desc}, [{m0} + {64 * i}, {rest}], {o.barrier}_bars.index({s}), "
-                               f"{o.ring}.index(({s}) * {boxes} + {i}))", c + f" (rows {64 * i}..{64 * i + 63})")
+                        at = f"{m0} + {step * i}" if i else m0
+                        b.line(f"{self.api.tma_load}({desc}, [{at}, {rest}], {o.barrier}_bars.index({s}), "
+                               f"{o.ring}.index(({s}) * {boxes} + {i}))",
+                               c + f" (rows {step * i}..{step * i + step - 1})")
                     return
                 b.line(f"{self.api.tma_load}({desc}, [{coord}], {o.barrier}_bars.index({s}), {o.ring}.index({s}){mc})",
                        c)
@@ -622,8 +635,8 @@ class PartitionEmitter:
                 m_major = self.m.spec.a_layout is ALayout.M_MAJOR  # (an M-major A's slot is (BK, BM))
                 boxes = self.m.ring(o.a_ring).boxes
                 if boxes > 1:  # (a 192-row slot's three 64-row buffers: this warpgroup's is its own)
-                    assert self.p.rows is not None and self.rows == 64, c
-                    a_view = f"{o.a_ring}.index(({s}) * {boxes} + {self.row0 // 64})"
+                    assert self.p.rows is not None and self.p.rows.rows == INTERLEAVE, c
+                    a_view = f"{o.a_ring}.index(({s}) * {boxes} + {self.box})"
                 elif self.p.rows:  # this warpgroup's rows of the A tile
                     a_view += f".slice({self.row0}, {self.rows}{', dim=1' if m_major else ''})"
                 if m_major:

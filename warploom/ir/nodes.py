@@ -105,6 +105,9 @@ class Ring:
         padded: e2m1 only: the values lie one a byte in shared memory (MX fp8 x fp4's fp4 operand: tcgen05's
             kind::mxf8f6f4 reads fp4 so, and TMA unpacks each 8 bytes of pairs into 16, Triton's fp4_padded), so a
             slot is rows x cols bytes, and the stage's transaction bytes count them so.
+        row_boxes: 0, or the 64-row boxes a slot is stored and copied as where its rows are a power of two: A's
+            ring in a 2x1 cluster of fitted tiles (`Tiling.interleaved`, set by ShareB), whose slot is one box per
+            consumer warpgroup, each box's rows split between the cluster's CTAs.
         tmem: sm_100a seed 000: a ring of block scales in tensor memory (TensorMemoryScalesLayout), (128, BK/32 or
             BK/16) e8m0 or e4m3 a slot (B's of a 256-wide tile: (256, ...), two 128-row chunks), which the scale
             partition fills by tcgen05.st (`StoreTmemScales`) and scaled `TcMma`s read; each slot takes
@@ -120,8 +123,12 @@ class Ring:
     padded: bool = False
     tmem: bool = False
     blocks: tuple[ColBlock, ...] = ()
+    row_boxes: int = 0
 
     def __post_init__(self) -> None:
+        if self.row_boxes and (self.tensor is not Tensor.A or self.rows % 64 or self.rows // 64 != self.row_boxes):
+            raise ValueError(f"Ring {self.name}: row_boxes={self.row_boxes} are A's 64-row boxes, rows // 64 of its "
+                             f"{self.rows} rows")
         if self.blocks and (self.tensor is not Tensor.B or sum(cb.cols for cb in self.blocks) > self.rows):
             raise ValueError(f"Ring {self.name}: row blocks are a fitted tile's B ring's, within its {self.rows} rows")
         if self.padded and self.dtype is not DType.E2M1:
@@ -138,7 +145,10 @@ class Ring:
     def boxes(self) -> int:
         """The 64-row boxes one slot is stored and copied as: 1, or rows // 64 where rows is not a power of two
         (rule 32's 192-row A tile: Triton's shared buffers and TMA boxes must be powers of two, so the slot is three
-        64-row buffers, each filled by a TMA box of its own; the verifier admits this for A's ring only)."""
+        64-row buffers, each filled by a TMA box of its own; the verifier admits this for A's ring only), or
+        `row_boxes` where set (a 2x1 cluster of fitted tiles: `Tiling.interleaved`)."""
+        if self.row_boxes:
+            return self.row_boxes
         return 1 if self.rows & (self.rows - 1) == 0 else self.rows // 64
 
     @property
@@ -767,6 +777,10 @@ class Partition:
     rows: RowBlock | None = None
 
 
+# The rows of a cluster's CTA in one block where the CTAs interleave (`Tiling.interleaved`): one consumer warpgroup's.
+INTERLEAVE = 64
+
+
 @dataclass(frozen=True)
 class Tiling:
     """The output tiling and its persistent order.
@@ -849,6 +863,7 @@ class Tiling:
             cuBLAS fits its tiles to the shape with widths like 80, 176 or 208; power-of-two blocks (64 + 16,
             128 + 32 + 16) do that work without computing or storing the columns past tile_n. B's slot still holds
             BN rows (the box reads past tile_n, into the next tile's rows of B, which no wgmma reads).
+            In a 2x1 cluster (`interleaved`) the CTAs interleave their rows of the cluster tile in 64-row blocks.
     """
 
     bm: int
@@ -873,6 +888,29 @@ class Tiling:
         """The columns of C one tile covers, and so its stride along N: sum(n_blocks) for a narrow or fitted tile,
         BN otherwise (the raster, the grid and every store's origin count tiles of BM x tile_n)."""
         return sum(self.n_blocks) if self.n_blocks else self.bn
+
+    @property
+    def interleaved(self) -> bool:
+        """A 2x1 cluster of narrow or fitted tiles (`n_blocks`): its consumer warpgroups split the tile's rows (a
+        column split would give one warpgroup 128 of 144 columns), so each CTA holds its rows of the cluster tile in
+        INTERLEAVE-row blocks rather than in one block of BM: A's slot is one box per warpgroup (`Ring.row_boxes`),
+        each box the cluster's 128 rows split between the CTAs, so CTA r's local row j is row `cta_row(j)` of the
+        cluster tile past r * INTERLEAVE (warpgroup w of CTA r: rows 128 w + 64 r ..). Triton's cluster layouts
+        split a box's rows in halves only, and a slice of a cluster buffer is the cluster's rows, not the CTA's: this
+        keeps each warpgroup's A rows one buffer (archive/exp/fitted_cluster)."""
+        return self.cluster > 1 and not self.cluster_n and bool(self.n_blocks)
+
+    @property
+    def rank_rows(self) -> int:
+        """The rows a cluster's CTA holds of the cluster tile at a time, and its rank's first row's stride: BM, or
+        INTERLEAVE where the CTAs interleave (`interleaved`)."""
+        return INTERLEAVE if self.interleaved else self.bm
+
+    def cta_row(self, j: int) -> int:
+        """A CTA's local row j (of its BM) as rows past its rank's first row of the cluster tile (`rank_rows`): j,
+        or with interleaved CTAs j's 64-row block times the cluster's rows of a block, plus j within it."""
+        q = self.rank_rows
+        return j // q * q * self.cluster + j % q
 
     @property
     def cluster_mn(self) -> tuple[int, int]:

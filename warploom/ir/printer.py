@@ -172,13 +172,16 @@ def module(m: ir.Module) -> str:
             f" cluster={t.cluster} (CTAs along M sharing B)") if t.cluster > 1 else "")
         + (" exit_sync (a cluster barrier before exit)" if t.exit_sync else "")
         + (f" n_blocks={'+'.join(map(str, t.n_blocks))} (a narrow tile: wgmma over its first "
-           f"{sum(t.n_blocks)} columns)" if t.n_blocks else ""),
+           f"{sum(t.n_blocks)} columns)" if t.n_blocks else "")
+        + (f" interleaved (each CTA {ir.INTERLEAVE} rows of every {ir.INTERLEAVE * t.cluster} of the cluster tile)"
+           if t.interleaved else ""),
     ]
     if m.amax_pass is not None:  # (rule 29: C is the workspace of y, the cast kernel runs after the launch)
         out.append(f"  amax_pass: C is y's fp32 (M, N) workspace, amax the (M,) row amax (zeroed per call); then "
                    f"cast q = {m.amax_pass.fp8.value}(y / s), s = amax / fp8_max, {m.amax_pass.chunk} columns a step")
     for r in m.rings:
-        where = " in tensor memory" if r.in_tmem or r.tmem else " padded (one value a byte)" if r.padded else ""
+        where = " in tensor memory" if r.in_tmem or r.tmem else " padded (one value a byte)" if r.padded else \
+            f" as {r.row_boxes} boxes of 64 rows" if r.row_boxes else ""
         out.append(f"  ring {r.name}: {r.tensor.value} {r.dtype.value}[{r.depth} x {r.rows}x{r.cols}]{where}")
     for sb in m.tmem_scales:
         out.append(f"  scale buffer {sb.name}: {sb.tensor.value} {sb.dtype.value}[{sb.rows}x{sb.cols}] in tensor "

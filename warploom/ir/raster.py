@@ -166,7 +166,7 @@ def in_grid(ctas: Iterable[int] | None, grid: int) -> tuple[int, ...]:
 
 def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: int,
               split_k: int = 1, span: Span | None = None, cluster: int = 1,
-              cluster_n: bool = False) -> tuple[TileRef, ...]:
+              cluster_n: bool = False, rank_rows: int | None = None) -> tuple[TileRef, ...]:
     """The tiles CTA `pid` of a `grid`-CTA persistent launch visits, in order (tile_id = pid, pid + grid, ...).
     With split-K, the work units u = pid, pid + grid, ...: tile u % tiles, k-range u // tiles; unit (split s,
     tile) stores its partial at rows s * Mp + off_m, columns off_n of the workspace (Mp: M rounded up to BM).
@@ -177,14 +177,17 @@ def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: in
     A cluster's CTA (`ir.Tiling.cluster`; pid = cluster id * cluster + rank) visits its cluster's cluster tiles of
     (cluster * BM) x BN, cluster id, cluster id + grid // cluster, ..., each at its rank's BM rows (pid_m counts
     BM-row tiles). With `cluster_n` (1x2: `ir.Tiling.cluster_n`) the cluster tiles are BM x (cluster * BN), each CTA
-    at its rank's BN columns (pid_n counts BN-column tiles)."""
+    at its rank's BN columns (pid_n counts BN-column tiles). Interleaved CTAs (`ir.Tiling.interleaved`) start at
+    rank * `rank_rows` (`ir.Tiling.rank_rows`; BM when None), their local rows placed by `ir.Tiling.cta_row`."""
     if cluster > 1 and cluster_n:
         c, rank = divmod(pid, cluster)
         return tuple(replace(u, pid_n=u.pid_n * cluster + rank, off_n=u.off_n + rank * bn)
                      for u in cta_tiles(c, m, n, bm, cluster * bn, group_m, grid // cluster, split_k, span))
     if cluster > 1:
         c, rank = divmod(pid, cluster)
-        return tuple(replace(u, pid_m=u.pid_m * cluster + rank, off_m=u.off_m + rank * bm, ws_m=u.ws_m + rank * bm)
+        step = bm if rank_rows is None else rank_rows
+        return tuple(replace(u, pid_m=u.pid_m * cluster + rank, off_m=u.off_m + rank * step,
+                             ws_m=u.ws_m + rank * step)
                      for u in cta_tiles(c, m, n, cluster * bm, bn, group_m, grid // cluster, split_k, span))
     num_pid_m, num_pid_n = cdiv(m, bm), cdiv(n, bn)
     lo, tiles = (0, num_pid_m * num_pid_n) if span is None else (span.lo, span.tiles)

@@ -6,9 +6,10 @@ released it. Statically that means:
 
 - a cluster is 1 or 2 CTAs, on sm_90a, for whole tiles (no split-K, ranged launch, stream-K, swap or grouping), with
   a K-major A (each CTA's rows of the cluster tile are one box of A's); a 2x1 cluster's consumers split tiles by
-  columns, never by rows (a row block of a warpgroup is not one block of the cluster's A box). Promoted fp8,
-  blockwise scales and fused epilogue graphs are per CTA already (each CTA promotes, copies scale_a for and stores
-  its own rows);
+  columns, never by rows (a row block of a warpgroup is not one block of the cluster's A box), but for narrow or
+  fitted tiles (`Tiling.interleaved`), whose consumers each compute one 64-row block, A's slot a box per block.
+  Promoted fp8, blockwise scales and fused epilogue graphs are per CTA already (each CTA promotes, copies scale_a
+  for and stores its own rows; not where the CTAs interleave);
 - every load of the shared operand is multicast, and nothing else is; a multicast is the lead's alone
   (`TmaLoad.lead_only`: a copy of every CTA would write each slot, and bring its bytes to each barrier, once per CTA);
 - ping-pong consumers (each warpgroup whole tiles in turn, passes/split_consumers.py; issue 24) run in 2x1 clusters
@@ -74,8 +75,9 @@ def check_cluster(m: ir.Module) -> list[str]:
         errs.append(f"partitions {', '.join(pingpong)} take tiles in turn (ping-pong) in a 1x2 cluster's module: "
                     "ping-pong clusters are built 2x1 only (the CTAs along M sharing B). Fix: cluster=2, or "
                     "pingpong=False")
+    errs += _interleave_errors(m, per_cta)
     for p in m.partitions:
-        if p.rows is not None and not t.cluster_n:
+        if p.rows is not None and not t.cluster_n and not t.interleaved:
             errs.append(f"partition {p.name} computes a row block of each tile in a cluster's module: split the "
                         "consumers by columns (a warpgroup's rows are not one block of the cluster's A box)")
         cols = [o for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma) and o.n_cols is not None
@@ -107,6 +109,35 @@ def check_cluster(m: ir.Module) -> list[str]:
                             f"{g.name}[{o.slot.cursor}] in its loop: the lead would refill a slot another CTA may "
                             "still read")
             errs += _release_errors(m, g, o.ring)
+    return errs
+
+
+def _interleave_errors(m: ir.Module, per_cta: list[str]) -> list[str]:
+    """A 2x1 cluster of fitted tiles (`Tiling.interleaved`): each consumer warpgroup one 64-row block of the tile and
+    A's slot one box per block, so that each warpgroup's rows in every CTA are one buffer of the cluster's (the rows
+    each CTA holds of the cluster tile, `Tiling.cta_row`, are what the simulator loads and stores); scale rings and
+    fused-epilogue operand buffers are laid out for contiguous rows only."""
+    t = m.tiling
+    boxed = [r for r in m.rings if r.row_boxes]
+    if not t.interleaved:
+        return [f"ring {r.name} as {r.row_boxes} boxes of 64 rows (row_boxes) in a module whose CTAs do not interleave "
+                "their rows (a 2x1 cluster of narrow or fitted tiles)" for r in boxed]
+    errs = [f"{', '.join(per_cta)} in an interleaved cluster's module: blockwise scale rings and fused-epilogue "
+            "operand buffers hold each CTA's rows as one block. Fix: drop n_blocks or cluster"] if per_cta else []
+    if m.spec.epilogue is not None:
+        errs.append("a fused epilogue in an interleaved cluster's module (not built: its operands' rows are each "
+                    "CTA's as one block). Fix: drop n_blocks or cluster")
+    a_rings = [r for r in m.rings if r.tensor is ir.Tensor.A]
+    errs += [f"ring {r.name}: A's slot of {r.rows} rows in an interleaved cluster's module must be {r.rows // 64} "
+             f"boxes of 64 rows, one per consumer warpgroup (row_boxes), got {r.boxes}"
+             for r in a_rings if r.rows % ir.INTERLEAVE or r.boxes != r.rows // ir.INTERLEAVE]
+    for p in m.partitions:
+        if p.role is ir.Role.CONSUMER and (p.rows is None or p.rows.rows != ir.INTERLEAVE
+                                           or p.rows.start % ir.INTERLEAVE):
+            errs.append(f"partition {p.name} in an interleaved cluster's module must compute one {ir.INTERLEAVE}-row "
+                        "block of each tile (one box of A's slot), got "
+                        + ("the whole tile" if p.rows is None else f"rows {p.rows.start}..+{p.rows.rows}")
+                        + ". Fix: consumer_partitions=bm // 64")
     return errs
 
 

@@ -14,7 +14,8 @@ def check_narrow(m: ir.Module) -> list[str]:
     """A narrow or fitted tile (ir.Tiling.n_blocks): column blocks of powers of two from 16 to 256, widest first,
     covering tile_n < BN columns, which are the tile's stride along N (any N: the tiles along N are cdiv(N, tile_n)); a
     K-major B (its slot is sliced by rows, N), native accumulation (promotion adds into column blocks of its own), no
-    fused epilogue, swap, cluster, grouping or ranged launch (whose reduction writes whole BN-wide boxes into C).
+    fused epilogue, swap, 1x2 cluster, grouping or ranged launch (whose reduction writes whole BN-wide boxes into C);
+    in a 2x1 cluster the CTAs interleave their rows (`ir.Tiling.interleaved`, ir/verify_cluster.py).
     Each consumer partition has exactly one accumulator per block, at the block's columns, that its k-loop's wgmma
     write (one per block, reading that block of B's slot); each is finished on its own (fixup, epilogue, stores).
     Every TMA store writes a box within one block: origin part * BN / parts inside [start, start + cols) of a block
@@ -25,7 +26,7 @@ def check_narrow(m: ir.Module) -> list[str]:
                `mma acc_n1 <- b_ring[c][cols 128:160]`, `mma acc_n2 <- b_ring[c][cols 160:176]`, each block stored
                in boxes of its width (128, 32, 16).
     Forbidden: n_blocks=(64, 24) (not a power of two); (16, 64) (not widest first); (64, 64) at bn=128 (the whole
-               tile); with swap_ab, a cluster or a ranged launch; an N-major B; promoted fp8; a fused epilogue; a
+               tile); with swap_ab, a 1x2 cluster or a ranged launch; an N-major B; promoted fp8; a fused epilogue; a
                block without its wgmma, or a wgmma over other columns; a 64-wide store of the 16-wide block at
                column 160 (it would write columns 176..223, the next tile's)."""
     t, errs = m.tiling, _check_boxes(m)
@@ -40,8 +41,8 @@ def check_narrow(m: ir.Module) -> list[str]:
     if width >= t.bn:
         errs.append(f"n_blocks={blocks}: {width} columns, not fewer than the tile's {t.bn} (a whole tile)")
     errs += [f"n_blocks={blocks} with {p}" for p in m.spec.narrow_problems()]
-    if t.swap_ab or t.cluster > 1 or t.grouped or t.ranged:
-        errs.append("n_blocks with swap_ab, a cluster, a grouped GEMM or a ranged launch")
+    if t.swap_ab or (t.cluster > 1 and not t.interleaved) or t.grouped or t.ranged:
+        errs.append("n_blocks with swap_ab, a 1x2 cluster, a grouped GEMM or a ranged launch")
     want = ir.column_blocks(blocks)
     for r in m.rings:
         if r.blocks and r.blocks != want:
@@ -68,9 +69,9 @@ def _check_boxes(m: ir.Module) -> list[str]:
         if r.rows & (r.rows - 1) == 0 or r.in_tmem or r.tmem:
             continue
         if r.tensor is not ir.Tensor.A or r.rows % 64 or m.spec.a_layout is not ALayout.K_MAJOR \
-                or m.tiling.cluster > 1:
+                or (m.tiling.cluster > 1 and not m.tiling.interleaved):
             errs.append(f"ring {r.name}: {r.rows} rows, not a power of two: only a K-major A's ring outside a cluster "
-                        "may be stored as 64-row boxes (rule 32's 192-row tile)")
+                        "(or in an interleaved one) may be stored as 64-row boxes (rule 32's 192-row tile)")
             continue
         for p in m.partitions:
             reads = [o for o, _ in ir.walk(p.body) if isinstance(o, ir.Mma) and o.a_ring == r.name]

@@ -51,7 +51,9 @@ def pipeline_sm90(plan: Plan) -> list[Pass]:
         # After the consumer's final k-loop exists, so every warpgroup gets the same pipelined program;
         # before epilogue lowering, which gives each storing partition its own staging buffer.
         SplitConsumers(partitions=plan.consumer_partitions, pingpong=plan.pingpong,
-                       by_columns=plan.cluster > 1 and not plan.cluster_n and not plan.pingpong),
+                       by_columns=plan.cluster > 1 and not plan.cluster_n and not plan.pingpong and not plan.n_blocks),
+        # (A fitted tile's consumers keep the row split in a cluster: a column split would give one warpgroup 128 of
+        # 144 columns; its CTAs interleave their rows instead, ir.Tiling.interleaved.)
         # A cluster's B multicast (rule 24; or A's, 1x2): after SplitConsumers, whose arrivals on the empty barrier
         # the cluster's barrier repeats (with the same count: ping-pong's one release a slot use, the cooperative
         # split's one per warpgroup), and after PlanRings made the waits and arrivals it pairs.

@@ -30,6 +30,11 @@ ShareA is the same protocol with A's ring in B's place: CTA r computes columns r
 loads its own B box and the lead multicasts A's. Its consumer warpgroups keep the row split (SplitConsumers'
 default): a warpgroup's rows are one block of A's box, which every CTA holds whole, while a column block would not
 be one block of the cluster's B box (the mirror of ShareB's reason for splitting by columns).
+
+A fitted tile (rule 32, `ir.Tiling.n_blocks`) in a 2x1 cluster keeps its consumers' row split too: split by columns,
+one warpgroup of a 128 + 16 tile would take 128 columns and the other 16. Its CTAs interleave their rows of the cluster
+tile in 64-row blocks (`ir.Tiling.interleaved`): A's slot is one box per warpgroup (`ir.Ring.row_boxes`), each the
+cluster's 128 rows split between the CTAs, so warpgroup w of CTA r computes rows 128 w + 64 r .. of the cluster tile.
 """
 
 from __future__ import annotations
@@ -91,4 +96,7 @@ def share(m: ir.Module, cluster: int, tensor: ir.Tensor) -> ir.Module:
     # (exit_sync: the lead's cluster barrier takes the other CTA's releases of the last stages after the lead's
     # last wait on it, so no CTA may exit before every CTA of the cluster is done)
     tiling = replace(m.tiling, cluster=cluster, cluster_n=tensor is ir.Tensor.A, exit_sync=True)
-    return replace(m, tiling=tiling, partitions=parts, barriers=m.barriers + (shared,))
+    rings = m.rings
+    if tiling.interleaved:  # (a fitted tile's: A's slot one box per consumer warpgroup, each split between the CTAs)
+        rings = tuple(replace(r, row_boxes=r.rows // ir.INTERLEAVE) if r.tensor is ir.Tensor.A else r for r in rings)
+    return replace(m, tiling=tiling, partitions=parts, rings=rings, barriers=m.barriers + (shared,))

@@ -205,10 +205,16 @@ class Plan:
             if not narrow_widths(b) or sum(b) >= self.bn:
                 raise PlanError(f"Plan(n_blocks={b}): expected powers of two from 16, widest first, covering fewer "
                                 f"than bn={self.bn} columns (e.g. (64, 16) for N = 80 at bn=128)")
-            if (self.pingpong or self.swap_ab or self.cluster > 1 or self.amax_pass or self.partial_blocks > 1
+            if (self.pingpong or self.swap_ab or self.cluster_n or self.amax_pass or self.partial_blocks > 1
                     or self.target is not Target.SM90A):
                 raise PlanError(f"Plan(n_blocks={b}) is rule 31's narrow or rule 32's fitted tile: sm_90a tiles of "
-                                 "cooperative consumers, so no pingpong, swap_ab, cluster, amax_pass or partial_blocks")
+                                 "cooperative consumers, so no pingpong, swap_ab, 1x2 cluster, amax_pass or "
+                                 "partial_blocks")
+            if self.cluster > 1 and (self.bm != 128 or self.consumer_partitions != 2):
+                raise PlanError(f"Plan(n_blocks={b}, cluster={self.cluster}) with bm={self.bm} and "
+                                f"consumer_partitions={self.consumer_partitions}: a cluster's fitted tiles interleave "
+                                "the CTAs' rows in 64-row blocks, one consumer partition each (bm=128 and two "
+                                "consumer partitions, ir.Tiling.interleaved)")
             if self.tail_split > 1:
                 raise PlanError(f"Plan(n_blocks={b}) with tail_split={self.tail_split}: the tail's reduction writes "
                                 "whole BN-wide tiles, past a fitted tile's columns")

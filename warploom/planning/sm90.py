@@ -21,6 +21,7 @@ from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
 from warploom.planning.sm90_column import COLUMN_BM, COLUMN_BN, one_column_split
 from warploom.planning.sm90_fitted import fitted
+from warploom.planning.sm90_fitted_cluster import cluster_tiles, fitted_cluster
 from warploom.planning.sm90_models import (
     CLUSTER_PROMOTED_BLOCKS,
     WIDTH_STAGES,
@@ -37,15 +38,15 @@ from warploom.planning.sm90_ring import ring_to_k
 from warploom.planning.sm90_rows64 import ROWS64_BM, ROWS64_BN, one_wave_rows64, rows64_tiles
 from warploom.planning.sm90_search import CLUSTER_KNOBS, Best, Search, search
 from warploom.planning.sm90_tiles import rows_aligned, swap_rows, tall_problems
-from warploom.planning.trace import collecting, note, overrule
+from warploom.planning.trace import choose, collecting, note, overrule
 from warploom.spec import Accumulation, GemmSpec, ScaleLayout, ScaleRecipe
 
 
 def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     """`_plan`'s plan, on rule 31's narrow tile (`sm90_narrow.narrow`) where N leaves most of its one tile's columns
     empty and nothing about the tile was forced, or on the blocks forced (`options.n_blocks`; () keeps it whole);
-    then rule 32's fitted tile, rule 35's 64x128 tiles in one wave, rule 36's one column of split 64-row tiles
-    and rule 34's ring depth where nothing was forced."""
+    then rule 32's fitted tile, rule 37's fitted tile in a 2x1 cluster, rule 35's 64x128 tiles in one wave, rule 36's
+    one column of split 64-row tiles and rule 34's ring depth where nothing was forced."""
     if options.n_blocks:  # (a forced depth is the blocks' ring's, which keeps only their rows of B: checked there)
         chosen = _plan(spec, device, replace(options, stages=None))
         return forced_narrow(spec, device, chosen, options.n_blocks, options.stages)
@@ -64,6 +65,14 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         # (rule 32 fits whole tiles: a forced schedule stands)
         chosen = fitted(spec, device, chosen, lambda bm, bn, blocks: _plan(
             spec, device, replace(options, bm=bm, bn=bn, stream_k=0, tail_split=1, cluster=1, n_blocks=blocks)))
+        clustered = fitted_cluster(spec, device, chosen)
+        if clustered is not None:  # (rule 37: planned as if the cluster, tile and blocks were forced)
+            overrule(f"2x128x{sum(clustered)}", "fitted tile in a 2x1 cluster (rule 37)",
+                     f"{cluster_tiles(spec, clustered)} cluster tiles of 2x128x{sum(clustered)} "
+                     f"({'+'.join(map(str, clustered))}) in place of {chosen.short()} ({chosen.grid} CTAs): one round "
+                     "of the SMs' clusters, B multicast")
+            with collecting(None):  # (the forced path, as plan_schedule(cluster=2, bm=, bn=, n_blocks=) takes it)
+                chosen = plan(spec, device, replace(options, cluster=2, bm=128, bn=256, n_blocks=clustered))
         if one_wave_rows64(spec, device, chosen):  # (rule 35: planned as if the 64x128 tile were forced)
             overrule(f"{ROWS64_BM}x{ROWS64_BN}", "one wave (rule 35)",
                      f"{rows64_tiles(spec)} tiles in place of {chosen.short()} ({chosen.grid} CTAs): measured faster "
@@ -365,12 +374,14 @@ def _choose(spec: GemmSpec, device: DeviceInfo, options: PlanOptions, o: PlanOpt
         raise UnsupportedError(f"no tile shape fits {spec.short()} with bm={o.bm!r} bn={bn!r} stages={stages!r} "
                                f"partial_blocks={partial_blocks!r} on {device.name}{hint}. Fix: leave them out for "
                                "the planner's choice, or force a tile among `warploom plan --explain`'s candidates")
+    choose(f"{best[2].bm}x{best[2].bn}", best[0])  # (the search's winner, as it noted it)
     if (not pingpong and not _forces_tile(options) and o.stream_k is None and o.cluster is None
             and o.prefetch_operands is None and o.hoist_rows is None and short_k_pingpong(spec, best[2], device)):
         with collecting(None):  # (the forced call's own candidates are not this rule's)
             pp = plan(spec, device, PlanOptions(pingpong=True, group_m=o.group_m, scalar_columns=o.scalar_columns))
         note("128x128", "ping-pong (rule 30)", best[0],
-             f"{k_blocks(spec)} k-blocks a tile: one warpgroup's epilogue runs beside the other's mainloop")
+             f"{k_blocks(spec)} k-blocks a tile: one warpgroup's epilogue runs beside the other's mainloop",
+             chosen=True)
         return pp
     return best[2]
 

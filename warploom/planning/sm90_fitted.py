@@ -33,7 +33,7 @@ from warploom.planning.plan import Plan
 from warploom.planning.sm90_models import stream_k_score, tail_score
 from warploom.planning.sm90_narrow import narrow_problems, with_blocks
 from warploom.planning.sm90_tiles import rows_aligned, tall_problems, tile_efficiency
-from warploom.planning.trace import note
+from warploom.planning.trace import collecting, note
 from warploom.spec import ALayout, BLayout, GemmSpec
 
 # Each column block beyond a tile's first costs this fraction of the tile's time (its wgmma reads A's slot again).
@@ -200,11 +200,14 @@ def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan,
     best = min(fits, key=lambda f: (round(f.score, 3), len(f.blocks), -f.bm))
     # (the explain table's other rows are the search's scores, without the L2 floor: the line says how the two
     # compare with it)
+    fits_better = best.score < FIT_MARGIN * now
     note(f"{best.bm}x{sum(best.blocks)}", "fitted tile (rule 32)", best.score,
          f"{best.tiles} tiles of {best.bm}x{sum(best.blocks)} ({'+'.join(map(str, best.blocks))}), {best.rounds} "
          f"round(s), against the plan's {plan.units(spec.m, spec.n)} units: {best.score / now:.2f} of its time with "
-         "L2's floor"
-         + ("" if best.score < FIT_MARGIN * now else f"; the plan kept: not {100 - round(100 * FIT_MARGIN)}% ahead"))
-    if best.score >= FIT_MARGIN * now:
+         "L2's floor" + ("" if fits_better else f"; the plan kept: not {100 - round(100 * FIT_MARGIN)}% ahead"),
+         chosen=fits_better)
+    if not fits_better:
         return plan
-    return with_blocks(spec, device, build(best.bm, best.bn, best.blocks), best.blocks)
+    with collecting(None):  # (the forced tile's own search is not a candidate: its winner would replace this one)
+        whole = build(best.bm, best.bn, best.blocks)
+    return with_blocks(spec, device, whole, best.blocks)

@@ -180,17 +180,17 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> LatencySplit:
     if shared_row_tiles(spec, device):
         t128 = math.inf  # (rule 23 takes 64x64 there whatever its model says of 128x128)
     units = square_tiles(spec, size) * ranges
+    splits = t < SPLIT_MARGIN_64 * t64 and t < SPLIT_MARGIN_128 * t128
     note(f"{size}x{size}", f"split-K, {ranges} ranges", t,
           f"{units} units of {k_tiles // ranges}" + (f"-{k_tiles // ranges + 1}" if k_tiles % ranges else "")
           + " k-blocks, then the reduce (rule 25, modeled us"
-          + (f"; the most ranges within {SPLIT_TIE_64 - 1:.0%} of the fastest count" if size == 64 else "") + ")")
+          + (f"; the most ranges within {SPLIT_TIE_64 - 1:.0%} of the fastest count" if size == 64 else "") + ")",
+          chosen=splits)
     note("64x64", "latency tile", t64, "rule 23's model (rule 25 compares)")
     if math.isfinite(t128):  # (at shared rows rule 25 weighs no 128x128 plan)
         note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
               "rule 23's model (rule 25 compares)")
-    if t < SPLIT_MARGIN_64 * t64 and t < SPLIT_MARGIN_128 * t128:
-        return LatencySplit(size, ranges)
-    return NO_SPLIT
+    return LatencySplit(size, ranges) if splits else NO_SPLIT
 
 
 # Rule 25 at decode sizes (`decode_split`, docs/decisions/rule-25-latency-split-k.md): M <= 64 over a long K on a few
@@ -242,11 +242,12 @@ def decode_split(spec: GemmSpec, device: DeviceInfo) -> int:
         return 1
     t, ranges = min((decode_time(spec, tiles, r), r) for r in fits)
     whole = decode_time(spec, tiles, 1)
+    splits = t < DECODE_SPLIT_MARGIN * whole
     note("64x64", f"split-K, {ranges} ranges", t,
          f"{tiles * ranges} units of {math.ceil(k_tiles / ranges)} k-blocks at most, then the reduce (rule 25 at "
-         "decode sizes, modeled us)")
+         "decode sizes, modeled us)", chosen=splits)
     note("64-row", "whole tiles", whole, f"{tiles} CTAs streaming {k_tiles} k-blocks each (rule 25 compares)")
-    return ranges if t < DECODE_SPLIT_MARGIN * whole else 1
+    return ranges if splits else 1
 
 
 def _latency_kind_beyond_rows(spec: GemmSpec, device: DeviceInfo) -> bool:
@@ -296,8 +297,9 @@ def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     note("64x64", f"latency tile, {latency_stages(spec)} stages", t64,
           f"{tiles64} CTAs: {LATENCY_START_US[64]} us + {k_tiles} k-blocks x {LATENCY_KBLOCK_US[64]} us, or its "
           "bytes from L2 (rule 23, modeled us)"
-          + (f"; chosen over the model at M <= {LATENCY_SHARED_ROWS} (LATENCY_SHARED_ROWS: measured ahead)"
-             if t64 >= t128 else ""))
+          + (f"; taken over the model at M <= {LATENCY_SHARED_ROWS} (LATENCY_SHARED_ROWS: measured ahead)"
+             if t64 >= t128 else ""),
+          chosen=not width_priced(spec))  # (rule 33's row is the plan's where it prices the width)
     note("128x128", "whole tiles" if pieces == 1 else f"stream-K, {pieces} pieces", t128,
           f"{LATENCY_START_US[128]} us + its k-blocks x {LATENCY_KBLOCK_US[128]} us, or its bytes from L2 (rule 23, "
           "modeled us)")
@@ -336,16 +338,21 @@ def latency_width(spec: GemmSpec, device: DeviceInfo) -> int:
     """Rule 33: how wide rule 23's 64-row tiles are, 16, 32 or 64 (`LATENCY_WIDTHS`): the fastest by `width_us`
     among 64 (whose tiles rule 23 fits in one wave) and the narrower widths whose tiles fill at most
     WIDTH_MAX_TILES_OF_SMS of the SMs; 64 on a tie, and for operands other than 16-bit ones."""
-    if spec.a_dtype.bytes != 2 or spec.b_dtype.bytes != 2:
+    if not width_priced(spec):
         return 64
     rows = math.ceil(spec.m / 64)
     times = {w: width_us(spec, w) for w in LATENCY_WIDTHS
              if w == 64 or rows * math.ceil(spec.n / w) <= device.sm_count * WIDTH_MAX_TILES_OF_SMS}
     best = min(times, key=lambda w: (times[w], -w))
     for w, t in times.items():
-        note(f"64x{w}", "latency tile width", t, f"{rows * math.ceil(spec.n / w)} CTAs (rule 33, modeled us"
-             + (", chosen)" if w == best else ")"))
+        note(f"64x{w}", "latency tile width", t, f"{rows * math.ceil(spec.n / w)} CTAs (rule 33, modeled us)",
+             chosen=w == best)
     return best
+
+
+def width_priced(spec: GemmSpec) -> bool:
+    """Whether rule 33 prices the width of rule 23's tiles: 16-bit operands (fp8's were not measured)."""
+    return spec.a_dtype.bytes == 2 and spec.b_dtype.bytes == 2
 
 
 def stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,

@@ -48,7 +48,13 @@ def narrow_problems(spec: GemmSpec, plan: Plan) -> list[str]:
     (ir/verify_narrow.py)."""
     problems = [] if plan.target is Target.SM90A else [f"target {plan.target} (sm_90a's wgmma only)"]
     problems += spec.narrow_problems()
-    for name, on in (("ping-pong", plan.pingpong), ("swap-AB", plan.swap_ab), ("a cluster", plan.cluster > 1),
+    # (a 2x1 cluster's CTAs interleave 64-row blocks, one consumer warpgroup's each: ir.Tiling.interleaved)
+    interleaves = plan.bm == 128 and plan.consumer_partitions == 2
+    for name, on in (("ping-pong", plan.pingpong), ("swap-AB", plan.swap_ab),
+                     ("a 1x2 cluster", plan.cluster > 1 and plan.cluster_n),
+                     (f"a cluster of {plan.bm}-row tiles in {plan.consumer_partitions} consumer partitions (its CTAs "
+                      "interleave the 64-row blocks of one warpgroup each: 128 rows, two partitions)",
+                      plan.cluster > 1 and not plan.cluster_n and not interleaves),
                      ("a split-K tail (its reduction writes whole tiles)", plan.tail_split > 1),
                      ("rule 29's first pass", plan.amax_pass), ("promoted column blocks", plan.partial_blocks > 1)):
         if on:
@@ -65,6 +71,10 @@ def with_blocks(spec: GemmSpec, device: DeviceInfo, plan: Plan, blocks: tuple[in
     fitted = replace(plan, n_blocks=tuple(blocks))
     units = fitted.units(spec.m, spec.n)
     grid = stream_k_grid(units, device.sm_count, plan.stream_k) if plan.stream_k else min(device.sm_count, units)
+    if plan.cluster > 1:  # (whole clusters, as many as the cluster tiles of cluster * bm rows: rule 24's grid)
+        c = plan.cluster
+        tiles = -(-spec.m // (c * plan.bm)) * -(-spec.n // fitted.tile_n)
+        grid = c * max(1, min(device.sm_count // c, tiles))
     subtiles = plan.epilogue_subtiles
 
     def depth(sub: int) -> int:
@@ -87,8 +97,9 @@ def with_blocks(spec: GemmSpec, device: DeviceInfo, plan: Plan, blocks: tuple[in
 
 def narrow(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Plan:
     """Rule 31: `plan` on a narrow tile where N is one 128- or 256-wide tile's and leaves at least a quarter of its
-    columns empty, but for a fused epilogue (not measured narrow)."""
-    if plan.n_blocks or spec.n >= plan.bn or plan.bn < NARROW_MIN_BN or spec.epilogue is not None:
+    columns empty, but for a fused epilogue or a cluster (not measured narrow)."""
+    # (rule 24's clusters of whole tiles stay whole: a narrow tile in a cluster was not measured; rule 37 fits them)
+    if plan.n_blocks or spec.n >= plan.bn or plan.bn < NARROW_MIN_BN or spec.epilogue is not None or plan.cluster > 1:
         return plan
     blocks = narrow_blocks(spec.n, plan.bn)
     if not blocks or narrow_problems(spec, plan):

@@ -110,8 +110,9 @@ def descriptor_blocks(m: ir.Module) -> dict[str, Block]:
         b_block = [t.bn, t.bk // 2]
     if t.b_per_group:  # (B's 3-D descriptor over (G, N, K) or (G, K, N): one group's block)
         b_block = [1, *b_block]
-    if t.bm & (t.bm - 1):  # (rule 32's 192-row tile: A copied as 64-row boxes, `ir.Ring.boxes`)
-        a_block = [64, t.bk]
+    if any(r.tensor is ir.Tensor.A and r.boxes > 1 for r in m.rings):  # (A copied as 64-row boxes, `ir.Ring.boxes`:
+        # rule 32's 192-row tile; a cluster of fitted tiles, whose box is every CTA's 64 rows, `ir.Tiling.interleaved`)
+        a_block = [64 * cm if t.interleaved else 64, t.bk]
     split, whole = cga_bases(t.cluster, True, t.cluster_n), cga_bases(t.cluster, False, t.cluster_n)
     # (a 1x2 cluster's: A whole in every CTA, B's columns split, a K-major B box's along its first dimension)
     a_cga, b_cga = (whole, cga_bases(t.cluster, True, s.b_layout is not BLayout.K_MAJOR)) if t.cluster_n else \

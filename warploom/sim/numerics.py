@@ -173,7 +173,12 @@ class CtaData:
         src = (self.ops.a.t() if self.m_major else self.ops.a) if tag.tensor == "A" else self.ops.b_rows
         if tag.group is not None:  # a grouped module's B: the group's matrix, zeros past its edges (3-D descriptor)
             src = src[tag.group]
-        block = _block(src, tag.origin[0], tag.origin[1], t.shape[0], t.shape[1])
+        if tag.interleave:  # (a cluster's interleaved rows: blocks of rows `stride` apart, ir.Tiling.interleaved)
+            q, stride = tag.interleave
+            block = torch.cat([_block(src, tag.origin[0] + i * stride, tag.origin[1], q, t.shape[1])
+                               for i in range(t.shape[0] // q)])
+        else:
+            block = _block(src, tag.origin[0], tag.origin[1], t.shape[0], t.shape[1])
         if tag.k_end is not None:  # a K-grouped module's A (m, k): the columns outside its group's K range are zeroed
             block[:, max(0, tag.k_end - tag.origin[1]):] = 0.0
             block[:, :max(0, tag.k_start - tag.origin[1])] = 0.0

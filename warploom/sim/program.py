@@ -97,7 +97,7 @@ class Geometry:
             return Geometry(m, n, k, pid, grid, units, cdiv(k, t.bk))
         return Geometry(m, n, k, pid, grid,
                         cta_tiles(pid, m, n, t.bm, t.tile_n, t.group_m, grid, t.split_k,
-                                  launch_span(module, m, n, span), t.cluster, t.cluster_n),
+                                  launch_span(module, m, n, span), t.cluster, t.cluster_n, t.rank_rows),
                         cdiv(k, t.bk) // t.split_k, pid % t.cluster, t.split_k, cdiv(k, t.bk))
 
 
@@ -128,12 +128,16 @@ class Tag:
     # A narrow or fitted tile's B (ir.TmaLoad.blocks): only these (first row, rows) blocks of the box are copied; the
     # slot's other rows hold nothing a wgmma may read (NaN in the simulator's data).
     rows: tuple[tuple[int, int], ...] = ()
+    # A's slot in a cluster whose CTAs interleave their rows (`ir.Tiling.interleaved`): (rows, stride), the slot's rows
+    # come in blocks of `rows` from origin, origin + stride, ... of the tensor.
+    interleave: tuple[int, int] | tuple[()] = ()
 
     def __str__(self) -> str:
         g = "" if self.group is None else f"g={self.group}, "
         e = "" if self.k_end is None else f", {self.k_start}<=k<{self.k_end}"
         r = "" if not self.rows else f", rows {'+'.join(f'{a}..{a + n - 1}' for a, n in self.rows)}"
-        return f"{self.tensor}[{g}{self.axes[0]}={self.origin[0]}, {self.axes[1]}={self.origin[1]}{e}{r}]"
+        i = "" if not self.interleave else f", {self.interleave[0]} rows every {self.interleave[1]}"
+        return f"{self.tensor}[{g}{self.axes[0]}={self.origin[0]}, {self.axes[1]}={self.origin[1]}{e}{r}{i}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -542,6 +546,11 @@ def tma_scale_tag(module: ir.Module, tensor: ir.Tensor, tile: TileRef, k: int) -
     return Tag(tensor.value, ("n", "k"), (tile.off_n, k * module.tiling.bk), group)
 
 
+def a_interleave(t: ir.Tiling) -> tuple[int, int] | tuple[()]:
+    """`Tag.interleave` of A's slots: (64, 64 * cluster) where a cluster's CTAs interleave their rows, else ()."""
+    return (ir.INTERLEAVE, ir.INTERLEAVE * t.cluster) if t.interleaved else ()
+
+
 def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
     """The A and B blocks wgmma must read at (tile, k), in the storage order of their rings."""
     bk = module.tiling.bk
@@ -551,7 +560,7 @@ def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
         return a, Tag("B", ("n", "k"), (tile.off_n, kk)) if module.spec.b_layout is BLayout.K_MAJOR else \
             Tag("B", ("k", "n"), (kk, tile.off_n))
     a = Tag("A", ("k", "m"), (k * bk, tile.off_m)) if module.spec.a_layout is ALayout.M_MAJOR else \
-        Tag("A", ("m", "k"), (tile.off_m, k * bk))
+        Tag("A", ("m", "k"), (tile.off_m, k * bk), interleave=a_interleave(module.tiling))
     g = tile.group if module.tiling.grouped else None  # (a grouped module reads the tile's group's B)
     if module.spec.b_layout is BLayout.K_MAJOR:  # (a fitted tile's: its blocks of B's rows, ir.TmaLoad.blocks)
         rows = tuple((cb.start, cb.cols) for cb in ir.column_blocks(module.tiling.n_blocks))
@@ -566,6 +575,9 @@ class _Interp:
         self.m, self.p, self.geo = module, part, geo
         self._every = WarpMask.every(part.warps)
         self.row0 = part.rows.start if part.rows else 0  # a warpgroup's row block starts this far into a tile
+        # (and its rows of C this far past its CTA's first row: further where a cluster's CTAs interleave their rows,
+        # ir.Tiling.cta_row)
+        self.out_row0 = module.tiling.cta_row(self.row0)
         self.depth = {c.name: c.depth for c in part.cursors}
         self.count = {c.name: 0 for c in part.cursors}
         self.tile: TileRef | None = None
@@ -733,7 +745,8 @@ class _Interp:
                     k_end = t.k_end if k_grouped and o.tensor is ir.Tensor.A else None
                     tag = Tag(o.tensor.value, (o.coord[0].value, o.coord[1].value),
                               (origin[o.coord[0]], origin[o.coord[1]]), group, k_end,
-                              t.k_start if k_end is not None else 0, tuple((cb.start, cb.cols) for cb in o.blocks))
+                              t.k_start if k_end is not None else 0, tuple((cb.start, cb.cols) for cb in o.blocks),
+                              a_interleave(m.tiling) if o.tensor is ir.Tensor.A else ())
                     slot = self._index(o.slot, ring.depth, text)
                     bi = -1 if o.barrier is None else self._index(o.slot, m.barrier(o.barrier).depth, text)
                     yield LoadI(site, o.ring, slot, tag, o.barrier, bi, ir.load_bytes(ring, o), multicast=o.multicast)
@@ -798,7 +811,7 @@ class _Interp:
                 case ir.Epilogue():
                     t = self._tile(text)
                     cols = self._block(self._acc(o.acc, text), o.part, o.parts, text)
-                    yield EpilogueI(site, o.acc, o.steps, t.off_m + self.row0, t.off_n + self._col0(o.acc), cols,
+                    yield EpilogueI(site, o.acc, o.steps, t.off_m + self.out_row0, t.off_n + self._col0(o.acc), cols,
                                     t.group)
                 case ir.StoreSmem():
                     buf = m.buffer(o.buffer)
@@ -828,7 +841,7 @@ class _Interp:
                                              f"{'' if ws else o.output}, which is {want.value}")
                     # A split-K unit's box in the workspace: ir.raster.cta_tiles says where.
                     r0, c0 = (t.ws_m, t.ws_n) if ws else (t.off_m, t.off_n // 2 if o.halved else t.off_n)
-                    r0, c0 = r0 + self.row0, c0 + o.part * (m.tiling.bn // o.parts)
+                    r0, c0 = r0 + self.out_row0, c0 + o.part * (m.tiling.bn // o.parts)
                     if m.tiling.swap_ab:  # C's rows are this module's columns
                         r0, c0 = c0, r0
                     yield TmaStoreI(site, o.buffer, r0, c0, o.output, ws, None if ws else t.row_end)
@@ -860,7 +873,7 @@ class _Interp:
                     if o.up is not None:  # a gate/up pair: the result's columns start at the tile's n * BN / 2
                         up = self._block(acc, o.up, o.parts, text)
                         off_n = t.off_n // 2 + acc.col0 + cols[0]
-                    yield ApplyI(site, o.acc, cols, t.off_m + self.row0, off_n, need, group=t.group, up_cols=up)
+                    yield ApplyI(site, o.acc, cols, t.off_m + self.out_row0, off_n, need, group=t.group, up_cols=up)
                 case ir.FoldAmax() | ir.StoreScales():
                     t = self._tile(text)
                     g = self._graph(text)
@@ -868,7 +881,7 @@ class _Interp:
                         raise MalformedError(f"partition {self.p.name}: `{text}` needs a graph with a group amax")
                     acc = self._acc(o.acc, text)
                     cols = self._block(acc, o.part, o.parts, text)
-                    at = (t.off_m + self.row0, t.off_n + acc.col0 + cols[0])
+                    at = (t.off_m + self.out_row0, t.off_n + acc.col0 + cols[0])
                     if isinstance(o, ir.FoldAmax):
                         yield FoldI(site, o.acc, cols, *at, group=t.group)
                     elif not 0 <= o.output < len(g.outputs) or g.outputs[o.output].layout is not OutputLayout.GROUPS:
@@ -882,7 +895,7 @@ class _Interp:
                     if m.amax_pass is None:
                         raise MalformedError(f"partition {self.p.name}: `{text}` outside a rule 29 first pass")
                     col0 = t.off_n + acc.col0
-                    yield AtomicI(site, o.acc, t.off_m + self.row0, (col0, col0 + acc.cols), t.row_end)
+                    yield AtomicI(site, o.acc, t.off_m + self.out_row0, (col0, col0 + acc.cols), t.row_end)
                 case ir.StoreWait():
                     yield StoreWaitI(site, o.pending)
                 case ir.StoreTile():
@@ -891,7 +904,7 @@ class _Interp:
                     if o.output is not None and not 0 <= o.output < len(self._graph(text).outputs):
                         raise MalformedError(f"partition {self.p.name}: `{text}` stores epilogue output {o.output}, "
                                              f"but the graph has {len(self._graph(text).outputs)} output(s)")
-                    yield StoreTileI(site, o.acc, t.off_m + self.row0, t.off_n + acc.col0, (0, acc.cols), o.output)
+                    yield StoreTileI(site, o.acc, t.off_m + self.out_row0, t.off_n + acc.col0, (0, acc.cols), o.output)
                 case ir.TcMma():
                     t = self._tile_in_k(text)
                     overwrite = o.overwrite is ir.Guard.ALWAYS or self._guard(o.overwrite, text)

@@ -396,17 +396,21 @@ def _coverage(module: ir.Module, m: int, n: int, k: int, grid: int, pids: tuple[
     g = module.spec.epilogue
     grouped = [g is not None and j < len(g.outputs) and g.outputs[j].layout is OutputLayout.GROUPS
                for j in range(len(ops.writes))]
+    # (a tile's rows of C: BM from its first, or where a cluster's CTAs interleave, ir.Tiling.cta_row's)
+    local = torch.tensor([t.cta_row(j) for j in range(t.bm)]) if t.interleaved else None
     for pid in pids:
         for tile in stored_tiles(module, m, n, k, pid, grid, span):
             for j, writes in enumerate(ops.writes):
                 w = writes.t() if t.swap_ab else writes  # (in the module's coordinates)
+                rows = w[tile.off_m:tile.off_m + t.bm] if local is None else \
+                    w[(tile.off_m + local)[tile.off_m + local < w.shape[0]]]
                 if grouped[j]:  # (a quantization's scales: the tile's rows of its groups' columns)
                     assert g is not None
                     amax = g.amax()
                     cols = slice(amax.index(tile.off_n), amax.index(tile.off_n + t.tile_n - 1) + 1)
-                    got = w[tile.off_m:tile.off_m + t.bm, cols]
+                    got = rows[:, cols]
                 else:
-                    got = w[tile.off_m:tile.off_m + t.bm, tile.off_n:tile.off_n + t.tile_n]
+                    got = rows[:, tile.off_n:tile.off_n + t.tile_n]
                 if not got.numel():  # (a cluster tile's rows past M: its CTA's stores are all clipped)
                     continue
                 lo, hi = int(got.min()), int(got.max())
@@ -439,7 +443,8 @@ def stored_tiles(module: ir.Module, m: int, n: int, k: int, pid: int, grid: int,
     t = module.tiling
     if t.stream_k:
         return tuple(u for u in Geometry.of(module, m, n, k, pid, grid).tiles if u.stores())
-    return cta_tiles(pid, m, n, t.bm, t.tile_n, t.group_m, grid, t.split_k, span, t.cluster, t.cluster_n)
+    return cta_tiles(pid, m, n, t.bm, t.tile_n, t.group_m, grid, t.split_k, span, t.cluster, t.cluster_n,
+                     t.rank_rows)
 
 
 def run_linked(machines: list[Machine], rng: random.Random, sink: FindingSink) -> None:
@@ -473,7 +478,7 @@ def completed_tiles(module: ir.Module, m: int, n: int, grid: int, pids: Iterable
     was); without, every tile they visit."""
     t = module.tiling
     units = tuple(u for pid in pids for u in cta_tiles(pid, m, n, t.bm, t.tile_n, t.group_m, grid, t.split_k, span,
-                                                       t.cluster, t.cluster_n))
+                                                       t.cluster, t.cluster_n, t.rank_rows))
     return whole_tiles(units, t.split_k)
 
 
@@ -502,7 +507,8 @@ def representative_ctas(module: ir.Module, m: int, n: int, span: Span | None = N
         return tuple(range(grid))  # (linked by their fixups: all of them run)
     seen: dict[int, int] = {}
     for pid in range(0, grid, t.cluster):  # (a cluster's CTAs visit as many tiles as its lead)
-        tiles = cta_tiles(pid, m, n, t.bm, t.tile_n, t.group_m, grid, t.split_k, span, t.cluster, t.cluster_n)
+        tiles = cta_tiles(pid, m, n, t.bm, t.tile_n, t.group_m, grid, t.split_k, span, t.cluster, t.cluster_n,
+                     t.rank_rows)
         seen.setdefault(len(tiles), pid)
     return whole_clusters(module, seen.values())
 

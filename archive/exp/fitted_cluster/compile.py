@@ -18,6 +18,7 @@ import importlib.util
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from warploom.backends import gluon_api
 from warploom.dtypes import DType
@@ -40,17 +41,23 @@ CASES = {
 }
 
 
-def main(name: str) -> None:
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    kernel, descs = CASES[name]
+def load_module(name: str) -> Any:
+    """The hand-written kernel file `name`.gluon as a module (Gluon's JIT reads a function's source and module)."""
     path = HERE / f"{name}.gluon"
     loader = importlib.machinery.SourceFileLoader(f"fitted_cluster_{name}", str(path))
     spec = importlib.util.spec_from_loader(loader.name, loader)
     assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[loader.name] = module  # (Gluon's JIT reads the function's module)
+    sys.modules[loader.name] = module
     loader.exec_module(module)
+    return module
+
+
+def main(name: str) -> None:
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    kernel, descs = CASES[name]
+    module = load_module(name)
     sig = {p: f"tensordesc<bf16[{', '.join(map(str, box))}],{shared_layout(DType.BF16, box, cga)!r}>"
            for p, (box, cga) in descs.items()}
     sig.update({"M": "i32", "N": "i32", "K": "i32"})
