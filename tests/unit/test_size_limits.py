@@ -96,3 +96,42 @@ def test_a_grouped_rowwise_scale_b_past_2_31_elements_is_refused() -> None:
 def test_a_hand_built_spec_past_the_limit_is_refused_naming_its_field(spec_args: dict[str, Any],
                                                                        field: str) -> None:
     raises(InputError, field, lambda: GemmSpec(**spec_args), match="32-bit integers")
+
+
+# Offsets a plan's counts make (not the sizes alone): stream-K's iteration products and split-K's slab rows, in 32
+# bits (planning/plan_check._check_i32).
+def _plan(**fields: Any) -> Any:
+    from warploom.planner import Plan
+
+    return Plan(**{"bm": 128, "bn": 256, "bk": 64, "stages": 4, "consumer_warps": 8, "group_m": 8, "grid": 132,
+                   **fields})
+
+
+def test_a_stream_k_plan_past_32_bit_iterations_is_refused() -> None:
+    from warploom.errors import PlanError
+    from warploom.planning.plan_check import check_plan
+
+    spec = GemmSpec(4096, 4096, 8_000_000)  # 512 tiles: 116 shared by 132 CTAs, 125000 k-blocks each
+    with pytest.raises(PlanError, match=r"stream_k=2.*32 bits.*Fix: stream_k=0"):
+        check_plan(spec, _plan(stream_k=2), H100_SXM)
+    check_plan(GemmSpec(4096, 4096, 100_000), _plan(stream_k=2), H100_SXM)  # (1563 k-blocks: fine)
+
+
+def test_a_forced_stream_k_past_32_bits_is_refused_at_build() -> None:
+    """Forced, the planner builds the stream-K plan it was asked for and the build refuses it by name, before any
+    pass (rule 21 passes stream-K over there on its own: `sm90_search._stream_k_step`)."""
+    from warploom.errors import PlanError
+    from warploom.planner import plan_schedule
+
+    spec = GemmSpec(4096, 4096, 8_000_000)
+    with pytest.raises(PlanError, match="stream_k"):
+        build(spec, H100_SXM, plan_schedule(spec, H100_SXM, stream_k=2, bm=128, bn=256))
+
+
+def test_a_split_k_plan_past_32_bit_slab_rows_is_refused() -> None:
+    from warploom.errors import PlanError
+    from warploom.planning.plan_check import check_plan
+
+    with pytest.raises(PlanError, match=r"split_k=8.*split \* MP"):
+        check_plan(GemmSpec(2**29, 256, 8192), _plan(split_k=8), H100_SXM)
+    check_plan(GemmSpec(2**20, 256, 8192), _plan(split_k=8), H100_SXM)

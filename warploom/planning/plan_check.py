@@ -52,6 +52,7 @@ def check_plan(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> None:
     if plan.scale_partition and not spec.scale.is_blockwise:
         raise plan_field("scale_partition", True, f"False: {spec.short()} has no blockwise scales to copy",
                          "scale_partition=False")
+    _check_i32(spec, plan)
     if plan.target is Target.SM90A:
         _check_sm90(plan)
     elif plan.target is Target.SM100A:
@@ -62,6 +63,32 @@ def check_plan(spec: GemmSpec, plan: Plan, device: DeviceInfo) -> None:
     elif plan.stages < 2:
         raise plan_field("stages", plan.stages, "at least 2: gfx1250's software pipeline copies one slot while it "
                          "reads another", f"stages=2, {_FIX}")
+
+
+# The kernels' 32-bit integers (their sizes are i32 arguments, `spec.oversized`; TMA coordinates are signed 32-bit).
+I32_MAX = 2**31 - 1
+
+
+def stream_k_iterations(grid: int, tiles: int, k_tiles: int, sk_waves: int = 0) -> int:
+    """The largest product stream-K's helpers form in i32 (backends/gluon_sm90.py's ``sk_range`` and ``sk_owner``:
+    (pid + 1) times the shared iterations, sk_tiles * k_tiles, with sk_tiles at most the grid's waves it shares)."""
+    return grid * min(tiles, grid * (1 + sk_waves)) * k_tiles
+
+
+def _check_i32(spec: GemmSpec, plan: Plan) -> None:
+    """Refuse a plan whose kernel would compute an offset past 2^31 in 32 bits from its counts (the sizes alone pass
+    `spec.oversized`): stream-K's iteration products, and split-K's workspace row coordinate split * MP + m."""
+    m, n = (spec.n, spec.m) if plan.swap_ab else (spec.m, spec.n)
+    k_tiles = -(-spec.k // plan.bk)
+    if plan.stream_k and stream_k_iterations(plan.grid, plan.units(spec.m, spec.n), k_tiles,
+                                             plan.sk_waves) > I32_MAX:
+        raise plan_field("stream_k", plan.stream_k, f"no stream-K at K = {spec.k} on {plan.grid} CTAs: its helpers "
+                         "count (tile, k-block) iterations times the grid in 32 bits, which this passes",
+                         f"stream_k=0 (whole tiles, or split_k), {_FIX}")
+    if plan.split_k > 1 and plan.split_k * -(-m // plan.bm) * plan.bm > I32_MAX:
+        raise plan_field("split_k", plan.split_k, f"split_k * M (rounded up to BM) at most {I32_MAX}: each k-range's "
+                         "slab of the workspace starts at row split * MP, a 32-bit TMA coordinate",
+                         f"split_k=1, {_FIX}")
 
 
 def _check_sm90(plan: Plan) -> None:

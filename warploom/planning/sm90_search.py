@@ -15,6 +15,7 @@ from warploom.errors import UnsupportedError
 from warploom.planning.common import SWAP_TOKENS, dense_operands, is_decode
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
+from warploom.planning.plan_check import I32_MAX, stream_k_iterations
 from warploom.planning.sm90_models import (
     CLUSTER_MARGIN,
     CLUSTER_PARTIAL_MAX_PAD,
@@ -280,6 +281,8 @@ def _stream_k_step(s: Search, t: _Tile, tiles: int, score: float) -> tuple[int, 
             spec, o.pingpong, s.scale_partition, o.split_k, o.tail_split, False, t.bm, t.early)):
         return None
     k_tiles = math.ceil(spec.k / s.bk)
+    if not stream_k and stream_k_iterations(device.sm_count, tiles, k_tiles, 1) > I32_MAX:
+        return None  # (its helpers' 32-bit iteration products would overflow: plan_check refuses such a plan)
     best: tuple[int, float, int] | None = None
     # (chosen by the planner only where every shared tile gets exactly `pieces` pieces: pieces that start
     # at other k-blocks than whole pieces of their neighbours lost up to 30% in L2, session 22; and never
