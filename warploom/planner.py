@@ -50,9 +50,9 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
     64x128 tiles instead, within 90% of the SMs: docs/decisions/rule-35-short-k-rows64.md
 36. 16-bit operands of rule 23's kind, 64 < N <= 128, at least 64 k-blocks: one column of 64-row tiles across N, K
     split in up to 4 ranges to fill the SMs: docs/decisions/rule-36-one-column-split.md
-37. Triton >= 3.7, 16-bit or fp8 fast operands on rows not whole lines, at least 45 (fp8: 23) k-blocks, a 128-row
-    plan: a fitted tile (128 + 16 or 128 + 64) in a 2x1 cluster where its cluster tiles fill one round (65%; fp8 80%):
-    docs/decisions/rule-37-fitted-clusters.md
+37. Triton >= 3.7, 16-bit or fp8 rowwise fast operands on rows not whole lines, at least 45 (fp8: 23) k-blocks, a
+    128-row plan: a fitted tile (128 + 16 or 128 + 64) in a 2x1 cluster where its cluster tiles fill one round (65%;
+    fp8 80%): docs/decisions/rule-37-fitted-clusters.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and 20:
 `planning/sm90.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90_search.py`, its tile menu in
@@ -355,9 +355,11 @@ class Explanation:
                          if self.spec.n <= sum(blocks) else
                          f"  fitted tile, rule 32: {self.plan.units(self.spec.m, self.spec.n)} tiles of "
                          f"{self.plan.bm}x{sum(blocks)} (blocks {'+'.join(map(str, blocks))} of a "
-                         f"{self.plan.bn}-wide slot)"
-                         + (f", in 2x1 clusters (rule 37): each CTA 64 rows of every 128 of a "
-                            f"{2 * self.plan.bm}-row cluster tile, B multicast" if self.plan.cluster > 1 else ""))
+                         f"{self.plan.bn}-wide slot)" if self.plan.cluster == 1 else
+                         f"  fitted tile in 2x1 clusters, rule 37: {self.plan.units(self.spec.m, self.spec.n)} tiles "
+                         f"of {self.plan.bm}x{sum(blocks)} (blocks {'+'.join(map(str, blocks))} of a "
+                         f"{self.plan.bn}-wide slot), each CTA 64 rows of every 128 of a {2 * self.plan.bm}-row "
+                         "cluster tile, B multicast")
         if not self.candidates:
             lines.append("  (chosen by a rule without scoring: swap-AB decode, sm_100a, gfx1250 or forced options)")
             if self.plan.promote_tmem:

@@ -906,6 +906,13 @@ class Tiling:
         INTERLEAVE where the CTAs interleave (`interleaved`)."""
         return INTERLEAVE if self.interleaved else self.bm
 
+    @property
+    def row_blocks(self) -> tuple[tuple[int, int], ...]:
+        """A CTA's rows of its tile as (first row past its rank's first, rows) blocks: ((0, BM),), or where the CTAs
+        interleave each 64-row block where `cta_row` puts it."""
+        q = self.rank_rows
+        return tuple((self.cta_row(j), q) for j in range(0, self.bm, q))
+
     def cta_row(self, j: int) -> int:
         """A CTA's local row j (of its BM) as rows past its rank's first row of the cluster tile (`rank_rows`): j,
         or with interleaved CTAs j's 64-row block times the cluster's rows of a block, plus j within it."""

@@ -26,7 +26,7 @@ from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
 from warploom.planning.sm90_narrow import narrow_problems
 from warploom.planning.sm90_tiles import rows_aligned
-from warploom.spec import Accumulation, GemmSpec
+from warploom.spec import Accumulation, ALayout, GemmSpec, ScaleRecipe
 
 # The fitted tiles measured in a cluster: 128 rows, blocks 128 + 16 or 128 + 64 (128 + 32 lost at its one shape).
 BLOCKS = ((128, 16), (128, 64))
@@ -45,11 +45,17 @@ MAX_PADDING = 1.25
 
 def fitted_cluster(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> tuple[int, ...] | None:
     """Rule 37's blocks for `spec` in place of `plan` (128-row tiles, whole or fitted, one CTA a tile or rule 24's
-    cluster, with a split-K tail or stream-K's shared last wave: no split, swap or ping-pong), or None: 16-bit or fp8
-    operands with native accumulation (fp8's fast) on rows that are not whole lines, at least MIN_KBLOCKS k-blocks,
+    cluster, with a split-K tail or stream-K's shared last wave: no split, swap or ping-pong), or None: 16-bit
+    operands, or fp8 rowwise with fast accumulation and no bias, into a 16-bit C, a K-major A, on rows that are not
+    whole lines, at least MIN_KBLOCKS k-blocks,
     Triton's Hopper multicast, and a width of BLOCKS whose cluster tiles fill one round of the SMs' clusters at least
     MIN_FILL (the fullest; a tie goes to the wider tile), padding M and N by at most MAX_PADDING."""
-    if (spec.accumulation is not Accumulation.NATIVE or rows_aligned(spec)
+    # (what was timed: 16-bit operands into a 16-bit C, and fp8 rowwise without a bias; never an M-major A, which a
+    # cluster refuses: each CTA's rows must be one box of A)
+    timed = spec.out_dtype.bits == 16 and (spec.a_dtype.bits == 16 or spec.scale is ScaleRecipe.ROWWISE
+                                            and spec.bias_dtype is None)
+    if (not timed or spec.a_layout is not ALayout.K_MAJOR or spec.accumulation is not Accumulation.NATIVE
+            or rows_aligned(spec)
             or k_blocks(spec) < MIN_KBLOCKS[spec.a_dtype.bits] or not gluon_api.current().tma_multicast
             or plan.bm != 128 or plan.split_k > 1 or plan.swap_ab or plan.pingpong or plan.cluster_n
             or narrow_problems(spec, replace(plan, cluster=1, tail_split=1, stream_k=0))):

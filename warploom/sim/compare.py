@@ -128,14 +128,16 @@ def _tile_inputs(x: Inputs, rows: slice, cols: slice) -> Inputs:
 
 
 def _judged(output: torch.Tensor, x: Inputs, tiles: tuple[TileRef, ...], bm: int,
-            bn: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """`tiles` of the output and of the fp32 reference, flattened (or whole, when they are every tile)."""
+            bn: int, row_blocks: tuple[tuple[int, int], ...] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`tiles` of the output and of the fp32 reference, flattened (or whole, when they are every tile); each tile's
+    rows as `row_blocks` (`ir.Tiling.row_blocks`: a cluster's interleaved CTAs hold their rows in blocks), else BM
+    from its first."""
     m, n = output.shape
     if len(tiles) == cdiv(m, bm) * cdiv(n, bn):  # one large matmul: ~10x faster than one per tile
         return output.float(), reference(x)
     # (a cluster tile's rank may lie wholly past M: nothing of it is C's)
-    parts = [(slice(tile.off_m, tile.off_m + bm), slice(tile.off_n, tile.off_n + bn)) for tile in tiles
-             if tile.off_m < m and tile.off_n < n]
+    parts = [(slice(tile.off_m + r0, tile.off_m + r0 + rows), slice(tile.off_n, tile.off_n + bn)) for tile in tiles
+             for r0, rows in (row_blocks or ((0, bm),)) if tile.off_m + r0 < m and tile.off_n < n]
     out = torch.cat([output[r, c].float().reshape(-1) for r, c in parts])
     if is_blockwise(x):
         # Blockwise scales index by k-block and by 128 columns (or column), not by the tile's own rows and
@@ -169,7 +171,7 @@ def compare_kernel(kern: Kernel, x: Inputs, *, ctas: Iterable[int] | None = None
     t = kern.module.tiling
     error = math.nan
     if tiles:
-        out, ref = _judged(res.output, x, tuple(tiles), t.bm, t.tile_n)
+        out, ref = _judged(res.output, x, tuple(tiles), t.bm, t.tile_n, t.row_blocks)
         if not out.isnan().any():
             error = relative_error(out, ref)
     return Comparison(res, launches[0].grid if launches else 0, tuple(tiles), error, time.perf_counter() - t0,
@@ -195,7 +197,7 @@ def compare(module: ir.Module, x: Inputs, *, ctas: Iterable[int] | None = None, 
         judged, bm, bn = tiles, t.bm, t.tile_n
         if t.swap_ab:  # (each tile of C^T at (off_m, off_n) is C's at (off_n, off_m))
             judged, bm, bn = tuple(replace(u, off_m=u.off_n, off_n=u.off_m) for u in tiles), t.tile_n, t.bm
-        out, ref = _judged(res.output, x, judged, bm, bn)
+        out, ref = _judged(res.output, x, judged, bm, bn, None if t.swap_ab else t.row_blocks)
         if not out.isnan().any():
             error = relative_error(out, ref)
     return Comparison(res, grid, tiles, error, time.perf_counter() - t0)
