@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 import torch
+from test_cluster_sim import assert_as_one_cta  # (pytest puts this folder on sys.path)
 
 import warploom
 from warploom.backends.gluon_api import emitting_for
@@ -53,16 +54,8 @@ def _inputs(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("m,n,k,blocks", SHAPES)
 def test_each_cta_computes_its_interleaved_rows(m: int, n: int, k: int, blocks: tuple[int, ...]) -> None:
-    module = _module(m, n, k, blocks)
-    a, b = _inputs(m, n, k)
-    for seed in range(2):
-        res = simulate(module, a, b, seed=seed)
-        assert res.ok, res.report.summary()
-        assert not res.output.isnan().any(), "every element of C written"
-        assert relative_error(res.output.float(), a.float() @ b.float()) < 1e-2
-    # The same fitted tile one CTA a tile sums the same k-blocks in the same order: the same bits.
-    plain = simulate(_module(m, n, k, blocks, cluster=1), a, b)
-    assert plain.ok and torch.equal(res.output, plain.output)
+    # (against fp32, and the same bits as the same fitted tile one CTA a tile)
+    assert_as_one_cta(_module(m, n, k, blocks), _module(m, n, k, blocks, cluster=1), *_inputs(m, n, k))
 
 
 def test_fp8_rowwise() -> None:

@@ -68,14 +68,18 @@ def _drop(module: ir.Module, role: ir.Role, drop: type, barrier: str) -> ir.Modu
 def test_each_rank_computes_its_rows(m: int, n: int, k: int) -> None:
     module = _module(m, n, k)
     assert module.tiling.cluster == 2
-    a, b = _inputs(m, n, k)
+    assert_as_one_cta(module, _module(m, n, k, cluster=1), *_inputs(m, n, k))
+
+
+def assert_as_one_cta(module: ir.Module, one_cta: ir.Module, a: torch.Tensor, b: torch.Tensor) -> None:
+    """A cluster's `module` on two schedules: clean, every element of C written, right against fp32, and the same bits
+    as `one_cta`, the same plan without the cluster (the same k-blocks summed in the same order)."""
     for seed in range(2):
         res = simulate(module, a, b, seed=seed)
         assert res.ok, res.report.summary()
         assert not res.output.isnan().any(), "every element of C written"
         assert relative_error(res.output.float(), a.float() @ b.float()) < 1e-2
-    # The same plan without the cluster sums the same k-blocks in the same order: the same bits.
-    plain = simulate(_module(m, n, k, cluster=1), a, b)
+    plain = simulate(one_cta, a, b)
     assert plain.ok and torch.equal(res.output, plain.output)
 
 

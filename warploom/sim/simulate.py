@@ -396,14 +396,12 @@ def _coverage(module: ir.Module, m: int, n: int, k: int, grid: int, pids: tuple[
     g = module.spec.epilogue
     grouped = [g is not None and j < len(g.outputs) and g.outputs[j].layout is OutputLayout.GROUPS
                for j in range(len(ops.writes))]
-    # (a tile's rows of C: BM from its first, or where a cluster's CTAs interleave, ir.Tiling.cta_row's)
-    local = torch.tensor([t.cta_row(j) for j in range(t.bm)]) if t.interleaved else None
     for pid in pids:
         for tile in stored_tiles(module, m, n, k, pid, grid, span):
             for j, writes in enumerate(ops.writes):
                 w = writes.t() if t.swap_ab else writes  # (in the module's coordinates)
-                rows = w[tile.off_m:tile.off_m + t.bm] if local is None else \
-                    w[(tile.off_m + local)[tile.off_m + local < w.shape[0]]]
+                # (a tile's rows of C: BM from its first, or where a cluster's CTAs interleave, their blocks)
+                rows = torch.cat([w[tile.off_m + r0:tile.off_m + r0 + q] for r0, q in t.row_blocks])
                 if grouped[j]:  # (a quantization's scales: the tile's rows of its groups' columns)
                     assert g is not None
                     amax = g.amax()
