@@ -471,6 +471,12 @@ if [ "$what" = fitcluster ]; then
   python3 archive/exp/fitted_cluster/run.py --out "$OUT/fitcluster.json" ${FITCLUSTER_ARGS:-} 2>&1 \
     | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/fitcluster.log"
 fi
+if [ "$what" = directstore ]; then
+  # A small tile's epilogue as masked stores from the registers against the TMA store (archive/exp/direct_store.py):
+  # the planner's kernel and its two edited forms, launched alike, against torch (DIRECTSTORE_ARGS: its flags).
+  python3 archive/exp/direct_store.py --out "$OUT/directstore.json" ${DIRECTSTORE_ARGS:-} 2>&1 \
+    | grep -v "nanobind\|leaked\|^ - " | tee -a "$OUT/directstore.log"
+fi
 # Everything written under $OUT, packed as one file named to sort first: a device call may hand back only a few files,
 # and a sweep writes one a shape.
 (cd "$OUT" && tar czf 0-all.tgz --exclude=0-all.tgz . 2>/dev/null)

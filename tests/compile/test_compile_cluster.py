@@ -170,3 +170,33 @@ def test_fitted_cluster_kernels_cross_compile(name: str) -> None:
     assert c.spills == 0, f"{k.module.name} spills {c.spills} bytes: {s}\n{c.ptxas_log}"
     assert k.module.smem_bytes <= c.smem_bytes <= H100_SXM.smem_per_block, s
     assert not c.wgmma_serialized, c.ptxas_log
+
+
+# Rule 24's forced 128x128 and 64x128 tiles in 2x1 clusters (CLUSTER_TILES): B's one box multicast by the lead, A's
+# own box a CTA; 64x128: one consumer warpgroup a CTA.
+SMALL_TILES = {
+    "c64x128_bf16_nmajor_unaligned": (GemmSpec(4634, 4968, 3672, b_layout=BLayout.N_MAJOR), 64),
+    "c64x128_bf16_tall_narrow": (GemmSpec(6262, 120, 2120), 64),
+    "c64x128_e4m3_rowwise_bias_out_fp32": (MATRIX["e4m3_rowwise_bias_out_fp32"], 64),
+    "c64x128_e4m3_blockwise_128x128": (MATRIX["e4m3_blockwise_128x128"], 64),
+    "c128x128_bf16_kmajor_ragged": (GemmSpec(300, 528, 200), 128),
+    "c128x128_e4m3_rowwise_promoted": (MATRIX["e4m3_rowwise_promoted"], 128),
+}
+
+
+@pytest.mark.skipif(not MULTICAST, reason="Triton < 3.7: no Hopper multicast")
+@pytest.mark.parametrize("name", list(SMALL_TILES))
+def test_128_and_64_row_tile_clusters_cross_compile(name: str, spill_budget: int) -> None:
+    spec, bm = SMALL_TILES[name]
+    k = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, cluster=2, bm=bm, bn=128))
+    assert (k.plan.bm, k.plan.cluster, k.plan.consumer_partitions) == (bm, 2, 2 if bm == 128 else 1)
+    c = k.compile()
+    s = c.summary()
+    assert ".reqnctapercluster 2" in c.ptx, "a cluster of 2 CTAs"
+    loads = re.findall(r"UTMALDG[^\n]*", c.sass)
+    assert loads and any("MULTICAST" in line for line in loads), loads
+    mma, other = ("QGMMA", "HGMMA") if spec.is_fp8 else ("HGMMA", "QGMMA")
+    assert c.count(mma) > 0 and c.count(other) == 0, s
+    assert c.spills <= spill_budget, f"{k.module.name} spills {c.spills} bytes: {s}\n{c.ptxas_log}"
+    assert k.module.smem_bytes <= c.smem_bytes <= H100_SXM.smem_per_block, s
+    assert not c.wgmma_serialized, c.ptxas_log

@@ -353,14 +353,80 @@ def test_fitted_fp8(recipe: str, m: int, n: int, k: int, blocks: tuple[int, ...]
     assert _err(out, ref) < 1e-3
 
 
-def test_fitted_in_a_cuda_graph() -> None:
-    torch.manual_seed(5)
-    m, n, k = 1256, 1720, 2000
-    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
-    kern = _fitted(checks.matmul_spec(a, b, None), (128, 16))
-    eager = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+def _bf16_k_major(m: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(seed)
+    return (torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
+            torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t())
+
+
+def _assert_replays_as_eager(kern: Kernel, a: torch.Tensor, b: torch.Tensor) -> None:
+    """`kern` replayed in a CUDA graph writes every element of C, with the bits of an eager call."""
+    eager = torch.full((a.shape[0], b.shape[1]), float("nan"), device="cuda", dtype=torch.bfloat16)
     kern.run(a, b, eager)
     out = torch.empty_like(eager)
     replayed(lambda: kern.run(a, b, out), out)
     assert torch.equal(out, eager) and not out.isnan().any()
+
+
+def test_fitted_in_a_cuda_graph() -> None:
+    a, b = _bf16_k_major(1256, 1720, 2000, seed=5)
+    _assert_replays_as_eager(_fitted(checks.matmul_spec(a, b, None), (128, 16)), a, b)
+
+
+# Rule 24's forced 128x128 and 64x128 tiles (CLUSTER_TILES): cluster tiles of 256x128 and 128x128, B multicast. A
+# mid-size shape of the zoo where 64x128 clusters ran faster, tall-narrow rows that are not 128-byte lines, a ragged
+# last cluster tile whose second CTA's rows lie past M.
+SMALL_TILES = [(300, 528, 200), (662, 1096, 3752), (6262, 120, 2120), (130, 272, 64)]
+
+
+def _small(spec: object, bm: int, cluster: int = 2, stages: int | None = None) -> Kernel:
+    dev = DeviceInfo.current()
+    kern = build(spec, dev, plan_schedule(spec, dev, cluster=cluster, bm=bm, bn=128,  # type: ignore[arg-type]
+                                          stages=stages))
+    assert (kern.plan.cluster, kern.plan.bm, kern.plan.bn) == (cluster, bm, 128)
+    return kern
+
+
+@pytest.mark.parametrize("bm", [64, 128])
+@pytest.mark.parametrize("b_k_major", [False, True])
+@pytest.mark.parametrize("m,n,k", SMALL_TILES)
+def test_small_tiles_bf16(m: int, n: int, k: int, b_k_major: bool, bm: int) -> None:
+    """Against fp32; 64x128, bit for bit against the same tile one CTA a tile (the same warpgroup MMAs, in the same k
+    order). (A 128x128 cluster's warpgroups each take 128 cluster rows by 64 columns where one CTA's take 64 rows by
+    128: other wgmma shapes, whose sums may round apart, as the 128x256 form's.)"""
+    torch.manual_seed(m + n + k + bm)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = (torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t() if b_k_major
+         else torch.randn(k, n, device="cuda", dtype=torch.bfloat16))
+    spec = checks.matmul_spec(a, b, None)
+    kern = _small(spec, bm)
+    out = _run(kern, m, n, torch.bfloat16, a, b)
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+    if bm == 64:
+        one = _small(spec, bm, cluster=1, stages=kern.plan.stages)
+        assert torch.equal(out, _run(one, m, n, torch.bfloat16, a, b))
+
+
+@pytest.mark.parametrize("bm", [64, 128])
+@pytest.mark.parametrize("recipe", ["rowwise_fast", "rowwise_bias_fp32", "tensorwise_promoted", "blockwise_128x128"])
+@pytest.mark.parametrize("m,n,k", [(300, 528, 208), (6256, 128, 2128)])
+def test_small_tiles_fp8(recipe: str, m: int, n: int, k: int, bm: int) -> None:
+    torch.manual_seed(m + 5 * n + bm)
+    a, b = fp8_pair(m, n, k)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if "bias" in recipe else None
+    out_dtype = torch.float32 if "fp32" in recipe else torch.bfloat16
+    if recipe == "blockwise_128x128":
+        sa, sb = _blockwise_scales(m, -(-k // 128), 1), _blockwise_scales(-(-k // 128), -(-n // 128), 2)
+        da, db = dequantized(a, b, sa, sb)
+        ref = da @ db
+    else:
+        sa, sb = fp8_scales(m, n, recipe.startswith("tensorwise"))
+        ref = (a.float() @ b.float()) * sa * sb + (bias.float() if bias is not None else 0)
+    spec = checks.scaled_mm_spec(a, b, sa, sb, bias, out_dtype, "fast" in recipe or "bias" in recipe)
+    out = _run(_small(spec, bm), m, n, out_dtype, a, b, sa, sb, bias)
+    assert _err(out, ref) < 1e-3
+
+
+def test_small_tiles_in_a_cuda_graph() -> None:
+    a, b = _bf16_k_major(6262, 120, 2120, seed=6)
+    _assert_replays_as_eager(_small(checks.matmul_spec(a, b, None), 64), a, b)

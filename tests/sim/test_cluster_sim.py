@@ -460,3 +460,57 @@ def test_the_lead_may_multicast_the_same_box_again(m: int, n: int, k: int, along
     res = simulate(module, a, b)
     assert res.ok, res.report.summary()
     assert relative_error(res.output.float(), a.double().matmul(b.double()).float()) < 1e-5
+
+
+# Rule 24's forced 128x128 and 64x128 tiles (CLUSTER_TILES): cluster tiles of 256x128 (each warpgroup 128 cluster rows
+# by 64 columns) and of 128x128 (one warpgroup a CTA, its 64x128 block), every recipe they build for, B either way.
+SMALL_TILES = {
+    "bf16": GemmSpec(*RAGGED),
+    "bf16_n_major": GemmSpec(*RAGGED, b_layout=BLayout.N_MAJOR),
+    "fp16_fp32_out": GemmSpec(*RAGGED, DType.FP16, DType.FP16, DType.FP32),
+    "e4m3_rowwise_fast": GemmSpec(*RAGGED, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE),
+    "e4m3_rowwise_bias": GemmSpec(*RAGGED, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                                  bias_dtype=DType.BF16),
+    "e4m3_tensorwise_promoted": _promoted(ScaleRecipe.TENSORWISE),
+    "e4m3_blockwise_128x128": _promoted(ScaleRecipe.BLOCKWISE_1X128_128X128),
+}
+
+
+@pytest.mark.parametrize("bm", [64, 128])
+@pytest.mark.parametrize("name", list(SMALL_TILES))
+def test_128_and_64_row_tile_clusters(name: str, bm: int) -> None:
+    """Clean on two schedules, every element of C written, right against fp32 (blockwise: the dequantized product),
+    and the same bits as the same tile one CTA a tile (the same k-blocks summed in the same order)."""
+    spec = SMALL_TILES[name]
+    plan = _forced_plan(spec, cluster=2, bm=bm, bn=128)
+    module = build(spec, H100_SXM, plan).module
+    assert (module.tiling.cluster, module.tiling.bm) == (2, bm)
+    x = make_inputs(spec, *RAGGED)
+    for seed in range(2):
+        got = compare(module, x, seed=seed)
+        assert got.ok and got.error < 1e-5, got.result.report.summary()
+        assert not got.result.output.isnan().any()
+    plain = compare(_forced(spec, cluster=1, bm=bm, bn=128, stages=plan.stages), x)
+    assert plain.ok and torch.equal(got.result.output, plain.result.output)
+
+
+@pytest.mark.parametrize("name", ["no_cluster_wait", "no_cluster_release"])
+def test_a_64_row_cluster_missing_its_cluster_barrier_is_caught(name: str) -> None:
+    """The one-warpgroup form keeps the cluster's protocol: every interleaving of one cluster is clean, and a lead
+    that does not wait for both CTAs to release B, or a consumer that does not release it, is found by the explorer
+    with a counterexample."""
+    m, n, k = EXPLORE
+    plan = _forced_plan(GemmSpec(m, n, k), cluster=2, bm=64, bn=128)
+    module, _ = compile_schedule(GemmSpec(m, n, k), dataclasses.replace(plan, stages=1, grid=2), H100_SXM)
+    rep = explore(module, m, n, k, max_states=100_000)
+    assert rep.ok and not rep.bound_hit and rep.ctas == (0, 1), rep.summary()
+    role, op, kind = {"no_cluster_wait": (ir.Role.PRODUCER, ir.Wait, K.OVERWRITE_UNRELEASED),
+                      "no_cluster_release": (ir.Role.CONSUMER, ir.Arrive, K.DEADLOCK)}[name]
+    mutant = _drop(module, role, op, CLUSTER_EMPTY)
+    rep = explore(mutant, m, n, k, max_states=100_000, stop_at_first=True)
+    assert kind in rep.kinds() and rep.counterexample, rep.summary()
+
+
+def _forced_plan(spec: GemmSpec, **options: object) -> warploom.Plan:
+    with emitting_for("3.9"):
+        return plan_schedule(spec, H100_SXM, **options)  # type: ignore[arg-type]

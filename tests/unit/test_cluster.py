@@ -196,8 +196,37 @@ def test_forced_cluster_conflicts() -> None:
             plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=3)
         with pytest.raises(UnsupportedError, match="stream_k"):
             plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, stream_k=2)
-        with pytest.raises(UnsupportedError, match="128x256"):
-            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, bn=128)
+        with pytest.raises(UnsupportedError, match="128x256 or 128x128 .* or 64x128 with one"):
+            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, bn=64)
+        with pytest.raises(UnsupportedError, match="64x128 with one"):
+            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, bm=64, bn=128, consumer_partitions=2)
+        with pytest.raises(UnsupportedError, match="64x128 with one"):  # (one warpgroup: the 64-row tile only)
+            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, consumer_partitions=1)
+        with pytest.raises(UnsupportedError, match="1x2 cluster's tile other than 128x256"):
+            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster="1x2", bn=128)
+        with pytest.raises(UnsupportedError, match="no 2x1 cluster plan fits .* stages=12"):
+            plan_schedule(bf16(662, 1096, 3752), H100_SXM, cluster=2, bm=64, bn=128, stages=12)
+
+
+@pytest.mark.parametrize("forced,tile,parts", [({"bm": 64, "bn": 128}, (64, 128), 1), ({"bm": 64}, (64, 128), 1),
+                                               ({"bm": 128, "bn": 128}, (128, 128), 2), ({"bn": 128}, (128, 128), 2)])
+def test_forced_128_and_64_row_clusters(forced: dict[str, int], tile: tuple[int, int], parts: int) -> None:
+    """Rule 24's smaller tiles (CLUSTER_TILES), forced only: a 2x1 cluster of 128x128 tiles (each warpgroup 128
+    cluster rows by 64 columns, as the 128x256 form's) or of 64x128 ones (one warpgroup a CTA keeps its 64x128
+    block); the grid is two CTAs a cluster tile of 2 BM rows, up to the SMs' 66 clusters. Unforced, the planner
+    keeps one CTA a tile at the shapes they were measured at (662x1096x3752 and 6262x120x2120 ran faster in
+    clusters, 494x1528x2496 slower: no rule tells them apart yet)."""
+    m, n, k = 662, 1096, 3752
+    with emitting_for("3.9"):
+        plan = plan_schedule(bf16(m, n, k), H100_SXM, cluster=2, **forced)
+        assert (plan.bm, plan.bn, plan.consumer_partitions, plan.cluster) == (*tile, parts, 2)
+        assert plan.grid == 2 * min(66, -(-m // (2 * tile[0])) * -(-n // tile[1]))
+        assert plan.epilogue_subtiles == (2 if parts == 2 else 1) and not plan.split_k > 1 and not plan.stream_k
+        module, _ = compile_schedule(bf16(m, n, k), plan, H100_SXM)
+        assert verify.complete(module, H100_SXM) == []
+        assert module.tiling.cluster == 2 and not module.tiling.interleaved
+        for shape in ((662, 1096, 3752), (6262, 120, 2120), (494, 1528, 2496)):
+            assert plan_schedule(bf16(*shape), H100_SXM).cluster == 1
 
 
 def test_one_sm_device_runs_no_cluster() -> None:

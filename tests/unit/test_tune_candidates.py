@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, Plan, ScaleRecipe, UnsupportedError
+from warploom.backends.gluon_api import emitting_for
 from warploom.epilogue import graph as eg
 from warploom.planner import is_decode, max_stages, plan_schedule
 from warploom.tune.candidates import SearchSpace, candidates, distance, feasible, replan, same_order
@@ -179,7 +180,7 @@ def test_raster_groups_past_the_tile_rows_are_one_candidate() -> None:
     # M = 1: one row of tiles, so GROUP_M 4, 8 and 16 walk the same order; only one of them is tried.
     spec = GemmSpec(1, 4096, 4096)
     cands = candidates(spec, H100_SXM, limit=50)
-    keys = [(c.plan.bm, c.plan.bn, c.plan.stages, c.plan.consumer_partitions) for c in cands]
+    keys = [(c.plan.bm, c.plan.bn, c.plan.stages, c.plan.consumer_partitions, c.plan.cluster) for c in cands]
     assert len(keys) == len(set(keys))
 
 
@@ -200,7 +201,8 @@ def test_replan_raises_on_a_plan_that_no_longer_fits() -> None:
         replan(spec, H100_SXM, dataclasses.replace(p, stages=7))
 
 
-@pytest.mark.parametrize("bad", [{"stage_depths": 0}, {"bm": ()}, {"group_m": (0,)}])
+@pytest.mark.parametrize("bad", [{"stage_depths": 0}, {"bm": ()}, {"group_m": (0,)}, {"clusters": ()},
+                                 {"clusters": (1, 3)}])
 def test_search_space_checks_itself(bad: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="SearchSpace"):
         SearchSpace(**bad)
@@ -231,6 +233,25 @@ def test_256_row_tiles_are_tried_for_plain_native_gemms_only() -> None:
                                                                                            consumer_partitions=(2,))))
 
 
+def test_clusters_are_tried_where_triton_has_multicast() -> None:
+    """Rule 24 plans 128x256 clusters only; the tuner also times the forced 128x128 and 64x128 ones (CLUSTER_TILES),
+    which ran faster than one CTA a tile at some mid-size shapes and slower at others. Under Triton 3.6 (no Hopper
+    multicast) the planner refuses every cluster, so none is a candidate."""
+    spec = GemmSpec(6262, 120, 2120)  # (64x128 tiles in a 2x1 cluster: +17% on the H200 under Triton 3.9)
+    with emitting_for("3.6"):
+        assert not any(p.cluster > 1 for p in feasible(spec, H100_SXM))
+    with emitting_for("3.9"):
+        tiles = {(p.bm, p.bn, p.consumer_partitions) for p in feasible(spec, H100_SXM) if p.cluster == 2}
+        assert tiles == {(64, 128, 1), (128, 128, 2), (128, 256, 2)}
+        for p in feasible(spec, H100_SXM):
+            assert p.cluster == 1 or replan(spec, H100_SXM, p) == p
+        assert any(c.plan.cluster == 2 and c.plan.bm == 64 for c in candidates(spec, H100_SXM))
+        assert not any(p.cluster > 1 for p in feasible(spec, H100_SXM, SearchSpace(clusters=(None,))))
+        # (one row of tiles: a 2x1 cluster's second CTA would have no rows, so no cluster is tried)
+        assert not any(p.cluster > 1 for p in feasible(GemmSpec(64, 4096, 4096), H100_SXM))
+        assert {p.bm for p in feasible(GemmSpec(128, 4096, 4096), H100_SXM) if p.cluster > 1} == {64}
+
+
 def test_ping_pong_is_tried_only_when_asked() -> None:
     spec = GemmSpec(4096, 4096, 4096)
     assert not any(p.pingpong for p in feasible(spec, H100_SXM))
@@ -241,7 +262,7 @@ def test_ping_pong_is_tried_only_when_asked() -> None:
         assert replan(spec, H100_SXM, p) == p
         est = estimate(spec, H100_SXM, p)
         assert est.regs == p.bm * p.bn // 128 + 40 and est.fits, est.why_not()
-    cands = candidates(spec, H100_SXM, limit=20, space=SearchSpace(pingpong=(False, True)))
+    cands = candidates(spec, H100_SXM, limit=20, space=SearchSpace(pingpong=(False, True), clusters=(None,)))
     assert any(c.plan.pingpong for c in cands)
 
 

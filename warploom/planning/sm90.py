@@ -358,8 +358,8 @@ def _choose(spec: GemmSpec, device: DeviceInfo, options: PlanOptions, o: PlanOpt
     `short_k_pingpong` prefers it."""
     pingpong, stages, bn, partial_blocks = o.pingpong, o.stages, o.bn, o.partial_blocks
     if CLUSTER_KNOBS[o.cluster] == 2 and (best is None or best[2].cluster != 2):
-        raise UnsupportedError(f"cluster={o.cluster!r} (rule 24): no "
-                               f"{'128x128 ping-pong' if pingpong else '128x256'} plan fits {spec.short()} with "
+        form = "128x128 ping-pong" if pingpong else "2x1 cluster" if o.bm == 64 or bn == 128 else "128x256"
+        raise UnsupportedError(f"cluster={o.cluster!r} (rule 24): no {form} plan fits {spec.short()} with "
                                f"stages={stages!r} on {device.name}. Fix: drop cluster or stages")
     if best is None:
         hint = ""

@@ -434,6 +434,21 @@ def cluster_measured(spec: GemmSpec) -> bool:
     return spec.accumulation is Accumulation.NATIVE and spec.epilogue is None  # (blockwise scales are promoted)
 
 
+# Rule 24's tiles, (BM, BN, consumer warpgroups): 128x256 is the planner's; 128x128 and 64x128 (one warpgroup a CTA)
+# are taken only where forced with bn=128 or bm=64, and by the tuner (docs/decisions/forced-cluster-tiles.md: 64x128
+# in a 2x1 cluster ran 5-19% faster than the plan at nine mid-size shapes and 4-32% slower at others, with no rule
+# found that tells them apart).
+CLUSTER_TILES = ((128, 256, 2), (128, 128, 2), (64, 128, 1))
+
+
+def cluster_tile(bm: int | None, bn: int | None, consumer_partitions: int | None) -> bool:
+    """Whether a forced tile (None: not forced) can be one of `CLUSTER_TILES`: the 128x256 one unless bm=64 or bn=128
+    names a smaller one (those are forced only)."""
+    tiles = CLUSTER_TILES[1:] if bm == 64 or bn == 128 else CLUSTER_TILES[:1]
+    return any(bm in (None, tbm) and bn in (None, tbn) and consumer_partitions in (None, parts)
+               for tbm, tbn, parts in tiles)
+
+
 def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,
                      tail_split: int | None, stream_k: int | None, swap_ab: bool | None, bm: int | None,
                      bn: int | None, consumer_partitions: int | None, along_n: bool = False) -> list[str]:
@@ -478,8 +493,10 @@ def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | Non
         problems.append("swap_ab")
     if pingpong and (bm not in (None, 128) or bn not in (None, 128)):
         problems.append("a ping-pong tile other than 128x128 (each warpgroup's whole tile)")
-    elif not pingpong and (bm not in (None, 128) or bn not in (None, 256) or consumer_partitions not in (None, 2)):
-        problems.append("a tile other than 128x256 with two consumer warpgroups")
+    elif along_n and not (bm in (None, 128) and bn in (None, 256) and consumer_partitions in (None, 2)):
+        problems.append("a 1x2 cluster's tile other than 128x256 with two consumer warpgroups")
+    elif not pingpong and not cluster_tile(bm, bn, consumer_partitions):
+        problems.append("a tile other than 128x256 or 128x128 with two consumer warpgroups, or 64x128 with one")
     return problems
 
 
@@ -512,6 +529,8 @@ def cluster_plan(plan: Plan, spec: GemmSpec, device: DeviceInfo, eff: float, ali
     # buffers take the shared memory they took, beside the same ring. Promoted fp8 promotes each warpgroup's 128
     # columns in two 64-column blocks (CLUSTER_PROMOTED_BLOCKS): a 128x128 accumulator and a 128x128 partial would
     # take 256 registers a thread; two 128x64 blocks and a 128x64 partial take the 192 of the row split's.
+    if plan.bm == 64:  # (one warpgroup a CTA keeps its 64x128 block: the CTA's rows of the 128-row cluster tile)
+        return replace(plan, cluster=2, stream_k=0, grid=2 * max(1, min(clusters, tiles))), score, tiles
     blocks = CLUSTER_PROMOTED_BLOCKS if spec.accumulation is Accumulation.PROMOTED else plan.partial_blocks
     return replace(plan, cluster=2, consumer_partitions=2, epilogue_subtiles=2 * plan.epilogue_subtiles, stream_k=0,
                    partial_blocks=blocks, grid=2 * max(1, min(clusters, tiles))), score, tiles

@@ -39,7 +39,7 @@ from warploom.spec import Accumulation, GemmSpec
 from warploom.tune.cost import Estimate, estimate
 
 # The knobs a candidate varies, compared to count its distance from the planner's default.
-KNOBS = ("bm", "bn", "stages", "group_m", "consumer_partitions", "partial_blocks", "pingpong", "swap_ab")
+KNOBS = ("bm", "bn", "stages", "group_m", "consumer_partitions", "partial_blocks", "pingpong", "swap_ab", "cluster")
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,11 @@ class SearchSpace:
             tried, each with every token width of SWAP_TOKENS that holds M, at its deepest ring only (decode
             measured deeper rings faster); () tries none. The unswapped tiles come from bm and bn as for any
             problem.
+        clusters: the `cluster` knob's values: None (rule 24 decides) and 2, a 2x1 cluster multicasting B, which
+            the planner accepts for 128x256, 128x128 and 64x128 tiles where Triton has Hopper multicast (>= 3.7; it
+            refuses them elsewhere, so they are no candidates there). Rule 24 takes only 128x256 clusters by itself;
+            64x128 ones ran 5-19% faster at some mid-size shapes and slower at others (planning/sm90_models.py,
+            CLUSTER_TILES), which only timing tells apart.
     """
 
     bm: tuple[int, ...] = (128, 64, 256)
@@ -78,6 +83,7 @@ class SearchSpace:
     pingpong: tuple[bool, ...] = (False,)
     decode_tiles: tuple[tuple[int, int], ...] = ((64, 64),)
     swap_rows: tuple[int, ...] = (64, 128)
+    clusters: tuple[int | None, ...] = (None, 2)
 
     def __post_init__(self) -> None:
         if self.stage_depths < 1:
@@ -88,6 +94,9 @@ class SearchSpace:
                 raise ValueError(f"SearchSpace: expected {name} a non-empty tuple of positive ints, got {values!r}")
         if any(v not in (64, 128) for v in self.swap_rows):
             raise ValueError(f"SearchSpace: expected swap_rows a tuple of 64 and/or 128, got {self.swap_rows!r}")
+        if not self.clusters or any(v not in (None, 2) for v in self.clusters):
+            raise ValueError(f"SearchSpace: expected clusters a non-empty tuple of None and/or 2, got "
+                             f"{self.clusters!r}")
         if not self.pingpong or any(not isinstance(v, bool) for v in self.pingpong):
             raise ValueError(f"SearchSpace: expected pingpong a non-empty tuple of bools, got {self.pingpong!r}")
 
@@ -155,13 +164,15 @@ def feasible(spec: GemmSpec, device: DeviceInfo, space: SearchSpace = DEFAULT_SP
         depths = range(deepest, max(1, deepest - (1 if decode else space.stage_depths)), -1)
         # split_k and tail_split: the planner's choice (rules 14 and 15) and none, so the tuner times both where a
         # rule splits.
-        for s, g, p, h, ks, ts in itertools.product(depths, space.group_m, space.consumer_partitions, blocks,
-                                                    (None, 1), (None, 1)):
+        for s, g, p, h, ks, ts, cl in itertools.product(depths, space.group_m, space.consumer_partitions, blocks,
+                                                        (None, 1), (None, 1), space.clusters):
             if s < 2:
                 continue  # single-buffered rings serialize TMA and MMA: never a candidate
+            if cl == 2 and spec.m <= bm:
+                continue  # one row of tiles: a 2x1 cluster's second CTA would have no rows
             try:
                 plan = plan_schedule(spec, device, bm=bm, bn=bn, stages=s, group_m=g, consumer_partitions=p,
-                                     partial_blocks=h, pingpong=pp, split_k=ks, tail_split=ts)
+                                     partial_blocks=h, pingpong=pp, split_k=ks, tail_split=ts, cluster=cl)
             except UnsupportedError:
                 continue  # the planner's own rules (it says why when forced by hand)
             seen.setdefault(plan)
