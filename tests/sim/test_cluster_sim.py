@@ -480,7 +480,8 @@ SMALL_TILES = {
 @pytest.mark.parametrize("name", list(SMALL_TILES))
 def test_128_and_64_row_tile_clusters(name: str, bm: int) -> None:
     """Clean on two schedules, every element of C written, right against fp32 (blockwise: the dequantized product),
-    and the same bits as the same tile one CTA a tile (the same k-blocks summed in the same order)."""
+    and the same bits as the same tile one CTA a tile (the simulator sums each element's k-blocks in one order
+    whatever the wgmma shape; on the GPU only the 64x128 form matches bit for bit, tests/gpu/test_cluster_gpu.py)."""
     spec = SMALL_TILES[name]
     plan = _forced_plan(spec, cluster=2, bm=bm, bn=128)
     module = build(spec, H100_SXM, plan).module
@@ -492,6 +493,20 @@ def test_128_and_64_row_tile_clusters(name: str, bm: int) -> None:
         assert not got.result.output.isnan().any()
     plain = compare(_forced(spec, cluster=1, bm=bm, bn=128, stages=plan.stages), x)
     assert plain.ok and torch.equal(got.result.output, plain.result.output)
+
+
+@pytest.mark.parametrize("bm", [64, 128])
+@pytest.mark.parametrize("name", ["bf16_gelu_residual", "fp8_rowwise_bias_gelu_residual"])
+def test_fused_epilogue_in_128_and_64_row_tile_clusters(name: str, bm: int) -> None:
+    """A fused epilogue graph on the smaller cluster tiles (forced): NaN-poisoned outputs against the user's function
+    on the fp64 product, and the same bits as the same tile one CTA a tile."""
+    case = _fused_cases()[name]
+    plan = _forced_plan(case.spec, cluster=2, bm=bm, bn=128)
+    module, res = case.run(plan)
+    assert (module.tiling.cluster, module.tiling.bm) == (2, bm)
+    assert_matches(case, res)
+    _, plain = case.run(_forced_plan(case.spec, cluster=1, bm=bm, bn=128, stages=plan.stages))
+    assert all(torch.equal(x, y) for x, y in zip(res.outputs, plain.outputs, strict=True))
 
 
 @pytest.mark.parametrize("name", ["no_cluster_wait", "no_cluster_release"])

@@ -196,11 +196,11 @@ def test_forced_cluster_conflicts() -> None:
             plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=3)
         with pytest.raises(UnsupportedError, match="stream_k"):
             plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, stream_k=2)
-        with pytest.raises(UnsupportedError, match="128x256 or 128x128 .* or 64x128 with one"):
+        with pytest.raises(UnsupportedError, match=r"128x256 or 128x128 .* or 64x128 \(bm=64\) with one"):
             plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, bn=64)
-        with pytest.raises(UnsupportedError, match="64x128 with one"):
+        with pytest.raises(UnsupportedError, match=r"64x128 \(bm=64\) with one"):
             plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, bm=64, bn=128, consumer_partitions=2)
-        with pytest.raises(UnsupportedError, match="64x128 with one"):  # (one warpgroup: the 64-row tile only)
+        with pytest.raises(UnsupportedError, match=r"64x128 \(bm=64\) with one"):  # (one warpgroup: 64 rows only)
             plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, consumer_partitions=1)
         with pytest.raises(UnsupportedError, match="1x2 cluster's tile other than 128x256"):
             plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster="1x2", bn=128)
@@ -213,9 +213,7 @@ def test_forced_cluster_conflicts() -> None:
 def test_forced_128_and_64_row_clusters(forced: dict[str, int], tile: tuple[int, int], parts: int) -> None:
     """Rule 24's smaller tiles (CLUSTER_TILES), forced only: a 2x1 cluster of 128x128 tiles (each warpgroup 128
     cluster rows by 64 columns, as the 128x256 form's) or of 64x128 ones (one warpgroup a CTA keeps its 64x128
-    block); the grid is two CTAs a cluster tile of 2 BM rows, up to the SMs' 66 clusters. Unforced, the planner
-    keeps one CTA a tile at the shapes they were measured at (662x1096x3752 and 6262x120x2120 ran faster in
-    clusters, 494x1528x2496 slower: no rule tells them apart yet)."""
+    block); the grid is two CTAs a cluster tile of 2 BM rows, up to the SMs' 66 clusters."""
     m, n, k = 662, 1096, 3752
     with emitting_for("3.9"):
         plan = plan_schedule(bf16(m, n, k), H100_SXM, cluster=2, **forced)
@@ -225,8 +223,35 @@ def test_forced_128_and_64_row_clusters(forced: dict[str, int], tile: tuple[int,
         module, _ = compile_schedule(bf16(m, n, k), plan, H100_SXM)
         assert verify.complete(module, H100_SXM) == []
         assert module.tiling.cluster == 2 and not module.tiling.interleaved
-        for shape in ((662, 1096, 3752), (6262, 120, 2120), (494, 1528, 2496)):
-            assert plan_schedule(bf16(*shape), H100_SXM).cluster == 1
+
+
+@pytest.mark.parametrize("shape", [(662, 1096, 3752), (6262, 120, 2120), (494, 1528, 2496), (73, 7472, 4784)])
+def test_the_planner_takes_no_small_tile_cluster(shape: tuple[int, int, int]) -> None:
+    """Unforced, the planner keeps one CTA a tile where 64x128 clusters were measured (K-major B, as timed):
+    662x1096x3752 and 6262x120x2120 ran faster in clusters, 494x1528x2496 slower, and no rule tells them apart."""
+    with emitting_for("3.9"):
+        plan = plan_schedule(GemmSpec(*shape), H100_SXM)
+    assert plan.cluster == 1 and plan.bm == 64, plan.short()
+
+
+def test_small_tile_cluster_refusals_and_promoted_blocks() -> None:
+    """The one-warpgroup tile is named by bm=64 (bn=128 alone is the 128x128 tile, so one warpgroup is refused);
+    fitted blocks cluster on 128x256 only; a 64x128 cluster of promoted fp8 keeps one CTA's promotion blocks, and a
+    forced count of them is taken (the 128-row tiles' CLUSTER_PROMOTED_BLOCKS does not apply)."""
+    spec = GemmSpec(1000, 4096, 4096, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE,
+                    accumulation=Accumulation.PROMOTED)
+    with emitting_for("3.9"):
+        with pytest.raises(UnsupportedError, match=r"64x128 \(bm=64\) with one"):
+            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, bn=128, consumer_partitions=1)
+        with pytest.raises(UnsupportedError, match="n_blocks=.*Fix: pass bm=128, bn=256"):
+            plan_schedule(bf16(4096, 4096, 4096), H100_SXM, cluster=2, bn=128, n_blocks=(64, 16))
+        planned = plan_schedule(spec, H100_SXM, cluster=2, bm=64)
+        assert (planned.bm, planned.cluster) == (64, 2)
+        for blocks in (1, 2):
+            forced = plan_schedule(spec, H100_SXM, cluster=2, bm=64, partial_blocks=blocks)
+            assert (forced.partial_blocks, forced.cluster) == (blocks, 2)
+        with pytest.raises(UnsupportedError, match="partial_blocks=2: expected 4"):
+            plan_schedule(spec, H100_SXM, cluster=2, bn=128, partial_blocks=2)
 
 
 def test_one_sm_device_runs_no_cluster() -> None:

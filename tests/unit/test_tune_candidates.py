@@ -67,8 +67,16 @@ def test_every_candidate_is_distinct_buildable_and_fits(spec: GemmSpec) -> None:
         if c.distance:
             assert c.estimate.fits, c.estimate.why_not()
             assert c.estimate.time <= 1.3 * best or is_decode(spec)  # (decode: no wave cut, module docstring)
-    # Ordered by distance from the default, then estimated time.
-    keys = [(c.distance, c.estimate.time) for c in cands[1:]]
+    # The first of each other schedule form (ping-pong, a cluster), then the rest by distance from the default and
+    # estimated time.
+    forms, firsts = {(cands[0].plan.pingpong, cands[0].plan.cluster)}, 0
+    for c in cands[1:]:
+        if (c.plan.pingpong, c.plan.cluster) not in forms:
+            forms.add((c.plan.pingpong, c.plan.cluster))
+            firsts += 1
+    assert all((c.plan.pingpong, c.plan.cluster) != (cands[0].plan.pingpong, cands[0].plan.cluster)
+               for c in cands[1:1 + firsts])
+    keys = [(c.distance, c.estimate.time) for c in cands[1 + firsts:]]
     assert keys == sorted(keys)
 
 
@@ -170,7 +178,9 @@ def test_the_planners_refusals_are_never_candidates() -> None:
         for p in feasible(spec, H100_SXM):
             assert not (p.bm == 64 and p.consumer_partitions == 2)  # one warpgroup cannot be two partitions
             if spec.accumulation is Accumulation.PROMOTED and p.bn == 256:
-                assert p.partial_blocks == 2  # a whole-width partial does not fit the registers
+                # a whole-width partial does not fit the registers (a 2x1 cluster's warpgroups each promote their
+                # 128 columns in 64-column blocks: CLUSTER_PROMOTED_BLOCKS)
+                assert p.partial_blocks == (4 if p.cluster == 2 else 2)
             if spec.accumulation is not Accumulation.PROMOTED:
                 assert p.partial_blocks == 1
             assert p.stages >= 2
@@ -247,6 +257,11 @@ def test_clusters_are_tried_where_triton_has_multicast() -> None:
             assert p.cluster == 1 or replan(spec, H100_SXM, p) == p
         assert any(c.plan.cluster == 2 and c.plan.bm == 64 for c in candidates(spec, H100_SXM))
         assert not any(p.cluster > 1 for p in feasible(spec, H100_SXM, SearchSpace(clusters=(None,))))
+        # (promoted fp8: a cluster's promotion blocks are the planner's, CLUSTER_PROMOTED_BLOCKS at 128 rows)
+        promoted = fp8(662, 1104, 3760, promoted=True)
+        clustered = [p for p in feasible(promoted, H100_SXM) if p.cluster == 2]
+        assert {p.bm for p in clustered} == {64, 128}
+        assert all(replan(promoted, H100_SXM, p) == p for p in clustered)
         # (one row of tiles: a 2x1 cluster's second CTA would have no rows, so no cluster is tried)
         assert not any(p.cluster > 1 for p in feasible(GemmSpec(64, 4096, 4096), H100_SXM))
         assert {p.bm for p in feasible(GemmSpec(128, 4096, 4096), H100_SXM) if p.cluster > 1} == {64}
@@ -262,8 +277,12 @@ def test_ping_pong_is_tried_only_when_asked() -> None:
         assert replan(spec, H100_SXM, p) == p
         est = estimate(spec, H100_SXM, p)
         assert est.regs == p.bm * p.bn // 128 + 40 and est.fits, est.why_not()
-    cands = candidates(spec, H100_SXM, limit=20, space=SearchSpace(pingpong=(False, True), clusters=(None,)))
+    cands = candidates(spec, H100_SXM, limit=20, space=SearchSpace(pingpong=(False, True)))
     assert any(c.plan.pingpong for c in cands)
+    with emitting_for("3.9"):  # (clusters too: each form's first is tried, whatever the cost model says of it)
+        forms = {(c.plan.pingpong, c.plan.cluster) for c in candidates(spec, H100_SXM,
+                                                                       space=SearchSpace(pingpong=(False, True)))}
+    assert forms == {(False, 1), (True, 1), (False, 2), (True, 2)}
 
 
 def test_decode_gemms_try_swapped_and_unswapped_tiles_at_their_deepest_rings() -> None:

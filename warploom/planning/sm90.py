@@ -166,8 +166,9 @@ def _refuse_device(spec: GemmSpec, device: DeviceInfo) -> None:
 
 def _cluster_options(spec: GemmSpec, device: DeviceInfo, o: PlanOptions) -> PlanOptions:
     """Rule 24's forced knob (`cluster=`): refuse a value outside `CLUSTER_KNOBS`, and a 2-CTA cluster that cannot
-    run `spec` with the other options (`cluster_problems`, one SM, promoted fp8 in other than
-    CLUSTER_PROMOTED_BLOCKS blocks). A cluster's tiles are whole: no swap, stream-K or split-K."""
+    run `spec` with the other options (`cluster_problems`, one SM, promoted fp8 on 128-row tiles in other than
+    CLUSTER_PROMOTED_BLOCKS blocks, fitted blocks on the 128x128 or 64x128 cluster tiles). A cluster's tiles are
+    whole: no swap, stream-K or split-K."""
     knob = o.cluster
     if isinstance(knob, bool) or knob not in CLUSTER_KNOBS:  # (True == 1 as a key: it planned one CTA per tile)
         raise UnsupportedError(f"cluster={knob!r}: expected None (rule 24 decides), 1 (one CTA per tile), 2 or "
@@ -187,8 +188,15 @@ def _cluster_options(spec: GemmSpec, device: DeviceInfo, o: PlanOptions) -> Plan
                                "Fix: drop cluster (or pass cluster=1)" + _or_drop(o, (
                                    "pingpong", "scale_partition", "split_k", "tail_split", "stream_k", "swap_ab", "bm",
                                    "bn", "consumer_partitions"), reasons))
-    if spec.accumulation is Accumulation.PROMOTED and o.partial_blocks not in (None, CLUSTER_PROMOTED_BLOCKS):
-        # (cluster_plan promotes each warpgroup's 128 columns in 64-column blocks: 128-column ones would not fit)
+    if o.n_blocks and (o.bm == 64 or o.bn == 128):
+        raise UnsupportedError(f"cluster={knob!r} (rule 24) with n_blocks={o.n_blocks} and bm={o.bm}, bn={o.bn}: "
+                               "expected a fitted tile's cluster on bm=128, bn=256 (rule 37's form; the 128x128 and "
+                               "64x128 cluster tiles are whole). Fix: pass bm=128, bn=256 with n_blocks, or drop "
+                               "n_blocks")
+    if spec.accumulation is Accumulation.PROMOTED and o.bm != 64 and o.partial_blocks not in (
+            None, CLUSTER_PROMOTED_BLOCKS):
+        # (cluster_plan promotes each warpgroup's 128 columns in 64-column blocks: 128-column ones would not fit; a
+        # 64x128 cluster tile's one warpgroup keeps its 64x128 block, and the blocks of one CTA a tile)
         raise UnsupportedError(f"cluster={knob!r} (rule 24) with partial_blocks={o.partial_blocks}: expected "
                                f"{CLUSTER_PROMOTED_BLOCKS} (promoted fp8 in a cluster promotes each warpgroup's "
                                "128 columns in two 64-column blocks). Fix: drop partial_blocks (or pass "

@@ -441,12 +441,18 @@ def cluster_measured(spec: GemmSpec) -> bool:
 CLUSTER_TILES = ((128, 256, 2), (128, 128, 2), (64, 128, 1))
 
 
+def cluster_tiles(bm: int | None, bn: int | None) -> tuple[tuple[int, int, int], ...]:
+    """The `CLUSTER_TILES` a forced tile (None: not forced) names: 64x128 where bm=64 is forced, 128x128 where bn=128
+    is (and bm is not 64), else rule 24's 128x256 (the smaller ones are forced only)."""
+    if bm == 64:
+        return tuple(t for t in CLUSTER_TILES if t[0] == 64)
+    return tuple(t for t in CLUSTER_TILES if t[:2] == (128, 128)) if bn == 128 else CLUSTER_TILES[:1]
+
+
 def cluster_tile(bm: int | None, bn: int | None, consumer_partitions: int | None) -> bool:
-    """Whether a forced tile (None: not forced) can be one of `CLUSTER_TILES`: the 128x256 one unless bm=64 or bn=128
-    names a smaller one (those are forced only)."""
-    tiles = CLUSTER_TILES[1:] if bm == 64 or bn == 128 else CLUSTER_TILES[:1]
+    """Whether a forced tile (None: not forced) is one of the `cluster_tiles` it names."""
     return any(bm in (None, tbm) and bn in (None, tbn) and consumer_partitions in (None, parts)
-               for tbm, tbn, parts in tiles)
+               for tbm, tbn, parts in cluster_tiles(bm, bn))
 
 
 def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,
@@ -496,7 +502,8 @@ def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | Non
     elif along_n and not (bm in (None, 128) and bn in (None, 256) and consumer_partitions in (None, 2)):
         problems.append("a 1x2 cluster's tile other than 128x256 with two consumer warpgroups")
     elif not pingpong and not cluster_tile(bm, bn, consumer_partitions):
-        problems.append("a tile other than 128x256 or 128x128 with two consumer warpgroups, or 64x128 with one")
+        problems.append("a tile other than 128x256 or 128x128 (bn=128) with two consumer warpgroups, or 64x128 "
+                        "(bm=64) with one")
     return problems
 
 

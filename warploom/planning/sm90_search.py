@@ -19,13 +19,13 @@ from warploom.planning.plan_check import I32_MAX, stream_k_iterations
 from warploom.planning.sm90_models import (
     CLUSTER_MARGIN,
     CLUSTER_PARTIAL_MAX_PAD,
-    CLUSTER_TILES,
     SK_PIECES,
     cluster_measured,
     cluster_min_kblocks,
     cluster_plan,
     cluster_problems,
     cluster_row_pad,
+    cluster_tiles,
     cta_kblocks,
     rule15_tail,
     stream_k_grid,
@@ -342,16 +342,15 @@ def _tile_plan(s: Search, t: _Tile, stages: int, ks: int, ts: int, tail_s: int, 
 
 
 def _cluster_step(s: Search, t: _Tile, candidate: Plan, best: Best) -> Best:
-    """Rule 24: the 2-CTA cluster of a whole-tile 128x256 candidate (128x128 ping-pong, and with bn=128 forced the
-    128x128 or 64x128 tile of `CLUSTER_TILES`, or with bm=64 forced the 64x128: forced only), which
-    replaces `best` where it is forced or where nothing passes it over (`explain` notes why it is). Refuses a
-    forced 1x2 cluster whose whole-row staging leaves too few stages."""
+    """Rule 24: the 2-CTA cluster of a whole-tile 128x256 candidate (128x128 ping-pong; with bm=64 forced the 64x128
+    tile, with bn=128 the 128x128: `cluster_tiles`, forced only), which replaces `best` where it is forced or where
+    nothing passes it over (`explain` notes why it is). Refuses a forced 1x2 cluster whose whole-row staging leaves
+    too few stages."""
     spec, device, o = s.spec, s.device, s.o
     pingpong, cluster, along_n = o.pingpong, s.cluster, s.along_n
     cbm, cbn = t.bm, t.bn
-    # (128x128 and 64x128 tiles only where the cluster and bn=128 or bm=64 are forced: CLUSTER_TILES)
-    tiles = {(128, 128): None} if pingpong else {(tbm, tbn): parts for tbm, tbn, parts in CLUSTER_TILES[1:]} \
-        if cluster == 2 and not along_n and (o.bm == 64 or o.bn == 128) else {(128, 256): None}
+    tiles = {(128, 128): None} if pingpong else {(128, 256): None} if cluster != 2 or along_n else {
+        (tbm, tbn): parts for tbm, tbn, parts in cluster_tiles(o.bm, o.bn)}
     parts = tiles.get((cbm, cbn), 0)  # (a smaller tile's warpgroups: a forced count must be theirs)
     if not ((cbm, cbn) in tiles and o.consumer_partitions in (None, parts or o.consumer_partitions) and cluster != 1
             and candidate.split_k == 1

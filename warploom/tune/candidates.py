@@ -18,7 +18,8 @@ The survivors are cut in four steps:
    differ only there the first in order is kept;
 4. a neighbourhood of the planner's default: ordered by how many knobs differ from it, then by estimated
    time, then by name (deterministic), and cut to `limit`. The default itself is always first, whatever the
-   model says of it, so tuning can only improve on what an untuned call runs.
+   model says of it, so tuning can only improve on what an untuned call runs; then the first candidate of each
+   other schedule form the space holds (ping-pong, a 2x1 cluster), which the model cannot price apart.
 
 Everything here is a pure function of (spec, device, space): no GPU, no clock.
 """
@@ -170,9 +171,10 @@ def feasible(spec: GemmSpec, device: DeviceInfo, space: SearchSpace = DEFAULT_SP
                 continue  # single-buffered rings serialize TMA and MMA: never a candidate
             if cl == 2 and spec.m <= bm:
                 continue  # one row of tiles: a 2x1 cluster's second CTA would have no rows
-            try:
+            try:  # (a cluster's promotion blocks are the planner's: CLUSTER_PROMOTED_BLOCKS, or one CTA's at 64x128)
                 plan = plan_schedule(spec, device, bm=bm, bn=bn, stages=s, group_m=g, consumer_partitions=p,
-                                     partial_blocks=h, pingpong=pp, split_k=ks, tail_split=ts, cluster=cl)
+                                     partial_blocks=None if cl == 2 else h, pingpong=pp, split_k=ks, tail_split=ts,
+                                     cluster=cl)
             except UnsupportedError:
                 continue  # the planner's own rules (it says why when forced by hand)
             seen.setdefault(plan)
@@ -202,9 +204,15 @@ def candidates(spec: GemmSpec, device: DeviceInfo, *, limit: int = 8, slack: flo
     best = min(c.estimate.time for c in (first, *fitting))
     near = fitting if is_decode(spec) else [c for c in fitting if c.estimate.time <= slack * best]
     near.sort(key=lambda c: (c.distance, c.estimate.time, c.plan.short()))
+    # The first of each schedule form (ping-pong or not, a cluster or not) comes before the rest: the cost model does
+    # not price clusters, which would otherwise crowd out a ping-pong the space asks for, or the reverse.
+    forms: dict[tuple[bool, int], Candidate] = {}
+    for c in near:
+        forms.setdefault((c.plan.pingpong, c.plan.cluster), c)
+    firsts = [c for form, c in forms.items() if form != (default.pingpong, default.cluster)]
     taken = {same_order(spec, default)}
     chosen = [first]
-    for c in near:
+    for c in [*firsts, *near]:
         if len(chosen) == limit:
             break
         if same_order(spec, c.plan) not in taken:
