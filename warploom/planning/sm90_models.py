@@ -441,18 +441,21 @@ def cluster_measured(spec: GemmSpec) -> bool:
 CLUSTER_TILES = ((128, 256, 2), (128, 128, 2), (64, 128, 1))
 
 
-def cluster_tiles(bm: int | None, bn: int | None) -> tuple[tuple[int, int, int], ...]:
+def cluster_tiles(bm: int | None, bn: int | None, along_n: bool = False) -> tuple[tuple[int, int, int], ...]:
     """The `CLUSTER_TILES` a forced tile (None: not forced) names: 64x128 where bm=64 is forced, 128x128 where bn=128
-    is (and bm is not 64), else rule 24's 128x256 (the smaller ones are forced only)."""
+    is (and bm is not 64), else rule 24's 128x256 (the smaller ones are forced only, and 2x1 only: a 1x2 cluster's
+    tile is 128x256)."""
+    if along_n:
+        return CLUSTER_TILES[:1]
     if bm == 64:
         return tuple(t for t in CLUSTER_TILES if t[0] == 64)
     return tuple(t for t in CLUSTER_TILES if t[:2] == (128, 128)) if bn == 128 else CLUSTER_TILES[:1]
 
 
-def cluster_tile(bm: int | None, bn: int | None, consumer_partitions: int | None) -> bool:
+def cluster_tile(bm: int | None, bn: int | None, consumer_partitions: int | None, along_n: bool = False) -> bool:
     """Whether a forced tile (None: not forced) is one of the `cluster_tiles` it names."""
     return any(bm in (None, tbm) and bn in (None, tbn) and consumer_partitions in (None, parts)
-               for tbm, tbn, parts in cluster_tiles(bm, bn))
+               for tbm, tbn, parts in cluster_tiles(bm, bn, along_n))
 
 
 def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,
@@ -499,10 +502,9 @@ def cluster_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | Non
         problems.append("swap_ab")
     if pingpong and (bm not in (None, 128) or bn not in (None, 128)):
         problems.append("a ping-pong tile other than 128x128 (each warpgroup's whole tile)")
-    elif along_n and not (bm in (None, 128) and bn in (None, 256) and consumer_partitions in (None, 2)):
-        problems.append("a 1x2 cluster's tile other than 128x256 with two consumer warpgroups")
-    elif not pingpong and not cluster_tile(bm, bn, consumer_partitions):
-        problems.append("a tile other than 128x256 or 128x128 (bn=128) with two consumer warpgroups, or 64x128 "
+    elif (along_n or not pingpong) and not cluster_tile(bm, bn, consumer_partitions, along_n):
+        problems.append("a 1x2 cluster's tile other than 128x256 with two consumer warpgroups" if along_n else
+                        "a tile other than 128x256 or 128x128 (bn=128) with two consumer warpgroups, or 64x128 "
                         "(bm=64) with one")
     return problems
 

@@ -349,11 +349,10 @@ def _cluster_step(s: Search, t: _Tile, candidate: Plan, best: Best) -> Best:
     spec, device, o = s.spec, s.device, s.o
     pingpong, cluster, along_n = o.pingpong, s.cluster, s.along_n
     cbm, cbn = t.bm, t.bn
-    tiles = {(128, 128): None} if pingpong else {(128, 256): None} if cluster != 2 or along_n else {
-        (tbm, tbn): parts for tbm, tbn, parts in cluster_tiles(o.bm, o.bn)}
-    parts = tiles.get((cbm, cbn), 0)  # (a smaller tile's warpgroups: a forced count must be theirs)
-    if not ((cbm, cbn) in tiles and o.consumer_partitions in (None, parts or o.consumer_partitions) and cluster != 1
-            and candidate.split_k == 1
+    # (a forced cluster's tile and warpgroups were checked against `cluster_tiles` by `cluster_problems` already)
+    tiles = {(128, 128)} if pingpong else {(128, 256)} if cluster != 2 else {
+        (tbm, tbn) for tbm, tbn, _ in cluster_tiles(o.bm, o.bn, along_n)}
+    if not ((cbm, cbn) in tiles and cluster != 1 and candidate.split_k == 1
             and candidate.tail_split == 1 and (
                 cluster == 2 or not pingpong and device.sm_count >= 2 and not (  # (a cluster needs two SMs)
                     s.aligned or cluster_problems(spec, pingpong, s.scale_partition, o.split_k, o.tail_split,

@@ -169,9 +169,11 @@ def feasible(spec: GemmSpec, device: DeviceInfo, space: SearchSpace = DEFAULT_SP
                                                         (None, 1), (None, 1), space.clusters):
             if s < 2:
                 continue  # single-buffered rings serialize TMA and MMA: never a candidate
-            if cl == 2 and spec.m <= bm:
-                continue  # one row of tiles: a 2x1 cluster's second CTA would have no rows
-            try:  # (a cluster's promotion blocks are the planner's: CLUSTER_PROMOTED_BLOCKS, or one CTA's at 64x128)
+            if cl == 2 and (spec.m <= bm or h != blocks[0]):
+                # (one row of tiles: a 2x1 cluster's second CTA would have no rows; a cluster's promotion blocks are
+                # the planner's, so one value of h plans them all)
+                continue
+            try:  # (a cluster's blocks: CLUSTER_PROMOTED_BLOCKS at 128 rows, one CTA's at 64x128)
                 plan = plan_schedule(spec, device, bm=bm, bn=bn, stages=s, group_m=g, consumer_partitions=p,
                                      partial_blocks=None if cl == 2 else h, pingpong=pp, split_k=ks, tail_split=ts,
                                      cluster=cl)
