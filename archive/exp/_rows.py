@@ -1,5 +1,6 @@
 """What the experiments in archive/exp share: where they write their rows (JSON under $OUT, default ./out, for the
-device tool), how the decode probes time their variants against torch, and how a probe swaps a kernel's source."""
+device tool), how the decode probes time their variants against torch, the bf16 problem the hand-written-kernel probes
+run, and how a probe swaps a kernel's source."""
 
 from __future__ import annotations
 
@@ -42,6 +43,19 @@ def cross_or_gpu(cross: Callable[[], None], gpu: Callable[[int], None], rounds: 
     p.add_argument("--rounds", type=int, default=rounds)
     args = p.parse_args()
     cross() if args.cross else gpu(args.rounds)
+
+
+def bf16_problem(m: int, n: int, k: int, device: str = "cuda") -> tuple[Any, Any, Any, Callable[[], Any]]:
+    """A bf16 GEMM as the hand-written-kernel probes run it (seed 0): A (M, K), B's (N, K) storage (B = b_nk.t(),
+    K-major), the fp32 reference product and torch's call."""
+    import functools
+
+    import torch
+
+    torch.manual_seed(0)
+    a = torch.randn(m, k, device=device, dtype=torch.bfloat16)
+    b_nk = torch.randn(n, k, device=device, dtype=torch.bfloat16)
+    return a, b_nk, a.float() @ b_nk.float().t(), functools.partial(torch.matmul, a, b_nk.t())
 
 
 def with_source(kern: Any, text: str) -> Any:

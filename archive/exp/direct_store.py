@@ -19,18 +19,23 @@ import functools
 import json
 import re
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from warploom import checks
-from warploom.device import DeviceInfo
-from warploom.kernel import build
-from warploom.planner import plan_schedule
-from warploom.runtime.cross import descriptor_blocks, shared_layout
-from warploom.runtime.loader import load
-from warploom.runtime.timing import finish_within, time_graph
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rows import bf16_problem  # noqa: E402
+
+from warploom import checks  # noqa: E402
+from warploom.device import DeviceInfo  # noqa: E402
+from warploom.kernel import build  # noqa: E402
+from warploom.planner import plan_schedule  # noqa: E402
+from warploom.reference import relative_error  # noqa: E402
+from warploom.runtime.cross import descriptor_blocks, shared_layout  # noqa: E402
+from warploom.runtime.loader import load  # noqa: E402
+from warploom.runtime.timing import finish_within, time_graph  # noqa: E402
 
 SHAPES = "43x216x104,58x2024x360,141x136x1624,1806x88x1672,7268x104x392,5113x120x200,6262x120x2120,1072x464x200"
 _STORE = re.compile(r"^(?P<ind> +)tma\.store_wait\(0\).*\n\s+c_smem\.store\(acc\.to\((?P<dt>gl\.\w+)\)\).*\n"
@@ -65,11 +70,6 @@ def direct(text: str, bn: int, blocked: bool = False) -> str | None:
     return text
 
 
-def err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    x, ref = x.double(), ref.double()
-    return float(1 - 2 * (x * ref).sum() / (x * x + ref * ref).sum())
-
-
 def launch(kern: Any, text: str, a: torch.Tensor, b_nk: torch.Tensor, out: torch.Tensor, extra: bool) -> Any:
     """A call of `text`'s kernel (warploom's generated one, or edited) with `kern`'s grid and compile options."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -99,10 +99,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for shape in args.shapes.split(","):
         m, n, k = (int(x) for x in shape.split("x"))
-        torch.manual_seed(0)
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b_nk = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        ref = a.float() @ b_nk.float().t()
+        a, b_nk, ref, theirs = bf16_problem(m, n, k)
         spec = checks.matmul_spec(a, b_nk.t(), None)
         calls: list[tuple[dict[str, Any], Any]] = []
         for kw in json.loads(args.variants):
@@ -121,7 +118,7 @@ def main() -> None:
                     call = launch(kern, text, a, b_nk, out, extra)
                     call()
                     finish_within(f"{form} {shape}")
-                    row["err"] = e = err(out, ref)
+                    row["err"] = e = relative_error(out, ref)
                     if not e < 1e-3:
                         raise AssertionError(f"error {e:.3e} against fp32, {int(out.isnan().sum())} NaN left")
                     calls.append((row, call))
@@ -129,7 +126,6 @@ def main() -> None:
                     row["error"] = f"{type(ex).__name__}: {ex}"[:600]
                     print(f"{shape} {form}: {row['error']}", flush=True)
                 rows.append(row)
-        theirs = functools.partial(torch.matmul, a, b_nk.t())
         for _ in range(args.rounds):  # interleaved: clock drift hits every call alike
             t_torch = time_graph(theirs)
             for row, call in calls:

@@ -25,7 +25,9 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # (archive/exp: its shared _rows.py)
 
+from _rows import bf16_problem  # noqa: E402
 from compile import CASES, load_module  # noqa: E402  (this folder's compile.py)
 
 from warploom import checks  # noqa: E402
@@ -33,17 +35,12 @@ from warploom.device import DeviceInfo  # noqa: E402
 from warploom.dtypes import DType  # noqa: E402
 from warploom.kernel import build  # noqa: E402
 from warploom.planner import plan_schedule  # noqa: E402
+from warploom.reference import relative_error  # noqa: E402
 from warploom.runtime.cross import shared_layout  # noqa: E402
 from warploom.runtime.timing import finish_within, time_graph  # noqa: E402
 
 TN = {"fc144_min": 144, "fc144_rowsplit": 144, "fc192_rowsplit": 192}
 MAXNREG = 168  # (the generated fitted kernel's: 240 consumer / 24 producer registers within it)
-
-
-def err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """1 - cosine-like agreement (0: equal), scale-free; NaN if any NaN survived."""
-    x, ref = x.double(), ref.double()
-    return float(1 - 2 * (x * ref).sum() / (x * x + ref * ref).sum())
 
 
 def launcher(name: str, a: torch.Tensor, b_nk: torch.Tensor, out: torch.Tensor, sms: int) -> Any:
@@ -75,11 +72,7 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for text in args.sizes.split(","):
         m, n, k = (int(x) for x in text.split("x"))
-        torch.manual_seed(0)
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-        b_nk = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        ref = a.float() @ b_nk.float().t()
-        theirs = functools.partial(torch.matmul, a, b_nk.t())
+        a, b_nk, ref, theirs = bf16_problem(m, n, k)
         calls: list[tuple[dict[str, Any], Any]] = []
         for name in args.kernels.split(","):
             out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
@@ -88,7 +81,7 @@ def main() -> None:
                 call = launcher(name, a, b_nk, out, sms)
                 call()
                 finish_within(f"{name} {text}")
-                row["err"] = e = err(out, ref)
+                row["err"] = e = relative_error(out, ref)
                 row["nan"] = int(out.isnan().sum())
                 if not e < 1e-3:
                     raise AssertionError(f"error {e:.3e} against the fp32 reference, {row['nan']} NaN left")
@@ -105,7 +98,7 @@ def main() -> None:
                 out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
                 kern.run(a, b_nk.t(), out)
                 finish_within(f"{kw} {text}")
-                row |= {"kernel": kern.plan.short(), "err": err(out, ref)}
+                row |= {"kernel": kern.plan.short(), "err": relative_error(out, ref)}
                 calls.append((row, functools.partial(kern.run, a, b_nk.t(), out)))
             except Exception as ex:
                 row["error"] = f"{type(ex).__name__}: {ex}"[:600]
