@@ -149,6 +149,10 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     # flag atomics (the planner's own choice at 384x752x5312 is stream-K too: tests/gpu/test_stream_k_gpu.py).
     ("bf16_stream_k4_384x752x5312", mm(384, 752, 5312), dict(bn=128, stream_k=4)),
     ("e4m3_rowwise_promoted_stream_k2", f8(1200, 544, 1232, RW, PROMOTED), dict(bn=128, stream_k=2)),
+    # ... on one-warpgroup 64-row tiles (forced): the finisher's batched gather of up to 8 pieces.
+    ("bf16_stream_k8_64x64_43x88x7960", mm(43, 88, 7960), dict(bm=64, bn=64, stream_k=8)),
+    ("bf16_stream_k3_64x128_2090x96x7792", mm(2090, 96, 7792), dict(bm=64, bn=128, stream_k=3)),
+    ("e4m3_rowwise_stream_k4_64x64", f8(100, 208, 2048, RW), dict(bm=64, bn=64, stream_k=4)),
     # ... with a whole wave joining the shared tiles (sk_waves, forced): 144 tiles of 128x256 on 132 SMs.
     ("bf16_stream_k2_waves1_685x6136x1680", mm(685, 6136, 1680), dict(stream_k=2, sk_waves=1)),
     # Rule 15: DeepSeek-V3's q_a + kv_a projection at 4096 tokens, 2.18 waves of 128x256 tiles: two whole waves in

@@ -131,3 +131,26 @@ def test_blockwise_1x128_128x128() -> None:
     out = _twice(kern, m, n, torch.bfloat16, a, b, sa, sb)[0]
     da, db = dequantized(a, b, sa, sb)
     assert _err(out, da @ db) < 1e-3
+
+
+@pytest.mark.parametrize("m,n,k,bn,pieces", [(73, 104, 4096, 64, 8), (43, 88, 7960, 64, 4), (469, 88, 4864, 64, 4),
+                                             (130, 200, 960, 128, 3)])
+def test_64_row_tiles_match_split_k(m: int, n: int, k: int, bn: int, pieces: int) -> None:
+    """Forced stream-K on one-warpgroup 64-row tiles (the finisher's batched gather: every flag, then 4 or 2 partials
+    in flight): right against fp32 on a poisoned output, repeatable, its flags reset; and where each tile is cut in
+    `pieces` equal runs of k-blocks (all but 43x88x7960's 125), bit-equal to split-K in as many ranges (both add the
+    later partials in k order)."""
+    torch.manual_seed(m + n)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    spec, dev = checks.matmul_spec(a, b, None), DeviceInfo.current()
+    kern = build(spec, dev, plan_schedule(spec, dev, bm=64, bn=bn, stream_k=pieces))
+    assert (kern.plan.bm, kern.module.tiling.stream_k) == (64, pieces)
+    out = _twice(kern, m, n, torch.bfloat16, a, b)[0]
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+    if -(-k // 64) % pieces == 0:
+        split = build(spec, dev, plan_schedule(spec, dev, bm=64, bn=bn, split_k=pieces))
+        theirs = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        split.run(a, b, theirs)
+        assert torch.equal(out, theirs)

@@ -22,6 +22,7 @@ from warploom.sim.findings import FindingSink
 from warploom.sim.machine import Machine
 from warploom.sim.program import CtaProgram, FlagWaitI, Geometry, PartialAddI, PartialStoreI
 from warploom.sim.simulate import run_linked
+from warploom.spec import GemmSpec
 
 
 def _covered(units: dict[int, tuple], tiles: int, k_tiles: int) -> dict[int, list[tuple[int, int, int]]]:
@@ -119,6 +120,44 @@ def test_bf16_numerics(m: int, n: int, k: int, pieces: int, bn: int) -> None:
     torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
 
 
+@pytest.mark.parametrize("m,n,k,pieces,bn", [(73, 104, 1024, 4, 64), (130, 200, 1000, 3, 128), (43, 88, 2048, 8, 64),
+                                             (100, 136, 960, 3, 128)])
+def test_64_row_tiles(m: int, n: int, k: int, pieces: int, bn: int) -> None:
+    """Stream-K on one-warpgroup 64-row tiles (forced; rule 25 splits these shapes with a second kernel): clean, right
+    against the fp32 product into a NaN-poisoned output, and where every tile is cut in `pieces` equal runs of
+    k-blocks, the same bits as split-K in as many ranges (the finisher adds the later pieces in k order, as split-K's
+    reduce adds its slabs)."""
+    a, b = _bf16(m, n, k)
+    spec = checks.matmul_spec(a.to("meta"), b.to("meta"), None)
+    kern = _kernel(spec, pieces, bm=64, bn=bn)
+    assert (kern.plan.bm, kern.plan.consumer_partitions, kern.plan.stream_k) == (64, 1, pieces)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    res = kern.simulate(a, b, out=out, record=False)
+    assert not res.report.findings, res.report.findings
+    torch.testing.assert_close(out.float(), a.float() @ b.float(), atol=0.15, rtol=0.02)
+    if cdiv(k, 64) % pieces == 0:
+        split = build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=64, bn=bn, split_k=pieces))
+        assert torch.equal(split.simulate(a, b, record=False).outputs[0], out)
+
+
+def _fp8_rowwise(m: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                                                              GemmSpec]:
+    """e4m3 A (M, K) and K-major B, rowwise scales, and the fast-accumulation spec of that call."""
+    torch.manual_seed(seed)
+    a = torch.randn(m, k).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1) + 0.5, torch.rand(1, n) + 0.5
+    spec = checks.scaled_mm_spec(a.to("meta"), b.to("meta"), sa.to("meta"), sb.to("meta"), None, torch.bfloat16, True)
+    return a, b, sa, sb, spec
+
+
+def test_fp8_rowwise_on_64_row_tiles() -> None:
+    a, b, sa, sb, spec = _fp8_rowwise(100, 208, 2048, 6)
+    res = _kernel(spec, 4, bm=64, bn=64).simulate(a, b, sa, sb, record=False)
+    assert not res.report.findings, res.report.findings
+    assert relative_error(res.outputs[0], (a.float() @ b.float()) * sa * sb) < 1e-3
+
+
 @pytest.mark.parametrize("m,n,k,grid", [(1000, 696, 1000, 20), (520, 904, 1552, 12)])
 def test_bf16_numerics_with_a_whole_wave_shared(m: int, n: int, k: int, grid: int) -> None:
     """sk_waves=1 on a grid smaller than the tiles (the simulator runs every CTA): 2 and 3 whole waves and a partial
@@ -137,12 +176,7 @@ def test_bf16_numerics_with_a_whole_wave_shared(m: int, n: int, k: int, grid: in
 
 
 def test_fp8_rowwise_numerics_with_a_whole_wave_shared() -> None:
-    m, n, k = 700, 528, 1552
-    torch.manual_seed(4)
-    a = torch.randn(m, k).to(torch.float8_e4m3fn)
-    b = torch.randn(n, k).to(torch.float8_e4m3fn).t()
-    sa, sb = torch.rand(m, 1) + 0.5, torch.rand(1, n) + 0.5
-    spec = checks.scaled_mm_spec(a.to("meta"), b.to("meta"), sa.to("meta"), sb.to("meta"), None, torch.bfloat16, True)
+    a, b, sa, sb, spec = _fp8_rowwise(700, 528, 1552, 4)
     plan = dataclasses.replace(plan_schedule(spec, H100_SXM, stream_k=2, bn=128, sk_waves=1), grid=10)
     res = build(spec, H100_SXM, plan).simulate(a, b, sa, sb, record=False)
     assert not res.report.findings, res.report.findings
@@ -223,7 +257,7 @@ def test_refusals_name_the_option() -> None:
 
     a, b = _bf16(256, 384, 1024)
     spec = checks.matmul_spec(a.to("meta"), b.to("meta"), None)
-    for kw, needle in (({"pingpong": True}, "ping-pong"), ({"split_k": 2}, "split_k"), ({"bm": 64}, "bm=64"),
+    for kw, needle in (({"pingpong": True}, "ping-pong"), ({"split_k": 2}, "split_k"), ({"bm": 256}, "bm=256"),
                        ({"swap_ab": True}, "swap_ab")):
         with pytest.raises(UnsupportedError, match=needle):
             plan_schedule(spec, H100_SXM, stream_k=2, **kw)  # type: ignore[arg-type]
@@ -251,10 +285,14 @@ _SHAPE = (256, 384, 1024)  # (6 tiles of 128x128 over 12 CTAs: each in 2 pieces 
 _SMALL = (128, 128, 256)  # the explorer's: one tile in 2 pieces of 2 k-blocks on 2 CTAs
 
 
-def _programs(shape: tuple[int, int, int] = _SHAPE) -> tuple[Kernel, list[CtaProgram]]:
+_SHAPE64 = (128, 192, 1024)  # (6 tiles of 64x64 over 12 CTAs: each in 2 pieces of 8 k-blocks)
+
+
+def _programs(shape: tuple[int, int, int] = _SHAPE, bm: int = 128) -> tuple[Kernel, list[CtaProgram]]:
     m, n, k = shape
     a, b = _bf16(m, n, k)
-    kern = _kernel(checks.matmul_spec(a.to("meta"), b.to("meta"), None), 2, bn=128, stages=2)
+    kern = _kernel(checks.matmul_spec(a.to("meta"), b.to("meta"), None), 2, bm=bm, bn=128 if bm == 128 else 64,
+                   stages=2)
     grid = kern.module.tiling.grid
     return kern, [CtaProgram.build(kern.module, Geometry.of(kern.module, m, n, k, pid, grid)) for pid in range(grid)]
 
@@ -291,45 +329,81 @@ def _skip_piece(pid: int, tr: tuple) -> tuple:
     return tuple(i for i in tr if not isinstance(i, (FlagWaitI, PartialAddI)))
 
 
+def _adds_before_waits(pid: int, tr: tuple) -> tuple:
+    """The finisher's batched gather with its two halves swapped: every partial added before any flag is acquired."""
+    adds = [i for i in tr if isinstance(i, PartialAddI)]
+    if not adds:
+        return tr
+    at = next(n for n, i in enumerate(tr) if isinstance(i, FlagWaitI))
+    rest = [i for i in tr[at:] if not isinstance(i, PartialAddI)]
+    return (*tr[:at], *adds, *rest)
+
+
 # (mutant, findings that must all appear, findings of which one must appear)
 MUTANTS = [
     (_drop_waits, {FindingKind.SK_UNSYNCED}, set()),
     (_add_twice, {FindingKind.SK_WRONG_PARTIAL}, set()),
     (_wrong_owner, set(), {FindingKind.SK_SLOT_REUSED, FindingKind.SK_UNSYNCED, FindingKind.DEADLOCK}),
     (_skip_piece, {FindingKind.SK_LOST_PARTIAL, FindingKind.ACC_INCOMPLETE}, set()),
+    (_adds_before_waits, {FindingKind.SK_UNSYNCED}, set()),
 ]
 
 
-def test_clean() -> None:
-    assert _run(_programs()[1]) == set()
+@pytest.mark.parametrize("bm", [128, 64])
+def test_clean(bm: int) -> None:
+    assert _run(_programs(_SHAPE if bm == 128 else _SHAPE64, bm)[1]) == set()
 
 
+@pytest.mark.parametrize("bm", [128, 64])
 @pytest.mark.parametrize("mutant,every,some", MUTANTS, ids=[m[0].__name__ for m in MUTANTS])
-def test_simulate_catches(mutant: object, every: set, some: set) -> None:
-    found = _run(_edit(_programs()[1], mutant))
+def test_simulate_catches(mutant: object, every: set, some: set, bm: int) -> None:
+    found = _run(_edit(_programs(_SHAPE if bm == 128 else _SHAPE64, bm)[1], mutant))
     assert every <= found and (not some or found & some), found
 
 
-def _explored(mutant: object | None) -> set[FindingKind]:
+def test_the_finisher_acquires_every_flag_before_it_adds() -> None:
+    """The simulated finisher as the backend emits it (`_sk_gather`): all of its FlagWaits, then its PartialAdds in k
+    order, so one round trip covers every piece's flag; a finisher of several pieces exists in the launch."""
+    m, n, k = 128, 128, 1024
+    kern = _kernel(checks.matmul_spec(*(t.to("meta") for t in _bf16(m, n, k)), None), 4, bm=64, bn=64)
+    grid = kern.module.tiling.grid
+    progs = [CtaProgram.build(kern.module, Geometry.of(kern.module, m, n, k, pid, grid)) for pid in range(grid)]
+    finishers = 0
+    for p in progs:
+        for tr in p.traces:
+            kinds = [type(i) for i in tr if isinstance(i, (FlagWaitI, PartialAddI))]
+            waits = kinds.count(FlagWaitI)
+            assert kinds == [FlagWaitI] * waits + [PartialAddI] * waits, kinds
+            finishers += waits > 0
+            adds = [i.flag[0] for i in tr if isinstance(i, PartialAddI)]
+            assert adds == sorted(adds), "partials added in k order (the CTAs after the finisher, in turn)"
+    assert finishers == 4  # (4 tiles, each with 3 later pieces)
+    assert _run(progs) == set()
+
+
+def _explored(mutant: object | None, bm: int = 128) -> set[FindingKind]:
     from warploom.sim.explore import explore
 
-    kern = _programs(_SMALL)[0]
+    shape = _SMALL if bm == 128 else (64, 64, 256)
+    kern = _programs(shape, bm)[0]
 
     def edit(prog: CtaProgram) -> CtaProgram:
         return _edit([prog], mutant)[0]
 
-    report = explore(kern.module, *_SMALL, mutate=None if mutant is None else edit, max_states=100_000)
+    report = explore(kern.module, *shape, mutate=None if mutant is None else edit, max_states=100_000)
     assert not report.bound_hit
     return report.kinds()
 
 
-def test_explore_clean() -> None:
-    assert _explored(None) == set()
+@pytest.mark.parametrize("bm", [128, 64])
+def test_explore_clean(bm: int) -> None:
+    assert _explored(None, bm) == set()
 
 
+@pytest.mark.parametrize("bm", [128, 64])
 @pytest.mark.parametrize("mutant,every,some", MUTANTS, ids=[m[0].__name__ for m in MUTANTS])
-def test_explore_catches(mutant: object, every: set, some: set) -> None:
-    found = _explored(mutant)
+def test_explore_catches(mutant: object, every: set, some: set, bm: int) -> None:
+    found = _explored(mutant, bm)
     assert every <= found and (not some or found & some), found
 
 

@@ -86,6 +86,16 @@ KNOWN_MISSES = {
            ("small-tiles-triton39", "-b", "bf16", "6262x120x2120"),
            ("small-tiles-triton39", "-b", "bf16", "146x3672x4008"),
            ("small-tiles-triton39", "-b", "bf16", "73x7472x4784"))},
+    # Session 41: stream-K on 64-row tiles (forced), timed against rule 25's split-K while split-K's second kernel
+    # still divided each element's 64-bit index by an N that is not a multiple of 16 (5 us at these shapes). With the
+    # reduce in two dimensions the planner's own splits ran 0.83-1.04 in a later run of the same day, ahead of these
+    # stream-K figures at every shape (split-k-reduce-bf16-h200-2026-11-29-session41.json; rule-25 doc).
+    **{(f"stream-k-rows64-{run}-h200-2026-11-29-session41.json", "bf16", size): "stream-K on 64-row tiles beat "
+       "split-K here while its reduce kernel was 5 us; the two-dimensional reduce put split-K ahead (rule-25 doc)"
+       for run, size in (("before", "73x104x3280"), ("before", "469x88x4920"), ("before", "8x104x5240"),
+                         ("before", "21x88x3992"), ("gather", "73x104x3280"), ("gather", "469x88x4920"),
+                         ("gather", "122x712x7784"), ("gather", "8x104x5240"), ("gather", "43x88x7960"),
+                         ("gather", "21x88x3992"))},
 }
 
 

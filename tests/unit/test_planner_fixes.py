@@ -62,9 +62,10 @@ def test_refusals_of_forced_options_say_what_to_pass(spec: GemmSpec, kw: dict[st
     assert message.endswith(fix[:-1]) if fix.endswith("$") else fix in message, message
 
 
-def test_forced_stream_k_on_decode_tiles_is_refused_not_dropped() -> None:
-    """Rule 16's 64-row decode tiles take no stream-K: a forced stream_k was silently planned away."""
+def test_forced_stream_k_on_decode_tiles_is_planned_not_dropped() -> None:
+    """Rule 16's 64-row decode tiles: a forced stream_k was once silently planned away, then refused; since stream-K
+    runs on 64-row tiles it is planned there (and on 128-row ones where bm=128 is forced)."""
     spec = GemmSpec(8, 4096, 4096)
-    with pytest.raises(UnsupportedError, match=r"stream_k=2 \(rule 21\).*128-row tiles only\. Fix: drop stream_k"):
-        plan_schedule(spec, H100_SXM, stream_k=2)
-    assert plan_schedule(spec, H100_SXM, stream_k=2, bm=128).stream_k == 2  # (the fix it names plans)
+    plan = plan_schedule(spec, H100_SXM, stream_k=2)
+    assert (plan.bm, plan.stream_k) == (64, 2) and "_sk2" in plan.short()
+    assert plan_schedule(spec, H100_SXM, stream_k=2, bm=128).stream_k == 2

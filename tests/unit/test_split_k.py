@@ -319,3 +319,30 @@ def test_equal_split_gluon_is_unchanged() -> None:
 
     text = emit(module(GemmSpec(300, 200, 6 * 64), bm=128, bn=128, split_k=3)).text
     assert "k_tiles = gl.cdiv(K, BK) // SPLIT_K" in text and "k_all" not in text
+
+
+@pytest.mark.parametrize("m,n", [(73, 104), (268, 112), (1, 8), (130, 264), (4097, 4104), (64, 4096)])
+def test_reduce_grid_covers_c_once(m: int, n: int) -> None:
+    """The reduction's programs (`reduce_grid`) cover every element of C once, as its kernel places them: runs of
+    REDUCE_BLOCK elements where N is a multiple of 16, else REDUCE_ROWS x REDUCE_COLS blocks, row-major over C's
+    column blocks (the kernel's two branches, both in its text)."""
+    import torch
+
+    from warploom.backends.gluon_sm90 import REDUCE_BLOCK, REDUCE_COLS, REDUCE_ROWS, reduce_grid
+
+    covered = torch.zeros(m, n, dtype=torch.int32)
+    col_blocks = -(-n // REDUCE_COLS)
+    for pid in range(reduce_grid(m, n)):
+        if n % 16 == 0:
+            flat = covered.view(-1)
+            flat[pid * REDUCE_BLOCK:min((pid + 1) * REDUCE_BLOCK, m * n)] += 1
+        else:
+            r0, c0 = pid // col_blocks * REDUCE_ROWS, pid % col_blocks * REDUCE_COLS
+            covered[r0:r0 + REDUCE_ROWS, c0:c0 + REDUCE_COLS] += 1
+    assert bool((covered == 1).all())
+    src = build(GemmSpec(m, n, 4096), H100_SXM, plan_schedule(GemmSpec(m, n, 4096), H100_SXM, bm=64, bn=64,
+                                                              split_k=4)).gluon
+    assert src.reduce_kernel is not None
+    flat, blocks = src.text[src.text.index(f"def {src.reduce_kernel}("):].split("    else:")
+    assert "if N % 16 == 0:" in flat and "offs // N" in flat
+    assert f"gl.cdiv(N, {REDUCE_COLS})" in blocks and f"* {REDUCE_ROWS} +" in blocks and "// N" not in blocks

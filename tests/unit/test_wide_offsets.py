@@ -34,6 +34,7 @@ NARROW = {
     "(s * num_tiles + i) * (BM * BN)": "ranged split-K: box s of a tail tile",
     "gl.program_id(0) % 32 * 1024": "ranged split-K: a program's chunk of a 128x256 box",
     "s * MP": "split-K: slab s's first row (a row index, multiplied by N in 64 bits after)",
+    "gl.program_id(0) % col_blocks * 64": "split-K's reduce in blocks: a column index, below N",
     # grouped rowwise scale_b (G, N): G * N elements, far fewer than B's G * N * K
     "grp * N": "grouped scale_b (G, N)",
 }

@@ -163,6 +163,22 @@ class GluonSource:
     cast_kernel: str | None = None  # rule 29: the kernel that quantizes the first pass's workspace (gluon_cast)
 
 
+# A stream-K finisher's partials in flight: the registers a thread may hold for partials it has loaded but not yet
+# added (the consumer's budget is 232-240; its accumulator and addresses take the rest).
+SK_LOAD_REGS = 128
+SK_MAX_WAIT = 32  # flags acquired at once: one lane each of a warp
+
+
+def sk_batches(stream_k: int, acc_regs: int) -> tuple[int, int]:
+    """How a stream-K finisher gathers its later pieces (`ir.Fixup`): (flags acquired at once, a power of two
+    covering the `stream_k` pieces a tile has at most; partials loaded at once, as many accumulators of `acc_regs`
+    registers a thread as SK_LOAD_REGS holds, at least one)."""
+    waits = 2
+    while waits < min(stream_k, SK_MAX_WAIT):
+        waits *= 2
+    return waits, max(1, min(waits, SK_LOAD_REGS // max(acc_regs, 1)))
+
+
 def _instr_n(bm: int, bn: int, warps: int) -> int:
     """wgmma's N: the largest multiple of 8 (<= 256) dividing BN that the warps' share of BN allows."""
     m_reps = -(-bm // 16)
@@ -435,11 +451,7 @@ class PartitionEmitter:
             b.line(f"sk_rows = gl.arange(0, {rows}, layout=gl.SliceLayout(1, acc_layout))", printer.op(fx))
         with b.block("if k_lo > 0", comment="a contributor: its partial to this CTA's workspace slot, then its flag"):
             for name in fx.accs:
-                a = self._acc(name)
-                if narrow:
-                    b.line(f"sk_rows = gl.arange(0, {rows}, layout=gl.SliceLayout(1, {self._layout(a)}))")
-                b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, {self._layout(a)}))")
-                b.line(f"sk_offs = (pid * BM + {self.row0} + sk_rows)[:, None] * BN + ({a.col0} + sk_cols)[None, :]")
+                self._sk_slot(self._acc(name), rows, narrow, "pid")
                 b.line(f"gl.store(sk_ws_ptr + sk_offs, {name})")
             b.line(self.api.barrier, "every thread's partial stored before the flag is released")
             b.line(f"gl.atomic_xchg(sk_flags_ptr + pid * {parts} + {part}, 1, sem=\"release\", scope=\"gpu\")")
@@ -447,27 +459,64 @@ class PartitionEmitter:
             with b.block("if k_hi < k_tiles", comment="the finisher: add the later CTAs' partials, in k order"):
                 b.line("sk_last = sk_owner(tile_id - dp_tiles, k_tiles, dp_tiles, num_tiles)",
                        "the CTA holding the tile's last k-block")
-                with b.block("for q in range(pid + 1, sk_last + 1)"):
-                    with b.block(f"while gl.atomic_add(sk_flags_ptr + q * {parts} + {part}, 0, sem=\"acquire\", "
-                                 "scope=\"gpu\") == 0"):
-                        b.line("pass")
-                    for name in fx.accs:
-                        a = self._acc(name)
-                        if narrow:
-                            b.line(f"sk_rows = gl.arange(0, {rows}, layout=gl.SliceLayout(1, {self._layout(a)}))")
-                        b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, {self._layout(a)}))")
-                        b.line(f"sk_offs = (q * BM + {self.row0} + sk_rows)[:, None] * BN + ({a.col0} + sk_cols)"
-                               "[None, :]")
-                        # A weak load, ordered after the contributor's partial by the flag's acquire: Triton issues
-                        # that scalar atomic from one thread and broadcasts its value through shared memory behind a
-                        # barrier of the partition, so every thread's load follows the acquire in PTX's causality
-                        # order (acquire, then the CTA barrier). As .cg (LDG.STRONG.GPU in SASS) these loads made
-                        # 685x6136x1680 under sk_waves=1 11% slower (H100, archive/exp/sk_anatomy.py); evict_first: a
-                        # slot is read once.
-                        b.line(f"{name} = {name} + gl.load(sk_ws_ptr + sk_offs, eviction_policy=\"evict_first\")")
-                    b.line(f"gl.atomic_xchg(sk_flags_ptr + q * {parts} + {part}, 0, sem=\"relaxed\", scope=\"gpu\")",
-                           "reset for the next launch")
+                self._sk_gather(fx, rows, part, parts, narrow)
             self.body(body[at + 1:])
+
+    def _sk_gather(self, fx: ir.Fixup, rows: int, part: int, parts: int, narrow: bool) -> None:
+        """The finisher's side of a Fixup: acquire the flags of pieces pid + 1 .. sk_last, then add their partials in
+        k order and reset the flags. The pieces end at about the same time, so the waits and the loads are each issued
+        for several pieces at once (`sk_batches`) rather than one piece's round trips after another's, which cost
+        about a microsecond a piece (docs/decisions/rule-21-stream-k.md)."""
+        b = self.buf
+        waits, loads = sk_batches(self.m.tiling.stream_k, sum(a.rows * a.cols for a in map(self._acc, fx.accs))
+                                  // (32 * self.p.warps))
+        flags = f"sk_flags_ptr + sk_q * {parts} + {part}"
+        acquire = f"gl.atomic_add({flags}, gl.zeros_like(sk_q), mask=~sk_up, sem=\"acquire\", scope=\"gpu\")"
+        b.line(f"sk_wait_layout: gl.constexpr = gl.BlockedLayout([1], [32], [{self.p.warps}], [0])")
+        with b.block(f"for q0 in range(pid + 1, sk_last + 1, {waits})",
+                     comment=f"acquire the later pieces' flags, {waits} at a time"):
+            b.line(f"sk_q = q0 + gl.arange(0, {waits}, layout=sk_wait_layout)")
+            b.line("sk_up = sk_q > sk_last", "past the tile's last piece: no flag to wait on")
+            b.line(f"sk_set = {acquire}")
+            with b.block("while gl.min(gl.where(sk_up, 1, sk_set), axis=0) == 0"):
+                b.line(f"sk_set = {acquire}")
+        # Weak loads, ordered after the contributors' partials by the flags' acquires and the barrier after them (PTX
+        # causality order: acquire, then the CTA barrier). As .cg (LDG.STRONG.GPU in SASS) such loads made
+        # 685x6136x1680 under sk_waves=1 11% slower (H100, archive/exp/sk_anatomy.py); evict_first: a slot is read once.
+        b.line(self.api.barrier, "every flag acquired before any thread reads a partial")
+        if loads == 1:  # (a wide accumulator: one partial at a time, no second copy of it held for a select)
+            with b.block("for q in range(pid + 1, sk_last + 1)", comment="add the partials in k order"):
+                self._sk_add(fx, rows, narrow, "q", None)
+        else:
+            with b.block(f"for q0 in range(pid + 1, sk_last + 1, {loads})",
+                         comment=f"add the partials in k order, {loads} loads in flight"):
+                with b.block(f"for j in gl.static_range({loads})"):
+                    b.line("sk_here = q0 + j <= sk_last")
+                    self._sk_add(fx, rows, narrow, "(q0 + j)", "sk_here")
+        with b.block(f"for q0 in range(pid + 1, sk_last + 1, {waits})", comment="reset the flags for the next launch"):
+            b.line(f"sk_q = q0 + gl.arange(0, {waits}, layout=sk_wait_layout)")
+            b.line(f"gl.atomic_xchg({flags}, gl.zeros_like(sk_q), mask=sk_q <= sk_last, sem=\"relaxed\", "
+                   "scope=\"gpu\")")
+
+    def _sk_slot(self, a: ir.Accumulator, rows: int, narrow: bool, piece: str) -> None:
+        """`sk_offs`: where accumulator `a`'s elements lie in workspace slot `piece` (a CTA's: its rows of BM x BN)."""
+        b = self.buf
+        if narrow:
+            b.line(f"sk_rows = gl.arange(0, {rows}, layout=gl.SliceLayout(1, {self._layout(a)}))")
+        b.line(f"sk_cols = gl.arange(0, {a.cols}, layout=gl.SliceLayout(0, {self._layout(a)}))")
+        b.line(f"sk_offs = ({piece} * BM + {self.row0} + sk_rows)[:, None] * BN + ({a.col0} + sk_cols)[None, :]")
+
+    def _sk_add(self, fx: ir.Fixup, rows: int, narrow: bool, piece: str, here: str | None) -> None:
+        """Add the partial of workspace slot `piece` to each of the Fixup's accumulators (where `here`, if given: a
+        batch's slots past the tile's last piece load nothing and add nothing)."""
+        b = self.buf
+        for name in fx.accs:
+            self._sk_slot(self._acc(name), rows, narrow, piece)
+            if here is None:
+                b.line(f"{name} = {name} + gl.load(sk_ws_ptr + sk_offs, eviction_policy=\"evict_first\")")
+            else:
+                b.line(f"{name} = gl.where({here}, {name} + gl.load(sk_ws_ptr + sk_offs, mask={here}, other=0.0, "
+                       f"eviction_policy=\"evict_first\"), {name})")
 
     def loop(self, lp: ir.Loop) -> None:
         b = self.buf
@@ -1076,6 +1125,16 @@ REDUCE_PARAMS = ("ws_ptr", "c_ptr", "c_stride_m", "c_stride_n", "M", "N", "MP")
 RANGE_PARAMS = ("tile_lo", "tile_hi")
 RANGED_REDUCE_PARAMS = ("ws_ptr", "c_ptr", "c_stride_m", "c_stride_n", "M", "N", *RANGE_PARAMS)
 REDUCE_BLOCK = 1024
+# An unranged reduction's program covers REDUCE_BLOCK elements of C: flat where N is a multiple of 16 (which the JIT
+# specializes), else a REDUCE_ROWS x REDUCE_COLS block indexed in two dimensions. The flat form, which divides each
+# element's 64-bit index by N, ran 4.9-6.1 us a launch at other N against 1.9-2.4 us at those; the blocks run such N
+# in 2.0-2.1 us (docs/decisions/rule-25-latency-split-k.md).
+REDUCE_ROWS, REDUCE_COLS = 16, 64
+
+
+def reduce_grid(m: int, n: int) -> int:
+    """An unranged split-K reduction's programs for an M x N output: REDUCE_BLOCK elements each (`_emit_reduce`)."""
+    return -(-m * n // REDUCE_BLOCK) if n % 16 == 0 else -(-m // REDUCE_ROWS) * -(-n // REDUCE_COLS)
 
 
 def store_desc(o: ir.TmaStore) -> str:
@@ -1444,7 +1503,9 @@ def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:
     """Split-K's second kernel: C = the sum of the workspace's k-range partials, added in k-range order (the same
     result every run), cast to C's dtype, REDUCE_BLOCK elements a program.
 
-    Unranged: slab s holds rows s * MP ... of the (SPLIT_K * MP, N) workspace; programs walk C's elements. Ranged
+    Unranged: slab s holds rows s * MP ... of the (SPLIT_K * MP, N) workspace; where N is a multiple of 16 the
+    programs walk C's elements, else each sums one REDUCE_ROWS x REDUCE_COLS block of C, row-major over C's column
+    blocks (`reduce_grid`). Ranged
     (a plan's split-K tail): the launch's tile tile_lo + i has its partials in the compact workspace's boxes i,
     tiles + i, ... (each BM x BN, unit u's at rows u * BM); BM * BN / REDUCE_BLOCK programs per tile, each storing
     where that tile lies in C (tile_coords: the grouped order the kernel ran), masked at C's edges."""
@@ -1454,8 +1515,8 @@ def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:
     params, note = (RANGED_REDUCE_PARAMS, "split-K tail: each tile of C = the sum of its k-ranges' boxes") \
         if t.ranged else (REDUCE_PARAMS, "split-K: C = sum of the partial slabs")
     with b.block(f"def {name}({', '.join(params)})", comment=note):
-        b.line("layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])")
         if t.ranged:
+            b.line("layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])")
             chunks = t.bm * t.bn // REDUCE_BLOCK
             b.line("num_tiles = tile_hi - tile_lo")
             b.line(f"i = gl.program_id(0) // {chunks}", f"the launch's tile: {chunks} programs per BM x BN box")
@@ -1466,14 +1527,34 @@ def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:
             b.line("col = (off_n + offs % BN).to(gl.int64)", "(and c_stride_n is a run-time stride)")
             b.line("mask = (row < M) & (col < N)")
             first, nth, what = "i * (BM * BN) + offs", "(s * num_tiles + i) * (BM * BN) + offs", "k-range 0"
-        else:
+            b.line(f"acc = gl.load(ws_ptr + {first}, mask=mask, other=0.0)", what)
+            with b.block("for s in gl.static_range(1, SPLIT_K)"):
+                b.line(f"acc += gl.load(ws_ptr + {nth}, mask=mask, other=0.0)")
+            b.line(f"gl.store(c_ptr + row * c_stride_m + col * c_stride_n, acc.to({out.gluon}), mask=mask)")
+            return
+        with b.block("if N % 16 == 0", comment="flat: whole 16-byte runs of each row (the JIT specializes N % 16)"):
+            b.line("layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])")
             b.line(f"offs = gl.program_id(0).to(gl.int64) * {REDUCE_BLOCK} + gl.arange(0, {REDUCE_BLOCK}, "
                    "layout=layout)", "64-bit: C and the workspace may pass 2^31 elements")
             b.line("row = offs // N")
             b.line("col = offs % N")
             b.line("mask = row < M", "(not offs < M * N: an i32 product)")
-            first, nth, what = "offs", "(s * MP + row) * N + col", "slab 0: rows 0 .. M of the first MP"
-        b.line(f"acc = gl.load(ws_ptr + {first}, mask=mask, other=0.0)", what)
-        with b.block("for s in gl.static_range(1, SPLIT_K)"):
-            b.line(f"acc += gl.load(ws_ptr + {nth}, mask=mask, other=0.0)")
-        b.line(f"gl.store(c_ptr + row * c_stride_m + col * c_stride_n, acc.to({out.gluon}), mask=mask)")
+            b.line("acc = gl.load(ws_ptr + offs, mask=mask, other=0.0)", "slab 0: rows 0 .. M of the first MP")
+            with b.block("for s in gl.static_range(1, SPLIT_K)"):
+                b.line("acc += gl.load(ws_ptr + (s * MP + row) * N + col, mask=mask, other=0.0)")
+            b.line(f"gl.store(c_ptr + row * c_stride_m + col * c_stride_n, acc.to({out.gluon}), mask=mask)")
+        with b.block("else", comment=f"two-dimensional: {REDUCE_ROWS} x {REDUCE_COLS} of C, no division an element"):
+            b.line("blocked: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])")
+            b.line(f"col_blocks = gl.cdiv(N, {REDUCE_COLS})")
+            b.line(f"rows = (gl.program_id(0) // col_blocks) * {REDUCE_ROWS} + gl.arange(0, {REDUCE_ROWS}, "
+                   "layout=gl.SliceLayout(1, blocked))")
+            b.line(f"cols = (gl.program_id(0) % col_blocks) * {REDUCE_COLS} + gl.arange(0, {REDUCE_COLS}, "
+                   "layout=gl.SliceLayout(0, blocked))")
+            b.line("mask2 = (rows < M)[:, None] & (cols < N)[None, :]")
+            b.line("offs2 = rows.to(gl.int64)[:, None] * N + cols[None, :]")
+            b.line("slab = MP.to(gl.int64) * N", "a k-range's slab: MP rows of N")
+            b.line("acc2 = gl.load(ws_ptr + offs2, mask=mask2, other=0.0)")
+            with b.block("for s in gl.static_range(1, SPLIT_K)"):
+                b.line("acc2 += gl.load(ws_ptr + (s * slab + offs2), mask=mask2, other=0.0)")
+            b.line("c_offs = rows.to(gl.int64)[:, None] * c_stride_m + cols[None, :].to(gl.int64) * c_stride_n")
+            b.line(f"gl.store(c_ptr + c_offs, acc2.to({out.gluon}), mask=mask2)")

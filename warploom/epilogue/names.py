@@ -30,6 +30,7 @@ GENERATED = frozenset("""
     warpgroup_mma warpgroup_mma_wait wmma workspace_desc ws_ptr
     SK_SPLIT dp_tiles grid it0 it1 k_hi k_lo n_dp q sk_cols sk_ctas sk_flags_ptr sk_last sk_offs sk_owner sk_range
     sk_rows sk_tiles sk_unit sk_ws_ptr total u
+    j q0 sk_here sk_q sk_set sk_up sk_wait_layout
     _nan_max ep_amax ep_block_amax ep_group
     amax_ptr
     E end first g group_count group_ptr group_tile grp hit k_base k_end k_group_tile k_left k_skip k_start mk_cols

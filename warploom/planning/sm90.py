@@ -51,11 +51,12 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
         chosen = _plan(spec, device, replace(options, stages=None))
         return forced_narrow(spec, device, chosen, options.n_blocks, options.stages)
     chosen = _plan(spec, device, options)
-    if options.stream_k and not chosen.stream_k and chosen.bm != 128:
-        # (rules 16, 18, 23 and 25 take 64-row or swapped tiles before the search, and stream-K is built for 128 rows)
+    if options.stream_k and not chosen.stream_k and chosen.bm != 128 and options.bm != 64:
+        # (rules 16, 18, 23 and 25 take 64-row or swapped tiles before the search, which plans stream-K on 128-row
+        # tiles, and on 64-row ones only where bm=64 is forced)
         raise UnsupportedError(f"stream_k={options.stream_k} (rule 21) cannot run {spec.short()}: its plan is "
-                               f"{chosen.short()}, and stream-K shares the k-blocks of 128-row tiles only. Fix: drop "
-                               "stream_k, or pass bm=128 with it")
+                               f"{chosen.short()}, and stream-K shares the k-blocks of 128-row tiles, or of 64-row "
+                               "ones where bm=64 is forced. Fix: drop stream_k, or pass bm=128 or bm=64 with it")
     if options.n_blocks is not None:
         return forced_narrow(spec, device, chosen, ())
     if _forces_tile(options):

@@ -276,8 +276,9 @@ def _stream_k_step(s: Search, t: _Tile, tiles: int, score: float) -> tuple[int, 
     spec, device, o = s.spec, s.device, s.o
     stream_k = o.stream_k
     # (the planner's own choice: native accumulation only; promoted fp8's two column-block accumulators ran its
-    # fixup 40% slower at 6320x6848x5648, session 22, so it is forced only)
-    if not ((stream_k or stream_k is None and spec.accumulation is Accumulation.NATIVE)
+    # fixup 40% slower at 6320x6848x5648, session 22, so it is forced only; so is it on 64-row tiles, where rule 25's
+    # split-K ran ahead of it at every shape measured, session 41)
+    if not ((stream_k or stream_k is None and spec.accumulation is Accumulation.NATIVE and t.bm == 128)
             and tiles % device.sm_count and not stream_k_problems(
             spec, o.pingpong, s.scale_partition, o.split_k, o.tail_split, False, t.bm, t.early)):
         return None

@@ -41,6 +41,7 @@ from warploom.backends.gluon_sm90 import (
     GluonSource,
     buffer_desc,
     output_desc,
+    reduce_grid,
 )
 from warploom.errors import DeviceError, rowwise_too_wide, split_k_mismatch
 from warploom.ir import nodes as ir
@@ -280,8 +281,8 @@ class Launcher:
                 self._reduce.launch(span.tiles * (self._bm * self._bn // REDUCE_BLOCK),
                                     [workspace, out, out.stride(0), out.stride(1), m, n, span.lo, span.hi])
             else:
-                self._reduce.launch(-(-m * n // REDUCE_BLOCK), [workspace, out, out.stride(0), out.stride(1), m, n,
-                                                                self._tiling.slab_rows(m)])
+                self._reduce.launch(reduce_grid(m, n), [workspace, out, out.stride(0), out.stride(1), m, n,
+                                                        self._tiling.slab_rows(m)])
         return out
 
     def _two_passes(self, a: Any, b: Any, q: Any, scale_a: Any, scale_b: Any, bias: Any,

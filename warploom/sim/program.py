@@ -949,8 +949,10 @@ class _Interp:
                     if t.contributor:
                         yield PartialStoreI(site, accs, (self.geo.pid, part))
                         self.skip = True
+                    # (every later piece's flag first, then their partials in k order: the backend's batched gather)
                     for q in t.peers:
                         yield FlagWaitI(site, (q, part))
+                    for q in t.peers:
                         yield PartialAddI(site, accs, (q, part))
                 case ir.Commit():
                     yield CommitI(site, o.barrier, self._index(o.slot, m.barrier(o.barrier).depth, text))
