@@ -367,9 +367,12 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     if out_dtype is None:  # (the default, as warploom.plan and scaled_grouped_mm take None; the op's schema has none)
         out_dtype = torch.bfloat16
     try:
-        fn, ops = _result_epilogue(epilogue, operands, out_dtype, scale_result)
-        if fn is not None:
-            return _scaled_fused(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, fn, ops, scale_result)
+        # (a plain fp8 output goes through the custom op, whose implementation adds its fused cast: torch.compile
+        # and fake tensors then see the op and its fake, not the simulator's data-dependent checks)
+        if epilogue is not None or operands or scale_result is not None:
+            fn, ops = _result_epilogue(epilogue, operands, out_dtype, scale_result)
+            if fn is not None:
+                return _scaled_fused(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum, fn, ops, scale_result)
         # NVFP4's pairs [block scales, global scale] reach the op as two more tensors (its schema takes no lists)
         (sa, ga), (sb, gb) = checks.scale_parts("scale_a", scale_a), checks.scale_parts("scale_b", scale_b)
         if skip_dispatcher(a, b, sa, sb, bias, ga, gb):

@@ -87,6 +87,13 @@ def main() -> None:
     """warploom: warp-specialized, pipelined, persistent GEMM kernels for GPUs."""
 
 
+def _target_device(target: str) -> Any:
+    """The device a --target plans for: None (this machine's GPU, else an H100) for sm_90a, a B200 or a gfx1250."""
+    from warploom.device import B200, GFX1250
+
+    return {"sm_100a": B200, "gfx1250": GFX1250}.get(target)
+
+
 def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int | None = None,
              scales: str = "rowwise", device: Any = None, allocates: bool = True) -> Kernel:
     """The kernel warploom plans for an H100 (or this machine's GPU, or `device`) for the problem; `stages` forces
@@ -383,12 +390,10 @@ def plan_command(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: s
     """Plan one GEMM and show the plan (no compile, no run): its tile, ring, warps, grid and schedule."""
     from rich.console import Console
 
-    from warploom.device import B200, GFX1250
     from warploom.planner import wave_fill
 
     con = Console()
-    kern = _planned(m, n, k, dtype, fast_accum, scales=scales,
-                    device={"sm_100a": B200, "gfx1250": GFX1250}.get(target), allocates=False)
+    kern = _planned(m, n, k, dtype, fast_accum, scales=scales, device=_target_device(target), allocates=False)
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(f"{kern.plan.short()}  ({kern.module.name})", highlight=False)
     con.print(_plan_table(kern))
@@ -409,8 +414,10 @@ def plan_command(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: s
 @click.option("--explore", is_flag=True, help="also explore every schedule of a small configuration of the plan")
 @click.option("--max-states", type=click.IntRange(min=1), default=200_000, show_default=True,
               help="--explore's bound on distinct states")
+@click.option("--target", type=click.Choice(["sm_90a", "sm_100a", "gfx1250"]), default="sm_90a", show_default=True,
+              help="the device planned for: an H100, a B200 (fp4 and MX) or an AMD gfx1250")
 def sim(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, stages: int | None, seed: int,
-        timeline: Path | None, explore: bool, max_states: int) -> None:
+        timeline: Path | None, explore: bool, max_states: int, target: str) -> None:
     """Run the planned kernel on the CPU simulator on random data and compare with torch; no GPU needed.
 
     Exits 1 on a finding or a mismatch, and where --explore stopped at --max-states (inconclusive).
@@ -418,7 +425,7 @@ def sim(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, stage
     from rich.console import Console
 
     con = Console()
-    kern = _planned(m, n, k, dtype, fast_accum, stages, scales)
+    kern = _planned(m, n, k, dtype, fast_accum, stages, scales, device=_target_device(target))
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(f"{kern.plan.short()}  ({kern.module.name})", highlight=False)
     ok = _run_sim(con, kern, seed, timeline, "simulate", exit_on_failure=False)

@@ -55,8 +55,9 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     against the (total_M, N) result, so a per-row operand (total_M, 1) and a dense (total_M, N) one are indexed in
     the grouped row space (row r of a's); a per-column (N,) one is shared by every group. A per-expert one holds one
     value set per group: (G, N) or (G, 1, N) adds row g along N to expert g's rows (an MoE layer's per-expert bias),
-    (G,) or (G, 1, 1) gives them value g (a per-expert output scale); (G, N) and (G,) mean that only where they do not
-    already broadcast to (total_M, N) (G == total_M, G == N), the 3-D forms always (epilogue/classify.py). Masked and
+    (G,) or (G, 1, 1) gives them value g (a per-expert output scale); the 3-D forms always, while (G, N) where
+    G == total_M and (G,) where G == N could also be read against the result and are refused with the fix
+    (`offsets_operands`; (1, total_M, N) says dense). Masked and
     batched (a 3-D a): operands are shaped against the (G, M_max, N) result with a leading expert dimension:
     (G, M_max, N) dense, (G, M_max, 1) or (G, M_max) one value per row of each expert, the per-expert (G, 1, N),
     (G, N), (G, 1, 1), (G,) and the shared (N,) as above (`masked_operands`); rows at or past masked_m[g] are never
@@ -306,6 +307,8 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
         operands = masked_operands(operands, spec.groups, spec.m // max(spec.groups, 1), spec.n)
     elif spec.grouping is Grouping.K_OFFSETS:
         operands = masked_operands(operands, spec.groups, spec.m, spec.n)
+    elif spec.grouping is Grouping.OFFSETS:
+        operands = offsets_operands(operands, spec.groups, spec.m, spec.n)
     try:
         spec, picked = fused_spec(spec, call.a, epilogue, operands, scale_a=scale_a, scale_b=scale_b)
     except WarploomError as err:
@@ -337,6 +340,42 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
     return dataclasses.replace(call, spec=spec), sa, sb, picked
 
 
+def offsets_operands(operands: dict[str, Any], groups: int, m: int, n: int) -> dict[str, Any]:
+    """An M-grouped call's epilogue operands, shaped against its (total_M, N) result (epilogue/classify.py), with
+    two more rules:
+
+        (1, total_M, N), (1, total_M, 1)  -> (total_M, N), (total_M, 1): dense or one value per row, said so
+        (G, N) where G == total_M          refused: one row per expert, or one per row of the result?
+        (G,) where G == N                  refused: one value per expert, or one per column?
+
+    classify reads those two as the broadcast ones (dense, per column), which is not what a per-expert bias or scale
+    meant: a model whose token count met its expert count got a wrong result with no error. Each refusal names the
+    3-D form of either meaning; the rest goes on to classify as it is."""
+    g = groups
+    out: dict[str, Any] = {}
+    for name, t in operands.items():
+        if not isinstance(t, torch.Tensor) or t.layout is not torch.strided:  # (classify says what is wrong)
+            out[name] = t
+            continue
+        shape = tuple(int(d) for d in t.shape)
+        if len(shape) == 3 and shape[:2] == (1, m) and m != 1 and shape[2] in (1, n):
+            out[name] = t.reshape(m, shape[2])
+        elif g > 1 and shape == (g, n) and g == m:
+            raise ShapeError(name, f"an epilogue operand that says how it is read: ({g}, 1, {n}) one row per expert, "
+                             f"(1, {m}, {n}) one row per row of the ({m}, {n}) result",
+                             f"shape {shape}, and the experts G == total_M == {m}",
+                             f"say which: {name}.unsqueeze(1) for one row per expert, or {name}.unsqueeze(0) for one "
+                             "row per row of the result")
+        elif g > 1 and shape == (g,) and g == n:
+            raise ShapeError(name, f"an epilogue operand that says how it is read: ({g}, 1, 1) one value per expert, "
+                             f"(1, {n}) one value per column", f"shape {shape}, and the experts G == N == {n}",
+                             f"say which: {name}.reshape({g}, 1, 1) for one value per expert, or {name}.reshape(1, "
+                             f"{n}) for one value per column")
+        else:
+            out[name] = t
+    return out
+
+
 def masked_operands(operands: dict[str, Any], groups: int, m_max: int, n: int) -> dict[str, Any]:
     """A masked or batched call's epilogue operands, shaped against its (G, M_max, N) result, as the kernel reads
     them: over its (G * M_max, N) rows, or per expert. A K-grouped call's alike, M_max its M (C is (G * M, N)).
@@ -348,9 +387,9 @@ def masked_operands(operands: dict[str, Any], groups: int, m_max: int, n: int) -
         (1, 1, N), (1, 1, 1)            -> (N,), (1,): shared by every row
         (N,), (1, N), a single element; the flattened (G * M_max, N) and (G * M_max, 1)  kept
 
-    A 2-D (G, M_max) where M_max == N could be either per row or per expert and is refused with the fix (the 3-D
-    form), as is any other shape (a ShapeError naming the operand). A value that is not a tensor, or not a dense one,
-    goes on to classify, which says so."""
+    A 2-D (G, M_max) where M_max == N could be either per row or per expert, and a (G,) where G == N per expert or
+    per column: both are refused with the fix (the 3-D form), as is any other shape (a ShapeError naming the
+    operand). A value that is not a tensor, or not a dense one, goes on to classify, which says so."""
     g, r, rows = groups, m_max, groups * m_max
     expected = (f"an epilogue operand of the ({g}, {r}, {n}) result: ({g}, {r}, {n}) dense, ({g}, {r}, 1) or "
                 f"({g}, {r}) one value per row of each expert, ({g}, 1, {n}) or ({g}, {n}) one row per expert, "
@@ -373,6 +412,10 @@ def masked_operands(operands: dict[str, Any], groups: int, m_max: int, n: int) -
             raise ShapeError(name, expected, f"shape {shape}, and M_max == N == {n}",
                              f"say which: {name}.unsqueeze(1) ({g}, 1, {n}) for one row per expert, or "
                              f"{name}.unsqueeze(-1) ({g}, {r}, 1) for one value per row")
+        elif shape == (g,) and g == n and g > 1:
+            raise ShapeError(name, expected, f"shape {shape}, and G == N == {n}",
+                             f"say which: {name}.reshape({g}, 1, 1) for one value per expert, or {name}.reshape(1, "
+                             f"{n}) for one value per column")
         elif shape in ((g, n), (1, n), (1, 1), (rows, n), (rows, 1), (n,), (1,), (g,), ()):
             out[name] = t
         else:

@@ -415,11 +415,14 @@ def sim_max_flops() -> int:
     if not raw:
         return SIM_MAX_FLOPS
     try:
-        return int(raw)
+        flops = int(raw)
     except ValueError:
-        raise InputError(SIM_MAX_FLOPS_ENV, "an integer number of FLOPs (2*M*N*K), e.g. 2147483648",
-                         repr(raw), f"set {SIM_MAX_FLOPS_ENV} to an integer, or unset it for the default "
-                         f"{SIM_MAX_FLOPS}") from None
+        flops = 0
+    if flops < 1:  # (0 or less would refuse every CPU call, naming a limit no problem can meet)
+        raise InputError(SIM_MAX_FLOPS_ENV, "a positive integer number of FLOPs (2*M*N*K), e.g. 2147483648",
+                         repr(raw), f"set {SIM_MAX_FLOPS_ENV} to a positive integer, or unset it for the default "
+                         f"{SIM_MAX_FLOPS}")
+    return flops
 
 
 def _check_sim_size(m: int, n: int, k: int) -> None:

@@ -191,8 +191,10 @@ def test_cpu_tensors_above_the_simulator_limit_need_a_gpu(monkeypatch: pytest.Mo
 
 
 def test_bad_simulator_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("WARPLOOM_SIM_MAX_FLOPS", "1e9")
-    raises(InputError, "WARPLOOM_SIM_MAX_FLOPS", lambda: warploom.matmul(t(64, 64), t(64, 64)), match="'1e9'")
+    for raw in ("1e9", "0", "-5"):  # (0 or less refused every CPU call, naming a limit no problem meets)
+        monkeypatch.setenv("WARPLOOM_SIM_MAX_FLOPS", raw)
+        raises(InputError, "WARPLOOM_SIM_MAX_FLOPS", lambda: warploom.matmul(t(64, 64), t(64, 64)),
+               match=f"a positive integer number of FLOPs (2*M*N*K), e.g. 2147483648, got '{raw}'")
 
 
 def test_validation_comes_before_the_simulator_limit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -597,7 +599,8 @@ def test_simulator_refuses_program_ids_and_seeds_by_name() -> None:
     ({"n_blocks": 64}, TypeError, "n_blocks"), ({"pingpong": "no"}, TypeError, "pingpong"),
     ({"swap_ab": "yes"}, TypeError, "swap_ab"), ({"bm": 0}, InputError, "bm"), ({"stages": -1}, InputError, "stages"),
     ({"stages": 0}, InputError, "stages"), ({"partial_blocks": 0}, InputError, "partial_blocks"),
-    ({"split_k": True}, TypeError, "split_k"),
+    ({"split_k": True}, TypeError, "split_k"), ({"group_m": None}, TypeError, "group_m"),
+    ({"sk_waves": None}, TypeError, "sk_waves"),
 ])
 def test_plan_schedule_checks_its_options(kw: dict[str, Any], error: type[Exception], name: str) -> None:
     from warploom import H100_SXM, GemmSpec
@@ -605,6 +608,8 @@ def test_plan_schedule_checks_its_options(kw: dict[str, Any], error: type[Except
 
     with pytest.raises(error, match=f"^{name}: expected.*Fix:"):
         plan_schedule(GemmSpec(512, 512, 512), H100_SXM, **kw)
+    with pytest.raises(warploom.UnsupportedError, match=r"^cluster=2\.0: expected None .*Fix:"):
+        plan_schedule(GemmSpec(512, 512, 512), H100_SXM, cluster=2.0)  # (a float, as the other counts refuse)
     with pytest.raises(TypeError, match="^spec: expected a warploom.GemmSpec"):
         plan_schedule((512, 512, 512), H100_SXM)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="^device: expected a warploom.DeviceInfo"):

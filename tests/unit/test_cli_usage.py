@@ -123,12 +123,25 @@ def test_sim_stages_changes_only_the_depth() -> None:
     (["plan", "--dtype", "mxfp8"], "Fix: pass --dtype fp8 --scales mx"),
     (["plan", "--dtype", "mxfp4"], "Fix: pass --target sm_100a"),
     (["plan", "--dtype", "fp8", "--no-fast-accum", "--target", "sm_100a"], "Fix: pass --target sm_90a"),
+    # (gfx1250: MX and NVFP4 run on sm_100a, blockwise on sm_90a; their promoted accumulation is no option to flip)
+    (["plan", "--dtype", "nvfp4", "--target", "gfx1250"], "Fix: pass --target sm_100a"),
+    (["plan", "--dtype", "mxfp8", "--target", "gfx1250"], "Fix: pass --target sm_100a"),
+    (["plan", "--dtype", "blockwise", "--target", "gfx1250"], "Fix: pass --target sm_90a"),
+    (["sim", "--dtype", "mxfp4"], "Fix: pass --target sm_100a"),
 ])
 def test_fixes_are_spelt_as_options(args: list[str], match: str) -> None:
     """The planner's messages name Python arguments (device=B200, use_fast_accum=True); on the command line they
-    name the options."""
+    name the options, and only a fix that plans: no --fast-accum where the recipe is promoted by its scales."""
     res = CliRunner().invoke(main, args, terminal_width=400)
     assert res.exit_code == 2 and match in res.output and "device=" not in res.output, res.output
+    assert "--fast-accum" not in res.output or "fp8" in args, res.output  # (rowwise fp8: the option flips it)
+
+
+def test_sim_takes_the_target_its_fix_names() -> None:
+    """``sim --dtype mxfp4`` says to pass --target sm_100a, which sim takes (as plan and demo do)."""
+    res = CliRunner().invoke(main, ["sim", "--m", "64", "--n", "64", "--k", "64", "--dtype", "mxfp4", "--target",
+                                    "sm_100a"], terminal_width=200)
+    assert res.exit_code == 0 and "findings: none" in res.output, res.output
 
 
 def test_plan_of_a_problem_larger_than_this_host() -> None:

@@ -219,3 +219,28 @@ def test_nvfp4_bad_input_is_refused_as_before_through_the_op_and_its_fake() -> N
         one = torch.ones((), device=device)
         with pytest.raises(warploom.ScaleError, match=r"^scale_a: .*NVFP4's fp4 data only"):
             warploom.scaled_mm(a8, b8, [one, ga], one)
+
+
+def _fp8_out_call(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:
+    return warploom.scaled_mm(a, b, sa, sb, out_dtype=torch.float8_e4m3fn)
+
+
+def test_an_fp8_output_goes_through_the_custom_op() -> None:
+    """A plain fp8 output (no epilogue, no scale_result) is the op's: torch.compile(fullgraph=True) holds the op once,
+    with the eager call's bits, and fake tensors get the fake's fp8 result (it once went straight to the fused
+    path, which broke the graph on a data-dependent check and ran the simulator on fake tensors)."""
+    torch.manual_seed(2)
+    a = torch.randn(96, 64).to(torch.float8_e4m3fn)
+    b = torch.randn(80, 64).to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(96, 1) + 0.5, torch.rand(1, 80) + 0.5
+    out, graphs = compile_keeping_graphs(_fp8_out_call, a, b, sa, sb)
+    (gm,) = graphs
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [torch.ops.warploom.scaled_mm]
+    eager_out = _fp8_out_call(a, b, sa, sb)
+    assert out.dtype == torch.float8_e4m3fn and torch.equal(out.view(torch.uint8), eager_out.view(torch.uint8))
+    from warploom.reference import relative_error
+
+    assert relative_error(eager_out.float(), (a.float() @ b.float()) * sa * sb) < 1e-3
+    with FakeTensorMode() as mode:
+        fake = _fp8_out_call(*(mode.from_tensor(t) for t in (a, b, sa, sb)))
+    assert isinstance(fake, FakeTensor) and fake.dtype == torch.float8_e4m3fn and fake.shape == (96, 80)

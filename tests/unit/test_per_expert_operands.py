@@ -177,3 +177,36 @@ def test_a_per_expert_row_is_its_own_kernel() -> None:
         "epilogue(acc, bias: row per group fp32)"]
     names = {kernel_name(s, plan_schedule(s, H100_SXM)) for s in specs}
     assert len(names) == 3
+
+
+def test_grouped_calls_refuse_the_two_shapes_that_read_two_ways() -> None:
+    """At the one token count that equals the expert count, a (G, N) bias meant per expert was read as the dense
+    (total_M, N) operand, and at N == G a (G,) scale as one value per column: wrong results, no error. The grouped
+    calls refuse both (grouped.offsets_operands, masked_operands) and name the forms that say which; those forms give
+    each reading, checked against the per-expert product."""
+    g, n, k = 4, 64, 32
+    a, w = torch.randn(g, k).bfloat16(), torch.randn(g, n, k).bfloat16().transpose(-2, -1)
+    offs = torch.tensor([0, 1, 3, 4], dtype=torch.int32)  # total_M == G: one empty expert, one of two rows
+    bias = torch.randn(g, n)
+    with pytest.raises(ShapeError, match=r"^bias: .*G == total_M == 4\. Fix: say which: bias\.unsqueeze\(1\) for one "
+                       r"row per expert, or bias\.unsqueeze\(0\) for one row per row of the result"):
+        warploom.grouped_mm(a, w, offs, epilogue=lambda acc, bias: acc + bias, bias=bias)
+    ranges = list(zip([0, *offs.tolist()[:-1]], offs.tolist(), strict=True))
+    product = torch.cat([a[s:e].float() @ w[i].float() for i, (s, e) in enumerate(ranges)])
+    experts = torch.repeat_interleave(torch.arange(g), torch.tensor([e - s for s, e in ranges]))
+    per_expert = warploom.grouped_mm(a, w, offs, epilogue=lambda acc, bias: acc + bias, bias=bias.unsqueeze(1))
+    torch.testing.assert_close(per_expert.float(), product + bias[experts], atol=0.1, rtol=1e-2)
+    per_row = warploom.grouped_mm(a, w, offs, epilogue=lambda acc, bias: acc + bias, bias=bias.unsqueeze(0))
+    torch.testing.assert_close(per_row.float(), product + bias, atol=0.1, rtol=1e-2)
+
+    scale = torch.arange(1.0, 9.0)  # G == N == 8
+    a8, w8 = torch.randn(16, k).bfloat16(), torch.randn(8, 8, k).bfloat16().transpose(-2, -1)
+    offs8 = torch.arange(2, 17, 2, dtype=torch.int32)
+    with pytest.raises(ShapeError, match=r"^s: .*G == N == 8\. Fix: say which: s\.reshape\(8, 1, 1\) for one value per "
+                       r"expert, or s\.reshape\(1, 8\) for one value per column"):
+        warploom.grouped_mm(a8, w8, offs8, epilogue=lambda acc, s: acc * s, s=scale)
+    with pytest.raises(ShapeError, match=r"^s: .*G == N == 8\. Fix: say which: s\.reshape\(8, 1, 1\)"):
+        warploom.grouped_mm(torch.randn(8, 16, k).bfloat16(), w8, epilogue=lambda acc, s: acc * s, s=scale)
+    y = warploom.grouped_mm(a8, w8, offs8, epilogue=lambda acc, s: acc * s, s=scale.reshape(8, 1, 1))
+    ref = torch.cat([a8[2 * i:2 * i + 2].float() @ w8[i].float() * scale[i] for i in range(8)])
+    torch.testing.assert_close(y.float(), ref, atol=0.1, rtol=1e-2)

@@ -219,8 +219,14 @@ def test_search_space_checks_itself(bad: dict[str, Any]) -> None:
 
 
 def test_limit_and_slack_are_checked() -> None:
-    with pytest.raises(ValueError, match="limit"):
-        candidates(GemmSpec(64, 64, 64), H100_SXM, limit=0)
+    from warploom.errors import ArgumentTypeError, InputError
+    from warploom.tune import estimate
+
+    for limit in (0, -1, 2.5, True):
+        with pytest.raises(InputError, match=r"^limit: expected an int >= 1.* Fix: pass limit=8"):
+            candidates(GemmSpec(64, 64, 64), H100_SXM, limit=limit)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentTypeError, match=r"^plan: expected a warploom Plan, got NoneType"):
+        estimate(GemmSpec(64, 64, 64), H100_SXM, None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="slack"):
         candidates(GemmSpec(64, 64, 64), H100_SXM, slack=0.5)
 

@@ -28,7 +28,9 @@ also hold one value set per expert (`OperandSpec.per_group`), read at the tile's
 The rule for shapes that could mean two things: a shape that broadcasts to (M, N) keeps that meaning, so (G, N) is
 per-expert only where G is neither 1 nor M, and (G,) only where G is neither 1 nor N; the 3-D forms never broadcast
 (an epilogue sees a 2-D output) and are per-expert always, so they are the way to say it when G == M or G == N. With
-G == 1 both meanings are one.
+G == 1 both meanings are one. The grouped calls refuse the two ambiguous shapes before they get here
+(`grouped.offsets_operands`, `grouped.masked_operands`): a per-expert bias read as a dense operand at the one token
+count that equals the expert count was a wrong result with no error.
 
 Every function here reads only shapes, strides, dtypes and devices, so fake and meta tensors work. Sizes are
 taken as Python ints (symbolic sizes are not supported).

@@ -32,8 +32,10 @@ def native_problems(spec: GemmSpec) -> list[str]:
     """What rules 19 and 20 (sm_100a, gfx1250) do not plan yet: promoted accumulation, scales other than tensorwise
     and rowwise."""
     problems = []
-    if spec.accumulation is Accumulation.PROMOTED:
+    if spec.accumulation is Accumulation.PROMOTED and spec.scale in (ScaleRecipe.TENSORWISE, ScaleRecipe.ROWWISE):
         problems.append("promoted fp8 accumulation (pass use_fast_accum=True)")
+    elif spec.accumulation is Accumulation.PROMOTED and spec.scale is ScaleRecipe.NONE:
+        problems.append("promoted accumulation")  # (fast accumulation is an fp8 option: nothing to pass)
     if spec.scale not in (ScaleRecipe.NONE, ScaleRecipe.TENSORWISE, ScaleRecipe.ROWWISE):
         problems.append(f"{spec.scale.value} scales (tensorwise and rowwise are planned)")
     if spec.a_layout is not ALayout.K_MAJOR:

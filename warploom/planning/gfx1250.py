@@ -58,9 +58,11 @@ def plan_gfx1250(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
         # from there in 32 bits, and an N-major B's copies still step over all of its K rows)
         problems.append(f"an N-major B of K x N = {spec.k * spec.n} elements (2^31 or more: pass it K-major)")
     if problems:
+        # (MX and NVFP4 run on sm_100a only; every other recipe on sm_90a)
+        elsewhere = ("plan for an sm_100a device (device=B200)" if spec.scale.microscaled else
+                     "plan it for an sm_90a device (device=H100_SXM)")
         raise UnsupportedError(f"gfx1250 (planner rule 20) plans native accumulation with tensorwise, rowwise or no "
-                               f"scales so far; {spec.short()} has {'; '.join(problems)}. Fix: "
-                               "plan it for an sm_90a device (device=H100_SXM)")
+                               f"scales so far; {spec.short()} has {'; '.join(problems)}. Fix: {elsewhere}")
     bm, bn = bm or _GFX1250_TILE, bn or _GFX1250_TILE
     if bm not in (64, 128, 256) or bn not in (64, 128, 256):
         raise UnsupportedError(f"gfx1250 tiles: bm and bn in (64, 128, 256), got {bm=} {bn=}. Fix: leave them to "

@@ -26,7 +26,7 @@ def check_arguments(spec: Any, device: Any, options: dict[str, Any]) -> None:
     check_device(device)
     for name in (*_COUNTS, "stream_k", "sk_waves"):
         value = options.get(name)
-        if value is None:
+        if value is None and name not in ("group_m", "sk_waves"):  # (those two have int defaults: no "planner's")
             continue
         if isinstance(value, bool) or not isinstance(value, int):
             raise ArgumentTypeError(name, "an int" + ("" if name in ("group_m", "sk_waves") else " or None"),

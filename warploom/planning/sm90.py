@@ -171,7 +171,8 @@ def _cluster_options(spec: GemmSpec, device: DeviceInfo, o: PlanOptions) -> Plan
     CLUSTER_PROMOTED_BLOCKS blocks, fitted blocks on the 128x128 or 64x128 cluster tiles). A cluster's tiles are
     whole: no swap, stream-K or split-K."""
     knob = o.cluster
-    if isinstance(knob, bool) or knob not in CLUSTER_KNOBS:  # (True == 1 as a key: it planned one CTA per tile)
+    # (True == 1 and 2.0 == 2 as keys: they planned as 1 and 2 where every other count refuses a float)
+    if isinstance(knob, (bool, float)) or knob not in CLUSTER_KNOBS:
         raise UnsupportedError(f"cluster={knob!r}: expected None (rule 24 decides), 1 (one CTA per tile), 2 or "
                                "\"2x1\" (2-CTA clusters along M that multicast B) or \"1x2\" (along N, multicasting A)."
                                " Fix: pass one of those, or leave cluster out")

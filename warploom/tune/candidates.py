@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from warploom.device import DeviceInfo
-from warploom.errors import UnsupportedError
+from warploom.errors import InputError, UnsupportedError
 from warploom.planner import SWAP_MAX_M, SWAP_TOKENS, Plan, is_decode, max_stages, plan_schedule
 from warploom.spec import Accumulation, GemmSpec
 from warploom.tune.cost import Estimate, estimate
@@ -192,8 +192,9 @@ def feasible(spec: GemmSpec, device: DeviceInfo, space: SearchSpace = DEFAULT_SP
 def candidates(spec: GemmSpec, device: DeviceInfo, *, limit: int = 8, slack: float = 1.3,
                space: SearchSpace = DEFAULT_SPACE) -> tuple[Candidate, ...]:
     """At most `limit` candidates for `spec`, the planner's default first (module docstring)."""
-    if limit < 1:
-        raise ValueError(f"candidates: expected limit >= 1, got {limit=}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InputError("limit", "an int >= 1: how many candidates at most", repr(limit),
+                         "pass limit=8 (the default) or another positive count")
     if slack < 1.0:
         raise ValueError(f"candidates: expected slack >= 1.0 (1.0 keeps only the best estimate), got {slack=}")
     default = plan_schedule(spec, device)
