@@ -162,6 +162,8 @@ class Kernel:
         from warploom.sim import simulate
         from warploom.sim.simulate import ints, program_ids
 
+        if isinstance(seed, bool) or not isinstance(seed, int):  # (a string seeded Python's random as a string)
+            raise ArgumentTypeError("seed", "an int", f"{type(seed).__name__} {seed!r}", "pass seed=0 or another int")
         _check_call(self.spec, a, b, scale_a, scale_b, bias)
         _check_devices({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias, "out": out,
                         **dict(operands or {})}, launch=False)

@@ -287,6 +287,12 @@ class GemmSpec:
         if self.a_dtype == DType.FP32:
             raise InputError("a_dtype", "bf16, fp16, fp8 or fp4: inputs cannot be fp32", "fp32",
                              "pass bf16 inputs (torch.matmul computes fp32 itself)")
+        if self.out_dtype in (DType.E2M1, DType.E8M0):  # (no kernel stores them: the planner failed deep in a rule)
+            raise InputError("out_dtype", "bf16, fp16, fp32, e4m3 or e5m2", self.out_dtype.value,
+                             "pass out_dtype=DType.BF16, or DType.E4M3 or DType.E5M2 for an fp8 result")
+        if self.bias_dtype not in (None, DType.BF16, DType.FP16, DType.FP32):
+            raise InputError("bias_dtype", "None, bf16, fp16 or fp32", self.bias_dtype.value,
+                             "pass bias_dtype=DType.BF16, or None for no bias")
         fp8 = self.a_dtype.block_scaled
         if fp8 and self.b_layout is not BLayout.K_MAJOR:
             raise InputError("b_layout", "K_MAJOR: fp8 wgmma reads both operands K-major", self.b_layout.value,

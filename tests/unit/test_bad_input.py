@@ -592,6 +592,9 @@ def test_simulator_refuses_program_ids_and_seeds_by_name() -> None:
             k.simulate(a, b, ctas=bad)
     with pytest.raises(TypeError, match="^seeds: expected an iterable of ints.*Fix: pass seeds=\\[3\\]"):
         k.check_protocol(seeds=3)
+    for seed in ("1", 1.0, True):
+        with pytest.raises(TypeError, match="^seed: expected an int.*Fix: pass seed=0"):
+            k.simulate(a, b, seed=seed)
 
 
 @pytest.mark.parametrize("kw,error,name", [
