@@ -1526,11 +1526,8 @@ def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:
             b.line("row = (off_m + offs // BN).to(gl.int64)", "C itself may pass 2^31 elements")
             b.line("col = (off_n + offs % BN).to(gl.int64)", "(and c_stride_n is a run-time stride)")
             b.line("mask = (row < M) & (col < N)")
-            first, nth, what = "i * (BM * BN) + offs", "(s * num_tiles + i) * (BM * BN) + offs", "k-range 0"
-            b.line(f"acc = gl.load(ws_ptr + {first}, mask=mask, other=0.0)", what)
-            with b.block("for s in gl.static_range(1, SPLIT_K)"):
-                b.line(f"acc += gl.load(ws_ptr + {nth}, mask=mask, other=0.0)")
-            b.line(f"gl.store(c_ptr + row * c_stride_m + col * c_stride_n, acc.to({out.gluon}), mask=mask)")
+            _sum_slabs(b, out, "i * (BM * BN) + offs", "(s * num_tiles + i) * (BM * BN) + offs", "k-range 0",
+                       "row * c_stride_m + col * c_stride_n")
             return
         with b.block("if N % 16 == 0", comment="flat: whole 16-byte runs of each row (the JIT specializes N % 16)"):
             b.line("layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])")
@@ -1539,10 +1536,8 @@ def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:
             b.line("row = offs // N")
             b.line("col = offs % N")
             b.line("mask = row < M", "(not offs < M * N: an i32 product)")
-            b.line("acc = gl.load(ws_ptr + offs, mask=mask, other=0.0)", "slab 0: rows 0 .. M of the first MP")
-            with b.block("for s in gl.static_range(1, SPLIT_K)"):
-                b.line("acc += gl.load(ws_ptr + (s * MP + row) * N + col, mask=mask, other=0.0)")
-            b.line(f"gl.store(c_ptr + row * c_stride_m + col * c_stride_n, acc.to({out.gluon}), mask=mask)")
+            _sum_slabs(b, out, "offs", "(s * MP + row) * N + col", "slab 0: rows 0 .. M of the first MP",
+                       "row * c_stride_m + col * c_stride_n")
         with b.block("else", comment=f"two-dimensional: {REDUCE_ROWS} x {REDUCE_COLS} of C, no division an element"):
             b.line("blocked: gl.constexpr = gl.BlockedLayout([1, 4], [2, 16], [4, 1], [1, 0])")
             b.line(f"col_blocks = gl.cdiv(N, {REDUCE_COLS})")
@@ -1553,8 +1548,16 @@ def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:
             b.line("mask2 = (rows < M)[:, None] & (cols < N)[None, :]")
             b.line("offs2 = rows.to(gl.int64)[:, None] * N + cols[None, :]")
             b.line("slab = MP.to(gl.int64) * N", "a k-range's slab: MP rows of N")
-            b.line("acc2 = gl.load(ws_ptr + offs2, mask=mask2, other=0.0)")
-            with b.block("for s in gl.static_range(1, SPLIT_K)"):
-                b.line("acc2 += gl.load(ws_ptr + (s * slab + offs2), mask=mask2, other=0.0)")
             b.line("c_offs = rows.to(gl.int64)[:, None] * c_stride_m + cols[None, :].to(gl.int64) * c_stride_n")
-            b.line(f"gl.store(c_ptr + c_offs, acc2.to({out.gluon}), mask=mask2)")
+            _sum_slabs(b, out, "offs2", "(s * slab + offs2)", None, "c_offs", "2")
+
+
+def _sum_slabs(b: CodeBuffer, out: DType, first: str, nth: str, what: str | None, c_offs: str, tag: str = "") -> None:
+    """The reduce's sum: the partial at `first`, then those at `nth` for k-ranges s = 1 .. SPLIT_K - 1 in order
+    (the same bits every run), cast to C's dtype and stored at `c_offs`, masked (`mask{tag}`, into `acc{tag}`: each
+    branch of the unranged kernel keeps names of its own)."""
+    acc, mask = f"acc{tag}", f"mask{tag}"
+    b.line(f"{acc} = gl.load(ws_ptr + {first}, mask={mask}, other=0.0)", what)
+    with b.block("for s in gl.static_range(1, SPLIT_K)"):
+        b.line(f"{acc} += gl.load(ws_ptr + {nth}, mask={mask}, other=0.0)")
+    b.line(f"gl.store(c_ptr + {c_offs}, {acc}.to({out.gluon}), mask={mask})")

@@ -14,6 +14,7 @@ from warploom.target import Target
 _COUNTS = ("bm", "bn", "stages", "group_m", "consumer_partitions", "partial_blocks", "split_k", "tail_split")
 _FLAGS = ("hoist_rows", "scalar_columns", "prefetch_operands", "pingpong", "scale_partition", "swap_ab")
 _BOOL_ONLY = ("scalar_columns", "pingpong")  # (flags whose signature default is a bool: None is no choice there)
+_INT_ONLY = ("group_m", "sk_waves")  # (counts whose signature default is an int: None is no choice there)
 
 
 def check_arguments(spec: Any, device: Any, options: dict[str, Any]) -> None:
@@ -26,10 +27,10 @@ def check_arguments(spec: Any, device: Any, options: dict[str, Any]) -> None:
     check_device(device)
     for name in (*_COUNTS, "stream_k", "sk_waves"):
         value = options.get(name)
-        if value is None and name not in ("group_m", "sk_waves"):  # (those two have int defaults: no "planner's")
+        if value is None and name not in _INT_ONLY:
             continue
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ArgumentTypeError(name, "an int" + ("" if name in ("group_m", "sk_waves") else " or None"),
+            raise ArgumentTypeError(name, "an int" + ("" if name in _INT_ONLY else " or None"),
                                     f"{type(value).__name__} {value!r}", f"pass {name} as an int, or leave it out")
         if value < (0 if name in ("stream_k", "sk_waves") else 1):
             raise InputError(name, "a positive int" if name in _COUNTS else "0 or more", str(value),
