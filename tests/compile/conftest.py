@@ -5,8 +5,8 @@ Known finding (Triton 3.9.0, 2026-11-26): 3.9 assembles sm_90a with its Blackwel
 at their 168-register cap; under 3.6 through 3.8 (ptxas 12.8 / 12.9) they spill nothing. Without the flag 3.9's
 ptxas spills nothing either, but Triton builds the kernel with it (runtime/cross.py re-runs ptxas the same way).
 
-Under 3.6 (ptxas 12.8) one case spills too (SPILLS_36): a fused rowwise quantization's 128x256 walk with silu and a
-column operand, at the same 168-register cap.
+Under 3.6 (ptxas 12.8) two cases spill too (SPILLS_36): a fused rowwise quantization's 128x256 walk with silu and a
+column operand, and the grouped fp8 rowwise fast plan whose last round is stream-K, at the same 168-register cap.
 """
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ SPILLS_36 = {
     # rule 27's 128x256 walk with silu and a column operand (2026-11-27): 16 bytes stored and loaded at the
     # 168-register cap; without either (gelu alone, a column operand alone, tensorwise fp8) it spills nothing
     "rowwise_bf16_silu_col_e5m2_n208": 32,
+    # rule 22's fp8 rowwise fast 128x256 plan at 8192x4096x7168 over 8 experts with its last round as stream-K pieces
+    # (session 42): the stream-K bookkeeping beside the accumulator at the cap, 48 bytes (measured 2.7% faster than
+    # whole tiles with them); the promoted plan and the whole-tile one spill nothing
+    "e4m3_rowwise_fast_offsets": 48,
 }
 
 

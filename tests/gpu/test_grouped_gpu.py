@@ -12,6 +12,8 @@ for the launch."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
@@ -686,15 +688,17 @@ def _sk_launch(spec: object, pieces: int):  # noqa: ANN202
 
 def _sk_twice(launch, a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, rows: int, n: int,  # noqa: ANN001
               *scales: torch.Tensor) -> torch.Tensor:
-    """Two launches into NaN-poisoned outputs: the same bits (the fixup's order is fixed), every flag reset."""
+    """Two launches into NaN-poisoned outputs: the same bits (the fixup's order is fixed), every flag reset (where the
+    plan has stream-K's)."""
     outs = []
     for _ in range(2):
         out = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         launch(a, b, offs, out, *scales)
         outs.append(out)
     torch.cuda.synchronize()
-    _, flags = launch.stream_k_buffers(outs[0].device)
-    assert int(flags.abs().sum()) == 0, "every flag a contributor released was reset by its finisher"
+    if launch.stream_k_buffers is not None:  # (a whole-tile plan has no flags)
+        _, flags = launch.stream_k_buffers(outs[0].device)
+        assert int(flags.abs().sum()) == 0, "every flag a contributor released was reset by its finisher"
     end = int(offs[-1])
     assert torch.equal(outs[0][:end], outs[1][:end]), "bitwise repeatable"
     assert outs[0][end:].isnan().all(), "rows past offs[-1] untouched"
@@ -723,9 +727,11 @@ def test_stream_k_against_torch_grouped_mm(pieces: int, experts: int, rows: int,
     assert _err(out[:end], torch._grouped_mm(a, w, offs=offs)[:end]) < 1e-2
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_stream_k_fp8_rowwise(fast: bool) -> None:
+def _moe_fp8_rowwise(fast: bool, plan_for: Callable[[object], object]) -> None:
+    """fp8 rowwise at the measured MoE shape and routing on the launcher of `plan_for(spec)`'s kernel: torch's result,
+    bitwise repeatable into NaN-poisoned outputs (`_sk_twice`)."""
     from warploom.checks_grouped import grouped_call
+    from warploom.runtime.launch_grouped import GroupedLauncher
 
     experts, rows, n, k = 8, 8192, 4096, 7168
     offs = torch.tensor(MOE_COUNTS, dtype=torch.int32).cumsum(0).to(torch.int32).cuda()
@@ -733,9 +739,37 @@ def test_stream_k_fp8_rowwise(fast: bool) -> None:
     w = torch.randn(experts, n, k, device="cuda").to(torch.float8_e4m3fn).transpose(-2, -1)
     sa, sb = torch.rand(rows, device="cuda") + 0.5, torch.rand(experts, n, device="cuda") + 0.5
     call = grouped_call(a, w, offs, None, torch.bfloat16, sa, sb, fast)
-    out = _sk_twice(_sk_launch(call.spec, 2), call.a, call.b, offs, rows, n, sa, sb)
+    launch = plan_for(call.spec)
+    assert isinstance(launch, GroupedLauncher)
+    out = _sk_twice(launch, call.a, call.b, offs, rows, n, sa, sb)
     ref = torch._scaled_grouped_mm(a, w, sa, sb, offs=offs, out_dtype=torch.bfloat16, use_fast_accum=fast)
     assert _err(out, ref) < 2e-2
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_stream_k_fp8_rowwise(fast: bool) -> None:
+    _moe_fp8_rowwise(fast, lambda spec: _sk_launch(spec, 2))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_planned_last_round_fp8_rowwise(fast: bool) -> None:
+    """Rule 22's own fp8 plan at the measured MoE shape: its 9th round shared in 2 pieces on 128x256 tiles where the
+    installed Triton builds the finisher without its 3.9 spills (GROUPED_SK_FP8_MAX_TRITON), whole tiles elsewhere."""
+    from warploom.backends import gluon_api
+    from warploom.kernel import build
+    from warploom.planner import plan_schedule
+    from warploom.planning.sm90_grouped import GROUPED_SK_FP8_MAX_TRITON
+    from warploom.runtime.launch_grouped import GroupedLauncher
+
+    def planned(spec: object) -> GroupedLauncher:
+        dev = warploom.DeviceInfo.current()
+        plan = plan_schedule(spec, dev)  # type: ignore[arg-type]
+        shared = gluon_api.current().triton < GROUPED_SK_FP8_MAX_TRITON
+        assert (plan.bm, plan.bn, plan.stream_k) == (128, 256, 2 if shared else 0), plan.short()
+        kern = build(spec, dev, plan)  # type: ignore[arg-type]
+        return GroupedLauncher(kern.module, kern.gluon)
+
+    _moe_fp8_rowwise(fast, planned)
 
 
 def test_stream_k_masked() -> None:

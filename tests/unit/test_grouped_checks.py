@@ -3,11 +3,14 @@ naming the argument, before anything is planned or launched."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 import warploom
 from warploom import H100_SXM, Accumulation, BLayout, DType, GemmSpec, Grouping, ScaleRecipe
+from warploom.backends.gluon_api import emitting_for
 from warploom.checks_grouped import grouped_call
 from warploom.errors import (
     AlignmentError,
@@ -203,15 +206,36 @@ def test_rule22_last_round_stream_k(groups: int, m: int, n: int, k: int, pieces:
 
 
 def test_rule22_last_round_stream_k_only_where_measured() -> None:
-    """fp8, masked layouts and fused epilogues keep whole tiles by default (unmeasured or measured slower) and still
-    take a forced stream_k; stream_k=0 keeps whole tiles where the default would share."""
+    """Masked layouts, fused epilogues and fp8 blockwise keep whole tiles by default (unmeasured or measured slower)
+    and still take a forced stream_k; stream_k=0 keeps whole tiles where the default would share."""
     shape = dict(m=8192, n=4096, k=7168, groups=8)
-    fp8 = GemmSpec(**shape, a_dtype=DType.E4M3, b_dtype=DType.E4M3, out_dtype=DType.BF16, scale=ScaleRecipe.ROWWISE,
-                   grouping=Grouping.OFFSETS)
     masked = GemmSpec(**shape, grouping=Grouping.MASKED)
-    assert plan_schedule(fp8, H100_SXM).stream_k == 0 and plan_schedule(masked, H100_SXM).stream_k == 0
-    assert plan_schedule(fp8, H100_SXM, stream_k=2).stream_k == 2
+    blockwise = GemmSpec(**shape, a_dtype=DType.E4M3, b_dtype=DType.E4M3, out_dtype=DType.BF16,
+                         scale=ScaleRecipe.BLOCKWISE_1X128_128X128, accumulation=Accumulation.PROMOTED,
+                         grouping=Grouping.OFFSETS)
+    assert plan_schedule(masked, H100_SXM).stream_k == 0 and plan_schedule(blockwise, H100_SXM).stream_k == 0
+    assert plan_schedule(masked, H100_SXM, bm=128, stream_k=2).stream_k == 2
     assert plan_schedule(GemmSpec(**shape, grouping=Grouping.OFFSETS), H100_SXM, stream_k=0).stream_k == 0
+
+
+@pytest.mark.parametrize("accumulation", [Accumulation.NATIVE, Accumulation.PROMOTED])
+def test_rule22_last_round_fp8_rowwise(accumulation: Accumulation) -> None:
+    """fp8 rowwise shares the last round in 2 pieces on its 128x256 tile at 56 k-blocks, as measured (H200, session
+    42), under a Triton below GROUPED_SK_FP8_MAX_TRITON (3.9's finisher spills); whole tiles at 16 k-blocks (measured
+    slower) and under 3.9; a forced stream_k still runs under 3.9, on rule 22's 128-wide fp8 stream-K tile."""
+    def fp8(m: int, n: int, k: int, groups: int = 8) -> GemmSpec:
+        return GemmSpec(m, n, k, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
+                        accumulation=accumulation, grouping=Grouping.OFFSETS, groups=groups)
+
+    with emitting_for("3.6"):
+        plan = plan_schedule(fp8(8192, 4096, 7168), H100_SXM)
+        assert (plan.bm, plan.bn, plan.stream_k) == (128, 256, 2)
+        assert plan_schedule(fp8(8192, 7168, 2048), H100_SXM).stream_k == 0  # 16 k-blocks (0.42 of a last round)
+        assert plan_schedule(fp8(16384, 2048, 7168, 32), H100_SXM).stream_k == 0  # a last round 0.73 full
+    with emitting_for("3.9"):
+        assert plan_schedule(fp8(8192, 4096, 7168), H100_SXM).stream_k == 0
+        forced = plan_schedule(fp8(8192, 4096, 7168), H100_SXM, stream_k=2)
+        assert (forced.bn, forced.stream_k) == (128, 2)
 
 
 def test_rule22_explain_says_why_the_last_round_is_shared_or_not() -> None:
@@ -228,10 +252,15 @@ def test_rule22_explain_says_why_the_last_round_is_shared_or_not() -> None:
     whole = text(GemmSpec(16384, 2048, 7168, grouping=Grouping.OFFSETS, groups=32))
     assert "the last of 9 rounds 0.73 full, not under 0.5: whole tiles" in whole
     assert "under one round: whole tiles" in text(GemmSpec(256, 512, 4096, grouping=Grouping.OFFSETS, groups=2))
-    fp8 = GemmSpec(8192, 4096, 7168, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
+    fp8 = GemmSpec(8192, 7168, 2048, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE,
                    grouping=Grouping.OFFSETS, groups=8)
-    assert "rule 22: whole tiles: the last round is shared by default only for bf16/fp16" in text(fp8)
+    assert "rule 22: whole tiles: fp8 shares it from 32 k-blocks (16 here)" in text(fp8)
     assert "rule 22: stream-K in 2 pieces, forced (by default whole tiles:" in text(fp8, stream_k=2)
+    with emitting_for("3.9"):
+        assert "rule 22: whole tiles: fp8's finisher spills under Triton 3.9 and later" in text(
+            replace(fp8, n=4096, k=7168))
+    assert "rule 22: whole tiles: the last round is shared by default only for M-grouped GEMMs on 128-row tiles" in (
+        text(GemmSpec(8192, 4096, 7168, grouping=Grouping.MASKED, groups=8), bm=128))
     assert "rule 22: whole tiles, forced (by default 1088 tiles expected" in text(
         GemmSpec(8192, 4096, 7168, grouping=Grouping.OFFSETS, groups=8), stream_k=0)
     assert "rule 22: whole tiles (a K-grouped GEMM" in text(GemmSpec(2048, 4096, 65536, grouping=Grouping.K_OFFSETS,

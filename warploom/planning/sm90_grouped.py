@@ -40,6 +40,15 @@ def grouped_tile(rows_per_group: float) -> tuple[int, int]:
 # k-blocks and lost at 32, where two did.
 GROUPED_SK_MAX_FILL = 0.5
 GROUPED_SK4_MIN_KBLOCKS = 64
+# fp8 rowwise (promoted and fast) on its 128x256 tile (H200, Triton 3.6, session 42, ragged routing): 8 experts x 8192
+# rows, N=4096 K=7168 (0.24 full, 56 k-blocks of 128): whole tiles 0.460 / 0.431 ms (promoted / fast), 2 pieces 0.446
+# / 0.415, 4 pieces 0.442 / 0.415; N=7168 K=2048 (0.42 full, 16 k-blocks): 0.249 / 0.230 whole, 2 pieces 0.257 / 0.237
+# (lost). So fp8 shares from GROUPED_SK_FP8_MIN_KBLOCKS (between the two measured), and only below
+# GROUPED_SK_FP8_MAX_TRITON: Triton 3.9 assembles the finisher's fp32 partial beside the 128x256 accumulator at the
+# 168-register cap with --regAllocOptLevel=2 and spills 1000-1350 bytes (3.6: promoted none, fast 48; 3.7 and 3.8 not
+# compiled here).
+GROUPED_SK_FP8_MIN_KBLOCKS = 32
+GROUPED_SK_FP8_MAX_TRITON = (3, 9)
 
 
 def expected_grouped_tiles(spec: GemmSpec, bm: int, bn: int) -> float:
@@ -52,18 +61,36 @@ def last_round_stream_k(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int) ->
     """Rule 22's default stream-K pieces for an M-grouped bf16/fp16 GEMM (0: whole tiles): where the expected last
     round of tiles (`expected_grouped_tiles`) fills under GROUPED_SK_MAX_FILL of the SMs after at least one full
     round, its tiles are shared in 4 pieces (at least GROUPED_SK4_MIN_KBLOCKS k-blocks, and the expected last round's
-    tiles in 4 within the SMs) or 2. Masked layouts keep whole tiles (its 64-row tiles beat every 128-row variant,
-    stream-K included, by 3-12%, session 29), as do fp8 and fused epilogues (unmeasured with it). `last_round` says
-    why."""
+    tiles in 4 within the SMs) or 2. fp8 rowwise shares it too from GROUPED_SK_FP8_MIN_KBLOCKS k-blocks, under a
+    Triton below GROUPED_SK_FP8_MAX_TRITON (`_fp8_problem`). Masked layouts keep whole tiles (its 64-row tiles beat
+    every 128-row variant, stream-K included, by 3-12%, session 29), as do other fp8 recipes and fused epilogues
+    (unmeasured with it). `last_round` says why."""
     return last_round(spec, device, bm, bn)[0]
+
+
+def _fp8_problem(spec: GemmSpec) -> str | None:
+    """Why an fp8 M-grouped GEMM keeps whole tiles in its last round, or None where rule 22 may share it."""
+    from warploom.backends import gluon_api
+
+    if spec.scale is not ScaleRecipe.ROWWISE:
+        return f"fp8 {spec.scale.value} scales are unmeasured with it (rowwise only)"
+    if k_blocks(spec) < GROUPED_SK_FP8_MIN_KBLOCKS:
+        return f"fp8 shares it from {GROUPED_SK_FP8_MIN_KBLOCKS} k-blocks ({k_blocks(spec)} here)"
+    if gluon_api.current().triton >= GROUPED_SK_FP8_MAX_TRITON:
+        low = ".".join(map(str, GROUPED_SK_FP8_MAX_TRITON))
+        return f"fp8's finisher spills under Triton {low} and later (the 128x256 accumulator beside a partial)"
+    return None
 
 
 def last_round(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int) -> tuple[int, str]:
     """`last_round_stream_k`'s pieces and why, in `explain`'s words."""
-    if (spec.grouping is not Grouping.OFFSETS or spec.a_dtype.bytes != 2 or spec.epilogue is not None
+    if (spec.grouping is not Grouping.OFFSETS or spec.epilogue is not None
             or spec.bias_dtype is not None or spec.groups < 1 or bm != 128):
-        return 0, ("whole tiles: the last round is shared by default only for bf16/fp16 M-grouped GEMMs on 128-row "
-                   "tiles without a fused epilogue (stream_k=s forces it)")
+        return 0, ("whole tiles: the last round is shared by default only for M-grouped GEMMs on 128-row tiles "
+                   "without a fused epilogue or bias (stream_k=s forces it)")
+    fp8 = _fp8_problem(spec) if spec.a_dtype.bytes == 1 else None
+    if fp8 is not None:
+        return 0, f"whole tiles: {fp8} (stream_k=s forces it)"
     tiles = expected_grouped_tiles(spec, bm, bn)
     rounds = tiles / device.sm_count
     fill = rounds - math.floor(rounds)
