@@ -28,9 +28,10 @@ WON = [(198, 2792, 168), (773, 664, 104), (107, 7408, 200), (118, 6288, 96), (10
 # 128x256 (86x10976x280, -15%) or 192-row (6754x560x536, -43%).
 LOST = [(2606, 288, 160), (1444, 1288, 232), (86, 10976, 280), (6754, 560, 536)]
 # At 32-75 k-blocks (session 38): gained 5-83% over 128x128 in 2 split-K ranges (the first five) or 128-row tiles in
-# one wave (the last two: rule 31's 128x80).
+# one wave (the last: rule 31's 128x80). (73x7472x4784 gained 17% over 128x80 too, and is rule 25's split of 128x128
+# in 2 since session 42, which ran 10% faster than 64x128: tests/unit/test_split_k.py.)
 LONG_WON = [(2244, 360, 2000), (494, 1528, 2496), (6262, 120, 2120), (662, 1096, 3752), (405, 1520, 4040),
-            (146, 3672, 4008), (73, 7472, 4784)]
+            (146, 3672, 4008)]
 # Left alone: 128x128 in 2 ranges under 128 rows (100x5264x3464, -6%) or past 80 k-blocks (405x1424x6576, 103: a tie),
 # in 3 or more ranges (-11% to -43% on 64x128 tiles, whole or in 2 ranges). (1597x80x4192, split 6 ways, lost too:
 # rule 36 splits one column of 64-row tiles there, tests/unit/test_column_split.py.)

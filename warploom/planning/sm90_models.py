@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from warploom.device import DeviceInfo
 from warploom.planning.common import dense_operands, k_blocks
 from warploom.planning.plan import Plan
+from warploom.planning.sm90_tiles import rows_aligned
 from warploom.planning.trace import note
 from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 
@@ -93,14 +94,21 @@ def latency_us(spec: GemmSpec, size: int, kblocks: float) -> float:
 # SPLIT_FIXED_US and SPLIT_RANGE_US a range (the workspace's partials written and summed), fitted to forced splits
 # of 4, 8 and 16 at six shapes (H100, bf16, CUDA graphs, session 26). It must beat 64x64 by SPLIT_MARGIN_64, whose
 # model reads high at 64 k-blocks (513x368x4096: modeled 14.2 us, ran 10.7; split in 8 ran 11.5), and 128x128 by
-# SPLIT_MARGIN_128. At most SPLIT_MAX ranges: the reduce's cost grew faster than the k-loop shrank beyond 8. Counts
+# SPLIT_MARGIN_128. Where A's and B's rows are not whole 128-byte lines the 64x64 model reads low instead (513x368x5160:
+# 17.1 us modeled, ran 18.5; 513x368x4096, whole lines: 14.2 modeled, ran 10.7), so the split needs only beat it by
+# SPLIT_MARGIN_64_UNALIGNED (session 42, H200: at 0.8 and 0.95 whole tiles stayed at six zoo shapes, all of rows not
+# whole lines, where the split, modeled 15-20% faster than 64x64 or level with 128x128, ran 3-37% faster: bf16
+# 513x368x5160, 2986x112x3728, 73x7472x4784; fp8 731x240x8688, 2090x96x7792, 73x7472x4784; 0.9 would split fp8
+# 295x1536x6064 too, 2% slower; 513x368x4096 split in 4 at 0.85 ran 9% slower than its 64x64 tiles).
+# At most SPLIT_MAX ranges: the reduce's cost grew faster than the k-loop shrank beyond 8. Counts
 # of 128x128 tiles that divide the k-blocks come first (those were measured; the model prices 3-5 ranges below what
 # ran best at 513x368x4096 and 1881x224x14336); only where none does are the ranges unequal, priced by the longest
 # (`ir.Tiling.uneven_split`); 64x64 tiles take any count (SPLIT_TIE_64).
 SPLIT_FIXED_US = 1.0
 SPLIT_RANGE_US = 0.3
 SPLIT_MARGIN_64 = 0.8
-SPLIT_MARGIN_128 = 0.95
+SPLIT_MARGIN_64_UNALIGNED = 0.85
+SPLIT_MARGIN_128 = 1.0
 SPLIT_MAX = 8
 SPLIT_MIN_KBLOCKS = 32
 # Up to half the SMs' worth of tiles (2-3 ranges then fit one wave): at 2416x160x14368 (38 tiles) and 112x5264x3472
@@ -164,7 +172,7 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> LatencySplit:
     k-blocks whose units fit one wave: 128x128 tiles (at most SPLIT_MAX_TILES_OF_SMS of the SMs' worth; dividing
     the k-blocks where some count does, else unequal, the first taking one more: `ir.Tiling.uneven_split`) or
     64x64 tiles (any count; at shared rows the only split). Chosen where `split_time` beats rule 23's 64x64 and
-    128x128 times by the margins."""
+    128x128 times by the margins (64x64's by rows that are whole lines or not: `rows_aligned`)."""
     if not latency_kind(spec, device) or spec.n == 0:  # (an empty output: nothing to split, as `decode_split`)
         return NO_SPLIT
     k_tiles = k_blocks(spec)
@@ -180,7 +188,8 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> LatencySplit:
     if shared_row_tiles(spec, device):
         t128 = math.inf  # (rule 23 takes 64x64 there whatever its model says of 128x128)
     units = square_tiles(spec, size) * ranges
-    splits = t < SPLIT_MARGIN_64 * t64 and t < SPLIT_MARGIN_128 * t128
+    margin64 = SPLIT_MARGIN_64 if rows_aligned(spec) else SPLIT_MARGIN_64_UNALIGNED
+    splits = t < margin64 * t64 and t < SPLIT_MARGIN_128 * t128
     note(f"{size}x{size}", f"split-K, {ranges} ranges", t,
           f"{units} units of {k_tiles // ranges}" + (f"-{k_tiles // ranges + 1}" if k_tiles % ranges else "")
           + " k-blocks, then the reduce (rule 25, modeled us"
