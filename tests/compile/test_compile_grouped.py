@@ -151,6 +151,9 @@ SK_CASES = [
     ("bf16_offsets_128x256_sk2", GemmSpec(8192, 4096, 7168, grouping=OFF, groups=8), 2),
     ("bf16_offsets_128x256_sk4", GemmSpec(8192, 4096, 7168, grouping=OFF, groups=8), 4),
     ("bf16_masked_128x128_sk2", GemmSpec(8 * 128, 4096, 7168, grouping=MASK, groups=8), 2),
+    # rule 22's masked decode tile, 64 rows (session 42: forced only, measured slower than whole tiles)
+    ("bf16_masked_64x128_sk4", GemmSpec(8 * 64, 4096, 7168, grouping=MASK, groups=8), 4),
+    ("e4m3_rowwise_fast_masked_64x128_sk2", _rw(8 * 64, Accumulation.NATIVE, MASK), 2),
     ("e4m3_rowwise_fast_offsets_sk3", _rw(8192, Accumulation.NATIVE), 3),
     ("e4m3_rowwise_promoted_offsets_sk2", _rw(8192, Accumulation.PROMOTED), 2),
     ("e4m3_blockwise_offsets_sk2", _bw(8192), 2),

@@ -680,7 +680,7 @@ def _sk_launch(spec: object, pieces: int):  # noqa: ANN202
     from warploom.runtime.launch_grouped import GroupedLauncher
 
     dev = warploom.DeviceInfo.current()
-    # (bm=128: stream-K's tile rows; rule 22 picks 64-row tiles at <= 64 rows a group, which it refuses)
+    # (bm=128: rule 22 picks 64-row tiles at <= 64 rows a group; the shapes below are written for 128-row ones)
     kern = build(spec, dev, plan_schedule(spec, dev, bm=128, stream_k=pieces))  # type: ignore[arg-type]
     assert kern.module.tiling.stream_k == pieces and kern.module.tiling.grid == dev.sm_count
     return GroupedLauncher(kern.module, kern.gluon)

@@ -42,11 +42,13 @@ def test_the_finisher_acquires_every_flag_before_any_load(kw: dict, loads: int) 
         assert "for q in range(pid + 1, sk_last + 1)" in finisher and "gl.where(sk_here" not in finisher
 
 
-def test_64_row_tiles_take_stream_k_but_not_grouped() -> None:
+def test_64_row_tiles_take_stream_k_grouped_too() -> None:
+    """Stream-K runs 64- and 128-row tiles, dense (session 41) and grouped (session 42: rule 22's 64-row tile at <= 64
+    rows a group, forced), and refuses other rows by name."""
     plan = plan_schedule(GemmSpec(73, 104, 3280), H100_SXM, bm=64, bn=64, stream_k=4)
     assert (plan.bm, plan.stream_k, plan.grid) == (64, 4, 16)
-    with pytest.raises(UnsupportedError, match=r"bm=256 \(stream-K is built for 128-row tiles, and 64-row"):
+    with pytest.raises(UnsupportedError, match=r"bm=256 \(stream-K is built for 128- and 64-row tiles\)"):
         plan_schedule(GemmSpec(4096, 4096, 4096), H100_SXM, bm=256, stream_k=2)
-    grouped = GemmSpec(8 * 48, 4096, 7168, grouping=Grouping.OFFSETS, groups=8)
-    with pytest.raises(UnsupportedError, match=r"bm=64"):
-        plan_schedule(grouped, H100_SXM, stream_k=2)
+    for grouping in (Grouping.OFFSETS, Grouping.MASKED):
+        grouped = plan_schedule(GemmSpec(8 * 48, 4096, 7168, grouping=grouping, groups=8), H100_SXM, stream_k=2)
+        assert (grouped.bm, grouped.stream_k, grouped.grid) == (64, 2, H100_SXM.sm_count)

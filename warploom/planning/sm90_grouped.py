@@ -154,7 +154,6 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
         # the tile's group, origin and row end spilled 876 bytes (ptxas, Triton 3.9, 8192x4096x7168 over 8 experts;
         # the dense one 64), 128x128 none (3.6 spilled nothing at either)
         tile = (tile[0], 128)
-    forced_bm = bm
     bm, bn = bm or tile[0], bn or (tile[1] if bm in (None, tile[0]) else 128)
     if stream_k is None:
         stream_k = last_round_stream_k(spec, device, bm, bn)
@@ -176,11 +175,7 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
                                                  swap_ab=False, stream_k=0,
                                                  prefetch_operands=False if stream_k else None))
     if stream_k:
-        problems = stream_k_problems(spec, False, None, None, None, False, dense_plan.bm)
-        if forced_bm is None and dense_plan.bm != 128:  # (rule 22's tile, not the caller's)
-            problems = [p.replace(f"bm={dense_plan.bm} (", f"bm={dense_plan.bm}, rule 22's tile at "
-                                  f"{spec.m // max(spec.groups, 1)} rows a group (pass bm=128; ") for p in problems]
-        refuse_stream_k(spec, stream_k, problems)
+        refuse_stream_k(spec, stream_k, stream_k_problems(spec, False, None, None, None, False, dense_plan.bm))
     # Rule 10's per-block scales for fp8 rowwise on a 256-wide tile even without a bias: beside a grouped tile's
     # group, origin and row end the whole-width scale vectors spilled 16 bytes (ptxas, 8192x4096x7168), per block none.
     block = dense_plan.block_epilogue or (spec.scale is ScaleRecipe.ROWWISE and dense_plan.bn == 256)

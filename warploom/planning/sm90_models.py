@@ -383,8 +383,8 @@ def stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | No
         problems.append("split_k or tail_split (stream-K shares the k-blocks itself)")
     if swap_ab:
         problems.append("swap_ab (decode's swapped tiles)")
-    if bm not in (None, 128) and (bm != 64 or spec.grouped):
-        problems.append(f"bm={bm} (stream-K is built for 128-row tiles, and 64-row ones where not grouped)")
+    if bm not in (None, 64, 128):
+        problems.append(f"bm={bm} (stream-K is built for 128- and 64-row tiles)")
     return problems
 
 
