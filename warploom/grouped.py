@@ -340,6 +340,13 @@ def _fused(call: GroupedCall, epilogue: Callable[..., Any], operands: dict[str, 
     return dataclasses.replace(call, spec=spec), sa, sb, picked
 
 
+def _expert_or_column(name: str, g: int, expected: str) -> ShapeError:
+    """The refusal of a (G,) epilogue operand where the experts G == N: one value per expert, or one per column?"""
+    return ShapeError(name, expected, f"shape ({g},), and the experts G == N == {g}",
+                      f"say which: {name}.reshape({g}, 1, 1) for one value per expert, or {name}.reshape(1, {g}) for "
+                      "one value per column")
+
+
 def offsets_operands(operands: dict[str, Any], groups: int, m: int, n: int) -> dict[str, Any]:
     """An M-grouped call's epilogue operands, shaped against its (total_M, N) result (epilogue/classify.py), with
     two more rules:
@@ -367,10 +374,8 @@ def offsets_operands(operands: dict[str, Any], groups: int, m: int, n: int) -> d
                              f"say which: {name}.unsqueeze(1) for one row per expert, or {name}.unsqueeze(0) for one "
                              "row per row of the result")
         elif g > 1 and shape == (g,) and g == n:
-            raise ShapeError(name, f"an epilogue operand that says how it is read: ({g}, 1, 1) one value per expert, "
-                             f"(1, {n}) one value per column", f"shape {shape}, and the experts G == N == {n}",
-                             f"say which: {name}.reshape({g}, 1, 1) for one value per expert, or {name}.reshape(1, "
-                             f"{n}) for one value per column")
+            raise _expert_or_column(name, g, f"an epilogue operand that says how it is read: ({g}, 1, 1) one value "
+                                    f"per expert, (1, {n}) one value per column")
         else:
             out[name] = t
     return out
@@ -413,9 +418,7 @@ def masked_operands(operands: dict[str, Any], groups: int, m_max: int, n: int) -
                              f"say which: {name}.unsqueeze(1) ({g}, 1, {n}) for one row per expert, or "
                              f"{name}.unsqueeze(-1) ({g}, {r}, 1) for one value per row")
         elif shape == (g,) and g == n and g > 1:
-            raise ShapeError(name, expected, f"shape {shape}, and G == N == {n}",
-                             f"say which: {name}.reshape({g}, 1, 1) for one value per expert, or {name}.reshape(1, "
-                             f"{n}) for one value per column")
+            raise _expert_or_column(name, g, expected)
         elif shape in ((g, n), (1, n), (1, 1), (rows, n), (rows, 1), (n,), (1,), (g,), ()):
             out[name] = t
         else:

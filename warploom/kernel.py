@@ -15,6 +15,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import printer
 from warploom.passes import Trace
 from warploom.planner import Plan, plan_schedule
+from warploom.planning.plan import expect_plan
 from warploom.runtime.cross import Compiled
 from warploom.spec import GemmSpec
 from warploom.targets import check_target, compile_schedule, cross_compile, emit
@@ -518,9 +519,7 @@ def build(spec: GemmSpec, device: DeviceInfo, plan: Plan | None = None) -> Kerne
         plan = plan_schedule(spec, device)
     else:  # (a hand-written plan's fields are checked against the spec and device by compile_schedule)
         check_device(device)
-        if not isinstance(plan, Plan):
-            raise ArgumentTypeError("plan", "a warploom Plan", f"{type(plan).__name__} {plan!r}",
-                                    "pass plan_schedule(spec, device), or dataclasses.replace(...) of one")
+        plan = expect_plan(plan, "pass plan_schedule(spec, device), or dataclasses.replace(...) of one")
     module, trace = compile_schedule(spec, plan, device)
     tail = compile_schedule(spec, plan.tail(), device)[0] if plan.tail_split > 1 else None
     kernel = Kernel(spec, plan, device, module, trace, tail)

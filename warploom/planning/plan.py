@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from warploom.errors import PlanError, plan_field
+from warploom.errors import ArgumentTypeError, PlanError, plan_field
 from warploom.ir.nodes import MAX_REGS, MIN_REGS, narrow_widths
 from warploom.spec import GemmSpec
 from warploom.target import Target
@@ -300,6 +300,14 @@ class Plan:
         return (f"{self.bm}x{self.bn}x{self.bk}_s{self.stages}_w{self.consumer_warps}_g{self.group_m}"
                 f"{sub}{split}{blocks}{ks}{sk}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
 
+
+
+def expect_plan(plan: object, fix: str) -> Plan:
+    """`plan` if it is a `Plan`; anything else (a dict, a plan's name, None where one is required) is refused by name,
+    with `fix`, before any field of it is read."""
+    if not isinstance(plan, Plan):
+        raise ArgumentTypeError("plan", "a warploom Plan", f"{type(plan).__name__} {plan!r}", fix)
+    return plan
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ import math
 from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
-from warploom.errors import ArgumentTypeError
 from warploom.planner import FUSED_WIDE_BLOCKS, Plan, plan_epilogue_bytes, stage_bytes, tail_score
+from warploom.planning.plan import expect_plan
 from warploom.planning.sm90_tiles import tile_efficiency
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
@@ -115,9 +115,7 @@ def consumer_registers(spec: GemmSpec, plan: Plan) -> int:
 
 def estimate(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Estimate:
     """The cost model's view of `plan` for `spec` on `device`."""
-    if not isinstance(plan, Plan):
-        raise ArgumentTypeError("plan", "a warploom Plan", f"{type(plan).__name__} {plan!r}",
-                                "pass plan_schedule(spec, device), or one of warploom.tune.candidates(spec, device)")
+    plan = expect_plan(plan, "pass plan_schedule(spec, device), or one of warploom.tune.candidates(spec, device)")
     ring = plan.stages * stage_bytes(spec, plan.bm, plan.tile_n, plan.bk)  # (a fitted tile keeps tile_n rows of B)
     smem = ring + plan_epilogue_bytes(spec, plan)
     # setmaxnreg works per warpgroup: a 1-warp producer still holds a warpgroup's registers (ir/verify.py).
