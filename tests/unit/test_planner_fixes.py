@@ -69,3 +69,21 @@ def test_forced_stream_k_on_decode_tiles_is_planned_not_dropped() -> None:
     plan = plan_schedule(spec, H100_SXM, stream_k=2)
     assert (plan.bm, plan.stream_k) == (64, 2) and "_sk2" in plan.short()
     assert plan_schedule(spec, H100_SXM, stream_k=2, bm=128).stream_k == 2
+
+
+def test_a_part_too_small_for_any_tile_is_named_not_the_options() -> None:
+    """With nothing forced, a DeviceInfo whose shared memory holds none of the planner's tiles is named with its
+    bytes (the message once listed bm=None bn=None and told the caller to leave them out); what was forced is named
+    when something was; a part that holds the plan's tile but not rule 32's fitted one keeps the plan."""
+    from warploom.device import DeviceInfo
+
+    tiny = DeviceInfo("tiny", "sm_90a", 132, 50_000)
+    with pytest.raises(UnsupportedError, match=r"on tiny: none of the planner's tiles fits its 50000 bytes of shared "
+                                               r"memory a block .*Fix: plan for a device") as err:
+        plan_schedule(GemmSpec(4096, 4096, 4096), tiny)
+    assert "None" not in str(err.value)
+    with pytest.raises(UnsupportedError, match=r"with bm=128 stages=4 on tiny\. Fix: leave them out"):
+        plan_schedule(GemmSpec(4096, 4096, 4096), tiny, bm=128, stages=4)
+    small = DeviceInfo("small", "sm_90a", 132, 100_000)  # (rule 32's 192x256 does not fit it: 128x128 does)
+    plan = plan_schedule(GemmSpec(4096, 4096, 4096), small)
+    assert (plan.bm, plan.bn) == (128, 128) and plan.stages >= 2

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from warploom.device import DeviceInfo
+from warploom.device import H100_SXM, DeviceInfo
 from warploom.dtypes import DType
 from warploom.errors import UnsupportedError
 from warploom.planning.common import k_block, k_blocks, swap_decode, swap_tokens
@@ -366,24 +366,35 @@ def _choose(spec: GemmSpec, device: DeviceInfo, options: PlanOptions, o: PlanOpt
     """The search's winner, refused where a forced cluster found no cluster plan or no tile fit at all (with a hint
     for ping-pong and promoted fp8's whole-width partial); rule 30's ping-pong 128x128 where nothing is forced and
     `short_k_pingpong` prefers it."""
-    pingpong, stages, bn, partial_blocks = o.pingpong, o.stages, o.bn, o.partial_blocks
+    pingpong, stages, bn = o.pingpong, o.stages, o.bn
     if CLUSTER_KNOBS[o.cluster] == 2 and (best is None or best[2].cluster != 2):
         form = "128x128 ping-pong" if pingpong else "2x1 cluster" if o.bm == 64 or bn == 128 else "128x256"
         raise UnsupportedError(f"cluster={o.cluster!r} (rule 24): no {form} plan fits {spec.short()} with "
                                f"stages={stages!r} on {device.name}. Fix: drop cluster or stages")
     if best is None:
+        # (named by what the caller forced: `o` holds the rules' own picks too, which the caller cannot leave out)
+        forced = {k: v for k, v in (("bm", options.bm), ("bn", options.bn), ("stages", options.stages),
+                                    ("partial_blocks", options.partial_blocks), ("pingpong", options.pingpong or None))
+                  if v is not None}
+        if not forced:
+            raise UnsupportedError(f"no tile shape fits {spec.short()} on {device.name}: none of the planner's tiles "
+                                   f"fits its {device.smem_per_block} bytes of shared memory a block and "
+                                   f"{device.regs_per_sm} registers an SM. Fix: plan for a device that has an sm_90a "
+                                   f"part's (warploom.H100_SXM: {H100_SXM.smem_per_block} and "
+                                   f"{H100_SXM.regs_per_sm}), or correct the DeviceInfo")
         hint = ""
-        if pingpong:
+        if options.pingpong:
             hint = (": a ping-pong warpgroup holds a whole BM x BN fp32 accumulator, at most 128x128 (64x256), "
                     "plus a promoted fp8 partial of at most half that")
-        if spec.accumulation is Accumulation.PROMOTED and bn == 256 and partial_blocks == 1:
+        if spec.accumulation is Accumulation.PROMOTED and options.bn == 256 and options.partial_blocks == 1:
             hint = ": promoted fp8 at bn=256 needs partial_blocks=2 (a whole-width partial exceeds the registers)"
-        if o.bm == 192 and bn == 256:
+        if options.bm == 192 and options.bn == 256:
             hint = (": a 192-row tile's warpgroups (160 registers) hold at most 224 of a 256-wide slot's columns; "
                     "pass n_blocks (e.g. (128, 64)) or bn=128")
-        raise UnsupportedError(f"no tile shape fits {spec.short()} with bm={o.bm!r} bn={bn!r} stages={stages!r} "
-                               f"partial_blocks={partial_blocks!r} on {device.name}{hint}. Fix: leave them out for "
-                               "the planner's choice, or force a tile among `warploom plan --explain`'s candidates")
+        named = " ".join(f"{k}={v!r}" for k, v in forced.items())
+        raise UnsupportedError(f"no tile shape fits {spec.short()} with {named} on {device.name}{hint}. Fix: leave "
+                               "them out for the planner's choice, or force a tile among `warploom plan --explain`'s "
+                               "candidates")
     choose(f"{best[2].bm}x{best[2].bn}", best[0])  # (the search's winner, as it noted it)
     if (not pingpong and not _forces_tile(options) and o.stream_k is None and o.cluster is None
             and o.prefetch_operands is None and o.hoist_rows is None and short_k_pingpong(spec, best[2], device)):

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from warploom.device import H200, DeviceInfo
+from warploom.errors import UnsupportedError
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
 from warploom.planning.sm90_models import stream_k_score, tail_score
@@ -209,5 +210,8 @@ def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan,
     if not fits_better:
         return plan
     with collecting(None):  # (the forced tile's own search is not a candidate: its winner would replace this one)
-        whole = build(best.bm, best.bn, best.blocks)
+        try:
+            whole = build(best.bm, best.bn, best.blocks)
+        except UnsupportedError:  # (a part whose shared memory or registers hold the plan's tile but not this one)
+            return plan
     return with_blocks(spec, device, whole, best.blocks)
