@@ -139,14 +139,20 @@ def test_fp8_rowwise_unequal_ranges() -> None:
     assert _err(out.float(), (a.float() * sa) @ (b.float() * sb)) < 1e-4  # (dequantized is blockwise's)
 
 
-@pytest.mark.parametrize("dtype,m,n,k", [
-    ("bf16", 122, 712, 7784),  # M <= 128: 24 tiles of 64x64 in 5 unequal ranges
-    ("bf16", 459, 112, 2632),  # 16 tiles in 6 equal ranges
-    ("fp8", 268, 112, 4944),  # fp8 rowwise fast: 10 tiles in 7 unequal ranges
+@pytest.mark.parametrize("dtype,m,n,k,tile", [
+    ("bf16", 122, 712, 7784, 64),  # M <= 128: 24 tiles of 64x64 in 5 unequal ranges
+    ("bf16", 459, 112, 2632, 64),  # 16 tiles in 6 equal ranges
+    ("fp8", 268, 112, 4944, 64),  # fp8 rowwise fast: 10 tiles in 7 unequal ranges
+    # session 42's margins (rows not whole lines): 64x64 in 2; 128x128 in 4 unequal ranges; fp8 128x128 in 4, and
+    # 96 wide (64+32, rule 31's narrow tile) in 5 unequal ranges
+    ("bf16", 513, 368, 5160, 64),
+    ("bf16", 2986, 112, 3728, 128),
+    ("fp8", 731, 240, 8688, 128),
+    ("fp8", 2090, 96, 7792, 128),
 ])
-def test_rule25_planned_64x64_splits(dtype: str, m: int, n: int, k: int) -> None:
-    """Rule 25's 64x64 split-K as the planner plans it (nothing forced): right against the fp32 product on a
-    poisoned output, and the same bits on a second run."""
+def test_rule25_planned_splits(dtype: str, m: int, n: int, k: int, tile: int) -> None:
+    """Rule 25's split-K as the planner plans it (nothing forced): right against the fp32 product on a poisoned
+    output, and the same bits on a second run."""
     torch.manual_seed(m * n)
     if dtype == "bf16":
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -159,7 +165,7 @@ def test_rule25_planned_64x64_splits(dtype: str, m: int, n: int, k: int) -> None
         spec, scales = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, True), (sa, sb)
         ref = (a.float() * sa) @ (b.float() * sb)
     kern = _kernel(spec)
-    assert (kern.plan.bm, kern.plan.bn) == (64, 64) and kern.plan.split_k > 1, kern.plan.short()
+    assert kern.plan.bm == tile and kern.plan.split_k > 1, kern.plan.short()
     outs = []
     for _ in range(2):
         out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
