@@ -211,9 +211,9 @@ def sweep_masked(text: str, case: Case, variants: list[dict[str, Any]], dev: Dev
     over its time, fp8's operands a byte an element) against a device-to-device copy's of as many bytes as the
     weights in the same run, and its time against torch's batched torch._grouped_mm / _scaled_grouped_mm over every
     row (bench_grouped's masked and masked-fp8 kinds). A decode launch's tiles quantize on the SMs (7 experts x 4096
-    columns are 224 tiles of 128 for 132 SMs), which stream-K's pieces can even out. Here each variant is
-    plan_schedule's options (not Plan fields: stream-K is refused on 64-row tiles, so it goes as
-    `{"stream_k": 2, "bm": 128}`; fp8's then stay 128 wide, as the planner keeps them)."""
+    columns are 224 tiles of 128 for 132 SMs); stream-K's pieces even them out (`{"stream_k": 2}` on rule 22's 64-row
+    tile, `{"stream_k": 2, "bm": 128}` on 128-row ones) but ran slower (session 42: HBM, not the rounds, binds). Here
+    each variant is plan_schedule's options (not Plan fields)."""
     e, rows, n, k = (int(x) for x in text.split("x"))
     cap = rows // e
     counts = masked_counts(e, cap).cuda()

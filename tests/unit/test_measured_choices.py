@@ -63,10 +63,10 @@ KNOWN_MISSES = {
     ("split-refit-fp8-h200-2026-11-29-session42.json", "fp8", "731x240x8688"):
         "128x128 tiles 96 wide (blocks 64+32) in 5 ranges (1.872) over rule 25's 128x128 in 4 (1.673; 64x64 whole "
         "1.375): rule 25 splits whole 128x128 tiles, in a count that divides the k-blocks (rule-25 doc, session 42)",
-    ("splitk-mid-2026-11-27-session28.json", "fp8", "2416x160x14368"):
-        "2 unequal ranges where 3 ran 5.0% faster (session 27: 4.2%): the model prices more units no faster",
     ("stream-k-variants-fp8-2026-11-26-session22.json", "fp8", "656x8048x5280"):
         "rule 15's tail over rule 21's stream-K (5%): their scores tie within the models' error (rule-21 doc)",
+    ("narrow-rows64-h200-2026-11-29-session42.json", "bf16", "3794x152x1440"):
+        "64x80 tiles (blocks 64+16, 120 CTAs) ran 18% faster than rule 32's 128x80 again (the entry below)",
     ("tall-narrow-rows64-h200-2026-11-29-session40.json", "bf16", "3794x152x1440"):
         "64x80 tiles (blocks 64+16, 120 CTAs) ran 17% faster than rule 32's 128x80 (60 CTAs); the only zoo shape whose "
         "fitted 128-row tiles fill under 61% of the SMs where 64-row ones fit one round: no rule built for one shape",

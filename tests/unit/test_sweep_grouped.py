@@ -73,8 +73,8 @@ def test_fp8_cases_plan_scaled_grouped_mms_spec(masked: bool) -> None:
 
 
 def test_a_refused_or_failing_variant_is_a_row_with_its_error() -> None:
-    """Masked fp8 with stream-K forced on the planner's 64-row tile is refused by name (pass bm=128): a row with
-    the error, and the next variants (bm=128, stream-K's tile 128 wide; a kernel off torch's) still come."""
+    """Masked fp8 with stream-K forced and a split_k, which a grouped kernel cannot take, is refused by name: a row
+    with the error, and the next variants (bm=128, stream-K's tile 128 wide; a kernel off torch's) still come."""
     spec = dataclasses.replace(_call(sweep.Case.FP8_FAST, masked=True)[0].spec, m=8 * 64, n=4096, k=7168, groups=8)
     measured: list[str] = []
 
@@ -84,8 +84,9 @@ def test_a_refused_or_failing_variant_is_a_row_with_its_error() -> None:
             raise AssertionError("error 5.000e-01 against torch's")
         return 0.5, 1e-3
 
-    rows = [sweep.measured(spec, H100_SXM, kw, {"stream_k": 2}, False, measure) for kw in ({}, {"bm": 128}, {})]
-    assert rows[0]["error"].startswith("UnsupportedError: stream_k=2") and "pass bm=128" in rows[0]["error"]
+    rows = [sweep.measured(spec, H100_SXM, kw, {"stream_k": 2}, False, measure)
+            for kw in ({"split_k": 2}, {"bm": 128}, {})]
+    assert rows[0]["error"].startswith("UnsupportedError: grouped GEMMs") and "split_k" in rows[0]["error"]
     assert "plan" not in rows[0] and "ms" not in rows[0]
     assert (rows[1]["ms"], rows[1]["err"], rows[1]["forced"]) == (0.5, 1e-3, {"stream_k": 2})
     assert rows[1]["plan"] == measured[0] and measured[0].startswith("128x128x128") and "sk2" in measured[0]

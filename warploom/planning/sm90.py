@@ -19,7 +19,7 @@ from warploom.errors import UnsupportedError
 from warploom.planning.common import k_block, k_blocks, swap_decode, swap_tokens
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_column import COLUMN_BM, COLUMN_BN, one_column_split
+from warploom.planning.sm90_column import COLUMN_BM, COLUMN_BN, WIDE_BM, WIDE_BN, one_column_split, wide_column_split
 from warploom.planning.sm90_fitted import fitted
 from warploom.planning.sm90_fitted_cluster import cluster_tiles, fitted_cluster
 from warploom.planning.sm90_models import (
@@ -46,7 +46,8 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     """`_plan`'s plan, on rule 31's narrow tile (`sm90_narrow.narrow`) where N leaves most of its one tile's columns
     empty and nothing about the tile was forced, or on the blocks forced (`options.n_blocks`; () keeps it whole);
     then rule 32's fitted tile, rule 37's fitted tile in a 2x1 cluster, rule 35's 64x128 tiles in one wave, rule 36's
-    one column of split 64-row tiles and rule 34's ring depth where nothing was forced."""
+    one column of split 64-row tiles, rule 38's one column of split 128-row ones and rule 34's ring depth where
+    nothing was forced."""
     if options.n_blocks:  # (a forced depth is the blocks' ring's, which keeps only their rows of B: checked there)
         chosen = _plan(spec, device, replace(options, stages=None))
         return forced_narrow(spec, device, chosen, options.n_blocks, options.stages)
@@ -88,6 +89,15 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
                      f"({chosen.grid} CTAs): A read once, on the SMs")
             with collecting(None):  # (the forced path itself, as plan_schedule(bm=, bn=, split_k=, n_blocks=) takes it)
                 return plan(spec, device, replace(options, bm=COLUMN_BM, bn=COLUMN_BN, split_k=split,
+                                                  n_blocks=blocks or None))
+        wide = wide_column_split(spec, device, chosen)
+        if wide is not None:  # (rule 38: planned as if the tile, split and blocks were forced)
+            split, blocks = wide
+            overrule(f"{WIDE_BM}x{sum(blocks) or WIDE_BN}", f"one column, {split} ranges (rule 38)",
+                     f"{math.ceil(spec.m / WIDE_BM)} row blocks x {split} ranges in place of {chosen.short()} "
+                     f"({chosen.grid} CTAs): N's columns computed once, A read once")
+            with collecting(None):
+                return plan(spec, device, replace(options, bm=WIDE_BM, bn=WIDE_BN, split_k=split,
                                                   n_blocks=blocks or None))
     return ring_to_k(spec, chosen)
 

@@ -8,7 +8,12 @@ CTAs idle. One column of 64 x N tiles (rule 31's blocks where N is not a power o
 once on all the SMs. On the H200 (bf16, CUDA graphs, session 38: docs/data/router-h200-2026-11-28-session38.json and
 router96-...): 2048x96x4096 0.766 -> 1.047, 2090x96x7792 0.59 -> 0.945, 2048x128x4096 0.987 -> 1.092, 1024x96x7168
 1.028 -> 1.075, 4096x128x7168 0.781 -> 0.825, and within 1-5% at the rest; at N = 64 (one column already) a split
-gained nothing."""
+gained nothing.
+
+Rule 38 (the same file: one column across N, its K split): where rule 25 splits 128x128 tiles over 128 < N <= 256, one
+column of 128-row tiles fitted to N (rule 32's blocks: 160 = 128 + 32) split in as many ranges as fill the SMs
+(`wide_column_split`). Two 128-wide columns compute 256 columns of which N are kept, and read A twice; one fitted
+column computes N and reads A once, and its ranges can put more CTAs to work than the two columns' fewer ranges."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import math
 from warploom.device import DeviceInfo
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_models import latency_kind
+from warploom.planning.sm90_models import SPLIT_MAX, latency_kind
 from warploom.planning.sm90_narrow import narrow_blocks
 from warploom.spec import GemmSpec
 
@@ -45,3 +50,45 @@ def one_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> tuple[in
     if (plan.bm, plan.bn, plan.split_k, plan.n_blocks) == (COLUMN_BM, COLUMN_BN, split, blocks):
         return None
     return split, blocks
+
+
+# Rule 38 (docs/decisions/rule-38-wide-column-split.md; H200, Triton 3.6, session 42): one column of 128-row tiles
+# fitted to 128 < N <= 256 in place of rule 25's 128x128 split, against it at the zoo's six such shapes: bf16
+# 2415x160x14360 0.579 -> 0.869 (6 ranges), fp8 rowwise fast 2415x160x14368 1.344 -> 1.880 (6), fp8 1881x224x15088
+# 1.198 -> 1.641 (6; 1.608 in 8); lost or tied where the plan's second column wastes little and the column adds no
+# CTAs: bf16 1881x224x15088 0.908 -> 0.860 (8 ranges, the plan's 120 CTAs), bf16 731x240x8688 0.990 -> 0.838 (16),
+# fp8 731x240x8688 1.672 -> 1.659 (16 ranges of 4 k-blocks). So the column replaces the split where the two columns
+# waste WIDE_MIN_WASTE of their 256 columns, or where its ranges (at least WIDE_MIN_UNIT_KBLOCKS k-blocks each, at
+# most SPLIT_MAX) put WIDE_MIN_CTAS times the plan's CTAs to work.
+WIDE_BM, WIDE_BN = 128, 256
+WIDE_MIN_WASTE = 0.25
+WIDE_MIN_CTAS = 1.5
+WIDE_MIN_UNIT_KBLOCKS = 16
+WIDE_MAX_BLOCKS = 3
+
+
+def wide_column_blocks(n: int) -> tuple[int, ...]:
+    """Rule 38's column blocks for N columns: round_up(N, 16) as powers of two from 16, widest first (224: 128 + 64 +
+    32), or () (the whole 256) where that takes more than WIDE_MAX_BLOCKS."""
+    width = -(-n // 16) * 16
+    blocks = tuple(1 << i for i in range(width.bit_length() - 1, 3, -1) if width >> i & 1)
+    return blocks if len(blocks) <= WIDE_MAX_BLOCKS and width < WIDE_BN else ()
+
+
+def wide_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> tuple[int, tuple[int, ...]] | None:
+    """Rule 38: the split and column blocks of one column of 128 x N tiles (`wide_column_blocks`) that replaces
+    `plan`, rule 25's split of 128x128 tiles over 128 < N <= 256 (rule 23's kind, nothing forced), or None. The most
+    ranges that fit the SMs, at most SPLIT_MAX, each of at least WIDE_MIN_UNIT_KBLOCKS k-blocks; taken where the
+    plan's two columns waste WIDE_MIN_WASTE of their columns or the column's ranges run WIDE_MIN_CTAS times its CTAs."""
+    if not (latency_kind(spec, device) and WIDE_BM < spec.n <= WIDE_BN and plan.split_k > 1
+            and (plan.bm, plan.bn, plan.n_blocks, plan.cluster) == (128, 128, (), 1)):
+        return None
+    rows, k_tiles = math.ceil(spec.m / WIDE_BM), k_blocks(spec)
+    fits = [r for r in range(2, SPLIT_MAX + 1) if rows * r <= device.sm_count and k_tiles / r >= WIDE_MIN_UNIT_KBLOCKS]
+    if not fits:
+        return None
+    split = max(fits)
+    waste = 1 - spec.n / (2 * plan.bn)
+    if waste < WIDE_MIN_WASTE and rows * split < WIDE_MIN_CTAS * plan.units(spec.m, spec.n):
+        return None
+    return split, wide_column_blocks(spec.n)
