@@ -81,24 +81,17 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
                      "where 64x128 tiles fit one wave of the SMs")
             with collecting(None):  # (its forced tile's own score is not a candidate)
                 chosen = _plan(spec, device, replace(options, bm=ROWS64_BM, bn=ROWS64_BN))
-        column = one_column_split(spec, device, chosen)
-        if column is not None:  # (rule 36: planned as if the tile, split and blocks were forced)
-            split, blocks = column
-            overrule(f"{COLUMN_BM}x{spec.n if blocks else COLUMN_BN}", f"one column, {split} ranges (rule 36)",
-                     f"{math.ceil(spec.m / COLUMN_BM)} row blocks x {split} ranges in place of {chosen.short()} "
-                     f"({chosen.grid} CTAs): A read once, on the SMs")
-            with collecting(None):  # (the forced path itself, as plan_schedule(bm=, bn=, split_k=, n_blocks=) takes it)
-                return plan(spec, device, replace(options, bm=COLUMN_BM, bn=COLUMN_BN, split_k=split,
-                                                  n_blocks=blocks or None))
-        wide = wide_column_split(spec, device, chosen)
-        if wide is not None:  # (rule 38: planned as if the tile, split and blocks were forced)
-            split, blocks = wide
-            overrule(f"{WIDE_BM}x{sum(blocks) or WIDE_BN}", f"one column, {split} ranges (rule 38)",
-                     f"{math.ceil(spec.m / WIDE_BM)} row blocks x {split} ranges in place of {chosen.short()} "
-                     f"({chosen.grid} CTAs): N's columns computed once, A read once")
-            with collecting(None):
-                return plan(spec, device, replace(options, bm=WIDE_BM, bn=WIDE_BN, split_k=split,
-                                                  n_blocks=blocks or None))
+        for rule, split_of, (bm, bn), why in (
+                (36, one_column_split, (COLUMN_BM, COLUMN_BN), "A read once, on the SMs"),
+                (38, wide_column_split, (WIDE_BM, WIDE_BN), "N's columns computed once, A read once")):
+            column = split_of(spec, device, chosen)
+            if column is not None:  # (planned as if the tile, split and blocks were forced)
+                split, blocks = column
+                overrule(f"{bm}x{sum(blocks) or bn}", f"one column, {split} ranges (rule {rule})",
+                         f"{math.ceil(spec.m / bm)} row blocks x {split} ranges in place of {chosen.short()} "
+                         f"({chosen.grid} CTAs): {why}")
+                with collecting(None):  # (the forced path itself, as plan_schedule(bm=, bn=, split_k=, n_blocks=))
+                    return plan(spec, device, replace(options, bm=bm, bn=bn, split_k=split, n_blocks=blocks or None))
     return ring_to_k(spec, chosen)
 
 
