@@ -391,17 +391,21 @@ def explain(spec: GemmSpec, device: DeviceInfo, **forced: object) -> Explanation
     trace: list[Candidate] = []
     with collecting(trace):
         plan = plan_schedule(spec, device, **forced)  # type: ignore[arg-type]
-    return Explanation(spec, device.name, plan, tuple(trace), grouped_reason(spec, device, plan))
+    return Explanation(spec, device.name, plan, tuple(trace),
+                       grouped_reason(spec, device, plan, forced.get("stream_k") is not None))
 
 
-def grouped_reason(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> str:
+def grouped_reason(spec: GemmSpec, device: DeviceInfo, plan: Plan, forced: bool = False) -> str:
     """Rule 22's last round in `explain`'s words: whole tiles or stream-K pieces, and why (`last_round`), or that a
-    forced `stream_k` differs from that; "" for an ungrouped problem."""
+    `stream_k` was forced (`forced`; said even where the default at the plan's tile would be the same: a forced fp8
+    stream-K runs a 128-wide tile, the default a 256-wide one); "" for an ungrouped problem."""
     if not spec.grouped:
         return ""
     if spec.grouping is Grouping.K_OFFSETS:
         return "rule 22: whole tiles (a K-grouped GEMM's tiles run their groups' K ranges: no stream-K)"
     pieces, why = last_round(spec, device, plan.bm, plan.bn)
     chosen = f"stream-K in {plan.stream_k} pieces" if plan.stream_k else "whole tiles"
-    return f"rule 22: {why}" if plan.stream_k == pieces else f"rule 22: {chosen}, forced (by default {why})"
+    if plan.stream_k == pieces and not forced:
+        return f"rule 22: {why}"
+    return f"rule 22: {chosen}, forced (by default {why})"
 

@@ -49,3 +49,25 @@ def test_narrow_compiles(name: str, spill_budget: int) -> None:
     assert c.smem_bytes <= SMEM_LIMIT
     # one producer: A's box (three for 192 rows), then one per block of B, in its one k-loop
     assert len(re.findall(r"\bUTMALDG\b", c.sass)) == k.module.ring("a_ring").boxes + len(blocks), c.summary()
+
+
+# Rule 38's planned plans (session 42): one column of 128-row tiles fitted to N, K split
+WIDE_COLUMN = {
+    "bf16_column_160_split6": (GemmSpec(2415, 160, 14360), (128, 32), 6),
+    "e4m3_column_160_split6": (GemmSpec(2415, 160, 14368, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE), (128, 32), 6),
+    "e4m3_column_224_split7": (GemmSpec(1881, 224, 15088, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE),
+                               (128, 64, 32), 7),
+}
+
+
+@pytest.mark.parametrize("name", WIDE_COLUMN)
+def test_wide_column_split_compiles(name: str, spill_budget: int) -> None:
+    """Rule 38's plans as the planner makes them (nothing forced): one wgmma shape per column block, the split's
+    partials to the workspace (the reduce kernel compiles with it), no spill or serialized wgmma."""
+    spec, blocks, split = WIDE_COLUMN[name]
+    k = build(spec, H100_SXM)
+    assert (k.plan.bm, k.plan.bn, k.plan.n_blocks, k.plan.split_k) == (128, 256, blocks, split), k.plan.short()
+    c = k.compile("sm_90a")
+    kind, depth = ("QGMMA", 32) if spec.is_fp8 else ("HGMMA", 16)
+    assert set(re.findall(rf"\b{kind}\.64x(\d+)x{depth}\b", c.sass)) == {str(w) for w in blocks}, c.summary()
+    assert c.spills <= spill_budget and not c.wgmma_serialized and c.smem_bytes <= SMEM_LIMIT, c.summary()

@@ -149,6 +149,10 @@ def test_fp8_rowwise_unequal_ranges() -> None:
     ("bf16", 2986, 112, 3728, 128),
     ("fp8", 731, 240, 8688, 128),
     ("fp8", 2090, 96, 7792, 128),
+    # rule 38 (session 42; not yet run on a GPU): one column of 128-row tiles fitted to N, K split
+    ("bf16", 2415, 160, 14360, 128),
+    ("fp8", 2415, 160, 14368, 128),
+    ("fp8", 1881, 224, 15088, 128),
 ])
 def test_rule25_planned_splits(dtype: str, m: int, n: int, k: int, tile: int) -> None:
     """Rule 25's split-K as the planner plans it (nothing forced): right against the fp32 product on a poisoned

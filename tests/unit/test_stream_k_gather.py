@@ -1,6 +1,6 @@
 """A stream-K finisher's gather (`ir.Fixup`, `gluon_sm90.SM90Emitter._sk_gather`): it acquires every later piece's flag
 before it loads any partial, a batch of flags at once, then adds the partials in k order with several loads in
-flight (`sk_batches`); and stream-K runs on 64-row tiles too (not grouped)."""
+flight (`sk_batches`); and stream-K runs on 64-row tiles too, dense and grouped."""
 
 from __future__ import annotations
 

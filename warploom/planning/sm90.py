@@ -377,7 +377,10 @@ def _choose(spec: GemmSpec, device: DeviceInfo, options: PlanOptions, o: PlanOpt
     if best is None:
         # (named by what the caller forced: `o` holds the rules' own picks too, which the caller cannot leave out)
         forced = {k: v for k, v in (("bm", options.bm), ("bn", options.bn), ("stages", options.stages),
-                                    ("partial_blocks", options.partial_blocks), ("pingpong", options.pingpong or None))
+                                    ("partial_blocks", options.partial_blocks), ("pingpong", options.pingpong or None),
+                                    ("consumer_partitions", options.consumer_partitions),
+                                    ("scale_partition", options.scale_partition), ("split_k", options.split_k),
+                                    ("tail_split", options.tail_split))
                   if v is not None}
         if not forced:
             raise UnsupportedError(f"no tile shape fits {spec.short()} on {device.name}: none of the planner's tiles "

@@ -22,6 +22,7 @@ import math
 from warploom.device import DeviceInfo
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
+from warploom.planning.sm90_fitted import blocks_of
 from warploom.planning.sm90_models import SPLIT_MAX, latency_kind
 from warploom.planning.sm90_narrow import narrow_blocks
 from warploom.spec import GemmSpec
@@ -58,8 +59,8 @@ def one_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> tuple[in
 # 1.198 -> 1.641 (6; 1.608 in 8); lost or tied where the plan's second column wastes little and the column adds no
 # CTAs: bf16 1881x224x15088 0.908 -> 0.860 (8 ranges, the plan's 120 CTAs), bf16 731x240x8688 0.990 -> 0.838 (16),
 # fp8 731x240x8688 1.672 -> 1.659 (16 ranges of 4 k-blocks). So the column replaces the split where the two columns
-# waste WIDE_MIN_WASTE of their 256 columns, or where its ranges (at least WIDE_MIN_UNIT_KBLOCKS k-blocks each, at
-# most SPLIT_MAX) put WIDE_MIN_CTAS times the plan's CTAs to work.
+# waste WIDE_MIN_WASTE of their 256 columns on no fewer CTAs, or where its ranges (at least WIDE_MIN_UNIT_KBLOCKS
+# k-blocks each, at most SPLIT_MAX) put WIDE_MIN_CTAS times the plan's CTAs to work.
 WIDE_BM, WIDE_BN = 128, 256
 WIDE_MIN_WASTE = 0.25
 WIDE_MIN_CTAS = 1.5
@@ -69,18 +70,21 @@ WIDE_MAX_BLOCKS = 3
 
 def wide_column_blocks(n: int) -> tuple[int, ...]:
     """Rule 38's column blocks for N columns: round_up(N, 16) as powers of two from 16, widest first (224: 128 + 64 +
-    32), or () (the whole 256) where that takes more than WIDE_MAX_BLOCKS."""
+    32), or () where that takes more than WIDE_MAX_BLOCKS or all 256 (neither was timed: no column then)."""
     width = -(-n // 16) * 16
-    blocks = tuple(1 << i for i in range(width.bit_length() - 1, 3, -1) if width >> i & 1)
+    blocks = blocks_of(width)
     return blocks if len(blocks) <= WIDE_MAX_BLOCKS and width < WIDE_BN else ()
 
 
 def wide_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> tuple[int, tuple[int, ...]] | None:
-    """Rule 38: the split and column blocks of one column of 128 x N tiles (`wide_column_blocks`) that replaces
-    `plan`, rule 25's split of 128x128 tiles over 128 < N <= 256 (rule 23's kind, nothing forced), or None. The most
-    ranges that fit the SMs, at most SPLIT_MAX, each of at least WIDE_MIN_UNIT_KBLOCKS k-blocks; taken where the
-    plan's two columns waste WIDE_MIN_WASTE of their columns or the column's ranges run WIDE_MIN_CTAS times its CTAs."""
-    if not (latency_kind(spec, device) and WIDE_BM < spec.n <= WIDE_BN and plan.split_k > 1
+    """Rule 38: the split and column blocks of one column of 128 x N tiles (`wide_column_blocks`, at most three) that
+    replaces `plan`, rule 25's split of 128x128 tiles over 128 < N < 256 (rule 23's kind, nothing forced), or None. The
+    most ranges that fit the SMs, at most SPLIT_MAX, each of at least WIDE_MIN_UNIT_KBLOCKS k-blocks; taken where the
+    plan's two columns waste WIDE_MIN_WASTE of their columns and the column runs at least the plan's CTAs, or where
+    the column's ranges run WIDE_MIN_CTAS times its CTAs (fewer CTAs than the plan was not timed but at 731x240, where
+    it lost)."""
+    blocks = wide_column_blocks(spec.n)
+    if not (latency_kind(spec, device) and WIDE_BM < spec.n <= WIDE_BN and blocks and plan.split_k > 1
             and (plan.bm, plan.bn, plan.n_blocks, plan.cluster) == (128, 128, (), 1)):
         return None
     rows, k_tiles = math.ceil(spec.m / WIDE_BM), k_blocks(spec)
@@ -88,7 +92,6 @@ def wide_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> tuple[i
     if not fits:
         return None
     split = max(fits)
-    waste = 1 - spec.n / (2 * plan.bn)
-    if waste < WIDE_MIN_WASTE and rows * split < WIDE_MIN_CTAS * plan.units(spec.m, spec.n):
-        return None
-    return split, wide_column_blocks(spec.n)
+    ctas, before = rows * split, plan.units(spec.m, spec.n)
+    wasteful = 1 - spec.n / (2 * plan.bn) >= WIDE_MIN_WASTE and ctas >= before
+    return (split, blocks) if wasteful or ctas >= WIDE_MIN_CTAS * before else None

@@ -202,16 +202,17 @@ def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan,
     # (the explain table's other rows are the search's scores, without the L2 floor: the line says how the two
     # compare with it)
     fits_better = best.score < FIT_MARGIN * now
+    whole, kept = None, f"; the plan kept: not {100 - round(100 * FIT_MARGIN)}% ahead"
+    if fits_better:
+        with collecting(None):  # (the forced tile's own search is not a candidate: its winner would replace this one)
+            try:
+                whole = build(best.bm, best.bn, best.blocks)
+            except UnsupportedError:  # (its forced search found no ring and registers that fit the part)
+                kept = f"; the plan kept: no {best.bm}x{best.bn} tile fits {device.name}"
     note(f"{best.bm}x{sum(best.blocks)}", "fitted tile (rule 32)", best.score,
          f"{best.tiles} tiles of {best.bm}x{sum(best.blocks)} ({'+'.join(map(str, best.blocks))}), {best.rounds} "
          f"round(s), against the plan's {plan.units(spec.m, spec.n)} units: {best.score / now:.2f} of its time with "
-         "L2's floor" + ("" if fits_better else f"; the plan kept: not {100 - round(100 * FIT_MARGIN)}% ahead"),
-         chosen=fits_better)
-    if not fits_better:
+         "L2's floor" + ("" if whole is not None else kept), chosen=whole is not None)
+    if whole is None:
         return plan
-    with collecting(None):  # (the forced tile's own search is not a candidate: its winner would replace this one)
-        try:
-            whole = build(best.bm, best.bn, best.blocks)
-        except UnsupportedError:  # (a part whose shared memory or registers hold the plan's tile but not this one)
-            return plan
     return with_blocks(spec, device, whole, best.blocks)

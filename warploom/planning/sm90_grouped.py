@@ -9,6 +9,7 @@ import math
 from dataclasses import replace
 
 from warploom.device import DeviceInfo
+from warploom.dtypes import DType
 from warploom.errors import UnsupportedError
 from warploom.planning.common import k_blocks
 from warploom.planning.options import PlanOptions
@@ -58,7 +59,7 @@ def expected_grouped_tiles(spec: GemmSpec, bm: int, bn: int) -> float:
 
 
 def last_round_stream_k(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int) -> int:
-    """Rule 22's default stream-K pieces for an M-grouped bf16/fp16 GEMM (0: whole tiles): where the expected last
+    """Rule 22's default stream-K pieces for an M-grouped GEMM (0: whole tiles): where the expected last
     round of tiles (`expected_grouped_tiles`) fills under GROUPED_SK_MAX_FILL of the SMs after at least one full
     round, its tiles are shared in 4 pieces (at least GROUPED_SK4_MIN_KBLOCKS k-blocks, and the expected last round's
     tiles in 4 within the SMs) or 2. fp8 rowwise shares it too from GROUPED_SK_FP8_MIN_KBLOCKS k-blocks, under a
@@ -72,8 +73,9 @@ def _fp8_problem(spec: GemmSpec) -> str | None:
     """Why an fp8 M-grouped GEMM keeps whole tiles in its last round, or None where rule 22 may share it."""
     from warploom.backends import gluon_api
 
-    if spec.scale is not ScaleRecipe.ROWWISE:
-        return f"fp8 {spec.scale.value} scales are unmeasured with it (rowwise only)"
+    if spec.scale is not ScaleRecipe.ROWWISE or (spec.a_dtype, spec.b_dtype) != (DType.E4M3, DType.E4M3):
+        return (f"fp8 {spec.scale.value} scales of {spec.a_dtype.value} x {spec.b_dtype.value} are unmeasured with it "
+                "(e4m3 rowwise only)")
     if k_blocks(spec) < GROUPED_SK_FP8_MIN_KBLOCKS:
         return f"fp8 shares it from {GROUPED_SK_FP8_MIN_KBLOCKS} k-blocks ({k_blocks(spec)} here)"
     if gluon_api.current().triton >= GROUPED_SK_FP8_MAX_TRITON:
@@ -123,7 +125,8 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
     `stream_k` (0: whole tiles; None: `last_round_stream_k`'s choice): an M-grouped or masked plan whose last,
     partial round of tiles is shared as (tile, k-block) pieces, at most `stream_k` a tile, split on the device from
     the scan's tile count (rule 21's kernel over the group scan's tile ids). The default shares it for bf16/fp16
-    M-grouped GEMMs whose expected last round is under half full, as measured (docs/decisions/rule-22-grouped.md).
+    M-grouped GEMMs whose expected last round is under half full, and e4m3 rowwise ones below Triton 3.9 from 32
+    k-blocks, as measured (docs/decisions/rule-22-grouped.md).
 
     A Blackwell device's grouped plan is `plan_blackwell_grouped`'s (rule 22 on sm_100a), which refuses the sm_90a
     options forced here (`consumer_partitions`, `partial_blocks`) and a `scale_partition` forced off by name; MX
@@ -150,10 +153,12 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
         # 128x256 spilled 1432 bytes: ptxas, Triton 3.6, 8192x4096x7168 over 8 experts)
         tile = (tile[0], 128)
     if stream_k and spec.a_dtype.bytes == 1 and tile[1] == 256:
-        # fp8 stream-K keeps 128 wide: the grouped fp8 rowwise 128x256 kernel's fixup beside its per-block scales and
-        # the tile's group, origin and row end spilled 876 bytes (ptxas, Triton 3.9, 8192x4096x7168 over 8 experts;
-        # the dense one 64), 128x128 none (3.6 spilled nothing at either)
+        # Forced fp8 stream-K keeps 128 wide: the grouped fp8 rowwise 128x256 kernel's fixup beside its per-block
+        # scales and the tile's group, origin and row end spilled 876-1344 bytes (ptxas, Triton 3.9, 8192x4096x7168
+        # over 8 experts; the dense one 64), 128x128 none; under 3.6, 48 bytes fast and none promoted, where rule 22's
+        # own last round takes 128x256 (`_fp8_problem`) and a forced one still the 128-wide tile (bn=256 forces that)
         tile = (tile[0], 128)
+    forced_tile = bm is not None or bn is not None
     bm, bn = bm or tile[0], bn or (tile[1] if bm in (None, tile[0]) else 128)
     if stream_k is None:
         stream_k = last_round_stream_k(spec, device, bm, bn)
@@ -169,11 +174,21 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
         consumer_partitions = 1 if spec.epilogue.group_amax() is not None else 2
     dense = replace(spec, grouping=Grouping.NONE, groups=0)
     # (stream-K: no dense operand copied at the tile's start, which a contributor would skip, as rule 21's)
-    dense_plan = plan(dense, device, PlanOptions(bm=bm, bn=bn, stages=stages, group_m=group_m,
-                                                 consumer_partitions=consumer_partitions,
-                                                 partial_blocks=partial_blocks, split_k=1, tail_split=1,
-                                                 swap_ab=False, stream_k=0,
-                                                 prefetch_operands=False if stream_k else None))
+    try:
+        dense_plan = plan(dense, device, PlanOptions(bm=bm, bn=bn, stages=stages, group_m=group_m,
+                                                     consumer_partitions=consumer_partitions,
+                                                     partial_blocks=partial_blocks, split_k=1, tail_split=1,
+                                                     swap_ab=False, stream_k=0,
+                                                     prefetch_operands=False if stream_k else None))
+    except UnsupportedError as e:
+        if forced_tile or not str(e).startswith("no tile shape fits"):
+            raise
+        # (its message would name rule 22's own tile as forced, and tell the caller to leave out what it never passed)
+        raise UnsupportedError(f"no tile shape fits {spec.short()} on {device.name}: no ring of rule 22's {bm}x{bn} "
+                               f"tile (for {spec.m / max(spec.groups, 1):g} rows a group) fits its "
+                               f"{device.smem_per_block} bytes of shared memory a block and its registers. Fix: plan "
+                               "for a device that has an sm_90a part's (warploom.H100_SXM), or force a smaller tile "
+                               "(bm=64, bn=128)") from None
     if stream_k:
         refuse_stream_k(spec, stream_k, stream_k_problems(spec, False, None, None, None, False, dense_plan.bm))
     # Rule 10's per-block scales for fp8 rowwise on a 256-wide tile even without a bias: beside a grouped tile's
