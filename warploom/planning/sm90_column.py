@@ -10,7 +10,7 @@ router96-...): 2048x96x4096 0.766 -> 1.047, 2090x96x7792 0.59 -> 0.945, 2048x128
 1.028 -> 1.075, 4096x128x7168 0.781 -> 0.825, and within 1-5% at the rest; at N = 64 (one column already) a split
 gained nothing.
 
-Rule 38 (the same file: one column across N, its K split): where rule 25 splits 128x128 tiles over 128 < N <= 256, one
+Rule 38 (the same file: one column across N, its K split): where rule 25 splits 128x128 tiles over 128 < N < 256, one
 column of 128-row tiles fitted to N (rule 32's blocks: 160 = 128 + 32) split in as many ranges as fill the SMs
 (`wide_column_split`). Two 128-wide columns compute 256 columns of which N are kept, and read A twice; one fitted
 column computes N and reads A once, and its ranges can put more CTAs to work than the two columns' fewer ranges."""
@@ -54,7 +54,7 @@ def one_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> tuple[in
 
 
 # Rule 38 (docs/decisions/rule-38-wide-column-split.md; H200, Triton 3.6, session 42): one column of 128-row tiles
-# fitted to 128 < N <= 256 in place of rule 25's 128x128 split, against it at the zoo's six such shapes: bf16
+# fitted to 128 < N < 256 in place of rule 25's 128x128 split, against it at six shapes of the zoo's kind: bf16
 # 2415x160x14360 0.579 -> 0.869 (6 ranges), fp8 rowwise fast 2415x160x14368 1.344 -> 1.880 (6), fp8 1881x224x15088
 # 1.198 -> 1.641 (6; 1.608 in 8); lost or tied where the plan's second column wastes little and the column adds no
 # CTAs: bf16 1881x224x15088 0.908 -> 0.860 (8 ranges, the plan's 120 CTAs), bf16 731x240x8688 0.990 -> 0.838 (16),
