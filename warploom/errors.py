@@ -90,6 +90,11 @@ class UnsupportedError(WarploomError, ValueError):
     """A valid request that warploom does not implement yet; the message names the nearest thing that works."""
 
 
+class NoTileFitsError(UnsupportedError):
+    """No tile of the planner's search fits the device's shared memory and registers with what was forced: the rules
+    that plan a tile of their own (rule 22's grouped tile, rule 32's fitted one) catch it by this class."""
+
+
 class TargetError(WarploomError, ValueError):
     """An unknown compilation target name."""
 

@@ -76,12 +76,13 @@ def test_a_part_too_small_for_any_tile_is_named_not_the_options() -> None:
     bytes (the message once listed bm=None bn=None and told the caller to leave them out); what was forced is named
     when something was; a part that holds the plan's tile but not rule 32's fitted one keeps the plan."""
     from warploom.device import DeviceInfo
+    from warploom.errors import NoTileFitsError
 
     tiny = DeviceInfo("tiny", "sm_90a", 132, 50_000)
     with pytest.raises(UnsupportedError, match=r"on tiny: none of the planner's tiles fits its 50000 bytes of shared "
                                                r"memory a block .*Fix: plan for a device") as err:
         plan_schedule(GemmSpec(4096, 4096, 4096), tiny)
-    assert "None" not in str(err.value)
+    assert "None" not in str(err.value) and isinstance(err.value, NoTileFitsError)
     with pytest.raises(UnsupportedError, match=r"with bm=128 stages=4 on tiny\. Fix: leave them out"):
         plan_schedule(GemmSpec(4096, 4096, 4096), tiny, bm=128, stages=4)
     small = DeviceInfo("small", "sm_90a", 132, 100_000)  # (rule 32's 192x256 does not fit it: 128x128 does)

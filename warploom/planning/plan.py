@@ -301,7 +301,6 @@ class Plan:
                 f"{sub}{split}{blocks}{ks}{sk}{ablate}{'_swap' if self.swap_ab else ''}{tm}")
 
 
-
 def expect_plan(plan: object, fix: str) -> Plan:
     """`plan` if it is a `Plan`; anything else (a dict, a plan's name, None where one is required) is refused by name,
     with `fix`, before any field of it is read."""

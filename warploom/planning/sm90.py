@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from warploom.device import H100_SXM, DeviceInfo
 from warploom.dtypes import DType
-from warploom.errors import UnsupportedError
+from warploom.errors import NoTileFitsError, UnsupportedError
 from warploom.planning.common import k_block, k_blocks, swap_decode, swap_tokens
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
@@ -128,12 +128,19 @@ def _plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     return _choose(spec, device, options, o, best)
 
 
+_TILE_OPTIONS = ("bm", "bn", "stages", "consumer_partitions", "partial_blocks", "scale_partition", "split_k",
+                 "tail_split")
+
+
+def _forced_tile(options: PlanOptions) -> dict[str, object]:
+    """The tile, its depth, its partitions or blocks, the scale partition or split-K, as the caller forced them."""
+    return {name: getattr(options, name) for name in _TILE_OPTIONS if getattr(options, name) is not None}
+
+
 def _forces_tile(options: PlanOptions) -> bool:
-    """Whether the caller forced the tile, its depth, its partitions or blocks, the scale partition or split-K:
-    the rules that pick a schedule of their own (18, 23, 25, 30) then stand aside."""
-    return any(f is not None for f in (options.bm, options.bn, options.stages, options.consumer_partitions,
-                                       options.partial_blocks, options.scale_partition, options.split_k,
-                                       options.tail_split))
+    """Whether the caller forced any of `_forced_tile`'s: the rules that pick a schedule of their own (18, 23, 25,
+    30) then stand aside."""
+    return bool(_forced_tile(options))
 
 
 def _or_drop(o: PlanOptions, names: tuple[str, ...], problems: Callable[[PlanOptions], list[str]]) -> str:
@@ -376,14 +383,9 @@ def _choose(spec: GemmSpec, device: DeviceInfo, options: PlanOptions, o: PlanOpt
                                f"stages={stages!r} on {device.name}. Fix: drop cluster or stages")
     if best is None:
         # (named by what the caller forced: `o` holds the rules' own picks too, which the caller cannot leave out)
-        forced = {k: v for k, v in (("bm", options.bm), ("bn", options.bn), ("stages", options.stages),
-                                    ("partial_blocks", options.partial_blocks), ("pingpong", options.pingpong or None),
-                                    ("consumer_partitions", options.consumer_partitions),
-                                    ("scale_partition", options.scale_partition), ("split_k", options.split_k),
-                                    ("tail_split", options.tail_split))
-                  if v is not None}
+        forced = _forced_tile(options) | ({"pingpong": True} if options.pingpong else {})
         if not forced:
-            raise UnsupportedError(f"no tile shape fits {spec.short()} on {device.name}: none of the planner's tiles "
+            raise NoTileFitsError(f"no tile shape fits {spec.short()} on {device.name}: none of the planner's tiles "
                                    f"fits its {device.smem_per_block} bytes of shared memory a block and "
                                    f"{device.regs_per_sm} registers an SM. Fix: plan for a device that has an sm_90a "
                                    f"part's (warploom.H100_SXM: {H100_SXM.smem_per_block} and "
@@ -398,7 +400,7 @@ def _choose(spec: GemmSpec, device: DeviceInfo, options: PlanOptions, o: PlanOpt
             hint = (": a 192-row tile's warpgroups (160 registers) hold at most 224 of a 256-wide slot's columns; "
                     "pass n_blocks (e.g. (128, 64)) or bn=128")
         named = " ".join(f"{k}={v!r}" for k, v in forced.items())
-        raise UnsupportedError(f"no tile shape fits {spec.short()} with {named} on {device.name}{hint}. Fix: leave "
+        raise NoTileFitsError(f"no tile shape fits {spec.short()} with {named} on {device.name}{hint}. Fix: leave "
                                "them out for the planner's choice, or force a tile among `warploom plan --explain`'s "
                                "candidates")
     choose(f"{best[2].bm}x{best[2].bn}", best[0])  # (the search's winner, as it noted it)

@@ -22,9 +22,8 @@ import math
 from warploom.device import DeviceInfo
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_fitted import blocks_of
 from warploom.planning.sm90_models import SPLIT_MAX, latency_kind
-from warploom.planning.sm90_narrow import narrow_blocks
+from warploom.planning.sm90_narrow import blocks_of, narrow_blocks
 from warploom.spec import GemmSpec
 
 COLUMN_BM, COLUMN_BN = 64, 128

@@ -28,11 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from warploom.device import H200, DeviceInfo
-from warploom.errors import UnsupportedError
+from warploom.errors import NoTileFitsError
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
 from warploom.planning.sm90_models import stream_k_score, tail_score
-from warploom.planning.sm90_narrow import narrow_problems, with_blocks
+from warploom.planning.sm90_narrow import blocks_of, narrow_problems, with_blocks
 from warploom.planning.sm90_tiles import rows_aligned, tall_problems, tile_efficiency
 from warploom.planning.trace import collecting, note
 from warploom.spec import ALayout, BLayout, GemmSpec
@@ -101,11 +101,6 @@ class Fit:
     tiles: int
     rounds: int
     score: float
-
-
-def blocks_of(width: int) -> tuple[int, ...]:
-    """`width` (a multiple of 16) as power-of-two blocks, widest first: 176 -> (128, 32, 16)."""
-    return tuple(1 << i for i in range(width.bit_length() - 1, 3, -1) if width >> i & 1)
 
 
 def candidates(spec: GemmSpec, device: DeviceInfo) -> list[Fit]:
@@ -207,7 +202,7 @@ def fitted(spec: GemmSpec, device: DeviceInfo, plan: Plan,
         with collecting(None):  # (the forced tile's own search is not a candidate: its winner would replace this one)
             try:
                 whole = build(best.bm, best.bn, best.blocks)
-            except UnsupportedError:  # (its forced search found no ring and registers that fit the part)
+            except NoTileFitsError:  # (its forced search found no ring and registers that fit the part)
                 kept = f"; the plan kept: no {best.bm}x{best.bn} tile fits {device.name}"
     note(f"{best.bm}x{sum(best.blocks)}", "fitted tile (rule 32)", best.score,
          f"{best.tiles} tiles of {best.bm}x{sum(best.blocks)} ({'+'.join(map(str, best.blocks))}), {best.rounds} "

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
-from warploom.errors import UnsupportedError
+from warploom.errors import NoTileFitsError, UnsupportedError
 from warploom.planning.common import k_blocks
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
@@ -180,11 +180,11 @@ def plan_grouped(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, b
                                                      partial_blocks=partial_blocks, split_k=1, tail_split=1,
                                                      swap_ab=False, stream_k=0,
                                                      prefetch_operands=False if stream_k else None))
-    except UnsupportedError as e:
-        if forced_tile or not str(e).startswith("no tile shape fits"):
+    except NoTileFitsError:
+        if forced_tile:
             raise
         # (its message would name rule 22's own tile as forced, and tell the caller to leave out what it never passed)
-        raise UnsupportedError(f"no tile shape fits {spec.short()} on {device.name}: no ring of rule 22's {bm}x{bn} "
+        raise NoTileFitsError(f"no tile shape fits {spec.short()} on {device.name}: no ring of rule 22's {bm}x{bn} "
                                f"tile (for {spec.m / max(spec.groups, 1):g} rows a group) fits its "
                                f"{device.smem_per_block} bytes of shared memory a block and its registers. Fix: plan "
                                "for a device that has an sm_90a part's (warploom.H100_SXM), or force a smaller tile "

@@ -33,11 +33,17 @@ NARROW_MAX_BLOCKS = 3
 NARROW_MIN_BN = 128
 
 
+def blocks_of(width: int) -> tuple[int, ...]:
+    """`width` (a multiple of 16) as power-of-two blocks, widest first: 176 -> (128, 32, 16). Rules 31, 32 and 38's
+    column blocks."""
+    return tuple(1 << i for i in range(width.bit_length() - 1, 3, -1) if width >> i & 1)
+
+
 def narrow_blocks(n: int, bn: int) -> tuple[int, ...]:
     """Rule 31's column blocks for N columns of a BN-wide tile: round_up(N, 16) as powers of two from 16, widest
     first (80: 64 + 16), or () where that is more than NARROW_MAX_FILL of BN or takes more than NARROW_MAX_BLOCKS."""
     width = -(-n // 16) * 16
-    blocks = tuple(1 << i for i in range(width.bit_length() - 1, 3, -1) if width >> i & 1)
+    blocks = blocks_of(width)
     if not 0 < width <= NARROW_MAX_FILL * bn or len(blocks) > NARROW_MAX_BLOCKS:
         return ()
     return blocks
