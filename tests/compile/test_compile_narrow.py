@@ -71,3 +71,25 @@ def test_wide_column_split_compiles(name: str, spill_budget: int) -> None:
     kind, depth = ("QGMMA", 32) if spec.is_fp8 else ("HGMMA", 16)
     assert set(re.findall(rf"\b{kind}\.64x(\d+)x{depth}\b", c.sass)) == {str(w) for w in blocks}, c.summary()
     assert c.spills <= spill_budget and not c.wgmma_serialized and c.smem_bytes <= SMEM_LIMIT, c.summary()
+
+
+# Rule 39's planned plans (session 43): columns of 64-row tiles fitted to N, K split where long
+NARROW_ROWS64 = {
+    "bf16_rows64_144_split4": (GemmSpec(1895, 136, 3704), 256, (128, 16), 4),
+    "bf16_rows64_32_columns3": (GemmSpec(1806, 88, 1672), 32, (), 1),
+    "bf16_rows64_176_split5": (GemmSpec(1480, 176, 4728), 256, (128, 32, 16), 5),
+    "bf16_rows64_256_split6": (GemmSpec(1165, 224, 4728), 256, (), 6),
+}
+
+
+@pytest.mark.parametrize("name", NARROW_ROWS64)
+def test_narrow_rows64_compiles(name: str, spill_budget: int) -> None:
+    """Rule 39's plans as the planner makes them (nothing forced): one warpgroup's wgmma shape per column block (the
+    tile's own width where it is whole), no spill or serialized wgmma."""
+    spec, bn, blocks, split = NARROW_ROWS64[name]
+    k = build(spec, H100_SXM)
+    assert (k.plan.bm, k.plan.bn, k.plan.n_blocks, k.plan.split_k) == (64, bn, blocks, split), k.plan.short()
+    c = k.compile("sm_90a")
+    widths = set(re.findall(r"\bHGMMA\.64x(\d+)x16\b", c.sass))
+    assert widths == {str(w) for w in (blocks or (bn,))}, c.summary()
+    assert c.spills <= spill_budget and not c.wgmma_serialized and c.smem_bytes <= SMEM_LIMIT, c.summary()

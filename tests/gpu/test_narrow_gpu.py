@@ -191,3 +191,13 @@ def test_one_column_split_planned(m: int, n: int, k: int, ranges: int, blocks: t
                                   dtype: torch.dtype) -> None:
     """Rule 36's one column of 64-row tiles across N, K split in ranges, as the planner takes it."""
     _planned_matches_fp32(m, n, k, dtype, (64, 128, ranges, blocks), ("bm", "bn", "split_k", "n_blocks"))
+
+
+@pytest.mark.parametrize("m,n,k,bn,ranges,blocks", [(1895, 136, 3704, 256, 4, (128, 16)), (1806, 88, 1672, 32, 1, ()),
+                                                    (2364, 120, 3064, 128, 3, ()),
+                                                    (1480, 176, 4728, 256, 5, (128, 32, 16))])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_narrow_rows64_planned(m: int, n: int, k: int, bn: int, ranges: int, blocks: tuple[int, ...],
+                               dtype: torch.dtype) -> None:
+    """Rule 39's columns of 64-row tiles fitted to N (K split where long), as the planner takes them."""
+    _planned_matches_fp32(m, n, k, dtype, (64, bn, ranges, blocks), ("bm", "bn", "split_k", "n_blocks"))

@@ -13,6 +13,7 @@ from warploom.planning.sm90_column import (
     COLUMN_MAX_SPLIT,
     COLUMN_MIN_KBLOCKS,
     COLUMN_MIN_ROW_BLOCKS,
+    Column,
     one_column_split,
 )
 
@@ -37,20 +38,22 @@ def test_the_plans_it_replaced_were_others() -> None:
     """The rule changed these plans (so its tests above cannot pass on the rules before it)."""
     spec = GemmSpec(2048, 96, 4096)
     before = plan_schedule(spec, H200, bm=64, bn=64)
-    assert one_column_split(spec, H200, before) == (4, (64, 32))
+    assert one_column_split(spec, H200, before) == Column(64, 128, 4, (64, 32))
     assert "one column, 4 ranges (rule 36)" in explain(spec, H200).text()
 
 
 @pytest.mark.parametrize("mnk", [
     (4096, 64, 4096), (8192, 64, 7168),  # N = 64: one 64-wide column already, a split gained nothing
-    (1024, 256, 4096),  # N > 128: two columns (a known miss: 64x128 in 4 ranges won there)
-    (2048, 96, 64 * (COLUMN_MIN_KBLOCKS - 1)),  # short of the k-blocks measured
+    (1024, 256, 4096),  # N > 128: two columns (rule 39's, 64x128 in 4 ranges)
+    (2048, 96, 64 * (COLUMN_MIN_KBLOCKS - 1)),  # short of the k-blocks measured (rule 39 splits it, from 48)
     (64 * (COLUMN_MIN_ROW_BLOCKS - 1), 96, 7168),  # too few row blocks to fill the SMs in 4 ranges
     (64 * 67, 96, 7168),  # more row blocks than half the SMs: no split of 2 fits
 ])
 def test_what_the_rule_leaves_alone(mnk: tuple[int, int, int]) -> None:
-    plan = plan_schedule(GemmSpec(*mnk), H200)
-    assert not (plan.bm == 64 and plan.bn == 128 and plan.split_k > 1), plan.short()
+    spec = GemmSpec(*mnk)
+    assert one_column_split(spec, H200, plan_schedule(spec, H200, bm=64, bn=64)) is None
+    plan = plan_schedule(spec, H200)
+    assert "(rule 36)" not in explain(spec, H200).text(), plan.short()
 
 
 def test_other_kinds_and_forced_options_stand() -> None:
@@ -62,7 +65,7 @@ def test_other_kinds_and_forced_options_stand() -> None:
     assert plan_schedule(spec, H200, split_k=1).split_k == 1
     # the split fills the SMs, at most COLUMN_MAX_SPLIT ranges
     for m in (1024, 2048, 2090, 3000, 4096):
-        split, _ = one_column_split(GemmSpec(m, 96, 7168), H200, plan_schedule(GemmSpec(m, 96, 7168), H200, bm=128)) \
-            or (0, ())
+        column = one_column_split(GemmSpec(m, 96, 7168), H200, plan_schedule(GemmSpec(m, 96, 7168), H200, bm=128))
+        split = column.split if column else 0
         rows = -(-m // 64)
         assert split == min(COLUMN_MAX_SPLIT, 132 // rows) and rows * split <= 132

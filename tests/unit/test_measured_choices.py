@@ -39,8 +39,6 @@ KNOWN_MISSES = {
     ("latency-width-h200-2026-11-28-session36-a.json", "bf16", "73x104x3280"):
         "rule 25 splits 64x64 in 8 ranges (0.727) where 64x16 whole ran 0.829: rule 33 widths only the tiles rule 25 "
         "leaves whole (rule-33 doc)",
-    ("latency-width-h200-2026-11-28-session36-a.json", "bf16", "1806x88x1672"):
-        "64x32 ran 14% faster; rule 33's model prices 64x64 ahead (rule-33 doc)",
     ("latency-width-h200-2026-11-28-session36-b.json", "bf16", "753x216x800"):
         "64x32 ran 5% faster; rule 33's model prices 64x64 ahead (rule-33 doc)",
     ("rows64long-h200-2026-11-28-session38.json", "bf16", "295x1536x6064"):
@@ -48,9 +46,6 @@ KNOWN_MISSES = {
         "at 549x656x5920 and 1881x224x15080: rule 35 replaces splits of 2 only (rule-35 doc)",
     ("rows64long-h200-2026-11-28-session38.json", "bf16", "289x1536x15712"):
         "64x128 in 2 split-K ranges (0.851) over 128x128 in 3 (0.804), as at 295x1536x6064 (rule-35 doc)",
-    ("router-h200-2026-11-28-session38.json", "bf16", "1024x256x4096"):
-        "two columns of 64x128 tiles in 4 split-K ranges (0.997) over rule 23's 64x64 whole (0.893): rule 36 takes one "
-        "column, N <= 128, and this was the one wider shape timed (rule-36 doc)",
     ("rule24-2026-11-27-session26.json", "fp8", "5344x2192x144"):
         "rule 24's k-block floor gives up this shape's 9% (rule-24 doc)",
     ("smallsplit-2026-11-27-session31.json", "bf16", "513x368x5160"):
@@ -65,14 +60,27 @@ KNOWN_MISSES = {
         "1.375): rule 25 splits whole 128x128 tiles, in a count that divides the k-blocks (rule-25 doc, session 42)",
     ("stream-k-variants-fp8-2026-11-26-session22.json", "fp8", "656x8048x5280"):
         "rule 15's tail over rule 21's stream-K (5%): their scores tie within the models' error (rule-21 doc)",
+    ("narrow-rows64-check-h200-2026-11-29-session43-a.json", "bf16", "800x184x1880"):
+        "four columns of 64x48 (blocks 32+16, 52 CTAs) ran 8% faster than rule 23's 64x64 (39): rule 39 keeps a plan "
+        "where its tiles read over NARROW64_MAX_L2 of the plan's rows from L2 (17% more here), as the 48-wide columns "
+        "that lost at 1991x184x640, 1857x184x480, 750x192x1472 and 2640x104x1992 do (rule-39 doc)",
+    ("narrow-rows64-columns-h200-2026-11-29-session43.json", "bf16", "3794x152x1440"):
+        "64x80 tiles (blocks 64+16, 120 CTAs) ran 18% faster than rule 32's 128x80 (60), a third time: their rows read "
+        "from L2 are 38% more, past rule 39's NARROW64_MAX_L2, as at 3950x144x552 (a tie) and 3437x64x520 (lost; "
+        "rule-39 doc)",
+    ("split-counts-h200-2026-11-29-session43.json", "bf16", "405x1424x6576"):
+        "64-row tiles 96 wide (blocks 64+32, 105 CTAs, 0.686) over rule 25's 128x128 in 2 ranges (96, 0.614); 64x128 "
+        "whole 0.646: not a narrow N, no rule (docs/benchmarks.md, session 43)",
+    ("split-counts-h200-2026-11-29-session43.json", "bf16", "513x368x5160"):
+        "128x128 in 8 unequal ranges (1.049) over 64x64 in 2 (0.927), a third time: taking the most ranges near the "
+        "model's best for 128x128 fixed it and 100x5264x3464 (+4%) but lost at 549x656x5920 (-2.6%), 112x5264x3472 "
+        "(-6%) and planned 513x368x4096 in 7 ranges, where 8 ran 6-8% behind 64x64 whole: not built (rule-25 doc, "
+        "session 43)",
     ("narrow-rows64-h200-2026-11-29-session42.json", "bf16", "3794x152x1440"):
         "64x80 tiles (blocks 64+16, 120 CTAs) ran 18% faster than rule 32's 128x80 again (the entry below)",
     ("tall-narrow-rows64-h200-2026-11-29-session40.json", "bf16", "3794x152x1440"):
         "64x80 tiles (blocks 64+16, 120 CTAs) ran 17% faster than rule 32's 128x80 (60 CTAs); the only zoo shape whose "
         "fitted 128-row tiles fill under 61% of the SMs where 64-row ones fit one round: no rule built for one shape",
-    ("tall-narrow-rows64-h200-2026-11-29-session40.json", "bf16", "1895x136x3704"):
-        "64x80 tiles (60 CTAs) ran 12% faster than rule 33's 64x64 (90 CTAs, 41% of their columns past N): rule 33 "
-        "prices widths 16, 32 and 64 only",
     # Session 40: 64x128 tiles in a 2x1 cluster (forced, and a tuner candidate) ran 5-19% faster than the planner's
     # plan here, and 5-32% slower at other shapes of the same kinds (494x1528x2496, 2244x360x2000, fp8 496x1536x2496,
     # 128x4096x4096, 112x4096x14336): no rule found tells them apart, so the planner takes none (its doc:

@@ -19,7 +19,7 @@ from warploom.errors import NoTileFitsError, UnsupportedError
 from warploom.planning.common import k_block, k_blocks, swap_decode, swap_tokens
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_column import COLUMN_BM, COLUMN_BN, WIDE_BM, WIDE_BN, one_column_split, wide_column_split
+from warploom.planning.sm90_column import narrow_rows64, one_column_split, wide_column_split
 from warploom.planning.sm90_fitted import fitted
 from warploom.planning.sm90_fitted_cluster import cluster_tiles, fitted_cluster
 from warploom.planning.sm90_models import (
@@ -46,8 +46,8 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
     """`_plan`'s plan, on rule 31's narrow tile (`sm90_narrow.narrow`) where N leaves most of its one tile's columns
     empty and nothing about the tile was forced, or on the blocks forced (`options.n_blocks`; () keeps it whole);
     then rule 32's fitted tile, rule 37's fitted tile in a 2x1 cluster, rule 35's 64x128 tiles in one wave, rule 36's
-    one column of split 64-row tiles, rule 38's one column of split 128-row ones and rule 34's ring depth where
-    nothing was forced."""
+    one column of split 64-row tiles, rule 38's one column of split 128-row ones, rule 39's columns of 64-row tiles
+    fitted to N and rule 34's ring depth where nothing was forced."""
     if options.n_blocks:  # (a forced depth is the blocks' ring's, which keeps only their rows of B: checked there)
         chosen = _plan(spec, device, replace(options, stages=None))
         return forced_narrow(spec, device, chosen, options.n_blocks, options.stages)
@@ -81,17 +81,17 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
                      "where 64x128 tiles fit one wave of the SMs")
             with collecting(None):  # (its forced tile's own score is not a candidate)
                 chosen = _plan(spec, device, replace(options, bm=ROWS64_BM, bn=ROWS64_BN))
-        for rule, split_of, (bm, bn), why in (
-                (36, one_column_split, (COLUMN_BM, COLUMN_BN), "A read once, on the SMs"),
-                (38, wide_column_split, (WIDE_BM, WIDE_BN), "N's columns computed once, A read once")):
-            column = split_of(spec, device, chosen)
+        for rule, column_of, why in (
+                (36, one_column_split, "A read once, on the SMs"),
+                (38, wide_column_split, "N's columns computed once, A read once"),
+                (39, narrow_rows64, "more of the SMs at work")):
+            column = column_of(spec, device, chosen)
             if column is not None:  # (planned as if the tile, split and blocks were forced)
-                split, blocks = column
-                overrule(f"{bm}x{sum(blocks) or bn}", f"one column, {split} ranges (rule {rule})",
-                         f"{math.ceil(spec.m / bm)} row blocks x {split} ranges in place of {chosen.short()} "
-                         f"({chosen.grid} CTAs): {why}")
+                overrule(f"{column.bm}x{sum(column.blocks) or column.bn}", f"{column.kind(spec.n)} (rule {rule})",
+                         f"{column.describe(spec.m, spec.n)} in place of {chosen.short()} ({chosen.grid} CTAs): {why}")
                 with collecting(None):  # (the forced path itself, as plan_schedule(bm=, bn=, split_k=, n_blocks=))
-                    return plan(spec, device, replace(options, bm=bm, bn=bn, split_k=split, n_blocks=blocks or None))
+                    return plan(spec, device, replace(options, bm=column.bm, bn=column.bn, split_k=column.split,
+                                                      n_blocks=column.blocks or None))
     return ring_to_k(spec, chosen)
 
 

@@ -13,11 +13,16 @@ gained nothing.
 Rule 38 (the same file: one column across N, its K split): where rule 25 splits 128x128 tiles over 128 < N < 256, one
 column of 128-row tiles fitted to N (rule 32's blocks: 160 = 128 + 32) split in as many ranges as fill the SMs
 (`wide_column_split`). Two 128-wide columns compute 256 columns of which N are kept, and read A twice; one fitted
-column computes N and reads A once, and its ranges can put more CTAs to work than the two columns' fewer ranges."""
+column computes N and reads A once, and its ranges can put more CTAs to work than the two columns' fewer ranges.
+
+Rule 39 (the same file: columns of 64-row tiles fitted to N, K split where long): where 64 < N <= 256 and the plan's
+whole tiles leave SMs idle, 64-row tiles fitted to N in 1-4 columns, split where K is long, as many units as fit the
+SMs (`narrow_rows64`), but only where they read at most NARROW64_MAX_L2 of the plan's rows from L2."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
 from warploom.planning.common import k_blocks
@@ -25,6 +30,33 @@ from warploom.planning.plan import Plan
 from warploom.planning.sm90_models import SPLIT_MAX, latency_kind
 from warploom.planning.sm90_narrow import blocks_of, narrow_blocks
 from warploom.spec import GemmSpec
+
+
+@dataclass(frozen=True)
+class Column:
+    """What rules 36, 38 and 39 plan in place of the other rules' choice, as if forced: `bm` x `bn` tiles (on column
+    `blocks` of the bn-wide slot where not (); rule 31's) split in `split` k-ranges (1: whole)."""
+
+    bm: int
+    bn: int
+    split: int
+    blocks: tuple[int, ...]
+
+    def columns(self, n: int) -> int:
+        """The columns of tiles across N."""
+        return -(-n // (sum(self.blocks) or self.bn))
+
+    def kind(self, n: int) -> str:
+        """`explain`'s schedule column: "one column, 4 ranges", "3 columns"."""
+        columns = self.columns(n)
+        return ("one column" if columns == 1 else f"{columns} columns") + (f", {self.split} ranges" * (self.split > 1))
+
+    def describe(self, m: int, n: int) -> str:
+        """`explain`'s reason: "30 row blocks x 1 column x 4 ranges"."""
+        columns = self.columns(n)
+        return (f"{-(-m // self.bm)} row blocks x {columns} column{'s' * (columns > 1)}"
+                + f" x {self.split} ranges" * (self.split > 1))
+
 
 COLUMN_BM, COLUMN_BN = 64, 128
 # From this many k-blocks (64 of bf16 each): the gains were measured at 64-122.
@@ -35,7 +67,7 @@ COLUMN_MAX_SPLIT = 4
 COLUMN_MIN_ROW_BLOCKS = 16
 
 
-def one_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> tuple[int, tuple[int, ...]] | None:
+def one_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column | None:
     """Rule 36: the split and column blocks (rule 31's; () where N fills most of 128) of one column of 64x128 tiles
     that replaces `plan` (the other rules' choice, nothing forced), or None: 16-bit operands of rule 23's kind
     (`latency_kind`), 64 < N <= 128, at least COLUMN_MIN_KBLOCKS k-blocks, and COLUMN_MIN_ROW_BLOCKS to half the SMs'
@@ -49,7 +81,7 @@ def one_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> tuple[in
     blocks = narrow_blocks(spec.n, COLUMN_BN)  # (() where N fills most of the tile: the whole 128 columns)
     if (plan.bm, plan.bn, plan.split_k, plan.n_blocks) == (COLUMN_BM, COLUMN_BN, split, blocks):
         return None
-    return split, blocks
+    return Column(COLUMN_BM, COLUMN_BN, split, blocks)
 
 
 # Rule 38 (docs/decisions/rule-38-wide-column-split.md; H200, Triton 3.6, session 42): one column of 128-row tiles
@@ -75,7 +107,7 @@ def wide_column_blocks(n: int) -> tuple[int, ...]:
     return blocks if len(blocks) <= WIDE_MAX_BLOCKS and width < WIDE_BN else ()
 
 
-def wide_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> tuple[int, tuple[int, ...]] | None:
+def wide_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column | None:
     """Rule 38: the split and column blocks of one column of 128 x N tiles (`wide_column_blocks`, at most three) that
     replaces `plan`, rule 25's split of 128x128 tiles over 128 < N < 256 (rule 23's kind, nothing forced), or None. The
     most ranges that fit the SMs, at most SPLIT_MAX, each of at least WIDE_MIN_UNIT_KBLOCKS k-blocks; taken where the
@@ -93,4 +125,60 @@ def wide_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> tuple[i
     split = max(fits)
     ctas, before = rows * split, plan.units(spec.m, spec.n)
     wasteful = 1 - spec.n / (2 * plan.bn) >= WIDE_MIN_WASTE and ctas >= before
-    return (split, blocks) if wasteful or ctas >= WIDE_MIN_CTAS * before else None
+    return Column(WIDE_BM, WIDE_BN, split, blocks) if wasteful or ctas >= WIDE_MIN_CTAS * before else None
+
+
+# Rule 39 (docs/decisions/rule-39-narrow-rows64.md; H200, Triton 3.6, session 43): where 64 < N <= 256 and the plan
+# (whole tiles, nothing forced) leaves SMs idle, 64-row tiles fitted to N in one to NARROW64_MAX_COLUMNS columns, K
+# split where it is long, as many units as fit the SMs. Measured against the plans before it (bf16, graph ratio against
+# torch): 1895x136x3704 0.593 -> 0.809 (one column of 64x144 in 4 ranges), 3794x152x1440 0.646 -> 0.761 (two of 64x80),
+# 1806x88x1672 0.759 -> 0.848 (three of 64x32), 6045x168x216 0.685 -> 0.712 (one of 64x176); the plans it keeps were the
+# fastest measured where they already had the most units (6262x120x2120, 7268x104x392, 5113x120x200, 2232x80x904,
+# 753x216x800). Splits lost below NARROW64_SPLIT_MIN_KBLOCKS k-blocks (1806x88x1672: three columns 0.848, two in two
+# ranges 0.752; 3794x152x1440 in two ranges of 12 k-blocks 0.560), and at N = 64 more columns lost (3437x64x520: 0.797
+# against 0.816), as rule 36 found.
+NARROW64_BM = 64
+NARROW64_MAX_COLUMNS = 4
+NARROW64_MIN_WIDTH = 32
+NARROW64_SPLIT_MIN_KBLOCKS = 48
+NARROW64_MIN_UNIT_KBLOCKS = 12
+NARROW64_MAX_L2 = 1.15
+
+
+def narrow_rows64(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column | None:
+    """Rule 39: the columns of 64-row tiles fitted to 64 < N <= 256 (rule 31's blocks of the next power-of-two slot)
+    and the split that replace `plan`, or None: 16-bit operands of rule 23's kind, `plan` whole tiles on one CTA each,
+    and a candidate with more units than `plan` has CTAs. The candidates: 1 to NARROW64_MAX_COLUMNS columns of at
+    least NARROW64_MIN_WIDTH, split in ranges of NARROW64_MIN_UNIT_KBLOCKS or more where K has
+    NARROW64_SPLIT_MIN_KBLOCKS; the most units that fit the SMs win, fewer columns on a tie (A read fewer times)."""
+    if not (spec.a_dtype.bits == 16 and latency_kind(spec, device) and NARROW64_BM < spec.n <= WIDE_BN
+            and (plan.split_k, plan.stream_k, plan.tail_split, plan.cluster, plan.swap_ab) == (1, 0, 1, 1, False)):
+        return None
+    rows, k_tiles = math.ceil(spec.m / NARROW64_BM), k_blocks(spec)
+    splits = range(1, SPLIT_MAX + 1) if k_tiles >= NARROW64_SPLIT_MIN_KBLOCKS else range(1, 2)
+    best: tuple[tuple[int, int], Column] | None = None
+    for columns in range(1, NARROW64_MAX_COLUMNS + 1):
+        width = -(-spec.n // (16 * columns)) * 16
+        if width < NARROW64_MIN_WIDTH:
+            break
+        bn = 1 << (width - 1).bit_length()
+        blocks = narrow_blocks(width, bn)
+        cols = -(-spec.n // (sum(blocks) or bn))
+        if rows * cols * (NARROW64_BM + (sum(blocks) or bn)) > NARROW64_MAX_L2 * read_rows(spec, plan):
+            continue
+        for split in splits:
+            units = rows * cols * split
+            if units > device.sm_count or (split > 1 and k_tiles / split < NARROW64_MIN_UNIT_KBLOCKS):
+                break
+            key = (units, -cols)
+            if best is None or key > best[0]:
+                best = key, Column(NARROW64_BM, bn, split, blocks)
+    if best is None or best[0][0] <= plan.grid:
+        return None
+    return best[1]
+
+
+def read_rows(spec: GemmSpec, plan: Plan) -> int:
+    """The rows of A and B (K long each) that `plan`'s whole tiles read from L2 in all: each tile reads bm of A and
+    tile_n of B."""
+    return math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.tile_n) * (plan.bm + plan.tile_n)

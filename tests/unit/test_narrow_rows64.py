@@ -1,0 +1,67 @@
+"""Planner rule 39 (columns of 64-row tiles fitted to 64 < N <= 256, K split where long, `planning/sm90_column.py`):
+the choices the H200 sweeps set (docs/decisions/rule-39-narrow-rows64.md, docs/data/narrow-rows64-*-session43*.json)
+and what the rule leaves alone. tests/unit/test_measured_choices.py holds the planner against those sweeps' times.
+CPU only."""
+
+from __future__ import annotations
+
+import pytest
+
+from warploom import H100_SXM, H200, DType, GemmSpec, ScaleRecipe
+from warploom.planner import explain, plan_schedule
+from warploom.planning.sm90_column import NARROW64_MAX_L2, Column, narrow_rows64, read_rows
+
+# (shape, bn, ranges, blocks): measured faster than the plan before the rule (H200, Triton 3.6, graph ratio against
+# torch): the zoo's 1895x136x3704 0.593 -> 0.809 and 1806x88x1672 0.759 -> 0.848, session 38's 1024x256x4096 0.893 ->
+# 0.997, and random shapes 0.792 -> 1.053, 0.752 -> 0.934, 0.772 -> 0.928, 0.988 -> 1.136, 0.741 -> 0.879, 0.765 ->
+# 0.844, 0.793 -> 0.873, 0.684 -> 0.744
+WON = [((1895, 136, 3704), 256, 4, (128, 16)), ((1806, 88, 1672), 32, 1, ()), ((1024, 256, 4096), 128, 4, ()),
+       ((1804, 144, 3344), 256, 4, (128, 16)), ((1480, 176, 4728), 256, 5, (128, 32, 16)),
+       ((1165, 224, 4728), 256, 6, ()), ((1234, 248, 5488), 256, 6, ()), ((2043, 152, 3184), 256, 4, (128, 32)),
+       ((2593, 256, 4856), 256, 3, ()), ((2559, 208, 2976), 128, 1, (64, 16)), ((3954, 168, 1208), 128, 1, (64, 32))]
+# measured slower with more 64-row tiles than the plan's (reading 17-54% more rows from L2, or N = 64): the plan stays
+# (3834x200x1136 0.838 against 0.721, 7491x240x4904 0.831 against 0.695, 2640x104x1992 0.718 against 0.653,
+# 1991x184x640 0.879 against 0.844, 3437x64x520 0.816 against 0.797), and where they tied or won past the bound
+# (3950x144x552 tied, 3794x152x1440 and 800x184x1880 won: known misses)
+LEFT = [(3834, 200, 1136), (7491, 240, 4904), (5380, 152, 4392), (2640, 104, 1992), (1991, 184, 640), (1857, 184, 480),
+        (750, 192, 1472), (3437, 64, 520), (3950, 144, 552), (3794, 152, 1440), (800, 184, 1880)]
+
+
+@pytest.mark.parametrize("mnk,bn,ranges,blocks", WON)
+@pytest.mark.parametrize("device", [H200, H100_SXM])
+def test_columns_of_rows64_where_they_won(mnk: tuple[int, int, int], bn: int, ranges: int, blocks: tuple[int, ...],
+                                          device: object) -> None:
+    plan = plan_schedule(GemmSpec(*mnk), device)  # type: ignore[arg-type]
+    assert (plan.bm, plan.bn, plan.split_k, plan.n_blocks) == (64, bn, ranges, blocks), plan.short()
+    assert plan.units(mnk[0], mnk[1]) <= 132
+
+
+@pytest.mark.parametrize("mnk", LEFT)
+def test_the_plan_stays_where_they_lost(mnk: tuple[int, int, int]) -> None:
+    spec = GemmSpec(*mnk)
+    plan = plan_schedule(spec, H200)
+    assert narrow_rows64(spec, H200, plan) is None
+    assert not (plan.bm == 64 and plan.grid > 132), plan.short()
+
+
+def test_what_the_rule_replaces_and_how_it_says_so() -> None:
+    """The plans it replaced were others (so the tests above cannot pass without it), its L2 bound and its kinds,
+    and `explain` names it."""
+    spec = GemmSpec(1895, 136, 3704)
+    before = plan_schedule(spec, H200, bm=64, bn=64)  # (rule 23's tile, 90 CTAs: the plan before the rule)
+    assert narrow_rows64(spec, H200, before) == Column(64, 256, 4, (128, 16))
+    assert read_rows(spec, before) == 30 * 3 * 128  # (30 row blocks x 3 columns x 64 + 64 rows)
+    assert 30 * (64 + 144) <= NARROW64_MAX_L2 * read_rows(spec, before)
+    fp8 = GemmSpec(1895, 144, 3712, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE)  # (not measured)
+    assert narrow_rows64(fp8, H200, plan_schedule(fp8, H200)) is None
+    assert narrow_rows64(GemmSpec(1895, 136, 3704, bias_dtype=DType.BF16), H200, before) is None
+    assert narrow_rows64(GemmSpec(1895, 264, 3704), H200, before) is None  # (N past 256)
+    split = plan_schedule(spec, H200, bm=128, bn=128, split_k=2)
+    assert narrow_rows64(spec, H200, split) is None  # (a split plan is rules 25, 36 and 38's)
+    assert plan_schedule(spec, H200, bm=64, bn=64).bn == 64  # (a forced tile stands)
+    short = GemmSpec(1806, 88, 1672)  # (27 k-blocks: no split below NARROW64_SPLIT_MIN_KBLOCKS; three columns)
+    assert narrow_rows64(short, H200, plan_schedule(short, H200, bm=64, bn=64)) == Column(64, 32, 1, ())
+    text = explain(spec, H200).text()
+    assert "one column, 4 ranges (rule 39)" in text and "30 row blocks x 1 column x 4 ranges in place of" in text
+    text = explain(short, H200).text()
+    assert "3 columns (rule 39)" in text and "29 row blocks x 3 columns in place of" in text
