@@ -79,6 +79,9 @@ NARROW_ROWS64 = {
     "bf16_rows64_32_columns3": (GemmSpec(1806, 88, 1672), 32, (), 1),
     "bf16_rows64_176_split5": (GemmSpec(1480, 176, 4728), 256, (128, 32, 16), 5),
     "bf16_rows64_256_split6": (GemmSpec(1165, 224, 4728), 256, (), 6),
+    "e4m3_rows64_80_columns2": (GemmSpec(3794, 160, 1440, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE), 128,
+                                (64, 16), 1),
+    "e4m3_rows64_32_columns3": (GemmSpec(1597, 80, 4192, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE), 32, (), 1),
 }
 
 
@@ -90,6 +93,7 @@ def test_narrow_rows64_compiles(name: str, spill_budget: int) -> None:
     k = build(spec, H100_SXM)
     assert (k.plan.bm, k.plan.bn, k.plan.n_blocks, k.plan.split_k) == (64, bn, blocks, split), k.plan.short()
     c = k.compile("sm_90a")
-    widths = set(re.findall(r"\bHGMMA\.64x(\d+)x16\b", c.sass))
+    kind, depth = ("QGMMA", 32) if spec.is_fp8 else ("HGMMA", 16)
+    widths = set(re.findall(rf"\b{kind}\.64x(\d+)x{depth}\b", c.sass))
     assert widths == {str(w) for w in (blocks or (bn,))}, c.summary()
     assert c.spills <= spill_budget and not c.wgmma_serialized and c.smem_bytes <= SMEM_LIMIT, c.summary()

@@ -201,3 +201,24 @@ def test_narrow_rows64_planned(m: int, n: int, k: int, bn: int, ranges: int, blo
                                dtype: torch.dtype) -> None:
     """Rule 39's columns of 64-row tiles fitted to N (K split where long), as the planner takes them."""
     _planned_matches_fp32(m, n, k, dtype, (64, bn, ranges, blocks), ("bm", "bn", "split_k", "n_blocks"))
+
+
+@pytest.mark.parametrize("m,n,k,bn,blocks", [(3794, 160, 1440, 128, (64, 16)), (1806, 96, 1680, 32, ()),
+                                             (1597, 80, 4192, 32, ())])
+def test_narrow_rows64_planned_fp8(m: int, n: int, k: int, bn: int, blocks: tuple[int, ...]) -> None:
+    """Rule 39's whole columns of 64-row tiles for fp8 rowwise with fast accumulation, as the planner takes them:
+    against the fp32 reference of the dequantized product, and the plan's kernel over a poisoned output."""
+    torch.manual_seed(m + n)
+    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
+    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, True)
+    planned = plan_schedule(spec, DeviceInfo.current())
+    assert (planned.bm, planned.bn, planned.n_blocks, planned.split_k) == (64, bn, blocks, 1), planned.short()
+    ref = (a.float() @ b.float()) * sa * sb
+    got = warploom.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
+    assert _scale_free(got, ref) < 1e-2
+    kern = build(spec, DeviceInfo.current(), planned)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kern.run(a, b, out, sa, sb, None)
+    assert _scale_free(out, ref) < 1e-2

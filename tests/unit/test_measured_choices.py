@@ -64,6 +64,9 @@ KNOWN_MISSES = {
         "four columns of 64x48 (blocks 32+16, 52 CTAs) ran 8% faster than rule 23's 64x64 (39): rule 39 keeps a plan "
         "where its tiles read over NARROW64_MAX_L2 of the plan's rows from L2 (17% more here), as the 48-wide columns "
         "that lost at 1991x184x640, 1857x184x480, 750x192x1472 and 2640x104x1992 do (rule-39 doc)",
+    ("narrow-rows64-fp8-h200-2026-11-29-session43.json", "fp8", "73x112x3280"):
+        "64x64 in 4 split-K ranges (1.642) over whole 64x64 (1.339): fp8's 26 k-blocks of 128 are under rule 25's "
+        "SPLIT_MIN_KBLOCKS (32), one shape timed (docs/benchmarks.md, session 43)",
     ("narrow-rows64-columns-h200-2026-11-29-session43.json", "bf16", "3794x152x1440"):
         "64x80 tiles (blocks 64+16, 120 CTAs) ran 18% faster than rule 32's 128x80 (60), a third time: their rows read "
         "from L2 are 38% more, past rule 39's NARROW64_MAX_L2, as at 3950x144x552 (a tie) and 3437x64x520 (lost; "

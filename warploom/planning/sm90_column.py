@@ -130,13 +130,15 @@ def wide_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column 
 
 # Rule 39 (docs/decisions/rule-39-narrow-rows64.md; H200, Triton 3.6, session 43): where 64 < N <= 256 and the plan
 # (whole tiles, nothing forced) leaves SMs idle, 64-row tiles fitted to N in one to NARROW64_MAX_COLUMNS columns, K
-# split where it is long, as many units as fit the SMs. Measured against the plans before it (bf16, graph ratio against
-# torch): 1895x136x3704 0.593 -> 0.809 (one column of 64x144 in 4 ranges), 3794x152x1440 0.646 -> 0.761 (two of 64x80),
-# 1806x88x1672 0.759 -> 0.848 (three of 64x32), 6045x168x216 0.685 -> 0.712 (one of 64x176); the plans it keeps were the
-# fastest measured where they already had the most units (6262x120x2120, 7268x104x392, 5113x120x200, 2232x80x904,
-# 753x216x800). Splits lost below NARROW64_SPLIT_MIN_KBLOCKS k-blocks (1806x88x1672: three columns 0.848, two in two
-# ranges 0.752; 3794x152x1440 in two ranges of 12 k-blocks 0.560), and at N = 64 more columns lost (3437x64x520: 0.797
-# against 0.816), as rule 36 found.
+# split where it is long, as many units as fit the SMs. Against the plans before it (bf16, graph ratio against torch):
+# 1895x136x3704 0.593 -> 0.809 (one column of 64x144 in 4 ranges), 1806x88x1672 0.759 -> 0.848 (three of 64x32),
+# 1804x144x3344 0.792 -> 1.053; the plans it keeps were the fastest measured where they already had the most units
+# (6262x120x2120, 7268x104x392, 5113x120x200, 2232x80x904, 753x216x800). Splits lost below NARROW64_SPLIT_MIN_KBLOCKS
+# k-blocks (1806x88x1672 two columns in two ranges 0.752; 3794x152x1440 in two ranges of 12 k-blocks 0.560). Tiles
+# reading 17-54% more rows from L2 than the plan's lost 3-17% at seven random shapes (3834x200x1136 0.838 -> 0.721,
+# 7491x240x4904 0.831 -> 0.695), hence NARROW64_MAX_L2 (it also keeps 3794x152x1440's +18%, a known miss). fp8 rowwise
+# fast takes whole columns only: they won at all seven shapes timed (3794x160x1440 0.965 -> 1.253, 1597x80x4192 1.535
+# -> 1.700), its splits lost at three of five (1480x176x4736 1.745 -> 1.432).
 NARROW64_BM = 64
 NARROW64_MAX_COLUMNS = 4
 NARROW64_MIN_WIDTH = 32
@@ -147,15 +149,17 @@ NARROW64_MAX_L2 = 1.15
 
 def narrow_rows64(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column | None:
     """Rule 39: the columns of 64-row tiles fitted to 64 < N <= 256 (rule 31's blocks of the next power-of-two slot)
-    and the split that replace `plan`, or None: 16-bit operands of rule 23's kind, `plan` whole tiles on one CTA each,
-    and a candidate with more units than `plan` has CTAs. The candidates: 1 to NARROW64_MAX_COLUMNS columns of at
-    least NARROW64_MIN_WIDTH, split in ranges of NARROW64_MIN_UNIT_KBLOCKS or more where K has
-    NARROW64_SPLIT_MIN_KBLOCKS; the most units that fit the SMs win, fewer columns on a tie (A read fewer times)."""
-    if not (spec.a_dtype.bits == 16 and latency_kind(spec, device) and NARROW64_BM < spec.n <= WIDE_BN
+    and the split that replace `plan`, or None: rule 23's kind (16-bit operands, or fp8 with native accumulation),
+    `plan` whole tiles on one CTA each, and a candidate with more units than `plan` has CTAs. The candidates: 1 to
+    NARROW64_MAX_COLUMNS columns of at least NARROW64_MIN_WIDTH, for 16-bit operands split in ranges of
+    NARROW64_MIN_UNIT_KBLOCKS or more where K has NARROW64_SPLIT_MIN_KBLOCKS (fp8's splits lost: whole columns only);
+    the most units that fit the SMs win, fewer columns on a tie (A read fewer times)."""
+    if not (latency_kind(spec, device) and NARROW64_BM < spec.n <= WIDE_BN
             and (plan.split_k, plan.stream_k, plan.tail_split, plan.cluster, plan.swap_ab) == (1, 0, 1, 1, False)):
         return None
     rows, k_tiles = math.ceil(spec.m / NARROW64_BM), k_blocks(spec)
-    splits = range(1, SPLIT_MAX + 1) if k_tiles >= NARROW64_SPLIT_MIN_KBLOCKS else range(1, 2)
+    long_k = spec.a_dtype.bits == 16 and k_tiles >= NARROW64_SPLIT_MIN_KBLOCKS
+    splits = range(1, SPLIT_MAX + 1) if long_k else range(1, 2)
     best: tuple[tuple[int, int], Column] | None = None
     for columns in range(1, NARROW64_MAX_COLUMNS + 1):
         width = -(-spec.n // (16 * columns)) * 16
