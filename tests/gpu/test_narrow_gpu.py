@@ -164,17 +164,17 @@ def test_one_wave_rows64_planned(m: int, n: int, k: int, dtype: torch.dtype) -> 
     _planned_matches_fp32(m, n, k, dtype, (64, 128, (), 1), ("bm", "bn", "n_blocks", "split_k"))
 
 
-@pytest.mark.parametrize("m,n,k", [(405, 1424, 6576), (118, 6288, 96), (2240, 368, 2000), (6256, 128, 2112)])
-def test_one_wave_rows64_fp8_planned(m: int, n: int, k: int) -> None:
-    """Rule 35's 64x128 tiles for fp8 rowwise with fast accumulation, as the planner takes them: warploom.scaled_mm
-    against the fp32 reference of the dequantized product, and the plan's kernel over a poisoned output."""
+def _planned_fp8_matches_fp32(m: int, n: int, k: int, want: tuple[object, ...]) -> None:
+    """fp8 rowwise with fast accumulation: the planner's plan has (bm, bn, n_blocks, split_k) equal to `want` (so the
+    test cannot pass on another tile); then warploom.scaled_mm against the fp32 reference of the dequantized product,
+    and the plan's kernel over a poisoned output."""
     torch.manual_seed(m + n)
     a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
     b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
     sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
     spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, True)
     planned = plan_schedule(spec, DeviceInfo.current())
-    assert (planned.bm, planned.bn, planned.n_blocks, planned.split_k) == (64, 128, (), 1), planned.short()
+    assert (planned.bm, planned.bn, planned.n_blocks, planned.split_k) == want, planned.short()
     ref = (a.float() @ b.float()) * sa * sb
     got = warploom.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
     assert _scale_free(got, ref) < 1e-2
@@ -182,6 +182,13 @@ def test_one_wave_rows64_fp8_planned(m: int, n: int, k: int) -> None:
     out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
     kern.run(a, b, out, sa, sb, None)
     assert _scale_free(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("m,n,k", [(405, 1424, 6576), (118, 6288, 96), (2240, 368, 2000), (6256, 128, 2112)])
+def test_one_wave_rows64_fp8_planned(m: int, n: int, k: int) -> None:
+    """Rule 35's 64x128 tiles for fp8 rowwise with fast accumulation, as the planner takes them: warploom.scaled_mm
+    against the fp32 reference of the dequantized product, and the plan's kernel over a poisoned output."""
+    _planned_fp8_matches_fp32(m, n, k, (64, 128, (), 1))
 
 
 @pytest.mark.parametrize("m,n,k,ranges,blocks", [(2048, 96, 4096, 4, (64, 32)), (2048, 128, 4096, 4, ()),
@@ -208,17 +215,4 @@ def test_narrow_rows64_planned(m: int, n: int, k: int, bn: int, ranges: int, blo
 def test_narrow_rows64_planned_fp8(m: int, n: int, k: int, bn: int, blocks: tuple[int, ...]) -> None:
     """Rule 39's whole columns of 64-row tiles for fp8 rowwise with fast accumulation, as the planner takes them:
     against the fp32 reference of the dequantized product, and the plan's kernel over a poisoned output."""
-    torch.manual_seed(m + n)
-    a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
-    b = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn).t()
-    sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
-    spec = checks.scaled_mm_spec(a, b, sa, sb, None, torch.bfloat16, True)
-    planned = plan_schedule(spec, DeviceInfo.current())
-    assert (planned.bm, planned.bn, planned.n_blocks, planned.split_k) == (64, bn, blocks, 1), planned.short()
-    ref = (a.float() @ b.float()) * sa * sb
-    got = warploom.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=True)
-    assert _scale_free(got, ref) < 1e-2
-    kern = build(spec, DeviceInfo.current(), planned)
-    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    kern.run(a, b, out, sa, sb, None)
-    assert _scale_free(out, ref) < 1e-2
+    _planned_fp8_matches_fp32(m, n, k, (64, bn, blocks, 1))
