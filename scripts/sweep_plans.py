@@ -4,6 +4,7 @@
     python3 scripts/sweep_plans.py --variants tail --sizes 4096x2112x7168 --cases bf16,fp8,fp8-exact,blockwise
     python3 scripts/sweep_plans.py --variants partitions --cases bf16,fp8,fp8-exact,fp8-bias,blockwise
     python3 scripts/sweep_plans.py --variants clusters --sizes 4634x4968x3672 --cases bf16,fp8,bf16-gelu,fp8-gelu
+    python3 scripts/sweep_plans.py --specs shapes.txt --rounds 3   # lines 'bf16|1895x136x3704|[{}, {"bm": 64}]'
 
 Each variant's output is checked against an fp32 reference before it is timed; times are CUDA-graph
 replays of 10 launches (kernel time without host overhead), ratios against torch in the same run,
@@ -63,6 +64,8 @@ _CLUSTERS_2X1 = [{}, {"cluster": 1}, {"cluster": 2}]
 CLUSTER_VARIANTS: dict[str, list[dict[str, Any]]] = {
     "bf16": _CLUSTERS, "fp8": _CLUSTERS, "fp8-exact": _CLUSTERS_2X1, "blockwise": _CLUSTERS_2X1,
     "bf16-gelu": _CLUSTERS_2X1, "fp8-gelu": _CLUSTERS_2X1}
+# Every case `case` builds.
+CASES = ("bf16", "fp8", "fp8-exact", "fp8-bias", "blockwise", "bf16-gelu", "fp8-gelu")
 
 
 def err(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -144,6 +147,24 @@ def _plain_case(name: str, size: tuple[int, int, int]) -> tuple[Any, tuple[Any, 
         lambda: torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16, use_fast_accum=fast)
 
 
+def read_specs(path: str) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """`--specs`' jobs: (case, size, variants) from each 'case|MxNxK|[...]' line of `path`."""
+    jobs = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            parts = line.strip().split("|")
+            if len(parts) != 3 or parts[0] not in CASES:
+                raise ValueError(f"line {number}: expected 'case|MxNxK|[variants]' with a case of {', '.join(CASES)}, "
+                                 f"got {line.strip()!r}")
+            variants = json.loads(parts[2])
+            if not isinstance(variants, list) or not all(isinstance(v, dict) for v in variants):
+                raise ValueError(f"line {number}: expected a JSON list of plan_schedule arguments, got {parts[2]!r}")
+            jobs.append((parts[0], parts[1], variants))
+    return jobs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="sweep.json")
@@ -155,6 +176,9 @@ def main() -> None:
                          "JSON for every case, e.g. '[{}, {\"stages\": 8}]'; a variant's \"plan\" entry replaces "
                          "Plan fields after planning (beyond what the planner accepts, e.g. "
                          "'{\"plan\": {\"stages\": 4, \"epilogue_subtiles\": 4}}')")
+    ap.add_argument("--specs", help="a file of 'case|MxNxK|[variants as JSON]' lines, each shape with variants of its "
+                                    "own (blank lines and # comments skipped), in place of --cases, --sizes and "
+                                    "--variants")
     args = ap.parse_args()
     dev = DeviceInfo.current()
     if args.variants.startswith("["):
@@ -164,58 +188,63 @@ def main() -> None:
                     "clusters": CLUSTER_VARIANTS}.get(args.variants, VARIANTS)
     else:
         ap.error(f"--variants {args.variants!r}: expected schedules, tail, partitions, clusters or a JSON list")
+    jobs = [(name, text, variants[name]) for name in args.cases.split(",") for text in args.sizes.split(",")]
+    if args.specs:
+        try:
+            jobs = read_specs(args.specs)
+        except ValueError as e:
+            ap.error(f"--specs {args.specs}: {e}")
     rows = []
-    for name in args.cases.split(","):
-        for text in args.sizes.split(","):
-            size = tuple(int(x) for x in text.split("x")) if "x" in text else (int(text),) * 3
-            m, n, k = size
-            s = text
+    for name, text, kws in jobs:
+        size = tuple(int(x) for x in text.split("x")) if "x" in text else (int(text),) * 3
+        m, n, k = size
+        s = text
+        try:
+            spec, ins, ref, theirs = case(name, (m, n, k))
+        except WarploomError as e:  # e.g. fp8 at an N that is not a multiple of 16, which torch refuses too
+            print(f"{name:6} {s:>20} skipped: {e}")
+            continue
+        a, b, sa, sb, bias, ops = ins
+        graph = {"operands": ops} if ops else {}  # (a fused epilogue's operands, scaled_mm's among them)
+        torch_err = err(theirs(), ref)
+        runs: list[tuple[dict[str, Any], Any, Any]] = []
+        for kw in kws:
             try:
-                spec, ins, ref, theirs = case(name, (m, n, k))
-            except WarploomError as e:  # e.g. fp8 at an N that is not a multiple of 16, which torch refuses too
-                print(f"{name:6} {s:>20} skipped: {e}")
-                continue
-            a, b, sa, sb, bias, ops = ins
-            graph = {"operands": ops} if ops else {}  # (a fused epilogue's operands, scaled_mm's among them)
-            torch_err = err(theirs(), ref)
-            runs: list[tuple[dict[str, Any], Any, Any]] = []
-            for kw in variants[name]:
-                try:
-                    forced = {key: v for key, v in kw.items() if key != "plan"}
-                    planned = dataclasses.replace(plan_schedule(spec, dev, **forced), **kw.get("plan", {}))
-                    kern = build(spec, dev, planned)
-                    out = torch.full((m, n), float("nan"), device="cuda", dtype=spec.out_dtype.torch)
-                    kern.run(a, b, out, sa, sb, bias, **graph)
-                    finish_within(f"{name} {s} {kern.plan.short()}")
-                    e = err(out, ref)
-                    if not e < 1e-3:
-                        raise AssertionError(f"error {e:.3e} against the fp32 reference")
-                    runs.append((kw, kern, out))
-                    rows.append({"case": name, "size": s, "variant": kw, "plan": kern.plan.short(), "err": e,
-                                 "torch_err": torch_err, "ratios": []})
-                except KernelHangError as ex:  # the GPU stays busy: report what hung and stop
-                    rows.append({"case": name, "size": s, "variant": kw, "error": str(ex)})
-                    _write(args.out, rows)
-                    print(ex, flush=True)
-                    os._exit(3)
-                except Exception as ex:  # a variant that fails to compile, run or verify is reported, not fatal
-                    rows.append({"case": name, "size": s, "variant": kw, "error": f"{type(ex).__name__}: {ex}"[:400]})
-            mine = [r for r in rows if r["case"] == name and r["size"] == s and "ratios" in r]
-            # Interleave: each round times torch, then every variant, so drift hits all alike.
-            for _ in range(args.rounds):
-                t_torch = graph_ms(theirs)
-                for (_, kern, out), row in zip(runs, mine, strict=True):
-                    t = graph_ms(functools.partial(kern.run, a, b, out, sa, sb, bias, **graph))
-                    row["ratios"].append(t_torch / t)
-                    row.setdefault("ms", []).append(t)
-                    row.setdefault("torch_ms", []).append(t_torch)
-            for row in mine:
-                row["ratio"] = statistics.median(row["ratios"])
-                row["tflops"] = 2 * m * n * k / statistics.median(row["ms"]) / 1e9
-                print(f"{name:10s} {s:>14s} {row['plan']:38s} ratio {row['ratio']:.3f} "
-                      f"[{min(row['ratios']):.3f}-{max(row['ratios']):.3f}] {row['tflops']:.0f} TFLOP/s "
-                      f"err {row['err']:.2e} (torch {torch_err:.2e})", flush=True)
-            _write(args.out, rows)  # after every shape: a call cut by its time limit keeps what it measured
+                forced = {key: v for key, v in kw.items() if key != "plan"}
+                planned = dataclasses.replace(plan_schedule(spec, dev, **forced), **kw.get("plan", {}))
+                kern = build(spec, dev, planned)
+                out = torch.full((m, n), float("nan"), device="cuda", dtype=spec.out_dtype.torch)
+                kern.run(a, b, out, sa, sb, bias, **graph)
+                finish_within(f"{name} {s} {kern.plan.short()}")
+                e = err(out, ref)
+                if not e < 1e-3:
+                    raise AssertionError(f"error {e:.3e} against the fp32 reference")
+                runs.append((kw, kern, out))
+                rows.append({"case": name, "size": s, "variant": kw, "plan": kern.plan.short(), "err": e,
+                             "torch_err": torch_err, "ratios": []})
+            except KernelHangError as ex:  # the GPU stays busy: report what hung and stop
+                rows.append({"case": name, "size": s, "variant": kw, "error": str(ex)})
+                _write(args.out, rows)
+                print(ex, flush=True)
+                os._exit(3)
+            except Exception as ex:  # a variant that fails to compile, run or verify is reported, not fatal
+                rows.append({"case": name, "size": s, "variant": kw, "error": f"{type(ex).__name__}: {ex}"[:400]})
+        mine = [r for r in rows if r["case"] == name and r["size"] == s and "ratios" in r]
+        # Interleave: each round times torch, then every variant, so drift hits all alike.
+        for _ in range(args.rounds):
+            t_torch = graph_ms(theirs)
+            for (_, kern, out), row in zip(runs, mine, strict=True):
+                t = graph_ms(functools.partial(kern.run, a, b, out, sa, sb, bias, **graph))
+                row["ratios"].append(t_torch / t)
+                row.setdefault("ms", []).append(t)
+                row.setdefault("torch_ms", []).append(t_torch)
+        for row in mine:
+            row["ratio"] = statistics.median(row["ratios"])
+            row["tflops"] = 2 * m * n * k / statistics.median(row["ms"]) / 1e9
+            print(f"{name:10s} {s:>14s} {row['plan']:38s} ratio {row['ratio']:.3f} "
+                  f"[{min(row['ratios']):.3f}-{max(row['ratios']):.3f}] {row['tflops']:.0f} TFLOP/s "
+                  f"err {row['err']:.2e} (torch {torch_err:.2e})", flush=True)
+        _write(args.out, rows)  # after every shape: a call cut by its time limit keeps what it measured
     _write(args.out, rows)
 
 
