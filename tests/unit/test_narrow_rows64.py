@@ -5,11 +5,13 @@ CPU only."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from warploom import H100_SXM, H200, DType, GemmSpec, ScaleRecipe
 from warploom.planner import explain, plan_schedule
-from warploom.planning.sm90_column import NARROW64_MAX_L2, Column, narrow_rows64, read_rows
+from warploom.planning.sm90_column import Column, narrow_rows64, read_rows
 from warploom.spec import Accumulation
 
 # (shape, bn, ranges, blocks): measured faster than the plan before the rule (H200, Triton 3.6, graph ratio against
@@ -23,9 +25,12 @@ WON = [((1895, 136, 3704), 256, 4, (128, 16)), ((1806, 88, 1672), 32, 1, ()), ((
 # measured slower with more 64-row tiles than the plan's (reading 17-54% more rows from L2, or N = 64): the plan stays
 # (3834x200x1136 0.838 against 0.721, 7491x240x4904 0.831 against 0.695, 2640x104x1992 0.718 against 0.653,
 # 1991x184x640 0.879 against 0.844, 3437x64x520 0.816 against 0.797), and where they tied or won past the bound
-# (3950x144x552 tied, 3794x152x1440 and 800x184x1880 won: known misses)
-LEFT = [(3834, 200, 1136), (7491, 240, 4904), (5380, 152, 4392), (2640, 104, 1992), (1991, 184, 640), (1857, 184, 480),
-        (750, 192, 1472), (3437, 64, 520), (3950, 144, 552), (3794, 152, 1440), (800, 184, 1880)]
+# (3950x144x552 tied, 3794x152x1440 and 800x184x1880 won: known misses). (shape, the plan's bm, bn, n_blocks)
+LEFT = [((3834, 200, 1136), 128, 128, (64, 16)), ((7491, 240, 4904), 192, 256, (128, 16)),
+        ((5380, 152, 4392), 128, 256, (128, 32)), ((2640, 104, 1992), 64, 64, ()), ((1991, 184, 640), 64, 64, ()),
+        ((1857, 184, 480), 64, 64, ()), ((750, 192, 1472), 64, 64, ()), ((3437, 64, 520), 64, 64, ()),
+        ((3950, 144, 552), 128, 128, (64, 16)), ((3794, 152, 1440), 128, 128, (64, 16)),
+        ((800, 184, 1880), 64, 64, ())]
 
 
 # fp8 rowwise with fast accumulation, whole columns only (H200, against the plan before): 3794x160x1440 0.965 -> 1.253,
@@ -35,7 +40,8 @@ WON_FP8 = [((3794, 160, 1440), 128, (64, 16)), ((1597, 80, 4192), 32, ()), ((180
            ((88, 80, 560), 32, ()), ((611, 96, 368), 32, ()), ((2232, 80, 912), 32, ())]
 # fp8's splits lost (64x176 in 5 ranges 1.432 against 64x64's 1.745, 64x160 in 4 1.101 against 1.158, 64x256 in 6
 # 1.284 against 1.370): the plan stays
-LEFT_FP8 = [(1480, 176, 4736), (2043, 160, 3184), (1234, 256, 5488), (1895, 144, 3712)]
+# 1480x176x8192 (64 k-blocks of 128) would split in 5 ranges were fp8 split
+LEFT_FP8 = [(1480, 176, 4736), (2043, 160, 3184), (1234, 256, 5488), (1895, 144, 3712), (1480, 176, 8192)]
 
 
 def _fp8(m: int, n: int, k: int) -> GemmSpec:
@@ -67,12 +73,12 @@ def test_columns_of_rows64_where_they_won(mnk: tuple[int, int, int], bn: int, ra
     assert plan.units(mnk[0], mnk[1]) <= 132
 
 
-@pytest.mark.parametrize("mnk", LEFT)
-def test_the_plan_stays_where_they_lost(mnk: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize("mnk,bm,bn,blocks", LEFT)
+def test_the_plan_stays_where_they_lost(mnk: tuple[int, int, int], bm: int, bn: int, blocks: tuple[int, ...]) -> None:
     spec = GemmSpec(*mnk)
     plan = plan_schedule(spec, H200)
-    assert narrow_rows64(spec, H200, plan) is None
-    assert not (plan.bm == 64 and plan.grid > 132), plan.short()
+    assert (plan.bm, plan.bn, plan.n_blocks, plan.split_k, plan.stream_k) == (bm, bn, blocks, 1, 0), plan.short()
+    assert "(rule 39)" not in explain(spec, H200).text()
 
 
 def test_what_the_rule_replaces_and_how_it_says_so() -> None:
@@ -82,7 +88,13 @@ def test_what_the_rule_replaces_and_how_it_says_so() -> None:
     before = plan_schedule(spec, H200, bm=64, bn=64)  # (rule 23's tile, 90 CTAs: the plan before the rule)
     assert narrow_rows64(spec, H200, before) == Column(64, 256, 4, (128, 16))
     assert read_rows(spec, before) == 30 * 3 * 128  # (30 row blocks x 3 columns x 64 + 64 rows)
-    assert 30 * (64 + 144) <= NARROW64_MAX_L2 * read_rows(spec, before)
+    narrow = plan_schedule(GemmSpec(3794, 152, 1440), H200)  # (128x80: rule 31's blocks 64 + 16 of a 128 slot)
+    assert read_rows(GemmSpec(3794, 152, 1440), narrow) == 30 * 2 * (128 + 80)  # (tile_n, not bn)
+    # only whole tiles on one CTA each are replaced: not a split, stream-K, split-K tail, cluster or swap
+    for forced in (dict(split_k=2), dict(stream_k=2), dict(tail_split=2), dict(swap_ab=True)):
+        other = plan_schedule(spec, H200, bm=128, bn=128, **forced)  # type: ignore[arg-type]
+        assert narrow_rows64(spec, H200, replace(other, bm=64, bn=64, grid=90)) is None, forced
+    assert narrow_rows64(spec, H200, replace(before, cluster=2)) is None
     fp8 = _fp8(1895, 144, 3712)  # (fp8 takes no split: its whole columns do not beat the plan's 90 CTAs)
     assert narrow_rows64(fp8, H200, plan_schedule(fp8, H200)) is None
     assert narrow_rows64(GemmSpec(1895, 136, 3704, bias_dtype=DType.BF16), H200, before) is None

@@ -134,26 +134,30 @@ def wide_column_split(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column 
 # 1895x136x3704 0.593 -> 0.809 (one column of 64x144 in 4 ranges), 1806x88x1672 0.759 -> 0.848 (three of 64x32),
 # 1804x144x3344 0.792 -> 1.053; the plans it keeps were the fastest measured where they already had the most units
 # (6262x120x2120, 7268x104x392, 5113x120x200, 2232x80x904, 753x216x800). Splits lost below NARROW64_SPLIT_MIN_KBLOCKS
-# k-blocks (1806x88x1672 two columns in two ranges 0.752; 3794x152x1440 in two ranges of 12 k-blocks 0.560). Tiles
-# reading 17-54% more rows from L2 than the plan's lost 3-17% at seven random shapes (3834x200x1136 0.838 -> 0.721,
-# 7491x240x4904 0.831 -> 0.695), hence NARROW64_MAX_L2 (it also keeps 3794x152x1440's +18%, a known miss). fp8 rowwise
-# fast takes whole columns only: they won at all seven shapes timed (3794x160x1440 0.965 -> 1.253, 1597x80x4192 1.535
-# -> 1.700), its splits lost at three of five (1480x176x4736 1.745 -> 1.432).
+# k-blocks (1806x88x1672 two columns in two ranges 0.752; 3794x152x1440 in two ranges of 11-12 k-blocks 0.560). Tiles
+# reading 17-54% more rows from L2 than the plan's lost 3-17% at six random shapes (3834x200x1136 0.838 -> 0.721,
+# 7491x240x4904 0.831 -> 0.695), hence NARROW64_MAX_L2 (it also keeps 3794x152x1440's +18%, a known miss). Four
+# columns never add units under that bound (64 wide, they are rule 23's 64x64 tiles), and with N > 64 three columns
+# are at least 32 wide. fp8 with fast accumulation takes whole columns only: they won at all seven shapes timed
+# (3794x160x1440 0.965 -> 1.253, 1597x80x4192 1.535 -> 1.700), while 64-row splits of its 128-deep k-blocks lost at
+# three of seven (1480x176x4736 1.745 -> 1.432), and none was timed from NARROW64_SPLIT_MIN_KBLOCKS (K = 6144) on.
 NARROW64_BM = 64
-NARROW64_MAX_COLUMNS = 4
-NARROW64_MIN_WIDTH = 32
+NARROW64_MAX_COLUMNS = 3
 NARROW64_SPLIT_MIN_KBLOCKS = 48
 NARROW64_MIN_UNIT_KBLOCKS = 12
 NARROW64_MAX_L2 = 1.15
 
 
 def narrow_rows64(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column | None:
-    """Rule 39: the columns of 64-row tiles fitted to 64 < N <= 256 (rule 31's blocks of the next power-of-two slot)
-    and the split that replace `plan`, or None: rule 23's kind (16-bit operands, or fp8 with native accumulation),
-    `plan` whole tiles on one CTA each, and a candidate with more units than `plan` has CTAs. The candidates: 1 to
-    NARROW64_MAX_COLUMNS columns of at least NARROW64_MIN_WIDTH, for 16-bit operands split in ranges of
-    NARROW64_MIN_UNIT_KBLOCKS or more where K has NARROW64_SPLIT_MIN_KBLOCKS (fp8's splits lost: whole columns only);
-    the most units that fit the SMs win, fewer columns on a tie (A read fewer times)."""
+    """Rule 39: the columns of 64-row tiles fitted to 64 < N <= 256 and the split that replace `plan`, or None.
+
+    Where: rule 23's kind (16-bit operands, or fp8 with native accumulation: rowwise timed, tensorwise taken alike),
+    and `plan` whole tiles on one CTA each (no split, stream-K, tail, cluster or swap). The candidates: 1 to
+    NARROW64_MAX_COLUMNS columns, each round_up(N / columns, 16) wide as rule 31's blocks of the next power-of-two
+    slot (or the whole slot where that fills more than three quarters of it: N = 224 is 64x256); for 16-bit operands
+    K split in ranges of NARROW64_MIN_UNIT_KBLOCKS or more where it has NARROW64_SPLIT_MIN_KBLOCKS. A candidate whose
+    tiles read more than NARROW64_MAX_L2 times the rows of A and B that `plan`'s read (`read_rows`) is out. The most
+    units that fit the SMs win, fewer columns on a tie (A read fewer times), where that is more than `plan`'s CTAs."""
     if not (latency_kind(spec, device) and NARROW64_BM < spec.n <= WIDE_BN
             and (plan.split_k, plan.stream_k, plan.tail_split, plan.cluster, plan.swap_ab) == (1, 0, 1, 1, False)):
         return None
@@ -163,8 +167,6 @@ def narrow_rows64(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column | No
     best: tuple[tuple[int, int], Column] | None = None
     for columns in range(1, NARROW64_MAX_COLUMNS + 1):
         width = -(-spec.n // (16 * columns)) * 16
-        if width < NARROW64_MIN_WIDTH:
-            break
         bn = 1 << (width - 1).bit_length()
         blocks = narrow_blocks(width, bn)
         cols = -(-spec.n // (sum(blocks) or bn))
