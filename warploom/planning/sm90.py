@@ -87,7 +87,7 @@ def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
                 (39, narrow_rows64, "more of the SMs at work")):
             column = column_of(spec, device, chosen)
             if column is not None:  # (planned as if the tile, split and blocks were forced)
-                overrule(f"{column.bm}x{sum(column.blocks) or column.bn}", f"{column.kind(spec.n)} (rule {rule})",
+                overrule(f"{column.bm}x{column.tile_n}", f"{column.kind(spec.n)} (rule {rule})",
                          f"{column.describe(spec.m, spec.n)} in place of {chosen.short()} ({chosen.grid} CTAs): {why}")
                 with collecting(None):  # (the forced path itself, as plan_schedule(bm=, bn=, split_k=, n_blocks=))
                     return plan(spec, device, replace(options, bm=column.bm, bn=column.bn, split_k=column.split,

@@ -16,13 +16,13 @@ column of 128-row tiles fitted to N (rule 32's blocks: 160 = 128 + 32) split in 
 column computes N and reads A once, and its ranges can put more CTAs to work than the two columns' fewer ranges.
 
 Rule 39 (the same file: columns of 64-row tiles fitted to N, K split where long): where 64 < N <= 256 and the plan's
-whole tiles leave SMs idle, 64-row tiles fitted to N in 1-4 columns, split where K is long, as many units as fit the
+whole tiles leave SMs idle, 64-row tiles fitted to N in 1-3 columns, split where K is long, as many units as fit the
 SMs (`narrow_rows64`), but only where they read at most NARROW64_MAX_L2 of the plan's rows from L2."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from warploom.device import DeviceInfo
 from warploom.planning.common import k_blocks
@@ -42,9 +42,14 @@ class Column:
     split: int
     blocks: tuple[int, ...]
 
+    @property
+    def tile_n(self) -> int:
+        """A tile's columns of C: sum(blocks), else bn (as `Plan.tile_n`)."""
+        return sum(self.blocks) or self.bn
+
     def columns(self, n: int) -> int:
         """The columns of tiles across N."""
-        return -(-n // (sum(self.blocks) or self.bn))
+        return -(-n // self.tile_n)
 
     def kind(self, n: int) -> str:
         """`explain`'s schedule column: "one column, 4 ranges", "3 columns"."""
@@ -164,13 +169,14 @@ def narrow_rows64(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column | No
     rows, k_tiles = math.ceil(spec.m / NARROW64_BM), k_blocks(spec)
     long_k = spec.a_dtype.bits == 16 and k_tiles >= NARROW64_SPLIT_MIN_KBLOCKS
     splits = range(1, SPLIT_MAX + 1) if long_k else range(1, 2)
+    most_rows = NARROW64_MAX_L2 * read_rows(spec, plan)
     best: tuple[tuple[int, int], Column] | None = None
     for columns in range(1, NARROW64_MAX_COLUMNS + 1):
         width = -(-spec.n // (16 * columns)) * 16
         bn = 1 << (width - 1).bit_length()
-        blocks = narrow_blocks(width, bn)
-        cols = -(-spec.n // (sum(blocks) or bn))
-        if rows * cols * (NARROW64_BM + (sum(blocks) or bn)) > NARROW64_MAX_L2 * read_rows(spec, plan):
+        whole = Column(NARROW64_BM, bn, 1, narrow_blocks(width, bn))
+        cols = whole.columns(spec.n)
+        if rows * cols * (NARROW64_BM + whole.tile_n) > most_rows:
             continue
         for split in splits:
             units = rows * cols * split
@@ -178,7 +184,7 @@ def narrow_rows64(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column | No
                 break
             key = (units, -cols)
             if best is None or key > best[0]:
-                best = key, Column(NARROW64_BM, bn, split, blocks)
+                best = key, replace(whole, split=split)
     if best is None or best[0][0] <= plan.grid:
         return None
     return best[1]
