@@ -156,7 +156,7 @@ def time_variants(cases: tuple[str, ...], shapes: list[tuple[int, int, int]], va
     for name in cases:
         for m, n, k in shapes:
             torch.manual_seed(m + n + k)
-            spec, (a, b, sa, sb, bias), ref, theirs = case(name, (m, n, k))
+            spec, (a, b, sa, sb, bias, _ops), ref, theirs = case(name, (m, n, k))
             kern = build(spec, dev)
             runs: dict[str, Any] = {"torch": theirs}
             for form, text in variants(name, kern.gluon.text).items():

@@ -242,6 +242,11 @@ def test_cross_compiles_for_sm90a(spec: GemmSpec, forced: dict[str, int], spill_
         assert c.smem_bytes >= module.smem_bytes  # the IR's account is a lower bound of what Triton allocates
         assert not c.wgmma_serialized, c.ptxas_log
         assert "setmaxnreg" in c.ptx  # warp specialization redistributes registers
+        # programmatic dependent launch (passes/launch.py): each partition waits for the previous grid, the kernel
+        # lets the next one launch before its partitions fork
+        assert module.dependent_launch
+        assert c.ptx.count("griddepcontrol.wait") >= len(module.partitions), s
+        assert c.ptx.count("griddepcontrol.launch_dependents") == 1, s
 
 
 def test_e5m2_x_e5m2_is_one_wgmma_of_both_formats() -> None:

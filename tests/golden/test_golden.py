@@ -116,6 +116,7 @@ class TestScheduleGolden(expecttest.TestCase):
         self.assertExpectedInline(kernel("bf16_4096_kmajor").schedule, """\
 module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w8_g8_e2_p2  # bf16xbf16->bf16 4096x4096x4096 b=k_major
   tiling bm=128 bn=256 bk=64 group_m=8 grid=132
+  dependent_launch: starts while the previous grid finishes (PDL); each partition waits for it before touching memory, and the next grid may launch once every CTA has started
   ring a_ring: A bf16[4 x 128x64]
   ring b_ring: B bf16[4 x 256x64]
   buffer c_smem0: C bf16[64x128]
@@ -126,6 +127,7 @@ module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w8_g8_e2_p2  # bf16xbf16->b
   partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):
     cursor c (depth 4)
     acc acc: fp32[64x256]
+    grid_dependency_wait
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -147,6 +149,7 @@ module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w8_g8_e2_p2  # bf16xbf16->b
   partition consumer1 (consumer, warps=4 regs=240 rows=64:128):
     cursor c (depth 4)
     acc acc: fp32[64x256]
+    grid_dependency_wait
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -167,6 +170,7 @@ module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w8_g8_e2_p2  # bf16xbf16->b
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 4)
+    grid_dependency_wait
     for tiles*k:
       wait empty[p] phase(p)^1
       arrive_expect_tx ready[p] bytes=49152
@@ -179,6 +183,7 @@ module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w8_g8_e2_p2  # bf16xbf16->b
         self.assertExpectedInline(kernel("bf16_296x520x1000_nmajor").schedule, """\
 module warploom_bf16bf16_bf16_bn_major_128x128x64_s6_w8_g8_p2  # bf16xbf16->bf16 296x520x1000 b=n_major
   tiling bm=128 bn=128 bk=64 group_m=8 grid=15
+  dependent_launch: starts while the previous grid finishes (PDL); each partition waits for it before touching memory, and the next grid may launch once every CTA has started
   ring a_ring: A bf16[6 x 128x64]
   ring b_ring: B bf16[6 x 64x128]
   buffer c_smem0: C bf16[64x128]
@@ -189,6 +194,7 @@ module warploom_bf16bf16_bf16_bn_major_128x128x64_s6_w8_g8_p2  # bf16xbf16->bf16
   partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):
     cursor c (depth 6)
     acc acc: fp32[64x128]
+    grid_dependency_wait
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -206,6 +212,7 @@ module warploom_bf16bf16_bf16_bn_major_128x128x64_s6_w8_g8_p2  # bf16xbf16->bf16
   partition consumer1 (consumer, warps=4 regs=240 rows=64:128):
     cursor c (depth 6)
     acc acc: fp32[64x128]
+    grid_dependency_wait
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -222,6 +229,7 @@ module warploom_bf16bf16_bf16_bn_major_128x128x64_s6_w8_g8_p2  # bf16xbf16->bf16
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 6)
+    grid_dependency_wait
     for tiles*k:
       wait empty[p] phase(p)^1
       arrive_expect_tx ready[p] bytes=32768
@@ -234,6 +242,7 @@ module warploom_bf16bf16_bf16_bn_major_128x128x64_s6_w8_g8_p2  # bf16xbf16->bf16
         self.assertExpectedInline(kernel("fp8_rowwise_bias_native").schedule, """\
 module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x256x128_s4_w8_g8_e4_p2  # e4m3xe4m3->bf16 rowwise 4096x4096x4096 b=k_major
   tiling bm=128 bn=256 bk=128 group_m=8 grid=132
+  dependent_launch: starts while the previous grid finishes (PDL); each partition waits for it before touching memory, and the next grid may launch once every CTA has started
   ring a_ring: A e4m3[4 x 128x128]
   ring b_ring: B e4m3[4 x 256x128]
   buffer c_smem0: C bf16[64x64]
@@ -244,6 +253,7 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x256x128_s4_w8_g8_e4_p2  
   partition consumer0 (consumer, warps=4 regs=240 rows=0:64 default):
     cursor c (depth 4)
     acc acc: fp32[64x256]
+    grid_dependency_wait
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -277,6 +287,7 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x256x128_s4_w8_g8_e4_p2  
   partition consumer1 (consumer, warps=4 regs=240 rows=64:128):
     cursor c (depth 4)
     acc acc: fp32[64x256]
+    grid_dependency_wait
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -309,6 +320,7 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x256x128_s4_w8_g8_e4_p2  
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 4)
+    grid_dependency_wait
     for tiles*k:
       wait empty[p] phase(p)^1
       arrive_expect_tx ready[p] bytes=49152
@@ -321,6 +333,7 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x256x128_s4_w8_g8_e4_p2  
         self.assertExpectedInline(kernel("fp8_tensorwise_promoted").schedule, """\
 module warploom_e4m3e4m3_bf16_tensorwise_promoted_bk_major_128x256x128_s3_w8_g8_e2_p2_h2  # e4m3xe4m3->bf16 tensorwise promoted 4096x4096x4096 b=k_major
   tiling bm=128 bn=256 bk=128 group_m=8 grid=132
+  dependent_launch: starts while the previous grid finishes (PDL); each partition waits for it before touching memory, and the next grid may launch once every CTA has started
   ring a_ring: A e4m3[3 x 128x128]
   ring b_ring: B e4m3[3 x 256x128]
   buffer c_smem0: C bf16[64x128]
@@ -333,6 +346,7 @@ module warploom_e4m3e4m3_bf16_tensorwise_promoted_bk_major_128x256x128_s3_w8_g8_
     acc acc0: fp32[64x128]
     acc acc1: fp32[64x128] at col 128
     acc partial: fp32[64x128]
+    grid_dependency_wait
     for tiles:
       zero acc0
       zero acc1
@@ -362,6 +376,7 @@ module warploom_e4m3e4m3_bf16_tensorwise_promoted_bk_major_128x256x128_s3_w8_g8_
     acc acc0: fp32[64x128]
     acc acc1: fp32[64x128] at col 128
     acc partial: fp32[64x128]
+    grid_dependency_wait
     for tiles:
       zero acc0
       zero acc1
@@ -388,6 +403,7 @@ module warploom_e4m3e4m3_bf16_tensorwise_promoted_bk_major_128x256x128_s3_w8_g8_
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 3)
+    grid_dependency_wait
     for tiles*k:
       wait empty[p] phase(p)^1
       arrive_expect_tx ready[p] bytes=49152
@@ -400,6 +416,7 @@ module warploom_e4m3e4m3_bf16_tensorwise_promoted_bk_major_128x256x128_s3_w8_g8_
         self.assertExpectedInline(kernel("fp8_rowwise_decode_swap").schedule, """\
 module warploom_e4m3e4m3_bf16_rowwise_bk_major_64x16x128_s12_w4_g8_swap  # e4m3xe4m3->bf16 rowwise 4096x16x14336 b=k_major
   tiling bm=64 bn=16 bk=128 group_m=8 grid=64 swap_ab (stores C transposed)
+  dependent_launch: starts while the previous grid finishes (PDL); each partition waits for it before touching memory, and the next grid may launch once every CTA has started
   ring a_ring: A e4m3[12 x 64x128]
   ring b_ring: B e4m3[12 x 16x128]
   buffer c_smem: C bf16[16x64]
@@ -409,6 +426,7 @@ module warploom_e4m3e4m3_bf16_rowwise_bk_major_64x16x128_s12_w4_g8_swap  # e4m3x
   partition consumer (consumer, warps=4 regs=240 default):
     cursor c (depth 12)
     acc acc: fp32[64x16]
+    grid_dependency_wait
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -426,6 +444,7 @@ module warploom_e4m3e4m3_bf16_rowwise_bk_major_64x16x128_s12_w4_g8_swap  # e4m3x
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 12)
+    grid_dependency_wait
     for tiles*k:
       wait empty[p] phase(p)^1
       arrive_expect_tx ready[p] bytes=10240

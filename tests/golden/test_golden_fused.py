@@ -187,6 +187,7 @@ class TestFusedScheduleGolden(expecttest.TestCase):
         self.assertExpectedInline(fp8_rowwise_gelu_residual().schedule, """\
 module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s5_w8_g8_epbe88cf3ebd  # e4m3xe4m3->bf16 rowwise 300x528x256 b=k_major +epilogue
   tiling bm=128 bn=128 bk=128 group_m=8 grid=15
+  dependent_launch: starts while the previous grid finishes (PDL); each partition waits for it before touching memory, and the next grid may launch once every CTA has started
   ring a_ring: A e4m3[5 x 128x128]
   ring b_ring: B e4m3[5 x 128x128]
   buffer c_smem: C bf16[128x128]
@@ -205,6 +206,7 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s5_w8_g8_epbe88c
   partition consumer (consumer, warps=8 regs=240 default):
     cursor c (depth 5)
     acc acc: fp32[128x128]
+    grid_dependency_wait
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -227,6 +229,7 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s5_w8_g8_epbe88c
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 5)
+    grid_dependency_wait
     for tiles*k:
       wait empty[p] phase(p)^1
       arrive_expect_tx ready[p] bytes=32768
@@ -239,6 +242,7 @@ module warploom_e4m3e4m3_bf16_rowwise_bias_bk_major_128x128x128_s5_w8_g8_epbe88c
         self.assertExpectedInline(bf16_two_outputs().schedule, """\
 module warploom_bf16bf16_bf16_bk_major_128x128x64_s4_w8_g8_ep2745c9ef78  # bf16xbf16->bf16 296x520x1000 b=k_major +epilogue
   tiling bm=128 bn=128 bk=64 group_m=8 grid=15
+  dependent_launch: starts while the previous grid finishes (PDL); each partition waits for it before touching memory, and the next grid may launch once every CTA has started
   ring a_ring: A bf16[4 x 128x64]
   ring b_ring: B bf16[4 x 128x64]
   buffer c_smem: C bf16[128x128]
@@ -254,6 +258,7 @@ module warploom_bf16bf16_bf16_bk_major_128x128x64_s4_w8_g8_ep2745c9ef78  # bf16x
   partition consumer (consumer, warps=8 regs=240 default):
     cursor c (depth 4)
     acc acc: fp32[128x128]
+    grid_dependency_wait
     for tiles:
       for k:
         wait ready[c] phase(c)
@@ -274,6 +279,7 @@ module warploom_bf16bf16_bf16_bk_major_128x128x64_s4_w8_g8_ep2745c9ef78  # bf16x
     tma_store_wait pending=0
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 4)
+    grid_dependency_wait
     for tiles*k:
       wait empty[p] phase(p)^1
       arrive_expect_tx ready[p] bytes=32768

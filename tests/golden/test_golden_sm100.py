@@ -104,6 +104,7 @@ class TestSm100Golden(expecttest.TestCase):
         self.assertExpectedInline(kernel("sm100_bf16_4096_kmajor").schedule, """\
 module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w4_g8_e4_tm2  # bf16xbf16->bf16 4096x4096x4096 b=k_major
   tiling bm=128 bn=256 bk=64 group_m=8 grid=148
+  dependent_launch: starts while the previous grid finishes (PDL); each partition waits for it before touching memory, and the next grid may launch once every CTA has started
   ring a_ring: A bf16[4 x 128x64]
   ring b_ring: B bf16[4 x 256x64]
   ring acc_tm: acc fp32[2 x 128x256] in tensor memory
@@ -119,6 +120,7 @@ module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w4_g8_e4_tm2  # bf16xbf16->
     acc acc1: fp32[128x64] at col 64
     acc acc2: fp32[128x64] at col 128
     acc acc3: fp32[128x64] at col 192
+    grid_dependency_wait
     for tiles:
       wait acc_ready[t] phase(t)
       load_tmem acc0 <- acc_tm[t][cols 0/4]
@@ -147,6 +149,7 @@ module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w4_g8_e4_tm2  # bf16xbf16->
   partition mma (mma, warps=1 regs=24):
     cursor c (depth 4)
     cursor t (depth 2)
+    grid_dependency_wait
     for tiles:
       wait acc_empty[t] phase(t)^1
       for k:
@@ -157,6 +160,7 @@ module warploom_bf16bf16_bf16_bk_major_128x256x64_s4_w4_g8_e4_tm2  # bf16xbf16->
       advance t
   partition producer (producer, warps=1 regs=24):
     cursor p (depth 4)
+    grid_dependency_wait
     for tiles*k:
       wait empty[p] phase(p)^1
       arrive_expect_tx ready[p] bytes=49152

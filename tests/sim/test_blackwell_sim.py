@@ -72,9 +72,9 @@ Mutate = Callable[[ir.Module], ir.Module]
 
 def _edit(m: ir.Module, name: str, fn: Callable[[tuple[ir.Stmt, ...]], tuple[ir.Stmt, ...]]) -> ir.Module:
     part = m.partition(name)
-    (tiles, *rest) = part.body
-    assert isinstance(tiles, ir.Loop)
-    return m.with_partition(replace(part, body=(replace(tiles, body=fn(tiles.body)), *rest)))
+    (wait, tiles, *rest) = part.body  # (the grid-dependency wait first: passes/launch.py)
+    assert isinstance(wait, ir.GridDependencyWait) and isinstance(tiles, ir.Loop)
+    return m.with_partition(replace(part, body=(wait, replace(tiles, body=fn(tiles.body)), *rest)))
 
 
 def _early_release(body: tuple[ir.Stmt, ...]) -> tuple[ir.Stmt, ...]:

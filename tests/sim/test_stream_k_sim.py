@@ -415,11 +415,11 @@ def test_missing_fixup_op_is_refused_by_the_verifier() -> None:
     kern = _programs()[0]
     m = kern.module
     part = m.partitions[0]
-    tiles = part.body[0]
-    assert isinstance(tiles, ir.Loop)
+    wait, tiles, *rest = part.body  # (the grid-dependency wait first: passes/launch.py)
+    assert isinstance(wait, ir.GridDependencyWait) and isinstance(tiles, ir.Loop)
     stripped = dataclasses.replace(tiles, body=tuple(s for s in tiles.body if not isinstance(s, ir.Fixup)))
     with pytest.raises(VerificationError, match="without a fixup"):
-        verify.check(m.with_partition(dataclasses.replace(part, body=(stripped,))), "test")
+        verify.check(m.with_partition(dataclasses.replace(part, body=(wait, stripped, *rest))), "test")
 
 
 def test_more_pieces_than_k_blocks_is_refused() -> None:

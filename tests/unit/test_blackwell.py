@@ -104,10 +104,10 @@ def test_verifier_tensor_memory_rules() -> None:
         target_verify(build(GemmSpec(4096, 4096, 4096), H100_SXM).module, "test", B200)
     # Without the commit the epilogue waits for an accumulator no one publishes.
     mma = m.partition("mma")
-    (tiles,) = mma.body
-    assert isinstance(tiles, ir.Loop)
-    uncommitted = m.with_partition(replace(mma, body=(replace(tiles, body=tuple(
-        s for s in tiles.body if not isinstance(s, ir.Commit))),)))
+    wait, tiles = mma.body  # (the grid-dependency wait first: passes/launch.py)
+    assert isinstance(wait, ir.GridDependencyWait) and isinstance(tiles, ir.Loop)
+    uncommitted = m.with_partition(replace(mma, body=(wait, replace(tiles, body=tuple(
+        s for s in tiles.body if not isinstance(s, ir.Commit))))))
     with pytest.raises(VerificationError, match="acc_ready is waited on but never arrived at"):
         target_verify(uncommitted, "test", B200)
     # A tcgen05 MMA belongs to the MMA warp.
@@ -166,11 +166,11 @@ def test_many_outputs_and_operands_plan_a_narrower_tile() -> None:
 def test_load_tmem_block_must_match_its_accumulator() -> None:
     m = build(GemmSpec(4096, 4096, 4096), B200).module
     ep = m.default_partition
-    (tiles, *rest) = ep.body
-    assert isinstance(tiles, ir.Loop)
+    (wait, tiles, *rest) = ep.body
+    assert isinstance(wait, ir.GridDependencyWait) and isinstance(tiles, ir.Loop)
     wrong = replace(tiles, body=tuple(replace(o, part=0) if isinstance(o, ir.LoadTmem) else o for o in tiles.body))
     with pytest.raises(VerificationError, match="load_tmem of block 0 of 4 of acc_tm into acc1"):
-        verify.check(m.with_partition(replace(ep, body=(wrong, *rest))), "test")
+        verify.check(m.with_partition(replace(ep, body=(wait, wrong, *rest))), "test")
 
 
 def test_other_blackwell_archs_plan_rule_19_and_are_refused_at_compile() -> None:

@@ -682,12 +682,12 @@ def test_prefetch_disabled_leaves_each_copy_before_its_load() -> None:
 def test_verifier_rejects_a_load_through_a_buffer_without_its_prefetch() -> None:
     m = planned(bf16_two_outputs().spec, prefetch_operands=True).module
     p = consumers(m)[0]
-    (tiles,) = p.body[:1]
-    assert isinstance(tiles, ir.Loop)
+    wait, tiles, *rest = p.body  # (the grid-dependency wait first: passes/launch.py)
+    assert isinstance(wait, ir.GridDependencyWait) and isinstance(tiles, ir.Loop)
     dropped = replace(tiles, body=tuple(s for s in tiles.body if not isinstance(s, ir.PrefetchOperand)))
-    broken = m.with_partition(replace(p, body=(dropped, *p.body[1:])))
+    broken = m.with_partition(replace(p, body=(wait, dropped, *rest)))
     with pytest.raises(VerificationError, match="without a prefetch_operand of that block"):
         verify.check(broken, "test", H100_SXM)
     doubled = replace(tiles, body=(tiles.body[0], *tiles.body))
     with pytest.raises(VerificationError, match="is not loaded yet"):
-        verify.check(m.with_partition(replace(p, body=(doubled, *p.body[1:]))), "test", H100_SXM)
+        verify.check(m.with_partition(replace(p, body=(wait, doubled, *rest))), "test", H100_SXM)

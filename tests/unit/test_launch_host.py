@@ -174,7 +174,8 @@ def test_split_k_host_side(jit: RecordingJit, m: int, n: int, k: int, split: int
     assert rargs[0] is ws.base and rargs[1] is out and rargs[2:] == (out.stride(0), out.stride(1), m, n, mp)
     # (flat over C where N is a multiple of 16, else 16 x 64 blocks: 264 is not, 4096 is)
     blocks = math.ceil(m * n / 1024) if n % 16 == 0 else math.ceil(m / 16) * math.ceil(n / 64)
-    assert rgrid == (blocks,) and ropts == {"num_warps": 4, "enable_fp_fusion": True}
+    # (the reduce follows its GEMM, which lets it launch early: launched dependently, passes/launch.py)
+    assert rgrid == (blocks,) and ropts == {"num_warps": 4, "enable_fp_fusion": True, "launch_pdl": True}
 
 
 def test_split_k_kernel_refuses_another_k(jit: RecordingJit) -> None:
@@ -277,3 +278,22 @@ def test_swapped_decode_host_side(jit: RecordingJit, m: int, n: int, k: int, rec
     assert list(args["c_desc"].shape) == [m, n] and list(args["c_desc"].block_shape) == [16, 64]
     if recipe is not None:
         assert args["scale_a_ptr"].data_ptr() == sb.data_ptr() and args["scale_b_ptr"].data_ptr() == sa.data_ptr()
+
+
+@pytest.mark.parametrize("mode", ["auto", "1", "0"])
+def test_which_launches_are_dependent(jit: RecordingJit, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    """Programmatic dependent launch (passes/launch.py): the kernels that always follow another kernel of the same
+    call (a split-K tail's ranged kernel and its reduce, after the whole waves) carry `launch_pdl` unless
+    WARPLOOM_PDL=0; the call's first kernel only with WARPLOOM_PDL=1."""
+    from warploom.planner import plan_schedule
+
+    monkeypatch.setenv("WARPLOOM_PDL", mode)
+    m, n, k = 2048, 2048, 4096  # 16 x 8 tiles of 128x256: a wave of 132 CTAs and a tail
+    a, b = torch.randn(m, k).to(BF16), torch.randn(k, n).to(BF16)
+    spec = checks.matmul_spec(a, b)
+    kern = dataclasses.replace(build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=128, bn=128, tail_split=4)))
+    assert kern.tail is not None and kern.module.dependent_launch and kern.tail.dependent_launch
+    assert kern.run(a, b, torch.empty(m, n, dtype=BF16)) is not None
+    pdl = [opts.get("launch_pdl", False) for _, _, opts in jit.calls]
+    first, later = mode == "1", mode != "0"
+    assert pdl == [first, later, later], (mode, pdl)  # the whole waves, the tail's units, the tail's reduce

@@ -364,7 +364,8 @@ def test_pipeline_stage_order_and_op_census(spec: GemmSpec) -> None:
     m, trace = compile_schedule(spec, plan, H100_SXM)
     assert [n for n, _ in trace.stages] == [
         "build_sequential", "SplitProducer", "SplitScales", "PlanRings", "PipelineMma", "SplitConsumers",
-        "ShareB", "FlattenProducer", "LowerEpilogue", "HoistOperands", "PrefetchOperands", "AssignRegisters"]
+        "ShareB", "FlattenProducer", "LowerEpilogue", "HoistOperands", "PrefetchOperands", "AssignRegisters",
+        "DependentLaunch"]
     assert trace.stages[-1][1] == m
     n = plan.consumer_partitions
     assert n == 2 and len(consumers(m)) == n  # every spec here has 128-row tiles

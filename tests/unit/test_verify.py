@@ -179,7 +179,8 @@ def test_accumulator_read_with_wgmma_in_flight(split: int) -> None:
         (tiles,) = [s for s in cons.body if isinstance(s, ir.Loop)]
         body = list(tiles.body)
         body.remove(ir.MmaWait(0))  # the drain after the k-loop
-        m = module.with_partition(replace(cons, body=(replace(tiles, body=tuple(body)),) + cons.body[1:]))
+        m = module.with_partition(replace(cons, body=tuple(replace(s, body=tuple(body)) if s is tiles else s
+                                                            for s in cons.body)))
         errs = reported(m, f"partition {cons.name}: StoreSmem reads an accumulator with 1 wgmma in flight")
         assert all(cons.name in e for e in errs)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from warploom.backends.codebuf import CodeBuffer
+from warploom.backends.grid_dependency import dependent_start
 from warploom.backends.group_scan import row_owner_helper
 from warploom.dtypes import DType
 from warploom.epilogue.gluon import cast_to
@@ -43,7 +44,8 @@ def cast_params(grouping: Grouping = Grouping.NONE) -> tuple[str, ...]:
     return CAST_PARAMS + (CAST_GROUP_PARAMS if grouping is not Grouping.NONE else ())
 
 
-def emit_cast(b: CodeBuffer, name: str, p: ir.AmaxPass, grouping: Grouping = Grouping.NONE) -> None:
+def emit_cast(b: CodeBuffer, name: str, p: ir.AmaxPass, grouping: Grouping = Grouping.NONE,
+              dependent: bool = False) -> None:
     """The ``@gluon.jit`` cast kernel `name` of a first pass whose quantized dtype and chunk `p` gives (module
     docstring); launched with M programs. A grouped one's (`grouping` M-grouped or masked) casts the rows of some
     group only."""
@@ -61,6 +63,8 @@ def emit_cast(b: CodeBuffer, name: str, p: ir.AmaxPass, grouping: Grouping = Gro
     b.line("@gluon.jit")
     with b.block(f"def {name}({', '.join(cast_params(grouping))})",
                  comment=f"rule 29's cast pass: q = {p.fp8.value}(y / s), s = amax / fp8_max, a program a row"):
+        if dependent:  # (ir.Module.dependent_launch: it reads the first pass's workspace and amax)
+            dependent_start(b)
         b.line(f"layout: gl.constexpr = gl.BlockedLayout([{per_thread}], [32], [{CAST_WARPS}], [0])")
         b.line("row = gl.program_id(0).to(gl.int64)", "64-bit: the workspace and q may pass 2^31 elements")
         b.line(f"cols = gl.arange(0, {p.chunk}, layout=layout)")

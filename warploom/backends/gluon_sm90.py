@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from warploom.backends import gluon_api
 from warploom.backends.codebuf import CodeBuffer
+from warploom.backends.grid_dependency import GRID_DEPENDENCY_HELPERS, dependent_start
 from warploom.backends.group_scan import group_helpers
 from warploom.dtypes import DType
 from warploom.epilogue.graph import GROUP, OutputLayout
@@ -344,9 +345,14 @@ class PartitionEmitter:
 
     def emit(self) -> None:
         b = self.buf
+        body = self.p.body
         b.line("@gluon.jit")
         with b.block(f"def {self.p.name}({', '.join(self.params())})",
                      comment=f"{self.p.role.value}: {self.p.warps} warps, {self.p.regs} registers"):
+            if body and isinstance(body[0], ir.GridDependencyWait):  # (ir.Module.dependent_launch)
+                # before the preamble too: a grouped module's tile count reads the group bounds from memory
+                b.line("grid_dependency_wait()", printer.op(body[0]))
+                body = body[1:]
             b.line("pid = gl.program_id(0)")
             b.line("num_pid_m = gl.cdiv(M, BM)")
             b.line(f"num_pid_n = gl.cdiv(N, {'TN' if self.m.tiling.n_blocks else 'BN'})")
@@ -376,7 +382,7 @@ class PartitionEmitter:
                 b.line(f"{c.name} = 0", comment=f"cursor {c.name}: stage uses so far, across tiles")
             for buf in self._operand_buffers():
                 b.line(f"{buf}_phase = 0", comment=f"phase of {buf}_bar")
-            self.body(self.p.body)
+            self.body(body)
 
     def _num_tiles(self) -> None:
         """The line that counts the launch's tiles (a grouped module's scan: backends/gluon_grouped.py)."""
@@ -1353,6 +1359,10 @@ def prelude(m: ir.Module, header: str) -> CodeBuffer:
     b.line()
     b.line()
     b.lines(_RASTER.replace("pid_n * BN", "pid_n * TN") if t.n_blocks else _RASTER)
+    if m.dependent_launch:
+        b.line()
+        b.line()
+        b.lines(GRID_DEPENDENCY_HELPERS)
     if t.stream_k:
         b.line()
         b.line()
@@ -1474,6 +1484,8 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
                                                           "load_operand ops")
                 b.line(f"mbarrier.init({bf.name}_bar, count=1)")
         b.line("fence_async_shared()", comment="make the mbarrier inits visible to the async proxy")
+        if m.dependent_launch:
+            b.line("launch_dependents()", comment="the next grid may start now (it waits for this one's end)")
         b.line(comment="argument tuples stay inline: binding one to a variable turns constexprs into tensors")
         b.line("gl.warp_specialize([")
         with b.indented():
@@ -1489,17 +1501,17 @@ def lower(m: ir.Module, emitter: type[PartitionEmitter] = PartitionEmitter, head
     reduce = None
     if t.split_k > 1:
         reduce = f"{m.name}_reduce"
-        _emit_reduce(b, reduce, m.spec.out_dtype, t)
+        _emit_reduce(b, reduce, m.spec.out_dtype, t, m.dependent_launch)
     cast = None
     if m.amax_pass is not None:  # rule 29's second pass
         from warploom.backends.gluon_cast import emit_cast
 
         cast = f"{m.name}_cast"
-        emit_cast(b, cast, m.amax_pass, m.tiling.grouping)
+        emit_cast(b, cast, m.amax_pass, m.tiling.grouping, m.dependent_launch)
     return GluonSource(b.text(), m.name, params, m.default_partition.warps, _maxnreg(m), reduce, t.cluster, cast)
 
 
-def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:
+def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling, dependent: bool = False) -> None:
     """Split-K's second kernel: C = the sum of the workspace's k-range partials, added in k-range order (the same
     result every run), cast to C's dtype, REDUCE_BLOCK elements a program.
 
@@ -1515,6 +1527,8 @@ def _emit_reduce(b: CodeBuffer, name: str, out: DType, t: ir.Tiling) -> None:
     params, note = (RANGED_REDUCE_PARAMS, "split-K tail: each tile of C = the sum of its k-ranges' boxes") \
         if t.ranged else (REDUCE_PARAMS, "split-K: C = sum of the partial slabs")
     with b.block(f"def {name}({', '.join(params)})", comment=note):
+        if dependent:
+            dependent_start(b)
         if t.ranged:
             b.line("layout: gl.constexpr = gl.BlockedLayout([4], [32], [4], [0])")
             chunks = t.bm * t.bn // REDUCE_BLOCK

@@ -35,6 +35,7 @@ GENERATED = frozenset("""
     amax_ptr
     E end first g group_count group_ptr group_tile grp hit k_base k_end k_group_tile k_left k_skip k_start mk_cols
     mk_layout mk_vals per row0 row_end seen st_cols st_layout st_rows st_vals start tiles
+    grid_dependency_wait launch_dependents
 """.split())
 
 # Numbered or composed generated names: accumulator halves and parts, extra outputs, output staging buffers,

@@ -638,6 +638,16 @@ class StoreSmem(Op):
 
 
 @dataclass(frozen=True)
+class GridDependencyWait(Op):
+    """griddepcontrol.wait: block the partition until the grid launched before this one (in stream order) has
+    finished and its memory writes are visible. A module launched with programmatic dependent launch
+    (`Module.dependent_launch`) may start while that grid still runs, so each of its partitions waits here before
+    its first access to global memory (a TMA load or store, a scale copy, an operand load, a workspace flag): the
+    previous grid may be writing this kernel's operands or reading its output. Without the launch attribute the
+    previous grid has finished before this one starts, and the wait returns at once."""
+
+
+@dataclass(frozen=True)
 class FenceAsync(Op):
     """fence.proxy.async: order this partition's earlier generic smem writes before later async-proxy
     (TMA, wgmma) reads of them."""
@@ -971,6 +981,12 @@ class Module:
         amax_pass: planner rule 29's first pass of a rowwise quantization across tiles (`AmaxPass`), or None.
         partitions: the warp groups; exactly one is `default`.
         num_warps: warps of the default partition (Gluon's ``num_warps``).
+        dependent_launch: launched with programmatic dependent launch (PDL: CUDA's programmatic stream
+            serialization, Hopper and later; passes/launch.py). The kernel may start while the grid before it in the
+            stream still runs: it allocates shared memory and initializes its barriers meanwhile, and every
+            partition begins with a `GridDependencyWait`. It also lets the next grid launch as soon as all its CTAs
+            have started (griddepcontrol.launch_dependents), so a following dependent launch overlaps this kernel's
+            tail with its own start; that grid still waits for this one to finish before it touches memory.
     """
 
     name: str
@@ -983,6 +999,7 @@ class Module:
     tmem_scales: tuple[ScaleBuffer, ...] = ()
     target: Target = Target.SM90A
     amax_pass: AmaxPass | None = None
+    dependent_launch: bool = False
 
     def ring(self, name: str) -> Ring:
         return _find(self.rings, name, "ring")

@@ -96,6 +96,8 @@ def op(o: ir.Op) -> str:
             return f"store_scales out{o.output} of {o.acc}{part}"
         case ir.AtomicAmax():
             return f"atomic_amax {o.acc} -> amax[m]"
+        case ir.GridDependencyWait():
+            return "grid_dependency_wait"
         case ir.FenceAsync():
             return "fence_async_shared"
         case ir.TmaStore():
@@ -176,6 +178,9 @@ def module(m: ir.Module) -> str:
         + (f" interleaved (each CTA {ir.INTERLEAVE} rows of every {ir.INTERLEAVE * t.cluster} of the cluster tile)"
            if t.interleaved else ""),
     ]
+    if m.dependent_launch:
+        out.append("  dependent_launch: starts while the previous grid finishes (PDL); each partition waits for it "
+                   "before touching memory, and the next grid may launch once every CTA has started")
     if m.amax_pass is not None:  # (rule 29: C is the workspace of y, the cast kernel runs after the launch)
         out.append(f"  amax_pass: C is y's fp32 (M, N) workspace, amax the (M,) row amax (zeroed per call); then "
                    f"cast q = {m.amax_pass.fp8.value}(y / s), s = amax / fp8_max, {m.amax_pass.chunk} columns a step")

@@ -63,6 +63,7 @@ def structural(m: ir.Module) -> list[str]:
     errs += check_amax_pass(m)
     errs += check_cluster(m)
     errs += _check_declared_target(m)
+    errs += _check_dependent_launch(m)
     for b in m.barriers:
         for rn in b.rings:
             if rn not in ring_names:
@@ -442,6 +443,32 @@ def _check_declared_target(m: ir.Module) -> list[str]:
             for r in m.rings if r.in_tmem and m.target is not Target.SM100A]
     errs += [f"partition {p.name} is a workgroup partition in {m.target.with_article} schedule (gfx1250's)"
              for p in m.partitions if p.role is ir.Role.WORKGROUP and m.target is not Target.GFX1250]
+    return errs
+
+
+def _check_dependent_launch(m: ir.Module) -> list[str]:
+    """A module launched with PDL (`ir.Module.dependent_launch`) may start while the previous grid still writes its
+    operands or reads its output: every partition's first op is the grid-dependency wait, ahead of any access to
+    global memory. A wait belongs to such a module only (elsewhere it promises an overlap no launch makes), once a
+    partition, and PDL is NVIDIA's (griddepcontrol: sm_90a and later)."""
+    errs: list[str] = []
+    if m.dependent_launch and m.target is Target.GFX1250:
+        errs.append("dependent_launch in a gfx1250 schedule: programmatic dependent launch (griddepcontrol) is "
+                    "NVIDIA's, sm_90a and later")
+    for p in m.partitions:
+        waits = sum(isinstance(o, ir.GridDependencyWait) for o, _ in ir.walk(p.body))
+        first = p.body[0] if p.body else None
+        if m.dependent_launch and not isinstance(first, ir.GridDependencyWait):
+            head = "nothing" if first is None else f"a {first.kind.value} loop" if isinstance(first, ir.Loop) \
+                else printer.op(first)
+            errs.append(f"partition {p.name}: a dependent launch (PDL) starts while the previous grid may still "
+                        f"write this kernel's operands or read its output, but the partition begins with {head}, "
+                        "not grid_dependency_wait: wait before touching memory")
+        if m.dependent_launch and waits > 1:
+            errs.append(f"partition {p.name}: {waits} grid_dependency_waits; one, its first op, is the wait")
+        if waits and not m.dependent_launch:
+            errs.append(f"partition {p.name}: grid_dependency_wait in a module not launched dependently "
+                        "(dependent_launch off): the wait has nothing to wait for")
     return errs
 
 

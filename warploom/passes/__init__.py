@@ -21,6 +21,7 @@ from warploom.passes.build import build_sequential
 from warploom.passes.cluster import ShareA, ShareB
 from warploom.passes.epilogue import HoistOperands, LowerEpilogue, PrefetchOperands
 from warploom.passes.gfx1250 import PipelineTdm
+from warploom.passes.launch import DependentLaunch
 from warploom.passes.partition import SplitProducer
 from warploom.passes.persistent import FlattenProducer
 from warploom.passes.pipeline_mma import PipelineMma
@@ -70,8 +71,10 @@ def pipeline_sm90(plan: Plan) -> list[Pass]:
         # After epilogue lowering made the dense operands' prefetches; moves them to the tile's start (and
         # each later block's behind the previous block's load), which only needs the final tile body.
         PrefetchOperands(enabled=plan.prefetch_operands),
-        # Last: budgets depend on the final set of partitions.
+        # Budgets depend on the final set of partitions.
         AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs),
+        # Last: a wait ahead of each partition's first op, which no other pass reads or moves (PDL).
+        DependentLaunch(),
     ]
 
 
@@ -104,6 +107,8 @@ def pipeline_sm100(plan: Plan) -> list[Pass]:
         # partition holds a column block of the accumulator and its math; sm_100a's scale partition (its own
         # warpgroup) keeps the budget PlaceScalePartition sized to its k-block's scales and their addresses.
         AssignRegisters(producer=plan.producer_regs, consumer=plan.consumer_regs),
+        # Last, as on sm_90a: each partition waits for the previous grid before it touches memory (PDL).
+        DependentLaunch(),
     ]
 
 

@@ -74,9 +74,11 @@ class Launcher:
     """Launches one kernel. Inputs were validated by the caller."""
 
     def __init__(self, m: ir.Module, src: GluonSource, fast: bool | None = None,
-                 tail: tuple[ir.Module, GluonSource] | None = None) -> None:
+                 tail: tuple[ir.Module, GluonSource] | None = None, follows: bool = False) -> None:
         """`tail`: a plan with a split-K tail's second kernel (`Plan.tail_split`): then `m` and it are ranged, and
         a call runs the whole waves of tiles in `m` and the rest in the tail (`ir.raster.tail_spans`).
+        `follows`: this launcher's kernels always run right after another kernel of the same call (a tail's), so
+        its first kernel is launched dependently as a call's second kernels are (`_pdl`).
 
         An sm_100a or gfx1250 module is refused here, where every launching path (Kernel.run, the eager and fused
         calls of the public API) builds its launcher: warploom cross-compiles such kernels but has not run one on a
@@ -104,17 +106,21 @@ class Launcher:
         blocks = descriptor_blocks(m)
         descs = {i: DescSlot(blocks[p][1], shared_layout(*blocks[p]), TensorDescriptor)
                  for i, p in enumerate(src.params) if p in blocks}
+        pdl = _pdl(m, first=False)
         self._main = DirectLaunch(load(src.text, src.kernel), compile_options(num_warps=src.num_warps,
                                                                          maxnreg=src.maxnreg,
-                                                                         **_ctas(src.num_ctas)), descs, fast)
+                                                                         **_ctas(src.num_ctas),
+                                                                         **_pdl(m, first=not follows)), descs,
+                                  fast)
         self._reduce = None
         if src.reduce_kernel:  # split-K's second kernel: every argument a pointer or an integer
-            self._reduce = DirectLaunch(load(src.text, src.reduce_kernel), compile_options(num_warps=4), {}, fast)
+            self._reduce = DirectLaunch(load(src.text, src.reduce_kernel), compile_options(num_warps=4, **pdl), {},
+                                        fast)
         self._cast = None
         self._cast_fp8 = m.amax_pass.fp8 if m.amax_pass is not None else None  # (q's dtype: the cast kernel's)
         if src.cast_kernel:  # rule 29's second pass (backends/gluon_cast.py): pointers and integers too
-            self._cast = DirectLaunch(load(src.text, src.cast_kernel), compile_options(num_warps=CAST_WARPS), {},
-                                      fast)
+            self._cast = DirectLaunch(load(src.text, src.cast_kernel), compile_options(num_warps=CAST_WARPS, **pdl),
+                                      {}, fast)
         # A swapped module (rule 18, ir.Tiling.swap_ab) runs C^T = B^T A^T: a call's tensors are the problem's, so
         # its A descriptor is over B's (N, K) rows, its B (K-major) over A's (M, K) rows, and its output tiles go to
         # C through a descriptor over C itself with (BN, BM) boxes; scales trade places, and M and N.
@@ -185,7 +191,7 @@ class Launcher:
         # (a fitted tile's per-width descriptors: over B, and over C, as b_desc's and c_desc's)
         direct |= {p: direct[p[:6]] for p in src.params if p.startswith(("b_desc_w", "c_desc_w"))}
         self._positional = {i: direct[p] for i, p in enumerate(src.params) if p in direct}
-        self._tail = None if tail is None else Launcher(*tail, fast=fast)
+        self._tail = None if tail is None else Launcher(*tail, fast=fast, follows=True)
 
     def _grid(self, m: int, n: int, split_k: int, span: Span | None) -> int:
         """Programs launched: `launch_grid`'s CTAs, except a stream-K kernel's, which is the planned grid whatever the
@@ -511,6 +517,22 @@ class _Compiled:
                 self._encoded.clear()
             self._encoded[key] = enc
         return enc
+
+
+def _pdl(m: ir.Module, first: bool) -> dict[str, bool]:
+    """Triton's `launch_pdl` for a kernel of a module that may be launched dependently (`ir.Module.dependent_launch`:
+    its kernels wait for the previous grid before touching memory, so either launch is correct).
+
+    A call's second kernels (split-K's reduce, rule 29's cast, a split-K tail's) follow its first, which lets them
+    launch as soon as all its CTAs have started: they are launched dependently unless WARPLOOM_PDL=0. The first
+    kernel follows whatever ran before it, and PDL pays there only after a kernel that lets it start early: 0.6-0.9 us
+    sooner per call after another warploom GEMM, but some 0.15 us later after a kernel launched without PDL, as
+    torch's are (H200; docs/decisions/dependent-launch.md). So it is launched dependently only with WARPLOOM_PDL=1,
+    for graphs whose GEMMs follow warploom's or other PDL-aware kernels. WARPLOOM_PDL=0 is also the escape hatch
+    for a driver or profiler that refuses the attribute."""
+    mode = os.environ.get("WARPLOOM_PDL", "auto")
+    on = mode == "1" if first else mode != "0"
+    return {"launch_pdl": True} if m.dependent_launch and on else {}
 
 
 def _ctas(num_ctas: int) -> dict[str, int]:

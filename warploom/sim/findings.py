@@ -70,6 +70,9 @@ class FindingKind(enum.Enum):
     WRITE_AFTER_EXIT = ("a CTA of a cluster exits while another may still multicast into it or arrive on its "
                         "barriers (no wait of the exiting CTA observed the write; its shared memory may be another "
                         "CTA's by then): the cluster barrier before exit (Tiling.exit_sync) is missing")
+    EARLY_GLOBAL_ACCESS = ("a partition of a dependently launched kernel (PDL, Module.dependent_launch) reads or "
+                           "writes global memory before its grid_dependency_wait: the grid before it may still be "
+                           "writing the operands or reading the output (the wait must be the partition's first op)")
     ASYNC_AT_EXIT = "a partition exits with async work (wgmma, TMA store or TDM copy) still in flight"
     LOST_FILL = "a TMA load's data was never read: producer and consumer loop trip counts disagree"
     OUTPUT_COVERAGE = "an output tile was stored twice or never: the tile loops or raster disagree"

@@ -61,6 +61,7 @@ from warploom.sim.program import (
     AtomicI,
     CommitI,
     CtaProgram,
+    EarlyAccessI,
     EpilogueI,
     ExpectI,
     FenceI,
@@ -236,7 +237,7 @@ class Machine:
         if isinstance(ins, PromoteI):
             return ins.scales is None  # a blockwise promotion reads shared scale slots
         if isinstance(ins, (ZeroI, EpilogueI, FenceI, LoadOperandI, PrefetchI, ApplyI, FoldI, StoreScalesI,
-                            AtomicI)):  # (an atomic max commutes with every other CTA's)
+                            AtomicI, EarlyAccessI)):  # (an atomic max commutes with every other CTA's)
             return True
         if isinstance(ins, (StoreSmemI, TmaStoreI)):
             return ins.buffer in self.prog.private[i]
@@ -943,6 +944,12 @@ class Machine:
                    f"{ins.site.where()} stores epilogue output {ins.output} of {block}, but {why}: put an "
                    f"`apply_epilogue` of this block between its operand loads and its stores")
 
+    def _early_access(self, i: int, pc: int, ins: EarlyAccessI) -> None:
+        self._flag(FindingKind.EARLY_GLOBAL_ACCESS, ins.site,
+                   f"{ins.site.where()} touches global memory before its partition's grid_dependency_wait, in a "
+                   f"kernel launched dependently (PDL): the grid before it may still be writing this kernel's "
+                   f"operands or reading its output")
+
     def _fence(self, i: int, pc: int, ins: FenceI) -> None:
         for buf in self.bufs.values():
             if buf.unfenced_by == i:
@@ -1232,6 +1239,7 @@ _EXEC: dict[type, Callable[[Machine, int, int, Any], None]] = {
     WaitI: Machine._wait, ArriveI: Machine._arrive, ExpectI: Machine._arrive, LoadI: Machine._load,
     MmaI: Machine._mma, MmaWaitI: Machine._mma_wait, PromoteI: Machine._promote, ZeroI: Machine._zero,
     EpilogueI: Machine._epilogue, StoreSmemI: Machine._store_smem, FenceI: Machine._fence,
+    EarlyAccessI: Machine._early_access,
     TmaStoreI: Machine._tma_store, StoreWaitI: Machine._store_wait, StoreTileI: Machine._store_tile,
     LoadOperandI: Machine._load_operand, PrefetchI: Machine._prefetch, ApplyI: Machine._apply,
     FoldI: Machine._fold, StoreScalesI: Machine._store_scales, AtomicI: Machine._atomic,

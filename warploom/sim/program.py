@@ -378,6 +378,14 @@ class FenceI:
 
 
 @dataclass(frozen=True, slots=True)
+class EarlyAccessI:
+    """A partition of a dependently launched module (`ir.Module.dependent_launch`) about to touch global memory
+    before its grid_dependency_wait: the machine reports it (the op itself follows as its own instruction)."""
+
+    site: Site
+
+
+@dataclass(frozen=True, slots=True)
 class TmaStoreI:
     site: Site
     buffer: str
@@ -499,7 +507,7 @@ class PartialAddI:
 
 Instr = (WaitI | ArriveI | ExpectI | LoadI | MmaI | MmaWaitI | PromoteI | ZeroI | EpilogueI | StoreSmemI
          | FenceI | TmaStoreI | StoreWaitI | StoreTileI | LoadOperandI | PrefetchI | ApplyI | FoldI | StoreScalesI
-         | AtomicI
+         | AtomicI | EarlyAccessI
          | TcMmaI
          | ScaleCopyI | CommitI
          | LoadTmemI | TdmWaitI | SyncI | PartialStoreI | FlagWaitI | PartialAddI)
@@ -568,6 +576,12 @@ def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
     return a, Tag("B", ("k", "n"), (k * bk, tile.off_n), g)
 
 
+# Ops that read or write global memory (operands, C, scales, workspaces, flags): a dependently launched module's
+# partition issues none before its grid_dependency_wait.
+GLOBAL_OPS = (ir.TmaLoad, ir.TmaStore, ir.CopyScales, ir.LoadOperand, ir.PrefetchOperand, ir.Fixup, ir.AtomicAmax,
+              ir.StoreScales, ir.StoreTile, ir.Epilogue)
+
+
 class _Interp:
     """Walks one partition's body for one CTA with the partition's own cursors and loop indices."""
 
@@ -585,6 +599,8 @@ class _Interp:
         self.text: dict[ir.Op, str] = {}  # printer.op per op, printed once rather than per iteration
         self.out_dtypes = module.spec.output_dtypes()
         self.skip = False  # stream-K: a contributor's Fixup skips the rest of its tile's body
+        # A dependent launch's partition may touch global memory only after its grid_dependency_wait (reported once).
+        self.grid_waited = not module.dependent_launch
 
     def _kb(self, t: TileRef) -> int:
         """The current k-block's index in K: the loop's, from the work unit's first k-block with split-K."""
@@ -711,8 +727,13 @@ class _Interp:
             text = self.text[o] = printer.op(o)
         site = Site(self.p.name, text, self.tile, self.k)
         m = self.m
+        if not self.grid_waited and isinstance(o, GLOBAL_OPS):
+            self.grid_waited = True  # (one report a partition: every later access is early for the same reason)
+            yield EarlyAccessI(site)
         try:
             match o:
+                case ir.GridDependencyWait():
+                    self.grid_waited = True
                 case ir.Advance():
                     self._use(o.cursor, 0)
                     self.count[o.cursor] += 1

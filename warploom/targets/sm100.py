@@ -32,7 +32,9 @@ DECLARATION = Declaration(
                              ir.PrefetchOperand, ir.ApplyEpilogue,
                              # fp32 blockwise (passes/blackwell_promote.py): cp.async scale copies, the promotion of
                              # partials
-                             ir.CopyScales, ir.ZeroAcc, ir.Promote},
+                             ir.CopyScales, ir.ZeroAcc, ir.Promote,
+                             # programmatic dependent launch (passes/launch.py), as on sm_90a
+                             ir.GridDependencyWait},
     checks=(verify.check_sm100,),
     counts=(("UTCHMMA", "16-bit tcgen05 MMAs"), ("UTCQMMA", "fp8 tcgen05 MMAs"),
             ("UTCOMMA", "fp4 tcgen05 MMAs"), ("UTCCP", "tcgen05.cp scale copies"), ("LDTM", "tensor-memory loads")),

@@ -41,7 +41,7 @@ DECLARATION = Declaration(
     ops=frozenset({ir.Wait, ir.Arrive, ir.ArriveExpectTx, ir.TmaLoad, ir.CopyScales, ir.Mma, ir.MmaWait, ir.Promote,
                    ir.ZeroAcc, ir.Epilogue, ir.StoreSmem, ir.FenceAsync, ir.TmaStore, ir.StoreWait, ir.Advance,
                    ir.SkipTiles, ir.LoadOperand, ir.PrefetchOperand, ir.ApplyEpilogue, ir.Fixup,
-                   ir.FoldAmax, ir.StoreScales, ir.AtomicAmax}),
+                   ir.FoldAmax, ir.StoreScales, ir.AtomicAmax, ir.GridDependencyWait}),
     checks=(),
     counts=(("HGMMA", "16-bit wgmma instructions"), ("QGMMA", "fp8 wgmma instructions")),
     runs=True,
