@@ -288,7 +288,7 @@ def test_which_launches_are_dependent(jit: RecordingJit, monkeypatch: pytest.Mon
     from warploom.planner import plan_schedule
 
     monkeypatch.setenv("WARPLOOM_PDL", mode)
-    m, n, k = 2048, 2048, 4096  # 16 x 8 tiles of 128x256: a wave of 132 CTAs and a tail
+    m, n, k = 2048, 2048, 4096  # 16 x 16 tiles of 128x128: a wave of 132 CTAs and a tail of 124 tiles
     a, b = torch.randn(m, k).to(BF16), torch.randn(k, n).to(BF16)
     spec = checks.matmul_spec(a, b)
     kern = dataclasses.replace(build(spec, H100_SXM, plan_schedule(spec, H100_SXM, bm=128, bn=128, tail_split=4)))

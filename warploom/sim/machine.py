@@ -237,7 +237,8 @@ class Machine:
         if isinstance(ins, PromoteI):
             return ins.scales is None  # a blockwise promotion reads shared scale slots
         if isinstance(ins, (ZeroI, EpilogueI, FenceI, LoadOperandI, PrefetchI, ApplyI, FoldI, StoreScalesI,
-                            AtomicI, EarlyAccessI)):  # (an atomic max commutes with every other CTA's)
+                            AtomicI,  # (an atomic max commutes with every other CTA's)
+                            EarlyAccessI)):  # (a report only)
             return True
         if isinstance(ins, (StoreSmemI, TmaStoreI)):
             return ins.buffer in self.prog.private[i]

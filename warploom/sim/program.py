@@ -577,9 +577,10 @@ def expected_tags(module: ir.Module, tile: TileRef, k: int) -> tuple[Tag, Tag]:
 
 
 # Ops that read or write global memory (operands, C, scales, workspaces, flags): a dependently launched module's
-# partition issues none before its grid_dependency_wait.
+# partition issues none before its grid_dependency_wait. (sm_100a's StoreTmemScales loads its scales from global
+# memory; gfx1250's TdmLoad is listed for completeness: that target has no dependent launch.)
 GLOBAL_OPS = (ir.TmaLoad, ir.TmaStore, ir.CopyScales, ir.LoadOperand, ir.PrefetchOperand, ir.Fixup, ir.AtomicAmax,
-              ir.StoreScales, ir.StoreTile, ir.Epilogue)
+              ir.StoreScales, ir.StoreTile, ir.Epilogue, ir.StoreTmemScales, ir.TdmLoad)
 
 
 class _Interp:
