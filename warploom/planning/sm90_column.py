@@ -176,7 +176,7 @@ def narrow_rows64(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column | No
         bn = 1 << (width - 1).bit_length()
         whole = Column(NARROW64_BM, bn, 1, narrow_blocks(width, bn))
         cols = whole.columns(spec.n)
-        if rows * cols * (NARROW64_BM + whole.tile_n) > most_rows:
+        if read_rows(spec, whole) > most_rows:
             continue
         for split in splits:
             units = rows * cols * split
@@ -190,7 +190,7 @@ def narrow_rows64(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> Column | No
     return best[1]
 
 
-def read_rows(spec: GemmSpec, plan: Plan) -> int:
-    """The rows of A and B (K long each) that `plan`'s whole tiles read from L2 in all: each tile reads bm of A and
-    tile_n of B."""
-    return math.ceil(spec.m / plan.bm) * math.ceil(spec.n / plan.tile_n) * (plan.bm + plan.tile_n)
+def read_rows(spec: GemmSpec, tiles: Plan | Column) -> int:
+    """The rows of A and B (K long each) that whole tiles of `tiles` (a plan's, or a candidate column's) read from
+    L2 in all: each tile reads bm of A and tile_n of B."""
+    return math.ceil(spec.m / tiles.bm) * math.ceil(spec.n / tiles.tile_n) * (tiles.bm + tiles.tile_n)
