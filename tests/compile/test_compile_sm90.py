@@ -102,6 +102,10 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     # fp32 output + bias spilled 40 bytes on the promoted 128x256 tile: the planner takes 128x128 here.
     ("e4m3_tensorwise_bias_promoted_out_fp32_planned", f8(4096, 4096, 4096, TW, PROMOTED, BF16, out=FP32), {}),
     ("e4m3_rowwise_promoted_64x128", f8(64, 4096, 4096, RW, PROMOTED), dict(bm=64, bn=128)),
+    # Rule 23 on promoted accumulation (session 45): the planner's 64x64 tiles, 8 stages at a long K, 4 at a short one.
+    ("e4m3_rowwise_promoted_latency_64x64_s8_planned", f8(513, 368, 5168, RW, PROMOTED), {}),
+    ("e4m3_rowwise_promoted_latency_64x64_s4_planned", f8(2450, 192, 80, RW, PROMOTED), {}),
+    ("e4m3_blockwise_latency_64x64_s8_planned", f8(732, 240, 8688, BW, PROMOTED), {}),
     # The planner's defaults for 128-row tiles, spelt out: one consumer partition per warpgroup (p2), and
     # promoted fp8 at 128x256 in two column blocks (h2) with 3 stages (test_defaults_are_the_planner_choice).
     ("bf16_128x256_p2", mm(4096, 4096, 4096), dict(bm=128, bn=256, stages=4, consumer_partitions=2)),

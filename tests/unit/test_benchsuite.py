@@ -178,12 +178,24 @@ class FakeTimer:
 
 # The planner's choice at 128x192x256 (rule 23 takes 64x64 tiles where fast accumulation has no bias or epilogue).
 PLANS = {Op.MATMUL_BF16: "64x16x64_s4_w4_g8", Op.SCALED_MM_FP8_ROWWISE_FAST: "64x64x128_s2_w4_g8",
-         Op.SCALED_MM_FP8_ROWWISE_EXACT: "128x128x128_s6_w8_g8_p2", Op.SCALED_MM_FP8_TENSORWISE: "64x64x128_s2_w4_g8",
-         Op.FUSED_EPILOGUE: "128x128x128_s5_w8_g8"}
+         Op.SCALED_MM_FP8_ROWWISE_EXACT: "64x64x128_s4_w4_g8", Op.SCALED_MM_FP8_TENSORWISE: "64x64x128_s2_w4_g8",
+         Op.FUSED_EPILOGUE: "128x128x128_s5_w8_g8", Op.SCALED_MM_FP8_BLOCKWISE: "64x64x128_s6_w4_g8"}
+
+
+def _dequantized_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor) -> torch.Tensor:
+    """Blockwise scales as torch's ops on the CPU can run them (its CPU _scaled_mm has no blockwise kernel)."""
+    from warploom.reference import dequantized
+
+    x, w = dequantized(a, b, scale_a, scale_b)
+    return (x @ w).to(torch.bfloat16)
 
 
 @pytest.mark.parametrize("op", list(Op))
-def test_run_case_on_the_cpu_simulator(op: Op) -> None:
+def test_run_case_on_the_cpu_simulator(op: Op, monkeypatch: pytest.MonkeyPatch) -> None:
+    from warploom.benchsuite import run as bench_run
+
+    if op is Op.SCALED_MM_FP8_BLOCKWISE:
+        monkeypatch.setitem(bench_run.TORCH_FNS, op, _dequantized_mm)
     timer = FakeTimer()
     compiled: list[Any] = []
     r = run_case(Case(op, Shape(128, 192, 256, Group.DECODE, "t")), Options(device="cpu", compile=True), timer,
@@ -246,6 +258,91 @@ def test_torch_refusing_its_fused_bias_adds_it_apart(monkeypatch: pytest.MonkeyP
     monkeypatch.setitem(bench_run.TORCH_FNS, Op.FUSED_EPILOGUE, broken)
     with pytest.raises(RuntimeError, match="illegal memory access"):
         run_case(c, Options(device="cpu"), FakeTimer())
+
+
+def test_torch_refusing_a_case_is_a_failed_row_that_says_so() -> None:
+    """torch's CPU _scaled_mm has no blockwise kernel and says so (its scaling check): the row fails with torch's
+    reason, after warploom's output was computed, and the suite goes on; its blockwise inputs are the layouts torch's
+    GPU kernel takes (both scales column-major)."""
+    from warploom.benchsuite.run import TORCH_REFUSED
+
+    c = Case(Op.SCALED_MM_FP8_BLOCKWISE, Shape(100, 192, 272, Group.ZOO, "t"))
+    torch.manual_seed(0)
+    x = inputs(c, "cpu")
+    assert x["scale_a"].shape == (100, 3) and x["scale_a"].stride() == (1, 100)
+    assert x["scale_b"].shape == (3, 2) and x["scale_b"].stride() == (1, 3)
+    r = run_case(c, Options(device="cpu"), FakeTimer())
+    assert not r.ok and r.ours is None and r.failure.startswith(f"{TORCH_REFUSED}: Invalid scaling configuration")
+    assert r.plan and "warploom's error" not in r.failure  # (warploom planned, ran and matched it)
+
+
+def test_a_torch_wanting_padded_blockwise_scales_gets_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch that takes blockwise scale_b only with its transpose's rows padded to 4 scales (as cuBLASLt reads
+    them) gets that layout, with the same values, and the row says so; one that refuses both is a refused row."""
+    from warploom.benchsuite import run as bench_run
+
+    seen: list[tuple[int, ...]] = []
+
+    def padded_only(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor) -> Any:
+        seen.append(scale_b.stride())
+        if scale_b.stride(1) % 4:
+            raise ValueError("Invalid scaling configuration. (a torch that wants padded rows)")
+        return _dequantized_mm(a, b, scale_a, scale_b)
+
+    monkeypatch.setitem(bench_run.TORCH_FNS, Op.SCALED_MM_FP8_BLOCKWISE, padded_only)
+    c = Case(Op.SCALED_MM_FP8_BLOCKWISE, Shape(128, 192, 640, Group.DECODE, "t"))  # 5 k-blocks: 5 -> 8 apart
+    r = run_case(c, Options(device="cpu"), FakeTimer())
+    assert r.ok and r.torch is not None and r.torch.err < 1e-5, r.failure  # (the same values: torch matched)
+    assert r.torch_note == bench_run.PADDED_SCALE_B and seen[:2] == [(1, 5), (1, 8)]
+
+    def refusing(**x: Any) -> Any:
+        raise ValueError("Invalid scaling configuration. (no blockwise at all)")
+
+    monkeypatch.setitem(bench_run.TORCH_FNS, Op.SCALED_MM_FP8_BLOCKWISE, refusing)
+    r = run_case(c, Options(device="cpu"), FakeTimer())
+    assert not r.ok and r.failure.startswith(bench_run.TORCH_REFUSED)
+
+
+def test_a_wrong_torch_sets_no_bar_and_is_named_in_the_report() -> None:
+    """Where torch's output is off the fp32 reference (torch 2.11's blockwise kernel at ceil(K/128) % 4 != 0 reads
+    scale_b at another stride), warploom's output is held to ERR_FLOOR, not to 4x torch's error, and the report
+    names the row."""
+    from warploom.benchsuite.report import markdown
+    from warploom.benchsuite.run import ERR_FLOOR
+    from warploom.benchsuite.tables import torch_wrong
+
+    c = case(Op.SCALED_MM_FP8_BLOCKWISE, 128, 128, 256)
+    torch.manual_seed(0)
+    ref = reference(c, inputs(c, "cpu"))
+    wrong = (ref * torch.linspace(0.5, 1.5, 128)).to(torch.bfloat16)  # another product: error ~1e-2
+    off = ref.to(torch.bfloat16).clone()
+    off[:32] *= 1.05  # off by ~3e-4: more than ERR_FLOOR, far less than 4x torch's wrong error
+    from warploom.benchsuite.run import err
+
+    assert ERR_FLOOR < err(off, ref) < err(wrong, ref) / 4
+    assert "against the fp32 reference" in check(c, off, wrong, ref)
+    assert check(c, ref.to(torch.bfloat16), wrong, ref) == ""
+    rows = (Row(c, Measurement(0.2, 0.1, 1.4e-6), Measurement(0.2, 0.1, 0.3)),
+            Row(case(Op.SCALED_MM_FP8_BLOCKWISE, 64, 128, 256), Measurement(0.2, 0.1, 1.4e-6),
+                Measurement(0.2, 0.1, 1.4e-6)))
+    assert torch_wrong(rows) == ["", "torch's output was off the fp32 reference at 1 of 2 rows (its kernel timed all "
+                                     "the same; warploom's matched it): 128×128×256 0.3"]
+    assert "torch's output was off the fp32 reference at 1 of 2 rows" in markdown(replace(results(), rows=rows),
+                                                                                  H100_SXM)
+
+
+def test_blockwise_reference_applies_the_scales_per_block() -> None:
+    """The blockwise reference scales each 128 of K by its own scale (not the product by a row and column factor):
+    doubling the scale of A's second k-block doubles that block's share only."""
+    c = Case(Op.SCALED_MM_FP8_BLOCKWISE, Shape(64, 192, 256, Group.ZOO, "t"))
+    torch.manual_seed(1)
+    x = inputs(c, "cpu")
+    ones = {**x, "scale_a": torch.ones(256 // 128, 64).t(), "scale_b": torch.ones(2, 2).t().contiguous().t()}
+    a, b = x["a"].float(), x["b"].float()
+    first, second = a[:, :128] @ b[:128], a[:, 128:] @ b[128:]
+    torch.testing.assert_close(reference(c, ones), first + second, rtol=1e-5, atol=1e-4)
+    ones["scale_a"] = torch.tensor([[1.0] * 64, [2.0] * 64]).t()
+    torch.testing.assert_close(reference(c, ones), first + 2 * second, rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("op", [Op.MATMUL_BF16, Op.SCALED_MM_FP8_ROWWISE_FAST])

@@ -174,7 +174,8 @@ def test_cpu_fused_epilogue_with_blockwise_scales() -> None:
 ])
 def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple[int, int]) -> None:
     """Rule 13 (split-K off): blockwise fp8 with M <= 128 also scores 64-row and 64x64 tiles (measured at
-    DeepSeek-V3's shapes); other recipes keep their tiles (MX and promoted rowwise were not measured there), except
+    DeepSeek-V3's shapes); other recipes keep their tiles (MX was not measured there; promoted rowwise above 64 rows
+    takes rule 23's 64x64 where bf16 would), except
     that bf16 with M <= 64 is rule 16's decode (64x64 with a deep ring), or at M <= 32 rule 18's swapped one, and above
     64 rows rule 23's latency tiles where 64x64 fills at most one wave."""
     for recipe in (BW, ScaleRecipe.BLOCKWISE_1X128_1X128):
@@ -187,7 +188,10 @@ def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple
                   GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.ROWWISE,
                            accumulation=Accumulation.PROMOTED)):
         p = plan_schedule(other, H100_SXM)
-        assert p.bn != 64 and (p.bm == 128 or m <= 64)
+        if latency_tiles(other, H100_SXM):  # promoted rowwise above 64 rows: rule 23's 64x64, as native
+            assert other.scale is ScaleRecipe.ROWWISE and m > 64 and (p.bm, p.bn) == (64, 64)
+        else:
+            assert p.bn != 64 and (p.bm == 128 or m <= 64)
     p = plan_schedule(GemmSpec(m, n, k), H100_SXM)
     if m <= 32:  # rule 18: swapped, 64x16 tiles of C^T (64x32 above M = 16)
         assert p.swap_ab and (p.bm, p.bn, p.stages) == (64, 16, 12)
@@ -208,14 +212,16 @@ def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple
     (128, 2112, 7168, (128, 128, 7)),  # (1.58x)
     (64, 7168, 2048, (64, 64, 1)),  # 16 k-blocks: too short (measured 0.87x split against 0.97x)
     (128, 7168, 16384, (64, 128, 1)),  # 56 tiles of 128x128: more than a third of the SMs
-    (129, 2112, 7168, (128, 128, 1)),  # past M = 128
+    (129, 2112, 7168, (64, 64, 1)),  # past M = 128: no split; rule 23's 64x64, 99 tiles in one wave (session 45)
 ])
 def test_rule14_splits_k_for_few_tiles(m: int, n: int, k: int, plan: tuple[int, int, int]) -> None:
     for recipe in (BW, ScaleRecipe.BLOCKWISE_1X128_1X128):
         s = GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=recipe,
                      accumulation=Accumulation.PROMOTED)
         p = plan_schedule(s, H100_SXM)
-        assert (p.bm, p.bn, p.split_k) == plan
+        # (rule 23 takes promoted blockwise as measured, 1x128 x 128x128 only: 1x128 x 1x128 keeps 128x128 past M=128)
+        want = (128, 128, 1) if m > 128 and recipe is not BW else plan
+        assert (p.bm, p.bn, p.split_k) == want
         assert p.grid == min(132, -(-m // p.bm) * -(-n // p.bn) * p.split_k)
     # Not for a bias (summed once) or MX (its scale partition); rowwise and bf16 only by rule 25: `latency_split`
     # above 64 rows, `decode_split` (64x64 units) at decode sizes.
@@ -343,3 +349,29 @@ def test_multi_warp_copiers_sync_before_the_stage_arrival() -> None:
     four = warploom.kernel.build(s, H100_SXM, replace(plan_schedule(s, H100_SXM), producer_warps=4)).source
     assert "every warp's copies tracked" not in one
     assert four.count("every warp's copies tracked") == 2  # after each of the two scale copies
+
+
+def test_rule23_takes_promoted_rowwise_and_blockwise_as_measured() -> None:
+    """Rule 23's 64x64 latency tiles for promoted accumulation (session 45): fp8 rowwise with use_fast_accum=False above
+    64 rows and blockwise 1x128 x 128x128 above rule 13's 128, where its model picks them (both measured faster at
+    every zoo shape it changed); not with a bias, not for the unmeasured recipes, and not where rules 13 and 14 plan
+    small-M blockwise."""
+    from warploom.planning.sm90_models import promoted_latency_kind
+
+    e4 = warploom.DType.E4M3
+
+    def spec(m: int, n: int, k: int, scale: ScaleRecipe, **kw: object) -> GemmSpec:
+        return GemmSpec(m, n, k, e4, e4, scale=scale, accumulation=Accumulation.PROMOTED, **kw)  # type: ignore[arg-type]
+
+    for s in (spec(513, 368, 5168, ScaleRecipe.ROWWISE), spec(732, 240, 8688, BW)):
+        p = plan_schedule(s, H100_SXM)
+        assert promoted_latency_kind(s, H100_SXM) and (p.bm, p.bn, p.stages, p.split_k) == (64, 64, 8, 1), p.short()
+    assert plan_schedule(spec(2450, 192, 80, ScaleRecipe.ROWWISE), H100_SXM).short() == "64x64x128_s4_w4_g8"
+    for s in (spec(732, 240, 8688, BW1), spec(732, 240, 8688, ScaleRecipe.TENSORWISE),
+              spec(732, 240, 8688, ScaleRecipe.ROWWISE, bias_dtype=warploom.DType.BF16),
+              spec(64, 240, 8688, ScaleRecipe.ROWWISE), spec(128, 4096, 7168, BW)):
+        assert not promoted_latency_kind(s, H100_SXM)
+        assert not latency_tiles(s, H100_SXM), s.short()
+    # small-M blockwise keeps rule 14's split 128x128 (measured 1.18x), not rule 23's whole 64x64
+    p = plan_schedule(spec(128, 4096, 7168, BW), H100_SXM)
+    assert (p.bm, p.bn, p.split_k) == (128, 128, 4)

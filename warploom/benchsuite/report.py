@@ -25,6 +25,7 @@ from warploom.benchsuite.tables import (
     shape_text,
     tflops_text,
     torch_notes,
+    torch_wrong,
 )
 
 # "Large": at least 2 * 2048^3 FLOPs, where launch and host costs vanish next to the kernel: squares from 2048,
@@ -106,7 +107,7 @@ def markdown(results: Results, peaks: Peaks, plot: str | None = None) -> str:
     failed = [r for r in results.rows if not r.ok]
     if failed:
         lines += ["", f"Failed or mismatched: {len(failed)} of {len(results.rows)} rows (left out of the summary)."]
-    lines += torch_notes(results.rows)
+    lines += torch_notes(results.rows) + torch_wrong(results.rows)
     return "\n".join(lines) + "\n"
 
 

@@ -26,6 +26,7 @@ from warploom.benchsuite.tables import (
     shape_text,
     tflops_text,
     torch_notes,
+    torch_wrong,
 )
 
 WORST = 10  # rows per op in the worst table
@@ -94,7 +95,7 @@ def markdown(results: Results, peaks: Peaks, plot: str | None = None) -> str:
                   "| # | M×N×K | shape | GFLOP | ratio | graph ratio | warploom TFLOP/s | torch TFLOP/s "
                   "| % roofline warploom / torch | plan |", "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [_worst_row(i, r, peaks) for i, r in enumerate(s.worst, 1)]
-    lines += _failed(results.rows) + torch_notes(results.rows)
+    lines += _failed(results.rows) + torch_notes(results.rows) + torch_wrong(results.rows)
     return "\n".join(lines) + "\n"
 
 

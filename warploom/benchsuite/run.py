@@ -29,8 +29,9 @@ import torch.nn.functional as F
 import warploom
 from warploom.benchsuite.results import Environment, Measurement, Results, Row
 from warploom.benchsuite.shapes import Case, Group, Op, Tensor
+from warploom.benchsuite.tables import WRONG_ERROR
 from warploom.errors import KernelHangError
-from warploom.reference import relative_error
+from warploom.reference import dequantized, relative_error
 from warploom.runtime.timing import finish_within, time_eager, time_graph
 
 # warploom's output may be off the fp32 reference by this much (scale-free error), or 4x torch's error if
@@ -125,12 +126,19 @@ def torch_fused_bias_apart(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tens
     return gelu_residual(y + bias, residual)
 
 
+def torch_scaled_mm_blockwise(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor) -> Any:
+    """torch's blockwise `_scaled_mm` (cuBLASLt's 1x128 x 128x128 kernel: scale_a outer-dim-major, scale_b
+    column-major, as `inputs` makes them)."""
+    return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16)
+
+
 TORCH_FNS: dict[Op, Callable[..., Any]] = {
     Op.MATMUL_BF16: torch_matmul,
     Op.SCALED_MM_FP8_ROWWISE_FAST: torch_scaled_mm_fast,
     Op.SCALED_MM_FP8_ROWWISE_EXACT: torch_scaled_mm_exact,
     Op.SCALED_MM_FP8_TENSORWISE: torch_scaled_mm_fast,
     Op.FUSED_EPILOGUE: torch_fused,
+    Op.SCALED_MM_FP8_BLOCKWISE: torch_scaled_mm_blockwise,
 }
 
 
@@ -156,6 +164,9 @@ def _random(case: Case, t: Tensor, device: str) -> torch.Tensor:
     if t.name.startswith("scale"):
         # Fused: smaller scales keep gelu's input (|acc| ~ sqrt(K) * scale_a * scale_b) in its curved range.
         low, width = (0.05, 0.125) if case.op is Op.FUSED_EPILOGUE else (0.5, 1.0)
+        if case.op is Op.SCALED_MM_FP8_BLOCKWISE:
+            # The layouts torch's blockwise kernel takes: both scales column-major (scale_a "outer-dim-major")
+            return (torch.rand(t.shape[::-1], device=device) * width + low).t()
         return torch.rand(t.shape, device=device) * width + low
     return torch.randn(t.shape, device=device).to(dt)
 
@@ -173,6 +184,10 @@ def _exact_fp32() -> Iterator[None]:
 
 def reference(case: Case, x: dict[str, torch.Tensor]) -> torch.Tensor:
     """The op in fp32 on the same (already rounded) inputs."""
+    if case.op is Op.SCALED_MM_FP8_BLOCKWISE:  # scales inside the sum: each operand dequantized block by block
+        a, b = dequantized(x["a"], x["b"], x["scale_a"], x["scale_b"])
+        with _exact_fp32():
+            return a @ b
     with _exact_fp32():
         acc = x["a"].float() @ x["b"].float()  # (M, N)
     if case.op is Op.MATMUL_BF16:
@@ -191,7 +206,8 @@ def err(x: torch.Tensor, ref: torch.Tensor) -> float:
 def check(case: Case, ours: Any, theirs: torch.Tensor, ref: torch.Tensor) -> str:
     """'' when warploom's output is right; else what is wrong.
 
-    Every op: the scale-free error against the fp32 reference at most max(ERR_FLOOR, 4x torch's). bf16 also
+    Every op: the scale-free error against the fp32 reference at most max(ERR_FLOOR, 4x torch's), or ERR_FLOOR where
+    torch's own is off by more than `tables.WRONG_ERROR` (torch computed another product there). bf16 also
     element-wise against torch.matmul's output (rtol = atol = 2e-2), which catches a few wrong tiles that the
     global metric averages away.
     """
@@ -199,7 +215,8 @@ def check(case: Case, ours: Any, theirs: torch.Tensor, ref: torch.Tensor) -> str
         got = f"{tuple(ours.shape)} {ours.dtype}" if isinstance(ours, torch.Tensor) else type(ours).__name__
         return f"expected a ({case.m}, {case.n}) bfloat16 output, got {got}"
     e_ours, e_torch = err(ours, ref), err(theirs, ref)
-    limit = max(ERR_FLOOR, ERR_TORCH_FACTOR * e_torch) if math.isfinite(e_torch) else ERR_FLOOR
+    # (torch's error sets the bar only where torch computed the product: `tables.WRONG_ERROR`)
+    limit = max(ERR_FLOOR, ERR_TORCH_FACTOR * e_torch) if e_torch <= WRONG_ERROR else ERR_FLOOR
     if not math.isfinite(e_ours) or e_ours > limit:
         return f"error {e_ours:.2e} against the fp32 reference exceeds {limit:.1e} (torch's: {e_torch:.2e})"
     if not case.op.fp8 and not torch.allclose(ours.float(), theirs.float(), rtol=BF16_RTOL, atol=BF16_ATOL):
@@ -219,10 +236,45 @@ def torch_contender(case: Case, x: dict[str, torch.Tensor]) -> tuple[Callable[..
     fn = TORCH_FNS[case.op]
     try:
         return fn, fn(**x), ""
-    except RuntimeError as e:
+    except (RuntimeError, ValueError) as e:
+        if case.op is Op.SCALED_MM_FP8_BLOCKWISE and torch_refuses(e):
+            return _blockwise_padded(fn, x)
         if case.op is not Op.FUSED_EPILOGUE or "CUBLAS_STATUS_NOT_SUPPORTED" not in str(e):
             raise
     return torch_fused_bias_apart, torch_fused_bias_apart(**x), BIAS_APART
+
+
+PADDED_SCALE_B = "scale_b's rows padded to a multiple of 4 scales apart (the layout this torch takes)"
+
+
+def _blockwise_padded(fn: Callable[..., Any],
+                      x: dict[str, torch.Tensor]) -> tuple[Callable[..., Any], torch.Tensor, str]:
+    """torch's blockwise call with scale_b (K/128, N/128) held as cuBLASLt reads it: its transpose's rows
+    round_up(K/128, 4) apart. torch 2.11 takes scale_b only unpadded (and cuBLASLt then reads other values wherever
+    K/128 is not a multiple of 4 and N > 128); a torch that refuses the unpadded layout gets this one. Raises what
+    torch raises if it refuses this too."""
+    sb = x["scale_b"]
+    kb, nb = sb.shape
+    store = torch.zeros(nb, -(-kb // 4) * 4, device=sb.device, dtype=sb.dtype)
+    store[:, :kb] = sb.t()
+    padded = store[:, :kb].t()
+
+    def call(**kw: torch.Tensor) -> Any:
+        return fn(**{**kw, "scale_b": padded})
+
+    return call, call(**x), PADDED_SCALE_B
+
+
+TORCH_REFUSED = "torch refused the case"
+# What torch says when it has no kernel for a case (its scaling checks, cuBLASLt's heuristic finding none), as
+# opposed to a kernel that crashed.
+_REFUSALS = ("CUBLAS_STATUS_NOT_SUPPORTED", "Invalid scaling configuration")
+
+
+def torch_refuses(e: BaseException) -> bool:
+    """Whether torch's error is a refusal of the case (a failed row that names it: there is nothing to time
+    warploom against) rather than a crash (which stops the suite)."""
+    return isinstance(e, NotImplementedError) or any(r in str(e) for r in _REFUSALS)
 
 
 def _sync(device: str) -> None:
@@ -250,7 +302,17 @@ def run_case(case: Case, opts: Options, timer: Timer | None = None, compiler: Co
         raise  # the GPU stays busy: the suite stops (its rows so far are saved)
     except Exception as e:  # a warploom error (or crash) on this shape; the suite goes on
         return Row(case, None, None, ok=False, failure=f"{type(e).__name__}: {e}")
-    torch_fn, theirs, torch_note = torch_contender(case, x)
+    try:
+        torch_fn, theirs, torch_note = torch_contender(case, x)
+    except (RuntimeError, ValueError, NotImplementedError) as e:
+        if not torch_refuses(e):
+            raise  # (a crash of torch's kernel is no refusal: the suite stops, as for warploom's own hang)
+        # (warploom's output is still checked, so the row says whether it was right)
+        e_ours = err(out, ref)
+        wrong = "" if e_ours <= ERR_FLOOR else (f"; warploom's error {e_ours:.2e} against the fp32 reference "
+                                                 f"exceeds {ERR_FLOOR:.0e}")
+        return Row(case, None, None, plan=plan, ok=False,
+                   failure=f"{TORCH_REFUSED}: {str(e).splitlines()[0]}{wrong}")
     failure = check(case, out, theirs, ref)
     graph = opts.graph or case.shape.group is Group.DECODE
     ours_m = _measure(timer, functools.partial(fn, *args, **kw), graph, err(out, ref))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from warploom.dtypes import DType
+from warploom.spec import SCALE_BLOCK
 
 
 class Op(enum.Enum):
@@ -23,6 +24,8 @@ class Op(enum.Enum):
     SCALED_MM_FP8_ROWWISE_EXACT = "scaled_mm_fp8_rowwise_exact"
     SCALED_MM_FP8_TENSORWISE = "scaled_mm_fp8_tensorwise"
     FUSED_EPILOGUE = "fused_epilogue"  # scaled_mm fp8 rowwise (fast accum) + bias, then gelu(.) + residual
+    # DeepSeek-V3's recipe: scale_a per row and 128 of K (1x128), scale_b per 128x128 block; promoted accumulation
+    SCALED_MM_FP8_BLOCKWISE = "scaled_mm_fp8_blockwise"
 
     @property
     def fp8(self) -> bool:
@@ -30,8 +33,9 @@ class Op(enum.Enum):
 
     @property
     def fast_accum(self) -> bool:
-        """torch._scaled_mm's use_fast_accum; tensorwise uses it as fp8 inference usually does."""
-        return self is not Op.SCALED_MM_FP8_ROWWISE_EXACT
+        """torch._scaled_mm's use_fast_accum; tensorwise uses it as fp8 inference usually does. Blockwise scales
+        promote each k-block's product into the fp32 accumulator (torch's kernel and warploom's alike)."""
+        return self not in (Op.SCALED_MM_FP8_ROWWISE_EXACT, Op.SCALED_MM_FP8_BLOCKWISE)
 
     @property
     def label(self) -> str:
@@ -42,6 +46,7 @@ class Op(enum.Enum):
             Op.SCALED_MM_FP8_ROWWISE_EXACT: "fp8 rowwise, exact accum",
             Op.SCALED_MM_FP8_TENSORWISE: "fp8 tensorwise, fast accum",
             Op.FUSED_EPILOGUE: "fp8 rowwise + bias + gelu + residual",
+            Op.SCALED_MM_FP8_BLOCKWISE: "fp8 blockwise 1x128 x 128x128",
         }[self]
 
 
@@ -140,6 +145,9 @@ class Case:
         ab = Tensor("a", (m, k), DType.E4M3), Tensor("b", (k, n), DType.E4M3)
         if self.op is Op.SCALED_MM_FP8_TENSORWISE:
             scales = Tensor("scale_a", (), DType.FP32), Tensor("scale_b", (), DType.FP32)
+        elif self.op is Op.SCALED_MM_FP8_BLOCKWISE:
+            kb, nb = -(-k // SCALE_BLOCK), -(-n // SCALE_BLOCK)
+            scales = Tensor("scale_a", (m, kb), DType.FP32), Tensor("scale_b", (kb, nb), DType.FP32)
         else:
             scales = Tensor("scale_a", (m, 1), DType.FP32), Tensor("scale_b", (1, n), DType.FP32)
         extra: tuple[Tensor, ...] = ()
@@ -212,6 +220,10 @@ ZOO_LO, ZOO_HI = 64, 16384
 # elements and the output rows of N, so K and N are multiples of 8; M is free. fp8 (1-byte rows, and
 # torch._scaled_mm's own rule, see Case) wants N and K multiples of 16: its ops round the same draw up.
 ZOO_BF16_ALIGN, ZOO_FP8_ALIGN = 8, 16
+# torch's blockwise _scaled_mm takes scale_a (M, K/128) outer-dim-major only (stride (1, M)), and cuBLASLt refuses it
+# unless those columns are 16-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED at every M % 4 != 0 of the zoo's shard 0 on
+# the H200): the blockwise op rounds M up to a multiple of 4, as a caller of torch's must (warploom takes any M).
+ZOO_BLOCKWISE_M_ALIGN = 4
 # A draw above 2 * 8192^3 FLOP (at its fp8 rounding) is redrawn: ~1.5 ms a bf16 call on an H100, so a case's
 # timing stays near do_bench's fixed 0.6 s. Memory needs no rule of its own: every dim <= 16384 keeps each
 # tensor <= 16384^2 elements (the largest, the float64 copy of the output in the error check, 2 GiB).
@@ -253,11 +265,13 @@ ZOO: tuple[Shape, ...] = zoo_shapes()
 
 
 def for_op(shape: Shape, op: Op) -> Shape:
-    """The shape `op` runs: fp8 ops round N and K up to multiples of 16 (same name, so rows pair up by it)."""
+    """The shape `op` runs: fp8 ops round N and K up to multiples of 16, and blockwise M up to one of
+    ZOO_BLOCKWISE_M_ALIGN (same name, so rows pair up by it)."""
     if not op.fp8:
         return shape
     n, k = _round_up(shape.n, ZOO_FP8_ALIGN), _round_up(shape.k, ZOO_FP8_ALIGN)
-    return shape if (n, k) == (shape.n, shape.k) else Shape(shape.m, n, k, shape.group, shape.name)
+    m = _round_up(shape.m, ZOO_BLOCKWISE_M_ALIGN) if op is Op.SCALED_MM_FP8_BLOCKWISE else shape.m
+    return shape if (m, n, k) == (shape.m, shape.n, shape.k) else Shape(m, n, k, shape.group, shape.name)
 
 
 class Suite(enum.Enum):

@@ -82,6 +82,23 @@ def cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")[:200]
 
 
+# A contender whose scale-free error against the fp32 reference exceeds this computed another product (rounding and
+# fp8 fast accumulation stay below 1e-5): torch's blockwise _scaled_mm under torch 2.11 where ceil(K/128) is not a
+# multiple of 4 (cuBLASLt reads scale_b's rows that far apart, torch passes them unpadded), 16-24 of 28 zoo shapes.
+WRONG_ERROR = 1e-3
+
+
+def torch_wrong(rows: Sequence[Row]) -> list[str]:
+    """The lines naming the rows where torch's output was off the fp32 reference (`WRONG_ERROR`): its kernel was
+    timed all the same, so the ratio compares the two kernels' times, but torch's result was not the product."""
+    wrong = [r for r in rows if r.torch is not None and r.torch.err > WRONG_ERROR]
+    if not wrong:
+        return []
+    return ["", f"torch's output was off the fp32 reference at {len(wrong)} of {len(rows)} rows (its kernel timed all "
+            f"the same; warploom's matched it): " + ", ".join(f"{shape_text(r.case)} {r.torch.err:.2g}"
+                                                              for r in wrong if r.torch is not None)]
+
+
 def torch_notes(rows: Sequence[Row]) -> list[str]:
     """The lines saying where torch's contender differed from its usual call (`Row.torch_note`); none if nowhere."""
     noted = [r for r in rows if r.torch_note]

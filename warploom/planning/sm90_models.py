@@ -275,6 +275,24 @@ def latency_kind(spec: GemmSpec, device: DeviceInfo) -> bool:
     return spec.m > 64 and _latency_kind_beyond_rows(spec, device)
 
 
+# Rule 13's bound: blockwise fp8 with at most this many rows scores 64-row tiles in the search, and rule 14 splits K.
+SMALL_M_BLOCKWISE_ROWS = 128
+
+
+def promoted_latency_kind(spec: GemmSpec, device: DeviceInfo) -> bool:
+    """Whether `spec` is `latency_kind`'s but for its promoted accumulation: fp8 rowwise with use_fast_accum=False
+    above 64 rows, or blockwise 1x128 x 128x128 scales (always promoted) above rule 13's SMALL_M_BLOCKWISE_ROWS.
+    Rule 23 takes it (one warpgroup promotes its 64x64 partial each k-block), as measured on the H200 at 58 rowwise
+    and 38 blockwise zoo shapes; rules 25 and 33 (split K, narrower tiles) do not: unmeasured, and promoted split-K
+    needs equal ranges. Tensorwise and the other blockwise recipes: unmeasured."""
+    # (blockwise at M <= SMALL_M_BLOCKWISE_ROWS stays with rules 13 and 14, measured there: 64-row tiles, K split)
+    return (spec.m > 64 and spec.accumulation is Accumulation.PROMOTED
+            and (spec.scale is ScaleRecipe.ROWWISE
+                 or (spec.scale is ScaleRecipe.BLOCKWISE_1X128_128X128 and spec.m > SMALL_M_BLOCKWISE_ROWS))
+            and _latency_kind_beyond_rows(replace(spec, accumulation=Accumulation.NATIVE,
+                                                  scale=ScaleRecipe.ROWWISE), device))
+
+
 def latency_stages(spec: GemmSpec) -> int:
     """Rule 23's ring depth for 64x64 tiles (LATENCY_STAGES by K)."""
     k_tiles = k_blocks(spec)
@@ -289,12 +307,15 @@ def shared_row_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
 
 def latency_tiles(spec: GemmSpec, device: DeviceInfo) -> bool:
     """Rule 23: whether `spec` runs on 64x64 tiles (`latency_stages` deep): a GEMM of more than 64 rows (decode has
-    rules 16 and 18) with native accumulation (bf16, fp16, fp8 fast) and no bias or fused epilogue, whose 64x64
-    tiles fit in one wave, where the latency model prices them below 128x128's best or M <= LATENCY_SHARED_ROWS
-    (two 64-row blocks: measured ahead whatever the model said). (More 64x64 tiles than SMs
-    turned L2-bound: 100x5264x3464 bf16, 166 tiles, ran at 0.36x torch against 0.58x for 42 of 128x128.
-    Promoted fp8, a bias, fused epilogues and operands that are not K-major: not measured at these sizes.)"""
-    if not latency_kind(spec, device):
+    rules 16 and 18) with native accumulation (bf16, fp16, fp8 fast), or promoted fp8 rowwise or blockwise 1x128 x
+    128x128 (`promoted_latency_kind`), and no bias or fused epilogue, whose 64x64 tiles fit in one wave, where the
+    latency model prices them below 128x128's best or M <= LATENCY_SHARED_ROWS (two 64-row blocks: measured ahead
+    whatever the model said). (More 64x64 tiles than SMs turned L2-bound: 100x5264x3464 bf16, 166 tiles, ran at
+    0.36x torch against 0.58x for 42 of 128x128. A bias, fused epilogues and operands that are not K-major: not
+    measured at these sizes.) The model's constants were fitted on native accumulation; promoted fp8 took them as
+    they are, and every zoo shape where they chose 64x64 over 128x128 ran faster
+    (docs/decisions/rule-23-latency-tiles.md)."""
+    if not (latency_kind(spec, device) or promoted_latency_kind(spec, device)):
         return False
     tiles64 = square_tiles(spec, 64)
     if tiles64 > device.sm_count:

@@ -20,6 +20,7 @@ from warploom.planning.sm90_models import (
     CLUSTER_MARGIN,
     CLUSTER_PARTIAL_MAX_PAD,
     SK_PIECES,
+    SMALL_M_BLOCKWISE_ROWS,
     cluster_measured,
     cluster_min_kblocks,
     cluster_plan,
@@ -99,7 +100,7 @@ class Search:
         return Search(
             spec, device, o, CLUSTER_KNOBS[o.cluster], o.cluster == "1x2", bk, scale_partition,
             # Rule 13, as measured: the plain cooperative kernel with its scales in the A/B stages.
-            small_blockwise=(spec.scale in _SMALL_M_RECIPES and spec.m <= 128 and not o.pingpong
+            small_blockwise=(spec.scale in _SMALL_M_RECIPES and spec.m <= SMALL_M_BLOCKWISE_ROWS and not o.pingpong
                              and not scale_partition),
             decode=is_decode(spec, o.pingpong), aligned=rows_aligned(spec),
             cap=FORCED_MAX_STAGES if o.stages is not None else None)  # (None: max_stages's own, rule 16's for decode)
@@ -400,8 +401,8 @@ def _rule14_split(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, pingpong
     """Rule 14: blockwise fp8 with M <= 128 on 128-wide tiles, when the tiles fill at most a third of the SMs and
     K has at least 32 k-blocks, splits K into the most ranges (a divisor of the k-blocks, at most 8) that keep the
     work units within one wave; otherwise 1."""
-    if (spec.scale not in _SMALL_M_RECIPES or spec.m > 128 or bn != 128 or spec.bias_dtype is not None
-            or spec.epilogue is not None or pingpong or scale_partition):
+    if (spec.scale not in _SMALL_M_RECIPES or spec.m > SMALL_M_BLOCKWISE_ROWS or bn != 128
+            or spec.bias_dtype is not None or spec.epilogue is not None or pingpong or scale_partition):
         return 1
     k_tiles = math.ceil(spec.k / 128)
     tiles = math.ceil(spec.m / bm) * math.ceil(spec.n / bn)
