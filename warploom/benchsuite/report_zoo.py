@@ -76,7 +76,8 @@ def markdown(results: Results, peaks: Peaks, plot: str | None = None) -> str:
     lines += [
         f"- The zoo: {shapes.ZOO_COUNT} shapes with M, N, K each log-uniform in {lo}..{hi} and "
         f"{shapes.ZOO_SMALL_M} with M in 1..{lo} (`random.Random({shapes.ZOO_SEED})`); N and K multiples of "
-        f"{shapes.ZOO_BF16_ALIGN} for bf16 and {shapes.ZOO_FP8_ALIGN} for fp8 (TMA's 16-byte rows), any M; "
+        f"{shapes.ZOO_BF16_ALIGN} for bf16 and {shapes.ZOO_FP8_ALIGN} for fp8 (TMA's 16-byte rows), any M (blockwise: "
+        f"rounded up to a multiple of {shapes.ZOO_BLOCKWISE_M_ALIGN}, as torch's blockwise kernel needs); "
         f"redrawn above 2·8192³ FLOP ({shapes.ZOO_MAX_FLOPS / 1e12:.2f} TFLOP). Every row is in the JSON; "
         "geomeans are over every shape that ran and matched, small ones too.",
         "",
