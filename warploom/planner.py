@@ -25,7 +25,8 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 21. stream-K: the last wave's tiles shared as 2-4 k-block pieces, a fixup: docs/decisions/rule-21-stream-k.md
 22. grouped GEMMs: 128x256 from 256 rows a group, 64x128 to 64, else 128x128 (sm_100a: 128 rows always):
     docs/decisions/rule-22-grouped.md
-23. a few tiles: 64x64 where a latency model beats 128x128's best: docs/decisions/rule-23-latency-tiles.md
+23. a few tiles: 64x64 where a latency model beats 128x128's best (native accumulation, and promoted fp8 rowwise or
+    blockwise 1x128 x 128x128): docs/decisions/rule-23-latency-tiles.md
 24. 2-CTA clusters multicast B where rows are not 128-byte lines (Triton >= 3.7; 1x2 sharing A, promoted, blockwise
     and fused clusters when forced): docs/decisions/rule-24-clusters.md
 25. a few tiles over a long K: split-K in up to 8 ranges (also decode): docs/decisions/rule-25-latency-split-k.md
@@ -56,7 +57,8 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and 20:
 `planning/sm90.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90_search.py`, its tile menu in
-`planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py`, rule 31's narrow tile in
+`planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py` (rules 15 and 21), `planning/sm90_latency.py`
+(rules 23, 25 and 33) and `planning/sm90_clusters.py` (rule 24), rule 31's narrow tile in
 `planning/sm90_narrow.py`, rule 32's fitted tile in `planning/sm90_fitted.py`, rule 34's ring depth in
 `planning/sm90_ring.py`, rule 35's 64x128 tiles in `planning/sm90_rows64.py`, rule 36's column in
 `planning/sm90_column.py`, rule 37's fitted clusters in `planning/sm90_fitted_cluster.py`, its fused epilogues' limits
@@ -93,6 +95,15 @@ from warploom.planning.gfx1250 import plan_gfx1250, tdm_warps_reason
 from warploom.planning.options import PlanOptions, TdmWarps, check_arguments
 from warploom.planning.plan import Plan, WaveFill, wave_fill
 from warploom.planning.sm90 import PINGPONG_MAX_KBLOCKS, PINGPONG_MIN_TRITON, short_k_pingpong
+from warploom.planning.sm90_clusters import (
+    CLUSTER_MARGIN,
+    CLUSTER_MIN_KBLOCKS,
+    CLUSTER_UNALIGNED_GAIN,
+    cluster_min_kblocks,
+    cluster_plan,
+    cluster_problems,
+    cta_kblocks,
+)
 from warploom.planning.sm90_fused import (
     QUANT_BN,
     ROWWISE_MAX_N,
@@ -103,10 +114,7 @@ from warploom.planning.sm90_fused import (
     wide_row_problem,
 )
 from warploom.planning.sm90_grouped import grouped_tile, last_round, plan_grouped
-from warploom.planning.sm90_models import (
-    CLUSTER_MARGIN,
-    CLUSTER_MIN_KBLOCKS,
-    CLUSTER_UNALIGNED_GAIN,
+from warploom.planning.sm90_latency import (
     DECODE_KBLOCK_US,
     DECODE_SM_BYTES_PER_US,
     DECODE_SPLIT_FIXED_US,
@@ -121,9 +129,6 @@ from warploom.planning.sm90_models import (
     LATENCY_SHARED_ROWS,
     LATENCY_STAGES,
     LATENCY_START_US,
-    SK_FIXUP_KBLOCKS,
-    SK_PIECES,
-    SK_SLOWDOWN,
     SPLIT_FIXED_US,
     SPLIT_MARGIN_64,
     SPLIT_MARGIN_64_UNALIGNED,
@@ -132,11 +137,6 @@ from warploom.planning.sm90_models import (
     SPLIT_MAX_TILES_OF_SMS,
     SPLIT_MIN_KBLOCKS,
     SPLIT_RANGE_US,
-    TAIL_COST_US,
-    cluster_min_kblocks,
-    cluster_plan,
-    cluster_problems,
-    cta_kblocks,
     decode_split,
     decode_time,
     latency_kind,
@@ -147,6 +147,12 @@ from warploom.planning.sm90_models import (
     latency_us,
     split_time,
     square_tiles,
+)
+from warploom.planning.sm90_models import (
+    SK_FIXUP_KBLOCKS,
+    SK_PIECES,
+    SK_SLOWDOWN,
+    TAIL_COST_US,
     stream_k_grid,
     stream_k_score,
     tail_score,

@@ -151,7 +151,7 @@ def test_rule24_partial_wave_at_long_k(shape: tuple[int, int, int], monkeypatch:
 
 
 def test_cluster_row_pad_and_an_empty_m() -> None:
-    from warploom.planning.sm90_models import cluster_row_pad
+    from warploom.planning.sm90_clusters import cluster_row_pad
 
     assert cluster_row_pad(GemmSpec(256, 64, 64)) == 0.0
     assert cluster_row_pad(GemmSpec(168, 64, 64)) == pytest.approx(256 / 168 - 1)

@@ -17,7 +17,7 @@ import pytest
 
 from warploom import H100_SXM, H200, DType, GemmSpec, ScaleRecipe
 from warploom.planner import explain, plan_schedule
-from warploom.planning.sm90_models import WIDTH_MAX_TILES_OF_SMS, latency_width, width_us
+from warploom.planning.sm90_latency import WIDTH_MAX_TILES_OF_SMS, latency_width, width_us
 from warploom.planning.sm90_ring import ring_to_k
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from warploom.device import DeviceInfo
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_models import SPLIT_MAX, latency_kind
+from warploom.planning.sm90_latency import SPLIT_MAX, latency_kind
 from warploom.planning.sm90_narrow import blocks_of, narrow_blocks
 from warploom.spec import GemmSpec
 

@@ -3,7 +3,7 @@ tile: the tile filter (rules 9, 12, 13 and 16-18's tiles), its depth and split (
 tail or rule 21's stream-K where they score better, its one-CTA plan (rules 9, 10, 12 and 17) and rule 24's 2-CTA
 cluster of it, each noted for `explain`. `sm90.plan` resolves the options before it (`Search.of`) and chooses from
 its best (`sm90._choose`, then rule 30); the tiles' resources are `sm90_tiles.py`'s, the cost models
-`sm90_models.py`'s."""
+`sm90_models.py`'s (rules 15 and 21) and `sm90_clusters.py`'s (rule 24)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,9 @@ from warploom.planning.common import SWAP_TOKENS, dense_operands, is_decode
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
 from warploom.planning.plan_check import I32_MAX, stream_k_iterations
-from warploom.planning.sm90_models import (
+from warploom.planning.sm90_clusters import (
     CLUSTER_MARGIN,
     CLUSTER_PARTIAL_MAX_PAD,
-    SK_PIECES,
-    SMALL_M_BLOCKWISE_ROWS,
     cluster_measured,
     cluster_min_kblocks,
     cluster_plan,
@@ -28,6 +26,10 @@ from warploom.planning.sm90_models import (
     cluster_row_pad,
     cluster_tiles,
     cta_kblocks,
+)
+from warploom.planning.sm90_latency import SMALL_M_BLOCKWISE_ROWS
+from warploom.planning.sm90_models import (
+    SK_PIECES,
     rule15_tail,
     stream_k_grid,
     stream_k_problems,
