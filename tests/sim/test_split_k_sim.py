@@ -55,6 +55,12 @@ CASES = {
                                                            group_m=8, grid=4, split_k=5)),
     "blockwise_uneven_8_in_3": (BW, Plan(bm=128, bn=128, bk=128, stages=3, consumer_warps=8, group_m=2, grid=7,
                                          consumer_partitions=2, split_k=3)),
+    # ... and promoted on one warpgroup's 64x64 tile, the form the planner takes unequal promoted ranges in.
+    "rowwise_promoted_uneven_7_in_3": (replace(ROWWISE, k=896, accumulation=Accumulation.PROMOTED),
+                                       Plan(bm=64, bn=64, bk=128, stages=3, consumer_warps=4, group_m=2, grid=5,
+                                            split_k=3)),
+    "blockwise_uneven_64x64_7_in_3": (replace(BW, k=896), Plan(bm=64, bn=64, bk=128, stages=3, consumer_warps=4,
+                                                              group_m=2, grid=6, split_k=3)),
     # Rule 25 at decode sizes (`decode_split`), the planner's own plans: 64x64 units of a few rows in a few ranges.
     "decode_planned_k8": (GemmSpec(8, 104, 5120), None),
     "decode_planned_uneven_82_in_7": (GemmSpec(8, 104, 5240), None),
