@@ -1,4 +1,4 @@
-"""How well rules 23 and 25's latency models (`planning/sm90_latency.py`: `latency_us`, `split_time`, `decode_time`)
+"""How well rules 23 and 25's latency models (`planning/sm90/latency.py`: `latency_us`, `split_time`, `decode_time`)
 price the few-tile plans measured on the H100, and whether they pick the plan that ran fastest.
 
     python3 scripts/fit_latency.py [docs/data/JSON ...]
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from warploom.dtypes import DType
 from warploom.planning.common import k_blocks
-from warploom.planning.sm90_latency import decode_time, latency_us, piece_kblocks, split_time
+from warploom.planning.sm90.latency import decode_time, latency_us, piece_kblocks, split_time
 from warploom.spec import GemmSpec, ScaleRecipe
 
 DEFAULT = ["docs/data/latency-tiles-*.json", "docs/data/splitk-*.json", "docs/data/smallsplit-*.json",

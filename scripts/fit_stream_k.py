@@ -1,4 +1,4 @@
-"""Fit planner rule 21's cost model (`SK_SLOWDOWN`, `SK_FIXUP_KBLOCKS` in warploom/planning/sm90_models.py) to
+"""Fit planner rule 21's cost model (`SK_SLOWDOWN`, `SK_FIXUP_KBLOCKS` in warploom/planning/sm90/models.py) to
 measured sweeps.
 
     python3 scripts/fit_stream_k.py docs/data/stream-k-variants-bf16-2026-11-26-session22.json \

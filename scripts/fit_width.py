@@ -1,4 +1,4 @@
-"""How well rule 33's width model (`planning/sm90_latency.py`: `width_us`) prices the 64-row latency tiles measured 16,
+"""How well rule 33's width model (`planning/sm90/latency.py`: `width_us`) prices the 64-row latency tiles measured 16,
 32 and 64 wide, and whether it picks the width that ran fastest; `--refit` searches its constants again.
 
     python3 scripts/fit_width.py [--refit] [docs/data/JSON ...]
@@ -21,8 +21,8 @@ import statistics
 from dataclasses import dataclass
 
 from warploom.device import H200
-from warploom.planning import sm90_latency as models
 from warploom.planning.common import k_blocks
+from warploom.planning.sm90 import latency as models
 from warploom.spec import GemmSpec
 
 DEFAULT = ["docs/data/latency-width-*.json"]

@@ -15,7 +15,7 @@ run or match torch, is a row with its "error", and the sweep goes on.
 they cannot run); the default bf16 variants include forced stream-K's Plan fields, {"stream_k": 2} and
 {"stream_k": 4} (the last round's tiles shared as k-block pieces; the same plan plan_schedule(stream_k=...) gives,
 tests/sim/test_grouped_stream_k_sim.py). fp8's do not: the planner keeps fp8 stream-K tiles 128 wide (its 128x256
-one spilled: plan_grouped in warploom/planning/sm90_grouped.py), which a Plan field replaced on the 128x256 plan
+one spilled: plan_grouped in warploom/planning/sm90/grouped.py), which a Plan field replaced on the 128x256 plan
 would not, so fp8 stream-K goes as `--forced '{"stream_k": 2}'` (with `--variants '[{}, {"stream_k": 4}]'` for 4
 pieces on the same tile). A forced option or variant the planner refuses is such an error row.
 `--masked`: the masked decode layout instead (any case; its variants are plan_schedule options), each variant's

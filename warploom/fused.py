@@ -26,7 +26,7 @@ from warploom.epilogue.compose import with_prologue
 from warploom.epilogue.graph import OutputLayout
 from warploom.epilogue.operands import OperandKind
 from warploom.errors import AlignmentError, DeviceError, InputError, ShapeError
-from warploom.planning.sm90_fused import two_passes
+from warploom.planning.sm90.fused import two_passes
 from warploom.spec import GemmSpec, Grouping
 
 # scaled_mm's own operands, in front of the user's (epilogue/compose.py).

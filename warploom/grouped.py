@@ -39,7 +39,7 @@ from warploom.fused import fused_spec
 from warploom.kernel import Kernel, build
 from warploom.placement import check_sim_size, device_for, require_cuda, sim_device, skip_dispatcher
 from warploom.planning.amax_pass import amax_pass_problem
-from warploom.planning.sm90_fused import grouped_quantize_problems, two_passes
+from warploom.planning.sm90.fused import grouped_quantize_problems, two_passes
 from warploom.spec import GemmSpec, Grouping
 
 

@@ -56,13 +56,13 @@ The heuristic, in order, one line per rule; why each rule holds, with its measur
     fp8 80%): docs/decisions/rule-37-fitted-clusters.md
 
 Where the rules live: each target's rule in its own module of `warploom.planning` (sm_90a's, every rule but 19 and 20:
-`planning/sm90.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90_search.py`, its tile menu in
-`planning/sm90_tiles.py`, its cost models in `planning/sm90_models.py` (rules 15 and 21), `planning/sm90_latency.py`
-(rules 23, 25 and 33) and `planning/sm90_clusters.py` (rule 24), rule 31's narrow tile in
-`planning/sm90_narrow.py`, rule 32's fitted tile in `planning/sm90_fitted.py`, rule 34's ring depth in
-`planning/sm90_ring.py`, rule 35's 64x128 tiles in `planning/sm90_rows64.py`, rule 36's column in
-`planning/sm90_column.py`, rule 37's fitted clusters in `planning/sm90_fitted_cluster.py`, its fused epilogues' limits
-(rules 26-29) in `planning/sm90_fused.py`, rule 22's grouped GEMMs in `planning/sm90_grouped.py`; rule 19:
+`planning/sm90/rule.py`, its candidate search (rules 9-17, 21 and 24) in `planning/sm90/search.py`, its tile menu in
+`planning/sm90/tiles.py`, its cost models in `planning/sm90/models.py` (rules 15 and 21), `planning/sm90/latency.py`
+(rules 23, 25 and 33) and `planning/sm90/clusters.py` (rule 24), rule 31's narrow tile in
+`planning/sm90/narrow.py`, rule 32's fitted tile in `planning/sm90/fitted.py`, rule 34's ring depth in
+`planning/sm90/ring.py`, rule 35's 64x128 tiles in `planning/sm90/rows64.py`, rule 36's column in
+`planning/sm90/column.py`, rule 37's fitted clusters in `planning/sm90/fitted_cluster.py`, its fused epilogues' limits
+(rules 26-29) in `planning/sm90/fused.py`, rule 22's grouped GEMMs in `planning/sm90/grouped.py`; rule 19:
 `planning/sm100.py`; rule 20: `planning/gfx1250.py`), which the target's declaration (`warploom.targets`) names as its
 `plan`. `plan_schedule` stands above the registry: it runs what comes before any target's rule (rule 26's fused
 quantization, rule 28's gate/up pairs, rule 22's grouped GEMMs, the options' own checks) and calls the device's
@@ -94,8 +94,7 @@ from warploom.planning.common import (
 from warploom.planning.gfx1250 import plan_gfx1250, tdm_warps_reason
 from warploom.planning.options import PlanOptions, TdmWarps, check_arguments
 from warploom.planning.plan import Plan, WaveFill, wave_fill
-from warploom.planning.sm90 import PINGPONG_MAX_KBLOCKS, PINGPONG_MIN_TRITON, short_k_pingpong
-from warploom.planning.sm90_clusters import (
+from warploom.planning.sm90.clusters import (
     CLUSTER_MARGIN,
     CLUSTER_MIN_KBLOCKS,
     CLUSTER_UNALIGNED_GAIN,
@@ -104,7 +103,7 @@ from warploom.planning.sm90_clusters import (
     cluster_problems,
     cta_kblocks,
 )
-from warploom.planning.sm90_fused import (
+from warploom.planning.sm90.fused import (
     QUANT_BN,
     ROWWISE_MAX_N,
     gate_up_problems,
@@ -113,8 +112,8 @@ from warploom.planning.sm90_fused import (
     two_passes,
     wide_row_problem,
 )
-from warploom.planning.sm90_grouped import grouped_tile, last_round, plan_grouped
-from warploom.planning.sm90_latency import (
+from warploom.planning.sm90.grouped import grouped_tile, last_round, plan_grouped
+from warploom.planning.sm90.latency import (
     DECODE_KBLOCK_US,
     DECODE_SM_BYTES_PER_US,
     DECODE_SPLIT_FIXED_US,
@@ -148,7 +147,7 @@ from warploom.planning.sm90_latency import (
     split_time,
     square_tiles,
 )
-from warploom.planning.sm90_models import (
+from warploom.planning.sm90.models import (
     SK_FIXUP_KBLOCKS,
     SK_PIECES,
     SK_SLOWDOWN,
@@ -157,7 +156,8 @@ from warploom.planning.sm90_models import (
     stream_k_score,
     tail_score,
 )
-from warploom.planning.sm90_tiles import (
+from warploom.planning.sm90.rule import PINGPONG_MAX_KBLOCKS, PINGPONG_MIN_TRITON, short_k_pingpong
+from warploom.planning.sm90.tiles import (
     FUSED_WIDE_BLOCKS,
     FUSED_WIDE_SLOTS,
     TILES,

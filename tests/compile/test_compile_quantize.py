@@ -166,7 +166,7 @@ def test_rowwise_epilogue_cross_compiles_for_sm90a(make: Callable[[], Kernel], s
 # Rule 29: rowwise across the tiles along N (N > 256), two kernels: the GEMM on its 256-wide tiles (128 for promoted
 # fp8), each block folded and stored as fp32 y, the tile's row amax added by an atomic max; then the cast kernel.
 # Row and dense operands run here (rule 27 refuses them at 256 wide: the division is another kernel's), and so do
-# rows of 128 < N <= 256 that rule 27's tile cannot hold (`sm90_fused.two_passes`).
+# rows of 128 < N <= 256 that rule 27's tile cannot hold (`sm90.fused.two_passes`).
 AMAX_PASS: dict[str, Callable[[], Kernel]] = {
     "amax_pass_bf16_n7168": lambda: bf16(2048, 7168, 2048, lambda acc: warploom.quantize(acc, **R)),
     "amax_pass_bf16_silu_128x256": lambda: bf16(8192, 7168, 7168, lambda acc: warploom.quantize(

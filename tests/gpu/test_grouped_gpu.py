@@ -758,7 +758,7 @@ def test_planned_last_round_fp8_rowwise(fast: bool) -> None:
     from warploom.backends import gluon_api
     from warploom.kernel import build
     from warploom.planner import plan_schedule
-    from warploom.planning.sm90_grouped import GROUPED_SK_FP8_MAX_TRITON
+    from warploom.planning.sm90.grouped import GROUPED_SK_FP8_MAX_TRITON
     from warploom.runtime.launch_grouped import GroupedLauncher
 
     def planned(spec: object) -> GroupedLauncher:

@@ -11,7 +11,7 @@ import torch
 from warploom import H100_SXM, ALayout, BLayout, DeviceInfo, DType, GemmSpec
 from warploom.kernel import build
 from warploom.planner import plan_schedule
-from warploom.planning.sm90_tiles import LONG_K_BLOCKS
+from warploom.planning.sm90.tiles import LONG_K_BLOCKS
 
 TORCH = {DType.BF16: torch.bfloat16, DType.FP16: torch.float16, DType.FP32: torch.float32}
 

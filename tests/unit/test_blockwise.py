@@ -356,7 +356,7 @@ def test_rule23_takes_promoted_rowwise_and_blockwise_as_measured() -> None:
     64 rows and blockwise 1x128 x 128x128 above rule 13's 128, where its model picks them (both measured faster at
     every zoo shape it changed); not with a bias, not for the unmeasured recipes, and not where rules 13 and 14 plan
     small-M blockwise."""
-    from warploom.planning.sm90_latency import promoted_latency_kind
+    from warploom.planning.sm90.latency import promoted_latency_kind
 
     e4 = warploom.DType.E4M3
 

@@ -136,7 +136,7 @@ PARTIAL_WAVE_CHOICES = {
 @pytest.mark.parametrize("shape", list(PARTIAL_WAVE_CHOICES), ids=lambda s: "x".join(map(str, s)))
 def test_rule24_partial_wave_at_long_k(shape: tuple[int, int, int], monkeypatch: pytest.MonkeyPatch) -> None:
     from warploom.planner import explain
-    from warploom.planning import sm90
+    from warploom.planning.sm90 import rule as sm90
 
     # (rule 24 alone: rule 37 puts fitted tiles in clusters at three of these shapes, tests/unit/test_fitted_cluster.py)
     monkeypatch.setattr(sm90, "fitted_cluster", lambda spec, device, plan: None)
@@ -151,7 +151,7 @@ def test_rule24_partial_wave_at_long_k(shape: tuple[int, int, int], monkeypatch:
 
 
 def test_cluster_row_pad_and_an_empty_m() -> None:
-    from warploom.planning.sm90_clusters import cluster_row_pad
+    from warploom.planning.sm90.clusters import cluster_row_pad
 
     assert cluster_row_pad(GemmSpec(256, 64, 64)) == 0.0
     assert cluster_row_pad(GemmSpec(168, 64, 64)) == pytest.approx(256 / 168 - 1)

@@ -1,5 +1,5 @@
 """Planner rule 36 (one column of 64-row tiles across N <= 128 at long K, its K split to fill the SMs,
-`planning/sm90_column.py`): the choices the H200 sweeps set (docs/decisions/rule-36-one-column-split.md,
+`planning/sm90/column.py`): the choices the H200 sweeps set (docs/decisions/rule-36-one-column-split.md,
 docs/data/router-h200-2026-11-28-session38.json, router96-..., narrowk-...) and what the rule leaves alone.
 tests/unit/test_measured_choices.py holds the planner against those sweeps' times. CPU only."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from warploom import H100_SXM, H200, DType, GemmSpec, ScaleRecipe
 from warploom.planner import explain, plan_schedule
-from warploom.planning.sm90_column import (
+from warploom.planning.sm90.column import (
     COLUMN_MAX_SPLIT,
     COLUMN_MIN_KBLOCKS,
     COLUMN_MIN_ROW_BLOCKS,

@@ -1,5 +1,5 @@
 """`DeviceInfo.current()` reads the GPU in use from torch's device properties: its L2 size tells the H100 SXM from
-the H200 for rule 32's L2 floor (`planning.sm90_fitted.l2_rates`). No GPU needed: torch's calls are replaced."""
+the H200 for rule 32's L2 floor (`planning.sm90.fitted.l2_rates`). No GPU needed: torch's calls are replaced."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from warploom import H100_SXM, H200, DeviceInfo
-from warploom.planning.sm90_fitted import H100_L2, H200_L2, l2_rates
+from warploom.planning.sm90.fitted import H100_L2, H200_L2, l2_rates
 
 
 @pytest.mark.parametrize("name,l2,rates", [("NVIDIA H100 80GB HBM3", 50 * 2**20, H100_L2),

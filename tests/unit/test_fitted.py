@@ -16,7 +16,7 @@ from warploom.ir import nodes as ir
 from warploom.ir import verify
 from warploom.kernel import build
 from warploom.planner import explain, plan_schedule
-from warploom.planning.sm90_fitted import (
+from warploom.planning.sm90.fitted import (
     H100_L2,
     H200_L2,
     blocks_of,
@@ -26,7 +26,7 @@ from warploom.planning.sm90_fitted import (
     l2_rates,
     sector_aligned,
 )
-from warploom.planning.sm90_models import stream_k_score
+from warploom.planning.sm90.models import stream_k_score
 from warploom.spec import ALayout
 from warploom.tune.cost import estimate
 

@@ -17,8 +17,8 @@ import pytest
 
 from warploom import H100_SXM, H200, DType, GemmSpec, ScaleRecipe
 from warploom.planner import explain, plan_schedule
-from warploom.planning.sm90_latency import WIDTH_MAX_TILES_OF_SMS, latency_width, width_us
-from warploom.planning.sm90_ring import ring_to_k
+from warploom.planning.sm90.latency import WIDTH_MAX_TILES_OF_SMS, latency_width, width_us
+from warploom.planning.sm90.ring import ring_to_k
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))

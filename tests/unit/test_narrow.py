@@ -18,7 +18,7 @@ from warploom.ir import verify
 from warploom.kernel import build
 from warploom.passes.util import rewrite
 from warploom.planner import explain, plan_schedule
-from warploom.planning.sm90_narrow import narrow_blocks
+from warploom.planning.sm90.narrow import narrow_blocks
 from warploom.tune.candidates import replan
 
 E4 = DType.E4M3

@@ -1,4 +1,4 @@
-"""Planner rule 39 (columns of 64-row tiles fitted to 64 < N <= 256, K split where long, `planning/sm90_column.py`):
+"""Planner rule 39 (columns of 64-row tiles fitted to 64 < N <= 256, K split where long, `planning/sm90/column.py`):
 the choices the H200 sweeps set (docs/decisions/rule-39-narrow-rows64.md, docs/data/narrow-rows64-*-session43*.json)
 and what the rule leaves alone. tests/unit/test_measured_choices.py holds the planner against those sweeps' times.
 CPU only."""
@@ -11,7 +11,7 @@ import pytest
 
 from warploom import H100_SXM, H200, DType, GemmSpec, ScaleRecipe
 from warploom.planner import explain, plan_schedule
-from warploom.planning.sm90_column import Column, narrow_rows64, read_rows
+from warploom.planning.sm90.column import Column, narrow_rows64, read_rows
 from warploom.spec import Accumulation
 
 # (shape, bn, ranges, blocks): measured faster than the plan before the rule (H200, Triton 3.6, graph ratio against

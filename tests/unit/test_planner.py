@@ -207,7 +207,7 @@ def test_native_fp8_still_takes_bn_256_when_it_wins() -> None:
 def test_wave_quantization_prefers_the_tile_that_fills_the_sms() -> None:
     # 1024x2048: 128x256 gives 64 tiles (one partial wave of 132 SMs); 128x128 gives 128 tiles, still one wave,
     # so the 10%-less-efficient tile costs 0.5/0.9 of the time and beats it; rule 32's 128x160 (104 tiles, fewer
-    # bytes from L2 a FLOP than 128x128's: `sm90_fitted.l2_floor`) beats both (not measured at this shape).
+    # bytes from L2 a FLOP than 128x128's: `sm90.fitted.l2_floor`) beats both (not measured at this shape).
     p = plan_schedule(GemmSpec(1024, 2048, 4096), H100_SXM)
     assert (p.bm, p.tile_n, p.units(1024, 2048)) == (128, 160, 104)
     assert plan_schedule(GemmSpec(1024, 2048, 4096), H100_SXM, n_blocks=()).bn == 128

@@ -1,4 +1,4 @@
-"""Planner rule 35 (64x128 tiles in one wave, `planning/sm90_rows64.py`): the choices the H200 sweeps set
+"""Planner rule 35 (64x128 tiles in one wave, `planning/sm90/rows64.py`): the choices the H200 sweeps set
 (docs/decisions/rule-35-short-k-rows64.md, docs/data/rows64-h200-2026-11-28-session37.json at short K,
 docs/data/rows64long-h200-2026-11-28-session38.json at long K) and what the rule leaves alone.
 tests/unit/test_measured_choices.py holds the planner against that sweep's times; 64x128 tiles' numerics are
@@ -12,7 +12,7 @@ import pytest
 
 from warploom import H100_SXM, H200, DType, GemmSpec, ScaleRecipe
 from warploom.planner import plan_schedule
-from warploom.planning.sm90_rows64 import (
+from warploom.planning.sm90.rows64 import (
     ROWS64_MAX_KBLOCKS,
     ROWS64_MAX_TILES_OF_SMS,
     ROWS64_SPLIT_MIN_M,

@@ -119,7 +119,7 @@ def test_a_stream_k_plan_past_32_bit_iterations_is_refused() -> None:
 
 def test_a_forced_stream_k_past_32_bits_is_refused_at_build() -> None:
     """Forced, the planner builds the stream-K plan it was asked for and the build refuses it by name, before any
-    pass (rule 21 passes stream-K over there on its own: `sm90_search._stream_k_step`)."""
+    pass (rule 21 passes stream-K over there on its own: `sm90.search._stream_k_step`)."""
     from warploom.errors import PlanError
     from warploom.planner import plan_schedule
 

@@ -158,7 +158,7 @@ def test_planning_dispatches_through_the_declared_rule(monkeypatch: pytest.Monke
     """Each declaration names its target's planner rule (warploom/planning/), and plan_schedule calls the device's
     target's, with the forced options as given."""
     assert {t: d.plan.__module__ for t, d in DECLARED.items()} == {
-        Target.SM90A: "warploom.planning.sm90", Target.SM100A: "warploom.planning.sm100",
+        Target.SM90A: "warploom.planning.sm90.rule", Target.SM100A: "warploom.planning.sm100",
         Target.GFX1250: "warploom.planning.gfx1250"}
     seen: list[tuple[GemmSpec, object, PlanOptions]] = []
     plan = plan_schedule(GemmSpec(256, 256, 256), GFX1250)

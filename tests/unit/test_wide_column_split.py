@@ -1,5 +1,5 @@
 """Planner rule 38 (one column of 128-row tiles fitted to 128 < N <= 256 in place of rule 25's 128x128 split,
-`planning/sm90_column.py`): the choices the H200 sweeps set (docs/decisions/rule-38-wide-column-split.md,
+`planning/sm90/column.py`): the choices the H200 sweeps set (docs/decisions/rule-38-wide-column-split.md,
 docs/data/narrow-split-128-*-h200-2026-11-29-session42.json) and what the rule leaves alone.
 tests/unit/test_measured_choices.py holds the planner against those sweeps' times. CPU only."""
 
@@ -9,7 +9,7 @@ import pytest
 
 from warploom import H100_SXM, H200, DType, GemmSpec, ScaleRecipe
 from warploom.planner import explain, plan_schedule
-from warploom.planning.sm90_column import WIDE_MIN_UNIT_KBLOCKS, Column, wide_column_blocks, wide_column_split
+from warploom.planning.sm90.column import WIDE_MIN_UNIT_KBLOCKS, Column, wide_column_blocks, wide_column_split
 
 
 def _spec(dtype: str, m: int, n: int, k: int) -> GemmSpec:

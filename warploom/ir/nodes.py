@@ -583,7 +583,7 @@ class AtomicAmax(Op):
 class AmaxPass:
     """Planner rule 29: the module is the first of two passes of a fused rowwise quantization whose rows span
     tiles along N (N > 256, or 128 < N <= 256 that rule 27's tile cannot hold, or a grouped GEMM's N > 128:
-    `planning.sm90_fused.two_passes`). Its spec's graph is `EpilogueGraph.amax_pass`: each tile stores y (fp32) to its
+    `planning.sm90.fused.two_passes`). Its spec's graph is `EpilogueGraph.amax_pass`: each tile stores y (fp32) to its
     one output, the (M, N) fp32 workspace, by TMA (a grouped module's clipped at each group's end), folds its
     columns' row amax (FoldAmax) and adds it to the (M,) amax workspace (AtomicAmax), which the launch zeroes before
     it. The second pass, the cast kernel (`backends.gluon_sm90`'s ``<name>_cast``, `gluon_cast.cast_params`), runs

@@ -1,7 +1,7 @@
 """Planner rule 29: a fused rowwise quantization whose rows span tiles along N runs in two passes.
 
 Rule 27 keeps a row in one tile (N <= 256). Wider rows, and rows of 128 < N <= 256 whose 256-wide tile rule 27
-cannot run (promoted fp8, per-column or dense operands: `sm90_fused.wide_row_problem`; they take 128-wide tiles here),
+cannot run (promoted fp8, per-column or dense operands: `sm90.fused.wide_row_problem`; they take 128-wide tiles here),
 need the amax of every tile along N before any value is divided, so the plan says where it is reduced
 (docs/decisions/rule-29-rowwise-amax-pass.md):
 
@@ -18,7 +18,7 @@ group only (docs/decisions/rule-29-rowwise-amax-pass.md, "Grouped GEMMs").
 
 Only graphs that store exactly the pair, ``return warploom.quantize(y, recipe="rowwise")``, take it
 (`EpilogueGraph.quantized_pair`): any other output would be a third thing for pass 1 to store. Whole tiles only, as
-rules 26 and 27 (`warploom.planning.sm90_fused.quantized_problems` refuses the rest by name).
+rules 26 and 27 (`warploom.planning.sm90.fused.quantized_problems` refuses the rest by name).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from warploom.backends.gluon_sm90 import GluonSource
 from warploom.device import H100_SXM
 from warploom.ir import nodes as ir
 from warploom.passes import pipeline_sm90
-from warploom.planning import sm90 as planning
+from warploom.planning.sm90 import rule as planning
 from warploom.runtime.cross import cross_compile_cuda
 from warploom.target import Target
 from warploom.targets.declaration import Declaration

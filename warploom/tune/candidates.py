@@ -71,7 +71,7 @@ class SearchSpace:
         clusters: the `cluster` knob's values: None (rule 24 decides) and 2, a 2x1 cluster multicasting B, which
             the planner accepts for 128x256, 128x128 and 64x128 tiles where Triton has Hopper multicast (>= 3.7; it
             refuses them elsewhere, so they are no candidates there). Rule 24 takes only 128x256 clusters by itself;
-            64x128 ones ran 5-19% faster at some mid-size shapes and slower at others (planning/sm90_clusters.py,
+            64x128 ones ran 5-19% faster at some mid-size shapes and slower at others (planning/sm90/clusters.py,
             CLUSTER_TILES), which only timing tells apart.
     """
 

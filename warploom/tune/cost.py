@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from warploom.device import DeviceInfo
 from warploom.planner import FUSED_WIDE_BLOCKS, Plan, plan_epilogue_bytes, stage_bytes, tail_score
 from warploom.planning.plan import expect_plan
-from warploom.planning.sm90_tiles import tile_efficiency
+from warploom.planning.sm90.tiles import tile_efficiency
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 # Addresses, loop counters, barrier phases and the row-scale fragment of a consumer thread (an estimate: the

@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 
 from warploom.device import DeviceInfo
 from warploom.planning.common import k_blocks
-from warploom.planning.sm90_models import SK_FIXUP_KBLOCKS, SK_PIECES, SK_SLOWDOWN
-from warploom.planning.sm90_tiles import rows_aligned
+from warploom.planning.sm90.models import SK_FIXUP_KBLOCKS, SK_PIECES, SK_SLOWDOWN
+from warploom.planning.sm90.tiles import rows_aligned
 from warploom.planning.trace import note
 from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
 

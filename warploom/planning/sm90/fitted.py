@@ -31,9 +31,9 @@ from warploom.device import H200, DeviceInfo
 from warploom.errors import NoTileFitsError
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_models import stream_k_score, tail_score
-from warploom.planning.sm90_narrow import blocks_of, narrow_problems, with_blocks
-from warploom.planning.sm90_tiles import rows_aligned, tall_problems, tile_efficiency
+from warploom.planning.sm90.models import stream_k_score, tail_score
+from warploom.planning.sm90.narrow import blocks_of, narrow_problems, with_blocks
+from warploom.planning.sm90.tiles import rows_aligned, tall_problems, tile_efficiency
 from warploom.planning.trace import collecting, note
 from warploom.spec import ALayout, BLayout, GemmSpec
 
@@ -41,7 +41,7 @@ from warploom.spec import ALayout, BLayout, GemmSpec
 BLOCK_COST = 0.1
 # Per-FLOP efficiency of a tile under 128 columns (a warpgroup's wgmma reads more shared memory per FLOP), as
 # step 3's menu prices 64- against 128-wide tiles; and where A's or B's rows are not whole 128-byte lines, a tile at
-# most 128 wide is priced as step 3 prices 128x128 there (`sm90_tiles._MISALIGNED_128` against its 0.90).
+# most 128 wide is priced as step 3 prices 128x128 there (`tiles._MISALIGNED_128` against its 0.90).
 NARROW_EFFICIENCY = 0.8
 MISALIGNED_FACTOR = 0.8
 

@@ -1,7 +1,7 @@
 """The cost models of sm_90a's rules that price whole schedules against each other, each fitted on the H100, and the
 limits of the schedules they choose: rule 15's split-K tail (`rule15_tail`, `tail_score`) and rule 21's stream-K
-(`stream_k_score`, `stream_k_problems`). Rules 23, 25 and 33's few-tile models are in `planning.sm90_latency`, rule
-24's clusters in `planning.sm90_clusters`. `planning.sm90` and its search ask them."""
+(`stream_k_score`, `stream_k_problems`). Rules 23, 25 and 33's few-tile models are in `planning.sm90.latency`, rule
+24's clusters in `planning.sm90.clusters`. `planning.sm90` and its search ask them."""
 
 from __future__ import annotations
 

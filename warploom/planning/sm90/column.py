@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from warploom.device import DeviceInfo
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_latency import SPLIT_MAX, latency_kind
-from warploom.planning.sm90_narrow import blocks_of, narrow_blocks
+from warploom.planning.sm90.latency import SPLIT_MAX, latency_kind
+from warploom.planning.sm90.narrow import blocks_of, narrow_blocks
 from warploom.spec import GemmSpec
 
 

@@ -1,7 +1,7 @@
 """Planner rule 31 (docs/decisions/rule-31-narrow-tiles.md): a narrow tile where N is one tile's columns but far
 fewer than the tile's BN. Its wgmma cover only round_up(N, 16) columns, in power-of-two column blocks (Triton's
 tensors and TMA boxes must be powers of two; a wgmma's N need only be a multiple of 8), each block with its own
-accumulator, B box and stores (`ir.Tiling.n_blocks`); `with_blocks` also fits rule 32's tiles (`sm90_fitted.py`).
+accumulator, B box and stores (`ir.Tiling.n_blocks`); `with_blocks` also fits rule 32's tiles (`fitted.py`).
 
 Why: cuBLAS fits its tile's width to N (its kernels on the H100 are named for widths like 80, 88, 104 and 144:
 docs/data/torch-kernels-2026-11-28-session32.json), so at N = 80 it spends 80 columns of tensor-core work where a
@@ -18,9 +18,9 @@ from warploom.device import DeviceInfo
 from warploom.errors import UnsupportedError
 from warploom.ir.nodes import narrow_widths
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_models import stream_k_grid
-from warploom.planning.sm90_search import FORCED_MAX_STAGES
-from warploom.planning.sm90_tiles import max_stages
+from warploom.planning.sm90.models import stream_k_grid
+from warploom.planning.sm90.search import FORCED_MAX_STAGES
+from warploom.planning.sm90.tiles import max_stages
 from warploom.spec import GemmSpec
 from warploom.target import Target
 

@@ -27,7 +27,7 @@ import math
 from warploom.device import DeviceInfo
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_latency import latency_kind
+from warploom.planning.sm90.latency import latency_kind
 from warploom.spec import GemmSpec
 
 ROWS64_BM, ROWS64_BN = 64, 128

@@ -1,11 +1,11 @@
 """sm_90a's planner rule: a TMA producer warp and wgmma consumer warpgroups, cooperative or ping-pong; `plan` and its
 phases, from the device's refusals and the forced options' checks through the shortcuts (rules 18, 23 and 25) and
-the candidate search over `sm90_tiles.TILES` (rules 9-17, 21 and 24: `sm90_search.py`'s) to the choice of its best
-and rule 30's short-K ping-pong. The tile menu and its resources are `sm90_tiles.py`'s, the cost models
-`sm90_models.py`'s (rules 15 and 21), `sm90_latency.py`'s (23, 25 and 33) and `sm90_clusters.py`'s (24), the fused
-quantize and gate/up epilogues' limits (rules 26-29) `sm90_fused.py`'s and rule 22's grouped GEMMs (`plan_grouped`,
-which comes before `plan` in `plan_schedule`) `sm90_grouped.py`'s. `plan` is the target's (its declaration's `plan`,
-`warploom.targets.sm90`); every rule of `warploom.planner`'s list but 19 and 20."""
+the candidate search over `tiles.TILES` (rules 9-17, 21 and 24: `search.py`'s) to the choice of its best and rule
+30's short-K ping-pong. The tile menu and its resources are `tiles.py`'s, the cost models `models.py`'s (rules 15
+and 21), `latency.py`'s (23, 25 and 33) and `clusters.py`'s (24), the fused quantize and gate/up epilogues' limits
+(rules 26-29) `fused.py`'s and rule 22's grouped GEMMs (`plan_grouped`, which comes before `plan` in
+`plan_schedule`) `grouped.py`'s. `plan` is the target's (its declaration's `plan`, `warploom.targets.sm90`); every
+rule of `warploom.planner`'s list but 19 and 20."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from warploom.errors import NoTileFitsError, UnsupportedError
 from warploom.planning.common import k_block, k_blocks, swap_decode, swap_tokens
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_clusters import CLUSTER_PROMOTED_BLOCKS, cluster_problems
-from warploom.planning.sm90_column import narrow_rows64, one_column_split, wide_column_split
-from warploom.planning.sm90_fitted import fitted
-from warploom.planning.sm90_fitted_cluster import cluster_tiles, fitted_cluster
-from warploom.planning.sm90_latency import (
+from warploom.planning.sm90.clusters import CLUSTER_PROMOTED_BLOCKS, cluster_problems
+from warploom.planning.sm90.column import narrow_rows64, one_column_split, wide_column_split
+from warploom.planning.sm90.fitted import fitted
+from warploom.planning.sm90.fitted_cluster import cluster_tiles, fitted_cluster
+from warploom.planning.sm90.latency import (
     WIDTH_STAGES,
     decode_split,
     latency_split,
@@ -31,18 +31,18 @@ from warploom.planning.sm90_latency import (
     latency_tiles,
     latency_width,
 )
-from warploom.planning.sm90_models import stream_k_problems
-from warploom.planning.sm90_narrow import forced_narrow, narrow
-from warploom.planning.sm90_ring import ring_to_k
-from warploom.planning.sm90_rows64 import ROWS64_BM, ROWS64_BN, one_wave_rows64, rows64_tiles
-from warploom.planning.sm90_search import CLUSTER_KNOBS, Best, Search, search
-from warploom.planning.sm90_tiles import rows_aligned, swap_rows, tall_problems
+from warploom.planning.sm90.models import stream_k_problems
+from warploom.planning.sm90.narrow import forced_narrow, narrow
+from warploom.planning.sm90.ring import ring_to_k
+from warploom.planning.sm90.rows64 import ROWS64_BM, ROWS64_BN, one_wave_rows64, rows64_tiles
+from warploom.planning.sm90.search import CLUSTER_KNOBS, Best, Search, search
+from warploom.planning.sm90.tiles import rows_aligned, swap_rows, tall_problems
 from warploom.planning.trace import choose, collecting, note, overrule
 from warploom.spec import Accumulation, GemmSpec, ScaleLayout, ScaleRecipe
 
 
 def plan(spec: GemmSpec, device: DeviceInfo, options: PlanOptions) -> Plan:
-    """`_plan`'s plan, on rule 31's narrow tile (`sm90_narrow.narrow`) where N leaves most of its one tile's columns
+    """`_plan`'s plan, on rule 31's narrow tile (`narrow.narrow`) where N leaves most of its one tile's columns
     empty and nothing about the tile was forced, or on the blocks forced (`options.n_blocks`; () keeps it whole);
     then rule 32's fitted tile, rule 37's fitted tile in a 2x1 cluster, rule 35's 64x128 tiles in one wave, rule 36's
     one column of split 64-row tiles, rule 38's one column of split 128-row ones, rule 39's columns of 64-row tiles

@@ -1,9 +1,9 @@
-"""Step 3 of sm_90a's `plan`: the scored search over `sm90_tiles.TILES` (`search`), rules 9-17, 21 and 24 applied per
-tile: the tile filter (rules 9, 12, 13 and 16-18's tiles), its depth and split (rules 14 and 16), rule 15's split-K
-tail or rule 21's stream-K where they score better, its one-CTA plan (rules 9, 10, 12 and 17) and rule 24's 2-CTA
-cluster of it, each noted for `explain`. `sm90.plan` resolves the options before it (`Search.of`) and chooses from
-its best (`sm90._choose`, then rule 30); the tiles' resources are `sm90_tiles.py`'s, the cost models
-`sm90_models.py`'s (rules 15 and 21) and `sm90_clusters.py`'s (rule 24)."""
+"""Step 3 of sm_90a's `plan`: the scored search over `tiles.TILES` (`search`), rules 9-17, 21 and 24 applied per tile:
+the tile filter (rules 9, 12, 13 and 16-18's tiles), its depth and split (rules 14 and 16), rule 15's split-K tail
+or rule 21's stream-K where they score better, its one-CTA plan (rules 9, 10, 12 and 17) and rule 24's 2-CTA cluster
+of it, each noted for `explain`. `rule.plan` resolves the options before it (`Search.of`) and chooses from its best
+(`rule._choose`, then rule 30); the tiles' resources are `tiles.py`'s, the cost models `models.py`'s (rules 15 and
+21) and `clusters.py`'s (rule 24)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from warploom.planning.common import SWAP_TOKENS, dense_operands, is_decode
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
 from warploom.planning.plan_check import I32_MAX, stream_k_iterations
-from warploom.planning.sm90_clusters import (
+from warploom.planning.sm90.clusters import (
     CLUSTER_MARGIN,
     CLUSTER_PARTIAL_MAX_PAD,
     cluster_measured,
@@ -27,8 +27,8 @@ from warploom.planning.sm90_clusters import (
     cluster_tiles,
     cta_kblocks,
 )
-from warploom.planning.sm90_latency import SMALL_M_BLOCKWISE_ROWS
-from warploom.planning.sm90_models import (
+from warploom.planning.sm90.latency import SMALL_M_BLOCKWISE_ROWS
+from warploom.planning.sm90.models import (
     SK_PIECES,
     rule15_tail,
     stream_k_grid,
@@ -36,7 +36,7 @@ from warploom.planning.sm90_models import (
     stream_k_score,
     tail_score,
 )
-from warploom.planning.sm90_tiles import (
+from warploom.planning.sm90.tiles import (
     FUSED_WIDE_SLOTS,
     TILES,
     block_epilogue,

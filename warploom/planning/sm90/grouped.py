@@ -1,5 +1,5 @@
 """Rule 22 on sm_90a: a grouped GEMM's plan (`plan_grouped`): its tile by the rows a group holds (`grouped_tile`),
-the rest as `planning.sm90.plan` gives the same GEMM ungrouped at that tile, and the last, partial round of tiles
+the rest as `planning.sm90.rule.plan` gives the same GEMM ungrouped at that tile, and the last, partial round of tiles
 shared as stream-K pieces where it is expected under half full (`last_round_stream_k`, rule 21's kernel over the
 group scan's tiles). A Blackwell device's grouped plan is `planning.sm100`'s."""
 
@@ -14,9 +14,9 @@ from warploom.errors import NoTileFitsError, UnsupportedError
 from warploom.planning.common import k_blocks
 from warploom.planning.options import PlanOptions
 from warploom.planning.plan import Plan
-from warploom.planning.sm90 import plan, refuse_stream_k
-from warploom.planning.sm90_models import stream_k_problems
-from warploom.planning.sm90_tiles import fused_wide
+from warploom.planning.sm90.models import stream_k_problems
+from warploom.planning.sm90.rule import plan, refuse_stream_k
+from warploom.planning.sm90.tiles import fused_wide
 from warploom.planning.sm100 import plan_blackwell_grouped
 from warploom.spec import GemmSpec, Grouping, ScaleRecipe
 

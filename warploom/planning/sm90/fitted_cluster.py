@@ -24,8 +24,8 @@ from warploom.backends import gluon_api
 from warploom.device import DeviceInfo
 from warploom.planning.common import k_blocks
 from warploom.planning.plan import Plan
-from warploom.planning.sm90_narrow import narrow_problems
-from warploom.planning.sm90_tiles import rows_aligned
+from warploom.planning.sm90.narrow import narrow_problems
+from warploom.planning.sm90.tiles import rows_aligned
 from warploom.spec import Accumulation, ALayout, GemmSpec, ScaleRecipe
 
 # The fitted tiles measured in a cluster: 128 rows, blocks 128 + 16 or 128 + 64 (128 + 32 lost at its one shape).
