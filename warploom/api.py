@@ -352,7 +352,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
     cuBLAS kernel reads a BlockWise128x128 scale_a's rows ceil(K/128) rounded up to 4 apart, whatever its strides:
     where that differs from its row stride, torch gets `warploom.reference.cublas_a_blocks(scale_a)` for the same
     product. Under torch 2.11 the same holds for a BlockWise128x128 scale_b's columns: with N > 128 and ceil(K/128)
-    not a multiple of 4, torch computed another product at 75 of 112 zoo shapes, docs/benchmarks.md session 45;
+    not a multiple of 4, torch computed another product at 76 of 112 zoo shapes, docs/benchmarks.md session 45;
     warploom reads every scale through its strides.)
 
     With ``use_fast_accum=False`` each k-block's fp8 product is promoted into a full fp32 accumulator; blockwise

@@ -1,8 +1,9 @@
 """GPU tier: rule 23's 64x64 latency tiles with promoted accumulation (fp8 rowwise with use_fast_accum=False, and
 blockwise 1x128 x 128x128 scales), as the planner chooses them for few-tile problems, against the fp32 product.
 
-The shapes are drawn at random (seeded) among those whose 64x64 tiles fit one wave of the SMs, with M, N and K not
-multiples of the tile; each output buffer is poisoned with NaN first, so an element the kernel never wrote fails.
+The shapes are drawn at random (seeded) among those whose 64x64 tiles fit one wave of the SMs, M, N and K mostly not
+multiples of the tile; a NaN buffer of the output's size is freed just before each call, so the allocator's reuse of
+it makes an element the kernel never wrote fail (likely, not certain).
 """
 
 from __future__ import annotations

@@ -64,6 +64,8 @@ def test_suites() -> None:
     assert {c.shape.group for c in quick} == set(Group) - {Group.ZOO}
     fp8 = cases(Suite.FULL, ops=(Op.SCALED_MM_FP8_TENSORWISE,), groups=(Group.DECODE,))
     assert [(c.op, c.m) for c in fp8] == [(Op.SCALED_MM_FP8_TENSORWISE, m) for m in (1, 16, 64)]
+    blockwise = cases(Suite.FULL, ops=(Op.SCALED_MM_FP8_BLOCKWISE,), groups=(Group.DECODE,))
+    assert [c.m for c in blockwise] == [4, 16, 64]  # (M = 1 rounded up to 4: torch's blockwise kernel's rule)
 
 
 def test_cases_and_shapes_validate_themselves() -> None:
@@ -176,7 +178,7 @@ class FakeTimer:
         return 1.0
 
 
-# The planner's choice at 128x192x256 (rule 23 takes 64x64 tiles where fast accumulation has no bias or epilogue).
+# The planner's choice at 128x192x256 (rule 23 takes 64x64 tiles without a bias or epilogue, promoted fp8 too).
 PLANS = {Op.MATMUL_BF16: "64x16x64_s4_w4_g8", Op.SCALED_MM_FP8_ROWWISE_FAST: "64x64x128_s2_w4_g8",
          Op.SCALED_MM_FP8_ROWWISE_EXACT: "64x64x128_s4_w4_g8", Op.SCALED_MM_FP8_TENSORWISE: "64x64x128_s2_w4_g8",
          Op.FUSED_EPILOGUE: "128x128x128_s5_w8_g8", Op.SCALED_MM_FP8_BLOCKWISE: "64x64x128_s6_w4_g8"}
@@ -325,10 +327,12 @@ def test_a_wrong_torch_sets_no_bar_and_is_named_in_the_report() -> None:
     rows = (Row(c, Measurement(0.2, 0.1, 1.4e-6), Measurement(0.2, 0.1, 0.3)),
             Row(case(Op.SCALED_MM_FP8_BLOCKWISE, 64, 128, 256), Measurement(0.2, 0.1, 1.4e-6),
                 Measurement(0.2, 0.1, 1.4e-6)))
-    assert torch_wrong(rows) == ["", "torch's output was off the fp32 reference at 1 of 2 rows (its kernel timed all "
-                                     "the same; warploom's matched it): 128×128×256 0.3"]
+    assert torch_wrong(rows) == ["", "fp8 blockwise 1x128 x 128x128: torch's output was off the fp32 reference at 1 "
+                                     "of 2 rows (its kernel timed all the same; warploom's matched the reference at 1 "
+                                     "of them): 128×128×256 0.3"]
     assert "torch's output was off the fp32 reference at 1 of 2 rows" in markdown(replace(results(), rows=rows),
                                                                                   H100_SXM)
+    assert torch_wrong(rows[1:]) == []
 
 
 def test_blockwise_reference_applies_the_scales_per_block() -> None:

@@ -45,16 +45,20 @@ def test_planner_refuses_what_split_k_cannot_do(spec: GemmSpec, kw: dict, match:
 
 
 @pytest.mark.parametrize("scale", [ScaleRecipe.ROWWISE, ScaleRecipe.BLOCKWISE_1X128_128X128])
-def test_promoted_unequal_ranges_run_on_64_row_tiles_only(scale: ScaleRecipe) -> None:
-    """Promoted accumulation splits K in unequal ranges on a forced 64-row tile (one warpgroup: no spill under Triton
-    3.6 or 3.9, tests/compile), and is refused them elsewhere with the way out named."""
+def test_promoted_unequal_ranges_run_on_64x64_tiles_only(scale: ScaleRecipe) -> None:
+    """Promoted accumulation splits K in unequal ranges on a forced 64x64 tile (one warpgroup: no spill under Triton
+    3.6 or 3.9, tests/compile), and is refused them elsewhere (wider 64-row tiles, a split-K tail, 128-row tiles) with
+    the way out named."""
     spec = GemmSpec(300, 144, 7856, E4, E4, DType.BF16, scale=scale, accumulation=Accumulation.PROMOTED)  # 62 k-blocks
     m = module(spec, bm=64, bn=64, split_k=3)
     assert m.tiling.uneven_split and m.tiling.split_k == 3
     verify.check(m, "test", H100_SXM)
-    for kw in (dict(bm=128, bn=128, split_k=3), dict(split_k=3)):
-        with pytest.raises(UnsupportedError, match=r"more than 64 rows .* or bm=64 \(any count\)"):
+    for kw in (dict(bm=128, bn=128, split_k=3), dict(split_k=3), dict(bm=64, split_k=3),
+               dict(bm=64, bn=128, split_k=3)):
+        with pytest.raises(UnsupportedError, match=r"other than 64x64 tiles .* or bm=64 with bn=64 \(any count\)"):
             plan_schedule(spec, H100_SXM, **kw)  # type: ignore[arg-type]
+    with pytest.raises(UnsupportedError, match="other than 64x64 tiles"):
+        plan_schedule(spec, H100_SXM, bm=64, bn=64, tail_split=3)
 
 
 def test_plan_counts_units_and_stages_fp32_partials() -> None:

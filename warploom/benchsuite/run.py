@@ -268,7 +268,7 @@ def _blockwise_padded(fn: Callable[..., Any],
 TORCH_REFUSED = "torch refused the case"
 # What torch says when it has no kernel for a case (its scaling checks, cuBLASLt's heuristic finding none), as
 # opposed to a kernel that crashed.
-_REFUSALS = ("CUBLAS_STATUS_NOT_SUPPORTED", "Invalid scaling configuration")
+_REFUSALS = ("CUBLAS_STATUS_NOT_SUPPORTED", "Invalid scaling configuration", "blockwise scaling")
 
 
 def torch_refuses(e: BaseException) -> bool:
@@ -312,7 +312,7 @@ def run_case(case: Case, opts: Options, timer: Timer | None = None, compiler: Co
         wrong = "" if e_ours <= ERR_FLOOR else (f"; warploom's error {e_ours:.2e} against the fp32 reference "
                                                  f"exceeds {ERR_FLOOR:.0e}")
         return Row(case, None, None, plan=plan, ok=False,
-                   failure=f"{TORCH_REFUSED}: {str(e).splitlines()[0]}{wrong}")
+                   failure=f"{TORCH_REFUSED}: {(str(e).splitlines() or [type(e).__name__])[0]}{wrong}")
     failure = check(case, out, theirs, ref)
     graph = opts.graph or case.shape.group is Group.DECODE
     ours_m = _measure(timer, functools.partial(fn, *args, **kw), graph, err(out, ref))

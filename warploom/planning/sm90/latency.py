@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, replace
 
 from warploom.device import DeviceInfo
+from warploom.dtypes import DType
 from warploom.planning.common import k_blocks
 from warploom.planning.sm90.models import SK_FIXUP_KBLOCKS, SK_PIECES, SK_SLOWDOWN
 from warploom.planning.sm90.tiles import rows_aligned
@@ -262,10 +263,12 @@ def promoted_latency_kind(spec: GemmSpec, device: DeviceInfo) -> bool:
     """Whether `spec` is `latency_kind`'s but for its promoted accumulation: fp8 rowwise with use_fast_accum=False
     above 64 rows, or blockwise 1x128 x 128x128 scales (always promoted) above rule 13's SMALL_M_BLOCKWISE_ROWS.
     Rule 23 takes it (one warpgroup promotes its 64x64 partial each k-block), as measured on the H200 at 58 rowwise
-    and 38 blockwise zoo shapes; rules 25 and 33 (split K, narrower tiles) do not: unmeasured, and promoted split-K
-    needs equal ranges. Tensorwise and the other blockwise recipes: unmeasured."""
+    and 38 blockwise zoo shapes (e4m3 operands, bf16 output; 16-bit outputs taken alike); rules 25 and 33 (split K,
+    narrower tiles) do not: unmeasured. Tensorwise, the other blockwise recipes, e5m2 operands and fp32 or fp8
+    outputs: unmeasured."""
     # (blockwise at M <= SMALL_M_BLOCKWISE_ROWS stays with rules 13 and 14, measured there: 64-row tiles, K split)
     return (spec.m > 64 and spec.accumulation is Accumulation.PROMOTED
+            and spec.a_dtype is spec.b_dtype is DType.E4M3 and spec.out_dtype in (DType.BF16, DType.FP16)
             and (spec.scale is ScaleRecipe.ROWWISE
                  or (spec.scale is ScaleRecipe.BLOCKWISE_1X128_128X128 and spec.m > SMALL_M_BLOCKWISE_ROWS))
             and _latency_kind_beyond_rows(replace(spec, accumulation=Accumulation.NATIVE,

@@ -313,13 +313,13 @@ def _check_forced(spec: GemmSpec, o: PlanOptions, bk: int) -> bool:
     and rule 12's scale partition, which this returns resolved (None: on for MX scales only)."""
     split_k, tail_split, consumer_partitions, bm = o.split_k, o.tail_split, o.consumer_partitions, o.bm
     if split_k is not None:
-        _check_split_k(spec, split_k, bk, o.pingpong, o.scale_partition, bm)
+        _check_split_k(spec, split_k, bk, o.pingpong, o.scale_partition, (bm, o.bn))
     if tail_split is not None and tail_split != 1:
         if split_k not in (None, 1):
             raise UnsupportedError(f"tail_split={tail_split} with split_k={split_k}: a split-K tail follows whole "
                                    "tiles, and split-K splits them all. Fix: pass one of the two (drop tail_split, "
                                    "or drop split_k)")
-        _check_split_k(spec, tail_split, bk, o.pingpong, o.scale_partition, bm, what="tail_split")
+        _check_split_k(spec, tail_split, bk, o.pingpong, o.scale_partition, (bm, o.bn), what="tail_split")
     if consumer_partitions not in (None, 1, 2, 3, 4):
         raise UnsupportedError(f"consumer_partitions={consumer_partitions!r}: expected 1 (one partition for all "
                                "consumer warpgroups), 2 (one per warpgroup), 3 or 4 (bm=192's or bm=256's "
@@ -458,13 +458,13 @@ def refuse_stream_k(spec: GemmSpec, stream_k: int, problems: list[str], or_drop:
 
 
 def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_partition: bool | None,
-                   bm: int | None, what: str = "split_k") -> None:
+                   tile: tuple[int | None, int | None], what: str = "split_k") -> None:
     """Split-K's limits (also a split-K tail's, `what` = "tail_split"): a k-block for every range; ranges of equal
     counts where the producer copies per-column scales of B in one flattened loop (`ScaleRecipe.per_column_b`),
-    which runs one count a unit, and for promoted accumulation on tiles other than a forced `bm` of 64, whose
-    consumers spilled with unequal ones (elsewhere they may differ by one: `ir.Tiling.uneven_split`); and the
-    partials summed before anything that is not linear in the accumulator (the bias, a fused epilogue, the output
-    cast) could run."""
+    which runs one count a unit, and for promoted accumulation on other than a forced 64x64 `tile` (bm, bn) of
+    split_k, whose consumers spilled with unequal ones (elsewhere they may differ by one: `ir.Tiling.uneven_split`);
+    and the partials summed before anything that is not linear in the accumulator (the bias, a fused epilogue, the
+    output cast) could run."""
     if split_k == 1:
         return
     k_tiles = max(1, math.ceil(spec.k / bk))
@@ -475,17 +475,18 @@ def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_
         problems.append(f"{what}={split_k} must be at least 1 and at most the {k_tiles} k-blocks of {bk}")
         own = k_tiles < 2
         changes.append(f"{what} between 2 and {k_tiles}")
-    elif k_tiles % split_k and (spec.scale.per_column_b
-                                or (spec.accumulation is Accumulation.PROMOTED and bm != 64)):
+    elif k_tiles % split_k and (spec.scale.per_column_b or (spec.accumulation is Accumulation.PROMOTED
+                                                            and (tile != (64, 64) or what != "split_k"))):
         # (promoted: the unit's range arithmetic beside the promotion's scale indexing spilled 16 bytes under
-        # Triton 3.9 at 128x128 blockwise; one warpgroup's 64-row tile, rowwise or blockwise, spilled nothing under
-        # 3.6 or 3.9: tests/compile)
+        # Triton 3.9 at 128x128 blockwise; one warpgroup's 64x64 split-K tile, rowwise or blockwise, spilled nothing
+        # under 3.6 or 3.9, tests/compile: the one form compiled)
         if spec.scale.per_column_b:
             why = f"for {spec.scale.value} scales (their copier runs one count of k-blocks a range)"
             change = f"a {what} that divides {k_tiles} (e.g. {_divisors(k_tiles)})"
         else:
-            why = "for promoted accumulation on tiles of more than 64 rows (unequal ranges spill in their consumers)"
-            change = f"a {what} that divides {k_tiles} (e.g. {_divisors(k_tiles)}), or bm=64 (any count)"
+            why = "for promoted accumulation on other than 64x64 tiles (unequal ranges spill in their consumers)"
+            change = (f"a {what} that divides {k_tiles} (e.g. {_divisors(k_tiles)})"
+                      + (", or bm=64 with bn=64 (any count)" if what == "split_k" else ""))
         problems.append(f"{what}={split_k} must divide the {k_tiles} k-blocks of {bk} {why}")
         changes.append(change)
     if spec.bias_dtype is not None or spec.epilogue is not None:

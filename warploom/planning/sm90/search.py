@@ -76,7 +76,7 @@ class Search:
         spec, device: the problem and the GPU.
         o: the options as the phases before the loop resolved them (its `cluster` is the knob as passed, its
             `scale_partition` as forced).
-        scale_partition: rule 12's scale partition, resolved (`sm90._check_forced`).
+        scale_partition: rule 12's scale partition, resolved (`rule._check_forced`).
         cluster, along_n: rule 24's knob as CTAs per cluster (`CLUSTER_KNOBS`; None: rule 24 decides) and whether
             they lie along N ("1x2").
         bk: the k-block.
@@ -98,7 +98,7 @@ class Search:
 
     @staticmethod
     def of(spec: GemmSpec, device: DeviceInfo, o: PlanOptions, bk: int, scale_partition: bool) -> Search:
-        """The shared context of `plan`'s candidates, once `sm90._check_forced` has resolved the scale partition."""
+        """The shared context of `plan`'s candidates, once `rule._check_forced` has resolved the scale partition."""
         return Search(
             spec, device, o, CLUSTER_KNOBS[o.cluster], o.cluster == "1x2", bk, scale_partition,
             # Rule 13, as measured: the plain cooperative kernel with its scales in the A/B stages.
