@@ -8,39 +8,35 @@ from __future__ import annotations
 import expecttest
 
 from warploom import H100_SXM, Accumulation, DType, GemmSpec, ScaleRecipe
-from warploom.benchsuite.shapes import ZOO, Op, for_op
+from warploom.benchsuite.shapes import ZOO, Op, Shape, for_op
 from warploom.planner import plan_schedule
 
 SHAPES = ZOO[:30]
 
 
-def _table() -> str:
-    rows = []
-    for shape in SHAPES:
-        bf16 = plan_schedule(GemmSpec(shape.m, shape.n, shape.k), H100_SXM).short()
-        s8 = for_op(shape, Op.SCALED_MM_FP8_ROWWISE_FAST)
-        fp8 = plan_schedule(GemmSpec(s8.m, s8.n, s8.k, DType.E4M3, DType.E4M3, DType.BF16, scale=ScaleRecipe.ROWWISE),
-                            H100_SXM).short()
-        rows.append(f"{shape.m}x{shape.n}x{shape.k}".ljust(18) + f"{bf16:40s} {fp8}")
-    return "\n".join(rows) + "\n"
+def _spec(shape: Shape, op: Op) -> GemmSpec:
+    """`op`'s GemmSpec at `shape` as the zoo runs it (`for_op`): bf16, or e4m3 rowwise or blockwise 1x128 x 128x128
+    with the op's accumulation."""
+    s = for_op(shape, op)
+    if not op.fp8:
+        return GemmSpec(s.m, s.n, s.k)
+    scale = ScaleRecipe.BLOCKWISE_1X128_128X128 if op is Op.SCALED_MM_FP8_BLOCKWISE else ScaleRecipe.ROWWISE
+    acc = Accumulation.NATIVE if op.fast_accum else Accumulation.PROMOTED
+    return GemmSpec(s.m, s.n, s.k, DType.E4M3, DType.E4M3, DType.BF16, scale=scale, accumulation=acc)
 
 
-def _promoted_table() -> str:
+def _table(first: Op, second: Op, width: int) -> str:
+    """A line a shape: the planner's plan for `first` (padded to `width`) and for `second`."""
     rows = []
     for shape in SHAPES:
-        plans = []
-        for op, scale in ((Op.SCALED_MM_FP8_ROWWISE_EXACT, ScaleRecipe.ROWWISE),
-                          (Op.SCALED_MM_FP8_BLOCKWISE, ScaleRecipe.BLOCKWISE_1X128_128X128)):
-            s = for_op(shape, op)
-            plans.append(plan_schedule(GemmSpec(s.m, s.n, s.k, DType.E4M3, DType.E4M3, DType.BF16, scale=scale,
-                                                accumulation=Accumulation.PROMOTED), H100_SXM).short())
-        rows.append(f"{shape.m}x{shape.n}x{shape.k}".ljust(18) + f"{plans[0]:34s} {plans[1]}")
+        a, b = (plan_schedule(_spec(shape, op), H100_SXM).short() for op in (first, second))
+        rows.append(f"{shape.m}x{shape.n}x{shape.k}".ljust(18) + f"{a:{width}s} {b}")
     return "\n".join(rows) + "\n"
 
 
 class TestPlannerChoices(expecttest.TestCase):
     def test_promoted_zoo_table(self) -> None:
-        self.assertExpectedInline(_promoted_table(), """\
+        self.assertExpectedInline(_table(Op.SCALED_MM_FP8_ROWWISE_EXACT, Op.SCALED_MM_FP8_BLOCKWISE, 34), """\
 102x1704x672      64x64x128_s4_w4_g8                 64x64x128_s6_w4_g8
 1210x128x184      64x64x128_s4_w4_g8                 64x64x128_s4_w4_g8
 753x216x800       64x64x128_s4_w4_g8                 64x64x128_s4_w4_g8
@@ -75,7 +71,7 @@ class TestPlannerChoices(expecttest.TestCase):
 
 
     def test_zoo_table(self) -> None:
-        self.assertExpectedInline(_table(), """\
+        self.assertExpectedInline(_table(Op.MATMUL_BF16, Op.SCALED_MM_FP8_ROWWISE_FAST, 40), """\
 102x1704x672      64x64x64_s4_w4_g8                        64x64x128_s4_w4_g8
 1210x128x184      64x32x64_s3_w4_g8                        64x64x128_s2_w4_g8
 753x216x800       64x64x64_s4_w4_g8                        64x64x128_s4_w4_g8

@@ -7,7 +7,7 @@ rule 33's narrower 64-row tiles (`latency_width`). `planning.sm90` takes their p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
@@ -239,13 +239,18 @@ def decode_split(spec: GemmSpec, device: DeviceInfo) -> int:
     return ranges if splits else 1
 
 
-def _latency_kind_beyond_rows(spec: GemmSpec, device: DeviceInfo) -> bool:
-    """`latency_kind` without its row bound: native accumulation, no bias or fused epilogue, no blockwise scales, not
-    grouped, K-major A and B, sm_90a."""
-    return not (spec.epilogue is not None or spec.bias_dtype is not None
-                or spec.accumulation is not Accumulation.NATIVE or spec.scale.is_blockwise or spec.grouped
+def _latency_schedule(spec: GemmSpec, device: DeviceInfo) -> bool:
+    """What rules 23 and 25's kinds share whatever the accumulation: no bias or fused epilogue, not grouped, K-major
+    A and B, sm_90a."""
+    return not (spec.epilogue is not None or spec.bias_dtype is not None or spec.grouped
                 or spec.a_layout is not ALayout.K_MAJOR or spec.b_layout is not BLayout.K_MAJOR
                 or not device.arch.startswith("sm_90"))
+
+
+def _latency_kind_beyond_rows(spec: GemmSpec, device: DeviceInfo) -> bool:
+    """`latency_kind` without its row bound: native accumulation, no blockwise scales, and `_latency_schedule`."""
+    return (spec.accumulation is Accumulation.NATIVE and not spec.scale.is_blockwise
+            and _latency_schedule(spec, device))
 
 
 def latency_kind(spec: GemmSpec, device: DeviceInfo) -> bool:
@@ -271,8 +276,7 @@ def promoted_latency_kind(spec: GemmSpec, device: DeviceInfo) -> bool:
             and spec.a_dtype is spec.b_dtype is DType.E4M3 and spec.out_dtype in (DType.BF16, DType.FP16)
             and (spec.scale is ScaleRecipe.ROWWISE
                  or (spec.scale is ScaleRecipe.BLOCKWISE_1X128_128X128 and spec.m > SMALL_M_BLOCKWISE_ROWS))
-            and _latency_kind_beyond_rows(replace(spec, accumulation=Accumulation.NATIVE,
-                                                  scale=ScaleRecipe.ROWWISE), device))
+            and _latency_schedule(spec, device))
 
 
 def latency_stages(spec: GemmSpec) -> int:
