@@ -23,6 +23,8 @@ SPILLS_39 = {
     "e4m3_blockwise_m128_128x128_split4": 16,
     "e4m3_blockwise_q_a_planned_tail4": 64,
     "e4m3_blockwise_m128_planned_split4": 16,
+    # rule 25's promoted split (session 46): the same 16 bytes as rule 14's 128x128 split above (rowwise's spills none)
+    "e4m3_blockwise_split_128x128_k3_planned": 16,
     "e4m3_blockwise_scale_partition_128x256": 64,
     "headline-nohoist_nocolscalar": 32,
     # 128x128 blocks of A (2026-11-27): the same promoted 128x256 mainloop as the blockwise kernels above

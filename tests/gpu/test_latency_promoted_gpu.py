@@ -1,5 +1,6 @@
-"""GPU tier: rule 23's 64x64 latency tiles with promoted accumulation (fp8 rowwise with use_fast_accum=False, and
-blockwise 1x128 x 128x128 scales), as the planner chooses them for few-tile problems, against the fp32 product.
+"""GPU tier: rule 23's 64x64 latency tiles and rule 25's K split with promoted accumulation (fp8 rowwise with
+use_fast_accum=False, and blockwise 1x128 x 128x128 scales), as the planner chooses them for few-tile problems, against
+the fp32 product.
 
 The shapes are drawn at random (seeded) among those whose 64x64 tiles fit one wave of the SMs, M, N and K mostly not
 multiples of the tile; a NaN buffer of the output's size is freed just before each call, so the allocator's reuse of
@@ -14,8 +15,12 @@ import pytest
 import torch
 
 import warploom
+from warploom.device import H200
+from warploom.dtypes import DType
+from warploom.planner import plan_schedule
 from warploom.reference import dequantized
 from warploom.reference import relative_error as scale_free_error
+from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="GPU tier: needs a CUDA GPU")
 
@@ -31,6 +36,21 @@ def _shapes(count: int, seed: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def _split_shapes(count: int, seed: int) -> list[tuple[int, int, int, str]]:
+    """`count` (M, N, K, recipe) with a long K (4096..16000) that rule 25 splits for promoted accumulation on the
+    H200 (64x64 units in unequal ranges, or 128x128 in equal ones), alternating the recipes."""
+    rng = random.Random(seed)
+    out: list[tuple[int, int, int, str]] = []
+    while len(out) < count:
+        recipe = ("rowwise", "blockwise")[len(out) % 2]
+        m, n, k = rng.randint(129, 2500), 16 * rng.randint(1, 100), 16 * rng.randint(256, 1000)
+        scale = ScaleRecipe.ROWWISE if recipe == "rowwise" else ScaleRecipe.BLOCKWISE_1X128_128X128
+        spec = GemmSpec(m, n, k, DType.E4M3, DType.E4M3, DType.BF16, scale=scale, accumulation=Accumulation.PROMOTED)
+        if plan_schedule(spec, H200).split_k > 1:
+            out.append((m, n, k, recipe))
+    return out
+
+
 def _operands(m: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator(device="cuda").manual_seed(seed)
     a = (torch.randn(m, k, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
@@ -42,17 +62,35 @@ def _operands(m: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Te
 @pytest.mark.parametrize("recipe", ["rowwise", "blockwise"])
 def test_promoted_latency_tiles(m: int, n: int, k: int, recipe: str) -> None:
     a, b = _operands(m, n, k, seed=m * n + k)
-    if recipe == "rowwise":
-        sa, sb = torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
-    else:  # 1x128 x 128x128, scale_a outer-dim-major as torch holds it
-        kb, nb = -(-k // 128), -(-n // 128)
-        sa, sb = (torch.rand(kb, m, device="cuda") + 0.5).t(), torch.rand(kb, nb, device="cuda") + 0.5
+    sa, sb = _scales(m, n, k, recipe)
     plan = warploom.plan(a, b, sa, sb).plan
-    assert (plan.bm, plan.bn) == (64, 64), plan.short()  # (rule 23 takes every shape drawn here)
+    # (rule 23 takes every shape drawn here, or rule 25 splits its K: 506x368x6320 on 128x128 in 5 ranges)
+    assert (plan.bm, plan.bn) == (64, 64) or plan.split_k > 1, plan.short()
     torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # poison what the output may reuse
     out = warploom.scaled_mm(a, b, sa, sb)
     assert not out.isnan().any()
     assert scale_free_error(out, _reference(a, b, sa, sb, recipe)) < 1e-5
+
+
+@pytest.mark.parametrize(("m", "n", "k", "recipe"), _split_shapes(12, seed=25))
+def test_promoted_latency_split(m: int, n: int, k: int, recipe: str) -> None:
+    a, b = _operands(m, n, k, seed=m * n + k)
+    sa, sb = _scales(m, n, k, recipe)
+    plan = warploom.plan(a, b, sa, sb).plan
+    assert plan.split_k > 1, plan.short()  # (drawn where rule 25 splits on the H200)
+    torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)  # poison what the output may reuse
+    out = warploom.scaled_mm(a, b, sa, sb)
+    assert not out.isnan().any()
+    assert scale_free_error(out, _reference(a, b, sa, sb, recipe)) < 1e-5
+
+
+def _scales(m: int, n: int, k: int, recipe: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scales in (0.5, 1.5): rowwise (M, 1) and (1, N), or 1x128 x 128x128 with scale_a outer-dim-major as torch
+    holds it."""
+    if recipe == "rowwise":
+        return torch.rand(m, 1, device="cuda") + 0.5, torch.rand(1, n, device="cuda") + 0.5
+    kb, nb = -(-k // 128), -(-n // 128)
+    return (torch.rand(kb, m, device="cuda") + 0.5).t(), torch.rand(kb, nb, device="cuda") + 0.5
 
 
 def _reference(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor, recipe: str) -> torch.Tensor:

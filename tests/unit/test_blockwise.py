@@ -363,9 +363,12 @@ def test_rule23_takes_promoted_rowwise_and_blockwise_as_measured() -> None:
     def spec(m: int, n: int, k: int, scale: ScaleRecipe, **kw: object) -> GemmSpec:
         return GemmSpec(m, n, k, e4, e4, scale=scale, accumulation=Accumulation.PROMOTED, **kw)  # type: ignore[arg-type]
 
-    for s in (spec(513, 368, 5168, ScaleRecipe.ROWWISE), spec(732, 240, 8688, BW)):
+    for s in (spec(513, 368, 5168, ScaleRecipe.ROWWISE), spec(589, 656, 6016, BW)):
         p = plan_schedule(s, H100_SXM)
         assert promoted_latency_kind(s, H100_SXM) and (p.bm, p.bn, p.stages, p.split_k) == (64, 64, 8, 1), p.short()
+    # (732x240x8688's 64x64 tiles, 1.47x torch, gave way to rule 25's split in session 46: 1.92x)
+    p = plan_schedule(spec(732, 240, 8688, BW), H100_SXM)
+    assert (p.bm, p.bn, p.split_k) == (128, 128, 4), p.short()
     assert plan_schedule(spec(2450, 192, 80, ScaleRecipe.ROWWISE), H100_SXM).short() == "64x64x128_s4_w4_g8"
     for s in (spec(732, 240, 8688, BW1), spec(732, 240, 8688, ScaleRecipe.TENSORWISE),
               spec(732, 240, 8688, ScaleRecipe.ROWWISE, bias_dtype=warploom.DType.BF16),

@@ -208,10 +208,51 @@ def test_rule25_splits_few_tiles_over_long_k(shape: tuple[int, int, int]) -> Non
 @pytest.mark.parametrize("spec", [
     GemmSpec(191, 440, 14336, bias_dtype=DType.BF16),
     GemmSpec(191, 440, 14336, b_layout=BLayout.N_MAJOR),
-    GemmSpec(191, 440, 14336, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE, accumulation=Accumulation.PROMOTED),
-], ids=["bias", "n-major-b", "promoted"])
+    GemmSpec(191, 440, 14336, E4, E4, DType.BF16, scale=ScaleRecipe.TENSORWISE, accumulation=Accumulation.PROMOTED),
+], ids=["bias", "n-major-b", "promoted-tensorwise"])
 def test_rule25_keeps_off_what_it_was_not_measured_on(spec: GemmSpec) -> None:
     assert plan_schedule(spec, H100_SXM).split_k == 1
+
+
+# Rule 25 for promoted fp8 (session 46, H200; `SPLIT_MARGIN_128_PROMOTED`): (M, N, K, recipe) -> (tile size, ranges);
+# the comments give the graph ratio against torch, the plan before -> this one.
+RULE25_PROMOTED = {
+    (469, 96, 4928, ScaleRecipe.ROWWISE): (64, 6),  # 64x64 whole 1.42 -> 2.16, unequal ranges
+    (191, 448, 14496, ScaleRecipe.ROWWISE): (64, 5),  # 1.50 -> 3.64
+    (289, 1536, 15712, ScaleRecipe.ROWWISE): (128, 3),  # 128x128 whole 0.91 -> 1.54 (64x64 whole 1.48)
+    (1881, 224, 15088, ScaleRecipe.ROWWISE): (128, 2),  # 0.99 -> 1.67 (64x64 whole 1.40)
+    (73, 7472, 4784, ScaleRecipe.ROWWISE): (128, 1),  # modeled 0.92 of whole: split in 2 ran 0.88 against 0.96
+    (146, 3680, 4016, ScaleRecipe.ROWWISE): (128, 1),  # modeled 0.93: split 0.91 against 0.96
+    (328, 96, 10240, ScaleRecipe.BLOCKWISE_1X128_128X128): (64, 8),  # 0.75 -> 2.07
+    (292, 1536, 15712, ScaleRecipe.BLOCKWISE_1X128_128X128): (128, 3),  # 0.78 -> 1.70
+    (148, 3680, 4016, ScaleRecipe.BLOCKWISE_1X128_128X128): (128, 1),  # split 0.80 against 0.84
+}
+
+
+@pytest.mark.parametrize("shape", list(RULE25_PROMOTED), ids=lambda s: "x".join(map(str, s[:3])) + f"-{s[3].value}")
+def test_rule25_splits_promoted_fp8_as_measured(shape: tuple[int, int, int, ScaleRecipe]) -> None:
+    m, n, k, scale = shape
+    plan = plan_schedule(GemmSpec(m, n, k, E4, E4, DType.BF16, scale=scale, accumulation=Accumulation.PROMOTED),
+                         H100_SXM)
+    size, ranges = RULE25_PROMOTED[shape]
+    assert plan.split_k == ranges, plan.short()
+    if ranges > 1:
+        assert (plan.bm, plan.bn) == (size, size), plan.short()
+        if size == 128:  # promoted 128x128 takes equal ranges only (`rule._check_split_k`)
+            assert -(-k // 128) % ranges == 0
+
+
+def test_rule23_prices_no_stream_k_for_promoted_fp8() -> None:
+    """The planner gives promoted accumulation no stream-K, so rule 23 prices its 128x128 tiles whole: priced with
+    pieces, 292x1536x15712 blockwise kept 36 whole 128x128 tiles (0.78x torch) over rule 25's split (1.70x)."""
+    from warploom.planning.sm90.latency import latency_times
+
+    native = GemmSpec(292, 1536, 15712, E4, E4, DType.BF16, scale=ScaleRecipe.ROWWISE)
+    promoted = GemmSpec(292, 1536, 15712, E4, E4, DType.BF16, scale=ScaleRecipe.BLOCKWISE_1X128_128X128,
+                        accumulation=Accumulation.PROMOTED)
+    assert latency_times(native, H100_SXM)[2] > 1
+    t64, t128, pieces = latency_times(promoted, H100_SXM)
+    assert pieces == 1 and t128 > t64
 
 
 def test_rule25_forced_options_win() -> None:

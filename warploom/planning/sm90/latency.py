@@ -1,7 +1,8 @@
 """Rules 23, 25 and 33 on sm_90a: where a problem has few tiles, what limits it is latency, not the tensor cores, and
 these models price the schedules that spread it (docs/decisions/rule-23-latency-tiles.md, rule-25-latency-split-k.md,
 rule-33-latency-width.md): rule 23's 64x64 tiles (`latency_tiles`, for native accumulation and, as measured, promoted
-fp8: `promoted_latency_kind`), rule 25's K split into ranges (`latency_split`, and `decode_split` at decode sizes),
+fp8: `promoted_latency_kind`), rule 25's K split into ranges (`latency_split`, promoted fp8 too, and `decode_split`
+at decode sizes),
 rule 33's narrower 64-row tiles (`latency_width`). `planning.sm90` takes their plans before its search."""
 
 from __future__ import annotations
@@ -43,12 +44,16 @@ def piece_kblocks(k_tiles: int, pieces: int) -> float:
 
 def latency_times(spec: GemmSpec, device: DeviceInfo) -> tuple[float, float, int]:
     """Rule 23's modeled microseconds: 64x64 tiles whole, then 128x128 at its best count of stream-K pieces (1: whole
-    tiles; pieces as rule 21 cuts them, each k-block SK_SLOWDOWN slower, SK_FIXUP_KBLOCKS per extra piece), and
-    that count. Each is its start plus the longer of its k-blocks' latency and its tiles' operand bytes from L2."""
+    tiles, and always for promoted accumulation, which the planner never gives stream-K; pieces as rule 21 cuts them,
+    each k-block SK_SLOWDOWN slower, SK_FIXUP_KBLOCKS per extra piece), and that count. Each is its start plus the
+    longer of its k-blocks' latency and its tiles' operand bytes from L2."""
     k_tiles = k_blocks(spec)
     tiles = square_tiles(spec, 128)
     best = (piece_kblocks(k_tiles, 1), 1)
-    for p in (q for q in SK_PIECES if q <= k_tiles and tiles * q <= device.sm_count):
+    # (stream-K's pieces only where the planner runs them: native accumulation, `search._stream_k_step`; promoted
+    # fp8 priced against pieces it never gets kept 128x128 on a third of the SMs at 292x1536x15712 blockwise)
+    pieces = SK_PIECES if spec.accumulation is Accumulation.NATIVE else ()
+    for p in (q for q in pieces if q <= k_tiles and tiles * q <= device.sm_count):
         best = min(best, (piece_kblocks(k_tiles, p), p))
     return latency_us(spec, 64, k_tiles), latency_us(spec, 128, best[0]), best[1]
 
@@ -89,6 +94,12 @@ SPLIT_RANGE_US = 0.3
 SPLIT_MARGIN_64 = 0.8
 SPLIT_MARGIN_64_UNALIGNED = 0.85
 SPLIT_MARGIN_128 = 1.0
+# Promoted fp8 (rowwise with use_fast_accum=False, blockwise 1x128 x 128x128: `promoted_latency_kind`) splits as native
+# does, its one warpgroup's 64x64 units in unequal ranges too, but beats 128x128 only by SPLIT_MARGIN_128_PROMOTED
+# (session 46, H200: at the zoo's 24 promoted shapes rule 25 newly splits, the splits modeled 0.45-0.84 of 128x128 ran
+# 1-170% faster; those modeled 0.92-0.93, 73x7472x4784 and 146x3680x4016 exact and 148x3680x4016 blockwise, ran 4-8%
+# slower, so they keep their whole tiles).
+SPLIT_MARGIN_128_PROMOTED = 0.9
 SPLIT_MAX = 8
 SPLIT_MIN_KBLOCKS = 32
 # Up to half the SMs' worth of tiles (2-3 ranges then fit one wave): at 2416x160x14368 (38 tiles) and 112x5264x3472
@@ -135,8 +146,11 @@ def _split_candidates(spec: GemmSpec, device: DeviceInfo, k_tiles: int) -> list[
     tiles = square_tiles(spec, 128)
     if tiles <= device.sm_count * SPLIT_MAX_TILES_OF_SMS and not shared_row_tiles(spec, device):
         fits = [r for r in range(2, SPLIT_MAX + 1) if tiles * r <= device.sm_count]
-        # (equal ranges where some count divides the k-blocks: unequal 128x128 ones took too few ranges, below)
-        found += [(split_time(spec, r), 128, r) for r in ([r for r in fits if k_tiles % r == 0] or fits)]
+        # (equal ranges where some count divides the k-blocks: unequal 128x128 ones took too few ranges, below;
+        # promoted accumulation only equal ones on 128x128, `rule._check_split_k`)
+        equal = [r for r in fits if k_tiles % r == 0]
+        found += [(split_time(spec, r), 128, r)
+                  for r in (equal or (fits if spec.accumulation is Accumulation.NATIVE else []))]
     tiles64 = square_tiles(spec, 64)
     times64 = {r: split_time(spec, r, 64) for r in range(2, SPLIT_MAX + 1) if tiles64 * r <= device.sm_count}
     if times64:
@@ -148,13 +162,14 @@ def _split_candidates(spec: GemmSpec, device: DeviceInfo, k_tiles: int) -> list[
 
 def latency_split(spec: GemmSpec, device: DeviceInfo) -> LatencySplit:
     """Rule 25: which tiles split-K cuts into how many k-ranges (`NO_SPLIT`: none). Only rule 23's problems (more
-    than 64 rows, native accumulation, no bias or fused epilogue, K-major operands, sm_90a) with SPLIT_MIN_KBLOCKS
-    k-blocks whose units fit one wave: 128x128 tiles (at most SPLIT_MAX_TILES_OF_SMS of the SMs' worth; dividing
-    the k-blocks where some count does, else unequal, the first taking one more: `ir.Tiling.uneven_split`) or
-    64x64 tiles (any count; at shared rows the only split). Chosen where `split_time` beats rule 23's 64x64 and
-    128x128 times by the margins (64x64's by rows that are whole lines or not: `rows_aligned`)."""
-    if not latency_kind(spec, device) or spec.n == 0:  # (an empty output: nothing to split, as `decode_split`)
-        return NO_SPLIT
+    than 64 rows, native accumulation or promoted fp8 as `promoted_latency_kind` says, no bias or fused epilogue,
+    K-major operands, sm_90a) with SPLIT_MIN_KBLOCKS k-blocks whose units fit one wave: 128x128 tiles (at most
+    SPLIT_MAX_TILES_OF_SMS of the SMs' worth; dividing the k-blocks where some count does, else, native only,
+    unequal, the first taking one more: `ir.Tiling.uneven_split`) or 64x64 tiles (any count; at shared rows the only
+    split). Chosen where `split_time` beats rule 23's 64x64 and 128x128 times by the margins (64x64's by rows that are
+    whole lines or not: `rows_aligned`; 128x128's by SPLIT_MARGIN_128_PROMOTED for promoted accumulation)."""
+    if not (latency_kind(spec, device) or promoted_latency_kind(spec, device)) or spec.n == 0:
+        return NO_SPLIT  # (an empty output: nothing to split, as `decode_split`)
     k_tiles = k_blocks(spec)
     if k_tiles < SPLIT_MIN_KBLOCKS:
         return NO_SPLIT
@@ -169,7 +184,8 @@ def latency_split(spec: GemmSpec, device: DeviceInfo) -> LatencySplit:
         t128 = math.inf  # (rule 23 takes 64x64 there whatever its model says of 128x128)
     units = square_tiles(spec, size) * ranges
     margin64 = SPLIT_MARGIN_64 if rows_aligned(spec) else SPLIT_MARGIN_64_UNALIGNED
-    splits = t < margin64 * t64 and t < SPLIT_MARGIN_128 * t128
+    margin128 = SPLIT_MARGIN_128 if spec.accumulation is Accumulation.NATIVE else SPLIT_MARGIN_128_PROMOTED
+    splits = t < margin64 * t64 and t < margin128 * t128
     note(f"{size}x{size}", f"split-K, {ranges} ranges", t,
           f"{units} units of {k_tiles // ranges}" + (f"-{k_tiles // ranges + 1}" if k_tiles % ranges else "")
           + " k-blocks, then the reduce (rule 25, modeled us"
@@ -268,9 +284,9 @@ def promoted_latency_kind(spec: GemmSpec, device: DeviceInfo) -> bool:
     """Whether `spec` is `latency_kind`'s but for its promoted accumulation: fp8 rowwise with use_fast_accum=False
     above 64 rows, or blockwise 1x128 x 128x128 scales (always promoted) above rule 13's SMALL_M_BLOCKWISE_ROWS.
     Rule 23 takes it (one warpgroup promotes its 64x64 partial each k-block), as measured on the H200 at 58 rowwise
-    and 38 blockwise zoo shapes (e4m3 operands, bf16 output; 16-bit outputs taken alike); rules 25 and 33 (split K,
-    narrower tiles) do not: unmeasured. Tensorwise, the other blockwise recipes, e5m2 operands and fp32 or fp8
-    outputs: unmeasured."""
+    and 38 blockwise zoo shapes (e4m3 operands, bf16 output; 16-bit outputs taken alike), and so does rule 25 (split
+    K; 24 zoo shapes, session 46); rule 33 (narrower tiles) does not: unmeasured. Tensorwise, the other blockwise
+    recipes, e5m2 operands and fp32 or fp8 outputs: unmeasured."""
     # (blockwise at M <= SMALL_M_BLOCKWISE_ROWS stays with rules 13 and 14, measured there: 64-row tiles, K split)
     return (spec.m > 64 and spec.accumulation is Accumulation.PROMOTED
             and spec.a_dtype is spec.b_dtype is DType.E4M3 and spec.out_dtype in (DType.BF16, DType.FP16)
