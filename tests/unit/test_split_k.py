@@ -386,7 +386,7 @@ def test_reduce_grid_covers_c_once(m: int, n: int) -> None:
     column blocks (the kernel's two branches, both in its text)."""
     import torch
 
-    from warploom.backends.gluon_sm90 import REDUCE_BLOCK, REDUCE_COLS, REDUCE_ROWS, reduce_grid
+    from warploom.backends.gluon_reduce import REDUCE_BLOCK, REDUCE_COLS, REDUCE_ROWS, reduce_grid
 
     covered = torch.zeros(m, n, dtype=torch.int32)
     col_blocks = -(-n // REDUCE_COLS)

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from warploom.backends import gluon_api
+from warploom.backends.gluon_reduce import RANGED_REDUCE_PARAMS, REDUCE_PARAMS
 from warploom.backends.gluon_sm90 import (
     GLOBAL_PARAMS,
-    RANGED_REDUCE_PARAMS,
-    REDUCE_PARAMS,
     GluonSource,
     b_blocks,
     buffer_desc,

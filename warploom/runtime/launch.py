@@ -34,14 +34,13 @@ from triton.runtime.driver import driver
 
 from warploom.backends.gluon_api import GluonApi, LaunchAbi, compile_options, for_triton, installed
 from warploom.backends.gluon_cast import CAST_WARPS, check_outputs
+from warploom.backends.gluon_reduce import REDUCE_BLOCK, reduce_grid
 from warploom.backends.gluon_sm90 import (
-    REDUCE_BLOCK,
     SK_PARAMS,
     WORKSPACE_DESC,
     GluonSource,
     buffer_desc,
     output_desc,
-    reduce_grid,
 )
 from warploom.errors import DeviceError, rowwise_too_wide, split_k_mismatch
 from warploom.ir import nodes as ir
