@@ -19,7 +19,7 @@ import torch
 
 from warploom import checks, eager
 from warploom.device import DeviceInfo, check_device
-from warploom.errors import DTypeError, InputError, WarploomError
+from warploom.errors import DTypeError, InputError, UnsupportedError, WarploomError
 from warploom.fused import fused_spec
 
 # (the grouped entry points, here for `warploom.grouped_mm`: importing them registers their custom ops,
@@ -27,7 +27,7 @@ from warploom.fused import fused_spec
 from warploom.grouped import grouped_mm, scaled_grouped_mm  # noqa: F401
 from warploom.kernel import Kernel, build
 from warploom.placement import check_sim_size, device_for, require_cuda, sim_device, skip_dispatcher
-from warploom.spec import GemmSpec
+from warploom.spec import GemmSpec, ScaleRecipe
 
 
 def _fused(spec: GemmSpec, a: torch.Tensor, epilogue: Callable[..., Any] | None, operands: dict[str, Any],
@@ -223,6 +223,11 @@ def _scaled_fused(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
         return hit(a, b, scale_a, scale_b, bias, operands)
     spec = checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
     checks.scale_result(scale_result, spec.out_dtype, a)
+    if spec.scale is ScaleRecipe.NVFP4 and epilogue in (_as_is, _times_scale_result):
+        # (the planner's refusal would name a fused epilogue the caller never passed: the fp8 output is one)
+        raise UnsupportedError(f"out_dtype={out_dtype} with NVFP4 scales: an fp8 result is stored by a fused epilogue, "
+                               "and sm_100a's NVFP4 kernel applies its global scales in the plain epilogue only. Fix: "
+                               "pass out_dtype=torch.bfloat16 and quantize the result (warploom.quantize)")
     spec, tensors = _fused(spec, a, epilogue, operands, scale_a=scale_a, scale_b=scale_b, bias=bias)
     return run_fused(spec, a, b, tensors, key)
 
@@ -284,7 +289,8 @@ def _scaled_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
     return a.new_empty((a.shape[0], b.shape[1]), dtype=out.torch)
 
 
-def _not_a_tensor(e: Exception, named: dict[str, Any], out_dtype: Any = None) -> None:
+def _not_a_tensor(e: Exception, named: dict[str, Any], out_dtype: Any = None,
+                  out_dtypes: str = "torch.bfloat16, torch.float16 or torch.float32") -> None:
     """After a call failed with a Python or torch error, raise the warploom error for an argument that is not a dense
     tensor (None, a list, a NumPy array, a number, a sparse tensor) or is a negated view if there is one, or for an
     out_dtype the custom op's dispatcher could not cast (a string). Checked only once a call has failed: the
@@ -298,7 +304,7 @@ def _not_a_tensor(e: Exception, named: dict[str, Any], out_dtype: Any = None) ->
     # negated view's)
     checks.no_neg_bit({arg: t for arg, t in named.items() if isinstance(t, torch.Tensor)})
     if out_dtype is not None and not isinstance(out_dtype, torch.dtype):
-        raise DTypeError("out_dtype", "torch.bfloat16, torch.float16 or torch.float32", repr(out_dtype),
+        raise DTypeError("out_dtype", out_dtypes, repr(out_dtype),
                          "pass one of those torch dtypes") from None
 
 
@@ -381,7 +387,8 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
             return _scaled_mm_impl(a, b, sa, sb, bias, out_dtype, use_fast_accum, ga, gb)
         return torch.ops.warploom.scaled_mm(a, b, sa, sb, bias, out_dtype, use_fast_accum, ga, gb)
     except (AttributeError, TypeError, RuntimeError) as e:
-        _not_a_tensor(e, {"a": a, "b": b, **_named_scales(scale_a, scale_b), "bias": bias}, out_dtype)
+        _not_a_tensor(e, {"a": a, "b": b, **_named_scales(scale_a, scale_b), "bias": bias}, out_dtype,
+                      "torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn or torch.float8_e5m2")
         raise
 
 

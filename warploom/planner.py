@@ -237,7 +237,7 @@ def plan_schedule(spec: GemmSpec, device: DeviceInfo, *, bm: int | None = None, 
         "partial_blocks": partial_blocks, "hoist_rows": hoist_rows, "scalar_columns": scalar_columns,
         "prefetch_operands": prefetch_operands, "pingpong": pingpong, "scale_partition": scale_partition,
         "split_k": split_k, "tail_split": tail_split, "swap_ab": swap_ab, "stream_k": stream_k, "tdm_warps": tdm_warps,
-        "sk_waves": sk_waves, "n_blocks": n_blocks})
+        "sk_waves": sk_waves, "n_blocks": n_blocks, "cluster": cluster})
     if sk_waves:
         if sk_waves != 1 or not stream_k:
             raise UnsupportedError(f"sk_waves={sk_waves!r} (with stream_k={stream_k!r}): expected 1 with a forced "

@@ -273,6 +273,18 @@ class GemmSpec:
             if type(value) is not kind:
                 raise ArgumentTypeError(name, f"a warploom {kind.__name__}", f"{type(value).__name__} {value!r}",
                                         f"pass e.g. {name}={kind.__name__}.{next(iter(kind)).name}")
+        if self.bias_dtype is not None and type(self.bias_dtype) is not DType:  # (a torch dtype is the usual slip)
+            raise ArgumentTypeError("bias_dtype", "None or a warploom DType",
+                                    f"{type(self.bias_dtype).__name__} {self.bias_dtype!r}",
+                                    "pass bias_dtype=DType.BF16 (DType.FP16, DType.FP32), or None for no bias")
+        if self.epilogue is not None:
+            from warploom.epilogue.graph import EpilogueGraph  # (at run time only here: the package imports more)
+
+            if not isinstance(self.epilogue, EpilogueGraph):  # (a function is what matmul's epilogue= takes)
+                raise ArgumentTypeError("epilogue", "None or a captured EpilogueGraph",
+                                        f"{type(self.epilogue).__name__} {self.epilogue!r}",
+                                        "pass the function as epilogue=fn to warploom.matmul, scaled_mm or plan, "
+                                        "which capture it, or warploom.epilogue.capture(fn, ...)'s graph here")
 
         if min(self.m, self.n, self.k) < 0:
             raise InputError("m, n, k", "sizes >= 0 (GemmSpec sizes must be >= 0)", f"{self.m}, {self.n}, {self.k}",

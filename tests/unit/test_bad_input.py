@@ -467,7 +467,8 @@ def test_an_out_dtype_or_fast_accum_flag_of_the_wrong_kind() -> None:
     a, b = t(48, 64), t(64, 64)
     raises(DTypeError, "out_dtype", lambda: warploom.matmul(a, b, out_dtype="bf16"), match="'bf16'")
     a8, b8, one = t(48, 64, dtype=E4), col_major(64, 64), torch.ones(())
-    raises(DTypeError, "out_dtype", lambda: warploom.scaled_mm(a8, b8, one, one, out_dtype="bf16"))
+    raises(DTypeError, "out_dtype", lambda: warploom.scaled_mm(a8, b8, one, one, out_dtype="bf16"),
+           match="torch.float8_e4m3fn or torch.float8_e5m2")  # (scaled_mm's own outputs, fp8 too)
     for flag in ("yes", None, 1):
         raises(warploom.ArgumentTypeError, "use_fast_accum", lambda f=flag: warploom.scaled_mm(a8, b8, one, one,
                                                                                              use_fast_accum=f))
@@ -603,7 +604,8 @@ def test_simulator_refuses_program_ids_and_seeds_by_name() -> None:
     ({"swap_ab": "yes"}, TypeError, "swap_ab"), ({"bm": 0}, InputError, "bm"), ({"stages": -1}, InputError, "stages"),
     ({"stages": 0}, InputError, "stages"), ({"partial_blocks": 0}, InputError, "partial_blocks"),
     ({"split_k": True}, TypeError, "split_k"), ({"group_m": None}, TypeError, "group_m"),
-    ({"sk_waves": None}, TypeError, "sk_waves"),
+    ({"sk_waves": None}, TypeError, "sk_waves"), ({"cluster": 2.0}, TypeError, "cluster"),
+    ({"cluster": [2]}, TypeError, "cluster"), ({"cluster": True}, TypeError, "cluster"),
 ])
 def test_plan_schedule_checks_its_options(kw: dict[str, Any], error: type[Exception], name: str) -> None:
     from warploom import H100_SXM, GemmSpec
@@ -611,8 +613,8 @@ def test_plan_schedule_checks_its_options(kw: dict[str, Any], error: type[Except
 
     with pytest.raises(error, match=f"^{name}: expected.*Fix:"):
         plan_schedule(GemmSpec(512, 512, 512), H100_SXM, **kw)
-    with pytest.raises(warploom.UnsupportedError, match=r"^cluster=2\.0: expected None .*Fix:"):
-        plan_schedule(GemmSpec(512, 512, 512), H100_SXM, cluster=2.0)  # (a float, as the other counts refuse)
+    with pytest.raises(warploom.UnsupportedError, match=r"^cluster=3: expected None .*Fix:"):
+        plan_schedule(GemmSpec(512, 512, 512), H100_SXM, cluster=3)  # (an int or a string of no cluster shape)
     with pytest.raises(TypeError, match="^spec: expected a warploom.GemmSpec"):
         plan_schedule((512, 512, 512), H100_SXM)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="^device: expected a warploom.DeviceInfo"):

@@ -219,6 +219,13 @@ def test_nvfp4_bad_input_is_refused_as_before_through_the_op_and_its_fake() -> N
         one = torch.ones((), device=device)
         with pytest.raises(warploom.ScaleError, match=r"^scale_a: .*NVFP4's fp4 data only"):
             warploom.scaled_mm(a8, b8, [one, ga], one)
+    # an fp8 output is a fused epilogue's, which NVFP4's kernel does not run: refused by out_dtype, not by an
+    # epilogue the caller never passed
+    a, b, sa, sb, _, _, _, ga, gb = nvfp4_args(64, 128, 256, "cpu")
+    for out in (torch.float8_e4m3fn, torch.float8_e5m2):
+        with pytest.raises(warploom.UnsupportedError, match=rf"^out_dtype={out} with NVFP4 scales.*Fix: pass "
+                                                            "out_dtype=torch.bfloat16"):
+            warploom.scaled_mm(a, b, [sa, ga], [sb, gb], out_dtype=out)
 
 
 def _fp8_out_call(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:

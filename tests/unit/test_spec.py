@@ -91,3 +91,12 @@ def test_hand_built_specs_are_checked_by_field() -> None:
         GemmSpec(8, 8, 8, torch.bfloat16)  # type: ignore[arg-type]
     with pytest.raises(InputError, match="^groups: expected a grouped spec has groups >= 1"):
         GemmSpec(8, 8, 8, grouping=Grouping.OFFSETS, groups=-1)
+    # (a torch dtype as bias_dtype read `.value` in the refusal; a function as epilogue failed in the planner)
+    for bias in (torch.bfloat16, "bf16"):
+        with pytest.raises(ArgumentTypeError, match="^bias_dtype: expected None or a warploom DType.*Fix: pass "
+                                                    "bias_dtype=DType.BF16"):
+            GemmSpec(8, 8, 8, bias_dtype=bias)  # type: ignore[arg-type]
+    for fn in (torch.relu, "relu", lambda acc: acc):
+        with pytest.raises(ArgumentTypeError, match="^epilogue: expected None or a captured EpilogueGraph.*Fix: "
+                                                    "pass the function as epilogue=fn"):
+            GemmSpec(8, 8, 8, epilogue=fn)  # type: ignore[arg-type]

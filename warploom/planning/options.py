@@ -45,6 +45,10 @@ def check_arguments(spec: Any, device: Any, options: dict[str, Any]) -> None:
                                or any(isinstance(w, bool) or not isinstance(w, int) for w in blocks)):
         raise ArgumentTypeError("n_blocks", "a tuple of column-block widths (e.g. (128, 32)), () or None",
                                 f"{type(blocks).__name__} {blocks!r}", "pass n_blocks=(128, 32), or leave it out")
+    cluster = options.get("cluster")
+    if cluster is not None and (isinstance(cluster, bool) or not isinstance(cluster, (int, str))):
+        raise ArgumentTypeError("cluster", 'None, 1, 2, "2x1" or "1x2"', f"{type(cluster).__name__} {cluster!r}",
+                                'pass cluster=2 (2x1, along M) or cluster="1x2", or leave it out')
     warps = options.get("tdm_warps")
     if warps is not None and not isinstance(warps, TdmWarps):
         raise ArgumentTypeError("tdm_warps", "a warploom.planning.options.TdmWarps or None",
