@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from warploom.backends import gluon_sm90
+from warploom.backends import gluon_raster
 from warploom.device import H100_SXM
 from warploom.dtypes import DType
 from warploom.errors import DTypeError
@@ -46,7 +46,7 @@ def test_grouped_raster_order() -> None:
 
 def _gluon_raster() -> str:
     """The backend's own `tile_coords` source, as Python (gl.minimum is min on scalars)."""
-    return gluon_sm90._RASTER.replace("@gluon.jit\n", "").replace("gl.minimum", "min")
+    return gluon_raster.RASTER.replace("@gluon.jit\n", "").replace("gl.minimum", "min")
 
 
 @pytest.mark.parametrize("pm,pn,group", [(3, 2, 2), (7, 5, 8), (9, 4, 3), (1, 6, 8), (5, 1, 2)])

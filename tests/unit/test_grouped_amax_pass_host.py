@@ -20,7 +20,7 @@ import torch
 
 import warploom
 from warploom import H100_SXM
-from warploom.backends import gluon_sm90
+from warploom.backends import gluon_raster
 from warploom.backends.gluon_cast import cast_params
 from warploom.backends.group_scan import group_helpers, row_owner_helper
 from warploom.checks_grouped import grouped_call
@@ -51,7 +51,7 @@ _GL = types.SimpleNamespace(minimum=min, maximum=max, load=lambda p: p.vals[p.of
 
 def _helpers(grouping: Grouping, bm: int, bn: int) -> dict[str, Any]:
     """The grouped kernel's own tile scan and its cast kernel's ``row_owned``, as Python."""
-    src = gluon_sm90._RASTER + group_helpers(grouping) + row_owner_helper(grouping)
+    src = gluon_raster.RASTER + group_helpers(grouping) + row_owner_helper(grouping)
     env: dict[str, Any] = {"gl": _GL, "GROUP_M": 8, "BM": bm, "BN": bn}
     exec(src.replace("@gluon.jit\n", ""), env)  # noqa: S102 - the emitter's own helpers
     return env

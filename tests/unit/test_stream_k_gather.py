@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from warploom import H100_SXM, GemmSpec
-from warploom.backends.gluon_sm90 import SK_LOAD_REGS, SK_MAX_WAIT, sk_batches
+from warploom.backends.gluon_raster import SK_LOAD_REGS, SK_MAX_WAIT, sk_batches
 from warploom.errors import UnsupportedError
 from warploom.kernel import build
 from warploom.planner import plan_schedule

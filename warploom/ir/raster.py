@@ -33,7 +33,7 @@ def cdiv(a: int, b: int) -> int:
 def tile_coords(tile_id: int, num_pid_m: int, num_pid_n: int, group_m: int) -> tuple[int, int]:
     """(pid_m, pid_n) of persistent tile `tile_id`: GROUP_M rows of tiles at a time, column by column.
 
-    Line for line the Gluon helper (``gluon_sm90._RASTER``); its integer division is on non-negative
+    Line for line the Gluon helper (``gluon_raster.RASTER``); its integer division is on non-negative
     int32 values, where Gluon's ``//`` and Python's agree.
     """
     num_pid_in_group = group_m * num_pid_n

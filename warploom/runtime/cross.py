@@ -149,7 +149,7 @@ def shared_layout(dtype: DType, block: list[int], cga: tuple[tuple[int, int], ..
     return gl.NVMMASharedLayout.get_default_for(block, _gl_dtype(dtype))
 
 
-# Stream-K's workspace and flags (backends/gluon_sm90.SK_PARAMS).
+# Stream-K's workspace and flags (backends/gluon_raster.SK_PARAMS).
 SK_TYPES = {"sk_ws_ptr": "*fp32", "sk_flags_ptr": "*i32"}
 
 

@@ -34,9 +34,9 @@ from triton.runtime.driver import driver
 
 from warploom.backends.gluon_api import GluonApi, LaunchAbi, compile_options, for_triton, installed
 from warploom.backends.gluon_cast import CAST_WARPS, check_outputs
+from warploom.backends.gluon_raster import SK_PARAMS
 from warploom.backends.gluon_reduce import REDUCE_BLOCK, reduce_grid
 from warploom.backends.gluon_sm90 import (
-    SK_PARAMS,
     WORKSPACE_DESC,
     GluonSource,
     buffer_desc,

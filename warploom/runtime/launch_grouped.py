@@ -23,7 +23,8 @@ from typing import Any
 
 from warploom.backends.gluon_api import compile_options
 from warploom.backends.gluon_cast import CAST_WARPS, check_outputs
-from warploom.backends.gluon_sm90 import SK_PARAMS, GluonSource
+from warploom.backends.gluon_raster import SK_PARAMS
+from warploom.backends.gluon_sm90 import GluonSource
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
 from warploom.runtime.launch import DescSlot, DirectLaunch, StreamKBuffers, aligned_copy, amax_workspaces
