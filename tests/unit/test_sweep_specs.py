@@ -25,3 +25,38 @@ def test_a_bad_line_is_named(tmp_path: Path, line: str) -> None:
     f.write_text(line + "\n")
     with pytest.raises(ValueError, match="line 1: expected"):
         sweep_plans.read_specs(str(f))
+
+
+def test_plan_changes_lines_force_the_old_plan_exactly(tmp_path: Path) -> None:
+    """scripts/plan_changes.py: a shape whose plan differs becomes a comment and a sweep line whose first variant,
+    the old plan's differing fields replaced after planning (sweep_plans' "plan" entry), is the old plan itself."""
+    import dataclasses
+    import enum
+
+    import plan_changes
+
+    from warploom.device import H200
+    from warploom.planner import plan_schedule
+    from warploom.spec import GemmSpec
+
+    spec = GemmSpec(1895, 136, 3704)
+
+    def dump(plan: object) -> dict[str, object]:
+        def plain(v: object) -> object:
+            return v.value if isinstance(v, enum.Enum) else list(v) if isinstance(v, tuple) else v
+
+        return {"short": plan.short(),  # type: ignore[attr-defined]
+                "fields": {f.name: plain(getattr(plan, f.name)) for f in dataclasses.fields(plan)}}  # type: ignore[arg-type]
+
+    old, new = plan_schedule(spec, H200, bm=128, bn=128), plan_schedule(spec, H200)
+    assert old != new
+    key = "matmul_bf16|1895x136x3704"
+    lines = plan_changes.spec_lines({key: dump(old), "matmul_bf16|64x64x64": dump(new)},
+                                    {key: dump(new), "matmul_bf16|64x64x64": dump(new)})
+    assert lines[0] == f"# {old.short()} -> {new.short()}" and len(lines) == 2
+    f = tmp_path / "specs.txt"
+    f.write_text("\n".join(lines) + "\n")
+    ((case, size, variants),) = sweep_plans.read_specs(str(f))
+    assert (case, size) == ("bf16", "1895x136x3704") and variants[1] == {}
+    forced = {k: v for k, v in variants[0].items() if k != "plan"}
+    assert dataclasses.replace(plan_schedule(spec, H200, **forced), **variants[0]["plan"]) == old
