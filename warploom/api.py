@@ -211,6 +211,15 @@ def _result_epilogue(epilogue: Callable[..., Any] | None, operands: dict[str, An
     return _times_scale_result, {"scale_result": scale_result}
 
 
+def _check_fp8_result(spec: GemmSpec, epilogue: Callable[..., Any] | None, out_dtype: Any) -> None:
+    """Refuse an fp8 output (`_result_epilogue`'s fused epilogue) where the planner refuses fused epilogues, by
+    out_dtype: its refusal would name an epilogue the caller never passed."""
+    if spec.scale is ScaleRecipe.NVFP4 and epilogue in (_as_is, _times_scale_result):
+        raise UnsupportedError(f"out_dtype={out_dtype} with NVFP4 scales: an fp8 result is stored by a fused epilogue, "
+                               "and sm_100a's NVFP4 kernel applies its global scales in the plain epilogue only. Fix: "
+                               "pass out_dtype=torch.bfloat16 and quantize the result (warploom.quantize)")
+
+
 def _scaled_fused(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: torch.Tensor, bias: Any,
                   out_dtype: Any, use_fast_accum: bool, epilogue: Callable[..., Any], operands: dict[str, Any],
                   scale_result: Any = None) -> Any:
@@ -223,11 +232,7 @@ def _scaled_fused(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale
         return hit(a, b, scale_a, scale_b, bias, operands)
     spec = checks.scaled_mm_spec_cached(a, b, scale_a, scale_b, bias, out_dtype, use_fast_accum)
     checks.scale_result(scale_result, spec.out_dtype, a)
-    if spec.scale is ScaleRecipe.NVFP4 and epilogue in (_as_is, _times_scale_result):
-        # (the planner's refusal would name a fused epilogue the caller never passed: the fp8 output is one)
-        raise UnsupportedError(f"out_dtype={out_dtype} with NVFP4 scales: an fp8 result is stored by a fused epilogue, "
-                               "and sm_100a's NVFP4 kernel applies its global scales in the plain epilogue only. Fix: "
-                               "pass out_dtype=torch.bfloat16 and quantize the result (warploom.quantize)")
+    _check_fp8_result(spec, epilogue, out_dtype)
     spec, tensors = _fused(spec, a, epilogue, operands, scale_a=scale_a, scale_b=scale_b, bias=bias)
     return run_fused(spec, a, b, tensors, key)
 
@@ -424,6 +429,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor | None = None, 
         spec = checks.scaled_mm_spec(a, b, scale_a, scale_b, bias, out_dtype or torch.bfloat16, use_fast_accum)
         checks.scale_result(scale_result, spec.out_dtype, a)
         fn, operands = _result_epilogue(epilogue, operands, out_dtype, scale_result)
+        _check_fp8_result(spec, fn, out_dtype)
         epilogue = fn
     if scale_result is not None and scale_a is None:
         checks.scale_result(scale_result, spec.out_dtype, a)  # (refused: matmul's outputs are 16-bit or fp32)

@@ -20,6 +20,7 @@ from traced import compile_keeping_graphs  # (pytest puts this folder on sys.pat
 
 import warploom
 import warploom.api  # registers torch.ops.warploom.*, whichever of torch and warploom a session imported first
+from warploom.device import B200
 from warploom.dtypes import DType
 from warploom.reference import Inputs, make_inputs, reference
 from warploom.spec import Accumulation, BLayout, GemmSpec, ScaleLayout, ScaleRecipe
@@ -226,6 +227,8 @@ def test_nvfp4_bad_input_is_refused_as_before_through_the_op_and_its_fake() -> N
         with pytest.raises(warploom.UnsupportedError, match=rf"^out_dtype={out} with NVFP4 scales.*Fix: pass "
                                                             "out_dtype=torch.bfloat16"):
             warploom.scaled_mm(a, b, [sa, ga], [sb, gb], out_dtype=out)
+        with pytest.raises(warploom.UnsupportedError, match=rf"^out_dtype={out} with NVFP4 scales"):
+            warploom.plan(a, b, [sa, ga], [sb, gb], out_dtype=out, device=B200)
 
 
 def _fp8_out_call(a: torch.Tensor, b: torch.Tensor, sa: torch.Tensor, sb: torch.Tensor) -> torch.Tensor:

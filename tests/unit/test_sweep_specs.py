@@ -60,3 +60,19 @@ def test_plan_changes_lines_force_the_old_plan_exactly(tmp_path: Path) -> None:
     assert (case, size) == ("bf16", "1895x136x3704") and variants[1] == {}
     forced = {k: v for k, v in variants[0].items() if k != "plan"}
     assert dataclasses.replace(plan_schedule(spec, H200, **forced), **variants[0]["plan"]) == old
+
+
+def test_plan_changes_dump_runs_in_a_tree() -> None:
+    """The script plans in both trees through its `_DUMP` snippet: run here on the work tree, it gives every zoo shape
+    of the op with its plan's name and fields, and a tree against itself changes nothing."""
+    import plan_changes
+
+    from warploom.benchsuite.shapes import zoo_shapes
+
+    root = str(Path(__file__).resolve().parents[2])
+    got = plan_changes.plans(root, ["scaled_mm_fp8_blockwise"])
+    assert len(got) == len(zoo_shapes())
+    key, first = next(iter(got.items()))
+    assert key.startswith("scaled_mm_fp8_blockwise|") and {"short", "fields"} <= set(first)
+    assert first["fields"]["bm"] in (64, 128, 192, 256)
+    assert plan_changes.spec_lines(got, got) == []

@@ -76,7 +76,7 @@ class GluonSource:
         num_warps: warps of the default partition.
         maxnreg: the kernel-wide register cap that lets setmaxnreg redistribute registers.
         reduce_kernel: split-K only: the ``@gluon.jit`` function in `text` that adds the workspace's partial sums
-            in order and casts them into C (`REDUCE_PARAMS`; one program per `REDUCE_BLOCK` elements).
+            in order and casts them into C (`gluon_reduce.REDUCE_PARAMS`; one program per `REDUCE_BLOCK` elements).
         cast_kernel: planner rule 29 only (`ir.Module.amax_pass`): the ``@gluon.jit`` function in `text` that
             quantizes the first pass's fp32 workspace by its rows' amax (`gluon_cast.CAST_PARAMS`; a program a row).
         num_ctas: the CTAs of a cluster (`ir.Tiling.cluster`): a Gluon program is then a cluster, its shapes are the

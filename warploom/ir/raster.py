@@ -207,7 +207,7 @@ def cta_tiles(pid: int, m: int, n: int, bm: int, bn: int, group_m: int, grid: in
 def stream_k_pieces(pid: int, tiles: int, k_tiles: int, grid: int, pieces: int,
                     waves: int = 0) -> tuple[tuple[int, int, int, tuple[int, ...]], ...]:
     """CTA `pid`'s work units of a stream-K launch over `tiles` tile ids, as (tile_id, k_lo, k_hi, peers): line for
-    line the Gluon helpers ``sk_range``, ``sk_unit`` and ``sk_owner`` (backends/gluon_sm90.py). Whole tiles first
+    line the Gluon helpers ``sk_range``, ``sk_unit`` and ``sk_owner`` (backends/gluon_raster.py). Whole tiles first
     (pid, pid + grid, ... below the whole waves), then its iterations of the last wave's tiles, cut at tile edges; a
     finisher unit (k-block 0, ending early) lists the CTAs holding the rest of its tile in `peers`, in k order. Only
     tile ids: a dense launch places them by the raster (`stream_k_units`), a grouped one by its group scan

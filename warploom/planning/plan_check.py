@@ -70,7 +70,7 @@ I32_MAX = 2**31 - 1
 
 
 def stream_k_iterations(grid: int, tiles: int, k_tiles: int, sk_waves: int = 0) -> int:
-    """The largest product stream-K's helpers form in i32 (backends/gluon_sm90.py's ``sk_range`` and ``sk_owner``:
+    """The largest product stream-K's helpers form in i32 (backends/gluon_raster.py's ``sk_range`` and ``sk_owner``:
     (pid + 1) times the shared iterations, sk_tiles * k_tiles, with sk_tiles at most the grid's waves it shares)."""
     return grid * min(tiles, grid * (1 + sk_waves)) * k_tiles
 
