@@ -17,6 +17,7 @@ from warploom import (
     H100_SXM,
     Accumulation,
     ALayout,
+    ArgumentTypeError,
     BLayout,
     DeviceInfo,
     DType,
@@ -518,11 +519,11 @@ def test_replan_keeps_a_1x2_plan() -> None:
 
 
 def test_a_bool_cluster_knob_is_refused() -> None:
-    """cluster=True is not a cluster shape: refused (it equals 1 as a dict key, so it planned one CTA per tile, even
-    where rule 24 clusters unforced), as is cluster=False."""
+    """cluster=True is not a cluster shape: refused by its type with the other options' (it equals 1 as a dict key,
+    so it planned one CTA per tile, even where rule 24 clusters unforced), as is cluster=False."""
     with emitting_for("3.9"):
         for knob in (True, False):
-            with pytest.raises(UnsupportedError, match=rf"cluster={knob}: expected None .*\"1x2\""):
+            with pytest.raises(ArgumentTypeError, match=rf"^cluster: expected None, 1, 2, .*\"1x2\", got bool {knob}"):
                 plan_schedule(bf16(4634, 4968, 3672), H100_SXM, cluster=knob)
 
 def test_forced_partial_blocks_in_a_2x1_cluster() -> None:
