@@ -295,7 +295,7 @@ def _scaled_mm_fake(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, sca
 
 
 def _not_a_tensor(e: Exception, named: dict[str, Any], out_dtype: Any = None,
-                  out_dtypes: str = "torch.bfloat16, torch.float16 or torch.float32") -> None:
+                  out_dtypes: str = checks.MATMUL_OUT_NAMES) -> None:
     """After a call failed with a Python or torch error, raise the warploom error for an argument that is not a dense
     tensor (None, a list, a NumPy array, a number, a sparse tensor) or is a negated view if there is one, or for an
     out_dtype the custom op's dispatcher could not cast (a string). Checked only once a call has failed: the
@@ -393,7 +393,7 @@ def scaled_mm(a: torch.Tensor, b: torch.Tensor, scale_a: torch.Tensor, scale_b: 
         return torch.ops.warploom.scaled_mm(a, b, sa, sb, bias, out_dtype, use_fast_accum, ga, gb)
     except (AttributeError, TypeError, RuntimeError) as e:
         _not_a_tensor(e, {"a": a, "b": b, **_named_scales(scale_a, scale_b), "bias": bias}, out_dtype,
-                      "torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn or torch.float8_e5m2")
+                      checks.SCALED_OUT_NAMES)
         raise
 
 

@@ -255,7 +255,7 @@ def matmul_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
         raise DTypeError("b", f"the same dtype as a ({a.dtype})", str(b.dtype), f"convert b with b.to({a.dtype})")
     out = da if out_dtype is None else DType.from_torch(out_dtype)
     if out not in (DType.BF16, DType.FP16, DType.FP32):
-        raise DTypeError("out_dtype", "torch.bfloat16, torch.float16 or torch.float32", str(out_dtype),
+        raise DTypeError("out_dtype", MATMUL_OUT_NAMES, str(out_dtype),
                          "pass one of those or None (a's dtype)")
     return out
 
@@ -416,13 +416,15 @@ def scaled_mm_dtypes(a: Any, b: Any, out_dtype: Any = None) -> DType:
     # is not supported", a cuBLASLt restriction): sm_90a's wgmma takes any pair of fp8 formats (QGMMA.E5M2.E5M2).
     out = DType.from_torch(out_dtype if out_dtype is not None else torch.bfloat16)
     if out not in SCALED_OUT:
-        raise DTypeError("out_dtype", "torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn or "
-                         "torch.float8_e5m2", str(out_dtype), "pass one of those")
+        raise DTypeError("out_dtype", SCALED_OUT_NAMES, str(out_dtype), "pass one of those")
     return out
 
 
 # scaled_mm's output types: 16-bit and fp32 as the accumulator is cast, fp8 scaled by scale_result and saturated.
 SCALED_OUT = (DType.BF16, DType.FP16, DType.FP32, DType.E4M3, DType.E5M2)
+# The output types as the refusals name them (matmul's: 16-bit and fp32).
+MATMUL_OUT_NAMES = "torch.bfloat16, torch.float16 or torch.float32"
+SCALED_OUT_NAMES = "torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn or torch.float8_e5m2"
 
 
 def scale_result(t: Any, out: DType, a: Any) -> None:
