@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from warploom.device import DeviceInfo
 from warploom.dtypes import DType
 from warploom.planning.common import k_blocks
-from warploom.planning.sm90.models import SK_FIXUP_KBLOCKS, SK_PIECES, SK_SLOWDOWN
+from warploom.planning.sm90.models import SK_FIXUP_KBLOCKS, SK_PIECES, SK_SLOWDOWN, uneven_split_builds
 from warploom.planning.sm90.tiles import rows_aligned
 from warploom.planning.trace import note
 from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
@@ -147,10 +147,10 @@ def _split_candidates(spec: GemmSpec, device: DeviceInfo, k_tiles: int) -> list[
     if tiles <= device.sm_count * SPLIT_MAX_TILES_OF_SMS and not shared_row_tiles(spec, device):
         fits = [r for r in range(2, SPLIT_MAX + 1) if tiles * r <= device.sm_count]
         # (equal ranges where some count divides the k-blocks: unequal 128x128 ones took too few ranges, below;
-        # promoted accumulation only equal ones on 128x128, `rule._check_split_k`)
+        # and only equal ones where 128x128 tiles cannot take unequal ranges: promoted accumulation)
         equal = [r for r in fits if k_tiles % r == 0]
         found += [(split_time(spec, r), 128, r)
-                  for r in (equal or (fits if spec.accumulation is Accumulation.NATIVE else []))]
+                  for r in (equal or (fits if uneven_split_builds(spec, (128, 128)) else []))]
     tiles64 = square_tiles(spec, 64)
     times64 = {r: split_time(spec, r, 64) for r in range(2, SPLIT_MAX + 1) if tiles64 * r <= device.sm_count}
     if times64:

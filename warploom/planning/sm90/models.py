@@ -9,7 +9,7 @@ import math
 
 from warploom.device import DeviceInfo
 from warploom.planning.common import dense_operands
-from warploom.spec import GemmSpec, ScaleRecipe
+from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 
 # Rule 15: what a split-K tail costs beyond its share of the work (its launch, each unit's pipeline fill and fp32
 # store, the reduction): 8-10 us, whatever K, at 4096x2112x7168 (H100, scripts/exp/tail_parts.py, docs/benchmarks.md
@@ -32,6 +32,18 @@ _TAIL_MIN_KBLOCKS = 36
 SK_SLOWDOWN = 0.5
 SK_FIXUP_KBLOCKS = 8.0
 SK_PIECES = (2, 3, 4)
+
+
+def uneven_split_builds(spec: GemmSpec, tile: tuple[int | None, int | None], what: str = "split_k") -> bool:
+    """Whether split-K (or a split-K tail, `what` = "tail_split") of `spec` on a (bm, bn) `tile` may cut K into
+    ranges that differ by a k-block (`ir.Tiling.uneven_split`): not where the producer copies per-column scales of B
+    in one flattened loop (`ScaleRecipe.per_column_b`), which runs one count a unit, and for promoted accumulation
+    only on one warpgroup's 64x64 split-K tile (promoted 128x128 blockwise spilled 16 bytes with them under Triton
+    3.9; the 64x64 tile, rowwise or blockwise, spilled nothing under 3.6 or 3.9, tests/compile: the one form
+    compiled). `rule._check_split_k` refuses the others by name and rule 25 prices only counts that divide there."""
+    if spec.scale.per_column_b:
+        return False
+    return spec.accumulation is not Accumulation.PROMOTED or (tile == (64, 64) and what == "split_k")
 
 
 def stream_k_problems(spec: GemmSpec, pingpong: bool, scale_partition: bool | None, split_k: int | None,

@@ -31,7 +31,7 @@ from warploom.planning.sm90.latency import (
     latency_tiles,
     latency_width,
 )
-from warploom.planning.sm90.models import stream_k_problems
+from warploom.planning.sm90.models import stream_k_problems, uneven_split_builds
 from warploom.planning.sm90.narrow import forced_narrow, narrow
 from warploom.planning.sm90.ring import ring_to_k
 from warploom.planning.sm90.rows64 import ROWS64_BM, ROWS64_BN, one_wave_rows64, rows64_tiles
@@ -460,11 +460,10 @@ def refuse_stream_k(spec: GemmSpec, stream_k: int, problems: list[str], or_drop:
 def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_partition: bool | None,
                    tile: tuple[int | None, int | None], what: str = "split_k") -> None:
     """Split-K's limits (also a split-K tail's, `what` = "tail_split"): a k-block for every range; ranges of equal
-    counts where the producer copies per-column scales of B in one flattened loop (`ScaleRecipe.per_column_b`),
-    which runs one count a unit, and for promoted accumulation on other than a forced 64x64 `tile` (bm, bn) of
-    split_k, whose consumers spilled with unequal ones (elsewhere they may differ by one: `ir.Tiling.uneven_split`);
-    and the partials summed before anything that is not linear in the accumulator (the bias, a fused epilogue, the
-    output cast) could run."""
+    counts where unequal ones do not build on the (bm, bn) `tile` (`models.uneven_split_builds`: per-column scales of
+    B, promoted accumulation on other than a forced 64x64 split-K tile; elsewhere they may differ by one:
+    `ir.Tiling.uneven_split`); and the partials summed before anything that is not linear in the accumulator (the
+    bias, a fused epilogue, the output cast) could run."""
     if split_k == 1:
         return
     k_tiles = max(1, math.ceil(spec.k / bk))
@@ -475,11 +474,7 @@ def _check_split_k(spec: GemmSpec, split_k: int, bk: int, pingpong: bool, scale_
         problems.append(f"{what}={split_k} must be at least 1 and at most the {k_tiles} k-blocks of {bk}")
         own = k_tiles < 2
         changes.append(f"{what} between 2 and {k_tiles}")
-    elif k_tiles % split_k and (spec.scale.per_column_b or (spec.accumulation is Accumulation.PROMOTED
-                                                            and (tile != (64, 64) or what != "split_k"))):
-        # (promoted: the unit's range arithmetic beside the promotion's scale indexing spilled 16 bytes under
-        # Triton 3.9 at 128x128 blockwise; one warpgroup's 64x64 split-K tile, rowwise or blockwise, spilled nothing
-        # under 3.6 or 3.9, tests/compile: the one form compiled)
+    elif k_tiles % split_k and not uneven_split_builds(spec, tile, what):
         if spec.scale.per_column_b:
             why = f"for {spec.scale.value} scales (their copier runs one count of k-blocks a range)"
             change = f"a {what} that divides {k_tiles} (e.g. {_divisors(k_tiles)})"
