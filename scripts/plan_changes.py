@@ -14,6 +14,8 @@ This is how a planner rule is measured before it lands: every zoo plan it change
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import enum
 import json
 import os
 import subprocess
@@ -25,9 +27,12 @@ from typing import Any
 CASES = {"matmul_bf16": "bf16", "scaled_mm_fp8_rowwise_fast": "fp8", "scaled_mm_fp8_rowwise_exact": "fp8-exact",
          "scaled_mm_fp8_blockwise": "blockwise"}
 
-# Run in either tree (only APIs both keep): every zoo shape's plan for each op, as {op|MxNxK: Plan fields}.
+# Run in either tree (only APIs both keep; `record` from this file, which needs nothing of warploom): every zoo
+# shape's plan for each op, as {op|MxNxK: record}.
 _DUMP = """
-import dataclasses, enum, json, sys
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from plan_changes import record
 from warploom.benchsuite.shapes import Op, for_op, zoo_shapes
 from warploom.device import H200
 from warploom.dtypes import DType
@@ -41,25 +46,30 @@ def spec(s, op):
     acc = Accumulation.NATIVE if op is Op.SCALED_MM_FP8_ROWWISE_FAST else Accumulation.PROMOTED
     return GemmSpec(s.m, s.n, s.k, DType.E4M3, DType.E4M3, DType.BF16, scale=scale, accumulation=acc)
 
-def plain(v):
-    return v.value if isinstance(v, enum.Enum) else list(v) if isinstance(v, tuple) else v
-
 out = {}
 for name in sys.argv[1].split(","):
     op = Op(name)
     for shape in zoo_shapes():
         s = for_op(shape, op)
-        plan = plan_schedule(spec(s, op), H200)
-        fields = {f.name: plain(getattr(plan, f.name)) for f in dataclasses.fields(plan)}
-        out[f"{name}|{s.m}x{s.n}x{s.k}"] = {"short": plan.short(), "fields": fields}
+        out[f"{name}|{s.m}x{s.n}x{s.k}"] = record(plan_schedule(spec(s, op), H200))
 json.dump(out, sys.stdout)
 """
+
+
+def record(plan: Any) -> dict[str, Any]:
+    """A plan as JSON: its name and its fields (enums by value, tuples as lists), what `spec_lines` compares and
+    forces."""
+    def plain(v: Any) -> Any:
+        return v.value if isinstance(v, enum.Enum) else list(v) if isinstance(v, tuple) else v
+
+    return {"short": plan.short(), "fields": {f.name: plain(getattr(plan, f.name)) for f in dataclasses.fields(plan)}}
 
 
 def plans(tree: str, ops: list[str]) -> dict[str, Any]:
     """The plans `_DUMP` gives with the warploom of `tree`."""
     env = {**os.environ, "PYTHONPATH": tree}
-    done = subprocess.run([sys.executable, "-c", _DUMP, ",".join(ops)], cwd=tree, env=env, capture_output=True,
+    here = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-c", _DUMP, ",".join(ops), here], cwd=tree, env=env, capture_output=True,
                           text=True)
     if done.returncode:
         raise SystemExit(f"planning in {tree} failed:\n{done.stderr[-2000:]}")

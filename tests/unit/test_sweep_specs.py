@@ -31,7 +31,6 @@ def test_plan_changes_lines_force_the_old_plan_exactly(tmp_path: Path) -> None:
     """scripts/plan_changes.py: a shape whose plan differs becomes a comment and a sweep line whose first variant,
     the old plan's differing fields replaced after planning (sweep_plans' "plan" entry), is the old plan itself."""
     import dataclasses
-    import enum
 
     import plan_changes
 
@@ -40,19 +39,13 @@ def test_plan_changes_lines_force_the_old_plan_exactly(tmp_path: Path) -> None:
     from warploom.spec import GemmSpec
 
     spec = GemmSpec(1895, 136, 3704)
-
-    def dump(plan: object) -> dict[str, object]:
-        def plain(v: object) -> object:
-            return v.value if isinstance(v, enum.Enum) else list(v) if isinstance(v, tuple) else v
-
-        return {"short": plan.short(),  # type: ignore[attr-defined]
-                "fields": {f.name: plain(getattr(plan, f.name)) for f in dataclasses.fields(plan)}}  # type: ignore[arg-type]
+    record = plan_changes.record
 
     old, new = plan_schedule(spec, H200, bm=128, bn=128), plan_schedule(spec, H200)
     assert old != new
     key = "matmul_bf16|1895x136x3704"
-    lines = plan_changes.spec_lines({key: dump(old), "matmul_bf16|64x64x64": dump(new)},
-                                    {key: dump(new), "matmul_bf16|64x64x64": dump(new)})
+    lines = plan_changes.spec_lines({key: record(old), "matmul_bf16|64x64x64": record(new)},
+                                    {key: record(new), "matmul_bf16|64x64x64": record(new)})
     assert lines[0] == f"# {old.short()} -> {new.short()}" and len(lines) == 2
     f = tmp_path / "specs.txt"
     f.write_text("\n".join(lines) + "\n")
