@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from warploom.kernel import Kernel
     from warploom.planning.plan import Plan
     from warploom.quantization import QuantRecipe, quantize
+    from warploom.rows import aligned_rows
     from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, Grouping, ScaleLayout, ScaleRecipe
 
 # A Triton outside the supported range (gluon_api.SUPPORTED) is refused here, at import: TritonVersionError. (It
@@ -57,6 +58,7 @@ _LAZY = {
     "scaled_grouped_mm": "warploom.api", "quantize": "warploom.quantization",
     "QuantRecipe": "warploom.quantization", "interleave_gate_up": "warploom.gate_up",
     "deinterleave_gate_up": "warploom.gate_up", "silu_mul_interleaved": "warploom.gate_up",
+    "aligned_rows": "warploom.rows",
 }
 
 
@@ -88,6 +90,7 @@ __all__ = [
     "DeviceError", "DeviceInfo", "GemmSpec", "Grouping", "InputError", "InternalError", "Kernel", "KernelHangError",
     "NoTileFitsError", "Plan", "PlanError", "QuantRecipe", "ScaleError",
     "ScaleLayout", "ScaleRecipe", "ResourceError", "ShapeError", "TargetError", "TritonVersionError",
-    "UnsupportedError", "VerificationError", "WarploomError", "__version__", "deinterleave_gate_up", "grouped_mm",
+    "UnsupportedError", "VerificationError", "WarploomError", "__version__", "aligned_rows", "deinterleave_gate_up",
+    "grouped_mm",
     "interleave_gate_up", "matmul", "plan", "quantize", "scaled_grouped_mm", "scaled_mm", "silu_mul_interleaved",
 ]

@@ -34,6 +34,7 @@ from warploom.spec import (
     Grouping,
     ScaleLayout,
     ScaleRecipe,
+    align_of,
     oversized,
 )
 
@@ -278,7 +279,22 @@ def matmul_spec(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
     layout = _b_layout(b, fp8=False)
     tma_ok("b", b, 0 if layout is BLayout.K_MAJOR else 1, "b")
     _out_aligned(b.shape[1], out)
-    return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout, a_layout=a_layout)
+    return GemmSpec(a.shape[0], b.shape[1], a.shape[1], da, da, out, layout, a_layout=a_layout,
+                    a_row_align=row_align(a, 0 if a_layout is ALayout.K_MAJOR else 1),
+                    b_row_align=row_align(b, 1 if layout is BLayout.K_MAJOR else 0))
+
+
+def row_align(t: Any, outer: int) -> int:
+    """Where `t`'s rows (along dimension `outer`) start: the largest of 16, 32, 64 and 128 bytes dividing its
+    address and, with more than one row, its row stride (`GemmSpec.a_row_align`; TMA's checks refuse less than 16).
+    Only a GPU tensor's address counts (CPU ones reach no kernel; meta and fake ones have none): others' rows start
+    as their stride says; an empty one's (no kernel reads it) are whole lines."""
+    if t.numel() == 0:
+        return 128
+    at = t.data_ptr() % 128 if t.is_cuda and is_real(t) else 0
+    if t.size(outer) > 1:
+        at |= t.stride(outer) * t.element_size() % 128
+    return align_of(at)
 
 
 def _mx_recipe(scale_a: Any, scale_b: Any, m: int, n: int, k: int) -> ScaleRecipe:
@@ -588,7 +604,8 @@ def scaled_mm_spec(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None,
     acc = Accumulation.NATIVE if use_fast_accum and not recipe.is_blockwise else Accumulation.PROMOTED
     layout = mx_scale_layout(scale_a, scale_b, m, n, k) if recipe is ScaleRecipe.MX else \
         nvfp4_layout or ScaleLayout.ROW_MAJOR
-    return GemmSpec(m, n, k, da, db, out, BLayout.K_MAJOR, recipe, acc, bias_dt, scale_layout=layout)
+    return GemmSpec(m, n, k, da, db, out, BLayout.K_MAJOR, recipe, acc, bias_dt, scale_layout=layout,
+                    a_row_align=row_align(a, 0), b_row_align=row_align(b, 1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -600,10 +617,12 @@ _MAX_SPECS = 4096
 
 
 def tensor_meta(t: Any) -> tuple[Any, ...] | None:
-    """What the checks read of a real tensor: shape, strides, dtype, device, base-address alignment, neg bit."""
+    """What the checks read of a real tensor: shape, strides, dtype, device, address alignment (a GPU tensor's to
+    128 bytes, where its rows start: `row_align`; TMA's 16 bytes otherwise), neg bit."""
     if t is None:
         return None
-    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % TMA_ALIGN, t.is_neg())
+    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % (128 if t.is_cuda else TMA_ALIGN),
+            t.is_neg())
 
 
 def is_real(t: Any) -> bool:

@@ -81,7 +81,7 @@ def _tensor_key(t: Any) -> tuple[Any, ...] | None:
     device = t.get_device()  # -1 on the CPU and for meta tensors
     if device < 0 or is_fake(t) or t.is_neg():
         return None
-    return (t.shape, t.stride(), t.dtype, device, t.data_ptr() & 15)
+    return (t.shape, t.stride(), t.dtype, device, t.data_ptr() & 127)  # (where rows start: checks.row_align)
 
 
 @dataclass(slots=True)

@@ -212,6 +212,17 @@ def oversized(m: int, n: int, k: int, grouping: Grouping = Grouping.NONE, groups
     return next(((name, value, most) for name, value, most in sizes if value > most), None)
 
 
+# Where rows may start (GemmSpec.a_row_align, b_row_align): 0 for "as a contiguous tensor's", else bytes; 16 is the
+# least TMA takes, 128 an L2 line.
+ROW_ALIGNS = (0, 16, 32, 64, 128)
+
+
+def align_of(nbytes: int) -> int:
+    """The largest power of two up to 128 that divides `nbytes` (128 for 0)."""
+    nbytes %= 128
+    return 128 if nbytes == 0 else nbytes & -nbytes
+
+
 # GemmSpec's enum fields and their types (`GemmSpec.__post_init__` checks each).
 _FIELD_KINDS: tuple[tuple[str, type[enum.Enum]], ...] = (
     ("a_dtype", DType), ("b_dtype", DType), ("out_dtype", DType), ("scale", ScaleRecipe),
@@ -242,6 +253,11 @@ class GemmSpec:
             (K, N) matrix per group (K_OFFSETS: M is one group's rows and K all groups' K ranges together).
         groups: the number of groups G a grouped spec was planned for (0 for an ordinary GEMM). The kernel takes
             G at run time; the planner reads the rows per group, M / G.
+        a_row_align, b_row_align: where A's (B's) rows as stored start, the largest of 16, 32, 64 and 128 bytes
+            dividing every row's address, where the tensors' strides and address give other than a contiguous
+            tensor's rows would (`contiguous_row_align`); 0: as those give it (the rows padded to whole 128-byte
+            lines, `warploom.aligned_rows`, or a view of wider rows give more; an offset view can give less).
+            The planner prices rows that are not whole L2 lines (`row_align`); the kernel is the same either way.
     """
 
     m: int
@@ -259,12 +275,14 @@ class GemmSpec:
     grouping: Grouping = Grouping.NONE
     groups: int = 0
     scale_layout: ScaleLayout = ScaleLayout.ROW_MAJOR
+    a_row_align: int = 0
+    b_row_align: int = 0
 
     def __post_init__(self) -> None:
         # A spec built by hand (warploom.GemmSpec is public) is checked like the calls' tensors: by field, with a fix.
         # (warploom.checks derives specs from tensors and refuses those mistakes first, by the tensors' names. The
         # eager grouped calls build a spec per call: the common case takes one type test a field.)
-        for name in ("m", "n", "k", "groups"):
+        for name in ("m", "n", "k", "groups", "a_row_align", "b_row_align"):
             value = getattr(self, name)
             if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ArgumentTypeError(name, "an int", f"{type(value).__name__} {value!r}", f"pass {name} as an int")
@@ -345,10 +363,31 @@ class GemmSpec:
             raise InputError({"M": "m", "N": "n", "K": "k"}.get(name, "groups"), f"{name} at most {most} (the "
                              "kernels index with 32-bit integers: spec.MAX_SIZE)", f"{name} = {value}",
                              f"split the problem along {name} into problems of at most {most} each")
+        for name in ("a_row_align", "b_row_align"):
+            value = getattr(self, name)
+            if value not in ROW_ALIGNS:
+                raise InputError(name, "0 (rows as a contiguous tensor's) or 16, 32, 64 or 128 (bytes)", repr(value),
+                                 f"pass {name}=0, or the largest of 16, 32, 64, 128 dividing every row's address")
+            if value == self.contiguous_row_align(name[0]):  # (one spelling a problem: specs compare and hash alike)
+                object.__setattr__(self, name, 0)
         problems = self.grouped_problems() if self.grouped else []
         if problems:
             raise InputError("grouping", "a spec a grouped kernel takes", f"{self.grouping.value}, but grouped GEMMs "
                              f"do not take {'; '.join(problems)}", "drop those fields, or plan the GEMMs one by one")
+
+    def contiguous_row_align(self, operand: str) -> int:
+        """Where `operand`'s ("a" or "b") rows start when it is contiguous: its row length's largest power-of-two
+        byte divisor up to 128 (a row of K elements, or M or N for an M- or N-major operand)."""
+        if operand == "a":
+            row, bits = (self.k if self.a_layout is ALayout.K_MAJOR else self.m), self.a_dtype.bits
+        else:
+            row, bits = (self.k if self.b_layout is BLayout.K_MAJOR else self.n), self.b_dtype.bits
+        return align_of(row * bits // 8)
+
+    def row_align(self, operand: str) -> int:
+        """Where `operand`'s ("a" or "b") rows start as stored: 16, 32, 64 or 128 bytes (`a_row_align`)."""
+        given = self.a_row_align if operand == "a" else self.b_row_align
+        return given or self.contiguous_row_align(operand)
 
     @property
     def grouped(self) -> bool:
@@ -479,7 +518,8 @@ class GemmSpec:
         if problems:
             raise ValueError(f"{self.short()} cannot run swapped: {'; '.join(problems)}")
         return replace(self, m=self.n, n=self.m, a_dtype=self.b_dtype, b_dtype=self.a_dtype,
-                       epilogue=None if self.epilogue is None else self.epilogue.transposed())
+                       epilogue=None if self.epilogue is None else self.epilogue.transposed(),
+                       a_row_align=self.b_row_align, b_row_align=self.a_row_align)
 
     def short(self) -> str:
         """A compact name, e.g. ``e4m3xe4m3->bf16 rowwise 4096x4096x4096``."""
@@ -491,6 +531,8 @@ class GemmSpec:
             f"b={self.b_layout.value}{' +epilogue' if self.epilogue else ''}"
             f"{f' grouped={self.grouping.value}x{self.groups}' if self.grouped else ''}"
             f"{' scales=blocked' if self.scale_layout is ScaleLayout.BLOCKED else ''}"
+            f"{f' a_rows={self.a_row_align}B' if self.a_row_align else ''}"
+            f"{f' b_rows={self.b_row_align}B' if self.b_row_align else ''}"
         )
 
     def output_shapes(self, m: int | None = None, n: int | None = None) -> tuple[tuple[int, int], ...]:

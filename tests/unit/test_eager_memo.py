@@ -37,25 +37,46 @@ class GpuLike:
         return self.t.is_neg()
 
 
+def _lined(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of `t` at a 128-byte aligned address: copies whose keys match (a GPU allocation is; the key
+    holds the address to 128 bytes)."""
+    flat = torch.empty(t.numel() + 128, dtype=t.dtype)
+    at = (-flat.data_ptr() % 128) // t.element_size()
+    return flat[at:at + t.numel()].view(t.shape).copy_(t)
+
+
+class _Moved(GpuLike):
+    """`GpuLike` at an address `by` bytes on."""
+
+    def __init__(self, t: torch.Tensor, by: int) -> None:
+        super().__init__(t)
+        self.by = by
+
+    def data_ptr(self) -> int:
+        return self.t.data_ptr() + self.by
+
+
 def _tensor_part(t: torch.Tensor) -> tuple[object, ...]:
     """The per-tensor entry of a key, computed as `eager.key` does for a GPU tensor (the CPU has none)."""
-    return (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 15)
+    return (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 127)
 
 
 def test_the_key_holds_what_the_checks_read() -> None:
-    a, b = torch.randn(64, 32).to(BF16), torch.randn(32, 64).to(BF16)
+    a, b = _lined(torch.randn(64, 32).to(BF16)), _lined(torch.randn(32, 64).to(BF16))
     k = eager.key("matmul", (GpuLike(a), GpuLike(b)), None)
-    assert k is not None and k == eager.key("matmul", (GpuLike(a.clone()), GpuLike(b.clone())), None)
+    assert k is not None and k == eager.key("matmul", (GpuLike(_lined(a)), GpuLike(_lined(b))), None)
     meta = checks.tensor_meta(a)
     assert meta is not None
-    shape, strides, dtype, _, align, neg = meta
-    assert k[1] == (torch.Size(shape), strides, dtype, 0, align) and not neg
+    shape, strides, dtype, _, _, neg = meta
+    # (a GPU tensor's address to 128 bytes, where its rows start: checks.row_align reads it)
+    assert k[1] == (torch.Size(shape), strides, dtype, 0, a.data_ptr() % 128) and not neg
     others = [
         (GpuLike(torch.randn(64, 48).to(BF16)), GpuLike(b)),  # shape
         (GpuLike(torch.randn(32, 64).to(BF16).t()), GpuLike(b)),  # strides
         (GpuLike(torch.randn(64, 32).half()), GpuLike(b)),  # dtype
         (GpuLike(a, device=1), GpuLike(b)),  # device
         (GpuLike(torch.randn(64 * 32 + 8).to(BF16)[1:1 + 64 * 32].view(64, 32)), GpuLike(b)),  # address mod 16
+        (_Moved(a, 16), GpuLike(b)),  # the address 16 bytes on: the same mod 16, not mod 128 (where rows start)
     ]
     for ts in others:
         assert eager.key("matmul", ts, None) not in (None, k)
@@ -113,7 +134,7 @@ def test_fused_keys_follow_the_function_and_every_operand(monkeypatch: pytest.Mo
     # On the CPU no tensor gets a key; stand in for GPU tensors by giving each its CPU metadata.
     monkeypatch.setattr(eager, "_tensor_key", _tensor_part)
     a, b = torch.randn(64, 32).to(BF16), torch.randn(32, 64).to(BF16)
-    r1, r2 = torch.randn(64, 64).to(BF16), torch.randn(64, 64).to(BF16).t()  # same shape, other strides
+    r1, r2 = _lined(torch.randn(64, 64).to(BF16)), torch.randn(64, 64).to(BF16).t()  # same shape, other strides
     assert eager.fused_key("matmul+", lambda acc, r: acc + r, (a, b), {"r": 0.0}, None) != \
         eager.fused_key("matmul+", lambda acc, r: acc + r, (a, b), {"r": -0.0}, None)  # x / -0.0 is -inf
 
@@ -124,7 +145,7 @@ def test_fused_keys_follow_the_function_and_every_operand(monkeypatch: pytest.Mo
         return acc - r
 
     k = eager.fused_key("matmul+", add, (a, b), {"r": r1}, None)
-    assert k is not None and k == eager.fused_key("matmul+", add, (a, b), {"r": r1.clone()}, None)
+    assert k is not None and k == eager.fused_key("matmul+", add, (a, b), {"r": _lined(r1)}, None)
     assert k != eager.fused_key("matmul+", sub, (a, b), {"r": r1}, None)
     assert k != eager.fused_key("matmul+", add, (a, b), {"r": r2}, None)
     assert k != eager.fused_key("matmul+", add, (a, b), {"q": r1}, None)

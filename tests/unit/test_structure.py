@@ -38,7 +38,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # What turns user tensors and functions into a spec, and the fp32 reference a spec is judged against.
     ("front end", ("warploom.checks", "warploom.checks_grouped", "warploom.epilogue.classify",
                    "warploom.epilogue.capture", "warploom.reference", "warploom.quantization",
-                   "warploom.gate_up")),
+                   "warploom.gate_up", "warploom.rows")),
     # gluon_api (the installed Triton's spellings) imports only errors and ir.warps; the planner asks it what the
     # installed Triton can emit.
     ("schedule IR", ("warploom.ir", "warploom.backends.gluon_api")),

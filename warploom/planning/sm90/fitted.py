@@ -35,7 +35,7 @@ from warploom.planning.sm90.models import stream_k_score, tail_score
 from warploom.planning.sm90.narrow import blocks_of, narrow_problems, with_blocks
 from warploom.planning.sm90.tiles import rows_aligned, tall_problems, tile_efficiency
 from warploom.planning.trace import collecting, note
-from warploom.spec import ALayout, BLayout, GemmSpec
+from warploom.spec import GemmSpec
 
 # Each column block beyond a tile's first costs this fraction of the tile's time (its wgmma reads A's slot again).
 BLOCK_COST = 0.1
@@ -149,11 +149,10 @@ def current_score(spec: GemmSpec, device: DeviceInfo, plan: Plan) -> float:
 
 
 def sector_aligned(spec: GemmSpec) -> bool:
-    """Whether A's and B's rows (as stored) start on 32-byte L2 sectors: a 128-byte box row then touches four, and
-    five where they do not (TMA takes rows of 16-byte multiples: warploom's checks refuse others)."""
-    a_row = spec.k if spec.a_layout is ALayout.K_MAJOR else spec.m
-    b_row = spec.k if spec.b_layout is BLayout.K_MAJOR else spec.n
-    return a_row * spec.a_dtype.bits % 256 == 0 and b_row * spec.b_dtype.bits % 256 == 0
+    """Whether A's and B's rows (as stored: `GemmSpec.row_align`) start on 32-byte L2 sectors: a 128-byte box row
+    then touches four, and five where they do not (TMA takes rows of 16-byte multiples: warploom's checks refuse
+    others)."""
+    return spec.row_align("a") >= 32 and spec.row_align("b") >= 32
 
 
 def l2_rates(device: DeviceInfo) -> L2Rates:

@@ -23,7 +23,7 @@ from warploom.planning.common import (
     stage_bytes,
 )
 from warploom.planning.plan import CONSUMER_REGS, Plan
-from warploom.spec import Accumulation, ALayout, BLayout, GemmSpec, ScaleRecipe
+from warploom.spec import Accumulation, ALayout, GemmSpec, ScaleRecipe
 
 # (BM, BN) candidates with their relative per-FLOP efficiency (step 3 of the heuristic: `warploom.planner`).
 TILES: tuple[tuple[int, int, float], ...] = (
@@ -69,10 +69,8 @@ _LONG_K_256 = 0.95
 
 
 def rows_aligned(spec: GemmSpec) -> bool:
-    """Whether A's and B's rows (as stored, contiguous: K elements, or N for an N-major B) are whole 128-byte lines."""
-    a_row = spec.k if spec.a_layout is ALayout.K_MAJOR else spec.m
-    b_row = spec.k if spec.b_layout is BLayout.K_MAJOR else spec.n
-    return a_row * spec.a_dtype.bits % 1024 == 0 and b_row * spec.b_dtype.bits % 1024 == 0
+    """Whether A's and B's rows (as stored: `GemmSpec.row_align`) start on whole 128-byte lines."""
+    return spec.row_align("a") == 128 and spec.row_align("b") == 128
 
 
 def long_k_16bit(spec: GemmSpec) -> bool:
