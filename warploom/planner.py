@@ -180,6 +180,7 @@ from warploom.planning.sm100 import (
 )
 from warploom.planning.trace import Candidate, collecting
 from warploom.spec import Accumulation, GemmSpec, Grouping
+from warploom.target import Target
 from warploom.targets import declared
 
 __all__ = [
@@ -340,11 +341,14 @@ class Explanation:
     plan: Plan
     candidates: tuple[Candidate, ...]
     grouped: str = ""  # rule 22's last round, chosen without scoring (`grouped_reason`): what and why
+    rows: str = ""  # where A's and B's rows start, when not on whole L2 lines (`rows_reason`)
 
     def text(self) -> str:
         lines = [f"{self.spec.short()} on {self.device}: {self.plan.short()}"]
         if self.grouped:  # (the candidates below are the ungrouped problem's: rule 22 plans on them)
             lines.append(f"  {self.grouped}")
+        if self.rows:
+            lines.append(f"  {self.rows}")
         g = self.spec.epilogue
         if g is not None and g.rowwise():  # which of the rowwise quantization's paths (rules 27 and 29)
             n, bn = self.spec.n, self.plan.bn
@@ -399,7 +403,19 @@ def explain(spec: GemmSpec, device: DeviceInfo, **forced: object) -> Explanation
     with collecting(trace):
         plan = plan_schedule(spec, device, **forced)  # type: ignore[arg-type]
     return Explanation(spec, device.name, plan, tuple(trace),
-                       grouped_reason(spec, device, plan, forced.get("stream_k") is not None))
+                       grouped_reason(spec, device, plan, forced.get("stream_k") is not None),
+                       rows_reason(spec, device))
+
+
+def rows_reason(spec: GemmSpec, device: DeviceInfo) -> str:
+    """On sm_90a, where A's or B's rows do not start on whole 128-byte L2 lines (`rows_aligned`): where they start,
+    what it costs and the fix (`warploom.aligned_rows`); "" otherwise (a grouped problem's operands included)."""
+    if device.target is not Target.SM90A or spec.grouped or rows_aligned(spec):
+        return ""
+    at = " and ".join(f"{x.upper()}'s on {spec.row_align(x)}-byte boundaries" for x in ("a", "b")
+                      if spec.row_align(x) < 128)
+    return (f"rows: {at}, not whole 128-byte L2 lines (L2 serves their boxes at about half the rate; the plan is "
+            "priced so): warploom.aligned_rows(w) pads a weight's rows once (docs/decisions/aligned-rows.md)")
 
 
 def grouped_reason(spec: GemmSpec, device: DeviceInfo, plan: Plan, forced: bool = False) -> str:

@@ -107,3 +107,13 @@ def test_aligned_rows_refuses_what_is_not_a_matrix() -> None:
         warploom.aligned_rows(torch.randn(8))
     with pytest.raises(AlignmentError, match="^t: .*unit stride"):
         warploom.aligned_rows(torch.randn(8, 8)[::2, ::2])
+
+
+def test_explain_says_where_rows_start_and_the_fix() -> None:
+    from warploom.device import B200
+    from warploom.planner import explain
+
+    text = explain(GemmSpec(656, 8048, 5280, b_row_align=128), H200).text()
+    assert "rows: A's on 64-byte boundaries, not whole 128-byte L2 lines" in text and "aligned_rows" in text
+    assert "rows:" not in explain(GemmSpec(656, 8048, 5280, a_row_align=128, b_row_align=128), H200).text()
+    assert "rows:" not in explain(GemmSpec(656, 8048, 5280), B200).text()  # (measured on sm_90a only)
