@@ -616,13 +616,18 @@ _SPECS: dict[tuple[Any, ...], GemmSpec] = {}
 _MAX_SPECS = 4096
 
 
-def tensor_meta(t: Any) -> tuple[Any, ...] | None:
-    """What the checks read of a real tensor: shape, strides, dtype, device, address alignment (a GPU tensor's to
-    128 bytes, where its rows start: `row_align`; TMA's 16 bytes otherwise), neg bit."""
+def tensor_meta(t: Any, operand: bool = False) -> tuple[Any, ...] | None:
+    """What the checks read of a real tensor: shape, strides, dtype, device, address alignment (TMA's 16 bytes; for
+    an `operand`, a or b, on the GPU 128, where its rows start: `row_align`), neg bit."""
     if t is None:
         return None
-    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % (128 if t.is_cuda else TMA_ALIGN),
-            t.is_neg())
+    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.data_ptr() % address_grain(t, operand), t.is_neg())
+
+
+def address_grain(t: Any, operand: bool) -> int:
+    """To how many bytes a call's key holds `t`'s address: what the checks read of it (an operand on the GPU: where
+    its rows start, `row_align`; any other tensor: TMA's 16-byte rule)."""
+    return 128 if operand and t.is_cuda else TMA_ALIGN
 
 
 def is_real(t: Any) -> bool:
@@ -644,7 +649,8 @@ def matmul_spec_cached(a: Any, b: Any, out_dtype: Any = None) -> GemmSpec:
     """`matmul_spec`, remembered per tensor metadata (meta and fake tensors are checked every time)."""
     if not (is_real(a) and is_real(b)):
         return matmul_spec(a, b, out_dtype)
-    return _remembered(("matmul", tensor_meta(a), tensor_meta(b), out_dtype), lambda: matmul_spec(a, b, out_dtype))
+    return _remembered(("matmul", tensor_meta(a, True), tensor_meta(b, True), out_dtype),
+                       lambda: matmul_spec(a, b, out_dtype))
 
 
 def scaled_mm_spec_cached(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any = None, out_dtype: Any = None,
@@ -657,7 +663,8 @@ def scaled_mm_spec_cached(a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any 
     if isinstance(scale_a, (list, tuple)) or isinstance(scale_b, (list, tuple)) \
             or not all(is_real(t) for t in ts if t is not None):  # (NVFP4's scale pairs: checked every time)
         return make()
-    return _remembered(("scaled_mm", *map(tensor_meta, ts), out_dtype, use_fast_accum), make)
+    metas = (tensor_meta(a, True), tensor_meta(b, True), *map(tensor_meta, ts[2:]))
+    return _remembered(("scaled_mm", *metas, out_dtype, use_fast_accum), make)
 
 
 def no_grad_through_epilogue(tensors: dict[str, Any], unfused: str) -> None:

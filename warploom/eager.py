@@ -3,7 +3,8 @@
 An eager `matmul` or `scaled_mm` on CUDA tensors validates its arguments (`warploom.checks`), builds a `GemmSpec`,
 looks up the tuned plan and the built kernel: tens of microseconds of Python per call, more than a small GEMM's
 kernel takes (issue 6: an eager call should add at most 10 us). All of it depends only on what the checks read of
-each tensor (shape, strides, dtype, device, base address modulo 16; negated views are never remembered) and the
+each tensor (shape, strides, dtype, device, base address modulo 16, a and b's modulo 128 where their rows start;
+negated views are never remembered) and the
 call's other arguments, so the first call remembers its kernel under exactly those (`key`), and later calls with
 the same key allocate the output and launch. Only calls that passed their checks and need a kernel are remembered
 (empty shapes and K = 0 are computed without one, CPU tensors run on the simulator); `forget()` drops everything,
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from warploom.checks import is_fake
+from warploom.checks import TMA_ALIGN, is_fake
 from warploom.epilogue import memo
 from warploom.kernel import Kernel
 
@@ -67,21 +68,21 @@ def key(op: str, tensors: tuple[Any, ...], *rest: Any) -> tuple[Any, ...] | None
     arguments. None for a call that must not be remembered: a tensor not on a GPU (the CPU simulator's path, or a
     mistake the checks report) or without storage (meta, fake)."""
     metas: list[Any] = [op]
-    for t in tensors:
-        part = None if t is None else _tensor_key(t)
+    for i, t in enumerate(tensors):
+        part = None if t is None else _tensor_key(t, operand=i < 2)  # (a and b first: where their rows start)
         if t is not None and part is None:
             return None
         metas.append(part)
     return (*metas, *rest)
 
 
-def _tensor_key(t: Any) -> tuple[Any, ...] | None:
+def _tensor_key(t: Any, operand: bool = False) -> tuple[Any, ...] | None:
     """What the checks read of one tensor, or None for one that is not on a GPU or has no storage, or is a negated
     view (the checks refuse it: it must never match its un-negated storage's key)."""
     device = t.get_device()  # -1 on the CPU and for meta tensors
     if device < 0 or is_fake(t) or t.is_neg():
         return None
-    return (t.shape, t.stride(), t.dtype, device, t.data_ptr() & 127)  # (where rows start: checks.row_align)
+    return (t.shape, t.stride(), t.dtype, device, t.data_ptr() % (128 if operand else TMA_ALIGN))
 
 
 @dataclass(slots=True)

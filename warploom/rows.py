@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from warploom.errors import AlignmentError, ArgumentTypeError, ShapeError
+from warploom.errors import AlignmentError, ShapeError
 
 LINE = 128  # bytes: an L2 line
 
@@ -22,25 +22,27 @@ def aligned_rows(t: Any) -> Any:
     """A copy of 2-D `t` (same shape, values, dtype, device and contiguous dimension) whose rows start on whole
     128-byte lines: the other stride rounded up to a multiple of 128 bytes. Pass it where `t` went: ``matmul(a,
     aligned_rows(w).t())`` for a weight w (N, K), or ``aligned_rows(w.t())`` alike. `t` itself where its rows
-    already start on lines (and its address is a line's)."""
+    already start on lines (and, on the GPU, its address is a line's). Call it last: ``.to()``, ``.clone()`` and
+    ``Module.to()`` return contiguous copies, whose rows are K long again."""
     import torch
 
-    from warploom.checks import is_real
+    from warploom.checks import is_real, not_a_tensor
 
-    if not isinstance(t, torch.Tensor) or t.layout is not torch.strided:
-        raise ArgumentTypeError("t", "a dense 2-D torch.Tensor", type(t).__name__,
-                                "pass the operand tensor (e.g. a weight of shape (N, K))")
+    if (error := not_a_tensor({"t": t})) is not None:
+        raise error
     if t.dim() != 2:
         raise ShapeError("t", "a 2-D tensor (an operand's rows)", f"shape {tuple(t.shape)}",
                          "pass the (rows, K) matrix; flatten leading dimensions first")
-    inner = 1 if t.stride(1) == 1 or t.size(1) == 1 else 0 if t.stride(0) == 1 or t.size(0) == 1 else None
+    # (the contiguous dimension: a unit stride, the longer side's where both have one, as size-1 dimensions do)
+    unit = [d for d in (1, 0) if t.stride(d) == 1 or t.size(d) == 1]
+    inner = max(unit, key=lambda d: t.size(d)) if unit else None
     if inner is None:
         raise AlignmentError("t", "one unit stride (a row-major or column-major matrix)",
                              f"strides {tuple(t.stride())}", "pass t.contiguous() (or t.t().contiguous().t())")
     outer = 1 - inner
     size = t.element_size()
     pitch = -(-t.size(inner) * size // LINE) * LINE // size  # elements a padded row holds
-    at = t.data_ptr() if is_real(t) else 0  # (a meta or fake tensor has no address)
+    at = t.data_ptr() if t.is_cuda and is_real(t) else 0  # (only a GPU tensor's address counts: `checks.row_align`)
     if at % LINE == 0 and (t.size(outer) <= 1 or t.stride(outer) * size % LINE == 0):
         return t
     store = torch.empty(t.size(outer), pitch, dtype=t.dtype, device=t.device)  # (rows as stored, padded)

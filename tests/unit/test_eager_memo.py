@@ -56,9 +56,9 @@ class _Moved(GpuLike):
         return self.t.data_ptr() + self.by
 
 
-def _tensor_part(t: torch.Tensor) -> tuple[object, ...]:
+def _tensor_part(t: torch.Tensor, operand: bool = False) -> tuple[object, ...]:
     """The per-tensor entry of a key, computed as `eager.key` does for a GPU tensor (the CPU has none)."""
-    return (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() & 127)
+    return (t.shape, t.stride(), t.dtype, t.get_device(), t.data_ptr() % (128 if operand else 16))
 
 
 def test_the_key_holds_what_the_checks_read() -> None:
@@ -80,6 +80,11 @@ def test_the_key_holds_what_the_checks_read() -> None:
     ]
     for ts in others:
         assert eager.key("matmul", ts, None) not in (None, k)
+    # A scale's address is held to TMA's 16 bytes only (it decides no row alignment): 16 bytes on, the same key.
+    s = _lined(torch.rand(64, 1))
+    scaled = eager.key("scaled_mm", (GpuLike(a), GpuLike(b), GpuLike(s)), None)
+    assert scaled == eager.key("scaled_mm", (GpuLike(a), GpuLike(b), _Moved(s, 16)), None)
+    assert scaled != eager.key("scaled_mm", (_Moved(a, 16), GpuLike(b), GpuLike(s)), None)
     # A negated view of a's storage (same shape, strides, address): never remembered, so never served as a.
     assert eager.key("matmul", (GpuLike(torch._neg_view(a)), GpuLike(b)), None) is None
     assert eager.key("matmul", (GpuLike(a), GpuLike(b)), BF16) != k  # out_dtype

@@ -100,9 +100,16 @@ def test_aligned_rows_keeps_values_and_layout() -> None:
     assert warploom.aligned_rows(lined) is lined
 
 
+def test_aligned_rows_keeps_a_single_row_or_column() -> None:
+    col = torch.randn(1352, 1, dtype=BF16)  # (a size-1 dimension has any stride: the long side is the row)
+    assert warploom.aligned_rows(col) is col and warploom.aligned_rows(col.t()) is not None
+
+
 def test_aligned_rows_refuses_what_is_not_a_matrix() -> None:
     with pytest.raises(ArgumentTypeError, match="^t: "):
         warploom.aligned_rows([[1.0]])
+    with pytest.raises(ArgumentTypeError, match="^t: .*to_dense"):
+        warploom.aligned_rows(torch.randn(4, 4).to_sparse())
     with pytest.raises(ShapeError, match="^t: .*2-D"):
         warploom.aligned_rows(torch.randn(8))
     with pytest.raises(AlignmentError, match="^t: .*unit stride"):
@@ -117,3 +124,15 @@ def test_explain_says_where_rows_start_and_the_fix() -> None:
     assert "rows: A's on 64-byte boundaries, not whole 128-byte L2 lines" in text and "aligned_rows" in text
     assert "rows:" not in explain(GemmSpec(656, 8048, 5280, a_row_align=128, b_row_align=128), H200).text()
     assert "rows:" not in explain(GemmSpec(656, 8048, 5280), B200).text()  # (measured on sm_90a only)
+
+
+def test_the_tuner_times_copies_with_the_callers_strides() -> None:
+    from warploom.tune.gpu import _strided_like
+
+    wide = torch.randn(64, 1408, dtype=BF16)[:, :1352]  # rows padded to whole lines
+    values = torch.randn(64, 1352).to(BF16)
+    copy = _strided_like(wide, values)
+    assert copy.stride() == wide.stride() and torch.equal(copy, values)
+    assert checks.row_align(copy, 0) == checks.row_align(wide, 0) == 128
+    empty = torch.empty(0, 8, dtype=BF16)
+    assert _strided_like(empty, empty).shape == (0, 8)
