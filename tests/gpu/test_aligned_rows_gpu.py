@@ -69,3 +69,21 @@ def test_fp8_rowwise_aligned_rows(m: int, n: int, k: int, fast: bool) -> None:
     out = warploom.scaled_mm(ap, bp, sa, sb, use_fast_accum=fast)
     assert not out.isnan().any()
     assert scale_free_error(out, (a.float() @ w.float().t()) * sa * sb) < 1e-5
+
+
+def test_rows_already_on_lines_are_kept_and_an_offset_view_is_not() -> None:
+    w = torch.randn(96, 1408, device="cuda", dtype=torch.bfloat16)  # (a fresh allocation starts on a line)
+    assert warploom.aligned_rows(w) is w
+    view = torch.randn(64 * 1352 + 8, device="cuda", dtype=torch.bfloat16)[8:].view(64, 1352)  # 16 bytes on
+    spec = warploom.plan(warploom.aligned_rows(view), w[:, :1352].t()).spec
+    assert (spec.row_align("a"), spec.row_align("b")) == (128, 128)
+    assert warploom.plan(torch.randn(64 * 1408 + 8, device="cuda", dtype=torch.bfloat16)[8:8 + 64 * 1408]
+                         .view(64, 1408), w.t()).spec.row_align("a") == 16
+
+
+def test_the_tuner_times_copies_at_the_callers_rows() -> None:
+    from warploom.tune.gpu import _random_like
+
+    view = torch.randn(64 * 1408 + 8, device="cuda", dtype=torch.bfloat16)[8:8 + 64 * 1408].view(64, 1408)
+    copy = _random_like(view)
+    assert copy.data_ptr() % 128 == view.data_ptr() % 128 == 16 and copy.stride() == view.stride()
