@@ -95,9 +95,9 @@ def _target_device(target: str) -> Any:
 
 
 def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int | None = None,
-             scales: str = "rowwise", device: Any = None, allocates: bool = True) -> Kernel:
+             scales: str = "rowwise", device: Any = None, allocates: bool = True, aligned_rows: bool = False) -> Kernel:
     """The kernel warploom plans for an H100 (or this machine's GPU, or `device`) for the problem; `stages` forces
-    the depth.
+    the depth; `aligned_rows`: A's and B's rows padded to whole 128-byte lines (`warploom.aligned_rows`).
 
     A size warploom refuses (e.g. fp8 with N not a multiple of 16) is a usage error, printed without a traceback and
     named by its option (--n) with the nearest sizes that pass (`_size_message`).
@@ -119,6 +119,8 @@ def _planned(m: int, n: int, k: int, dtype: str, fast_accum: bool, stages: int |
     if allocates:  # (`plan` only plans: its tensors are meta ones)
         _check_memory(m, n, k)
     a, b, sa, sb = _tensors(m, n, k, dtype, "meta", scales)
+    if aligned_rows:
+        a, b = warploom.aligned_rows(a), warploom.aligned_rows(b)
     try:
         kern = warploom.plan(a, b, sa, sb, use_fast_accum=fast_accum, device=device)
     except WarploomError as e:
@@ -385,15 +387,18 @@ def demo(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, out_
               help="the device planned for: an H100, a B200 or an AMD gfx1250")
 @click.option("--explain", is_flag=True, help="every candidate the planner scored, and why the winner won")
 @click.option("--schedule", is_flag=True, help="also print the schedule IR")
+@click.option("--aligned-rows", is_flag=True,
+              help="A's and B's rows padded to whole 128-byte lines (warploom.aligned_rows), as padded operands are")
 def plan_command(m: int, n: int, k: int, dtype: str, fast_accum: bool, scales: str, target: str, explain: bool,
-                 schedule: bool) -> None:
+                 schedule: bool, aligned_rows: bool) -> None:
     """Plan one GEMM and show the plan (no compile, no run): its tile, ring, warps, grid and schedule."""
     from rich.console import Console
 
     from warploom.planner import wave_fill
 
     con = Console()
-    kern = _planned(m, n, k, dtype, fast_accum, scales=scales, device=_target_device(target), allocates=False)
+    kern = _planned(m, n, k, dtype, fast_accum, scales=scales, device=_target_device(target), allocates=False,
+                    aligned_rows=aligned_rows)
     con.rule(f"[bold]plan[/] {kern.spec.short()}")
     con.print(f"{kern.plan.short()}  ({kern.module.name})", highlight=False)
     con.print(_plan_table(kern))
