@@ -24,6 +24,7 @@ from warploom.errors import (
     UnsupportedError,
 )
 from warploom.spec import (
+    LINE_BYTES,
     MX_BLOCK,
     NVFP4_BLOCK,
     SCALE_BLOCK,
@@ -290,10 +291,10 @@ def row_align(t: Any, outer: int) -> int:
     Only a GPU tensor's address counts (CPU ones reach no kernel; meta and fake ones have none): others' rows start
     as their stride says; an empty one's (no kernel reads it) are whole lines."""
     if t.numel() == 0:
-        return 128
-    at = t.data_ptr() % 128 if t.is_cuda and is_real(t) else 0
+        return LINE_BYTES
+    at = t.data_ptr() % LINE_BYTES if t.is_cuda and is_real(t) else 0
     if t.size(outer) > 1:
-        at |= t.stride(outer) * t.element_size() % 128
+        at |= t.stride(outer) * t.element_size() % LINE_BYTES
     return align_of(at)
 
 
@@ -627,7 +628,7 @@ def tensor_meta(t: Any, operand: bool = False) -> tuple[Any, ...] | None:
 def address_grain(t: Any, operand: bool) -> int:
     """To how many bytes a call's key holds `t`'s address: what the checks read of it (an operand on the GPU: where
     its rows start, `row_align`; any other tensor: TMA's 16-byte rule)."""
-    return 128 if operand and t.is_cuda else TMA_ALIGN
+    return LINE_BYTES if operand and t.is_cuda else TMA_ALIGN
 
 
 def is_real(t: Any) -> bool:

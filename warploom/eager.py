@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from warploom.checks import TMA_ALIGN, is_fake
+from warploom.checks import address_grain, is_fake
 from warploom.epilogue import memo
 from warploom.kernel import Kernel
 
@@ -82,7 +82,7 @@ def _tensor_key(t: Any, operand: bool = False) -> tuple[Any, ...] | None:
     device = t.get_device()  # -1 on the CPU and for meta tensors
     if device < 0 or is_fake(t) or t.is_neg():
         return None
-    return (t.shape, t.stride(), t.dtype, device, t.data_ptr() % (128 if operand else TMA_ALIGN))
+    return (t.shape, t.stride(), t.dtype, device, t.data_ptr() % address_grain(t, operand))
 
 
 @dataclass(slots=True)

@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from warploom.errors import AlignmentError, ShapeError
-
-LINE = 128  # bytes: an L2 line
+from warploom.spec import LINE_BYTES
 
 
 def aligned_rows(t: Any) -> Any:
@@ -26,7 +25,7 @@ def aligned_rows(t: Any) -> Any:
     ``Module.to()`` return contiguous copies, whose rows are K long again."""
     import torch
 
-    from warploom.checks import is_real, not_a_tensor
+    from warploom.checks import not_a_tensor, row_align
 
     if (error := not_a_tensor({"t": t})) is not None:
         raise error
@@ -41,10 +40,9 @@ def aligned_rows(t: Any) -> Any:
                              f"strides {tuple(t.stride())}", "pass t.contiguous() (or t.t().contiguous().t())")
     outer = 1 - inner
     size = t.element_size()
-    pitch = -(-t.size(inner) * size // LINE) * LINE // size  # elements a padded row holds
-    at = t.data_ptr() if t.is_cuda and is_real(t) else 0  # (only a GPU tensor's address counts: `checks.row_align`)
-    if at % LINE == 0 and (t.size(outer) <= 1 or t.stride(outer) * size % LINE == 0):
+    if row_align(t, outer) == LINE_BYTES:
         return t
+    pitch = -(-t.size(inner) * size // LINE_BYTES) * LINE_BYTES // size  # elements a padded row holds
     store = torch.empty(t.size(outer), pitch, dtype=t.dtype, device=t.device)  # (rows as stored, padded)
     out = store[:, :t.size(inner)] if inner == 1 else store[:, :t.size(inner)].t()
     out.copy_(t)

@@ -213,14 +213,15 @@ def oversized(m: int, n: int, k: int, grouping: Grouping = Grouping.NONE, groups
 
 
 # Where rows may start (GemmSpec.a_row_align, b_row_align): 0 for "as a contiguous tensor's", else bytes; 16 is the
-# least TMA takes, 128 an L2 line.
-ROW_ALIGNS = (0, 16, 32, 64, 128)
+# least TMA takes, LINE_BYTES an L2 line.
+LINE_BYTES = 128
+ROW_ALIGNS = (0, 16, 32, 64, LINE_BYTES)
 
 
 def align_of(nbytes: int) -> int:
-    """The largest power of two up to 128 that divides `nbytes` (128 for 0)."""
-    nbytes %= 128
-    return 128 if nbytes == 0 else nbytes & -nbytes
+    """The largest power of two up to an L2 line (`LINE_BYTES`) that divides `nbytes` (a line for 0)."""
+    nbytes %= LINE_BYTES
+    return LINE_BYTES if nbytes == 0 else nbytes & -nbytes
 
 
 # GemmSpec's enum fields and their types (`GemmSpec.__post_init__` checks each).

@@ -23,6 +23,7 @@ class GpuLike:
     def __init__(self, t: torch.Tensor, device: int = 0) -> None:
         self.t, self.device = t, device
         self.shape, self.dtype = t.shape, t.dtype
+        self.is_cuda = True
 
     def stride(self) -> tuple[int, ...]:
         return self.t.stride()

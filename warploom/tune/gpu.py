@@ -56,8 +56,9 @@ def _strided_like(t: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     start, which its spec holds: `checks.row_align`; the candidates are timed on rows like the caller's); e8m0 is
     copied as its bytes."""
     from warploom.epilogue.operands import element_span
+    from warploom.spec import LINE_BYTES
 
-    shift = t.data_ptr() % 128 // t.element_size() if t.is_cuda else 0  # (a fresh allocation starts on a line)
+    shift = t.data_ptr() % LINE_BYTES // t.element_size() if t.is_cuda else 0  # (a fresh allocation starts on one)
     size = element_span(tuple(t.shape), tuple(t.stride())) + (t.numel() > 0)  # (the last element's offset, + 1)
     store = torch.empty(size + shift, dtype=t.dtype, device=t.device)
     x = torch.as_strided(store, tuple(t.shape), tuple(t.stride()), shift)
