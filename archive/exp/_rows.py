@@ -19,9 +19,10 @@ def write_rows(rows: list[dict[str, Any]], name: str) -> Path:
     return out
 
 
-def interleaved_ms(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+def interleaved_ms(runs: dict[str, Callable[[], Any]], rounds: int, **window: int) -> dict[str, float]:
     """Median CUDA-graph time (ms) of each run over `rounds` rounds, every run once per round in turn (clocks drift
-    within a process; interleaving spreads the drift over all runs alike)."""
+    within a process; interleaving spreads the drift over all runs alike); `window`: time_graph's warmup_ms and
+    rep_ms, where a sweep of many variants shortens them."""
     import statistics
 
     from warploom.runtime.timing import time_graph as _time_graph
@@ -29,8 +30,24 @@ def interleaved_ms(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str,
     times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(rounds):
         for name, fn in runs.items():
-            times[name].append(_time_graph(fn))
+            times[name].append(_time_graph(fn, **window))
     return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def checked_into(runs: dict[str, Callable[[], Any]], out: Any, ref: Any, label: str) -> dict[str, float]:
+    """Run each call once into `out`, NaN-poisoned first, and require its largest error under 2e-2 of `ref`'s largest
+    magnitude, before any timing; the errors by name."""
+    import torch
+
+    errors = {}
+    for name, fn in runs.items():
+        out.fill_(float("nan"))
+        fn()
+        torch.cuda.synchronize()
+        errors[name] = e = float((out.float() - ref).abs().max() / ref.abs().max())
+        if not e < 2e-2:
+            raise AssertionError(f"{label} {name}: relative error {e:.3e}")
+    return errors
 
 
 def cross_or_gpu(cross: Callable[[], None], gpu: Callable[[int], None], rounds: int = 5) -> None:

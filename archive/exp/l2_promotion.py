@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import statistics
 from typing import Any
 
 import torch
+from _rows import checked_into, interleaved_ms
 
 from warploom import checks
 from warploom.bench import environment
@@ -22,7 +22,6 @@ from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
 from warploom.runtime import launch
-from warploom.runtime.timing import time_graph
 
 PROMOTION = {"128B (Triton's)": 2, "256B": 3, "none": 0}  # CUtensorMapL2promotion
 _BY_ADDRESS: dict[int, int] = {}  # tensor address -> promotion its descriptors get
@@ -90,25 +89,13 @@ def main() -> None:
             x, y = a.clone(), w.clone()
             _BY_ADDRESS[x.data_ptr()] = _BY_ADDRESS[y.data_ptr()] = promotion
             ops[name] = (x, y)
-        res: dict[str, list[float]] = {}
-        errs = {}
-        for name, (x, y) in ops.items():
-            out.fill_(float("nan"))
-            kern.run(x, y.t(), out)
-            torch.cuda.synchronize()
-            errs[name] = e = float((out.float() - ref).abs().max() / ref.abs().max())
-            if not e < 2e-2:
-                raise AssertionError(f"{text} {name}: relative error {e:.3e}")
-            res[name] = []
-        t_torch = []
-        for _ in range(args.rounds):
-            t_torch.append(time_graph(lambda a=a, w=w: torch.matmul(a, w.t()), warmup_ms=25, rep_ms=150))
-            for name, (x, y) in ops.items():
-                res[name].append(time_graph(lambda x=x, y=y, kern=kern, out=out: kern.run(x, y.t(), out),
-                                            warmup_ms=25, rep_ms=150))
-        tt = statistics.median(t_torch)
+        runs = {name: (lambda x=x, y=y, kern=kern, out=out: kern.run(x, y.t(), out)) for name, (x, y) in ops.items()}
+        errs = checked_into(runs, out, ref, text)
+        times = interleaved_ms({"torch": lambda a=a, w=w: torch.matmul(a, w.t()), **runs}, args.rounds,
+                               warmup_ms=25, rep_ms=150)
+        tt = times.pop("torch")
         row = {"size": text, "plan": kern.plan.short(), "torch_us": tt * 1e3, "err": errs,
-               "ratios": {name: tt / statistics.median(v) for name, v in res.items()}}
+               "ratios": {name: tt / t for name, t in times.items()}}
         rows.append(row)
         print(f"{text:>18} {row['plan']:40s} torch {tt * 1e3:7.1f} us  "
               + "  ".join(f"{name} {v:.3f}" for name, v in row["ratios"].items()), flush=True)

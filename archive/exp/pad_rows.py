@@ -13,20 +13,19 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
 import torch
+from _rows import checked_into, interleaved_ms
 
 from warploom import checks
 from warploom.bench import environment
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
-from warploom.runtime.timing import time_graph
 
 _ALIGNED_USERS = ("warploom.planner", "warploom.planning.sm90.rule", "warploom.planning.sm90.fitted_cluster",
                   "warploom.planning.sm90.search", "warploom.planning.sm90.latency", "warploom.planning.sm90.fitted",
@@ -49,10 +48,6 @@ def padded(t: torch.Tensor) -> torch.Tensor:
     """An (R, K) buffer view whose rows start on 128-byte lines (K padded to 64 elements)."""
     r, k = t.shape
     return torch.empty(r, -(-k // 64) * 64, device=t.device, dtype=t.dtype)[:, :k]
-
-
-def ms(call: Callable[[], Any]) -> float:
-    return time_graph(call, warmup_ms=25, rep_ms=120)
 
 
 def measure(text: str, dev: DeviceInfo, rounds: int) -> dict[str, Any]:
@@ -87,24 +82,12 @@ def measure(text: str, dev: DeviceInfo, rounds: int) -> dict[str, Any]:
         "whole-line plan, both padded ahead": lambda: run(whole, pa, pw),
         "whole-line plan, copy both": lambda: run(whole, pa, pw, True, True),
     }
-    res: dict[str, Any] = {}
-    for name, call in variants.items():
-        out.fill_(float("nan"))
-        call()
-        torch.cuda.synchronize()
-        e = float((out.float() - ref).abs().max() / ref.abs().max())
-        if not e < 2e-2:
-            raise AssertionError(f"{text} {name}: relative error {e:.3e}")
-        res[name] = {"ms": [], "err": e}
-    t_torch = []
-    for _ in range(rounds):
-        t_torch.append(ms(lambda: torch.matmul(a, w.t())))
-        for name, call in variants.items():
-            res[name]["ms"].append(ms(call))
-    tt = statistics.median(t_torch)
+    checked_into(variants, out, ref, text)
+    times = interleaved_ms({"torch": lambda: torch.matmul(a, w.t()), **variants}, rounds, warmup_ms=25, rep_ms=120)
+    tt = times.pop("torch")
     row = {"size": text, "plan": kern.plan.short(), "whole_plan": whole.plan.short(),
            "smaller": "a" if small_a else "b", "torch_us": tt * 1e3,
-           "ratios": {name: tt / statistics.median(r["ms"]) for name, r in res.items()}}
+           "ratios": {name: tt / t for name, t in times.items()}}
     print(f"{text:>18} {row['plan']:40s} whole {row['whole_plan']:40s} torch {tt * 1e3:7.1f} us  "
           + "  ".join(f"{name} {v:.3f}" for name, v in row["ratios"].items()), flush=True)
     return row

@@ -59,41 +59,36 @@ def split_multicast(text: str, kernel: str, b_param: int, consumer_warps: int = 
     return _released_by_all(text, consumer_warps)
 
 
+def _sub(pattern: str, repl: str, text: str, count: int = 1) -> str:
+    """`text` with `pattern` replaced, which must occur exactly `count` times (the generated kernel as expected)."""
+    text, n = re.subn(pattern, repl, text)
+    assert n == count, f"{pattern!r}: {n} matches, expected {count}"
+    return text
+
+
 def _halves(text: str) -> str:
-    text, n = re.subn(
+    return _sub(
         r"tma\.async_load\(b_desc, \[off_n, kk \* BK\], (ready_bars\.index\(p % STAGES\)), "
         r"(b_ring\.index\(p % STAGES\)), multicast=True\)",
         r"multicast_half(\2, \1, off_n, kk * BK)\n"
         # (never issued: Triton fences the barriers' inits and syncs the cluster only where it sees a multicast)
         r"            tma.async_load(b_desc, [off_n, kk * BK], \1, \2.slice(0, 128), pred=False, multicast=True)", text)
-    assert n == 1, "B's multicast load not found"
-    return text
 
 
 def _released_by_all(text: str, consumer_warps: int) -> str:
-    text, n = re.subn(r"mbarrier\.arrive\((cluster_empty_bars\.index\((?:[^()]|\([^()]*\))*\)), pred=([^)]*)\)",
-                      r"release_pair(\1, (\2).to(gl.int32))", text)
-    assert n == 2, f"predicated cluster releases: {n}"
-    text, n = re.subn(r"mbarrier\.arrive\((cluster_empty_bars\.index\((?:[^()]|\([^()]*\))*\))\)",
-                      r"release_pair(\1, 1)", text)
-    assert n == 2, f"cluster releases: {n}"
-    text, n = re.subn(r"cluster_empty_bars = mbarrier\.allocate_mbarrier\(batch=(\d+), two_ctas=True\)",
-                      r"cluster_empty_bars = mbarrier.allocate_mbarrier(batch=\1)", text)
-    assert n == 1
+    slot = r"(cluster_empty_bars\.index\((?:[^()]|\([^()]*\))*\))"  # (a slot index, itself in parentheses)
+    text = _sub(r"mbarrier\.arrive\(" + slot + r", pred=([^)]*)\)", r"release_pair(\1, (\2).to(gl.int32))", text, 2)
+    text = _sub(r"mbarrier\.arrive\(" + slot + r"\)", r"release_pair(\1, 1)", text, 2)
+    text = _sub(r"cluster_empty_bars = mbarrier\.allocate_mbarrier\(batch=(\d+), two_ctas=True\)",
+                r"cluster_empty_bars = mbarrier.allocate_mbarrier(batch=\1)", text)
     # every consumer warp of both CTAs releases each slot once
-    text, n = re.subn(r"mbarrier\.init\(cluster_empty_bars\.index\(i\), count=\d+\)",
-                      f"mbarrier.init(cluster_empty_bars.index(i), count={2 * consumer_warps})", text)
-    assert n == 1
+    text = _sub(r"mbarrier\.init\(cluster_empty_bars\.index\(i\), count=\d+\)",
+                f"mbarrier.init(cluster_empty_bars.index(i), count={2 * consumer_warps})", text)
     # the inits visible cluster-wide before the other CTA multicasts or arrives on them: Triton fences them and
     # syncs the cluster (all warps, the parked workers too) where a two-CTA barrier exists, so one stays, unused
-    text, n = re.subn(r"(\n(\s*)cluster_empty_bars = mbarrier\.allocate_mbarrier\(batch=\d+\))",
-                      r"\1\n\2cluster_sync_bars = mbarrier.allocate_mbarrier(batch=1, two_ctas=True)", text)
-    assert n == 1
-    text, n = re.subn(r"(\n(\s*)mbarrier\.init\(cluster_empty_bars\.index\(i\), count=\d+\))",
-                      r"\1\n\2mbarrier.init(cluster_sync_bars.index(0), count=1)", text)
-    assert n == 1
-    text, n = re.subn(r"(\n(\s*)fence_async_shared\(\)  # make the mbarrier inits visible to the async proxy)",
-                      r"\1\n\2mbarrier.wait(cluster_sync_bars.index(0), 1)  # (a use, which Triton wants; passes)",
-                      text)
-    assert n == 1
-    return text
+    text = _sub(r"(\n(\s*)cluster_empty_bars = mbarrier\.allocate_mbarrier\(batch=\d+\))",
+                r"\1\n\2cluster_sync_bars = mbarrier.allocate_mbarrier(batch=1, two_ctas=True)", text)
+    text = _sub(r"(\n(\s*)mbarrier\.init\(cluster_empty_bars\.index\(i\), count=\d+\))",
+                r"\1\n\2mbarrier.init(cluster_sync_bars.index(0), count=1)", text)
+    return _sub(r"(\n(\s*)fence_async_shared\(\)  # make the mbarrier inits visible to the async proxy)",
+                r"\1\n\2mbarrier.wait(cluster_sync_bars.index(0), 1)  # (a use, which Triton wants; passes)", text)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
 
-from _rows import bf16_problem, with_source  # noqa: E402
+from _rows import bf16_problem, checked_into, interleaved_ms, with_source  # noqa: E402
 from edit import split_multicast  # noqa: E402
 
 from warploom import checks  # noqa: E402
@@ -32,7 +31,7 @@ from warploom.errors import KernelHangError  # noqa: E402
 from warploom.kernel import build  # noqa: E402
 from warploom.planner import plan_schedule  # noqa: E402
 from warploom.runtime import launch  # noqa: E402
-from warploom.runtime.timing import finish_within, time_graph  # noqa: E402
+from warploom.runtime.timing import finish_within  # noqa: E402
 
 B_PARAM = 5  # B's descriptor map in the PTX's parameters: after A's map, 2 sizes and 2 strides
 
@@ -72,24 +71,13 @@ def measure(text: str, rounds: int) -> dict[str, Any]:
         launch.descriptor_blocks = original
     finish_within(f"{text} split multicast", 30)
     kerns["split multicast"] = split
-    row: dict[str, Any] = {"size": text, "plans": {name: kk.plan.short() for name, kk in kerns.items()}, "err": {}}
-    for name, kern in kerns.items():
-        out.fill_(float("nan"))
-        kern.run(a, b_nk.t(), out)
-        torch.cuda.synchronize()
-        e = float((out.float() - ref).abs().max() / ref.abs().max())
-        row["err"][name] = e
-        if not e < 2e-2:
-            raise AssertionError(f"{text} {name}: relative error {e:.3e}")
-    times: dict[str, list[float]] = {name: [] for name in kerns}
-    t_torch = []
-    for _ in range(rounds):
-        t_torch.append(time_graph(theirs, warmup_ms=25, rep_ms=150))
-        for name, kern in kerns.items():
-            times[name].append(time_graph(lambda kern=kern: kern.run(a, b_nk.t(), out), warmup_ms=25, rep_ms=150))
-    tt = statistics.median(t_torch)
+    runs = {name: (lambda kern=kern: kern.run(a, b_nk.t(), out)) for name, kern in kerns.items()}
+    row: dict[str, Any] = {"size": text, "plans": {name: kk.plan.short() for name, kk in kerns.items()},
+                           "err": checked_into(runs, out, ref, text)}
+    times = interleaved_ms({"torch": theirs, **runs}, rounds, warmup_ms=25, rep_ms=150)
+    tt = times.pop("torch")
     row["torch_us"] = tt * 1e3
-    row["ratios"] = {name: tt / statistics.median(v) for name, v in times.items()}
+    row["ratios"] = {name: tt / t for name, t in times.items()}
     return row
 
 
