@@ -617,6 +617,21 @@ def _enum_list(kind: Any) -> Any:
 _PATH = _PathGiven(dir_okay=False, path_type=Path)
 
 
+def _sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> frozenset[tuple[int, int, int]] | None:
+    """--shapes: a comma-separated list of MxNxK sizes (None: every size)."""
+    if value is None:
+        return None
+    sizes = set()
+    for text in (v.strip() for v in value.split(",")):
+        parts = text.split("x")
+        if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
+            raise click.BadParameter(f"expected a comma-separated list of MxNxK sizes such as 43x88x7960; got "
+                                     f"{text!r} in {value!r}")
+        m, n, k = (int(p) for p in parts)
+        sizes.add((m, n, k))
+    return frozenset(sizes)
+
+
 def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> Shard | None:
     try:
         return None if value is None else Shard.parse(value)
@@ -632,6 +647,9 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> Sha
               help="only these ops, comma-separated: " + ", ".join(o.value for o in Op))
 @click.option("--groups", default=None, callback=_enum_list(Group),
               help="only these shape groups, comma-separated: " + ", ".join(g.value for g in Group))
+@click.option("--shapes", "sizes", default=None, callback=_sizes,
+              help="only cases at these sizes, comma-separated MxNxK, as each op sizes the suite's shape (the zoo's "
+                   "fp8 N and K in multiples of 16, blockwise M in multiples of 4): re-time a few zoo shapes")
 @click.option("--compile", "use_compile", is_flag=True,
               help="also time torch.compile(mode='max-autotune-no-cudagraphs') (~40 s per case)")
 @click.option("--graph", is_flag=True, help="CUDA-graph timing for every shape (decode shapes always)")
@@ -651,8 +669,9 @@ def _shard(ctx: click.Context, param: click.Parameter, value: str | None) -> Sha
               help="write the markdown section for docs/benchmarks.md here")
 @click.option("--bandwidth", type=click.FloatRange(min=0, min_open=True, max=1e6), default=None, callback=_finite,
               help="memory roof in TB/s [default: the run's measured copy bandwidth, else 3.0]")
-def bench(suite: str, ops: tuple[Op, ...] | None, groups: tuple[Group, ...] | None, use_compile: bool, graph: bool,
-          seed: int, shard: Shard | None, merge: bool, merge_files: tuple[Path, ...], out: Path | None,
+def bench(suite: str, ops: tuple[Op, ...] | None, groups: tuple[Group, ...] | None,
+          sizes: frozenset[tuple[int, int, int]] | None, use_compile: bool, graph: bool, seed: int, shard: Shard | None,
+          merge: bool, merge_files: tuple[Path, ...], out: Path | None,
           report: Path | None, plot: Path | None, markdown_out: Path | None, bandwidth: float | None) -> None:
     """Time warploom against torch (cuBLAS) and torch.compile over a suite; write JSON, a plot and markdown.
 
@@ -700,11 +719,11 @@ def bench(suite: str, ops: tuple[Op, ...] | None, groups: tuple[Group, ...] | No
     from warploom.benchsuite.run import Options, run_suite
     from warploom.benchsuite.shapes import cases
 
-    selected = cases(Suite(suite), ops, groups)
+    selected = cases(Suite(suite), ops, groups, sizes)
     if shard is not None:
         selected = shard.select(selected)
     if not selected:
-        raise click.UsageError(f"no case of the {suite} suite has those --ops, --groups and --shard")
+        raise click.UsageError(f"no case of the {suite} suite has those --ops, --groups, --shapes and --shard")
     opts = Options(compile=use_compile, graph=graph, seed=seed, ops=tuple(o.value for o in ops or ()),
                    groups=tuple(g.value for g in groups or ()), shard="" if shard is None else str(shard))
     part = "" if shard is None else f" (shard {shard})"

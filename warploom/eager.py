@@ -34,7 +34,7 @@ _CALLS: dict[tuple[Any, ...], Prepared | PreparedFused] = {}
 class Prepared:
     """What a remembered call launches: the kernel and the output's shape and dtype. After its first launch, the
     kernel's launch bound to the call's key (`Launcher.bind`: the key fixes the specialization, grid and device),
-    or None where the kernel has none (split-K, a tail). Not frozen: `bound` is set after a launch."""
+    or None where the kernel has none (rule 29's two passes). Not frozen: `bound` is set after a launch."""
 
     kernel: Kernel
     m: int
@@ -56,7 +56,7 @@ class Prepared:
 def _launch_and_bind(p: Prepared | PreparedFused, *args: Any, **kw: Any) -> None:
     """Launch `p`'s kernel through its launcher's general path, then bind the launch to the call's key. Bind stays
     None after a launch through the JIT that kept no kernel, so the next call tries again; never where the kernel
-    cannot bind (split-K, a tail)."""
+    cannot bind (rule 29's two passes)."""
     launcher = p.kernel.launcher
     launcher(*args, **kw)
     if launcher.can_bind:

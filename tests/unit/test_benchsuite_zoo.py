@@ -91,6 +91,23 @@ def test_the_planner_accepts_every_zoo_case(tmp_path: Path, monkeypatch: pytest.
             pytest.fail(f"{c.short()} ({c.shape.name}): {type(e).__name__}: {e}")
 
 
+def test_sizes_pick_cases_as_each_op_sizes_them() -> None:
+    """`warploom bench --shapes`: a size picks each op's case whose own (M, N, K) it is (fp8's N and K rounded to 16,
+    blockwise's M to 4), in the suite's order."""
+    base = next(s for s in ZOO if s.n % 16 and s.m % 4)  # (a shape all three roundings move)
+    bf16 = (base.m, base.n, base.k)
+    fp8 = (base.m, -(-base.n // 16) * 16, -(-base.k // 16) * 16)
+    assert {c.op for c in cases(Suite.ZOO, sizes={bf16})} == {Op.MATMUL_BF16}
+    picked = cases(Suite.ZOO, sizes={fp8})
+    assert {c.op for c in picked} == {op for op in Op if op.fp8 and op is not Op.SCALED_MM_FP8_BLOCKWISE}
+    assert all(c.shape.name == base.name for c in picked)
+    both = cases(Suite.ZOO, sizes={bf16, fp8}, ops=(Op.MATMUL_BF16, Op.SCALED_MM_FP8_ROWWISE_FAST))
+    assert [c.op for c in both] == [Op.MATMUL_BF16, Op.SCALED_MM_FP8_ROWWISE_FAST]  # the suite's order
+    blockwise = (-(-base.m // 4) * 4, *fp8[1:])
+    assert [c.op for c in cases(Suite.ZOO, sizes={blockwise})] == [Op.SCALED_MM_FP8_BLOCKWISE]
+    assert cases(Suite.ZOO, sizes=set()) == () and cases(Suite.ZOO, sizes={(1, 1, 1)}) == ()
+
+
 @pytest.mark.parametrize("count", [1, 3, 4, 7, 12])
 def test_shards_partition_the_cases(count: int) -> None:
     todo = cases(Suite.ZOO)

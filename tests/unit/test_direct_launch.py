@@ -263,13 +263,14 @@ POSITIONAL = {0: (0, False), 1: (1, False), 2: (2, False), 6: (5, True)}
 
 def bound_for(args: list[Any], run: Run, kern: Any = None, positional: bool = False
               ) -> tuple[Any, FakeLauncher, Knobs]:
-    from warploom.runtime.launch import Bound
+    from warploom.runtime.launch import Bound, BoundStep, Step
 
     launcher, knobs_ = FakeLauncher(), Knobs()
     if positional:
         launcher._positional = POSITIONAL
     compiled = _Compiled(kern or kernel(run), slots(), hook_reads_args=False, key=(0, False, None))
-    return Bound(launcher, knobs_, compiled, 5, 0, args), launcher, knobs_  # type: ignore[arg-type]
+    step = Step(knobs_, 5, launcher._args, launcher._positional, launcher._bases)  # type: ignore[arg-type]
+    return Bound(launcher, 0, [(None, [BoundStep(step, compiled, args)])]), launcher, knobs_  # type: ignore[arg-type]
 
 
 def launch(bound: Any, args: list[Any]) -> Any:
@@ -282,7 +283,8 @@ def test_bound_launch_passes_what_tritons_wrapper_passes(gpu: SimpleNamespace, p
     run = Run()
     first = call_args(300, 272, 512)
     bound, launcher, _ = bound_for(first, run, positional=positional)
-    assert all(slot[4] is not None for slot in bound._slots) == positional  # every tensor slot has a position
+    (_, (step,)), = bound.parts
+    assert all(slot[4] is not None for slot in step._slots) == positional  # every tensor slot has a position
     # Later calls with the key's shapes and strides, new tensors each time, and the first call's again.
     for args in [call_args(300, 272, 512), call_args(300, 272, 512), first]:
         assert launch(bound, args) is args[2]
@@ -473,7 +475,7 @@ def test_a_remembered_call_binds_after_a_launch_and_retries_until_bound() -> Non
         out = p(a, b)
         assert out.shape == (4, 16)
     assert la.log == ["general", "bind", "general", "bind", "bound", "bound"]
-    never = StandInLauncher(False, [])  # split-K, a tail: never bound, never asked
+    never = StandInLauncher(False, [])  # rule 29's two passes: never bound, never asked
     p = eager.Prepared(SimpleNamespace(launcher=never), 4, 16, torch.float32)  # type: ignore[arg-type]
     p(a, b)
     p(a, b)

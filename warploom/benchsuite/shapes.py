@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from warploom.dtypes import DType
@@ -325,8 +325,10 @@ _QUICK: tuple[tuple[Op, str], ...] = (
 )
 
 
-def cases(suite: Suite, ops: tuple[Op, ...] | None = None, groups: tuple[Group, ...] | None = None) -> tuple[Case, ...]:
-    """The suite's cases in its order (full and zoo op-major), kept only for `ops` and `groups` when given."""
+def cases(suite: Suite, ops: tuple[Op, ...] | None = None, groups: tuple[Group, ...] | None = None,
+          sizes: Collection[tuple[int, int, int]] | None = None) -> tuple[Case, ...]:
+    """The suite's cases in its order (full and zoo op-major), kept only for `ops`, `groups` and (M, N, K) `sizes`
+    (as each op sizes its shape, `for_op`) when given."""
     # (`for_op` in every suite: its fp8 rounding leaves the named shapes as they are, its blockwise M rounding makes
     # decode M = 1 a case torch's blockwise kernel takes)
     if suite is Suite.QUICK:
@@ -336,4 +338,5 @@ def cases(suite: Suite, ops: tuple[Op, ...] | None = None, groups: tuple[Group, 
     else:
         everything = tuple(Case(op, for_op(s, op)) for op in Op for s in ALL_SHAPES)
     return tuple(c for c in everything
-                 if (ops is None or c.op in ops) and (groups is None or c.shape.group in groups))
+                 if (ops is None or c.op in ops) and (groups is None or c.shape.group in groups)
+                 and (sizes is None or (c.m, c.n, c.k) in sizes))

@@ -181,9 +181,10 @@ class Launcher:
                                    "K": lambda c: c.a.shape[1], "tile_lo": lambda c: c.span.lo,
                                    "tile_hi": lambda c: c.span.hi}[p])
         # Where each argument comes from when it is a call's positional tensor as it is, or through `aligned_copy`:
-        # (position in (a, b, out, scale_a, scale_b, bias), aligned), by parameter index; a descriptor's by its base
-        # tensor. A bound launch fills these in without a `Call` or a getter.
-        direct = {"a_desc": (1 if swap else 0, False), "b_desc": (0 if swap else 1, False), "c_desc": (2, False)}
+        # (position in (a, b, out, scale_a, scale_b, bias, workspace), aligned), by parameter index; a descriptor's
+        # by its base tensor. A bound launch fills these in without a `Call` or a getter.
+        direct = {"a_desc": (1 if swap else 0, False), "b_desc": (0 if swap else 1, False), "c_desc": (2, False),
+                  WORKSPACE_DESC: (WORKSPACE_AT, False)}
         if not fused:
             direct |= {"scale_a_ptr": (4 if swap else 3, True), "scale_b_ptr": (3 if swap else 4, True),
                        "bias_ptr": (5, True)}
@@ -209,29 +210,38 @@ class Launcher:
 
     @property
     def can_bind(self) -> bool:
-        """Whether `bind` can ever give a launch: single-launch kernels only (not split-K, ranged or with a tail)."""
-        return not (self._tiling.ranged or self._tiling.split_k > 1 or self._tail is not None or self._cast is not None)
+        """Whether `bind` can ever give a launch: every plan's kernels but rule 29's two passes (whose amax
+        workspace must be zeroed for each call: `_two_passes`)."""
+        return self._cast is None
 
     def bind(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
              operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Bound | None:
-        """This kernel's launch for calls whose tensors have these tensors' shapes, strides, dtypes, devices and
-        16-byte alignments (what an eager call's key holds: `warploom.eager`), or None where there is none yet.
+        """This call's launches for calls whose tensors have these tensors' shapes, strides, dtypes, devices and
+        16-byte alignments (what an eager call's key holds: `warploom.eager`), or None where there are none yet.
 
-        Those fix every argument's specialization, the grid and the device, so the `Bound` launches the kernel
-        compiled for this call's specialization without deriving any of them again. The Bound does not check
-        that a later call matches: its caller must (eager.py calls it only under the key it was bound for).
-        None until a call like this one has launched directly (it compiled the kernel), and always where
-        `can_bind` is False."""
+        Those fix every argument's specialization, each kernel's grid, the device, a split-K workspace's shape and
+        a ranged kernel's tiles, so the `Bound` launches the kernels compiled for this call's specialization (a
+        split-K plan's and its reduce's, a tail's after the whole waves') without deriving any of them again. The
+        Bound does not check that a later call matches: its caller must (eager.py calls it only under the key it
+        was bound for). None until a call like this one has launched directly (it compiled the kernels), and
+        always where `can_bind` is False."""
         if not self.can_bind:
             return None
         device = a.get_device()
-        call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs)
-        args = [g(call) for g in self._args]
-        compiled = self._main.compiled_for(device, args)
-        if compiled is None:
-            return None
-        grid = self._grid(*self._mn(a, b), 1, None)
-        return Bound(self, self._main, compiled, grid, device, args)
+        parts: list[tuple[tuple[int, int] | None, list[BoundStep]]] = []
+        for launcher, span in self._parts(a, b):
+            m, n = launcher._mn(a, b)
+            ws = launcher._workspace(a.shape[1], m, n, span, out.device)
+            call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs, ws, span)
+            steps = []
+            for step in launcher._steps(m, n, span, ws is not None):
+                args = [g(call) for g in step.getters]
+                compiled = step.direct.compiled_for(device, args)
+                if compiled is None:
+                    return None
+                steps.append(BoundStep(step, compiled, args, span))
+            parts.append((None if ws is None else (int(ws.shape[0]), int(ws.shape[1])), steps))
+        return Bound(self, device, parts)
 
     def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
                  operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
@@ -250,17 +260,52 @@ class Launcher:
 
     def _launch(self, a: Any, b: Any, out: Any, scale_a: Any, scale_b: Any, bias: Any,
                 operands: Mapping[str, Any] | None, extra_outs: Sequence[Any]) -> Any:
-        if not self._tiling.ranged:
-            return self._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, None)
-        tiles = -(-a.shape[0] // self._bm) * -(-b.shape[1] // self._tn)
-        if self._tail is None:  # a ranged kernel on its own covers all of C
-            return self._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, Span(0, tiles))
-        whole, rest = tail_spans(tiles, self._grid_max, self._tail._tiling.splits_evenly(a.shape[1]))
-        if whole.tiles:
-            self._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, whole)
-        if rest.tiles:
-            self._tail._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, rest)
+        for launcher, span in self._parts(a, b):
+            launcher._run(a, b, out, scale_a, scale_b, bias, operands, extra_outs, span)
         return out
+
+    def _parts(self, a: Any, b: Any) -> list[tuple[Launcher, Span | None]]:
+        """The launchers a call runs, in order, with their tiles: this one over all of C (a ranged kernel's as the
+        span of every tile); with a split-K tail, this one over the whole waves and the tail over the rest, each
+        only where it has tiles (`ir.raster.tail_spans`)."""
+        if not self._tiling.ranged:
+            return [(self, None)]
+        m, n = self._mn(a, b)
+        tiles = -(-m // self._bm) * -(-n // self._tn)
+        if self._tail is None:  # a ranged kernel on its own covers all of C
+            return [(self, Span(0, tiles))]
+        whole, rest = tail_spans(tiles, self._grid_max, self._tail._tiling.splits_evenly(a.shape[1]))
+        return [(launcher, span) for launcher, span in ((self, whole), (self._tail, rest)) if span.tiles]
+
+    def _workspace(self, k: int, m: int, n: int, span: Span | None, device: Any) -> Any:
+        """Split-K's fp32 partial sums for one call (None without split-K), after checking that the kernel can
+        split this K as it was built to."""
+        if self._tiling.split_k == 1:
+            return None
+        import torch
+
+        if not self._tiling.splits_evenly(k):
+            raise split_k_mismatch(self._tiling.bk, self._tiling.split_k, self._planned_k, k,
+                                   self._tiling.uneven_split)
+        return torch.empty(self._tiling.workspace_shape(m, n, span.tiles if span else 0), dtype=torch.float32,
+                           device=device)
+
+    def _steps(self, m: int, n: int, span: Span | None, split: bool) -> list[Step]:
+        """The kernels `_run` launches for an M x N output over `span`: the main one, then split-K's reduce where
+        the call has a workspace (`split`), one program per REDUCE_BLOCK elements of each ranged tile's box, or
+        `reduce_grid`'s over C."""
+        main = Step(self._main, self._grid(m, n, self._tiling.split_k, span), self._args, self._positional,
+                    self._bases)
+        if not split:
+            return [main]
+        assert self._reduce is not None
+        ints: tuple[int, ...]
+        if span is not None:
+            grid, ints = span.tiles * (self._bm * self._bn // REDUCE_BLOCK), (m, n, span.lo, span.hi)
+        else:
+            grid, ints = reduce_grid(m, n), (m, n, self._tiling.slab_rows(m))
+        getters: list[Callable[[Call], Any]] = [*_REDUCE_GETTERS, *(functools.partial(_constant, v) for v in ints)]
+        return [main, Step(self._reduce, grid, getters, _REDUCE_POSITIONAL, {})]
 
     def _run(self, a: Any, b: Any, out: Any, scale_a: Any, scale_b: Any, bias: Any,
              operands: Mapping[str, Any] | None, extra_outs: Sequence[Any], span: Span | None) -> Any:
@@ -269,27 +314,10 @@ class Launcher:
             raise rowwise_too_wide(self._bn, self._planned_n, n)
         if self._cast is not None:
             return self._two_passes(a, b, out, scale_a, scale_b, bias, operands, extra_outs, m, n)
-        split_k = self._tiling.split_k
-        workspace = None
-        if split_k > 1:
-            import torch
-
-            if not self._tiling.splits_evenly(a.shape[1]):
-                raise split_k_mismatch(self._tiling.bk, split_k, self._planned_k, a.shape[1],
-                                      self._tiling.uneven_split)
-            workspace = torch.empty(self._tiling.workspace_shape(m, n, span.tiles if span else 0),
-                                    dtype=torch.float32, device=out.device)
+        workspace = self._workspace(a.shape[1], m, n, span, out.device)
         call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs, workspace, span)
-        args = [g(call) for g in self._args]
-        self._main.launch(self._grid(m, n, split_k, span), args)
-        if workspace is not None:
-            assert self._reduce is not None
-            if span is not None:  # one program per REDUCE_BLOCK elements of each tile's box
-                self._reduce.launch(span.tiles * (self._bm * self._bn // REDUCE_BLOCK),
-                                    [workspace, out, out.stride(0), out.stride(1), m, n, span.lo, span.hi])
-            else:
-                self._reduce.launch(reduce_grid(m, n), [workspace, out, out.stride(0), out.stride(1), m, n,
-                                                        self._tiling.slab_rows(m)])
+        for step in self._steps(m, n, span, workspace is not None):
+            step.direct.launch(step.grid, [g(call) for g in step.getters])
         return out
 
     def _two_passes(self, a: Any, b: Any, q: Any, scale_a: Any, scale_b: Any, bias: Any,
@@ -552,57 +580,84 @@ def _live(hook: Any) -> Any:
     return None if isinstance(hook, HookChain) and not hook.calls else hook
 
 
-class Bound:
-    """A remembered eager call's launch (`Launcher.bind`): the compiled kernel, grid and device its key fixes.
+# A call's positional tensors, as a bound launch indexes them: (a, b, out, scale_a, scale_b, bias, workspace).
+WORKSPACE_AT = 6
 
-    The key also fixes every integer argument (shapes, strides) and each descriptor's shape and strides, so the C
-    launcher's arguments are kept as a template (`_flat`) in which a call fills in its tensors and the encodings of
-    their descriptors, looked up by address (`_encoded`). A call made while another device is current, or after the
-    JIT's debug or instrumentation knobs changed or a pre-run hook was added, goes through the launcher's general
-    path, which handles each; one with live launch hooks, or for a kernel without a C entry point, goes through
-    `_Compiled.launch`, which gives hooks their metadata."""
 
-    __slots__ = ("_encoded", "_flat", "_slots", "compiled", "device", "direct", "grid", "launcher")
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One kernel launch of a call (`Launcher._steps`): the kernel, its grid, a getter per parameter that reads the
+    argument off a `Call`, which tensor arguments are the call's positional ones (`Launcher._positional`) and which
+    descriptors are views of a tensor whose address they share (`Launcher._bases`)."""
+
+    direct: DirectLaunch
+    grid: int
+    getters: Sequence[Callable[[Call], Any]]
+    positional: Mapping[int, tuple[int, bool]]
+    bases: Mapping[int, Callable[[Call], Any]]
+
+
+def _constant(value: int, call: Call) -> int:
+    return value
+
+
+def _call_of(x: tuple[Any, ...], operands: Mapping[str, Any] | None, extra_outs: Sequence[Any],
+             span: Span | None) -> Call:
+    """The `Call` of a bound launch's tensors `x` (a, b, out, scale_a, scale_b, bias, workspace)."""
+    return Call(x[0], x[1], x[2], x[3], x[4], x[5], operands or {}, extra_outs, x[WORKSPACE_AT], span)
+
+
+# Split-K's reduce reads the workspace and writes the output through pointers; its integers follow (`_steps`).
+_REDUCE_GETTERS: tuple[Callable[[Call], Any], ...] = (
+    lambda c: c.workspace, lambda c: c.out, lambda c: c.out.stride(0), lambda c: c.out.stride(1))
+_REDUCE_POSITIONAL = {0: (WORKSPACE_AT, False), 1: (2, False)}
+
+
+class BoundStep:
+    """One kernel of a bound launch: its compiled kernel and grid, and the C launcher's arguments as a template.
+
+    The eager key fixes every integer argument (shapes, strides, a ranged kernel's tiles) and each descriptor's
+    shape and strides, so the arguments after the kernel's metadata are kept as a template (`_flat`) in which a call
+    fills in its tensors and the encodings of their descriptors, looked up by address (`_encoded`)."""
+
+    __slots__ = ("_encoded", "_flat", "_slots", "compiled", "direct", "getters", "grid", "span")
 
     _MAX_ENCODED = 64
 
-    def __init__(self, launcher: Launcher, direct: DirectLaunch, compiled: _Compiled, grid: int, device: int,
-                 args: list[Any]) -> None:
-        self.launcher, self.direct, self.compiled, self.grid, self.device = launcher, direct, compiled, grid, device
+    def __init__(self, step: Step, compiled: _Compiled, args: list[Any], span: Span | None = None) -> None:
+        self.direct, self.grid, self.getters, self.compiled, self.span = (step.direct, step.grid, step.getters,
+                                                                          compiled, span)
         self._flat: list[Any] = []  # the C launcher's arguments after the kernel's metadata; None where a call's go
         # (flat position, getter, descriptor position or -1, getter of a tensor at the descriptor's address,
-        # (position in (a, b, out, scale_a, scale_b, bias), through `aligned_copy`) or None: `Launcher._positional`)
+        # (position in the call's tensors, through `aligned_copy`) or None: `Step.positional`)
         self._slots: list[tuple[int, Callable[[Call], Any], int, Callable[[Call], Any], tuple[int, bool] | None]] = []
         self._encoded: dict[tuple[int, int], Any] = {}
         if compiled.c_launch is None:  # every call goes through _Compiled.launch
             return
-        for i, (get, x) in enumerate(zip(launcher._args, args, strict=True)):
-            at = launcher._positional.get(i)
+        for i, (get, x) in enumerate(zip(step.getters, args, strict=True)):
+            at = step.positional.get(i)
             if i in compiled.descs:
-                self._slots.append((len(self._flat), get, i, launcher._bases.get(i, get), at))
+                self._slots.append((len(self._flat), get, i, step.bases.get(i, get), at))
                 enc = compiled._encode(i, x)
                 self._encoded[(i, x.data_ptr())] = enc[0]
                 self._flat.extend([None, *enc[1:]])  # (the encoding's shape and strides stay)
             elif isinstance(x, int):  # M, N, K, strides, tile ranges: all read off shapes and strides
                 self._flat.append(x)
-            else:  # a tensor the kernel reads through a pointer (scales, bias, epilogue operands)
+            else:  # a tensor the kernel reads through a pointer (scales, bias, epilogue operands, a workspace)
                 self._slots.append((len(self._flat), get, -1, get, at))
                 self._flat.append(None)
 
-    def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
-                 operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
-        if driver.active.get_current_device() != self.device or not self.direct.same_knobs(self.compiled.key):
-            return self.launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
-        stream = driver.active.get_current_stream(self.device)
-        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    def launch(self, stream: Any, x: tuple[Any, ...], operands: Mapping[str, Any] | None,
+               extra_outs: Sequence[Any], enter: Any, leave: Any) -> None:
+        """Launch on `stream` for the call's tensors `x` (a, b, out, scale_a, scale_b, bias, workspace); `enter` and
+        `leave` are the launch hooks, None where there are none."""
         c = self.compiled
-        if c.c_launch is None or _live(enter) is not None or _live(leave) is not None:
-            whole = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs)
-            c.launch(self.grid, stream, enter, leave, [g(whole) for g in self.launcher._args])
-            return out
+        if c.c_launch is None or enter is not None or leave is not None:
+            whole = _call_of(x, operands, extra_outs, self.span)
+            c.launch(self.grid, stream, enter, leave, [g(whole) for g in self.getters])
+            return
         flat = self._flat.copy()
         encoded = self._encoded
-        x = (a, b, out, scale_a, scale_b, bias)
         call: Call | None = None  # built only for a slot with no position or a descriptor to encode (~0.5 us, CPU)
         for pos, get, i, base, at in self._slots:
             if at is not None:
@@ -615,20 +670,15 @@ class Bound:
                     flat[pos] = enc
                     continue
             if call is None:
-                call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs)
+                call = _call_of(x, operands, extra_outs, self.span)
             if i < 0:
                 flat[pos] = get(call)
                 continue
             key = (i, base(call).data_ptr())
             enc = encoded.get(key)
             flat[pos] = enc if enc is not None else self._encode(key, get(call))
-        return self._c_launch(stream, flat, out)
-
-    def _c_launch(self, stream: Any, flat: list[Any], out: Any) -> Any:
-        c, k = self.compiled, self.compiled.kernel
-        assert c.c_launch is not None  # (__call__ took _Compiled.launch otherwise)
+        k = c.kernel
         c.c_launch(self.grid, stream, k.function, k.packed_metadata, None, None, None, flat)
-        return out
 
     def _encode(self, key: tuple[int, int], t: Any) -> Any:
         """Encode and remember the descriptor of `t` at (descriptor position, address) `key`: its shape and strides
@@ -638,6 +688,44 @@ class Bound:
             self._encoded.clear()
         self._encoded[key] = enc
         return enc
+
+
+class Bound:
+    """A remembered eager call's launches (`Launcher.bind`): the compiled kernels, grids and device its key fixes,
+    in parts, one per launcher the call runs (`Launcher._parts`: a split-K tail's after the whole waves'), each
+    with its split-K workspace's shape (None without one; allocated for every call, as the general path does: a
+    workspace kept between calls would be shared by calls on two streams) and its kernels (`BoundStep`: the main
+    one, then split-K's reduce).
+
+    A call made while another device is current, or after the JIT's debug or instrumentation knobs changed or a
+    pre-run hook was added, goes through the launcher's general path, which handles each; one with live launch
+    hooks, or of a kernel without a C entry point, goes through `_Compiled.launch`, which gives hooks their
+    metadata."""
+
+    __slots__ = ("_empty", "device", "launcher", "parts")  # (_empty: torch.empty of fp32)
+
+    def __init__(self, launcher: Launcher, device: int,
+                 parts: Sequence[tuple[tuple[int, int] | None, Sequence[BoundStep]]]) -> None:
+        self.launcher, self.device, self.parts = launcher, device, tuple((shape, tuple(steps))
+                                                                          for shape, steps in parts)
+        self._empty: Any = None
+        if any(shape is not None for shape, _ in self.parts):
+            import torch
+
+            self._empty = functools.partial(torch.empty, dtype=torch.float32)
+
+    def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
+                 operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
+        if driver.active.get_current_device() != self.device or not all(
+                step.direct.same_knobs(step.compiled.key) for _, steps in self.parts for step in steps):
+            return self.launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
+        stream = driver.active.get_current_stream(self.device)
+        enter, leave = _live(knobs.runtime.launch_enter_hook), _live(knobs.runtime.launch_exit_hook)
+        for shape, steps in self.parts:
+            x = (a, b, out, scale_a, scale_b, bias, None if shape is None else self._empty(shape, device=out.device))
+            for step in steps:
+                step.launch(stream, x, operands, extra_outs, enter, leave)
+        return out
 
 
 @dataclass(frozen=True, slots=True)
