@@ -7,13 +7,16 @@ torch.nn.functional.scaled_mm's 128x128 scale_b with K-blocks padded to a multip
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 import warploom
 from warploom import checks
-from warploom.device import H100_SXM
+from warploom.device import H100_SXM, H200
 from warploom.errors import ScaleError
+from warploom.kernel import build
 from warploom.planner import decode_split, latency_split, latency_tiles, plan_schedule, stage_bytes
 from warploom.reference import Inputs, dequantized, reference, relative_error
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
@@ -167,7 +170,7 @@ def test_cpu_fused_epilogue_with_blockwise_scales() -> None:
     (128, 4096, 7168, (64, 64)),  # 128-row tiles: 32 CTAs; 64x64: 128, one wave
     (128, 2112, 7168, (64, 64)),
     (128, 7168, 16384, (64, 128)),  # 64x64 would be 224 CTAs, two waves (measured 0.52x torch)
-    (64, 7168, 16384, (64, 64)),
+    (64, 7168, 16384, (64, 128)),  # rule 13's 56 tiles of 64x128 at a long K (1.085x against 64x64's 1.095x)
     (1, 4096, 7168, (64, 64)),
     (129, 4096, 7168, (128, 128)),  # past rule 13's M
     (4096, 7168, 16384, (128, 256)),
@@ -202,6 +205,52 @@ def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple
         split = latency_split(plain, H100_SXM)
         tiles64 = split.size == 64 if split.ranges > 1 else latency_tiles(plain, H100_SXM)
         assert (p.bn == 64) == tiles64 and p.split_k == split.ranges
+
+
+@pytest.mark.parametrize("m,n,k,wide", [
+    (4, 7536, 4848, True),  # 59 tiles of 64x128, 38 k-blocks (session 48, H200: 0.771x -> 0.946x)
+    (4, 5504, 4400, True),  # 43 tiles, 35 k-blocks (0.849x -> 1.054x)
+    (8, 8000, 8400, True),  # 63 tiles (0.991x -> 1.204x)
+    (64, 7168, 2048, False),  # 16 k-blocks: 64x64 ran 20% ahead (session 20)
+    (4, 5616, 176, False),  # 2 k-blocks (level, session 46)
+    (16, 4096, 7168, False),  # 32 tiles: under 0.3 of the SMs (rule 14 splits them)
+    (16, 18000, 7168, False),  # 141 tiles: past one wave
+    (65, 7168, 7168, False),  # two 64-row blocks: not measured
+])
+def test_rule13_takes_64x128_over_64x64_where_they_fill_the_sms(m: int, n: int, k: int, wide: bool) -> None:
+    from warploom.planning.sm90.small_m import refused_tile, wide_rows64
+
+    s = GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=BW, accumulation=Accumulation.PROMOTED)
+    assert wide_rows64(s, H200) == wide
+    assert (refused_tile(s, H200, 64, 64) is not None) == wide  # (elsewhere 64x64 stays a candidate)
+    assert all(refused_tile(s, H200, bm, bn) is None for bm, bn in ((64, 128), (128, 128), (64, 256)))
+    if wide:
+        p = plan_schedule(s, H200)
+        assert (p.bm, p.bn, p.split_k) == (64, 128, 1)
+    forced = plan_schedule(s, H200, bm=64, bn=64)  # forcing the tile still gives it
+    assert (forced.bm, forced.bn) == (64, 64)
+
+
+@pytest.mark.parametrize("m,n,k,ranges", [
+    (4, 816, 10400, 8),  # 82 k-blocks = 2 x 41: 64x128 only in 2 ranges (session 48, H200: 0.800x -> 1.560x)
+    (8, 1008, 9008, 8),  # 71 k-blocks, a prime: 64x128 whole (0.742x -> 1.565x)
+    (16, 640, 12000, 8),  # 94 = 2 x 47 (0.731x -> 1.670x)
+    (32, 896, 7408, 8),  # 58 = 2 x 29 (1.206x -> 2.052x)
+    (8, 112, 5248, 8),  # 41 k-blocks over 2 tiles (1.126x -> 2.136x)
+])
+def test_rule14_splits_64x64_tiles_unequally_where_128_wide_ones_cannot(m: int, n: int, k: int,
+                                                                       ranges: int) -> None:
+    """Rule 14 on 64x64 tiles: where K's k-blocks have no divisor from 3 to 8 that keeps the 64x128 units in one
+    wave, 64x64 tiles split in up to 8 unequal ranges (ir.Tiling.uneven_split), which promoted accumulation builds
+    on 64x64 tiles only; 1x128 x 1x128 scales (per-column scale_b) build no unequal ranges and keep 64x128."""
+    s = GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=BW, accumulation=Accumulation.PROMOTED)
+    p = plan_schedule(s, H200)
+    assert (p.bm, p.bn, p.split_k) == (64, 64, ranges) and p.grid == -(-m // 64) * -(-n // 64) * ranges
+    module = build(s, H200, p).module
+    assert module.tiling.uneven_split == bool(-(-k // 128) % ranges)
+    per_column = dataclasses.replace(s, scale=ScaleRecipe.BLOCKWISE_1X128_1X128)
+    q = plan_schedule(per_column, H200)
+    assert (q.bm, q.bn) != (64, 64) or q.split_k == 1
 
 
 @pytest.mark.parametrize("m,n,k,plan", [

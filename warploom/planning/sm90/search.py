@@ -27,7 +27,6 @@ from warploom.planning.sm90.clusters import (
     cluster_tiles,
     cta_kblocks,
 )
-from warploom.planning.sm90.latency import SMALL_M_BLOCKWISE_ROWS
 from warploom.planning.sm90.models import (
     SK_PIECES,
     rule15_tail,
@@ -36,6 +35,7 @@ from warploom.planning.sm90.models import (
     stream_k_score,
     tail_score,
 )
+from warploom.planning.sm90.small_m import refused_tile, rule14_split, small_blockwise
 from warploom.planning.sm90.tiles import (
     FUSED_WIDE_SLOTS,
     TILES,
@@ -54,8 +54,6 @@ from warploom.planning.trace import note
 from warploom.spec import Accumulation, GemmSpec, ScaleRecipe
 from warploom.target import Target
 
-# Rule 13's recipes: measured on the H100 (MX's 32-deep promotions were not, and keep 128-row tiles).
-_SMALL_M_RECIPES = (ScaleRecipe.BLOCKWISE_1X128_128X128, ScaleRecipe.BLOCKWISE_1X128_1X128)
 # A forced depth may go deeper, as far as shared memory holds (to measure deeper rings).
 FORCED_MAX_STAGES = 16
 # Rule 17: four consumer warpgroups and the producer's: 4 x 128 x 112 + 128 x 24 = 60416 of the 65536 registers;
@@ -101,9 +99,7 @@ class Search:
         """The shared context of `plan`'s candidates, once `rule._check_forced` has resolved the scale partition."""
         return Search(
             spec, device, o, CLUSTER_KNOBS[o.cluster], o.cluster == "1x2", bk, scale_partition,
-            # Rule 13, as measured: the plain cooperative kernel with its scales in the A/B stages.
-            small_blockwise=(spec.scale in _SMALL_M_RECIPES and spec.m <= SMALL_M_BLOCKWISE_ROWS and not o.pingpong
-                             and not scale_partition),
+            small_blockwise=small_blockwise(spec, o.pingpong, scale_partition),
             decode=is_decode(spec, o.pingpong), aligned=rows_aligned(spec),
             cap=FORCED_MAX_STAGES if o.stages is not None else None)  # (None: max_stages's own, rule 16's for decode)
 
@@ -168,6 +164,8 @@ def _tile(s: Search, cbm: int, cbn: int) -> _Tile | None:
         return None
     if cbn == 64 and bn is None and not (s.small_blockwise or s.decode):
         return None  # forced only: see TILES
+    if s.small_blockwise and bm is None and bn is None and refused_tile(spec, s.device, cbm, cbn):
+        return None  # rule 13's 64x64 at long K and wide N (`small_m.wide_rows64`)
     if cbn in SWAP_TOKENS and bn is None:
         return None  # rule 18: the swapped decode tile, forced (or by rule 18) only
     if cbn < min(SWAP_TOKENS) and bn is None:
@@ -204,7 +202,7 @@ def _depth(s: Search, t: _Tile) -> tuple[int, int] | None:
     chosen one is not double buffered, or rule 9's wide epilogue gets under 3 stages."""
     spec, o = s.spec, s.o
     stages, split_k = o.stages, o.split_k
-    ks = split_k if split_k is not None else _rule14_split(spec, s.device, t.bm, t.bn, o.pingpong, s.scale_partition)
+    ks = split_k if split_k is not None else rule14_split(spec, s.device, t.bm, t.bn, o.pingpong, s.scale_partition)
     if o.tail_split is not None and o.tail_split > 1:
         ks = 1  # a forced tail follows whole tiles: rule 14 does not split them
     fit = max_stages(spec, s.device, t.bm, t.bn, s.bk, o.pingpong, s.scale_partition, split_k=ks, prefetch=t.early,
@@ -396,18 +394,3 @@ def _cluster_step(s: Search, t: _Tile, candidate: Plan, best: Best) -> Best:
     if cluster == 2 or not passed_over:
         return cl_score, -cbm * cbn, cl_plan
     return best
-
-
-def _rule14_split(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, pingpong: bool,
-                  scale_partition: bool | None) -> int:
-    """Rule 14: blockwise fp8 with M <= 128 on 128-wide tiles, when the tiles fill at most a third of the SMs and
-    K has at least 32 k-blocks, splits K into the most ranges (a divisor of the k-blocks, at most 8) that keep the
-    work units within one wave; otherwise 1."""
-    if (spec.scale not in _SMALL_M_RECIPES or spec.m > SMALL_M_BLOCKWISE_ROWS or bn != 128
-            or spec.bias_dtype is not None or spec.epilogue is not None or pingpong or scale_partition):
-        return 1
-    k_tiles = math.ceil(spec.k / 128)
-    tiles = math.ceil(spec.m / bm) * math.ceil(spec.n / bn)
-    if tiles > device.sm_count // 3 or k_tiles < 32:
-        return 1
-    return max(d for d in range(1, 9) if k_tiles % d == 0 and tiles * d <= device.sm_count)
