@@ -4,7 +4,7 @@ For each M x N x K (K not a multiple of 64 for bf16, 128 for fp8, so the contigu
 one process: torch on the contiguous operands and on the padded ones, warploom on the contiguous operands, with the
 weight w (N, K) padded ahead (as a model would at load time), and with both padded ahead (the activations written
 padded by the layer before). Every warploom output is checked against the fp32 product first; times are CUDA-graph
-replays (`time_graph`), interleaved over rounds, ratios against torch on the contiguous operands:
+replays (`time_graph`), interleaved over rounds (`time_interleaved`), ratios against torch on the contiguous operands:
 
     python3 scripts/bench_aligned_rows.py --out rows.json --ops bf16,fp8 1064x5696x1160 4619x1408x1352
 """
@@ -22,7 +22,7 @@ import torch
 import warploom
 from warploom.bench import environment
 from warploom.reference import relative_error
-from warploom.runtime.timing import time_graph
+from warploom.runtime.timing import time_interleaved
 
 
 def _calls(op: str, m: int, n: int, k: int) -> tuple[dict[str, Callable[[], Any]], dict[str, str], torch.Tensor]:
@@ -73,10 +73,7 @@ def measure(op: str, text: str, rounds: int) -> dict[str, Any]:
         errors[name] = e = relative_error(call(), ref)
         if not e < 1e-4:
             raise AssertionError(f"{op} {text} {name}: error {e:.2e} against the fp32 product")
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            times[name].append(time_graph(call, warmup_ms=25, rep_ms=150))
+    times = time_interleaved(calls, rounds, warmup_ms=25, rep_ms=150)
     ms = {name: statistics.median(v) for name, v in times.items()}
     return {"op": op, "size": text, "plans": plans, "err": errors, "torch_us": ms["torch"] * 1e3,
             "ratios": {name: ms["torch"] / t for name, t in ms.items() if name != "torch"}}

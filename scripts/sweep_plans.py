@@ -30,8 +30,7 @@ from warploom.device import DeviceInfo
 from warploom.errors import KernelHangError, WarploomError
 from warploom.kernel import build
 from warploom.planner import plan_schedule
-from warploom.runtime.timing import finish_within
-from warploom.runtime.timing import time_graph as graph_ms  # CUDA-graph replay of 10 calls
+from warploom.runtime.timing import finish_within, time_interleaved  # (CUDA-graph replays of 10 calls)
 
 # (label, plan_schedule keyword overrides)
 _PP = {"pingpong": True}
@@ -230,14 +229,13 @@ def main() -> None:
             except Exception as ex:  # a variant that fails to compile, run or verify is reported, not fatal
                 rows.append({"case": name, "size": s, "variant": kw, "error": f"{type(ex).__name__}: {ex}"[:400]})
         mine = [r for r in rows if r["case"] == name and r["size"] == s and "ratios" in r]
-        # Interleave: each round times torch, then every variant, so drift hits all alike.
-        for _ in range(args.rounds):
-            t_torch = graph_ms(theirs)
-            for (_, kern, out), row in zip(runs, mine, strict=True):
-                t = graph_ms(functools.partial(kern.run, a, b, out, sa, sb, bias, **graph))
-                row["ratios"].append(t_torch / t)
-                row.setdefault("ms", []).append(t)
-                row.setdefault("torch_ms", []).append(t_torch)
+        # Interleaved: each round times torch, then every variant, so drift hits all alike; ratios round by round.
+        calls = {"torch": theirs, **{str(i): functools.partial(kern.run, a, b, out, sa, sb, bias, **graph)
+                                     for i, (_, kern, out) in enumerate(runs)}}
+        times = time_interleaved(calls, args.rounds)
+        for i, row in enumerate(mine):
+            row["ms"], row["torch_ms"] = times[str(i)], times["torch"]
+            row["ratios"] = [t_torch / t for t_torch, t in zip(times["torch"], times[str(i)], strict=True)]
         for row in mine:
             row["ratio"] = statistics.median(row["ratios"])
             row["tflops"] = 2 * m * n * k / statistics.median(row["ms"]) / 1e9

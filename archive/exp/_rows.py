@@ -20,18 +20,13 @@ def write_rows(rows: list[dict[str, Any]], name: str) -> Path:
 
 
 def interleaved_ms(runs: dict[str, Callable[[], Any]], rounds: int, **window: int) -> dict[str, float]:
-    """Median CUDA-graph time (ms) of each run over `rounds` rounds, every run once per round in turn (clocks drift
-    within a process; interleaving spreads the drift over all runs alike); `window`: time_graph's warmup_ms and
-    rep_ms, where a sweep of many variants shortens them."""
+    """Median CUDA-graph time (ms) of each run over `rounds` interleaved rounds (`runtime.timing.time_interleaved`,
+    `window`: time_graph's warmup_ms and rep_ms, where a sweep of many variants shortens them)."""
     import statistics
 
-    from warploom.runtime.timing import time_graph as _time_graph
+    from warploom.runtime.timing import time_interleaved
 
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, fn in runs.items():
-            times[name].append(_time_graph(fn, **window))
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return {name: statistics.median(ts) for name, ts in time_interleaved(runs, rounds, **window).items()}
 
 
 def checked_into(runs: dict[str, Callable[[], Any]], out: Any, ref: Any, label: str) -> dict[str, float]:

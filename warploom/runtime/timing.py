@@ -1,6 +1,7 @@
 """Timing on a CUDA GPU, in one place: the benchmarks (`warploom.bench`, `warploom.benchsuite`), the tuner
-(`warploom.tune.gpu`) and the scripts all time through these two functions, and check a first launch finishes with
-`finish_within` (a hung kernel would otherwise block the whole run at its next synchronization).
+(`warploom.tune.gpu`) and the scripts all time through these two functions (side by side over several rounds:
+`time_interleaved`), and check a first launch finishes with `finish_within` (a hung kernel would otherwise block the
+whole run at its next synchronization).
 
 Both return median milliseconds per call. Importing this module touches no GPU; torch and triton are imported
 when a function runs.
@@ -9,7 +10,7 @@ when a function runs.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from warploom.errors import KernelHangError
 
@@ -49,6 +50,19 @@ def time_graph(call: Callable[[], object], *, calls: int = GRAPH_CALLS, warmup_m
         torch.cuda.synchronize()
         return time_eager(call, warmup_ms=warmup_ms, rep_ms=rep_ms)
     return time_eager(graph.replay, warmup_ms=warmup_ms, rep_ms=rep_ms) / calls
+
+
+def time_interleaved(runs: Mapping[str, Callable[[], object]], rounds: int, *,
+                     timer: Callable[..., float] | None = None, **window: int) -> dict[str, list[float]]:
+    """Each run's milliseconds per call in each of `rounds` rounds, every run timed once per round in turn
+    (`time_graph` by default, with `window`'s warmup_ms and rep_ms): the GPU's clocks drift within a process, and
+    interleaving spreads the drift over all runs alike, so a ratio of two runs is best taken round by round."""
+    time_one: Callable[..., float] = time_graph if timer is None else timer
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            times[name].append(time_one(fn, **window))
+    return times
 
 
 # What a first launch may take before it counts as hung: compile time is spent before the launch, and the largest
