@@ -625,8 +625,9 @@ def _sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> fro
     for text in (v.strip() for v in value.split(",")):
         parts = text.split("x")
         if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
-            raise click.BadParameter(f"expected a comma-separated list of MxNxK sizes such as 43x88x7960; got "
-                                     f"{text!r} in {value!r}")
+            raise click.BadParameter(f"expected a comma-separated list of MxNxK sizes, got {text!r} in {value!r}. "
+                                     "Fix: write each size as three whole numbers joined by x, e.g. "
+                                     "--shapes 43x88x7960,469x96x4928")
         m, n, k = (int(p) for p in parts)
         sizes.add((m, n, k))
     return frozenset(sizes)
@@ -725,7 +726,8 @@ def bench(suite: str, ops: tuple[Op, ...] | None, groups: tuple[Group, ...] | No
     if not selected:
         raise click.UsageError(f"no case of the {suite} suite has those --ops, --groups, --shapes and --shard")
     opts = Options(compile=use_compile, graph=graph, seed=seed, ops=tuple(o.value for o in ops or ()),
-                   groups=tuple(g.value for g in groups or ()), shard="" if shard is None else str(shard))
+                   groups=tuple(g.value for g in groups or ()), shard="" if shard is None else str(shard),
+                   shapes=tuple(f"{m}x{n}x{k}" for m, n, k in sorted(sizes or ())))
     part = "" if shard is None else f" (shard {shard})"
     con.rule(f"[bold]warploom bench[/] {suite}{part}: {len(selected)} cases on {torch.cuda.get_device_name()}")
     results = run_suite(selected, opts, out, suite, con)

@@ -391,6 +391,11 @@ def test_run_suite_saves_every_row(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     res = run_suite(todo, Options(device="cpu", ops=("matmul_bf16",)), out, "quick", con, FakeTimer())
     assert Results.load(out) == res and [r.ok for r in res.rows] == [True, False]
     assert res.env.options["ops"] == ["matmul_bf16"] and res.env.device.startswith("cpu")
+    assert "shapes" not in res.env.options  # (a run of the suite's every size records none)
+    # A run of chosen sizes (`--shapes`) records them: its results never merge as shards of the whole suite.
+    part = run_suite(todo[:1], Options(device="cpu", shapes=("64x64x64",)), tmp_path / "p.json", "quick", con,
+                     FakeTimer())
+    assert Results.load(tmp_path / "p.json") == part and part.env.options["shapes"] == ["64x64x64"]
     text = con.export_text()
     assert "ratio 1.000, graph 1.000" in text and "FAILED: ValueError: no fp8 today" in text
 

@@ -185,7 +185,8 @@ def test_small_m_blockwise_takes_small_tiles(m: int, n: int, k: int, tile: tuple
         s = GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=recipe,
                      accumulation=Accumulation.PROMOTED)
         p = plan_schedule(s, H100_SXM, split_k=1)
-        assert (p.bm, p.bn) == tile
+        # (rule 13's 64x128 at M <= 64 was measured on 1x128 x 128x128 scales: 1x128 x 1x128 keeps 64x64)
+        assert (p.bm, p.bn) == ((64, 64) if recipe is not BW and m <= 64 and tile == (64, 128) else tile)
     for other in (GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.MX,
                            accumulation=Accumulation.PROMOTED),
                   GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=ScaleRecipe.ROWWISE,
@@ -229,6 +230,10 @@ def test_rule13_takes_64x128_over_64x64_where_they_fill_the_sms(m: int, n: int, 
         assert (p.bm, p.bn, p.split_k) == (64, 128, 1)
     forced = plan_schedule(s, H200, bm=64, bn=64)  # forcing the tile still gives it
     assert (forced.bm, forced.bn) == (64, 64)
+    # Measured on 1x128 x 128x128 scales without bias or fused epilogue only: the others keep 64x64 a candidate.
+    for other in (dataclasses.replace(s, scale=ScaleRecipe.BLOCKWISE_1X128_1X128),
+                  dataclasses.replace(s, bias_dtype=warploom.DType.BF16)):
+        assert not wide_rows64(other, H200) and refused_tile(other, H200, 64, 64) is None
 
 
 @pytest.mark.parametrize("m,n,k,ranges", [
@@ -237,6 +242,8 @@ def test_rule13_takes_64x128_over_64x64_where_they_fill_the_sms(m: int, n: int, 
     (16, 640, 12000, 8),  # 94 = 2 x 47 (0.731x -> 1.670x)
     (32, 896, 7408, 8),  # 58 = 2 x 29 (1.206x -> 2.052x)
     (8, 112, 5248, 8),  # 41 k-blocks over 2 tiles (1.126x -> 2.136x)
+    (16, 3840, 5248, 1),  # 60 tiles of 64x64: 8 ranges of each would not fit one wave (not measured)
+    (48, 1536, 9008, 1),  # 24 tiles: 192 units
 ])
 def test_rule14_splits_64x64_tiles_unequally_where_128_wide_ones_cannot(m: int, n: int, k: int,
                                                                        ranges: int) -> None:
@@ -245,6 +252,9 @@ def test_rule14_splits_64x64_tiles_unequally_where_128_wide_ones_cannot(m: int, 
     on 64x64 tiles only; 1x128 x 1x128 scales (per-column scale_b) build no unequal ranges and keep 64x128."""
     s = GemmSpec(m, n, k, warploom.DType.E4M3, warploom.DType.E4M3, scale=BW, accumulation=Accumulation.PROMOTED)
     p = plan_schedule(s, H200)
+    if ranges == 1:  # (outside the measured regime: rule 14 splits no 64x64 tile)
+        assert p.bn != 64 or p.split_k == 1
+        return
     assert (p.bm, p.bn, p.split_k) == (64, 64, ranges) and p.grid == -(-m // 64) * -(-n // 64) * ranges
     module = build(s, H200, p).module
     assert module.tiling.uneven_split == bool(-(-k // 128) % ranges)
@@ -260,6 +270,9 @@ def test_rule14_splits_64x64_tiles_unequally_where_128_wide_ones_cannot(m: int, 
     (128, 4096, 7168, (128, 128, 4)),  # (1.18x)
     (128, 2112, 7168, (128, 128, 7)),  # (1.58x)
     (64, 7168, 2048, (64, 64, 1)),  # 16 k-blocks: too short (measured 0.87x split against 0.97x)
+    (24, 96, 4000, (64, 128, 8)),  # 32 k-blocks in 8 on 64x128 (zoo: 2.065x), not rule 14's 64x64 split
+    (44, 96, 7968, (64, 128, 7)),  # 63 = 7 x 9 (zoo: 1.633x)
+    (4, 5584, 9504, (64, 128, 3)),  # 75 = 3 x 25, 44 tiles (zoo: 1.312x); 88 of 64x64 would not fit 8 ranges
     (128, 7168, 16384, (64, 128, 1)),  # 56 tiles of 128x128: more than a third of the SMs
     (129, 2112, 7168, (64, 64, 1)),  # past M = 128: no split; rule 23's 64x64, 99 tiles in one wave (session 45)
 ])

@@ -33,14 +33,16 @@ class Recorder:
 
     def __init__(self) -> None:
         self.log: list[tuple[str, int, list[Any]]] = []
+        self.paths: list[str] = []  # per launch: "general" (the launcher's own path) or "bound"
         self.workspaces: list[Any] = []  # this call's, kept alive: no other tensor can take their addresses
         self.ws_used: list[list[int]] = []  # per launch, the workspace addresses among its arguments
 
     def addresses(self) -> set[int]:
         return {w.data_ptr() for w in self.workspaces}
 
-    def record(self, name: str, grid: int, args: list[Any]) -> None:
+    def record(self, name: str, grid: int, args: list[Any], path: str) -> None:
         self.log.append((name, grid, [self.show(x) for x in args]))
+        self.paths.append(path)
         self.ws_used.append([x.data_ptr() for x in args
                              if isinstance(x, torch.Tensor) and x.data_ptr() in self.addresses()])
 
@@ -65,7 +67,11 @@ class FakeCompiled:
 
     def _c_launch(self, grid: int, stream: int, function: str, packed: Any, meta: Any, enter: Any, leave: Any,
                   flat: list[Any]) -> None:
-        self.rec.record(function, grid, flat)
+        self.rec.record(function, grid, flat, "bound")
+
+    def launch(self, grid: int, stream: int, enter: Any, leave: Any, args: list[Any]) -> None:
+        """The path for live launch hooks (or no C entry point): the arguments as the getters read them."""
+        self.rec.record(self.name, grid, args, "bound")
 
 
 def recorded(kern: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Recorder]:
@@ -94,7 +100,7 @@ def recorded(kern: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Recorder]
 def _record(direct: Any, rec: Recorder) -> None:
     """`direct`'s general launches recorded, and its compiled form a FakeCompiled that records the bound ones."""
     name = direct._fn.name
-    direct.launch = lambda grid, args: rec.record(name, grid, args)
+    direct.launch = lambda grid, args: rec.record(name, grid, args, "general")
     direct.compiled_for = lambda device, args: FakeCompiled(name, direct._descs, rec)
     direct.same_knobs = lambda key: True
 
@@ -184,3 +190,49 @@ def test_rule_29s_two_passes_never_bind(monkeypatch: pytest.MonkeyPatch) -> None
         kern = build(kern.spec, H200, dataclasses.replace(kern.plan, amax_pass=True))
     launcher, _ = recorded(kern, monkeypatch)
     assert not launcher.can_bind and launcher.bind(a, b, torch.empty(256, 1024, dtype=E4)) is None
+
+
+def _bound_tail(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, Recorder, tuple[Any, ...]]:
+    """A split-K tail plan's launcher (whole waves, then the tail's kernel and reduce), bound, and its call."""
+    m, n, k = 1500, 4096, 4096
+    a, b, _, _ = bf16_call(m, n, k)
+    spec = checks.matmul_spec(a, b)
+    kern = build(spec, H200, plan_schedule(spec, H200, tail_split=2))
+    launcher, rec = recorded(kern, monkeypatch)
+    out = torch.empty(m, n, dtype=BF16)
+    launcher(a, b, out)
+    bound = launcher.bind(a, b, out)
+    assert bound is not None and [len(steps) for _, steps in bound.parts] == [1, 2]
+    return launcher, bound, rec, (a, b, out)
+
+
+def test_live_launch_hooks_get_the_bound_calls_arguments_of_every_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a live launch hook each kernel goes through the compiled kernel's hook path, with the arguments the
+    getters read: a ranged kernel's tiles among them (its span), the same as the general path's."""
+    launcher, bound, rec, (a, b, out) = _bound_tail(monkeypatch)
+    rec.log.clear()
+    launcher(a, b, out)
+    want = [(g, args) for _, g, args in rec.log]
+    monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda meta: None)
+    rec.log.clear()
+    rec.paths.clear()
+    bound(a, b, out)
+    assert rec.paths == ["bound"] * 3
+    got = [(g, args) for _, g, args in rec.log]
+    assert [g for g, _ in got] == [g for g, _ in want]
+    # (tensors shown alike; the workspaces are new for each call: the same shapes, fp32)
+    assert [[x if not isinstance(x, tuple) else x[2:] for x in args] for _, args in got] == \
+        [[x if not isinstance(x, tuple) else x[2:] for x in args] for _, args in want]
+
+
+def test_changed_knobs_of_any_kernel_send_the_call_to_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bound call takes its template only while every kernel it launches is what the JIT would launch: knobs
+    changed for the last kernel alone (the tail's reduce) send the whole call through the launcher."""
+    launcher, bound, rec, (a, b, out) = _bound_tail(monkeypatch)
+    rec.paths.clear()
+    bound(a, b, out)
+    assert rec.paths == ["bound"] * 3
+    launcher._tail._reduce.same_knobs = lambda key: False
+    rec.paths.clear()
+    bound(a, b, out)
+    assert rec.paths == ["general"] * 3

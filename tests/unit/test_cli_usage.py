@@ -119,7 +119,7 @@ def test_demo_timeline_inside_its_own_out_dir_is_a_usage_error(tmp_path: Path) -
     (["bench", "--shard", "²/4"], "Expected a shard I/N"),
     (["bench", "--shard", "٣/٤"], "Expected a shard I/N"),
     (["bench", "--bandwidth", "nan"], "expected a number, got nan"),
-    (["bench", "--shapes", "43x88"], "expected a comma-separated list of MxNxK sizes"),
+    (["bench", "--shapes", "43x88"], "Fix: write each size as three whole numbers"),
     (["bench", "--shapes", "43x88x7960,x1x2"], "got 'x1x2'"),
     (["plan", "--dtype", "fp8", "--scales", "blockwise", "--fast-accum"], "Fix: drop --fast-accum"),
     (["plan", "--dtype", "fp8", "--scales", "mx", "--fast-accum"], "Fix: drop --fast-accum"),

@@ -135,7 +135,7 @@ class Environment:
 
     Attributes:
         device: torch's name of the GPU; torch, triton: versions; date: local time of the run's start;
-        host; command: the command line; suite; options: the flags (compile, graph, ops, groups);
+        host; command: the command line; suite; options: the flags (compile, graph, ops, groups, shapes);
         copy_tbps: measured device-to-device copy bandwidth (bytes read + written), or None;
         shard: ``I/N`` for one shard of the suite (``--shard``), shards joined by commas after a merge,
         '' for the whole suite (files from before shards have none: '').

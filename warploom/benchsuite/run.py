@@ -80,7 +80,7 @@ class Options:
         compile: also time torch.compile of the torch function (~40 s of autotuning per case).
         graph: CUDA-graph timing for every shape (decode shapes always get it).
         seed: the inputs' seed; device: where tensors live (``cuda``; ``cpu`` for tests on the simulator).
-        ops, groups: the command line's filters, recorded in the results' environment.
+        ops, groups, shapes: the command line's filters (shapes as MxNxK), recorded in the results' environment.
         shard: ``I/N`` when the run is one shard of its suite (the caller picked its cases), else ''.
     """
 
@@ -90,6 +90,7 @@ class Options:
     device: str = "cuda"
     ops: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    shapes: tuple[str, ...] = ()
     shard: str = ""
 
 
@@ -346,7 +347,7 @@ def environment(suite: str, opts: Options, copy_tbps: float | None, argv: Sequen
         date=time.strftime("%Y-%m-%d %H:%M:%S"), host=platform.node(),
         command=_command(sys.argv if argv is None else argv), suite=suite,
         options={"compile": opts.compile, "graph": opts.graph, "seed": opts.seed, "ops": list(opts.ops),
-                 "groups": list(opts.groups)},
+                 "groups": list(opts.groups), **({"shapes": list(opts.shapes)} if opts.shapes else {})},
         copy_tbps=copy_tbps, shard=opts.shard,
     )
 

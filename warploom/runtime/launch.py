@@ -190,8 +190,9 @@ class Launcher:
                        "bias_ptr": (5, True)}
             if m.spec.scale.is_blockwise and m.spec.scale is not ScaleRecipe.MX:
                 direct |= {"sa_ptr": (3, False), "sb_ptr": (4, False)}
-        # (a fitted tile's per-width descriptors: over B, and over C, as b_desc's and c_desc's)
+        # (a fitted tile's per-width descriptors: over B, C and split-K's workspace, as b_desc's, c_desc's and its)
         direct |= {p: direct[p[:6]] for p in src.params if p.startswith(("b_desc_w", "c_desc_w"))}
+        direct |= {p: direct[WORKSPACE_DESC] for p in src.params if p.startswith(WORKSPACE_DESC + "_w")}
         self._positional = {i: direct[p] for i, p in enumerate(src.params) if p in direct}
         self._tail = None if tail is None else Launcher(*tail, fast=fast, follows=True)
 
@@ -229,9 +230,14 @@ class Launcher:
             return None
         device = a.get_device()
         parts: list[tuple[tuple[int, int] | None, list[BoundStep]]] = []
+        import torch
+
         for launcher, span in self._parts(a, b):
             m, n = launcher._mn(a, b)
-            ws = launcher._workspace(a.shape[1], m, n, span, out.device)
+            try:  # (a workspace like the calls' own: its descriptor's encoding and its pointer's specialization)
+                ws = launcher._workspace(a.shape[1], m, n, span, out.device)
+            except torch.cuda.OutOfMemoryError:
+                return None  # (the call itself launched: it stays on the general path, which allocates per call)
             call = Call(a, b, out, scale_a, scale_b, bias, operands or {}, extra_outs, ws, span)
             steps = []
             for step in launcher._steps(m, n, span, ws is not None):
@@ -598,6 +604,7 @@ class Step:
 
 
 def _constant(value: int, call: Call) -> int:
+    """A getter of an integer argument fixed when the launch was made (split-K's reduce: M, N, slab rows, tiles)."""
     return value
 
 

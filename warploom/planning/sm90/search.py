@@ -164,8 +164,11 @@ def _tile(s: Search, cbm: int, cbn: int) -> _Tile | None:
         return None
     if cbn == 64 and bn is None and not (s.small_blockwise or s.decode):
         return None  # forced only: see TILES
-    if s.small_blockwise and bm is None and bn is None and refused_tile(spec, s.device, cbm, cbn):
-        return None  # rule 13's 64x64 at long K and wide N (`small_m.wide_rows64`)
+    if s.small_blockwise and bm is None and bn is None:
+        why = refused_tile(spec, s.device, cbm, cbn)
+        if why is not None:  # rule 13's 64x64 at long K and wide N (`small_m.wide_rows64`)
+            note(f"{cbm}x{cbn}", "left out", math.inf, why)
+            return None
     if cbn in SWAP_TOKENS and bn is None:
         return None  # rule 18: the swapped decode tile, forced (or by rule 18) only
     if cbn < min(SWAP_TOKENS) and bn is None:

@@ -40,9 +40,11 @@ def small_blockwise(spec: GemmSpec, pingpong: bool, scale_partition: bool | None
 def wide_rows64(spec: GemmSpec, device: DeviceInfo) -> bool:
     """Rule 13 at M <= 64: whether 64x128 tiles replace 64x64 ones. A 64x128 k-block costs a one-warpgroup CTA
     little more than a 64x64 one (the chain above), so where 64x128 tiles alone keep WIDE_ROWS64_MIN_FILL of the SMs
-    busy in one wave over a long K, half as many CTAs finish sooner."""
+    busy in one wave over a long K, half as many CTAs finish sooner. As measured: 1x128 x 128x128 scales, no bias or
+    fused epilogue."""
     tiles = math.ceil(spec.m / 64) * math.ceil(spec.n / 128)
-    return (spec.m <= 64 and k_blocks(spec) >= RULE14_MIN_KBLOCKS
+    return (spec.m <= 64 and spec.scale is ScaleRecipe.BLOCKWISE_1X128_128X128 and spec.bias_dtype is None
+            and spec.epilogue is None and k_blocks(spec) >= RULE14_MIN_KBLOCKS
             and WIDE_ROWS64_MIN_FILL * device.sm_count <= tiles <= device.sm_count)
 
 
@@ -52,7 +54,9 @@ def refused_tile(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int) -> str | 
     4 shapes and -4% at the fourth, session 48, is not taken: without 64x256 the search's score picks 64x64 tiles
     there, unmeasured, and the model has no term for two warpgroups promoting in turn.)"""
     if (bm, bn) == (64, 64) and wide_rows64(spec, device):
-        return "rule 13: 64x128 tiles fill the SMs at this long K"
+        tiles = math.ceil(spec.n / 128)
+        return (f"rule 13: {tiles} tiles of 64x128 fill {tiles / device.sm_count:.0%} of the SMs in one wave at "
+                f"{k_blocks(spec)} k-blocks")
     return None
 
 
@@ -62,20 +66,20 @@ def rule14_split(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, pingpong:
 
     128-wide tiles filling at most a third of the SMs, K of at least RULE14_MIN_KBLOCKS k-blocks: the most ranges
     (dividing the k-blocks, at most RULE14_MAX_RANGES) that keep the work units within one wave. 64x64 tiles, where
-    that split of 64x128 tiles stays under RULE14_MIN_WIDE_RANGES (K's k-blocks have no larger divisor that fits) and
-    M is one 64-row block (as measured):
-    up to RULE14_MAX_RANGES ranges that differ by a k-block at most (`ir.Tiling.uneven_split`, which promoted
-    accumulation builds on 64x64 tiles only), as many as keep the units in one wave."""
+    that split of 64x128 tiles stays under RULE14_MIN_WIDE_RANGES (K's k-blocks have no larger divisor that fits),
+    M is one 64-row block and RULE14_MAX_RANGES ranges of every tile fit one wave (as measured: 10-16 tiles):
+    RULE14_MAX_RANGES ranges that differ by a k-block at most (`ir.Tiling.uneven_split`, which promoted
+    accumulation builds on 64x64 tiles only)."""
     if (not small_blockwise(spec, pingpong, scale_partition) or spec.bias_dtype is not None
             or spec.epilogue is not None or k_blocks(spec) < RULE14_MIN_KBLOCKS):
         return 1
     k_tiles = k_blocks(spec)
     tiles = math.ceil(spec.m / bm) * math.ceil(spec.n / bn)
     if (bm, bn) == (64, 64):
-        if (spec.m > 64 or not uneven_split_builds(spec, (64, 64))
+        if (spec.m > 64 or not uneven_split_builds(spec, (64, 64)) or tiles * RULE14_MAX_RANGES > device.sm_count
                 or rule14_split(spec, device, 64, 128, pingpong, scale_partition) >= RULE14_MIN_WIDE_RANGES):
             return 1
-        return max(1, min(RULE14_MAX_RANGES, device.sm_count // tiles, k_tiles))
+        return RULE14_MAX_RANGES  # (K has RULE14_MIN_KBLOCKS k-blocks or more: one for every range)
     if bn != 128 or tiles > device.sm_count // 3:
         return 1
     return max(d for d in range(1, RULE14_MAX_RANGES + 1) if k_tiles % d == 0 and tiles * d <= device.sm_count)
