@@ -25,7 +25,7 @@ RULE14_MAX_RANGES = 8
 # 1.31-2.07x in the zoo and are kept).
 RULE14_MIN_WIDE_RANGES = 3
 # Rule 13 at M <= 64: 64x128 tiles in place of 64x64 where they fill at least this share of the SMs in one wave and
-# K has RULE14_MIN_KBLOCKS k-blocks (session 48, H200: +6% to +31% at 7 of 8 shapes with 43-63 such tiles, -1% at
+# K has RULE14_MIN_KBLOCKS k-blocks (session 48, H200: +1% to +31% at 7 of 8 shapes with 43-63 such tiles, -1% at
 # the eighth; at 16 k-blocks 64x64 ran 20% ahead, session 20).
 WIDE_ROWS64_MIN_FILL = 0.3
 
