@@ -40,7 +40,7 @@ class Prepared:
     m: int
     n: int
     out_dtype: Any  # torch.dtype
-    bound: Any = None  # runtime.launch.Bound
+    bound: Any = None  # runtime.bound.Bound
 
     def __call__(self, a: Any, b: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None) -> Any:
         # (sizes as separate arguments: torch's parser takes them ~0.7 us faster than a tuple, measured on CPU)
@@ -97,7 +97,7 @@ class PreparedFused:
     out_dtypes: tuple[Any, ...]  # torch.dtype per output
     names: tuple[str, ...]
     blockwise: bool
-    bound: Any = None  # runtime.launch.Bound
+    bound: Any = None  # runtime.bound.Bound
 
     def __call__(self, a: Any, b: Any, scale_a: Any, scale_b: Any, bias: Any, operands: dict[str, Any]) -> Any:
         # The user's operands last: matmul may name one `bias` (scaled_mm refuses those names for its own).

@@ -71,7 +71,7 @@ def main() -> None:
     from triton.runtime.driver import driver
 
     from warploom.ir.raster import launch_grid
-    from warploom.runtime.launch import Call
+    from warploom.runtime.bound import Call
 
     call = Call(a, b, out)
     largs = [g(call) for g in launcher._args]
@@ -86,7 +86,7 @@ def main() -> None:
     kk = compiled.kernel
     c = compiled.c_launch
     assert c is not None, "no C entry point: the direct launch falls back to Triton's launcher"
-    # (the C function in the installed Triton's argument order: runtime/launch.py's CEntry)
+    # (the C function in the installed Triton's argument order: runtime/direct.py's CEntry)
     def floor() -> None:
         c(grid, stream, kk.function, kk.packed_metadata, None, None, None, flat)
 
@@ -114,7 +114,7 @@ def main() -> None:
         "Bound(a, b, out)": lambda: bound(a, b, out),
         "_Direct.launch": lambda: main_.launch(grid, largs),
         "_Direct._key": lambda: main_._key(dev, largs),
-        "_Compiled.launch": lambda: compiled.launch(grid, stream, knobs.runtime.launch_enter_hook,
+        "CompiledLaunch.launch": lambda: compiled.launch(grid, stream, knobs.runtime.launch_enter_hook,
                                                     knobs.runtime.launch_exit_hook, largs),
         "C launch, prepared args": floor,
         "  same, with empty hooks": floor_hooks,

@@ -21,11 +21,11 @@ from warploom.bench import environment
 from warploom.device import DeviceInfo
 from warploom.kernel import build
 from warploom.planner import plan_schedule
-from warploom.runtime import launch
+from warploom.runtime import direct
 
 PROMOTION = {"128B (Triton's)": 2, "256B": 3, "none": 0}  # CUtensorMapL2promotion
 _BY_ADDRESS: dict[int, int] = {}  # tensor address -> promotion its descriptors get
-_original = launch._encode_descriptor
+_original = direct._encode_descriptor
 _cuda = ctypes.CDLL("libcuda.so.1")
 _encode_tiled = _cuda.cuTensorMapEncodeTiled
 _u64p, _u32p = ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint32)
@@ -63,7 +63,7 @@ def _encode(arg: Any, meta: Any) -> list[Any]:
     return enc
 
 
-launch._encode_descriptor = _encode
+direct._encode_descriptor = _encode
 
 
 def main() -> None:

@@ -14,7 +14,8 @@ import torch
 
 from warploom import checks
 from warploom.reference import cublas_a_blocks
-from warploom.runtime.launch import Call, _scale_args
+from warploom.runtime.bound import Call
+from warploom.runtime.launch import _scale_args
 from warploom.spec import ScaleRecipe
 
 E4 = torch.float8_e4m3fn

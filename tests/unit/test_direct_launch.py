@@ -1,4 +1,5 @@
-"""The direct launch path (runtime/launch.py) on CPU, against Triton's own launcher wrapper.
+"""The direct launch path (runtime/direct.py) and bound launches (runtime/bound.py) on CPU, against Triton's own
+launcher wrapper.
 
 A direct launch expands each TMA descriptor argument itself (encoding, shape, strides, as Triton's
 `make_tensordesc_arg` does, remembered per address, shape and strides) and calls the C launch function behind
@@ -22,7 +23,7 @@ from warploom.backends import gluon_api
 from warploom.backends.gluon_api import LaunchAbi
 from warploom.dtypes import DType
 from warploom.runtime.cross import shared_layout
-from warploom.runtime.launch import DescSlot, _c_entry, _Compiled
+from warploom.runtime.direct import CompiledLaunch, DescSlot, _c_entry
 
 BLOCKS = {0: [128, 64], 1: [256, 64], 2: [128, 128]}
 SIGNATURE = {"a_desc": "tensordesc<bf16[128, 64]>", "b_desc": "tensordesc<bf16[256, 64]>",
@@ -140,7 +141,7 @@ def test_c_entry_is_the_function_triton_wraps() -> None:
 
 def test_direct_launch_passes_what_tritons_wrapper_passes(utils: Utils) -> None:
     run = Run()
-    compiled = _Compiled(kernel(run), slots(), hook_reads_args=False)
+    compiled = CompiledLaunch(kernel(run), slots(), hook_reads_args=False)
     assert compiled.c_launch is not None
 
     def wrapper(*args: Any) -> None:
@@ -154,7 +155,7 @@ def test_direct_launch_passes_what_tritons_wrapper_passes(utils: Utils) -> None:
 
 
 def test_encodings_are_reused_per_address_shape_and_strides(utils: Utils, monkeypatch: pytest.MonkeyPatch) -> None:
-    compiled = _Compiled(kernel(Run()), slots(), hook_reads_args=False)
+    compiled = CompiledLaunch(kernel(Run()), slots(), hook_reads_args=False)
     monkeypatch.setattr(compiled, "c_launch", lambda *a: None)
     args = tensors(256, 256, 128)
     compiled.launch(5, 99, None, None, args)
@@ -171,7 +172,7 @@ def test_encodings_are_reused_per_address_shape_and_strides(utils: Utils, monkey
 
 def test_without_a_c_entry_the_kernels_own_launcher_gets_descriptors(utils: Utils) -> None:
     run = Run()
-    compiled = _Compiled(kernel(run, meta=None), slots(), hook_reads_args=False)  # no descriptor metadata
+    compiled = CompiledLaunch(kernel(run, meta=None), slots(), hook_reads_args=False)  # no descriptor metadata
     assert compiled.c_launch is None
     args = tensors(300, 272, 512)
     compiled.launch(5, 99, None, None, args)
@@ -188,7 +189,7 @@ def test_launch_hooks_get_the_kernels_metadata(utils: Utils) -> None:
         return "metadata"
 
     k.launch_metadata = launch_metadata
-    compiled = _Compiled(k, slots(), hook_reads_args=False)
+    compiled = CompiledLaunch(k, slots(), hook_reads_args=False)
     args = tensors(128, 256, 64)
 
     def enter(meta: Any) -> None:
@@ -208,7 +209,7 @@ def test_a_launch_metadata_callback_gets_descriptors(utils: Utils) -> None:
         seen.append(args)
 
     k.launch_metadata = launch_metadata
-    compiled = _Compiled(k, slots(), hook_reads_args=True)
+    compiled = CompiledLaunch(k, slots(), hook_reads_args=True)
     args = tensors(128, 256, 64)
     compiled.launch(3, 99, lambda meta: None, None, args)
     (got,) = seen
@@ -263,12 +264,12 @@ POSITIONAL = {0: (0, False), 1: (1, False), 2: (2, False), 6: (5, True)}
 
 def bound_for(args: list[Any], run: Run, kern: Any = None, positional: bool = False
               ) -> tuple[Any, FakeLauncher, Knobs]:
-    from warploom.runtime.launch import Bound, BoundStep, Step
+    from warploom.runtime.bound import Bound, BoundStep, Step
 
     launcher, knobs_ = FakeLauncher(), Knobs()
     if positional:
         launcher._positional = POSITIONAL
-    compiled = _Compiled(kern or kernel(run), slots(), hook_reads_args=False, key=(0, False, None))
+    compiled = CompiledLaunch(kern or kernel(run), slots(), hook_reads_args=False, key=(0, False, None))
     step = Step(knobs_, 5, launcher._args, launcher._positional, launcher._bases)  # type: ignore[arg-type]
     return Bound(launcher, 0, [(None, [BoundStep(step, compiled, args)])]), launcher, knobs_  # type: ignore[arg-type]
 
@@ -295,19 +296,19 @@ def test_bound_launch_passes_what_tritons_wrapper_passes(gpu: SimpleNamespace, p
 def test_a_positional_bound_launch_reads_no_getter(gpu: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
     """With every tensor positional, a call whose descriptors are all encoded already builds no `Call` and reads no
     getter; one with a new address takes the getters (to encode it), and the next call is positional again."""
-    import warploom.runtime.launch as launch_mod
+    import warploom.runtime.bound as bound_mod
 
     run = Run()
     args = call_args(300, 272, 512)
     bound, _, _ = bound_for(args, run, positional=True)
     calls: list[int] = []
-    real_call = launch_mod.Call
+    real_call = bound_mod.Call
 
     def counting_call(*a: Any, **kw: Any) -> Any:
         calls.append(1)
         return real_call(*a, **kw)
 
-    monkeypatch.setattr(launch_mod, "Call", counting_call)
+    monkeypatch.setattr(bound_mod, "Call", counting_call)
     for _ in range(3):
         launch(bound, args)
         assert run.calls[-1] == reference(args)
@@ -385,7 +386,7 @@ def test_empty_hook_chains_are_no_hooks(utils: Utils) -> None:
     run = Run()
     k = kernel(run)
     k.launch_metadata = lambda *a: pytest.fail("no hook to give metadata to")
-    compiled = _Compiled(k, slots(), hook_reads_args=False)
+    compiled = CompiledLaunch(k, slots(), hook_reads_args=False)
     args = tensors(128, 256, 64)
     chain: HookChain[Any] = HookChain()
     compiled.launch(3, 99, chain, HookChain(reversed=True), args)
@@ -428,7 +429,7 @@ def test_an_exit_hook_alone_gets_the_metadata(utils: Utils, monkeypatch: pytest.
     run = Run()
     k = kernel(run)
     k.launch_metadata = lambda *a: "metadata"
-    compiled = _Compiled(k, slots(), hook_reads_args=False)
+    compiled = CompiledLaunch(k, slots(), hook_reads_args=False)
     leave: HookChain[Any] = HookChain(reversed=True)
     leave.add(print)
     compiled.launch(3, 99, HookChain(), leave, tensors(128, 256, 64))
@@ -436,7 +437,7 @@ def test_an_exit_hook_alone_gets_the_metadata(utils: Utils, monkeypatch: pytest.
 
 
 def test_aligned_passes_contiguous_aligned_scales_as_they_are() -> None:
-    from warploom.runtime.launch import aligned_copy
+    from warploom.runtime.direct import aligned_copy
 
     for t in (torch.rand(()), torch.rand(1), torch.rand(300, 1), torch.rand(1, 272)):
         assert aligned_copy(t) is t  # the launcher reads only the address and dtype: no view per call

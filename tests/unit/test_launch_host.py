@@ -221,7 +221,8 @@ def test_positional_arguments_are_what_the_getters_read(jit: RecordingJit, case:
     (`Launcher._positional`) instead of through its getter: for every parameter so marked the two must agree, a
     descriptor's by its base tensor. Epilogue operands and MX's byte views are never positional."""
     from warploom.api import plan
-    from warploom.runtime.launch import Call, aligned_copy
+    from warploom.runtime.bound import Call
+    from warploom.runtime.direct import aligned_copy
 
     name, (a, b, sa, sb, bias, operands) = case
     fused = {"epilogue": lambda acc, r: acc + r, **operands} if operands else {}

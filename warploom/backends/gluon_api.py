@@ -85,7 +85,7 @@ class GluonApi:
         pin_promotion: whether a promotion ``acc = acc + partial`` is pinned by a wait naming the sum.
         ptxas_flags: the flags Triton passes ptxas that change the code it assembles, which runtime/cross.py's
             re-run of ptxas passes too, so it reports the registers and spills of the kernel Triton built.
-        launch_abi: the argument order of the C function behind Triton's CUDA launcher, which runtime/launch.py
+        launch_abi: the argument order of the C function behind Triton's CUDA launcher, which runtime/direct.py
             calls directly (`LaunchAbi`).
         tensordesc_launch_args: whether Triton's ``make_tensordesc_arg`` takes the launch's other arguments as a
             third (which the NVIDIA one does not read).

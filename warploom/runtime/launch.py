@@ -1,22 +1,12 @@
-"""Launch a planned kernel on a CUDA device: TMA descriptors, the persistent grid, the JIT call.
+"""Launch a planned kernel on a CUDA device: what a call launches, in which order, over which tiles.
 
-Everything that does not depend on the tensors (the JIT function, shared layouts, which argument is
-which) is prepared once per kernel in a `Launcher`, so an eager call only builds descriptors and launches.
-
-The first call of each argument specialization goes through Triton's JIT dispatch, which compiles (or finds
-the cached binary) and launches; its compiled kernel is kept under the specialization Triton derived from the
-arguments (`native_specialize_impl`, the same function its binder calls: dtypes, 16-byte alignment, i32/i64,
-divisibility by 16, ones made constant). Later calls with the same specialization launch that kernel directly,
-skipping the JIT's per-call argument binding, option parsing and cache-key hashing (issue 6: host overhead).
-
-A direct launch also skips Triton's per-call TMA descriptor work where it can: the JIT path builds a validated
-`TensorDescriptor` per descriptor argument and its launcher encodes each (`cuTensorMapEncodeTiled`) on every call.
-A direct launch encodes a tensor's descriptor the way Triton's launcher does (`make_tensordesc_arg`, with the
-kernel's own descriptor metadata) once per (address, shape, strides), keeps the encoding, and calls the compiled
-launcher's C entry point with the expanded arguments. A descriptor encodes only the address, sizes, strides and
-box, so a cached one is valid for any tensor with the same four. Where the Triton launcher does not have the
-expected shape (scratch memory, no descriptor metadata, no C entry point found), the direct launch passes
-`TensorDescriptor`s to the compiled kernel's own launcher instead.
+Everything that does not depend on the tensors (the JIT function, shared layouts, which argument is which, where
+each argument comes from) is prepared once per kernel in a `Launcher`. A call runs its parts in order (`_parts`:
+the whole grid, or a split-K tail's whole waves and then its tail) and each part's kernels (`_steps`: the main
+kernel, split-K's reduce), each through a `DirectLaunch` (runtime/direct.py: the JIT's first launch, then the
+compiled kernel directly). `Launcher.bind` turns a remembered eager call's launches into a `Bound`
+(runtime/bound.py), a template filled in per call; `Kernel.run` and a call's first launch take the general path
+here, which derives every argument again.
 """
 
 from __future__ import annotations
@@ -25,14 +15,11 @@ import functools
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from triton import knobs
-from triton.knobs import HookChain
 from triton.runtime.driver import driver
 
-from warploom.backends.gluon_api import GluonApi, LaunchAbi, compile_options, for_triton, installed
+from warploom.backends.gluon_api import compile_options
 from warploom.backends.gluon_cast import CAST_WARPS, check_outputs
 from warploom.backends.gluon_raster import SK_PARAMS
 from warploom.backends.gluon_reduce import REDUCE_BLOCK, reduce_grid
@@ -45,28 +32,22 @@ from warploom.backends.gluon_sm90 import (
 from warploom.errors import DeviceError, rowwise_too_wide, split_k_mismatch
 from warploom.ir import nodes as ir
 from warploom.ir.raster import Span, launch_grid, tail_spans
+from warploom.runtime.bound import WORKSPACE_AT, Bound, BoundStep, Call, Step
 from warploom.runtime.cross import descriptor_blocks, shared_layout
+from warploom.runtime.direct import DescSlot, DirectLaunch, aligned_copy
 from warploom.runtime.loader import load
 from warploom.spec import ALayout, BLayout, ScaleRecipe
 
 
-@dataclass(slots=True)
-class Call:
-    """One launch's tensors. A fused epilogue's operands (for scaled_mm, scale_a, scale_b and bias among them) are
-    in `operands`; its outputs after the first in `extra_outs`. Not frozen: one is built per launch, and a frozen
-    dataclass's __init__ costs ~2 us more."""
+def _constant(value: int, call: Call) -> int:
+    """A getter of an integer argument fixed when the launch was made (split-K's reduce: M, N, slab rows, tiles)."""
+    return value
 
-    a: Any
-    b: Any
-    out: Any
-    scale_a: Any = None
-    scale_b: Any = None
-    bias: Any = None
-    operands: Mapping[str, Any] = field(default_factory=dict)
-    extra_outs: Sequence[Any] = ()
-    workspace: Any = None  # split-K: the fp32 partial sums (ir.Tiling.workspace_shape)
-    span: Any = None  # a ranged kernel's tiles (ir.raster.Span)
-    amax: Any = None  # rule 29's first pass: the (M,) int32 row amax workspace, zeroed for the call
+
+# Split-K's reduce reads the workspace and writes the output through pointers; its integers follow (`_steps`).
+_REDUCE_GETTERS: tuple[Callable[[Call], Any], ...] = (
+    lambda c: c.workspace, lambda c: c.out, lambda c: c.out.stride(0), lambda c: c.out.stride(1))
+_REDUCE_POSITIONAL = {0: (WORKSPACE_AT, False), 1: (2, False)}
 
 
 class Launcher:
@@ -403,157 +384,6 @@ def stream_k_workspace_bytes(t: ir.Tiling) -> int:
     return t.grid * t.bm * t.bn * 4 + t.grid * 4 * 4 if t.stream_k else 0
 
 
-@dataclass(frozen=True)
-class DescSlot:
-    """A TMA descriptor parameter: its box and shared layout; the argument is the tensor it describes."""
-
-    block: list[int]
-    layout: Any
-    cls: Any  # Triton's TensorDescriptor
-
-    def descriptor(self, t: Any) -> Any:
-        return self.cls.from_tensor(t, self.block, self.layout)
-
-
-def _describe(descs: dict[int, DescSlot], args: list[Any]) -> list[Any]:
-    """`args` with each descriptor position's tensor turned into its TensorDescriptor (Triton's validated form)."""
-    return [descs[i].descriptor(a) if i in descs else a for i, a in enumerate(args)]
-
-
-@dataclass(frozen=True)
-class _DescArg:
-    """What Triton's `make_tensordesc_arg` reads of a TensorDescriptor, without its per-call validation (the first
-    call of the kernel's specialization went through the validated one, and the caller's checks hold for later
-    tensors)."""
-
-    base: Any
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    padding: str = "zero"
-    round_f32_to_tf32: bool = False  # (read from 3.7: fp32 boxes rounded to tf32 by the copy; warploom's never are)
-
-
-class DirectLaunch:
-    """One JIT function's launches (module docstring): the first call of each argument specialization goes through
-    Triton's JIT, later ones launch the kernel it compiled. `descs` are the positions of the TMA descriptor
-    arguments (given as the tensors they describe); the others are the ones whose specialization can change between
-    calls (a descriptor's is fixed by the kernel)."""
-
-    def __init__(self, fn: Any, opts: dict[str, Any], descs: dict[int, DescSlot], fast: bool) -> None:
-        self._fn, self._opts, self._descs, self._fast = fn, opts, descs, fast
-        self._backend: Any = None  # Triton's backend and specializer, once the JIT has run
-        self._specialize: Any = None
-        self._compiled: dict[tuple[Any, ...], _Compiled] = {}
-
-    @property
-    def on_gpu(self) -> bool:
-        """Whether the function launched is Triton's JIT (a test's stand-in records the launch instead)."""
-        return hasattr(self._fn, "device_caches")
-
-    def launch(self, grid: int, args: list[Any]) -> None:
-        # (knobs and driver are imported at module level: an import statement per launch cost ~1 us, profiled)
-        if not self._fast or self._backend is None or getattr(self._fn, "pre_run_hooks", None):
-            self._jit(grid, args)  # (pre-run hooks, e.g. a tool's, see every call through the JIT)
-            return
-        device = driver.active.get_current_device()
-        key = self._key(device, args)
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            self._jit(grid, args, key)
-            return
-        stream = driver.active.get_current_stream(device)
-        # Launch hooks (profilers; some environments install one) get what the JIT would give them.
-        compiled.launch(grid, stream, knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook, args)
-
-    def compiled_for(self, device: int, args: list[Any]) -> _Compiled | None:
-        """The kernel compiled for these arguments' specialization on `device`, if a launch compiled it and direct
-        launches are on."""
-        if not self._fast or self._backend is None:
-            return None
-        return self._compiled.get(self._key(device, args))
-
-    def same_knobs(self, key: tuple[Any, ...]) -> bool:
-        """Whether a direct launch keyed `key` (`_key`) still is what the JIT would launch: the same debug and
-        instrumentation knobs, and no pre-run hooks (those see every call through the JIT)."""
-        return (key[1] == knobs.runtime.debug and key[2] == knobs.compilation.instrumentation_mode
-                and not getattr(self._fn, "pre_run_hooks", None))
-
-    def _key(self, device: int, args: list[Any]) -> tuple[Any, ...]:
-        """What Triton's JIT keys its kernel cache on that can change between calls of this kernel: the device
-        (each loads its own binary), the debug and instrumentation knobs, and the specialization of the arguments
-        that vary: pointers (dtype, 16-byte alignment) and integers (strides; M, N, K). A descriptor's is its
-        dtype, block and layout, which the kernel fixes."""
-        return (device, knobs.runtime.debug, knobs.compilation.instrumentation_mode,
-                *(self._specialize(self._backend, a, False, True, True) for i, a in enumerate(args)
-                  if i not in self._descs))
-
-    def _jit(self, grid: int, args: list[Any], key: tuple[Any, ...] | None = None) -> None:
-        """Launch through Triton's JIT dispatch and remember the kernel it ran under `key`."""
-        from triton._C.libtriton import native_specialize_impl
-
-        kernel = self._fn[(grid,)](*_describe(self._descs, args), **self._opts)
-        if kernel is None or not hasattr(self._fn, "device_caches"):
-            self._fast = False  # not Triton's JIT (a test's stand-in): nothing compiled to launch directly
-            return
-        if self._backend is None:
-            self._backend = self._fn.device_caches[driver.active.get_current_device()][3]
-            self._specialize = native_specialize_impl
-            key = self._key(driver.active.get_current_device(), args)
-        if key is not None and len(self._compiled) < 64:
-            # A launch_metadata callback of the JIT function reads the arguments: give it descriptors then.
-            self._compiled[key] = _Compiled(kernel, self._descs, getattr(self._fn, "launch_metadata", None) is not None,
-                                            key)
-
-
-class _Compiled:
-    """One compiled specialization's direct launch (module docstring)."""
-
-    _MAX_ENCODED = 256  # descriptor encodings kept (address, shape, strides): a few per tensor a model reuses
-
-    def __init__(self, kernel: Any, descs: dict[int, DescSlot], hook_reads_args: bool,
-                 key: tuple[Any, ...] = ()) -> None:
-        self.kernel, self.descs, self.hook_reads_args, self.key = kernel, descs, hook_reads_args, key
-        run = kernel.run  # Triton's launcher (loads the binary on first use)
-        meta = getattr(kernel.metadata, "tensordesc_meta", None)
-        self.c_launch = _c_entry(run) if not descs or (meta and len(meta) == len(descs)) else None
-        self.meta = dict(zip(sorted(descs), meta or (), strict=False))
-        self.run = run
-        self._encoded: dict[tuple[Any, ...], list[Any]] = {}
-
-    def launch(self, grid: int, stream: int, enter: Any, leave: Any, args: list[Any]) -> None:
-        k = self.kernel
-        meta = None
-        # Triton's default hooks are empty HookChains: a launch with them calls nothing, so it passes no hooks and
-        # skips building their metadata (~2 us a launch on the H100 host). A live hook, enter or exit, gets what the
-        # JIT gives it: the metadata (name, function, stream; the arguments only for a launch_metadata callback).
-        enter, leave = _live(enter), _live(leave)
-        if enter is not None or leave is not None:
-            meta = k.launch_metadata((grid,), stream, *(_describe(self.descs, args) if self.hook_reads_args else args))
-        if self.c_launch is None:
-            self.run(grid, 1, 1, stream, k.function, k.packed_metadata, meta, enter, leave,
-                     *_describe(self.descs, args))
-            return
-        flat: list[Any] = []
-        for i, a in enumerate(args):
-            if i in self.descs:
-                flat.extend(self._encode(i, a))
-            else:
-                flat.append(a)
-        self.c_launch(grid, stream, k.function, k.packed_metadata, meta, enter, leave, flat)
-
-    def _encode(self, i: int, t: Any) -> list[Any]:
-        """[CUtensorMap, *shape, *strides] for tensor `t` at descriptor position i, as Triton's launcher expands a
-        TensorDescriptor (its `make_tensordesc_arg`), remembered per (address, shape, strides)."""
-        key = (i, t.data_ptr(), t.shape, t.stride())
-        enc = self._encoded.get(key)
-        if enc is None:
-            enc = _encode_descriptor(_DescArg(t, tuple(t.shape), t.stride()), self.meta[i])
-            if len(self._encoded) >= self._MAX_ENCODED:
-                self._encoded.clear()
-            self._encoded[key] = enc
-        return enc
-
-
 def _pdl(m: ir.Module, first: bool) -> dict[str, bool]:
     """Triton's `launch_pdl` for a kernel of a module that may be launched dependently (`ir.Module.dependent_launch`:
     its kernels wait for the previous grid before touching memory, so either launch is correct).
@@ -581,228 +411,6 @@ def _ctas(num_ctas: int) -> dict[str, int]:
     return {"num_ctas": num_ctas} if num_ctas > 1 else {}
 
 
-def _live(hook: Any) -> Any:
-    """`hook`, or None for one that calls nothing (an empty `HookChain`, Triton's default)."""
-    return None if isinstance(hook, HookChain) and not hook.calls else hook
-
-
-# A call's positional tensors, as a bound launch indexes them: (a, b, out, scale_a, scale_b, bias, workspace).
-WORKSPACE_AT = 6
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One kernel launch of a call (`Launcher._steps`): the kernel, its grid, a getter per parameter that reads the
-    argument off a `Call`, which tensor arguments are the call's positional ones (`Launcher._positional`) and which
-    descriptors are views of a tensor whose address they share (`Launcher._bases`)."""
-
-    direct: DirectLaunch
-    grid: int
-    getters: Sequence[Callable[[Call], Any]]
-    positional: Mapping[int, tuple[int, bool]]
-    bases: Mapping[int, Callable[[Call], Any]]
-
-
-def _constant(value: int, call: Call) -> int:
-    """A getter of an integer argument fixed when the launch was made (split-K's reduce: M, N, slab rows, tiles)."""
-    return value
-
-
-def _call_of(x: tuple[Any, ...], operands: Mapping[str, Any] | None, extra_outs: Sequence[Any],
-             span: Span | None) -> Call:
-    """The `Call` of a bound launch's tensors `x` (a, b, out, scale_a, scale_b, bias, workspace)."""
-    return Call(x[0], x[1], x[2], x[3], x[4], x[5], operands or {}, extra_outs, x[WORKSPACE_AT], span)
-
-
-# Split-K's reduce reads the workspace and writes the output through pointers; its integers follow (`_steps`).
-_REDUCE_GETTERS: tuple[Callable[[Call], Any], ...] = (
-    lambda c: c.workspace, lambda c: c.out, lambda c: c.out.stride(0), lambda c: c.out.stride(1))
-_REDUCE_POSITIONAL = {0: (WORKSPACE_AT, False), 1: (2, False)}
-
-
-class BoundStep:
-    """One kernel of a bound launch: its compiled kernel and grid, and the C launcher's arguments as a template.
-
-    The eager key fixes every integer argument (shapes, strides, a ranged kernel's tiles) and each descriptor's
-    shape and strides, so the arguments after the kernel's metadata are kept as a template (`_flat`) in which a call
-    fills in its tensors and the encodings of their descriptors, looked up by address (`_encoded`)."""
-
-    __slots__ = ("_encoded", "_flat", "_slots", "compiled", "direct", "getters", "grid", "span")
-
-    _MAX_ENCODED = 64
-
-    def __init__(self, step: Step, compiled: _Compiled, args: list[Any], span: Span | None = None) -> None:
-        self.direct, self.grid, self.getters, self.compiled, self.span = (step.direct, step.grid, step.getters,
-                                                                          compiled, span)
-        self._flat: list[Any] = []  # the C launcher's arguments after the kernel's metadata; None where a call's go
-        # (flat position, getter, descriptor position or -1, getter of a tensor at the descriptor's address,
-        # (position in the call's tensors, through `aligned_copy`) or None: `Step.positional`)
-        self._slots: list[tuple[int, Callable[[Call], Any], int, Callable[[Call], Any], tuple[int, bool] | None]] = []
-        self._encoded: dict[tuple[int, int], Any] = {}
-        if compiled.c_launch is None:  # every call goes through _Compiled.launch
-            return
-        for i, (get, x) in enumerate(zip(step.getters, args, strict=True)):
-            at = step.positional.get(i)
-            if i in compiled.descs:
-                self._slots.append((len(self._flat), get, i, step.bases.get(i, get), at))
-                enc = compiled._encode(i, x)
-                self._encoded[(i, x.data_ptr())] = enc[0]
-                self._flat.extend([None, *enc[1:]])  # (the encoding's shape and strides stay)
-            elif isinstance(x, int):  # M, N, K, strides, tile ranges: all read off shapes and strides
-                self._flat.append(x)
-            else:  # a tensor the kernel reads through a pointer (scales, bias, epilogue operands, a workspace)
-                self._slots.append((len(self._flat), get, -1, get, at))
-                self._flat.append(None)
-
-    def launch(self, stream: Any, x: tuple[Any, ...], operands: Mapping[str, Any] | None,
-               extra_outs: Sequence[Any], enter: Any, leave: Any) -> None:
-        """Launch on `stream` for the call's tensors `x` (a, b, out, scale_a, scale_b, bias, workspace); `enter` and
-        `leave` are the launch hooks, None where there are none."""
-        c = self.compiled
-        if c.c_launch is None or enter is not None or leave is not None:
-            whole = _call_of(x, operands, extra_outs, self.span)
-            c.launch(self.grid, stream, enter, leave, [g(whole) for g in self.getters])
-            return
-        flat = self._flat.copy()
-        encoded = self._encoded
-        call: Call | None = None  # built only for a slot with no position or a descriptor to encode (~0.5 us, CPU)
-        for pos, get, i, base, at in self._slots:
-            if at is not None:
-                t = x[at[0]]
-                if i < 0:
-                    flat[pos] = aligned_copy(t) if at[1] else t
-                    continue
-                enc = encoded.get((i, t.data_ptr()))
-                if enc is not None:
-                    flat[pos] = enc
-                    continue
-            if call is None:
-                call = _call_of(x, operands, extra_outs, self.span)
-            if i < 0:
-                flat[pos] = get(call)
-                continue
-            key = (i, base(call).data_ptr())
-            enc = encoded.get(key)
-            flat[pos] = enc if enc is not None else self._encode(key, get(call))
-        k = c.kernel
-        c.c_launch(self.grid, stream, k.function, k.packed_metadata, None, None, None, flat)
-
-    def _encode(self, key: tuple[int, int], t: Any) -> Any:
-        """Encode and remember the descriptor of `t` at (descriptor position, address) `key`: its shape and strides
-        are the eager key's, so the address alone tells a bound launch's encodings apart."""
-        enc = self.compiled._encode(key[0], t)[0]
-        if len(self._encoded) >= self._MAX_ENCODED:
-            self._encoded.clear()
-        self._encoded[key] = enc
-        return enc
-
-
-class Bound:
-    """A remembered eager call's launches (`Launcher.bind`): the compiled kernels, grids and device its key fixes,
-    in parts, one per launcher the call runs (`Launcher._parts`: a split-K tail's after the whole waves'), each
-    with its split-K workspace's shape (None without one; allocated for every call, as the general path does: a
-    workspace kept between calls would be shared by calls on two streams) and its kernels (`BoundStep`: the main
-    one, then split-K's reduce).
-
-    A call made while another device is current, or after the JIT's debug or instrumentation knobs changed or a
-    pre-run hook was added, goes through the launcher's general path, which handles each; one with live launch
-    hooks, or of a kernel without a C entry point, goes through `_Compiled.launch`, which gives hooks their
-    metadata."""
-
-    __slots__ = ("_empty", "device", "launcher", "parts")  # (_empty: torch.empty of fp32)
-
-    def __init__(self, launcher: Launcher, device: int,
-                 parts: Sequence[tuple[tuple[int, int] | None, Sequence[BoundStep]]]) -> None:
-        self.launcher, self.device, self.parts = launcher, device, tuple((shape, tuple(steps))
-                                                                          for shape, steps in parts)
-        self._empty: Any = None
-        if any(shape is not None for shape, _ in self.parts):
-            import torch
-
-            self._empty = functools.partial(torch.empty, dtype=torch.float32)
-
-    def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
-                 operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
-        if driver.active.get_current_device() != self.device or not all(
-                step.direct.same_knobs(step.compiled.key) for _, steps in self.parts for step in steps):
-            return self.launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
-        stream = driver.active.get_current_stream(self.device)
-        enter, leave = _live(knobs.runtime.launch_enter_hook), _live(knobs.runtime.launch_exit_hook)
-        for shape, steps in self.parts:
-            x = (a, b, out, scale_a, scale_b, bias, None if shape is None else self._empty(shape, device=out.device))
-            for step in steps:
-                step.launch(stream, x, operands, extra_outs, enter, leave)
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class CEntry:
-    """The C function behind Triton's CUDA launcher (`_c_entry`), called with a launch's expanded arguments in the
-    order the installed Triton's takes them (`GluonApi.launch_abi`)."""
-
-    fn: Callable[..., Any]
-    abi: LaunchAbi
-    cooperative: bool
-    pdl: bool
-    signature: tuple[Any, ...] = ()  # PACKED: the launcher's argument annotations and kernel signature
-
-    def __call__(self, grid: int, stream: int, function: Any, packed_metadata: Any, meta: Any, enter: Any,
-                 leave: Any, flat: list[Any]) -> None:
-        """Launch `grid` CTAs (clusters) of `function` with the expanded kernel arguments `flat`; no scratch memory
-        (`_c_entry` refuses kernels that need it)."""
-        if self.abi is LaunchAbi.PACKED:
-            self.fn(grid, 1, 1, stream, function, self.cooperative, self.pdl, packed_metadata, meta, enter, leave,
-                    None, None, *self.signature, flat)
-        else:
-            self.fn(grid, 1, 1, stream, function, self.cooperative, self.pdl, None, None, packed_metadata, meta,
-                    enter, leave, *flat)
-
-
-def _c_entry(run: Any) -> CEntry | None:
-    """The C launch function behind Triton's CUDA launcher `run`, or None where the launcher is not shaped as
-    expected. `CudaLauncher.launch` is the C function itself (the driver's `launch` from 3.7, the kernel's compiled
-    module's in 3.6), or, for a kernel with descriptor arguments, `wrap_handle_tensordesc`'s closure over it (free
-    variable `launcher`), which expands each TensorDescriptor into its encoding, shape and strides. Kernels that
-    need scratch memory keep Triton's launcher, which allocates it, and so do those under GSan (3.8: it appends
-    arguments of its own)."""
-    abi = _installed_api().launch_abi
-    if getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
-        return None
-    if not hasattr(run, "launch_cooperative_grid") or not hasattr(run, "launch_pdl"):
-        return None
-    signature: tuple[Any, ...] = ()
-    if abi is LaunchAbi.PACKED:
-        if getattr(run, "gsan_enabled", False) or not hasattr(run, "arg_annotations") \
-                or not hasattr(run, "kernel_signature"):
-            return None
-        signature = (run.arg_annotations, run.kernel_signature)
-    fn = getattr(run, "launch", None)
-    if getattr(fn, "__name__", "") != "launch":
-        code, cells = getattr(fn, "__code__", None), getattr(fn, "__closure__", None)
-        if code is None or cells is None or "launcher" not in code.co_freevars:
-            return None
-        fn = cells[code.co_freevars.index("launcher")].cell_contents
-    if not callable(fn):
-        return None
-    return CEntry(fn, abi, bool(run.launch_cooperative_grid), bool(run.launch_pdl), signature)
-
-
-@functools.cache
-def _installed_api() -> GluonApi:
-    """The installed Triton's capabilities (read once: its version does not change in a process)."""
-    return for_triton(installed())
-
-
-def _encode_descriptor(arg: _DescArg, meta: Any) -> list[Any]:
-    """[CUtensorMap, *shape, *strides]: Triton's `make_tensordesc_arg` for `arg` with the kernel's descriptor
-    metadata `meta` (from 3.8 it takes the launch's other arguments too, which the NVIDIA one does not read)."""
-    from triton.backends.nvidia.driver import make_tensordesc_arg
-
-    if _installed_api().tensordesc_launch_args:
-        return make_tensordesc_arg(arg, meta, None)
-    return make_tensordesc_arg(arg, meta)
-
-
 def _scale_args(recipe: ScaleRecipe) -> dict[str, Callable[[Call], Any]]:
     """Blockwise scales go as they are: the kernel reads them element by element with their own strides. scale_b
     is (k-blocks, N or N-blocks), except MX's (N, K/32) and NVFP4's row-major (N, K/16), a row per column of B; MX
@@ -821,13 +429,4 @@ def _scale_args(recipe: ScaleRecipe) -> dict[str, Callable[[Call], Any]]:
         "sb_stride_k": lambda c: c.scale_b.stride(kb), "sb_stride_n": lambda c: c.scale_b.stride(1 - kb),
     }
 
-
-def aligned_copy(t: Any) -> Any:
-    """`t`'s elements in order at a 16-byte aligned address (kernels read them through a pointer, with vector
-    loads): `t` itself when it is contiguous and aligned (the launcher reads only its address and dtype, the
-    same as of its flattened view's), else an aligned contiguous copy."""
-    if t.is_contiguous() and t.data_ptr() % 16 == 0:
-        return t
-    t = t.contiguous()
-    return t if t.data_ptr() % 16 == 0 else t.clone()
 

@@ -27,7 +27,8 @@ from warploom.backends.gluon_raster import SK_PARAMS
 from warploom.backends.gluon_sm90 import GluonSource
 from warploom.ir import nodes as ir
 from warploom.runtime.cross import descriptor_blocks, shared_layout
-from warploom.runtime.launch import DescSlot, DirectLaunch, StreamKBuffers, aligned_copy, amax_workspaces
+from warploom.runtime.direct import DescSlot, DirectLaunch, aligned_copy
+from warploom.runtime.launch import StreamKBuffers, amax_workspaces
 from warploom.runtime.loader import load
 from warploom.spec import BLayout, ScaleRecipe
 
