@@ -1,5 +1,5 @@
 """GPU tier for eager calls of plans with more than one launch: split-K (its reduce after it) and a split-K tail
-after the whole waves. From its second call on, such a call goes through its bound launches (runtime/launch.Bound,
+after the whole waves. From its second call on, such a call goes through its bound launches (runtime/bound.Bound,
 as single-kernel calls always did): each call's workspace fresh, the same numbers as the first call's, on new
 tensors of the remembered key, inside a CUDA graph too.
 

@@ -87,7 +87,7 @@ def test_torch_compile_fullgraph_over_the_custom_ops() -> None:
 
 
 def test_fast_launch_path_matches_the_jit_and_keeps_one_kernel_per_specialization() -> None:
-    """After its first call a Launcher launches the compiled kernel directly (runtime/launch.py). Fresh tensors each
+    """After its first call a Launcher launches the compiled kernel directly (runtime/direct.py). Fresh tensors each
     call, on a side stream too; the JIT-dispatched launcher of the same kernel gives the same bits; the blockwise
     kernel's scale pointers at offsets of 4 bytes (not 16-byte aligned) are a different specialization."""
     from warploom.runtime.launch import Launcher
@@ -211,7 +211,7 @@ def test_eager_calls_remember_their_kernel_and_check_what_differs(monkeypatch: p
         da, db = dequantized(fa, fb, bsa, bsb)
         assert _err(warploom.scaled_mm(fa, fb, bsa, bsb).float(), da @ db) < 1e-3
     assert checked.count("scaled_mm_spec_cached") == 3
-    # Every remembered call launched at least once, so each holds its bound launch (runtime/launch.Bound): the
+    # Every remembered call launched at least once, so each holds its bound launch (runtime/bound.Bound): the
     # hits above went through it.
     assert all(p.bound is not None for p in eager._CALLS.values())
 
