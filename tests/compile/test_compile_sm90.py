@@ -115,6 +115,9 @@ MATRIX: list[tuple[str, GemmSpec, dict[str, int]]] = [
     # 128x128 blockwise in unequal ranges spilled 16 bytes under 3.9 and is refused them.
     ("e4m3_rowwise_promoted_64x64_uneven_k3", f8(4992, 144, 7856, RW, PROMOTED), dict(bm=64, bn=64, split_k=3)),
     ("e4m3_blockwise_64x64_uneven_k3", f8(4992, 144, 7856, BW, PROMOTED), dict(bm=64, bn=64, split_k=3)),
+    # Rules 13 and 14 at small M (session 48), as planned: 64x64 in 8 unequal ranges (82 k-blocks), 64x128 whole.
+    ("e4m3_blockwise_rule14_64x64_k8_planned", f8(4, 816, 10400, BW, PROMOTED), {}),
+    ("e4m3_blockwise_rule13_64x128_planned", f8(4, 7536, 4848, BW, PROMOTED), {}),
     # The planner's defaults for 128-row tiles, spelt out: one consumer partition per warpgroup (p2), and
     # promoted fp8 at 128x256 in two column blocks (h2) with 3 stages (test_defaults_are_the_planner_choice).
     ("bf16_128x256_p2", mm(4096, 4096, 4096), dict(bm=128, bn=256, stages=4, consumer_partitions=2)),
