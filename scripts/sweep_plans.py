@@ -233,7 +233,7 @@ def main() -> None:
         calls = {"torch": theirs, **{str(i): functools.partial(kern.run, a, b, out, sa, sb, bias, **graph)
                                      for i, (_, kern, out) in enumerate(runs)}}
         times = time_interleaved(calls, args.rounds)
-        for i, row in enumerate(mine):
+        for i, (_, row) in enumerate(zip(runs, mine, strict=True)):  # (a row per variant that ran, in order)
             row["ms"], row["torch_ms"] = times[str(i)], times["torch"]
             row["ratios"] = [t_torch / t for t_torch, t in zip(times["torch"], times[str(i)], strict=True)]
         for row in mine:
