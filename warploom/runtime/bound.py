@@ -145,16 +145,16 @@ class Bound:
 
     `launcher` is the general path (a `runtime.launch.Launcher`, called with the call's tensors): a call made while
     another device is current, or after the JIT's debug or instrumentation knobs changed or a pre-run hook was added,
-    goes through it, which handles each; one with live launch
-    hooks, or of a kernel without a C entry point, goes through `CompiledLaunch.launch`, which gives hooks their
-    metadata."""
+    goes through it, which handles each; one with live launch hooks, or of a kernel without a C entry point, goes
+    through `CompiledLaunch.launch`, which gives hooks their metadata."""
 
-    __slots__ = ("_empty", "device", "launcher", "parts")  # (_empty: torch.empty of fp32)
+    __slots__ = ("_empty", "_steps", "device", "launcher", "parts")  # (_empty: torch.empty of fp32)
 
     def __init__(self, launcher: Callable[..., Any], device: int,
                  parts: Sequence[tuple[tuple[int, int] | None, Sequence[BoundStep]]]) -> None:
         self.launcher, self.device, self.parts = launcher, device, tuple((shape, tuple(steps))
                                                                           for shape, steps in parts)
+        self._steps = tuple(step for _, steps in self.parts for step in steps)  # (every kernel, for the knobs check)
         self._empty: Any = None
         if any(shape is not None for shape, _ in self.parts):
             import torch
@@ -163,8 +163,10 @@ class Bound:
 
     def __call__(self, a: Any, b: Any, out: Any, scale_a: Any = None, scale_b: Any = None, bias: Any = None, *,
                  operands: Mapping[str, Any] | None = None, extra_outs: Sequence[Any] = ()) -> Any:
-        if driver.active.get_current_device() != self.device or not all(
-                step.direct.same_knobs(step.compiled.key) for _, steps in self.parts for step in steps):
+        general = driver.active.get_current_device() != self.device
+        for step in self._steps:  # (a loop, not all() over a generator: this runs on every eager call)
+            general = general or not step.direct.same_knobs(step.compiled.key)
+        if general:
             return self.launcher(a, b, out, scale_a, scale_b, bias, operands=operands, extra_outs=extra_outs)
         stream = driver.active.get_current_stream(self.device)
         enter, leave = live_hook(knobs.runtime.launch_enter_hook), live_hook(knobs.runtime.launch_exit_hook)
