@@ -70,10 +70,10 @@ def rule14_split(spec: GemmSpec, device: DeviceInfo, bm: int, bn: int, pingpong:
     M is one 64-row block and RULE14_MAX_RANGES ranges of every tile fit one wave (as measured: 10-16 tiles):
     RULE14_MAX_RANGES ranges that differ by a k-block at most (`ir.Tiling.uneven_split`, which promoted
     accumulation builds on 64x64 tiles only)."""
-    if (not small_blockwise(spec, pingpong, scale_partition) or spec.bias_dtype is not None
-            or spec.epilogue is not None or k_blocks(spec) < RULE14_MIN_KBLOCKS):
-        return 1
     k_tiles = k_blocks(spec)
+    if (not small_blockwise(spec, pingpong, scale_partition) or spec.bias_dtype is not None
+            or spec.epilogue is not None or k_tiles < RULE14_MIN_KBLOCKS):
+        return 1
     tiles = math.ceil(spec.m / bm) * math.ceil(spec.n / bn)
     if (bm, bn) == (64, 64):
         if (spec.m > 64 or not uneven_split_builds(spec, (64, 64)) or tiles * RULE14_MAX_RANGES > device.sm_count
